@@ -1,0 +1,80 @@
+/*
+** gen.h
+** The generator: the search space and the templates, run by an embedded Lua
+** interpreter. One gen_state holds one lua_State; use one per thread.
+** Every function returns 0 on success or -1 with a message in gen_errmsg().
+*/
+#ifndef GEN_H
+#define GEN_H
+
+#include <stddef.h>
+
+#include "fa_problem.h"
+
+typedef struct gen_state gen_state;
+
+typedef struct gen_target {
+  char arch[16];     /* "sm_90" */
+  int smem_bytes;    /* shared memory per block, opt-in maximum */
+  int max_threads;   /* threads per block */
+} gen_target;
+
+/* One point of the search space. */
+typedef struct gen_variant {
+  char *name;    /* canonical, human-readable: simt-f32-d64-m64n32w4-... */
+  char *hash;    /* 12 hex digits */
+  char *config;  /* canonical "family=simt,dtype=fp32,dim=64,..." */
+} gen_variant;
+
+/* One rendered kernel and what it takes to launch it. */
+typedef struct gen_kernel {
+  char *name, *hash, *config;
+  char *entry;             /* extern "C" kernel name */
+  char *body;              /* the kernel, without any prelude */
+  char *source;            /* CUDA source: parameters + CUDA prelude + body */
+  char source_hash[17];    /* FNV-1a 64 of source, hex */
+  char template_version[48];
+  int threads;             /* per CTA */
+  int smem_bytes;          /* dynamic shared memory per CTA */
+  int rows_per_cta;        /* Q rows per CTA; 0: one CTA per (batch, head) */
+  int ws_bytes_per_row;    /* workspace bytes per (batch, head, query row) */
+  int registers_estimate;  /* the template's own estimate, 32-bit words */
+} gen_kernel;
+
+typedef struct gen_launch {
+  unsigned grid[3], block[3];
+  unsigned smem_bytes;
+  size_t ws_bytes;
+} gen_launch;
+
+int gen_open(gen_state **out, char *err, size_t errlen);
+void gen_close(gen_state *g);
+const char *gen_errmsg(const gen_state *g);
+const char *gen_template_digest(const gen_state *g);
+
+/* The target for an arch name; smem_bytes and max_threads <= 0 take the
+** arch's own limits. */
+int gen_target_for_arch(gen_state *g, const char *arch, int smem_bytes,
+                        int max_threads, gen_target *t);
+
+/* The variants for a problem and target; space is "default" or "full". */
+int gen_list(gen_state *g, const fa_problem *p, const gen_target *t,
+             const char *space, gen_variant **out, size_t *count);
+void gen_variants_free(gen_variant *v, size_t count);
+
+/* Render from "k=v,..." text (unset keys: the family defaults, with dim,
+** dtype and causal from p when p is not NULL), or from a variant name. */
+int gen_render_config(gen_state *g, const char *config, const fa_problem *p,
+                      const gen_target *t, gen_kernel *out);
+int gen_render_name(gen_state *g, const char *name, const gen_target *t,
+                    gen_kernel *out);
+void gen_kernel_free(gen_kernel *k);
+
+/* Template text given directly, rendered in the sandbox (tests, tools). */
+int gen_render_text(gen_state *g, const char *chunkname, const char *text,
+                    char **out);
+
+/* Grid, block, shared memory and workspace for kernel k on problem p. */
+void gen_launch_shape(const gen_kernel *k, const fa_problem *p, gen_launch *out);
+
+#endif

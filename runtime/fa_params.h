@@ -1,0 +1,24 @@
+/*
+** fa_params.h
+** The argument block of every generated kernel. This one file is compiled by
+** the host C compiler and prepended, as text, to every generated kernel, so
+** host and device agree on its layout by construction. Only types that mean
+** the same thing in C11, CUDA C++ and NVRTC (no <stdint.h> there) appear.
+*/
+#ifndef FA_PARAMS_H
+#define FA_PARAMS_H
+
+typedef struct fa_params {
+  const void *q, *k, *v;  /* inputs, (batch, heads, seq, dim), dim contiguous */
+  void *o;                /* output, same layout as q */
+  void *lse;              /* logsumexp, [batch][heads][seq_q], kernel dtype */
+  void *ws;               /* workspace (kv_outer: running m and l), or 0 */
+  long long q_sb, q_sh, q_sn;  /* strides in elements: batch, head, seq */
+  long long k_sb, k_sh, k_sn;
+  long long v_sb, v_sh, v_sn;
+  long long o_sb, o_sh, o_sn;
+  int batch, heads, seq_q, seq_k;
+  double scale_log2;      /* softmax scale times log2(e) */
+} fa_params;
+
+#endif

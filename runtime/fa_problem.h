@@ -1,0 +1,30 @@
+/*
+** fa_problem.h
+** What an attention problem is, independent of any kernel or backend.
+*/
+#ifndef FA_PROBLEM_H
+#define FA_PROBLEM_H
+
+#define FA_DIM_MAX 256
+
+typedef enum fa_dtype { FA_FP32 = 0, FA_FP64 = 1 } fa_dtype;
+
+typedef struct fa_problem {
+  int batch, heads;
+  int seq_q, seq_k;
+  int dim;
+  fa_dtype dtype;
+  int causal;     /* bottom-right aligned when seq_q != seq_k */
+  double scale;   /* 0 means 1/sqrt(dim) */
+} fa_problem;
+
+/* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */
+typedef struct fa_layout { long long sb, sh, sn; } fa_layout;
+
+const char *fa_dtype_name(fa_dtype t);         /* "fp32", "fp64" */
+int fa_dtype_parse(const char *s, fa_dtype *t); /* 0 on success, -1 unknown */
+int fa_dtype_size(fa_dtype t);                  /* bytes per element */
+double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */
+fa_layout fa_layout_contiguous(const fa_problem *p, int seq);
+
+#endif

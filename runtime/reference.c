@@ -1,0 +1,99 @@
+/*
+** reference.c
+** Naive attention on the CPU in float64, the oracle every kernel is checked
+** against. It is deliberately the textbook computation: one score row is
+** materialized per query, the softmax is taken with the row maximum
+** subtracted, and the output is the probability-weighted sum of V rows.
+** Speed does not matter here; being obviously right does.
+*/
+#include <math.h>
+#include <stdlib.h>
+
+#include "reference.h"
+
+/* Nonzero when the problem can be computed. */
+static int problem_valid(const fa_problem *p) {
+  return p->batch >= 1 && p->heads >= 1 && p->seq_q >= 1 && p->seq_k >= 1 &&
+         p->dim >= 1 && p->dim <= FA_DIM_MAX;
+}
+
+/* How many keys query row r sees: all of them, or with a causal mask
+** aligned bottom-right, keys 0 .. r + (seq_k - seq_q). May be zero when
+** seq_q > seq_k. Computed in long long so large shapes cannot overflow. */
+static int visible_keys(const fa_problem *p, int r) {
+  long long n;
+  if (!p->causal) return p->seq_k;
+  n = (long long)r + p->seq_k - p->seq_q + 1;
+  if (n < 0) n = 0;
+  if (n > p->seq_k) n = p->seq_k;
+  return (int)n;
+}
+
+static double dot(const double *a, const double *b, int n) {
+  double s = 0.0;
+  int i;
+  for (i = 0; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* One query row of one (batch, head): q points at the row, k and v at the
+** head's first key / value row, o at the output row. s is scratch of at
+** least seq_k doubles. Returns the row's logsumexp. */
+static double attend_row(const fa_problem *p, double scale, int nvis,
+                         const double *q, const double *k, long long ksn,
+                         const double *v, long long vsn,
+                         double *o, double *s) {
+  double m, l;
+  int c, d;
+
+  for (d = 0; d < p->dim; d++) o[d] = 0.0;
+  /* Nothing visible: the softmax is empty. Zeros and -inf, not 0/0. */
+  if (nvis == 0) return -INFINITY;
+
+  m = -INFINITY;
+  for (c = 0; c < nvis; c++) {
+    s[c] = scale * dot(q, k + c * ksn, p->dim);
+    if (s[c] > m) m = s[c];
+  }
+  l = 0.0;
+  for (c = 0; c < nvis; c++) {
+    s[c] = exp(s[c] - m);
+    l += s[c];
+  }
+  for (c = 0; c < nvis; c++) {
+    const double *vr = v + c * vsn;
+    for (d = 0; d < p->dim; d++) o[d] += s[c] * vr[d];
+  }
+  for (d = 0; d < p->dim; d++) o[d] /= l;
+  return m + log(l);
+}
+
+int ref_attention(const fa_problem *p,
+                  const double *q, fa_layout ql,
+                  const double *k, fa_layout kl,
+                  const double *v, fa_layout vl,
+                  double *o, fa_layout ol, double *lse) {
+  double scale, *s;
+  int b, h, r;
+
+  if (!p || !q || !k || !v || !o || !problem_valid(p)) return -1;
+  scale = fa_problem_scale(p);
+  s = malloc((size_t)p->seq_k * sizeof *s);
+  if (!s) return -1;
+
+  for (b = 0; b < p->batch; b++) {
+    for (h = 0; h < p->heads; h++) {
+      const double *kh = k + b * kl.sb + h * kl.sh;
+      const double *vh = v + b * vl.sb + h * vl.sh;
+      for (r = 0; r < p->seq_q; r++) {
+        const double *qr = q + b * ql.sb + h * ql.sh + r * ql.sn;
+        double *orow = o + b * ol.sb + h * ol.sh + r * ol.sn;
+        double x = attend_row(p, scale, visible_keys(p, r), qr,
+                              kh, kl.sn, vh, vl.sn, orow, s);
+        if (lse) lse[((long long)b * p->heads + h) * p->seq_q + r] = x;
+      }
+    }
+  }
+  free(s);
+  return 0;
+}

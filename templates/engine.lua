@@ -1,0 +1,142 @@
+-- engine.lua
+-- The template engine and its sandbox.
+--
+-- A template is CUDA text with Lua escapes:
+--   * a line whose first non-blank character is `$` is a Lua statement;
+--   * `${expr}` anywhere in a text line is replaced by tostring(expr).
+-- Each template line becomes exactly one line of generated Lua, so a Lua
+-- error in a template reports the template's own file name and line.
+--
+-- Templates and the Lua modules beside them (the search space, the families)
+-- run in a sandbox: the C host never opens the io, os, package or debug
+-- libraries, and the sandbox environment offers only pure functions plus
+-- `require`, which loads nothing but files of the templates folder. The files
+-- are handed over by the host as a table name -> text.
+
+local engine = {}
+
+local files = ...          -- name -> text, given by the host
+local host_load = load     -- kept here; the sandbox never sees it
+local modules = {}
+
+local safe_globals = {
+  "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget",
+  "rawlen", "rawset", "select", "setmetatable", "getmetatable", "tonumber",
+  "tostring", "type", "xpcall", "math", "string", "table", "utf8",
+}
+
+local function forbidden(_, name)
+  error("template sandbox: '" .. tostring(name) .. "' is not available", 2)
+end
+
+-- A fresh environment for one module or template.
+local function sandbox_env()
+  local env = {}
+  for _, name in ipairs(safe_globals) do env[name] = _G[name] end
+  env.string = setmetatable({}, { __index = string })
+  env.string.dump = nil
+  env.require = engine.require
+  env.render = engine.render
+  env._G = env
+  return setmetatable(env, { __index = forbidden })
+end
+
+function engine.file(name)
+  local text = files[name]
+  if not text then error("no template file '" .. tostring(name) .. "'", 2) end
+  return text
+end
+
+function engine.require(name)
+  if type(name) ~= "string" or not name:match("^[%w_]+$") then
+    error("template sandbox: require of '" .. tostring(name) .. "' refused", 2)
+  end
+  if modules[name] == nil then
+    local text = files[name .. ".lua"]
+    if not text then error("template sandbox: no module '" .. name .. "' in templates/", 2) end
+    local chunk, err = host_load(text, "@" .. name .. ".lua", "t", sandbox_env())
+    if not chunk then error(err, 0) end
+    modules[name] = chunk() or true
+  end
+  return modules[name]
+end
+
+-- Lua source for one text line: emit its pieces, interpolations included.
+-- A Lua string literal for s, on one line (%q would break lines at "\n").
+local function literal(s)
+  return (string.format("%q", s):gsub("\\\n", "\\n"))
+end
+
+local function text_line(line)
+  local parts, pos = {}, 1
+  while true do
+    local s, e = line:find("${", pos, true)
+    if not s then break end
+    local depth, i = 1, e + 1
+    while i <= #line and depth > 0 do
+      local c = line:sub(i, i)
+      if c == "{" then depth = depth + 1 elseif c == "}" then depth = depth - 1 end
+      i = i + 1
+    end
+    if depth > 0 then error("unclosed ${ in template line", 0) end
+    if s > pos then parts[#parts + 1] = literal(line:sub(pos, s - 1)) end
+    parts[#parts + 1] = "_str(" .. line:sub(e + 1, i - 2) .. ")"
+    pos = i
+  end
+  parts[#parts + 1] = literal(line:sub(pos) .. "\n")
+  return "_out(" .. table.concat(parts, ",") .. ")"
+end
+
+-- Compile template text into a function of its arguments table.
+function engine.compile(text, chunkname)
+  local lines, n = {}, 0
+  for line in (text .. (text:sub(-1) == "\n" and "" or "\n")):gmatch("(.-)\n") do
+    n = n + 1
+    local stmt = line:match("^%s*%$(.*)$")
+    if stmt and stmt:sub(1, 1) ~= "{" then
+      lines[n] = stmt
+    else
+      local ok, code = pcall(text_line, line)
+      if not ok then error(chunkname .. ":" .. n .. ": " .. code, 0) end
+      lines[n] = code
+    end
+  end
+  local src = "local _out, _str, args = ... " .. table.concat(lines, "\n")
+  local chunk, err = host_load(src, "@" .. chunkname, "t", sandbox_env())
+  if not chunk then error(err, 0) end
+  return chunk
+end
+
+local function to_text(v)
+  if math.type(v) == "float" then
+    if v == math.floor(v) and math.abs(v) < 2^53 then return string.format("%.1f", v) end
+    return string.format("%.17g", v)
+  end
+  return tostring(v)
+end
+
+-- Run compiled template `chunk` with table `args`; returns the text.
+function engine.run(chunk, args)
+  local buf = {}
+  local function out(...)
+    local n = #buf
+    for i = 1, select("#", ...) do buf[n + i] = select(i, ...) end
+  end
+  chunk(out, to_text, args)
+  return table.concat(buf)
+end
+
+local compiled = {}
+
+-- Render template file `name` with `args` (templates may call this too).
+function engine.render(name, args)
+  if not compiled[name] then compiled[name] = engine.compile(engine.file(name), name) end
+  return engine.run(compiled[name], args or {})
+end
+
+-- Render template text given directly (tests, tools).
+function engine.render_text(text, chunkname, args)
+  return engine.run(engine.compile(text, chunkname), args or {})
+end
+
+return engine

@@ -1,0 +1,47 @@
+/*
+** prelude_cuda.cuh
+** The device primitives of the cuda backend. A generated kernel body touches
+** memory, barriers, shuffles and transcendental functions only through
+** these, so that another prelude (the CPU emulator's) can run the very same
+** body and count what it does. Plain C arithmetic stays plain.
+*/
+#define FA_INLINE __device__ __forceinline__
+#define FA_KERNEL(name, nthreads) \
+  extern "C" __global__ void __launch_bounds__(nthreads) name(const fa_params p)
+#define FA_PRAGMA(x) _Pragma(#x)
+#define FA_UNROLL FA_PRAGMA(unroll)
+#define FA_UNROLL_BY(n) FA_PRAGMA(unroll n)
+
+extern __shared__ __align__(16) unsigned char fa_smem_raw[];
+
+FA_INLINE void *fa_smem_base(void) { return fa_smem_raw; }
+FA_INLINE int fa_tid(void) { return (int)threadIdx.x; }
+FA_INLINE int fa_bid_x(void) { return (int)blockIdx.x; }
+FA_INLINE int fa_bid_y(void) { return (int)blockIdx.y; }
+FA_INLINE int fa_bid_z(void) { return (int)blockIdx.z; }
+FA_INLINE void fa_syncthreads(void) { __syncthreads(); }
+FA_INLINE void fa_syncwarp(void) { __syncwarp(); }
+
+/* Read-only inputs go through the non-coherent cache; O and the workspace,
+** which kv_outer kernels read back, use plain loads. */
+FA_INLINE float fa_ldg_f32(const float *a) { return __ldg(a); }
+FA_INLINE double fa_ldg_f64(const double *a) { return __ldg(a); }
+FA_INLINE float fa_ld_f32(const float *a) { return *a; }
+FA_INLINE double fa_ld_f64(const double *a) { return *a; }
+FA_INLINE void fa_st_f32(float *a, float v) { *a = v; }
+FA_INLINE void fa_st_f64(double *a, double v) { *a = v; }
+
+FA_INLINE float fa_lds_f32(const float *a) { return *a; }
+FA_INLINE double fa_lds_f64(const double *a) { return *a; }
+FA_INLINE void fa_sts_f32(float *a, float v) { *a = v; }
+FA_INLINE void fa_sts_f64(double *a, double v) { *a = v; }
+
+FA_INLINE float fa_shfl_xor_f32(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+FA_INLINE double fa_shfl_xor_f64(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+
+FA_INLINE float fa_exp2_f32(float x) { return exp2f(x); }
+FA_INLINE double fa_exp2_f64(double x) { return exp2(x); }
+FA_INLINE float fa_log2_f32(float x) { return log2f(x); }
+FA_INLINE double fa_log2_f64(double x) { return log2(x); }
+FA_INLINE float fa_neg_inf_f32(void) { return __int_as_float(0xff800000); }
+FA_INLINE double fa_neg_inf_f64(void) { return __longlong_as_double((long long)0xfff0000000000000ull); }

@@ -1,0 +1,559 @@
+$ -- simt.cu: FlashAttention forward on CUDA cores (see simt.lua for the plan).
+$ local c, P, T, acc = args.cfg, args.P, args.T, args.acc
+$ local splitq, qouter, eager = c.split == "split_q", c.par == "q_outer", c.norm == "eager"
+$ local causal = c.causal == 1
+$ local D, BM, BN, NT, G = P.D, P.BM, P.BN, P.NT, P.G
+$ local RM, RN, RD, RSTEP = P.RM, P.RN, P.RD, P.RSTEP
+$ -- Masking is needed inside a block when the tile has padding columns.
+$ local pad_cols = P.BNp > BN
+$ local function smem(ptr) return "fa_lds_" .. T .. "(" .. ptr .. ")" end
+/* ${args.entry}
+** ${c.norm} normalization, ${c.par}, ${c.split}, ${c.layout} layout, Q in ${c.q}
+** tile ${BM}x${BN}, ${NT} threads; each thread holds ${RM} row(s) x ${RN} score column(s)
+** and ${RM} x ${RD} output column(s), ${G} lane(s) per row. */
+FA_KERNEL(${args.entry}, ${NT})
+{
+  typedef ${acc} acc_t;
+  const acc_t NEG_INF = fa_neg_inf_${T}();
+  const int tid = fa_tid();
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int h = fa_bid_y(), b = fa_bid_z();
+  acc_t *const sm = (acc_t *)fa_smem_base();
+  acc_t *const Qs = sm + ${P.off_q};
+  acc_t *const Ks = sm + ${P.off_k};
+  acc_t *const Vs = sm + ${P.off_v};
+  acc_t *const Ps = sm + ${P.off_p};
+$ if not splitq then
+  acc_t *const red_m = sm + ${P.off_redm};
+  acc_t *const red_l = sm + ${P.off_redl};
+  acc_t *const red_o = sm + ${P.off_redo};
+  acc_t *const row_m = sm + ${P.off_rowm};
+  acc_t *const row_l = sm + ${P.off_rowl};
+  acc_t *const sc_o = sm + ${P.off_sco};
+  acc_t *const sc_p = sm + ${P.off_scp};
+$ end
+  const acc_t *const qg = (const acc_t *)p.q + b * p.q_sb + h * p.q_sh;
+  const acc_t *const kg = (const acc_t *)p.k + b * p.k_sb + h * p.k_sh;
+  const acc_t *const vg = (const acc_t *)p.v + b * p.v_sb + h * p.v_sh;
+  acc_t *const og = (acc_t *)p.o + b * p.o_sb + h * p.o_sh;
+  acc_t *const lg = (acc_t *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
+$ if not qouter then
+  acc_t *const wg = (acc_t *)p.ws + ((long long)b * p.heads + h) * p.seq_q * 2;
+$ end
+  const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
+  const acc_t sl2 = (acc_t)p.scale_log2;
+  (void)off; (void)NEG_INF;
+
+  /* This thread's place in the score tile: rows rb + i*${RSTEP}, columns cb + j*${G}. */
+$ if splitq then
+  const int rb = warp * ${32 // G} + lane / ${G};
+  const int cb = lane % ${G};
+$ else
+  const int rb = lane / ${G};
+  const int cb = warp * ${P.NWp} + lane % ${G};
+  const int lc = lane % ${G};
+  const int orb = tid / ${P.OC}, ocb = tid % ${P.OC}; /* owner of O rows orb + a*${P.OTR}, columns ocb + b*${P.OC} */
+$ end
+$ local dcol = splitq and "cb" or "lc"
+  acc_t s[${RM}][${RN}];
+$ if c.q == "reg" then
+  acc_t qr[${RM}][${D}];
+$ end
+$ if splitq then
+  acc_t o[${RM}][${RD}], m_i[${RM}], l_i[${RM}];
+$ else
+  acc_t o[${P.ORM}][${P.ORD}];
+$ end
+
+$ -- Cooperative tile loads: rows past the problem or the tile are zero.
+$ local function load_q(q0)
+  for (int e = tid; e < ${P.BMp * D}; e += ${NT}) {
+    const int r = e / ${D}, d = e - r * ${D};
+    const int gr = ${q0} + r;
+    acc_t x = 0;
+    if (r < ${BM} && gr < p.seq_q) x = fa_ldg_${T}(qg + gr * p.q_sn + d);
+    fa_sts_${T}(Qs + r * ${P.QS} + d, x);
+  }
+$ end
+$ local function load_kv(k0)
+  for (int e = tid; e < ${P.BNp * D}; e += ${NT}) {
+    const int n = e / ${D}, d = e - n * ${D};
+    const int gn = ${k0} + n;
+    acc_t kx = 0, vx = 0;
+    if (n < ${BN} && gn < p.seq_k) {
+      kx = fa_ldg_${T}(kg + gn * p.k_sn + d);
+      vx = fa_ldg_${T}(vg + gn * p.v_sn + d);
+    }
+    fa_sts_${T}(Ks + n * ${P.KSN} + d * ${P.KSD}, kx);
+    fa_sts_${T}(Vs + n * ${P.VS} + d, vx);
+  }
+$ end
+$ local function q_to_registers()
+  FA_UNROLL
+  for (int i = 0; i < ${RM}; ++i) {
+    FA_UNROLL
+    for (int d = 0; d < ${D}; ++d) qr[i][d] = ${smem("Qs + (rb + i * " .. RSTEP .. ") * " .. P.QS .. " + d")};
+  }
+$ end
+$ -- Allreduce over the ${G} lanes that share a row.
+$ local function lane_reduce(var, op)
+$ if G > 1 then
+    FA_UNROLL
+    for (int x = ${G // 2}; x > 0; x >>= 1) {
+      const acc_t y = fa_shfl_xor_${T}(${var}, x);
+$ if op == "max" then
+      ${var} = ${var} > y ? ${var} : y;
+$ else
+      ${var} += y;
+$ end
+    }
+$ end
+$ end
+$ -- S = scale * Q K^T for this thread's cells, in log2 units, masked.
+$ local function scores(q0, k0)
+    FA_UNROLL
+    for (int i = 0; i < ${RM}; ++i) {
+      FA_UNROLL
+      for (int j = 0; j < ${RN}; ++j) s[i][j] = 0;
+    }
+$ if c.q == "reg" then
+    FA_UNROLL
+$ else
+    FA_UNROLL_BY(${P.UD})
+$ end
+    for (int d = 0; d < ${D}; ++d) {
+      acc_t qv[${RM}], kv[${RN}];
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i)
+$ if c.q == "reg" then
+        qv[i] = qr[i][d];
+$ else
+        qv[i] = ${smem("Qs + (rb + i * " .. RSTEP .. ") * " .. P.QS .. " + d")};
+$ end
+      FA_UNROLL
+      for (int j = 0; j < ${RN}; ++j) kv[j] = ${smem("Ks + (cb + j * " .. G .. ") * " .. P.KSN .. " + d * " .. P.KSD)};
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i) {
+        FA_UNROLL
+        for (int j = 0; j < ${RN}; ++j) s[i][j] += qv[i] * kv[j];
+      }
+    }
+    {
+$ local full = "(" .. k0 .. " + " .. BN .. " <= p.seq_k)"
+$ if causal then full = full .. " && (" .. k0 .. " + " .. (BN - 1) .. " <= " .. q0 .. " + off)" end
+$ if pad_cols then full = "0" end
+      const int full = ${full};
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i) {
+        FA_UNROLL
+        for (int j = 0; j < ${RN}; ++j) {
+          s[i][j] *= sl2;
+          if (!full) {
+            const int cl = cb + j * ${G};
+            const int gc = ${k0} + cl;
+$ local masked = "cl >= " .. BN .. " || gc >= p.seq_k"
+$ if causal then masked = masked .. " || gc > " .. q0 .. " + rb + i * " .. RSTEP .. " + off" end
+            if (${masked}) s[i][j] = NEG_INF;
+          }
+        }
+      }
+    }
+$ end
+$ -- P V over columns [n0, n0 + count) of the tile, added into `dst`.
+$ local function pv(dst, n0, count)
+    FA_UNROLL_BY(${P.UN})
+    for (int n = ${n0}; n < ${n0} + ${count}; ++n) {
+      acc_t pr[${RM}], vv[${RD}];
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i) pr[i] = ${smem("Ps + (rb + i * " .. RSTEP .. ") * " .. P.PS .. " + n")};
+      FA_UNROLL
+      for (int k = 0; k < ${RD}; ++k) {
+        const int d = ${dcol} + k * ${G};
+$ if RD * G > D then
+        vv[k] = ${smem("Vs + n * " .. P.VS .. " + (d < " .. D .. " ? d : " .. (D - 1) .. ")")};
+$ else
+        vv[k] = ${smem("Vs + n * " .. P.VS .. " + d")};
+$ end
+      }
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i) {
+        FA_UNROLL
+        for (int k = 0; k < ${RD}; ++k) ${dst}[i][k] += pr[i] * vv[k];
+      }
+    }
+$ end
+$ -- One (Q tile, K/V tile) step of the online softmax, split_q: each warp
+$ -- owns whole rows; statistics and O stay in registers.
+$ local function step_split_q(q0, k0)
+$ scores(q0, k0)
+    FA_UNROLL
+    for (int i = 0; i < ${RM}; ++i) {
+      acc_t mx = s[i][0];
+      FA_UNROLL
+      for (int j = 1; j < ${RN}; ++j) mx = mx > s[i][j] ? mx : s[i][j];
+$ lane_reduce("mx", "max")
+      const acc_t mn = m_i[i] > mx ? m_i[i] : mx;
+      const acc_t mu = mn == NEG_INF ? (acc_t)0 : mn; /* a row with no key yet */
+      const acc_t alpha = fa_exp2_${T}(m_i[i] - mu);
+      acc_t rs = 0;
+      FA_UNROLL
+      for (int j = 0; j < ${RN}; ++j) {
+        s[i][j] = fa_exp2_${T}(s[i][j] - mu);
+        rs += s[i][j];
+      }
+$ lane_reduce("rs", "sum")
+$ if eager then
+      /* eager (FlashAttention-1): O = O * l_old*alpha/l_new + P V / l_new */
+      const acc_t ln = l_i[i] * alpha + rs;
+      const acc_t inv = ln > 0 ? (acc_t)1 / ln : (acc_t)0;
+      const acc_t fo = l_i[i] * alpha * inv;
+      FA_UNROLL
+      for (int k = 0; k < ${RD}; ++k) o[i][k] *= fo;
+      FA_UNROLL
+      for (int j = 0; j < ${RN}; ++j) s[i][j] *= inv;
+      l_i[i] = ln;
+$ else
+      /* deferred (FlashAttention-2): O = O * alpha + P V, divided by l at the end */
+      l_i[i] = l_i[i] * alpha + rs;
+      FA_UNROLL
+      for (int k = 0; k < ${RD}; ++k) o[i][k] *= alpha;
+$ end
+      m_i[i] = mn;
+      FA_UNROLL
+      for (int j = 0; j < ${RN}; ++j) fa_sts_${T}(Ps + (rb + i * ${RSTEP}) * ${P.PS} + cb + j * ${G}, s[i][j]);
+    }
+    fa_syncwarp(); /* P rows are written and read by the same warp */
+$ pv("o", 0, BN)
+$ end
+$ -- One step, split_k: each warp takes a slice of the K/V tile for all rows;
+$ -- row statistics meet in shared memory and the partial products of the
+$ -- warps are summed there, in a fixed order, by the owners of O.
+$ local function step_split_k(q0, k0, store_stats)
+$ scores(q0, k0)
+    FA_UNROLL
+    for (int i = 0; i < ${RM}; ++i) {
+      acc_t mx = s[i][0];
+      FA_UNROLL
+      for (int j = 1; j < ${RN}; ++j) mx = mx > s[i][j] ? mx : s[i][j];
+$ lane_reduce("mx", "max")
+      if (lc == 0) fa_sts_${T}(red_m + warp * ${P.BMp} + rb + i * ${RSTEP}, mx);
+    }
+    fa_syncthreads();
+    {
+      acc_t op[${RM}][${RD}];
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i) {
+        const int r = rb + i * ${RSTEP};
+        acc_t mn = ${smem("row_m + r")};
+        FA_UNROLL
+        for (int w = 0; w < ${c.warps}; ++w) {
+          const acc_t y = ${smem("red_m + w * " .. P.BMp .. " + r")};
+          mn = mn > y ? mn : y;
+        }
+        const acc_t mu = mn == NEG_INF ? (acc_t)0 : mn;
+        acc_t rs = 0;
+        FA_UNROLL
+        for (int j = 0; j < ${RN}; ++j) {
+          s[i][j] = fa_exp2_${T}(s[i][j] - mu);
+          rs += s[i][j];
+          fa_sts_${T}(Ps + r * ${P.PS} + cb + j * ${G}, s[i][j]);
+        }
+$ lane_reduce("rs", "sum")
+        if (lc == 0) fa_sts_${T}(red_l + warp * ${P.BMp} + r, rs);
+        FA_UNROLL
+        for (int k = 0; k < ${RD}; ++k) op[i][k] = 0;
+      }
+      fa_syncwarp(); /* each warp reads back only its own P columns */
+$ pv("op", "warp * " .. P.NWp, P.NWp)
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i) {
+        FA_UNROLL
+        for (int k = 0; k < ${RD}; ++k) {
+          const int d = lc + k * ${G};
+$ if RD * G > D then
+          if (d < ${D})
+$ end
+            fa_sts_${T}(red_o + (warp * ${P.BMp} + rb + i * ${RSTEP}) * ${D} + d, op[i][k]);
+        }
+      }
+    }
+    fa_syncthreads();
+    for (int r = tid; r < ${BM}; r += ${NT}) {
+      const acc_t mo = ${smem("row_m + r")}, lo = ${smem("row_l + r")};
+      acc_t mn = mo, ls = 0;
+      FA_UNROLL
+      for (int w = 0; w < ${c.warps}; ++w) {
+        const acc_t y = ${smem("red_m + w * " .. P.BMp .. " + r")};
+        mn = mn > y ? mn : y;
+        ls += ${smem("red_l + w * " .. P.BMp .. " + r")};
+      }
+      const acc_t mu = mn == NEG_INF ? (acc_t)0 : mn;
+      const acc_t alpha = fa_exp2_${T}(mo - mu);
+      const acc_t ln = lo * alpha + ls;
+$ if eager then
+      const acc_t inv = ln > 0 ? (acc_t)1 / ln : (acc_t)0;
+      fa_sts_${T}(sc_o + r, lo * alpha * inv);
+      fa_sts_${T}(sc_p + r, inv);
+$ else
+      fa_sts_${T}(sc_o + r, alpha);
+      fa_sts_${T}(sc_p + r, (acc_t)1);
+$ end
+      fa_sts_${T}(row_m + r, mn);
+      fa_sts_${T}(row_l + r, ln);
+$ if store_stats then
+      if (${q0} + r < p.seq_q) {
+        fa_st_${T}(wg + (${q0} + r) * 2, mn);
+        fa_st_${T}(wg + (${q0} + r) * 2 + 1, ln);
+      }
+$ end
+    }
+    fa_syncthreads();
+    FA_UNROLL
+    for (int a = 0; a < ${P.ORM}; ++a) {
+      const int r = orb + a * ${P.OTR};
+      if (r < ${BM}) {
+        const acc_t so = ${smem("sc_o + r")}, sp = ${smem("sc_p + r")};
+        FA_UNROLL
+        for (int bb = 0; bb < ${P.ORD}; ++bb) {
+          const int d = ocb + bb * ${P.OC};
+          if (d < ${D}) {
+            acc_t sum = 0;
+            FA_UNROLL
+            for (int w = 0; w < ${c.warps}; ++w) sum += ${smem("red_o + (w * " .. P.BMp .. " + r) * " .. D .. " + d")};
+            o[a][bb] = o[a][bb] * so + sp * sum;
+          }
+        }
+      }
+    }
+$ end
+$ -- The finished row r (global row gr) of a split_q thread: O scaled, lse.
+$ local function finish_split_q(q0)
+    FA_UNROLL
+    for (int i = 0; i < ${RM}; ++i) {
+      const int r = rb + i * ${RSTEP}, gr = ${q0} + r;
+$ if eager then
+      const acc_t inv = (acc_t)1;
+$ else
+      const acc_t inv = l_i[i] > 0 ? (acc_t)1 / l_i[i] : (acc_t)0;
+$ end
+      if (r < ${BM} && gr < p.seq_q) {
+        FA_UNROLL
+        for (int k = 0; k < ${RD}; ++k) {
+          const int d = cb + k * ${G};
+$ if RD * G > D then
+          if (d < ${D})
+$ end
+            fa_st_${T}(og + gr * p.o_sn + d, o[i][k] * inv);
+        }
+        if (cb == 0)
+          fa_st_${T}(lg + gr, l_i[i] > 0 ? (m_i[i] + fa_log2_${T}(l_i[i])) * (acc_t)0.69314718055994530942 : NEG_INF);
+      }
+    }
+$ end
+$ -- split_k: owners write O, row threads write lse. With from_ws (kv_outer),
+$ -- O and the statistics come back from global memory; a row whose l is 0
+$ -- saw no key and gets zeros whatever O holds.
+$ local function finish_split_k(q0, from_ws)
+    FA_UNROLL
+    for (int a = 0; a < ${P.ORM}; ++a) {
+      const int r = orb + a * ${P.OTR}, gr = ${q0} + r;
+      if (r < ${BM} && gr < p.seq_q) {
+$ if from_ws then
+        const acc_t l = fa_ld_${T}(wg + gr * 2 + 1);
+$ else
+        const acc_t l = ${smem("row_l + r")};
+$ end
+$ if eager then
+        const acc_t inv = l > 0 ? (acc_t)1 : (acc_t)0;
+$ else
+        const acc_t inv = l > 0 ? (acc_t)1 / l : (acc_t)0;
+$ end
+        FA_UNROLL
+        for (int bb = 0; bb < ${P.ORD}; ++bb) {
+          const int d = ocb + bb * ${P.OC};
+          if (d < ${D}) {
+$ if from_ws then
+            o[a][bb] = l > 0 ? fa_ld_${T}(og + gr * p.o_sn + d) : (acc_t)0;
+$ end
+            fa_st_${T}(og + gr * p.o_sn + d, o[a][bb] * inv);
+          }
+        }
+      }
+    }
+    for (int r = tid; r < ${BM}; r += ${NT}) {
+      const int gr = ${q0} + r;
+      if (gr < p.seq_q) {
+$ if from_ws then
+        const acc_t m = fa_ld_${T}(wg + gr * 2), l = fa_ld_${T}(wg + gr * 2 + 1);
+$ else
+        const acc_t m = ${smem("row_m + r")}, l = ${smem("row_l + r")};
+$ end
+        fa_st_${T}(lg + gr, l > 0 ? (m + fa_log2_${T}(l)) * (acc_t)0.69314718055994530942 : NEG_INF);
+      }
+    }
+$ end
+$ if qouter then
+  /* FlashAttention-2 order: this CTA owns Q rows [q0, q0 + ${BM}) and loops over K/V. */
+  const int q0 = fa_bid_x() * ${BM};
+$ if causal then
+  const int last_row = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
+  int kv_end = last_row + off + 1;
+  kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
+$ else
+  const int kv_end = p.seq_k;
+$ end
+$ if splitq then
+  FA_UNROLL
+  for (int i = 0; i < ${RM}; ++i) {
+    m_i[i] = NEG_INF;
+    l_i[i] = 0;
+    FA_UNROLL
+    for (int k = 0; k < ${RD}; ++k) o[i][k] = 0;
+  }
+$ else
+  FA_UNROLL
+  for (int a = 0; a < ${P.ORM}; ++a) {
+    FA_UNROLL
+    for (int bb = 0; bb < ${P.ORD}; ++bb) o[a][bb] = 0;
+  }
+  for (int r = tid; r < ${P.BMp}; r += ${NT}) {
+    fa_sts_${T}(row_m + r, NEG_INF);
+    fa_sts_${T}(row_l + r, (acc_t)0);
+  }
+$ end
+$ load_q("q0")
+  fa_syncthreads();
+$ if c.q == "reg" then
+$ q_to_registers()
+$ end
+  for (int k0 = 0; k0 < kv_end; k0 += ${BN}) {
+    if (k0 > 0) fa_syncthreads(); /* everyone is done with the previous K/V tile */
+$ load_kv("k0")
+    fa_syncthreads();
+$ if splitq then
+$ step_split_q("q0", "k0")
+$ else
+$ step_split_k("q0", "k0", false)
+$ end
+  }
+$ if splitq then
+$ finish_split_q("q0")
+$ else
+$ finish_split_k("q0", false)
+$ end
+$ else
+  /* FlashAttention-1 order: one CTA per (batch, head); outer loop over K/V
+  ** tiles, inner loop over Q tiles; O, m and l go through global memory. */
+  for (int k0 = 0; k0 < p.seq_k; k0 += ${BN}) {
+    fa_syncthreads();
+$ load_kv("k0")
+$ if causal then
+    const int first_row = k0 - off > 0 ? k0 - off : 0; /* rows above see no key of this tile */
+    const int q_start = first_row / ${BM} * ${BM};
+$ else
+    const int q_start = 0;
+$ end
+    for (int q0 = q_start; q0 < p.seq_q; q0 += ${BM}) {
+      fa_syncthreads();
+$ load_q("q0")
+$ if splitq then
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i) {
+        const int gr = q0 + rb + i * ${RSTEP};
+        const int live = k0 > 0 && rb + i * ${RSTEP} < ${BM} && gr < p.seq_q;
+        m_i[i] = live ? fa_ld_${T}(wg + gr * 2) : NEG_INF;
+        l_i[i] = live ? fa_ld_${T}(wg + gr * 2 + 1) : (acc_t)0;
+        FA_UNROLL
+        for (int k = 0; k < ${RD}; ++k) {
+          const int d = cb + k * ${G};
+          o[i][k] = live && d < ${D} ? fa_ld_${T}(og + gr * p.o_sn + d) : (acc_t)0;
+        }
+      }
+$ else
+      for (int r = tid; r < ${P.BMp}; r += ${NT}) {
+        const int live = k0 > 0 && r < ${BM} && q0 + r < p.seq_q;
+        fa_sts_${T}(row_m + r, live ? fa_ld_${T}(wg + (q0 + r) * 2) : NEG_INF);
+        fa_sts_${T}(row_l + r, live ? fa_ld_${T}(wg + (q0 + r) * 2 + 1) : (acc_t)0);
+      }
+      FA_UNROLL
+      for (int a = 0; a < ${P.ORM}; ++a) {
+        const int r = orb + a * ${P.OTR};
+        const int live = k0 > 0 && r < ${BM} && q0 + r < p.seq_q;
+        FA_UNROLL
+        for (int bb = 0; bb < ${P.ORD}; ++bb) {
+          const int d = ocb + bb * ${P.OC};
+          o[a][bb] = live && d < ${D} ? fa_ld_${T}(og + (q0 + r) * p.o_sn + d) : (acc_t)0;
+        }
+      }
+$ end
+      fa_syncthreads();
+$ if c.q == "reg" then
+$ q_to_registers()
+$ end
+$ if splitq then
+$ step_split_q("q0", "k0")
+      FA_UNROLL
+      for (int i = 0; i < ${RM}; ++i) {
+        const int r = rb + i * ${RSTEP}, gr = q0 + r;
+        if (r < ${BM} && gr < p.seq_q) {
+          FA_UNROLL
+          for (int k = 0; k < ${RD}; ++k) {
+            const int d = cb + k * ${G};
+            if (d < ${D}) fa_st_${T}(og + gr * p.o_sn + d, o[i][k]);
+          }
+          if (cb == 0) {
+            fa_st_${T}(wg + gr * 2, m_i[i]);
+            fa_st_${T}(wg + gr * 2 + 1, l_i[i]);
+          }
+        }
+      }
+$ else
+$ step_split_k("q0", "k0", true)
+      FA_UNROLL
+      for (int a = 0; a < ${P.ORM}; ++a) {
+        const int r = orb + a * ${P.OTR};
+        if (r < ${BM} && q0 + r < p.seq_q) {
+          FA_UNROLL
+          for (int bb = 0; bb < ${P.ORD}; ++bb) {
+            const int d = ocb + bb * ${P.OC};
+            if (d < ${D}) fa_st_${T}(og + (q0 + r) * p.o_sn + d, o[a][bb]);
+          }
+        }
+      }
+$ end
+    }
+  }
+  /* Final pass: rows that saw no key get zeros and -inf; others their
+  ** normalized O (deferred) and their logsumexp. */
+  fa_syncthreads();
+  for (int q0 = 0; q0 < p.seq_q; q0 += ${BM}) {
+$ if splitq then
+    FA_UNROLL
+    for (int i = 0; i < ${RM}; ++i) {
+      const int gr = q0 + rb + i * ${RSTEP};
+      const int live = rb + i * ${RSTEP} < ${BM} && gr < p.seq_q && gr + off >= 0;
+      m_i[i] = live ? fa_ld_${T}(wg + gr * 2) : NEG_INF;
+      l_i[i] = live ? fa_ld_${T}(wg + gr * 2 + 1) : (acc_t)0;
+      FA_UNROLL
+      for (int k = 0; k < ${RD}; ++k) {
+        const int d = cb + k * ${G};
+        o[i][k] = live && d < ${D} ? fa_ld_${T}(og + gr * p.o_sn + d) : (acc_t)0;
+      }
+    }
+$ finish_split_q("q0")
+$ else
+    /* Rows that saw no key were never written: give them empty statistics. */
+    for (int r = tid; r < ${BM}; r += ${NT}) {
+      const int gr = q0 + r;
+      if (gr < p.seq_q && gr + off < 0) {
+        fa_st_${T}(wg + gr * 2, NEG_INF);
+        fa_st_${T}(wg + gr * 2 + 1, (acc_t)0);
+      }
+    }
+    fa_syncthreads();
+$ finish_split_k("q0", true)
+$ end
+  }
+$ end
+}

@@ -1,0 +1,243 @@
+-- simt.lua
+-- The SIMT family: FlashAttention forward on CUDA cores, fp32 and fp64.
+-- Declares the axes, the defaults, the enumeration and pruning rules, the
+-- derived thread mapping and shared-memory plan, and renders simt.cu.
+
+local simt = { name = "simt", version = 1 }
+
+local function int_axis(key, min, max) return { key = key, kind = "int", min = min, max = max } end
+local function enum_axis(key, values) return { key = key, kind = "enum", values = values } end
+
+simt.axes = {
+  enum_axis("dtype", { "fp32", "fp64" }),
+  int_axis("dim", 1, 256),
+  int_axis("causal", 0, 1),
+  int_axis("block_m", 1, 256),
+  int_axis("block_n", 1, 256),
+  int_axis("warps", 1, 32),
+  enum_axis("norm", { "eager", "deferred" }),
+  enum_axis("par", { "q_outer", "kv_outer" }),
+  enum_axis("split", { "split_q", "split_k" }),
+  enum_axis("layout", { "row", "pad", "kt" }),
+  enum_axis("q", { "smem", "reg" }),
+}
+simt.axis = {}
+for _, a in ipairs(simt.axes) do simt.axis[a.key] = a end
+
+function simt.defaults(problem)
+  return {
+    dtype = problem.dtype or "fp32", dim = problem.dim or 64,
+    causal = problem.causal or 0,
+    block_m = 64, block_n = 32, warps = 4, norm = "deferred",
+    par = "q_outer", split = "split_q", layout = "pad", q = "smem",
+  }
+end
+
+function simt.supports(problem)
+  return problem.dtype == "fp32" or problem.dtype == "fp64"
+end
+
+-- Names -------------------------------------------------------------------
+
+local short = { q_outer = "qouter", kv_outer = "kvouter", split_q = "splitq", split_k = "splitk" }
+local long = { qouter = "q_outer", kvouter = "kv_outer", splitq = "split_q", splitk = "split_k" }
+
+function simt.name_of(c)
+  return string.format("simt-%s-d%d-m%dn%dw%d-%s-%s-%s-%s-q%s%s",
+    c.dtype == "fp64" and "f64" or "f32", c.dim, c.block_m, c.block_n, c.warps,
+    c.norm, short[c.par], short[c.split], c.layout, c.q, c.causal == 1 and "-causal" or "")
+end
+
+function simt.parse_name(name)
+  local dt, d, m, n, w, norm, par, split, layout, q, rest = name:match(
+    "^simt%-f(%d+)%-d(%d+)%-m(%d+)n(%d+)w(%d+)%-(%a+)%-(%a+)%-(%a+)%-(%a+)%-q(%a+)(.*)$")
+  if not dt or (rest ~= "" and rest ~= "-causal") then return nil end
+  return { dtype = "fp" .. dt, dim = d, causal = rest == "" and 0 or 1, block_m = m, block_n = n,
+           warps = w, norm = norm, par = long[par] or par, split = long[split] or split,
+           layout = layout, q = q }
+end
+
+-- Derived plan ------------------------------------------------------------
+
+local function cdiv(a, b) return (a + b - 1) // b end
+
+-- Per-thread work of a (rows x cols) micro-tile layout with `gc` lanes per
+-- row: FMAs plus shared-memory loads per K/V block. Lower is better.
+local function tile_cost(bm_rows, ncols, d, gc, rows_per_pass)
+  local rm, rn, rd = cdiv(bm_rows, rows_per_pass), cdiv(ncols, gc), cdiv(d, gc)
+  local work = d * rm * rn + ncols * rm * rd + d * (rm + rn) + ncols * (rm + rd)
+  -- Rows past the tile are computed and thrown away: charge for them.
+  return work * (rm * rows_per_pass) / bm_rows, rm, rn, rd
+end
+
+-- Lanes per row within a warp: the power of two from 1 to 32 with the least
+-- per-thread cost; `groups` row groups of 32/gc rows run side by side.
+local function choose_lanes(rows, ncols, d, groups)
+  local best
+  for _, gc in ipairs({ 32, 16, 8, 4, 2, 1 }) do
+    local cost, rm, rn, rd = tile_cost(rows, ncols, d, gc, groups * (32 // gc))
+    if not best or cost < best.cost then best = { cost = cost, gc = gc, rm = rm, rn = rn, rd = rd } end
+  end
+  return best
+end
+
+local function words(c) return c.dtype == "fp64" and 2 or 1 end
+
+-- Everything the template needs beyond the config itself.
+function simt.plan(c)
+  local P = { D = c.dim, BM = c.block_m, BN = c.block_n, W = c.warps, NT = 32 * c.warps }
+  P.esize = c.dtype == "fp64" and 8 or 4
+  local pad = (c.layout == "pad") and 1 or 0
+  if c.split == "split_q" then
+    local t = choose_lanes(c.block_m, c.block_n, c.dim, c.warps)
+    P.G, P.RM, P.RN, P.RD = t.gc, t.rm, t.rn, t.rd
+    P.RSTEP = c.warps * (32 // t.gc)       -- rows between a thread's rows
+    P.BMp = P.RM * P.RSTEP
+    P.NWp = P.RN * t.gc                     -- columns one thread group spans
+    P.BNp = P.NWp
+  else
+    local nw = cdiv(c.block_n, c.warps)
+    local t = choose_lanes(c.block_m, nw, c.dim, 1)
+    P.G, P.RM, P.RN, P.RD = t.gc, t.rm, t.rn, t.rd
+    P.RSTEP = 32 // t.gc
+    P.BMp = P.RM * P.RSTEP
+    P.NWp = P.RN * t.gc
+    P.BNp = P.NWp * c.warps
+    -- Owners of the O tile after the cross-warp reduction.
+    local best
+    for _, oc in ipairs({ 32, 16, 8, 4, 2, 1 }) do
+      local otr = P.NT // oc
+      local orm, ord = cdiv(c.block_m, otr), cdiv(c.dim, oc)
+      local cost = orm * ord
+      if not best or cost < best.cost then best = { cost = cost, oc = oc, otr = otr, orm = orm, ord = ord } end
+    end
+    P.OC, P.OTR, P.ORM, P.ORD = best.oc, best.otr, best.orm, best.ord
+  end
+  -- Shared memory plan, in elements.
+  P.QS = c.dim + pad
+  if c.layout == "kt" then P.KSN, P.KSD = 1, P.BNp else P.KSN, P.KSD = c.dim + pad, 1 end
+  P.VS = c.dim + pad
+  P.PS = P.BNp + pad
+  local off = 0
+  local function take(n) local at = off; off = off + n; return at end
+  P.off_q = take(P.BMp * P.QS)
+  P.off_k = take(P.BNp * c.dim + (c.layout == "kt" and 0 or P.BNp * pad))
+  P.off_v = take(P.BNp * P.VS)
+  P.off_p = take(P.BMp * P.PS)
+  if c.split == "split_k" then
+    P.off_redm = take(c.warps * P.BMp)
+    P.off_redl = take(c.warps * P.BMp)
+    P.off_redo = take(c.warps * P.BMp * c.dim)
+    P.off_rowm = take(P.BMp)
+    P.off_rowl = take(P.BMp)
+    P.off_sco = take(P.BMp)
+    P.off_scp = take(P.BMp)
+  end
+  P.smem_bytes = off * P.esize
+  -- Registers, in 32-bit words, as the template holds them.
+  local acc = P.RM * P.RN + P.RM * P.RD + 4 * P.RM + P.RM + math.max(P.RN, P.RD)
+  if c.split == "split_k" then acc = acc + P.ORM * P.ORD end
+  if c.q == "reg" then acc = acc + P.RM * c.dim end
+  P.reg_words = acc * words(c) + 24
+  -- Partial unrolling of the run-time loops keeps NVRTC fast (see README).
+  local function unroll(per_iter) return math.max(1, math.min(8, 64 // math.max(1, per_iter))) end
+  P.UD = unroll(P.RM * P.RN)
+  P.UN = unroll(P.RM * P.RD)
+  return P
+end
+
+-- Constraints ---------------------------------------------------------------
+
+-- Whether config `c` can run on `target`; false and the reason otherwise.
+function simt.fits(c, _, target)
+  local P = simt.plan(c)
+  if P.NT > target.max_threads then return false, "too many threads" end
+  if c.split == "split_q" and c.warps > c.block_m then
+    return false, "split_q needs a row per warp (warps <= block_m)"
+  end
+  if c.split == "split_k" and c.warps > c.block_n then
+    return false, "split_k needs a column per warp (warps <= block_n)"
+  end
+  if c.split == "split_k" and c.warps == 1 then return false, "split_k needs two warps or more" end
+  if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
+  if P.reg_words > 255 then return false, "registers over 255 per thread" end
+  if c.q == "reg" and P.RM * c.dim * words(c) > 128 then
+    return false, "Q rows too large to hold in registers"
+  end
+  return true
+end
+
+-- Enumeration ---------------------------------------------------------------
+
+local function next_pow2(n) local p = 1; while p < n do p = p * 2 end; return p end
+
+local function cross(base, axes, out)
+  local keys = {}
+  for k in pairs(axes) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local function rec(i, cfg)
+    if i > #keys then
+      local copy = {}
+      for k, v in pairs(cfg) do copy[k] = v end
+      out[#out + 1] = copy
+      return
+    end
+    for _, v in ipairs(axes[keys[i]]) do cfg[keys[i]] = v; rec(i + 1, cfg) end
+  end
+  rec(1, base)
+end
+
+-- The default space is what is worth timing on a GPU: FlashAttention-2's
+-- structure over a range of tiles, both normalizations and layouts, Q in
+-- registers or shared memory; and FlashAttention-1's structure (kv_outer,
+-- split_k) at a few tiles, for comparison. "full" is the whole product.
+function simt.enumerate(problem, which)
+  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local out = {}
+  if which == "full" then
+    local tiles = { 1, 2, 3, 4, 8, 16, 32, 64, 128 }
+    cross(base, { block_m = tiles, block_n = tiles, warps = { 1, 2, 4, 8 },
+                  norm = { "eager", "deferred" }, par = { "q_outer", "kv_outer" },
+                  split = { "split_q", "split_k" }, layout = { "row", "pad", "kt" },
+                  q = { "smem", "reg" } }, out)
+    return out
+  end
+  local cap = math.max(16, next_pow2(math.max(problem.seq_q or 4096, 1)))
+  local function tiles(list)
+    local t = {}
+    for _, v in ipairs(list) do if v <= cap then t[#t + 1] = v end end
+    if #t == 0 then t[1] = list[1] end
+    return t
+  end
+  cross(base, { block_m = tiles({ 32, 64, 128 }), block_n = { 32, 64 }, warps = { 4, 8 },
+                norm = { "deferred", "eager" }, par = { "q_outer" }, split = { "split_q" },
+                layout = { "pad", "kt" }, q = { "smem", "reg" } }, out)
+  cross(base, { block_m = tiles({ 32, 64 }), block_n = { 32, 64 }, warps = { 4 },
+                norm = { "deferred", "eager" }, par = { "kv_outer" }, split = { "split_q", "split_k" },
+                layout = { "pad" }, q = { "smem" } }, out)
+  cross(base, { block_m = tiles({ 32, 64 }), block_n = { 32, 64 }, warps = { 4 },
+                norm = { "deferred", "eager" }, par = { "q_outer" }, split = { "split_k" },
+                layout = { "pad" }, q = { "smem" } }, out)
+  return out
+end
+
+-- Rendering -----------------------------------------------------------------
+
+function simt.render(c)
+  local P = simt.plan(c)
+  local args = { cfg = c, P = P, entry = simt.name_of(c):gsub("-", "_"),
+                 T = c.dtype == "fp64" and "f64" or "f32",
+                 acc = c.dtype == "fp64" and "double" or "float" }
+  return {
+    source = render("simt.cu", args),
+    entry = args.entry,
+    threads = P.NT,
+    smem_bytes = P.smem_bytes,
+    -- q_outer: one CTA per block_m rows; kv_outer: one CTA per (batch, head).
+    rows_per_cta = c.par == "q_outer" and c.block_m or 0,
+    ws_bytes_per_row = c.par == "kv_outer" and 2 * P.esize or 0,
+    registers_estimate = P.reg_words,
+  }
+end
+
+return simt

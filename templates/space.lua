@@ -1,0 +1,156 @@
+-- space.lua
+-- The search space: families, their axes, canonical names and hashes, and
+-- the enumeration of configs for a problem and a target.
+--
+-- A config is a table of axis values. Its canonical text is `k=v,...` over
+-- the family's keys in their declared order; its name is the family's
+-- human-readable form (e.g. simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem);
+-- its hash is FNV-1a 64 of the canonical text, 12 hex digits. All three are
+-- pure functions of the config, so they are stable across runs and machines.
+
+local space = {}
+
+local families = { simt = require("simt") }
+space.families = families
+
+-- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
+local arch_limits = {
+  sm_75 = 65536, sm_80 = 166912, sm_86 = 101376, sm_87 = 166912,
+  sm_89 = 101376, sm_90 = 232448, sm_90a = 232448, sm_100 = 232448,
+  sm_100a = 232448, sm_103 = 232448, sm_110 = 232448, sm_120 = 101376,
+  sm_120a = 101376, sm_121 = 101376,
+}
+
+-- The target for an arch name; nil and a message when unknown.
+function space.target(arch, smem, max_threads)
+  local limit = arch_limits[arch]
+  if not limit then return nil, "unknown arch '" .. tostring(arch) .. "'" end
+  return { arch = arch, smem = smem and smem > 0 and smem or limit,
+           max_threads = max_threads and max_threads > 0 and max_threads or 1024 }
+end
+
+function space.fnv1a(text)
+  local h = -3750763034362895579  -- 0xcbf29ce484222325 as a signed integer
+  for i = 1, #text do
+    h = h ~ text:byte(i)
+    h = h * 1099511628211
+  end
+  return h
+end
+
+function space.hash(fam, cfg)
+  return string.format("%016x", space.fnv1a(space.canonical(fam, cfg))):sub(1, 12)
+end
+
+function space.family(name)
+  local fam = families[name]
+  if not fam then error("unknown family '" .. tostring(name) .. "'", 0) end
+  return fam
+end
+
+function space.canonical(fam, cfg)
+  local parts = { "family=" .. fam.name }
+  for _, axis in ipairs(fam.axes) do
+    parts[#parts + 1] = axis.key .. "=" .. tostring(cfg[axis.key])
+  end
+  return table.concat(parts, ",")
+end
+
+-- Check one value of an axis; returns the normalized value or raises.
+local function axis_value(axis, v)
+  if axis.kind == "int" then
+    local n = math.tointeger(tonumber(v))
+    if not n or n < axis.min or n > axis.max then
+      error(string.format("%s must be an integer from %d to %d, not '%s'",
+                          axis.key, axis.min, axis.max, tostring(v)), 0)
+    end
+    return n
+  end
+  for _, allowed in ipairs(axis.values) do
+    if tostring(v) == allowed then return allowed end
+  end
+  error(string.format("%s must be one of %s, not '%s'", axis.key,
+                      table.concat(axis.values, "|"), tostring(v)), 0)
+end
+
+-- A full config from `k=v,...` text, unset keys taking the family defaults
+-- (the problem's dim, dtype and causal when given). Raises on bad input.
+function space.parse_config(text, problem)
+  local given = {}
+  for item in (text .. ","):gmatch("([^,]*),") do
+    item = item:match("^%s*(.-)%s*$")
+    if item ~= "" then
+      local k, v = item:match("^([%w_]+)%s*=%s*(.-)$")
+      if not k or v == "" then error("malformed config item '" .. item .. "' (want key=value)", 0) end
+      if given[k] then error("config key '" .. k .. "' given twice", 0) end
+      given[k] = v
+    end
+  end
+  local fam = space.family(given.family or "simt")
+  given.family = nil
+  local cfg = fam.defaults(problem or {})
+  for k, v in pairs(given) do
+    local axis = fam.axis[k]
+    if not axis then error("unknown config key '" .. k .. "' for family " .. fam.name, 0) end
+    cfg[k] = axis_value(axis, v)
+  end
+  for _, axis in ipairs(fam.axes) do cfg[axis.key] = axis_value(axis, cfg[axis.key]) end
+  return fam, cfg
+end
+
+function space.parse_name(name)
+  local famname = name:match("^(%w+)%-")
+  local fam = famname and families[famname]
+  if not fam then error("unknown variant '" .. name .. "'", 0) end
+  local cfg = fam.parse_name(name)
+  if not cfg then error("unknown variant '" .. name .. "'", 0) end
+  for _, axis in ipairs(fam.axes) do cfg[axis.key] = axis_value(axis, cfg[axis.key]) end
+  if fam.name_of(cfg) ~= name then error("unknown variant '" .. name .. "'", 0) end
+  return fam, cfg
+end
+
+-- Description of one config for the host: name, hash, canonical text and
+-- the pairs in axis order.
+function space.describe(fam, cfg)
+  local pairs_ = {}
+  for _, axis in ipairs(fam.axes) do pairs_[#pairs_ + 1] = { axis.key, tostring(cfg[axis.key]) } end
+  return { name = fam.name_of(cfg), hash = space.hash(fam, cfg),
+           config = space.canonical(fam, cfg), pairs = pairs_ }
+end
+
+-- Every config of every family for a problem and a target, pruned.
+-- which: "default" (worth timing) or "full" (the whole cross product).
+function space.list(problem, target, which)
+  local out = {}
+  for _, famname in ipairs({ "simt" }) do
+    local fam = families[famname]
+    if fam.supports(problem) then
+      for _, cfg in ipairs(fam.enumerate(problem, which)) do
+        if fam.fits(cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
+      end
+    end
+  end
+  return out
+end
+
+-- Render a config into source and launch description.
+function space.render(fam, cfg, target)
+  local ok, why = fam.fits(cfg, nil, target)
+  if not ok then error("config does not fit the target " .. target.arch .. ": " .. why, 0) end
+  local r = fam.render(cfg)
+  r.name, r.hash, r.config = fam.name_of(cfg), space.hash(fam, cfg), space.canonical(fam, cfg)
+  r.family, r.template_version = fam.name, fam.version
+  return r
+end
+
+function space.render_config(text, problem, target)
+  local fam, cfg = space.parse_config(text, problem)
+  return space.render(fam, cfg, target)
+end
+
+function space.render_name(name, target)
+  local fam, cfg = space.parse_name(name)
+  return space.render(fam, cfg, target)
+end
+
+return space

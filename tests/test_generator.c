@@ -1,0 +1,213 @@
+/*
+** test_generator.c
+** The template engine, its sandbox, the search space, names and hashes,
+** determinism of rendering, and launch shapes.
+*/
+#include <string.h>
+
+#include "check.h"
+#include "gen.h"
+
+static gen_state *open_gen(void) {
+  gen_state *g;
+  char err[512];
+  if (gen_open(&g, err, sizeof err) != 0) {
+    fprintf(stderr, "gen_open: %s\n", err);
+    exit(1);
+  }
+  return g;
+}
+
+static fa_problem problem(int dim, fa_dtype t, int causal) {
+  fa_problem p = {.batch = 2, .heads = 3, .seq_q = 4096, .seq_k = 4096, .dim = dim,
+                  .dtype = t, .causal = causal};
+  return p;
+}
+
+static void test_engine(gen_state *g) {
+  char *out;
+  int rc = gen_render_text(g, "ok.cu", "a ${1 + 2} b\n$ for i = 1, 2 do\nx${i}y${({'z'})[1]}\n$ end\n", &out);
+  CHECK(rc == 0, "render_text: %s", gen_errmsg(g));
+  if (rc == 0) {
+    CHECK(strcmp(out, "a 3 b\nx1yz\nx2yz\n") == 0, "got '%s'", out);
+    free(out);
+  }
+  rc = gen_render_text(g, "float.cu", "${0.5} ${2.0} ${7}\n", &out);
+  CHECK(rc == 0 && strcmp(out, "0.5 2.0 7\n") == 0, "number formatting: '%s'", rc ? "" : out);
+  if (rc == 0) free(out);
+}
+
+/* Each of these must fail, with the template's file and line named. */
+static void test_sandbox(gen_state *g) {
+  static const struct { const char *text, *where, *what; } bad[] = {
+    {"line one\n$ os.execute('touch /tmp/fatune-sandbox')\n", "bad.cu:2", "'os' is not available"},
+    {"$ local f = io.open('/etc/passwd')\n", "bad.cu:1", "'io' is not available"},
+    {"x\ny\n$ local m = require('os')\n", "bad.cu:3", "no module 'os'"},
+    {"$ require('../CMakeLists')\n", "bad.cu:1", "refused"},
+    {"$ require('nosuchmodule')\n", "bad.cu:1", "no module"},
+    {"$ load('return 1')\n", "bad.cu:1", "'load' is not available"},
+    {"$ dofile('/etc/passwd')\n", "bad.cu:1", "'dofile' is not available"},
+    {"$ string.dump(print)\n", "bad.cu:1", ""},
+    {"$ debug.traceback()\n", "bad.cu:1", "'debug' is not available"},
+    {"a\nb\nc\n$ if then\n", "bad.cu:4", ""},
+    {"ok\n${undefined_name.field}\n", "bad.cu:2", "not available"},
+    {"ok\n${1 +\n", "bad.cu:2", ""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *out = NULL;
+    int rc = gen_render_text(g, "bad.cu", bad[i].text, &out);
+    CHECK(rc != 0, "template %zu should fail", i);
+    if (rc == 0) {
+      free(out);
+      continue;
+    }
+    CHECK(strstr(gen_errmsg(g), bad[i].where) != NULL, "template %zu: '%s' lacks '%s'", i,
+          gen_errmsg(g), bad[i].where);
+    CHECK(strstr(gen_errmsg(g), bad[i].what) != NULL, "template %zu: '%s' lacks '%s'", i,
+          gen_errmsg(g), bad[i].what);
+  }
+  FILE *f = fopen("/tmp/fatune-sandbox", "r");
+  CHECK(f == NULL, "the sandboxed template created a file");
+  if (f) fclose(f);
+}
+
+static void test_space(gen_state *g, const gen_target *t) {
+  const int dims[] = {4, 16, 64, 128};
+  for (size_t di = 0; di < 4; di++)
+    for (int dt = 0; dt < 2; dt++)
+      for (int causal = 0; causal < 2; causal++) {
+        fa_problem p = problem(dims[di], (fa_dtype)dt, causal);
+        gen_variant *def, *full;
+        size_t nd, nf;
+        CHECK(gen_list(g, &p, t, "default", &def, &nd) == 0, "list: %s", gen_errmsg(g));
+        CHECK(gen_list(g, &p, t, "full", &full, &nf) == 0, "list: %s", gen_errmsg(g));
+        CHECK(nd >= 10 && nd <= 300, "default space for d%d has %zu variants", dims[di], nd);
+        CHECK(nf > nd, "full space (%zu) not larger than default (%zu)", nf, nd);
+        /* names and hashes are unique; every name parses back to its config */
+        for (size_t i = 0; i < nd; i++) {
+          int dup = 0;
+          for (size_t j = i + 1; j < nd; j++)
+            dup += !strcmp(def[i].name, def[j].name) || !strcmp(def[i].hash, def[j].hash);
+          CHECK(!dup, "%s shares its name or hash", def[i].name);
+          CHECK(strlen(def[i].hash) == 12, "hash %s", def[i].hash);
+          CHECK(strstr(def[i].config, causal ? "causal=1" : "causal=0") != NULL, "%s", def[i].config);
+        }
+        gen_kernel k;
+        if (gen_render_name(g, def[nd / 2].name, t, &k) == 0) {
+          CHECK(strcmp(k.config, def[nd / 2].config) == 0, "name %s parses to %s", def[nd / 2].name,
+                k.config);
+          gen_kernel_free(&k);
+        } else {
+          CHECK(0, "render_name: %s", gen_errmsg(g));
+        }
+        gen_variants_free(def, nd);
+        gen_variants_free(full, nf);
+      }
+  /* a smaller target prunes what does not fit */
+  gen_target small;
+  CHECK(gen_target_for_arch(g, "sm_90", 16384, 256, &small) == 0, "%s", gen_errmsg(g));
+  fa_problem p = problem(128, FA_FP64, 0);
+  gen_variant *v;
+  size_t n;
+  CHECK(gen_list(g, &p, &small, "full", &v, &n) == 0, "%s", gen_errmsg(g));
+  for (size_t i = 0; i < n; i++) {
+    gen_kernel k;
+    CHECK(gen_render_config(g, v[i].config, NULL, &small, &k) == 0, "%s", gen_errmsg(g));
+    CHECK(k.smem_bytes <= 16384 && k.threads <= 256, "%s: %d bytes, %d threads", v[i].name,
+          k.smem_bytes, k.threads);
+    gen_kernel_free(&k);
+    if (i > 40) break;
+  }
+  gen_variants_free(v, n);
+  CHECK(gen_target_for_arch(g, "sm_12", 0, 0, &small) != 0, "sm_12 accepted");
+}
+
+/* Same config, same bytes: in one state, and in a fresh one. */
+static void test_determinism(gen_state *g, const gen_target *t) {
+  static const char *configs[] = {
+    "dim=64,block_m=64,block_n=32,warps=4,norm=deferred,par=q_outer,split=split_q,layout=pad,q=smem",
+    "dim=4,block_m=3,block_n=3,warps=1,norm=eager,par=kv_outer,split=split_q,layout=row,q=reg",
+    "dim=64,dtype=fp64,causal=1,block_m=16,block_n=32,warps=4,par=kv_outer,split=split_k,layout=kt",
+  };
+  gen_state *g2 = open_gen();
+  for (size_t i = 0; i < 3; i++) {
+    gen_kernel a, b, c;
+    CHECK(gen_render_config(g, configs[i], NULL, t, &a) == 0, "%s", gen_errmsg(g));
+    CHECK(gen_render_config(g, configs[i], NULL, t, &b) == 0, "%s", gen_errmsg(g));
+    CHECK(gen_render_config(g2, configs[i], NULL, t, &c) == 0, "%s", gen_errmsg(g2));
+    if (a.source && b.source && c.source) {
+      CHECK(strcmp(a.source, b.source) == 0 && strcmp(a.source, c.source) == 0,
+            "config %zu renders differently", i);
+      CHECK(strcmp(a.entry, c.entry) == 0 && strcmp(a.hash, c.hash) == 0 &&
+                strcmp(a.source_hash, c.source_hash) == 0, "names or hashes differ");
+      CHECK(strstr(a.source, a.entry) != NULL, "entry %s not in the source", a.entry);
+      CHECK(strchr(a.entry, '-') == NULL, "entry %s is not an identifier", a.entry);
+    }
+    gen_kernel_free(&a);
+    gen_kernel_free(&b);
+    gen_kernel_free(&c);
+  }
+  gen_close(g2);
+}
+
+static void test_configs(gen_state *g, const gen_target *t) {
+  fa_problem p = problem(4, FA_FP32, 0);
+  gen_kernel k;
+  int rc = gen_render_config(g, "block_m=3,block_n=3,norm=eager,warps=1", &p, t, &k);
+  CHECK(rc == 0, "%s", gen_errmsg(g));
+  if (rc == 0) {
+    CHECK(strcmp(k.name, "simt-f32-d4-m3n3w1-eager-qouter-splitq-pad-qsmem") == 0, "%s", k.name);
+    gen_launch l;
+    p.seq_q = 10;
+    gen_launch_shape(&k, &p, &l);
+    CHECK(l.grid[0] == 4 && l.grid[1] == 3 && l.grid[2] == 2, "grid %u %u %u", l.grid[0],
+          l.grid[1], l.grid[2]);
+    CHECK(l.block[0] == 32 && l.ws_bytes == 0, "block %u ws %zu", l.block[0], l.ws_bytes);
+    gen_kernel_free(&k);
+  }
+  rc = gen_render_config(g, "par=kv_outer,dtype=fp64", &p, t, &k);
+  CHECK(rc == 0, "%s", gen_errmsg(g));
+  if (rc == 0) {
+    gen_launch l;
+    gen_launch_shape(&k, &p, &l);
+    CHECK(l.grid[0] == 1 && l.ws_bytes == (size_t)2 * 3 * 10 * 2 * 8, "kv_outer grid %u ws %zu",
+          l.grid[0], l.ws_bytes);
+    gen_kernel_free(&k);
+  }
+  static const struct { const char *config, *what; } bad[] = {
+    {"block_m", "malformed"}, {"block_m=0", "block_m must be an integer from 1"},
+    {"block_m=2x", "block_m must be"}, {"norm=lazy", "norm must be one of eager|deferred"},
+    {"colour=blue", "unknown config key 'colour'"}, {"block_m=4,block_m=8", "given twice"},
+    {"family=wmma", "unknown family"}, {"dim=300", "dim must be"},
+    {"split=split_k,warps=1", "does not fit"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    rc = gen_render_config(g, bad[i].config, &p, t, &k);
+    CHECK(rc != 0, "config '%s' accepted", bad[i].config);
+    if (rc == 0) gen_kernel_free(&k);
+    else CHECK(strstr(gen_errmsg(g), bad[i].what) != NULL, "'%s': %s", bad[i].config, gen_errmsg(g));
+  }
+  static const char *bad_names[] = {"nope", "simt-f32-d64", "simt-f16-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem",
+                                    "simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem-extra"};
+  for (size_t i = 0; i < 4; i++) {
+    rc = gen_render_name(g, bad_names[i], t, &k);
+    CHECK(rc != 0, "name '%s' accepted", bad_names[i]);
+    if (rc == 0) gen_kernel_free(&k);
+  }
+}
+
+int main(void) {
+  gen_state *g = open_gen();
+  gen_target t;
+  if (gen_target_for_arch(g, "sm_90", 0, 0, &t) != 0) {
+    fprintf(stderr, "target: %s\n", gen_errmsg(g));
+    return 1;
+  }
+  test_engine(g);
+  test_sandbox(g);
+  test_space(g, &t);
+  test_determinism(g, &t);
+  test_configs(g, &t);
+  gen_close(g);
+  return check_done("generator");
+}

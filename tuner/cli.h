@@ -1,0 +1,31 @@
+/*
+** cli.h
+** Command-line parsing for the fatune command.
+*/
+#ifndef CLI_H
+#define CLI_H
+
+#include <stddef.h>
+
+#include "fa_problem.h"
+
+typedef enum cli_cmd { CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_HELP, CMD_VERSION } cli_cmd;
+
+typedef struct cli_opts {
+  cli_cmd cmd;
+  fa_problem problem;     /* dim, dtype, causal, seq_q, seq_k, batch, heads */
+  const char *arch;       /* NULL: the device's, else sm_90 */
+  int smem;               /* override of the target's shared memory, 0: none */
+  int jobs;               /* 0: all cores */
+  int json;
+  const char *space;      /* "default" or "full" */
+  const char *variant;
+  const char *config;
+} cli_opts;
+
+/* Parse argv. Returns 0, or -1 with a one-line message in err. */
+int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
+
+extern const char cli_usage[];
+
+#endif
