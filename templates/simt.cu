@@ -532,7 +532,8 @@ $ if splitq then
     FA_UNROLL
     for (int i = 0; i < ${RM}; ++i) {
       const int gr = q0 + rb + i * ${RSTEP};
-      const int live = rb + i * ${RSTEP} < ${BM} && gr < p.seq_q && gr + off >= 0;
+$ local sees_key = causal and " && gr + off >= 0" or ""
+      const int live = rb + i * ${RSTEP} < ${BM} && gr < p.seq_q${sees_key};
       m_i[i] = live ? fa_ld_${T}(wg + gr * 2) : NEG_INF;
       l_i[i] = live ? fa_ld_${T}(wg + gr * 2 + 1) : (acc_t)0;
       FA_UNROLL
@@ -543,6 +544,7 @@ $ if splitq then
     }
 $ finish_split_q("q0")
 $ else
+$ if causal then
     /* Rows that saw no key were never written: give them empty statistics. */
     for (int r = tid; r < ${BM}; r += ${NT}) {
       const int gr = q0 + r;
@@ -552,6 +554,7 @@ $ else
       }
     }
     fa_syncthreads();
+$ end
 $ finish_split_k("q0", true)
 $ end
   }
