@@ -190,7 +190,8 @@ end
 -- The default space is what is worth timing on a GPU: FlashAttention-2's
 -- structure over a range of tiles, both normalizations and layouts, Q in
 -- registers or shared memory; and FlashAttention-1's structure (kv_outer,
--- split_k) at a few tiles, for comparison. "full" is the whole product.
+-- split_k) at a few tiles, for comparison. "full" is the whole product;
+-- "small" is the fallback when no default tile fits the target.
 function simt.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
   local out = {}
@@ -200,6 +201,12 @@ function simt.enumerate(problem, which)
                   norm = { "eager", "deferred" }, par = { "q_outer", "kv_outer" },
                   split = { "split_q", "split_k" }, layout = { "row", "pad", "kt" },
                   q = { "smem", "reg" } }, out)
+    return out
+  end
+  if which == "small" then
+    cross(base, { block_m = { 8, 16, 32 }, block_n = { 8, 16, 32 }, warps = { 2, 4 },
+                  norm = { "deferred", "eager" }, par = { "q_outer" }, split = { "split_q" },
+                  layout = { "pad", "kt" }, q = { "smem" } }, out)
     return out
   end
   local cap = math.max(16, next_pow2(math.max(problem.seq_q or 4096, 1)))

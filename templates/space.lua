@@ -125,8 +125,16 @@ function space.list(problem, target, which)
   for _, famname in ipairs({ "simt" }) do
     local fam = families[famname]
     if fam.supports(problem) then
+      local n = #out
       for _, cfg in ipairs(fam.enumerate(problem, which)) do
         if fam.fits(cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
+      end
+      -- Big head dims in fp64 can overflow shared memory at every default
+      -- tile: the default space then falls back to small tiles.
+      if which == "default" and #out == n then
+        for _, cfg in ipairs(fam.enumerate(problem, "small")) do
+          if fam.fits(cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
+        end
       end
     end
   end

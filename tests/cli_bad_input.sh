@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# cli_bad_input.sh: every bad input makes fatune exit with status 2, print
+# nothing on stdout and exactly one non-empty line on stderr, starting with
+# "fatune: " and naming the problem (the bad value or flag). No crash, no hang.
+#
+# usage: FATUNE=build/fatune bash tests/cli_bad_input.sh
+set -u
+
+FATUNE=${FATUNE:-build/fatune}
+if [ ! -x "$FATUNE" ]; then
+  echo "cli_bad_input: FATUNE='$FATUNE' is not an executable" >&2
+  exit 1
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fatune-bad.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+# Keep any database or cache the command might touch away from the user's.
+export XDG_CACHE_HOME="$tmp/cache"
+
+TIMEOUT=()
+if command -v timeout >/dev/null 2>&1; then TIMEOUT=(timeout 60); fi
+
+passed=0
+failed=0
+
+# bad "NEEDLE1|NEEDLE2|..." ARGS...
+# Every needle must appear in the message.
+bad() {
+  local needles=$1
+  shift
+  local label="fatune $*"
+  local why=""
+  "${TIMEOUT[@]}" "$FATUNE" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  local first
+  first=$(head -n 1 "$tmp/err")
+  if [ "$rc" -eq 124 ] && [ ${#TIMEOUT[@]} -gt 0 ]; then
+    why="hung (killed after 60 s)"
+  elif [ "$rc" -ge 128 ]; then
+    why="crashed: exit $rc (signal $((rc - 128)))"
+  elif [ "$rc" -ne 2 ]; then
+    why="exit status $rc, want 2"
+  elif [ -s "$tmp/out" ]; then
+    why="stdout not empty: $(head -c 200 "$tmp/out")"
+  elif [ ! -s "$tmp/err" ]; then
+    why="stderr empty"
+  elif [ "$lines" -ne 1 ] || [ "$(tail -c 1 "$tmp/err" | od -An -tx1 | tr -d ' ')" != "0a" ]; then
+    why="stderr is not exactly one line: $(head -c 400 "$tmp/err")"
+  elif [[ "$first" != "fatune: "?* ]]; then
+    why="stderr does not start with 'fatune: ': $first"
+  else
+    local IFS='|'
+    local n
+    for n in $needles; do
+      if [[ "$first" != *"$n"* ]]; then
+        why="message does not name '$n': $first"
+        break
+      fi
+    done
+  fi
+  if [ -z "$why" ]; then
+    passed=$((passed + 1))
+    printf 'ok    %-60s %s\n' "$label" "$first"
+  else
+    failed=$((failed + 1))
+    printf 'FAIL  %-60s %s\n' "$label" "$why"
+  fi
+}
+
+# What the brief asks for.
+bad "--bogus"                      --bogus
+bad "frobnicate"                   frobnicate
+bad "--dim|0"                      --dim 0
+bad "--dim|257"                    --dim 257
+bad "--dim|abc"                    --dim abc
+bad "--dim"                        --dim
+bad "fp8"                          --dtype fp8
+bad "sm_12"                        --arch sm_12
+bad "bogus"                        --arch bogus
+bad "nope"                         gen --variant nope
+bad "simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem-extra" \
+  gen --variant 'simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem-extra'
+bad "block_m"                      gen --config 'block_m'
+bad "block_m|0"                    gen --config 'block_m=0'
+bad "colour"                       gen --config 'colour=blue'
+bad "norm|lazy"                    gen --config 'norm=lazy'
+bad "--variant|--config"           gen
+bad "--variant|--config"           gen --variant simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem \
+                                       --config 'block_m=64'
+bad "--variant|list"               list --variant x
+bad "huge"                         compile --space huge
+bad "--seq|0"                      --seq 0
+bad "--jobs|0"                     --jobs 0
+
+# A few more of the same kind.
+bad "--dim|-5"                     --dim -5
+bad "--dim|64abc"                  --dim 64abc
+bad "--dim|1e2"                    --dim 1e2
+bad "--dtype"                      list --dtype
+bad "--seq-k|0"                    --seq-k 0
+bad "--batch|0"                    --batch 0
+bad "--heads|abc"                  --heads abc
+bad "--smem|10"                    --smem 10
+bad "--dim=64"                     --dim=64
+bad "extra"                        list --dim 64 extra
+bad "block_m|twice"                gen --config 'block_m=4,block_m=8'
+bad "wmma"                         gen --config 'family=wmma'
+bad "split_k"                      gen --config 'split=split_k,warps=1'
+bad "sm_80"                        gen --dim 256 --arch sm_80 --config 'block_m=256,block_n=256'
+bad "--space"                      compile --dim 4 --space
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -3,6 +3,7 @@
 ** Command-line parsing: strict numbers, known flags only, and flags that
 ** belong to the command they are given to.
 */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +81,8 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, int *out
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
-  if (errno || end == s || *end != '\0' || v < lo || v > hi) {
+  int sign_or_digit = *s == '-' || isdigit((unsigned char)*s);
+  if (errno || end == s || *end != '\0' || !sign_or_digit || v < lo || v > hi) {
     snprintf(err, n, "%s must be an integer from %ld to %ld, not '%s'", flag, lo, hi, s);
     return -1;
   }

@@ -19,8 +19,24 @@
 
 #define EXIT_BAD_INPUT 2
 
+/* One line, whatever the message quotes back from the user: control
+** characters become '?', and a long message is cut. */
 static int bad_input(const char *msg) {
-  fprintf(stderr, "fatune: %s\n", msg);
+  char line[320];
+  size_t n = 0;
+  for (; msg[n] && n < sizeof line - 4; n++)
+    line[n] = (unsigned char)msg[n] < 0x20 || msg[n] == 0x7f ? '?' : msg[n];
+  if (msg[n]) memcpy(line + n, "...", 3), n += 3;
+  line[n] = '\0';
+  fprintf(stderr, "fatune: %s\n", line);
+  return EXIT_BAD_INPUT;
+}
+
+/* An empty space is an answer the user must see, not a silent success. */
+static int no_variants(const cli_opts *o, const gen_target *t) {
+  fprintf(stderr, "fatune: no variant of the %s space fits %s (%d bytes of shared memory) "
+                  "for dim %d %s\n", o->space, t->arch, t->smem_bytes, o->problem.dim,
+          fa_dtype_name(o->problem.dtype));
   return EXIT_BAD_INPUT;
 }
 
@@ -93,6 +109,7 @@ static int cmd_list(gen_state *g, const cli_opts *o, const gen_target *t) {
   gen_variant *v;
   size_t n;
   if (gen_list(g, &o->problem, t, o->space, &v, &n) != 0) return bad_input(gen_errmsg(g));
+  if (n == 0) return no_variants(o, t);
   if (o->json) printf("[");
   for (size_t i = 0; i < n; i++) {
     if (o->json) {
@@ -250,6 +267,7 @@ static int cmd_compile(gen_state *g, const cli_opts *o, const gen_target *t) {
   compile_set s = {0};
   if (gen_list(g, &o->problem, t, o->space, &s.variants, &s.n) != 0)
     return bad_input(gen_errmsg(g));
+  if (s.n == 0) return no_variants(o, t);
   if (alloc_set(&s) != 0) {
     compile_set_free(&s);
     return 1;
