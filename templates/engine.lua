@@ -21,9 +21,12 @@ local modules = {}
 
 local safe_globals = {
   "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget",
-  "rawlen", "rawset", "select", "setmetatable", "getmetatable", "tonumber",
-  "tostring", "type", "xpcall", "math", "string", "table", "utf8",
+  "rawlen", "rawset", "select", "setmetatable", "tonumber", "tostring", "type",
+  "xpcall",
 }
+-- Libraries are copied into each environment, so that no template can change
+-- what another one sees (rendering stays a pure function of the config).
+local safe_libs = { math = true, string = true, table = true, utf8 = true }
 
 local function forbidden(_, name)
   error("template sandbox: '" .. tostring(name) .. "' is not available", 2)
@@ -33,7 +36,11 @@ end
 local function sandbox_env()
   local env = {}
   for _, name in ipairs(safe_globals) do env[name] = _G[name] end
-  env.string = setmetatable({}, { __index = string })
+  for lib in pairs(safe_libs) do
+    local copy = {}
+    for k, v in pairs(_G[lib]) do copy[k] = v end
+    env[lib] = copy
+  end
   env.string.dump = nil
   env.require = engine.require
   env.render = engine.render

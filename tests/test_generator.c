@@ -47,7 +47,9 @@ static void test_sandbox(gen_state *g) {
     {"$ require('nosuchmodule')\n", "bad.cu:1", "no module"},
     {"$ load('return 1')\n", "bad.cu:1", "'load' is not available"},
     {"$ dofile('/etc/passwd')\n", "bad.cu:1", "'dofile' is not available"},
-    {"$ string.dump(print)\n", "bad.cu:1", ""},
+    {"x\n$ local dump = string.dump\n$ dump(function() end)\n", "bad.cu:3", "nil value"},
+    {"$ getmetatable('').__index.upper = nil\n", "bad.cu:1", "'getmetatable' is not available"},
+    {"$ string.format = nil\n$ math.pi = 3\n$ error('stop')\n", "bad.cu:3", "stop"},
     {"$ debug.traceback()\n", "bad.cu:1", "'debug' is not available"},
     {"a\nb\nc\n$ if then\n", "bad.cu:4", ""},
     {"ok\n${undefined_name.field}\n", "bad.cu:2", "not available"},
@@ -66,6 +68,12 @@ static void test_sandbox(gen_state *g) {
     CHECK(strstr(gen_errmsg(g), bad[i].what) != NULL, "template %zu: '%s' lacks '%s'", i,
           gen_errmsg(g), bad[i].what);
   }
+  /* what the last template changed in its copies is not seen by the next */
+  char *out = NULL;
+  int rc = gen_render_text(g, "next.cu", "${string.format('%d', 7)} ${math.pi > 3.14}\n", &out);
+  CHECK(rc == 0 && strcmp(out, "7 true\n") == 0, "libraries leaked between templates: %s",
+        rc ? gen_errmsg(g) : out);
+  free(out);
   FILE *f = fopen("/tmp/fatune-sandbox", "r");
   CHECK(f == NULL, "the sandboxed template created a file");
   if (f) fclose(f);
