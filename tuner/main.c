@@ -213,8 +213,12 @@ static void print_json(const compile_set *s) {
            r->spill_store_bytes, r->spill_load_bytes,
            s->kernels[i].smem_bytes + r->smem_static_bytes, r->stack_bytes, r->compile_ms,
            s->kernels[i].source_hash);
-    if (r->ok) printf("null");
-    else json_string(stdout, r->error);
+    if (r->ok) printf("null, \"log\": null");
+    else {
+      json_string(stdout, r->error);
+      printf(", \"log\": ");
+      json_string(stdout, r->log);
+    }
     printf("}");
   }
   printf("%s]\n", s->n ? "\n" : "");
