@@ -6,22 +6,8 @@
 # usage: FATUNE=build/fatune bash tests/cli_bad_input.sh
 set -u
 
-FATUNE=${FATUNE:-build/fatune}
-if [ ! -x "$FATUNE" ]; then
-  echo "cli_bad_input: FATUNE='$FATUNE' is not an executable" >&2
-  exit 1
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/fatune-bad.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-# Keep any database or cache the command might touch away from the user's.
-export XDG_CACHE_HOME="$tmp/cache"
-
-TIMEOUT=()
-if command -v timeout >/dev/null 2>&1; then TIMEOUT=(timeout 60); fi
-
-passed=0
-failed=0
+NAME=cli_bad_input
+. "$(dirname "$0")/cli_lib.sh"
 
 # bad "NEEDLE1|NEEDLE2|..." ARGS...
 # Every needle must appear in the message.
@@ -60,13 +46,8 @@ bad() {
       fi
     done
   fi
-  if [ -z "$why" ]; then
-    passed=$((passed + 1))
-    printf 'ok    %-60s %s\n' "$label" "$first"
-  else
-    failed=$((failed + 1))
-    printf 'FAIL  %-60s %s\n' "$label" "$why"
-  fi
+  if [ -z "$why" ]; then pass "$(printf '%-60s %s' "$label" "$first")"
+  else fail "$(printf '%-60s' "$label")" "$why"; fi
 }
 
 # What the brief asks for.
@@ -111,5 +92,4 @@ bad "split_k"                      gen --config 'split=split_k,warps=1'
 bad "sm_80"                        gen --dim 256 --arch sm_80 --config 'block_m=256,block_n=256'
 bad "--space"                      compile --dim 4 --space
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

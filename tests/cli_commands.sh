@@ -7,25 +7,11 @@
 # usage: FATUNE=build/fatune bash tests/cli_commands.sh
 set -u
 
-FATUNE=${FATUNE:-build/fatune}
-if [ ! -x "$FATUNE" ]; then
-  echo "cli_commands: FATUNE='$FATUNE' is not an executable" >&2
-  exit 1
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/fatune-cmd.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-export XDG_CACHE_HOME="$tmp/cache"
-
-TIMEOUT=()
-if command -v timeout >/dev/null 2>&1; then TIMEOUT=(timeout 300); fi
+NAME=cli_commands
+TIMEOUT_S=300
+. "$(dirname "$0")/cli_lib.sh"
 HAVE_PY=0
 if command -v python3 >/dev/null 2>&1 && python3 -c 'import json' 2>/dev/null; then HAVE_PY=1; fi
-
-passed=0
-failed=0
-pass() { passed=$((passed + 1)); printf 'ok    %s\n' "$1"; }
-fail() { failed=$((failed + 1)); printf 'FAIL  %s: %s\n' "$1" "$2"; }
 # check NAME CONDITION-STATUS WHY: records one result from the last test's status.
 check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
 
@@ -203,5 +189,4 @@ else
 fi
 
 echo "($((SECONDS - t_start)) s)"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
