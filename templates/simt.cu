@@ -110,6 +110,13 @@ $ end
     }
 $ end
 $ end
+$ -- mx: the maximum of score row i over the whole tile row.
+$ local function row_max()
+      acc_t mx = s[i][0];
+      FA_UNROLL
+      for (int j = 1; j < ${RN}; ++j) mx = mx > s[i][j] ? mx : s[i][j];
+$ lane_reduce("mx", "max")
+$ end
 $ -- S = scale * Q K^T for this thread's cells, in log2 units, masked.
 $ local function scores(q0, k0)
     FA_UNROLL
@@ -189,10 +196,7 @@ $ local function step_split_q(q0, k0)
 $ scores(q0, k0)
     FA_UNROLL
     for (int i = 0; i < ${RM}; ++i) {
-      acc_t mx = s[i][0];
-      FA_UNROLL
-      for (int j = 1; j < ${RN}; ++j) mx = mx > s[i][j] ? mx : s[i][j];
-$ lane_reduce("mx", "max")
+$ row_max()
       const acc_t mn = m_i[i] > mx ? m_i[i] : mx;
       const acc_t mu = mn == NEG_INF ? (acc_t)0 : mn; /* a row with no key yet */
       const acc_t alpha = fa_exp2_${T}(m_i[i] - mu);
@@ -233,10 +237,7 @@ $ local function step_split_k(q0, k0, store_stats)
 $ scores(q0, k0)
     FA_UNROLL
     for (int i = 0; i < ${RM}; ++i) {
-      acc_t mx = s[i][0];
-      FA_UNROLL
-      for (int j = 1; j < ${RN}; ++j) mx = mx > s[i][j] ? mx : s[i][j];
-$ lane_reduce("mx", "max")
+$ row_max()
       if (lc == 0) fa_sts_${T}(red_m + warp * ${P.BMp} + rb + i * ${RSTEP}, mx);
     }
     fa_syncthreads();
