@@ -54,7 +54,7 @@ static const template_file *find_file(const char *name) {
   return NULL;
 }
 
-static int open_libs(lua_State *L) {
+static void open_libs(lua_State *L) {
   static const luaL_Reg libs[] = {
     {LUA_GNAME, luaopen_base}, {LUA_STRLIBNAME, luaopen_string},
     {LUA_TABLIBNAME, luaopen_table}, {LUA_MATHLIBNAME, luaopen_math},
@@ -68,11 +68,11 @@ static int open_libs(lua_State *L) {
     lua_pushnil(L);
     lua_setglobal(L, drop[i]);
   }
-  return 0;
 }
 
-/* lua_CFunction run under pcall: set up everything that can raise. */
+/* Run under pcall with the gen_state as argument: everything that can raise. */
 static int setup(lua_State *L) {
+  gen_state *g = lua_touserdata(L, 1);
   const template_file *engine = find_file("engine.lua");
   if (!engine) return luaL_error(L, "engine.lua is not among the embedded templates");
   open_libs(L);
@@ -90,7 +90,9 @@ static int setup(lua_State *L) {
   lua_getfield(L, -1, "require");
   lua_pushstring(L, "space");
   lua_call(L, 1, 1);                 /* engine, space */
-  return 2;
+  g->space_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  g->engine_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 0;
 }
 
 int gen_open(gen_state **out, char *err, size_t errlen) {
@@ -107,14 +109,13 @@ int gen_open(gen_state **out, char *err, size_t errlen) {
     return -1;
   }
   lua_pushcfunction(g->L, setup);
-  if (lua_pcall(g->L, 0, 2, 0) != LUA_OK) {
+  lua_pushlightuserdata(g->L, g);
+  if (lua_pcall(g->L, 1, 0, 0) != LUA_OK) {
     lua_fail(g);
     snprintf(err, errlen, "loading the templates: %s", g->err);
     gen_close(g);
     return -1;
   }
-  g->space_ref = luaL_ref(g->L, LUA_REGISTRYINDEX);
-  g->engine_ref = luaL_ref(g->L, LUA_REGISTRYINDEX);
   unsigned long long h = 14695981039346656037ULL;
   for (const template_file *f = template_files; f->name; f++) {
     h = fnv1a(h, f->name, strlen(f->name) + 1);
@@ -134,11 +135,41 @@ void gen_close(gen_state *g) {
 const char *gen_errmsg(const gen_state *g) { return g->err; }
 const char *gen_template_digest(const gen_state *g) { return g->digest; }
 
+/*
+** Every conversation with Lua past gen_open runs inside lua_pcall, in one of
+** the protected functions below: a Lua error or an out-of-memory condition
+** becomes a message, never a panic. A call carries the arguments in and the
+** results out; what a failed call had already allocated is freed by its
+** caller.
+*/
+typedef struct gen_call {
+  gen_state *g;
+  const fa_problem *problem;
+  const gen_target *target;
+  const char *text, *chunkname, *space;
+  int smem, max_threads;
+  gen_target *target_out;
+  gen_variant *variants;
+  size_t count;
+  gen_kernel *kernel;
+  char *rendered;
+} gen_call;
+
+static int protected_call(gen_state *g, lua_CFunction fn, gen_call *c) {
+  c->g = g;
+  lua_pushcfunction(g->L, fn);
+  lua_pushlightuserdata(g->L, c);
+  if (lua_pcall(g->L, 1, 0, 0) != LUA_OK) return lua_fail(g);
+  return 0;
+}
+
+static gen_call *call_of(lua_State *L) { return lua_touserdata(L, 1); }
+
 /* Push space[fn]. */
-static void push_space_fn(gen_state *g, const char *fn) {
-  lua_rawgeti(g->L, LUA_REGISTRYINDEX, g->space_ref);
-  lua_getfield(g->L, -1, fn);
-  lua_remove(g->L, -2);
+static void push_space_fn(lua_State *L, gen_state *g, const char *fn) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, g->space_ref);
+  lua_getfield(L, -1, fn);
+  lua_remove(L, -2);
 }
 
 static void push_target(lua_State *L, const gen_target *t) {
@@ -169,48 +200,60 @@ static void push_problem(lua_State *L, const fa_problem *p) {
   }
 }
 
-int gen_target_for_arch(gen_state *g, const char *arch, int smem_bytes,
-                        int max_threads, gen_target *t) {
-  memset(t, 0, sizeof *t);
-  if (strlen(arch) >= sizeof t->arch) {
-    set_err(g, "unknown arch '%s'", arch);
-    return -1;
-  }
-  push_space_fn(g, "target");
-  lua_pushstring(g->L, arch);
-  lua_pushinteger(g->L, smem_bytes);
-  lua_pushinteger(g->L, max_threads);
-  if (lua_pcall(g->L, 3, 2, 0) != LUA_OK) return lua_fail(g);
-  if (lua_isnil(g->L, -2)) {
-    lua_remove(g->L, -2);
-    return lua_fail(g);
-  }
-  lua_pop(g->L, 1);
-  snprintf(t->arch, sizeof t->arch, "%s", arch);
-  lua_getfield(g->L, -1, "smem");
-  t->smem_bytes = (int)lua_tointeger(g->L, -1);
-  lua_getfield(g->L, -2, "max_threads");
-  t->max_threads = (int)lua_tointeger(g->L, -1);
-  lua_pop(g->L, 3);
-  return 0;
+/* A malloc'ed copy of the string at `idx`; raises when it is not a string
+** or memory runs out. */
+static char *dup_string(lua_State *L, int idx, const char *what) {
+  size_t n;
+  const char *s = lua_tolstring(L, idx, &n);
+  if (!s) luaL_error(L, "template result: %s is not a string", what);
+  char *d = malloc(n + 1);
+  if (!d) luaL_error(L, "out of memory copying %s", what);
+  memcpy(d, s, n + 1);
+  return d;
 }
 
-/* Copy field `k` (a string) of the table on top into a new C string. */
+/* Field `k` of the table on top, as a new C string. */
 static char *dup_field(lua_State *L, const char *k) {
   lua_getfield(L, -1, k);
-  size_t n;
-  const char *s = lua_tolstring(L, -1, &n);
-  char *d = s ? malloc(n + 1) : NULL;
-  if (d) memcpy(d, s, n + 1);
+  char *d = dup_string(L, -1, k);
   lua_pop(L, 1);
   return d;
 }
 
 static int int_field(lua_State *L, const char *k) {
   lua_getfield(L, -1, k);
-  int v = (int)lua_tointeger(L, -1);
+  int isnum;
+  lua_Integer v = lua_tointegerx(L, -1, &isnum);
+  if (!isnum) luaL_error(L, "template result: %s is not an integer", k);
   lua_pop(L, 1);
-  return v;
+  return (int)v;
+}
+
+static int target_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "target");
+  lua_pushstring(L, c->text);
+  lua_pushinteger(L, c->smem);
+  lua_pushinteger(L, c->max_threads);
+  lua_call(L, 3, 2);
+  if (lua_isnil(L, -2)) return lua_error(L);  /* the message is on top */
+  lua_pop(L, 1);
+  gen_target *t = c->target_out;
+  snprintf(t->arch, sizeof t->arch, "%s", c->text);
+  t->smem_bytes = int_field(L, "smem");
+  t->max_threads = int_field(L, "max_threads");
+  return 0;
+}
+
+int gen_target_for_arch(gen_state *g, const char *arch, int smem_bytes,
+                        int max_threads, gen_target *t) {
+  memset(t, 0, sizeof *t);
+  if (strlen(arch) >= sizeof t->arch) {
+    set_err(g, "unknown arch '%.32s...'", arch);
+    return -1;
+  }
+  gen_call c = {.text = arch, .smem = smem_bytes, .max_threads = max_threads, .target_out = t};
+  return protected_call(g, target_protected, &c);
 }
 
 void gen_variants_free(gen_variant *v, size_t count) {
@@ -223,39 +266,40 @@ void gen_variants_free(gen_variant *v, size_t count) {
   free(v);
 }
 
+static int list_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "list");
+  push_problem(L, c->problem);
+  push_target(L, c->target);
+  lua_pushstring(L, c->space);
+  lua_call(L, 3, 1);
+  lua_Unsigned n = lua_rawlen(L, -1);
+  c->variants = calloc(n ? n : 1, sizeof *c->variants);
+  if (!c->variants) return luaL_error(L, "out of memory listing %d variants", (int)n);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    gen_variant *v = &c->variants[i];
+    c->count = i + 1;  /* so that a failure frees what was copied */
+    v->name = dup_field(L, "name");
+    v->hash = dup_field(L, "hash");
+    v->config = dup_field(L, "config");
+    lua_pop(L, 1);
+  }
+  c->count = n;
+  return 0;
+}
+
 int gen_list(gen_state *g, const fa_problem *p, const gen_target *t,
              const char *space, gen_variant **out, size_t *count) {
-  *out = NULL;
-  *count = 0;
-  push_space_fn(g, "list");
-  push_problem(g->L, p);
-  push_target(g->L, t);
-  lua_pushstring(g->L, space);
-  if (lua_pcall(g->L, 3, 1, 0) != LUA_OK) return lua_fail(g);
-  size_t n = (size_t)luaL_len(g->L, -1);
-  gen_variant *v = calloc(n ? n : 1, sizeof *v);
-  if (!v) {
-    lua_pop(g->L, 1);
-    set_err(g, "out of memory listing %zu variants", n);
-    return -1;
+  gen_call c = {.problem = p, .target = t, .space = space};
+  int rc = protected_call(g, list_protected, &c);
+  if (rc != 0) {
+    gen_variants_free(c.variants, c.count);
+    c.variants = NULL, c.count = 0;
   }
-  for (size_t i = 0; i < n; i++) {
-    lua_rawgeti(g->L, -1, (lua_Integer)i + 1);
-    v[i].name = dup_field(g->L, "name");
-    v[i].hash = dup_field(g->L, "hash");
-    v[i].config = dup_field(g->L, "config");
-    lua_pop(g->L, 1);
-    if (!v[i].name || !v[i].hash || !v[i].config) {
-      lua_pop(g->L, 1);
-      gen_variants_free(v, i + 1);
-      set_err(g, "out of memory listing %zu variants", n);
-      return -1;
-    }
-  }
-  lua_pop(g->L, 1);
-  *out = v;
-  *count = n;
-  return 0;
+  *out = c.variants;
+  *count = c.count;
+  return rc;
 }
 
 void gen_kernel_free(gen_kernel *k) {
@@ -270,23 +314,18 @@ void gen_kernel_free(gen_kernel *k) {
 }
 
 /* Join the parameter block, the CUDA prelude and the body. */
-static char *cuda_source(gen_state *g, const gen_kernel *k) {
+static char *cuda_source(lua_State *L, const gen_kernel *k) {
   const template_file *params = find_file("fa_params.h");
   const template_file *prelude = find_file("prelude_cuda.cuh");
-  if (!params || !prelude) {
-    set_err(g, "fa_params.h or prelude_cuda.cuh is not among the embedded templates");
-    return NULL;
-  }
+  if (!params || !prelude)
+    luaL_error(L, "fa_params.h or prelude_cuda.cuh is not among the embedded templates");
   char head[256];
   int hn = snprintf(head, sizeof head, "/* fatune %s (template %s) */\n",
                     k->name, k->template_version);
+  if (hn < 0 || (size_t)hn >= sizeof head) luaL_error(L, "variant name too long: %s", k->name);
   size_t bn = strlen(k->body);
-  size_t n = (size_t)hn + params->size + prelude->size + bn + 1;
-  char *s = malloc(n);
-  if (!s) {
-    set_err(g, "out of memory rendering %s", k->name);
-    return NULL;
-  }
+  char *s = malloc((size_t)hn + params->size + prelude->size + bn + 1);
+  if (!s) luaL_error(L, "out of memory rendering %s", k->name);
   char *w = s;
   memcpy(w, head, (size_t)hn), w += hn;
   memcpy(w, params->text, params->size), w += params->size;
@@ -295,10 +334,9 @@ static char *cuda_source(gen_state *g, const gen_kernel *k) {
   return s;
 }
 
-/* The render result table is on top of the stack; fill k and pop it. */
-static int take_kernel(gen_state *g, gen_kernel *k) {
-  lua_State *L = g->L;
-  memset(k, 0, sizeof *k);
+/* The render result table is on top of the stack: fill c->kernel. */
+static void take_kernel(lua_State *L, gen_call *c) {
+  gen_kernel *k = c->kernel;
   k->name = dup_field(L, "name");
   k->hash = dup_field(L, "hash");
   k->config = dup_field(L, "config");
@@ -309,69 +347,80 @@ static int take_kernel(gen_state *g, gen_kernel *k) {
   k->rows_per_cta = int_field(L, "rows_per_cta");
   k->ws_bytes_per_row = int_field(L, "ws_bytes_per_row");
   k->registers_estimate = int_field(L, "registers_estimate");
+  int version = int_field(L, "template_version");
   lua_getfield(L, -1, "family");
-  lua_getfield(L, -2, "template_version");
-  snprintf(k->template_version, sizeof k->template_version, "%s/%lld+%.12s",
-           lua_tostring(L, -2) ? lua_tostring(L, -2) : "?",
-           (long long)lua_tointeger(L, -1), g->digest);
-  lua_pop(L, 3);
-  if (!k->name || !k->hash || !k->config || !k->entry || !k->body) {
-    gen_kernel_free(k);
-    set_err(g, "out of memory rendering a kernel");
-    return -1;
-  }
-  k->source = cuda_source(g, k);
-  if (!k->source) {
-    gen_kernel_free(k);
-    return -1;
-  }
+  const char *family = lua_tostring(L, -1);
+  snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s",
+           family ? family : "?", version, c->g->digest);
+  lua_pop(L, 1);
+  k->source = cuda_source(L, k);
   snprintf(k->source_hash, sizeof k->source_hash, "%016llx",
            fnv1a(14695981039346656037ULL, k->source, strlen(k->source)));
+}
+
+static int render_config_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "render_config");
+  lua_pushstring(L, c->text);
+  if (c->problem) push_problem(L, c->problem);
+  else lua_pushnil(L);
+  push_target(L, c->target);
+  lua_call(L, 3, 1);
+  take_kernel(L, c);
   return 0;
+}
+
+static int render_name_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "render_name");
+  lua_pushstring(L, c->text);
+  push_target(L, c->target);
+  lua_call(L, 2, 1);
+  take_kernel(L, c);
+  return 0;
+}
+
+static int render(gen_state *g, lua_CFunction fn, gen_call *c, gen_kernel *out) {
+  memset(out, 0, sizeof *out);
+  c->kernel = out;
+  int rc = protected_call(g, fn, c);
+  if (rc != 0) gen_kernel_free(out);
+  return rc;
 }
 
 int gen_render_config(gen_state *g, const char *config, const fa_problem *p,
                       const gen_target *t, gen_kernel *out) {
-  memset(out, 0, sizeof *out);
-  push_space_fn(g, "render_config");
-  lua_pushstring(g->L, config);
-  if (p) push_problem(g->L, p);
-  else lua_pushnil(g->L);
-  push_target(g->L, t);
-  if (lua_pcall(g->L, 3, 1, 0) != LUA_OK) return lua_fail(g);
-  return take_kernel(g, out);
+  gen_call c = {.text = config, .problem = p, .target = t};
+  return render(g, render_config_protected, &c, out);
 }
 
 int gen_render_name(gen_state *g, const char *name, const gen_target *t,
                     gen_kernel *out) {
-  memset(out, 0, sizeof *out);
-  push_space_fn(g, "render_name");
-  lua_pushstring(g->L, name);
-  push_target(g->L, t);
-  if (lua_pcall(g->L, 2, 1, 0) != LUA_OK) return lua_fail(g);
-  return take_kernel(g, out);
+  gen_call c = {.text = name, .target = t};
+  return render(g, render_name_protected, &c, out);
+}
+
+static int render_text_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);
+  lua_getfield(L, -1, "render_text");
+  lua_pushstring(L, c->text);
+  lua_pushstring(L, c->chunkname);
+  lua_call(L, 2, 1);
+  c->rendered = dup_string(L, -1, "the rendered text");
+  return 0;
 }
 
 int gen_render_text(gen_state *g, const char *chunkname, const char *text,
                     char **out) {
-  *out = NULL;
-  lua_rawgeti(g->L, LUA_REGISTRYINDEX, g->engine_ref);
-  lua_getfield(g->L, -1, "render_text");
-  lua_remove(g->L, -2);
-  lua_pushstring(g->L, text);
-  lua_pushstring(g->L, chunkname);
-  if (lua_pcall(g->L, 2, 1, 0) != LUA_OK) return lua_fail(g);
-  size_t n;
-  const char *s = lua_tolstring(g->L, -1, &n);
-  *out = malloc(n + 1);
-  if (!*out) {
-    lua_pop(g->L, 1);
-    set_err(g, "out of memory");
-    return -1;
+  gen_call c = {.text = text, .chunkname = chunkname};
+  int rc = protected_call(g, render_text_protected, &c);
+  if (rc != 0) {
+    free(c.rendered);
+    c.rendered = NULL;
   }
-  memcpy(*out, s, n + 1);
-  lua_pop(g->L, 1);
-  return 0;
+  *out = c.rendered;
+  return rc;
 }
 
 static unsigned cdiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }
