@@ -171,10 +171,11 @@ end
 
 local function next_pow2(n) local p = 1; while p < n do p = p * 2 end; return p end
 
+-- Every combination of the `axes` values over `base`, in the family's axis
+-- order (so that listings read tile by tile).
 local function cross(base, axes, out)
   local keys = {}
-  for k in pairs(axes) do keys[#keys + 1] = k end
-  table.sort(keys)
+  for _, a in ipairs(simt.axes) do if axes[a.key] then keys[#keys + 1] = a.key end end
   local function rec(i, cfg)
     if i > #keys then
       local copy = {}
