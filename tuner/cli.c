@@ -5,6 +5,7 @@
 */
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +71,11 @@ static const flag_info flags[] = {
   {NULL, 0, 0},
 };
 
-static int fail(char *err, size_t n, const char *fmt, const char *a, const char *b) {
-  snprintf(err, n, fmt, a, b);
+static int fail(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
   return -1;
 }
 
@@ -106,10 +110,10 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--config")) o->config = val;
   else if (!strcmp(flag, "--dtype")) {
     if (fa_dtype_parse(val, &p->dtype) != 0)
-      return fail(err, n, "unknown dtype '%s' (fp32 or fp64)%s", val, "");
+      return fail(err, n, "unknown dtype '%s' (fp32 or fp64)", val);
   } else if (!strcmp(flag, "--space")) {
     if (strcmp(val, "default") && strcmp(val, "full"))
-      return fail(err, n, "unknown space '%s' (default or full)%s", val, "");
+      return fail(err, n, "unknown space '%s' (default or full)", val);
     o->space = val;
   }
   return 0;
@@ -133,7 +137,7 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   if (i < argc && argv[i][0] != '-') {
     const cmd_info *c = commands;
     while (c->name && strcmp(c->name, argv[i])) c++;
-    if (!c->name) return fail(err, errlen, "unknown command '%s' (see fatune --help)%s", argv[i], "");
+    if (!c->name) return fail(err, errlen, "unknown command '%s' (see fatune --help)", argv[i]);
     cmd = c;
     i++;
   }
@@ -144,19 +148,19 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
     if (!strcmp(a, "--version")) { o->cmd = CMD_VERSION; return 0; }
     const flag_info *f = flags;
     while (f->name && strcmp(f->name, a)) f++;
-    if (!f->name) return fail(err, errlen, "unknown option '%s' (see fatune --help)%s", a, "");
+    if (!f->name) return fail(err, errlen, "unknown option '%s' (see fatune --help)", a);
     if (!(cmd->flags & f->group))
       return fail(err, errlen, "option %s does not apply to 'fatune %s'", a,
                   cmd->name ? cmd->name : "(main job)");
     const char *val = NULL;
     if (f->takes_value) {
-      if (i + 1 >= argc) return fail(err, errlen, "option %s needs a value%s", a, "");
+      if (i + 1 >= argc) return fail(err, errlen, "option %s needs a value", a);
       val = argv[++i];
     }
     if (apply(o, a, val, err, errlen) != 0) return -1;
   }
   if (o->problem.seq_k == 0) o->problem.seq_k = o->problem.seq_q;
   if (o->cmd == CMD_GEN && !!o->variant == !!o->config)
-    return fail(err, errlen, "fatune gen needs exactly one of --variant NAME or --config TEXT%s%s", "", "");
+    return fail(err, errlen, "fatune gen needs exactly one of --variant NAME or --config TEXT");
   return 0;
 }
