@@ -313,24 +313,25 @@ void gen_kernel_free(gen_kernel *k) {
   memset(k, 0, sizeof *k);
 }
 
-/* Join the parameter block, the CUDA prelude and the body. */
+/* Join the parameter block, the CUDA preludes and the body. */
 static char *cuda_source(lua_State *L, const gen_kernel *k) {
-  const template_file *params = find_file("fa_params.h");
-  const template_file *prelude = find_file("prelude_cuda.cuh");
-  if (!params || !prelude)
-    luaL_error(L, "fa_params.h or prelude_cuda.cuh is not among the embedded templates");
+  static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh"};
+  const template_file *f[3];
   char head[256];
   int hn = snprintf(head, sizeof head, "/* fatune %s (template %s) */\n",
                     k->name, k->template_version);
   if (hn < 0 || (size_t)hn >= sizeof head) luaL_error(L, "variant name too long: %s", k->name);
-  size_t bn = strlen(k->body);
-  char *s = malloc((size_t)hn + params->size + prelude->size + bn + 1);
+  size_t total = (size_t)hn + strlen(k->body) + 1;
+  for (int i = 0; i < 3; i++) {
+    if (!(f[i] = find_file(parts[i]))) luaL_error(L, "%s is not among the embedded templates", parts[i]);
+    total += f[i]->size;
+  }
+  char *s = malloc(total);
   if (!s) luaL_error(L, "out of memory rendering %s", k->name);
   char *w = s;
   memcpy(w, head, (size_t)hn), w += hn;
-  memcpy(w, params->text, params->size), w += params->size;
-  memcpy(w, prelude->text, prelude->size), w += prelude->size;
-  memcpy(w, k->body, bn + 1);
+  for (int i = 0; i < 3; i++) memcpy(w, f[i]->text, f[i]->size), w += f[i]->size;
+  memcpy(w, k->body, strlen(k->body) + 1);
   return s;
 }
 

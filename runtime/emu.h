@@ -1,0 +1,80 @@
+/*
+** emu.h
+** The CPU emulator: generated kernel bodies compiled by the host C compiler
+** against prelude_emu.h into shared objects, and launched CTA by CTA, each
+** CTA's threads running as fibers on one OS thread. Every function returns
+** 0, or -1 with a one-line message in err.
+*/
+#ifndef EMU_H
+#define EMU_H
+
+#include <stddef.h>
+
+#include "emu_abi.h"
+#include "fa_params.h"
+
+typedef struct emu_module emu_module;   /* one loaded shared object */
+typedef void (*emu_kernel_fn)(fa_params p);
+/* A module's thread-local "running thread" slot, for the calling OS thread. */
+typedef fa_emu_thread **(*emu_slot_fn)(void);
+
+/* One kernel to compile: its entry point and its body (no prelude). */
+typedef struct emu_source {
+  const char *entry;
+  const char *body;
+} emu_source;
+
+/* What became of one kernel. fn is NULL when it did not compile; then log
+** holds the compiler's complaint about it. */
+typedef struct emu_build {
+  emu_kernel_fn fn;
+  emu_slot_fn slot;
+  emu_module *module;  /* holds fn; released by emu_build_free */
+  char *log;           /* malloc'd, or NULL */
+  double ms;           /* this kernel's share of its batch's compile time */
+} emu_build;
+
+typedef struct emu_compile_opts {
+  int jobs;               /* compiler processes at once; <= 0: all cores */
+  int batch;              /* kernels per compiler invocation; <= 0: as few as jobs allow */
+  const char *extra_flags; /* appended to the compiler's flags (tests: -Werror), or NULL */
+} emu_compile_opts;
+
+/* Compile n kernels. A kernel that fails leaves fn NULL with its log and
+** never stops the others; -1 means nothing could be tried at all. */
+int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
+                emu_build *out, char *err, size_t errlen);
+void emu_build_free(emu_build *b);
+
+/* The compiler command used: $FATUNE_CC, else $CC, else cc. */
+const char *emu_compiler(void);
+
+typedef enum emu_schedule { EMU_FORWARD, EMU_REVERSE, EMU_RANDOM } emu_schedule;
+const char *emu_schedule_name(emu_schedule s);
+int emu_schedule_parse(const char *s, emu_schedule *out);
+
+typedef struct emu_launch_opts {
+  emu_schedule schedule;   /* order fibers run in between barriers */
+  unsigned long long seed; /* for EMU_RANDOM */
+  int threads;             /* OS threads sharing the CTAs; <= 0: 1 */
+} emu_launch_opts;
+
+typedef struct emu_launch_args {
+  emu_kernel_fn fn;
+  emu_slot_fn slot;         /* of fn's module */
+  const char *entry;        /* named in messages */
+  unsigned grid[3];
+  unsigned threads;         /* per CTA, 1-D */
+  size_t smem_bytes;
+  const fa_params *params;
+  const fa_emu_range *ranges; /* the global buffers the kernel may touch */
+  int nranges;
+} emu_launch_args;
+
+/* Run one launch to completion. Counters are added into *ctr. A fault, a
+** divergent barrier or a deadlock fails the launch with a message that
+** names the kernel, the block, the threads and the line. */
+int emu_launch(const emu_launch_args *a, const emu_launch_opts *o,
+               fa_emu_counters *ctr, char *err, size_t errlen);
+
+#endif

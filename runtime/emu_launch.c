@@ -1,0 +1,381 @@
+/*
+** emu_launch.c
+** Running a launch on the CPU. The grid's CTAs are shared among OS threads;
+** each OS thread (a worker) runs one CTA at a time, its threads as fibers.
+** A fiber runs until it reaches a barrier or a warp collective, then
+** yields to the worker's scheduler, which resumes the ready fibers in the
+** chosen order. A barrier opens when all its threads have arrived at the
+** same place; a thread that can never be joined is reported, not waited for.
+*/
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "emu.h"
+#include "fiber.h"
+
+#define STACK_BYTES (256u * 1024u)  /* per fiber; kernels keep their tiles here */
+#define GUARD_BYTES 4096u           /* an overflow faults instead of corrupting */
+#define MAX_THREADS 1024
+#define MAX_SMEM (1u << 20)
+
+enum { F_READY, F_WAIT, F_DONE };
+
+typedef struct worker worker;
+
+typedef struct emu_fiber {
+  fa_emu_thread t;  /* first: the host finds the fiber from the thread */
+  fiber ctx;
+  worker *w;
+  int state, kind, line;
+} emu_fiber;
+
+typedef struct launch {
+  const emu_launch_args *a;
+  const emu_launch_opts *o;
+  unsigned long long ncta;
+  atomic_ullong next;        /* next CTA to take */
+  atomic_int failed;
+  pthread_mutex_t mu;        /* guards msg and total */
+  char msg[512];
+  fa_emu_counters total;
+} launch;
+
+struct worker {
+  launch *L;
+  emu_fiber *f;
+  int n;                     /* threads per CTA */
+  unsigned char *map;        /* fiber stacks with guard pages */
+  size_t map_bytes;
+  unsigned char *smem;
+  fa_emu_warp *warps;
+  fa_emu_copy *copies;
+  int *order;
+  fiber home;                /* the scheduler's own context */
+  fa_emu_counters ctr;
+  unsigned bid[3];
+  unsigned long long rng;
+  int alive;                 /* fibers not yet done */
+  int failed;
+  int cta_arrived, cta_line;
+  int warp_arrived[MAX_THREADS / 32], warp_kind[MAX_THREADS / 32], warp_line[MAX_THREADS / 32];
+  char msg[512];
+};
+
+static const char *const wait_names[] = {"__syncthreads", "__syncwarp", "a warp collective"};
+
+const char *emu_schedule_name(emu_schedule s) {
+  return s == EMU_FORWARD ? "forward" : s == EMU_REVERSE ? "reverse" : "random";
+}
+
+int emu_schedule_parse(const char *s, emu_schedule *out) {
+  static const emu_schedule all[] = {EMU_FORWARD, EMU_REVERSE, EMU_RANDOM};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!strcmp(s, emu_schedule_name(all[i]))) return *out = all[i], 0;
+  return -1;
+}
+
+/* ---- Failing a CTA from inside a fiber ---- */
+
+static void worker_fail(worker *w, const char *fmt, ...) {
+  if (w->failed) return;
+  w->failed = 1;
+  int n = snprintf(w->msg, sizeof w->msg, "%s: block (%u,%u,%u): ", w->L->a->entry,
+                   w->bid[0], w->bid[1], w->bid[2]);
+  if (n < 0 || (size_t)n >= sizeof w->msg) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->msg + n, sizeof w->msg - (size_t)n, fmt, ap);
+  va_end(ap);
+}
+
+/* Leave this fiber for good: the scheduler sees w->failed and stops. */
+static _Noreturn void fiber_abandon(emu_fiber *f) {
+  fiber_exit(&f->ctx, &f->w->home);
+  abort();  /* never resumed */
+}
+
+static void on_fault(fa_emu_thread *t, int kind, const void *addr, int bytes, int line) {
+  emu_fiber *f = (emu_fiber *)t;
+  static const char *const what[] = {
+    "global access outside every buffer", "shared access outside the CTA's shared memory",
+    "misaligned access", "too many cp.async copies in flight"};
+  const char *w = kind >= 0 && kind <= FA_EMU_FAULT_ASYNC ? what[kind] : "fault";
+  worker_fail(f->w, "thread %d: %s: %d bytes at %p, line %d", t->tid, w, bytes, addr, line);
+  fiber_abandon(f);
+}
+
+/* ---- Barriers ---- */
+
+static void release(worker *w, int lo, int hi) {
+  for (int i = lo; i < hi; i++) w->f[i].state = F_READY;
+}
+
+static void on_wait(fa_emu_thread *t, int kind, int line) {
+  emu_fiber *f = (emu_fiber *)t;
+  worker *w = f->w;
+  f->state = F_WAIT, f->kind = kind, f->line = line;
+  if (kind == FA_EMU_WAIT_CTA) {
+    if (w->cta_arrived && w->cta_line != line) {
+      worker_fail(w, "divergent barrier: thread %d waits at __syncthreads on line %d, "
+                  "others on line %d", t->tid, line, w->cta_line);
+      fiber_abandon(f);
+    }
+    w->cta_line = line;
+    if (++w->cta_arrived == w->n) {
+      w->cta_arrived = 0;
+      w->ctr.barriers++;
+      release(w, 0, w->n);
+    }
+  } else {
+    const int k = t->warp;
+    if (w->warp_arrived[k] && (w->warp_kind[k] != kind || w->warp_line[k] != line)) {
+      worker_fail(w, "divergent warp: thread %d waits at %s on line %d, lanes of its warp "
+                  "at %s on line %d", t->tid, wait_names[kind], line,
+                  wait_names[w->warp_kind[k]], w->warp_line[k]);
+      fiber_abandon(f);
+    }
+    w->warp_kind[k] = kind, w->warp_line[k] = line;
+    if (++w->warp_arrived[k] == t->warp_size) {
+      w->warp_arrived[k] = 0;
+      if (kind == FA_EMU_WAIT_WARP) w->ctr.warp_syncs++;
+      release(w, k * 32, k * 32 + t->warp_size);
+    }
+  }
+  /* Even the last to arrive yields, so the schedule alone decides who runs
+  ** first after a barrier. */
+  fiber_switch(&f->ctx, &w->home);
+}
+
+static void fiber_main(void *arg) {
+  fiber_started();
+  emu_fiber *f = arg;
+  worker *w = f->w;
+  w->L->a->fn(*w->L->a->params);
+  f->state = F_DONE;
+  w->alive--;
+  if (w->cta_arrived)
+    worker_fail(w, "divergent barrier: thread %d exited while %d thread(s) wait at "
+                "__syncthreads on line %d", f->t.tid, w->cta_arrived, w->cta_line);
+  else if (w->warp_arrived[f->t.warp])
+    worker_fail(w, "divergent warp: thread %d exited while %d lane(s) of its warp wait at "
+                "%s on line %d", f->t.tid, w->warp_arrived[f->t.warp],
+                wait_names[w->warp_kind[f->t.warp]], w->warp_line[f->t.warp]);
+  fiber_abandon(f);
+}
+
+/* ---- The scheduler ---- */
+
+static unsigned long long rng_next(unsigned long long *s) {
+  unsigned long long z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static void make_order(worker *w) {
+  const emu_schedule s = w->L->o->schedule;
+  for (int i = 0; i < w->n; i++) w->order[i] = s == EMU_REVERSE ? w->n - 1 - i : i;
+  if (s != EMU_RANDOM) return;
+  for (int i = w->n - 1; i > 0; i--) {
+    int j = (int)(rng_next(&w->rng) % (unsigned long long)(i + 1));
+    int x = w->order[i];
+    w->order[i] = w->order[j], w->order[j] = x;
+  }
+}
+
+/* Describe who is stuck where: runs of consecutive threads in one state. */
+static void report_deadlock(worker *w) {
+  char text[400];
+  size_t used = 0;
+  int groups = 0;
+  for (int i = 0; i < w->n && groups < 4;) {
+    const emu_fiber *a = &w->f[i];
+    int j = i + 1;
+    while (j < w->n && w->f[j].state == a->state && w->f[j].kind == a->kind &&
+           w->f[j].line == a->line)
+      j++;
+    int k = a->state == F_DONE
+              ? snprintf(text + used, sizeof text - used, "%sthreads %d-%d have exited",
+                         groups ? "; " : "", i, j - 1)
+              : snprintf(text + used, sizeof text - used, "%sthreads %d-%d wait at %s on line %d",
+                         groups ? "; " : "", i, j - 1, wait_names[a->kind], a->line);
+    if (k < 0 || (size_t)k >= sizeof text - used) break;
+    used += (size_t)k, groups++, i = j;
+  }
+  worker_fail(w, "divergent barrier, no thread can go on: %s", used ? text : "?");
+}
+
+static void start_cta(worker *w, unsigned long long cta) {
+  const launch *L = w->L;
+  const emu_launch_args *a = L->a;
+  w->bid[0] = (unsigned)(cta % a->grid[0]);
+  w->bid[1] = (unsigned)(cta / a->grid[0] % a->grid[1]);
+  w->bid[2] = (unsigned)(cta / a->grid[0] / a->grid[1]);
+  /* All ones is NaN in fp32 and fp64: a read before any write shows. */
+  memset(w->smem, 0xFF, a->smem_bytes);
+  memset(w->warps, 0, sizeof(fa_emu_warp) * (size_t)((w->n + 31) / 32));
+  w->alive = w->n;
+  w->cta_arrived = 0;
+  memset(w->warp_arrived, 0, sizeof w->warp_arrived);
+  w->rng = L->o->seed ^ (cta * 0xD1B54A32D192ED03ull);
+  for (int i = 0; i < w->n; i++) {
+    emu_fiber *f = &w->f[i];
+    fa_emu_thread *t = &f->t;
+    memset(t, 0, sizeof *t);
+    t->tid = i, t->lane = i & 31, t->warp = i >> 5;
+    t->warp_size = w->n - (i & ~31) < 32 ? w->n - (i & ~31) : 32;
+    t->bx = (int)w->bid[0], t->by = (int)w->bid[1], t->bz = (int)w->bid[2];
+    t->smem = w->smem, t->smem_end = w->smem + a->smem_bytes;
+    t->ranges = a->ranges, t->nranges = a->nranges;
+    t->ctr = &w->ctr;
+    t->w = &w->warps[i >> 5];
+    t->wait = on_wait, t->fault = on_fault;
+    t->copies = w->copies + (size_t)i * FA_EMU_MAX_COPIES;
+    f->w = w;
+    f->state = F_READY, f->kind = 0, f->line = 0;
+    unsigned char *stack = w->map + (size_t)i * (STACK_BYTES + GUARD_BYTES) + GUARD_BYTES;
+    fiber_make(&f->ctx, stack, STACK_BYTES, fiber_main, f);
+  }
+}
+
+static int run_cta(worker *w, fa_emu_thread **slot, unsigned long long cta) {
+  start_cta(w, cta);
+  const int reshuffle = w->L->o->schedule == EMU_RANDOM;
+  make_order(w);
+  for (;;) {
+    int ran = 0;
+    for (int k = 0; k < w->n; k++) {
+      emu_fiber *f = &w->f[w->order[k]];
+      if (f->state != F_READY) continue;
+      ran = 1;
+      *slot = &f->t;
+      fiber_switch(&w->home, &f->ctx);
+      if (w->failed) return -1;
+    }
+    if (!w->alive) return 0;
+    if (!ran) {
+      report_deadlock(w);
+      return -1;
+    }
+    if (reshuffle) make_order(w);
+  }
+}
+
+/* ---- Workers ---- */
+
+static void worker_free(worker *w) {
+  if (w->map) munmap(w->map, w->map_bytes);
+  free(w->f);
+  free(w->smem);
+  free(w->warps);
+  free(w->copies);
+  free(w->order);
+}
+
+static int worker_init(worker *w, launch *L) {
+  memset(w, 0, sizeof *w);
+  w->L = L;
+  w->n = (int)L->a->threads;
+  const size_t n = (size_t)w->n;
+  w->map_bytes = n * (STACK_BYTES + GUARD_BYTES);
+  void *map = mmap(NULL, w->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) return -1;
+  w->map = map;
+  for (size_t i = 0; i < n; i++)
+    if (mprotect(w->map + i * (STACK_BYTES + GUARD_BYTES), GUARD_BYTES, PROT_NONE) != 0)
+      return -1;
+  w->f = calloc(n, sizeof *w->f);
+  w->smem = malloc(L->a->smem_bytes ? L->a->smem_bytes : 1);
+  w->warps = calloc((n + 31) / 32, sizeof *w->warps);
+  w->copies = calloc(n * FA_EMU_MAX_COPIES, sizeof *w->copies);
+  w->order = calloc(n, sizeof *w->order);
+  return w->f && w->smem && w->warps && w->copies && w->order ? 0 : -1;
+}
+
+static void launch_fail(launch *L, const char *msg) {
+  pthread_mutex_lock(&L->mu);
+  if (!atomic_load(&L->failed)) snprintf(L->msg, sizeof L->msg, "%s", msg);
+  atomic_store(&L->failed, 1);
+  pthread_mutex_unlock(&L->mu);
+}
+
+static void add_counters(fa_emu_counters *to, const fa_emu_counters *from) {
+  unsigned long long *t = (unsigned long long *)to;
+  const unsigned long long *f = (const unsigned long long *)from;
+  for (size_t i = 0; i < sizeof *to / sizeof *t; i++) t[i] += f[i];
+}
+
+/* The body of every OS thread of the launch, the caller's included. */
+static void *work(void *arg) {
+  launch *L = arg;
+  worker w;
+  if (worker_init(&w, L) != 0) {
+    worker_free(&w);
+    launch_fail(L, "out of memory for the emulated threads");
+    return NULL;
+  }
+  /* The slot belongs to this OS thread: the module's TLS variable. */
+  fa_emu_thread **slot = L->a->slot();
+  unsigned long long cta;
+  while (!atomic_load(&L->failed) && (cta = atomic_fetch_add(&L->next, 1)) < L->ncta) {
+    if (run_cta(&w, slot, cta) != 0) {
+      launch_fail(L, w.msg);
+      break;
+    }
+  }
+  *slot = NULL;
+  pthread_mutex_lock(&L->mu);
+  add_counters(&L->total, &w.ctr);
+  pthread_mutex_unlock(&L->mu);
+  worker_free(&w);
+  return NULL;
+}
+
+static int bad_args(const emu_launch_args *a, char *err, size_t errlen) {
+  const char *why = NULL;
+  if (!a->fn || !a->slot || !a->params) why = "no kernel";
+  else if (a->threads < 1 || a->threads > MAX_THREADS) why = "threads per CTA must be 1 to 1024";
+  else if (!a->grid[0] || !a->grid[1] || !a->grid[2]) why = "empty grid";
+  else if (a->smem_bytes > MAX_SMEM) why = "more than 1 MiB of shared memory";
+  if (why) snprintf(err, errlen, "%s: cannot launch: %s", a->entry ? a->entry : "?", why);
+  return why != NULL;
+}
+
+int emu_launch(const emu_launch_args *a, const emu_launch_opts *o,
+               fa_emu_counters *ctr, char *err, size_t errlen) {
+  if (bad_args(a, err, errlen)) return -1;
+  launch L;
+  memset(&L, 0, sizeof L);
+  L.a = a, L.o = o;
+  L.ncta = (unsigned long long)a->grid[0] * a->grid[1] * a->grid[2];
+  atomic_init(&L.next, 0);
+  atomic_init(&L.failed, 0);
+  if (pthread_mutex_init(&L.mu, NULL) != 0) {
+    snprintf(err, errlen, "%s: cannot create a mutex", a->entry);
+    return -1;
+  }
+  unsigned long long nthreads = o->threads > 1 ? (unsigned long long)o->threads : 1;
+  if (nthreads > L.ncta) nthreads = L.ncta;
+  pthread_t *tids = calloc(nthreads, sizeof *tids);
+  size_t started = 0;
+  for (unsigned long long i = 1; tids && i < nthreads; i++)
+    if (pthread_create(&tids[started], NULL, work, &L) == 0) started++;
+  work(&L);
+  for (size_t i = 0; i < started; i++) pthread_join(tids[i], NULL);
+  free(tids);
+  pthread_mutex_destroy(&L.mu);
+  if (atomic_load(&L.failed)) {
+    snprintf(err, errlen, "%s", L.msg);
+    return -1;
+  }
+  add_counters(ctr, &L.total);
+  return 0;
+}

@@ -1,0 +1,4 @@
+/*
+** prelude_cuda_tc.cuh
+** Tensor-core primitives of the cuda backend (to be written).
+*/

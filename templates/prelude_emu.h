@@ -1,0 +1,135 @@
+/*
+** prelude_emu.h
+** The device primitives of the CPU emulator: the same names as
+** prelude_cuda.cuh, implemented in C11 for a kernel body compiled by the
+** host compiler. Each CUDA thread is a fiber; the running one is
+** fa_emu_self. Every global and shared access is bounds-checked and
+** counted; barriers and warp collectives call back into the host scheduler.
+** Macros pass the body's line to the checks, so a fault names its line.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FA_INLINE static inline
+#define FA_KERNEL(name, nthreads) \
+  __attribute__((visibility("default"))) void name(const fa_params p)
+#define FA_UNROLL
+#define FA_UNROLL_BY(n)
+
+/* initial-exec: a plain load from the thread pointer. The host finds this
+** slot through fa_emu_slot() and points it at each fiber it resumes. */
+static _Thread_local fa_emu_thread *fa_emu_self __attribute__((tls_model("initial-exec")));
+
+__attribute__((visibility("default"))) fa_emu_thread **fa_emu_slot(void);
+fa_emu_thread **fa_emu_slot(void) { return &fa_emu_self; }
+__attribute__((visibility("default"))) int fa_emu_abi(void);
+int fa_emu_abi(void) { return FA_EMU_ABI_VERSION; }
+
+FA_INLINE void *fa_smem_base(void) { return fa_emu_self->smem; }
+FA_INLINE int fa_tid(void) { return fa_emu_self->tid; }
+FA_INLINE int fa_bid_x(void) { return fa_emu_self->bx; }
+FA_INLINE int fa_bid_y(void) { return fa_emu_self->by; }
+FA_INLINE int fa_bid_z(void) { return fa_emu_self->bz; }
+
+#define fa_syncthreads() fa_emu_wait(FA_EMU_WAIT_CTA, __LINE__)
+#define fa_syncwarp() fa_emu_wait(FA_EMU_WAIT_WARP, __LINE__)
+FA_INLINE void fa_emu_wait(int kind, int line) {
+  fa_emu_thread *t = fa_emu_self;
+  t->wait(t, kind, line);
+}
+
+/* ---- Checked, counted memory access ---- */
+
+FA_INLINE void fa_emu_check_global(fa_emu_thread *t, const void *a, int n, int line) {
+  const uintptr_t x = (uintptr_t)a;
+  if (x & (uintptr_t)(n - 1)) t->fault(t, FA_EMU_FAULT_ALIGN, a, n, line);
+  for (int i = 0; i < t->nranges; ++i)
+    if (x >= t->ranges[i].lo && x + (uintptr_t)n <= t->ranges[i].hi) return;
+  t->fault(t, FA_EMU_FAULT_GLOBAL, a, n, line);
+}
+
+FA_INLINE void fa_emu_check_shared(fa_emu_thread *t, const void *a, int n, int line) {
+  const uintptr_t x = (uintptr_t)a;
+  if (x & (uintptr_t)(n - 1)) t->fault(t, FA_EMU_FAULT_ALIGN, a, n, line);
+  if (x < (uintptr_t)t->smem || x + (uintptr_t)n > (uintptr_t)t->smem_end)
+    t->fault(t, FA_EMU_FAULT_SHARED, a, n, line);
+}
+
+#define FA_EMU_MEMORY(T, S) \
+  FA_INLINE T fa_emu_ldg_##S(const T *a, int line) { \
+    fa_emu_thread *t = fa_emu_self; \
+    fa_emu_check_global(t, a, (int)sizeof(T), line); \
+    t->ctr->gmem_read += sizeof(T); \
+    return *a; \
+  } \
+  FA_INLINE void fa_emu_st_##S(T *a, T v, int line) { \
+    fa_emu_thread *t = fa_emu_self; \
+    fa_emu_check_global(t, a, (int)sizeof(T), line); \
+    t->ctr->gmem_written += sizeof(T); \
+    *a = v; \
+  } \
+  FA_INLINE T fa_emu_lds_##S(const T *a, int line) { \
+    fa_emu_thread *t = fa_emu_self; \
+    fa_emu_check_shared(t, a, (int)sizeof(T), line); \
+    t->ctr->smem_read += sizeof(T); \
+    return *a; \
+  } \
+  FA_INLINE void fa_emu_sts_##S(T *a, T v, int line) { \
+    fa_emu_thread *t = fa_emu_self; \
+    fa_emu_check_shared(t, a, (int)sizeof(T), line); \
+    t->ctr->smem_written += sizeof(T); \
+    *a = v; \
+  }
+FA_EMU_MEMORY(float, f32)
+FA_EMU_MEMORY(double, f64)
+
+/* ldg (read-only path) and ld are both global loads here. */
+#define fa_ldg_f32(a) fa_emu_ldg_f32((a), __LINE__)
+#define fa_ldg_f64(a) fa_emu_ldg_f64((a), __LINE__)
+#define fa_ld_f32(a) fa_emu_ldg_f32((a), __LINE__)
+#define fa_ld_f64(a) fa_emu_ldg_f64((a), __LINE__)
+#define fa_st_f32(a, v) fa_emu_st_f32((a), (v), __LINE__)
+#define fa_st_f64(a, v) fa_emu_st_f64((a), (v), __LINE__)
+#define fa_lds_f32(a) fa_emu_lds_f32((a), __LINE__)
+#define fa_lds_f64(a) fa_emu_lds_f64((a), __LINE__)
+#define fa_sts_f32(a, v) fa_emu_sts_f32((a), (v), __LINE__)
+#define fa_sts_f64(a, v) fa_emu_sts_f64((a), (v), __LINE__)
+
+/* ---- Warp collectives ---- */
+
+/* Every lane of the warp brings n bytes; returns the 32 slots, valid until
+** this lane's next collective. */
+FA_INLINE unsigned char (*fa_emu_exchange(fa_emu_thread *t, const void *mine, size_t n,
+                                          int line))[FA_EMU_XCHG_BYTES] {
+  unsigned char (*slots)[FA_EMU_XCHG_BYTES] = t->w->xchg[t->xgen & 1u];
+  memcpy(slots[t->lane], mine, n);
+  t->wait(t, FA_EMU_WAIT_XCHG, line);
+  t->xgen++;
+  return slots;
+}
+
+/* A source lane outside a partial warp reads the caller's own value. */
+#define FA_EMU_SHUFFLE(T, S) \
+  FA_INLINE T fa_emu_shfl_xor_##S(T v, int mask, int line) { \
+    fa_emu_thread *t = fa_emu_self; \
+    unsigned char (*slots)[FA_EMU_XCHG_BYTES] = fa_emu_exchange(t, &v, sizeof v, line); \
+    const int src = t->lane ^ (mask & 31); \
+    T r; \
+    memcpy(&r, slots[src < t->warp_size ? src : t->lane], sizeof r); \
+    if (t->lane == 0) t->ctr->shuffles++; \
+    return r; \
+  }
+FA_EMU_SHUFFLE(float, f32)
+FA_EMU_SHUFFLE(double, f64)
+#define fa_shfl_xor_f32(v, m) fa_emu_shfl_xor_f32((v), (m), __LINE__)
+#define fa_shfl_xor_f64(v, m) fa_emu_shfl_xor_f64((v), (m), __LINE__)
+
+/* ---- Transcendentals ---- */
+
+FA_INLINE float fa_exp2_f32(float x) { fa_emu_self->ctr->exp2++; return exp2f(x); }
+FA_INLINE double fa_exp2_f64(double x) { fa_emu_self->ctr->exp2++; return exp2(x); }
+FA_INLINE float fa_log2_f32(float x) { fa_emu_self->ctr->log2++; return log2f(x); }
+FA_INLINE double fa_log2_f64(double x) { fa_emu_self->ctr->log2++; return log2(x); }
+FA_INLINE float fa_neg_inf_f32(void) { return -INFINITY; }
+FA_INLINE double fa_neg_inf_f64(void) { return -(double)INFINITY; }

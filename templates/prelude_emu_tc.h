@@ -1,0 +1,4 @@
+/*
+** prelude_emu_tc.h
+** Tensor-core primitives of the CPU emulator (to be written).
+*/
