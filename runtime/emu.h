@@ -57,6 +57,7 @@ typedef struct emu_launch_opts {
   emu_schedule schedule;   /* order fibers run in between barriers */
   unsigned long long seed; /* for EMU_RANDOM */
   int threads;             /* OS threads sharing the CTAs; <= 0: 1 */
+  unsigned char smem_fill; /* every byte of shared memory at the start of a CTA */
 } emu_launch_opts;
 
 typedef struct emu_launch_args {

@@ -201,11 +201,14 @@ static void report_deadlock(worker *w) {
     while (j < w->n && w->f[j].state == a->state && w->f[j].kind == a->kind &&
            w->f[j].line == a->line)
       j++;
+    char who[32];
+    if (j - i > 1) snprintf(who, sizeof who, "threads %d-%d", i, j - 1);
+    else snprintf(who, sizeof who, "thread %d", i);
     int k = a->state == F_DONE
-              ? snprintf(text + used, sizeof text - used, "%sthreads %d-%d have exited",
-                         groups ? "; " : "", i, j - 1)
-              : snprintf(text + used, sizeof text - used, "%sthreads %d-%d wait at %s on line %d",
-                         groups ? "; " : "", i, j - 1, wait_names[a->kind], a->line);
+              ? snprintf(text + used, sizeof text - used, "%s%s exited", groups ? "; " : "", who)
+              : snprintf(text + used, sizeof text - used, "%s%s wait%s at %s on line %d",
+                         groups ? "; " : "", who, j - i > 1 ? "" : "s", wait_names[a->kind],
+                         a->line);
     if (k < 0 || (size_t)k >= sizeof text - used) break;
     used += (size_t)k, groups++, i = j;
   }
@@ -218,8 +221,7 @@ static void start_cta(worker *w, unsigned long long cta) {
   w->bid[0] = (unsigned)(cta % a->grid[0]);
   w->bid[1] = (unsigned)(cta / a->grid[0] % a->grid[1]);
   w->bid[2] = (unsigned)(cta / a->grid[0] / a->grid[1]);
-  /* All ones is NaN in fp32 and fp64: a read before any write shows. */
-  memset(w->smem, 0xFF, a->smem_bytes);
+  memset(w->smem, L->o->smem_fill, a->smem_bytes);
   memset(w->warps, 0, sizeof(fa_emu_warp) * (size_t)((w->n + 31) / 32));
   w->alive = w->n;
   w->cta_arrived = 0;

@@ -1,0 +1,85 @@
+/*
+** attn_run.c
+** Buffers, poison, launch and read-back for one attention run.
+*/
+#include <stdio.h>
+#include <time.h>
+
+#include "attn_run.h"
+
+static size_t elems(const fa_problem *p, int seq, int dim) {
+  return (size_t)p->batch * (size_t)p->heads * (size_t)seq * (size_t)dim;
+}
+
+int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const void *k,
+                       const void *v, attn_inputs *in, char *err, size_t errlen) {
+  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t qb = elems(p, p->seq_q, p->dim) * es, kb = elems(p, p->seq_k, p->dim) * es;
+  in->q = in->k = in->v = NULL;
+  if (backend_alloc(be, qb, &in->q, err, errlen) || backend_alloc(be, kb, &in->k, err, errlen) ||
+      backend_alloc(be, kb, &in->v, err, errlen) ||
+      backend_upload(be, in->q, q, qb, err, errlen) ||
+      backend_upload(be, in->k, k, kb, err, errlen) ||
+      backend_upload(be, in->v, v, kb, err, errlen)) {
+    attn_inputs_free(be, in);
+    return -1;
+  }
+  return 0;
+}
+
+void attn_inputs_free(fa_backend *be, attn_inputs *in) {
+  backend_free(be, in->q);
+  backend_free(be, in->k);
+  backend_free(be, in->v);
+  in->q = in->k = in->v = NULL;
+}
+
+fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,
+                      void *o, void *lse, void *ws) {
+  const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
+  fa_params a = {
+    .q = q, .k = k, .v = v, .o = o, .lse = lse, .ws = ws,
+    .q_sb = lq.sb, .q_sh = lq.sh, .q_sn = lq.sn,
+    .k_sb = lk.sb, .k_sh = lk.sh, .k_sn = lk.sn,
+    .v_sb = lk.sb, .v_sh = lk.sh, .v_sn = lk.sn,
+    .o_sb = lq.sb, .o_sh = lq.sh, .o_sn = lq.sn,
+    .batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
+    .scale_log2 = fa_problem_scale(p) * 1.4426950408889634074};
+  return a;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+             const fa_problem *p, const attn_inputs *in, const fa_run_opts *opts,
+             void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
+             char *err, size_t errlen) {
+  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t ob = elems(p, p->seq_q, p->dim) * es, lb = elems(p, p->seq_q, 1) * es;
+  gen_launch shape;
+  gen_launch_shape(k, p, &shape);
+  void *o = NULL, *lse = NULL, *ws = NULL;
+  int rc = -1;
+  if (backend_alloc(be, ob, &o, err, errlen) || backend_alloc(be, lb, &lse, err, errlen) ||
+      (shape.ws_bytes && backend_alloc(be, shape.ws_bytes, &ws, err, errlen)) ||
+      backend_fill(be, o, 0xFF, ob, err, errlen) || backend_fill(be, lse, 0xFF, lb, err, errlen) ||
+      (ws && backend_fill(be, ws, 0xFF, shape.ws_bytes, err, errlen)))
+    goto done;
+  fa_params a = attn_params(p, in->q, in->k, in->v, o, lse, ws);
+  fa_counters scratch = {0};
+  double t0 = now_ms();
+  if (backend_launch(be, prog, &shape, &a, opts, ctr ? ctr : &scratch, err, errlen) != 0)
+    goto done;
+  if (launch_ms) *launch_ms = now_ms() - t0;
+  rc = backend_download(be, o_host, o, ob, err, errlen) ||
+       backend_download(be, lse_host, lse, lb, err, errlen) ? -1 : 0;
+done:
+  backend_free(be, o);
+  backend_free(be, lse);
+  backend_free(be, ws);
+  return rc;
+}

@@ -1,0 +1,33 @@
+/*
+** attn_run.h
+** One attention problem through one compiled kernel on a backend: inputs
+** uploaded once, then any number of runs, each with fresh output buffers
+** poisoned with NaN (all ones) before the launch so that an element the
+** kernel never writes cannot pass for a result.
+*/
+#ifndef ATTN_RUN_H
+#define ATTN_RUN_H
+
+#include "backend.h"
+
+/* Q, K, V on the device, contiguous (batch, heads, seq, dim), kernel dtype. */
+typedef struct attn_inputs { void *q, *k, *v; } attn_inputs;
+
+int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const void *k,
+                       const void *v, attn_inputs *in, char *err, size_t errlen);
+void attn_inputs_free(fa_backend *be, attn_inputs *in);
+
+/* The kernel's argument block for contiguous tensors at the given addresses. */
+fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,
+                      void *o, void *lse, void *ws);
+
+/* Run kernel k (compiled as prog) once. o_host receives batch*heads*seq_q*dim
+** elements and lse_host batch*heads*seq_q, both in the kernel's dtype.
+** Counters are added to ctr (may be NULL); launch_ms (may be NULL) is the
+** wall time of the launch alone. */
+int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+             const fa_problem *p, const attn_inputs *in, const fa_run_opts *opts,
+             void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
+             char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,77 @@
+/*
+** backend.c
+** Choosing a backend, and the calls every backend answers.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_driver.h"
+
+int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
+                 char *err, size_t errlen) {
+  *out = NULL;
+  if (note && notelen) note[0] = '\0';
+  if (!strcmp(name, "emu")) return backend_emu_open(out, err, errlen);
+  if (strcmp(name, "cuda") && strcmp(name, "auto")) {
+    snprintf(err, errlen, "unknown backend '%s' (emu, cuda or auto)", name);
+    return -1;
+  }
+  char why[256];
+  if (cudrv_probe(why, sizeof why) > 0)
+    snprintf(why, sizeof why, "the cuda backend cannot run kernels in this version");
+  if (!strcmp(name, "cuda")) {
+    snprintf(err, errlen, "--backend cuda: %s", why);
+    return -1;
+  }
+  if (note) snprintf(note, notelen, "%s", why);
+  return backend_emu_open(out, err, errlen);
+}
+
+void backend_close(fa_backend *b) {
+  if (b) b->ops->close(b);
+}
+
+const char *backend_name(const fa_backend *b) { return b->ops->name; }
+int backend_has_counters(const fa_backend *b) { return b->ops->has_counters; }
+
+int backend_compile(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
+                    fa_build *out, char *err, size_t errlen) {
+  return b->ops->compile(b, kernels, n, jobs, out, err, errlen);
+}
+
+void backend_build_free(fa_backend *b, fa_build *build) {
+  if (build->prog) b->ops->program_free(b, build->prog);
+  free(build->log);
+  memset(build, 0, sizeof *build);
+}
+
+int backend_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen) {
+  return b->ops->alloc(b, bytes, ptr, err, errlen);
+}
+
+void backend_free(fa_backend *b, void *ptr) {
+  if (ptr) b->ops->free(b, ptr);
+}
+
+int backend_upload(fa_backend *b, void *dst, const void *src, size_t bytes, char *err,
+                   size_t errlen) {
+  return b->ops->copy(b, dst, src, bytes, 1, err, errlen);
+}
+
+int backend_download(fa_backend *b, void *dst, const void *src, size_t bytes, char *err,
+                     size_t errlen) {
+  return b->ops->copy(b, dst, src, bytes, 0, err, errlen);
+}
+
+int backend_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
+                 size_t errlen) {
+  return b->ops->fill(b, dst, byte, bytes, err, errlen);
+}
+
+int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                   const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
+                   char *err, size_t errlen) {
+  return b->ops->launch(b, prog, shape, params, opts, ctr, err, errlen);
+}

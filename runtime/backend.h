@@ -1,0 +1,90 @@
+/*
+** backend.h
+** What the tuner drives, whatever runs the kernels: compile, allocate, copy,
+** launch, counters. Two backends sit behind it: cuda (NVRTC and the Driver
+** API) and emu (the CPU emulator). Device pointers are void *; on emu they
+** are host memory. Every call returns 0, or -1 with a one-line message in
+** err; a backend may be used from several threads at once.
+*/
+#ifndef BACKEND_H
+#define BACKEND_H
+
+#include <stddef.h>
+
+#include "emu.h"
+#include "gen.h"
+
+typedef struct fa_backend fa_backend;
+typedef struct fa_program fa_program;   /* one compiled kernel */
+
+/* The emulator's exact counts; a backend without counters leaves them 0
+** and says so with backend_has_counters. */
+typedef fa_emu_counters fa_counters;
+
+/* What became of one kernel: prog is NULL when it did not compile, and
+** log says why. */
+typedef struct fa_build {
+  fa_program *prog;
+  char *log;
+  double compile_ms;
+} fa_build;
+
+typedef struct fa_run_opts {
+  emu_schedule schedule;    /* emu: the order threads run between barriers */
+  unsigned long long seed;  /* emu: for the random schedule */
+  int threads;              /* emu: OS threads sharing the CTAs */
+  unsigned char smem_fill;  /* emu: shared memory's bytes when a CTA starts */
+} fa_run_opts;
+
+/* name: "emu", "cuda" or "auto" (cuda when a GPU is usable, else emu; the
+** reason for the fallback is left in note). */
+int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
+                 char *err, size_t errlen);
+void backend_close(fa_backend *b);
+const char *backend_name(const fa_backend *b);   /* "emu" or "cuda" */
+int backend_has_counters(const fa_backend *b);
+
+/* Compile n kernels on up to jobs threads; out[i] for kernels[i]. A kernel
+** that fails never stops the others; -1 means nothing could be tried. */
+int backend_compile(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
+                    fa_build *out, char *err, size_t errlen);
+void backend_build_free(fa_backend *b, fa_build *build);
+
+int backend_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen);
+void backend_free(fa_backend *b, void *ptr);
+int backend_upload(fa_backend *b, void *dst, const void *src, size_t bytes, char *err,
+                   size_t errlen);
+int backend_download(fa_backend *b, void *dst, const void *src, size_t bytes, char *err,
+                     size_t errlen);
+int backend_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
+                 size_t errlen);
+
+/* Launch and wait. Counters, where the backend has them, are added to ctr. */
+int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                   const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
+                   char *err, size_t errlen);
+
+/* The backends' own constructors, for backend_open. */
+typedef struct backend_ops backend_ops;
+struct backend_ops {
+  const char *name;
+  int has_counters;
+  void (*close)(fa_backend *b);
+  int (*compile)(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
+                 fa_build *out, char *err, size_t errlen);
+  void (*program_free)(fa_backend *b, fa_program *p);
+  int (*alloc)(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen);
+  void (*free)(fa_backend *b, void *ptr);
+  int (*copy)(fa_backend *b, void *dst, const void *src, size_t bytes, int to_device,
+              char *err, size_t errlen);
+  int (*fill)(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
+              size_t errlen);
+  int (*launch)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
+                char *err, size_t errlen);
+};
+struct fa_backend { const backend_ops *ops; };
+
+int backend_emu_open(fa_backend **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,195 @@
+/*
+** backend_emu.c
+** The emu backend: the CPU emulator behind backend.h. Device memory is
+** host memory; the backend keeps a list of what it allocated, and a launch
+** lets the kernel touch those buffers and nothing else.
+*/
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+typedef struct emu_backend {
+  fa_backend base;
+  pthread_mutex_t mu;     /* guards the buffer list */
+  fa_emu_range *bufs;
+  int nbufs, cap;
+} emu_backend;
+
+struct fa_program {
+  emu_build build;
+  char *entry;
+};
+
+static emu_backend *self(fa_backend *b) { return (emu_backend *)b; }
+
+static void emu_close(fa_backend *b) {
+  emu_backend *e = self(b);
+  for (int i = 0; i < e->nbufs; i++) free((void *)(uintptr_t)e->bufs[i].lo);
+  free(e->bufs);
+  pthread_mutex_destroy(&e->mu);
+  free(e);
+}
+
+static int emu_compile_kernels(fa_backend *b, const gen_kernel *const *kernels, size_t n,
+                               int jobs, fa_build *out, char *err, size_t errlen) {
+  (void)b;
+  memset(out, 0, n * sizeof *out);
+  emu_source *src = calloc(n ? n : 1, sizeof *src);
+  emu_build *built = calloc(n ? n : 1, sizeof *built);
+  int rc = -1;
+  if (!src || !built) {
+    snprintf(err, errlen, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) src[i].entry = kernels[i]->entry, src[i].body = kernels[i]->body;
+  emu_compile_opts opts = {.jobs = jobs};
+  if ((rc = emu_compile(src, n, &opts, built, err, errlen)) != 0) goto done;
+  for (size_t i = 0; i < n; i++) {
+    out[i].compile_ms = built[i].ms;
+    if (!built[i].fn) {
+      out[i].log = built[i].log;
+      built[i].log = NULL;
+      emu_build_free(&built[i]);
+      continue;
+    }
+    fa_program *p = malloc(sizeof *p);
+    char *entry = strdup(kernels[i]->entry);
+    if (!p || !entry) {
+      free(p), free(entry);
+      emu_build_free(&built[i]);
+      out[i].log = strdup("out of memory");
+      continue;
+    }
+    p->build = built[i], p->entry = entry;
+    out[i].prog = p;
+  }
+done:
+  free(src);
+  free(built);
+  return rc;
+}
+
+static void emu_program_free(fa_backend *b, fa_program *p) {
+  (void)b;
+  emu_build_free(&p->build);
+  free(p->entry);
+  free(p);
+}
+
+static int emu_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen) {
+  emu_backend *e = self(b);
+  /* 256-byte aligned like cudaMalloc, so alignment faults mean the same. */
+  size_t rounded = (bytes + 255) / 256 * 256;
+  void *p = rounded >= bytes ? aligned_alloc(256, rounded ? rounded : 256) : NULL;
+  if (!p) {
+    snprintf(err, errlen, "out of memory allocating %zu bytes", bytes);
+    return -1;
+  }
+  pthread_mutex_lock(&e->mu);
+  if (e->nbufs == e->cap) {
+    int cap = e->cap ? e->cap * 2 : 16;
+    fa_emu_range *r = realloc(e->bufs, (size_t)cap * sizeof *r);
+    if (!r) {
+      pthread_mutex_unlock(&e->mu);
+      free(p);
+      snprintf(err, errlen, "out of memory");
+      return -1;
+    }
+    e->bufs = r, e->cap = cap;
+  }
+  e->bufs[e->nbufs++] = (fa_emu_range){(uintptr_t)p, (uintptr_t)p + bytes};
+  pthread_mutex_unlock(&e->mu);
+  *ptr = p;
+  return 0;
+}
+
+static void emu_free(fa_backend *b, void *ptr) {
+  emu_backend *e = self(b);
+  pthread_mutex_lock(&e->mu);
+  for (int i = 0; i < e->nbufs; i++)
+    if (e->bufs[i].lo == (uintptr_t)ptr) {
+      e->bufs[i] = e->bufs[--e->nbufs];
+      free(ptr);
+      break;
+    }
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* Is [p, p + n) inside one allocation? Copies are checked like kernels. */
+static int owned(emu_backend *e, const void *p, size_t n) {
+  int ok = 0;
+  pthread_mutex_lock(&e->mu);
+  for (int i = 0; i < e->nbufs && !ok; i++)
+    ok = (uintptr_t)p >= e->bufs[i].lo && (uintptr_t)p + n <= e->bufs[i].hi;
+  pthread_mutex_unlock(&e->mu);
+  return ok;
+}
+
+static int emu_copy(fa_backend *b, void *dst, const void *src, size_t bytes, int to_device,
+                    char *err, size_t errlen) {
+  if (!owned(self(b), to_device ? dst : src, bytes)) {
+    snprintf(err, errlen, "copy of %zu bytes outside every emulator buffer", bytes);
+    return -1;
+  }
+  memcpy(dst, src, bytes);
+  return 0;
+}
+
+static int emu_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
+                    size_t errlen) {
+  if (!owned(self(b), dst, bytes)) {
+    snprintf(err, errlen, "fill of %zu bytes outside every emulator buffer", bytes);
+    return -1;
+  }
+  memset(dst, byte, bytes);
+  return 0;
+}
+
+static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                              const fa_params *params, const fa_run_opts *opts,
+                              fa_counters *ctr, char *err, size_t errlen) {
+  emu_backend *e = self(b);
+  if (shape->block[1] != 1 || shape->block[2] != 1) {
+    snprintf(err, errlen, "%s: the emulator runs 1-D thread blocks only", prog->entry);
+    return -1;
+  }
+  /* A snapshot: buffers allocated by other threads later are not ours. */
+  pthread_mutex_lock(&e->mu);
+  int n = e->nbufs;
+  fa_emu_range *ranges = malloc((size_t)(n ? n : 1) * sizeof *ranges);
+  if (ranges) memcpy(ranges, e->bufs, (size_t)n * sizeof *ranges);
+  pthread_mutex_unlock(&e->mu);
+  if (!ranges) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  emu_launch_args a = {
+    .fn = prog->build.fn, .slot = prog->build.slot, .entry = prog->entry,
+    .grid = {shape->grid[0], shape->grid[1], shape->grid[2]}, .threads = shape->block[0],
+    .smem_bytes = shape->smem_bytes, .params = params, .ranges = ranges, .nranges = n};
+  emu_launch_opts lo = {opts->schedule, opts->seed, opts->threads, opts->smem_fill};
+  int rc = emu_launch(&a, &lo, ctr, err, errlen);
+  free(ranges);
+  return rc;
+}
+
+static const backend_ops emu_ops = {
+  .name = "emu", .has_counters = 1, .close = emu_close, .compile = emu_compile_kernels,
+  .program_free = emu_program_free, .alloc = emu_alloc, .free = emu_free, .copy = emu_copy,
+  .fill = emu_fill, .launch = emu_launch_program};
+
+int backend_emu_open(fa_backend **out, char *err, size_t errlen) {
+  emu_backend *e = calloc(1, sizeof *e);
+  if (!e || pthread_mutex_init(&e->mu, NULL) != 0) {
+    free(e);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  e->base.ops = &emu_ops;
+  *out = &e->base;
+  return 0;
+}

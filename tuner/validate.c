@@ -1,0 +1,192 @@
+/*
+** validate.c
+** Kernel output against the float64 reference.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "validate.h"
+
+double val_tolerance(fa_dtype t) { return t == FA_FP64 ? 1e-10 : 1e-5; }
+
+/* splitmix64 and Box-Muller: normal numbers, the same for a seed everywhere. */
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static double rng_normal(uint64_t *s) {
+  double u1 = ((double)(rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  double u2 = ((double)(rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* n normal values in the kernel's dtype (out) and as doubles (exact copy). */
+static void fill(uint64_t *s, fa_dtype t, size_t n, void *out, double *exact) {
+  for (size_t i = 0; i < n; i++) {
+    double x = rng_normal(s);
+    if (t == FA_FP32) {
+      ((float *)out)[i] = (float)x;
+      exact[i] = (float)x;
+    } else {
+      ((double *)out)[i] = x;
+      exact[i] = x;
+    }
+  }
+}
+
+void val_case_free(val_case *c) {
+  free(c->q), free(c->k), free(c->v), free(c->o_ref), free(c->lse_ref);
+  memset(c, 0, sizeof *c);
+}
+
+int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
+                  size_t errlen) {
+  memset(c, 0, sizeof *c);
+  c->p = *p, c->seed = seed;
+  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t bh = (size_t)p->batch * (size_t)p->heads;
+  const size_t nq = bh * (size_t)p->seq_q * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
+  double *qd = malloc(nq * sizeof *qd), *kd = malloc(nk * sizeof *kd), *vd = malloc(nk * sizeof *vd);
+  c->q = malloc(nq * es), c->k = malloc(nk * es), c->v = malloc(nk * es);
+  c->o_ref = malloc(nq * sizeof *c->o_ref);
+  c->lse_ref = malloc(bh * (size_t)p->seq_q * sizeof *c->lse_ref);
+  int rc = -1;
+  if (!qd || !kd || !vd || !c->q || !c->k || !c->v || !c->o_ref || !c->lse_ref) {
+    snprintf(err, errlen, "out of memory for the validation inputs");
+  } else {
+    uint64_t s = seed;
+    fill(&s, p->dtype, nq, c->q, qd);
+    fill(&s, p->dtype, nk, c->k, kd);
+    fill(&s, p->dtype, nk, c->v, vd);
+    const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
+    rc = ref_attention(p, qd, lq, kd, lk, vd, lk, c->o_ref, lq, c->lse_ref);
+    if (rc != 0) snprintf(err, errlen, "the reference cannot compute this problem");
+  }
+  free(qd), free(kd), free(vd);
+  if (rc != 0) val_case_free(c);
+  return rc;
+}
+
+static double get(const void *a, fa_dtype t, size_t i) {
+  return t == FA_FP32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
+}
+
+/* Element i of a (batch, heads, seq, dim) tensor as text. */
+static void where(const fa_problem *p, size_t i, int dim, char *buf, size_t n) {
+  const size_t d = i % (size_t)dim, r = i / (size_t)dim % (size_t)p->seq_q;
+  const size_t h = i / (size_t)dim / (size_t)p->seq_q % (size_t)p->heads;
+  const size_t b = i / (size_t)dim / (size_t)p->seq_q / (size_t)p->heads;
+  /* Each index fits an unsigned: batch and heads < 2^16, seq < 2^25. */
+  if (dim > 1) snprintf(buf, n, "[%u,%u,%u,%u]", (unsigned)b, (unsigned)h, (unsigned)r, (unsigned)d);
+  else snprintf(buf, n, "[%u,%u,%u]", (unsigned)b, (unsigned)h, (unsigned)r);
+}
+
+static void judge(const val_case *c, const void *o, const void *lse, val_result *r) {
+  const fa_problem *p = &c->p;
+  const fa_dtype t = p->dtype;
+  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
+  const size_t n = rows * (size_t)p->dim;
+  const double tol = val_tolerance(t);
+  char at[64];
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double x = get(o, t, i), d = x - c->o_ref[i];
+    if (!isfinite(x)) {
+      where(p, i, p->dim, at, sizeof at);
+      snprintf(r->msg, sizeof r->msg, "o%s is %s (never written, or overflow)", at,
+               isnan(x) ? "NaN" : "Inf");
+      r->rel_err = r->max_abs_err = INFINITY;
+      r->status = VAL_INVALID;
+      return;
+    }
+    e2 += d * d, r2 += c->o_ref[i] * c->o_ref[i];
+    if (fabs(d) > r->max_abs_err) r->max_abs_err = fabs(d);
+  }
+  r->rel_err = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
+  for (size_t i = 0; i < rows; i++) {
+    const double x = get(lse, t, i), ref = c->lse_ref[i];
+    double e;
+    if (isinf(ref) && ref < 0) e = x == ref ? 0 : INFINITY;
+    else e = isfinite(x) ? fabs(x - ref) / fmax(1.0, fabs(ref)) : INFINITY;
+    if (!(e <= r->lse_err)) r->lse_err = e;  /* NaN sticks */
+    if (!(e <= tol) && !r->msg[0]) {
+      where(p, i, 1, at, sizeof at);
+      snprintf(r->msg, sizeof r->msg, "lse%s is %.17g, the reference %.17g", at, x, ref);
+    }
+  }
+  if (r->rel_err > tol) {
+    snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g exceeds %.0e (max abs %.3g)",
+             r->rel_err, tol, r->max_abs_err);
+    r->status = VAL_INVALID;
+  } else if (r->msg[0]) {
+    r->status = VAL_INVALID;
+  }
+}
+
+/* The first differing element of two runs, for the race report. */
+static size_t first_diff(const void *a, const void *b, size_t n, size_t es) {
+  for (size_t i = 0; i < n; i++)
+    if (memcmp((const char *)a + i * es, (const char *)b + i * es, es)) return i;
+  return n;
+}
+
+int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
+              const fa_program *prog, const gen_kernel *k, const val_opts *o,
+              val_result *r, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
+  const fa_problem *p = &c->p;
+  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
+  const size_t n = rows * (size_t)p->dim;
+  const int runs = o->nschedules == 2 ? 2 : 1;
+  unsigned char *out[2][2] = {{NULL}};
+  int rc = 0;
+  for (int s = 0; s < runs; s++) {
+    out[s][0] = malloc(n * es), out[s][1] = malloc(rows * es);
+    if (!out[s][0] || !out[s][1]) {
+      snprintf(err, errlen, "out of memory");
+      rc = -1;
+      goto done;
+    }
+  }
+  for (int s = 0; s < runs; s++) {
+    /* Shared memory starts as NaN (all ones) in the first run and as zeros
+    ** in the second: a read before the write then changes the bits too. */
+    fa_run_opts ro = {o->schedule[s], o->seed, o->threads, s ? 0x00 : 0xFF};
+    char why[400];
+    if (attn_run(be, prog, k, p, in, &ro, out[s][0], out[s][1], s ? NULL : &r->counters,
+                 s ? NULL : &r->run_ms, why, sizeof why) != 0) {
+      snprintf(r->msg, sizeof r->msg, "%s", why);
+      r->status = VAL_CRASHED;
+      r->rel_err = r->max_abs_err = r->lse_err = INFINITY;
+      goto done;
+    }
+  }
+  judge(c, out[0][0], out[0][1], r);
+  if (runs == 2) {
+    /* A race outranks an error figure: it says what to fix. */
+    size_t i = first_diff(out[0][0], out[1][0], n, es);
+    size_t j = first_diff(out[0][1], out[1][1], rows, es);
+    if (i < n || j < rows) {
+      char at[64];
+      if (i < n) where(p, i, p->dim, at, sizeof at);
+      else where(p, j, 1, at, sizeof at);
+      snprintf(r->msg, sizeof r->msg, "%s: %s%s differs between the %s and %s schedules "
+               "(shared memory starting as NaN, then zeros): a race, or a read of shared "
+               "memory before it is written (a barrier missing?)", k->entry,
+               i < n ? "o" : "lse", at, emu_schedule_name(o->schedule[0]),
+               emu_schedule_name(o->schedule[1]));
+      r->status = VAL_INVALID;
+    }
+  }
+done:
+  for (int s = 0; s < 2; s++) free(out[s][0]), free(out[s][1]);
+  return rc;
+}

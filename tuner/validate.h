@@ -1,0 +1,55 @@
+/*
+** validate.h
+** Does a kernel compute attention? Fresh seeded random inputs, rounded to
+** the kernel's dtype; the float64 reference on those very values; the
+** output poisoned before every launch; every element checked. NaN or Inf
+** never passes. On the emulator a kernel can be run under two schedules
+** and must give the same bits under both, or it has a race.
+*/
+#ifndef VALIDATE_H
+#define VALIDATE_H
+
+#include "attn_run.h"
+
+/* The norm-relative error a dtype must meet: ||o - ref||_2 / ||ref||_2,
+** and the same bound on each logsumexp relative to max(1, |ref|). The one
+** place tolerances are written (README: Validation). */
+double val_tolerance(fa_dtype t);
+
+/* Inputs and their reference output for one problem. */
+typedef struct val_case {
+  fa_problem p;
+  unsigned long long seed;
+  void *q, *k, *v;        /* kernel dtype, contiguous */
+  double *o_ref, *lse_ref;
+} val_case;
+
+/* Normal random Q, K, V from seed; the reference from the rounded values. */
+int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
+                  size_t errlen);
+void val_case_free(val_case *c);
+
+typedef enum val_status { VAL_OK, VAL_INVALID, VAL_CRASHED } val_status;
+
+typedef struct val_opts {
+  int nschedules;           /* 1, or 2 to compare the bits of two schedules */
+  emu_schedule schedule[2];
+  unsigned long long seed;  /* for a random schedule */
+  int threads;              /* emulator OS threads per launch */
+} val_opts;
+
+typedef struct val_result {
+  val_status status;
+  double rel_err, max_abs_err, lse_err;
+  fa_counters counters;     /* of the first run */
+  double run_ms;            /* its launch time */
+  char msg[400];            /* why it is not ok */
+} val_result;
+
+/* Run kernel k on the case and judge it; the verdict is in r. -1 only when
+** the check itself could not be done (no memory on the backend...). */
+int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
+              const fa_program *prog, const gen_kernel *k, const val_opts *o,
+              val_result *r, char *err, size_t errlen);
+
+#endif
