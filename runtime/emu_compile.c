@@ -225,7 +225,7 @@ int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
       j.batches[b].first = b * per;
       j.batches[b].count = b + 1 < nb ? per : n - b * per;
     }
-    rc = par_for(nb, jobs, build_batch, NULL, &j);
+    rc = par_for(nb, jobs, build_batch, &j, NULL, NULL);
     if (rc != 0) snprintf(err, errlen, "cannot start the compile threads");
   }
   free(j.batches);

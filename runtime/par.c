@@ -15,8 +15,9 @@ typedef struct par_loop {
   pthread_mutex_t lock;      /* guards done and the progress calls */
   size_t done;
   par_body_fn body;
-  par_progress_fn progress;
   void *ud;
+  par_progress_fn progress;
+  void *pud;
 } par_loop;
 
 int par_cores(void) {
@@ -36,17 +37,18 @@ static void *par_worker(void *arg) {
     ** progress call would be lost. */
     if (pthread_mutex_lock(&p->lock) != 0) continue;
     p->done++;
-    if (p->progress) p->progress(p->done, p->n, p->ud);
+    if (p->progress) p->progress(p->done, p->n, p->pud);
     pthread_mutex_unlock(&p->lock);
   }
   return NULL;
 }
 
-int par_for(size_t n, int threads, par_body_fn body, par_progress_fn progress, void *ud) {
+int par_for(size_t n, int threads, par_body_fn body, void *ud, par_progress_fn progress,
+            void *pud) {
   if (n == 0) return 0;
   if (threads <= 0) threads = par_cores();
   if ((size_t)threads > n) threads = (int)n;
-  par_loop p = {.n = n, .body = body, .progress = progress, .ud = ud};
+  par_loop p = {.n = n, .body = body, .ud = ud, .progress = progress, .pud = pud};
   atomic_init(&p.next, 0);
   if (pthread_mutex_init(&p.lock, NULL) != 0) return -1;
   pthread_t *tids = threads > 1 ? malloc(sizeof *tids * (size_t)(threads - 1)) : NULL;

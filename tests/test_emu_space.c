@@ -132,7 +132,7 @@ int main(void) {
     CHECK(builds[i].prog, "%s does not compile: %s", s.items[i].k.name,
           builds[i].log ? builds[i].log : "?");
   }
-  CHECK(par_for(n * NSHAPES, 0, check_one, NULL, &s) == 0, "par_for");
+  CHECK(par_for(n * NSHAPES, 0, check_one, &s, NULL, NULL) == 0, "par_for");
   double t2 = now_s();
 
   size_t ok = 0;

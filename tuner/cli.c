@@ -13,13 +13,18 @@
 #include "cli.h"
 
 const char cli_usage[] =
-  "usage: fatune [--dim D] [--seq N] [problem flags] [--arch A] [--jobs N] [--json]\n"
+  "usage: fatune [--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]\n"
+  "       fatune run (--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy\n"
+  "                  --out O.npy [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]\n"
   "       fatune list --dim D [--dtype T] [--causal] [--arch A] [--space default|full] [--json]\n"
   "       fatune gen (--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--arch A]\n"
   "       fatune compile --dim D [--dtype T] [--causal] [--arch A] [--space S] [--jobs N] [--json]\n"
   "\n"
-  "The main job (no command) generates and compiles every variant of the default\n"
-  "space for the problem and the target GPU, and prints the compile table.\n"
+  "The main job (no command) generates every variant of the default space for the\n"
+  "problem and the target, compiles it, runs it and validates it against naive\n"
+  "attention. With no GPU it runs on the CPU emulator, which validates at a small\n"
+  "sequence length (--emu-seq) and counts memory traffic: emulator figures, not\n"
+  "GPU performance.\n"
   "\n"
   "problem flags:\n"
   "  --dim D          head dimension, 1 to 256 (default 64)\n"
@@ -29,19 +34,30 @@ const char cli_usage[] =
   "  --seq-k M        key/value sequence length (default: --seq)\n"
   "  --batch B        batch size (default 4)\n"
   "  --heads H        heads (default 16)\n"
-  "target flags:\n"
+  "  --scale S        softmax scale (default 1/sqrt(dim))\n"
+  "target and backend flags:\n"
+  "  --backend B      auto (the GPU if there is one, else the emulator), cuda or emu\n"
   "  --arch A         sm_80, sm_86, sm_89, sm_90, sm_90a, ... (default: the GPU's, else sm_90)\n"
   "  --smem BYTES     shared memory per block (default: the arch's opt-in maximum)\n"
+  "  --emu-seq N      on the emulator, run at most N queries and keys (default 256)\n"
+  "  --seed S         seed of the random inputs (default: from the clock; always printed)\n"
+  "  --schedule S     emulator thread order: forward, reverse or random (run; default forward)\n"
+  "run flags:\n"
+  "  --q --k --v F    inputs, .npy float16/32/64 of shape (N, D) or (B, H, N, D)\n"
+  "  --out F          output .npy: float64 for fp64 variants, else float32\n"
+  "  --lse F          also write the logsumexp, float32 of shape (N,) or (B, H, N)\n"
   "other flags:\n"
   "  --space S        default (worth timing) or full (whole cross product)\n"
-  "  --jobs N         compile on N threads (default: all cores)\n"
+  "  --jobs N         work on N threads (default: all cores)\n"
   "  --json           print JSON instead of a table\n"
   "  --variant NAME   a variant by its name (fatune list prints them)\n"
   "  --config TEXT    a variant by its config, e.g. 'block_m=64,block_n=32,norm=eager'\n"
   "  --help, --version\n";
 
 enum {
-  F_PROBLEM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64
+  F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
+  F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
+  F_SCHED = 8192
 };
 
 typedef struct cmd_info {
@@ -51,10 +67,12 @@ typedef struct cmd_info {
 } cmd_info;
 
 static const cmd_info commands[] = {
-  {"list", CMD_LIST, F_PROBLEM | F_SEQ | F_ARCH | F_JSON | F_SPACE},
-  {"gen", CMD_GEN, F_PROBLEM | F_ARCH | F_PICK},
-  {"compile", CMD_COMPILE, F_PROBLEM | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE},
-  {NULL, CMD_TUNE, F_PROBLEM | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE},
+  {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE},
+  {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK},
+  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE},
+  {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_SCHED | F_JOBS},
+  {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
+                   F_BACKEND | F_EMU | F_SEED},
 };
 
 typedef struct flag_info {
@@ -64,12 +82,26 @@ typedef struct flag_info {
 } flag_info;
 
 static const flag_info flags[] = {
-  {"--dim", F_PROBLEM, 1}, {"--dtype", F_PROBLEM, 1}, {"--causal", F_PROBLEM, 0},
+  {"--dim", F_DIM, 1}, {"--dtype", F_TYPE, 1}, {"--causal", F_TYPE, 0},
   {"--seq", F_SEQ, 1}, {"--seq-k", F_SEQ, 1}, {"--batch", F_SEQ, 1}, {"--heads", F_SEQ, 1},
-  {"--arch", F_ARCH, 1}, {"--smem", F_ARCH, 1}, {"--jobs", F_JOBS, 1}, {"--json", F_JSON, 0},
-  {"--space", F_SPACE, 1}, {"--variant", F_PICK, 1}, {"--config", F_PICK, 1},
+  {"--scale", F_SCALE, 1}, {"--arch", F_ARCH, 1}, {"--smem", F_ARCH, 1},
+  {"--jobs", F_JOBS, 1}, {"--json", F_JSON, 0}, {"--space", F_SPACE, 1},
+  {"--variant", F_PICK, 1}, {"--config", F_PICK, 1}, {"--backend", F_BACKEND, 1},
+  {"--emu-seq", F_EMU, 1}, {"--seed", F_SEED, 1}, {"--schedule", F_SCHED, 1},
+  {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_IO, 1}, {"--lse", F_IO, 1},
   {NULL, 0, 0},
 };
+
+int cli_say(int rc, const char *msg) {
+  char line[320];
+  size_t n = 0;
+  for (; msg[n] && n < sizeof line - 4; n++)
+    line[n] = (unsigned char)msg[n] < 0x20 || msg[n] == 0x7f ? '?' : msg[n];
+  if (msg[n]) memcpy(line + n, "...", 3), n += 3;
+  line[n] = '\0';
+  fprintf(stderr, "fatune: %s\n", line);
+  return rc;
+}
 
 static int fail(char *err, size_t n, const char *fmt, ...) {
   va_list ap;
@@ -94,6 +126,26 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, int *out
   return 0;
 }
 
+static int parse_seed(const char *s, cli_opts *o, char *err, size_t n) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s || *end != '\0' || !isdigit((unsigned char)*s))
+    return fail(err, n, "--seed must be a non-negative integer, not '%s'", s);
+  o->seed = v, o->seed_given = 1;
+  return 0;
+}
+
+static int parse_scale(const char *s, double *out, char *err, size_t n) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end != '\0' || !(v > 0) || v > 1e6)
+    return fail(err, n, "--scale must be a positive number up to 1e6, not '%s'", s);
+  *out = v;
+  return 0;
+}
+
 static int apply(cli_opts *o, const char *flag, const char *val, char *err, size_t n) {
   fa_problem *p = &o->problem;
   if (!strcmp(flag, "--dim")) return parse_int(flag, val, 1, FA_DIM_MAX, &p->dim, err, n);
@@ -103,11 +155,27 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   if (!strcmp(flag, "--heads")) return parse_int(flag, val, 1, 65535, &p->heads, err, n);
   if (!strcmp(flag, "--smem")) return parse_int(flag, val, 1024, 1 << 20, &o->smem, err, n);
   if (!strcmp(flag, "--jobs")) return parse_int(flag, val, 1, 1024, &o->jobs, err, n);
+  if (!strcmp(flag, "--emu-seq")) return parse_int(flag, val, 1, 1 << 24, &o->emu_seq, err, n);
+  if (!strcmp(flag, "--seed")) return parse_seed(val, o, err, n);
+  if (!strcmp(flag, "--scale")) return parse_scale(val, &p->scale, err, n);
   if (!strcmp(flag, "--causal")) p->causal = 1;
   else if (!strcmp(flag, "--json")) o->json = 1;
   else if (!strcmp(flag, "--arch")) o->arch = val;
   else if (!strcmp(flag, "--variant")) o->variant = val;
   else if (!strcmp(flag, "--config")) o->config = val;
+  else if (!strcmp(flag, "--q")) o->q = val;
+  else if (!strcmp(flag, "--k")) o->k = val;
+  else if (!strcmp(flag, "--v")) o->v = val;
+  else if (!strcmp(flag, "--out")) o->out = val;
+  else if (!strcmp(flag, "--lse")) o->lse = val;
+  else if (!strcmp(flag, "--backend")) {
+    if (strcmp(val, "auto") && strcmp(val, "emu") && strcmp(val, "cuda"))
+      return fail(err, n, "unknown backend '%s' (auto, emu or cuda)", val);
+    o->backend = val;
+  } else if (!strcmp(flag, "--schedule")) {
+    if (emu_schedule_parse(val, &o->schedule) != 0)
+      return fail(err, n, "unknown schedule '%s' (forward, reverse or random)", val);
+  }
   else if (!strcmp(flag, "--dtype")) {
     if (fa_dtype_parse(val, &p->dtype) != 0)
       return fail(err, n, "unknown dtype '%s' (fp32 or fp64)", val);
@@ -128,6 +196,9 @@ static void defaults(cli_opts *o) {
   o->problem.batch = 4;
   o->problem.heads = 16;
   o->space = "default";
+  o->backend = "auto";
+  o->emu_seq = 256;
+  o->schedule = EMU_FORWARD;
 }
 
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
@@ -160,7 +231,10 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
     if (apply(o, a, val, err, errlen) != 0) return -1;
   }
   if (o->problem.seq_k == 0) o->problem.seq_k = o->problem.seq_q;
-  if (o->cmd == CMD_GEN && !!o->variant == !!o->config)
-    return fail(err, errlen, "fatune gen needs exactly one of --variant NAME or --config TEXT");
+  if ((o->cmd == CMD_GEN || o->cmd == CMD_RUN) && !!o->variant == !!o->config)
+    return fail(err, errlen, "fatune %s needs exactly one of --variant NAME or --config TEXT",
+                o->cmd == CMD_GEN ? "gen" : "run");
+  if (o->cmd == CMD_RUN && (!o->q || !o->k || !o->v || !o->out))
+    return fail(err, errlen, "fatune run needs --q, --k, --v and --out");
   return 0;
 }

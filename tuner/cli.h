@@ -7,9 +7,12 @@
 
 #include <stddef.h>
 
+#include "emu.h"
 #include "fa_problem.h"
 
-typedef enum cli_cmd { CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_HELP, CMD_VERSION } cli_cmd;
+typedef enum cli_cmd {
+  CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_RUN, CMD_HELP, CMD_VERSION
+} cli_cmd;
 
 typedef struct cli_opts {
   cli_cmd cmd;
@@ -21,7 +24,19 @@ typedef struct cli_opts {
   const char *space;      /* "default" or "full" */
   const char *variant;
   const char *config;
+  const char *backend;    /* "auto", "emu" or "cuda" */
+  int emu_seq;            /* the emulator's largest seq in the main job */
+  unsigned long long seed;
+  int seed_given;
+  const char *q, *k, *v, *out, *lse;  /* run: .npy paths */
+  emu_schedule schedule;  /* run: the emulator's thread order */
 } cli_opts;
+
+#define EXIT_BAD_INPUT 2
+
+/* Print "fatune: msg" as one line on stderr (control characters become
+** '?', a long message is cut) and return rc. */
+int cli_say(int rc, const char *msg);
 
 /* Parse argv. Returns 0, or -1 with a one-line message in err. */
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);

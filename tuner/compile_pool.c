@@ -25,5 +25,5 @@ int compile_pool_run(compile_job *jobs, size_t n, const char *arch, int threads,
   if (n == 0) return 0;
   if (jobs == NULL) { errno = EINVAL; return -1; }
   pool p = {jobs, arch};
-  return par_for(n, threads, compile_one, progress, &p);
+  return par_for(n, threads, compile_one, &p, progress, ud);
 }

@@ -1,6 +1,6 @@
 /*
 ** main.c
-** The fatune command: list, gen, compile, and the main job.
+** The fatune command: list, gen, compile, run, and the main job.
 ** Bad input prints one line on stderr and exits 2; a failure of the work
 ** itself (a variant that does not compile, say) exits 1.
 */
@@ -15,22 +15,12 @@
 #include "compile_pool.h"
 #include "cuda_driver.h"
 #include "gen.h"
+#include "json.h"
 #include "nvrtc_compile.h"
+#include "run.h"
+#include "tune.h"
 
-#define EXIT_BAD_INPUT 2
-
-/* One line, whatever the message quotes back from the user: control
-** characters become '?', and a long message is cut. */
-static int bad_input(const char *msg) {
-  char line[320];
-  size_t n = 0;
-  for (; msg[n] && n < sizeof line - 4; n++)
-    line[n] = (unsigned char)msg[n] < 0x20 || msg[n] == 0x7f ? '?' : msg[n];
-  if (msg[n]) memcpy(line + n, "...", 3), n += 3;
-  line[n] = '\0';
-  fprintf(stderr, "fatune: %s\n", line);
-  return EXIT_BAD_INPUT;
-}
+static int bad_input(const char *msg) { return cli_say(EXIT_BAD_INPUT, msg); }
 
 /* An empty space is an answer the user must see, not a silent success. */
 static int no_variants(const cli_opts *o, const gen_target *t) {
@@ -66,37 +56,6 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
     return -1;
   }
   return 0;
-}
-
-/* JSON ------------------------------------------------------------------ */
-
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c == '\n') fputs("\\n", f);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
-/* The config pairs as JSON members; numbers unquoted. */
-static void json_config(FILE *f, const char *config) {
-  const char *p = config;
-  while (*p) {
-    const char *eq = strchr(p, '='), *end = strchr(p, ',');
-    if (!end) end = p + strlen(p);
-    if (!eq || eq > end) break;
-    fprintf(f, ", \"%.*s\": ", (int)(eq - p), p);
-    const char *v = eq + 1;
-    int numeric = v < end;
-    for (const char *q = v; q < end; q++) if (*q < '0' || *q > '9') numeric = 0;
-    if (numeric) fprintf(f, "%.*s", (int)(end - v), v);
-    else fprintf(f, "\"%.*s\"", (int)(end - v), v);
-    p = *end ? end + 1 : end;
-  }
 }
 
 /* list ------------------------------------------------------------------ */
@@ -302,17 +261,6 @@ static int cmd_compile(gen_state *g, const cli_opts *o, const gen_target *t) {
   return failed ? 1 : 0;
 }
 
-/* The main job: what can be done for the problem on this machine. */
-static int cmd_tune(gen_state *g, const cli_opts *o, const gen_target *t) {
-  const fa_problem *p = &o->problem;
-  fprintf(stderr, "fatune: problem %s dim %d seq_q %d seq_k %d batch %d heads %d%s\n",
-          fa_dtype_name(p->dtype), p->dim, p->seq_q, p->seq_k, p->batch, p->heads,
-          p->causal ? " causal" : "");
-  fprintf(stderr, "fatune: this version generates and compiles the default space for %s;"
-                  " validation and timing are not part of it yet\n", t->arch);
-  return cmd_compile(g, o, t);
-}
-
 int main(int argc, char **argv) {
   cli_opts o;
   char err[512];
@@ -332,11 +280,12 @@ int main(int argc, char **argv) {
   }
   gen_target t;
   int rc;
-  if (resolve_target(g, &o, &t, o.cmd == CMD_LIST || o.cmd == CMD_GEN) != 0) rc = EXIT_BAD_INPUT;
+  if (resolve_target(g, &o, &t, o.cmd == CMD_LIST || o.cmd == CMD_GEN || o.cmd == CMD_RUN) != 0) rc = EXIT_BAD_INPUT;
   else if (o.cmd == CMD_LIST) rc = cmd_list(g, &o, &t);
   else if (o.cmd == CMD_GEN) rc = cmd_gen(g, &o, &t);
   else if (o.cmd == CMD_COMPILE) rc = cmd_compile(g, &o, &t);
-  else rc = cmd_tune(g, &o, &t);
+  else if (o.cmd == CMD_RUN) rc = run_main(g, &o, &t);
+  else rc = tune_main(g, &o, &t);
   gen_close(g);
   return rc;
 }

@@ -1,0 +1,217 @@
+/*
+** run.c
+** fatune run: one variant on tensors from .npy files, the output back to a
+** .npy file. Shapes (N, D) or (B, H, N, D); K and V may have another N
+** than Q. Any file or shape that does not fit is one line and exit 2.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_run.h"
+#include "npy.h"
+#include "run.h"
+
+typedef struct run_state {
+  npy_array q, k, v;
+  fa_problem p;
+  gen_kernel kern;
+  fa_backend *be;
+  fa_build build;
+  attn_inputs in;
+  void *qt, *kt, *vt, *o, *lse;
+} run_state;
+
+static void shape_text(const npy_array *a, char *buf, size_t n) {
+  size_t used = 0;
+  for (int i = 0; i < a->ndim && used < n; i++) {
+    int k = snprintf(buf + used, n - used, "%s%lld", i ? ", " : "(", a->shape[i]);
+    if (k < 0) break;
+    used += (size_t)k;
+  }
+  if (used < n) snprintf(buf + used, n - used, "%s)", a->ndim == 1 ? "," : "");
+}
+
+/* (N, D) is (1, 1, N, D). Fills batch, heads, seq, dim of one tensor. */
+static int dims4(const npy_array *a, const char *path, long long d[4], char *err, size_t n) {
+  char s[96];
+  shape_text(a, s, sizeof s);
+  if (a->ndim != 2 && a->ndim != 4) {
+    snprintf(err, n, "%s: shape %s: want (N, D) or (B, H, N, D)", path, s);
+    return -1;
+  }
+  d[0] = a->ndim == 4 ? a->shape[0] : 1;
+  d[1] = a->ndim == 4 ? a->shape[1] : 1;
+  d[2] = a->shape[a->ndim - 2];
+  d[3] = a->shape[a->ndim - 1];
+  if (d[0] > 65535 || d[1] > 65535 || d[2] > (1 << 24) || d[3] > FA_DIM_MAX) {
+    snprintf(err, n, "%s: shape %s is too large (batch and heads up to 65535, N up to 2^24, "
+             "D up to %d)", path, s, FA_DIM_MAX);
+    return -1;
+  }
+  return 0;
+}
+
+static int read_inputs(run_state *r, const cli_opts *o, char *err, size_t n) {
+  if (npy_read(o->q, &r->q, err, n) || npy_read(o->k, &r->k, err, n) ||
+      npy_read(o->v, &r->v, err, n))
+    return -1;
+  long long q[4], k[4], v[4];
+  if (dims4(&r->q, o->q, q, err, n) || dims4(&r->k, o->k, k, err, n) ||
+      dims4(&r->v, o->v, v, err, n))
+    return -1;
+  char a[96], b[96], c[96];
+  shape_text(&r->q, a, sizeof a), shape_text(&r->k, b, sizeof b), shape_text(&r->v, c, sizeof c);
+  if (r->q.ndim != r->k.ndim || r->k.ndim != r->v.ndim || memcmp(k, v, sizeof k) ||
+      q[0] != k[0] || q[1] != k[1] || q[3] != k[3]) {
+    snprintf(err, n, "shapes do not match: q %s, k %s, v %s (k and v alike; q may differ "
+             "from them in N only)", a, b, c);
+    return -1;
+  }
+  r->p.batch = (int)q[0], r->p.heads = (int)q[1];
+  r->p.seq_q = (int)q[2], r->p.seq_k = (int)k[2], r->p.dim = (int)q[3];
+  return 0;
+}
+
+/* The value of key in a "k=v,..." config, or NULL. */
+static const char *config_value(const char *config, const char *key, char *buf, size_t n) {
+  size_t kl = strlen(key);
+  for (const char *s = config; s && *s;) {
+    const char *end = strchr(s, ',');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    if (len > kl && !strncmp(s, key, kl) && s[kl] == '=') {
+      snprintf(buf, n, "%.*s", (int)(len - kl - 1), s + kl + 1);
+      return buf;
+    }
+    s = end ? end + 1 : NULL;
+  }
+  return NULL;
+}
+
+/* A variant named on the command line must be one for these inputs. */
+static int variant_fits(const gen_kernel *k, const fa_problem *p, char *err, size_t n) {
+  char dim[16], dtype[16], causal[16], want[16];
+  if (!config_value(k->config, "dim", dim, sizeof dim) ||
+      !config_value(k->config, "dtype", dtype, sizeof dtype) ||
+      !config_value(k->config, "causal", causal, sizeof causal))
+    return 0;
+  snprintf(want, sizeof want, "%d", p->dim);
+  if (strcmp(dim, want) || strcmp(dtype, fa_dtype_name(p->dtype)) ||
+      atoi(causal) != p->causal) {
+    snprintf(err, n, "variant %s is for dim %s %s%s, but the inputs and flags ask for dim %d "
+             "%s%s", k->name, dim, dtype, atoi(causal) ? " causal" : "", p->dim,
+             fa_dtype_name(p->dtype), p->causal ? " causal" : "");
+    return -1;
+  }
+  return 0;
+}
+
+static void *convert(const npy_array *a, fa_dtype t) {
+  void *out = malloc(a->count * (size_t)fa_dtype_size(t));
+  if (!out) return NULL;
+  for (size_t i = 0; i < a->count; i++) {
+    if (t == FA_FP32) ((float *)out)[i] = (float)a->data[i];
+    else ((double *)out)[i] = a->data[i];
+  }
+  return out;
+}
+
+static int write_outputs(run_state *r, const cli_opts *o, char *err, size_t n) {
+  const fa_problem *p = &r->p;
+  long long oshape[4], lshape[3];
+  memcpy(oshape, r->q.shape, sizeof oshape);
+  const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
+  int rc = p->dtype == FA_FP64
+             ? npy_write_f64(o->out, r->o, r->q.ndim, oshape, err, n)
+             : npy_write_f32(o->out, r->o, r->q.ndim, oshape, err, n);
+  if (rc != 0 || !o->lse) return rc;
+  float *l = malloc(rows * sizeof *l);
+  if (!l) {
+    snprintf(err, n, "out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < rows; i++)
+    l[i] = p->dtype == FA_FP64 ? (float)((double *)r->lse)[i] : ((float *)r->lse)[i];
+  lshape[0] = p->batch, lshape[1] = p->heads, lshape[2] = p->seq_q;
+  rc = r->q.ndim == 4 ? npy_write_f32(o->lse, l, 3, lshape, err, n)
+                      : npy_write_f32(o->lse, l, 1, &lshape[2], err, n);
+  free(l);
+  return rc;
+}
+
+static void run_free(run_state *r) {
+  npy_free(&r->q), npy_free(&r->k), npy_free(&r->v);
+  if (r->be) {
+    attn_inputs_free(r->be, &r->in);
+    backend_build_free(r->be, &r->build);
+    backend_close(r->be);
+  }
+  gen_kernel_free(&r->kern);
+  free(r->qt), free(r->kt), free(r->vt), free(r->o), free(r->lse);
+}
+
+/* Compile, upload, launch, download: failures here are the work's, exit 1. */
+static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
+  char note[256];
+  const gen_kernel *kp = &r->kern;
+  if (backend_open(o->backend, &r->be, note, sizeof note, err, n) != 0) return -1;
+  if (note[0]) fprintf(stderr, "fatune: %s; running on the CPU emulator\n", note);
+  if (backend_compile(r->be, &kp, 1, o->jobs, &r->build, err, n) != 0) return -1;
+  if (!r->build.prog) {
+    const char *log = r->build.log ? r->build.log : "?";
+    const char *nl = strchr(log, '\n');
+    snprintf(err, n, "%s does not compile: %.*s", r->kern.name,
+             nl ? (int)(nl - log) : (int)strlen(log), log);
+    return -1;
+  }
+  const fa_problem *p = &r->p;
+  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
+  r->qt = convert(&r->q, p->dtype), r->kt = convert(&r->k, p->dtype);
+  r->vt = convert(&r->v, p->dtype);
+  r->o = malloc(rows * (size_t)p->dim * es), r->lse = malloc(rows * es);
+  if (!r->qt || !r->kt || !r->vt || !r->o || !r->lse) {
+    snprintf(err, n, "out of memory");
+    return -1;
+  }
+  if (attn_inputs_upload(r->be, p, r->qt, r->kt, r->vt, &r->in, err, n) != 0) return -1;
+  fa_run_opts ro = {o->schedule, o->seed, o->jobs > 0 ? o->jobs : 1, 0xFF};
+  fa_counters c = {0};
+  double ms = 0;
+  if (attn_run(r->be, r->build.prog, &r->kern, p, &r->in, &ro, r->o, r->lse, &c, &ms, err, n))
+    return -1;
+  fprintf(stderr, "fatune: ran %s on %s (%s schedule) in %.1f ms: global %llu bytes read, "
+                  "%llu written; %llu exponentials, %llu barriers\n",
+          r->kern.name, backend_name(r->be), emu_schedule_name(o->schedule), ms, c.gmem_read,
+          c.gmem_written, c.exp2, c.barriers);
+  return 0;
+}
+
+int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
+  run_state r;
+  memset(&r, 0, sizeof r);
+  char err[600];
+  int rc = 0;
+  if (read_inputs(&r, o, err, sizeof err) != 0) {
+    rc = cli_say(EXIT_BAD_INPUT, err);
+    goto done;
+  }
+  r.p.dtype = o->problem.dtype, r.p.causal = o->problem.causal, r.p.scale = o->problem.scale;
+  if (o->variant ? gen_render_name(g, o->variant, t, &r.kern)
+                 : gen_render_config(g, o->config, &r.p, t, &r.kern)) {
+    rc = cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
+    goto done;
+  }
+  if (variant_fits(&r.kern, &r.p, err, sizeof err) != 0) {
+    rc = cli_say(EXIT_BAD_INPUT, err);
+    goto done;
+  }
+  if (execute(&r, o, err, sizeof err) != 0 || write_outputs(&r, o, err, sizeof err) != 0) {
+    rc = cli_say(1, err);
+    goto done;
+  }
+  fprintf(stderr, "fatune: wrote %s%s%s\n", o->out, o->lse ? " and " : "", o->lse ? o->lse : "");
+done:
+  run_free(&r);
+  return rc;
+}
