@@ -92,4 +92,35 @@ bad "split_k"                      gen --config 'split=split_k,warps=1'
 bad "sm_80"                        gen --dim 256 --arch sm_80 --config 'block_m=256,block_n=256'
 bad "--space"                      compile --dim 4 --space
 
+# Backends, seeds and the emulator's flags.
+bad "gpu"                          --backend gpu
+bad "--emu-seq|0"                  --emu-seq 0
+bad "--seed|-1"                    --seed -1
+bad "--seed|x"                     --seed x
+bad "--scale|0"                    --scale 0
+bad "--scale|nan"                  --scale nan
+bad "--emu-seq|compile"            compile --emu-seq 4
+
+# run: flags, files and shapes.
+printf 'not an array' >"$tmp/junk.npy"
+py() { python3 "$(dirname "$0")/npy_tool.py" "$@"; }
+bad "--q|--out"                    run --config 'block_m=4'
+bad "--variant|--config"           run --q a.npy --k b.npy --v c.npy --out o.npy
+bad "sideways"                     run --schedule sideways
+bad "--dim|run"                    run --dim 4
+bad "missing.npy"                  run --config 'block_m=4' --q "$tmp/missing.npy" --k x --v x --out "$tmp/o.npy"
+bad "junk.npy|magic"               run --config 'block_m=4' --q "$tmp/junk.npy" --k x --v x --out "$tmp/o.npy"
+if command -v python3 >/dev/null 2>&1; then
+  py write "$tmp/q.npy" f4 1 10 8 && py write "$tmp/k.npy" f4 2 12 8 && py write "$tmp/v.npy" f4 3 12 8
+  py write "$tmp/v7.npy" f4 3 12 7 && py write "$tmp/q3.npy" f4 4 2 10 8 && py write "$tmp/k300.npy" f4 4 300 8
+  bad "shapes do not match"        run --config 'block_m=4' --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v7.npy" --out "$tmp/o.npy"
+  bad "q3.npy|(2, 10, 8)"          run --config 'block_m=4' --q "$tmp/q3.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/o.npy"
+  bad "is for dim 64|dim 8"        run --variant simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem \
+                                     --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/o.npy"
+  bad "causal"                     run --variant simt-f32-d8-m8n8w1-deferred-qouter-splitq-pad-qsmem \
+                                     --causal --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/o.npy"
+  [ ! -e "$tmp/o.npy" ] && pass "no output file is left by a run that failed" ||
+    fail "no output file is left by a run that failed" "$tmp/o.npy exists"
+fi
+
 finish

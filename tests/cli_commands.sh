@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # cli_commands.sh: the fatune commands do what they say, with no GPU needed:
 # list (plain, --json, --space full), gen (by name and by config,
-# deterministic), compile (table and --json), --help, --version, and the main
-# job with and without --arch.
+# deterministic), compile (table and --json), --help, --version, the main
+# job on the emulator (table and --json, with and without --arch), and run
+# on .npy tensors checked against naive attention computed in Python.
 #
 # usage: FATUNE=build/fatune bash tests/cli_commands.sh
 set -u
@@ -160,32 +161,84 @@ rows=$(grep -c '^simt-f32-d4-.* ok$' "$tmp/ctab.out")
 check "compile table: $rows rows ending in ok, and a 'compile ms' line" $? "$rows rows of $n_d4"
 
 # --- the main job, no GPU needed ---------------------------------------------
-run main80 --dim 4 --seq 16 --arch sm_80
-check "fatune --dim 4 --seq 16 --arch sm_80 exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/main80.err")"
-summary=$(grep '^sm_80: ' "$tmp/main80.out" | tail -1)
-[[ "$summary" == *" variants"* && "$summary" == *" 0 failed"* ]]
-check "main job --arch sm_80 compiles for sm_80: '$summary'" $? "no 'sm_80: N variants ... 0 failed' line"
-
-run main --dim 4 --seq 16
-check "fatune --dim 4 --seq 16 (no --arch) exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/main.err")"
 have_driver=0
 if command -v ldconfig >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
   have_driver=1
 fi
-if grep -qi 'driver' "$tmp/main.err"; then
-  pass "no --arch: stderr says '$(grep -i -m1 driver "$tmp/main.err")'"
-elif [ "$have_driver" -eq 1 ]; then
-  pass "no --arch: a CUDA driver is installed here, so no 'no driver' message (skipped)"
-else
-  fail "no --arch: stderr names the missing CUDA driver" "stderr: $(head -c 300 "$tmp/main.err")"
-fi
-summary=$(grep -E '^sm_[0-9]+a?: ' "$tmp/main.out" | tail -1)
+
+run main80 --dim 4 --seq 16 --arch sm_80 --backend emu
+check "fatune --dim 4 --seq 16 --arch sm_80 --backend emu exits 0" "$rc" \
+  "exit $rc: $(tail -c 300 "$tmp/main80.err")"
+summary=$(grep -E '^[0-9]+ variants: ' "$tmp/main80.out" | tail -1)
+n_ok=$(grep -c '^simt-f32-d4-.* ok ' "$tmp/main80.out")
+[[ "$summary" == "$n_ok variants: $n_ok ok, 0 invalid, 0 compile_error, 0 crashed"* && $n_ok -gt 0 ]]
+check "main job on the emulator validates every variant: '$summary'" $? "$n_ok ok rows"
+[[ "$summary" == *"NVRTC sm_80"* ]]
+check "main job --arch sm_80 compiles for sm_80 too" $? "summary: $summary"
+grep -q 'not GPU performance' "$tmp/main80.err"
+check "the banner says emulator figures are not GPU performance" $? \
+  "stderr: $(head -c 300 "$tmp/main80.err")"
+
+run main --dim 4 --seq 16
+check "fatune --dim 4 --seq 16 (no --arch) exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/main.err")"
 if [ "$have_driver" -eq 0 ]; then
-  [[ "$summary" == "sm_90: "*" variants"*" 0 failed"* ]]
-  check "no --arch: compiles for the default arch sm_90: '$summary'" $? "no 'sm_90: ... 0 failed' line"
+  grep -q 'no CUDA driver' "$tmp/main.err" && grep -q 'backend emu' "$tmp/main.err" &&
+    grep -q 'NVRTC sm_90' "$tmp/main.out"
+  check "no GPU: auto falls back to the emulator, says why, targets sm_90" $? \
+    "stderr: $(head -c 300 "$tmp/main.err")"
+  run nocuda --dim 4 --seq 16 --backend cuda
+  [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/nocuda.err")" -eq 1 ] && grep -q 'cuda.*driver' "$tmp/nocuda.err"
+  check "--backend cuda with no driver: one line, exit $rc" $? "stderr: $(head -c 300 "$tmp/nocuda.err")"
 else
-  [[ "$summary" == *" variants"*" 0 failed"* ]]
-  check "no --arch: compiles for the GPU's arch: '$summary'" $? "no summary line"
+  pass "a CUDA driver is installed here: the no-driver fallback is not shown (skipped)"
+fi
+
+run mainseq --dim 8 --seq 1000 --seq-k 300 --causal --backend emu --emu-seq 40 --seed 7 --json
+check "main job --json with --emu-seq 40 exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/mainseq.err")"
+grep -q 'emulator runs seq_q 40 seq_k 40' "$tmp/mainseq.err" &&
+  grep -q 'inputs seed 7' "$tmp/mainseq.err" && grep -q 'was not run' "$tmp/mainseq.err"
+check "the emulator says what it ran, the seed, and what it did not run" $? \
+  "stderr: $(head -c 400 "$tmp/mainseq.err")"
+if [ "$HAVE_PY" -eq 1 ]; then
+  python3 - "$tmp/mainseq.out" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+keys = ["name", "status", "max_abs_err", "rel_err", "global_bytes_read", "global_bytes_written",
+        "smem_bytes", "exp_count", "mma_count", "barriers"]
+assert rows, "no rows"
+for r in rows:
+    missing = [k for k in keys if k not in r]
+    assert not missing, (r.get("name"), missing)
+    assert r["status"] == "ok", (r["name"], r["status"], r.get("message"))
+    assert r["rel_err"] <= 1e-5 and r["global_bytes_read"] > 0 and r["exp_count"] > 0, r
+    assert r["causal"] == 1 and r["dim"] == 8 and r["seed"] == 7, r
+PY
+  check "main job --json: every row ok, with errors and counters" $? "see above"
+fi
+
+# --- run: one variant on .npy tensors ----------------------------------------
+if [ "$HAVE_PY" -eq 1 ]; then
+  tool="python3 $(dirname "$0")/npy_tool.py"
+  $tool write "$tmp/q2.npy" f4 1 20 8 && $tool write "$tmp/k2.npy" f2 2 30 8 &&
+    $tool write "$tmp/v2.npy" f8 3 30 8
+  run run2d run --config 'block_m=8,block_n=8,warps=1,norm=eager' --causal --q "$tmp/q2.npy" \
+    --k "$tmp/k2.npy" --v "$tmp/v2.npy" --out "$tmp/o2.npy" --lse "$tmp/l2.npy" --backend emu
+  check "run (N, D) tensors, K/V longer than Q, f16/f64 inputs, causal: exit 0" "$rc" \
+    "exit $rc: $(tail -c 300 "$tmp/run2d.err")"
+  out=$($tool check "$tmp/q2.npy" "$tmp/k2.npy" "$tmp/v2.npy" "$tmp/o2.npy" "$tmp/l2.npy" --causal)
+  err=${out#max_err }; err=${err%% *}; lerr=${out##* }
+  python3 -c "import sys; sys.exit(0 if float('$err') < 1e-5 and float('$lerr') < 1e-5 else 1)" 2>/dev/null
+  check "run (N, D): output and lse match naive attention: $out" $? "$out"
+
+  for t in q k v; do $tool write "$tmp/${t}4.npy" f8 7 2 3 17 5; done
+  run run4d run --config 'block_m=4,block_n=8,warps=1,split=split_q,par=kv_outer' --dtype fp64 \
+    --scale 0.3 --q "$tmp/q4.npy" --k "$tmp/k4.npy" --v "$tmp/v4.npy" --out "$tmp/o4.npy" \
+    --schedule random
+  check "run (B, H, N, D) fp64 kv_outer with --scale: exit 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/run4d.err")"
+  out=$($tool check "$tmp/q4.npy" "$tmp/k4.npy" "$tmp/v4.npy" "$tmp/o4.npy" --scale 0.3 --fp64)
+  err=${out#max_err }; err=${err%% *}
+  python3 -c "import sys; sys.exit(0 if float('$err') < 1e-12 else 1)" 2>/dev/null
+  check "run (B, H, N, D) fp64: float64 output matches naive attention: $out" $? "$out"
 fi
 
 echo "($((SECONDS - t_start)) s)"

@@ -273,6 +273,12 @@ int main(int argc, char **argv) {
     printf("fatune 0.1.0 (NVRTC %s)\n", nvrtc_version_string());
     return 0;
   }
+  /* Asked for the GPU and there is none: that one line, nothing else. */
+  if ((o.cmd == CMD_TUNE || o.cmd == CMD_RUN) && !strcmp(o.backend, "cuda") &&
+      cudrv_probe(err, sizeof err) <= 0) {
+    fprintf(stderr, "fatune: --backend cuda: %s\n", err);
+    return 1;
+  }
   gen_state *g;
   if (gen_open(&g, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);
