@@ -1,4 +1,141 @@
 /*
 ** prelude_cuda_tc.cuh
-** Tensor-core primitives of the cuda backend (to be written).
+** Tensor-core primitives of the cuda backend (sm_80 and later): half-precision
+** conversions, 16-bit, 32-bit and 16-byte accesses, mma.sync m16n8k16,
+** ldmatrix and cp.async, as inline PTX. Pasted after prelude_cuda.cuh; no
+** header is included. prelude_emu_tc.h implements the same names on the
+** CPU. Fragments are those of the PTX ISA, "Matrix Fragments for
+** mma.m16n8k16 with floating point type" and "Warp-level matrix load
+** instruction: ldmatrix"; the emulator's prelude spells them out.
 */
+
+typedef unsigned short fa_f16;   /* IEEE binary16 bits */
+typedef unsigned short fa_bf16;  /* bfloat16 bits */
+typedef struct __align__(16) fa_u32x4 { unsigned x, y, z, w; } fa_u32x4;
+
+/* ---- Conversions, round to nearest even (cvt.rn) ---- */
+
+FA_INLINE float fa_f16_to_f32(fa_f16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+FA_INLINE fa_f16 fa_f32_to_f16(float x) {
+  fa_f16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+FA_INLINE float fa_bf16_to_f32(fa_bf16 h) { return __uint_as_float((unsigned)h << 16); }
+FA_INLINE fa_bf16 fa_f32_to_bf16(float x) {
+  fa_bf16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+/* cvt.rn.{f16x2,bf16x2}.f32 d, a, b puts a in the upper half, b in the lower. */
+FA_INLINE unsigned fa_pack_f16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+FA_INLINE unsigned fa_pack_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* ---- 16-bit, 32-bit and 16-byte accesses ---- */
+
+FA_INLINE unsigned short fa_ldg_u16(const unsigned short *a) { return __ldg(a); }
+FA_INLINE unsigned fa_ldg_u32(const unsigned *a) { return __ldg(a); }
+FA_INLINE fa_u32x4 fa_ldg_u32x4(const fa_u32x4 *a) {
+  const uint4 v = __ldg((const uint4 *)a);
+  fa_u32x4 r;
+  r.x = v.x, r.y = v.y, r.z = v.z, r.w = v.w;
+  return r;
+}
+FA_INLINE void fa_st_u16(unsigned short *a, unsigned short v) { *a = v; }
+FA_INLINE void fa_st_u32(unsigned *a, unsigned v) { *a = v; }
+FA_INLINE void fa_st_u32x4(fa_u32x4 *a, fa_u32x4 v) { *a = v; }
+FA_INLINE unsigned short fa_lds_u16(const unsigned short *a) { return *a; }
+FA_INLINE unsigned fa_lds_u32(const unsigned *a) { return *a; }
+FA_INLINE fa_u32x4 fa_lds_u32x4(const fa_u32x4 *a) { return *a; }
+FA_INLINE void fa_sts_u16(unsigned short *a, unsigned short v) { *a = v; }
+FA_INLINE void fa_sts_u32(unsigned *a, unsigned v) { *a = v; }
+FA_INLINE void fa_sts_u32x4(fa_u32x4 *a, fa_u32x4 v) { *a = v; }
+
+/* ---- mma.sync m16n8k16, f32 accumulate; d may be c ---- */
+
+FA_INLINE void fa_mma_m16n8k16_f16(float d[4], const unsigned a[4], const unsigned b[2],
+                                   const float c[4]) {
+  asm volatile(
+    "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+      "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+FA_INLINE void fa_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2],
+                                    const float c[4]) {
+  asm volatile(
+    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+    "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+      "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+/* ---- ldmatrix: lane 8j + r gives row r of matrix j ---- */
+
+FA_INLINE unsigned fa_cuda_smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+FA_INLINE void fa_ldmatrix_x1(unsigned r[1], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
+               : "=r"(r[0]) : "r"(fa_cuda_smem_u32(row)) : "memory");
+}
+FA_INLINE void fa_ldmatrix_x2(unsigned r[2], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(fa_cuda_smem_u32(row)) : "memory");
+}
+FA_INLINE void fa_ldmatrix_x4(unsigned r[4], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(fa_cuda_smem_u32(row)) : "memory");
+}
+FA_INLINE void fa_ldmatrix_x1_trans(unsigned r[1], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
+               : "=r"(r[0]) : "r"(fa_cuda_smem_u32(row)) : "memory");
+}
+FA_INLINE void fa_ldmatrix_x2_trans(unsigned r[2], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(fa_cuda_smem_u32(row)) : "memory");
+}
+FA_INLINE void fa_ldmatrix_x4_trans(unsigned r[4], const void *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(fa_cuda_smem_u32(row)) : "memory");
+}
+
+/* ---- cp.async: 16 bytes, src_bytes (0..16) of them read, the rest zeros ---- */
+
+FA_INLINE void fa_cp_async_16(void *smem_dst, const void *gmem_src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"(fa_cuda_smem_u32(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+FA_INLINE void fa_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* n is an immediate in PTX: with a constant n the switch folds away. A
+** larger n than 7 waits as for 7, which is stricter, so still correct. */
+FA_INLINE void fa_cp_async_wait(int n) {
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default:
+      if (n < 0) asm volatile("cp.async.wait_group 0;" ::: "memory");
+      else asm volatile("cp.async.wait_group 7;" ::: "memory");
+      break;
+  }
+}
