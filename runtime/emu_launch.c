@@ -95,8 +95,10 @@ static void worker_fail(worker *w, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Leave this fiber for good: the scheduler sees w->failed and stops. */
-static _Noreturn void fiber_abandon(emu_fiber *f) {
+/* Leave this fiber for good: the scheduler sees w->failed and stops. Not
+** declared _Noreturn: ASan would then unpoison "the" stack before the
+** call, and this is a fiber's. */
+static void fiber_abandon(emu_fiber *f) {
   fiber_exit(&f->ctx, &f->w->home);
   abort();  /* never resumed */
 }

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define FA_INLINE static inline
+#define FA_INLINE static inline __attribute__((unused))  /* clang warns on unused helpers */
 #define FA_KERNEL(name, nthreads) \
   __attribute__((visibility("default"))) void name(const fa_params p)
 #define FA_UNROLL

@@ -940,7 +940,7 @@ int main(void) {
   /* Warnings are errors; clang also flags the preludes' unused static inline
   ** helpers, which are no fault of a kernel. */
   emu_compile_opts co = {.jobs = 0, .batch = 0,
-                         .extra_flags = "-Wall -Wextra -Werror -Wno-unused-function"};
+                         .extra_flags = "-Wall -Wextra -Werror"};
   char err[512];
   if (emu_compile(sources, NK, &co, builds, err, sizeof err) != 0) {
     fprintf(stderr, "emu_compile: %s\n", err);
