@@ -42,6 +42,10 @@ const char cli_usage[] =
   "  --emu-seq N      on the emulator, run at most N queries and keys (default 256)\n"
   "  --seed S         seed of the random inputs (default: from the clock; always printed)\n"
   "  --schedule S     emulator thread order: forward, reverse or random (run; default forward)\n"
+  "  --timeout S      a variant that runs longer is stopped and recorded as timeout (default 60)\n"
+  "  --trial-ms N     GPU timing budget per variant, in milliseconds (default 300)\n"
+  "  --db PATH        results database (default: $FATUNE_DB, else ~/.cache/fatune/fatune.db)\n"
+  "  --retune         measure again what the database already holds\n"
   "run flags:\n"
   "  --q --k --v F    inputs, .npy float16/32/64 of shape (N, D) or (B, H, N, D)\n"
   "  --out F          output .npy: float64 for fp64 variants, else float32\n"
@@ -57,7 +61,7 @@ const char cli_usage[] =
 enum {
   F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
-  F_SCHED = 8192
+  F_SCHED = 8192, F_WORK = 16384, F_DB = 32768
 };
 
 typedef struct cmd_info {
@@ -72,7 +76,7 @@ static const cmd_info commands[] = {
   {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE},
   {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_SCHED | F_JOBS},
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
-                   F_BACKEND | F_EMU | F_SEED},
+                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB},
 };
 
 typedef struct flag_info {
@@ -88,7 +92,8 @@ static const flag_info flags[] = {
   {"--jobs", F_JOBS, 1}, {"--json", F_JSON, 0}, {"--space", F_SPACE, 1},
   {"--variant", F_PICK, 1}, {"--config", F_PICK, 1}, {"--backend", F_BACKEND, 1},
   {"--emu-seq", F_EMU, 1}, {"--seed", F_SEED, 1}, {"--schedule", F_SCHED, 1},
-  {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_IO, 1}, {"--lse", F_IO, 1},
+  {"--timeout", F_WORK, 1}, {"--trial-ms", F_WORK, 1}, {"--retune", F_WORK, 0},
+  {"--db", F_DB, 1}, {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_IO, 1}, {"--lse", F_IO, 1},
   {NULL, 0, 0},
 };
 
@@ -155,6 +160,8 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   if (!strcmp(flag, "--heads")) return parse_int(flag, val, 1, 65535, &p->heads, err, n);
   if (!strcmp(flag, "--smem")) return parse_int(flag, val, 1024, 1 << 20, &o->smem, err, n);
   if (!strcmp(flag, "--jobs")) return parse_int(flag, val, 1, 1024, &o->jobs, err, n);
+  if (!strcmp(flag, "--timeout")) return parse_int(flag, val, 1, 86400, &o->timeout_s, err, n);
+  if (!strcmp(flag, "--trial-ms")) return parse_int(flag, val, 1, 600000, &o->trial_ms, err, n);
   if (!strcmp(flag, "--emu-seq")) return parse_int(flag, val, 1, 1 << 24, &o->emu_seq, err, n);
   if (!strcmp(flag, "--seed")) return parse_seed(val, o, err, n);
   if (!strcmp(flag, "--scale")) return parse_scale(val, &p->scale, err, n);
@@ -163,6 +170,8 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--arch")) o->arch = val;
   else if (!strcmp(flag, "--variant")) o->variant = val;
   else if (!strcmp(flag, "--config")) o->config = val;
+  else if (!strcmp(flag, "--retune")) o->retune = 1;
+  else if (!strcmp(flag, "--db")) o->db = val;
   else if (!strcmp(flag, "--q")) o->q = val;
   else if (!strcmp(flag, "--k")) o->k = val;
   else if (!strcmp(flag, "--v")) o->v = val;
@@ -198,6 +207,8 @@ static void defaults(cli_opts *o) {
   o->space = "default";
   o->backend = "auto";
   o->emu_seq = 256;
+  o->timeout_s = 60;
+  o->trial_ms = 300;
   o->schedule = EMU_FORWARD;
 }
 

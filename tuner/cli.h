@@ -30,6 +30,10 @@ typedef struct cli_opts {
   int seed_given;
   const char *q, *k, *v, *out, *lse;  /* run: .npy paths */
   emu_schedule schedule;  /* run: the emulator's thread order */
+  int timeout_s;          /* main job: a variant's wall-time limit in its worker */
+  int trial_ms;           /* main job: timing budget per variant (GPU) */
+  const char *db;         /* results database path, or NULL for the default */
+  int retune;             /* main job: measure again what the database has */
 } cli_opts;
 
 #define EXIT_BAD_INPUT 2
