@@ -59,7 +59,8 @@ int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
              void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
              char *err, size_t errlen) {
   const size_t es = (size_t)fa_dtype_size(p->dtype);
-  const size_t ob = elems(p, p->seq_q, p->dim) * es, lb = elems(p, p->seq_q, 1) * es;
+  const size_t ob = elems(p, p->seq_q, p->dim) * es;
+  const size_t lb = elems(p, p->seq_q, 1) * (size_t)fa_lse_size(p->dtype);
   gen_launch shape;
   gen_launch_shape(k, p, &shape);
   void *o = NULL, *lse = NULL, *ws = NULL;

@@ -22,7 +22,8 @@ fa_params attn_params(const fa_problem *p, const void *q, const void *k, const v
                       void *o, void *lse, void *ws);
 
 /* Run kernel k (compiled as prog) once. o_host receives batch*heads*seq_q*dim
-** elements and lse_host batch*heads*seq_q, both in the kernel's dtype.
+** elements in the kernel's dtype, lse_host batch*heads*seq_q logsumexps
+** (fa_lse_size bytes each).
 ** Counters are added to ctr (may be NULL); launch_ms (may be NULL) is the
 ** wall time of the launch alone. */
 int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,

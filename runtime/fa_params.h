@@ -11,7 +11,7 @@
 typedef struct fa_params {
   const void *q, *k, *v;  /* inputs, (batch, heads, seq, dim), dim contiguous */
   void *o;                /* output, same layout as q */
-  void *lse;              /* logsumexp, [batch][heads][seq_q], kernel dtype */
+  void *lse;              /* logsumexp, [batch][heads][seq_q]: fp64 for fp64, else fp32 */
   void *ws;               /* workspace (kv_outer: running m and l), or 0 */
   long long q_sb, q_sh, q_sn;  /* strides in elements: batch, head, seq */
   long long k_sb, k_sh, k_sn;

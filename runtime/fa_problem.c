@@ -7,20 +7,24 @@
 
 #include "fa_problem.h"
 
+static const char *const dtype_names[] = {"fp32", "fp64", "fp16", "bf16"};
+
 const char *fa_dtype_name(fa_dtype t) {
-  return t == FA_FP64 ? "fp64" : "fp32";
+  return (unsigned)t < 4 ? dtype_names[t] : "?";
 }
 
 int fa_dtype_parse(const char *s, fa_dtype *t) {
-  if (strcmp(s, "fp32") == 0 || strcmp(s, "f32") == 0) *t = FA_FP32;
-  else if (strcmp(s, "fp64") == 0 || strcmp(s, "f64") == 0) *t = FA_FP64;
-  else return -1;
-  return 0;
+  static const char *const short_names[] = {"f32", "f64", "f16", "bf16"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(s, dtype_names[i]) || !strcmp(s, short_names[i])) return *t = (fa_dtype)i, 0;
+  return -1;
 }
 
 int fa_dtype_size(fa_dtype t) {
-  return t == FA_FP64 ? 8 : 4;
+  return t == FA_FP64 ? 8 : t == FA_FP32 ? 4 : 2;
 }
+
+int fa_lse_size(fa_dtype t) { return t == FA_FP64 ? 8 : 4; }
 
 double fa_problem_scale(const fa_problem *p) {
   return p->scale != 0.0 ? p->scale : 1.0 / sqrt((double)p->dim);

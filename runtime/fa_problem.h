@@ -7,7 +7,9 @@
 
 #define FA_DIM_MAX 256
 
-typedef enum fa_dtype { FA_FP32 = 0, FA_FP64 = 1 } fa_dtype;
+/* fp16 and bf16 are the tensor-core family's: inputs and O in 16 bits,
+** accumulation and the logsumexp in fp32. */
+typedef enum fa_dtype { FA_FP32 = 0, FA_FP64 = 1, FA_FP16 = 2, FA_BF16 = 3 } fa_dtype;
 
 typedef struct fa_problem {
   int batch, heads;
@@ -21,9 +23,10 @@ typedef struct fa_problem {
 /* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */
 typedef struct fa_layout { long long sb, sh, sn; } fa_layout;
 
-const char *fa_dtype_name(fa_dtype t);         /* "fp32", "fp64" */
+const char *fa_dtype_name(fa_dtype t);         /* "fp32", "fp64", "fp16", "bf16" */
 int fa_dtype_parse(const char *s, fa_dtype *t); /* 0 on success, -1 unknown */
-int fa_dtype_size(fa_dtype t);                  /* bytes per element */
+int fa_dtype_size(fa_dtype t);                  /* bytes per element of Q, K, V, O */
+int fa_lse_size(fa_dtype t);                    /* bytes per logsumexp: 4 for 16-bit types */
 double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */
 fa_layout fa_layout_contiguous(const fa_problem *p, int seq);
 

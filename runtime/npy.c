@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "halfprec.h"
 #include "npy.h"
 
 _Static_assert(sizeof(float) == 4 && FLT_MANT_DIG == 24, "float must be IEEE binary32");
@@ -55,29 +56,7 @@ static size_t dtype_size(npy_dtype t) {
 
 /* Built from the bits rather than with ldexp, so the test's ldexp formula
 ** is an independent check. */
-double npy_half_to_double(unsigned short h) {
-  uint64_t sign = (uint64_t)(h >> 15) << 63;
-  int e = (h >> 10) & 0x1f;
-  uint64_t m = h & 0x3ff, bits;
-  double d;
-
-  if (e == 0x1f) {
-    bits = sign | 0x7ff0000000000000ull | m << 42;   /* inf, or NaN keeping its payload */
-  } else if (e == 0) {
-    if (m == 0) {
-      bits = sign;
-    } else {
-      /* Subnormal: normalize, since the double's range covers it. */
-      e = -14;
-      while (!(m & 0x400)) { m <<= 1; e--; }
-      bits = sign | (uint64_t)(e + 1023) << 52 | (m & 0x3ff) << 42;
-    }
-  } else {
-    bits = sign | (uint64_t)(e - 15 + 1023) << 52 | m << 42;
-  }
-  memcpy(&d, &bits, sizeof d);
-  return d;
-}
+double npy_half_to_double(unsigned short h) { return hp_f16_to_double(h); }
 
 static uint64_t load_le(const unsigned char *b, size_t n) {
   uint64_t v = 0;

@@ -28,7 +28,7 @@ const char cli_usage[] =
   "\n"
   "problem flags:\n"
   "  --dim D          head dimension, 1 to 256 (default 64)\n"
-  "  --dtype T        fp32 or fp64 (default fp32)\n"
+  "  --dtype T        fp32, fp64, fp16 or bf16 (default fp32)\n"
   "  --causal         causal mask, aligned to the bottom-right corner\n"
   "  --seq N          query sequence length (default 4096)\n"
   "  --seq-k M        key/value sequence length (default: --seq)\n"
@@ -187,7 +187,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   }
   else if (!strcmp(flag, "--dtype")) {
     if (fa_dtype_parse(val, &p->dtype) != 0)
-      return fail(err, n, "unknown dtype '%s' (fp32 or fp64)", val);
+      return fail(err, n, "unknown dtype '%s' (fp32, fp64, fp16 or bf16)", val);
   } else if (!strcmp(flag, "--space")) {
     if (strcmp(val, "default") && strcmp(val, "full"))
       return fail(err, n, "unknown space '%s' (default or full)", val);

@@ -4,11 +4,13 @@
 ** .npy file. Shapes (N, D) or (B, H, N, D); K and V may have another N
 ** than Q. Any file or shape that does not fit is one line and exit 2.
 */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn_run.h"
+#include "halfprec.h"
 #include "npy.h"
 #include "run.h"
 
@@ -110,10 +112,27 @@ static void *convert(const npy_array *a, fa_dtype t) {
   void *out = malloc(a->count * (size_t)fa_dtype_size(t));
   if (!out) return NULL;
   for (size_t i = 0; i < a->count; i++) {
-    if (t == FA_FP32) ((float *)out)[i] = (float)a->data[i];
-    else ((double *)out)[i] = a->data[i];
+    const double x = a->data[i];
+    switch (t) {
+    case FA_FP32: ((float *)out)[i] = (float)x; break;
+    case FA_FP64: ((double *)out)[i] = x; break;
+    case FA_FP16: ((uint16_t *)out)[i] = hp_f16_from_double(x); break;
+    default: ((uint16_t *)out)[i] = hp_bf16_from_double(x); break;
+    }
   }
   return out;
+}
+
+/* O as float32 (16-bit kernels widen exactly); fp32 and fp64 as they are. */
+static const void *output_view(run_state *r, size_t n) {
+  if (r->p.dtype == FA_FP32 || r->p.dtype == FA_FP64) return r->o;
+  float *f = malloc(n * sizeof *f);
+  if (!f) return NULL;
+  const uint16_t *h = r->o;
+  for (size_t i = 0; i < n; i++)
+    f[i] = (float)(r->p.dtype == FA_FP16 ? hp_f16_to_double(h[i]) : hp_bf16_to_double(h[i]));
+  free(r->o);
+  return r->o = f;
 }
 
 static int write_outputs(run_state *r, const cli_opts *o, char *err, size_t n) {
@@ -121,9 +140,13 @@ static int write_outputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   long long oshape[4], lshape[3];
   memcpy(oshape, r->q.shape, sizeof oshape);
   const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
-  int rc = p->dtype == FA_FP64
-             ? npy_write_f64(o->out, r->o, r->q.ndim, oshape, err, n)
-             : npy_write_f32(o->out, r->o, r->q.ndim, oshape, err, n);
+  const void *out = output_view(r, rows * (size_t)p->dim);
+  if (!out) {
+    snprintf(err, n, "out of memory");
+    return -1;
+  }
+  int rc = p->dtype == FA_FP64 ? npy_write_f64(o->out, out, r->q.ndim, oshape, err, n)
+                               : npy_write_f32(o->out, out, r->q.ndim, oshape, err, n);
   if (rc != 0 || !o->lse) return rc;
   float *l = malloc(rows * sizeof *l);
   if (!l) {
@@ -169,7 +192,7 @@ static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
   const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
   r->qt = convert(&r->q, p->dtype), r->kt = convert(&r->k, p->dtype);
   r->vt = convert(&r->v, p->dtype);
-  r->o = malloc(rows * (size_t)p->dim * es), r->lse = malloc(rows * es);
+  r->o = malloc(rows * (size_t)p->dim * es), r->lse = malloc(rows * (size_t)fa_lse_size(p->dtype));
   if (!r->qt || !r->kt || !r->vt || !r->o || !r->lse) {
     snprintf(err, n, "out of memory");
     return -1;

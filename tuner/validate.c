@@ -8,10 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "halfprec.h"
 #include "reference.h"
 #include "validate.h"
 
-double val_tolerance(fa_dtype t) { return t == FA_FP64 ? 1e-10 : 1e-5; }
+double val_tolerance(fa_dtype t) {
+  static const double tol[] = {[FA_FP32] = 1e-5, [FA_FP64] = 1e-10, [FA_FP16] = 5e-3,
+                               [FA_BF16] = 1e-2};
+  return tol[t];
+}
 
 /* splitmix64 and Box-Muller: normal numbers, the same for a seed everywhere. */
 static uint64_t rng_next(uint64_t *s) {
@@ -27,18 +32,19 @@ static double rng_normal(uint64_t *s) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* x in dtype t at out[i]; returns the value stored, exactly. */
+static double put(void *out, fa_dtype t, size_t i, double x) {
+  switch (t) {
+  case FA_FP32: return ((float *)out)[i] = (float)x;
+  case FA_FP64: return ((double *)out)[i] = x;
+  case FA_FP16: return hp_f16_to_double(((uint16_t *)out)[i] = hp_f16_from_double(x));
+  default: return hp_bf16_to_double(((uint16_t *)out)[i] = hp_bf16_from_double(x));
+  }
+}
+
 /* n normal values in the kernel's dtype (out) and as doubles (exact copy). */
 static void fill(uint64_t *s, fa_dtype t, size_t n, void *out, double *exact) {
-  for (size_t i = 0; i < n; i++) {
-    double x = rng_normal(s);
-    if (t == FA_FP32) {
-      ((float *)out)[i] = (float)x;
-      exact[i] = (float)x;
-    } else {
-      ((double *)out)[i] = x;
-      exact[i] = x;
-    }
-  }
+  for (size_t i = 0; i < n; i++) exact[i] = put(out, t, i, rng_normal(s));
 }
 
 void val_case_free(val_case *c) {
@@ -75,7 +81,17 @@ int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, cha
 }
 
 static double get(const void *a, fa_dtype t, size_t i) {
-  return t == FA_FP32 ? (double)((const float *)a)[i] : ((const double *)a)[i];
+  switch (t) {
+  case FA_FP32: return ((const float *)a)[i];
+  case FA_FP64: return ((const double *)a)[i];
+  case FA_FP16: return hp_f16_to_double(((const uint16_t *)a)[i]);
+  default: return hp_bf16_to_double(((const uint16_t *)a)[i]);
+  }
+}
+
+/* The logsumexp is fp32 for the 16-bit types. */
+static double get_lse(const void *a, fa_dtype t, size_t i) {
+  return get(a, t == FA_FP64 ? FA_FP64 : FA_FP32, i);
 }
 
 /* Element i of a (batch, heads, seq, dim) tensor as text. */
@@ -111,7 +127,7 @@ static void judge(const val_case *c, const void *o, const void *lse, val_result 
   }
   r->rel_err = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
   for (size_t i = 0; i < rows; i++) {
-    const double x = get(lse, t, i), ref = c->lse_ref[i];
+    const double x = get_lse(lse, t, i), ref = c->lse_ref[i];
     double e;
     if (isinf(ref) && ref < 0) e = x == ref ? 0 : INFINITY;
     else e = isfinite(x) ? fabs(x - ref) / fmax(1.0, fabs(ref)) : INFINITY;
@@ -142,14 +158,14 @@ int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
               val_result *r, char *err, size_t errlen) {
   memset(r, 0, sizeof *r);
   const fa_problem *p = &c->p;
-  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
   const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
   const size_t n = rows * (size_t)p->dim;
   const int runs = o->nschedules == 2 ? 2 : 1;
   unsigned char *out[2][2] = {{NULL}};
   int rc = 0;
   for (int s = 0; s < runs; s++) {
-    out[s][0] = malloc(n * es), out[s][1] = malloc(rows * es);
+    out[s][0] = malloc(n * es), out[s][1] = malloc(rows * ls);
     if (!out[s][0] || !out[s][1]) {
       snprintf(err, errlen, "out of memory");
       rc = -1;
@@ -173,7 +189,7 @@ int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
   if (runs == 2) {
     /* A race outranks an error figure: it says what to fix. */
     size_t i = first_diff(out[0][0], out[1][0], n, es);
-    size_t j = first_diff(out[0][1], out[1][1], rows, es);
+    size_t j = first_diff(out[0][1], out[1][1], rows, ls);
     if (i < n || j < rows) {
       char at[64];
       if (i < n) where(p, i, p->dim, at, sizeof at);
