@@ -8,6 +8,7 @@
 ** emulator figures are never GPU performance.
 */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,11 @@
 #include "par.h"
 #include "tune.h"
 #include "validate.h"
+#include "worker.h"
 
-typedef enum status { ST_OK, ST_INVALID, ST_COMPILE_ERROR, ST_CRASHED } status;
-static const char *const status_names[] = {"ok", "invalid", "compile_error", "crashed"};
+typedef enum status { ST_OK, ST_INVALID, ST_COMPILE_ERROR, ST_CRASHED, ST_TIMEOUT } status;
+static const char *const status_names[] = {"ok", "invalid", "compile_error", "crashed", "timeout"};
+#define NSTATUS 5
 
 typedef struct entry {
   gen_kernel k;
@@ -43,6 +46,10 @@ typedef struct tune {
   attn_inputs in;
   int threads;
   double compile_s, nvrtc_s, check_s;
+  /* Worker processes, one per validation thread; free ones on a stack. */
+  wk_worker **workers;
+  int nfree;
+  pthread_mutex_t mu;
 } tune;
 
 static double now_s(void) {
@@ -123,21 +130,69 @@ done:
   return rc;
 }
 
+/* In a worker process: validate variant i; the verdict travels back whole. */
+static void check_in_worker(size_t i, void *ud, void *out) {
+  tune *s = ud;
+  entry *e = &s->e[i];
+  val_result *r = out;
+  val_opts vo = {.nschedules = 2, .schedule = {EMU_FORWARD, EMU_REVERSE}, .seed = s->vc.seed,
+                 .threads = 1};
+  char err[256];
+  if (val_check(s->be, &s->vc, &s->in, e->build.prog, &e->k, &vo, r, err, sizeof err) != 0) {
+    snprintf(r->msg, sizeof r->msg, "cannot validate: %s", err);
+    r->status = VAL_CRASHED;
+  }
+}
+
+static wk_worker *take_worker(tune *s) {
+  pthread_mutex_lock(&s->mu);
+  wk_worker *w = s->workers[--s->nfree];
+  pthread_mutex_unlock(&s->mu);
+  return w;
+}
+
+static void give_worker(tune *s, wk_worker *w) {
+  pthread_mutex_lock(&s->mu);
+  s->workers[s->nfree++] = w;
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void check_one(size_t i, void *ud) {
   tune *s = ud;
   entry *e = &s->e[i];
   if (e->st != ST_OK) return;
-  val_opts vo = {.nschedules = 2, .schedule = {EMU_FORWARD, EMU_REVERSE}, .seed = s->vc.seed,
-                 .threads = 1};
-  char err[256];
-  if (val_check(s->be, &s->vc, &s->in, e->build.prog, &e->k, &vo, &e->r, err, sizeof err) != 0) {
-    snprintf(e->r.msg, sizeof e->r.msg, "cannot validate: %s", err);
-    e->r.status = VAL_CRASHED;
-  }
-  if (e->r.status != VAL_OK) {
+  wk_worker *w = take_worker(s);
+  char why[256];
+  wk_outcome out = wk_run(w, i, s->o->timeout_s, &e->r, why, sizeof why);
+  give_worker(s, w);
+  if (out != WK_DONE) {
+    e->st = out == WK_TIMEOUT ? ST_TIMEOUT : ST_CRASHED;
+    snprintf(e->r.msg, sizeof e->r.msg, "%s", why);
+    e->r.rel_err = e->r.max_abs_err = e->r.lse_err = NAN;
+  } else if (e->r.status != VAL_OK) {
     e->st = e->r.status == VAL_INVALID ? ST_INVALID : ST_CRASHED;
-    e->why = e->r.msg;
   }
+  if (e->st != ST_OK) e->why = e->r.msg;
+}
+
+static void workers_close(tune *s) {
+  for (int i = 0; i < s->nfree; i++) wk_close(s->workers[i]);
+  free(s->workers);
+  s->workers = NULL, s->nfree = 0;
+}
+
+static int workers_open(tune *s) {
+  char err[256];
+  s->workers = calloc((size_t)s->threads, sizeof *s->workers);
+  if (!s->workers) return -1;
+  for (int i = 0; i < s->threads; i++) {
+    if (wk_open(&s->workers[i], check_in_worker, s, sizeof(val_result), err, sizeof err) != 0) {
+      fprintf(stderr, "fatune: %s\n", err);
+      return -1;
+    }
+    s->nfree++;
+  }
+  return 0;
 }
 
 static int check_all(tune *s) {
@@ -147,13 +202,18 @@ static int check_all(tune *s) {
     fprintf(stderr, "fatune: %s\n", err);
     return -1;
   }
-  double t0 = now_s();
-  if (par_for(s->n, s->threads, check_one, s, progress_if_tty(), (void *)"validating") != 0) {
-    fprintf(stderr, "fatune: cannot start the validation threads\n");
+  if (pthread_mutex_init(&s->mu, NULL) != 0 || workers_open(s) != 0) {
+    fprintf(stderr, "fatune: cannot set up the worker processes\n");
+    workers_close(s);
     return -1;
   }
+  double t0 = now_s();
+  int rc = par_for(s->n, s->threads, check_one, s, progress_if_tty(), (void *)"validating");
   s->check_s = now_s() - t0;
-  return 0;
+  workers_close(s);
+  pthread_mutex_destroy(&s->mu);
+  if (rc != 0) fprintf(stderr, "fatune: cannot start the validation threads\n");
+  return rc;
 }
 
 /* ---- Output ---- */
@@ -239,16 +299,17 @@ static void print_json(const tune *s, entry **rank) {
 
 /* The run's summary and what the emulator could not do in time. */
 static void print_summary(FILE *f, const tune *s, entry **rank) {
-  size_t count[4] = {0};
+  size_t count[NSTATUS] = {0};
   double run_ms = 0;
   for (size_t i = 0; i < s->n; i++) {
     count[s->e[i].st]++;
     run_ms += s->e[i].r.run_ms;
   }
-  fprintf(f, "%zu variants: %zu ok, %zu invalid, %zu compile_error, %zu crashed; "
+  fprintf(f, "%zu variants: %zu ok, %zu invalid, %zu compile_error, %zu crashed, %zu timeout; "
              "compile %.1f s (host compiler) + %.1f s (NVRTC %s), validation %.1f s "
              "(2 schedules each) on %d threads\n",
           s->n, count[ST_OK], count[ST_INVALID], count[ST_COMPILE_ERROR], count[ST_CRASHED],
+          count[ST_TIMEOUT],
           s->compile_s, s->nvrtc_s, s->t->arch, s->check_s, s->threads);
   if (count[ST_OK]) {
     const entry *b = rank[0];

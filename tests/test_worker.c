@@ -1,0 +1,149 @@
+/*
+** test_worker.c
+** Jobs that take their process down cost only themselves:
+**  - plain jobs: one returns, one segfaults, one aborts, one never ends,
+**    one exits; each is recorded for what it did, and the next job runs
+**    in a fresh child;
+**  - emulator kernels in worker processes, as the tuner runs them: a good
+**    kernel, one that writes through a wild pointer (a real SIGSEGV, not an
+**    emulator fault), one that loops forever; the run completes with ok,
+**    crashed, timeout, ok.
+*/
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "emu.h"
+#include "worker.h"
+
+typedef struct answer { int job; int value; } answer;
+
+static volatile uintptr_t wild = 8;  /* an address the compiler cannot see through */
+
+static void plain_job(size_t i, void *ud, void *out) {
+  (void)ud;
+  answer *a = out;
+  a->job = (int)i;
+  switch (i % 5) {
+  case 1: *(volatile int *)wild = 1; break;  /* segfault */
+  case 2: abort();
+  case 3: for (;;) pause();                       /* never answers */
+  case 4: _exit(3);
+  default: break;
+  }
+  a->value = (int)i * 10;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_plain(void) {
+  wk_worker *w;
+  char err[256];
+  CHECK(wk_open(&w, plain_job, NULL, sizeof(answer), err, sizeof err) == 0, "%s", err);
+  const wk_outcome want[] = {WK_DONE, WK_CRASHED, WK_CRASHED, WK_TIMEOUT, WK_CRASHED,
+                             WK_DONE, WK_DONE};
+  const size_t jobs[] = {0, 1, 2, 3, 4, 5, 10};
+  for (size_t k = 0; k < sizeof jobs / sizeof jobs[0]; k++) {
+    answer a = {-1, -1};
+    char why[256] = "";
+    double t0 = now_s();
+    wk_outcome o = wk_run(w, jobs[k], 1, &a, why, sizeof why);
+    double dt = now_s() - t0;
+    CHECK(o == want[k], "job %zu: outcome %d, want %d (%s)", jobs[k], (int)o, (int)want[k], why);
+    if (o == WK_DONE) CHECK(a.job == (int)jobs[k] && a.value == (int)jobs[k] * 10, "job %zu: "
+                            "answer %d/%d", jobs[k], a.job, a.value);
+    else CHECK(why[0], "job %zu: no reason given", jobs[k]);
+    if (o == WK_TIMEOUT) CHECK(dt >= 0.9 && dt < 5, "timeout after %.2f s, want about 1", dt);
+    printf("job %zu: outcome %d %s\n", jobs[k], (int)o, why);
+  }
+  wk_close(w);
+}
+
+/* ---- Emulator kernels ---- */
+
+static const emu_source kernels[] = {
+  {"w_good", "FA_KERNEL(w_good, 32)\n{\n"
+             "  fa_st_f32((float *)p.o + fa_tid(), 2.0f * fa_ldg_f32((const float *)p.q + fa_tid()));\n"
+             "}\n"},
+  {"w_wild", "FA_KERNEL(w_wild, 32)\n{\n"
+             "  (void)p;\n"
+             "  if (fa_tid() == 5) *(volatile float *)(size_t)64 = 1.0f; /* no fa_st: a real fault */\n"
+             "}\n"},
+  {"w_loop", "FA_KERNEL(w_loop, 32)\n{\n"
+             "  (void)p;\n"
+             "  for (;;) fa_syncthreads();\n"
+             "}\n"},
+};
+#define NK (sizeof kernels / sizeof kernels[0])
+
+typedef struct emu_jobs {
+  emu_build b[NK];
+  float *q, *o;
+} emu_jobs;
+
+typedef struct emu_answer { int rc; float o[32]; char err[200]; } emu_answer;
+
+static void emu_job(size_t i, void *ud, void *out) {
+  emu_jobs *j = ud;
+  emu_answer *a = out;
+  const size_t k = i % NK;
+  fa_params prm;
+  memset(&prm, 0, sizeof prm);
+  prm.q = j->q, prm.o = j->o;
+  fa_emu_range r[2] = {{(unsigned long long)(size_t)j->q, (unsigned long long)(size_t)(j->q + 32)},
+                       {(unsigned long long)(size_t)j->o, (unsigned long long)(size_t)(j->o + 32)}};
+  emu_launch_args args = {.fn = j->b[k].fn, .slot = j->b[k].slot, .entry = kernels[k].entry,
+                          .grid = {1, 1, 1}, .threads = 32, .params = &prm, .ranges = r,
+                          .nranges = 2};
+  emu_launch_opts lo = {EMU_FORWARD, 1, 1, 0xFF};
+  fa_emu_counters c = {0};
+  a->rc = emu_launch(&args, &lo, &c, a->err, sizeof a->err);
+  memcpy(a->o, j->o, sizeof a->o);
+}
+
+static void test_emulator(void) {
+  emu_jobs j;
+  char err[256];
+  emu_compile_opts co = {0};
+  CHECK(emu_compile(kernels, NK, &co, j.b, err, sizeof err) == 0, "%s", err);
+  for (size_t k = 0; k < NK; k++) CHECK(j.b[k].fn, "%s: %s", kernels[k].entry, j.b[k].log);
+  j.q = aligned_alloc(64, 32 * sizeof(float)), j.o = aligned_alloc(64, 32 * sizeof(float));
+  if (!j.q || !j.o) return;
+  for (int t = 0; t < 32; t++) j.q[t] = (float)t, j.o[t] = -1;
+  wk_worker *w;
+  CHECK(wk_open(&w, emu_job, &j, sizeof(emu_answer), err, sizeof err) == 0, "%s", err);
+  const wk_outcome want[] = {WK_DONE, WK_CRASHED, WK_TIMEOUT, WK_DONE};
+  const size_t jobs[] = {0, 1, 2, 3};
+  for (size_t k = 0; k < 4; k++) {
+    emu_answer a;
+    char why[256] = "";
+    wk_outcome o = wk_run(w, jobs[k], 2, &a, why, sizeof why);
+    CHECK(o == want[k], "%s: outcome %d, want %d (%s)", kernels[jobs[k] % NK].entry, (int)o,
+          (int)want[k], why);
+    if (o == WK_DONE) {
+      int right = a.rc == 0;
+      for (int t = 0; t < 32; t++) right &= a.o[t] == 2.0f * (float)t;
+      CHECK(right, "w_good in a worker: rc %d, %s", a.rc, a.err);
+    }
+    printf("%s: outcome %d %s\n", kernels[jobs[k] % NK].entry, (int)o, why);
+  }
+  wk_close(w);
+  CHECK(j.o[0] == -1, "the parent's buffers were written by a child");
+  for (size_t k = 0; k < NK; k++) emu_build_free(&j.b[k]);
+  free(j.q), free(j.o);
+}
+
+int main(void) {
+  test_plain();
+  test_emulator();
+  return check_done("test_worker");
+}

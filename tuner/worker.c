@@ -1,0 +1,169 @@
+/*
+** worker.c
+** The child process behind worker.h: two pipes, a job index down, a fixed
+** size result up; poll with a deadline on the way back.
+*/
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "worker.h"
+
+struct wk_worker {
+  wk_job_fn fn;
+  void *ud;
+  size_t size;
+  pid_t pid;        /* 0: no child */
+  int to_child;     /* write end of the job pipe */
+  int from_child;   /* read end of the result pipe */
+  unsigned char *buf;
+};
+
+int wk_open(wk_worker **out, wk_job_fn fn, void *ud, size_t result_size, char *err,
+            size_t errlen) {
+  wk_worker *w = calloc(1, sizeof *w);
+  unsigned char *buf = malloc(result_size ? result_size : 1);
+  if (!w || !buf) {
+    free(w), free(buf);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  w->fn = fn, w->ud = ud, w->size = result_size, w->buf = buf;
+  w->to_child = w->from_child = -1;
+  *out = w;
+  return 0;
+}
+
+/* All of n bytes, retrying short writes and interrupts. */
+static int write_all(int fd, const void *p, size_t n) {
+  const unsigned char *c = p;
+  while (n) {
+    ssize_t k = write(fd, c, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    c += k, n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* The child: jobs until the parent closes the pipe. Never returns. */
+static void child_loop(wk_worker *w, int jobs, int results) {
+  size_t i;
+  for (;;) {
+    ssize_t k = read(jobs, &i, sizeof i);
+    if (k < 0 && errno == EINTR) continue;
+    if (k != (ssize_t)sizeof i) _exit(0);
+    memset(w->buf, 0, w->size);
+    w->fn(i, w->ud, w->buf);
+    if (write_all(results, w->buf, w->size) != 0) _exit(1);
+  }
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+static int start(wk_worker *w, char *why, size_t whylen) {
+  int jobs[2], results[2];
+  if (pipe(jobs) != 0) {
+    snprintf(why, whylen, "cannot make a pipe for a worker: %s", strerror(errno));
+    return -1;
+  }
+  if (pipe(results) != 0) {
+    snprintf(why, whylen, "cannot make a pipe for a worker: %s", strerror(errno));
+    close(jobs[0]), close(jobs[1]);
+    return -1;
+  }
+  /* Buffered output would be written twice, once by each process. */
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    snprintf(why, whylen, "cannot start a worker process: %s", strerror(errno));
+    close(jobs[0]), close(jobs[1]), close(results[0]), close(results[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    close(jobs[1]), close(results[0]);
+    child_loop(w, jobs[0], results[1]);
+  }
+  close(jobs[0]), close(results[1]);
+  w->pid = pid, w->to_child = jobs[1], w->from_child = results[0];
+  return 0;
+}
+
+/* Reap the child; describe how it ended. */
+static void bury(wk_worker *w, int kill_it, char *why, size_t whylen) {
+  close_fd(&w->to_child);
+  close_fd(&w->from_child);
+  if (!w->pid) return;
+  if (kill_it) kill(w->pid, SIGKILL);
+  int status = 0;
+  while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {}
+  w->pid = 0;
+  if (!why) return;
+  if (WIFSIGNALED(status))
+    snprintf(why, whylen, "the worker was killed by signal %d (%s)", WTERMSIG(status),
+             strsignal(WTERMSIG(status)));
+  else if (WIFEXITED(status))
+    snprintf(why, whylen, "the worker exited with status %d", WEXITSTATUS(status));
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, size_t whylen) {
+  if (!w->pid && start(w, why, whylen) != 0) return WK_ERROR;
+  /* A child that died between jobs shows up as a failed write (EPIPE):
+  ** SIGPIPE must not take the parent with it. */
+  struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+  sigemptyset(&ign.sa_mask);
+  sigaction(SIGPIPE, &ign, &old);
+  int sent = write_all(w->to_child, &i, sizeof i);
+  sigaction(SIGPIPE, &old, NULL);
+  if (sent != 0) {
+    bury(w, 0, why, whylen);
+    return WK_CRASHED;
+  }
+  const double deadline = now_s() + timeout_s;
+  size_t got = 0;
+  while (got < w->size) {
+    int left_ms = (int)((deadline - now_s()) * 1000);
+    if (left_ms <= 0) {
+      bury(w, 1, NULL, 0);
+      snprintf(why, whylen, "no answer after %d s: the worker was killed", timeout_s);
+      return WK_TIMEOUT;
+    }
+    struct pollfd pf = {.fd = w->from_child, .events = POLLIN};
+    int r = poll(&pf, 1, left_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) continue;  /* the deadline check above decides */
+    ssize_t k = r < 0 ? -1 : read(w->from_child, w->buf + got, w->size - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {  /* the child is gone: its status says how */
+      bury(w, 0, why, whylen);
+      return WK_CRASHED;
+    }
+    got += (size_t)k;
+  }
+  memcpy(out, w->buf, w->size);
+  return WK_DONE;
+}
+
+void wk_close(wk_worker *w) {
+  if (!w) return;
+  /* Closing the job pipe ends the child's loop; wait for it. */
+  bury(w, 0, NULL, 0);
+  free(w->buf);
+  free(w);
+}
