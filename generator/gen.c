@@ -401,6 +401,24 @@ int gen_render_name(gen_state *g, const char *name, const gen_target *t,
   return render(g, render_name_protected, &c, out);
 }
 
+static int render_oracle_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);
+  lua_getfield(L, -1, "require");
+  lua_pushstring(L, "oracle");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "render");
+  push_problem(L, c->problem);
+  lua_call(L, 1, 1);
+  take_kernel(L, c);
+  return 0;
+}
+
+int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out) {
+  gen_call c = {.problem = p};
+  return render(g, render_oracle_protected, &c, out);
+}
+
 static int render_text_protected(lua_State *L) {
   gen_call *c = call_of(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);

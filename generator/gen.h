@@ -70,6 +70,12 @@ int gen_render_name(gen_state *g, const char *name, const gen_target *t,
                     gen_kernel *out);
 void gen_kernel_free(gen_kernel *k);
 
+/* The naive-attention oracle for p's dtype, dim and causal: one CTA of
+** `threads` per query row (rows_per_cta 1); its dynamic shared memory,
+** (seq_k + threads) accumulators of fp64 for fp64 and fp32 otherwise, is
+** the caller's to set at launch. */
+int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out);
+
 /* Template text given directly, rendered in the sandbox (tests, tools). */
 int gen_render_text(gen_state *g, const char *chunkname, const char *text,
                     char **out);

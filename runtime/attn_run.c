@@ -71,9 +71,8 @@ int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
       (ws && backend_fill(be, ws, 0xFF, shape.ws_bytes, err, errlen)))
     goto done;
   fa_params a = attn_params(p, in->q, in->k, in->v, o, lse, ws);
-  fa_counters scratch = {0};
   double t0 = now_ms();
-  if (backend_launch(be, prog, &shape, &a, opts, ctr ? ctr : &scratch, err, errlen) != 0)
+  if (backend_launch(be, prog, &shape, &a, opts, ctr, err, errlen) != 0)
     goto done;
   if (launch_ms) *launch_ms = now_ms() - t0;
   rc = backend_download(be, o_host, o, ob, err, errlen) ||

@@ -18,9 +18,10 @@ int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
     snprintf(err, errlen, "unknown backend '%s' (emu, cuda or auto)", name);
     return -1;
   }
+  /* Probed in a child: this process must stay free of CUDA to fork workers. */
   char why[256];
-  if (cudrv_probe(why, sizeof why) > 0)
-    snprintf(why, sizeof why, "the cuda backend cannot run kernels in this version");
+  cudrv_device_info info;
+  if (cudrv_probe_isolated(&info, why, sizeof why)) return backend_cuda_open(&info, out, err, errlen);
   if (!strcmp(name, "cuda")) {
     snprintf(err, errlen, "--backend cuda: %s", why);
     return -1;
@@ -73,5 +74,27 @@ int backend_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, cha
 int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                    const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
                    char *err, size_t errlen) {
-  return b->ops->launch(b, prog, shape, params, opts, ctr, err, errlen);
+  fa_counters scratch = {0};
+  return b->ops->launch(b, prog, shape, params, opts, ctr ? ctr : &scratch, err, errlen);
 }
+
+int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                 const fa_params *params, int budget_ms, fa_timing *t, char *err,
+                 size_t errlen) {
+  if (!b->ops->time) {
+    snprintf(err, errlen, "the %s backend does not time kernels", b->ops->name);
+    return -1;
+  }
+  return b->ops->time(b, prog, shape, params, budget_ms, t, err, errlen);
+}
+
+int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                      int *ctas_per_sm, char *err, size_t errlen) {
+  if (!b->ops->occupancy) {
+    snprintf(err, errlen, "the %s backend has no occupancy", b->ops->name);
+    return -1;
+  }
+  return b->ops->occupancy(b, prog, shape, ctas_per_sm, err, errlen);
+}
+
+int backend_poisoned(fa_backend *b) { return b->ops->poisoned ? b->ops->poisoned(b) : 0; }

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 
+#include "cuda_driver.h"
 #include "emu.h"
 #include "gen.h"
 
@@ -27,7 +28,15 @@ typedef struct fa_build {
   fa_program *prog;
   char *log;
   double compile_ms;
+  /* cuda: ptxas's report for the device; emu: -1 and zeros */
+  int registers, spill_bytes, stack_bytes, smem_static_bytes;
 } fa_build;
+
+/* GPU time of one launch, over repeated launches with the L2 flushed. */
+typedef struct fa_timing {
+  double median_us, min_us, p20_us, p80_us;
+  int reps;
+} fa_timing;
 
 typedef struct fa_run_opts {
   emu_schedule schedule;    /* emu: the order threads run between barriers */
@@ -59,10 +68,28 @@ int backend_download(fa_backend *b, void *dst, const void *src, size_t bytes, ch
 int backend_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
                  size_t errlen);
 
-/* Launch and wait. Counters, where the backend has them, are added to ctr. */
+/* Launch and wait. Counters, where the backend has them, are added to ctr
+** (may be NULL). */
 int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                    const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
                    char *err, size_t errlen);
+
+/* Time a kernel (warm-up, then launches for about budget_ms); -1 on a
+** backend that cannot (the emulator's times are no GPU's). */
+int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                 const fa_params *params, int budget_ms, fa_timing *t, char *err,
+                 size_t errlen);
+
+/* CTAs of this kernel that fit on one multiprocessor; -1 where unknown. */
+int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                      int *ctas_per_sm, char *err, size_t errlen);
+
+/* 1 after an error that leaves the device unusable in this process (a
+** sticky CUDA error): the process should end, a fresh one carry on. */
+int backend_poisoned(fa_backend *b);
+
+/* The GPU of a cuda backend, or NULL for another backend. */
+const cudrv_device_info *backend_cuda_device(const fa_backend *b);
 
 /* The backends' own constructors, for backend_open. */
 typedef struct backend_ops backend_ops;
@@ -82,9 +109,17 @@ struct backend_ops {
   int (*launch)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                 const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
                 char *err, size_t errlen);
+  /* optional: NULL where the backend has no such thing */
+  int (*time)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+              const fa_params *params, int budget_ms, fa_timing *t, char *err, size_t errlen);
+  int (*occupancy)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                   int *ctas_per_sm, char *err, size_t errlen);
+  int (*poisoned)(fa_backend *b);
 };
 struct fa_backend { const backend_ops *ops; };
 
 int backend_emu_open(fa_backend **out, char *err, size_t errlen);
+int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err,
+                      size_t errlen);
 
 #endif

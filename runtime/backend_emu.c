@@ -50,6 +50,7 @@ static int emu_compile_kernels(fa_backend *b, const gen_kernel *const *kernels, 
   if ((rc = emu_compile(src, n, &opts, built, err, errlen)) != 0) goto done;
   for (size_t i = 0; i < n; i++) {
     out[i].compile_ms = built[i].ms;
+    out[i].registers = -1;
     if (!built[i].fn) {
       out[i].log = built[i].log;
       built[i].log = NULL;

@@ -8,14 +8,17 @@
 ** library is never closed: CUBINs loaded later need it for the process's life.
 */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include <cuda.h>
-
-#include "cuda_driver.h"
+#include "cuda_api.h"
 
 /* Our own pointer types, from the types in <cuda.h>. */
 typedef CUresult (*cuInit_fn)(unsigned int);
@@ -24,6 +27,8 @@ typedef CUresult (*cuDeviceGet_fn)(CUdevice *, int);
 typedef CUresult (*cuDeviceGetName_fn)(char *, int, CUdevice);
 typedef CUresult (*cuDeviceGetAttribute_fn)(int *, CUdevice_attribute, CUdevice);
 typedef CUresult (*cuGetErrorString_fn)(CUresult, const char **);
+typedef CUresult (*cuDeviceGetUuid_fn)(CUuuid *, CUdevice);
+typedef CUresult (*cuDeviceTotalMem_fn)(size_t *, CUdevice);
 
 static struct {
   void *lib;
@@ -33,6 +38,10 @@ static struct {
   cuDeviceGetName_fn get_name;
   cuDeviceGetAttribute_fn get_attr;
   cuGetErrorString_fn err_str;
+  cuGetErrorString_fn err_name;
+  cuDeviceGetUuid_fn get_uuid;
+  cuDeviceTotalMem_fn total_mem;
+  cudrv_api api;
   int ready;            /* 1 when cuInit succeeded */
   char why[256];        /* the reason when it did not */
 } drv;
@@ -77,6 +86,49 @@ static int load_sym(void *slot, size_t size, const char *name) {
 #define LOAD(field, name) \
   if (load_sym(&drv.field, sizeof drv.field, name) != 0) return
 
+/* The first of two names the driver has (a newer _v2 entry, else the old). */
+static int load_either(void *slot, size_t size, const char *name, const char *old) {
+  void *p;
+  dlerror();
+  p = dlsym(drv.lib, name);
+  if (p == NULL) return load_sym(slot, size, old);
+  memcpy(slot, &p, size);
+  return 0;
+}
+
+static int load_api(void) {
+  cudrv_api *a = &drv.api;
+  return load_sym(&a->device_get, sizeof a->device_get, "cuDeviceGet") ||
+         load_sym(&a->ctx_retain, sizeof a->ctx_retain, "cuDevicePrimaryCtxRetain") ||
+         load_sym(&a->ctx_set, sizeof a->ctx_set, "cuCtxSetCurrent") ||
+         load_sym(&a->ctx_sync, sizeof a->ctx_sync, "cuCtxSynchronize") ||
+         load_sym(&a->mem_alloc, sizeof a->mem_alloc, "cuMemAlloc_v2") ||
+         load_sym(&a->mem_free, sizeof a->mem_free, "cuMemFree_v2") ||
+         load_sym(&a->htod, sizeof a->htod, "cuMemcpyHtoD_v2") ||
+         load_sym(&a->dtoh, sizeof a->dtoh, "cuMemcpyDtoH_v2") ||
+         load_sym(&a->memset8, sizeof a->memset8, "cuMemsetD8_v2") ||
+         load_sym(&a->memset8_async, sizeof a->memset8_async, "cuMemsetD8Async") ||
+         load_sym(&a->module_load, sizeof a->module_load, "cuModuleLoadData") ||
+         load_sym(&a->module_unload, sizeof a->module_unload, "cuModuleUnload") ||
+         load_sym(&a->module_fn, sizeof a->module_fn, "cuModuleGetFunction") ||
+         load_sym(&a->fn_set_attr, sizeof a->fn_set_attr, "cuFuncSetAttribute") ||
+         load_sym(&a->fn_get_attr, sizeof a->fn_get_attr, "cuFuncGetAttribute") ||
+         load_sym(&a->launch, sizeof a->launch, "cuLaunchKernel") ||
+         load_sym(&a->event_create, sizeof a->event_create, "cuEventCreate") ||
+         load_sym(&a->event_record, sizeof a->event_record, "cuEventRecord") ||
+         load_sym(&a->event_sync, sizeof a->event_sync, "cuEventSynchronize") ||
+         load_either(&a->event_elapsed, sizeof a->event_elapsed, "cuEventElapsedTime_v2",
+                     "cuEventElapsedTime") ||
+         load_sym(&a->event_destroy, sizeof a->event_destroy, "cuEventDestroy_v2") ||
+         load_sym(&a->occupancy, sizeof a->occupancy,
+                  "cuOccupancyMaxActiveBlocksPerMultiprocessor") ||
+         load_either(&drv.get_uuid, sizeof drv.get_uuid, "cuDeviceGetUuid_v2",
+                     "cuDeviceGetUuid") ||
+         load_sym(&drv.total_mem, sizeof drv.total_mem, "cuDeviceTotalMem_v2") ||
+         load_sym(&drv.err_name, sizeof drv.err_name, "cuGetErrorName")
+           ? -1 : 0;
+}
+
 static void drv_init(void) {
   char buf[32];
   CUresult rc;
@@ -96,6 +148,7 @@ static void drv_init(void) {
   LOAD(get, "cuDeviceGet");
   LOAD(get_name, "cuDeviceGetName");
   LOAD(get_attr, "cuDeviceGetAttribute");
+  if (load_api() != 0) return;
   rc = drv.init(0);
   if (rc == CUDA_ERROR_NO_DEVICE) {
     snprintf(drv.why, sizeof drv.why, "CUDA driver found but no GPU: %s",
@@ -178,5 +231,83 @@ int cudrv_device_query(int ordinal, cudrv_device_info *info, char *msg, size_t m
   GET_ATTR(sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   GET_ATTR(smem_per_block_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
   GET_ATTR(max_threads_per_block, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  GET_ATTR(l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+  GET_ATTR(clock_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+  rc = drv.total_mem(&info->total_mem, dev);
+  if (rc != CUDA_SUCCESS) {
+    put_msg(msg, msglen, "cuDeviceTotalMem(%d): %s", ordinal, cu_error(rc, buf, sizeof buf));
+    return -1;
+  }
+  CUuuid u;
+  rc = drv.get_uuid(&u, dev);
+  if (rc != CUDA_SUCCESS) {
+    put_msg(msg, msglen, "cuDeviceGetUuid(%d): %s", ordinal, cu_error(rc, buf, sizeof buf));
+    return -1;
+  }
+  const unsigned char *b = (const unsigned char *)u.bytes;
+  snprintf(info->uuid, sizeof info->uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   return 0;
+}
+
+const cudrv_api *cudrv_api_get(void) {
+  pthread_once(&drv_once, drv_init);
+  return drv.ready ? &drv.api : NULL;
+}
+
+const char *cudrv_error(int rc, const char *call, char *buf, size_t len) {
+  const char *name = NULL, *text = NULL;
+  if (drv.err_name) drv.err_name((CUresult)rc, &name);
+  if (drv.err_str) drv.err_str((CUresult)rc, &text);
+  snprintf(buf, len, "%s: %s (%s)", call, name ? name : "CUDA error", text ? text : "?");
+  return buf;
+}
+
+/* What the probing child sends back. */
+typedef struct probe_answer {
+  int ok;
+  cudrv_device_info info;
+  char msg[256];
+} probe_answer;
+
+int cudrv_probe_isolated(cudrv_device_info *info, char *msg, size_t msglen) {
+  int fds[2];
+  probe_answer a;
+  memset(&a, 0, sizeof a);
+  if (pipe(fds) != 0) {
+    put_msg(msg, msglen, "cannot probe the CUDA driver: pipe: %s", strerror(errno));
+    return 0;
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    put_msg(msg, msglen, "cannot probe the CUDA driver: fork: %s", strerror(errno));
+    close(fds[0]), close(fds[1]);
+    return 0;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    a.ok = cudrv_device_query(0, &a.info, a.msg, sizeof a.msg) == 0;
+    _exit(write(fds[1], &a, sizeof a) == (ssize_t)sizeof a ? 0 : 1);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  while (got < sizeof a) {
+    ssize_t k = read(fds[0], (char *)&a + got, sizeof a - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  close(fds[0]);
+  int status;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (got != sizeof a) {
+    put_msg(msg, msglen, "the CUDA driver probe crashed (%s)",
+            WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "no answer");
+    return 0;
+  }
+  put_msg(msg, msglen, "%s", a.msg);
+  if (a.ok) *info = a.info;
+  return a.ok;
 }

@@ -10,10 +10,14 @@
 
 typedef struct cudrv_device_info {
   char name[256];
+  char uuid[48];              /* GPU-xxxxxxxx-xxxx-..., as nvidia-smi prints it */
   int cc_major, cc_minor;
   int sm_count;
   int smem_per_block_optin;   /* bytes */
   int max_threads_per_block;
+  int l2_bytes;
+  int clock_khz;
+  size_t total_mem;           /* bytes */
 } cudrv_device_info;
 
 /* Load libcuda.so.1 and initialise it. Returns the number of devices (>= 1),
@@ -23,5 +27,19 @@ int cudrv_probe(char *msg, size_t msglen);
 
 /* Query device `ordinal` after a successful probe. 0 or -1 with msg. */
 int cudrv_device_query(int ordinal, cudrv_device_info *info, char *msg, size_t msglen);
+
+/* Probe and query device 0 in a short-lived child process, so that this
+** process never initialises CUDA: a context does not survive fork, and the
+** tuner forks its workers. Returns 1 with info filled, or 0 with the reason
+** in msg (no driver, no GPU, or the probe itself crashed). */
+int cudrv_probe_isolated(cudrv_device_info *info, char *msg, size_t msglen);
+
+/* The driver entry points the cuda backend uses, after a successful probe
+** in this process; NULL before. */
+typedef struct cudrv_api cudrv_api;
+const cudrv_api *cudrv_api_get(void);
+
+/* "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" into buf. */
+const char *cudrv_error(int rc, const char *call, char *buf, size_t len);
 
 #endif

@@ -9,7 +9,9 @@
 **  - divergent barriers and warps are reported, not hung;
 **  - out-of-bounds and misaligned accesses fault with the line;
 **  - the counters are exact on a hand-written kernel and on a generated one
-**    whose traffic has a closed form.
+**    whose traffic has a closed form;
+**  - the naive-attention oracle (the GPU's reference for big problems)
+**    matches the CPU reference in every dtype, and judges a kernel.
 */
 #include <math.h>
 #include <stdio.h>
@@ -179,6 +181,65 @@ static void test_generated_counters(void) {
         "tensor-core counts on a SIMT kernel");
   backend_build_free(be, &b);
   gen_kernel_free(&k);
+}
+
+/* The naive-attention oracle, run on the emulator, against the CPU
+** reference on the same inputs; then a kernel judged by it. */
+static void test_oracle(void) {
+  static const fa_dtype dts[] = {FA_FP32, FA_FP64, FA_FP16, FA_BF16};
+  static const double tol[] = {1e-6, 1e-13, 1e-6, 1e-6};
+  for (int i = 0; i < 4; i++) {
+    fa_problem p = {.batch = 2, .heads = 2, .seq_q = 37, .seq_k = 53, .dim = 24, .dtype = dts[i],
+                    .causal = i & 1};
+    gen_kernel ok;
+    fa_build ob;
+    char err[512];
+    CHECK(gen_render_oracle(gen, &p, &ok) == 0, "%s", gen_errmsg(gen));
+    const gen_kernel *kp = &ok;
+    compile_all(&kp, 1, &ob);
+    val_case cpu, gpu;
+    const unsigned long long s = seed++;
+    if (!ob.prog || val_case_make(&cpu, &p, s, err, sizeof err) != 0) continue;
+    int rc = val_case_make_oracle(&gpu, &p, s, be, ob.prog, &ok, 16, err, sizeof err);
+    CHECK(rc == 0, "oracle %s: %s", fa_dtype_name(p.dtype), err);
+    if (rc == 0) {
+      const size_t rows = 2 * 2 * 37, n = rows * 24;
+      double e2 = 0, r2 = 0, le = 0;
+      for (size_t j = 0; j < n; j++)
+        e2 += (gpu.o_ref[j] - cpu.o_ref[j]) * (gpu.o_ref[j] - cpu.o_ref[j]),
+        r2 += cpu.o_ref[j] * cpu.o_ref[j];
+      for (size_t j = 0; j < rows; j++) le = fmax(le, fabs(gpu.lse_ref[j] - cpu.lse_ref[j]));
+      CHECK(sqrt(e2 / r2) < tol[i] && le < 10 * tol[i], "oracle %s: rel %.3g, lse %.3g",
+            fa_dtype_name(p.dtype), sqrt(e2 / r2), le);
+      CHECK(gpu.nsample == 16 && gpu.oracle_err < tol[i], "oracle %s: sampled rows %zu, err %.3g",
+            fa_dtype_name(p.dtype), gpu.nsample, gpu.oracle_err);
+      printf("oracle %s: rel %.2e against the CPU reference, %zu sampled rows %.2e\n",
+             fa_dtype_name(p.dtype), sqrt(e2 / r2), gpu.nsample, gpu.oracle_err);
+      if (p.dtype == FA_FP32) {  /* a kernel judged by the oracle */
+        gen_kernel k;
+        fa_build b;
+        CHECK(gen_render_config(gen, "block_m=16,block_n=16,warps=2", &p, &target, &k) == 0, "%s",
+              gen_errmsg(gen));
+        kp = &k;
+        compile_all(&kp, 1, &b);
+        attn_inputs in;
+        val_result r;
+        val_opts o = {.nschedules = 1, .schedule = {EMU_RANDOM}, .seed = s, .threads = 1};
+        if (b.prog && attn_inputs_upload(be, &p, gpu.q, gpu.k, gpu.v, &in, err, sizeof err) == 0) {
+          CHECK(val_check(be, &gpu, &in, b.prog, &k, &o, &r, err, sizeof err) == 0, "%s", err);
+          CHECK(r.status == VAL_OK && r.sample_err > 0 && r.sample_err < 1e-5,
+                "judged by the oracle: %s (sampled rows %.3g)", r.msg, r.sample_err);
+          attn_inputs_free(be, &in);
+        }
+        backend_build_free(be, &b);
+        gen_kernel_free(&k);
+      }
+      val_case_free(&gpu);
+    }
+    val_case_free(&cpu);
+    backend_build_free(be, &ob);
+    gen_kernel_free(&ok);
+  }
 }
 
 /* ---- Hand-written kernels ---- */
@@ -357,6 +418,7 @@ int main(void) {
   test_seed_cases();
   test_missing_barrier();
   test_generated_counters();
+  test_oracle();
   test_hand_kernels();
   test_compile_error();
   backend_close(be);

@@ -42,35 +42,167 @@ static double put(void *out, fa_dtype t, size_t i, double x) {
   }
 }
 
-/* n normal values in the kernel's dtype (out) and as doubles (exact copy). */
-static void fill(uint64_t *s, fa_dtype t, size_t n, void *out, double *exact) {
-  for (size_t i = 0; i < n; i++) exact[i] = put(out, t, i, rng_normal(s));
-}
 
 void val_case_free(val_case *c) {
   free(c->q), free(c->k), free(c->v), free(c->o_ref), free(c->lse_ref);
+  free(c->sample_rows), free(c->sample_o);
   memset(c, 0, sizeof *c);
+}
+
+static double get(const void *a, fa_dtype t, size_t i);
+
+/* Q, K, V in the dtype from the seed (their exact values in qd, kd, vd when
+** those are not NULL). */
+static int make_inputs(val_case *c, const fa_problem *p, unsigned long long seed, double *qd,
+                       double *kd, double *vd) {
+  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t bh = (size_t)p->batch * (size_t)p->heads;
+  const size_t nq = bh * (size_t)p->seq_q * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
+  c->p = *p, c->seed = seed;
+  c->q = malloc(nq * es), c->k = malloc(nk * es), c->v = malloc(nk * es);
+  if (!c->q || !c->k || !c->v) return -1;
+  uint64_t s = seed;
+  void *const out[3] = {c->q, c->k, c->v};
+  double *const exact[3] = {qd, kd, vd};
+  const size_t n[3] = {nq, nk, nk};
+  for (int t = 0; t < 3; t++)
+    for (size_t i = 0; i < n[t]; i++) {
+      double x = put(out[t], p->dtype, i, rng_normal(&s));
+      if (exact[t]) exact[t][i] = x;
+    }
+  return 0;
+}
+
+/* One row of attention in float64, from the dtype arrays: o gets dim values. */
+static void cpu_row(const val_case *c, size_t row, double *o, double *s) {
+  const fa_problem *p = &c->p;
+  const size_t r = row % (size_t)p->seq_q, bh = row / (size_t)p->seq_q;
+  const size_t D = (size_t)p->dim, qo = row * D, ko = bh * (size_t)p->seq_k * D;
+  long long nvis = p->seq_k;
+  if (p->causal) {
+    nvis = (long long)r + (p->seq_k - p->seq_q) + 1;
+    nvis = nvis < 0 ? 0 : nvis > p->seq_k ? p->seq_k : nvis;
+  }
+  const double scale = fa_problem_scale(p);
+  double m = -INFINITY, l = 0;
+  for (long long j = 0; j < nvis; j++) {
+    double dot = 0;
+    for (size_t d = 0; d < D; d++)
+      dot += get(c->q, p->dtype, qo + d) * get(c->k, p->dtype, ko + (size_t)j * D + d);
+    s[j] = scale * dot;
+    if (s[j] > m) m = s[j];
+  }
+  for (long long j = 0; j < nvis; j++) l += s[j] = exp(s[j] - m);
+  for (size_t d = 0; d < D; d++) {
+    double acc = 0;
+    for (long long j = 0; j < nvis; j++) acc += s[j] * get(c->v, p->dtype, ko + (size_t)j * D + d);
+    o[d] = nvis ? acc / l : 0;
+  }
+}
+
+/* The rows to check on the CPU: the first and last of the whole problem,
+** then rows spread by the seed. */
+static int pick_rows(val_case *c, size_t nsample) {
+  const size_t rows = (size_t)c->p.batch * (size_t)c->p.heads * (size_t)c->p.seq_q;
+  if (nsample > rows) nsample = rows;
+  c->sample_rows = malloc(nsample * sizeof *c->sample_rows);
+  c->sample_o = malloc(nsample * (size_t)c->p.dim * sizeof *c->sample_o);
+  if (!c->sample_rows || !c->sample_o) return -1;
+  uint64_t s = c->seed ^ 0x5eedULL;
+  for (size_t i = 0; i < nsample; i++)
+    c->sample_rows[i] = i == 0 ? 0 : i == 1 ? rows - 1 : (size_t)(rng_next(&s) % rows);
+  c->nsample = nsample;
+  return 0;
+}
+
+static int run_oracle(val_case *c, fa_backend *be, const fa_program *oracle,
+                      const gen_kernel *ok, char *err, size_t errlen) {
+  const fa_problem *p = &c->p;
+  const size_t acc = p->dtype == FA_FP64 ? 8 : 4;
+  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
+  const size_t n = rows * (size_t)p->dim;
+  attn_inputs in = {0};
+  void *o = NULL, *lse = NULL, *ho = malloc(n * acc), *hl = malloc(rows * acc);
+  gen_launch shape;
+  gen_launch_shape(ok, p, &shape);
+  shape.smem_bytes = (unsigned)(((size_t)p->seq_k + (size_t)ok->threads) * acc);
+  int rc = -1;
+  if (!ho || !hl) {
+    snprintf(err, errlen, "out of memory for the oracle's output");
+    goto done;
+  }
+  if (attn_inputs_upload(be, p, c->q, c->k, c->v, &in, err, errlen) ||
+      backend_alloc(be, n * acc, &o, err, errlen) || backend_alloc(be, rows * acc, &lse, err, errlen) ||
+      backend_fill(be, o, 0xFF, n * acc, err, errlen) ||
+      backend_fill(be, lse, 0xFF, rows * acc, err, errlen))
+    goto done;
+  fa_params a = attn_params(p, in.q, in.k, in.v, o, lse, NULL);
+  fa_run_opts ro = {EMU_FORWARD, c->seed, 1, 0xFF};
+  if (backend_launch(be, oracle, &shape, &a, &ro, NULL, err, errlen) ||
+      backend_download(be, ho, o, n * acc, err, errlen) ||
+      backend_download(be, hl, lse, rows * acc, err, errlen))
+    goto done;
+  const fa_dtype at = p->dtype == FA_FP64 ? FA_FP64 : FA_FP32;
+  for (size_t i = 0; i < n; i++) c->o_ref[i] = get(ho, at, i);
+  for (size_t i = 0; i < rows; i++) c->lse_ref[i] = get(hl, at, i);
+  rc = 0;
+done:
+  attn_inputs_free(be, &in);
+  backend_free(be, o), backend_free(be, lse);
+  free(ho), free(hl);
+  return rc;
+}
+
+int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long seed,
+                         fa_backend *be, const fa_program *oracle, const gen_kernel *ok,
+                         size_t nsample, char *err, size_t errlen) {
+  memset(c, 0, sizeof *c);
+  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
+  double *s = malloc(((size_t)p->seq_k + 1) * sizeof *s);
+  c->o_ref = malloc(rows * (size_t)p->dim * sizeof *c->o_ref);
+  c->lse_ref = malloc(rows * sizeof *c->lse_ref);
+  int rc = -1;
+  if (!s || !c->o_ref || !c->lse_ref || make_inputs(c, p, seed, NULL, NULL, NULL) != 0 ||
+      pick_rows(c, nsample) != 0) {
+    snprintf(err, errlen, "out of memory for the validation inputs");
+    goto done;
+  }
+  if (run_oracle(c, be, oracle, ok, err, errlen) != 0) goto done;
+  const size_t D = (size_t)p->dim;
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < c->nsample; i++) {
+    double *ref = c->sample_o + i * D;
+    cpu_row(c, c->sample_rows[i], ref, s);
+    for (size_t d = 0; d < D; d++) {
+      const double x = c->o_ref[c->sample_rows[i] * D + d] - ref[d];
+      e2 += x * x, r2 += ref[d] * ref[d];
+    }
+  }
+  c->oracle_err = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
+  if (!(c->oracle_err <= val_tolerance(p->dtype == FA_FP64 ? FA_FP64 : FA_FP32))) {
+    snprintf(err, errlen, "the GPU oracle disagrees with the float64 CPU reference on %zu "
+             "sampled rows: norm-relative error %.3g", c->nsample, c->oracle_err);
+    goto done;
+  }
+  rc = 0;
+done:
+  free(s);
+  if (rc != 0) val_case_free(c);
+  return rc;
 }
 
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen) {
   memset(c, 0, sizeof *c);
-  c->p = *p, c->seed = seed;
-  const size_t es = (size_t)fa_dtype_size(p->dtype);
   const size_t bh = (size_t)p->batch * (size_t)p->heads;
   const size_t nq = bh * (size_t)p->seq_q * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
   double *qd = malloc(nq * sizeof *qd), *kd = malloc(nk * sizeof *kd), *vd = malloc(nk * sizeof *vd);
-  c->q = malloc(nq * es), c->k = malloc(nk * es), c->v = malloc(nk * es);
   c->o_ref = malloc(nq * sizeof *c->o_ref);
   c->lse_ref = malloc(bh * (size_t)p->seq_q * sizeof *c->lse_ref);
   int rc = -1;
-  if (!qd || !kd || !vd || !c->q || !c->k || !c->v || !c->o_ref || !c->lse_ref) {
+  if (!qd || !kd || !vd || !c->o_ref || !c->lse_ref || make_inputs(c, p, seed, qd, kd, vd)) {
     snprintf(err, errlen, "out of memory for the validation inputs");
   } else {
-    uint64_t s = seed;
-    fill(&s, p->dtype, nq, c->q, qd);
-    fill(&s, p->dtype, nk, c->k, kd);
-    fill(&s, p->dtype, nk, c->v, vd);
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
     rc = ref_attention(p, qd, lq, kd, lk, vd, lk, c->o_ref, lq, c->lse_ref);
     if (rc != 0) snprintf(err, errlen, "the reference cannot compute this problem");
@@ -137,9 +269,23 @@ static void judge(const val_case *c, const void *o, const void *lse, val_result 
       snprintf(r->msg, sizeof r->msg, "lse%s is %.17g, the reference %.17g", at, x, ref);
     }
   }
+  if (c->nsample) {
+    const size_t D = (size_t)p->dim;
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; i < c->nsample; i++)
+      for (size_t d = 0; d < D; d++) {
+        const double ref = c->sample_o[i * D + d], x = get(o, t, c->sample_rows[i] * D + d) - ref;
+        e2 += x * x, r2 += ref * ref;
+      }
+    r->sample_err = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
+  }
   if (r->rel_err > tol) {
     snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g exceeds %.0e (max abs %.3g)",
              r->rel_err, tol, r->max_abs_err);
+    r->status = VAL_INVALID;
+  } else if (r->sample_err > tol) {
+    snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g on the rows computed in float64 "
+             "on the CPU exceeds %.0e", r->sample_err, tol);
     r->status = VAL_INVALID;
   } else if (r->msg[0]) {
     r->status = VAL_INVALID;

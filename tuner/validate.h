@@ -22,12 +22,26 @@ typedef struct val_case {
   unsigned long long seed;
   void *q, *k, *v;        /* kernel dtype, contiguous */
   double *o_ref, *lse_ref;
+  /* Oracle cases: rows also computed in float64 on the CPU, to check the
+  ** oracle and every kernel against a reference independent of the GPU. */
+  size_t nsample;
+  size_t *sample_rows;    /* (b * heads + h) * seq_q + r */
+  double *sample_o;       /* nsample x dim */
+  double oracle_err;      /* the oracle's own norm-relative error there */
 } val_case;
 
 /* Normal random Q, K, V from seed; the reference from the rounded values. */
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen);
 void val_case_free(val_case *c);
+
+/* For problems too big for the CPU reference: inputs from seed as above,
+** the reference from the naive-attention oracle kernel (gen_render_oracle,
+** compiled as oracle) on the backend, and nsample rows in float64 on the
+** CPU, which the oracle must match within the dtype's tolerance. */
+int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long seed,
+                         fa_backend *be, const fa_program *oracle, const gen_kernel *ok,
+                         size_t nsample, char *err, size_t errlen);
 
 typedef enum val_status { VAL_OK, VAL_INVALID, VAL_CRASHED } val_status;
 
@@ -41,6 +55,7 @@ typedef struct val_opts {
 typedef struct val_result {
   val_status status;
   double rel_err, max_abs_err, lse_err;
+  double sample_err;        /* oracle cases: norm-relative error on the CPU rows */
   fa_counters counters;     /* of the first run */
   double run_ms;            /* its launch time */
   char msg[400];            /* why it is not ok */

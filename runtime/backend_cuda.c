@@ -1,0 +1,330 @@
+/*
+** backend_cuda.c
+** The cuda backend: NVRTC to CUBIN on the CPU, the Driver API (loaded with
+** dlopen by cuda_driver.c) for everything on the GPU. The device is touched
+** lazily, by the first call that needs it, so a process that only compiles
+** (the tuner's parent, which forks workers) never initialises CUDA. Every
+** driver call is checked and its failure names the call. After a sticky
+** error (an illegal address, say) the context is unusable: the backend
+** says so (backend_poisoned) and its owner should end the process.
+*/
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_api.h"
+#include "nvrtc_compile.h"
+#include "par.h"
+
+#define SMEM_DEFAULT_LIMIT 49152   /* above this a kernel must opt in */
+#define TIMING_MAX_REPS 2000
+#define TIMING_MIN_REPS 5
+
+typedef struct cuda_backend {
+  fa_backend base;
+  cudrv_device_info info;
+  char arch[16];
+  pthread_mutex_t mu;       /* guards the lazy context */
+  const cudrv_api *api;     /* NULL until the first device call */
+  CUcontext ctx;
+  CUdeviceptr flush;        /* twice the L2: written between timed launches */
+  size_t flush_bytes;
+  int poisoned;
+} cuda_backend;
+
+struct fa_program {
+  char *entry;
+  unsigned char *cubin;
+  size_t cubin_size;
+  CUmodule mod;             /* loaded lazily, per process */
+  CUfunction fn;
+  int smem_opt_in;          /* the dynamic shared memory limit already raised */
+};
+
+static cuda_backend *self(fa_backend *b) { return (cuda_backend *)b; }
+
+/* Sticky errors leave the context unusable for the life of the process. */
+static int sticky(CUresult rc) {
+  return rc == CUDA_ERROR_ILLEGAL_ADDRESS || rc == CUDA_ERROR_LAUNCH_FAILED ||
+         rc == CUDA_ERROR_MISALIGNED_ADDRESS || rc == CUDA_ERROR_HARDWARE_STACK_ERROR ||
+         rc == CUDA_ERROR_ILLEGAL_INSTRUCTION || rc == CUDA_ERROR_INVALID_ADDRESS_SPACE ||
+         rc == CUDA_ERROR_INVALID_PC || rc == CUDA_ERROR_ASSERT ||
+         rc == CUDA_ERROR_LAUNCH_TIMEOUT || rc == CUDA_ERROR_ECC_UNCORRECTABLE;
+}
+
+/* 0 on success; else the message, the poison flag, and -1. */
+static int ck(cuda_backend *c, CUresult rc, const char *call, char *err, size_t errlen) {
+  if (rc == CUDA_SUCCESS) return 0;
+  if (sticky(rc)) c->poisoned = 1;
+  cudrv_error((int)rc, call, err, errlen);
+  return -1;
+}
+
+static int ensure_device(cuda_backend *c, char *err, size_t errlen) {
+  pthread_mutex_lock(&c->mu);
+  int rc = 0;
+  if (!c->api) {
+    char why[256];
+    const cudrv_api *api = NULL;
+    CUdevice dev;
+    if (cudrv_probe(why, sizeof why) <= 0 || !(api = cudrv_api_get())) {
+      snprintf(err, errlen, "%s", why);
+      rc = -1;
+    } else if (ck(c, api->device_get(&dev, 0), "cuDeviceGet", err, errlen) ||
+               ck(c, api->ctx_retain(&c->ctx, dev), "cuDevicePrimaryCtxRetain", err, errlen)) {
+      rc = -1;
+    } else {
+      c->api = api;
+    }
+  }
+  /* The primary context is current per thread: make it ours too. */
+  if (rc == 0) rc = ck(c, c->api->ctx_set(c->ctx), "cuCtxSetCurrent", err, errlen);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+static void cuda_close(fa_backend *b) {
+  cuda_backend *c = self(b);
+  if (c->api && c->flush) c->api->mem_free(c->flush);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+/* ---- Compile ---- */
+
+typedef struct compile_job {
+  const gen_kernel *const *kernels;
+  nvrtc_result *res;
+  const char *arch;
+} compile_job;
+
+static void compile_one(size_t i, void *ud) {
+  compile_job *j = ud;
+  nvrtc_compile(j->kernels[i]->source, j->kernels[i]->entry, j->arch, &j->res[i]);
+}
+
+static int cuda_compile(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
+                        fa_build *out, char *err, size_t errlen) {
+  cuda_backend *c = self(b);
+  memset(out, 0, n * sizeof *out);
+  nvrtc_result *res = calloc(n ? n : 1, sizeof *res);
+  if (!res) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  compile_job j = {kernels, res, c->arch};
+  if (par_for(n, jobs, compile_one, &j, NULL, NULL) != 0) {
+    free(res);
+    snprintf(err, errlen, "cannot start the compile threads");
+    return -1;
+  }
+  for (size_t i = 0; i < n; i++) {
+    nvrtc_result *r = &res[i];
+    fa_build *o = &out[i];
+    o->compile_ms = r->compile_ms;
+    o->registers = r->registers;
+    o->spill_bytes = r->spill_store_bytes + r->spill_load_bytes;
+    o->stack_bytes = r->stack_bytes;
+    o->smem_static_bytes = r->smem_static_bytes;
+    fa_program *p = r->ok ? calloc(1, sizeof *p) : NULL;
+    if (p) p->entry = strdup(kernels[i]->entry);
+    if (!r->ok || !p || !p->entry) {
+      o->log = strdup(r->ok ? "out of memory" : r->log ? r->log : r->error);
+      if (p) free(p->entry);
+      free(p);
+    } else {
+      p->cubin = (unsigned char *)r->cubin, p->cubin_size = r->cubin_size;
+      r->cubin = NULL;
+      o->prog = p;
+    }
+    nvrtc_result_free(r);
+  }
+  free(res);
+  return 0;
+}
+
+static void cuda_program_free(fa_backend *b, fa_program *p) {
+  cuda_backend *c = self(b);
+  if (p->mod && c->api) c->api->module_unload(p->mod);
+  free(p->entry);
+  free(p->cubin);
+  free(p);
+}
+
+/* The module in this process, and the shared memory opt-in for this size. */
+static int load(cuda_backend *c, fa_program *p, unsigned smem, char *err, size_t errlen) {
+  if (ensure_device(c, err, errlen) != 0) return -1;
+  const cudrv_api *a = c->api;
+  if (!p->mod && (ck(c, a->module_load(&p->mod, p->cubin), "cuModuleLoadData", err, errlen) ||
+                  ck(c, a->module_fn(&p->fn, p->mod, p->entry), "cuModuleGetFunction", err,
+                     errlen)))
+    return -1;
+  if (smem > SMEM_DEFAULT_LIMIT && (int)smem > p->smem_opt_in) {
+    if (ck(c, a->fn_set_attr(p->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
+           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen))
+      return -1;
+    p->smem_opt_in = (int)smem;
+  }
+  return 0;
+}
+
+/* ---- Memory ---- */
+
+static int cuda_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen) {
+  cuda_backend *c = self(b);
+  CUdeviceptr d = 0;
+  if (ensure_device(c, err, errlen) ||
+      ck(c, c->api->mem_alloc(&d, bytes ? bytes : 1), "cuMemAlloc", err, errlen))
+    return -1;
+  *ptr = (void *)(uintptr_t)d;
+  return 0;
+}
+
+static void cuda_free(fa_backend *b, void *ptr) {
+  cuda_backend *c = self(b);
+  if (c->api) c->api->mem_free((CUdeviceptr)(uintptr_t)ptr);
+}
+
+static int cuda_copy(fa_backend *b, void *dst, const void *src, size_t bytes, int to_device,
+                     char *err, size_t errlen) {
+  cuda_backend *c = self(b);
+  if (ensure_device(c, err, errlen) != 0) return -1;
+  if (to_device)
+    return ck(c, c->api->htod((CUdeviceptr)(uintptr_t)dst, src, bytes), "cuMemcpyHtoD", err,
+              errlen);
+  return ck(c, c->api->dtoh(dst, (CUdeviceptr)(uintptr_t)src, bytes), "cuMemcpyDtoH", err,
+            errlen);
+}
+
+static int cuda_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
+                     size_t errlen) {
+  cuda_backend *c = self(b);
+  if (ensure_device(c, err, errlen) != 0) return -1;
+  return ck(c, c->api->memset8((CUdeviceptr)(uintptr_t)dst, byte, bytes), "cuMemsetD8", err,
+            errlen);
+}
+
+/* ---- Launch and time ---- */
+
+static int launch_async(cuda_backend *c, const fa_program *prog, const gen_launch *s,
+                        const fa_params *params, char *err, size_t errlen) {
+  void *args[1] = {(void *)params};
+  return ck(c, c->api->launch(prog->fn, s->grid[0], s->grid[1], s->grid[2], s->block[0],
+                              s->block[1], s->block[2], s->smem_bytes, NULL, args, NULL),
+            "cuLaunchKernel", err, errlen);
+}
+
+static int cuda_launch(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                       const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
+                       char *err, size_t errlen) {
+  (void)opts, (void)ctr;  /* no schedules, no counters on a GPU */
+  cuda_backend *c = self(b);
+  fa_program *p = (fa_program *)prog;  /* the lazy module is per process */
+  if (load(c, p, shape->smem_bytes, err, errlen) || launch_async(c, p, shape, params, err, errlen))
+    return -1;
+  return ck(c, c->api->ctx_sync(), "cuCtxSynchronize (after the kernel)", err, errlen);
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static double at(const float *sorted, int n, double q) {
+  return sorted[(int)(q * (n - 1) + 0.5)];
+}
+
+/* Launches until the budget is spent: each one after a write of twice the
+** L2 so that no input is still cached, timed alone between two events. */
+static int cuda_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                     const fa_params *params, int budget_ms, fa_timing *t, char *err,
+                     size_t errlen) {
+  cuda_backend *c = self(b);
+  fa_program *p = (fa_program *)prog;
+  memset(t, 0, sizeof *t);
+  if (load(c, p, shape->smem_bytes, err, errlen) != 0) return -1;
+  const cudrv_api *a = c->api;
+  if (!c->flush) {
+    size_t bytes = 2 * (size_t)(c->info.l2_bytes > 0 ? c->info.l2_bytes : 64 << 20);
+    if (ck(c, a->mem_alloc(&c->flush, bytes), "cuMemAlloc (L2 flush buffer)", err, errlen))
+      return -1;
+    c->flush_bytes = bytes;
+  }
+  float *ms = malloc(TIMING_MAX_REPS * sizeof *ms);
+  CUevent e0 = NULL, e1 = NULL;
+  int rc = -1, n = 0;
+  if (!ms) {
+    snprintf(err, errlen, "out of memory");
+    goto done;
+  }
+  if (ck(c, a->event_create(&e0, CU_EVENT_DEFAULT), "cuEventCreate", err, errlen) ||
+      ck(c, a->event_create(&e1, CU_EVENT_DEFAULT), "cuEventCreate", err, errlen))
+    goto done;
+  /* Warm-up: the module's first launch, clocks, caches of code. */
+  for (int i = 0; i < 3; i++)
+    if (launch_async(c, p, shape, params, err, errlen)) goto done;
+  if (ck(c, a->ctx_sync(), "cuCtxSynchronize (warm-up)", err, errlen)) goto done;
+  float spent = 0;
+  while (n < TIMING_MAX_REPS && (n < TIMING_MIN_REPS || spent < (float)budget_ms)) {
+    if (ck(c, a->memset8_async(c->flush, (unsigned char)n, c->flush_bytes, NULL),
+           "cuMemsetD8Async (L2 flush)", err, errlen) ||
+        ck(c, a->event_record(e0, NULL), "cuEventRecord", err, errlen) ||
+        launch_async(c, p, shape, params, err, errlen) ||
+        ck(c, a->event_record(e1, NULL), "cuEventRecord", err, errlen) ||
+        ck(c, a->event_sync(e1), "cuEventSynchronize (after the kernel)", err, errlen) ||
+        ck(c, a->event_elapsed(&ms[n], e0, e1), "cuEventElapsedTime", err, errlen))
+      goto done;
+    spent += ms[n++];
+  }
+  qsort(ms, (size_t)n, sizeof *ms, cmp_float);
+  t->reps = n;
+  t->min_us = ms[0] * 1e3;
+  t->p20_us = at(ms, n, 0.2) * 1e3;
+  t->median_us = at(ms, n, 0.5) * 1e3;
+  t->p80_us = at(ms, n, 0.8) * 1e3;
+  rc = 0;
+done:
+  if (e0) a->event_destroy(e0);
+  if (e1) a->event_destroy(e1);
+  free(ms);
+  return rc;
+}
+
+static int cuda_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+                          int *ctas_per_sm, char *err, size_t errlen) {
+  cuda_backend *c = self(b);
+  fa_program *p = (fa_program *)prog;
+  if (load(c, p, shape->smem_bytes, err, errlen) != 0) return -1;
+  return ck(c, c->api->occupancy(ctas_per_sm, p->fn, (int)shape->block[0], shape->smem_bytes),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor", err, errlen);
+}
+
+static int cuda_poisoned(fa_backend *b) { return self(b)->poisoned; }
+
+static const backend_ops cuda_ops = {
+  .name = "cuda", .has_counters = 0, .close = cuda_close, .compile = cuda_compile,
+  .program_free = cuda_program_free, .alloc = cuda_alloc, .free = cuda_free, .copy = cuda_copy,
+  .fill = cuda_fill, .launch = cuda_launch, .time = cuda_time, .occupancy = cuda_occupancy,
+  .poisoned = cuda_poisoned};
+
+int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err,
+                      size_t errlen) {
+  cuda_backend *c = calloc(1, sizeof *c);
+  if (!c || pthread_mutex_init(&c->mu, NULL) != 0) {
+    free(c);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  c->base.ops = &cuda_ops;
+  c->info = *info;
+  snprintf(c->arch, sizeof c->arch, "sm_%d%d", info->cc_major, info->cc_minor);
+  *out = &c->base;
+  return 0;
+}
+
+const cudrv_device_info *backend_cuda_device(const fa_backend *b) {
+  return b->ops == &cuda_ops ? &((const cuda_backend *)b)->info : NULL;
+}

@@ -1,0 +1,40 @@
+-- oracle.lua
+-- Naive attention as a kernel: the validation oracle for problems too big
+-- for the CPU reference. One CTA per query row materializes the row's
+-- scores (in shared memory, in the accumulation type: fp64 for fp64, else
+-- fp32), takes the softmax with its maximum subtracted, then multiplies
+-- with V; O and the logsumexp are written in that accumulation type, never
+-- rounded to 16 bits. No tiling, no online softmax: nothing in common with
+-- the kernels it judges but the primitives.
+
+local oracle = { name = "oracle", version = 1 }
+
+local loaders = {
+  fp32 = { T = "f32", acc = "float", ld = "fa_ldg_f32(%s)" },
+  fp64 = { T = "f64", acc = "double", ld = "fa_ldg_f64(%s)" },
+  fp16 = { T = "f32", acc = "float", ld = "fa_f16_to_f32(fa_ldg_u16(%s))", elem = "unsigned short" },
+  bf16 = { T = "f32", acc = "float", ld = "fa_bf16_to_f32(fa_ldg_u16(%s))", elem = "unsigned short" },
+}
+
+oracle.threads = 128
+
+-- problem: { dtype, dim, causal }. Shared memory depends on seq_k: the host
+-- gives (seq_k + threads) accumulators' worth at launch.
+function oracle.render(problem)
+  local l = loaders[problem.dtype]
+  if not l then error("no oracle for dtype '" .. tostring(problem.dtype) .. "'", 0) end
+  local causal = problem.causal == 1 and 1 or 0
+  local name = string.format("oracle-%s-d%d%s", problem.dtype, problem.dim,
+                             causal == 1 and "-causal" or "")
+  local args = { entry = name:gsub("-", "_"), D = problem.dim, causal = causal, NT = oracle.threads,
+                 T = l.T, acc = l.acc, elem = l.elem or l.acc,
+                 ld = function(p) return string.format(l.ld, p) end }
+  return {
+    source = render("oracle.cu", args), entry = args.entry, threads = oracle.threads,
+    smem_bytes = 0, rows_per_cta = 1, ws_bytes_per_row = 0, registers_estimate = 0,
+    name = name, hash = name, config = "family=oracle,dtype=" .. problem.dtype .. ",dim=" ..
+    problem.dim .. ",causal=" .. causal, family = "oracle", template_version = oracle.version,
+  }
+end
+
+return oracle
