@@ -48,38 +48,92 @@ fa_params attn_params(const fa_problem *p, const void *q, const void *k, const v
   return a;
 }
 
+
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* Output buffers for one launch of k; NULL pointers when they fail. */
+typedef struct outputs { void *o, *lse, *ws; } outputs;
+
+static int outputs_alloc(fa_backend *be, const fa_problem *p, const gen_launch *shape,
+                         outputs *out, char *err, size_t errlen) {
+  const size_t rows = elems(p, p->seq_q, 1);
+  const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
+  const size_t lb = rows * (size_t)fa_lse_size(p->dtype);
+  out->o = out->lse = out->ws = NULL;
+  return backend_alloc(be, ob, &out->o, err, errlen) ||
+         backend_alloc(be, lb, &out->lse, err, errlen) ||
+         (shape->ws_bytes && backend_alloc(be, shape->ws_bytes, &out->ws, err, errlen)) ||
+         backend_fill(be, out->o, 0xFF, ob, err, errlen) ||
+         backend_fill(be, out->lse, 0xFF, lb, err, errlen) ||
+         (out->ws && backend_fill(be, out->ws, 0xFF, shape->ws_bytes, err, errlen)) ? -1 : 0;
+}
+
+static void outputs_free(fa_backend *be, outputs *out) {
+  backend_free(be, out->o);
+  backend_free(be, out->lse);
+  backend_free(be, out->ws);
+}
+
+int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+              const fa_problem *p, const attn_inputs *in, int budget_ms, fa_timing *t,
+              int *ctas_per_sm, char *err, size_t errlen) {
+  gen_launch shape;
+  gen_launch_shape(k, p, &shape);
+  outputs out;
+  int rc = outputs_alloc(be, p, &shape, &out, err, errlen);
+  if (rc == 0) {
+    fa_params a = attn_params(p, in->q, in->k, in->v, out.o, out.lse, out.ws);
+    rc = backend_time(be, prog, &shape, &a, budget_ms, t, err, errlen);
+    if (rc == 0 && backend_occupancy(be, prog, &shape, ctas_per_sm, err, errlen) != 0)
+      *ctas_per_sm = -1;
+  }
+  outputs_free(be, &out);
+  return rc;
+}
+
+double attn_flops(const fa_problem *p) {
+  double pairs;
+  if (!p->causal) {
+    pairs = (double)p->seq_q * p->seq_k;
+  } else {
+    pairs = 0;
+    for (long long r = 0; r < p->seq_q; r++) {
+      long long n = r + (p->seq_k - p->seq_q) + 1;
+      pairs += (double)(n < 0 ? 0 : n > p->seq_k ? p->seq_k : n);
+    }
+  }
+  return 4.0 * p->batch * p->heads * p->dim * pairs;
+}
+
+double attn_bytes(const fa_problem *p) {
+  const double bh = (double)p->batch * p->heads, es = fa_dtype_size(p->dtype);
+  return bh * ((2.0 * p->seq_q + 2.0 * p->seq_k) * p->dim * es +
+               (double)p->seq_q * fa_lse_size(p->dtype));
+}
+
 int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
              const fa_problem *p, const attn_inputs *in, const fa_run_opts *opts,
              void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
              char *err, size_t errlen) {
-  const size_t es = (size_t)fa_dtype_size(p->dtype);
-  const size_t ob = elems(p, p->seq_q, p->dim) * es;
-  const size_t lb = elems(p, p->seq_q, 1) * (size_t)fa_lse_size(p->dtype);
+  const size_t rows = elems(p, p->seq_q, 1);
+  const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
+  const size_t lb = rows * (size_t)fa_lse_size(p->dtype);
   gen_launch shape;
   gen_launch_shape(k, p, &shape);
-  void *o = NULL, *lse = NULL, *ws = NULL;
+  outputs out;
   int rc = -1;
-  if (backend_alloc(be, ob, &o, err, errlen) || backend_alloc(be, lb, &lse, err, errlen) ||
-      (shape.ws_bytes && backend_alloc(be, shape.ws_bytes, &ws, err, errlen)) ||
-      backend_fill(be, o, 0xFF, ob, err, errlen) || backend_fill(be, lse, 0xFF, lb, err, errlen) ||
-      (ws && backend_fill(be, ws, 0xFF, shape.ws_bytes, err, errlen)))
-    goto done;
-  fa_params a = attn_params(p, in->q, in->k, in->v, o, lse, ws);
+  if (outputs_alloc(be, p, &shape, &out, err, errlen) != 0) goto done;
+  fa_params a = attn_params(p, in->q, in->k, in->v, out.o, out.lse, out.ws);
   double t0 = now_ms();
-  if (backend_launch(be, prog, &shape, &a, opts, ctr, err, errlen) != 0)
-    goto done;
+  if (backend_launch(be, prog, &shape, &a, opts, ctr, err, errlen) != 0) goto done;
   if (launch_ms) *launch_ms = now_ms() - t0;
-  rc = backend_download(be, o_host, o, ob, err, errlen) ||
-       backend_download(be, lse_host, lse, lb, err, errlen) ? -1 : 0;
+  rc = backend_download(be, o_host, out.o, ob, err, errlen) ||
+       backend_download(be, lse_host, out.lse, lb, err, errlen) ? -1 : 0;
 done:
-  backend_free(be, o);
-  backend_free(be, lse);
-  backend_free(be, ws);
+  outputs_free(be, &out);
   return rc;
 }

@@ -31,4 +31,17 @@ int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
              void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
              char *err, size_t errlen);
 
+/* Time kernel k on the inputs (backend_time: warm-up, then launches for
+** about budget_ms with the L2 flushed in between), on fresh outputs. */
+int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+              const fa_problem *p, const attn_inputs *in, int budget_ms, fa_timing *t,
+              int *ctas_per_sm, char *err, size_t errlen);
+
+/* Floating-point operations of the problem: 4 * batch * heads * dim per
+** visible (query, key) pair, the pairs counted exactly under a causal mask. */
+double attn_flops(const fa_problem *p);
+
+/* Bytes a kernel must move at least: Q, K, V read, O and lse written. */
+double attn_bytes(const fa_problem *p);
+
 #endif

@@ -2,8 +2,8 @@
 ** test_worker.c
 ** Jobs that take their process down cost only themselves:
 **  - plain jobs: one returns, one segfaults, one aborts, one never ends,
-**    one exits; each is recorded for what it did, and the next job runs
-**    in a fresh child;
+**    one exits, one retires its child; each is recorded for what it did,
+**    and the next job runs in a fresh child;
 **  - emulator kernels in worker processes, as the tuner runs them: a good
 **    kernel, one that writes through a wild pointer (a real SIGSEGV, not an
 **    emulator fault), one that loops forever; the run completes with ok,
@@ -25,7 +25,7 @@ typedef struct answer { int job; int value; } answer;
 
 static volatile uintptr_t wild = 8;  /* an address the compiler cannot see through */
 
-static void plain_job(size_t i, void *ud, void *out) {
+static int plain_job(size_t i, void *ud, void *out) {
   (void)ud;
   answer *a = out;
   a->job = (int)i;
@@ -37,6 +37,7 @@ static void plain_job(size_t i, void *ud, void *out) {
   default: break;
   }
   a->value = (int)i * 10;
+  return i == 5;  /* retire after job 5: job 10 must still be answered */
 }
 
 static double now_s(void) {
@@ -92,7 +93,7 @@ typedef struct emu_jobs {
 
 typedef struct emu_answer { int rc; float o[32]; char err[200]; } emu_answer;
 
-static void emu_job(size_t i, void *ud, void *out) {
+static int emu_job(size_t i, void *ud, void *out) {
   emu_jobs *j = ud;
   emu_answer *a = out;
   const size_t k = i % NK;
@@ -108,6 +109,7 @@ static void emu_job(size_t i, void *ud, void *out) {
   fa_emu_counters c = {0};
   a->rc = emu_launch(&args, &lo, &c, a->err, sizeof a->err);
   memcpy(a->o, j->o, sizeof a->o);
+  return 0;
 }
 
 static void test_emulator(void) {

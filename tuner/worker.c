@@ -3,7 +3,10 @@
 ** The child process behind worker.h: two pipes, a job index down, a fixed
 ** size result up; poll with a deadline on the way back.
 */
+#define _GNU_SOURCE /* pipe2 */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,7 +32,7 @@ struct wk_worker {
 int wk_open(wk_worker **out, wk_job_fn fn, void *ud, size_t result_size, char *err,
             size_t errlen) {
   wk_worker *w = calloc(1, sizeof *w);
-  unsigned char *buf = malloc(result_size ? result_size : 1);
+  unsigned char *buf = malloc(result_size + 1);  /* the answer, then the retire flag */
   if (!w || !buf) {
     free(w), free(buf);
     snprintf(err, errlen, "out of memory");
@@ -60,10 +63,32 @@ static void child_loop(wk_worker *w, int jobs, int results) {
     ssize_t k = read(jobs, &i, sizeof i);
     if (k < 0 && errno == EINTR) continue;
     if (k != (ssize_t)sizeof i) _exit(0);
-    memset(w->buf, 0, w->size);
-    w->fn(i, w->ud, w->buf);
-    if (write_all(results, w->buf, w->size) != 0) _exit(1);
+    memset(w->buf, 0, w->size + 1);
+    w->buf[w->size] = w->fn(i, w->ud, w->buf) != 0;
+    if (write_all(results, w->buf, w->size + 1) != 0) _exit(1);
+    if (w->buf[w->size]) _exit(0);
   }
+}
+
+/* In a new child: close every descriptor but stdio and its own two. Other
+** workers' pipe ends, inherited through fork, would otherwise keep their
+** children from ever seeing the end of their job pipe. */
+static void close_others(int keep1, int keep2) {
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) {
+    for (int fd = 3; fd < 1024; fd++)
+      if (fd != keep1 && fd != keep2) close(fd);
+    return;
+  }
+  const int self_fd = dirfd(d);
+  int fds[256], n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && n < 256) {
+    int fd = atoi(de->d_name);
+    if (fd > 2 && fd != keep1 && fd != keep2 && fd != self_fd) fds[n++] = fd;
+  }
+  closedir(d);
+  for (int i = 0; i < n; i++) close(fds[i]);
 }
 
 static void close_fd(int *fd) {
@@ -73,11 +98,12 @@ static void close_fd(int *fd) {
 
 static int start(wk_worker *w, char *why, size_t whylen) {
   int jobs[2], results[2];
-  if (pipe(jobs) != 0) {
+  /* Close-on-exec: a compiler the parent spawns must not hold them either. */
+  if (pipe2(jobs, O_CLOEXEC) != 0) {
     snprintf(why, whylen, "cannot make a pipe for a worker: %s", strerror(errno));
     return -1;
   }
-  if (pipe(results) != 0) {
+  if (pipe2(results, O_CLOEXEC) != 0) {
     snprintf(why, whylen, "cannot make a pipe for a worker: %s", strerror(errno));
     close(jobs[0]), close(jobs[1]);
     return -1;
@@ -91,7 +117,7 @@ static int start(wk_worker *w, char *why, size_t whylen) {
     return -1;
   }
   if (pid == 0) {
-    close(jobs[1]), close(results[0]);
+    close_others(jobs[0], results[1]);
     child_loop(w, jobs[0], results[1]);
   }
   close(jobs[0]), close(results[1]);
@@ -137,7 +163,7 @@ wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, s
   }
   const double deadline = now_s() + timeout_s;
   size_t got = 0;
-  while (got < w->size) {
+  while (got < w->size + 1) {
     int left_ms = (int)((deadline - now_s()) * 1000);
     if (left_ms <= 0) {
       bury(w, 1, NULL, 0);
@@ -148,7 +174,7 @@ wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, s
     int r = poll(&pf, 1, left_ms);
     if (r < 0 && errno == EINTR) continue;
     if (r == 0) continue;  /* the deadline check above decides */
-    ssize_t k = r < 0 ? -1 : read(w->from_child, w->buf + got, w->size - got);
+    ssize_t k = r < 0 ? -1 : read(w->from_child, w->buf + got, w->size + 1 - got);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) {  /* the child is gone: its status says how */
       bury(w, 0, why, whylen);
@@ -157,6 +183,7 @@ wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, s
     got += (size_t)k;
   }
   memcpy(out, w->buf, w->size);
+  if (w->buf[w->size]) bury(w, 0, NULL, 0);  /* retired: it exits on its own */
   return WK_DONE;
 }
 

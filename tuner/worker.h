@@ -18,8 +18,10 @@
 typedef enum wk_outcome { WK_DONE, WK_CRASHED, WK_TIMEOUT, WK_ERROR } wk_outcome;
 
 /* Runs in the child: do job i and fill out, result_size bytes that travel
-** back to the parent as they are (no pointers). */
-typedef void (*wk_job_fn)(size_t i, void *ud, void *out);
+** back to the parent as they are (no pointers). A non-zero return retires
+** the child after this answer (its device is unusable, say): the next job
+** gets a fresh one. */
+typedef int (*wk_job_fn)(size_t i, void *ud, void *out);
 
 typedef struct wk_worker wk_worker;
 

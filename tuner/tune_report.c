@@ -1,0 +1,201 @@
+/*
+** tune_report.c
+** The main job's results: a table sorted best first (by GPU time; on the
+** emulator, by global-memory traffic, the one cost it measures exactly),
+** the reasons for every variant that is not ok, and a summary. --json
+** prints one object per variant instead, the summary on stderr.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "tune_types.h"
+
+const char *const tune_status_names[NSTATUS] = {"ok", "invalid", "compile_error", "crashed",
+                                                "timeout"};
+
+static int gpu_mode;   /* for the comparator */
+
+static double cost(const entry *e) {
+  if (gpu_mode) return e->out.timed ? e->out.t.median_us : INFINITY;
+  return (double)(e->out.r.counters.gmem_read + e->out.r.counters.gmem_written);
+}
+
+/* ok first, cheapest first; then the rest in listing order. */
+static int by_rank(const void *a, const void *b) {
+  const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
+  if (x->st != y->st) return (x->st != ST_OK) - (y->st != ST_OK);
+  if (x->st != ST_OK || cost(x) == cost(y)) return (x > y) - (x < y);
+  return cost(x) < cost(y) ? -1 : 1;
+}
+
+/* ptxas's report: the backend's own (cuda) or the extra NVRTC compile (emu). */
+static int registers(const entry *e) {
+  if (e->nvrtc.result.ok) return e->nvrtc.result.registers;
+  return e->build.prog && e->build.registers >= 0 ? e->build.registers : -1;
+}
+
+static int spills(const entry *e) {
+  if (e->nvrtc.result.ok) return e->nvrtc.result.spill_store_bytes + e->nvrtc.result.spill_load_bytes;
+  return e->build.prog && e->build.registers >= 0 ? e->build.spill_bytes : -1;
+}
+
+static int ran(const entry *e) { return e->st == ST_OK || e->st == ST_INVALID; }
+
+static void print_emu_row(const entry *e) {
+  const fa_counters *c = &e->out.r.counters;
+  if (ran(e))
+    printf("%9.2e %9.2e %10.1f %10.1f %10.1f %8llu %6llu", e->out.r.rel_err,
+           e->out.r.max_abs_err, (double)c->gmem_read / 1024, (double)c->gmem_written / 1024,
+           (double)(c->smem_read + c->smem_written) / 1024, c->exp2, c->barriers);
+  else
+    printf("%9s %9s %10s %10s %10s %8s %6s", "-", "-", "-", "-", "-", "-", "-");
+  if (registers(e) >= 0) printf(" %5d %6d", registers(e), spills(e));
+  else printf(" %5s %6s", "-", "-");
+  if (ran(e)) printf(" %8.1f\n", e->out.r.run_ms);
+  else printf(" %8s\n", "-");
+}
+
+static void print_gpu_row(const tune *s, const entry *e) {
+  if (ran(e)) printf("%9.2e", e->out.r.max_abs_err);
+  else printf("%9s", "-");
+  if (e->out.timed)
+    printf(" %10.1f %10.1f %8.1f %8.0f", e->out.t.median_us, e->out.t.min_us,
+           attn_flops(&s->run) / e->out.t.median_us / 1e6,
+           attn_bytes(&s->run) / e->out.t.median_us / 1e3);
+  else
+    printf(" %10s %10s %8s %8s", "-", "-", "-", "-");
+  if (registers(e) >= 0) printf(" %5d %6d", registers(e), spills(e));
+  else printf(" %5s %6s", "-", "-");
+  printf(" %7d", e->k.smem_bytes + (e->build.prog ? e->build.smem_static_bytes : 0));
+  if (e->out.ctas_per_sm > 0) printf(" %5d\n", e->out.ctas_per_sm);
+  else printf(" %5s\n", "-");
+}
+
+static void print_table(const tune *s, entry **rank) {
+  if (s->gpu)
+    printf("%-58s %-13s %9s %10s %10s %8s %8s %5s %6s %7s %5s\n", "variant", "status", "max_err",
+           "median_us", "min_us", "TFLOP/s", "GB/s", "regs", "spill", "smem", "CTA/SM");
+  else
+    printf("%-58s %-13s %9s %9s %10s %10s %10s %8s %6s %5s %6s %8s\n", "variant", "status",
+           "rel_err", "max_err", "gmem_rd_KB", "gmem_wr_KB", "smem_KB", "exp", "bars", "regs",
+           "spill", "emu_ms");
+  for (size_t i = 0; i < s->n; i++) {
+    printf("%-58s %-13s ", rank[i]->k.name, tune_status_names[rank[i]->st]);
+    if (s->gpu) print_gpu_row(s, rank[i]);
+    else print_emu_row(rank[i]);
+  }
+  for (size_t i = 0; i < s->n; i++)
+    if (rank[i]->st != ST_OK) {
+      const char *why = rank[i]->why ? rank[i]->why : "?";
+      const char *nl = strchr(why, '\n');
+      printf("%s: %s: %.*s\n", tune_status_names[rank[i]->st], rank[i]->k.name,
+             nl ? (int)(nl - why) : (int)strlen(why), why);
+    }
+}
+
+static void json_timing(const tune *s, const entry *e) {
+  const int t = e->out.timed;
+  printf(", \"median_us\": ");
+  json_number(stdout, t ? e->out.t.median_us : NAN);
+  printf(", \"min_us\": ");
+  json_number(stdout, t ? e->out.t.min_us : NAN);
+  printf(", \"p20_us\": ");
+  json_number(stdout, t ? e->out.t.p20_us : NAN);
+  printf(", \"p80_us\": ");
+  json_number(stdout, t ? e->out.t.p80_us : NAN);
+  printf(", \"reps\": %d, \"tflops\": ", t ? e->out.t.reps : 0);
+  json_number(stdout, t ? attn_flops(&s->run) / e->out.t.median_us / 1e6 : NAN);
+  printf(", \"gbps\": ");
+  json_number(stdout, t ? attn_bytes(&s->run) / e->out.t.median_us / 1e3 : NAN);
+  printf(", \"ctas_per_sm\": %d", e->out.ctas_per_sm);
+}
+
+static void print_json(const tune *s, entry **rank) {
+  printf("[");
+  for (size_t i = 0; i < s->n; i++) {
+    const entry *e = rank[i];
+    const fa_counters *c = &e->out.r.counters;
+    printf("%s\n  {\"name\": ", i ? "," : "");
+    json_string(stdout, e->k.name);
+    printf(", \"hash\": \"%s\"", e->k.hash);
+    json_config(stdout, e->k.config);
+    printf(", \"status\": \"%s\", \"backend\": \"%s\", \"seed\": %llu, \"max_abs_err\": ",
+           tune_status_names[e->st], backend_name(s->be), s->seed);
+    json_number(stdout, ran(e) ? e->out.r.max_abs_err : NAN);
+    printf(", \"rel_err\": ");
+    json_number(stdout, ran(e) ? e->out.r.rel_err : NAN);
+    printf(", \"lse_err\": ");
+    json_number(stdout, ran(e) ? e->out.r.lse_err : NAN);
+    printf(", \"global_bytes_read\": %llu, \"global_bytes_written\": %llu, \"smem_bytes\": %llu, "
+           "\"smem_bytes_read\": %llu, \"smem_bytes_written\": %llu, \"exp_count\": %llu, "
+           "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
+           "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
+           "\"warp_syncs\": %llu, \"emu_ms\": ",
+           c->gmem_read, c->gmem_written, c->smem_read + c->smem_written, c->smem_read,
+           c->smem_written, c->exp2, c->log2, c->mma, c->ldmatrix, c->cp_async, c->shuffles,
+           c->barriers, c->warp_syncs);
+    json_number(stdout, ran(e) && !s->gpu ? e->out.r.run_ms : NAN);
+    json_timing(s, e);
+    printf(", \"compile_ms\": %.1f, \"registers\": %d, \"spill_bytes\": %d, \"smem_per_cta\": %d, "
+           "\"threads\": %d, \"message\": ", e->build.compile_ms, registers(e), spills(e),
+           e->k.smem_bytes, e->k.threads);
+    if (e->why) json_string(stdout, e->why);
+    else printf("null");
+    printf("}");
+  }
+  printf("\n]\n");
+}
+
+static void print_summary(FILE *f, const tune *s, entry **rank) {
+  size_t count[NSTATUS] = {0};
+  double run_ms = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    count[s->e[i].st]++;
+    run_ms += s->e[i].out.r.run_ms;
+  }
+  fprintf(f, "%zu variants: %zu ok, %zu invalid, %zu compile_error, %zu crashed, %zu timeout; ",
+          s->n, count[ST_OK], count[ST_INVALID], count[ST_COMPILE_ERROR], count[ST_CRASHED],
+          count[ST_TIMEOUT]);
+  if (s->gpu)
+    fprintf(f, "compiled (NVRTC %s) while measuring, %.1f s in all\n", s->t->arch, s->check_s);
+  else
+    fprintf(f, "compile %.1f s (host compiler) + %.1f s (NVRTC %s), validation %.1f s "
+               "(2 schedules each) on %d threads\n",
+            s->compile_s, s->nvrtc_s, s->t->arch, s->check_s, s->threads);
+  const entry *b = rank[0];
+  if (b->st == ST_OK && s->gpu && b->out.timed)
+    fprintf(f, "best: %s, median %.1f us, %.1f TFLOP/s: %s\n", b->k.name, b->out.t.median_us,
+            attn_flops(&s->run) / b->out.t.median_us / 1e6, b->k.config);
+  else if (b->st == ST_OK && !s->gpu)
+    fprintf(f, "least global-memory traffic: %s (%.1f KB read, %.1f KB written): %s\n",
+            b->k.name, (double)b->out.r.counters.gmem_read / 1024,
+            (double)b->out.r.counters.gmem_written / 1024, b->k.config);
+  if (s->gpu) return;
+  const fa_problem *p = &s->o->problem, *r = &s->run;
+  const double scale = (double)p->batch * p->heads * p->seq_q * p->seq_k /
+                       ((double)r->batch * r->heads * r->seq_q * r->seq_k);
+  const double est_s = run_ms * scale / 1e3 / s->threads;
+  if (scale > 1.0)
+    fprintf(f, "the requested problem (seq_q %d, seq_k %d, batch %d, heads %d) was not run: "
+               "one launch of every variant would take about %.0f %s on the emulator here\n",
+            p->seq_q, p->seq_k, p->batch, p->heads, est_s >= 120 ? est_s / 60 : est_s,
+            est_s >= 120 ? "min" : "s");
+}
+
+void tune_report(tune *s) {
+  entry **rank = malloc(s->n * sizeof *rank);
+  if (!rank) {
+    fprintf(stderr, "fatune: out of memory\n");
+    return;
+  }
+  for (size_t i = 0; i < s->n; i++) rank[i] = &s->e[i];
+  gpu_mode = s->gpu;
+  qsort(rank, s->n, sizeof *rank, by_rank);
+  if (s->o->json) print_json(s, rank);
+  else print_table(s, rank);
+  print_summary(s->o->json ? stderr : stdout, s, rank);
+  free(rank);
+}
