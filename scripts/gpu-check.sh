@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the checks that need a GPU, in one go, logs in one folder.
+# Uses the build in build/ when it runs here (Lua and SQLite are linked in
+# statically, so a build made on another machine runs on this one), else
+# builds one. Then: the GPU tests (ctest -L gpu), and the main job for dims
+# 64 and 128 at seq 4096 in fp32, as a table and as JSON. Meant to finish
+# within 8 minutes on one GPU.
+#
+# usage: scripts/gpu-check.sh [LOG_DIR]     (default: $OUT, else gpu-logs)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+logs=${1:-${OUT:-gpu-logs}}
+mkdir -p "$logs"
+exec > >(tee "$logs/gpu-check.log") 2>&1
+start=$SECONDS
+say() { echo "== $* ($((SECONDS - start)) s)"; }
+
+# NVRTC comes from the CUDA toolkit; find one if the loader cannot.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64; do
+    [ -d "$d" ] && LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+  done
+  export LD_LIBRARY_PATH
+fi
+
+say "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true
+nproc
+
+if ! build/fatune --version >/dev/null 2>&1; then
+  say "no usable build/fatune here: building"
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build -j "$(nproc)" \
+    || { say "build failed"; exit 1; }
+fi
+build/fatune --version
+
+say "GPU tests"
+(cd build && ctest -L gpu --output-on-failure --timeout 300)
+tests_rc=$?
+
+rc=$tests_rc
+for dim in 64 128; do
+  say "fatune --dim $dim --seq 4096 (fp32)"
+  timeout 200 build/fatune --dim "$dim" --seq 4096 --dtype fp32 --backend cuda --trial-ms 150 \
+    --json >"$logs/tune-d$dim.json" 2>"$logs/tune-d$dim.err"
+  r=$?
+  cat "$logs/tune-d$dim.err"
+  [ $r -eq 0 ] || rc=$r
+  python3 - "$logs/tune-d$dim.json" <<'PY' || true
+import json, sys
+rows = json.load(open(sys.argv[1]))
+ok = [r for r in rows if r["status"] == "ok" and r.get("median_us")]
+ok.sort(key=lambda r: r["median_us"])
+print("%d variants, %d ok and timed" % (len(rows), len(ok)))
+for r in ok[:10]:
+    print("%-62s %9.1f us %7.1f TFLOP/s %6.0f GB/s  regs %3d  CTA/SM %d" % (
+        r["name"], r["median_us"], r["tflops"], r["gbps"], r["registers"], r["ctas_per_sm"]))
+bad = [r for r in rows if r["status"] != "ok"]
+for r in bad:
+    print("%s: %s: %s" % (r["status"], r["name"], r["message"]))
+PY
+done
+say "done: tests exit $tests_rc, overall $rc"
+exit $rc
