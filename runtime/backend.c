@@ -97,4 +97,21 @@ int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *s
   return b->ops->occupancy(b, prog, shape, ctas_per_sm, err, errlen);
 }
 
+int backend_program_blob(fa_backend *b, const fa_program *prog, const void **data,
+                         size_t *size) {
+  return b->ops->blob(b, prog, data, size);
+}
+
+void backend_keep_objects(fa_backend *b, int on) { b->keep_objects = on; }
+
+int backend_load(fa_backend *b, const gen_kernel *k, const void *data, size_t size,
+                 fa_program **prog, char *err, size_t errlen) {
+  return b->ops->load(b, k, data, size, prog, err, errlen);
+}
+
+void backend_cache_key(fa_backend *b, const char **target, const char **compiler,
+                       const char **options) {
+  b->ops->cache_key(b, target, compiler, options);
+}
+
 int backend_poisoned(fa_backend *b) { return b->ops->poisoned ? b->ops->poisoned(b) : 0; }

@@ -43,6 +43,10 @@ typedef struct fa_run_opts {
   unsigned long long seed;  /* emu: for the random schedule */
   int threads;              /* emu: OS threads sharing the CTAs */
   unsigned char smem_fill;  /* emu: shared memory's bytes when a CTA starts */
+  const fa_emu_range *extra;  /* emu: caller's buffers the kernel may touch too */
+  int nextra;
+  void *stream;             /* cuda: the CUstream to launch on (NULL: the default) */
+  int async;                /* cuda: return after the launch, without waiting */
 } fa_run_opts;
 
 /* name: "emu", "cuda" or "auto" (cuda when a GPU is usable, else emu; the
@@ -58,6 +62,20 @@ int backend_has_counters(const fa_backend *b);
 int backend_compile(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
                     fa_build *out, char *err, size_t errlen);
 void backend_build_free(fa_backend *b, fa_build *build);
+
+/* The bytes a compiled program loads from (CUBIN; on emu, the shared object,
+** kept only after backend_keep_objects): what a compile cache stores. */
+int backend_program_blob(fa_backend *b, const fa_program *prog, const void **data,
+                         size_t *size);
+/* emu: keep each compiled object's bytes (cuda always has its CUBIN). */
+void backend_keep_objects(fa_backend *b, int on);
+/* A program for kernel k from bytes backend_program_blob gave. */
+int backend_load(fa_backend *b, const gen_kernel *k, const void *data, size_t size,
+                 fa_program **prog, char *err, size_t errlen);
+/* What a cached program depends on besides its source: "sm_90" or "host";
+** the compiler's version; its options. */
+void backend_cache_key(fa_backend *b, const char **target, const char **compiler,
+                       const char **options);
 
 int backend_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen);
 void backend_free(fa_backend *b, void *ptr);
@@ -115,8 +133,16 @@ struct backend_ops {
   int (*occupancy)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                    int *ctas_per_sm, char *err, size_t errlen);
   int (*poisoned)(fa_backend *b);
+  int (*blob)(fa_backend *b, const fa_program *prog, const void **data, size_t *size);
+  int (*load)(fa_backend *b, const gen_kernel *k, const void *data, size_t size,
+              fa_program **prog, char *err, size_t errlen);
+  void (*cache_key)(fa_backend *b, const char **target, const char **compiler,
+                    const char **options);
 };
-struct fa_backend { const backend_ops *ops; };
+struct fa_backend {
+  const backend_ops *ops;
+  int keep_objects;
+};
 
 int backend_emu_open(fa_backend **out, char *err, size_t errlen);
 int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err,

@@ -209,22 +209,30 @@ static int cuda_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes,
 
 /* ---- Launch and time ---- */
 
-static int launch_async(cuda_backend *c, const fa_program *prog, const gen_launch *s,
-                        const fa_params *params, char *err, size_t errlen) {
+static int launch_on(cuda_backend *c, const fa_program *prog, const gen_launch *s,
+                     const fa_params *params, void *stream, char *err, size_t errlen) {
   void *args[1] = {(void *)params};
   return ck(c, c->api->launch(prog->fn, s->grid[0], s->grid[1], s->grid[2], s->block[0],
-                              s->block[1], s->block[2], s->smem_bytes, NULL, args, NULL),
+                              s->block[1], s->block[2], s->smem_bytes, (CUstream)stream, args,
+                              NULL),
             "cuLaunchKernel", err, errlen);
+}
+
+static int launch_async(cuda_backend *c, const fa_program *prog, const gen_launch *s,
+                        const fa_params *params, char *err, size_t errlen) {
+  return launch_on(c, prog, s, params, NULL, err, errlen);
 }
 
 static int cuda_launch(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                        const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
                        char *err, size_t errlen) {
-  (void)opts, (void)ctr;  /* no schedules, no counters on a GPU */
+  (void)ctr;  /* no counters on a GPU */
   cuda_backend *c = self(b);
   fa_program *p = (fa_program *)prog;  /* the lazy module is per process */
-  if (load(c, p, shape->smem_bytes, err, errlen) || launch_async(c, p, shape, params, err, errlen))
+  if (load(c, p, shape->smem_bytes, err, errlen) ||
+      launch_on(c, p, shape, params, opts ? opts->stream : NULL, err, errlen))
     return -1;
+  if (opts && opts->async) return 0;
   return ck(c, c->api->ctx_sync(), "cuCtxSynchronize (after the kernel)", err, errlen);
 }
 
@@ -304,11 +312,41 @@ static int cuda_occupancy(fa_backend *b, const fa_program *prog, const gen_launc
 
 static int cuda_poisoned(fa_backend *b) { return self(b)->poisoned; }
 
+static int cuda_blob(fa_backend *b, const fa_program *prog, const void **data, size_t *size) {
+  (void)b;
+  *data = prog->cubin, *size = prog->cubin_size;
+  return 0;
+}
+
+static int cuda_load_program(fa_backend *b, const gen_kernel *k, const void *data, size_t size,
+                             fa_program **prog, char *err, size_t errlen) {
+  (void)b;
+  fa_program *p = calloc(1, sizeof *p);
+  if (p) p->entry = strdup(k->entry), p->cubin = malloc(size ? size : 1);
+  if (!p || !p->entry || !p->cubin) {
+    if (p) free(p->entry), free(p->cubin);
+    free(p);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  memcpy(p->cubin, data, size);
+  p->cubin_size = size;
+  *prog = p;
+  return 0;
+}
+
+static void cuda_cache_key(fa_backend *b, const char **target, const char **compiler,
+                           const char **options) {
+  *target = self(b)->arch, *compiler = nvrtc_version_string();
+  *options = "--std=c++17";  /* as nvrtc_compile passes, with -arch=target */
+}
+
 static const backend_ops cuda_ops = {
   .name = "cuda", .has_counters = 0, .close = cuda_close, .compile = cuda_compile,
   .program_free = cuda_program_free, .alloc = cuda_alloc, .free = cuda_free, .copy = cuda_copy,
   .fill = cuda_fill, .launch = cuda_launch, .time = cuda_time, .occupancy = cuda_occupancy,
-  .poisoned = cuda_poisoned};
+  .poisoned = cuda_poisoned, .blob = cuda_blob, .load = cuda_load_program,
+  .cache_key = cuda_cache_key};
 
 int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err,
                       size_t errlen) {

@@ -36,7 +36,6 @@ static void emu_close(fa_backend *b) {
 
 static int emu_compile_kernels(fa_backend *b, const gen_kernel *const *kernels, size_t n,
                                int jobs, fa_build *out, char *err, size_t errlen) {
-  (void)b;
   memset(out, 0, n * sizeof *out);
   emu_source *src = calloc(n ? n : 1, sizeof *src);
   emu_build *built = calloc(n ? n : 1, sizeof *built);
@@ -46,7 +45,7 @@ static int emu_compile_kernels(fa_backend *b, const gen_kernel *const *kernels, 
     goto done;
   }
   for (size_t i = 0; i < n; i++) src[i].entry = kernels[i]->entry, src[i].body = kernels[i]->body;
-  emu_compile_opts opts = {.jobs = jobs};
+  emu_compile_opts opts = {.jobs = jobs, .keep_objects = b->keep_objects};
   if ((rc = emu_compile(src, n, &opts, built, err, errlen)) != 0) goto done;
   for (size_t i = 0; i < n; i++) {
     out[i].compile_ms = built[i].ms;
@@ -161,9 +160,13 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
   /* A snapshot: buffers allocated by other threads later are not ours. */
   pthread_mutex_lock(&e->mu);
   int n = e->nbufs;
-  fa_emu_range *ranges = malloc((size_t)(n ? n : 1) * sizeof *ranges);
+  fa_emu_range *ranges = malloc((size_t)(n + opts->nextra + 1) * sizeof *ranges);
   if (ranges) memcpy(ranges, e->bufs, (size_t)n * sizeof *ranges);
   pthread_mutex_unlock(&e->mu);
+  if (ranges && opts->nextra) {
+    memcpy(ranges + n, opts->extra, (size_t)opts->nextra * sizeof *ranges);
+    n += opts->nextra;
+  }
   if (!ranges) {
     snprintf(err, errlen, "out of memory");
     return -1;
@@ -178,10 +181,41 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
   return rc;
 }
 
+static int emu_blob(fa_backend *b, const fa_program *prog, const void **data, size_t *size) {
+  (void)b;
+  *data = prog->build.object, *size = prog->build.object_size;
+  return prog->build.object ? 0 : -1;
+}
+
+static int emu_load_program(fa_backend *b, const gen_kernel *k, const void *data, size_t size,
+                            fa_program **prog, char *err, size_t errlen) {
+  (void)b;
+  fa_program *p = calloc(1, sizeof *p);
+  if (!p || !(p->entry = strdup(k->entry))) {
+    free(p);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (emu_load(data, size, k->entry, &p->build, err, errlen) != 0) {
+    free(p->entry);
+    free(p);
+    return -1;
+  }
+  *prog = p;
+  return 0;
+}
+
+static void emu_cache_key(fa_backend *b, const char **target, const char **compiler,
+                          const char **options) {
+  (void)b;
+  *target = "host", *compiler = emu_compiler_version(), *options = emu_compile_flags();
+}
+
 static const backend_ops emu_ops = {
   .name = "emu", .has_counters = 1, .close = emu_close, .compile = emu_compile_kernels,
   .program_free = emu_program_free, .alloc = emu_alloc, .free = emu_free, .copy = emu_copy,
-  .fill = emu_fill, .launch = emu_launch_program};
+  .fill = emu_fill, .launch = emu_launch_program, .blob = emu_blob, .load = emu_load_program,
+  .cache_key = emu_cache_key};
 
 int backend_emu_open(fa_backend **out, char *err, size_t errlen) {
   emu_backend *e = calloc(1, sizeof *e);

@@ -32,12 +32,15 @@ typedef struct emu_build {
   emu_module *module;  /* holds fn; released by emu_build_free */
   char *log;           /* malloc'd, or NULL */
   double ms;           /* this kernel's share of its batch's compile time */
+  unsigned char *object;  /* keep_objects: the shared object's bytes, malloc'd */
+  size_t object_size;
 } emu_build;
 
 typedef struct emu_compile_opts {
   int jobs;               /* compiler processes at once; <= 0: all cores */
   int batch;              /* kernels per compiler invocation; <= 0: as few as jobs allow */
   const char *extra_flags; /* appended to the compiler's flags (tests: -Werror), or NULL */
+  int keep_objects;       /* copy each kernel's object into its build (a compile cache) */
 } emu_compile_opts;
 
 /* Compile n kernels. A kernel that fails leaves fn NULL with its log and
@@ -45,6 +48,17 @@ typedef struct emu_compile_opts {
 int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
                 emu_build *out, char *err, size_t errlen);
 void emu_build_free(emu_build *b);
+
+/* Load kernel `entry` from object bytes kept by an earlier compile. */
+int emu_load(const void *object, size_t size, const char *entry, emu_build *out, char *err,
+             size_t errlen);
+
+/* The host compiler's identity ("cc (Debian 12.2.0-14) 12.2.0"), for cache
+** keys; "unknown" when it cannot be asked. */
+const char *emu_compiler_version(void);
+
+/* The flags the emulator compiles with, for cache keys. */
+const char *emu_compile_flags(void);
 
 /* The compiler command used: $FATUNE_CC, else $CC, else cc. */
 const char *emu_compiler(void);

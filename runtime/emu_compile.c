@@ -8,6 +8,7 @@
 ** compiled again kernel by kernel, so one bad kernel costs only itself.
 */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <errno.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -41,6 +42,19 @@ typedef struct job {
   batch *batches;
   atomic_int next_file;
 } job;
+
+static char compiler_version[160];
+
+/* The first line of "$CC --version". */
+static void ask_version(void) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "%s --version 2>/dev/null", emu_compiler());
+  FILE *p = popen(cmd, "r");
+  if (!p) return;
+  if (!fgets(compiler_version, sizeof compiler_version, p)) compiler_version[0] = '\0';
+  compiler_version[strcspn(compiler_version, "\n")] = '\0';
+  pclose(p);
+}
 
 const char *emu_compiler(void) {
   const char *cc = getenv("FATUNE_CC");
@@ -158,6 +172,26 @@ static char *load(const char *sofile, const emu_source *src, size_t first, size_
   return NULL;
 }
 
+/* A copy of the object's bytes in every build of the batch that loaded. */
+static void keep_object(const char *sofile, emu_build *out, size_t first, size_t count) {
+  FILE *f = fopen(sofile, "rb");
+  if (!f) return;
+  unsigned char *bytes = NULL;
+  long size = -1;
+  if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+      (bytes = malloc((size_t)size)) && fread(bytes, 1, (size_t)size, f) != (size_t)size) {
+    free(bytes);
+    bytes = NULL;
+  }
+  fclose(f);
+  for (size_t i = first; bytes && i < first + count; i++) {
+    if (!out[i].fn) continue;
+    out[i].object = malloc((size_t)size);
+    if (out[i].object) memcpy(out[i].object, bytes, (size_t)size), out[i].object_size = (size_t)size;
+  }
+  free(bytes);
+}
+
 /* Compile and load kernels [first, first + count) as one object. */
 static int build(job *j, size_t first, size_t count) {
   char cfile[600], sofile[600], logfile[600];
@@ -182,6 +216,7 @@ static int build(job *j, size_t first, size_t count) {
     char *why = load(sofile, j->src, first, count, j->out);
     if (why) free(log), log = why, rc = -1;
   }
+  if (rc == 0 && j->opts->keep_objects) keep_object(sofile, j->out, first, count);
   double ms = (now_ms() - t0) / (double)count;
   for (size_t i = first; i < first + count; i++) j->out[i].ms = ms;
   if (rc != 0 && count == 1) {
@@ -237,5 +272,41 @@ void emu_build_free(emu_build *b) {
   if (!b) return;
   module_release(b->module);
   free(b->log);
+  free(b->object);
   memset(b, 0, sizeof *b);
+}
+
+int emu_load(const void *object, size_t size, const char *entry, emu_build *out, char *err,
+             size_t errlen) {
+  memset(out, 0, sizeof *out);
+  const char *tmp = getenv("TMPDIR");
+  char path[512];
+  snprintf(path, sizeof path, "%s/fatune-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot write a kernel object: %s: %s", path, strerror(errno));
+    return -1;
+  }
+  FILE *f = fdopen(fd, "wb");
+  int ok = f && fwrite(object, 1, size, f) == size;
+  if (f ? fclose(f) != 0 : close(fd) != 0) ok = 0;
+  emu_source src = {entry, ""};
+  char *why = ok ? load(path, &src, 0, 1, out) : strdup("cannot write a kernel object");
+  unlink(path);
+  if (!why && !out->fn) why = out->log, out->log = NULL;
+  if (why) {
+    snprintf(err, errlen, "%s", why);
+    free(why);
+    emu_build_free(out);
+    return -1;
+  }
+  return 0;
+}
+
+const char *emu_compile_flags(void) { return CFLAGS; }
+
+const char *emu_compiler_version(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, ask_version);
+  return compiler_version[0] ? compiler_version : "unknown";
 }

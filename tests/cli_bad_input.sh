@@ -123,4 +123,17 @@ if command -v python3 >/dev/null 2>&1; then
     fail "no output file is left by a run that failed" "$tmp/o.npy exists"
 fi
 
+# --- database commands ---
+bad "--dim|--seq"                  best
+bad "--dim|--seq"                  best --dim 64
+bad "--batch|best"                 best --dim 64 --seq 128 --batch 2
+bad "--arch|best"                  best --dim 64 --seq 128 --arch sm_90
+bad "--format|csv|json"            export
+bad "xml"                          export --format xml
+bad "--format|show"                show --format csv
+bad "--device|list"                list --device x
+bad "merge|path"                   merge
+bad "extra"                        merge "$tmp/a.db" extra
+bad "--dim|0"                      show --dim 0
+
 finish

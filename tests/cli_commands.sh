@@ -241,5 +241,125 @@ if [ "$HAVE_PY" -eq 1 ]; then
   check "run (B, H, N, D) fp64: float64 output matches naive attention: $out" $? "$out"
 fi
 
+# --- database commands ---
+# Readers never create a database; merge creates its target (and missing
+# directories, mode 700); a file that is not fatune's is refused and left
+# byte for byte as it was. Trials put in with Python's sqlite3 check what
+# best, show and export print.
+dbd="$tmp/dbcmd"
+mkdir -p "$dbd"
+one_line() { [ "$(wc -l <"$1")" -eq 1 ] && grep -q '^fatune: ' "$1"; }
+run dbmissing best --dim 64 --seq 128 --db "$dbd/missing.db"
+[ "$rc" -eq 1 ] && [ ! -s "$tmp/dbmissing.out" ] && one_line "$tmp/dbmissing.err" &&
+  grep -q 'no database at' "$tmp/dbmissing.err" && [ ! -e "$dbd/missing.db" ]
+check "best on a missing database: exit 1, one line, nothing created" $? \
+  "exit $rc: $(head -c 300 "$tmp/dbmissing.err")"
+run dbshowmissing show --db "$dbd/missing.db"
+[ "$rc" -eq 1 ] && one_line "$tmp/dbshowmissing.err" && [ ! -e "$dbd/missing.db" ]
+check "show on a missing database: exit 1, one line" $? "exit $rc: $(head -c 300 "$tmp/dbshowmissing.err")"
+
+: >"$dbd/empty.db"
+main="$dbd/new/sub/main.db"
+run dbmerge0 merge "$dbd/empty.db" --db "$main"
+[ "$rc" -eq 0 ] && [ -f "$main" ] && grep -q '^trials: *0 added' "$tmp/dbmerge0.out" &&
+  [ "$(stat -c %a "$dbd/new")" = 700 ] && [ "$(stat -c %a "$dbd/new/sub")" = 700 ]
+check "merge into --db in a missing directory creates it (mode 700) and the database" $? \
+  "exit $rc: $(head -c 300 "$tmp/dbmerge0.err") $(ls -la "$dbd/new" 2>&1 | head -3)"
+run dbbest0 best --dim 64 --seq 128 --db "$main"
+[ "$rc" -eq 1 ] && [ ! -s "$tmp/dbbest0.out" ] && one_line "$tmp/dbbest0.err" &&
+  grep -q 'nothing recorded for fp32 dim 64' "$tmp/dbbest0.err"
+check "best on an empty database: exit 1, 'nothing recorded'" $? "exit $rc: $(head -c 300 "$tmp/dbbest0.err")"
+run dbshow0 show --db "$main"
+[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbshow0.out")" -eq 1 ] && grep -q '^variant ' "$tmp/dbshow0.out" &&
+  grep -q 'no trials recorded' "$tmp/dbshow0.err"
+check "show on an empty database: the header, and 'no trials recorded'" $? "exit $rc"
+run dbshowj0 show --json --db "$main"
+[ "$rc" -eq 0 ] && [ "$(cat "$tmp/dbshowj0.out")" = "[]" ]
+check "show --json on an empty database: []" $? "exit $rc: $(head -c 100 "$tmp/dbshowj0.out")"
+run dbcsv0 export --format csv --db "$main"
+[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbcsv0.out")" -eq 1 ] && grep -q '^variant,hash,.*,created$' "$tmp/dbcsv0.out"
+check "export --format csv of an empty database: the header line only" $? "exit $rc"
+run dbjson0 export --format json --db "$main"
+[ "$rc" -eq 0 ] && [ "$(cat "$tmp/dbjson0.out")" = "[]" ]
+check "export --format json of an empty database: []" $? "exit $rc: $(head -c 100 "$tmp/dbjson0.out")"
+
+head -c 4096 /dev/urandom >"$dbd/garbage.db"
+sum=$(cksum <"$dbd/garbage.db")
+run dbmergeg merge "$dbd/garbage.db" --db "$dbd/target.db"
+[ "$rc" -eq 1 ] && one_line "$tmp/dbmergeg.err" && grep -q 'not a fatune database' "$tmp/dbmergeg.err" &&
+  [ "$(cksum <"$dbd/garbage.db")" = "$sum" ] && [ ! -e "$dbd/target.db" ]
+check "merge of a garbage file: exit 1, one line, the file unchanged, no target created" $? \
+  "exit $rc: $(head -c 300 "$tmp/dbmergeg.err")"
+run dbshowg show --db "$dbd/garbage.db"
+[ "$rc" -eq 1 ] && one_line "$tmp/dbshowg.err" && [ "$(cksum <"$dbd/garbage.db")" = "$sum" ]
+check "show --db on a garbage file: exit 1, one line, the file unchanged" $? \
+  "exit $rc: $(head -c 300 "$tmp/dbshowg.err")"
+
+if [ "$HAVE_PY" -eq 1 ] && python3 -c 'import sqlite3' 2>/dev/null; then
+  python3 - "$main" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("INSERT INTO devices (name, uuid, backend, cc_major, cc_minor, sm_count, "
+          "smem_per_block_optin, l2_bytes) VALUES ('NVIDIA H200', 'GPU-1', 'cuda', 9, 0, 132, "
+          "232448, 50331648)")
+for i, n in enumerate(["simt-fast", "simt-slow", "simt-bad"]):
+    c.execute("INSERT INTO variants (family, template_version, name, hash, config, source_hash) "
+              "VALUES ('simt', 'simt-1', ?, ?, ?, 'src')",
+              (n, "h%d" % i, '{"family": "simt", "block_m": %d}' % (32 << i)))
+for v, s, m, st in [(1, 1024, 80.0, "ok"), (2, 1024, 100.0, "ok"), (3, 1024, 10.0, "invalid"),
+                    (2, 4096, 900.0, "ok")]:
+    c.execute("INSERT INTO trials (variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
+              "causal, status, max_abs_err, rel_err, median_us, tflops, fatune_version, created) "
+              "VALUES (?, 1, 'fp32', 64, ?, ?, 4, 16, 0, ?, 1e-6, 1e-7, ?, 50.0, '0.1.0', "
+              "'2026-01-01T00:00:00.000Z')", (v, s, s, st, m))
+c.commit()
+PY
+  run dbbest best --dim 64 --seq 1024 --db "$main"
+  [ "$rc" -eq 0 ] && grep -q '^variant *simt-fast$' "$tmp/dbbest.out" && grep -q '^median_us *80.00$' "$tmp/dbbest.out" &&
+    [ ! -s "$tmp/dbbest.err" ]
+  check "best --seq 1024: the fastest ok variant, simt-fast at 80 us" $? \
+    "exit $rc: $(head -c 300 "$tmp/dbbest.out") $(head -c 300 "$tmp/dbbest.err")"
+  run dbnear best --dim 64 --seq 5000 --device h200 --db "$main" --json
+  [ "$rc" -eq 0 ] && grep -q 'no exact entry for seq 5000; nearest tuned: seq 4096' "$tmp/dbnear.err" &&
+    python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["variant"] == "simt-slow" and d["seq_q"] == 4096 and d["exact"] is False, d
+assert d["requested_seq_q"] == 5000 and d["config"]["block_m"] == 64, d' "$tmp/dbnear.out"
+  check "best --seq 5000 --json: nearest tuned seq 4096, said on stderr" $? \
+    "exit $rc: $(head -c 300 "$tmp/dbnear.err") $(head -c 300 "$tmp/dbnear.out")"
+  run dbshow show --db "$main"
+  [ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbshow.out")" -eq 5 ] && grep -q 'simt-bad .* invalid ' "$tmp/dbshow.out"
+  check "show: a header and 4 trials" $? "exit $rc: $(head -c 400 "$tmp/dbshow.out")"
+  run dbshowf show --seq 1024 --device GPU-1 --dtype fp32 --dim 64 --json --db "$main"
+  [ "$rc" -eq 0 ] && python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d) == 3 and all(t["seq_q"] == 1024 for t in d), d
+assert d[0]["variant"] == "simt-fast", d[0]' "$tmp/dbshowf.out"
+  check "show --seq 1024 --json: 3 trials, best first" $? "exit $rc: $(head -c 300 "$tmp/dbshowf.out")"
+  run dbcsv export --format csv --db "$main"
+  [ "$rc" -eq 0 ] && python3 -c '
+import csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 4, len(rows)
+assert json.loads(rows[0]["config"])["family"] == "simt", rows[0]
+assert rows[0]["median_us"] == "80" and rows[0]["min_us"] == "", rows[0]' "$tmp/dbcsv.out"
+  check "export --format csv: 4 rows, the config as JSON in one field" $? \
+    "exit $rc: $(head -c 300 "$tmp/dbcsv.out")"
+  run dbjson export --format json --db "$main"
+  [ "$rc" -eq 0 ] && python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d) == 4 and d[2]["status"] == "invalid" and d[0]["causal"] is False, d' "$tmp/dbjson.out"
+  check "export --format json: 4 objects" $? "exit $rc: $(head -c 300 "$tmp/dbjson.out")"
+  run dbmerge merge "$main" --db "$dbd/copy.db"
+  run dbmerge2 merge "$main" --db "$dbd/copy.db"
+  [ "$rc" -eq 0 ] && grep -q '^trials: *4 added' "$tmp/dbmerge.out" &&
+    grep -q '^trials: *0 added, 0 replaced .*, 4 skipped' "$tmp/dbmerge2.out"
+  check "merge twice: 4 trials added, then 4 skipped" $? \
+    "$(cat "$tmp/dbmerge.out" "$tmp/dbmerge2.out" | head -c 600)"
+fi
+
 echo "($((SECONDS - t_start)) s)"
 finish

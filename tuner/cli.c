@@ -19,6 +19,10 @@ const char cli_usage[] =
   "       fatune list --dim D [--dtype T] [--causal] [--arch A] [--space default|full] [--json]\n"
   "       fatune gen (--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--arch A]\n"
   "       fatune compile --dim D [--dtype T] [--causal] [--arch A] [--space S] [--jobs N] [--json]\n"
+  "       fatune best --dim D --seq N [--seq-k M] [--dtype T] [--causal] [--device NAME] [--db PATH] [--json]\n"
+  "       fatune show [--dim D] [--dtype T] [--causal] [--seq N] [--device NAME] [--db PATH] [--json]\n"
+  "       fatune export --format csv|json [--db PATH]\n"
+  "       fatune merge OTHER.db [--db PATH]\n"
   "\n"
   "The main job (no command) generates every variant of the default space for the\n"
   "problem and the target, compiles it, runs it and validates it against naive\n"
@@ -45,6 +49,8 @@ const char cli_usage[] =
   "  --timeout S      a variant that runs longer is stopped and recorded as timeout (default 60)\n"
   "  --trial-ms N     GPU timing budget per variant, in milliseconds (default 300)\n"
   "  --db PATH        results database (default: $FATUNE_DB, else ~/.cache/fatune/fatune.db)\n"
+  "  --device NAME    best, show: a device's name, UUID or part of its name\n"
+  "  --format F       export: csv or json\n"
   "  --retune         measure again what the database already holds\n"
   "run flags:\n"
   "  --q --k --v F    inputs, .npy float16/32/64 of shape (N, D) or (B, H, N, D)\n"
@@ -61,7 +67,7 @@ const char cli_usage[] =
 enum {
   F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
-  F_SCHED = 8192, F_WORK = 16384, F_DB = 32768
+  F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072
 };
 
 typedef struct cmd_info {
@@ -74,6 +80,10 @@ static const cmd_info commands[] = {
   {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE},
   {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK},
   {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE},
+  {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
+  {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
+  {"export", CMD_EXPORT, F_FMT | F_DB},
+  {"merge", CMD_MERGE, F_DB},
   {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_SCHED | F_JOBS},
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
                    F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB},
@@ -93,6 +103,7 @@ static const flag_info flags[] = {
   {"--variant", F_PICK, 1}, {"--config", F_PICK, 1}, {"--backend", F_BACKEND, 1},
   {"--emu-seq", F_EMU, 1}, {"--seed", F_SEED, 1}, {"--schedule", F_SCHED, 1},
   {"--timeout", F_WORK, 1}, {"--trial-ms", F_WORK, 1}, {"--retune", F_WORK, 0},
+  {"--device", F_DEV, 1}, {"--format", F_FMT, 1},
   {"--db", F_DB, 1}, {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_IO, 1}, {"--lse", F_IO, 1},
   {NULL, 0, 0},
 };
@@ -172,6 +183,12 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--config")) o->config = val;
   else if (!strcmp(flag, "--retune")) o->retune = 1;
   else if (!strcmp(flag, "--db")) o->db = val;
+  else if (!strcmp(flag, "--device")) o->device = val;
+  else if (!strcmp(flag, "--format")) {
+    if (strcmp(val, "csv") && strcmp(val, "json"))
+      return fail(err, n, "unknown format '%s' (csv or json)", val);
+    o->format = val;
+  }
   else if (!strcmp(flag, "--q")) o->q = val;
   else if (!strcmp(flag, "--k")) o->k = val;
   else if (!strcmp(flag, "--v")) o->v = val;
@@ -212,6 +229,14 @@ static void defaults(cli_opts *o) {
   o->schedule = EMU_FORWARD;
 }
 
+_Static_assert(sizeof flags / sizeof flags[0] <= 65, "cli_opts.given has a bit per flag");
+
+int cli_given(const cli_opts *o, const char *flag) {
+  for (const flag_info *f = flags; f->name; f++)
+    if (!strcmp(f->name, flag)) return (o->given >> (f - flags)) & 1;
+  return 0;
+}
+
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   defaults(o);
   int i = 1;
@@ -228,9 +253,11 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { o->cmd = CMD_HELP; return 0; }
     if (!strcmp(a, "--version")) { o->cmd = CMD_VERSION; return 0; }
+    if (o->cmd == CMD_MERGE && a[0] != '-' && !o->merge_path) { o->merge_path = a; continue; }
     const flag_info *f = flags;
     while (f->name && strcmp(f->name, a)) f++;
     if (!f->name) return fail(err, errlen, "unknown option '%s' (see fatune --help)", a);
+    o->given |= 1ull << (f - flags);
     if (!(cmd->flags & f->group))
       return fail(err, errlen, "option %s does not apply to 'fatune %s'", a,
                   cmd->name ? cmd->name : "(main job)");

@@ -11,7 +11,8 @@
 #include "fa_problem.h"
 
 typedef enum cli_cmd {
-  CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_RUN, CMD_HELP, CMD_VERSION
+  CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_RUN, CMD_HELP, CMD_VERSION,
+  CMD_BEST, CMD_SHOW, CMD_EXPORT, CMD_MERGE
 } cli_cmd;
 
 typedef struct cli_opts {
@@ -34,6 +35,10 @@ typedef struct cli_opts {
   int trial_ms;           /* main job: timing budget per variant (GPU) */
   const char *db;         /* results database path, or NULL for the default */
   int retune;             /* main job: measure again what the database has */
+  const char *device;     /* best, show: a device's name, uuid or part of its name */
+  const char *format;     /* export: "csv" or "json" */
+  const char *merge_path; /* merge: the other database */
+  unsigned long long given;  /* the flags given, one bit per entry of cli.c's table */
 } cli_opts;
 
 #define EXIT_BAD_INPUT 2
@@ -44,6 +49,9 @@ int cli_say(int rc, const char *msg);
 
 /* Parse argv. Returns 0, or -1 with a one-line message in err. */
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
+
+/* Whether flag ("--dtype") was on the command line, not a default. */
+int cli_given(const cli_opts *o, const char *flag);
 
 extern const char cli_usage[];
 

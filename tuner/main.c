@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_db.h"
 #include "compile_pool.h"
 #include "cuda_driver.h"
 #include "gen.h"
@@ -44,7 +45,8 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   }
   char msg[256];
   cudrv_device_info dev;
-  if (cudrv_probe(msg, sizeof msg) > 0 && cudrv_device_query(0, &dev, msg, sizeof msg) == 0) {
+  /* In a child process: this one must never initialise CUDA (workers fork). */
+  if (cudrv_probe_isolated(&dev, msg, sizeof msg)) {
     snprintf(arch, sizeof arch, "sm_%d%d", dev.cc_major, dev.cc_minor);
     if (!smem) smem = dev.smem_per_block_optin;
     if (!quiet) fprintf(stderr, "fatune: target %s (%s)\n", arch, dev.name);
@@ -273,9 +275,10 @@ int main(int argc, char **argv) {
     printf("fatune 0.1.0 (NVRTC %s)\n", nvrtc_version_string());
     return 0;
   }
+  if (cmd_db_handles(o.cmd)) return cmd_db_main(&o);
   /* Asked for the GPU and there is none: that one line, nothing else. */
   if ((o.cmd == CMD_TUNE || o.cmd == CMD_RUN) && !strcmp(o.backend, "cuda") &&
-      cudrv_probe(err, sizeof err) <= 0) {
+      !cudrv_probe_isolated(&(cudrv_device_info){0}, err, sizeof err)) {
     fprintf(stderr, "fatune: --backend cuda: %s\n", err);
     return 1;
   }

@@ -198,7 +198,8 @@ static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
     return -1;
   }
   if (attn_inputs_upload(r->be, p, r->qt, r->kt, r->vt, &r->in, err, n) != 0) return -1;
-  fa_run_opts ro = {o->schedule, o->seed, o->jobs > 0 ? o->jobs : 1, 0xFF};
+  fa_run_opts ro = {.schedule = o->schedule, .seed = o->seed, .threads = o->jobs > 0 ? o->jobs : 1,
+                    .smem_fill = 0xFF};
   fa_counters c = {0};
   double ms = 0;
   if (attn_run(r->be, r->build.prog, &r->kern, p, &r->in, &ro, r->o, r->lse, &c, &ms, err, n))

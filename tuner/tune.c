@@ -75,6 +75,80 @@ static int render_all(gen_state *g, tune *s) {
   return rc;
 }
 
+/* ---- The database ---- */
+
+static void counters_json(const fa_counters *c, char *buf, size_t n) {
+  snprintf(buf, n, "{\"global_bytes_read\": %llu, \"global_bytes_written\": %llu, "
+           "\"smem_bytes_read\": %llu, \"smem_bytes_written\": %llu, \"exp_count\": %llu, "
+           "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
+           "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
+           "\"warp_syncs\": %llu}",
+           c->gmem_read, c->gmem_written, c->smem_read, c->smem_written, c->exp2, c->log2, c->mma,
+           c->ldmatrix, c->cp_async, c->shuffles, c->barriers, c->warp_syncs);
+}
+
+static db_problem db_key(const tune *s) {
+  db_problem p = {.dtype = fa_dtype_name(s->run.dtype), .dim = s->run.dim, .seq_q = s->run.seq_q,
+                  .seq_k = s->run.seq_k, .batch = s->run.batch, .heads = s->run.heads,
+                  .causal = s->run.causal};
+  return p;
+}
+
+/* The device row, every variant's row, and which are recorded already. */
+static int db_prepare(tune *s) {
+  char err[512], name[300];
+  const cudrv_device_info *d = backend_cuda_device(s->be);
+  if (!d) snprintf(name, sizeof name, "CPU emulator");
+  db_device dev = {.name = d ? d->name : name, .uuid = d ? d->uuid : "emu",
+                   .backend = backend_name(s->be), .cc_major = d ? d->cc_major : 0,
+                   .cc_minor = d ? d->cc_minor : 0, .sm_count = d ? d->sm_count : 0,
+                   .smem_per_block_optin = d ? d->smem_per_block_optin : 0,
+                   .l2_bytes = d ? d->l2_bytes : 0};
+  if (db_device_id(s->db, &dev, &s->device_id, err, sizeof err) != 0) goto fail;
+  const db_problem key = db_key(s);
+  for (size_t i = 0; i < s->n; i++) {
+    entry *e = &s->e[i];
+    db_variant v = {.family = strncmp(e->k.config, "family=", 7) ? "?" : e->k.config + 7,
+                    .template_version = e->k.template_version, .name = e->k.name,
+                    .hash = e->k.hash, .config = e->k.config, .source_hash = e->k.source_hash};
+    char family[32];
+    snprintf(family, sizeof family, "%.*s", (int)strcspn(v.family, ","), v.family);
+    v.family = family;
+    int done = 0;
+    if (db_variant_id(s->db, &v, &e->variant_id, err, sizeof err) != 0 ||
+        (!s->o->retune &&
+         db_trial_done(s->db, e->variant_id, s->device_id, &key, &done, err, sizeof err) != 0))
+      goto fail;
+    if (done) e->st = ST_RECORDED, e->compiled = 1;
+  }
+  return 0;
+fail:
+  fprintf(stderr, "fatune: %s: %s\n", db_path(s->db), err);
+  return -1;
+}
+
+/* One trial, in its own transaction: a run killed later loses nothing of it. */
+static void record(tune *s, const entry *e) {
+  if (e->st == ST_RECORDED) return;
+  const outcome *o = &e->out;
+  const int ran = e->st == ST_OK || e->st == ST_INVALID, t = o->timed;
+  char counters[600], err[512];
+  counters_json(&o->r.counters, counters, sizeof counters);
+  const double flops = attn_flops(&s->run), bytes = attn_bytes(&s->run);
+  db_trial tr = {
+    .variant_id = e->variant_id, .device_id = s->device_id, .problem = db_key(s),
+    .status = tune_status_names[e->st], .message = e->why,
+    .max_abs_err = ran ? o->r.max_abs_err : NAN, .rel_err = ran ? o->r.rel_err : NAN,
+    .lse_err = ran ? o->r.lse_err : NAN, .median_us = t ? o->t.median_us : NAN,
+    .min_us = t ? o->t.min_us : NAN, .p20_us = t ? o->t.p20_us : NAN,
+    .p80_us = t ? o->t.p80_us : NAN, .tflops = t ? flops / o->t.median_us / 1e6 : NAN,
+    .gbps = t ? bytes / o->t.median_us / 1e3 : NAN, .counters = ran && !s->gpu ? counters : NULL};
+  pthread_mutex_lock(&s->mu);
+  int rc = db_trial_put(s->db, &tr, err, sizeof err);
+  pthread_mutex_unlock(&s->mu);
+  if (rc != 0) fprintf(stderr, "fatune: recording %s: %s\n", e->k.name, err);
+}
+
 static void take_build(entry *e, fa_build *b) {
   e->build = *b;
   if (!e->build.prog) e->st = ST_COMPILE_ERROR, e->why = e->build.log;
@@ -163,7 +237,10 @@ static int workers_open(tune *s, int n) {
 /* Variant i through a worker; its status from what came back. */
 static void measure(tune *s, size_t i) {
   entry *e = &s->e[i];
-  if (e->st != ST_OK) return;
+  if (e->st != ST_OK) {
+    record(s, e);  /* a compile error is a result too */
+    return;
+  }
   wk_worker *w = take_worker(s);
   char why[256];
   wk_outcome got = wk_run(w, i, s->o->timeout_s, &e->out, why, sizeof why);
@@ -177,6 +254,7 @@ static void measure(tune *s, size_t i) {
     e->st = r->status == VAL_INVALID ? ST_INVALID : ST_CRASHED;
   }
   if (e->st != ST_OK) e->why = r->msg;
+  record(s, e);
 }
 
 static void measure_one(size_t i, void *ud) { measure(ud, i); }
@@ -193,24 +271,28 @@ static int emu_flow(tune *s) {
     fprintf(stderr, "fatune: out of memory\n");
     goto done;
   }
-  for (size_t i = 0; i < s->n; i++) ks[i] = &s->e[i].k, jobs[i] = s->e[i].nvrtc;
+  /* Only what the database does not hold yet. */
+  size_t m = 0;
+  for (size_t i = 0; i < s->n; i++)
+    if (s->e[i].st != ST_RECORDED) ks[m] = &s->e[i].k, jobs[m] = s->e[i].nvrtc, m++;
   double t0 = now_s();
-  if (compile_pool_run(jobs, s->n, s->t->arch, s->threads, progress_if_tty(),
+  if (compile_pool_run(jobs, m, s->t->arch, s->threads, progress_if_tty(),
                        (void *)"compiling with NVRTC") != 0) {
     fprintf(stderr, "fatune: cannot start the NVRTC compile threads\n");
     goto done;
   }
   double t1 = now_s();
-  if (isatty(2)) fprintf(stderr, "compiling with the host compiler...\n");
-  if (backend_compile(s->be, ks, s->n, s->threads, b, err, sizeof err) != 0) {
+  if (m && isatty(2)) fprintf(stderr, "compiling with the host compiler...\n");
+  if (backend_compile(s->be, ks, m, s->threads, b, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);
     goto done;
   }
   s->nvrtc_s = t1 - t0, s->compile_s = now_s() - t1;
-  for (size_t i = 0; i < s->n; i++) {
+  for (size_t i = 0, j = 0; i < s->n; i++) {
     entry *e = &s->e[i];
-    e->nvrtc = jobs[i];
-    take_build(e, &b[i]);
+    if (e->st == ST_RECORDED) continue;
+    e->nvrtc = jobs[j];
+    take_build(e, &b[j++]);
     if (e->st == ST_OK && !e->nvrtc.result.ok)
       e->st = ST_COMPILE_ERROR, e->why = e->nvrtc.result.error;
   }
@@ -229,6 +311,7 @@ done:
 
 static void compile_one(size_t i, void *ud) {
   tune *s = ud;
+  if (s->e[i].st == ST_RECORDED) return;
   const gen_kernel *k = &s->e[i].k;
   fa_build b;
   char err[256];
@@ -309,6 +392,7 @@ static void tune_free(tune *s) {
   if (s->be) backend_build_free(s->be, &s->oracle_b);
   gen_kernel_free(&s->oracle_k);
   backend_close(s->be);
+  if (s->db) db_close(s->db);
   pthread_mutex_destroy(&s->mu);
   pthread_mutex_destroy(&s->pmu);
   pthread_cond_destroy(&s->pcv);
@@ -360,13 +444,16 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   }
   banner(&s, note);
   int rc = 1;
-  if (render_all(g, &s) != 0) {
+  if (db_open(o->db, DB_CREATE, &s.db, err, sizeof err) != 0) {
+    fprintf(stderr, "fatune: %s\n", err);
+  } else if (render_all(g, &s) != 0) {
     rc = 2;
-  } else if ((s.gpu ? gpu_flow(&s) : emu_flow(&s)) == 0) {
+  } else if (db_prepare(&s) == 0 && (s.gpu ? gpu_flow(&s) : emu_flow(&s)) == 0) {
     tune_report(&s);
     int any_ok = 0;
-    for (size_t i = 0; i < s.n; i++) any_ok |= s.e[i].st == ST_OK;
+    for (size_t i = 0; i < s.n; i++) any_ok |= s.e[i].st == ST_OK || s.e[i].st == ST_RECORDED;
     rc = any_ok ? 0 : 1;
+    fprintf(stderr, "fatune: results in %s\n", db_path(s.db));
   }
   tune_free(&s);
   return rc;

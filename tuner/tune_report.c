@@ -13,8 +13,8 @@
 #include "json.h"
 #include "tune_types.h"
 
-const char *const tune_status_names[NSTATUS] = {"ok", "invalid", "compile_error", "crashed",
-                                                "timeout"};
+const char *const tune_status_names[NSTATUS] = {"ok",      "invalid", "compile_error",
+                                                "crashed", "timeout", "recorded"};
 
 static int gpu_mode;   /* for the comparator */
 
@@ -88,7 +88,7 @@ static void print_table(const tune *s, entry **rank) {
     else print_emu_row(rank[i]);
   }
   for (size_t i = 0; i < s->n; i++)
-    if (rank[i]->st != ST_OK) {
+    if (rank[i]->st != ST_OK && rank[i]->st != ST_RECORDED) {
       const char *why = rank[i]->why ? rank[i]->why : "?";
       const char *nl = strchr(why, '\n');
       printf("%s: %s: %.*s\n", tune_status_names[rank[i]->st], rank[i]->k.name,
@@ -156,9 +156,10 @@ static void print_summary(FILE *f, const tune *s, entry **rank) {
     count[s->e[i].st]++;
     run_ms += s->e[i].out.r.run_ms;
   }
-  fprintf(f, "%zu variants: %zu ok, %zu invalid, %zu compile_error, %zu crashed, %zu timeout; ",
+  fprintf(f, "%zu variants: %zu ok, %zu invalid, %zu compile_error, %zu crashed, %zu timeout, "
+             "%zu recorded before (not measured again; --retune does); ",
           s->n, count[ST_OK], count[ST_INVALID], count[ST_COMPILE_ERROR], count[ST_CRASHED],
-          count[ST_TIMEOUT]);
+          count[ST_TIMEOUT], count[ST_RECORDED]);
   if (s->gpu)
     fprintf(f, "compiled (NVRTC %s) while measuring, %.1f s in all\n", s->t->arch, s->check_s);
   else

@@ -10,11 +10,16 @@
 
 #include "cli.h"
 #include "compile_pool.h"
+#include "db.h"
 #include "validate.h"
 #include "worker.h"
 
-typedef enum status { ST_OK, ST_INVALID, ST_COMPILE_ERROR, ST_CRASHED, ST_TIMEOUT } status;
-#define NSTATUS 5
+/* ST_RECORDED: the database holds a trial for it already; not measured again
+** (--retune measures it). */
+typedef enum status {
+  ST_OK, ST_INVALID, ST_COMPILE_ERROR, ST_CRASHED, ST_TIMEOUT, ST_RECORDED
+} status;
+#define NSTATUS 6
 extern const char *const tune_status_names[NSTATUS];
 
 /* What a worker sends back for one variant: plain data, no pointers. */
@@ -34,6 +39,7 @@ typedef struct entry {
   status st;
   const char *why;       /* the status's detail, inside out, build or nvrtc */
   int compiled;          /* the backend compile has finished (the GPU pipeline) */
+  long long variant_id;  /* in the database */
 } entry;
 
 typedef struct tune {
@@ -42,6 +48,8 @@ typedef struct tune {
   fa_backend *be;
   int gpu;               /* the cuda backend: time on the GPU */
   fa_problem run;        /* the problem actually run */
+  db *db;                /* the results; one thread at a time, under mu */
+  long long device_id;
   unsigned long long seed;
   entry *e;
   size_t n;

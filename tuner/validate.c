@@ -137,7 +137,7 @@ static int run_oracle(val_case *c, fa_backend *be, const fa_program *oracle,
       backend_fill(be, lse, 0xFF, rows * acc, err, errlen))
     goto done;
   fa_params a = attn_params(p, in.q, in.k, in.v, o, lse, NULL);
-  fa_run_opts ro = {EMU_FORWARD, c->seed, 1, 0xFF};
+  fa_run_opts ro = {.schedule = EMU_FORWARD, .seed = c->seed, .threads = 1, .smem_fill = 0xFF};
   if (backend_launch(be, oracle, &shape, &a, &ro, NULL, err, errlen) ||
       backend_download(be, ho, o, n * acc, err, errlen) ||
       backend_download(be, hl, lse, rows * acc, err, errlen))
@@ -321,7 +321,8 @@ int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
   for (int s = 0; s < runs; s++) {
     /* Shared memory starts as NaN (all ones) in the first run and as zeros
     ** in the second: a read before the write then changes the bits too. */
-    fa_run_opts ro = {o->schedule[s], o->seed, o->threads, s ? 0x00 : 0xFF};
+    fa_run_opts ro = {.schedule = o->schedule[s], .seed = o->seed, .threads = o->threads,
+                      .smem_fill = s ? 0x00 : 0xFF};
     char why[400];
     if (attn_run(be, prog, k, p, in, &ro, out[s][0], out[s][1], s ? NULL : &r->counters,
                  s ? NULL : &r->run_ms, why, sizeof why) != 0) {

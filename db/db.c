@@ -1,0 +1,368 @@
+/*
+** db.c
+** Opening the results database, safely: a file that exists and is not
+** empty is first examined through a read-only connection (which never
+** writes, not even a WAL checkpoint), and only a fatune file of this
+** schema version or older is then opened for writing. Also the helpers the
+** other db_*.c files share: checked statements, binds, transactions that
+** wait for the write lock instead of failing.
+*/
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "db_int.h"
+
+#define BUSY_TIMEOUT_MS 10000   /* SQLite's own wait for a lock, per attempt */
+#define RETRY_LIMIT_S 120       /* then our retries, with backoff, up to this long */
+
+/* ---- Messages ---- */
+
+int dbi_fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  if (!err || errlen == 0) return -1;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int dbi_sqlfail(sqlite3 *h, char *err, size_t errlen, const char *what) {
+  return dbi_fail(err, errlen, "%s: %s", what, h ? sqlite3_errmsg(h) : "out of memory");
+}
+
+/* ---- Statements ---- */
+
+int dbi_prepare(sqlite3 *h, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
+  if (sqlite3_prepare_v2(h, sql, -1, st, NULL) != SQLITE_OK) {
+    *st = NULL;
+    return dbi_sqlfail(h, err, errlen, "database");
+  }
+  return 0;
+}
+
+static double mono_s(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleeps 2^attempt ms (capped at 256) plus up to as much again at random,
+** so that two waiting writers do not wake in step. */
+static void backoff(int attempt) {
+  static _Thread_local unsigned seed;
+  if (!seed) seed = (unsigned)getpid() * 2654435761u | 1u;
+  seed = seed * 1103515245u + 12345u;
+  long ms = 1L << (attempt < 8 ? attempt : 8);
+  ms += (long)((seed >> 16) % (unsigned)ms);
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) continue;
+}
+
+/* SQLite waits BUSY_TIMEOUT_MS in its busy handler, but some conflicts
+** (a WAL being recovered or reset, a journal-mode change) return BUSY
+** without calling it; those are retried here. Retrying a statement that
+** returned BUSY is allowed outside a transaction and for BEGIN and COMMIT,
+** the only places a writer that began with BEGIN IMMEDIATE can see it. */
+int dbi_step(sqlite3_stmt *st) {
+  double t0 = 0;
+  for (int attempt = 0;; attempt++) {
+    int rc = sqlite3_step(st);
+    if ((rc & 0xff) != SQLITE_BUSY) return rc;
+    if (attempt == 0) t0 = mono_s();
+    else if (mono_s() - t0 > RETRY_LIMIT_S) return rc;
+    backoff(attempt);
+  }
+}
+
+/* Its result repeats the last step's, which the caller has checked. */
+void dbi_finalize(sqlite3_stmt *st) { (void)sqlite3_finalize(st); }
+
+int dbi_exec(sqlite3 *h, const char *sql, char *err, size_t errlen) {
+  sqlite3_stmt *st;
+  if (dbi_prepare(h, sql, &st, err, errlen) != 0) return -1;
+  int rc;
+  while ((rc = dbi_step(st)) == SQLITE_ROW) continue;
+  dbi_finalize(st);
+  return rc == SQLITE_DONE ? 0 : dbi_sqlfail(h, err, errlen, "database");
+}
+
+int dbi_begin(sqlite3 *h, char *err, size_t errlen) {
+  return dbi_exec(h, "BEGIN IMMEDIATE", err, errlen);
+}
+
+int dbi_commit(sqlite3 *h, char *err, size_t errlen) {
+  if (dbi_exec(h, "COMMIT", err, errlen) == 0) return 0;
+  dbi_rollback(h);
+  return -1;
+}
+
+/* After a failed statement SQLite may have rolled back already; then there
+** is nothing to do, and no error worth reporting over the first one. */
+void dbi_rollback(sqlite3 *h) {
+  if (!sqlite3_get_autocommit(h)) {
+    char ignored[8];
+    (void)dbi_exec(h, "ROLLBACK", ignored, sizeof ignored);
+  }
+}
+
+/* ---- Binds and columns ---- */
+
+dbi_binder dbi_bind_start(sqlite3_stmt *st) {
+  dbi_binder b = {st, 1, SQLITE_OK};
+  return b;
+}
+
+void dbi_bind_text(dbi_binder *b, const char *s) {
+  if (b->rc != SQLITE_OK) return;
+  b->rc = s ? sqlite3_bind_text(b->st, b->i, s, -1, SQLITE_TRANSIENT)
+            : sqlite3_bind_null(b->st, b->i);
+  b->i++;
+}
+
+void dbi_bind_int(dbi_binder *b, long long v) {
+  if (b->rc != SQLITE_OK) return;
+  b->rc = sqlite3_bind_int64(b->st, b->i++, v);
+}
+
+void dbi_bind_real(dbi_binder *b, double v) {
+  if (b->rc != SQLITE_OK) return;
+  b->rc = isnan(v) ? sqlite3_bind_null(b->st, b->i) : sqlite3_bind_double(b->st, b->i, v);
+  b->i++;
+}
+
+void dbi_bind_blob(dbi_binder *b, const void *p, size_t n) {
+  if (b->rc != SQLITE_OK) return;
+  b->rc = sqlite3_bind_blob64(b->st, b->i++, p, n, SQLITE_TRANSIENT);
+}
+
+const char *dbi_col_text(sqlite3_stmt *st, int i) {
+  const unsigned char *s = sqlite3_column_text(st, i);
+  return s ? (const char *)s : "";
+}
+
+double dbi_col_real(sqlite3_stmt *st, int i) {
+  return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+int dbi_col_copy(sqlite3_stmt *st, int i, char *buf, size_t n) {
+  const char *s = dbi_col_text(st, i);
+  size_t len = strlen(s);
+  if (len >= n) return -1;
+  memcpy(buf, s, len + 1);
+  return 0;
+}
+
+/* ---- Paths ---- */
+
+int db_default_path(char *buf, size_t n, char *err, size_t errlen) {
+  const char *env = getenv("FATUNE_DB"), *home;
+  int w;
+  if (env && *env) w = snprintf(buf, n, "%s", env);
+  /* The XDG spec says a relative $XDG_CACHE_HOME is to be ignored. */
+  else if ((env = getenv("XDG_CACHE_HOME")) && env[0] == '/')
+    w = snprintf(buf, n, "%s/fatune/fatune.db", env);
+  else if ((home = getenv("HOME")) && *home)
+    w = snprintf(buf, n, "%s/.cache/fatune/fatune.db", home);
+  else
+    return dbi_fail(err, errlen, "no place for the database: set $FATUNE_DB or use --db PATH");
+  if (w < 0 || (size_t)w >= n) return dbi_fail(err, errlen, "database path too long");
+  return 0;
+}
+
+/* mkdir -p of the directories above path, mode 0700: a cache of kernels
+** and timings is the user's own. */
+static int make_parents(const char *path, char *err, size_t errlen) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  for (char *p = dir + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+      return dbi_fail(err, errlen, "cannot create %s: %s", dir, strerror(errno));
+    *p = '/';
+  }
+  return 0;
+}
+
+/* ---- The read-only examination ---- */
+
+static int pragma_int(sqlite3 *h, const char *sql, long long *v) {
+  sqlite3_stmt *st;
+  int rc = sqlite3_prepare_v2(h, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK) return rc;
+  rc = dbi_step(st);
+  if (rc == SQLITE_ROW) *v = sqlite3_column_int64(st, 0), rc = SQLITE_OK;
+  else if (rc == SQLITE_DONE) rc = SQLITE_ERROR;
+  dbi_finalize(st);
+  return rc;
+}
+
+static int unreadable(sqlite3 *h, const char *path, int rc, char *err, size_t errlen) {
+  if ((rc & 0xff) == SQLITE_NOTADB)
+    return dbi_fail(err, errlen, "%s is not a fatune database (not an SQLite file)", path);
+  if ((rc & 0xff) == SQLITE_CORRUPT)
+    return dbi_fail(err, errlen, "%s is corrupt (%s); it was left as it is", path,
+                    sqlite3_errmsg(h));
+  return dbi_fail(err, errlen, "cannot read %s: %s", path, sqlite3_errmsg(h));
+}
+
+/* A file's verdict: whose it is and which schema it has. */
+static int judge(const char *path, long long app_id, long long version, long long objects,
+                 char *err, size_t errlen) {
+  if (app_id != DB_APPLICATION_ID) {
+    if (app_id == 0 && version == 0 && objects == 0)
+      return dbi_fail(err, errlen, "%s is not a fatune database (an empty SQLite file of "
+                      "another application)", path);
+    return dbi_fail(err, errlen, "%s is not a fatune database (an SQLite file of another "
+                    "application, id 0x%llx)", path, (unsigned long long)app_id);
+  }
+  if (version > DB_SCHEMA_VERSION)
+    return dbi_fail(err, errlen, "%s was written by a newer fatune (schema %lld, this one "
+                    "knows %d)", path, version, DB_SCHEMA_VERSION);
+  if (version < 0) return dbi_fail(err, errlen, "%s has a bad schema version %lld", path, version);
+  return 0;
+}
+
+/* The header fields, and whether the schema itself can be read (a damaged
+** first page shows there). */
+static int read_header(sqlite3 *h, long long *app_id, long long *version, long long *objects) {
+  int rc = pragma_int(h, "PRAGMA application_id", app_id);
+  if (rc == SQLITE_OK) rc = pragma_int(h, "PRAGMA user_version", version);
+  if (rc == SQLITE_OK) rc = pragma_int(h, "SELECT count(*) FROM sqlite_schema", objects);
+  return rc;
+}
+
+/* version: the file's schema version, or -1 for a new database (missing
+** or empty file). Nothing here writes to path. */
+static int examine(const char *path, int flags, int *version, char *err, size_t errlen) {
+  struct stat sb;
+  *version = -1;
+  if (stat(path, &sb) != 0) {
+    if (errno == ENOENT && (flags & DB_CREATE)) return 0;
+    if (errno == ENOENT)
+      return dbi_fail(err, errlen, "no database at %s (nothing has been tuned there yet)", path);
+    return dbi_fail(err, errlen, "%s: %s", path, strerror(errno));
+  }
+  if (!S_ISREG(sb.st_mode)) return dbi_fail(err, errlen, "%s is not a regular file", path);
+  if (sb.st_size == 0) return 0;
+
+  sqlite3 *h = NULL;
+  int rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL);
+  if (rc != SQLITE_OK) {
+    dbi_fail(err, errlen, "cannot open %s: %s", path, h ? sqlite3_errmsg(h) : "out of memory");
+    (void)sqlite3_close(h);
+    return -1;
+  }
+  long long app_id = 0, v = 0, objects = 0;
+  rc = sqlite3_extended_result_codes(h, 1);
+  if (rc == SQLITE_OK) rc = sqlite3_busy_timeout(h, BUSY_TIMEOUT_MS);
+  if (rc == SQLITE_OK) rc = read_header(h, &app_id, &v, &objects);
+  int status = rc != SQLITE_OK ? unreadable(h, path, rc, err, errlen)
+                               : judge(path, app_id, v, objects, err, errlen);
+  if (sqlite3_close(h) != SQLITE_OK && status == 0)
+    status = dbi_fail(err, errlen, "cannot close %s after reading it", path);
+  *version = (int)v;
+  return status;
+}
+
+/* ---- Opening for writing ---- */
+
+/* Inside one write transaction, so that two processes creating the same
+** file do it once: look again (the file may have changed since examine),
+** then mark a new file as fatune's and migrate. */
+static int setup_schema(db *d, char *err, size_t errlen) {
+  if (dbi_begin(d->h, err, errlen) != 0) return -1;
+  long long app_id = 0, version = 0, objects = 0;
+  int rc = read_header(d->h, &app_id, &version, &objects);
+  if (rc != SQLITE_OK) {
+    unreadable(d->h, d->path, rc, err, errlen);
+    dbi_rollback(d->h);
+    return -1;
+  }
+  int fresh = app_id == 0 && version == 0 && objects == 0;
+  char sql[64];
+  snprintf(sql, sizeof sql, "PRAGMA application_id = %d", DB_APPLICATION_ID);
+  if ((!fresh && judge(d->path, app_id, version, objects, err, errlen) != 0) ||
+      (fresh && dbi_exec(d->h, sql, err, errlen) != 0) ||
+      dbi_migrate(d->h, (int)version, err, errlen) != 0) {
+    dbi_rollback(d->h);
+    return -1;
+  }
+  return dbi_commit(d->h, err, errlen);
+}
+
+/* WAL lets readers run while a tuner writes; NORMAL sync in WAL mode never
+** corrupts and loses nothing to a killed process (a power cut may lose
+** the last commits). Set after the schema, so that an interrupted first
+** open leaves an empty file rather than one that is not fatune's. */
+static int use_wal(db *d, char *err, size_t errlen) {
+  sqlite3_stmt *st;
+  if (dbi_prepare(d->h, "PRAGMA journal_mode = WAL", &st, err, errlen) != 0) return -1;
+  int rc = dbi_step(st), wal = rc == SQLITE_ROW && !strcmp(dbi_col_text(st, 0), "wal");
+  dbi_finalize(st);
+  if (rc != SQLITE_ROW) return dbi_sqlfail(d->h, err, errlen, "setting WAL mode");
+  if (!wal) return dbi_fail(err, errlen, "%s cannot be put in WAL mode", d->path);
+  return dbi_exec(d->h, "PRAGMA synchronous = NORMAL", err, errlen);
+}
+
+static int open_rw(db *d, int flags, int version, char *err, size_t errlen) {
+  int oflags = SQLITE_OPEN_READWRITE | (flags & DB_CREATE ? SQLITE_OPEN_CREATE : 0);
+  if (sqlite3_open_v2(d->path, &d->h, oflags, NULL) != SQLITE_OK)
+    return dbi_fail(err, errlen, "cannot open %s: %s", d->path,
+                    d->h ? sqlite3_errmsg(d->h) : "out of memory");
+  if (sqlite3_extended_result_codes(d->h, 1) != SQLITE_OK ||
+      sqlite3_busy_timeout(d->h, BUSY_TIMEOUT_MS) != SQLITE_OK)
+    return dbi_sqlfail(d->h, err, errlen, d->path);
+  if (dbi_exec(d->h, "PRAGMA foreign_keys = ON", err, errlen) != 0) return -1;
+  /* A file already at this version needs no write lock to open. */
+  if (version != DB_SCHEMA_VERSION && setup_schema(d, err, errlen) != 0) return -1;
+  return use_wal(d, err, errlen);
+}
+
+int db_open(const char *path, int flags, db **out, char *err, size_t errlen) {
+  char def[4096];
+  *out = NULL;
+  if (!path) {
+    if (db_default_path(def, sizeof def, err, errlen) != 0) return -1;
+    path = def;
+  }
+  db *d = calloc(1, sizeof *d);
+  if (!d) return dbi_fail(err, errlen, "out of memory");
+  int version, n = snprintf(d->path, sizeof d->path, "%s", path);
+  if (n <= 0 || (size_t)n >= sizeof d->path) {
+    free(d);
+    return dbi_fail(err, errlen, "database path too long or empty");
+  }
+  if (examine(path, flags, &version, err, errlen) != 0 ||
+      (version < 0 && (flags & DB_CREATE) && make_parents(path, err, errlen) != 0) ||
+      open_rw(d, flags, version, err, errlen) != 0) {
+    if (d->h) (void)sqlite3_close(d->h);   /* the first error is the one to report */
+    free(d);
+    return -1;
+  }
+  *out = d;
+  return 0;
+}
+
+int db_close(db *d) {
+  if (!d) return 0;
+  int rc = sqlite3_close(d->h);
+  free(d);
+  return rc == SQLITE_OK ? 0 : -1;
+}
+
+const char *db_path(const db *d) { return d->path; }
+
+unsigned long long db_fnv1a64(const void *data, size_t n) {
+  const unsigned char *p = data;
+  unsigned long long h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}

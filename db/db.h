@@ -1,0 +1,200 @@
+/*
+** db.h
+** The results database: one SQLite file holding the devices, the variants,
+** the compile cache (binaries), every trial, and a view of the best variant
+** per (device, dtype, dim, seq_q, seq_k, causal).
+**
+** The file is WAL-mode SQLite with foreign keys on; its schema version is
+** PRAGMA user_version, moved forward by migrations when an older file is
+** opened, and PRAGMA application_id marks it as fatune's. A file that is
+** not a fatune database (not SQLite, or SQLite of another application),
+** that is corrupt, or that a newer fatune wrote is refused and left
+** untouched: it is examined through a read-only connection before anything
+** may write to it.
+**
+** Every write is one transaction (BEGIN IMMEDIATE), so a process killed at
+** any moment loses at most the write in flight. Several processes may write
+** the same file at once: a busy timeout and retries with backoff wait for
+** the lock instead of failing with "database is locked".
+**
+** Every function returns 0, or -1 with a one-line message in err. A db
+** handle belongs to one thread at a time; a forked child opens its own.
+*/
+#ifndef DB_H
+#define DB_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define DB_SCHEMA_VERSION 1          /* what this fatune writes; see db_schema.c */
+#define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
+#define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
+
+typedef struct db db;
+
+enum {
+  DB_CREATE = 1   /* create the file, and its missing directories (mode 0700) */
+};
+
+/* Opens path (NULL: db_default_path) and brings its schema up to date.
+** Without DB_CREATE a missing file is an error; an empty (0-byte) file is
+** always a new database. */
+int db_open(const char *path, int flags, db **out, char *err, size_t errlen);
+/* -1 only when SQLite could not close cleanly (a statement left open). */
+int db_close(db *d);
+const char *db_path(const db *d);
+
+/* $FATUNE_DB, else $XDG_CACHE_HOME/fatune/fatune.db, else
+** $HOME/.cache/fatune/fatune.db. */
+int db_default_path(char *buf, size_t n, char *err, size_t errlen);
+
+/* ---- Devices and variants: upserts returning the row's id ---- */
+
+typedef struct db_device {
+  const char *name;        /* "NVIDIA H200", or the emulator's description */
+  const char *uuid;        /* the GPU's UUID, "emu" for the emulator; NULL or
+                              "": the name identifies the device */
+  const char *backend;     /* "cuda" or "emu" */
+  int cc_major, cc_minor;  /* compute capability; 0 on the emulator */
+  int sm_count;
+  int smem_per_block_optin;  /* bytes */
+  long long l2_bytes;
+} db_device;
+
+/* Unique on (uuid, backend); the other fields are refreshed when they
+** changed (a new driver may report another name). */
+int db_device_id(db *d, const db_device *dev, long long *id, char *err, size_t errlen);
+
+typedef struct db_variant {
+  const char *family;            /* "simt" */
+  const char *template_version;  /* gen_kernel.template_version */
+  const char *name;
+  const char *hash;              /* 12 hex digits */
+  const char *config;            /* canonical "k=v,..." text; stored as a JSON object */
+  const char *source_hash;       /* gen_kernel.source_hash */
+} db_variant;
+
+/* Unique on (template_version, hash): a kernel is a pure function of them,
+** so an existing row is returned as it is. */
+int db_variant_id(db *d, const db_variant *v, long long *id, char *err, size_t errlen);
+
+/* ---- The compile cache ---- */
+
+typedef struct db_binary_key {
+  const char *source_hash;
+  const char *target;            /* "sm_90", or "host" for emulator objects */
+  const char *compiler_version;  /* NVRTC's, or the host compiler's */
+  const char *options;           /* the compile options, as one string */
+} db_binary_key;
+
+typedef struct db_binary {
+  unsigned char *data;   /* CUBIN or emulator object; db_binary_get mallocs it */
+  size_t size;
+  int registers, spill_bytes, smem_bytes;
+  double compile_ms;
+  int corrupt;           /* db_binary_get: the bytes fail their checksum */
+} db_binary;
+
+/* Stores the blob with its FNV-1a 64 checksum, replacing an entry with the
+** same key (a recompile after a corrupt entry, say). */
+int db_binary_put(db *d, const db_binary_key *key, const db_binary *bin, char *err,
+                  size_t errlen);
+
+/* found = 1 and out filled (free with db_binary_free), or found = 0. An
+** entry whose bytes no longer match their checksum (edited by hand, a bad
+** disk) is not returned: found = 0, out->corrupt = 1, and err says "binary
+** cache entry corrupt"; the caller recompiles and puts it again. Checking
+** that a blob belongs to its source hash is the caller's affair. */
+int db_binary_get(db *d, const db_binary_key *key, db_binary *out, int *found, char *err,
+                  size_t errlen);
+void db_binary_free(db_binary *b);
+
+/* ---- Trials ---- */
+
+typedef struct db_problem {
+  const char *dtype;       /* "fp32", "fp64", "fp16", "bf16" */
+  int dim, seq_q, seq_k;
+  int batch, heads;        /* part of a trial's key; db_best ignores them */
+  int causal;              /* 0 or 1 */
+} db_problem;
+
+typedef struct db_trial {
+  long long variant_id, device_id;
+  db_problem problem;      /* the problem actually run */
+  const char *status;      /* "ok", "invalid", "compile_error", "crashed", "timeout" */
+  const char *message;     /* why it is not ok; NULL when ok */
+  /* NAN for what was not measured; stored as NULL. The emulator does not
+  ** time, so its trials have NAN timings. */
+  double max_abs_err, rel_err, lse_err;
+  double median_us, min_us, p20_us, p80_us, tflops, gbps;
+  /* A JSON object, or NULL. Emulator trials are ranked on its
+  ** "global_bytes_read" + "global_bytes_written" (see the best view). */
+  const char *counters;
+} db_trial;
+
+/* done = 1 when a trial with this key (any status) is recorded: a resumed
+** run skips it, unless it was asked to measure again. */
+int db_trial_done(db *d, long long variant_id, long long device_id, const db_problem *p,
+                  int *done, char *err, size_t errlen);
+
+/* Inserts the trial, or replaces the one with the same key, stamped with
+** DB_FATUNE_VERSION and the time. */
+int db_trial_put(db *d, const db_trial *t, char *err, size_t errlen);
+
+/* ---- Queries ---- */
+
+typedef struct db_best_row {
+  char variant[160], hash[32], template_version[64], source_hash[32];
+  char config[1024];        /* JSON object */
+  char device[256], uuid[128], backend[8];
+  char dtype[8];
+  int dim, seq_q, seq_k, batch, heads, causal;
+  double max_abs_err, rel_err, median_us, tflops, gbps;   /* NAN when not measured */
+  long long global_bytes;   /* read + written from the counters, -1 when unknown */
+  char created[32];         /* ISO 8601, UTC */
+} db_best_row;
+
+/* The best ok trial for the key in p (batch and heads ignored) on the
+** devices that device names (its name, its uuid, or part of its name,
+** case-insensitive; NULL: any). Without one for p's very seq_q and seq_k,
+** the one for the nearest tuned seq_q, then seq_k: exact = 0 and out says
+** which seq it is. found = 0 when the device, dtype, dim and causal have
+** none at all. */
+int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, int *found,
+            int *exact, char *err, size_t errlen);
+
+typedef struct db_filter {
+  const char *device;      /* as for db_best; NULL: any */
+  const char *dtype;       /* NULL: any */
+  int dim, seq_q, seq_k, batch, heads;   /* 0: any */
+  int causal;              /* -1: any */
+} db_filter;
+
+/* The trials that pass f, as a table or a JSON array, to out; rows says how
+** many. */
+int db_show(db *d, const db_filter *f, int json, FILE *out, size_t *rows, char *err,
+            size_t errlen);
+
+/* Every trial, format "csv" (a header line, then one line per trial) or
+** "json" (an array of objects). */
+int db_export(db *d, const char *format, FILE *out, size_t *rows, char *err, size_t errlen);
+
+typedef struct db_merge_counts {
+  size_t devices_added, devices_skipped;
+  size_t variants_added, variants_skipped;
+  size_t binaries_added, binaries_skipped, binaries_corrupt;
+  size_t trials_added, trials_replaced, trials_skipped;
+} db_merge_counts;
+
+/* Brings the devices, variants, binaries and trials of the fatune database
+** at other_path into d, in one transaction, mapping ids through the unique
+** keys: an entry already present is skipped, except a trial, which the
+** other file's replaces when it was recorded later. other_path is opened
+** as db_open opens it: refused when it is not fatune's or is newer, brought
+** up to date when it is older. */
+int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen);
+
+/* FNV-1a 64 of n bytes: the binaries' checksum. */
+unsigned long long db_fnv1a64(const void *data, size_t n);
+
+#endif

@@ -1,0 +1,77 @@
+/*
+** db_int.h
+** What the db_*.c files share and nothing else sees: the handle, checked
+** statement helpers, transactions with retries, the migrations.
+*/
+#ifndef DB_INT_H
+#define DB_INT_H
+
+#include <sqlite3.h>
+
+#include "db.h"
+
+struct db {
+  sqlite3 *h;
+  char path[4096];
+};
+
+/* Writes the message into err and returns -1. */
+int dbi_fail(char *err, size_t errlen, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+/* "what: SQLite's message" into err; returns -1. */
+int dbi_sqlfail(sqlite3 *h, char *err, size_t errlen, const char *what);
+
+int dbi_prepare(sqlite3 *h, const char *sql, sqlite3_stmt **st, char *err, size_t errlen);
+/* sqlite3_step, waiting out SQLITE_BUSY beyond the busy timeout with
+** backoff; returns SQLite's code. */
+int dbi_step(sqlite3_stmt *st);
+void dbi_finalize(sqlite3_stmt *st);
+/* Runs one statement that returns no rows. */
+int dbi_exec(sqlite3 *h, const char *sql, char *err, size_t errlen);
+
+/* BEGIN IMMEDIATE (retried while another process writes), COMMIT, ROLLBACK. */
+int dbi_begin(sqlite3 *h, char *err, size_t errlen);
+int dbi_commit(sqlite3 *h, char *err, size_t errlen);
+void dbi_rollback(sqlite3 *h);
+
+/* Binds parameters left to right; the first failure sticks in rc, so a run
+** of binds is checked once. */
+typedef struct dbi_binder {
+  sqlite3_stmt *st;
+  int i;    /* the next parameter */
+  int rc;
+} dbi_binder;
+
+dbi_binder dbi_bind_start(sqlite3_stmt *st);
+void dbi_bind_text(dbi_binder *b, const char *s);    /* NULL binds NULL */
+void dbi_bind_int(dbi_binder *b, long long v);
+void dbi_bind_real(dbi_binder *b, double v);         /* NAN binds NULL */
+void dbi_bind_blob(dbi_binder *b, const void *p, size_t n);
+
+/* Column helpers: NULL text reads as "", NULL real as NAN. */
+const char *dbi_col_text(sqlite3_stmt *st, int i);
+double dbi_col_real(sqlite3_stmt *st, int i);
+/* Copies a text column into buf; -1 when it does not fit. */
+int dbi_col_copy(sqlite3_stmt *st, int i, char *buf, size_t n);
+
+/* "k=v,..." as a JSON object (malloc'd): numbers unquoted, the rest as
+** strings. NULL when out of memory. */
+char *dbi_config_json(const char *config);
+
+/* The migrations (db_schema.c): brings a file at version from (0: empty)
+** to DB_SCHEMA_VERSION, inside the caller's transaction. */
+int dbi_migrate(sqlite3 *h, int from, char *err, size_t errlen);
+
+/* The writers, inside the caller's transaction (db_write.c), for db_merge
+** as well: an existing device is refreshed only when refresh is set; a
+** NULL created stamps the row with the time now. */
+int dbi_device_upsert(sqlite3 *h, const db_device *dev, int refresh, long long *id,
+                      int *added, char *err, size_t errlen);
+int dbi_variant_upsert(sqlite3 *h, const db_variant *v, const char *config_json,
+                       long long *id, int *added, char *err, size_t errlen);
+int dbi_binary_write(sqlite3 *h, const db_binary_key *k, const db_binary *bin,
+                     const char *created, char *err, size_t errlen);
+int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
+                    const char *created, char *err, size_t errlen);
+
+#endif

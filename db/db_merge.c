@@ -1,0 +1,236 @@
+/*
+** db_merge.c
+** Bringing another fatune database into this one, in one transaction: its
+** devices and variants are matched by their unique keys (and its ids
+** mapped to ours), binaries and trials are added unless the key is taken;
+** a trial recorded later there replaces ours. The other file is read in
+** one read transaction, so it may be in use meanwhile.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_int.h"
+
+/* Their id to ours; filled in ascending order of theirs (ORDER BY id), so
+** a binary search finds an entry. */
+typedef struct idmap {
+  long long *from, *to;
+  size_t n, cap;
+} idmap;
+
+static int idmap_add(idmap *m, long long from, long long to) {
+  if (m->n == m->cap) {
+    size_t cap = m->cap ? 2 * m->cap : 64;
+    long long *f = realloc(m->from, cap * sizeof *f);
+    if (!f) return -1;
+    m->from = f;
+    long long *t = realloc(m->to, cap * sizeof *t);
+    if (!t) return -1;
+    m->to = t;
+    m->cap = cap;
+  }
+  m->from[m->n] = from, m->to[m->n] = to, m->n++;
+  return 0;
+}
+
+static int idmap_get(const idmap *m, long long from, long long *to) {
+  size_t lo = 0, hi = m->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (m->from[mid] < from) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo == m->n || m->from[lo] != from) return -1;
+  *to = m->to[lo];
+  return 0;
+}
+
+static void idmap_free(idmap *m) {
+  free(m->from);
+  free(m->to);
+}
+
+typedef struct merge {
+  db *d, *o;          /* ours (in a write transaction), theirs (in a read one) */
+  idmap devices, variants;
+  db_merge_counts *c;
+  char *err;
+  size_t errlen;
+} merge;
+
+/* Runs sql on the other file and calls row(m, st) for each row. */
+static int each_row(merge *m, const char *sql, int (*row)(merge *, sqlite3_stmt *)) {
+  sqlite3_stmt *st;
+  if (dbi_prepare(m->o->h, sql, &st, m->err, m->errlen) != 0) return -1;
+  int rc, status = 0;
+  while (status == 0 && (rc = dbi_step(st)) == SQLITE_ROW) status = row(m, st);
+  if (status == 0 && rc != SQLITE_DONE)
+    status = dbi_sqlfail(m->o->h, m->err, m->errlen, m->o->path);
+  dbi_finalize(st);
+  return status;
+}
+
+static int oom(merge *m) { return dbi_fail(m->err, m->errlen, "out of memory"); }
+
+static int device_row(merge *m, sqlite3_stmt *st) {
+  db_device dev = {
+    .name = dbi_col_text(st, 1), .uuid = dbi_col_text(st, 2), .backend = dbi_col_text(st, 3),
+    .cc_major = sqlite3_column_int(st, 4), .cc_minor = sqlite3_column_int(st, 5),
+    .sm_count = sqlite3_column_int(st, 6), .smem_per_block_optin = sqlite3_column_int(st, 7),
+    .l2_bytes = sqlite3_column_int64(st, 8)};
+  long long id;
+  int added;
+  if (dbi_device_upsert(m->d->h, &dev, 0, &id, &added, m->err, m->errlen) != 0) return -1;
+  if (added) m->c->devices_added++;
+  else m->c->devices_skipped++;
+  return idmap_add(&m->devices, sqlite3_column_int64(st, 0), id) != 0 ? oom(m) : 0;
+}
+
+static int variant_row(merge *m, sqlite3_stmt *st) {
+  db_variant v = {
+    .family = dbi_col_text(st, 1), .template_version = dbi_col_text(st, 2),
+    .name = dbi_col_text(st, 3), .hash = dbi_col_text(st, 4), .config = NULL,
+    .source_hash = dbi_col_text(st, 6)};
+  long long id;
+  int added;
+  if (dbi_variant_upsert(m->d->h, &v, dbi_col_text(st, 5), &id, &added, m->err, m->errlen) != 0)
+    return -1;
+  if (added) m->c->variants_added++;
+  else m->c->variants_skipped++;
+  return idmap_add(&m->variants, sqlite3_column_int64(st, 0), id) != 0 ? oom(m) : 0;
+}
+
+/* Whether ours has a row for the key that bind(b, ctx) binds; a trial's
+** recording time is copied to created. */
+static int exists(merge *m, const char *sql, void (*bind)(dbi_binder *, const void *),
+                  const void *ctx, int *found, char *created, size_t n) {
+  sqlite3_stmt *st;
+  if (dbi_prepare(m->d->h, sql, &st, m->err, m->errlen) != 0) return -1;
+  dbi_binder b = dbi_bind_start(st);
+  bind(&b, ctx);
+  int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
+  *found = rc == SQLITE_ROW;
+  if (*found && created) snprintf(created, n, "%s", dbi_col_text(st, 0));
+  dbi_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return dbi_sqlfail(m->d->h, m->err, m->errlen, "merging");
+  return 0;
+}
+
+static void bind_binary_key(dbi_binder *b, const void *ctx) {
+  const db_binary_key *k = ctx;
+  dbi_bind_text(b, k->source_hash);
+  dbi_bind_text(b, k->target);
+  dbi_bind_text(b, k->compiler_version);
+  dbi_bind_text(b, k->options);
+}
+
+static int binary_row(merge *m, sqlite3_stmt *st) {
+  db_binary_key k = {dbi_col_text(st, 0), dbi_col_text(st, 1), dbi_col_text(st, 2),
+                     dbi_col_text(st, 3)};
+  int found;
+  if (exists(m, "SELECT 1 FROM binaries WHERE source_hash = ? AND target = ? AND "
+                "compiler_version = ? AND options = ?", bind_binary_key, &k, &found, NULL, 0) != 0)
+    return -1;
+  if (found) {
+    m->c->binaries_skipped++;
+    return 0;
+  }
+  const void *blob = sqlite3_column_blob(st, 4);
+  int n = sqlite3_column_bytes(st, 4);
+  if (!blob && n > 0) return dbi_sqlfail(m->o->h, m->err, m->errlen, "reading a binary");
+  char sum[17];
+  snprintf(sum, sizeof sum, "%016llx", db_fnv1a64(blob, (size_t)n));
+  /* A blob that fails its checksum there is not worth carrying here. */
+  if (n == 0 || strcmp(sum, dbi_col_text(st, 5))) {
+    m->c->binaries_corrupt++;
+    return 0;
+  }
+  db_binary bin = {.data = (unsigned char *)blob, .size = (size_t)n,
+                   .registers = sqlite3_column_int(st, 6),
+                   .spill_bytes = sqlite3_column_int(st, 7),
+                   .smem_bytes = sqlite3_column_int(st, 8),
+                   .compile_ms = dbi_col_real(st, 9)};
+  if (dbi_binary_write(m->d->h, &k, &bin, dbi_col_text(st, 10), m->err, m->errlen) != 0)
+    return -1;
+  m->c->binaries_added++;
+  return 0;
+}
+
+static void bind_trial_key(dbi_binder *b, const void *ctx) {
+  const db_trial *t = ctx;
+  const db_problem *p = &t->problem;
+  dbi_bind_int(b, t->variant_id);
+  dbi_bind_int(b, t->device_id);
+  dbi_bind_text(b, p->dtype);
+  const int v[] = {p->dim, p->seq_q, p->seq_k, p->batch, p->heads, p->causal};
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) dbi_bind_int(b, v[i]);
+}
+
+static int trial_row(merge *m, sqlite3_stmt *st) {
+  db_trial trial = {0}, *t = &trial;   /* with our ids */
+  if (idmap_get(&m->variants, sqlite3_column_int64(st, 0), &t->variant_id) != 0 ||
+      idmap_get(&m->devices, sqlite3_column_int64(st, 1), &t->device_id) != 0)
+    return dbi_fail(m->err, m->errlen, "%s: a trial names a variant or device it does not "
+                    "have", m->o->path);
+  t->problem = (db_problem){dbi_col_text(st, 2), sqlite3_column_int(st, 3),
+                            sqlite3_column_int(st, 4), sqlite3_column_int(st, 5),
+                            sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
+                            sqlite3_column_int(st, 8)};
+  t->status = dbi_col_text(st, 9);
+  t->message = sqlite3_column_type(st, 10) == SQLITE_NULL ? NULL : dbi_col_text(st, 10);
+  double *r[] = {&t->max_abs_err, &t->rel_err, &t->lse_err, &t->median_us, &t->min_us,
+                 &t->p20_us, &t->p80_us, &t->tflops, &t->gbps};
+  for (int i = 0; i < 9; i++) *r[i] = dbi_col_real(st, 11 + i);
+  t->counters = sqlite3_column_type(st, 20) == SQLITE_NULL ? NULL : dbi_col_text(st, 20);
+  const char *created = dbi_col_text(st, 22);
+  char ours[40];
+  int found;
+  if (exists(m, "SELECT created FROM trials WHERE variant_id = ? AND device_id = ? AND "
+                "dtype = ? AND dim = ? AND seq_q = ? AND seq_k = ? AND batch = ? AND "
+                "heads = ? AND causal = ?", bind_trial_key, t, &found, ours, sizeof ours) != 0)
+    return -1;
+  if (found && strcmp(created, ours) <= 0) {
+    m->c->trials_skipped++;
+    return 0;
+  }
+  if (dbi_trial_write(m->d->h, t, dbi_col_text(st, 21), created, m->err, m->errlen) != 0)
+    return -1;
+  if (found) m->c->trials_replaced++;
+  else m->c->trials_added++;
+  return 0;
+}
+
+static int merge_all(merge *m) {
+  if (each_row(m, "SELECT id, name, uuid, backend, cc_major, cc_minor, sm_count, "
+                  "smem_per_block_optin, l2_bytes FROM devices ORDER BY id", device_row) != 0 ||
+      each_row(m, "SELECT id, family, template_version, name, hash, config, source_hash "
+                  "FROM variants ORDER BY id", variant_row) != 0 ||
+      each_row(m, "SELECT source_hash, target, compiler_version, options, blob, checksum, "
+                  "registers, spill_bytes, smem_bytes, compile_ms, created FROM binaries "
+                  "ORDER BY id", binary_row) != 0)
+    return -1;
+  return each_row(m, "SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
+                     "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "
+                     "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created "
+                     "FROM trials ORDER BY id", trial_row);
+}
+
+int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen) {
+  memset(c, 0, sizeof *c);
+  merge m = {.d = d, .c = c, .err = err, .errlen = errlen};
+  if (db_open(other_path, 0, &m.o, err, errlen) != 0) return -1;
+  int rc = -1;
+  if (dbi_exec(m.o->h, "BEGIN", err, errlen) == 0) {
+    if (dbi_begin(d->h, err, errlen) == 0) {
+      if (merge_all(&m) == 0) rc = dbi_commit(d->h, err, errlen);
+      else dbi_rollback(d->h);
+    }
+    dbi_rollback(m.o->h);   /* ends the read transaction; nothing was written */
+  }
+  idmap_free(&m.devices);
+  idmap_free(&m.variants);
+  if (db_close(m.o) != 0 && rc == 0) rc = dbi_fail(err, errlen, "cannot close %s", other_path);
+  return rc;
+}

@@ -1,0 +1,231 @@
+/*
+** db_query.c
+** Reading the results back: the best variant for a key (or the nearest
+** tuned sequence length), trials as a table or JSON, and the export of
+** every trial as CSV or JSON. The JSON objects are built by SQLite's
+** json_object, which escapes the text and writes NULL as null.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "db_int.h"
+
+/* A device given by its name, its uuid, or part of its name. */
+#define DEVICE_MATCH(p) \
+  "(" p " IS NULL OR d.name = " p " OR d.uuid = " p \
+  " OR instr(lower(d.name), lower(" p ")) > 0)"
+
+/* ---- best ---- */
+
+static const char best_sql[] =
+  "SELECT v.name, v.hash, v.template_version, v.source_hash, v.config, d.name, d.uuid, "
+  "d.backend, b.dtype, b.dim, b.seq_q, b.seq_k, b.batch, b.heads, b.causal, b.max_abs_err, "
+  "b.rel_err, b.median_us, b.tflops, b.gbps, b.global_bytes, b.created "
+  "FROM best b JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
+  "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
+  /* The exact key has distance 0; between two equally near, the longer
+  ** sequence; then the view's own ranking, across devices. */
+  "ORDER BY abs(b.seq_q - ?5), abs(b.seq_k - ?6), b.seq_q DESC, b.seq_k DESC, "
+  "b.median_us IS NULL, b.median_us, b.global_bytes IS NULL, b.global_bytes, b.id "
+  "LIMIT 1";
+
+static int best_row(sqlite3_stmt *st, db_best_row *o) {
+  char *text[] = {o->variant, o->hash, o->template_version, o->source_hash, o->config,
+                  o->device, o->uuid, o->backend, o->dtype};
+  const size_t size[] = {sizeof o->variant, sizeof o->hash, sizeof o->template_version,
+                         sizeof o->source_hash, sizeof o->config, sizeof o->device,
+                         sizeof o->uuid, sizeof o->backend, sizeof o->dtype};
+  for (int i = 0; i < 9; i++)
+    if (dbi_col_copy(st, i, text[i], size[i]) != 0) return -1;
+  int *ints[] = {&o->dim, &o->seq_q, &o->seq_k, &o->batch, &o->heads, &o->causal};
+  for (int i = 0; i < 6; i++) *ints[i] = sqlite3_column_int(st, 9 + i);
+  double *reals[] = {&o->max_abs_err, &o->rel_err, &o->median_us, &o->tflops, &o->gbps};
+  for (int i = 0; i < 5; i++) *reals[i] = dbi_col_real(st, 15 + i);
+  o->global_bytes = sqlite3_column_type(st, 20) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 20);
+  return dbi_col_copy(st, 21, o->created, sizeof o->created);
+}
+
+int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, int *found,
+            int *exact, char *err, size_t errlen) {
+  *found = *exact = 0;
+  memset(out, 0, sizeof *out);
+  if (!p->dtype) return dbi_fail(err, errlen, "db_best needs a dtype");
+  sqlite3_stmt *st;
+  if (dbi_prepare(d->h, best_sql, &st, err, errlen) != 0) return -1;
+  dbi_binder b = dbi_bind_start(st);
+  dbi_bind_text(&b, device);
+  dbi_bind_text(&b, p->dtype);
+  dbi_bind_int(&b, p->dim);
+  dbi_bind_int(&b, p->causal);
+  dbi_bind_int(&b, p->seq_q);
+  dbi_bind_int(&b, p->seq_k);
+  int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;
+  if (rc == SQLITE_ROW) {
+    if (best_row(st, out) != 0) status = dbi_fail(err, errlen, "a best entry has a field too long");
+    *found = status == 0;
+    *exact = *found && out->seq_q == p->seq_q && out->seq_k == p->seq_k;
+  } else if (rc != SQLITE_DONE) {
+    status = dbi_sqlfail(d->h, err, errlen, "reading the best variants");
+  }
+  dbi_finalize(st);
+  return status;
+}
+
+/* ---- Trials: show and export ---- */
+
+#define TRIAL_COLUMNS \
+  "v.name AS variant, v.hash, v.template_version, v.config, d.name AS device, d.uuid, " \
+  "d.backend, t.dtype, t.dim, t.seq_q, t.seq_k, t.batch, t.heads, t.causal, t.status, " \
+  "t.message, t.max_abs_err, t.rel_err, t.lse_err, t.median_us, t.min_us, t.p20_us, " \
+  "t.p80_us, t.tflops, t.gbps, t.counters, t.fatune_version, t.created"
+
+#define TRIAL_JSON \
+  "json_object('variant', v.name, 'hash', v.hash, 'template_version', v.template_version, " \
+  "'config', json(v.config), 'device', d.name, 'uuid', d.uuid, 'backend', d.backend, " \
+  "'dtype', t.dtype, 'dim', t.dim, 'seq_q', t.seq_q, 'seq_k', t.seq_k, 'batch', t.batch, " \
+  "'heads', t.heads, 'causal', json(CASE t.causal WHEN 1 THEN 'true' ELSE 'false' END), " \
+  "'status', t.status, 'message', t.message, 'max_abs_err', t.max_abs_err, " \
+  "'rel_err', t.rel_err, 'lse_err', t.lse_err, 'median_us', t.median_us, " \
+  "'min_us', t.min_us, 'p20_us', t.p20_us, 'p80_us', t.p80_us, 'tflops', t.tflops, " \
+  "'gbps', t.gbps, 'counters', json(t.counters), 'fatune_version', t.fatune_version, " \
+  "'created', t.created)"
+
+#define TRIAL_FROM \
+  " FROM trials t JOIN variants v ON v.id = t.variant_id JOIN devices d ON d.id = t.device_id " \
+  "WHERE " DEVICE_MATCH("?1") " AND (?2 IS NULL OR t.dtype = ?2) AND (?3 = 0 OR t.dim = ?3) " \
+  "AND (?4 = 0 OR t.seq_q = ?4) AND (?5 = 0 OR t.seq_k = ?5) AND (?6 = 0 OR t.batch = ?6) " \
+  "AND (?7 = 0 OR t.heads = ?7) AND (?8 < 0 OR t.causal = ?8) "
+
+/* show groups a key's trials, the ok ones first and best first. */
+#define SHOW_ORDER \
+  "ORDER BY t.dtype, t.dim, t.causal, t.seq_q, t.seq_k, d.name, t.status <> 'ok', " \
+  "t.median_us IS NULL, t.median_us, json_extract(t.counters, '$.global_bytes_read') + " \
+  "json_extract(t.counters, '$.global_bytes_written'), v.name"
+#define EXPORT_ORDER "ORDER BY t.id"
+
+static const char *const trial_sql[2][2] = {   /* [export][json] */
+  {"SELECT " TRIAL_COLUMNS TRIAL_FROM SHOW_ORDER, "SELECT " TRIAL_JSON TRIAL_FROM SHOW_ORDER},
+  {"SELECT " TRIAL_COLUMNS TRIAL_FROM EXPORT_ORDER, "SELECT " TRIAL_JSON TRIAL_FROM EXPORT_ORDER},
+};
+
+/* Column indexes in TRIAL_COLUMNS that the table prints. */
+enum { C_VARIANT = 0, C_DEVICE = 4, C_DTYPE = 7, C_DIM, C_SEQ_Q, C_SEQ_K, C_BATCH, C_HEADS,
+       C_CAUSAL, C_STATUS, C_MAX_ABS = 16, C_REL, C_MEDIAN = 19, C_TFLOPS = 23,
+       C_CREATED = 27 };
+
+static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlite3_stmt **st,
+                          char *err, size_t errlen) {
+  static const db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1};
+  if (!f) f = &all;
+  if (dbi_prepare(d->h, trial_sql[export][json], st, err, errlen) != 0) return -1;
+  dbi_binder b = dbi_bind_start(*st);
+  dbi_bind_text(&b, f->device);
+  dbi_bind_text(&b, f->dtype);
+  const int v[] = {f->dim, f->seq_q, f->seq_k, f->batch, f->heads, f->causal};
+  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) dbi_bind_int(&b, v[i]);
+  if (b.rc != SQLITE_OK) {
+    dbi_finalize(*st);
+    return dbi_sqlfail(d->h, err, errlen, "reading trials");
+  }
+  return 0;
+}
+
+static void print_real(FILE *out, sqlite3_stmt *st, int col, const char *fmt, int width) {
+  if (sqlite3_column_type(st, col) == SQLITE_NULL) fprintf(out, " %*s", width, "-");
+  else fprintf(out, fmt, width, sqlite3_column_double(st, col));
+}
+
+static void table_header(FILE *out) {
+  fprintf(out, "%-58s %-20s %-32s %-13s %9s %9s %10s %7s  %s\n", "variant", "device", "problem",
+          "status", "rel_err", "max_abs", "median_us", "tflops", "created");
+}
+
+static void table_row(FILE *out, sqlite3_stmt *st) {
+  char problem[96];
+  snprintf(problem, sizeof problem, "%s d%d q%d k%d b%d h%d%s", dbi_col_text(st, C_DTYPE),
+           sqlite3_column_int(st, C_DIM), sqlite3_column_int(st, C_SEQ_Q),
+           sqlite3_column_int(st, C_SEQ_K), sqlite3_column_int(st, C_BATCH),
+           sqlite3_column_int(st, C_HEADS), sqlite3_column_int(st, C_CAUSAL) ? " causal" : "");
+  fprintf(out, "%-58s %-20s %-32s %-13s", dbi_col_text(st, C_VARIANT),
+          dbi_col_text(st, C_DEVICE), problem, dbi_col_text(st, C_STATUS));
+  print_real(out, st, C_REL, " %*.2e", 9);
+  print_real(out, st, C_MAX_ABS, " %*.2e", 9);
+  print_real(out, st, C_MEDIAN, " %*.2f", 10);
+  print_real(out, st, C_TFLOPS, " %*.2f", 7);
+  fprintf(out, "  %s\n", dbi_col_text(st, C_CREATED));
+}
+
+/* RFC 4180: a field with a comma, quote or line break is quoted, its
+** quotes doubled. */
+static void csv_text(FILE *out, const char *s) {
+  if (!strpbrk(s, ",\"\r\n")) {
+    fputs(s, out);
+    return;
+  }
+  fputc('"', out);
+  for (; *s; s++) {
+    if (*s == '"') fputc('"', out);
+    fputc(*s, out);
+  }
+  fputc('"', out);
+}
+
+static void csv_row(FILE *out, sqlite3_stmt *st, int header) {
+  int n = sqlite3_column_count(st);
+  for (int i = 0; i < n; i++) {
+    if (i) fputc(',', out);
+    if (header) csv_text(out, sqlite3_column_name(st, i));
+    else if (sqlite3_column_type(st, i) == SQLITE_INTEGER)
+      fprintf(out, "%lld", (long long)sqlite3_column_int64(st, i));
+    else if (sqlite3_column_type(st, i) == SQLITE_FLOAT)
+      fprintf(out, "%.15g", sqlite3_column_double(st, i));
+    else csv_text(out, dbi_col_text(st, i));
+  }
+  fputc('\n', out);
+}
+
+typedef enum style { S_TABLE, S_CSV, S_JSON } style;
+
+/* Steps through the rows, printing each in the style. A stream's error
+** is sticky, so one check of ferror after the flush covers every print. */
+static int print_trials(db *d, sqlite3_stmt *st, style s, FILE *out, size_t *rows, char *err,
+                        size_t errlen) {
+  int rc;
+  *rows = 0;
+  if (s == S_TABLE) table_header(out);
+  if (s == S_CSV) csv_row(out, st, 1);   /* the names are known before the first step */
+  if (s == S_JSON) fputc('[', out);
+  while ((rc = dbi_step(st)) == SQLITE_ROW) {
+    if (s == S_TABLE) table_row(out, st);
+    else if (s == S_CSV) csv_row(out, st, 0);
+    else fprintf(out, "%s\n  %s", *rows ? "," : "", dbi_col_text(st, 0));
+    ++*rows;
+  }
+  if (s == S_JSON) fputs(*rows ? "\n]\n" : "]\n", out);
+  if (rc != SQLITE_DONE) return dbi_sqlfail(d->h, err, errlen, "reading trials");
+  if (fflush(out) != 0 || ferror(out)) return dbi_fail(err, errlen, "cannot write the trials");
+  return 0;
+}
+
+int db_show(db *d, const db_filter *f, int json, FILE *out, size_t *rows, char *err,
+            size_t errlen) {
+  sqlite3_stmt *st;
+  *rows = 0;
+  if (prepare_trials(d, f, 0, json, &st, err, errlen) != 0) return -1;
+  int rc = print_trials(d, st, json ? S_JSON : S_TABLE, out, rows, err, errlen);
+  dbi_finalize(st);
+  return rc;
+}
+
+int db_export(db *d, const char *format, FILE *out, size_t *rows, char *err, size_t errlen) {
+  *rows = 0;
+  int json = format && !strcmp(format, "json");
+  if (!json && !(format && !strcmp(format, "csv")))
+    return dbi_fail(err, errlen, "unknown export format '%s' (csv or json)",
+                    format ? format : "(none)");
+  sqlite3_stmt *st;
+  if (prepare_trials(d, NULL, 1, json, &st, err, errlen) != 0) return -1;
+  int rc = print_trials(d, st, json ? S_JSON : S_CSV, out, rows, err, errlen);
+  dbi_finalize(st);
+  return rc;
+}

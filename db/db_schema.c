@@ -1,0 +1,114 @@
+/*
+** db_schema.c
+** The schema, as forward migrations: steps[v] takes a file from schema
+** version v to v + 1 (version 0 is an empty file). To change the schema,
+** append a step and raise DB_SCHEMA_VERSION in db.h; never edit a step a
+** released fatune has run, since files out there already went through it.
+*/
+#include <stdio.h>
+
+#include "db_int.h"
+
+/* Version 1. Timestamps are ISO 8601 UTC text with milliseconds, so they
+** sort as they compare. A device is unique on (uuid, backend), the name
+** standing in for a GPU without a UUID; the emulator's uuid is "emu". */
+static const char schema_v1[] =
+  "CREATE TABLE devices (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  name TEXT NOT NULL,\n"
+  "  uuid TEXT NOT NULL,\n"
+  "  backend TEXT NOT NULL CHECK (backend IN ('cuda', 'emu')),\n"
+  "  cc_major INTEGER NOT NULL,\n"
+  "  cc_minor INTEGER NOT NULL,\n"
+  "  sm_count INTEGER NOT NULL,\n"
+  "  smem_per_block_optin INTEGER NOT NULL,\n"
+  "  l2_bytes INTEGER NOT NULL,\n"
+  "  UNIQUE (uuid, backend));\n"
+  "CREATE TABLE variants (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  family TEXT NOT NULL,\n"
+  "  template_version TEXT NOT NULL,\n"
+  "  name TEXT NOT NULL,\n"
+  "  hash TEXT NOT NULL,\n"
+  "  config TEXT NOT NULL CHECK (json_valid(config)),\n"
+  "  source_hash TEXT NOT NULL,\n"
+  "  UNIQUE (template_version, hash));\n"
+  /* The compile cache; checksum is FNV-1a 64 of blob in 16 hex digits. */
+  "CREATE TABLE binaries (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  source_hash TEXT NOT NULL,\n"
+  "  target TEXT NOT NULL,\n"
+  "  compiler_version TEXT NOT NULL,\n"
+  "  options TEXT NOT NULL,\n"
+  "  blob BLOB NOT NULL,\n"
+  "  checksum TEXT NOT NULL,\n"
+  "  registers INTEGER,\n"
+  "  spill_bytes INTEGER,\n"
+  "  smem_bytes INTEGER,\n"
+  "  compile_ms REAL,\n"
+  "  created TEXT NOT NULL,\n"
+  "  UNIQUE (source_hash, target, compiler_version, options));\n"
+  "CREATE TABLE trials (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  variant_id INTEGER NOT NULL REFERENCES variants(id),\n"
+  "  device_id INTEGER NOT NULL REFERENCES devices(id),\n"
+  "  dtype TEXT NOT NULL,\n"
+  "  dim INTEGER NOT NULL,\n"
+  "  seq_q INTEGER NOT NULL,\n"
+  "  seq_k INTEGER NOT NULL,\n"
+  "  batch INTEGER NOT NULL,\n"
+  "  heads INTEGER NOT NULL,\n"
+  "  causal INTEGER NOT NULL CHECK (causal IN (0, 1)),\n"
+  "  status TEXT NOT NULL\n"
+  "    CHECK (status IN ('ok', 'invalid', 'compile_error', 'crashed', 'timeout')),\n"
+  "  message TEXT,\n"
+  "  max_abs_err REAL,\n"
+  "  rel_err REAL,\n"
+  "  lse_err REAL,\n"
+  "  median_us REAL,\n"
+  "  min_us REAL,\n"
+  "  p20_us REAL,\n"
+  "  p80_us REAL,\n"
+  "  tflops REAL,\n"
+  "  gbps REAL,\n"
+  "  counters TEXT CHECK (counters IS NULL OR json_valid(counters)),\n"
+  "  fatune_version TEXT NOT NULL,\n"
+  "  created TEXT NOT NULL,\n"
+  "  UNIQUE (variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, causal));\n"
+  "CREATE INDEX trials_by_key ON trials (dtype, dim, causal, seq_q, seq_k);\n"
+  /* The best ok trial per key: the smallest median time where the trial
+  ** was timed (a GPU); an emulator trial has no time, and its exact count
+  ** of global-memory bytes read and written ranks it instead (fewer is
+  ** better), a fair proxy for a memory-bound kernel. Timed trials come
+  ** first; ties go to the earlier trial. */
+  "CREATE VIEW best AS\n"
+  "SELECT * FROM (\n"
+  "  SELECT *, row_number() OVER (\n"
+  "      PARTITION BY device_id, dtype, dim, seq_q, seq_k, causal\n"
+  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes, id)\n"
+  "    AS rank\n"
+  "  FROM (SELECT *, json_extract(counters, '$.global_bytes_read')\n"
+  "                  + json_extract(counters, '$.global_bytes_written') AS global_bytes\n"
+  "        FROM trials WHERE status = 'ok'))\n"
+  "WHERE rank = 1;\n";
+
+static const char *const steps[] = {schema_v1};
+
+_Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
+               "one migration step per schema version");
+
+int dbi_migrate(sqlite3 *h, int from, char *err, size_t errlen) {
+  if (from >= DB_SCHEMA_VERSION) return 0;
+  for (int v = from; v < DB_SCHEMA_VERSION; v++) {
+    char *msg = NULL;
+    if (sqlite3_exec(h, steps[v], NULL, NULL, &msg) != SQLITE_OK) {
+      dbi_fail(err, errlen, "migrating the database to schema %d: %s", v + 1,
+               msg ? msg : sqlite3_errmsg(h));
+      sqlite3_free(msg);
+      return -1;
+    }
+  }
+  char sql[48];
+  snprintf(sql, sizeof sql, "PRAGMA user_version = %d", DB_SCHEMA_VERSION);
+  return dbi_exec(h, sql, err, errlen);
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# cli_db.sh: the results database through the command, on the emulator:
+#  - a tune recorded, then found by `fatune best` and by the library (the
+#    example program says "tuned for this problem");
+#  - a tune killed with SIGKILL while it measures: the file passes
+#    integrity_check, and the same command resumes, measuring only what is
+#    missing, so every variant ends with exactly one trial;
+#  - two tunes writing one file at once: both succeed, every trial is there.
+#
+# usage: FATUNE=build/fatune EXAMPLE=build/example_attention bash tests/cli_db.sh
+set -u
+NAME=cli_db
+TIMEOUT_S=300
+. "$(dirname "$0")/cli_lib.sh"
+check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
+if ! python3 -c 'import sqlite3, json' 2>/dev/null; then
+  echo "SKIPPED: python3 with sqlite3 is needed to look into the database"
+  exit 77
+fi
+# trials DB [WHERE]: the number of trials in DB
+trials() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM trials ' + sys.argv[2]).fetchone()[0])" "$1" "${2:-}"; }
+integrity() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone()[0])" "$1"; }
+
+# --- recorded, then found by best and by the library -------------------------
+db="$tmp/found.db"
+"${TIMEOUT[@]}" "$FATUNE" --dim 32 --seq 77 --seq-k 90 --causal --batch 2 --heads 3 --backend emu \
+  --db "$db" >"$tmp/t.out" 2>"$tmp/t.err"
+check "tune --db exits 0" $? "$(tail -c 300 "$tmp/t.err")"
+n=$(grep -c ' ok ' "$tmp/t.out")
+[ "$(trials "$db")" -eq "$n" ] && [ "$n" -gt 0 ]
+check "every variant measured is recorded ($n trials)" $? "$(trials "$db") trials for $n ok rows"
+best_line=$(grep '^least global-memory traffic:' "$tmp/t.out" | cut -d' ' -f4)
+"$FATUNE" best --dim 32 --seq 77 --seq-k 90 --causal --db "$db" >"$tmp/best.out" 2>&1
+grep -q "^variant *$best_line\$" "$tmp/best.out"
+check "fatune best gives the tune's best: $best_line" $? "$(head -c 300 "$tmp/best.out")"
+"${TIMEOUT[@]}" "$EXAMPLE" "$db" >"$tmp/ex.out" 2>&1
+grep -q "^$best_line on emu (tuned for this problem)" "$tmp/ex.out"
+check "the library runs the tuned variant: $(head -c 120 "$tmp/ex.out")" $? "$(cat "$tmp/ex.out")"
+"${TIMEOUT[@]}" "$FATUNE" --dim 32 --seq 77 --seq-k 90 --causal --batch 2 --heads 3 --backend emu \
+  --db "$db" >"$tmp/t2.out" 2>&1
+grep -q "$n recorded before" "$tmp/t2.out" && [ "$(trials "$db")" -eq "$n" ]
+check "the same command again measures nothing" $? "$(grep variants: "$tmp/t2.out")"
+
+# --- SIGKILL while measuring, then resume ------------------------------------
+db="$tmp/killed.db"
+args=(--dim 64 --seq 512 --backend emu --emu-seq 512 --jobs 1 --db "$db")
+total=$("$FATUNE" list --dim 64 --seq 512 | wc -l)
+"$FATUNE" "${args[@]}" >"$tmp/k.out" 2>"$tmp/k.err" &
+pid=$!
+killed=0
+for _ in $(seq 1 600); do
+  sleep 0.1
+  if [ -f "$db" ] && [ "$(trials "$db" 2>/dev/null || echo 0)" -ge 3 ]; then
+    kill -9 "$pid" && killed=1
+    break
+  fi
+  kill -0 "$pid" 2>/dev/null || break
+done
+wait "$pid" 2>/dev/null
+before=$(trials "$db")
+[ "$killed" -eq 1 ] && [ "$before" -ge 3 ] && [ "$before" -lt "$total" ]
+check "killed with SIGKILL after $before of $total trials" $? "killed=$killed"
+[ "$(integrity "$db")" = ok ]
+check "the killed run's file passes integrity_check" $? "$(integrity "$db")"
+"${TIMEOUT[@]}" "$FATUNE" "${args[@]}" >"$tmp/r.out" 2>"$tmp/r.err"
+check "the same command resumes and exits 0" $? "$(tail -c 300 "$tmp/r.err")"
+summary=$(grep -E '^[0-9]+ variants:' "$tmp/r.out")
+measured=$(grep -cE ' (ok|invalid|crashed|timeout|compile_error) ' "$tmp/r.out")
+[[ "$summary" == *"$before recorded before"* ]] && [ "$measured" -eq $((total - before)) ] &&
+  [ "$(trials "$db")" -eq "$total" ]
+check "resumed: $before skipped, $measured measured, $(trials "$db") trials for $total variants" $? \
+  "$summary"
+
+# --- two tunes on one file at once -------------------------------------------
+db="$tmp/shared.db"
+"$FATUNE" --dim 16 --seq 64 --backend emu --db "$db" --jobs 1 >"$tmp/a.out" 2>"$tmp/a.err" &
+pa=$!
+"$FATUNE" --dim 16 --seq 64 --causal --backend emu --db "$db" --jobs 1 >"$tmp/b.out" 2>"$tmp/b.err" &
+pb=$!
+wait "$pa"; ra=$?
+wait "$pb"; rb=$?
+na=$("$FATUNE" list --dim 16 --seq 64 | wc -l)
+nb=$("$FATUNE" list --dim 16 --seq 64 --causal | wc -l)
+[ "$ra" -eq 0 ] && [ "$rb" -eq 0 ] && ! grep -qi 'locked' "$tmp/a.err" "$tmp/b.err"
+check "two tunes at once on one file both succeed" $? "exit $ra/$rb: $(tail -c 200 "$tmp/a.err") $(tail -c 200 "$tmp/b.err")"
+[ "$(trials "$db" 'WHERE causal = 0')" -eq "$na" ] && [ "$(trials "$db" 'WHERE causal = 1')" -eq "$nb" ]
+check "every trial of both is there ($na + $nb)" $? "$(trials "$db") trials"
+
+finish

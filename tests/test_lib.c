@@ -1,0 +1,262 @@
+/*
+** test_lib.c
+** libfatune on the emulator:
+**  - bad arguments and a database that is not fatune's give a status and
+**    a message; the database file is left as it was;
+**  - with nothing tuned, the default variant runs and its result matches
+**    the float64 reference (fp32 and fp64, causal, seq_q != seq_k);
+**  - a trial recorded for another seq makes it the nearest choice; one for
+**    the very key makes it exact;
+**  - a binary edited by hand in the compile cache is never run: the kernel
+**    is compiled again and the result is right;
+**  - four threads at once, on different problems, all right;
+**  - the per-call overhead of choosing a kernel once it is in memory.
+*/
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "check.h"
+#include "db.h"
+#include "fatune.h"
+#include "gen.h"
+#include "reference.h"
+
+static char dir[] = "/tmp/fatune-test-lib-XXXXXX";
+static char dbpath[128];
+
+static unsigned long long rng = 42;
+static double uniform(void) {
+  rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (double)(rng >> 11) / 9007199254740992.0 - 0.5;
+}
+
+/* Run p through the library; the max error against the reference. */
+static double run(fatune_ctx *c, const fatune_problem *p, fatune_status *st) {
+  const size_t nq = (size_t)p->batch * p->heads * p->seq_q * p->dim;
+  const size_t nk = (size_t)p->batch * p->heads * p->seq_k * p->dim;
+  const size_t es = p->dtype == FATUNE_FP64 ? 8 : 4;
+  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8), *od = malloc(nq * 8);
+  unsigned char *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nk * es), *o = malloc(nq * es);
+  double worst = INFINITY;
+  if (!qd || !kd || !vd || !od || !q || !k || !v || !o) goto done;
+  double *const d[3] = {qd, kd, vd};
+  unsigned char *const t[3] = {q, k, v};
+  const size_t n[3] = {nq, nk, nk};
+  for (int a = 0; a < 3; a++)
+    for (size_t i = 0; i < n[a]; i++) {
+      double x = uniform();
+      if (es == 4) ((float *)t[a])[i] = (float)x, d[a][i] = (float)x;
+      else ((double *)t[a])[i] = x, d[a][i] = x;
+    }
+  memset(o, 0xFF, nq * es);
+  *st = fatune_attention_forward(c, p, q, k, v, o, NULL, NULL);
+  if (*st != FATUNE_OK) goto done;
+  fa_problem fp = {.batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
+                   .dim = p->dim, .dtype = (fa_dtype)p->dtype, .causal = p->causal};
+  fa_layout lq = fa_layout_contiguous(&fp, p->seq_q), lk = fa_layout_contiguous(&fp, p->seq_k);
+  if (ref_attention(&fp, qd, lq, kd, lk, vd, lk, od, lq, NULL) != 0) goto done;
+  worst = 0;
+  for (size_t i = 0; i < nq; i++) {
+    double x = es == 4 ? ((float *)o)[i] : ((double *)o)[i];
+    double e = fabs(x - od[i]);
+    if (!(e <= worst)) worst = e;  /* NaN sticks */
+  }
+done:
+  free(qd), free(kd), free(vd), free(od), free(q), free(k), free(v), free(o);
+  return worst;
+}
+
+static void test_errors(void) {
+  fatune_ctx *c;
+  fatune_options bad = {.db_path = dbpath, .backend = "gpu"};
+  CHECK(fatune_open(&bad, &c) == FATUNE_EINVAL && strstr(fatune_errmsg(), "gpu"),
+        "backend 'gpu': '%s'", fatune_errmsg());
+  char junk[160];
+  snprintf(junk, sizeof junk, "%s/junk.db", dir);
+  FILE *f = fopen(junk, "wb");
+  if (f) fputs("this is not a database, and it must stay as it is\n", f), fclose(f);
+  fatune_options j = {.db_path = junk, .backend = "emu"};
+  CHECK(fatune_open(&j, &c) == FATUNE_EDB && fatune_errmsg()[0], "garbage db: '%s'",
+        fatune_errmsg());
+  char back[100] = "";
+  f = fopen(junk, "rb");
+  if (f) {
+    if (!fgets(back, sizeof back, f)) back[0] = '\0';
+    fclose(f);
+  }
+  CHECK(!strcmp(back, "this is not a database, and it must stay as it is\n"), "garbage db changed");
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  CHECK(fatune_open(&ok, &c) == FATUNE_OK, "%s", fatune_errmsg());
+  if (!c) return;
+  fatune_problem p = {.batch = 1, .heads = 1, .seq_q = 0, .seq_k = 8, .dim = 8};
+  float x[64];
+  CHECK(fatune_attention_forward(c, &p, x, x, x, x, NULL, NULL) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "seq_q 0"), "seq_q 0: '%s'", fatune_errmsg());
+  p.seq_q = 8, p.dim = 300;
+  CHECK(fatune_attention_forward(c, &p, x, x, x, x, NULL, NULL) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "300"), "dim 300: '%s'", fatune_errmsg());
+  p.dim = 8;
+  CHECK(fatune_attention_forward(c, &p, x, NULL, x, x, NULL, NULL) == FATUNE_EINVAL,
+        "NULL k accepted");
+  CHECK(fatune_attention_forward(NULL, &p, x, x, x, x, NULL, NULL) == FATUNE_EINVAL,
+        "NULL context accepted");
+  fatune_close(c);
+}
+
+static void test_default_and_tuned(void) {
+  fatune_ctx *c;
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  if (fatune_open(&ok, &c) != FATUNE_OK) {
+    CHECK(0, "%s", fatune_errmsg());
+    return;
+  }
+  fatune_problem p = {.batch = 2, .heads = 2, .seq_q = 50, .seq_k = 70, .dim = 16,
+                      .dtype = FATUNE_FP32, .causal = 1};
+  char name[160];
+  fatune_choice ch;
+  CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_DEFAULT,
+        "nothing tuned: choice %d, %s", (int)ch, fatune_errmsg());
+  fatune_status st;
+  double e = run(c, &p, &st);
+  CHECK(st == FATUNE_OK && e < 1e-5, "default fp32: status %d, error %.3g (%s)", (int)st, e,
+        fatune_errmsg());
+  p.dtype = FATUNE_FP64;
+  e = run(c, &p, &st);
+  CHECK(st == FATUNE_OK && e < 1e-12, "default fp64: status %d, error %.3g (%s)", (int)st, e,
+        fatune_errmsg());
+  fatune_close(c);
+
+  /* Record a trial, as the tuner would, for seq 64 with an unusual config. */
+  db *d;
+  char err[256];
+  long long dev, var;
+  gen_state *g;
+  gen_target t;
+  gen_kernel k;
+  fa_problem fp = {.batch = 1, .heads = 2, .seq_q = 64, .seq_k = 70, .dim = 16,
+                   .dtype = FA_FP32, .causal = 1};
+  if (db_open(dbpath, 0, &d, err, sizeof err) != 0 || gen_open(&g, err, sizeof err) != 0 ||
+      gen_target_for_arch(g, "sm_90", 0, 0, &t) != 0 ||
+      gen_render_config(g, "block_m=16,block_n=8,warps=2,norm=eager", &fp, &t, &k) != 0) {
+    CHECK(0, "setting up a trial: %s", err);
+    return;
+  }
+  db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
+  db_variant dv = {"simt", k.template_version, k.name, k.hash, k.config, k.source_hash};
+  db_trial tr = {.status = "ok", .problem = {"fp32", 16, 64, 70, 1, 2, 1}, .max_abs_err = 1e-7,
+                 .rel_err = 1e-7, .lse_err = 1e-7, .median_us = NAN, .min_us = NAN,
+                 .p20_us = NAN, .p80_us = NAN, .tflops = NAN, .gbps = NAN,
+                 .counters = "{\"global_bytes_read\": 100, \"global_bytes_written\": 10}"};
+  CHECK(db_device_id(d, &dd, &dev, err, sizeof err) == 0 &&
+        db_variant_id(d, &dv, &var, err, sizeof err) == 0, "%s", err);
+  tr.variant_id = var, tr.device_id = dev;
+  CHECK(db_trial_put(d, &tr, err, sizeof err) == 0, "%s", err);
+  db_close(d);
+  if (fatune_open(&ok, &c) != FATUNE_OK) return;
+  p.dtype = FATUNE_FP32, p.seq_q = 50;
+  CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_NEAREST &&
+        !strcmp(name, k.name), "seq 50 with seq 64 tuned: choice %d, %s", (int)ch, name);
+  e = run(c, &p, &st);
+  CHECK(st == FATUNE_OK && e < 1e-5, "nearest: error %.3g", e);
+  p.seq_q = 64;
+  CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_EXACT &&
+        !strcmp(name, k.name), "seq 64 tuned: choice %d, %s", (int)ch, name);
+  fatune_close(c);
+  gen_kernel_free(&k);
+  gen_close(g);
+}
+
+/* Overwrite every cached binary with zeros, as an edit by hand would. */
+static int tamper(void) {
+  sqlite3 *s;
+  if (sqlite3_open(dbpath, &s) != SQLITE_OK) return -1;
+  int rc = sqlite3_exec(s, "UPDATE binaries SET blob = zeroblob(length(blob))", NULL, NULL, NULL);
+  int changed = sqlite3_changes(s);
+  sqlite3_close(s);
+  return rc == SQLITE_OK ? changed : -1;
+}
+
+static void test_tampered_binary(void) {
+  int n = tamper();
+  CHECK(n > 0, "no binary to tamper with (%d)", n);
+  fatune_ctx *c;
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  if (fatune_open(&ok, &c) != FATUNE_OK) return;
+  fatune_problem p = {.batch = 2, .heads = 2, .seq_q = 50, .seq_k = 70, .dim = 16,
+                      .dtype = FATUNE_FP64, .causal = 1};
+  fatune_status st;
+  double e = run(c, &p, &st);
+  CHECK(st == FATUNE_OK && e < 1e-12, "after tampering: status %d, error %.3g (%s)", (int)st, e,
+        fatune_errmsg());
+  fatune_close(c);
+}
+
+typedef struct thread_arg { fatune_ctx *c; int i; double err; fatune_status st; } thread_arg;
+
+static void *thread_main(void *a) {
+  thread_arg *t = a;
+  fatune_problem p = {.batch = 1, .heads = 2, .seq_q = 20 + 10 * t->i, .seq_k = 33, .dim = 8,
+                      .dtype = FATUNE_FP64, .causal = t->i & 1};
+  t->err = 0;
+  for (int r = 0; r < 3 && t->err < 1e-12; r++) t->err = run(t->c, &p, &t->st);
+  return NULL;
+}
+
+static void test_threads(void) {
+  fatune_ctx *c;
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  if (fatune_open(&ok, &c) != FATUNE_OK) return;
+  pthread_t tid[4];
+  thread_arg a[4];
+  for (int i = 0; i < 4; i++) {
+    a[i] = (thread_arg){c, i, 0, FATUNE_OK};
+    CHECK(pthread_create(&tid[i], NULL, thread_main, &a[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(tid[i], NULL);
+    CHECK(a[i].st == FATUNE_OK && a[i].err < 1e-12, "thread %d: status %d, error %.3g", i,
+          (int)a[i].st, a[i].err);
+  }
+  fatune_close(c);
+}
+
+static void test_overhead(void) {
+  fatune_ctx *c;
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  if (fatune_open(&ok, &c) != FATUNE_OK) return;
+  fatune_problem p = {.batch = 4, .heads = 16, .seq_q = 4096, .seq_k = 4096, .dim = 64,
+                      .dtype = FATUNE_FP32};
+  char name[160];
+  fatune_choice ch;
+  CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK, "%s", fatune_errmsg());
+  enum { N = 200000 };
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < N; i++) fatune_choose(c, &p, name, sizeof name, &ch);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / N;
+  printf("choosing a kernel already in memory: %.3f us per call\n", us);
+  CHECK(us < 50, "%.3f us per call", us);
+  fatune_close(c);
+}
+
+int main(void) {
+  if (!mkdtemp(dir)) return 1;
+  snprintf(dbpath, sizeof dbpath, "%s/lib.db", dir);
+  test_errors();
+  test_default_and_tuned();
+  test_tampered_binary();
+  test_threads();
+  test_overhead();
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return check_done("test_lib");
+}

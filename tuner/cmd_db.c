@@ -1,0 +1,187 @@
+/*
+** cmd_db.c
+** The database commands. best answers "which variant for this problem",
+** naming the nearest tuned sequence length when the exact one was never
+** tuned; show lists trials; export writes them all as CSV or JSON; merge
+** brings in another fatune file. Readers never create a database: a
+** missing file is an answer ("nothing has been tuned there yet").
+*/
+#include <math.h>
+#include <stdio.h>
+
+#include "cmd_db.h"
+#include "db.h"
+#include "json.h"
+
+int cmd_db_handles(cli_cmd cmd) {
+  return cmd == CMD_BEST || cmd == CMD_SHOW || cmd == CMD_EXPORT || cmd == CMD_MERGE;
+}
+
+static int bad_input(const char *msg) { return cli_say(EXIT_BAD_INPUT, msg); }
+
+static int open_db(const cli_opts *o, int flags, db **d) {
+  char err[512];
+  if (db_open(o->db, flags, d, err, sizeof err) == 0) return 0;
+  cli_say(1, err);
+  return -1;
+}
+
+/* Closing after a read cannot lose anything; after merge the commit is done. */
+static int close_db(db *d, int rc) {
+  if (db_close(d) != 0 && rc == 0) return cli_say(1, "the database did not close cleanly");
+  return rc;
+}
+
+/* best ------------------------------------------------------------------ */
+
+static void print_value(const char *key, double v) {
+  if (isnan(v)) printf("%-10s -\n", key);
+  else printf("%-10s %.2f\n", key, v);
+}
+
+static void best_text(const db_best_row *r) {
+  printf("%-10s %s\n%-10s %s\n%-10s %s\n", "variant", r->variant, "hash", r->hash, "config",
+         r->config);
+  printf("%-10s %s (%s)\n", "device", r->device, r->backend);
+  printf("%-10s %s dim %d seq_q %d seq_k %d batch %d heads %d%s\n", "problem", r->dtype, r->dim,
+         r->seq_q, r->seq_k, r->batch, r->heads, r->causal ? " causal" : "");
+  print_value("median_us", r->median_us);
+  print_value("tflops", r->tflops);
+  if (r->global_bytes >= 0) printf("%-10s %lld (emulator count)\n", "gmem_bytes", r->global_bytes);
+  printf("%-10s rel %.2e, max abs %.2e\n", "errors", r->rel_err, r->max_abs_err);
+  printf("%-10s %s\n", "recorded", r->created);
+}
+
+static void json_field(const char *key, double v) {
+  printf(", \"%s\": ", key);
+  json_number(stdout, v);
+}
+
+static void best_json(const db_best_row *r, const fa_problem *p, int exact) {
+  printf("{\"variant\": ");
+  json_string(stdout, r->variant);
+  printf(", \"hash\": ");
+  json_string(stdout, r->hash);
+  printf(", \"config\": %s, \"device\": ", r->config);   /* stored as JSON */
+  json_string(stdout, r->device);
+  printf(", \"backend\": ");
+  json_string(stdout, r->backend);
+  printf(", \"dtype\": ");
+  json_string(stdout, r->dtype);
+  printf(", \"dim\": %d, \"seq_q\": %d, \"seq_k\": %d, \"batch\": %d, \"heads\": %d, "
+         "\"causal\": %s, \"exact\": %s, \"requested_seq_q\": %d, \"requested_seq_k\": %d",
+         r->dim, r->seq_q, r->seq_k, r->batch, r->heads, r->causal ? "true" : "false",
+         exact ? "true" : "false", p->seq_q, p->seq_k);
+  json_field("median_us", r->median_us);
+  json_field("tflops", r->tflops);
+  json_field("gbps", r->gbps);
+  json_field("rel_err", r->rel_err);
+  json_field("max_abs_err", r->max_abs_err);
+  if (r->global_bytes >= 0) printf(", \"global_bytes\": %lld", r->global_bytes);
+  else printf(", \"global_bytes\": null");
+  printf(", \"created\": ");
+  json_string(stdout, r->created);
+  printf("}\n");
+}
+
+/* "seq 5000", or "seq_q 5000 seq_k 6000" when they differ. */
+static void seq_text(char *buf, size_t n, int q, int k) {
+  if (q == k) snprintf(buf, n, "seq %d", q);
+  else snprintf(buf, n, "seq_q %d seq_k %d", q, k);
+}
+
+static int cmd_best(const cli_opts *o) {
+  if (!cli_given(o, "--dim") || !cli_given(o, "--seq"))
+    return bad_input("fatune best needs --dim D and --seq N");
+  if (cli_given(o, "--batch") || cli_given(o, "--heads"))
+    return bad_input("options --batch and --heads do not apply to 'fatune best'");
+  const fa_problem *fp = &o->problem;
+  db_problem p = {fa_dtype_name(fp->dtype), fp->dim, fp->seq_q, fp->seq_k, 0, 0, fp->causal};
+  db *d;
+  if (open_db(o, 0, &d) != 0) return 1;
+  db_best_row r;
+  int found, exact;
+  char err[512], want[64], got[64];
+  if (db_best(d, o->device, &p, &r, &found, &exact, err, sizeof err) != 0)
+    return close_db(d, cli_say(1, err));
+  if (!found) {
+    fprintf(stderr, "fatune: nothing recorded for %s dim %d%s%s%s in %s\n", p.dtype, p.dim,
+            p.causal ? " causal" : "", o->device ? " on device " : "",
+            o->device ? o->device : "", db_path(d));
+    return close_db(d, 1);
+  }
+  if (!exact) {
+    seq_text(want, sizeof want, p.seq_q, p.seq_k);
+    seq_text(got, sizeof got, r.seq_q, r.seq_k);
+    fprintf(stderr, "fatune: no exact entry for %s; nearest tuned: %s\n", want, got);
+  }
+  if (o->json) best_json(&r, fp, exact);
+  else best_text(&r);
+  return close_db(d, fflush(stdout) == 0 ? 0 : 1);
+}
+
+/* show, export, merge --------------------------------------------------- */
+
+static int cmd_show(const cli_opts *o) {
+  const fa_problem *p = &o->problem;
+  db_filter f = {
+    .device = o->device,
+    .dtype = cli_given(o, "--dtype") ? fa_dtype_name(p->dtype) : NULL,
+    .dim = cli_given(o, "--dim") ? p->dim : 0,
+    .seq_q = cli_given(o, "--seq") ? p->seq_q : 0,
+    .seq_k = cli_given(o, "--seq-k") ? p->seq_k : 0,
+    .batch = cli_given(o, "--batch") ? p->batch : 0,
+    .heads = cli_given(o, "--heads") ? p->heads : 0,
+    .causal = p->causal ? 1 : -1};
+  db *d;
+  if (open_db(o, 0, &d) != 0) return 1;
+  char err[512];
+  size_t rows;
+  if (db_show(d, &f, o->json, stdout, &rows, err, sizeof err) != 0)
+    return close_db(d, cli_say(1, err));
+  int filtered = f.device || f.dtype || f.dim || f.seq_q || f.seq_k || f.batch || f.heads ||
+                 f.causal > 0;
+  if (rows == 0)
+    fprintf(stderr, "fatune: no trials %s %s\n", filtered ? "match in" : "recorded in", db_path(d));
+  return close_db(d, 0);
+}
+
+static int cmd_export(const cli_opts *o) {
+  if (!o->format) return bad_input("fatune export needs --format csv or --format json");
+  db *d;
+  if (open_db(o, 0, &d) != 0) return 1;
+  char err[512];
+  size_t rows;
+  if (db_export(d, o->format, stdout, &rows, err, sizeof err) != 0)
+    return close_db(d, cli_say(1, err));
+  return close_db(d, 0);
+}
+
+static int cmd_merge(const cli_opts *o) {
+  if (!o->merge_path) return bad_input("fatune merge needs the path of another fatune database");
+  /* Look at the other file first, so that a refused merge creates nothing. */
+  db *d, *other;
+  char err[512];
+  if (db_open(o->merge_path, 0, &other, err, sizeof err) != 0) return cli_say(1, err);
+  if (db_close(other) != 0) return cli_say(1, "the other database did not close cleanly");
+  if (open_db(o, DB_CREATE, &d) != 0) return 1;
+  db_merge_counts c;
+  if (db_merge(d, o->merge_path, &c, err, sizeof err) != 0) return close_db(d, cli_say(1, err));
+  printf("merged %s into %s\n", o->merge_path, db_path(d));
+  printf("devices:  %zu added, %zu already there\n", c.devices_added, c.devices_skipped);
+  printf("variants: %zu added, %zu already there\n", c.variants_added, c.variants_skipped);
+  printf("binaries: %zu added, %zu already there, %zu corrupt (left out)\n", c.binaries_added,
+         c.binaries_skipped, c.binaries_corrupt);
+  printf("trials:   %zu added, %zu replaced (recorded later there), %zu skipped\n",
+         c.trials_added, c.trials_replaced, c.trials_skipped);
+  return close_db(d, fflush(stdout) == 0 ? 0 : 1);
+}
+
+int cmd_db_main(const cli_opts *o) {
+  switch (o->cmd) {
+  case CMD_BEST: return cmd_best(o);
+  case CMD_SHOW: return cmd_show(o);
+  case CMD_EXPORT: return cmd_export(o);
+  default: return cmd_merge(o);
+  }
+}

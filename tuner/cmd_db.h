@@ -1,0 +1,18 @@
+/*
+** cmd_db.h
+** fatune best, show, export and merge: the results database from the
+** command line.
+*/
+#ifndef CMD_DB_H
+#define CMD_DB_H
+
+#include "cli.h"
+
+/* Whether cmd is one of these commands. */
+int cmd_db_handles(cli_cmd cmd);
+
+/* Returns the command's exit status: 2 for bad input, 1 when the database
+** cannot be opened or holds nothing for the question. */
+int cmd_db_main(const cli_opts *o);
+
+#endif
