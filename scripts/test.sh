@@ -13,7 +13,11 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-Werror >/
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
 
+# The sanitizer build runs every test but those labelled slow: the sweeps
+# over whole spaces and the long command-line flows, whose C code paths the
+# other tests already take (and whose kernels, compiled at run time, carry
+# no sanitizer anyway).
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFATUNE_SANITIZE=ON -DCMAKE_C_FLAGS=-Werror >/dev/null
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest --output-on-failure -j "$jobs")
+   ctest --output-on-failure -j "$jobs" -LE slow)
