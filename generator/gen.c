@@ -153,6 +153,7 @@ typedef struct gen_call {
   size_t count;
   gen_kernel *kernel;
   char *rendered;
+  gen_prediction *prediction;
 } gen_call;
 
 static int protected_call(gen_state *g, lua_CFunction fn, gen_call *c) {
@@ -440,6 +441,51 @@ int gen_render_text(gen_state *g, const char *chunkname, const char *text,
   }
   *out = c.rendered;
   return rc;
+}
+
+/* space.parse_config(text, problem), then fam.predict(cfg, problem) with
+** the problem's sizes; the {name, count} pairs land in c->prediction. */
+static int predict_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "parse_config");
+  lua_pushstring(L, c->text);
+  push_problem(L, c->problem);
+  lua_call(L, 2, 2);                        /* fam, cfg */
+  lua_getfield(L, -2, "predict");
+  if (!lua_isfunction(L, -1)) return luaL_error(L, "this family has no cost model");
+  lua_insert(L, -2);                        /* fam, predict, cfg */
+  push_problem(L, c->problem);
+  const int sizes[] = {c->problem->batch, c->problem->heads};
+  static const char *const keys[] = {"batch", "heads"};
+  for (int i = 0; i < 2; i++) {
+    lua_pushinteger(L, sizes[i]);
+    lua_setfield(L, -2, keys[i]);
+  }
+  lua_call(L, 2, 1);
+  gen_prediction *o = c->prediction;
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  if (n > GEN_MAX_FIGURES) return luaL_error(L, "the cost model gives %d figures", (int)n);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);
+    const char *name = lua_tostring(L, -2);
+    int isnum;
+    const lua_Integer v = lua_tointegerx(L, -1, &isnum);
+    if (!name || !isnum)
+      return luaL_error(L, "cost model figure %d is not {name, integer}", (int)i + 1);
+    snprintf(o->f[i].name, sizeof o->f[i].name, "%s", name);
+    o->f[i].value = (long long)v;
+    lua_pop(L, 3);
+  }
+  o->n = (int)n;
+  return 0;
+}
+
+int gen_predict(gen_state *g, const char *config, const fa_problem *p, gen_prediction *out) {
+  memset(out, 0, sizeof *out);
+  gen_call c = {.text = config, .problem = p, .prediction = out};
+  return protected_call(g, predict_protected, &c);
 }
 
 static unsigned cdiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }

@@ -80,6 +80,16 @@ int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out);
 int gen_render_text(gen_state *g, const char *chunkname, const char *text,
                     char **out);
 
+/* The family's analytic model of what the kernel of `config` (completed as
+** gen_render_config completes it) costs on problem p (seq_q, seq_k, batch,
+** heads): named counts, in the family's order, that the emulator's
+** counters should equal ("gmem_read", ...), then the model's reference
+** figures. -1 when the family has no model. */
+#define GEN_MAX_FIGURES 24
+typedef struct gen_figure { char name[32]; long long value; } gen_figure;
+typedef struct gen_prediction { int n; gen_figure f[GEN_MAX_FIGURES]; } gen_prediction;
+int gen_predict(gen_state *g, const char *config, const fa_problem *p, gen_prediction *out);
+
 /* Grid, block, shared memory and workspace for kernel k on problem p. */
 void gen_launch_shape(const gen_kernel *k, const fa_problem *p, gen_launch *out);
 

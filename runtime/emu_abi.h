@@ -11,7 +11,7 @@
 
 /* Bumped whenever a struct below changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 1
+#define FA_EMU_ABI_VERSION 2
 
 /* Exact counts for one launch. Bytes are what the kernel asked for, per
 ** thread and access, summed; collectives count once per warp. */
@@ -28,6 +28,7 @@ typedef struct fa_emu_counters {
   unsigned long long cp_async;      /* 16-byte cp.async copies, per thread */
   unsigned long long barriers;      /* __syncthreads, once per CTA and barrier */
   unsigned long long warp_syncs;    /* __syncwarp, once per warp and barrier */
+  unsigned long long rescale;       /* fa_rescale: O or P scaled by a softmax factor, per thread */
 } fa_emu_counters;
 
 /* What a thread waits for when it calls back into the host. */

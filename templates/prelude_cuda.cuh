@@ -43,5 +43,9 @@ FA_INLINE float fa_exp2_f32(float x) { return exp2f(x); }
 FA_INLINE double fa_exp2_f64(double x) { return exp2(x); }
 FA_INLINE float fa_log2_f32(float x) { return log2f(x); }
 FA_INLINE double fa_log2_f64(double x) { return log2(x); }
+/* O or P times a softmax factor: a plain multiply, named so that the
+** emulator can count the rescaling work each normalization does. */
+FA_INLINE float fa_rescale_f32(float x, float s) { return x * s; }
+FA_INLINE double fa_rescale_f64(double x, double s) { return x * s; }
 FA_INLINE float fa_neg_inf_f32(void) { return __int_as_float(0xff800000); }
 FA_INLINE double fa_neg_inf_f64(void) { return __longlong_as_double((long long)0xfff0000000000000ull); }

@@ -131,5 +131,8 @@ FA_INLINE float fa_exp2_f32(float x) { fa_emu_self->ctr->exp2++; return exp2f(x)
 FA_INLINE double fa_exp2_f64(double x) { fa_emu_self->ctr->exp2++; return exp2(x); }
 FA_INLINE float fa_log2_f32(float x) { fa_emu_self->ctr->log2++; return log2f(x); }
 FA_INLINE double fa_log2_f64(double x) { fa_emu_self->ctr->log2++; return log2(x); }
+/* The non-matmul work normalization costs: O or P times a softmax factor. */
+FA_INLINE float fa_rescale_f32(float x, float s) { fa_emu_self->ctr->rescale++; return x * s; }
+FA_INLINE double fa_rescale_f64(double x, double s) { fa_emu_self->ctr->rescale++; return x * s; }
 FA_INLINE float fa_neg_inf_f32(void) { return -INFINITY; }
 FA_INLINE double fa_neg_inf_f64(void) { return -(double)INFINITY; }

@@ -31,6 +31,8 @@ $ if not splitq then
   acc_t *const row_m = sm + ${P.off_rowm};
   acc_t *const row_l = sm + ${P.off_rowl};
   acc_t *const sc_o = sm + ${P.off_sco};
+$ end
+$ if not splitq and eager then
   acc_t *const sc_p = sm + ${P.off_scp};
 $ end
   const acc_t *const qg = (const acc_t *)p.q + b * p.q_sb + h * p.q_sh;
@@ -213,15 +215,15 @@ $ if eager then
       const acc_t inv = ln > 0 ? (acc_t)1 / ln : (acc_t)0;
       const acc_t fo = l_i[i] * alpha * inv;
       FA_UNROLL
-      for (int k = 0; k < ${RD}; ++k) o[i][k] *= fo;
+      for (int k = 0; k < ${RD}; ++k) o[i][k] = fa_rescale_${T}(o[i][k], fo);
       FA_UNROLL
-      for (int j = 0; j < ${RN}; ++j) s[i][j] *= inv;
+      for (int j = 0; j < ${RN}; ++j) s[i][j] = fa_rescale_${T}(s[i][j], inv);
       l_i[i] = ln;
 $ else
       /* deferred (FlashAttention-2): O = O * alpha + P V, divided by l at the end */
       l_i[i] = l_i[i] * alpha + rs;
       FA_UNROLL
-      for (int k = 0; k < ${RD}; ++k) o[i][k] *= alpha;
+      for (int k = 0; k < ${RD}; ++k) o[i][k] = fa_rescale_${T}(o[i][k], alpha);
 $ end
       m_i[i] = mn;
       FA_UNROLL
@@ -298,7 +300,6 @@ $ if eager then
       fa_sts_${T}(sc_p + r, inv);
 $ else
       fa_sts_${T}(sc_o + r, alpha);
-      fa_sts_${T}(sc_p + r, (acc_t)1);
 $ end
       fa_sts_${T}(row_m + r, mn);
       fa_sts_${T}(row_l + r, ln);
@@ -314,7 +315,11 @@ $ end
     for (int a = 0; a < ${P.ORM}; ++a) {
       const int r = orb + a * ${P.OTR};
       if (r < ${BM}) {
+$ if eager then
         const acc_t so = ${smem("sc_o + r")}, sp = ${smem("sc_p + r")};
+$ else
+        const acc_t so = ${smem("sc_o + r")};
+$ end
         FA_UNROLL
         for (int bb = 0; bb < ${P.ORD}; ++bb) {
           const int d = ocb + bb * ${P.OC};
@@ -322,7 +327,11 @@ $ end
             acc_t sum = 0;
             FA_UNROLL
             for (int w = 0; w < ${c.warps}; ++w) sum += ${smem("red_o + (w * " .. P.BMp .. " + r) * " .. D .. " + d")};
-            o[a][bb] = o[a][bb] * so + sp * sum;
+$ if eager then
+            o[a][bb] = fa_rescale_${T}(o[a][bb], so) + fa_rescale_${T}(sum, sp);
+$ else
+            o[a][bb] = fa_rescale_${T}(o[a][bb], so) + sum; /* the new P is unnormalized */
+$ end
           }
         }
       }
@@ -333,9 +342,7 @@ $ local function finish_split_q(q0)
     FA_UNROLL
     for (int i = 0; i < ${RM}; ++i) {
       const int r = rb + i * ${RSTEP}, gr = ${q0} + r;
-$ if eager then
-      const acc_t inv = (acc_t)1;
-$ else
+$ if not eager then
       const acc_t inv = l_i[i] > 0 ? (acc_t)1 / l_i[i] : (acc_t)0;
 $ end
       if (r < ${BM} && gr < p.seq_q) {
@@ -345,7 +352,11 @@ $ end
 $ if RD * G > D then
           if (d < ${D})
 $ end
-            fa_st_${T}(og + gr * p.o_sn + d, o[i][k] * inv);
+$ if eager then
+            fa_st_${T}(og + gr * p.o_sn + d, o[i][k]); /* normalized at every tile */
+$ else
+            fa_st_${T}(og + gr * p.o_sn + d, fa_rescale_${T}(o[i][k], inv));
+$ end
         }
         if (cb == 0)
           fa_st_${T}(lg + gr, l_i[i] > 0 ? (m_i[i] + fa_log2_${T}(l_i[i])) * (acc_t)0.69314718055994530942 : NEG_INF);
@@ -362,12 +373,10 @@ $ local function finish_split_k(q0, from_ws)
       if (r < ${BM} && gr < p.seq_q) {
 $ if from_ws then
         const acc_t l = fa_ld_${T}(wg + gr * 2 + 1);
-$ else
+$ elseif not eager then
         const acc_t l = ${smem("row_l + r")};
 $ end
-$ if eager then
-        const acc_t inv = l > 0 ? (acc_t)1 : (acc_t)0;
-$ else
+$ if not eager then
         const acc_t inv = l > 0 ? (acc_t)1 / l : (acc_t)0;
 $ end
         FA_UNROLL
@@ -377,7 +386,11 @@ $ end
 $ if from_ws then
             o[a][bb] = l > 0 ? fa_ld_${T}(og + gr * p.o_sn + d) : (acc_t)0;
 $ end
-            fa_st_${T}(og + gr * p.o_sn + d, o[a][bb] * inv);
+$ if eager then
+            fa_st_${T}(og + gr * p.o_sn + d, o[a][bb]); /* normalized at every tile; 0 without a key */
+$ else
+            fa_st_${T}(og + gr * p.o_sn + d, fa_rescale_${T}(o[a][bb], inv));
+$ end
           }
         }
       }

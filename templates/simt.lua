@@ -131,7 +131,8 @@ function simt.plan(c)
     P.off_rowm = take(P.BMp)
     P.off_rowl = take(P.BMp)
     P.off_sco = take(P.BMp)
-    P.off_scp = take(P.BMp)
+    -- Only eager scales the new P (by 1/l_new); deferred leaves it as it is.
+    if c.norm == "eager" then P.off_scp = take(P.BMp) end
   end
   P.smem_bytes = off * P.esize
   -- Registers, in 32-bit words, as the template holds them.
@@ -227,6 +228,14 @@ function simt.enumerate(problem, which)
                 norm = { "deferred", "eager" }, par = { "q_outer" }, split = { "split_k" },
                 layout = { "pad" }, q = { "smem" } }, out)
   return out
+end
+
+-- The analytic model ------------------------------------------------------
+
+-- What the kernel of config c costs on problem {seq_q, seq_k, batch, heads}:
+-- a list of {name, count} pairs, exact for the emulator (simt_model.lua).
+function simt.predict(c, problem)
+  return require("simt_model").predict(c, simt.plan(c), problem)
 end
 
 -- Rendering -----------------------------------------------------------------

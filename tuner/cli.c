@@ -23,12 +23,19 @@ const char cli_usage[] =
   "       fatune show [--dim D] [--dtype T] [--causal] [--seq N] [--device NAME] [--db PATH] [--json]\n"
   "       fatune export --format csv|json [--db PATH]\n"
   "       fatune merge OTHER.db [--db PATH]\n"
+  "       fatune explore --dim D (--seq N | --sweep seq=A:B) [--axis A] [problem flags] [--backend B]\n"
+  "                      [--db PATH] [--json]\n"
+  "       fatune report [--out DIR] [--format html|md] [--db PATH]\n"
   "\n"
   "The main job (no command) generates every variant of the default space for the\n"
   "problem and the target, compiles it, runs it and validates it against naive\n"
   "attention. With no GPU it runs on the CPU emulator, which validates at a small\n"
   "sequence length (--emu-seq) and counts memory traffic: emulator figures, not\n"
   "GPU performance.\n"
+  "\n"
+  "explore runs matched variants that differ in one design axis (FlashAttention-1\n"
+  "against -2) and shows what each costs, measured and predicted by the model;\n"
+  "report renders the database into HTML or Markdown with gnuplot plots.\n"
   "\n"
   "problem flags:\n"
   "  --dim D          head dimension, 1 to 256 (default 64)\n"
@@ -50,7 +57,10 @@ const char cli_usage[] =
   "  --trial-ms N     GPU timing budget per variant, in milliseconds (default 300)\n"
   "  --db PATH        results database (default: $FATUNE_DB, else ~/.cache/fatune/fatune.db)\n"
   "  --device NAME    best, show: a device's name, UUID or part of its name\n"
-  "  --format F       export: csv or json\n"
+  "  --format F       export: csv or json; report: html (default) or md\n"
+  "  --axis A         explore: norm, parallel, warp_split, layout, tiles or all (default)\n"
+  "  --sweep seq=A:B  explore: seq A, 2A, 4A, ... up to B instead of --seq\n"
+  "  --out DIR        report: the directory to write (default fatune-report)\n"
   "  --retune         measure again what the database already holds\n"
   "run flags:\n"
   "  --q --k --v F    inputs, .npy float16/32/64 of shape (N, D) or (B, H, N, D)\n"
@@ -67,7 +77,8 @@ const char cli_usage[] =
 enum {
   F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
-  F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072
+  F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
+  F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20
 };
 
 typedef struct cmd_info {
@@ -84,9 +95,13 @@ static const cmd_info commands[] = {
   {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
   {"export", CMD_EXPORT, F_FMT | F_DB},
   {"merge", CMD_MERGE, F_DB},
-  {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_SCHED | F_JOBS},
+  {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
+                  F_JOBS},
+  {"explore", CMD_EXPLORE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON |
+                           F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB | F_AXIS},
+  {"report", CMD_REPORT, F_OUT | F_FMT | F_DB},
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
-                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB},
+                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB},
 };
 
 typedef struct flag_info {
@@ -102,9 +117,10 @@ static const flag_info flags[] = {
   {"--jobs", F_JOBS, 1}, {"--json", F_JSON, 0}, {"--space", F_SPACE, 1},
   {"--variant", F_PICK, 1}, {"--config", F_PICK, 1}, {"--backend", F_BACKEND, 1},
   {"--emu-seq", F_EMU, 1}, {"--seed", F_SEED, 1}, {"--schedule", F_SCHED, 1},
-  {"--timeout", F_WORK, 1}, {"--trial-ms", F_WORK, 1}, {"--retune", F_WORK, 0},
-  {"--device", F_DEV, 1}, {"--format", F_FMT, 1},
-  {"--db", F_DB, 1}, {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_IO, 1}, {"--lse", F_IO, 1},
+  {"--timeout", F_WORK, 1}, {"--trial-ms", F_WORK, 1}, {"--retune", F_RETUNE, 0},
+  {"--device", F_DEV, 1}, {"--format", F_FMT, 1}, {"--axis", F_AXIS, 1}, {"--sweep", F_AXIS, 1},
+  {"--db", F_DB, 1}, {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_OUT, 1},
+  {"--lse", F_IO, 1},
   {NULL, 0, 0},
 };
 
@@ -162,6 +178,37 @@ static int parse_scale(const char *s, double *out, char *err, size_t n) {
   return 0;
 }
 
+/* export writes csv or json; report html or md. */
+static int parse_format(cli_opts *o, const char *s, char *err, size_t n) {
+  const int report = o->cmd == CMD_REPORT;
+  const char *a = report ? "html" : "csv", *b = report ? "md" : "json";
+  if (strcmp(s, a) && strcmp(s, b)) return fail(err, n, "unknown format '%s' (%s or %s)", s, a, b);
+  o->format = s;
+  return 0;
+}
+
+static int parse_axis(cli_opts *o, const char *s, char *err, size_t n) {
+  static const char *const axes[] = {"norm", "parallel", "warp_split", "layout", "tiles", "all"};
+  for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
+    if (!strcmp(s, axes[i])) {
+      o->axis = axes[i];
+      return 0;
+    }
+  return fail(err, n, "unknown axis '%s' (norm, parallel, warp_split, layout, tiles or all)", s);
+}
+
+/* seq=A:B, 1 <= A <= B. */
+static int parse_sweep(cli_opts *o, const char *s, char *err, size_t n) {
+  char *end = (char *)s;
+  errno = 0;
+  long a = strncmp(s, "seq=", 4) || !isdigit((unsigned char)s[4]) ? -1 : strtol(s + 4, &end, 10);
+  long b = a >= 1 && *end == ':' && isdigit((unsigned char)end[1]) ? strtol(end + 1, &end, 10) : -1;
+  if (errno || b < a || a < 1 || b > 1 << 24 || *end != '\0')
+    return fail(err, n, "--sweep must be seq=A:B with 1 <= A <= B <= %d, not '%s'", 1 << 24, s);
+  o->sweep_lo = (int)a, o->sweep_hi = (int)b;
+  return 0;
+}
+
 static int apply(cli_opts *o, const char *flag, const char *val, char *err, size_t n) {
   fa_problem *p = &o->problem;
   if (!strcmp(flag, "--dim")) return parse_int(flag, val, 1, FA_DIM_MAX, &p->dim, err, n);
@@ -184,11 +231,9 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--retune")) o->retune = 1;
   else if (!strcmp(flag, "--db")) o->db = val;
   else if (!strcmp(flag, "--device")) o->device = val;
-  else if (!strcmp(flag, "--format")) {
-    if (strcmp(val, "csv") && strcmp(val, "json"))
-      return fail(err, n, "unknown format '%s' (csv or json)", val);
-    o->format = val;
-  }
+  else if (!strcmp(flag, "--format")) return parse_format(o, val, err, n);
+  else if (!strcmp(flag, "--axis")) return parse_axis(o, val, err, n);
+  else if (!strcmp(flag, "--sweep")) return parse_sweep(o, val, err, n);
   else if (!strcmp(flag, "--q")) o->q = val;
   else if (!strcmp(flag, "--k")) o->k = val;
   else if (!strcmp(flag, "--v")) o->v = val;
@@ -227,6 +272,7 @@ static void defaults(cli_opts *o) {
   o->timeout_s = 60;
   o->trial_ms = 300;
   o->schedule = EMU_FORWARD;
+  o->axis = "all";
 }
 
 _Static_assert(sizeof flags / sizeof flags[0] <= 65, "cli_opts.given has a bit per flag");
@@ -274,5 +320,10 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
                 o->cmd == CMD_GEN ? "gen" : "run");
   if (o->cmd == CMD_RUN && (!o->q || !o->k || !o->v || !o->out))
     return fail(err, errlen, "fatune run needs --q, --k, --v and --out");
+  if (o->cmd == CMD_EXPLORE && o->sweep_lo && (cli_given(o, "--seq") || cli_given(o, "--seq-k")))
+    return fail(err, errlen, "fatune explore takes --seq or --sweep, not both");
+  if (o->cmd == CMD_EXPLORE && o->problem.dtype != FA_FP32 && o->problem.dtype != FA_FP64)
+    return fail(err, errlen, "fatune explore covers the SIMT family: --dtype fp32 or fp64, not %s",
+                fa_dtype_name(o->problem.dtype));
   return 0;
 }

@@ -12,7 +12,7 @@
 
 typedef enum cli_cmd {
   CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_RUN, CMD_HELP, CMD_VERSION,
-  CMD_BEST, CMD_SHOW, CMD_EXPORT, CMD_MERGE
+  CMD_BEST, CMD_SHOW, CMD_EXPORT, CMD_MERGE, CMD_EXPLORE, CMD_REPORT
 } cli_cmd;
 
 typedef struct cli_opts {
@@ -29,14 +29,17 @@ typedef struct cli_opts {
   int emu_seq;            /* the emulator's largest seq in the main job */
   unsigned long long seed;
   int seed_given;
-  const char *q, *k, *v, *out, *lse;  /* run: .npy paths */
+  const char *q, *k, *v, *lse;  /* run: .npy paths */
+  const char *out;        /* run: the output .npy; report: the directory */
   emu_schedule schedule;  /* run: the emulator's thread order */
   int timeout_s;          /* main job: a variant's wall-time limit in its worker */
   int trial_ms;           /* main job: timing budget per variant (GPU) */
   const char *db;         /* results database path, or NULL for the default */
   int retune;             /* main job: measure again what the database has */
   const char *device;     /* best, show: a device's name, uuid or part of its name */
-  const char *format;     /* export: "csv" or "json" */
+  const char *format;     /* export: "csv" or "json"; report: "html" or "md" */
+  const char *axis;       /* explore: norm, parallel, warp_split, layout, tiles or all */
+  int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */
   const char *merge_path; /* merge: the other database */
   unsigned long long given;  /* the flags given, one bit per entry of cli.c's table */
 } cli_opts;

@@ -1,6 +1,7 @@
 /*
 ** main.c
-** The fatune command: list, gen, compile, run, and the main job.
+** The fatune command: list, gen, compile, run, explore, report, and the
+** main job.
 ** Bad input prints one line on stderr and exits 2; a failure of the work
 ** itself (a variant that does not compile, say) exits 1.
 */
@@ -15,9 +16,11 @@
 #include "cmd_db.h"
 #include "compile_pool.h"
 #include "cuda_driver.h"
+#include "explore.h"
 #include "gen.h"
 #include "json.h"
 #include "nvrtc_compile.h"
+#include "report.h"
 #include "run.h"
 #include "tune.h"
 
@@ -276,8 +279,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (cmd_db_handles(o.cmd)) return cmd_db_main(&o);
+  if (o.cmd == CMD_REPORT) return report_main(&o);
   /* Asked for the GPU and there is none: that one line, nothing else. */
-  if ((o.cmd == CMD_TUNE || o.cmd == CMD_RUN) && !strcmp(o.backend, "cuda") &&
+  const int runs = o.cmd == CMD_TUNE || o.cmd == CMD_RUN || o.cmd == CMD_EXPLORE;
+  if (runs && !strcmp(o.backend, "cuda") &&
       !cudrv_probe_isolated(&(cudrv_device_info){0}, err, sizeof err)) {
     fprintf(stderr, "fatune: --backend cuda: %s\n", err);
     return 1;
@@ -294,6 +299,7 @@ int main(int argc, char **argv) {
   else if (o.cmd == CMD_GEN) rc = cmd_gen(g, &o, &t);
   else if (o.cmd == CMD_COMPILE) rc = cmd_compile(g, &o, &t);
   else if (o.cmd == CMD_RUN) rc = run_main(g, &o, &t);
+  else if (o.cmd == CMD_EXPLORE) rc = explore_main(g, &o, &t);
   else rc = tune_main(g, &o, &t);
   gen_close(g);
   return rc;

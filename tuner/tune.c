@@ -77,14 +77,25 @@ static int render_all(gen_state *g, tune *s) {
 
 /* ---- The database ---- */
 
-static void counters_json(const fa_counters *c, char *buf, size_t n) {
+void tune_counters_json(const fa_counters *c, char *buf, size_t n) {
   snprintf(buf, n, "{\"global_bytes_read\": %llu, \"global_bytes_written\": %llu, "
            "\"smem_bytes_read\": %llu, \"smem_bytes_written\": %llu, \"exp_count\": %llu, "
            "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
            "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
-           "\"warp_syncs\": %llu}",
+           "\"warp_syncs\": %llu, \"rescale_count\": %llu}",
            c->gmem_read, c->gmem_written, c->smem_read, c->smem_written, c->exp2, c->log2, c->mma,
-           c->ldmatrix, c->cp_async, c->shuffles, c->barriers, c->warp_syncs);
+           c->ldmatrix, c->cp_async, c->shuffles, c->barriers, c->warp_syncs, c->rescale);
+}
+
+db_device tune_device(const fa_backend *be, char *name, size_t n) {
+  const cudrv_device_info *d = backend_cuda_device(be);
+  if (!d) snprintf(name, n, "CPU emulator");
+  db_device dev = {.name = d ? d->name : name, .uuid = d ? d->uuid : "emu",
+                   .backend = backend_name(be), .cc_major = d ? d->cc_major : 0,
+                   .cc_minor = d ? d->cc_minor : 0, .sm_count = d ? d->sm_count : 0,
+                   .smem_per_block_optin = d ? d->smem_per_block_optin : 0,
+                   .l2_bytes = d ? d->l2_bytes : 0};
+  return dev;
 }
 
 static db_problem db_key(const tune *s) {
@@ -97,13 +108,7 @@ static db_problem db_key(const tune *s) {
 /* The device row, every variant's row, and which are recorded already. */
 static int db_prepare(tune *s) {
   char err[512], name[300];
-  const cudrv_device_info *d = backend_cuda_device(s->be);
-  if (!d) snprintf(name, sizeof name, "CPU emulator");
-  db_device dev = {.name = d ? d->name : name, .uuid = d ? d->uuid : "emu",
-                   .backend = backend_name(s->be), .cc_major = d ? d->cc_major : 0,
-                   .cc_minor = d ? d->cc_minor : 0, .sm_count = d ? d->sm_count : 0,
-                   .smem_per_block_optin = d ? d->smem_per_block_optin : 0,
-                   .l2_bytes = d ? d->l2_bytes : 0};
+  db_device dev = tune_device(s->be, name, sizeof name);
   if (db_device_id(s->db, &dev, &s->device_id, err, sizeof err) != 0) goto fail;
   const db_problem key = db_key(s);
   for (size_t i = 0; i < s->n; i++) {
@@ -127,13 +132,31 @@ fail:
   return -1;
 }
 
+/* The best the database holds for the problem run, this run's or earlier. */
+static void say_best(tune *s) {
+  const cudrv_device_info *d = backend_cuda_device(s->be);
+  const db_problem key = db_key(s);
+  db_best_row row;
+  int found = 0, exact = 0;
+  char err[512];
+  FILE *f = s->o->json ? stderr : stdout;
+  if (db_best(s->db, d ? d->uuid : "emu", &key, &row, &found, &exact, err, sizeof err) != 0)
+    fprintf(stderr, "fatune: %s\n", err);
+  else if (found && exact && isfinite(row.median_us))
+    fprintf(f, "best recorded in %s: %s, median %.1f us, %.1f TFLOP/s\n", db_path(s->db),
+            row.variant, row.median_us, row.tflops);
+  else if (found && exact)
+    fprintf(f, "best recorded in %s: %s (%lld global-memory bytes at the emulator's size)\n",
+            db_path(s->db), row.variant, row.global_bytes);
+}
+
 /* One trial, in its own transaction: a run killed later loses nothing of it. */
 static void record(tune *s, const entry *e) {
   if (e->st == ST_RECORDED) return;
   const outcome *o = &e->out;
   const int ran = e->st == ST_OK || e->st == ST_INVALID, t = o->timed;
   char counters[600], err[512];
-  counters_json(&o->r.counters, counters, sizeof counters);
+  tune_counters_json(&o->r.counters, counters, sizeof counters);
   const double flops = attn_flops(&s->run), bytes = attn_bytes(&s->run);
   db_trial tr = {
     .variant_id = e->variant_id, .device_id = s->device_id, .problem = db_key(s),
@@ -453,7 +476,7 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     int any_ok = 0;
     for (size_t i = 0; i < s.n; i++) any_ok |= s.e[i].st == ST_OK || s.e[i].st == ST_RECORDED;
     rc = any_ok ? 0 : 1;
-    fprintf(stderr, "fatune: results in %s\n", db_path(s.db));
+    say_best(&s);
   }
   tune_free(&s);
   return rc;

@@ -133,10 +133,10 @@ static void print_json(const tune *s, entry **rank) {
            "\"smem_bytes_read\": %llu, \"smem_bytes_written\": %llu, \"exp_count\": %llu, "
            "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
            "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
-           "\"warp_syncs\": %llu, \"emu_ms\": ",
+           "\"warp_syncs\": %llu, \"rescale_count\": %llu, \"emu_ms\": ",
            c->gmem_read, c->gmem_written, c->smem_read + c->smem_written, c->smem_read,
            c->smem_written, c->exp2, c->log2, c->mma, c->ldmatrix, c->cp_async, c->shuffles,
-           c->barriers, c->warp_syncs);
+           c->barriers, c->warp_syncs, c->rescale);
     json_number(stdout, ran(e) && !s->gpu ? e->out.r.run_ms : NAN);
     json_timing(s, e);
     printf(", \"compile_ms\": %.1f, \"registers\": %d, \"spill_bytes\": %d, \"smem_per_cta\": %d, "
@@ -179,7 +179,7 @@ static void print_summary(FILE *f, const tune *s, entry **rank) {
   const double scale = (double)p->batch * p->heads * p->seq_q * p->seq_k /
                        ((double)r->batch * r->heads * r->seq_q * r->seq_k);
   const double est_s = run_ms * scale / 1e3 / s->threads;
-  if (scale > 1.0)
+  if (scale > 1.0 && run_ms > 0)
     fprintf(f, "the requested problem (seq_q %d, seq_k %d, batch %d, heads %d) was not run: "
                "one launch of every variant would take about %.0f %s on the emulator here\n",
             p->seq_q, p->seq_k, p->batch, p->heads, est_s >= 120 ? est_s / 60 : est_s,

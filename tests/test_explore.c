@@ -1,0 +1,196 @@
+/*
+** test_explore.c
+** The SIMT family's analytic cost model (templates/simt_model.lua, through
+** gen_predict) against the CPU emulator's exact counters: every counter
+** the model predicts must equal the measured one, for all eight
+** combinations of normalization, loop order and warp split, over tiles
+** that divide nothing, a tile of a single row, both layouts of K, Q in
+** registers or shared memory, fp32 and fp64, causal masks with
+** seq_q < seq_k and seq_q > seq_k (rows with no key), and several heads.
+** Each kernel is validated too: a model of a wrong kernel proves nothing.
+** Then the relations `fatune explore` reports, on the model alone:
+** deferred rescales less than eager, kv_outer moves more global memory
+** than q_outer, and split_k's reduction goes through shared memory.
+** The input seed is printed; FATUNE_TEST_SEED replays a run.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "validate.h"
+
+typedef struct shape {
+  const char *tile;   /* the config's tile, warps, layout and Q */
+  int split_k;        /* the tile has a column for each of two warps or more */
+  int dim;
+  fa_dtype dtype;
+  int causal, batch, heads, seq_q, seq_k;
+} shape;
+
+static const shape shapes[] = {
+  {"block_m=16,block_n=16,warps=2,layout=pad,q=smem", 1, 16, FA_FP32, 0, 2, 1, 100, 100},
+  {"block_m=16,block_n=16,warps=2,layout=pad,q=smem", 1, 16, FA_FP32, 1, 1, 2, 70, 130},
+  {"block_m=32,block_n=8,warps=4,layout=kt,q=reg", 1, 24, FA_FP64, 1, 1, 1, 130, 70},
+  {"block_m=3,block_n=5,warps=2,layout=row,q=smem", 1, 7, FA_FP32, 0, 1, 1, 37, 53},
+  {"block_m=3,block_n=5,warps=2,layout=row,q=reg", 1, 7, FA_FP32, 1, 1, 1, 53, 37},
+  {"block_m=1,block_n=4,warps=1,layout=pad,q=smem", 0, 5, FA_FP64, 1, 1, 1, 9, 11},
+};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+
+static const char *const algos[] = {
+  "norm=eager,par=q_outer,split=split_q", "norm=deferred,par=q_outer,split=split_q",
+  "norm=eager,par=kv_outer,split=split_q", "norm=deferred,par=kv_outer,split=split_q",
+  "norm=eager,par=q_outer,split=split_k", "norm=deferred,par=q_outer,split=split_k",
+  "norm=eager,par=kv_outer,split=split_k", "norm=deferred,par=kv_outer,split=split_k",
+};
+#define NALGOS (sizeof algos / sizeof algos[0])
+#define NMAX (NSHAPES * NALGOS)
+
+static fa_backend *be;
+static gen_state *gen;
+static gen_target target;
+static unsigned long long seed;
+
+static fa_problem problem_of(const shape *s) {
+  fa_problem p = {.batch = s->batch, .heads = s->heads, .seq_q = s->seq_q, .seq_k = s->seq_k,
+                  .dim = s->dim, .dtype = s->dtype, .causal = s->causal};
+  return p;
+}
+
+/* The measured counter the model calls `name`; -1 for a reference figure. */
+static long long measured(const fa_counters *c, const char *name) {
+  static const struct { const char *name; size_t off; } map[] = {
+#define M(f) {#f, offsetof(fa_counters, f)}
+    M(gmem_read), M(gmem_written), M(smem_read), M(smem_written), M(exp2), M(log2),
+    M(rescale), M(mma), M(shuffles), M(barriers), M(warp_syncs),
+#undef M
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(map[i].name, name))
+      return (long long)*(const unsigned long long *)((const char *)c + map[i].off);
+  return -1;
+}
+
+/* One kernel on its problem: valid, and every modelled counter exact. */
+static void check_kernel(const shape *s, const char *config, const gen_kernel *k,
+                         const fa_program *prog) {
+  const fa_problem p = problem_of(s);
+  char err[512];
+  val_case vc;
+  attn_inputs in;
+  if (val_case_make(&vc, &p, seed, err, sizeof err) != 0 ||
+      attn_inputs_upload(be, &p, vc.q, vc.k, vc.v, &in, err, sizeof err) != 0) {
+    CHECK(0, "setting up %s: %s", k->name, err);
+    return;
+  }
+  val_opts o = {.nschedules = 1, .schedule = {EMU_FORWARD}, .threads = 2};
+  val_result r;
+  CHECK(val_check(be, &vc, &in, prog, k, &o, &r, err, sizeof err) == 0, "%s: %s", k->name, err);
+  CHECK(r.status == VAL_OK, "%s: %s", k->name, r.msg);
+  gen_prediction pr;
+  CHECK(gen_predict(gen, config, &p, &pr) == 0, "%s: %s", config, gen_errmsg(gen));
+  int compared = 0, wrong = 0;
+  for (int i = 0; i < pr.n; i++) {
+    const long long m = measured(&r.counters, pr.f[i].name);
+    if (m < 0) continue;
+    compared++;
+    if (m != pr.f[i].value) wrong++;
+    CHECK(m == pr.f[i].value, "%s on %dx%d%s b%d h%d: %s measured %lld, predicted %lld",
+          k->name, p.seq_q, p.seq_k, p.causal ? " causal" : "", p.batch, p.heads,
+          pr.f[i].name, m, pr.f[i].value);
+  }
+  CHECK(compared == 11, "%s: the model predicts %d counters, not 11", k->name, compared);
+  printf("%-64s q%-3d k%-3d %s %d of %d counters as predicted\n", k->name, p.seq_q, p.seq_k,
+         p.causal ? "causal" : "      ", compared - wrong, compared);
+  attn_inputs_free(be, &in);
+  val_case_free(&vc);
+}
+
+static void test_model_matches_emulator(void) {
+  static gen_kernel ks[NMAX];
+  static fa_build bs[NMAX];
+  static char configs[NMAX][200];
+  const gen_kernel *kp[NMAX];
+  const shape *sh[NMAX];
+  size_t n = 0;
+  for (size_t s = 0; s < NSHAPES; s++)
+    for (size_t a = 0; a < NALGOS; a++) {
+      const shape *x = &shapes[s];
+      if (!x->split_k && strstr(algos[a], "split_k")) continue;
+      const fa_problem p = problem_of(x);
+      snprintf(configs[n], sizeof configs[n], "%s,%s", x->tile, algos[a]);
+      if (gen_render_config(gen, configs[n], &p, &target, &ks[n]) != 0) {
+        CHECK(0, "%s: %s", configs[n], gen_errmsg(gen));
+        continue;
+      }
+      kp[n] = &ks[n], sh[n] = x, n++;
+    }
+  char err[512];
+  CHECK(backend_compile(be, kp, n, 0, bs, err, sizeof err) == 0, "%s", err);
+  for (size_t i = 0; i < n; i++) {
+    CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
+    if (bs[i].prog) check_kernel(sh[i], configs[i], &ks[i], bs[i].prog);
+    backend_build_free(be, &bs[i]);
+    gen_kernel_free(&ks[i]);
+  }
+}
+
+static long long figure(const char *config, const fa_problem *p, const char *name) {
+  gen_prediction pr;
+  if (gen_predict(gen, config, p, &pr) != 0) {
+    CHECK(0, "%s: %s", config, gen_errmsg(gen));
+    return -1;
+  }
+  for (int i = 0; i < pr.n; i++)
+    if (!strcmp(pr.f[i].name, name)) return pr.f[i].value;
+  CHECK(0, "%s: no figure %s", config, name);
+  return -1;
+}
+
+/* The FlashAttention-2 choices, each against its FlashAttention-1 side, at
+** the size `fatune explore` runs by default on the emulator. */
+static void test_model_relations(void) {
+  const fa_problem p = {.batch = 1, .heads = 1, .seq_q = 512, .seq_k = 512, .dim = 64,
+                        .dtype = FA_FP32};
+  const long long eager = figure("norm=eager", &p, "rescale");
+  const long long deferred = figure("norm=deferred", &p, "rescale");
+  /* Per K/V tile eager scales O (64 columns) and P (32 columns) of every
+  ** row; deferred scales O, then divides it once at the end. */
+  CHECK(eager == 512LL * 16 * (64 + 32) && deferred == 512LL * 16 * 64 + 512 * 64,
+        "rescale: eager %lld, deferred %lld", eager, deferred);
+  const long long kv = figure("par=kv_outer", &p, "gmem_read") +
+                       figure("par=kv_outer", &p, "gmem_written");
+  const long long q = figure("par=q_outer", &p, "gmem_read") +
+                      figure("par=q_outer", &p, "gmem_written");
+  CHECK(kv > q, "kv_outer %lld global bytes, q_outer %lld", kv, q);
+  const long long sk = figure("split=split_k,warps=4", &p, "smem_written");
+  const long long sq = figure("split=split_q,warps=4", &p, "smem_written");
+  CHECK(sk > sq, "shared bytes written: split_k %lld, split_q %lld", sk, sq);
+  gen_prediction pr;
+  CHECK(gen_predict(gen, "family=simt,no_such_key=1", &p, &pr) != 0 &&
+        strstr(gen_errmsg(gen), "no_such_key"), "a bad config is not refused: %s",
+        gen_errmsg(gen));
+  printf("model at d64 seq 512: rescale eager %lld deferred %lld; global bytes kv_outer %lld "
+         "q_outer %lld; shared bytes written split_k %lld split_q %lld\n",
+         eager, deferred, kv, q, sk, sq);
+}
+
+int main(void) {
+  const char *env = getenv("FATUNE_TEST_SEED");
+  seed = env ? strtoull(env, NULL, 10) : (unsigned long long)time(NULL);
+  printf("seed %llu\n", seed);
+  char err[512];
+  if (gen_open(&gen, err, sizeof err) != 0 ||
+      gen_target_for_arch(gen, "sm_90", 0, 0, &target) != 0 ||
+      backend_open("emu", &be, NULL, 0, err, sizeof err) != 0) {
+    fprintf(stderr, "setup: %s\n", err);
+    return 1;
+  }
+  test_model_matches_emulator();
+  test_model_relations();
+  backend_close(be);
+  gen_close(gen);
+  return check_done("test_explore");
+}

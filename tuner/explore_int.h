@@ -1,0 +1,118 @@
+/*
+** explore_int.h
+** What explore.c (the flow), explore_print.c (tables and JSON) and
+** explore_peak.c (peak memory) share. Private to those files.
+*/
+#ifndef EXPLORE_INT_H
+#define EXPLORE_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include "compile_pool.h"
+#include "db.h"
+#include "explore.h"
+#include "validate.h"
+#include "worker.h"
+
+#define EX_NAXES 5
+#define EX_NCOUNTERS 11
+#define EX_MAX 16        /* variants: every axis around one default */
+
+/* One design axis: configs around the family's default that differ in
+** this axis only, the FlashAttention-1 side first. */
+typedef struct ex_axis {
+  const char *name, *title;
+  int n;
+  const char *label[4], *config[4];
+} ex_axis;
+extern const ex_axis ex_axes[EX_NAXES];
+
+/* A counter as the cost model (gen_predict), the JSON and the table name
+** it, and where fa_counters keeps it. */
+typedef struct ex_counter {
+  const char *model, *json, *label;
+  size_t off;
+} ex_counter;
+extern const ex_counter ex_counters[EX_NCOUNTERS];
+
+/* What a worker sends back for one variant: plain data, no pointers. */
+typedef struct ex_outcome {
+  val_result r;
+  fa_timing t;
+  int timed, ctas_per_sm;
+} ex_outcome;
+
+typedef struct ex_variant {
+  gen_kernel k;
+  fa_build b;
+  compile_job nvrtc;           /* emu: NVRTC for the target, for ptxas's report */
+  long long id;                /* in the database */
+  /* For the problem being run: */
+  ex_outcome out;
+  const char *status;          /* as the database spells it */
+  const char *why;             /* when not ok */
+  long long pred[EX_NCOUNTERS];  /* the model's; -1 where it has none */
+  long long paper_standard, paper_tiled;  /* the FlashAttention paper's figures, bytes */
+} ex_variant;
+
+/* Seed 003's optional step: naive attention's peak memory against a tiled
+** kernel's, at N = EX_PEAK_N, d = EX_PEAK_D, fp32, one head. */
+#define EX_PEAK_N 5000
+#define EX_PEAK_D 64
+typedef struct ex_peak {
+  int done;
+  double naive_bytes;    /* what naive attention allocates: Q, K, V, O and S */
+  double naive_rss;      /* measured growth of the peak resident set, bytes; < 0 unknown */
+  double naive_ms;
+  char variant[160];     /* the tiled kernel */
+  double tiled_bytes;    /* what it allocates: Q, K, V, O, logsumexp, workspace */
+  double tiled_ws;       /* of which workspace */
+  int tiled_smem;        /* shared memory per CTA */
+} ex_peak;
+
+typedef struct explore {
+  const cli_opts *o;
+  const gen_target *t;
+  gen_state *g;
+  fa_backend *be;
+  int gpu, threads, emu_seq;
+  db *db;
+  long long device_id;
+  unsigned long long seed;
+  fa_problem run;              /* the problem being run */
+  ex_variant v[EX_MAX];
+  size_t n;
+  int on[EX_NAXES];            /* the axes asked for */
+  int slot[EX_NAXES][4];       /* index into v; -1 where the config does not fit */
+  char unfit[EX_NAXES][4][200];
+  gen_kernel oracle_k;         /* the GPU's reference */
+  fa_build oracle_b;
+  wk_worker *workers[EX_MAX];  /* free ones on a stack, under mu */
+  int nfree;
+  pthread_mutex_t mu;
+  /* Built lazily in each worker process, never in the parent. */
+  val_case vc;
+  attn_inputs in;
+  int have_case;
+  char case_err[300];
+  /* Findings. */
+  int failures, mismatches;
+  double run_s;
+  ex_peak peak;
+} explore;
+
+long long ex_measured(const ex_variant *v, int counter);
+int ex_ran(const ex_variant *v);   /* ok or invalid: it has counters */
+
+/* The tables (or JSON) of one problem, after it ran; first says whether it
+** is the first. Counts the counters off the model in x->mismatches. */
+void ex_print_start(explore *x);
+void ex_print_problem(explore *x, int first);
+void ex_print_end(explore *x);
+
+/* Runs naive attention on the host and measures its peak; the tiled
+** kernel's allocation from its launch shape. Fills x->peak. */
+int ex_peak_measure(explore *x);
+
+#endif

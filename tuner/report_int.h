@@ -1,0 +1,92 @@
+/*
+** report_int.h
+** What report.c (trials, groups, the page) and report_plot.c (gnuplot)
+** share. Private to those files.
+*/
+#ifndef REPORT_INT_H
+#define REPORT_INT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "report.h"
+
+/* One trial, as the page and the plots need it. */
+typedef struct rp_trial {
+  char variant[160], device[160], backend[8], dtype[8], status[16];
+  char design[48];       /* the FlashAttention axes: norm/par/split */
+  char norm[16], par[16], tile[24];
+  int dim, seq_q, seq_k, causal, esize;
+  double tflops;         /* NAN when not timed */
+  double gbytes;         /* global bytes per (batch x head); NAN without counters */
+  double rescale;        /* rescale multiplies per (batch x head); NAN without */
+  double rel_err;
+} rp_trial;
+
+/* Trials that share a device, dtype, dim, causal and seq_k - seq_q: one
+** set of line plots (seq_q on the x axis). heat: the same without dim and
+** with seq_q == seq_k, for the heat map over (dim, seq). */
+typedef struct rp_group {
+  size_t *idx, n;
+  const rp_trial *key;   /* its first trial */
+  int heat;
+} rp_group;
+
+#define RP_MAX_SEQ 64
+#define RP_MAX_SERIES 12
+
+/* A plot's numbers: one row per x value (seq, or dim for a heat map), one
+** column per series; NAN where nothing was measured. */
+typedef struct rp_matrix {
+  int nx, ny;
+  int x[RP_MAX_SEQ], y[RP_MAX_SEQ];              /* heat maps: seq (x) by dim (y) */
+  int nser;
+  char ser[RP_MAX_SERIES][48];
+  double v[RP_MAX_SERIES][RP_MAX_SEQ];
+  const rp_trial *cell[RP_MAX_SEQ][RP_MAX_SEQ];  /* heat maps: the best trial */
+  int dropped;                                   /* points past the limits */
+} rp_matrix;
+
+/* One figure: its PNG (under the output directory) and caption. */
+typedef struct rp_figure {
+  char png[64], title[240];
+  int group;             /* index into rp_ctx.g */
+} rp_figure;
+
+typedef struct rp_ctx {
+  const cli_opts *o;
+  const char *dir;
+  char db_path[1024];
+  rp_trial *t;
+  size_t n;
+  rp_group *g;
+  size_t ng;
+  FILE *gp;              /* the gnuplot script being written */
+  rp_figure *fig;
+  size_t nfig, capfig;
+  int cur_group;         /* the group whose figures are being added */
+} rp_ctx;
+
+/* Which value of a trial a line plot shows, and which of two is better. */
+typedef enum rp_metric { RP_TFLOPS, RP_GBYTES, RP_RESCALE } rp_metric;
+double rp_value(const rp_trial *t, rp_metric m);
+int rp_better(rp_metric m, double a, double b);   /* a beats b */
+int rp_gpu(const rp_trial *t);   /* timed on a GPU: ranked by TFLOP/s, not bytes */
+
+/* The best value per (seq, series) of group g; series by design (0), loop
+** order (1) or normalization (2). */
+void rp_lines(const rp_ctx *c, const rp_group *g, rp_metric m, int by, rp_matrix *out);
+/* The best tile per (dim, seq) of heat group g. */
+void rp_heat(const rp_ctx *c, const rp_group *g, rp_matrix *out);
+
+/* Writes the data file and the script's commands for a figure, and adds
+** it to c->fig. -1 when a file cannot be written. */
+int rp_plot_lines(rp_ctx *c, const char *png, const char *title, const char *ylabel,
+                  const rp_matrix *m, int logy);
+int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix *m);
+
+/* Runs gnuplot on the script. 1 when it is not installed, 0 when every
+** figure was drawn, -1 (err says why) when it failed. */
+int rp_gnuplot(rp_ctx *c, const char *script, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,271 @@
+/*
+** report_plot.c
+** The report's plots: the numbers of each (best per sequence length and
+** series, or best tile per dim and seq), written as gnuplot data files
+** and commands in one script, then one gnuplot run for all of them.
+** gnuplot is found on PATH; when it is not there the report keeps its
+** tables. Every figure gnuplot should have drawn is checked for.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "report_int.h"
+
+extern char **environ;
+
+double rp_value(const rp_trial *t, rp_metric m) {
+  return m == RP_TFLOPS ? t->tflops : m == RP_GBYTES ? t->gbytes : t->rescale;
+}
+
+int rp_better(rp_metric m, double a, double b) { return m == RP_TFLOPS ? a > b : a < b; }
+
+/* Sorted insert of v into a[0..*n); -1 when full. */
+static int add_sorted(int *a, int *n, int v) {
+  int i = 0;
+  while (i < *n && a[i] < v) i++;
+  if (i < *n && a[i] == v) return 0;
+  if (*n == RP_MAX_SEQ) return -1;
+  memmove(a + i + 1, a + i, (size_t)(*n - i) * sizeof *a);
+  a[i] = v, ++*n;
+  return 0;
+}
+
+static int index_of(const int *a, int n, int v) {
+  for (int i = 0; i < n; i++)
+    if (a[i] == v) return i;
+  return -1;
+}
+
+static int series_of(rp_matrix *m, const char *name) {
+  for (int i = 0; i < m->nser; i++)
+    if (!strcmp(m->ser[i], name)) return i;
+  if (m->nser == RP_MAX_SERIES) return -1;
+  snprintf(m->ser[m->nser], sizeof m->ser[0], "%s", name);
+  return m->nser++;
+}
+
+static void matrix_init(rp_matrix *m) {
+  memset(m, 0, sizeof *m);
+  for (int s = 0; s < RP_MAX_SERIES; s++)
+    for (int i = 0; i < RP_MAX_SEQ; i++) m->v[s][i] = NAN;
+}
+
+static int usable(const rp_trial *t, rp_metric m) {
+  return !strcmp(t->status, "ok") && isfinite(rp_value(t, m));
+}
+
+void rp_lines(const rp_ctx *c, const rp_group *g, rp_metric m, int by, rp_matrix *out) {
+  matrix_init(out);
+  for (size_t i = 0; i < g->n; i++)
+    if (usable(&c->t[g->idx[i]], m) && add_sorted(out->x, &out->nx, c->t[g->idx[i]].seq_q) != 0)
+      out->dropped++;
+  for (size_t i = 0; i < g->n; i++) {
+    const rp_trial *t = &c->t[g->idx[i]];
+    if (!usable(t, m)) continue;
+    const int x = index_of(out->x, out->nx, t->seq_q);
+    const int s = series_of(out, by == 0 ? t->design : by == 1 ? t->par : t->norm);
+    if (x < 0 || s < 0) {
+      out->dropped++;
+      continue;
+    }
+    const double v = rp_value(t, m);
+    if (isnan(out->v[s][x]) || rp_better(m, v, out->v[s][x])) out->v[s][x] = v;
+  }
+}
+
+void rp_heat(const rp_ctx *c, const rp_group *g, rp_matrix *out) {
+  matrix_init(out);
+  for (size_t i = 0; i < g->n; i++) {
+    const rp_trial *t = &c->t[g->idx[i]];
+    const rp_metric m = rp_gpu(t) ? RP_TFLOPS : RP_GBYTES;
+    if (usable(t, m) && (add_sorted(out->x, &out->nx, t->seq_q) != 0 ||
+                         add_sorted(out->y, &out->ny, t->dim) != 0))
+      out->dropped++;
+  }
+  for (size_t i = 0; i < g->n; i++) {
+    const rp_trial *t = &c->t[g->idx[i]];
+    const rp_metric m = rp_gpu(t) ? RP_TFLOPS : RP_GBYTES;
+    const int x = index_of(out->x, out->nx, t->seq_q), y = index_of(out->y, out->ny, t->dim);
+    if (!usable(t, m) || x < 0 || y < 0) continue;
+    const rp_trial *b = out->cell[x][y];
+    if (!b || rp_better(m, rp_value(t, m), rp_value(b, m))) out->cell[x][y] = t;
+  }
+}
+
+/* ---- The script ---- */
+
+/* s as a gnuplot single-quoted string: quotes doubled. */
+static void gp_quote(FILE *f, const char *s) {
+  fputc('\'', f);
+  for (; *s; s++) {
+    if (*s == '\'') fputc('\'', f);
+    fputc(*s, f);
+  }
+  fputc('\'', f);
+}
+
+static void gp_path(FILE *f, const rp_ctx *c, const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", c->dir, name);
+  gp_quote(f, path);
+}
+
+static int add_figure(rp_ctx *c, const char *png, const char *title) {
+  if (c->nfig == c->capfig) {
+    size_t cap = c->capfig ? 2 * c->capfig : 8;
+    rp_figure *f = realloc(c->fig, cap * sizeof *f);
+    if (!f) return -1;
+    c->fig = f, c->capfig = cap;
+  }
+  rp_figure *f = &c->fig[c->nfig++];
+  snprintf(f->png, sizeof f->png, "%s", png);
+  snprintf(f->title, sizeof f->title, "%s", title);
+  f->group = c->cur_group;
+  return 0;
+}
+
+/* The common head of a figure's commands. */
+static void gp_start(rp_ctx *c, const char *png, const char *title) {
+  fprintf(c->gp, "reset\nset datafile missing '?'\nset grid\nset output ");
+  gp_path(c->gp, c, png);
+  fprintf(c->gp, "\nset title ");
+  gp_quote(c->gp, title);
+  fputc('\n', c->gp);
+}
+
+/* png's data file: png with .dat for .png. */
+static FILE *open_data(const rp_ctx *c, const char *png, char *name, size_t n) {
+  snprintf(name, n, "%.*s.dat", (int)(strlen(png) - 4), png);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", c->dir, name);
+  return fopen(path, "w");
+}
+
+static int close_data(FILE *f) {
+  const int bad = ferror(f);
+  return fclose(f) != 0 || bad ? -1 : 0;
+}
+
+int rp_plot_lines(rp_ctx *c, const char *png, const char *title, const char *ylabel,
+                  const rp_matrix *m, int logy) {
+  char dat[80];
+  FILE *f = open_data(c, png, dat, sizeof dat);
+  if (!f) return -1;
+  fprintf(f, "seq");
+  for (int s = 0; s < m->nser; s++) fprintf(f, " \"%s\"", m->ser[s]);
+  fputc('\n', f);
+  for (int i = 0; i < m->nx; i++) {
+    fprintf(f, "%d", m->x[i]);
+    for (int s = 0; s < m->nser; s++)
+      if (isfinite(m->v[s][i])) fprintf(f, " %.10g", m->v[s][i]);
+      else fprintf(f, " ?");
+    fputc('\n', f);
+  }
+  if (close_data(f) != 0) return -1;
+  gp_start(c, png, title);
+  fprintf(c->gp, "set xlabel 'seq_len'\nset ylabel ");
+  gp_quote(c->gp, ylabel);
+  fprintf(c->gp, "\nset logscale x 2\n%sset key left top\n", logy ? "set logscale y\n" : "");
+  fprintf(c->gp, "plot for [i=2:%d] ", m->nser + 1);
+  gp_path(c->gp, c, dat);
+  fprintf(c->gp, " using 1:i with linespoints lw 2 pt 7 title columnheader(i)\n");
+  return add_figure(c, png, title);
+}
+
+/* Cells as filled boxes coloured by log2(block_m x block_n), labelled
+** with the tile. */
+int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix *m) {
+  char dat[80];
+  FILE *f = open_data(c, png, dat, sizeof dat);
+  if (!f) return -1;
+  for (int x = 0; x < m->nx; x++)
+    for (int y = 0; y < m->ny; y++) {
+      const rp_trial *t = m->cell[x][y];
+      int bm, bn;
+      if (t && sscanf(t->tile, "%dx%d", &bm, &bn) == 2)
+        fprintf(f, "%d %d %.3f \"%s\"\n", x, y, log2((double)bm * bn), t->tile);
+    }
+  if (close_data(f) != 0) return -1;
+  gp_start(c, png, title);
+  fprintf(c->gp, "set xlabel 'seq_len'\nset ylabel 'dim'\nset cblabel 'log2(block_m x block_n)'\n"
+                 "set palette rgbformulae 33,13,10\nset style fill solid 1.0\n"
+                 "set xrange [-0.5:%f]\nset yrange [-0.5:%f]\nset xtics (",
+          m->nx - 0.5, m->ny - 0.5);
+  for (int x = 0; x < m->nx; x++) fprintf(c->gp, "%s\"%d\" %d", x ? ", " : "", m->x[x], x);
+  fprintf(c->gp, ")\nset ytics (");
+  for (int y = 0; y < m->ny; y++) fprintf(c->gp, "%s\"%d\" %d", y ? ", " : "", m->y[y], y);
+  fprintf(c->gp, ")\nplot ");
+  gp_path(c->gp, c, dat);
+  fprintf(c->gp, " using 1:2:(0.5):(0.5):3 with boxxyerror fc palette notitle, '' using 1:2:4 "
+                 "with labels notitle\n");
+  return add_figure(c, png, title);
+}
+
+/* ---- Running gnuplot ---- */
+
+static int spawn(const char *script, const char *log, pid_t *pid) {
+  posix_spawn_file_actions_t fa;
+  int rc = posix_spawn_file_actions_init(&fa);
+  if (rc != 0) return rc;
+  rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  if (rc == 0)
+    rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (rc == 0) rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  char *argv[] = {"gnuplot", (char *)script, NULL};
+  if (rc == 0) rc = posix_spawnp(pid, "gnuplot", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc;
+}
+
+/* The first line of the log, for a one-line message. */
+static void log_line(const char *log, char *buf, size_t n) {
+  FILE *f = fopen(log, "r");
+  buf[0] = '\0';
+  if (f && fgets(buf, (int)n, f)) buf[strcspn(buf, "\n")] = '\0';
+  if (f) fclose(f);
+}
+
+int rp_gnuplot(rp_ctx *c, const char *script, char *err, size_t errlen) {
+  char log[1024], line[200];
+  snprintf(log, sizeof log, "%s/gnuplot.log", c->dir);
+  pid_t pid;
+  int rc = spawn(script, log, &pid), st;
+  if (rc == ENOENT) {
+    remove(log);   /* the child may have opened it before its exec failed */
+    return 1;
+  }
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot run gnuplot: %s", strerror(rc));
+    return -1;
+  }
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) {
+      snprintf(err, errlen, "waiting for gnuplot: %s", strerror(errno));
+      return -1;
+    }
+  log_line(log, line, sizeof line);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !line[0]) {  /* no such program */
+    remove(log);
+    return 1;
+  }
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    snprintf(err, errlen, "gnuplot failed (%s): %s", log, line[0] ? line : "no message");
+    return -1;
+  }
+  for (size_t i = 0; i < c->nfig; i++) {
+    char png[1100];
+    struct stat sb;
+    snprintf(png, sizeof png, "%s/%s", c->dir, c->fig[i].png);
+    if (stat(png, &sb) != 0 || sb.st_size == 0) {
+      snprintf(err, errlen, "gnuplot drew no %s (see %s)", png, log);
+      return -1;
+    }
+  }
+  return 0;
+}
