@@ -7,10 +7,14 @@
 -- human-readable form (e.g. simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem);
 -- its hash is FNV-1a 64 of the canonical text, 12 hex digits. All three are
 -- pure functions of the config, so they are stable across runs and machines.
+--
+-- Two families: simt (CUDA cores; fp32, fp64) and tc (tensor cores; fp16,
+-- bf16, e.g. tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2). A problem's
+-- dtype picks the family when a config does not name one.
 
 local space = {}
 
-local families = { simt = require("simt") }
+local families = { simt = require("simt"), tc = require("tc") }
 space.families = families
 
 -- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
@@ -73,6 +77,14 @@ local function axis_value(axis, v)
                       table.concat(axis.values, "|"), tostring(v)), 0)
 end
 
+-- The family a problem's dtype calls for when none is named: tensor cores
+-- for the 16-bit types, CUDA cores for fp32 and fp64.
+local function family_for_dtype(dtype)
+  if dtype == "fp16" or dtype == "bf16" then return "tc" end
+  return "simt"
+end
+space.family_for_dtype = family_for_dtype
+
 -- A full config from `k=v,...` text, unset keys taking the family defaults
 -- (the problem's dim, dtype and causal when given). Raises on bad input.
 function space.parse_config(text, problem)
@@ -86,7 +98,7 @@ function space.parse_config(text, problem)
       given[k] = v
     end
   end
-  local fam = space.family(given.family or "simt")
+  local fam = space.family(given.family or family_for_dtype(given.dtype or (problem or {}).dtype))
   given.family = nil
   local cfg = fam.defaults(problem or {})
   for k, v in pairs(given) do
@@ -122,7 +134,7 @@ end
 -- which: "default" (worth timing) or "full" (the whole cross product).
 function space.list(problem, target, which)
   local out = {}
-  for _, famname in ipairs({ "simt" }) do
+  for _, famname in ipairs({ family_for_dtype(problem.dtype) }) do
     local fam = families[famname]
     if fam.supports(problem) then
       local n = #out

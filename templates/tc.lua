@@ -1,0 +1,277 @@
+-- tc.lua
+-- The tensor-core family: FlashAttention-2-class forward kernels for fp16
+-- and bf16 (fp32 accumulation) with mma.sync m16n8k16, ldmatrix and cp.async
+-- pipelines. Declares the axes, the defaults, the enumeration and pruning
+-- rules, the derived plan (fragments, shared-memory layout, register
+-- estimate), and renders tc.cu.
+--
+-- Structure, for every variant: q_outer order (one CTA per block_m query
+-- rows and (batch, head)), split_q warps (each warp owns block_m / warps
+-- rows, in 16-row m-tiles), S = Q K^T and O += P V on tensor cores, P kept
+-- in registers between the two (the C fragment of two adjacent n8 tiles is
+-- the A fragment of one k16 step), O in registers, online softmax in exp2.
+--
+-- Global memory: when the head dim is a multiple of 8, Q, K, V and O move
+-- in 16-byte pieces (cp.async in, 16-byte stores out), so their base
+-- addresses and row strides must keep rows 16-byte aligned, as contiguous
+-- tensors from cudaMalloc (or the emulator's allocations) do; other dims
+-- move element by element.
+
+local tc = { name = "tc", version = 1 }
+
+local function int_axis(key, min, max) return { key = key, kind = "int", min = min, max = max } end
+local function enum_axis(key, values) return { key = key, kind = "enum", values = values } end
+
+tc.axes = {
+  enum_axis("dtype", { "fp16", "bf16" }),
+  int_axis("dim", 1, 256),
+  int_axis("causal", 0, 1),
+  int_axis("block_m", 16, 256),
+  int_axis("block_n", 16, 256),
+  int_axis("warps", 1, 8),
+  enum_axis("norm", { "eager", "deferred" }),
+  enum_axis("layout", { "row", "pad", "swizzle" }),
+  enum_axis("q", { "smem", "reg" }),
+  int_axis("stages", 1, 3),
+  int_axis("q_share", 0, 1),
+}
+tc.axis = {}
+for _, a in ipairs(tc.axes) do tc.axis[a.key] = a end
+
+-- Head dims the kernel handles natively; any other pads up to the next.
+tc.native_dims = { 32, 64, 96, 128, 160, 192, 256 }
+
+function tc.padded_dim(d)
+  for _, n in ipairs(tc.native_dims) do if d <= n then return n end end
+  return nil
+end
+
+-- FlashAttention-2's own tile for a (padded) head dim: block_m, block_n.
+function tc.fa2_tile(D)
+  if D <= 64 then return 128, 128 elseif D <= 128 then return 128, 64 else return 64, 64 end
+end
+
+function tc.defaults(problem)
+  local d = problem.dim or 64
+  local bm, bn = tc.fa2_tile(tc.padded_dim(d) or 256)
+  return {
+    dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
+    block_m = bm, block_n = bn, warps = 4, norm = "deferred",
+    layout = "swizzle", q = "smem", stages = 2, q_share = 0,
+  }
+end
+
+function tc.supports(problem)
+  return problem.dtype == "fp16" or problem.dtype == "bf16"
+end
+
+-- Names ---------------------------------------------------------------------
+-- tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2[-causal]; Q and K sharing
+-- shared memory adds "share" after the Q token: ...-qreg-share-s2.
+
+function tc.name_of(c)
+  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s",
+    c.dtype == "bf16" and "bf16" or "f16", c.dim, c.block_m, c.block_n, c.warps, c.norm,
+    c.layout, c.q, c.q_share == 1 and "-share" or "", c.stages, c.causal == 1 and "-causal" or "")
+end
+
+function tc.parse_name(name)
+  local dt, d, m, n, w, norm, layout, q, share, s, rest = name:match(
+    "^tc%-(b?f16)%-d(%d+)%-m(%d+)n(%d+)w(%d+)%-(%a+)%-(%a+)%-q(%a+)(%-?%a*)%-s(%d+)(.*)$")
+  if not dt or (rest ~= "" and rest ~= "-causal") or (share ~= "" and share ~= "-share") then
+    return nil
+  end
+  return { dtype = dt == "bf16" and "bf16" or "fp16", dim = d, causal = rest == "" and 0 or 1,
+           block_m = m, block_n = n, warps = w, norm = norm, layout = layout, q = q,
+           stages = s, q_share = share == "" and 0 or 1 }
+end
+
+-- Derived plan ----------------------------------------------------------------
+
+local function cdiv(a, b) return (a + b - 1) // b end
+
+-- Everything the template needs beyond the config itself. Sizes in bytes
+-- unless named otherwise.
+function tc.plan(c)
+  local P = { dim = c.dim, BM = c.block_m, BN = c.block_n, W = c.warps, NT = 32 * c.warps,
+              S = c.stages }
+  P.D = tc.padded_dim(c.dim)
+  P.MW = c.block_m // c.warps        -- rows per warp
+  P.MT = P.MW // 16                  -- m16 tiles per warp
+  P.NB = c.block_n // 8              -- n8 tiles of S per m-tile
+  P.KD = P.D // 16                   -- k16 steps of Q K^T
+  P.KN = c.block_n // 16             -- k16 steps of P V
+  P.ND = P.D // 8                    -- n8 tiles of O per m-tile
+  P.CH = P.D // 8                    -- 16-byte chunks per tile row
+  -- Rows of 16-bit elements; pad adds one chunk, so that the 8 rows an
+  -- ldmatrix reads fall on distinct banks.
+  P.rowb = 2 * P.D + (c.layout == "pad" and 16 or 0)
+  -- The XOR swizzle of chunk c in row r: c ^ (r & 7) when a row holds a
+  -- multiple of 8 chunks; c ^ ((r >> 1) & 3) when it holds 4 mod 8 (dims
+  -- 32, 96, 160: rows r and r + 1 then start half a bank line apart). The
+  -- XOR stays inside the row either way.
+  P.swz = c.layout == "swizzle"
+  P.swz_wide = P.CH % 8 == 0
+  -- cp.async needs 16-byte aligned global rows: dims that are multiples of 8.
+  P.async = c.dim % 8 == 0
+  P.Qb = c.block_m * P.rowb
+  P.KVb = 2 * c.block_n * P.rowb     -- one stage: K then V
+  P.off_q = 0
+  if c.q_share == 1 then
+    P.off_kv = 0
+    P.smem_bytes = math.max(P.Qb, c.stages * P.KVb)
+  else
+    P.off_kv = P.Qb
+    P.smem_bytes = P.Qb + c.stages * P.KVb
+  end
+  -- Registers per thread, 32-bit words, as the template holds them: the O
+  -- accumulator (MT x ND n8 tiles of 4 floats), the S/P accumulator of the
+  -- keys in flight (MT x NB / SUB x 4), the Q fragments when held (MT x KD
+  -- x 4), the fragments of one k step (Q when re-read, a K or V fragment;
+  -- 8 more when Q is held: ptxas keeps its fragments in flight earlier),
+  -- the row statistics (m and l of 2 rows per m-tile), and 40 for
+  -- addresses, indices, loop state and the exp pipeline.
+  local o = P.MT * P.ND * 4
+  local q = c.q == "reg" and P.MT * P.KD * 4 or 0
+  local function words(sub)
+    return o + P.MT * (P.NB // sub) * 4 + q + (c.q == "reg" and 8 or 4 * P.MT) + 4 + 4 * P.MT + 40
+  end
+  -- SUB: the block's keys go through S, softmax and P V in SUB parts, each
+  -- its own online-softmax step, when the whole block's S would crowd the
+  -- registers (ptxas spills well before 255 when the estimate is close to
+  -- it): the fewest parts (a divisor of KN) that bring the estimate to 224
+  -- or below, else one k16 step of keys per part.
+  P.SUB = P.KN
+  for sub = 1, P.KN do
+    if P.KN % sub == 0 and words(sub) <= 224 then P.SUB = sub; break end
+  end
+  P.reg_words = words(P.SUB)
+  P.reg_parts = { o = o, s = P.MT * (P.NB // P.SUB) * 4, q = q }
+  return P
+end
+
+-- Constraints -------------------------------------------------------------------
+
+function tc.fits(c, _, target)
+  if not tc.padded_dim(c.dim) then return false, "head dim over 256" end
+  if c.warps ~= 4 and c.warps ~= 8 and c.warps ~= 1 and c.warps ~= 2 then
+    return false, "warps must be 1, 2, 4 or 8"
+  end
+  if c.block_m % (16 * c.warps) ~= 0 then
+    return false, "each warp needs whole 16-row slabs (block_m a multiple of 16 * warps)"
+  end
+  if c.block_n % 16 ~= 0 then return false, "block_n must be a multiple of 16" end
+  if c.q_share == 1 and c.q ~= "reg" then
+    return false, "Q can share its shared memory with K only when Q is held in registers"
+  end
+  local P = tc.plan(c)
+  if P.NT > target.max_threads then return false, "too many threads" end
+  if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
+  if P.reg_words > 255 then return false, "registers over 255 per thread" end
+  return true
+end
+
+-- Enumeration -------------------------------------------------------------------
+
+-- Every combination of the `axes` values over `base`, in the family's axis order.
+local function cross(base, axes, out)
+  local keys = {}
+  for _, a in ipairs(tc.axes) do if axes[a.key] then keys[#keys + 1] = a.key end end
+  local function rec(i, cfg)
+    if i > #keys then
+      local copy = {}
+      for k, v in pairs(cfg) do copy[k] = v end
+      out[#out + 1] = copy
+      return
+    end
+    for _, v in ipairs(axes[keys[i]]) do cfg[keys[i]] = v; rec(i + 1, cfg) end
+  end
+  rec(1, base)
+end
+
+local function with(base, changes)
+  local c = {}
+  for k, v in pairs(base) do c[k] = v end
+  for k, v in pairs(changes) do c[k] = v end
+  return c
+end
+
+-- The default space, per (dim, dtype): tiles around FlashAttention-2's
+-- own choice for the head dim (d <= 64: 128x128, 4 warps; d <= 128:
+-- 128x64, 4 warps; larger: 64x64, 4 warps) in its structure (deferred
+-- normalization, swizzled shared memory, two K/V stages), Q re-read from
+-- shared memory or held in registers; then the other axes varied one at a
+-- time around that choice. All of it pruned by the target. "full" is the
+-- whole cross product; "small" the fallback when nothing of the default
+-- fits the target.
+function tc.enumerate(problem, which)
+  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local out = {}
+  if which == "full" then
+    local bn = {}
+    for n = 32, 176, 16 do bn[#bn + 1] = n end
+    cross(base, { block_m = { 64, 128, 192 }, block_n = bn, warps = { 4, 8 },
+                  norm = { "eager", "deferred" }, layout = { "row", "pad", "swizzle" },
+                  q = { "smem", "reg" }, stages = { 1, 2, 3 }, q_share = { 0, 1 } }, out)
+    return out
+  end
+  if which == "small" then
+    cross(base, { block_m = { 64 }, block_n = { 32, 16 }, warps = { 4 }, norm = { "deferred" },
+                  layout = { "swizzle" }, q = { "smem" }, stages = { 1 }, q_share = { 0 } }, out)
+    return out
+  end
+  local D = tc.padded_dim(problem.dim) or 256
+  -- Tiles (block_m, block_n, warps) per head-dim class; the first is
+  -- FlashAttention-2's own choice for it.
+  local tiles
+  if D <= 64 then
+    tiles = { { 128, 128, 4 }, { 64, 64, 4 }, { 64, 128, 4 }, { 128, 64, 4 }, { 128, 64, 8 },
+              { 128, 96, 4 }, { 128, 128, 8 }, { 128, 176, 8 }, { 192, 64, 4 }, { 192, 128, 4 } }
+  elseif D <= 128 then
+    tiles = { { 128, 64, 4 }, { 64, 32, 4 }, { 64, 64, 4 }, { 64, 128, 4 }, { 128, 32, 4 },
+              { 128, 64, 8 }, { 128, 96, 8 }, { 128, 128, 8 } }
+  else
+    tiles = { { 64, 64, 4 }, { 64, 32, 4 }, { 64, 128, 4 }, { 128, 32, 8 }, { 128, 64, 8 } }
+  end
+  local seen = {}
+  local function add(c)
+    local key = tc.name_of(c)
+    if not seen[key] then seen[key] = true; out[#out + 1] = c end
+  end
+  local fa2
+  for i, t in ipairs(tiles) do
+    for _, q in ipairs({ "smem", "reg" }) do
+      local c = with(base, { block_m = t[1], block_n = t[2], warps = t[3], norm = "deferred",
+                             layout = "swizzle", q = q, stages = 2, q_share = 0 })
+      if i == 1 and q == "smem" then fa2 = c end
+      add(c)
+    end
+  end
+  -- The other axes, one at a time, around FlashAttention-2's choice; and a
+  -- block_n that is no power of two.
+  for _, ch in ipairs({ { norm = "eager" }, { layout = "row" }, { layout = "pad" },
+                        { stages = 1 }, { stages = 3 }, { q = "reg", q_share = 1 },
+                        { q = "reg", q_share = 1, stages = 3 },
+                        { block_n = fa2.block_n - 16 }, { block_n = fa2.block_n + 16 } }) do
+    add(with(fa2, ch))
+  end
+  return out
+end
+
+-- Rendering -------------------------------------------------------------------------
+
+function tc.render(c)
+  local P = tc.plan(c)
+  local args = { cfg = c, P = P, entry = tc.name_of(c):gsub("-", "_") }
+  return {
+    source = render("tc.cu", args),
+    entry = args.entry,
+    threads = P.NT,
+    smem_bytes = P.smem_bytes,
+    rows_per_cta = c.block_m,
+    ws_bytes_per_row = 0,
+    registers_estimate = P.reg_words,
+  }
+end
+
+return tc
