@@ -80,12 +80,14 @@ static const char schema_v1[] =
   ** was timed (a GPU); an emulator trial has no time, and its exact count
   ** of global-memory bytes read and written ranks it instead (fewer is
   ** better), a fair proxy for a memory-bound kernel. Timed trials come
-  ** first; ties go to the earlier trial. */
+  ** first; ties go to the variant recorded first (the tuner records
+  ** variants in the order it lists them), then to the earlier trial. */
   "CREATE VIEW best AS\n"
   "SELECT * FROM (\n"
   "  SELECT *, row_number() OVER (\n"
   "      PARTITION BY device_id, dtype, dim, seq_q, seq_k, causal\n"
-  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes, id)\n"
+  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes,\n"
+  "               variant_id, id)\n"
   "    AS rank\n"
   "  FROM (SELECT *, json_extract(counters, '$.global_bytes_read')\n"
   "                  + json_extract(counters, '$.global_bytes_written') AS global_bytes\n"

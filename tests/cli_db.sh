@@ -29,9 +29,11 @@ check "tune --db exits 0" $? "$(tail -c 300 "$tmp/t.err")"
 n=$(grep -c ' ok ' "$tmp/t.out")
 [ "$(trials "$db")" -eq "$n" ] && [ "$n" -gt 0 ]
 check "every variant measured is recorded ($n trials)" $? "$(trials "$db") trials for $n ok rows"
-best_line=$(grep '^least global-memory traffic:' "$tmp/t.out" | cut -d' ' -f4)
+# Variants that move the same bytes tie; the line the run ends with is the
+# database's own choice among them.
+best_line=$(sed -n 's/^best recorded in [^:]*: \([^ ,]*\).*/\1/p' "$tmp/t.out")
 "$FATUNE" best --dim 32 --seq 77 --seq-k 90 --causal --db "$db" >"$tmp/best.out" 2>&1
-grep -q "^variant *$best_line\$" "$tmp/best.out"
+[ -n "$best_line" ] && grep -q "^variant *$best_line\$" "$tmp/best.out"
 check "fatune best gives the tune's best: $best_line" $? "$(head -c 300 "$tmp/best.out")"
 "${TIMEOUT[@]}" "$EXAMPLE" "$db" >"$tmp/ex.out" 2>&1
 grep -q "^$best_line on emu (tuned for this problem)" "$tmp/ex.out"
