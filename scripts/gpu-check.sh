@@ -3,7 +3,8 @@
 # Uses the build in build/ when it runs here (Lua and SQLite are linked in
 # statically, so a build made on another machine runs on this one), else
 # builds one. Then: the GPU tests (ctest -L gpu), and the main job for dims
-# 64 and 128 at seq 4096 in fp32, as a table and as JSON. Meant to finish
+# 64 and 128 at seq 4096 in fp32 (as a table and as JSON) and in bf16, next
+# to PyTorch's scaled_dot_product_attention in the same run. Meant to finish
 # within 8 minutes on one GPU.
 #
 # usage: scripts/gpu-check.sh [LOG_DIR]     (default: $OUT, else gpu-logs)
@@ -60,5 +61,37 @@ for r in bad:
     print("%s: %s: %s" % (r["status"], r["name"], r["message"]))
 PY
 done
+# The tensor-core family, and PyTorch's own attention on the same shapes,
+# side by side in this run (TFLOP/s counted the same way: 4 * B * H * N^2 * d).
+for dim in 64 128; do
+  say "fatune --dim $dim --seq 4096 --dtype bf16"
+  timeout 150 build/fatune --dim "$dim" --seq 4096 --dtype bf16 --backend cuda --trial-ms 150 \
+    >"$logs/tune-bf16-d$dim.txt" 2>"$logs/tune-bf16-d$dim.err" || rc=1
+  tail -n 4 "$logs/tune-bf16-d$dim.txt"
+done
+say "torch.nn.functional.scaled_dot_product_attention, bf16, B 4 H 16 N 4096"
+timeout 120 python3 - <<'PY' 2>&1 | tee "$logs/torch-sdpa.txt" || true
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+B, H, N = 4, 16, 4096
+for d in (64, 128):
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(be):
+                for _ in range(3):
+                    torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                torch.cuda.synchronize()
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                ms = []
+                for _ in range(20):
+                    s.record(); torch.nn.functional.scaled_dot_product_attention(q, k, v); e.record()
+                    torch.cuda.synchronize(); ms.append(s.elapsed_time(e))
+            ms.sort()
+            med = ms[len(ms) // 2]
+            print("sdpa %-5s d%-3d median %8.1f us %7.1f TFLOP/s" % (name, d, med * 1e3, 4 * B * H * N * N * d / (med * 1e-3) / 1e12))
+        except Exception as ex:
+            print("sdpa %-5s d%-3d unavailable: %s" % (name, d, str(ex).splitlines()[0][:100]))
+PY
 say "done: tests exit $tests_rc, overall $rc"
 exit $rc
