@@ -5,10 +5,10 @@
 # not the emulator's work) and validation time (two schedules per variant),
 # then the wall time of the whole command.
 #
-# usage: scripts/bench-emu.sh [build/fatune]   env: DIM (64) SEQ (256) DTYPE (fp32) CAUSAL (0)
+# usage: scripts/bench-emu.sh [build]   env: DIM (64) SEQ (256) DTYPE (fp32) CAUSAL (0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fatune=${1:-build/fatune}
+fatune=${1:-build}/fatune
 dim=${DIM:-64} seq=${SEQ:-256} dtype=${DTYPE:-fp32}
 causal=()
 [ "${CAUSAL:-0}" = 1 ] && causal=(--causal)
