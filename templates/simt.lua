@@ -4,6 +4,7 @@
 -- derived thread mapping and shared-memory plan, and renders simt.cu.
 
 local simt = { name = "simt", version = 1 }
+local enum = require("enum")
 
 local function int_axis(key, min, max) return { key = key, kind = "int", min = min, max = max } end
 local function enum_axis(key, values) return { key = key, kind = "enum", values = values } end
@@ -172,22 +173,7 @@ end
 
 local function next_pow2(n) local p = 1; while p < n do p = p * 2 end; return p end
 
--- Every combination of the `axes` values over `base`, in the family's axis
--- order (so that listings read tile by tile).
-local function cross(base, axes, out)
-  local keys = {}
-  for _, a in ipairs(simt.axes) do if axes[a.key] then keys[#keys + 1] = a.key end end
-  local function rec(i, cfg)
-    if i > #keys then
-      local copy = {}
-      for k, v in pairs(cfg) do copy[k] = v end
-      out[#out + 1] = copy
-      return
-    end
-    for _, v in ipairs(axes[keys[i]]) do cfg[keys[i]] = v; rec(i + 1, cfg) end
-  end
-  rec(1, base)
-end
+local function cross(base, axes, out) enum.cross(simt.axes, base, axes, out) end
 
 -- The default space is what is worth timing on a GPU: FlashAttention-2's
 -- structure over a range of tiles, both normalizations and layouts, Q in

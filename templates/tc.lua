@@ -18,6 +18,7 @@
 -- move element by element.
 
 local tc = { name = "tc", version = 1 }
+local enum = require("enum")
 
 local function int_axis(key, min, max) return { key = key, kind = "int", min = min, max = max } end
 local function enum_axis(key, values) return { key = key, kind = "enum", values = values } end
@@ -173,21 +174,7 @@ end
 
 -- Enumeration -------------------------------------------------------------------
 
--- Every combination of the `axes` values over `base`, in the family's axis order.
-local function cross(base, axes, out)
-  local keys = {}
-  for _, a in ipairs(tc.axes) do if axes[a.key] then keys[#keys + 1] = a.key end end
-  local function rec(i, cfg)
-    if i > #keys then
-      local copy = {}
-      for k, v in pairs(cfg) do copy[k] = v end
-      out[#out + 1] = copy
-      return
-    end
-    for _, v in ipairs(axes[keys[i]]) do cfg[keys[i]] = v; rec(i + 1, cfg) end
-  end
-  rec(1, base)
-end
+local function cross(base, axes, out) enum.cross(tc.axes, base, axes, out) end
 
 local function with(base, changes)
   local c = {}

@@ -1,0 +1,24 @@
+-- enum.lua
+-- What the families' enumerations share.
+
+local enum = {}
+
+-- Every combination of the values in `axes` (key -> list) over `base`,
+-- appended to `out`, walking the keys in the order of `order` (a family's
+-- axis list), so that listings read tile by tile.
+function enum.cross(order, base, axes, out)
+  local keys = {}
+  for _, a in ipairs(order) do if axes[a.key] then keys[#keys + 1] = a.key end end
+  local function rec(i, cfg)
+    if i > #keys then
+      local copy = {}
+      for k, v in pairs(cfg) do copy[k] = v end
+      out[#out + 1] = copy
+      return
+    end
+    for _, v in ipairs(axes[keys[i]]) do cfg[keys[i]] = v; rec(i + 1, cfg) end
+  end
+  rec(1, base)
+end
+
+return enum
