@@ -3,9 +3,11 @@
 ** Small helpers on problems and dtypes.
 */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "fa_problem.h"
+#include "halfprec.h"
 
 static const char *const dtype_names[] = {"fp32", "fp64", "fp16", "bf16"};
 
@@ -36,4 +38,22 @@ fa_layout fa_layout_contiguous(const fa_problem *p, int seq) {
   l.sh = (long long)seq * p->dim;
   l.sb = l.sh * p->heads;
   return l;
+}
+
+double fa_elem_get(const void *a, fa_dtype t, size_t i) {
+  switch (t) {
+  case FA_FP32: return ((const float *)a)[i];
+  case FA_FP64: return ((const double *)a)[i];
+  case FA_FP16: return hp_f16_to_double(((const uint16_t *)a)[i]);
+  default: return hp_bf16_to_double(((const uint16_t *)a)[i]);
+  }
+}
+
+double fa_elem_put(void *a, fa_dtype t, size_t i, double x) {
+  switch (t) {
+  case FA_FP32: return ((float *)a)[i] = (float)x;
+  case FA_FP64: return ((double *)a)[i] = x;
+  case FA_FP16: return hp_f16_to_double(((uint16_t *)a)[i] = hp_f16_from_double(x));
+  default: return hp_bf16_to_double(((uint16_t *)a)[i] = hp_bf16_from_double(x));
+  }
 }

@@ -5,6 +5,8 @@
 #ifndef FA_PROBLEM_H
 #define FA_PROBLEM_H
 
+#include <stddef.h>
+
 #define FA_DIM_MAX 256
 
 /* fp16 and bf16 are the tensor-core family's: inputs and O in 16 bits,
@@ -29,5 +31,10 @@ int fa_dtype_size(fa_dtype t);                  /* bytes per element of Q, K, V,
 int fa_lse_size(fa_dtype t);                    /* bytes per logsumexp: 4 for 16-bit types */
 double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */
 fa_layout fa_layout_contiguous(const fa_problem *p, int seq);
+
+/* Element i of an array of dtype t, exactly as a double; and x stored
+** there, rounded to nearest (even), returning the value stored. */
+double fa_elem_get(const void *a, fa_dtype t, size_t i);
+double fa_elem_put(void *a, fa_dtype t, size_t i, double x);
 
 #endif

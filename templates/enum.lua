@@ -3,6 +3,16 @@
 
 local enum = {}
 
+function enum.int_axis(key, min, max) return { key = key, kind = "int", min = min, max = max } end
+function enum.enum_axis(key, values) return { key = key, kind = "enum", values = values } end
+
+-- key -> axis, for a family's axis list.
+function enum.index(axes)
+  local t = {}
+  for _, a in ipairs(axes) do t[a.key] = a end
+  return t
+end
+
 -- Every combination of the values in `axes` (key -> list) over `base`,
 -- appended to `out`, walking the keys in the order of `order` (a family's
 -- axis list), so that listings read tile by tile.

@@ -6,8 +6,7 @@
 local simt = { name = "simt", version = 1 }
 local enum = require("enum")
 
-local function int_axis(key, min, max) return { key = key, kind = "int", min = min, max = max } end
-local function enum_axis(key, values) return { key = key, kind = "enum", values = values } end
+local int_axis, enum_axis = enum.int_axis, enum.enum_axis
 
 simt.axes = {
   enum_axis("dtype", { "fp32", "fp64" }),
@@ -22,8 +21,7 @@ simt.axes = {
   enum_axis("layout", { "row", "pad", "kt" }),
   enum_axis("q", { "smem", "reg" }),
 }
-simt.axis = {}
-for _, a in ipairs(simt.axes) do simt.axis[a.key] = a end
+simt.axis = enum.index(simt.axes)
 
 function simt.defaults(problem)
   return {

@@ -20,8 +20,7 @@
 local tc = { name = "tc", version = 1 }
 local enum = require("enum")
 
-local function int_axis(key, min, max) return { key = key, kind = "int", min = min, max = max } end
-local function enum_axis(key, values) return { key = key, kind = "enum", values = values } end
+local int_axis, enum_axis = enum.int_axis, enum.enum_axis
 
 tc.axes = {
   enum_axis("dtype", { "fp16", "bf16" }),
@@ -36,8 +35,7 @@ tc.axes = {
   int_axis("stages", 1, 3),
   int_axis("q_share", 0, 1),
 }
-tc.axis = {}
-for _, a in ipairs(tc.axes) do tc.axis[a.key] = a end
+tc.axis = enum.index(tc.axes)
 
 -- Head dims the kernel handles natively; any other pads up to the next.
 tc.native_dims = { 32, 64, 96, 128, 160, 192, 256 }

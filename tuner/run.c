@@ -4,13 +4,11 @@
 ** .npy file. Shapes (N, D) or (B, H, N, D); K and V may have another N
 ** than Q. Any file or shape that does not fit is one line and exit 2.
 */
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn_run.h"
-#include "halfprec.h"
 #include "npy.h"
 #include "run.h"
 
@@ -111,15 +109,7 @@ static int variant_fits(const gen_kernel *k, const fa_problem *p, char *err, siz
 static void *convert(const npy_array *a, fa_dtype t) {
   void *out = malloc(a->count * (size_t)fa_dtype_size(t));
   if (!out) return NULL;
-  for (size_t i = 0; i < a->count; i++) {
-    const double x = a->data[i];
-    switch (t) {
-    case FA_FP32: ((float *)out)[i] = (float)x; break;
-    case FA_FP64: ((double *)out)[i] = x; break;
-    case FA_FP16: ((uint16_t *)out)[i] = hp_f16_from_double(x); break;
-    default: ((uint16_t *)out)[i] = hp_bf16_from_double(x); break;
-    }
-  }
+  for (size_t i = 0; i < a->count; i++) fa_elem_put(out, t, i, a->data[i]);
   return out;
 }
 
@@ -128,9 +118,7 @@ static const void *output_view(run_state *r, size_t n) {
   if (r->p.dtype == FA_FP32 || r->p.dtype == FA_FP64) return r->o;
   float *f = malloc(n * sizeof *f);
   if (!f) return NULL;
-  const uint16_t *h = r->o;
-  for (size_t i = 0; i < n; i++)
-    f[i] = (float)(r->p.dtype == FA_FP16 ? hp_f16_to_double(h[i]) : hp_bf16_to_double(h[i]));
+  for (size_t i = 0; i < n; i++) f[i] = (float)fa_elem_get(r->o, r->p.dtype, i);
   free(r->o);
   return r->o = f;
 }

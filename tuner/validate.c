@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "halfprec.h"
 #include "reference.h"
 #include "validate.h"
 
@@ -32,24 +31,11 @@ static double rng_normal(uint64_t *s) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-/* x in dtype t at out[i]; returns the value stored, exactly. */
-static double put(void *out, fa_dtype t, size_t i, double x) {
-  switch (t) {
-  case FA_FP32: return ((float *)out)[i] = (float)x;
-  case FA_FP64: return ((double *)out)[i] = x;
-  case FA_FP16: return hp_f16_to_double(((uint16_t *)out)[i] = hp_f16_from_double(x));
-  default: return hp_bf16_to_double(((uint16_t *)out)[i] = hp_bf16_from_double(x));
-  }
-}
-
-
 void val_case_free(val_case *c) {
   free(c->q), free(c->k), free(c->v), free(c->o_ref), free(c->lse_ref);
   free(c->sample_rows), free(c->sample_o);
   memset(c, 0, sizeof *c);
 }
-
-static double get(const void *a, fa_dtype t, size_t i);
 
 /* Q, K, V in the dtype from the seed (their exact values in qd, kd, vd when
 ** those are not NULL). */
@@ -67,7 +53,7 @@ static int make_inputs(val_case *c, const fa_problem *p, unsigned long long seed
   const size_t n[3] = {nq, nk, nk};
   for (int t = 0; t < 3; t++)
     for (size_t i = 0; i < n[t]; i++) {
-      double x = put(out[t], p->dtype, i, rng_normal(&s));
+      double x = fa_elem_put(out[t], p->dtype, i, rng_normal(&s));
       if (exact[t]) exact[t][i] = x;
     }
   return 0;
@@ -84,18 +70,20 @@ static void cpu_row(const val_case *c, size_t row, double *o, double *s) {
     nvis = nvis < 0 ? 0 : nvis > p->seq_k ? p->seq_k : nvis;
   }
   const double scale = fa_problem_scale(p);
+  const fa_dtype t = p->dtype;
   double m = -INFINITY, l = 0;
   for (long long j = 0; j < nvis; j++) {
     double dot = 0;
     for (size_t d = 0; d < D; d++)
-      dot += get(c->q, p->dtype, qo + d) * get(c->k, p->dtype, ko + (size_t)j * D + d);
+      dot += fa_elem_get(c->q, t, qo + d) * fa_elem_get(c->k, t, ko + (size_t)j * D + d);
     s[j] = scale * dot;
     if (s[j] > m) m = s[j];
   }
   for (long long j = 0; j < nvis; j++) l += s[j] = exp(s[j] - m);
   for (size_t d = 0; d < D; d++) {
     double acc = 0;
-    for (long long j = 0; j < nvis; j++) acc += s[j] * get(c->v, p->dtype, ko + (size_t)j * D + d);
+    for (long long j = 0; j < nvis; j++)
+      acc += s[j] * fa_elem_get(c->v, t, ko + (size_t)j * D + d);
     o[d] = nvis ? acc / l : 0;
   }
 }
@@ -143,8 +131,8 @@ static int run_oracle(val_case *c, fa_backend *be, const fa_program *oracle,
       backend_download(be, hl, lse, rows * acc, err, errlen))
     goto done;
   const fa_dtype at = p->dtype == FA_FP64 ? FA_FP64 : FA_FP32;
-  for (size_t i = 0; i < n; i++) c->o_ref[i] = get(ho, at, i);
-  for (size_t i = 0; i < rows; i++) c->lse_ref[i] = get(hl, at, i);
+  for (size_t i = 0; i < n; i++) c->o_ref[i] = fa_elem_get(ho, at, i);
+  for (size_t i = 0; i < rows; i++) c->lse_ref[i] = fa_elem_get(hl, at, i);
   rc = 0;
 done:
   attn_inputs_free(be, &in);
@@ -212,18 +200,9 @@ int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, cha
   return rc;
 }
 
-static double get(const void *a, fa_dtype t, size_t i) {
-  switch (t) {
-  case FA_FP32: return ((const float *)a)[i];
-  case FA_FP64: return ((const double *)a)[i];
-  case FA_FP16: return hp_f16_to_double(((const uint16_t *)a)[i]);
-  default: return hp_bf16_to_double(((const uint16_t *)a)[i]);
-  }
-}
-
 /* The logsumexp is fp32 for the 16-bit types. */
 static double get_lse(const void *a, fa_dtype t, size_t i) {
-  return get(a, t == FA_FP64 ? FA_FP64 : FA_FP32, i);
+  return fa_elem_get(a, t == FA_FP64 ? FA_FP64 : FA_FP32, i);
 }
 
 /* Element i of a (batch, heads, seq, dim) tensor as text. */
@@ -245,7 +224,7 @@ static void judge(const val_case *c, const void *o, const void *lse, val_result 
   char at[64];
   double e2 = 0, r2 = 0;
   for (size_t i = 0; i < n; i++) {
-    const double x = get(o, t, i), d = x - c->o_ref[i];
+    const double x = fa_elem_get(o, t, i), d = x - c->o_ref[i];
     if (!isfinite(x)) {
       where(p, i, p->dim, at, sizeof at);
       snprintf(r->msg, sizeof r->msg, "o%s is %s (never written, or overflow)", at,
@@ -274,7 +253,8 @@ static void judge(const val_case *c, const void *o, const void *lse, val_result 
     double e2 = 0, r2 = 0;
     for (size_t i = 0; i < c->nsample; i++)
       for (size_t d = 0; d < D; d++) {
-        const double ref = c->sample_o[i * D + d], x = get(o, t, c->sample_rows[i] * D + d) - ref;
+        const double ref = c->sample_o[i * D + d];
+        const double x = fa_elem_get(o, t, c->sample_rows[i] * D + d) - ref;
         e2 += x * x, r2 += ref * ref;
       }
     r->sample_err = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
