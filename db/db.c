@@ -359,10 +359,3 @@ int db_close(db *d) {
 }
 
 const char *db_path(const db *d) { return d->path; }
-
-unsigned long long db_fnv1a64(const void *data, size_t n) {
-  const unsigned char *p = data;
-  unsigned long long h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}

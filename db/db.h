@@ -194,7 +194,4 @@ typedef struct db_merge_counts {
 ** up to date when it is older. */
 int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen);
 
-/* FNV-1a 64 of n bytes: the binaries' checksum. */
-unsigned long long db_fnv1a64(const void *data, size_t n);
-
 #endif

@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 
 #include "db.h"
+#include "fa_util.h"
 
 struct db {
   sqlite3 *h;

@@ -141,7 +141,7 @@ static int binary_row(merge *m, sqlite3_stmt *st) {
   int n = sqlite3_column_bytes(st, 4);
   if (!blob && n > 0) return dbi_sqlfail(m->o->h, m->err, m->errlen, "reading a binary");
   char sum[17];
-  snprintf(sum, sizeof sum, "%016llx", db_fnv1a64(blob, (size_t)n));
+  snprintf(sum, sizeof sum, "%016llx", fa_fnv1a64(FA_FNV64_OFFSET, blob, (size_t)n));
   /* A blob that fails its checksum there is not worth carrying here. */
   if (n == 0 || strcmp(sum, dbi_col_text(st, 5))) {
     m->c->binaries_corrupt++;

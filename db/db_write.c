@@ -255,7 +255,7 @@ static void bind_key(dbi_binder *b, const db_binary_key *k) {
 int dbi_binary_write(sqlite3 *h, const db_binary_key *k, const db_binary *bin,
                      const char *created, char *err, size_t errlen) {
   char sum[17];
-  snprintf(sum, sizeof sum, "%016llx", db_fnv1a64(bin->data, bin->size));
+  snprintf(sum, sizeof sum, "%016llx", fa_fnv1a64(FA_FNV64_OFFSET, bin->data, bin->size));
   sqlite3_stmt *st;
   if (dbi_prepare(h, "INSERT INTO binaries (source_hash, target, compiler_version, options, "
                      "blob, checksum, registers, spill_bytes, smem_bytes, compile_ms, created) "
@@ -294,7 +294,7 @@ static int read_binary(sqlite3 *h, sqlite3_stmt *st, const db_binary_key *k, db_
   int n = sqlite3_column_bytes(st, 0);
   if (!blob && n > 0) return dbi_sqlfail(h, err, errlen, "reading a binary");
   char sum[17];
-  snprintf(sum, sizeof sum, "%016llx", db_fnv1a64(blob, (size_t)n));
+  snprintf(sum, sizeof sum, "%016llx", fa_fnv1a64(FA_FNV64_OFFSET, blob, (size_t)n));
   if (n == 0 || strcmp(sum, dbi_col_text(st, 1))) {
     out->corrupt = 1;
     dbi_fail(err, errlen, "binary cache entry corrupt (source %s, %s): its bytes do not "

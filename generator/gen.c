@@ -14,6 +14,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "fa_util.h"
 #include "gen.h"
 #include "template_files.h"
 
@@ -38,14 +39,6 @@ static int lua_fail(gen_state *g) {
   set_err(g, "%s", msg ? msg : "error object is not a string");
   lua_pop(g->L, 1);
   return -1;
-}
-
-static unsigned long long fnv1a(unsigned long long h, const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    h ^= (unsigned char)s[i];
-    h *= 1099511628211ULL;
-  }
-  return h;
 }
 
 static const template_file *find_file(const char *name) {
@@ -116,10 +109,10 @@ int gen_open(gen_state **out, char *err, size_t errlen) {
     gen_close(g);
     return -1;
   }
-  unsigned long long h = 14695981039346656037ULL;
+  unsigned long long h = FA_FNV64_OFFSET;
   for (const template_file *f = template_files; f->name; f++) {
-    h = fnv1a(h, f->name, strlen(f->name) + 1);
-    h = fnv1a(h, f->text, f->size);
+    h = fa_fnv1a64(h, f->name, strlen(f->name) + 1);
+    h = fa_fnv1a64(h, f->text, f->size);
   }
   snprintf(g->digest, sizeof g->digest, "%016llx", h);
   *out = g;
@@ -357,7 +350,7 @@ static void take_kernel(lua_State *L, gen_call *c) {
   lua_pop(L, 1);
   k->source = cuda_source(L, k);
   snprintf(k->source_hash, sizeof k->source_hash, "%016llx",
-           fnv1a(14695981039346656037ULL, k->source, strlen(k->source)));
+           fa_fnv1a64(FA_FNV64_OFFSET, k->source, strlen(k->source)));
 }
 
 static int render_config_protected(lua_State *L) {

@@ -16,6 +16,7 @@
 
 #include "attn_run.h"
 #include "db.h"
+#include "fa_util.h"
 #include "fatune.h"
 
 #define TABLE_SIZE 256   /* problem keys kept in memory; a full table starts over */
@@ -236,10 +237,8 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 }
 
 static unsigned hash_key(const fa_problem *p) {
-  unsigned h = 2166136261u;
   const int v[5] = {(int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal};
-  for (int i = 0; i < 5; i++) h = (h ^ (unsigned)v[i]) * 16777619u;
-  return h;
+  return (unsigned)fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
 }
 
 static int same_key(const slot *s, const fa_problem *p) {

@@ -27,6 +27,7 @@
 
 #include "check.h"
 #include "db.h"
+#include "fa_util.h"
 
 #define PATH_LEN 512
 #define KILL_TRIALS 2000
@@ -152,7 +153,7 @@ static long long add_device(db *d, const char *name, const char *uuid, const cha
 
 static long long add_variant(db *d, const char *name) {
   char hash[32], config[160], source[32];
-  unsigned long long h = db_fnv1a64(name, strlen(name));
+  unsigned long long h = fa_fnv1a64(FA_FNV64_OFFSET, name, strlen(name));
   snprintf(hash, sizeof hash, "%012llx", h >> 16);
   snprintf(source, sizeof source, "%016llx", h ^ 1);
   snprintf(config, sizeof config, "family=simt,dtype=fp32,dim=64,block_m=64,norm=eager,tag=%s",

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fa_util.h"
 #include "explore_int.h"
 #include "par.h"
 #include "tune.h"
@@ -64,12 +65,6 @@ long long ex_measured(const ex_variant *v, int c) {
 
 int ex_ran(const ex_variant *v) {
   return !strcmp(v->status, "ok") || !strcmp(v->status, "invalid");
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- The variants ---- */
@@ -329,12 +324,12 @@ static int problem_for(const explore *x, int seq_q, int seq_k, fa_problem *p) {
 static int explore_one(explore *x, int first) {
   for (size_t i = 0; i < x->n; i++)
     if (predict(x, &x->v[i]) != 0) return -1;
-  const double t0 = now_s();
+  const double t0 = fa_now_s();
   if (isatty(2))
     fprintf(stderr, "explore: seq_q %d seq_k %d: running %zu variants...\n", x->run.seq_q,
             x->run.seq_k, x->n);
   if (run_problem(x) != 0) return -1;
-  x->run_s += now_s() - t0;
+  x->run_s += fa_now_s() - t0;
   for (size_t i = 0; i < x->n; i++) {
     record(x, &x->v[i]);
     if (strcmp(x->v[i].status, "ok")) x->failures++;
@@ -402,7 +397,7 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   x->threads = o->jobs > 0 ? o->jobs : par_cores();
   x->seed = o->seed_given ? o->seed : (unsigned long long)time(NULL);
   x->emu_seq = cli_given(o, "--emu-seq") ? o->emu_seq : EX_EMU_SEQ;
-  const double t0 = now_s();
+  const double t0 = fa_now_s();
   pthread_mutex_init(&x->mu, NULL);
   for (int a = 0; a < EX_NAXES; a++)
     x->on[a] = !strcmp(o->axis, "all") || !strcmp(o->axis, ex_axes[a].name);
@@ -427,7 +422,7 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   rc = x->failures || x->mismatches ? 1 : 0;
   fprintf(stderr, "fatune: %zu variants, %d trials not ok, %d counters off the model; %.1f s "
                   "in all, %.1f s of it running them; results in %s\n",
-          x->n, x->failures, x->mismatches, now_s() - t0, x->run_s, db_path(x->db));
+          x->n, x->failures, x->mismatches, fa_now_s() - t0, x->run_s, db_path(x->db));
 done:
   explore_free(x);
   free(x);

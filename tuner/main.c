@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fa_util.h"
 #include "cli.h"
 #include "cmd_db.h"
 #include "compile_pool.h"
@@ -130,12 +131,6 @@ static void progress(size_t done, size_t total, void *ud) {
   if (done == total) fputc('\n', stderr);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -250,13 +245,13 @@ static int cmd_compile(gen_state *g, const cli_opts *o, const gen_target *t) {
     s.jobs[i].entry = s.kernels[i].entry;
   }
   int threads = o->jobs > 0 ? o->jobs : compile_pool_default_threads();
-  double t0 = now_s();
+  double t0 = fa_now_s();
   if (compile_pool_run(s.jobs, s.n, t->arch, threads, isatty(2) ? progress : NULL, NULL) != 0) {
     perror("fatune: compile pool");
     compile_set_free(&s);
     return 1;
   }
-  double wall = now_s() - t0;
+  double wall = fa_now_s() - t0;
   if (o->json) print_json(&s);
   else print_table(&s);
   print_summary(o->json ? stderr : stdout, &s, t, threads, wall);

@@ -23,17 +23,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fa_util.h"
 #include "par.h"
 #include "tune.h"
 #include "tune_types.h"
 
 #define ORACLE_SAMPLE_ROWS 64
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void progress(size_t done, size_t total, void *ud) {
   fprintf(stderr, "\r%s %zu/%zu", (const char *)ud, done, total);
@@ -298,19 +293,19 @@ static int emu_flow(tune *s) {
   size_t m = 0;
   for (size_t i = 0; i < s->n; i++)
     if (s->e[i].st != ST_RECORDED) ks[m] = &s->e[i].k, jobs[m] = s->e[i].nvrtc, m++;
-  double t0 = now_s();
+  double t0 = fa_now_s();
   if (compile_pool_run(jobs, m, s->t->arch, s->threads, progress_if_tty(),
                        (void *)"compiling with NVRTC") != 0) {
     fprintf(stderr, "fatune: cannot start the NVRTC compile threads\n");
     goto done;
   }
-  double t1 = now_s();
+  double t1 = fa_now_s();
   if (m && isatty(2)) fprintf(stderr, "compiling with the host compiler...\n");
   if (backend_compile(s->be, ks, m, s->threads, b, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);
     goto done;
   }
-  s->nvrtc_s = t1 - t0, s->compile_s = now_s() - t1;
+  s->nvrtc_s = t1 - t0, s->compile_s = fa_now_s() - t1;
   for (size_t i = 0, j = 0; i < s->n; i++) {
     entry *e = &s->e[i];
     if (e->st == ST_RECORDED) continue;
@@ -320,9 +315,9 @@ static int emu_flow(tune *s) {
       e->st = ST_COMPILE_ERROR, e->why = e->nvrtc.result.error;
   }
   if (workers_open(s, s->threads) != 0) goto done;
-  t0 = now_s();
+  t0 = fa_now_s();
   rc = par_for(s->n, s->threads, measure_one, s, progress_if_tty(), (void *)"validating");
-  s->check_s = now_s() - t0;
+  s->check_s = fa_now_s() - t0;
   if (rc != 0) fprintf(stderr, "fatune: cannot start the validation threads\n");
 done:
   workers_close(s);
@@ -359,7 +354,7 @@ static void *compile_thread(void *ud) {
 
 static void gpu_progress(tune *s) {
   if (!isatty(2)) return;
-  const double spent = now_s() - s->t_start;
+  const double spent = fa_now_s() - s->t_start;
   const double left = s->done ? spent / (double)s->done * (double)(s->n - s->done) : 0;
   fprintf(stderr, "\r\033[K%zu/%zu", s->done, s->n);
   if (s->best)
@@ -379,7 +374,7 @@ static int gpu_flow(tune *s) {
   }
   if (workers_open(s, 1) != 0) return -1;
   pthread_t tid;
-  s->t_start = now_s();
+  s->t_start = fa_now_s();
   if (pthread_create(&tid, NULL, compile_thread, s) != 0) {
     fprintf(stderr, "fatune: cannot start the compile thread\n");
     workers_close(s);
@@ -398,7 +393,7 @@ static int gpu_flow(tune *s) {
     gpu_progress(s);
   }
   pthread_join(tid, NULL);
-  s->check_s = now_s() - s->t_start;
+  s->check_s = fa_now_s() - s->t_start;
   workers_close(s);
   return 0;
 }

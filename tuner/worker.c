@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fa_util.h"
 #include "worker.h"
 
 struct wk_worker {
@@ -142,12 +143,6 @@ static void bury(wk_worker *w, int kill_it, char *why, size_t whylen) {
     snprintf(why, whylen, "the worker exited with status %d", WEXITSTATUS(status));
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, size_t whylen) {
   if (!w->pid && start(w, why, whylen) != 0) return WK_ERROR;
   /* A child that died between jobs shows up as a failed write (EPIPE):
@@ -161,10 +156,10 @@ wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, s
     bury(w, 0, why, whylen);
     return WK_CRASHED;
   }
-  const double deadline = now_s() + timeout_s;
+  const double deadline = fa_now_s() + timeout_s;
   size_t got = 0;
   while (got < w->size + 1) {
-    int left_ms = (int)((deadline - now_s()) * 1000);
+    int left_ms = (int)((deadline - fa_now_s()) * 1000);
     if (left_ms <= 0) {
       bury(w, 1, NULL, 0);
       snprintf(why, whylen, "no answer after %d s: the worker was killed", timeout_s);
