@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend_impl.h"
 #include "cuda_driver.h"
 
 int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,

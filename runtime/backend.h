@@ -109,43 +109,4 @@ int backend_poisoned(fa_backend *b);
 /* The GPU of a cuda backend, or NULL for another backend. */
 const cudrv_device_info *backend_cuda_device(const fa_backend *b);
 
-/* The backends' own constructors, for backend_open. */
-typedef struct backend_ops backend_ops;
-struct backend_ops {
-  const char *name;
-  int has_counters;
-  void (*close)(fa_backend *b);
-  int (*compile)(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
-                 fa_build *out, char *err, size_t errlen);
-  void (*program_free)(fa_backend *b, fa_program *p);
-  int (*alloc)(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen);
-  void (*free)(fa_backend *b, void *ptr);
-  int (*copy)(fa_backend *b, void *dst, const void *src, size_t bytes, int to_device,
-              char *err, size_t errlen);
-  int (*fill)(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
-              size_t errlen);
-  int (*launch)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
-                const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
-                char *err, size_t errlen);
-  /* optional: NULL where the backend has no such thing */
-  int (*time)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
-              const fa_params *params, int budget_ms, fa_timing *t, char *err, size_t errlen);
-  int (*occupancy)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
-                   int *ctas_per_sm, char *err, size_t errlen);
-  int (*poisoned)(fa_backend *b);
-  int (*blob)(fa_backend *b, const fa_program *prog, const void **data, size_t *size);
-  int (*load)(fa_backend *b, const gen_kernel *k, const void *data, size_t size,
-              fa_program **prog, char *err, size_t errlen);
-  void (*cache_key)(fa_backend *b, const char **target, const char **compiler,
-                    const char **options);
-};
-struct fa_backend {
-  const backend_ops *ops;
-  int keep_objects;
-};
-
-int backend_emu_open(fa_backend **out, char *err, size_t errlen);
-int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err,
-                      size_t errlen);
-
 #endif

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend_impl.h"
 
 typedef struct emu_backend {
   fa_backend base;

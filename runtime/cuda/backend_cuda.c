@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend_impl.h"
 #include "cuda_api.h"
 #include "nvrtc_compile.h"
 #include "par.h"
