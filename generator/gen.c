@@ -33,12 +33,13 @@ static void set_err(gen_state *g, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Take the error on top of the stack as the message, and pop it. */
-static int lua_fail(gen_state *g) {
+/* Take the error on top of the stack as the message, and pop it; the
+** status for Lua's: out of memory, or what was asked is not to be had. */
+static int lua_fail(gen_state *g, int lua_status) {
   const char *msg = lua_tostring(g->L, -1);
   set_err(g, "%s", msg ? msg : "error object is not a string");
   lua_pop(g->L, 1);
-  return -1;
+  return lua_status == LUA_ERRMEM ? FA_ENOMEM : FA_EINVAL;
 }
 
 static const template_file *find_file(const char *name) {
@@ -93,21 +94,23 @@ int gen_open(gen_state **out, char *err, size_t errlen) {
   gen_state *g = calloc(1, sizeof *g);
   if (!g) {
     snprintf(err, errlen, "out of memory");
-    return -1;
+    return FA_ENOMEM;
   }
   g->L = luaL_newstate();
   if (!g->L) {
     snprintf(err, errlen, "cannot create a Lua state (out of memory)");
     free(g);
-    return -1;
+    return FA_ENOMEM;
   }
   lua_pushcfunction(g->L, setup);
   lua_pushlightuserdata(g->L, g);
-  if (lua_pcall(g->L, 1, 0, 0) != LUA_OK) {
-    lua_fail(g);
+  int rc = lua_pcall(g->L, 1, 0, 0);
+  if (rc != LUA_OK) {
+    /* Templates that do not load are fatune's fault, not the caller's. */
+    rc = lua_fail(g, rc) == FA_ENOMEM ? FA_ENOMEM : FA_EINTERNAL;
     snprintf(err, errlen, "loading the templates: %s", g->err);
     gen_close(g);
-    return -1;
+    return rc;
   }
   unsigned long long h = FA_FNV64_OFFSET;
   for (const template_file *f = template_files; f->name; f++) {
@@ -153,8 +156,8 @@ static int protected_call(gen_state *g, lua_CFunction fn, gen_call *c) {
   c->g = g;
   lua_pushcfunction(g->L, fn);
   lua_pushlightuserdata(g->L, c);
-  if (lua_pcall(g->L, 1, 0, 0) != LUA_OK) return lua_fail(g);
-  return 0;
+  int rc = lua_pcall(g->L, 1, 0, 0);
+  return rc == LUA_OK ? FA_OK : lua_fail(g, rc);
 }
 
 static gen_call *call_of(lua_State *L) { return lua_touserdata(L, 1); }
@@ -244,7 +247,7 @@ int gen_target_for_arch(gen_state *g, const char *arch, int smem_bytes,
   memset(t, 0, sizeof *t);
   if (strlen(arch) >= sizeof t->arch) {
     set_err(g, "unknown arch '%.32s...'", arch);
-    return -1;
+    return FA_EINVAL;
   }
   gen_call c = {.text = arch, .smem = smem_bytes, .max_threads = max_threads, .target_out = t};
   return protected_call(g, target_protected, &c);

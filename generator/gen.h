@@ -2,7 +2,10 @@
 ** gen.h
 ** The generator: the search space and the templates, run by an embedded Lua
 ** interpreter. One gen_state holds one lua_State; use one per thread.
-** Every function returns 0 on success or -1 with a message in gen_errmsg().
+** Every function returns 0 on success, or FA_ENOMEM or FA_EINVAL (a config,
+** name or problem the space refuses) with a message in gen_errmsg();
+** gen_open's message is in err, and FA_EINTERNAL there means the
+** templates themselves do not load.
 */
 #ifndef GEN_H
 #define GEN_H
@@ -10,6 +13,7 @@
 #include <stddef.h>
 
 #include "fa_problem.h"
+#include "fa_status.h"
 
 typedef struct gen_state gen_state;
 

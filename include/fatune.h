@@ -36,8 +36,9 @@ typedef enum fatune_status {
   FATUNE_ENODEV,     /* no such backend here (no driver, no GPU) */
   FATUNE_EDB,        /* the database cannot be opened or read */
   FATUNE_ECOMPILE,   /* a kernel does not compile */
-  FATUNE_ELAUNCH,    /* a kernel failed to run */
-  FATUNE_ENOMEM
+  FATUNE_ELAUNCH,    /* a kernel failed to run, or the device failed */
+  FATUNE_ENOMEM,     /* out of host or device memory */
+  FATUNE_EINTERNAL   /* fatune's own parts are broken (its templates), or a thread would not start */
 } fatune_status;
 
 typedef enum fatune_dtype { FATUNE_FP32 = 0, FATUNE_FP64 = 1, FATUNE_FP16 = 2, FATUNE_BF16 = 3 } fatune_dtype;

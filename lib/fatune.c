@@ -21,6 +21,14 @@
 
 #define TABLE_SIZE 256   /* problem keys kept in memory; a full table starts over */
 
+/* The layers' statuses are the library's: passed through, never guessed. */
+#define SAME(a, b) _Static_assert((int)(a) == (int)(b), #a " is " #b)
+SAME(FA_OK, FATUNE_OK); SAME(FA_EINVAL, FATUNE_EINVAL); SAME(FA_ENODEV, FATUNE_ENODEV);
+SAME(FA_EDB, FATUNE_EDB); SAME(FA_ECOMPILE, FATUNE_ECOMPILE);
+SAME(FA_ELAUNCH, FATUNE_ELAUNCH); SAME(FA_ENOMEM, FATUNE_ENOMEM);
+SAME(FA_EINTERNAL, FATUNE_EINTERNAL);
+#undef SAME
+
 static _Thread_local char errbuf[512];
 
 static fatune_status fail(fatune_status st, const char *fmt, ...)
@@ -69,12 +77,10 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   char err[512], note[256];
   const char *bk = opts && opts->backend ? opts->backend : "auto";
   fatune_status st = FATUNE_OK;
-  if (backend_open(bk, &c->be, note, sizeof note, err, sizeof err) != 0) {
-    st = fail(strcmp(bk, "cuda") && strcmp(bk, "emu") && strcmp(bk, "auto") ? FATUNE_EINVAL
-                                                                             : FATUNE_ENODEV,
-              "%s", err);
-  } else if (gen_open(&c->gen, err, sizeof err) != 0) {
-    st = fail(FATUNE_ENOMEM, "%s", err);
+  int rc;
+  if ((rc = backend_open(bk, &c->be, note, sizeof note, err, sizeof err)) != 0 ||
+      (rc = gen_open(&c->gen, err, sizeof err)) != 0) {
+    st = fail((fatune_status)rc, "%s", err);
   } else if (db_open(opts ? opts->db_path : NULL, DB_CREATE, &c->db, err, sizeof err) != 0) {
     st = fail(FATUNE_EDB, "%s", err);
   } else {
@@ -83,7 +89,7 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
     if (d) snprintf(arch, sizeof arch, "sm_%d%d", d->cc_major, d->cc_minor);
     snprintf(c->device, sizeof c->device, "%s", d ? d->uuid : "emu");
     if (gen_target_for_arch(c->gen, arch, d ? d->smem_per_block_optin : 0, 0, &c->target) != 0)
-      st = fail(FATUNE_ENODEV, "%s", gen_errmsg(c->gen));
+      st = fail(FATUNE_ENODEV, "this GPU is not one fatune knows: %s", gen_errmsg(c->gen));
     backend_keep_objects(c->be, 1);
   }
   if (st != FATUNE_OK) {
@@ -194,8 +200,9 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
     *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;
     return FATUNE_OK;
   }
-  if (gen_render_config(c->gen, "", fp, &c->target, k) != 0)
-    return fail(FATUNE_EINVAL, "no kernel for this problem: %s", gen_errmsg(c->gen));
+  int rc = gen_render_config(c->gen, "", fp, &c->target, k);
+  if (rc != 0)
+    return fail((fatune_status)rc, "no kernel for this problem: %s", gen_errmsg(c->gen));
   *choice = FATUNE_DEFAULT;
   return FATUNE_OK;
 }
@@ -216,9 +223,11 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
     if (rc == 0) return FATUNE_OK;
   }
   fa_build b;
-  if (backend_compile(c->be, &k, 1, 1, &b, err, sizeof err) != 0 || !b.prog) {
+  int rc = backend_compile(c->be, &k, 1, 1, &b, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "compiling %s: %s", k->name, err);
+  if (!b.prog) {
     fatune_status st = fail(FATUNE_ECOMPILE, "%s does not compile: %.300s", k->name,
-                            b.prog ? err : b.log ? b.log : err);
+                            b.log ? b.log : "?");
     backend_build_free(c->be, &b);
     return st;
   }
@@ -345,11 +354,12 @@ fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, c
   const size_t es = (size_t)fa_dtype_size(fp.dtype), ls = (size_t)fa_lse_size(fp.dtype);
   const size_t rows = (size_t)fp.batch * fp.heads * fp.seq_q;
   /* Kernels always write the logsumexp: a scratch one when the caller has none. */
-  if ((shape.ws_bytes && backend_alloc(c->be, shape.ws_bytes, &ws, err, sizeof err)) ||
-      (!lse && backend_alloc(c->be, rows * ls, &lse_buf, err, sizeof err))) {
+  int rc = 0;
+  if ((shape.ws_bytes && (rc = backend_alloc(c->be, shape.ws_bytes, &ws, err, sizeof err))) ||
+      (!lse && (rc = backend_alloc(c->be, rows * ls, &lse_buf, err, sizeof err)))) {
     pthread_rwlock_unlock(&c->lock);
     backend_free(c->be, ws);
-    return fail(FATUNE_ENOMEM, "%s", err);
+    return fail((fatune_status)rc, "%s", err);
   }
   fa_params a = attn_params(&fp, q, k, v, o, lse_buf, ws);
   /* On the emulator the caller's buffers are host memory the kernel may touch. */
@@ -360,11 +370,11 @@ fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, c
     {(uintptr_t)lse_buf, (uintptr_t)lse_buf + rows * ls}};
   fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF, .extra = extra,
                     .nextra = 5, .stream = stream, .async = ws == NULL && lse_buf == lse};
-  int rc = backend_launch(c->be, s->prog, &shape, &a, &ro, NULL, err, sizeof err);
+  rc = backend_launch(c->be, s->prog, &shape, &a, &ro, NULL, err, sizeof err);
   pthread_rwlock_unlock(&c->lock);
   backend_free(c->be, ws);
   if (lse_buf != lse) backend_free(c->be, lse_buf);
-  if (rc != 0) return fail(FATUNE_ELAUNCH, "%s", err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
   errbuf[0] = '\0';
   return FATUNE_OK;
 }

@@ -16,7 +16,7 @@ int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
   if (!strcmp(name, "emu")) return backend_emu_open(out, err, errlen);
   if (strcmp(name, "cuda") && strcmp(name, "auto")) {
     snprintf(err, errlen, "unknown backend '%s' (emu, cuda or auto)", name);
-    return -1;
+    return FA_EINVAL;
   }
   /* Probed in a child: this process must stay free of CUDA to fork workers. */
   char why[256];
@@ -24,7 +24,7 @@ int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
   if (cudrv_probe_isolated(&info, why, sizeof why)) return backend_cuda_open(&info, out, err, errlen);
   if (!strcmp(name, "cuda")) {
     snprintf(err, errlen, "--backend cuda: %s", why);
-    return -1;
+    return FA_ENODEV;
   }
   if (note) snprintf(note, notelen, "%s", why);
   return backend_emu_open(out, err, errlen);
@@ -83,7 +83,7 @@ int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                  size_t errlen) {
   if (!b->ops->time) {
     snprintf(err, errlen, "the %s backend does not time kernels", b->ops->name);
-    return -1;
+    return FA_ENODEV;
   }
   return b->ops->time(b, prog, shape, params, budget_ms, t, err, errlen);
 }
@@ -92,7 +92,7 @@ int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *s
                       int *ctas_per_sm, char *err, size_t errlen) {
   if (!b->ops->occupancy) {
     snprintf(err, errlen, "the %s backend has no occupancy", b->ops->name);
-    return -1;
+    return FA_ENODEV;
   }
   return b->ops->occupancy(b, prog, shape, ctas_per_sm, err, errlen);
 }

@@ -3,8 +3,9 @@
 ** What the tuner drives, whatever runs the kernels: compile, allocate, copy,
 ** launch, counters. Two backends sit behind it: cuda (NVRTC and the Driver
 ** API) and emu (the CPU emulator). Device pointers are void *; on emu they
-** are host memory. Every call returns 0, or -1 with a one-line message in
-** err; a backend may be used from several threads at once.
+** are host memory. Every call returns 0, or an fa_status (fa_status.h)
+** with a one-line message in err; a backend may be used from several
+** threads at once.
 */
 #ifndef BACKEND_H
 #define BACKEND_H
@@ -13,6 +14,7 @@
 
 #include "cuda_driver.h"
 #include "emu.h"
+#include "fa_status.h"
 #include "gen.h"
 
 typedef struct fa_backend fa_backend;
@@ -58,7 +60,7 @@ const char *backend_name(const fa_backend *b);   /* "emu" or "cuda" */
 int backend_has_counters(const fa_backend *b);
 
 /* Compile n kernels on up to jobs threads; out[i] for kernels[i]. A kernel
-** that fails never stops the others; -1 means nothing could be tried. */
+** that fails never stops the others; a status means nothing could be tried. */
 int backend_compile(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
                     fa_build *out, char *err, size_t errlen);
 void backend_build_free(fa_backend *b, fa_build *build);
@@ -92,7 +94,7 @@ int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shap
                    const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
                    char *err, size_t errlen);
 
-/* Time a kernel (warm-up, then launches for about budget_ms); -1 on a
+/* Time a kernel (warm-up, then launches for about budget_ms); FA_ENODEV on a
 ** backend that cannot (the emulator's times are no GPU's). */
 int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                  const fa_params *params, int budget_ms, fa_timing *t, char *err,

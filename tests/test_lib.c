@@ -78,6 +78,13 @@ static void test_errors(void) {
   fatune_options bad = {.db_path = dbpath, .backend = "gpu"};
   CHECK(fatune_open(&bad, &c) == FATUNE_EINVAL && strstr(fatune_errmsg(), "gpu"),
         "backend 'gpu': '%s'", fatune_errmsg());
+  /* Each failure keeps its own status: no driver is not a bad argument. */
+  fatune_options cuda = {.db_path = dbpath, .backend = "cuda"};
+  fatune_status st = fatune_open(&cuda, &c);
+  if (st == FATUNE_OK) fatune_close(c);
+  else
+    CHECK(st == FATUNE_ENODEV && strstr(fatune_errmsg(), "cuda"), "backend cuda: %d '%s'",
+          (int)st, fatune_errmsg());
   char junk[160];
   snprintf(junk, sizeof junk, "%s/junk.db", dir);
   FILE *f = fopen(junk, "wb");

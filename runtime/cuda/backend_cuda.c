@@ -55,12 +55,27 @@ static int sticky(CUresult rc) {
          rc == CUDA_ERROR_LAUNCH_TIMEOUT || rc == CUDA_ERROR_ECC_UNCORRECTABLE;
 }
 
-/* 0 on success; else the message, the poison flag, and -1. */
+/* What a failed driver call means to the caller. */
+static fa_status status_of(CUresult rc) {
+  switch (rc) {
+  case CUDA_ERROR_OUT_OF_MEMORY: return FA_ENOMEM;
+  case CUDA_ERROR_NO_DEVICE: case CUDA_ERROR_INVALID_DEVICE: case CUDA_ERROR_NOT_INITIALIZED:
+  case CUDA_ERROR_DEINITIALIZED: case CUDA_ERROR_STUB_LIBRARY:
+  case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: case CUDA_ERROR_DEVICE_UNAVAILABLE:
+    return FA_ENODEV;
+  case CUDA_ERROR_INVALID_IMAGE: case CUDA_ERROR_NO_BINARY_FOR_GPU:
+  case CUDA_ERROR_INVALID_PTX: case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    return FA_ECOMPILE;
+  default: return FA_ELAUNCH;
+  }
+}
+
+/* 0 on success; else the message, the poison flag, and the status. */
 static int ck(cuda_backend *c, CUresult rc, const char *call, char *err, size_t errlen) {
   if (rc == CUDA_SUCCESS) return 0;
   if (sticky(rc)) c->poisoned = 1;
   cudrv_error((int)rc, call, err, errlen);
-  return -1;
+  return status_of(rc);
 }
 
 static int ensure_device(cuda_backend *c, char *err, size_t errlen) {
@@ -72,11 +87,10 @@ static int ensure_device(cuda_backend *c, char *err, size_t errlen) {
     CUdevice dev;
     if (cudrv_probe(why, sizeof why) <= 0 || !(api = cudrv_api_get())) {
       snprintf(err, errlen, "%s", why);
-      rc = -1;
-    } else if (ck(c, api->device_get(&dev, 0), "cuDeviceGet", err, errlen) ||
-               ck(c, api->ctx_retain(&c->ctx, dev), "cuDevicePrimaryCtxRetain", err, errlen)) {
-      rc = -1;
-    } else {
+      rc = FA_ENODEV;
+    } else if (!(rc = ck(c, api->device_get(&dev, 0), "cuDeviceGet", err, errlen)) &&
+               !(rc = ck(c, api->ctx_retain(&c->ctx, dev), "cuDevicePrimaryCtxRetain", err,
+                         errlen))) {
       c->api = api;
     }
   }
@@ -113,13 +127,13 @@ static int cuda_compile(fa_backend *b, const gen_kernel *const *kernels, size_t 
   nvrtc_result *res = calloc(n ? n : 1, sizeof *res);
   if (!res) {
     snprintf(err, errlen, "out of memory");
-    return -1;
+    return FA_ENOMEM;
   }
   compile_job j = {kernels, res, c->arch};
   if (par_for(n, jobs, compile_one, &j, NULL, NULL) != 0) {
     free(res);
     snprintf(err, errlen, "cannot start the compile threads");
-    return -1;
+    return FA_EINTERNAL;
   }
   for (size_t i = 0; i < n; i++) {
     nvrtc_result *r = &res[i];
@@ -156,16 +170,19 @@ static void cuda_program_free(fa_backend *b, fa_program *p) {
 
 /* The module in this process, and the shared memory opt-in for this size. */
 static int load(cuda_backend *c, fa_program *p, unsigned smem, char *err, size_t errlen) {
-  if (ensure_device(c, err, errlen) != 0) return -1;
+  int rc = ensure_device(c, err, errlen);
+  if (rc != 0) return rc;
   const cudrv_api *a = c->api;
-  if (!p->mod && (ck(c, a->module_load(&p->mod, p->cubin), "cuModuleLoadData", err, errlen) ||
-                  ck(c, a->module_fn(&p->fn, p->mod, p->entry), "cuModuleGetFunction", err,
-                     errlen)))
-    return -1;
+  if (!p->mod &&
+      ((rc = ck(c, a->module_load(&p->mod, p->cubin), "cuModuleLoadData", err, errlen)) ||
+       (rc = ck(c, a->module_fn(&p->fn, p->mod, p->entry), "cuModuleGetFunction", err,
+                errlen))))
+    return rc;
   if (smem > SMEM_DEFAULT_LIMIT && (int)smem > p->smem_opt_in) {
-    if (ck(c, a->fn_set_attr(p->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem),
-           "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen))
-      return -1;
+    if ((rc = ck(c, a->fn_set_attr(p->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                   (int)smem),
+                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen)))
+      return rc;
     p->smem_opt_in = (int)smem;
   }
   return 0;
@@ -176,9 +193,9 @@ static int load(cuda_backend *c, fa_program *p, unsigned smem, char *err, size_t
 static int cuda_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen) {
   cuda_backend *c = self(b);
   CUdeviceptr d = 0;
-  if (ensure_device(c, err, errlen) ||
-      ck(c, c->api->mem_alloc(&d, bytes ? bytes : 1), "cuMemAlloc", err, errlen))
-    return -1;
+  int rc = ensure_device(c, err, errlen);
+  if (rc || (rc = ck(c, c->api->mem_alloc(&d, bytes ? bytes : 1), "cuMemAlloc", err, errlen)))
+    return rc;
   *ptr = (void *)(uintptr_t)d;
   return 0;
 }
@@ -191,7 +208,8 @@ static void cuda_free(fa_backend *b, void *ptr) {
 static int cuda_copy(fa_backend *b, void *dst, const void *src, size_t bytes, int to_device,
                      char *err, size_t errlen) {
   cuda_backend *c = self(b);
-  if (ensure_device(c, err, errlen) != 0) return -1;
+  int rc = ensure_device(c, err, errlen);
+  if (rc != 0) return rc;
   if (to_device)
     return ck(c, c->api->htod((CUdeviceptr)(uintptr_t)dst, src, bytes), "cuMemcpyHtoD", err,
               errlen);
@@ -202,7 +220,8 @@ static int cuda_copy(fa_backend *b, void *dst, const void *src, size_t bytes, in
 static int cuda_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
                      size_t errlen) {
   cuda_backend *c = self(b);
-  if (ensure_device(c, err, errlen) != 0) return -1;
+  int rc = ensure_device(c, err, errlen);
+  if (rc != 0) return rc;
   return ck(c, c->api->memset8((CUdeviceptr)(uintptr_t)dst, byte, bytes), "cuMemsetD8", err,
             errlen);
 }
@@ -229,9 +248,9 @@ static int cuda_launch(fa_backend *b, const fa_program *prog, const gen_launch *
   (void)ctr;  /* no counters on a GPU */
   cuda_backend *c = self(b);
   fa_program *p = (fa_program *)prog;  /* the lazy module is per process */
-  if (load(c, p, shape->smem_bytes, err, errlen) ||
-      launch_on(c, p, shape, params, opts ? opts->stream : NULL, err, errlen))
-    return -1;
+  int rc = load(c, p, shape->smem_bytes, err, errlen);
+  if (rc || (rc = launch_on(c, p, shape, params, opts ? opts->stream : NULL, err, errlen)))
+    return rc;
   if (opts && opts->async) return 0;
   return ck(c, c->api->ctx_sync(), "cuCtxSynchronize (after the kernel)", err, errlen);
 }
@@ -253,37 +272,41 @@ static int cuda_time(fa_backend *b, const fa_program *prog, const gen_launch *sh
   cuda_backend *c = self(b);
   fa_program *p = (fa_program *)prog;
   memset(t, 0, sizeof *t);
-  if (load(c, p, shape->smem_bytes, err, errlen) != 0) return -1;
+  int rc = load(c, p, shape->smem_bytes, err, errlen);
+  if (rc != 0) return rc;
   const cudrv_api *a = c->api;
   if (!c->flush) {
     size_t bytes = 2 * (size_t)(c->info.l2_bytes > 0 ? c->info.l2_bytes : 64 << 20);
-    if (ck(c, a->mem_alloc(&c->flush, bytes), "cuMemAlloc (L2 flush buffer)", err, errlen))
-      return -1;
+    if ((rc = ck(c, a->mem_alloc(&c->flush, bytes), "cuMemAlloc (L2 flush buffer)", err,
+                 errlen)))
+      return rc;
     c->flush_bytes = bytes;
   }
   float *ms = malloc(TIMING_MAX_REPS * sizeof *ms);
   CUevent e0 = NULL, e1 = NULL;
-  int rc = -1, n = 0;
+  int n = 0;
+  rc = FA_ENOMEM;
   if (!ms) {
     snprintf(err, errlen, "out of memory");
     goto done;
   }
-  if (ck(c, a->event_create(&e0, CU_EVENT_DEFAULT), "cuEventCreate", err, errlen) ||
-      ck(c, a->event_create(&e1, CU_EVENT_DEFAULT), "cuEventCreate", err, errlen))
+  if ((rc = ck(c, a->event_create(&e0, CU_EVENT_DEFAULT), "cuEventCreate", err, errlen)) ||
+      (rc = ck(c, a->event_create(&e1, CU_EVENT_DEFAULT), "cuEventCreate", err, errlen)))
     goto done;
   /* Warm-up: the module's first launch, clocks, caches of code. */
   for (int i = 0; i < 3; i++)
-    if (launch_async(c, p, shape, params, err, errlen)) goto done;
-  if (ck(c, a->ctx_sync(), "cuCtxSynchronize (warm-up)", err, errlen)) goto done;
+    if ((rc = launch_async(c, p, shape, params, err, errlen))) goto done;
+  if ((rc = ck(c, a->ctx_sync(), "cuCtxSynchronize (warm-up)", err, errlen))) goto done;
   float spent = 0;
   while (n < TIMING_MAX_REPS && (n < TIMING_MIN_REPS || spent < (float)budget_ms)) {
-    if (ck(c, a->memset8_async(c->flush, (unsigned char)n, c->flush_bytes, NULL),
-           "cuMemsetD8Async (L2 flush)", err, errlen) ||
-        ck(c, a->event_record(e0, NULL), "cuEventRecord", err, errlen) ||
-        launch_async(c, p, shape, params, err, errlen) ||
-        ck(c, a->event_record(e1, NULL), "cuEventRecord", err, errlen) ||
-        ck(c, a->event_sync(e1), "cuEventSynchronize (after the kernel)", err, errlen) ||
-        ck(c, a->event_elapsed(&ms[n], e0, e1), "cuEventElapsedTime", err, errlen))
+    if ((rc = ck(c, a->memset8_async(c->flush, (unsigned char)n, c->flush_bytes, NULL),
+                 "cuMemsetD8Async (L2 flush)", err, errlen)) ||
+        (rc = ck(c, a->event_record(e0, NULL), "cuEventRecord", err, errlen)) ||
+        (rc = launch_async(c, p, shape, params, err, errlen)) ||
+        (rc = ck(c, a->event_record(e1, NULL), "cuEventRecord", err, errlen)) ||
+        (rc = ck(c, a->event_sync(e1), "cuEventSynchronize (after the kernel)", err,
+                 errlen)) ||
+        (rc = ck(c, a->event_elapsed(&ms[n], e0, e1), "cuEventElapsedTime", err, errlen)))
       goto done;
     spent += ms[n++];
   }
@@ -305,7 +328,8 @@ static int cuda_occupancy(fa_backend *b, const fa_program *prog, const gen_launc
                           int *ctas_per_sm, char *err, size_t errlen) {
   cuda_backend *c = self(b);
   fa_program *p = (fa_program *)prog;
-  if (load(c, p, shape->smem_bytes, err, errlen) != 0) return -1;
+  int rc = load(c, p, shape->smem_bytes, err, errlen);
+  if (rc != 0) return rc;
   return ck(c, c->api->occupancy(ctas_per_sm, p->fn, (int)shape->block[0], shape->smem_bytes),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor", err, errlen);
 }
@@ -327,7 +351,7 @@ static int cuda_load_program(fa_backend *b, const gen_kernel *k, const void *dat
     if (p) free(p->entry), free(p->cubin);
     free(p);
     snprintf(err, errlen, "out of memory");
-    return -1;
+    return FA_ENOMEM;
   }
   memcpy(p->cubin, data, size);
   p->cubin_size = size;
@@ -354,7 +378,7 @@ int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err
   if (!c || pthread_mutex_init(&c->mu, NULL) != 0) {
     free(c);
     snprintf(err, errlen, "out of memory");
-    return -1;
+    return FA_ENOMEM;
   }
   c->base.ops = &cuda_ops;
   c->info = *info;

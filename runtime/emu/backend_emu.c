@@ -39,14 +39,18 @@ static int emu_compile_kernels(fa_backend *b, const gen_kernel *const *kernels, 
   memset(out, 0, n * sizeof *out);
   emu_source *src = calloc(n ? n : 1, sizeof *src);
   emu_build *built = calloc(n ? n : 1, sizeof *built);
-  int rc = -1;
+  int rc = FA_ENOMEM;
   if (!src || !built) {
     snprintf(err, errlen, "out of memory");
     goto done;
   }
   for (size_t i = 0; i < n; i++) src[i].entry = kernels[i]->entry, src[i].body = kernels[i]->body;
   emu_compile_opts opts = {.jobs = jobs, .keep_objects = b->keep_objects};
-  if ((rc = emu_compile(src, n, &opts, built, err, errlen)) != 0) goto done;
+  if (emu_compile(src, n, &opts, built, err, errlen) != 0) {
+    rc = FA_EINTERNAL;  /* no compiler, no temporary folder, no thread */
+    goto done;
+  }
+  rc = FA_OK;
   for (size_t i = 0; i < n; i++) {
     out[i].compile_ms = built[i].ms;
     out[i].registers = -1;
@@ -87,7 +91,7 @@ static int emu_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t 
   void *p = rounded >= bytes ? aligned_alloc(256, rounded ? rounded : 256) : NULL;
   if (!p) {
     snprintf(err, errlen, "out of memory allocating %zu bytes", bytes);
-    return -1;
+    return FA_ENOMEM;
   }
   pthread_mutex_lock(&e->mu);
   if (e->nbufs == e->cap) {
@@ -97,7 +101,7 @@ static int emu_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t 
       pthread_mutex_unlock(&e->mu);
       free(p);
       snprintf(err, errlen, "out of memory");
-      return -1;
+      return FA_ENOMEM;
     }
     e->bufs = r, e->cap = cap;
   }
@@ -133,7 +137,7 @@ static int emu_copy(fa_backend *b, void *dst, const void *src, size_t bytes, int
                     char *err, size_t errlen) {
   if (!owned(self(b), to_device ? dst : src, bytes)) {
     snprintf(err, errlen, "copy of %zu bytes outside every emulator buffer", bytes);
-    return -1;
+    return FA_EINVAL;
   }
   memcpy(dst, src, bytes);
   return 0;
@@ -143,7 +147,7 @@ static int emu_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, 
                     size_t errlen) {
   if (!owned(self(b), dst, bytes)) {
     snprintf(err, errlen, "fill of %zu bytes outside every emulator buffer", bytes);
-    return -1;
+    return FA_EINVAL;
   }
   memset(dst, byte, bytes);
   return 0;
@@ -155,7 +159,7 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
   emu_backend *e = self(b);
   if (shape->block[1] != 1 || shape->block[2] != 1) {
     snprintf(err, errlen, "%s: the emulator runs 1-D thread blocks only", prog->entry);
-    return -1;
+    return FA_EINVAL;
   }
   /* A snapshot: buffers allocated by other threads later are not ours. */
   pthread_mutex_lock(&e->mu);
@@ -169,14 +173,14 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
   }
   if (!ranges) {
     snprintf(err, errlen, "out of memory");
-    return -1;
+    return FA_ENOMEM;
   }
   emu_launch_args a = {
     .fn = prog->build.fn, .slot = prog->build.slot, .entry = prog->entry,
     .grid = {shape->grid[0], shape->grid[1], shape->grid[2]}, .threads = shape->block[0],
     .smem_bytes = shape->smem_bytes, .params = params, .ranges = ranges, .nranges = n};
   emu_launch_opts lo = {opts->schedule, opts->seed, opts->threads, opts->smem_fill};
-  int rc = emu_launch(&a, &lo, ctr, err, errlen);
+  int rc = emu_launch(&a, &lo, ctr, err, errlen) == 0 ? FA_OK : FA_ELAUNCH;
   free(ranges);
   return rc;
 }
@@ -194,12 +198,12 @@ static int emu_load_program(fa_backend *b, const gen_kernel *k, const void *data
   if (!p || !(p->entry = strdup(k->entry))) {
     free(p);
     snprintf(err, errlen, "out of memory");
-    return -1;
+    return FA_ENOMEM;
   }
   if (emu_load(data, size, k->entry, &p->build, err, errlen) != 0) {
     free(p->entry);
     free(p);
-    return -1;
+    return FA_ECOMPILE;
   }
   *prog = p;
   return 0;
@@ -222,7 +226,7 @@ int backend_emu_open(fa_backend **out, char *err, size_t errlen) {
   if (!e || pthread_mutex_init(&e->mu, NULL) != 0) {
     free(e);
     snprintf(err, errlen, "out of memory");
-    return -1;
+    return FA_ENOMEM;
   }
   e->base.ops = &emu_ops;
   *out = &e->base;
