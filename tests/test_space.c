@@ -226,6 +226,8 @@ static int sweep_family(sweep *s) {
   double compile_s = 0, run_s = 0;
   int rc = list_family(s);
   if (rc == 0) {
+    CHECK(s->n > 0, "no %s variant to run%s%s", f->name, s->filter ? " whose name holds " : "",
+          s->filter ? s->filter : "");
     print_counts(s);
     rc = compile_and_run(s, &compile_s, &run_s);
   }
