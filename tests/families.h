@@ -1,0 +1,242 @@
+/*
+** families.h
+** The kernel families the tests sweep, one entry each, in the manner of a
+** backend table: test_space runs every variant of each family's default
+** space on the emulator, test_compile compiles a sample of each family's
+** full space with NVRTC, and both run the same checks for every entry. A
+** new family is covered by adding its entry to `families` below; nothing
+** in the tests branches on a family's name.
+**
+** What differs between families is data here: the dims and dtypes swept,
+** the shapes and schedules run, the axes the compiled sample must cover
+** and how it is picked, and what a family promises beyond "it compiles"
+** (reference configs that must not spill, an instruction their SASS must
+** hold). Tolerances are not here: validation reads them from
+** val_tolerance, the one place they are written.
+*/
+#ifndef FAMILIES_H
+#define FAMILIES_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+#include "gen.h"
+
+#define FAM_MAX_SPACE 4   /* dims, dtypes per space sweep */
+#define FAM_NSHAPES 2
+#define FAM_NVALS 12      /* values per axis */
+#define FAM_MAX_AXES 16
+#define FAM_SEQ 256       /* the sequence length test_compile lists for */
+
+/* A shape test_space runs, under two schedules that must give equal bits. */
+typedef struct fam_shape {
+  int batch, heads, seq_q, seq_k;
+  emu_schedule s0, s1;
+} fam_shape;
+
+/* An axis and every value a family's full space must show. */
+typedef struct fam_axis {
+  const char *key;
+  const char *values[FAM_NVALS];
+} fam_axis;
+
+typedef struct fam_problem {
+  int dim;
+  fa_dtype dtype;
+  int causal;
+} fam_problem;
+
+/* A config compiled next to the sample: it must not spill on any arch,
+** and with sass set its SASS must hold the family's sass_insn. */
+typedef struct fam_ref {
+  const char *config;
+  int sass;
+} fam_ref;
+
+typedef struct family {
+  const char *name; /* as its variants' names begin: "<name>-..." */
+
+  /* test_space: dims x dtypes x {causal, not}, each default space listed
+  ** for batch 1, heads 1, seq list_seq, then run at every shape. */
+  size_t ndims, ndtypes;
+  int dims[FAM_MAX_SPACE];
+  fa_dtype dtypes[FAM_MAX_SPACE];
+  int list_seq;
+  fam_shape shapes[FAM_NSHAPES];
+
+  /* test_compile: the full space of each problem, listed for sm_80 at
+  ** batch 2, heads 2, seq FAM_SEQ; picks are greedy, each covering the
+  ** most (axis, value) pairs not yet covered. */
+  const fam_axis *axes;
+  size_t naxes;
+  const fam_problem *problems;
+  size_t nproblems;
+  int rounds;          /* passes over the problems */
+  int picks_per_round; /* picks per problem and pass */
+  int required_picks;  /* per problem; later ones only when they add a pair */
+  int per_dim;         /* ties go to pairs not yet shown for the pick's dim */
+  int odd_tiles;       /* one pick's tiles must divide neither FAM_SEQ nor each other */
+  long (*cost)(const char *config); /* a rough guess of compile time, for ties */
+  const fam_ref *refs;
+  size_t nrefs;
+  const char *ref_label;
+  const char *sass_insn;
+} family;
+
+/* The value of key in a "k=v,k=v" config: its start and length, or NULL. */
+static const char *fam_config_value(const char *config, const char *key, size_t *len) {
+  const size_t klen = strlen(key);
+  for (const char *s = config; *s;) {
+    const size_t n = strcspn(s, ",");
+    if (n > klen && s[klen] == '=' && memcmp(s, key, klen) == 0) {
+      *len = n - klen - 1;
+      return s + klen + 1;
+    }
+    s += n;
+    if (*s == ',') s++;
+  }
+  return NULL;
+}
+
+static long fam_config_int(const char *config, const char *key) {
+  size_t len;
+  const char *v = fam_config_value(config, key, &len);
+  return v ? atol(v) : 0;
+}
+
+static int fam_config_is(const char *config, const char *key, const char *value) {
+  size_t len;
+  const char *v = fam_config_value(config, key, &len);
+  return v && len == strlen(value) && memcmp(v, value, len) == 0;
+}
+
+/* SIMT: unrolled loops grow with the tile and with Q held in registers. */
+static long simt_cost(const char *config) {
+  const long bm = fam_config_int(config, "block_m"), bn = fam_config_int(config, "block_n");
+  const long d = fam_config_int(config, "dim");
+  long cost = bm * bn + d * (bm + bn) + (fam_config_is(config, "q", "reg") ? 4 * bm * d : 0);
+  return fam_config_is(config, "dtype", "fp64") ? 2 * cost : cost;
+}
+
+/* Tensor cores: the unrolled mma count. */
+static long tc_cost(const char *config) {
+  const long bm = fam_config_int(config, "block_m"), bn = fam_config_int(config, "block_n");
+  const long d = fam_config_int(config, "dim"), w = fam_config_int(config, "warps");
+  return bm * bn * d / (w > 0 ? w : 1);
+}
+
+static const fam_axis simt_axes[] = {
+  {"dtype", {"fp32", "fp64"}},
+  {"causal", {"0", "1"}},
+  {"dim", {"4", "16", "64", "128"}},
+  {"block_m", {"1", "2", "3", "4", "8", "16", "32", "64", "128"}},
+  {"block_n", {"1", "2", "3", "4", "8", "16", "32", "64", "128"}},
+  {"warps", {"1", "2", "4", "8"}},
+  {"norm", {"eager", "deferred"}},
+  {"par", {"q_outer", "kv_outer"}},
+  {"split", {"split_q", "split_k"}},
+  {"layout", {"row", "pad", "kt"}},
+  {"q", {"smem", "reg"}},
+};
+
+/* Every dim, dtype and causal value. */
+static const fam_problem simt_problems[] = {
+  {4, FA_FP32, 0},   {4, FA_FP32, 1},   {4, FA_FP64, 0},   {4, FA_FP64, 1},
+  {16, FA_FP32, 0},  {16, FA_FP32, 1},  {16, FA_FP64, 0},  {16, FA_FP64, 1},
+  {64, FA_FP32, 0},  {64, FA_FP32, 1},  {64, FA_FP64, 0},  {64, FA_FP64, 1},
+  {128, FA_FP32, 0}, {128, FA_FP32, 1}, {128, FA_FP64, 0}, {128, FA_FP64, 1},
+};
+
+/* Head dims native and padded, 16-byte copies and the 2-byte path of dims
+** that are no multiple of 8. */
+static const fam_axis tc_axes[] = {
+  {"dtype", {"fp16", "bf16"}},
+  {"causal", {"0", "1"}},
+  {"dim", {"32", "36", "64", "80", "96", "128", "160", "192", "256"}},
+  {"block_m", {"64", "128", "192"}},
+  {"block_n", {"32", "48", "64", "80", "96", "112", "128", "144", "160", "176"}},
+  {"warps", {"4", "8"}},
+  {"norm", {"eager", "deferred"}},
+  {"layout", {"row", "pad", "swizzle"}},
+  {"q", {"smem", "reg"}},
+  {"stages", {"1", "2", "3"}},
+  {"q_share", {"0", "1"}},
+};
+
+/* Each dim once or twice, dtypes and causal alternating. */
+static const fam_problem tc_problems[] = {
+  {32, FA_FP16, 0},  {36, FA_BF16, 1},  {64, FA_FP16, 1},  {64, FA_BF16, 0},
+  {80, FA_BF16, 0},  {96, FA_FP16, 1},  {128, FA_BF16, 1}, {128, FA_FP16, 0},
+  {160, FA_FP16, 0}, {192, FA_BF16, 1}, {256, FA_FP16, 1}, {256, FA_BF16, 0},
+};
+
+/* FlashAttention-2's own choices (d64: 128x128, 4 warps; d128: 128x64,
+** 4 warps; deferred, swizzled, Q in shared memory, two stages); the SASS
+** of the non-causal fp16 pair is disassembled. */
+#define TC_FA2(dtype, dim, causal, bn, sass) \
+  {"family=tc,dtype=" dtype ",dim=" dim ",causal=" causal ",block_m=128,block_n=" bn \
+   ",warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0", sass}
+static const fam_ref tc_refs[] = {
+  TC_FA2("fp16", "64", "0", "128", 1),  TC_FA2("fp16", "64", "1", "128", 0),
+  TC_FA2("bf16", "64", "0", "128", 0),  TC_FA2("bf16", "64", "1", "128", 0),
+  TC_FA2("fp16", "128", "0", "64", 1),  TC_FA2("fp16", "128", "1", "64", 0),
+  TC_FA2("bf16", "128", "0", "64", 0),  TC_FA2("bf16", "128", "1", "64", 0),
+};
+#undef TC_FA2
+
+#define FAM_COUNT(a) (sizeof (a) / sizeof (a)[0])
+
+static const family families[] = {
+  {
+    .name = "simt",
+    .ndims = 2, .dims = {16, 64},
+    .ndtypes = 2, .dtypes = {FA_FP32, FA_FP64},
+    .list_seq = 100,
+    .shapes = {{2, 1, 100, 100, EMU_FORWARD, EMU_REVERSE},  /* seq a multiple of no tile */
+               {1, 2, 70, 130, EMU_REVERSE, EMU_RANDOM}},
+    .axes = simt_axes, .naxes = FAM_COUNT(simt_axes),
+    .problems = simt_problems, .nproblems = FAM_COUNT(simt_problems),
+    .rounds = 1, .picks_per_round = 3, .required_picks = 2,
+    .per_dim = 1, .odd_tiles = 1,
+    .cost = simt_cost,
+  },
+  {
+    .name = "tc",
+    .ndims = 2, .dims = {64, 128},
+    .ndtypes = 2, .dtypes = {FA_FP16, FA_BF16},
+    .list_seq = 128,
+    .shapes = {{1, 2, 128, 128, EMU_FORWARD, EMU_REVERSE},
+               {1, 1, 100, 200, EMU_REVERSE, EMU_FORWARD}},
+    .axes = tc_axes, .naxes = FAM_COUNT(tc_axes),
+    .problems = tc_problems, .nproblems = FAM_COUNT(tc_problems),
+    .rounds = 2, .picks_per_round = 1, .required_picks = 1,
+    .per_dim = 0, .odd_tiles = 0,
+    .cost = tc_cost,
+    .refs = tc_refs, .nrefs = FAM_COUNT(tc_refs), .ref_label = "FlashAttention-2",
+    .sass_insn = "HMMA",
+  },
+};
+#define NFAMILIES FAM_COUNT(families)
+
+/* The families named on the command line (all when none): 0, or -1 with
+** the unknown name printed. */
+static int fam_select(int argc, char **argv, int *selected) {
+  for (size_t f = 0; f < NFAMILIES; f++) selected[f] = argc < 2;
+  for (int a = 1; a < argc; a++) {
+    size_t f = 0;
+    while (f < NFAMILIES && strcmp(argv[a], families[f].name) != 0) f++;
+    if (f == NFAMILIES) {
+      fprintf(stderr, "unknown family '%s'; known:", argv[a]);
+      for (f = 0; f < NFAMILIES; f++) fprintf(stderr, " %s", families[f].name);
+      fputc('\n', stderr);
+      return -1;
+    }
+    selected[f] = 1;
+  }
+  return 0;
+}
+
+#endif
