@@ -127,9 +127,11 @@ end
 
 -- Whether a `$` line is a whole statement (or several): it compiles alone.
 -- Control lines (if/for/function headers, else, end) do not; return and
--- break end their block, so nothing may follow them there.
+-- break end their block, so nothing may follow them there; blank and
+-- comment lines emit nothing.
 local function whole_statement(stmt)
   if stmt:match("^%s*return%f[%W]") or stmt:match("^%s*break%f[%W]") then return false end
+  if not stmt:find("%S") or stmt:match("^%s*%-%-") then return false end
   return host_load("return function() " .. stmt .. "\nend", "=statement", "t", {}) ~= nil
 end
 
