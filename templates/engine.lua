@@ -7,6 +7,15 @@
 -- Each template line becomes exactly one line of generated Lua, so a Lua
 -- error in a template reports the template's own file name and line.
 --
+-- What is inserted takes the indentation of the line it replaces, so that
+-- steps can be written once and emitted at any depth: the text a complete
+-- Lua statement line emits (`$ gemm_qk()`, a Lua function that emits text
+-- lines) is dedented and indented by the `$` line's own indentation; so is
+-- a multi-line value of a line that is nothing but `${expr}` (an included
+-- fragment, `${render("part.cu", args)}`). Control lines (`$ if ... then`,
+-- `$ for ... do`, `$ end`, `$ local function f()`) are no statements of
+-- their own: the lines between them keep their written indentation.
+--
 -- Templates and the Lua modules beside them (the search space, the families)
 -- run in a sandbox: the C host never opens the io, os, package or debug
 -- libraries, and the sandbox environment offers only pure functions plus
@@ -68,12 +77,30 @@ function engine.require(name)
   return modules[name]
 end
 
--- Lua source for one text line: emit its pieces, interpolations included.
 -- A Lua string literal for s, on one line (%q would break lines at "\n").
 local function literal(s)
   return (string.format("%q", s):gsub("\\\n", "\\n"))
 end
 
+-- `text` dedented (the least indentation of its non-blank lines removed)
+-- and each non-blank line indented by `indent`; blank lines become empty.
+local function reindent(text, indent)
+  local least
+  for line in text:gmatch("([^\n]*)\n?") do
+    if line:find("%S") then
+      local n = #line:match("^[ \t]*")
+      if not least or n < least then least = n end
+    end
+  end
+  if not least then return (text:gsub("[ \t]+\n", "\n")) end
+  return (text:gsub("([^\n]*)(\n?)", function(line, nl)
+    if not line:find("%S") then return nl end
+    return indent .. line:sub(least + 1) .. nl
+  end))
+end
+
+-- Lua source for one text line: emit its pieces, interpolations included.
+-- A line that is nothing but one `${expr}` is a block: reindented.
 local function text_line(line)
   local parts, pos = {}, 1
   while true do
@@ -86,29 +113,54 @@ local function text_line(line)
       i = i + 1
     end
     if depth > 0 then error("unclosed ${ in template line", 0) end
+    local expr = line:sub(e + 1, i - 2)
+    if pos == 1 and line:sub(1, s - 1):match("^[ \t]*$") and line:sub(i):match("^%s*$") then
+      return "_out(_block(" .. literal(line:sub(1, s - 1)) .. ", " .. expr .. "))"
+    end
     if s > pos then parts[#parts + 1] = literal(line:sub(pos, s - 1)) end
-    parts[#parts + 1] = "_str(" .. line:sub(e + 1, i - 2) .. ")"
+    parts[#parts + 1] = "_str(" .. expr .. ")"
     pos = i
   end
   parts[#parts + 1] = literal(line:sub(pos) .. "\n")
   return "_out(" .. table.concat(parts, ",") .. ")"
 end
 
--- Compile template text into a function of its arguments table.
+-- Whether a `$` line is a whole statement (or several): it compiles alone.
+-- Control lines (if/for/function headers, else, end) do not; return and
+-- break end their block, so nothing may follow them there; blank and
+-- comment lines emit nothing.
+local function whole_statement(stmt)
+  if stmt:match("^%s*return%f[%W]") or stmt:match("^%s*break%f[%W]") then return false end
+  if not stmt:find("%S") or stmt:match("^%s*%-%-") then return false end
+  return host_load("return function() " .. stmt .. "\nend", "=statement", "t", {}) ~= nil
+end
+
+-- Compile template text into a function of its arguments table. A whole
+-- statement line runs between _enter(indent) and _leave(), the latter at
+-- the start of the next generated line (a trailing comment would swallow
+-- it on the same line), so that each template line stays one Lua line.
 function engine.compile(text, chunkname)
-  local lines, n = {}, 0
+  local lines, n, pending = {}, 0, false
   for line in (text .. (text:sub(-1) == "\n" and "" or "\n")):gmatch("(.-)\n") do
     n = n + 1
-    local stmt = line:match("^%s*%$(.*)$")
+    local indent, stmt = line:match("^([ \t]*)%$(.*)$")
+    local code
     if stmt and stmt:sub(1, 1) ~= "{" then
-      lines[n] = stmt
+      if whole_statement(stmt) then
+        code = "_enter(" .. literal(indent) .. ") " .. stmt
+      else
+        code = stmt
+      end
     else
-      local ok, code = pcall(text_line, line)
-      if not ok then error(chunkname .. ":" .. n .. ": " .. code, 0) end
-      lines[n] = code
+      local ok, out = pcall(text_line, line)
+      if not ok then error(chunkname .. ":" .. n .. ": " .. out, 0) end
+      code = out
     end
+    lines[n] = (pending and "_leave() " or "") .. code
+    pending = code:sub(1, 7) == "_enter("
   end
-  local src = "local _out, _str, args = ... " .. table.concat(lines, "\n")
+  if pending then lines[n + 1] = "_leave()" end
+  local src = "local _out, _str, args, _enter, _leave, _block = ... " .. table.concat(lines, "\n")
   local chunk, err = host_load(src, "@" .. chunkname, "t", sandbox_env())
   if not chunk then error(err, 0) end
   return chunk
@@ -124,12 +176,21 @@ end
 
 -- Run compiled template `chunk` with table `args`; returns the text.
 function engine.run(chunk, args)
-  local buf = {}
+  local buf, marks = {}, {}
   local function out(...)
     local n = #buf
     for i = 1, select("#", ...) do buf[n + i] = select(i, ...) end
   end
-  chunk(out, to_text, args)
+  local function enter(indent) marks[#marks + 1] = { #buf, indent } end
+  local function leave()
+    local m = table.remove(marks)
+    if #buf == m[1] then return end
+    local text = table.concat(buf, "", m[1] + 1)
+    for i = #buf, m[1] + 1, -1 do buf[i] = nil end
+    buf[m[1] + 1] = reindent(text, m[2])
+  end
+  local function block(indent, v) return reindent(to_text(v) .. "\n", indent) end
+  chunk(out, to_text, args, enter, leave, block)
   return table.concat(buf)
 end
 

@@ -45,14 +45,14 @@ $ end
   ${var} = fa_lds_${args.T}(red);
   fa_syncthreads();
 $ end
-$ reduce("m", "max")
+  $ reduce("m", "max")
   acc_t l = 0;
   for (int c = tid; c < nvis; c += ${NT}) {
     const acc_t e = fa_exp2_${args.T}(fa_lds_${args.T}(s + c) - m);
     fa_sts_${args.T}(s + c, e);
     l += e;
   }
-$ reduce("l", "sum")
+  $ reduce("l", "sum")
   for (int d = tid; d < ${D}; d += ${NT}) {
     acc_t acc = 0;
     for (int c = 0; c < nvis; ++c) acc += fa_lds_${args.T}(s + c) * (acc_t)${args.ld("v + (long long)c * p.v_sn + d")};

@@ -117,7 +117,7 @@ $ local function row_max()
       acc_t mx = s[i][0];
       FA_UNROLL
       for (int j = 1; j < ${RN}; ++j) mx = mx > s[i][j] ? mx : s[i][j];
-$ lane_reduce("mx", "max")
+      $ lane_reduce("mx", "max")
 $ end
 $ -- S = scale * Q K^T for this thread's cells, in log2 units, masked.
 $ local function scores(q0, k0)
@@ -195,10 +195,10 @@ $ end
 $ -- One (Q tile, K/V tile) step of the online softmax, split_q: each warp
 $ -- owns whole rows; statistics and O stay in registers.
 $ local function step_split_q(q0, k0)
-$ scores(q0, k0)
+    $ scores(q0, k0)
     FA_UNROLL
     for (int i = 0; i < ${RM}; ++i) {
-$ row_max()
+      $ row_max()
       const acc_t mn = m_i[i] > mx ? m_i[i] : mx;
       const acc_t mu = mn == NEG_INF ? (acc_t)0 : mn; /* a row with no key yet */
       const acc_t alpha = fa_exp2_${T}(m_i[i] - mu);
@@ -208,7 +208,7 @@ $ row_max()
         s[i][j] = fa_exp2_${T}(s[i][j] - mu);
         rs += s[i][j];
       }
-$ lane_reduce("rs", "sum")
+      $ lane_reduce("rs", "sum")
 $ if eager then
       /* eager (FlashAttention-1): O = O * l_old*alpha/l_new + P V / l_new */
       const acc_t ln = l_i[i] * alpha + rs;
@@ -230,16 +230,16 @@ $ end
       for (int j = 0; j < ${RN}; ++j) fa_sts_${T}(Ps + (rb + i * ${RSTEP}) * ${P.PS} + cb + j * ${G}, s[i][j]);
     }
     fa_syncwarp(); /* P rows are written and read by the same warp */
-$ pv("o", 0, BN)
+    $ pv("o", 0, BN)
 $ end
 $ -- One step, split_k: each warp takes a slice of the K/V tile for all rows;
 $ -- row statistics meet in shared memory and the partial products of the
 $ -- warps are summed there, in a fixed order, by the owners of O.
 $ local function step_split_k(q0, k0, store_stats)
-$ scores(q0, k0)
+    $ scores(q0, k0)
     FA_UNROLL
     for (int i = 0; i < ${RM}; ++i) {
-$ row_max()
+      $ row_max()
       if (lc == 0) fa_sts_${T}(red_m + warp * ${P.BMp} + rb + i * ${RSTEP}, mx);
     }
     fa_syncthreads();
@@ -262,13 +262,13 @@ $ row_max()
           rs += s[i][j];
           fa_sts_${T}(Ps + r * ${P.PS} + cb + j * ${G}, s[i][j]);
         }
-$ lane_reduce("rs", "sum")
+        $ lane_reduce("rs", "sum")
         if (lc == 0) fa_sts_${T}(red_l + warp * ${P.BMp} + r, rs);
         FA_UNROLL
         for (int k = 0; k < ${RD}; ++k) op[i][k] = 0;
       }
       fa_syncwarp(); /* each warp reads back only its own P columns */
-$ pv("op", "warp * " .. P.NWp, P.NWp)
+      $ pv("op", "warp * " .. P.NWp, P.NWp)
       FA_UNROLL
       for (int i = 0; i < ${RM}; ++i) {
         FA_UNROLL
@@ -436,32 +436,32 @@ $ else
     fa_sts_${T}(row_l + r, (acc_t)0);
   }
 $ end
-$ load_q("q0")
+  $ load_q("q0")
   fa_syncthreads();
 $ if c.q == "reg" then
-$ q_to_registers()
+  $ q_to_registers()
 $ end
   for (int k0 = 0; k0 < kv_end; k0 += ${BN}) {
     if (k0 > 0) fa_syncthreads(); /* everyone is done with the previous K/V tile */
-$ load_kv("k0")
+    $ load_kv("k0")
     fa_syncthreads();
 $ if splitq then
-$ step_split_q("q0", "k0")
+    $ step_split_q("q0", "k0")
 $ else
-$ step_split_k("q0", "k0", false)
+    $ step_split_k("q0", "k0", false)
 $ end
   }
 $ if splitq then
-$ finish_split_q("q0")
+  $ finish_split_q("q0")
 $ else
-$ finish_split_k("q0", false)
+  $ finish_split_k("q0", false)
 $ end
 $ else
   /* FlashAttention-1 order: one CTA per (batch, head); outer loop over K/V
   ** tiles, inner loop over Q tiles; O, m and l go through global memory. */
   for (int k0 = 0; k0 < p.seq_k; k0 += ${BN}) {
     fa_syncthreads();
-$ load_kv("k0")
+    $ load_kv("k0")
 $ if causal then
     const int first_row = k0 - off > 0 ? k0 - off : 0; /* rows above see no key of this tile */
     const int q_start = first_row / ${BM} * ${BM};
@@ -470,7 +470,7 @@ $ else
 $ end
     for (int q0 = q_start; q0 < p.seq_q; q0 += ${BM}) {
       fa_syncthreads();
-$ load_q("q0")
+      $ load_q("q0")
 $ if splitq then
       FA_UNROLL
       for (int i = 0; i < ${RM}; ++i) {
@@ -503,10 +503,10 @@ $ else
 $ end
       fa_syncthreads();
 $ if c.q == "reg" then
-$ q_to_registers()
+      $ q_to_registers()
 $ end
 $ if splitq then
-$ step_split_q("q0", "k0")
+      $ step_split_q("q0", "k0")
       FA_UNROLL
       for (int i = 0; i < ${RM}; ++i) {
         const int r = rb + i * ${RSTEP}, gr = q0 + r;
@@ -523,7 +523,7 @@ $ step_split_q("q0", "k0")
         }
       }
 $ else
-$ step_split_k("q0", "k0", true)
+      $ step_split_k("q0", "k0", true)
       FA_UNROLL
       for (int a = 0; a < ${P.ORM}; ++a) {
         const int r = orb + a * ${P.OTR};
@@ -556,7 +556,7 @@ $ local sees_key = causal and " && gr + off >= 0" or ""
         o[i][k] = live && d < ${D} ? fa_ld_${T}(og + gr * p.o_sn + d) : (acc_t)0;
       }
     }
-$ finish_split_q("q0")
+    $ finish_split_q("q0")
 $ else
 $ if causal then
     /* Rows that saw no key were never written: give them empty statistics. */
@@ -569,7 +569,7 @@ $ if causal then
     }
     fa_syncthreads();
 $ end
-$ finish_split_k("q0", true)
+    $ finish_split_k("q0", true)
 $ end
   }
 $ end

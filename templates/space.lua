@@ -10,11 +10,101 @@
 --
 -- Two families: simt (CUDA cores; fp32, fp64) and tc (tensor cores; fp16,
 -- bf16, e.g. tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2). A problem's
--- dtype picks the family when a config does not name one.
-
+-- dtype picks the family when a config does not name one
+-- (family_for_dtype).
+--
+-- The family interface ------------------------------------------------------
+-- A family is a module (a table) of these fields; check_family enforces the
+-- required ones when the families are registered, below. A problem is a
+-- table {dtype = "fp16", dim = 64, causal = 0|1, and, where known, seq_q,
+-- seq_k, batch, heads}; a target is {arch = "sm_90", smem = bytes per block,
+-- max_threads = threads per block} (space.target).
+--
+--   name       string: the family's name, the first token of its variant
+--              names and the value of `family=` in canonical text.
+--   version    integer: the template version, bumped when the kernels a
+--              config renders change (recorded with every result).
+--   axes       list of axes, in canonical order. An axis is {key = "name",
+--              kind = "int", min = a, max = b} or {key = "name", kind =
+--              "enum", values = {"a", "b", ...}} (enum.int_axis,
+--              enum.enum_axis). It must hold dtype, dim and causal, the
+--              problem's own axes.
+--   axis       table key -> axis, the lookup of `axes` (enum.index).
+--   defaults(problem) -> config: every axis set, dtype, dim and causal
+--              from the problem where it has them; what an unset key of a
+--              `k=v,...` text takes.
+--   supports(problem) -> boolean: whether the family handles the problem
+--              (its dtype).
+--   enumerate(problem, which) -> list of configs: "default" (worth
+--              timing), "full" (the whole cross product) or "small" (the
+--              fallback when nothing of "default" fits the target); pruned
+--              afterwards by fits.
+--   fits(config, problem, target) -> ok, why: whether the config can run
+--              on the target (threads, shared memory, registers, its own
+--              rules); problem may be nil; why is a sentence when not ok.
+--   plan(config) -> table (optional): what the template needs beyond the
+--              config (tile counts, shared-memory layout, register
+--              estimate); the family's own, for its render and predict.
+--   render(config) -> {source, entry, threads, smem_bytes, rows_per_cta,
+--              ws_bytes_per_row, registers_estimate}: source is the kernel
+--              body (the host adds the preludes) defining extern "C" entry
+--              through FA_KERNEL; threads per CTA; smem_bytes of dynamic
+--              shared memory per CTA; rows_per_cta query rows per CTA (0: one
+--              CTA per (batch, head)); ws_bytes_per_row bytes of global
+--              workspace per (batch, head, query row); registers_estimate
+--              the template's own count of 32-bit registers per thread.
+--   name_of(config) -> string: the variant's name, unique in the family.
+--   parse_name(name) -> config or nil: the inverse of name_of (values may
+--              be strings; space normalizes them through the axes).
+--   predict(config, problem) -> list of {name, count} (optional): the
+--              analytic cost model on problem (seq_q, seq_k, batch, heads):
+--              counts the emulator's counters should equal ("gmem_read",
+--              ...), then the model's reference figures.
 local space = {}
 
-local families = { simt = require("simt"), tc = require("tc") }
+local required = {
+  name = "string", version = "number", axes = "table", axis = "table",
+  defaults = "function", supports = "function", enumerate = "function", fits = "function",
+  render = "function", name_of = "function", parse_name = "function",
+}
+local optional = { plan = "function", predict = "function" }
+
+-- Raise, naming the family and the field, where `fam` breaks the interface.
+local function check_family(id, fam)
+  local function fail(what) error("family '" .. id .. "': " .. what, 0) end
+  if type(fam) ~= "table" then fail("the module is no table") end
+  for field, kind in pairs(required) do
+    if fam[field] == nil then fail("no field '" .. field .. "'") end
+    if type(fam[field]) ~= kind then fail("'" .. field .. "' is no " .. kind) end
+  end
+  for field, kind in pairs(optional) do
+    if fam[field] ~= nil and type(fam[field]) ~= kind then fail("'" .. field .. "' is no " .. kind) end
+  end
+  if fam.name ~= id then fail("its name is '" .. tostring(fam.name) .. "'") end
+  for i, axis in ipairs(fam.axes) do
+    local key = type(axis) == "table" and axis.key
+    if type(key) ~= "string" then fail("axis " .. i .. " has no key") end
+    if axis.kind == "int" then
+      if math.type(axis.min) ~= "integer" or math.type(axis.max) ~= "integer" or axis.min > axis.max then
+        fail("int axis '" .. key .. "' needs integers min <= max")
+      end
+    elseif axis.kind == "enum" then
+      if type(axis.values) ~= "table" or #axis.values == 0 then
+        fail("enum axis '" .. key .. "' has no values")
+      end
+    else
+      fail("axis '" .. key .. "' is of no kind (int or enum)")
+    end
+    if fam.axis[key] ~= axis then fail("axis['" .. key .. "'] is not axes[" .. i .. "]") end
+  end
+  for _, key in ipairs({ "dtype", "dim", "causal" }) do
+    if not fam.axis[key] then fail("no axis '" .. key .. "'") end
+  end
+  return fam
+end
+
+local families = {}
+for _, id in ipairs({ "simt", "tc" }) do families[id] = check_family(id, require(id)) end
 space.families = families
 
 -- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
@@ -153,11 +243,23 @@ function space.list(problem, target, which)
   return out
 end
 
+-- What a family's render returns, and their types.
+local render_fields = {
+  source = "string", entry = "string", threads = "number", smem_bytes = "number",
+  rows_per_cta = "number", ws_bytes_per_row = "number", registers_estimate = "number",
+}
+
 -- Render a config into source and launch description.
 function space.render(fam, cfg, target)
   local ok, why = fam.fits(cfg, nil, target)
   if not ok then error("config does not fit the target " .. target.arch .. ": " .. why, 0) end
   local r = fam.render(cfg)
+  for field, kind in pairs(render_fields) do
+    if type(r[field]) ~= kind or (kind == "number" and math.type(r[field]) ~= "integer") then
+      error("family '" .. fam.name .. "': render gives no " .. (kind == "number" and "integer" or kind)
+            .. " '" .. field .. "'", 0)
+    end
+  end
   r.name, r.hash, r.config = fam.name_of(cfg), space.hash(fam, cfg), space.canonical(fam, cfg)
   r.family, r.template_version = fam.name, fam.version
   return r

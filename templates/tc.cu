@@ -1,43 +1,387 @@
 $ -- tc.cu: FlashAttention-2 forward on tensor cores (see tc.lua for the plan).
+$ -- The kernel is its main loop, FlashAttention-2's: per K/V block, copy the
+$ -- next block (load_kv), S = Q K^T (gemm_qk), mask (apply_mask), online
+$ -- softmax and rescale of O (softmax_rescale_o), O += P V (gemm_pv); then
+$ -- the epilogue. Each step is a Lua function below that emits its code;
+$ -- tile addresses come from the preludes' fa_swizzle, fa_tile_offset and
+$ -- fa_slab_offset.
 $ local c, P = args.cfg, args.P
-$ local causal, eager, qreg = c.causal == 1, c.norm == "eager", c.q == "reg"
-$ local BM, BN, NT, MW, MT, NB, KD, KN, ND, CH, S = P.BM, P.BN, P.NT, P.MW, P.MT, P.NB, P.KD, P.KN, P.ND, P.CH, P.S
-$ local dim, D, rowb = P.dim, P.D, P.rowb
+$ local causal, eager, q_in_registers = c.causal == 1, c.norm == "eager", c.q == "reg"
 $ local T = c.dtype == "bf16" and "bf16" or "f16"
-$ -- fast tile copies: 16-byte cp.async, whole chunk columns per pass.
-$ local fast = NT % CH == 0 and P.async
-$ local mma, pack = "fa_mma_m16n8k16_" .. T, "fa_pack_" .. T .. "x2"
-$ -- The swizzle term of row r (an expression), XORed into the chunk index.
-$ local function fsw(r)
-$   if P.swz_wide then return "((" .. r .. ") & 7)" else return "(((" .. r .. ") >> 1) & 3)" end
-$ end
-$ -- Byte offset, within a row, of chunk `cc` of row `r`.
-$ local function chunk(cc, r)
-$   if P.swz then return "((" .. cc .. " ^ " .. fsw(r) .. ") << 4)" else return "(" .. cc .. " << 4)" end
-$ end
-$ -- Byte offset of k step `kk` (a pair of chunks) in a 16-row slab, for this
-$ -- lane: lx (la or lk) holds the lane's row offset plus its chunk bit, XORed
-$ -- with its swizzle term, for each step within the swizzle's period (8
-$ -- chunks, or 4); the rest of the offset is a constant.
-$ local NL = P.swz and (P.swz_wide and 4 or 2) or 1
-$ local function kofs(kk, lx)
-$   lx = lx or "la"
-$   if not P.swz then return lx .. "[0] + " .. kk .. " * 32" end
-$   return lx .. "[" .. kk .. " & " .. (NL - 1) .. "] + (" .. kk .. " >> " .. (NL == 4 and 2 or 1) .. ") * " .. (NL * 32)
-$ end
-$ -- Shared memory is addressed as sm + a 32-bit byte offset: the offsets stay
-$ -- 32-bit integers in registers, never 64-bit pointers.
+$ local block_m, block_n, threads, stages = P.block_m, P.block_n, P.threads, P.stages
+$ local warp_rows, m_tiles, k_steps, dim_tiles = P.warp_rows, P.m_tiles, P.k_steps, P.dim_tiles
+$ local dim, padded_dim, row_bytes, swizzle = P.dim, P.padded_dim, P.row_bytes, P.swizzle
+$ local parts, part_keys, n_tiles, pv_steps = P.parts, P.part_keys, P.n_tiles, P.pv_steps
 /* ${args.entry}
-** fp32 accumulation, ${c.norm} normalization, ${c.layout} shared memory, Q in ${c.q}${c.q_share == 1 and " (sharing its shared memory with K/V)" or ""},
-** ${S} K/V stage(s); tile ${BM}x${BN}, ${c.warps} warps of ${MW} rows (${MT} m16 tile(s) each); head dim ${dim}${D ~= dim and (" padded to " .. D) or ""}.
-** S = Q K^T and O += P V with mma.sync m16n8k16; P stays in registers${P.SUB > 1 and ("; each block's keys in " .. P.SUB .. " parts of " .. (BN // P.SUB)) or ""}. */
-FA_KERNEL(${args.entry}, ${NT})
+** fp32 accumulation, ${c.norm} normalization, ${c.layout} shared memory, Q in ${c.q},
+** ${stages} K/V stage(s); tile ${block_m}x${block_n}, ${c.warps} warps of ${warp_rows} rows (${m_tiles} m16 tile(s) each); head dim ${dim}.
+$ if c.q_share == 1 then
+** Q shares its shared memory with K/V.
+$ end
+$ if dim < padded_dim then
+** The head dim is padded to ${padded_dim}.
+$ end
+** S = Q K^T and O += P V with mma.sync m16n8k16; P stays in registers.
+$ if parts > 1 then
+** Each block's keys go through in ${parts} parts of ${part_keys}.
+$ end
+*/
+$ -- Shared memory is addressed as sm + a 32-bit byte offset: the offsets
+$ -- stay 32-bit integers in registers, never 64-bit pointers.
+$
+$ -- Copy `rows` rows of a (seq, dim) matrix, from global row `row0`, into
+$ -- the tile at byte offset `tile`. Chunks past the head dim are zeros, and
+$ -- so are the rows at or past `limit` when check_rows (otherwise every row
+$ -- exists). Column copies: each thread copies chunk column copy_chunk of
+$ -- rows copy_row + pass_rows i. Otherwise every thread takes chunks
+$ -- e = tid + threads i.
+$ local function copy_tile(tile, src, stride, row0, limit, rows, check_rows)
+$   if P.column_copy then
+$     local pass_rows = P.pass_rows
+{
+  const unsigned short *gp = ${src} + (long long)(${row0} + copy_row) * ${stride} + copy_chunk * 8;
+  FA_UNROLL
+  for (int i = 0; i < ${(rows + pass_rows - 1) // pass_rows}; ++i) {
+$     if rows % pass_rows ~= 0 then
+    if (copy_row + i * ${pass_rows} < ${rows}) {
+$     else
+    {
+$     end
+$     if check_rows and dim < padded_dim then
+      const int bytes = ${row0} + copy_row + i * ${pass_rows} < ${limit} && copy_chunk < ${dim // 8} ? 16 : 0;
+$     elseif check_rows then
+      const int bytes = ${row0} + copy_row + i * ${pass_rows} < ${limit} ? 16 : 0;
+$     elseif dim < padded_dim then
+      const int bytes = copy_chunk < ${dim // 8} ? 16 : 0;
+$     else
+      const int bytes = 16;
+$     end
+$     if swizzle ~= 0 and pass_rows % 8 ~= 0 then
+      /* passes of fewer than 8 rows: each row its own swizzle */
+      fa_cp_async_16(sm + (${tile} + fa_tile_offset(copy_row + i * ${pass_rows}, copy_chunk, ${row_bytes}, ${swizzle})), gp, bytes);
+$     else
+      fa_cp_async_16(sm + (${tile} + copy_offset + i * ${pass_rows * row_bytes}), gp, bytes);
+$     end
+    }
+    gp += (long long)${pass_rows} * ${stride};
+  }
+}
+$   else
+$     local total = rows * P.row_chunks
+FA_UNROLL
+for (int i = 0; i < ${(total + threads - 1) // threads}; ++i) {
+  const int e = tid + i * ${threads};
+$     if total % threads ~= 0 then
+  if (e < ${total}) {
+$     else
+  {
+$     end
+    const int r = (int)((unsigned)e / ${P.row_chunks}u), cc = e - r * ${P.row_chunks};
+    const int gr = ${row0} + r;
+    unsigned char *const to = sm + (${tile} + fa_tile_offset(r, cc, ${row_bytes}, ${swizzle}));
+$     if P.async_copy then
+$       if check_rows and dim < padded_dim then
+    const int bytes = gr < ${limit} && cc < ${dim // 8} ? 16 : 0;
+$       elseif check_rows then
+    const int bytes = gr < ${limit} ? 16 : 0;
+$       elseif dim < padded_dim then
+    const int bytes = cc < ${dim // 8} ? 16 : 0;
+$       else
+    const int bytes = 16;
+$       end
+    fa_cp_async_16(to, bytes ? (const void *)(${src} + gr * ${stride} + cc * 8) : (const void *)${src}, bytes);
+$     else
+    unsigned w[4] = {0u, 0u, 0u, 0u};
+$       if check_rows then
+    if (gr < ${limit}) {
+$       else
+    {
+$       end
+      FA_UNROLL
+      for (int t = 0; t < 8; ++t)
+        if (cc * 8 + t < ${dim}) w[t >> 1] |= (unsigned)fa_ldg_u16(${src} + gr * ${stride} + cc * 8 + t) << (16 * (t & 1));
+    }
+    fa_u32x4 v;
+    v.x = w[0], v.y = w[1], v.z = w[2], v.w = w[3];
+    fa_sts_u32x4((fa_u32x4 *)to, v);
+$     end
+  }
+}
+$   end
+$ end
+$
+$ -- Q rows [q0, q0 + block_m) into the Q tile.
+$ local function load_q()
+/* Q rows [q0, q0 + ${block_m}) */
+$ copy_tile(P.q_offset, "qg", "p.q_sn", "q0", "p.seq_q", block_m, true)
+$ end
+$
+$ -- K/V block `block` (a C variable in the caller's block, which this one
+$ -- declares into) into the stage at byte offset `stage`; only the last
+$ -- block, the first one copied, can have rows past seq_k.
+$ local function load_kv(stage, check_rows)
+const int kst = ${P.kv_offset} + ${stage}, vst = kst + ${block_n * row_bytes};
+const int k0 = block * ${block_n};
+$ copy_tile("kst", "kg", "p.k_sn", "k0", "p.seq_k", block_n, check_rows)
+$ copy_tile("vst", "vg", "p.v_sn", "k0", "p.seq_k", block_n, check_rows)
+$ end
+$
+$ local function q_to_registers()
+FA_UNROLL
+for (int mt = 0; mt < ${m_tiles}; ++mt) {
+  FA_UNROLL
+  for (int kk = 0; kk < ${k_steps}; ++kk) fa_ldmatrix_x4(qf[mt][kk], sm + (q_warp + mt * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle})));
+}
+$ end
+$
+$ -- Wait for this iteration's block; with two stages or more, start the
+$ -- copy of the block stages - 1 iterations ahead into the stage freed by
+$ -- the previous iteration.
+$ local function wait_and_prefetch()
+$   if stages == 1 then
+fa_cp_async_wait(0); /* block n_blocks - 1 - j has landed, for this thread */
+fa_syncthreads();    /* for every thread */
+$   else
+fa_cp_async_wait(${stages - 2}); /* block n_blocks - 1 - j has landed, for this thread */
+fa_syncthreads();           /* for every thread; and the previous iteration's stage is free */
+{
+  const int next_stage = stage + ${(stages - 1) * P.stage_bytes} < ${stages * P.stage_bytes} ? stage + ${(stages - 1) * P.stage_bytes} : stage - ${P.stage_bytes};
+  if (j + ${stages - 1} < n_blocks) {
+    const int block = n_blocks - ${stages} - j;
+    $ load_kv("next_stage", false)
+  }
+  fa_cp_async_commit();
+}
+$   end
+$ end
+$
+$ -- S = Q K^T for this warp's rows and the part's keys.
+$ local function gemm_qk()
+/* S = Q K^T: this warp's ${warp_rows} rows x ${part_keys} keys. */
+float s[${m_tiles}][${n_tiles}][4];
+FA_UNROLL
+for (int mt = 0; mt < ${m_tiles}; ++mt) {
+  FA_UNROLL
+  for (int n = 0; n < ${n_tiles}; ++n) {
+    FA_UNROLL
+    for (int i = 0; i < 4; ++i) s[mt][n][i] = 0.f;
+  }
+}
+FA_UNROLL
+for (int kk = 0; kk < ${k_steps}; ++kk) {
+$   if not q_in_registers then
+  unsigned qa[${m_tiles}][4];
+  FA_UNROLL
+  for (int mt = 0; mt < ${m_tiles}; ++mt) fa_ldmatrix_x4(qa[mt], sm + (q_warp + mt * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle})));
+$   end
+  FA_UNROLL
+  for (int n2 = 0; n2 < ${n_tiles // 2}; ++n2) {
+    unsigned kb[4];
+    fa_ldmatrix_x4(kb, sm + (k_part + n2 * ${16 * row_bytes} + fa_slab_offset(k_lane, kk, ${swizzle})));
+    FA_UNROLL
+    for (int mt = 0; mt < ${m_tiles}; ++mt) {
+$   if q_in_registers then
+      fa_mma_m16n8k16_${T}(s[mt][2 * n2], qf[mt][kk], kb, s[mt][2 * n2]);
+      fa_mma_m16n8k16_${T}(s[mt][2 * n2 + 1], qf[mt][kk], kb + 2, s[mt][2 * n2 + 1]);
+$   else
+      fa_mma_m16n8k16_${T}(s[mt][2 * n2], qa[mt], kb, s[mt][2 * n2]);
+      fa_mma_m16n8k16_${T}(s[mt][2 * n2 + 1], qa[mt], kb + 2, s[mt][2 * n2 + 1]);
+$   end
+    }
+  }
+}
+$ end
+$
+$ -- -inf for the keys past seq_k and, causal, the keys a row must not see;
+$ -- only in the parts that reach past either.
+$ local function apply_mask()
+$   if causal then
+/* Mask the keys past seq_k and, on the diagonal, the keys a row must not see. */
+if (key0 + ${part_keys} > p.seq_k || key0 + ${part_keys - 1} > q0 + warp * ${warp_rows} + off) {
+$   else
+/* Mask the keys past seq_k. */
+if (key0 + ${part_keys} > p.seq_k) {
+$   end
+  FA_UNROLL
+  for (int mt = 0; mt < ${m_tiles}; ++mt) {
+    FA_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+$   if causal then
+      const int vis = q0 + warp * ${warp_rows} + mt * 16 + g + 8 * hh + off + 1;
+      const int lim = vis < p.seq_k ? vis : p.seq_k;
+$   else
+      const int lim = p.seq_k;
+$   end
+      FA_UNROLL
+      for (int n = 0; n < ${n_tiles}; ++n) {
+        FA_UNROLL
+        for (int e = 0; e < 2; ++e)
+          if (key0 + n * 8 + 2 * tig + e >= lim) s[mt][n][2 * hh + e] = NEG_INF;
+      }
+    }
+  }
+}
+$ end
+$
+$ -- The online softmax of the part's scores into P, packed in 16 bits, and
+$ -- O rescaled: eager (FlashAttention-1) normalizes O and P at every step,
+$ -- deferred (FlashAttention-2) once in the epilogue.
+$ local function softmax_rescale_o()
+/* Online softmax, in log2 units; each row is spread over the 4 lanes of a
+** quad. P leaves it packed in 16 bits, two columns to a register, as the
+** P V product takes it: pp[mt][n][hh] holds row g + 8 hh, columns
+** 8 n + 2 tig and + 1. */
+unsigned pp[${m_tiles}][${n_tiles}][2];
+FA_UNROLL
+for (int mt = 0; mt < ${m_tiles}; ++mt) {
+  FA_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = NEG_INF;
+    FA_UNROLL
+    for (int n = 0; n < ${n_tiles}; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hh], s[mt][n][2 * hh + 1]));
+    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
+    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
+    const float mo = m_i[mt][hh];
+    const float mn = fmaxf(mo, mx);
+    const float mu = mn == NEG_INF ? 0.f : mn * sl2; /* a row with no key yet */
+    const float alpha = fa_exp2_f32(mo * sl2 - mu);
+    float rs = 0.f;
+    FA_UNROLL
+    for (int n = 0; n < ${n_tiles}; ++n) {
+      const float x0 = fa_exp2_f32(s[mt][n][2 * hh] * sl2 - mu);
+      const float x1 = fa_exp2_f32(s[mt][n][2 * hh + 1] * sl2 - mu);
+      rs += x0 + x1;
+$   if eager then
+      s[mt][n][2 * hh] = x0;
+      s[mt][n][2 * hh + 1] = x1;
+$   else
+      pp[mt][n][hh] = fa_pack_${T}x2(x0, x1);
+$   end
+    }
+$   if eager then
+    /* eager (FlashAttention-1): O = O * l_old*alpha/l_new + P V / l_new */
+    rs += fa_shfl_xor_f32(rs, 1);
+    rs += fa_shfl_xor_f32(rs, 2);
+    const float ln = l_i[mt][hh] * alpha + rs;
+    const float inv = ln > 0.f ? 1.f / ln : 0.f;
+    const float fo = l_i[mt][hh] * alpha * inv;
+    FA_UNROLL
+    for (int n = 0; n < ${dim_tiles}; ++n) {
+      o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], fo);
+      o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], fo);
+    }
+    FA_UNROLL
+    for (int n = 0; n < ${n_tiles}; ++n)
+      pp[mt][n][hh] = fa_pack_${T}x2(fa_rescale_f32(s[mt][n][2 * hh], inv), fa_rescale_f32(s[mt][n][2 * hh + 1], inv));
+    l_i[mt][hh] = ln;
+$   else
+    /* deferred (FlashAttention-2): O = O * alpha + P V; this lane's share
+    ** of l, summed over the quad and divided out at the end */
+    l_i[mt][hh] = l_i[mt][hh] * alpha + rs;
+    FA_UNROLL
+    for (int n = 0; n < ${dim_tiles}; ++n) {
+      o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], alpha);
+      o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], alpha);
+    }
+$   end
+    m_i[mt][hh] = mn;
+  }
+}
+$ end
+$
+$ -- O += P V, P straight from the registers of the softmax.
+$ local function gemm_pv()
+/* O += P V: P from the S fragments (n8 tiles 2k and 2k + 1 make the A
+** fragment of k step k: a0 a1 rows g and g + 8 of the first, a2 a3 of the
+** second), V by ldmatrix .trans. */
+FA_UNROLL
+for (int kn = 0; kn < ${pv_steps}; ++kn) {
+  unsigned pa[${m_tiles}][4];
+  FA_UNROLL
+  for (int mt = 0; mt < ${m_tiles}; ++mt) {
+    pa[mt][0] = pp[mt][2 * kn][0];
+    pa[mt][1] = pp[mt][2 * kn][1];
+    pa[mt][2] = pp[mt][2 * kn + 1][0];
+    pa[mt][3] = pp[mt][2 * kn + 1][1];
+  }
+  FA_UNROLL
+  for (int d2 = 0; d2 < ${dim_tiles // 2}; ++d2) {
+    unsigned vb[4];
+    fa_ldmatrix_x4_trans(vb, sm + (v_part + kn * ${16 * row_bytes} + fa_slab_offset(q_lane, d2, ${swizzle})));
+    FA_UNROLL
+    for (int mt = 0; mt < ${m_tiles}; ++mt) {
+      fa_mma_m16n8k16_${T}(o[mt][2 * d2], pa[mt], vb, o[mt][2 * d2]);
+      fa_mma_m16n8k16_${T}(o[mt][2 * d2 + 1], pa[mt], vb + 2, o[mt][2 * d2 + 1]);
+    }
+  }
+}
+$ end
+$
+$ -- O normalized, through this warp's rows of the Q tile, then to global
+$ -- memory in 16-byte rows; the logsumexp per row.
+$ local function epilogue()
+/* Epilogue: O, normalized, through this warp's rows of the Q tile, then
+** to global memory in 16-byte rows; the logsumexp per row. */
+fa_cp_async_wait(0);
+fa_syncthreads(); /* nobody reads Q or K/V any more; every copy has landed */
+FA_UNROLL
+for (int mt = 0; mt < ${m_tiles}; ++mt) {
+  FA_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    float l = l_i[mt][hh];
+$   if not eager then
+    l += fa_shfl_xor_f32(l, 1);
+    l += fa_shfl_xor_f32(l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+$   end
+    const int r = warp * ${warp_rows} + mt * 16 + g + 8 * hh;
+    FA_UNROLL
+    for (int n = 0; n < ${dim_tiles}; ++n)
+      fa_sts_u32((unsigned *)(sm + (${P.q_offset} + r * ${row_bytes} + fa_swizzled_chunk(n, frag_swizzle) + 4 * tig)),
+$   if eager then
+                 fa_pack_${T}x2(o[mt][n][2 * hh], o[mt][n][2 * hh + 1])); /* normalized at every step; 0 without a key */
+$   else
+                 fa_pack_${T}x2(fa_rescale_f32(o[mt][n][2 * hh], inv), fa_rescale_f32(o[mt][n][2 * hh + 1], inv)));
+$   end
+    if (tig == 0 && q0 + r < p.seq_q)
+      fa_st_f32(lg + q0 + r, l > 0.f ? (m_i[mt][hh] * sl2 + fa_log2_f32(l)) * 0.69314718055994530942f : NEG_INF);
+  }
+}
+fa_syncwarp(); /* each warp reads back only its own rows */
+$   local chunks = warp_rows * P.row_chunks  -- of this warp's rows
+FA_UNROLL
+for (int i = 0; i < ${(chunks + 31) // 32}; ++i) {
+  const int e = lane + 32 * i;
+  const int rr = e / ${P.row_chunks}, cc = e - rr * ${P.row_chunks};
+  const int r = warp * ${warp_rows} + rr, gr = q0 + r;
+$   if chunks % 32 ~= 0 and dim < padded_dim then
+  if (e < ${chunks} && gr < p.seq_q && cc < ${(dim + 7) // 8}) {
+$   elseif chunks % 32 ~= 0 then
+  if (e < ${chunks} && gr < p.seq_q) {
+$   elseif dim < padded_dim then
+  if (gr < p.seq_q && cc < ${(dim + 7) // 8}) {
+$   else
+  if (gr < p.seq_q) {
+$   end
+    const fa_u32x4 v = fa_lds_u32x4((const fa_u32x4 *)(sm + (${P.q_offset} + fa_tile_offset(r, cc, ${row_bytes}, ${swizzle}))));
+$   if P.async_copy then
+    fa_st_u32x4((fa_u32x4 *)(og + gr * p.o_sn + cc * 8), v);
+$   else
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    FA_UNROLL
+    for (int t = 0; t < 8; ++t)
+      if (cc * 8 + t < ${dim}) fa_st_u16(og + gr * p.o_sn + cc * 8 + t, (unsigned short)(w[t >> 1] >> (16 * (t & 1))));
+$   end
+  }
+}
+$ end
+FA_KERNEL(${args.entry}, ${threads})
 {
   const float NEG_INF = fa_neg_inf_f32();
   const int tid = fa_tid();
   const int lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, tig = lane & 3;   /* fragment row and column pair */
-  const int lr = lane & 7, lj = lane >> 3;   /* ldmatrix: row lr of matrix lj */
+  const int g = lane >> 2, tig = lane & 3;       /* fragment row and column pair */
+  const int mrow = lane & 7, mat = lane >> 3;    /* ldmatrix: row mrow of matrix mat */
   const int h = fa_bid_y(), b = fa_bid_z();
   unsigned char *const sm = (unsigned char *)fa_smem_base();
   const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;
@@ -47,417 +391,140 @@ FA_KERNEL(${args.entry}, ${NT})
   float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const float sl2 = (float)p.scale_log2;
-  const int q0 = fa_bid_x() * ${BM};
+  const int q0 = fa_bid_x() * ${block_m};
   (void)off;
 $ if causal then
-  const int last_row = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
+  const int last_row = (q0 + ${block_m} < p.seq_q ? q0 + ${block_m} : p.seq_q) - 1;
   int kv_end = last_row + off + 1;
   kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
 $ else
   const int kv_end = p.seq_k;
 $ end
-  const int nblk = (kv_end + ${BN - 1}) / ${BN};
+  const int n_blocks = (kv_end + ${block_n - 1}) / ${block_n};
 
-  /* ldmatrix x4 lanes: lane 8 j + lr gives one row of matrix j. For Q
-  ** and V (.trans) that is row lr + 8 (j & 1) of a 16-row slab, chunk
+  /* ldmatrix x4 lanes: lane 8 j + mrow gives one row of matrix j. For Q
+  ** and V (.trans) that is row mrow + 8 (j & 1) of a 16-row slab, chunk
   ** 2 k + (j >> 1): for Q the A fragment a0..a3, for V registers 0-1 the B
   ** fragment of head-dim columns 0-7 and 2-3 that of columns 8-15. For K,
-  ** row lr + 8 (j >> 1), chunk 2 k + (j & 1): registers 0-1 the B fragment
-  ** of keys 0-7, 2-3 that of keys 8-15. Slabs start at multiples of 8 rows,
-  ** so the swizzle term of every row a lane touches is that of lr. la[]
-  ** and lk[] hold the lane's row offset plus chunk bit, swizzled, for each
-  ** k step within the swizzle's period. */
-  const int ra = lr + 8 * (lj & 1), rk = lr + 8 * (lj >> 1);
-$ if P.swz then
-  const int xa = ((lj >> 1) ^ ${fsw("lr")}) << 4, xk = ((lj & 1) ^ ${fsw("lr")}) << 4;
-  const int fg = ${fsw("g")};              /* swizzle term of this lane's fragment rows */
-$ else
-  const int xa = (lj >> 1) << 4, xk = (lj & 1) << 4;
-$ end
-  const int qw = ${P.off_q} + warp * ${MW * rowb}; /* this warp's Q rows */
-  int la[${NL}], lk[${NL}];
+  ** row mrow + 8 (j >> 1), chunk 2 k + (j & 1): registers 0-1 the B
+  ** fragment of keys 0-7, 2-3 that of keys 8-15. q_lane[] and k_lane[]
+  ** hold the lane's offset in a slab for each k step of a swizzle period
+  ** (fa_slab_offset adds the periods). Slabs start at multiples of 8 rows,
+  ** so the swizzle term of every row a lane reads is that of mrow, and that
+  ** of its fragment rows that of g. */
+  const int qv_row = mrow + 8 * (mat & 1), k_row = mrow + 8 * (mat >> 1);
+  const int lane_swizzle = fa_swizzle(mrow, ${swizzle}), frag_swizzle = fa_swizzle(g, ${swizzle});
+  const int q_warp = ${P.q_offset} + warp * ${warp_rows * row_bytes}; /* this warp's Q rows */
+  int q_lane[${P.lane_offsets}], k_lane[${P.lane_offsets}];
   FA_UNROLL
-  for (int x = 0; x < ${NL}; ++x) {
-    la[x] = ra * ${rowb} + ${P.swz and "((x * 32) ^ xa)" or "xa"};
-    lk[x] = rk * ${rowb} + ${P.swz and "((x * 32) ^ xk)" or "xk"};
+  for (int x = 0; x < ${P.lane_offsets}; ++x) {
+    q_lane[x] = fa_lane_offset(qv_row, mat >> 1, lane_swizzle, x, ${row_bytes});
+    k_lane[x] = fa_lane_offset(k_row, mat & 1, lane_swizzle, x, ${row_bytes});
   }
-  (void)qw;
-$ if fast then
+  (void)q_warp;
+$ if P.column_copy then
   /* Tile copies: this thread's chunk column and first row. */
-  const int lrow = (int)((unsigned)tid / ${CH}u), lcol = (int)((unsigned)tid % ${CH}u);
-  const int ldst = lrow * ${rowb} + ${chunk("lcol", "lrow")};
+  const int copy_row = (int)((unsigned)tid / ${P.row_chunks}u), copy_chunk = (int)((unsigned)tid % ${P.row_chunks}u);
+  const int copy_offset = fa_tile_offset(copy_row, copy_chunk, ${row_bytes}, ${swizzle});
 $ end
 
-$ -- Copy R rows of a (seq, dim) matrix, from global row row0, into the tile
-$ -- at byte offset dst; columns past the head dim are zeros, and so are the
-$ -- rows at or past `lim` when `pred` (otherwise every row exists).
-$ -- fast (16-byte copies, a whole number of chunk columns per pass): each
-$ -- thread copies chunk column lcol of rows lrow + RS i.
-$ -- Otherwise every thread takes chunks e = tid + NT i.
-$ local function load_tile(dst, src, stride, row0, lim, R, pred)
-$   if fast then
-$     local RS = NT // CH
-$     local passes = (R + RS - 1) // RS
-$     local colok = nil
-$     if dim ~= D then colok = "lcol < " .. (dim // 8) end
-  {
-    const unsigned short *gp = ${src} + (long long)(${row0} + lrow) * ${stride} + lcol * 8;
-    FA_UNROLL
-    for (int i = 0; i < ${passes}; ++i) {
-$     if R % RS ~= 0 then
-      if (lrow + i * ${RS} < ${R}) {
-$     else
-      {
-$     end
-$     local cond = {}
-$     if pred then cond[#cond + 1] = row0 .. " + lrow + i * " .. RS .. " < " .. lim end
-$     if colok then cond[#cond + 1] = colok end
-$     local nb = #cond > 0 and ("(" .. table.concat(cond, " && ") .. ") ? 16 : 0") or "16"
-$     if P.swz and RS % 8 ~= 0 then
-        fa_cp_async_16(sm + (${dst} + (lrow + i * ${RS}) * ${rowb} + ${chunk("lcol", "(lrow + i * " .. RS .. ")")}), gp, ${nb});
-$     else
-        fa_cp_async_16(sm + (${dst} + ldst + i * ${RS * rowb}), gp, ${nb});
-$     end
-      }
-      gp += (long long)${RS} * ${stride};
-    }
-  }
-$   else
-$   local total = R * CH
-$   local iters = (total + NT - 1) // NT
+  float o[${m_tiles}][${dim_tiles}][4];   /* O: rows g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
+  float m_i[${m_tiles}][2], l_i[${m_tiles}][2];
   FA_UNROLL
-  for (int i = 0; i < ${iters}; ++i) {
-    const int e = tid + i * ${NT};
-$   if total % NT ~= 0 then
-    if (e < ${total}) {
-$   else
-    {
-$   end
-      const int r = (int)((unsigned)e / ${CH}u), cc = e - r * ${CH};
-      const int gr = ${row0} + r;
-      unsigned char *const to = sm + (${dst} + r * ${rowb} + ${chunk("cc", "r")});
-$   local rowok = pred and ("gr < " .. lim) or "1"
-$   if P.async then
-      const int nb = ${rowok}${dim ~= D and (" && cc < " .. (dim // 8)) or ""} ? 16 : 0;
-      fa_cp_async_16(to, nb ? (const void *)(${src} + gr * ${stride} + cc * 8) : (const void *)${src}, nb);
-$   else
-      unsigned w[4] = {0u, 0u, 0u, 0u};
-      if (${rowok}) {
-        FA_UNROLL
-        for (int t = 0; t < 8; ++t)
-          if (cc * 8 + t < ${dim}) w[t >> 1] |= (unsigned)fa_ldg_u16(${src} + gr * ${stride} + cc * 8 + t) << (16 * (t & 1));
-      }
-      fa_u32x4 v;
-      v.x = w[0], v.y = w[1], v.z = w[2], v.w = w[3];
-      fa_sts_u32x4((fa_u32x4 *)to, v);
-$   end
-    }
-  }
-$   end
-$ end
-$ local function load_q()
-  /* Q rows [q0, q0 + ${BM}) */
-$   load_tile(tostring(P.off_q), "qg", "p.q_sn", "q0", "p.seq_q", BM, true)
-$ end
-$ -- K/V block `blk` into the stage at byte offset `st`; only the last block
-$ -- (the first one loaded) can have rows past seq_k.
-$ local function load_kv(blk, st, pred)
-  {
-    const int kst = ${P.off_kv} + ${st};
-    const int k0 = (${blk}) * ${BN};
-$   load_tile("kst", "kg", "p.k_sn", "k0", "p.seq_k", BN, pred)
-$   load_tile("kst + " .. (BN * rowb), "vg", "p.v_sn", "k0", "p.seq_k", BN, pred)
-  }
-$ end
-$ local function q_to_registers()
-  FA_UNROLL
-  for (int mt = 0; mt < ${MT}; ++mt) {
+  for (int mt = 0; mt < ${m_tiles}; ++mt) {
     FA_UNROLL
-    for (int kk = 0; kk < ${KD}; ++kk) fa_ldmatrix_x4(qf[mt][kk], sm + (qw + mt * ${16 * rowb} + ${kofs("kk")}));
-  }
-$ end
-
-  float o[${MT}][${ND}][4];   /* O: rows g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
-  float m_i[${MT}][2], l_i[${MT}][2];
-  FA_UNROLL
-  for (int mt = 0; mt < ${MT}; ++mt) {
-    FA_UNROLL
-    for (int n = 0; n < ${ND}; ++n) {
+    for (int n = 0; n < ${dim_tiles}; ++n) {
       FA_UNROLL
       for (int i = 0; i < 4; ++i) o[mt][n][i] = 0.f;
     }
     m_i[mt][0] = m_i[mt][1] = NEG_INF;
     l_i[mt][0] = l_i[mt][1] = 0.f;
   }
-$ if qreg then
-  unsigned qf[${MT}][${KD}][4];  /* Q as A fragments, for the whole loop */
+$ if q_in_registers then
+  unsigned qf[${m_tiles}][${k_steps}][4];  /* Q as A fragments, for the whole loop */
 $ end
 
-  /* The K/V blocks go from the last, nblk - 1, down to 0, as in
+  /* The K/V blocks go from the last, n_blocks - 1, down to 0, as in
   ** FlashAttention-2: the one block that can reach past seq_k comes first,
   ** so only the first copy checks rows, and the blocks a causal mask cuts
-  ** (the diagonal ones) come before those it leaves whole. ${S} stage(s):
-  ** the block of iteration j is in stage j % ${S}${S == 1 and ", and the next block is copied once P V is done" or ", and iteration j copies the block of iteration j + " .. (S - 1)}.
-  ** Commit groups: ${qreg and "Q alone, then " or "Q with the first K/V block, "}one per prologue block, one per iteration. */
-$ local pro = math.max(S - 1, 1)
-$ load_q()
-$ if qreg then
+  ** (the diagonal ones) come before those it leaves whole.
+$ if stages == 1 then
+  ** One stage: the next block is copied once P V is done.
+$ else
+  ** ${stages} stages: the block of iteration j is in stage j % ${stages}, and iteration j
+  ** copies the block of iteration j + ${stages - 1}.
+$ end
+$ if q_in_registers then
+  ** Commit groups: Q alone, then one per prologue block, one per iteration. */
+$ else
+  ** Commit groups: Q with the first K/V block, one per prologue block, one per iteration. */
+$ end
+  $ load_q()
+$ if q_in_registers then
   fa_cp_async_commit();
 $   if c.q_share == 1 then
   fa_cp_async_wait(0);
   fa_syncthreads();
-$     q_to_registers()
+  $ q_to_registers()
   fa_syncthreads(); /* K/V overwrite Q */
 $   end
 $ end
-$ for s = 0, pro - 1 do
-  if (${s} < nblk) {
-$   load_kv("nblk - " .. (s + 1), tostring(s * P.KVb), s == 0)
+$ local prologue = math.max(stages - 1, 1)
+$ for s = 0, prologue - 1 do
+  if (${s} < n_blocks) {
+    const int block = n_blocks - ${s + 1};
+    $ load_kv(s * P.stage_bytes, s == 0)
   }
   fa_cp_async_commit();
 $ end
-$ if qreg and c.q_share == 0 then
-  fa_cp_async_wait(${pro}); /* Q has landed */
+$ if q_in_registers and c.q_share == 0 then
+  fa_cp_async_wait(${prologue}); /* Q has landed */
   fa_syncthreads();
-$   q_to_registers()
+  $ q_to_registers()
 $ end
-  int st = 0;  /* byte offset of this iteration's stage */
-  for (int j = 0; j < nblk; ++j) {
-    const int k0 = (nblk - 1 - j) * ${BN};
-$ if S == 1 then
-    fa_cp_async_wait(0); /* block nblk - 1 - j has landed, for this thread */
-    fa_syncthreads();    /* for every thread */
-$ else
-    fa_cp_async_wait(${S - 2}); /* block nblk - 1 - j has landed, for this thread */
-    fa_syncthreads();           /* for every thread; and the previous iteration's stage is free */
-    {
-      const int ahead = st + ${(S - 1) * P.KVb} < ${S * P.KVb} ? st + ${(S - 1) * P.KVb} : st - ${P.KVb};
-      if (j + ${S - 1} < nblk) {
-$   load_kv("nblk - " .. S .. " - j", "ahead", false)
-      }
-      fa_cp_async_commit();
-    }
-$ end
-    const int ks = ${P.off_kv} + st, vs = ks + ${BN * rowb};  /* this block's K and V */
-$ if S > 1 then
-    st = st + ${P.KVb} < ${S * P.KVb} ? st + ${P.KVb} : 0;
+  int stage = 0;  /* byte offset of this iteration's stage */
+  for (int j = 0; j < n_blocks; ++j) {
+    const int k0 = (n_blocks - 1 - j) * ${block_n};
+    $ wait_and_prefetch()
+    const int k_tile = ${P.kv_offset} + stage, v_tile = k_tile + ${block_n * row_bytes};  /* this block's K and V */
+$ if stages > 1 then
+    stage = stage + ${P.stage_bytes} < ${stages * P.stage_bytes} ? stage + ${P.stage_bytes} : 0;
 $ end
 
-$ local SUB = P.SUB
-$ local SBN = BN // SUB         -- keys per part
-$ local NBs, KNs = SBN // 8, SBN // 16
-$ local qa = qreg and "qf[mt][kk]" or "qa[mt]"
-$ if SUB > 1 then
-    /* The block's keys go through in ${SUB} parts of ${SBN}, each an online-softmax
+$ if parts > 1 then
+    /* The block's keys go through in ${parts} parts of ${part_keys}, each an online-softmax
     ** step of its own, so that fewer S registers are live at once. */
     FA_UNROLL_BY(1)
-    for (int sb = 0; sb < ${SUB}; ++sb) {
-    const int kp = k0 + sb * ${SBN};                 /* this part's first key */
-    const int kso = ks + sb * ${SBN * rowb}, vso = vs + sb * ${SBN * rowb};
+    for (int part = 0; part < ${parts}; ++part) {
+      const int key0 = k0 + part * ${part_keys};  /* this part's first key */
+      const int k_part = k_tile + part * ${part_keys * row_bytes}, v_part = v_tile + part * ${part_keys * row_bytes};
 $ else
     {
-    const int kp = k0, kso = ks, vso = vs;
+      const int key0 = k0, k_part = k_tile, v_part = v_tile;
 $ end
-$ local skip = "kp >= p.seq_k"
-$ if causal then skip = skip .. " || kp > q0 + warp * " .. MW .. " + " .. (MW - 1) .. " + off" end
-    if (!(${skip})) { /* else no key here for this warp's rows */
-
-    /* S = Q K^T: this warp's ${MW} rows x ${SBN} keys. */
-    float s[${MT}][${NBs}][4];
-    FA_UNROLL
-    for (int mt = 0; mt < ${MT}; ++mt) {
-      FA_UNROLL
-      for (int n = 0; n < ${NBs}; ++n) {
-        FA_UNROLL
-        for (int i = 0; i < 4; ++i) s[mt][n][i] = 0.f;
-      }
-    }
-    FA_UNROLL
-    for (int kk = 0; kk < ${KD}; ++kk) {
-$ if not qreg then
-      unsigned qa[${MT}][4];
-      FA_UNROLL
-      for (int mt = 0; mt < ${MT}; ++mt) fa_ldmatrix_x4(qa[mt], sm + (qw + mt * ${16 * rowb} + ${kofs("kk")}));
-$ end
-      FA_UNROLL
-      for (int n2 = 0; n2 < ${NBs // 2}; ++n2) {
-        unsigned kb[4];
-        fa_ldmatrix_x4(kb, sm + (kso + n2 * ${16 * rowb} + ${kofs("kk", "lk")}));
-        FA_UNROLL
-        for (int mt = 0; mt < ${MT}; ++mt) {
-          ${mma}(s[mt][2 * n2], ${qa}, kb, s[mt][2 * n2]);
-          ${mma}(s[mt][2 * n2 + 1], ${qa}, kb + 2, s[mt][2 * n2 + 1]);
-        }
-      }
-    }
-
-    /* Mask the keys past seq_k${causal and " and, on the diagonal, the keys a row must not see" or ""}. */
-$ local need = "kp + " .. SBN .. " > p.seq_k"
-$ if causal then need = need .. " || kp + " .. (SBN - 1) .. " > q0 + warp * " .. MW .. " + off" end
-    if (${need}) {
-      FA_UNROLL
-      for (int mt = 0; mt < ${MT}; ++mt) {
-        FA_UNROLL
-        for (int hh = 0; hh < 2; ++hh) {
 $ if causal then
-          const int vis = q0 + warp * ${MW} + mt * 16 + g + 8 * hh + off + 1;
-          const int lim = vis < p.seq_k ? vis : p.seq_k;
+      if (key0 < p.seq_k && key0 <= q0 + warp * ${warp_rows} + ${warp_rows - 1} + off) { /* else no key here for this warp's rows */
 $ else
-          const int lim = p.seq_k;
+      if (key0 < p.seq_k) { /* else no key here for this warp's rows */
 $ end
-          FA_UNROLL
-          for (int n = 0; n < ${NBs}; ++n) {
-            FA_UNROLL
-            for (int e = 0; e < 2; ++e)
-              if (kp + n * 8 + 2 * tig + e >= lim) s[mt][n][2 * hh + e] = NEG_INF;
-          }
-        }
-      }
-    }
+        $ gemm_qk()
 
-    /* Online softmax, in log2 units; each row is spread over the 4 lanes of a
-    ** quad. P leaves it packed in 16 bits, two columns to a register, as the
-    ** P V product takes it: pp[mt][n][hh] holds row g + 8 hh, columns
-    ** 8 n + 2 tig and + 1. */
-    unsigned pp[${MT}][${NBs}][2];
-    FA_UNROLL
-    for (int mt = 0; mt < ${MT}; ++mt) {
-      FA_UNROLL
-      for (int hh = 0; hh < 2; ++hh) {
-        float mx = NEG_INF;
-        FA_UNROLL
-        for (int n = 0; n < ${NBs}; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hh], s[mt][n][2 * hh + 1]));
-        mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
-        mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
-        const float mo = m_i[mt][hh];
-        const float mn = fmaxf(mo, mx);
-        const float mu = mn == NEG_INF ? 0.f : mn * sl2; /* a row with no key yet */
-        const float alpha = fa_exp2_f32(mo * sl2 - mu);
-        float rs = 0.f;
-        FA_UNROLL
-        for (int n = 0; n < ${NBs}; ++n) {
-          const float x0 = fa_exp2_f32(s[mt][n][2 * hh] * sl2 - mu);
-          const float x1 = fa_exp2_f32(s[mt][n][2 * hh + 1] * sl2 - mu);
-          rs += x0 + x1;
-$ if eager then
-          s[mt][n][2 * hh] = x0;
-          s[mt][n][2 * hh + 1] = x1;
-$ else
-          pp[mt][n][hh] = ${pack}(x0, x1);
-$ end
-        }
-$ if eager then
-        /* eager (FlashAttention-1): O = O * l_old*alpha/l_new + P V / l_new */
-        rs += fa_shfl_xor_f32(rs, 1);
-        rs += fa_shfl_xor_f32(rs, 2);
-        const float ln = l_i[mt][hh] * alpha + rs;
-        const float inv = ln > 0.f ? 1.f / ln : 0.f;
-        const float fo = l_i[mt][hh] * alpha * inv;
-        FA_UNROLL
-        for (int n = 0; n < ${ND}; ++n) {
-          o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], fo);
-          o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], fo);
-        }
-        FA_UNROLL
-        for (int n = 0; n < ${NBs}; ++n)
-          pp[mt][n][hh] = ${pack}(fa_rescale_f32(s[mt][n][2 * hh], inv), fa_rescale_f32(s[mt][n][2 * hh + 1], inv));
-        l_i[mt][hh] = ln;
-$ else
-        /* deferred (FlashAttention-2): O = O * alpha + P V; this lane's share
-        ** of l, summed over the quad and divided out at the end */
-        l_i[mt][hh] = l_i[mt][hh] * alpha + rs;
-        FA_UNROLL
-        for (int n = 0; n < ${ND}; ++n) {
-          o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], alpha);
-          o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], alpha);
-        }
-$ end
-        m_i[mt][hh] = mn;
-      }
-    }
+        $ apply_mask()
 
-    /* O += P V: P from the S fragments (n8 tiles 2k and 2k + 1 make the A
-    ** fragment of k step k: a0 a1 rows g and g + 8 of the first, a2 a3 of the
-    ** second), V by ldmatrix .trans. */
-    FA_UNROLL
-    for (int kn = 0; kn < ${KNs}; ++kn) {
-      unsigned pa[${MT}][4];
-      FA_UNROLL
-      for (int mt = 0; mt < ${MT}; ++mt) {
-        pa[mt][0] = pp[mt][2 * kn][0];
-        pa[mt][1] = pp[mt][2 * kn][1];
-        pa[mt][2] = pp[mt][2 * kn + 1][0];
-        pa[mt][3] = pp[mt][2 * kn + 1][1];
-      }
-      FA_UNROLL
-      for (int d2 = 0; d2 < ${ND // 2}; ++d2) {
-        unsigned vb[4];
-        fa_ldmatrix_x4_trans(vb, sm + (vso + kn * ${16 * rowb} + ${kofs("d2")}));
-        FA_UNROLL
-        for (int mt = 0; mt < ${MT}; ++mt) {
-          ${mma}(o[mt][2 * d2], pa[mt], vb, o[mt][2 * d2]);
-          ${mma}(o[mt][2 * d2 + 1], pa[mt], vb + 2, o[mt][2 * d2 + 1]);
-        }
+        $ softmax_rescale_o()
+
+        $ gemm_pv()
       }
     }
-    }
-    }
-$ if S == 1 then
-    if (j + 1 < nblk) {
+$ if stages == 1 then
+    if (j + 1 < n_blocks) {
+      const int block = n_blocks - 2 - j;
       fa_syncthreads(); /* every warp is done with the stage */
-$   load_kv("nblk - 2 - j", "0", false)
+      $ load_kv(0, false)
       fa_cp_async_commit();
     }
 $ end
   }
 
-  /* Epilogue: O, normalized, through this warp's rows of the Q tile, then
-  ** to global memory in 16-byte rows; the logsumexp per row. */
-  fa_cp_async_wait(0);
-  fa_syncthreads(); /* nobody reads Q or K/V any more; every copy has landed */
-  FA_UNROLL
-  for (int mt = 0; mt < ${MT}; ++mt) {
-    FA_UNROLL
-    for (int hh = 0; hh < 2; ++hh) {
-      float l = l_i[mt][hh];
-$ if not eager then
-      l += fa_shfl_xor_f32(l, 1);
-      l += fa_shfl_xor_f32(l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-$ end
-      const int r = warp * ${MW} + mt * 16 + g + 8 * hh;
-      FA_UNROLL
-      for (int n = 0; n < ${ND}; ++n)
-        fa_sts_u32((unsigned *)(sm + (${P.off_q} + r * ${rowb} + ${P.swz and "((n ^ fg) << 4)" or "(n << 4)"} + 4 * tig)),
-$ if eager then
-                   ${pack}(o[mt][n][2 * hh], o[mt][n][2 * hh + 1])); /* normalized at every step; 0 without a key */
-$ else
-                   ${pack}(fa_rescale_f32(o[mt][n][2 * hh], inv), fa_rescale_f32(o[mt][n][2 * hh + 1], inv)));
-$ end
-      if (tig == 0 && q0 + r < p.seq_q)
-        fa_st_f32(lg + q0 + r, l > 0.f ? (m_i[mt][hh] * sl2 + fa_log2_f32(l)) * 0.69314718055994530942f : NEG_INF);
-    }
-  }
-  fa_syncwarp(); /* each warp reads back only its own rows */
-$ local tot = MW * CH
-  FA_UNROLL
-  for (int i = 0; i < ${(tot + 31) // 32}; ++i) {
-    const int e = lane + 32 * i;
-    const int rr = e / ${CH}, cc = e - rr * ${CH};
-    const int r = warp * ${MW} + rr, gr = q0 + r;
-$ local cond = "gr < p.seq_q"
-$ if tot % 32 ~= 0 then cond = "e < " .. tot .. " && " .. cond end
-$ if dim ~= D then cond = cond .. " && cc < " .. ((dim + 7) // 8) end
-    if (${cond}) {
-      const fa_u32x4 v = fa_lds_u32x4((const fa_u32x4 *)(sm + (${P.off_q} + r * ${rowb} + ${chunk("cc", "r")})));
-$ if P.async then
-      fa_st_u32x4((fa_u32x4 *)(og + gr * p.o_sn + cc * 8), v);
-$ else
-      const unsigned w[4] = {v.x, v.y, v.z, v.w};
-      FA_UNROLL
-      for (int t = 0; t < 8; ++t)
-        if (cc * 8 + t < ${dim}) fa_st_u16(og + gr * p.o_sn + cc * 8 + t, (unsigned short)(w[t >> 1] >> (16 * (t & 1))));
-$ end
-    }
-  }
+  $ epilogue()
 }

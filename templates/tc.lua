@@ -87,65 +87,75 @@ end
 
 -- Derived plan ----------------------------------------------------------------
 
-local function cdiv(a, b) return (a + b - 1) // b end
-
 -- Everything the template needs beyond the config itself. Sizes in bytes
 -- unless named otherwise.
 function tc.plan(c)
-  local P = { dim = c.dim, BM = c.block_m, BN = c.block_n, W = c.warps, NT = 32 * c.warps,
-              S = c.stages }
-  P.D = tc.padded_dim(c.dim)
-  P.MW = c.block_m // c.warps        -- rows per warp
-  P.MT = P.MW // 16                  -- m16 tiles per warp
-  P.NB = c.block_n // 8              -- n8 tiles of S per m-tile
-  P.KD = P.D // 16                   -- k16 steps of Q K^T
-  P.KN = c.block_n // 16             -- k16 steps of P V
-  P.ND = P.D // 8                    -- n8 tiles of O per m-tile
-  P.CH = P.D // 8                    -- 16-byte chunks per tile row
+  local padded = tc.padded_dim(c.dim)
+  local P = {
+    dim = c.dim, padded_dim = padded,
+    block_m = c.block_m, block_n = c.block_n, warps = c.warps, threads = 32 * c.warps,
+    stages = c.stages,
+    warp_rows = c.block_m // c.warps,  -- query rows per warp
+    k_steps = padded // 16,            -- k16 steps of Q K^T over the head dim
+    dim_tiles = padded // 8,           -- n8 tiles of O per m-tile
+    row_chunks = padded // 8,          -- 16-byte chunks per tile row
+  }
+  P.m_tiles = P.warp_rows // 16        -- m16 tiles per warp
   -- Rows of 16-bit elements; pad adds one chunk, so that the 8 rows an
   -- ldmatrix reads fall on distinct banks.
-  P.rowb = 2 * P.D + (c.layout == "pad" and 16 or 0)
-  -- The XOR swizzle of chunk c in row r: c ^ (r & 7) when a row holds a
-  -- multiple of 8 chunks; c ^ ((r >> 1) & 3) when it holds 4 mod 8 (dims
-  -- 32, 96, 160: rows r and r + 1 then start half a bank line apart). The
-  -- XOR stays inside the row either way.
-  P.swz = c.layout == "swizzle"
-  P.swz_wide = P.CH % 8 == 0
+  P.row_bytes = 2 * padded + (c.layout == "pad" and 16 or 0)
+  -- The XOR swizzle of the chunks of a row (fa_swizzle in the preludes):
+  -- 8 when a row holds a multiple of 8 chunks (chunk c of row r goes to
+  -- c ^ (r & 7)), 4 when it holds 4 mod 8 (dims 32, 96, 160: c ^ ((r >> 1)
+  -- & 3), rows r and r + 1 then start half a bank line apart), 0 without.
+  -- The XOR stays inside the row either way.
+  P.swizzle = c.layout ~= "swizzle" and 0 or P.row_chunks % 8 == 0 and 8 or 4
+  -- The ldmatrix offsets a lane keeps: one per k step of a swizzle period.
+  P.lane_offsets = math.max(1, P.swizzle // 2)
   -- cp.async needs 16-byte aligned global rows: dims that are multiples of 8.
-  P.async = c.dim % 8 == 0
-  P.Qb = c.block_m * P.rowb
-  P.KVb = 2 * c.block_n * P.rowb     -- one stage: K then V
-  P.off_q = 0
+  P.async_copy = c.dim % 8 == 0
+  -- Tiles are copied a chunk column per thread, pass_rows rows per pass,
+  -- when the threads cover whole columns; else chunk by chunk.
+  P.column_copy = P.async_copy and P.threads % P.row_chunks == 0
+  P.pass_rows = P.threads // P.row_chunks
+  P.q_bytes = c.block_m * P.row_bytes
+  P.stage_bytes = 2 * c.block_n * P.row_bytes  -- one K/V stage: K then V
+  P.q_offset = 0
   if c.q_share == 1 then
-    P.off_kv = 0
-    P.smem_bytes = math.max(P.Qb, c.stages * P.KVb)
+    P.kv_offset = 0
+    P.smem_bytes = math.max(P.q_bytes, c.stages * P.stage_bytes)
   else
-    P.off_kv = P.Qb
-    P.smem_bytes = P.Qb + c.stages * P.KVb
+    P.kv_offset = P.q_bytes
+    P.smem_bytes = P.q_bytes + c.stages * P.stage_bytes
   end
   -- Registers per thread, 32-bit words, as the template holds them: the O
-  -- accumulator (MT x ND n8 tiles of 4 floats), the S/P accumulator of the
-  -- keys in flight (MT x NB / SUB x 4), the Q fragments when held (MT x KD
-  -- x 4), the fragments of one k step (Q when re-read, a K or V fragment;
-  -- 8 more when Q is held: ptxas keeps its fragments in flight earlier),
-  -- the row statistics (m and l of 2 rows per m-tile), and 40 for
-  -- addresses, indices, loop state and the exp pipeline.
-  local o = P.MT * P.ND * 4
-  local q = c.q == "reg" and P.MT * P.KD * 4 or 0
-  local function words(sub)
-    return o + P.MT * (P.NB // sub) * 4 + q + (c.q == "reg" and 8 or 4 * P.MT) + 4 + 4 * P.MT + 40
+  -- accumulator (m_tiles x dim_tiles n8 tiles of 4 floats), the S/P
+  -- accumulator of the keys in flight (m_tiles x key n8 tiles / parts x 4),
+  -- the Q fragments when held (m_tiles x k_steps x 4), the fragments of one
+  -- k step (Q when re-read, a K or V fragment; 8 more when Q is held:
+  -- ptxas keeps its fragments in flight earlier), the row statistics (m and
+  -- l of 2 rows per m-tile), and 40 for addresses, indices, loop state and
+  -- the exp pipeline.
+  local o = P.m_tiles * P.dim_tiles * 4
+  local q = c.q == "reg" and P.m_tiles * P.k_steps * 4 or 0
+  local key_tiles, key_steps = c.block_n // 8, c.block_n // 16
+  local function words(parts)
+    return o + P.m_tiles * (key_tiles // parts) * 4 + q + (c.q == "reg" and 8 or 4 * P.m_tiles)
+           + 4 + 4 * P.m_tiles + 40
   end
-  -- SUB: the block's keys go through S, softmax and P V in SUB parts, each
+  -- parts: the block's keys go through S, softmax and P V in parts, each
   -- its own online-softmax step, when the whole block's S would crowd the
   -- registers (ptxas spills well before 255 when the estimate is close to
-  -- it): the fewest parts (a divisor of KN) that bring the estimate to 224
-  -- or below, else one k16 step of keys per part.
-  P.SUB = P.KN
-  for sub = 1, P.KN do
-    if P.KN % sub == 0 and words(sub) <= 224 then P.SUB = sub; break end
+  -- it): the fewest parts (a divisor of key_steps) that bring the estimate
+  -- to 224 or below, else one k16 step of keys per part.
+  P.parts = key_steps
+  for parts = 1, key_steps do
+    if key_steps % parts == 0 and words(parts) <= 224 then P.parts = parts; break end
   end
-  P.reg_words = words(P.SUB)
-  P.reg_parts = { o = o, s = P.MT * (P.NB // P.SUB) * 4, q = q }
+  P.part_keys = c.block_n // P.parts
+  P.n_tiles = P.part_keys // 8    -- n8 tiles of S per part
+  P.pv_steps = P.part_keys // 16  -- k16 steps of P V per part
+  P.register_words = words(P.parts)
   return P
 end
 
@@ -164,9 +174,9 @@ function tc.fits(c, _, target)
     return false, "Q can share its shared memory with K only when Q is held in registers"
   end
   local P = tc.plan(c)
-  if P.NT > target.max_threads then return false, "too many threads" end
+  if P.threads > target.max_threads then return false, "too many threads" end
   if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
-  if P.reg_words > 255 then return false, "registers over 255 per thread" end
+  if P.register_words > 255 then return false, "registers over 255 per thread" end
   return true
 end
 
@@ -251,11 +261,11 @@ function tc.render(c)
   return {
     source = render("tc.cu", args),
     entry = args.entry,
-    threads = P.NT,
+    threads = P.threads,
     smem_bytes = P.smem_bytes,
     rows_per_cta = c.block_m,
     ws_bytes_per_row = 0,
-    registers_estimate = P.reg_words,
+    registers_estimate = P.register_words,
   }
 end
 
