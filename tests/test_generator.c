@@ -35,6 +35,13 @@ static void test_engine(gen_state *g) {
   rc = gen_render_text(g, "float.cu", "${0.5} ${2.0} ${7}\n", &out);
   CHECK(rc == 0 && strcmp(out, "0.5 2.0 7\n") == 0, "number formatting: '%s'", rc ? "" : out);
   if (rc == 0) free(out);
+  /* A step's lines take the indentation of the line that calls it. */
+  rc = gen_render_text(g, "indent.cu",
+                       "$ local function step()\nx;\nif (a) {\n  y;\n}\n$ end\n{\n  $ step()\n}\n",
+                       &out);
+  CHECK(rc == 0 && strcmp(out, "{\n  x;\n  if (a) {\n    y;\n  }\n}\n") == 0, "re-indent: '%s'",
+        rc ? gen_errmsg(g) : out);
+  if (rc == 0) free(out);
 }
 
 /* Each of these must fail, with the template's file and line named. */
