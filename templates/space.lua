@@ -177,10 +177,26 @@ space.family_for_dtype = family_for_dtype
 
 -- A full config from `k=v,...` text, unset keys taking the family defaults
 -- (the problem's dim, dtype and causal when given). Raises on bad input.
+-- Longer config text is refused: no config comes near it.
+local MAX_CONFIG_TEXT = 4096
+
+-- s without leading and trailing white space, in linear time (the pattern
+-- "^%s*(.-)%s*$" is quadratic in a run of spaces).
+local function trim(s)
+  local first = s:find("%S")
+  if not first then return "" end
+  local last = #s
+  while s:find("^%s", last) do last = last - 1 end
+  return s:sub(first, last)
+end
+
 function space.parse_config(text, problem)
+  if #text > MAX_CONFIG_TEXT then
+    error(string.format("config text too long: %d bytes (at most %d)", #text, MAX_CONFIG_TEXT), 0)
+  end
   local given = {}
   for item in (text .. ","):gmatch("([^,]*),") do
-    item = item:match("^%s*(.-)%s*$")
+    item = trim(item)
     if item ~= "" then
       local k, v = item:match("^([%w_]+)%s*=%s*(.-)$")
       if not k or v == "" then error("malformed config item '" .. item .. "' (want key=value)", 0) end

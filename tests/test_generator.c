@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fa_util.h"
 #include "gen.h"
 
 static gen_state *open_gen(void) {
@@ -211,6 +212,38 @@ static void test_configs(gen_state *g, const gen_target *t) {
   }
 }
 
+/* Long configs: one clear refusal past the limit, at once (30 KB of spaces
+** once took seconds to parse), and spaces within it trimmed. */
+static void test_long_config(gen_state *g, const gen_target *t) {
+  fa_problem p = problem(64, FA_FP32, 0);
+  gen_kernel k;
+  static char text[40000];
+  int n = snprintf(text, sizeof text, "block_m=64,norm=");
+  memset(text + n, ' ', 30000);
+  snprintf(text + n + 30000, sizeof text - (size_t)n - 30000, "eager");
+  double t0 = fa_now_s();
+  int rc = gen_render_config(g, text, &p, t, &k);
+  double spent = fa_now_s() - t0;
+  CHECK(rc == FA_EINVAL && strstr(gen_errmsg(g), "too long"), "30 KB config: %d %s", rc,
+        rc ? gen_errmsg(g) : k.name);
+  if (rc == 0) gen_kernel_free(&k);
+  CHECK(spent < 1.0, "30 KB config refused in %.2f s", spent);
+  /* Within the limit: a run of 4000 spaces inside a value, then around an item. */
+  n = snprintf(text, sizeof text, "block_m=64,norm=eager x");
+  memset(text + n - 1, ' ', 4000);
+  snprintf(text + n + 3999, sizeof text - (size_t)n - 3999, "y");
+  rc = gen_render_config(g, text, &p, t, &k);
+  CHECK(rc == FA_EINVAL && strstr(gen_errmsg(g), "norm must be"), "spaces inside: %d %s", rc,
+        rc ? gen_errmsg(g) : k.name);
+  if (rc == 0) gen_kernel_free(&k);
+  n = snprintf(text, sizeof text, "block_m=64,");
+  memset(text + n, ' ', 4000);
+  snprintf(text + n + 4000, sizeof text - (size_t)n - 4000, "norm=eager");
+  rc = gen_render_config(g, text, &p, t, &k);
+  CHECK(rc == 0, "spaces around an item: %s", gen_errmsg(g));
+  if (rc == 0) gen_kernel_free(&k);
+}
+
 int main(void) {
   gen_state *g = open_gen();
   gen_target t;
@@ -223,6 +256,7 @@ int main(void) {
   test_space(g, &t);
   test_determinism(g, &t);
   test_configs(g, &t);
+  test_long_config(g, &t);
   gen_close(g);
   return check_done("generator");
 }
