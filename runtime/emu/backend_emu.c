@@ -165,7 +165,7 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
   pthread_mutex_lock(&e->mu);
   int n = e->nbufs;
   fa_emu_range *ranges = malloc((size_t)(n + opts->nextra + 1) * sizeof *ranges);
-  if (ranges) memcpy(ranges, e->bufs, (size_t)n * sizeof *ranges);
+  if (ranges && n) memcpy(ranges, e->bufs, (size_t)n * sizeof *ranges);
   pthread_mutex_unlock(&e->mu);
   if (ranges && opts->nextra) {
     memcpy(ranges + n, opts->extra, (size_t)opts->nextra * sizeof *ranges);
