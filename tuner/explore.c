@@ -170,10 +170,10 @@ static int db_setup(explore *x) {
     goto fail;
   for (size_t i = 0; i < x->n; i++) {
     const gen_kernel *k = &x->v[i].k;
-    char family[32];
-    snprintf(family, sizeof family, "%.*s", (int)strcspn(k->config + 7, ","), k->config + 7);
-    db_variant v = {.family = family, .template_version = k->template_version,
-                    .name = k->name, .hash = k->hash, .config = k->config,
+    char config[4096];
+    gen_config_json(&k->cfg, config, sizeof config);
+    db_variant v = {.family = k->cfg.family, .template_version = k->template_version,
+                    .name = k->name, .hash = k->hash, .config = config,
                     .source_hash = k->source_hash};
     if (db_variant_id(x->db, &v, &x->v[i].id, err, sizeof err) != 0) goto fail;
   }

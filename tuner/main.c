@@ -66,8 +66,9 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
 
 /* list ------------------------------------------------------------------ */
 
-static void print_pairs(const char *config) {
-  for (const char *p = config; *p; p++) putchar(*p == ',' ? ' ' : *p);
+static void print_pairs(const gen_config *c) {
+  printf("family=%s", c->family);
+  for (int i = 0; i < c->n; i++) printf(" %s=%s", c->pair[i].key, c->pair[i].value);
 }
 
 static int cmd_list(gen_state *g, const cli_opts *o, const gen_target *t) {
@@ -81,11 +82,11 @@ static int cmd_list(gen_state *g, const cli_opts *o, const gen_target *t) {
       printf("%s\n  {\"name\": ", i ? "," : "");
       json_string(stdout, v[i].name);
       printf(", \"hash\": \"%s\"", v[i].hash);
-      json_config(stdout, v[i].config);
+      json_config(stdout, &v[i].cfg);
       printf("}");
     } else {
       printf("%s ", v[i].name);
-      print_pairs(v[i].config);
+      print_pairs(&v[i].cfg);
       printf(" hash=%s\n", v[i].hash);
     }
   }
@@ -164,7 +165,7 @@ static void print_json(const compile_set *s) {
     printf("%s\n  {\"name\": ", i ? "," : "");
     json_string(stdout, s->variants[i].name);
     printf(", \"hash\": \"%s\"", s->variants[i].hash);
-    json_config(stdout, s->variants[i].config);
+    json_config(stdout, &s->variants[i].cfg);
     printf(", \"ok\": %s, \"registers\": %d, \"spill_bytes\": %d, \"spill_store_bytes\": %d, "
            "\"spill_load_bytes\": %d, \"smem_bytes\": %d, \"stack_bytes\": %d, "
            "\"compile_ms\": %.1f, \"source_hash\": \"%s\", \"error\": ",

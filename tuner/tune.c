@@ -108,12 +108,11 @@ static int db_prepare(tune *s) {
   const db_problem key = db_key(s);
   for (size_t i = 0; i < s->n; i++) {
     entry *e = &s->e[i];
-    db_variant v = {.family = strncmp(e->k.config, "family=", 7) ? "?" : e->k.config + 7,
-                    .template_version = e->k.template_version, .name = e->k.name,
-                    .hash = e->k.hash, .config = e->k.config, .source_hash = e->k.source_hash};
-    char family[32];
-    snprintf(family, sizeof family, "%.*s", (int)strcspn(v.family, ","), v.family);
-    v.family = family;
+    char config[4096];
+    gen_config_json(&e->k.cfg, config, sizeof config);
+    db_variant v = {.family = e->k.cfg.family, .template_version = e->k.template_version,
+                    .name = e->k.name, .hash = e->k.hash, .config = config,
+                    .source_hash = e->k.source_hash};
     int done = 0;
     if (db_variant_id(s->db, &v, &e->variant_id, err, sizeof err) != 0 ||
         (!s->o->retune &&
