@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "fa_util.h"
 #include "par.h"
 #include "tune.h"
@@ -44,9 +45,7 @@ static int render_all(gen_state *g, tune *s) {
     return -1;
   }
   if (s->n == 0) {
-    fprintf(stderr, "fatune: no variant of the %s space fits %s (%d bytes of shared memory) "
-                    "for dim %d %s\n", s->o->space, s->t->arch, s->t->smem_bytes,
-            s->o->problem.dim, fa_dtype_name(s->o->problem.dtype));
+    cmd_no_variants(s->o, s->t);
     gen_variants_free(v, 0);
     return -1;
   }
