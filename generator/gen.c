@@ -225,13 +225,12 @@ static int int_field(lua_State *L, const char *k) {
 
 /* Copy the string at idx into buf (n bytes); raises when it is not a
 ** string or does not fit. */
-static void copy_string(lua_State *L, int idx, char *buf, size_t n, const char *what, int i) {
+static void copy_string(lua_State *L, int idx, char *buf, size_t n, const char *what) {
   size_t len;
   const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &len) : NULL;
-  if (!s) luaL_error(L, "template result: %s %d is not a string", what, i);
+  if (!s) luaL_error(L, "template result: %s is not a string", what);
   if (len >= n || strlen(s) != len)
-    luaL_error(L, "template result: %s %d is longer than %d bytes or holds a NUL", what, i,
-               (int)n - 1);
+    luaL_error(L, "template result: %s is longer than %d bytes or holds a NUL", what, (int)n - 1);
   memcpy(buf, s, len + 1);
 }
 
@@ -241,7 +240,7 @@ static void copy_string(lua_State *L, int idx, char *buf, size_t n, const char *
 static void take_config(lua_State *L, gen_config *c) {
   memset(c, 0, sizeof *c);
   lua_getfield(L, -1, "family");
-  copy_string(L, -1, c->family, sizeof c->family, "family", 1);
+  copy_string(L, -1, c->family, sizeof c->family, "family");
   lua_pop(L, 1);
   lua_getfield(L, -1, "pairs");
   if (lua_isnil(L, -1)) {
@@ -253,12 +252,15 @@ static void take_config(lua_State *L, gen_config *c) {
   if (n > GEN_MAX_PAIRS) luaL_error(L, "template result: %d pairs, at most %d", (int)n, GEN_MAX_PAIRS);
   for (lua_Unsigned i = 0; i < n; i++) {
     gen_pair *p = &c->pair[i];
+    char what[48];
     if (lua_rawgeti(L, -1, (lua_Integer)i + 1) != LUA_TTABLE)
       luaL_error(L, "template result: pair %d is not a {key, value} table", (int)i + 1);
     lua_rawgeti(L, -1, 1);
-    copy_string(L, -1, p->key, sizeof p->key, "key of pair", (int)i + 1);
+    snprintf(what, sizeof what, "the key of pair %d", (int)i + 1);
+    copy_string(L, -1, p->key, sizeof p->key, what);
     lua_rawgeti(L, -2, 2);
-    copy_string(L, -1, p->value, sizeof p->value, "value of pair", (int)i + 1);
+    snprintf(what, sizeof what, "the value of pair %d", (int)i + 1);
+    copy_string(L, -1, p->value, sizeof p->value, what);
     lua_pop(L, 3);
   }
   c->n = (int)n;
