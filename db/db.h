@@ -70,7 +70,7 @@ typedef struct db_variant {
   const char *template_version;  /* gen_kernel.template_version */
   const char *name;
   const char *hash;              /* 12 hex digits */
-  const char *config;            /* canonical "k=v,..." text; stored as a JSON object */
+  const char *config;            /* one JSON object, as gen_config_json writes it */
   const char *source_hash;       /* gen_kernel.source_hash */
 } db_variant;
 
@@ -146,6 +146,8 @@ int db_trial_put(db *d, const db_trial *t, char *err, size_t errlen);
 typedef struct db_best_row {
   char variant[160], hash[32], template_version[64], source_hash[32];
   char config[1024];        /* JSON object */
+  char config_kv[1024];     /* the same as "k=v,..." text, in the object's order; "" when
+                               it is not an object of strings and integers, or is empty */
   char device[256], uuid[128], backend[8];
   char dtype[8];
   int dim, seq_q, seq_k, batch, heads, causal;

@@ -55,10 +55,6 @@ double dbi_col_real(sqlite3_stmt *st, int i);
 /* Copies a text column into buf; -1 when it does not fit. */
 int dbi_col_copy(sqlite3_stmt *st, int i, char *buf, size_t n);
 
-/* "k=v,..." as a JSON object (malloc'd): numbers unquoted, the rest as
-** strings. NULL when out of memory. */
-char *dbi_config_json(const char *config);
-
 /* The migrations (db_schema.c): brings a file at version from (0: empty)
 ** to DB_SCHEMA_VERSION, inside the caller's transaction. */
 int dbi_migrate(sqlite3 *h, int from, char *err, size_t errlen);

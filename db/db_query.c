@@ -20,7 +20,12 @@
 static const char best_sql[] =
   "SELECT v.name, v.hash, v.template_version, v.source_hash, v.config, d.name, d.uuid, "
   "d.backend, b.dtype, b.dim, b.seq_q, b.seq_k, b.batch, b.heads, b.causal, b.max_abs_err, "
-  "b.rel_err, b.median_us, b.tflops, b.gbps, b.global_bytes, b.created "
+  "b.rel_err, b.median_us, b.tflops, b.gbps, b.global_bytes, b.created, "
+  /* The config back as "k=v,...", in the object's order: NULL unless it is
+  ** an object of strings and integers. */
+  "CASE WHEN json_valid(v.config) AND json_type(v.config) = 'object' AND NOT EXISTS "
+  "(SELECT 1 FROM json_each(v.config) WHERE type NOT IN ('integer', 'text')) THEN "
+  "(SELECT group_concat(key || '=' || value, ',') FROM json_each(v.config)) END "
   "FROM best b JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
   /* The exact key has distance 0; between two equally near, the longer
@@ -42,7 +47,8 @@ static int best_row(sqlite3_stmt *st, db_best_row *o) {
   double *reals[] = {&o->max_abs_err, &o->rel_err, &o->median_us, &o->tflops, &o->gbps};
   for (int i = 0; i < 5; i++) *reals[i] = dbi_col_real(st, 15 + i);
   o->global_bytes = sqlite3_column_type(st, 20) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 20);
-  return dbi_col_copy(st, 21, o->created, sizeof o->created);
+  if (dbi_col_copy(st, 21, o->created, sizeof o->created) != 0) return -1;
+  return dbi_col_copy(st, 22, o->config_kv, sizeof o->config_kv);
 }
 
 int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, int *found,

@@ -5,7 +5,6 @@
 ** write lock, since after the first run of a tuner the row is nearly
 ** always there.
 */
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,49 +38,6 @@ static int check_status(const char *s, char *err, size_t errlen) {
   for (size_t i = 0; s && i < sizeof known / sizeof known[0]; i++)
     if (!strcmp(s, known[i])) return 0;
   return dbi_fail(err, errlen, "unknown trial status '%s'", s ? s : "(none)");
-}
-
-/* ---- Config text as JSON ---- */
-
-static int is_number(const char *v, size_t n) {
-  if (n == 0 || (n > 1 && v[0] == '0')) return 0;   /* JSON allows no leading zero */
-  for (size_t i = 0; i < n; i++) if (!isdigit((unsigned char)v[i])) return 0;
-  return 1;
-}
-
-/* Appends s[0..n) as a JSON string body: quotes, backslashes and control
-** characters escaped. Worst case 6 bytes per input byte. */
-static char *put_escaped(char *o, const char *s, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (c == '"' || c == '\\') *o++ = '\\', *o++ = (char)c;
-    else if (c < 0x20) o += sprintf(o, "\\u%04x", c);
-    else *o++ = (char)c;
-  }
-  return o;
-}
-
-char *dbi_config_json(const char *config) {
-  size_t len = strlen(config);
-  char *out = malloc(6 * len + 8), *o = out;
-  if (!out) return NULL;
-  *o++ = '{';
-  for (const char *p = config; *p;) {
-    const char *end = strchr(p, ','), *eq;
-    if (!end) end = p + strlen(p);
-    eq = memchr(p, '=', (size_t)(end - p));
-    if (!eq) eq = end;   /* a key without a value becomes "" */
-    if (o[-1] != '{') *o++ = ',', *o++ = ' ';
-    *o++ = '"', o = put_escaped(o, p, (size_t)(eq - p)), *o++ = '"', *o++ = ':', *o++ = ' ';
-    const char *v = eq < end ? eq + 1 : end;
-    size_t vn = (size_t)(end - v);
-    if (is_number(v, vn)) memcpy(o, v, vn), o += vn;
-    else *o++ = '"', o = put_escaped(o, v, vn), *o++ = '"';
-    p = *end ? end + 1 : end;
-  }
-  *o++ = '}';
-  *o = '\0';
-  return out;
 }
 
 /* ---- Devices ---- */
@@ -224,16 +180,13 @@ int dbi_variant_upsert(sqlite3 *h, const db_variant *v, const char *config_json,
 int db_variant_id(db *d, const db_variant *v, long long *id, char *err, size_t errlen) {
   int found, added;
   if (!nonempty(v->family) || !nonempty(v->template_version) || !nonempty(v->name) ||
-      !nonempty(v->hash) || !v->config || !nonempty(v->source_hash))
+      !nonempty(v->hash) || !v->config || v->config[0] != '{' || !nonempty(v->source_hash))
     return dbi_fail(err, errlen, "a variant needs a family, template version, name, hash, "
-                    "config and source hash");
+                    "config (a JSON object) and source hash");
   if (variant_find(d->h, v, id, &found, err, errlen) != 0) return -1;
   if (found) return 0;
-  char *json = dbi_config_json(v->config);
-  if (!json) return dbi_fail(err, errlen, "out of memory");
-  int rc = IN_TX(d->h, err, errlen, dbi_variant_upsert(d->h, v, json, id, &added, err, errlen));
-  free(json);
-  return rc;
+  return IN_TX(d->h, err, errlen,
+               dbi_variant_upsert(d->h, v, v->config, id, &added, err, errlen));
 }
 
 /* ---- The compile cache ---- */

@@ -226,6 +226,95 @@ static int int_field(lua_State *L, const char *k) {
   return (int)v;
 }
 
+/* Copy the string at idx into buf (n bytes); raises when it is not a
+** string or does not fit. */
+static void copy_string(lua_State *L, int idx, char *buf, size_t n, const char *what) {
+  size_t len;
+  const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &len) : NULL;
+  if (!s) luaL_error(L, "template result: %s is not a string", what);
+  if (len >= n || strlen(s) != len)
+    luaL_error(L, "template result: %s is longer than %d bytes or holds a NUL", what, (int)n - 1);
+  memcpy(buf, s, len + 1);
+}
+
+/* The config described by the table on top: its "family" (a string) and
+** its "pairs", a sequence of {key, value} strings; a result without pairs
+** (the oracle's) has none. */
+static void take_config(lua_State *L, gen_config *c) {
+  memset(c, 0, sizeof *c);
+  lua_getfield(L, -1, "family");
+  copy_string(L, -1, c->family, sizeof c->family, "family");
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "pairs");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (!lua_istable(L, -1)) luaL_error(L, "template result: pairs is not a table");
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  if (n > GEN_MAX_PAIRS) luaL_error(L, "template result: %d pairs, at most %d", (int)n, GEN_MAX_PAIRS);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    gen_pair *p = &c->pair[i];
+    char what[48];
+    if (lua_rawgeti(L, -1, (lua_Integer)i + 1) != LUA_TTABLE)
+      luaL_error(L, "template result: pair %d is not a {key, value} table", (int)i + 1);
+    lua_rawgeti(L, -1, 1);
+    snprintf(what, sizeof what, "the key of pair %d", (int)i + 1);
+    copy_string(L, -1, p->key, sizeof p->key, what);
+    lua_rawgeti(L, -2, 2);
+    snprintf(what, sizeof what, "the value of pair %d", (int)i + 1);
+    copy_string(L, -1, p->value, sizeof p->value, what);
+    lua_pop(L, 3);
+  }
+  c->n = (int)n;
+  lua_pop(L, 1);
+}
+
+const char *gen_config_get(const gen_config *c, const char *key) {
+  for (int i = 0; i < c->n; i++)
+    if (!strcmp(c->pair[i].key, key)) return c->pair[i].value;
+  return NULL;
+}
+
+/* A JSON number: digits, and no leading zero (JSON allows none). */
+static int is_number(const char *v) {
+  if (!*v || (v[0] == '0' && v[1])) return 0;
+  for (; *v; v++) if (*v < '0' || *v > '9') return 0;
+  return 1;
+}
+
+/* Appends text to buf, as it is or (quote) as a JSON string with quotes,
+** backslashes and control characters escaped; -1 when n is too small. */
+static int put(char *buf, size_t n, size_t *used, const char *text, int quote) {
+  char piece[8];
+  if (quote && put(buf, n, used, "\"", 0) != 0) return -1;
+  for (const char *s = text; *s; s++) {
+    const unsigned char ch = (unsigned char)*s;
+    if (quote && (ch == '"' || ch == '\\')) snprintf(piece, sizeof piece, "\\%c", ch);
+    else if (quote && ch < 0x20) snprintf(piece, sizeof piece, "\\u%04x", ch);
+    else piece[0] = (char)ch, piece[1] = '\0';
+    const size_t len = strlen(piece);
+    if (*used + len >= n) return -1;
+    memcpy(buf + *used, piece, len + 1);
+    *used += len;
+  }
+  return quote ? put(buf, n, used, "\"", 0) : 0;
+}
+
+int gen_config_json(const gen_config *c, char *buf, size_t n) {
+  size_t used = 0;
+  if (n) buf[0] = '\0';
+  if (put(buf, n, &used, "{\"family\": ", 0) != 0 || put(buf, n, &used, c->family, 1) != 0)
+    return -1;
+  for (int i = 0; i < c->n; i++) {
+    const char *v = c->pair[i].value;
+    if (put(buf, n, &used, ", ", 0) != 0 || put(buf, n, &used, c->pair[i].key, 1) != 0 ||
+        put(buf, n, &used, ": ", 0) != 0 || put(buf, n, &used, v, !is_number(v)) != 0)
+      return -1;
+  }
+  return put(buf, n, &used, "}", 0);
+}
+
 static int target_protected(lua_State *L) {
   gen_call *c = call_of(L);
   push_space_fn(L, c->g, "target");
@@ -280,6 +369,7 @@ static int list_protected(lua_State *L) {
     v->name = dup_field(L, "name");
     v->hash = dup_field(L, "hash");
     v->config = dup_field(L, "config");
+    take_config(L, &v->cfg);
     lua_pop(L, 1);
   }
   c->count = n;
@@ -346,11 +436,9 @@ static void take_kernel(lua_State *L, gen_call *c) {
   k->ws_bytes_per_row = int_field(L, "ws_bytes_per_row");
   k->registers_estimate = int_field(L, "registers_estimate");
   int version = int_field(L, "template_version");
-  lua_getfield(L, -1, "family");
-  const char *family = lua_tostring(L, -1);
-  snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s",
-           family ? family : "?", version, c->g->digest);
-  lua_pop(L, 1);
+  take_config(L, &k->cfg);
+  snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s", k->cfg.family,
+           version, c->g->digest);
   k->source = cuda_source(L, k);
   snprintf(k->source_hash, sizeof k->source_hash, "%016llx",
            fa_fnv1a64(FA_FNV64_OFFSET, k->source, strlen(k->source)));

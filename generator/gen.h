@@ -23,16 +23,37 @@ typedef struct gen_target {
   int max_threads;   /* threads per block */
 } gen_target;
 
+/* A config as the templates describe it: the family and the family's axes,
+** in their declared order, each with its value as text. Its canonical
+** "k=v,..." text is family=<family> followed by the pairs. */
+#define GEN_MAX_PAIRS 32
+typedef struct gen_pair { char key[32], value[48]; } gen_pair;
+typedef struct gen_config {
+  char family[16];
+  int n;
+  gen_pair pair[GEN_MAX_PAIRS];
+} gen_config;
+
+/* The value of key, NULL when absent ("family" is no pair). */
+const char *gen_config_get(const gen_config *c, const char *key);
+
+/* The config as one flat JSON object {"family": "simt", "dtype": "fp32",
+** "dim": 64, ...}: integer values as numbers, the rest as JSON-escaped
+** strings. 0, or -1 when n is too small. */
+int gen_config_json(const gen_config *c, char *buf, size_t n);
+
 /* One point of the search space. */
 typedef struct gen_variant {
   char *name;    /* canonical, human-readable: simt-f32-d64-m64n32w4-... */
   char *hash;    /* 12 hex digits */
   char *config;  /* canonical "family=simt,dtype=fp32,dim=64,..." */
+  gen_config cfg;  /* the same, parsed */
 } gen_variant;
 
 /* One rendered kernel and what it takes to launch it. */
 typedef struct gen_kernel {
   char *name, *hash, *config;
+  gen_config cfg;          /* config, parsed; the oracle, no point of the space, has no pairs */
   char *entry;             /* extern "C" kernel name */
   char *body;              /* the kernel, without any prelude */
   char *source;            /* CUDA source: parameters + CUDA prelude + body */

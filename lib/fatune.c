@@ -5,7 +5,6 @@
 ** (choosing the variant, rendering it, the compile cache) happens once per
 ** problem key, under the context's lock.
 */
-#include <ctype.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -143,45 +142,6 @@ static fa_problem to_problem(const fatune_problem *p) {
   return q;
 }
 
-/* The database keeps a config as a flat JSON object; the generator wants
-** "k=v,...". Values are strings or integers; anything else is refused. */
-static int json_to_config(const char *json, char *out, size_t n) {
-  size_t used = 0;
-  const char *s = json;
-  while (*s && *s != '{') s++;
-  if (*s++ != '{') return -1;
-  for (;;) {
-    while (isspace((unsigned char)*s) || *s == ',') s++;
-    if (*s == '}') break;
-    if (*s++ != '"') return -1;
-    const char *k = s;
-    while (*s && *s != '"') s++;
-    if (*s != '"') return -1;
-    int kl = (int)(s - k);
-    s++;
-    while (isspace((unsigned char)*s)) s++;
-    if (*s++ != ':') return -1;
-    while (isspace((unsigned char)*s)) s++;
-    const char *v;
-    int vl;
-    if (*s == '"') {
-      v = ++s;
-      while (*s && *s != '"') s++;
-      if (*s != '"') return -1;
-      vl = (int)(s - v), s++;
-    } else {
-      v = s;
-      while (*s == '-' || isdigit((unsigned char)*s)) s++;
-      vl = (int)(s - v);
-      if (!vl) return -1;
-    }
-    int w = snprintf(out + used, n - used, "%s%.*s=%.*s", used ? "," : "", kl, k, vl, v);
-    if (w < 0 || (size_t)w >= n - used) return -1;
-    used += (size_t)w;
-  }
-  return 0;
-}
-
 /* Render the variant for p: the database's choice, else the default. */
 static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
                             fatune_choice *choice) {
@@ -190,13 +150,13 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
                    .causal = fp->causal};
   db_best_row row;
   int found = 0, exact = 0;
-  char err[512], config[1100];
+  char err[512];
   if (db_best(c->db, c->device, &dp, &row, &found, &exact, err, sizeof err) != 0)
     return fail(FATUNE_EDB, "%s", err);
   /* A recorded config the templates no longer accept falls back to the
   ** default: the templates, not the database, decide what runs. */
-  if (found && json_to_config(row.config, config, sizeof config) == 0 &&
-      gen_render_config(c->gen, config, fp, &c->target, k) == 0) {
+  if (found && row.config_kv[0] &&
+      gen_render_config(c->gen, row.config_kv, fp, &c->target, k) == 0) {
     *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;
     return FATUNE_OK;
   }
@@ -292,7 +252,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, slot **out) {
   if (!s) {
     gen_kernel k;
     fa_program *prog = NULL;
-    fatune_choice choice;
+    fatune_choice choice = FATUNE_DEFAULT;
     st = choose(c, p, &k, &choice);
     if (st == FATUNE_OK && (st = program_for(c, &k, &prog)) != FATUNE_OK) gen_kernel_free(&k);
     if (st == FATUNE_OK) {

@@ -227,12 +227,12 @@ function space.parse_name(name)
   return fam, cfg
 end
 
--- Description of one config for the host: name, hash, canonical text and
--- the pairs in axis order.
+-- Description of one config for the host: name, hash, canonical text, the
+-- family's name and the {key, value} pairs in axis order (values as text).
 function space.describe(fam, cfg)
   local pairs_ = {}
   for _, axis in ipairs(fam.axes) do pairs_[#pairs_ + 1] = { axis.key, tostring(cfg[axis.key]) } end
-  return { name = fam.name_of(cfg), hash = space.hash(fam, cfg),
+  return { name = fam.name_of(cfg), hash = space.hash(fam, cfg), family = fam.name,
            config = space.canonical(fam, cfg), pairs = pairs_ }
 end
 
@@ -265,7 +265,9 @@ local render_fields = {
   rows_per_cta = "number", ws_bytes_per_row = "number", registers_estimate = "number",
 }
 
--- Render a config into source and launch description.
+-- Render a config into source and launch description, with the config
+-- described as space.describe describes it (the host takes the pairs as
+-- they are instead of parsing the canonical text again).
 function space.render(fam, cfg, target)
   local ok, why = fam.fits(cfg, nil, target)
   if not ok then error("config does not fit the target " .. target.arch .. ": " .. why, 0) end
@@ -276,8 +278,9 @@ function space.render(fam, cfg, target)
             .. " '" .. field .. "'", 0)
     end
   end
-  r.name, r.hash, r.config = fam.name_of(cfg), space.hash(fam, cfg), space.canonical(fam, cfg)
-  r.family, r.template_version = fam.name, fam.version
+  local d = space.describe(fam, cfg)
+  r.name, r.hash, r.config, r.pairs = d.name, d.hash, d.config, d.pairs
+  r.family, r.template_version = d.family, fam.version
   return r
 end
 

@@ -156,8 +156,8 @@ static long long add_variant(db *d, const char *name) {
   unsigned long long h = fa_fnv1a64(FA_FNV64_OFFSET, name, strlen(name));
   snprintf(hash, sizeof hash, "%012llx", h >> 16);
   snprintf(source, sizeof source, "%016llx", h ^ 1);
-  snprintf(config, sizeof config, "family=simt,dtype=fp32,dim=64,block_m=64,norm=eager,tag=%s",
-           name);
+  snprintf(config, sizeof config, "{\"family\": \"simt\", \"dtype\": \"fp32\", \"dim\": 64, "
+           "\"block_m\": 64, \"norm\": \"eager\", \"tag\": \"%s\"}", name);
   db_variant v = {"simt", "simt-1+abc", name, hash, config, source};
   long long id = -1;
   char err[256];
@@ -583,7 +583,7 @@ _Noreturn static void writer(const char *path, int fd, int first, int count, lon
     _exit(3);
   }
   db_device dev = {"NVIDIA H200", "GPU-1", "cuda", 9, 0, 132, 232448, 50331648};
-  db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "block_m=64", "feed"};
+  db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "{\"block_m\": 64}", "feed"};
   long long dev_id, var_id;
   if (db_device_id(d, &dev, &dev_id, err, sizeof err) != 0 ||
       db_variant_id(d, &var, &var_id, err, sizeof err) != 0) {
@@ -640,7 +640,7 @@ static void test_sigkill(void) {
   db *d = open_ok(path);
   if (!d) return;
   db_device dev = {"NVIDIA H200", "GPU-1", "cuda", 9, 0, 132, 232448, 50331648};
-  db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "block_m=64", "feed"};
+  db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "{\"block_m\": 64}", "feed"};
   long long dev_id, var_id;
   CHECK(db_device_id(d, &dev, &dev_id, err, sizeof err) == 0 &&
         db_variant_id(d, &var, &var_id, err, sizeof err) == 0, "resume ids: %s", err);

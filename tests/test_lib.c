@@ -156,7 +156,9 @@ static void test_default_and_tuned(void) {
     return;
   }
   db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
-  db_variant dv = {"simt", k.template_version, k.name, k.hash, k.config, k.source_hash};
+  char config[1024];
+  CHECK(gen_config_json(&k.cfg, config, sizeof config) == 0, "config as JSON");
+  db_variant dv = {"simt", k.template_version, k.name, k.hash, config, k.source_hash};
   db_trial tr = {.status = "ok", .problem = {"fp32", 16, 64, 70, 1, 2, 1}, .max_abs_err = 1e-7,
                  .rel_err = 1e-7, .lse_err = 1e-7, .median_us = NAN, .min_us = NAN,
                  .p20_us = NAN, .p80_us = NAN, .tflops = NAN, .gbps = NAN,

@@ -56,6 +56,8 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
 /* Whether flag ("--dtype") was on the command line, not a default. */
 int cli_given(const cli_opts *o, const char *flag);
 
+/* fatune --help after the commands' usage lines (main.c's table prints
+** those): what the commands do, and every flag. */
 extern const char cli_usage[];
 
 #endif

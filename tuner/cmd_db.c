@@ -13,10 +13,6 @@
 #include "db.h"
 #include "json.h"
 
-int cmd_db_handles(cli_cmd cmd) {
-  return cmd == CMD_BEST || cmd == CMD_SHOW || cmd == CMD_EXPORT || cmd == CMD_MERGE;
-}
-
 static int bad_input(const char *msg) { return cli_say(EXIT_BAD_INPUT, msg); }
 
 static int open_db(const cli_opts *o, int flags, db **d) {

@@ -8,9 +8,6 @@
 
 #include "cli.h"
 
-/* Whether cmd is one of these commands. */
-int cmd_db_handles(cli_cmd cmd);
-
 /* Returns the command's exit status: 2 for bad input, 1 when the database
 ** cannot be opened or holds nothing for the question. */
 int cmd_db_main(const cli_opts *o);

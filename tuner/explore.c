@@ -23,10 +23,8 @@
 #include "fa_util.h"
 #include "explore_int.h"
 #include "par.h"
-#include "tune.h"
 
 #define EX_EMU_SEQ 2048
-#define ORACLE_SAMPLE_ROWS 64
 
 const ex_axis ex_axes[EX_NAXES] = {
   {"norm", "normalization: eager (FlashAttention-1) against deferred (FlashAttention-2)", 2,
@@ -59,12 +57,8 @@ const ex_counter ex_counters[EX_NCOUNTERS] = {
 #undef C
 
 long long ex_measured(const ex_variant *v, int c) {
-  return (long long)*(const unsigned long long *)((const char *)&v->out.r.counters +
+  return (long long)*(const unsigned long long *)((const char *)&v->t.out.r.counters +
                                                   ex_counters[c].off);
-}
-
-int ex_ran(const ex_variant *v) {
-  return !strcmp(v->status, "ok") || !strcmp(v->status, "invalid");
 }
 
 /* ---- The variants ---- */
@@ -79,13 +73,12 @@ static int add_variant(explore *x, const char *config, char *why, size_t n) {
     return strstr(why, "does not fit") ? -1 : -2;
   }
   for (size_t i = 0; i < x->n; i++)
-    if (!strcmp(x->v[i].k.hash, k.hash)) {
+    if (!strcmp(x->v[i].t.k.hash, k.hash)) {
       gen_kernel_free(&k);
       return (int)i;
     }
-  ex_variant *v = &x->v[x->n];
+  trial *v = &x->v[x->n].t;
   v->k = k;
-  v->status = "ok";
   v->nvrtc.source = k.source, v->nvrtc.entry = k.entry;
   return (int)x->n++;
 }
@@ -112,42 +105,27 @@ static int compile_all(explore *x) {
   fa_build b[EX_MAX];
   compile_job jobs[EX_MAX];
   char err[512];
-  for (size_t i = 0; i < x->n; i++) ks[i] = &x->v[i].k, jobs[i] = x->v[i].nvrtc;
+  for (size_t i = 0; i < x->n; i++) ks[i] = &x->v[i].t.k, jobs[i] = x->v[i].t.nvrtc;
   if (!x->gpu && compile_pool_run(jobs, x->n, x->t->arch, x->threads, NULL, NULL) != 0) {
     fprintf(stderr, "fatune: cannot start the NVRTC compile threads\n");
     return -1;
   }
-  for (size_t i = 0; !x->gpu && i < x->n; i++) x->v[i].nvrtc = jobs[i];
+  for (size_t i = 0; !x->gpu && i < x->n; i++) x->v[i].t.nvrtc = jobs[i];
   if (backend_compile(x->be, ks, x->n, x->threads, b, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);
     return -1;
   }
-  for (size_t i = 0; i < x->n; i++) {
-    ex_variant *v = &x->v[i];
-    v->b = b[i];
-    if (!v->b.prog) v->status = "compile_error", v->why = v->b.log ? v->b.log : "?";
-    else if (!x->gpu && !v->nvrtc.result.ok)
-      v->status = "compile_error", v->why = v->nvrtc.result.error;
-  }
+  for (size_t i = 0; i < x->n; i++) trial_take_build(&x->v[i].t, &b[i], !x->gpu);
   if (!x->gpu) return 0;
-  const gen_kernel *ok = &x->oracle_k;
-  if (gen_render_oracle(x->g, &x->o->problem, &x->oracle_k) != 0) {
-    fprintf(stderr, "fatune: rendering the oracle: %s\n", gen_errmsg(x->g));
-    return -1;
-  }
-  if (backend_compile(x->be, &ok, 1, 1, &x->oracle_b, err, sizeof err) != 0 || !x->oracle_b.prog) {
-    fprintf(stderr, "fatune: the oracle does not compile: %s\n",
-            x->oracle_b.log ? x->oracle_b.log : err);
-    return -1;
-  }
-  return 0;
+  if (trial_oracle_render(&x->env, x->g, &x->o->problem) != 0) return -1;
+  return trial_oracle_compile(&x->env);
 }
 
 /* The model's figures for the problem run. */
 static int predict(explore *x, ex_variant *v) {
   gen_prediction pr;
-  if (gen_predict(x->g, v->k.config, &x->run, &pr) != 0) {
-    fprintf(stderr, "fatune: the cost model of %s: %s\n", v->k.name, gen_errmsg(x->g));
+  if (gen_predict(x->g, v->t.k.config, &x->run, &pr) != 0) {
+    fprintf(stderr, "fatune: the cost model of %s: %s\n", v->t.k.name, gen_errmsg(x->g));
     return -1;
   }
   for (int c = 0; c < EX_NCOUNTERS; c++) v->pred[c] = -1;
@@ -163,145 +141,23 @@ static int predict(explore *x, ex_variant *v) {
 /* ---- The database ---- */
 
 static int db_setup(explore *x) {
-  char err[512], name[300];
-  db_device dev = tune_device(x->be, name, sizeof name);
+  char err[512];
+  x->env.n = x->n;
   if (db_open(x->o->db, DB_CREATE, &x->db, err, sizeof err) != 0 ||
-      db_device_id(x->db, &dev, &x->device_id, err, sizeof err) != 0)
-    goto fail;
-  for (size_t i = 0; i < x->n; i++) {
-    const gen_kernel *k = &x->v[i].k;
-    char family[32];
-    snprintf(family, sizeof family, "%.*s", (int)strcspn(k->config + 7, ","), k->config + 7);
-    db_variant v = {.family = family, .template_version = k->template_version,
-                    .name = k->name, .hash = k->hash, .config = k->config,
-                    .source_hash = k->source_hash};
-    if (db_variant_id(x->db, &v, &x->v[i].id, err, sizeof err) != 0) goto fail;
+      (x->env.db = x->db, trial_register(&x->env, err, sizeof err)) != 0) {
+    fprintf(stderr, "fatune: %s\n", err);
+    return -1;
   }
   return 0;
-fail:
-  fprintf(stderr, "fatune: %s\n", err);
-  return -1;
 }
 
-static void record(explore *x, const ex_variant *v) {
-  const int ran = ex_ran(v), t = v->out.timed;
-  const double flops = attn_flops(&x->run), bytes = attn_bytes(&x->run);
-  char counters[600], err[512];
-  tune_counters_json(&v->out.r.counters, counters, sizeof counters);
-  db_trial tr = {
-    .variant_id = v->id, .device_id = x->device_id,
-    .problem = {.dtype = fa_dtype_name(x->run.dtype), .dim = x->run.dim, .seq_q = x->run.seq_q,
-                .seq_k = x->run.seq_k, .batch = x->run.batch, .heads = x->run.heads,
-                .causal = x->run.causal},
-    .status = v->status, .message = strcmp(v->status, "ok") ? v->why : NULL,
-    .max_abs_err = ran ? v->out.r.max_abs_err : NAN, .rel_err = ran ? v->out.r.rel_err : NAN,
-    .lse_err = ran ? v->out.r.lse_err : NAN, .median_us = t ? v->out.t.median_us : NAN,
-    .min_us = t ? v->out.t.min_us : NAN, .p20_us = t ? v->out.t.p20_us : NAN,
-    .p80_us = t ? v->out.t.p80_us : NAN, .tflops = t ? flops / v->out.t.median_us / 1e6 : NAN,
-    .gbps = t ? bytes / v->out.t.median_us / 1e3 : NAN,
-    .counters = ran && !x->gpu ? counters : NULL};
-  if (db_trial_put(x->db, &tr, err, sizeof err) != 0)
-    fprintf(stderr, "fatune: recording %s: %s\n", v->k.name, err);
-}
-
-/* ---- Runs, in worker processes ---- */
-
-/* The inputs and their reference, once per worker process. */
-static int ensure_case(explore *x) {
-  if (x->have_case) return x->case_err[0] ? -1 : 0;
-  x->have_case = 1;
-  char err[256];
-  int rc = x->gpu ? val_case_make_oracle(&x->vc, &x->run, x->seed, x->be, x->oracle_b.prog,
-                                         &x->oracle_k, ORACLE_SAMPLE_ROWS, err, sizeof err)
-                  : val_case_make(&x->vc, &x->run, x->seed, err, sizeof err);
-  if (rc == 0)
-    rc = attn_inputs_upload(x->be, &x->run, x->vc.q, x->vc.k, x->vc.v, &x->in, err, sizeof err);
-  if (rc != 0) snprintf(x->case_err, sizeof x->case_err, "cannot set up validation: %s", err);
-  return rc;
-}
-
-/* In the child: validate variant i (two schedules on the emulator), and
-** time it on a GPU. A device left unusable retires the process. */
-static int job(size_t i, void *ud, void *out) {
-  explore *x = ud;
-  ex_variant *v = &x->v[i];
-  ex_outcome *oc = out;
-  oc->ctas_per_sm = -1;
-  if (ensure_case(x) != 0) {
-    oc->r.status = VAL_CRASHED;
-    snprintf(oc->r.msg, sizeof oc->r.msg, "%s", x->case_err);
-    return 1;
-  }
-  val_opts vo = {.nschedules = x->gpu ? 1 : 2, .schedule = {EMU_FORWARD, EMU_REVERSE},
-                 .seed = x->seed, .threads = 1};
-  char err[256];
-  if (val_check(x->be, &x->vc, &x->in, v->b.prog, &v->k, &vo, &oc->r, err, sizeof err)) {
-    snprintf(oc->r.msg, sizeof oc->r.msg, "cannot validate: %s", err);
-    oc->r.status = VAL_CRASHED;
-  }
-  if (x->gpu && oc->r.status == VAL_OK) {
-    if (attn_time(x->be, v->b.prog, &v->k, &x->run, &x->in, x->o->trial_ms, &oc->t,
-                  &oc->ctas_per_sm, err, sizeof err) == 0)
-      oc->timed = 1;
-    else if (backend_poisoned(x->be))
-      oc->r.status = VAL_CRASHED, snprintf(oc->r.msg, sizeof oc->r.msg, "%s", err);
-  }
-  return backend_poisoned(x->be);
-}
-
-static wk_worker *take_worker(explore *x) {
-  pthread_mutex_lock(&x->mu);
-  wk_worker *w = x->workers[--x->nfree];
-  pthread_mutex_unlock(&x->mu);
-  return w;
-}
-
-static void give_worker(explore *x, wk_worker *w) {
-  pthread_mutex_lock(&x->mu);
-  x->workers[x->nfree++] = w;
-  pthread_mutex_unlock(&x->mu);
-}
-
-/* Variant i through a worker, from a thread of the parent. */
-static void measure(size_t i, void *ud) {
-  explore *x = ud;
-  ex_variant *v = &x->v[i];
-  if (!strcmp(v->status, "compile_error")) return;
-  wk_worker *w = take_worker(x);
-  char why[256];
-  memset(&v->out, 0, sizeof v->out);
-  wk_outcome got = wk_run(w, i, x->o->timeout_s, &v->out, why, sizeof why);
-  give_worker(x, w);
-  val_result *r = &v->out.r;
-  v->status = "ok", v->why = NULL;
-  if (got != WK_DONE) {
-    v->status = got == WK_TIMEOUT ? "timeout" : "crashed";
-    snprintf(r->msg, sizeof r->msg, "%s", why);
-  } else if (r->status != VAL_OK) {
-    v->status = r->status == VAL_INVALID ? "invalid" : "crashed";
-  }
-  if (strcmp(v->status, "ok")) v->why = r->msg;
-}
-
-static void workers_close(explore *x) {
-  for (int i = 0; i < x->nfree; i++) wk_close(x->workers[i]);
-  x->nfree = 0;
-}
-
-/* Fresh workers for each problem: a child builds its inputs once. */
+/* Every variant for the problem in x->run, in worker processes: fresh ones
+** for each problem, since a child builds its inputs once. */
 static int run_problem(explore *x) {
-  char err[256];
   const int n = x->gpu ? 1 : x->threads < EX_MAX ? x->threads : EX_MAX;
-  for (int i = 0; i < n; i++) {
-    if (wk_open(&x->workers[i], job, x, sizeof(ex_outcome), err, sizeof err) != 0) {
-      fprintf(stderr, "fatune: %s\n", err);
-      workers_close(x);
-      return -1;
-    }
-    x->nfree++;
-  }
-  int rc = par_for(x->n, n, measure, x, NULL, NULL);
-  workers_close(x);
+  if (trial_pool_open(&x->env, n) != 0) return -1;
+  int rc = trial_measure_all(&x->env, n, 0, NULL, NULL);
+  trial_pool_close(&x->env);
   if (rc != 0) fprintf(stderr, "fatune: cannot start the validation threads\n");
   return rc;
 }
@@ -331,8 +187,8 @@ static int explore_one(explore *x, int first) {
   if (run_problem(x) != 0) return -1;
   x->run_s += fa_now_s() - t0;
   for (size_t i = 0; i < x->n; i++) {
-    record(x, &x->v[i]);
-    if (strcmp(x->v[i].status, "ok")) x->failures++;
+    trial_record(&x->env, &x->v[i].t);
+    if (x->v[i].t.st != TRIAL_OK) x->failures++;
   }
   ex_print_problem(x, first);
   return 0;
@@ -363,16 +219,10 @@ static int explore_all(explore *x) {
 }
 
 static void explore_free(explore *x) {
-  for (size_t i = 0; i < x->n; i++) {
-    if (x->be) backend_build_free(x->be, &x->v[i].b);
-    nvrtc_result_free(&x->v[i].nvrtc.result);
-    gen_kernel_free(&x->v[i].k);
-  }
-  if (x->be) backend_build_free(x->be, &x->oracle_b);
-  gen_kernel_free(&x->oracle_k);
+  for (size_t i = 0; i < x->n; i++) trial_free(&x->v[i].t, x->be);
+  trial_env_free(&x->env);
   backend_close(x->be);
   if (x->db) db_close(x->db);
-  pthread_mutex_destroy(&x->mu);
 }
 
 static void banner(const explore *x, const char *note) {
@@ -398,7 +248,7 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   x->seed = o->seed_given ? o->seed : (unsigned long long)time(NULL);
   x->emu_seq = cli_given(o, "--emu-seq") ? o->emu_seq : EX_EMU_SEQ;
   const double t0 = fa_now_s();
-  pthread_mutex_init(&x->mu, NULL);
+  trial_env_init(&x->env);
   for (int a = 0; a < EX_NAXES; a++)
     x->on[a] = !strcmp(o->axis, "all") || !strcmp(o->axis, ex_axes[a].name);
   char note[256], err[512];
@@ -410,6 +260,9 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     goto done;
   }
   x->gpu = backend_cuda_device(x->be) != NULL;
+  x->env.be = x->be, x->env.gpu = x->gpu, x->env.run = &x->run, x->env.seed = x->seed;
+  x->env.timeout_s = o->timeout_s, x->env.trial_ms = o->trial_ms;
+  x->env.trials = x->v, x->env.stride = sizeof x->v[0];
   banner(x, note);
   if (setup_variants(x) != 0 || x->n == 0) {
     if (x->n == 0) fprintf(stderr, "fatune: no explored variant fits %s\n", t->arch);

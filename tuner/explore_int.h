@@ -6,14 +6,10 @@
 #ifndef EXPLORE_INT_H
 #define EXPLORE_INT_H
 
-#include <pthread.h>
 #include <stddef.h>
 
-#include "compile_pool.h"
-#include "db.h"
 #include "explore.h"
-#include "validate.h"
-#include "worker.h"
+#include "trial.h"
 
 #define EX_NAXES 5
 #define EX_NCOUNTERS 11
@@ -36,22 +32,9 @@ typedef struct ex_counter {
 } ex_counter;
 extern const ex_counter ex_counters[EX_NCOUNTERS];
 
-/* What a worker sends back for one variant: plain data, no pointers. */
-typedef struct ex_outcome {
-  val_result r;
-  fa_timing t;
-  int timed, ctas_per_sm;
-} ex_outcome;
-
 typedef struct ex_variant {
-  gen_kernel k;
-  fa_build b;
-  compile_job nvrtc;           /* emu: NVRTC for the target, for ptxas's report */
-  long long id;                /* in the database */
+  trial t;                     /* first: the trials' stride is this struct's */
   /* For the problem being run: */
-  ex_outcome out;
-  const char *status;          /* as the database spells it */
-  const char *why;             /* when not ok */
   long long pred[EX_NCOUNTERS];  /* the model's; -1 where it has none */
   long long paper_standard, paper_tiled;  /* the FlashAttention paper's figures, bytes */
 } ex_variant;
@@ -78,7 +61,6 @@ typedef struct explore {
   fa_backend *be;
   int gpu, threads, emu_seq;
   db *db;
-  long long device_id;
   unsigned long long seed;
   fa_problem run;              /* the problem being run */
   ex_variant v[EX_MAX];
@@ -86,16 +68,7 @@ typedef struct explore {
   int on[EX_NAXES];            /* the axes asked for */
   int slot[EX_NAXES][4];       /* index into v; -1 where the config does not fit */
   char unfit[EX_NAXES][4][200];
-  gen_kernel oracle_k;         /* the GPU's reference */
-  fa_build oracle_b;
-  wk_worker *workers[EX_MAX];  /* free ones on a stack, under mu */
-  int nfree;
-  pthread_mutex_t mu;
-  /* Built lazily in each worker process, never in the parent. */
-  val_case vc;
-  attn_inputs in;
-  int have_case;
-  char case_err[300];
+  trial_env env;                /* the variants' workers and database rows */
   /* Findings. */
   int failures, mismatches;
   double run_s;
@@ -103,7 +76,6 @@ typedef struct explore {
 } explore;
 
 long long ex_measured(const ex_variant *v, int counter);
-int ex_ran(const ex_variant *v);   /* ok or invalid: it has counters */
 
 /* The tables (or JSON) of one problem, after it ran; first says whether it
 ** is the first. Counts the counters off the model in x->mismatches. */

@@ -32,17 +32,18 @@ static const char *const axis_notes[EX_NAXES] = {
 /* ptxas's report: the backend's own (cuda) or the extra NVRTC compile (emu). */
 static int ptxas(const explore *x, const ex_variant *v, int what) {
   if (!x->gpu) {
-    const nvrtc_result *r = &v->nvrtc.result;
+    const nvrtc_result *r = &v->t.nvrtc.result;
     if (!r->ok) return -1;
     return what == 0 ? r->registers : what == 1 ? r->spill_store_bytes + r->spill_load_bytes
                                                 : r->smem_static_bytes;
   }
-  if (!v->b.prog || v->b.registers < 0) return -1;
-  return what == 0 ? v->b.registers : what == 1 ? v->b.spill_bytes : v->b.smem_static_bytes;
+  if (!v->t.build.prog || v->t.build.registers < 0) return -1;
+  const fa_build *b = &v->t.build;
+  return what == 0 ? b->registers : what == 1 ? b->spill_bytes : b->smem_static_bytes;
 }
 
 static long long measured_or_none(const explore *x, const ex_variant *v, int c) {
-  return !x->gpu && ex_ran(v) ? ex_measured(v, c) : -1;
+  return !x->gpu && trial_ran(v->t.st) ? ex_measured(v, c) : -1;
 }
 
 static void cell(long long v, int width) {
@@ -119,10 +120,10 @@ static void build_rows(const explore *x, int a) {
     const ex_variant *v = slot_variant(x, a, i);
     for (int r = 0; r < 3; r++) m[r][i] = p[r][i] = -1;
     if (!v) continue;
-    m[0][i] = ptxas(x, v, 0), p[0][i] = v->k.registers_estimate;
+    m[0][i] = ptxas(x, v, 0), p[0][i] = v->t.k.registers_estimate;
     m[1][i] = ptxas(x, v, 1);
     const int st = ptxas(x, v, 2);
-    m[2][i] = st < 0 ? -1 : v->k.smem_bytes + st, p[2][i] = v->k.smem_bytes;
+    m[2][i] = st < 0 ? -1 : v->t.k.smem_bytes + st, p[2][i] = v->t.k.smem_bytes;
   }
   row(x, a, "registers (ptxas)", m[0], p[0], 0);
   row(x, a, "spill bytes (ptxas)", m[1], p[1], 0);
@@ -140,14 +141,15 @@ static void result_rows(const explore *x, int a) {
     for (int i = 0; i < d->n; i++) {
       const ex_variant *v = slot_variant(x, a, i);
       char buf[40] = "";
-      if (v && r == 0) snprintf(buf, sizeof buf, "%s", v->status);
-      else if (v && r == 1 && ex_ran(v)) snprintf(buf, sizeof buf, "%.2e", v->out.r.rel_err);
-      else if (v && r == 2 && x->gpu && v->out.timed)
-        snprintf(buf, sizeof buf, "%.1f", v->out.t.median_us);
-      else if (v && r == 2 && !x->gpu && ex_ran(v))
-        snprintf(buf, sizeof buf, "%.1f", v->out.r.run_ms);
-      else if (v && r == 3 && v->out.timed)
-        snprintf(buf, sizeof buf, "%.2f", attn_flops(&x->run) / v->out.t.median_us / 1e6);
+      if (v && r == 0) snprintf(buf, sizeof buf, "%s", trial_status_names[v->t.st]);
+      else if (v && r == 1 && trial_ran(v->t.st))
+        snprintf(buf, sizeof buf, "%.2e", v->t.out.r.rel_err);
+      else if (v && r == 2 && x->gpu && v->t.out.timed)
+        snprintf(buf, sizeof buf, "%.1f", v->t.out.t.median_us);
+      else if (v && r == 2 && !x->gpu && trial_ran(v->t.st))
+        snprintf(buf, sizeof buf, "%.1f", v->t.out.r.run_ms);
+      else if (v && r == 3 && v->t.out.timed)
+        snprintf(buf, sizeof buf, "%.2f", attn_flops(&x->run) / v->t.out.t.median_us / 1e6);
       else snprintf(buf, sizeof buf, "-");
       printf(" %13s", buf);
       if (i + 1 < d->n) printf(" %13s %7s", "", "");   /* no trailing blanks */
@@ -200,9 +202,10 @@ static void notes(const explore *x, int a) {
       printf("  %s: %s\n", d->label[i], x->unfit[a][i]);
       continue;
     }
-    if (strcmp(v->status, "ok") && v->why)
-      printf("  ! %s is %s: %.*s\n", d->label[i], v->status, (int)strcspn(v->why, "\n"), v->why);
-    regs_differ |= ptxas(x, v, 0) >= 0 && ptxas(x, v, 0) != v->k.registers_estimate;
+    if (v->t.st != TRIAL_OK && v->t.why)
+      printf("  ! %s is %s: %.*s\n", d->label[i], trial_status_names[v->t.st],
+             (int)strcspn(v->t.why, "\n"), v->t.why);
+    regs_differ |= ptxas(x, v, 0) >= 0 && ptxas(x, v, 0) != v->t.k.registers_estimate;
     for (int c = 0; c < EX_NCOUNTERS; c++) {
       const long long m = measured_or_none(x, v, c);
       if (m >= 0 && v->pred[c] >= 0 && m != v->pred[c])
@@ -224,7 +227,7 @@ static void print_axis(const explore *x, int a) {
   const ex_axis *d = &ex_axes[a];
   printf("\n%s: %s\n", d->name, d->title);
   for (int i = 0; i < d->n; i++)
-    if (slot_variant(x, a, i)) printf("  %-9s %s\n", d->label[i], slot_variant(x, a, i)->k.name);
+    if (slot_variant(x, a, i)) printf("  %-9s %s\n", d->label[i], slot_variant(x, a, i)->t.k.name);
   header(x, a);
   counter_rows(x, a);
   build_rows(x, a);
@@ -245,11 +248,11 @@ static void print_paper(const explore *x) {
   printf("  %-64s %14s %14s %8s %8s\n", "variant", "global bytes", "N^2 d^2 / M", "ratio", "M");
   for (size_t i = 0; i < x->n; i++) {
     const ex_variant *v = &x->v[i];
-    const long long g = !x->gpu && ex_ran(v) ? ex_measured(v, 0) + ex_measured(v, 1)
+    const long long g = !x->gpu && trial_ran(v->t.st) ? ex_measured(v, 0) + ex_measured(v, 1)
                                              : v->pred[0] + v->pred[1];
-    printf("  %-64s %14lld %14lld %8.2f %8d\n", v->k.name, g, v->paper_tiled,
+    printf("  %-64s %14lld %14lld %8.2f %8d\n", v->t.k.name, g, v->paper_tiled,
            v->paper_tiled > 0 ? (double)g / (double)v->paper_tiled : NAN,
-           v->k.smem_bytes / fa_dtype_size(p->dtype));
+           v->t.k.smem_bytes / fa_dtype_size(p->dtype));
   }
   printf("  (%s; the ratio is the constant the Theta hides)\n",
          x->gpu ? "global bytes: the model's" : "global bytes: measured");
@@ -287,31 +290,31 @@ static void json_counts(const ex_variant *v, int measured) {
 }
 
 static void json_variant(const explore *x, const ex_variant *v) {
-  const int ran = ex_ran(v), t = v->out.timed;
+  const int ran = trial_ran(v->t.st), t = v->t.out.timed;
   printf("{\"name\": ");
-  json_string(stdout, v->k.name);
-  printf(", \"hash\": \"%s\"", v->k.hash);
-  json_config(stdout, v->k.config);
-  printf(", \"status\": \"%s\", \"message\": ", v->status);
-  if (v->why) json_string(stdout, v->why);
+  json_string(stdout, v->t.k.name);
+  printf(", \"hash\": \"%s\"", v->t.k.hash);
+  json_config(stdout, &v->t.k.cfg);
+  printf(", \"status\": \"%s\", \"message\": ", trial_status_names[v->t.st]);
+  if (v->t.why) json_string(stdout, v->t.why);
   else printf("null");
   printf(", \"rel_err\": ");
-  json_number(stdout, ran ? v->out.r.rel_err : NAN);
+  json_number(stdout, ran ? v->t.out.r.rel_err : NAN);
   printf(", \"max_abs_err\": ");
-  json_number(stdout, ran ? v->out.r.max_abs_err : NAN);
+  json_number(stdout, ran ? v->t.out.r.max_abs_err : NAN);
   printf(", \"measured\": ");
   if (ran && !x->gpu) json_counts(v, 1);
   else printf("null");
   printf(", \"predicted\": ");
   json_counts(v, 0);
   printf(", \"registers\": %d, \"registers_estimate\": %d, \"spill_bytes\": %d, "
-         "\"smem_per_cta\": %d, \"emu_ms\": ", ptxas(x, v, 0), v->k.registers_estimate,
-         ptxas(x, v, 1), v->k.smem_bytes);
-  json_number(stdout, ran && !x->gpu ? v->out.r.run_ms : NAN);
+         "\"smem_per_cta\": %d, \"emu_ms\": ", ptxas(x, v, 0), v->t.k.registers_estimate,
+         ptxas(x, v, 1), v->t.k.smem_bytes);
+  json_number(stdout, ran && !x->gpu ? v->t.out.r.run_ms : NAN);
   printf(", \"median_us\": ");
-  json_number(stdout, t ? v->out.t.median_us : NAN);
+  json_number(stdout, t ? v->t.out.t.median_us : NAN);
   printf(", \"tflops\": ");
-  json_number(stdout, t ? attn_flops(&x->run) / v->out.t.median_us / 1e6 : NAN);
+  json_number(stdout, t ? attn_flops(&x->run) / v->t.out.t.median_us / 1e6 : NAN);
   printf("}");
 }
 
@@ -325,7 +328,7 @@ static void json_axes(const explore *x) {
     printf("], \"variants\": [");
     for (int i = 0; i < ex_axes[a].n; i++) {
       printf("%s", i ? ", " : "");
-      if (slot_variant(x, a, i)) json_string(stdout, slot_variant(x, a, i)->k.name);
+      if (slot_variant(x, a, i)) json_string(stdout, slot_variant(x, a, i)->t.k.name);
       else printf("null");
     }
     printf("]}");

@@ -19,20 +19,10 @@ void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-void json_config(FILE *f, const char *config) {
-  const char *p = config;
-  while (*p) {
-    const char *eq = strchr(p, '='), *end = strchr(p, ',');
-    if (!end) end = p + strlen(p);
-    if (!eq || eq > end) break;
-    fprintf(f, ", \"%.*s\": ", (int)(eq - p), p);
-    const char *v = eq + 1;
-    int numeric = v < end;
-    for (const char *q = v; q < end; q++) if (*q < '0' || *q > '9') numeric = 0;
-    if (numeric) fprintf(f, "%.*s", (int)(end - v), v);
-    else fprintf(f, "\"%.*s\"", (int)(end - v), v);
-    p = *end ? end + 1 : end;
-  }
+void json_config(FILE *f, const gen_config *c) {
+  char json[4096];
+  if (gen_config_json(c, json, sizeof json) == 0)
+    fprintf(f, ", %.*s", (int)strlen(json) - 2, json + 1);   /* without the braces */
 }
 
 void json_number(FILE *f, double x) {

@@ -7,12 +7,14 @@
 
 #include <stdio.h>
 
+#include "gen.h"
+
 /* s as a JSON string, quotes included; NULL prints "". */
 void json_string(FILE *f, const char *s);
 
-/* A config's "k=v,..." pairs as JSON members, each preceded by ", ";
-** numbers unquoted. */
-void json_config(FILE *f, const char *config);
+/* A config's members as gen_config_json writes them, after ", ", to go
+** inside the caller's object. */
+void json_config(FILE *f, const gen_config *c);
 
 /* A double, or null when it is not finite (JSON has no NaN or Inf). */
 void json_number(FILE *f, double x);

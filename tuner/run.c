@@ -73,28 +73,12 @@ static int read_inputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   return 0;
 }
 
-/* The value of key in a "k=v,..." config, or NULL. */
-static const char *config_value(const char *config, const char *key, char *buf, size_t n) {
-  size_t kl = strlen(key);
-  for (const char *s = config; s && *s;) {
-    const char *end = strchr(s, ',');
-    size_t len = end ? (size_t)(end - s) : strlen(s);
-    if (len > kl && !strncmp(s, key, kl) && s[kl] == '=') {
-      snprintf(buf, n, "%.*s", (int)(len - kl - 1), s + kl + 1);
-      return buf;
-    }
-    s = end ? end + 1 : NULL;
-  }
-  return NULL;
-}
-
 /* A variant named on the command line must be one for these inputs. */
 static int variant_fits(const gen_kernel *k, const fa_problem *p, char *err, size_t n) {
-  char dim[16], dtype[16], causal[16], want[16];
-  if (!config_value(k->config, "dim", dim, sizeof dim) ||
-      !config_value(k->config, "dtype", dtype, sizeof dtype) ||
-      !config_value(k->config, "causal", causal, sizeof causal))
-    return 0;
+  const char *dim = gen_config_get(&k->cfg, "dim"), *dtype = gen_config_get(&k->cfg, "dtype"),
+             *causal = gen_config_get(&k->cfg, "causal");
+  char want[16];
+  if (!dim || !dtype || !causal) return 0;
   snprintf(want, sizeof want, "%d", p->dim);
   if (strcmp(dim, want) || strcmp(dtype, fa_dtype_name(p->dtype)) ||
       atoi(causal) != p->causal) {

@@ -23,12 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "fa_util.h"
 #include "par.h"
 #include "tune.h"
 #include "tune_types.h"
-
-#define ORACLE_SAMPLE_ROWS 64
 
 static void progress(size_t done, size_t total, void *ud) {
   fprintf(stderr, "\r%s %zu/%zu", (const char *)ud, done, total);
@@ -46,14 +45,13 @@ static int render_all(gen_state *g, tune *s) {
     return -1;
   }
   if (s->n == 0) {
-    fprintf(stderr, "fatune: no variant of the %s space fits %s (%d bytes of shared memory) "
-                    "for dim %d %s\n", s->o->space, s->t->arch, s->t->smem_bytes,
-            s->o->problem.dim, fa_dtype_name(s->o->problem.dtype));
+    cmd_no_variants(s->o, s->t);
     gen_variants_free(v, 0);
     return -1;
   }
   s->e = calloc(s->n, sizeof *s->e);
-  int rc = s->e ? 0 : -1;
+  s->compiled = calloc(s->n, 1);
+  int rc = s->e && s->compiled ? 0 : -1;
   for (size_t i = 0; rc == 0 && i < s->n; i++) {
     if (gen_render_config(g, v[i].config, NULL, s->t, &s->e[i].k) != 0) {
       fprintf(stderr, "fatune: rendering %s: %s\n", v[i].name, gen_errmsg(g));
@@ -63,35 +61,11 @@ static int render_all(gen_state *g, tune *s) {
     s->e[i].nvrtc.entry = s->e[i].k.entry;
   }
   gen_variants_free(v, s->n);
-  if (rc == 0 && s->gpu && gen_render_oracle(g, &s->run, &s->oracle_k) != 0) {
-    fprintf(stderr, "fatune: rendering the oracle: %s\n", gen_errmsg(g));
-    rc = -1;
-  }
+  if (rc == 0 && s->gpu && trial_oracle_render(&s->env, g, &s->run) != 0) rc = -1;
   return rc;
 }
 
 /* ---- The database ---- */
-
-void tune_counters_json(const fa_counters *c, char *buf, size_t n) {
-  snprintf(buf, n, "{\"global_bytes_read\": %llu, \"global_bytes_written\": %llu, "
-           "\"smem_bytes_read\": %llu, \"smem_bytes_written\": %llu, \"exp_count\": %llu, "
-           "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
-           "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
-           "\"warp_syncs\": %llu, \"rescale_count\": %llu}",
-           c->gmem_read, c->gmem_written, c->smem_read, c->smem_written, c->exp2, c->log2, c->mma,
-           c->ldmatrix, c->cp_async, c->shuffles, c->barriers, c->warp_syncs, c->rescale);
-}
-
-db_device tune_device(const fa_backend *be, char *name, size_t n) {
-  const cudrv_device_info *d = backend_cuda_device(be);
-  if (!d) snprintf(name, n, "CPU emulator");
-  db_device dev = {.name = d ? d->name : name, .uuid = d ? d->uuid : "emu",
-                   .backend = backend_name(be), .cc_major = d ? d->cc_major : 0,
-                   .cc_minor = d ? d->cc_minor : 0, .sm_count = d ? d->sm_count : 0,
-                   .smem_per_block_optin = d ? d->smem_per_block_optin : 0,
-                   .l2_bytes = d ? d->l2_bytes : 0};
-  return dev;
-}
 
 static db_problem db_key(const tune *s) {
   db_problem p = {.dtype = fa_dtype_name(s->run.dtype), .dim = s->run.dim, .seq_q = s->run.seq_q,
@@ -102,24 +76,16 @@ static db_problem db_key(const tune *s) {
 
 /* The device row, every variant's row, and which are recorded already. */
 static int db_prepare(tune *s) {
-  char err[512], name[300];
-  db_device dev = tune_device(s->be, name, sizeof name);
-  if (db_device_id(s->db, &dev, &s->device_id, err, sizeof err) != 0) goto fail;
+  char err[512];
+  s->env.db = s->db, s->env.trials = s->e, s->env.n = s->n, s->env.stride = sizeof *s->e;
+  if (trial_register(&s->env, err, sizeof err) != 0) goto fail;
   const db_problem key = db_key(s);
-  for (size_t i = 0; i < s->n; i++) {
-    entry *e = &s->e[i];
-    db_variant v = {.family = strncmp(e->k.config, "family=", 7) ? "?" : e->k.config + 7,
-                    .template_version = e->k.template_version, .name = e->k.name,
-                    .hash = e->k.hash, .config = e->k.config, .source_hash = e->k.source_hash};
-    char family[32];
-    snprintf(family, sizeof family, "%.*s", (int)strcspn(v.family, ","), v.family);
-    v.family = family;
+  for (size_t i = 0; i < s->n && !s->o->retune; i++) {
     int done = 0;
-    if (db_variant_id(s->db, &v, &e->variant_id, err, sizeof err) != 0 ||
-        (!s->o->retune &&
-         db_trial_done(s->db, e->variant_id, s->device_id, &key, &done, err, sizeof err) != 0))
+    if (db_trial_done(s->db, s->e[i].variant_id, s->env.device_id, &key, &done, err,
+                      sizeof err) != 0)
       goto fail;
-    if (done) e->st = ST_RECORDED, e->compiled = 1;
+    if (done) s->e[i].st = TRIAL_RECORDED, s->compiled[i] = 1;
   }
   return 0;
 fail:
@@ -145,138 +111,6 @@ static void say_best(tune *s) {
             db_path(s->db), row.variant, row.global_bytes);
 }
 
-/* One trial, in its own transaction: a run killed later loses nothing of it. */
-static void record(tune *s, const entry *e) {
-  if (e->st == ST_RECORDED) return;
-  const outcome *o = &e->out;
-  const int ran = e->st == ST_OK || e->st == ST_INVALID, t = o->timed;
-  char counters[600], err[512];
-  tune_counters_json(&o->r.counters, counters, sizeof counters);
-  const double flops = attn_flops(&s->run), bytes = attn_bytes(&s->run);
-  db_trial tr = {
-    .variant_id = e->variant_id, .device_id = s->device_id, .problem = db_key(s),
-    .status = tune_status_names[e->st], .message = e->why,
-    .max_abs_err = ran ? o->r.max_abs_err : NAN, .rel_err = ran ? o->r.rel_err : NAN,
-    .lse_err = ran ? o->r.lse_err : NAN, .median_us = t ? o->t.median_us : NAN,
-    .min_us = t ? o->t.min_us : NAN, .p20_us = t ? o->t.p20_us : NAN,
-    .p80_us = t ? o->t.p80_us : NAN, .tflops = t ? flops / o->t.median_us / 1e6 : NAN,
-    .gbps = t ? bytes / o->t.median_us / 1e3 : NAN, .counters = ran && !s->gpu ? counters : NULL};
-  pthread_mutex_lock(&s->mu);
-  int rc = db_trial_put(s->db, &tr, err, sizeof err);
-  pthread_mutex_unlock(&s->mu);
-  if (rc != 0) fprintf(stderr, "fatune: recording %s: %s\n", e->k.name, err);
-}
-
-static void take_build(entry *e, fa_build *b) {
-  e->build = *b;
-  if (!e->build.prog) e->st = ST_COMPILE_ERROR, e->why = e->build.log;
-}
-
-/* ---- In a worker process ---- */
-
-/* The inputs and their reference, once per worker process. */
-static int ensure_case(tune *s) {
-  if (s->have_case) return s->case_err[0] ? -1 : 0;
-  s->have_case = 1;
-  char err[256];
-  int rc = s->gpu ? val_case_make_oracle(&s->vc, &s->run, s->seed, s->be, s->oracle_b.prog,
-                                         &s->oracle_k, ORACLE_SAMPLE_ROWS, err, sizeof err)
-                  : val_case_make(&s->vc, &s->run, s->seed, err, sizeof err);
-  if (rc == 0) rc = attn_inputs_upload(s->be, &s->run, s->vc.q, s->vc.k, s->vc.v, &s->in, err,
-                                       sizeof err);
-  if (rc != 0) snprintf(s->case_err, sizeof s->case_err, "cannot set up validation: %s", err);
-  return rc;
-}
-
-/* Validate variant i, and time it on a GPU; the outcome travels back whole.
-** A device left unusable retires this process. */
-static int job(size_t i, void *ud, void *out) {
-  tune *s = ud;
-  entry *e = &s->e[i];
-  outcome *oc = out;
-  oc->ctas_per_sm = -1;
-  if (ensure_case(s) != 0) {
-    oc->r.status = VAL_CRASHED;
-    snprintf(oc->r.msg, sizeof oc->r.msg, "%s", s->case_err);
-    return 1;
-  }
-  val_opts vo = {.nschedules = s->gpu ? 1 : 2, .schedule = {EMU_FORWARD, EMU_REVERSE},
-                 .seed = s->seed, .threads = 1};
-  char err[256];
-  if (val_check(s->be, &s->vc, &s->in, e->build.prog, &e->k, &vo, &oc->r, err, sizeof err)) {
-    snprintf(oc->r.msg, sizeof oc->r.msg, "cannot validate: %s", err);
-    oc->r.status = VAL_CRASHED;
-  }
-  if (s->gpu && oc->r.status == VAL_OK) {
-    if (attn_time(s->be, e->build.prog, &e->k, &s->run, &s->in, s->o->trial_ms, &oc->t,
-                  &oc->ctas_per_sm, oc->note, sizeof oc->note) == 0)
-      oc->timed = 1;
-    else if (backend_poisoned(s->be))
-      oc->r.status = VAL_CRASHED, snprintf(oc->r.msg, sizeof oc->r.msg, "%s", oc->note);
-  }
-  return backend_poisoned(s->be);
-}
-
-/* ---- Workers, from the parent ---- */
-
-static wk_worker *take_worker(tune *s) {
-  pthread_mutex_lock(&s->mu);
-  wk_worker *w = s->workers[--s->nfree];
-  pthread_mutex_unlock(&s->mu);
-  return w;
-}
-
-static void give_worker(tune *s, wk_worker *w) {
-  pthread_mutex_lock(&s->mu);
-  s->workers[s->nfree++] = w;
-  pthread_mutex_unlock(&s->mu);
-}
-
-static void workers_close(tune *s) {
-  for (int i = 0; i < s->nfree; i++) wk_close(s->workers[i]);
-  free(s->workers);
-  s->workers = NULL, s->nfree = 0;
-}
-
-static int workers_open(tune *s, int n) {
-  char err[256];
-  s->workers = calloc((size_t)n, sizeof *s->workers);
-  if (!s->workers) return -1;
-  for (int i = 0; i < n; i++) {
-    if (wk_open(&s->workers[i], job, s, sizeof(outcome), err, sizeof err) != 0) {
-      fprintf(stderr, "fatune: %s\n", err);
-      return -1;
-    }
-    s->nfree++;
-  }
-  return 0;
-}
-
-/* Variant i through a worker; its status from what came back. */
-static void measure(tune *s, size_t i) {
-  entry *e = &s->e[i];
-  if (e->st != ST_OK) {
-    record(s, e);  /* a compile error is a result too */
-    return;
-  }
-  wk_worker *w = take_worker(s);
-  char why[256];
-  wk_outcome got = wk_run(w, i, s->o->timeout_s, &e->out, why, sizeof why);
-  give_worker(s, w);
-  val_result *r = &e->out.r;
-  if (got != WK_DONE) {
-    e->st = got == WK_TIMEOUT ? ST_TIMEOUT : ST_CRASHED;
-    snprintf(r->msg, sizeof r->msg, "%s", why);
-    r->rel_err = r->max_abs_err = r->lse_err = NAN;
-  } else if (r->status != VAL_OK) {
-    e->st = r->status == VAL_INVALID ? ST_INVALID : ST_CRASHED;
-  }
-  if (e->st != ST_OK) e->why = r->msg;
-  record(s, e);
-}
-
-static void measure_one(size_t i, void *ud) { measure(ud, i); }
-
 /* ---- The emulator's flow: compile everything, then validate on all cores ---- */
 
 static int emu_flow(tune *s) {
@@ -292,7 +126,7 @@ static int emu_flow(tune *s) {
   /* Only what the database does not hold yet. */
   size_t m = 0;
   for (size_t i = 0; i < s->n; i++)
-    if (s->e[i].st != ST_RECORDED) ks[m] = &s->e[i].k, jobs[m] = s->e[i].nvrtc, m++;
+    if (s->e[i].st != TRIAL_RECORDED) ks[m] = &s->e[i].k, jobs[m] = s->e[i].nvrtc, m++;
   double t0 = fa_now_s();
   if (compile_pool_run(jobs, m, s->t->arch, s->threads, progress_if_tty(),
                        (void *)"compiling with NVRTC") != 0) {
@@ -307,20 +141,18 @@ static int emu_flow(tune *s) {
   }
   s->nvrtc_s = t1 - t0, s->compile_s = fa_now_s() - t1;
   for (size_t i = 0, j = 0; i < s->n; i++) {
-    entry *e = &s->e[i];
-    if (e->st == ST_RECORDED) continue;
+    trial *e = &s->e[i];
+    if (e->st == TRIAL_RECORDED) continue;
     e->nvrtc = jobs[j];
-    take_build(e, &b[j++]);
-    if (e->st == ST_OK && !e->nvrtc.result.ok)
-      e->st = ST_COMPILE_ERROR, e->why = e->nvrtc.result.error;
+    trial_take_build(e, &b[j++], 1);
   }
-  if (workers_open(s, s->threads) != 0) goto done;
+  if (trial_pool_open(&s->env, s->threads) != 0) goto done;
   t0 = fa_now_s();
-  rc = par_for(s->n, s->threads, measure_one, s, progress_if_tty(), (void *)"validating");
+  rc = trial_measure_all(&s->env, s->threads, 1, progress_if_tty(), (void *)"validating");
   s->check_s = fa_now_s() - t0;
   if (rc != 0) fprintf(stderr, "fatune: cannot start the validation threads\n");
 done:
-  workers_close(s);
+  trial_pool_close(&s->env);
   free(ks), free(b), free(jobs);
   return rc;
 }
@@ -329,7 +161,7 @@ done:
 
 static void compile_one(size_t i, void *ud) {
   tune *s = ud;
-  if (s->e[i].st == ST_RECORDED) return;
+  if (s->e[i].st == TRIAL_RECORDED) return;
   const gen_kernel *k = &s->e[i].k;
   fa_build b;
   char err[256];
@@ -338,8 +170,8 @@ static void compile_one(size_t i, void *ud) {
     b.log = strdup(err);
   }
   pthread_mutex_lock(&s->pmu);
-  take_build(&s->e[i], &b);
-  s->e[i].compiled = 1;
+  trial_take_build(&s->e[i], &b, 0);
+  s->compiled[i] = 1;
   pthread_cond_broadcast(&s->pcv);
   pthread_mutex_unlock(&s->pmu);
 }
@@ -365,28 +197,22 @@ static void gpu_progress(tune *s) {
 }
 
 static int gpu_flow(tune *s) {
-  char err[512];
-  const gen_kernel *ok = &s->oracle_k;
-  if (backend_compile(s->be, &ok, 1, 1, &s->oracle_b, err, sizeof err) != 0 || !s->oracle_b.prog) {
-    fprintf(stderr, "fatune: the oracle does not compile: %s\n",
-            s->oracle_b.log ? s->oracle_b.log : err);
-    return -1;
-  }
-  if (workers_open(s, 1) != 0) return -1;
+  if (trial_oracle_compile(&s->env) != 0 || trial_pool_open(&s->env, 1) != 0) return -1;
   pthread_t tid;
   s->t_start = fa_now_s();
   if (pthread_create(&tid, NULL, compile_thread, s) != 0) {
     fprintf(stderr, "fatune: cannot start the compile thread\n");
-    workers_close(s);
+    trial_pool_close(&s->env);
     return -1;
   }
   for (size_t i = 0; i < s->n; i++) {
     pthread_mutex_lock(&s->pmu);
-    while (!s->e[i].compiled) pthread_cond_wait(&s->pcv, &s->pmu);
+    while (!s->compiled[i]) pthread_cond_wait(&s->pcv, &s->pmu);
     pthread_mutex_unlock(&s->pmu);
-    measure(s, i);
-    const entry *e = &s->e[i];
-    if (e->st == ST_OK && e->out.timed &&
+    trial_measure(&s->env, i);
+    const trial *e = &s->e[i];
+    trial_record(&s->env, e);
+    if (e->st == TRIAL_OK && e->out.timed &&
         (!s->best || e->out.t.median_us < s->best->out.t.median_us))
       s->best = e;
     s->done++;
@@ -394,24 +220,19 @@ static int gpu_flow(tune *s) {
   }
   pthread_join(tid, NULL);
   s->check_s = fa_now_s() - s->t_start;
-  workers_close(s);
+  trial_pool_close(&s->env);
   return 0;
 }
 
 /* ---- The job ---- */
 
 static void tune_free(tune *s) {
-  for (size_t i = 0; s->e && i < s->n; i++) {
-    backend_build_free(s->be, &s->e[i].build);
-    nvrtc_result_free(&s->e[i].nvrtc.result);
-    gen_kernel_free(&s->e[i].k);
-  }
+  for (size_t i = 0; s->e && i < s->n; i++) trial_free(&s->e[i], s->be);
   free(s->e);
-  if (s->be) backend_build_free(s->be, &s->oracle_b);
-  gen_kernel_free(&s->oracle_k);
+  free(s->compiled);
+  trial_env_free(&s->env);
   backend_close(s->be);
   if (s->db) db_close(s->db);
-  pthread_mutex_destroy(&s->mu);
   pthread_mutex_destroy(&s->pmu);
   pthread_cond_destroy(&s->pcv);
 }
@@ -442,7 +263,7 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   s.o = o, s.t = t;
   s.threads = o->jobs > 0 ? o->jobs : par_cores();
   s.seed = o->seed_given ? o->seed : (unsigned long long)time(NULL);
-  pthread_mutex_init(&s.mu, NULL);
+  trial_env_init(&s.env);
   pthread_mutex_init(&s.pmu, NULL);
   pthread_cond_init(&s.pcv, NULL);
   char note[256], err[512];
@@ -452,6 +273,8 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     return 1;
   }
   s.gpu = backend_cuda_device(s.be) != NULL;
+  s.env.be = s.be, s.env.gpu = s.gpu, s.env.run = &s.run, s.env.seed = s.seed;
+  s.env.timeout_s = o->timeout_s, s.env.trial_ms = o->trial_ms;
   const fa_problem *p = &o->problem;
   s.run = *p;
   if (!s.gpu) {
@@ -469,7 +292,7 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   } else if (db_prepare(&s) == 0 && (s.gpu ? gpu_flow(&s) : emu_flow(&s)) == 0) {
     tune_report(&s);
     int any_ok = 0;
-    for (size_t i = 0; i < s.n; i++) any_ok |= s.e[i].st == ST_OK || s.e[i].st == ST_RECORDED;
+    for (size_t i = 0; i < s.n; i++) any_ok |= s.e[i].st == TRIAL_OK || s.e[i].st == TRIAL_RECORDED;
     rc = any_ok ? 0 : 1;
     say_best(&s);
   }

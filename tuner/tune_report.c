@@ -13,38 +13,35 @@
 #include "json.h"
 #include "tune_types.h"
 
-const char *const tune_status_names[NSTATUS] = {"ok",      "invalid", "compile_error",
-                                                "crashed", "timeout", "recorded"};
-
 static int gpu_mode;   /* for the comparator */
 
-static double cost(const entry *e) {
+static double cost(const trial *e) {
   if (gpu_mode) return e->out.timed ? e->out.t.median_us : INFINITY;
   return (double)(e->out.r.counters.gmem_read + e->out.r.counters.gmem_written);
 }
 
 /* ok first, cheapest first; then the rest in listing order. */
 static int by_rank(const void *a, const void *b) {
-  const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
-  if (x->st != y->st) return (x->st != ST_OK) - (y->st != ST_OK);
-  if (x->st != ST_OK || cost(x) == cost(y)) return (x > y) - (x < y);
+  const trial *x = *(const trial *const *)a, *y = *(const trial *const *)b;
+  if (x->st != y->st) return (x->st != TRIAL_OK) - (y->st != TRIAL_OK);
+  if (x->st != TRIAL_OK || cost(x) == cost(y)) return (x > y) - (x < y);
   return cost(x) < cost(y) ? -1 : 1;
 }
 
 /* ptxas's report: the backend's own (cuda) or the extra NVRTC compile (emu). */
-static int registers(const entry *e) {
+static int registers(const trial *e) {
   if (e->nvrtc.result.ok) return e->nvrtc.result.registers;
   return e->build.prog && e->build.registers >= 0 ? e->build.registers : -1;
 }
 
-static int spills(const entry *e) {
+static int spills(const trial *e) {
   if (e->nvrtc.result.ok) return e->nvrtc.result.spill_store_bytes + e->nvrtc.result.spill_load_bytes;
   return e->build.prog && e->build.registers >= 0 ? e->build.spill_bytes : -1;
 }
 
-static int ran(const entry *e) { return e->st == ST_OK || e->st == ST_INVALID; }
+static int ran(const trial *e) { return trial_ran(e->st); }
 
-static void print_emu_row(const entry *e) {
+static void print_emu_row(const trial *e) {
   const fa_counters *c = &e->out.r.counters;
   if (ran(e))
     printf("%9.2e %9.2e %10.1f %10.1f %10.1f %8llu %6llu", e->out.r.rel_err,
@@ -58,7 +55,7 @@ static void print_emu_row(const entry *e) {
   else printf(" %8s\n", "-");
 }
 
-static void print_gpu_row(const tune *s, const entry *e) {
+static void print_gpu_row(const tune *s, const trial *e) {
   if (ran(e)) printf("%9.2e", e->out.r.max_abs_err);
   else printf("%9s", "-");
   if (e->out.timed)
@@ -74,7 +71,7 @@ static void print_gpu_row(const tune *s, const entry *e) {
   else printf(" %5s\n", "-");
 }
 
-static void print_table(const tune *s, entry **rank) {
+static void print_table(const tune *s, trial **rank) {
   if (s->gpu)
     printf("%-58s %-13s %9s %10s %10s %8s %8s %5s %6s %7s %5s\n", "variant", "status", "max_err",
            "median_us", "min_us", "TFLOP/s", "GB/s", "regs", "spill", "smem", "CTA/SM");
@@ -83,20 +80,20 @@ static void print_table(const tune *s, entry **rank) {
            "rel_err", "max_err", "gmem_rd_KB", "gmem_wr_KB", "smem_KB", "exp", "bars", "regs",
            "spill", "emu_ms");
   for (size_t i = 0; i < s->n; i++) {
-    printf("%-58s %-13s ", rank[i]->k.name, tune_status_names[rank[i]->st]);
+    printf("%-58s %-13s ", rank[i]->k.name, trial_status_names[rank[i]->st]);
     if (s->gpu) print_gpu_row(s, rank[i]);
     else print_emu_row(rank[i]);
   }
   for (size_t i = 0; i < s->n; i++)
-    if (rank[i]->st != ST_OK && rank[i]->st != ST_RECORDED) {
+    if (rank[i]->st != TRIAL_OK && rank[i]->st != TRIAL_RECORDED) {
       const char *why = rank[i]->why ? rank[i]->why : "?";
       const char *nl = strchr(why, '\n');
-      printf("%s: %s: %.*s\n", tune_status_names[rank[i]->st], rank[i]->k.name,
+      printf("%s: %s: %.*s\n", trial_status_names[rank[i]->st], rank[i]->k.name,
              nl ? (int)(nl - why) : (int)strlen(why), why);
     }
 }
 
-static void json_timing(const tune *s, const entry *e) {
+static void json_timing(const tune *s, const trial *e) {
   const int t = e->out.timed;
   printf(", \"median_us\": ");
   json_number(stdout, t ? e->out.t.median_us : NAN);
@@ -113,17 +110,17 @@ static void json_timing(const tune *s, const entry *e) {
   printf(", \"ctas_per_sm\": %d", e->out.ctas_per_sm);
 }
 
-static void print_json(const tune *s, entry **rank) {
+static void print_json(const tune *s, trial **rank) {
   printf("[");
   for (size_t i = 0; i < s->n; i++) {
-    const entry *e = rank[i];
+    const trial *e = rank[i];
     const fa_counters *c = &e->out.r.counters;
     printf("%s\n  {\"name\": ", i ? "," : "");
     json_string(stdout, e->k.name);
     printf(", \"hash\": \"%s\"", e->k.hash);
-    json_config(stdout, e->k.config);
+    json_config(stdout, &e->k.cfg);
     printf(", \"status\": \"%s\", \"backend\": \"%s\", \"seed\": %llu, \"max_abs_err\": ",
-           tune_status_names[e->st], backend_name(s->be), s->seed);
+           trial_status_names[e->st], backend_name(s->be), s->seed);
     json_number(stdout, ran(e) ? e->out.r.max_abs_err : NAN);
     printf(", \"rel_err\": ");
     json_number(stdout, ran(e) ? e->out.r.rel_err : NAN);
@@ -149,8 +146,8 @@ static void print_json(const tune *s, entry **rank) {
   printf("\n]\n");
 }
 
-static void print_summary(FILE *f, const tune *s, entry **rank) {
-  size_t count[NSTATUS] = {0};
+static void print_summary(FILE *f, const tune *s, trial **rank) {
+  size_t count[TRIAL_NSTATUS] = {0};
   double run_ms = 0;
   for (size_t i = 0; i < s->n; i++) {
     count[s->e[i].st]++;
@@ -158,19 +155,19 @@ static void print_summary(FILE *f, const tune *s, entry **rank) {
   }
   fprintf(f, "%zu variants: %zu ok, %zu invalid, %zu compile_error, %zu crashed, %zu timeout, "
              "%zu recorded before (not measured again; --retune does); ",
-          s->n, count[ST_OK], count[ST_INVALID], count[ST_COMPILE_ERROR], count[ST_CRASHED],
-          count[ST_TIMEOUT], count[ST_RECORDED]);
+          s->n, count[TRIAL_OK], count[TRIAL_INVALID], count[TRIAL_COMPILE_ERROR],
+          count[TRIAL_CRASHED], count[TRIAL_TIMEOUT], count[TRIAL_RECORDED]);
   if (s->gpu)
     fprintf(f, "compiled (NVRTC %s) while measuring, %.1f s in all\n", s->t->arch, s->check_s);
   else
     fprintf(f, "compile %.1f s (host compiler) + %.1f s (NVRTC %s), validation %.1f s "
                "(2 schedules each) on %d threads\n",
             s->compile_s, s->nvrtc_s, s->t->arch, s->check_s, s->threads);
-  const entry *b = rank[0];
-  if (b->st == ST_OK && s->gpu && b->out.timed)
+  const trial *b = rank[0];
+  if (b->st == TRIAL_OK && s->gpu && b->out.timed)
     fprintf(f, "best: %s, median %.1f us, %.1f TFLOP/s: %s\n", b->k.name, b->out.t.median_us,
             attn_flops(&s->run) / b->out.t.median_us / 1e6, b->k.config);
-  else if (b->st == ST_OK && !s->gpu)
+  else if (b->st == TRIAL_OK && !s->gpu)
     fprintf(f, "least global-memory traffic: %s (%.1f KB read, %.1f KB written): %s\n",
             b->k.name, (double)b->out.r.counters.gmem_read / 1024,
             (double)b->out.r.counters.gmem_written / 1024, b->k.config);
@@ -187,7 +184,7 @@ static void print_summary(FILE *f, const tune *s, entry **rank) {
 }
 
 void tune_report(tune *s) {
-  entry **rank = malloc(s->n * sizeof *rank);
+  trial **rank = malloc(s->n * sizeof *rank);
   if (!rank) {
     fprintf(stderr, "fatune: out of memory\n");
     return;

@@ -1,0 +1,17 @@
+/*
+** cmd_gen.c
+** fatune gen: one variant's CUDA source, by its name or its config.
+*/
+#include <stdio.h>
+
+#include "commands.h"
+
+int cmd_gen_main(gen_state *g, const cli_opts *o, const gen_target *t) {
+  gen_kernel k;
+  int rc = o->variant ? gen_render_name(g, o->variant, t, &k)
+                      : gen_render_config(g, o->config, &o->problem, t, &k);
+  if (rc != 0) return cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
+  fputs(k.source, stdout);
+  gen_kernel_free(&k);
+  return 0;
+}

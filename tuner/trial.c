@@ -1,0 +1,229 @@
+/*
+** trial.c
+** One variant measured and recorded: the database rows, the worker pool,
+** and the job a worker process runs (see trial.h).
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trial.h"
+
+#define ORACLE_SAMPLE_ROWS 64
+
+const char *const trial_status_names[TRIAL_NSTATUS] = {"ok",      "invalid", "compile_error",
+                                                       "crashed", "timeout", "recorded"};
+
+int trial_ran(trial_status st) { return st == TRIAL_OK || st == TRIAL_INVALID; }
+
+void trial_take_build(trial *t, fa_build *b, int nvrtc) {
+  t->build = *b;
+  if (!t->build.prog)
+    t->st = TRIAL_COMPILE_ERROR, t->why = t->build.log ? t->build.log : "?";
+  else if (nvrtc && !t->nvrtc.result.ok)
+    t->st = TRIAL_COMPILE_ERROR, t->why = t->nvrtc.result.error;
+}
+
+void trial_free(trial *t, fa_backend *be) {
+  if (be) backend_build_free(be, &t->build);
+  nvrtc_result_free(&t->nvrtc.result);
+  gen_kernel_free(&t->k);
+}
+
+void trial_env_init(trial_env *e) {
+  pthread_mutex_init(&e->mu, NULL);
+}
+
+void trial_env_free(trial_env *e) {
+  trial_pool_close(e);
+  if (e->be) backend_build_free(e->be, &e->oracle_b);
+  gen_kernel_free(&e->oracle_k);
+  pthread_mutex_destroy(&e->mu);
+}
+
+trial *trial_at(const trial_env *e, size_t i) {
+  return (trial *)((char *)e->trials + i * e->stride);
+}
+
+int trial_oracle_render(trial_env *e, gen_state *g, const fa_problem *p) {
+  if (gen_render_oracle(g, p, &e->oracle_k) == 0) return 0;
+  fprintf(stderr, "fatune: rendering the oracle: %s\n", gen_errmsg(g));
+  return -1;
+}
+
+int trial_oracle_compile(trial_env *e) {
+  char err[512];
+  const gen_kernel *ok = &e->oracle_k;
+  if (backend_compile(e->be, &ok, 1, 1, &e->oracle_b, err, sizeof err) == 0 && e->oracle_b.prog)
+    return 0;
+  fprintf(stderr, "fatune: the oracle does not compile: %s\n",
+          e->oracle_b.log ? e->oracle_b.log : err);
+  return -1;
+}
+
+/* ---- The database ---- */
+
+void trial_counters_json(const fa_counters *c, char *buf, size_t n) {
+  snprintf(buf, n, "{\"global_bytes_read\": %llu, \"global_bytes_written\": %llu, "
+           "\"smem_bytes_read\": %llu, \"smem_bytes_written\": %llu, \"exp_count\": %llu, "
+           "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
+           "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
+           "\"warp_syncs\": %llu, \"rescale_count\": %llu}",
+           c->gmem_read, c->gmem_written, c->smem_read, c->smem_written, c->exp2, c->log2, c->mma,
+           c->ldmatrix, c->cp_async, c->shuffles, c->barriers, c->warp_syncs, c->rescale);
+}
+
+int trial_register(trial_env *e, char *err, size_t errlen) {
+  const cudrv_device_info *d = backend_cuda_device(e->be);
+  db_device dev = {.name = d ? d->name : "CPU emulator", .uuid = d ? d->uuid : "emu",
+                   .backend = backend_name(e->be), .cc_major = d ? d->cc_major : 0,
+                   .cc_minor = d ? d->cc_minor : 0, .sm_count = d ? d->sm_count : 0,
+                   .smem_per_block_optin = d ? d->smem_per_block_optin : 0,
+                   .l2_bytes = d ? d->l2_bytes : 0};
+  if (db_device_id(e->db, &dev, &e->device_id, err, errlen) != 0) return -1;
+  for (size_t i = 0; i < e->n; i++) {
+    trial *t = trial_at(e, i);
+    char config[4096];
+    if (gen_config_json(&t->k.cfg, config, sizeof config) != 0) {
+      snprintf(err, errlen, "the config of %s is too long", t->k.name);
+      return -1;
+    }
+    db_variant v = {.family = t->k.cfg.family, .template_version = t->k.template_version,
+                    .name = t->k.name, .hash = t->k.hash, .config = config,
+                    .source_hash = t->k.source_hash};
+    if (db_variant_id(e->db, &v, &t->variant_id, err, errlen) != 0) return -1;
+  }
+  return 0;
+}
+
+void trial_record(trial_env *e, const trial *t) {
+  if (t->st == TRIAL_RECORDED) return;
+  const trial_outcome *o = &t->out;
+  const fa_problem *p = e->run;
+  const int ran = trial_ran(t->st), timed = o->timed;
+  char counters[600], err[512];
+  trial_counters_json(&o->r.counters, counters, sizeof counters);
+  const double flops = attn_flops(p), bytes = attn_bytes(p);
+  db_trial tr = {
+    .variant_id = t->variant_id, .device_id = e->device_id,
+    .problem = {.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
+                .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads, .causal = p->causal},
+    .status = trial_status_names[t->st], .message = t->st == TRIAL_OK ? NULL : t->why,
+    .max_abs_err = ran ? o->r.max_abs_err : NAN, .rel_err = ran ? o->r.rel_err : NAN,
+    .lse_err = ran ? o->r.lse_err : NAN, .median_us = timed ? o->t.median_us : NAN,
+    .min_us = timed ? o->t.min_us : NAN, .p20_us = timed ? o->t.p20_us : NAN,
+    .p80_us = timed ? o->t.p80_us : NAN, .tflops = timed ? flops / o->t.median_us / 1e6 : NAN,
+    .gbps = timed ? bytes / o->t.median_us / 1e3 : NAN,
+    .counters = ran && !e->gpu ? counters : NULL};
+  pthread_mutex_lock(&e->mu);
+  int rc = db_trial_put(e->db, &tr, err, sizeof err);
+  pthread_mutex_unlock(&e->mu);
+  if (rc != 0) fprintf(stderr, "fatune: recording %s: %s\n", t->k.name, err);
+}
+
+/* ---- In a worker process ---- */
+
+/* The inputs and their reference, once per worker process. */
+static int ensure_case(trial_env *e) {
+  if (e->have_case) return e->case_err[0] ? -1 : 0;
+  e->have_case = 1;
+  char err[256];
+  int rc = e->gpu ? val_case_make_oracle(&e->vc, e->run, e->seed, e->be, e->oracle_b.prog,
+                                         &e->oracle_k, ORACLE_SAMPLE_ROWS, err, sizeof err)
+                  : val_case_make(&e->vc, e->run, e->seed, err, sizeof err);
+  if (rc == 0)
+    rc = attn_inputs_upload(e->be, e->run, e->vc.q, e->vc.k, e->vc.v, &e->in, err, sizeof err);
+  if (rc != 0) snprintf(e->case_err, sizeof e->case_err, "cannot set up validation: %s", err);
+  return rc;
+}
+
+/* Validate trial i, and time it on a GPU; the outcome travels back whole.
+** A device left unusable retires this process. */
+static int job(size_t i, void *ud, void *out) {
+  trial_env *e = ud;
+  const trial *t = trial_at(e, i);
+  trial_outcome *oc = out;
+  oc->ctas_per_sm = -1;
+  if (ensure_case(e) != 0) {
+    oc->r.status = VAL_CRASHED;
+    snprintf(oc->r.msg, sizeof oc->r.msg, "%s", e->case_err);
+    return 1;
+  }
+  val_opts vo = {.nschedules = e->gpu ? 1 : 2, .schedule = {EMU_FORWARD, EMU_REVERSE},
+                 .seed = e->seed, .threads = 1};
+  char err[256];
+  if (val_check(e->be, &e->vc, &e->in, t->build.prog, &t->k, &vo, &oc->r, err, sizeof err)) {
+    snprintf(oc->r.msg, sizeof oc->r.msg, "cannot validate: %s", err);
+    oc->r.status = VAL_CRASHED;
+  }
+  if (e->gpu && oc->r.status == VAL_OK) {
+    if (attn_time(e->be, t->build.prog, &t->k, e->run, &e->in, e->trial_ms, &oc->t,
+                  &oc->ctas_per_sm, oc->note, sizeof oc->note) == 0)
+      oc->timed = 1;
+    else if (backend_poisoned(e->be))
+      oc->r.status = VAL_CRASHED, snprintf(oc->r.msg, sizeof oc->r.msg, "%s", oc->note);
+  }
+  return backend_poisoned(e->be);
+}
+
+/* ---- Workers, from the parent ---- */
+
+int trial_pool_open(trial_env *e, int n) {
+  char err[256];
+  e->workers = calloc((size_t)n, sizeof *e->workers);
+  if (!e->workers) return -1;
+  for (int i = 0; i < n; i++) {
+    if (wk_open(&e->workers[i], job, e, sizeof(trial_outcome), err, sizeof err) != 0) {
+      fprintf(stderr, "fatune: %s\n", err);
+      trial_pool_close(e);
+      return -1;
+    }
+    e->nfree++;
+  }
+  return 0;
+}
+
+void trial_pool_close(trial_env *e) {
+  for (int i = 0; i < e->nfree; i++) wk_close(e->workers[i]);
+  free(e->workers);
+  e->workers = NULL, e->nfree = 0;
+}
+
+void trial_measure(trial_env *e, size_t i) {
+  trial *t = trial_at(e, i);
+  if (t->st == TRIAL_COMPILE_ERROR || t->st == TRIAL_RECORDED) return;
+  t->st = TRIAL_OK, t->why = NULL;
+  memset(&t->out, 0, sizeof t->out);
+  pthread_mutex_lock(&e->mu);
+  wk_worker *w = e->workers[--e->nfree];
+  pthread_mutex_unlock(&e->mu);
+  char why[256];
+  wk_outcome got = wk_run(w, i, e->timeout_s, &t->out, why, sizeof why);
+  pthread_mutex_lock(&e->mu);
+  e->workers[e->nfree++] = w;
+  pthread_mutex_unlock(&e->mu);
+  val_result *r = &t->out.r;
+  if (got != WK_DONE) {
+    t->st = got == WK_TIMEOUT ? TRIAL_TIMEOUT : TRIAL_CRASHED;
+    snprintf(r->msg, sizeof r->msg, "%s", why);
+    r->rel_err = r->max_abs_err = r->lse_err = NAN;
+  } else if (r->status != VAL_OK) {
+    t->st = r->status == VAL_INVALID ? TRIAL_INVALID : TRIAL_CRASHED;
+  }
+  if (t->st != TRIAL_OK) t->why = r->msg;
+}
+
+typedef struct each_ctx { trial_env *e; int record; } each_ctx;
+
+static void measure_each(size_t i, void *ud) {
+  const each_ctx *c = ud;
+  trial_measure(c->e, i);
+  if (c->record) trial_record(c->e, trial_at(c->e, i));
+}
+
+int trial_measure_all(trial_env *e, int threads, int record, par_progress_fn progress,
+                      void *progress_ud) {
+  each_ctx c = {e, record};
+  return par_for(e->n, threads, measure_each, &c, progress, progress_ud);
+}
