@@ -187,7 +187,7 @@ static int explore_one(explore *x, int first) {
   if (run_problem(x) != 0) return -1;
   x->run_s += fa_now_s() - t0;
   for (size_t i = 0; i < x->n; i++) {
-    trial_record(&x->env, &x->v[i].t);
+    if (trial_record(&x->env, &x->v[i].t) != 0) return -1;   /* it said why */
     if (x->v[i].t.st != TRIAL_OK) x->failures++;
   }
   ex_print_problem(x, first);

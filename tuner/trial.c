@@ -97,12 +97,28 @@ int trial_register(trial_env *e, char *err, size_t errlen) {
   return 0;
 }
 
-void trial_record(trial_env *e, const trial *t) {
-  if (t->st == TRIAL_RECORDED) return;
+int trial_stopped(trial_env *e) {
+  pthread_mutex_lock(&e->mu);
+  int stopped = e->stopped;
+  pthread_mutex_unlock(&e->mu);
+  return stopped;
+}
+
+/* The first failure says it all; later ones (the same full disk) say nothing. */
+static void record_failed(trial_env *e, const trial *t, const char *err) {
+  const char *what = strncmp(err, "database: ", 10) ? err : err + 10;
+  if (!e->stopped)
+    fprintf(stderr, "fatune: recording %s in %s: %s; stopping: the trials before it are "
+                    "recorded, and a rerun resumes from there\n", t->k.name, db_path(e->db), what);
+  e->stopped = 1;
+}
+
+int trial_record(trial_env *e, const trial *t) {
+  if (t->st == TRIAL_RECORDED) return 0;
   const trial_outcome *o = &t->out;
   const fa_problem *p = e->run;
   const int ran = trial_ran(t->st), timed = o->timed;
-  char counters[600], err[512];
+  char counters[600], err[512] = "";
   trial_counters_json(&o->r.counters, counters, sizeof counters);
   const double flops = attn_flops(p), bytes = attn_bytes(p);
   db_trial tr = {
@@ -117,9 +133,10 @@ void trial_record(trial_env *e, const trial *t) {
     .gbps = timed ? bytes / o->t.median_us / 1e3 : NAN,
     .counters = ran && !e->gpu ? counters : NULL};
   pthread_mutex_lock(&e->mu);
-  int rc = db_trial_put(e->db, &tr, err, sizeof err);
+  int rc = e->stopped ? -1 : db_trial_put(e->db, &tr, err, sizeof err);
+  if (rc != 0) record_failed(e, t, err);
   pthread_mutex_unlock(&e->mu);
-  if (rc != 0) fprintf(stderr, "fatune: recording %s: %s\n", t->k.name, err);
+  return rc;
 }
 
 /* ---- In a worker process ---- */
@@ -218,8 +235,9 @@ typedef struct each_ctx { trial_env *e; int record; } each_ctx;
 
 static void measure_each(size_t i, void *ud) {
   const each_ctx *c = ud;
+  if (c->record && trial_stopped(c->e)) return;
   trial_measure(c->e, i);
-  if (c->record) trial_record(c->e, trial_at(c->e, i));
+  if (c->record) (void)trial_record(c->e, trial_at(c->e, i));
 }
 
 int trial_measure_all(trial_env *e, int threads, int record, par_progress_fn progress,

@@ -79,7 +79,8 @@ typedef struct trial_env {
   fa_build oracle_b;
   wk_worker **workers;         /* free ones on a stack, under mu */
   int nfree;
-  pthread_mutex_t mu;          /* the workers and the database */
+  pthread_mutex_t mu;          /* the workers, the database and stopped */
+  int stopped;                 /* a trial failed to record: measure no more */
   /* Built lazily in each worker process, never in the parent. */
   val_case vc;
   attn_inputs in;
@@ -102,8 +103,13 @@ int trial_oracle_compile(trial_env *e);
 int trial_register(trial_env *e, char *err, size_t errlen);
 
 /* The trial of t (not one already recorded), in its own transaction: a run
-** killed later loses nothing of it. Says on stderr when it fails. */
-void trial_record(trial_env *e, const trial *t);
+** killed later loses nothing of it. A failed write (a full disk, an I/O
+** error) stops the run: the first one says on stderr which variant and why,
+** marks e stopped, and every call then returns -1 without writing. 0 or -1. */
+int trial_record(trial_env *e, const trial *t);
+
+/* Whether a failed record has stopped the run. Thread-safe. */
+int trial_stopped(trial_env *e);
 
 /* The emulator's counters as the JSON object a trial records. */
 void trial_counters_json(const fa_counters *c, char *buf, size_t n);
@@ -119,7 +125,8 @@ void trial_pool_close(trial_env *e);
 void trial_measure(trial_env *e, size_t i);
 
 /* Every trial measured on `threads` threads, and recorded as it ends when
-** record is set; -1 when the threads cannot start. */
+** record is set; once a record fails (trial_stopped), the trials not yet
+** started are left unmeasured. -1 when the threads cannot start. */
 int trial_measure_all(trial_env *e, int threads, int record, par_progress_fn progress,
                       void *progress_ud);
 

@@ -151,6 +151,7 @@ static int emu_flow(tune *s) {
   rc = trial_measure_all(&s->env, s->threads, 1, progress_if_tty(), (void *)"validating");
   s->check_s = fa_now_s() - t0;
   if (rc != 0) fprintf(stderr, "fatune: cannot start the validation threads\n");
+  else if (trial_stopped(&s->env)) rc = -1;   /* trial_record said why */
 done:
   trial_pool_close(&s->env);
   free(ks), free(b), free(jobs);
@@ -161,7 +162,8 @@ done:
 
 static void compile_one(size_t i, void *ud) {
   tune *s = ud;
-  if (s->e[i].st == TRIAL_RECORDED) return;
+  /* Stopped: the parent waits for no compile any more. */
+  if (s->e[i].st == TRIAL_RECORDED || trial_stopped(&s->env)) return;
   const gen_kernel *k = &s->e[i].k;
   fa_build b;
   char err[256];
@@ -211,7 +213,7 @@ static int gpu_flow(tune *s) {
     pthread_mutex_unlock(&s->pmu);
     trial_measure(&s->env, i);
     const trial *e = &s->e[i];
-    trial_record(&s->env, e);
+    if (trial_record(&s->env, e) != 0) break;   /* it said why; measure no more */
     if (e->st == TRIAL_OK && e->out.timed &&
         (!s->best || e->out.t.median_us < s->best->out.t.median_us))
       s->best = e;
@@ -221,7 +223,7 @@ static int gpu_flow(tune *s) {
   pthread_join(tid, NULL);
   s->check_s = fa_now_s() - s->t_start;
   trial_pool_close(&s->env);
-  return 0;
+  return trial_stopped(&s->env) ? -1 : 0;
 }
 
 /* ---- The job ---- */
