@@ -229,7 +229,7 @@ static int int_field(lua_State *L, const char *k) {
 /* Copy the string at idx into buf (n bytes); raises when it is not a
 ** string or does not fit. */
 static void copy_string(lua_State *L, int idx, char *buf, size_t n, const char *what) {
-  size_t len;
+  size_t len = 0;
   const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &len) : NULL;
   if (!s) luaL_error(L, "template result: %s is not a string", what);
   if (len >= n || strlen(s) != len)
