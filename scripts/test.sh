@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds fatune twice (plain, and with AddressSanitizer
-# and UndefinedBehaviorSanitizer), and runs the whole test suite on both.
+# and UndefinedBehaviorSanitizer), runs the whole test suite on both, then
+# each fuzz harness for 30 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,3 +22,8 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFATUNE_SANITIZE=ON -DCMAKE_C
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j "$jobs" -LE slow)
+
+# The fuzz harnesses, briefly: they keep building, and a regression on the
+# inputs they have learnt to reach shows at once (scripts/fuzz.sh SECONDS
+# fuzzes for longer).
+scripts/fuzz.sh 30
