@@ -239,9 +239,66 @@ static int read_header(sqlite3 *h, long long *app_id, long long *version, long l
   return rc;
 }
 
+/* path as an SQLite URI ("file:" and the path, percent-encoded) asking
+** for an immutable file: one that SQLite reads without any lock or -shm.
+** -1 when it does not fit. */
+static int immutable_uri(const char *path, char *uri, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  size_t used = (size_t)snprintf(uri, n, "file:");
+  for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+    const int plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                      (*p >= '0' && *p <= '9') || strchr("/._-", *p);
+    if (used + 4 >= n) return -1;
+    if (plain) uri[used++] = (char)*p;
+    else uri[used++] = '%', uri[used++] = hex[*p >> 4], uri[used++] = hex[*p & 15];
+  }
+  uri[used] = '\0';
+  return snprintf(uri + used, n - used, "?immutable=1") < (int)(n - used) ? 0 : -1;
+}
+
+static int connect_ro(const char *name, int uri, sqlite3 **h) {
+  int rc = sqlite3_open_v2(name, h, SQLITE_OPEN_READONLY | (uri ? SQLITE_OPEN_URI : 0), NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_extended_result_codes(*h, 1);
+  if (rc == SQLITE_OK) rc = sqlite3_busy_timeout(*h, BUSY_TIMEOUT_MS);
+  return rc;
+}
+
+/* Whether path has a -wal file beside it: a WAL-mode file in use, or one
+** whose last writer did not close it. */
+static int has_wal(const char *path) {
+  char wal[4200];
+  struct stat sb;
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  return stat(wal, &sb) == 0 || errno != ENOENT;
+}
+
+/* A read-only connection to path, its header read. A WAL-mode file whose
+** -shm cannot be made (its directory read-only to us) cannot be read that
+** way; with no -wal file beside it no writer has it open and its whole
+** content is in the file, so it is read as immutable. On failure *h is
+** still open, for its message. */
+static int open_ro(const char *path, sqlite3 **h, long long *app_id, long long *version,
+                   long long *objects) {
+  int rc = connect_ro(path, 0, h);
+  if (rc == SQLITE_OK) rc = read_header(*h, app_id, version, objects);
+  const int code = rc & 0xff;
+  char uri[4096 * 3 + 32];
+  if ((code == SQLITE_READONLY || code == SQLITE_CANTOPEN) && !has_wal(path) &&
+      immutable_uri(path, uri, sizeof uri) == 0) {
+    (void)sqlite3_close(*h);
+    *h = NULL;
+    rc = connect_ro(uri, 1, h);
+    if (rc == SQLITE_OK) rc = read_header(*h, app_id, version, objects);
+  }
+  return rc;
+}
+
 /* version: the file's schema version, or -1 for a new database (missing
-** or empty file). Nothing here writes to path. */
-static int examine(const char *path, int flags, int *version, char *err, size_t errlen) {
+** or empty file). Nothing here writes to path. With keep (a DB_READONLY
+** open) the read-only connection is handed over in *keep instead of
+** closed. */
+static int examine(const char *path, int flags, int *version, sqlite3 **keep, char *err,
+                   size_t errlen) {
   struct stat sb;
   *version = -1;
   if (stat(path, &sb) != 0) {
@@ -254,21 +311,17 @@ static int examine(const char *path, int flags, int *version, char *err, size_t 
   if (sb.st_size == 0) return 0;
 
   sqlite3 *h = NULL;
-  int rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL);
-  if (rc != SQLITE_OK) {
-    dbi_fail(err, errlen, "cannot open %s: %s", path, h ? sqlite3_errmsg(h) : "out of memory");
-    (void)sqlite3_close(h);
-    return -1;
-  }
   long long app_id = 0, v = 0, objects = 0;
-  rc = sqlite3_extended_result_codes(h, 1);
-  if (rc == SQLITE_OK) rc = sqlite3_busy_timeout(h, BUSY_TIMEOUT_MS);
-  if (rc == SQLITE_OK) rc = read_header(h, &app_id, &v, &objects);
+  int rc = open_ro(path, &h, &app_id, &v, &objects);
   int status = rc != SQLITE_OK ? unreadable(h, path, rc, err, errlen)
                                : judge(path, app_id, v, objects, err, errlen);
+  *version = (int)v;
+  if (keep && status == 0) {
+    *keep = h;
+    return 0;
+  }
   if (sqlite3_close(h) != SQLITE_OK && status == 0)
     status = dbi_fail(err, errlen, "cannot close %s after reading it", path);
-  *version = (int)v;
   return status;
 }
 
@@ -326,6 +379,34 @@ static int open_rw(db *d, int flags, int version, char *err, size_t errlen) {
   return use_wal(d, err, errlen);
 }
 
+/* An empty file read: an empty database in memory, the file untouched. */
+static int open_empty(db *d, char *err, size_t errlen) {
+  if (sqlite3_open_v2(":memory:", &d->h, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK)
+    return dbi_sqlfail(d->h, err, errlen, "opening an empty database");
+  return dbi_migrate(d->h, 0, err, errlen);
+}
+
+/* A read-only open keeps examine's connection: nothing is set, migrated
+** or switched to WAL, so the file is not written. Only a file of this
+** very schema can be read; an empty one reads as an empty database. */
+static int open_readonly(db *d, char *err, size_t errlen) {
+  int version;
+  if (examine(d->path, 0, &version, &d->h, err, errlen) != 0) return -1;
+  if (version < 0) return open_empty(d, err, errlen);
+  if (version < DB_SCHEMA_VERSION)
+    return dbi_fail(err, errlen, "%s has schema %d, older than this fatune's %d: run a command "
+                    "that writes to it (fatune, or fatune merge into it) once to bring it up "
+                    "to date", d->path, version, DB_SCHEMA_VERSION);
+  return 0;
+}
+
+static int open_writable(db *d, int flags, char *err, size_t errlen) {
+  int version;
+  if (examine(d->path, flags, &version, NULL, err, errlen) != 0) return -1;
+  if (version < 0 && (flags & DB_CREATE) && make_parents(d->path, err, errlen) != 0) return -1;
+  return open_rw(d, flags, version, err, errlen);
+}
+
 int db_open(const char *path, int flags, db **out, char *err, size_t errlen) {
   char def[4096];
   *out = NULL;
@@ -335,14 +416,17 @@ int db_open(const char *path, int flags, db **out, char *err, size_t errlen) {
   }
   db *d = calloc(1, sizeof *d);
   if (!d) return dbi_fail(err, errlen, "out of memory");
-  int version, n = snprintf(d->path, sizeof d->path, "%s", path);
+  int n = snprintf(d->path, sizeof d->path, "%s", path);
   if (n <= 0 || (size_t)n >= sizeof d->path) {
     free(d);
     return dbi_fail(err, errlen, "database path too long or empty");
   }
-  if (examine(path, flags, &version, err, errlen) != 0 ||
-      (version < 0 && (flags & DB_CREATE) && make_parents(path, err, errlen) != 0) ||
-      open_rw(d, flags, version, err, errlen) != 0) {
+  if (flags & DB_CREATE && flags & DB_READONLY) {
+    free(d);
+    return dbi_fail(err, errlen, "db_open: DB_CREATE and DB_READONLY together");
+  }
+  if ((flags & DB_READONLY ? open_readonly(d, err, errlen)
+                           : open_writable(d, flags, err, errlen)) != 0) {
     if (d->h) (void)sqlite3_close(d->h);   /* the first error is the one to report */
     free(d);
     return -1;

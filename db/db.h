@@ -33,12 +33,16 @@
 typedef struct db db;
 
 enum {
-  DB_CREATE = 1   /* create the file, and its missing directories (mode 0700) */
+  DB_CREATE = 1,  /* create the file, and its missing directories (mode 0700) */
+  DB_READONLY = 2 /* read only, never write: no WAL switch, no migration, so a file
+                     of an older schema is refused (a writing open updates it); for
+                     the readers and merge's source */
 };
 
 /* Opens path (NULL: db_default_path) and brings its schema up to date.
 ** Without DB_CREATE a missing file is an error; an empty (0-byte) file is
-** always a new database. */
+** a new database (with DB_READONLY, an empty one in memory). A DB_READONLY
+** handle may only be read from. */
 int db_open(const char *path, int flags, db **out, char *err, size_t errlen);
 /* -1 only when SQLite could not close cleanly (a statement left open). */
 int db_close(db *d);
@@ -161,7 +165,8 @@ typedef struct db_best_row {
 ** case-insensitive; NULL: any). Without one for p's very seq_q and seq_k,
 ** the one for the nearest tuned seq_q, then seq_k: exact = 0 and out says
 ** which seq it is. found = 0 when the device, dtype, dim and causal have
-** none at all. */
+** none at all. A candidate with a field longer than db_best_row holds is
+** passed over, never an error: the next one is taken, or none. */
 int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, int *found,
             int *exact, char *err, size_t errlen);
 
@@ -186,14 +191,19 @@ typedef struct db_merge_counts {
   size_t variants_added, variants_skipped;
   size_t binaries_added, binaries_skipped, binaries_corrupt;
   size_t trials_added, trials_replaced, trials_skipped;
+  /* Rows no tune could have recorded (a dim of -1, a timing of -1 us, a
+  ** config outside the space), left out; the trials of a refused variant
+  ** too. The first of each, "trial 12: dim -1", fit for a terminal. */
+  size_t variants_refused, trials_refused;
+  char variant_refused[256], trial_refused[256];
 } db_merge_counts;
 
 /* Brings the devices, variants, binaries and trials of the fatune database
 ** at other_path into d, in one transaction, mapping ids through the unique
 ** keys: an entry already present is skipped, except a trial, which the
 ** other file's replaces when it was recorded later. other_path is opened
-** as db_open opens it: refused when it is not fatune's or is newer, brought
-** up to date when it is older. */
+** with DB_READONLY and never written: refused when it is not fatune's, or
+** is newer or older than this fatune. */
 int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen);
 
 #endif

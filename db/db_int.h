@@ -10,11 +10,47 @@
 
 #include "db.h"
 #include "fa_util.h"
+#include "gen.h"
 
 struct db {
   sqlite3 *h;
   char path[4096];
 };
+
+/* SQL for a config column back as "k=v,...", in the object's order: NULL
+** unless it is an object of strings and integers. */
+#define DBI_CONFIG_KV(c) \
+  "CASE WHEN json_valid(" c ") AND json_type(" c ") = 'object' AND NOT EXISTS " \
+  "(SELECT 1 FROM json_each(" c ") WHERE type NOT IN ('integer', 'text')) THEN " \
+  "(SELECT group_concat(key || '=' || value, ',') FROM json_each(" c ")) END"
+
+/* What merge takes from another file (db_check.c): rows a tune could have
+** recorded. A checker opens the generator the first time a config is
+** checked; dbi_check_free closes it. */
+typedef struct dbi_checker {
+  gen_state *gen;      /* NULL until the first config */
+  gen_target target;   /* the widest: sm_90's limits */
+} dbi_checker;
+
+/* 0 when config_kv (DBI_CONFIG_KV of the variant's config; NULL or "" when
+** it is none) is a point of the space; 1 with why when it is not; -1 when
+** the generator cannot be run (err). */
+int dbi_check_variant(dbi_checker *c, const char *config_kv, char *why, size_t n, char *err,
+                      size_t errlen);
+void dbi_check_free(dbi_checker *c);
+
+/* The columns dbi_check_trial reads, in this order, from the trials
+** table of the file merged; 0 when the row is one a tune could record,
+** else 1 with why. */
+#define DBI_TRIAL_CHECK_COLUMNS \
+  "dtype, dim, seq_q, seq_k, batch, heads, causal, status, max_abs_err, rel_err, lse_err, " \
+  "median_us, min_us, p20_us, p80_us, tflops, gbps, " \
+  "CASE WHEN counters IS NULL THEN 1 WHEN NOT json_valid(counters) THEN 0 " \
+  "WHEN json_type(counters) <> 'object' THEN 0 WHEN EXISTS (SELECT 1 FROM " \
+  "json_each(counters) WHERE type NOT IN ('integer', 'real') OR value < 0) THEN 0 ELSE 1 END, " \
+  "CASE WHEN typeof(created) = 'text' AND julianday(created) IS NOT NULL AND " \
+  "julianday(created) <= julianday('now') + 1 THEN 1 ELSE 0 END"
+int dbi_check_trial(sqlite3_stmt *st, int first_col, char *why, size_t n);
 
 /* Writes the message into err and returns -1. */
 int dbi_fail(char *err, size_t errlen, const char *fmt, ...)

@@ -53,7 +53,8 @@ static void idmap_free(idmap *m) {
 
 typedef struct merge {
   db *d, *o;          /* ours (in a write transaction), theirs (in a read one) */
-  idmap devices, variants;
+  idmap devices, variants;   /* a variant refused maps to REFUSED */
+  dbi_checker check;
   db_merge_counts *c;
   char *err;
   size_t errlen;
@@ -73,6 +74,14 @@ static int each_row(merge *m, const char *sql, int (*row)(merge *, sqlite3_stmt 
 
 static int oom(merge *m) { return dbi_fail(m->err, m->errlen, "out of memory"); }
 
+#define REFUSED (-1LL)
+
+/* Counts a refused row, keeping the first one's id and reason. */
+static void refused(size_t *count, char *first, size_t n, const char *what, long long id,
+                    const char *why) {
+  if ((*count)++ == 0) snprintf(first, n, "%s %lld: %s", what, id, why);
+}
+
 static int device_row(merge *m, sqlite3_stmt *st) {
   db_device dev = {
     .name = dbi_col_text(st, 1), .uuid = dbi_col_text(st, 2), .backend = dbi_col_text(st, 3),
@@ -88,6 +97,16 @@ static int device_row(merge *m, sqlite3_stmt *st) {
 }
 
 static int variant_row(merge *m, sqlite3_stmt *st) {
+  const long long theirs = sqlite3_column_int64(st, 0);
+  char why[200];
+  const char *kv = sqlite3_column_type(st, 7) == SQLITE_NULL ? NULL : dbi_col_text(st, 7);
+  const int bad = dbi_check_variant(&m->check, kv, why, sizeof why, m->err, m->errlen);
+  if (bad < 0) return -1;
+  if (bad) {
+    refused(&m->c->variants_refused, m->c->variant_refused, sizeof m->c->variant_refused,
+            "variant", theirs, why);
+    return idmap_add(&m->variants, theirs, REFUSED) != 0 ? oom(m) : 0;
+  }
   db_variant v = {
     .family = dbi_col_text(st, 1), .template_version = dbi_col_text(st, 2),
     .name = dbi_col_text(st, 3), .hash = dbi_col_text(st, 4), .config = NULL,
@@ -98,7 +117,7 @@ static int variant_row(merge *m, sqlite3_stmt *st) {
     return -1;
   if (added) m->c->variants_added++;
   else m->c->variants_skipped++;
-  return idmap_add(&m->variants, sqlite3_column_int64(st, 0), id) != 0 ? oom(m) : 0;
+  return idmap_add(&m->variants, theirs, id) != 0 ? oom(m) : 0;
 }
 
 /* Whether ours has a row for the key that bind(b, ctx) binds; a trial's
@@ -174,6 +193,14 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
       idmap_get(&m->devices, sqlite3_column_int64(st, 1), &t->device_id) != 0)
     return dbi_fail(m->err, m->errlen, "%s: a trial names a variant or device it does not "
                     "have", m->o->path);
+  char why[200];
+  if (t->variant_id == REFUSED) snprintf(why, sizeof why, "its variant %lld was refused",
+                                         (long long)sqlite3_column_int64(st, 0));
+  if (t->variant_id == REFUSED || dbi_check_trial(st, 24, why, sizeof why)) {
+    refused(&m->c->trials_refused, m->c->trial_refused, sizeof m->c->trial_refused, "trial",
+            sqlite3_column_int64(st, 23), why);
+    return 0;
+  }
   t->problem = (db_problem){dbi_col_text(st, 2), sqlite3_column_int(st, 3),
                             sqlite3_column_int(st, 4), sqlite3_column_int(st, 5),
                             sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
@@ -205,22 +232,22 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
 static int merge_all(merge *m) {
   if (each_row(m, "SELECT id, name, uuid, backend, cc_major, cc_minor, sm_count, "
                   "smem_per_block_optin, l2_bytes FROM devices ORDER BY id", device_row) != 0 ||
-      each_row(m, "SELECT id, family, template_version, name, hash, config, source_hash "
-                  "FROM variants ORDER BY id", variant_row) != 0 ||
+      each_row(m, "SELECT id, family, template_version, name, hash, config, source_hash, "
+                  DBI_CONFIG_KV("config") " FROM variants ORDER BY id", variant_row) != 0 ||
       each_row(m, "SELECT source_hash, target, compiler_version, options, blob, checksum, "
                   "registers, spill_bytes, smem_bytes, compile_ms, created FROM binaries "
                   "ORDER BY id", binary_row) != 0)
     return -1;
   return each_row(m, "SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
                      "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "
-                     "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created "
-                     "FROM trials ORDER BY id", trial_row);
+                     "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created, "
+                     "id, " DBI_TRIAL_CHECK_COLUMNS " FROM trials ORDER BY id", trial_row);
 }
 
 int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
   merge m = {.d = d, .c = c, .err = err, .errlen = errlen};
-  if (db_open(other_path, 0, &m.o, err, errlen) != 0) return -1;
+  if (db_open(other_path, DB_READONLY, &m.o, err, errlen) != 0) return -1;
   int rc = -1;
   if (dbi_exec(m.o->h, "BEGIN", err, errlen) == 0) {
     if (dbi_begin(d->h, err, errlen) == 0) {
@@ -231,6 +258,7 @@ int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_
   }
   idmap_free(&m.devices);
   idmap_free(&m.variants);
+  dbi_check_free(&m.check);
   if (db_close(m.o) != 0 && rc == 0) rc = dbi_fail(err, errlen, "cannot close %s", other_path);
   return rc;
 }

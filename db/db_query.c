@@ -9,30 +9,31 @@
 #include <string.h>
 
 #include "db_int.h"
+#include "fa_escape.h"
 
 /* A device given by its name, its uuid, or part of its name. */
 #define DEVICE_MATCH(p) \
   "(" p " IS NULL OR d.name = " p " OR d.uuid = " p \
   " OR instr(lower(d.name), lower(" p ")) > 0)"
 
+/* A column of JSON text in SQLite's canonical form; SQL NULL (JSON null)
+** when it is not JSON, which a file built outside fatune may hold. */
+#define JSON_OR_NULL(c) "CASE WHEN json_valid(" c ") THEN json(" c ") END"
+
 /* ---- best ---- */
 
 static const char best_sql[] =
-  "SELECT v.name, v.hash, v.template_version, v.source_hash, v.config, d.name, d.uuid, "
+  "SELECT v.name, v.hash, v.template_version, v.source_hash, " JSON_OR_NULL("v.config") ", "
+  "d.name, d.uuid, "
   "d.backend, b.dtype, b.dim, b.seq_q, b.seq_k, b.batch, b.heads, b.causal, b.max_abs_err, "
   "b.rel_err, b.median_us, b.tflops, b.gbps, b.global_bytes, b.created, "
-  /* The config back as "k=v,...", in the object's order: NULL unless it is
-  ** an object of strings and integers. */
-  "CASE WHEN json_valid(v.config) AND json_type(v.config) = 'object' AND NOT EXISTS "
-  "(SELECT 1 FROM json_each(v.config) WHERE type NOT IN ('integer', 'text')) THEN "
-  "(SELECT group_concat(key || '=' || value, ',') FROM json_each(v.config)) END "
+  DBI_CONFIG_KV("v.config") " "
   "FROM best b JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
   /* The exact key has distance 0; between two equally near, the longer
   ** sequence; then the view's own ranking, across devices. */
   "ORDER BY abs(b.seq_q - ?5), abs(b.seq_k - ?6), b.seq_q DESC, b.seq_k DESC, "
-  "b.median_us IS NULL, b.median_us, b.global_bytes IS NULL, b.global_bytes, b.id "
-  "LIMIT 1";
+  "b.median_us IS NULL, b.median_us, b.global_bytes IS NULL, b.global_bytes, b.id";
 
 static int best_row(sqlite3_stmt *st, db_best_row *o) {
   char *text[] = {o->variant, o->hash, o->template_version, o->source_hash, o->config,
@@ -65,13 +66,16 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   dbi_bind_int(&b, p->causal);
   dbi_bind_int(&b, p->seq_q);
   dbi_bind_int(&b, p->seq_k);
+  /* The first candidate whose fields fit: one too long for db_best_row
+  ** (a file written elsewhere may hold anything) is passed over. */
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;
+  while (rc == SQLITE_ROW && best_row(st, out) != 0) rc = dbi_step(st);
   if (rc == SQLITE_ROW) {
-    if (best_row(st, out) != 0) status = dbi_fail(err, errlen, "a best entry has a field too long");
-    *found = status == 0;
-    *exact = *found && out->seq_q == p->seq_q && out->seq_k == p->seq_k;
-  } else if (rc != SQLITE_DONE) {
-    status = dbi_sqlfail(d->h, err, errlen, "reading the best variants");
+    *found = 1;
+    *exact = out->seq_q == p->seq_q && out->seq_k == p->seq_k;
+  } else {
+    memset(out, 0, sizeof *out);
+    if (rc != SQLITE_DONE) status = dbi_sqlfail(d->h, err, errlen, "reading the best variants");
   }
   dbi_finalize(st);
   return status;
@@ -87,14 +91,15 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
 
 #define TRIAL_JSON \
   "json_object('variant', v.name, 'hash', v.hash, 'template_version', v.template_version, " \
-  "'config', json(v.config), 'device', d.name, 'uuid', d.uuid, 'backend', d.backend, " \
-  "'dtype', t.dtype, 'dim', t.dim, 'seq_q', t.seq_q, 'seq_k', t.seq_k, 'batch', t.batch, " \
+  "'config', " JSON_OR_NULL("v.config") ", 'device', d.name, 'uuid', d.uuid, " \
+  "'backend', d.backend, 'dtype', t.dtype, 'dim', t.dim, 'seq_q', t.seq_q, " \
+  "'seq_k', t.seq_k, 'batch', t.batch, " \
   "'heads', t.heads, 'causal', json(CASE t.causal WHEN 1 THEN 'true' ELSE 'false' END), " \
   "'status', t.status, 'message', t.message, 'max_abs_err', t.max_abs_err, " \
   "'rel_err', t.rel_err, 'lse_err', t.lse_err, 'median_us', t.median_us, " \
   "'min_us', t.min_us, 'p20_us', t.p20_us, 'p80_us', t.p80_us, 'tflops', t.tflops, " \
-  "'gbps', t.gbps, 'counters', json(t.counters), 'fatune_version', t.fatune_version, " \
-  "'created', t.created)"
+  "'gbps', t.gbps, 'counters', " JSON_OR_NULL("t.counters") ", " \
+  "'fatune_version', t.fatune_version, 'created', t.created)"
 
 #define TRIAL_FROM \
   " FROM trials t JOIN variants v ON v.id = t.variant_id JOIN devices d ON d.id = t.device_id " \
@@ -146,46 +151,43 @@ static void table_header(FILE *out) {
           "status", "rel_err", "max_abs", "median_us", "tflops", "created");
 }
 
+/* Text from the file as a terminal may show it (fa_esc_term), padded to
+** width after the separator sep. */
+static void term_cell(FILE *out, const char *sep, const char *s, int width) {
+  char buf[512];
+  fa_esc_term_buf(buf, sizeof buf, s);
+  fprintf(out, "%s%-*s", sep, width, buf);
+}
+
 static void table_row(FILE *out, sqlite3_stmt *st) {
-  char problem[96];
-  snprintf(problem, sizeof problem, "%s d%d q%d k%d b%d h%d%s", dbi_col_text(st, C_DTYPE),
+  char dtype[16], problem[96];
+  fa_esc_term_buf(dtype, sizeof dtype, dbi_col_text(st, C_DTYPE));
+  snprintf(problem, sizeof problem, "%s d%d q%d k%d b%d h%d%s", dtype,
            sqlite3_column_int(st, C_DIM), sqlite3_column_int(st, C_SEQ_Q),
            sqlite3_column_int(st, C_SEQ_K), sqlite3_column_int(st, C_BATCH),
            sqlite3_column_int(st, C_HEADS), sqlite3_column_int(st, C_CAUSAL) ? " causal" : "");
-  fprintf(out, "%-58s %-20s %-32s %-13s", dbi_col_text(st, C_VARIANT),
-          dbi_col_text(st, C_DEVICE), problem, dbi_col_text(st, C_STATUS));
+  term_cell(out, "", dbi_col_text(st, C_VARIANT), 58);
+  term_cell(out, " ", dbi_col_text(st, C_DEVICE), 20);
+  fprintf(out, " %-32s", problem);
+  term_cell(out, " ", dbi_col_text(st, C_STATUS), 13);
   print_real(out, st, C_REL, " %*.2e", 9);
   print_real(out, st, C_MAX_ABS, " %*.2e", 9);
   print_real(out, st, C_MEDIAN, " %*.2f", 10);
   print_real(out, st, C_TFLOPS, " %*.2f", 7);
-  fprintf(out, "  %s\n", dbi_col_text(st, C_CREATED));
-}
-
-/* RFC 4180: a field with a comma, quote or line break is quoted, its
-** quotes doubled. */
-static void csv_text(FILE *out, const char *s) {
-  if (!strpbrk(s, ",\"\r\n")) {
-    fputs(s, out);
-    return;
-  }
-  fputc('"', out);
-  for (; *s; s++) {
-    if (*s == '"') fputc('"', out);
-    fputc(*s, out);
-  }
-  fputc('"', out);
+  term_cell(out, "  ", dbi_col_text(st, C_CREATED), 0);
+  fputc('\n', out);
 }
 
 static void csv_row(FILE *out, sqlite3_stmt *st, int header) {
   int n = sqlite3_column_count(st);
   for (int i = 0; i < n; i++) {
     if (i) fputc(',', out);
-    if (header) csv_text(out, sqlite3_column_name(st, i));
+    if (header) fa_esc_csv(out, sqlite3_column_name(st, i));
     else if (sqlite3_column_type(st, i) == SQLITE_INTEGER)
       fprintf(out, "%lld", (long long)sqlite3_column_int64(st, i));
     else if (sqlite3_column_type(st, i) == SQLITE_FLOAT)
       fprintf(out, "%.15g", sqlite3_column_double(st, i));
-    else csv_text(out, dbi_col_text(st, i));
+    else fa_esc_csv(out, dbi_col_text(st, i));
   }
   fputc('\n', out);
 }

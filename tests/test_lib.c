@@ -256,6 +256,45 @@ static void test_overhead(void) {
   fatune_close(c);
 }
 
+/* Runs sql on the test database; -1 when it fails or changes no row. */
+static int edit(const char *sql) {
+  sqlite3 *s;
+  if (sqlite3_open(dbpath, &s) != SQLITE_OK) return -1;
+  int rc = sqlite3_exec(s, sql, NULL, NULL, NULL), changed = sqlite3_changes(s);
+  sqlite3_close(s);
+  return rc == SQLITE_OK && changed > 0 ? 0 : -1;
+}
+
+/* The only trial for seq 64 (test_default_and_tuned's) with a 2 KB name,
+** then a 2 KB config: the library passes it over and runs the default. */
+static void test_long_field(void) {
+  static const char *const sql[] = {
+    "UPDATE variants SET name = printf('%.2048c', 'n') "
+    "WHERE json_extract(config, '$.block_m') = 16",
+    "UPDATE variants SET name = 'short', config = json_set(config, '$.pad', "
+    "printf('%.2048c', 'c')) WHERE json_extract(config, '$.block_m') = 16"};
+  fatune_problem p = {.batch = 2, .heads = 2, .seq_q = 64, .seq_k = 70, .dim = 16,
+                      .dtype = FATUNE_FP32, .causal = 1};
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  for (int i = 0; i < 2; i++) {
+    CHECK(edit(sql[i]) == 0, "editing the database (%d)", i);
+    fatune_ctx *c;
+    if (fatune_open(&ok, &c) != FATUNE_OK) {
+      CHECK(0, "%s", fatune_errmsg());
+      return;
+    }
+    char name[160];
+    fatune_choice ch;
+    fatune_status st = fatune_choose(c, &p, name, sizeof name, &ch);
+    CHECK(st == FATUNE_OK && ch == FATUNE_DEFAULT, "a 2 KB %s: status %d (%s), choice %d",
+          i ? "config" : "name", (int)st, fatune_errmsg(), (int)ch);
+    double e = run(c, &p, &st);
+    CHECK(st == FATUNE_OK && e < 1e-5, "a 2 KB %s: run status %d, error %.3g",
+          i ? "config" : "name", (int)st, e);
+    fatune_close(c);
+  }
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   snprintf(dbpath, sizeof dbpath, "%s/lib.db", dir);
@@ -264,6 +303,7 @@ int main(void) {
   test_tampered_binary();
   test_threads();
   test_overhead();
+  test_long_field();
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

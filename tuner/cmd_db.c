@@ -11,6 +11,7 @@
 
 #include "cmd_db.h"
 #include "db.h"
+#include "fa_escape.h"
 #include "json.h"
 
 static int bad_input(const char *msg) { return cli_say(EXIT_BAD_INPUT, msg); }
@@ -35,17 +36,30 @@ static void print_value(const char *key, double v) {
   else printf("%-10s %.2f\n", key, v);
 }
 
+/* "key   text", the text from the file as a terminal may show it. */
+static void text_line(const char *key, const char *text) {
+  printf("%-10s ", key);
+  fa_esc_term(stdout, text);
+  putchar('\n');
+}
+
 static void best_text(const db_best_row *r) {
-  printf("%-10s %s\n%-10s %s\n%-10s %s\n", "variant", r->variant, "hash", r->hash, "config",
-         r->config);
-  printf("%-10s %s (%s)\n", "device", r->device, r->backend);
-  printf("%-10s %s dim %d seq_q %d seq_k %d batch %d heads %d%s\n", "problem", r->dtype, r->dim,
-         r->seq_q, r->seq_k, r->batch, r->heads, r->causal ? " causal" : "");
+  text_line("variant", r->variant);
+  text_line("hash", r->hash);
+  text_line("config", r->config);
+  printf("%-10s ", "device");
+  fa_esc_term(stdout, r->device);
+  printf(" (");
+  fa_esc_term(stdout, r->backend);
+  printf(")\n%-10s ", "problem");
+  fa_esc_term(stdout, r->dtype);
+  printf(" dim %d seq_q %d seq_k %d batch %d heads %d%s\n", r->dim, r->seq_q, r->seq_k, r->batch,
+         r->heads, r->causal ? " causal" : "");
   print_value("median_us", r->median_us);
   print_value("tflops", r->tflops);
   if (r->global_bytes >= 0) printf("%-10s %lld (emulator count)\n", "gmem_bytes", r->global_bytes);
   printf("%-10s rel %.2e, max abs %.2e\n", "errors", r->rel_err, r->max_abs_err);
-  printf("%-10s %s\n", "recorded", r->created);
+  text_line("recorded", r->created);
 }
 
 static void json_field(const char *key, double v) {
@@ -58,7 +72,8 @@ static void best_json(const db_best_row *r, const fa_problem *p, int exact) {
   json_string(stdout, r->variant);
   printf(", \"hash\": ");
   json_string(stdout, r->hash);
-  printf(", \"config\": %s, \"device\": ", r->config);   /* stored as JSON */
+  /* SQLite's canonical JSON, or "" when the file holds no JSON there */
+  printf(", \"config\": %s, \"device\": ", r->config[0] ? r->config : "null");
   json_string(stdout, r->device);
   printf(", \"backend\": ");
   json_string(stdout, r->backend);
@@ -94,7 +109,7 @@ static int cmd_best(const cli_opts *o) {
   const fa_problem *fp = &o->problem;
   db_problem p = {fa_dtype_name(fp->dtype), fp->dim, fp->seq_q, fp->seq_k, 0, 0, fp->causal};
   db *d;
-  if (open_db(o, 0, &d) != 0) return 1;
+  if (open_db(o, DB_READONLY, &d) != 0) return 1;
   db_best_row r;
   int found, exact;
   char err[512], want[64], got[64];
@@ -130,7 +145,7 @@ static int cmd_show(const cli_opts *o) {
     .heads = cli_given(o, "--heads") ? p->heads : 0,
     .causal = p->causal ? 1 : -1};
   db *d;
-  if (open_db(o, 0, &d) != 0) return 1;
+  if (open_db(o, DB_READONLY, &d) != 0) return 1;
   char err[512];
   size_t rows;
   if (db_show(d, &f, o->json, stdout, &rows, err, sizeof err) != 0)
@@ -145,7 +160,7 @@ static int cmd_show(const cli_opts *o) {
 static int cmd_export(const cli_opts *o) {
   if (!o->format) return bad_input("fatune export needs --format csv or --format json");
   db *d;
-  if (open_db(o, 0, &d) != 0) return 1;
+  if (open_db(o, DB_READONLY, &d) != 0) return 1;
   char err[512];
   size_t rows;
   if (db_export(d, o->format, stdout, &rows, err, sizeof err) != 0)
@@ -158,7 +173,8 @@ static int cmd_merge(const cli_opts *o) {
   /* Look at the other file first, so that a refused merge creates nothing. */
   db *d, *other;
   char err[512];
-  if (db_open(o->merge_path, 0, &other, err, sizeof err) != 0) return cli_say(1, err);
+  if (db_open(o->merge_path, DB_READONLY, &other, err, sizeof err) != 0)
+    return cli_say(1, err);
   if (db_close(other) != 0) return cli_say(1, "the other database did not close cleanly");
   if (open_db(o, DB_CREATE, &d) != 0) return 1;
   db_merge_counts c;
@@ -170,6 +186,15 @@ static int cmd_merge(const cli_opts *o) {
          c.binaries_skipped, c.binaries_corrupt);
   printf("trials:   %zu added, %zu replaced (recorded later there), %zu skipped\n",
          c.trials_added, c.trials_replaced, c.trials_skipped);
+  /* Reasons come fit for a terminal (db_merge_counts). */
+  if (c.variants_refused)
+    fprintf(stderr, "fatune: merge: %zu variant%s refused: not in this fatune's space "
+            "(first: %s)\n", c.variants_refused, c.variants_refused == 1 ? "" : "s",
+            c.variant_refused);
+  if (c.trials_refused)
+    fprintf(stderr, "fatune: merge: %zu trial%s refused: not what a tune records "
+            "(first: %s)\n", c.trials_refused, c.trials_refused == 1 ? "" : "s",
+            c.trial_refused);
   return close_db(d, fflush(stdout) == 0 ? 0 : 1);
 }
 

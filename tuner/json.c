@@ -5,19 +5,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "fa_escape.h"
 #include "json.h"
 
-void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c == '\n') fputs("\\n", f);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
+void json_string(FILE *f, const char *s) { fa_esc_json(f, s); }
 
 void json_config(FILE *f, const gen_config *c) {
   char json[4096];

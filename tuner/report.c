@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "db.h"
+#include "fa_escape.h"
 #include "report_int.h"
 
 #define NO_GNUPLOT "the plots need gnuplot, which is not installed here: apt-get install " \
@@ -154,7 +155,7 @@ static int load(rp_ctx *c, char *err, size_t errlen) {
   db *d;
   char *csv = NULL;
   size_t len = 0, rows = 0;
-  if (db_open(c->o->db, 0, &d, err, errlen) != 0) return -1;
+  if (db_open(c->o->db, DB_READONLY, &d, err, errlen) != 0) return -1;
   snprintf(c->db_path, sizeof c->db_path, "%s", db_path(d));
   FILE *f = open_memstream(&csv, &len);
   int rc = -1;
@@ -277,14 +278,10 @@ typedef struct page {
   int md;
 } page;
 
+/* Every text the page shows, the database's included, goes through here. */
 static void text(const page *p, const char *s) {
-  for (; *s; s++) {
-    if (!p->md && (*s == '<' || *s == '>' || *s == '&'))
-      fputs(*s == '<' ? "&lt;" : *s == '>' ? "&gt;" : "&amp;", p->f);
-    else if (p->md && (*s == '|' || *s == '*' || *s == '_'))
-      fprintf(p->f, "\\%c", *s);
-    else fputc(*s, p->f);
-  }
+  if (p->md) fa_esc_md(p->f, s);
+  else fa_esc_html(p->f, s);
 }
 
 static void heading(const page *p, int level, const char *s) {

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "fa_escape.h"
 #include "report_int.h"
 
 extern char **environ;
@@ -100,15 +101,9 @@ void rp_heat(const rp_ctx *c, const rp_group *g, rp_matrix *out) {
 
 /* ---- The script ---- */
 
-/* s as a gnuplot single-quoted string: quotes doubled. */
-static void gp_quote(FILE *f, const char *s) {
-  fputc('\'', f);
-  for (; *s; s++) {
-    if (*s == '\'') fputc('\'', f);
-    fputc(*s, f);
-  }
-  fputc('\'', f);
-}
+/* Every string the script holds, the database's included (titles), goes
+** through here: no newline may end a command and start another. */
+static void gp_quote(FILE *f, const char *s) { fa_esc_gnuplot(f, s); }
 
 static void gp_path(FILE *f, const rp_ctx *c, const char *name) {
   char path[1024];
@@ -158,7 +153,10 @@ int rp_plot_lines(rp_ctx *c, const char *png, const char *title, const char *yla
   FILE *f = open_data(c, png, dat, sizeof dat);
   if (!f) return -1;
   fprintf(f, "seq");
-  for (int s = 0; s < m->nser; s++) fprintf(f, " \"%s\"", m->ser[s]);
+  for (int s = 0; s < m->nser; s++) {
+    fputc(' ', f);
+    fa_esc_gnuplot_data(f, m->ser[s]);
+  }
   fputc('\n', f);
   for (int i = 0; i < m->nx; i++) {
     fprintf(f, "%d", m->x[i]);
@@ -188,8 +186,11 @@ int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix 
     for (int y = 0; y < m->ny; y++) {
       const rp_trial *t = m->cell[x][y];
       int bm, bn;
-      if (t && sscanf(t->tile, "%dx%d", &bm, &bn) == 2)
-        fprintf(f, "%d %d %.3f \"%s\"\n", x, y, log2((double)bm * bn), t->tile);
+      if (t && sscanf(t->tile, "%dx%d", &bm, &bn) == 2) {
+        fprintf(f, "%d %d %.3f ", x, y, log2((double)bm * bn));
+        fa_esc_gnuplot_data(f, t->tile);
+        fputc('\n', f);
+      }
     }
   if (close_data(f) != 0) return -1;
   gp_start(c, png, title);
@@ -223,12 +224,14 @@ static int spawn(const char *script, const char *log, pid_t *pid) {
   return rc;
 }
 
-/* The first line of the log, for a one-line message. */
+/* The first line of the log, for a one-line message; it may quote the
+** script, so it is made fit for a terminal. */
 static void log_line(const char *log, char *buf, size_t n) {
+  char raw[200] = "";
   FILE *f = fopen(log, "r");
-  buf[0] = '\0';
-  if (f && fgets(buf, (int)n, f)) buf[strcspn(buf, "\n")] = '\0';
+  if (f && fgets(raw, (int)sizeof raw, f)) raw[strcspn(raw, "\n")] = '\0';
   if (f) fclose(f);
+  fa_esc_term_buf(buf, n, raw);
 }
 
 int rp_gnuplot(rp_ctx *c, const char *script, char *err, size_t errlen) {

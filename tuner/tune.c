@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "fa_escape.h"
 #include "fa_util.h"
 #include "par.h"
 #include "tune.h"
@@ -101,14 +102,19 @@ static void say_best(tune *s) {
   int found = 0, exact = 0;
   char err[512];
   FILE *f = s->o->json ? stderr : stdout;
-  if (db_best(s->db, d ? d->uuid : "emu", &key, &row, &found, &exact, err, sizeof err) != 0)
+  if (db_best(s->db, d ? d->uuid : "emu", &key, &row, &found, &exact, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);
-  else if (found && exact && isfinite(row.median_us))
+    return;
+  }
+  if (!found || !exact) return;
+  char variant[sizeof row.variant];   /* the file's text, as a terminal may show it */
+  fa_esc_term_buf(variant, sizeof variant, row.variant);
+  if (isfinite(row.median_us))
     fprintf(f, "best recorded in %s: %s, median %.1f us, %.1f TFLOP/s\n", db_path(s->db),
-            row.variant, row.median_us, row.tflops);
-  else if (found && exact)
+            variant, row.median_us, row.tflops);
+  else
     fprintf(f, "best recorded in %s: %s (%lld global-memory bytes at the emulator's size)\n",
-            db_path(s->db), row.variant, row.global_bytes);
+            db_path(s->db), variant, row.global_bytes);
 }
 
 /* ---- The emulator's flow: compile everything, then validate on all cores ---- */
