@@ -178,7 +178,7 @@ int db_default_path(char *buf, size_t n, char *err, size_t errlen) {
 
 /* mkdir -p of the directories above path, mode 0700: a cache of kernels
 ** and timings is the user's own. */
-static int make_parents(const char *path, char *err, size_t errlen) {
+int dbi_make_parents(const char *path, char *err, size_t errlen) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", path);
   for (char *p = dir + 1; *p; p++) {
@@ -341,7 +341,7 @@ int db_open(const char *path, int flags, db **out, char *err, size_t errlen) {
     return dbi_fail(err, errlen, "database path too long or empty");
   }
   if (examine(path, flags, &version, err, errlen) != 0 ||
-      (version < 0 && (flags & DB_CREATE) && make_parents(path, err, errlen) != 0) ||
+      (version < 0 && (flags & DB_CREATE) && dbi_make_parents(path, err, errlen) != 0) ||
       open_rw(d, flags, version, err, errlen) != 0) {
     if (d->h) (void)sqlite3_close(d->h);   /* the first error is the one to report */
     free(d);
@@ -354,6 +354,7 @@ int db_open(const char *path, int flags, db **out, char *err, size_t errlen) {
 int db_close(db *d) {
   if (!d) return 0;
   int rc = sqlite3_close(d->h);
+  dbi_key_forget(d);
   free(d);
   return rc == SQLITE_OK ? 0 : -1;
 }
