@@ -76,8 +76,6 @@ int dbi_device_upsert(sqlite3 *h, const db_device *dev, int refresh, long long *
                       int *added, char *err, size_t errlen);
 int dbi_variant_upsert(sqlite3 *h, const db_variant *v, const char *config_json,
                        long long *id, int *added, char *err, size_t errlen);
-int dbi_binary_write(sqlite3 *h, const db_binary_key *k, const db_binary *bin,
-                     const char *created, char *err, size_t errlen);
 int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
                     const char *created, char *err, size_t errlen);
 
