@@ -178,7 +178,7 @@ int db_default_path(char *buf, size_t n, char *err, size_t errlen) {
 
 /* mkdir -p of the directories above path, mode 0700: a cache of kernels
 ** and timings is the user's own. */
-static int make_parents(const char *path, char *err, size_t errlen) {
+int dbi_make_parents(const char *path, char *err, size_t errlen) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", path);
   for (char *p = dir + 1; *p; p++) {
@@ -403,7 +403,8 @@ static int open_readonly(db *d, char *err, size_t errlen) {
 static int open_writable(db *d, int flags, char *err, size_t errlen) {
   int version;
   if (examine(d->path, flags, &version, NULL, err, errlen) != 0) return -1;
-  if (version < 0 && (flags & DB_CREATE) && make_parents(d->path, err, errlen) != 0) return -1;
+  if (version < 0 && (flags & DB_CREATE) && dbi_make_parents(d->path, err, errlen) != 0)
+    return -1;
   return open_rw(d, flags, version, err, errlen);
 }
 
@@ -438,6 +439,7 @@ int db_open(const char *path, int flags, db **out, char *err, size_t errlen) {
 int db_close(db *d) {
   if (!d) return 0;
   int rc = sqlite3_close(d->h);
+  dbi_key_forget(d);
   free(d);
   return rc == SQLITE_OK ? 0 : -1;
 }

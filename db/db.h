@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 1          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 2          /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -96,19 +96,29 @@ typedef struct db_binary {
   size_t size;
   int registers, spill_bytes, smem_bytes;
   double compile_ms;
-  int corrupt;           /* db_binary_get: the bytes fail their checksum */
+  int untrusted;         /* db_binary_get: an entry is there, but not one this
+                            installation stored (its MAC does not verify) */
 } db_binary;
 
-/* Stores the blob with its FNV-1a 64 checksum, replacing an entry with the
-** same key (a recompile after a corrupt entry, say). */
+/* The compile cache runs only what this installation stored: every blob is
+** stored with a keyed MAC of its key and bytes, under this user's secret
+** key ($FATUNE_KEY, else $XDG_CONFIG_HOME/fatune/key, else
+** ~/.config/fatune/key; made on first use, mode 0600), and is returned only
+** when that MAC verifies. Without a usable key (one open to others, a
+** symbolic link, ...) both calls fail with the reason, and the caller
+** compiles every time. */
+
+/* Stores the blob with its MAC, replacing an entry with the same key (a
+** recompile after an untrusted entry, say). */
 int db_binary_put(db *d, const db_binary_key *key, const db_binary *bin, char *err,
                   size_t errlen);
 
 /* found = 1 and out filled (free with db_binary_free), or found = 0. An
-** entry whose bytes no longer match their checksum (edited by hand, a bad
-** disk) is not returned: found = 0, out->corrupt = 1, and err says "binary
-** cache entry corrupt"; the caller recompiles and puts it again. Checking
-** that a blob belongs to its source hash is the caller's affair. */
+** entry whose MAC does not verify (edited by hand, stored under another
+** key, a bad disk) is not returned: found = 0, out->untrusted = 1, and err
+** says "binary cache entry not trusted"; the caller recompiles and puts it
+** again. Checking that a blob belongs to its source hash is the caller's
+** affair. */
 int db_binary_get(db *d, const db_binary_key *key, db_binary *out, int *found, char *err,
                   size_t errlen);
 void db_binary_free(db_binary *b);
@@ -189,7 +199,7 @@ int db_export(db *d, const char *format, FILE *out, size_t *rows, char *err, siz
 typedef struct db_merge_counts {
   size_t devices_added, devices_skipped;
   size_t variants_added, variants_skipped;
-  size_t binaries_added, binaries_skipped, binaries_corrupt;
+  size_t binaries_not_imported;   /* all of the other file's */
   size_t trials_added, trials_replaced, trials_skipped;
   /* Rows no tune could have recorded (a dim of -1, a timing of -1 us, a
   ** config outside the space), left out; the trials of a refused variant
@@ -198,12 +208,13 @@ typedef struct db_merge_counts {
   char variant_refused[256], trial_refused[256];
 } db_merge_counts;
 
-/* Brings the devices, variants, binaries and trials of the fatune database
-** at other_path into d, in one transaction, mapping ids through the unique
+/* Brings the devices, variants and trials of the fatune database at
+** other_path into d, in one transaction, mapping ids through the unique
 ** keys: an entry already present is skipped, except a trial, which the
-** other file's replaces when it was recorded later. other_path is opened
-** with DB_READONLY and never written: refused when it is not fatune's, or
-** is newer or older than this fatune. */
+** other file's replaces when it was recorded later. Its binaries are
+** counted, never imported: a binary is trusted only from this
+** installation. other_path is opened with DB_READONLY and never written:
+** refused when it is not fatune's, or is newer or older than this fatune. */
 int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen);
 
 #endif

@@ -1,7 +1,8 @@
 /*
 ** db_int.h
 ** What the db_*.c files share and nothing else sees: the handle, checked
-** statement helpers, transactions with retries, the migrations.
+** statement helpers, transactions with retries, the migrations, the
+** compile cache's key and MAC.
 */
 #ifndef DB_INT_H
 #define DB_INT_H
@@ -12,9 +13,15 @@
 #include "fa_util.h"
 #include "gen.h"
 
+#define DBI_KEY_BYTES 32   /* the compile cache's secret key (db_mac.c) */
+#define DBI_MAC_BYTES 32   /* a stored binary's MAC */
+
 struct db {
   sqlite3 *h;
   char path[4096];
+  int key_state;     /* 0: not read yet; 1: key holds this user's key; -1: refused */
+  unsigned char key[DBI_KEY_BYTES];
+  char key_err[512]; /* why it was refused */
 };
 
 /* SQL for a config column back as "k=v,...", in the object's order: NULL
@@ -91,6 +98,9 @@ double dbi_col_real(sqlite3_stmt *st, int i);
 /* Copies a text column into buf; -1 when it does not fit. */
 int dbi_col_copy(sqlite3_stmt *st, int i, char *buf, size_t n);
 
+/* mkdir -p of the directories above path, mode 0700 (db.c); the key's too. */
+int dbi_make_parents(const char *path, char *err, size_t errlen);
+
 /* The migrations (db_schema.c): brings a file at version from (0: empty)
 ** to DB_SCHEMA_VERSION, inside the caller's transaction. */
 int dbi_migrate(sqlite3 *h, int from, char *err, size_t errlen);
@@ -102,9 +112,20 @@ int dbi_device_upsert(sqlite3 *h, const db_device *dev, int refresh, long long *
                       int *added, char *err, size_t errlen);
 int dbi_variant_upsert(sqlite3 *h, const db_variant *v, const char *config_json,
                        long long *id, int *added, char *err, size_t errlen);
-int dbi_binary_write(sqlite3 *h, const db_binary_key *k, const db_binary *bin,
-                     const char *created, char *err, size_t errlen);
 int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
                     const char *created, char *err, size_t errlen);
+
+/* The compile cache's key and MAC (db_mac.c). dbi_key reads this user's
+** key into d (creating it on first use) the first time it is asked for;
+** -1 with the reason when it is refused, and on every call after. */
+int dbi_key(db *d, char *err, size_t errlen);
+void dbi_key_forget(db *d);    /* wipes the key from memory */
+/* The MAC of a binary under d's key (dbi_key first): of the key's fields
+** and the blob, each length-prefixed. */
+int dbi_mac(const db *d, const db_binary_key *k, const void *blob, size_t n,
+            unsigned char mac[DBI_MAC_BYTES]);
+/* 1 when mac is the binary's MAC under d's key, else 0. */
+int dbi_mac_verify(const db *d, const db_binary_key *k, const void *blob, size_t n,
+                   const void *mac, size_t maclen);
 
 #endif

@@ -2,9 +2,12 @@
 ** db_merge.c
 ** Bringing another fatune database into this one, in one transaction: its
 ** devices and variants are matched by their unique keys (and its ids
-** mapped to ours), binaries and trials are added unless the key is taken;
-** a trial recorded later there replaces ours. The other file is read in
-** one read transaction, so it may be in use meanwhile.
+** mapped to ours), trials are added unless the key is taken; a trial
+** recorded later there replaces ours. Its binaries are only counted: code
+** is trusted only from this installation (db_mac.c), and another file's
+** MACs were made under another key, if they were made by fatune at all.
+** The other file is read in one read transaction, so it may be in use
+** meanwhile.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,43 +140,8 @@ static int exists(merge *m, const char *sql, void (*bind)(dbi_binder *, const vo
   return 0;
 }
 
-static void bind_binary_key(dbi_binder *b, const void *ctx) {
-  const db_binary_key *k = ctx;
-  dbi_bind_text(b, k->source_hash);
-  dbi_bind_text(b, k->target);
-  dbi_bind_text(b, k->compiler_version);
-  dbi_bind_text(b, k->options);
-}
-
-static int binary_row(merge *m, sqlite3_stmt *st) {
-  db_binary_key k = {dbi_col_text(st, 0), dbi_col_text(st, 1), dbi_col_text(st, 2),
-                     dbi_col_text(st, 3)};
-  int found;
-  if (exists(m, "SELECT 1 FROM binaries WHERE source_hash = ? AND target = ? AND "
-                "compiler_version = ? AND options = ?", bind_binary_key, &k, &found, NULL, 0) != 0)
-    return -1;
-  if (found) {
-    m->c->binaries_skipped++;
-    return 0;
-  }
-  const void *blob = sqlite3_column_blob(st, 4);
-  int n = sqlite3_column_bytes(st, 4);
-  if (!blob && n > 0) return dbi_sqlfail(m->o->h, m->err, m->errlen, "reading a binary");
-  char sum[17];
-  snprintf(sum, sizeof sum, "%016llx", fa_fnv1a64(FA_FNV64_OFFSET, blob, (size_t)n));
-  /* A blob that fails its checksum there is not worth carrying here. */
-  if (n == 0 || strcmp(sum, dbi_col_text(st, 5))) {
-    m->c->binaries_corrupt++;
-    return 0;
-  }
-  db_binary bin = {.data = (unsigned char *)blob, .size = (size_t)n,
-                   .registers = sqlite3_column_int(st, 6),
-                   .spill_bytes = sqlite3_column_int(st, 7),
-                   .smem_bytes = sqlite3_column_int(st, 8),
-                   .compile_ms = dbi_col_real(st, 9)};
-  if (dbi_binary_write(m->d->h, &k, &bin, dbi_col_text(st, 10), m->err, m->errlen) != 0)
-    return -1;
-  m->c->binaries_added++;
+static int binary_count(merge *m, sqlite3_stmt *st) {
+  m->c->binaries_not_imported = (size_t)sqlite3_column_int64(st, 0);
   return 0;
 }
 
@@ -234,9 +202,7 @@ static int merge_all(merge *m) {
                   "smem_per_block_optin, l2_bytes FROM devices ORDER BY id", device_row) != 0 ||
       each_row(m, "SELECT id, family, template_version, name, hash, config, source_hash, "
                   DBI_CONFIG_KV("config") " FROM variants ORDER BY id", variant_row) != 0 ||
-      each_row(m, "SELECT source_hash, target, compiler_version, options, blob, checksum, "
-                  "registers, spill_bytes, smem_bytes, compile_ms, created FROM binaries "
-                  "ORDER BY id", binary_row) != 0)
+      each_row(m, "SELECT count(*) FROM binaries", binary_count) != 0)
     return -1;
   return each_row(m, "SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
                      "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "

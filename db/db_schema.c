@@ -94,7 +94,28 @@ static const char schema_v1[] =
   "        FROM trials WHERE status = 'ok'))\n"
   "WHERE rank = 1;\n";
 
-static const char *const steps[] = {schema_v1};
+/* Version 2. A cached binary carries a keyed MAC (db_mac.c) instead of the
+** FNV-1a checksum, which anyone could recompute for a forged blob. An
+** entry without a MAC cannot be trusted, so the cache starts empty: its
+** kernels are compiled again when next needed. */
+static const char schema_v2[] =
+  "DROP TABLE binaries;\n"
+  "CREATE TABLE binaries (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  source_hash TEXT NOT NULL,\n"
+  "  target TEXT NOT NULL,\n"
+  "  compiler_version TEXT NOT NULL,\n"
+  "  options TEXT NOT NULL,\n"
+  "  blob BLOB NOT NULL,\n"
+  "  mac BLOB NOT NULL,\n"
+  "  registers INTEGER,\n"
+  "  spill_bytes INTEGER,\n"
+  "  smem_bytes INTEGER,\n"
+  "  compile_ms REAL,\n"
+  "  created TEXT NOT NULL,\n"
+  "  UNIQUE (source_hash, target, compiler_version, options));\n";
+
+static const char *const steps[] = {schema_v1, schema_v2};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

@@ -205,16 +205,14 @@ static void bind_key(dbi_binder *b, const db_binary_key *k) {
   dbi_bind_text(b, k->options);
 }
 
-int dbi_binary_write(sqlite3 *h, const db_binary_key *k, const db_binary *bin,
-                     const char *created, char *err, size_t errlen) {
-  char sum[17];
-  snprintf(sum, sizeof sum, "%016llx", fa_fnv1a64(FA_FNV64_OFFSET, bin->data, bin->size));
+static int binary_write(sqlite3 *h, const db_binary_key *k, const db_binary *bin,
+                        const unsigned char *mac, char *err, size_t errlen) {
   sqlite3_stmt *st;
   if (dbi_prepare(h, "INSERT INTO binaries (source_hash, target, compiler_version, options, "
-                     "blob, checksum, registers, spill_bytes, smem_bytes, compile_ms, created) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, " NOW ")) "
+                     "blob, mac, registers, spill_bytes, smem_bytes, compile_ms, created) "
+                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " NOW ") "
                      "ON CONFLICT (source_hash, target, compiler_version, options) DO UPDATE "
-                     "SET blob = excluded.blob, checksum = excluded.checksum, "
+                     "SET blob = excluded.blob, mac = excluded.mac, "
                      "registers = excluded.registers, spill_bytes = excluded.spill_bytes, "
                      "smem_bytes = excluded.smem_bytes, compile_ms = excluded.compile_ms, "
                      "created = excluded.created", &st, err, errlen) != 0)
@@ -222,12 +220,11 @@ int dbi_binary_write(sqlite3 *h, const db_binary_key *k, const db_binary *bin,
   dbi_binder b = dbi_bind_start(st);
   bind_key(&b, k);
   dbi_bind_blob(&b, bin->data, bin->size);
-  dbi_bind_text(&b, sum);
+  dbi_bind_blob(&b, mac, DBI_MAC_BYTES);
   dbi_bind_int(&b, bin->registers);
   dbi_bind_int(&b, bin->spill_bytes);
   dbi_bind_int(&b, bin->smem_bytes);
   dbi_bind_real(&b, bin->compile_ms);
-  dbi_bind_text(&b, created);
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
   dbi_finalize(st);
   return rc == SQLITE_DONE ? 0 : dbi_sqlfail(h, err, errlen, "storing a binary");
@@ -235,23 +232,27 @@ int dbi_binary_write(sqlite3 *h, const db_binary_key *k, const db_binary *bin,
 
 int db_binary_put(db *d, const db_binary_key *k, const db_binary *bin, char *err,
                   size_t errlen) {
+  unsigned char mac[DBI_MAC_BYTES];
   if (check_key(k, err, errlen) != 0) return -1;
   if (!bin->data || bin->size == 0) return dbi_fail(err, errlen, "an empty binary");
-  return IN_TX(d->h, err, errlen, dbi_binary_write(d->h, k, bin, NULL, err, errlen));
+  if (dbi_key(d, err, errlen) != 0) return -1;
+  if (dbi_mac(d, k, bin->data, bin->size, mac) != 0)
+    return dbi_fail(err, errlen, "cannot compute a binary's MAC");
+  return IN_TX(d->h, err, errlen, binary_write(d->h, k, bin, mac, err, errlen));
 }
 
-/* Copies the row's blob into out after checking it against its checksum. */
-static int read_binary(sqlite3 *h, sqlite3_stmt *st, const db_binary_key *k, db_binary *out,
+/* Copies the row's blob into out when its MAC verifies under d's key. */
+static int read_binary(db *d, sqlite3_stmt *st, const db_binary_key *k, db_binary *out,
                        int *found, char *err, size_t errlen) {
-  const void *blob = sqlite3_column_blob(st, 0);
-  int n = sqlite3_column_bytes(st, 0);
-  if (!blob && n > 0) return dbi_sqlfail(h, err, errlen, "reading a binary");
-  char sum[17];
-  snprintf(sum, sizeof sum, "%016llx", fa_fnv1a64(FA_FNV64_OFFSET, blob, (size_t)n));
-  if (n == 0 || strcmp(sum, dbi_col_text(st, 1))) {
-    out->corrupt = 1;
-    dbi_fail(err, errlen, "binary cache entry corrupt (source %s, %s): its bytes do not "
-             "match their checksum", k->source_hash, k->target);
+  const void *blob = sqlite3_column_blob(st, 0), *mac = sqlite3_column_blob(st, 1);
+  int n = sqlite3_column_bytes(st, 0), maclen = sqlite3_column_bytes(st, 1);
+  if ((!blob && n > 0) || (!mac && maclen > 0))
+    return dbi_sqlfail(d->h, err, errlen, "reading a binary");
+  if (n == 0 || !dbi_mac_verify(d, k, blob, (size_t)n, mac, (size_t)maclen)) {
+    out->untrusted = 1;
+    dbi_fail(err, errlen, "binary cache entry not trusted (source %s, %s): this installation "
+             "did not store it (its MAC does not verify), so it is not loaded",
+             k->source_hash, k->target);
     return 0;
   }
   out->data = malloc((size_t)n);
@@ -270,16 +271,16 @@ int db_binary_get(db *d, const db_binary_key *k, db_binary *out, int *found, cha
                   size_t errlen) {
   memset(out, 0, sizeof *out);
   *found = 0;
-  if (check_key(k, err, errlen) != 0) return -1;
+  if (check_key(k, err, errlen) != 0 || dbi_key(d, err, errlen) != 0) return -1;
   sqlite3_stmt *st;
-  if (dbi_prepare(d->h, "SELECT blob, checksum, registers, spill_bytes, smem_bytes, compile_ms "
+  if (dbi_prepare(d->h, "SELECT blob, mac, registers, spill_bytes, smem_bytes, compile_ms "
                         "FROM binaries WHERE source_hash = ? AND target = ? AND "
                         "compiler_version = ? AND options = ?", &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
   bind_key(&b, k);
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;
-  if (rc == SQLITE_ROW) status = read_binary(d->h, st, k, out, found, err, errlen);
+  if (rc == SQLITE_ROW) status = read_binary(d, st, k, out, found, err, errlen);
   else if (rc != SQLITE_DONE) status = dbi_sqlfail(d->h, err, errlen, "reading a binary");
   dbi_finalize(st);
   return status;

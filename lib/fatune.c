@@ -61,6 +61,7 @@ struct fatune_ctx {
   char device[128];           /* the key db_best matches: a GPU's uuid, or "emu" */
   pthread_rwlock_t lock;      /* the table */
   pthread_mutex_t slow;       /* the database, the generator, compiles */
+  int cache_unusable_said;    /* the compile cache's refusal went to stderr */
   slot table[TABLE_SIZE];
 };
 
@@ -167,8 +168,17 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
   return FATUNE_OK;
 }
 
+/* Once per context: why the compile cache cannot be used (its key is
+** refused, say), since every kernel is then compiled at every start. */
+static void cache_unusable(fatune_ctx *c, const char *why) {
+  if (c->cache_unusable_said) return;
+  c->cache_unusable_said = 1;
+  fprintf(stderr, "fatune: compiling without the compile cache: %s\n", why);
+}
+
 /* The kernel's program: from the compile cache when an entry for this very
-** source (hash) is there and intact, else compiled and stored. */
+** source (hash) is there and this installation stored it (its MAC
+** verifies under this user's key), else compiled and stored. */
 static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program **prog) {
   const char *target, *compiler, *options;
   backend_cache_key(c->be, &target, &compiler, &options);
@@ -177,7 +187,9 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
   int found = 0;
   char err[512];
   memset(&bin, 0, sizeof bin);
-  if (db_binary_get(c->db, &key, &bin, &found, err, sizeof err) == 0 && found) {
+  int got = db_binary_get(c->db, &key, &bin, &found, err, sizeof err);
+  if (got != 0) cache_unusable(c, err);
+  if (got == 0 && found) {
     int rc = backend_load(c->be, k, bin.data, bin.size, prog, err, sizeof err);
     db_binary_free(&bin);
     if (rc == 0) return FATUNE_OK;

@@ -13,6 +13,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/fatune-$NAME.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 # Keep any database or cache the command might touch away from the user's.
 export XDG_CACHE_HOME="$tmp/cache"
+export XDG_CONFIG_HOME="$tmp/config" FATUNE_KEY=""
 
 TIMEOUT=()
 if command -v timeout >/dev/null 2>&1; then TIMEOUT=(timeout "${TIMEOUT_S:-60}"); fi

@@ -182,8 +182,8 @@ static int cmd_merge(const cli_opts *o) {
   printf("merged %s into %s\n", o->merge_path, db_path(d));
   printf("devices:  %zu added, %zu already there\n", c.devices_added, c.devices_skipped);
   printf("variants: %zu added, %zu already there\n", c.variants_added, c.variants_skipped);
-  printf("binaries: %zu added, %zu already there, %zu corrupt (left out)\n", c.binaries_added,
-         c.binaries_skipped, c.binaries_corrupt);
+  printf("binaries: %zu not imported (binaries are trusted only from this installation)\n",
+         c.binaries_not_imported);
   printf("trials:   %zu added, %zu replaced (recorded later there), %zu skipped\n",
          c.trials_added, c.trials_replaced, c.trials_skipped);
   /* Reasons come fit for a terminal (db_merge_counts). */
