@@ -142,7 +142,37 @@ static fa_problem to_problem(const fatune_problem *p) {
   return q;
 }
 
-/* Render the variant for p: the database's choice, else the default. */
+/* The stored best row's kernel, when it is one for this very problem: its
+** config a flat object the templates accept (parsed, validated against the
+** space and the target) that fits fp exactly (dim, dtype, causal, family).
+** 1 with k rendered; 0 with why said. */
+static int stored_kernel(fatune_ctx *c, const db_best_row *row, const fa_problem *fp,
+                         gen_kernel *k, char *why, size_t n) {
+  if (!row->config_kv[0]) {
+    snprintf(why, n, "its config '%.200s' is not an object of strings and integers", row->config);
+    return 0;
+  }
+  if (gen_render_config(c->gen, row->config_kv, fp, &c->target, k) != 0) {
+    snprintf(why, n, "%s", gen_errmsg(c->gen));
+    return 0;
+  }
+  if (gen_kernel_fits(k, fp, why, n)) return 1;
+  gen_kernel_free(k);
+  return 0;
+}
+
+/* A library says nothing unless asked: FATUNE_VERBOSE set and not empty. */
+static void warn_ignored(const db_best_row *row, const char *why) {
+  const char *v = getenv("FATUNE_VERBOSE");
+  if (v && *v)
+    fprintf(stderr, "fatune: ignoring the stored variant %.160s: %s; running the default\n",
+            row->variant, why);
+}
+
+/* Render the variant for p: the database's choice when it fits p, else the
+** default. The templates and the problem, not the database, decide what
+** runs: a stored config for another dim, dtype, mask or family would read
+** and write out of bounds or compute another problem. */
 static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
                             fatune_choice *choice) {
   db_problem dp = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
@@ -153,12 +183,12 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
   char err[512];
   if (db_best(c->db, c->device, &dp, &row, &found, &exact, err, sizeof err) != 0)
     return fail(FATUNE_EDB, "%s", err);
-  /* A recorded config the templates no longer accept falls back to the
-  ** default: the templates, not the database, decide what runs. */
-  if (found && row.config_kv[0] &&
-      gen_render_config(c->gen, row.config_kv, fp, &c->target, k) == 0) {
-    *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;
-    return FATUNE_OK;
+  if (found) {
+    if (stored_kernel(c, &row, fp, k, err, sizeof err)) {
+      *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;
+      return FATUNE_OK;
+    }
+    warn_ignored(&row, err);
   }
   int rc = gen_render_config(c->gen, "", fp, &c->target, k);
   if (rc != 0)
