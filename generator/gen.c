@@ -457,6 +457,9 @@ static void take_kernel(lua_State *L, gen_call *c) {
   k->rows_per_cta = int_field(L, "rows_per_cta");
   k->ws_bytes_per_row = int_field(L, "ws_bytes_per_row");
   k->registers_estimate = int_field(L, "registers_estimate");
+  k->io_align = int_field(L, "io_align");
+  if (k->io_align < 1 || k->io_align > 256 || (k->io_align & (k->io_align - 1)))
+    luaL_error(L, "template result: io_align %d is not a power of two up to 256", k->io_align);
   int version = int_field(L, "template_version");
   take_config(L, &k->cfg);
   snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s", k->cfg.family,

@@ -64,6 +64,8 @@ typedef struct gen_kernel {
   int rows_per_cta;        /* Q rows per CTA; 0: one CTA per (batch, head) */
   int ws_bytes_per_row;    /* workspace bytes per (batch, head, query row) */
   int registers_estimate;  /* the template's own estimate, 32-bit words */
+  int io_align;            /* bytes Q, K, V and O must be aligned to: the widest
+                              global access the kernel makes to them */
 } gen_kernel;
 
 typedef struct gen_launch {
