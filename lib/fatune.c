@@ -317,6 +317,23 @@ fatune_status fatune_choose(fatune_ctx *c, const fatune_problem *p, char *name, 
 
 /* ---- The hot path ---- */
 
+/* Q, K, V and O aligned as the kernel's widest access to them needs (16
+** bytes for the tensor-core kernels' cp.async and 16-byte stores), the
+** logsumexp to its element: a misaligned pointer is the caller's error,
+** not a launch fault. */
+static fatune_status check_alignment(const gen_kernel *k, const fa_problem *p,
+                                     const void *const ptr[5]) {
+  static const char *const what[5] = {"q", "k", "v", "o", "lse"};
+  for (int i = 0; i < 5; i++) {
+    const uintptr_t align = (uintptr_t)(i < 4 ? k->io_align : fa_lse_size(p->dtype));
+    if (ptr[i] && (uintptr_t)ptr[i] % align)
+      return fail(FATUNE_EINVAL, "%s is not %d-byte aligned (%p): the kernel for dim %d %s "
+                  "%s %d bytes at a time", what[i], (int)align, ptr[i], p->dim,
+                  fa_dtype_name(p->dtype), i < 3 ? "loads" : "stores", (int)align);
+  }
+  return FATUNE_OK;
+}
+
 fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, const void *q,
                                        const void *k, const void *v, void *o, void *lse,
                                        void *stream) {
@@ -336,6 +353,11 @@ fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, c
       pthread_rwlock_unlock(&c->lock);
       return fail(FATUNE_ENOMEM, "the kernel table is being refilled; call again");
     }
+  }
+  const void *const ptrs[5] = {q, k, v, o, lse};
+  if ((st = check_alignment(&s->k, &fp, ptrs)) != FATUNE_OK) {
+    pthread_rwlock_unlock(&c->lock);
+    return st;
   }
   gen_launch shape;
   gen_launch_shape(&s->k, &fp, &shape);

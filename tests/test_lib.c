@@ -367,6 +367,87 @@ static void test_stored_configs(void) {
   gen_close(g);
 }
 
+/* fp16 tensors at given byte offsets from 16-byte aligned buffers: the
+** status, and the max error against the reference when it ran. */
+static fatune_status run_fp16_at(fatune_ctx *c, const fatune_problem *p, const size_t off[5],
+                                 double *worst) {
+  const size_t nq = (size_t)p->batch * p->heads * p->seq_q * p->dim;
+  const size_t nk = (size_t)p->batch * p->heads * p->seq_k * p->dim;
+  const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
+  const size_t n[5] = {nq, nk, nk, nq, rows}, es[5] = {2, 2, 2, 2, 4};
+  unsigned char *buf[5] = {NULL};
+  double *d[4] = {NULL};
+  fatune_status st = FATUNE_ENOMEM;
+  *worst = INFINITY;
+  for (int i = 0; i < 5; i++)
+    if (!(buf[i] = aligned_alloc(16, (n[i] * es[i] + 31) / 16 * 16))) goto done;
+  for (int i = 0; i < 4; i++)
+    if (!(d[i] = malloc(n[i] * sizeof *d[i]))) goto done;
+  for (int a = 0; a < 3; a++)
+    for (size_t i = 0; i < n[a]; i++) d[a][i] = fa_elem_put(buf[a] + off[a], FA_FP16, i, uniform());
+  st = fatune_attention_forward(c, p, buf[0] + off[0], buf[1] + off[1], buf[2] + off[2],
+                                buf[3] + off[3], buf[4] + off[4], NULL);
+  if (st != FATUNE_OK) goto done;
+  fa_problem fp = {.batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
+                   .dim = p->dim, .dtype = FA_FP16, .causal = p->causal};
+  fa_layout lq = fa_layout_contiguous(&fp, p->seq_q), lk = fa_layout_contiguous(&fp, p->seq_k);
+  if (ref_attention(&fp, d[0], lq, d[1], lk, d[2], lk, d[3], lq, NULL) != 0) goto done;
+  *worst = 0;
+  for (size_t i = 0; i < nq; i++) {
+    double e = fabs(fa_elem_get(buf[3] + off[3], FA_FP16, i) - d[3][i]);
+    if (!(e <= *worst)) *worst = e;
+  }
+done:
+  for (int i = 0; i < 5; i++) free(buf[i]);
+  for (int i = 0; i < 4; i++) free(d[i]);
+  return st;
+}
+
+/* The tensor-core kernel for dim 64 fp16 moves 16 bytes at a time: a k two
+** bytes off is refused by name, before any launch; aligned pointers run. */
+static void test_alignment(void) {
+  fatune_ctx *c;
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  if (fatune_open(&ok, &c) != FATUNE_OK) {
+    CHECK(0, "%s", fatune_errmsg());
+    return;
+  }
+  fatune_problem p = {.batch = 1, .heads = 2, .seq_q = 40, .seq_k = 24, .dim = 64,
+                      .dtype = FATUNE_FP16, .causal = 1};
+  const size_t aligned[5] = {0, 0, 0, 0, 0}, k2[5] = {0, 2, 0, 0, 0}, o8[5] = {0, 0, 0, 8, 0},
+               lse2[5] = {0, 0, 0, 0, 2};
+  double e;
+  fatune_status st = run_fp16_at(c, &p, k2, &e);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "k is not 16-byte aligned (0x") &&
+        strstr(fatune_errmsg(), "dim 64 fp16"), "k + 2 bytes: status %d, '%s'", (int)st,
+        fatune_errmsg());
+  st = run_fp16_at(c, &p, o8, &e);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "o is not 16-byte aligned"),
+        "o + 8 bytes: status %d, '%s'", (int)st, fatune_errmsg());
+  st = run_fp16_at(c, &p, lse2, &e);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "lse is not 4-byte aligned"),
+        "lse + 2 bytes: status %d, '%s'", (int)st, fatune_errmsg());
+  st = run_fp16_at(c, &p, aligned, &e);
+  CHECK(st == FATUNE_OK && e < 1e-2, "aligned: status %d, error %.3g (%s)", (int)st, e,
+        fatune_errmsg());
+  /* dim 12 is not a multiple of 8: element by element, 2-byte alignment is enough. */
+  p.dim = 12;
+  st = run_fp16_at(c, &p, k2, &e);
+  CHECK(st == FATUNE_OK && e < 1e-2, "dim 12, k + 2 bytes: status %d, error %.3g (%s)", (int)st,
+        e, fatune_errmsg());
+  /* fp32 kernels load 4 bytes at a time. */
+  fatune_problem f = {.batch = 1, .heads = 1, .seq_q = 8, .seq_k = 8, .dim = 8,
+                      .dtype = FATUNE_FP32};
+  float *x = aligned_alloc(16, 2 * 64 * sizeof *x);
+  if (x) {
+    st = fatune_attention_forward(c, &f, x, (char *)x + 2, x, x + 64, NULL, NULL);
+    CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "k is not 4-byte aligned"),
+          "fp32, k + 2 bytes: status %d, '%s'", (int)st, fatune_errmsg());
+  }
+  free(x);
+  fatune_close(c);
+}
+
 typedef struct thread_arg { fatune_ctx *c; int i; double err; fatune_status st; } thread_arg;
 
 static void *thread_main(void *a) {
@@ -423,6 +504,7 @@ int main(void) {
   test_default_and_tuned();
   test_tampered_binary();
   test_stored_configs();
+  test_alignment();
   test_threads();
   test_overhead();
   char cmd[200];
