@@ -171,7 +171,10 @@ int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   memset(&r, 0, sizeof r);
   char err[600];
   int rc = 0;
-  if (read_inputs(&r, o, err, sizeof err) != 0) {
+  /* Outputs go only to new or regular files, said before any work. */
+  if (read_inputs(&r, o, err, sizeof err) != 0 ||
+      npy_check_destination(o->out, err, sizeof err) != 0 ||
+      (o->lse && npy_check_destination(o->lse, err, sizeof err) != 0)) {
     rc = cli_say(EXIT_BAD_INPUT, err);
     goto done;
   }
