@@ -64,6 +64,27 @@ static void open_libs(lua_State *L) {
   }
 }
 
+const char *gen_family_for_dtype(fa_dtype t) {
+  return t == FA_FP16 || t == FA_BF16 ? "tc" : "simt";
+}
+
+/* gen_family_for_dtype must say what space.family_for_dtype says, for
+** every dtype: the fit check relies on it. Raises when they differ. */
+static void check_families(lua_State *L, gen_state *g) {
+  static const fa_dtype all[] = {FA_FP32, FA_FP64, FA_FP16, FA_BF16};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, g->space_ref);
+    lua_getfield(L, -1, "family_for_dtype");
+    lua_pushstring(L, fa_dtype_name(all[i]));
+    lua_call(L, 1, 1);
+    const char *lua = lua_tostring(L, -1), *c = gen_family_for_dtype(all[i]);
+    if (!lua || strcmp(lua, c) != 0)
+      luaL_error(L, "space.family_for_dtype(%s) is '%s', the generator says '%s'",
+                 fa_dtype_name(all[i]), lua ? lua : "?", c);
+    lua_pop(L, 2);
+  }
+}
+
 /* Run under pcall with the gen_state as argument: everything that can raise. */
 static int setup(lua_State *L) {
   gen_state *g = lua_touserdata(L, 1);
@@ -86,6 +107,7 @@ static int setup(lua_State *L) {
   lua_call(L, 1, 1);                 /* engine, space */
   g->space_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   g->engine_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  check_families(L, g);
   return 0;
 }
 
@@ -435,6 +457,9 @@ static void take_kernel(lua_State *L, gen_call *c) {
   k->rows_per_cta = int_field(L, "rows_per_cta");
   k->ws_bytes_per_row = int_field(L, "ws_bytes_per_row");
   k->registers_estimate = int_field(L, "registers_estimate");
+  k->io_align = int_field(L, "io_align");
+  if (k->io_align < 1 || k->io_align > 256 || (k->io_align & (k->io_align - 1)))
+    luaL_error(L, "template result: io_align %d is not a power of two up to 256", k->io_align);
   int version = int_field(L, "template_version");
   take_config(L, &k->cfg);
   snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s", k->cfg.family,
@@ -570,6 +595,31 @@ int gen_predict(gen_state *g, const char *config, const fa_problem *p, gen_predi
   memset(out, 0, sizeof *out);
   gen_call c = {.text = config, .problem = p, .prediction = out};
   return protected_call(g, predict_protected, &c);
+}
+
+int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t n) {
+  const char *dim = gen_config_get(&k->cfg, "dim"), *dtype = gen_config_get(&k->cfg, "dtype"),
+             *causal = gen_config_get(&k->cfg, "causal");
+  const char *family = gen_family_for_dtype(p->dtype), *name = k->name ? k->name : "?";
+  char want[16];
+  snprintf(want, sizeof want, "%d", p->dim);
+  if (!dim || !dtype || !causal) {
+    snprintf(why, n, "%s has no dim, dtype and causal of its own", name);
+    return 0;
+  }
+  if (strcmp(dim, want) || strcmp(dtype, fa_dtype_name(p->dtype)) ||
+      strcmp(causal, p->causal ? "1" : "0")) {
+    snprintf(why, n, "variant %s is for dim %s %s%s, but the problem is dim %d %s%s", name, dim,
+             dtype, strcmp(causal, "0") ? " causal" : "", p->dim, fa_dtype_name(p->dtype),
+             p->causal ? " causal" : "");
+    return 0;
+  }
+  if (strcmp(k->cfg.family, family)) {
+    snprintf(why, n, "variant %s is of family %s, but %s takes family %s", name, k->cfg.family,
+             fa_dtype_name(p->dtype), family);
+    return 0;
+  }
+  return 1;
 }
 
 static unsigned cdiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }

@@ -64,6 +64,8 @@ typedef struct gen_kernel {
   int rows_per_cta;        /* Q rows per CTA; 0: one CTA per (batch, head) */
   int ws_bytes_per_row;    /* workspace bytes per (batch, head, query row) */
   int registers_estimate;  /* the template's own estimate, 32-bit words */
+  int io_align;            /* bytes Q, K, V and O must be aligned to: the widest
+                              global access the kernel makes to them */
 } gen_kernel;
 
 typedef struct gen_launch {
@@ -114,6 +116,17 @@ int gen_render_text(gen_state *g, const char *chunkname, const char *text,
 typedef struct gen_figure { char name[32]; long long value; } gen_figure;
 typedef struct gen_prediction { int n; gen_figure f[GEN_MAX_FIGURES]; } gen_prediction;
 int gen_predict(gen_state *g, const char *config, const fa_problem *p, gen_prediction *out);
+
+/* The family the space picks for a dtype: "tc" for fp16 and bf16, "simt"
+** otherwise (space.family_for_dtype; gen_open checks that they agree). */
+const char *gen_family_for_dtype(fa_dtype t);
+
+/* Whether kernel k computes problem p exactly: its config's dim, dtype and
+** causal are p's and its family is the one the space picks for p's dtype.
+** 1 when it fits; 0 when not, with a sentence saying why in why (n bytes),
+** naming the kernel and both sides. A kernel without config pairs (the
+** oracle) fits nothing. */
+int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t n);
 
 /* Grid, block, shared memory and workspace for kernel k on problem p. */
 void gen_launch_shape(const gen_kernel *k, const fa_problem *p, gen_launch *out);

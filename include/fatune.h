@@ -11,6 +11,12 @@
 ** compile cache when the cached entry matches the regenerated source hash
 ** (compiled and stored otherwise), kept in memory, and launched.
 **
+** A stored variant runs only when its config fits the problem exactly
+** (dim, dtype, causal, and the family the dtype takes); any other, or a
+** config the templates refuse, is passed over for the default, silently
+** unless the environment sets FATUNE_VERBOSE, which has the library say
+** why on stderr, once per problem key and context.
+**
 ** Every function returns FATUNE_OK or a status; fatune_errmsg gives the
 ** message of the calling thread's last failure. A context may be used by
 ** several threads at once.
@@ -71,7 +77,11 @@ FATUNE_API const char *fatune_backend(const fatune_ctx *ctx);
 
 /* O (and lse, which may be NULL) for q, k, v: device pointers on cuda,
 ** host pointers on the emulator. stream: a CUstream, or NULL; on cuda the
-** call returns once the kernel is queued on it. */
+** call returns once the kernel is queued on it. Q, K, V and O must be
+** 16-byte aligned (as cudaMalloc's are) for fp16 and bf16 with a head dim
+** that is a multiple of 8, whose kernels move 16 bytes at a time, and
+** aligned to their element otherwise; lse to its element. A misaligned
+** pointer gives FATUNE_EINVAL, naming it, and nothing is launched. */
 FATUNE_API fatune_status fatune_attention_forward(fatune_ctx *ctx, const fatune_problem *p, const void *q,
                                        const void *k, const void *v, void *o, void *lse,
                                        void *stream);

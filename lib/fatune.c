@@ -143,7 +143,37 @@ static fa_problem to_problem(const fatune_problem *p) {
   return q;
 }
 
-/* Render the variant for p: the database's choice, else the default. */
+/* The stored best row's kernel, when it is one for this very problem: its
+** config a flat object the templates accept (parsed, validated against the
+** space and the target) that fits fp exactly (dim, dtype, causal, family).
+** 1 with k rendered; 0 with why said. */
+static int stored_kernel(fatune_ctx *c, const db_best_row *row, const fa_problem *fp,
+                         gen_kernel *k, char *why, size_t n) {
+  if (!row->config_kv[0]) {
+    snprintf(why, n, "its config '%.200s' is not an object of strings and integers", row->config);
+    return 0;
+  }
+  if (gen_render_config(c->gen, row->config_kv, fp, &c->target, k) != 0) {
+    snprintf(why, n, "%s", gen_errmsg(c->gen));
+    return 0;
+  }
+  if (gen_kernel_fits(k, fp, why, n)) return 1;
+  gen_kernel_free(k);
+  return 0;
+}
+
+/* A library says nothing unless asked: FATUNE_VERBOSE set and not empty. */
+static void warn_ignored(const db_best_row *row, const char *why) {
+  const char *v = getenv("FATUNE_VERBOSE");
+  if (v && *v)
+    fprintf(stderr, "fatune: ignoring the stored variant %.160s: %s; running the default\n",
+            row->variant, why);
+}
+
+/* Render the variant for p: the database's choice when it fits p, else the
+** default. The templates and the problem, not the database, decide what
+** runs: a stored config for another dim, dtype, mask or family would read
+** and write out of bounds or compute another problem. */
 static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
                             fatune_choice *choice) {
   db_problem dp = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
@@ -154,12 +184,12 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
   char err[512];
   if (db_best(c->db, c->device, &dp, &row, &found, &exact, err, sizeof err) != 0)
     return fail(FATUNE_EDB, "%s", err);
-  /* A recorded config the templates no longer accept falls back to the
-  ** default: the templates, not the database, decide what runs. */
-  if (found && row.config_kv[0] &&
-      gen_render_config(c->gen, row.config_kv, fp, &c->target, k) == 0) {
-    *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;
-    return FATUNE_OK;
+  if (found) {
+    if (stored_kernel(c, &row, fp, k, err, sizeof err)) {
+      *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;
+      return FATUNE_OK;
+    }
+    warn_ignored(&row, err);
   }
   int rc = gen_render_config(c->gen, "", fp, &c->target, k);
   if (rc != 0)
@@ -299,6 +329,23 @@ fatune_status fatune_choose(fatune_ctx *c, const fatune_problem *p, char *name, 
 
 /* ---- The hot path ---- */
 
+/* Q, K, V and O aligned as the kernel's widest access to them needs (16
+** bytes for the tensor-core kernels' cp.async and 16-byte stores), the
+** logsumexp to its element: a misaligned pointer is the caller's error,
+** not a launch fault. */
+static fatune_status check_alignment(const gen_kernel *k, const fa_problem *p,
+                                     const void *const ptr[5]) {
+  static const char *const what[5] = {"q", "k", "v", "o", "lse"};
+  for (int i = 0; i < 5; i++) {
+    const uintptr_t align = (uintptr_t)(i < 4 ? k->io_align : fa_lse_size(p->dtype));
+    if (ptr[i] && (uintptr_t)ptr[i] % align)
+      return fail(FATUNE_EINVAL, "%s is not %d-byte aligned (%p): the kernel for dim %d %s "
+                  "%s %d bytes at a time", what[i], (int)align, ptr[i], p->dim,
+                  fa_dtype_name(p->dtype), i < 3 ? "loads" : "stores", (int)align);
+  }
+  return FATUNE_OK;
+}
+
 fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, const void *q,
                                        const void *k, const void *v, void *o, void *lse,
                                        void *stream) {
@@ -318,6 +365,11 @@ fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, c
       pthread_rwlock_unlock(&c->lock);
       return fail(FATUNE_ENOMEM, "the kernel table is being refilled; call again");
     }
+  }
+  const void *const ptrs[5] = {q, k, v, o, lse};
+  if ((st = check_alignment(&s->k, &fp, ptrs)) != FATUNE_OK) {
+    pthread_rwlock_unlock(&c->lock);
+    return st;
   }
   gen_launch shape;
   gen_launch_shape(&s->k, &fp, &shape);

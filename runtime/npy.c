@@ -471,12 +471,46 @@ static int write_data(FILE *f, npy_dtype t, const void *data, size_t count) {
   return 0;
 }
 
-/* Writes tmp completely and closes it; the caller removes it on failure. */
-static int write_temp(const char *tmp, const unsigned char *hdr, size_t hsize, npy_dtype t,
-                      const void *data, size_t count, const char *path, char *err, size_t errlen) {
-  FILE *f = fopen(tmp, "wb");
+int npy_check_destination(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (!path) return fail(err, errlen, "npy_write", "no path given");
+  if (lstat(path, &st) != 0) {
+    if (errno == ENOENT) return 0;
+    return fail(err, errlen, path, "cannot examine it: %s", strerror(errno));
+  }
+  if (S_ISREG(st.st_mode)) return 0;
+  return fail(err, errlen, path, "%s, not a regular file: refusing to replace it",
+              S_ISLNK(st.st_mode) ? "is a symbolic link (give the file it names)"
+              : S_ISDIR(st.st_mode) ? "is a directory"
+              : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "is a device"
+              : S_ISFIFO(st.st_mode) ? "is a FIFO" : "exists");
+}
+
+/* The mode a plain fopen would give a new file: 0666 less the umask. The
+** command is single-threaded when it writes its outputs. */
+static mode_t file_mode(void) {
+  const mode_t mask = umask(077);
+  umask(mask);
+  return 0666 & ~mask;
+}
+
+/* Writes the array into the new temporary file fd (tmp) completely and
+** closes it; the caller removes it on failure. */
+static int write_temp(int fd, const char *tmp, const unsigned char *hdr, size_t hsize,
+                      npy_dtype t, const void *data, size_t count, const char *path, char *err,
+                      size_t errlen) {
+  if (fchmod(fd, file_mode()) != 0) {
+    int e = errno;
+    close(fd);
+    return fail(err, errlen, path, "cannot set the mode of %s: %s", tmp, strerror(e));
+  }
+  FILE *f = fdopen(fd, "wb");
   int ok;
-  if (!f) return fail(err, errlen, path, "cannot create %s: %s", tmp, strerror(errno));
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return fail(err, errlen, path, "cannot write %s: %s", tmp, strerror(e));
+  }
   ok = fwrite(hdr, 1, hsize, f) == hsize && write_data(f, t, data, count) == 0;
   if (!ok) {
     int e = errno;
@@ -487,30 +521,42 @@ static int write_temp(const char *tmp, const unsigned char *hdr, size_t hsize, n
   return 0;
 }
 
+/* The temporary is made by mkstemp next to path (O_CREAT | O_EXCL: never
+** through a planted symbolic link, never onto an existing file), and
+** renamed onto path only when path is absent or a regular file. */
 static int write_array(const char *path, npy_dtype t, const void *data, int ndim,
                        const long long *shape, char *err, size_t errlen) {
   unsigned char hdr[PREFIX_LEN + 2 + 2 * SHAPE_TEXT + ALIGN];
   size_t count, hsize, tlen;
   char *tmp;
-  int rc;
+  int rc, fd;
 
   if (!path) return fail(err, errlen, "npy_write", "no path given");
   if (!data || !shape) return fail(err, errlen, path, "no data or shape given");
   if (ndim < 1 || ndim > 4)
     return fail(err, errlen, path, "cannot write %d dimensions (1 to 4 are supported)", ndim);
   if (count_elements(path, ndim, shape, &count, err, errlen) != 0) return -1;
+  if (npy_check_destination(path, err, errlen) != 0) return -1;
   hsize = build_header(hdr, t == NPY_F32 ? "<f4" : "<f8", ndim, shape);
 
-  tlen = strlen(path) + 32;
+  tlen = strlen(path) + sizeof ".tmp.XXXXXX";
   tmp = malloc(tlen);
   if (!tmp) return fail(err, errlen, path, "out of memory");
-  snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-  rc = write_temp(tmp, hdr, hsize, t, data, count, path, err, errlen);
+  snprintf(tmp, tlen, "%s.tmp.XXXXXX", path);
+  fd = mkstemp(tmp);
+  if (fd < 0) {
+    rc = fail(err, errlen, path, "cannot create a temporary file next to it: %s", strerror(errno));
+    free(tmp);
+    return rc;
+  }
+  rc = write_temp(fd, tmp, hdr, hsize, t, data, count, path, err, errlen);
+  /* Checked again just before the rename: what replaced path meanwhile is
+  ** refused too. */
+  if (rc == 0) rc = npy_check_destination(path, err, errlen);
   if (rc == 0 && rename(tmp, path) != 0)
     rc = fail(err, errlen, path, "cannot rename %s onto it: %s", tmp, strerror(errno));
-  /* Best effort: the temporary may not exist, and the first error is the
-  ** one worth reporting. */
-  if (rc != 0) (void)remove(tmp);
+  /* Best effort: the first error is the one worth reporting. */
+  if (rc != 0) (void)unlink(tmp);
   free(tmp);
   return rc;
 }

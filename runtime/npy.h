@@ -25,12 +25,18 @@ typedef struct npy_array {
 int npy_read(const char *path, npy_array *out, char *err, size_t errlen);
 void npy_free(npy_array *a);
 
-/* Write a version 1.0 file, atomically: a temporary file next to path is
-** renamed onto it, so path never holds a half-written array. 0 or -1. */
+/* Write a version 1.0 file, atomically: a temporary file next to path,
+** made by mkstemp, is renamed onto it, so path never holds a half-written
+** array. path must be absent or a regular file: a directory, a device, a
+** FIFO or a symbolic link (not followed) is refused. 0 or -1. */
 int npy_write_f32(const char *path, const float *data, int ndim,
                   const long long *shape, char *err, size_t errlen);
 int npy_write_f64(const char *path, const double *data, int ndim,
                   const long long *shape, char *err, size_t errlen);
+
+/* 0 when npy_write may write path (absent, or a regular file); -1 with a
+** message naming it otherwise, before any work is done. */
+int npy_check_destination(const char *path, char *err, size_t errlen);
 
 double npy_half_to_double(unsigned short h);   /* IEEE binary16 -> exact double */
 const char *npy_dtype_name(npy_dtype t);       /* "float16", "float32", "float64" */

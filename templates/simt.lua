@@ -238,6 +238,7 @@ function simt.render(c)
     rows_per_cta = c.par == "q_outer" and c.block_m or 0,
     ws_bytes_per_row = c.par == "kv_outer" and 2 * P.esize or 0,
     registers_estimate = P.reg_words,
+    io_align = P.esize,  -- one element at a time
   }
 end
 

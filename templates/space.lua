@@ -46,13 +46,15 @@
 --              config (tile counts, shared-memory layout, register
 --              estimate); the family's own, for its render and predict.
 --   render(config) -> {source, entry, threads, smem_bytes, rows_per_cta,
---              ws_bytes_per_row, registers_estimate}: source is the kernel
+--              ws_bytes_per_row, registers_estimate, io_align}: source is the kernel
 --              body (the host adds the preludes) defining extern "C" entry
 --              through FA_KERNEL; threads per CTA; smem_bytes of dynamic
 --              shared memory per CTA; rows_per_cta query rows per CTA (0: one
 --              CTA per (batch, head)); ws_bytes_per_row bytes of global
 --              workspace per (batch, head, query row); registers_estimate
---              the template's own count of 32-bit registers per thread.
+--              the template's own count of 32-bit registers per thread;
+--              io_align the bytes Q, K, V and O must be aligned to (the
+--              widest global access the kernel makes to them).
 --   name_of(config) -> string: the variant's name, unique in the family.
 --   parse_name(name) -> config or nil: the inverse of name_of (values may
 --              be strings; space normalizes them through the axes).
@@ -263,6 +265,7 @@ end
 local render_fields = {
   source = "string", entry = "string", threads = "number", smem_bytes = "number",
   rows_per_cta = "number", ws_bytes_per_row = "number", registers_estimate = "number",
+  io_align = "number",
 }
 
 -- Render a config into source and launch description, with the config

@@ -266,6 +266,8 @@ function tc.render(c)
     rows_per_cta = c.block_m,
     ws_bytes_per_row = 0,
     registers_estimate = P.register_words,
+    -- 16-byte pieces (cp.async, 16-byte stores) when dim is a multiple of 8.
+    io_align = P.async_copy and 16 or 2,
   }
 end
 

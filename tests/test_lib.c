@@ -12,6 +12,7 @@
 **  - four threads at once, on different problems, all right;
 **  - the per-call overhead of choosing a kernel once it is in memory.
 */
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -207,6 +208,246 @@ static void test_tampered_binary(void) {
   fatune_close(c);
 }
 
+/* Records config, JSON text stored as it is (even what db_variant_id would
+** refuse), as an ok trial for key dp on the emulator, ranked before every
+** row recorded earlier (fewer global bytes). */
+static int put_best(const char *config, const db_problem *dp) {
+  static int serial;
+  char err[256], name[64], hash[32], counters[128];
+  db *d;
+  long long dev, var;
+  serial++;
+  snprintf(name, sizeof name, "stored-%d", serial);
+  snprintf(hash, sizeof hash, "%012d", serial);
+  snprintf(counters, sizeof counters,
+           "{\"global_bytes_read\": %d, \"global_bytes_written\": 0}", 1000000 - serial);
+  db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
+  db_variant dv = {"simt", "simt/1+test", name, hash, "{}", "0123456789abcdef"};
+  db_trial tr = {.status = "ok", .problem = *dp, .max_abs_err = 1e-7, .rel_err = 1e-7,
+                 .lse_err = 1e-7, .median_us = NAN, .min_us = NAN, .p20_us = NAN,
+                 .p80_us = NAN, .tflops = NAN, .gbps = NAN, .counters = counters};
+  if (db_open(dbpath, 0, &d, err, sizeof err) != 0) return -1;
+  int rc = db_device_id(d, &dd, &dev, err, sizeof err) || db_variant_id(d, &dv, &var, err, sizeof err);
+  tr.variant_id = var, tr.device_id = dev;
+  if (!rc) rc = db_trial_put(d, &tr, err, sizeof err);
+  db_close(d);
+  if (rc) return -1;
+  sqlite3 *h;
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_open(dbpath, &h) != SQLITE_OK) return -1;
+  rc = sqlite3_exec(h, "PRAGMA ignore_check_constraints = ON", NULL, NULL, NULL) != SQLITE_OK ||
+       sqlite3_prepare_v2(h, "UPDATE variants SET config = ?1 WHERE id = ?2", -1, &st, NULL) !=
+           SQLITE_OK ||
+       sqlite3_bind_text(st, 1, config, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+       sqlite3_bind_int64(st, 2, var) != SQLITE_OK || sqlite3_step(st) != SQLITE_DONE ||
+       sqlite3_changes(h) != 1;
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return rc ? -1 : 0;
+}
+
+/* A config for problem q (its dim, dtype, causal) as JSON. */
+static int config_for(gen_state *g, const gen_target *t, const fa_problem *q, char *json, size_t n) {
+  gen_kernel k;
+  if (gen_render_config(g, "", q, t, &k) != 0) return -1;
+  int rc = gen_config_json(&k.cfg, json, n);
+  gen_kernel_free(&k);
+  return rc;
+}
+
+/* What the library runs for a stored best row that does not fit, or is
+** no config at all: the default, and the right result. */
+static void expect_default(const char *what, const fatune_problem *p, const char *default_name) {
+  fatune_ctx *c;
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  if (fatune_open(&ok, &c) != FATUNE_OK) {
+    CHECK(0, "%s: %s", what, fatune_errmsg());
+    return;
+  }
+  char name[160] = "";
+  fatune_choice ch = FATUNE_EXACT;
+  fatune_status st = fatune_choose(c, p, name, sizeof name, &ch);
+  CHECK(st == FATUNE_OK && ch == FATUNE_DEFAULT && !strcmp(name, default_name),
+        "%s: status %d, choice %d, %s (%s)", what, (int)st, (int)ch, name, fatune_errmsg());
+  double e = run(c, p, &st);
+  CHECK(st == FATUNE_OK && e < 1e-5, "%s: status %d, error %.3g (%s)", what, (int)st, e,
+        fatune_errmsg());
+  fatune_close(c);
+}
+
+/* Stored best configs for another problem, and stored configs that are no
+** flat object of strings and integers: never run, never read as garbage. */
+static void test_stored_configs(void) {
+  gen_state *g;
+  gen_target t;
+  char err[256];
+  if (gen_open(&g, err, sizeof err) != 0 || gen_target_for_arch(g, "sm_90", 0, 0, &t) != 0) {
+    CHECK(0, "generator: %s", err);
+    return;
+  }
+  fatune_problem p = {.batch = 1, .heads = 2, .seq_q = 40, .seq_k = 40, .dim = 32,
+                      .dtype = FATUNE_FP32, .causal = 1};
+  const fa_problem fp = {.batch = 1, .heads = 2, .seq_q = 40, .seq_k = 40, .dim = 32,
+                         .dtype = FA_FP32, .causal = 1};
+  const db_problem key = {"fp32", 32, 40, 40, 1, 2, 1};
+  gen_kernel def;
+  if (gen_render_config(g, "", &fp, &t, &def) != 0) {
+    CHECK(0, "default: %s", gen_errmsg(g));
+    gen_close(g);
+    return;
+  }
+  /* Kernels for other problems: dim 16 and 256, no mask, fp64, the tc family. */
+  struct { const char *what; fa_problem q; const char *needle; } other[] = {
+    {"dim 16", {.dim = 16, .dtype = FA_FP32, .causal = 1}, "dim 16"},
+    {"causal 0", {.dim = 32, .dtype = FA_FP32, .causal = 0}, "dim 32 fp32, but"},
+    {"fp64", {.dim = 32, .dtype = FA_FP64, .causal = 1}, "fp64"},
+    {"family tc (fp16)", {.dim = 32, .dtype = FA_FP16, .causal = 1}, "fp16"},
+    {"dim 256", {.dim = 256, .dtype = FA_FP32, .causal = 1}, "dim 256"},
+  };
+  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+    char json[1024];
+    if (config_for(g, &t, &other[i].q, json, sizeof json) != 0 || put_best(json, &key) != 0) {
+      CHECK(0, "%s: cannot record it", other[i].what);
+      continue;
+    }
+    /* Asked to, the library says why it ignores the row: on stderr, once. */
+    char log[200];
+    snprintf(log, sizeof log, "%s/stderr.txt", dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (saved < 0 || fd < 0 || dup2(fd, 2) < 0) CHECK(0, "redirecting stderr");
+    setenv("FATUNE_VERBOSE", "1", 1);
+    expect_default(other[i].what, &p, def.name);
+    unsetenv("FATUNE_VERBOSE");
+    fflush(stderr);
+    if (saved >= 0) dup2(saved, 2), close(saved);
+    if (fd >= 0) close(fd);
+    char said[1024] = "";
+    FILE *f = fopen(log, "r");
+    if (f) {
+      size_t got = fread(said, 1, sizeof said - 1, f);
+      said[got] = '\0';
+      fclose(f);
+    }
+    CHECK(strstr(said, "ignoring the stored variant") && strstr(said, other[i].needle),
+          "%s: stderr says '%s'", other[i].what, said);
+  }
+  /* The tc family asked for by name only, for an fp32 problem. */
+  static const char *const junk[] = {
+    "{\"family\": \"tc\", \"dim\": 32, \"causal\": 1}", "{}", "5", "[]", "\"\"", "",
+    "\"block_m=16\"", "{\"dim\": {\"x\": 1}}", "{\"dim\": 32.5}", "{\"norm\": \"eager,dim=16\"}",
+    "{\"dim\": \"32\", \"dim\": \"16\"}", "{\"\": \"\"}", "{\"dim\": null}", "{\"dim\": true}",
+  };
+  for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "config '%s'", junk[i]);
+    if (put_best(junk[i], &key) != 0) {
+      CHECK(0, "%s: cannot record it", what);
+      continue;
+    }
+    expect_default(what, &p, def.name);
+  }
+  /* A fitting row still runs. */
+  char json[1024];
+  fa_problem q = fp;
+  if (config_for(g, &t, &q, json, sizeof json) == 0 && put_best(json, &key) == 0) {
+    fatune_ctx *c;
+    fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+    if (fatune_open(&ok, &c) == FATUNE_OK) {
+      fatune_choice ch = FATUNE_DEFAULT;
+      fatune_status st = fatune_choose(c, &p, NULL, 0, &ch);
+      CHECK(st == FATUNE_OK && ch == FATUNE_EXACT, "a fitting row: status %d, choice %d", (int)st,
+            (int)ch);
+      fatune_close(c);
+    }
+  } else {
+    CHECK(0, "a fitting row: cannot record it");
+  }
+  gen_kernel_free(&def);
+  gen_close(g);
+}
+
+/* fp16 tensors at given byte offsets from 16-byte aligned buffers: the
+** status, and the max error against the reference when it ran. */
+static fatune_status run_fp16_at(fatune_ctx *c, const fatune_problem *p, const size_t off[5],
+                                 double *worst) {
+  const size_t nq = (size_t)p->batch * p->heads * p->seq_q * p->dim;
+  const size_t nk = (size_t)p->batch * p->heads * p->seq_k * p->dim;
+  const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
+  const size_t n[5] = {nq, nk, nk, nq, rows}, es[5] = {2, 2, 2, 2, 4};
+  unsigned char *buf[5] = {NULL};
+  double *d[4] = {NULL};
+  fatune_status st = FATUNE_ENOMEM;
+  *worst = INFINITY;
+  for (int i = 0; i < 5; i++)
+    if (!(buf[i] = aligned_alloc(16, (n[i] * es[i] + 31) / 16 * 16))) goto done;
+  for (int i = 0; i < 4; i++)
+    if (!(d[i] = malloc(n[i] * sizeof *d[i]))) goto done;
+  for (int a = 0; a < 3; a++)
+    for (size_t i = 0; i < n[a]; i++) d[a][i] = fa_elem_put(buf[a] + off[a], FA_FP16, i, uniform());
+  st = fatune_attention_forward(c, p, buf[0] + off[0], buf[1] + off[1], buf[2] + off[2],
+                                buf[3] + off[3], buf[4] + off[4], NULL);
+  if (st != FATUNE_OK) goto done;
+  fa_problem fp = {.batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
+                   .dim = p->dim, .dtype = FA_FP16, .causal = p->causal};
+  fa_layout lq = fa_layout_contiguous(&fp, p->seq_q), lk = fa_layout_contiguous(&fp, p->seq_k);
+  if (ref_attention(&fp, d[0], lq, d[1], lk, d[2], lk, d[3], lq, NULL) != 0) goto done;
+  *worst = 0;
+  for (size_t i = 0; i < nq; i++) {
+    double e = fabs(fa_elem_get(buf[3] + off[3], FA_FP16, i) - d[3][i]);
+    if (!(e <= *worst)) *worst = e;
+  }
+done:
+  for (int i = 0; i < 5; i++) free(buf[i]);
+  for (int i = 0; i < 4; i++) free(d[i]);
+  return st;
+}
+
+/* The tensor-core kernel for dim 64 fp16 moves 16 bytes at a time: a k two
+** bytes off is refused by name, before any launch; aligned pointers run. */
+static void test_alignment(void) {
+  fatune_ctx *c;
+  fatune_options ok = {.db_path = dbpath, .backend = "emu"};
+  if (fatune_open(&ok, &c) != FATUNE_OK) {
+    CHECK(0, "%s", fatune_errmsg());
+    return;
+  }
+  fatune_problem p = {.batch = 1, .heads = 2, .seq_q = 40, .seq_k = 24, .dim = 64,
+                      .dtype = FATUNE_FP16, .causal = 1};
+  const size_t aligned[5] = {0, 0, 0, 0, 0}, k2[5] = {0, 2, 0, 0, 0}, o8[5] = {0, 0, 0, 8, 0},
+               lse2[5] = {0, 0, 0, 0, 2};
+  double e;
+  fatune_status st = run_fp16_at(c, &p, k2, &e);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "k is not 16-byte aligned (0x") &&
+        strstr(fatune_errmsg(), "dim 64 fp16"), "k + 2 bytes: status %d, '%s'", (int)st,
+        fatune_errmsg());
+  st = run_fp16_at(c, &p, o8, &e);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "o is not 16-byte aligned"),
+        "o + 8 bytes: status %d, '%s'", (int)st, fatune_errmsg());
+  st = run_fp16_at(c, &p, lse2, &e);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "lse is not 4-byte aligned"),
+        "lse + 2 bytes: status %d, '%s'", (int)st, fatune_errmsg());
+  st = run_fp16_at(c, &p, aligned, &e);
+  CHECK(st == FATUNE_OK && e < 1e-2, "aligned: status %d, error %.3g (%s)", (int)st, e,
+        fatune_errmsg());
+  /* dim 12 is not a multiple of 8: element by element, 2-byte alignment is enough. */
+  p.dim = 12;
+  st = run_fp16_at(c, &p, k2, &e);
+  CHECK(st == FATUNE_OK && e < 1e-2, "dim 12, k + 2 bytes: status %d, error %.3g (%s)", (int)st,
+        e, fatune_errmsg());
+  /* fp32 kernels load 4 bytes at a time. */
+  fatune_problem f = {.batch = 1, .heads = 1, .seq_q = 8, .seq_k = 8, .dim = 8,
+                      .dtype = FATUNE_FP32};
+  float *x = aligned_alloc(16, 2 * 64 * sizeof *x);
+  if (x) {
+    st = fatune_attention_forward(c, &f, x, (char *)x + 2, x, x + 64, NULL, NULL);
+    CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "k is not 4-byte aligned"),
+          "fp32, k + 2 bytes: status %d, '%s'", (int)st, fatune_errmsg());
+  }
+  free(x);
+  fatune_close(c);
+}
+
 typedef struct thread_arg { fatune_ctx *c; int i; double err; fatune_status st; } thread_arg;
 
 static void *thread_main(void *a) {
@@ -301,6 +542,8 @@ int main(void) {
   test_errors();
   test_default_and_tuned();
   test_tampered_binary();
+  test_stored_configs();
+  test_alignment();
   test_threads();
   test_overhead();
   test_long_field();

@@ -391,9 +391,34 @@ static void test_bad_writes(void) {
   expect_bad_write(path, 3, big, "too large");
   at(path, "nodir/w.npy");
   expect_bad_write(path, 1, one, strerror(ENOENT));
-  /* rename onto a directory fails after the data is written. */
+  /* Only a regular file is replaced: a directory is refused before any write. */
   at(path, "adir");
-  expect_bad_write(path, 1, one, "cannot rename");
+  expect_bad_write(path, 1, one, "is a directory");
+}
+
+/* A FIFO or a symbolic link at the destination is refused and left as it
+** was: the link is not followed, and the file it names keeps its bytes. */
+static void test_special_destinations(void) {
+  char fifo[PATH_LEN], link[PATH_LEN], target[PATH_LEN], err[256] = "";
+  const long long one[] = {1};
+  const double d[1] = {0};
+  struct stat st;
+  at(fifo, "a.fifo");
+  CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s: %s", fifo, strerror(errno));
+  CHECK(npy_write_f64(fifo, d, 1, one, err, sizeof err) == -1 && strstr(err, "is a FIFO"),
+        "FIFO: '%s'", err);
+  CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO was replaced");
+  at(target, "target.txt");
+  at(link, "link.npy");
+  FILE *f = fopen(target, "w");
+  CHECK(f && fputs("keep", f) >= 0 && fclose(f) == 0, "writing %s", target);
+  CHECK(symlink(target, link) == 0, "symlink: %s", strerror(errno));
+  err[0] = '\0';
+  CHECK(npy_write_f64(link, d, 1, one, err, sizeof err) == -1 && strstr(err, "symbolic link"),
+        "symlink: '%s'", err);
+  CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link was replaced");
+  CHECK(stat(target, &st) == 0 && st.st_size == 4, "the link's target was written");
+  CHECK(unlink(fifo) == 0 && unlink(link) == 0 && unlink(target) == 0, "cleaning up");
 }
 
 /* No write may leave its temporary file behind. */
@@ -463,6 +488,7 @@ int main(void) {
   test_good_headers();
   test_bad_files();
   test_bad_writes();
+  test_special_destinations();
   test_no_temporaries();
   test_half_all();
   remove_all();

@@ -6,13 +6,17 @@
 ** Bad input prints one line on stderr and exits 2; a failure of the work
 ** itself (a variant that does not compile, say) exits 1.
 */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "cmd_db.h"
 #include "commands.h"
 #include "cuda_driver.h"
+#include "emu.h"
 #include "explore.h"
 #include "gen.h"
 #include "nvrtc_compile.h"
@@ -120,7 +124,36 @@ static int run_with_target(const command *c, const cli_opts *o) {
   return rc;
 }
 
+/* A run stopped by SIGINT, SIGTERM or SIGHUP, or ending while the host
+** compiler works, leaves no fatune-emu-* folder: the handler (async-signal-
+** safe) removes them, then the signal takes its default course. A signal
+** ignored when fatune started stays ignored. */
+static void on_signal(int sig) {
+  const int saved = errno;
+  emu_tmp_cleanup();
+  /* The default action, set here rather than trusted to SA_RESETHAND: NVRTC
+  ** (LLVM) installs handlers of its own that reinstall the ones it found. */
+  struct sigaction dfl = {.sa_handler = SIG_DFL};
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, NULL);
+  errno = saved;
+  raise(sig);   /* blocked until this returns, then fatal */
+}
+
+static void install_cleanup(void) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction old, sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
+    if (sigemptyset(&sa.sa_mask) != 0 || sigaction(sigs[i], NULL, &old) != 0 ||
+        old.sa_handler == SIG_IGN)
+      continue;
+    if (sigaction(sigs[i], &sa, NULL) != 0) perror("fatune: sigaction");
+  }
+  if (atexit(emu_tmp_cleanup) != 0) fputs("fatune: atexit failed\n", stderr);
+}
+
 int main(int argc, char **argv) {
+  install_cleanup();
   cli_opts o;
   char err[512];
   if (cli_parse(argc, argv, &o, err, sizeof err) != 0) return cli_say(EXIT_BAD_INPUT, err);

@@ -73,23 +73,6 @@ static int read_inputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   return 0;
 }
 
-/* A variant named on the command line must be one for these inputs. */
-static int variant_fits(const gen_kernel *k, const fa_problem *p, char *err, size_t n) {
-  const char *dim = gen_config_get(&k->cfg, "dim"), *dtype = gen_config_get(&k->cfg, "dtype"),
-             *causal = gen_config_get(&k->cfg, "causal");
-  char want[16];
-  if (!dim || !dtype || !causal) return 0;
-  snprintf(want, sizeof want, "%d", p->dim);
-  if (strcmp(dim, want) || strcmp(dtype, fa_dtype_name(p->dtype)) ||
-      atoi(causal) != p->causal) {
-    snprintf(err, n, "variant %s is for dim %s %s%s, but the inputs and flags ask for dim %d "
-             "%s%s", k->name, dim, dtype, atoi(causal) ? " causal" : "", p->dim,
-             fa_dtype_name(p->dtype), p->causal ? " causal" : "");
-    return -1;
-  }
-  return 0;
-}
-
 static void *convert(const npy_array *a, fa_dtype t) {
   void *out = malloc(a->count * (size_t)fa_dtype_size(t));
   if (!out) return NULL;
@@ -188,7 +171,10 @@ int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   memset(&r, 0, sizeof r);
   char err[600];
   int rc = 0;
-  if (read_inputs(&r, o, err, sizeof err) != 0) {
+  /* Outputs go only to new or regular files, said before any work. */
+  if (read_inputs(&r, o, err, sizeof err) != 0 ||
+      npy_check_destination(o->out, err, sizeof err) != 0 ||
+      (o->lse && npy_check_destination(o->lse, err, sizeof err) != 0)) {
     rc = cli_say(EXIT_BAD_INPUT, err);
     goto done;
   }
@@ -198,7 +184,8 @@ int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     rc = cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
     goto done;
   }
-  if (variant_fits(&r.kern, &r.p, err, sizeof err) != 0) {
+  /* A variant named on the command line must be one for these inputs. */
+  if (!gen_kernel_fits(&r.kern, &r.p, err, sizeof err)) {
     rc = cli_say(EXIT_BAD_INPUT, err);
     goto done;
   }

@@ -9,6 +9,7 @@
 #define EMU_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "emu_abi.h"
 #include "fa_params.h"
@@ -52,6 +53,26 @@ void emu_build_free(emu_build *b);
 /* Load kernel `entry` from object bytes kept by an earlier compile. */
 int emu_load(const void *object, size_t size, const char *entry, emu_build *out, char *err,
              size_t errlen);
+
+/* ---- Temporary folders and files (emu_tmp.c) ----
+** The host compiler works in a folder $TMPDIR/fatune-emu-XXXXXX that holds
+** an flock on its file `lock` while alive; making one first sweeps this
+** user's stale folders (older than an hour, lock free). A registry of the
+** live ones lets a signal handler remove them. */
+const char *emu_tmp_root(void);                               /* $TMPDIR, else /tmp */
+int emu_tmp_dir_make(char *dir, size_t n, char *err, size_t errlen);  /* 0 or -1 */
+void emu_tmp_dir_remove(const char *dir);
+void emu_tmp_dir_files(const char *dir, int id);  /* k<id>.{c,so,log} may exist */
+int emu_tmp_child_add(const char *dir, pid_t pid);  /* a compiler (its own process group) */
+void emu_tmp_child_done(const char *dir, int token);
+int emu_tmp_file_add(const char *path);          /* a lone temporary file; a token */
+void emu_tmp_file_done(int token);
+int emu_tmp_dying(void);                          /* emu_tmp_cleanup has begun */
+void emu_tmp_sweep(void);
+/* Async-signal-safe: stops this process's compilers (SIGTERM to their
+** process groups, SIGKILL after 2 s) and removes its live folders and
+** files. For a SIGINT or SIGTERM handler, or at exit. */
+void emu_tmp_cleanup(void);
 
 /* The host compiler's identity ("cc (Debian 12.2.0-14) 12.2.0"), for cache
 ** keys; "unknown" when it cannot be asked. */

@@ -117,18 +117,28 @@ static char *read_text(const char *path) {
 
 /* Run the compiler through the shell so that CC may carry words of its own
 ** ("ccache gcc"); the paths travel as positional parameters, unquoted by
-** nothing. Returns the exit status, or -1 when it could not be started. */
-static int run_compiler(const char *cfile, const char *sofile, const char *logfile,
-                        const char *extra) {
+** nothing. Returns the exit status, or -1 when it could not be started.
+** The compiler runs in a process group of its own, registered with the
+** folder, so that a signal handler can stop it and all it started. */
+static int run_compiler(const char *dir, const char *cfile, const char *sofile,
+                        const char *logfile, const char *extra) {
   char script[512];
   snprintf(script, sizeof script, "exec %s %s %s \"$1\" -o \"$2\" -lm >\"$3\" 2>&1",
            emu_compiler(), CFLAGS, extra ? extra : "");
   char *argv[] = {"sh", "-c", script, "sh", (char *)cfile, (char *)sofile, (char *)logfile, NULL};
+  posix_spawnattr_t attr;
+  if (emu_tmp_dying() || posix_spawnattr_init(&attr) != 0) return -1;
   pid_t pid;
-  if (posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ) != 0) return -1;
+  int rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP) != 0 ||
+           posix_spawnattr_setpgroup(&attr, 0) != 0 ||
+           posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, environ) != 0;
+  posix_spawnattr_destroy(&attr);
+  if (rc) return -1;
+  const int token = emu_tmp_child_add(dir, pid);
   int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
+  while ((rc = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
+  emu_tmp_child_done(dir, token);
+  if (rc < 0) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -199,13 +209,14 @@ static int build(job *j, size_t first, size_t count) {
   snprintf(cfile, sizeof cfile, "%s/k%d.c", j->dir, id);
   snprintf(sofile, sizeof sofile, "%s/k%d.so", j->dir, id);
   snprintf(logfile, sizeof logfile, "%s/k%d.log", j->dir, id);
+  emu_tmp_dir_files(j->dir, id);
   double t0 = now_ms();
   int rc = write_batch(cfile, j->src, first, count);
   char *log = NULL;
   if (rc != 0) {
     log = strdup("cannot write the kernel source for the host compiler");
   } else {
-    rc = run_compiler(cfile, sofile, logfile, j->opts->extra_flags);
+    rc = run_compiler(j->dir, cfile, sofile, logfile, j->opts->extra_flags);
     log = read_text(logfile);
     if (rc < 0) {
       free(log);
@@ -239,14 +250,8 @@ int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
                 emu_build *out, char *err, size_t errlen) {
   memset(out, 0, n * sizeof *out);
   if (n == 0) return 0;
-  const char *tmp = getenv("TMPDIR");
   char dir[512];
-  snprintf(dir, sizeof dir, "%s/fatune-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(dir)) {
-    snprintf(err, errlen, "cannot make a directory for the emulator's objects: %s: %s", dir,
-             strerror(errno));
-    return -1;
-  }
+  if (emu_tmp_dir_make(dir, sizeof dir, err, errlen) != 0) return -1;
   int jobs = opts->jobs > 0 ? opts->jobs : par_cores();
   size_t per = opts->batch > 0 ? (size_t)opts->batch : (n + (size_t)jobs - 1) / (size_t)jobs;
   size_t nb = (n + per - 1) / per;
@@ -264,7 +269,7 @@ int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
     if (rc != 0) snprintf(err, errlen, "cannot start the compile threads");
   }
   free(j.batches);
-  rmdir(dir);
+  emu_tmp_dir_remove(dir);
   return rc;
 }
 
@@ -279,20 +284,21 @@ void emu_build_free(emu_build *b) {
 int emu_load(const void *object, size_t size, const char *entry, emu_build *out, char *err,
              size_t errlen) {
   memset(out, 0, sizeof *out);
-  const char *tmp = getenv("TMPDIR");
   char path[512];
-  snprintf(path, sizeof path, "%s/fatune-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  snprintf(path, sizeof path, "%s/fatune-emu-XXXXXX", emu_tmp_root());
   int fd = mkstemp(path);
   if (fd < 0) {
     snprintf(err, errlen, "cannot write a kernel object: %s: %s", path, strerror(errno));
     return -1;
   }
+  const int token = emu_tmp_file_add(path);
   FILE *f = fdopen(fd, "wb");
   int ok = f && fwrite(object, 1, size, f) == size;
   if (f ? fclose(f) != 0 : close(fd) != 0) ok = 0;
   emu_source src = {entry, ""};
   char *why = ok ? load(path, &src, 0, 1, out) : strdup("cannot write a kernel object");
   unlink(path);
+  emu_tmp_file_done(token);
   if (!why && !out->fn) why = out->log, out->log = NULL;
   if (why) {
     snprintf(err, errlen, "%s", why);
