@@ -510,10 +510,11 @@ static int edit(const char *sql) {
 ** then a 2 KB config: the library passes it over and runs the default. */
 static void test_long_field(void) {
   static const char *const sql[] = {
-    "UPDATE variants SET name = printf('%.2048c', 'n') "
-    "WHERE json_extract(config, '$.block_m') = 16",
+    "UPDATE variants SET name = printf('%.2048c', 'n') WHERE id IN "
+    "(SELECT variant_id FROM trials WHERE dim = 16 AND seq_q = 64 AND seq_k = 70)",
     "UPDATE variants SET name = 'short', config = json_set(config, '$.pad', "
-    "printf('%.2048c', 'c')) WHERE json_extract(config, '$.block_m') = 16"};
+    "printf('%.2048c', 'c')) WHERE id IN "
+    "(SELECT variant_id FROM trials WHERE dim = 16 AND seq_q = 64 AND seq_k = 70)"};
   fatune_problem p = {.batch = 2, .heads = 2, .seq_q = 64, .seq_k = 70, .dim = 16,
                       .dtype = FATUNE_FP32, .causal = 1};
   fatune_options ok = {.db_path = dbpath, .backend = "emu"};
