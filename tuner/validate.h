@@ -61,7 +61,13 @@ typedef struct val_result {
   char msg[400];            /* why it is not ok */
 } val_result;
 
-/* Run kernel k on the case and judge it; the verdict is in r. -1 only when
+/* The verdict on one output: o (the kernel's dtype) and lse (fa_lse_size
+** bytes each), laid out as the case's problem, against its reference and,
+** for oracle cases, its rows in float64. Sets r's status, errors and msg;
+** leaves counters and run_ms alone. */
+void val_judge(const val_case *c, const void *o, const void *lse, val_result *r);
+
+/* Run kernel k on the case and judge it with val_judge; the verdict is in r. -1 only when
 ** the check itself could not be done (no memory on the backend...). */
 int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
               const fa_program *prog, const gen_kernel *k, const val_opts *o,
