@@ -1,0 +1,221 @@
+/*
+** test_judge.c
+** The validation verdict (val_judge) on outputs made by hand, no kernel:
+** for each dtype's tolerance,
+**  - a NaN or an Inf anywhere in O or in the logsumexp is invalid, and so is
+**    an element left as the NaN poison (never written);
+**  - the reference perturbed to 2x the tolerance (norm-relative) is invalid,
+**    to 0.5x valid; a logsumexp off by 2x its tolerance invalid, 0.5x valid;
+**  - the same for the rows an oracle case checks in float64 on the CPU.
+** Each perturbation is measured here too, so a verdict is only asked of an
+** output whose error is known to be on the intended side of the bound.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "validate.h"
+
+static const fa_dtype dtypes[] = {FA_FP32, FA_FP64, FA_FP16, FA_BF16};
+
+static size_t nrows(const val_case *c) {
+  return (size_t)c->p.batch * (size_t)c->p.heads * (size_t)c->p.seq_q;
+}
+
+static size_t nelems(const val_case *c) { return nrows(c) * (size_t)c->p.dim; }
+
+static fa_dtype lse_type(fa_dtype t) { return t == FA_FP64 ? FA_FP64 : FA_FP32; }
+
+/* +1, -1, +1, ...: an error of both signs, not a mere scale. */
+static double sign(size_t i) { return i % 2 ? -1.0 : 1.0; }
+
+/* The case's output in its dtype, each element off by f * tol relatively. */
+static void *make_o(const val_case *c, double f) {
+  const fa_dtype t = c->p.dtype;
+  const double tol = val_tolerance(t);
+  void *o = malloc(nelems(c) * (size_t)fa_dtype_size(t));
+  if (!o) return NULL;
+  for (size_t i = 0; i < nelems(c); i++)
+    fa_elem_put(o, t, i, c->o_ref[i] * (1 + sign(i) * f * tol));
+  return o;
+}
+
+/* The case's logsumexp, row `row` off by f * tol * max(1, |ref|). */
+static void *make_lse(const val_case *c, size_t row, double f) {
+  const fa_dtype lt = lse_type(c->p.dtype);
+  const double tol = val_tolerance(c->p.dtype);
+  void *lse = malloc(nrows(c) * (size_t)fa_lse_size(c->p.dtype));
+  if (!lse) return NULL;
+  for (size_t i = 0; i < nrows(c); i++) {
+    const double ref = c->lse_ref[i];
+    fa_elem_put(lse, lt, i, i == row ? ref + f * tol * fmax(1.0, fabs(ref)) : ref);
+  }
+  return lse;
+}
+
+/* ||o - ref||_2 / ||ref||_2 over the n elements at o[at[k] * dim ...], or
+** over all of o when at is NULL. */
+static double norm_rel(const void *o, fa_dtype t, const double *ref, size_t dim,
+                       const size_t *at, size_t nrow) {
+  double e2 = 0, r2 = 0;
+  for (size_t k = 0; k < nrow; k++)
+    for (size_t d = 0; d < dim; d++) {
+      const size_t i = (at ? at[k] : k) * dim + d;
+      const double x = fa_elem_get(o, t, i) - ref[k * dim + d];
+      e2 += x * x, r2 += ref[k * dim + d] * ref[k * dim + d];
+    }
+  return sqrt(e2 / r2);
+}
+
+static val_status judge(const val_case *c, const void *o, const void *lse, val_result *r) {
+  memset(r, 0, sizeof *r);
+  val_judge(c, o, lse, r);
+  return r->status;
+}
+
+static int make_case(val_case *c, fa_dtype t) {
+  const fa_problem p = {.batch = 2, .heads = 2, .seq_q = 24, .seq_k = 40, .dim = 16,
+                        .dtype = t, .causal = 1};
+  char err[200] = "";
+  const int rc = val_case_make(c, &p, 42, err, sizeof err);
+  CHECK(rc == 0, "%s: %s", fa_dtype_name(t), err);
+  return rc;
+}
+
+/* The reference itself, rounded to the dtype, passes: the bar the other
+** verdicts are read against. */
+static void test_exact(const val_case *c, const void *o, const void *lse) {
+  val_result r;
+  CHECK(judge(c, o, lse, &r) == VAL_OK, "%s: the reference is judged invalid: %s",
+        fa_dtype_name(c->p.dtype), r.msg);
+}
+
+/* Element i of a (dtype t) array set to x, or to the poison when poison. */
+static void put(void *a, fa_dtype t, size_t es, size_t i, double x, int poison) {
+  if (poison) memset((char *)a + i * es, 0xFF, es);
+  else fa_elem_put(a, t, i, x);
+}
+
+/* A NaN, an Inf, a -Inf or the poison at the first, a middle or the last
+** element of O, then of the logsumexp: invalid every time. */
+static void test_nonfinite(const val_case *c) {
+  const fa_dtype t = c->p.dtype, lt = lse_type(t);
+  const size_t n[2] = {nelems(c), nrows(c)};
+  const size_t es[2] = {(size_t)fa_dtype_size(t), (size_t)fa_lse_size(t)};
+  const double bad[4] = {NAN, INFINITY, -INFINITY, 0};
+  const char *name[4] = {"NaN", "Inf", "-Inf", "the poison"};
+  for (int which = 0; which < 2; which++)
+    for (int v = 0; v < 4; v++)
+      for (int at = 0; at < 3; at++) {
+        const size_t i = at == 0 ? 0 : at == 1 ? n[which] / 2 : n[which] - 1;
+        void *oo = make_o(c, 0), *ll = make_lse(c, 0, 0);
+        if (!oo || !ll) {
+          CHECK(0, "out of memory");
+          free(oo), free(ll);
+          return;
+        }
+        void *a = which ? ll : oo;
+        put(a, which ? lt : t, es[which], i, bad[v], v == 3);
+        CHECK(!isfinite(fa_elem_get(a, which ? lt : t, i)), "%s: %s did not stay non-finite",
+              fa_dtype_name(t), name[v]);
+        val_result r;
+        CHECK(judge(c, oo, ll, &r) == VAL_INVALID, "%s: %s at %s element %zu passes",
+              fa_dtype_name(t), name[v], which ? "lse" : "o", i);
+        CHECK(r.msg[0], "%s: an invalid verdict with no message", fa_dtype_name(t));
+        free(oo), free(ll);
+      }
+}
+
+/* O off by f * tol: the measured error near f * tol, and the verdict. */
+static void o_off(const val_case *c, const void *lse, double f, val_status want) {
+  const fa_dtype t = c->p.dtype;
+  const double tol = val_tolerance(t);
+  void *o = make_o(c, f);
+  if (!o) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  const double e = norm_rel(o, t, c->o_ref, (size_t)c->p.dim, NULL, nrows(c)) / tol;
+  CHECK(fabs(e - f) < 0.3 * f, "%s: O meant %gx the tolerance off is %.3gx", fa_dtype_name(t), f, e);
+  val_result r;
+  CHECK(judge(c, o, lse, &r) == want, "%s: O %.3gx the tolerance off is %s (%s)",
+        fa_dtype_name(t), e, r.status == VAL_OK ? "valid" : "invalid", r.msg);
+  free(o);
+}
+
+/* One row's logsumexp off by f * tol, in O's place otherwise. */
+static void lse_off(const val_case *c, const void *o, double f, val_status want) {
+  const fa_dtype t = c->p.dtype;
+  const size_t row = nrows(c) / 2 + 1;
+  void *lse = make_lse(c, row, f);
+  if (!lse) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  const double ref = c->lse_ref[row];
+  const double e = fabs(fa_elem_get(lse, lse_type(t), row) - ref) / fmax(1.0, fabs(ref)) /
+                   val_tolerance(t);
+  CHECK(fabs(e - f) < 0.1 * f, "%s: lse meant %gx the tolerance off is %.3gx", fa_dtype_name(t), f, e);
+  val_result r;
+  CHECK(judge(c, o, lse, &r) == want, "%s: lse %.3gx the tolerance off is %s (%s)",
+        fa_dtype_name(t), e, r.status == VAL_OK ? "valid" : "invalid", r.msg);
+  free(lse);
+}
+
+static void test_tolerance(const val_case *c, const void *o, const void *lse) {
+  o_off(c, lse, 2.0, VAL_INVALID);
+  o_off(c, lse, 0.5, VAL_OK);
+  lse_off(c, o, 2.0, VAL_INVALID);
+  lse_off(c, o, 0.5, VAL_OK);
+}
+
+/* An oracle case: O equals the oracle's reference, but the rows computed in
+** float64 on the CPU are f * tol away from it. */
+static void sample_off(val_case *c, const void *o, const void *lse, double f, val_status want) {
+  const fa_dtype t = c->p.dtype;
+  const size_t D = (size_t)c->p.dim, rows[3] = {0, nrows(c) - 1, nrows(c) / 3};
+  const double tol = val_tolerance(t);
+  c->nsample = 3;
+  c->sample_rows = malloc(sizeof rows), c->sample_o = malloc(3 * D * sizeof *c->sample_o);
+  if (!c->sample_rows || !c->sample_o) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  memcpy(c->sample_rows, rows, sizeof rows);
+  for (size_t k = 0; k < 3; k++)
+    for (size_t d = 0; d < D; d++)
+      c->sample_o[k * D + d] = c->o_ref[rows[k] * D + d] * (1 + sign(d) * f * tol);
+  const double e = norm_rel(o, t, c->sample_o, D, c->sample_rows, 3) / tol;
+  CHECK(fabs(e - f) < 0.3 * f, "%s: sampled rows meant %gx the tolerance off are %.3gx",
+        fa_dtype_name(t), f, e);
+  val_result r;
+  CHECK(judge(c, o, lse, &r) == want, "%s: sampled rows %.3gx the tolerance off: %s (%s)",
+        fa_dtype_name(t), e, r.status == VAL_OK ? "valid" : "invalid", r.msg);
+  CHECK(fabs(r.sample_err / tol - e) < 1e-6 * e, "%s: sample_err %.6g, measured %.6g",
+        fa_dtype_name(t), r.sample_err / tol, e);
+  free(c->sample_rows), free(c->sample_o);
+  c->sample_rows = NULL, c->sample_o = NULL, c->nsample = 0;
+}
+
+static void test_sample(val_case *c, const void *o, const void *lse) {
+  sample_off(c, o, lse, 2.0, VAL_INVALID);
+  sample_off(c, o, lse, 0.5, VAL_OK);
+}
+
+int main(void) {
+  for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) {
+    val_case c;
+    if (make_case(&c, dtypes[k]) != 0) continue;
+    void *o = make_o(&c, 0), *lse = make_lse(&c, 0, 0);
+    CHECK(o && lse, "out of memory");
+    if (o && lse) {
+      test_exact(&c, o, lse);
+      test_nonfinite(&c);
+      test_tolerance(&c, o, lse);
+      test_sample(&c, o, lse);
+    }
+    free(o), free(lse);
+    val_case_free(&c);
+  }
+  return check_done("test_judge");
+}
