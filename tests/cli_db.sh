@@ -37,7 +37,8 @@ best_line=$(sed -n 's/^best recorded in [^:]*: \([^ ,]*\).*/\1/p' "$tmp/t.out")
 check "fatune best gives the tune's best: $best_line" $? "$(head -c 300 "$tmp/best.out")"
 "${TIMEOUT[@]}" "$EXAMPLE" "$db" >"$tmp/ex.out" 2>&1
 grep -q "^$best_line on emu (tuned for this problem)" "$tmp/ex.out"
-check "the library runs the tuned variant: $(head -c 120 "$tmp/ex.out")" $? "$(cat "$tmp/ex.out")"
+rc=$?
+check "the library runs the tuned variant: $(head -c 120 "$tmp/ex.out")" $rc "$(cat "$tmp/ex.out")"
 "${TIMEOUT[@]}" "$FATUNE" --dim 32 --seq 77 --seq-k 90 --causal --batch 2 --heads 3 --backend emu \
   --db "$db" >"$tmp/t2.out" 2>&1
 grep -q "$n recorded before" "$tmp/t2.out" && [ "$(trials "$db")" -eq "$n" ]
@@ -70,7 +71,8 @@ summary=$(grep -E '^[0-9]+ variants:' "$tmp/r.out")
 measured=$(grep -cE ' (ok|invalid|crashed|timeout|compile_error) ' "$tmp/r.out")
 [[ "$summary" == *"$before recorded before"* ]] && [ "$measured" -eq $((total - before)) ] &&
   [ "$(trials "$db")" -eq "$total" ]
-check "resumed: $before skipped, $measured measured, $(trials "$db") trials for $total variants" $? \
+rc=$?
+check "resumed: $before skipped, $measured measured, $(trials "$db") trials for $total variants" $rc \
   "$summary"
 
 # --- two tunes on one file at once -------------------------------------------
