@@ -424,14 +424,16 @@ void gen_kernel_free(gen_kernel *k) {
 
 /* Join the parameter block, the CUDA preludes and the body. */
 static char *cuda_source(lua_State *L, const gen_kernel *k) {
-  static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh"};
-  const template_file *f[3];
+  static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh",
+                                      "prelude_tile.h"};
+  enum { NPARTS = sizeof parts / sizeof parts[0] };
+  const template_file *f[NPARTS];
   char head[256];
   int hn = snprintf(head, sizeof head, "/* fatune %s (template %s) */\n",
                     k->name, k->template_version);
   if (hn < 0 || (size_t)hn >= sizeof head) luaL_error(L, "variant name too long: %s", k->name);
   size_t total = (size_t)hn + strlen(k->body) + 1;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < NPARTS; i++) {
     if (!(f[i] = find_file(parts[i]))) luaL_error(L, "%s is not among the embedded templates", parts[i]);
     total += f[i]->size;
   }
@@ -439,7 +441,7 @@ static char *cuda_source(lua_State *L, const gen_kernel *k) {
   if (!s) luaL_error(L, "out of memory rendering %s", k->name);
   char *w = s;
   memcpy(w, head, (size_t)hn), w += hn;
-  for (int i = 0; i < 3; i++) memcpy(w, f[i]->text, f[i]->size), w += f[i]->size;
+  for (int i = 0; i < NPARTS; i++) memcpy(w, f[i]->text, f[i]->size), w += f[i]->size;
   memcpy(w, k->body, strlen(k->body) + 1);
   return s;
 }
