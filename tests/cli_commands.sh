@@ -14,7 +14,6 @@ TIMEOUT_S=300
 HAVE_PY=0
 if command -v python3 >/dev/null 2>&1 && python3 -c 'import json' 2>/dev/null; then HAVE_PY=1; fi
 # check NAME CONDITION-STATUS WHY: records one result from the last test's status.
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
 
 # run NAME ARGS...: runs fatune, stdout to $tmp/NAME.out, stderr to .err,
 # status to $rc. A crash or a hang is a failure on its own.

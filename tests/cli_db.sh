@@ -12,7 +12,6 @@ set -u
 NAME=cli_db
 TIMEOUT_S=300
 . "$(dirname "$0")/cli_lib.sh"
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
 if ! python3 -c 'import sqlite3, json' 2>/dev/null; then
   echo "SKIPPED: python3 with sqlite3 is needed to look into the database"
   exit 77

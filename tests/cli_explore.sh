@@ -21,7 +21,6 @@ set -u
 NAME=cli_explore
 TIMEOUT_S=300
 . "$(dirname "$0")/cli_lib.sh"
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
 if ! command -v python3 >/dev/null 2>&1; then
   echo "SKIPPED: python3 is needed to read explore's JSON (scripts/install-deps.sh installs it)"
   exit 77

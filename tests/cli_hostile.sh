@@ -20,7 +20,6 @@ set -u
 NAME=cli_hostile
 TIMEOUT_S=120
 . "$(dirname "$0")/cli_lib.sh"
-check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
 if ! python3 -c 'import sqlite3, csv, json' 2>/dev/null; then
   echo "SKIPPED: python3 with sqlite3 is needed to build the databases"
   exit 77

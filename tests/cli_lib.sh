@@ -1,7 +1,7 @@
 # cli_lib.sh: what the command-line test scripts share. Source it with
 # NAME set to the script's name; FATUNE names the binary under test.
 # Gives $tmp (removed at exit), $TIMEOUT (a command prefix), the counters
-# and pass/fail/finish.
+# and pass/fail/check/finish.
 
 FATUNE=${FATUNE:-build/fatune}
 if [ ! -x "$FATUNE" ]; then
@@ -22,6 +22,8 @@ passed=0
 failed=0
 pass() { passed=$((passed + 1)); printf 'ok    %s\n' "$1"; }
 fail() { failed=$((failed + 1)); printf 'FAIL  %s: %s\n' "$1" "$2"; }
+# check NAME STATUS DETAIL: passes when STATUS (captured before, as rc=$?) is 0.
+check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
 
 # The closing line ctest and CI read, and the exit status.
 finish() {
