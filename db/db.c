@@ -161,19 +161,27 @@ int dbi_col_copy(sqlite3_stmt *st, int i, char *buf, size_t n) {
 
 /* ---- Paths ---- */
 
-int db_default_path(char *buf, size_t n, char *err, size_t errlen) {
-  const char *env = getenv("FATUNE_DB"), *home;
+int dbi_user_path(char *buf, size_t n, const char *override, const char *xdg,
+                  const char *home_dir, const char *leaf, const char *hint, char *err,
+                  size_t errlen) {
+  const char *env = getenv(override), *home;
   int w;
   if (env && *env) w = snprintf(buf, n, "%s", env);
-  /* The XDG spec says a relative $XDG_CACHE_HOME is to be ignored. */
-  else if ((env = getenv("XDG_CACHE_HOME")) && env[0] == '/')
-    w = snprintf(buf, n, "%s/fatune/fatune.db", env);
+  /* The XDG spec says a relative $XDG_..._HOME is to be ignored. */
+  else if ((env = getenv(xdg)) && env[0] == '/')
+    w = snprintf(buf, n, "%s/fatune/%s", env, leaf);
   else if ((home = getenv("HOME")) && *home)
-    w = snprintf(buf, n, "%s/.cache/fatune/fatune.db", home);
+    w = snprintf(buf, n, "%s/%s/fatune/%s", home, home_dir, leaf);
   else
-    return dbi_fail(err, errlen, "no place for the database: set $FATUNE_DB or use --db PATH");
-  if (w < 0 || (size_t)w >= n) return dbi_fail(err, errlen, "database path too long");
+    return dbi_fail(err, errlen, "no place for fatune's %s: set $%s%s", leaf, override, hint);
+  if (w < 0 || (size_t)w >= n)
+    return dbi_fail(err, errlen, "the path of fatune's %s is too long", leaf);
   return 0;
+}
+
+int db_default_path(char *buf, size_t n, char *err, size_t errlen) {
+  return dbi_user_path(buf, n, "FATUNE_DB", "XDG_CACHE_HOME", ".cache", "fatune.db",
+                       " or use --db PATH", err, errlen);
 }
 
 /* mkdir -p of the directories above path, mode 0700: a cache of kernels

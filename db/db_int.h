@@ -100,6 +100,12 @@ int dbi_col_copy(sqlite3_stmt *st, int i, char *buf, size_t n);
 
 /* mkdir -p of the directories above path, mode 0700 (db.c); the key's too. */
 int dbi_make_parents(const char *path, char *err, size_t errlen);
+/* A per-user file of fatune's: $override, else $xdg/fatune/leaf (an
+** absolute $xdg only), else $HOME/home_dir/fatune/leaf; hint ends the
+** message when there is nowhere. */
+int dbi_user_path(char *buf, size_t n, const char *override, const char *xdg,
+                  const char *home_dir, const char *leaf, const char *hint, char *err,
+                  size_t errlen);
 
 /* The migrations (db_schema.c): brings a file at version from (0: empty)
 ** to DB_SCHEMA_VERSION, inside the caller's transaction. */

@@ -36,19 +36,8 @@ static const char domain[] = "fatune compile cache binary, version 1";
 /* ---- The key file ---- */
 
 static int key_path(char *buf, size_t n, char *err, size_t errlen) {
-  const char *env = getenv("FATUNE_KEY"), *home;
-  int w;
-  if (env && *env) w = snprintf(buf, n, "%s", env);
-  /* The XDG spec says a relative $XDG_CONFIG_HOME is to be ignored. */
-  else if ((env = getenv("XDG_CONFIG_HOME")) && env[0] == '/')
-    w = snprintf(buf, n, "%s/fatune/key", env);
-  else if ((home = getenv("HOME")) && *home)
-    w = snprintf(buf, n, "%s/.config/fatune/key", home);
-  else
-    return dbi_fail(err, errlen, "no place for the compile cache's key: set $FATUNE_KEY; "
-                    "binaries are not cached");
-  if (w < 0 || (size_t)w >= n) return dbi_fail(err, errlen, "the key's path is too long");
-  return 0;
+  return dbi_user_path(buf, n, "FATUNE_KEY", "XDG_CONFIG_HOME", ".config", "key",
+                       "; binaries are not cached", err, errlen);
 }
 
 static int write_all(int fd, const unsigned char *p, size_t n) {
