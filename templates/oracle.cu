@@ -6,11 +6,12 @@ FA_KERNEL(${args.entry}, ${NT})
   typedef ${args.acc} acc_t;
   typedef ${args.elem} elem_t;
   const int tid = fa_tid(), r = fa_bid_x(), h = fa_bid_y(), b = fa_bid_z();
+  const int hk = FA_KV_HEAD(p, h);      /* the K/V head (GQA, MQA) */
   acc_t *const s = (acc_t *)fa_smem_base();   /* the row's scores, seq_k of them */
   acc_t *const red = s + p.seq_k;             /* ${NT} partials for the reductions */
   const elem_t *const q = (const elem_t *)p.q + b * p.q_sb + h * p.q_sh + r * p.q_sn;
-  const elem_t *const k = (const elem_t *)p.k + b * p.k_sb + h * p.k_sh;
-  const elem_t *const v = (const elem_t *)p.v + b * p.v_sb + h * p.v_sh;
+  const elem_t *const k = (const elem_t *)p.k + b * p.k_sb + hk * p.k_sh;
+  const elem_t *const v = (const elem_t *)p.v + b * p.v_sb + hk * p.v_sh;
   acc_t *const o = (acc_t *)p.o + b * p.o_sb + h * p.o_sh + r * p.o_sn;  /* O unrounded */
   acc_t *const lse = (acc_t *)p.lse + ((long long)b * p.heads + h) * p.seq_q + r;
 $ if args.causal == 1 then

@@ -19,6 +19,7 @@ FA_KERNEL(${args.entry}, ${NT})
   const int lane = tid & 31;
   const int warp = tid >> 5;
   const int h = fa_bid_y(), b = fa_bid_z();
+  const int hk = FA_KV_HEAD(p, h);      /* the K/V head (GQA, MQA) */
   acc_t *const sm = (acc_t *)fa_smem_base();
   acc_t *const Qs = sm + ${P.off_q};
   acc_t *const Ks = sm + ${P.off_k};
@@ -36,8 +37,8 @@ $ if not splitq and eager then
   acc_t *const sc_p = sm + ${P.off_scp};
 $ end
   const acc_t *const qg = (const acc_t *)p.q + b * p.q_sb + h * p.q_sh;
-  const acc_t *const kg = (const acc_t *)p.k + b * p.k_sb + h * p.k_sh;
-  const acc_t *const vg = (const acc_t *)p.v + b * p.v_sb + h * p.v_sh;
+  const acc_t *const kg = (const acc_t *)p.k + b * p.k_sb + hk * p.k_sh;
+  const acc_t *const vg = (const acc_t *)p.v + b * p.v_sb + hk * p.v_sh;
   acc_t *const og = (acc_t *)p.o + b * p.o_sb + h * p.o_sh;
   acc_t *const lg = (acc_t *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
 $ if not qouter then

@@ -383,10 +383,11 @@ FA_KERNEL(${args.entry}, ${threads})
   const int g = lane >> 2, tig = lane & 3;       /* fragment row and column pair */
   const int mrow = lane & 7, mat = lane >> 3;    /* ldmatrix: row mrow of matrix mat */
   const int h = fa_bid_y(), b = fa_bid_z();
+  const int hk = FA_KV_HEAD(p, h);      /* the K/V head (GQA, MQA) */
   unsigned char *const sm = (unsigned char *)fa_smem_base();
   const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;
-  const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + h * p.k_sh;
-  const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + h * p.v_sh;
+  const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh;
+  const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
   unsigned short *const og = (unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
   float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */

@@ -18,7 +18,12 @@ typedef struct fa_params {
   long long v_sb, v_sh, v_sn;
   long long o_sb, o_sh, o_sn;
   int batch, heads, seq_q, seq_k;
+  int kv_group;           /* Q heads per K/V head (GQA, MQA): head h reads K/V head
+                             h / kv_group; 0 or 1 when every head has its own */
   double scale_log2;      /* softmax scale times log2(e) */
 } fa_params;
+
+/* The K/V head that Q head h reads; the kernels compute it once per CTA. */
+#define FA_KV_HEAD(p, h) ((p).kv_group > 1 ? (h) / (p).kv_group : (h))
 
 #endif
