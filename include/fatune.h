@@ -59,10 +59,37 @@ typedef struct fatune_problem {
   double scale;      /* 0: 1/sqrt(dim) */
 } fatune_problem;
 
+/* The GPU of the calling thread's current CUDA context (a framework's). */
+#define FATUNE_DEVICE_CURRENT (-1)
+
 typedef struct fatune_options {
   const char *db_path;   /* NULL: $FATUNE_DB, else ~/.cache/fatune/fatune.db */
   const char *backend;   /* "auto" (NULL), "cuda" or "emu" */
+  int device;            /* cuda: the GPU's index (0, the default, is the first), or
+                            FATUNE_DEVICE_CURRENT; the emulator ignores it */
 } fatune_options;
+
+/* A tensor of the attention: the four dims are (batch, heads, seq, dim),
+** its strides in elements, not bytes, any order in memory. */
+typedef struct fatune_tensor {
+  void *data;            /* device memory on cuda, host memory on the emulator */
+  fatune_dtype dtype;
+  long long shape[4];
+  long long stride[4];
+} fatune_tensor;
+
+/* One call of fatune_attention. K and V have seq_k rows and heads that
+** divide Q's (grouped-query and multi-query attention: Q head h reads K/V
+** head h / (heads_q / heads_kv)); O is shaped as Q. lse is NULL or
+** [batch][heads_q][seq_q], contiguous, fp64 for fp64 and fp32 otherwise.
+** Leave what the call does not know zero: later fields may be added here. */
+typedef struct fatune_attention_args {
+  fatune_tensor q, k, v, o;
+  void *lse;
+  int causal;            /* bottom-right aligned when seq_q != seq_k */
+  double scale;          /* 0: 1/sqrt(dim) */
+  void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
+} fatune_attention_args;
 
 typedef struct fatune_ctx fatune_ctx;
 
@@ -75,16 +102,40 @@ FATUNE_API void fatune_close(fatune_ctx *ctx);
 /* "cuda" or "emu". */
 FATUNE_API const char *fatune_backend(const fatune_ctx *ctx);
 
-/* O (and lse, which may be NULL) for q, k, v: device pointers on cuda,
-** host pointers on the emulator. stream: a CUstream, or NULL; on cuda the
-** call returns once the kernel is queued on it. Q, K, V and O must be
-** 16-byte aligned (as cudaMalloc's are) for fp16 and bf16 with a head dim
-** that is a multiple of 8, whose kernels move 16 bytes at a time, and
-** aligned to their element otherwise; lse to its element. A misaligned
-** pointer gives FATUNE_EINVAL, naming it, and nothing is launched. */
+/* O (and lse, which may be NULL) for q, k, v: fatune_attention on
+** contiguous (batch, heads, seq, dim) tensors with as many K/V heads as Q
+** heads. Device pointers on cuda, host pointers on the emulator. stream: a
+** CUstream, or NULL; on cuda the call returns once the kernel is queued on
+** it. Q, K, V and O must be 16-byte aligned (as cudaMalloc's are) for fp16
+** and bf16 with a head dim that is a multiple of 8, whose kernels move 16
+** bytes at a time, and aligned to their element otherwise; lse to its
+** element. A misaligned pointer gives FATUNE_EINVAL, naming it, and
+** nothing is launched. */
 FATUNE_API fatune_status fatune_attention_forward(fatune_ctx *ctx, const fatune_problem *p, const void *q,
                                        const void *k, const void *v, void *o, void *lse,
                                        void *stream);
+
+/* O = attention(Q, K, V) as args says. The checks (each failure a
+** FATUNE_EINVAL whose message names the tensor and, for a stride, which
+** one): one dtype; shapes that agree; dim stride 1; strides not negative,
+** O's not 0 where its dim has more than one element; pointers and strides
+** aligned to the element, and to 16 bytes where the chosen kernel moves 16
+** bytes at a time (fp16 and bf16 with a head dim that is a multiple of 8,
+** as cudaMalloc'd, contiguous tensors are). On cuda the call pushes the
+** context's GPU's primary context, queues the kernel on args->stream and
+** pops it again: it does not wait, and the caller's current context is
+** left as it was. With lse NULL the logsumexp goes to a scratch buffer of
+** the context, grown when a larger problem comes (the only call that
+** waits for the device); the kernels with a workspace (the FA1-style loop
+** order, never the default) allocate it per call and wait. */
+FATUNE_API fatune_status fatune_attention(fatune_ctx *ctx, const fatune_attention_args *args);
+
+/* Everything fatune_attention does but the launch: the checks, the kernel
+** (chosen and built on first use, then from memory), the launch shape,
+** the argument block, the scratch buffer. Its name into name (may be
+** NULL). What a call costs on the host, measured apart from the GPU. */
+FATUNE_API fatune_status fatune_attention_plan(fatune_ctx *ctx, const fatune_attention_args *args,
+                                               char *name, size_t n);
 
 /* The variant fatune_attention_forward would run, its name into name. */
 FATUNE_API fatune_status fatune_choose(fatune_ctx *ctx, const fatune_problem *p, char *name, size_t n,

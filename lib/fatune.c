@@ -8,6 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,10 @@ struct fatune_ctx {
   pthread_rwlock_t lock;      /* the table */
   pthread_mutex_t slow;       /* the database, the generator, compiles */
   int cache_unusable_said;    /* the compile cache's refusal went to stderr */
+  pthread_mutex_t scratch_mu; /* the scratch logsumexp */
+  void *scratch;
+  size_t scratch_bytes;
+  atomic_int used;            /* a call entered the device: close must too */
   slot table[TABLE_SIZE];
 };
 
@@ -74,11 +79,25 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   if (!c) return fail(FATUNE_ENOMEM, "out of memory");
   pthread_rwlock_init(&c->lock, NULL);
   pthread_mutex_init(&c->slow, NULL);
+  pthread_mutex_init(&c->scratch_mu, NULL);
   char err[512], note[256];
   const char *bk = opts && opts->backend ? opts->backend : "auto";
+  int device = opts && strcmp(bk, "emu") ? opts->device : 0;
   fatune_status st = FATUNE_OK;
   int rc;
-  if ((rc = backend_open(bk, &c->be, note, sizeof note, err, sizeof err)) != 0 ||
+  /* "auto" without a current context takes GPU 0, or the emulator. */
+  if (device == FATUNE_DEVICE_CURRENT && cudrv_current_device(&device, err, sizeof err) != 0) {
+    if (!strcmp(bk, "cuda")) st = fail(FATUNE_ENODEV, "%s", err);
+    device = 0;
+  }
+  if (st == FATUNE_OK && device < 0)
+    st = fail(FATUNE_EINVAL, "bad device %d (an index from 0, or FATUNE_DEVICE_CURRENT)",
+              device);
+  if (st != FATUNE_OK) {
+    fatune_close(c);
+    return st;
+  }
+  if ((rc = backend_open_device(bk, device, &c->be, note, sizeof note, err, sizeof err)) != 0 ||
       (rc = gen_open(&c->gen, err, sizeof err)) != 0) {
     st = fail((fatune_status)rc, "%s", err);
   } else if (db_open(opts ? opts->db_path : NULL, DB_CREATE, &c->db, err, sizeof err) != 0) {
@@ -102,6 +121,10 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
 
 void fatune_close(fatune_ctx *c) {
   if (!c) return;
+  char err[512];
+  /* The device's context for freeing what is on it; the caller's kept. */
+  const int entered = atomic_load(&c->used) && backend_enter(c->be, err, sizeof err) == 0;
+  if (c->be) backend_free(c->be, c->scratch);
   for (int i = 0; i < TABLE_SIZE; i++)
     if (c->table[i].used) {
       if (c->table[i].prog) {
@@ -110,11 +133,13 @@ void fatune_close(fatune_ctx *c) {
       }
       gen_kernel_free(&c->table[i].k);
     }
+  if (entered) backend_leave(c->be);
   if (c->db) db_close(c->db);
   gen_close(c->gen);
   backend_close(c->be);
   pthread_rwlock_destroy(&c->lock);
   pthread_mutex_destroy(&c->slow);
+  pthread_mutex_destroy(&c->scratch_mu);
   free(c);
 }
 
@@ -329,21 +354,220 @@ fatune_status fatune_choose(fatune_ctx *c, const fatune_problem *p, char *name, 
 
 /* ---- The hot path ---- */
 
-/* Q, K, V and O aligned as the kernel's widest access to them needs (16
-** bytes for the tensor-core kernels' cp.async and 16-byte stores), the
-** logsumexp to its element: a misaligned pointer is the caller's error,
-** not a launch fault. */
-static fatune_status check_alignment(const gen_kernel *k, const fa_problem *p,
-                                     const void *const ptr[5]) {
-  static const char *const what[5] = {"q", "k", "v", "o", "lse"};
-  for (int i = 0; i < 5; i++) {
-    const uintptr_t align = (uintptr_t)(i < 4 ? k->io_align : fa_lse_size(p->dtype));
-    if (ptr[i] && (uintptr_t)ptr[i] % align)
-      return fail(FATUNE_EINVAL, "%s is not %d-byte aligned (%p): the kernel for dim %d %s "
-                  "%s %d bytes at a time", what[i], (int)align, ptr[i], p->dim,
-                  fa_dtype_name(p->dtype), i < 3 ? "loads" : "stores", (int)align);
+static const char *const tensor_name[4] = {"q", "k", "v", "o"};
+static const char *const dim_name[4] = {"batch", "heads", "seq", "dim"};
+
+/* The problem args describes, every tensor's shape and strides checked
+** against it; the kernel's alignment is checked later, once it is known. */
+static fatune_status check_args(const fatune_attention_args *x, fatune_problem *p) {
+  if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
+  for (int i = 0; i < 4; i++) {
+    if (!t[i]->data) return fail(FATUNE_EINVAL, "%s is NULL", tensor_name[i]);
+    if (t[i]->dtype != x->q.dtype)
+      return fail(FATUNE_EINVAL, "%s's dtype %d is not q's %d", tensor_name[i],
+                  (int)t[i]->dtype, (int)x->q.dtype);
+    for (int d = 0; d < 4; d++) {
+      if (t[i]->shape[d] < 1 || t[i]->shape[d] > (1 << 24))
+        return fail(FATUNE_EINVAL, "%s's %s is %lld (1 to 2^24)", tensor_name[i], dim_name[d],
+                    t[i]->shape[d]);
+      if (t[i]->stride[d] < 0 || t[i]->stride[d] > (1LL << 48))
+        return fail(FATUNE_EINVAL, "%s's stride %d (%s) is %lld: strides are 0 to 2^48",
+                    tensor_name[i], d, dim_name[d], t[i]->stride[d]);
+      /* Two elements of O in one place would be written by two threads. */
+      if (i == 3 && t[i]->stride[d] == 0 && t[i]->shape[d] > 1)
+        return fail(FATUNE_EINVAL, "o's stride %d (%s) is 0 over %lld elements", d,
+                    dim_name[d], t[i]->shape[d]);
+    }
+    if (t[i]->stride[3] != 1 && t[i]->shape[3] > 1)
+      return fail(FATUNE_EINVAL, "%s's stride 3 (dim) is %lld: the head dim must be contiguous",
+                  tensor_name[i], t[i]->stride[3]);
   }
+  const long long *q = x->q.shape, *k = x->k.shape;
+  for (int d = 0; d < 4; d++) {
+    if (x->o.shape[d] != q[d])
+      return fail(FATUNE_EINVAL, "o's %s is %lld, q's %lld", dim_name[d], x->o.shape[d], q[d]);
+    if (x->v.shape[d] != k[d])
+      return fail(FATUNE_EINVAL, "v's %s is %lld, k's %lld", dim_name[d], x->v.shape[d], k[d]);
+  }
+  if (k[0] != q[0] || k[3] != q[3])
+    return fail(FATUNE_EINVAL, "k's %s is %lld, q's %lld", k[0] != q[0] ? "batch" : "dim",
+                k[0] != q[0] ? k[0] : k[3], k[0] != q[0] ? q[0] : q[3]);
+  if (q[1] % k[1])
+    return fail(FATUNE_EINVAL, "k and v have %lld heads, which do not divide q's %lld", k[1],
+                q[1]);
+  *p = (fatune_problem){.batch = (int)q[0], .heads = (int)q[1], .seq_q = (int)q[2],
+                        .seq_k = (int)k[2], .dim = (int)q[3], .dtype = x->q.dtype,
+                        .causal = x->causal, .scale = x->scale};
+  return check_problem(p);
+}
+
+/* Pointers and strides aligned as the kernel's widest access to them needs
+** (16 bytes for the tensor-core kernels' cp.async and 16-byte stores), the
+** logsumexp to its element: a misaligned tensor is the caller's error,
+** not a launch fault. */
+static fatune_status check_alignment(const gen_kernel *k, const fatune_attention_args *x) {
+  const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
+  const fa_dtype dt = (fa_dtype)x->q.dtype;
+  const long long es = fa_dtype_size(dt), align = k->io_align > es ? k->io_align : es;
+  for (int i = 0; i < 4; i++) {
+    const char *how = i < 3 ? "loads" : "stores";
+    if ((uintptr_t)t[i]->data % (uintptr_t)align)
+      return fail(FATUNE_EINVAL, "%s is not %lld-byte aligned (%p): the kernel for dim %lld %s "
+                  "%s %lld bytes at a time", tensor_name[i], align, t[i]->data, x->q.shape[3],
+                  fa_dtype_name(dt), how, align);
+    for (int d = 0; d < 3; d++)
+      if (t[i]->shape[d] > 1 && t[i]->stride[d] * es % align)
+        return fail(FATUNE_EINVAL, "%s's stride %d (%s) of %lld elements is not a multiple of "
+                    "%lld bytes: the kernel for dim %lld %s %s %lld bytes at a time",
+                    tensor_name[i], d, dim_name[d], t[i]->stride[d], align, x->q.shape[3],
+                    fa_dtype_name(dt), how, align);
+  }
+  if ((uintptr_t)x->lse % (uintptr_t)fa_lse_size(dt))
+    return fail(FATUNE_EINVAL, "lse is not %d-byte aligned (%p)", fa_lse_size(dt), x->lse);
   return FATUNE_OK;
+}
+
+/* The bytes from a tensor's first element to the end of its last. */
+static size_t extent(const fatune_tensor *t, size_t es) {
+  size_t last = 0;
+  for (int d = 0; d < 4; d++) last += (size_t)(t->shape[d] - 1) * (size_t)t->stride[d];
+  return (last + 1) * es;
+}
+
+/* The logsumexp's scratch buffer, at least bytes long. Growing it waits
+** for the device first: kernels still queued may write the old one. */
+static fatune_status scratch_lse(fatune_ctx *c, size_t bytes, void **out) {
+  pthread_mutex_lock(&c->scratch_mu);
+  fatune_status st = FATUNE_OK;
+  if (c->scratch_bytes < bytes) {
+    char err[512];
+    int rc = c->scratch ? backend_sync(c->be, err, sizeof err) : 0;
+    if (rc == 0) {
+      backend_free(c->be, c->scratch);
+      c->scratch = NULL, c->scratch_bytes = 0;
+      rc = backend_alloc(c->be, bytes, &c->scratch, err, sizeof err);
+      if (rc == 0) c->scratch_bytes = bytes;
+    }
+    if (rc != 0) st = fail((fatune_status)rc, "the logsumexp's scratch buffer: %s", err);
+  }
+  *out = c->scratch;
+  pthread_mutex_unlock(&c->scratch_mu);
+  return st;
+}
+
+/* One call, ready to launch: under the table's read lock when it is. */
+typedef struct call {
+  slot *s;
+  fa_problem fp;
+  gen_launch shape;
+  fa_params a;
+  fa_emu_range extra[5];
+} call;
+
+static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x, call *cl) {
+  fatune_problem p;
+  fatune_status st = check_args(x, &p);
+  if (st != FATUNE_OK) return st;
+  cl->fp = to_problem(&p);
+  const fa_problem *fp = &cl->fp;
+  pthread_rwlock_rdlock(&c->lock);
+  cl->s = lookup(c, fp);
+  if (!cl->s) {
+    pthread_rwlock_unlock(&c->lock);
+    if ((st = prepare(c, fp, &cl->s)) != FATUNE_OK) return st;
+    pthread_rwlock_rdlock(&c->lock);
+    cl->s = lookup(c, fp);  /* another thread may have emptied the table meanwhile */
+    if (!cl->s) {
+      pthread_rwlock_unlock(&c->lock);
+      return fail(FATUNE_ENOMEM, "the kernel table is being refilled; call again");
+    }
+  }
+  void *lse = x->lse;
+  const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
+  const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
+  /* Kernels always write the logsumexp: a scratch one when the caller has none. */
+  if ((st = check_alignment(&cl->s->k, x)) != FATUNE_OK ||
+      (!lse && (st = scratch_lse(c, rows * ls, &lse)) != FATUNE_OK)) {
+    pthread_rwlock_unlock(&c->lock);
+    return st;
+  }
+  gen_launch_shape(&cl->s->k, fp, &cl->shape);
+  const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
+  cl->a = (fa_params){.q = x->q.data, .k = x->k.data, .v = x->v.data, .o = x->o.data,
+                      .lse = lse, .q_sb = x->q.stride[0], .q_sh = x->q.stride[1],
+                      .q_sn = x->q.stride[2], .k_sb = x->k.stride[0], .k_sh = x->k.stride[1],
+                      .k_sn = x->k.stride[2], .v_sb = x->v.stride[0], .v_sh = x->v.stride[1],
+                      .v_sn = x->v.stride[2], .o_sb = x->o.stride[0], .o_sh = x->o.stride[1],
+                      .o_sn = x->o.stride[2], .batch = fp->batch, .heads = fp->heads,
+                      .seq_q = fp->seq_q, .seq_k = fp->seq_k,
+                      .kv_group = (int)(x->q.shape[1] / x->k.shape[1]),
+                      .scale_log2 = fa_problem_scale(fp) * 1.4426950408889634074};
+  /* On the emulator the caller's buffers are host memory the kernel may touch. */
+  for (int i = 0; i < 4; i++)
+    cl->extra[i] = (fa_emu_range){(uintptr_t)t[i]->data,
+                                  (uintptr_t)t[i]->data + extent(t[i], es)};
+  cl->extra[4] = (fa_emu_range){(uintptr_t)lse, (uintptr_t)lse + rows * ls};
+  return FATUNE_OK;
+}
+
+/* Launch a prepared call; the read lock is released. */
+static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
+  char err[512];
+  void *ws = NULL;
+  int rc = cl->shape.ws_bytes ? backend_alloc(c->be, cl->shape.ws_bytes, &ws, err, sizeof err)
+                              : 0;
+  if (rc == 0) {
+    cl->a.ws = ws;
+    fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF,
+                      .extra = cl->extra, .nextra = 5, .stream = stream, .async = ws == NULL};
+    rc = backend_launch(c->be, cl->s->prog, &cl->shape, &cl->a, &ro, NULL, err, sizeof err);
+  }
+  pthread_rwlock_unlock(&c->lock);
+  backend_free(c->be, ws);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  return FATUNE_OK;
+}
+
+fatune_status fatune_attention(fatune_ctx *c, const fatune_attention_args *x) {
+  if (!c) return fail(FATUNE_EINVAL, "no context");
+  char err[512];
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  atomic_store(&c->used, 1);
+  call cl;
+  fatune_status st = call_prepare(c, x, &cl);
+  if (st == FATUNE_OK) st = call_launch(c, &cl, x->stream);
+  backend_leave(c->be);
+  if (st == FATUNE_OK) errbuf[0] = '\0';
+  return st;
+}
+
+fatune_status fatune_attention_plan(fatune_ctx *c, const fatune_attention_args *x, char *name,
+                                    size_t n) {
+  if (!c) return fail(FATUNE_EINVAL, "no context");
+  char err[512];
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  atomic_store(&c->used, 1);
+  call cl;
+  fatune_status st = call_prepare(c, x, &cl);
+  if (st == FATUNE_OK) {
+    if (name && n) snprintf(name, n, "%s", cl.s->k.name);
+    pthread_rwlock_unlock(&c->lock);
+    errbuf[0] = '\0';
+  }
+  backend_leave(c->be);
+  return st;
+}
+
+/* A contiguous (batch, heads, seq, dim) tensor. */
+static fatune_tensor contiguous(const fatune_problem *p, const void *data, int seq) {
+  fatune_tensor t = {.data = (void *)data, .dtype = p->dtype,
+                     .shape = {p->batch, p->heads, seq, p->dim}};
+  t.stride[3] = 1, t.stride[2] = p->dim, t.stride[1] = (long long)seq * p->dim;
+  t.stride[0] = t.stride[1] * p->heads;
+  return t;
 }
 
 fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, const void *q,
@@ -353,52 +577,9 @@ fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, c
   fatune_status st = check_problem(p);
   if (st != FATUNE_OK) return st;
   if (!q || !k || !v || !o) return fail(FATUNE_EINVAL, "q, k, v and o must not be NULL");
-  fa_problem fp = to_problem(p);
-  pthread_rwlock_rdlock(&c->lock);
-  slot *s = lookup(c, &fp);
-  if (!s) {
-    pthread_rwlock_unlock(&c->lock);
-    if ((st = prepare(c, &fp, &s)) != FATUNE_OK) return st;
-    pthread_rwlock_rdlock(&c->lock);
-    s = lookup(c, &fp);  /* another thread may have emptied the table meanwhile */
-    if (!s) {
-      pthread_rwlock_unlock(&c->lock);
-      return fail(FATUNE_ENOMEM, "the kernel table is being refilled; call again");
-    }
-  }
-  const void *const ptrs[5] = {q, k, v, o, lse};
-  if ((st = check_alignment(&s->k, &fp, ptrs)) != FATUNE_OK) {
-    pthread_rwlock_unlock(&c->lock);
-    return st;
-  }
-  gen_launch shape;
-  gen_launch_shape(&s->k, &fp, &shape);
-  char err[512];
-  void *ws = NULL, *lse_buf = lse;
-  const size_t es = (size_t)fa_dtype_size(fp.dtype), ls = (size_t)fa_lse_size(fp.dtype);
-  const size_t rows = (size_t)fp.batch * fp.heads * fp.seq_q;
-  /* Kernels always write the logsumexp: a scratch one when the caller has none. */
-  int rc = 0;
-  if ((shape.ws_bytes && (rc = backend_alloc(c->be, shape.ws_bytes, &ws, err, sizeof err))) ||
-      (!lse && (rc = backend_alloc(c->be, rows * ls, &lse_buf, err, sizeof err)))) {
-    pthread_rwlock_unlock(&c->lock);
-    backend_free(c->be, ws);
-    return fail((fatune_status)rc, "%s", err);
-  }
-  fa_params a = attn_params(&fp, q, k, v, o, lse_buf, ws);
-  /* On the emulator the caller's buffers are host memory the kernel may touch. */
-  const size_t kv = (size_t)fp.batch * fp.heads * fp.seq_k * fp.dim * es;
-  const fa_emu_range extra[5] = {
-    {(uintptr_t)q, (uintptr_t)q + rows * fp.dim * es}, {(uintptr_t)k, (uintptr_t)k + kv},
-    {(uintptr_t)v, (uintptr_t)v + kv}, {(uintptr_t)o, (uintptr_t)o + rows * fp.dim * es},
-    {(uintptr_t)lse_buf, (uintptr_t)lse_buf + rows * ls}};
-  fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF, .extra = extra,
-                    .nextra = 5, .stream = stream, .async = ws == NULL && lse_buf == lse};
-  rc = backend_launch(c->be, s->prog, &shape, &a, &ro, NULL, err, sizeof err);
-  pthread_rwlock_unlock(&c->lock);
-  backend_free(c->be, ws);
-  if (lse_buf != lse) backend_free(c->be, lse_buf);
-  if (rc != 0) return fail((fatune_status)rc, "%s", err);
-  errbuf[0] = '\0';
-  return FATUNE_OK;
+  fatune_attention_args x = {.q = contiguous(p, q, p->seq_q), .k = contiguous(p, k, p->seq_k),
+                             .v = contiguous(p, v, p->seq_k), .o = contiguous(p, o, p->seq_q),
+                             .lse = lse, .causal = p->causal, .scale = p->scale,
+                             .stream = stream};
+  return fatune_attention(c, &x);
 }

@@ -11,6 +11,11 @@
 
 int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
                  char *err, size_t errlen) {
+  return backend_open_device(name, 0, out, note, notelen, err, errlen);
+}
+
+int backend_open_device(const char *name, int ordinal, fa_backend **out, char *note,
+                        size_t notelen, char *err, size_t errlen) {
   *out = NULL;
   if (note && notelen) note[0] = '\0';
   if (!strcmp(name, "emu")) return backend_emu_open(out, err, errlen);
@@ -21,7 +26,8 @@ int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
   /* Probed in a child: this process must stay free of CUDA to fork workers. */
   char why[256];
   cudrv_device_info info;
-  if (cudrv_probe_isolated(&info, why, sizeof why)) return backend_cuda_open(&info, out, err, errlen);
+  if (cudrv_probe_isolated_at(ordinal, &info, why, sizeof why))
+    return backend_cuda_open(&info, out, err, errlen);
   if (!strcmp(name, "cuda")) {
     snprintf(err, errlen, "--backend cuda: %s", why);
     return FA_ENODEV;
@@ -115,3 +121,15 @@ void backend_cache_key(fa_backend *b, const char **target, const char **compiler
 }
 
 int backend_poisoned(fa_backend *b) { return b->ops->poisoned ? b->ops->poisoned(b) : 0; }
+
+int backend_enter(fa_backend *b, char *err, size_t errlen) {
+  return b->ops->enter ? b->ops->enter(b, err, errlen) : 0;
+}
+
+void backend_leave(fa_backend *b) {
+  if (b->ops->leave) b->ops->leave(b);
+}
+
+int backend_sync(fa_backend *b, char *err, size_t errlen) {
+  return b->ops->sync ? b->ops->sync(b, err, errlen) : 0;
+}

@@ -55,6 +55,9 @@ typedef struct fa_run_opts {
 ** reason for the fallback is left in note). */
 int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
                  char *err, size_t errlen);
+/* The same on GPU `ordinal` (backend_open takes GPU 0). */
+int backend_open_device(const char *name, int ordinal, fa_backend **out, char *note,
+                        size_t notelen, char *err, size_t errlen);
 void backend_close(fa_backend *b);
 const char *backend_name(const fa_backend *b);   /* "emu" or "cuda" */
 int backend_has_counters(const fa_backend *b);
@@ -103,6 +106,15 @@ int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
 /* CTAs of this kernel that fit on one multiprocessor; -1 where unknown. */
 int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                       int *ctas_per_sm, char *err, size_t errlen);
+
+/* A caller's scope (the library's calls): cuda pushes its device's context
+** on enter and pops it on leave, leaving the calling thread's context as
+** it was; every other backend does nothing. leave only after an enter
+** that succeeded, on the same thread. */
+int backend_enter(fa_backend *b, char *err, size_t errlen);
+void backend_leave(fa_backend *b);
+/* Wait for everything launched on the device (all streams). */
+int backend_sync(fa_backend *b, char *err, size_t errlen);
 
 /* 1 after an error that leaves the device unusable in this process (a
 ** sticky CUDA error): the process should end, a fresh one carry on. */

@@ -41,6 +41,9 @@ struct backend_ops {
               fa_program **prog, char *err, size_t errlen);
   void (*cache_key)(fa_backend *b, const char **target, const char **compiler,
                     const char **options);
+  int (*enter)(fa_backend *b, char *err, size_t errlen);
+  void (*leave)(fa_backend *b);
+  int (*sync)(fa_backend *b, char *err, size_t errlen);
 };
 struct fa_backend {
   const backend_ops *ops;

@@ -78,7 +78,8 @@ static int ck(cuda_backend *c, CUresult rc, const char *call, char *err, size_t 
   return status_of(rc);
 }
 
-static int ensure_device(cuda_backend *c, char *err, size_t errlen) {
+/* The primary context of the backend's device, retained on first use. */
+static int ensure_context(cuda_backend *c, char *err, size_t errlen) {
   pthread_mutex_lock(&c->mu);
   int rc = 0;
   if (!c->api) {
@@ -88,16 +89,43 @@ static int ensure_device(cuda_backend *c, char *err, size_t errlen) {
     if (cudrv_probe(why, sizeof why) <= 0 || !(api = cudrv_api_get())) {
       snprintf(err, errlen, "%s", why);
       rc = FA_ENODEV;
-    } else if (!(rc = ck(c, api->device_get(&dev, 0), "cuDeviceGet", err, errlen)) &&
+    } else if (!(rc = ck(c, api->device_get(&dev, c->info.ordinal), "cuDeviceGet", err,
+                         errlen)) &&
                !(rc = ck(c, api->ctx_retain(&c->ctx, dev), "cuDevicePrimaryCtxRetain", err,
                          errlen))) {
       c->api = api;
     }
   }
-  /* The primary context is current per thread: make it ours too. */
-  if (rc == 0) rc = ck(c, c->api->ctx_set(c->ctx), "cuCtxSetCurrent", err, errlen);
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+static int ensure_device(cuda_backend *c, char *err, size_t errlen) {
+  int rc = ensure_context(c, err, errlen);
+  /* The primary context is current per thread: make it ours too. */
+  if (rc == 0) rc = ck(c, c->api->ctx_set(c->ctx), "cuCtxSetCurrent", err, errlen);
+  return rc;
+}
+
+/* A library call's scope: the device's context pushed over the caller's,
+** popped on leaving, so the caller's current context stays as it was. */
+static int cuda_enter(fa_backend *b, char *err, size_t errlen) {
+  cuda_backend *c = self(b);
+  int rc = ensure_context(c, err, errlen);
+  if (rc == 0) rc = ck(c, c->api->ctx_push(c->ctx), "cuCtxPushCurrent", err, errlen);
+  return rc;
+}
+
+static void cuda_leave(fa_backend *b) {
+  cuda_backend *c = self(b);
+  CUcontext popped;
+  c->api->ctx_pop(&popped);  /* cannot fail after a push on this thread */
+}
+
+static int cuda_sync(fa_backend *b, char *err, size_t errlen) {
+  cuda_backend *c = self(b);
+  int rc = ensure_device(c, err, errlen);
+  return rc ? rc : ck(c, c->api->ctx_sync(), "cuCtxSynchronize", err, errlen);
 }
 
 static void cuda_close(fa_backend *b) {
@@ -370,7 +398,7 @@ static const backend_ops cuda_ops = {
   .program_free = cuda_program_free, .alloc = cuda_alloc, .free = cuda_free, .copy = cuda_copy,
   .fill = cuda_fill, .launch = cuda_launch, .time = cuda_time, .occupancy = cuda_occupancy,
   .poisoned = cuda_poisoned, .blob = cuda_blob, .load = cuda_load_program,
-  .cache_key = cuda_cache_key};
+  .cache_key = cuda_cache_key, .enter = cuda_enter, .leave = cuda_leave, .sync = cuda_sync};
 
 int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err,
                       size_t errlen) {

@@ -16,6 +16,9 @@ struct cudrv_api {
   CUresult (*ctx_retain)(CUcontext *, CUdevice);
   CUresult (*ctx_set)(CUcontext);
   CUresult (*ctx_sync)(void);
+  CUresult (*ctx_push)(CUcontext);
+  CUresult (*ctx_pop)(CUcontext *);
+  CUresult (*ctx_get_device)(CUdevice *);
   CUresult (*mem_alloc)(CUdeviceptr *, size_t);
   CUresult (*mem_free)(CUdeviceptr);
   CUresult (*htod)(CUdeviceptr, const void *, size_t);

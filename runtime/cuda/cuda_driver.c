@@ -102,6 +102,9 @@ static int load_api(void) {
          load_sym(&a->ctx_retain, sizeof a->ctx_retain, "cuDevicePrimaryCtxRetain") ||
          load_sym(&a->ctx_set, sizeof a->ctx_set, "cuCtxSetCurrent") ||
          load_sym(&a->ctx_sync, sizeof a->ctx_sync, "cuCtxSynchronize") ||
+         load_sym(&a->ctx_push, sizeof a->ctx_push, "cuCtxPushCurrent_v2") ||
+         load_sym(&a->ctx_pop, sizeof a->ctx_pop, "cuCtxPopCurrent_v2") ||
+         load_sym(&a->ctx_get_device, sizeof a->ctx_get_device, "cuCtxGetDevice") ||
          load_sym(&a->mem_alloc, sizeof a->mem_alloc, "cuMemAlloc_v2") ||
          load_sym(&a->mem_free, sizeof a->mem_free, "cuMemFree_v2") ||
          load_sym(&a->htod, sizeof a->htod, "cuMemcpyHtoD_v2") ||
@@ -209,6 +212,7 @@ int cudrv_device_query(int ordinal, cudrv_device_info *info, char *msg, size_t m
     return -1;
   }
   memset(info, 0, sizeof *info);
+  info->ordinal = ordinal;
   count = cudrv_probe(msg, msglen);
   if (count == 0) return -1;
   if (ordinal < 0 || ordinal >= count) {
@@ -271,7 +275,31 @@ typedef struct probe_answer {
   char msg[256];
 } probe_answer;
 
+int cudrv_current_device(int *ordinal, char *msg, size_t msglen) {
+  char buf[32];
+  CUdevice cur, dev;
+  int count = cudrv_probe(msg, msglen);
+  if (count == 0) return -1;
+  CUresult rc = drv.api.ctx_get_device(&cur);
+  if (rc != CUDA_SUCCESS) {
+    put_msg(msg, msglen, "no current CUDA context on this thread: cuCtxGetDevice: %s",
+            cu_error(rc, buf, sizeof buf));
+    return -1;
+  }
+  for (int i = 0; i < count; i++)
+    if (drv.get(&dev, i) == CUDA_SUCCESS && dev == cur) {
+      *ordinal = i;
+      return 0;
+    }
+  put_msg(msg, msglen, "the current CUDA context's device is none of the %d devices", count);
+  return -1;
+}
+
 int cudrv_probe_isolated(cudrv_device_info *info, char *msg, size_t msglen) {
+  return cudrv_probe_isolated_at(0, info, msg, msglen);
+}
+
+int cudrv_probe_isolated_at(int ordinal, cudrv_device_info *info, char *msg, size_t msglen) {
   int fds[2];
   probe_answer a;
   memset(&a, 0, sizeof a);
@@ -288,7 +316,7 @@ int cudrv_probe_isolated(cudrv_device_info *info, char *msg, size_t msglen) {
   }
   if (pid == 0) {
     close(fds[0]);
-    a.ok = cudrv_device_query(0, &a.info, a.msg, sizeof a.msg) == 0;
+    a.ok = cudrv_device_query(ordinal, &a.info, a.msg, sizeof a.msg) == 0;
     _exit(write(fds[1], &a, sizeof a) == (ssize_t)sizeof a ? 0 : 1);
   }
   close(fds[1]);

@@ -18,6 +18,7 @@ typedef struct cudrv_device_info {
   int l2_bytes;
   int clock_khz;
   size_t total_mem;           /* bytes */
+  int ordinal;                /* the device's index, as cuDeviceGet takes it */
 } cudrv_device_info;
 
 /* Load libcuda.so.1 and initialise it. Returns the number of devices (>= 1),
@@ -33,6 +34,13 @@ int cudrv_device_query(int ordinal, cudrv_device_info *info, char *msg, size_t m
 ** tuner forks its workers. Returns 1 with info filled, or 0 with the reason
 ** in msg (no driver, no GPU, or the probe itself crashed). */
 int cudrv_probe_isolated(cudrv_device_info *info, char *msg, size_t msglen);
+/* The same for device `ordinal`. */
+int cudrv_probe_isolated_at(int ordinal, cudrv_device_info *info, char *msg, size_t msglen);
+
+/* The ordinal of the device whose context is current on the calling thread
+** (the driver probed in this process). 0, or -1 with the reason in msg when
+** there is no driver or no current context. */
+int cudrv_current_device(int *ordinal, char *msg, size_t msglen);
 
 /* The driver entry points the cuda backend uses, after a successful probe
 ** in this process; NULL before. */

@@ -1,0 +1,256 @@
+/*
+** test_api.c
+** fatune_attention, the call that takes tensors, on the emulator:
+**  - (batch, seq, heads, dim) tensors and padded strides, grouped-query
+**    and multi-query attention, causal with seq_q != seq_k, fp32 and fp16:
+**    O matches the float64 reference, the logsumexp too;
+**  - lse NULL, then the same problem again (the scratch buffer reused),
+**    then a larger one (grown): all right;
+**  - each bad argument is FATUNE_EINVAL with a message naming the tensor
+**    and the stride, and nothing is written;
+**  - the host cost of a call with the kernel in memory, measured by
+**    fatune_attention_plan (all but the launch), is under 5 us.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "fatune.h"
+#include "reference.h"
+
+static char dir[] = "/tmp/fatune-test-api-XXXXXX";
+static fatune_ctx *ctx;
+
+static unsigned long long rng = 7;
+static double uniform(void) {
+  rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (double)(rng >> 11) / 9007199254740992.0 - 0.5;
+}
+
+/* A tensor of shape (b, h, n, d) laid out as (b, n, h, d) when bnhd, with
+** pad extra elements after each row of d; its values also kept as doubles,
+** contiguous (b, h, n, d). */
+typedef struct tensor {
+  fatune_tensor t;
+  double *ref;
+} tensor;
+
+static int tensor_make(tensor *x, fatune_dtype dt, int b, int h, int n, int d, int bnhd,
+                       int pad, int fill) {
+  const long long row = d + pad;
+  memset(x, 0, sizeof *x);
+  x->t.dtype = dt;
+  x->t.shape[0] = b, x->t.shape[1] = h, x->t.shape[2] = n, x->t.shape[3] = d;
+  x->t.stride[3] = 1;
+  x->t.stride[bnhd ? 1 : 2] = row;
+  x->t.stride[bnhd ? 2 : 1] = row * (bnhd ? h : n);
+  x->t.stride[0] = row * h * n;
+  const size_t total = (size_t)b * h * n * row;
+  x->t.data = malloc(total * (size_t)fa_dtype_size((fa_dtype)dt));
+  x->ref = malloc((size_t)b * h * n * d * sizeof *x->ref);
+  if (!x->t.data || !x->ref) return -1;
+  memset(x->t.data, 0xFF, total * (size_t)fa_dtype_size((fa_dtype)dt));
+  size_t i = 0;
+  for (int ib = 0; ib < b; ib++)
+    for (int ih = 0; ih < h; ih++)
+      for (int in = 0; in < n; in++)
+        for (int id = 0; id < d; id++, i++) {
+          const size_t at = (size_t)(ib * x->t.stride[0] + ih * x->t.stride[1] +
+                                     in * x->t.stride[2] + id);
+          x->ref[i] = fill ? fa_elem_put(x->t.data, (fa_dtype)dt, at, uniform()) : 0;
+        }
+  return 0;
+}
+
+static void tensor_free(tensor *x) {
+  free(x->t.data), free(x->ref);
+}
+
+/* The largest error of O and the logsumexp against the float64 reference,
+** K/V head h / group for Q head h. */
+static double error_of(const tensor *q, const tensor *k, const tensor *v, const tensor *o,
+                       const double *lse, fatune_dtype dt, int causal, double *lse_err) {
+  const int B = (int)q->t.shape[0], H = (int)q->t.shape[1], NQ = (int)q->t.shape[2];
+  const int NK = (int)k->t.shape[2], D = (int)q->t.shape[3], G = H / (int)k->t.shape[1];
+  fa_problem one = {.batch = 1, .heads = 1, .seq_q = NQ, .seq_k = NK, .dim = D,
+                    .dtype = (fa_dtype)dt, .causal = causal};
+  const fa_layout lq = fa_layout_contiguous(&one, NQ), lk = fa_layout_contiguous(&one, NK);
+  double *ro = malloc((size_t)NQ * D * sizeof *ro), *rl = malloc((size_t)NQ * sizeof *rl);
+  double worst = INFINITY;
+  *lse_err = INFINITY;
+  if (!ro || !rl) goto done;
+  worst = 0, *lse_err = 0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++) {
+      const size_t qo = ((size_t)b * H + h) * NQ * D;
+      const size_t ko = ((size_t)b * (H / G) + h / G) * NK * D;
+      if (ref_attention(&one, q->ref + qo, lq, k->ref + ko, lk, v->ref + ko, lk, ro, lq, rl)) {
+        worst = INFINITY;
+        goto done;
+      }
+      for (int r = 0; r < NQ; r++) {
+        for (int d = 0; d < D; d++) {
+          const size_t at = (size_t)(b * o->t.stride[0] + h * o->t.stride[1] +
+                                     r * o->t.stride[2] + d);
+          const double e = fabs(fa_elem_get(o->t.data, (fa_dtype)dt, at) - ro[(size_t)r * D + d]);
+          if (!(e <= worst)) worst = e;
+        }
+        if (lse) {
+          const double e = fabs(lse[((size_t)b * H + h) * NQ + r] - rl[r]);
+          if (!(e <= *lse_err)) *lse_err = e;
+        }
+      }
+    }
+done:
+  free(ro), free(rl);
+  return worst;
+}
+
+typedef struct shape {
+  const char *what;
+  fatune_dtype dt;
+  int b, hq, hk, nq, nk, d, bnhd, pad, causal;
+  double tol;
+} shape;
+
+static void run_shape(const shape *s) {
+  tensor q, k, v, o;
+  rng = 7;
+  if (tensor_make(&q, s->dt, s->b, s->hq, s->nq, s->d, s->bnhd, s->pad, 1) ||
+      tensor_make(&k, s->dt, s->b, s->hk, s->nk, s->d, s->bnhd, s->pad, 1) ||
+      tensor_make(&v, s->dt, s->b, s->hk, s->nk, s->d, s->bnhd, s->pad, 1) ||
+      tensor_make(&o, s->dt, s->b, s->hq, s->nq, s->d, !s->bnhd, s->pad, 0)) {
+    CHECK(0, "%s: out of memory", s->what);
+    return;
+  }
+  const size_t rows = (size_t)s->b * s->hq * s->nq;
+  float *lse32 = malloc(rows * sizeof *lse32);
+  double *lse = malloc(rows * sizeof *lse);
+  fatune_attention_args a = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .causal = s->causal};
+  if (s->dt == FATUNE_FP64) a.lse = lse;
+  else a.lse = lse32;
+  fatune_status st = lse && lse32 ? fatune_attention(ctx, &a) : FATUNE_ENOMEM;
+  CHECK(st == FATUNE_OK, "%s: status %d: %s", s->what, (int)st, fatune_errmsg());
+  if (st == FATUNE_OK) {
+    if (s->dt != FATUNE_FP64)
+      for (size_t i = 0; i < rows; i++) lse[i] = lse32[i];
+    double le, e = error_of(&q, &k, &v, &o, lse, s->dt, s->causal, &le);
+    CHECK(e < s->tol && le < s->tol, "%s: O error %.3g, lse error %.3g (tolerance %g)",
+          s->what, e, le, s->tol);
+    /* Without a logsumexp: the scratch one, twice. */
+    a.lse = NULL;
+    for (int i = 0; i < 2; i++) {
+      memset(o.t.data, 0xFF, (size_t)2 * sizeof(double));
+      st = fatune_attention(ctx, &a);
+      e = error_of(&q, &k, &v, &o, NULL, s->dt, s->causal, &le);
+      CHECK(st == FATUNE_OK && e < s->tol, "%s, lse NULL (%d): status %d (%s), error %.3g",
+            s->what, i, (int)st, fatune_errmsg(), e);
+    }
+  }
+  free(lse), free(lse32);
+  tensor_free(&q), tensor_free(&k), tensor_free(&v), tensor_free(&o);
+}
+
+static void test_shapes(void) {
+  static const shape shapes[] = {
+    {"fp32 bhnd", FATUNE_FP32, 2, 2, 2, 24, 40, 16, 0, 0, 1, 1e-5},
+    {"fp32 bnhd GQA 4/2, padded rows", FATUNE_FP32, 1, 4, 2, 24, 40, 16, 1, 3, 1, 1e-5},
+    {"fp64 bnhd MQA 3/1", FATUNE_FP64, 2, 3, 1, 33, 17, 8, 1, 0, 0, 1e-12},
+    {"fp16 bnhd GQA 4/2, causal 40 of 24", FATUNE_FP16, 1, 4, 2, 40, 24, 16, 1, 8, 1, 2e-3},
+    {"bf16 bhnd MQA 2/1", FATUNE_BF16, 1, 2, 1, 16, 48, 16, 0, 0, 0, 1.6e-2},
+  };
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i]);
+}
+
+/* Bad arguments: FATUNE_EINVAL, the message naming what is wrong, O (all
+** ones, as tensor_make leaves it) untouched. */
+static void test_bad(void) {
+  tensor q, k, v, o;
+  if (tensor_make(&q, FATUNE_FP16, 1, 4, 16, 16, 1, 0, 1) ||
+      tensor_make(&k, FATUNE_FP16, 1, 2, 16, 16, 1, 0, 1) ||
+      tensor_make(&v, FATUNE_FP16, 1, 2, 16, 16, 1, 0, 1) ||
+      tensor_make(&o, FATUNE_FP16, 1, 4, 16, 16, 1, 0, 0)) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  const fatune_attention_args good = {.q = q.t, .k = k.t, .v = v.t, .o = o.t};
+  struct { const char *what, *needle; fatune_attention_args a; } bad[8];
+  for (int i = 0; i < 8; i++) bad[i].a = good;
+  bad[0].what = "k's seq stride of 20 fp16", bad[0].needle = "k's stride 2 (seq)";
+  bad[0].a.k.stride[2] = 20;
+  bad[1].what = "3 K/V heads for 4", bad[1].needle = "do not divide";
+  bad[1].a.k.shape[1] = 3, bad[1].a.v.shape[1] = 3;
+  bad[2].what = "dim not contiguous", bad[2].needle = "v's stride 3 (dim)";
+  bad[2].a.v.stride[3] = 2;
+  bad[3].what = "o's seq stride 0", bad[3].needle = "o's stride 2 (seq) is 0";
+  bad[3].a.o.stride[2] = 0;
+  bad[4].what = "v fp32", bad[4].needle = "v's dtype";
+  bad[4].a.v.dtype = FATUNE_FP32;
+  bad[5].what = "q misaligned", bad[5].needle = "q is not 16-byte aligned";
+  bad[5].a.q.data = (char *)q.t.data + 2;
+  bad[6].what = "negative stride", bad[6].needle = "q's stride 1 (heads) is -16";
+  bad[6].a.q.stride[1] = -16;
+  bad[7].what = "o's seq 15", bad[7].needle = "o's seq is 15";
+  bad[7].a.o.shape[2] = 15;
+  for (int i = 0; i < 8; i++) {
+    fatune_status st = fatune_attention(ctx, &bad[i].a);
+    CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), bad[i].needle),
+          "%s: status %d, '%s'", bad[i].what, (int)st, fatune_errmsg());
+    CHECK(((unsigned char *)o.t.data)[0] == 0xFF, "%s: O written", bad[i].what);
+  }
+  CHECK(fatune_attention(ctx, NULL) == FATUNE_EINVAL, "NULL arguments");
+  CHECK(fatune_attention(ctx, &good) == FATUNE_OK, "the good call: %s", fatune_errmsg());
+  tensor_free(&q), tensor_free(&k), tensor_free(&v), tensor_free(&o);
+}
+
+/* What a call costs on the host once its kernel is in memory: the best of
+** five rounds, against a machine's other load. */
+static void test_overhead(void) {
+  tensor q, k, v, o;
+  if (tensor_make(&q, FATUNE_FP32, 1, 8, 128, 64, 1, 0, 0) ||
+      tensor_make(&k, FATUNE_FP32, 1, 2, 128, 64, 1, 0, 0) ||
+      tensor_make(&v, FATUNE_FP32, 1, 2, 128, 64, 1, 0, 0) ||
+      tensor_make(&o, FATUNE_FP32, 1, 8, 128, 64, 1, 0, 0)) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  const fatune_attention_args a = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .causal = 1};
+  char name[160];
+  CHECK(fatune_attention_plan(ctx, &a, name, sizeof name) == FATUNE_OK, "%s", fatune_errmsg());
+  enum { N = 100000 };
+  double best = INFINITY;
+  for (int round = 0; round < 5; round++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < N; i++) fatune_attention_plan(ctx, &a, NULL, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 +
+                       (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / N;
+    if (us < best) best = us;
+  }
+  printf("fatune_attention_plan, kernel in memory: %.3f us per call (%s)\n", best, name);
+  CHECK(best < 5, "%.3f us per call", best);
+  tensor_free(&q), tensor_free(&k), tensor_free(&v), tensor_free(&o);
+}
+
+int main(void) {
+  if (!mkdtemp(dir)) return 1;
+  char db[128];
+  snprintf(db, sizeof db, "%s/api.db", dir);
+  fatune_options opts = {.db_path = db, .backend = "emu"};
+  if (fatune_open(&opts, &ctx) != FATUNE_OK) {
+    fprintf(stderr, "fatune_open: %s\n", fatune_errmsg());
+    return 1;
+  }
+  test_shapes();
+  test_bad();
+  test_overhead();
+  fatune_close(ctx);
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  return check_done("test_api");
+}
