@@ -1,0 +1,262 @@
+"""fatune: FlashAttention forward with the kernels fatune tuned.
+
+    import fatune
+    o = fatune.attention(q, k, v, causal=True)
+
+q, k and v are PyTorch tensors (CUDA ones run on their GPU, on the current
+stream; CPU ones on fatune's CPU emulator), NumPy arrays (on the emulator),
+or any arrays that speak DLPack. fatune.tune measures the variants for a
+problem into the results database, fatune.best says what it holds; the
+library then runs the best variant for each problem it is given.
+"""
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _lib, _numpy
+from ._lib import Error
+
+try:
+    from importlib.metadata import PackageNotFoundError, version as _dist_version
+    __version__ = _dist_version("fatune")
+except PackageNotFoundError:  # imported from a source tree
+    __version__ = "0+unknown"
+
+__all__ = ["Error", "attention", "plan", "tune", "best", "executable", "__version__"]
+
+_LAYOUTS = ("bhnd", "bnhd")
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2
+
+# PyTorch: its tensors are taken, and fatune::attention registered, when it
+# can be imported (2.4 or later: torch.library.custom_op).
+_torch: Any = None
+if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
+    try:
+        from . import _torch
+    except (ImportError, AttributeError):
+        _torch = None
+
+
+def _is_torch(x: Any) -> bool:
+    return _torch is not None and isinstance(x, _torch.torch.Tensor)
+
+
+def _from_dlpack(name: str, x: Any) -> Any:
+    """A NumPy array or torch tensor on the same memory as DLPack array x."""
+    try:
+        dev_type, _ = x.__dlpack_device__()
+    except Exception as e:
+        raise TypeError("%s: __dlpack_device__ failed: %s" % (name, e)) from None
+    if dev_type == _DLPACK_CPU:
+        return np.from_dlpack(x)
+    if dev_type == _DLPACK_CUDA and _torch is not None:
+        return _torch.torch.from_dlpack(x)
+    raise TypeError("%s: a DLPack array on device type %d; fatune takes CPU arrays, and CUDA "
+                    "ones with PyTorch installed" % (name, dev_type))
+
+
+def _arrays(q: Any, k: Any, v: Any, out: Any) -> Tuple[Any, Any, Any, Any]:
+    """The four as NumPy arrays or torch tensors, all of q's kind."""
+    named = {"q": q, "k": k, "v": v, "out": out}
+    for name, x in named.items():
+        if x is None and name == "out":
+            continue
+        if isinstance(x, np.ndarray) or _is_torch(x):
+            continue
+        if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+            named[name] = _from_dlpack(name, x)
+        else:
+            raise TypeError("%s: a PyTorch tensor, a NumPy array or a DLPack array, not %s"
+                            % (name, type(x).__name__))
+    return named["q"], named["k"], named["v"], named["out"]
+
+
+def _check_shapes(q: Any, k: Any, v: Any, layout: str) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if len(x.shape) != 4:
+            raise ValueError("%s: shape %s; it must have 4 dims, (batch, %s, dim)"
+                             % (name, tuple(x.shape), "heads, seq" if layout == "bhnd"
+                                else "seq, heads"))
+    hd = 1 if layout == "bhnd" else 2
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError("v: shape %s, but k's is %s" % (tuple(v.shape), tuple(k.shape)))
+    if k.shape[0] != q.shape[0]:
+        raise ValueError("k: batch %d, but q's is %d" % (k.shape[0], q.shape[0]))
+    if k.shape[3] != q.shape[3]:
+        raise ValueError("k: head dim %d, but q's is %d" % (k.shape[3], q.shape[3]))
+    if k.shape[hd] < 1 or q.shape[hd] % k.shape[hd]:
+        raise ValueError("k: %d heads, which do not divide q's %d" % (k.shape[hd], q.shape[hd]))
+    for name, x in (("q", q), ("k", k)):
+        if min(x.shape) < 1:
+            raise ValueError("%s: shape %s has an empty dim" % (name, tuple(x.shape)))
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None,
+              out: Any = None, return_lse: bool = False, layout: str = "bhnd",
+              db: Optional[str] = None) -> Any:
+    """Attention forward: softmax(scale * q k^T) v, per batch and head.
+
+    q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
+    dim) with layout "bnhd"; k and v likewise with seq_k rows and a number of
+    heads that divides q's (grouped-query and multi-query attention: q head
+    h reads k/v head h // (heads_q // heads_kv)). Any strides; the head dim
+    is contiguous or the input is copied. dtype float16, bfloat16, float32 or
+    float64, the same for all.
+
+    PyTorch CUDA tensors run on their GPU, on its current stream, without
+    waiting; CPU tensors and NumPy arrays run on the emulator. Other arrays
+    come in through DLPack and the result is a NumPy array (CPU) or a torch
+    tensor (CUDA).
+
+    causal: mask keys after each query, aligned to the bottom-right corner
+    when seq_q != seq_k. scale: the softmax scale, 1/sqrt(dim) if None.
+    out: where to write O (shaped and typed as q), else a new array
+    allocated like q. return_lse: also return the logsumexp of each row,
+    (batch, heads, seq_q), float32 (float64 for float64). db: the results
+    database (default: $FATUNE_DB, else ~/.cache/fatune/fatune.db).
+
+    Returns O, or (O, lse). Raises TypeError or ValueError naming the
+    argument that is wrong, fatune.Error when the library fails.
+    """
+    o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False)
+    return (o, lse) if return_lse else o
+
+
+def plan(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None,
+         out: Any = None, layout: str = "bhnd", db: Optional[str] = None) -> str:
+    """The name of the variant fatune.attention would run on these arguments:
+    everything it does (the checks, the kernel chosen and built on first use,
+    then taken from memory, the launch's arguments) but the launch. What a
+    call costs on the host, timed without a GPU."""
+    return _attention(q, k, v, causal, scale, out, False, layout, db, True)[2]
+
+
+def _attention(q: Any, k: Any, v: Any, causal: bool, scale: Optional[float], out: Any,
+               return_lse: bool, layout: str, db: Optional[str], plan: bool
+               ) -> Tuple[Any, Any, str]:
+    if layout not in _LAYOUTS:
+        raise ValueError("layout: %r; it must be 'bhnd' or 'bnhd'" % (layout,))
+    if scale is None:
+        scale_value = 0.0
+    else:
+        try:
+            scale_value = float(scale)
+        except (TypeError, ValueError):
+            raise TypeError("scale: a number, not %s" % type(scale).__name__) from None
+        if not (scale_value > 0 and math.isfinite(scale_value)):
+            raise ValueError("scale: %r; it must be positive and finite" % (scale,))
+    q, k, v, out = _arrays(q, k, v, out)
+    _check_shapes(q, k, v, layout)
+    if _is_torch(q):
+        if not (_is_torch(k) and _is_torch(v) and (out is None or _is_torch(out))):
+            bad = "k" if not _is_torch(k) else "v" if not _is_torch(v) else "out"
+            raise TypeError("%s: a torch.Tensor like q" % bad)
+        _torch.check(q, k, v, out)
+        if out is None and db is None and not plan:
+            o, lse = _torch.attention_op(q, k, v, bool(causal), scale_value, layout)
+            return o, lse, ""
+        if out is None:
+            out = _torch.torch.empty_like(q)
+        lse = q.new_empty(_torch._lse_shape(q, layout), dtype=_torch._lse_dtype(q)) \
+            if return_lse else None
+        name = _torch.run(q, k, v, out, lse, bool(causal), scale_value, layout, db, plan)
+        return out, lse, name
+    if not isinstance(q, np.ndarray):
+        raise TypeError("q: a PyTorch tensor, a NumPy array or a DLPack array, not %s"
+                        % type(q).__name__)
+    return _numpy.attention(q, k, v, bool(causal), scale_value, out, return_lse, layout, db,
+                            plan)
+
+
+def executable() -> str:
+    """The path of the fatune command that came with this package."""
+    return str(_lib.bin_dir() / "fatune")
+
+
+_DTYPES = ("fp32", "fp64", "fp16", "bf16")
+
+
+def _problem_args(dim: int, seq: int, seq_k: Optional[int], dtype: str, causal: bool,
+                  db: Optional[str]) -> List[str]:
+    for name, val in (("dim", dim), ("seq", seq)) + ((("seq_k", seq_k),) if seq_k else ()):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError("%s: %r; it must be a positive integer" % (name, val))
+    if dtype not in _DTYPES:
+        raise ValueError("dtype: %r; it must be one of %s" % (dtype, ", ".join(_DTYPES)))
+    args = ["--dim", str(dim), "--seq", str(seq), "--dtype", dtype]
+    if seq_k:
+        args += ["--seq-k", str(seq_k)]
+    if causal:
+        args.append("--causal")
+    if db:
+        args += ["--db", os.fspath(db)]
+    return args
+
+
+def _command(args: Sequence[str]) -> str:
+    r = subprocess.run([executable()] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        raise Error(lines[-1] if lines else "fatune exited with status %d" % r.returncode,
+                    r.returncode)
+    return r.stdout
+
+
+def tune(dim: int = 64, seq: int = 4096, dtype: str = "bf16", causal: bool = False,
+         seq_k: Optional[int] = None, batch: int = 4, heads: int = 16,
+         backend: str = "auto", db: Optional[str] = None, retune: bool = False,
+         extra: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """Measure every variant of the default space for a problem, as the
+    fatune command's main job does (it runs the command shipped with this
+    package), and record them in the database that fatune.attention reads.
+
+    backend: "auto" (the GPU, else the emulator), "cuda" or "emu". extra:
+    further command-line flags (e.g. ["--trial-ms", "100"]). Returns one
+    dict per variant (the command's --json rows). Raises fatune.Error with
+    the command's message when it fails.
+    """
+    args = _problem_args(dim, seq, seq_k, dtype, causal, db)
+    for name, val in (("batch", batch), ("heads", heads)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError("%s: %r; it must be a positive integer" % (name, val))
+    if backend not in ("auto", "cuda", "emu"):
+        raise ValueError("backend: %r; it must be 'auto', 'cuda' or 'emu'" % (backend,))
+    args += ["--batch", str(batch), "--heads", str(heads), "--backend", backend, "--json"]
+    if retune:
+        args.append("--retune")
+    rows = json.loads(_command(args + [str(a) for a in extra]))
+    return rows if isinstance(rows, list) else [rows]
+
+
+def best(dim: int = 64, seq: int = 4096, dtype: str = "bf16", causal: bool = False,
+         seq_k: Optional[int] = None, device: Optional[str] = None,
+         db: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """The best variant the database holds for a problem (`fatune best
+    --json`, run with the command shipped with this package): a dict with
+    its name ("variant"), config, device, timings and whether it was tuned
+    for this very seq ("exact"); None when nothing is recorded for it.
+    device: a device's name, UUID or part of its name.
+    """
+    args = ["best"] + _problem_args(dim, seq, seq_k, dtype, causal, db) + ["--json"]
+    if device:
+        args += ["--device", device]
+    try:
+        text = _command(args).strip()
+    except Error as e:
+        # An answer, not a failure: the command says so and exits 1.
+        if "nothing recorded" in str(e) or "no database at" in str(e):
+            return None
+        raise
+    if not text:
+        return None
+    row: Union[Dict[str, Any], None, List[Any]] = json.loads(text)
+    if isinstance(row, list):
+        return row[0] if row else None
+    return row

@@ -1,0 +1,109 @@
+"""libfatune through ctypes: the structs of fatune.h and one context per
+backend and device, opened on first use and kept for the process."""
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+FP32, FP64, FP16, BF16 = 0, 1, 2, 3
+DTYPE_NAMES = {FP32: "fp32", FP64: "fp64", FP16: "fp16", BF16: "bf16"}
+DEVICE_CURRENT = -1
+
+_STATUS = ["ok", "invalid argument", "no device", "database error", "compile error",
+           "launch error", "out of memory", "internal error"]
+
+
+class Error(RuntimeError):
+    """A failure libfatune reported: its message, and its status in .status."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int),
+                ("shape", ctypes.c_longlong * 4), ("stride", ctypes.c_longlong * 4)]
+
+
+class AttentionArgs(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
+                ("lse", ctypes.c_void_p), ("causal", ctypes.c_int), ("scale", ctypes.c_double),
+                ("stream", ctypes.c_void_p)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("db_path", ctypes.c_char_p), ("backend", ctypes.c_char_p),
+                ("device", ctypes.c_int)]
+
+
+def bin_dir() -> Path:
+    """Where the package keeps libfatune.so and the fatune command."""
+    return Path(__file__).resolve().parent / "_bin"
+
+
+def _load() -> ctypes.CDLL:
+    path = os.environ.get("FATUNE_LIBRARY") or str(bin_dir() / "libfatune.so")
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError("fatune: cannot load libfatune (%s): %s" % (path, e)) from None
+    ctx = ctypes.c_void_p
+    lib.fatune_open.argtypes = [ctypes.POINTER(Options), ctypes.POINTER(ctx)]
+    lib.fatune_open.restype = ctypes.c_int
+    lib.fatune_close.argtypes = [ctx]
+    lib.fatune_close.restype = None
+    lib.fatune_backend.argtypes = [ctx]
+    lib.fatune_backend.restype = ctypes.c_char_p
+    lib.fatune_errmsg.argtypes = []
+    lib.fatune_errmsg.restype = ctypes.c_char_p
+    lib.fatune_attention.argtypes = [ctx, ctypes.POINTER(AttentionArgs)]
+    lib.fatune_attention.restype = ctypes.c_int
+    lib.fatune_attention_plan.argtypes = [ctx, ctypes.POINTER(AttentionArgs), ctypes.c_char_p,
+                                          ctypes.c_size_t]
+    lib.fatune_attention_plan.restype = ctypes.c_int
+    return lib
+
+
+LIB = _load()
+
+
+def call(ctx: int, args: AttentionArgs, plan: bool) -> str:
+    """fatune_attention, or with plan fatune_attention_plan: the variant's
+    name, and nothing launched."""
+    if not plan:
+        check(LIB.fatune_attention(ctx, args))
+        return ""
+    name = ctypes.create_string_buffer(256)
+    check(LIB.fatune_attention_plan(ctx, args, name, len(name)))
+    return name.value.decode()
+
+
+def check(status: int) -> None:
+    """Raise Error with the library's message for a status that is not OK."""
+    if status != 0:
+        msg = LIB.fatune_errmsg().decode("utf-8", "replace")
+        what = _STATUS[status] if 0 <= status < len(_STATUS) else "status %d" % status
+        raise Error(msg or what, status)
+
+
+_contexts: Dict[Tuple[str, int, Optional[str]], int] = {}
+_lock = threading.Lock()
+
+
+def context(backend: str, device: int = 0, db: Optional[str] = None) -> int:
+    """The context for this backend ("emu" or "cuda"), device and database."""
+    key = (backend, device, db)
+    c = _contexts.get(key)
+    if c is not None:
+        return c
+    with _lock:
+        c = _contexts.get(key)
+        if c is None:
+            opts = Options(db.encode() if db else None, backend.encode(), device)
+            h = ctypes.c_void_p()
+            # The library's message is per thread: read it on this one.
+            check(LIB.fatune_open(ctypes.byref(opts), ctypes.byref(h)))
+            c = _contexts[key] = h.value
+    return c

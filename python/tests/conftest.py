@@ -1,0 +1,56 @@
+"""The package's tests run against a database and key of their own, never
+the user's; shared helpers: the float64 reference and each dtype's
+tolerance (the tuner's)."""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+_tmp = None
+
+
+def pytest_configure(config):
+    # Before fatune opens a context: contexts are kept for the process.
+    global _tmp
+    _tmp = tempfile.mkdtemp(prefix="fatune-pytest-")
+    os.environ["FATUNE_DB"] = os.path.join(_tmp, "test.db")
+    os.environ.setdefault("FATUNE_KEY", os.path.join(_tmp, "test.key"))
+
+
+def pytest_unconfigure(config):
+    if _tmp:
+        shutil.rmtree(_tmp, ignore_errors=True)
+
+
+# The relative L2 error each dtype's kernels must meet (tuner/validate.c).
+TOLERANCE = {"float32": 1e-5, "float64": 1e-10, "float16": 5e-3, "bfloat16": 1e-2}
+
+
+def rel_err(x, ref):
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.sqrt(((x - ref) ** 2).sum() / (ref ** 2).sum()))
+
+
+def reference(q, k, v, causal=False, scale=None, layout="bhnd"):
+    """O and the logsumexp in float64 from the values q, k, v hold; k/v
+    head h // group for q head h; causal aligned bottom-right. O in the
+    layout given, lse (batch, heads, seq_q)."""
+    q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
+    if layout == "bnhd":
+        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    s = q @ k.transpose(0, 1, 3, 2) * (scale if scale else 1 / np.sqrt(q.shape[-1]))
+    if causal:
+        nq, nk = q.shape[2], k.shape[2]
+        visible = np.arange(nk)[None, :] <= np.arange(nq)[:, None] + (nk - nq)
+        s = np.where(visible, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    l = p.sum(-1, keepdims=True)
+    o = p @ v / l
+    lse = (m + np.log(l))[..., 0]
+    if layout == "bnhd":
+        o = o.transpose(0, 2, 1, 3)
+    return o, lse

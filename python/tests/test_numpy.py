@@ -1,0 +1,180 @@
+"""fatune.attention on NumPy arrays, run on the emulator, against a float64
+reference: every dtype, both layouts, strided and copied inputs, GQA and
+MQA, causal with seq_q != seq_k, the logsumexp, out=, DLPack, bad inputs.
+Shapes stay small (the emulator runs every GPU thread on the CPU), and
+share a few problem keys, so that few kernels are compiled."""
+import numpy as np
+import pytest
+
+import fatune
+from conftest import TOLERANCE, rel_err, reference
+
+B, H, NQ, NK, D = 1, 2, 16, 24, 16
+
+
+def dtype(name):
+    if name == "bfloat16":
+        ml_dtypes = pytest.importorskip("ml_dtypes")
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def randn(shape, dt, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dt)
+
+
+def qkv(dt, hq=H, hk=H, nq=NQ, nk=NK, layout="bhnd", seed=0):
+    def shape(h, n):
+        return (B, h, n, D) if layout == "bhnd" else (B, n, h, D)
+    return (randn(shape(hq, nq), dt, seed), randn(shape(hk, nk), dt, seed + 1),
+            randn(shape(hk, nk), dt, seed + 2))
+
+
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+@pytest.mark.parametrize("name", ["float32", "float64", "float16", "bfloat16"])
+def test_dtypes_and_layouts(name, layout):
+    dt = dtype(name)
+    q, k, v = qkv(dt, layout=layout)
+    o, lse = fatune.attention(q, k, v, layout=layout, return_lse=True)
+    ref, ref_lse = reference(q, k, v, layout=layout)
+    assert o.dtype == dt and o.shape == q.shape
+    assert lse.dtype == (np.float64 if name == "float64" else np.float32)
+    assert lse.shape == (B, H, NQ)
+    assert rel_err(o, ref) < TOLERANCE[name]
+    assert rel_err(lse, ref_lse) < TOLERANCE[name]
+
+
+@pytest.mark.parametrize("hk", [1, 2])
+def test_gqa_mqa(hk):
+    q, k, v = qkv(np.float32, hq=4, hk=hk, layout="bnhd", seed=3)
+    o = fatune.attention(q, k, v, layout="bnhd")
+    assert rel_err(o, reference(q, k, v, layout="bnhd")[0]) < TOLERANCE["float32"]
+
+
+def test_causal_seq_q_shorter():
+    q, k, v = qkv(np.float32, nq=24, nk=40, seed=5)
+    o, lse = fatune.attention(q, k, v, causal=True, return_lse=True)
+    ref, ref_lse = reference(q, k, v, causal=True)
+    assert rel_err(o, ref) < TOLERANCE["float32"]
+    assert rel_err(lse, ref_lse) < TOLERANCE["float32"]
+    # The mask matters here: without it the answer is another one.
+    assert rel_err(o, reference(q, k, v)[0]) > 1e-2
+
+
+def test_scale():
+    q, k, v = qkv(np.float64, seed=7)
+    o = fatune.attention(q, k, v, scale=0.5)
+    assert rel_err(o, reference(q, k, v, scale=0.5)[0]) < TOLERANCE["float64"]
+
+
+def test_non_contiguous():
+    rng = np.random.default_rng(9)
+    # q: every other row of a longer array; k: (B, N, H, D) memory seen as
+    # (B, H, N, D); v: reversed along seq (negative strides: copied).
+    q = rng.standard_normal((B, H, 2 * NQ, D)).astype(np.float32)[:, :, ::2]
+    k = np.ascontiguousarray(rng.standard_normal((B, NK, H, D)).astype(np.float32))
+    k = k.transpose(0, 2, 1, 3)
+    v = rng.standard_normal((B, H, NK, D)).astype(np.float32)[:, :, ::-1]
+    out = np.full((B, H, 2 * NQ, D), np.nan, np.float32)[:, :, 1::2]
+    assert not (q.flags.c_contiguous or k.flags.c_contiguous or v.flags.c_contiguous)
+    o = fatune.attention(q, k, v, out=out)
+    assert o is out
+    assert rel_err(out, reference(q, k, v)[0]) < TOLERANCE["float32"]
+    assert np.isnan(out.base[:, :, ::2]).all()  # rows between untouched
+
+
+def test_misaligned_fp16_stride_is_the_library_error():
+    # fp16 with dim 16: the tensor-core kernel loads 16 bytes at a time.
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((B, H, NQ, D + 4)).astype(np.float16)[..., :D]
+    k, v = qkv(np.float16)[1:]
+    with pytest.raises(fatune.Error, match="q's stride 2 \\(seq\\)"):
+        fatune.attention(q, k, v)
+
+
+class Wrapped:
+    """An array of another framework: nothing but DLPack."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_dlpack():
+    q, k, v = qkv(np.float32, seed=13)
+    o = fatune.attention(Wrapped(q), Wrapped(k), Wrapped(v))
+    assert isinstance(o, np.ndarray)
+    assert rel_err(o, reference(q, k, v)[0]) < TOLERANCE["float32"]
+    # The result speaks DLPack too, and shares its memory.
+    assert np.shares_memory(np.from_dlpack(o), o)
+    out = np.empty_like(q)
+    fatune.attention(Wrapped(q), k, v, out=Wrapped(out))
+    assert np.array_equal(out, o)
+
+
+class OnAnotherDevice(Wrapped):
+    def __dlpack_device__(self):
+        return (4, 0)  # ROCm
+
+
+def test_dlpack_other_device():
+    q, k, v = qkv(np.float32)
+    with pytest.raises(TypeError, match="^k: a DLPack array on device type 4"):
+        fatune.attention(q, OnAnotherDevice(k), v)
+
+
+def test_plan_names_the_variant():
+    q, k, v = qkv(np.float32)
+    name = fatune.plan(q, k, v)
+    assert name.startswith("simt-f32-d16")
+    assert fatune.plan(q.astype(np.float16), k.astype(np.float16),
+                       v.astype(np.float16)).startswith("tc-")
+
+
+def bad_cases():
+    q, k, v = qkv(np.float32)
+    return [
+        ("q", TypeError, dict(q=q.tolist())),
+        ("q", TypeError, dict(q=q.astype(np.int32))),
+        ("k", TypeError, dict(k=k.astype(np.float64))),
+        ("q", ValueError, dict(q=q[0])),
+        ("k", ValueError, dict(k=k[:, :1].repeat(3, axis=1), v=v[:, :1].repeat(3, axis=1))),
+        ("k", ValueError, dict(k=k[..., :8], v=v[..., :8])),
+        ("v", ValueError, dict(v=v[:, :, :5])),
+        ("layout", ValueError, dict(layout="nhd")),
+        ("scale", ValueError, dict(scale=-1.0)),
+        ("scale", ValueError, dict(scale=float("nan"))),
+        ("scale", TypeError, dict(scale="big")),
+        ("out", ValueError, dict(out=np.empty((B, H, NQ + 1, D), np.float32))),
+        ("out", ValueError, dict(out=np.empty((B, H, NQ, D), np.float64))),
+        ("out", ValueError, dict(out=np.empty((B, H, NQ, 2 * D), np.float32)[..., ::2])),
+        ("out", TypeError, dict(out=[0.0])),
+    ]
+
+
+@pytest.mark.parametrize("arg,exc,kw", bad_cases(),
+                         ids=["%s-%d" % (c[0], i) for i, c in enumerate(bad_cases())])
+def test_bad_inputs(arg, exc, kw):
+    q, k, v = qkv(np.float32)
+    args = dict(q=q, k=k, v=v)
+    args.update(kw)
+    with pytest.raises(exc, match="^%s: " % arg):
+        fatune.attention(**args)
+
+
+def test_read_only_out():
+    q, k, v = qkv(np.float32)
+    out = np.empty_like(q)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="^out: read-only"):
+        fatune.attention(q, k, v, out=out)
+
+
+def test_version_and_error():
+    assert fatune.__version__ and fatune.__version__[0].isdigit()
+    assert issubclass(fatune.Error, RuntimeError)
