@@ -9,7 +9,8 @@
 **  - each bad argument is FATUNE_EINVAL with a message naming the tensor
 **    and the stride, and nothing is written;
 **  - the host cost of a call with the kernel in memory, measured by
-**    fatune_attention_plan (all but the launch), is under 5 us.
+**    fatune_attention_plan (all but the launch), is under 5 us (in an
+**    optimised build).
 */
 #include <math.h>
 #include <stdio.h>
@@ -207,7 +208,15 @@ static void test_bad(void) {
 }
 
 /* What a call costs on the host once its kernel is in memory: the best of
-** five rounds, against a machine's other load. */
+** five rounds, against a machine's other load. The bound is the product's
+** in an optimised build; a sanitized or unoptimised one is only checked
+** for a gross regression. */
+#if defined(__SANITIZE_ADDRESS__) || !defined(__OPTIMIZE__)
+#define OVERHEAD_BOUND_US 50.0
+#else
+#define OVERHEAD_BOUND_US 5.0
+#endif
+
 static void test_overhead(void) {
   tensor q, k, v, o;
   if (tensor_make(&q, FATUNE_FP32, 1, 8, 128, 64, 1, 0, 0) ||
@@ -232,7 +241,7 @@ static void test_overhead(void) {
     if (us < best) best = us;
   }
   printf("fatune_attention_plan, kernel in memory: %.3f us per call (%s)\n", best, name);
-  CHECK(best < 5, "%.3f us per call", best);
+  CHECK(best < OVERHEAD_BOUND_US, "%.3f us per call (bound %g)", best, OVERHEAD_BOUND_US);
   tensor_free(&q), tensor_free(&k), tensor_free(&v), tensor_free(&o);
 }
 

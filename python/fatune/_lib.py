@@ -2,6 +2,7 @@
 backend and device, opened on first use and kept for the process."""
 import ctypes
 import os
+import struct
 import threading
 from pathlib import Path
 from typing import Dict, Optional, Tuple
@@ -33,6 +34,21 @@ class AttentionArgs(ctypes.Structure):
                 ("stream", ctypes.c_void_p)]
 
 
+# fatune_attention_args packed in one go (struct.pack, native alignment),
+# for the hot path: building the ctypes structures field by field costs
+# several times more. pack_args(q, k, v, o, lse, causal, scale, stream),
+# each tensor (data, dtype, b, h, n, d, stride b, h, n, d); pointers are
+# integers, 0 for NULL.
+_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidP")
+if _ARGS.size != ctypes.sizeof(AttentionArgs):
+    raise ImportError("fatune: fatune_attention_args is %d bytes, packed %d"
+                      % (ctypes.sizeof(AttentionArgs), _ARGS.size))
+
+
+def pack_args(*fields: object) -> bytes:
+    return _ARGS.pack(*fields)
+
+
 class Options(ctypes.Structure):
     _fields_ = [("db_path", ctypes.c_char_p), ("backend", ctypes.c_char_p),
                 ("device", ctypes.c_int)]
@@ -58,9 +74,10 @@ def _load() -> ctypes.CDLL:
     lib.fatune_backend.restype = ctypes.c_char_p
     lib.fatune_errmsg.argtypes = []
     lib.fatune_errmsg.restype = ctypes.c_char_p
-    lib.fatune_attention.argtypes = [ctx, ctypes.POINTER(AttentionArgs)]
+    # The arguments as pack_args gives them.
+    lib.fatune_attention.argtypes = [ctx, ctypes.c_char_p]
     lib.fatune_attention.restype = ctypes.c_int
-    lib.fatune_attention_plan.argtypes = [ctx, ctypes.POINTER(AttentionArgs), ctypes.c_char_p,
+    lib.fatune_attention_plan.argtypes = [ctx, ctypes.c_char_p, ctypes.c_char_p,
                                           ctypes.c_size_t]
     lib.fatune_attention_plan.restype = ctypes.c_int
     return lib
@@ -69,15 +86,20 @@ def _load() -> ctypes.CDLL:
 LIB = _load()
 
 
-def call(ctx: int, args: AttentionArgs, plan: bool) -> str:
+_name = threading.local()
+
+
+def call(ctx: int, args: bytes, plan: bool) -> str:
     """fatune_attention, or with plan fatune_attention_plan: the variant's
     name, and nothing launched."""
     if not plan:
         check(LIB.fatune_attention(ctx, args))
         return ""
-    name = ctypes.create_string_buffer(256)
-    check(LIB.fatune_attention_plan(ctx, args, name, len(name)))
-    return name.value.decode()
+    buf = getattr(_name, "buf", None)
+    if buf is None:
+        buf = _name.buf = ctypes.create_string_buffer(256)
+    check(LIB.fatune_attention_plan(ctx, args, buf, 256))
+    return buf.value.decode()
 
 
 def check(status: int) -> None:

@@ -1,7 +1,7 @@
 """PyTorch tensors: CUDA tensors on their GPU and current stream, CPU
 tensors on the emulator; and the fatune::attention operator, with a fake
 implementation for torch.compile and graphs."""
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -15,18 +15,13 @@ def _usable(t: torch.Tensor) -> bool:
     return t.shape[-1] == 1 or t.stride(-1) == 1
 
 
-def _tensor(t: torch.Tensor, code: int, layout: str) -> _lib.Tensor:
-    shape = list(t.shape)
-    stride = list(t.stride())
+def _fields(t: torch.Tensor, code: int, layout: str) -> List[int]:
+    """The tensor's fields for _lib.pack_args: data, dtype, shape, strides."""
+    b, x, y, d = t.shape
+    sb, sx, sy, sd = t.stride()
     if layout == "bnhd":
-        shape[1], shape[2] = shape[2], shape[1]
-        stride[1], stride[2] = stride[2], stride[1]
-    x = _lib.Tensor()
-    x.data = t.data_ptr()
-    x.dtype = code
-    x.shape[:] = shape
-    x.stride[:] = stride
-    return x
+        x, y, sx, sy = y, x, sy, sx
+    return [t.data_ptr(), code, b, x, y, d, sb, sx, sy, sd]
 
 
 def _lse_shape(q: torch.Tensor, layout: str) -> Tuple[int, int, int]:
@@ -48,19 +43,17 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
     # Strides the kernels cannot take (a strided head dim): a copy, made on
     # the stream the kernel runs on, so it lives as long as the kernel needs.
     q, k, v = (t if _usable(t) else t.contiguous() for t in (q, k, v))
-    args = _lib.AttentionArgs()
-    args.q, args.k = _tensor(q, code, layout), _tensor(k, code, layout)
-    args.v, args.o = _tensor(v, code, layout), _tensor(out, code, layout)
-    args.lse = lse.data_ptr() if lse is not None else None
-    args.causal = 1 if causal else 0
-    args.scale = scale
     if q.is_cuda:
-        args.stream = torch.cuda.current_stream(q.device).cuda_stream or None
+        stream = torch.cuda.current_stream(q.device).cuda_stream
         ctx = _lib.context("cuda", q.device.index if q.device.index is not None
                            else torch.cuda.current_device(), db)
     else:
-        args.stream = None
+        stream = 0
         ctx = _lib.context("emu", 0, db)
+    args = _lib.pack_args(*_fields(q, code, layout), *_fields(k, code, layout),
+                          *_fields(v, code, layout), *_fields(out, code, layout),
+                          lse.data_ptr() if lse is not None else 0, 1 if causal else 0,
+                          scale, stream)
     return _lib.call(ctx, args, plan)
 
 
