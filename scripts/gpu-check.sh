@@ -4,8 +4,10 @@
 # statically, so a build made on another machine runs on this one), else
 # builds one. Then: the GPU tests (ctest -L gpu), and the main job for dims
 # 64 and 128 at seq 4096 in fp32 (as a table and as JSON) and in bf16, next
-# to PyTorch's scaled_dot_product_attention in the same run. Meant to finish
-# within 8 minutes on one GPU.
+# to PyTorch's scaled_dot_product_attention in the same run; then the Python
+# package: its tests (the torch ones on the GPU) and fatune.attention against
+# scaled_dot_product_attention (python/tests/bench_sdpa.py). Meant to finish
+# within 9 minutes on one GPU.
 #
 # usage: scripts/gpu-check.sh [LOG_DIR]     (default: $OUT, else gpu-logs)
 set -uo pipefail
@@ -93,5 +95,23 @@ for d in (64, 128):
         except Exception as ex:
             print("sdpa %-5s d%-3d unavailable: %s" % (name, d, str(ex).splitlines()[0][:100]))
 PY
+# The Python package from its source folder on this build's libfatune (no
+# pip install: this machine may reach no package registry): its tests with
+# the torch ones on the GPU, then fatune.attention beside
+# scaled_dot_product_attention, accuracy and speed, and its per-call cost.
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" FATUNE_LIBRARY="$PWD/build/libfatune.so" \
+       FATUNE_EXECUTABLE="$PWD/build/fatune"
+say "Python: pytest python/tests"
+if python3 -c "import pytest, numpy, torch" 2>/dev/null; then
+  timeout 300 python3 -m pytest -q -rs python/tests --deselect python/tests/test_tune.py::test_tune_then_best \
+    2>&1 | tee "$logs/pytest.txt" | tail -n 25
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+else
+  echo "SKIPPED: python3 here lacks pytest, numpy or torch"
+fi
+say "Python: fatune.attention against scaled_dot_product_attention"
+timeout 200 python3 python/tests/bench_sdpa.py 2>&1 | tee "$logs/fatune-vs-sdpa.txt"
+r=${PIPESTATUS[0]}
+[ "$r" -eq 0 ] || [ "$r" -eq 77 ] || rc=1
 say "done: tests exit $tests_rc, overall $rc"
 exit $rc

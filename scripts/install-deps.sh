@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Installs what fatune needs to build and test, when it is missing: a C
 # compiler, CMake, pkg-config, Lua 5.4, SQLite 3 and libsodium (Debian
-# packages); Python 3 for the command-line tests; gnuplot (without X) for
+# packages); Python 3 for the command-line tests, with venv for the Python
+# package's tests (numpy, pytest and ml_dtypes from PyPI, in a virtual
+# environment under build/, $FATUNE_VENV names another: Debian's python3
+# takes no pip installs system-wide); gnuplot (without X) for
 # fatune report's plots; clang with its runtime libraries (libFuzzer and the
 # sanitizers, which Debian 12 ships in libclang-rt-dev, only recommended by
 # clang) for the fuzz harnesses (scripts/fuzz.sh). The CUDA toolkit
 # (NVRTC and cuda.h) must already be on the machine; it is not a Debian
 # package of the required version, so its absence is reported, not fixed.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need=()
-for pkg in gcc make cmake pkg-config liblua5.4-dev libsqlite3-dev libsodium-dev python3 gnuplot-nox \
+for pkg in gcc make cmake pkg-config liblua5.4-dev libsqlite3-dev libsodium-dev python3 python3-venv \
+           gnuplot-nox \
            clang libclang-rt-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
@@ -27,4 +32,12 @@ if [ ! -f "$cuda/include/nvrtc.h" ] && ! command -v nvcc >/dev/null 2>&1; then
   echo "install-deps: no CUDA toolkit found (looked for $cuda/include/nvrtc.h and nvcc);" \
        "install CUDA 12 or 13 and set CUDAToolkit_ROOT" >&2
   exit 1
+fi
+
+venv="${FATUNE_VENV:-build/venv}"
+if ! "$venv/bin/python" -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
+  echo "install-deps: numpy, pytest and ml_dtypes into $venv"
+  mkdir -p "$(dirname "$venv")"
+  [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check numpy pytest ml_dtypes
 fi

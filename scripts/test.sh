@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds fatune twice (plain, and with AddressSanitizer
-# and UndefinedBehaviorSanitizer), runs the whole test suite on both, then
-# each fuzz harness for 30 s.
+# and UndefinedBehaviorSanitizer), runs the whole test suite on both (and the
+# Python package's tests on the plain build), then each fuzz harness for 30 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +13,11 @@ jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-Werror >/dev/null
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
+
+# The Python package from the libfatune just built, into the virtual
+# environment install-deps.sh made; its tests (PyTorch's SKIPPED without it).
+FATUNE_PREBUILT="$PWD/build" build/venv/bin/pip install -q --disable-pip-version-check ./python
+FATUNE_KEY="$PWD/build/tests/test.key" build/venv/bin/pytest -q -rs python/tests
 
 # The sanitizer build runs every test but those labelled slow: the sweeps
 # over whole spaces and the long command-line flows, whose C code paths the

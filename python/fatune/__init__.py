@@ -175,8 +175,9 @@ def _attention(q: Any, k: Any, v: Any, causal: bool, scale: Optional[float], out
 
 
 def executable() -> str:
-    """The path of the fatune command that came with this package."""
-    return str(_lib.bin_dir() / "fatune")
+    """The path of the fatune command that came with this package
+    ($FATUNE_EXECUTABLE names another)."""
+    return _lib.executable()
 
 
 _DTYPES = ("fp32", "fp64", "fp16", "bf16")

@@ -59,7 +59,14 @@ def bin_dir() -> Path:
     return Path(__file__).resolve().parent / "_bin"
 
 
+def executable() -> str:
+    """The fatune command: the package's, or $FATUNE_EXECUTABLE."""
+    return os.environ.get("FATUNE_EXECUTABLE") or str(bin_dir() / "fatune")
+
+
 def _load() -> ctypes.CDLL:
+    # $FATUNE_LIBRARY: another libfatune, e.g. a build's, with the package
+    # used from its source folder (PYTHONPATH=python).
     path = os.environ.get("FATUNE_LIBRARY") or str(bin_dir() / "libfatune.so")
     try:
         lib = ctypes.CDLL(path)
