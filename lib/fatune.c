@@ -63,7 +63,8 @@ struct fatune_ctx {
   pthread_rwlock_t lock;      /* the table */
   pthread_mutex_t slow;       /* the database, the generator, compiles */
   int cache_unusable_said;    /* the compile cache's refusal went to stderr */
-  pthread_mutex_t scratch_mu; /* the scratch logsumexp */
+  pthread_rwlock_t scratch_lock; /* the scratch logsumexp: read-held by each call that
+                                    uses it until its launch is queued */
   void *scratch;
   size_t scratch_bytes;
   atomic_int used;            /* a call entered the device: close must too */
@@ -79,7 +80,7 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   if (!c) return fail(FATUNE_ENOMEM, "out of memory");
   pthread_rwlock_init(&c->lock, NULL);
   pthread_mutex_init(&c->slow, NULL);
-  pthread_mutex_init(&c->scratch_mu, NULL);
+  pthread_rwlock_init(&c->scratch_lock, NULL);
   char err[512], note[256];
   const char *bk = opts && opts->backend ? opts->backend : "auto";
   int device = opts && strcmp(bk, "emu") ? opts->device : 0;
@@ -139,7 +140,7 @@ void fatune_close(fatune_ctx *c) {
   backend_close(c->be);
   pthread_rwlock_destroy(&c->lock);
   pthread_mutex_destroy(&c->slow);
-  pthread_mutex_destroy(&c->scratch_mu);
+  pthread_rwlock_destroy(&c->scratch_lock);
   free(c);
 }
 
@@ -435,30 +436,41 @@ static size_t extent(const fatune_tensor *t, size_t es) {
   return (last + 1) * es;
 }
 
-/* The logsumexp's scratch buffer, at least bytes long. Growing it waits
-** for the device first: kernels still queued may write the old one. */
+/* The logsumexp's scratch buffer, at least bytes long, with the scratch
+** lock read-held (the caller releases it once its launch is queued).
+** Growing it takes the lock for writing, so no call is between taking the
+** old buffer and queuing its kernel, and waits for the device: kernels
+** already queued may still write the old one. */
 static fatune_status scratch_lse(fatune_ctx *c, size_t bytes, void **out) {
-  pthread_mutex_lock(&c->scratch_mu);
-  fatune_status st = FATUNE_OK;
-  if (c->scratch_bytes < bytes) {
-    char err[512];
-    int rc = c->scratch ? backend_sync(c->be, err, sizeof err) : 0;
-    if (rc == 0) {
-      backend_free(c->be, c->scratch);
-      c->scratch = NULL, c->scratch_bytes = 0;
-      rc = backend_alloc(c->be, bytes, &c->scratch, err, sizeof err);
-      if (rc == 0) c->scratch_bytes = bytes;
+  for (;;) {
+    pthread_rwlock_rdlock(&c->scratch_lock);
+    if (c->scratch_bytes >= bytes) {
+      *out = c->scratch;
+      return FATUNE_OK;
     }
-    if (rc != 0) st = fail((fatune_status)rc, "the logsumexp's scratch buffer: %s", err);
+    pthread_rwlock_unlock(&c->scratch_lock);
+    pthread_rwlock_wrlock(&c->scratch_lock);
+    char err[512];
+    int rc = 0;
+    if (c->scratch_bytes < bytes) {
+      rc = c->scratch ? backend_sync(c->be, err, sizeof err) : 0;
+      if (rc == 0) {
+        backend_free(c->be, c->scratch);
+        c->scratch = NULL, c->scratch_bytes = 0;
+        rc = backend_alloc(c->be, bytes, &c->scratch, err, sizeof err);
+        if (rc == 0) c->scratch_bytes = bytes;
+      }
+    }
+    pthread_rwlock_unlock(&c->scratch_lock);
+    if (rc != 0) return fail((fatune_status)rc, "the logsumexp's scratch buffer: %s", err);
   }
-  *out = c->scratch;
-  pthread_mutex_unlock(&c->scratch_mu);
-  return st;
 }
 
-/* One call, ready to launch: under the table's read lock when it is. */
+/* One call, ready to launch: under the table's read lock when it is, and
+** the scratch lock's when it writes the scratch logsumexp. */
 typedef struct call {
   slot *s;
+  int scratch_held;
   fa_problem fp;
   gen_launch shape;
   fa_params a;
@@ -492,6 +504,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
     pthread_rwlock_unlock(&c->lock);
     return st;
   }
+  cl->scratch_held = !x->lse;
   gen_launch_shape(&cl->s->k, fp, &cl->shape);
   const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
   cl->a = (fa_params){.q = x->q.data, .k = x->k.data, .v = x->v.data, .o = x->o.data,
@@ -511,7 +524,13 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   return FATUNE_OK;
 }
 
-/* Launch a prepared call; the read lock is released. */
+/* The locks a prepared call holds, released. */
+static void call_done(fatune_ctx *c, const call *cl) {
+  if (cl->scratch_held) pthread_rwlock_unlock(&c->scratch_lock);
+  pthread_rwlock_unlock(&c->lock);
+}
+
+/* Launch a prepared call; its locks are released. */
 static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
   char err[512];
   void *ws = NULL;
@@ -523,7 +542,7 @@ static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
                       .extra = cl->extra, .nextra = 5, .stream = stream, .async = ws == NULL};
     rc = backend_launch(c->be, cl->s->prog, &cl->shape, &cl->a, &ro, NULL, err, sizeof err);
   }
-  pthread_rwlock_unlock(&c->lock);
+  call_done(c, cl);
   backend_free(c->be, ws);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   return FATUNE_OK;
@@ -554,7 +573,7 @@ fatune_status fatune_attention_plan(fatune_ctx *c, const fatune_attention_args *
   fatune_status st = call_prepare(c, x, &cl);
   if (st == FATUNE_OK) {
     if (name && n) snprintf(name, n, "%s", cl.s->k.name);
-    pthread_rwlock_unlock(&c->lock);
+    call_done(c, &cl);
     errbuf[0] = '\0';
   }
   backend_leave(c->be);
