@@ -98,7 +98,8 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
     fatune_close(c);
     return st;
   }
-  if ((rc = backend_open_device(bk, device, &c->be, note, sizeof note, err, sizeof err)) != 0 ||
+  /* Probed here: a framework's process may have initialised CUDA already. */
+  if ((rc = backend_open_device(bk, device, 1, &c->be, note, sizeof note, err, sizeof err)) ||
       (rc = gen_open(&c->gen, err, sizeof err)) != 0) {
     st = fail((fatune_status)rc, "%s", err);
   } else if (db_open(opts ? opts->db_path : NULL, DB_CREATE, &c->db, err, sizeof err) != 0) {
@@ -383,6 +384,13 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
     if (t[i]->stride[3] != 1 && t[i]->shape[3] > 1)
       return fail(FATUNE_EINVAL, "%s's stride 3 (dim) is %lld: the head dim must be contiguous",
                   tensor_name[i], t[i]->stride[3]);
+    /* Its last element's offset, which the emulator's bounds need, fits. */
+    long long last = 0;
+    for (int d = 0; d < 4; d++) {
+      if (t[i]->stride[d] && t[i]->shape[d] - 1 > ((1LL << 48) - last) / t[i]->stride[d])
+        return fail(FATUNE_EINVAL, "%s spans more than 2^48 elements", tensor_name[i]);
+      last += (t[i]->shape[d] - 1) * t[i]->stride[d];
+    }
   }
   const long long *q = x->q.shape, *k = x->k.shape;
   for (int d = 0; d < 4; d++) {

@@ -11,11 +11,11 @@
 
 int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
                  char *err, size_t errlen) {
-  return backend_open_device(name, 0, out, note, notelen, err, errlen);
+  return backend_open_device(name, 0, 0, out, note, notelen, err, errlen);
 }
 
-int backend_open_device(const char *name, int ordinal, fa_backend **out, char *note,
-                        size_t notelen, char *err, size_t errlen) {
+int backend_open_device(const char *name, int ordinal, int probe_here, fa_backend **out,
+                        char *note, size_t notelen, char *err, size_t errlen) {
   *out = NULL;
   if (note && notelen) note[0] = '\0';
   if (!strcmp(name, "emu")) return backend_emu_open(out, err, errlen);
@@ -23,10 +23,11 @@ int backend_open_device(const char *name, int ordinal, fa_backend **out, char *n
     snprintf(err, errlen, "unknown backend '%s' (emu, cuda or auto)", name);
     return FA_EINVAL;
   }
-  /* Probed in a child: this process must stay free of CUDA to fork workers. */
   char why[256];
   cudrv_device_info info;
-  if (cudrv_probe_isolated_at(ordinal, &info, why, sizeof why))
+  const int found = probe_here ? cudrv_device_query(ordinal, &info, why, sizeof why) == 0
+                               : cudrv_probe_isolated_at(ordinal, &info, why, sizeof why);
+  if (found)
     return backend_cuda_open(&info, out, err, errlen);
   if (!strcmp(name, "cuda")) {
     snprintf(err, errlen, "--backend cuda: %s", why);

@@ -55,9 +55,13 @@ typedef struct fa_run_opts {
 ** reason for the fallback is left in note). */
 int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
                  char *err, size_t errlen);
-/* The same on GPU `ordinal` (backend_open takes GPU 0). */
-int backend_open_device(const char *name, int ordinal, fa_backend **out, char *note,
-                        size_t notelen, char *err, size_t errlen);
+/* The same on GPU `ordinal` (backend_open takes GPU 0). backend_open probes
+** the driver in a child process, so that a process that forks workers
+** stays free of CUDA; with probe_here set the driver is probed in this
+** process: a library's caller (a framework) may have CUDA initialised
+** already, and a forked child of such a process cannot initialise it. */
+int backend_open_device(const char *name, int ordinal, int probe_here, fa_backend **out,
+                        char *note, size_t notelen, char *err, size_t errlen);
 void backend_close(fa_backend *b);
 const char *backend_name(const fa_backend *b);   /* "emu" or "cuda" */
 int backend_has_counters(const fa_backend *b);

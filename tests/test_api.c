@@ -178,8 +178,9 @@ static void test_bad(void) {
     return;
   }
   const fatune_attention_args good = {.q = q.t, .k = k.t, .v = v.t, .o = o.t};
-  struct { const char *what, *needle; fatune_attention_args a; } bad[8];
-  for (int i = 0; i < 8; i++) bad[i].a = good;
+  enum { NBAD = 9 };
+  struct { const char *what, *needle; fatune_attention_args a; } bad[NBAD];
+  for (int i = 0; i < NBAD; i++) bad[i].a = good;
   bad[0].what = "k's seq stride of 20 fp16", bad[0].needle = "k's stride 2 (seq)";
   bad[0].a.k.stride[2] = 20;
   bad[1].what = "3 K/V heads for 4", bad[1].needle = "do not divide";
@@ -196,7 +197,9 @@ static void test_bad(void) {
   bad[6].a.q.stride[1] = -16;
   bad[7].what = "o's seq 15", bad[7].needle = "o's seq is 15";
   bad[7].a.o.shape[2] = 15;
-  for (int i = 0; i < 8; i++) {
+  bad[8].what = "q's seq stride 2^48", bad[8].needle = "q spans more than 2^48 elements";
+  bad[8].a.q.stride[2] = 1LL << 48;
+  for (int i = 0; i < NBAD; i++) {
     fatune_status st = fatune_attention(ctx, &bad[i].a);
     CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), bad[i].needle),
           "%s: status %d, '%s'", bad[i].what, (int)st, fatune_errmsg());
