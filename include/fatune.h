@@ -3,7 +3,9 @@
 ** libfatune: FlashAttention forward with the kernels fatune tuned.
 **
 ** Open a context on a results database and a device (the GPU, or the CPU
-** emulator), then call fatune_attention_forward. It picks the variant
+** emulator), then call fatune_attention (strided tensors, GQA, a
+** framework's device and stream) or fatune_attention_forward (contiguous
+** tensors). It picks the variant
 ** recorded as best for the problem's key (device, dtype, head dim, seq_q,
 ** seq_k, causal); else the one tuned for the nearest seq_q on the same
 ** device, dtype, dim and causal; else the family's default. The kernel is
@@ -82,7 +84,8 @@ typedef struct fatune_tensor {
 ** divide Q's (grouped-query and multi-query attention: Q head h reads K/V
 ** head h / (heads_q / heads_kv)); O is shaped as Q. lse is NULL or
 ** [batch][heads_q][seq_q], contiguous, fp64 for fp64 and fp32 otherwise.
-** Leave what the call does not know zero: later fields may be added here. */
+** Zero-initialise it: a later version may add fields at the end, zero
+** meaning what the call did before (the soname changes with the layout). */
 typedef struct fatune_attention_args {
   fatune_tensor q, k, v, o;
   void *lse;
