@@ -39,8 +39,8 @@ _torch: Any = None
 if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
     try:
         from . import _torch
-    except (ImportError, AttributeError):
-        _torch = None
+    except (ImportError, AttributeError, OSError, RuntimeError):
+        _torch = None  # too old, or a broken install: its tensors come in through DLPack
 
 
 def _is_torch(x: Any) -> bool:
@@ -58,7 +58,7 @@ def _from_dlpack(name: str, x: Any) -> Any:
     if dev_type == _DLPACK_CUDA and _torch is not None:
         return _torch.torch.from_dlpack(x)
     raise TypeError("%s: a DLPack array on device type %d; fatune takes CPU arrays, and CUDA "
-                    "ones with PyTorch installed" % (name, dev_type))
+                    "ones with PyTorch 2.4 or later installed" % (name, dev_type))
 
 
 def _arrays(q: Any, k: Any, v: Any, out: Any) -> Tuple[Any, Any, Any, Any]:
