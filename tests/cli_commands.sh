@@ -220,7 +220,7 @@ if [ "$HAVE_PY" -eq 1 ]; then
   tool="python3 $(dirname "$0")/npy_tool.py"
   $tool write "$tmp/q2.npy" f4 1 20 8 && $tool write "$tmp/k2.npy" f2 2 30 8 &&
     $tool write "$tmp/v2.npy" f8 3 30 8
-  run run2d run --config 'block_m=8,block_n=8,warps=1,norm=eager' --causal --q "$tmp/q2.npy" \
+  run run2d run --config 'block_m=8,block_n=8,warps=1,norm=eager' --dtype fp32 --causal --q "$tmp/q2.npy" \
     --k "$tmp/k2.npy" --v "$tmp/v2.npy" --out "$tmp/o2.npy" --lse "$tmp/l2.npy" --backend emu
   check "run (N, D) tensors, K/V longer than Q, f16/f64 inputs, causal: exit 0" "$rc" \
     "exit $rc: $(tail -c 300 "$tmp/run2d.err")"

@@ -69,7 +69,7 @@ done
 # with a hostile name, the best), so it measures nothing and says which is best.
 db="$tmp/main.db"
 cp "$clean" "$db"
-F list --dim 16 >"$tmp/list.txt" && tool fill "$db" "$tmp/list.txt" fp32,16,32,32,1,1,0
+F list --dim 16 --dtype fp32 >"$tmp/list.txt" && tool fill "$db" "$tmp/list.txt" fp32,16,32,32,1,1,0
 F --dim 16 --seq 32 --batch 1 --heads 1 --backend emu --db "$db" >"$tmp/main.out" 2>"$tmp/main.err"
 rc=$?
 line=$(grep '^best recorded' "$tmp/main.out")

@@ -41,6 +41,7 @@ typedef struct cli_opts {
   const char *axis;       /* explore: norm, parallel, warp_split, layout, tiles or all */
   int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */
   const char *merge_path; /* merge: the other database */
+  const char *dtype_why;  /* the dtype was chosen for the target, not given: why */
   unsigned long long given;  /* the flags given, one bit per entry of cli.c's table */
 } cli_opts;
 

@@ -28,7 +28,8 @@
 enum {
   NEEDS_TARGET = 1,   /* the generator and a target (the handler is `gen`) */
   QUIET_TARGET = 2,   /* say nothing about how the target was chosen */
-  NEEDS_GPU = 4       /* with --backend cuda, a GPU, or one line and exit 1 */
+  NEEDS_GPU = 4,      /* with --backend cuda, a GPU, or one line and exit 1 */
+  PICKS_DTYPE = 8     /* without --dtype, the target's: bf16 on tensor cores */
 };
 
 typedef struct command {
@@ -41,16 +42,16 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-  {NULL, CMD_TUNE, NULL, tune_main, NEEDS_TARGET | NEEDS_GPU,
+  {NULL, CMD_TUNE, NULL, tune_main, NEEDS_TARGET | NEEDS_GPU | PICKS_DTYPE,
    "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]"},
   {"run", CMD_RUN, NULL, run_main, NEEDS_TARGET | QUIET_TARGET | NEEDS_GPU,
    "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy\n"
    "                  --out O.npy [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]"},
-  {"list", CMD_LIST, NULL, cmd_list_main, NEEDS_TARGET | QUIET_TARGET,
+  {"list", CMD_LIST, NULL, cmd_list_main, NEEDS_TARGET | QUIET_TARGET | PICKS_DTYPE,
    "--dim D [--dtype T] [--causal] [--arch A] [--space default|full] [--json]"},
-  {"gen", CMD_GEN, NULL, cmd_gen_main, NEEDS_TARGET | QUIET_TARGET,
+  {"gen", CMD_GEN, NULL, cmd_gen_main, NEEDS_TARGET | QUIET_TARGET | PICKS_DTYPE,
    "(--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--arch A]"},
-  {"compile", CMD_COMPILE, NULL, cmd_compile_main, NEEDS_TARGET,
+  {"compile", CMD_COMPILE, NULL, cmd_compile_main, NEEDS_TARGET | PICKS_DTYPE,
    "--dim D [--dtype T] [--causal] [--arch A] [--space S] [--jobs N] [--json]"},
   {"best", CMD_BEST, cmd_db_main, NULL, 0,
    "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--device NAME] [--db PATH] [--json]"},
@@ -103,6 +104,18 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   return 0;
 }
 
+/* Without --dtype, the dtype that suits the target: bf16 where it has bf16
+** tensor cores (sm_80 and newer), so the tensor-core family is tuned, else
+** fp32. why says which and why, for the banner. */
+static void pick_dtype(cli_opts *o, const gen_target *t, char *why, size_t n) {
+  const int sm = atoi(t->arch + 3);
+  const int tc = sm >= 80;
+  o->problem.dtype = tc ? FA_BF16 : FA_FP32;
+  snprintf(why, n, tc ? "%s has bf16 tensor cores; --dtype fp32 for the CUDA-core family"
+                      : "%s has no bf16 tensor cores (sm_80 and newer do)", t->arch);
+  o->dtype_why = why;
+}
+
 /* The generator and the target, then the handler. */
 static int run_with_target(const command *c, const cli_opts *o) {
   char err[512];
@@ -118,8 +131,15 @@ static int run_with_target(const command *c, const cli_opts *o) {
     return 1;
   }
   gen_target t;
-  int rc = resolve_target(g, o, &t, c->needs & QUIET_TARGET) != 0 ? EXIT_BAD_INPUT
-                                                                  : c->gen(g, o, &t);
+  cli_opts chosen = *o;
+  char why[160];
+  int rc = resolve_target(g, o, &t, c->needs & QUIET_TARGET);
+  if (rc == 0 && (c->needs & PICKS_DTYPE) && !cli_given(o, "--dtype") && !o->variant)
+    pick_dtype(&chosen, &t, why, sizeof why);
+  /* The main job's banner says it; compile says it here. */
+  if (chosen.dtype_why && c->cmd == CMD_COMPILE)
+    fprintf(stderr, "fatune: dtype %s: %s\n", fa_dtype_name(chosen.problem.dtype), why);
+  rc = rc != 0 ? EXIT_BAD_INPUT : c->gen(g, &chosen, &t);
   gen_close(g);
   return rc;
 }
