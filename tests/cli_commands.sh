@@ -39,7 +39,7 @@ run version --version
 check "--version exits 0 and prints a version" $? "exit $rc, '$(head -c 200 "$tmp/version.out")'"
 
 # --- list --------------------------------------------------------------------
-run list list --dim 64
+run list list --dtype fp32 --dim 64
 check "list --dim 64 exits 0" "$rc" "exit $rc: $(head -c 300 "$tmp/list.err")"
 n_list=$(grep -c . "$tmp/list.out")
 bad_lines=$(grep -v '^simt-[^ ]* .*block_m=[0-9][0-9]* .*norm=[a-z]' "$tmp/list.out" | head -3)
@@ -54,7 +54,7 @@ dup=$(cut -d' ' -f1 "$tmp/list.out" | sort | uniq -d | head -3)
 ! grep -v -q ' dim=64 ' "$tmp/list.out"
 check "list --dim 64: every line has dim=64" $? "$(grep -v ' dim=64 ' "$tmp/list.out" | head -1)"
 
-run listjson list --dim 64 --json
+run listjson list --dtype fp32 --dim 64 --json
 check "list --dim 64 --json exits 0" "$rc" "exit $rc"
 if [ "$HAVE_PY" -eq 1 ]; then
   # Each object has the name, and the same key=value pairs as the plain line.
@@ -89,7 +89,7 @@ else
     "$n_json names vs $n_list plain lines"
 fi
 
-run listfull list --dim 64 --space full
+run listfull list --dtype fp32 --dim 64 --space full
 n_full=$(grep -c . "$tmp/listfull.out")
 [ "$rc" -eq 0 ] && [ "$n_full" -gt "$n_list" ]
 check "list --space full: $n_full lines > $n_list (default)" $? "exit $rc, $n_full lines"
@@ -108,7 +108,7 @@ cmp -s "$tmp/gen1.out" "$tmp/gen2.out"
 check "gen --variant twice: byte-identical" $? "outputs differ"
 [ ! -s "$tmp/gen1.err" ]; check "gen: nothing on stderr" $? "$(head -c 300 "$tmp/gen1.err")"
 
-run genc gen --config 'block_m=3,block_n=3,warps=1,norm=eager' --dim 4
+run genc gen --config 'block_m=3,block_n=3,warps=1,norm=eager' --dtype fp32 --dim 4
 check "gen --config 'block_m=3,block_n=3,warps=1,norm=eager' --dim 4 exits 0" "$rc" \
   "exit $rc: $(head -c 300 "$tmp/genc.err")"
 grep -q 'FA_KERNEL(simt_f32_d4_m3n3w1_eager[a-z0-9_]*,' "$tmp/genc.out"
@@ -116,9 +116,9 @@ check "gen --config: kernel is simt_f32_d4_m3n3w1_eager..." $? \
   "$(grep -n 'FA_KERNEL(' "$tmp/genc.out" | tail -1)"
 
 # --- compile -----------------------------------------------------------------
-run listd4 list --dim 4 --arch sm_80
+run listd4 list --dtype fp32 --dim 4 --arch sm_80
 n_d4=$(grep -c . "$tmp/listd4.out")
-run cjson compile --dim 4 --arch sm_80 --json
+run cjson compile --dtype fp32 --dim 4 --arch sm_80 --json
 check "compile --dim 4 --arch sm_80 --json exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/cjson.err")"
 if [ "$HAVE_PY" -eq 1 ]; then
   why=$(python3 - "$tmp/cjson.out" "$tmp/listd4.out" <<'EOF' 2>&1
@@ -150,7 +150,7 @@ else
   check "compile --json (no python3: structural check)" $? "$n_ok ok of $n_d4"
 fi
 
-run ctab compile --dim 4 --arch sm_80
+run ctab compile --dtype fp32 --dim 4 --arch sm_80
 check "compile --dim 4 --arch sm_80 exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/ctab.err")"
 summary=$(grep '^sm_80: ' "$tmp/ctab.out" | tail -1)
 [[ "$summary" == *"$n_d4 variants"* && "$summary" == *" ok"* && "$summary" == *" 0 failed"* ]]
@@ -165,7 +165,7 @@ if command -v ldconfig >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'lib
   have_driver=1
 fi
 
-run main80 --dim 4 --seq 16 --arch sm_80 --backend emu
+run main80 --dtype fp32 --dim 4 --seq 16 --arch sm_80 --backend emu
 check "fatune --dim 4 --seq 16 --arch sm_80 --backend emu exits 0" "$rc" \
   "exit $rc: $(tail -c 300 "$tmp/main80.err")"
 summary=$(grep -E '^[0-9]+ variants: ' "$tmp/main80.out" | tail -1)
@@ -178,7 +178,7 @@ grep -q 'not GPU performance' "$tmp/main80.err"
 check "the banner says emulator figures are not GPU performance" $? \
   "stderr: $(head -c 300 "$tmp/main80.err")"
 
-run main --dim 4 --seq 16
+run main --dtype fp32 --dim 4 --seq 16
 check "fatune --dim 4 --seq 16 (no --arch) exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/main.err")"
 if [ "$have_driver" -eq 0 ]; then
   grep -q 'no CUDA driver' "$tmp/main.err" && grep -q 'backend emu' "$tmp/main.err" &&
@@ -192,7 +192,7 @@ else
   pass "a CUDA driver is installed here: the no-driver fallback is not shown (skipped)"
 fi
 
-run mainseq --dim 8 --seq 1000 --seq-k 300 --causal --backend emu --emu-seq 40 --seed 7 --json
+run mainseq --dtype fp32 --dim 8 --seq 1000 --seq-k 300 --causal --backend emu --emu-seq 40 --seed 7 --json
 check "main job --json with --emu-seq 40 exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/mainseq.err")"
 grep -q 'emulator runs seq_q 40 seq_k 40' "$tmp/mainseq.err" &&
   grep -q 'inputs seed 7' "$tmp/mainseq.err" && grep -q 'was not run' "$tmp/mainseq.err"

@@ -70,7 +70,7 @@ done
 db="$tmp/main.db"
 cp "$clean" "$db"
 F list --dim 16 --dtype fp32 >"$tmp/list.txt" && tool fill "$db" "$tmp/list.txt" fp32,16,32,32,1,1,0
-F --dim 16 --seq 32 --batch 1 --heads 1 --backend emu --db "$db" >"$tmp/main.out" 2>"$tmp/main.err"
+F --dtype fp32 --dim 16 --seq 32 --batch 1 --heads 1 --backend emu --db "$db" >"$tmp/main.out" 2>"$tmp/main.err"
 rc=$?
 line=$(grep '^best recorded' "$tmp/main.out")
 [ "$rc" -eq 0 ] && [ -n "$line" ] && [[ "$line" == *"<script>"* ]] && why=$(tool term "$tmp/main.out" 2>&1)
