@@ -84,7 +84,7 @@ bad "--seq-k|0"                    --seq-k 0
 bad "--batch|0"                    --batch 0
 bad "--heads|abc"                  --heads abc
 bad "--smem|10"                    --smem 10
-bad "--dim=0"                      --dim=0
+bad "--dim must be an integer"     --dim=0
 bad "extra"                        list --dim 64 extra
 bad "block_m|twice"                gen --config 'block_m=4,block_m=8'
 bad "wmma"                         gen --config 'family=wmma'
