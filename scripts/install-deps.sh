@@ -2,7 +2,8 @@
 # Installs what fatune needs to build and test, when it is missing: a C
 # compiler, CMake, pkg-config, Lua 5.4, SQLite 3 and libsodium (Debian
 # packages); Python 3 for the command-line tests; gnuplot (without X) for
-# fatune report's plots; clang with its runtime libraries (libFuzzer and the
+# fatune report's plots; help2man for the man page, made from fatune --help;
+# clang with its runtime libraries (libFuzzer and the
 # sanitizers, which Debian 12 ships in libclang-rt-dev, only recommended by
 # clang) for the fuzz harnesses (scripts/fuzz.sh). The CUDA toolkit
 # (NVRTC and cuda.h) must already be on the machine; it is not a Debian
@@ -11,7 +12,7 @@ set -euo pipefail
 
 need=()
 for pkg in gcc make cmake pkg-config liblua5.4-dev libsqlite3-dev libsodium-dev python3 gnuplot-nox \
-           clang libclang-rt-dev; do
+           help2man clang libclang-rt-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -266,7 +266,7 @@ check "merge into --db in a missing directory creates it (mode 700) and the data
   "exit $rc: $(head -c 300 "$tmp/dbmerge0.err") $(ls -la "$dbd/new" 2>&1 | head -3)"
 run dbbest0 best --dim 64 --seq 128 --db "$main"
 [ "$rc" -eq 1 ] && [ ! -s "$tmp/dbbest0.out" ] && one_line "$tmp/dbbest0.err" &&
-  grep -q 'nothing recorded for fp32 dim 64' "$tmp/dbbest0.err"
+  grep -q 'nothing recorded for any dtype dim 64' "$tmp/dbbest0.err"
 check "best on an empty database: exit 1, 'nothing recorded'" $? "exit $rc: $(head -c 300 "$tmp/dbbest0.err")"
 run dbshow0 show --db "$main"
 [ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbshow0.out")" -eq 1 ] && grep -q '^variant ' "$tmp/dbshow0.out" &&
@@ -276,7 +276,7 @@ run dbshowj0 show --json --db "$main"
 [ "$rc" -eq 0 ] && [ "$(cat "$tmp/dbshowj0.out")" = "[]" ]
 check "show --json on an empty database: []" $? "exit $rc: $(head -c 100 "$tmp/dbshowj0.out")"
 run dbcsv0 export --format csv --db "$main"
-[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbcsv0.out")" -eq 1 ] && grep -q '^variant,hash,.*,created$' "$tmp/dbcsv0.out"
+[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbcsv0.out")" -eq 1 ] && grep -q '^variant,hash,.*,created,arch,req_seq_q,req_seq_k,seed$' "$tmp/dbcsv0.out"
 check "export --format csv of an empty database: the header line only" $? "exit $rc"
 run dbjson0 export --format json --db "$main"
 [ "$rc" -eq 0 ] && [ "$(cat "$tmp/dbjson0.out")" = "[]" ]
@@ -307,10 +307,11 @@ for i, n in enumerate(["simt-fast", "simt-slow", "simt-bad"]):
               (n, "h%d" % i, '{"family": "simt", "block_m": %d}' % (32 << i)))
 for v, s, m, st in [(1, 1024, 80.0, "ok"), (2, 1024, 100.0, "ok"), (3, 1024, 10.0, "invalid"),
                     (2, 4096, 900.0, "ok")]:
-    c.execute("INSERT INTO trials (variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
-              "causal, status, max_abs_err, rel_err, median_us, tflops, fatune_version, created) "
-              "VALUES (?, 1, 'fp32', 64, ?, ?, 4, 16, 0, ?, 1e-6, 1e-7, ?, 50.0, '0.1.0', "
-              "'2026-01-01T00:00:00.000Z')", (v, s, s, st, m))
+    c.execute("INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, "
+              "req_seq_k, seq_q, seq_k, batch, heads, causal, status, max_abs_err, rel_err, "
+              "median_us, tflops, fatune_version, created) "
+              "VALUES (?, 1, 'sm_90', 'fp32', 64, ?, ?, ?, ?, 4, 16, 0, ?, 1e-6, 1e-7, ?, 50.0, "
+              "'0.1.0', '2026-01-01T00:00:00.000Z')", (v, s, s, s, s, st, m))
 c.commit()
 PY
   run dbbest best --dim 64 --seq 1024 --db "$main"

@@ -28,6 +28,16 @@ for f in libfatune.so libfatune.a fatune.pc; do
   found=$(find "$prefix" -name "$f" | head -1)
   [ -n "$found" ] && pass "installed ${found#$prefix/}" || fail "installed $f" "missing"
 done
+for f in share/bash-completion/completions/fatune share/zsh/site-functions/_fatune; do
+  [ -s "$prefix/$f" ] && pass "installed $f" || fail "installed $f" "missing"
+done
+if command -v help2man >/dev/null 2>&1; then
+  man=$(find "$prefix" -name fatune.1 | head -1)
+  [ -n "$man" ] && grep -qF 'emu\-seq' "$man" && grep -q '^\.TH FATUNE' "$man"
+  check "installed the man page, made from fatune --help: ${man#$prefix/}" $? "missing or empty"
+else
+  echo "SKIPPED the man page check: no help2man (scripts/install-deps.sh installs it)"
+fi
 pcdir=$(dirname "$(find "$prefix" -name fatune.pc | head -1)")
 libdir=$(dirname "$(find "$prefix" -name libfatune.so | head -1)")
 flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs fatune)

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -145,8 +146,8 @@ static const flag_info flags[] = {
   {"variant", F_PICK, 1, "NAME", "a variant by its name (fatune list prints them)"},
   {"config", F_PICK, 1, "TEXT", "a variant by its config, e.g. 'block_m=64,block_n=32'"},
   {"backend", F_BACKEND, 1, "B", "auto (the GPU if there is one, else the emulator), cuda or emu"},
-  {"emu-seq", F_EMU, 1, "N", "on the emulator, run at most N queries and keys "
-                             "(default 256; explore 2048)"},
+  {"emu-seq", F_EMU, 1, "N", "on the emulator, run at most N queries and keys (default\n"
+                             "256; explore, which runs a few variants at one head, 2048)"},
   {"seed", F_SEED, 1, "S", "seed of the random inputs (default: from the clock; always printed)"},
   {"schedule", F_SCHED, 1, "S", "emulator thread order: forward, reverse or random "
                                 "(default forward)"},
@@ -581,4 +582,9 @@ void cli_help(FILE *f, const char *name) {
   fprintf(f, "  %-20s %s\n  %-20s %s\n", "--help", "this help; fatune help COMMAND, or "
           "fatune COMMAND --help, for a command's", "--version", "fatune's version");
   fputs("\nexample:\n  fatune --dim 64 --seq 4096\n", f);
+}
+
+int cli_colour(int fd) {
+  const char *no = getenv("NO_COLOR"), *term = getenv("TERM");
+  return isatty(fd) && !(no && no[0]) && !(term && !strcmp(term, "dumb"));
 }

@@ -57,6 +57,10 @@ int cli_say(int rc, const char *msg);
 /* Parse argv. Returns 0, or -1 with a one-line message in err. */
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
 
+/* Whether output to fd may be coloured: a terminal, NO_COLOR unset or
+** empty (no-color.org), and TERM not "dumb". */
+int cli_colour(int fd);
+
 /* Whether flag ("--dtype") was on the command line, not a default. */
 int cli_given(const cli_opts *o, const char *flag);
 
