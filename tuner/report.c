@@ -260,8 +260,8 @@ static int plot_group(rp_ctx *c, size_t gi) {
   /* One sequence length is no line: the tables under the plots hold it. */
   rp_lines(c, g, gpu ? RP_TFLOPS : RP_GBYTES, 0, &m);
   snprintf(png, sizeof png, "g%zu-design.png", gi);
-  snprintf(full, sizeof full, "%s: %s per FlashAttention design, matched (%s)", title,
-           gpu ? "TFLOP/s" : "global-memory bytes per head", m.matched);
+  snprintf(full, sizeof full, "%s: %s per FlashAttention design, matched variants", title,
+           gpu ? "TFLOP/s" : "global-memory bytes per head");
   if (m.nx > 1 &&
       rp_plot_lines(c, png, full, gpu ? "TFLOP/s" : "bytes per (batch x head)", &m, !gpu))
     return -1;

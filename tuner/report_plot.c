@@ -160,9 +160,16 @@ static int add_figure(rp_ctx *c, const char *png, const char *title) {
 static void gp_start(rp_ctx *c, const char *png, const char *title) {
   fprintf(c->gp, "reset\nset datafile missing '?'\nset grid\nset output ");
   gp_path(c->gp, c, png);
-  fprintf(c->gp, "\nset title ");
-  gp_quote(c->gp, title);
-  fputc('\n', c->gp);
+  /* Two lines, split at the first ": " (the group, then the figure), so a
+  ** long title fits the width. */
+  const char *colon = strstr(title, ": ");
+  char head[240];
+  snprintf(head, sizeof head, "%.*s", colon ? (int)(colon - title) : (int)strlen(title), title);
+  fprintf(c->gp, "\nset title sprintf(\"%%s\\n%%s\", ");
+  gp_quote(c->gp, head);
+  fprintf(c->gp, ", ");
+  gp_quote(c->gp, colon ? colon + 2 : "");
+  fprintf(c->gp, ")\n");
 }
 
 /* png's data file: png with .dat for .png. */
@@ -201,14 +208,26 @@ int rp_plot_lines(rp_ctx *c, const char *png, const char *title, const char *yla
   fprintf(c->gp, "set xlabel 'seq_len'\nset ylabel ");
   gp_quote(c->gp, ylabel);
   fprintf(c->gp, "\nset logscale x 2\n%sset key left top\n", logy ? "set logscale y\n" : "");
+  if (m->matched[0]) {   /* what every series shares, as the key's title */
+    char what[160];
+    snprintf(what, sizeof what, "matched: %s", m->matched);
+    fprintf(c->gp, "set key title ");
+    gp_quote(c->gp, what);
+    fputc('\n', c->gp);
+  }
   /* Bytes in B, kB, MB, GB rather than 1e+09. */
   if (strstr(ylabel, "bytes")) fprintf(c->gp, "set format y '%%.0s %%cB'\n");
   /* Series with equal values must all show: each its own marker, the
   ** earlier ones larger (concentric where they coincide), and dash. */
-  fprintf(c->gp, "plot for [i=2:%d] ", m->nser + 1);
-  gp_path(c->gp, c, dat);
-  fprintf(c->gp, " using 1:i with linespoints lw 2 dt (i-1) pt (i+4) "
-                 "ps (i < 6 ? 2.8 - 0.45 * (i - 2) : 1) title columnheader(i)\n");
+  fprintf(c->gp, "plot ");
+  for (int i = 0; i < m->nser; i++) {
+    if (i == 0) gp_path(c->gp, c, dat);
+    else fprintf(c->gp, ", ''");
+    fprintf(c->gp, " using 1:%d with linespoints lw 2 dt %d pt %d ps %.2f title columnheader(%d)",
+            i + 2, i + 1, (int[]){7, 5, 9, 11, 13, 4, 6, 8, 10, 12, 1, 2}[i % 12],
+            i < 4 ? 2.6 - 0.5 * i : 1.0, i + 2);
+  }
+  fputc('\n', c->gp);
   return add_figure(c, png, title);
 }
 
@@ -250,7 +269,7 @@ int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix 
   fprintf(c->gp, "set xlabel 'seq_len'\nset ylabel 'dim'\nset cblabel '%s'\n%s"
                  "set palette rgbformulae 33,13,10\nset style fill solid 1.0\n",
           gpu ? "TFLOP/s (higher is better)" : "global bytes per head (lower is better)",
-          gpu ? "" : "set format cb '%.0s %cB'\n");
+          gpu ? "" : "set format cb '%.1s %cB'\n");
   fprintf(c->gp, "set xrange [-0.5:%f]\nset yrange [-0.5:%f]\nset xtics (",
           m->nx - 0.5, m->ny - 0.5);
   for (int x = 0; x < m->nx; x++) fprintf(c->gp, "%s\"%d\" %d", x ? ", " : "", m->x[x], x);
