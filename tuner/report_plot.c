@@ -217,6 +217,7 @@ int rp_plot_lines(rp_ctx *c, const char *png, const char *title, const char *yla
   }
   /* Bytes in B, kB, MB, GB rather than 1e+09. */
   if (strstr(ylabel, "bytes")) fprintf(c->gp, "set format y '%%.0s %%cB'\n");
+  else if (logy) fprintf(c->gp, "set format y '%%.0s%%c'\n");   /* 10k, 1M: no 1e+06 */
   /* Series with equal values must all show: each its own marker, the
   ** earlier ones larger (concentric where they coincide), and dash. */
   fprintf(c->gp, "plot ");
