@@ -254,7 +254,7 @@ static int plot_group(rp_ctx *c, size_t gi) {
   if (g->heat) {
     rp_heat(c, g, &m);
     snprintf(png, sizeof png, "h%zu-tiles.png", gi);
-    return m.nx ? rp_plot_heat(c, png, title, &m) : 0;
+    return m.nx * m.ny > 1 ? rp_plot_heat(c, png, title, &m) : 0;   /* one cell: the table */
   }
   const int gpu = rp_gpu(g->key);
   /* One sequence length is no line: the tables under the plots hold it. */
