@@ -18,21 +18,21 @@ if ! command -v python3 >/dev/null 2>&1; then
 fi
 
 db="$tmp/keys.db"
-job=(--dtype fp32 --dim 64 --seq 4096 --batch 1 --heads 1 --backend emu --emu-seq 32 --db "$db")
+job=(--dtype fp32 --dim 8 --seq 4096 --batch 1 --heads 1 --backend emu --emu-seq 32 --db "$db")
 "${TIMEOUT[@]}" "$FATUNE" "${job[@]}" --arch sm_90 --seed 5 >"$tmp/a.out" 2>"$tmp/a.err"
 rc=$?
 check "the main job at seq 4096 on the emulator (it runs 32)" "$rc" "exit $rc: $(tail -c 300 "$tmp/a.err")"
 n=$(grep -c ' ok ' "$tmp/a.out")
 
 "$FATUNE" show --seq 4096 --db "$db" >"$tmp/show.out" 2>"$tmp/show.err"
-rows=$(grep -c ' sm_90 .*fp32 d64 q32 k32 b1 h1 for q4096 k4096 ' "$tmp/show.out")
+rows=$(grep -c ' sm_90 .*fp32 d8 q32 k32 b1 h1 for q4096 k4096 ' "$tmp/show.out")
 [ "$n" -gt 0 ] && [ "$rows" -eq "$n" ]
 check "show --seq 4096 finds the $n trials, run at q32 for q4096, on sm_90" $? \
   "$rows rows: $(head -n 3 "$tmp/show.out") $(cat "$tmp/show.err")"
 "$FATUNE" show --seq 32 --db "$db" >"$tmp/show32.out" 2>"$tmp/show32.err"
 grep -q 'no trials match' "$tmp/show32.err"
 check "show --seq 32 finds none: nobody asked for 32" $? "$(head -n 3 "$tmp/show32.out")"
-"$FATUNE" best --dim 64 --seq 4096 --dtype fp32 --db "$db" >"$tmp/best.out" 2>"$tmp/best.err"
+"$FATUNE" best --dim 8 --seq 4096 --dtype fp32 --db "$db" >"$tmp/best.out" 2>"$tmp/best.err"
 rc=$?
 [ "$rc" -eq 0 ] && ! grep -q 'no exact entry' "$tmp/best.err" &&
   grep -q '^ran  *run at seq_q 32 seq_k 32 for the requested seq_q 4096 seq_k 4096' "$tmp/best.out" &&
