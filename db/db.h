@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 2          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 3          /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -127,9 +127,13 @@ void db_binary_free(db_binary *b);
 
 typedef struct db_problem {
   const char *dtype;       /* "fp32", "fp64", "fp16", "bf16" */
-  int dim, seq_q, seq_k;
+  int dim, seq_q, seq_k;   /* seq_q, seq_k: what ran */
   int batch, heads;        /* part of a trial's key; db_best ignores them */
   int causal;              /* 0 or 1 */
+  const char *arch;        /* the target ("sm_90"); NULL: "" for a trial (not
+                              known), any for db_best */
+  int req_seq_q, req_seq_k;  /* the sequence lengths asked for (the emulator
+                              runs shorter ones); 0: seq_q, seq_k */
 } db_problem;
 
 typedef struct db_trial {
@@ -144,6 +148,8 @@ typedef struct db_trial {
   /* A JSON object, or NULL. Emulator trials are ranked on its
   ** "global_bytes_read" + "global_bytes_written" (see the best view). */
   const char *counters;
+  int seeded;              /* seed holds the seed of the inputs */
+  unsigned long long seed;
 } db_trial;
 
 /* done = 1 when a trial with this key (any status) is recorded: a resumed
@@ -155,6 +161,15 @@ int db_trial_done(db *d, long long variant_id, long long device_id, const db_pro
 ** DB_FATUNE_VERSION and the time. */
 int db_trial_put(db *d, const db_trial *t, char *err, size_t errlen);
 
+/* The trial recorded for a key, as db_trial_done finds it: found = 0 when
+** there is none. Its text fields point into buffers of out. */
+typedef struct db_recorded {
+  db_trial t;
+  char status[16], message[256], counters[1024], created[32];
+} db_recorded;
+int db_trial_get(db *d, long long variant_id, long long device_id, const db_problem *p,
+                 db_recorded *out, int *found, char *err, size_t errlen);
+
 /* ---- Queries ---- */
 
 typedef struct db_best_row {
@@ -163,18 +178,20 @@ typedef struct db_best_row {
   char config_kv[1024];     /* the same as "k=v,..." text, in the object's order; "" when
                                it is not an object of strings and integers, or is empty */
   char device[256], uuid[128], backend[8];
-  char dtype[8];
-  int dim, seq_q, seq_k, batch, heads, causal;
+  char dtype[8], arch[16];   /* arch "": recorded before fatune kept it */
+  int dim, seq_q, seq_k, batch, heads, causal;   /* what ran */
+  int req_seq_q, req_seq_k;  /* what was asked */
   double max_abs_err, rel_err, median_us, tflops, gbps;   /* NAN when not measured */
   long long global_bytes;   /* read + written from the counters, -1 when unknown */
   char created[32];         /* ISO 8601, UTC */
 } db_best_row;
 
-/* The best ok trial for the key in p (batch and heads ignored) on the
-** devices that device names (its name, its uuid, or part of its name,
-** case-insensitive; NULL: any). Without one for p's very seq_q and seq_k,
-** the one for the nearest tuned seq_q, then seq_k: exact = 0 and out says
-** which seq it is. found = 0 when the device, dtype, dim and causal have
+/* The best ok trial for the key in p (batch and heads ignored; the target
+** p->arch, or any when NULL) on the devices that device names (its name,
+** its uuid, or part of its name, case-insensitive; NULL: any). Sequence
+** lengths are those asked for (p->req_seq_q, else p->seq_q): without one
+** for p's very seq_q and seq_k, the one for the nearest tuned seq_q, then
+** seq_k: exact = 0 and out says which seq it is. found = 0 when the device, dtype, dim and causal have
 ** none at all. A candidate with a field longer than db_best_row holds is
 ** passed over, never an error: the next one is taken, or none. */
 int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, int *found,
@@ -183,7 +200,7 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
 typedef struct db_filter {
   const char *device;      /* as for db_best; NULL: any */
   const char *dtype;       /* NULL: any */
-  int dim, seq_q, seq_k, batch, heads;   /* 0: any */
+  int dim, seq_q, seq_k, batch, heads;   /* 0: any; seq_q and seq_k as asked */
   int causal;              /* -1: any */
 } db_filter;
 

@@ -110,6 +110,9 @@ int dbi_user_path(char *buf, size_t n, const char *override, const char *xdg,
 /* The migrations (db_schema.c): brings a file at version from (0: empty)
 ** to DB_SCHEMA_VERSION, inside the caller's transaction. */
 int dbi_migrate(sqlite3 *h, int from, char *err, size_t errlen);
+/* The same, up to version to only: how the tests make a file of an older
+** version with rows in it. */
+int dbi_migrate_to(sqlite3 *h, int from, int to, char *err, size_t errlen);
 
 /* The writers, inside the caller's transaction (db_write.c), for db_merge
 ** as well: an existing device is refreshed only when refresh is set; a

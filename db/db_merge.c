@@ -150,9 +150,34 @@ static void bind_trial_key(dbi_binder *b, const void *ctx) {
   const db_problem *p = &t->problem;
   dbi_bind_int(b, t->variant_id);
   dbi_bind_int(b, t->device_id);
+  dbi_bind_text(b, p->arch);
   dbi_bind_text(b, p->dtype);
-  const int v[] = {p->dim, p->seq_q, p->seq_k, p->batch, p->heads, p->causal};
+  const int v[] = {p->dim, p->req_seq_q, p->req_seq_k, p->seq_q, p->seq_k, p->batch, p->heads,
+                   p->causal};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) dbi_bind_int(b, v[i]);
+}
+
+/* The key's fields version 3 added: an arch as fatune names one ("" for a
+** row recorded before it kept them), and requested lengths no shorter than
+** those run. 0, or 1 with why. */
+static int check_request(sqlite3_stmt *st, char *why, size_t n) {
+  const char *arch = dbi_col_text(st, 24);
+  size_t len = strlen(arch), i = 3;
+  int ok = len == 0 || (len <= 15 && !strncmp(arch, "sm_", 3));
+  while (ok && len && i < len && arch[i] >= '0' && arch[i] <= '9') i++;
+  ok = ok && (len == 0 || (i > 3 && (i == len || (i + 1 == len && arch[i] >= 'a' && arch[i] <= 'z'))));
+  if (!ok) {
+    snprintf(why, n, "arch is not a target fatune names");
+    return 1;
+  }
+  const long long rq = sqlite3_column_int64(st, 25), rk = sqlite3_column_int64(st, 26);
+  if (rq < sqlite3_column_int64(st, 4) || rk < sqlite3_column_int64(st, 5) || rq > 1 << 24 ||
+      rk > 1 << 24) {
+    snprintf(why, n, "a requested seq of %lld/%lld against %lld/%lld run", rq, rk,
+             (long long)sqlite3_column_int64(st, 4), (long long)sqlite3_column_int64(st, 5));
+    return 1;
+  }
+  return 0;
 }
 
 static int trial_row(merge *m, sqlite3_stmt *st) {
@@ -164,7 +189,8 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
   char why[200];
   if (t->variant_id == REFUSED) snprintf(why, sizeof why, "its variant %lld was refused",
                                          (long long)sqlite3_column_int64(st, 0));
-  if (t->variant_id == REFUSED || dbi_check_trial(st, 24, why, sizeof why)) {
+  if (t->variant_id == REFUSED || dbi_check_trial(st, 28, why, sizeof why) ||
+      check_request(st, why, sizeof why)) {
     refused(&m->c->trials_refused, m->c->trial_refused, sizeof m->c->trial_refused, "trial",
             sqlite3_column_int64(st, 23), why);
     return 0;
@@ -172,7 +198,10 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
   t->problem = (db_problem){dbi_col_text(st, 2), sqlite3_column_int(st, 3),
                             sqlite3_column_int(st, 4), sqlite3_column_int(st, 5),
                             sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
-                            sqlite3_column_int(st, 8)};
+                            sqlite3_column_int(st, 8), dbi_col_text(st, 24),
+                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26)};
+  t->seeded = sqlite3_column_type(st, 27) == SQLITE_INTEGER;
+  t->seed = (unsigned long long)sqlite3_column_int64(st, 27);
   t->status = dbi_col_text(st, 9);
   t->message = sqlite3_column_type(st, 10) == SQLITE_NULL ? NULL : dbi_col_text(st, 10);
   double *r[] = {&t->max_abs_err, &t->rel_err, &t->lse_err, &t->median_us, &t->min_us,
@@ -183,8 +212,9 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
   char ours[40];
   int found;
   if (exists(m, "SELECT created FROM trials WHERE variant_id = ? AND device_id = ? AND "
-                "dtype = ? AND dim = ? AND seq_q = ? AND seq_k = ? AND batch = ? AND "
-                "heads = ? AND causal = ?", bind_trial_key, t, &found, ours, sizeof ours) != 0)
+                "arch = ? AND dtype = ? AND dim = ? AND req_seq_q = ? AND req_seq_k = ? AND "
+                "seq_q = ? AND seq_k = ? AND batch = ? AND heads = ? AND causal = ?",
+             bind_trial_key, t, &found, ours, sizeof ours) != 0)
     return -1;
   if (found && strcmp(created, ours) <= 0) {
     m->c->trials_skipped++;
@@ -207,7 +237,8 @@ static int merge_all(merge *m) {
   return each_row(m, "SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
                      "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "
                      "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created, "
-                     "id, " DBI_TRIAL_CHECK_COLUMNS " FROM trials ORDER BY id", trial_row);
+                     "id, arch, req_seq_q, req_seq_k, seed, " DBI_TRIAL_CHECK_COLUMNS
+                     " FROM trials ORDER BY id", trial_row);
 }
 
 int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen) {

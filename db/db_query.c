@@ -27,13 +27,15 @@ static const char best_sql[] =
   "d.name, d.uuid, "
   "d.backend, b.dtype, b.dim, b.seq_q, b.seq_k, b.batch, b.heads, b.causal, b.max_abs_err, "
   "b.rel_err, b.median_us, b.tflops, b.gbps, b.global_bytes, b.created, "
-  DBI_CONFIG_KV("v.config") " "
+  DBI_CONFIG_KV("v.config") ", b.arch, b.req_seq_q, b.req_seq_k "
   "FROM best b JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
+  "AND (?7 IS NULL OR b.arch = ?7) "
   /* The exact key has distance 0; between two equally near, the longer
-  ** sequence; then the view's own ranking, across devices. */
-  "ORDER BY abs(b.seq_q - ?5), abs(b.seq_k - ?6), b.seq_q DESC, b.seq_k DESC, "
-  "b.median_us IS NULL, b.median_us, b.global_bytes IS NULL, b.global_bytes, b.id";
+  ** sequence; then the view's own ranking, across devices and targets. */
+  "ORDER BY abs(b.req_seq_q - ?5), abs(b.req_seq_k - ?6), b.req_seq_q DESC, "
+  "b.req_seq_k DESC, b.median_us IS NULL, b.median_us, b.global_bytes IS NULL, "
+  "b.global_bytes, b.id";
 
 static int best_row(sqlite3_stmt *st, db_best_row *o) {
   char *text[] = {o->variant, o->hash, o->template_version, o->source_hash, o->config,
@@ -49,7 +51,11 @@ static int best_row(sqlite3_stmt *st, db_best_row *o) {
   for (int i = 0; i < 5; i++) *reals[i] = dbi_col_real(st, 15 + i);
   o->global_bytes = sqlite3_column_type(st, 20) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 20);
   if (dbi_col_copy(st, 21, o->created, sizeof o->created) != 0) return -1;
-  return dbi_col_copy(st, 22, o->config_kv, sizeof o->config_kv);
+  if (dbi_col_copy(st, 22, o->config_kv, sizeof o->config_kv) != 0 ||
+      dbi_col_copy(st, 23, o->arch, sizeof o->arch) != 0)
+    return -1;
+  o->req_seq_q = sqlite3_column_int(st, 24), o->req_seq_k = sqlite3_column_int(st, 25);
+  return 0;
 }
 
 int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, int *found,
@@ -64,15 +70,18 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   dbi_bind_text(&b, p->dtype);
   dbi_bind_int(&b, p->dim);
   dbi_bind_int(&b, p->causal);
-  dbi_bind_int(&b, p->seq_q);
-  dbi_bind_int(&b, p->seq_k);
+  const int want_q = p->req_seq_q ? p->req_seq_q : p->seq_q;
+  const int want_k = p->req_seq_k ? p->req_seq_k : p->seq_k;
+  dbi_bind_int(&b, want_q);
+  dbi_bind_int(&b, want_k);
+  dbi_bind_text(&b, p->arch);
   /* The first candidate whose fields fit: one too long for db_best_row
   ** (a file written elsewhere may hold anything) is passed over. */
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;
   while (rc == SQLITE_ROW && best_row(st, out) != 0) rc = dbi_step(st);
   if (rc == SQLITE_ROW) {
     *found = 1;
-    *exact = out->seq_q == p->seq_q && out->seq_k == p->seq_k;
+    *exact = out->req_seq_q == want_q && out->req_seq_k == want_k;
   } else {
     memset(out, 0, sizeof *out);
     if (rc != SQLITE_DONE) status = dbi_sqlfail(d->h, err, errlen, "reading the best variants");
@@ -87,7 +96,8 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   "v.name AS variant, v.hash, v.template_version, v.config, d.name AS device, d.uuid, " \
   "d.backend, t.dtype, t.dim, t.seq_q, t.seq_k, t.batch, t.heads, t.causal, t.status, " \
   "t.message, t.max_abs_err, t.rel_err, t.lse_err, t.median_us, t.min_us, t.p20_us, " \
-  "t.p80_us, t.tflops, t.gbps, t.counters, t.fatune_version, t.created"
+  "t.p80_us, t.tflops, t.gbps, t.counters, t.fatune_version, t.created, t.arch, " \
+  "t.req_seq_q, t.req_seq_k, t.seed"
 
 #define TRIAL_JSON \
   "json_object('variant', v.name, 'hash', v.hash, 'template_version', v.template_version, " \
@@ -99,17 +109,20 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   "'rel_err', t.rel_err, 'lse_err', t.lse_err, 'median_us', t.median_us, " \
   "'min_us', t.min_us, 'p20_us', t.p20_us, 'p80_us', t.p80_us, 'tflops', t.tflops, " \
   "'gbps', t.gbps, 'counters', " JSON_OR_NULL("t.counters") ", " \
-  "'fatune_version', t.fatune_version, 'created', t.created)"
+  "'fatune_version', t.fatune_version, 'created', t.created, 'arch', t.arch, " \
+  "'req_seq_q', t.req_seq_q, 'req_seq_k', t.req_seq_k, 'seed', t.seed)"
 
 #define TRIAL_FROM \
   " FROM trials t JOIN variants v ON v.id = t.variant_id JOIN devices d ON d.id = t.device_id " \
   "WHERE " DEVICE_MATCH("?1") " AND (?2 IS NULL OR t.dtype = ?2) AND (?3 = 0 OR t.dim = ?3) " \
-  "AND (?4 = 0 OR t.seq_q = ?4) AND (?5 = 0 OR t.seq_k = ?5) AND (?6 = 0 OR t.batch = ?6) " \
+  "AND (?4 = 0 OR t.req_seq_q = ?4) AND (?5 = 0 OR t.req_seq_k = ?5) " \
+  "AND (?6 = 0 OR t.batch = ?6) " \
   "AND (?7 = 0 OR t.heads = ?7) AND (?8 < 0 OR t.causal = ?8) "
 
 /* show groups a key's trials, the ok ones first and best first. */
 #define SHOW_ORDER \
-  "ORDER BY t.dtype, t.dim, t.causal, t.seq_q, t.seq_k, d.name, t.status <> 'ok', " \
+  "ORDER BY t.dtype, t.dim, t.causal, t.req_seq_q, t.req_seq_k, t.arch, d.name, " \
+  "t.status <> 'ok', " \
   "t.median_us IS NULL, t.median_us, json_extract(t.counters, '$.global_bytes_read') + " \
   "json_extract(t.counters, '$.global_bytes_written'), v.name"
 #define EXPORT_ORDER "ORDER BY t.id"
@@ -122,7 +135,7 @@ static const char *const trial_sql[2][2] = {   /* [export][json] */
 /* Column indexes in TRIAL_COLUMNS that the table prints. */
 enum { C_VARIANT = 0, C_DEVICE = 4, C_DTYPE = 7, C_DIM, C_SEQ_Q, C_SEQ_K, C_BATCH, C_HEADS,
        C_CAUSAL, C_STATUS, C_MAX_ABS = 16, C_REL, C_MEDIAN = 19, C_TFLOPS = 23,
-       C_CREATED = 27 };
+       C_CREATED = 27, C_ARCH, C_REQ_Q, C_REQ_K };
 
 static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlite3_stmt **st,
                           char *err, size_t errlen) {
@@ -147,8 +160,9 @@ static void print_real(FILE *out, sqlite3_stmt *st, int col, const char *fmt, in
 }
 
 static void table_header(FILE *out) {
-  fprintf(out, "%-58s %-20s %-32s %-13s %9s %9s %10s %7s  %s\n", "variant", "device", "problem",
-          "status", "rel_err", "max_abs", "median_us", "tflops", "created");
+  fprintf(out, "%-58s %-20s %-7s %-48s %-13s %9s %9s %10s %7s  %s\n", "variant", "device",
+          "arch", "problem (what ran, and for what when less)", "status", "rel_err", "max_abs",
+          "median_us", "tflops", "created");
 }
 
 /* Text from the file as a terminal may show it (fa_esc_term), padded to
@@ -160,15 +174,20 @@ static void term_cell(FILE *out, const char *sep, const char *s, int width) {
 }
 
 static void table_row(FILE *out, sqlite3_stmt *st) {
-  char dtype[16], problem[96];
+  char dtype[16], problem[160], asked[48] = "";
   fa_esc_term_buf(dtype, sizeof dtype, dbi_col_text(st, C_DTYPE));
-  snprintf(problem, sizeof problem, "%s d%d q%d k%d b%d h%d%s", dtype,
-           sqlite3_column_int(st, C_DIM), sqlite3_column_int(st, C_SEQ_Q),
-           sqlite3_column_int(st, C_SEQ_K), sqlite3_column_int(st, C_BATCH),
-           sqlite3_column_int(st, C_HEADS), sqlite3_column_int(st, C_CAUSAL) ? " causal" : "");
+  const int q = sqlite3_column_int(st, C_SEQ_Q), k = sqlite3_column_int(st, C_SEQ_K);
+  const int rq = sqlite3_column_int(st, C_REQ_Q), rk = sqlite3_column_int(st, C_REQ_K);
+  if (rq != q || rk != k) snprintf(asked, sizeof asked, " for q%d k%d", rq, rk);
+  snprintf(problem, sizeof problem, "%s d%d q%d k%d b%d h%d%s%s", dtype,
+           sqlite3_column_int(st, C_DIM), q, k, sqlite3_column_int(st, C_BATCH),
+           sqlite3_column_int(st, C_HEADS), sqlite3_column_int(st, C_CAUSAL) ? " causal" : "",
+           asked);
+  const char *arch = dbi_col_text(st, C_ARCH);
   term_cell(out, "", dbi_col_text(st, C_VARIANT), 58);
   term_cell(out, " ", dbi_col_text(st, C_DEVICE), 20);
-  fprintf(out, " %-32s", problem);
+  term_cell(out, " ", arch && arch[0] ? arch : "-", 7);
+  fprintf(out, " %-48s", problem);
   term_cell(out, " ", dbi_col_text(st, C_STATUS), 13);
   print_real(out, st, C_REL, " %*.2e", 9);
   print_real(out, st, C_MAX_ABS, " %*.2e", 9);

@@ -115,14 +115,84 @@ static const char schema_v2[] =
   "  created TEXT NOT NULL,\n"
   "  UNIQUE (source_hash, target, compiler_version, options));\n";
 
-static const char *const steps[] = {schema_v1, schema_v2};
+/* Version 3. The key of a trial holds what was asked as well as what ran:
+** the target architecture (the code NVRTC compiled: registers and spills
+** differ between sm_80 and sm_90) and the sequence lengths requested (the
+** emulator runs a shorter one, and `show --seq 4096` must find it), and
+** the trial keeps the seed of its inputs. Rows of version 2 keep their
+** figures: their arch is '' (not recorded), their request what ran, their
+** seed NULL. SQLite cannot change a UNIQUE constraint in place: the table
+** is rebuilt, the view and index with it. */
+static const char schema_v3[] =
+  "DROP VIEW best;\n"
+  "DROP INDEX trials_by_key;\n"
+  "ALTER TABLE trials RENAME TO trials_v2;\n"
+  "CREATE TABLE trials (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  variant_id INTEGER NOT NULL REFERENCES variants(id),\n"
+  "  device_id INTEGER NOT NULL REFERENCES devices(id),\n"
+  "  arch TEXT NOT NULL,\n"
+  "  dtype TEXT NOT NULL,\n"
+  "  dim INTEGER NOT NULL,\n"
+  "  req_seq_q INTEGER NOT NULL,\n"
+  "  req_seq_k INTEGER NOT NULL,\n"
+  "  seq_q INTEGER NOT NULL,\n"
+  "  seq_k INTEGER NOT NULL,\n"
+  "  batch INTEGER NOT NULL,\n"
+  "  heads INTEGER NOT NULL,\n"
+  "  causal INTEGER NOT NULL CHECK (causal IN (0, 1)),\n"
+  "  status TEXT NOT NULL\n"
+  "    CHECK (status IN ('ok', 'invalid', 'compile_error', 'crashed', 'timeout')),\n"
+  "  message TEXT,\n"
+  "  max_abs_err REAL,\n"
+  "  rel_err REAL,\n"
+  "  lse_err REAL,\n"
+  "  median_us REAL,\n"
+  "  min_us REAL,\n"
+  "  p20_us REAL,\n"
+  "  p80_us REAL,\n"
+  "  tflops REAL,\n"
+  "  gbps REAL,\n"
+  "  counters TEXT CHECK (counters IS NULL OR json_valid(counters)),\n"
+  "  seed INTEGER,\n"
+  "  fatune_version TEXT NOT NULL,\n"
+  "  created TEXT NOT NULL,\n"
+  "  UNIQUE (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, seq_k,\n"
+  "          batch, heads, causal));\n"
+  "INSERT INTO trials (id, variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k,\n"
+  "    seq_q, seq_k, batch, heads, causal, status, message, max_abs_err, rel_err, lse_err,\n"
+  "    median_us, min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version,\n"
+  "    created)\n"
+  "  SELECT id, variant_id, device_id, '', dtype, dim, seq_q, seq_k, seq_q, seq_k, batch,\n"
+  "    heads, causal, status, message, max_abs_err, rel_err, lse_err, median_us, min_us,\n"
+  "    p20_us, p80_us, tflops, gbps, counters, NULL, fatune_version, created FROM trials_v2;\n"
+  "DROP TABLE trials_v2;\n"
+  "CREATE INDEX trials_by_key ON trials (dtype, dim, causal, req_seq_q, req_seq_k);\n"
+  /* As version 1's, per target and per sequence length asked. */
+  "CREATE VIEW best AS\n"
+  "SELECT * FROM (\n"
+  "  SELECT *, row_number() OVER (\n"
+  "      PARTITION BY device_id, arch, dtype, dim, req_seq_q, req_seq_k, causal\n"
+  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes,\n"
+  "               variant_id, id)\n"
+  "    AS rank\n"
+  "  FROM (SELECT *, json_extract(counters, '$.global_bytes_read')\n"
+  "                  + json_extract(counters, '$.global_bytes_written') AS global_bytes\n"
+  "        FROM trials WHERE status = 'ok'))\n"
+  "WHERE rank = 1;\n";
+
+static const char *const steps[] = {schema_v1, schema_v2, schema_v3};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");
 
 int dbi_migrate(sqlite3 *h, int from, char *err, size_t errlen) {
-  if (from >= DB_SCHEMA_VERSION) return 0;
-  for (int v = from; v < DB_SCHEMA_VERSION; v++) {
+  return dbi_migrate_to(h, from, DB_SCHEMA_VERSION, err, errlen);
+}
+
+int dbi_migrate_to(sqlite3 *h, int from, int to, char *err, size_t errlen) {
+  if (from >= to || to > DB_SCHEMA_VERSION) return 0;
+  for (int v = from; v < to; v++) {
     char *msg = NULL;
     if (sqlite3_exec(h, steps[v], NULL, NULL, &msg) != SQLITE_OK) {
       dbi_fail(err, errlen, "migrating the database to schema %d: %s", v + 1,
@@ -132,6 +202,6 @@ int dbi_migrate(sqlite3 *h, int from, char *err, size_t errlen) {
     }
   }
   char sql[48];
-  snprintf(sql, sizeof sql, "PRAGMA user_version = %d", DB_SCHEMA_VERSION);
+  snprintf(sql, sizeof sql, "PRAGMA user_version = %d", to);
   return dbi_exec(h, sql, err, errlen);
 }

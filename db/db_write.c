@@ -26,7 +26,8 @@ static int nonempty(const char *s) { return s && *s; }
 
 static int check_problem(const db_problem *p, char *err, size_t errlen) {
   if (!nonempty(p->dtype) || p->dim < 1 || p->seq_q < 1 || p->seq_k < 1 || p->batch < 1 ||
-      p->heads < 1 || (p->causal != 0 && p->causal != 1))
+      p->heads < 1 || (p->causal != 0 && p->causal != 1) || p->req_seq_q < 0 ||
+      p->req_seq_k < 0 || (p->arch && strlen(p->arch) > 15))
     return dbi_fail(err, errlen, "bad problem for the database (dtype %s, dim %d, seq %d/%d, "
                     "batch %d, heads %d, causal %d)", p->dtype ? p->dtype : "(none)", p->dim,
                     p->seq_q, p->seq_k, p->batch, p->heads, p->causal);
@@ -294,12 +295,22 @@ void db_binary_free(db_binary *b) {
 
 /* ---- Trials ---- */
 
+/* The key's columns, in this order: variant_id, device_id, arch, dtype,
+** dim, req_seq_q, req_seq_k, seq_q, seq_k, batch, heads, causal. */
+#define TRIAL_KEY_MATCH \
+  "variant_id = ? AND device_id = ? AND arch = ? AND dtype = ? AND dim = ? AND " \
+  "req_seq_q = ? AND req_seq_k = ? AND seq_q = ? AND seq_k = ? AND batch = ? AND " \
+  "heads = ? AND causal = ?"
+
 static void bind_trial_key(dbi_binder *b, long long variant_id, long long device_id,
                            const db_problem *p) {
   dbi_bind_int(b, variant_id);
   dbi_bind_int(b, device_id);
+  dbi_bind_text(b, p->arch ? p->arch : "");
   dbi_bind_text(b, p->dtype);
   dbi_bind_int(b, p->dim);
+  dbi_bind_int(b, p->req_seq_q ? p->req_seq_q : p->seq_q);
+  dbi_bind_int(b, p->req_seq_k ? p->req_seq_k : p->seq_k);
   dbi_bind_int(b, p->seq_q);
   dbi_bind_int(b, p->seq_k);
   dbi_bind_int(b, p->batch);
@@ -312,9 +323,7 @@ int db_trial_done(db *d, long long variant_id, long long device_id, const db_pro
   *done = 0;
   if (check_problem(p, err, errlen) != 0) return -1;
   sqlite3_stmt *st;
-  if (dbi_prepare(d->h, "SELECT 1 FROM trials WHERE variant_id = ? AND device_id = ? AND "
-                        "dtype = ? AND dim = ? AND seq_q = ? AND seq_k = ? AND batch = ? AND "
-                        "heads = ? AND causal = ?", &st, err, errlen) != 0)
+  if (dbi_prepare(d->h, "SELECT 1 FROM trials WHERE " TRIAL_KEY_MATCH, &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
   bind_trial_key(&b, variant_id, device_id, p);
@@ -329,17 +338,20 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
                     const char *created, char *err, size_t errlen) {
   sqlite3_stmt *st;
   if (dbi_prepare(h,
-        "INSERT INTO trials (variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
-        "causal, status, message, max_abs_err, rel_err, lse_err, median_us, min_us, p20_us, "
-        "p80_us, tflops, gbps, counters, fatune_version, created) VALUES (?, ?, ?, ?, ?, ?, ?, "
-        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(?, " NOW ")) "
-        "ON CONFLICT (variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, causal) "
+        "INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, "
+        "seq_q, seq_k, batch, heads, causal, status, message, max_abs_err, rel_err, lse_err, "
+        "median_us, min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version, "
+        "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, coalesce(?, " NOW ")) "
+        "ON CONFLICT (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, "
+        "seq_k, batch, heads, causal) "
         "DO UPDATE SET status = excluded.status, message = excluded.message, "
         "max_abs_err = excluded.max_abs_err, rel_err = excluded.rel_err, "
         "lse_err = excluded.lse_err, median_us = excluded.median_us, "
         "min_us = excluded.min_us, p20_us = excluded.p20_us, p80_us = excluded.p80_us, "
         "tflops = excluded.tflops, gbps = excluded.gbps, counters = excluded.counters, "
-        "fatune_version = excluded.fatune_version, created = excluded.created",
+        "seed = excluded.seed, fatune_version = excluded.fatune_version, "
+        "created = excluded.created",
         &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
@@ -350,6 +362,8 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
                       t->p20_us, t->p80_us, t->tflops, t->gbps};
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) dbi_bind_real(&b, m[i]);
   dbi_bind_text(&b, t->counters);
+  if (t->seeded) dbi_bind_int(&b, (long long)t->seed);   /* the bits, as SQLite's int64 */
+  else dbi_bind_text(&b, NULL);
   dbi_bind_text(&b, fatune_version);
   dbi_bind_text(&b, created);
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
@@ -362,4 +376,42 @@ int db_trial_put(db *d, const db_trial *t, char *err, size_t errlen) {
     return -1;
   return IN_TX(d->h, err, errlen,
                dbi_trial_write(d->h, t, DB_FATUNE_VERSION, NULL, err, errlen));
+}
+
+int db_trial_get(db *d, long long variant_id, long long device_id, const db_problem *p,
+                 db_recorded *out, int *found, char *err, size_t errlen) {
+  *found = 0;
+  memset(out, 0, sizeof *out);
+  if (check_problem(p, err, errlen) != 0) return -1;
+  sqlite3_stmt *st;
+  if (dbi_prepare(d->h, "SELECT status, message, max_abs_err, rel_err, lse_err, median_us, "
+                        "min_us, p20_us, p80_us, tflops, gbps, counters, seed, created "
+                        "FROM trials WHERE " TRIAL_KEY_MATCH, &st, err, errlen) != 0)
+    return -1;
+  dbi_binder b = dbi_bind_start(st);
+  bind_trial_key(&b, variant_id, device_id, p);
+  int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
+  if (rc == SQLITE_ROW) {
+    db_trial *t = &out->t;
+    t->variant_id = variant_id, t->device_id = device_id, t->problem = *p;
+    /* Text too long for the buffers is cut: this is for display. */
+    snprintf(out->status, sizeof out->status, "%s", dbi_col_text(st, 0) ? dbi_col_text(st, 0) : "");
+    snprintf(out->message, sizeof out->message, "%s",
+             dbi_col_text(st, 1) ? dbi_col_text(st, 1) : "");
+    double *m[] = {&t->max_abs_err, &t->rel_err, &t->lse_err, &t->median_us, &t->min_us,
+                   &t->p20_us, &t->p80_us, &t->tflops, &t->gbps};
+    for (int i = 0; i < 9; i++) *m[i] = dbi_col_real(st, 2 + i);
+    snprintf(out->counters, sizeof out->counters, "%s",
+             dbi_col_text(st, 11) ? dbi_col_text(st, 11) : "");
+    t->seeded = sqlite3_column_type(st, 12) == SQLITE_INTEGER;
+    t->seed = (unsigned long long)sqlite3_column_int64(st, 12);
+    snprintf(out->created, sizeof out->created, "%s",
+             dbi_col_text(st, 13) ? dbi_col_text(st, 13) : "");
+    t->status = out->status, t->message = out->message[0] ? out->message : NULL;
+    t->counters = out->counters[0] ? out->counters : NULL;
+    *found = 1;
+  }
+  dbi_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return dbi_sqlfail(d->h, err, errlen, "reading trials");
+  return 0;
 }

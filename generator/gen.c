@@ -480,6 +480,10 @@ static int render_config_protected(lua_State *L) {
   push_target(L, c->target);
   lua_call(L, 3, 1);
   take_kernel(L, c);
+  lua_getfield(L, -1, "note");
+  const char *note = lua_tostring(L, -1);
+  if (note) snprintf(c->kernel->note, sizeof c->kernel->note, "%s", note);
+  lua_pop(L, 1);
   return 0;
 }
 

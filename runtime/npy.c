@@ -47,11 +47,12 @@ static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...
 }
 
 const char *npy_dtype_name(npy_dtype t) {
-  return t == NPY_F16 ? "float16" : t == NPY_F32 ? "float32" : "float64";
+  return t == NPY_F16 ? "float16" : t == NPY_F32 ? "float32" : t == NPY_BF16 ? "bfloat16"
+                                                                             : "float64";
 }
 
 static size_t dtype_size(npy_dtype t) {
-  return t == NPY_F16 ? 2 : t == NPY_F32 ? 4 : 8;
+  return t == NPY_F16 || t == NPY_BF16 ? 2 : t == NPY_F32 ? 4 : 8;
 }
 
 /* Built from the bits rather than with ldexp, so the test's ldexp formula
@@ -77,6 +78,10 @@ static double decode(npy_dtype t, const unsigned char *b) {
   switch (t) {
   case NPY_F16:
     return npy_half_to_double((unsigned short)load_le(b, 2));
+  case NPY_BF16:   /* the high half of a float32 */
+    u32 = (uint32_t)load_le(b, 2) << 16;
+    memcpy(&f, &u32, sizeof f);
+    return f;
   case NPY_F32:
     u32 = (uint32_t)load_le(b, 4);
     memcpy(&f, &u32, sizeof f);
@@ -289,12 +294,22 @@ static int parse_header(parser *p, header *h) {
   return 0;
 }
 
-/* Only '<' floats, or '=' on a little-endian host. */
+/* Only '<' floats, or '=' on a little-endian host; and '<V2', what np.save
+** writes for an ml_dtypes.bfloat16 array (its descr names no bfloat16:
+** fatune takes '<V2' as bfloat16, the only 2-byte type ml_dtypes saves
+** that way that attention inputs use; a plain NumPy void is '|V2', refused). */
 static int parse_descr(const char *path, const char *d, npy_dtype *t, char *err, size_t errlen) {
   const char *sizes = "248";
   const char *s;
+  if (!strcmp(d, "<V2") || (!strcmp(d, "=V2") && host_little_endian())) {
+    *t = NPY_BF16;
+    return 0;
+  }
+  if (d[0] && d[1] == 'V')
+    return fail(err, errlen, path, "dtype '%s' is not supported (bfloat16 is read as '<V2', "
+                "what np.save writes for ml_dtypes.bfloat16)", d);
   if (strlen(d) != 3 || d[1] != 'f' || !(s = strchr(sizes, d[2])) || !strchr("<>=", d[0]))
-    return fail(err, errlen, path, "dtype '%s' is not supported (float16, float32 or float64)", d);
+    return fail(err, errlen, path, "dtype '%s' is not supported (float16, float32, float64 or bfloat16)", d);
   if (d[0] == '>' || (d[0] == '=' && !host_little_endian()))
     return fail(err, errlen, path, "dtype '%s' is big-endian, which is not supported; save with arr.astype('<f%c')", d, d[2]);
   *t = (npy_dtype)(s - sizes);

@@ -1,7 +1,8 @@
 /*
 ** npy.h
 ** Reads and writes NumPy .npy files (format versions 1.0, 2.0 and 3.0) of
-** little-endian float16, float32 or float64 arrays with 1 to 4 dimensions,
+** little-endian float16, float32 or float64 arrays with 1 to 4 dimensions
+** (and bfloat16 ones read as ml_dtypes saves them: descr '<V2'),
 ** so tensors can travel between Python and the tuner. Everything read is
 ** converted exactly to double, in C order.
 */
@@ -10,7 +11,7 @@
 
 #include <stddef.h>
 
-typedef enum npy_dtype { NPY_F16, NPY_F32, NPY_F64 } npy_dtype;
+typedef enum npy_dtype { NPY_F16, NPY_F32, NPY_F64, NPY_BF16 } npy_dtype;
 
 typedef struct npy_array {
   npy_dtype dtype;          /* as stored in the file */
@@ -39,6 +40,6 @@ int npy_write_f64(const char *path, const double *data, int ndim,
 int npy_check_destination(const char *path, char *err, size_t errlen);
 
 double npy_half_to_double(unsigned short h);   /* IEEE binary16 -> exact double */
-const char *npy_dtype_name(npy_dtype t);       /* "float16", "float32", "float64" */
+const char *npy_dtype_name(npy_dtype t);       /* "float16", "float32", "float64", "bfloat16" */
 
 #endif

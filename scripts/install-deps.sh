@@ -5,7 +5,8 @@
 # package's tests (numpy, pytest and ml_dtypes from PyPI, in a virtual
 # environment under build/, $FATUNE_VENV names another: Debian's python3
 # takes no pip installs system-wide); gnuplot (without X) for
-# fatune report's plots; clang with its runtime libraries (libFuzzer and the
+# fatune report's plots; help2man for the man page, made from fatune --help;
+# clang with its runtime libraries (libFuzzer and the
 # sanitizers, which Debian 12 ships in libclang-rt-dev, only recommended by
 # clang) for the fuzz harnesses (scripts/fuzz.sh). The CUDA toolkit
 # (NVRTC and cuda.h) must already be on the machine; it is not a Debian
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 need=()
 for pkg in gcc make cmake pkg-config liblua5.4-dev libsqlite3-dev libsodium-dev python3 python3-venv \
-           gnuplot-nox \
+           gnuplot-nox help2man \
            clang libclang-rt-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done

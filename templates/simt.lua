@@ -32,6 +32,10 @@ function simt.defaults(problem)
   }
 end
 
+-- What warps and Q's place may take when the defaults do not fit the keys
+-- given (a tile of two rows needs fewer warps).
+simt.fallbacks = { warps = { 4, 2, 1, 8, 16, 32 }, q = { "smem", "reg" } }
+
 function simt.supports(problem)
   return problem.dtype == "fp32" or problem.dtype == "fp64"
 end

@@ -58,6 +58,9 @@
 --   name_of(config) -> string: the variant's name, unique in the family.
 --   parse_name(name) -> config or nil: the inverse of name_of (values may
 --              be strings; space normalizes them through the axes).
+--   fallbacks  table key -> list of values (optional): what a key left out
+--              of `k=v,...` text may take, in order of preference, when the
+--              defaults do not fit the keys given (space.render_config).
 --   predict(config, problem) -> list of {name, count} (optional): the
 --              analytic cost model on problem (seq_q, seq_k, batch, heads):
 --              counts the emulator's counters should equal ("gmem_read",
@@ -69,7 +72,7 @@ local required = {
   defaults = "function", supports = "function", enumerate = "function", fits = "function",
   render = "function", name_of = "function", parse_name = "function",
 }
-local optional = { plan = "function", predict = "function" }
+local optional = { plan = "function", predict = "function", fallbacks = "table" }
 
 -- Raise, naming the family and the field, where `fam` breaks the interface.
 local function check_family(id, fam)
@@ -211,11 +214,57 @@ function space.parse_config(text, problem)
   local cfg = fam.defaults(problem or {})
   for k, v in pairs(given) do
     local axis = fam.axis[k]
-    if not axis then error("unknown config key '" .. k .. "' for family " .. fam.name, 0) end
+    if not axis then
+      local hint = ""
+      for _, id in ipairs({ "simt", "tc" }) do
+        local other = families[id]
+        if other ~= fam and other.axis[k] then
+          hint = string.format(" (family %s has it: family=%s in the config, or a --dtype of %s)",
+                               id, id, other.axis.dtype.values and table.concat(other.axis.dtype.values, " or ") or id)
+          break
+        end
+      end
+      error("unknown config key '" .. k .. "' for family " .. fam.name .. hint, 0)
+    end
     cfg[k] = axis_value(axis, v)
   end
   for _, axis in ipairs(fam.axes) do cfg[axis.key] = axis_value(axis, cfg[axis.key]) end
-  return fam, cfg
+  return fam, cfg, given
+end
+
+-- Where the defaults do not fit the keys given (block_m=2 with the default
+-- 4 warps and split_q), the keys left out take the first combination of
+-- the family's fallbacks that fits: cfg changed in place, and a note that
+-- says what was chosen and why ("" when the defaults fit).
+local function fit_defaults(fam, cfg, given, target)
+  local ok, why = fam.fits(cfg, nil, target)
+  if ok or not fam.fallbacks then return "" end
+  local keys = {}
+  for _, axis in ipairs(fam.axes) do
+    if fam.fallbacks[axis.key] and given[axis.key] == nil then keys[#keys + 1] = axis.key end
+  end
+  local base = {}
+  for _, k in ipairs(keys) do base[k] = cfg[k] end
+  local function try(i)
+    if i > #keys then return (fam.fits(cfg, nil, target)) end
+    for _, v in ipairs(fam.fallbacks[keys[i]]) do
+      cfg[keys[i]] = axis_value(fam.axis[keys[i]], v)
+      if try(i + 1) then return true end
+    end
+    cfg[keys[i]] = base[keys[i]]
+    return false
+  end
+  if not try(1) then return "" end   -- render says why the defaults do not fit
+  local changed = {}
+  for _, k in ipairs(keys) do
+    if cfg[k] ~= base[k] then changed[#changed + 1] = k .. "=" .. tostring(cfg[k]) end
+  end
+  local took = {}
+  for _, k in ipairs(keys) do
+    if cfg[k] ~= base[k] then took[#took + 1] = k .. "=" .. tostring(base[k]) end
+  end
+  return string.format("keys left out of the config took %s, not the default %s (%s)",
+                       table.concat(changed, ","), table.concat(took, ","), why)
 end
 
 function space.parse_name(name)
@@ -288,8 +337,11 @@ function space.render(fam, cfg, target)
 end
 
 function space.render_config(text, problem, target)
-  local fam, cfg = space.parse_config(text, problem)
-  return space.render(fam, cfg, target)
+  local fam, cfg, given = space.parse_config(text, problem)
+  local note = fit_defaults(fam, cfg, given, target)
+  local r = space.render(fam, cfg, target)
+  r.note = note
+  return r
 end
 
 function space.render_name(name, target)

@@ -60,6 +60,10 @@ function tc.defaults(problem)
   }
 end
 
+-- What stages and warps may take when the defaults do not fit the keys
+-- given (a wide K/V block needs fewer stages in shared memory).
+tc.fallbacks = { stages = { 2, 1, 3 }, warps = { 4, 8 }, layout = { "swizzle", "pad", "row" } }
+
 function tc.supports(problem)
   return problem.dtype == "fp16" or problem.dtype == "bf16"
 end

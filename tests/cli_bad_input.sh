@@ -84,11 +84,11 @@ bad "--seq-k|0"                    --seq-k 0
 bad "--batch|0"                    --batch 0
 bad "--heads|abc"                  --heads abc
 bad "--smem|10"                    --smem 10
-bad "--dim=64"                     --dim=64
+bad "--dim must be an integer"     --dim=0
 bad "extra"                        list --dim 64 extra
 bad "block_m|twice"                gen --config 'block_m=4,block_m=8'
 bad "wmma"                         gen --config 'family=wmma'
-bad "split_k"                      gen --config 'split=split_k,warps=1'
+bad "split_k"                      gen --dtype fp32 --config 'split=split_k,warps=1'
 bad "sm_80"                        gen --dim 256 --arch sm_80 --config 'block_m=256,block_n=256'
 bad "--space"                      compile --dim 4 --space
 

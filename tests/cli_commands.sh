@@ -39,7 +39,7 @@ run version --version
 check "--version exits 0 and prints a version" $? "exit $rc, '$(head -c 200 "$tmp/version.out")'"
 
 # --- list --------------------------------------------------------------------
-run list list --dim 64
+run list list --dtype fp32 --dim 64
 check "list --dim 64 exits 0" "$rc" "exit $rc: $(head -c 300 "$tmp/list.err")"
 n_list=$(grep -c . "$tmp/list.out")
 bad_lines=$(grep -v '^simt-[^ ]* .*block_m=[0-9][0-9]* .*norm=[a-z]' "$tmp/list.out" | head -3)
@@ -54,7 +54,7 @@ dup=$(cut -d' ' -f1 "$tmp/list.out" | sort | uniq -d | head -3)
 ! grep -v -q ' dim=64 ' "$tmp/list.out"
 check "list --dim 64: every line has dim=64" $? "$(grep -v ' dim=64 ' "$tmp/list.out" | head -1)"
 
-run listjson list --dim 64 --json
+run listjson list --dtype fp32 --dim 64 --json
 check "list --dim 64 --json exits 0" "$rc" "exit $rc"
 if [ "$HAVE_PY" -eq 1 ]; then
   # Each object has the name, and the same key=value pairs as the plain line.
@@ -89,7 +89,7 @@ else
     "$n_json names vs $n_list plain lines"
 fi
 
-run listfull list --dim 64 --space full
+run listfull list --dtype fp32 --dim 64 --space full
 n_full=$(grep -c . "$tmp/listfull.out")
 [ "$rc" -eq 0 ] && [ "$n_full" -gt "$n_list" ]
 check "list --space full: $n_full lines > $n_list (default)" $? "exit $rc, $n_full lines"
@@ -108,7 +108,7 @@ cmp -s "$tmp/gen1.out" "$tmp/gen2.out"
 check "gen --variant twice: byte-identical" $? "outputs differ"
 [ ! -s "$tmp/gen1.err" ]; check "gen: nothing on stderr" $? "$(head -c 300 "$tmp/gen1.err")"
 
-run genc gen --config 'block_m=3,block_n=3,warps=1,norm=eager' --dim 4
+run genc gen --config 'block_m=3,block_n=3,warps=1,norm=eager' --dtype fp32 --dim 4
 check "gen --config 'block_m=3,block_n=3,warps=1,norm=eager' --dim 4 exits 0" "$rc" \
   "exit $rc: $(head -c 300 "$tmp/genc.err")"
 grep -q 'FA_KERNEL(simt_f32_d4_m3n3w1_eager[a-z0-9_]*,' "$tmp/genc.out"
@@ -116,9 +116,9 @@ check "gen --config: kernel is simt_f32_d4_m3n3w1_eager..." $? \
   "$(grep -n 'FA_KERNEL(' "$tmp/genc.out" | tail -1)"
 
 # --- compile -----------------------------------------------------------------
-run listd4 list --dim 4 --arch sm_80
+run listd4 list --dtype fp32 --dim 4 --arch sm_80
 n_d4=$(grep -c . "$tmp/listd4.out")
-run cjson compile --dim 4 --arch sm_80 --json
+run cjson compile --dtype fp32 --dim 4 --arch sm_80 --json
 check "compile --dim 4 --arch sm_80 --json exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/cjson.err")"
 if [ "$HAVE_PY" -eq 1 ]; then
   why=$(python3 - "$tmp/cjson.out" "$tmp/listd4.out" <<'EOF' 2>&1
@@ -150,7 +150,7 @@ else
   check "compile --json (no python3: structural check)" $? "$n_ok ok of $n_d4"
 fi
 
-run ctab compile --dim 4 --arch sm_80
+run ctab compile --dtype fp32 --dim 4 --arch sm_80
 check "compile --dim 4 --arch sm_80 exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/ctab.err")"
 summary=$(grep '^sm_80: ' "$tmp/ctab.out" | tail -1)
 [[ "$summary" == *"$n_d4 variants"* && "$summary" == *" ok"* && "$summary" == *" 0 failed"* ]]
@@ -165,7 +165,7 @@ if command -v ldconfig >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'lib
   have_driver=1
 fi
 
-run main80 --dim 4 --seq 16 --arch sm_80 --backend emu
+run main80 --dtype fp32 --dim 4 --seq 16 --arch sm_80 --backend emu
 check "fatune --dim 4 --seq 16 --arch sm_80 --backend emu exits 0" "$rc" \
   "exit $rc: $(tail -c 300 "$tmp/main80.err")"
 summary=$(grep -E '^[0-9]+ variants: ' "$tmp/main80.out" | tail -1)
@@ -178,7 +178,7 @@ grep -q 'not GPU performance' "$tmp/main80.err"
 check "the banner says emulator figures are not GPU performance" $? \
   "stderr: $(head -c 300 "$tmp/main80.err")"
 
-run main --dim 4 --seq 16
+run main --dtype fp32 --dim 4 --seq 16
 check "fatune --dim 4 --seq 16 (no --arch) exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/main.err")"
 if [ "$have_driver" -eq 0 ]; then
   grep -q 'no CUDA driver' "$tmp/main.err" && grep -q 'backend emu' "$tmp/main.err" &&
@@ -192,7 +192,7 @@ else
   pass "a CUDA driver is installed here: the no-driver fallback is not shown (skipped)"
 fi
 
-run mainseq --dim 8 --seq 1000 --seq-k 300 --causal --backend emu --emu-seq 40 --seed 7 --json
+run mainseq --dtype fp32 --dim 8 --seq 1000 --seq-k 300 --causal --backend emu --emu-seq 40 --seed 7 --json
 check "main job --json with --emu-seq 40 exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/mainseq.err")"
 grep -q 'emulator runs seq_q 40 seq_k 40' "$tmp/mainseq.err" &&
   grep -q 'inputs seed 7' "$tmp/mainseq.err" && grep -q 'was not run' "$tmp/mainseq.err"
@@ -220,7 +220,7 @@ if [ "$HAVE_PY" -eq 1 ]; then
   tool="python3 $(dirname "$0")/npy_tool.py"
   $tool write "$tmp/q2.npy" f4 1 20 8 && $tool write "$tmp/k2.npy" f2 2 30 8 &&
     $tool write "$tmp/v2.npy" f8 3 30 8
-  run run2d run --config 'block_m=8,block_n=8,warps=1,norm=eager' --causal --q "$tmp/q2.npy" \
+  run run2d run --config 'block_m=8,block_n=8,warps=1,norm=eager' --dtype fp32 --causal --q "$tmp/q2.npy" \
     --k "$tmp/k2.npy" --v "$tmp/v2.npy" --out "$tmp/o2.npy" --lse "$tmp/l2.npy" --backend emu
   check "run (N, D) tensors, K/V longer than Q, f16/f64 inputs, causal: exit 0" "$rc" \
     "exit $rc: $(tail -c 300 "$tmp/run2d.err")"
@@ -266,7 +266,7 @@ check "merge into --db in a missing directory creates it (mode 700) and the data
   "exit $rc: $(head -c 300 "$tmp/dbmerge0.err") $(ls -la "$dbd/new" 2>&1 | head -3)"
 run dbbest0 best --dim 64 --seq 128 --db "$main"
 [ "$rc" -eq 1 ] && [ ! -s "$tmp/dbbest0.out" ] && one_line "$tmp/dbbest0.err" &&
-  grep -q 'nothing recorded for fp32 dim 64' "$tmp/dbbest0.err"
+  grep -q 'nothing recorded for any dtype dim 64' "$tmp/dbbest0.err"
 check "best on an empty database: exit 1, 'nothing recorded'" $? "exit $rc: $(head -c 300 "$tmp/dbbest0.err")"
 run dbshow0 show --db "$main"
 [ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbshow0.out")" -eq 1 ] && grep -q '^variant ' "$tmp/dbshow0.out" &&
@@ -276,7 +276,7 @@ run dbshowj0 show --json --db "$main"
 [ "$rc" -eq 0 ] && [ "$(cat "$tmp/dbshowj0.out")" = "[]" ]
 check "show --json on an empty database: []" $? "exit $rc: $(head -c 100 "$tmp/dbshowj0.out")"
 run dbcsv0 export --format csv --db "$main"
-[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbcsv0.out")" -eq 1 ] && grep -q '^variant,hash,.*,created$' "$tmp/dbcsv0.out"
+[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbcsv0.out")" -eq 1 ] && grep -q '^variant,hash,.*,created,arch,req_seq_q,req_seq_k,seed$' "$tmp/dbcsv0.out"
 check "export --format csv of an empty database: the header line only" $? "exit $rc"
 run dbjson0 export --format json --db "$main"
 [ "$rc" -eq 0 ] && [ "$(cat "$tmp/dbjson0.out")" = "[]" ]
@@ -307,10 +307,11 @@ for i, n in enumerate(["simt-fast", "simt-slow", "simt-bad"]):
               (n, "h%d" % i, '{"family": "simt", "block_m": %d}' % (32 << i)))
 for v, s, m, st in [(1, 1024, 80.0, "ok"), (2, 1024, 100.0, "ok"), (3, 1024, 10.0, "invalid"),
                     (2, 4096, 900.0, "ok")]:
-    c.execute("INSERT INTO trials (variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
-              "causal, status, max_abs_err, rel_err, median_us, tflops, fatune_version, created) "
-              "VALUES (?, 1, 'fp32', 64, ?, ?, 4, 16, 0, ?, 1e-6, 1e-7, ?, 50.0, '0.1.0', "
-              "'2026-01-01T00:00:00.000Z')", (v, s, s, st, m))
+    c.execute("INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, "
+              "req_seq_k, seq_q, seq_k, batch, heads, causal, status, max_abs_err, rel_err, "
+              "median_us, tflops, fatune_version, created) "
+              "VALUES (?, 1, 'sm_90', 'fp32', 64, ?, ?, ?, ?, 4, 16, 0, ?, 1e-6, 1e-7, ?, 50.0, "
+              "'0.1.0', '2026-01-01T00:00:00.000Z')", (v, s, s, s, s, st, m))
 c.commit()
 PY
   run dbbest best --dim 64 --seq 1024 --db "$main"

@@ -22,7 +22,7 @@ integrity() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1])
 
 # --- recorded, then found by best and by the library -------------------------
 db="$tmp/found.db"
-"${TIMEOUT[@]}" "$FATUNE" --dim 32 --seq 77 --seq-k 90 --causal --batch 2 --heads 3 --backend emu \
+"${TIMEOUT[@]}" "$FATUNE" --dtype fp32 --dim 32 --seq 77 --seq-k 90 --causal --batch 2 --heads 3 --backend emu \
   --db "$db" >"$tmp/t.out" 2>"$tmp/t.err"
 check "tune --db exits 0" $? "$(tail -c 300 "$tmp/t.err")"
 n=$(grep -c ' ok ' "$tmp/t.out")
@@ -31,22 +31,22 @@ check "every variant measured is recorded ($n trials)" $? "$(trials "$db") trial
 # Variants that move the same bytes tie; the line the run ends with is the
 # database's own choice among them.
 best_line=$(sed -n 's/^best recorded in [^:]*: \([^ ,]*\).*/\1/p' "$tmp/t.out")
-"$FATUNE" best --dim 32 --seq 77 --seq-k 90 --causal --db "$db" >"$tmp/best.out" 2>&1
+"$FATUNE" best --dtype fp32 --dim 32 --seq 77 --seq-k 90 --causal --db "$db" >"$tmp/best.out" 2>&1
 [ -n "$best_line" ] && grep -q "^variant *$best_line\$" "$tmp/best.out"
 check "fatune best gives the tune's best: $best_line" $? "$(head -c 300 "$tmp/best.out")"
 "${TIMEOUT[@]}" "$EXAMPLE" "$db" >"$tmp/ex.out" 2>&1
 grep -q "^$best_line on emu (tuned for this problem)" "$tmp/ex.out"
 rc=$?
 check "the library runs the tuned variant: $(head -c 120 "$tmp/ex.out")" $rc "$(cat "$tmp/ex.out")"
-"${TIMEOUT[@]}" "$FATUNE" --dim 32 --seq 77 --seq-k 90 --causal --batch 2 --heads 3 --backend emu \
+"${TIMEOUT[@]}" "$FATUNE" --dtype fp32 --dim 32 --seq 77 --seq-k 90 --causal --batch 2 --heads 3 --backend emu \
   --db "$db" >"$tmp/t2.out" 2>&1
 grep -q "$n recorded before" "$tmp/t2.out" && [ "$(trials "$db")" -eq "$n" ]
 check "the same command again measures nothing" $? "$(grep variants: "$tmp/t2.out")"
 
 # --- SIGKILL while measuring, then resume ------------------------------------
 db="$tmp/killed.db"
-args=(--dim 64 --seq 512 --backend emu --emu-seq 512 --jobs 1 --db "$db")
-total=$("$FATUNE" list --dim 64 --seq 512 | wc -l)
+args=(--dtype fp32 --dim 64 --seq 512 --backend emu --emu-seq 512 --jobs 1 --db "$db")
+total=$("$FATUNE" list --dtype fp32 --dim 64 --seq 512 | wc -l)
 "$FATUNE" "${args[@]}" >"$tmp/k.out" 2>"$tmp/k.err" &
 pid=$!
 killed=0
@@ -76,14 +76,14 @@ check "resumed: $before skipped, $measured measured, $(trials "$db") trials for 
 
 # --- two tunes on one file at once -------------------------------------------
 db="$tmp/shared.db"
-"$FATUNE" --dim 16 --seq 64 --backend emu --db "$db" --jobs 1 >"$tmp/a.out" 2>"$tmp/a.err" &
+"$FATUNE" --dtype fp32 --dim 16 --seq 64 --backend emu --db "$db" --jobs 1 >"$tmp/a.out" 2>"$tmp/a.err" &
 pa=$!
-"$FATUNE" --dim 16 --seq 64 --causal --backend emu --db "$db" --jobs 1 >"$tmp/b.out" 2>"$tmp/b.err" &
+"$FATUNE" --dtype fp32 --dim 16 --seq 64 --causal --backend emu --db "$db" --jobs 1 >"$tmp/b.out" 2>"$tmp/b.err" &
 pb=$!
 wait "$pa"; ra=$?
 wait "$pb"; rb=$?
-na=$("$FATUNE" list --dim 16 --seq 64 | wc -l)
-nb=$("$FATUNE" list --dim 16 --seq 64 --causal | wc -l)
+na=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 | wc -l)
+nb=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 --causal | wc -l)
 [ "$ra" -eq 0 ] && [ "$rb" -eq 0 ] && ! grep -qi 'locked' "$tmp/a.err" "$tmp/b.err"
 check "two tunes at once on one file both succeed" $? "exit $ra/$rb: $(tail -c 200 "$tmp/a.err") $(tail -c 200 "$tmp/b.err")"
 [ "$(trials "$db" 'WHERE causal = 0')" -eq "$na" ] && [ "$(trials "$db" 'WHERE causal = 1')" -eq "$nb" ]

@@ -140,6 +140,27 @@ done
 check "report.html references all $refs plots, and has tables" $? \
   "refs $refs, pngs $pngs, missing:$missing"
 
+# What the plots show: no line for a single length, the design comparison
+# at matched variants, byte axes in kB/MB/GB, the heat map coloured by the
+# metric with values in its cells; the folder moves and draws again.
+short=""
+for d in "$tmp"/rep/g*.dat; do
+  [ "$(grep -vc '^seq' "$d")" -ge 2 ] || short="$short $(basename "$d")"
+done
+[ -z "$short" ]
+check "no line plot of a single sequence length" $? "single:$short"
+grep -q "^set key title 'matched: tile " "$tmp/rep/plots.gp" &&
+  grep -q "^set format y '%.0s %cB'" "$tmp/rep/plots.gp" &&
+  grep -q "^set cblabel 'global bytes per head" "$tmp/rep/plots.gp" &&
+  grep -qE '"[0-9]+x[0-9]+: [0-9.]+ (B|kB|MB|GB)"' "$tmp"/rep/h*-tiles.dat
+check "design plot matched, bytes in kB/MB, heat map by bytes with values in its cells" $? \
+  "$(grep -E '^set (key title|format|cblabel)' "$tmp/rep/plots.gp" | head -4)"
+! grep -qE "(output|plot) '/" "$tmp/rep/plots.gp" && mv "$tmp/rep" "$tmp/rep-moved" &&
+  rm "$tmp"/rep-moved/*.png && (cd "$tmp/rep-moved" && gnuplot plots.gp) &&
+  [ "$(ls "$tmp"/rep-moved/*.png | wc -l)" -eq "$pngs" ]
+check "the report folder moves: plots.gp names relative paths and draws again there" $? \
+  "$(grep -m 2 "^set output" "$tmp/rep-moved/plots.gp")"
+
 run md report --db "$db" --out "$tmp/rep-md" --format md
 n_md=$(grep -c '^!\[.*\](.*\.png)$' "$tmp/rep-md/report.md")
 [ "$rc" -eq 0 ] && [ "$n_md" -ge 3 ] && grep -q '^| --- |' "$tmp/rep-md/report.md"

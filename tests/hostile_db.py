@@ -67,10 +67,12 @@ def fill(path, listing, key):
         if first:
             c.execute("UPDATE variants SET name = ? WHERE id = ?", ("v" + HOSTILE, vid))
         ctr = json.dumps({"global_bytes_read": 1 if first else 10 ** 6, "global_bytes_written": 1})
-        c.execute("INSERT OR REPLACE INTO trials (variant_id, device_id, dtype, dim, seq_q, seq_k, "
-                  "batch, heads, causal, status, counters, fatune_version, created) VALUES "
-                  "(?, ?, ?, ?, ?, ?, ?, ?, ?, 'ok', ?, '0', '2024-01-01T00:00:00.000Z')",
-                  (vid, dev, dtype, dim, sq, sk, batch, heads, causal, ctr))
+        # The key of the main job on the emulator, which targets sm_90.
+        c.execute("INSERT OR REPLACE INTO trials (variant_id, device_id, arch, dtype, dim, "
+                  "req_seq_q, req_seq_k, seq_q, seq_k, batch, heads, causal, status, counters, "
+                  "fatune_version, created) VALUES (?, ?, 'sm_90', ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                  "'ok', ?, '0', '2024-01-01T00:00:00.000Z')",
+                  (vid, dev, dtype, dim, sq, sk, sq, sk, batch, heads, causal, ctr))
         first = False
     c.commit()
     c.close()
@@ -81,14 +83,15 @@ def bad_trials(path):
     at -1 us or 1e-9 us, so that any that got in would rank first."""
     c = sqlite3.connect(path)
     c.execute("PRAGMA ignore_check_constraints = ON")
-    t = c.execute("SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, causal "
+    t = c.execute("SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, causal, "
+                  "arch, req_seq_q, req_seq_k "
                   "FROM trials WHERE status = 'ok' ORDER BY id LIMIT 1").fetchone()
     bogus = c.execute("INSERT INTO variants (family, template_version, name, hash, config, "
                       "source_hash) SELECT family, template_version, 'bogus-config', "
                       "'0123456789ab', json_set(config, '$.norm', 'bogus'), source_hash "
                       "FROM variants WHERE id = ?", (t[0],)).lastrowid
     cols = ["variant_id", "device_id", "dtype", "dim", "seq_q", "seq_k", "batch", "heads",
-            "causal", "status", "median_us", "counters"]
+            "causal", "arch", "req_seq_q", "req_seq_k", "status", "median_us", "counters"]
     base = dict(zip(cols, list(t) + ["ok", 1e-9, None]))
     rows = [dict(base, dim=-1, median_us=-1.0), dict(base, dtype="bogus"),
             dict(base, seq_q=0), dict(base, seq_k=-5), dict(base, batch=0),
@@ -96,7 +99,8 @@ def bad_trials(path):
             dict(base, batch=3, median_us=-1.0), dict(base, batch=4, median_us=float("inf")),
             dict(base, batch=5, median_us=None,
                  counters='{"global_bytes_read": -100000, "global_bytes_written": 0}'),
-            dict(base, batch=6, variant_id=bogus), dict(base, dim=2 ** 32 + t[3])]
+            dict(base, batch=6, variant_id=bogus), dict(base, dim=2 ** 32 + t[3]),
+            dict(base, batch=10, arch="sm_90; rm"), dict(base, batch=11, req_seq_q=t[4] - 1)]
     for r in rows:
         c.execute("INSERT INTO trials (%s, fatune_version, created) VALUES (%s, '0', "
                   "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now'))"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """npy_tool.py: .npy files for the command-line tests, with no NumPy.
 
-  npy_tool.py write PATH DTYPE SEED D0 [D1 ...]   random normal array, DTYPE f2|f4|f8
+  npy_tool.py write PATH DTYPE SEED D0 [D1 ...]   random normal array, DTYPE f2|f4|f8|V2
+      (V2: bfloat16 as np.save writes an ml_dtypes.bfloat16 array, descr '<V2')
   npy_tool.py check Q K V O [LSE] [--causal] [--scale S]
       naive attention in Python floats on the inputs as stored; prints the
       max abs error of O (and LSE), exits 1 when O or LSE has the wrong shape
@@ -19,7 +20,9 @@ def write(path, dtype, seed, shape):
     for s in shape:
         n *= s
     vals = [rnd.gauss(0.0, 1.0) for _ in range(n)]
-    fmt = {"f2": "e", "f4": "f", "f8": "d"}[dtype]
+    if dtype == "V2":
+        vals = [bf16_bits(x) for x in vals]
+    fmt = {"f2": "e", "f4": "f", "f8": "d", "V2": "H"}[dtype]
     shape_txt = "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
     header = "{'descr': '<%s', 'fortran_order': False, 'shape': %s, }" % (dtype, shape_txt)
     pad = 64 - (10 + len(header) + 1) % 64
@@ -29,6 +32,12 @@ def write(path, dtype, seed, shape):
         f.write(struct.pack("<%d%s" % (n, fmt), *vals))
 
 
+def bf16_bits(x):
+    """x rounded to bfloat16 (nearest, ties to even), as its 16 bits."""
+    u = struct.unpack("<I", struct.pack("<f", x))[0]
+    return (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+
+
 def read(path):
     with open(path, "rb") as f:
         data = f.read()
@@ -36,11 +45,13 @@ def read(path):
     hlen = struct.unpack("<H", data[8:10])[0]
     header = eval(data[10:10 + hlen].decode())  # our own test files only
     descr, shape = header["descr"], header["shape"]
-    fmt = {"<f2": "e", "<f4": "f", "<f8": "d"}[descr]
+    fmt = {"<f2": "e", "<f4": "f", "<f8": "d", "<V2": "H"}[descr]
     n = 1
     for s in shape:
         n *= s
     vals = struct.unpack("<%d%s" % (n, fmt), data[10 + hlen:])
+    if descr == "<V2":
+        vals = [struct.unpack("<f", struct.pack("<I", h << 16))[0] for h in vals]
     return descr, tuple(shape), list(vals)
 
 

@@ -28,6 +28,7 @@
 
 #include "check.h"
 #include "db.h"
+#include "db_int.h"
 #include "fa_util.h"
 
 #define PATH_LEN 512
@@ -170,9 +171,13 @@ static long long add_variant(db *d, const char *name) {
 
 static db_trial make_trial(long long var, long long dev, int seq, double median_us,
                            const char *counters) {
-  db_trial t = {var, dev, {"fp32", 64, seq, seq, 4, 16, 0}, "ok", NULL,
-                1e-6, 1e-7, 1e-7, median_us, median_us * 0.9, median_us * 0.95,
-                median_us * 1.1, 100.0, 1000.0, counters};
+  db_trial t = {.variant_id = var, .device_id = dev,
+                .problem = {.dtype = "fp32", .dim = 64, .seq_q = seq, .seq_k = seq, .batch = 4,
+                            .heads = 16, .arch = "sm_90"},
+                .status = "ok", .max_abs_err = 1e-6, .rel_err = 1e-7, .lse_err = 1e-7,
+                .median_us = median_us, .min_us = median_us * 0.9, .p20_us = median_us * 0.95,
+                .p80_us = median_us * 1.1, .tflops = 100.0, .gbps = 1000.0,
+                .counters = counters, .seeded = 1, .seed = 42};
   return t;
 }
 
@@ -308,6 +313,43 @@ static void test_fresh(void) {
          open_s * 1e3);
 }
 
+/* A file of schema 2 (no arch, no requested seq, no seed in a trial's key)
+** with a trial in it: migrated, its trial keeps its figures, shows and is
+** found by best, its arch empty and its request what ran. */
+static void test_migrate_from_two(void) {
+  char path[PATH_LEN], err[512] = "", sql[96];
+  at(path, "two.db");
+  sqlite3 *h;
+  snprintf(sql, sizeof sql, "PRAGMA application_id = %d", DB_APPLICATION_ID);
+  CHECK(sqlite3_open(path, &h) == SQLITE_OK && sqlite3_exec(h, sql, NULL, NULL, NULL) == 0 &&
+        dbi_migrate_to(h, 0, 2, err, sizeof err) == 0, "a schema-2 file: %s", err);
+  CHECK(sqlite3_exec(h,
+        "INSERT INTO devices VALUES (1, 'NVIDIA H100', 'GPU-1', 'cuda', 9, 0, 132, 232448, 52428800);"
+        "INSERT INTO variants VALUES (1, 'simt', 'simt/1+x', 'v1', 'aaaaaaaaaaaa', '{}', 'h');"
+        "INSERT INTO trials (variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, causal,"
+        " status, median_us, tflops, fatune_version, created) VALUES (1, 1, 'fp32', 64, 1024, 1024,"
+        " 4, 16, 0, 'ok', 80.0, 12.5, '0.1.0', '2026-01-01T00:00:00.000Z');",
+        NULL, NULL, NULL) == SQLITE_OK, "rows of schema 2: %s", sqlite3_errmsg(h));
+  sqlite3_close(h);
+  CHECK(raw_int(path, "PRAGMA user_version") == 2, "at version 2");
+  db *d = open_ok(path);
+  if (!d) return;
+  CHECK(raw_int(path, "PRAGMA user_version") == DB_SCHEMA_VERSION, "migrated");
+  CHECK(raw_int(path, "SELECT count(*) FROM trials WHERE arch = '' AND req_seq_q = 1024 AND "
+                      "req_seq_k = 1024 AND seed IS NULL AND median_us = 80.0") == 1,
+        "the old trial, as it was, with an empty arch and its request what ran");
+  db_problem p = {.dtype = "fp32", .dim = 64, .seq_q = 1024, .seq_k = 1024};
+  db_best_row r;
+  int found = 0, exact = 0;
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found && exact &&
+        r.median_us == 80.0 && r.arch[0] == '\0' && r.req_seq_q == 1024,
+        "best finds the old trial: found %d exact %d %s", found, exact, err);
+  p.arch = "sm_90";
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && !found,
+        "an old trial is not taken for a given arch");
+  db_close(d);
+}
+
 /* A file marked as fatune's at schema 0 (no tables) is migrated. */
 static void test_migrate_from_zero(void) {
   char path[PATH_LEN], sql[96];
@@ -350,7 +392,7 @@ static void test_best(void) {
 
   db_best_row r;
   int found, exact;
-  db_problem p = {"fp32", 64, 1024, 1024, 0, 0, 0};
+  db_problem p = {.dtype = "fp32", .dim = 64, .seq_q = 1024, .seq_k = 1024};
   CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found && exact &&
         !strcmp(r.variant, "v2") && r.median_us == 80.0 && !strcmp(r.device, "NVIDIA H200"),
         "exact best at 1024: %s %.1f us (found %d exact %d) %s", r.variant, r.median_us, found,
@@ -859,6 +901,7 @@ int main(void) {
   test_default_path();
   test_fresh();
   test_migrate_from_zero();
+  test_migrate_from_two();
   test_best();
   test_show_export();
   test_refusals();

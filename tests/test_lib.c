@@ -160,7 +160,10 @@ static void test_default_and_tuned(void) {
   char config[1024];
   CHECK(gen_config_json(&k.cfg, config, sizeof config) == 0, "config as JSON");
   db_variant dv = {"simt", k.template_version, k.name, k.hash, config, k.source_hash};
-  db_trial tr = {.status = "ok", .problem = {"fp32", 16, 64, 70, 1, 2, 1}, .max_abs_err = 1e-7,
+  db_trial tr = {.status = "ok",
+                 .problem = {.dtype = "fp32", .dim = 16, .seq_q = 64, .seq_k = 70, .batch = 1,
+                             .heads = 2, .causal = 1},
+                 .max_abs_err = 1e-7,
                  .rel_err = 1e-7, .lse_err = 1e-7, .median_us = NAN, .min_us = NAN,
                  .p20_us = NAN, .p80_us = NAN, .tflops = NAN, .gbps = NAN,
                  .counters = "{\"global_bytes_read\": 100, \"global_bytes_written\": 10}"};
@@ -289,7 +292,8 @@ static void test_stored_configs(void) {
                       .dtype = FATUNE_FP32, .causal = 1};
   const fa_problem fp = {.batch = 1, .heads = 2, .seq_q = 40, .seq_k = 40, .dim = 32,
                          .dtype = FA_FP32, .causal = 1};
-  const db_problem key = {"fp32", 32, 40, 40, 1, 2, 1};
+  const db_problem key = {.dtype = "fp32", .dim = 32, .seq_q = 40, .seq_k = 40, .batch = 1,
+                          .heads = 2, .causal = 1};
   gen_kernel def;
   if (gen_render_config(g, "", &fp, &t, &def) != 0) {
     CHECK(0, "default: %s", gen_errmsg(g));

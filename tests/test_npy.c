@@ -232,6 +232,32 @@ static void test_overwrite(void) {
 
 /* ---- Hand-made files that must read. ---- */
 
+/* bfloat16 as np.save writes an ml_dtypes.bfloat16 array: descr '<V2', each
+** element the high 16 bits of a float32. */
+static void test_bfloat16(void) {
+  static const unsigned short h[6] = {0x3F80, 0xC000, 0x7F7F, 0x0001, 0x7F80, 0x8000};
+  unsigned char b[256], data[12];
+  char path[PATH_LEN], err[256] = "";
+  const long long shape[] = {2, 3};
+  npy_array a;
+  for (int i = 0; i < 6; i++) { data[2 * i] = h[i] & 0xff; data[2 * i + 1] = h[i] >> 8; }
+  at(path, "bf16.npy");
+  CHECK(write_bytes(path, b, make_npy(b, 1, "{'descr': '<V2', 'fortran_order': False, 'shape': (2, 3), }",
+                                     64, data, sizeof data)) == 0, "cannot write %s", path);
+  CHECK(npy_read(path, &a, err, sizeof err) == 0, "%s", err);
+  if (!a.data) return;
+  CHECK(a.dtype == NPY_BF16 && !strcmp(npy_dtype_name(a.dtype), "bfloat16"), "dtype %s",
+        npy_dtype_name(a.dtype));
+  check_shape(&a, 2, shape, 6);
+  CHECK(a.data[0] == 1.0, "0x3F80 -> %g", a.data[0]);
+  CHECK(a.data[1] == -2.0, "0xC000 -> %g", a.data[1]);
+  CHECK(a.data[2] == 0x1.fep127, "0x7F7F -> %a", a.data[2]);
+  CHECK(a.data[3] == 0x1p-133, "0x0001 -> %a", a.data[3]);   /* the smallest subnormal */
+  CHECK(isinf(a.data[4]) && a.data[4] > 0, "0x7F80 -> %g", a.data[4]);
+  CHECK(a.data[5] == 0.0 && signbit(a.data[5]), "0x8000 -> %g", a.data[5]);
+  npy_free(&a);
+}
+
 static void test_float16(void) {
   static const unsigned short h[8] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x03FF, 0x7C00, 0x7E00, 0x8000};
   unsigned char b[256], data[16];
@@ -327,7 +353,11 @@ static void test_bad_files(void) {
   bad_dict("unclosed.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (4,)", 16, "expected ','");
   bad_dict("bool.npy", "{'descr': '<f4', 'fortran_order': 0, 'shape': (4,)}", 16, "True or False");
   bad_dict("i4.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (4,)}", 16,
-           "dtype '<i4' is not supported (float16, float32 or float64)");
+           "dtype '<i4' is not supported (float16, float32, float64 or bfloat16)");
+  bad_dict("v2.npy", "{'descr': '|V2', 'fortran_order': False, 'shape': (4,)}", 8,
+           "dtype '|V2' is not supported (bfloat16 is read as '<V2'");
+  bad_dict("v4.npy", "{'descr': '<V4', 'fortran_order': False, 'shape': (4,)}", 16,
+           "dtype '<V4' is not supported");
   bad_dict("pipe.npy", "{'descr': '|f4', 'fortran_order': False, 'shape': (4,)}", 16,
            "dtype '|f4' is not supported");
   bad_dict("f16x.npy", "{'descr': '<f16', 'fortran_order': False, 'shape': (4,)}", 64,
@@ -485,6 +515,7 @@ int main(void) {
   test_round_trips();
   test_overwrite();
   test_float16();
+  test_bfloat16();
   test_good_headers();
   test_bad_files();
   test_bad_writes();

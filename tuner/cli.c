@@ -1,65 +1,28 @@
 /*
 ** cli.c
-** Command-line parsing: strict numbers, known flags only, and flags that
-** belong to the command they are given to.
+** Command-line parsing with getopt_long: strict numbers, known flags only,
+** flags that belong to the command they are given to, options before or
+** after the command (`fatune --arch sm_100 list`), `--flag=value`, the
+** nearest flag, command or value suggested for a typo, and each command's
+** own help, rendered from the tables below.
+**
+** To add an option: one line in `flags` (name without the dashes, group,
+** whether it takes a value, its metavariable and help), its effect in
+** apply(), and its group in the `commands` entries it applies to (a new
+** group is the next free bit of the F_ enum). Help, completion and the man
+** page follow from the tables.
 */
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "cli.h"
-
-const char cli_usage[] =
-  "\n"
-  "The main job (no command) generates every variant of the default space for the\n"
-  "problem and the target, compiles it, runs it and validates it against naive\n"
-  "attention. With no GPU it runs on the CPU emulator, which validates at a small\n"
-  "sequence length (--emu-seq) and counts memory traffic: emulator figures, not\n"
-  "GPU performance.\n"
-  "\n"
-  "explore runs matched variants that differ in one design axis (FlashAttention-1\n"
-  "against -2) and shows what each costs, measured and predicted by the model;\n"
-  "report renders the database into HTML or Markdown with gnuplot plots.\n"
-  "\n"
-  "problem flags:\n"
-  "  --dim D          head dimension, 1 to 256 (default 64)\n"
-  "  --dtype T        fp32, fp64, fp16 or bf16 (default fp32)\n"
-  "  --causal         causal mask, aligned to the bottom-right corner\n"
-  "  --seq N          query sequence length (default 4096)\n"
-  "  --seq-k M        key/value sequence length (default: --seq)\n"
-  "  --batch B        batch size (default 4)\n"
-  "  --heads H        heads (default 16)\n"
-  "  --scale S        softmax scale (default 1/sqrt(dim))\n"
-  "target and backend flags:\n"
-  "  --backend B      auto (the GPU if there is one, else the emulator), cuda or emu\n"
-  "  --arch A         sm_80, sm_86, sm_89, sm_90, sm_90a, ... (default: the GPU's, else sm_90)\n"
-  "  --smem BYTES     shared memory per block (default: the arch's opt-in maximum)\n"
-  "  --emu-seq N      on the emulator, run at most N queries and keys (default 256)\n"
-  "  --seed S         seed of the random inputs (default: from the clock; always printed)\n"
-  "  --schedule S     emulator thread order: forward, reverse or random (run; default forward)\n"
-  "  --timeout S      a variant that runs longer is stopped and recorded as timeout (default 60)\n"
-  "  --trial-ms N     GPU timing budget per variant, in milliseconds (default 300)\n"
-  "  --db PATH        results database (default: $FATUNE_DB, else ~/.cache/fatune/fatune.db)\n"
-  "  --device NAME    best, show: a device's name, UUID or part of its name\n"
-  "  --format F       export: csv or json; report: html (default) or md\n"
-  "  --axis A         explore: norm, parallel, warp_split, layout, tiles or all (default)\n"
-  "  --sweep seq=A:B  explore: seq A, 2A, 4A, ... up to B instead of --seq\n"
-  "  --out DIR        report: the directory to write (default fatune-report)\n"
-  "  --retune         measure again what the database already holds\n"
-  "run flags:\n"
-  "  --q --k --v F    inputs, .npy float16/32/64 of shape (N, D) or (B, H, N, D)\n"
-  "  --out F          output .npy: float64 for fp64 variants, else float32\n"
-  "  --lse F          also write the logsumexp, float32 of shape (N,) or (B, H, N)\n"
-  "other flags:\n"
-  "  --space S        default (worth timing) or full (whole cross product)\n"
-  "  --jobs N         work on N threads (default: all cores)\n"
-  "  --json           print JSON instead of a table\n"
-  "  --variant NAME   a variant by its name (fatune list prints them)\n"
-  "  --config TEXT    a variant by its config, e.g. 'block_m=64,block_n=32,norm=eager'\n"
-  "  --help, --version\n";
 
 enum {
   F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
@@ -69,47 +32,146 @@ enum {
 };
 
 typedef struct cmd_info {
-  const char *name;
+  const char *name;     /* NULL: the main job */
   cli_cmd cmd;
-  int flags;
+  int flags;            /* the groups of flags it takes */
+  const char *synopsis; /* after "fatune NAME " */
+  const char *summary;  /* what it does, one paragraph */
+  const char *example;
+  const char *brief;    /* its line in fatune's help */
 } cmd_info;
 
 static const cmd_info commands[] = {
-  {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE},
-  {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK},
-  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE},
-  {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
-  {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
-  {"export", CMD_EXPORT, F_FMT | F_DB},
-  {"merge", CMD_MERGE, F_DB},
-  {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
-                  F_JOBS},
-  {"explore", CMD_EXPLORE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON |
-                           F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB | F_AXIS},
-  {"report", CMD_REPORT, F_OUT | F_FMT | F_DB},
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
-                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB},
+                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB,
+   "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]",
+   "The main job: generates every variant of the default space for the problem and the\n"
+   "target, compiles it, runs it and validates it against naive attention; on a GPU it\n"
+   "times it. With no GPU it runs on the CPU emulator at a small sequence length\n"
+   "(--emu-seq) and counts memory traffic: emulator figures, not GPU performance.\n"
+   "Without --dtype it tunes bf16 on tensor cores where the target has them (sm_80\n"
+   "and newer), fp32 on CUDA cores below.",
+   "fatune --dim 64 --seq 4096",
+   "tune every variant for a problem (no command)"},
+  {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
+                   F_JOBS,
+   "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy --out O.npy\n"
+   "                  [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]",
+   "Runs one variant on tensors from .npy files (float16, bfloat16, float32 or float64,\n"
+   "shape (N, D) or (B, H, N, D)) and writes O (float64 for fp64, else float32). The\n"
+   "dtype is the inputs' unless --dtype says otherwise.",
+   "fatune run --config block_m=64 --q q.npy --k k.npy --v v.npy --out o.npy",
+   "run one variant on .npy tensors"},
+  {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE,
+   "--dim D [--dtype T] [--causal] [--arch A] [--space default|full] [--json]",
+   "Lists the variants of the space: name, config and hash.",
+   "fatune list --dim 128 --dtype fp16 --arch sm_80",
+   "list the variants of the space"},
+  {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK,
+   "(--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--arch A]",
+   "Prints one variant's CUDA source. Keys left out of --config take the family's\n"
+   "defaults, or values that fit the keys given (it says which).",
+   "fatune gen --config block_m=64,block_n=32 --dtype fp32",
+   "print a variant's CUDA source"},
+  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE,
+   "--dim D [--dtype T] [--causal] [--arch A] [--space S] [--jobs N] [--json]",
+   "Compiles every variant with NVRTC and prints registers, spills, shared memory and\n"
+   "compile times.",
+   "fatune compile --dim 64 --arch sm_90",
+   "compile every variant, with the ptxas report"},
+  {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON,
+   "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--device NAME] [--db PATH] [--json]",
+   "Prints the best recorded variant for a problem, or the nearest tuned seq.",
+   "fatune best --dim 64 --seq 4096 --dtype bf16",
+   "the best recorded variant for a problem"},
+  {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON,
+   "[--dim D] [--dtype T] [--causal] [--seq N] [--device NAME] [--db PATH] [--json]",
+   "Lists the recorded trials that match the flags given.",
+   "fatune show --dim 64 --seq 4096",
+   "the recorded trials"},
+  {"export", CMD_EXPORT, F_FMT | F_DB, "--format csv|json [--db PATH]",
+   "Prints every recorded trial as CSV or JSON.",
+   "fatune export --format csv > trials.csv",
+   "every trial as CSV or JSON"},
+  {"merge", CMD_MERGE, F_DB, "OTHER.db [--db PATH]",
+   "Brings another database's devices, variants and trials in, without duplicates\n"
+   "(never its compiled binaries).",
+   "fatune merge other.db",
+   "bring in another database's results"},
+  {"explore", CMD_EXPLORE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON |
+                           F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB | F_AXIS,
+   "--dim D (--seq N | --sweep seq=A:B) [--axis A] [problem flags] [--backend B]\n"
+   "                      [--db PATH] [--json]",
+   "Runs matched variants that differ in one design axis (FlashAttention-1 against -2)\n"
+   "and shows what each costs, measured and predicted by the cost model. The SIMT\n"
+   "family: fp32 (the default) or fp64.",
+   "fatune explore --dim 64 --seq 512 --axis norm",
+   "FlashAttention-1 against -2, one axis at a time"},
+  {"report", CMD_REPORT, F_OUT | F_FMT | F_DB, "[--out DIR] [--format html|md] [--db PATH]",
+   "Renders the database into HTML or Markdown with gnuplot plots.",
+   "fatune report --out fatune-report",
+   "the database as HTML or Markdown with plots"},
+  {"help", CMD_HELP, 0, "[COMMAND]", "Prints the help of fatune, or of one command.",
+   "fatune help run",
+   "help on fatune or a command"},
+  {"version", CMD_VERSION, 0, "", "Prints fatune's version.", "fatune version",
+   "fatune's version"},
 };
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 typedef struct flag_info {
-  const char *name;
+  const char *name;     /* without the leading dashes */
   int group;
   int takes_value;
+  const char *meta;     /* the value's name in help */
+  const char *help;
 } flag_info;
 
 static const flag_info flags[] = {
-  {"--dim", F_DIM, 1}, {"--dtype", F_TYPE, 1}, {"--causal", F_TYPE, 0},
-  {"--seq", F_SEQ, 1}, {"--seq-k", F_SEQ, 1}, {"--batch", F_SEQ, 1}, {"--heads", F_SEQ, 1},
-  {"--scale", F_SCALE, 1}, {"--arch", F_ARCH, 1}, {"--smem", F_ARCH, 1},
-  {"--jobs", F_JOBS, 1}, {"--json", F_JSON, 0}, {"--space", F_SPACE, 1},
-  {"--variant", F_PICK, 1}, {"--config", F_PICK, 1}, {"--backend", F_BACKEND, 1},
-  {"--emu-seq", F_EMU, 1}, {"--seed", F_SEED, 1}, {"--schedule", F_SCHED, 1},
-  {"--timeout", F_WORK, 1}, {"--trial-ms", F_WORK, 1}, {"--retune", F_RETUNE, 0},
-  {"--device", F_DEV, 1}, {"--format", F_FMT, 1}, {"--axis", F_AXIS, 1}, {"--sweep", F_AXIS, 1},
-  {"--db", F_DB, 1}, {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_OUT, 1},
-  {"--lse", F_IO, 1},
-  {NULL, 0, 0},
+  {"dim", F_DIM, 1, "D", "head dimension, 1 to 256 (default 64)"},
+  {"dtype", F_TYPE, 1, "T", "fp32, fp64, fp16 or bf16, or half, bfloat16, ... (default:\n"
+                            "bf16 on sm_80 and newer, else fp32)"},
+  {"causal", F_TYPE, 0, NULL, "causal mask, aligned to the bottom-right corner"},
+  {"seq", F_SEQ, 1, "N", "query sequence length (default 4096)"},
+  {"seq-k", F_SEQ, 1, "M", "key/value sequence length (default: --seq)"},
+  {"batch", F_SEQ, 1, "B", "batch size (default 4)"},
+  {"heads", F_SEQ, 1, "H", "heads (default 16)"},
+  {"scale", F_SCALE, 1, "S", "softmax scale (default 1/sqrt(dim))"},
+  {"arch", F_ARCH, 1, "A", "sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100, ... (default:\n"
+                           "the GPU's, else sm_90)"},
+  {"smem", F_ARCH, 1, "BYTES", "shared memory per block (default: the arch's opt-in maximum)"},
+  {"jobs", F_JOBS, 1, "N", "work on N threads (default: all cores)"},
+  {"json", F_JSON, 0, NULL, "print JSON instead of a table"},
+  {"space", F_SPACE, 1, "S", "default (worth timing) or full (the whole cross product)"},
+  {"variant", F_PICK, 1, "NAME", "a variant by its name (fatune list prints them)"},
+  {"config", F_PICK, 1, "TEXT", "a variant by its config, e.g. 'block_m=64,block_n=32'"},
+  {"backend", F_BACKEND, 1, "B", "auto (the GPU if there is one, else the emulator), cuda or emu"},
+  {"emu-seq", F_EMU, 1, "N", "on the emulator, run at most N queries and keys (default\n"
+                             "256; explore, which runs a few variants at one head, 2048)"},
+  {"seed", F_SEED, 1, "S", "seed of the random inputs (default: from the clock; always printed)"},
+  {"schedule", F_SCHED, 1, "S", "emulator thread order: forward, reverse or random "
+                                "(default forward)"},
+  {"timeout", F_WORK, 1, "S", "a variant that runs longer is stopped, recorded as\n"
+                              "timeout (default 60)"},
+  {"trial-ms", F_WORK, 1, "N", "GPU timing budget per variant, in milliseconds (default 300)"},
+  {"retune", F_RETUNE, 0, NULL, "measure again what the database already holds"},
+  {"device", F_DEV, 1, "NAME", "a device's name, UUID or part of its name"},
+  {"format", F_FMT, 1, "F", "export: csv or json; report: html (default) or md"},
+  {"axis", F_AXIS, 1, "A", "norm, parallel, warp_split, layout, tiles or all (default)"},
+  {"sweep", F_AXIS, 1, "seq=A:B", "seq A, 2A, 4A, ... up to B instead of --seq"},
+  {"db", F_DB, 1, "PATH", "results database (default: $FATUNE_DB, else\n"
+                          "~/.cache/fatune/fatune.db)"},
+  {"q", F_IO, 1, "Q.npy", "queries"},
+  {"k", F_IO, 1, "K.npy", "keys"},
+  {"v", F_IO, 1, "V.npy", "values"},
+  {"out", F_OUT, 1, "PATH", "run: the output .npy; report: the directory to write\n"
+                            "(default fatune-report)"},
+  {"lse", F_IO, 1, "LSE.npy", "also write the logsumexp, float32 of shape (N,) or (B, H, N)"},
 };
+#define NFLAGS (sizeof flags / sizeof flags[0])
+
+/* getopt_long's values: a flag's index in flags, then these. */
+enum { OPT_HELP = 'h', OPT_VERSION = 1000 };
 
 int cli_say(int rc, const char *msg) {
   char line[320];
@@ -128,6 +190,47 @@ static int fail(char *err, size_t n, const char *fmt, ...) {
   vsnprintf(err, n, fmt, ap);
   va_end(ap);
   return -1;
+}
+
+/* The edit distance of a and b (case-insensitive), capped at 9. */
+static int distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 40 || lb > 40) return 9;
+  int d[41][41];
+  for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= la; i++)
+    for (size_t j = 1; j <= lb; j++) {
+      const int same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
+      int sub = d[i - 1][j - 1] + !same;
+      int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+      int best = sub < del ? sub : del;
+      best = best < ins ? best : ins;
+      /* a swap of two neighbours counts as one edit (dtpye, dtype) */
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[la][lb] < 9 ? d[la][lb] : 9;
+}
+
+/* "; did you mean X?" for the nearest of n names (stride bytes apart,
+** each a const char * at the start), when it is near enough; else "". */
+static const char *nearest(const char *s, const void *names, size_t n, size_t stride,
+                           const char *prefix, char *buf, size_t len) {
+  const char *best = NULL;
+  int bd = 9;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = *(const char *const *)((const char *)names + i * stride);
+    if (!name) continue;
+    int dd = distance(s, name);
+    if (dd < bd) bd = dd, best = name;
+  }
+  size_t sl = strlen(s);
+  if (!best || bd > (sl > 5 ? 2 : sl > 2) + (sl > 9)) return "";
+  snprintf(buf, len, "; did you mean %s%s?", prefix, best);
+  return buf;
 }
 
 /* A whole decimal integer in [lo, hi]. */
@@ -169,7 +272,12 @@ static int parse_scale(const char *s, double *out, char *err, size_t n) {
 static int parse_format(cli_opts *o, const char *s, char *err, size_t n) {
   const int report = o->cmd == CMD_REPORT;
   const char *a = report ? "html" : "csv", *b = report ? "md" : "json";
-  if (strcmp(s, a) && strcmp(s, b)) return fail(err, n, "unknown format '%s' (%s or %s)", s, a, b);
+  if (strcmp(s, a) && strcmp(s, b)) {
+    const char *both[] = {a, b};
+    char hint[64];
+    return fail(err, n, "unknown format '%s' (%s or %s%s)", s, a, b,
+                nearest(s, both, 2, sizeof both[0], "", hint, sizeof hint));
+  }
   o->format = s;
   return 0;
 }
@@ -181,7 +289,10 @@ static int parse_axis(cli_opts *o, const char *s, char *err, size_t n) {
       o->axis = axes[i];
       return 0;
     }
-  return fail(err, n, "unknown axis '%s' (norm, parallel, warp_split, layout, tiles or all)", s);
+  char hint[64];
+  return fail(err, n, "unknown axis '%s' (norm, parallel, warp_split, layout, tiles or all%s)", s,
+              nearest(s, axes, sizeof axes / sizeof axes[0], sizeof axes[0], "", hint,
+                      sizeof hint));
 }
 
 /* seq=A:B, 1 <= A <= B. */
@@ -196,8 +307,25 @@ static int parse_sweep(cli_opts *o, const char *s, char *err, size_t n) {
   return 0;
 }
 
+/* fp32, fp64, fp16, bf16 and their other names, in any case. */
+static int parse_dtype(const char *s, fa_dtype *t, char *err, size_t n) {
+  static const struct { const char *name; fa_dtype t; } names[] = {
+    {"fp32", FA_FP32}, {"f32", FA_FP32}, {"float32", FA_FP32}, {"float", FA_FP32},
+    {"fp64", FA_FP64}, {"f64", FA_FP64}, {"float64", FA_FP64}, {"double", FA_FP64},
+    {"fp16", FA_FP16}, {"f16", FA_FP16}, {"float16", FA_FP16}, {"half", FA_FP16},
+    {"bf16", FA_BF16}, {"bfloat16", FA_BF16},
+  };
+  const size_t count = sizeof names / sizeof names[0];
+  for (size_t i = 0; i < count; i++)
+    if (!strcasecmp(s, names[i].name)) return *t = names[i].t, 0;
+  char hint[64];
+  return fail(err, n, "unknown dtype '%s' (fp32, fp64, fp16 or bf16%s)", s,
+              nearest(s, names, count, sizeof names[0], "", hint, sizeof hint));
+}
+
 static int apply(cli_opts *o, const char *flag, const char *val, char *err, size_t n) {
   fa_problem *p = &o->problem;
+  char hint[64];
   if (!strcmp(flag, "--dim")) return parse_int(flag, val, 1, FA_DIM_MAX, &p->dim, err, n);
   if (!strcmp(flag, "--seq")) return parse_int(flag, val, 1, 1 << 24, &p->seq_q, err, n);
   if (!strcmp(flag, "--seq-k")) return parse_int(flag, val, 1, 1 << 24, &p->seq_k, err, n);
@@ -227,19 +355,23 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--out")) o->out = val;
   else if (!strcmp(flag, "--lse")) o->lse = val;
   else if (!strcmp(flag, "--backend")) {
+    static const char *const backends[] = {"auto", "emu", "cuda"};
     if (strcmp(val, "auto") && strcmp(val, "emu") && strcmp(val, "cuda"))
-      return fail(err, n, "unknown backend '%s' (auto, emu or cuda)", val);
+      return fail(err, n, "unknown backend '%s' (auto, emu or cuda%s)", val,
+                  nearest(val, backends, 3, sizeof backends[0], "", hint, sizeof hint));
     o->backend = val;
   } else if (!strcmp(flag, "--schedule")) {
+    static const char *const order[] = {"forward", "reverse", "random"};
     if (emu_schedule_parse(val, &o->schedule) != 0)
-      return fail(err, n, "unknown schedule '%s' (forward, reverse or random)", val);
+      return fail(err, n, "unknown schedule '%s' (forward, reverse or random%s)", val,
+                  nearest(val, order, 3, sizeof order[0], "", hint, sizeof hint));
   }
-  else if (!strcmp(flag, "--dtype")) {
-    if (fa_dtype_parse(val, &p->dtype) != 0)
-      return fail(err, n, "unknown dtype '%s' (fp32, fp64, fp16 or bf16)", val);
-  } else if (!strcmp(flag, "--space")) {
+  else if (!strcmp(flag, "--dtype")) return parse_dtype(val, &p->dtype, err, n);
+  else if (!strcmp(flag, "--space")) {
+    static const char *const spaces[] = {"default", "full"};
     if (strcmp(val, "default") && strcmp(val, "full"))
-      return fail(err, n, "unknown space '%s' (default or full)", val);
+      return fail(err, n, "unknown space '%s' (default or full%s)", val,
+                  nearest(val, spaces, 2, sizeof spaces[0], "", hint, sizeof hint));
     o->space = val;
   }
   return 0;
@@ -262,45 +394,85 @@ static void defaults(cli_opts *o) {
   o->axis = "all";
 }
 
-_Static_assert(sizeof flags / sizeof flags[0] <= 65, "cli_opts.given has a bit per flag");
+_Static_assert(NFLAGS <= 64, "cli_opts.given has a bit per flag");
 
 int cli_given(const cli_opts *o, const char *flag) {
-  for (const flag_info *f = flags; f->name; f++)
-    if (!strcmp(f->name, flag)) return (o->given >> (f - flags)) & 1;
+  for (size_t i = 0; i < NFLAGS; i++)
+    if (!strcmp(flags[i].name, flag + 2)) return (o->given >> i) & 1;
   return 0;
 }
 
-int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
-  defaults(o);
-  int i = 1;
-  const cmd_info *cmd = &commands[sizeof commands / sizeof commands[0] - 1];
-  if (i < argc && argv[i][0] != '-') {
-    const cmd_info *c = commands;
-    while (c->name && strcmp(c->name, argv[i])) c++;
-    if (!c->name) return fail(err, errlen, "unknown command '%s' (see fatune --help)", argv[i]);
-    cmd = c;
-    i++;
-  }
-  o->cmd = cmd->cmd;
-  for (; i < argc; i++) {
+static const cmd_info *find_command(const char *name) {
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    if (commands[i].name && !strcmp(commands[i].name, name)) return &commands[i];
+  return NULL;
+}
+
+static const char *command_name(cli_cmd cmd) {
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    if (commands[i].cmd == cmd && commands[i].name) return commands[i].name;
+  return "";
+}
+
+static const flag_info *find_flag(const char *name, size_t len) {
+  for (size_t i = 0; i < NFLAGS; i++)
+    if (strlen(flags[i].name) == len && !strncmp(flags[i].name, name, len)) return &flags[i];
+  return NULL;
+}
+
+/* The command: the first word that is neither an option nor an option's
+** value, so options may come before it. NULL: the main job. */
+static const char *command_word(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) { o->cmd = CMD_HELP; return 0; }
-    if (!strcmp(a, "--version")) { o->cmd = CMD_VERSION; return 0; }
-    if (o->cmd == CMD_MERGE && a[0] != '-' && !o->merge_path) { o->merge_path = a; continue; }
-    const flag_info *f = flags;
-    while (f->name && strcmp(f->name, a)) f++;
-    if (!f->name) return fail(err, errlen, "unknown option '%s' (see fatune --help)", a);
-    o->given |= 1ull << (f - flags);
-    if (!(cmd->flags & f->group))
-      return fail(err, errlen, "option %s does not apply to 'fatune %s'", a,
-                  cmd->name ? cmd->name : "(main job)");
-    const char *val = NULL;
-    if (f->takes_value) {
-      if (i + 1 >= argc) return fail(err, errlen, "option %s needs a value", a);
-      val = argv[++i];
-    }
-    if (apply(o, a, val, err, errlen) != 0) return -1;
+    if (!strcmp(a, "--")) return i + 1 < argc ? argv[i + 1] : NULL;
+    if (a[0] != '-' || !a[1]) return a;
+    if (a[1] != '-') continue;   /* -h */
+    const char *eq = strchr(a + 2, '=');
+    const flag_info *f = find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+    if (!f) return NULL;   /* getopt_long names the unknown option */
+    if (f->takes_value && !eq) i++;
   }
+  return NULL;
+}
+
+static int unknown_option(const char *a, char *err, size_t n) {
+  char name[64], hint[80];
+  const char *eq = strchr(a, '=');
+  snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+  const char *bare = name[0] == '-' ? name + (name[1] == '-' ? 2 : 1) : name;
+  return fail(err, n, "unknown option '%s'%s (see fatune --help)", name,
+              nearest(bare, flags, NFLAGS, sizeof flags[0], "--", hint, sizeof hint));
+}
+
+/* The options, in getopt_long's form: every flag of the table. */
+static void long_options(struct option *lo) {
+  for (size_t i = 0; i < NFLAGS; i++)
+    lo[i] = (struct option){flags[i].name, flags[i].takes_value ? required_argument : no_argument,
+                            NULL, (int)i};
+  lo[NFLAGS] = (struct option){"help", no_argument, NULL, OPT_HELP};
+  lo[NFLAGS + 1] = (struct option){"version", no_argument, NULL, OPT_VERSION};
+  lo[NFLAGS + 2] = (struct option){NULL, 0, NULL, 0};
+}
+
+/* Positional words after the command: merge's path, help's command. */
+static int positional(cli_opts *o, const char *a, char *err, size_t n) {
+  if (o->cmd == CMD_MERGE && !o->merge_path) return o->merge_path = a, 0;
+  if (o->cmd == CMD_HELP && !o->help_cmd) {
+    const cmd_info *c = find_command(a);
+    char hint[64];
+    if (!c)
+      return fail(err, n, "no command '%s' to help with%s (see fatune help)", a,
+                  nearest(a, commands, NCOMMANDS, sizeof commands[0], "", hint, sizeof hint));
+    o->help_cmd = c->name;
+    return 0;
+  }
+  if (a[0] == '-') return unknown_option(a, err, n);
+  return fail(err, n, "unexpected argument '%s' (see fatune help%s%s)", a,
+              command_name(o->cmd)[0] ? " " : "", command_name(o->cmd));
+}
+
+static int check_command(cli_opts *o, char *err, size_t errlen) {
   if (o->problem.seq_k == 0) o->problem.seq_k = o->problem.seq_q;
   if ((o->cmd == CMD_GEN || o->cmd == CMD_RUN) && !!o->variant == !!o->config)
     return fail(err, errlen, "fatune %s needs exactly one of --variant NAME or --config TEXT",
@@ -313,4 +485,106 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "fatune explore covers the SIMT family: --dtype fp32 or fp64, not %s",
                 fa_dtype_name(o->problem.dtype));
   return 0;
+}
+
+int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
+  defaults(o);
+  const char *word = command_word(argc, argv);
+  const cmd_info *cmd = &commands[0];
+  if (word) {
+    char hint[64];
+    if (!(cmd = find_command(word)))
+      return fail(err, errlen, "unknown command '%s'%s (see fatune --help)", word,
+                  nearest(word, commands, NCOMMANDS, sizeof commands[0], "", hint, sizeof hint));
+  }
+  o->cmd = cmd->cmd;
+  struct option lo[NFLAGS + 3];
+  long_options(lo);
+  opterr = 0;
+  optind = 0;   /* a fresh scan (glibc), so cli_parse may be called again */
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    const char *a = argv[optind - 1];
+    if (c == OPT_HELP) o->help = 1;
+    else if (c == OPT_VERSION) o->cmd = CMD_VERSION;
+    else if (c == '?' && optopt) return unknown_option((char[3]){'-', (char)optopt, 0}, err, errlen);
+    else if (c == '?') return unknown_option(a, err, errlen);
+    else if (c == ':') return fail(err, errlen, "option %s needs a value", a);
+    else {
+      const flag_info *f = &flags[c];
+      o->given |= 1ull << c;
+      if (!(cmd->flags & f->group))
+        return fail(err, errlen, "option --%s does not apply to 'fatune %s' (see fatune help%s%s)",
+                    f->name, cmd->name ? cmd->name : "(main job)", cmd->name ? " " : "",
+                    cmd->name ? cmd->name : "");
+      char flag[32];
+      snprintf(flag, sizeof flag, "--%s", f->name);
+      if (apply(o, flag, f->takes_value ? optarg : NULL, err, errlen) != 0) return -1;
+    }
+  }
+  if (o->help) {
+    if (o->cmd != CMD_HELP) o->help_cmd = cmd->name;   /* the main job's is fatune's */
+    o->cmd = CMD_HELP;
+    return 0;
+  }
+  if (o->cmd == CMD_VERSION) return 0;
+  /* getopt_long moved the words after the options; the command is one. */
+  for (int i = optind, seen = 0; i < argc; i++) {
+    if (word && argv[i] == word && !seen++) continue;
+    if (positional(o, argv[i], err, errlen) != 0) return -1;
+  }
+  return check_command(o, err, errlen);
+}
+
+/* ---- Help ---- */
+
+static void print_flags(FILE *f, int groups) {
+  for (size_t i = 0; i < NFLAGS; i++) {
+    if (!(flags[i].group & groups)) continue;
+    char left[40];
+    snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].meta ? " " : "",
+             flags[i].meta ? flags[i].meta : "");
+    fprintf(f, "  %-20s ", left);
+    for (const char *h = flags[i].help; *h; h++) {
+      fputc(*h, f);
+      if (*h == '\n') fprintf(f, "%23s", "");
+    }
+    fputc('\n', f);
+  }
+}
+
+static void print_synopsis(FILE *f, const cmd_info *c, const char *lead) {
+  fprintf(f, "%s fatune %s%s%s\n", lead, c->name ? c->name : "",
+          c->name && c->synopsis[0] ? " " : "", c->synopsis);
+}
+
+void cli_help(FILE *f, const char *name) {
+  const cmd_info *c = name ? find_command(name) : NULL;
+  if (c) {
+    print_synopsis(f, c, "usage:");
+    fprintf(f, "\n%s\n", c->summary);
+    if (c->flags) {
+      fputs("\noptions:\n", f);
+      print_flags(f, c->flags);
+    }
+    fprintf(f, "  %-20s %s\n", "--help", "this help");
+    fprintf(f, "\nexample:\n  %s\n", c->example);
+    return;
+  }
+  fputs("fatune: an autotuning FlashAttention kernel generator\n\n", f);
+  for (size_t i = 0; i < NCOMMANDS; i++) print_synopsis(f, &commands[i], i ? "      " : "usage:");
+  fputs("\ncommands:\n", f);
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name ? commands[i].name : "(none)", commands[i].brief);
+  fputs("\noptions (each command takes those its help lists; before or after it;\n"
+        "--flag VALUE or --flag=VALUE):\n", f);
+  print_flags(f, ~0);
+  fprintf(f, "  %-20s %s\n  %-20s %s\n", "--help", "this help; fatune help COMMAND, or "
+          "fatune COMMAND --help, for a command's", "--version", "fatune's version");
+  fputs("\nexample:\n  fatune --dim 64 --seq 4096\n", f);
+}
+
+int cli_colour(int fd) {
+  const char *no = getenv("NO_COLOR"), *term = getenv("TERM");
+  return isatty(fd) && !(no && no[0]) && !(term && !strcmp(term, "dumb"));
 }

@@ -6,6 +6,7 @@
 #define CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "emu.h"
 #include "fa_problem.h"
@@ -41,6 +42,9 @@ typedef struct cli_opts {
   const char *axis;       /* explore: norm, parallel, warp_split, layout, tiles or all */
   int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */
   const char *merge_path; /* merge: the other database */
+  int help;               /* --help was given */
+  const char *help_cmd;   /* help: the command to describe, NULL: fatune's own */
+  const char *dtype_why;  /* the dtype was chosen for the target, not given: why */
   unsigned long long given;  /* the flags given, one bit per entry of cli.c's table */
 } cli_opts;
 
@@ -53,11 +57,15 @@ int cli_say(int rc, const char *msg);
 /* Parse argv. Returns 0, or -1 with a one-line message in err. */
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen);
 
+/* Whether output to fd may be coloured: a terminal, NO_COLOR unset or
+** empty (no-color.org), and TERM not "dumb". */
+int cli_colour(int fd);
+
 /* Whether flag ("--dtype") was on the command line, not a default. */
 int cli_given(const cli_opts *o, const char *flag);
 
-/* fatune --help after the commands' usage lines (main.c's table prints
-** those): what the commands do, and every flag. */
-extern const char cli_usage[];
+/* The help of command name, or of fatune and its main job (NULL): its
+** synopsis, what it does, its flags and an example. */
+void cli_help(FILE *f, const char *name);
 
 #endif

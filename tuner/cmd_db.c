@@ -55,6 +55,10 @@ static void best_text(const db_best_row *r) {
   fa_esc_term(stdout, r->dtype);
   printf(" dim %d seq_q %d seq_k %d batch %d heads %d%s\n", r->dim, r->seq_q, r->seq_k, r->batch,
          r->heads, r->causal ? " causal" : "");
+  if (r->req_seq_q != r->seq_q || r->req_seq_k != r->seq_k)
+    printf("%-10s run at seq_q %d seq_k %d for the requested seq_q %d seq_k %d (the emulator's "
+           "size)\n", "ran", r->seq_q, r->seq_k, r->req_seq_q, r->req_seq_k);
+  text_line("arch", r->arch[0] ? r->arch : "- (recorded before fatune kept the target)");
   print_value("median_us", r->median_us);
   print_value("tflops", r->tflops);
   if (r->global_bytes >= 0) printf("%-10s %lld (emulator count)\n", "gmem_bytes", r->global_bytes);
@@ -79,10 +83,14 @@ static void best_json(const db_best_row *r, const fa_problem *p, int exact) {
   json_string(stdout, r->backend);
   printf(", \"dtype\": ");
   json_string(stdout, r->dtype);
+  printf(", \"arch\": ");
+  if (r->arch[0]) json_string(stdout, r->arch);
+  else printf("null");
   printf(", \"dim\": %d, \"seq_q\": %d, \"seq_k\": %d, \"batch\": %d, \"heads\": %d, "
-         "\"causal\": %s, \"exact\": %s, \"requested_seq_q\": %d, \"requested_seq_k\": %d",
+         "\"causal\": %s, \"exact\": %s, \"requested_seq_q\": %d, \"requested_seq_k\": %d, "
+         "\"tuned_for_seq_q\": %d, \"tuned_for_seq_k\": %d",
          r->dim, r->seq_q, r->seq_k, r->batch, r->heads, r->causal ? "true" : "false",
-         exact ? "true" : "false", p->seq_q, p->seq_k);
+         exact ? "true" : "false", p->seq_q, p->seq_k, r->req_seq_q, r->req_seq_k);
   json_field("median_us", r->median_us);
   json_field("tflops", r->tflops);
   json_field("gbps", r->gbps);
@@ -107,20 +115,41 @@ static int cmd_best(const cli_opts *o) {
   if (cli_given(o, "--batch") || cli_given(o, "--heads"))
     return bad_input("options --batch and --heads do not apply to 'fatune best'");
   const fa_problem *fp = &o->problem;
-  db_problem p = {fa_dtype_name(fp->dtype), fp->dim, fp->seq_q, fp->seq_k, 0, 0, fp->causal};
+  db_problem p = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
+                  .seq_k = fp->seq_k, .causal = fp->causal};
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   db_best_row r;
-  int found, exact;
+  int found = 0, exact = 0;
   char err[512], want[64], got[64];
-  if (db_best(d, o->device, &p, &r, &found, &exact, err, sizeof err) != 0)
-    return close_db(d, cli_say(1, err));
+  /* Without --dtype: the dtypes in the order the main job picks them (bf16
+  ** on tensor cores first), the first with an entry for this very seq,
+  ** else the first with any. */
+  static const char *const order[] = {"bf16", "fp16", "fp32", "fp64"};
+  const int any = !cli_given(o, "--dtype");
+  const char *pick = NULL;
+  int kinds = 0, pick_exact = 0;
+  for (size_t i = 0; i < (any ? 4u : 1u); i++) {
+    if (any) p.dtype = order[i];
+    if (db_best(d, o->device, &p, &r, &found, &exact, err, sizeof err) != 0)
+      return close_db(d, cli_say(1, err));
+    kinds += found;
+    if (found && (!pick || (exact && !pick_exact))) pick = p.dtype, pick_exact = exact;
+  }
+  if (pick && pick != p.dtype) {
+    p.dtype = pick;
+    if (db_best(d, o->device, &p, &r, &found, &exact, err, sizeof err) != 0)
+      return close_db(d, cli_say(1, err));
+  }
   if (!found) {
-    fprintf(stderr, "fatune: nothing recorded for %s dim %d%s%s%s in %s\n", p.dtype, p.dim,
-            p.causal ? " causal" : "", o->device ? " on device " : "",
-            o->device ? o->device : "", db_path(d));
+    fprintf(stderr, "fatune: nothing recorded for %s dim %d%s%s%s in %s\n",
+            any ? "any dtype" : p.dtype, p.dim, p.causal ? " causal" : "",
+            o->device ? " on device " : "", o->device ? o->device : "", db_path(d));
     return close_db(d, 1);
   }
+  if (kinds > 1)
+    fprintf(stderr, "fatune: dtype %s (no --dtype: the first of bf16, fp16, fp32 and fp64 "
+                    "recorded; %d have entries)\n", p.dtype, kinds);
   if (!exact) {
     seq_text(want, sizeof want, p.seq_q, p.seq_k);
     seq_text(got, sizeof got, r.seq_q, r.seq_k);

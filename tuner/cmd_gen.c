@@ -11,6 +11,7 @@ int cmd_gen_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   int rc = o->variant ? gen_render_name(g, o->variant, t, &k)
                       : gen_render_config(g, o->config, &o->problem, t, &k);
   if (rc != 0) return cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
+  if (k.note[0]) cli_say(0, k.note);
   fputs(k.source, stdout);
   gen_kernel_free(&k);
   return 0;

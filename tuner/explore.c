@@ -261,6 +261,7 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   }
   x->gpu = backend_cuda_device(x->be) != NULL;
   x->env.be = x->be, x->env.gpu = x->gpu, x->env.run = &x->run, x->env.seed = x->seed;
+  x->env.arch = x->t->arch;
   x->env.timeout_s = o->timeout_s, x->env.trial_ms = o->trial_ms;
   x->env.trials = x->v, x->env.stride = sizeof x->v[0];
   banner(x, note);

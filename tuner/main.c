@@ -1,8 +1,8 @@
 /*
 ** main.c
 ** The fatune command: one table of commands, each with its handler (in
-** its own file) and its usage line, as Lua's luaL_Reg tables name C
-** functions; the main job is the entry without a name.
+** its own file), as Lua's luaL_Reg tables name C functions; the main job
+** is the entry without a name. cli.c parses and holds each command's help.
 ** Bad input prints one line on stderr and exits 2; a failure of the work
 ** itself (a variant that does not compile, say) exits 1.
 */
@@ -28,7 +28,8 @@
 enum {
   NEEDS_TARGET = 1,   /* the generator and a target (the handler is `gen`) */
   QUIET_TARGET = 2,   /* say nothing about how the target was chosen */
-  NEEDS_GPU = 4       /* with --backend cuda, a GPU, or one line and exit 1 */
+  NEEDS_GPU = 4,      /* with --backend cuda, a GPU, or one line and exit 1 */
+  PICKS_DTYPE = 8     /* without --dtype, the target's: bf16 on tensor cores */
 };
 
 typedef struct command {
@@ -37,42 +38,22 @@ typedef struct command {
   int (*db)(const cli_opts *o);                                      /* needs nothing more */
   int (*gen)(gen_state *g, const cli_opts *o, const gen_target *t);  /* NEEDS_TARGET */
   int needs;
-  const char *usage;  /* its synopsis in fatune --help, after "fatune name " */
 } command;
 
 static const command commands[] = {
-  {NULL, CMD_TUNE, NULL, tune_main, NEEDS_TARGET | NEEDS_GPU,
-   "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]"},
-  {"run", CMD_RUN, NULL, run_main, NEEDS_TARGET | QUIET_TARGET | NEEDS_GPU,
-   "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy\n"
-   "                  --out O.npy [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]"},
-  {"list", CMD_LIST, NULL, cmd_list_main, NEEDS_TARGET | QUIET_TARGET,
-   "--dim D [--dtype T] [--causal] [--arch A] [--space default|full] [--json]"},
-  {"gen", CMD_GEN, NULL, cmd_gen_main, NEEDS_TARGET | QUIET_TARGET,
-   "(--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--arch A]"},
-  {"compile", CMD_COMPILE, NULL, cmd_compile_main, NEEDS_TARGET,
-   "--dim D [--dtype T] [--causal] [--arch A] [--space S] [--jobs N] [--json]"},
-  {"best", CMD_BEST, cmd_db_main, NULL, 0,
-   "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--device NAME] [--db PATH] [--json]"},
-  {"show", CMD_SHOW, cmd_db_main, NULL, 0,
-   "[--dim D] [--dtype T] [--causal] [--seq N] [--device NAME] [--db PATH] [--json]"},
-  {"export", CMD_EXPORT, cmd_db_main, NULL, 0, "--format csv|json [--db PATH]"},
-  {"merge", CMD_MERGE, cmd_db_main, NULL, 0, "OTHER.db [--db PATH]"},
-  {"explore", CMD_EXPLORE, NULL, explore_main, NEEDS_TARGET | NEEDS_GPU,
-   "--dim D (--seq N | --sweep seq=A:B) [--axis A] [problem flags] [--backend B]\n"
-   "                      [--db PATH] [--json]"},
-  {"report", CMD_REPORT, report_main, NULL, 0, "[--out DIR] [--format html|md] [--db PATH]"},
+  {NULL, CMD_TUNE, NULL, tune_main, NEEDS_TARGET | NEEDS_GPU | PICKS_DTYPE},
+  {"run", CMD_RUN, NULL, run_main, NEEDS_TARGET | QUIET_TARGET | NEEDS_GPU},
+  {"list", CMD_LIST, NULL, cmd_list_main, NEEDS_TARGET | QUIET_TARGET | PICKS_DTYPE},
+  {"gen", CMD_GEN, NULL, cmd_gen_main, NEEDS_TARGET | QUIET_TARGET | PICKS_DTYPE},
+  {"compile", CMD_COMPILE, NULL, cmd_compile_main, NEEDS_TARGET | PICKS_DTYPE},
+  {"best", CMD_BEST, cmd_db_main, NULL, 0},
+  {"show", CMD_SHOW, cmd_db_main, NULL, 0},
+  {"export", CMD_EXPORT, cmd_db_main, NULL, 0},
+  {"merge", CMD_MERGE, cmd_db_main, NULL, 0},
+  {"explore", CMD_EXPLORE, NULL, explore_main, NEEDS_TARGET | NEEDS_GPU},
+  {"report", CMD_REPORT, report_main, NULL, 0},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
-
-static void usage(void) {
-  for (size_t i = 0; i < NCOMMANDS; i++) {
-    const command *c = &commands[i];
-    printf("%s fatune %s%s%s\n", i ? "      " : "usage:", c->name ? c->name : "",
-           c->name ? " " : "", c->usage);
-  }
-  fputs(cli_usage, stdout);
-}
 
 /* The target: --arch, else the first GPU's, else sm_90. */
 static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int quiet) {
@@ -103,6 +84,18 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   return 0;
 }
 
+/* Without --dtype, the dtype that suits the target: bf16 where it has bf16
+** tensor cores (sm_80 and newer), so the tensor-core family is tuned, else
+** fp32. why says which and why, for the banner. */
+static void pick_dtype(cli_opts *o, const gen_target *t, char *why, size_t n) {
+  const int sm = atoi(t->arch + 3);
+  const int tc = sm >= 80;
+  o->problem.dtype = tc ? FA_BF16 : FA_FP32;
+  snprintf(why, n, tc ? "%s has bf16 tensor cores; --dtype fp32 for the CUDA-core family"
+                      : "%s has no bf16 tensor cores (sm_80 and newer do)", t->arch);
+  o->dtype_why = why;
+}
+
 /* The generator and the target, then the handler. */
 static int run_with_target(const command *c, const cli_opts *o) {
   char err[512];
@@ -118,8 +111,15 @@ static int run_with_target(const command *c, const cli_opts *o) {
     return 1;
   }
   gen_target t;
-  int rc = resolve_target(g, o, &t, c->needs & QUIET_TARGET) != 0 ? EXIT_BAD_INPUT
-                                                                  : c->gen(g, o, &t);
+  cli_opts chosen = *o;
+  char why[160];
+  int rc = resolve_target(g, o, &t, c->needs & QUIET_TARGET);
+  if (rc == 0 && (c->needs & PICKS_DTYPE) && !cli_given(o, "--dtype") && !o->variant)
+    pick_dtype(&chosen, &t, why, sizeof why);
+  /* The main job's banner says it; compile says it here. */
+  if (chosen.dtype_why && c->cmd == CMD_COMPILE)
+    fprintf(stderr, "fatune: dtype %s: %s\n", fa_dtype_name(chosen.problem.dtype), why);
+  rc = rc != 0 ? EXIT_BAD_INPUT : c->gen(g, &chosen, &t);
   gen_close(g);
   return rc;
 }
@@ -158,8 +158,8 @@ int main(int argc, char **argv) {
   char err[512];
   if (cli_parse(argc, argv, &o, err, sizeof err) != 0) return cli_say(EXIT_BAD_INPUT, err);
   if (o.cmd == CMD_HELP) {
-    usage();
-    return 0;
+    cli_help(stdout, o.help_cmd);
+    return fflush(stdout) == 0 ? 0 : 1;
   }
   if (o.cmd == CMD_VERSION) {
     printf("fatune 0.1.0 (NVRTC %s)\n", nvrtc_version_string());

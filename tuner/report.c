@@ -110,6 +110,13 @@ static void trial_from(rp_trial *t, char *const *f) {
   if (split[0]) snprintf(t->design, sizeof t->design, "%s/%s/%s", t->norm, t->par, split);
   else snprintf(t->design, sizeof t->design, "%s/%s", family, t->norm);
   snprintf(t->tile, sizeof t->tile, "%sx%s", bm, bn);
+  char warps[8], layout[16], q[8], stages[8];
+  json_field(cfg, "warps", warps, sizeof warps);
+  json_field(cfg, "layout", layout, sizeof layout);
+  json_field(cfg, "q", q, sizeof q);
+  json_field(cfg, "stages", stages, sizeof stages);
+  snprintf(t->rest, sizeof t->rest, "tile %s, %s warps, %s layout, Q in %s%s%s", t->tile, warps,
+           layout, q, stages[0] ? ", stages " : "", stages);
   const double bh = num(f[F_BATCH]) * num(f[F_HEADS]);
   const char *ctr = f[F_COUNTERS];
   t->gbytes = (json_num(ctr, "global_bytes_read") + json_num(ctr, "global_bytes_written")) / bh;
@@ -247,17 +254,19 @@ static int plot_group(rp_ctx *c, size_t gi) {
   if (g->heat) {
     rp_heat(c, g, &m);
     snprintf(png, sizeof png, "h%zu-tiles.png", gi);
-    return m.nx ? rp_plot_heat(c, png, title, &m) : 0;
+    return m.nx * m.ny > 1 ? rp_plot_heat(c, png, title, &m) : 0;   /* one cell: the table */
   }
   const int gpu = rp_gpu(g->key);
+  /* One sequence length is no line: the tables under the plots hold it. */
   rp_lines(c, g, gpu ? RP_TFLOPS : RP_GBYTES, 0, &m);
   snprintf(png, sizeof png, "g%zu-design.png", gi);
-  snprintf(full, sizeof full, "%s: %s per FlashAttention design (best variant of each)", title,
+  snprintf(full, sizeof full, "%s: %s per FlashAttention design, matched variants", title,
            gpu ? "TFLOP/s" : "global-memory bytes per head");
-  if (m.nx && rp_plot_lines(c, png, full, gpu ? "TFLOP/s" : "bytes per (batch x head)", &m, !gpu))
+  if (m.nx > 1 &&
+      rp_plot_lines(c, png, full, gpu ? "TFLOP/s" : "bytes per (batch x head)", &m, !gpu))
     return -1;
   rp_lines(c, g, RP_GBYTES, 1, &m);
-  if (m.nx) {
+  if (m.nx > 1) {
     add_standard(g, &m);
     snprintf(png, sizeof png, "g%zu-gmem.png", gi);
     snprintf(full, sizeof full, "%s: global-memory bytes per head by loop order, and standard "
@@ -268,7 +277,7 @@ static int plot_group(rp_ctx *c, size_t gi) {
   snprintf(png, sizeof png, "g%zu-rescale.png", gi);
   snprintf(full, sizeof full, "%s: rescale multiplies per head, the fewest of each "
            "normalization", title);
-  return m.nx ? rp_plot_lines(c, png, full, "rescales per (batch x head)", &m, 1) : 0;
+  return m.nx > 1 ? rp_plot_lines(c, png, full, "rescales per (batch x head)", &m, 1) : 0;
 }
 
 /* ---- The page ---- */
@@ -410,9 +419,10 @@ static void group_section(const page *p, const rp_ctx *c, size_t gi) {
   best_table(p, c, g);
   const rp_metric metric = rp_gpu(g->key) ? RP_TFLOPS : RP_GBYTES;
   rp_lines(c, g, metric, 0, &m);
-  matrix_table(p, metric == RP_TFLOPS ? "TFLOP/s of the best variant of each design"
-                                      : "Global bytes per head, best variant of each design",
-               &m, metric);
+  char what[200];
+  snprintf(what, sizeof what, "%s of each design, matched variants (%s)",
+           metric == RP_TFLOPS ? "TFLOP/s" : "Global bytes per head", m.matched);
+  matrix_table(p, what, &m, metric);
   rp_lines(c, g, RP_RESCALE, 2, &m);
   if (m.nx) matrix_table(p, "Rescale multiplies per head, the fewest of each normalization", &m,
                          RP_RESCALE);
@@ -466,8 +476,9 @@ static int plot_all(rp_ctx *c, char *script, size_t n, char *err, size_t errlen)
     snprintf(err, errlen, "cannot write %.400s: %s", script, strerror(errno));
     return -1;
   }
-  fprintf(c->gp, "# fatune report: every plot, drawn by gnuplot %s\n"
-                 "set terminal pngcairo size 960,600 noenhanced font ',10'\n", script);
+  fprintf(c->gp, "# fatune report: every plot; paths are relative to this folder, so\n"
+                 "# cd into it and run gnuplot plots.gp to draw them again.\n"
+                 "set terminal pngcairo size 1100,680 noenhanced font ',13'\n");
   int rc = 0;
   for (size_t g = 0; rc == 0 && g < c->ng; g++) rc = plot_group(c, g);
   const int bad = ferror(c->gp);
@@ -501,7 +512,7 @@ int report_main(const cli_opts *o) {
     cli_say(1, err[0] ? err : "out of memory");
     goto done;
   }
-  const int g = rp_gnuplot(&c, script, err, sizeof err);
+  const int g = rp_gnuplot(&c, err, sizeof err);
   if (g != 0) {
     snprintf(note, sizeof note, "%s", g > 0 ? NO_GNUPLOT : err);
     plots_note = note;

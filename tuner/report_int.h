@@ -16,6 +16,7 @@ typedef struct rp_trial {
   char variant[160], device[160], backend[8], dtype[8], status[16];
   char design[48];       /* the FlashAttention axes: norm/par/split */
   char norm[16], par[16], tile[24];
+  char rest[128];        /* every axis but the design's: tile, warps, layout, q, ... */
   int dim, seq_q, seq_k, causal, esize;
   double tflops;         /* NAN when not timed */
   double gbytes;         /* global bytes per (batch x head); NAN without counters */
@@ -45,6 +46,7 @@ typedef struct rp_matrix {
   double v[RP_MAX_SERIES][RP_MAX_SEQ];
   const rp_trial *cell[RP_MAX_SEQ][RP_MAX_SEQ];  /* heat maps: the best trial */
   int dropped;                                   /* points past the limits */
+  char matched[128];     /* by design: the other axes every series shares, "" when none */
 } rp_matrix;
 
 /* One figure: its PNG (under the output directory) and caption. */
@@ -74,7 +76,9 @@ int rp_better(rp_metric m, double a, double b);   /* a beats b */
 int rp_gpu(const rp_trial *t);   /* timed on a GPU: ranked by TFLOP/s, not bytes */
 
 /* The best value per (seq, series) of group g; series by design (0), loop
-** order (1) or normalization (2). */
+** order (1) or normalization (2). By design, only matched variants: those
+** whose other axes (tile, warps, layout, ...) are the set most designs
+** share, named in out->matched, as explore compares them. */
 void rp_lines(const rp_ctx *c, const rp_group *g, rp_metric m, int by, rp_matrix *out);
 /* The best tile per (dim, seq) of heat group g. */
 void rp_heat(const rp_ctx *c, const rp_group *g, rp_matrix *out);
@@ -85,8 +89,9 @@ int rp_plot_lines(rp_ctx *c, const char *png, const char *title, const char *yla
                   const rp_matrix *m, int logy);
 int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix *m);
 
-/* Runs gnuplot on the script. 1 when it is not installed, 0 when every
-** figure was drawn, -1 (err says why) when it failed. */
-int rp_gnuplot(rp_ctx *c, const char *script, char *err, size_t errlen);
+/* Runs gnuplot on plots.gp in the report's folder. 1 when it is not
+** installed, 0 when every figure was drawn, -1 (err says why) when it
+** failed. */
+int rp_gnuplot(rp_ctx *c, char *err, size_t errlen);
 
 #endif

@@ -6,6 +6,7 @@
 ** gnuplot is found on PATH; when it is not there the report keeps its
 ** tables. Every figure gnuplot should have drawn is checked for.
 */
+#define _GNU_SOURCE   /* posix_spawn_file_actions_addchdir_np (glibc 2.29) */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -61,14 +62,43 @@ static int usable(const rp_trial *t, rp_metric m) {
   return !strcmp(t->status, "ok") && isfinite(rp_value(t, m));
 }
 
+/* The other axes most designs of g share (then the most trials): the
+** set the design comparison is made at. NULL when g has none usable. */
+static const char *matched_rest(const rp_ctx *c, const rp_group *g, rp_metric m) {
+  const char *best = NULL;
+  size_t best_designs = 0, best_n = 0;
+  for (size_t i = 0; i < g->n; i++) {
+    const rp_trial *a = &c->t[g->idx[i]];
+    if (!usable(a, m)) continue;
+    size_t designs = 0, n = 0;
+    for (size_t j = 0; j < g->n; j++) {
+      const rp_trial *b = &c->t[g->idx[j]];
+      if (!usable(b, m) || strcmp(a->rest, b->rest)) continue;
+      n++;
+      /* a design counts once: at its first trial with this rest */
+      size_t k = 0;
+      while (k < j && !(usable(&c->t[g->idx[k]], m) && !strcmp(c->t[g->idx[k]].rest, b->rest) &&
+                        !strcmp(c->t[g->idx[k]].design, b->design)))
+        k++;
+      designs += k == j;
+    }
+    if (designs > best_designs || (designs == best_designs && n > best_n))
+      best = a->rest, best_designs = designs, best_n = n;
+  }
+  return best;
+}
+
 void rp_lines(const rp_ctx *c, const rp_group *g, rp_metric m, int by, rp_matrix *out) {
   matrix_init(out);
+  const char *rest = by == 0 ? matched_rest(c, g, m) : NULL;
+  if (rest) snprintf(out->matched, sizeof out->matched, "%s", rest);
   for (size_t i = 0; i < g->n; i++)
-    if (usable(&c->t[g->idx[i]], m) && add_sorted(out->x, &out->nx, c->t[g->idx[i]].seq_q) != 0)
+    if (usable(&c->t[g->idx[i]], m) && (!rest || !strcmp(c->t[g->idx[i]].rest, rest)) &&
+        add_sorted(out->x, &out->nx, c->t[g->idx[i]].seq_q) != 0)
       out->dropped++;
   for (size_t i = 0; i < g->n; i++) {
     const rp_trial *t = &c->t[g->idx[i]];
-    if (!usable(t, m)) continue;
+    if (!usable(t, m) || (rest && strcmp(t->rest, rest))) continue;
     const int x = index_of(out->x, out->nx, t->seq_q);
     const int s = series_of(out, by == 0 ? t->design : by == 1 ? t->par : t->norm);
     if (x < 0 || s < 0) {
@@ -105,10 +135,11 @@ void rp_heat(const rp_ctx *c, const rp_group *g, rp_matrix *out) {
 ** through here: no newline may end a command and start another. */
 static void gp_quote(FILE *f, const char *s) { fa_esc_gnuplot(f, s); }
 
+/* Relative to the report's directory, where gnuplot runs, so the folder
+** can be moved and drawn again there (gnuplot plots.gp). */
 static void gp_path(FILE *f, const rp_ctx *c, const char *name) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/%s", c->dir, name);
-  gp_quote(f, path);
+  (void)c;
+  gp_quote(f, name);
 }
 
 static int add_figure(rp_ctx *c, const char *png, const char *title) {
@@ -129,9 +160,16 @@ static int add_figure(rp_ctx *c, const char *png, const char *title) {
 static void gp_start(rp_ctx *c, const char *png, const char *title) {
   fprintf(c->gp, "reset\nset datafile missing '?'\nset grid\nset output ");
   gp_path(c->gp, c, png);
-  fprintf(c->gp, "\nset title ");
-  gp_quote(c->gp, title);
-  fputc('\n', c->gp);
+  /* Two lines, split at the first ": " (the group, then the figure), so a
+  ** long title fits the width. */
+  const char *colon = strstr(title, ": ");
+  char head[240];
+  snprintf(head, sizeof head, "%.*s", colon ? (int)(colon - title) : (int)strlen(title), title);
+  fprintf(c->gp, "\nset title sprintf(\"%%s\\n%%s\", ");
+  gp_quote(c->gp, head);
+  fprintf(c->gp, ", ");
+  gp_quote(c->gp, colon ? colon + 2 : "");
+  fprintf(c->gp, ")\n");
 }
 
 /* png's data file: png with .dat for .png. */
@@ -170,33 +208,70 @@ int rp_plot_lines(rp_ctx *c, const char *png, const char *title, const char *yla
   fprintf(c->gp, "set xlabel 'seq_len'\nset ylabel ");
   gp_quote(c->gp, ylabel);
   fprintf(c->gp, "\nset logscale x 2\n%sset key left top\n", logy ? "set logscale y\n" : "");
-  fprintf(c->gp, "plot for [i=2:%d] ", m->nser + 1);
-  gp_path(c->gp, c, dat);
-  fprintf(c->gp, " using 1:i with linespoints lw 2 pt 7 title columnheader(i)\n");
+  if (m->matched[0]) {   /* what every series shares, as the key's title */
+    char what[160];
+    snprintf(what, sizeof what, "matched: %s", m->matched);
+    fprintf(c->gp, "set key title ");
+    gp_quote(c->gp, what);
+    fputc('\n', c->gp);
+  }
+  /* Bytes in B, kB, MB, GB rather than 1e+09. */
+  if (strstr(ylabel, "bytes")) fprintf(c->gp, "set format y '%%.0s %%cB'\n");
+  else if (logy) fprintf(c->gp, "set format y '%%.0s%%c'\n");   /* 10k, 1M: no 1e+06 */
+  /* Series with equal values must all show: each its own marker, the
+  ** earlier ones larger (concentric where they coincide), and dash. */
+  fprintf(c->gp, "plot ");
+  for (int i = 0; i < m->nser; i++) {
+    if (i == 0) gp_path(c->gp, c, dat);
+    else fprintf(c->gp, ", ''");
+    fprintf(c->gp, " using 1:%d with linespoints lw 2 dt %d pt %d ps %.2f title columnheader(%d)",
+            i + 2, i + 1, (int[]){7, 5, 9, 11, 13, 4, 6, 8, 10, 12, 1, 2}[i % 12],
+            i < 4 ? 2.6 - 0.5 * i : 1.0, i + 2);
+  }
+  fputc('\n', c->gp);
   return add_figure(c, png, title);
 }
 
-/* Cells as filled boxes coloured by log2(block_m x block_n), labelled
-** with the tile. */
+/* "1.5 MB" or "12.3 TFLOP/s": a cell's value as its label shows it. */
+static void value_text(char *buf, size_t n, double v, int gpu) {
+  static const char *const unit[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  if (gpu) {
+    snprintf(buf, n, "%.1f TFLOP/s", v);
+    return;
+  }
+  while (v >= 1000 && u < 4) v /= 1000, u++;
+  snprintf(buf, n, "%.3g %s", v, unit[u]);
+}
+
+/* Cells as filled boxes coloured by the metric (TFLOP/s on a GPU, global
+** bytes per head on the emulator), labelled with the best tile and its
+** value. */
 int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix *m) {
   char dat[80];
   FILE *f = open_data(c, png, dat, sizeof dat);
   if (!f) return -1;
+  int gpu = 0;
   for (int x = 0; x < m->nx; x++)
     for (int y = 0; y < m->ny; y++) {
       const rp_trial *t = m->cell[x][y];
-      int bm, bn;
-      if (t && sscanf(t->tile, "%dx%d", &bm, &bn) == 2) {
-        fprintf(f, "%d %d %.3f ", x, y, log2((double)bm * bn));
-        fa_esc_gnuplot_data(f, t->tile);
-        fputc('\n', f);
-      }
+      if (!t) continue;
+      gpu = rp_gpu(t);
+      const double v = rp_value(t, gpu ? RP_TFLOPS : RP_GBYTES);
+      char label[96], val[32];
+      value_text(val, sizeof val, v, gpu);
+      snprintf(label, sizeof label, "%s: %s", t->tile, val);
+      fprintf(f, "%d %d %.10g ", x, y, v);
+      fa_esc_gnuplot_data(f, label);
+      fputc('\n', f);
     }
   if (close_data(f) != 0) return -1;
   gp_start(c, png, title);
-  fprintf(c->gp, "set xlabel 'seq_len'\nset ylabel 'dim'\nset cblabel 'log2(block_m x block_n)'\n"
-                 "set palette rgbformulae 33,13,10\nset style fill solid 1.0\n"
-                 "set xrange [-0.5:%f]\nset yrange [-0.5:%f]\nset xtics (",
+  fprintf(c->gp, "set xlabel 'seq_len'\nset ylabel 'dim'\nset cblabel '%s'\n%s"
+                 "set palette rgbformulae 33,13,10\nset style fill solid 1.0\n",
+          gpu ? "TFLOP/s (higher is better)" : "global bytes per head (lower is better)",
+          gpu ? "" : "set format cb '%.1s %cB'\n");
+  fprintf(c->gp, "set xrange [-0.5:%f]\nset yrange [-0.5:%f]\nset xtics (",
           m->nx - 0.5, m->ny - 0.5);
   for (int x = 0; x < m->nx; x++) fprintf(c->gp, "%s\"%d\" %d", x ? ", " : "", m->x[x], x);
   fprintf(c->gp, ")\nset ytics (");
@@ -210,7 +285,7 @@ int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix 
 
 /* ---- Running gnuplot ---- */
 
-static int spawn(const char *script, const char *log, pid_t *pid) {
+static int spawn(const char *dir, const char *script, const char *log, pid_t *pid) {
   posix_spawn_file_actions_t fa;
   int rc = posix_spawn_file_actions_init(&fa);
   if (rc != 0) return rc;
@@ -218,6 +293,8 @@ static int spawn(const char *script, const char *log, pid_t *pid) {
   if (rc == 0)
     rc = posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (rc == 0) rc = posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  /* In the report's folder: the script's paths are relative to it. */
+  if (rc == 0) rc = posix_spawn_file_actions_addchdir_np(&fa, dir);
   char *argv[] = {"gnuplot", (char *)script, NULL};
   if (rc == 0) rc = posix_spawnp(pid, "gnuplot", &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -234,11 +311,12 @@ static void log_line(const char *log, char *buf, size_t n) {
   fa_esc_term_buf(buf, n, raw);
 }
 
-int rp_gnuplot(rp_ctx *c, const char *script, char *err, size_t errlen) {
+int rp_gnuplot(rp_ctx *c, char *err, size_t errlen) {
   char log[1024], line[200];
   snprintf(log, sizeof log, "%s/gnuplot.log", c->dir);
   pid_t pid;
-  int rc = spawn(script, log, &pid), st;
+  /* The log is opened before the chdir: its path is the caller's. */
+  int rc = spawn(c->dir, "plots.gp", log, &pid), st;
   if (rc == ENOENT) {
     remove(log);   /* the child may have opened it before its exec failed */
     return 1;

@@ -73,6 +73,31 @@ static int read_inputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   return 0;
 }
 
+static fa_dtype dtype_of(npy_dtype t) {
+  return t == NPY_F16 ? FA_FP16 : t == NPY_BF16 ? FA_BF16 : t == NPY_F32 ? FA_FP32 : FA_FP64;
+}
+
+/* The kernel's dtype is the inputs': a --dtype that differs from the one
+** they share is refused; inputs of several dtypes need --dtype, which says
+** what they are converted to. A --variant's name spells its dtype. */
+static int pick_dtype(run_state *r, const cli_opts *o, char *err, size_t n) {
+  const npy_dtype t = r->q.dtype;
+  const int same = r->k.dtype == t && r->v.dtype == t;
+  const int given = cli_given(o, "--dtype");
+  if (!same && !given && !o->variant) {
+    snprintf(err, n, "the inputs differ in dtype (q %s, k %s, v %s): give --dtype to say which "
+             "to run", npy_dtype_name(t), npy_dtype_name(r->k.dtype), npy_dtype_name(r->v.dtype));
+    return -1;
+  }
+  if (same && given && dtype_of(t) != o->problem.dtype) {
+    snprintf(err, n, "--dtype %s, but the inputs are %s (%s): drop --dtype or convert them",
+             fa_dtype_name(o->problem.dtype), npy_dtype_name(t), fa_dtype_name(dtype_of(t)));
+    return -1;
+  }
+  r->p.dtype = given || !same ? o->problem.dtype : dtype_of(t);
+  return 0;
+}
+
 static void *convert(const npy_array *a, fa_dtype t) {
   void *out = malloc(a->count * (size_t)fa_dtype_size(t));
   if (!out) return NULL;
@@ -178,12 +203,17 @@ int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     rc = cli_say(EXIT_BAD_INPUT, err);
     goto done;
   }
-  r.p.dtype = o->problem.dtype, r.p.causal = o->problem.causal, r.p.scale = o->problem.scale;
+  if (pick_dtype(&r, o, err, sizeof err) != 0) {
+    rc = cli_say(EXIT_BAD_INPUT, err);
+    goto done;
+  }
+  r.p.causal = o->problem.causal, r.p.scale = o->problem.scale;
   if (o->variant ? gen_render_name(g, o->variant, t, &r.kern)
                  : gen_render_config(g, o->config, &r.p, t, &r.kern)) {
     rc = cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
     goto done;
   }
+  if (r.kern.note[0]) cli_say(0, r.kern.note);
   /* A variant named on the command line must be one for these inputs. */
   if (!gen_kernel_fits(&r.kern, &r.p, err, sizeof err)) {
     rc = cli_say(EXIT_BAD_INPUT, err);

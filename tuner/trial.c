@@ -74,6 +74,51 @@ void trial_counters_json(const fa_counters *c, char *buf, size_t n) {
            c->ldmatrix, c->cp_async, c->shuffles, c->barriers, c->warp_syncs, c->rescale);
 }
 
+/* The inverse of trial_counters_json, on text from the database: a counter
+** missing or malformed reads 0. */
+static void counters_parse(const char *json, fa_counters *c) {
+  const struct { const char *name; unsigned long long *v; } f[] = {
+    {"global_bytes_read", &c->gmem_read}, {"global_bytes_written", &c->gmem_written},
+    {"smem_bytes_read", &c->smem_read}, {"smem_bytes_written", &c->smem_written},
+    {"exp_count", &c->exp2}, {"log_count", &c->log2}, {"mma_count", &c->mma},
+    {"ldmatrix_count", &c->ldmatrix}, {"cp_async_count", &c->cp_async},
+    {"shuffles", &c->shuffles}, {"barriers", &c->barriers}, {"warp_syncs", &c->warp_syncs},
+    {"rescale_count", &c->rescale}};
+  memset(c, 0, sizeof *c);
+  for (size_t i = 0; json && i < sizeof f / sizeof f[0]; i++) {
+    char key[40];
+    snprintf(key, sizeof key, "\"%s\":", f[i].name);
+    const char *at = strstr(json, key);
+    if (!at) continue;
+    at += strlen(key);
+    while (*at == ' ') at++;
+    if (*at >= '0' && *at <= '9') *f[i].v = strtoull(at, NULL, 10);
+  }
+}
+
+int trial_load_recorded(trial_env *e, trial *t, int *found, char *err, size_t errlen) {
+  const db_problem key = trial_key(e);
+  db_recorded rec;
+  if (db_trial_get(e->db, t->variant_id, e->device_id, &key, &rec, found, err, errlen) != 0)
+    return -1;
+  if (!*found) return 0;
+  const db_trial *r = &rec.t;
+  t->st = TRIAL_RECORDED, t->was = TRIAL_CRASHED;
+  for (int i = 0; i < TRIAL_RECORDED; i++)
+    if (!strcmp(rec.status, trial_status_names[i])) t->was = (trial_status)i;
+  trial_outcome *o = &t->out;
+  o->r.max_abs_err = r->max_abs_err, o->r.rel_err = r->rel_err, o->r.lse_err = r->lse_err;
+  counters_parse(r->counters, &o->r.counters);
+  o->timed = !isnan(r->median_us);
+  o->t.median_us = r->median_us, o->t.min_us = r->min_us;
+  o->t.p20_us = r->p20_us, o->t.p80_us = r->p80_us;
+  o->ctas_per_sm = -1;
+  snprintf(o->r.msg, sizeof o->r.msg, "%s", rec.message);
+  t->why = o->r.msg[0] ? o->r.msg : NULL;
+  t->seeded = r->seeded, t->seed = r->seed;
+  return 0;
+}
+
 int trial_register(trial_env *e, char *err, size_t errlen) {
   const cudrv_device_info *d = backend_cuda_device(e->be);
   db_device dev = {.name = d ? d->name : "CPU emulator", .uuid = d ? d->uuid : "emu",
@@ -113,6 +158,14 @@ static void record_failed(trial_env *e, const trial *t, const char *err) {
   e->stopped = 1;
 }
 
+db_problem trial_key(const trial_env *e) {
+  const fa_problem *p = e->run, *a = e->asked ? e->asked : e->run;
+  return (db_problem){.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
+                      .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads,
+                      .causal = p->causal, .arch = e->arch, .req_seq_q = a->seq_q,
+                      .req_seq_k = a->seq_k};
+}
+
 int trial_record(trial_env *e, const trial *t) {
   if (t->st == TRIAL_RECORDED) return 0;
   const trial_outcome *o = &t->out;
@@ -123,8 +176,7 @@ int trial_record(trial_env *e, const trial *t) {
   const double flops = attn_flops(p), bytes = attn_bytes(p);
   db_trial tr = {
     .variant_id = t->variant_id, .device_id = e->device_id,
-    .problem = {.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
-                .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads, .causal = p->causal},
+    .problem = trial_key(e), .seeded = 1, .seed = e->seed,
     .status = trial_status_names[t->st], .message = t->st == TRIAL_OK ? NULL : t->why,
     .max_abs_err = ran ? o->r.max_abs_err : NAN, .rel_err = ran ? o->r.rel_err : NAN,
     .lse_err = ran ? o->r.lse_err : NAN, .median_us = timed ? o->t.median_us : NAN,

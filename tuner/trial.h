@@ -53,6 +53,9 @@ typedef struct trial {
   compile_job nvrtc;     /* emu: the target's NVRTC compile, for ptxas's report */
   trial_outcome out;
   trial_status st;
+  trial_status was;      /* TRIAL_RECORDED: the status recorded, whose figures out holds */
+  int seeded;            /* TRIAL_RECORDED: seed is the recorded trial's */
+  unsigned long long seed;
   const char *why;       /* the status's detail, inside out, build or nvrtc */
   long long variant_id;  /* in the database */
 } trial;
@@ -68,6 +71,9 @@ typedef struct trial_env {
   fa_backend *be;
   int gpu;                     /* the cuda backend: the oracle and timing */
   const fa_problem *run;       /* the problem actually run */
+  const fa_problem *asked;     /* the problem asked for (longer sequences than run
+                                  on the emulator); NULL: run */
+  const char *arch;            /* the target the kernels were compiled for */
   unsigned long long seed;
   int timeout_s, trial_ms;
   db *db;
@@ -107,6 +113,14 @@ int trial_register(trial_env *e, char *err, size_t errlen);
 ** error) stops the run: the first one says on stderr which variant and why,
 ** marks e stopped, and every call then returns -1 without writing. 0 or -1. */
 int trial_record(trial_env *e, const trial *t);
+
+/* The trial the database holds for t under e's key, when there is one:
+** found = 1, t's status TRIAL_RECORDED, its recorded status in was, and
+** its figures, message and seed as recorded. 0, or -1 with a message. */
+int trial_load_recorded(trial_env *e, trial *t, int *found, char *err, size_t errlen);
+
+/* The key a trial of e is recorded under. */
+db_problem trial_key(const trial_env *e);
 
 /* Whether a failed record has stopped the run. Thread-safe. */
 int trial_stopped(trial_env *e);

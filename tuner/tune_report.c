@@ -20,11 +20,15 @@ static double cost(const trial *e) {
   return (double)(e->out.r.counters.gmem_read + e->out.r.counters.gmem_written);
 }
 
-/* ok first, cheapest first; then the rest in listing order. */
+/* The status measured, now or by the run that recorded it. */
+static trial_status status(const trial *e) { return e->st == TRIAL_RECORDED ? e->was : e->st; }
+
+/* ok first (recorded or not), cheapest first; then the rest in listing order. */
 static int by_rank(const void *a, const void *b) {
   const trial *x = *(const trial *const *)a, *y = *(const trial *const *)b;
-  if (x->st != y->st) return (x->st != TRIAL_OK) - (y->st != TRIAL_OK);
-  if (x->st != TRIAL_OK || cost(x) == cost(y)) return (x > y) - (x < y);
+  const int xok = status(x) == TRIAL_OK, yok = status(y) == TRIAL_OK;
+  if (xok != yok) return yok - xok;
+  if (!xok || cost(x) == cost(y)) return (x > y) - (x < y);
   return cost(x) < cost(y) ? -1 : 1;
 }
 
@@ -39,7 +43,7 @@ static int spills(const trial *e) {
   return e->build.prog && e->build.registers >= 0 ? e->build.spill_bytes : -1;
 }
 
-static int ran(const trial *e) { return trial_ran(e->st); }
+static int ran(const trial *e) { return trial_ran(status(e)); }
 
 static void print_emu_row(const trial *e) {
   const fa_counters *c = &e->out.r.counters;
@@ -51,7 +55,7 @@ static void print_emu_row(const trial *e) {
     printf("%9s %9s %10s %10s %10s %8s %6s", "-", "-", "-", "-", "-", "-", "-");
   if (registers(e) >= 0) printf(" %5d %6d", registers(e), spills(e));
   else printf(" %5s %6s", "-", "-");
-  if (ran(e)) printf(" %8.1f\n", e->out.r.run_ms);
+  if (ran(e) && e->st != TRIAL_RECORDED) printf(" %8.1f\n", e->out.r.run_ms);
   else printf(" %8s\n", "-");
 }
 
@@ -79,16 +83,38 @@ static void print_table(const tune *s, trial **rank) {
     printf("%-58s %-13s %9s %9s %10s %10s %10s %8s %6s %5s %6s %8s\n", "variant", "status",
            "rel_err", "max_err", "gmem_rd_KB", "gmem_wr_KB", "smem_KB", "exp", "bars", "regs",
            "spill", "emu_ms");
+  const int colour = cli_colour(1);
+  size_t recorded = 0, same_seed = 0;
+  const trial *first = NULL;   /* the first recorded, whose seed the note names */
   for (size_t i = 0; i < s->n; i++) {
-    printf("%-58s %-13s ", rank[i]->k.name, trial_status_names[rank[i]->st]);
-    if (s->gpu) print_gpu_row(s, rank[i]);
-    else print_emu_row(rank[i]);
+    const trial *e = rank[i];
+    char st[24];
+    snprintf(st, sizeof st, "%s%s", trial_status_names[status(e)],
+             e->st == TRIAL_RECORDED ? "*" : "");
+    /* Colour around the padded text, so the columns stay aligned. */
+    const char *on = !colour ? "" : status(e) == TRIAL_OK ? "\033[32m" : "\033[31m";
+    printf("%-58s %s%-13s%s ", e->k.name, on, st, colour ? "\033[0m" : "");
+    if (s->gpu) print_gpu_row(s, e);
+    else print_emu_row(e);
+    if (e->st == TRIAL_RECORDED) {
+      if (!first) first = e;
+      recorded++;
+      same_seed += e->seeded && first->seeded && e->seed == first->seed;
+    }
+  }
+  if (recorded) {
+    printf("* recorded by an earlier run and not measured again (--retune measures again): "
+           "its figures, ");
+    if (same_seed == recorded) printf("inputs seed %llu", first->seed);
+    else printf("each with the seed of its own inputs (--json gives it)");
+    printf("; registers and spills come with a compile\n");
   }
   for (size_t i = 0; i < s->n; i++)
-    if (rank[i]->st != TRIAL_OK && rank[i]->st != TRIAL_RECORDED) {
+    if (status(rank[i]) != TRIAL_OK) {
       const char *why = rank[i]->why ? rank[i]->why : "?";
       const char *nl = strchr(why, '\n');
-      printf("%s: %s: %.*s\n", trial_status_names[rank[i]->st], rank[i]->k.name,
+      printf("%s%s: %s: %.*s\n", trial_status_names[status(rank[i])],
+             rank[i]->st == TRIAL_RECORDED ? "*" : "", rank[i]->k.name,
              nl ? (int)(nl - why) : (int)strlen(why), why);
     }
 }
@@ -119,8 +145,13 @@ static void print_json(const tune *s, trial **rank) {
     json_string(stdout, e->k.name);
     printf(", \"hash\": \"%s\"", e->k.hash);
     json_config(stdout, &e->k.cfg);
-    printf(", \"status\": \"%s\", \"backend\": \"%s\", \"seed\": %llu, \"max_abs_err\": ",
-           trial_status_names[e->st], backend_name(s->be), s->seed);
+    printf(", \"status\": \"%s\", \"recorded\": %s, \"backend\": \"%s\", \"seed\": ",
+           trial_status_names[status(e)], e->st == TRIAL_RECORDED ? "true" : "false",
+           backend_name(s->be));
+    if (e->st != TRIAL_RECORDED) printf("%llu", s->seed);
+    else if (e->seeded) printf("%llu", e->seed);
+    else printf("null");
+    printf(", \"max_abs_err\": ");
     json_number(stdout, ran(e) ? e->out.r.max_abs_err : NAN);
     printf(", \"rel_err\": ");
     json_number(stdout, ran(e) ? e->out.r.rel_err : NAN);
@@ -134,7 +165,7 @@ static void print_json(const tune *s, trial **rank) {
            c->gmem_read, c->gmem_written, c->smem_read + c->smem_written, c->smem_read,
            c->smem_written, c->exp2, c->log2, c->mma, c->ldmatrix, c->cp_async, c->shuffles,
            c->barriers, c->warp_syncs, c->rescale);
-    json_number(stdout, ran(e) && !s->gpu ? e->out.r.run_ms : NAN);
+    json_number(stdout, ran(e) && !s->gpu && e->st != TRIAL_RECORDED ? e->out.r.run_ms : NAN);
     json_timing(s, e);
     printf(", \"compile_ms\": %.1f, \"registers\": %d, \"spill_bytes\": %d, \"smem_per_cta\": %d, "
            "\"threads\": %d, \"message\": ", e->build.compile_ms, registers(e), spills(e),
@@ -164,10 +195,10 @@ static void print_summary(FILE *f, const tune *s, trial **rank) {
                "(2 schedules each) on %d threads\n",
             s->compile_s, s->nvrtc_s, s->t->arch, s->check_s, s->threads);
   const trial *b = rank[0];
-  if (b->st == TRIAL_OK && s->gpu && b->out.timed)
+  if (status(b) == TRIAL_OK && s->gpu && b->out.timed)
     fprintf(f, "best: %s, median %.1f us, %.1f TFLOP/s: %s\n", b->k.name, b->out.t.median_us,
             attn_flops(&s->run) / b->out.t.median_us / 1e6, b->k.config);
-  else if (b->st == TRIAL_OK && !s->gpu)
+  else if (status(b) == TRIAL_OK && !s->gpu)
     fprintf(f, "least global-memory traffic: %s (%.1f KB read, %.1f KB written): %s\n",
             b->k.name, (double)b->out.r.counters.gmem_read / 1024,
             (double)b->out.r.counters.gmem_written / 1024, b->k.config);
