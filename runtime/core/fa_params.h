@@ -19,6 +19,9 @@ typedef struct fa_params {
   long long o_sb, o_sh, o_sn;
   int batch, heads, seq_q, seq_k;
   double scale_log2;      /* softmax scale times log2(e) */
+  float scale_log2_f32;   /* the same rounded to float, for the kernels whose softmax is
+                          ** in float: ptxas reloads kernel arguments inside loops, and a
+                          ** double one then costs a conversion each time */
 } fa_params;
 
 #endif
