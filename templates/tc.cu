@@ -219,7 +219,7 @@ $   end
     FA_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
 $   if causal then
-      const int vis = q0 + warp * ${warp_rows} + mt * 16 + g + 8 * hh + off + 1;
+      const int vis = vis0 + mt * 16 + 8 * hh;
       const int lim = vis < p.seq_k ? vis : p.seq_k;
 $   else
       const int lim = p.seq_k;
@@ -391,7 +391,7 @@ $   end
   }
 }
 $ end
-FA_KERNEL(${args.entry}, ${threads})
+FA_TC_KERNEL(${args.entry}, ${threads})
 {
   const float NEG_INF = fa_neg_inf_f32();
   const int tid = fa_tid();
@@ -417,6 +417,11 @@ $ else
   const int kv_end = p.seq_k;
 $ end
   const int n_blocks = (kv_end + ${block_n - 1}) / ${block_n};
+$ if causal then
+  /* Keys before vis0 + 16 mt + 8 hh are visible to fragment row g + 8 hh of m-tile mt: one
+  ** register for the causal mask, not the terms it is made of */
+  const int vis0 = q0 + warp * ${warp_rows} + g + off + 1;
+$ end
 
   /* ldmatrix x4 lanes: lane 8 j + mrow gives one row of matrix j. For Q
   ** and V (.trans) that is row mrow + 8 (j & 1) of a 16-row slab, chunk
