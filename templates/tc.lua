@@ -174,8 +174,8 @@ function tc.plan(c)
   -- cheapest (parts, group) whose estimate is 256 or below; else one k16
   -- step of keys and one m-tile at a time. Calibrated on ptxas (CUDA 13):
   -- FlashAttention-2's own tiles in one part and one group, estimated at
-  -- 256, take 254 registers without spilling at d64 and 255 with 12 bytes
-  -- spilled outside the inner loop at d128 (sm_80, bf16); in two key
+  -- 256, take 255 registers, without spilling at d64 and with 12 bytes
+  -- spilled, reloaded once per block, at d128 (sm_80, bf16); in two key
   -- parts they need no spill but issue about a quarter more instructions
   -- per block (two O rescales, two row steps): the parts axis offers both
   -- to the tuner. Parts asked for keep all m-tiles together.
