@@ -45,6 +45,7 @@ fa_params attn_params(const fa_problem *p, const void *q, const void *k, const v
     .o_sb = lq.sb, .o_sh = lq.sh, .o_sn = lq.sn,
     .batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
     .scale_log2 = fa_problem_scale(p) * 1.4426950408889634074};
+  a.scale_log2_f32 = (float)a.scale_log2;
   return a;
 }
 

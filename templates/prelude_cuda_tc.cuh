@@ -9,6 +9,14 @@
 ** instruction: ldmatrix"; the emulator's prelude spells them out.
 */
 
+/* A tensor-core kernel: at least one CTA of nthreads per SM, and no other
+** register target. With the first bound alone ptxas aims some tiles at
+** 128 or 168 registers, for more CTAs per SM, and spills inside the main
+** loop to get there; the tiles this family offers are sized for the
+** registers they hold, and the tuner measures occupancy. */
+#define FA_TC_KERNEL(name, nthreads) \
+  extern "C" __global__ void __launch_bounds__(nthreads, 1) name(const fa_params p)
+
 typedef unsigned short fa_f16;   /* IEEE binary16 bits */
 typedef unsigned short fa_bf16;  /* bfloat16 bits */
 typedef struct __align__(16) fa_u32x4 { unsigned x, y, z, w; } fa_u32x4;

@@ -127,7 +127,12 @@ FA_EMU_SHUFFLE(double, f64)
 
 /* ---- Transcendentals ---- */
 
-FA_INLINE float fa_exp2_f32(float x) { fa_emu_self->ctr->exp2++; return exp2f(x); }
+/* As ex2.approx.ftz.f32 on the GPU: subnormal results flush to zero. */
+FA_INLINE float fa_exp2_f32(float x) {
+  fa_emu_self->ctr->exp2++;
+  const float y = exp2f(x);
+  return y < 0x1p-126f ? 0.f : y;
+}
 FA_INLINE double fa_exp2_f64(double x) { fa_emu_self->ctr->exp2++; return exp2(x); }
 FA_INLINE float fa_log2_f32(float x) { fa_emu_self->ctr->log2++; return log2f(x); }
 FA_INLINE double fa_log2_f64(double x) { fa_emu_self->ctr->log2++; return log2(x); }

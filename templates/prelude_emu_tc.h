@@ -28,6 +28,9 @@
 **     committed are not waited for.
 */
 
+/* Launch bounds mean nothing on the CPU. */
+#define FA_TC_KERNEL(name, nthreads) FA_KERNEL(name, nthreads)
+
 typedef unsigned short fa_f16;   /* IEEE binary16 bits */
 typedef unsigned short fa_bf16;  /* bfloat16 bits */
 typedef struct fa_u32x4 { _Alignas(16) unsigned x; unsigned y, z, w; } fa_u32x4;

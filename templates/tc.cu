@@ -12,6 +12,15 @@ $ local block_m, block_n, threads, stages = P.block_m, P.block_n, P.threads, P.s
 $ local warp_rows, m_tiles, k_steps, dim_tiles = P.warp_rows, P.m_tiles, P.k_steps, P.dim_tiles
 $ local dim, padded_dim, row_bytes, swizzle = P.dim, P.padded_dim, P.row_bytes, P.swizzle
 $ local parts, part_keys, n_tiles, pv_steps = P.parts, P.part_keys, P.n_tiles, P.pv_steps
+$ -- The m-tiles [mt0, mt1) the steps of the loop body emit for: all of a
+$ -- warp's, or one group of them at a time (P.m_groups).
+$ local mt0, mt1 = 0, m_tiles
+$ -- Deferred normalization sums each row of P on the tensor cores: O gets
+$ -- one more n8 tile, sum_tile, that P V fills with P times a block of ones,
+$ -- so that every column of it holds the row's sum of P as rounded for the
+$ -- product. The alpha rescale of O rescales it with the rest.
+$ local sum_tile = dim_tiles
+$ local o_tiles = eager and dim_tiles or dim_tiles + 1
 /* ${args.entry}
 ** fp32 accumulation, ${c.norm} normalization, ${c.layout} shared memory, Q in ${c.q},
 ** ${stages} K/V stage(s); tile ${block_m}x${block_n}, ${c.warps} warps of ${warp_rows} rows (${m_tiles} m16 tile(s) each); head dim ${dim}.
@@ -24,6 +33,9 @@ $ end
 ** S = Q K^T and O += P V with mma.sync m16n8k16; P stays in registers.
 $ if parts > 1 then
 ** Each block's keys go through in ${parts} parts of ${part_keys}.
+$ end
+$ if P.m_groups > 1 then
+** A warp's m-tiles go through each block in ${P.m_groups} groups of ${P.group_tiles}.
 $ end
 */
 $ -- Shared memory is addressed as sm + a 32-bit byte offset: the offsets
@@ -160,7 +172,7 @@ $ local function gemm_qk()
 /* S = Q K^T: this warp's ${warp_rows} rows x ${part_keys} keys. */
 float s[${m_tiles}][${n_tiles}][4];
 FA_UNROLL
-for (int mt = 0; mt < ${m_tiles}; ++mt) {
+for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
   FA_UNROLL
   for (int n = 0; n < ${n_tiles}; ++n) {
     FA_UNROLL
@@ -172,14 +184,14 @@ for (int kk = 0; kk < ${k_steps}; ++kk) {
 $   if not q_in_registers then
   unsigned qa[${m_tiles}][4];
   FA_UNROLL
-  for (int mt = 0; mt < ${m_tiles}; ++mt) fa_ldmatrix_x4(qa[mt], sm + (q_warp + mt * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle})));
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_ldmatrix_x4(qa[mt], sm + (q_warp + mt * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle})));
 $   end
   FA_UNROLL
   for (int n2 = 0; n2 < ${n_tiles // 2}; ++n2) {
     unsigned kb[4];
     fa_ldmatrix_x4(kb, sm + (k_part + n2 * ${16 * row_bytes} + fa_slab_offset(k_lane, kk, ${swizzle})));
     FA_UNROLL
-    for (int mt = 0; mt < ${m_tiles}; ++mt) {
+    for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
 $   if q_in_registers then
       fa_mma_m16n8k16_${T}(s[mt][2 * n2], qf[mt][kk], kb, s[mt][2 * n2]);
       fa_mma_m16n8k16_${T}(s[mt][2 * n2 + 1], qf[mt][kk], kb + 2, s[mt][2 * n2 + 1]);
@@ -203,11 +215,11 @@ $   else
 if (key0 + ${part_keys} > p.seq_k) {
 $   end
   FA_UNROLL
-  for (int mt = 0; mt < ${m_tiles}; ++mt) {
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
     FA_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
 $   if causal then
-      const int vis = q0 + warp * ${warp_rows} + mt * 16 + g + 8 * hh + off + 1;
+      const int vis = vis0 + mt * 16 + 8 * hh;
       const int lim = vis < p.seq_k ? vis : p.seq_k;
 $   else
       const int lim = p.seq_k;
@@ -233,7 +245,7 @@ $ local function softmax_rescale_o()
 ** 8 n + 2 tig and + 1. */
 unsigned pp[${m_tiles}][${n_tiles}][2];
 FA_UNROLL
-for (int mt = 0; mt < ${m_tiles}; ++mt) {
+for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     float mx = NEG_INF;
@@ -245,13 +257,15 @@ for (int mt = 0; mt < ${m_tiles}; ++mt) {
     const float mn = fmaxf(mo, mx);
     const float mu = mn == NEG_INF ? 0.f : mn * sl2; /* a row with no key yet */
     const float alpha = fa_exp2_f32(mo * sl2 - mu);
+$   if eager then
     float rs = 0.f;
+$   end
     FA_UNROLL
     for (int n = 0; n < ${n_tiles}; ++n) {
       const float x0 = fa_exp2_f32(s[mt][n][2 * hh] * sl2 - mu);
       const float x1 = fa_exp2_f32(s[mt][n][2 * hh + 1] * sl2 - mu);
-      rs += x0 + x1;
 $   if eager then
+      rs += x0 + x1;
       s[mt][n][2 * hh] = x0;
       s[mt][n][2 * hh + 1] = x1;
 $   else
@@ -275,11 +289,9 @@ $   if eager then
       pp[mt][n][hh] = fa_pack_${T}x2(fa_rescale_f32(s[mt][n][2 * hh], inv), fa_rescale_f32(s[mt][n][2 * hh + 1], inv));
     l_i[mt][hh] = ln;
 $   else
-    /* deferred (FlashAttention-2): O = O * alpha + P V; this lane's share
-    ** of l, summed over the quad and divided out at the end */
-    l_i[mt][hh] = l_i[mt][hh] * alpha + rs;
+    /* deferred (FlashAttention-2): O = O * alpha + P V, and l with it (sum_tile) */
     FA_UNROLL
-    for (int n = 0; n < ${dim_tiles}; ++n) {
+    for (int n = 0; n < ${o_tiles}; ++n) {
       o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], alpha);
       o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], alpha);
     }
@@ -298,7 +310,7 @@ FA_UNROLL
 for (int kn = 0; kn < ${pv_steps}; ++kn) {
   unsigned pa[${m_tiles}][4];
   FA_UNROLL
-  for (int mt = 0; mt < ${m_tiles}; ++mt) {
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
     pa[mt][0] = pp[mt][2 * kn][0];
     pa[mt][1] = pp[mt][2 * kn][1];
     pa[mt][2] = pp[mt][2 * kn + 1][0];
@@ -309,11 +321,15 @@ for (int kn = 0; kn < ${pv_steps}; ++kn) {
     unsigned vb[4];
     fa_ldmatrix_x4_trans(vb, sm + (v_part + kn * ${16 * row_bytes} + fa_slab_offset(q_lane, d2, ${swizzle})));
     FA_UNROLL
-    for (int mt = 0; mt < ${m_tiles}; ++mt) {
+    for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
       fa_mma_m16n8k16_${T}(o[mt][2 * d2], pa[mt], vb, o[mt][2 * d2]);
       fa_mma_m16n8k16_${T}(o[mt][2 * d2 + 1], pa[mt], vb + 2, o[mt][2 * d2 + 1]);
     }
   }
+$   if not eager then
+  FA_UNROLL
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_mma_m16n8k16_${T}(o[mt][${sum_tile}], pa[mt], ones, o[mt][${sum_tile}]);
+$   end
 }
 $ end
 $
@@ -328,10 +344,10 @@ FA_UNROLL
 for (int mt = 0; mt < ${m_tiles}; ++mt) {
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
-    float l = l_i[mt][hh];
-$   if not eager then
-    l += fa_shfl_xor_f32(l, 1);
-    l += fa_shfl_xor_f32(l, 2);
+$   if eager then
+    const float l = l_i[mt][hh];
+$   else
+    const float l = o[mt][${sum_tile}][2 * hh];  /* the row's sum of P, in every column */
     const float inv = l > 0.f ? 1.f / l : 0.f;
 $   end
     const int r = warp * ${warp_rows} + mt * 16 + g + 8 * hh;
@@ -375,7 +391,7 @@ $   end
   }
 }
 $ end
-FA_KERNEL(${args.entry}, ${threads})
+FA_TC_KERNEL(${args.entry}, ${threads})
 {
   const float NEG_INF = fa_neg_inf_f32();
   const int tid = fa_tid();
@@ -391,7 +407,7 @@ FA_KERNEL(${args.entry}, ${threads})
   unsigned short *const og = (unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
   float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
-  const float sl2 = (float)p.scale_log2;
+  const float sl2 = p.scale_log2_f32;
   const int q0 = fa_bid_x() * ${block_m};
   (void)off;
 $ if causal then
@@ -402,6 +418,11 @@ $ else
   const int kv_end = p.seq_k;
 $ end
   const int n_blocks = (kv_end + ${block_n - 1}) / ${block_n};
+$ if causal then
+  /* Keys before vis0 + 16 mt + 8 hh are visible to fragment row g + 8 hh of m-tile mt: one
+  ** register for the causal mask, not the terms it is made of */
+  const int vis0 = q0 + warp * ${warp_rows} + g + off + 1;
+$ end
 
   /* ldmatrix x4 lanes: lane 8 j + mrow gives one row of matrix j. For Q
   ** and V (.trans) that is row mrow + 8 (j & 1) of a 16-row slab, chunk
@@ -429,17 +450,24 @@ $ if P.column_copy then
   const int copy_offset = fa_tile_offset(copy_row, copy_chunk, ${row_bytes}, ${swizzle});
 $ end
 
-  float o[${m_tiles}][${dim_tiles}][4];   /* O: rows g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
-  float m_i[${m_tiles}][2], l_i[${m_tiles}][2];
+  float o[${m_tiles}][${o_tiles}][4];   /* O: rows g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
+  float m_i[${m_tiles}][2];
+$ if eager then
+  float l_i[${m_tiles}][2];
+$ else
+  const unsigned ones[2] = {${T == "bf16" and "0x3f803f80u" or "0x3c003c00u"}, ${T == "bf16" and "0x3f803f80u" or "0x3c003c00u"}};  /* B fragment of a block of ones */
+$ end
   FA_UNROLL
   for (int mt = 0; mt < ${m_tiles}; ++mt) {
     FA_UNROLL
-    for (int n = 0; n < ${dim_tiles}; ++n) {
+    for (int n = 0; n < ${o_tiles}; ++n) {
       FA_UNROLL
       for (int i = 0; i < 4; ++i) o[mt][n][i] = 0.f;
     }
     m_i[mt][0] = m_i[mt][1] = NEG_INF;
+$ if eager then
     l_i[mt][0] = l_i[mt][1] = 0.f;
+$ end
   }
 $ if q_in_registers then
   unsigned qf[${m_tiles}][${k_steps}][4];  /* Q as A fragments, for the whole loop */
@@ -508,13 +536,25 @@ $ if causal then
 $ else
       if (key0 < p.seq_k) { /* else no key here for this warp's rows */
 $ end
-        $ gemm_qk()
+$ if P.m_groups > 1 then
+        /* The warp's m-tiles in ${P.m_groups} groups of ${P.group_tiles}, one after the other, so that
+        ** only one group's S is live: K and V fragments are read once per group. */
+$ end
+$ for grp = 0, P.m_groups - 1 do
+$   mt0, mt1 = grp * P.group_tiles, (grp + 1) * P.group_tiles
+$   if grp > 0 then
+        fa_syncwarp();
+$   end
+        {
+          $ gemm_qk()
 
-        $ apply_mask()
+          $ apply_mask()
 
-        $ softmax_rescale_o()
+          $ softmax_rescale_o()
 
-        $ gemm_pv()
+          $ gemm_pv()
+        }
+$ end
       }
     }
 $ if stages == 1 then

@@ -17,7 +17,7 @@
 -- tensors from cudaMalloc (or the emulator's allocations) do; other dims
 -- move element by element.
 
-local tc = { name = "tc", version = 1 }
+local tc = { name = "tc", version = 2 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
@@ -34,6 +34,9 @@ tc.axes = {
   enum_axis("q", { "smem", "reg" }),
   int_axis("stages", 1, 3),
   int_axis("q_share", 0, 1),
+  -- Key parts per K/V block: 0 lets tc.plan choose (parts and m-tile
+  -- groups), n > 0 asks for n parts with all m-tiles together.
+  int_axis("parts", 0, 16),
 }
 tc.axis = enum.index(tc.axes)
 
@@ -56,7 +59,7 @@ function tc.defaults(problem)
   return {
     dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
     block_m = bm, block_n = bn, warps = 4, norm = "deferred",
-    layout = "swizzle", q = "smem", stages = 2, q_share = 0,
+    layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0,
   }
 end
 
@@ -70,26 +73,34 @@ end
 
 -- Names ---------------------------------------------------------------------
 -- tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2[-causal]; Q and K sharing
--- shared memory adds "share" after the Q token: ...-qreg-share-s2.
+-- shared memory adds "share" after the Q token: ...-qreg-share-s2; key
+-- parts asked for add "p<n>" after the stages: ...-s2-p2.
 
 function tc.name_of(c)
-  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s",
+  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s%s",
     c.dtype == "bf16" and "bf16" or "f16", c.dim, c.block_m, c.block_n, c.warps, c.norm,
-    c.layout, c.q, c.q_share == 1 and "-share" or "", c.stages, c.causal == 1 and "-causal" or "")
+    c.layout, c.q, c.q_share == 1 and "-share" or "", c.stages,
+    (c.parts or 0) ~= 0 and "-p" .. c.parts or "", c.causal == 1 and "-causal" or "")
 end
 
 function tc.parse_name(name)
   local dt, d, m, n, w, norm, layout, q, share, s, rest = name:match(
     "^tc%-(b?f16)%-d(%d+)%-m(%d+)n(%d+)w(%d+)%-(%a+)%-(%a+)%-q(%a+)(%-?%a*)%-s(%d+)(.*)$")
+  local parts = rest and rest:match("^%-p([1-9]%d*)")
+  if parts then rest = rest:sub(#parts + 3) end
   if not dt or (rest ~= "" and rest ~= "-causal") or (share ~= "" and share ~= "-share") then
     return nil
   end
   return { dtype = dt == "bf16" and "bf16" or "fp16", dim = d, causal = rest == "" and 0 or 1,
            block_m = m, block_n = n, warps = w, norm = norm, layout = layout, q = q,
-           stages = s, q_share = share == "" and 0 or 1 }
+           stages = s, q_share = share == "" and 0 or 1, parts = parts or 0 }
 end
 
 -- Derived plan ----------------------------------------------------------------
+
+-- The register estimate (words per thread, below) a variant may reach; see
+-- the choice of parts and groups in tc.plan for its calibration.
+local register_budget = 256
 
 -- Everything the template needs beyond the config itself. Sizes in bytes
 -- unless named otherwise.
@@ -133,33 +144,65 @@ function tc.plan(c)
     P.smem_bytes = P.q_bytes + c.stages * P.stage_bytes
   end
   -- Registers per thread, 32-bit words, as the template holds them: the O
-  -- accumulator (m_tiles x dim_tiles n8 tiles of 4 floats), the S/P
-  -- accumulator of the keys in flight (m_tiles x key n8 tiles / parts x 4),
-  -- the Q fragments when held (m_tiles x k_steps x 4), the fragments of one
-  -- k step (Q when re-read, a K or V fragment; 8 more when Q is held:
-  -- ptxas keeps its fragments in flight earlier), the row statistics (m and
-  -- l of 2 rows per m-tile), and 40 for addresses, indices, loop state and
-  -- the exp pipeline.
-  local o = P.m_tiles * P.dim_tiles * 4
+  -- accumulator (m_tiles x o_tiles n8 tiles of 4 floats; deferred
+  -- normalization adds a tile for the row sums), the S/P accumulator of
+  -- the keys and m-tiles in flight (the tiles of one m-tile group x key n8
+  -- tiles / parts x 4), the Q fragments when held (m_tiles x k_steps x 4),
+  -- the fragments of one k step (Q of a group when re-read, a K or V
+  -- fragment; 8 more when Q is held: ptxas keeps its fragments in flight
+  -- earlier), the row statistics (m, and l when eager, of 2 rows per
+  -- m-tile), and 40 for addresses, indices, loop state and the exp
+  -- pipeline.
+  P.o_tiles = P.dim_tiles + (c.norm == "deferred" and 1 or 0)
+  local o = P.m_tiles * P.o_tiles * 4
   local q = c.q == "reg" and P.m_tiles * P.k_steps * 4 or 0
+  local stats = P.m_tiles * (c.norm == "deferred" and 2 or 4)
   local key_tiles, key_steps = c.block_n // 8, c.block_n // 16
-  local function words(parts)
-    return o + P.m_tiles * (key_tiles // parts) * 4 + q + (c.q == "reg" and 8 or 4 * P.m_tiles)
-           + 4 + 4 * P.m_tiles + 40
+  local function words(parts, group)
+    return o + group * (key_tiles // parts) * 4 + q + (c.q == "reg" and 8 or 4 * group) + 4
+           + stats + 40
   end
-  -- parts: the block's keys go through S, softmax and P V in parts, each
-  -- its own online-softmax step, when the whole block's S would crowd the
-  -- registers (ptxas spills well before 255 when the estimate is close to
-  -- it): the fewest parts (a divisor of key_steps) that bring the estimate
-  -- to 224 or below, else one k16 step of keys per part.
-  P.parts = key_steps
-  for parts = 1, key_steps do
-    if key_steps % parts == 0 and words(parts) <= 224 then P.parts = parts; break end
+  -- The instructions per block and warp that the choice below changes: the
+  -- ldmatrix of K and V (once per m-tile group), of Q when re-read (once
+  -- per part), the rescale of O and the row steps (max shuffles, alpha,
+  -- loop and mask checks), once per part.
+  local function cost(parts, group)
+    local groups = P.m_tiles // group
+    return groups * (P.k_steps * key_tiles // 2 + key_steps * P.dim_tiles // 2)
+           + (c.q == "reg" and 0 or parts * P.m_tiles * P.k_steps)
+           + parts * P.m_tiles * (P.o_tiles * 4 + 16)
   end
+  -- The block's keys go through S, softmax and P V in parts, each its own
+  -- online-softmax step, and a warp's m-tiles in groups, one after the
+  -- other, when the whole block's S would crowd the registers: the
+  -- cheapest (parts, group) whose estimate is 256 or below; else one k16
+  -- step of keys and one m-tile at a time. Calibrated on ptxas (CUDA 13):
+  -- FlashAttention-2's own tiles in one part and one group, estimated at
+  -- 256, take 255 registers, without spilling at d64 and with 12 bytes
+  -- spilled, reloaded once per block, at d128 (sm_80, bf16); in two key
+  -- parts they need no spill but issue about a quarter more instructions
+  -- per block (two O rescales, two row steps): the parts axis offers both
+  -- to the tuner. Parts asked for keep all m-tiles together.
+  P.parts, P.group_tiles = key_steps, 1
+  if (c.parts or 0) ~= 0 then
+    P.parts, P.group_tiles = c.parts, P.m_tiles
+  else
+    local best
+    for parts = 1, key_steps do
+      for group = P.m_tiles, 1, -1 do
+        if key_steps % parts == 0 and P.m_tiles % group == 0
+           and words(parts, group) <= register_budget then
+          local k = cost(parts, group)
+          if not best or k < best then best, P.parts, P.group_tiles = k, parts, group end
+        end
+      end
+    end
+  end
+  P.m_groups = P.m_tiles // P.group_tiles
   P.part_keys = c.block_n // P.parts
   P.n_tiles = P.part_keys // 8    -- n8 tiles of S per part
   P.pv_steps = P.part_keys // 16  -- k16 steps of P V per part
-  P.register_words = words(P.parts)
+  P.register_words = words(P.parts, P.group_tiles)
   return P
 end
 
@@ -174,13 +217,18 @@ function tc.fits(c, _, target)
     return false, "each warp needs whole 16-row slabs (block_m a multiple of 16 * warps)"
   end
   if c.block_n % 16 ~= 0 then return false, "block_n must be a multiple of 16" end
+  if (c.parts or 0) ~= 0 and (c.block_n // 16) % c.parts ~= 0 then
+    return false, "parts must divide block_n / 16"
+  end
   if c.q_share == 1 and c.q ~= "reg" then
     return false, "Q can share its shared memory with K only when Q is held in registers"
   end
   local P = tc.plan(c)
   if P.threads > target.max_threads then return false, "too many threads" end
   if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
-  if P.register_words > 255 then return false, "registers over 255 per thread" end
+  if P.register_words > register_budget then
+    return false, "register estimate over " .. register_budget .. " words per thread"
+  end
   return true
 end
 
@@ -211,12 +259,14 @@ function tc.enumerate(problem, which)
     for n = 32, 176, 16 do bn[#bn + 1] = n end
     cross(base, { block_m = { 64, 128, 192 }, block_n = bn, warps = { 4, 8 },
                   norm = { "eager", "deferred" }, layout = { "row", "pad", "swizzle" },
-                  q = { "smem", "reg" }, stages = { 1, 2, 3 }, q_share = { 0, 1 } }, out)
+                  q = { "smem", "reg" }, stages = { 1, 2, 3 }, q_share = { 0, 1 },
+                  parts = { 0 } }, out)
     return out
   end
   if which == "small" then
     cross(base, { block_m = { 64 }, block_n = { 32, 16 }, warps = { 4 }, norm = { "deferred" },
-                  layout = { "swizzle" }, q = { "smem" }, stages = { 1 }, q_share = { 0 } }, out)
+                  layout = { "swizzle" }, q = { "smem" }, stages = { 1 }, q_share = { 0 },
+                  parts = { 0 } }, out)
     return out
   end
   local D = tc.padded_dim(problem.dim) or 256
@@ -241,7 +291,7 @@ function tc.enumerate(problem, which)
   for i, t in ipairs(tiles) do
     for _, q in ipairs({ "smem", "reg" }) do
       local c = with(base, { block_m = t[1], block_n = t[2], warps = t[3], norm = "deferred",
-                             layout = "swizzle", q = q, stages = 2, q_share = 0 })
+                             layout = "swizzle", q = q, stages = 2, q_share = 0, parts = 0 })
       if i == 1 and q == "smem" then fa2 = c end
       add(c)
     end
@@ -251,7 +301,8 @@ function tc.enumerate(problem, which)
   for _, ch in ipairs({ { norm = "eager" }, { layout = "row" }, { layout = "pad" },
                         { stages = 1 }, { stages = 3 }, { q = "reg", q_share = 1 },
                         { q = "reg", q_share = 1, stages = 3 },
-                        { block_n = fa2.block_n - 16 }, { block_n = fa2.block_n + 16 } }) do
+                        { block_n = fa2.block_n - 16 }, { block_n = fa2.block_n + 16 },
+                        { parts = 2 } }) do
     add(with(fa2, ch))
   end
   return out

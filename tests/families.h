@@ -164,6 +164,7 @@ static const fam_axis tc_axes[] = {
   {"q", {"smem", "reg"}},
   {"stages", {"1", "2", "3"}},
   {"q_share", {"0", "1"}},
+  {"parts", {"0", "2"}},
 };
 
 /* Each dim once or twice, dtypes and causal alternating. */
@@ -178,7 +179,7 @@ static const fam_problem tc_problems[] = {
 ** of the non-causal fp16 pair is disassembled. */
 #define TC_FA2(dtype, dim, causal, bn, sass) \
   {"family=tc,dtype=" dtype ",dim=" dim ",causal=" causal ",block_m=128,block_n=" bn \
-   ",warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0", sass}
+   ",warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0,parts=0", sass}
 static const fam_ref tc_refs[] = {
   TC_FA2("fp16", "64", "0", "128", 1),  TC_FA2("fp16", "64", "1", "128", 0),
   TC_FA2("bf16", "64", "0", "128", 0),  TC_FA2("bf16", "64", "1", "128", 0),

@@ -21,6 +21,9 @@ typedef struct fa_params {
   int kv_group;           /* Q heads per K/V head (GQA, MQA): head h reads K/V head
                              h / kv_group; 0 or 1 when every head has its own */
   double scale_log2;      /* softmax scale times log2(e) */
+  float scale_log2_f32;   /* the same rounded to float, for the kernels whose softmax is
+                          ** in float: ptxas reloads kernel arguments inside loops, and a
+                          ** double one then costs a conversion each time */
 } fa_params;
 
 /* The K/V head that Q head h reads; the kernels compute it once per CTA. */
