@@ -524,6 +524,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
                       .seq_q = fp->seq_q, .seq_k = fp->seq_k,
                       .kv_group = (int)(x->q.shape[1] / x->k.shape[1]),
                       .scale_log2 = fa_problem_scale(fp) * 1.4426950408889634074};
+  cl->a.scale_log2_f32 = (float)cl->a.scale_log2;
   /* On the emulator the caller's buffers are host memory the kernel may touch. */
   for (int i = 0; i < 4; i++)
     cl->extra[i] = (fa_emu_range){(uintptr_t)t[i]->data,
