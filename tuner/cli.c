@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "estimate.h"
 
 const char cli_usage[] =
   "\n"
@@ -59,13 +60,18 @@ const char cli_usage[] =
   "  --json           print JSON instead of a table\n"
   "  --variant NAME   a variant by its name (fatune list prints them)\n"
   "  --config TEXT    a variant by its config, e.g. 'block_m=64,block_n=32,norm=eager'\n"
+  "SASS flags (fatune compile; fatune sass FILE.cubin analyses a cubin of anyone's):\n"
+  "  --sass           disassemble each cubin with nvdisasm and count the main loop's\n"
+  "                   instructions per K/V block, with a throughput estimate\n"
+  "  --save-cubin DIR write each variant's cubin to DIR/<variant name>.cubin\n"
+  "  --gpu G          the estimate's GPU: a100, h100 or h200 (default: the arch's)\n"
   "  --help, --version\n";
 
 enum {
   F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
-  F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20
+  F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20, F_SASS = 1 << 21, F_GPU = 1 << 22
 };
 
 typedef struct cmd_info {
@@ -77,7 +83,9 @@ typedef struct cmd_info {
 static const cmd_info commands[] = {
   {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE},
   {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK},
-  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE},
+  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE | F_PICK |
+                          F_SASS | F_GPU},
+  {"sass", CMD_SASS, F_GPU | F_JSON | F_PICK | F_ARCH},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
   {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
   {"export", CMD_EXPORT, F_FMT | F_DB},
@@ -107,7 +115,7 @@ static const flag_info flags[] = {
   {"--timeout", F_WORK, 1}, {"--trial-ms", F_WORK, 1}, {"--retune", F_RETUNE, 0},
   {"--device", F_DEV, 1}, {"--format", F_FMT, 1}, {"--axis", F_AXIS, 1}, {"--sweep", F_AXIS, 1},
   {"--db", F_DB, 1}, {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_OUT, 1},
-  {"--lse", F_IO, 1},
+  {"--lse", F_IO, 1}, {"--sass", F_SASS, 0}, {"--save-cubin", F_SASS, 1}, {"--gpu", F_GPU, 1},
   {NULL, 0, 0},
 };
 
@@ -184,6 +192,14 @@ static int parse_axis(cli_opts *o, const char *s, char *err, size_t n) {
   return fail(err, n, "unknown axis '%s' (norm, parallel, warp_split, layout, tiles or all)", s);
 }
 
+/* A GPU the throughput estimate knows (estimate.c's table). */
+static int parse_gpu(cli_opts *o, const char *s, char *err, size_t n) {
+  if (!estimate_gpu_find(s))
+    return fail(err, n, "unknown GPU '%s' (%s)", s, estimate_gpu_names());
+  o->gpu = s;
+  return 0;
+}
+
 /* seq=A:B, 1 <= A <= B. */
 static int parse_sweep(cli_opts *o, const char *s, char *err, size_t n) {
   char *end = (char *)s;
@@ -216,6 +232,9 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--variant")) o->variant = val;
   else if (!strcmp(flag, "--config")) o->config = val;
   else if (!strcmp(flag, "--retune")) o->retune = 1;
+  else if (!strcmp(flag, "--sass")) o->sass = 1;
+  else if (!strcmp(flag, "--save-cubin")) o->save_cubin = val;
+  else if (!strcmp(flag, "--gpu")) return parse_gpu(o, val, err, n);
   else if (!strcmp(flag, "--db")) o->db = val;
   else if (!strcmp(flag, "--device")) o->device = val;
   else if (!strcmp(flag, "--format")) return parse_format(o, val, err, n);
@@ -286,7 +305,10 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) { o->cmd = CMD_HELP; return 0; }
     if (!strcmp(a, "--version")) { o->cmd = CMD_VERSION; return 0; }
-    if (o->cmd == CMD_MERGE && a[0] != '-' && !o->merge_path) { o->merge_path = a; continue; }
+    if ((o->cmd == CMD_MERGE || o->cmd == CMD_SASS) && a[0] != '-' && !o->merge_path) {
+      o->merge_path = a;
+      continue;
+    }
     const flag_info *f = flags;
     while (f->name && strcmp(f->name, a)) f++;
     if (!f->name) return fail(err, errlen, "unknown option '%s' (see fatune --help)", a);
@@ -305,6 +327,10 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   if ((o->cmd == CMD_GEN || o->cmd == CMD_RUN) && !!o->variant == !!o->config)
     return fail(err, errlen, "fatune %s needs exactly one of --variant NAME or --config TEXT",
                 o->cmd == CMD_GEN ? "gen" : "run");
+  if (o->cmd == CMD_COMPILE && o->variant && o->config)
+    return fail(err, errlen, "fatune compile takes --variant NAME or --config TEXT, not both");
+  if (o->cmd == CMD_SASS && !o->merge_path)
+    return fail(err, errlen, "fatune sass needs the path of a cubin");
   if (o->cmd == CMD_RUN && (!o->q || !o->k || !o->v || !o->out))
     return fail(err, errlen, "fatune run needs --q, --k, --v and --out");
   if (o->cmd == CMD_EXPLORE && o->sweep_lo && (cli_given(o, "--seq") || cli_given(o, "--seq-k")))

@@ -51,7 +51,10 @@ static const command commands[] = {
   {"gen", CMD_GEN, NULL, cmd_gen_main, NEEDS_TARGET | QUIET_TARGET,
    "(--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--arch A]"},
   {"compile", CMD_COMPILE, NULL, cmd_compile_main, NEEDS_TARGET,
-   "--dim D [--dtype T] [--causal] [--arch A] [--space S] [--jobs N] [--json]"},
+   "--dim D [--dtype T] [--causal] [--arch A] [--space S | --variant NAME | --config TEXT]\n"
+   "                  [--jobs N] [--json] [--sass [--gpu G]] [--save-cubin DIR]"},
+  {"sass", CMD_SASS, cmd_sass_main, NULL, 0,
+   "FILE.cubin [--config 'block_m=M,block_n=N,dim=D,warps=W'] [--smem BYTES] [--gpu G] [--json]"},
   {"best", CMD_BEST, cmd_db_main, NULL, 0,
    "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--device NAME] [--db PATH] [--json]"},
   {"show", CMD_SHOW, cmd_db_main, NULL, 0,
