@@ -4,7 +4,10 @@
 # packages); Python 3 for the command-line tests; gnuplot (without X) for
 # fatune report's plots; clang with its runtime libraries (libFuzzer and the
 # sanitizers, which Debian 12 ships in libclang-rt-dev, only recommended by
-# clang) for the fuzz harnesses (scripts/fuzz.sh). The CUDA toolkit
+# clang) for the fuzz harnesses (scripts/fuzz.sh); nvdisasm and cuobjdump
+# (PyPI's nvidia-cuda-nvdisasm and nvidia-cuda-cuobjdump, linked into
+# /usr/local/bin) for fatune compile --sass and the SASS tests, where the
+# CUDA toolkit lacks them. The CUDA toolkit
 # (NVRTC and cuda.h) must already be on the machine; it is not a Debian
 # package of the required version, so its absence is reported, not fixed.
 set -euo pipefail
@@ -27,4 +30,28 @@ if [ ! -f "$cuda/include/nvrtc.h" ] && ! command -v nvcc >/dev/null 2>&1; then
   echo "install-deps: no CUDA toolkit found (looked for $cuda/include/nvrtc.h and nvcc);" \
        "install CUDA 12 or 13 and set CUDAToolkit_ROOT" >&2
   exit 1
+fi
+
+# The disassemblers: from PyPI when neither PATH nor the toolkit has them.
+# Debian's own Python refuses pip installs outside a venv (PEP 668) unless
+# told --break-system-packages; these packages only add files under nvidia/.
+if ! command -v nvdisasm >/dev/null 2>&1 && [ ! -x "$cuda/bin/nvdisasm" ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
+  echo "install-deps: installing nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump (PyPI)"
+  pkgs=(nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump)
+  $SUDO python3 -m pip install -q "${pkgs[@]}" 2>/dev/null ||
+    $SUDO python3 -m pip install -q --break-system-packages "${pkgs[@]}"
+  bin=$(python3 -c 'import nvidia, os
+for d in nvidia.__path__:
+  for s in ("cu13/bin", "cu12/bin", "cuda_nvdisasm/bin"):
+    if os.access(os.path.join(d, s, "nvdisasm"), os.X_OK): print(os.path.join(d, s)); raise SystemExit')
+  [ -n "$bin" ] || { echo "install-deps: nvdisasm not found after pip install" >&2; exit 1; }
+  for tool in nvdisasm cuobjdump; do
+    if [ -x "$bin/$tool" ]; then $SUDO ln -sf "$bin/$tool" "/usr/local/bin/$tool"; fi
+  done
 fi

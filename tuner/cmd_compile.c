@@ -322,7 +322,8 @@ int cmd_sass_main(const cli_opts *o) {
     }
     f.analysed = 1;
     estimate_tile t = {(int)tile[3], f.c.registers, o->smem, flops};
-    f.estimated = gpu && flops > 0 && estimate_compute(gpu, &f.c, &t, &f.e) == 0;
+    /* sm_90's SASS does not say its registers: no estimate without them. */
+    f.estimated = gpu && flops > 0 && f.c.registers > 0 && estimate_compute(gpu, &f.c, &t, &f.e) == 0;
     if (o->json) {
       printf("%s\n  {\"function\": ", i ? "," : "");
       json_string(stdout, names[i]);

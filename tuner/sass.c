@@ -389,7 +389,8 @@ static int op_in(const char *op, const char *const *set) {
 /* Integer and address arithmetic, the uniform datapath's (U...) too. */
 static int is_int(const char *op) {
   static const char *const ints[] = {
-    "IMAD", "IADD3", "IADD", "IABS", "IMNMX", "VIADD", "VIMNMX", "LOP3", "LOP", "SHF", "SHL",
+    "IMAD", "IADD3", "IADD", "IABS", "IMNMX", "VIADD", "VIMNMX", "VIMNMX3", "VIADDMNMX", "LOP3",
+    "LOP", "SHF", "SHL",
     "SHR", "LEA", "ISETP", "SEL", "PRMT", "BMSK", "SGXT", "POPC", "FLO", "BREV", "IMUL", NULL};
   return op_in(op, ints) || (op[0] == 'U' && op_in(op + 1, ints));
 }

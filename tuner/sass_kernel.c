@@ -68,7 +68,9 @@ void sass_kernel_json(FILE *f, const sass_figures *s) {
   fprintf(f, ", \"non_mma_per_mma\": ");
   if (h && c->loop_hmma) json_number(f, c->non_mma_per_mma);
   else fputs("null", f);
+  member_long(f, "inner_loops", h, c->inner_loops);
   member_long(f, "inner_trips", h && c->inner_loops, c->inner_trips);
+  member_long(f, "masked_left_out", h, c->masked_left_out);
   member_long(f, "ctas_per_sm", s->estimated, s->e.ctas_per_sm);
   fprintf(f, ", \"bound\": ");
   if (s->estimated && s->e.ctas_per_sm) json_string(f, s->e.bound);
