@@ -6,6 +6,7 @@
 # per SM (A100 for sm_80, H100 for sm_90), from `fatune compile --sass`.
 # Needs nvdisasm (scripts/install-deps.sh installs it).
 # usage: scripts/bench-sass.sh [path/to/fatune]    (default build/fatune)
+# DTYPES="bf16" CAUSAL="0" ARCHS="sm_80" narrow the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fatune="${1:-build/fatune}"
@@ -19,10 +20,10 @@ tile() {  # dim -> the config of FA2's tile
 
 echo "| arch | dim | dtype | causal | variant | insns per K/V block | HMMA | non-HMMA per HMMA | regs / spill bytes | CTAs per SM |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
-for arch in sm_80 sm_90; do
+for arch in ${ARCHS:-sm_80 sm_90}; do
   for dim in 64 128; do
-    for dtype in bf16 fp16; do
-      for causal in 0 1; do
+    for dtype in ${DTYPES:-bf16 fp16}; do
+      for causal in ${CAUSAL:-0 1}; do
         flag=()
         [ "$causal" = 1 ] && flag=(--causal)
         # The table's row of the one variant: fields are name, regs, spill st/ld,

@@ -224,6 +224,9 @@ static int save_cubins(const compile_set *s, const char *dir) {
 /* --sass: every cubin's figures; without nvdisasm, one line and none. */
 static int analyse_set(compile_set *s, const cli_opts *o, const gen_target *t) {
   char nvdisasm[4096];
+  /* Without nvdisasm the figures stay empty: "-" in the table, null in JSON. */
+  s->sass = calloc(s->n ? s->n : 1, sizeof *s->sass);
+  if (!s->sass) return fprintf(stderr, "fatune: out of memory\n"), 1;
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0) {
     fprintf(stderr, "fatune: --sass: no nvdisasm (on PATH, in $CUDA_HOME/bin, "
                     "/usr/local/cuda/bin or the PyPI package nvidia-cuda-nvdisasm); "
@@ -231,8 +234,6 @@ static int analyse_set(compile_set *s, const cli_opts *o, const gen_target *t) {
     return 0;
   }
   const estimate_gpu *gpu = o->gpu ? estimate_gpu_find(o->gpu) : estimate_gpu_for_arch(t->arch);
-  s->sass = calloc(s->n ? s->n : 1, sizeof *s->sass);
-  if (!s->sass) return fprintf(stderr, "fatune: out of memory\n"), 1;
   for (size_t i = 0; i < s->n; i++) {
     sass_kernel_figures(nvdisasm, &s->kernels[i], &s->jobs[i].result, gpu, &s->sass[i]);
     if (s->jobs[i].result.ok && s->sass[i].error[0])
