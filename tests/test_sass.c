@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "db.h"
 #include "estimate.h"
 #include "gen.h"
 #include "nvrtc_compile.h"
@@ -240,6 +241,63 @@ static void test_estimate(void) {
   CHECK(estimate_compute(a100, &c, &t, &e) == -1, "no estimate without the trip count");
 }
 
+/* The sass table: figures in, a GPU trial beside its variant's estimate out. */
+static int count_point(const db_sass_point *p, void *ud) {
+  int *n = ud;
+  CHECK(!strcmp(p->device, "NVIDIA A100-SXM4-80GB") && !strcmp(p->gpu, "a100") &&
+          p->measured_tflops == 200 && p->est_tflops == 312 && p->dim == 64 && !p->causal,
+        "point %s %s %g %g", p->device, p->gpu, p->measured_tflops, p->est_tflops);
+  ++*n;
+  return 0;
+}
+
+static void test_db_sass(void) {
+  char dir[] = "/tmp/fatune-test-sass-XXXXXX", path[64], err[512];
+  if (!mkdtemp(dir)) {
+    CHECK(0, "mkdtemp");
+    return;
+  }
+  snprintf(path, sizeof path, "%s/t.db", dir);
+  db *d;
+  if (db_open(path, DB_CREATE, &d, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+    return;
+  }
+  long long dev, var, emu;
+  db_device gpu = {"NVIDIA A100-SXM4-80GB", "GPU-1", "cuda", 8, 0, 108, 166912, 40 << 20};
+  db_device cpu = {"emulator", "emu", "emu", 0, 0, 1, 0, 0};
+  db_variant v = {"tc", "tc/1+abc", "tc-x", "0123456789ab", "{\"family\": \"tc\"}", "ff"};
+  CHECK(db_device_id(d, &gpu, &dev, err, sizeof err) == 0 &&
+          db_device_id(d, &cpu, &emu, err, sizeof err) == 0 &&
+          db_variant_id(d, &v, &var, err, sizeof err) == 0, "%s", err);
+  db_sass row = {var, "sm_80", "a100", "HMMA", 183, 1763, 256, 136, 80, 3, 16, 1, 16, 0, 171,
+                 5.89, 2, "tensor", 312};
+  CHECK(db_sass_put(d, &row, err, sizeof err) == 0, "%s", err);
+  CHECK(db_sass_put(d, &row, err, sizeof err) == 0, "the same again replaces: %s", err);
+  db_sass none = row;
+  none.gpu = NULL, none.ctas_per_sm = -1, none.est_tflops = NAN;
+  CHECK(db_sass_put(d, &none, err, sizeof err) == 0, "no estimate: %s", err);
+  none.loop_mufu = -1;
+  CHECK(db_sass_put(d, &none, err, sizeof err) == -1 && strstr(err, "negative"),
+        "a negative count is refused: %s", err);
+  db_trial t = {.variant_id = var, .device_id = dev,
+                .problem = {"bf16", 64, 4096, 4096, 4, 16, 0}, .status = "ok",
+                .max_abs_err = 1e-3, .rel_err = 1e-3, .lse_err = NAN, .median_us = 100,
+                .min_us = 99, .p20_us = 99, .p80_us = 101, .tflops = 200, .gbps = 1};
+  db_trial e = t;
+  e.device_id = emu, e.median_us = e.min_us = e.p20_us = e.p80_us = e.tflops = e.gbps = NAN;
+  CHECK(db_trial_put(d, &t, err, sizeof err) == 0 && db_trial_put(d, &e, err, sizeof err) == 0,
+        "%s", err);
+  int n = 0;
+  CHECK(db_sass_points(d, count_point, &n, err, sizeof err) == 0, "%s", err);
+  CHECK(n == 1, "one GPU trial beside one estimate, %d points", n);
+  CHECK(db_close(d) == 0, "close");
+  char wal[80], shm[80];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  snprintf(shm, sizeof shm, "%s-shm", path);
+  remove(wal), remove(shm), remove(path), remove(dir);
+}
+
 /* A kernel compiled now: the FA2 d64 tile issues 4 128 128 64 / 4 / 4096
 ** = 256 HMMA per warp per K/V block, at least one exponential per score
 ** (32 rows x 128 keys / 32 lanes = 128 MUFU), no local memory. */
@@ -295,5 +353,6 @@ int main(int argc, char **argv) {
   test_small();
   for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) test_fixture(&fixtures[i]);
   test_estimate();
+  test_db_sass();
   return check_done("test_sass");
 }

@@ -20,12 +20,13 @@ static int gpu_mode;
 static const tune *rank_tune;
 
 /* The estimated TFLOP/s of e, or 0 where there is none. */
-static double estimated(const trial *e) {
-  const tune *s = rank_tune;
+static double estimated_in(const tune *s, const trial *e) {
   if (!s || !s->sass) return 0;
   const sass_figures *f = &s->sass[e - s->e];
   return f->estimated && f->e.ctas_per_sm > 0 ? f->e.tflops : 0;
 }
+
+static double estimated(const trial *e) { return estimated_in(rank_tune, e); }
 
 static double cost(const trial *e) {
   if (gpu_mode) return e->out.timed ? e->out.t.median_us : INFINITY;
@@ -203,7 +204,7 @@ static void print_summary(FILE *f, const tune *s, trial **rank) {
   if (b->st == TRIAL_OK && s->gpu && b->out.timed)
     fprintf(f, "best: %s, median %.1f us, %.1f TFLOP/s: %s\n", b->k.name, b->out.t.median_us,
             attn_flops(&s->run) / b->out.t.median_us / 1e6, b->k.config);
-  else if (b->st == TRIAL_OK && !s->gpu && estimated(b) > 0)
+  else if (b->st == TRIAL_OK && !s->gpu && estimated_in(s, b) > 0)
     fprintf(f, "best by the static SASS estimate for %s (from the machine code, an estimate, not a "
                "measurement): %s, %.0f TFLOP/s, %s-bound, %ld instructions per K/V block: %s\n",
             s->est_gpu->name, b->k.name, figures(s, b)->e.tflops, figures(s, b)->e.bound,
