@@ -66,9 +66,11 @@ int db_sass_points(db *d, db_sass_point_fn fn, void *ud, char *err, size_t errle
   int rc, stop = 0;
   while (!stop && (rc = dbi_step(st)) == SQLITE_ROW) {
     db_sass_point p = {0};
-    dbi_col_copy(st, 0, p.device, sizeof p.device);
-    dbi_col_copy(st, 1, p.gpu, sizeof p.gpu);
-    dbi_col_copy(st, 2, p.dtype, sizeof p.dtype);
+    /* A text too long for its field is no GPU's nor dtype's: skipped. */
+    if (dbi_col_copy(st, 0, p.device, sizeof p.device) != 0 ||
+        dbi_col_copy(st, 1, p.gpu, sizeof p.gpu) != 0 ||
+        dbi_col_copy(st, 2, p.dtype, sizeof p.dtype) != 0)
+      continue;
     p.dim = sqlite3_column_int(st, 3);
     p.causal = sqlite3_column_int(st, 4);
     p.seq_q = sqlite3_column_int(st, 5);

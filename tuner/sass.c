@@ -40,6 +40,7 @@ typedef struct func {
   insn *in; int nin, capin;
   label *lab; int nlab, caplab;
   block *bb; int nbb;
+  int *pred, *pred_at;  /* the predecessors of b: pred[pred_at[b] .. pred_at[b + 1]) */
   int *block_of;     /* instruction -> block */
   uint64_t *dom;     /* nbb x words: dom[b] holds the blocks dominating b */
   int words;
@@ -67,6 +68,8 @@ static void func_free(func *f) {
   free(f->in);
   free(f->lab);
   free(f->bb);
+  free(f->pred);
+  free(f->pred_at);
   free(f->block_of);
   free(f->dom);
 }
@@ -168,7 +171,8 @@ static int parse_registers(func *f, const char *p, const char *e) {
   size_t n = (size_t)(e - p);
   for (; n >= sizeof tag - 1; s++, n--)
     if (!strncmp(s, tag, sizeof tag - 1)) {
-      f->registers = atoi(s + sizeof tag - 1);
+      long r = strtol(s + sizeof tag - 1, NULL, 10);
+      f->registers = r > 0 && r <= 65536 ? (int)r : -1;
       return 1;
     }
   return 0;
@@ -228,6 +232,23 @@ static int is_end(const insn *in) {
   return 0;
 }
 
+/* The predecessor lists, from the successors. */
+static int predecessors(func *f) {
+  f->pred_at = calloc((size_t)f->nbb + 1, sizeof *f->pred_at);
+  f->pred = malloc(((size_t)f->nbb * 2 + 1) * sizeof *f->pred);
+  if (!f->pred_at || !f->pred) return -1;
+  for (int b = 0; b < f->nbb; b++)
+    for (int s = 0; s < f->bb[b].nsucc; s++) f->pred_at[f->bb[b].succ[s] + 1]++;
+  for (int b = 0; b < f->nbb; b++) f->pred_at[b + 1] += f->pred_at[b];
+  int *fill = malloc(((size_t)f->nbb + 1) * sizeof *fill);
+  if (!fill) return -1;
+  memcpy(fill, f->pred_at, ((size_t)f->nbb + 1) * sizeof *fill);
+  for (int b = 0; b < f->nbb; b++)
+    for (int s = 0; s < f->bb[b].nsucc; s++) f->pred[fill[f->bb[b].succ[s]]++] = b;
+  free(fill);
+  return 0;
+}
+
 static int build_blocks(func *f) {
   char *leader = calloc((size_t)f->nin + 1, 1);
   f->block_of = malloc(((size_t)f->nin + 1) * sizeof *f->block_of);
@@ -261,7 +282,7 @@ static int build_blocks(func *f) {
     }
     if (falls) k->succ[k->nsucc++] = b + 1;
   }
-  return 0;
+  return predecessors(f);
 }
 
 /* Iterative dominators over bit sets, in block order (the code's layout
@@ -271,28 +292,22 @@ static int dominators(func *f) {
   size_t w = (size_t)f->words;
   f->dom = malloc((size_t)f->nbb * w * sizeof *f->dom);
   uint64_t *tmp = malloc(w * sizeof *tmp);
-  int *npred = calloc((size_t)f->nbb, sizeof *npred);
-  if (!f->dom || !tmp || !npred) {
-    free(tmp), free(npred);
+  if (!f->dom || !tmp) {
+    free(tmp);
     return -1;
   }
   for (int b = 0; b < f->nbb; b++) {
     memset(f->dom + b * w, b ? 0xff : 0, w * sizeof *f->dom);
     if (!b) set_bit(f->dom, 0);
-    for (int s = 0; s < f->bb[b].nsucc; s++) npred[f->bb[b].succ[s]]++;
   }
   for (int changed = 1; changed;) {
     changed = 0;
     for (int b = 1; b < f->nbb; b++) {
       memset(tmp, 0xff, w * sizeof *tmp);
-      int any = 0;
-      for (int p = 0; p < f->nbb; p++)
-        for (int s = 0; s < f->bb[p].nsucc; s++)
-          if (f->bb[p].succ[s] == b) {
-            any = 1;
-            for (size_t i = 0; i < w; i++) tmp[i] &= f->dom[p * w + i];
-          }
-      if (!any) memset(tmp, 0, w * sizeof *tmp);  /* unreachable: dominated by itself only */
+      for (int k = f->pred_at[b]; k < f->pred_at[b + 1]; k++)
+        for (size_t i = 0; i < w; i++) tmp[i] &= f->dom[(size_t)f->pred[k] * w + i];
+      /* unreachable: dominated by itself only */
+      if (f->pred_at[b] == f->pred_at[b + 1]) memset(tmp, 0, w * sizeof *tmp);
       set_bit(tmp, b);
       if (memcmp(tmp, f->dom + b * w, w * sizeof *tmp)) {
         memcpy(f->dom + b * w, tmp, w * sizeof *tmp);
@@ -300,7 +315,7 @@ static int dominators(func *f) {
       }
     }
   }
-  free(tmp), free(npred);
+  free(tmp);
   return 0;
 }
 
@@ -328,9 +343,8 @@ static int loop_body(const func *f, int h, int tail, uint64_t *body) {
   if (!bit(body, tail)) set_bit(body, tail), stack[top++] = tail;
   while (top) {
     int b = stack[--top];
-    for (int p = 0; p < f->nbb; p++)
-      for (int s = 0; s < f->bb[p].nsucc; s++)
-        if (f->bb[p].succ[s] == b && !bit(body, p)) set_bit(body, p), stack[top++] = p;
+    for (int k = f->pred_at[b]; k < f->pred_at[b + 1]; k++)
+      if (!bit(body, f->pred[k])) set_bit(body, f->pred[k]), stack[top++] = f->pred[k];
   }
   free(stack);
   return 0;
