@@ -60,11 +60,13 @@ const char cli_usage[] =
   "  --json           print JSON instead of a table\n"
   "  --variant NAME   a variant by its name (fatune list prints them)\n"
   "  --config TEXT    a variant by its config, e.g. 'block_m=64,block_n=32,norm=eager'\n"
-  "SASS flags (fatune compile; fatune sass FILE.cubin analyses a cubin of anyone's):\n"
+  "SASS flags (fatune compile; --gpu for the main job too; fatune sass FILE.cubin\n"
+  "analyses a cubin of anyone's):\n"
   "  --sass           disassemble each cubin with nvdisasm and count the main loop's\n"
   "                   instructions per K/V block, with a throughput estimate\n"
   "  --save-cubin DIR write each variant's cubin to DIR/<variant name>.cubin\n"
-  "  --gpu G          the estimate's GPU: a100, h100 or h200 (default: the arch's)\n"
+  "  --gpu G          the estimate's GPU: a100, h100 or h200 (default: the device's,\n"
+  "                   else the arch's: sm_80 a100, sm_90 h100)\n"
   "  --help, --version\n";
 
 enum {
@@ -96,7 +98,7 @@ static const cmd_info commands[] = {
                            F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB | F_AXIS},
   {"report", CMD_REPORT, F_OUT | F_FMT | F_DB},
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
-                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB},
+                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_GPU},
 };
 
 typedef struct flag_info {
