@@ -84,14 +84,14 @@ for c in "${cases[@]}"; do
   gpu=a100
   [ "$arch" = sm_90 ] && gpu=h100
   row=$("$fatune" sass "$out/d${dim}_$arch.cubin" --config "block_m=128,block_n=$bn,dim=$dim,warps=4" \
-          --smem "$smem" --gpu "$gpu" | grep -E " $even") ||
+          --smem "$smem" --gpu "$gpu" | grep -E "$even") ||
     { echo "compare-fa2: no kernel matching $even in d$dim $arch" >&2; exit 1; }
   fn=$(echo "$row" | awk '{print $NF}')
   # ptxas -v: registers and spill bytes of that function.
   res=$(awk -v fn="$fn" '
     index($0, "Function properties for " fn) { want = 1; next }
-    want && /spill stores/ { split($0, a, /[ ,]+/); for (i = 1; i in a; i++) {
-        if (a[i + 1] == "bytes" && a[i + 2] == "spill" && a[i + 3] == "stores") st = a[i] } next }
+    want && /spill stores/ { n = split($0, a, /[ ,]+/); for (i = 1; i + 3 <= n; i++)
+        if (a[i + 1] == "bytes" && a[i + 2] == "spill" && a[i + 3] == "stores") st = a[i]; next }
     want && /Used [0-9]+ registers/ { match($0, /Used [0-9]+/); print substr($0, RSTART + 5, RLENGTH - 5), st + 0; exit }
   ' "$out/d${dim}_$arch.log")
   echo "$row" | awk -v arch="$arch" -v dim="$dim" -v res="$res" '{

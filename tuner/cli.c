@@ -60,8 +60,8 @@ const char cli_usage[] =
   "  --json           print JSON instead of a table\n"
   "  --variant NAME   a variant by its name (fatune list prints them)\n"
   "  --config TEXT    a variant by its config, e.g. 'block_m=64,block_n=32,norm=eager'\n"
-  "SASS flags (fatune compile; --gpu for the main job too; fatune sass FILE.cubin\n"
-  "analyses a cubin of anyone's):\n"
+  "SASS flags (fatune compile; --sass and --gpu for the main job too; fatune sass\n"
+  "FILE.cubin analyses a cubin of anyone's):\n"
   "  --sass           disassemble each cubin with nvdisasm and count the main loop's\n"
   "                   instructions per K/V block, with a throughput estimate\n"
   "  --save-cubin DIR write each variant's cubin to DIR/<variant name>.cubin\n"
@@ -73,7 +73,7 @@ enum {
   F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
-  F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20, F_SASS = 1 << 21, F_GPU = 1 << 22
+  F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20, F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23
 };
 
 typedef struct cmd_info {
@@ -86,7 +86,7 @@ static const cmd_info commands[] = {
   {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE},
   {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK},
   {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE | F_PICK |
-                          F_SASS | F_GPU},
+                          F_SASS | F_GPU | F_SAVE},
   {"sass", CMD_SASS, F_GPU | F_JSON | F_PICK | F_ARCH},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
   {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON},
@@ -98,7 +98,7 @@ static const cmd_info commands[] = {
                            F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB | F_AXIS},
   {"report", CMD_REPORT, F_OUT | F_FMT | F_DB},
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
-                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_GPU},
+                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_SASS | F_GPU},
 };
 
 typedef struct flag_info {
@@ -117,7 +117,7 @@ static const flag_info flags[] = {
   {"--timeout", F_WORK, 1}, {"--trial-ms", F_WORK, 1}, {"--retune", F_RETUNE, 0},
   {"--device", F_DEV, 1}, {"--format", F_FMT, 1}, {"--axis", F_AXIS, 1}, {"--sweep", F_AXIS, 1},
   {"--db", F_DB, 1}, {"--q", F_IO, 1}, {"--k", F_IO, 1}, {"--v", F_IO, 1}, {"--out", F_OUT, 1},
-  {"--lse", F_IO, 1}, {"--sass", F_SASS, 0}, {"--save-cubin", F_SASS, 1}, {"--gpu", F_GPU, 1},
+  {"--lse", F_IO, 1}, {"--sass", F_SASS, 0}, {"--save-cubin", F_SAVE, 1}, {"--gpu", F_GPU, 1},
   {NULL, 0, 0},
 };
 

@@ -41,7 +41,7 @@ typedef struct cli_opts {
   const char *axis;       /* explore: norm, parallel, warp_split, layout, tiles or all */
   int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */
   const char *merge_path; /* merge: the other database; sass: the cubin */
-  int sass;               /* compile: analyse each cubin's SASS (sass.c) */
+  int sass;               /* compile, main job: analyse each cubin's SASS (sass.c) */
   const char *save_cubin; /* compile: the directory to write each cubin to */
   const char *gpu;        /* compile, sass, main job: the estimate's GPU (estimate.c) */
   unsigned long long given;  /* the flags given, one bit per entry of cli.c's table */

@@ -43,7 +43,7 @@ typedef struct command {
 static const command commands[] = {
   {NULL, CMD_TUNE, NULL, tune_main, NEEDS_TARGET | NEEDS_GPU,
    "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]\n"
-   "              [--gpu a100|h100|h200]"},
+   "              [--sass [--gpu a100|h100|h200]]"},
   {"run", CMD_RUN, NULL, run_main, NEEDS_TARGET | QUIET_TARGET | NEEDS_GPU,
    "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy\n"
    "                  --out O.npy [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]"},

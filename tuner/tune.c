@@ -119,13 +119,14 @@ static void say_best(tune *s) {
 
 /* ---- SASS: the main loop of each cubin, and the estimate ---- */
 
-/* nvdisasm, or one line saying there is none; the estimate's GPU: --gpu,
-** else the device's, else the target arch's. */
+/* With --sass: nvdisasm, or one line saying there is none; the estimate's
+** GPU: --gpu, else the device's, else the target arch's. */
 static int sass_setup(tune *s) {
   const cudrv_device_info *d = backend_cuda_device(s->be);
   s->est_gpu = s->o->gpu ? estimate_gpu_find(s->o->gpu)
                : d       ? estimate_gpu_for_device(d->name)
                          : estimate_gpu_for_arch(s->t->arch);
+  if (!s->o->sass) return 0;   /* --sass: the SASS of each variant, and the estimate */
   s->sass = calloc(s->n ? s->n : 1, sizeof *s->sass);
   if (s->sass && sass_find_nvdisasm(s->nvdisasm, sizeof s->nvdisasm) != 0) {
     s->nvdisasm[0] = '\0';

@@ -103,18 +103,19 @@ static void print_gpu_row(const tune *s, const trial *e) {
 
 static void print_table(const tune *s, trial **rank) {
   if (s->gpu)
-    printf("%-58s %-13s %9s %10s %10s %8s %8s %5s %6s %7s %5s %6s %6s\n", "variant", "status",
-           "max_err", "median_us", "min_us", "TFLOP/s", "GB/s", "regs", "spill", "smem", "CTA/SM",
-           "insns", "est_TF");
+    printf("%-58s %-13s %9s %10s %10s %8s %8s %5s %6s %7s %5s", "variant", "status", "max_err",
+           "median_us", "min_us", "TFLOP/s", "GB/s", "regs", "spill", "smem", "CTA/SM");
   else
-    printf("%-58s %-13s %9s %9s %10s %10s %10s %8s %6s %5s %6s %8s %6s %6s\n", "variant",
-           "status", "rel_err", "max_err", "gmem_rd_KB", "gmem_wr_KB", "smem_KB", "exp", "bars",
-           "regs", "spill", "emu_ms", "insns", "est_TF");
+    printf("%-58s %-13s %9s %9s %10s %10s %10s %8s %6s %5s %6s %8s", "variant", "status",
+           "rel_err", "max_err", "gmem_rd_KB", "gmem_wr_KB", "smem_KB", "exp", "bars", "regs",
+           "spill", "emu_ms");
+  if (s->sass) printf(" %6s %6s", "insns", "est_TF");   /* --sass */
+  putchar('\n');
   for (size_t i = 0; i < s->n; i++) {
     printf("%-58s %-13s ", rank[i]->k.name, trial_status_names[rank[i]->st]);
     if (s->gpu) print_gpu_row(s, rank[i]);
     else print_emu_row(rank[i]);
-    print_sass_cells(s, rank[i]);
+    if (s->sass) print_sass_cells(s, rank[i]);
     putchar('\n');
   }
   for (size_t i = 0; i < s->n; i++)
