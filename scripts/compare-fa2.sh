@@ -72,11 +72,11 @@ done
 
 # fatune's rows first, in bench-sass.sh's table, then FA2's under it.
 DTYPES=bf16 CAUSAL=0 "$here/bench-sass.sh" "$fatune"
-# The main kernel: flash_fwd_kernel<traits, Is_dropout=0, Is_causal=0,
+# The main kernel: flash_fwd_kernel<traits of (dim, 128, block_n, 4 warps), Is_dropout=0, Is_causal=0,
 # Is_local=0, Has_alibi=0, Is_even_MN=1, Is_even_K=1, Is_softcap=0,
 # Return_softmax=0>. FA2's shared memory per CTA is Q + K + V tiles of
 # 16-bit elements: d64 128x128: 48 KB, d128 128x64: 64 KB.
-even='flash_fwd_kernel.*Lb0ELb0ELb0ELb0ELb1ELb1ELb0ELb0EEEv'
+even='Lb0ELb0ELb0ELb0ELb1ELb1ELb0ELb0EEEv'
 for c in "${cases[@]}"; do
   read -r arch dim <<<"$c"
   bn=128 smem=49152
@@ -84,7 +84,7 @@ for c in "${cases[@]}"; do
   gpu=a100
   [ "$arch" = sm_90 ] && gpu=h100
   row=$("$fatune" sass "$out/d${dim}_$arch.cubin" --config "block_m=128,block_n=$bn,dim=$dim,warps=4" \
-          --smem "$smem" --gpu "$gpu" | grep -E "$even") ||
+          --smem "$smem" --gpu "$gpu" | grep -E "flash_fwd_kernelI23Flash_fwd_kernel_traitsILi${dim}ELi128ELi${bn}ELi4E.*$even") ||
     { echo "compare-fa2: no kernel matching $even in d$dim $arch" >&2; exit 1; }
   fn=$(echo "$row" | awk '{print $NF}')
   # ptxas -v: registers and spill bytes of that function.
