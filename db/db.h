@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 3          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 4          /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -169,6 +169,42 @@ typedef struct db_recorded {
 } db_recorded;
 int db_trial_get(db *d, long long variant_id, long long device_id, const db_problem *p,
                  db_recorded *out, int *found, char *err, size_t errlen);
+
+/* ---- SASS figures (db_sass.c) ---- */
+
+/* A variant's main-loop counts for a target, per K/V block per warp, and
+** the throughput estimate for a GPU (tuner/sass.h, tuner/estimate.h). */
+typedef struct db_sass {
+  long long variant_id;
+  const char *target;      /* "sm_80" */
+  const char *gpu;         /* the estimate's GPU ("a100"), "" or NULL for none */
+  const char *mma;         /* "HMMA", "FFMA", ... */
+  int registers;           /* < 0: unknown, stored as NULL */
+  long long loop_instructions, loop_hmma, loop_mufu, loop_ldsm, loop_lds, loop_ldgsts,
+      loop_bar, loop_shfl, loop_local, loop_int;
+  double non_mma_per_mma;  /* NAN: NULL */
+  int ctas_per_sm;         /* < 0: no estimate, stored as NULL (and bound, est_tflops) */
+  const char *bound;
+  double est_tflops;
+} db_sass;
+
+/* Inserts the figures, or replaces those of the same variant, target and GPU. */
+int db_sass_put(db *d, const db_sass *s, char *err, size_t errlen);
+
+/* A GPU trial beside the estimate for its variant: the device's name (the
+** file's text: the caller escapes it), the estimate's GPU, both TFLOP/s. */
+typedef struct db_sass_point {
+  char device[128], gpu[16];
+  char dtype[8];
+  int dim, causal, seq_q;
+  double measured_tflops, est_tflops;
+} db_sass_point;
+typedef int (*db_sass_point_fn)(const db_sass_point *p, void *ud);   /* non-zero stops */
+
+/* Every ok GPU trial with a finite TFLOP/s whose variant has an estimate,
+** for each of the variant's estimates (the caller keeps the one for the
+** device's GPU). */
+int db_sass_points(db *d, db_sass_point_fn fn, void *ud, char *err, size_t errlen);
 
 /* ---- Queries ---- */
 

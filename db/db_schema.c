@@ -181,7 +181,35 @@ static const char schema_v3[] =
   "        FROM trials WHERE status = 'ok'))\n"
   "WHERE rank = 1;\n";
 
-static const char *const steps[] = {schema_v1, schema_v2, schema_v3};
+/* Version 4. The SASS figures of a variant's main loop for a target
+** (tuner/sass.h), and the throughput estimate for a GPU (tuner/estimate.h;
+** gpu '' when there is none), in a table of their own. */
+static const char schema_v4[] =
+  "CREATE TABLE sass (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  variant_id INTEGER NOT NULL REFERENCES variants(id),\n"
+  "  target TEXT NOT NULL,\n"
+  "  gpu TEXT NOT NULL,\n"
+  "  mma TEXT NOT NULL,\n"
+  "  registers INTEGER,\n"
+  "  loop_instructions INTEGER NOT NULL CHECK (loop_instructions >= 0),\n"
+  "  loop_hmma INTEGER NOT NULL CHECK (loop_hmma >= 0),\n"
+  "  loop_mufu INTEGER NOT NULL CHECK (loop_mufu >= 0),\n"
+  "  loop_ldsm INTEGER NOT NULL CHECK (loop_ldsm >= 0),\n"
+  "  loop_lds INTEGER NOT NULL CHECK (loop_lds >= 0),\n"
+  "  loop_ldgsts INTEGER NOT NULL CHECK (loop_ldgsts >= 0),\n"
+  "  loop_bar INTEGER NOT NULL CHECK (loop_bar >= 0),\n"
+  "  loop_shfl INTEGER NOT NULL CHECK (loop_shfl >= 0),\n"
+  "  loop_local INTEGER NOT NULL CHECK (loop_local >= 0),\n"
+  "  loop_int INTEGER NOT NULL CHECK (loop_int >= 0),\n"
+  "  non_mma_per_mma REAL,\n"
+  "  ctas_per_sm INTEGER,\n"
+  "  bound TEXT,\n"
+  "  est_tflops REAL,\n"
+  "  created TEXT NOT NULL,\n"
+  "  UNIQUE (variant_id, target, gpu));\n";
+
+static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

@@ -8,7 +8,10 @@
 # fatune report's plots; help2man for the man page, made from fatune --help;
 # clang with its runtime libraries (libFuzzer and the
 # sanitizers, which Debian 12 ships in libclang-rt-dev, only recommended by
-# clang) for the fuzz harnesses (scripts/fuzz.sh). The CUDA toolkit
+# clang) for the fuzz harnesses (scripts/fuzz.sh); nvdisasm and cuobjdump
+# (PyPI's nvidia-cuda-nvdisasm and nvidia-cuda-cuobjdump, linked into
+# /usr/local/bin) for fatune compile --sass and the SASS tests, where the
+# CUDA toolkit lacks them. The CUDA toolkit
 # (NVRTC and cuda.h) must already be on the machine; it is not a Debian
 # package of the required version, so its absence is reported, not fixed.
 set -euo pipefail
@@ -41,4 +44,28 @@ if ! "$venv/bin/python" -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
   mkdir -p "$(dirname "$venv")"
   [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check numpy pytest ml_dtypes
+fi
+
+# The disassemblers: from PyPI when neither PATH nor the toolkit has them.
+# Debian's own Python refuses pip installs outside a venv (PEP 668) unless
+# told --break-system-packages; these packages only add files under nvidia/.
+if ! command -v nvdisasm >/dev/null 2>&1 && [ ! -x "$cuda/bin/nvdisasm" ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
+  echo "install-deps: installing nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump (PyPI)"
+  pkgs=(nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump)
+  $SUDO python3 -m pip install -q "${pkgs[@]}" 2>/dev/null ||
+    $SUDO python3 -m pip install -q --break-system-packages "${pkgs[@]}"
+  bin=$(python3 -c 'import nvidia, os
+for d in nvidia.__path__:
+  for s in ("cu13/bin", "cu12/bin", "cuda_nvdisasm/bin"):
+    if os.access(os.path.join(d, s, "nvdisasm"), os.X_OK): print(os.path.join(d, s)); raise SystemExit')
+  [ -n "$bin" ] || { echo "install-deps: nvdisasm not found after pip install" >&2; exit 1; }
+  for tool in nvdisasm cuobjdump; do
+    if [ -x "$bin/$tool" ]; then $SUDO ln -sf "$bin/$tool" "/usr/local/bin/$tool"; fi
+  done
 fi

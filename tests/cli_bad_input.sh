@@ -136,4 +136,14 @@ bad "merge|path"                   merge
 bad "extra"                        merge "$tmp/a.db" extra
 bad "--dim|0"                      show --dim 0
 
+# --- SASS ---
+: >"$tmp/afile"
+bad "--save-cubin|afile|not a directory" compile --arch sm_80 --config 'block_m=64' --save-cubin "$tmp/afile"
+bad "--save-cubin|nodir"           compile --arch sm_80 --config 'block_m=64' --save-cubin "$tmp/nodir"
+bad "v100|a100"                    compile --sass --gpu v100
+bad "--variant|--config|both"      compile --variant x --config 'block_m=64'
+bad "sass|cubin"                   sass
+bad "--config|block_m"             sass "$tmp/afile" --config 'block_m=1'
+bad "--sass|list"                  list --sass
+
 finish

@@ -23,12 +23,14 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "estimate.h"
 
 enum {
   F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
-  F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20
+  F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20,
+  F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23
 };
 
 typedef struct cmd_info {
@@ -43,7 +45,7 @@ typedef struct cmd_info {
 
 static const cmd_info commands[] = {
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
-                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB,
+                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_SASS | F_GPU,
    "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]",
    "The main job: generates every variant of the default space for the problem and the\n"
    "target, compiles it, runs it and validates it against naive attention; on a GPU it\n"
@@ -73,12 +75,22 @@ static const cmd_info commands[] = {
    "defaults, or values that fit the keys given (it says which).",
    "fatune gen --config block_m=64,block_n=32 --dtype fp32",
    "print a variant's CUDA source"},
-  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE,
-   "--dim D [--dtype T] [--causal] [--arch A] [--space S] [--jobs N] [--json]",
-   "Compiles every variant with NVRTC and prints registers, spills, shared memory and\n"
-   "compile times.",
-   "fatune compile --dim 64 --arch sm_90",
+  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE | F_PICK |
+                           F_SASS | F_GPU | F_SAVE,
+   "--dim D [--dtype T] [--causal] [--arch A] [--space S] [--variant NAME | --config TEXT]\n"
+   "                      [--sass [--gpu G]] [--save-cubin DIR] [--jobs N] [--json]",
+   "Compiles every variant (or the one --variant or --config names) with NVRTC and\n"
+   "prints registers, spills, shared memory and compile times. --sass disassembles\n"
+   "each cubin with nvdisasm and counts the main loop's instructions per K/V block,\n"
+   "with a static throughput estimate for a GPU.",
+   "fatune compile --dim 64 --dtype bf16 --arch sm_80 --sass",
    "compile every variant, with the ptxas report"},
+  {"sass", CMD_SASS, F_GPU | F_JSON | F_PICK | F_ARCH,
+   "FILE.cubin [--config 'block_m=..,block_n=..,dim=..,warps=..'] [--smem BYTES] [--gpu G]",
+   "Analyses the main loop of a cubin's SASS (anyone's, e.g. FlashAttention-2's) as\n"
+   "compile --sass does; with the tile in --config, the throughput estimate too.",
+   "fatune sass flash_fwd.cubin --config block_m=128,block_n=128,dim=64,warps=4",
+   "the main loop of a cubin's machine code"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON,
    "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--device NAME] [--db PATH] [--json]",
    "Prints the best recorded variant for a problem, or the nearest tuned seq.",
@@ -167,6 +179,11 @@ static const flag_info flags[] = {
   {"out", F_OUT, 1, "PATH", "run: the output .npy; report: the directory to write\n"
                             "(default fatune-report)"},
   {"lse", F_IO, 1, "LSE.npy", "also write the logsumexp, float32 of shape (N,) or (B, H, N)"},
+  {"sass", F_SASS, 0, NULL, "disassemble each cubin with nvdisasm and count the main\n"
+                            "loop's instructions per K/V block, with a throughput estimate"},
+  {"save-cubin", F_SAVE, 1, "DIR", "write each variant's cubin to DIR/<variant name>.cubin"},
+  {"gpu", F_GPU, 1, "G", "the estimate's GPU: a100, h100 or h200 (default: the device's,\n"
+                         "else the arch's: sm_80 a100, sm_90 h100)"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
@@ -295,6 +312,14 @@ static int parse_axis(cli_opts *o, const char *s, char *err, size_t n) {
                       sizeof hint));
 }
 
+/* A GPU the throughput estimate knows (estimate.c's table). */
+static int parse_gpu(cli_opts *o, const char *s, char *err, size_t n) {
+  if (!estimate_gpu_find(s))
+    return fail(err, n, "unknown GPU '%s' (%s)", s, estimate_gpu_names());
+  o->gpu = s;
+  return 0;
+}
+
 /* seq=A:B, 1 <= A <= B. */
 static int parse_sweep(cli_opts *o, const char *s, char *err, size_t n) {
   char *end = (char *)s;
@@ -354,6 +379,9 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--v")) o->v = val;
   else if (!strcmp(flag, "--out")) o->out = val;
   else if (!strcmp(flag, "--lse")) o->lse = val;
+  else if (!strcmp(flag, "--sass")) o->sass = 1;
+  else if (!strcmp(flag, "--save-cubin")) o->save_cubin = val;
+  else if (!strcmp(flag, "--gpu")) return parse_gpu(o, val, err, n);
   else if (!strcmp(flag, "--backend")) {
     static const char *const backends[] = {"auto", "emu", "cuda"};
     if (strcmp(val, "auto") && strcmp(val, "emu") && strcmp(val, "cuda"))
@@ -457,7 +485,8 @@ static void long_options(struct option *lo) {
 
 /* Positional words after the command: merge's path, help's command. */
 static int positional(cli_opts *o, const char *a, char *err, size_t n) {
-  if (o->cmd == CMD_MERGE && !o->merge_path) return o->merge_path = a, 0;
+  if ((o->cmd == CMD_MERGE || o->cmd == CMD_SASS) && !o->merge_path)
+    return o->merge_path = a, 0;
   if (o->cmd == CMD_HELP && !o->help_cmd) {
     const cmd_info *c = find_command(a);
     char hint[64];
@@ -477,6 +506,10 @@ static int check_command(cli_opts *o, char *err, size_t errlen) {
   if ((o->cmd == CMD_GEN || o->cmd == CMD_RUN) && !!o->variant == !!o->config)
     return fail(err, errlen, "fatune %s needs exactly one of --variant NAME or --config TEXT",
                 o->cmd == CMD_GEN ? "gen" : "run");
+  if (o->cmd == CMD_COMPILE && o->variant && o->config)
+    return fail(err, errlen, "fatune compile takes --variant NAME or --config TEXT, not both");
+  if (o->cmd == CMD_SASS && !o->merge_path)
+    return fail(err, errlen, "fatune sass needs the path of a cubin");
   if (o->cmd == CMD_RUN && (!o->q || !o->k || !o->v || !o->out))
     return fail(err, errlen, "fatune run needs --q, --k, --v and --out");
   if (o->cmd == CMD_EXPLORE && o->sweep_lo && (cli_given(o, "--seq") || cli_given(o, "--seq-k")))

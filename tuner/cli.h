@@ -13,7 +13,7 @@
 
 typedef enum cli_cmd {
   CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_RUN, CMD_HELP, CMD_VERSION,
-  CMD_BEST, CMD_SHOW, CMD_EXPORT, CMD_MERGE, CMD_EXPLORE, CMD_REPORT
+  CMD_BEST, CMD_SHOW, CMD_EXPORT, CMD_MERGE, CMD_EXPLORE, CMD_REPORT, CMD_SASS
 } cli_cmd;
 
 typedef struct cli_opts {
@@ -41,10 +41,13 @@ typedef struct cli_opts {
   const char *format;     /* export: "csv" or "json"; report: "html" or "md" */
   const char *axis;       /* explore: norm, parallel, warp_split, layout, tiles or all */
   int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */
-  const char *merge_path; /* merge: the other database */
+  const char *merge_path; /* merge: the other database; sass: the cubin */
   int help;               /* --help was given */
   const char *help_cmd;   /* help: the command to describe, NULL: fatune's own */
   const char *dtype_why;  /* the dtype was chosen for the target, not given: why */
+  int sass;               /* compile, main job: analyse each cubin's SASS (sass.c) */
+  const char *save_cubin; /* compile: the directory to write each cubin to */
+  const char *gpu;        /* compile, sass, main job: the estimate's GPU (estimate.c) */
   unsigned long long given;  /* the flags given, one bit per entry of cli.c's table */
 } cli_opts;
 

@@ -46,6 +46,7 @@ static const command commands[] = {
   {"list", CMD_LIST, NULL, cmd_list_main, NEEDS_TARGET | QUIET_TARGET | PICKS_DTYPE},
   {"gen", CMD_GEN, NULL, cmd_gen_main, NEEDS_TARGET | QUIET_TARGET | PICKS_DTYPE},
   {"compile", CMD_COMPILE, NULL, cmd_compile_main, NEEDS_TARGET | PICKS_DTYPE},
+  {"sass", CMD_SASS, cmd_sass_main, NULL, 0},
   {"best", CMD_BEST, cmd_db_main, NULL, 0},
   {"show", CMD_SHOW, cmd_db_main, NULL, 0},
   {"export", CMD_EXPORT, cmd_db_main, NULL, 0},

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "db.h"
+#include "estimate.h"
 #include "fa_escape.h"
 #include "report_int.h"
 
@@ -158,6 +159,22 @@ static int parse_trials(rp_ctx *c, char *csv, size_t rows, char *err, size_t err
   return 0;
 }
 
+/* A GPU trial whose variant has an estimate for that device's GPU. */
+static int add_estimate(const db_sass_point *p, void *ud) {
+  rp_ctx *c = ud;
+  const estimate_gpu *g = estimate_gpu_for_device(p->device);
+  if (!g || strcmp(g->name, p->gpu)) return 0;
+  if (c->nest == c->capest) {
+    size_t cap = c->capest ? 2 * c->capest : 64;
+    double (*e)[2] = realloc(c->est, cap * sizeof *e);
+    if (!e) return 1;
+    c->est = e, c->capest = cap;
+  }
+  c->est[c->nest][0] = p->est_tflops;
+  c->est[c->nest++][1] = p->measured_tflops;
+  return 0;
+}
+
 static int load(rp_ctx *c, char *err, size_t errlen) {
   db *d;
   char *csv = NULL;
@@ -173,6 +190,7 @@ static int load(rp_ctx *c, char *err, size_t errlen) {
     rc = -1;
   }
   if (rc == 0) rc = parse_trials(c, csv, rows, err, errlen);
+  if (rc == 0) rc = db_sass_points(d, add_estimate, c, err, errlen);
   free(csv);
   if (db_close(d) != 0 && rc == 0) {
     snprintf(err, errlen, "closing the database failed");
@@ -428,6 +446,31 @@ static void group_section(const page *p, const rp_ctx *c, size_t gi) {
                          RP_RESCALE);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* GPU trials against the static SASS estimate: the plot, and the median
+** of measured / estimated. */
+static void estimate_section(const page *p, const rp_ctx *c) {
+  heading(p, 2, "Static estimate against measurement");
+  double *r = malloc(c->nest * sizeof *r);
+  char line[400];
+  if (r) {
+    for (size_t i = 0; i < c->nest; i++) r[i] = c->est[i][1] / c->est[i][0];
+    qsort(r, c->nest, sizeof *r, cmp_double);
+  }
+  snprintf(line, sizeof line, "%zu GPU trials beside the static estimate for their variant "
+           "(an upper bound from the main loop's machine code: tensor pipe, MUFU, instruction "
+           "issue, shared memory; no latency). Median measured / estimated: %s%.2f.",
+           c->nest, r ? "" : "?", r ? r[c->nest / 2] : 0.0);
+  free(r);
+  para(p, line);
+  for (size_t i = 0; i < c->nfig; i++)
+    if (c->fig[i].group == RP_EST_GROUP) figure(p, &c->fig[i]);
+}
+
 static const char style[] =
   "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
   "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:2px 8px;"
@@ -454,6 +497,7 @@ static int write_page(const rp_ctx *c, const char *plots_note, char *path, size_
   para(&p, line);
   if (plots_note) para(&p, plots_note);
   for (size_t g = 0; g < c->ng; g++) group_section(&p, c, g);
+  if (c->nest) estimate_section(&p, c);
   if (!md) fputs("</body></html>\n", p.f);
   const int bad = ferror(p.f);
   return fclose(p.f) != 0 || bad ? -1 : 0;
@@ -481,6 +525,10 @@ static int plot_all(rp_ctx *c, char *script, size_t n, char *err, size_t errlen)
                  "set terminal pngcairo size 1100,680 noenhanced font ',13'\n");
   int rc = 0;
   for (size_t g = 0; rc == 0 && g < c->ng; g++) rc = plot_group(c, g);
+  c->cur_group = RP_EST_GROUP;
+  if (rc == 0 && c->nest)
+    rc = rp_plot_estimate(c, "estimate.png", "GPU trials: measured TFLOP/s against the static "
+                                             "SASS estimate for their variant");
   const int bad = ferror(c->gp);
   if (fclose(c->gp) != 0 || bad) rc = -1;
   c->gp = NULL;
@@ -490,7 +538,7 @@ static int plot_all(rp_ctx *c, char *script, size_t n, char *err, size_t errlen)
 
 static void ctx_free(rp_ctx *c) {
   for (size_t g = 0; g < c->ng; g++) free(c->g[g].idx);
-  free(c->g), free(c->t), free(c->fig);
+  free(c->g), free(c->t), free(c->fig), free(c->est);
 }
 
 int report_main(const cli_opts *o) {

@@ -67,7 +67,14 @@ typedef struct rp_ctx {
   rp_figure *fig;
   size_t nfig, capfig;
   int cur_group;         /* the group whose figures are being added */
+  /* GPU trials beside their variant's static SASS estimate for that GPU:
+  ** (estimated, measured) TFLOP/s. */
+  double (*est)[2];
+  size_t nest, capest;
 } rp_ctx;
+
+/* The group of the figure of estimate against measurement. */
+#define RP_EST_GROUP (-1)
 
 /* Which value of a trial a line plot shows, and which of two is better. */
 typedef enum rp_metric { RP_TFLOPS, RP_GBYTES, RP_RESCALE } rp_metric;
@@ -88,6 +95,9 @@ void rp_heat(const rp_ctx *c, const rp_group *g, rp_matrix *out);
 int rp_plot_lines(rp_ctx *c, const char *png, const char *title, const char *ylabel,
                   const rp_matrix *m, int logy);
 int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix *m);
+/* The measured TFLOP/s of c->est against the estimate, with the line
+** measured = estimated. */
+int rp_plot_estimate(rp_ctx *c, const char *png, const char *title);
 
 /* Runs gnuplot on plots.gp in the report's folder. 1 when it is not
 ** installed, 0 when every figure was drawn, -1 (err says why) when it

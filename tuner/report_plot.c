@@ -283,6 +283,27 @@ int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix 
   return add_figure(c, png, title);
 }
 
+int rp_plot_estimate(rp_ctx *c, const char *png, const char *title) {
+  char dat[80];
+  FILE *f = open_data(c, png, dat, sizeof dat);
+  if (!f) return -1;
+  double hi = 0;
+  for (size_t i = 0; i < c->nest; i++) {
+    fprintf(f, "%.10g %.10g\n", c->est[i][0], c->est[i][1]);
+    if (c->est[i][0] > hi) hi = c->est[i][0];
+    if (c->est[i][1] > hi) hi = c->est[i][1];
+  }
+  if (close_data(f) != 0) return -1;
+  gp_start(c, png, title);
+  fprintf(c->gp, "set xlabel 'estimated TFLOP/s (static, from the SASS)'\n"
+                 "set ylabel 'measured TFLOP/s'\nset xrange [0:%.6g]\nset yrange [0:%.6g]\n"
+                 "set key left top\nplot ", hi * 1.05, hi * 1.05);
+  gp_path(c->gp, c, dat);
+  fprintf(c->gp, " using 1:2 with points pt 7 title 'trials', x with lines dt 2 "
+                 "title 'measured = estimated'\n");
+  return add_figure(c, png, title);
+}
+
 /* ---- Running gnuplot ---- */
 
 static int spawn(const char *dir, const char *script, const char *log, pid_t *pid) {

@@ -142,6 +142,61 @@ static void say_best(tune *s) {
             db_path(s->db), variant, row.global_bytes);
 }
 
+/* ---- SASS: the main loop of each cubin, and the estimate ---- */
+
+/* With --sass: nvdisasm, or one line saying there is none; the estimate's
+** GPU: --gpu, else the device's, else the target arch's. */
+static int sass_setup(tune *s) {
+  const cudrv_device_info *d = backend_cuda_device(s->be);
+  s->est_gpu = s->o->gpu ? estimate_gpu_find(s->o->gpu)
+               : d       ? estimate_gpu_for_device(d->name)
+                         : estimate_gpu_for_arch(s->t->arch);
+  if (!s->o->sass) return 0;   /* --sass: the SASS of each variant, and the estimate */
+  s->sass = calloc(s->n ? s->n : 1, sizeof *s->sass);
+  if (s->sass && sass_find_nvdisasm(s->nvdisasm, sizeof s->nvdisasm) != 0) {
+    s->nvdisasm[0] = '\0';
+    fprintf(stderr, "fatune: no nvdisasm (on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or "
+                    "the PyPI package nvidia-cuda-nvdisasm): no SASS figures, no estimate\n");
+  }
+  if (!s->sass) fprintf(stderr, "fatune: out of memory\n");
+  return s->sass ? 0 : -1;
+}
+
+/* Variant i's figures from its cubin r, recorded in the database. */
+static void sass_one(tune *s, size_t i, const nvrtc_result *r) {
+  if (!s->sass || !s->nvdisasm[0] || !r->ok) return;
+  sass_figures *f = &s->sass[i];
+  sass_kernel_figures(s->nvdisasm, &s->e[i].k, r, s->est_gpu, f);
+  if (!f->analysed || !f->c.found) return;
+  const sass_counts *c = &f->c;
+  const int est = f->estimated && f->e.ctas_per_sm > 0;
+  db_sass row = {
+    .variant_id = s->e[i].variant_id, .target = s->t->arch,
+    .gpu = est ? s->est_gpu->name : "", .mma = c->mma, .registers = r->registers,
+    .loop_instructions = c->loop_instructions, .loop_hmma = c->loop_hmma,
+    .loop_mufu = c->loop_mufu, .loop_ldsm = c->loop_ldsm, .loop_lds = c->loop_lds,
+    .loop_ldgsts = c->loop_ldgsts, .loop_bar = c->loop_bar, .loop_shfl = c->loop_shfl,
+    .loop_local = c->loop_local, .loop_int = c->loop_int,
+    .non_mma_per_mma = c->loop_hmma ? c->non_mma_per_mma : NAN,
+    .ctas_per_sm = est ? f->e.ctas_per_sm : -1, .bound = est ? f->e.bound : NULL,
+    .est_tflops = est ? f->e.tflops : NAN};
+  char err[512];
+  if (db_sass_put(s->db, &row, err, sizeof err) != 0)
+    fprintf(stderr, "fatune: %s: %s\n", db_path(s->db), err);
+}
+
+/* The GPU's cubin of variant i, as an NVRTC result for sass_one. */
+static void sass_gpu(tune *s, size_t i) {
+  const trial *e = &s->e[i];
+  const void *data;
+  size_t size;
+  if (!e->build.prog || backend_program_blob(s->be, e->build.prog, &data, &size) != 0) return;
+  nvrtc_result r = {.ok = 1, .cubin = (char *)data, .cubin_size = size,
+                    .registers = e->build.registers,
+                    .smem_static_bytes = e->build.smem_static_bytes};
+  sass_one(s, i, &r);
+}
+
 /* ---- The emulator's flow: compile everything, then validate on all cores ---- */
 
 static int emu_flow(tune *s) {
@@ -184,6 +239,7 @@ static int emu_flow(tune *s) {
     if (e->st == TRIAL_RECORDED) continue;
     e->nvrtc = jobs[j];
     trial_take_build(e, &b[j++], 1);
+    sass_one(s, i, &e->nvrtc.result);
   }
   if (trial_pool_open(&s->env, s->threads) != 0) goto done;
   t0 = fa_now_s();
@@ -254,6 +310,7 @@ static int gpu_flow(tune *s) {
     trial_measure(&s->env, i);
     const trial *e = &s->e[i];
     if (trial_record(&s->env, e) != 0) break;   /* it said why; measure no more */
+    sass_gpu(s, i);
     if (e->st == TRIAL_OK && e->out.timed &&
         (!s->best || e->out.t.median_us < s->best->out.t.median_us))
       s->best = e;
@@ -272,6 +329,7 @@ static void tune_free(tune *s) {
   for (size_t i = 0; s->e && i < s->n; i++) trial_free(&s->e[i], s->be);
   free(s->e);
   free(s->compiled);
+  free(s->sass);
   trial_env_free(&s->env);
   backend_close(s->be);
   if (s->db) db_close(s->db);
@@ -336,7 +394,8 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     fprintf(stderr, "fatune: %s\n", err);
   } else if (render_all(g, &s) != 0) {
     rc = 2;
-  } else if (db_prepare(&s) == 0 && (s.gpu ? gpu_flow(&s) : emu_flow(&s)) == 0) {
+  } else if (sass_setup(&s) == 0 && db_prepare(&s) == 0 &&
+             (s.gpu ? gpu_flow(&s) : emu_flow(&s)) == 0) {
     tune_report(&s);
     int any_ok = 0;
     for (size_t i = 0; i < s.n; i++)

@@ -1,7 +1,9 @@
 /*
 ** tune_report.c
 ** The main job's results: a table sorted best first (by GPU time; on the
-** emulator, by global-memory traffic, the one cost it measures exactly),
+** emulator, by the static SASS estimate where nvdisasm gave one, an
+** estimate and said to be one, then by global-memory traffic, the one cost
+** the emulator measures exactly),
 ** the reasons for every variant that is not ok, and a summary. --json
 ** prints one object per variant instead, the summary on stderr.
 */
@@ -13,7 +15,18 @@
 #include "json.h"
 #include "tune_types.h"
 
-static int gpu_mode;   /* for the comparator */
+/* For the comparator: the backend, and the SASS figures of the trials. */
+static int gpu_mode;
+static const tune *rank_tune;
+
+/* The estimated TFLOP/s of e, or 0 where there is none. */
+static double estimated_in(const tune *s, const trial *e) {
+  if (!s || !s->sass) return 0;
+  const sass_figures *f = &s->sass[e - s->e];
+  return f->estimated && f->e.ctas_per_sm > 0 ? f->e.tflops : 0;
+}
+
+static double estimated(const trial *e) { return estimated_in(rank_tune, e); }
 
 static double cost(const trial *e) {
   if (gpu_mode) return e->out.timed ? e->out.t.median_us : INFINITY;
@@ -28,6 +41,8 @@ static int by_rank(const void *a, const void *b) {
   const trial *x = *(const trial *const *)a, *y = *(const trial *const *)b;
   const int xok = status(x) == TRIAL_OK, yok = status(y) == TRIAL_OK;
   if (xok != yok) return yok - xok;
+  const double ex = gpu_mode ? 0 : estimated(x), ey = gpu_mode ? 0 : estimated(y);
+  if (xok && ex != ey) return ex > ey ? -1 : 1;   /* estimated first, highest first */
   if (!xok || cost(x) == cost(y)) return (x > y) - (x < y);
   return cost(x) < cost(y) ? -1 : 1;
 }
@@ -45,6 +60,21 @@ static int spills(const trial *e) {
 
 static int ran(const trial *e) { return trial_ran(status(e)); }
 
+static const sass_figures *figures(const tune *s, const trial *e) {
+  static const sass_figures none;
+  return s->sass ? &s->sass[e - s->e] : &none;
+}
+
+/* The SASS columns: the main loop's instructions per K/V block per warp,
+** and the estimate's TFLOP/s. */
+static void print_sass_cells(const tune *s, const trial *e) {
+  const sass_figures *f = figures(s, e);
+  if (f->analysed && f->c.found) printf(" %6ld", f->c.loop_instructions);
+  else printf(" %6s", "-");
+  if (f->estimated && f->e.ctas_per_sm > 0) printf(" %6.0f", f->e.tflops);
+  else printf(" %6s", "-");
+}
+
 static void print_emu_row(const trial *e) {
   const fa_counters *c = &e->out.r.counters;
   if (ran(e))
@@ -55,8 +85,8 @@ static void print_emu_row(const trial *e) {
     printf("%9s %9s %10s %10s %10s %8s %6s", "-", "-", "-", "-", "-", "-", "-");
   if (registers(e) >= 0) printf(" %5d %6d", registers(e), spills(e));
   else printf(" %5s %6s", "-", "-");
-  if (ran(e) && e->st != TRIAL_RECORDED) printf(" %8.1f\n", e->out.r.run_ms);
-  else printf(" %8s\n", "-");
+  if (ran(e) && e->st != TRIAL_RECORDED) printf(" %8.1f", e->out.r.run_ms);
+  else printf(" %8s", "-");
 }
 
 static void print_gpu_row(const tune *s, const trial *e) {
@@ -71,18 +101,20 @@ static void print_gpu_row(const tune *s, const trial *e) {
   if (registers(e) >= 0) printf(" %5d %6d", registers(e), spills(e));
   else printf(" %5s %6s", "-", "-");
   printf(" %7d", e->k.smem_bytes + (e->build.prog ? e->build.smem_static_bytes : 0));
-  if (e->out.ctas_per_sm > 0) printf(" %5d\n", e->out.ctas_per_sm);
-  else printf(" %5s\n", "-");
+  if (e->out.ctas_per_sm > 0) printf(" %5d", e->out.ctas_per_sm);
+  else printf(" %5s", "-");
 }
 
 static void print_table(const tune *s, trial **rank) {
   if (s->gpu)
-    printf("%-58s %-13s %9s %10s %10s %8s %8s %5s %6s %7s %5s\n", "variant", "status", "max_err",
+    printf("%-58s %-13s %9s %10s %10s %8s %8s %5s %6s %7s %5s", "variant", "status", "max_err",
            "median_us", "min_us", "TFLOP/s", "GB/s", "regs", "spill", "smem", "CTA/SM");
   else
-    printf("%-58s %-13s %9s %9s %10s %10s %10s %8s %6s %5s %6s %8s\n", "variant", "status",
+    printf("%-58s %-13s %9s %9s %10s %10s %10s %8s %6s %5s %6s %8s", "variant", "status",
            "rel_err", "max_err", "gmem_rd_KB", "gmem_wr_KB", "smem_KB", "exp", "bars", "regs",
            "spill", "emu_ms");
+  if (s->sass) printf(" %6s %6s", "insns", "est_TF");   /* --sass */
+  putchar('\n');
   const int colour = cli_colour(1);
   size_t recorded = 0, same_seed = 0;
   const trial *first = NULL;   /* the first recorded, whose seed the note names */
@@ -96,6 +128,8 @@ static void print_table(const tune *s, trial **rank) {
     printf("%-58s %s%-13s%s ", e->k.name, on, st, colour ? "\033[0m" : "");
     if (s->gpu) print_gpu_row(s, e);
     else print_emu_row(e);
+    if (s->sass) print_sass_cells(s, e);
+    putchar('\n');
     if (e->st == TRIAL_RECORDED) {
       if (!first) first = e;
       recorded++;
@@ -172,6 +206,10 @@ static void print_json(const tune *s, trial **rank) {
            e->k.smem_bytes, e->k.threads);
     if (e->why) json_string(stdout, e->why);
     else printf("null");
+    sass_kernel_json(stdout, figures(s, e));
+    printf(", \"est_gpu\": ");
+    if (figures(s, e)->estimated && s->est_gpu) json_string(stdout, s->est_gpu->name);
+    else printf("null");
     printf("}");
   }
   printf("\n]\n");
@@ -198,6 +236,11 @@ static void print_summary(FILE *f, const tune *s, trial **rank) {
   if (status(b) == TRIAL_OK && s->gpu && b->out.timed)
     fprintf(f, "best: %s, median %.1f us, %.1f TFLOP/s: %s\n", b->k.name, b->out.t.median_us,
             attn_flops(&s->run) / b->out.t.median_us / 1e6, b->k.config);
+  else if (status(b) == TRIAL_OK && !s->gpu && estimated_in(s, b) > 0)
+    fprintf(f, "best by the static SASS estimate for %s (from the machine code, an estimate, not a "
+               "measurement): %s, %.0f TFLOP/s, %s-bound, %ld instructions per K/V block: %s\n",
+            s->est_gpu->name, b->k.name, figures(s, b)->e.tflops, figures(s, b)->e.bound,
+            figures(s, b)->c.loop_instructions, b->k.config);
   else if (status(b) == TRIAL_OK && !s->gpu)
     fprintf(f, "least global-memory traffic: %s (%.1f KB read, %.1f KB written): %s\n",
             b->k.name, (double)b->out.r.counters.gmem_read / 1024,
@@ -222,7 +265,9 @@ void tune_report(tune *s) {
   }
   for (size_t i = 0; i < s->n; i++) rank[i] = &s->e[i];
   gpu_mode = s->gpu;
+  rank_tune = s;
   qsort(rank, s->n, sizeof *rank, by_rank);
+  rank_tune = NULL;
   if (s->o->json) print_json(s, rank);
   else print_table(s, rank);
   print_summary(s->o->json ? stderr : stdout, s, rank);

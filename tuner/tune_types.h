@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "cli.h"
+#include "sass_kernel.h"
 #include "trial.h"
 
 typedef struct tune {
@@ -32,6 +33,11 @@ typedef struct tune {
   double compile_s, nvrtc_s, check_s, t_start;
   size_t done;
   const trial *best;
+  /* The SASS figures of each variant's cubin (none without nvdisasm), and
+  ** the GPU of the throughput estimate (NULL: none). */
+  sass_figures *sass;
+  char nvdisasm[4096];
+  const estimate_gpu *est_gpu;
 } tune;
 
 /* Rank, print the table (or JSON) and the summary. */

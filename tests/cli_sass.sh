@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# cli_sass.sh: fatune compile --sass --save-cubin and fatune sass, end to end.
+# Without nvdisasm, compile --sass says so in one line and leaves the
+# figures null; with it (SKIPPED without), the cubin written by
+# --save-cubin is a cubin, and fatune sass on it gives the figures compile
+# --sass gave.
+#
+# usage: FATUNE=build/fatune bash tests/cli_sass.sh
+set -u
+
+NAME=cli_sass
+. "$(dirname "$0")/cli_lib.sh"
+
+config='block_m=128,block_n=128,warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0'
+args=(compile --arch sm_80 --dim 64 --dtype bf16 --config "$config" --jobs 1)
+
+# No disassembler: one line about it, the fields null, the command still ok.
+FATUNE_NVDISASM="$tmp/none" "${TIMEOUT[@]}" "$FATUNE" "${args[@]}" --sass --json \
+  >"$tmp/none.json" 2>"$tmp/none.err"
+rc=$?
+check "compile --sass without nvdisasm exits 0" "$rc" "exit $rc: $(head -c 300 "$tmp/none.err")"
+n=$(grep -c "no nvdisasm" "$tmp/none.err")
+[ "$n" -eq 1 ] && pass "without nvdisasm: said once" || fail "without nvdisasm: said once" "$n times"
+grep -q '"loop_instructions": null' "$tmp/none.json" && grep -q '"est_tflops": null' "$tmp/none.json" &&
+  pass "without nvdisasm: the SASS fields are null" ||
+  fail "without nvdisasm: the SASS fields are null" "$(head -c 400 "$tmp/none.json")"
+
+# --save-cubin writes DIR/<variant name>.cubin, an ELF file.
+mkdir "$tmp/cubins"
+"${TIMEOUT[@]}" "$FATUNE" "${args[@]}" --save-cubin "$tmp/cubins" >"$tmp/save.out" 2>"$tmp/save.err"
+rc=$?
+check "compile --save-cubin exits 0" "$rc" "exit $rc: $(head -c 300 "$tmp/save.err")"
+cubin="$tmp/cubins/tc-bf16-d64-m128n128w4-deferred-swizzle-qsmem-s2.cubin"
+[ "$(head -c 4 "$cubin" 2>/dev/null | od -An -c | tr -d ' ')" = "177ELF" ] &&
+  pass "--save-cubin wrote the variant's cubin" || fail "--save-cubin wrote the variant's cubin" \
+  "$(ls "$tmp/cubins")"
+
+nvdisasm_found=0
+for d in ${PATH//:/ } "${CUDA_HOME:-/usr/local/cuda}/bin" /usr/local/cuda/bin; do
+  [ -x "$d/nvdisasm" ] && nvdisasm_found=1
+done
+python3 -c 'import nvidia, os, sys
+sys.exit(0 if any(os.access(os.path.join(d, s, "nvdisasm"), os.X_OK)
+                  for d in nvidia.__path__ for s in ("cu13/bin", "cu12/bin", "cuda_nvdisasm/bin")) else 1)' \
+  2>/dev/null && nvdisasm_found=1
+if [ "$nvdisasm_found" -eq 0 ]; then
+  echo "SKIPPED: no nvdisasm for the rest ($passed passed, $failed failed so far)"
+  [ "$failed" -eq 0 ] && exit 77
+  finish
+  exit
+fi
+
+"${TIMEOUT[@]}" "$FATUNE" "${args[@]}" --sass --json >"$tmp/sass.json" 2>"$tmp/sass.err"
+rc=$?
+check "compile --sass exits 0" "$rc" "exit $rc: $(head -c 300 "$tmp/sass.err")"
+# The tile issues 4 x 128 x 128 x 64 / 4 warps / 4096 = 256 HMMA per warp per K/V block.
+grep -q '"loop_hmma": 256' "$tmp/sass.json" && pass "compile --sass: 256 HMMA per K/V block" ||
+  fail "compile --sass: 256 HMMA per K/V block" "$(head -c 600 "$tmp/sass.json")"
+"${TIMEOUT[@]}" "$FATUNE" sass "$cubin" --config 'block_m=128,block_n=128,dim=64,warps=4' \
+  --json >"$tmp/file.json" 2>"$tmp/file.err"
+rc=$?
+check "fatune sass FILE.cubin exits 0" "$rc" "exit $rc: $(head -c 300 "$tmp/file.err")"
+for f in loop_instructions loop_hmma loop_mufu loop_ldsm loop_int non_mma_per_mma; do
+  a=$(grep -o "\"$f\": [0-9.]*" "$tmp/sass.json")
+  b=$(grep -o "\"$f\": [0-9.]*" "$tmp/file.json")
+  [ -n "$a" ] && [ "$a" = "$b" ] && pass "fatune sass agrees with compile --sass: $a" ||
+    fail "fatune sass agrees with compile --sass on $f" "'$a' against '$b'"
+done
+
+# Not a cubin: one line, exit 1.
+printf 'junk' >"$tmp/junk.cubin"
+"${TIMEOUT[@]}" "$FATUNE" sass "$tmp/junk.cubin" >"$tmp/junk.out" 2>"$tmp/junk.err"
+rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/junk.err")" -eq 1 ] && grep -q "^fatune: " "$tmp/junk.err" &&
+  pass "fatune sass on a file that is no cubin: $(cat "$tmp/junk.err")" ||
+  fail "fatune sass on a file that is no cubin" "exit $rc: $(head -c 300 "$tmp/junk.err")"
+
+finish

@@ -1,0 +1,358 @@
+/*
+** test_sass.c
+** The SASS analyser (tuner/sass.c) and the throughput estimate
+** (tuner/estimate.c):
+**   1. small hand-written functions: nested loops with a trip count, a
+**      masking block, a loop left by CALL.REL.NOINC, disjoint loops, a
+**      SIMT product, bad text;
+**   2. real nvdisasm output kept in tests/data, fatune's tensor-core
+**      kernels on FlashAttention-2's tiles, counts exact (the expected
+**      figures were counted by hand from the listings: the loop's offset
+**      ranges, the inner loop twice, the masking block left out);
+**   3. with --fresh: kernels compiled now with NVRTC and disassembled by
+**      the nvdisasm found (SKIPPED, exit 77, without one).
+** usage: test_sass [--fresh]
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "db.h"
+#include "estimate.h"
+#include "gen.h"
+#include "nvrtc_compile.h"
+#include "sass.h"
+#include "sass_kernel.h"
+
+#ifndef FATUNE_SASS_DATA
+#error "FATUNE_SASS_DATA: the directory of the SASS fixtures"
+#endif
+
+/* Outer loop .L_x_0 around inner loop .L_x_1 (2 HMMA) with a masking
+** block (ISETP + FSEL) skipped by @!P0; the outer loop is left by a CALL
+** to a label; a trap loop after EXIT holds no product. */
+static const char nested[] =
+  "\t.section\t.text.nested,\"ax\",@progbits\n"
+  "\t.sectioninfo\t@\"SHI_REGISTERS=40\"\n"
+  "nested:\n"
+  ".text.nested:\n"
+  "        /*0000*/                   MOV R1, c[0x0][0x28] ;\n"
+  ".L_x_0:\n"
+  "        /*0010*/                   LDGSTS.E.BYPASS.128 [R2], [R4.64] ;\n"
+  "        /*0020*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;\n"
+  ".L_x_1:\n"
+  "        /*0030*/                   LDSM.16.M88.4 R8, [R3] ;\n"
+  "        /*0040*/                   HMMA.16816.F32.BF16 R12, R8, R10, R12 ;\n"
+  "        /*0050*/              @!P0 BRA `(.L_x_2) ;\n"
+  "        /*0060*/                   ISETP.GE.AND P1, PT, R5, R6, PT ;\n"
+  "        /*0070*/                   FSEL R12, R12, -INF , P1 ;\n"
+  ".L_x_2:\n"
+  "        /*0080*/                   MUFU.EX2 R13, R12 ;\n"
+  "        /*0090*/                   SHFL.BFLY PT, R14, R13, 0x1, 0x1f ;\n"
+  "        /*00a0*/                   HMMA.16816.F32.BF16 R16, R8, R10, R16 ;\n"
+  "        /*00b0*/                   IADD3 R7, R7, 0x1, RZ ;\n"
+  "        /*00c0*/                   ISETP.GE.AND P2, PT, R7, 0x4, PT ;\n"
+  "        /*00d0*/              @!P2 BRA `(.L_x_1) ;\n"
+  "        /*00e0*/                   STL [R1], R7 ;\n"
+  "        /*00f0*/                   UIADD3 UR9, UR9, 0x1, URZ ;\n"
+  "        /*0100*/               @P3 CALL.REL.NOINC `(.L_x_3) ;\n"
+  "        /*0110*/                   BRA `(.L_x_0) ;\n"
+  ".L_x_3:\n"
+  "        /*0120*/                   NOP ;\n"
+  "        /*0130*/                   EXIT ;\n"
+  ".L_x_4:\n"
+  "        /*0140*/                   BRA `(.L_x_4);\n"
+  /* Two disjoint loops of one HMMA each: the shorter is the steady state. */
+  "\t.section\t.text.disjoint,\"ax\",@progbits\n"
+  ".L_x_5:\n"
+  "        /*0000*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
+  "        /*0010*/                   FMUL R9, R9, R9 ;\n"
+  "        /*0020*/                   FMUL R9, R9, R9 ;\n"
+  "        /*0030*/               @P0 BRA `(.L_x_5) ;\n"
+  ".L_x_6:\n"
+  "        /*0040*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
+  "        /*0050*/               @P1 BRA `(.L_x_6) ;\n"
+  "        /*0060*/                   EXIT ;\n"
+  /* SIMT: FFMA is the product; a branch never taken (@!PT) is no edge. */
+  "\t.section\t.text.simt,\"ax\",@progbits\n"
+  ".L_x_7:\n"
+  "        /*0000*/                   FFMA R0, R1, R2, R0 ;\n"
+  "        /*0010*/                   LDS.128 R4, [R3] ;\n"
+  "        /*0020*/              @!PT BRA `(.L_x_8) ;\n"
+  "        /*0030*/               @P0 BRA `(.L_x_7) ;\n"
+  ".L_x_8:\n"
+  "        /*0040*/                   EXIT ;\n"
+  /* No loop. */
+  "\t.section\t.text.straight,\"ax\",@progbits\n"
+  "        /*0000*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
+  "        /*0010*/                   EXIT ;\n";
+
+static void test_nested(void) {
+  sass_counts c;
+  char err[256];
+  CHECK(sass_analyse(nested, "nested", 4 * 4096, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && !strcmp(c.mma, "HMMA"), "main loop found, product %s", c.mma);
+  CHECK(c.registers == 40, "registers %d", c.registers);
+  CHECK(c.inner_loops == 1 && c.inner_trips == 2, "inner loops %d, trips %d", c.inner_loops,
+        c.inner_trips);
+  CHECK(c.masked_left_out == 2, "masking block: %d instructions left out", c.masked_left_out);
+  /* outer only: LDGSTS BAR STL UIADD3 CALL BRA (6); inner without the
+  ** mask, twice: LDSM HMMA BRA MUFU SHFL HMMA IADD3 ISETP BRA (9) */
+  CHECK(c.loop_instructions == 24, "instructions %ld, want 24", c.loop_instructions);
+  CHECK(c.loop_hmma == 4 && c.loop_mufu == 2 && c.loop_ldsm == 2 && c.loop_shfl == 2,
+        "hmma %ld mufu %ld ldsm %ld shfl %ld", c.loop_hmma, c.loop_mufu, c.loop_ldsm, c.loop_shfl);
+  CHECK(c.loop_ldgsts == 1 && c.loop_bar == 1 && c.loop_local == 1 && c.loop_lds == 0,
+        "ldgsts %ld bar %ld local %ld lds %ld", c.loop_ldgsts, c.loop_bar, c.loop_local, c.loop_lds);
+  CHECK(c.loop_int == 5, "int %ld, want 5 (IADD3, ISETP twice; UIADD3)", c.loop_int);
+  CHECK(fabs(c.non_mma_per_mma - 5.0) < 1e-12, "non-mma per mma %g", c.non_mma_per_mma);
+
+  /* No FLOPs given, or FLOPs the inner loop cannot reach in whole trips:
+  ** the inner loop counts once and the trip count is unknown. */
+  CHECK(sass_analyse(nested, "nested", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.inner_trips == 0 && c.loop_instructions == 15 && c.loop_hmma == 2,
+        "unknown trips: %d, instructions %ld", c.inner_trips, c.loop_instructions);
+  CHECK(sass_analyse(nested, "nested", 3 * 4096, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.inner_trips == 0, "3 HMMA from loops of 2: trips %d", c.inner_trips);
+}
+
+static void test_small(void) {
+  sass_counts c;
+  char err[256];
+  CHECK(sass_analyse(nested, "disjoint", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && c.loop_instructions == 2 && c.loop_hmma == 1 && c.inner_loops == 0,
+        "disjoint: the shorter loop, %ld instructions", c.loop_instructions);
+  CHECK(c.registers == -1, "no SHI_REGISTERS: %d", c.registers);
+  CHECK(sass_analyse(nested, "simt", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && !strcmp(c.mma, "FFMA") && c.loop_instructions == 4 && c.loop_lds == 1,
+        "simt: %s, %ld instructions", c.mma, c.loop_instructions);
+  CHECK(sass_analyse(nested, "straight", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(!c.found && c.loop_instructions == 0, "straight code has no main loop");
+  CHECK(sass_analyse(nested, NULL, 0, &c, err, sizeof err) == 0 && c.registers == 40,
+        "NULL: the first function");
+
+  char **names;
+  size_t n;
+  CHECK(sass_functions(nested, &names, &n, err, sizeof err) == 0, "%s", err);
+  CHECK(n == 4 && !strcmp(names[0], "nested") && !strcmp(names[3], "straight"),
+        "functions: %zu", n);
+  free(names);
+
+  /* Bad text: a message, never a crash. */
+  CHECK(sass_analyse("not SASS at all\n", NULL, 0, &c, err, sizeof err) == -1 && err[0],
+        "text without a function");
+  CHECK(sass_analyse(nested, "absent", 0, &c, err, sizeof err) == -1 && strstr(err, "absent"),
+        "an absent function: %s", err);
+  static const char dangling[] = "\t.section\t.text.f,\"ax\",@progbits\n"
+                                 "        /*0000*/  @P0 BRA `(.L_x_9) ;\n";
+  CHECK(sass_analyse(dangling, NULL, 0, &c, err, sizeof err) == -1 && strstr(err, ".L_x_9"),
+        "a branch to no label: %s", err);
+  static const char cut[] = "\t.section\t.text.f,\"ax\",@progbits\n        /*00";
+  CHECK(sass_analyse(cut, NULL, 0, &c, err, sizeof err) == 0 && !c.found, "cut text");
+}
+
+static char *slurp(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", FATUNE_SASS_DATA, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *s = NULL;
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long n = ftell(f);
+    if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1))) {
+      if (fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
+      else s[n] = '\0';
+    }
+  }
+  fclose(f);
+  return s;
+}
+
+typedef struct fixture {
+  const char *file;
+  double flops_per_warp;  /* 4 block_m block_n dim / warps */
+  long insns, hmma, mufu, ldsm, lds, ldgsts, bar, shfl, local, integer, masked;
+} fixture;
+
+/* FA2's d64 tile (128x128, 4 warps), bf16, sm_80; its d128 tile (128x64),
+** fp16 causal, sm_90. */
+static const fixture fixtures[] = {
+  {"sass_tc_bf16_d64_sm80.sass", 4.0 * 128 * 128 * 64 / 4, 1763, 256, 136, 80, 3, 16, 1, 16, 0,
+   171, 98},
+  {"sass_tc_f16_d128_causal_sm90.sass", 4.0 * 128 * 64 * 128 / 4, 1529, 256, 72, 96, 3, 16, 1,
+   16, 0, 279, 80},
+};
+
+static void test_fixture(const fixture *x) {
+  char *text = slurp(x->file), err[256];
+  CHECK(text != NULL, "reading %s/%s", FATUNE_SASS_DATA, x->file);
+  if (!text) return;
+  sass_counts c;
+  CHECK(sass_analyse(text, NULL, x->flops_per_warp, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && !strcmp(c.mma, "HMMA") && c.inner_loops == 1 && c.inner_trips == 2,
+        "%s: main loop, inner loop over 2 key parts (%d, %d)", x->file, c.inner_loops,
+        c.inner_trips);
+  CHECK(c.loop_instructions == x->insns, "%s: instructions %ld, want %ld", x->file,
+        c.loop_instructions, x->insns);
+  CHECK(c.loop_hmma == x->hmma && c.loop_mufu == x->mufu && c.loop_ldsm == x->ldsm &&
+          c.loop_lds == x->lds && c.loop_ldgsts == x->ldgsts && c.loop_bar == x->bar &&
+          c.loop_shfl == x->shfl && c.loop_local == x->local && c.loop_int == x->integer,
+        "%s: hmma %ld mufu %ld ldsm %ld lds %ld ldgsts %ld bar %ld shfl %ld local %ld int %ld",
+        x->file, c.loop_hmma, c.loop_mufu, c.loop_ldsm, c.loop_lds, c.loop_ldgsts, c.loop_bar,
+        c.loop_shfl, c.loop_local, c.loop_int);
+  CHECK(c.masked_left_out == x->masked, "%s: masking block %d, want %ld", x->file,
+        c.masked_left_out, x->masked);
+  free(text);
+}
+
+/* The A100 estimate of the d64 fixture's counts: 2 CTAs of 4 warps at 183
+** registers; per iteration of the SM's 8 warps 8 x 256 HMMA x 2 clocks
+** (4096 FLOP at 2048 per clock) = 4096 tensor cycles against 8 x 1763 / 4
+** = 3526 issue cycles: tensor-bound, the A100's dense peak. */
+static void test_estimate(void) {
+  char *text = slurp(fixtures[0].file), err[256];
+  if (!text) return;
+  sass_counts c;
+  CHECK(sass_analyse(text, NULL, fixtures[0].flops_per_warp, &c, err, sizeof err) == 0, "%s", err);
+  free(text);
+  const estimate_gpu *a100 = estimate_gpu_find("a100");
+  CHECK(a100 && estimate_gpu_for_arch("sm_80") == a100 && !estimate_gpu_find("v100"),
+        "the GPU table");
+  if (!a100) return;
+  estimate e;
+  estimate_tile t = {4, c.registers, 81920, fixtures[0].flops_per_warp};
+  CHECK(c.registers == 183, "registers %d", c.registers);
+  CHECK(estimate_compute(a100, &c, &t, &e) == 0, "estimate");
+  CHECK(e.ctas_per_sm == 2 && !strcmp(e.bound, "tensor"), "%d CTAs, %s-bound", e.ctas_per_sm,
+        e.bound);
+  CHECK(fabs(e.cyc_product - 4096) < 1e-9 && fabs(e.cyc_issue - 8 * 1763 / 4.0) < 1e-9,
+        "cycles %g %g", e.cyc_product, e.cyc_issue);
+  CHECK(fabs(e.tflops - 108 * 1.41 * 2048 / 1e3) < 1e-6, "TFLOP/s %g", e.tflops);
+  /* 97 KB of shared memory: one CTA, by shared memory. */
+  t.smem_bytes = 97 * 1024;
+  CHECK(estimate_compute(a100, &c, &t, &e) == 0 && e.ctas_per_sm == 1 && !strcmp(e.limit, "smem"),
+        "97 KB: %d CTAs by %s", e.ctas_per_sm, e.limit);
+  /* 255 registers, 8 warps: one CTA by registers; an unknown trip count: none. */
+  t.smem_bytes = 1024, t.registers = 255, t.warps = 8;
+  CHECK(estimate_compute(a100, &c, &t, &e) == 0 && e.ctas_per_sm == 1 &&
+          !strcmp(e.limit, "registers"), "255 registers: %d CTAs by %s", e.ctas_per_sm, e.limit);
+  c.inner_trips = 0;
+  CHECK(estimate_compute(a100, &c, &t, &e) == -1, "no estimate without the trip count");
+}
+
+/* The sass table: figures in, a GPU trial beside its variant's estimate out. */
+static int count_point(const db_sass_point *p, void *ud) {
+  int *n = ud;
+  CHECK(!strcmp(p->device, "NVIDIA A100-SXM4-80GB") && !strcmp(p->gpu, "a100") &&
+          p->measured_tflops == 200 && p->est_tflops == 312 && p->dim == 64 && !p->causal,
+        "point %s %s %g %g", p->device, p->gpu, p->measured_tflops, p->est_tflops);
+  ++*n;
+  return 0;
+}
+
+static void test_db_sass(void) {
+  char dir[] = "/tmp/fatune-test-sass-XXXXXX", path[64], err[512];
+  if (!mkdtemp(dir)) {
+    CHECK(0, "mkdtemp");
+    return;
+  }
+  snprintf(path, sizeof path, "%s/t.db", dir);
+  db *d;
+  if (db_open(path, DB_CREATE, &d, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+    return;
+  }
+  long long dev, var, emu;
+  db_device gpu = {"NVIDIA A100-SXM4-80GB", "GPU-1", "cuda", 8, 0, 108, 166912, 40 << 20};
+  db_device cpu = {"emulator", "emu", "emu", 0, 0, 1, 0, 0};
+  db_variant v = {"tc", "tc/1+abc", "tc-x", "0123456789ab", "{\"family\": \"tc\"}", "ff"};
+  CHECK(db_device_id(d, &gpu, &dev, err, sizeof err) == 0 &&
+          db_device_id(d, &cpu, &emu, err, sizeof err) == 0 &&
+          db_variant_id(d, &v, &var, err, sizeof err) == 0, "%s", err);
+  db_sass row = {var, "sm_80", "a100", "HMMA", 183, 1763, 256, 136, 80, 3, 16, 1, 16, 0, 171,
+                 5.89, 2, "tensor", 312};
+  CHECK(db_sass_put(d, &row, err, sizeof err) == 0, "%s", err);
+  CHECK(db_sass_put(d, &row, err, sizeof err) == 0, "the same again replaces: %s", err);
+  db_sass none = row;
+  none.gpu = NULL, none.ctas_per_sm = -1, none.est_tflops = NAN;
+  CHECK(db_sass_put(d, &none, err, sizeof err) == 0, "no estimate: %s", err);
+  none.loop_mufu = -1;
+  CHECK(db_sass_put(d, &none, err, sizeof err) == -1 && strstr(err, "negative"),
+        "a negative count is refused: %s", err);
+  db_trial t = {.variant_id = var, .device_id = dev,
+                .problem = {"bf16", 64, 4096, 4096, 4, 16, 0}, .status = "ok",
+                .max_abs_err = 1e-3, .rel_err = 1e-3, .lse_err = NAN, .median_us = 100,
+                .min_us = 99, .p20_us = 99, .p80_us = 101, .tflops = 200, .gbps = 1};
+  db_trial e = t;
+  e.device_id = emu, e.median_us = e.min_us = e.p20_us = e.p80_us = e.tflops = e.gbps = NAN;
+  CHECK(db_trial_put(d, &t, err, sizeof err) == 0 && db_trial_put(d, &e, err, sizeof err) == 0,
+        "%s", err);
+  int n = 0;
+  CHECK(db_sass_points(d, count_point, &n, err, sizeof err) == 0, "%s", err);
+  CHECK(n == 1, "one GPU trial beside one estimate, %d points", n);
+  CHECK(db_close(d) == 0, "close");
+  char wal[80], shm[80];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  snprintf(shm, sizeof shm, "%s-shm", path);
+  remove(wal), remove(shm), remove(path), remove(dir);
+}
+
+/* A kernel compiled now: the FA2 d64 tile issues 4 128 128 64 / 4 / 4096
+** = 256 HMMA per warp per K/V block, at least one exponential per score
+** (32 rows x 128 keys / 32 lanes = 128 MUFU), no local memory. */
+static void fresh(const char *nvdisasm, gen_state *g, const char *arch, const char *config,
+                  const char *mma, long want_mma) {
+  gen_target t;
+  gen_kernel k;
+  nvrtc_result r;
+  CHECK(gen_target_for_arch(g, arch, 0, 0, &t) == 0, "%s", gen_errmsg(g));
+  if (gen_render_config(g, config, NULL, &t, &k) != 0) {
+    CHECK(0, "rendering %s: %s", config, gen_errmsg(g));
+    return;
+  }
+  CHECK(nvrtc_compile(k.source, k.entry, arch, &r) == 0 && r.ok, "%s: %s", k.name, r.error);
+  sass_figures f;
+  sass_kernel_figures(nvdisasm, &k, &r, estimate_gpu_for_arch(arch), &f);
+  CHECK(f.analysed && f.c.found, "%s on %s: %s", k.name, arch, f.error);
+  CHECK(!strcmp(f.c.mma, mma), "%s: product %s, want %s", k.name, f.c.mma, mma);
+  if (want_mma) {
+    CHECK(f.c.loop_hmma == want_mma && f.c.loop_mufu >= 128 && f.c.loop_local == 0 &&
+            f.c.loop_instructions > 2 * want_mma,
+          "%s on %s: %ld HMMA (want %ld), %ld MUFU, %ld local, %ld instructions", k.name, arch,
+          f.c.loop_hmma, want_mma, f.c.loop_mufu, f.c.loop_local, f.c.loop_instructions);
+    CHECK(f.estimated && f.e.ctas_per_sm >= 1 && f.e.tflops > 0, "%s: estimate", k.name);
+  }
+  printf("  %s on %s: %ld instructions, %ld %s per K/V block\n", k.name, arch,
+         f.c.loop_instructions, f.c.loop_hmma, f.c.mma);
+  nvrtc_result_free(&r);
+  gen_kernel_free(&k);
+}
+
+static void test_fresh(void) {
+  char nvdisasm[4096], err[256];
+  if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
+    check_skip("no nvdisasm on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or from the PyPI "
+               "package nvidia-cuda-nvdisasm (scripts/install-deps.sh installs it)");
+  gen_state *g;
+  CHECK(gen_open(&g, err, sizeof err) == 0, "%s", err);
+  static const char fa2[] = "family=tc,dtype=bf16,dim=64,causal=0,block_m=128,block_n=128,"
+                            "warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0";
+  fresh(nvdisasm, g, "sm_80", fa2, "HMMA", 256);
+  fresh(nvdisasm, g, "sm_90", fa2, "HMMA", 256);
+  fresh(nvdisasm, g, "sm_80", "family=simt,dtype=fp32,dim=64", "FFMA", 0);
+  gen_close(g);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--fresh")) {
+    test_fresh();
+    return check_done("test_sass --fresh");
+  }
+  test_nested();
+  test_small();
+  for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) test_fixture(&fixtures[i]);
+  test_estimate();
+  test_db_sass();
+  return check_done("test_sass");
+}

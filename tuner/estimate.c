@@ -1,0 +1,106 @@
+/*
+** estimate.c
+** The throughput estimate of estimate.h, from one table of constants.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "estimate.h"
+
+/* The constants, and where they come from:
+**  [A] NVIDIA A100 Tensor Core GPU Architecture (whitepaper, 2020): 108
+**      SMs, boost 1410 MHz; dense FP16/BF16 tensor 312 TFLOP/s = 108 x
+**      1.41 GHz x 2048 FLOP/clk/SM; 64 FP32 and 32 FP64 lanes per SM;
+**      164 KB shared memory per SM, 64K 32-bit registers per SM, 2048
+**      threads and 32 CTAs per SM.
+**  [H] NVIDIA H100 Tensor Core GPU Architecture (whitepaper, 2022), SXM5:
+**      132 SMs; dense FP16/BF16 tensor 989.4 TFLOP/s = 132 x 1.83 GHz x
+**      4096 FLOP/clk/SM (wgmma); 128 FP32 and 64 FP64 lanes per SM; 228 KB
+**      shared memory per SM, 64K registers, 2048 threads, 32 CTAs per SM.
+**      H200 has H100's SM and clocks (H200 datasheet: the same 989 TFLOP/s).
+**  [G] CUDA C++ Programming Guide, arithmetic instruction throughput table
+**      (compute capability 8.0 and 9.0): 16 results per clock per SM for
+**      the special functions (MUFU: exp2, rcp, rsqrt); one warp instruction
+**      issued per clock per scheduler, four schedulers per SM; 1 KB of
+**      shared memory reserved per CTA; 32 banks x 4 bytes = 128 bytes of
+**      shared memory per clock per SM.
+**  [M] mma.sync on Hopper: no vendor figure. Taken as 2/3 of the SM's wgmma
+**      rate, as microbenchmarks of H100/H800 measure (Luo et al.,
+**      "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture",
+**      2024): the estimate for sm_90 kernels built on mma.sync is only as
+**      good as that figure. */
+static const estimate_gpu gpus[] = {
+  {"a100", "sm_80", 108, 1.41, 2048, 0, 64, 32, 16, 4, 128, 65536, 167936, 1024, 2048, 32},
+  {"h100", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
+   2048, 32},
+  {"h200", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
+   2048, 32},
+};
+
+#define NGPUS (sizeof gpus / sizeof gpus[0])
+
+const estimate_gpu *estimate_gpu_find(const char *name) {
+  for (size_t i = 0; name && i < NGPUS; i++)
+    if (!strcmp(gpus[i].name, name)) return &gpus[i];
+  return NULL;
+}
+
+const char *estimate_gpu_names(void) { return "a100, h100 or h200"; }
+
+const estimate_gpu *estimate_gpu_for_arch(const char *arch) {
+  if (!arch) return NULL;
+  if (!strcmp(arch, "sm_80")) return &gpus[0];
+  if (!strcmp(arch, "sm_90") || !strcmp(arch, "sm_90a")) return &gpus[1];
+  return NULL;
+}
+
+const estimate_gpu *estimate_gpu_for_device(const char *device_name) {
+  static const char *const keys[] = {"A100", "H100", "H200"};
+  for (size_t i = 0; device_name && i < NGPUS; i++)
+    if (strstr(device_name, keys[i])) return &gpus[i];
+  return NULL;
+}
+
+/* Resident CTAs per SM: registers (allocated per warp in units of 256),
+** shared memory (with the CTA's reserved KB), threads, the CTA limit. */
+static int ctas_per_sm(const estimate_gpu *g, const estimate_tile *t, const char **limit) {
+  int regs = t->registers < 1 ? 1 : t->registers;
+  int per_warp = (regs * 32 + 255) / 256 * 256;
+  int by_regs = g->regs_sm / per_warp / t->warps;
+  int by_smem = g->smem_sm / (t->smem_bytes + g->smem_reserved_cta);
+  int by_threads = g->threads_sm / (32 * t->warps);
+  int n = g->ctas_sm;
+  *limit = "ctas";
+  if (by_threads < n) n = by_threads, *limit = "threads";
+  if (by_smem < n) n = by_smem, *limit = "smem";
+  if (by_regs < n) n = by_regs, *limit = "registers";
+  return n;
+}
+
+int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate_tile *t,
+                     estimate *out) {
+  memset(out, 0, sizeof *out);
+  /* An inner loop of unknown trip count: the counts are not per iteration. */
+  if (!c->found || (c->inner_loops && !c->inner_trips) || t->warps < 1 || t->smem_bytes < 0 || !(t->flops_per_warp > 0)) return -1;
+  out->ctas_per_sm = ctas_per_sm(g, t, &out->limit);
+  if (out->ctas_per_sm < 1) return 0;
+  double warps = (double)out->ctas_per_sm * t->warps;
+  double product = (double)c->loop_hmma;
+  if (!strcmp(c->mma, "HMMA")) product *= 4096 / g->mma_flop_clk;  /* m16n8k16: 4096 FLOP */
+  else if (!strcmp(c->mma, "HGMMA"))
+    product *= g->hgmma_flop_clk > 0 ? t->flops_per_warp / (double)c->loop_hmma / g->hgmma_flop_clk : 0;
+  else product *= 32 / (!strcmp(c->mma, "DFMA") ? g->dfma_clk : g->ffma_clk);
+  out->cyc_product = warps * product;
+  out->cyc_mufu = warps * (double)c->loop_mufu * 32 / g->mufu_clk;
+  out->cyc_issue = warps * (double)c->loop_instructions / g->issue_clk;
+  /* An LDSM is taken as .x4 (512 bytes a warp), an LDS as one 128-byte wavefront. */
+  out->cyc_smem = warps * ((double)c->loop_ldsm * 512 + (double)c->loop_lds * 128) / g->smem_bytes_clk;
+  double worst = out->cyc_product;
+  out->bound = strcmp(c->mma, "HMMA") && strcmp(c->mma, "HGMMA") ? "fma" : "tensor";
+  if (out->cyc_mufu > worst) worst = out->cyc_mufu, out->bound = "mufu";
+  if (out->cyc_issue > worst) worst = out->cyc_issue, out->bound = "issue";
+  if (out->cyc_smem > worst) worst = out->cyc_smem, out->bound = "smem";
+  if (!(worst > 0)) return -1;
+  out->tflops = warps * t->flops_per_warp / worst * g->clock_ghz * 1e9 * g->sms / 1e12;
+  return isfinite(out->tflops) ? 0 : -1;
+}

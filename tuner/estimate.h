@@ -1,0 +1,61 @@
+/*
+** estimate.h
+** A static throughput estimate from the SASS counts of a kernel's main
+** loop (sass.h) for a named GPU: per iteration of every warp resident on
+** an SM, the cycles each pipe needs (tensor or FMA pipe for the product,
+** MUFU, instruction issue, shared-memory bandwidth), the bound one, and
+** the TFLOP/s that bound allows. It knows nothing of latency, of the
+** memory system beyond shared memory, or of how well warps hide each
+** other's stalls: an upper bound to rank variants by, not a prediction of
+** a measurement.
+*/
+#ifndef ESTIMATE_H
+#define ESTIMATE_H
+
+#include "sass.h"
+
+typedef struct estimate_gpu {
+  const char *name;       /* "a100" */
+  const char *arch;       /* the arch it defaults for: "sm_80" */
+  int sms;
+  double clock_ghz;       /* the clock the vendor's peak figures use */
+  double mma_flop_clk;    /* HMMA (mma.sync) 16-bit FLOP per clock per SM */
+  double hgmma_flop_clk;  /* HGMMA (wgmma) FLOP per clock per SM; 0: none */
+  double ffma_clk, dfma_clk;  /* FMA lanes per clock per SM */
+  double mufu_clk;        /* MUFU results per clock per SM */
+  double issue_clk;       /* warp instructions issued per clock per SM */
+  double smem_bytes_clk;  /* shared-memory bandwidth per SM */
+  int regs_sm, smem_sm, smem_reserved_cta, threads_sm, ctas_sm;
+} estimate_gpu;
+
+/* The GPU of a name ("a100", "h100", "h200"), or NULL. */
+const estimate_gpu *estimate_gpu_find(const char *name);
+/* The names, "a100, h100 or h200". */
+const char *estimate_gpu_names(void);
+/* The GPU an arch defaults to (sm_80: a100; sm_90, sm_90a: h100), or NULL. */
+const estimate_gpu *estimate_gpu_for_arch(const char *arch);
+/* The GPU of a device's name ("NVIDIA H200", "NVIDIA A100-SXM4-80GB"), or NULL. */
+const estimate_gpu *estimate_gpu_for_device(const char *device_name);
+
+/* What the estimate needs of the variant besides its SASS. */
+typedef struct estimate_tile {
+  int warps;              /* per CTA */
+  int registers;          /* per thread, from ptxas */
+  int smem_bytes;         /* per CTA */
+  double flops_per_warp;  /* useful FLOPs per warp per iteration: 4 block_m block_n dim / warps */
+} estimate_tile;
+
+typedef struct estimate {
+  int ctas_per_sm;        /* 0: the kernel does not fit an SM */
+  const char *limit;      /* what bounds ctas_per_sm: "registers", "smem", "threads", "ctas" */
+  double cyc_product, cyc_mufu, cyc_issue, cyc_smem;  /* per iteration of the SM's warps */
+  const char *bound;      /* "tensor" (or "fma"), "mufu", "issue" or "smem" */
+  double tflops;          /* the bound's TFLOP/s over the whole GPU */
+} estimate;
+
+/* 0, or -1 when c has no main loop, an inner loop of unknown trip count,
+** or t is not sensible. */
+int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate_tile *t,
+                     estimate *out);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+** sass.h
+** Static analysis of a kernel's machine code (SASS): the main loop's
+** instructions per iteration, by kind. The text is nvdisasm's default
+** output for a cubin (`nvdisasm -c FILE.cubin`): one function per
+** `.section .text.NAME` line, instructions after their `/ *0a40* /` offset,
+** branch targets as labels (BRA `(.L_x_12)).
+**
+** The control-flow graph comes from the branches and labels; the natural
+** loops from back edges to a header that dominates their source. The main
+** loop is the loop holding the most instructions of the product (HGMMA,
+** else HMMA, else DFMA, else FFMA: the SIMT family's product shares FFMA
+** with its softmax), the outermost of those that hold as many, and of
+** disjoint ones (a causal kernel's masked and unmasked loops) the one
+** with fewer instructions: the steady state.
+**
+** Per iteration, an inner loop (the tensor-core template's loop over key
+** parts) counts its trip count times. The analyser cannot see a trip count
+** in the code; the caller may pass the product's FLOPs per warp per
+** iteration (known from the tile: 4 block_m block_n dim / warps), and the
+** trip count is the whole number that makes the product instructions
+** reach it (HMMA m16n8k16: 4096 FLOPs; FFMA, DFMA: 64). Otherwise an
+** inner loop counts once and inner_trips is 0: the count is unknown.
+**
+** A masking block is left out: a region that a forward conditional branch
+** in the loop skips (the instructions laid out between the branch and its
+** target) and that holds only integer, compare, select and move
+** instructions, at least one select (FSEL/SEL): the -inf written past
+** seq_k or above the causal diagonal, which only tail blocks take. What
+** the analyser cannot see: a mask compiled into predicated instructions
+** (counted, as every iteration issues them), a masking block laid out
+** elsewhere than between the branch and its target, and the frequency of
+** any other branch (every block of the loop is counted once per iteration).
+*/
+#ifndef SASS_H
+#define SASS_H
+
+#include <stddef.h>
+
+typedef struct sass_counts {
+  int found;            /* 1: a main loop was found; else the counts are 0 */
+  char mma[8];          /* the product's instruction: HGMMA, HMMA, DFMA or FFMA */
+  int registers;        /* the function's registers (SHI_REGISTERS), -1 unknown */
+  int inner_loops;      /* loops nested in the main loop */
+  int inner_trips;      /* the trip count they were counted with; 0 unknown (counted once) */
+  int masked_left_out;  /* instructions of masking blocks left out */
+  /* per iteration of the main loop, per warp; NOPs are not counted */
+  long loop_instructions, loop_hmma, loop_mufu, loop_ldsm, loop_lds, loop_ldgsts, loop_bar,
+      loop_shfl, loop_local, loop_int;
+  double non_mma_per_mma;  /* (instructions - product) / product */
+} sass_counts;
+
+/* The names of the functions in nvdisasm text, in order: *names is one
+** malloc'ed array of *n pointers into its own storage (free(*names)).
+** 0, or -1 with a message. */
+int sass_functions(const char *text, char ***names, size_t *n, char *err, size_t errlen);
+
+/* Analyse `function` of nvdisasm text (NULL: the first function).
+** flops_per_warp: the product's FLOPs per iteration per warp, for an
+** inner loop's trip count; 0 when unknown. 0 (out->found says whether a
+** main loop was found), or -1 with a message on text it cannot read. */
+int sass_analyse(const char *text, const char *function, double flops_per_warp, sass_counts *out,
+                 char *err, size_t errlen);
+
+/* An nvdisasm to run: $FATUNE_NVDISASM, else on PATH, in $CUDA_HOME/bin or
+** /usr/local/cuda/bin, else the PyPI package nvidia-cuda-nvdisasm's (asked
+** of python3). 0 with its path in buf, or -1 when there is none. */
+int sass_find_nvdisasm(char *buf, size_t n);
+
+/* The disassembly of a cubin in memory by nvdisasm: *text malloc'ed.
+** 0, or -1 with a message. */
+int sass_disassemble(const char *nvdisasm, const void *cubin, size_t size, char **text,
+                     char *err, size_t errlen);
+
+/* The same for a cubin file. */
+int sass_disassemble_file(const char *nvdisasm, const char *path, char **text, char *err,
+                          size_t errlen);
+
+#endif

@@ -1,0 +1,81 @@
+/*
+** sass_kernel.c
+** One variant's SASS figures (sass_kernel.h).
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "sass_kernel.h"
+
+static int config_int(const gen_kernel *k, const char *key) {
+  const char *v = gen_config_get(&k->cfg, key);
+  char *end;
+  long x = v ? strtol(v, &end, 10) : 0;
+  return v && *end == '\0' && x > 0 && x <= 1 << 20 ? (int)x : -1;
+}
+
+int sass_kernel_tile(const gen_kernel *k, const nvrtc_result *r, estimate_tile *t) {
+  int bm = config_int(k, "block_m"), bn = config_int(k, "block_n"), dim = config_int(k, "dim");
+  t->warps = k->threads / 32;
+  t->registers = r->registers;
+  t->smem_bytes = k->smem_bytes + r->smem_static_bytes;
+  if (bm < 0 || bn < 0 || dim < 0 || t->warps < 1) return -1;
+  t->flops_per_warp = 4.0 * bm * bn * dim / t->warps;
+  return 0;
+}
+
+void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const nvrtc_result *r,
+                         const estimate_gpu *gpu, sass_figures *out) {
+  memset(out, 0, sizeof *out);
+  char *text;
+  if (!r->ok || !r->cubin) {
+    snprintf(out->error, sizeof out->error, "not compiled");
+    return;
+  }
+  if (sass_disassemble(nvdisasm, r->cubin, r->cubin_size, &text, out->error,
+                       sizeof out->error) != 0)
+    return;
+  estimate_tile t;
+  int tile = sass_kernel_tile(k, r, &t) == 0;
+  if (sass_analyse(text, k->entry, tile ? t.flops_per_warp : 0, &out->c, out->error,
+                   sizeof out->error) == 0) {
+    out->analysed = 1;
+    if (!out->c.found) snprintf(out->error, sizeof out->error, "no main loop found");
+    out->estimated = gpu && tile && estimate_compute(gpu, &out->c, &t, &out->e) == 0;
+  }
+  free(text);
+}
+
+static void member_long(FILE *f, const char *name, int have, long v) {
+  if (have) fprintf(f, ", \"%s\": %ld", name, v);
+  else fprintf(f, ", \"%s\": null", name);
+}
+
+void sass_kernel_json(FILE *f, const sass_figures *s) {
+  const sass_counts *c = &s->c;
+  int h = s->analysed && c->found;
+  member_long(f, "loop_instructions", h, c->loop_instructions);
+  member_long(f, "loop_hmma", h, c->loop_hmma);
+  member_long(f, "loop_mufu", h, c->loop_mufu);
+  member_long(f, "loop_ldsm", h, c->loop_ldsm);
+  member_long(f, "loop_lds", h, c->loop_lds);
+  member_long(f, "loop_ldgsts", h, c->loop_ldgsts);
+  member_long(f, "loop_bar", h, c->loop_bar);
+  member_long(f, "loop_shfl", h, c->loop_shfl);
+  member_long(f, "loop_local", h, c->loop_local);
+  member_long(f, "loop_int", h, c->loop_int);
+  fprintf(f, ", \"non_mma_per_mma\": ");
+  if (h && c->loop_hmma) json_number(f, c->non_mma_per_mma);
+  else fputs("null", f);
+  member_long(f, "inner_loops", h, c->inner_loops);
+  member_long(f, "inner_trips", h && c->inner_loops, c->inner_trips);
+  member_long(f, "masked_left_out", h, c->masked_left_out);
+  member_long(f, "ctas_per_sm", s->estimated, s->e.ctas_per_sm);
+  fprintf(f, ", \"bound\": ");
+  if (s->estimated && s->e.ctas_per_sm) json_string(f, s->e.bound);
+  else fputs("null", f);
+  fprintf(f, ", \"est_tflops\": ");
+  if (s->estimated && s->e.ctas_per_sm) json_number(f, s->e.tflops);
+  else fputs("null", f);
+}

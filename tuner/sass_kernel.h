@@ -1,0 +1,40 @@
+/*
+** sass_kernel.h
+** The SASS figures of one compiled variant: its cubin disassembled, the
+** main loop counted with the tile's trip count (sass.h), and the
+** throughput estimate for a GPU (estimate.h). Shared by fatune compile
+** --sass and the main job.
+*/
+#ifndef SASS_KERNEL_H
+#define SASS_KERNEL_H
+
+#include <stdio.h>
+
+#include "estimate.h"
+#include "gen.h"
+#include "nvrtc_compile.h"
+#include "sass.h"
+
+typedef struct sass_figures {
+  int analysed;        /* 1: the SASS was read (c holds its counts) */
+  sass_counts c;
+  int estimated;       /* 1: e holds an estimate */
+  estimate e;
+  char error[200];     /* why not analysed, "" otherwise */
+} sass_figures;
+
+/* The tile of a variant: warps, registers, shared memory, useful FLOPs
+** per warp per K/V block (4 block_m block_n dim / warps). -1 when its
+** config lacks one of those. */
+int sass_kernel_tile(const gen_kernel *k, const nvrtc_result *r, estimate_tile *t);
+
+/* The figures of kernel k compiled into r; gpu may be NULL (no estimate).
+** Never fails: what went wrong is in out->error. */
+void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const nvrtc_result *r,
+                         const estimate_gpu *gpu, sass_figures *out);
+
+/* The figures as JSON members after ", " (nulls when not analysed):
+** loop_instructions, ..., non_mma_per_mma, ctas_per_sm, bound, est_tflops. */
+void sass_kernel_json(FILE *f, const sass_figures *s);
+
+#endif
