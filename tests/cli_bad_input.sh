@@ -138,8 +138,8 @@ bad "--dim|0"                      show --dim 0
 
 # --- SASS ---
 : >"$tmp/afile"
-bad "--save-cubin|afile|not a directory" compile --arch sm_80 --config 'block_m=64' --save-cubin "$tmp/afile"
-bad "--save-cubin|nodir"           compile --arch sm_80 --config 'block_m=64' --save-cubin "$tmp/nodir"
+bad "--save-cubin|afile|not a directory" compile --arch sm_80 --dtype fp32 --config 'block_m=64' --save-cubin "$tmp/afile"
+bad "--save-cubin|nodir"           compile --arch sm_80 --dtype fp32 --config 'block_m=64' --save-cubin "$tmp/nodir"
 bad "v100|a100"                    compile --sass --gpu v100
 bad "--variant|--config|both"      compile --variant x --config 'block_m=64'
 bad "sass|cubin"                   sass

@@ -299,7 +299,9 @@ static void test_db_sass(void) {
 }
 
 /* A kernel compiled now: the FA2 d64 tile issues 4 128 128 64 / 4 / 4096
-** = 256 HMMA per warp per K/V block, at least one exponential per score
+** = 256 HMMA per warp per K/V block for S and O, and 16 more for the row
+** sums of P, which the deferred kernel takes on the tensor cores (P times
+** an n8 tile of ones: 2 m-tiles x 8 k-steps); at least one exponential per score
 ** (32 rows x 128 keys / 32 lanes = 128 MUFU), no local memory. */
 static void fresh(const char *nvdisasm, gen_state *g, const char *arch, const char *config,
                   const char *mma, long want_mma) {
@@ -338,8 +340,8 @@ static void test_fresh(void) {
   CHECK(gen_open(&g, err, sizeof err) == 0, "%s", err);
   static const char fa2[] = "family=tc,dtype=bf16,dim=64,causal=0,block_m=128,block_n=128,"
                             "warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0";
-  fresh(nvdisasm, g, "sm_80", fa2, "HMMA", 256);
-  fresh(nvdisasm, g, "sm_90", fa2, "HMMA", 256);
+  fresh(nvdisasm, g, "sm_80", fa2, "HMMA", 256 + 16);
+  fresh(nvdisasm, g, "sm_90", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_80", "family=simt,dtype=fp32,dim=64", "FFMA", 0);
   gen_close(g);
 }
