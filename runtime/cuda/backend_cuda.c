@@ -19,7 +19,6 @@
 #include "nvrtc_compile.h"
 #include "par.h"
 
-#define SMEM_DEFAULT_LIMIT 49152   /* above this a kernel must opt in */
 #define TIMING_MAX_REPS 2000
 #define TIMING_MIN_REPS 5
 
@@ -41,7 +40,7 @@ struct fa_program {
   size_t cubin_size;
   CUmodule mod;             /* loaded lazily, per process */
   CUfunction fn;
-  int smem_opt_in;          /* the dynamic shared memory limit already raised */
+  int smem_opt_in;          /* the function's dynamic shared memory limit now */
 };
 
 static cuda_backend *self(fa_backend *b) { return (cuda_backend *)b; }
@@ -173,12 +172,17 @@ static int load(cuda_backend *c, fa_program *p, unsigned smem, char *err, size_t
   int rc = ensure_device(c, err, errlen);
   if (rc != 0) return rc;
   const cudrv_api *a = c->api;
+  /* The function's dynamic shared memory limit starts at 48 KB less its
+  ** static shared memory, not at 48 KB: read it rather than assume it. */
   if (!p->mod &&
       ((rc = ck(c, a->module_load(&p->mod, p->cubin), "cuModuleLoadData", err, errlen)) ||
        (rc = ck(c, a->module_fn(&p->fn, p->mod, p->entry), "cuModuleGetFunction", err,
-                errlen))))
+                errlen)) ||
+       (rc = ck(c, a->fn_get_attr(&p->smem_opt_in,
+                                  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, p->fn),
+                "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen))))
     return rc;
-  if (smem > SMEM_DEFAULT_LIMIT && (int)smem > p->smem_opt_in) {
+  if ((int)smem > p->smem_opt_in) {
     if ((rc = ck(c, a->fn_set_attr(p->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                    (int)smem),
                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen)))
