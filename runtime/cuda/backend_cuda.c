@@ -29,6 +29,7 @@ typedef struct cuda_backend {
   pthread_mutex_t mu;       /* guards the lazy context */
   const cudrv_api *api;     /* NULL until the first device call */
   CUcontext ctx;
+  CUdevice dev;             /* whose primary context ctx is, retained once */
   CUdeviceptr flush;        /* twice the L2: written between timed launches */
   size_t flush_bytes;
   int poisoned;
@@ -83,12 +84,11 @@ static int ensure_device(cuda_backend *c, char *err, size_t errlen) {
   if (!c->api) {
     char why[256];
     const cudrv_api *api = NULL;
-    CUdevice dev;
     if (cudrv_probe(why, sizeof why) <= 0 || !(api = cudrv_api_get())) {
       snprintf(err, errlen, "%s", why);
       rc = FA_ENODEV;
-    } else if (!(rc = ck(c, api->device_get(&dev, 0), "cuDeviceGet", err, errlen)) &&
-               !(rc = ck(c, api->ctx_retain(&c->ctx, dev), "cuDevicePrimaryCtxRetain", err,
+    } else if (!(rc = ck(c, api->device_get(&c->dev, 0), "cuDeviceGet", err, errlen)) &&
+               !(rc = ck(c, api->ctx_retain(&c->ctx, c->dev), "cuDevicePrimaryCtxRetain", err,
                          errlen))) {
       c->api = api;
     }
@@ -99,9 +99,12 @@ static int ensure_device(cuda_backend *c, char *err, size_t errlen) {
   return rc;
 }
 
+/* The primary context is released as it was retained, once: the last
+** release in the process destroys it, and whatever is still in it. */
 static void cuda_close(fa_backend *b) {
   cuda_backend *c = self(b);
   if (c->api && c->flush) c->api->mem_free(c->flush);
+  if (c->api) c->api->ctx_release(c->dev);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
