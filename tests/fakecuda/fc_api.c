@@ -95,7 +95,6 @@ typedef struct fc_module {
   int *max_dyn_smem;        /* per kernel: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 } fc_module;
 
-/* A CUfunction: a module and a kernel index, packed in the handle. */
 typedef struct fc_event {
   int ctx, live, flags, recorded;
   int rec_ctx;
