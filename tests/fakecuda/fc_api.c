@@ -296,9 +296,11 @@ API CUresult cuInit(unsigned flags) {
     note("FAKECUDA_DEVICE '%.32s' is none of a100, h100, h200, sm_75", want);
     RET(CUDA_ERROR_NO_DEVICE);
   }
-  /* CUDA is not fork-safe: a child of a process that ran cuInit (NVRTC 13
-  ** runs it inside nvrtcCompileProgram) may not use the driver. Said, not
-  ** refused, until fatune's workers no longer start that way. */
+  /* NVIDIA's CUDA C++ guidelines: CUDA's state is not duplicated by fork,
+  ** and any use of CUDA in a child after fork (before exec) is undefined
+  ** behaviour. NVRTC 13 runs cuInit inside nvrtcCompileProgram, so a
+  ** process that compiled and then forked hands its children exactly that.
+  ** Said, not refused: fatune's tuner still starts its workers so. */
   if (S.inited && S.init_pid != getpid())
     note("WARNING: cuInit in process %d, a child forked after cuInit in process %d: the real "
          "driver does not support CUDA in such a child", (int)getpid(), (int)S.init_pid);
