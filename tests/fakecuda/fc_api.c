@@ -108,8 +108,10 @@ static struct {
   const fc_device *dev;
   fc_ctx ctx;               /* the primary context; id 0 when never made */
   int next_ctx_id;
-  fc_alloc *allocs;
+  fc_alloc *allocs;         /* the live ones */
   size_t nallocs, cap_allocs, in_use;
+  fc_alloc *dead;           /* the freed ones, for the reports */
+  size_t ndead, cap_dead;
   CUdeviceptr next_addr;
   fc_module **mods;
   size_t nmods;
@@ -238,12 +240,26 @@ static CUresult wait_queue(void) {
 
 /* ---- Memory ---- */
 
-static fc_alloc *find_alloc(CUdeviceptr p, int live_only) {
-  for (size_t i = S.nallocs; i-- > 0;) {
-    fc_alloc *a = &S.allocs[i];
-    if (p >= a->base && p < a->base + a->size && (a->live || !live_only)) return a;
-  }
+static fc_alloc *find_in(fc_alloc *all, size_t n, CUdeviceptr p) {
+  for (size_t i = n; i-- > 0;)
+    if (p >= all[i].base && p < all[i].base + all[i].size) return &all[i];
   return NULL;
+}
+
+/* The live allocation holding p, else (unless live_only) a freed one. */
+static fc_alloc *find_alloc(CUdeviceptr p, int live_only) {
+  fc_alloc *a = find_in(S.allocs, S.nallocs, p);
+  return a || live_only ? a : find_in(S.dead, S.ndead, p);
+}
+
+/* Room for one more in an array of allocations. */
+static int grow(fc_alloc **all, size_t n, size_t *cap) {
+  if (n < *cap) return 0;
+  size_t c = *cap ? 2 * *cap : 256;
+  fc_alloc *na = realloc(*all, c * sizeof *na);
+  if (!na) return -1;
+  *all = na, *cap = c;
+  return 0;
 }
 
 /* The live allocation of the current context holding [p, p + n); when the
@@ -516,12 +532,7 @@ API CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes) {
   if (rc != CUDA_SUCCESS) RET(rc);
   if (!p || bytes == 0) RET(CUDA_ERROR_INVALID_VALUE);
   if (fault(F_ALLOC) || bytes > S.dev->mem - S.in_use) RET(CUDA_ERROR_OUT_OF_MEMORY);
-  if (S.nallocs == S.cap_allocs) {
-    size_t cap = S.cap_allocs ? 2 * S.cap_allocs : 256;
-    fc_alloc *na = realloc(S.allocs, cap * sizeof *na);
-    if (!na) RET(CUDA_ERROR_OUT_OF_MEMORY);
-    S.allocs = na, S.cap_allocs = cap;
-  }
+  if (grow(&S.allocs, S.nallocs, &S.cap_allocs) != 0) RET(CUDA_ERROR_OUT_OF_MEMORY);
   fc_alloc *a = &S.allocs[S.nallocs++];
   memset(a, 0, sizeof *a);
   /* Addresses are never reused, so a stale pointer is always caught. */
@@ -537,8 +548,6 @@ API CUresult cuMemFree(CUdeviceptr p) {
   CUresult rc = ctx_ok();
   if (rc != CUDA_SUCCESS) RET(rc);
   fc_alloc *a = find_alloc(p, 0);
-  for (size_t i = S.nallocs; i-- > 0;)
-    if (S.allocs[i].base == p && S.allocs[i].live) a = &S.allocs[i];
   if (!a || a->base != p) {
     fc_violation("cuMemFree(0x%llx): not an allocation's address", (unsigned long long)p);
     RET(CUDA_ERROR_INVALID_VALUE);
@@ -549,10 +558,12 @@ API CUresult cuMemFree(CUdeviceptr p) {
   }
   if (a->ctx != cur_ctx) fc_violation("cuMemFree(0x%llx): another context's memory",
                                       (unsigned long long)p);
-  a->live = 0;
+  if (grow(&S.dead, S.ndead, &S.cap_dead) != 0) RET(CUDA_ERROR_OUT_OF_MEMORY);
   S.in_use -= a->size;
   free(a->host);
-  a->host = NULL;
+  a->host = NULL, a->live = 0;
+  S.dead[S.ndead++] = *a;
+  *a = S.allocs[--S.nallocs];   /* the live ones stay few: lookups stay short */
   RET(CUDA_SUCCESS);
 }
 
