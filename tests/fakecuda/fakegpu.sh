@@ -19,7 +19,7 @@
 set -u
 
 NAME=fakegpu
-TIMEOUT_S=300
+TIMEOUT_S=600
 . "$(dirname "$0")/../cli_lib.sh"
 if ! command -v python3 >/dev/null 2>&1; then
   echo "SKIPPED: python3 is needed to read fatune's JSON (scripts/install-deps.sh installs it)"
@@ -81,7 +81,7 @@ rows = [r for r in json.load(sys.stdin) if r["dtype"] == sys.argv[1] and r["seq_
 print(" ".join("%s=%d" % kv for kv in sorted(collections.Counter(r["status"] for r in rows).items())))' "$1"
 }
 
-tune_args=(--backend cuda --dim 64 --seq 512 --json --trial-ms 20)
+tune_args=(--backend cuda --dim 64 --seq 512 --json --trial-ms 2)
 
 case $mode in
 tune)
