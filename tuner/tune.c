@@ -85,8 +85,7 @@ static int render_all(gen_state *g, tune *s) {
     return -1;
   }
   s->e = calloc(s->n, sizeof *s->e);
-  s->compiled = calloc(s->n, 1);
-  int rc = s->e && s->compiled ? 0 : -1;
+  int rc = s->e ? 0 : -1;
   for (size_t i = 0; rc == 0 && i < s->n; i++) {
     if (gen_render_config(g, v[i].config, NULL, s->t, &s->e[i].k) != 0) {
       fprintf(stderr, "fatune: rendering %s: %s\n", v[i].name, gen_errmsg(g));
@@ -111,7 +110,6 @@ static int db_prepare(tune *s) {
   for (size_t i = 0; i < s->n && !s->o->retune; i++) {
     int done = 0;
     if (trial_load_recorded(&s->env, &s->e[i], &done, err, sizeof err) != 0) goto fail;
-    if (done) s->compiled[i] = 1;
   }
   return 0;
 fail:
@@ -269,17 +267,12 @@ static void compile_one(size_t i, void *ud) {
   }
   pthread_mutex_lock(&s->pmu);
   trial_take_build(&s->e[i], &b, 0);
-  s->compiled[i] = 1;
-  pthread_cond_broadcast(&s->pcv);
   pthread_mutex_unlock(&s->pmu);
 }
 
-static void *compile_thread(void *ud) {
-  tune *s = ud;
-  /* One core stays with the parent, which feeds the GPU. */
-  if (par_for(s->n, s->threads > 1 ? s->threads - 1 : 1, compile_one, s, NULL, NULL) != 0)
+static void compile_all(tune *s) {
+  if (par_for(s->n, s->threads, compile_one, s, NULL, NULL) != 0)
     for (size_t i = 0; i < s->n; i++) compile_one(i, s);
-  return NULL;
 }
 
 static void gpu_progress(tune *s) {
@@ -295,18 +288,14 @@ static void gpu_progress(tune *s) {
 }
 
 static int gpu_flow(tune *s) {
-  if (trial_oracle_compile(&s->env) != 0 || trial_pool_open(&s->env, 1) != 0) return -1;
-  pthread_t tid;
+  if (trial_oracle_compile(&s->env) != 0) return -1;
   s->t_start = fa_now_s();
-  if (pthread_create(&tid, NULL, compile_thread, s) != 0) {
-    fprintf(stderr, "fatune: cannot start the compile thread\n");
-    trial_pool_close(&s->env);
-    return -1;
-  }
+  /* Every compile ends before a worker is forked: a worker sees only the
+  ** programs its parent had built when it was forked, and a fork while
+  ** NVRTC runs on another thread could leave NVRTC's locks held in it. */
+  compile_all(s);
+  if (trial_pool_open(&s->env, 1) != 0) return -1;
   for (size_t i = 0; i < s->n; i++) {
-    pthread_mutex_lock(&s->pmu);
-    while (!s->compiled[i]) pthread_cond_wait(&s->pcv, &s->pmu);
-    pthread_mutex_unlock(&s->pmu);
     trial_measure(&s->env, i);
     const trial *e = &s->e[i];
     if (trial_record(&s->env, e) != 0) break;   /* it said why; measure no more */
@@ -317,7 +306,6 @@ static int gpu_flow(tune *s) {
     s->done++;
     gpu_progress(s);
   }
-  pthread_join(tid, NULL);
   s->check_s = fa_now_s() - s->t_start;
   trial_pool_close(&s->env);
   return trial_stopped(&s->env) ? -1 : 0;
@@ -328,13 +316,11 @@ static int gpu_flow(tune *s) {
 static void tune_free(tune *s) {
   for (size_t i = 0; s->e && i < s->n; i++) trial_free(&s->e[i], s->be);
   free(s->e);
-  free(s->compiled);
   free(s->sass);
   trial_env_free(&s->env);
   backend_close(s->be);
   if (s->db) db_close(s->db);
   pthread_mutex_destroy(&s->pmu);
-  pthread_cond_destroy(&s->pcv);
 }
 
 static void banner(const tune *s, const char *note) {
@@ -369,7 +355,6 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   s.seed = o->seed_given ? o->seed : (unsigned long long)time(NULL);
   trial_env_init(&s.env);
   pthread_mutex_init(&s.pmu, NULL);
-  pthread_cond_init(&s.pcv, NULL);
   char note[256], err[512];
   if (backend_open(o->backend, &s.be, note, sizeof note, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);

@@ -227,7 +227,7 @@ static void print_summary(FILE *f, const tune *s, trial **rank) {
           s->n, count[TRIAL_OK], count[TRIAL_INVALID], count[TRIAL_COMPILE_ERROR],
           count[TRIAL_CRASHED], count[TRIAL_TIMEOUT], count[TRIAL_RECORDED]);
   if (s->gpu)
-    fprintf(f, "compiled (NVRTC %s) while measuring, %.1f s in all\n", s->t->arch, s->check_s);
+    fprintf(f, "compiled (NVRTC %s), then measured, %.1f s in all\n", s->t->arch, s->check_s);
   else
     fprintf(f, "compile %.1f s (host compiler) + %.1f s (NVRTC %s), validation %.1f s "
                "(2 schedules each) on %d threads\n",

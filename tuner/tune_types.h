@@ -24,11 +24,7 @@ typedef struct tune {
   size_t n;
   int threads;
   trial_env env;         /* their workers and database rows */
-  /* Compiles finishing while the GPU measures (cuda): compiled[i] once
-  ** variant i's backend compile has finished. */
-  unsigned char *compiled;
-  pthread_mutex_t pmu;
-  pthread_cond_t pcv;
+  pthread_mutex_t pmu;      /* the compile threads' results (cuda) */
   /* Figures for the summary and the progress line. */
   double compile_s, nvrtc_s, check_s, t_start;
   size_t done;

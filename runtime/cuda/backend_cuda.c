@@ -19,7 +19,6 @@
 #include "nvrtc_compile.h"
 #include "par.h"
 
-#define SMEM_DEFAULT_LIMIT 49152   /* above this a kernel must opt in */
 #define TIMING_MAX_REPS 2000
 #define TIMING_MIN_REPS 5
 
@@ -30,6 +29,7 @@ typedef struct cuda_backend {
   pthread_mutex_t mu;       /* guards the lazy context */
   const cudrv_api *api;     /* NULL until the first device call */
   CUcontext ctx;
+  CUdevice dev;             /* whose primary context ctx is, retained once */
   CUdeviceptr flush;        /* twice the L2: written between timed launches */
   size_t flush_bytes;
   int poisoned;
@@ -41,7 +41,7 @@ struct fa_program {
   size_t cubin_size;
   CUmodule mod;             /* loaded lazily, per process */
   CUfunction fn;
-  int smem_opt_in;          /* the dynamic shared memory limit already raised */
+  int smem_opt_in;          /* the function's dynamic shared memory limit now */
 };
 
 static cuda_backend *self(fa_backend *b) { return (cuda_backend *)b; }
@@ -85,13 +85,12 @@ static int ensure_context(cuda_backend *c, char *err, size_t errlen) {
   if (!c->api) {
     char why[256];
     const cudrv_api *api = NULL;
-    CUdevice dev;
     if (cudrv_probe(why, sizeof why) <= 0 || !(api = cudrv_api_get())) {
       snprintf(err, errlen, "%s", why);
       rc = FA_ENODEV;
-    } else if (!(rc = ck(c, api->device_get(&dev, c->info.ordinal), "cuDeviceGet", err,
+    } else if (!(rc = ck(c, api->device_get(&c->dev, c->info.ordinal), "cuDeviceGet", err,
                          errlen)) &&
-               !(rc = ck(c, api->ctx_retain(&c->ctx, dev), "cuDevicePrimaryCtxRetain", err,
+               !(rc = ck(c, api->ctx_retain(&c->ctx, c->dev), "cuDevicePrimaryCtxRetain", err,
                          errlen))) {
       c->api = api;
     }
@@ -128,9 +127,12 @@ static int cuda_sync(fa_backend *b, char *err, size_t errlen) {
   return rc ? rc : ck(c, c->api->ctx_sync(), "cuCtxSynchronize", err, errlen);
 }
 
+/* The primary context is released as it was retained, once: the last
+** release in the process destroys it, and whatever is still in it. */
 static void cuda_close(fa_backend *b) {
   cuda_backend *c = self(b);
   if (c->api && c->flush) c->api->mem_free(c->flush);
+  if (c->api) c->api->ctx_release(c->dev);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
@@ -201,12 +203,17 @@ static int load(cuda_backend *c, fa_program *p, unsigned smem, char *err, size_t
   int rc = ensure_device(c, err, errlen);
   if (rc != 0) return rc;
   const cudrv_api *a = c->api;
+  /* The function's dynamic shared memory limit starts at 48 KB less its
+  ** static shared memory, not at 48 KB: read it rather than assume it. */
   if (!p->mod &&
       ((rc = ck(c, a->module_load(&p->mod, p->cubin), "cuModuleLoadData", err, errlen)) ||
        (rc = ck(c, a->module_fn(&p->fn, p->mod, p->entry), "cuModuleGetFunction", err,
-                errlen))))
+                errlen)) ||
+       (rc = ck(c, a->fn_get_attr(&p->smem_opt_in,
+                                  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, p->fn),
+                "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen))))
     return rc;
-  if (smem > SMEM_DEFAULT_LIMIT && (int)smem > p->smem_opt_in) {
+  if ((int)smem > p->smem_opt_in) {
     if ((rc = ck(c, a->fn_set_attr(p->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                    (int)smem),
                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen)))

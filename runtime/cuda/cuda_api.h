@@ -14,6 +14,7 @@
 struct cudrv_api {
   CUresult (*device_get)(CUdevice *, int);
   CUresult (*ctx_retain)(CUcontext *, CUdevice);
+  CUresult (*ctx_release)(CUdevice);
   CUresult (*ctx_set)(CUcontext);
   CUresult (*ctx_sync)(void);
   CUresult (*ctx_push)(CUcontext);

@@ -100,6 +100,7 @@ static int load_api(void) {
   cudrv_api *a = &drv.api;
   return load_sym(&a->device_get, sizeof a->device_get, "cuDeviceGet") ||
          load_sym(&a->ctx_retain, sizeof a->ctx_retain, "cuDevicePrimaryCtxRetain") ||
+         load_sym(&a->ctx_release, sizeof a->ctx_release, "cuDevicePrimaryCtxRelease_v2") ||
          load_sym(&a->ctx_set, sizeof a->ctx_set, "cuCtxSetCurrent") ||
          load_sym(&a->ctx_sync, sizeof a->ctx_sync, "cuCtxSynchronize") ||
          load_sym(&a->ctx_push, sizeof a->ctx_push, "cuCtxPushCurrent_v2") ||

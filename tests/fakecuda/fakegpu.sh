@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# fakegpu.sh: the CUDA path of fatune end to end, against whatever
+# libcuda.so.1 the loader finds: the fake driver (tests/fakecuda, through
+# LD_LIBRARY_PATH, in CI) or a real GPU's (scripts/gpu-check.sh).
+#   tune DTYPE  the main job, --dim 64 --seq 512 --json: every variant of the
+#               default space validated and timed, status ok, all in the
+#               database; fatune best answers from it. For bf16, also
+#               FAKECUDA_FAULT=launch:3:illegal_address: exactly one variant
+#               crashed with the driver's message, every other ok and in
+#               the database (a fresh worker goes on).
+#   faults      each other fault's outcome: hang -> timeout, wrong ->
+#               invalid, alloc -> crashed (out of memory), load -> crashed
+#               (the module does not load), init -> one line, exit non-zero.
+#   explore     fatune explore --backend cuda, and libfatune's example on
+#               the cuda backend.
+# Fault injection is the fake's: with a real driver those parts are SKIPPED.
+#
+# usage: FATUNE=build/fatune EXAMPLE=build/example_attention bash tests/fakecuda/fakegpu.sh tune bf16
+set -u
+
+NAME=fakegpu
+TIMEOUT_S=600
+. "$(dirname "$0")/../cli_lib.sh"
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "SKIPPED: python3 is needed to read fatune's JSON (scripts/install-deps.sh installs it)"
+  exit 77
+fi
+mode=${1:-tune}
+db="$tmp/fake.db"
+export FATUNE_DB="$db"
+
+# run NAME ARGS...: fatune, stdout to $tmp/NAME.out, stderr to .err, status in $rc.
+run() {
+  local n=$1
+  shift
+  "${TIMEOUT[@]}" "$FATUNE" "$@" >"$tmp/$n.out" 2>"$tmp/$n.err"
+  rc=$?
+}
+
+# The fake, when the first libcuda.so.1 on LD_LIBRARY_PATH is it (the
+# sanitizer build's fake cannot be loaded into another program to ask).
+fake=0
+IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}"
+for d in "${dirs[@]}"; do
+  if [ -n "$d" ] && [ -e "$d/libcuda.so.1" ]; then
+    grep -qa "(fakecuda)" "$d/libcuda.so.1" && fake=1
+    break
+  fi
+done
+# skip_without_gpu ERRFILE: SKIPPED when fatune found no driver or no device.
+skip_without_gpu() {
+  if grep -q "no CUDA driver\|no GPU\|cuInit failed" "$1"; then
+    echo "SKIPPED: $(head -n 1 "$1")"
+    exit 77
+  fi
+}
+# Every line the fake printed about a broken contract fails the test.
+no_violation() {
+  if grep -h "fakecuda: VIOLATION" "$tmp"/*.err; then fail "$1: driver contract" "see above"; fi
+}
+
+# statuses FILE: "ok=28 crashed=1" from a --json answer, and the messages
+# of the others on the lines after.
+statuses() {
+  python3 - "$1" <<'PY'
+import collections, json, sys
+rows = json.load(open(sys.argv[1]))
+c = collections.Counter(r["status"] for r in rows)
+print(" ".join("%s=%d" % kv for kv in sorted(c.items())))
+for r in rows:
+    if r["status"] != "ok":
+        print("%s %s: %s" % (r["status"], r["name"], r["message"]))
+PY
+}
+
+# trials DTYPE: the trials of the run's problem in the database, by status.
+trials() {
+  "$FATUNE" export --format json --db "$db" | python3 -c '
+import collections, json, sys
+rows = [r for r in json.load(sys.stdin) if r["dtype"] == sys.argv[1] and r["seq_q"] == 512]
+print(" ".join("%s=%d" % kv for kv in sorted(collections.Counter(r["status"] for r in rows).items())))' "$1"
+}
+
+tune_args=(--backend cuda --dim 64 --seq 512 --json --trial-ms 2)
+
+case $mode in
+tune)
+  dt=${2:-bf16}
+  run tune --dtype "$dt" "${tune_args[@]}"
+  skip_without_gpu "$tmp/tune.err"
+  arch=$(grep -o 'target sm_[0-9a-z]*' "$tmp/tune.err" | cut -c8-)
+  n=$("$FATUNE" list --dim 64 --dtype "$dt" --arch "${arch:-none}" | wc -l)
+  got=$(statuses "$tmp/tune.out")
+  [ "$rc" -eq 0 ] && [ "$got" = "ok=$n" ]
+  check "tune $dt: all $n variants ok" $? "exit $rc, $got; $(tail -n 3 "$tmp/tune.err")"
+  got=$(trials "$dt")
+  [ "$got" = "ok=$n" ]
+  check "tune $dt: the database holds every trial" $? "$got"
+  run best best --dim 64 --seq 512 --dtype "$dt" --json
+  best=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variant"])' "$tmp/best.out" 2>/dev/null)
+  want=$(python3 -c '
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r["status"] == "ok"]
+print(min(rows, key=lambda r: r["median_us"])["name"])' "$tmp/tune.out")
+  [ "$rc" -eq 0 ] && [ -n "$best" ] && [ "$best" = "$want" ]
+  check "best $dt: the fastest of the run" $? "exit $rc, best '$best', fastest '$want'"
+  if [ "$dt" = bf16 ] && [ $fake -eq 1 ]; then
+    rm -f "$db"
+    FAKECUDA_FAULT=launch:3:illegal_address FAKECUDA_STATE="$tmp/state" run crash --dtype "$dt" "${tune_args[@]}"
+    got=$(statuses "$tmp/crash.out")
+    [ "$(head -n 1 <<<"$got")" = "crashed=1 ok=$((n - 1))" ] &&
+      grep -q "^crashed .*CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)" <<<"$got"
+    check "tune $dt, launch 3 faults: one crashed, with the driver's message" $? "$got"
+    got=$(trials "$dt")
+    [ "$got" = "crashed=1 ok=$((n - 1))" ]
+    check "tune $dt, launch 3 faults: the database holds every trial" $? "$got"
+  fi
+  ;;
+faults)
+  if [ $fake -eq 0 ]; then echo "SKIPPED: fault injection is the fake driver's"; exit 77; fi
+  # A T4 (sm_75, 64 KB of shared memory) has the smallest space: each run
+  # compiles ten variants.
+  export FAKECUDA_DEVICE=sm_75
+  args=(--backend cuda --dim 64 --seq 128 --dtype fp64 --json --trial-ms 1 --retune)
+  n=$("$FATUNE" list --dim 64 --dtype fp64 --arch sm_75 | wc -l)
+  one() {  # one FAULT WANT-STATUS WANT-MESSAGE
+    rm -f "$tmp/state"
+    FAKECUDA_FAULT=$1 FAKECUDA_STATE="$tmp/state" run "f$2" "${args[@]}" --timeout 5
+    got=$(statuses "$tmp/f$2.out")
+    want=$(printf '%s\n' "$2=1" "ok=$((n - 1))" | sort | paste -sd ' ')
+    [ "$(head -n 1 <<<"$got")" = "$want" ] && grep -q "^$2 .*$3" <<<"$got"
+    check "fault $1: one $2 ($3), the rest ok" $? "exit $rc, $got; $(tail -n 2 "$tmp/f$2.err")"
+  }
+  one launch:3:hang timeout "no answer after 5 s"
+  one launch:2:wrong invalid ""
+  one alloc:9 crashed "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY"
+  one load:2 crashed "cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE"
+  FAKECUDA_FAULT=init run init "${args[@]}"
+  [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/init.err")" -eq 1 ] &&
+    grep -q "no GPU: no CUDA-capable device is detected" "$tmp/init.err"
+  check "fault init: one line, exit non-zero" $? "exit $rc: $(cat "$tmp/init.err")"
+  ;;
+explore)
+  run explore explore --backend cuda --dim 64 --seq 512 --axis norm --json
+  skip_without_gpu "$tmp/explore.err"
+  got=$(python3 -c '
+import json, sys
+rows = [v for run in json.load(open(sys.argv[1]))["runs"] for v in run["variants"]]
+print(len(rows), sum(1 for r in rows if r["status"] == "ok" and r["median_us"] > 0))' "$tmp/explore.out" 2>&1)
+  [ "$rc" -eq 0 ] && [ "${got%% *}" -ge 2 ] && [ "${got%% *}" = "${got##* }" ]
+  check "explore --backend cuda: every variant ok" $? "exit $rc, $got; $(tail -n 3 "$tmp/explore.err")"
+  if [ -n "${EXAMPLE:-}" ]; then
+    "${TIMEOUT[@]}" "$EXAMPLE" "$db" cuda >"$tmp/example.out" 2>"$tmp/example.err"
+    rc=$?
+    [ "$rc" -eq 0 ] && grep -q " on cuda " "$tmp/example.out"
+    check "libfatune's example on cuda" $? "exit $rc: $(cat "$tmp/example.out" "$tmp/example.err" | tail -n 3)"
+  fi
+  ;;
+esac
+no_violation "$mode"
+finish

@@ -1,0 +1,265 @@
+/*
+** fc_exec.c
+** fatune's attention kernels, run by the fake driver: not their code, which
+** the fake cannot execute, but their result. The kernel's name says what it
+** computes (simt_f32_d64_m64n64w4_..., tc_bf16_..., oracle_fp32_d64_causal:
+** the dtype, the head dimension, the causal mask, the rows per CTA and the
+** warps); its parameter block (runtime/core/fa_params.h) says where the
+** tensors lie and how big the problem is. The float64 reference computes
+** the answer, which lands in the fake device memory where the strides say,
+** in the output's dtype: a launch with a wrong pointer, stride, scale,
+** shape or grid gives output that validation rejects, as on a GPU.
+**
+** The reference is costly (4 * B * H * Nq * Nk * D flops), and a timing
+** loop launches the same kernel on the same inputs hundreds of times, so
+** the last results are kept, keyed by everything they depend on: the
+** parameter block's inputs, the problem, and the inputs' contents (each
+** allocation's write generation).
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fa_params.h"
+#include "fa_problem.h"
+#include "fakecuda.h"
+#include "reference.h"
+
+#define CACHE_SLOTS 4
+
+/* What a kernel's name says. */
+typedef struct kspec {
+  fa_dtype in;          /* Q, K, V */
+  fa_dtype out;         /* O: the input dtype; the oracle's: its accumulator */
+  fa_dtype lse;         /* FA_FP64 or FA_FP32 */
+  int dim, causal, oracle;
+  int rows_per_cta;     /* 0: every row in one CTA (kv_outer) */
+  int threads;
+} kspec;
+
+static int parse_dtype(const char *s, fa_dtype *t) {
+  static const struct { const char *tok; fa_dtype t; } m[] = {
+    {"f32_", FA_FP32}, {"f64_", FA_FP64}, {"f16_", FA_FP16}, {"bf16_", FA_BF16},
+    {"fp32_", FA_FP32}, {"fp64_", FA_FP64}, {"fp16_", FA_FP16}};
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+    if (!strncmp(s, m[i].tok, strlen(m[i].tok))) {
+      *t = m[i].t;
+      return (int)strlen(m[i].tok);
+    }
+  return 0;
+}
+
+/* 0 when `name` is one of fatune's attention kernels or its oracle. */
+static int parse_name(const char *name, kspec *s) {
+  memset(s, 0, sizeof *s);
+  const char *p;
+  if (!strncmp(name, "oracle_", 7)) s->oracle = 1, p = name + 7;
+  else if (!strncmp(name, "simt_", 5)) p = name + 5;
+  else if (!strncmp(name, "tc_", 3)) p = name + 3;
+  else return -1;
+  int n = parse_dtype(p, &s->in);
+  if (!n || sscanf(p + n, "d%d", &s->dim) != 1 || s->dim < 1 || s->dim > FA_DIM_MAX) return -1;
+  size_t len = strlen(name);
+  s->causal = len > 7 && !strcmp(name + len - 7, "_causal");
+  s->lse = s->in == FA_FP64 ? FA_FP64 : FA_FP32;
+  s->out = s->oracle ? s->lse : s->in;
+  if (s->oracle) {
+    s->rows_per_cta = 1, s->threads = 128;   /* templates/oracle.lua */
+    return 0;
+  }
+  const char *m = strstr(p, "_m");
+  int bm, bn, w;
+  if (!m || sscanf(m, "_m%dn%dw%d", &bm, &bn, &w) != 3 || bm < 1 || w < 1) return -1;
+  s->rows_per_cta = strstr(p, "_kvouter_") ? 0 : bm;
+  s->threads = 32 * w;
+  return 0;
+}
+
+/* The host bytes of a (B, H, N, D) tensor of dtype t at device address a
+** with the given strides; NULL when any element lies outside the
+** allocations (on a GPU: an illegal address). */
+static void *tensor(const void *a, long long sb, long long sh, long long sn, int b, int h, int n,
+                    int d, fa_dtype t, int write) {
+  if (sb < 0 || sh < 0 || sn < 0) return NULL;
+  long long last = (b - 1) * sb + (h - 1) * sh + (n - 1) * sn + d;
+  return fc_mem_map((CUdeviceptr)(size_t)a, (size_t)last * (size_t)fa_dtype_size(t), write);
+}
+
+/* Gather a strided tensor into a contiguous float64 one. */
+static double *gather(const void *src, fa_dtype t, long long sb, long long sh, long long sn,
+                      int B, int H, int N, int D) {
+  double *x = malloc((size_t)B * H * N * D * sizeof *x);
+  if (!x) return NULL;
+  size_t i = 0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (int n = 0; n < N; n++)
+        for (int d = 0; d < D; d++)
+          x[i++] = fa_elem_get(src, t, (size_t)(b * sb + h * sh + n * sn + d));
+  return x;
+}
+
+typedef struct slot {
+  fa_params key;            /* with o, lse and ws zeroed */
+  kspec spec;
+  unsigned long long gen[3];
+  double *o, *lse;          /* contiguous (B, H, Nq, D) and (B, H, Nq) */
+  unsigned long long used;
+  /* The last launch's writes: when O and the logsumexp have not changed
+  ** since, writing the same bytes again would change nothing. */
+  fa_params last;
+  unsigned grid[3];
+  int garbage;
+  unsigned long long o_gen, lse_gen;
+} slot;
+
+static slot cache[CACHE_SLOTS];
+static unsigned long long tick;
+
+static slot *lookup(const fa_params *key, const kspec *s, const unsigned long long gen[3]) {
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (cache[i].o && !memcmp(&cache[i].key, key, sizeof *key) &&
+        !memcmp(&cache[i].spec, s, sizeof *s) && !memcmp(cache[i].gen, gen, sizeof cache[i].gen))
+      return &cache[i];
+  return NULL;
+}
+
+/* The reference's answer for these inputs, computed or from the cache. */
+static slot *answer(const fa_params *p, const kspec *s, const void *q, const void *k,
+                    const void *v) {
+  fa_params key = *p;
+  key.o = key.lse = key.ws = NULL;
+  unsigned long long gen[3] = {fc_mem_gen((CUdeviceptr)(size_t)p->q),
+                               fc_mem_gen((CUdeviceptr)(size_t)p->k),
+                               fc_mem_gen((CUdeviceptr)(size_t)p->v)};
+  slot *c = lookup(&key, s, gen);
+  if (c) return c->used = ++tick, c;
+  c = &cache[0];
+  for (int i = 1; i < CACHE_SLOTS; i++)
+    if (cache[i].used < c->used) c = &cache[i];
+  free(c->o), free(c->lse);
+  memset(c, 0, sizeof *c);
+  const int B = p->batch, H = p->heads, Nq = p->seq_q, Nk = p->seq_k, D = s->dim;
+  fa_problem pr = {.batch = B, .heads = H, .seq_q = Nq, .seq_k = Nk, .dim = D, .dtype = s->in,
+                   .causal = s->causal, .scale = p->scale_log2 / 1.4426950408889634074};
+  double *dq = gather(q, s->in, p->q_sb, p->q_sh, p->q_sn, B, H, Nq, D);
+  double *dk = gather(k, s->in, p->k_sb, p->k_sh, p->k_sn, B, H, Nk, D);
+  double *dv = gather(v, s->in, p->v_sb, p->v_sh, p->v_sn, B, H, Nk, D);
+  c->o = malloc((size_t)B * H * Nq * D * sizeof *c->o);
+  c->lse = malloc((size_t)B * H * Nq * sizeof *c->lse);
+  int ok = dq && dk && dv && c->o && c->lse && pr.scale > 0 &&
+           ref_attention(&pr, dq, fa_layout_contiguous(&pr, Nq), dk,
+                         fa_layout_contiguous(&pr, Nk), dv, fa_layout_contiguous(&pr, Nk), c->o,
+                         fa_layout_contiguous(&pr, Nq), c->lse) == 0;
+  free(dq), free(dk), free(dv);
+  if (!ok) {
+    free(c->o), free(c->lse);
+    memset(c, 0, sizeof *c);
+    return NULL;
+  }
+  c->key = key, c->spec = *s, c->used = ++tick;
+  memcpy(c->gen, gen, sizeof gen);
+  return c;
+}
+
+/* A wrong number that validation must reject, deterministic. */
+static double junk(size_t i) { return sin((double)i * 12.9898) * 3.0; }
+
+/* Write the rows the grid covers, where the strides say. */
+static void scatter(const fa_params *p, const kspec *s, const slot *c, void *o, void *lse,
+                    const unsigned grid[3], int garbage) {
+  const int D = s->dim;
+  long long rows = s->rows_per_cta ? (long long)grid[0] * s->rows_per_cta : p->seq_q;
+  if (rows > p->seq_q) rows = p->seq_q;
+  for (int b = 0; b < p->batch && b < (int)grid[2]; b++)
+    for (int h = 0; h < p->heads && h < (int)grid[1]; h++)
+      for (int r = 0; r < rows; r++) {
+        size_t row = ((size_t)b * p->heads + h) * p->seq_q + r;
+        long long base = b * p->o_sb + h * p->o_sh + r * p->o_sn;
+        for (int d = 0; d < D; d++)
+          fa_elem_put(o, s->out, (size_t)(base + d),
+                      garbage ? junk(row * D + d) : c->o[row * D + d]);
+        fa_elem_put(lse, s->lse, row, garbage ? junk(row) : c->lse[row]);
+      }
+}
+
+CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
+                 const unsigned block[3], unsigned smem, int garbage, char *why, size_t whylen) {
+  kspec s;
+  fa_params p;
+  if (parse_name(k->name, &s) != 0) {
+    snprintf(why, whylen, "kernel %s: not one of fatune's attention kernels, cannot run it",
+             k->name);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (k->nparams != 1 || k->param_size[0] != (int)sizeof p) {
+    fc_violation("kernel %s takes %d parameter(s), the first of %d bytes; fa_params is %zu",
+                 k->name, k->nparams, k->param_size[0], sizeof p);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  memcpy(&p, params, sizeof p);
+  if (block[0] != (unsigned)s.threads || block[1] != 1 || block[2] != 1)
+    fc_violation("kernel %s is written for %d threads, launched with %ux%ux%u", k->name,
+                 s.threads, block[0], block[1], block[2]);
+  if (grid[1] != (unsigned)p.heads || grid[2] != (unsigned)p.batch)
+    fc_violation("kernel %s: grid %ux%ux%u for %d heads and batch %d", k->name, grid[0],
+                 grid[1], grid[2], p.heads, p.batch);
+  /* The oracle keeps a score row and one partial per thread in shared memory. */
+  if (s.oracle &&
+      smem < (unsigned)((p.seq_k + s.threads) * fa_dtype_size(s.lse))) {
+    snprintf(why, whylen, "oracle %s: %u bytes of dynamic shared memory for seq_k %d", k->name,
+             smem, p.seq_k);
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
+  if (p.batch < 1 || p.heads < 1 || p.seq_q < 1 || p.seq_k < 1) return CUDA_SUCCESS;
+  const void *q = tensor(p.q, p.q_sb, p.q_sh, p.q_sn, p.batch, p.heads, p.seq_q, s.dim, s.in, 0);
+  const void *kk = tensor(p.k, p.k_sb, p.k_sh, p.k_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0);
+  const void *v = tensor(p.v, p.v_sb, p.v_sh, p.v_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0);
+  void *o = tensor(p.o, p.o_sb, p.o_sh, p.o_sn, p.batch, p.heads, p.seq_q, s.dim, s.out, 0);
+  void *lse = fc_mem_map((CUdeviceptr)(size_t)p.lse,
+                         (size_t)p.batch * p.heads * p.seq_q * fa_dtype_size(s.lse), 0);
+  if (!q || !kk || !v || !o || !lse) {
+    snprintf(why, whylen, "kernel %s: %s outside every allocation", k->name,
+             !q ? "Q" : !kk ? "K" : !v ? "V" : !o ? "O" : "the logsumexp");
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
+  slot *c = answer(&p, &s, q, kk, v);
+  if (!c) {
+    snprintf(why, whylen, "kernel %s: the reference failed (scale %g, out of memory?)",
+             k->name, p.scale_log2);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUdeviceptr od = (CUdeviceptr)(size_t)p.o, ld = (CUdeviceptr)(size_t)p.lse;
+  if (!memcmp(&c->last, &p, sizeof p) && !memcmp(c->grid, grid, sizeof c->grid) &&
+      c->garbage == garbage && fc_mem_gen(od) == c->o_gen && fc_mem_gen(ld) == c->lse_gen)
+    return CUDA_SUCCESS;
+  scatter(&p, &s, c, o, lse, grid, garbage);
+  fc_mem_map(od, 1, 1), fc_mem_map(ld, 1, 1);   /* their contents changed */
+  c->last = p, c->garbage = garbage, c->o_gen = fc_mem_gen(od), c->lse_gen = fc_mem_gen(ld);
+  memcpy(c->grid, grid, sizeof c->grid);
+  return CUDA_SUCCESS;
+}
+
+static unsigned long long fnv1a(const char *s) {
+  unsigned long long h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+double fc_exec_ms(const fc_kernel *k, const void *params, int sm_count, int clock_khz) {
+  kspec s;
+  fa_params p;
+  if (parse_name(k->name, &s) != 0) return 0.005;
+  memcpy(&p, params, sizeof p);
+  double pairs = (double)p.seq_q * p.seq_k * (s.causal ? 0.5 : 1.0);
+  double flops = 4.0 * p.batch * p.heads * s.dim * pairs;
+  double bytes = 2.0 * p.batch * p.heads * (p.seq_q + p.seq_k) * s.dim * fa_dtype_size(s.in);
+  /* Peak flops per SM per clock: tensor cores for 16-bit, else FMA units. */
+  double per_clk = s.in == FA_FP16 || s.in == FA_BF16 ? 2048 : s.in == FA_FP32 ? 128 : 64;
+  double peak = per_clk * sm_count * clock_khz * 1e3;
+  /* The efficiency a variant reaches: a fixed function of its name. */
+  double eff = s.oracle ? 0.02 : 0.15 + 0.7 * (double)(fnv1a(k->name) % 1000) / 1000.0;
+  double t = fmax(flops / (peak * eff), bytes / 2.0e12);
+  return (t + 4e-6) * 1e3;
+}

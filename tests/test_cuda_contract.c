@@ -1,0 +1,205 @@
+/*
+** test_cuda_contract.c
+** The Driver API's contract, as fatune loads it (dlopen of libcuda.so.1):
+** the errors a broken call gets. Run against the fake driver in CI (ctest
+** -L fakegpu) and against the real one on a GPU machine, so the two must
+** agree:
+**  - an unknown function name, and a C++ (mangled) one asked for by its
+**    plain name: CUDA_ERROR_NOT_FOUND;
+**  - a launch whose parameter buffer is smaller than the kernel's
+**    parameters: CUDA_ERROR_INVALID_VALUE;
+**  - more dynamic shared memory than the function's limit (48 KB until
+**    cuFuncSetAttribute raises it), and a limit above the device's opt-in
+**    maximum: CUDA_ERROR_INVALID_VALUE; within them the launch runs;
+**  - a block of more than 1024 threads: CUDA_ERROR_INVALID_VALUE;
+**  - a cubin for another major architecture: CUDA_ERROR_NO_BINARY_FOR_GPU.
+** With --violations (the fake only) a child misuses the driver (a double
+** free, a leak at context release, an event used after destruction) and
+** the fake must report each on its stderr.
+*/
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cuda_api.h"
+#include "nvrtc_compile.h"
+
+static const char source[] =
+  "extern \"C\" __global__ void add(float *out, const float *in, int n) {\n"
+  "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+  "  if (i < n) out[i] = in[i] + 1.0f;\n"
+  "}\n"
+  "extern \"C\" __global__ void big(float *out) {\n"
+  "  extern __shared__ float s[];\n"
+  "  s[threadIdx.x] = (float)threadIdx.x;\n"
+  "  __syncthreads();\n"
+  "  out[threadIdx.x] = s[threadIdx.x ^ 1];\n"
+  "}\n"
+  "__global__ void mangled(int *out) { *out = 1; }\n";
+
+static const cudrv_api *api;
+static cudrv_device_info dev;
+
+#define CU_IS(call, want) do { \
+    CUresult rc_ = (call); \
+    CHECK(rc_ == (want), "%s gave %d, want %s (%d)", #call, (int)rc_, #want, (int)(want)); \
+  } while (0)
+
+static int compile(const char *arch, nvrtc_result *r) {
+  nvrtc_compile(source, "add", arch, r);
+  CHECK(r->ok, "nvrtc for %s: %s", arch, r->error);
+  return r->ok ? 0 : -1;
+}
+
+static void test_names(CUmodule m) {
+  CUfunction f;
+  CU_IS(api->module_fn(&f, m, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  CU_IS(api->module_fn(&f, m, "mangled"), CUDA_ERROR_NOT_FOUND);
+  CU_IS(api->module_fn(&f, m, "add"), CUDA_SUCCESS);
+}
+
+static void test_params(CUmodule m, CUdeviceptr out, CUdeviceptr in) {
+  CUfunction f;
+  if (api->module_fn(&f, m, "add") != CUDA_SUCCESS) return;
+  struct { CUdeviceptr out, in; int n; } args = {out, in, 256};
+  size_t size = 20;   /* 8 + 8 + 4: the parameter block without tail padding */
+  void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &args, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  CU_IS(api->launch(f, 1, 1, 1, 256, 1, 1, 0, NULL, NULL, extra), CUDA_SUCCESS);
+  CU_IS(api->ctx_sync(), CUDA_SUCCESS);
+  size = 12;          /* the n parameter left out */
+  CU_IS(api->launch(f, 1, 1, 1, 256, 1, 1, 0, NULL, NULL, extra), CUDA_ERROR_INVALID_VALUE);
+  /* Both ways at once is refused too (documented). */
+  void *kp[] = {&args.out, &args.in, &args.n};
+  size = 20;
+  CU_IS(api->launch(f, 1, 1, 1, 256, 1, 1, 0, NULL, kp, extra), CUDA_ERROR_INVALID_VALUE);
+  CU_IS(api->launch(f, 1, 1, 1, 1025, 1, 1, 0, NULL, kp, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_IS(api->launch(f, 1, 1, 1, 256, 1, 1, 0, NULL, kp, NULL), CUDA_SUCCESS);
+  CU_IS(api->ctx_sync(), CUDA_SUCCESS);
+}
+
+static void test_smem(CUmodule m, CUdeviceptr out) {
+  CUfunction f;
+  if (api->module_fn(&f, m, "big") != CUDA_SUCCESS) return;
+  void *kp[] = {&out};
+  const unsigned over = 48 * 1024 + 1024;
+  CU_IS(api->launch(f, 1, 1, 1, 256, 1, 1, over, NULL, kp, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_IS(api->fn_set_attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                         dev.smem_per_block_optin + 1),
+        CUDA_ERROR_INVALID_VALUE);
+  if (dev.smem_per_block_optin < (int)over) return;   /* no opt-in on this GPU */
+  CU_IS(api->fn_set_attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)over),
+        CUDA_SUCCESS);
+  int v = 0;
+  CU_IS(api->fn_get_attr(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f), CUDA_SUCCESS);
+  CHECK(v == (int)over, "the limit reads back as %d", v);
+  CU_IS(api->launch(f, 1, 1, 1, 256, 1, 1, over, NULL, kp, NULL), CUDA_SUCCESS);
+  CU_IS(api->launch(f, 1, 1, 1, 256, 1, 1, over + 4, NULL, kp, NULL), CUDA_ERROR_INVALID_VALUE);
+  CU_IS(api->ctx_sync(), CUDA_SUCCESS);
+}
+
+/* A cubin for a major version other than the device's does not load. */
+static void test_arch(void) {
+  const char *other = dev.cc_major == 8 ? "sm_90" : "sm_80";
+  nvrtc_result r;
+  if (compile(other, &r) == 0) {
+    CUmodule m = NULL;
+    CU_IS(api->module_load(&m, r.cubin), CUDA_ERROR_NO_BINARY_FOR_GPU);
+    if (m) api->module_unload(m);
+  }
+  nvrtc_result_free(&r);
+}
+
+/* In a child, with its stderr into `log`: the misuses the fake reports. */
+static void misuse(const char *log) {
+  if (!freopen(log, "w", stderr)) _exit(2);
+  setvbuf(stderr, NULL, _IONBF, 0);
+  CUdevice d;
+  CUcontext ctx;
+  CUdeviceptr p;
+  CUevent e;
+  CUresult (*release)(CUdevice) = NULL;
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  void *sym = lib ? dlsym(lib, "cuDevicePrimaryCtxRelease_v2") : NULL;
+  memcpy(&release, &sym, sizeof release);
+  if (!release || api->device_get(&d, 0) || api->ctx_retain(&ctx, d) || api->ctx_set(ctx) ||
+      api->mem_alloc(&p, 64) || api->mem_free(p))
+    _exit(3);
+  api->mem_free(p);                    /* freed twice */
+  if (api->mem_alloc(&p, 4096) || api->event_create(&e, CU_EVENT_DEFAULT)) _exit(4);
+  api->event_destroy(e);
+  api->event_record(e, NULL);          /* used after destruction */
+  release(d);                          /* with 4096 bytes still allocated */
+  _exit(0);
+}
+
+static void test_violations(void) {
+  char log[] = "/tmp/fatune-contract-XXXXXX";
+  int fd = mkstemp(log);
+  if (fd < 0) {
+    CHECK(0, "mkstemp failed");
+    return;
+  }
+  close(fd);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) misuse(log);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the misusing child: status %d", st);
+  char text[4096] = "";
+  FILE *f = fopen(log, "r");
+  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  text[n] = '\0';
+  if (f) fclose(f);
+  unlink(log);
+  static const char *const want[] = {"freed twice", "used after cuEventDestroy",
+                                     "allocation(s), 4096 bytes, not freed"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    CHECK(strstr(text, want[i]) != NULL, "the fake did not report '%s'; it said:\n%s", want[i],
+          text);
+}
+
+int main(int argc, char **argv) {
+  char msg[256];
+  if (cudrv_device_query(0, &dev, msg, sizeof msg) != 0) check_skip(msg);
+  api = cudrv_api_get();
+  int fake = strstr(dev.name, "(fakecuda)") != NULL;
+  printf("device: %s, sm_%d%d%s\n", dev.name, dev.cc_major, dev.cc_minor,
+         fake ? "" : " (a real driver)");
+  if (argc > 1 && !strcmp(argv[1], "--violations")) {
+    if (!fake) check_skip("the misuse reports are the fake driver's own");
+    test_violations();
+    return check_done("test_cuda_contract --violations");
+  }
+  char arch[16];
+  snprintf(arch, sizeof arch, "sm_%d%d", dev.cc_major, dev.cc_minor);
+  CUdevice d;
+  CUcontext ctx;
+  CUmodule m = NULL;
+  CUdeviceptr out = 0, in = 0;
+  nvrtc_result r;
+  if (compile(arch, &r) != 0) return check_done("test_cuda_contract");
+  CU_IS(api->device_get(&d, 0), CUDA_SUCCESS);
+  CU_IS(api->ctx_retain(&ctx, d), CUDA_SUCCESS);
+  CU_IS(api->ctx_set(ctx), CUDA_SUCCESS);
+  CU_IS(api->module_load(&m, r.cubin), CUDA_SUCCESS);
+  CU_IS(api->mem_alloc(&out, 1024 * sizeof(float)), CUDA_SUCCESS);
+  CU_IS(api->mem_alloc(&in, 1024 * sizeof(float)), CUDA_SUCCESS);
+  if (m && out && in) {
+    test_names(m);
+    test_params(m, out, in);
+    test_smem(m, out);
+    test_arch();
+    CU_IS(api->module_unload(m), CUDA_SUCCESS);
+  }
+  if (out) CU_IS(api->mem_free(out), CUDA_SUCCESS);
+  if (in) CU_IS(api->mem_free(in), CUDA_SUCCESS);
+  nvrtc_result_free(&r);
+  return check_done("test_cuda_contract");
+}
