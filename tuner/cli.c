@@ -39,7 +39,7 @@ const char cli_usage[] =
   "  --smem BYTES     shared memory per block (default: the arch's opt-in maximum)\n"
   "  --emu-seq N      on the emulator, run at most N queries and keys (default 256)\n"
   "  --seed S         seed of the random inputs (default: from the clock; always printed)\n"
-  "  --schedule S     emulator thread order: forward, reverse or random (run; default forward)\n"
+  "  --schedule S     emulator thread order: forward, reverse, random or skew (run; default forward)\n"
   "  --timeout S      a variant that runs longer is stopped and recorded as timeout (default 60)\n"
   "  --trial-ms N     GPU timing budget per variant, in milliseconds (default 300)\n"
   "  --db PATH        results database (default: $FATUNE_DB, else ~/.cache/fatune/fatune.db)\n"
@@ -232,7 +232,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
     o->backend = val;
   } else if (!strcmp(flag, "--schedule")) {
     if (emu_schedule_parse(val, &o->schedule) != 0)
-      return fail(err, n, "unknown schedule '%s' (forward, reverse or random)", val);
+      return fail(err, n, "unknown schedule '%s' (forward, reverse, random or skew)", val);
   }
   else if (!strcmp(flag, "--dtype")) {
     if (fa_dtype_parse(val, &p->dtype) != 0)
