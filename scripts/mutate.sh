@@ -25,32 +25,34 @@ set -u
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-# ---- The mutations: name, file, FROM, TO, the tests that should kill it
-# (ctest names, |-separated). One place to update when code moves.
+# ---- The mutations: name, file, FROM, TO, and the tests that should kill
+# it: ctest names, |-separated, in stages separated by spaces, cheapest
+# first; the next stage runs only when no test of this one failed. One
+# place to update when code moves.
 names=() files=() froms=() tos=() tests=()
 mut() { names+=("$1") files+=("$2") froms+=("$3") tos+=("$4") tests+=("$5"); }
 
 mut deferred-rescale templates/simt.cu \
   'o[i][k] = fa_rescale_${T}(o[i][k], alpha);' 'o[i][k] = fa_rescale_${T}(o[i][k], (acc_t)1);' \
-  'test_emu|test_counters'
+  'test_emu test_counters'
 mut causal-off-by-one templates/simt.cu \
   '" || gc > " .. q0' '" || gc >= " .. q0' \
-  'test_emu|test_counters|test_space'
+  'test_emu test_counters|test_space'
 mut stage-barrier-1 templates/tc.cu \
   'fa_syncthreads(); /* every warp is done with the stage */' ';' \
-  'test_emu|test_space'
+  'test_emu test_space'
 mut stage-barrier-n templates/tc.cu \
   "fa_syncthreads();           /* for every thread; and the previous iteration's stage is free */" ';' \
-  'test_emu|test_space'
+  'test_emu test_space'
 mut quad-xor2 templates/tc.cu \
   'mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));' '' \
-  'test_emu|test_counters'
+  'test_emu test_counters'
 mut tail-keys-visible templates/tc.cu \
   'const int lim = p.seq_k;' 'const int lim = p.seq_k + 1;' \
   'test_space'
 mut reference-scale runtime/reference.c \
   'scale = fa_problem_scale(p);' 'scale = 1.0 / p->dim;' \
-  'test_reference|test_emu'
+  'test_reference test_emu'
 mut nan-check tuner/validate.c \
   'if (!isfinite(x)) {' 'if (0 && !isfinite(x)) {' \
   'test_judge'
@@ -65,16 +67,16 @@ mut resume-off-by-one tuner/tune.c \
   'cli_db'
 mut nearest-seq db/db_query.c \
   'ORDER BY abs(b.seq_q - ?5), abs(b.seq_k - ?6),' 'ORDER BY abs(b.seq_q - ?5) DESC, abs(b.seq_k - ?6) DESC,' \
-  'test_db|test_lib'
+  'test_db test_lib'
 mut npy-fortran runtime/npy.c \
   'if (h.fortran)' 'if (0 && h.fortran)' \
   'test_npy'
 mut lse-log2 templates/simt.cu \
   '(m_i[i] + fa_log2_${T}(l_i[i])) * (acc_t)0.69314718055994530942' '(m_i[i] + fa_log2_${T}(l_i[i]))' \
-  'test_emu|test_counters'
+  'test_emu test_counters'
 mut kv-outer-ml templates/simt.cu \
   'fa_st_${T}(wg + gr * 2, m_i[i]);' '' \
-  'test_emu|test_counters'
+  'test_emu test_counters'
 
 # One of each layer, the quickest to build and test.
 quick_names="nan-check npy-fortran mma-b-swapped stage-barrier-1 nearest-seq"
@@ -176,6 +178,8 @@ if ! cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$scratch/cm
   exit 2
 fi
 echo "built in $(( $(now) - t0 )) s"
+# The suite's test names, one a line.
+(cd "$build" && ctest -N) | sed -n 's/^ *Test *#[0-9]*: //p' >"$scratch/tests"
 
 restore() { cp "$scratch/original" "$src/$1"; }
 
@@ -201,17 +205,30 @@ for i in "${!names[@]}"; do
     errors=$((errors + 1)) keep=1
     restore "${files[$i]}"
   else
-    log=$scratch/$name.ctest.log
-    (cd "$build" && nice ctest -j "$jobs" --timeout 900 -R "^(${tests[$i]})\$" >"$log" 2>&1)
-    by=$(failed_tests "$log")
-    if [ -z "$by" ]; then
+    by= all= missing=
+    for t in ${tests[$i]//|/ }; do
+      grep -qx "$t" "$scratch/tests" || missing=$t
+    done
+    for stage in ${tests[$i]}; do
+      [ -n "$missing" ] && break
+      log=$scratch/$name.$stage.log
+      (cd "$build" && nice ctest -j "$jobs" --timeout 900 -R "^($stage)\$" >"$log" 2>&1)
+      by=$(failed_tests "$log")
+      all=${all:+$all|}$stage
+      [ -n "$by" ] && break
+    done
+    if [ -n "$missing" ]; then
+      verdict=ERROR by="no ctest test named '$missing'"
+      errors=$((errors + 1))
+    elif [ -z "$by" ]; then
       # None of its tests caught it: the rest of the suite.
       log=$scratch/$name.suite.log
-      (cd "$build" && nice ctest -j "$jobs" --timeout 900 -E "^(${tests[$i]})\$" >"$log" 2>&1)
+      (cd "$build" && nice ctest -j "$jobs" --timeout 900 -E "^($all)\$" >"$log" 2>&1)
       by=$(failed_tests "$log")
       [ -n "$by" ] && by="$by (not its own tests)"
     fi
-    if [ -n "$by" ]; then verdict=killed killed=$((killed + 1))
+    if [ -n "$missing" ]; then :
+    elif [ -n "$by" ]; then verdict=killed killed=$((killed + 1))
     else verdict=SURVIVED by="-" survived=$((survived + 1)); fi
     restore "${files[$i]}"
   fi
