@@ -18,6 +18,9 @@
 #   --keep   leave the scratch copy (its path is printed)
 #   -j N     build and test jobs (default: the number of cores)
 #   NAME...  only these mutations
+# A test that fails, crashes or runs past its time (900 s unless ctest has
+# one for it) kills. On a shared machine run the whole script under nice,
+# not its tests alone: a test niced twice can starve into a timeout.
 # Exit status: 0 when every mutation run is killed, 1 otherwise, 2 on a
 # usage or setup error. Not run by CI: the whole list takes about 40 min
 # on 2 cores.
@@ -212,7 +215,7 @@ for i in "${!names[@]}"; do
     for stage in ${tests[$i]}; do
       [ -n "$missing" ] && break
       log=$scratch/$name.$stage.log
-      (cd "$build" && nice ctest -j "$jobs" --timeout 900 -R "^($stage)\$" >"$log" 2>&1)
+      (cd "$build" && ctest -j "$jobs" --timeout 900 -R "^($stage)\$" >"$log" 2>&1)
       by=$(failed_tests "$log")
       all=${all:+$all|}$stage
       [ -n "$by" ] && break
@@ -223,7 +226,7 @@ for i in "${!names[@]}"; do
     elif [ -z "$by" ]; then
       # None of its tests caught it: the rest of the suite.
       log=$scratch/$name.suite.log
-      (cd "$build" && nice ctest -j "$jobs" --timeout 900 -E "^($all)\$" >"$log" 2>&1)
+      (cd "$build" && ctest -j "$jobs" --timeout 900 -E "^($all)\$" >"$log" 2>&1)
       by=$(failed_tests "$log")
       [ -n "$by" ] && by="$by (not its own tests)"
     fi
