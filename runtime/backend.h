@@ -42,7 +42,7 @@ typedef struct fa_timing {
 
 typedef struct fa_run_opts {
   emu_schedule schedule;    /* emu: the order threads run between barriers */
-  unsigned long long seed;  /* emu: for the random schedule */
+  unsigned long long seed;  /* emu: for the random and skew schedules */
   int threads;              /* emu: OS threads sharing the CTAs */
   unsigned char smem_fill;  /* emu: shared memory's bytes when a CTA starts */
   const fa_emu_range *extra;  /* emu: caller's buffers the kernel may touch too */

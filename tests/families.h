@@ -66,6 +66,13 @@ typedef struct family {
   fa_dtype dtypes[FAM_MAX_SPACE];
   int list_seq;
   fam_shape shapes[FAM_NSHAPES];
+  /* Partial last blocks: every tail_every-th variant of each problem also
+  ** runs at seq_q = block_m + a tail, seq_k = block_n + a tail (batch and
+  ** heads 1), the tails 1, half a block and block - 1 for each taken in
+  ** turn, so each problem with 9 such variants sees the 9 pairs; under
+  ** tail_s0 and tail_s1. */
+  int tail_every;
+  emu_schedule tail_s0, tail_s1;
 
   /* test_compile: the full space of each problem, listed for sm_80 at
   ** batch 2, heads 2, seq FAM_SEQ; picks are greedy, each covering the
@@ -196,8 +203,9 @@ static const family families[] = {
     .ndims = 2, .dims = {16, 64},
     .ndtypes = 2, .dtypes = {FA_FP32, FA_FP64},
     .list_seq = 100,
-    .shapes = {{2, 1, 100, 100, EMU_FORWARD, EMU_REVERSE},  /* seq a multiple of no tile */
+    .shapes = {{2, 1, 100, 100, EMU_FORWARD, EMU_SKEW},  /* seq a multiple of no tile */
                {1, 2, 70, 130, EMU_REVERSE, EMU_RANDOM}},
+    .tail_every = 1, .tail_s0 = EMU_SKEW, .tail_s1 = EMU_FORWARD,
     .axes = simt_axes, .naxes = FAM_COUNT(simt_axes),
     .problems = simt_problems, .nproblems = FAM_COUNT(simt_problems),
     .rounds = 1, .picks_per_round = 3, .required_picks = 2,
@@ -209,8 +217,9 @@ static const family families[] = {
     .ndims = 2, .dims = {64, 128},
     .ndtypes = 2, .dtypes = {FA_FP16, FA_BF16},
     .list_seq = 128,
-    .shapes = {{1, 2, 128, 128, EMU_FORWARD, EMU_REVERSE},
+    .shapes = {{1, 2, 128, 128, EMU_FORWARD, EMU_SKEW},
                {1, 1, 100, 200, EMU_REVERSE, EMU_FORWARD}},
+    .tail_every = 1, .tail_s0 = EMU_FORWARD, .tail_s1 = EMU_SKEW,
     .axes = tc_axes, .naxes = FAM_COUNT(tc_axes),
     .problems = tc_problems, .nproblems = FAM_COUNT(tc_problems),
     .rounds = 2, .picks_per_round = 1, .required_picks = 1,

@@ -5,7 +5,9 @@
 **    and kv_outer, split_q and split_k): seed 000's in fp32 with max error
 **    < 1e-5, seed 003's in fp64 with max error < 1e-8;
 **  - a generated kernel with one barrier removed is caught by the schedule
-**    check, and the message names the kernel;
+**    check, and the message names the kernel; so is the barrier before a
+**    shared-memory K/V stage is reused, in either family (tc with one stage
+**    and with two), causal or not, under the forward and skew schedules;
 **  - divergent barriers and warps are reported, not hung;
 **  - out-of-bounds and misaligned accesses fault with the line;
 **  - the counters are exact on a hand-written kernel and on a generated one
@@ -120,19 +122,26 @@ static void test_seed_cases(void) {
   }
 }
 
-/* Remove the barrier between loading a K/V tile and reading it. */
-static int remove_barrier(gen_kernel *k) {
-  char *loop = strstr(k->body, "if (k0 > 0) fa_syncthreads();");
-  char *bar = loop ? strstr(loop + 30, "fa_syncthreads();") : NULL;
+/* Remove the first barrier at or after the text `anchor` from k's body,
+** and rename the kernel so the copy cannot be mistaken for the original. */
+static int cut_barrier(gen_kernel *k, const char *anchor) {
+  char *at = strstr(k->body, anchor);
+  char *bar = at ? strstr(at, "fa_syncthreads();") : NULL;
   if (!bar) return -1;
   memcpy(bar, "/*  removed  */;", 16);  /* same length as the call: lines stay */
   char *name = strstr(k->body, k->entry);
-  while (name) {  /* a new entry, so the copy cannot be mistaken for the original */
+  while (name) {
     name[strlen(k->entry) - 1] = 'X';
     name = strstr(name + 1, k->entry);
   }
   k->entry[strlen(k->entry) - 1] = 'X';
   return 0;
+}
+
+/* Remove the barrier between loading a K/V tile and reading it. */
+static int remove_barrier(gen_kernel *k) {
+  const char *loop = strstr(k->body, "if (k0 > 0) fa_syncthreads();");
+  return loop ? cut_barrier(k, loop + 30) : -1;
 }
 
 static void test_missing_barrier(void) {
@@ -155,6 +164,69 @@ static void test_missing_barrier(void) {
     printf("missing barrier: %s\n", r.msg);
   }
   for (int i = 0; i < 2; i++) backend_build_free(be, &b[i]), gen_kernel_free(&k[i]);
+}
+
+/* The barrier before a K/V stage is overwritten, cut: a warp that runs
+** ahead overwrites (or, with cp.async, lands its copy into) the stage others
+** still read. Forward and reverse keep warps within a collective of each
+** other, so where every warp reads every block (not causal) only the skew
+** schedule pulls one far enough ahead. Each case: the intact kernel passes,
+** the cut one is invalid, named as a race. */
+typedef struct stage_case {
+  const char *config, *anchor;
+  int dim;
+  fa_dtype dtype;
+} stage_case;
+
+static void test_stage_barrier(void) {
+  static const stage_case cases[] = {
+    {"family=simt,block_m=32,block_n=16,warps=2,norm=deferred,par=q_outer,split=split_q",
+     "if (k0 > 0) fa_syncthreads(); /* everyone is done with the previous K/V tile */", 16,
+     FA_FP32},
+    {"family=tc,block_m=64,block_n=32,warps=4,norm=deferred,layout=swizzle,q=smem,stages=1,"
+     "q_share=0", "fa_syncthreads(); /* every warp is done with the stage */", 32, FA_FP16},
+    {"family=tc,block_m=64,block_n=32,warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,"
+     "q_share=0", "fa_syncthreads();           /* for every thread; and the previous iteration's "
+     "stage is free */", 32, FA_FP16},
+  };
+  enum { NC = sizeof cases / sizeof cases[0] };
+  gen_kernel k[NC * 2 * 2];
+  const gen_kernel *kp[NC * 2 * 2];
+  fa_build b[NC * 2 * 2];
+  fa_problem ps[NC * 2];
+  size_t n = 0;
+  for (size_t c = 0; c < NC; c++)
+    for (int causal = 0; causal < 2; causal++) {
+      /* Four K/V blocks or more; Q rows for two CTAs. */
+      fa_problem p = {.batch = 1, .heads = 2, .seq_q = 128, .seq_k = 128, .dim = cases[c].dim,
+                      .dtype = cases[c].dtype, .causal = causal};
+      ps[c * 2 + (size_t)causal] = p;
+      for (int cut = 0; cut < 2; cut++) {
+        gen_kernel *kk = &k[n];
+        if (gen_render_config(gen, cases[c].config, &p, &target, kk) != 0) {
+          CHECK(0, "%s: %s", cases[c].config, gen_errmsg(gen));
+          return;
+        }
+        kp[n++] = kk;
+        if (cut) CHECK(cut_barrier(kk, cases[c].anchor) == 0, "no '%s' in %s", cases[c].anchor,
+                       kk->name);
+      }
+    }
+  compile_all(kp, n, b);
+  for (size_t i = 0; i < n; i++) {
+    const fa_problem *p = &ps[i / 2];
+    val_result r;
+    if (!b[i].prog || validate(&k[i], b[i].prog, p, EMU_FORWARD, EMU_SKEW, &r) != 0) continue;
+    if (i % 2 == 0) {
+      CHECK(r.status == VAL_OK, "the intact %s fails: %s", k[i].name, r.msg);
+    } else {
+      CHECK(r.status == VAL_INVALID && strstr(r.msg, "schedules"),
+            "%s%s without the barrier before its stage is reused: %s", k[i].name,
+            p->causal ? " (causal)" : "", r.status == VAL_OK ? "passes" : r.msg);
+      printf("stage barrier cut, %s: %s\n", k[i].name, r.msg);
+    }
+  }
+  for (size_t i = 0; i < n; i++) backend_build_free(be, &b[i]), gen_kernel_free(&k[i]);
 }
 
 /* Q's traffic once, K and V once per Q tile; O and lse written once. */
@@ -336,8 +408,8 @@ static int launch_hand(const emu_build *b, size_t i, emu_schedule s, float *q, f
 
 static void expect_failure(const emu_build *b, size_t i, float *q, float *o,
                            const char *want1, const char *want2) {
-  static const emu_schedule all[] = {EMU_FORWARD, EMU_REVERSE, EMU_RANDOM};
-  for (size_t s = 0; s < 3; s++) {
+  static const emu_schedule all[] = {EMU_FORWARD, EMU_REVERSE, EMU_RANDOM, EMU_SKEW};
+  for (size_t s = 0; s < sizeof all / sizeof all[0]; s++) {
     char err[512] = "";
     fa_emu_counters c;
     int rc = launch_hand(b, i, all[s], q, o, &c, err, sizeof err);
@@ -417,6 +489,7 @@ int main(void) {
   }
   test_seed_cases();
   test_missing_barrier();
+  test_stage_barrier();
   test_generated_counters();
   test_oracle();
   test_hand_kernels();

@@ -352,6 +352,9 @@ static void test_bad_files(void) {
   bad_dict("colon.npy", "{'descr' '<f4', 'fortran_order': False, 'shape': (4,)}", 16, "expected ':'");
   bad_dict("unclosed.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (4,)", 16, "expected ','");
   bad_dict("bool.npy", "{'descr': '<f4', 'fortran_order': 0, 'shape': (4,)}", 16, "True or False");
+  /* Read as C order, a Fortran-order matrix would come back transposed. */
+  bad_dict("fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3)}", 24,
+           "Fortran-order arrays are not supported");
   bad_dict("i4.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (4,)}", 16,
            "dtype '<i4' is not supported (float16, float32, float64 or bfloat16)");
   bad_dict("v2.npy", "{'descr': '|V2', 'fortran_order': False, 'shape': (4,)}", 8,

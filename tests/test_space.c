@@ -5,7 +5,9 @@
 ** and validated against the float64 reference of the same rounded inputs
 ** within val_tolerance of the dtype, each at the family's two shapes under
 ** two schedules that must give identical bits (shared memory starting as
-** NaN then zeros). Every variant listed must be of the family swept.
+** NaN then zeros); a sample of them also at a shape of its own whose last
+** Q and K/V blocks are partial (tails of 1, half a block and block - 1).
+** Every variant listed must be of the family swept.
 **
 ** usage: test_space [FAMILY...]     (all families by default)
 ** The input seed is printed; FATUNE_TEST_SEED replays a run.
@@ -36,7 +38,13 @@ typedef struct item {
   gen_kernel k;
   fa_build b;
   const space_problem *sp;
+  int tail;              /* its pair of tails, 0..8, or -1: none */
+  val_case tail_case;    /* made when tail >= 0 */
+  attn_inputs tail_in;
 } item;
+
+/* Validation jobs per item: the family's shapes, then its tail shape. */
+#define SLOTS (FAM_NSHAPES + 1)
 
 typedef struct sweep {
   const family *f;
@@ -62,6 +70,7 @@ static int add_item(sweep *s, const space_problem *sp, const gen_variant *v) {
   item *it = &s->items[s->n];
   memset(it, 0, sizeof *it);
   it->sp = sp;
+  it->tail = -1;
   if (gen_render_config(s->g, v->config, NULL, s->t, &it->k) != 0) {
     CHECK(0, "rendering %s: %s", v->name, gen_errmsg(s->g));
     return 0;
@@ -84,7 +93,10 @@ static int list_space(sweep *s, space_problem *sp) {
     CHECK(strncmp(v[i].name, s->f->name, plen) == 0 && v[i].name[plen] == '-',
           "%s is not of the %s family", v[i].name, s->f->name);
     if (s->filter && !strstr(v[i].name, s->filter)) continue;
+    const size_t every = s->f->tail_every > 0 ? (size_t)s->f->tail_every : 0;
     int added = add_item(s, sp, &v[i]);
+    if (added > 0 && every && sp->nvariants % every == 0)
+      s->items[s->n - 1].tail = (int)(sp->nvariants / every % 9);
     if (added < 0) rc = -1;
     else sp->nvariants += (size_t)added;
   }
@@ -107,6 +119,35 @@ static void make_cases(sweep *s, space_problem *sp) {
   }
 }
 
+/* 1, half a block and block - 1: tail i of a tile of b rows. */
+static int tail_rows(int b, int i) {
+  return i == 0 ? 1 : i == 1 ? b / 2 : b - 1;
+}
+
+/* The tail shape of an item (one block and a tail in each of Q and K/V),
+** its inputs and reference. */
+static void make_tail_case(sweep *s, item *it, size_t i) {
+  const int bm = (int)fam_config_int(it->k.config, "block_m");
+  const int bn = (int)fam_config_int(it->k.config, "block_n");
+  fa_problem q = it->sp->p;
+  q.batch = 1, q.heads = 1;
+  q.seq_q = bm + tail_rows(bm, it->tail % 3);
+  q.seq_k = bn + tail_rows(bn, it->tail / 3);
+  char err[512];
+  CHECK(bm > 0 && bn > 0, "%s: no block_m or block_n in its config", it->k.name);
+  if (bm <= 0 || bn <= 0 || val_case_make(&it->tail_case, &q, s->seed + 7919 * i, err, sizeof err) != 0) {
+    CHECK(bm <= 0 || bn <= 0, "%s", err);
+    it->tail = -1;
+    return;
+  }
+  if (attn_inputs_upload(s->be, &q, it->tail_case.q, it->tail_case.k, it->tail_case.v,
+                         &it->tail_in, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+    val_case_free(&it->tail_case);
+    it->tail = -1;
+  }
+}
+
 /* Every problem of the family: its variants and its cases. */
 static int list_family(sweep *s) {
   const family *f = s->f;
@@ -120,6 +161,8 @@ static int list_family(sweep *s) {
         if (list_space(s, sp) != 0) return -1;
         make_cases(s, sp);
       }
+  for (size_t i = 0; i < s->n; i++)
+    if (s->items[i].tail >= 0) make_tail_case(s, &s->items[i], i);
   return 0;
 }
 
@@ -136,18 +179,35 @@ static void print_counts(const sweep *s) {
   }
 }
 
+/* The case a job validates on, or NULL when the job has none. */
+static const val_case *job_case(const sweep *s, size_t job, const attn_inputs **in,
+                                emu_schedule sched[2]) {
+  const item *it = &s->items[job / SLOTS];
+  const size_t h = job % SLOTS;
+  if (!it->b.prog) return NULL;
+  if (h == FAM_NSHAPES) {
+    if (it->tail < 0) return NULL;
+    sched[0] = s->f->tail_s0, sched[1] = s->f->tail_s1;
+    *in = &it->tail_in;
+    return &it->tail_case;
+  }
+  sched[0] = s->f->shapes[h].s0, sched[1] = s->f->shapes[h].s1;
+  *in = &it->sp->inputs[h];
+  return &it->sp->cases[h];
+}
+
 static void check_one(size_t job, void *ud) {
   sweep *s = ud;
-  const size_t i = job / FAM_NSHAPES, h = job % FAM_NSHAPES;
-  const item *it = &s->items[i];
-  const fam_shape *sh = &s->f->shapes[h];
+  const item *it = &s->items[job / SLOTS];
   val_result *r = &s->results[job];
-  if (!it->b.prog) return;
-  val_opts o = {.nschedules = 2, .schedule = {sh->s0, sh->s1}, .seed = s->seed + job,
+  const attn_inputs *in;
+  emu_schedule sched[2];
+  const val_case *vc = job_case(s, job, &in, sched);
+  if (!vc) return;
+  val_opts o = {.nschedules = 2, .schedule = {sched[0], sched[1]}, .seed = s->seed + job,
                 .threads = 1};
   char err[256];
-  if (val_check(s->be, &it->sp->cases[h], &it->sp->inputs[h], it->b.prog, &it->k, &o, r, err,
-                sizeof err) != 0) {
+  if (val_check(s->be, vc, in, it->b.prog, &it->k, &o, r, err, sizeof err) != 0) {
     r->status = VAL_CRASHED;
     snprintf(r->msg, sizeof r->msg, "cannot validate: %s", err);
   }
@@ -158,7 +218,7 @@ static int compile_and_run(sweep *s, double *compile_s, double *run_s) {
   const size_t n = s->n;
   const gen_kernel **ks = malloc((n ? n : 1) * sizeof *ks);
   fa_build *builds = calloc(n ? n : 1, sizeof *builds);
-  s->results = calloc((n ? n : 1) * FAM_NSHAPES, sizeof *s->results);
+  s->results = calloc((n ? n : 1) * SLOTS, sizeof *s->results);
   if (!ks || !builds || !s->results) {
     free(ks), free(builds);
     return -1;
@@ -173,7 +233,7 @@ static int compile_and_run(sweep *s, double *compile_s, double *run_s) {
     CHECK(builds[i].prog, "%s does not compile: %s", s->items[i].k.name,
           builds[i].log ? builds[i].log : "?");
   }
-  CHECK(par_for(n * FAM_NSHAPES, 0, check_one, s, NULL, NULL) == 0, "par_for");
+  CHECK(par_for(n * SLOTS, 0, check_one, s, NULL, NULL) == 0, "par_for");
   *compile_s = t1 - t0;
   *run_s = fa_now_s() - t1;
   free(ks), free(builds);
@@ -182,20 +242,31 @@ static int compile_and_run(sweep *s, double *compile_s, double *run_s) {
 
 /* Every result must be ok; prints the count and the worst error per dtype. */
 static void report(const sweep *s, double compile_s, double run_s) {
-  size_t ok = 0;
+  size_t ok = 0, tails = 0, runs = 0;
+  int seen[3][3] = {{0}};
   double worst[FAM_MAX_SPACE] = {0};
-  for (size_t j = 0; j < s->n * FAM_NSHAPES; j++) {
-    const item *it = &s->items[j / FAM_NSHAPES];
+  for (size_t j = 0; j < s->n * SLOTS; j++) {
+    const item *it = &s->items[j / SLOTS];
     const val_result *r = &s->results[j];
-    const fam_shape *sh = &s->f->shapes[j % FAM_NSHAPES];
-    if (!it->b.prog) continue;
+    const attn_inputs *in;
+    emu_schedule sched[2];
+    const val_case *vc = job_case(s, j, &in, sched);
+    if (!vc) continue;
+    runs++;
+    if (j % SLOTS == FAM_NSHAPES) tails++, seen[it->tail % 3][it->tail / 3] = 1;
     ok += r->status == VAL_OK;
     if (r->status == VAL_OK && r->rel_err > worst[it->sp->ti]) worst[it->sp->ti] = r->rel_err;
     CHECK(r->status == VAL_OK, "%s at seq %d/%d: %s (rel %.3g, max abs %.3g)", it->k.name,
-          sh->seq_q, sh->seq_k, r->msg, r->rel_err, r->max_abs_err);
+          vc->p.seq_q, vc->p.seq_k, r->msg, r->rel_err, r->max_abs_err);
   }
-  printf("%zu variants x %d shapes x 2 schedules: %zu ok; compile %.1f s, runs %.1f s\n", s->n,
-         FAM_NSHAPES, ok, compile_s, run_s);
+  int pairs = 0;
+  for (int a = 0; a < 3; a++)
+    for (int b = 0; b < 3; b++) pairs += seen[a][b];
+  CHECK(s->f->tail_every <= 0 || s->filter || pairs == 9,
+        "%s: only %d of the 9 pairs of tails run", s->f->name, pairs);
+  printf("%zu variants x %d shapes + %zu at a tail shape (%d pairs of tails), x 2 schedules: "
+         "%zu of %zu ok; compile %.1f s, runs %.1f s\n", s->n, FAM_NSHAPES, tails, pairs, ok,
+         runs, compile_s, run_s);
   printf("worst norm-relative error");
   for (size_t ti = 0; ti < s->f->ndtypes; ti++)
     printf("%s %.3g (%s, tolerance %.3g)", ti ? "," : "", worst[ti],
@@ -205,8 +276,10 @@ static void report(const sweep *s, double compile_s, double run_s) {
 
 static void sweep_free(sweep *s) {
   for (size_t i = 0; i < s->n; i++) {
-    backend_build_free(s->be, &s->items[i].b);
-    gen_kernel_free(&s->items[i].k);
+    item *it = &s->items[i];
+    backend_build_free(s->be, &it->b);
+    gen_kernel_free(&it->k);
+    if (it->tail >= 0) attn_inputs_free(s->be, &it->tail_in), val_case_free(&it->tail_case);
   }
   for (size_t p = 0; p < s->nproblems; p++)
     for (size_t h = 0; h < FAM_NSHAPES; h++) {

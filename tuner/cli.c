@@ -161,8 +161,8 @@ static const flag_info flags[] = {
   {"emu-seq", F_EMU, 1, "N", "on the emulator, run at most N queries and keys (default\n"
                              "256; explore, which runs a few variants at one head, 2048)"},
   {"seed", F_SEED, 1, "S", "seed of the random inputs (default: from the clock; always printed)"},
-  {"schedule", F_SCHED, 1, "S", "emulator thread order: forward, reverse or random "
-                                "(default forward)"},
+  {"schedule", F_SCHED, 1, "S", "emulator thread order: forward, reverse, random or\n"
+                                "skew (default forward)"},
   {"timeout", F_WORK, 1, "S", "a variant that runs longer is stopped, recorded as\n"
                               "timeout (default 60)"},
   {"trial-ms", F_WORK, 1, "N", "GPU timing budget per variant, in milliseconds (default 300)"},
@@ -389,10 +389,10 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
                   nearest(val, backends, 3, sizeof backends[0], "", hint, sizeof hint));
     o->backend = val;
   } else if (!strcmp(flag, "--schedule")) {
-    static const char *const order[] = {"forward", "reverse", "random"};
+    static const char *const order[] = {"forward", "reverse", "random", "skew"};
     if (emu_schedule_parse(val, &o->schedule) != 0)
-      return fail(err, n, "unknown schedule '%s' (forward, reverse or random%s)", val,
-                  nearest(val, order, 3, sizeof order[0], "", hint, sizeof hint));
+      return fail(err, n, "unknown schedule '%s' (forward, reverse, random or skew%s)", val,
+                  nearest(val, order, 4, sizeof order[0], "", hint, sizeof hint));
   }
   else if (!strcmp(flag, "--dtype")) return parse_dtype(val, &p->dtype, err, n);
   else if (!strcmp(flag, "--space")) {

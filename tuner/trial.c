@@ -219,7 +219,7 @@ static int job(size_t i, void *ud, void *out) {
     snprintf(oc->r.msg, sizeof oc->r.msg, "%s", e->case_err);
     return 1;
   }
-  val_opts vo = {.nschedules = e->gpu ? 1 : 2, .schedule = {EMU_FORWARD, EMU_REVERSE},
+  val_opts vo = {.nschedules = e->gpu ? 1 : 2, .schedule = {EMU_FORWARD, EMU_SKEW},
                  .seed = e->seed, .threads = 1};
   char err[256];
   if (val_check(e->be, &e->vc, &e->in, t->build.prog, &t->k, &vo, &oc->r, err, sizeof err)) {

@@ -84,13 +84,14 @@ const char *emu_compile_flags(void);
 /* The compiler command used: $FATUNE_CC, else $CC, else cc. */
 const char *emu_compiler(void);
 
-typedef enum emu_schedule { EMU_FORWARD, EMU_REVERSE, EMU_RANDOM } emu_schedule;
+/* The order fibers run in between barriers (emu_launch.c tells each). */
+typedef enum emu_schedule { EMU_FORWARD, EMU_REVERSE, EMU_RANDOM, EMU_SKEW } emu_schedule;
 const char *emu_schedule_name(emu_schedule s);
 int emu_schedule_parse(const char *s, emu_schedule *out);
 
 typedef struct emu_launch_opts {
   emu_schedule schedule;   /* order fibers run in between barriers */
-  unsigned long long seed; /* for EMU_RANDOM */
+  unsigned long long seed; /* for EMU_RANDOM and EMU_SKEW */
   int threads;             /* OS threads sharing the CTAs; <= 0: 1 */
   unsigned char smem_fill; /* every byte of shared memory at the start of a CTA */
 } emu_launch_opts;

@@ -6,6 +6,13 @@
 ** yields to the worker's scheduler, which resumes the ready fibers in the
 ** chosen order. A barrier opens when all its threads have arrived at the
 ** same place; a thread that can never be joined is reported, not waited for.
+**
+** Schedules: forward and reverse run every ready fiber once per round in
+** thread order or its reverse, so warps interleave at each collective;
+** random shuffles that order every round; skew runs one warp at a time,
+** in a seeded random order, up to its next __syncthreads (through its own
+** warp collectives, its lanes in reverse), so a warp can be a whole phase
+** ahead of the others between barriers, as on a GPU.
 */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include <pthread.h>
@@ -64,6 +71,7 @@ struct worker {
   int alive;                 /* fibers not yet done */
   int failed;
   int cta_arrived, cta_line;
+  unsigned cta_opened;       /* __syncthreads opened so far in this CTA */
   int warp_arrived[MAX_THREADS / 32], warp_kind[MAX_THREADS / 32], warp_line[MAX_THREADS / 32];
   char msg[512];
 };
@@ -71,11 +79,12 @@ struct worker {
 static const char *const wait_names[] = {"__syncthreads", "__syncwarp", "a warp collective"};
 
 const char *emu_schedule_name(emu_schedule s) {
-  return s == EMU_FORWARD ? "forward" : s == EMU_REVERSE ? "reverse" : "random";
+  return s == EMU_FORWARD ? "forward" : s == EMU_REVERSE ? "reverse"
+       : s == EMU_RANDOM ? "random" : "skew";
 }
 
 int emu_schedule_parse(const char *s, emu_schedule *out) {
-  static const emu_schedule all[] = {EMU_FORWARD, EMU_REVERSE, EMU_RANDOM};
+  static const emu_schedule all[] = {EMU_FORWARD, EMU_REVERSE, EMU_RANDOM, EMU_SKEW};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!strcmp(s, emu_schedule_name(all[i]))) return *out = all[i], 0;
   return -1;
@@ -132,6 +141,7 @@ static void on_wait(fa_emu_thread *t, int kind, int line) {
     w->cta_line = line;
     if (++w->cta_arrived == w->n) {
       w->cta_arrived = 0;
+      w->cta_opened++;
       w->ctr.barriers++;
       release(w, 0, w->n);
     }
@@ -181,15 +191,18 @@ static unsigned long long rng_next(unsigned long long *s) {
   return z ^ (z >> 31);
 }
 
-static void make_order(worker *w) {
-  const emu_schedule s = w->L->o->schedule;
-  for (int i = 0; i < w->n; i++) w->order[i] = s == EMU_REVERSE ? w->n - 1 - i : i;
-  if (s != EMU_RANDOM) return;
-  for (int i = w->n - 1; i > 0; i--) {
+static void shuffle(worker *w, int n) {
+  for (int i = n - 1; i > 0; i--) {
     int j = (int)(rng_next(&w->rng) % (unsigned long long)(i + 1));
     int x = w->order[i];
     w->order[i] = w->order[j], w->order[j] = x;
   }
+}
+
+static void make_order(worker *w) {
+  const emu_schedule s = w->L->o->schedule;
+  for (int i = 0; i < w->n; i++) w->order[i] = s == EMU_REVERSE ? w->n - 1 - i : i;
+  if (s == EMU_RANDOM) shuffle(w, w->n);
 }
 
 /* Describe who is stuck where: runs of consecutive threads in one state. */
@@ -227,6 +240,7 @@ static void start_cta(worker *w, unsigned long long cta) {
   memset(w->warps, 0, sizeof(fa_emu_warp) * (size_t)((w->n + 31) / 32));
   w->alive = w->n;
   w->cta_arrived = 0;
+  w->cta_opened = 0;
   memset(w->warp_arrived, 0, sizeof w->warp_arrived);
   w->rng = L->o->seed ^ (cta * 0xD1B54A32D192ED03ull);
   for (int i = 0; i < w->n; i++) {
@@ -249,8 +263,48 @@ static void start_cta(worker *w, unsigned long long cta) {
   }
 }
 
+/* Run fiber f until it waits, exits or fails: -1 when the CTA failed. */
+static int step(worker *w, fa_emu_thread **slot, emu_fiber *f) {
+  *slot = &f->t;
+  fiber_switch(&w->home, &f->ctx);
+  return w->failed ? -1 : 0;
+}
+
+/* One round of skew: each warp in turn, in a fresh random order, runs
+** alone until none of its lanes is ready; the round ends early when a
+** __syncthreads opens, so every phase between barriers gets its own order.
+** Sets *ran when a fiber ran. */
+static int skew_round(worker *w, fa_emu_thread **slot, int *ran) {
+  const int nwarps = (w->n + 31) / 32;
+  const unsigned opened = w->cta_opened;
+  for (int k = 0; k < nwarps; k++) w->order[k] = k;
+  shuffle(w, nwarps);
+  for (int k = 0; k < nwarps && w->cta_opened == opened; k++) {
+    const int lo = w->order[k] * 32, hi = lo + 32 < w->n ? lo + 32 : w->n;
+    for (int again = 1; again && w->cta_opened == opened;) {
+      again = 0;
+      for (int i = hi - 1; i >= lo && w->cta_opened == opened; i--) {
+        if (w->f[i].state != F_READY) continue;
+        *ran = again = 1;
+        if (step(w, slot, &w->f[i]) != 0) return -1;
+      }
+    }
+  }
+  return 0;
+}
+
 static int run_cta(worker *w, fa_emu_thread **slot, unsigned long long cta) {
   start_cta(w, cta);
+  if (w->L->o->schedule == EMU_SKEW)
+    for (;;) {
+      int ran = 0;
+      if (skew_round(w, slot, &ran) != 0) return -1;
+      if (!w->alive) return 0;
+      if (!ran) {
+        report_deadlock(w);
+        return -1;
+      }
+    }
   const int reshuffle = w->L->o->schedule == EMU_RANDOM;
   make_order(w);
   for (;;) {
@@ -259,9 +313,7 @@ static int run_cta(worker *w, fa_emu_thread **slot, unsigned long long cta) {
       emu_fiber *f = &w->f[w->order[k]];
       if (f->state != F_READY) continue;
       ran = 1;
-      *slot = &f->t;
-      fiber_switch(&w->home, &f->ctx);
-      if (w->failed) return -1;
+      if (step(w, slot, f) != 0) return -1;
     }
     if (!w->alive) return 0;
     if (!ran) {

@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# mutate.sh: mutation testing. Plants each bug of the list below, one at a
+# time, in a scratch copy of the tree (built there), runs the tests that
+# should catch it, then the rest of the suite if none did, and prints a
+# table (mutation, killed by, time) and the score. A mutation no test kills
+# is a gap in the tests: strengthen them until every one is killed.
+#
+# Each mutation replaces a piece of text, FROM, by TO (empty: deleted) on
+# the one line of FILE that holds FROM. The rule is on a line's content,
+# not its number, so it survives edits elsewhere; FROM must occur exactly
+# once in the file, else the mutation is an ERROR (its anchor moved: update
+# it here), never a kill or a survivor.
+#
+# usage: scripts/mutate.sh [--quick] [--check] [--keep] [-j N] [NAME...]
+#   --quick  a sample of the list, one per layer, in a few minutes
+#   --check  only check that every anchor applies exactly once (no build;
+#            the ctest test mutate_anchors runs this)
+#   --keep   leave the scratch copy (its path is printed)
+#   -j N     build and test jobs (default: the number of cores)
+#   NAME...  only these mutations
+# A test that fails, crashes or runs past its time (900 s unless ctest has
+# one for it) kills. On a shared machine run the whole script under nice,
+# not its tests alone: a test niced twice can starve into a timeout.
+# Exit status: 0 when every mutation run is killed, 1 otherwise, 2 on a
+# usage or setup error. Not run by CI: the whole list takes about 40 min
+# on 2 cores.
+set -u
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+# ---- The mutations: name, file, FROM, TO, and the tests that should kill
+# it: ctest names, |-separated, in stages separated by spaces, cheapest
+# first; the next stage runs only when no test of this one failed. One
+# place to update when code moves.
+names=() files=() froms=() tos=() tests=()
+mut() { names+=("$1") files+=("$2") froms+=("$3") tos+=("$4") tests+=("$5"); }
+
+mut deferred-rescale templates/simt.cu \
+  'o[i][k] = fa_rescale_${T}(o[i][k], alpha);' 'o[i][k] = fa_rescale_${T}(o[i][k], (acc_t)1);' \
+  'test_emu test_counters'
+mut causal-off-by-one templates/simt.cu \
+  '" || gc > " .. q0' '" || gc >= " .. q0' \
+  'test_emu test_counters|test_space'
+mut stage-barrier-1 templates/tc.cu \
+  'fa_syncthreads(); /* every warp is done with the stage */' ';' \
+  'test_emu test_space'
+mut stage-barrier-n templates/tc.cu \
+  "fa_syncthreads();           /* for every thread; and the previous iteration's stage is free */" ';' \
+  'test_emu test_space'
+mut quad-xor2 templates/tc.cu \
+  'mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));' '' \
+  'test_emu test_counters'
+mut tail-keys-visible templates/tc.cu \
+  'const int lim = p.seq_k;' 'const int lim = p.seq_k + 1;' \
+  'test_space'
+mut reference-scale runtime/reference.c \
+  'scale = fa_problem_scale(p);' 'scale = 1.0 / p->dim;' \
+  'test_reference test_emu'
+mut nan-check tuner/validate.c \
+  'if (!isfinite(x)) {' 'if (0 && !isfinite(x)) {' \
+  'test_judge'
+mut tolerance tuner/validate.c \
+  'if (r->rel_err > tol) {' 'if (r->max_abs_err > 10 * tol) {' \
+  'test_judge'
+mut mma-b-swapped templates/prelude_emu_tc.h \
+  'a[3], b[0], b[1]};' 'a[3], b[1], b[0]};' \
+  'test_emu_tc'
+mut resume-off-by-one tuner/trial.c \
+  'db_trial_get(e->db, t->variant_id, e->device_id,' 'db_trial_get(e->db, t->variant_id - 1, e->device_id,' \
+  'cli_db'
+mut nearest-seq db/db_query.c \
+  'ORDER BY abs(b.req_seq_q - ?5), abs(b.req_seq_k - ?6),' 'ORDER BY abs(b.req_seq_q - ?5) DESC, abs(b.req_seq_k - ?6) DESC,' \
+  'test_db test_lib'
+mut npy-fortran runtime/npy.c \
+  'if (h.fortran)' 'if (0 && h.fortran)' \
+  'test_npy'
+mut lse-log2 templates/simt.cu \
+  '(m_i[i] + fa_log2_${T}(l_i[i])) * (acc_t)0.69314718055994530942' '(m_i[i] + fa_log2_${T}(l_i[i]))' \
+  'test_emu test_counters'
+mut kv-outer-ml templates/simt.cu \
+  'fa_st_${T}(wg + gr * 2, m_i[i]);' '' \
+  'test_emu test_counters'
+
+# One of each layer, the quickest to build and test.
+quick_names="nan-check npy-fortran mma-b-swapped stage-barrier-1 nearest-seq"
+
+# ---- Options
+
+quick=0 check=0 keep=0 jobs=$(nproc 2>/dev/null || echo 2) only=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --check) check=1 ;;
+    --keep) keep=1 ;;
+    -j) [ $# -ge 2 ] || { echo "mutate.sh: -j needs a number" >&2; exit 2; }
+        jobs=$2; shift ;;
+    -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "mutate.sh: unknown option '$1'" >&2; exit 2 ;;
+    *) only+=("$1") ;;
+  esac
+  shift
+done
+case $jobs in ''|*[!0-9]*|0) echo "mutate.sh: -j needs a positive number, not '$jobs'" >&2; exit 2 ;; esac
+
+selected() {  # selected NAME: 0 when NAME is to run
+  local n
+  if [ ${#only[@]} -gt 0 ]; then
+    for n in "${only[@]}"; do [ "$n" = "$1" ] && return 0; done
+    return 1
+  fi
+  [ $quick = 0 ] && return 0
+  for n in $quick_names; do [ "$n" = "$1" ] && return 0; done
+  return 1
+}
+
+for n in "${only[@]}"; do
+  found=0
+  for m in "${names[@]}"; do [ "$m" = "$n" ] && found=1; done
+  [ $found = 1 ] || { echo "mutate.sh: no mutation '$n'; known: ${names[*]}" >&2; exit 2; }
+done
+
+# mutant FILE FROM TO: FILE with FROM replaced by TO, on stdout; status 1
+# when FROM is not exactly once in FILE.
+mutant() {
+  FROM=$2 TO=$3 awk '
+    BEGIN { from = ENVIRON["FROM"]; to = ENVIRON["TO"] }
+    {
+      line = $0; out = ""
+      while ((i = index(line, from)) > 0) {
+        n++
+        out = out substr(line, 1, i - 1) to
+        line = substr(line, i + length(from))
+      }
+      print out line
+    }
+    END { exit n == 1 ? 0 : 1 }' "$1"
+}
+
+# apply FILE FROM TO: the mutation in the scratch copy, the original kept
+# outside the tree (templates/* is globbed into the build).
+apply() {
+  mutant "$src/$1" "$2" "$3" >"$scratch/mutant" &&
+    cp "$src/$1" "$scratch/original" && cp "$scratch/mutant" "$src/$1"
+}
+
+if [ $check = 1 ]; then
+  bad=0
+  for i in "${!names[@]}"; do
+    selected "${names[$i]}" || continue
+    if mutant "$root/${files[$i]}" "${froms[$i]}" "${tos[$i]}" >/dev/null; then
+      echo "ok    ${names[$i]}: ${files[$i]}"
+    else
+      echo "ERROR ${names[$i]}: '${froms[$i]}' is not exactly once in ${files[$i]}"; bad=1
+    fi
+  done
+  exit $bad
+fi
+
+# ---- The scratch copy: the working tree as it is (tracked and untracked
+# files git does not ignore), built once; each mutant rebuilds what it touches.
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/fatune-mutate.XXXXXX") || exit 2
+cleanup() { [ $keep = 1 ] && echo "scratch copy kept: $scratch" || rm -rf "$scratch"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+src=$scratch/src build=$scratch/build
+mkdir -p "$src" "$scratch/cache" || exit 2
+(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf -) |
+  tar -xf - -C "$src" || { echo "mutate.sh: cannot copy the tree" >&2; exit 2; }
+# The per-user cache and database away from the user's.
+export XDG_CACHE_HOME=$scratch/cache
+unset FATUNE_DB
+
+now() { date +%s; }
+t0=$(now)
+echo "building the scratch copy in $build ..."
+if ! cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$scratch/cmake.log" 2>&1 ||
+   ! cmake --build "$build" -j "$jobs" >"$scratch/build.log" 2>&1; then
+  echo "mutate.sh: the unmutated tree does not build; see $scratch/build.log" >&2
+  keep=1
+  exit 2
+fi
+echo "built in $(( $(now) - t0 )) s"
+# The suite's test names, one a line.
+(cd "$build" && ctest -N) | sed -n 's/^ *Test *#[0-9]*: //p' >"$scratch/tests"
+
+restore() { cp "$scratch/original" "$src/$1"; }
+
+# failed_tests LOG: the names ctest lists as failed, comma-separated.
+failed_tests() {
+  awk '/The following tests FAILED:/ { on = 1; next }
+       on && /^[ \t]+[0-9]+ - / { sub(/^[ \t]+[0-9]+ - /, ""); sub(/ \(.*$/, ""); print }
+       on && !/^[ \t]+[0-9]+ - / { on = 0 }' "$1" | paste -sd, -
+}
+
+rows=() killed=0 survived=0 errors=0 ran=0
+for i in "${!names[@]}"; do
+  name=${names[$i]}
+  selected "$name" || continue
+  ran=$((ran + 1))
+  start=$(now)
+  printf '%-20s ' "$name"
+  if ! apply "${files[$i]}" "${froms[$i]}" "${tos[$i]}"; then
+    verdict=ERROR by="anchor not found exactly once in ${files[$i]}"
+    errors=$((errors + 1))
+  elif ! cmake --build "$build" -j "$jobs" >"$scratch/$name.build.log" 2>&1; then
+    verdict=ERROR by="the mutant does not build (see $name.build.log)"
+    errors=$((errors + 1)) keep=1
+    restore "${files[$i]}"
+  else
+    by= all= missing=
+    for t in ${tests[$i]//|/ }; do
+      grep -qx "$t" "$scratch/tests" || missing=$t
+    done
+    for stage in ${tests[$i]}; do
+      [ -n "$missing" ] && break
+      log=$scratch/$name.$stage.log
+      (cd "$build" && ctest -j "$jobs" --timeout 900 -R "^($stage)\$" >"$log" 2>&1)
+      by=$(failed_tests "$log")
+      all=${all:+$all|}$stage
+      [ -n "$by" ] && break
+    done
+    if [ -n "$missing" ]; then
+      verdict=ERROR by="no ctest test named '$missing'"
+      errors=$((errors + 1))
+    elif [ -z "$by" ]; then
+      # None of its tests caught it: the rest of the suite.
+      log=$scratch/$name.suite.log
+      (cd "$build" && ctest -j "$jobs" --timeout 900 -E "^($all)\$" >"$log" 2>&1)
+      by=$(failed_tests "$log")
+      [ -n "$by" ] && by="$by (not its own tests)"
+    fi
+    if [ -n "$missing" ]; then :
+    elif [ -n "$by" ]; then verdict=killed killed=$((killed + 1))
+    else verdict=SURVIVED by="-" survived=$((survived + 1)); fi
+    restore "${files[$i]}"
+  fi
+  secs=$(( $(now) - start ))
+  printf '%-8s %5d s  %s\n' "$verdict" "$secs" "$by"
+  rows+=("$(printf '%-20s %-8s %5d s  %s' "$name" "$verdict" "$secs" "$by")")
+done
+
+echo
+printf '%-20s %-8s %7s  %s\n' mutation verdict time "killed by"
+for r in "${rows[@]}"; do echo "$r"; done
+scored=$((killed + survived))
+if [ $scored -gt 0 ]; then
+  echo "score: $killed/$scored killed ($((100 * killed / scored))%), $errors error(s); $ran run in $(( $(now) - t0 )) s"
+else
+  echo "score: nothing scored, $errors error(s)"
+fi
+[ $survived = 0 ] && [ $errors = 0 ]
