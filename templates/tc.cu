@@ -340,6 +340,9 @@ $ local function epilogue()
 ** to global memory in 16-byte rows; the logsumexp per row. */
 fa_cp_async_wait(0);
 fa_syncthreads(); /* nobody reads Q or K/V any more; every copy has landed */
+/* O's and the logsumexp's heads, only now: nothing of them is live in the loop */
+unsigned short *const og = (unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
+float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
 FA_UNROLL
 for (int mt = 0; mt < ${m_tiles}; ++mt) {
   FA_UNROLL
@@ -403,8 +406,6 @@ FA_TC_KERNEL(${args.entry}, ${threads})
   const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;
   const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + h * p.k_sh;
   const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + h * p.v_sh;
-  unsigned short *const og = (unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
-  float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const float sl2 = p.scale_log2_f32;
   const int q0 = fa_bid_x() * ${block_m};
