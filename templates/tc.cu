@@ -219,7 +219,12 @@ $   end
     FA_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
 $   if causal then
+#if FA_TID_AGAIN
+      const int tid_m = fa_tid_again();
+      const int vis = q0 + (tid_m >> 5) * ${warp_rows} + ((tid_m & 31) >> 2) + off + 1 + mt * 16 + 8 * hh;
+#else
       const int vis = vis0 + mt * 16 + 8 * hh;
+#endif
       const int lim = vis < p.seq_k ? vis : p.seq_k;
 $   else
       const int lim = p.seq_k;
@@ -422,6 +427,7 @@ $ if causal then
   /* Keys before vis0 + 16 mt + 8 hh are visible to fragment row g + 8 hh of m-tile mt: one
   ** register for the causal mask, not the terms it is made of */
   const int vis0 = q0 + warp * ${warp_rows} + g + off + 1;
+  (void)vis0; /* with FA_TID_AGAIN the mask computes it afresh */
 $ end
 
   /* ldmatrix x4 lanes: lane 8 j + mrow gives one row of matrix j. For Q
