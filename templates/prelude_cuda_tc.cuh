@@ -23,6 +23,23 @@ typedef struct __align__(16) fa_u32x4 { unsigned x, y, z, w; } fa_u32x4;
 
 /* ---- Conversions, round to nearest even (cvt.rn) ---- */
 
+/* threadIdx.x, read again where called: volatile, so that the compiler
+** neither hoists the read out of the main loop nor keeps what is derived
+** from it live through the loop. FA_TID_AGAIN says where the causal mask
+** takes it: on sm_90 the largest tiles' loop runs at the register limit,
+** and an S2R costs less than the spill of the mask's row register; on
+** sm_80 keeping that register spills less. */
+FA_INLINE int fa_tid_again(void) {
+  unsigned v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return (int)v;
+}
+#if __CUDA_ARCH__ >= 900
+#define FA_TID_AGAIN 1
+#else
+#define FA_TID_AGAIN 0
+#endif
+
 FA_INLINE float fa_f16_to_f32(fa_f16 h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));

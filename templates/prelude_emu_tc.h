@@ -38,6 +38,10 @@ typedef struct fa_u32x4 { _Alignas(16) unsigned x; unsigned y, z, w; } fa_u32x4;
 /* ---- Conversions: round to nearest even; a NaN becomes the canonical
 ** NaN 0x7fff, as cvt.rn.f16.f32 and cvt.rn.bf16.f32 give. ---- */
 
+/* As the CUDA prelude's; the causal mask keeps its row register. */
+FA_INLINE int fa_tid_again(void) { return fa_tid(); }
+#define FA_TID_AGAIN 0
+
 FA_INLINE unsigned fa_emu_f32_bits(float x) {
   unsigned u;
   memcpy(&u, &x, sizeof u);

@@ -219,7 +219,12 @@ $   end
     FA_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
 $   if causal then
+#if FA_TID_AGAIN
+      const int tid_m = fa_tid_again();
+      const int vis = q0 + (tid_m >> 5) * ${warp_rows} + ((tid_m & 31) >> 2) + off + 1 + mt * 16 + 8 * hh;
+#else
       const int vis = vis0 + mt * 16 + 8 * hh;
+#endif
       const int lim = vis < p.seq_k ? vis : p.seq_k;
 $   else
       const int lim = p.seq_k;
@@ -340,6 +345,9 @@ $ local function epilogue()
 ** to global memory in 16-byte rows; the logsumexp per row. */
 fa_cp_async_wait(0);
 fa_syncthreads(); /* nobody reads Q or K/V any more; every copy has landed */
+/* O's and the logsumexp's heads, only now: nothing of them is live in the loop */
+unsigned short *const og = (unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
+float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
 FA_UNROLL
 for (int mt = 0; mt < ${m_tiles}; ++mt) {
   FA_UNROLL
@@ -404,8 +412,6 @@ FA_TC_KERNEL(${args.entry}, ${threads})
   const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;
   const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh;
   const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
-  unsigned short *const og = (unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
-  float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const float sl2 = p.scale_log2_f32;
   const int q0 = fa_bid_x() * ${block_m};
@@ -422,6 +428,7 @@ $ if causal then
   /* Keys before vis0 + 16 mt + 8 hh are visible to fragment row g + 8 hh of m-tile mt: one
   ** register for the causal mask, not the terms it is made of */
   const int vis0 = q0 + warp * ${warp_rows} + g + off + 1;
+  (void)vis0; /* with FA_TID_AGAIN the mask computes it afresh */
 $ end
 
   /* ldmatrix x4 lanes: lane 8 j + mrow gives one row of matrix j. For Q

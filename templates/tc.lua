@@ -178,8 +178,8 @@ function tc.plan(c)
   -- cheapest (parts, group) whose estimate is 256 or below; else one k16
   -- step of keys and one m-tile at a time. Calibrated on ptxas (CUDA 13):
   -- FlashAttention-2's own tiles in one part and one group, estimated at
-  -- 256, take 255 registers, without spilling at d64 and with 12 bytes
-  -- spilled, reloaded once per block, at d128 (sm_80, bf16); in two key
+  -- 256, take 255 registers without spilling (d128 causal on sm_90: 4
+  -- bytes, reloaded once per block); in two key
   -- parts they need no spill but issue about a quarter more instructions
   -- per block (two O rescales, two row steps): the parts axis offers both
   -- to the tuner. Parts asked for keep all m-tiles together.
