@@ -260,7 +260,7 @@ function tc.enumerate(problem, which)
     cross(base, { block_m = { 64, 128, 192 }, block_n = bn, warps = { 4, 8 },
                   norm = { "eager", "deferred" }, layout = { "row", "pad", "swizzle" },
                   q = { "smem", "reg" }, stages = { 1, 2, 3 }, q_share = { 0, 1 },
-                  parts = { 0 } }, out)
+                  parts = { 0, 2 } }, out)
     return out
   end
   if which == "small" then

@@ -7,7 +7,8 @@
 **      other), compiled for sm_80 and sm_90 with zero errors and a sane
 **      ptxas report (registers in 1..255, a CUBIN);
 **   2. the family's reference configs (tc: FlashAttention-2's own choices),
-**      compiled for both archs alike: zero spill bytes;
+**      compiled for both archs alike: zero spill bytes (but for a gap a
+**      reference lists with its size);
 **   3. where a disassembler is at hand (cuobjdump, with the nvdisasm it
 **      calls, on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin, or named
 **      by $FATUNE_CUOBJDUMP), the SASS of the references marked for it
@@ -356,8 +357,9 @@ static void judge(const family *f, const gen_kernel *k, const fam_ref *ref, cons
   if (r->stack_bytes > t->max_stack) t->max_stack = r->stack_bytes;
   if (r->compile_ms > t->max_ms) t->max_ms = r->compile_ms;
   if (!ref) return;
-  CHECK(spill == 0, "%s on %s (%s's choice) spills %d/%d bytes", k->name, arch, f->ref_label,
-        r->spill_store_bytes, r->spill_load_bytes);
+  const int bound = !strcmp(arch, "sm_80") ? ref->spill_sm80 : ref->spill_sm90;
+  CHECK(spill <= bound, "%s on %s (%s's choice) spills %d/%d bytes (at most %d)", k->name, arch,
+        f->ref_label, r->spill_store_bytes, r->spill_load_bytes, bound);
   if (t->cuobjdump && ref->sass && f->sass_insn) check_sass(f, k, arch, r, t);
 }
 
