@@ -402,7 +402,8 @@ int rp_plot_registers(rp_ctx *c, size_t k, const char *png, const char *title) {
   /* CTAs per SM are few integers: one flat colour each. */
   if (hi_c <= lo_c) hi_c = lo_c + 1;
   fprintf(c->gp, "set xlabel 'registers per thread'\nset ylabel 'attained TFLOP/s'\n"
-                 "set cblabel 'CTAs per SM (occupancy, from registers and shared memory)'\nset cbrange [%f:%f]\nset cbtics 1\n"
+                 "set cblabel 'CTAs per SM (occupancy, from registers and shared memory)'\n"
+                 "set cbrange [%f:%f]\nset cbtics 1\n"
                  "set palette maxcolors %d defined (0 'blue', 1 'green', 2 'orange', 3 'red')\n"
                  "set key left bottom\nset offsets graph 0.05, graph 0.05, graph 0.1, graph 0.1\n"
                  "plot ", lo_c - 0.5, hi_c + 0.5, hi_c - lo_c + 1);
