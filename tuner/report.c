@@ -536,7 +536,7 @@ static void roof_table(const page *p, const rp_ctx *c, size_t k, const estimate_
                        double peak) {
   char cells[6][64] = {"seq_q", "dim", "FLOP per byte", "best TFLOP/s", "roof TFLOP/s",
                        "of the roof"};
-  heading(p, 3, "Best trial per shape against the roof");
+  heading(p, 3, g ? "Best trial per shape against the roof" : "Best trial per shape");
   table_row(p, cells, g ? 6 : 4, 1);
   for (size_t i = 0; i < c->n; i++) {
     const rp_trial *t = &c->t[i], *b = t;
@@ -622,8 +622,12 @@ static void gpu_section(const page *p, const rp_ctx *c, size_t k) {
     if (c->fig[i].group == RP_GPU_GROUP(k)) figure(p, &c->fig[i]);
   roof_table(p, c, k, g && peak > 0 ? g : NULL, peak);
   if (register_counts(c, k)) registers_table(p, c, k);
-  else para(p, "No registers recorded for these trials: the main job with --sass records "
-               "each variant's registers and CTAs per SM (the database's sass table).");
+  else if (g)
+    para(p, "No registers recorded for these trials: the main job with --sass records "
+            "each variant's registers and CTAs per SM (the database's sass table).");
+  else
+    para(p, "No registers plot: the report takes registers and CTAs per SM from the SASS "
+            "estimate, which has no figures for this device.");
 }
 
 static const char style[] =
