@@ -198,6 +198,7 @@ typedef struct db_sass_point {
   char dtype[8];
   int dim, causal, seq_q;
   double measured_tflops, est_tflops;
+  int registers, ctas_per_sm;   /* the variant's, for the estimate's GPU; -1: unknown */
 } db_sass_point;
 typedef int (*db_sass_point_fn)(const db_sass_point *p, void *ud);   /* non-zero stops */
 

@@ -12,7 +12,7 @@
 #  - report from that database plus a sweep: at least three real PNG plots
 #    (signature and size), each referenced by report.html; Markdown too;
 #    with gnuplot off PATH the tables stay and the page says how to get the
-#    plots.
+#    plots; none of the GPU trials' plots (roofline, registers).
 #  - bad input: one line on stderr, exit 2.
 #
 # usage: FATUNE=build/fatune bash tests/cli_explore.sh
@@ -130,6 +130,9 @@ for f in "$tmp"/rep/*.png; do
 done
 [ "$pngs" -ge 3 ] && [ -z "$bad_png" ]
 check "report draws $pngs PNG plots (>= 3, each a PNG over 4 KB)" $? "$pngs; bad:$bad_png"
+# The roofline and registers plots are the GPU's: none from the emulator.
+! ls "$tmp"/rep/gpu* >/dev/null 2>&1 && ! grep -q "roofline" "$tmp/rep/report.html"
+check "report of emulator trials: no roofline nor registers plot" $? "$(ls "$tmp/rep")"
 missing=""
 refs=0
 for src in $(grep -o 'src="[^"]*"' "$tmp/rep/report.html" | sed 's/src="//; s/"$//'); do

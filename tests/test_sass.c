@@ -239,14 +239,24 @@ static void test_estimate(void) {
           !strcmp(e.limit, "registers"), "255 registers: %d CTAs by %s", e.ctas_per_sm, e.limit);
   c.inner_trips = 0;
   CHECK(estimate_compute(a100, &c, &t, &e) == -1, "no estimate without the trip count");
+  /* The roofline's ceilings: the vendors' dense peaks. */
+  const estimate_gpu *h100 = estimate_gpu_find("h100");
+  CHECK(fabs(estimate_peak_tflops(a100, "bf16") - 311.9) < 0.1 &&
+          fabs(estimate_peak_tflops(a100, "fp32") - 19.5) < 0.1 &&
+          fabs(estimate_peak_tflops(h100, "fp16") - 989.4) < 0.1 &&
+          estimate_peak_tflops(h100, "int8") == 0 && h100->dram_gbs > a100->dram_gbs,
+        "peaks: a100 bf16 %g, fp32 %g; h100 fp16 %g", estimate_peak_tflops(a100, "bf16"),
+        estimate_peak_tflops(a100, "fp32"), estimate_peak_tflops(h100, "fp16"));
 }
 
 /* The sass table: figures in, a GPU trial beside its variant's estimate out. */
 static int count_point(const db_sass_point *p, void *ud) {
   int *n = ud;
   CHECK(!strcmp(p->device, "NVIDIA A100-SXM4-80GB") && !strcmp(p->gpu, "a100") &&
-          p->measured_tflops == 200 && p->est_tflops == 312 && p->dim == 64 && !p->causal,
-        "point %s %s %g %g", p->device, p->gpu, p->measured_tflops, p->est_tflops);
+          p->measured_tflops == 200 && p->est_tflops == 312 && p->dim == 64 && !p->causal &&
+          p->registers == 183 && p->ctas_per_sm == 2,
+        "point %s %s %g %g, %d registers, %d CTAs", p->device, p->gpu, p->measured_tflops,
+        p->est_tflops, p->registers, p->ctas_per_sm);
   ++*n;
   return 0;
 }

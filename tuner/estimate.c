@@ -28,13 +28,16 @@
 **      rate, as microbenchmarks of H100/H800 measure (Luo et al.,
 **      "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture",
 **      2024): the estimate for sm_90 kernels built on mma.sync is only as
-**      good as that figure. */
+**      good as that figure.
+**  [B] Peak DRAM bandwidth: A100 whitepaper, 1555 GB/s (40 GB HBM2; the
+**      80 GB part has 2039); H100 datasheet, SXM5 (HBM3), 3.35 TB/s;
+**      H200 datasheet, 4.8 TB/s (HBM3e). */
 static const estimate_gpu gpus[] = {
-  {"a100", "sm_80", 108, 1.41, 2048, 0, 64, 32, 16, 4, 128, 65536, 167936, 1024, 2048, 32},
+  {"a100", "sm_80", 108, 1.41, 2048, 0, 64, 32, 16, 4, 128, 65536, 167936, 1024, 2048, 32, 1555},
   {"h100", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
-   2048, 32},
+   2048, 32, 3352},
   {"h200", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
-   2048, 32},
+   2048, 32, 4800},
 };
 
 #define NGPUS (sizeof gpus / sizeof gpus[0])
@@ -59,6 +62,15 @@ const estimate_gpu *estimate_gpu_for_device(const char *device_name) {
   for (size_t i = 0; device_name && i < NGPUS; i++)
     if (strstr(device_name, keys[i])) return &gpus[i];
   return NULL;
+}
+
+double estimate_peak_tflops(const estimate_gpu *g, const char *dtype) {
+  double per_clk = 0;   /* FLOP per clock per SM */
+  if (!strcmp(dtype, "bf16") || !strcmp(dtype, "fp16"))
+    per_clk = g->hgmma_flop_clk > 0 ? g->hgmma_flop_clk : g->mma_flop_clk;
+  else if (!strcmp(dtype, "fp32")) per_clk = 2 * g->ffma_clk;
+  else if (!strcmp(dtype, "fp64")) per_clk = 2 * g->dfma_clk;
+  return per_clk * g->sms * g->clock_ghz / 1e3;
 }
 
 /* Resident CTAs per SM: registers (allocated per warp in units of 256),

@@ -26,6 +26,7 @@ typedef struct estimate_gpu {
   double issue_clk;       /* warp instructions issued per clock per SM */
   double smem_bytes_clk;  /* shared-memory bandwidth per SM */
   int regs_sm, smem_sm, smem_reserved_cta, threads_sm, ctas_sm;
+  double dram_gbs;        /* peak DRAM bandwidth, GB/s: the roofline's slope */
 } estimate_gpu;
 
 /* The GPU of a name ("a100", "h100", "h200"), or NULL. */
@@ -36,6 +37,11 @@ const char *estimate_gpu_names(void);
 const estimate_gpu *estimate_gpu_for_arch(const char *arch);
 /* The GPU of a device's name ("NVIDIA H200", "NVIDIA A100-SXM4-80GB"), or NULL. */
 const estimate_gpu *estimate_gpu_for_device(const char *device_name);
+
+/* The vendor's dense peak TFLOP/s for a dtype ("bf16", "fp16": the tensor
+** cores, wgmma where there is one; "fp32", "fp64": FMA lanes), the
+** roofline's ceiling; 0 for another dtype. */
+double estimate_peak_tflops(const estimate_gpu *g, const char *dtype);
 
 /* What the estimate needs of the variant besides its SASS. */
 typedef struct estimate_tile {

@@ -84,10 +84,10 @@ static double num(const char *s) {
 }
 
 enum { F_VARIANT, F_CONFIG, F_DEVICE, F_BACKEND, F_DTYPE, F_DIM, F_SEQ_Q, F_SEQ_K, F_BATCH,
-       F_HEADS, F_CAUSAL, F_STATUS, F_REL, F_TFLOPS, F_COUNTERS, NFIELDS };
+       F_HEADS, F_CAUSAL, F_STATUS, F_REL, F_TFLOPS, F_GBPS, F_COUNTERS, NFIELDS };
 static const char *const field_names[NFIELDS] = {
   "variant", "config", "device", "backend", "dtype", "dim", "seq_q", "seq_k", "batch",
-  "heads", "causal", "status", "rel_err", "tflops", "counters"};
+  "heads", "causal", "status", "rel_err", "tflops", "gbps", "counters"};
 
 static void trial_from(rp_trial *t, char *const *f) {
   memset(t, 0, sizeof *t);
@@ -123,6 +123,7 @@ static void trial_from(rp_trial *t, char *const *f) {
   t->gbytes = (json_num(ctr, "global_bytes_read") + json_num(ctr, "global_bytes_written")) / bh;
   t->rescale = json_num(ctr, "rescale_count") / bh;
   t->tflops = num(f[F_TFLOPS]);
+  t->gbps = num(f[F_GBPS]);
   t->rel_err = num(f[F_REL]);
 }
 
@@ -166,12 +167,15 @@ static int add_estimate(const db_sass_point *p, void *ud) {
   if (!g || strcmp(g->name, p->gpu)) return 0;
   if (c->nest == c->capest) {
     size_t cap = c->capest ? 2 * c->capest : 64;
-    double (*e)[2] = realloc(c->est, cap * sizeof *e);
+    rp_est *e = realloc(c->est, cap * sizeof *e);
     if (!e) return 1;
     c->est = e, c->capest = cap;
   }
-  c->est[c->nest][0] = p->est_tflops;
-  c->est[c->nest++][1] = p->measured_tflops;
+  rp_est *e = &c->est[c->nest++];
+  snprintf(e->device, sizeof e->device, "%s", p->device);
+  snprintf(e->dtype, sizeof e->dtype, "%s", p->dtype);
+  e->seq_q = p->seq_q, e->registers = p->registers, e->ctas_per_sm = p->ctas_per_sm;
+  e->est = p->est_tflops, e->measured = p->measured_tflops;
   return 0;
 }
 
@@ -235,6 +239,29 @@ static int group_all(rp_ctx *c) {
 
 int rp_gpu(const rp_trial *t) { return !strcmp(t->backend, "cuda"); }
 
+int rp_roof_point(const rp_trial *t, const rp_trial *key) {
+  return rp_gpu(t) && !strcmp(t->status, "ok") && t->tflops > 0 && t->gbps > 0 &&
+         !strcmp(t->device, key->device) && !strcmp(t->dtype, key->dtype);
+}
+
+int rp_est_of(const rp_est *e, const rp_trial *key) {
+  return !strcmp(e->device, key->device) && !strcmp(e->dtype, key->dtype);
+}
+
+/* The (device, dtype) pairs of the timed GPU trials, in the order met. */
+static int gpu_keys(rp_ctx *c) {
+  for (size_t i = 0; i < c->n; i++) {
+    size_t k = 0;
+    while (k < c->ngpu && !rp_roof_point(&c->t[i], c->gpu[k])) k++;
+    if (k < c->ngpu || !rp_roof_point(&c->t[i], &c->t[i])) continue;
+    const rp_trial **g = realloc(c->gpu, (c->ngpu + 1) * sizeof *g);
+    if (!g) return -1;
+    c->gpu = g;
+    c->gpu[c->ngpu++] = &c->t[i];
+  }
+  return 0;
+}
+
 static void group_title(const rp_group *g, char *buf, size_t n) {
   const rp_trial *k = g->key;
   char extra[48] = "";
@@ -296,6 +323,39 @@ static int plot_group(rp_ctx *c, size_t gi) {
   snprintf(full, sizeof full, "%s: rescale multiplies per head, the fewest of each "
            "normalization", title);
   return m.nx > 1 ? rp_plot_lines(c, png, full, "rescales per (batch x head)", &m, 1) : 0;
+}
+
+/* The distinct register counts of c->gpu[k]'s SASS figures, up to 2. */
+static int register_counts(const rp_ctx *c, size_t k) {
+  int first = -1;
+  for (size_t i = 0; i < c->nest; i++) {
+    const rp_est *e = &c->est[i];
+    if (!rp_est_of(e, c->gpu[k]) || e->registers < 0) continue;
+    if (first < 0) first = e->registers;
+    else if (e->registers != first) return 2;
+  }
+  return first >= 0;
+}
+
+static void gpu_title(const rp_trial *key, char *buf, size_t n) {
+  snprintf(buf, n, "%.100s (%s), %s", key->device, key->backend, key->dtype);
+}
+
+/* The roofline of c->gpu[k]; its registers plot when its variants differ
+** in registers (one count is a table row). */
+static int plot_gpu(rp_ctx *c, size_t k) {
+  char head[160], title[400], png[64];
+  gpu_title(c->gpu[k], head, sizeof head);
+  c->cur_group = RP_GPU_GROUP(k);
+  snprintf(png, sizeof png, "gpu%zu-roofline.png", k);
+  snprintf(title, sizeof title, "%s: roofline, attained TFLOP/s against FLOPs per byte of Q, K, "
+           "V, O and LSE", head);
+  if (rp_plot_roofline(c, k, png, title) != 0) return -1;
+  if (register_counts(c, k) < 2) return 0;
+  snprintf(png, sizeof png, "gpu%zu-registers.png", k);
+  snprintf(title, sizeof title, "%s: TFLOP/s against registers per thread, coloured by CTAs "
+           "per SM", head);
+  return rp_plot_registers(c, k, png, title);
 }
 
 /* ---- The page ---- */
@@ -458,7 +518,7 @@ static void estimate_section(const page *p, const rp_ctx *c) {
   double *r = malloc(c->nest * sizeof *r);
   char line[400];
   if (r) {
-    for (size_t i = 0; i < c->nest; i++) r[i] = c->est[i][1] / c->est[i][0];
+    for (size_t i = 0; i < c->nest; i++) r[i] = c->est[i].measured / c->est[i].est;
     qsort(r, c->nest, sizeof *r, cmp_double);
   }
   snprintf(line, sizeof line, "%zu GPU trials beside the static estimate for their variant "
@@ -469,6 +529,105 @@ static void estimate_section(const page *p, const rp_ctx *c) {
   para(p, line);
   for (size_t i = 0; i < c->nfig; i++)
     if (c->fig[i].group == RP_EST_GROUP) figure(p, &c->fig[i]);
+}
+
+/* The best trial at each (seq_q, dim) of c->gpu[k] against its roof. */
+static void roof_table(const page *p, const rp_ctx *c, size_t k, const estimate_gpu *g,
+                       double peak) {
+  char cells[6][64] = {"seq_q", "dim", "FLOP per byte", "best TFLOP/s", "roof TFLOP/s",
+                       "of the roof"};
+  heading(p, 3, g ? "Best trial per shape against the roof" : "Best trial per shape");
+  table_row(p, cells, g ? 6 : 4, 1);
+  for (size_t i = 0; i < c->n; i++) {
+    const rp_trial *t = &c->t[i], *b = t;
+    if (!rp_roof_point(t, c->gpu[k])) continue;
+    size_t j = 0;   /* the shape's first trial writes its row */
+    while (j < i && !(rp_roof_point(&c->t[j], t) && c->t[j].seq_q == t->seq_q &&
+                      c->t[j].dim == t->dim && c->t[j].seq_k == t->seq_k &&
+                      c->t[j].causal == t->causal))
+      j++;
+    if (j < i) continue;
+    for (j = i + 1; j < c->n; j++)
+      if (rp_roof_point(&c->t[j], t) && c->t[j].seq_q == t->seq_q && c->t[j].dim == t->dim &&
+          c->t[j].seq_k == t->seq_k && c->t[j].causal == t->causal &&
+          c->t[j].tflops > b->tflops)
+        b = &c->t[j];
+    const double ai = 1e3 * b->tflops / b->gbps, roof = g ? fmin(peak, g->dram_gbs * ai / 1e3) : 0;
+    snprintf(cells[0], 64, "%d%s", b->seq_q, b->causal ? " causal" : "");
+    snprintf(cells[1], 64, "%d", b->dim);
+    snprintf(cells[2], 64, "%.0f", ai);
+    snprintf(cells[3], 64, "%.1f", b->tflops);
+    snprintf(cells[4], 64, "%.1f", roof);
+    snprintf(cells[5], 64, "%.0f%%", 100 * b->tflops / roof);
+    table_row(p, cells, g ? 6 : 4, 0);
+  }
+  table_end(p);
+}
+
+/* Trials by (registers, CTAs per SM): how many, the best TFLOP/s. */
+static void registers_table(const page *p, const rp_ctx *c, size_t k) {
+  char cells[4][64] = {"registers per thread", "CTAs per SM", "trials", "best TFLOP/s"};
+  heading(p, 3, "Registers, occupancy and TFLOP/s");
+  table_row(p, cells, 4, 1);
+  int last = -1;
+  for (;;) {   /* ascending registers, then CTAs: the next pair above the last */
+    int next = -1;
+    for (size_t i = 0; i < c->nest; i++) {
+      const rp_est *e = &c->est[i];
+      const int key = e->registers * 64 + e->ctas_per_sm;
+      if (rp_est_of(e, c->gpu[k]) && e->registers >= 0 && e->ctas_per_sm >= 0 &&
+          e->ctas_per_sm < 64 && key > last && (next < 0 || key < next))
+        next = key;
+    }
+    if (next < 0) break;
+    size_t n = 0;
+    double best = 0;
+    for (size_t i = 0; i < c->nest; i++) {
+      const rp_est *e = &c->est[i];
+      if (rp_est_of(e, c->gpu[k]) && e->registers * 64 + e->ctas_per_sm == next &&
+          e->registers >= 0 && e->ctas_per_sm >= 0)
+        n++, best = fmax(best, e->measured);
+    }
+    snprintf(cells[0], 64, "%d", next / 64);
+    snprintf(cells[1], 64, "%d", next % 64);
+    snprintf(cells[2], 64, "%zu", n);
+    snprintf(cells[3], 64, "%.1f", best);
+    table_row(p, cells, 4, 0);
+    last = next;
+  }
+  table_end(p);
+}
+
+/* c->gpu[k]'s roofline and registers: the figures, the roofs, tables. */
+static void gpu_section(const page *p, const rp_ctx *c, size_t k) {
+  const rp_trial *key = c->gpu[k];
+  char head[160], line[700];
+  gpu_title(key, head, sizeof head);
+  snprintf(line, sizeof line, "%s: roofline and registers", head);
+  heading(p, 2, line);
+  const estimate_gpu *g = estimate_gpu_for_device(key->device);
+  const double peak = g ? estimate_peak_tflops(g, key->dtype) : 0;
+  if (g && peak > 0)
+    snprintf(line, sizeof line, "Roofs (%s's figures in the estimate's table): %.0f TFLOP/s, "
+             "the dense %s peak; %.0f GB/s of DRAM bandwidth; the ridge at %.0f FLOP per byte. "
+             "The intensity counts the bytes every variant must move (Q, K and V read once, O "
+             "and LSE written once): it is the shape's, so a variant that moves more shows "
+             "lower, not further left.", g->name, peak, key->dtype, g->dram_gbs,
+             1e3 * peak / g->dram_gbs);
+  else
+    snprintf(line, sizeof line, "No roofs: the estimate's table has no figures for this "
+             "device (it knows %s).", estimate_gpu_names());
+  para(p, line);
+  for (size_t i = 0; i < c->nfig; i++)
+    if (c->fig[i].group == RP_GPU_GROUP(k)) figure(p, &c->fig[i]);
+  roof_table(p, c, k, g && peak > 0 ? g : NULL, peak);
+  if (register_counts(c, k)) registers_table(p, c, k);
+  else if (g)
+    para(p, "No registers recorded for these trials: the main job with --sass records "
+            "each variant's registers and CTAs per SM (the database's sass table).");
+  else
+    para(p, "No registers plot: the report takes registers and CTAs per SM from the SASS "
+            "estimate, which has no figures for this device.");
 }
 
 static const char style[] =
@@ -497,6 +656,7 @@ static int write_page(const rp_ctx *c, const char *plots_note, char *path, size_
   para(&p, line);
   if (plots_note) para(&p, plots_note);
   for (size_t g = 0; g < c->ng; g++) group_section(&p, c, g);
+  for (size_t k = 0; k < c->ngpu; k++) gpu_section(&p, c, k);
   if (c->nest) estimate_section(&p, c);
   if (!md) fputs("</body></html>\n", p.f);
   const int bad = ferror(p.f);
@@ -529,6 +689,7 @@ static int plot_all(rp_ctx *c, char *script, size_t n, char *err, size_t errlen)
   if (rc == 0 && c->nest)
     rc = rp_plot_estimate(c, "estimate.png", "GPU trials: measured TFLOP/s against the static "
                                              "SASS estimate for their variant");
+  for (size_t k = 0; rc == 0 && k < c->ngpu; k++) rc = plot_gpu(c, k);
   const int bad = ferror(c->gp);
   if (fclose(c->gp) != 0 || bad) rc = -1;
   c->gp = NULL;
@@ -538,7 +699,7 @@ static int plot_all(rp_ctx *c, char *script, size_t n, char *err, size_t errlen)
 
 static void ctx_free(rp_ctx *c) {
   for (size_t g = 0; g < c->ng; g++) free(c->g[g].idx);
-  free(c->g), free(c->t), free(c->fig), free(c->est);
+  free(c->g), free(c->t), free(c->fig), free(c->est), free(c->gpu);
 }
 
 int report_main(const cli_opts *o) {
@@ -555,7 +716,7 @@ int report_main(const cli_opts *o) {
     cli_say(1, "the database holds no trials yet: run fatune or fatune explore first");
     goto done;
   }
-  if (make_dir(c.dir, err, sizeof err) != 0 || group_all(&c) != 0 ||
+  if (make_dir(c.dir, err, sizeof err) != 0 || group_all(&c) != 0 || gpu_keys(&c) != 0 ||
       plot_all(&c, script, sizeof script, err, sizeof err) != 0) {
     cli_say(1, err[0] ? err : "out of memory");
     goto done;

@@ -19,6 +19,7 @@ typedef struct rp_trial {
   char rest[128];        /* every axis but the design's: tile, warps, layout, q, ... */
   int dim, seq_q, seq_k, causal, esize;
   double tflops;         /* NAN when not timed */
+  double gbps;           /* Q, K, V, O and LSE's bytes over the time; NAN when not timed */
   double gbytes;         /* global bytes per (batch x head); NAN without counters */
   double rescale;        /* rescale multiplies per (batch x head); NAN without */
   double rel_err;
@@ -49,10 +50,17 @@ typedef struct rp_matrix {
   char matched[128];     /* by design: the other axes every series shares, "" when none */
 } rp_matrix;
 
+/* A GPU trial beside its variant's SASS figures for the device's GPU. */
+typedef struct rp_est {
+  char device[128], dtype[8];
+  int seq_q, registers, ctas_per_sm;   /* -1: unknown */
+  double est, measured;  /* TFLOP/s: the static estimate, the trial's */
+} rp_est;
+
 /* One figure: its PNG (under the output directory) and caption. */
 typedef struct rp_figure {
   char png[64], title[240];
-  int group;             /* index into rp_ctx.g */
+  int group;             /* index into rp_ctx.g, or RP_EST_GROUP, or RP_GPU_GROUP(k) */
 } rp_figure;
 
 typedef struct rp_ctx {
@@ -67,14 +75,18 @@ typedef struct rp_ctx {
   rp_figure *fig;
   size_t nfig, capfig;
   int cur_group;         /* the group whose figures are being added */
-  /* GPU trials beside their variant's static SASS estimate for that GPU:
-  ** (estimated, measured) TFLOP/s. */
-  double (*est)[2];
+  rp_est *est;
   size_t nest, capest;
+  /* One timed trial of each (device, dtype) the GPU trials hold: the key
+  ** of a roofline and of a registers plot. */
+  const rp_trial **gpu;
+  size_t ngpu;
 } rp_ctx;
 
-/* The group of the figure of estimate against measurement. */
+/* The group of the figure of estimate against measurement, and those of
+** the figures of c->gpu[k]. */
 #define RP_EST_GROUP (-1)
+#define RP_GPU_GROUP(k) (-2 - (int)(k))
 
 /* Which value of a trial a line plot shows, and which of two is better. */
 typedef enum rp_metric { RP_TFLOPS, RP_GBYTES, RP_RESCALE } rp_metric;
@@ -98,6 +110,18 @@ int rp_plot_heat(rp_ctx *c, const char *png, const char *title, const rp_matrix 
 /* The measured TFLOP/s of c->est against the estimate, with the line
 ** measured = estimated. */
 int rp_plot_estimate(rp_ctx *c, const char *png, const char *title);
+
+/* Whether t is c->gpu[k]'s timed trial with a bandwidth: a roofline point. */
+int rp_roof_point(const rp_trial *t, const rp_trial *key);
+/* Whether e belongs to c->gpu[k]'s (device, dtype). */
+int rp_est_of(const rp_est *e, const rp_trial *key);
+/* c->gpu[k]'s trials: attained TFLOP/s against arithmetic intensity (FLOPs
+** over the bytes of Q, K, V, O and LSE), one series per seq_len, under
+** the GPU's compute and bandwidth roofs when estimate.c knows it. */
+int rp_plot_roofline(rp_ctx *c, size_t k, const char *png, const char *title);
+/* c->gpu[k]'s trials with SASS figures: TFLOP/s against registers per
+** thread, coloured by CTAs per SM. */
+int rp_plot_registers(rp_ctx *c, size_t k, const char *png, const char *title);
 
 /* Runs gnuplot on plots.gp in the report's folder. 1 when it is not
 ** installed, 0 when every figure was drawn, -1 (err says why) when it

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include "estimate.h"
 #include "fa_escape.h"
 #include "report_int.h"
 
@@ -289,9 +290,9 @@ int rp_plot_estimate(rp_ctx *c, const char *png, const char *title) {
   if (!f) return -1;
   double hi = 0;
   for (size_t i = 0; i < c->nest; i++) {
-    fprintf(f, "%.10g %.10g\n", c->est[i][0], c->est[i][1]);
-    if (c->est[i][0] > hi) hi = c->est[i][0];
-    if (c->est[i][1] > hi) hi = c->est[i][1];
+    fprintf(f, "%.10g %.10g\n", c->est[i].est, c->est[i].measured);
+    if (c->est[i].est > hi) hi = c->est[i].est;
+    if (c->est[i].measured > hi) hi = c->est[i].measured;
   }
   if (close_data(f) != 0) return -1;
   gp_start(c, png, title);
@@ -301,6 +302,113 @@ int rp_plot_estimate(rp_ctx *c, const char *png, const char *title) {
   gp_path(c->gp, c, dat);
   fprintf(c->gp, " using 1:2 with points pt 7 title 'trials', x with lines dt 2 "
                  "title 'measured = estimated'\n");
+  return add_figure(c, png, title);
+}
+
+/* The point types of series i: filled, then open shapes. */
+static int point_type(int i) { return (int[]){7, 5, 9, 11, 13, 4, 6, 8, 10, 12, 1, 2}[i % 12]; }
+
+/* The distinct seq_q of the points, sorted: the series of a scatter plot. */
+static void point_seqs(const rp_ctx *c, size_t k, int registers, int *seq, int *n) {
+  *n = 0;
+  if (registers) {
+    for (size_t i = 0; i < c->nest; i++)
+      if (rp_est_of(&c->est[i], c->gpu[k]) && c->est[i].registers >= 0)
+        add_sorted(seq, n, c->est[i].seq_q);
+  } else {
+    for (size_t i = 0; i < c->n; i++)
+      if (rp_roof_point(&c->t[i], c->gpu[k])) add_sorted(seq, n, c->t[i].seq_q);
+  }
+}
+
+/* One plot clause per seq_q: the data file's blocks, in order. Coloured
+** points (palette) get their key entry from a point of no colour. */
+static void plot_seq_blocks(rp_ctx *c, const char *dat, const int *seq, int n, const char *use,
+                            int palette) {
+  for (int i = 0; i < n; i++) {
+    if (i == 0) gp_path(c->gp, c, dat);
+    else fprintf(c->gp, ", ''");
+    fprintf(c->gp, " index %d using %s with points pt %d ps 2 ", i, use, point_type(i));
+    if (palette)
+      fprintf(c->gp, "lc palette notitle, NaN with points pt %d ps 2 lc rgb 'black' ",
+              point_type(i));
+    fprintf(c->gp, "title 'seq_len %d'", seq[i]);
+  }
+}
+
+int rp_plot_roofline(rp_ctx *c, size_t k, const char *png, const char *title) {
+  const rp_trial *key = c->gpu[k];
+  int seq[RP_MAX_SEQ], ns;
+  point_seqs(c, k, 0, seq, &ns);
+  char dat[80];
+  FILE *f = open_data(c, png, dat, sizeof dat);
+  if (!f) return -1;
+  double lo_x = INFINITY, hi_x = 0, lo_y = INFINITY, hi_y = 0;
+  for (int b = 0; b < ns; b++) {   /* a block per seq_q, two blank lines apart */
+    fprintf(f, "%s# seq_q %d: FLOP per byte, TFLOP/s\n", b ? "\n\n" : "", seq[b]);
+    for (size_t i = 0; i < c->n; i++) {
+      const rp_trial *t = &c->t[i];
+      if (!rp_roof_point(t, key) || t->seq_q != seq[b]) continue;
+      const double ai = 1e3 * t->tflops / t->gbps;
+      fprintf(f, "%.10g %.10g\n", ai, t->tflops);
+      lo_x = fmin(lo_x, ai), hi_x = fmax(hi_x, ai), lo_y = fmin(lo_y, t->tflops);
+      hi_y = fmax(hi_y, t->tflops);
+    }
+  }
+  if (close_data(f) != 0) return -1;
+  const estimate_gpu *g = estimate_gpu_for_device(key->device);
+  const double peak = g ? estimate_peak_tflops(g, key->dtype) : 0;
+  gp_start(c, png, title);
+  fprintf(c->gp, "set xlabel 'arithmetic intensity: FLOP per byte of Q, K, V, O and LSE'\n"
+                 "set ylabel 'attained TFLOP/s'\nset logscale xy 10\nset key right bottom\n"
+                 "set format x '%%.0s%%c'\nset format y '%%.0s%%c'\n");
+  if (peak > 0) {   /* the ridge and the peak in sight */
+    const double ridge = 1e3 * peak / g->dram_gbs;
+    lo_x = fmin(lo_x, ridge), hi_x = fmax(hi_x, ridge), hi_y = fmax(hi_y, peak);
+    fprintf(c->gp, "bw = %.6g\npeak = %.6g\nroof(x) = x * bw / 1e3 < peak ? x * bw / 1e3 : peak\n"
+                   "set label 'ridge %.0f FLOP/B' at %.6g, %.6g left offset 1, -1\n"
+                   "set samples 400\n", g->dram_gbs, peak, ridge, ridge, peak);
+  }
+  fprintf(c->gp, "set xrange [%.6g:%.6g]\nset yrange [%.6g:%.6g]\nplot ", lo_x / 4, hi_x * 4,
+          lo_y / 2, hi_y * 1.5);
+  plot_seq_blocks(c, dat, seq, ns, "1:2", 0);
+  if (peak > 0)
+    fprintf(c->gp, ", roof(x) with lines lw 3 lc rgb 'black' title sprintf('roofs: %%.0f GB/s, "
+                   "%%.0f TFLOP/s (%s, %s)', bw, peak)",
+            key->dtype, g->name);
+  fputc('\n', c->gp);
+  return add_figure(c, png, title);
+}
+
+int rp_plot_registers(rp_ctx *c, size_t k, const char *png, const char *title) {
+  int seq[RP_MAX_SEQ], ns;
+  point_seqs(c, k, 1, seq, &ns);
+  char dat[80];
+  FILE *f = open_data(c, png, dat, sizeof dat);
+  if (!f) return -1;
+  int lo_c = 1 << 30, hi_c = 0;
+  for (int b = 0; b < ns; b++) {
+    fprintf(f, "%s# seq_q %d: registers, TFLOP/s, CTAs per SM\n", b ? "\n\n" : "", seq[b]);
+    for (size_t i = 0; i < c->nest; i++) {
+      const rp_est *e = &c->est[i];
+      if (!rp_est_of(e, c->gpu[k]) || e->registers < 0 || e->seq_q != seq[b]) continue;
+      fprintf(f, "%d %.10g %d\n", e->registers, e->measured, e->ctas_per_sm);
+      if (e->ctas_per_sm < lo_c) lo_c = e->ctas_per_sm;
+      if (e->ctas_per_sm > hi_c) hi_c = e->ctas_per_sm;
+    }
+  }
+  if (close_data(f) != 0) return -1;
+  gp_start(c, png, title);
+  /* CTAs per SM are few integers: one flat colour each. */
+  if (hi_c <= lo_c) hi_c = lo_c + 1;
+  fprintf(c->gp, "set xlabel 'registers per thread'\nset ylabel 'attained TFLOP/s'\n"
+                 "set cblabel 'CTAs per SM (occupancy, from registers and shared memory)'\n"
+                 "set cbrange [%f:%f]\nset cbtics 1\n"
+                 "set palette maxcolors %d defined (0 'blue', 1 'green', 2 'orange', 3 'red')\n"
+                 "set key left bottom\nset offsets graph 0.05, graph 0.05, graph 0.1, graph 0.1\n"
+                 "plot ", lo_c - 0.5, hi_c + 0.5, hi_c - lo_c + 1);
+  plot_seq_blocks(c, dat, seq, ns, "1:2:3", 1);
+  fputc('\n', c->gp);
   return add_figure(c, png, title);
 }
 

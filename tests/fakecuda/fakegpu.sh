@@ -7,7 +7,9 @@
 #               database; fatune best answers from it. For bf16, also
 #               FAKECUDA_FAULT=launch:3:illegal_address: exactly one variant
 #               crashed with the driver's message, every other ok and in
-#               the database (a fresh worker goes on).
+#               the database (a fresh worker goes on). bf16 runs with --sass,
+#               and fatune report draws the roofline from the GPU trials,
+#               and registers against TFLOP/s where nvdisasm gave registers.
 #   faults      each other fault's outcome: hang -> timeout, wrong ->
 #               invalid, alloc -> crashed (out of memory), load -> crashed
 #               (the module does not load), init -> one line, exit non-zero.
@@ -86,7 +88,9 @@ tune_args=(--backend cuda --dim 64 --seq 512 --json --trial-ms 2)
 case $mode in
 tune)
   dt=${2:-bf16}
-  run tune --dtype "$dt" "${tune_args[@]}"
+  sass=()
+  [ "$dt" = bf16 ] && sass=(--sass)
+  run tune --dtype "$dt" "${tune_args[@]}" "${sass[@]}"
   skip_without_gpu "$tmp/tune.err"
   arch=$(grep -o 'target sm_[0-9a-z]*' "$tmp/tune.err" | cut -c8-)
   n=$("$FATUNE" list --dim 64 --dtype "$dt" --arch "${arch:-none}" | wc -l)
@@ -104,6 +108,24 @@ rows = [r for r in json.load(open(sys.argv[1])) if r["status"] == "ok"]
 print(min(rows, key=lambda r: r["median_us"])["name"])' "$tmp/tune.out")
   [ "$rc" -eq 0 ] && [ -n "$best" ] && [ "$best" = "$want" ]
   check "best $dt: the fastest of the run" $? "exit $rc, best '$best', fastest '$want'"
+  if [ "$dt" = bf16 ] && command -v gnuplot >/dev/null 2>&1; then
+    run report report --out "$tmp/rep"
+    page="$tmp/rep/report.html"
+    [ "$rc" -eq 0 ] && [ -s "$tmp/rep/gpu0-roofline.png" ] &&
+      grep -q 'src="gpu0-roofline.png"' "$page" &&
+      grep -q "<h2>.*(cuda), bf16: roofline and registers</h2>" "$page" &&
+      grep -q "<tr><td>512</td><td>64</td>" "$page"
+    check "report: the GPU trials' roofline, and the best at seq 512 against its roof" $? \
+      "exit $rc: $(cat "$tmp/report.err"); $(ls "$tmp/rep")"
+    # Registers come from the SASS figures, which need nvdisasm.
+    if grep -q '"est_tflops": [0-9]' "$tmp/tune.out"; then
+      [ -s "$tmp/rep/gpu0-registers.png" ] && grep -q "<th>registers per thread</th>" "$page"
+      check "report: TFLOP/s against registers, and their table" $? "$(ls "$tmp/rep")"
+    else
+      [ ! -e "$tmp/rep/gpu0-registers.png" ] && grep -q "No registers recorded" "$page"
+      check "report without SASS figures: no registers plot, and says why" $? "$(ls "$tmp/rep")"
+    fi
+  fi
   if [ "$dt" = bf16 ] && [ $fake -eq 1 ]; then
     rm -f "$db"
     FAKECUDA_FAULT=launch:3:illegal_address FAKECUDA_STATE="$tmp/state" run crash --dtype "$dt" "${tune_args[@]}"
