@@ -41,7 +41,7 @@
 #include "fatune.h"
 #include "fuzz_util.h"
 
-#define MAX_FIELDS 26
+#define MAX_FIELDS 32
 
 static char db_file[480], merged_file[480];
 
@@ -75,7 +75,14 @@ static const table_info tables[] = {
   {'d', "INSERT INTO devices VALUES (?,?,?,?,?,?,?,?,?)"},
   {'v', "INSERT INTO variants VALUES (?,?,?,?,?,?,?)"},
   {'b', "INSERT INTO binaries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"},
-  {'t', "INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"},
+  /* Version 2's 24 columns in their order (the corpus's lines), then
+  ** version 3's key and seed, defaulting to an unknown arch and the
+  ** sequence lengths that ran. */
+  {'t', "INSERT INTO trials (id, variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
+        "causal, status, message, max_abs_err, rel_err, lse_err, median_us, min_us, p20_us, "
+        "p80_us, tflops, gbps, counters, fatune_version, created, arch, req_seq_q, req_seq_k, "
+        "seed) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,"
+        "?21,?22,?23,?24,coalesce(?25,''),coalesce(?26,?6),coalesce(?27,?7),?28)"},
 };
 
 /* One field, typed by what it looks like. */
