@@ -557,15 +557,25 @@ static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
   return FATUNE_OK;
 }
 
-fatune_status fatune_attention(fatune_ctx *c, const fatune_attention_args *x) {
+/* What a call and a plan share: the device's context entered and the call
+** prepared. On success the caller leaves the backend when done; on failure
+** nothing is held. */
+static fatune_status call_begin(fatune_ctx *c, const fatune_attention_args *x, call *cl) {
   if (!c) return fail(FATUNE_EINVAL, "no context");
   char err[512];
   int rc = backend_enter(c->be, err, sizeof err);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   atomic_store(&c->used, 1);
+  fatune_status st = call_prepare(c, x, cl);
+  if (st != FATUNE_OK) backend_leave(c->be);
+  return st;
+}
+
+fatune_status fatune_attention(fatune_ctx *c, const fatune_attention_args *x) {
   call cl;
-  fatune_status st = call_prepare(c, x, &cl);
-  if (st == FATUNE_OK) st = call_launch(c, &cl, x->stream);
+  fatune_status st = call_begin(c, x, &cl);
+  if (st != FATUNE_OK) return st;
+  st = call_launch(c, &cl, x->stream);
   backend_leave(c->be);
   if (st == FATUNE_OK) errbuf[0] = '\0';
   return st;
@@ -573,19 +583,13 @@ fatune_status fatune_attention(fatune_ctx *c, const fatune_attention_args *x) {
 
 fatune_status fatune_attention_plan(fatune_ctx *c, const fatune_attention_args *x, char *name,
                                     size_t n) {
-  if (!c) return fail(FATUNE_EINVAL, "no context");
-  char err[512];
-  int rc = backend_enter(c->be, err, sizeof err);
-  if (rc != 0) return fail((fatune_status)rc, "%s", err);
-  atomic_store(&c->used, 1);
   call cl;
-  fatune_status st = call_prepare(c, x, &cl);
-  if (st == FATUNE_OK) {
-    if (name && n) snprintf(name, n, "%s", cl.s->k.name);
-    call_done(c, &cl);
-    errbuf[0] = '\0';
-  }
+  fatune_status st = call_begin(c, x, &cl);
+  if (st != FATUNE_OK) return st;
+  if (name && n) snprintf(name, n, "%s", cl.s->k.name);
+  call_done(c, &cl);
   backend_leave(c->be);
+  errbuf[0] = '\0';
   return st;
 }
 
