@@ -104,6 +104,15 @@ int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *s
   return b->ops->occupancy(b, prog, shape, ctas_per_sm, err, errlen);
 }
 
+int backend_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *err,
+                 size_t errlen) {
+  if (!b->ops->tmap) {
+    snprintf(err, errlen, "the %s backend cannot encode TMA tensor maps", b->ops->name);
+    return FA_ENODEV;
+  }
+  return b->ops->tmap(b, d, map, err, errlen);
+}
+
 int backend_program_blob(fa_backend *b, const fa_program *prog, const void **data,
                          size_t *size) {
   return b->ops->blob(b, prog, data, size);

@@ -95,6 +95,26 @@ int backend_download(fa_backend *b, void *dst, const void *src, size_t bytes, ch
 int backend_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
                  size_t errlen);
 
+/* A tiled TMA tensor map over a device buffer, as cuTensorMapEncodeTiled
+** takes it (CUDA Driver API, "Tensor Map Object Management"): dims and box
+** innermost first, strides in bytes of dims 1..rank-1, element strides 1,
+** no interleave, out-of-bounds elements read as zeros. */
+typedef struct fa_tmap_desc {
+  const void *base;              /* device pointer, 16-byte aligned */
+  int elem_bytes;                /* 2 (f16, bf16) or 4 (f32) */
+  int rank;                      /* 2..4 */
+  unsigned long long dims[4];    /* elements per dimension */
+  unsigned long long strides[3]; /* bytes between consecutive indices of dims 1..rank-1 */
+  unsigned box[4];               /* elements per dimension copied at once, 1..256 */
+  int swizzle;                   /* 0 (none), 32, 64 or 128: bytes of the swizzle span */
+} fa_tmap_desc;
+
+/* Encode d into *map for the kernels' fa_params.tmap; FA_EINVAL with a
+** message for arguments the hardware refuses, FA_ENODEV on a backend or
+** driver without TMA. */
+int backend_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *err,
+                 size_t errlen);
+
 /* Launch and wait. Counters, where the backend has them, are added to ctr
 ** (may be NULL). */
 int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shape,

@@ -44,6 +44,8 @@ struct backend_ops {
   int (*enter)(fa_backend *b, char *err, size_t errlen);
   void (*leave)(fa_backend *b);
   int (*sync)(fa_backend *b, char *err, size_t errlen);
+  int (*tmap)(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *err,
+              size_t errlen);
 };
 struct fa_backend {
   const backend_ops *ops;

@@ -8,6 +8,14 @@
 #ifndef FA_PARAMS_H
 #define FA_PARAMS_H
 
+/* A TMA tensor map: on cuda the 128 bytes cuTensorMapEncodeTiled writes
+** (CUtensorMap, 64-byte aligned, read by cp.async.bulk.tensor from the
+** kernel's parameter space); on emu the emulator's own encoding of the same
+** arguments (emu_abi.h). Built by backend_tmap (backend.h). */
+typedef struct __attribute__((aligned(64))) fa_tmap {
+  unsigned long long w[16];
+} fa_tmap;
+
 typedef struct fa_params {
   const void *q, *k, *v;  /* inputs, (batch, heads, seq, dim), dim contiguous */
   void *o;                /* output, same layout as q */
@@ -24,6 +32,8 @@ typedef struct fa_params {
   float scale_log2_f32;   /* the same rounded to float, for the kernels whose softmax is
                           ** in float: ptxas reloads kernel arguments inside loops, and a
                           ** double one then costs a conversion each time */
+  fa_tmap tmap[4];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
+                          ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;
 
 /* The K/V head that Q head h reads; the kernels compute it once per CTA. */

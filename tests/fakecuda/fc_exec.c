@@ -198,7 +198,9 @@ CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
                  k->name, k->nparams, k->param_size[0], sizeof p);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  memcpy(&p, params, sizeof p);
+  /* The block sits at its offset in the parameter space (0x20 for an
+  ** fa_params aligned to 64 for its tensor maps). */
+  memcpy(&p, (const unsigned char *)params + k->param_offset[0], sizeof p);
   if (block[0] != (unsigned)s.threads || block[1] != 1 || block[2] != 1)
     fc_violation("kernel %s is written for %d threads, launched with %ux%ux%u", k->name,
                  s.threads, block[0], block[1], block[2]);
@@ -251,7 +253,9 @@ double fc_exec_ms(const fc_kernel *k, const void *params, int sm_count, int cloc
   kspec s;
   fa_params p;
   if (parse_name(k->name, &s) != 0) return 0.005;
-  memcpy(&p, params, sizeof p);
+  /* The block sits at its offset in the parameter space (0x20 for an
+  ** fa_params aligned to 64 for its tensor maps). */
+  memcpy(&p, (const unsigned char *)params + k->param_offset[0], sizeof p);
   double pairs = (double)p.seq_q * p.seq_k * (s.causal ? 0.5 : 1.0);
   double flops = 4.0 * p.batch * p.heads * s.dim * pairs;
   double bytes = 2.0 * p.batch * p.heads * (p.seq_q + p.seq_k) * s.dim * fa_dtype_size(s.in);
