@@ -21,24 +21,32 @@ typedef unsigned short fa_f16;   /* IEEE binary16 bits */
 typedef unsigned short fa_bf16;  /* bfloat16 bits */
 typedef struct __align__(16) fa_u32x4 { unsigned x, y, z, w; } fa_u32x4;
 
-/* ---- Conversions, round to nearest even (cvt.rn) ---- */
+/* ---- Values read again, which the compiler cannot hoist ---- */
 
 /* threadIdx.x, read again where called: volatile, so that the compiler
 ** neither hoists the read out of the main loop nor keeps what is derived
-** from it live through the loop. FA_TID_AGAIN says where the causal mask
-** takes it: on sm_90 the largest tiles' loop runs at the register limit,
-** and an S2R costs less than the spill of the mask's row register; on
-** sm_80 keeping that register spills less. */
+** from it live through the loop. The main loop's K/V copy takes its
+** thread's lanes from it: an S2R and a few LOP3 per block, where the
+** hoisted lanes (64-bit offsets among them) were live through the loop
+** and spilled at 255 registers. */
 FA_INLINE int fa_tid_again(void) {
   unsigned v;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
   return (int)v;
 }
-#if __CUDA_ARCH__ >= 900
-#define FA_TID_AGAIN 1
-#else
-#define FA_TID_AGAIN 0
-#endif
+/* v, as a value the compiler cannot see through: what is computed from it
+** after the call stays after the call. The main loop derives the K/V
+** heads' addresses from fa_again_i32 of the K/V head, so that they are
+** rebuilt where a copy needs them (a few IMADs per block) instead of
+** hoisted out of the loop, where their four registers were live through
+** it. */
+FA_INLINE int fa_again_i32(int v) {
+  int r;
+  asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
+
+/* ---- Conversions, round to nearest even (cvt.rn) ---- */
 
 FA_INLINE float fa_f16_to_f32(fa_f16 h) {
   float f;
@@ -109,42 +117,50 @@ FA_INLINE void fa_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsig
       "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
+/* ---- Shared-memory addresses of ldmatrix and cp.async ---- */
+
+/* A shared-memory address as these instructions take it: its 32-bit
+** offset in the shared window. A kernel converts its base once
+** (fa_saddr_of) and adds byte offsets to it in 32 bits; converting each
+** generic pointer instead, NVRTC computes every address in 64 bits and
+** truncates it, some 80 more instructions per K/V block on sm_90. */
+typedef unsigned fa_saddr;
+FA_INLINE fa_saddr fa_saddr_of(void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
 /* ---- ldmatrix: lane 8j + r gives row r of matrix j ---- */
 
-FA_INLINE unsigned fa_cuda_smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-FA_INLINE void fa_ldmatrix_x1(unsigned r[1], const void *row) {
+FA_INLINE void fa_ldmatrix_x1(unsigned r[1], fa_saddr row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];"
-               : "=r"(r[0]) : "r"(fa_cuda_smem_u32(row)) : "memory");
+               : "=r"(r[0]) : "r"(row) : "memory");
 }
-FA_INLINE void fa_ldmatrix_x2(unsigned r[2], const void *row) {
+FA_INLINE void fa_ldmatrix_x2(unsigned r[2], fa_saddr row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
-               : "=r"(r[0]), "=r"(r[1]) : "r"(fa_cuda_smem_u32(row)) : "memory");
+               : "=r"(r[0]), "=r"(r[1]) : "r"(row) : "memory");
 }
-FA_INLINE void fa_ldmatrix_x4(unsigned r[4], const void *row) {
+FA_INLINE void fa_ldmatrix_x4(unsigned r[4], fa_saddr row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(fa_cuda_smem_u32(row)) : "memory");
+               : "r"(row) : "memory");
 }
-FA_INLINE void fa_ldmatrix_x1_trans(unsigned r[1], const void *row) {
+FA_INLINE void fa_ldmatrix_x1_trans(unsigned r[1], fa_saddr row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];"
-               : "=r"(r[0]) : "r"(fa_cuda_smem_u32(row)) : "memory");
+               : "=r"(r[0]) : "r"(row) : "memory");
 }
-FA_INLINE void fa_ldmatrix_x2_trans(unsigned r[2], const void *row) {
+FA_INLINE void fa_ldmatrix_x2_trans(unsigned r[2], fa_saddr row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
-               : "=r"(r[0]), "=r"(r[1]) : "r"(fa_cuda_smem_u32(row)) : "memory");
+               : "=r"(r[0]), "=r"(r[1]) : "r"(row) : "memory");
 }
-FA_INLINE void fa_ldmatrix_x4_trans(unsigned r[4], const void *row) {
+FA_INLINE void fa_ldmatrix_x4_trans(unsigned r[4], fa_saddr row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(fa_cuda_smem_u32(row)) : "memory");
+               : "r"(row) : "memory");
 }
 
 /* ---- cp.async: 16 bytes, src_bytes (0..16) of them read, the rest zeros ---- */
 
-FA_INLINE void fa_cp_async_16(void *smem_dst, const void *gmem_src, int src_bytes) {
+FA_INLINE void fa_cp_async_16(fa_saddr smem_dst, const void *gmem_src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-               :: "r"(fa_cuda_smem_u32(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+               :: "r"(smem_dst), "l"(gmem_src), "r"(src_bytes) : "memory");
 }
 FA_INLINE void fa_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* n is an immediate in PTX: with a constant n the switch folds away. A

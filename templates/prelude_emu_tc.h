@@ -35,12 +35,15 @@ typedef unsigned short fa_f16;   /* IEEE binary16 bits */
 typedef unsigned short fa_bf16;  /* bfloat16 bits */
 typedef struct fa_u32x4 { _Alignas(16) unsigned x; unsigned y, z, w; } fa_u32x4;
 
+/* ---- Values read again, as the CUDA prelude's: there they keep the
+** compiler from hoisting what is derived from them; here they are the
+** values themselves. ---- */
+
+FA_INLINE int fa_tid_again(void) { return fa_tid(); }
+FA_INLINE int fa_again_i32(int v) { return v; }
+
 /* ---- Conversions: round to nearest even; a NaN becomes the canonical
 ** NaN 0x7fff, as cvt.rn.f16.f32 and cvt.rn.bf16.f32 give. ---- */
-
-/* As the CUDA prelude's; the causal mask keeps its row register. */
-FA_INLINE int fa_tid_again(void) { return fa_tid(); }
-#define FA_TID_AGAIN 0
 
 FA_INLINE unsigned fa_emu_f32_bits(float x) {
   unsigned u;
@@ -165,6 +168,13 @@ FA_INLINE void fa_emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned *
 }
 #define fa_mma_m16n8k16_f16(d, a, b, c) fa_emu_mma_m16n8k16((d), (a), (b), (c), 0, __LINE__)
 #define fa_mma_m16n8k16_bf16(d, a, b, c) fa_emu_mma_m16n8k16((d), (a), (b), (c), 1, __LINE__)
+
+/* ---- Shared-memory addresses of ldmatrix and cp.async ---- */
+
+/* The CUDA prelude's 32-bit shared-window offset; here the pointer itself,
+** to which kernels add byte offsets the same way. */
+typedef unsigned char *fa_saddr;
+FA_INLINE fa_saddr fa_saddr_of(void *p) { return (unsigned char *)p; }
 
 /* ---- ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16 ---- */
 

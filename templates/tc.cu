@@ -38,8 +38,9 @@ $ if P.m_groups > 1 then
 ** A warp's m-tiles go through each block in ${P.m_groups} groups of ${P.group_tiles}.
 $ end
 */
-$ -- Shared memory is addressed as sm + a 32-bit byte offset: the offsets
-$ -- stay 32-bit integers in registers, never 64-bit pointers.
+$ -- Shared memory is addressed as sm + a 32-bit byte offset, and ldmatrix
+$ -- and cp.async take ss + such an offset (ss = fa_saddr_of(sm)): the
+$ -- offsets stay 32-bit integers in registers, never 64-bit pointers.
 $
 $ -- Copy `rows` rows of a (seq, dim) matrix, from global row `row0`, into
 $ -- the tile at byte offset `tile`. Chunks past the head dim are zeros, and
@@ -70,9 +71,9 @@ $     else
 $     end
 $     if swizzle ~= 0 and pass_rows % 8 ~= 0 then
       /* passes of fewer than 8 rows: each row its own swizzle */
-      fa_cp_async_16(sm + (${tile} + fa_tile_offset(copy_row + i * ${pass_rows}, copy_chunk, ${row_bytes}, ${swizzle})), gp, bytes);
+      fa_cp_async_16(ss + (${tile} + fa_tile_offset(copy_row + i * ${pass_rows}, copy_chunk, ${row_bytes}, ${swizzle})), gp, bytes);
 $     else
-      fa_cp_async_16(sm + (${tile} + copy_offset + i * ${pass_rows * row_bytes}), gp, bytes);
+      fa_cp_async_16(ss + (${tile} + copy_offset + i * ${pass_rows * row_bytes}), gp, bytes);
 $     end
     }
     gp += (long long)${pass_rows} * ${stride};
@@ -90,7 +91,7 @@ $     else
 $     end
     const int r = (int)((unsigned)e / ${P.row_chunks}u), cc = e - r * ${P.row_chunks};
     const int gr = ${row0} + r;
-    unsigned char *const to = sm + (${tile} + fa_tile_offset(r, cc, ${row_bytes}, ${swizzle}));
+    const int to = ${tile} + fa_tile_offset(r, cc, ${row_bytes}, ${swizzle});
 $     if P.async_copy then
 $       if check_rows and dim < padded_dim then
     const int bytes = gr < ${limit} && cc < ${dim // 8} ? 16 : 0;
@@ -101,7 +102,7 @@ $       elseif dim < padded_dim then
 $       else
     const int bytes = 16;
 $       end
-    fa_cp_async_16(to, bytes ? (const void *)(${src} + gr * ${stride} + cc * 8) : (const void *)${src}, bytes);
+    fa_cp_async_16(ss + to, bytes ? (const void *)(${src} + gr * ${stride} + cc * 8) : (const void *)${src}, bytes);
 $     else
     unsigned w[4] = {0u, 0u, 0u, 0u};
 $       if check_rows then
@@ -115,10 +116,20 @@ $       end
     }
     fa_u32x4 v;
     v.x = w[0], v.y = w[1], v.z = w[2], v.w = w[3];
-    fa_sts_u32x4((fa_u32x4 *)to, v);
+    fa_sts_u32x4((fa_u32x4 *)(sm + to), v);
 $     end
   }
 }
+$   end
+$ end
+$
+$ -- Column copies: this thread's chunk column and first row, from the
+$ -- thread index `t`.
+$ local function copy_lanes(t)
+$   if P.column_copy then
+/* Tile copies: this thread's chunk column and first row. */
+const int copy_row = (int)((unsigned)(${t}) / ${P.row_chunks}u), copy_chunk = (int)((unsigned)(${t}) % ${P.row_chunks}u);
+const int copy_offset = fa_tile_offset(copy_row, copy_chunk, ${row_bytes}, ${swizzle});
 $   end
 $ end
 $
@@ -138,11 +149,23 @@ $ copy_tile("kst", "kg", "p.k_sn", "k0", "p.seq_k", block_n, check_rows)
 $ copy_tile("vst", "vg", "p.v_sn", "k0", "p.seq_k", block_n, check_rows)
 $ end
 $
+$ -- load_kv inside the main loop: the K/V heads' addresses and this
+$ -- thread's copy lanes rebuilt here, from the K/V head and a fresh read of
+$ -- the thread index, so that none of them is live through the loop (at
+$ -- FlashAttention-2's tiles the loop runs at the 255-register limit).
+$ local function load_kv_in_loop(stage)
+const int hk_again = fa_again_i32(hk);
+const unsigned short *const kg = (const unsigned short *)p.k + fa_bid_z() * p.k_sb + hk_again * p.k_sh;
+const unsigned short *const vg = (const unsigned short *)p.v + fa_bid_z() * p.v_sb + hk_again * p.v_sh;
+$ copy_lanes("fa_tid_again()")
+$ load_kv(stage, false)
+$ end
+$
 $ local function q_to_registers()
 FA_UNROLL
 for (int mt = 0; mt < ${m_tiles}; ++mt) {
   FA_UNROLL
-  for (int kk = 0; kk < ${k_steps}; ++kk) fa_ldmatrix_x4(qf[mt][kk], sm + (q_warp + mt * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle})));
+  for (int kk = 0; kk < ${k_steps}; ++kk) fa_ldmatrix_x4(qf[mt][kk], ss + (q_warp + mt * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle})));
 }
 $ end
 $
@@ -151,16 +174,16 @@ $ -- copy of the block stages - 1 iterations ahead into the stage freed by
 $ -- the previous iteration.
 $ local function wait_and_prefetch()
 $   if stages == 1 then
-fa_cp_async_wait(0); /* block n_blocks - 1 - j has landed, for this thread */
+fa_cp_async_wait(0); /* block kv has landed, for this thread */
 fa_syncthreads();    /* for every thread */
 $   else
-fa_cp_async_wait(${stages - 2}); /* block n_blocks - 1 - j has landed, for this thread */
+fa_cp_async_wait(${stages - 2}); /* block kv has landed, for this thread */
 fa_syncthreads();           /* for every thread; and the previous iteration's stage is free */
 {
   const int next_stage = stage + ${(stages - 1) * P.stage_bytes} < ${stages * P.stage_bytes} ? stage + ${(stages - 1) * P.stage_bytes} : stage - ${P.stage_bytes};
-  if (j + ${stages - 1} < n_blocks) {
-    const int block = n_blocks - ${stages} - j;
-    $ load_kv("next_stage", false)
+  if (kv >= ${stages - 1}) {
+    const int block = kv - ${stages - 1};
+    $ load_kv_in_loop("next_stage")
   }
   fa_cp_async_commit();
 }
@@ -184,12 +207,12 @@ for (int kk = 0; kk < ${k_steps}; ++kk) {
 $   if not q_in_registers then
   unsigned qa[${m_tiles}][4];
   FA_UNROLL
-  for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_ldmatrix_x4(qa[mt], sm + (q_warp + mt * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle})));
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_ldmatrix_x4(qa[mt], ss + (q_warp + mt * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle})));
 $   end
   FA_UNROLL
   for (int n2 = 0; n2 < ${n_tiles // 2}; ++n2) {
     unsigned kb[4];
-    fa_ldmatrix_x4(kb, sm + (k_part + n2 * ${16 * row_bytes} + fa_slab_offset(k_lane, kk, ${swizzle})));
+    fa_ldmatrix_x4(kb, ss + (k_part + n2 * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle}) + k_delta));
     FA_UNROLL
     for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
 $   if q_in_registers then
@@ -219,21 +242,19 @@ $   end
     FA_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
 $   if causal then
-#if FA_TID_AGAIN
-      const int tid_m = fa_tid_again();
-      const int vis = q0 + (tid_m >> 5) * ${warp_rows} + ((tid_m & 31) >> 2) + off + 1 + mt * 16 + 8 * hh;
-#else
       const int vis = vis0 + mt * 16 + 8 * hh;
-#endif
       const int lim = vis < p.seq_k ? vis : p.seq_k;
 $   else
       const int lim = p.seq_k;
 $   end
+      const int col0 = key0 + 2 * tig;
+      /* the columns left visible from this thread's first one: compares with constants below */
+      const int room = lim - col0;
       FA_UNROLL
       for (int n = 0; n < ${n_tiles}; ++n) {
         FA_UNROLL
         for (int e = 0; e < 2; ++e)
-          if (key0 + n * 8 + 2 * tig + e >= lim) s[mt][n][2 * hh + e] = NEG_INF;
+          if (n * 8 + e >= room) s[mt][n][2 * hh + e] = NEG_INF;
       }
     }
   }
@@ -324,7 +345,7 @@ for (int kn = 0; kn < ${pv_steps}; ++kn) {
   FA_UNROLL
   for (int d2 = 0; d2 < ${dim_tiles // 2}; ++d2) {
     unsigned vb[4];
-    fa_ldmatrix_x4_trans(vb, sm + (v_part + kn * ${16 * row_bytes} + fa_slab_offset(q_lane, d2, ${swizzle})));
+    fa_ldmatrix_x4_trans(vb, ss + (v_part + kn * ${16 * row_bytes} + fa_slab_offset(q_lane, d2, ${swizzle})));
     FA_UNROLL
     for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
       fa_mma_m16n8k16_${T}(o[mt][2 * d2], pa[mt], vb, o[mt][2 * d2]);
@@ -409,6 +430,7 @@ FA_TC_KERNEL(${args.entry}, ${threads})
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);      /* the K/V head (GQA, MQA) */
   unsigned char *const sm = (unsigned char *)fa_smem_base();
+  const fa_saddr ss = fa_saddr_of(sm);
   const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;
   const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh;
   const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
@@ -428,7 +450,6 @@ $ if causal then
   /* Keys before vis0 + 16 mt + 8 hh are visible to fragment row g + 8 hh of m-tile mt: one
   ** register for the causal mask, not the terms it is made of */
   const int vis0 = q0 + warp * ${warp_rows} + g + off + 1;
-  (void)vis0; /* with FA_TID_AGAIN the mask computes it afresh */
 $ end
 
   /* ldmatrix x4 lanes: lane 8 j + mrow gives one row of matrix j. For Q
@@ -436,26 +457,24 @@ $ end
   ** 2 k + (j >> 1): for Q the A fragment a0..a3, for V registers 0-1 the B
   ** fragment of head-dim columns 0-7 and 2-3 that of columns 8-15. For K,
   ** row mrow + 8 (j >> 1), chunk 2 k + (j & 1): registers 0-1 the B
-  ** fragment of keys 0-7, 2-3 that of keys 8-15. q_lane[] and k_lane[]
-  ** hold the lane's offset in a slab for each k step of a swizzle period
-  ** (fa_slab_offset adds the periods). Slabs start at multiples of 8 rows,
-  ** so the swizzle term of every row a lane reads is that of mrow, and that
-  ** of its fragment rows that of g. */
+  ** fragment of keys 0-7, 2-3 that of keys 8-15. q_lane[] holds the lane's
+  ** offset in a slab for each k step of a swizzle period (fa_slab_offset
+  ** adds the periods). Slabs start at multiples of 8 rows, so the swizzle
+  ** term of every row a lane reads is that of mrow, and that of its
+  ** fragment rows that of g. K's offsets are Q's plus k_delta, the same at
+  ** every step: the chunks are 2 k + (j & 1) and 2 k + (j >> 1), and the
+  ** swizzle XOR of 2 k + b is 2 k XOR (b XOR the row's term), where b and
+  ** 2 k share no bit, so the two differ by the row and by bit 0 of the
+  ** XOR alone. One register, not a second array of them. */
   const int qv_row = mrow + 8 * (mat & 1), k_row = mrow + 8 * (mat >> 1);
   const int lane_swizzle = fa_swizzle(mrow, ${swizzle}), frag_swizzle = fa_swizzle(g, ${swizzle});
   const int q_warp = ${P.q_offset} + warp * ${warp_rows * row_bytes}; /* this warp's Q rows */
-  int q_lane[${P.lane_offsets}], k_lane[${P.lane_offsets}];
+  int q_lane[${P.lane_offsets}];
   FA_UNROLL
-  for (int x = 0; x < ${P.lane_offsets}; ++x) {
-    q_lane[x] = fa_lane_offset(qv_row, mat >> 1, lane_swizzle, x, ${row_bytes});
-    k_lane[x] = fa_lane_offset(k_row, mat & 1, lane_swizzle, x, ${row_bytes});
-  }
+  for (int x = 0; x < ${P.lane_offsets}; ++x) q_lane[x] = fa_lane_offset(qv_row, mat >> 1, lane_swizzle, x, ${row_bytes});
+  const int k_delta = fa_lane_offset(k_row, mat & 1, lane_swizzle, 0, ${row_bytes}) - q_lane[0];
   (void)q_warp;
-$ if P.column_copy then
-  /* Tile copies: this thread's chunk column and first row. */
-  const int copy_row = (int)((unsigned)tid / ${P.row_chunks}u), copy_chunk = (int)((unsigned)tid % ${P.row_chunks}u);
-  const int copy_offset = fa_tile_offset(copy_row, copy_chunk, ${row_bytes}, ${swizzle});
-$ end
+  $ copy_lanes("tid")
 
   float o[${m_tiles}][${o_tiles}][4];   /* O: rows g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
   float m_i[${m_tiles}][2];
@@ -487,8 +506,10 @@ $ end
 $ if stages == 1 then
   ** One stage: the next block is copied once P V is done.
 $ else
-  ** ${stages} stages: the block of iteration j is in stage j % ${stages}, and iteration j
-  ** copies the block of iteration j + ${stages - 1}.
+  ** ${stages} stages: the iteration of block kv copies block kv - ${stages - 1}, into the
+  ** stage after the one it reads, circularly.
+  ** The loop counts the block itself down: one register through the loop,
+  ** not an iteration count and a block count.
 $ end
 $ if q_in_registers then
   ** Commit groups: Q alone, then one per prologue block, one per iteration. */
@@ -519,8 +540,8 @@ $ if q_in_registers and c.q_share == 0 then
   $ q_to_registers()
 $ end
   int stage = 0;  /* byte offset of this iteration's stage */
-  for (int j = 0; j < n_blocks; ++j) {
-    const int k0 = (n_blocks - 1 - j) * ${block_n};
+  for (int kv = n_blocks - 1; kv >= 0; --kv) {
+    const int k0 = kv * ${block_n};
     $ wait_and_prefetch()
     const int k_tile = ${P.kv_offset} + stage, v_tile = k_tile + ${block_n * row_bytes};  /* this block's K and V */
 $ if stages > 1 then
@@ -565,10 +586,10 @@ $ end
       }
     }
 $ if stages == 1 then
-    if (j + 1 < n_blocks) {
-      const int block = n_blocks - 2 - j;
+    if (kv > 0) {
+      const int block = kv - 1;
       fa_syncthreads(); /* every warp is done with the stage */
-      $ load_kv(0, false)
+      $ load_kv_in_loop(0)
       fa_cp_async_commit();
     }
 $ end

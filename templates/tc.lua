@@ -178,9 +178,8 @@ function tc.plan(c)
   -- cheapest (parts, group) whose estimate is 256 or below; else one k16
   -- step of keys and one m-tile at a time. Calibrated on ptxas (CUDA 13):
   -- FlashAttention-2's own tiles in one part and one group, estimated at
-  -- 256, take 255 registers without spilling (d128 causal on sm_90: 4
-  -- bytes, reloaded once per block); in two key
-  -- parts they need no spill but issue about a quarter more instructions
+  -- 256, take 255 registers without spilling; in two key
+  -- parts they need no spill either but issue about a quarter more instructions
   -- per block (two O rescales, two row steps): the parts axis offers both
   -- to the tuner. Parts asked for keep all m-tiles together.
   P.parts, P.group_tiles = key_steps, 1
