@@ -85,7 +85,12 @@ check "run with bfloat16 ('<V2') inputs runs the bf16 kernel" $? \
 out=$($tool check "$tmp/qb.npy" "$tmp/kb.npy" "$tmp/vb.npy" "$tmp/ob.npy" "$tmp/lb.npy")
 err=${out#max_err }; err=${err%% *}
 python3 -c "import sys; sys.exit(0 if float('$err') < 2e-2 else 1)" 2>/dev/null
-check "run bf16: output matches naive attention on the bf16 inputs: $out" $? "$out"
+check "run bf16: O written as bfloat16 ('<V2'), matching naive attention on the bf16 inputs: $out" $? "$out"
+out=$($tool check "$tmp/qh.npy" "$tmp/kh.npy" "$tmp/vh.npy" "$tmp/oh.npy")
+rc=$?
+err=${out#max_err }; err=${err%% *}
+[ $rc -eq 0 ] && python3 -c "import sys; sys.exit(0 if float('$err') < 5e-3 else 1)" 2>/dev/null
+check "run fp16: O written as float16 ('<f2'), matching naive attention: $out" $? "$out"
 run rm run --backend emu --config "$cfg" --dtype fp32 --q "$tmp/qh.npy" --k "$tmp/kh.npy" \
   --v "$tmp/vh.npy" --out "$tmp/om.npy"
 [ "$rc" -eq 2 ] && grep -q -- '--dtype fp32, but the inputs are float16 (fp16)' "$tmp/rm.err" &&
@@ -99,7 +104,8 @@ check "run on inputs of several dtypes without --dtype: asks for one, exit 2" $?
   "exit $rc: $(head -c 300 "$tmp/rx.err")"
 run rxd run --backend emu --config "$cfg" --dtype fp16 --q "$tmp/qh.npy" --k "$tmp/kf.npy" \
   --v "$tmp/vh.npy" --out "$tmp/oxd.npy"
-check "run on inputs of several dtypes with --dtype fp16: runs" "$rc" \
+[ "$rc" -eq 0 ] && $tool check "$tmp/qh.npy" "$tmp/kf.npy" "$tmp/vh.npy" "$tmp/oxd.npy" >/dev/null
+check "run on inputs of several dtypes with --dtype fp16: runs, O in float16" $? \
   "exit $rc: $(head -c 300 "$tmp/rxd.err")"
 
 finish

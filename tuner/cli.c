@@ -60,8 +60,10 @@ static const cmd_info commands[] = {
    "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy --out O.npy\n"
    "                  [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]",
    "Runs one variant on tensors from .npy files (float16, bfloat16, float32 or float64,\n"
-   "shape (N, D) or (B, H, N, D)) and writes O (float64 for fp64, else float32). The\n"
-   "dtype is the inputs' unless --dtype says otherwise.",
+   "shape (N, D) or (B, H, N, D)) and writes O in the kernel's dtype. The dtype is\n"
+   "the inputs' unless --dtype says otherwise. bfloat16 is read and written as\n"
+   "np.save writes an ml_dtypes.bfloat16 array (descr '<V2'): in NumPy,\n"
+   "np.load('o.npy').view(ml_dtypes.bfloat16).",
    "fatune run --config block_m=64 --q q.npy --k k.npy --v v.npy --out o.npy",
    "run one variant on .npy tensors"},
   {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE,
