@@ -51,6 +51,11 @@ run cfg gen --config block_m=2,block_n=2 --dtype fp32
   grep -q 'took warps=2, not the default warps=4 (split_q needs a row per warp' "$tmp/cfg.err"
 check "gen --config block_m=2,block_n=2: warps=2, and it says so" $? \
   "exit $rc: $(head -c 300 "$tmp/cfg.err")"
+run cfg4 gen --config block_m=2,block_n=2 --arch sm_90
+[ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/cfg4.err")" -eq 1 ] &&
+  grep -q "(for bf16, the dtype chosen for sm_90; --dtype fp32 for the SIMT family)" "$tmp/cfg4.err"
+check "gen --config of a SIMT tile without --dtype: one line naming the dtype chosen and --dtype fp32" $? \
+  "exit $rc: $(head -c 300 "$tmp/cfg4.err")"
 run cfg2 gen --config block_m=64 --dtype fp32
 [ "$rc" -eq 0 ] && [ ! -s "$tmp/cfg2.err" ]
 check "gen --config whose defaults fit: no note" $? "$(head -c 300 "$tmp/cfg2.err")"
