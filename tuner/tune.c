@@ -267,7 +267,7 @@ static void gpu_progress(tune *s) {
   if (!isatty(2)) return;
   const double spent = fa_now_s() - s->t_measure;
   const double left = s->done ? spent / (double)s->done * (double)(s->n - s->done) : 0;
-  fprintf(stderr, "\r\033[K%zu/%zu", s->done, s->n);
+  fprintf(stderr, "\r\033[Kmeasuring %zu/%zu", s->done, s->n);
   if (s->best)
     fprintf(stderr, "  best %s %.1f us (%.1f TFLOP/s)", s->best->k.name,
             s->best->out.t.median_us, attn_flops(&s->run) / s->best->out.t.median_us / 1e6);
