@@ -3,7 +3,7 @@
 
 _fatune() {
   local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
-  local cmds="run list gen compile best show export merge explore report help version"
+  local cmds="run list gen compile sass best show export merge baseline explore report help version"
   local cmd="" w i
   for ((i = 1; i < COMP_CWORD; i++)); do
     w=${COMP_WORDS[i]}
@@ -13,7 +13,7 @@ _fatune() {
     --dtype) mapfile -t COMPREPLY < <(compgen -W "fp32 fp64 fp16 bf16" -- "$cur"); return ;;
     --backend) mapfile -t COMPREPLY < <(compgen -W "auto emu cuda" -- "$cur"); return ;;
     --space) mapfile -t COMPREPLY < <(compgen -W "default full" -- "$cur"); return ;;
-    --schedule) mapfile -t COMPREPLY < <(compgen -W "forward reverse random" -- "$cur"); return ;;
+    --schedule) mapfile -t COMPREPLY < <(compgen -W "forward reverse random skew" -- "$cur"); return ;;
     --axis)
       mapfile -t COMPREPLY < <(compgen -W "norm parallel warp_split layout tiles all" -- "$cur")
       return ;;
@@ -32,7 +32,7 @@ _fatune() {
     mapfile -t COMPREPLY < <(compgen -W "$flags" -- "$cur")
   elif [ -z "$cmd" ] || [ "$cmd" = help ]; then
     mapfile -t COMPREPLY < <(compgen -W "$cmds" -- "$cur")
-  elif [ "$cmd" = merge ]; then
+  elif [ "$cmd" = merge ] || [ "$cmd" = baseline ] || [ "$cmd" = sass ]; then
     mapfile -t COMPREPLY < <(compgen -f -- "$cur")
   fi
 }

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 4          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 5          /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -206,6 +206,39 @@ typedef int (*db_sass_point_fn)(const db_sass_point *p, void *ud);   /* non-zero
 ** for each of the variant's estimates (the caller keeps the one for the
 ** device's GPU). */
 int db_sass_points(db *d, db_sass_point_fn fn, void *ud, char *err, size_t errlen);
+
+/* ---- Baselines (db_baseline.c) ---- */
+
+/* PyTorch's attention timed on a GPU, for the report to draw beside
+** fatune's trials. */
+typedef struct db_baseline {
+  const char *gpu;         /* the device's name, as devices.name has it */
+  const char *backend;     /* "sdpa-flash", "sdpa-cudnn": letters, digits, '-', '_', '.' */
+  const char *dtype;       /* "fp32", "fp64", "fp16", "bf16" */
+  int dim, seq_q, seq_k, batch, heads, causal;
+  double median_us, tflops;
+  const char *torch_version;
+} db_baseline;
+
+/* Checks every field of the n rows (a sane range, printable text), then, in
+** one transaction, inserts each or replaces the one with the same key (gpu,
+** backend, problem). A row refused: nothing is written, *bad is its index
+** and err says why. */
+int db_baseline_put(db *d, const db_baseline *b, size_t n, size_t *bad, char *err,
+                    size_t errlen);
+
+/* A recorded baseline, its text in the struct's buffers. */
+typedef struct db_baseline_row {
+  char gpu[128], backend[32], dtype[8], torch_version[64], created[32];
+  int dim, seq_q, seq_k, batch, heads, causal;
+  double median_us, tflops;
+} db_baseline_row;
+typedef int (*db_baseline_fn)(const db_baseline_row *b, void *ud);   /* non-zero stops */
+
+/* Every baseline that passes the checks of db_baseline_put (a file edited
+** by hand may hold others: they are passed over), by gpu, backend, dtype,
+** dim, causal, seq_q. */
+int db_baselines(db *d, db_baseline_fn fn, void *ud, char *err, size_t errlen);
 
 /* ---- Queries ---- */
 

@@ -209,7 +209,31 @@ static const char schema_v4[] =
   "  created TEXT NOT NULL,\n"
   "  UNIQUE (variant_id, target, gpu));\n";
 
-static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4};
+/* Version 5. PyTorch's attention timed on a GPU (scripts/gpu-check.sh runs
+** it beside fatune, `fatune baseline` records it), so the report can draw
+** fatune's TFLOP/s beside it. gpu is the device's name as the driver gives
+** it, the same text as devices.name; backend is PyTorch's SDPA backend
+** ("sdpa-flash", "sdpa-cudnn"); tflops is counted as fatune counts its
+** trials' (attn_flops). A new measurement of the same key replaces the old. */
+static const char schema_v5[] =
+  "CREATE TABLE baselines (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  gpu TEXT NOT NULL CHECK (length(gpu) BETWEEN 1 AND 127),\n"
+  "  backend TEXT NOT NULL CHECK (length(backend) BETWEEN 1 AND 31),\n"
+  "  dtype TEXT NOT NULL CHECK (dtype IN ('fp32', 'fp64', 'fp16', 'bf16')),\n"
+  "  dim INTEGER NOT NULL CHECK (dim BETWEEN 1 AND 256),\n"
+  "  seq_q INTEGER NOT NULL CHECK (seq_q >= 1),\n"
+  "  seq_k INTEGER NOT NULL CHECK (seq_k >= 1),\n"
+  "  batch INTEGER NOT NULL CHECK (batch >= 1),\n"
+  "  heads INTEGER NOT NULL CHECK (heads >= 1),\n"
+  "  causal INTEGER NOT NULL CHECK (causal IN (0, 1)),\n"
+  "  median_us REAL NOT NULL CHECK (median_us > 0),\n"
+  "  tflops REAL NOT NULL CHECK (tflops > 0),\n"
+  "  torch_version TEXT NOT NULL,\n"
+  "  created TEXT NOT NULL,\n"
+  "  UNIQUE (gpu, backend, dtype, dim, seq_q, seq_k, batch, heads, causal));\n";
+
+static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4, schema_v5};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

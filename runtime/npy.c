@@ -471,7 +471,11 @@ static int write_data(FILE *f, npy_dtype t, const void *data, size_t count) {
     size_t n = count - done < CHUNK / isz ? count - done : CHUNK / isz, i;
     for (i = 0; i < n; i++) {
       uint64_t u = 0;
-      if (t == NPY_F32) {
+      if (isz == 2) {
+        uint16_t h;
+        memcpy(&h, (const uint16_t *)data + done + i, sizeof h);
+        u = h;
+      } else if (t == NPY_F32) {
         uint32_t w;
         memcpy(&w, (const float *)data + done + i, sizeof w);
         u = w;
@@ -552,7 +556,8 @@ static int write_array(const char *path, npy_dtype t, const void *data, int ndim
     return fail(err, errlen, path, "cannot write %d dimensions (1 to 4 are supported)", ndim);
   if (count_elements(path, ndim, shape, &count, err, errlen) != 0) return -1;
   if (npy_check_destination(path, err, errlen) != 0) return -1;
-  hsize = build_header(hdr, t == NPY_F32 ? "<f4" : "<f8", ndim, shape);
+  hsize = build_header(hdr, t == NPY_F32 ? "<f4" : t == NPY_F64 ? "<f8" : t == NPY_F16 ? "<f2"
+                                                                              : "<V2", ndim, shape);
 
   tlen = strlen(path) + sizeof ".tmp.XXXXXX";
   tmp = malloc(tlen);
@@ -584,4 +589,11 @@ int npy_write_f32(const char *path, const float *data, int ndim,
 int npy_write_f64(const char *path, const double *data, int ndim,
                   const long long *shape, char *err, size_t errlen) {
   return write_array(path, NPY_F64, data, ndim, shape, err, errlen);
+}
+
+int npy_write_16(const char *path, npy_dtype t, const unsigned short *bits, int ndim,
+                 const long long *shape, char *err, size_t errlen) {
+  if (t != NPY_F16 && t != NPY_BF16)
+    return fail(err, errlen, path ? path : "npy_write", "not a 16-bit dtype");
+  return write_array(path, t, bits, ndim, shape, err, errlen);
 }

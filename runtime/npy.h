@@ -34,6 +34,11 @@ int npy_write_f32(const char *path, const float *data, int ndim,
                   const long long *shape, char *err, size_t errlen);
 int npy_write_f64(const char *path, const double *data, int ndim,
                   const long long *shape, char *err, size_t errlen);
+/* 16-bit elements as they are: t NPY_F16 ('<f2') or NPY_BF16 (written as
+** '<V2', as np.save writes an ml_dtypes.bfloat16 array; in NumPy,
+** np.load(path).view(ml_dtypes.bfloat16) gives it back). */
+int npy_write_16(const char *path, npy_dtype t, const unsigned short *bits, int ndim,
+                 const long long *shape, char *err, size_t errlen);
 
 /* 0 when npy_write may write path (absent, or a regular file); -1 with a
 ** message naming it otherwise, before any work is done. */

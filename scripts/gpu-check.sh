@@ -3,8 +3,10 @@
 # Uses the build in build/ when it runs here (Lua and SQLite are linked in
 # statically, so a build made on another machine runs on this one), else
 # builds one. Then: the GPU tests (ctest -L gpu), and the main job for dims
-# 64 and 128 at seq 4096 in fp32 (as a table and as JSON) and in bf16, next
-# to PyTorch's scaled_dot_product_attention in the same run; then the Python
+# 64 and 128 at seq 4096 in fp32 (as a table and as JSON) and in bf16 at
+# seq 1024 to 4096, next to PyTorch's scaled_dot_product_attention in the
+# same run, whose times it records (fatune baseline) for fatune report's
+# figure of both against seq_len; then the Python
 # package: its tests (the torch ones on the GPU) and fatune.attention against
 # scaled_dot_product_attention (python/tests/bench_sdpa.py). Meant to finish
 # within 9 minutes on one GPU.
@@ -78,37 +80,56 @@ for r in bad:
 PY
 done
 # The tensor-core family, and PyTorch's own attention on the same shapes,
-# side by side in this run (TFLOP/s counted the same way: 4 * B * H * N^2 * d).
+# side by side in this run (TFLOP/s counted the same way: 4 * B * H * N^2 * d),
+# at 1024 and 2048 too, so the report draws TFLOP/s against seq_len; PyTorch's
+# times go into the database (fatune baseline) beside fatune's trials.
 for dim in 64 128; do
-  say "fatune --dim $dim --seq 4096 --dtype bf16"
-  timeout 150 build/fatune --dim "$dim" --seq 4096 --dtype bf16 --backend cuda --trial-ms 150 \
-    >"$logs/tune-bf16-d$dim.txt" 2>"$logs/tune-bf16-d$dim.err" || rc=1
-  tail -n 4 "$logs/tune-bf16-d$dim.txt"
+  for seq in 4096 1024 2048; do
+    say "fatune --dim $dim --seq $seq --dtype bf16"
+    timeout 150 build/fatune --dim "$dim" --seq "$seq" --dtype bf16 --backend cuda \
+      --trial-ms "$([ "$seq" = 4096 ] && echo 150 || echo 60)" \
+      >"$logs/tune-bf16-d$dim-s$seq.txt" 2>"$logs/tune-bf16-d$dim-s$seq.err" || rc=1
+    tail -n 2 "$logs/tune-bf16-d$dim-s$seq.txt"
+  done
 done
-say "torch.nn.functional.scaled_dot_product_attention, bf16, B 4 H 16 N 4096"
-timeout 120 python3 - <<'PY' 2>&1 | tee "$logs/torch-sdpa.txt" || true
+say "torch.nn.functional.scaled_dot_product_attention, bf16, B 4 H 16 N 1024 to 4096"
+timeout 120 python3 - "$logs/sdpa.csv" <<'PY' 2>&1 | tee "$logs/torch-sdpa.txt" || true
+import sys
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-B, H, N = 4, 16, 4096
+B, H = 4, 16
+gpu = torch.cuda.get_device_name()
+rows = ["gpu,backend,dtype,batch,heads,seq_q,seq_k,dim,causal,median_us,torch"]
 for d in (64, 128):
-    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        try:
-            with sdpa_kernel(be):
-                for _ in range(3):
-                    torch.nn.functional.scaled_dot_product_attention(q, k, v)
-                torch.cuda.synchronize()
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                ms = []
-                for _ in range(20):
-                    s.record(); torch.nn.functional.scaled_dot_product_attention(q, k, v); e.record()
-                    torch.cuda.synchronize(); ms.append(s.elapsed_time(e))
-            ms.sort()
-            med = ms[len(ms) // 2]
-            print("sdpa %-5s d%-3d median %8.1f us %7.1f TFLOP/s" % (name, d, med * 1e3, 4 * B * H * N * N * d / (med * 1e-3) / 1e12))
-        except Exception as ex:
-            print("sdpa %-5s d%-3d unavailable: %s" % (name, d, str(ex).splitlines()[0][:100]))
+    for N in (1024, 2048, 4096):
+        q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel(be):
+                    for _ in range(3):
+                        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                    torch.cuda.synchronize()
+                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    ms = []
+                    for _ in range(20):
+                        s.record(); torch.nn.functional.scaled_dot_product_attention(q, k, v); e.record()
+                        torch.cuda.synchronize(); ms.append(s.elapsed_time(e))
+                ms.sort()
+                med = ms[len(ms) // 2]
+                print("sdpa %-5s d%-3d N %-5d median %8.1f us %7.1f TFLOP/s" % (
+                    name, d, N, med * 1e3, 4 * B * H * N * N * d / (med * 1e-3) / 1e12))
+                rows.append("%s,sdpa-%s,bf16,%d,%d,%d,%d,%d,0,%.3f,%s" % (
+                    gpu.replace(",", " "), name, B, H, N, N, d, med * 1e3, torch.__version__))
+            except Exception as ex:
+                print("sdpa %-5s d%-3d unavailable: %s" % (name, d, str(ex).splitlines()[0][:100]))
+if len(rows) > 1:
+    open(sys.argv[1], "w").write("\n".join(rows) + "\n")
 PY
+if [ -s "$logs/sdpa.csv" ]; then
+  build/fatune baseline "$logs/sdpa.csv" || rc=1
+  say "fatune report (fatune's TFLOP/s against seq_len beside PyTorch's)"
+  build/fatune report --out "$logs/report" || rc=1
+fi
 # The Python package from its source folder on this build's libfatune (no
 # pip install: this machine may reach no package registry): its tests with
 # the torch ones on the GPU, then fatune.attention beside

@@ -40,6 +40,8 @@ expect "html md " report --format ""
 expect "csv json " export --format ""
 expect "sm_90 sm_90a " list --arch sm_9
 expect "run " help ru
+expect "baseline " bas
+expect "skew " run --schedule sk
 if command -v zsh >/dev/null 2>&1; then
   zsh -n "$src/_fatune"
   check "the zsh completion parses" $? "zsh -n failed"

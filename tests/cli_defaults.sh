@@ -51,6 +51,11 @@ run cfg gen --config block_m=2,block_n=2 --dtype fp32
   grep -q 'took warps=2, not the default warps=4 (split_q needs a row per warp' "$tmp/cfg.err"
 check "gen --config block_m=2,block_n=2: warps=2, and it says so" $? \
   "exit $rc: $(head -c 300 "$tmp/cfg.err")"
+run cfg4 gen --config block_m=2,block_n=2 --arch sm_90
+[ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/cfg4.err")" -eq 1 ] &&
+  grep -q "(for bf16, the dtype chosen for sm_90; --dtype fp32 for the SIMT family)" "$tmp/cfg4.err"
+check "gen --config of a SIMT tile without --dtype: one line naming the dtype chosen and --dtype fp32" $? \
+  "exit $rc: $(head -c 300 "$tmp/cfg4.err")"
 run cfg2 gen --config block_m=64 --dtype fp32
 [ "$rc" -eq 0 ] && [ ! -s "$tmp/cfg2.err" ]
 check "gen --config whose defaults fit: no note" $? "$(head -c 300 "$tmp/cfg2.err")"
@@ -85,7 +90,12 @@ check "run with bfloat16 ('<V2') inputs runs the bf16 kernel" $? \
 out=$($tool check "$tmp/qb.npy" "$tmp/kb.npy" "$tmp/vb.npy" "$tmp/ob.npy" "$tmp/lb.npy")
 err=${out#max_err }; err=${err%% *}
 python3 -c "import sys; sys.exit(0 if float('$err') < 2e-2 else 1)" 2>/dev/null
-check "run bf16: output matches naive attention on the bf16 inputs: $out" $? "$out"
+check "run bf16: O written as bfloat16 ('<V2'), matching naive attention on the bf16 inputs: $out" $? "$out"
+out=$($tool check "$tmp/qh.npy" "$tmp/kh.npy" "$tmp/vh.npy" "$tmp/oh.npy")
+rc=$?
+err=${out#max_err }; err=${err%% *}
+[ $rc -eq 0 ] && python3 -c "import sys; sys.exit(0 if float('$err') < 5e-3 else 1)" 2>/dev/null
+check "run fp16: O written as float16 ('<f2'), matching naive attention: $out" $? "$out"
 run rm run --backend emu --config "$cfg" --dtype fp32 --q "$tmp/qh.npy" --k "$tmp/kh.npy" \
   --v "$tmp/vh.npy" --out "$tmp/om.npy"
 [ "$rc" -eq 2 ] && grep -q -- '--dtype fp32, but the inputs are float16 (fp16)' "$tmp/rm.err" &&
@@ -99,7 +109,8 @@ check "run on inputs of several dtypes without --dtype: asks for one, exit 2" $?
   "exit $rc: $(head -c 300 "$tmp/rx.err")"
 run rxd run --backend emu --config "$cfg" --dtype fp16 --q "$tmp/qh.npy" --k "$tmp/kf.npy" \
   --v "$tmp/vh.npy" --out "$tmp/oxd.npy"
-check "run on inputs of several dtypes with --dtype fp16: runs" "$rc" \
+[ "$rc" -eq 0 ] && $tool check "$tmp/qh.npy" "$tmp/kf.npy" "$tmp/vh.npy" "$tmp/oxd.npy" >/dev/null
+check "run on inputs of several dtypes with --dtype fp16: runs, O in float16" $? \
   "exit $rc: $(head -c 300 "$tmp/rxd.err")"
 
 finish

@@ -133,6 +133,9 @@ check "report draws $pngs PNG plots (>= 3, each a PNG over 4 KB)" $? "$pngs; bad
 # The roofline and registers plots are the GPU's: none from the emulator.
 ! ls "$tmp"/rep/gpu* >/dev/null 2>&1 && ! grep -q "roofline" "$tmp/rep/report.html"
 check "report of emulator trials: no roofline nor registers plot" $? "$(ls "$tmp/rep")"
+! ls "$tmp"/rep/base* >/dev/null 2>&1 &&
+  grep -q "No figure of TFLOP/s against PyTorch: the database holds no baseline, and no trial timed on a GPU" "$tmp/rep/report.html"
+check "report of emulator trials: no PyTorch figure, and says why" $? "$(ls "$tmp/rep")"
 missing=""
 refs=0
 for src in $(grep -o 'src="[^"]*"' "$tmp/rep/report.html" | sed 's/src="//; s/"$//'); do

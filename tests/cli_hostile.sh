@@ -52,6 +52,10 @@ check "the gnuplot script has no shell line and one title per figure" $? "$(grep
 check "neither page holds a raw <script>" $? "$(grep -il '<script' "$tmp/rep/report.html" "$tmp/rep-md/report.md")"
 grep -q 'evil&lt;script&gt;' "$tmp/rep/report.html"
 check "the HTML shows the device name, escaped" $? "$(grep -c evil "$tmp/rep/report.html")"
+grep -q 'No fatune trial timed on evilb&lt;script&gt;' "$tmp/rep/report.html" &&
+  ! grep -q 'evilnl' "$tmp/rep/report.html" "$tmp/rep-md/report.md"
+check "a baseline's GPU name shown escaped; one with a line break passed over" $? \
+  "$(grep -o '.\{40\}evil[bn].\{40\}' "$tmp/rep/report.html" | head -3)"
 
 F export --format csv --db "$db" >"$tmp/x.csv" 2>"$tmp/x.err" && why=$(tool csv "$tmp/x.csv" 2>&1)
 check "export csv parses, every record the header's width" $? "${why:-$(cat "$tmp/x.err")}"

@@ -2,8 +2,8 @@
 # cli_progress.sh: what a run says while it works. A run the estimate
 # calls long says so before it starts, with how to shorten it; on a
 # terminal every phase (NVRTC, the host compiler, validation) shows its
-# progress and the time left; colour only on a terminal, never with
-# NO_COLOR set.
+# progress and the time left from its start (so does fatune compile's);
+# colour only on a terminal, never with NO_COLOR set.
 #
 # usage: FATUNE=build/fatune bash tests/cli_progress.sh
 set -u
@@ -39,6 +39,16 @@ done
 [ -z "$missing" ]
 check "on a terminal each phase shows done/total and the time left" $? \
   "no time left for:$missing: $(grep -m 5 '/72' "$tmp/tty.txt")"
+grep -q "compiling with the host compiler 0/72, time left once one is done" "$tmp/tty.txt"
+check "a phase shows at once, before its first item is done" $? \
+  "$(grep -m 3 'host compiler' "$tmp/tty.txt")"
+# fatune compile, NVRTC alone (the GPU's flow compiles so too, before measuring).
+TERM=xterm script -qec "'$FATUNE' compile --dim 64 --dtype bf16 --arch sm_80" /dev/null \
+  >"$tmp/cc.log" 2>&1 </dev/null
+n=$("$FATUNE" list --dim 64 --dtype bf16 --arch sm_80 | wc -l)
+tr '\r' '\n' <"$tmp/cc.log" | grep -q "^.*compiling with NVRTC [0-9]*/$n, about [0-9]* s left"
+check "fatune compile on a terminal: done/total and the time left" $? \
+  "$(tr '\r' '\n' <"$tmp/cc.log" | grep -m 3 'compiling')"
 grep -q $'\033\\[32mok' "$tmp/tty.txt"
 check "on a terminal the status is coloured" $? "$(grep -m 2 ' ok' "$tmp/tty.txt")"
 TERM=xterm NO_COLOR=1 script -qec "$cmd" /dev/null >"$tmp/nc.log" 2>&1 </dev/null

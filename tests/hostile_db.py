@@ -42,6 +42,12 @@ def poison(path, marker):
     c.execute("UPDATE trials SET message = ?", (h,))
     c.execute("UPDATE trials SET created = created || ? WHERE id = (SELECT min(id) FROM trials)",
               ("\x1b[2J\x07",))
+    # Baselines: one whose GPU name is printable but hostile (shown,
+    # escaped), one with a line break in it (no measurement gives: passed over).
+    for gpu in ("evilb<script>alert(1)</script>'\"|x", "evilnl\n!touch %s" % marker):
+        c.execute("INSERT INTO baselines (gpu, backend, dtype, dim, seq_q, seq_k, batch, heads, "
+                  "causal, median_us, tflops, torch_version, created) VALUES (?, 'sdpa-flash', "
+                  "'bf16', 64, 4096, 4096, 4, 16, 0, 1000, 274.9, '2.5', 'x')", (gpu,))
     c.commit()
     c.close()
 

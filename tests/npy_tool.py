@@ -6,7 +6,7 @@
   npy_tool.py check Q K V O [LSE] [--causal] [--scale S]
       naive attention in Python floats on the inputs as stored; prints the
       max abs error of O (and LSE), exits 1 when O or LSE has the wrong shape
-      or dtype.
+      or dtype (O's: Q's, or float64 with --fp64).
 """
 import math
 import random
@@ -76,7 +76,8 @@ def check(args):
     if os_ != qs:
         print("O shape %s, want %s" % (os_, qs))
         return 1
-    want_descr = "<f8" if "--fp64" in args else "<f4"
+    # O in the kernel's dtype: the inputs' (as Q's), fp64 when run so.
+    want_descr = "<f8" if "--fp64" in args else read(paths[0])[0]
     if odescr != want_descr:
         print("O dtype %s, want %s" % (odescr, want_descr))
         return 1

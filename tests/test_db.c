@@ -217,7 +217,7 @@ static void test_fresh(void) {
         "journal mode %s", text);
   CHECK(raw_text(path, "SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema "
                        "WHERE type IN ('table', 'view') ORDER BY name)", text, sizeof text) == 0 &&
-        !strcmp(text, "best binaries devices sass trials variants"), "schema objects: %s", text);
+        !strcmp(text, "baselines best binaries devices sass trials variants"), "schema objects: %s", text);
   printf("fresh: user_version %lld, application_id 0x%llx, journal %s, objects: %s\n",
          raw_int(path, "PRAGMA user_version"), raw_int(path, "PRAGMA application_id"), "wal", text);
 
@@ -348,6 +348,82 @@ static void test_migrate_from_two(void) {
   CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && !found,
         "an old trial is not taken for a given arch");
   db_close(d);
+}
+
+/* A file of schema 4 with a trial and SASS figures: migrated to 5, its
+** rows as they were and an empty baselines table; then baselines: one
+** recorded, one of the same key replacing it, bad ones refused with why,
+** and a row edited in by hand that no measurement could give passed over
+** when read. */
+static int count_baseline(const db_baseline_row *b, void *ud) {
+  double *got = ud;
+  got[0]++;
+  got[1] = b->tflops;
+  return 0;
+}
+
+static void test_migrate_from_four(void) {
+  char path[PATH_LEN], err[512] = "", sql[96];
+  at(path, "four.db");
+  sqlite3 *h;
+  snprintf(sql, sizeof sql, "PRAGMA application_id = %d", DB_APPLICATION_ID);
+  CHECK(sqlite3_open(path, &h) == SQLITE_OK && sqlite3_exec(h, sql, NULL, NULL, NULL) == 0 &&
+        dbi_migrate_to(h, 0, 4, err, sizeof err) == 0, "a schema-4 file: %s", err);
+  CHECK(sqlite3_exec(h,
+        "INSERT INTO devices VALUES (1, 'NVIDIA H100', 'GPU-1', 'cuda', 9, 0, 132, 232448, 52428800);"
+        "INSERT INTO variants VALUES (1, 'tc', 'tc/1+x', 'v1', 'aaaaaaaaaaaa', '{}', 'h');"
+        "INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q,"
+        " seq_k, batch, heads, causal, status, median_us, tflops, fatune_version, created) VALUES"
+        " (1, 1, 'sm_90', 'bf16', 64, 1024, 1024, 1024, 1024, 4, 16, 0, 'ok', 80.0, 12.5, '0.1.0',"
+        " '2026-01-01T00:00:00.000Z');"
+        "INSERT INTO sass (variant_id, target, gpu, mma, loop_instructions, loop_hmma, loop_mufu,"
+        " loop_ldsm, loop_lds, loop_ldgsts, loop_bar, loop_shfl, loop_local, loop_int, created)"
+        " VALUES (1, 'sm_90', 'h100', 'HMMA', 100, 16, 8, 4, 0, 2, 2, 4, 0, 20, 'x');",
+        NULL, NULL, NULL) == SQLITE_OK, "rows of schema 4: %s", sqlite3_errmsg(h));
+  sqlite3_close(h);
+  CHECK(raw_int(path, "PRAGMA user_version") == 4, "at version 4");
+  db *d = open_ok(path);
+  if (!d) return;
+  CHECK(raw_int(path, "PRAGMA user_version") == DB_SCHEMA_VERSION && DB_SCHEMA_VERSION == 5,
+        "migrated to 5");
+  CHECK(raw_int(path, "SELECT count(*) FROM trials WHERE arch = 'sm_90' AND median_us = 80.0") ==
+          1 && raw_int(path, "SELECT count(*) FROM sass WHERE loop_hmma = 16") == 1 &&
+          raw_int(path, "SELECT count(*) FROM baselines") == 0,
+        "the trial and the SASS figures as they were, no baselines");
+  db_baseline b = {"NVIDIA H100", "sdpa-flash", "bf16", 64, 1024, 1024, 4, 16, 0, 100.0, 10.7,
+                   "2.5.1"};
+  CHECK(db_baseline_put(d, &b, 1, NULL, err, sizeof err) == 0, "a baseline: %s", err);
+  b.median_us = 90.0, b.tflops = 11.9;
+  CHECK(db_baseline_put(d, &b, 1, NULL, err, sizeof err) == 0, "the same key again: %s", err);
+  double got[2] = {0, 0};
+  CHECK(db_baselines(d, count_baseline, got, err, sizeof err) == 0 && got[0] == 1 &&
+          got[1] == 11.9, "one baseline, the later: %.0f rows, %.1f TFLOP/s", got[0], got[1]);
+  const struct { db_baseline b; const char *why; } bad[] = {
+    {{"NVIDIA H100", "sdpa flash", "bf16", 64, 1024, 1024, 4, 16, 0, 90, 11.9, "2.5"}, "backend"},
+    {{"NVIDIA\nH100", "sdpa", "bf16", 64, 1024, 1024, 4, 16, 0, 90, 11.9, "2.5"}, "GPU's name"},
+    {{"NVIDIA H100", "sdpa", "int8", 64, 1024, 1024, 4, 16, 0, 90, 11.9, "2.5"}, "dtype"},
+    {{"NVIDIA H100", "sdpa", "bf16", 0, 1024, 1024, 4, 16, 0, 90, 11.9, "2.5"}, "dim"},
+    {{"NVIDIA H100", "sdpa", "bf16", 64, 1024, 1024, 4, 16, 0, -1, 11.9, "2.5"}, "median"},
+    {{"NVIDIA H100", "sdpa", "bf16", 64, 1024, 1024, 4, 16, 0, 90, NAN, "2.5"}, "TFLOP/s"},
+    {{"NVIDIA H100", "sdpa", "bf16", 64, 1024, 1024, 4, 16, 2, 90, 11.9, "2.5"}, "causal"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = '\0';
+    CHECK(db_baseline_put(d, &bad[i].b, 1, NULL, err, sizeof err) != 0 && strstr(err, bad[i].why),
+          "a bad baseline refused for its %s: %s", bad[i].why, err);
+  }
+  db_close(d);
+  CHECK(raw_exec(path, "INSERT INTO baselines (gpu, backend, dtype, dim, seq_q, seq_k, batch, "
+                       "heads, causal, median_us, tflops, torch_version, created) VALUES "
+                       "('NVIDIA H100', 'x''; DROP TABLE trials; --', 'bf16', 64, 4096, 4096, "
+                       "4, 16, 0, 1.0, 5e9, '2.5', 'x')") == 0,
+        "a row no measurement gives, by hand");
+  if (!(d = open_ok(path))) return;
+  got[0] = 0;
+  CHECK(db_baselines(d, count_baseline, got, err, sizeof err) == 0 && got[0] == 1,
+        "the hand-made row passed over: %.0f rows", got[0]);
+  db_close(d);
+  CHECK(raw_int(path, "SELECT count(*) FROM trials") == 1, "the trials still there");
 }
 
 /* A file marked as fatune's at schema 0 (no tables) is migrated. */
@@ -902,6 +978,7 @@ int main(void) {
   test_fresh();
   test_migrate_from_zero();
   test_migrate_from_two();
+  test_migrate_from_four();
   test_best();
   test_show_export();
   test_refusals();

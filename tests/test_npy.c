@@ -256,6 +256,21 @@ static void test_bfloat16(void) {
   CHECK(isinf(a.data[4]) && a.data[4] > 0, "0x7F80 -> %g", a.data[4]);
   CHECK(a.data[5] == 0.0 && signbit(a.data[5]), "0x8000 -> %g", a.data[5]);
   npy_free(&a);
+  /* Written back (fatune run's O): '<V2' and '<f2', the same bits. */
+  for (int t = 0; t < 2; t++) {
+    at(path, t ? "w16.npy" : "wbf16.npy");
+    CHECK(npy_write_16(path, t ? NPY_F16 : NPY_BF16, h, 2, shape, err, sizeof err) == 0, "%s",
+          err);
+    char dict[128];
+    snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (2, 3), }",
+             t ? "<f2" : "<V2");
+    check_written_header(path, dict, 12);
+    CHECK(npy_read(path, &a, err, sizeof err) == 0 && a.dtype == (t ? NPY_F16 : NPY_BF16) &&
+          a.count == 6 && a.data[0] == (t ? 1.875 : 1.0) && a.data[1] == -2.0,
+          "16-bit round trip %d: %s", t, err);
+    npy_free(&a);
+  }
+  CHECK(npy_write_16(path, NPY_F32, h, 2, shape, err, sizeof err) != 0, "not 16 bits: refused");
 }
 
 static void test_float16(void) {

@@ -468,8 +468,8 @@ static void test_migrated(void) {
   CHECK(db_open(path, DB_CREATE, &d, err, sizeof err) == 0, "%s", err);
   db_close(d);
   /* The compile cache as schema 1 had it, with an entry, and none of the
-  ** later tables (schema 3's sass). */
-  CHECK(raw_exec(path, "DROP TABLE sass; DROP TABLE binaries; CREATE TABLE binaries (id INTEGER PRIMARY KEY, "
+  ** later tables (schema 4's sass, schema 5's baselines). */
+  CHECK(raw_exec(path, "DROP TABLE baselines; DROP TABLE sass; DROP TABLE binaries; CREATE TABLE binaries (id INTEGER PRIMARY KEY, "
                        "source_hash TEXT NOT NULL, target TEXT NOT NULL, compiler_version TEXT "
                        "NOT NULL, options TEXT NOT NULL, blob BLOB NOT NULL, checksum TEXT NOT "
                        "NULL, registers INTEGER, spill_bytes INTEGER, smem_bytes INTEGER, "

@@ -60,8 +60,10 @@ static const cmd_info commands[] = {
    "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy --out O.npy\n"
    "                  [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]",
    "Runs one variant on tensors from .npy files (float16, bfloat16, float32 or float64,\n"
-   "shape (N, D) or (B, H, N, D)) and writes O (float64 for fp64, else float32). The\n"
-   "dtype is the inputs' unless --dtype says otherwise.",
+   "shape (N, D) or (B, H, N, D)) and writes O in the kernel's dtype. The dtype is\n"
+   "the inputs' unless --dtype says otherwise. bfloat16 is read and written as\n"
+   "np.save writes an ml_dtypes.bfloat16 array (descr '<V2'): in NumPy,\n"
+   "np.load('o.npy').view(ml_dtypes.bfloat16).",
    "fatune run --config block_m=64 --q q.npy --k k.npy --v v.npy --out o.npy",
    "run one variant on .npy tensors"},
   {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE,
@@ -119,6 +121,16 @@ static const cmd_info commands[] = {
    "family: fp32 (the default) or fp64.",
    "fatune explore --dim 64 --seq 512 --axis norm",
    "FlashAttention-1 against -2, one axis at a time"},
+  {"baseline", CMD_BASELINE, F_DB, "FILE.csv [--db PATH]",
+   "Records PyTorch's attention timed on a GPU, for the report to draw fatune's\n"
+   "TFLOP/s beside it. FILE.csv has the header\n"
+   "  gpu,backend,dtype,batch,heads,seq_q,seq_k,dim,causal,median_us,torch\n"
+   "and a row per measurement: gpu the device's name as the driver gives it\n"
+   "(torch.cuda.get_device_name()), backend a name such as sdpa-flash, median_us\n"
+   "the median time of one call. TFLOP/s are counted as fatune counts its own.\n"
+   "scripts/gpu-check.sh writes such a file and records it.",
+   "fatune baseline sdpa.csv",
+   "record PyTorch's attention times beside fatune's"},
   {"report", CMD_REPORT, F_OUT | F_FMT | F_DB, "[--out DIR] [--format html|md] [--db PATH]",
    "Renders the database into HTML or Markdown with gnuplot plots.",
    "fatune report --out fatune-report",
@@ -485,7 +497,7 @@ static void long_options(struct option *lo) {
 
 /* Positional words after the command: merge's path, help's command. */
 static int positional(cli_opts *o, const char *a, char *err, size_t n) {
-  if ((o->cmd == CMD_MERGE || o->cmd == CMD_SASS) && !o->merge_path)
+  if ((o->cmd == CMD_MERGE || o->cmd == CMD_SASS || o->cmd == CMD_BASELINE) && !o->merge_path)
     return o->merge_path = a, 0;
   if (o->cmd == CMD_HELP && !o->help_cmd) {
     const cmd_info *c = find_command(a);
@@ -510,6 +522,9 @@ static int check_command(cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "fatune compile takes --variant NAME or --config TEXT, not both");
   if (o->cmd == CMD_SASS && !o->merge_path)
     return fail(err, errlen, "fatune sass needs the path of a cubin");
+  if (o->cmd == CMD_BASELINE && !o->merge_path)
+    return fail(err, errlen, "fatune baseline needs the path of a CSV file (see fatune help "
+                "baseline)");
   if (o->cmd == CMD_RUN && (!o->q || !o->k || !o->v || !o->out))
     return fail(err, errlen, "fatune run needs --q, --k, --v and --out");
   if (o->cmd == CMD_EXPLORE && o->sweep_lo && (cli_given(o, "--seq") || cli_given(o, "--seq-k")))

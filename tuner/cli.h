@@ -13,7 +13,8 @@
 
 typedef enum cli_cmd {
   CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_RUN, CMD_HELP, CMD_VERSION,
-  CMD_BEST, CMD_SHOW, CMD_EXPORT, CMD_MERGE, CMD_EXPLORE, CMD_REPORT, CMD_SASS
+  CMD_BEST, CMD_SHOW, CMD_EXPORT, CMD_MERGE, CMD_EXPLORE, CMD_REPORT, CMD_SASS,
+  CMD_BASELINE
 } cli_cmd;
 
 typedef struct cli_opts {
@@ -41,7 +42,7 @@ typedef struct cli_opts {
   const char *format;     /* export: "csv" or "json"; report: "html" or "md" */
   const char *axis;       /* explore: norm, parallel, warp_split, layout, tiles or all */
   int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */
-  const char *merge_path; /* merge: the other database; sass: the cubin */
+  const char *merge_path; /* merge: the other database; sass: the cubin; baseline: the CSV */
   int help;               /* --help was given */
   const char *help_cmd;   /* help: the command to describe, NULL: fatune's own */
   const char *dtype_why;  /* the dtype was chosen for the target, not given: why */

@@ -19,6 +19,7 @@
 #include "compile_pool.h"
 #include "fa_util.h"
 #include "json.h"
+#include "progress.h"
 #include "sass_kernel.h"
 
 typedef struct compile_set {
@@ -39,12 +40,6 @@ static void compile_set_free(compile_set *s) {
   free(s->jobs);
   free(s->sass);
   gen_variants_free(s->variants, s->nvariants);
-}
-
-static void progress(size_t done, size_t total, void *ud) {
-  (void)ud;
-  fprintf(stderr, "\rcompiling %zu/%zu", done, total);
-  if (done == total) fputc('\n', stderr);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -257,7 +252,9 @@ int cmd_compile_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   }
   int threads = o->jobs > 0 ? o->jobs : compile_pool_default_threads();
   double t0 = fa_now_s();
-  if (compile_pool_run(s.jobs, s.n, t->arch, threads, isatty(2) ? progress : NULL, NULL) != 0) {
+  progress_phase ph;
+  progress_start(&ph, "compiling with NVRTC", s.n);
+  if (compile_pool_run(s.jobs, s.n, t->arch, threads, progress_fn(), &ph) != 0) {
     perror("fatune: compile pool");
     compile_set_free(&s);
     return 1;

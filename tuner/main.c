@@ -53,6 +53,7 @@ static const command commands[] = {
   {"merge", CMD_MERGE, cmd_db_main, NULL, 0},
   {"explore", CMD_EXPLORE, NULL, explore_main, NEEDS_TARGET | NEEDS_GPU},
   {"report", CMD_REPORT, report_main, NULL, 0},
+  {"baseline", CMD_BASELINE, cmd_baseline_main, NULL, 0},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

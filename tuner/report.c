@@ -179,6 +179,26 @@ static int add_estimate(const db_sass_point *p, void *ud) {
   return 0;
 }
 
+/* A baseline of PyTorch's, as the database checked it. */
+static int add_baseline(const db_baseline_row *b, void *ud) {
+  rp_ctx *c = ud;
+  if (c->nbase == c->capbase) {
+    size_t cap = c->capbase ? 2 * c->capbase : 16;
+    rp_base *n = realloc(c->base, cap * sizeof *n);
+    if (!n) return 1;
+    c->base = n, c->capbase = cap;
+  }
+  rp_base *r = &c->base[c->nbase++];
+  snprintf(r->gpu, sizeof r->gpu, "%s", b->gpu);
+  snprintf(r->backend, sizeof r->backend, "%s", b->backend);
+  snprintf(r->dtype, sizeof r->dtype, "%s", b->dtype);
+  snprintf(r->torch, sizeof r->torch, "%s", b->torch_version);
+  r->dim = b->dim, r->seq_q = b->seq_q, r->seq_k = b->seq_k, r->batch = b->batch;
+  r->heads = b->heads, r->causal = b->causal;
+  r->median_us = b->median_us, r->tflops = b->tflops;
+  return 0;
+}
+
 static int load(rp_ctx *c, char *err, size_t errlen) {
   db *d;
   char *csv = NULL;
@@ -195,6 +215,7 @@ static int load(rp_ctx *c, char *err, size_t errlen) {
   }
   if (rc == 0) rc = parse_trials(c, csv, rows, err, errlen);
   if (rc == 0) rc = db_sass_points(d, add_estimate, c, err, errlen);
+  if (rc == 0) rc = db_baselines(d, add_baseline, c, err, errlen);
   free(csv);
   if (db_close(d) != 0 && rc == 0) {
     snprintf(err, errlen, "closing the database failed");
@@ -258,6 +279,20 @@ static int gpu_keys(rp_ctx *c) {
     if (!g) return -1;
     c->gpu = g;
     c->gpu[c->ngpu++] = &c->t[i];
+  }
+  return 0;
+}
+
+/* The (GPU, dtype, dim, causal, seq_k - seq_q) keys of the baselines. */
+static int base_keys(rp_ctx *c) {
+  for (size_t i = 0; i < c->nbase; i++) {
+    size_t k = 0;
+    while (k < c->nbkey && !rp_base_of(&c->base[i], c->bkey[k])) k++;
+    if (k < c->nbkey) continue;
+    const rp_base **b = realloc(c->bkey, (c->nbkey + 1) * sizeof *b);
+    if (!b) return -1;
+    c->bkey = b;
+    c->bkey[c->nbkey++] = &c->base[i];
   }
   return 0;
 }
@@ -356,6 +391,31 @@ static int plot_gpu(rp_ctx *c, size_t k) {
   snprintf(title, sizeof title, "%s: TFLOP/s against registers per thread, coloured by CTAs "
            "per SM", head);
   return rp_plot_registers(c, k, png, title);
+}
+
+static void base_title(const rp_base *key, char *buf, size_t n) {
+  char extra[48] = "";
+  if (key->seq_k != key->seq_q)
+    snprintf(extra, sizeof extra, ", seq_k = seq_q %+d", key->seq_k - key->seq_q);
+  snprintf(buf, n, "%.100s (cuda), %s dim %d%s%s", key->gpu, key->dtype, key->dim,
+           key->causal ? " causal" : "", extra);
+}
+
+/* fatune's best TFLOP/s against seq_len beside PyTorch's, where fatune has
+** trials on that GPU and there are two lengths or more (one is the table). */
+static int plot_base(rp_ctx *c, size_t k) {
+  char head[200], title[400], png[64];
+  rp_matrix m;
+  rp_base_lines(c, k, &m);
+  int fatune = 0;
+  for (int i = 0; i < m.nx; i++) fatune += isfinite(m.v[0][i]);
+  if (!fatune || m.nx < 2) return 0;
+  base_title(c->bkey[k], head, sizeof head);
+  c->cur_group = RP_BASE_GROUP(k);
+  snprintf(png, sizeof png, "base%zu-sdpa.png", k);
+  snprintf(title, sizeof title, "%s: TFLOP/s against seq_len, fatune's best variant and "
+           "PyTorch's scaled_dot_product_attention", head);
+  return rp_plot_lines(c, png, title, "TFLOP/s", &m, 0);
 }
 
 /* ---- The page ---- */
@@ -630,6 +690,70 @@ static void gpu_section(const page *p, const rp_ctx *c, size_t k) {
             "estimate, which has no figures for this device.");
 }
 
+/* c->bkey[k]: the figure, and a table of fatune against each backend. */
+static void base_table(const page *p, const rp_ctx *c, size_t k) {
+  const rp_base *key = c->bkey[k];
+  char head[200], line[600], cells[RP_MAX_SERIES + 2][64];
+  rp_matrix m;
+  base_title(key, head, sizeof head);
+  heading(p, 3, head);
+  for (size_t i = 0; i < c->nfig; i++)
+    if (c->fig[i].group == RP_BASE_GROUP(k)) figure(p, &c->fig[i]);
+  rp_base_lines(c, k, &m);
+  int fatune = 0;
+  for (int i = 0; i < m.nx; i++) fatune += isfinite(m.v[0][i]);
+  if (!fatune) {
+    snprintf(line, sizeof line, "No fatune trial timed on %s for this problem: tune it there "
+             "(fatune --dim %d --seq N --dtype %s%s) to draw fatune beside PyTorch.", key->gpu,
+             key->dim, key->dtype, key->causal ? " --causal" : "");
+    para(p, line);
+  } else if (m.nx < 2) {
+    para(p, "One sequence length: the table holds it (a plot needs two).");
+  }
+  snprintf(cells[0], 64, "seq_q");
+  for (int s = 0; s < m.nser; s++) snprintf(cells[s + 1], 64, "%s TFLOP/s", m.ser[s]);
+  snprintf(cells[m.nser + 1], 64, "fatune / fastest PyTorch");
+  table_row(p, cells, m.nser + 2, 1);
+  for (int i = 0; i < m.nx; i++) {
+    double torch = NAN;
+    snprintf(cells[0], 64, "%d", m.x[i]);
+    for (int s = 0; s < m.nser; s++) {
+      fmt_value(cells[s + 1], 64, m.v[s][i], RP_TFLOPS);
+      if (s && isfinite(m.v[s][i]) && !(torch >= m.v[s][i])) torch = m.v[s][i];
+    }
+    if (isfinite(m.v[0][i]) && isfinite(torch))
+      snprintf(cells[m.nser + 1], 64, "%.2f", m.v[0][i] / torch);
+    else
+      snprintf(cells[m.nser + 1], 64, "-");
+    table_row(p, cells, m.nser + 2, 0);
+  }
+  table_end(p);
+  const rp_base *b = NULL;
+  for (size_t i = 0; i < c->nbase && !b; i++)
+    if (rp_base_of(&c->base[i], key)) b = &c->base[i];
+  snprintf(line, sizeof line, "PyTorch %s, batch %d, heads %d; TFLOP/s counted as fatune's "
+           "(4 x batch x heads x seq_q x seq_k x dim, the causal mask's half).", b->torch,
+           b->batch, b->heads);
+  para(p, line);
+}
+
+/* fatune against PyTorch's attention, or why there is no such figure. */
+static void base_section(const page *p, const rp_ctx *c) {
+  heading(p, 2, "fatune against PyTorch's scaled_dot_product_attention");
+  if (!c->nbase) {
+    para(p, c->ngpu
+       ? "No figure of TFLOP/s against PyTorch: the database holds no baseline. "
+         "scripts/gpu-check.sh times PyTorch's scaled_dot_product_attention on the GPU and "
+         "records it; fatune baseline FILE.csv records any such measurement."
+       : "No figure of TFLOP/s against PyTorch: the database holds no baseline, and no "
+         "trial timed on a GPU (emulator figures are counts, not times). On a GPU, "
+         "scripts/gpu-check.sh tunes, times PyTorch's scaled_dot_product_attention and "
+         "records both.");
+    return;
+  }
+  for (size_t k = 0; k < c->nbkey; k++) base_table(p, c, k);
+}
+
 static const char style[] =
   "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
   "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:2px 8px;"
@@ -657,6 +781,7 @@ static int write_page(const rp_ctx *c, const char *plots_note, char *path, size_
   if (plots_note) para(&p, plots_note);
   for (size_t g = 0; g < c->ng; g++) group_section(&p, c, g);
   for (size_t k = 0; k < c->ngpu; k++) gpu_section(&p, c, k);
+  base_section(&p, c);
   if (c->nest) estimate_section(&p, c);
   if (!md) fputs("</body></html>\n", p.f);
   const int bad = ferror(p.f);
@@ -690,6 +815,7 @@ static int plot_all(rp_ctx *c, char *script, size_t n, char *err, size_t errlen)
     rc = rp_plot_estimate(c, "estimate.png", "GPU trials: measured TFLOP/s against the static "
                                              "SASS estimate for their variant");
   for (size_t k = 0; rc == 0 && k < c->ngpu; k++) rc = plot_gpu(c, k);
+  for (size_t k = 0; rc == 0 && k < c->nbkey; k++) rc = plot_base(c, k);
   const int bad = ferror(c->gp);
   if (fclose(c->gp) != 0 || bad) rc = -1;
   c->gp = NULL;
@@ -700,6 +826,7 @@ static int plot_all(rp_ctx *c, char *script, size_t n, char *err, size_t errlen)
 static void ctx_free(rp_ctx *c) {
   for (size_t g = 0; g < c->ng; g++) free(c->g[g].idx);
   free(c->g), free(c->t), free(c->fig), free(c->est), free(c->gpu);
+  free(c->base), free(c->bkey);
 }
 
 int report_main(const cli_opts *o) {
@@ -716,7 +843,7 @@ int report_main(const cli_opts *o) {
     cli_say(1, "the database holds no trials yet: run fatune or fatune explore first");
     goto done;
   }
-  if (make_dir(c.dir, err, sizeof err) != 0 || group_all(&c) != 0 || gpu_keys(&c) != 0 ||
+  if (make_dir(c.dir, err, sizeof err) != 0 || group_all(&c) != 0 || gpu_keys(&c) != 0 || base_keys(&c) != 0 ||
       plot_all(&c, script, sizeof script, err, sizeof err) != 0) {
     cli_say(1, err[0] ? err : "out of memory");
     goto done;

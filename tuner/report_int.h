@@ -57,6 +57,13 @@ typedef struct rp_est {
   double est, measured;  /* TFLOP/s: the static estimate, the trial's */
 } rp_est;
 
+/* PyTorch's attention timed on a GPU (the database's baselines). */
+typedef struct rp_base {
+  char gpu[128], backend[32], dtype[8], torch[64];
+  int dim, seq_q, seq_k, batch, heads, causal;
+  double median_us, tflops;
+} rp_base;
+
 /* One figure: its PNG (under the output directory) and caption. */
 typedef struct rp_figure {
   char png[64], title[240];
@@ -81,12 +88,19 @@ typedef struct rp_ctx {
   ** of a roofline and of a registers plot. */
   const rp_trial **gpu;
   size_t ngpu;
+  rp_base *base;
+  size_t nbase, capbase;
+  /* One baseline of each (GPU, dtype, dim, causal, seq_k - seq_q): the key
+  ** of a plot of fatune's TFLOP/s against PyTorch's. */
+  const rp_base **bkey;
+  size_t nbkey;
 } rp_ctx;
 
 /* The group of the figure of estimate against measurement, and those of
 ** the figures of c->gpu[k]. */
 #define RP_EST_GROUP (-1)
 #define RP_GPU_GROUP(k) (-2 - (int)(k))
+#define RP_BASE_GROUP(k) (-1000000 - (int)(k))
 
 /* Which value of a trial a line plot shows, and which of two is better. */
 typedef enum rp_metric { RP_TFLOPS, RP_GBYTES, RP_RESCALE } rp_metric;
@@ -101,6 +115,14 @@ int rp_gpu(const rp_trial *t);   /* timed on a GPU: ranked by TFLOP/s, not bytes
 void rp_lines(const rp_ctx *c, const rp_group *g, rp_metric m, int by, rp_matrix *out);
 /* The best tile per (dim, seq) of heat group g. */
 void rp_heat(const rp_ctx *c, const rp_group *g, rp_matrix *out);
+
+/* Whether b shares key's GPU, dtype, dim, causal mask and seq_k - seq_q;
+** whether trial t is a timed GPU trial of that problem. */
+int rp_base_of(const rp_base *b, const rp_base *key);
+int rp_base_trial(const rp_trial *t, const rp_base *key);
+/* c->bkey[k]'s plot: per seq_q, fatune's best TFLOP/s (series 0) and each
+** baseline backend's. */
+void rp_base_lines(const rp_ctx *c, size_t k, rp_matrix *out);
 
 /* Writes the data file and the script's commands for a figure, and adds
 ** it to c->fig. -1 when a file cannot be written. */

@@ -130,6 +130,43 @@ void rp_heat(const rp_ctx *c, const rp_group *g, rp_matrix *out) {
   }
 }
 
+int rp_base_of(const rp_base *b, const rp_base *key) {
+  return !strcmp(b->gpu, key->gpu) && !strcmp(b->dtype, key->dtype) && b->dim == key->dim &&
+         b->causal == key->causal && b->seq_k - b->seq_q == key->seq_k - key->seq_q;
+}
+
+int rp_base_trial(const rp_trial *t, const rp_base *key) {
+  return rp_gpu(t) && usable(t, RP_TFLOPS) && !strcmp(t->device, key->gpu) &&
+         !strcmp(t->dtype, key->dtype) && t->dim == key->dim && t->causal == key->causal &&
+         t->seq_k - t->seq_q == key->seq_k - key->seq_q;
+}
+
+void rp_base_lines(const rp_ctx *c, size_t k, rp_matrix *out) {
+  const rp_base *key = c->bkey[k];
+  matrix_init(out);
+  series_of(out, "fatune (best variant)");
+  for (size_t i = 0; i < c->n; i++)
+    if (rp_base_trial(&c->t[i], key) && add_sorted(out->x, &out->nx, c->t[i].seq_q) != 0)
+      out->dropped++;
+  for (size_t i = 0; i < c->nbase; i++)
+    if (rp_base_of(&c->base[i], key) && add_sorted(out->x, &out->nx, c->base[i].seq_q) != 0)
+      out->dropped++;
+  for (size_t i = 0; i < c->n; i++) {
+    const rp_trial *t = &c->t[i];
+    const int x = rp_base_trial(t, key) ? index_of(out->x, out->nx, t->seq_q) : -1;
+    if (x >= 0 && (isnan(out->v[0][x]) || t->tflops > out->v[0][x])) out->v[0][x] = t->tflops;
+  }
+  for (size_t i = 0; i < c->nbase; i++) {
+    const rp_base *b = &c->base[i];
+    if (!rp_base_of(b, key)) continue;
+    char name[48];
+    snprintf(name, sizeof name, "PyTorch %.30s", b->backend);
+    const int x = index_of(out->x, out->nx, b->seq_q), s = series_of(out, name);
+    if (x < 0 || s < 0) out->dropped++;
+    else if (isnan(out->v[s][x]) || b->tflops > out->v[s][x]) out->v[s][x] = b->tflops;
+  }
+}
+
 /* ---- The script ---- */
 
 /* Every string the script holds, the database's included (titles), goes

@@ -105,28 +105,16 @@ static void *convert(const npy_array *a, fa_dtype t) {
   return out;
 }
 
-/* O as float32 (16-bit kernels widen exactly); fp32 and fp64 as they are. */
-static const void *output_view(run_state *r, size_t n) {
-  if (r->p.dtype == FA_FP32 || r->p.dtype == FA_FP64) return r->o;
-  float *f = malloc(n * sizeof *f);
-  if (!f) return NULL;
-  for (size_t i = 0; i < n; i++) f[i] = (float)fa_elem_get(r->o, r->p.dtype, i);
-  free(r->o);
-  return r->o = f;
-}
-
 static int write_outputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   const fa_problem *p = &r->p;
   long long oshape[4], lshape[3];
   memcpy(oshape, r->q.shape, sizeof oshape);
   const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
-  const void *out = output_view(r, rows * (size_t)p->dim);
-  if (!out) {
-    snprintf(err, n, "out of memory");
-    return -1;
-  }
-  int rc = p->dtype == FA_FP64 ? npy_write_f64(o->out, out, r->q.ndim, oshape, err, n)
-                               : npy_write_f32(o->out, out, r->q.ndim, oshape, err, n);
+  /* O in the kernel's dtype, as it computed it: bf16 as bf16 .npy. */
+  int rc = p->dtype == FA_FP64   ? npy_write_f64(o->out, r->o, r->q.ndim, oshape, err, n)
+           : p->dtype == FA_FP32 ? npy_write_f32(o->out, r->o, r->q.ndim, oshape, err, n)
+           : npy_write_16(o->out, p->dtype == FA_FP16 ? NPY_F16 : NPY_BF16, r->o, r->q.ndim,
+                          oshape, err, n);
   if (rc != 0 || !o->lse) return rc;
   float *l = malloc(rows * sizeof *l);
   if (!l) {

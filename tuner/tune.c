@@ -27,27 +27,9 @@
 #include "fa_escape.h"
 #include "fa_util.h"
 #include "par.h"
+#include "progress.h"
 #include "tune.h"
 #include "tune_types.h"
-
-/* A phase of the work, for its progress line: done of total, and the time
-** left at the pace so far. */
-typedef struct phase {
-  const char *label;
-  double t0;
-  size_t base, all;   /* a phase run in parts: done before this part, and in all */
-} phase;
-
-static void progress(size_t done, size_t total, void *ud) {
-  phase *ph = ud;
-  const size_t d = ph->base + done, n = ph->all ? ph->all : total;
-  const double spent = fa_now_s() - ph->t0;
-  fprintf(stderr, "\r\033[K%s %zu/%zu", ph->label, d, n);
-  if (d > 0 && d < n) fprintf(stderr, ", about %.0f s left", spent / (double)d * (double)(n - d));
-  if (d == n) fputc('\n', stderr);
-}
-
-static par_progress_fn progress_if_tty(void) { return isatty(2) ? progress : NULL; }
 
 /* Seconds per (query, key, head dim, head) of one emulated launch: a
 ** deliberately rough constant, measured on a loaded 2-core machine at
@@ -213,15 +195,17 @@ static int emu_flow(tune *s) {
   for (size_t i = 0; i < s->n; i++)
     if (s->e[i].st != TRIAL_RECORDED) ks[m] = &s->e[i].k, jobs[m] = s->e[i].nvrtc, m++;
   double t0 = fa_now_s();
-  phase nv = {"compiling with NVRTC", t0, 0, 0};
-  if (compile_pool_run(jobs, m, s->t->arch, s->threads, progress_if_tty(), &nv) != 0) {
+  progress_phase nv;
+  progress_start(&nv, "compiling with NVRTC", m);
+  if (compile_pool_run(jobs, m, s->t->arch, s->threads, progress_fn(), &nv) != 0) {
     fprintf(stderr, "fatune: cannot start the NVRTC compile threads\n");
     goto done;
   }
   double t1 = fa_now_s();
   /* The host compiler in parts of a few kernels per thread, so that its
   ** progress shows. */
-  phase host = {"compiling with the host compiler", t1, 0, m};
+  progress_phase host;
+  progress_start(&host, "compiling with the host compiler", m);
   const size_t part = (size_t)s->threads * 4;
   for (size_t i = 0; i < m; i += part) {
     const size_t k = m - i < part ? m - i : part;
@@ -229,7 +213,7 @@ static int emu_flow(tune *s) {
       fprintf(stderr, "fatune: %s\n", err);
       goto done;
     }
-    if (isatty(2)) host.base = i, progress(k, k, &host);
+    if (isatty(2)) host.base = i, progress_show(k, k, &host);
   }
   s->nvrtc_s = t1 - t0, s->compile_s = fa_now_s() - t1;
   for (size_t i = 0, j = 0; i < s->n; i++) {
@@ -241,8 +225,9 @@ static int emu_flow(tune *s) {
   }
   if (trial_pool_open(&s->env, s->threads) != 0) goto done;
   t0 = fa_now_s();
-  phase val = {"validating", t0, 0, 0};
-  rc = trial_measure_all(&s->env, s->threads, 1, progress_if_tty(), &val);
+  progress_phase val;
+  progress_start(&val, "validating", m);
+  rc = trial_measure_all(&s->env, s->threads, 1, progress_fn(), &val);
   s->check_s = fa_now_s() - t0;
   if (rc != 0) fprintf(stderr, "fatune: cannot start the validation threads\n");
   else if (trial_stopped(&s->env)) rc = -1;   /* trial_record said why */
@@ -270,16 +255,19 @@ static void compile_one(size_t i, void *ud) {
   pthread_mutex_unlock(&s->pmu);
 }
 
+/* With NVRTC on every core, before the first measurement: its own phase. */
 static void compile_all(tune *s) {
-  if (par_for(s->n, s->threads, compile_one, s, NULL, NULL) != 0)
-    for (size_t i = 0; i < s->n; i++) compile_one(i, s);
+  progress_phase ph;
+  progress_start(&ph, "compiling with NVRTC", s->n);
+  if (par_for(s->n, s->threads, compile_one, s, progress_fn(), &ph) != 0)
+    for (size_t i = 0; i < s->n; i++) compile_one(i, s), progress_show(i + 1, s->n, &ph);
 }
 
 static void gpu_progress(tune *s) {
   if (!isatty(2)) return;
-  const double spent = fa_now_s() - s->t_start;
+  const double spent = fa_now_s() - s->t_measure;
   const double left = s->done ? spent / (double)s->done * (double)(s->n - s->done) : 0;
-  fprintf(stderr, "\r\033[K%zu/%zu", s->done, s->n);
+  fprintf(stderr, "\r\033[Kmeasuring %zu/%zu", s->done, s->n);
   if (s->best)
     fprintf(stderr, "  best %s %.1f us (%.1f TFLOP/s)", s->best->k.name,
             s->best->out.t.median_us, attn_flops(&s->run) / s->best->out.t.median_us / 1e6);
@@ -294,6 +282,7 @@ static int gpu_flow(tune *s) {
   ** programs its parent had built when it was forked, and a fork while
   ** NVRTC runs on another thread could leave NVRTC's locks held in it. */
   compile_all(s);
+  s->t_measure = fa_now_s();   /* the time left is the measuring's */
   if (trial_pool_open(&s->env, 1) != 0) return -1;
   for (size_t i = 0; i < s->n; i++) {
     trial_measure(&s->env, i);

@@ -9,7 +9,9 @@
 #               crashed with the driver's message, every other ok and in
 #               the database (a fresh worker goes on). bf16 runs with --sass,
 #               and fatune report draws the roofline from the GPU trials,
-#               and registers against TFLOP/s where nvdisasm gave registers.
+#               and registers against TFLOP/s where nvdisasm gave registers;
+#               with baselines recorded by fatune baseline and a run at seq
+#               256, fatune's TFLOP/s against seq_len beside PyTorch's.
 #   faults      each other fault's outcome: hang -> timeout, wrong ->
 #               invalid, alloc -> crashed (out of memory), load -> crashed
 #               (the module does not load), init -> one line, exit non-zero.
@@ -125,6 +127,36 @@ print(min(rows, key=lambda r: r["median_us"])["name"])' "$tmp/tune.out")
       [ ! -e "$tmp/rep/gpu0-registers.png" ] && grep -q "No registers recorded" "$page"
       check "report without SASS figures: no registers plot, and says why" $? "$(ls "$tmp/rep")"
     fi
+    grep -q "No figure of TFLOP/s against PyTorch: the database holds no baseline" "$page" &&
+      ! ls "$tmp"/rep/base* >/dev/null 2>&1
+    check "report without baselines: no PyTorch figure, and says why" $? "$(ls "$tmp/rep")"
+    # PyTorch's times as scripts/gpu-check.sh records them (made up here: the
+    # fake times nothing), at two lengths, fatune's at a second one too.
+    run t256 --dtype "$dt" --backend cuda --dim 64 --seq 256 --trial-ms 2
+    gpu=$("$FATUNE" export --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["device"])')
+    {
+      echo "gpu,backend,dtype,batch,heads,seq_q,seq_k,dim,causal,median_us,torch"
+      for b in "sdpa-flash 12.0 20.0" "sdpa-cudnn 11.0 18.0"; do
+        read -r name t256 t512 <<<"$b"
+        echo "$gpu,$name,bf16,4,16,256,256,64,0,$t256,2.5.1"
+        echo "$gpu,$name,bf16,4,16,512,512,64,0,$t512,2.5.1"
+      done
+    } >"$tmp/sdpa.csv"
+    run baseline baseline "$tmp/sdpa.csv"
+    check "baseline: PyTorch's times recorded" $rc "exit $rc: $(cat "$tmp/baseline.err")"
+    run report2 report --out "$tmp/rep2"
+    page="$tmp/rep2/report.html"
+    # The row at 512: fatune's best of the run, flash's 4*4*16*512*512*64 FLOPs in 20 us.
+    want=$(python3 -c '
+import json, sys
+best = max(r["tflops"] for r in json.load(open(sys.argv[1])) if r["status"] == "ok")
+flash, cudnn = (2**32 / us / 1e6 for us in (20.0, 18.0))
+print("<tr><td>512</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%.2f</td></tr>" % (
+    best, cudnn, flash, best / max(flash, cudnn)))' "$tmp/tune.out")
+    [ "$rc" -eq 0 ] && [ -s "$tmp/rep2/base0-sdpa.png" ] && grep -q 'src="base0-sdpa.png"' "$page" &&
+      grep -qF "$want" "$page" && grep -q "<tr><td>256</td><td>[0-9]" "$page"
+    check "report: fatune's best TFLOP/s against seq_len beside PyTorch's, and the table" $? \
+      "exit $rc: $(cat "$tmp/report2.err"); want $want; $(grep -A4 'fatune (best' "$page")"
   fi
   if [ "$dt" = bf16 ] && [ $fake -eq 1 ]; then
     rm -f "$db"
