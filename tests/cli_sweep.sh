@@ -71,6 +71,11 @@ rc=$?
   [ "$(sqlite3 -readonly "$tmp/m.db" 'PRAGMA integrity_check')" = ok ]
 check "merging an overlapping database adds no key twice" $? "exit $rc: $(cat "$tmp/m2.out")"
 
+"$FATUNE" merge "$tmp/s1.db" "$tmp/none.db" --db "$tmp/m3.db" >"$tmp/m3.out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] && [ ! -e "$tmp/m3.db" ] && grep -q none.db "$tmp/m3.out"
+check "a missing database among several: exit 1, nothing created" $? "exit $rc: $(cat "$tmp/m3.out")"
+
 bad() {   # WANT ARGS...: exit 2 and a line matching WANT
   local want=$1
   shift

@@ -338,8 +338,9 @@ static int parse_list(const char *flag, const char *text, long hi, int *vals, in
       if (b < a || step < 1 + times) a = -1;
     }
     if (a < 1 || (*s != ',' && *s != '\0'))
-      return fail(err, len, "%s takes numbers from 1 to %ld, or A:B:xF or A:B:+S ranges, "
-                  "comma-separated; not '%.*s'", flag, hi, (int)strcspn(item, ","), item);
+      return fail(err, len, "%s must be an integer from 1 to %ld, or a range A:B:xF or A:B:+S, "
+                  "or a comma-separated list of them, not '%.*s'", flag, hi,
+                  (int)strcspn(item, ","), item);
     for (long v = a; v <= b; v = times ? v * step : v + step)
       if (list_add(flag, vals, n, v, err, len) != 0) return -1;
     if (*s == '\0') return 0;
