@@ -123,7 +123,7 @@ count() {   # DB: its trials, 0 when it is not there yet
 }
 # Cancel task 1 once it has recorded a key but not its last.
 victim=1 cancelled=""
-for _ in $(seq 600); do
+for _ in $(seq 1800); do
   n=$(count "$dir/shard-$victim.db")
   if [ "$n" -ge 1 ] && [ "$n" -lt 4 ]; then
     scancel "${array}_$victim" && cancelled=$n

@@ -445,8 +445,8 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     const fa_problem *p = &keys[i];
     fprintf(stderr, "fatune: key %zu/%zu%s: %s dim %d seq_q %d seq_k %d%s\n", i + 1, n, shard,
             fa_dtype_name(p->dtype), p->dim, p->seq_q, p->seq_k, p->causal ? " causal" : "");
-    fflush(stdout);
     const int one_rc = tune_one(g, &one, t);
+    fflush(stdout);   /* its table before the next key's line, in one log */
     failed += one_rc != 0;
     rc = one_rc > rc ? one_rc : rc;
   }
