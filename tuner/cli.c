@@ -113,8 +113,8 @@ static const cmd_info commands[] = {
   {"merge", CMD_MERGE, F_DB, "OTHER.db... [--db PATH]",
    "Brings other databases' devices, variants and trials in, one after another, without\n"
    "duplicates (never their compiled binaries), and says per database what it added,\n"
-   "replaced and skipped: a key measured in two, as shards that overlap, keeps the\n"
-   "trial recorded last.",
+   "replaced and skipped. A key measured in two (shards that overlap) keeps both trials\n"
+   "when two devices measured it, else the one recorded last.",
    "fatune merge shard-*.db --db team.db",
    "bring in another database's results"},
   {"explore", CMD_EXPLORE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON |
