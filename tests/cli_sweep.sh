@@ -3,7 +3,7 @@
 # 256:1024:x2 --dtype fp16 tunes 6 keys (one variant each, by --config, at
 # the emulator's smallest size, to stay quick) and show lists them; a rerun
 # measures nothing; --shard 1/3, 2/3 and 3/3 cover the same 6 keys exactly
-# once; fatune merge takes the three shards at once and says what each
+# once; --causal both doubles a key; fatune merge takes the three shards at once and says what each
 # brought, and a merge of overlapping databases adds no key twice. Lists
 # and shards that make no sense are one line and exit 2.
 #
@@ -76,6 +76,13 @@ rc=$?
 [ "$rc" -eq 1 ] && [ ! -e "$tmp/m3.db" ] && grep -q none.db "$tmp/m3.out"
 check "a missing database among several: exit 1, nothing created" $? "exit $rc: $(cat "$tmp/m3.out")"
 
+"${TIMEOUT[@]}" "$FATUNE" --causal both --dim 32 --seq 128 --dtype fp16 --backend emu --arch sm_80 \
+  --emu-seq 32 --config block_m=64 --db "$tmp/c.db" >"$tmp/c.out" 2>"$tmp/c.err"
+rc=$?
+got=$(sqlite3 -readonly "$tmp/c.db" 'SELECT causal FROM trials ORDER BY causal' | tr '\n' ' ')
+[ "$rc" -eq 0 ] && [ "$got" = "0 1 " ]
+check "--causal both tunes the key without and with the mask" $? "exit $rc: '$got'"
+
 bad() {   # WANT ARGS...: exit 2 and a line matching WANT
   local want=$1
   shift
@@ -98,4 +105,6 @@ bad "lists are for the main job" best --dim 64 --seq 256,512
 bad "--json takes one key" --dim 64,128 --json --backend emu
 bad "--seq-k takes one --seq" --seq 256,512 --seq-k 128 --backend emu
 bad "does not apply" show --shard 1/2
+bad "--causal takes no value, or =both" --causal=yes --backend emu
+bad "lists are for the main job" show --causal both
 finish

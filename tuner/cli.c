@@ -48,16 +48,16 @@ static const cmd_info commands[] = {
                    F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_SASS | F_GPU |
                    F_PICK | F_SHARD,
    "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]\n"
-   "              [--dim D,D.. --seq A:B:xF --dtype T,T.. [--shard I/N]]",
+   "              [--dim D,D.. --seq A:B:xF --dtype T,T.. --causal both [--shard I/N]]",
    "The main job: generates every variant of the default space for the problem and the\n"
    "target (or the one --variant or --config names), compiles it, runs it and\n"
    "validates it against naive attention; on a GPU it times it. With no GPU it runs\n"
    "on the CPU emulator at a small sequence length (--emu-seq) and counts memory\n"
    "traffic: emulator figures, not GPU performance. Without --dtype it tunes bf16 on\n"
    "tensor cores where the target has them (sm_80 and newer), fp32 on CUDA cores below.\n"
-   "Lists in --dim, --seq and --dtype make a sweep: every key of their product, one\n"
-   "after another, each recorded as it finishes (a rerun resumes); --shard I/N runs\n"
-   "the I-th of N disjoint parts of the keys, balanced by estimated cost.",
+   "Lists in --dim, --seq and --dtype (and --causal both) make a sweep: every key of\n"
+   "their product, one after another, each recorded as it finishes (a rerun resumes);\n"
+   "--shard I/N runs the I-th of N disjoint parts of the keys, balanced by estimated cost.",
    "fatune --dim 64 --seq 4096",
    "tune every variant for a problem (no command)"},
   {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
@@ -141,7 +141,7 @@ static const cmd_info commands[] = {
 typedef struct flag_info {
   const char *name;     /* without the leading dashes */
   int group;
-  int takes_value;
+  int takes_value;      /* 1: a value; 2: a value only as --flag=VALUE (--causal=both) */
   const char *meta;     /* the value's name in help */
   const char *help;
 } flag_info;
@@ -151,7 +151,8 @@ static const flag_info flags[] = {
                           "64,128"},
   {"dtype", F_TYPE, 1, "T", "fp32, fp64, fp16 or bf16, or half, bfloat16, ... (default:\n"
                             "bf16 on sm_80 and newer, else fp32); the main job: a list"},
-  {"causal", F_TYPE, 0, NULL, "causal mask, aligned to the bottom-right corner"},
+  {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
+                                "job's --causal both: each key without and with it"},
   {"seq", F_SEQ, 1, "N", "query sequence length (default 4096); the main job: a list of\n"
                         "lengths and ranges A:B:xF (A, A*F, ... up to B) or A:B:+S"},
   {"seq-k", F_SEQ, 1, "M", "key/value sequence length (default: --seq)"},
@@ -463,7 +464,10 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   if (!strcmp(flag, "--emu-seq")) return parse_int(flag, val, 1, 1 << 24, &o->emu_seq, err, n);
   if (!strcmp(flag, "--seed")) return parse_seed(val, o, err, n);
   if (!strcmp(flag, "--scale")) return parse_scale(val, &p->scale, err, n);
-  if (!strcmp(flag, "--causal")) p->causal = 1;
+  if (!strcmp(flag, "--causal") && val) {
+    if (strcmp(val, "both")) return fail(err, n, "--causal takes no value, or =both, not '%s'", val);
+    o->causal_both = 1, p->causal = 0;
+  } else if (!strcmp(flag, "--causal")) p->causal = 1, o->causal_both = 0;
   else if (!strcmp(flag, "--json")) o->json = 1;
   else if (!strcmp(flag, "--arch")) o->arch = val;
   else if (!strcmp(flag, "--variant")) o->variant = val;
@@ -559,7 +563,7 @@ static const char *command_word(int argc, char **argv) {
     const char *eq = strchr(a + 2, '=');
     const flag_info *f = find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
     if (!f) return NULL;   /* getopt_long names the unknown option */
-    if (f->takes_value && !eq) i++;
+    if (f->takes_value == 1 && !eq) i++;
   }
   return NULL;
 }
@@ -576,7 +580,10 @@ static int unknown_option(const char *a, char *err, size_t n) {
 /* The options, in getopt_long's form: every flag of the table. */
 static void long_options(struct option *lo) {
   for (size_t i = 0; i < NFLAGS; i++)
-    lo[i] = (struct option){flags[i].name, flags[i].takes_value ? required_argument : no_argument,
+    lo[i] = (struct option){flags[i].name,
+                            flags[i].takes_value == 2 ? optional_argument
+                            : flags[i].takes_value    ? required_argument
+                                                      : no_argument,
                             NULL, (int)i};
   lo[NFLAGS] = (struct option){"help", no_argument, NULL, OPT_HELP};
   lo[NFLAGS + 1] = (struct option){"version", no_argument, NULL, OPT_VERSION};
@@ -610,10 +617,10 @@ static int positional(cli_opts *o, char **argv, int first, int i, char *err, siz
 
 /* Lists of keys belong to the main job, which runs each key on its own. */
 static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
-  const int keys = o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1;
+  const int keys = o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->causal_both;
   if (keys && o->cmd != CMD_TUNE)
-    return fail(err, errlen, "fatune %s takes one --dim, --seq and --dtype; lists are for the "
-                "main job's sweeps", command_name(o->cmd));
+    return fail(err, errlen, "fatune %s takes one --dim, --seq and --dtype, and --causal "
+                "without =both; lists are for the main job's sweeps", command_name(o->cmd));
   if (o->nseqs > 1 && cli_given(o, "--seq-k"))
     return fail(err, errlen, "--seq-k takes one --seq; a sweep over --seq tunes seq_k = seq_q");
   if ((keys || o->shard_n) && o->json)
@@ -643,8 +650,23 @@ static int check_command(cli_opts *o, char *err, size_t errlen) {
   return 0;
 }
 
+/* `--causal both`, as the issue of a sweep reads, is `--causal=both`:
+** getopt_long takes an optional value only after '='. The pair becomes one
+** word, in place; returns the new argc. */
+static int join_causal_both(int argc, char **argv) {
+  static char joined[] = "--causal=both";
+  for (int i = 1; i + 1 < argc && strcmp(argv[i], "--"); i++)
+    if (!strcmp(argv[i], "--causal") && !strcmp(argv[i + 1], "both")) {
+      argv[i] = joined;
+      memmove(argv + i + 1, argv + i + 2, (size_t)(argc - i - 2) * sizeof *argv);
+      argv[--argc] = NULL;
+    }
+  return argc;
+}
+
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   defaults(o);
+  argc = join_causal_both(argc, argv);
   const char *word = command_word(argc, argv);
   const cmd_info *cmd = &commands[0];
   if (word) {
@@ -698,8 +720,9 @@ static void print_flags(FILE *f, int groups) {
   for (size_t i = 0; i < NFLAGS; i++) {
     if (!(flags[i].group & groups)) continue;
     char left[40];
-    snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].meta ? " " : "",
-             flags[i].meta ? flags[i].meta : "");
+    const char *open = flags[i].takes_value == 2 ? "[" : flags[i].meta ? " " : "";
+    snprintf(left, sizeof left, "--%s%s%s%s", flags[i].name, open,
+             flags[i].meta ? flags[i].meta : "", open[0] == '[' ? "]" : "");
     fprintf(f, "  %-20s ", left);
     for (const char *h = flags[i].help; *h; h++) {
       fputc(*h, f);

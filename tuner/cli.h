@@ -26,6 +26,7 @@ typedef struct cli_opts {
   int seqs[CLI_LIST_MAX], nseqs;     /* --seq's values (the first is problem.seq_q) */
   fa_dtype dtypes[4];                /* --dtype's values (the first is problem.dtype) */
   int ndtypes;
+  int causal_both;        /* main job: --causal=both, each key without and with the mask */
   int shard_i, shard_n;   /* main job: --shard I/N, 1 <= I <= N; 0: the whole sweep */
   const char *arch;       /* NULL: the device's, else sm_90 */
   int smem;               /* override of the target's shared memory, 0: none */

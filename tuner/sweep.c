@@ -54,19 +54,21 @@ static int shard(fa_problem *keys, size_t *count, int i, int n) {
 
 int sweep_keys(const cli_opts *o, fa_problem **keys, size_t *n) {
   const int nt = o->ndtypes ? o->ndtypes : 1, nd = o->ndims ? o->ndims : 1;
-  const int ns = o->nseqs ? o->nseqs : 1;
-  fa_problem *k = malloc((size_t)nt * nd * ns * sizeof *k);
+  const int ns = o->nseqs ? o->nseqs : 1, nc = o->causal_both ? 2 : 1;
+  fa_problem *k = malloc((size_t)nt * nd * nc * ns * sizeof *k);
   if (!k) return -1;
   size_t m = 0;
   for (int a = 0; a < nt; a++)
     for (int b = 0; b < nd; b++)
-      for (int c = 0; c < ns; c++) {
-        fa_problem p = o->problem;
-        if (o->ndtypes) p.dtype = o->dtypes[a];
-        if (o->ndims) p.dim = o->dims[b];
-        if (o->nseqs > 1) p.seq_q = p.seq_k = o->seqs[c];
-        k[m++] = p;
-      }
+      for (int c = 0; c < nc; c++)
+        for (int d = 0; d < ns; d++) {
+          fa_problem p = o->problem;
+          if (o->ndtypes) p.dtype = o->dtypes[a];
+          if (o->ndims) p.dim = o->dims[b];
+          if (o->causal_both) p.causal = c;
+          if (o->nseqs > 1) p.seq_q = p.seq_k = o->seqs[d];
+          k[m++] = p;
+        }
   *keys = k, *n = m;
   if (o->shard_n && shard(k, n, o->shard_i - 1, o->shard_n) != 0) {
     free(k);

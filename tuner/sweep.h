@@ -10,10 +10,11 @@
 
 #include "cli.h"
 
-/* Every key of o's lists, dtype first, then dim, then seq: o->problem with
-** those three set (seq_k = seq_q unless --seq-k was given), in *keys (the
-** caller frees it); then, with --shard, only the shard's keys, in the same
-** order. 0, or -1 when out of memory. */
+/* Every key of o's lists, dtype first, then dim, then causal (without,
+** with: --causal=both), then seq: o->problem with those set (seq_k = seq_q
+** unless --seq-k was given), in *keys (the caller frees it); then, with
+** --shard, only the shard's keys, in the same order. 0, or -1 when out of
+** memory. */
 int sweep_keys(const cli_opts *o, fa_problem **keys, size_t *n);
 
 /* The estimated cost of tuning key p, in the units sweep_keys balances:

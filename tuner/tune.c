@@ -421,7 +421,7 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
 /* ---- A sweep: key after key ---- */
 
 static int is_sweep(const cli_opts *o) {
-  return o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->shard_n;
+  return o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->causal_both || o->shard_n;
 }
 
 /* Each key of the sweep (or of its shard) in turn, as if asked alone: each
