@@ -11,7 +11,10 @@
 # clang) for the fuzz harnesses (scripts/fuzz.sh); nvdisasm and cuobjdump
 # (PyPI's nvidia-cuda-nvdisasm and nvidia-cuda-cuobjdump, linked into
 # /usr/local/bin) for fatune compile --sass and the SASS tests, where the
-# CUDA toolkit lacks them. The CUDA toolkit
+# CUDA toolkit lacks them; Slurm (slurmctld, slurmd, slurm-client and munge)
+# and the sqlite3 shell for the test on a one-node cluster (tests/slurm.sh),
+# which starts its own daemons (the packages' services are not needed). The
+# CUDA toolkit
 # (NVRTC and cuda.h) must already be on the machine; it is not a Debian
 # package of the required version, so its absence is reported, not fixed.
 set -euo pipefail
@@ -20,7 +23,8 @@ cd "$(dirname "$0")/.."
 need=()
 for pkg in gcc make cmake pkg-config liblua5.4-dev libsqlite3-dev libsodium-dev python3 python3-venv \
            gnuplot-nox help2man \
-           clang libclang-rt-dev; do
+           clang libclang-rt-dev \
+           sqlite3 munge slurmctld slurmd slurm-client; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -133,7 +133,6 @@ bad "xml"                          export --format xml
 bad "--format|show"                show --format csv
 bad "--device|list"                list --device x
 bad "merge|path"                   merge
-bad "extra"                        merge "$tmp/a.db" extra
 bad "--dim|0"                      show --dim 0
 
 # --- SASS ---

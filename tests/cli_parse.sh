@@ -54,7 +54,7 @@ bad "unknown space 'ful' (default or full; did you mean full?)" list --space ful
 bad "unknown option '--zzzzzz' (see fatune --help)" list --zzzzzz
 bad "option --dim needs a value" list --dim
 bad "option --device does not apply to 'fatune list' (see fatune help list)" list --device x
-bad "unexpected argument 'b.db' (see fatune help merge)" merge a.db b.db
+bad "unexpected argument 'a.db' (see fatune help show)" show a.db
 bad "no command 'lst' to help with; did you mean list?" help lst
 
 # --- help -----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ enum {
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
   F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20,
-  F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23
+  F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24
 };
 
 typedef struct cmd_info {
@@ -45,14 +45,19 @@ typedef struct cmd_info {
 
 static const cmd_info commands[] = {
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
-                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_SASS | F_GPU,
-   "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]",
+                   F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_SASS | F_GPU |
+                   F_PICK | F_SHARD,
+   "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]\n"
+   "              [--dim D,D.. --seq A:B:xF --dtype T,T.. --causal both [--shard I/N]]",
    "The main job: generates every variant of the default space for the problem and the\n"
-   "target, compiles it, runs it and validates it against naive attention; on a GPU it\n"
-   "times it. With no GPU it runs on the CPU emulator at a small sequence length\n"
-   "(--emu-seq) and counts memory traffic: emulator figures, not GPU performance.\n"
-   "Without --dtype it tunes bf16 on tensor cores where the target has them (sm_80\n"
-   "and newer), fp32 on CUDA cores below.",
+   "target (or the one --variant or --config names), compiles it, runs it and\n"
+   "validates it against naive attention; on a GPU it times it. With no GPU it runs\n"
+   "on the CPU emulator at a small sequence length (--emu-seq) and counts memory\n"
+   "traffic: emulator figures, not GPU performance. Without --dtype it tunes bf16 on\n"
+   "tensor cores where the target has them (sm_80 and newer), fp32 on CUDA cores below.\n"
+   "Lists in --dim, --seq and --dtype (and --causal both) make a sweep: every key of\n"
+   "their product, one after another, each recorded as it finishes (a rerun resumes);\n"
+   "--shard I/N runs the I-th of N disjoint parts of the keys, balanced by estimated cost.",
    "fatune --dim 64 --seq 4096",
    "tune every variant for a problem (no command)"},
   {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
@@ -107,10 +112,12 @@ static const cmd_info commands[] = {
    "Prints every recorded trial as CSV or JSON.",
    "fatune export --format csv > trials.csv",
    "every trial as CSV or JSON"},
-  {"merge", CMD_MERGE, F_DB, "OTHER.db [--db PATH]",
-   "Brings another database's devices, variants and trials in, without duplicates\n"
-   "(never its compiled binaries).",
-   "fatune merge other.db",
+  {"merge", CMD_MERGE, F_DB, "OTHER.db... [--db PATH]",
+   "Brings other databases' devices, variants and trials in, one after another, without\n"
+   "duplicates (never their compiled binaries), and says per database what it added,\n"
+   "replaced and skipped. A key measured in two (shards that overlap) keeps both trials\n"
+   "when two devices measured it, else the one recorded last.",
+   "fatune merge shard-*.db --db team.db",
    "bring in another database's results"},
   {"explore", CMD_EXPLORE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON |
                            F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB | F_AXIS,
@@ -146,17 +153,20 @@ static const cmd_info commands[] = {
 typedef struct flag_info {
   const char *name;     /* without the leading dashes */
   int group;
-  int takes_value;
+  int takes_value;      /* 1: a value; 2: a value only as --flag=VALUE (--causal=both) */
   const char *meta;     /* the value's name in help */
   const char *help;
 } flag_info;
 
 static const flag_info flags[] = {
-  {"dim", F_DIM, 1, "D", "head dimension, 1 to 256 (default 64)"},
+  {"dim", F_DIM, 1, "D", "head dimension, 1 to 256 (default 64); the main job: a list,\n"
+                          "64,128"},
   {"dtype", F_TYPE, 1, "T", "fp32, fp64, fp16 or bf16, or half, bfloat16, ... (default:\n"
-                            "bf16 on sm_80 and newer, else fp32)"},
-  {"causal", F_TYPE, 0, NULL, "causal mask, aligned to the bottom-right corner"},
-  {"seq", F_SEQ, 1, "N", "query sequence length (default 4096)"},
+                            "bf16 on sm_80 and newer, else fp32); the main job: a list"},
+  {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
+                                "job's --causal both: each key without and with it"},
+  {"seq", F_SEQ, 1, "N", "query sequence length (default 4096); the main job: a list of\n"
+                        "lengths and ranges A:B:xF (A, A*F, ... up to B) or A:B:+S"},
   {"seq-k", F_SEQ, 1, "M", "key/value sequence length (default: --seq)"},
   {"batch", F_SEQ, 1, "B", "batch size (default 4)"},
   {"heads", F_SEQ, 1, "H", "heads (default 16)"},
@@ -179,6 +189,8 @@ static const flag_info flags[] = {
                               "timeout (default 60)"},
   {"trial-ms", F_WORK, 1, "N", "GPU timing budget per variant, in milliseconds (default 300)"},
   {"retune", F_RETUNE, 0, NULL, "measure again what the database already holds"},
+  {"shard", F_SHARD, 1, "I/N", "the I-th of N disjoint parts of a sweep's keys, balanced by\n"
+                               "estimated cost (deterministic: N machines share a sweep)"},
   {"device", F_DEV, 1, "NAME", "a device's name, UUID or part of its name"},
   {"format", F_FMT, 1, "F", "export: csv or json; report: html (default) or md"},
   {"axis", F_AXIS, 1, "A", "norm, parallel, warp_split, layout, tiles or all (default)"},
@@ -297,6 +309,67 @@ static int parse_scale(const char *s, double *out, char *err, size_t n) {
   return 0;
 }
 
+/* One whole decimal number of a list item at *s, moving *s past it; -1 if
+** none or out of [1, hi]. */
+static long list_number(const char **s, long hi) {
+  if (!isdigit((unsigned char)**s)) return -1;
+  char *end;
+  errno = 0;
+  long v = strtol(*s, &end, 10);
+  *s = end;
+  return errno || v < 1 || v > hi ? -1 : v;
+}
+
+/* Appends v to the list, which holds no repeats. */
+static int list_add(const char *flag, int *vals, int *n, long v, char *err, size_t len) {
+  for (int i = 0; i < *n; i++)
+    if (vals[i] == v) return fail(err, len, "%s lists %ld twice", flag, v);
+  if (*n == CLI_LIST_MAX)
+    return fail(err, len, "%s lists more than %d values", flag, CLI_LIST_MAX);
+  vals[(*n)++] = (int)v;
+  return 0;
+}
+
+/* A comma-separated list of numbers in [1, hi], each item N, A:B:xF (A,
+** A*F, ... up to B, F >= 2) or A:B:+S (A, A+S, ... up to B). */
+static int parse_list(const char *flag, const char *text, long hi, int *vals, int *n,
+                      char *err, size_t len) {
+  *n = 0;
+  for (const char *s = text;; s++) {
+    const char *item = s;
+    long a = list_number(&s, hi), b = a, step = 1;
+    int times = 0;
+    if (a > 0 && *s == ':') {
+      s++;
+      b = list_number(&s, hi);
+      step = -1;
+      if (*s == ':' && (s[1] == 'x' || s[1] == '+')) {
+        times = s[1] == 'x';
+        s += 2;
+        step = list_number(&s, hi);
+      }
+      if (b < a || step < 1 + times) a = -1;
+    }
+    if (a < 1 || (*s != ',' && *s != '\0'))
+      return fail(err, len, "%s must be an integer from 1 to %ld, or a range A:B:xF or A:B:+S, "
+                  "or a comma-separated list of them, not '%.*s'", flag, hi,
+                  (int)strcspn(item, ","), item);
+    for (long v = a; v <= b; v = times ? v * step : v + step)
+      if (list_add(flag, vals, n, v, err, len) != 0) return -1;
+    if (*s == '\0') return 0;
+  }
+}
+
+/* I/N with 1 <= I <= N <= 4096. */
+static int parse_shard(cli_opts *o, const char *s, char *err, size_t n) {
+  const char *p = s;
+  long i = list_number(&p, 4096), of = *p == '/' ? (p++, list_number(&p, 4096)) : -1;
+  if (i < 1 || of < i || *p != '\0')
+    return fail(err, n, "--shard must be I/N with 1 <= I <= N <= 4096, not '%s'", s);
+  o->shard_i = (int)i, o->shard_n = (int)of;
+  return 0;
+}
+
 /* export writes csv or json; report html or md. */
 static int parse_format(cli_opts *o, const char *s, char *err, size_t n) {
   const int report = o->cmd == CMD_REPORT;
@@ -360,11 +433,39 @@ static int parse_dtype(const char *s, fa_dtype *t, char *err, size_t n) {
               nearest(s, names, count, sizeof names[0], "", hint, sizeof hint));
 }
 
+/* A comma-separated list of dtypes, none twice. */
+static int parse_dtypes(cli_opts *o, const char *text, char *err, size_t n) {
+  o->ndtypes = 0;
+  for (const char *s = text;; s++) {
+    char one[32];
+    const size_t len = strcspn(s, ",");
+    snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), s);
+    fa_dtype t = FA_FP32;
+    if (len >= sizeof one) return fail(err, n, "unknown dtype '%.40s'", s);
+    if (parse_dtype(one, &t, err, n) != 0) return -1;
+    for (int i = 0; i < o->ndtypes; i++)
+      if (o->dtypes[i] == t) return fail(err, n, "--dtype lists %s twice", fa_dtype_name(t));
+    if (o->ndtypes == (int)(sizeof o->dtypes / sizeof o->dtypes[0]))
+      return fail(err, n, "--dtype lists more than four dtypes");
+    o->dtypes[o->ndtypes++] = t;
+    s += len;
+    if (*s == '\0') break;
+  }
+  o->problem.dtype = o->dtypes[0];
+  return 0;
+}
+
 static int apply(cli_opts *o, const char *flag, const char *val, char *err, size_t n) {
   fa_problem *p = &o->problem;
   char hint[64];
-  if (!strcmp(flag, "--dim")) return parse_int(flag, val, 1, FA_DIM_MAX, &p->dim, err, n);
-  if (!strcmp(flag, "--seq")) return parse_int(flag, val, 1, 1 << 24, &p->seq_q, err, n);
+  if (!strcmp(flag, "--dim") || !strcmp(flag, "--seq")) {
+    const int dim = flag[2] == 'd';
+    int *vals = dim ? o->dims : o->seqs, *count = dim ? &o->ndims : &o->nseqs;
+    if (parse_list(flag, val, dim ? FA_DIM_MAX : 1 << 24, vals, count, err, n) != 0) return -1;
+    *(dim ? &p->dim : &p->seq_q) = vals[0];
+    return 0;
+  }
+  if (!strcmp(flag, "--shard")) return parse_shard(o, val, err, n);
   if (!strcmp(flag, "--seq-k")) return parse_int(flag, val, 1, 1 << 24, &p->seq_k, err, n);
   if (!strcmp(flag, "--batch")) return parse_int(flag, val, 1, 65535, &p->batch, err, n);
   if (!strcmp(flag, "--heads")) return parse_int(flag, val, 1, 65535, &p->heads, err, n);
@@ -375,7 +476,10 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   if (!strcmp(flag, "--emu-seq")) return parse_int(flag, val, 1, 1 << 24, &o->emu_seq, err, n);
   if (!strcmp(flag, "--seed")) return parse_seed(val, o, err, n);
   if (!strcmp(flag, "--scale")) return parse_scale(val, &p->scale, err, n);
-  if (!strcmp(flag, "--causal")) p->causal = 1;
+  if (!strcmp(flag, "--causal") && val) {
+    if (strcmp(val, "both")) return fail(err, n, "--causal takes no value, or =both, not '%s'", val);
+    o->causal_both = 1, p->causal = 0;
+  } else if (!strcmp(flag, "--causal")) p->causal = 1, o->causal_both = 0;
   else if (!strcmp(flag, "--json")) o->json = 1;
   else if (!strcmp(flag, "--arch")) o->arch = val;
   else if (!strcmp(flag, "--variant")) o->variant = val;
@@ -406,7 +510,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
       return fail(err, n, "unknown schedule '%s' (forward, reverse, random or skew%s)", val,
                   nearest(val, order, 4, sizeof order[0], "", hint, sizeof hint));
   }
-  else if (!strcmp(flag, "--dtype")) return parse_dtype(val, &p->dtype, err, n);
+  else if (!strcmp(flag, "--dtype")) return parse_dtypes(o, val, err, n);
   else if (!strcmp(flag, "--space")) {
     static const char *const spaces[] = {"default", "full"};
     if (strcmp(val, "default") && strcmp(val, "full"))
@@ -471,7 +575,7 @@ static const char *command_word(int argc, char **argv) {
     const char *eq = strchr(a + 2, '=');
     const flag_info *f = find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
     if (!f) return NULL;   /* getopt_long names the unknown option */
-    if (f->takes_value && !eq) i++;
+    if (f->takes_value == 1 && !eq) i++;
   }
   return NULL;
 }
@@ -488,16 +592,27 @@ static int unknown_option(const char *a, char *err, size_t n) {
 /* The options, in getopt_long's form: every flag of the table. */
 static void long_options(struct option *lo) {
   for (size_t i = 0; i < NFLAGS; i++)
-    lo[i] = (struct option){flags[i].name, flags[i].takes_value ? required_argument : no_argument,
+    lo[i] = (struct option){flags[i].name,
+                            flags[i].takes_value == 2 ? optional_argument
+                            : flags[i].takes_value    ? required_argument
+                                                      : no_argument,
                             NULL, (int)i};
   lo[NFLAGS] = (struct option){"help", no_argument, NULL, OPT_HELP};
   lo[NFLAGS + 1] = (struct option){"version", no_argument, NULL, OPT_VERSION};
   lo[NFLAGS + 2] = (struct option){NULL, 0, NULL, 0};
 }
 
-/* Positional words after the command: merge's path, help's command. */
-static int positional(cli_opts *o, const char *a, char *err, size_t n) {
-  if ((o->cmd == CMD_MERGE || o->cmd == CMD_SASS || o->cmd == CMD_BASELINE) && !o->merge_path)
+/* Positional words after the command: merge's paths (gathered in argv
+** from slot first on, in their order), sass's cubin, help's command. */
+static int positional(cli_opts *o, char **argv, int first, int i, char *err, size_t n) {
+  const char *a = argv[i];
+  if (o->cmd == CMD_MERGE && a[0] != '-') {
+    argv[first + o->nmerge] = argv[i];
+    o->merge_paths = argv + first;
+    o->merge_path = argv[first];
+    return o->nmerge++, 0;
+  }
+  if ((o->cmd == CMD_SASS || o->cmd == CMD_BASELINE) && !o->merge_path)
     return o->merge_path = a, 0;
   if (o->cmd == CMD_HELP && !o->help_cmd) {
     const cmd_info *c = find_command(a);
@@ -513,8 +628,24 @@ static int positional(cli_opts *o, const char *a, char *err, size_t n) {
               command_name(o->cmd)[0] ? " " : "", command_name(o->cmd));
 }
 
+/* Lists of keys belong to the main job, which runs each key on its own. */
+static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
+  const int keys = o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->causal_both;
+  if (keys && o->cmd != CMD_TUNE)
+    return fail(err, errlen, "fatune %s takes one --dim, --seq and --dtype, and --causal "
+                "without =both; lists are for the main job's sweeps", command_name(o->cmd));
+  if (o->nseqs > 1 && cli_given(o, "--seq-k"))
+    return fail(err, errlen, "--seq-k takes one --seq; a sweep over --seq tunes seq_k = seq_q");
+  if ((keys || o->shard_n) && o->json)
+    return fail(err, errlen, "--json takes one key; fatune export --format json gives a sweep's");
+  if (o->cmd == CMD_TUNE && o->variant && o->config)
+    return fail(err, errlen, "the main job takes --variant NAME or --config TEXT, not both");
+  return 0;
+}
+
 static int check_command(cli_opts *o, char *err, size_t errlen) {
   if (o->problem.seq_k == 0) o->problem.seq_k = o->problem.seq_q;
+  if (check_sweep(o, err, errlen) != 0) return -1;
   if ((o->cmd == CMD_GEN || o->cmd == CMD_RUN) && !!o->variant == !!o->config)
     return fail(err, errlen, "fatune %s needs exactly one of --variant NAME or --config TEXT",
                 o->cmd == CMD_GEN ? "gen" : "run");
@@ -535,8 +666,23 @@ static int check_command(cli_opts *o, char *err, size_t errlen) {
   return 0;
 }
 
+/* `--causal both`, as the issue of a sweep reads, is `--causal=both`:
+** getopt_long takes an optional value only after '='. The pair becomes one
+** word, in place; returns the new argc. */
+static int join_causal_both(int argc, char **argv) {
+  static char joined[] = "--causal=both";
+  for (int i = 1; i + 1 < argc && strcmp(argv[i], "--"); i++)
+    if (!strcmp(argv[i], "--causal") && !strcmp(argv[i + 1], "both")) {
+      argv[i] = joined;
+      memmove(argv + i + 1, argv + i + 2, (size_t)(argc - i - 2) * sizeof *argv);
+      argv[--argc] = NULL;
+    }
+  return argc;
+}
+
 int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   defaults(o);
+  argc = join_causal_both(argc, argv);
   const char *word = command_word(argc, argv);
   const cmd_info *cmd = &commands[0];
   if (word) {
@@ -577,9 +723,9 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
   }
   if (o->cmd == CMD_VERSION) return 0;
   /* getopt_long moved the words after the options; the command is one. */
-  for (int i = optind, seen = 0; i < argc; i++) {
+  for (int i = optind, first = optind, seen = 0; i < argc; i++) {
     if (word && argv[i] == word && !seen++) continue;
-    if (positional(o, argv[i], err, errlen) != 0) return -1;
+    if (positional(o, argv, first, i, err, errlen) != 0) return -1;
   }
   return check_command(o, err, errlen);
 }
@@ -590,8 +736,9 @@ static void print_flags(FILE *f, int groups) {
   for (size_t i = 0; i < NFLAGS; i++) {
     if (!(flags[i].group & groups)) continue;
     char left[40];
-    snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].meta ? " " : "",
-             flags[i].meta ? flags[i].meta : "");
+    const char *open = flags[i].takes_value == 2 ? "[" : flags[i].meta ? " " : "";
+    snprintf(left, sizeof left, "--%s%s%s%s", flags[i].name, open,
+             flags[i].meta ? flags[i].meta : "", open[0] == '[' ? "]" : "");
     fprintf(f, "  %-20s ", left);
     for (const char *h = flags[i].help; *h; h++) {
       fputc(*h, f);

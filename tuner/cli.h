@@ -17,9 +17,18 @@ typedef enum cli_cmd {
   CMD_BASELINE
 } cli_cmd;
 
+/* The most values of one list in a sweep (--dim 64,128 --seq 256:4096:x2). */
+#define CLI_LIST_MAX 64
+
 typedef struct cli_opts {
   cli_cmd cmd;
   fa_problem problem;     /* dim, dtype, causal, seq_q, seq_k, batch, heads */
+  int dims[CLI_LIST_MAX], ndims;     /* --dim's values (the first is problem.dim) */
+  int seqs[CLI_LIST_MAX], nseqs;     /* --seq's values (the first is problem.seq_q) */
+  fa_dtype dtypes[4];                /* --dtype's values (the first is problem.dtype) */
+  int ndtypes;
+  int causal_both;        /* main job: --causal=both, each key without and with the mask */
+  int shard_i, shard_n;   /* main job: --shard I/N, 1 <= I <= N; 0: the whole sweep */
   const char *arch;       /* NULL: the device's, else sm_90 */
   int smem;               /* override of the target's shared memory, 0: none */
   int jobs;               /* 0: all cores */
@@ -42,7 +51,9 @@ typedef struct cli_opts {
   const char *format;     /* export: "csv" or "json"; report: "html" or "md" */
   const char *axis;       /* explore: norm, parallel, warp_split, layout, tiles or all */
   int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */
-  const char *merge_path; /* merge: the other database; sass: the cubin; baseline: the CSV */
+  const char *merge_path; /* merge: the first other database; sass: the cubin; baseline: the CSV */
+  char **merge_paths;     /* merge: every other database, in order (in argv) */
+  int nmerge;
   int help;               /* --help was given */
   const char *help_cmd;   /* help: the command to describe, NULL: fatune's own */
   const char *dtype_why;  /* the dtype was chosen for the target, not given: why */

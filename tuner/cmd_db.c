@@ -197,33 +197,57 @@ static int cmd_export(const cli_opts *o) {
   return close_db(d, 0);
 }
 
+/* What merging one database brought, and what it refused, on stdout
+** and stderr. */
+static void merge_said(const char *path, const char *into, const db_merge_counts *c) {
+  printf("merged ");
+  fa_esc_term(stdout, path);
+  printf(" into ");
+  fa_esc_term(stdout, into);
+  printf("\ndevices:  %zu added, %zu already there\n", c->devices_added, c->devices_skipped);
+  printf("variants: %zu added, %zu already there\n", c->variants_added, c->variants_skipped);
+  printf("binaries: %zu not imported (binaries are trusted only from this installation)\n",
+         c->binaries_not_imported);
+  printf("trials:   %zu added, %zu replaced (recorded later there), %zu skipped\n",
+         c->trials_added, c->trials_replaced, c->trials_skipped);
+  /* Reasons come fit for a terminal (db_merge_counts). */
+  if (c->variants_refused)
+    fprintf(stderr, "fatune: merge: %zu variant%s refused: not in this fatune's space "
+            "(first: %s)\n", c->variants_refused, c->variants_refused == 1 ? "" : "s",
+            c->variant_refused);
+  if (c->trials_refused)
+    fprintf(stderr, "fatune: merge: %zu trial%s refused: not what a tune records "
+            "(first: %s)\n", c->trials_refused, c->trials_refused == 1 ? "" : "s",
+            c->trial_refused);
+}
+
+/* Each database in turn, each in its own transaction: a source that fails
+** stops the merge, and what the ones before it brought stays. */
 static int cmd_merge(const cli_opts *o) {
-  if (!o->merge_path) return bad_input("fatune merge needs the path of another fatune database");
-  /* Look at the other file first, so that a refused merge creates nothing. */
+  if (!o->nmerge) return bad_input("fatune merge needs the path of another fatune database");
+  /* Look at every other file first, so that a refused merge creates nothing. */
   db *d, *other;
   char err[512];
-  if (db_open(o->merge_path, DB_READONLY, &other, err, sizeof err) != 0)
-    return cli_say(1, err);
-  if (db_close(other) != 0) return cli_say(1, "the other database did not close cleanly");
+  for (int i = 0; i < o->nmerge; i++) {
+    if (db_open(o->merge_paths[i], DB_READONLY, &other, err, sizeof err) != 0)
+      return cli_say(1, err);
+    if (db_close(other) != 0) return cli_say(1, "another database did not close cleanly");
+  }
   if (open_db(o, DB_CREATE, &d) != 0) return 1;
-  db_merge_counts c;
-  if (db_merge(d, o->merge_path, &c, err, sizeof err) != 0) return close_db(d, cli_say(1, err));
-  printf("merged %s into %s\n", o->merge_path, db_path(d));
-  printf("devices:  %zu added, %zu already there\n", c.devices_added, c.devices_skipped);
-  printf("variants: %zu added, %zu already there\n", c.variants_added, c.variants_skipped);
-  printf("binaries: %zu not imported (binaries are trusted only from this installation)\n",
-         c.binaries_not_imported);
-  printf("trials:   %zu added, %zu replaced (recorded later there), %zu skipped\n",
-         c.trials_added, c.trials_replaced, c.trials_skipped);
-  /* Reasons come fit for a terminal (db_merge_counts). */
-  if (c.variants_refused)
-    fprintf(stderr, "fatune: merge: %zu variant%s refused: not in this fatune's space "
-            "(first: %s)\n", c.variants_refused, c.variants_refused == 1 ? "" : "s",
-            c.variant_refused);
-  if (c.trials_refused)
-    fprintf(stderr, "fatune: merge: %zu trial%s refused: not what a tune records "
-            "(first: %s)\n", c.trials_refused, c.trials_refused == 1 ? "" : "s",
-            c.trial_refused);
+  db_merge_counts c, all = {0};
+  for (int i = 0; i < o->nmerge; i++) {
+    if (db_merge(d, o->merge_paths[i], &c, err, sizeof err) != 0) {
+      if (i) fprintf(stderr, "fatune: merge: the %d database%s before it stay merged\n", i,
+                     i == 1 ? "" : "s");
+      return close_db(d, cli_say(1, err));
+    }
+    merge_said(o->merge_paths[i], db_path(d), &c);
+    all.trials_added += c.trials_added, all.trials_replaced += c.trials_replaced;
+    all.trials_skipped += c.trials_skipped, all.trials_refused += c.trials_refused;
+  }
+  if (o->nmerge > 1)
+    printf("all %d: %zu trials added, %zu replaced, %zu skipped, %zu refused\n", o->nmerge,
+           all.trials_added, all.trials_replaced, all.trials_skipped, all.trials_refused);
   return close_db(d, fflush(stdout) == 0 ? 0 : 1);
 }
 

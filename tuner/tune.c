@@ -28,6 +28,7 @@
 #include "fa_util.h"
 #include "par.h"
 #include "progress.h"
+#include "sweep.h"
 #include "tune.h"
 #include "tune_types.h"
 
@@ -55,7 +56,31 @@ static void warn_if_long(const tune *s) {
 
 /* ---- Setting up ---- */
 
+/* The one variant --variant or --config names, for the problem. */
+static int render_one(gen_state *g, tune *s) {
+  const cli_opts *o = s->o;
+  char why[256];
+  if (!(s->e = calloc(1, sizeof *s->e))) return -1;
+  s->n = 1;
+  trial *e = &s->e[0];
+  int rc = o->variant ? gen_render_name(g, o->variant, s->t, &e->k)
+                      : gen_render_config(g, o->config, &o->problem, s->t, &e->k);
+  if (rc != 0) {
+    s->n = 0;   /* nothing rendered to free */
+    fprintf(stderr, "fatune: %s\n", gen_errmsg(g));
+    return -1;
+  }
+  if (!gen_kernel_fits(&e->k, &o->problem, why, sizeof why)) {
+    fprintf(stderr, "fatune: %s\n", why);
+    return -1;
+  }
+  e->nvrtc.source = e->k.source;
+  e->nvrtc.entry = e->k.entry;
+  return s->gpu ? trial_oracle_render(&s->env, g, &s->run) : 0;
+}
+
 static int render_all(gen_state *g, tune *s) {
+  if (s->o->variant || s->o->config) return render_one(g, s);
   gen_variant *v;
   if (gen_list(g, &s->o->problem, s->t, s->o->space, &v, &s->n) != 0) {
     fprintf(stderr, "fatune: %s\n", gen_errmsg(g));
@@ -336,7 +361,8 @@ static void banner(const tune *s, const char *note) {
   fprintf(stderr, "; inputs seed %llu\n", s->seed);
 }
 
-int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
+/* One key: every variant (or the one named) for o->problem. */
+static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
   tune s;
   memset(&s, 0, sizeof s);
   s.o = o, s.t = t;
@@ -378,5 +404,42 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     say_best(&s);
   }
   tune_free(&s);
+  return rc;
+}
+
+/* ---- A sweep: key after key ---- */
+
+static int is_sweep(const cli_opts *o) {
+  return o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->causal_both || o->shard_n;
+}
+
+/* Each key of the sweep (or of its shard) in turn, as if asked alone: each
+** records its trials as they finish, so a rerun resumes, key by key. A key
+** that fails does not stop the others; the status is the worst. */
+int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
+  if (!is_sweep(o)) return tune_one(g, o, t);
+  fa_problem *keys;
+  size_t n;
+  if (sweep_keys(o, &keys, &n) != 0) {
+    fprintf(stderr, "fatune: out of memory\n");
+    return 1;
+  }
+  char shard[48] = "";
+  if (o->shard_n) snprintf(shard, sizeof shard, " in shard %d/%d", o->shard_i, o->shard_n);
+  fprintf(stderr, "fatune: sweep: %zu key%s%s\n", n, n == 1 ? "" : "s", shard);
+  int rc = 0, failed = 0;
+  for (size_t i = 0; i < n; i++) {
+    cli_opts one = *o;
+    one.problem = keys[i];
+    const fa_problem *p = &keys[i];
+    fprintf(stderr, "fatune: key %zu/%zu%s: %s dim %d seq_q %d seq_k %d%s\n", i + 1, n, shard,
+            fa_dtype_name(p->dtype), p->dim, p->seq_q, p->seq_k, p->causal ? " causal" : "");
+    const int one_rc = tune_one(g, &one, t);
+    fflush(stdout);   /* its table before the next key's line, in one log */
+    failed += one_rc != 0;
+    rc = one_rc > rc ? one_rc : rc;
+  }
+  fprintf(stderr, "fatune: sweep%s: %zu key%s, %d failed\n", shard, n, n == 1 ? "" : "s", failed);
+  free(keys);
   return rc;
 }
