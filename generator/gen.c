@@ -425,7 +425,7 @@ void gen_kernel_free(gen_kernel *k) {
 /* Join the parameter block, the CUDA preludes and the body. */
 static char *cuda_source(lua_State *L, const gen_kernel *k) {
   static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh",
-                                      "prelude_tile.h"};
+                                      "prelude_tile.h", "prelude_cuda_sm90.cuh"};
   enum { NPARTS = sizeof parts / sizeof parts[0] };
   const template_file *f[NPARTS];
   char head[256];
