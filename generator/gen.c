@@ -535,6 +535,24 @@ int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out) {
   return render(g, render_oracle_protected, &c, out);
 }
 
+static int render_gemm_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);
+  lua_getfield(L, -1, "require");
+  lua_pushstring(L, "gemm");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "render");
+  lua_pushstring(L, c->text);
+  lua_call(L, 1, 1);
+  take_kernel(L, c);
+  return 0;
+}
+
+int gen_render_gemm(gen_state *g, const char *config, gen_kernel *out) {
+  gen_call c = {.text = config};
+  return render(g, render_gemm_protected, &c, out);
+}
+
 static int render_text_protected(lua_State *L) {
   gen_call *c = call_of(L);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);

@@ -106,6 +106,12 @@ void gen_kernel_free(gen_kernel *k);
 ** the caller's to set at launch. */
 int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out);
 
+/* The Hopper GEMM of templates/gemm.lua (wgmma, TMA, mbarriers: sm_90a on
+** cuda) from its own "k=v,..." config (gemm.lua lists the keys, what
+** fa_params carries and the launch shape); FA_EINVAL for a config it
+** refuses. */
+int gen_render_gemm(gen_state *g, const char *config, gen_kernel *out);
+
 /* Template text given directly, rendered in the sandbox (tests, tools). */
 int gen_render_text(gen_state *g, const char *chunkname, const char *text,
                     char **out);
