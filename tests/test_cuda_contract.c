@@ -160,7 +160,13 @@ static void test_tmap_driver(CUdeviceptr base) {
   CU_IS(encode(&a), CUDA_SUCCESS);
   struct { const char *what; tmap_args a; } bad[16];
   int n = 0;
-#define BAD(text, edit) do { bad[n].what = text; bad[n].a = good_map(base);     { tmap_args *b = &bad[n].a; edit; } n++; } while (0)
+#define BAD(text, edit) \
+  do { \
+    bad[n].what = text, bad[n].a = good_map(base); \
+    tmap_args *b = &bad[n].a; \
+    edit; \
+    n++; \
+  } while (0)
   BAD("the map 32 bytes off 64", b->misalign_map = 1);
   BAD("an address 8 bytes off 16", b->addr += 8);
   BAD("rank 0", b->rank = 0);

@@ -10,14 +10,28 @@
 **            refusals are errors that name the key;
 **   --sass   the same kernels' SASS (nvdisasm; SKIPPED without one) holds
 **            HGMMA and UTMALDG (and UTMASTG for C);
-** usage: test_gemm [--nvrtc | --sass]     (--nvrtc by default)
+**   --emu    the same kernels on the emulator, under the forward, reverse
+**            and random schedules, against a float64 product of the very
+**            inputs, with tails in M, N and K and two batches; the three
+**            schedules agree to the bit;
+**   --plant  the four planted mistakes (gemm.lua's plant key), each caught
+**            on the emulator: an accumulator read before wgmma.wait_group
+**            leaves NaN in C; a stage released before its wgmma is waited
+**            for gives C that is wrong or differs between schedules; a
+**            wait on the wrong phase, and an arrival without expect_tx,
+**            are stopped by the emulator with a report that names the
+**            mbarrier (too many arrivals, or more bytes than expected).
+** usage: test_gemm [--nvrtc | --sass | --emu | --plant]   (--nvrtc by default)
 */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "check.h"
 #include "gen.h"
+#include "halfprec.h"
 #include "nvrtc_compile.h"
 #include "sass.h"
 
@@ -50,6 +64,251 @@ static void test_refusals(gen_state *g) {
   }
 }
 
+/* ---- On the emulator ---- */
+
+typedef struct problem {
+  int m, n, k, batch;
+} problem;
+
+/* A problem with a tail in every dimension: two tiles and a bit of M and N,
+** more k-tiles than stages, and K not a multiple of the k-tile. */
+static problem problem_for(const gen_kernel *k) {
+  const int bn = atoi(gen_config_get(&k->cfg, "n")), bm = k->rows_per_cta;
+  problem p = {.m = bm + 24, .n = bn + 8, .k = 4 * 64 + 40, .batch = 2};
+  return p;
+}
+
+static unsigned long long rng = 0x9e3779b97f4a7c15ull;
+static double uniform(void) {   /* [-1, 1) */
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+/* The GEMM's buffers on one backend, and the inputs as the kernel reads them. */
+typedef struct gemm_run {
+  problem pr;
+  int b_mn, fp16;
+  unsigned short *a, *b;   /* host: A (batch, M, K); B (batch, N, K) or (batch, K, N) */
+  double *ref;             /* (batch, M, N) */
+  void *da, *db, *dc;
+  fa_params params;
+  gen_launch shape;
+} gemm_run;
+
+static double to_double(const gemm_run *r, unsigned short h) {
+  return r->fp16 ? hp_f16_to_double(h) : hp_bf16_to_double(h);
+}
+
+static void fill(gemm_run *r, unsigned short *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = r->fp16 ? hp_f16_from_double(uniform()) : hp_bf16_from_double(uniform());
+}
+
+static double b_at(const gemm_run *r, int z, int kk, int j) {
+  const problem *p = &r->pr;
+  const size_t i = r->b_mn ? ((size_t)z * p->k + kk) * p->n + j
+                            : ((size_t)z * p->n + j) * p->k + kk;
+  return to_double(r, r->b[i]);
+}
+
+static int tmap(fa_backend *be, fa_tmap *map, const void *base, int elem, unsigned long long d0,
+                unsigned long long d1, unsigned long long d2, unsigned b0, unsigned b1, int swz) {
+  fa_tmap_desc d = {.base = base, .elem_bytes = elem, .rank = 3, .dims = {d0, d1, d2},
+                    .strides = {d0 * (unsigned)elem, d0 * d1 * (unsigned)elem},
+                    .box = {b0, b1, 1}, .swizzle = swz};
+  char err[256];
+  int rc = backend_tmap(be, &d, map, err, sizeof err);
+  CHECK(rc == 0, "backend_tmap: %s", err);
+  return rc;
+}
+
+/* Inputs, the float64 product, device buffers and tensor maps for kernel k. */
+static int run_setup(fa_backend *be, const gen_kernel *k, gemm_run *r) {
+  memset(r, 0, sizeof *r);
+  r->pr = problem_for(k);
+  r->b_mn = !strcmp(gen_config_get(&k->cfg, "b"), "mn");
+  r->fp16 = !strcmp(gen_config_get(&k->cfg, "dtype"), "fp16");
+  const problem *p = &r->pr;
+  const int bn = atoi(gen_config_get(&k->cfg, "n")), bm = k->rows_per_cta;
+  const size_t na = (size_t)p->batch * p->m * p->k, nb = (size_t)p->batch * p->n * p->k,
+               nc = (size_t)p->batch * p->m * p->n;
+  r->a = malloc(na * 2), r->b = malloc(nb * 2), r->ref = malloc(nc * sizeof *r->ref);
+  if (!r->a || !r->b || !r->ref) return -1;
+  fill(r, r->a, na);
+  fill(r, r->b, nb);
+  for (int z = 0; z < p->batch; z++)
+    for (int i = 0; i < p->m; i++)
+      for (int j = 0; j < p->n; j++) {
+        double acc = 0;
+        for (int kk = 0; kk < p->k; kk++)
+          acc += to_double(r, r->a[((size_t)z * p->m + i) * p->k + kk]) * b_at(r, z, kk, j);
+        r->ref[((size_t)z * p->m + i) * p->n + j] = acc;
+      }
+  char err[256];
+  if (backend_alloc(be, na * 2, &r->da, err, sizeof err) ||
+      backend_alloc(be, nb * 2, &r->db, err, sizeof err) ||
+      backend_alloc(be, nc * 4, &r->dc, err, sizeof err) ||
+      backend_upload(be, r->da, r->a, na * 2, err, sizeof err) ||
+      backend_upload(be, r->db, r->b, nb * 2, err, sizeof err)) {
+    CHECK(0, "buffers: %s", err);
+    return -1;
+  }
+  fa_params *q = &r->params;
+  q->seq_q = p->m, q->seq_k = p->n, q->heads = p->k, q->batch = p->batch;
+  if (tmap(be, &q->tmap[0], r->da, 2, (unsigned)p->k, (unsigned)p->m, (unsigned)p->batch, 64,
+           (unsigned)bm, 128) ||
+      (r->b_mn ? tmap(be, &q->tmap[1], r->db, 2, (unsigned)p->n, (unsigned)p->k,
+                      (unsigned)p->batch, 64, 64, 128)
+               : tmap(be, &q->tmap[1], r->db, 2, (unsigned)p->k, (unsigned)p->n,
+                      (unsigned)p->batch, 64, (unsigned)bn, 128)) ||
+      tmap(be, &q->tmap[2], r->dc, 4, (unsigned)p->n, (unsigned)p->m, (unsigned)p->batch,
+           (unsigned)bn, 64, 0))
+    return -1;
+  gen_launch *sh = &r->shape;
+  sh->grid[0] = (unsigned)((p->n + bn - 1) / bn);
+  sh->grid[1] = (unsigned)((p->m + bm - 1) / bm);
+  sh->grid[2] = (unsigned)p->batch;
+  sh->block[0] = (unsigned)k->threads, sh->block[1] = sh->block[2] = 1;
+  sh->smem_bytes = (unsigned)k->smem_bytes;
+  return 0;
+}
+
+static void run_free(fa_backend *be, gemm_run *r) {
+  if (r->da) backend_free(be, r->da);
+  if (r->db) backend_free(be, r->db);
+  if (r->dc) backend_free(be, r->dc);
+  free(r->a), free(r->b), free(r->ref);
+}
+
+/* One launch under `sched`, C (poisoned with NaN first) into c. 0, or the
+** launch's status with its message in err. */
+static int launch(fa_backend *be, const fa_program *prog, gemm_run *r, emu_schedule sched,
+                  float *c, char *err, size_t errlen) {
+  const size_t nc = (size_t)r->pr.batch * r->pr.m * r->pr.n;
+  int rc = backend_fill(be, r->dc, 0xff, nc * 4, err, errlen);
+  fa_run_opts o = {.schedule = sched, .seed = 7, .threads = 2};
+  if (!rc) rc = backend_launch(be, prog, &r->shape, &r->params, &o, NULL, err, errlen);
+  if (!rc) rc = backend_download(be, c, r->dc, nc * 4, err, errlen);
+  return rc;
+}
+
+/* How C compares with the float64 product: the worst error over the
+** bound (<= 1 passes), NaN when C holds one. */
+static double judge(const gemm_run *r, const float *c, int *nans) {
+  const problem *p = &r->pr;
+  double worst = 0;
+  *nans = 0;
+  for (int z = 0; z < p->batch; z++)
+    for (int i = 0; i < p->m; i++)
+      for (int j = 0; j < p->n; j++) {
+        const size_t at = ((size_t)z * p->m + i) * p->n + j;
+        if (c[at] != c[at]) {
+          (*nans)++;
+          continue;
+        }
+        /* f32 accumulation of K exact products of numbers under 1. */
+        const double bound = 1e-6 * p->k + 1e-6, e = fabs(c[at] - r->ref[at]) / bound;
+        if (e > worst) worst = e;
+      }
+  return worst;
+}
+
+static const emu_schedule scheds[] = {EMU_FORWARD, EMU_REVERSE, EMU_RANDOM};
+static const char *const sched_names[] = {"forward", "reverse", "random"};
+#define NSCHED 3
+
+static fa_program *build(fa_backend *be, const gen_kernel *k, fa_build *bd) {
+  char err[256];
+  const gen_kernel *kp = k;
+  if (backend_compile(be, &kp, 1, 1, bd, err, sizeof err) != 0) {
+    CHECK(0, "%s: %s", k->name, err);
+    return NULL;
+  }
+  CHECK(bd->prog != NULL, "%s does not compile on the emulator:\n%s", k->name,
+        bd->log ? bd->log : "");
+  return bd->prog;
+}
+
+static void test_emu(fa_backend *be, const gen_kernel *k) {
+  fa_build bd;
+  gemm_run r;
+  fa_program *prog = build(be, k, &bd);
+  if (prog && run_setup(be, k, &r) == 0) {
+    const size_t nc = (size_t)r.pr.batch * r.pr.m * r.pr.n;
+    float *c[NSCHED];
+    char err[512];
+    for (int s = 0; s < NSCHED; s++) {
+      c[s] = calloc(nc, sizeof(float));
+      if (!c[s] || launch(be, prog, &r, scheds[s], c[s], err, sizeof err) != 0) {
+        CHECK(0, "%s under %s: %s", k->name, sched_names[s], c[s] ? err : "out of memory");
+        continue;
+      }
+      int nans;
+      const double worst = judge(&r, c[s], &nans);
+      CHECK(nans == 0 && worst <= 1, "%s under %s: %d NaN, error %.3g of the bound", k->name,
+            sched_names[s], nans, worst);
+      if (s) CHECK(!memcmp(c[0], c[s], nc * 4), "%s: %s and forward differ", k->name,
+                   sched_names[s]);
+      if (s == 0)
+        printf("  %s: M %d N %d K %d batch %d, error %.3g of the bound\n", k->name, r.pr.m,
+               r.pr.n, r.pr.k, r.pr.batch, worst);
+    }
+    for (int s = 0; s < NSCHED; s++) free(c[s]);
+  }
+  if (prog) run_free(be, &r);
+  backend_build_free(be, &bd);
+}
+
+/* A planted mistake, caught: `how` says what the test must see. */
+enum { SEE_NAN, SEE_WRONG, SEE_REPORT };
+static void test_plant(fa_backend *be, gen_state *g, const char *plant, int see,
+                       const char *report) {
+  char config[128];
+  snprintf(config, sizeof config, "dtype=bf16,n=64,a=smem,b=k,wg=1,plant=%s", plant);
+  gen_kernel k;
+  if (gen_render_gemm(g, config, &k) != 0) {
+    CHECK(0, "render %s: %s", config, gen_errmsg(g));
+    return;
+  }
+  fa_build bd;
+  gemm_run r;
+  fa_program *prog = build(be, &k, &bd);
+  if (prog && run_setup(be, &k, &r) == 0) {
+    const size_t nc = (size_t)r.pr.batch * r.pr.m * r.pr.n;
+    float *c[NSCHED] = {0};
+    char err[NSCHED][512];
+    int rc[NSCHED], caught = 0;
+    char what[1024] = "";
+    for (int s = 0; s < NSCHED; s++) {
+      c[s] = calloc(nc, sizeof(float));
+      err[s][0] = '\0';
+      rc[s] = c[s] ? launch(be, prog, &r, scheds[s], c[s], err[s], sizeof err[s]) : -1;
+      int nans = 0;
+      const double worst = rc[s] ? 0 : judge(&r, c[s], &nans);
+      if (see == SEE_REPORT && rc[s] && strstr(err[s], report)) {
+        if (caught++) continue;
+        snprintf(what, sizeof what, "%s: %.900s", sched_names[s], err[s]);
+      } else if (see == SEE_NAN && !rc[s] && nans) {
+        if (caught++) continue;
+        snprintf(what, sizeof what, "%s: %d NaN in C: accumulators read before "
+                 "wgmma.wait_group", sched_names[s], nans);
+      } else if (see == SEE_WRONG && !rc[s] && (nans || worst > 1 ||
+                                                (s && c[0] && memcmp(c[0], c[s], nc * 4)))) {
+        if (caught++) continue;
+        snprintf(what, sizeof what, "%s: %d NaN, error %.3g of the bound%s", sched_names[s],
+                 nans, worst, s && memcmp(c[0], c[s], nc * 4) ? ", differs from forward" : "");
+      }
+    }
+    CHECK(caught, "plant=%s went unnoticed (statuses %d %d %d: %s | %s | %s)", plant, rc[0],
+          rc[1], rc[2], err[0], err[1], err[2]);
+    if (caught) printf("  plant=%s caught: %s\n", plant, what);
+    for (int s = 0; s < NSCHED; s++) free(c[s]);
+  }
+  if (prog) run_free(be, &r);
+  backend_build_free(be, &bd);
+  gen_kernel_free(&k);
+}
+
 /* Lines of text holding insn. */
 static int count(const char *text, const char *insn) {
   int n = 0;
@@ -57,12 +316,46 @@ static int count(const char *text, const char *insn) {
   return n;
 }
 
+static int emu_main(int plants) {
+  char err[256], note[256];
+  gen_state *g;
+  fa_backend *be;
+  if (gen_open(&g, err, sizeof err) != 0 ||
+      backend_open("emu", &be, note, sizeof note, err, sizeof err) != 0) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  if (plants) {
+    test_plant(be, g, "early_read", SEE_NAN, "");
+    test_plant(be, g, "reuse", SEE_WRONG, "");
+    test_plant(be, g, "phase", SEE_REPORT, "mbarrier");
+    test_plant(be, g, "expect_tx", SEE_REPORT, "a missing expect_tx");
+  } else {
+    for (size_t i = 0; i < NCONFIGS; i++) {
+      gen_kernel k;
+      if (gen_render_gemm(g, configs[i], &k) != 0) {
+        CHECK(0, "render %s: %s", configs[i], gen_errmsg(g));
+        continue;
+      }
+      test_emu(be, &k);
+      gen_kernel_free(&k);
+    }
+  }
+  backend_close(be);
+  gen_close(g);
+  return check_done(plants ? "test_gemm --plant" : "test_gemm --emu");
+}
+
 int main(int argc, char **argv) {
-  const int sass = argc > 1 && !strcmp(argv[1], "--sass");
-  if (argc > 2 || (argc == 2 && !sass && strcmp(argv[1], "--nvrtc"))) {
-    fprintf(stderr, "usage: test_gemm [--nvrtc | --sass]\n");
+  const char *mode = argc > 1 ? argv[1] : "--nvrtc";
+  const int sass = !strcmp(mode, "--sass");
+  if (argc > 2 || (!sass && strcmp(mode, "--nvrtc") && strcmp(mode, "--emu") &&
+                   strcmp(mode, "--plant"))) {
+    fprintf(stderr, "usage: test_gemm [--nvrtc | --sass | --emu | --plant]\n");
     return 2;
   }
+  if (strcmp(mode, "--emu") == 0 || strcmp(mode, "--plant") == 0)
+    return emu_main(!strcmp(mode, "--plant"));
   char nvdisasm[4096], err[256];
   if (sass && sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
     check_skip("no nvdisasm (pip install nvidia-cuda-nvdisasm)");

@@ -1112,7 +1112,8 @@ static const char *tmap_refusal(const CUtensorMap *map, CUtensorMapDataType type
     return "interleave 32B without swizzle 32B";
   if (il == CU_TENSOR_MAP_INTERLEAVE_NONE) {
     const unsigned long long inner = (unsigned long long)box[0] * (unsigned)esize;
-    const unsigned span = sw == CU_TENSOR_MAP_SWIZZLE_NONE ? 0 : sw == CU_TENSOR_MAP_SWIZZLE_32B ? 32
+    const unsigned span = sw == CU_TENSOR_MAP_SWIZZLE_NONE  ? 0
+                          : sw == CU_TENSOR_MAP_SWIZZLE_32B ? 32
                           : sw == CU_TENSOR_MAP_SWIZZLE_64B ? 64 : 128;
     if (inner % 16) return "the box's inner dimension not a multiple of 16 bytes";
     if (span && inner > span) return "the box's inner dimension wider than the swizzle span";
