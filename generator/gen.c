@@ -462,6 +462,9 @@ static void take_kernel(lua_State *L, gen_call *c) {
   k->io_align = int_field(L, "io_align");
   if (k->io_align < 1 || k->io_align > 256 || (k->io_align & (k->io_align - 1)))
     luaL_error(L, "template result: io_align %d is not a power of two up to 256", k->io_align);
+  lua_getfield(L, -1, "arch");
+  if (!lua_isnil(L, -1)) copy_string(L, -1, k->arch, sizeof k->arch, "arch");
+  lua_pop(L, 1);
   int version = int_field(L, "template_version");
   take_config(L, &k->cfg);
   snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s", k->cfg.family,

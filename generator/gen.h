@@ -66,6 +66,8 @@ typedef struct gen_kernel {
   int registers_estimate;  /* the template's own estimate, 32-bit words */
   int io_align;            /* bytes Q, K, V and O must be aligned to: the widest
                               global access the kernel makes to them */
+  char arch[16];           /* the one target the kernel is written for ("sm_90a": the
+                              gemm's wgmma and TMA); "" when any will do */
   char note[256];          /* gen_render_config: which keys left out of the text
                               took other values than the defaults so that the
                               config fits, and why; "" when none did */

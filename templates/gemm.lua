@@ -110,7 +110,7 @@ function gemm.render(text)
     smem_bytes = 1024 + pipe_bytes + 2 * STAGES * 8,
     rows_per_cta = BM, ws_bytes_per_row = 0, registers_estimate = N // 2 + 40, io_align = 16,
     name = name, hash = name, config = "family=gemm," .. table.concat(parts, ","),
-    family = "gemm", pairs = pairs_, template_version = gemm.version,
+    family = "gemm", pairs = pairs_, template_version = gemm.version, arch = "sm_90a",
   }
 end
 

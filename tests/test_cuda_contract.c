@@ -17,7 +17,10 @@
 **    the API documents broken once (alignment of the map and the address,
 **    rank, dims, strides, box, element strides, swizzle span, interleave):
 **    CUDA_ERROR_INVALID_VALUE; and the cuda backend's backend_tmap over
-**    it, whose own checks name the argument.
+**    it, whose own checks name the argument;
+**  - the Hopper GEMM (templates/gemm.lua) through the cuda backend: compiled
+**    for sm_90a on an sm_90 device, its CUBIN loads (occupancy: one CTA);
+**    on another GPU refused with the reason.
 ** With --violations (the fake only) a child misuses the driver (a double
 ** free, a leak at context release, an event used after destruction) and
 ** the fake must report each on its stderr.
@@ -241,6 +244,51 @@ static void test_tmap_backend(void) {
   backend_close(b);
 }
 
+/* The GEMM, written for sm_90a, through the backend: on an sm_90 device
+** compiled for sm_90a and loaded; on any other, refused with the reason. */
+static void test_gemm_backend(void) {
+  gen_state *g;
+  fa_backend *b;
+  gen_kernel k;
+  char note[256], err[256];
+  if (gen_open(&g, err, sizeof err) != 0) {
+    CHECK(0, "gen_open: %s", err);
+    return;
+  }
+  if (gen_render_gemm(g, "dtype=bf16,n=128", &k) != 0) {
+    CHECK(0, "gen_render_gemm: %s", gen_errmsg(g));
+    gen_close(g);
+    return;
+  }
+  if (backend_open("cuda", &b, note, sizeof note, err, sizeof err) == 0) {
+    const gen_kernel *kp = &k;
+    fa_build bd;
+    const int built = backend_compile(b, &kp, 1, 1, &bd, err, sizeof err);
+    if (dev.cc_major != 9) {
+      /* Another GPU: refused with the reason, not compiled for it. */
+      CHECK(built == 0 && !bd.prog && bd.log && strstr(bd.log, "written for sm_90a"),
+            "%s on sm_%d%d: %s", k.name, dev.cc_major, dev.cc_minor,
+            built ? err : bd.log ? bd.log : "compiled");
+    } else {
+      CHECK(built == 0 && bd.prog, "%s: %s", k.name, built ? err : bd.log);
+    }
+    if (built == 0 && bd.prog) {
+      gen_launch shape = {.grid = {1, 1, 1}, .block = {(unsigned)k.threads, 1, 1},
+                          .smem_bytes = (unsigned)k.smem_bytes};
+      int ctas = 0;
+      const int rc = backend_occupancy(b, bd.prog, &shape, &ctas, err, sizeof err);
+      CHECK(rc == 0 && ctas == 1, "%s: status %d, %d CTAs per SM: %s", k.name, rc, ctas,
+            rc ? err : "");
+    }
+    if (built == 0) backend_build_free(b, &bd);
+    backend_close(b);
+  } else {
+    CHECK(0, "backend_open(cuda): %s", err);
+  }
+  gen_kernel_free(&k);
+  gen_close(g);
+}
+
 /* In a child, with its stderr into `log`: the misuses the fake reports. */
 static void misuse(const char *log) {
   if (!freopen(log, "w", stderr)) _exit(2);
@@ -333,6 +381,7 @@ int main(int argc, char **argv) {
   if (out) CU_IS(api->mem_free(out), CUDA_SUCCESS);
   if (in) CU_IS(api->mem_free(in), CUDA_SUCCESS);
   nvrtc_result_free(&r);
+  test_gemm_backend();
   if (dev.cc_major >= 9) test_tmap_backend();
   return check_done("test_cuda_contract");
 }

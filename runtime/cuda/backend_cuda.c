@@ -145,9 +145,28 @@ typedef struct compile_job {
   const char *arch;
 } compile_job;
 
+/* The device's target, or the arch-specific one of the same GPU (sm_90a on
+** sm_90) that a kernel written for it names; NULL when the kernel is
+** written for another GPU. */
+static const char *target_for(const gen_kernel *k, const char *device) {
+  const size_t n = strlen(device);
+  if (!k->arch[0]) return device;
+  return !strncmp(k->arch, device, n) && (!k->arch[n] || !strcmp(k->arch + n, "a")) ? k->arch
+                                                                                    : NULL;
+}
+
 static void compile_one(size_t i, void *ud) {
   compile_job *j = ud;
-  nvrtc_compile(j->kernels[i]->source, j->kernels[i]->entry, j->arch, &j->res[i]);
+  const gen_kernel *k = j->kernels[i];
+  const char *arch = target_for(k, j->arch);
+  if (!arch) {
+    nvrtc_result *r = &j->res[i];
+    memset(r, 0, sizeof *r);
+    snprintf(r->error, sizeof r->error, "%s is written for %s; this GPU is %s", k->name,
+             k->arch, j->arch);
+    return;
+  }
+  nvrtc_compile(k->source, k->entry, arch, &j->res[i]);
 }
 
 static int cuda_compile(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
