@@ -155,9 +155,11 @@ FA_INLINE fa_emu_tmap_view fa_emu_tma_check(fa_emu_thread *t, const fa_tmap *map
   const fa_emu_tmap_view v = fa_emu_tmap_read(map->w);
   if (v.rank != rank)
     fa_emu_failf(t, line, "%s: a %uD operation on a %uD tensor map", what, rank, v.rank);
-  const uintptr_t s = (uintptr_t)smem;
-  if (s < (uintptr_t)t->smem || s + v.box_bytes > (uintptr_t)t->smem_end)
-    t->fault(t, FA_EMU_FAULT_SHARED, smem, (int)v.box_bytes, line);
+  /* A swizzle moves 16-byte chunks within 128-byte lines: whole lines. */
+  const uintptr_t s = (uintptr_t)smem, need = v.swizzle ? (v.box_bytes + 127u) / 128u * 128u
+                                                        : v.box_bytes;
+  if (s < (uintptr_t)t->smem || s + need > (uintptr_t)t->smem_end)
+    t->fault(t, FA_EMU_FAULT_SHARED, smem, (int)need, line);
   if ((s - (uintptr_t)t->smem) % 128u)
     fa_emu_failf(t, line, "%s: shared box at offset %u not 128-byte aligned", what,
                  fa_emu_smem_offset(t, smem));
