@@ -112,7 +112,8 @@ static const char body_names[] =
 ** shared memory and out to o; then the image k, to shared memory and out by
 ** a TMA store (tmap[1]); p.batch the rank, p.seq_q the box bytes, p.seq_k
 ** those rounded up to the 128-byte lines a swizzle permutes within. With
-** p.heads, thread 0 copies the box's first 16 bytes to lse before waiting. */
+** p.heads & 1, thread 0 copies the box's first 16 bytes to lse before
+** waiting; with p.heads & 2 it forgets the expect_tx (2D). */
 static const char body_tma[] =
   "FA_SM90_KERNEL(tma, 64) {\n"
   "  unsigned char *s = (unsigned char *)fa_smem_base();\n"
@@ -123,11 +124,16 @@ static const char body_tma[] =
   "  fa_fence_mbar_init();\n"
   "  fa_syncthreads();\n"
   "  if (t == 0) {\n"
-  "    fa_mbar_arrive_expect_tx(bar, (unsigned)p.seq_q);\n"
-  "    if (rank == 2) fa_tma_load_2d(s, &p.tmap[0], c0, c1, bar);\n"
-  "    else if (rank == 3) fa_tma_load_3d(s, &p.tmap[0], c0, c1, c2, bar);\n"
-  "    else fa_tma_load_4d(s, &p.tmap[0], c0, c1, c2, c3, bar);\n"
-  "    if (p.heads) fa_st_u32x4((fa_u32x4 *)p.lse, fa_lds_u32x4((const fa_u32x4 *)s));\n"
+  "    if (p.heads & 2) {\n"
+  "      fa_tma_load_2d(s, &p.tmap[0], c0, c1, bar);\n"
+  "      fa_mbar_arrive(bar);\n"
+  "    } else {\n"
+  "      fa_mbar_arrive_expect_tx(bar, (unsigned)p.seq_q);\n"
+  "      if (rank == 2) fa_tma_load_2d(s, &p.tmap[0], c0, c1, bar);\n"
+  "      else if (rank == 3) fa_tma_load_3d(s, &p.tmap[0], c0, c1, c2, bar);\n"
+  "      else fa_tma_load_4d(s, &p.tmap[0], c0, c1, c2, c3, bar);\n"
+  "    }\n"
+  "    if (p.heads & 1) fa_st_u32x4((fa_u32x4 *)p.lse, fa_lds_u32x4((const fa_u32x4 *)s));\n"
   "  }\n"
   "  fa_mbar_wait(bar, 0);\n"
   "  for (int i = t; i < p.seq_k / 16; i += 64)\n"
@@ -639,6 +645,14 @@ static void test_tma(fa_backend *be) {
         "TMA forward: the box landed before the wait (%s)", err);
   CHECK(run_tma(be, &t, EMU_REVERSE, 1, &ctr, err, sizeof err) == 0 && tma_snapshot_landed,
         "TMA reverse: the box had not landed at issue (%s)", err);
+  /* A missing expect_tx: the phase completes on the arrival alone, with the
+  ** load in flight (forward); at issue (reverse) the bytes land first and
+  ** the arrival never completes the phase. */
+  CHECK(run_tma(be, &t, EMU_FORWARD, 2, &ctr, err, sizeof err) < 0 &&
+        strstr(err, "missing arrive.expect_tx"), "TMA without expect_tx (forward): %s", err);
+  CHECK(run_tma(be, &t, EMU_REVERSE, 2, &ctr, err, sizeof err) < 0 &&
+        strstr(err, "more bytes landed than expected"), "TMA without expect_tx (reverse): %s",
+        err);
 }
 
 /* cuTensorMapEncodeTiled's argument checks on the emu backend. */
