@@ -92,7 +92,17 @@ FA_INLINE void fa_emu_mbar_update(fa_emu_thread *t, unsigned long long *bar, uns
     fa_emu_failf(t, line, "mbarrier at shared offset %u: transaction count %lld out of range",
                  fa_emu_smem_offset(t, bar), count);
   pending -= arrivals;
-  if (pending == 0 && count == 0) pending = expected, phase ^= 1u;
+  if (pending == 0 && count == 0) {
+    /* A correct kernel expects the bytes of every load in flight to the
+    ** barrier, so none can be in flight when its phase completes. */
+    for (int i = 0; i < t->cta->nloads; i++)
+      if (t->cta->loads[i].bar == bar)
+        fa_emu_failf(t, line, "mbarrier at shared offset %u completed its phase of parity %u "
+                     "while a TMA load to it (line %d) was in flight: its bytes were not "
+                     "expected (a missing arrive.expect_tx?)", fa_emu_smem_offset(t, bar),
+                     phase, t->cta->loads[i].line);
+    pending = expected, phase ^= 1u;
+  }
   *bar = (unsigned long long)phase << 63 | FA_EMU_MBAR_TAG << 56 |
          (unsigned long long)(unsigned)(int)count << 24 | (unsigned long long)expected << 12 |
          pending;
@@ -155,9 +165,11 @@ FA_INLINE fa_emu_tmap_view fa_emu_tma_check(fa_emu_thread *t, const fa_tmap *map
   const fa_emu_tmap_view v = fa_emu_tmap_read(map->w);
   if (v.rank != rank)
     fa_emu_failf(t, line, "%s: a %uD operation on a %uD tensor map", what, rank, v.rank);
-  const uintptr_t s = (uintptr_t)smem;
-  if (s < (uintptr_t)t->smem || s + v.box_bytes > (uintptr_t)t->smem_end)
-    t->fault(t, FA_EMU_FAULT_SHARED, smem, (int)v.box_bytes, line);
+  /* A swizzle moves 16-byte chunks within 128-byte lines: whole lines. */
+  const uintptr_t s = (uintptr_t)smem, need = v.swizzle ? (v.box_bytes + 127u) / 128u * 128u
+                                                        : v.box_bytes;
+  if (s < (uintptr_t)t->smem || s + need > (uintptr_t)t->smem_end)
+    t->fault(t, FA_EMU_FAULT_SHARED, smem, (int)need, line);
   if ((s - (uintptr_t)t->smem) % 128u)
     fa_emu_failf(t, line, "%s: shared box at offset %u not 128-byte aligned", what,
                  fa_emu_smem_offset(t, smem));
