@@ -329,7 +329,7 @@ static int emu_main(int plants) {
     test_plant(be, g, "early_read", SEE_NAN, "");
     test_plant(be, g, "reuse", SEE_WRONG, "");
     test_plant(be, g, "phase", SEE_REPORT, "mbarrier");
-    test_plant(be, g, "expect_tx", SEE_REPORT, "a missing expect_tx");
+    test_plant(be, g, "expect_tx", SEE_REPORT, "expect_tx");
   } else {
     for (size_t i = 0; i < NCONFIGS; i++) {
       gen_kernel k;
