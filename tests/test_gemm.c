@@ -20,8 +20,10 @@
 **            for gives C that is wrong or differs between schedules; a
 **            wait on the wrong phase, and an arrival without expect_tx,
 **            are stopped by the emulator with a report that names the
-**            mbarrier (too many arrivals, or more bytes than expected).
-** usage: test_gemm [--nvrtc | --sass | --emu | --plant]   (--nvrtc by default)
+**            mbarrier (too many arrivals, or more bytes than expected);
+**   --gpu    the --emu runs on an sm_90 GPU through the cuda backend
+**            (SKIPPED without one; the fake driver runs no GEMM).
+** usage: test_gemm [--nvrtc | --sass | --emu | --plant | --gpu]   (--nvrtc by default)
 */
 #include <math.h>
 #include <stdio.h>
@@ -224,20 +226,22 @@ static fa_program *build(fa_backend *be, const gen_kernel *k, fa_build *bd) {
     CHECK(0, "%s: %s", k->name, err);
     return NULL;
   }
-  CHECK(bd->prog != NULL, "%s does not compile on the emulator:\n%s", k->name,
+  CHECK(bd->prog != NULL, "%s does not compile on %s:\n%s", k->name, backend_name(be),
         bd->log ? bd->log : "");
   return bd->prog;
 }
 
-static void test_emu(fa_backend *be, const gen_kernel *k) {
+/* Kernel k on backend be under nsched schedules (the emulator's; 1 on a
+** GPU), each against the float64 product, all bit-identical. */
+static void test_run(fa_backend *be, const gen_kernel *k, int nsched) {
   fa_build bd;
   gemm_run r;
   fa_program *prog = build(be, k, &bd);
   if (prog && run_setup(be, k, &r) == 0) {
     const size_t nc = (size_t)r.pr.batch * r.pr.m * r.pr.n;
-    float *c[NSCHED];
+    float *c[NSCHED] = {0};
     char err[512];
-    for (int s = 0; s < NSCHED; s++) {
+    for (int s = 0; s < nsched; s++) {
       c[s] = calloc(nc, sizeof(float));
       if (!c[s] || launch(be, prog, &r, scheds[s], c[s], err, sizeof err) != 0) {
         CHECK(0, "%s under %s: %s", k->name, sched_names[s], c[s] ? err : "out of memory");
@@ -250,8 +254,8 @@ static void test_emu(fa_backend *be, const gen_kernel *k) {
       if (s) CHECK(!memcmp(c[0], c[s], nc * 4), "%s: %s and forward differ", k->name,
                    sched_names[s]);
       if (s == 0)
-        printf("  %s: M %d N %d K %d batch %d, error %.3g of the bound\n", k->name, r.pr.m,
-               r.pr.n, r.pr.k, r.pr.batch, worst);
+        printf("  %s on %s: M %d N %d K %d batch %d, error %.3g of the bound\n", k->name,
+               backend_name(be), r.pr.m, r.pr.n, r.pr.k, r.pr.batch, worst);
     }
     for (int s = 0; s < NSCHED; s++) free(c[s]);
   }
@@ -316,14 +320,28 @@ static int count(const char *text, const char *insn) {
   return n;
 }
 
-static int emu_main(int plants) {
+/* --emu, --plant, or --gpu: the same runs on an H100 or H200. */
+static int run_main(const char *mode) {
   char err[256], note[256];
   gen_state *g;
   fa_backend *be;
-  if (gen_open(&g, err, sizeof err) != 0 ||
-      backend_open("emu", &be, note, sizeof note, err, sizeof err) != 0) {
+  const int gpu = !strcmp(mode, "--gpu"), plants = !strcmp(mode, "--plant");
+  if (gen_open(&g, err, sizeof err) != 0) {
     fprintf(stderr, "%s\n", err);
     return 1;
+  }
+  if (backend_open(gpu ? "cuda" : "emu", &be, note, sizeof note, err, sizeof err) != 0) {
+    if (gpu) check_skip(err);
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  const cudrv_device_info *dev = backend_cuda_device(be);
+  if (gpu && (dev->cc_major != 9 || dev->cc_minor != 0 || strstr(dev->name, "(fakecuda)"))) {
+    snprintf(note, sizeof note, "%.200s %s", dev->name,
+             strstr(dev->name, "(fakecuda)") ? "runs no GEMM" : "is no sm_90 GPU");
+    backend_close(be);
+    gen_close(g);
+    check_skip(note);
   }
   if (plants) {
     test_plant(be, g, "early_read", SEE_NAN, "");
@@ -337,25 +355,27 @@ static int emu_main(int plants) {
         CHECK(0, "render %s: %s", configs[i], gen_errmsg(g));
         continue;
       }
-      test_emu(be, &k);
+      test_run(be, &k, gpu ? 1 : NSCHED);
       gen_kernel_free(&k);
     }
   }
   backend_close(be);
   gen_close(g);
-  return check_done(plants ? "test_gemm --plant" : "test_gemm --emu");
+  char suite[32];
+  snprintf(suite, sizeof suite, "test_gemm %s", mode);
+  return check_done(suite);
 }
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "--nvrtc";
   const int sass = !strcmp(mode, "--sass");
   if (argc > 2 || (!sass && strcmp(mode, "--nvrtc") && strcmp(mode, "--emu") &&
-                   strcmp(mode, "--plant"))) {
-    fprintf(stderr, "usage: test_gemm [--nvrtc | --sass | --emu | --plant]\n");
+                   strcmp(mode, "--plant") && strcmp(mode, "--gpu"))) {
+    fprintf(stderr, "usage: test_gemm [--nvrtc | --sass | --emu | --plant | --gpu]\n");
     return 2;
   }
-  if (strcmp(mode, "--emu") == 0 || strcmp(mode, "--plant") == 0)
-    return emu_main(!strcmp(mode, "--plant"));
+  if (!strcmp(mode, "--emu") || !strcmp(mode, "--plant") || !strcmp(mode, "--gpu"))
+    return run_main(mode);
   char nvdisasm[4096], err[256];
   if (sass && sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
     check_skip("no nvdisasm (pip install nvidia-cuda-nvdisasm)");
