@@ -425,7 +425,7 @@ void gen_kernel_free(gen_kernel *k) {
 /* Join the parameter block, the CUDA preludes and the body. */
 static char *cuda_source(lua_State *L, const gen_kernel *k) {
   static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh",
-                                      "prelude_tile.h"};
+                                      "prelude_tile.h", "prelude_cuda_sm90.cuh"};
   enum { NPARTS = sizeof parts / sizeof parts[0] };
   const template_file *f[NPARTS];
   char head[256];
@@ -462,6 +462,9 @@ static void take_kernel(lua_State *L, gen_call *c) {
   k->io_align = int_field(L, "io_align");
   if (k->io_align < 1 || k->io_align > 256 || (k->io_align & (k->io_align - 1)))
     luaL_error(L, "template result: io_align %d is not a power of two up to 256", k->io_align);
+  lua_getfield(L, -1, "arch");
+  if (!lua_isnil(L, -1)) copy_string(L, -1, k->arch, sizeof k->arch, "arch");
+  lua_pop(L, 1);
   int version = int_field(L, "template_version");
   take_config(L, &k->cfg);
   snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s", k->cfg.family,
@@ -533,6 +536,24 @@ static int render_oracle_protected(lua_State *L) {
 int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out) {
   gen_call c = {.problem = p};
   return render(g, render_oracle_protected, &c, out);
+}
+
+static int render_gemm_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);
+  lua_getfield(L, -1, "require");
+  lua_pushstring(L, "gemm");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "render");
+  lua_pushstring(L, c->text);
+  lua_call(L, 1, 1);
+  take_kernel(L, c);
+  return 0;
+}
+
+int gen_render_gemm(gen_state *g, const char *config, gen_kernel *out) {
+  gen_call c = {.text = config};
+  return render(g, render_gemm_protected, &c, out);
 }
 
 static int render_text_protected(lua_State *L) {

@@ -66,6 +66,8 @@ typedef struct gen_kernel {
   int registers_estimate;  /* the template's own estimate, 32-bit words */
   int io_align;            /* bytes Q, K, V and O must be aligned to: the widest
                               global access the kernel makes to them */
+  char arch[16];           /* the one target the kernel is written for ("sm_90a": the
+                              gemm's wgmma and TMA); "" when any will do */
   char note[256];          /* gen_render_config: which keys left out of the text
                               took other values than the defaults so that the
                               config fits, and why; "" when none did */
@@ -105,6 +107,12 @@ void gen_kernel_free(gen_kernel *k);
 ** (seq_k + threads) accumulators of fp64 for fp64 and fp32 otherwise, is
 ** the caller's to set at launch. */
 int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out);
+
+/* The Hopper GEMM of templates/gemm.lua (wgmma, TMA, mbarriers: sm_90a on
+** cuda) from its own "k=v,..." config (gemm.lua lists the keys, what
+** fa_params carries and the launch shape); FA_EINVAL for a config it
+** refuses. */
+int gen_render_gemm(gen_state *g, const char *config, gen_kernel *out);
 
 /* Template text given directly, rendered in the sandbox (tests, tools). */
 int gen_render_text(gen_state *g, const char *chunkname, const char *text,

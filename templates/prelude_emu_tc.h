@@ -25,7 +25,10 @@
 **   "Data Movement and Conversion Instructions: cp.async", "cp.async.
 **     commit_group", "cp.async.wait_group": wait_group N waits until at most
 **     the N most recent committed groups are pending; copies not yet
-**     committed are not waited for.
+**     committed are not waited for. A copy lands anywhere between its issue
+**     and that wait: the emulator picks by the schedule (emu_abi.h,
+**     FA_EMU_ASYNC_*), so a buffer read or overwritten while a copy into it
+**     is in flight gives different bits under different schedules.
 */
 
 /* Launch bounds mean nothing on the CPU. */
@@ -218,9 +221,38 @@ FA_INLINE void fa_emu_ldmatrix(unsigned *r, const void *row, int num, int trans,
 
 /* ---- cp.async.cg.shared.global, 16 bytes, src-size form ---- */
 
+/* A fair coin for FA_EMU_ASYNC_RANDOM: splitmix64 on the thread's seed. */
+FA_INLINE int fa_emu_coin(fa_emu_thread *t) {
+  unsigned long long z = (t->rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (int)((z ^ (z >> 31)) >> 63);
+}
+
+/* src_bytes copied, the rest of the 16 zeroed. */
+FA_INLINE void fa_emu_copy_land(const fa_emu_copy *c) {
+  if (c->src_bytes > 0) memcpy(c->dst, c->src, (size_t)c->src_bytes);
+  memset(c->dst + c->src_bytes, 0, (size_t)(16 - c->src_bytes));
+}
+
+/* FA_EMU_ASYNC_RANDOM: each copy in flight lands now or stays, by a coin. */
+FA_INLINE void fa_emu_copies_progress(fa_emu_thread *t) {
+  int kept = 0;
+  for (int i = 0; i < t->ncopies; i++) {
+    if (fa_emu_coin(t)) fa_emu_copy_land(&t->copies[i]);
+    else t->copies[kept++] = t->copies[i];
+  }
+  t->ncopies = kept;
+}
+
+/* The host's hook at every yield of a thread with work in flight
+** (prelude_emu_sm90.h). */
+__attribute__((unused)) static void fa_emu_progress(fa_emu_thread *t, int drain);
+
 /* Checked and counted at issue; queued, and landed (src_bytes copied, the
-** rest zeroed) only when a wait_group retires its group. A src_bytes
-** outside 0..16 faults as a global access of that many bytes. */
+** rest zeroed) when the schedule says, at the latest when a wait_group
+** retires its group. A src_bytes outside 0..16 faults as a global access
+** of that many bytes. */
 FA_INLINE void fa_emu_cp_async_16(void *dst, const void *src, int src_bytes, int line) {
   fa_emu_thread *t = fa_emu_self;
   fa_emu_check_shared(t, dst, 16, line);
@@ -242,6 +274,9 @@ FA_INLINE void fa_emu_cp_async_16(void *dst, const void *src, int src_bytes, int
   c->src = (const unsigned char *)src;
   c->src_bytes = src_bytes;
   c->group = t->group;
+  if (t->async_mode == FA_EMU_ASYNC_LATE) return;
+  if (t->async_mode == FA_EMU_ASYNC_EARLY || fa_emu_coin(t)) fa_emu_copy_land(&t->copies[--t->ncopies]);
+  if (t->async_mode == FA_EMU_ASYNC_RANDOM) t->progress = fa_emu_progress;
 }
 #define fa_cp_async_16(dst, src, n) fa_emu_cp_async_16((dst), (src), (n), __LINE__)
 
@@ -256,8 +291,7 @@ FA_INLINE void fa_emu_cp_async_wait(int n) {
   for (int i = 0; i < t->ncopies; i++) {
     const fa_emu_copy c = t->copies[i];
     if ((unsigned long long)c.group + (unsigned)n < (unsigned long long)t->group) {
-      if (c.src_bytes > 0) memcpy(c.dst, c.src, (size_t)c.src_bytes);
-      memset(c.dst + c.src_bytes, 0, (size_t)(16 - c.src_bytes));
+      fa_emu_copy_land(&c);
     } else {
       t->copies[kept++] = c;
     }

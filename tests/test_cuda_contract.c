@@ -12,7 +12,15 @@
 **    cuFuncSetAttribute raises it), and a limit above the device's opt-in
 **    maximum: CUDA_ERROR_INVALID_VALUE; within them the launch runs;
 **  - a block of more than 1024 threads: CUDA_ERROR_INVALID_VALUE;
-**  - a cubin for another major architecture: CUDA_ERROR_NO_BINARY_FOR_GPU.
+**  - a cubin for another major architecture: CUDA_ERROR_NO_BINARY_FOR_GPU;
+**  - cuTensorMapEncodeTiled (compute capability 9.0 on): each requirement
+**    the API documents broken once (alignment of the map and the address,
+**    rank, dims, strides, box, element strides, swizzle span, interleave):
+**    CUDA_ERROR_INVALID_VALUE; and the cuda backend's backend_tmap over
+**    it, whose own checks name the argument;
+**  - the Hopper GEMM (templates/gemm.lua) through the cuda backend: compiled
+**    for sm_90a on an sm_90 device, its CUBIN loads (occupancy: one CTA);
+**    on another GPU refused with the reason.
 ** With --violations (the fake only) a child misuses the driver (a double
 ** free, a leak at context release, an event used after destruction) and
 ** the fake must report each on its stderr.
@@ -25,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "check.h"
 #include "cuda_api.h"
 #include "nvrtc_compile.h"
@@ -115,6 +124,171 @@ static void test_arch(void) {
   nvrtc_result_free(&r);
 }
 
+/* One tiled tensor map's arguments, as the test varies them. */
+typedef struct tmap_args {
+  CUtensorMapDataType type;
+  cuuint32_t rank;
+  CUdeviceptr addr;
+  cuuint64_t dim[5], stride[4];
+  cuuint32_t box[5], estride[5];
+  CUtensorMapInterleave il;
+  CUtensorMapSwizzle sw;
+  int misalign_map;   /* the CUtensorMap 32 bytes off its 64-byte alignment */
+} tmap_args;
+
+static CUresult encode(const tmap_args *a) {
+  static _Alignas(64) unsigned char buf[192];
+  CUtensorMap *map = (CUtensorMap *)(buf + (a->misalign_map ? 32 : 0));
+  return api->tmap_encode_tiled(map, a->type, a->rank, (void *)(uintptr_t)a->addr, a->dim,
+                                a->stride, a->box, a->estride, a->il, a->sw,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+/* A bf16 matrix of 128 rows of 256 elements, boxes of 64 x 64, 128B swizzle. */
+static tmap_args good_map(CUdeviceptr base) {
+  tmap_args a = {.type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, .rank = 2, .addr = base,
+                 .dim = {256, 128}, .stride = {512}, .box = {64, 64}, .estride = {1, 1},
+                 .il = CU_TENSOR_MAP_INTERLEAVE_NONE, .sw = CU_TENSOR_MAP_SWIZZLE_128B};
+  return a;
+}
+
+static void test_tmap_driver(CUdeviceptr base) {
+  tmap_args a = good_map(base);
+  CU_IS(encode(&a), CUDA_SUCCESS);
+  a.sw = CU_TENSOR_MAP_SWIZZLE_NONE, a.box[0] = 256;       /* 512 bytes: fine unswizzled */
+  CU_IS(encode(&a), CUDA_SUCCESS);
+  a.rank = 4, a.dim[2] = a.dim[3] = 2, a.stride[1] = 512 * 128, a.stride[2] = 2 * 512 * 128;
+  a.box[2] = a.box[3] = 1, a.estride[2] = a.estride[3] = 1;
+  CU_IS(encode(&a), CUDA_SUCCESS);
+  struct { const char *what; tmap_args a; } bad[16];
+  int n = 0;
+#define BAD(text, edit) \
+  do { \
+    bad[n].what = text, bad[n].a = good_map(base); \
+    tmap_args *b = &bad[n].a; \
+    edit; \
+    n++; \
+  } while (0)
+  BAD("the map 32 bytes off 64", b->misalign_map = 1);
+  BAD("an address 8 bytes off 16", b->addr += 8);
+  BAD("rank 0", b->rank = 0);
+  BAD("rank 6", b->rank = 6);
+  BAD("a dimension of 0", b->dim[1] = 0);
+  BAD("a dimension of 2^32 + 1", b->dim[0] = (1ull << 32) + 1);
+  BAD("a stride of 520 bytes", b->stride[0] = 520);
+  BAD("a stride of 2^40", b->stride[0] = 1ull << 40);
+  BAD("a box dimension of 0", b->box[1] = 0);
+  BAD("a box dimension of 257", (b->sw = CU_TENSOR_MAP_SWIZZLE_NONE, b->box[1] = 257));
+  BAD("a box row of 8 bytes", b->box[0] = 4);
+  BAD("a box row of 256 bytes under 128B swizzle", b->box[0] = 128);
+  BAD("a box row of 128 bytes under 64B swizzle", b->sw = CU_TENSOR_MAP_SWIZZLE_64B);
+  BAD("an element stride of 9", b->estride[1] = 9);
+  BAD("interleave with rank 2", b->il = CU_TENSOR_MAP_INTERLEAVE_16B);
+  BAD("interleave 32B at an address 16 bytes off 32",
+      (b->rank = 3, b->dim[2] = 1, b->stride[1] = 512 * 128, b->box[2] = 1, b->estride[2] = 1,
+       b->il = CU_TENSOR_MAP_INTERLEAVE_32B, b->sw = CU_TENSOR_MAP_SWIZZLE_32B, b->box[0] = 16,
+       b->addr += 16));
+#undef BAD
+  for (int i = 0; i < n; i++) {
+    CUresult rc = encode(&bad[i].a);
+    CHECK(rc == CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled with %s gave %d, want "
+          "CUDA_ERROR_INVALID_VALUE", bad[i].what, (int)rc);
+  }
+}
+
+/* backend_tmap on the cuda backend: a map it encodes, and its own messages. */
+static void test_tmap_backend(void) {
+  fa_backend *b;
+  char note[256], err[256];
+  if (backend_open("cuda", &b, note, sizeof note, err, sizeof err) != 0) {
+    CHECK(0, "backend_open(cuda): %s", err);
+    return;
+  }
+  void *base = NULL;
+  if (backend_alloc(b, 1 << 16, &base, err, sizeof err) != 0) {
+    CHECK(0, "backend_alloc: %s", err);
+    backend_close(b);
+    return;
+  }
+  fa_tmap_desc d = {.base = base, .elem_bytes = 2, .rank = 2, .dims = {256, 128},
+                    .strides = {512}, .box = {64, 64}, .swizzle = 128};
+  fa_tmap map;
+  memset(&map, 0, sizeof map);
+  int rc = backend_tmap(b, &d, &map, err, sizeof err);
+  CHECK(rc == 0, "backend_tmap: %s", err);
+  int nonzero = 0;
+  for (int i = 0; i < 16; i++) nonzero |= map.w[i] != 0;
+  CHECK(rc != 0 || nonzero, "backend_tmap left the map all zeros");
+  static const struct { const char *want; int field, value; } bad[] = {
+    {"16-byte aligned", 0, 8}, {"rank 5", 1, 5}, {"swizzle 48", 2, 48},
+    {"box dimension 1 is 0", 3, 0}, {"more than the 128-byte swizzle span", 4, 128},
+    {"stride of dimension 1 is 8 bytes", 5, 8}, {"elements of 3 bytes", 6, 3}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    fa_tmap_desc e = d;
+    switch (bad[i].field) {
+    case 0: e.base = (const char *)base + bad[i].value; break;
+    case 1: e.rank = bad[i].value; break;
+    case 2: e.swizzle = bad[i].value; break;
+    case 3: e.box[1] = (unsigned)bad[i].value; break;
+    case 4: e.box[0] = (unsigned)bad[i].value; break;
+    case 5: e.strides[0] = (unsigned long long)bad[i].value; break;
+    default: e.elem_bytes = bad[i].value; break;
+    }
+    err[0] = '\0';
+    rc = backend_tmap(b, &e, &map, err, sizeof err);
+    CHECK(rc == FA_EINVAL && strstr(err, bad[i].want), "backend_tmap, %s: status %d, '%s'",
+          bad[i].want, rc, err);
+  }
+  backend_free(b, base);
+  backend_close(b);
+}
+
+/* The GEMM, written for sm_90a, through the backend: on an sm_90 device
+** compiled for sm_90a and loaded; on any other, refused with the reason. */
+static void test_gemm_backend(void) {
+  gen_state *g;
+  fa_backend *b;
+  gen_kernel k;
+  char note[256], err[256];
+  if (gen_open(&g, err, sizeof err) != 0) {
+    CHECK(0, "gen_open: %s", err);
+    return;
+  }
+  if (gen_render_gemm(g, "dtype=bf16,n=128", &k) != 0) {
+    CHECK(0, "gen_render_gemm: %s", gen_errmsg(g));
+    gen_close(g);
+    return;
+  }
+  if (backend_open("cuda", &b, note, sizeof note, err, sizeof err) == 0) {
+    const gen_kernel *kp = &k;
+    fa_build bd;
+    const int built = backend_compile(b, &kp, 1, 1, &bd, err, sizeof err);
+    if (dev.cc_major != 9) {
+      /* Another GPU: refused with the reason, not compiled for it. */
+      CHECK(built == 0 && !bd.prog && bd.log && strstr(bd.log, "written for sm_90a"),
+            "%s on sm_%d%d: %s", k.name, dev.cc_major, dev.cc_minor,
+            built ? err : bd.log ? bd.log : "compiled");
+    } else {
+      CHECK(built == 0 && bd.prog, "%s: %s", k.name, built ? err : bd.log);
+    }
+    if (built == 0 && bd.prog) {
+      gen_launch shape = {.grid = {1, 1, 1}, .block = {(unsigned)k.threads, 1, 1},
+                          .smem_bytes = (unsigned)k.smem_bytes};
+      int ctas = 0;
+      const int rc = backend_occupancy(b, bd.prog, &shape, &ctas, err, sizeof err);
+      CHECK(rc == 0 && ctas == 1, "%s: status %d, %d CTAs per SM: %s", k.name, rc, ctas,
+            rc ? err : "");
+    }
+    if (built == 0) backend_build_free(b, &bd);
+    backend_close(b);
+  } else {
+    CHECK(0, "backend_open(cuda): %s", err);
+  }
+  gen_kernel_free(&k);
+  gen_close(g);
+}
+
 /* In a child, with its stderr into `log`: the misuses the fake reports. */
 static void misuse(const char *log) {
   if (!freopen(log, "w", stderr)) _exit(2);
@@ -196,10 +370,18 @@ int main(int argc, char **argv) {
     test_params(m, out, in);
     test_smem(m, out);
     test_arch();
+    if (dev.cc_major < 9)
+      printf("  sm_%d%d: no tensor maps to test\n", dev.cc_major, dev.cc_minor);
+    else if (!api->tmap_encode_tiled)
+      CHECK(0, "a driver for sm_%d%d without cuTensorMapEncodeTiled", dev.cc_major, dev.cc_minor);
+    else
+      test_tmap_driver(out);
     CU_IS(api->module_unload(m), CUDA_SUCCESS);
   }
   if (out) CU_IS(api->mem_free(out), CUDA_SUCCESS);
   if (in) CU_IS(api->mem_free(in), CUDA_SUCCESS);
   nvrtc_result_free(&r);
+  test_gemm_backend();
+  if (dev.cc_major >= 9) test_tmap_backend();
   return check_done("test_cuda_contract");
 }

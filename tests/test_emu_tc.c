@@ -8,7 +8,7 @@
 ** element-to-lane map read the other way, cp.async queueing, zero fill,
 ** groups and faults, an end-to-end cp.async + ldmatrix + mma product, and
 ** exact counters. Then every body, and one that uses every primitive, is
-** compiled by NVRTC against prelude_cuda_tc.cuh for sm_80 and sm_90.
+** compiled by NVRTC against prelude_cuda_tc.cuh for sm_80, sm_90 and sm_90a.
 */
 #include <math.h>
 #include <stdint.h>
@@ -773,7 +773,9 @@ static void test_cp_async(void) {
   fa_params prm = {0};
   fa_emu_counters c;
   char err[512];
-  int rc = launch(K_CPA, 1, 32, 32 * 64, prm, &b, EMU_RANDOM, &c, err, sizeof err);
+  /* Forward lands each copy as late as allowed, at its wait (the other
+  ** schedules land earlier: test_emu_sm90). */
+  int rc = launch(K_CPA, 1, 32, 32 * 64, prm, &b, EMU_FORWARD, &c, err, sizeof err);
   CHECK(rc == 0, "cpa: %s", err);
   if (rc) return;
   /* Snapshot k: which of chunks 0-2 have landed. */
@@ -900,10 +902,12 @@ static const template_file *embedded(const char *name) {
 }
 
 static void test_nvrtc(void) {
-  static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh"};
+  static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh",
+                                      "prelude_cuda_sm90.cuh"};
+  enum { NPARTS = sizeof parts / sizeof parts[0] };
   size_t total = strlen(body_all) + 1;
-  const template_file *f[3];
-  for (int i = 0; i < 3; i++) {
+  const template_file *f[NPARTS];
+  for (int i = 0; i < NPARTS; i++) {
     f[i] = embedded(parts[i]);
     CHECK(f[i] != NULL, "%s is not embedded", parts[i]);
     if (!f[i]) return;
@@ -911,14 +915,15 @@ static void test_nvrtc(void) {
   }
   for (int k = 0; k < NK; k++) total += strlen(sources[k].body);
   char *src = xmalloc(total), *w = src;
-  for (int i = 0; i < 3; i++) memcpy(w, f[i]->text, f[i]->size), w += f[i]->size, *w++ = '\n';
+  for (int i = 0; i < NPARTS; i++) memcpy(w, f[i]->text, f[i]->size), w += f[i]->size, *w++ = '\n';
   for (int k = 0; k < NK; k++) {
     size_t n = strlen(sources[k].body);
     memcpy(w, sources[k].body, n), w += n;
   }
   memcpy(w, body_all, strlen(body_all) + 1);
-  static const char *const archs[] = {"sm_80", "sm_90"};
-  for (int a = 0; a < 2; a++) {
+  /* sm_90a: the Hopper prelude compiles in, and changes nothing for these. */
+  static const char *const archs[] = {"sm_80", "sm_90", "sm_90a"};
+  for (int a = 0; a < 3; a++) {
     if (!nvrtc_arch_supported(archs[a])) {
       printf("  NVRTC %s does not know %s: not compiled\n", nvrtc_version_string(), archs[a]);
       continue;

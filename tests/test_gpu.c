@@ -36,7 +36,8 @@ static const char wild_body[] =
 
 /* The preludes and the wild kernel's body, as one source. */
 static char *wild_source(void) {
-  static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh"};
+  static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh",
+                                      "prelude_cuda_sm90.cuh"};
   size_t n = sizeof wild_body;
   for (const template_file *f = template_files; f->name; f++)
     for (size_t j = 0; j < sizeof parts / sizeof parts[0]; j++)

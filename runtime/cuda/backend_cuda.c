@@ -145,9 +145,28 @@ typedef struct compile_job {
   const char *arch;
 } compile_job;
 
+/* The device's target, or the arch-specific one of the same GPU (sm_90a on
+** sm_90) that a kernel written for it names; NULL when the kernel is
+** written for another GPU. */
+static const char *target_for(const gen_kernel *k, const char *device) {
+  const size_t n = strlen(device);
+  if (!k->arch[0]) return device;
+  return !strncmp(k->arch, device, n) && (!k->arch[n] || !strcmp(k->arch + n, "a")) ? k->arch
+                                                                                    : NULL;
+}
+
 static void compile_one(size_t i, void *ud) {
   compile_job *j = ud;
-  nvrtc_compile(j->kernels[i]->source, j->kernels[i]->entry, j->arch, &j->res[i]);
+  const gen_kernel *k = j->kernels[i];
+  const char *arch = target_for(k, j->arch);
+  if (!arch) {
+    nvrtc_result *r = &j->res[i];
+    memset(r, 0, sizeof *r);
+    snprintf(r->error, sizeof r->error, "%s is written for %s; this GPU is %s", k->name,
+             k->arch, j->arch);
+    return;
+  }
+  nvrtc_compile(k->source, k->entry, arch, &j->res[i]);
 }
 
 static int cuda_compile(fa_backend *b, const gen_kernel *const *kernels, size_t n, int jobs,
@@ -400,12 +419,108 @@ static void cuda_cache_key(fa_backend *b, const char **target, const char **comp
   *options = "--std=c++17";  /* as nvrtc_compile passes, with -arch=target */
 }
 
+/* What cuTensorMapEncodeTiled requires of a tiled map without interleave
+** (CUDA Driver API, "Tensor Map Object Management"), checked here so that
+** the message names the argument: 0, or FA_EINVAL. */
+static int tmap_check(const fa_tmap_desc *d, char *err, size_t errlen) {
+  static const unsigned long long dim_max = 1ull << 32, stride_max = 1ull << 40;
+  if (d->elem_bytes != 2 && d->elem_bytes != 4) {
+    snprintf(err, errlen, "tensor map: elements of %d bytes (2 or 4)", d->elem_bytes);
+    return FA_EINVAL;
+  }
+  if (d->rank < 2 || d->rank > 4) {
+    snprintf(err, errlen, "tensor map: rank %d (2 to 4)", d->rank);
+    return FA_EINVAL;
+  }
+  if ((uintptr_t)d->base % 16) {
+    snprintf(err, errlen, "tensor map: base address %p is not 16-byte aligned", d->base);
+    return FA_EINVAL;
+  }
+  if (d->swizzle != 0 && d->swizzle != 32 && d->swizzle != 64 && d->swizzle != 128) {
+    snprintf(err, errlen, "tensor map: swizzle %d (0, 32, 64 or 128 bytes)", d->swizzle);
+    return FA_EINVAL;
+  }
+  for (int i = 0; i < d->rank; i++) {
+    if (d->dims[i] < 1 || d->dims[i] > dim_max) {
+      snprintf(err, errlen, "tensor map: dimension %d has %llu elements (1 to 2^32)", i,
+               d->dims[i]);
+      return FA_EINVAL;
+    }
+    if (d->box[i] < 1 || d->box[i] > 256) {
+      snprintf(err, errlen, "tensor map: box dimension %d is %u (1 to 256)", i, d->box[i]);
+      return FA_EINVAL;
+    }
+  }
+  for (int i = 0; i + 1 < d->rank; i++) {
+    const unsigned long long s = d->strides[i];
+    if (s == 0 || s % 16 || s >= stride_max) {
+      snprintf(err, errlen, "tensor map: the stride of dimension %d is %llu bytes (a multiple "
+               "of 16, 16 to 2^40 - 16)", i + 1, s);
+      return FA_EINVAL;
+    }
+  }
+  const unsigned inner = d->box[0] * (unsigned)d->elem_bytes;
+  if (inner % 16) {
+    snprintf(err, errlen, "tensor map: the box's inner dimension spans %u bytes, not a multiple "
+             "of 16", inner);
+    return FA_EINVAL;
+  }
+  if (d->swizzle && inner > (unsigned)d->swizzle) {
+    snprintf(err, errlen, "tensor map: the box's inner dimension spans %u bytes, more than the "
+             "%d-byte swizzle span", inner, d->swizzle);
+    return FA_EINVAL;
+  }
+  return 0;
+}
+
+static int cuda_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *err,
+                     size_t errlen) {
+  cuda_backend *c = self(b);
+  _Static_assert(sizeof(CUtensorMap) == sizeof(fa_tmap), "fa_tmap holds a CUtensorMap");
+  int rc = tmap_check(d, err, errlen);
+  if (rc != 0) return rc;
+  if (c->info.cc_major < 9) {
+    snprintf(err, errlen, "tensor maps need compute capability 9.0 or later; %s is %d.%d",
+             c->info.name, c->info.cc_major, c->info.cc_minor);
+    return FA_ENODEV;
+  }
+  if ((rc = ensure_device(c, err, errlen)) != 0) return rc;
+  if (!c->api->tmap_encode_tiled) {
+    snprintf(err, errlen, "the CUDA driver has no cuTensorMapEncodeTiled (CUDA 12 or later)");
+    return FA_ENODEV;
+  }
+  static const CUtensorMapSwizzle swz[] = {CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_SWIZZLE_32B,
+                                           CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_SWIZZLE_128B};
+  cuuint64_t dims[4], strides[3];
+  cuuint32_t box[4], estr[4];
+  for (int i = 0; i < d->rank; i++) {
+    dims[i] = d->dims[i], box[i] = d->box[i], estr[i] = 1;
+    if (i + 1 < d->rank) strides[i] = d->strides[i];
+  }
+  /* Zeros out of bounds (no NaN request); the bits copied do not depend on
+  ** the type, so 16-bit elements of either kind are UINT16. */
+  CUresult cr = c->api->tmap_encode_tiled(
+      (CUtensorMap *)map,
+      d->elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+      (cuuint32_t)d->rank, (void *)d->base, dims, strides, box, estr,
+      CU_TENSOR_MAP_INTERLEAVE_NONE,
+      swz[d->swizzle == 0 ? 0 : d->swizzle == 32 ? 1 : d->swizzle == 64 ? 2 : 3],
+      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  /* What the checks above let through and the driver refuses is the caller's too. */
+  if (cr == CUDA_ERROR_INVALID_VALUE) {
+    cudrv_error((int)cr, "cuTensorMapEncodeTiled", err, errlen);
+    return FA_EINVAL;
+  }
+  return ck(c, cr, "cuTensorMapEncodeTiled", err, errlen);
+}
+
 static const backend_ops cuda_ops = {
   .name = "cuda", .has_counters = 0, .close = cuda_close, .compile = cuda_compile,
   .program_free = cuda_program_free, .alloc = cuda_alloc, .free = cuda_free, .copy = cuda_copy,
   .fill = cuda_fill, .launch = cuda_launch, .time = cuda_time, .occupancy = cuda_occupancy,
   .poisoned = cuda_poisoned, .blob = cuda_blob, .load = cuda_load_program,
-  .cache_key = cuda_cache_key, .enter = cuda_enter, .leave = cuda_leave, .sync = cuda_sync};
+  .cache_key = cuda_cache_key, .enter = cuda_enter, .leave = cuda_leave, .sync = cuda_sync,
+  .tmap = cuda_tmap};
 
 int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err,
                       size_t errlen) {

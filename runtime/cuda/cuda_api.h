@@ -39,6 +39,11 @@ struct cudrv_api {
   CUresult (*event_elapsed)(float *, CUevent, CUevent);
   CUresult (*event_destroy)(CUevent);
   CUresult (*occupancy)(int *, CUfunction, int, size_t);
+  /* NULL on a driver without TMA (before CUDA 12): the only optional entry. */
+  CUresult (*tmap_encode_tiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 };
 
 #endif

@@ -96,8 +96,16 @@ static int load_either(void *slot, size_t size, const char *name, const char *ol
   return 0;
 }
 
+/* An entry point only newer drivers have: NULL in the slot when absent. */
+static void load_optional(void *slot, size_t size, const char *name) {
+  void *p = dlsym(drv.lib, name);
+  memset(slot, 0, size);
+  if (p != NULL && size == sizeof p) memcpy(slot, &p, size);
+}
+
 static int load_api(void) {
   cudrv_api *a = &drv.api;
+  load_optional(&a->tmap_encode_tiled, sizeof a->tmap_encode_tiled, "cuTensorMapEncodeTiled");
   return load_sym(&a->device_get, sizeof a->device_get, "cuDeviceGet") ||
          load_sym(&a->ctx_retain, sizeof a->ctx_retain, "cuDevicePrimaryCtxRetain") ||
          load_sym(&a->ctx_release, sizeof a->ctx_release, "cuDevicePrimaryCtxRelease_v2") ||

@@ -11,7 +11,7 @@
 
 /* Bumped whenever a struct below changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 2
+#define FA_EMU_ABI_VERSION 3
 
 /* Exact counts for one launch. Bytes are what the kernel asked for, per
 ** thread and access, summed; collectives count once per warp. */
@@ -29,13 +29,29 @@ typedef struct fa_emu_counters {
   unsigned long long barriers;      /* __syncthreads, once per CTA and barrier */
   unsigned long long warp_syncs;    /* __syncwarp, once per warp and barrier */
   unsigned long long rescale;       /* fa_rescale: O or P scaled by a softmax factor, per thread */
+  unsigned long long wgmma;         /* wgmma.mma_async, per warpgroup */
+  unsigned long long wgmma_flops;   /* 2 M N K of each wgmma, per warpgroup */
+  unsigned long long tma_bytes;     /* box bytes of TMA loads and stores (out of bounds included) */
+  unsigned long long mbar_waits;    /* mbarrier waits, per thread */
 } fa_emu_counters;
 
 /* What a thread waits for when it calls back into the host. */
 enum {
   FA_EMU_WAIT_CTA = 0,   /* __syncthreads */
   FA_EMU_WAIT_WARP = 1,  /* __syncwarp */
-  FA_EMU_WAIT_XCHG = 2   /* a warp collective: shuffle, ldmatrix, mma */
+  FA_EMU_WAIT_XCHG = 2,  /* a warp collective: shuffle, ldmatrix, mma */
+  FA_EMU_WAIT_GROUP = 3, /* a warpgroup collective: wgmma, setmaxnreg */
+  FA_EMU_WAIT_MBAR = 4,  /* an mbarrier phase: wait_obj the barrier, wait_arg the parity */
+  FA_EMU_WAIT_NAMED = 5, /* bar.sync: wait_arg the id, wait_count the threads */
+  FA_EMU_WAIT_ARRIVE = 6 /* bar.arrive: as bar.sync, but the thread goes on */
+};
+
+/* When an asynchronous copy or wgmma completes, between its issue and the
+** wait that retires it (the schedule picks). */
+enum {
+  FA_EMU_ASYNC_LATE = 0,   /* at the retiring wait (forward) */
+  FA_EMU_ASYNC_EARLY = 1,  /* at issue (reverse) */
+  FA_EMU_ASYNC_RANDOM = 2  /* at issue, at any later yield of the thread, or at the wait */
 };
 
 /* Why a thread stops the launch. */
@@ -45,6 +61,22 @@ enum {
   FA_EMU_FAULT_ALIGN = 2,     /* address not aligned to the access size */
   FA_EMU_FAULT_ASYNC = 3      /* too many cp.async copies in flight */
 };
+
+/* An mbarrier, the 64 bits in shared memory (the emulator's own encoding):
+** pending arrivals in bits 0-11, expected arrivals 12-23, the signed
+** transaction count 24-55, a tag 56-62 that marks it initialized, the
+** phase parity in bit 63. A phase completes when no arrival and no
+** transaction byte is pending. */
+#define FA_EMU_MBAR_TAG 0x5Aull
+#define FA_EMU_MBAR_PHASE(x) ((unsigned)((x) >> 63))
+#define FA_EMU_MBAR_OK(x) ((((x) >> 56) & 0x7Full) == FA_EMU_MBAR_TAG)
+
+/* The emulator's tensor map (fa_tmap, 16 words), built by the emu backend
+** from the arguments of cuTensorMapEncodeTiled: w[0] the tag, w[1] the
+** base address, w[2] element bytes | rank << 8 | swizzle bytes << 16,
+** w[3..6] the dimensions, w[7..9] the byte strides of dimensions 1..3,
+** w[10] the box, 16 bits per dimension, innermost lowest. */
+#define FA_EMU_TMAP_TAG 0x46414D5054554D45ull  /* "EMUTPMAF" */
 
 /* A global buffer the kernel may touch: [lo, hi). */
 typedef struct fa_emu_range { unsigned long long lo, hi; } fa_emu_range;
@@ -58,6 +90,41 @@ typedef struct fa_emu_copy {
 } fa_emu_copy;
 
 #define FA_EMU_MAX_COPIES 512  /* cp.async in flight per thread */
+#define FA_EMU_MAX_WGMMA 32    /* wgmma in flight per thread */
+#define FA_EMU_MAX_BULK 32     /* TMA stores in flight per thread */
+#define FA_EMU_MAX_TMA 64      /* TMA loads in flight per CTA */
+
+/* One wgmma not yet retired, as one thread of its warpgroup sees it: its
+** own rows of A (RS: taken at issue) and its fragment of D. */
+typedef struct fa_emu_wgmma {
+  float *d;                 /* the thread's accumulators, NaN until retired */
+  unsigned long long da, db;  /* descriptors (da unused for RS) */
+  unsigned short a[2][16];  /* RS: this thread's rows of A */
+  int n, scale_d, trans_a, trans_b, bf16, rs, done, chained;
+  unsigned group;           /* wgmma commit group */
+  float acc[128];           /* D before (scale_d), then the result */
+} fa_emu_wgmma;
+
+/* One TMA load or store in flight: the map copied at issue. */
+typedef struct fa_emu_tma {
+  unsigned long long map[16];
+  unsigned char *smem;
+  unsigned long long *bar;  /* loads: the mbarrier to complete_tx */
+  int c[4];
+  unsigned group;           /* stores: bulk group */
+  int line;
+} fa_emu_tma;
+
+/* What a CTA's threads share beyond shared memory. */
+typedef struct fa_emu_cta {
+  fa_emu_tma loads[FA_EMU_MAX_TMA];  /* TMA loads in flight, oldest first */
+  int nloads;
+} fa_emu_cta;
+
+/* A warpgroup's exchange, double-buffered as a warp's. */
+typedef struct fa_emu_wgroup {
+  unsigned char xchg[2][128][32];
+} fa_emu_wgroup;
 #define FA_EMU_XCHG_BYTES 64   /* what one lane brings to a warp collective */
 
 typedef struct fa_emu_warp {
@@ -84,6 +151,26 @@ struct fa_emu_thread {
   fa_emu_copy *copies;
   int ncopies;
   unsigned group;
+  /* sm_90 (prelude_emu_sm90.h). fail stops the launch with a message and
+  ** never returns. progress, set by the module once a thread has something
+  ** in flight, is called by the host at each yield (may land some of it)
+  ** and, with drain, when the thread exits (lands its stores). */
+  void (*fail)(fa_emu_thread *t, const char *msg, int line);
+  void (*progress)(fa_emu_thread *t, int drain);
+  int async_mode;                   /* FA_EMU_ASYNC_* */
+  unsigned long long rng;           /* for FA_EMU_ASYNC_RANDOM, seeded per thread */
+  const void *wait_obj;             /* what a FA_EMU_WAIT_MBAR/NAMED waits for */
+  unsigned wait_arg, wait_count;
+  fa_emu_wgroup *wg;
+  unsigned wgen;                    /* warpgroup collectives this thread has been through */
+  int wg_size;                      /* threads in this thread's warpgroup */
+  fa_emu_wgmma *wgmma;              /* wgmma in flight, oldest first */
+  int nwgmma;
+  unsigned wgmma_group;
+  fa_emu_tma *bulk;                 /* TMA stores in flight, oldest first */
+  int nbulk;
+  unsigned bulk_group;
+  fa_emu_cta *cta;
 };
 
 #endif

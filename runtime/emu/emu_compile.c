@@ -77,7 +77,8 @@ static const template_file *embedded(const char *name) {
 /* The C text of kernels [first, first + count). */
 static int write_batch(const char *path, const emu_source *src, size_t first, size_t count) {
   static const char *const preludes[] = {"fa_params.h", "emu_abi.h", "prelude_emu.h",
-                                          "prelude_emu_tc.h", "prelude_tile.h"};
+                                          "prelude_emu_tc.h", "prelude_emu_sm90.h",
+                                          "prelude_tile.h"};
   FILE *f = fopen(path, "w");
   if (!f) return -1;
   int ok = fprintf(f, "/* fatune CPU emulation: %zu kernel(s) */\n", count) > 0;

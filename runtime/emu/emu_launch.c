@@ -13,6 +13,13 @@
 ** in a seeded random order, up to its next __syncthreads (through its own
 ** warp collectives, its lanes in reverse), so a warp can be a whole phase
 ** ahead of the others between barriers, as on a GPU.
+**
+** Asynchronous work (cp.async, TMA, wgmma) completes, by the schedule,
+** late (forward), early (reverse) or at random points (random, skew); the
+** module does the work (prelude_emu_tc.h, prelude_emu_sm90.h) and the
+** scheduler calls its progress hook at each yield. A thread that waits on
+** an mbarrier is resumed when the phase it waits for completes, or when a
+** TMA load that completes on that barrier is in flight (it lands it).
 */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include <pthread.h>
@@ -31,6 +38,8 @@
 #define GUARD_BYTES 4096u           /* an overflow faults instead of corrupting */
 #define MAX_THREADS 1024
 #define MAX_SMEM (1u << 20)
+#define SMEM_ALIGN 1024u            /* the swizzle patterns repeat every 1024 bytes */
+#define NAMED_BARRIERS 16
 
 enum { F_READY, F_WAIT, F_DONE };
 
@@ -63,6 +72,10 @@ struct worker {
   unsigned char *smem;
   fa_emu_warp *warps;
   fa_emu_copy *copies;
+  fa_emu_wgroup *wgroups;
+  fa_emu_wgmma *wgmma;
+  fa_emu_tma *bulk;
+  fa_emu_cta cta;
   int *order;
   fiber home;                /* the scheduler's own context */
   fa_emu_counters ctr;
@@ -73,10 +86,14 @@ struct worker {
   int cta_arrived, cta_line;
   unsigned cta_opened;       /* __syncthreads opened so far in this CTA */
   int warp_arrived[MAX_THREADS / 32], warp_kind[MAX_THREADS / 32], warp_line[MAX_THREADS / 32];
+  int group_arrived[MAX_THREADS / 128], group_line[MAX_THREADS / 128];
+  int named_arrived[NAMED_BARRIERS], named_count[NAMED_BARRIERS];
   char msg[512];
 };
 
-static const char *const wait_names[] = {"__syncthreads", "__syncwarp", "a warp collective"};
+static const char *const wait_names[] = {"__syncthreads", "__syncwarp", "a warp collective",
+                                         "a warpgroup collective", "an mbarrier", "bar.sync",
+                                         "bar.arrive"};
 
 const char *emu_schedule_name(emu_schedule s) {
   return s == EMU_FORWARD ? "forward" : s == EMU_REVERSE ? "reverse"
@@ -122,17 +139,69 @@ static void on_fault(fa_emu_thread *t, int kind, const void *addr, int bytes, in
   fiber_abandon(f);
 }
 
+static void on_fail(fa_emu_thread *t, const char *msg, int line) {
+  emu_fiber *f = (emu_fiber *)t;
+  worker_fail(f->w, "thread %d: %s, line %d", t->tid, msg, line);
+  fiber_abandon(f);
+}
+
 /* ---- Barriers ---- */
 
 static void release(worker *w, int lo, int hi) {
   for (int i = lo; i < hi; i++) w->f[i].state = F_READY;
 }
 
+static int group_size(const worker *w, int tid) {
+  const int lo = tid & ~127;
+  return w->n - lo < 128 ? w->n - lo : 128;
+}
+
+/* A warpgroup collective: every thread of the warpgroup at the same line. */
+static void group_arrive(worker *w, emu_fiber *f, int line) {
+  const int k = f->t.tid >> 7;
+  if (w->group_arrived[k] && w->group_line[k] != line) {
+    worker_fail(w, "divergent warpgroup: thread %d is at a warpgroup collective on line %d, "
+                "others of its warpgroup on line %d", f->t.tid, line, w->group_line[k]);
+    fiber_abandon(f);
+  }
+  w->group_line[k] = line;
+  if (++w->group_arrived[k] == group_size(w, f->t.tid)) {
+    w->group_arrived[k] = 0;
+    release(w, k * 128, k * 128 + group_size(w, f->t.tid));
+  }
+}
+
+/* bar.sync / bar.arrive id, count: count threads open barrier id. */
+static void named_arrive(worker *w, emu_fiber *f, int kind) {
+  const int id = (int)f->t.wait_arg, count = (int)f->t.wait_count;
+  if (w->named_arrived[id] && w->named_count[id] != count) {
+    worker_fail(w, "thread %d: %s %d, %d on line %d, while %d thread(s) wait there for %d",
+                f->t.tid, wait_names[kind], id, count, f->line, w->named_arrived[id],
+                w->named_count[id]);
+    fiber_abandon(f);
+  }
+  w->named_count[id] = count;
+  if (kind == FA_EMU_WAIT_ARRIVE) f->state = F_READY;
+  if (++w->named_arrived[id] < count) return;
+  w->named_arrived[id] = 0;
+  for (int i = 0; i < w->n; i++)
+    if (w->f[i].state == F_WAIT && w->f[i].kind == FA_EMU_WAIT_NAMED &&
+        (int)w->f[i].t.wait_arg == id)
+      w->f[i].state = F_READY;
+}
+
 static void on_wait(fa_emu_thread *t, int kind, int line) {
   emu_fiber *f = (emu_fiber *)t;
   worker *w = f->w;
+  if (t->progress) t->progress(t, 0);
   f->state = F_WAIT, f->kind = kind, f->line = line;
-  if (kind == FA_EMU_WAIT_CTA) {
+  if (kind == FA_EMU_WAIT_MBAR) {
+    /* Resumed by the scheduler (mbar_wake). */
+  } else if (kind == FA_EMU_WAIT_GROUP) {
+    group_arrive(w, f, line);
+  } else if (kind == FA_EMU_WAIT_NAMED || kind == FA_EMU_WAIT_ARRIVE) {
+    named_arrive(w, f, kind);
+  } else if (kind == FA_EMU_WAIT_CTA) {
     if (w->cta_arrived && w->cta_line != line) {
       worker_fail(w, "divergent barrier: thread %d waits at __syncthreads on line %d, "
                   "others on line %d", t->tid, line, w->cta_line);
@@ -170,6 +239,7 @@ static void fiber_main(void *arg) {
   emu_fiber *f = arg;
   worker *w = f->w;
   w->L->a->fn(*w->L->a->params);
+  if (f->t.progress) f->t.progress(&f->t, 1);
   f->state = F_DONE;
   w->alive--;
   if (w->cta_arrived)
@@ -179,7 +249,26 @@ static void fiber_main(void *arg) {
     worker_fail(w, "divergent warp: thread %d exited while %d lane(s) of its warp wait at "
                 "%s on line %d", f->t.tid, w->warp_arrived[f->t.warp],
                 wait_names[w->warp_kind[f->t.warp]], w->warp_line[f->t.warp]);
+  else if (w->group_arrived[f->t.tid >> 7])
+    worker_fail(w, "divergent warpgroup: thread %d exited while %d thread(s) of its warpgroup "
+                "wait at a warpgroup collective on line %d", f->t.tid,
+                w->group_arrived[f->t.tid >> 7], w->group_line[f->t.tid >> 7]);
   fiber_abandon(f);
+}
+
+/* Resume a thread waiting on an mbarrier when its phase has completed, or
+** when a TMA load bound for that barrier is in flight: it lands it. */
+static int mbar_wake(worker *w, emu_fiber *f) {
+  const unsigned long long *bar = f->t.wait_obj;
+  int go = FA_EMU_MBAR_PHASE(*bar) != f->t.wait_arg;
+  for (int i = 0; !go && i < w->cta.nloads; i++) go = w->cta.loads[i].bar == bar;
+  if (go) f->state = F_READY;
+  return go;
+}
+
+static int runnable(worker *w, emu_fiber *f) {
+  return f->state == F_READY ||
+         (f->state == F_WAIT && f->kind == FA_EMU_WAIT_MBAR && mbar_wake(w, f));
 }
 
 /* ---- The scheduler ---- */
@@ -205,25 +294,46 @@ static void make_order(worker *w) {
   if (s == EMU_RANDOM) shuffle(w, w->n);
 }
 
+/* What a waiting fiber waits at; an mbarrier with its state, so that a
+** wrong parity or a missing expect_tx shows. */
+static void describe_wait(const worker *w, const emu_fiber *a, char *out, size_t n) {
+  if (a->state == F_WAIT && a->kind == FA_EMU_WAIT_MBAR) {
+    const unsigned long long x = *(const unsigned long long *)a->t.wait_obj;
+    const long long tx = (long long)(int)(unsigned)(x >> 24);
+    snprintf(out, n, "the mbarrier at shared offset %td for the phase of parity %u (its "
+             "phase has parity %u, %u arrival(s) and %lld transaction byte(s) pending%s)",
+             (const unsigned char *)a->t.wait_obj - w->smem, a->t.wait_arg,
+             FA_EMU_MBAR_PHASE(x), (unsigned)(x & 0xFFFu), tx,
+             tx < 0 ? ": more bytes landed than expected, a missing expect_tx?" : "");
+  } else if (a->state == F_WAIT && a->kind == FA_EMU_WAIT_NAMED) {
+    snprintf(out, n, "bar.sync %u, %u (%d arrived)", a->t.wait_arg, a->t.wait_count,
+             w->named_arrived[a->t.wait_arg]);
+  } else {
+    snprintf(out, n, "%s", wait_names[a->kind]);
+  }
+}
+
 /* Describe who is stuck where: runs of consecutive threads in one state. */
 static void report_deadlock(worker *w) {
-  char text[400];
+  char text[440];
   size_t used = 0;
   int groups = 0;
   for (int i = 0; i < w->n && groups < 4;) {
     const emu_fiber *a = &w->f[i];
     int j = i + 1;
     while (j < w->n && w->f[j].state == a->state && w->f[j].kind == a->kind &&
-           w->f[j].line == a->line)
+           w->f[j].line == a->line && w->f[j].t.wait_obj == a->t.wait_obj &&
+           w->f[j].t.wait_arg == a->t.wait_arg)
       j++;
     char who[32];
     if (j - i > 1) snprintf(who, sizeof who, "threads %d-%d", i, j - 1);
     else snprintf(who, sizeof who, "thread %d", i);
+    char what[256];
+    describe_wait(w, a, what, sizeof what);
     int k = a->state == F_DONE
               ? snprintf(text + used, sizeof text - used, "%s%s exited", groups ? "; " : "", who)
               : snprintf(text + used, sizeof text - used, "%s%s wait%s at %s on line %d",
-                         groups ? "; " : "", who, j - i > 1 ? "" : "s", wait_names[a->kind],
-                         a->line);
+                         groups ? "; " : "", who, j - i > 1 ? "" : "s", what, a->line);
     if (k < 0 || (size_t)k >= sizeof text - used) break;
     used += (size_t)k, groups++, i = j;
   }
@@ -238,6 +348,13 @@ static void start_cta(worker *w, unsigned long long cta) {
   w->bid[2] = (unsigned)(cta / a->grid[0] / a->grid[1]);
   memset(w->smem, L->o->smem_fill, a->smem_bytes);
   memset(w->warps, 0, sizeof(fa_emu_warp) * (size_t)((w->n + 31) / 32));
+  memset(w->wgroups, 0, sizeof(fa_emu_wgroup) * (size_t)((w->n + 127) / 128));
+  memset(w->group_arrived, 0, sizeof w->group_arrived);
+  memset(w->named_arrived, 0, sizeof w->named_arrived);
+  w->cta.nloads = 0;
+  const emu_schedule s = L->o->schedule;
+  const int mode = s == EMU_FORWARD ? FA_EMU_ASYNC_LATE
+                 : s == EMU_REVERSE ? FA_EMU_ASYNC_EARLY : FA_EMU_ASYNC_RANDOM;
   w->alive = w->n;
   w->cta_arrived = 0;
   w->cta_opened = 0;
@@ -256,6 +373,14 @@ static void start_cta(worker *w, unsigned long long cta) {
     t->w = &w->warps[i >> 5];
     t->wait = on_wait, t->fault = on_fault;
     t->copies = w->copies + (size_t)i * FA_EMU_MAX_COPIES;
+    t->fail = on_fail;
+    t->async_mode = mode;
+    t->rng = w->rng ^ ((unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ull);
+    t->wg = &w->wgroups[i >> 7];
+    t->wg_size = group_size(w, i);
+    t->wgmma = w->wgmma + (size_t)i * FA_EMU_MAX_WGMMA;
+    t->bulk = w->bulk + (size_t)i * FA_EMU_MAX_BULK;
+    t->cta = &w->cta;
     f->w = w;
     f->state = F_READY, f->kind = 0, f->line = 0;
     unsigned char *stack = w->map + (size_t)i * (STACK_BYTES + GUARD_BYTES) + GUARD_BYTES;
@@ -284,7 +409,7 @@ static int skew_round(worker *w, fa_emu_thread **slot, int *ran) {
     for (int again = 1; again && w->cta_opened == opened;) {
       again = 0;
       for (int i = hi - 1; i >= lo && w->cta_opened == opened; i--) {
-        if (w->f[i].state != F_READY) continue;
+        if (!runnable(w, &w->f[i])) continue;
         *ran = again = 1;
         if (step(w, slot, &w->f[i]) != 0) return -1;
       }
@@ -311,7 +436,7 @@ static int run_cta(worker *w, fa_emu_thread **slot, unsigned long long cta) {
     int ran = 0;
     for (int k = 0; k < w->n; k++) {
       emu_fiber *f = &w->f[w->order[k]];
-      if (f->state != F_READY) continue;
+      if (!runnable(w, f)) continue;
       ran = 1;
       if (step(w, slot, f) != 0) return -1;
     }
@@ -332,6 +457,9 @@ static void worker_free(worker *w) {
   free(w->smem);
   free(w->warps);
   free(w->copies);
+  free(w->wgroups);
+  free(w->wgmma);
+  free(w->bulk);
   free(w->order);
 }
 
@@ -349,11 +477,16 @@ static int worker_init(worker *w, launch *L) {
     if (mprotect(w->map + i * (STACK_BYTES + GUARD_BYTES), GUARD_BYTES, PROT_NONE) != 0)
       return -1;
   w->f = calloc(n, sizeof *w->f);
-  w->smem = malloc(L->a->smem_bytes ? L->a->smem_bytes : 1);
+  w->smem = aligned_alloc(SMEM_ALIGN, (L->a->smem_bytes + SMEM_ALIGN - 1) / SMEM_ALIGN * SMEM_ALIGN
+                                          + SMEM_ALIGN * !L->a->smem_bytes);
   w->warps = calloc((n + 31) / 32, sizeof *w->warps);
   w->copies = calloc(n * FA_EMU_MAX_COPIES, sizeof *w->copies);
+  w->wgroups = calloc((n + 127) / 128, sizeof *w->wgroups);
+  w->wgmma = calloc(n * FA_EMU_MAX_WGMMA, sizeof *w->wgmma);
+  w->bulk = calloc(n * FA_EMU_MAX_BULK, sizeof *w->bulk);
   w->order = calloc(n, sizeof *w->order);
-  return w->f && w->smem && w->warps && w->copies && w->order ? 0 : -1;
+  return w->f && w->smem && w->warps && w->copies && w->wgroups && w->wgmma && w->bulk &&
+         w->order ? 0 : -1;
 }
 
 static void launch_fail(launch *L, const char *msg) {

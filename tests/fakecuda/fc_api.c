@@ -1056,3 +1056,102 @@ API CUresult cuEventDestroy(CUevent h) {
   e->live = 0;
   RET(CUDA_SUCCESS);
 }
+
+/* ---- Tensor maps ---- */
+
+/* The bytes per element of a tensor map's data type (the packed 4- and
+** 6-bit types count as 1 here; only their own rules below differ); 0 when
+** the type is unknown. */
+static int tmap_elem_bytes(CUtensorMapDataType t) {
+  switch (t) {
+  case CU_TENSOR_MAP_DATA_TYPE_UINT8: return 1;
+  case CU_TENSOR_MAP_DATA_TYPE_UINT16: case CU_TENSOR_MAP_DATA_TYPE_FLOAT16:
+  case CU_TENSOR_MAP_DATA_TYPE_BFLOAT16: return 2;
+  case CU_TENSOR_MAP_DATA_TYPE_UINT32: case CU_TENSOR_MAP_DATA_TYPE_INT32:
+  case CU_TENSOR_MAP_DATA_TYPE_FLOAT32: case CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ:
+  case CU_TENSOR_MAP_DATA_TYPE_TFLOAT32: case CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ: return 4;
+  case CU_TENSOR_MAP_DATA_TYPE_UINT64: case CU_TENSOR_MAP_DATA_TYPE_INT64:
+  case CU_TENSOR_MAP_DATA_TYPE_FLOAT64: return 8;
+  default: return 0;
+  }
+}
+
+/* Why a tiled tensor map is refused, or NULL: the requirements cuda.h lists
+** for cuTensorMapEncodeTiled, for the non-packed data types (the fake
+** refuses the packed ones). */
+static const char *tmap_refusal(const CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                const void *addr, const cuuint64_t *dim, const cuuint64_t *stride,
+                                const cuuint32_t *box, const cuuint32_t *estride,
+                                CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  const int esize = tmap_elem_bytes(type);
+  if (!map || (uintptr_t)map % 64) return "the tensor map is not 64-byte aligned";
+  if (!esize) return "unknown or packed data type";
+  if (rank < 1 || rank > 5) return "rank not in 1..5";
+  if (il != CU_TENSOR_MAP_INTERLEAVE_NONE && il != CU_TENSOR_MAP_INTERLEAVE_16B &&
+      il != CU_TENSOR_MAP_INTERLEAVE_32B)
+    return "unknown interleave";
+  if (il != CU_TENSOR_MAP_INTERLEAVE_NONE && rank < 3) return "interleave with rank under 3";
+  if ((uintptr_t)addr % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16))
+    return il == CU_TENSOR_MAP_INTERLEAVE_32B ? "address not 32-byte aligned (interleave 32B)"
+                                               : "address not 16-byte aligned";
+  if (!dim || !box || !estride || (rank > 1 && !stride)) return "a NULL array";
+  for (cuuint32_t i = 0; i < rank; i++) {
+    if (dim[i] == 0 || dim[i] > (1ull << 32)) return "a dimension not in 1..2^32";
+    if (box[i] == 0 || box[i] > 256) return "a box dimension not in 1..256";
+    if (estride[i] == 0 || estride[i] > 8) return "an element stride not in 1..8";
+  }
+  for (cuuint32_t i = 0; i + 1 < rank; i++) {
+    if (stride[i] % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16))
+      return "a stride not a multiple of 16 (32 with interleave 32B)";
+    if (stride[i] >= (1ull << 40)) return "a stride not under 2^40";
+  }
+  if (sw < CU_TENSOR_MAP_SWIZZLE_NONE || sw > CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B)
+    return "unknown swizzle";
+  if (il == CU_TENSOR_MAP_INTERLEAVE_32B && sw != CU_TENSOR_MAP_SWIZZLE_32B)
+    return "interleave 32B without swizzle 32B";
+  if (il == CU_TENSOR_MAP_INTERLEAVE_NONE) {
+    const unsigned long long inner = (unsigned long long)box[0] * (unsigned)esize;
+    const unsigned span = sw == CU_TENSOR_MAP_SWIZZLE_NONE  ? 0
+                          : sw == CU_TENSOR_MAP_SWIZZLE_32B ? 32
+                          : sw == CU_TENSOR_MAP_SWIZZLE_64B ? 64 : 128;
+    if (inner % 16) return "the box's inner dimension not a multiple of 16 bytes";
+    if (span && inner > span) return "the box's inner dimension wider than the swizzle span";
+  }
+  if (l2 < CU_TENSOR_MAP_L2_PROMOTION_NONE || l2 > CU_TENSOR_MAP_L2_PROMOTION_L2_256B)
+    return "unknown L2 promotion";
+  if (oob != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE &&
+      oob != CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA)
+    return "unknown out-of-bounds fill";
+  if (oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA &&
+      (type <= CU_TENSOR_MAP_DATA_TYPE_INT64))
+    return "NaN fill for an integer type";
+  return NULL;
+}
+
+/* The fake's own encoding: a tag, the address, the type, rank and swizzle,
+** then dims, box and strides, in the 128 bytes; nothing reads it back yet
+** (the fake runs no TMA kernel). */
+API CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                    void *addr, const cuuint64_t *dim, const cuuint64_t *stride,
+                                    const cuuint32_t *box, const cuuint32_t *estride,
+                                    CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                    CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+  LOCK();
+  if (!S.inited) RET(CUDA_ERROR_NOT_INITIALIZED);
+  if (S.dev->major < 9) RET(CUDA_ERROR_NOT_SUPPORTED);
+  const char *why = tmap_refusal(map, type, rank, addr, dim, stride, box, estride, il, sw, l2, oob);
+  if (why) {
+    note("cuTensorMapEncodeTiled: %s", why);
+    RET(CUDA_ERROR_INVALID_VALUE);
+  }
+  cuuint64_t w[16] = {0x70616d54414d54ull /* "TMATmap" */, (cuuint64_t)(uintptr_t)addr,
+                      (cuuint64_t)type | (cuuint64_t)rank << 8 | (cuuint64_t)sw << 16};
+  for (cuuint32_t i = 0; i < rank; i++) {
+    w[3 + i] = dim[i];
+    w[8 + i] = box[i];
+    if (i < 3 && i + 1 < rank) w[13 + i] = stride[i];   /* the first three */
+  }
+  memcpy(map, w, sizeof w);
+  RET(CUDA_SUCCESS);
+}
