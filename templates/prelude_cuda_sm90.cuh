@@ -23,6 +23,10 @@
 
 FA_INLINE int fa_warpgroup(void) { return fa_tid() / 128; }
 
+/* A shared-memory pointer as the instructions here take it: its 32-bit
+** offset in the shared window. */
+FA_INLINE unsigned fa_sm90_saddr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
 /* ---- Warpgroup MMA: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" ---- */
 
 /* "Matrix Descriptor Format" (wgmma): start address >> 4 in bits 0-13,
@@ -33,7 +37,7 @@ typedef unsigned long long fa_wgmma_desc;
 FA_INLINE fa_wgmma_desc fa_wgmma_desc_make(const void *smem, unsigned lbo_bytes, unsigned sbo_bytes,
                                            int swizzle) {
   const unsigned long long mode = swizzle == 128 ? 1 : swizzle == 64 ? 2 : swizzle == 32 ? 3 : 0;
-  return (unsigned long long)((fa_cuda_smem_u32(smem) >> 4) & 0x3fff) |
+  return (unsigned long long)((fa_sm90_saddr(smem) >> 4) & 0x3fff) |
          (unsigned long long)((lbo_bytes >> 4) & 0x3fff) << 16 |
          (unsigned long long)((sbo_bytes >> 4) & 0x3fff) << 32 | mode << 62;
 }
@@ -205,24 +209,24 @@ FA_INLINE void fa_wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.ali
 
 /* "mbarrier.init": count arrivals complete a phase. */
 FA_INLINE void fa_mbar_init(unsigned long long *bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(fa_cuda_smem_u32(bar)), "r"(count)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(fa_sm90_saddr(bar)), "r"(count)
                : "memory");
 }
 /* "mbarrier.arrive" */
 FA_INLINE void fa_mbar_arrive(unsigned long long *bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(fa_cuda_smem_u32(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(fa_sm90_saddr(bar)) : "memory");
 }
 /* "mbarrier.arrive" with .expect_tx: arrive, and expect `bytes` more of
 ** transactions (complete_tx) in the current phase. */
 FA_INLINE void fa_mbar_arrive_expect_tx(unsigned long long *bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fa_cuda_smem_u32(bar)),
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(fa_sm90_saddr(bar)),
                "r"(bytes)
                : "memory");
 }
 /* "mbarrier.test_wait/mbarrier.try_wait" with .parity: until the phase of
 ** parity `parity` has completed. */
 FA_INLINE void fa_mbar_wait(unsigned long long *bar, unsigned parity) {
-  const unsigned a = fa_cuda_smem_u32(bar);
+  const unsigned a = fa_sm90_saddr(bar);
   unsigned done;
   do {
     asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
@@ -251,43 +255,43 @@ FA_INLINE void fa_tma_load_2d(void *smem, const fa_tmap *map, int c0, int c1,
                               unsigned long long *bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                " [%0], [%1, {%2, %3}], [%4];"
-               ::"r"(fa_cuda_smem_u32(smem)), "l"(map), "r"(c0), "r"(c1), "r"(fa_cuda_smem_u32(bar))
+               ::"r"(fa_sm90_saddr(smem)), "l"(map), "r"(c0), "r"(c1), "r"(fa_sm90_saddr(bar))
                : "memory");
 }
 FA_INLINE void fa_tma_load_3d(void *smem, const fa_tmap *map, int c0, int c1, int c2,
                               unsigned long long *bar) {
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                " [%0], [%1, {%2, %3, %4}], [%5];"
-               ::"r"(fa_cuda_smem_u32(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2),
-               "r"(fa_cuda_smem_u32(bar))
+               ::"r"(fa_sm90_saddr(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2),
+               "r"(fa_sm90_saddr(bar))
                : "memory");
 }
 FA_INLINE void fa_tma_load_4d(void *smem, const fa_tmap *map, int c0, int c1, int c2, int c3,
                               unsigned long long *bar) {
   asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                " [%0], [%1, {%2, %3, %4, %5}], [%6];"
-               ::"r"(fa_cuda_smem_u32(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
-               "r"(fa_cuda_smem_u32(bar))
+               ::"r"(fa_sm90_saddr(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+               "r"(fa_sm90_saddr(bar))
                : "memory");
 }
 /* Stores, shared -> global, into the current bulk group; elements outside
 ** the tensor are not written. */
 FA_INLINE void fa_tma_store_2d(const fa_tmap *map, const void *smem, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
-               ::"l"(map), "r"(fa_cuda_smem_u32(smem)), "r"(c0), "r"(c1)
+               ::"l"(map), "r"(fa_sm90_saddr(smem)), "r"(c0), "r"(c1)
                : "memory");
 }
 FA_INLINE void fa_tma_store_3d(const fa_tmap *map, const void *smem, int c0, int c1, int c2) {
   asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
                " [%0, {%2, %3, %4}], [%1];"
-               ::"l"(map), "r"(fa_cuda_smem_u32(smem)), "r"(c0), "r"(c1), "r"(c2)
+               ::"l"(map), "r"(fa_sm90_saddr(smem)), "r"(c0), "r"(c1), "r"(c2)
                : "memory");
 }
 FA_INLINE void fa_tma_store_4d(const fa_tmap *map, const void *smem, int c0, int c1, int c2,
                                int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group"
                " [%0, {%2, %3, %4, %5}], [%1];"
-               ::"l"(map), "r"(fa_cuda_smem_u32(smem)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               ::"l"(map), "r"(fa_sm90_saddr(smem)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
 /* "cp.async.bulk.commit_group" */
