@@ -392,7 +392,8 @@ FA_INLINE void fa_emu_wgmma_compute(fa_emu_thread *t, int i, int line) {
   for (unsigned r = 0; r < 2; r++) {
     if (op->rs)
       for (int k = 0; k < 16; k++)
-        a[r][k] = op->bf16 ? (double)fa_bf16_to_f32(op->a[r][k]) : (double)fa_f16_to_f32(op->a[r][k]);
+        a[r][k] = op->bf16 ? (double)fa_bf16_to_f32(op->a[r][k])
+                           : (double)fa_f16_to_f32(op->a[r][k]);
     else
       fa_emu_desc_read(t, op->da, op->trans_a, 16 * w + l / 4 + 8 * r, op->bf16, a[r], line);
   }

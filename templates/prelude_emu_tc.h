@@ -265,7 +265,8 @@ FA_INLINE void fa_emu_cp_async_16(void *dst, const void *src, int src_bytes, int
   c->src_bytes = src_bytes;
   c->group = t->group;
   if (t->async_mode == FA_EMU_ASYNC_LATE) return;
-  if (t->async_mode == FA_EMU_ASYNC_EARLY || fa_emu_coin(t)) fa_emu_copy_land(&t->copies[--t->ncopies]);
+  if (t->async_mode == FA_EMU_ASYNC_EARLY || fa_emu_coin(t))
+    fa_emu_copy_land(&t->copies[--t->ncopies]);
   if (t->async_mode == FA_EMU_ASYNC_RANDOM) t->progress = fa_emu_progress;
 }
 #define fa_cp_async_16(dst, src, n) fa_emu_cp_async_16((dst), (src), (n), __LINE__)

@@ -296,8 +296,10 @@ typedef struct layout {
 
 /* The canonical layouts ("Shared Memory Matrix Layout", T = 8 16-bit
 ** elements), in CuTe's notation, strides turned to bytes:
-**   K-major  none ((8,m),(T,2k)):((1T,SBO),(1,LBO))   sw ((8,m),(T,2k)):((S/16 T,SBO),(1,T))
-**   MN-major none ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) sw ((T,S/16,m),(8,k)):((1,T,LBO),(S/16 T,SBO)) */
+**   K-major  none ((8,m),(T,2k)):((1T,SBO),(1,LBO))
+**   K-major  sw S ((8,m),(T,2k)):((S/16 T,SBO),(1,T))
+**   MN-major none ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
+**   MN-major sw S ((T,S/16,m),(8,k)):((1,T,LBO),(S/16 T,SBO)) */
 static unsigned ref_offset(const layout *L, unsigned mn, unsigned k) {
   unsigned lbo = L->lbo, sbo = L->sbo;
   if (mutant == MUT_LBO_SBO) lbo = L->sbo, sbo = L->lbo;
@@ -324,7 +326,7 @@ static layout make_layout(int mn_major, int sw, unsigned ext, unsigned base) {
     L.lbo = 16, L.sbo = 8 * (unsigned)sw;
     L.adv = 32 * rng_below((unsigned)sw / 32);  /* the k16 slice inside a swizzled row */
   } else {
-    const unsigned atom = 8 * (unsigned)sw, nrep = (ext + (unsigned)sw / 2 - 1) / ((unsigned)sw / 2);
+    const unsigned atom = 8 * (unsigned)sw, per = (unsigned)sw / 2, nrep = (ext + per - 1) / per;
     if (alt) L.lbo = atom, L.sbo = atom * (nrep + 1);  /* a gap: LBO and SBO differ */
     else L.sbo = atom, L.lbo = 2 * atom;
   }
@@ -414,7 +416,8 @@ static int run_wg(const wg_case *c, char *err, size_t errlen) {
       }
       afrag[4 * t + j] = w;
     }
-  float *cin = xmalloc(128 * 128 * 4), *out = xmalloc(128 * 128 * 4), *early = xmalloc(128 * 128 * 4);
+  float *cin = xmalloc(128 * 128 * 4), *out = xmalloc(128 * 128 * 4);
+  float *early = xmalloc(128 * 128 * 4);
   for (int i = 0; i < 128 * 128; i++)
     cin[i] = (float)((double)(int64_t)(rng_next() >> 40) / (double)(1 << 23) - 1.0);
   bufs b = {{s, afrag, NULL, out, cin, early}, {img, 128 * 16, 0, 128 * 128 * 4, 128 * 128 * 4,
@@ -525,7 +528,8 @@ static tma_case make_tma(int rank, int elem, int sw) {
     t.d.box[i] = 1 + rng_below(i == 1 ? 20 : 3);
     t.d.dims[i] = 1 + rng_below(i == 1 ? 30 : 4);
   }
-  unsigned long long st = (t.d.dims[0] * (unsigned long long)elem + 15) / 16 * 16 + 16 * rng_below(3);
+  unsigned long long st = (t.d.dims[0] * (unsigned long long)elem + 15) / 16 * 16;
+  st += 16 * rng_below(3);
   for (int i = 1; i < rank; i++) {
     t.d.strides[i - 1] = st;
     st *= t.d.dims[i];
@@ -564,6 +568,7 @@ static int run_tma(fa_backend *be, const tma_case *t, emu_schedule sched, int sn
   unsigned char *img = xmalloc(region), *out = xmalloc(region), *snapshot = xmalloc(16);
   for (size_t i = 0; i < t->bytes; i++) src[i] = (unsigned char)rng_next(), dst[i] = 0xA5;
   for (unsigned i = 0; i < region; i++) img[i] = (unsigned char)rng_next();
+  memset(snapshot, 0xFF, 16);
   fa_params prm;
   memset(&prm, 0, sizeof prm);
   fa_tmap_desc d = t->d;

@@ -313,6 +313,13 @@ static void describe_wait(const worker *w, const emu_fiber *a, char *out, size_t
   }
 }
 
+/* Do two fibers waiting at the same kind of place wait for the same thing? */
+static int same_target(const emu_fiber *x, const emu_fiber *y) {
+  if (x->state != F_WAIT || (x->kind != FA_EMU_WAIT_MBAR && x->kind != FA_EMU_WAIT_NAMED))
+    return 1;
+  return x->t.wait_obj == y->t.wait_obj && x->t.wait_arg == y->t.wait_arg;
+}
+
 /* Describe who is stuck where: runs of consecutive threads in one state. */
 static void report_deadlock(worker *w) {
   char text[440];
@@ -322,8 +329,7 @@ static void report_deadlock(worker *w) {
     const emu_fiber *a = &w->f[i];
     int j = i + 1;
     while (j < w->n && w->f[j].state == a->state && w->f[j].kind == a->kind &&
-           w->f[j].line == a->line && w->f[j].t.wait_obj == a->t.wait_obj &&
-           w->f[j].t.wait_arg == a->t.wait_arg)
+           w->f[j].line == a->line && same_target(&w->f[j], a))
       j++;
     char who[32];
     if (j - i > 1) snprintf(who, sizeof who, "threads %d-%d", i, j - 1);
