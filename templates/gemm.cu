@@ -15,10 +15,6 @@ $   return string.format("fa_wgmma_desc_make(sb + %d, 16, 1024, 128)", kk * 32)
 $ end
 /* ${args.entry}: C = A B, ${T} in, f32 out; ${WG} consumer warpgroup(s) of 64 rows, N = ${N}.
 ** A ${args.a_regs and "from registers" or "by descriptor"}, B ${args.b_mn and "MN-major" or "K-major"}. */
-/* Until every prelude has it: the accumulators' compiler fence is no instruction. */
-#ifndef fa_wgmma_fence_acc
-#define fa_wgmma_fence_acc(n, d) ((void)0)
-#endif
 FA_SM90_KERNEL(${args.entry}, ${args.threads})
 {
   const int tid = fa_tid(), wg = fa_warpgroup();

@@ -512,6 +512,10 @@ FA_INLINE void fa_emu_wgmma_wait(int n, int line) {
   memmove(t->wgmma, t->wgmma + r, (size_t)(t->nwgmma - r) * sizeof *t->wgmma);
   t->nwgmma -= r;
 }
+/* The accumulators' compiler fence of the CUDA prelude (CUTLASS's
+** warpgroup_fence_operand): nothing to order on the CPU, where the
+** accumulators read as NaN until the wait retires the wgmma. */
+#define fa_wgmma_fence_acc(n, d) ((void)(d))
 #define fa_wgmma_wait(n) \
   fa_emu_wgmma_wait(FA_EMU_IMM(n, 0, 7, "fa_wgmma_wait: n must be a constant 0..7"), __LINE__)
 
