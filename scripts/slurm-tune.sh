@@ -27,6 +27,10 @@ set -euo pipefail
 
 die() { echo "slurm-tune: $*" >&2; exit 2; }
 
+# The comment at the top of this file, without its first line.
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in -h|--help) usage; exit 0 ;; esac
+
 # DIR/merge.sh: merges once every task left its .done mark, and says which
 # did not, with the command that reruns them.
 write_merge() {
@@ -114,7 +118,7 @@ while [ $# -gt 0 ]; do
     --gres) if [ "${2:?}" = none ]; then gres=(); else gres=(--gres "$2"); fi; shift 2 ;;
     --partition|--account|--time|--constraint|--cpus-per-task) opts+=("$1" "${2:?}"); shift 2 ;;
     --sbatch) opts+=("${2:?}"); shift 2 ;;
-    *) die "unknown option '$1' (see the top of this script); fatune's own options go after --" ;;
+    *) die "unknown option '$1' (see --help); fatune's own options go after --" ;;
   esac
 done
 [[ $shards =~ ^[1-9][0-9]*$ ]] && [ "$shards" -le 4096 ] || die "--shards takes 1 to 4096"
