@@ -520,13 +520,18 @@ int gen_render_name(gen_state *g, const char *name, const gen_target *t,
   return render(g, render_name_protected, &c, out);
 }
 
-static int render_oracle_protected(lua_State *L) {
-  gen_call *c = call_of(L);
+/* Push the render function of the template module name (oracle, gemm). */
+static void push_module_render(lua_State *L, const gen_call *c, const char *name) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);
   lua_getfield(L, -1, "require");
-  lua_pushstring(L, "oracle");
+  lua_pushstring(L, name);
   lua_call(L, 1, 1);
   lua_getfield(L, -1, "render");
+}
+
+static int render_oracle_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_module_render(L, c, "oracle");
   push_problem(L, c->problem);
   lua_call(L, 1, 1);
   take_kernel(L, c);
@@ -540,11 +545,7 @@ int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out) {
 
 static int render_gemm_protected(lua_State *L) {
   gen_call *c = call_of(L);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);
-  lua_getfield(L, -1, "require");
-  lua_pushstring(L, "gemm");
-  lua_call(L, 1, 1);
-  lua_getfield(L, -1, "render");
+  push_module_render(L, c, "gemm");
   lua_pushstring(L, c->text);
   lua_call(L, 1, 1);
   take_kernel(L, c);

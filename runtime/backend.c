@@ -2,6 +2,7 @@
 ** backend.c
 ** Choosing a backend, and the calls every backend answers.
 */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,11 +105,58 @@ int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *s
   return b->ops->occupancy(b, prog, shape, ctas_per_sm, err, errlen);
 }
 
+/* What cuTensorMapEncodeTiled requires of a tiled map without interleave
+** (CUDA Driver API, "Tensor Map Object Management"), checked once for
+** every backend, so that the emulator refuses what a GPU would and the
+** message names the argument: NULL, or why d is refused. */
+static const char *tmap_refused(const fa_tmap_desc *d, char *why, size_t n) {
+  static const unsigned long long dim_max = 1ull << 32, stride_max = 1ull << 40;
+  if (!d->base) return "the base address is null";
+  if ((uintptr_t)d->base % 16)
+    return snprintf(why, n, "base address %p is not 16-byte aligned", d->base), why;
+  if (d->elem_bytes != 2 && d->elem_bytes != 4)
+    return snprintf(why, n, "elements of %d bytes (2 or 4)", d->elem_bytes), why;
+  if (d->rank < 2 || d->rank > 4) return snprintf(why, n, "rank %d (2 to 4)", d->rank), why;
+  if (d->swizzle != 0 && d->swizzle != 32 && d->swizzle != 64 && d->swizzle != 128)
+    return snprintf(why, n, "swizzle %d (0, 32, 64 or 128 bytes)", d->swizzle), why;
+  for (int i = 0; i < d->rank; i++) {
+    if (d->dims[i] < 1 || d->dims[i] > dim_max)
+      return snprintf(why, n, "dimension %d has %llu elements (1 to 2^32)", i, d->dims[i]), why;
+    if (d->box[i] < 1 || d->box[i] > 256)
+      return snprintf(why, n, "box dimension %d is %u (1 to 256)", i, d->box[i]), why;
+  }
+  unsigned long long span = d->dims[0] * (unsigned long long)d->elem_bytes;
+  for (int i = 0; i + 1 < d->rank; i++) {
+    const unsigned long long st = d->strides[i];
+    if (st == 0 || st % 16 || st >= stride_max)
+      return snprintf(why, n, "the stride of dimension %d is %llu bytes (a multiple of 16, 16 "
+                      "to 2^40 - 16)", i + 1, st), why;
+    if (st < span)
+      return snprintf(why, n, "the stride of dimension %d, %llu bytes, overlaps dimension %d's "
+                      "%llu", i + 1, st, i, span), why;
+    span = st * d->dims[i + 1];
+  }
+  const unsigned inner = d->box[0] * (unsigned)d->elem_bytes;
+  if (inner % 16)
+    return snprintf(why, n, "the box's inner dimension spans %u bytes, not a multiple of 16",
+                    inner), why;
+  if (d->swizzle && inner > (unsigned)d->swizzle)
+    return snprintf(why, n, "the box's inner dimension spans %u bytes, more than the %d-byte "
+                    "swizzle span", inner, d->swizzle), why;
+  return NULL;
+}
+
 int backend_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *err,
                  size_t errlen) {
   if (!b->ops->tmap) {
     snprintf(err, errlen, "the %s backend cannot encode TMA tensor maps", b->ops->name);
     return FA_ENODEV;
+  }
+  char why[160];
+  const char *refused = tmap_refused(d, why, sizeof why);
+  if (refused) {
+    snprintf(err, errlen, "tensor map refused: %s", refused);
+    return FA_EINVAL;
   }
   return b->ops->tmap(b, d, map, err, errlen);
 }

@@ -419,66 +419,11 @@ static void cuda_cache_key(fa_backend *b, const char **target, const char **comp
   *options = "--std=c++17";  /* as nvrtc_compile passes, with -arch=target */
 }
 
-/* What cuTensorMapEncodeTiled requires of a tiled map without interleave
-** (CUDA Driver API, "Tensor Map Object Management"), checked here so that
-** the message names the argument: 0, or FA_EINVAL. */
-static int tmap_check(const fa_tmap_desc *d, char *err, size_t errlen) {
-  static const unsigned long long dim_max = 1ull << 32, stride_max = 1ull << 40;
-  if (d->elem_bytes != 2 && d->elem_bytes != 4) {
-    snprintf(err, errlen, "tensor map: elements of %d bytes (2 or 4)", d->elem_bytes);
-    return FA_EINVAL;
-  }
-  if (d->rank < 2 || d->rank > 4) {
-    snprintf(err, errlen, "tensor map: rank %d (2 to 4)", d->rank);
-    return FA_EINVAL;
-  }
-  if ((uintptr_t)d->base % 16) {
-    snprintf(err, errlen, "tensor map: base address %p is not 16-byte aligned", d->base);
-    return FA_EINVAL;
-  }
-  if (d->swizzle != 0 && d->swizzle != 32 && d->swizzle != 64 && d->swizzle != 128) {
-    snprintf(err, errlen, "tensor map: swizzle %d (0, 32, 64 or 128 bytes)", d->swizzle);
-    return FA_EINVAL;
-  }
-  for (int i = 0; i < d->rank; i++) {
-    if (d->dims[i] < 1 || d->dims[i] > dim_max) {
-      snprintf(err, errlen, "tensor map: dimension %d has %llu elements (1 to 2^32)", i,
-               d->dims[i]);
-      return FA_EINVAL;
-    }
-    if (d->box[i] < 1 || d->box[i] > 256) {
-      snprintf(err, errlen, "tensor map: box dimension %d is %u (1 to 256)", i, d->box[i]);
-      return FA_EINVAL;
-    }
-  }
-  for (int i = 0; i + 1 < d->rank; i++) {
-    const unsigned long long s = d->strides[i];
-    if (s == 0 || s % 16 || s >= stride_max) {
-      snprintf(err, errlen, "tensor map: the stride of dimension %d is %llu bytes (a multiple "
-               "of 16, 16 to 2^40 - 16)", i + 1, s);
-      return FA_EINVAL;
-    }
-  }
-  const unsigned inner = d->box[0] * (unsigned)d->elem_bytes;
-  if (inner % 16) {
-    snprintf(err, errlen, "tensor map: the box's inner dimension spans %u bytes, not a multiple "
-             "of 16", inner);
-    return FA_EINVAL;
-  }
-  if (d->swizzle && inner > (unsigned)d->swizzle) {
-    snprintf(err, errlen, "tensor map: the box's inner dimension spans %u bytes, more than the "
-             "%d-byte swizzle span", inner, d->swizzle);
-    return FA_EINVAL;
-  }
-  return 0;
-}
-
 static int cuda_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *err,
                      size_t errlen) {
   cuda_backend *c = self(b);
   _Static_assert(sizeof(CUtensorMap) == sizeof(fa_tmap), "fa_tmap holds a CUtensorMap");
-  int rc = tmap_check(d, err, errlen);
-  if (rc != 0) return rc;
+  int rc;
   if (c->info.cc_major < 9) {
     snprintf(err, errlen, "tensor maps need compute capability 9.0 or later; %s is %d.%d",
              c->info.name, c->info.cc_major, c->info.cc_minor);
@@ -506,7 +451,7 @@ static int cuda_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *e
       CU_TENSOR_MAP_INTERLEAVE_NONE,
       swz[d->swizzle == 0 ? 0 : d->swizzle == 32 ? 1 : d->swizzle == 64 ? 2 : 3],
       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  /* What the checks above let through and the driver refuses is the caller's too. */
+  /* What backend_tmap's checks let through and the driver refuses is the caller's too. */
   if (cr == CUDA_ERROR_INVALID_VALUE) {
     cudrv_error((int)cr, "cuTensorMapEncodeTiled", err, errlen);
     return FA_EINVAL;
