@@ -107,7 +107,7 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   } else {
     const cudrv_device_info *d = backend_cuda_device(c->be);
     char arch[16] = "sm_90";
-    if (d) snprintf(arch, sizeof arch, "sm_%d%d", d->cc_major, d->cc_minor);
+    if (d) cudrv_target_arch(d, arch, sizeof arch, NULL);   /* what the tuner targets */
     snprintf(c->device, sizeof c->device, "%s", d ? d->uuid : "emu");
     if (gen_target_for_arch(c->gen, arch, d ? d->smem_per_block_optin : 0, 0, &c->target) != 0)
       st = fail(FATUNE_ENODEV, "this GPU is not one fatune knows: %s", gen_errmsg(c->gen));

@@ -45,6 +45,15 @@ grep -q '^fatune: dtype bf16, the tc family (tensor cores): sm_80 has bf16 tenso
   "$tmp/banner.err"
 check "main job banner names bf16, the tc family and why" $? "$(head -n 4 "$tmp/banner.err")"
 
+"$FATUNE" --dim 32 --seq 64 --backend emu --arch sm_90a --db "$tmp/b.db" 2>"$tmp/b90a.err" \
+  >/dev/null </dev/null &
+pid=$!
+for _ in $(seq 100); do grep -q '^fatune: problem' "$tmp/b90a.err" && break; sleep 0.1; done
+kill "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+grep -q '^fatune: dtype bf16, the tc and wg families (.*the best of both wins)' "$tmp/b90a.err"
+check "main job banner on sm_90a names the tc and wg families" $? "$(head -n 4 "$tmp/b90a.err")"
+
 # --- --config: keys left out fit the keys given ---------------------------------
 run cfg gen --config block_m=2,block_n=2 --dtype fp32
 [ "$rc" -eq 0 ] && grep -q 'simt-f32-d64-m2n2w2-' "$tmp/cfg.out" &&

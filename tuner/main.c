@@ -57,7 +57,8 @@ static const command commands[] = {
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
-/* The target: --arch, else the first GPU's, else sm_90. */
+/* The target: --arch, else the first GPU's (sm_90a on an sm_90 device, so
+** that the Hopper family is tuned too), else sm_90. */
 static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int quiet) {
   char arch[16] = "sm_90";
   int smem = o->smem;
@@ -73,11 +74,14 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   cudrv_device_info dev;
   /* In a child process: this one must never initialise CUDA (workers fork). */
   if (cudrv_probe_isolated(&dev, msg, sizeof msg)) {
-    snprintf(arch, sizeof arch, "sm_%d%d", dev.cc_major, dev.cc_minor);
+    const char *why;
+    cudrv_target_arch(&dev, arch, sizeof arch, &why);
     if (!smem) smem = dev.smem_per_block_optin;
-    if (!quiet) fprintf(stderr, "fatune: target %s (%s)\n", arch, dev.name);
+    if (!quiet) fprintf(stderr, "fatune: target %s (%s%s%s)\n", arch, dev.name, why ? "; " : "",
+                        why ? why : "");
   } else if (!quiet) {
-    fprintf(stderr, "fatune: %s; targeting %s (use --arch to choose)\n", msg, arch);
+    fprintf(stderr, "fatune: %s; targeting %s (use --arch to choose; --arch sm_90a adds the "
+                    "Hopper family)\n", msg, arch);
   }
   if (gen_target_for_arch(g, arch, smem, 0, t) != 0) {
     fprintf(stderr, "fatune: %s\n", gen_errmsg(g));

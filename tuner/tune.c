@@ -349,8 +349,11 @@ static void banner(const tune *s, const char *note) {
                     "and CPU times of a simulation, not GPU performance\n",
             note[0] ? ": " : "", note);
   const int tc = p->dtype == FA_FP16 || p->dtype == FA_BF16;
-  fprintf(stderr, "fatune: dtype %s, the %s family (%s): %s\n", fa_dtype_name(p->dtype),
-          tc ? "tc" : "simt", tc ? "tensor cores" : "CUDA cores",
+  const int wg = tc && !strcmp(s->t->arch, "sm_90a");   /* the space lists both, best wins */
+  fprintf(stderr, "fatune: dtype %s, the %s (%s): %s\n", fa_dtype_name(p->dtype),
+          wg ? "tc and wg families" : tc ? "tc family" : "simt family",
+          wg ? "mma.sync, and wgmma with TMA on sm_90a; the best of both wins"
+          : tc ? "tensor cores" : "CUDA cores",
           s->o->dtype_why ? s->o->dtype_why : "as --dtype asks");
   fprintf(stderr, "fatune: problem %s dim %d seq_q %d seq_k %d batch %d heads %d%s",
           fa_dtype_name(p->dtype), p->dim, p->seq_q, p->seq_k, p->batch, p->heads,

@@ -95,6 +95,13 @@ tune)
   run tune --dtype "$dt" "${tune_args[@]}" "${sass[@]}"
   skip_without_gpu "$tmp/tune.err"
   arch=$(grep -o 'target sm_[0-9a-z]*' "$tmp/tune.err" | cut -c8-)
+  # The fake's default device is an H100 (9.0): its target is sm_90a, and
+  # the banner says why.
+  if [ "$fake" = 1 ] && [ -z "${FAKECUDA_DEVICE:-}" ]; then
+    [ "$arch" = sm_90a ] && grep -q 'an sm_90 device runs sm_90a code' "$tmp/tune.err"
+    check "on an sm_90 device the target is sm_90a, and the banner says why" $? \
+      "target '${arch}': $(grep -m1 'target' "$tmp/tune.err")"
+  fi
   n=$("$FATUNE" list --dim 64 --dtype "$dt" --arch "${arch:-none}" | wc -l)
   got=$(statuses "$tmp/tune.out")
   [ "$rc" -eq 0 ] && [ "$got" = "ok=$n" ]
