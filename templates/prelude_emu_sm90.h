@@ -565,6 +565,7 @@ FA_INLINE void fa_emu_named_bar(int id, int nthreads, int kind, int line) {
     fa_emu_failf(t, line, "bar %d, %d: the id must be 0..15 and the count a multiple of 32",
                  id, nthreads);
   t->wait_arg = (unsigned)id, t->wait_count = (unsigned)nthreads;
+  if (kind == FA_EMU_WAIT_NAMED) t->ctr->named_waits++;   /* bar.arrive goes on: no wait */
   t->wait(t, kind, line);
 }
 #define fa_named_bar_sync(id, n) fa_emu_named_bar((id), (n), FA_EMU_WAIT_NAMED, __LINE__)

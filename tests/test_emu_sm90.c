@@ -744,6 +744,9 @@ static void test_named_elect_regs(void) {
     for (int i = 0; i < 64; i++) bad += o[i] != (unsigned)(i + 64) * 7u;
     CHECK(rc == 0 && bad == 0, "named barrier (%s): %d wrong: %s", emu_schedule_name(sch[s]),
           bad, err);
+    /* The 64 threads of bar.sync wait; the 64 of bar.arrive go on. */
+    CHECK(ctr.named_waits == 64, "named-barrier waits (%s) counted %llu, want 64",
+          emu_schedule_name(sch[s]), ctr.named_waits);
     rc = launch(K_WS, 128, 0, &prm, &b, sch[s], &ctr, err, sizeof err);
     int lanes[4] = {-1, -1, -1, -1}, many = 0;
     for (int i = 0; i < 128; i++)

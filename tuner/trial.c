@@ -70,10 +70,11 @@ void trial_counters_json(const fa_counters *c, char *buf, size_t n) {
            "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
            "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
            "\"warp_syncs\": %llu, \"rescale_count\": %llu, \"wgmma_count\": %llu, "
-           "\"wgmma_flops\": %llu, \"tma_bytes\": %llu, \"mbar_waits\": %llu}",
+           "\"wgmma_flops\": %llu, \"tma_bytes\": %llu, \"mbar_waits\": %llu, "
+           "\"named_bar_waits\": %llu}",
            c->gmem_read, c->gmem_written, c->smem_read, c->smem_written, c->exp2, c->log2, c->mma,
            c->ldmatrix, c->cp_async, c->shuffles, c->barriers, c->warp_syncs, c->rescale,
-           c->wgmma, c->wgmma_flops, c->tma_bytes, c->mbar_waits);
+           c->wgmma, c->wgmma_flops, c->tma_bytes, c->mbar_waits, c->named_waits);
 }
 
 /* The inverse of trial_counters_json, on text from the database: a counter
@@ -87,7 +88,7 @@ static void counters_parse(const char *json, fa_counters *c) {
     {"shuffles", &c->shuffles}, {"barriers", &c->barriers}, {"warp_syncs", &c->warp_syncs},
     {"rescale_count", &c->rescale}, {"wgmma_count", &c->wgmma},
     {"wgmma_flops", &c->wgmma_flops}, {"tma_bytes", &c->tma_bytes},
-    {"mbar_waits", &c->mbar_waits}};
+    {"mbar_waits", &c->mbar_waits}, {"named_bar_waits", &c->named_waits}};
   memset(c, 0, sizeof *c);
   for (size_t i = 0; json && i < sizeof f / sizeof f[0]; i++) {
     char key[40];

@@ -11,7 +11,7 @@
 
 /* Bumped whenever a struct below changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 3
+#define FA_EMU_ABI_VERSION 4
 
 /* Exact counts for one launch. Bytes are what the kernel asked for, per
 ** thread and access, summed; collectives count once per warp. */
@@ -33,6 +33,7 @@ typedef struct fa_emu_counters {
   unsigned long long wgmma_flops;   /* 2 M N K of each wgmma, per warpgroup */
   unsigned long long tma_bytes;     /* box bytes of TMA loads and stores (out of bounds included) */
   unsigned long long mbar_waits;    /* mbarrier waits, per thread */
+  unsigned long long named_waits;   /* named-barrier waits (bar.sync id, n), per thread */
 } fa_emu_counters;
 
 /* What a thread waits for when it calls back into the host. */
