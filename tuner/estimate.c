@@ -31,7 +31,12 @@
 **      good as that figure.
 **  [B] Peak DRAM bandwidth: A100 whitepaper, 1555 GB/s (40 GB HBM2; the
 **      80 GB part has 2039); H100 datasheet, SXM5 (HBM3), 3.35 TB/s;
-**      H200 datasheet, 4.8 TB/s (HBM3e). */
+**      H200 datasheet, 4.8 TB/s (HBM3e).
+**  [W] Warp-specialized kernels (estimate_wg_compute): HGMMA at the [H]
+**      rate above (hgmma_flop_clk; 989 TFLOP/s dense FP16/BF16 on H100
+**      SXM5 and H200, NVIDIA's data sheets), TMA loads (UTMALDG) at the [B]
+**      bandwidth, and MUFU and issue at the [G] rates for the consumer
+**      warps, which alone run the main loop. */
 static const estimate_gpu gpus[] = {
   {"a100", "sm_80", 108, 1.41, 2048, 0, 64, 32, 16, 4, 128, 65536, 167936, 1024, 2048, 32, 1555},
   {"h100", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
@@ -115,4 +120,48 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
   if (!(worst > 0)) return -1;
   out->tflops = warps * t->flops_per_warp / worst * g->clock_ghz * 1e9 * g->sms / 1e12;
   return isfinite(out->tflops) ? 0 : -1;
+}
+
+/* ---- Warp-specialized kernels (estimate.h) ---- */
+
+long estimate_wg_hgmma(const estimate_wg_tile *t) {
+  if (t->consumers < 1 || t->block_m % (64 * t->consumers) || t->block_n < 16 || t->dim < 16)
+    return 0;
+  const long m64 = t->block_m / (64 * t->consumers);   /* m64 slabs per consumer */
+  return m64 * (t->dim / 16 + (t->dim + 255) / 256 * (t->block_n / 16));
+}
+
+int estimate_wg_compute(const estimate_gpu *g, const sass_counts *c, const estimate_wg_tile *t,
+                        estimate_wg *out) {
+  memset(out, 0, sizeof *out);
+  estimate *e = &out->e;
+  const long per_block = estimate_wg_hgmma(t);
+  if (!c->found || strcmp(c->mma, "HGMMA") || c->loop_hmma < 1 || per_block < 1 ||
+      t->threads < 128 * (t->consumers + 1) || t->smem_bytes < 0 || t->elem_bytes < 1 ||
+      !(g->hgmma_flop_clk > 0))
+    return -1;
+  const estimate_tile all = {t->threads / 32, t->registers, t->smem_bytes, 0};
+  e->ctas_per_sm = ctas_per_sm(g, &all, &e->limit);
+  if (e->ctas_per_sm < 1) return 0;
+  /* K/V blocks per iteration of the loop found: 1 unless the compiler unrolled it. */
+  const double blocks = (double)c->loop_hmma / (double)per_block;
+  const double ctas = e->ctas_per_sm, warps = ctas * 4 * t->consumers;
+  const double flops = ctas * blocks * 4.0 * t->block_m * t->block_n * t->dim;
+  out->hgmma_per_block = (double)c->loop_hmma / blocks;
+  out->tma_bytes = 2.0 * t->block_n * t->dim * t->elem_bytes;
+  e->cyc_product = flops / g->hgmma_flop_clk;
+  e->cyc_mufu = warps * (double)c->loop_mufu * 32 / g->mufu_clk;
+  e->cyc_issue = warps * (double)c->loop_instructions / g->issue_clk;
+  e->cyc_smem = warps * ((double)c->loop_ldsm * 512 + (double)c->loop_lds * 128) / g->smem_bytes_clk;
+  /* DRAM bytes per clock per SM: the GPU's bandwidth shared by its SMs. */
+  out->cyc_tma = ctas * blocks * out->tma_bytes / (g->dram_gbs / (g->sms * g->clock_ghz));
+  double worst = e->cyc_product;
+  e->bound = "tensor";
+  if (e->cyc_mufu > worst) worst = e->cyc_mufu, e->bound = "mufu";
+  if (e->cyc_issue > worst) worst = e->cyc_issue, e->bound = "issue";
+  if (e->cyc_smem > worst) worst = e->cyc_smem, e->bound = "smem";
+  const double per_s = g->clock_ghz * 1e9 * g->sms / 1e12;   /* cycles to TFLOP/s */
+  e->tflops = flops / worst * per_s;
+  out->tma_tflops = flops / out->cyc_tma * per_s;
+  return isfinite(e->tflops) && isfinite(out->tma_tflops) ? 0 : -1;
 }

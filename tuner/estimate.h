@@ -64,4 +64,39 @@ typedef struct estimate {
 int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate_tile *t,
                      estimate *out);
 
+/* ---- Warp-specialized kernels (the wg family on sm_90a) ----
+** A producer warpgroup issues TMA loads (UTMALDG) of each K/V block; the
+** consumer warpgroups run the main loop (HGMMA, the softmax). Per K/V
+** block of every CTA resident on an SM: the tensor pipe's cycles at the
+** GPU's wgmma rate (the block's 4 block_m block_n dim FLOPs), MUFU and
+** issue cycles of the consumer warps only, and the TMA's bytes against
+** DRAM bandwidth. The last is a ceiling of its own (tma_tflops), not part
+** of the bound: the CTAs of one head read the same K/V blocks, which L2
+** serves again, so DRAM bounds a kernel only where nothing is reused. */
+typedef struct estimate_wg_tile {
+  int consumers;          /* consumer warpgroups per CTA (1-3) */
+  int threads;            /* per CTA, producer included */
+  int registers;          /* per thread, from ptxas (before setmaxnreg moves them) */
+  int smem_bytes;         /* per CTA */
+  int block_m, block_n, dim;
+  int elem_bytes;         /* of Q, K, V: 2 for fp16 and bf16 */
+} estimate_wg_tile;
+
+typedef struct estimate_wg {
+  estimate e;             /* ctas_per_sm, limit, the cycles, bound and tflops as above */
+  double hgmma_per_block; /* HGMMA per consumer warp per K/V block, from the SASS */
+  double tma_bytes;       /* UTMALDG bytes per K/V block per CTA: K and V, 2 block_n dim */
+  double cyc_tma;         /* per K/V block of the SM's CTAs, at DRAM bandwidth */
+  double tma_tflops;      /* the ceiling DRAM puts on the kernel when L2 reuses nothing */
+} estimate_wg;
+
+/* The HGMMA a consumer warpgroup issues per K/V block of a wg kernel:
+** dim / 16 of S = Q K^T (m64 n=block_n k16) and block_n / 16 of O += P V
+** (m64 n=dim k16, in n parts of at most 256), for each 64 rows it owns. */
+long estimate_wg_hgmma(const estimate_wg_tile *t);
+
+/* 0, or -1 when c has no HGMMA loop or t is not sensible. */
+int estimate_wg_compute(const estimate_gpu *g, const sass_counts *c, const estimate_wg_tile *t,
+                        estimate_wg *out);
+
 #endif

@@ -1,0 +1,101 @@
+/*
+** test_estimate.c
+** The static estimate of a warp-specialized (wg) kernel from hand-written
+** SASS counts of its consumer loop: the HGMMA a K/V block takes at
+** FlashAttention-3's tiles, the tensor pipe at the H100's wgmma rate
+** (its dense peak when nothing else bounds), the consumer warps' MUFU
+** taking over when they have more exponentials, an unrolled loop giving
+** the same figures, and the TMA's bytes against each GPU's DRAM
+** bandwidth as a ceiling of its own.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "estimate.h"
+
+/* FlashAttention-3's d128 tile: 128 x 176, two consumer warpgroups and a
+** producer (384 threads), 2 stages of K and V plus Q in 212 KB. */
+static const estimate_wg_tile fa3_d128 = {2, 384, 168, 212 * 1024, 128, 176, 128, 2};
+
+static sass_counts consumer_loop(long hgmma, long mufu, long instructions) {
+  sass_counts c;
+  memset(&c, 0, sizeof c);
+  c.found = 1;
+  strcpy(c.mma, "HGMMA");
+  c.loop_hmma = hgmma, c.loop_mufu = mufu, c.loop_instructions = instructions;
+  return c;
+}
+
+static int near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
+
+static void test_hgmma_count(void) {
+  /* Per warpgroup and block: dim/16 for S, block_n/16 for O, per 64 rows. */
+  CHECK(estimate_wg_hgmma(&fa3_d128) == 128 / 16 + 176 / 16, "d128: %ld",
+        estimate_wg_hgmma(&fa3_d128));
+  estimate_wg_tile d64 = {3, 512, 128, 200 * 1024, 192, 192, 64, 2};
+  CHECK(estimate_wg_hgmma(&d64) == 64 / 16 + 192 / 16, "d64: %ld", estimate_wg_hgmma(&d64));
+  estimate_wg_tile two = {1, 256, 168, 100 * 1024, 128, 80, 256, 2};   /* 128 rows, 1 consumer */
+  CHECK(estimate_wg_hgmma(&two) == 2 * (256 / 16 + 80 / 16), "two m64 slabs: %ld",
+        estimate_wg_hgmma(&two));
+  estimate_wg_tile odd = {2, 384, 168, 1024, 96, 64, 64, 2};   /* 96 rows on 2 consumers */
+  CHECK(estimate_wg_hgmma(&odd) == 0, "96 rows on two consumers: %ld", estimate_wg_hgmma(&odd));
+}
+
+static void test_bounds(void) {
+  const estimate_gpu *h100 = estimate_gpu_find("h100"), *h200 = estimate_gpu_find("h200");
+  CHECK(h100 && h200, "the GPU table has h100 and h200");
+  if (!h100 || !h200) return;
+  const double peak = estimate_peak_tflops(h100, "bf16");
+  estimate_wg w;
+  /* 88 exponentials per thread a block (64 rows x 176 / 128 threads): 8
+  ** warps x 88 x 32 / 16 = 1408 MUFU cycles against 4 x 128 x 176 x 128 /
+  ** 4096 = 2816 tensor cycles; 600 instructions, 1200 issue cycles. */
+  sass_counts c = consumer_loop(19, 88, 600);
+  CHECK(estimate_wg_compute(h100, &c, &fa3_d128, &w) == 0, "estimate");
+  CHECK(w.e.ctas_per_sm == 1 && !strcmp(w.e.bound, "tensor") && near(w.e.cyc_product, 2816) &&
+          near(w.e.cyc_mufu, 1408) && near(w.e.cyc_issue, 1200) && w.hgmma_per_block == 19,
+        "%d CTA, %s-bound, cycles %g %g %g", w.e.ctas_per_sm, w.e.bound, w.e.cyc_product,
+        w.e.cyc_mufu, w.e.cyc_issue);
+  CHECK(near(w.e.tflops, peak) && fabs(peak - 989.4) < 0.1, "%g TFLOP/s, peak %g", w.e.tflops,
+        peak);
+  /* K and V of a block by TMA, 2 x 176 x 128 x 2 bytes: at DRAM bandwidth
+  ** 2 block_m / 2 bytes FLOP a byte, 128 x 3.352 TB/s. */
+  CHECK(w.tma_bytes == 90112 && near(w.tma_tflops, 128 * h100->dram_gbs / 1e3),
+        "TMA %g bytes, ceiling %g TFLOP/s", w.tma_bytes, w.tma_tflops);
+  /* The ceiling is no bound: a kernel above it still is tensor-bound. */
+  CHECK(w.tma_tflops < w.e.tflops, "ceiling %g, estimate %g", w.tma_tflops, w.e.tflops);
+  estimate_wg w200;
+  CHECK(estimate_wg_compute(h200, &c, &fa3_d128, &w200) == 0 && w200.tma_tflops > w.tma_tflops &&
+          near(w200.e.tflops, w.e.tflops), "h200: ceiling %g, estimate %g", w200.tma_tflops,
+        w200.e.tflops);
+  /* More exponentials: MUFU-bound, at 2816 / 3200 of the peak. */
+  c = consumer_loop(19, 200, 600);
+  CHECK(estimate_wg_compute(h100, &c, &fa3_d128, &w) == 0 && !strcmp(w.e.bound, "mufu") &&
+          near(w.e.tflops, peak * 2816 / 3200), "mufu: %s %g", w.e.bound, w.e.tflops);
+  /* Two blocks per iteration (unrolled): the same figures. */
+  estimate_wg w2;
+  sass_counts c2 = consumer_loop(38, 400, 1200);
+  CHECK(estimate_wg_compute(h100, &c2, &fa3_d128, &w2) == 0 && near(w2.e.tflops, w.e.tflops) &&
+          w2.hgmma_per_block == 19 && near(w2.tma_tflops, w.tma_tflops),
+        "unrolled: %g against %g", w2.e.tflops, w.e.tflops);
+  /* Not a wg loop, or a tile that cannot be: no estimate. */
+  strcpy(c.mma, "HMMA");
+  CHECK(estimate_wg_compute(h100, &c, &fa3_d128, &w) == -1, "HMMA is no wg loop");
+  c = consumer_loop(19, 88, 600);
+  estimate_wg_tile few = fa3_d128;
+  few.threads = 256;   /* no room for the producer */
+  CHECK(estimate_wg_compute(h100, &c, &few, &w) == -1, "two consumers in 256 threads");
+  CHECK(estimate_wg_compute(estimate_gpu_find("a100"), &c, &fa3_d128, &w) == -1,
+        "the A100 has no wgmma");
+  /* 240 KB of shared memory: no CTA fits an SM. */
+  few = fa3_d128, few.smem_bytes = 240 * 1024;
+  CHECK(estimate_wg_compute(h100, &c, &few, &w) == 0 && w.e.ctas_per_sm == 0 &&
+          !strcmp(w.e.limit, "smem"), "240 KB: %d CTAs by %s", w.e.ctas_per_sm, w.e.limit);
+}
+
+int main(void) {
+  test_hgmma_count();
+  test_bounds();
+  return check_done("test_estimate");
+}
