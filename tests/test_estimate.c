@@ -9,6 +9,7 @@
 ** bandwidth as a ceiling of its own.
 */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
@@ -94,7 +95,23 @@ static void test_bounds(void) {
           !strcmp(w.e.limit, "smem"), "240 KB: %d CTAs by %s", w.e.ctas_per_sm, w.e.limit);
 }
 
+/* A wg config's tile; another family's none. */
+static void test_tile_of(void) {
+  gen_config cfg = {"wg", 5, {{"dtype", "bf16"}, {"dim", "128"}, {"block_m", "128"},
+                              {"block_n", "176"}, {"consumers", "2"}}};
+  estimate_wg_tile t;
+  CHECK(estimate_wg_tile_of(&cfg, 384, 168, 212 * 1024, &t) == 0 &&
+          !memcmp(&t, &fa3_d128, sizeof t), "the d128 tile: %d %d %d %d %d", t.consumers,
+        t.block_m, t.block_n, t.dim, t.elem_bytes);
+  snprintf(cfg.family, sizeof cfg.family, "tc");
+  CHECK(estimate_wg_tile_of(&cfg, 384, 168, 1024, &t) == -1, "a tc config");
+  snprintf(cfg.family, sizeof cfg.family, "wg");
+  cfg.n = 4;   /* no consumers */
+  CHECK(estimate_wg_tile_of(&cfg, 384, 168, 1024, &t) == -1, "no consumers");
+}
+
 int main(void) {
+  test_tile_of();
   test_hgmma_count();
   test_bounds();
   return check_done("test_estimate");

@@ -3,6 +3,7 @@
 ** The throughput estimate of estimate.h, from one table of constants.
 */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "estimate.h"
@@ -129,6 +130,23 @@ long estimate_wg_hgmma(const estimate_wg_tile *t) {
     return 0;
   const long m64 = t->block_m / (64 * t->consumers);   /* m64 slabs per consumer */
   return m64 * (t->dim / 16 + (t->dim + 255) / 256 * (t->block_n / 16));
+}
+
+static int config_int(const gen_config *cfg, const char *key) {
+  const char *v = gen_config_get(cfg, key);
+  char *end;
+  const long x = v ? strtol(v, &end, 10) : 0;
+  return v && *end == '\0' && x > 0 && x <= 4096 ? (int)x : -1;
+}
+
+int estimate_wg_tile_of(const gen_config *cfg, int threads, int registers, int smem_bytes,
+                        estimate_wg_tile *t) {
+  const char *dt = gen_config_get(cfg, "dtype");
+  *t = (estimate_wg_tile){config_int(cfg, "consumers"), threads, registers, smem_bytes,
+                          config_int(cfg, "block_m"), config_int(cfg, "block_n"),
+                          config_int(cfg, "dim"), dt && (!strcmp(dt, "fp16") || !strcmp(dt, "bf16")) ? 2 : -1};
+  return strcmp(cfg->family, "wg") || t->consumers < 0 || t->block_m < 0 || t->block_n < 0 ||
+                 t->dim < 0 || t->elem_bytes < 0 ? -1 : 0;
 }
 
 int estimate_wg_compute(const estimate_gpu *g, const sass_counts *c, const estimate_wg_tile *t,

@@ -12,6 +12,7 @@
 #ifndef ESTIMATE_H
 #define ESTIMATE_H
 
+#include "gen.h"
 #include "sass.h"
 
 typedef struct estimate_gpu {
@@ -94,6 +95,12 @@ typedef struct estimate_wg {
 ** dim / 16 of S = Q K^T (m64 n=block_n k16) and block_n / 16 of O += P V
 ** (m64 n=dim k16, in n parts of at most 256), for each 64 rows it owns. */
 long estimate_wg_hgmma(const estimate_wg_tile *t);
+
+/* The tile of a wg variant's config (family wg: consumers, block_m,
+** block_n, dim, dtype) with its launch's threads and ptxas's registers and
+** shared memory; -1 for a config of another family or lacking a key. */
+int estimate_wg_tile_of(const gen_config *cfg, int threads, int registers, int smem_bytes,
+                        estimate_wg_tile *t);
 
 /* 0, or -1 when c has no HGMMA loop or t is not sensible. */
 int estimate_wg_compute(const estimate_gpu *g, const sass_counts *c, const estimate_wg_tile *t,
