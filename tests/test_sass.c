@@ -8,7 +8,9 @@
 **   2. real nvdisasm output kept in tests/data, fatune's tensor-core
 **      kernels on FlashAttention-2's tiles, counts exact (the expected
 **      figures were counted by hand from the listings: the loop's offset
-**      ranges, the inner loop twice, the masking block left out);
+**      ranges, the inner loop twice, the masking block left out), one in
+**      two key parts whose row sums on the tensor cores make its HMMA
+**      pass the tile's FLOPs;
 **   3. with --fresh: kernels compiled now with NVRTC and disassembled by
 **      the nvdisasm found (SKIPPED, exit 77, without one).
 ** usage: test_sass [--fresh]
@@ -115,6 +117,13 @@ static void test_nested(void) {
         "unknown trips: %d, instructions %ld", c.inner_trips, c.loop_instructions);
   CHECK(sass_analyse(nested, "nested", 3 * 4096, &c, err, sizeof err) == 0, "%s", err);
   CHECK(c.inner_trips == 0, "3 HMMA from loops of 2: trips %d", c.inner_trips);
+  /* 15 HMMA of FLOPs from loops of 2: 8 trips pass them by 1, within an
+  ** eighth (row sums on the tensor cores); 7 from loops of 2: 4 trips pass
+  ** them by more, no trip count. */
+  CHECK(sass_analyse(nested, "nested", 15 * 4096, &c, err, sizeof err) == 0 && c.inner_trips == 8 &&
+          c.loop_hmma == 16, "15 HMMA from loops of 2: trips %d", c.inner_trips);
+  CHECK(sass_analyse(nested, "nested", 7 * 4096, &c, err, sizeof err) == 0 && c.inner_trips == 0,
+        "7 HMMA from loops of 2: trips %d", c.inner_trips);
 }
 
 static void test_small(void) {
@@ -176,12 +185,16 @@ typedef struct fixture {
 } fixture;
 
 /* FA2's d64 tile (128x128, 4 warps), bf16, sm_80; its d128 tile (128x64),
-** fp16 causal, sm_90. */
+** fp16 causal, sm_90; the d64 tile in two key parts with the row sums of
+** P on the tensor cores (parts=2, deferred): 136 HMMA a part, 272 a block
+** for FLOPs of 256, so the trip count is no exact quotient. */
 static const fixture fixtures[] = {
   {"sass_tc_bf16_d64_sm80.sass", 4.0 * 128 * 128 * 64 / 4, 1763, 256, 136, 80, 3, 16, 1, 16, 0,
    171, 98},
   {"sass_tc_f16_d128_causal_sm90.sass", 4.0 * 128 * 64 * 128 / 4, 1529, 256, 72, 96, 3, 16, 1,
    16, 0, 279, 80},
+  {"sass_tc_bf16_d64_p2_sm80.sass", 4.0 * 128 * 128 * 64 / 4, 1240, 272, 136, 80, 3, 16, 1, 16,
+   0, 173, 83},
 };
 
 static void test_fixture(const fixture *x) {
