@@ -222,7 +222,8 @@ static void test_fixture(const fixture *x) {
 /* The A100 estimate of the d64 fixture's counts: 2 CTAs of 4 warps at 183
 ** registers; per iteration of the SM's 8 warps 8 x 256 HMMA x 2 clocks
 ** (4096 FLOP at 2048 per clock) = 4096 tensor cycles against 8 x 1763 / 4
-** = 3526 issue cycles: tensor-bound, the A100's dense peak. */
+** = 3526 issue cycles: tensor-bound, the A100's dense peak. With one CTA,
+** the chain of each warp bounds it. */
 static void test_estimate(void) {
   char *text = slurp(fixtures[0].file), err[256];
   if (!text) return;
@@ -242,10 +243,19 @@ static void test_estimate(void) {
   CHECK(fabs(e.cyc_product - 4096) < 1e-9 && fabs(e.cyc_issue - 8 * 1763 / 4.0) < 1e-9,
         "cycles %g %g", e.cyc_product, e.cyc_issue);
   CHECK(fabs(e.tflops - 108 * 1.41 * 2048 / 1e3) < 1e-6, "TFLOP/s %g", e.tflops);
-  /* 97 KB of shared memory: one CTA, by shared memory. */
+  /* One warp's chain: 256 HMMA x 8 clocks on a quarter of the tensor pipe,
+  ** then 1507 other instructions at one a clock (longer than 136 MUFU x 8
+  ** clocks on a quarter of MUFU): 3555 cycles, under the 4096 of two warps
+  ** on each scheduler. */
+  CHECK(fabs(e.cyc_chain - (256 * 8 + 1507)) < 1e-9, "chain %g", e.cyc_chain);
+  /* 97 KB of shared memory: one CTA, by shared memory; one warp per
+  ** scheduler, nothing overlaps its chain, which bounds it. */
   t.smem_bytes = 97 * 1024;
   CHECK(estimate_compute(a100, &c, &t, &e) == 0 && e.ctas_per_sm == 1 && !strcmp(e.limit, "smem"),
         "97 KB: %d CTAs by %s", e.ctas_per_sm, e.limit);
+  CHECK(!strcmp(e.bound, "chain") &&
+          fabs(e.tflops - 4.0 * 256 * 4096 / 3555 * 1.41 * 108 / 1e3) < 1e-6,
+        "one CTA: %s-bound, %g TFLOP/s", e.bound, e.tflops);
   /* 255 registers, 8 warps: one CTA by registers; an unknown trip count: none. */
   t.smem_bytes = 1024, t.registers = 255, t.warps = 8;
   CHECK(estimate_compute(a100, &c, &t, &e) == 0 && e.ctas_per_sm == 1 &&

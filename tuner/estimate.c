@@ -31,7 +31,15 @@
 **      good as that figure.
 **  [B] Peak DRAM bandwidth: A100 whitepaper, 1555 GB/s (40 GB HBM2; the
 **      80 GB part has 2039); H100 datasheet, SXM5 (HBM3), 3.35 TB/s;
-**      H200 datasheet, 4.8 TB/s (HBM3e). */
+**      H200 datasheet, 4.8 TB/s (HBM3e).
+**  [F] Why a warp's tensor and other work do not overlap within the warp:
+**      Dao, "FlashAttention-2" (2023), section 3.1: non-matmul FLOPs cost
+**      16 times a matmul FLOP on A100 (19.5 against 312 TFLOP/s), so the
+**      softmax's share of the time is large; Shah et al., "FlashAttention-3"
+**      (2024), section 3.1: the softmax of a block depends on its S = Q K^T
+**      and P V on its P, so within a warp they run one after the other, and
+**      only other warps (ping-pong between warpgroups) fill the tensor
+**      cores while one computes its softmax. */
 static const estimate_gpu gpus[] = {
   {"a100", "sm_80", 108, 1.41, 2048, 0, 64, 32, 16, 4, 128, 65536, 167936, 1024, 2048, 32, 1555},
   {"h100", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
@@ -89,6 +97,21 @@ static int ctas_per_sm(const estimate_gpu *g, const estimate_tile *t, const char
   return n;
 }
 
+/* The cycles of one warp's dependent chain per iteration on its
+** scheduler [F]: its mma.sync on the scheduler's quarter of the tensor
+** pipe, then the rest of its instructions, issued at one a clock or held
+** by its MUFU on the scheduler's quarter of the MUFU pipe, whichever is
+** longer. The SM's pipes (estimate_compute) bound many resident warps that
+** overlap each other; this bounds few: with one warp per scheduler the
+** iteration takes the chain, with enough warps the busiest pipe. */
+static double chain_cycles(const estimate_gpu *g, const sass_counts *c) {
+  if (strcmp(c->mma, "HMMA")) return 0;  /* FMA products issue with the rest; wgmma is asynchronous */
+  double tensor = (double)c->loop_hmma * 4096 / (g->mma_flop_clk / 4);
+  double other = (double)(c->loop_instructions - c->loop_hmma) / (g->issue_clk / 4);
+  double mufu = (double)c->loop_mufu * 32 / (g->mufu_clk / 4);
+  return tensor + (mufu > other ? mufu : other);
+}
+
 int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate_tile *t,
                      estimate *out) {
   memset(out, 0, sizeof *out);
@@ -112,6 +135,8 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
   if (out->cyc_mufu > worst) worst = out->cyc_mufu, out->bound = "mufu";
   if (out->cyc_issue > worst) worst = out->cyc_issue, out->bound = "issue";
   if (out->cyc_smem > worst) worst = out->cyc_smem, out->bound = "smem";
+  out->cyc_chain = chain_cycles(g, c);
+  if (out->cyc_chain > worst) worst = out->cyc_chain, out->bound = "chain";
   if (!(worst > 0)) return -1;
   out->tflops = warps * t->flops_per_warp / worst * g->clock_ghz * 1e9 * g->sms / 1e12;
   return isfinite(out->tflops) ? 0 : -1;

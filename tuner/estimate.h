@@ -4,10 +4,13 @@
 ** loop (sass.h) for a named GPU: per iteration of every warp resident on
 ** an SM, the cycles each pipe needs (tensor or FMA pipe for the product,
 ** MUFU, instruction issue, shared-memory bandwidth), the bound one, and
-** the TFLOP/s that bound allows. It knows nothing of latency, of the
-** memory system beyond shared memory, or of how well warps hide each
-** other's stalls: an upper bound to rank variants by, not a prediction of
-** a measurement.
+** the TFLOP/s that bound allows. For mma.sync kernels, one more bound:
+** a warp's chain, its tensor work then the softmax that depends on it, which
+** only the other warps resident on its scheduler can overlap, so that a
+** kernel with one warp per scheduler pays the sum. It knows nothing of
+** other latency, of the memory system beyond shared memory, or of how
+** well warps hide each other's stalls: an upper bound to rank variants by,
+** not a prediction of a measurement.
 */
 #ifndef ESTIMATE_H
 #define ESTIMATE_H
@@ -55,7 +58,8 @@ typedef struct estimate {
   int ctas_per_sm;        /* 0: the kernel does not fit an SM */
   const char *limit;      /* what bounds ctas_per_sm: "registers", "smem", "threads", "ctas" */
   double cyc_product, cyc_mufu, cyc_issue, cyc_smem;  /* per iteration of the SM's warps */
-  const char *bound;      /* "tensor" (or "fma"), "mufu", "issue" or "smem" */
+  double cyc_chain;       /* one warp's mma.sync, then its other work, on its scheduler; 0: no HMMA */
+  const char *bound;      /* "tensor" (or "fma"), "mufu", "issue", "smem" or "chain" */
   double tflops;          /* the bound's TFLOP/s over the whole GPU */
 } estimate;
 
