@@ -16,8 +16,8 @@
 #include "estimate.h"
 
 /* FlashAttention-3's d128 tile: 128 x 176, two consumer warpgroups and a
-** producer (384 threads), 2 stages of K and V plus Q in 212 KB. */
-static const estimate_wg_tile fa3_d128 = {2, 384, 168, 212 * 1024, 128, 176, 128, 2};
+** producer (384 threads), 2 stages of K and V plus Q in 212 KB, ping-pong. */
+static const estimate_wg_tile fa3_d128 = {2, 384, 168, 212 * 1024, 128, 176, 128, 2, 1, 0};
 
 static sass_counts consumer_loop(long hgmma, long mufu, long instructions) {
   sass_counts c;
@@ -34,12 +34,12 @@ static void test_hgmma_count(void) {
   /* Per warpgroup and block: dim/16 for S, block_n/16 for O, per 64 rows. */
   CHECK(estimate_wg_hgmma(&fa3_d128) == 128 / 16 + 176 / 16, "d128: %ld",
         estimate_wg_hgmma(&fa3_d128));
-  estimate_wg_tile d64 = {3, 512, 128, 200 * 1024, 192, 192, 64, 2};
+  estimate_wg_tile d64 = {3, 512, 128, 200 * 1024, 192, 192, 64, 2, 1, 1};
   CHECK(estimate_wg_hgmma(&d64) == 64 / 16 + 192 / 16, "d64: %ld", estimate_wg_hgmma(&d64));
-  estimate_wg_tile two = {1, 256, 168, 100 * 1024, 128, 80, 256, 2};   /* 128 rows, 1 consumer */
+  estimate_wg_tile two = {1, 256, 168, 100 * 1024, 128, 80, 256, 2, 0, 1};   /* 128 rows, 1 consumer */
   CHECK(estimate_wg_hgmma(&two) == 2 * (256 / 16 + 80 / 16), "two m64 slabs: %ld",
         estimate_wg_hgmma(&two));
-  estimate_wg_tile odd = {2, 384, 168, 1024, 96, 64, 64, 2};   /* 96 rows on 2 consumers */
+  estimate_wg_tile odd = {2, 384, 168, 1024, 96, 64, 64, 2, 0, 0};   /* 96 rows on 2 consumers */
   CHECK(estimate_wg_hgmma(&odd) == 0, "96 rows on two consumers: %ld", estimate_wg_hgmma(&odd));
 }
 
@@ -60,6 +60,20 @@ static void test_bounds(void) {
         w.e.cyc_mufu, w.e.cyc_issue);
   CHECK(near(w.e.tflops, peak) && fabs(peak - 989.4) < 0.1, "%g TFLOP/s, peak %g", w.e.tflops,
         peak);
+  /* The chain: a warpgroup's 1408 tensor cycles, its softmax 704 (88 MUFU x
+  ** 32 / 4 a scheduler, more than its 581 other instructions). Ping-pong:
+  ** max(2816, 1408 + 704); neither: 2816 + 704, chain-bound; overlap:
+  ** max(2816, 704). */
+  CHECK(near(w.e.cyc_chain, 2816), "ping-pong chain %g", w.e.cyc_chain);
+  estimate_wg_tile none = fa3_d128;
+  none.pingpong = 0;
+  estimate_wg wn;
+  CHECK(estimate_wg_compute(h100, &c, &none, &wn) == 0 && !strcmp(wn.e.bound, "chain") &&
+          near(wn.e.cyc_chain, 3520) && near(wn.e.tflops, peak * 2816 / 3520),
+        "no ping-pong: %s, chain %g, %g TFLOP/s", wn.e.bound, wn.e.cyc_chain, wn.e.tflops);
+  none.overlap = 1;
+  CHECK(estimate_wg_compute(h100, &c, &none, &wn) == 0 && !strcmp(wn.e.bound, "tensor") &&
+          near(wn.e.cyc_chain, 2816), "overlap: %s, chain %g", wn.e.bound, wn.e.cyc_chain);
   /* K and V of a block by TMA, 2 x 176 x 128 x 2 bytes: at DRAM bandwidth
   ** 2 block_m / 2 bytes FLOP a byte, 128 x 3.352 TB/s. */
   CHECK(w.tma_bytes == 90112 && near(w.tma_tflops, 128 * h100->dram_gbs / 1e3),
@@ -100,13 +114,17 @@ static void test_tile_of(void) {
   gen_config cfg = {"wg", 5, {{"dtype", "bf16"}, {"dim", "128"}, {"block_m", "128"},
                               {"block_n", "176"}, {"consumers", "2"}}};
   estimate_wg_tile t;
+  CHECK(estimate_wg_tile_of(&cfg, 384, 168, 212 * 1024, &t) == 0 && !t.pingpong &&
+          !t.overlap, "flags off when absent");
+  cfg.pair[cfg.n++] = (gen_pair){"pingpong", "1"};
+  cfg.pair[cfg.n++] = (gen_pair){"overlap", "0"};
   CHECK(estimate_wg_tile_of(&cfg, 384, 168, 212 * 1024, &t) == 0 &&
           !memcmp(&t, &fa3_d128, sizeof t), "the d128 tile: %d %d %d %d %d", t.consumers,
         t.block_m, t.block_n, t.dim, t.elem_bytes);
   snprintf(cfg.family, sizeof cfg.family, "tc");
   CHECK(estimate_wg_tile_of(&cfg, 384, 168, 1024, &t) == -1, "a tc config");
   snprintf(cfg.family, sizeof cfg.family, "wg");
-  cfg.n = 4;   /* no consumers */
+  cfg.pair[4] = (gen_pair){"block_k", "2"};   /* no consumers */
   CHECK(estimate_wg_tile_of(&cfg, 384, 168, 1024, &t) == -1, "no consumers");
 }
 

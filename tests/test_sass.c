@@ -8,7 +8,9 @@
 **   2. real nvdisasm output kept in tests/data, fatune's tensor-core
 **      kernels on FlashAttention-2's tiles, counts exact (the expected
 **      figures were counted by hand from the listings: the loop's offset
-**      ranges, the inner loop twice, the masking block left out);
+**      ranges, the inner loop twice, the masking block left out), one in
+**      two key parts whose row sums on the tensor cores make its HMMA
+**      pass the tile's FLOPs;
 **   3. with --fresh: kernels compiled now with NVRTC and disassembled by
 **      the nvdisasm found (SKIPPED, exit 77, without one).
 ** usage: test_sass [--fresh]
@@ -115,6 +117,13 @@ static void test_nested(void) {
         "unknown trips: %d, instructions %ld", c.inner_trips, c.loop_instructions);
   CHECK(sass_analyse(nested, "nested", 3 * 4096, &c, err, sizeof err) == 0, "%s", err);
   CHECK(c.inner_trips == 0, "3 HMMA from loops of 2: trips %d", c.inner_trips);
+  /* 15 HMMA of FLOPs from loops of 2: 8 trips pass them by 1, within an
+  ** eighth (row sums on the tensor cores); 7 from loops of 2: 4 trips pass
+  ** them by more, no trip count. */
+  CHECK(sass_analyse(nested, "nested", 15 * 4096, &c, err, sizeof err) == 0 && c.inner_trips == 8 &&
+          c.loop_hmma == 16, "15 HMMA from loops of 2: trips %d", c.inner_trips);
+  CHECK(sass_analyse(nested, "nested", 7 * 4096, &c, err, sizeof err) == 0 && c.inner_trips == 0,
+        "7 HMMA from loops of 2: trips %d", c.inner_trips);
 }
 
 static void test_small(void) {
@@ -176,12 +185,16 @@ typedef struct fixture {
 } fixture;
 
 /* FA2's d64 tile (128x128, 4 warps), bf16, sm_80; its d128 tile (128x64),
-** fp16 causal, sm_90. */
+** fp16 causal, sm_90; the d64 tile in two key parts with the row sums of
+** P on the tensor cores (parts=2, deferred): 136 HMMA a part, 272 a block
+** for FLOPs of 256, so the trip count is no exact quotient. */
 static const fixture fixtures[] = {
   {"sass_tc_bf16_d64_sm80.sass", 4.0 * 128 * 128 * 64 / 4, 1763, 256, 136, 80, 3, 16, 1, 16, 0,
    171, 98},
   {"sass_tc_f16_d128_causal_sm90.sass", 4.0 * 128 * 64 * 128 / 4, 1529, 256, 72, 96, 3, 16, 1,
    16, 0, 279, 80},
+  {"sass_tc_bf16_d64_p2_sm80.sass", 4.0 * 128 * 128 * 64 / 4, 1240, 272, 136, 80, 3, 16, 1, 16,
+   0, 173, 83},
 };
 
 static void test_fixture(const fixture *x) {
@@ -209,7 +222,8 @@ static void test_fixture(const fixture *x) {
 /* The A100 estimate of the d64 fixture's counts: 2 CTAs of 4 warps at 183
 ** registers; per iteration of the SM's 8 warps 8 x 256 HMMA x 2 clocks
 ** (4096 FLOP at 2048 per clock) = 4096 tensor cycles against 8 x 1763 / 4
-** = 3526 issue cycles: tensor-bound, the A100's dense peak. */
+** = 3526 issue cycles: tensor-bound, the A100's dense peak. With one CTA,
+** the chain of each warp bounds it. */
 static void test_estimate(void) {
   char *text = slurp(fixtures[0].file), err[256];
   if (!text) return;
@@ -229,10 +243,19 @@ static void test_estimate(void) {
   CHECK(fabs(e.cyc_product - 4096) < 1e-9 && fabs(e.cyc_issue - 8 * 1763 / 4.0) < 1e-9,
         "cycles %g %g", e.cyc_product, e.cyc_issue);
   CHECK(fabs(e.tflops - 108 * 1.41 * 2048 / 1e3) < 1e-6, "TFLOP/s %g", e.tflops);
-  /* 97 KB of shared memory: one CTA, by shared memory. */
+  /* One warp's chain: 256 HMMA x 8 clocks on a quarter of the tensor pipe,
+  ** then 1507 other instructions at one a clock (longer than 136 MUFU x 8
+  ** clocks on a quarter of MUFU): 3555 cycles, under the 4096 of two warps
+  ** on each scheduler. */
+  CHECK(fabs(e.cyc_chain - (256 * 8 + 1507)) < 1e-9, "chain %g", e.cyc_chain);
+  /* 97 KB of shared memory: one CTA, by shared memory; one warp per
+  ** scheduler, nothing overlaps its chain, which bounds it. */
   t.smem_bytes = 97 * 1024;
   CHECK(estimate_compute(a100, &c, &t, &e) == 0 && e.ctas_per_sm == 1 && !strcmp(e.limit, "smem"),
         "97 KB: %d CTAs by %s", e.ctas_per_sm, e.limit);
+  CHECK(!strcmp(e.bound, "chain") &&
+          fabs(e.tflops - 4.0 * 256 * 4096 / 3555 * 1.41 * 108 / 1e3) < 1e-6,
+        "one CTA: %s-bound, %g TFLOP/s", e.bound, e.tflops);
   /* 255 registers, 8 warps: one CTA by registers; an unknown trip count: none. */
   t.smem_bytes = 1024, t.registers = 255, t.warps = 8;
   CHECK(estimate_compute(a100, &c, &t, &e) == 0 && e.ctas_per_sm == 1 &&

@@ -33,6 +33,14 @@
 **  [B] Peak DRAM bandwidth: A100 whitepaper, 1555 GB/s (40 GB HBM2; the
 **      80 GB part has 2039); H100 datasheet, SXM5 (HBM3), 3.35 TB/s;
 **      H200 datasheet, 4.8 TB/s (HBM3e).
+**  [F] Why a warp's tensor and other work do not overlap within the warp:
+**      Dao, "FlashAttention-2" (2023), section 3.1: non-matmul FLOPs cost
+**      16 times a matmul FLOP on A100 (19.5 against 312 TFLOP/s), so the
+**      softmax's share of the time is large; Shah et al., "FlashAttention-3"
+**      (2024), section 3.1: the softmax of a block depends on its S = Q K^T
+**      and P V on its P, so within a warp they run one after the other, and
+**      only other warps (ping-pong between warpgroups) fill the tensor
+**      cores while one computes its softmax.
 **  [W] Warp-specialized kernels (estimate_wg_compute): HGMMA at the [H]
 **      rate above (hgmma_flop_clk; 989 TFLOP/s dense FP16/BF16 on H100
 **      SXM5 and H200, NVIDIA's data sheets), TMA loads (UTMALDG) at the [B]
@@ -95,6 +103,21 @@ static int ctas_per_sm(const estimate_gpu *g, const estimate_tile *t, const char
   return n;
 }
 
+/* The cycles of one warp's dependent chain per iteration on its
+** scheduler [F]: its mma.sync on the scheduler's quarter of the tensor
+** pipe, then the rest of its instructions, issued at one a clock or held
+** by its MUFU on the scheduler's quarter of the MUFU pipe, whichever is
+** longer. The SM's pipes (estimate_compute) bound many resident warps that
+** overlap each other; this bounds few: with one warp per scheduler the
+** iteration takes the chain, with enough warps the busiest pipe. */
+static double chain_cycles(const estimate_gpu *g, const sass_counts *c) {
+  if (strcmp(c->mma, "HMMA")) return 0;  /* FMA products issue with the rest; wgmma is asynchronous */
+  double tensor = (double)c->loop_hmma * 4096 / (g->mma_flop_clk / 4);
+  double other = (double)(c->loop_instructions - c->loop_hmma) / (g->issue_clk / 4);
+  double mufu = (double)c->loop_mufu * 32 / (g->mufu_clk / 4);
+  return tensor + (mufu > other ? mufu : other);
+}
+
 int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate_tile *t,
                      estimate *out) {
   memset(out, 0, sizeof *out);
@@ -118,6 +141,8 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
   if (out->cyc_mufu > worst) worst = out->cyc_mufu, out->bound = "mufu";
   if (out->cyc_issue > worst) worst = out->cyc_issue, out->bound = "issue";
   if (out->cyc_smem > worst) worst = out->cyc_smem, out->bound = "smem";
+  out->cyc_chain = chain_cycles(g, c);
+  if (out->cyc_chain > worst) worst = out->cyc_chain, out->bound = "chain";
   if (!(worst > 0)) return -1;
   out->tflops = warps * t->flops_per_warp / worst * g->clock_ghz * 1e9 * g->sms / 1e12;
   return isfinite(out->tflops) ? 0 : -1;
@@ -132,6 +157,24 @@ long estimate_wg_hgmma(const estimate_wg_tile *t) {
   return m64 * (t->dim / 16 + (t->dim + 255) / 256 * (t->block_n / 16));
 }
 
+/* The chain of estimate.h per K/V block of one CTA. */
+static double wg_chain(const estimate_gpu *g, const sass_counts *c, const estimate_wg_tile *t,
+                       double blocks, double cyc_tensor_cta) {
+  const double tt = cyc_tensor_cta / t->consumers;
+  const double other = (double)(c->loop_instructions - c->loop_hmma) / blocks / (g->issue_clk / 4);
+  const double mufu = (double)c->loop_mufu / blocks * 32 / (g->mufu_clk / 4);
+  const double to = mufu > other ? mufu : other;
+  if (t->overlap) return cyc_tensor_cta > to ? cyc_tensor_cta : to;
+  if (t->pingpong && t->consumers > 1) return cyc_tensor_cta > tt + to ? cyc_tensor_cta : tt + to;
+  return cyc_tensor_cta + to;
+}
+
+/* An on/off axis: 1 for "1", "on" or "pp", 0 otherwise. */
+static int config_flag(const gen_config *cfg, const char *key) {
+  const char *v = gen_config_get(cfg, key);
+  return v && (!strcmp(v, "1") || !strcmp(v, "on") || !strcmp(v, "pp") || !strcmp(v, "ov"));
+}
+
 static int config_int(const gen_config *cfg, const char *key) {
   const char *v = gen_config_get(cfg, key);
   char *end;
@@ -144,7 +187,9 @@ int estimate_wg_tile_of(const gen_config *cfg, int threads, int registers, int s
   const char *dt = gen_config_get(cfg, "dtype");
   *t = (estimate_wg_tile){config_int(cfg, "consumers"), threads, registers, smem_bytes,
                           config_int(cfg, "block_m"), config_int(cfg, "block_n"),
-                          config_int(cfg, "dim"), dt && (!strcmp(dt, "fp16") || !strcmp(dt, "bf16")) ? 2 : -1};
+                          config_int(cfg, "dim"),
+                          dt && (!strcmp(dt, "fp16") || !strcmp(dt, "bf16")) ? 2 : -1,
+                          config_flag(cfg, "pingpong"), config_flag(cfg, "overlap")};
   return strcmp(cfg->family, "wg") || t->consumers < 0 || t->block_m < 0 || t->block_n < 0 ||
                  t->dim < 0 || t->elem_bytes < 0 ? -1 : 0;
 }
@@ -178,6 +223,9 @@ int estimate_wg_compute(const estimate_gpu *g, const sass_counts *c, const estim
   if (e->cyc_mufu > worst) worst = e->cyc_mufu, e->bound = "mufu";
   if (e->cyc_issue > worst) worst = e->cyc_issue, e->bound = "issue";
   if (e->cyc_smem > worst) worst = e->cyc_smem, e->bound = "smem";
+  /* Resident CTAs interleave: one CTA's chain against all of them on the pipes. */
+  e->cyc_chain = wg_chain(g, c, t, blocks, e->cyc_product / ctas / blocks) * blocks;
+  if (e->cyc_chain > worst) worst = e->cyc_chain, e->bound = "chain";
   const double per_s = g->clock_ghz * 1e9 * g->sms / 1e12;   /* cycles to TFLOP/s */
   e->tflops = flops / worst * per_s;
   out->tma_tflops = flops / out->cyc_tma * per_s;

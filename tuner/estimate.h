@@ -4,10 +4,13 @@
 ** loop (sass.h) for a named GPU: per iteration of every warp resident on
 ** an SM, the cycles each pipe needs (tensor or FMA pipe for the product,
 ** MUFU, instruction issue, shared-memory bandwidth), the bound one, and
-** the TFLOP/s that bound allows. It knows nothing of latency, of the
-** memory system beyond shared memory, or of how well warps hide each
-** other's stalls: an upper bound to rank variants by, not a prediction of
-** a measurement.
+** the TFLOP/s that bound allows. For mma.sync kernels, one more bound:
+** a warp's chain, its tensor work then the softmax that depends on it, which
+** only the other warps resident on its scheduler can overlap, so that a
+** kernel with one warp per scheduler pays the sum. It knows nothing of
+** other latency, of the memory system beyond shared memory, or of how
+** well warps hide each other's stalls: an upper bound to rank variants by,
+** not a prediction of a measurement.
 */
 #ifndef ESTIMATE_H
 #define ESTIMATE_H
@@ -56,7 +59,8 @@ typedef struct estimate {
   int ctas_per_sm;        /* 0: the kernel does not fit an SM */
   const char *limit;      /* what bounds ctas_per_sm: "registers", "smem", "threads", "ctas" */
   double cyc_product, cyc_mufu, cyc_issue, cyc_smem;  /* per iteration of the SM's warps */
-  const char *bound;      /* "tensor" (or "fma"), "mufu", "issue" or "smem" */
+  double cyc_chain;       /* one warp's mma.sync, then its other work, on its scheduler; 0: no HMMA */
+  const char *bound;      /* "tensor" (or "fma"), "mufu", "issue", "smem" or "chain" */
   double tflops;          /* the bound's TFLOP/s over the whole GPU */
 } estimate;
 
@@ -73,7 +77,17 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
 ** issue cycles of the consumer warps only, and the TMA's bytes against
 ** DRAM bandwidth. The last is a ceiling of its own (tma_tflops), not part
 ** of the bound: the CTAs of one head read the same K/V blocks, which L2
-** serves again, so DRAM bounds a kernel only where nothing is reused. */
+** serves again, so DRAM bounds a kernel only where nothing is reused.
+**
+** The chain [F]: a consumer's softmax waits for its S, its P V for its P.
+** With Tt a warpgroup's HGMMA time (the SM's whole tensor pipe: its four
+** warps sit on the four schedulers) and To its softmax (other instructions
+** or MUFU on one scheduler), n consumers take per K/V block
+**   n Tt + To            neither: they meet at the same K/V stage, GEMMs
+**                        together, then softmax together;
+**   max(n Tt, Tt + To)   ping-pong: one's softmax under the other's GEMMs;
+**   max(n Tt, To)        intra-warpgroup overlap: S of the next block
+**                        issued before this block's softmax. */
 typedef struct estimate_wg_tile {
   int consumers;          /* consumer warpgroups per CTA (1-3) */
   int threads;            /* per CTA, producer included */
@@ -81,6 +95,7 @@ typedef struct estimate_wg_tile {
   int smem_bytes;         /* per CTA */
   int block_m, block_n, dim;
   int elem_bytes;         /* of Q, K, V: 2 for fp16 and bf16 */
+  int pingpong, overlap;  /* 1: on */
 } estimate_wg_tile;
 
 typedef struct estimate_wg {

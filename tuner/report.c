@@ -583,7 +583,7 @@ static void estimate_section(const page *p, const rp_ctx *c) {
   }
   snprintf(line, sizeof line, "%zu GPU trials beside the static estimate for their variant "
            "(an upper bound from the main loop's machine code: tensor pipe, MUFU, instruction "
-           "issue, shared memory; no latency). Median measured / estimated: %s%.2f.",
+           "issue, shared memory, one warp's mma.sync then softmax; no other latency). Median measured / estimated: %s%.2f.",
            c->nest, r ? "" : "?", r ? r[c->nest / 2] : 0.0);
   free(r);
   para(p, line);

@@ -451,12 +451,18 @@ static void tally(sass_counts *c, const insn *in, long times) {
   else if (is_int(op)) c->loop_int += times;
 }
 
-/* The trip count of the inner loops: what makes the loop's product
-** instructions reach mma_per_block, 0 when that is not a whole number. */
+/* The trip count of the inner loops: the fewest whole trips whose product
+** instructions reach mma_per_block, 0 when there is none or when they pass
+** it by more than an eighth. The product may exceed the useful FLOPs: the
+** deferred kernel sums the rows of P on the tensor cores (one HMMA more
+** per k16 step of P V and m-tile, an eighth of the FLOPs at head dim 32,
+** less above), so an exact quotient would miss its key parts. */
 static int inner_trips(long outer_mma, long inner_mma, long mma_per_block) {
   if (mma_per_block <= 0 || inner_mma <= 0 || mma_per_block <= outer_mma) return 0;
   long left = mma_per_block - outer_mma;
-  return left % inner_mma == 0 && left / inner_mma < 1 << 20 ? (int)(left / inner_mma) : 0;
+  long trips = (left + inner_mma - 1) / inner_mma;
+  if (trips >= 1 << 20 || 8 * (trips * inner_mma - left) > left) return 0;
+  return (int)trips;
 }
 
 /* Counts the main loop m; inner: which of its blocks lie in nested loops. */

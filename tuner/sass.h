@@ -18,9 +18,11 @@
 ** parts) counts its trip count times. The analyser cannot see a trip count
 ** in the code; the caller may pass the product's FLOPs per warp per
 ** iteration (known from the tile: 4 block_m block_n dim / warps), and the
-** trip count is the whole number that makes the product instructions
-** reach it (HMMA m16n8k16: 4096 FLOPs; FFMA, DFMA: 64). Otherwise an
-** inner loop counts once and inner_trips is 0: the count is unknown.
+** trip count is the fewest whole trips that make the product instructions
+** reach it (HMMA m16n8k16: 4096 FLOPs; FFMA, DFMA: 64) without passing it
+** by more than an eighth (the row sums the deferred kernel takes on the
+** tensor cores). Otherwise an inner loop counts once and inner_trips is
+** 0: the count is unknown.
 **
 ** A masking block is left out: a region that a forward conditional branch
 ** in the loop skips (the instructions laid out between the branch and its
