@@ -15,7 +15,7 @@ _fatune() {
     --space) mapfile -t COMPREPLY < <(compgen -W "default full" -- "$cur"); return ;;
     --schedule) mapfile -t COMPREPLY < <(compgen -W "forward reverse random skew" -- "$cur"); return ;;
     --axis)
-      mapfile -t COMPREPLY < <(compgen -W "norm parallel warp_split layout tiles all" -- "$cur")
+      mapfile -t COMPREPLY < <(compgen -W "norm parallel warp_split layout tiles pingpong overlap consumers stages all" -- "$cur")
       return ;;
     --format)
       local f="csv json"

@@ -125,7 +125,8 @@ static const cmd_info commands[] = {
    "                      [--db PATH] [--json]",
    "Runs matched variants that differ in one design axis (FlashAttention-1 against -2)\n"
    "and shows what each costs, measured and predicted by the cost model. The SIMT\n"
-   "family: fp32 (the default) or fp64.",
+   "family: fp32 (the default) or fp64; with --arch sm_90a and fp16 or bf16, the wg\n"
+   "family (FlashAttention-3: ping-pong, intra-warpgroup overlap, consumers, stages).",
    "fatune explore --dim 64 --seq 512 --axis norm",
    "FlashAttention-1 against -2, one axis at a time"},
   {"baseline", CMD_BASELINE, F_DB, "FILE.csv [--db PATH]",
@@ -193,7 +194,8 @@ static const flag_info flags[] = {
                                "estimated cost (deterministic: N machines share a sweep)"},
   {"device", F_DEV, 1, "NAME", "a device's name, UUID or part of its name"},
   {"format", F_FMT, 1, "F", "export: csv or json; report: html (default) or md"},
-  {"axis", F_AXIS, 1, "A", "norm, parallel, warp_split, layout, tiles or all (default)"},
+  {"axis", F_AXIS, 1, "A", "norm, parallel, warp_split, layout, tiles; on sm_90a norm,\n"
+                          "pingpong, overlap, consumers, stages; or all (default)"},
   {"sweep", F_AXIS, 1, "seq=A:B", "seq A, 2A, 4A, ... up to B instead of --seq"},
   {"db", F_DB, 1, "PATH", "results database (default: $FATUNE_DB, else\n"
                           "~/.cache/fatune/fatune.db)"},
@@ -385,14 +387,18 @@ static int parse_format(cli_opts *o, const char *s, char *err, size_t n) {
 }
 
 static int parse_axis(cli_opts *o, const char *s, char *err, size_t n) {
-  static const char *const axes[] = {"norm", "parallel", "warp_split", "layout", "tiles", "all"};
+  /* The SIMT family's, then the wg family's; explore checks the family has it. */
+  static const char *const axes[] = {"norm",     "parallel", "warp_split", "layout",
+                                     "tiles",    "pingpong", "overlap",    "consumers",
+                                     "stages",   "all"};
   for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
     if (!strcmp(s, axes[i])) {
       o->axis = axes[i];
       return 0;
     }
   char hint[64];
-  return fail(err, n, "unknown axis '%s' (norm, parallel, warp_split, layout, tiles or all%s)", s,
+  return fail(err, n, "unknown axis '%s' (norm, parallel, warp_split, layout, tiles; on sm_90a "
+              "norm, pingpong, overlap, consumers, stages; or all%s)", s,
               nearest(s, axes, sizeof axes / sizeof axes[0], sizeof axes[0], "", hint,
                       sizeof hint));
 }
@@ -660,9 +666,6 @@ static int check_command(cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "fatune run needs --q, --k, --v and --out");
   if (o->cmd == CMD_EXPLORE && o->sweep_lo && (cli_given(o, "--seq") || cli_given(o, "--seq-k")))
     return fail(err, errlen, "fatune explore takes --seq or --sweep, not both");
-  if (o->cmd == CMD_EXPLORE && o->problem.dtype != FA_FP32 && o->problem.dtype != FA_FP64)
-    return fail(err, errlen, "fatune explore covers the SIMT family: --dtype fp32 or fp64, not %s",
-                fa_dtype_name(o->problem.dtype));
   return 0;
 }
 

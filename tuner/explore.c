@@ -26,22 +26,10 @@
 
 #define EX_EMU_SEQ 2048
 
-const ex_axis ex_axes[EX_NAXES] = {
-  {"norm", "normalization: eager (FlashAttention-1) against deferred (FlashAttention-2)", 2,
-   {"eager", "deferred"}, {"norm=eager", "norm=deferred"}},
-  {"parallel", "loop order: kv_outer (FlashAttention-1) against q_outer (FlashAttention-2)", 2,
-   {"kv_outer", "q_outer"}, {"par=kv_outer", "par=q_outer"}},
-  {"warp_split", "work split among warps: split_k (FlashAttention-1) against split_q "
-   "(FlashAttention-2)", 2, {"split_k", "split_q"}, {"split=split_k", "split=split_q"}},
-  {"layout", "shared-memory layout: row-major, padded rows, K transposed", 3,
-   {"row", "pad", "kt"}, {"layout=row", "layout=pad", "layout=kt"}},
-  {"tiles", "tile: block_m x block_n", 4, {"32x32", "64x32", "64x64", "128x64"},
-   {"block_m=32,block_n=32", "block_m=64,block_n=32", "block_m=64,block_n=64",
-    "block_m=128,block_n=64"}},
-};
+/* ---- The SIMT family: FlashAttention-1 against -2 ---- */
 
 #define C(f, j, l) {#f, j, l, offsetof(fa_counters, f)}
-const ex_counter ex_counters[EX_NCOUNTERS] = {
+static const ex_counter simt_counters[] = {
   C(gmem_read, "global_bytes_read", "global bytes read"),
   C(gmem_written, "global_bytes_written", "global bytes written"),
   C(smem_read, "smem_bytes_read", "shared bytes read"),
@@ -54,11 +42,99 @@ const ex_counter ex_counters[EX_NCOUNTERS] = {
   C(barriers, "barriers", "__syncthreads"),
   C(warp_syncs, "warp_syncs", "__syncwarp"),
 };
+
+static const ex_axis simt_axes[] = {
+  {"norm", "normalization: eager (FlashAttention-1) against deferred (FlashAttention-2)", 2,
+   {"eager", "deferred"}, {"norm=eager", "norm=deferred"},
+   "eager scales O and P by l_old*alpha/l_new and 1/l_new at every K/V tile; deferred scales "
+   "only O, by alpha, and divides it by l once at the end", {6, 6}, "rescale multiplies"},
+  {"parallel", "loop order: kv_outer (FlashAttention-1) against q_outer (FlashAttention-2)", 2,
+   {"kv_outer", "q_outer"}, {"par=kv_outer", "par=q_outer"},
+   "kv_outer reads Q and reads and writes O, m and l once per (K/V tile, Q tile) pair; q_outer "
+   "reads K and V once per Q tile and writes O once", {0, 1}, "global-memory bytes"},
+  {"warp_split", "work split among warps: split_k (FlashAttention-1) against split_q "
+   "(FlashAttention-2)", 2, {"split_k", "split_q"}, {"split=split_k", "split=split_q"},
+   "split_k's warps exchange row maxima, row sums and partial O through shared memory at every "
+   "K/V tile, behind three more barriers; split_q's warps own whole rows", {2, 3},
+   "shared-memory bytes"},
+  {"layout", "shared-memory layout: row-major, padded rows, K transposed", 3,
+   {"row", "pad", "kt"}, {"layout=row", "layout=pad", "layout=kt"},
+   "the layouts move the same bytes: they differ in bank conflicts, which the emulator does not "
+   "model (a GPU times them), and in shared memory per CTA", {-1, -1}, NULL},
+  {"tiles", "tile: block_m x block_n", 4, {"32x32", "64x32", "64x64", "128x64"},
+   {"block_m=32,block_n=32", "block_m=64,block_n=32", "block_m=64,block_n=64",
+    "block_m=128,block_n=64"},
+   "K and V are read once per Q tile: taller tiles read them fewer times, for more shared "
+   "memory per CTA", {-1, -1}, NULL},
+};
+
+/* ---- The wg family (sm_90a): FlashAttention-3's choices ---- */
+
+static const ex_counter wg_counters[] = {
+  C(gmem_read, "global_bytes_read", "global bytes read"),
+  C(gmem_written, "global_bytes_written", "global bytes written"),
+  C(tma_bytes, "tma_bytes", "TMA box bytes"),
+  C(smem_read, "smem_bytes_read", "shared bytes read"),
+  C(smem_written, "smem_bytes_written", "shared bytes written"),
+  C(exp2, "exp_count", "exponentials"),
+  C(log2, "log_count", "logarithms"),
+  C(rescale, "rescale_count", "rescale multiplies"),
+  C(wgmma, "wgmma_count", "wgmma"),
+  C(wgmma_flops, "wgmma_flops", "wgmma FLOPs"),
+  C(mbar_waits, "mbar_waits", "mbarrier waits"),
+  C(named_waits, "named_bar_waits", "named-barrier waits"),
+  C(shuffles, "shuffles", "warp shuffles"),
+  C(barriers, "barriers", "__syncthreads"),
+};
 #undef C
 
-long long ex_measured(const ex_variant *v, int c) {
+static const ex_axis wg_axes[] = {
+  {"norm", "normalization: eager (FlashAttention-1) against deferred (FlashAttention-2, -3)", 2,
+   {"eager", "deferred"}, {"norm=eager", "norm=deferred"},
+   "eager scales O by l_old*alpha/l_new and P by 1/l_new at every K/V block; deferred scales "
+   "only O, by alpha, and divides it by l once at the end", {7, 7}, "rescale multiplies"},
+  {"pingpong", "ping-pong: two consumer warpgroups take turns, one's softmax under the other's "
+   "GEMMs (FlashAttention-3), against none", 2, {"none", "pp"}, {"pingpong=0", "pingpong=1"},
+   "ping-pong orders the consumers' GEMMs with named barriers: each waits for the other's turn "
+   "before its S = Q K^T and after its P V; the work itself is the same", {11, 11},
+   "named-barrier waits"},
+  {"overlap", "intra-warpgroup overlap: S of the next K/V block issued before this block's "
+   "softmax (FlashAttention-3), against none", 2, {"none", "ov"}, {"overlap=0", "overlap=1"},
+   "overlap reorders the same wgmma and exponentials: a GPU times the difference, the counts "
+   "stay", {8, 8}, "wgmma"},
+  {"consumers", "consumer warpgroups: one against two (each owns 64 rows of the Q block)", 2,
+   {"1", "2"}, {"consumers=1,pingpong=0,block_m=64", "consumers=2,pingpong=0,block_m=128"},
+   "two consumers share each K/V block the producer loads: half the TMA bytes of K and V per "
+   "query row", {2, 2}, "TMA box bytes"},
+  {"stages", "K/V pipeline stages: 2 against 3", 2, {"2", "3"}, {"stages=2", "stages=3"},
+   "stages hold more K/V blocks in flight, for more shared memory per CTA; the same bytes move",
+   {10, 10}, "mbarrier waits"},
+};
+
+#define N(a) (int)(sizeof a / sizeof a[0])
+static const ex_family families[] = {
+  {"simt", "", "templates/simt_model.lua", "simt.cu", N(simt_axes), simt_axes,
+   N(simt_counters), simt_counters, 1},
+  {"wg", "family=wg", "templates/wg_model.lua", "wg.cu", N(wg_axes), wg_axes, N(wg_counters),
+   wg_counters, 0},
+};
+_Static_assert(N(simt_axes) <= EX_NAXES && N(wg_axes) <= EX_NAXES, "EX_NAXES");
+_Static_assert(N(simt_counters) <= EX_NCOUNTERS && N(wg_counters) <= EX_NCOUNTERS,
+               "EX_NCOUNTERS");
+#undef N
+
+const ex_family *ex_family_for(fa_dtype dtype, const char *arch, char *why, size_t n) {
+  if (dtype == FA_FP32 || dtype == FA_FP64) return &families[0];
+  if (!strcmp(arch, "sm_90a")) return &families[1];
+  snprintf(why, n, "explore covers the SIMT family (--dtype fp32 or fp64) and, on "
+                   "--arch sm_90a, the wg family (fp16, bf16); not %s on %s",
+           fa_dtype_name(dtype), arch);
+  return NULL;
+}
+
+long long ex_measured(const explore *x, const ex_variant *v, int c) {
   return (long long)*(const unsigned long long *)((const char *)&v->t.out.r.counters +
-                                                  ex_counters[c].off);
+                                                  x->fam->counters[c].off);
 }
 
 /* ---- The variants ---- */
@@ -66,8 +142,11 @@ long long ex_measured(const ex_variant *v, int c) {
 /* Render `config` around the defaults; the index of its variant (an equal
 ** one rendered before is shared), -1 when it does not fit the target (why
 ** says so), -2 on any other error. */
-static int add_variant(explore *x, const char *config, char *why, size_t n) {
+static int add_variant(explore *x, const char *axis_config, char *why, size_t n) {
   gen_kernel k;
+  char config[256];
+  snprintf(config, sizeof config, "%s%s%s", x->fam->config, x->fam->config[0] ? "," : "",
+           axis_config);
   if (gen_render_config(x->g, config, &x->o->problem, x->t, &k) != 0) {
     snprintf(why, n, "%s", gen_errmsg(x->g));
     return strstr(why, "does not fit") ? -1 : -2;
@@ -84,12 +163,13 @@ static int add_variant(explore *x, const char *config, char *why, size_t n) {
 }
 
 static int setup_variants(explore *x) {
-  for (int a = 0; a < EX_NAXES; a++) {
+  for (int a = 0; a < x->fam->naxes; a++) {
     if (!x->on[a]) continue;
-    for (int i = 0; i < ex_axes[a].n; i++) {
-      int at = add_variant(x, ex_axes[a].config[i], x->unfit[a][i], sizeof x->unfit[a][i]);
+    const ex_axis *d = &x->fam->axes[a];
+    for (int i = 0; i < d->n; i++) {
+      int at = add_variant(x, d->config[i], x->unfit[a][i], sizeof x->unfit[a][i]);
       if (at == -2) {
-        fprintf(stderr, "fatune: explore: %s: %s\n", ex_axes[a].config[i], x->unfit[a][i]);
+        fprintf(stderr, "fatune: explore: %s: %s\n", d->config[i], x->unfit[a][i]);
         return -1;
       }
       x->slot[a][i] = at;
@@ -129,9 +209,10 @@ static int predict(explore *x, ex_variant *v) {
     return -1;
   }
   for (int c = 0; c < EX_NCOUNTERS; c++) v->pred[c] = -1;
+  v->paper_standard = v->paper_tiled = -1;
   for (int i = 0; i < pr.n; i++) {
-    for (int c = 0; c < EX_NCOUNTERS; c++)
-      if (!strcmp(pr.f[i].name, ex_counters[c].model)) v->pred[c] = pr.f[i].value;
+    for (int c = 0; c < x->fam->ncounters; c++)
+      if (!strcmp(pr.f[i].name, x->fam->counters[c].model)) v->pred[c] = pr.f[i].value;
     if (!strcmp(pr.f[i].name, "paper_standard_bytes")) v->paper_standard = pr.f[i].value;
     if (!strcmp(pr.f[i].name, "paper_tiled_bytes")) v->paper_tiled = pr.f[i].value;
   }
@@ -235,9 +316,9 @@ static void banner(const explore *x, const char *note) {
     fprintf(stderr, "fatune: explore on the CPU emulator%s%s: exact counts, one batch and one "
                     "head, seq at most %d; not GPU performance\n",
             note[0] ? ": " : "", note, x->emu_seq);
-  fprintf(stderr, "fatune: %s dim %d%s, axis %s, target %s; inputs seed %llu\n",
-          fa_dtype_name(p->dtype), p->dim, p->causal ? " causal" : "", x->o->axis, x->t->arch,
-          x->seed);
+  fprintf(stderr, "fatune: %s dim %d%s, the %s family, axis %s, target %s; inputs seed %llu\n",
+          fa_dtype_name(p->dtype), p->dim, p->causal ? " causal" : "", x->fam->name, x->o->axis,
+          x->t->arch, x->seed);
 }
 
 int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
@@ -249,12 +330,23 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   x->emu_seq = cli_given(o, "--emu-seq") ? o->emu_seq : EX_EMU_SEQ;
   const double t0 = fa_now_s();
   trial_env_init(&x->env);
-  for (int a = 0; a < EX_NAXES; a++)
-    x->on[a] = !strcmp(o->axis, "all") || !strcmp(o->axis, ex_axes[a].name);
   char note[256], err[512];
-  int rc = 1;
+  int rc = 1, any = 0;
+  if (!(x->fam = ex_family_for(o->problem.dtype, t->arch, err, sizeof err))) {
+    rc = cli_say(EXIT_BAD_INPUT, err);
+    goto done;
+  }
+  for (int a = 0; a < x->fam->naxes; a++)
+    any |= x->on[a] = !strcmp(o->axis, "all") || !strcmp(o->axis, x->fam->axes[a].name);
+  if (!any) {
+    fprintf(stderr, "fatune: the %s family has no axis '%s' (", x->fam->name, o->axis);
+    for (int a = 0; a < x->fam->naxes; a++) fprintf(stderr, "%s, ", x->fam->axes[a].name);
+    fprintf(stderr, "or all)\n");
+    rc = EXIT_BAD_INPUT;
+    goto done;
+  }
   /* Before anything large is allocated: the peak is a high-water mark. */
-  if (!strcmp(o->axis, "all") && ex_peak_measure(x) != 0) goto done;
+  if (!strcmp(o->axis, "all") && x->fam->paper && ex_peak_measure(x) != 0) goto done;
   if (backend_open(o->backend, &x->be, note, sizeof note, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);
     goto done;

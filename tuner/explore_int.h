@@ -11,18 +11,22 @@
 #include "explore.h"
 #include "trial.h"
 
-#define EX_NAXES 5
-#define EX_NCOUNTERS 11
+#define EX_NAXES 6        /* at most, in a family */
+#define EX_NCOUNTERS 16   /* at most, in a family */
 #define EX_MAX 16        /* variants: every axis around one default */
 
 /* One design axis: configs around the family's default that differ in
-** this axis only, the FlashAttention-1 side first. */
+** this axis only, the FlashAttention-1 side (or the simpler one) first;
+** why it moves what it moves; the counter it is about, as the sum of two
+** of the family's counters (key[0] == key[1]: one; -1: none). */
 typedef struct ex_axis {
   const char *name, *title;
   int n;
   const char *label[4], *config[4];
+  const char *why;
+  int key[2];
+  const char *key_label;
 } ex_axis;
-extern const ex_axis ex_axes[EX_NAXES];
 
 /* A counter as the cost model (gen_predict), the JSON and the table name
 ** it, and where fa_counters keeps it. */
@@ -30,7 +34,24 @@ typedef struct ex_counter {
   const char *model, *json, *label;
   size_t off;
 } ex_counter;
-extern const ex_counter ex_counters[EX_NCOUNTERS];
+
+/* A family explore covers: its axes around its default (config, the text
+** every variant's config starts with), the counters its model predicts,
+** the files the model and the kernel live in (for a mismatch's flag), and
+** whether the FlashAttention paper's bounds and seed 003's peak memory
+** come after (the SIMT family's walk from FlashAttention-1 to -2). */
+typedef struct ex_family {
+  const char *name, *config, *model, *kernel;
+  int naxes;
+  const ex_axis *axes;
+  int ncounters;
+  const ex_counter *counters;
+  int paper;
+} ex_family;
+
+/* simt for fp32 and fp64; wg for fp16 and bf16, on sm_90a only. NULL
+** with why when the dtype and the target have none. */
+const ex_family *ex_family_for(fa_dtype dtype, const char *arch, char *why, size_t n);
 
 typedef struct ex_variant {
   trial t;                     /* first: the trials' stride is this struct's */
@@ -56,6 +77,7 @@ typedef struct ex_peak {
 
 typedef struct explore {
   const cli_opts *o;
+  const ex_family *fam;
   const gen_target *t;
   gen_state *g;
   fa_backend *be;
@@ -75,7 +97,7 @@ typedef struct explore {
   ex_peak peak;
 } explore;
 
-long long ex_measured(const ex_variant *v, int counter);
+long long ex_measured(const explore *x, const ex_variant *v, int counter);
 
 /* The tables (or JSON) of one problem, after it ran; first says whether it
 ** is the first. Counts the counters off the model in x->mismatches. */

@@ -9,25 +9,13 @@
 ** prints all of it as one object instead.
 */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "explore_int.h"
 #include "json.h"
-
-/* Why each axis moves what it moves, under its table. */
-static const char *const axis_notes[EX_NAXES] = {
-  "eager scales O and P by l_old*alpha/l_new and 1/l_new at every K/V tile; deferred scales "
-  "only O, by alpha, and divides it by l once at the end",
-  "kv_outer reads Q and reads and writes O, m and l once per (K/V tile, Q tile) pair; q_outer "
-  "reads K and V once per Q tile and writes O once",
-  "split_k's warps exchange row maxima, row sums and partial O through shared memory at every "
-  "K/V tile, behind three more barriers; split_q's warps own whole rows",
-  "the layouts move the same bytes: they differ in bank conflicts, which the emulator does not "
-  "model (a GPU times them), and in shared memory per CTA",
-  "K and V are read once per Q tile: taller tiles read them fewer times, for more shared "
-  "memory per CTA",
-};
 
 /* ptxas's report: the backend's own (cuda) or the extra NVRTC compile (emu). */
 static int ptxas(const explore *x, const ex_variant *v, int what) {
@@ -43,7 +31,7 @@ static int ptxas(const explore *x, const ex_variant *v, int what) {
 }
 
 static long long measured_or_none(const explore *x, const ex_variant *v, int c) {
-  return !x->gpu && trial_ran(v->t.st) ? ex_measured(v, c) : -1;
+  return !x->gpu && trial_ran(v->t.st) ? ex_measured(x, v, c) : -1;
 }
 
 static void cell(long long v, int width) {
@@ -73,7 +61,7 @@ static const ex_variant *slot_variant(const explore *x, int a, int i) {
 /* One row: per variant measured, model, difference; the effect B - A. */
 static void row(const explore *x, int a, const char *label, const long long *m,
                 const long long *p, int flag) {
-  const ex_axis *d = &ex_axes[a];
+  const ex_axis *d = &x->fam->axes[a];
   printf("  %-22s", label);
   for (int i = 0; i < d->n; i++)   /* "-" where the variant does not fit */
     cell(m[i], 13), cell(p[i], 13), diff_cell(m[i], p[i], flag);
@@ -83,7 +71,7 @@ static void row(const explore *x, int a, const char *label, const long long *m,
 }
 
 static void header(const explore *x, int a) {
-  const ex_axis *d = &ex_axes[a];
+  const ex_axis *d = &x->fam->axes[a];
   printf("  %-22s", "counter");
   for (int i = 0; i < d->n; i++) printf(" %13s %13s %7s", d->label[i], "model", "diff");
   if (d->n == 2 && slot_variant(x, a, 0) && slot_variant(x, a, 1)) {
@@ -97,17 +85,23 @@ static void header(const explore *x, int a) {
 static void counter_rows(const explore *x, int a) {
   long long m[4], p[4], tm[2][4], tp[2][4];
   memset(tm, 0, sizeof tm), memset(tp, 0, sizeof tp);
-  for (int c = 0; c < EX_NCOUNTERS; c++) {
-    for (int i = 0; i < ex_axes[a].n; i++) {
+  for (int c = 0; c < x->fam->ncounters; c++) {
+    const size_t off = x->fam->counters[c].off;
+    /* Totals: global read and written; shared read and written. */
+    const int total = off == offsetof(fa_counters, gmem_read) ||
+                      off == offsetof(fa_counters, gmem_written) ? 0
+                      : off == offsetof(fa_counters, smem_read) ||
+                      off == offsetof(fa_counters, smem_written) ? 1 : -1;
+    for (int i = 0; i < x->fam->axes[a].n; i++) {
       const ex_variant *v = slot_variant(x, a, i);
       m[i] = v ? measured_or_none(x, v, c) : -1;
       p[i] = v ? v->pred[c] : -1;
-      if (c < 4) {   /* global read, written; shared read, written */
-        tm[c / 2][i] = m[i] < 0 || tm[c / 2][i] < 0 ? -1 : tm[c / 2][i] + m[i];
-        tp[c / 2][i] = p[i] < 0 || tp[c / 2][i] < 0 ? -1 : tp[c / 2][i] + p[i];
+      if (total >= 0) {
+        tm[total][i] = m[i] < 0 || tm[total][i] < 0 ? -1 : tm[total][i] + m[i];
+        tp[total][i] = p[i] < 0 || tp[total][i] < 0 ? -1 : tp[total][i] + p[i];
       }
     }
-    row(x, a, ex_counters[c].label, m, p, 1);
+    row(x, a, x->fam->counters[c].label, m, p, 1);
   }
   row(x, a, "global bytes, total", tm[0], tp[0], 1);
   row(x, a, "shared bytes, total", tm[1], tp[1], 1);
@@ -116,7 +110,7 @@ static void counter_rows(const explore *x, int a) {
 /* ptxas's figures against the template's plan and estimate. */
 static void build_rows(const explore *x, int a) {
   long long m[3][4], p[3][4];
-  for (int i = 0; i < ex_axes[a].n; i++) {
+  for (int i = 0; i < x->fam->axes[a].n; i++) {
     const ex_variant *v = slot_variant(x, a, i);
     for (int r = 0; r < 3; r++) m[r][i] = p[r][i] = -1;
     if (!v) continue;
@@ -133,7 +127,7 @@ static void build_rows(const explore *x, int a) {
 /* Status, error, and the time: GPU microseconds and TFLOP/s, or the
 ** emulator's milliseconds (a simulation's, never GPU performance). */
 static void result_rows(const explore *x, int a) {
-  const ex_axis *d = &ex_axes[a];
+  const ex_axis *d = &x->fam->axes[a];
   const char *labels[4] = {"status", "norm-relative error",
                            x->gpu ? "GPU median us" : "emulator ms", "TFLOP/s"};
   for (int r = 0; r < (x->gpu ? 4 : 3); r++) {
@@ -158,43 +152,40 @@ static void result_rows(const explore *x, int a) {
   }
 }
 
-/* The counter each two-sided axis is about (-1: none), as a sum of
-** measured counters: global (0, 1), shared (2, 3) or rescale (6). */
-static const int key_counter[EX_NAXES][2] = {{6, 6}, {0, 1}, {2, 3}, {-1, -1}, {-1, -1}};
-static const char *const key_label[EX_NAXES] = {
-  "rescale multiplies", "global-memory bytes", "shared-memory bytes", NULL, NULL};
-
+/* The counter an axis is about, measured or predicted. */
 static long long key_sum(const explore *x, const ex_variant *v, int a, int measured) {
-  const int c0 = key_counter[a][0], c1 = key_counter[a][1];
+  const int c0 = x->fam->axes[a].key[0], c1 = x->fam->axes[a].key[1];
   const long long m0 = measured ? measured_or_none(x, v, c0) : v->pred[c0];
   const long long m1 = measured ? measured_or_none(x, v, c1) : v->pred[c1];
   if (m0 < 0 || m1 < 0) return -1;
   return c0 == c1 ? m0 : m0 + m1;
 }
 
-/* One line: how much the FlashAttention-2 side saves, measured and
+/* One line: how much the second side saves (or costs), measured and
 ** predicted. */
 static void effect_line(const explore *x, int a) {
-  const ex_axis *d = &ex_axes[a];
+  const ex_axis *d = &x->fam->axes[a];
   const ex_variant *v0 = slot_variant(x, a, 0), *v1 = slot_variant(x, a, 1);
-  if (d->n != 2 || key_counter[a][0] < 0 || !v0 || !v1) return;
+  if (d->n != 2 || d->key[0] < 0 || !v0 || !v1) return;
   const long long m0 = key_sum(x, v0, a, 1), m1 = key_sum(x, v1, a, 1);
   const long long p0 = key_sum(x, v0, a, 0), p1 = key_sum(x, v1, a, 0);
   if (p0 < 0 || p1 < 0) return;
   if (m0 < 0 || m1 < 0) {
-    printf("  effect: %s moves %lld fewer %s than %s (the model; %.1f%% less)\n", d->label[1],
-           p0 - p1, key_label[a], d->label[0], p0 ? 100.0 * (double)(p0 - p1) / (double)p0 : 0.0);
+    printf("  effect: %s moves %lld %s %s than %s (the model; %.1f%% %s)\n", d->label[1],
+           llabs(p0 - p1), p0 >= p1 ? "fewer" : "more", d->key_label, d->label[0],
+           p0 ? 100.0 * fabs((double)(p0 - p1)) / (double)p0 : 0.0, p0 >= p1 ? "less" : "more");
     return;
   }
-  printf("  effect: %s: %lld %s against %s's %lld: %lld fewer (%.1f%%); the model says %lld "
-         "fewer%s\n", d->label[1], m1, key_label[a], d->label[0], m0, m0 - m1,
-         m0 ? 100.0 * (double)(m0 - m1) / (double)m0 : 0.0, p0 - p1,
+  const char *fm = m0 >= m1 ? "fewer" : "more", *fp = p0 >= p1 ? "fewer" : "more";
+  printf("  effect: %s: %lld %s against %s's %lld: %lld %s (%.1f%%); the model says %lld "
+         "%s%s\n", d->label[1], m1, d->key_label, d->label[0], m0, llabs(m0 - m1), fm,
+         m0 ? 100.0 * fabs((double)(m0 - m1)) / (double)m0 : 0.0, llabs(p0 - p1), fp,
          m0 - m1 == p0 - p1 ? ", exactly" : " (!)");
 }
 
 /* Flags under the table: counters off the model, with what that means. */
 static void notes(const explore *x, int a) {
-  const ex_axis *d = &ex_axes[a];
+  const ex_axis *d = &x->fam->axes[a];
   int regs_differ = 0;
   for (int i = 0; i < d->n; i++) {
     const ex_variant *v = slot_variant(x, a, i);
@@ -206,15 +197,16 @@ static void notes(const explore *x, int a) {
       printf("  ! %s is %s: %.*s\n", d->label[i], trial_status_names[v->t.st],
              (int)strcspn(v->t.why, "\n"), v->t.why);
     regs_differ |= ptxas(x, v, 0) >= 0 && ptxas(x, v, 0) != v->t.k.registers_estimate;
-    for (int c = 0; c < EX_NCOUNTERS; c++) {
+    for (int c = 0; c < x->fam->ncounters; c++) {
       const long long m = measured_or_none(x, v, c);
       if (m >= 0 && v->pred[c] >= 0 && m != v->pred[c])
-        printf("  ! %s: %s measured %lld, the model says %lld: templates/simt_model.lua and "
-               "simt.cu disagree\n", d->label[i], ex_counters[c].label, m, v->pred[c]);
+        printf("  ! %s: %s measured %lld, the model says %lld: %s and %s disagree\n",
+               d->label[i], x->fam->counters[c].label, m, v->pred[c], x->fam->model,
+               x->fam->kernel);
     }
   }
   effect_line(x, a);
-  printf("  why: %s\n", axis_notes[a]);
+  printf("  why: %s\n", d->why);
   if (regs_differ)
     printf("  registers: the model is the template's estimate (its per-thread arrays plus 24 "
            "words), which prunes the space; ptxas also keeps addresses and indices, and caps "
@@ -224,7 +216,7 @@ static void notes(const explore *x, int a) {
 }
 
 static void print_axis(const explore *x, int a) {
-  const ex_axis *d = &ex_axes[a];
+  const ex_axis *d = &x->fam->axes[a];
   printf("\n%s: %s\n", d->name, d->title);
   for (int i = 0; i < d->n; i++)
     if (slot_variant(x, a, i)) printf("  %-9s %s\n", d->label[i], slot_variant(x, a, i)->t.k.name);
@@ -248,7 +240,7 @@ static void print_paper(const explore *x) {
   printf("  %-64s %14s %14s %8s %8s\n", "variant", "global bytes", "N^2 d^2 / M", "ratio", "M");
   for (size_t i = 0; i < x->n; i++) {
     const ex_variant *v = &x->v[i];
-    const long long g = !x->gpu && trial_ran(v->t.st) ? ex_measured(v, 0) + ex_measured(v, 1)
+    const long long g = !x->gpu && trial_ran(v->t.st) ? ex_measured(x, v, 0) + ex_measured(x, v, 1)
                                              : v->pred[0] + v->pred[1];
     printf("  %-64s %14lld %14lld %8.2f %8d\n", v->t.k.name, g, v->paper_tiled,
            v->paper_tiled > 0 ? (double)g / (double)v->paper_tiled : NAN,
@@ -275,15 +267,15 @@ static void print_peak(const explore *x) {
 
 /* ---- JSON ---- */
 
-static void json_counts(const ex_variant *v, int measured) {
+static void json_counts(const explore *x, const ex_variant *v, int measured) {
   printf("{");
-  for (int c = 0; c < EX_NCOUNTERS; c++) {
-    const long long n = measured ? ex_measured(v, c) : v->pred[c];
-    printf("%s\"%s\": ", c ? ", " : "", ex_counters[c].json);
+  for (int c = 0; c < x->fam->ncounters; c++) {
+    const long long n = measured ? ex_measured(x, v, c) : v->pred[c];
+    printf("%s\"%s\": ", c ? ", " : "", x->fam->counters[c].json);
     if (n < 0) printf("null");
     else printf("%lld", n);
   }
-  if (!measured)
+  if (!measured && x->fam->paper)
     printf(", \"paper_standard_bytes\": %lld, \"paper_tiled_bytes\": %lld", v->paper_standard,
            v->paper_tiled);
   printf("}");
@@ -303,10 +295,10 @@ static void json_variant(const explore *x, const ex_variant *v) {
   printf(", \"max_abs_err\": ");
   json_number(stdout, ran ? v->t.out.r.max_abs_err : NAN);
   printf(", \"measured\": ");
-  if (ran && !x->gpu) json_counts(v, 1);
+  if (ran && !x->gpu) json_counts(x, v, 1);
   else printf("null");
   printf(", \"predicted\": ");
-  json_counts(v, 0);
+  json_counts(x, v, 0);
   printf(", \"registers\": %d, \"registers_estimate\": %d, \"spill_bytes\": %d, "
          "\"smem_per_cta\": %d, \"emu_ms\": ", ptxas(x, v, 0), v->t.k.registers_estimate,
          ptxas(x, v, 1), v->t.k.smem_bytes);
@@ -321,12 +313,13 @@ static void json_variant(const explore *x, const ex_variant *v) {
 static void json_axes(const explore *x) {
   printf("\"axes\": [");
   int first = 1;
-  for (int a = 0; a < EX_NAXES; a++) {
+  for (int a = 0; a < x->fam->naxes; a++) {
+    const ex_axis *d = &x->fam->axes[a];
     if (!x->on[a]) continue;
-    printf("%s\n  {\"axis\": \"%s\", \"labels\": [", first ? "" : ",", ex_axes[a].name);
-    for (int i = 0; i < ex_axes[a].n; i++) printf("%s\"%s\"", i ? ", " : "", ex_axes[a].label[i]);
+    printf("%s\n  {\"axis\": \"%s\", \"labels\": [", first ? "" : ",", d->name);
+    for (int i = 0; i < d->n; i++) printf("%s\"%s\"", i ? ", " : "", d->label[i]);
     printf("], \"variants\": [");
-    for (int i = 0; i < ex_axes[a].n; i++) {
+    for (int i = 0; i < d->n; i++) {
       printf("%s", i ? ", " : "");
       if (slot_variant(x, a, i)) json_string(stdout, slot_variant(x, a, i)->t.k.name);
       else printf("null");
@@ -343,7 +336,7 @@ static void json_axes(const explore *x) {
 ** axes). */
 static void count_mismatches(explore *x) {
   for (size_t i = 0; i < x->n; i++)
-    for (int c = 0; c < EX_NCOUNTERS; c++) {
+    for (int c = 0; c < x->fam->ncounters; c++) {
       const long long m = measured_or_none(x, &x->v[i], c);
       if (m >= 0 && x->v[i].pred[c] >= 0 && m != x->v[i].pred[c]) x->mismatches++;
     }
@@ -351,8 +344,9 @@ static void count_mismatches(explore *x) {
 
 void ex_print_start(explore *x) {
   if (!x->o->json) return;
-  printf("{\"backend\": \"%s\", \"target\": \"%s\", \"dtype\": \"%s\", \"dim\": %d, "
-         "\"causal\": %s, \"seed\": %llu, ", backend_name(x->be), x->t->arch,
+  printf("{\"backend\": \"%s\", \"target\": \"%s\", \"family\": \"%s\", \"dtype\": \"%s\", "
+         "\"dim\": %d, \"causal\": %s, \"seed\": %llu, ", backend_name(x->be), x->t->arch,
+         x->fam->name,
          fa_dtype_name(x->o->problem.dtype), x->o->problem.dim,
          x->o->problem.causal ? "true" : "false", x->seed);
   json_axes(x);
@@ -376,9 +370,9 @@ void ex_print_problem(explore *x, int first) {
          first ? "" : "\n", fa_dtype_name(p->dtype), p->dim, p->causal ? " causal" : "",
          p->seq_q, p->seq_k, p->batch, p->heads,
          x->gpu ? "the GPU" : "the CPU emulator (exact counts; not GPU time)");
-  for (int a = 0; a < EX_NAXES; a++)
+  for (int a = 0; a < x->fam->naxes; a++)
     if (x->on[a]) print_axis(x, a);
-  print_paper(x);
+  if (x->fam->paper) print_paper(x);
 }
 
 void ex_print_end(explore *x) {
