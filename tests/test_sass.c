@@ -11,7 +11,12 @@
 **      ranges, the inner loop twice, the masking block left out), one in
 **      two key parts whose row sums on the tensor cores make its HMMA
 **      pass the tile's FLOPs;
-**   3. with --fresh: kernels compiled now with NVRTC and disassembled by
+**   3. Hopper: a hand-written warp-specialized kernel in the shape of
+**      FlashAttention-3's (a persistent loop over tiles, the consumer's
+**      K/V loop of HGMMA, waits with a second try and a spin, a producer
+**      loop of UTMALDG), and the wgmma GEMM (templates/gemm.cu) as
+**      nvdisasm printed it, counts exact;
+**   4. with --fresh: kernels compiled now with NVRTC and disassembled by
 **      the nvdisasm found (SKIPPED, exit 77, without one).
 ** usage: test_sass [--fresh]
 */
@@ -90,6 +95,87 @@ static const char nested[] =
   "\t.section\t.text.straight,\"ax\",@progbits\n"
   "        /*0000*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
   "        /*0010*/                   EXIT ;\n";
+
+/* The shape of FlashAttention-3's forward kernel: a persistent loop
+** (.L_x_0) over tiles holds a first K/V block before the steady loop
+** (.L_x_2, 2 HGMMA); each wait tries once, jumps over its second try on
+** success, and spins out of line (.L_x_5, with NANOSLEEP) otherwise; the
+** producer's loop (.L_x_3) issues the TMA loads after its wait. */
+static const char hopper[] =
+  "\t.section\t.text.ws,\"ax\",@progbits\n"
+  ".L_x_0:\n"
+  "        /*0000*/                   WARPGROUP.ARRIVE ;\n"
+  "        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT, gsb0 ;\n"
+  "        /*0020*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
+  "        /*0030*/               @P2 BRA `(.L_x_3) ;\n"
+  ".L_x_2:\n"
+  "        /*0040*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR10+0x30], R12 ;\n"
+  "        /*0050*/               @P0 BRA `(.L_x_4) ;\n"
+  "        /*0060*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR10+0x30], R12 ;\n"
+  "        /*0070*/              @!P0 BRA `(.L_x_5) ;\n"
+  ".L_x_4:\n"
+  "        /*0080*/                   BAR.SYNC.DEFER_BLOCKING R9, 0x100 ;\n"
+  "        /*0090*/                   WARPGROUP.ARRIVE ;\n"
+  "        /*00a0*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;\n"
+  "        /*00b0*/                   HGMMA.64x128x16.F32.BF16 R112, R176, gdesc[UR12].tnspB, R112, gsb0 ;\n"
+  "        /*00c0*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
+  "        /*00d0*/                   MUFU.EX2 R3, R3 ;\n"
+  "        /*00e0*/                   FMNMX R4, R4, R5, !PT ;\n"
+  "        /*00f0*/                   SHFL.BFLY PT, R5, R4, 0x1, 0x1f ;\n"
+  "        /*0100*/              @!P2 SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [R27+URZ], RZ ;\n"
+  "        /*0110*/                   UIADD3 UR6, UR6, 0x1, URZ ;\n"
+  "        /*0120*/               @P1 BRA `(.L_x_2) ;\n"
+  "        /*0130*/                   UIADD3 UR4, UR4, 0x1, URZ ;\n"
+  "        /*0140*/               @P3 BRA `(.L_x_0) ;\n"
+  "        /*0150*/                   EXIT ;\n"
+  ".L_x_3:\n"
+  "        /*0160*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR4+0x20], R9 ;\n"
+  "        /*0170*/              @!P2 BRA `(.L_x_6) ;\n"
+  ".L_x_7:\n"
+  "        /*0180*/                   SYNCS.ARRIVE.TRANS64 RZ, [UR4+0x10], R6 ;\n"
+  "        /*0190*/                   UTMALDG.4D [UR8], [UR16], desc[UR18] ;\n"
+  "        /*01a0*/                   UTMALDG.4D [UR12], [UR16], desc[UR18] ;\n"
+  "        /*01b0*/                   UIADD3 UR4, UR4, 0x8, URZ ;\n"
+  "        /*01c0*/               @P4 BRA `(.L_x_3) ;\n"
+  "        /*01d0*/                   EXIT ;\n"
+  ".L_x_5:\n"
+  "        /*01e0*/                   IMAD.U32 R15, RZ, RZ, UR10 ;\n"
+  "        /*01f0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R15+URZ+0x30], R12 ;\n"
+  "        /*0200*/              @!P0 NANOSLEEP.SYNCS 0x989680 ;\n"
+  "        /*0210*/              @!P0 BRA `(.L_x_5) ;\n"
+  "        /*0220*/                   BRA `(.L_x_4) ;\n"
+  ".L_x_6:\n"
+  "        /*0230*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR4+0x20], R9 ;\n"
+  "        /*0240*/              @!P2 BRA `(.L_x_6) ;\n"
+  "        /*0250*/                   BRA `(.L_x_7) ;\n"
+  "        /*0260*/                   NOP ;\n";
+
+static void test_hopper(void) {
+  sass_counts c;
+  char err[256];
+  CHECK(sass_analyse(hopper, NULL, 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && !strcmp(c.mma, "HGMMA"), "main loop found, product %s", c.mma);
+  /* The steady loop, not the persistent one (3 HGMMA), without the
+  ** second try (0060, 0070) and the spin (01e0 .. 0220): 0040, 0050,
+  ** 0080 .. 0120. */
+  CHECK(c.inner_loops == 0 && c.inner_trips == 1, "no inner loop counted: %d, trips %d",
+        c.inner_loops, c.inner_trips);
+  CHECK(c.loop_instructions == 13 && c.loop_hmma == 2, "instructions %ld, HGMMA %ld, want 13, 2",
+        c.loop_instructions, c.loop_hmma);
+  CHECK(c.loop_syncs == 2 && c.loop_warpgroup == 2 && c.loop_bar == 1 && c.loop_utmaldg == 0,
+        "syncs %ld, warpgroup %ld, bar %ld, utmaldg %ld", c.loop_syncs, c.loop_warpgroup,
+        c.loop_bar, c.loop_utmaldg);
+  CHECK(c.loop_mufu == 1 && c.loop_shfl == 1 && c.loop_int == 1, "mufu %ld shfl %ld int %ld",
+        c.loop_mufu, c.loop_shfl, c.loop_int);
+  CHECK(fabs(c.non_mma_per_mma - 5.5) < 1e-12, "non-HGMMA per HGMMA %g", c.non_mma_per_mma);
+  /* The producer: 0160 .. 01c0, its spin (0230 .. 0250) left out. */
+  CHECK(c.producer_found && c.producer_instructions == 7 && c.producer_utmaldg == 2,
+        "producer %d: %ld instructions, %ld UTMALDG", c.producer_found, c.producer_instructions,
+        c.producer_utmaldg);
+  /* A HMMA kernel has no producer. */
+  CHECK(sass_analyse(nested, "nested", 0, &c, err, sizeof err) == 0 && !c.producer_found &&
+          c.loop_syncs == 0 && c.loop_warpgroup == 0, "no producer in a HMMA kernel");
+}
 
 static void test_nested(void) {
   sass_counts c;
@@ -216,6 +302,37 @@ static void test_fixture(const fixture *x) {
         c.loop_shfl, c.loop_local, c.loop_int);
   CHECK(c.masked_left_out == x->masked, "%s: masking block %d, want %ld", x->file,
         c.masked_left_out, x->masked);
+  free(text);
+}
+
+/* The wgmma GEMM (templates/gemm.cu, fp16, n=128, A from shared memory,
+** 2 consumer warpgroups) for sm_90a, counted by hand from the listing:
+** the consumer's loop is 06a0 .. 0c70 (94 instructions; its wait's spin
+** at 1850 .. 1870 left out), 4 HGMMA, a try-wait and an arrive, a wgmma
+** fence and wait, 67 integer (IADD3 5, IMAD 9, ISETP 2, LOP3 8, SHF 5,
+** UIADD3 14, UIMAD 4, UISETP 1, ULEA 1, ULOP3 10, USHF 8); the
+** producer's is 15f0 .. 1830: 37 instructions, 2 UTMALDG. */
+static void test_gemm_fixture(void) {
+  static const char file[] = "sass_gemm_f16_n128_wg2_sm90a.sass";
+  char *text = slurp(file), err[256];
+  CHECK(text != NULL, "reading %s/%s", FATUNE_SASS_DATA, file);
+  if (!text) return;
+  sass_counts c;
+  CHECK(sass_analyse(text, NULL, 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && !strcmp(c.mma, "HGMMA") && c.inner_loops == 0, "%s: main loop, %s, %d inner",
+        file, c.mma, c.inner_loops);
+  CHECK(c.loop_instructions == 94 && c.loop_hmma == 4 && c.loop_int == 67,
+        "%s: instructions %ld, HGMMA %ld, int %ld", file, c.loop_instructions, c.loop_hmma,
+        c.loop_int);
+  CHECK(c.loop_syncs == 2 && c.loop_warpgroup == 2 && c.loop_bar == 0 && c.loop_utmaldg == 0 &&
+          c.loop_mufu == 0 && c.loop_local == 0,
+        "%s: syncs %ld warpgroup %ld bar %ld utmaldg %ld", file, c.loop_syncs, c.loop_warpgroup,
+        c.loop_bar, c.loop_utmaldg);
+  CHECK(fabs(c.non_mma_per_mma - 22.5) < 1e-12, "%s: non-HGMMA per HGMMA %g", file,
+        c.non_mma_per_mma);
+  CHECK(c.producer_found && c.producer_instructions == 37 && c.producer_utmaldg == 2,
+        "%s: producer %ld instructions, %ld UTMALDG", file, c.producer_instructions,
+        c.producer_utmaldg);
   free(text);
 }
 
@@ -364,6 +481,37 @@ static void fresh(const char *nvdisasm, gen_state *g, const char *arch, const ch
   gen_kernel_free(&k);
 }
 
+/* The wgmma GEMM compiled now: its consumer loop issues one HGMMA per
+** k16 step of the 64-wide k-tile (4), waits on the stage and releases
+** it; the producer loop loads A and B by TMA. */
+static void fresh_gemm(const char *nvdisasm, gen_state *g) {
+  gen_kernel k;
+  nvrtc_result r;
+  char err[256], *text = NULL;
+  if (gen_render_gemm(g, "dtype=fp16,n=128,a=smem,b=k,wg=2", &k) != 0) {
+    CHECK(0, "rendering the GEMM: %s", gen_errmsg(g));
+    return;
+  }
+  CHECK(nvrtc_compile(k.source, k.entry, "sm_90a", &r) == 0 && r.ok, "%s: %s", k.name, r.error);
+  sass_counts c = {0};
+  if (r.ok && sass_disassemble(nvdisasm, r.cubin, r.cubin_size, &text, err, sizeof err) != 0)
+    CHECK(0, "%s: %s", k.name, err);
+  if (text) {
+    CHECK(sass_analyse(text, k.entry, 0, &c, err, sizeof err) == 0, "%s", err);
+    CHECK(c.found && !strcmp(c.mma, "HGMMA") && c.loop_hmma == 4 && c.inner_loops == 0 &&
+            c.loop_syncs >= 2 && c.loop_warpgroup >= 2 && c.loop_local == 0,
+          "%s: %s x %ld, %d inner, %ld SYNCS, %ld WARPGROUP", k.name, c.mma, c.loop_hmma,
+          c.inner_loops, c.loop_syncs, c.loop_warpgroup);
+    CHECK(c.producer_found && c.producer_utmaldg == 2, "%s: producer %d, %ld UTMALDG", k.name,
+          c.producer_found, c.producer_utmaldg);
+    printf("  %s on sm_90a: %ld instructions, %ld HGMMA per k-tile; producer %ld\n", k.name,
+           c.loop_instructions, c.loop_hmma, c.producer_instructions);
+  }
+  free(text);
+  nvrtc_result_free(&r);
+  gen_kernel_free(&k);
+}
+
 static void test_fresh(void) {
   char nvdisasm[4096], err[256];
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
@@ -376,6 +524,8 @@ static void test_fresh(void) {
   fresh(nvdisasm, g, "sm_80", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_90", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_80", "family=simt,dtype=fp32,dim=64", "FFMA", 0);
+  if (nvrtc_arch_supported("sm_90a")) fresh_gemm(nvdisasm, g);
+  else printf("  this NVRTC does not compile for sm_90a: no wgmma GEMM\n");
   gen_close(g);
 }
 
@@ -386,6 +536,8 @@ int main(int argc, char **argv) {
   }
   test_nested();
   test_small();
+  test_hopper();
+  test_gemm_fixture();
   for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) test_fixture(&fixtures[i]);
   test_estimate();
   test_db_sass();

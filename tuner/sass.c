@@ -436,6 +436,75 @@ static int mark_masking(const func *f, const uint64_t *body, char *skip) {
   return left_out;
 }
 
+/* Hopper's asynchronous machinery: TMA, mbarriers, wgmma's fences. */
+/* A block of an mbarrier wait's spin: only try-waits, the sleep between
+** them (FlashAttention-3's), branches and moves of the barrier's address. */
+static int spin_block(const func *f, int b) {
+  static const char *const ok[] = {"SYNCS", "NANOSLEEP", "BRA", "NOP", "MOV", "UMOV", "IMAD",
+                                   "R2UR", NULL};
+  for (int i = f->bb[b].first; i <= f->bb[b].last; i++)
+    if (!op_in(f->in[i].op, ok)) return 0;
+  return 1;
+}
+
+/* A loop that only spins on an mbarrier: every block a spin block, one
+** try-wait at least. */
+static int is_spin_loop(const func *f, const loop *l) {
+  long syncs = 0;
+  for (int b = 0; b < f->nbb; b++)
+    if (bit(l->body, b)) {
+      if (!spin_block(f, b)) return 0;
+      for (int i = f->bb[b].first; i <= f->bb[b].last; i++) syncs += !strcmp(f->in[i].op, "SYNCS");
+    }
+  return syncs > 0;
+}
+
+/* Marks in skip the second tries of the waits in body: the spin
+** instructions that a conditional branch right after a try-wait jumps
+** over when the first try succeeds. */
+static void mark_retry(const func *f, const uint64_t *body, char *skip) {
+  for (int b = 0; b < f->nbb; b++) {
+    const block *k = &f->bb[b];
+    const insn *br = &f->in[k->last];
+    if (!bit(body, b) || k->last == k->first || strcmp(f->in[k->last - 1].op, "SYNCS") ||
+        !is_branch(br) || !br->predicated || br->target <= k->last)
+      continue;
+    int ok = 1;
+    for (int i = k->last + 1; i < br->target && ok; i++)
+      ok = bit(body, f->block_of[i]) && spin_block(f, f->block_of[i]);
+    for (int i = k->last + 1; ok && i < br->target; i++) skip[i] = 1;
+  }
+}
+
+/* Marks in skip the spin loops nested in body, and the blocks of a lone
+** BRA whose only predecessors are spin blocks (the way back into the
+** loop): executed only while a wait is not yet satisfied. Then the
+** second tries (mark_retry): the loop is counted as when every wait
+** succeeds at its first try. */
+static void mark_spin(const func *f, const uint64_t *body, const loop *l, int n, char *skip) {
+  mark_retry(f, body, skip);
+  for (int k = 0; k < n; k++) {
+    int inside = bit(body, l[k].header) && is_spin_loop(f, &l[k]);
+    for (int b = 0; inside && b < f->nbb; b++)
+      if (bit(l[k].body, b))
+        for (int i = f->bb[b].first; i <= f->bb[b].last; i++) skip[i] = 1;
+  }
+  for (int b = 0; b < f->nbb; b++) {
+    const block *k = &f->bb[b];
+    int lone = bit(body, b) && k->first == k->last && !strcmp(f->in[k->first].op, "BRA") &&
+               !f->in[k->first].predicated && f->pred_at[b] < f->pred_at[b + 1];
+    for (int p = f->pred_at[b]; lone && p < f->pred_at[b + 1]; p++)
+      lone = skip[f->bb[f->pred[p]].first] && spin_block(f, f->pred[p]);
+    if (lone) skip[k->first] = 1;
+  }
+}
+
+static void tally_hopper(sass_counts *c, const char *op, long times) {
+  if (!strcmp(op, "UTMALDG")) c->loop_utmaldg += times;
+  else if (!strcmp(op, "SYNCS")) c->loop_syncs += times;
+  else if (!strcmp(op, "WARPGROUP")) c->loop_warpgroup += times;
+}
+
 static void tally(sass_counts *c, const insn *in, long times) {
   const char *op = in->op;
   if (!strcmp(op, "NOP")) return;
@@ -449,6 +518,7 @@ static void tally(sass_counts *c, const insn *in, long times) {
   else if (!strcmp(op, "SHFL")) c->loop_shfl += times;
   else if (!strcmp(op, "LDL") || !strcmp(op, "STL")) c->loop_local += times;
   else if (is_int(op)) c->loop_int += times;
+  else tally_hopper(c, op, times);
 }
 
 /* The trip count of the inner loops: the fewest whole trips whose product
@@ -465,12 +535,14 @@ static int inner_trips(long outer_mma, long inner_mma, long mma_per_block) {
   return (int)trips;
 }
 
-/* Counts the main loop m; inner: which of its blocks lie in nested loops. */
-static int count_loop(const func *f, const loop *m, const uint64_t *inner, long mma_per_block,
-                      sass_counts *c) {
+/* Counts the main loop m of the loops l[0..n); inner: which of its blocks
+** lie in nested loops. */
+static int count_loop(const func *f, const loop *m, const loop *l, int n, const uint64_t *inner,
+                      long mma_per_block, sass_counts *c) {
   char *skip = calloc((size_t)f->nin + 1, 1);
   if (!skip) return -1;
   c->masked_left_out = mark_masking(f, m->body, skip);
+  mark_spin(f, m->body, l, n, skip);
   long outer_mma = 0, inner_mma = 0;
   for (int b = 0; b < f->nbb; b++)
     if (bit(m->body, b))
@@ -498,6 +570,46 @@ static const char *product_op(const func *f) {
     if (count_op(f, all, mma_ops[k])) op = mma_ops[k];
   free(all);
   return op;
+}
+
+/* HGMMA: a loop that holds another loop of the product is no candidate
+** for the main loop (its mma is cleared; sass.h says why). */
+static void innermost_only(const func *f, loop *l, int n) {
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < n && l[i].mma; k++)
+      if (l[k].mma && contains(f, &l[i], &l[k])) l[i].mma = 0;
+}
+
+/* The producer loop of a warp-specialized kernel: of the innermost loops
+** holding UTMALDG but no product, outside the main loop m, the one with
+** most UTMALDG, then fewest instructions; counted once, spins left out. */
+static int count_producer(const func *f, const loop *l, int n, int m, sass_counts *c) {
+  int best = -1;
+  long best_tma = 0;
+  for (int i = 0; i < n; i++) {
+    long tma = count_op(f, l[i].body, "UTMALDG");
+    if (!tma || count_op(f, l[i].body, c->mma) || contains(f, &l[m], &l[i])) continue;
+    int inner = 0;
+    for (int k = 0; k < n && !inner; k++)
+      inner = count_op(f, l[k].body, "UTMALDG") && contains(f, &l[i], &l[k]);
+    if (inner) continue;
+    if (best < 0 || tma > best_tma || (tma == best_tma && l[i].size < l[best].size))
+      best = i, best_tma = tma;
+  }
+  if (best < 0) return 0;
+  char *skip = calloc((size_t)f->nin + 1, 1);
+  if (!skip) return -1;
+  mark_spin(f, l[best].body, l, n, skip);
+  for (int b = 0; b < f->nbb; b++)
+    if (bit(l[best].body, b))
+      for (int i = f->bb[b].first; i <= f->bb[b].last; i++)
+        if (!skip[i] && strcmp(f->in[i].op, "NOP")) {
+          c->producer_instructions++;
+          c->producer_utmaldg += !strcmp(f->in[i].op, "UTMALDG");
+        }
+  free(skip);
+  c->producer_found = 1;
+  return 0;
 }
 
 /* The main loop among l[0..n): most product instructions, outermost, then
@@ -532,11 +644,12 @@ static int analyse(func *f, double flops_per_warp, sass_counts *c) {
     for (int b = 0; b < f->nbb; b++)
       if (bit(l[i].body, b)) l[i].size += f->bb[b].last - f->bb[b].first + 1;
   }
+  if (!strcmp(op, "HGMMA")) innermost_only(f, l, n);
   int m = pick_main(f, l, n), rc = 0;
   if (m >= 0) {
     c->found = 1;
     for (int i = 0; i < n; i++)
-      if (contains(f, &l[m], &l[i])) {
+      if (contains(f, &l[m], &l[i]) && !is_spin_loop(f, &l[i])) {
         c->inner_loops++;
         for (int w = 0; w < f->words; w++) all[w] |= l[i].body[w];
       }
@@ -544,8 +657,9 @@ static int analyse(func *f, double flops_per_warp, sass_counts *c) {
     double per = !strcmp(op, "HMMA") ? 4096 : !strcmp(op, "HGMMA") ? 0 : 64;
     double want = per > 0 ? flops_per_warp / per : 0;
     long mma = want >= 1 && want < 1e9 && want == floor(want) ? (long)want : 0;
-    rc = count_loop(f, &l[m], all, mma, c);
+    rc = count_loop(f, &l[m], l, n, all, mma, c);
   }
+  if (rc == 0 && m >= 0 && !strcmp(op, "HGMMA")) rc = count_producer(f, l, n, m, c);
   free(all);
   loops_free(l, n);
   return rc;

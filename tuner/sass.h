@@ -14,6 +14,17 @@
 ** disjoint ones (a causal kernel's masked and unmasked loops) the one
 ** with fewer instructions: the steady state.
 **
+** HGMMA (wgmma, sm_90a): each instruction is a whole warpgroup's 64xNx16
+** product, so no loop over key parts nests in the main loop; the main
+** loop is the innermost loop holding HGMMA, so that a persistent kernel's
+** loop over tiles (FlashAttention-3's) is not taken for it. loop_hmma
+** then counts HGMMA (mma says which). A warp-specialized kernel's producer
+** loop, the innermost loop holding UTMALDG and no product, is counted
+** apart (producer_*). The spin of an mbarrier wait (a loop of nothing but
+** SYNCS.PHASECHK and branches, taken only while the barrier's phase has
+** not completed, and the branch back from it) counts in neither: the
+** first try, laid out in the loop, does.
+**
 ** Per iteration, an inner loop (the tensor-core template's loop over key
 ** parts) counts its trip count times. The analyser cannot see a trip count
 ** in the code; the caller may pass the product's FLOPs per warp per
@@ -49,7 +60,14 @@ typedef struct sass_counts {
   /* per iteration of the main loop, per warp; NOPs are not counted */
   long loop_instructions, loop_hmma, loop_mufu, loop_ldsm, loop_lds, loop_ldgsts, loop_bar,
       loop_shfl, loop_local, loop_int;
+  /* Hopper's: TMA loads, mbarrier operations (SYNCS), wgmma fences and
+  ** waits (WARPGROUP.ARRIVE, WARPGROUP.DEPBAR) */
+  long loop_utmaldg, loop_syncs, loop_warpgroup;
   double non_mma_per_mma;  /* (instructions - product) / product */
+  /* A warp-specialized kernel's producer: the loop of TMA loads outside
+  ** the main loop (producer_found 0: none), counted once per iteration. */
+  int producer_found;
+  long producer_instructions, producer_utmaldg;
 } sass_counts;
 
 /* The names of the functions in nvdisasm text, in order: *names is one

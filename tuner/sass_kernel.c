@@ -65,6 +65,11 @@ void sass_kernel_json(FILE *f, const sass_figures *s) {
   member_long(f, "loop_shfl", h, c->loop_shfl);
   member_long(f, "loop_local", h, c->loop_local);
   member_long(f, "loop_int", h, c->loop_int);
+  member_long(f, "loop_utmaldg", h, c->loop_utmaldg);
+  member_long(f, "loop_syncs", h, c->loop_syncs);
+  member_long(f, "loop_warpgroup", h, c->loop_warpgroup);
+  member_long(f, "producer_instructions", h && c->producer_found, c->producer_instructions);
+  member_long(f, "producer_utmaldg", h && c->producer_found, c->producer_utmaldg);
   fprintf(f, ", \"non_mma_per_mma\": ");
   if (h && c->loop_hmma) json_number(f, c->non_mma_per_mma);
   else fputs("null", f);

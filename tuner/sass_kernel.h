@@ -34,7 +34,9 @@ void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const nvrtc_
                          const estimate_gpu *gpu, sass_figures *out);
 
 /* The figures as JSON members after ", " (nulls when not analysed):
-** loop_instructions, ..., non_mma_per_mma, ctas_per_sm, bound, est_tflops. */
+** loop_instructions, ..., loop_utmaldg, loop_syncs, loop_warpgroup,
+** producer_instructions, producer_utmaldg, non_mma_per_mma, ctas_per_sm,
+** bound, est_tflops. */
 void sass_kernel_json(FILE *f, const sass_figures *s);
 
 #endif
