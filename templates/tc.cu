@@ -7,6 +7,10 @@ $ -- tile addresses come from the preludes' fa_swizzle, fa_tile_offset and
 $ -- fa_slab_offset.
 $ local c, P = args.cfg, args.P
 $ local causal, eager, q_in_registers = c.causal == 1, c.norm == "eager", c.q == "reg"
+$ -- Deferred normalization's row sums of P: on the tensor cores (sum_mma)
+$ -- or, as FlashAttention-2 does, added up by each thread over its own
+$ -- columns (FADD) and across the quad once, in the epilogue.
+$ local sum_mma = not eager and c.rowsum ~= "fadd"
 $ local T = c.dtype == "bf16" and "bf16" or "f16"
 $ local block_m, block_n, threads, stages = P.block_m, P.block_n, P.threads, P.stages
 $ local warp_rows, m_tiles, k_steps, dim_tiles = P.warp_rows, P.m_tiles, P.k_steps, P.dim_tiles
@@ -20,7 +24,7 @@ $ -- one more n8 tile, sum_tile, that P V fills with P times a block of ones,
 $ -- so that every column of it holds the row's sum of P as rounded for the
 $ -- product. The alpha rescale of O rescales it with the rest.
 $ local sum_tile = dim_tiles
-$ local o_tiles = eager and dim_tiles or dim_tiles + 1
+$ local o_tiles = sum_mma and dim_tiles + 1 or dim_tiles
 /* ${args.entry}
 ** fp32 accumulation, ${c.norm} normalization, ${c.layout} shared memory, Q in ${c.q},
 ** ${stages} K/V stage(s); tile ${block_m}x${block_n}, ${c.warps} warps of ${warp_rows} rows (${m_tiles} m16 tile(s) each); head dim ${dim}.
@@ -285,6 +289,8 @@ for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
     const float alpha = fa_exp2_f32(mo * sl2 - mu);
 $   if eager then
     float rs = 0.f;
+$   elseif not sum_mma then
+    float rs = l_i[mt][hh] * alpha; /* this thread's part of l, rescaled, then this part's columns */
 $   end
     FA_UNROLL
     for (int n = 0; n < ${n_tiles}; ++n) {
@@ -295,6 +301,9 @@ $   if eager then
       s[mt][n][2 * hh] = x0;
       s[mt][n][2 * hh + 1] = x1;
 $   else
+$     if not sum_mma then
+      rs += x0 + x1;
+$     end
       pp[mt][n][hh] = fa_pack_${T}x2(x0, x1);
 $   end
     }
@@ -315,7 +324,12 @@ $   if eager then
       pp[mt][n][hh] = fa_pack_${T}x2(fa_rescale_f32(s[mt][n][2 * hh], inv), fa_rescale_f32(s[mt][n][2 * hh + 1], inv));
     l_i[mt][hh] = ln;
 $   else
+$     if sum_mma then
     /* deferred (FlashAttention-2): O = O * alpha + P V, and l with it (sum_tile) */
+$     else
+    /* deferred (FlashAttention-2): O = O * alpha + P V */
+    l_i[mt][hh] = rs;
+$     end
     FA_UNROLL
     for (int n = 0; n < ${o_tiles}; ++n) {
       o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], alpha);
@@ -352,7 +366,7 @@ for (int kn = 0; kn < ${pv_steps}; ++kn) {
       fa_mma_m16n8k16_${T}(o[mt][2 * d2 + 1], pa[mt], vb + 2, o[mt][2 * d2 + 1]);
     }
   }
-$   if not eager then
+$   if sum_mma then
   FA_UNROLL
   for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_mma_m16n8k16_${T}(o[mt][${sum_tile}], pa[mt], ones, o[mt][${sum_tile}]);
 $   end
@@ -375,8 +389,13 @@ for (int mt = 0; mt < ${m_tiles}; ++mt) {
   for (int hh = 0; hh < 2; ++hh) {
 $   if eager then
     const float l = l_i[mt][hh];
-$   else
+$   elseif sum_mma then
     const float l = o[mt][${sum_tile}][2 * hh];  /* the row's sum of P, in every column */
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+$   else
+    float l = l_i[mt][hh];  /* this thread's columns; then the quad's */
+    l += fa_shfl_xor_f32(l, 1);
+    l += fa_shfl_xor_f32(l, 2);
     const float inv = l > 0.f ? 1.f / l : 0.f;
 $   end
     const int r = warp * ${warp_rows} + mt * 16 + g + 8 * hh;
@@ -478,7 +497,7 @@ $ end
 
   float o[${m_tiles}][${o_tiles}][4];   /* O: rows g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
   float m_i[${m_tiles}][2];
-$ if eager then
+$ if not sum_mma then
   float l_i[${m_tiles}][2];
 $ else
   const unsigned ones[2] = {${T == "bf16" and "0x3f803f80u" or "0x3c003c00u"}, ${T == "bf16" and "0x3f803f80u" or "0x3c003c00u"}};  /* B fragment of a block of ones */
@@ -491,7 +510,7 @@ $ end
       for (int i = 0; i < 4; ++i) o[mt][n][i] = 0.f;
     }
     m_i[mt][0] = m_i[mt][1] = NEG_INF;
-$ if eager then
+$ if not sum_mma then
     l_i[mt][0] = l_i[mt][1] = 0.f;
 $ end
   }

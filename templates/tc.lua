@@ -37,6 +37,12 @@ tc.axes = {
   -- Key parts per K/V block: 0 lets tc.plan choose (parts and m-tile
   -- groups), n > 0 asks for n parts with all m-tiles together.
   int_axis("parts", 0, 16),
+  -- Deferred normalization's row sums of P: on the tensor cores (P times
+  -- a block of ones into one more O tile: no FADD, one HMMA more per k16
+  -- step of P V) or with FADD by each thread, as FlashAttention-2 does
+  -- (one FADD per score, no HMMA more). Which issues less depends on the
+  -- head dim; which runs faster, on what bounds the loop.
+  enum_axis("rowsum", { "mma", "fadd" }),
 }
 tc.axis = enum.index(tc.axes)
 
@@ -59,7 +65,7 @@ function tc.defaults(problem)
   return {
     dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
     block_m = bm, block_n = bn, warps = 4, norm = "deferred",
-    layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0,
+    layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0, rowsum = "mma",
   }
 end
 
@@ -74,13 +80,15 @@ end
 -- Names ---------------------------------------------------------------------
 -- tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2[-causal]; Q and K sharing
 -- shared memory adds "share" after the Q token: ...-qreg-share-s2; key
--- parts asked for add "p<n>" after the stages: ...-s2-p2.
+-- parts asked for add "p<n>" after the stages: ...-s2-p2; row sums by
+-- FADD add "fadd" after that: ...-s2-fadd.
 
 function tc.name_of(c)
-  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s%s",
+  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s%s%s",
     c.dtype == "bf16" and "bf16" or "f16", c.dim, c.block_m, c.block_n, c.warps, c.norm,
     c.layout, c.q, c.q_share == 1 and "-share" or "", c.stages,
-    (c.parts or 0) ~= 0 and "-p" .. c.parts or "", c.causal == 1 and "-causal" or "")
+    (c.parts or 0) ~= 0 and "-p" .. c.parts or "", c.rowsum == "fadd" and "-fadd" or "",
+    c.causal == 1 and "-causal" or "")
 end
 
 function tc.parse_name(name)
@@ -88,12 +96,15 @@ function tc.parse_name(name)
     "^tc%-(b?f16)%-d(%d+)%-m(%d+)n(%d+)w(%d+)%-(%a+)%-(%a+)%-q(%a+)(%-?%a*)%-s(%d+)(.*)$")
   local parts = rest and rest:match("^%-p([1-9]%d*)")
   if parts then rest = rest:sub(#parts + 3) end
+  local fadd = rest and rest:match("^%-fadd") ~= nil
+  if fadd then rest = rest:sub(6) end
   if not dt or (rest ~= "" and rest ~= "-causal") or (share ~= "" and share ~= "-share") then
     return nil
   end
   return { dtype = dt == "bf16" and "bf16" or "fp16", dim = d, causal = rest == "" and 0 or 1,
            block_m = m, block_n = n, warps = w, norm = norm, layout = layout, q = q,
-           stages = s, q_share = share == "" and 0 or 1, parts = parts or 0 }
+           stages = s, q_share = share == "" and 0 or 1, parts = parts or 0,
+           rowsum = fadd and "fadd" or "mma" }
 end
 
 -- Derived plan ----------------------------------------------------------------
@@ -153,10 +164,11 @@ function tc.plan(c)
   -- earlier), the row statistics (m, and l when eager, of 2 rows per
   -- m-tile), and 40 for addresses, indices, loop state and the exp
   -- pipeline.
-  P.o_tiles = P.dim_tiles + (c.norm == "deferred" and 1 or 0)
+  local sum_mma = c.norm == "deferred" and c.rowsum ~= "fadd"
+  P.o_tiles = P.dim_tiles + (sum_mma and 1 or 0)
   local o = P.m_tiles * P.o_tiles * 4
   local q = c.q == "reg" and P.m_tiles * P.k_steps * 4 or 0
-  local stats = P.m_tiles * (c.norm == "deferred" and 2 or 4)
+  local stats = P.m_tiles * (sum_mma and 2 or 4)
   local key_tiles, key_steps = c.block_n // 8, c.block_n // 16
   local function words(parts, group)
     return o + group * (key_tiles // parts) * 4 + q + (c.q == "reg" and 8 or 4 * group) + 4
@@ -219,6 +231,9 @@ function tc.fits(c, _, target)
   if (c.parts or 0) ~= 0 and (c.block_n // 16) % c.parts ~= 0 then
     return false, "parts must divide block_n / 16"
   end
+  if c.rowsum == "fadd" and c.norm ~= "deferred" then
+    return false, "row sums by FADD are deferred normalization's (eager sums its rows anyway)"
+  end
   if c.q_share == 1 and c.q ~= "reg" then
     return false, "Q can share its shared memory with K only when Q is held in registers"
   end
@@ -259,13 +274,13 @@ function tc.enumerate(problem, which)
     cross(base, { block_m = { 64, 128, 192 }, block_n = bn, warps = { 4, 8 },
                   norm = { "eager", "deferred" }, layout = { "row", "pad", "swizzle" },
                   q = { "smem", "reg" }, stages = { 1, 2, 3 }, q_share = { 0, 1 },
-                  parts = { 0, 2 } }, out)
+                  parts = { 0, 2 }, rowsum = { "mma", "fadd" } }, out)
     return out
   end
   if which == "small" then
     cross(base, { block_m = { 64 }, block_n = { 32, 16 }, warps = { 4 }, norm = { "deferred" },
                   layout = { "swizzle" }, q = { "smem" }, stages = { 1 }, q_share = { 0 },
-                  parts = { 0 } }, out)
+                  parts = { 0 }, rowsum = { "mma" } }, out)
     return out
   end
   local D = tc.padded_dim(problem.dim) or 256
@@ -290,7 +305,8 @@ function tc.enumerate(problem, which)
   for i, t in ipairs(tiles) do
     for _, q in ipairs({ "smem", "reg" }) do
       local c = with(base, { block_m = t[1], block_n = t[2], warps = t[3], norm = "deferred",
-                             layout = "swizzle", q = q, stages = 2, q_share = 0, parts = 0 })
+                             layout = "swizzle", q = q, stages = 2, q_share = 0, parts = 0,
+                             rowsum = "mma" })
       if i == 1 and q == "smem" then fa2 = c end
       add(c)
     end
@@ -301,7 +317,7 @@ function tc.enumerate(problem, which)
                         { stages = 1 }, { stages = 3 }, { q = "reg", q_share = 1 },
                         { q = "reg", q_share = 1, stages = 3 },
                         { block_n = fa2.block_n - 16 }, { block_n = fa2.block_n + 16 },
-                        { parts = 2 } }) do
+                        { parts = 2 }, { rowsum = "fadd" } }) do
     add(with(fa2, ch))
   end
   return out

@@ -365,6 +365,7 @@ static void test_estimate(void) {
   ** clocks on a quarter of MUFU): 3555 cycles, under the 4096 of two warps
   ** on each scheduler. */
   CHECK(fabs(e.cyc_chain - (256 * 8 + 1507)) < 1e-9, "chain %g", e.cyc_chain);
+  CHECK(fabs(e.issue_share - 8 * 1763 / 4.0 / 4096) < 1e-12, "issue share %g", e.issue_share);
   /* 97 KB of shared memory: one CTA, by shared memory; one warp per
   ** scheduler, nothing overlaps its chain, which bounds it. */
   t.smem_bytes = 97 * 1024;

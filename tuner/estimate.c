@@ -144,6 +144,7 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
   out->cyc_chain = chain_cycles(g, c);
   if (out->cyc_chain > worst) worst = out->cyc_chain, out->bound = "chain";
   if (!(worst > 0)) return -1;
+  out->issue_share = out->cyc_issue / worst;
   out->tflops = warps * t->flops_per_warp / worst * g->clock_ghz * 1e9 * g->sms / 1e12;
   return isfinite(out->tflops) ? 0 : -1;
 }

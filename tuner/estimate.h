@@ -61,6 +61,8 @@ typedef struct estimate {
   double cyc_product, cyc_mufu, cyc_issue, cyc_smem;  /* per iteration of the SM's warps */
   double cyc_chain;       /* one warp's mma.sync, then its other work, on its scheduler; 0: no HMMA */
   const char *bound;      /* "tensor" (or "fma"), "mufu", "issue", "smem" or "chain" */
+  double issue_share;     /* cyc_issue over the bound's cycles: how near issue is to binding,
+                          ** which ranks variants of the same TFLOP/s (less first) */
   double tflops;          /* the bound's TFLOP/s over the whole GPU */
 } estimate;
 
