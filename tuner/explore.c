@@ -94,7 +94,8 @@ static const ex_axis wg_axes[] = {
    "eager scales O by l_old*alpha/l_new and P by 1/l_new at every K/V block; deferred scales "
    "only O, by alpha, and divides it by l once at the end", {7, 7}, "rescale multiplies"},
   {"pingpong", "ping-pong: two consumer warpgroups take turns, one's softmax under the other's "
-   "GEMMs (FlashAttention-3), against none", 2, {"none", "pp"}, {"pingpong=0", "pingpong=1"},
+   "GEMMs (FlashAttention-3), against none", 2, {"none", "pp"},
+   {"consumers=2,block_m=128,pingpong=0", "consumers=2,block_m=128,pingpong=1"},
    "ping-pong orders the consumers' GEMMs with named barriers: each waits for the other's turn "
    "before its S = Q K^T and after its P V; the work itself is the same", {11, 11},
    "named-barrier waits"},
