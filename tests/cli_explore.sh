@@ -13,6 +13,10 @@
 #    (signature and size), each referenced by report.html; Markdown too;
 #    with gnuplot off PATH the tables stay and the page says how to get the
 #    plots; none of the GPU trials' plots (roofline, registers).
+#  - the wg family on sm_90a (when the space has it): --axis norm and
+#    --axis pingpong at dim 64, seq 128, every variant valid, the modelled
+#    counters as predicted; eager rescales more than deferred, ping-pong
+#    waits at more named barriers than none, with the same wgmma.
 #  - bad input: one line on stderr, exit 2.
 #
 # usage: FATUNE=build/fatune bash tests/cli_explore.sh
@@ -104,6 +108,54 @@ grep -q 'effect: deferred: .* rescale multiplies .* fewer .*exactly' "$tmp/norm.
   ! grep -q '^  !' "$tmp/norm.out" && grep -q 'Theta(N^2 d^2 / M)' "$tmp/norm.out"
 check "explore --axis norm: the effect as predicted, nothing flagged, the paper's bound" $? \
   "exit $rc: $(grep -E 'effect|^  !' "$tmp/norm.out" | head -3)"
+
+# --- the wg family (sm_90a) -------------------------------------------------------
+if "$FATUNE" list --dim 64 --dtype bf16 --arch sm_90a 2>/dev/null | grep -q '^wg-'; then
+  for axis in norm pingpong; do
+    run "wg$axis" explore --dim 64 --seq 128 --dtype bf16 --arch sm_90a --axis "$axis" \
+      --backend emu --seed 7 --db "$db" --json
+    check "explore --arch sm_90a --axis $axis exits 0" "$rc" \
+      "exit $rc: $(tail -c 400 "$tmp/wg$axis.err")"
+  done
+  why=$(python3 - "$tmp/wgnorm.out" "$tmp/wgpingpong.out" <<'EOF'
+import json, sys
+errs, seen = [], {}
+for path in sys.argv[1:]:
+    d = json.load(open(path))
+    assert d["family"] == "wg", "family %r" % d["family"]
+    ax = d["axes"][0]
+    by = {v["name"]: v for v in d["runs"][0]["variants"]}
+    for label, name in zip(ax["labels"], ax["variants"]):
+        v = by[name]
+        if v["status"] != "ok":
+            errs.append("%s is %s: %s" % (name, v["status"], v["message"]))
+            continue
+        for k, p in v["predicted"].items():
+            if p is not None and v["measured"][k] != p:
+                errs.append("%s %s: measured %d, predicted %d" % (name, k, v["measured"][k], p))
+        seen[(ax["axis"], label)] = v["measured"]
+def m(axis, label, key):
+    return seen.get((axis, label), {}).get(key, -1)
+if not m("norm", "eager", "rescale_count") > m("norm", "deferred", "rescale_count") >= 0:
+    errs.append("rescales: eager %d, deferred %d" % (m("norm", "eager", "rescale_count"),
+                                                      m("norm", "deferred", "rescale_count")))
+if not m("pingpong", "pp", "named_bar_waits") > m("pingpong", "none", "named_bar_waits") >= 0:
+    errs.append("named-barrier waits: pp %d, none %d"
+                % (m("pingpong", "pp", "named_bar_waits"), m("pingpong", "none", "named_bar_waits")))
+if m("pingpong", "pp", "wgmma_count") != m("pingpong", "none", "wgmma_count"):
+    errs.append("ping-pong changes the wgmma count")
+if errs:
+    print("; ".join(errs[:6]))
+    sys.exit(1)
+print("eager rescales %d, deferred %d; ping-pong waits %d named barriers, none %d"
+      % (m("norm", "eager", "rescale_count"), m("norm", "deferred", "rescale_count"),
+         m("pingpong", "pp", "named_bar_waits"), m("pingpong", "none", "named_bar_waits")))
+EOF
+)
+  check "explore wg JSON: ${why}" $? "$why"
+else
+  echo "SKIPPED the wg checks: the space lists no wg variant for sm_90a"
+fi
 
 # --- report --------------------------------------------------------------------
 run sweep explore --dim 32 --sweep seq=32:128 --axis tiles --backend emu --seed 7 --db "$db"

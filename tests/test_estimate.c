@@ -36,7 +36,8 @@ static void test_hgmma_count(void) {
         estimate_wg_hgmma(&fa3_d128));
   estimate_wg_tile d64 = {3, 512, 128, 200 * 1024, 192, 192, 64, 2, 1, 1};
   CHECK(estimate_wg_hgmma(&d64) == 64 / 16 + 192 / 16, "d64: %ld", estimate_wg_hgmma(&d64));
-  estimate_wg_tile two = {1, 256, 168, 100 * 1024, 128, 80, 256, 2, 0, 1};   /* 128 rows, 1 consumer */
+  /* 128 rows on one consumer: two m64 slabs. */
+  estimate_wg_tile two = {1, 256, 168, 100 * 1024, 128, 80, 256, 2, 0, 1};
   CHECK(estimate_wg_hgmma(&two) == 2 * (256 / 16 + 80 / 16), "two m64 slabs: %ld",
         estimate_wg_hgmma(&two));
   estimate_wg_tile odd = {2, 384, 168, 1024, 96, 64, 64, 2, 0, 0};   /* 96 rows on 2 consumers */

@@ -193,7 +193,8 @@ static const shape wg_shapes[] = {
   {"", 0, 128, FA_FP16, 0, 1, 1, 100, 200},
 };
 static const char *const wg_algos[] = {
-  "norm=deferred", "norm=eager", "pingpong=1", "overlap=1", "pingpong=0,overlap=0",
+  "norm=deferred", "norm=eager", "consumers=2,block_m=128,pingpong=1",
+  "consumers=2,block_m=128,overlap=1,norm=eager", "consumers=1,block_m=64,stages=3",
 };
 #define WG_MAX (sizeof wg_shapes / sizeof wg_shapes[0] * sizeof wg_algos / sizeof wg_algos[0])
 

@@ -216,7 +216,8 @@ int estimate_wg_compute(const estimate_gpu *g, const sass_counts *c, const estim
   e->cyc_product = flops / g->hgmma_flop_clk;
   e->cyc_mufu = warps * (double)c->loop_mufu * 32 / g->mufu_clk;
   e->cyc_issue = warps * (double)c->loop_instructions / g->issue_clk;
-  e->cyc_smem = warps * ((double)c->loop_ldsm * 512 + (double)c->loop_lds * 128) / g->smem_bytes_clk;
+  e->cyc_smem =
+      warps * ((double)c->loop_ldsm * 512 + (double)c->loop_lds * 128) / g->smem_bytes_clk;
   /* DRAM bytes per clock per SM: the GPU's bandwidth shared by its SMs. */
   out->cyc_tma = ctas * blocks * out->tma_bytes / (g->dram_gbs / (g->sms * g->clock_ghz));
   double worst = e->cyc_product;

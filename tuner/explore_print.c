@@ -169,7 +169,13 @@ static void effect_line(const explore *x, int a) {
   if (d->n != 2 || d->key[0] < 0 || !v0 || !v1) return;
   const long long m0 = key_sum(x, v0, a, 1), m1 = key_sum(x, v1, a, 1);
   const long long p0 = key_sum(x, v0, a, 0), p1 = key_sum(x, v1, a, 0);
-  if (p0 < 0 || p1 < 0) return;
+  if ((p0 < 0 || p1 < 0) && (m0 < 0 || m1 < 0)) return;
+  if (p0 < 0 || p1 < 0) {   /* measured, with no model of it */
+    printf("  effect: %s: %lld %s against %s's %lld: %lld %s (%.1f%%); not modelled\n",
+           d->label[1], m1, d->key_label, d->label[0], m0, llabs(m0 - m1),
+           m0 >= m1 ? "fewer" : "more", m0 ? 100.0 * fabs((double)(m0 - m1)) / (double)m0 : 0.0);
+    return;
+  }
   if (m0 < 0 || m1 < 0) {
     printf("  effect: %s moves %lld %s %s than %s (the model; %.1f%% %s)\n", d->label[1],
            llabs(p0 - p1), p0 >= p1 ? "fewer" : "more", d->key_label, d->label[0],
@@ -208,9 +214,9 @@ static void notes(const explore *x, int a) {
   effect_line(x, a);
   printf("  why: %s\n", d->why);
   if (regs_differ)
-    printf("  registers: the model is the template's estimate (its per-thread arrays plus 24 "
-           "words), which prunes the space; ptxas also keeps addresses and indices, and caps "
-           "for occupancy\n");
+    printf("  registers: the model is the template's estimate (its per-thread arrays and a few "
+           "words more), which prunes the space; ptxas also keeps addresses and indices, and "
+           "caps for occupancy\n");
   if (x->gpu)
     printf("  counters: the model's for this problem; a GPU has no counters to compare\n");
 }
