@@ -686,7 +686,8 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
              p->causal ? " causal" : "");
     return 0;
   }
-  if (strcmp(k->cfg.family, family)) {
+  /* The Hopper family computes what tc does: either fits a 16-bit problem. */
+  if (strcmp(k->cfg.family, family) && !(strcmp(family, "tc") == 0 && strcmp(k->cfg.family, "wg") == 0)) {
     snprintf(why, n, "variant %s is of family %s, but %s takes family %s", name, k->cfg.family,
              fa_dtype_name(p->dtype), family);
     return 0;

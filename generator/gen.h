@@ -147,7 +147,8 @@ int gen_predict(gen_state *g, const char *config, const fa_problem *p, gen_predi
 const char *gen_family_for_dtype(fa_dtype t);
 
 /* Whether kernel k computes problem p exactly: its config's dim, dtype and
-** causal are p's and its family is the one the space picks for p's dtype.
+** causal are p's and its family is the one the space picks for p's dtype
+** (or wg, the Hopper family, where that is tc).
 ** 1 when it fits; 0 when not, with a sentence saying why in why (n bytes),
 ** naming the kernel and both sides. A kernel without config pairs (the
 ** oracle) fits nothing. */
