@@ -211,6 +211,13 @@ static int test_wg_model(void) {
     return 77;
   }
   gen_kernel_free(&probe);
+  gen_prediction pr;
+  if (gen_predict(gen, "family=wg", &p0, &pr) != 0) {
+    CHECK(strstr(gen_errmsg(gen), "has no cost model"), "%s", gen_errmsg(gen));
+    printf("SKIPPED: the wg family has no cost model (wg.predict, templates/wg_model.lua): %s\n",
+           gen_errmsg(gen));
+    return check_failures ? 1 : 77;
+  }
   static gen_kernel ks[WG_MAX];
   static fa_build bs[WG_MAX];
   static char configs[WG_MAX][200];

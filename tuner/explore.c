@@ -202,15 +202,20 @@ static int compile_all(explore *x) {
   return trial_oracle_compile(&x->env);
 }
 
-/* The model's figures for the problem run. */
+/* The model's figures for the problem run; none (every one -1) from a
+** family that has no model yet, said once. */
 static int predict(explore *x, ex_variant *v) {
   gen_prediction pr;
-  if (gen_predict(x->g, v->t.k.config, &x->run, &pr) != 0) {
-    fprintf(stderr, "fatune: the cost model of %s: %s\n", v->t.k.name, gen_errmsg(x->g));
-    return -1;
-  }
   for (int c = 0; c < EX_NCOUNTERS; c++) v->pred[c] = -1;
   v->paper_standard = v->paper_tiled = -1;
+  if (gen_predict(x->g, v->t.k.config, &x->run, &pr) != 0) {
+    const int none = strstr(gen_errmsg(x->g), "has no cost model") != NULL;
+    if (!none || !x->no_model_said)
+      fprintf(stderr, "fatune: the cost model of %s: %s%s\n", v->t.k.name, gen_errmsg(x->g),
+              none ? ": the counters are shown measured only" : "");
+    x->no_model_said |= none;
+    return none ? 0 : -1;
+  }
   for (int i = 0; i < pr.n; i++) {
     for (int c = 0; c < x->fam->ncounters; c++)
       if (!strcmp(pr.f[i].name, x->fam->counters[c].model)) v->pred[c] = pr.f[i].value;

@@ -93,6 +93,7 @@ typedef struct explore {
   trial_env env;                /* the variants' workers and database rows */
   /* Findings. */
   int failures, mismatches;
+  int no_model_said;           /* the family has no cost model, and explore said so */
   double run_s;
   ex_peak peak;
 } explore;
