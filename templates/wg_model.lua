@@ -1,27 +1,38 @@
 -- wg_model.lua
 -- The analytic cost model of the wg family (Hopper, sm_90a): for a config
--- and a problem, the counts the CPU emulator measures that follow from the
--- algorithm itself, whatever the kernel's order of instructions: the TMA
--- traffic, the wgmma instructions and their FLOPs, and the global bytes the
--- TMA moves. Counts that depend on how wg.cu writes its softmax and its
--- pipeline (exponentials, mbarrier and named-barrier waits) are left out:
--- explore shows them measured, with no model beside them.
+-- and a problem, the exact counts the CPU emulator measures when it runs
+-- the kernel wg.cu renders. Nothing is run: every figure follows from the
+-- tile, the number of K/V blocks each CTA takes and the steps of wg.cu. A
+-- change to wg.cu that moves a TMA copy, a wgmma, a wait, an exponential
+-- or a rescale must change this file too; test_explore --wg compares the
+-- two.
 --
--- The kernel's work, as the family defines it: a CTA per block_m query rows
--- of a (batch, head); Q loaded once by TMA, K and V by TMA for each K/V
--- block the CTA needs (with a causal mask, bottom-right, the blocks past
--- its last row's diagonal are skipped; a CTA with none loads nothing);
--- O stored by TMA, 64 rows per consumer that has a row inside seq_q, and
--- the logsumexp, a float per row. Each box is
--- swizzle / 2 elements of head dim wide, so the box bytes count the head
--- dim padded to a whole box (the padding loads as zeros); the global
--- bytes count only what lies inside the tensors. Each consumer warpgroup
--- owns block_m / consumers rows, in m64 slabs; per slab and K/V block it
--- issues padded dim / 16 wgmma of S = Q K^T (n = block_n) and block_n / 16
--- of O += P V (n = the padded dim).
+-- The kernel, as the model counts it: a CTA per block_m query rows of a
+-- (batch, head), `consumers` warpgroups of 64 rows each and a producer.
+-- The producer's elected thread loads Q once by TMA and K and V for each
+-- K/V block the CTA needs (with a causal mask, bottom-right, the blocks
+-- past its last row's diagonal are skipped; a CTA with none loads
+-- nothing), waiting for a stage to be empty from the (stages + 1)-th block
+-- on. Each box is swizzle / 2 elements of head dim wide, so box bytes
+-- count the head dim padded to a whole box; global bytes count only what
+-- lies inside the tensors. Per K/V block a consumer thread waits for the
+-- stage's full barrier, its warpgroup issues padded dim / 16 wgmma of
+-- S = Q K^T (n = block_n, both operands read from shared memory) and
+-- block_n / 16 of O += P V (n = padded dim, P from registers); the online
+-- softmax takes an exponential per score and one per row (alpha), a row
+-- max over the row's 4 lanes (2 shuffles a row), eager also its sum (2
+-- more) and P scaled by 1 / l; O is rescaled at every block but the
+-- first when the S of the next block overlaps. With ping-pong a consumer
+-- waits for its turn (bar.sync) before each S. The epilogue: O scaled
+-- and written to shared memory (4 bytes per thread and pair), two named
+-- barriers, deferred's row sums over the quad (2 shuffles a row), the
+-- logsumexp (a logarithm and a float per row that saw a key; rows past
+-- seq_q none), and O stored by TMA, 64 rows per consumer with rows.
 --
--- Units are the emulator's: TMA bytes per operation (one thread issues
--- it), wgmma per warpgroup, global bytes per access.
+-- Units are the emulator's: bytes per access for memory (a TMA copy once,
+-- by its thread; a wgmma once per warpgroup), exponentials, logarithms,
+-- rescales and waits per thread, shuffles per warp, wgmma per warpgroup,
+-- __syncthreads per CTA.
 
 local model = {}
 
@@ -29,6 +40,10 @@ local function cdiv(a, b) return (a + b - 1) // b end
 local function clamp(x, lo, hi) return x < lo and lo or (x > hi and hi or x) end
 
 local esize = { fp16 = 2, bf16 = 2 }
+
+local names = { "gmem_read", "gmem_written", "tma_bytes", "smem_read", "smem_written", "exp2",
+                "log2", "rescale", "wgmma", "wgmma_flops", "mbar_waits", "named_waits",
+                "shuffles", "barriers" }
 
 -- The K/V blocks the CTA at q0 runs: all of them, or with the causal mask
 -- those up to its last row's diagonal (row r sees keys c <= r + sk - sq).
@@ -38,42 +53,72 @@ local function kv_blocks(c, q0, sq, sk)
   return cdiv(last, c.block_n)
 end
 
+-- Rows of [q0, q0 + rows) that see at least one key.
+local function keyed(c, q0, rows, sq, sk)
+  if sk == 0 then return 0 end
+  if c.causal ~= 1 then return rows end
+  return clamp(q0 + rows - math.max(q0, sq - sk), 0, rows)
+end
+
 local function per_head(c, sq, sk)
-  local es, dim, bm, bn = esize[c.dtype], c.dim, c.block_m, c.block_n
+  local es, dim, bm, bn, cons = esize[c.dtype], c.dim, c.block_m, c.block_n, c.consumers
   local col = tonumber(c.swizzle) // 2
-  local box_dim = cdiv(dim, col) * col
-  local slabs = bm // (64 * c.consumers)
-  local n = { tma_bytes = 0, gmem_read = 0, gmem_written = 0, wgmma = 0, wgmma_flops = 0 }
+  local dp = cdiv(dim, col) * col                  -- the padded head dim
+  local eager, overlap = c.norm == "eager", c.overlap == 1
+  local threads, warps = 128 * cons, 4 * cons      -- the consumers'
+  local n = {}
+  for _, k in ipairs(names) do n[k] = 0 end
+  local function add(k, v) n[k] = n[k] + v end
+  -- Per K/V block and consumer warpgroup: its wgmma and what they read.
+  local s_mma, pv_mma = dp // 16, bn // 16
   for q0 = 0, sq - 1, bm do
     local rows = clamp(sq - q0, 0, bm)
-    local blocks = kv_blocks(c, q0, sq, sk)
-    if blocks > 0 then                                          -- Q
-      n.tma_bytes = n.tma_bytes + bm * box_dim * es
-      n.gmem_read = n.gmem_read + rows * dim * es
+    local nb = kv_blocks(c, q0, sq, sk)
+    add("barriers", 1)
+    if nb > 0 then                                                 -- Q
+      add("tma_bytes", bm * dp * es)
+      add("smem_written", bm * dp * es)
+      add("gmem_read", rows * dim * es)
+      add("mbar_waits", threads)
     end
-    n.tma_bytes = n.tma_bytes + cdiv(rows, 64) * 64 * box_dim * es   -- O
-    n.gmem_written = n.gmem_written + rows * (dim * es + 4)    -- O, and the lse as float
-    for j = 0, blocks - 1 do
+    for j = 0, nb - 1 do                                           -- K and V
       local keys = clamp(sk - j * bn, 0, bn)
-      n.tma_bytes = n.tma_bytes + 2 * bn * box_dim * es          -- K and V
-      n.gmem_read = n.gmem_read + 2 * keys * dim * es
+      add("tma_bytes", 2 * bn * dp * es)
+      add("smem_written", 2 * bn * dp * es)
+      add("gmem_read", 2 * keys * dim * es)
     end
-    local per_block = c.consumers * slabs * (box_dim // 16 + cdiv(box_dim, 256) * (bn // 16))
-    n.wgmma = n.wgmma + blocks * per_block
-    n.wgmma_flops = n.wgmma_flops + blocks * c.consumers * slabs * 4 * 64 * bn * box_dim
+    add("mbar_waits", math.max(nb - c.stages, 0) + threads * nb)  -- empty; full
+    add("wgmma", nb * cons * (s_mma + pv_mma))
+    add("wgmma_flops", nb * cons * (s_mma * 2 * 64 * bn * 16 + pv_mma * 2 * 64 * dp * 16))
+    add("smem_read", nb * cons * (s_mma * (64 * 16 * es + 16 * bn * es) + pv_mma * 16 * dp * es))
+    add("exp2", nb * threads * (2 + bn // 2))
+    add("shuffles", nb * warps * (eager and 8 or 4))
+    local rescaled = overlap and math.max(nb - 1, 0) or nb         -- O by alpha
+    add("rescale", threads * (rescaled * dp // 2 + (eager and nb * bn // 2 or 0)))
+    if c.pingpong == 1 then add("named_waits", threads * nb) end
+    -- The epilogue.
+    add("rescale", threads * dp // 2)
+    add("smem_written", threads * dp)
+    add("named_waits", 2 * threads)
+    if not eager then add("shuffles", 4 * warps) end
+    local k = keyed(c, q0, rows, sq, sk)
+    if nb == 0 then k = 0 end
+    add("log2", k)
+    add("gmem_written", rows * (dim * es + 4))                     -- O, the logsumexp
+    local stores = cdiv(rows, 64)
+    add("tma_bytes", stores * 64 * dp * es)
+    add("smem_read", stores * 64 * dp * es)
   end
   return n
 end
 
 -- The counters for `problem` (seq_q, seq_k, batch, heads), by the names
--- the host gives the emulator's counters.
+-- of the emulator's counters.
 function model.predict(c, problem)
   local h = per_head(c, problem.seq_q, problem.seq_k)
   local bh = problem.batch * problem.heads
   local out = {}
-  for _, k in ipairs({ "gmem_read", "gmem_written", "tma_bytes", "wgmma", "wgmma_flops" }) do
-    out[#out + 1] = { k, h[k] * bh }
-  end
+  for _, k in ipairs(names) do out[#out + 1] = { k, h[k] * bh } end
   return out
 end
 
