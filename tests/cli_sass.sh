@@ -3,7 +3,8 @@
 # Without nvdisasm, compile --sass says so in one line and leaves the
 # figures null; with it (SKIPPED without), the cubin written by
 # --save-cubin is a cubin, and fatune sass on it gives the figures compile
-# --sass gave.
+# --sass gave; the main job's --sass estimate of a wg variant on sm_90a
+# (chain-bound without ping-pong, tensor-bound with it).
 #
 # usage: FATUNE=build/fatune bash tests/cli_sass.sh
 set -u
@@ -67,6 +68,32 @@ for f in loop_instructions loop_hmma loop_mufu loop_ldsm loop_int non_mma_per_mm
   [ -n "$a" ] && [ "$a" = "$b" ] && pass "fatune sass agrees with compile --sass: $a" ||
     fail "fatune sass agrees with compile --sass on $f" "'$a' against '$b'"
 done
+
+# The main job's estimate of a wg variant (sm_90a): only its consumers run
+# the loop; without ping-pong or overlap their GEMMs and softmax add up
+# (chain-bound, under the H100's 989 TFLOP/s), with ping-pong the tensor
+# pipe bounds; the TMA's DRAM ceiling comes beside, outside the bound.
+wg=wg-bf16-d128-m128n176c2-deferred
+for pp in np pp; do
+  "${TIMEOUT[@]}" "$FATUNE" --variant "$wg-$pp-sq-s2-sw128" --dim 128 --dtype bf16 --seq 64 \
+    --arch sm_90a --backend emu --sass --json --db "$tmp/wg.db" \
+    >"$tmp/wg-$pp.json" 2>"$tmp/wg-$pp.err"
+  rc=$?
+  check "the main job --sass on $wg-$pp exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/wg-$pp.err")"
+done
+why=$(python3 - "$tmp/wg-np.json" "$tmp/wg-pp.json" <<'EOF' 2>&1
+import json, sys
+np_, pp = (json.load(open(f))[0] for f in sys.argv[1:])
+assert np_["loop_hmma"] == 19, "HGMMA per K/V block: %r, not 8 + 11" % np_["loop_hmma"]
+assert np_["bound"] == "chain" and np_["est_tflops"] < 989, "none: %r" % np_["bound"]
+assert pp["bound"] == "tensor" and abs(pp["est_tflops"] - 989.4) < 0.1, \
+    "ping-pong: %r %r" % (pp["bound"], pp["est_tflops"])
+assert abs(np_["tma_tflops"] - 128 * 3.352) < 0.1, "TMA ceiling %r" % np_["tma_tflops"]
+print("none %.0f TFLOP/s (chain), ping-pong %.0f (tensor), TMA ceiling %.0f"
+      % (np_["est_tflops"], pp["est_tflops"], np_["tma_tflops"]))
+EOF
+)
+check "the wg estimate: $why" $? "$why"
 
 # Not a cubin: one line, exit 1.
 printf 'junk' >"$tmp/junk.cubin"

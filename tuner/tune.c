@@ -158,6 +158,9 @@ static int sass_setup(tune *s) {
                          : estimate_gpu_for_arch(s->t->arch);
   if (!s->o->sass) return 0;   /* --sass: the SASS of each variant, and the estimate */
   s->sass = calloc(s->n ? s->n : 1, sizeof *s->sass);
+  s->tma_tflops = malloc((s->n ? s->n : 1) * sizeof *s->tma_tflops);
+  for (size_t i = 0; s->tma_tflops && i < s->n; i++) s->tma_tflops[i] = NAN;
+  if (!s->tma_tflops) free(s->sass), s->sass = NULL;
   if (s->sass && sass_find_nvdisasm(s->nvdisasm, sizeof s->nvdisasm) != 0) {
     s->nvdisasm[0] = '\0';
     fprintf(stderr, "fatune: no nvdisasm (on PATH, in $CUDA_HOME/bin, /usr/local/cuda/bin or "
@@ -180,7 +183,8 @@ static void sass_one(tune *s, size_t i, const nvrtc_result *r) {
   if (s->est_gpu &&
       estimate_wg_tile_of(&k->cfg, k->threads, r->registers, k->smem_bytes + r->smem_static_bytes,
                           &wt) == 0)
-    f->estimated = estimate_wg_compute(s->est_gpu, &f->c, &wt, &w) == 0, f->e = w.e;
+    f->estimated = estimate_wg_compute(s->est_gpu, &f->c, &wt, &w) == 0, f->e = w.e,
+    s->tma_tflops[i] = f->estimated && w.e.ctas_per_sm > 0 ? w.tma_tflops : NAN;
   const sass_counts *c = &f->c;
   const int est = f->estimated && f->e.ctas_per_sm > 0;
   db_sass row = {
@@ -339,6 +343,7 @@ static void tune_free(tune *s) {
   for (size_t i = 0; s->e && i < s->n; i++) trial_free(&s->e[i], s->be);
   free(s->e);
   free(s->sass);
+  free(s->tma_tflops);
   trial_env_free(&s->env);
   backend_close(s->be);
   if (s->db) db_close(s->db);
