@@ -138,7 +138,8 @@ function wg.fits(c, _, target)
     return false, "the wg family runs only on sm_90a (wgmma, TMA, setmaxnreg), not " .. target.arch
   end
   if c.dim % 8 ~= 0 then
-    return false, "head dim " .. c.dim .. " is no multiple of 8: TMA needs rows of a multiple of 16 bytes"
+    return false, "head dim " .. c.dim
+                  .. " is no multiple of 8: TMA needs rows of a multiple of 16 bytes"
   end
   if c.block_m ~= 64 * c.consumers then
     return false, "block_m must be 64 rows per consumer warpgroup (64 * consumers)"

@@ -257,7 +257,8 @@ static void test_wg(gen_state *g) {
   gen_variant *v;
   size_t n, wg = 0, tc = 0;
   CHECK(gen_list(g, &p, &t90a, "default", &v, &n) == 0, "%s", gen_errmsg(g));
-  for (size_t i = 0; i < n; i++) wg += !strcmp(v[i].cfg.family, "wg"), tc += !strcmp(v[i].cfg.family, "tc");
+  for (size_t i = 0; i < n; i++)
+    wg += !strcmp(v[i].cfg.family, "wg"), tc += !strcmp(v[i].cfg.family, "tc");
   CHECK(wg > 0 && tc > 0 && wg + tc == n, "sm_90a lists %zu wg and %zu tc of %zu", wg, tc, n);
   gen_variants_free(v, n);
   CHECK(gen_list(g, &p, &t90, "default", &v, &n) == 0, "%s", gen_errmsg(g));
