@@ -98,6 +98,7 @@ typedef struct family {
   size_t nrefs;
   const char *ref_label;
   const char *sass_insn;
+  const char *sass_also;  /* a second instruction they must hold, or NULL */
 } family;
 
 /* The value of key in a "k=v,k=v" config: its start and length, or NULL. */
@@ -295,7 +296,7 @@ static const family families[] = {
     .per_dim = 0, .odd_tiles = 0,
     .cost = wg_cost,
     .refs = wg_refs, .nrefs = FAM_COUNT(wg_refs), .ref_label = "FlashAttention-3",
-    .sass_insn = "HGMMA",
+    .sass_insn = "HGMMA", .sass_also = "UTMALDG",
   },
 };
 #define NFAMILIES FAM_COUNT(families)
