@@ -51,6 +51,7 @@ for c in "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" /usr/local/cuda/bin/nvcc "$(co
 done
 [ -n "$nvcc" ] || { echo "compare-fa3: no nvcc" >&2; exit 2; }
 
+# shellcheck disable=SC2054  # the comma is -gencode's, not an array separator
 flags=(-cubin -O3 -std=c++17 --ftemplate-backtrace-limit=0 --use_fast_math --resource-usage -lineinfo
        -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DCUTLASS_ENABLE_GDC_FOR_SM90
        -DCUTLASS_DEBUG_TRACE_LEVEL=0 -DNDEBUG
