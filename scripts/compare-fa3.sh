@@ -99,8 +99,9 @@ ptxas_usage() {
 }
 
 row() {  # dim causal kernel tile consumers json-line registers spill
-  local j="$6" prod="-"
-  if [ "$(member "$j" producer_instructions)" != null ]; then
+  local j="$6" prod="-" p
+  p=$(member "$j" producer_instructions)
+  if [ -n "$p" ] && [ "$p" != null ]; then
     prod="$(member "$j" producer_instructions) / $(member "$j" producer_utmaldg)"
   fi
   printf "| %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s / %s |\n" "$1" "$2" "$3" "$4" "$5" \
