@@ -446,6 +446,49 @@ static char *cuda_source(lua_State *L, const gen_kernel *k) {
   return s;
 }
 
+/* The optional field "tma" of the render result on top: a sequence of at
+** most GEN_MAX_TMA {tensor = "q"|"k"|"v"|"o", box = {inner, rows},
+** swizzle = 0|32|64|128}. */
+static void take_tma(lua_State *L, gen_kernel *k) {
+  lua_getfield(L, -1, "tma");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (!lua_istable(L, -1)) luaL_error(L, "template result: tma is not a table");
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  if (n > GEN_MAX_TMA) luaL_error(L, "template result: %d tensor maps, at most %d", (int)n, GEN_MAX_TMA);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    gen_tma *t = &k->tma[i];
+    if (lua_rawgeti(L, -1, (lua_Integer)i + 1) != LUA_TTABLE)
+      luaL_error(L, "template result: tma[%d] is not a table", (int)i + 1);
+    char tensor[2];
+    lua_getfield(L, -1, "tensor");
+    copy_string(L, -1, tensor, sizeof tensor, "a tensor map's tensor");
+    lua_pop(L, 1);
+    if (!strchr("qkvo", tensor[0]) || !tensor[0])
+      luaL_error(L, "template result: tma[%d].tensor '%s' is not q, k, v or o", (int)i + 1, tensor);
+    t->tensor = tensor[0];
+    t->swizzle = int_field(L, "swizzle");
+    if (t->swizzle != 0 && t->swizzle != 32 && t->swizzle != 64 && t->swizzle != 128)
+      luaL_error(L, "template result: tma[%d].swizzle %d (0, 32, 64 or 128)", (int)i + 1, t->swizzle);
+    if (lua_getfield(L, -1, "box") != LUA_TTABLE || lua_rawlen(L, -1) != 2)
+      luaL_error(L, "template result: tma[%d].box is not {inner, rows}", (int)i + 1);
+    for (int j = 0; j < 2; j++) {
+      int isnum;
+      lua_rawgeti(L, -1, j + 1);
+      const lua_Integer v = lua_tointegerx(L, -1, &isnum);
+      if (!isnum || v < 1 || v > 256)
+        luaL_error(L, "template result: tma[%d].box[%d] is not an integer 1..256", (int)i + 1, j + 1);
+      t->box[j] = (unsigned)v;
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+  }
+  k->ntma = (int)n;
+  lua_pop(L, 1);
+}
+
 /* The render result table is on top of the stack: fill c->kernel. */
 static void take_kernel(lua_State *L, gen_call *c) {
   gen_kernel *k = c->kernel;
@@ -465,6 +508,7 @@ static void take_kernel(lua_State *L, gen_call *c) {
   lua_getfield(L, -1, "arch");
   if (!lua_isnil(L, -1)) copy_string(L, -1, k->arch, sizeof k->arch, "arch");
   lua_pop(L, 1);
+  take_tma(L, k);
   int version = int_field(L, "template_version");
   take_config(L, &k->cfg);
   snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s", k->cfg.family,
@@ -642,7 +686,8 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
              p->causal ? " causal" : "");
     return 0;
   }
-  if (strcmp(k->cfg.family, family)) {
+  /* The Hopper family computes what tc does: either fits a 16-bit problem. */
+  if (strcmp(k->cfg.family, family) && !(strcmp(family, "tc") == 0 && strcmp(k->cfg.family, "wg") == 0)) {
     snprintf(why, n, "variant %s is of family %s, but %s takes family %s", name, k->cfg.family,
              fa_dtype_name(p->dtype), family);
     return 0;

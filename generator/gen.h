@@ -50,6 +50,18 @@ typedef struct gen_variant {
   gen_config cfg;  /* the same, parsed */
 } gen_variant;
 
+/* A TMA tensor map a kernel reads from fa_params.tmap[i] (the i-th of
+** gen_kernel.tma): over Q, K, V or O as rank 4 {dim, seq, heads, batch}
+** (K and V: heads / kv_group), a box of {box[0] elements, box[1] rows, 1, 1}
+** under a swizzle of 0, 32, 64 or 128 bytes. The host encodes it before
+** every launch (attn_tmaps, runtime/attn_run.h). */
+#define GEN_MAX_TMA 4
+typedef struct gen_tma {
+  char tensor;             /* 'q', 'k', 'v' or 'o' */
+  unsigned box[2];         /* inner elements, rows */
+  int swizzle;
+} gen_tma;
+
 /* One rendered kernel and what it takes to launch it. */
 typedef struct gen_kernel {
   char *name, *hash, *config;
@@ -68,6 +80,8 @@ typedef struct gen_kernel {
                               global access the kernel makes to them */
   char arch[16];           /* the one target the kernel is written for ("sm_90a": the
                               gemm's wgmma and TMA); "" when any will do */
+  int ntma;                /* tensor maps in tma[], 0..GEN_MAX_TMA */
+  gen_tma tma[GEN_MAX_TMA];
   char note[256];          /* gen_render_config: which keys left out of the text
                               took other values than the defaults so that the
                               config fits, and why; "" when none did */
@@ -133,7 +147,8 @@ int gen_predict(gen_state *g, const char *config, const fa_problem *p, gen_predi
 const char *gen_family_for_dtype(fa_dtype t);
 
 /* Whether kernel k computes problem p exactly: its config's dim, dtype and
-** causal are p's and its family is the one the space picks for p's dtype.
+** causal are p's and its family is the one the space picks for p's dtype
+** (or wg, the Hopper family, where that is tc).
 ** 1 when it fits; 0 when not, with a sentence saying why in why (n bytes),
 ** naming the kernel and both sides. A kernel without config pairs (the
 ** oracle) fits nothing. */

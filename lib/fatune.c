@@ -545,6 +545,7 @@ static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
   void *ws = NULL;
   int rc = cl->shape.ws_bytes ? backend_alloc(c->be, cl->shape.ws_bytes, &ws, err, sizeof err)
                               : 0;
+  if (rc == 0) rc = attn_tmaps(c->be, &cl->s->k, &cl->fp, &cl->a, err, sizeof err);
   if (rc == 0) {
     cl->a.ws = ws;
     fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF,

@@ -49,6 +49,42 @@ fa_params attn_params(const fa_problem *p, const void *q, const void *k, const v
   return a;
 }
 
+int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_params *a,
+               char *err, size_t errlen) {
+  const int es = fa_dtype_size(p->dtype);
+  const int kv_heads = a->kv_group > 1 ? a->heads / a->kv_group : a->heads;
+  for (int i = 0; i < k->ntma; i++) {
+    const gen_tma *t = &k->tma[i];
+    const void *base;
+    long long sn, sh, sb;
+    int seq = a->seq_q, heads = a->heads;
+    switch (t->tensor) {
+    case 'q': base = a->q, sn = a->q_sn, sh = a->q_sh, sb = a->q_sb; break;
+    case 'k': base = a->k, sn = a->k_sn, sh = a->k_sh, sb = a->k_sb, seq = a->seq_k, heads = kv_heads; break;
+    case 'v': base = a->v, sn = a->v_sn, sh = a->v_sh, sb = a->v_sb, seq = a->seq_k, heads = kv_heads; break;
+    default: base = a->o, sn = a->o_sn, sh = a->o_sh, sb = a->o_sb; break;
+    }
+    if (sn < 0 || sh < 0 || sb < 0) {
+      snprintf(err, errlen, "kernel %s: tensor map %d over %c: negative strides", k->name, i,
+               t->tensor);
+      return FA_EINVAL;
+    }
+    const fa_tmap_desc d = {
+      .base = base, .elem_bytes = es, .rank = 4,
+      .dims = {(unsigned long long)p->dim, (unsigned long long)seq, (unsigned long long)heads,
+               (unsigned long long)a->batch},
+      .strides = {(unsigned long long)sn * (unsigned)es, (unsigned long long)sh * (unsigned)es,
+                  (unsigned long long)sb * (unsigned)es},
+      .box = {t->box[0], t->box[1], 1, 1}, .swizzle = t->swizzle};
+    char why[256];
+    const int rc = backend_tmap(be, &d, &a->tmap[i], why, sizeof why);
+    if (rc != 0) {
+      snprintf(err, errlen, "kernel %s: tensor map %d over %c: %s", k->name, i, t->tensor, why);
+      return rc;
+    }
+  }
+  return 0;
+}
 
 static double now_ms(void) {
   struct timespec ts;
@@ -88,7 +124,8 @@ int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
   int rc = outputs_alloc(be, p, &shape, &out, err, errlen);
   if (rc == 0) {
     fa_params a = attn_params(p, in->q, in->k, in->v, out.o, out.lse, out.ws);
-    rc = backend_time(be, prog, &shape, &a, budget_ms, t, err, errlen);
+    rc = attn_tmaps(be, k, p, &a, err, errlen);
+    if (rc == 0) rc = backend_time(be, prog, &shape, &a, budget_ms, t, err, errlen);
     if (rc == 0 && backend_occupancy(be, prog, &shape, ctas_per_sm, err, errlen) != 0)
       *ctas_per_sm = -1;
   }
@@ -129,6 +166,7 @@ int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
   int rc = -1;
   if (outputs_alloc(be, p, &shape, &out, err, errlen) != 0) goto done;
   fa_params a = attn_params(p, in->q, in->k, in->v, out.o, out.lse, out.ws);
+  if (attn_tmaps(be, k, p, &a, err, errlen) != 0) goto done;
   double t0 = now_ms();
   if (backend_launch(be, prog, &shape, &a, opts, ctr, err, errlen) != 0) goto done;
   if (launch_ms) *launch_ms = now_ms() - t0;

@@ -21,6 +21,13 @@ void attn_inputs_free(fa_backend *be, attn_inputs *in);
 fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,
                       void *o, void *lse, void *ws);
 
+/* Encode the tensor maps kernel k reads (k->tma) into a->tmap, over the
+** tensors and strides a holds for problem p; 0 when k has none. FA_EINVAL
+** with a message when the backend refuses one (rows not a multiple of 16
+** bytes, say), FA_ENODEV on a backend without TMA. */
+int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_params *a,
+               char *err, size_t errlen);
+
 /* Run kernel k (compiled as prog) once. o_host receives batch*heads*seq_q*dim
 ** elements in the kernel's dtype, lse_host batch*heads*seq_q logsumexps
 ** (fa_lse_size bytes each).

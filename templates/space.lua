@@ -8,10 +8,12 @@
 -- its hash is FNV-1a 64 of the canonical text, 12 hex digits. All three are
 -- pure functions of the config, so they are stable across runs and machines.
 --
--- Two families: simt (CUDA cores; fp32, fp64) and tc (tensor cores; fp16,
--- bf16, e.g. tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2). A problem's
--- dtype picks the family when a config does not name one
--- (family_for_dtype).
+-- Three families: simt (CUDA cores; fp32, fp64), tc (tensor cores; fp16,
+-- bf16, e.g. tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2) and wg
+-- (Hopper's warpgroup MMA and TMA, sm_90a only; fp16, bf16, e.g.
+-- wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128). A problem's dtype
+-- picks the family when a config does not name one (family_for_dtype);
+-- on sm_90a the 16-bit types list wg beside tc (families_for).
 --
 -- The family interface ------------------------------------------------------
 -- A family is a module (a table) of these fields; check_family enforces the
@@ -109,7 +111,7 @@ local function check_family(id, fam)
 end
 
 local families = {}
-for _, id in ipairs({ "simt", "tc" }) do families[id] = check_family(id, require(id)) end
+for _, id in ipairs({ "simt", "tc", "wg" }) do families[id] = check_family(id, require(id)) end
 space.families = families
 
 -- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
@@ -216,7 +218,7 @@ function space.parse_config(text, problem)
     local axis = fam.axis[k]
     if not axis then
       local hint = ""
-      for _, id in ipairs({ "simt", "tc" }) do
+      for _, id in ipairs({ "simt", "tc", "wg" }) do
         local other = families[id]
         if other ~= fam and other.axis[k] then
           hint = string.format(" (family %s has it: family=%s in the config, or a --dtype of %s)",
@@ -287,11 +289,20 @@ function space.describe(fam, cfg)
            config = space.canonical(fam, cfg), pairs = pairs_ }
 end
 
+-- The families a problem's space holds: the one its dtype calls for and,
+-- for the 16-bit types on sm_90a, the Hopper family wg beside tc.
+local function families_for(problem, target)
+  local first = family_for_dtype(problem.dtype)
+  if first == "tc" and target.arch == "sm_90a" then return { "tc", "wg" } end
+  return { first }
+end
+space.families_for = families_for
+
 -- Every config of every family for a problem and a target, pruned.
 -- which: "default" (worth timing) or "full" (the whole cross product).
 function space.list(problem, target, which)
   local out = {}
-  for _, famname in ipairs({ family_for_dtype(problem.dtype) }) do
+  for _, famname in ipairs(families_for(problem, target)) do
     local fam = families[famname]
     if fam.supports(problem) then
       local n = #out

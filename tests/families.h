@@ -61,6 +61,10 @@ typedef struct fam_ref {
 
 typedef struct family {
   const char *name; /* as its variants' names begin: "<name>-..." */
+  /* The one arch the family is written for ("sm_90a"), which test_space
+  ** lists for and test_compile compiles for; NULL: any, test_space lists
+  ** for sm_90 and test_compile compiles for sm_80 and sm_90. */
+  const char *arch;
 
   /* test_space: dims x dtypes x {causal, not}, each default space listed
   ** for batch 1, heads 1, seq list_seq, then run at every shape. */
@@ -200,6 +204,49 @@ static const fam_ref tc_refs[] = {
 };
 #undef TC_FA2
 
+/* Hopper: head dims native and padded, every structural axis. */
+static const fam_axis wg_axes[] = {
+  {"dtype", {"fp16", "bf16"}},
+  {"causal", {"0", "1"}},
+  {"dim", {"64", "96", "128", "192", "256"}},
+  {"block_m", {"64", "128", "192"}},
+  {"block_n", {"64", "80", "128", "176", "192"}},
+  {"stages", {"2", "3"}},
+  {"pingpong", {"0", "1"}},
+  {"overlap", {"0", "1"}},
+  {"norm", {"eager", "deferred"}},
+  {"swizzle", {"128", "64"}},
+};
+
+static const fam_problem wg_problems[] = {
+  {64, FA_BF16, 0},  {64, FA_FP16, 1},  {96, FA_BF16, 0},  {128, FA_BF16, 0},
+  {128, FA_FP16, 1}, {192, FA_BF16, 1}, {256, FA_BF16, 0}, {256, FA_FP16, 1},
+};
+
+/* Warpgroup MMA: the unrolled wgmma count per consumer. */
+static long wg_cost(const char *config) {
+  const long bn = fam_config_int(config, "block_n"), d = fam_config_int(config, "dim");
+  return bn * d * (1 + fam_config_int(config, "overlap"));
+}
+
+/* FlashAttention-3's own tiles (hopper/tile_size.h): d64 192x192 (causal
+** 192x128), d128 128x176 (causal 128x128), d256 128x80, in the simplest
+** structure; their SASS must hold HGMMA. None may spill but d64 192x192:
+** three consumers of 160 registers hold S (96 words) and O (32) beside P,
+** a known gap of 112 bytes (CUDA 13). */
+#define WG_FA3(dtype, dim, causal, bm, bn, cons, sass, spill) \
+  {"family=wg,dtype=" dtype ",dim=" dim ",causal=" causal ",block_m=" bm ",block_n=" bn \
+   ",stages=2,consumers=" cons ",pingpong=0,overlap=0,norm=deferred,swizzle=128", sass, 0, spill}
+static const fam_ref wg_refs[] = {
+  WG_FA3("bf16", "64", "0", "192", "192", "3", 1, 112),
+  WG_FA3("bf16", "64", "1", "192", "128", "3", 0, 0),
+  WG_FA3("bf16", "128", "0", "128", "176", "2", 1, 0),
+  WG_FA3("bf16", "128", "1", "128", "128", "2", 0, 0),
+  WG_FA3("bf16", "256", "0", "128", "80", "2", 1, 0),
+  WG_FA3("bf16", "256", "1", "128", "80", "2", 0, 0),
+};
+#undef WG_FA3
+
 #define FAM_COUNT(a) (sizeof (a) / sizeof (a)[0])
 
 static const family families[] = {
@@ -232,6 +279,23 @@ static const family families[] = {
     .cost = tc_cost,
     .refs = tc_refs, .nrefs = FAM_COUNT(tc_refs), .ref_label = "FlashAttention-2",
     .sass_insn = "HMMA",
+  },
+  {
+    .name = "wg",
+    .arch = "sm_90a",
+    .ndims = 3, .dims = {64, 128, 256},
+    .ndtypes = 2, .dtypes = {FA_FP16, FA_BF16},
+    .list_seq = 128,
+    .shapes = {{2, 2, 128, 128, EMU_FORWARD, EMU_REVERSE},
+               {2, 2, 100, 200, EMU_SKEW, EMU_RANDOM}},
+    .tail_every = 1, .tail_s0 = EMU_REVERSE, .tail_s1 = EMU_SKEW,
+    .axes = wg_axes, .naxes = FAM_COUNT(wg_axes),
+    .problems = wg_problems, .nproblems = FAM_COUNT(wg_problems),
+    .rounds = 1, .picks_per_round = 2, .required_picks = 1,
+    .per_dim = 0, .odd_tiles = 0,
+    .cost = wg_cost,
+    .refs = wg_refs, .nrefs = FAM_COUNT(wg_refs), .ref_label = "FlashAttention-3",
+    .sass_insn = "HGMMA",
   },
 };
 #define NFAMILIES FAM_COUNT(families)

@@ -4,7 +4,8 @@
 **   1. a sample of the family's FULL space, chosen so that every value of
 **      every axis appears at least once (and, where the family asks, a
 **      variant whose tiles divide neither the sequence length nor each
-**      other), compiled for sm_80 and sm_90 with zero errors and a sane
+**      other), compiled for sm_80 and sm_90 (a family written for one arch,
+**      wg: for that one) with zero errors and a sane
 **      ptxas report (registers in 1..255, a CUBIN);
 **   2. the family's reference configs (tc: FlashAttention-2's own choices),
 **      compiled for both archs alike: zero spill bytes (but for a gap a
@@ -176,6 +177,22 @@ static void parse_all(const family *f, const gen_variant *v, size_t n, parsed *p
   }
 }
 
+/* On its own arch a family's space lists other families beside it (sm_90a:
+** tc and wg): its own variants moved first, in order; their count (0 when
+** memory runs out). */
+static size_t own_first(const family *f, gen_variant *v, size_t n) {
+  gen_variant *tmp = malloc((n ? n : 1) * sizeof *tmp);
+  if (!tmp) return 0;
+  size_t k = 0, j = n;
+  for (size_t i = 0; i < n; i++) {
+    if (!strcmp(v[i].cfg.family, f->name)) tmp[k++] = v[i];
+    else tmp[--j] = v[i];
+  }
+  memcpy(v, tmp, n * sizeof *v);
+  free(tmp);
+  return k;
+}
+
 /* This round's picks from one problem's full space. */
 static int pick_from(sample *s, const fam_problem *pr, int round) {
   const family *f = s->f;
@@ -188,12 +205,14 @@ static int pick_from(sample *s, const fam_problem *pr, int round) {
           gen_errmsg(s->g));
     return 0;
   }
+  const size_t listed = n;
+  if (f->arch) n = own_first(f, v, n);
   CHECK(n > 0, "full space for d%d %s causal=%d is empty", p.dim, fa_dtype_name(p.dtype),
         p.causal);
   parsed *ps = malloc((n ? n : 1) * sizeof *ps);
   unsigned char *taken = calloc(n ? n : 1, 1);
   if (!ps || !taken) {
-    free(ps), free(taken), gen_variants_free(v, n);
+    free(ps), free(taken), gen_variants_free(v, listed);
     return -1;
   }
   parse_all(f, v, n, ps);
@@ -207,7 +226,7 @@ static int pick_from(sample *s, const fam_problem *pr, int round) {
     take(s, &v[best], &ps[best], dim_covered, best_score);
   }
   free(ps), free(taken);
-  gen_variants_free(v, n);
+  gen_variants_free(v, listed);
   return 0;
 }
 
@@ -391,11 +410,11 @@ static int compile_arch(const sample *s, const gen_kernel *refs, size_t nrefs, c
   return 0;
 }
 
-static void print_summary(const sample *s, size_t nrefs, const tally *t) {
+static void print_summary(const sample *s, size_t nrefs, size_t narchs, const tally *t) {
   printf("summary: %zu sampled + %zu reference variants x %zu archs = %zu compiles, %zu ok, "
          "%zu failed; registers %d-%d, max spill %d bytes, max stack %d bytes, slowest %.0f ms; "
          "%.1f s compiling\n",
-         s->npicks, nrefs, NARCHS, t->total, t->ok, t->total - t->ok, t->ok ? t->regs_lo : 0,
+         s->npicks, nrefs, narchs, t->total, t->ok, t->total - t->ok, t->ok ? t->regs_lo : 0,
          t->regs_hi, t->max_spill, t->max_stack, t->max_ms, t->wall_s);
   if (t->sass_checked)
     printf("SASS check: %d kernels hold %s\n", t->sass_checked, s->f->sass_insn);
@@ -412,10 +431,19 @@ static int compile_family(const family *f, gen_state *g, const gen_target *t80,
   gen_kernel refs[MAX_REFS];
   size_t nrefs = 0;
   tally t = {.regs_lo = 999, .cuobjdump = cuobjdump};
+  /* A family written for one arch is listed and compiled for it alone. */
+  gen_target own;
+  if (f->arch && gen_target_for_arch(g, f->arch, 0, 0, &own) != 0) {
+    CHECK(0, "target %s: %s", f->arch, gen_errmsg(g));
+    return -1;
+  }
+  if (f->arch) s.t = &own;
+  const char *const *const on = f->arch ? &f->arch : archs;
+  const size_t narchs = f->arch ? 1 : NARCHS;
   int rc = cuobjdump ? 0 : pick_sample(&s);
   if (rc == 0) nrefs = render_refs(&s, refs);
-  for (size_t ai = 0; rc == 0 && ai < NARCHS; ai++) rc = compile_arch(&s, refs, nrefs, archs[ai], &t);
-  if (rc == 0) print_summary(&s, nrefs, &t);
+  for (size_t ai = 0; rc == 0 && ai < narchs; ai++) rc = compile_arch(&s, refs, nrefs, on[ai], &t);
+  if (rc == 0) print_summary(&s, nrefs, narchs, &t);
   else CHECK(0, "%s: out of memory", f->name);
   *sass_checked += t.sass_checked;
   if (t.sass_skipped) snprintf(skip_why, n, "%s", t.skip_why);

@@ -2,9 +2,9 @@
 ** fc_exec.c
 ** fatune's attention kernels, run by the fake driver: not their code, which
 ** the fake cannot execute, but their result. The kernel's name says what it
-** computes (simt_f32_d64_m64n64w4_..., tc_bf16_..., oracle_fp32_d64_causal:
-** the dtype, the head dimension, the causal mask, the rows per CTA and the
-** warps); its parameter block (runtime/core/fa_params.h) says where the
+** computes (simt_f32_d64_m64n64w4_..., tc_bf16_..., wg_bf16_d128_m128n176c2_...
+** with its consumer warpgroups, oracle_fp32_d64_causal: the dtype, the head
+** dimension, the causal mask, the rows per CTA and the warps); its parameter block (runtime/core/fa_params.h) says where the
 ** tensors lie and how big the problem is. The float64 reference computes
 ** the answer, which lands in the fake device memory where the strides say,
 ** in the output's dtype: a launch with a wrong pointer, stride, scale,
@@ -54,9 +54,11 @@ static int parse_dtype(const char *s, fa_dtype *t) {
 static int parse_name(const char *name, kspec *s) {
   memset(s, 0, sizeof *s);
   const char *p;
+  int hopper = 0;
   if (!strncmp(name, "oracle_", 7)) s->oracle = 1, p = name + 7;
   else if (!strncmp(name, "simt_", 5)) p = name + 5;
   else if (!strncmp(name, "tc_", 3)) p = name + 3;
+  else if (!strncmp(name, "wg_", 3)) hopper = 1, p = name + 3;
   else return -1;
   int n = parse_dtype(p, &s->in);
   if (!n || sscanf(p + n, "d%d", &s->dim) != 1 || s->dim < 1 || s->dim > FA_DIM_MAX) return -1;
@@ -70,9 +72,11 @@ static int parse_name(const char *name, kspec *s) {
   }
   const char *m = strstr(p, "_m");
   int bm, bn, w;
-  if (!m || sscanf(m, "_m%dn%dw%d", &bm, &bn, &w) != 3 || bm < 1 || w < 1) return -1;
+  /* wg_..._m128n176c2_...: consumer warpgroups and a producer's */
+  if (!m || sscanf(m, hopper ? "_m%dn%dc%d" : "_m%dn%dw%d", &bm, &bn, &w) != 3 || bm < 1 || w < 1)
+    return -1;
   s->rows_per_cta = strstr(p, "_kvouter_") ? 0 : bm;
-  s->threads = 32 * w;
+  s->threads = hopper ? 128 * (w + 1) : 32 * w;
   return 0;
 }
 

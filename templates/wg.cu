@@ -1,0 +1,310 @@
+$ -- wg.cu: FlashAttention-3-class forward on wgmma, TMA and mbarriers (see wg.lua).
+$ local c, P = args.cfg, args.P
+$ local causal, eager, overlap, pingpong = c.causal == 1, c.norm == "eager", c.overlap == 1, c.pingpong == 1
+$ local T = c.dtype == "bf16" and "bf16" or "f16"
+$ local BM, BN, S, C = c.block_m, c.block_n, c.stages, c.consumers
+$ local SW, CB, DP, NCB = P.swizzle, P.col_block, P.padded_dim, P.col_blocks
+$ local NS = BN // 2     -- S accumulators per thread
+$ local NO = DP // 2     -- O accumulators per thread
+$ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w the
+$ -- epilogue of consumer w.
+$
+$ -- S = Q K^T of the stage at `st` into s: k16 steps over the padded dim,
+$ -- both operands K-major; a k16 step is 32 bytes into a swizzle row.
+$ local function issue_s()
+fa_wgmma_fence();
+$   for kk = 0, DP // 16 - 1 do
+$     local blk, within = (kk * 16) // CB, (kk * 16) % CB * 2
+fa_wgmma_ss_${T}(${BN}, s, fa_wgmma_desc_make(qs + ${blk * BM * SW + within}, 16, ${8 * SW}, ${SW}), fa_wgmma_desc_make(st + ${blk * BN * SW + within}, 16, ${8 * SW}, ${SW}), ${kk > 0 and 1 or 0}, 0, 0);
+$   end
+fa_wgmma_commit();
+$ end
+$
+$ -- O += P V of the stage at `pst`: V MN-major (trans_b), LBO between
+$ -- column blocks, SBO between 8-key groups.
+$ local function issue_pv()
+fa_wgmma_fence();
+$   for kk = 0, BN // 16 - 1 do
+fa_wgmma_rs_${T}(${DP}, o, pa[${kk}], fa_wgmma_desc_make(pst + ${P.kv_bytes + kk * 16 * SW}, ${BN * SW}, ${8 * SW}, ${SW}), 1, 1);
+$   end
+fa_wgmma_commit();
+$ end
+$
+$ -- Ping-pong: wait for this consumer's turn to issue GEMMs; hand the turn
+$ -- to the other once issued (not after its last turn: the other has none
+$ -- left to take).
+$ local function turn_begin()
+$   if pingpong then
+fa_named_bar_sync(1 + wg, 256);
+$   end
+$ end
+$ local function turn_end(it)
+$   if pingpong then
+if (wg == 0 || ${it} + 1 < n_blocks) fa_named_bar_arrive(2 - wg, 256);
+$   end
+$ end
+$
+$ -- Mask, online softmax of s (block `blk`, P left in s), and the factor O
+$ -- takes, into oscale[]. Row hh of this
+$ -- thread is 16 w + g + 8 hh of the consumer's; s[4 j + 2 hh + e] its
+$ -- column 8 j + 2 t + e.
+$ local function softmax(blk)
+{
+  const int key0 = ${blk} * ${BN};
+$   if causal then
+  if (key0 + ${BN} > p.seq_k || key0 + ${BN - 1} > row0 + off) {
+$   else
+  if (key0 + ${BN} > p.seq_k) {
+$   end
+    FA_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+$   if causal then
+      const int vis = row0 + 16 * w + g + 8 * hh + off + 1;
+      const int lim = vis < p.seq_k ? vis : p.seq_k;
+$   else
+      const int lim = p.seq_k;
+$   end
+      const int room = lim - key0 - 2 * t;
+      FA_UNROLL
+      for (int j = 0; j < ${BN // 8}; ++j) {
+        if (8 * j >= room) s[4 * j + 2 * hh] = NEG_INF;
+        if (8 * j + 1 >= room) s[4 * j + 2 * hh + 1] = NEG_INF;
+      }
+    }
+  }
+  FA_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = NEG_INF;
+    FA_UNROLL
+    for (int j = 0; j < ${BN // 8}; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
+    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
+    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
+    const float mn = fmaxf(m_i[hh], mx);
+    const float mu = mn == NEG_INF ? 0.f : mn * sl2;  /* a row with no key yet */
+    const float alpha = fa_exp2_f32(m_i[hh] * sl2 - mu);
+    float rs = 0.f;
+    FA_UNROLL
+    for (int j = 0; j < ${BN // 8}; ++j) {
+      s[4 * j + 2 * hh] = fa_exp2_f32(s[4 * j + 2 * hh] * sl2 - mu);
+      s[4 * j + 2 * hh + 1] = fa_exp2_f32(s[4 * j + 2 * hh + 1] * sl2 - mu);
+      rs += s[4 * j + 2 * hh] + s[4 * j + 2 * hh + 1];
+    }
+$   if eager then
+    /* eager (FlashAttention-1): O = O l_old alpha / l_new + P V / l_new */
+    rs += fa_shfl_xor_f32(rs, 1);
+    rs += fa_shfl_xor_f32(rs, 2);
+    const float ln = l_i[hh] * alpha + rs;
+    const float inv = ln > 0.f ? 1.f / ln : 0.f;
+    oscale[hh] = l_i[hh] * alpha * inv;
+    FA_UNROLL
+    for (int j = 0; j < ${BN // 8}; ++j) {
+      s[4 * j + 2 * hh] = fa_rescale_f32(s[4 * j + 2 * hh], inv);
+      s[4 * j + 2 * hh + 1] = fa_rescale_f32(s[4 * j + 2 * hh + 1], inv);
+    }
+    l_i[hh] = ln;
+$   else
+    /* deferred (FlashAttention-2): O = O alpha + P V; this thread's part of
+    ** the row sum, the quad's summed in the epilogue */
+    oscale[hh] = alpha;
+    l_i[hh] = l_i[hh] * alpha + rs;
+$   end
+    m_i[hh] = mn;
+  }
+}
+$ end
+$
+$ -- P, from s, as the A fragments of the k16 steps of P V (per warp,
+$ -- mma.m16n8k16's A); only once no P V in flight reads pa.
+$ local function pack_p()
+FA_UNROLL
+for (int kk = 0; kk < ${BN // 16}; ++kk) {
+  pa[kk][0] = fa_pack_${T}x2(s[8 * kk], s[8 * kk + 1]);
+  pa[kk][1] = fa_pack_${T}x2(s[8 * kk + 2], s[8 * kk + 3]);
+  pa[kk][2] = fa_pack_${T}x2(s[8 * kk + 4], s[8 * kk + 5]);
+  pa[kk][3] = fa_pack_${T}x2(s[8 * kk + 6], s[8 * kk + 7]);
+}
+$ end
+$
+$ local function rescale_o()
+fa_wgmma_fence_acc(${DP}, o);
+FA_UNROLL
+for (int i = 0; i < ${NO}; ++i) o[i] = fa_rescale_f32(o[i], oscale[(i >> 1) & 1]);
+$ end
+/* ${args.entry}
+** fp32 accumulation, ${c.norm} normalization; tile ${BM}x${BN}, ${C} consumer warpgroup(s) of 64 rows
+** and a producer; ${S} K/V stages; ${SW}B swizzle; head dim ${c.dim}${DP > c.dim and " padded to " .. DP or ""}.
+$ if pingpong then
+** Ping-pong: the consumers take turns issuing their GEMMs.
+$ end
+$ if overlap then
+** Overlap: the S of block j + 1 is issued before the P V of block j.
+$ end
+*/
+FA_SM90_KERNEL(${args.entry}, ${P.threads})
+{
+  const float NEG_INF = fa_neg_inf_f32();
+  const int tid = fa_tid(), wg = fa_warpgroup();
+  const int h = fa_bid_y(), b = fa_bid_z(), hk = FA_KV_HEAD(p, h);
+  const int q0 = fa_bid_x() * ${BM};
+  const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
+  unsigned char *const raw = (unsigned char *)fa_smem_base();
+  /* The tiles at the swizzle's repeat, 1024 bytes. */
+  unsigned char *const smem = raw + ((1024u - (unsigned)((unsigned long long)raw & 1023u)) & 1023u);
+  unsigned long long *const qbar = (unsigned long long *)(smem + ${P.bar_offset});
+  unsigned long long *const full = qbar + 1;
+  unsigned long long *const empty = full + ${S};
+  (void)off;
+$ if causal then
+  const int last_row = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
+  int kv_end = last_row + off + 1;
+  kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
+$ else
+  const int kv_end = p.seq_k;
+$ end
+  const int n_blocks = (kv_end + ${BN - 1}) / ${BN};
+  if (tid == 0) {
+    fa_mbar_init(qbar, 1);
+    for (int i = 0; i < ${S}; ++i) {
+      fa_mbar_init(&full[i], 1);          /* the producer's arrival, plus the TMA bytes */
+      fa_mbar_init(&empty[i], ${128 * C});  /* every consumer thread, done with the stage */
+    }
+    fa_fence_mbar_init();
+  }
+  fa_syncthreads();
+
+  if (wg == ${C}) {
+    /* The producer: Q once, then the K/V blocks from the last down, as
+    ** the consumers take them; one elected thread issues every load. */
+    fa_setmaxnreg_dec(${P.producer_regs});
+    if (tid / 32 == ${4 * C} && fa_elect_one() && n_blocks > 0) {
+      fa_mbar_arrive_expect_tx(qbar, ${P.q_bytes});
+$ for j = 0, NCB - 1 do
+      fa_tma_load_4d(smem + ${j * BM * SW}, &p.tmap[0], ${j * CB}, q0, h, b, qbar);
+$ end
+      for (int it = 0; it < n_blocks; ++it) {
+        const int i = it % ${S}, blk = n_blocks - 1 - it;
+        unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes};
+        if (it >= ${S}) fa_mbar_wait(&empty[i], ((it / ${S}) & 1) ^ 1);
+        fa_mbar_arrive_expect_tx(&full[i], ${P.stage_bytes});
+$ for j = 0, NCB - 1 do
+        fa_tma_load_4d(st + ${j * BN * SW}, &p.tmap[1], ${j * CB}, blk * ${BN}, hk, b, &full[i]);
+$ end
+$ for j = 0, NCB - 1 do
+        fa_tma_load_4d(st + ${P.kv_bytes + j * BN * SW}, &p.tmap[2], ${j * CB}, blk * ${BN}, hk, b, &full[i]);
+$ end
+      }
+    }
+    return;
+  }
+
+  /* A consumer warpgroup: query rows row0 .. row0 + 63. */
+  fa_setmaxnreg_inc(${P.consumer_regs});
+  const int w = (tid % 128) / 32, l = tid % 32, g = l / 4, t = l % 4;
+  const int row0 = q0 + 64 * wg;
+  const float sl2 = p.scale_log2_f32;
+  unsigned char *const qs = smem + wg * ${64 * SW};  /* this consumer's Q rows, in every column block */
+  float o[${NO}];   /* O, the wgmma D fragment: o[i] is row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
+  float s[${NS}];   /* S, the same layout over the block's keys */
+  unsigned pa[${BN // 16}][4];
+  float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f}, oscale[2];
+  FA_UNROLL
+  for (int i = 0; i < ${NO}; ++i) o[i] = 0.f;
+  fa_wgmma_fence_acc(${DP}, o);
+$ if pingpong then
+  if (wg == 1 && n_blocks > 0) fa_named_bar_arrive(1, 256);  /* consumer 0 takes the first turn */
+$ end
+  if (n_blocks > 0) fa_mbar_wait(qbar, 0);
+$ if overlap then
+  /* Block 0 (the last, n_blocks - 1): S and its softmax, ahead of the loop. */
+  if (n_blocks > 0) {
+    const unsigned char *const st = smem + ${P.q_bytes};
+    fa_mbar_wait(&full[0], 0);
+    $ turn_begin()
+    $ issue_s()
+    $ turn_end("0")
+    fa_wgmma_wait(0);
+    fa_wgmma_fence_acc(${BN}, s);
+    $ softmax("(n_blocks - 1)")
+    $ pack_p()
+  }
+  /* Iteration it: S of block it issued, then P V of block it - 1; the
+  ** softmax of block it runs while P V does; O is rescaled once it is done. */
+  for (int it = 1; it < n_blocks; ++it) {
+    const int i = it % ${S}, pi = (it - 1) % ${S};
+    const unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes};
+    const unsigned char *const pst = smem + ${P.q_bytes} + pi * ${P.stage_bytes};
+    fa_mbar_wait(&full[i], (it / ${S}) & 1);
+    $ turn_begin()
+    $ issue_s()
+    $ issue_pv()
+    $ turn_end("it")
+    fa_wgmma_wait(1);
+    fa_wgmma_fence_acc(${BN}, s);
+    $ softmax("(n_blocks - 1 - it)")
+    fa_wgmma_wait(0);
+    fa_mbar_arrive(&empty[pi]);
+    $ rescale_o()
+    $ pack_p()
+  }
+  if (n_blocks > 0) {
+    const unsigned char *const pst = smem + ${P.q_bytes} + ((n_blocks - 1) % ${S}) * ${P.stage_bytes};
+    $ issue_pv()
+    fa_wgmma_wait(0);
+  }
+$ else
+  for (int it = 0; it < n_blocks; ++it) {
+    const int i = it % ${S};
+    const unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes}, *const pst = st;
+    fa_mbar_wait(&full[i], (it / ${S}) & 1);
+    $ turn_begin()
+    $ issue_s()
+    $ turn_end("it")
+    fa_wgmma_wait(0);
+    fa_wgmma_fence_acc(${BN}, s);
+    $ softmax("(n_blocks - 1 - it)")
+    $ rescale_o()
+    $ pack_p()
+    $ issue_pv()
+    fa_wgmma_wait(0);
+    fa_mbar_arrive(&empty[i]);
+  }
+$ end
+  fa_wgmma_fence_acc(${DP}, o);
+
+  /* Epilogue: O normalized into this consumer's Q rows (every wgmma that
+  ** read them is done once all its threads are here), then a TMA store
+  ** per column block; the logsumexp per row. */
+  fa_named_bar_sync(4 + wg, 128);
+  float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
+  FA_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+$ if eager then
+    const float lsum = l_i[hh];
+    const float inv = 1.f;  /* normalized at every step; 0 without a key */
+$ else
+    float lsum = l_i[hh];
+    lsum += fa_shfl_xor_f32(lsum, 1);
+    lsum += fa_shfl_xor_f32(lsum, 2);
+    const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+$ end
+    const int r = 16 * w + g + 8 * hh;
+    FA_UNROLL
+    for (int j = 0; j < ${DP // 8}; ++j) {
+      const int col = 8 * j + 2 * t;
+      const unsigned at = (unsigned)(col / ${CB}) * ${BM * SW}u + (unsigned)(r * ${SW} + (col % ${CB}) * 2);
+      fa_sts_u32((unsigned *)(qs + fa_swizzle_offset(at, ${SW})),
+                 fa_pack_${T}x2(fa_rescale_f32(o[4 * j + 2 * hh], inv), fa_rescale_f32(o[4 * j + 2 * hh + 1], inv)));
+    }
+    if (t == 0 && row0 + r < p.seq_q)
+      fa_st_f32(lg + row0 + r, lsum > 0.f ? (m_i[hh] * sl2 + fa_log2_f32(lsum)) * 0.69314718055994530942f : NEG_INF);
+  }
+  fa_fence_proxy_async();
+  fa_named_bar_sync(4 + wg, 128);
+  if (tid % 128 == 0 && row0 < p.seq_q) {
+$ for j = 0, NCB - 1 do
+    fa_tma_store_4d(&p.tmap[3], qs + ${j * BM * SW}, ${j * CB}, row0, h, b);
+$ end
+    fa_tma_store_commit();
+    fa_tma_store_wait(0);
+  }
+}

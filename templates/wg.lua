@@ -1,0 +1,234 @@
+-- wg.lua
+-- The Hopper family (sm_90a): FlashAttention-3-class forward kernels for
+-- fp16 and bf16 (fp32 accumulation) on warpgroup MMA, TMA and mbarriers.
+-- Declares the axes, the defaults, the enumeration and pruning rules, the
+-- plan (shared-memory layout, register estimate), and renders wg.cu.
+--
+-- Structure, for every variant: one CTA per block_m query rows and
+-- (batch, head). A producer warpgroup, whose registers go to the others
+-- (setmaxnreg.dec), loads Q once and the K/V blocks into a ring of
+-- `stages` stages by TMA (one elected thread), on full/empty mbarriers.
+-- `consumers` warpgroups of 64 query rows each (setmaxnreg.inc): so
+-- block_m = 64 * consumers, as FlashAttention-3 sizes its tiles
+-- (hopper/tile_size.h: kBlockM / 64 MMA warpgroups; 192 rows are three).
+-- Per K/V block a consumer computes S = Q K^T by wgmma with both operands
+-- in shared memory (K-major), the online softmax on the accumulator
+-- fragment, and O += P V by wgmma with P from registers (the D fragment
+-- of S, packed, is the A fragment) and V MN-major. The output goes
+-- through shared memory (where the consumer's Q rows were) and a TMA
+-- store; rows past seq_q are not written.
+--
+-- Shared memory holds tiles as TMA writes them under the swizzle: a tile
+-- of R rows is dim / (swizzle / 2) column blocks, each R rows of `swizzle`
+-- bytes. The head dim is padded to a whole block (the padding loads as
+-- zeros and is never stored), so it must be a multiple of 8: TMA moves
+-- rows whose byte strides are multiples of 16.
+--
+-- Axes beyond tc's: pingpong (two consumers take turns issuing their
+-- GEMMs, through named barriers, so that one's softmax runs under the
+-- other's GEMMs), overlap (within a warpgroup, the S of block j + 1 is
+-- issued before the P V of block j, and the softmax of block j + 1 runs
+-- under that P V), swizzle (64 or 128 bytes).
+
+local wg = { name = "wg", version = 1 }
+local enum = require("enum")
+
+local int_axis, enum_axis = enum.int_axis, enum.enum_axis
+
+wg.axes = {
+  enum_axis("dtype", { "fp16", "bf16" }),
+  int_axis("dim", 1, 256),
+  int_axis("causal", 0, 1),
+  int_axis("block_m", 64, 192),
+  int_axis("block_n", 64, 256),
+  int_axis("stages", 2, 4),
+  int_axis("consumers", 1, 3),
+  int_axis("pingpong", 0, 1),
+  int_axis("overlap", 0, 1),
+  enum_axis("norm", { "eager", "deferred" }),
+  enum_axis("swizzle", { "128", "64" }),
+}
+wg.axis = enum.index(wg.axes)
+
+-- FlashAttention-3's tile for a head dim and mask (hopper/tile_size.h,
+-- forward, 16-bit): block_m, block_n.
+function wg.fa3_tile(d, causal)
+  if d <= 64 then return 192, causal == 1 and 128 or 192
+  elseif d <= 96 then return 192, 144
+  elseif d <= 128 then return 128, causal == 1 and 128 or 176
+  elseif d <= 192 then return 128, causal == 1 and 112 or 128
+  else return 128, 80 end
+end
+
+function wg.defaults(problem)
+  local d = problem.dim or 64
+  local bm, bn = wg.fa3_tile(d, problem.causal or 0)
+  return {
+    dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
+    block_m = bm, block_n = bn, stages = 2, consumers = bm // 64, pingpong = 0, overlap = 0,
+    norm = "deferred", swizzle = "128",
+  }
+end
+
+function wg.supports(problem)
+  return problem.dtype == "fp16" or problem.dtype == "bf16"
+end
+
+-- Names ---------------------------------------------------------------------
+-- wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128[-causal]: pp or np
+-- (ping-pong or not), ov or sq (overlapped or sequential GEMMs).
+
+function wg.name_of(c)
+  return string.format("wg-%s-d%d-m%dn%dc%d-%s-%s-%s-s%d-sw%s%s",
+    c.dtype == "bf16" and "bf16" or "f16", c.dim, c.block_m, c.block_n, c.consumers, c.norm,
+    c.pingpong == 1 and "pp" or "np", c.overlap == 1 and "ov" or "sq", c.stages, c.swizzle,
+    c.causal == 1 and "-causal" or "")
+end
+
+function wg.parse_name(name)
+  local dt, d, m, n, cons, norm, pp, ov, s, sw, rest = name:match(
+    "^wg%-(b?f16)%-d(%d+)%-m(%d+)n(%d+)c(%d+)%-(%a+)%-(%a+)%-(%a+)%-s(%d+)%-sw(%d+)(.*)$")
+  if not dt or (rest ~= "" and rest ~= "-causal") or (pp ~= "pp" and pp ~= "np")
+     or (ov ~= "ov" and ov ~= "sq") then
+    return nil
+  end
+  return { dtype = dt == "bf16" and "bf16" or "fp16", dim = d, causal = rest == "" and 0 or 1,
+           block_m = m, block_n = n, stages = s, consumers = cons, pingpong = pp == "pp" and 1 or 0,
+           overlap = ov == "ov" and 1 or 0, norm = norm, swizzle = sw }
+end
+
+-- Derived plan ----------------------------------------------------------------
+
+-- setmaxnreg per warpgroup, FlashAttention-3's split of the 64K registers:
+-- producer, consumer. One consumer: 256 threads, room to spare.
+local nreg = { { 56, 240 }, { 24, 240 }, { 32, 160 } }
+
+function wg.plan(c)
+  local sw = tonumber(c.swizzle)
+  local P = { swizzle = sw, col_block = sw // 2 }   -- elements per column block
+  P.padded_dim = (c.dim + P.col_block - 1) // P.col_block * P.col_block
+  P.col_blocks = P.padded_dim // P.col_block
+  P.threads = 128 * (c.consumers + 1)
+  P.q_bytes = c.block_m * P.padded_dim * 2
+  P.kv_bytes = c.block_n * P.padded_dim * 2          -- one of K, V in a stage
+  P.stage_bytes = 2 * P.kv_bytes
+  P.bar_offset = P.q_bytes + c.stages * P.stage_bytes
+  -- 1024 bytes to align the tiles to the swizzle's repeat, then Q, the
+  -- stages, and the barriers: Q's, full[] and empty[].
+  P.smem_bytes = 1024 + P.bar_offset + 8 * (1 + 2 * c.stages)
+  P.producer_regs, P.consumer_regs = nreg[c.consumers][1], nreg[c.consumers][2]
+  -- Registers per consumer thread, 32-bit words: O's accumulator
+  -- (padded_dim / 2), S's (block_n / 2; P is packed into it as the softmax
+  -- goes), with overlap P of the block before (block_n / 4) live beside the
+  -- next S, and 24 for row statistics, addresses and loop state.
+  P.register_words = P.padded_dim // 2 + c.block_n // 2 + 24
+                     + (c.overlap == 1 and c.block_n // 4 or 0)
+  return P
+end
+
+-- Constraints -------------------------------------------------------------------
+
+function wg.fits(c, _, target)
+  if target.arch ~= "sm_90a" then
+    return false, "the wg family runs only on sm_90a (wgmma, TMA, setmaxnreg), not " .. target.arch
+  end
+  if c.dim % 8 ~= 0 then
+    return false, "head dim " .. c.dim .. " is no multiple of 8: TMA needs rows of a multiple of 16 bytes"
+  end
+  if c.block_m ~= 64 * c.consumers then
+    return false, "block_m must be 64 rows per consumer warpgroup (64 * consumers)"
+  end
+  if c.block_n % 16 ~= 0 then return false, "block_n must be a multiple of 16" end
+  if c.pingpong == 1 and c.consumers ~= 2 then
+    return false, "ping-pong takes turns between exactly two consumer warpgroups"
+  end
+  local P = wg.plan(c)
+  if P.threads > target.max_threads then return false, "too many threads" end
+  if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
+  if P.register_words > P.consumer_regs then
+    return false, string.format("register estimate %d over the consumers' %d (setmaxnreg)",
+                                P.register_words, P.consumer_regs)
+  end
+  return true
+end
+
+-- Enumeration -------------------------------------------------------------------
+
+local function with(base, changes)
+  local c = {}
+  for k, v in pairs(base) do c[k] = v end
+  for k, v in pairs(changes) do c[k] = v end
+  return c
+end
+
+-- The default space, per (dim, causal): FlashAttention-3's tile in the
+-- simplest structure (deferred, no ping-pong, no overlap, two stages,
+-- 128B swizzle), then one axis at a time around it, and neighbouring
+-- block_n. "full" is the cross product; "small" the fallback when nothing
+-- of the default fits.
+function wg.enumerate(problem, which)
+  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local out = {}
+  if which == "full" then
+    local bn = {}
+    for n = 64, 256, 16 do bn[#bn + 1] = n end
+    for cons = 1, 3 do
+      enum.cross(wg.axes, with(base, { block_m = 64 * cons, consumers = cons }),
+                 { block_n = bn, stages = { 2, 3, 4 }, pingpong = { 0, 1 }, overlap = { 0, 1 },
+                   norm = { "eager", "deferred" }, swizzle = { "128", "64" } }, out)
+    end
+    return out
+  end
+  local d = wg.defaults(problem)
+  if which == "small" then
+    out[1] = with(d, { block_m = 64, consumers = 1, block_n = 64 })
+    return out
+  end
+  local seen = {}
+  local function add(c)
+    local key = wg.name_of(c)
+    if not seen[key] then seen[key] = true; out[#out + 1] = c end
+  end
+  add(d)
+  local bn = d.block_n
+  for _, ch in ipairs({ { norm = "eager" }, { overlap = 1 }, { stages = 3 }, { swizzle = "64" },
+                        { block_n = bn - 16 }, { block_n = bn + 16 } }) do
+    add(with(d, ch))
+  end
+  if d.consumers == 2 then
+    add(with(d, { pingpong = 1 }))
+    add(with(d, { pingpong = 1, overlap = 1 }))
+  else
+    add(with(d, { block_m = 128, consumers = 2 }))
+  end
+  return out
+end
+
+-- Rendering -------------------------------------------------------------------------
+
+function wg.render(c)
+  local P = wg.plan(c)
+  local args = { cfg = c, P = P, entry = wg.name_of(c):gsub("-", "_") }
+  local cb, sw = P.col_block, P.swizzle
+  return {
+    source = render("wg.cu", args),
+    entry = args.entry,
+    threads = P.threads,
+    smem_bytes = P.smem_bytes,
+    rows_per_cta = c.block_m,
+    ws_bytes_per_row = 0,
+    registers_estimate = P.register_words,
+    io_align = 16,
+    arch = "sm_90a",
+    -- fa_params.tmap[0..3]: Q (block_m rows), K and V (block_n rows), O (a
+    -- consumer's 64 rows), one column block wide.
+    tma = {
+      { tensor = "q", box = { cb, c.block_m }, swizzle = sw },
+      { tensor = "k", box = { cb, c.block_n }, swizzle = sw },
+      { tensor = "v", box = { cb, c.block_n }, swizzle = sw },
+      { tensor = "o", box = { cb, 64 }, swizzle = sw },
+    },
+  }
+end
+
+return wg
