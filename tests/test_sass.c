@@ -116,7 +116,8 @@ static const char hopper[] =
   "        /*0080*/                   BAR.SYNC.DEFER_BLOCKING R9, 0x100 ;\n"
   "        /*0090*/                   WARPGROUP.ARRIVE ;\n"
   "        /*00a0*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;\n"
-  "        /*00b0*/                   HGMMA.64x128x16.F32.BF16 R112, R176, gdesc[UR12].tnspB, R112, gsb0 ;\n"
+  "        /*00b0*/                   HGMMA.64x128x16.F32.BF16 R112, R176, gdesc[UR12].tnspB, R112,"
+  " gsb0 ;\n"
   "        /*00c0*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
   "        /*00d0*/                   MUFU.EX2 R3, R3 ;\n"
   "        /*00e0*/                   FMNMX R4, R4, R5, !PT ;\n"
@@ -492,6 +493,42 @@ static void fresh_gemm(const char *nvdisasm, gen_state *g) {
   gen_kernel_free(&k);
 }
 
+/* The wg family on FlashAttention-3's d128 tile (128x176, 2 consumer
+** warpgroups): per K/V block each consumer warp issues 128 / 16 HGMMA
+** for S (64x176x16) and 176 / 16 for O (64x128x16), an exponential per
+** score of its 16 rows (16 x 176 / 32 lanes = 88), no local memory; the
+** producer loads K and V by TMA. */
+static void fresh_wg(const char *nvdisasm, gen_state *g) {
+  static const char cfg[] = "family=wg,dtype=bf16,dim=128,causal=0,block_m=128,block_n=176,"
+                            "stages=2,consumers=2,pingpong=1,overlap=1,norm=deferred,swizzle=128";
+  gen_target t;
+  gen_kernel k;
+  nvrtc_result r;
+  CHECK(gen_target_for_arch(g, "sm_90a", 0, 0, &t) == 0, "%s", gen_errmsg(g));
+  if (gen_render_config(g, cfg, NULL, &t, &k) != 0) {
+    CHECK(0, "rendering %s: %s", cfg, gen_errmsg(g));
+    return;
+  }
+  CHECK(nvrtc_compile(k.source, k.entry, "sm_90a", &r) == 0 && r.ok, "%s: %s", k.name, r.error);
+  sass_figures f;
+  sass_kernel_figures(nvdisasm, &k, &r, NULL, &f);
+  const sass_counts *c = &f.c;
+  CHECK(f.analysed && c->found && !strcmp(c->mma, "HGMMA"), "%s: %s, %s", k.name, c->mma, f.error);
+  CHECK(c->loop_hmma == 128 / 16 + 176 / 16 && c->loop_mufu >= 88 && c->loop_local == 0 &&
+          c->inner_loops == 0,
+        "%s: %ld HGMMA (want 19), %ld MUFU, %ld local, %d inner loops", k.name, c->loop_hmma,
+        c->loop_mufu, c->loop_local, c->inner_loops);
+  CHECK(c->loop_syncs >= 2 && c->loop_warpgroup >= 2 && c->producer_found &&
+          c->producer_utmaldg >= 2,
+        "%s: %ld SYNCS, %ld WARPGROUP, producer %d with %ld UTMALDG", k.name, c->loop_syncs,
+        c->loop_warpgroup, c->producer_found, c->producer_utmaldg);
+  printf("  %s on sm_90a: %ld instructions, %ld HGMMA per K/V block; producer %ld, %ld UTMALDG\n",
+         k.name, c->loop_instructions, c->loop_hmma, c->producer_instructions,
+         c->producer_utmaldg);
+  nvrtc_result_free(&r);
+  gen_kernel_free(&k);
+}
+
 static void test_fresh(void) {
   char nvdisasm[4096], err[256];
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
@@ -504,8 +541,12 @@ static void test_fresh(void) {
   fresh(nvdisasm, g, "sm_80", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_90", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_80", "family=simt,dtype=fp32,dim=64", "FFMA", 0);
-  if (nvrtc_arch_supported("sm_90a")) fresh_gemm(nvdisasm, g);
-  else printf("  this NVRTC does not compile for sm_90a: no wgmma GEMM\n");
+  if (nvrtc_arch_supported("sm_90a")) {
+    fresh_gemm(nvdisasm, g);
+    fresh_wg(nvdisasm, g);
+  } else {
+    printf("  this NVRTC does not compile for sm_90a: no wgmma kernels\n");
+  }
   gen_close(g);
 }
 

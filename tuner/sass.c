@@ -489,7 +489,8 @@ static int is_waterfall(const func *f, const loop *l) {
     for (int s = 0; s < f->bb[b].nsucc; s++) {
       const insn *last = &f->in[f->bb[b].last];
       if (f->bb[b].succ[s] != l->header) continue;
-      if (!is_branch(last) || !last->uniform_any || last->target != f->bb[l->header].first) return 0;
+      if (!is_branch(last) || !last->uniform_any || last->target != f->bb[l->header].first)
+        return 0;
       edges++;
     }
   }
