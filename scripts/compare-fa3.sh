@@ -109,7 +109,7 @@ row() {  # dim causal kernel tile consumers json-line registers spill
     "$prod" "$7" "$8"
 }
 
-echo "| dim | causal | kernel | tile | consumers | insns per K/V block per warp | HGMMA | non-HGMMA per HGMMA | producer insns / UTMALDG | regs / spill bytes |"
+echo "| dim | causal | kernel | tile | consumers | insns per K/V block per warp | HGMMA | non-HGMMA per HGMMA | producer insns / UTMALDG | regs / spill store bytes |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for dim in 64 128; do
   for causal in 0 1; do
