@@ -71,7 +71,7 @@ for c in "${cases[@]}"; do
 done
 
 # fatune's rows first, in bench-sass.sh's table, then FA2's under it.
-DTYPES=bf16 CAUSAL=0 "$here/bench-sass.sh" "$fatune"
+ARCHS="sm_80 sm_90" DTYPES=bf16 CAUSAL=0 "$here/bench-sass.sh" "$fatune"
 # The main kernel: flash_fwd_kernel<traits of (dim, 128, block_n, 4 warps), Is_dropout=0, Is_causal=0,
 # Is_local=0, Has_alibi=0, Is_even_MN=1, Is_even_K=1, Is_softcap=0,
 # Return_softmax=0>. FA2's shared memory per CTA is Q + K + V tiles of

@@ -36,6 +36,22 @@ cubin="$tmp/cubins/tc-bf16-d64-m128n128w4-deferred-swizzle-qsmem-s2.cubin"
   pass "--save-cubin wrote the variant's cubin" || fail "--save-cubin wrote the variant's cubin" \
   "$(ls "$tmp/cubins")"
 
+# compare-fa3.sh fetches nothing: without checkouts, or with a directory
+# that is not one, it says what it needs in one line and exits 2.
+fa3="$(dirname "$0")/../scripts/compare-fa3.sh"
+bash "$fa3" >"$tmp/fa3.out" 2>"$tmp/fa3.err"
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "downloads nothing" "$tmp/fa3.err" &&
+  pass "compare-fa3.sh without checkouts: exit 2, says it downloads nothing" ||
+  fail "compare-fa3.sh without checkouts: exit 2, says it downloads nothing" \
+    "exit $rc: $(head -c 300 "$tmp/fa3.err")"
+bash "$fa3" "$tmp" "$tmp" "$FATUNE" >"$tmp/fa3.out" 2>"$tmp/fa3.err"
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "not a FlashAttention-3 checkout" "$tmp/fa3.err" &&
+  pass "compare-fa3.sh on a directory without hopper/: exit 2, says so" ||
+  fail "compare-fa3.sh on a directory without hopper/: exit 2, says so" \
+    "exit $rc: $(head -c 300 "$tmp/fa3.err")"
+
 nvdisasm_found=0
 for d in ${PATH//:/ } "${CUDA_HOME:-/usr/local/cuda}/bin" /usr/local/cuda/bin; do
   [ -x "$d/nvdisasm" ] && nvdisasm_found=1

@@ -100,7 +100,8 @@ static const char nested[] =
 ** (.L_x_0) over tiles holds a first K/V block before the steady loop
 ** (.L_x_2, 2 HGMMA); each wait tries once, jumps over its second try on
 ** success, and spins out of line (.L_x_5, with NANOSLEEP) otherwise; the
-** producer's loop (.L_x_3) issues the TMA loads after its wait. */
+** producer's loop (.L_x_3) issues the TMA loads after its wait, one in
+** a waterfall loop (BRA.U.ANY, .L_x_8), which counts as straight code. */
 static const char hopper[] =
   "\t.section\t.text.ws,\"ax\",@progbits\n"
   ".L_x_0:\n"
@@ -117,7 +118,8 @@ static const char hopper[] =
   "        /*0080*/                   BAR.SYNC.DEFER_BLOCKING R9, 0x100 ;\n"
   "        /*0090*/                   WARPGROUP.ARRIVE ;\n"
   "        /*00a0*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;\n"
-  "        /*00b0*/                   HGMMA.64x128x16.F32.BF16 R112, R176, gdesc[UR12].tnspB, R112, gsb0 ;\n"
+  "        /*00b0*/                   HGMMA.64x128x16.F32.BF16 R112, R176, gdesc[UR12].tnspB, R112,"
+  " gsb0 ;\n"
   "        /*00c0*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
   "        /*00d0*/                   MUFU.EX2 R3, R3 ;\n"
   "        /*00e0*/                   FMNMX R4, R4, R5, !PT ;\n"
@@ -133,22 +135,24 @@ static const char hopper[] =
   "        /*0170*/              @!P2 BRA `(.L_x_6) ;\n"
   ".L_x_7:\n"
   "        /*0180*/                   SYNCS.ARRIVE.TRANS64 RZ, [UR4+0x10], R6 ;\n"
+  ".L_x_8:\n"
   "        /*0190*/                   UTMALDG.4D [UR8], [UR16], desc[UR18] ;\n"
-  "        /*01a0*/                   UTMALDG.4D [UR12], [UR16], desc[UR18] ;\n"
-  "        /*01b0*/                   UIADD3 UR4, UR4, 0x8, URZ ;\n"
-  "        /*01c0*/               @P4 BRA `(.L_x_3) ;\n"
-  "        /*01d0*/                   EXIT ;\n"
+  "        /*01a0*/               @P5 BRA.U.ANY `(.L_x_8) ;\n"
+  "        /*01b0*/                   UTMALDG.4D [UR12], [UR16], desc[UR18] ;\n"
+  "        /*01c0*/                   UIADD3 UR4, UR4, 0x8, URZ ;\n"
+  "        /*01d0*/               @P4 BRA `(.L_x_3) ;\n"
+  "        /*01e0*/                   EXIT ;\n"
   ".L_x_5:\n"
-  "        /*01e0*/                   IMAD.U32 R15, RZ, RZ, UR10 ;\n"
-  "        /*01f0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R15+URZ+0x30], R12 ;\n"
-  "        /*0200*/              @!P0 NANOSLEEP.SYNCS 0x989680 ;\n"
-  "        /*0210*/              @!P0 BRA `(.L_x_5) ;\n"
-  "        /*0220*/                   BRA `(.L_x_4) ;\n"
+  "        /*01f0*/                   IMAD.U32 R15, RZ, RZ, UR10 ;\n"
+  "        /*0200*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R15+URZ+0x30], R12 ;\n"
+  "        /*0210*/              @!P0 NANOSLEEP.SYNCS 0x989680 ;\n"
+  "        /*0220*/              @!P0 BRA `(.L_x_5) ;\n"
+  "        /*0230*/                   BRA `(.L_x_4) ;\n"
   ".L_x_6:\n"
-  "        /*0230*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR4+0x20], R9 ;\n"
-  "        /*0240*/              @!P2 BRA `(.L_x_6) ;\n"
-  "        /*0250*/                   BRA `(.L_x_7) ;\n"
-  "        /*0260*/                   NOP ;\n";
+  "        /*0240*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR4+0x20], R9 ;\n"
+  "        /*0250*/              @!P2 BRA `(.L_x_6) ;\n"
+  "        /*0260*/                   BRA `(.L_x_7) ;\n"
+  "        /*0270*/                   NOP ;\n";
 
 static void test_hopper(void) {
   sass_counts c;
@@ -156,7 +160,7 @@ static void test_hopper(void) {
   CHECK(sass_analyse(hopper, NULL, 0, &c, err, sizeof err) == 0, "%s", err);
   CHECK(c.found && !strcmp(c.mma, "HGMMA"), "main loop found, product %s", c.mma);
   /* The steady loop, not the persistent one (3 HGMMA), without the
-  ** second try (0060, 0070) and the spin (01e0 .. 0220): 0040, 0050,
+  ** second try (0060, 0070) and the spin (01f0 .. 0230): 0040, 0050,
   ** 0080 .. 0120. */
   CHECK(c.inner_loops == 0 && c.inner_trips == 1, "no inner loop counted: %d, trips %d",
         c.inner_loops, c.inner_trips);
@@ -168,8 +172,8 @@ static void test_hopper(void) {
   CHECK(c.loop_mufu == 1 && c.loop_shfl == 1 && c.loop_int == 1, "mufu %ld shfl %ld int %ld",
         c.loop_mufu, c.loop_shfl, c.loop_int);
   CHECK(fabs(c.non_mma_per_mma - 5.5) < 1e-12, "non-HGMMA per HGMMA %g", c.non_mma_per_mma);
-  /* The producer: 0160 .. 01c0, its spin (0230 .. 0250) left out. */
-  CHECK(c.producer_found && c.producer_instructions == 7 && c.producer_utmaldg == 2,
+  /* The producer: 0160 .. 01d0, its spin (0240 .. 0260) left out. */
+  CHECK(c.producer_found && c.producer_instructions == 8 && c.producer_utmaldg == 2,
         "producer %d: %ld instructions, %ld UTMALDG", c.producer_found, c.producer_instructions,
         c.producer_utmaldg);
   /* A HMMA kernel has no producer. */
@@ -513,6 +517,42 @@ static void fresh_gemm(const char *nvdisasm, gen_state *g) {
   gen_kernel_free(&k);
 }
 
+/* The wg family on FlashAttention-3's d128 tile (128x176, 2 consumer
+** warpgroups): per K/V block each consumer warp issues 128 / 16 HGMMA
+** for S (64x176x16) and 176 / 16 for O (64x128x16), an exponential per
+** score of its 16 rows (16 x 176 / 32 lanes = 88), no local memory; the
+** producer loads K and V by TMA. */
+static void fresh_wg(const char *nvdisasm, gen_state *g) {
+  static const char cfg[] = "family=wg,dtype=bf16,dim=128,causal=0,block_m=128,block_n=176,"
+                            "stages=2,consumers=2,pingpong=1,overlap=1,norm=deferred,swizzle=128";
+  gen_target t;
+  gen_kernel k;
+  nvrtc_result r;
+  CHECK(gen_target_for_arch(g, "sm_90a", 0, 0, &t) == 0, "%s", gen_errmsg(g));
+  if (gen_render_config(g, cfg, NULL, &t, &k) != 0) {
+    CHECK(0, "rendering %s: %s", cfg, gen_errmsg(g));
+    return;
+  }
+  CHECK(nvrtc_compile(k.source, k.entry, "sm_90a", &r) == 0 && r.ok, "%s: %s", k.name, r.error);
+  sass_figures f;
+  sass_kernel_figures(nvdisasm, &k, &r, NULL, &f);
+  const sass_counts *c = &f.c;
+  CHECK(f.analysed && c->found && !strcmp(c->mma, "HGMMA"), "%s: %s, %s", k.name, c->mma, f.error);
+  CHECK(c->loop_hmma == 128 / 16 + 176 / 16 && c->loop_mufu >= 88 && c->loop_local == 0 &&
+          c->inner_loops == 0,
+        "%s: %ld HGMMA (want 19), %ld MUFU, %ld local, %d inner loops", k.name, c->loop_hmma,
+        c->loop_mufu, c->loop_local, c->inner_loops);
+  CHECK(c->loop_syncs >= 2 && c->loop_warpgroup >= 2 && c->producer_found &&
+          c->producer_utmaldg >= 2,
+        "%s: %ld SYNCS, %ld WARPGROUP, producer %d with %ld UTMALDG", k.name, c->loop_syncs,
+        c->loop_warpgroup, c->producer_found, c->producer_utmaldg);
+  printf("  %s on sm_90a: %ld instructions, %ld HGMMA per K/V block; producer %ld, %ld UTMALDG\n",
+         k.name, c->loop_instructions, c->loop_hmma, c->producer_instructions,
+         c->producer_utmaldg);
+  nvrtc_result_free(&r);
+  gen_kernel_free(&k);
+}
+
 static void test_fresh(void) {
   char nvdisasm[4096], err[256];
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
@@ -525,8 +565,12 @@ static void test_fresh(void) {
   fresh(nvdisasm, g, "sm_80", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_90", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_80", "family=simt,dtype=fp32,dim=64", "FFMA", 0);
-  if (nvrtc_arch_supported("sm_90a")) fresh_gemm(nvdisasm, g);
-  else printf("  this NVRTC does not compile for sm_90a: no wgmma GEMM\n");
+  if (nvrtc_arch_supported("sm_90a")) {
+    fresh_gemm(nvdisasm, g);
+    fresh_wg(nvdisasm, g);
+  } else {
+    printf("  this NVRTC does not compile for sm_90a: no wgmma kernels\n");
+  }
   gen_close(g);
 }
 

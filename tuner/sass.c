@@ -25,6 +25,7 @@ typedef struct insn {
   char op[OP_LEN];        /* the opcode without its modifiers: "HMMA" */
   int predicated;         /* guarded by a predicate that can be false */
   int never;              /* guarded by @!PT: never executes */
+  int uniform_any;        /* BRA.U.ANY: back to the top while some lane's value is left */
   int target;             /* a branch's target instruction, -1 none */
   char label[LABEL_LEN];  /* a branch's target label, until resolved */
 } insn;
@@ -151,6 +152,7 @@ static int parse_insn(func *f, const char *p, const char *e) {
   size_t k = 0;
   while (p < e && (isalnum((unsigned char)*p) || *p == '_') && k < OP_LEN - 1) in.op[k++] = *p++;
   if (!k) return 0;
+  in.uniform_any = (size_t)(e - p) >= 6 && !strncmp(p, ".U.ANY", 6);
   const char *tick = memchr(p, '`', (size_t)(e - p));
   if (tick && tick + 2 < e && tick[1] == '(') {
     const char *s = tick + 2, *t = s;
@@ -476,6 +478,25 @@ static void mark_retry(const func *f, const uint64_t *body, char *skip) {
   }
 }
 
+/* A waterfall loop: every edge back to its header a BRA.U.ANY, which
+** ptxas wraps around an instruction that needs a uniform operand (a TMA
+** load's address) and which runs once when the operand is uniform, as an
+** elected thread's is. Counted as straight code, not as a loop. */
+static int is_waterfall(const func *f, const loop *l) {
+  int edges = 0;
+  for (int b = 0; b < f->nbb; b++) {
+    if (!bit(l->body, b)) continue;
+    for (int s = 0; s < f->bb[b].nsucc; s++) {
+      const insn *last = &f->in[f->bb[b].last];
+      if (f->bb[b].succ[s] != l->header) continue;
+      if (!is_branch(last) || !last->uniform_any || last->target != f->bb[l->header].first)
+        return 0;
+      edges++;
+    }
+  }
+  return edges > 0;
+}
+
 /* Marks in skip the spin loops nested in body, and the blocks of a lone
 ** BRA whose only predecessors are spin blocks (the way back into the
 ** loop): executed only while a wait is not yet satisfied. Then the
@@ -588,10 +609,13 @@ static int count_producer(const func *f, const loop *l, int n, int m, sass_count
   long best_tma = 0;
   for (int i = 0; i < n; i++) {
     long tma = count_op(f, l[i].body, "UTMALDG");
-    if (!tma || count_op(f, l[i].body, c->mma) || contains(f, &l[m], &l[i])) continue;
+    if (!tma || count_op(f, l[i].body, c->mma) || contains(f, &l[m], &l[i]) ||
+        is_waterfall(f, &l[i]))
+      continue;
     int inner = 0;
     for (int k = 0; k < n && !inner; k++)
-      inner = count_op(f, l[k].body, "UTMALDG") && contains(f, &l[i], &l[k]);
+      inner = count_op(f, l[k].body, "UTMALDG") && contains(f, &l[i], &l[k]) &&
+              !is_waterfall(f, &l[k]);
     if (inner) continue;
     if (best < 0 || tma > best_tma || (tma == best_tma && l[i].size < l[best].size))
       best = i, best_tma = tma;
@@ -649,7 +673,7 @@ static int analyse(func *f, double flops_per_warp, sass_counts *c) {
   if (m >= 0) {
     c->found = 1;
     for (int i = 0; i < n; i++)
-      if (contains(f, &l[m], &l[i]) && !is_spin_loop(f, &l[i])) {
+      if (contains(f, &l[m], &l[i]) && !is_spin_loop(f, &l[i]) && !is_waterfall(f, &l[i])) {
         c->inner_loops++;
         for (int w = 0; w < f->words; w++) all[w] |= l[i].body[w];
       }

@@ -20,7 +20,9 @@
 ** loop over tiles (FlashAttention-3's) is not taken for it. loop_hmma
 ** then counts HGMMA (mma says which). A warp-specialized kernel's producer
 ** loop, the innermost loop holding UTMALDG and no product, is counted
-** apart (producer_*). The spin of an mbarrier wait (a loop of nothing but
+** apart (producer_*); a waterfall loop in it (a BRA.U.ANY back around a
+** TMA load, run once for an elected thread's uniform address) counts as
+** straight code. The spin of an mbarrier wait (a loop of nothing but
 ** SYNCS.PHASECHK and branches, taken only while the barrier's phase has
 ** not completed, and the branch back from it) counts in neither: the
 ** first try, laid out in the loop, does.

@@ -2,7 +2,8 @@
 ** fuzz_sass.c
 ** The SASS analyser on arbitrary text: no crash, no sanitizer report, and
 ** what it counts adds up (no kind counts more than the loop's instructions,
-** the kinds together no more than all of them, nothing negative).
+** the kinds together no more than all of them, nothing negative; the
+** producer's TMA loads no more than its instructions).
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,13 +14,17 @@
 
 static void check(const sass_counts *c) {
   const long k[] = {c->loop_hmma, c->loop_mufu, c->loop_ldsm, c->loop_lds, c->loop_ldgsts,
-                    c->loop_bar, c->loop_shfl, c->loop_local, c->loop_int};
+                    c->loop_bar, c->loop_shfl, c->loop_local, c->loop_int, c->loop_utmaldg,
+                    c->loop_syncs, c->loop_warpgroup};
   long sum = 0;
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (k[i] < 0) abort();
     sum += k[i];
   }
   if (sum > c->loop_instructions || (!c->found && c->loop_instructions) || c->masked_left_out < 0)
+    abort();
+  if (c->producer_utmaldg < 0 || c->producer_utmaldg > c->producer_instructions ||
+      (!c->producer_found && c->producer_instructions))
     abort();
 }
 
