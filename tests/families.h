@@ -180,6 +180,7 @@ static const fam_axis tc_axes[] = {
   {"stages", {"1", "2", "3"}},
   {"q_share", {"0", "1"}},
   {"parts", {"0", "2"}},
+  {"rowsum", {"mma", "fadd"}},
 };
 
 /* Each dim once or twice, dtypes and causal alternating. */

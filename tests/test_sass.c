@@ -382,6 +382,10 @@ static void test_estimate(void) {
   t.smem_bytes = 1024, t.registers = 255, t.warps = 8;
   CHECK(estimate_compute(a100, &c, &t, &e) == 0 && e.ctas_per_sm == 1 &&
           !strcmp(e.limit, "registers"), "255 registers: %d CTAs by %s", e.ctas_per_sm, e.limit);
+  /* Its two warps on each scheduler meet at the block's barrier: in phase,
+  ** two chains, not one. */
+  CHECK(!strcmp(e.bound, "chain") && fabs(e.cyc_chain - 2 * (256 * 8 + 1507)) < 1e-9,
+        "8 warps of one CTA: %s-bound, chain %g", e.bound, e.cyc_chain);
   c.inner_trips = 0;
   CHECK(estimate_compute(a100, &c, &t, &e) == -1, "no estimate without the trip count");
   /* The roofline's ceilings: the vendors' dense peaks. */

@@ -109,13 +109,16 @@ static int ctas_per_sm(const estimate_gpu *g, const estimate_tile *t, const char
 ** by its MUFU on the scheduler's quarter of the MUFU pipe, whichever is
 ** longer. The SM's pipes (estimate_compute) bound many resident warps that
 ** overlap each other; this bounds few: with one warp per scheduler the
-** iteration takes the chain, with enough warps the busiest pipe. */
-static double chain_cycles(const estimate_gpu *g, const sass_counts *c) {
+** iteration takes the chain, with enough warps the busiest pipe. A CTA's
+** warps meet at a barrier every K/V block, so those of one CTA that share
+** a scheduler (more than 4 warps) are taken in phase, their chains one
+** after the other; only warps of other CTAs fill the gaps. */
+static double chain_cycles(const estimate_gpu *g, const sass_counts *c, int warps) {
   if (strcmp(c->mma, "HMMA")) return 0;  /* FMA products issue with the rest; wgmma is asynchronous */
   double tensor = (double)c->loop_hmma * 4096 / (g->mma_flop_clk / 4);
   double other = (double)(c->loop_instructions - c->loop_hmma) / (g->issue_clk / 4);
   double mufu = (double)c->loop_mufu * 32 / (g->mufu_clk / 4);
-  return tensor + (mufu > other ? mufu : other);
+  return (warps + 3) / 4 * (tensor + (mufu > other ? mufu : other));
 }
 
 int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate_tile *t,
@@ -141,7 +144,7 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
   if (out->cyc_mufu > worst) worst = out->cyc_mufu, out->bound = "mufu";
   if (out->cyc_issue > worst) worst = out->cyc_issue, out->bound = "issue";
   if (out->cyc_smem > worst) worst = out->cyc_smem, out->bound = "smem";
-  out->cyc_chain = chain_cycles(g, c);
+  out->cyc_chain = chain_cycles(g, c, t->warps);
   if (out->cyc_chain > worst) worst = out->cyc_chain, out->bound = "chain";
   if (!(worst > 0)) return -1;
   out->issue_share = out->cyc_issue / worst;

@@ -59,7 +59,8 @@ typedef struct estimate {
   int ctas_per_sm;        /* 0: the kernel does not fit an SM */
   const char *limit;      /* what bounds ctas_per_sm: "registers", "smem", "threads", "ctas" */
   double cyc_product, cyc_mufu, cyc_issue, cyc_smem;  /* per iteration of the SM's warps */
-  double cyc_chain;       /* one warp's mma.sync, then its other work, on its scheduler; 0: no HMMA */
+  double cyc_chain;       /* a warp's mma.sync, then its other work, on its scheduler, times
+                          ** the warps of its CTA there (in phase); 0: no HMMA */
   const char *bound;      /* "tensor" (or "fma"), "mufu", "issue", "smem" or "chain" */
   double issue_share;     /* cyc_issue over the bound's cycles: how near issue is to binding,
                           ** which ranks variants of the same TFLOP/s (less first) */
