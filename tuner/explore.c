@@ -96,8 +96,9 @@ static const ex_axis wg_axes[] = {
   {"pingpong", "ping-pong: two consumer warpgroups take turns, one's softmax under the other's "
    "GEMMs (FlashAttention-3), against none", 2, {"none", "pp"},
    {"consumers=2,block_m=128,pingpong=0", "consumers=2,block_m=128,pingpong=1"},
-   "ping-pong orders the consumers' GEMMs with named barriers: each waits for the other's turn "
-   "before its S = Q K^T and after its P V; the work itself is the same", {11, 11},
+   "ping-pong orders the consumers' GEMMs with named barriers: each thread waits for its turn "
+   "before it issues S = Q K^T, once per K/V block, and hands the turn over once its GEMMs are "
+   "issued; the work itself is the same", {11, 11},
    "named-barrier waits"},
   {"overlap", "intra-warpgroup overlap: S of the next K/V block issued before this block's "
    "softmax (FlashAttention-3), against none", 2, {"none", "ov"}, {"overlap=0", "overlap=1"},
