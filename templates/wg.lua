@@ -121,12 +121,13 @@ function wg.plan(c)
   -- (padded_dim / 2), S's (block_n / 2; P is packed into it as the softmax
   -- goes), with overlap P of the block before (block_n / 4) live beside the
   -- next S, and 24 for row statistics, addresses and loop state.
+  -- ptxas allocates each side of the branch on the warpgroup index (made
+  -- warp-uniform in the prelude) within its setmaxnreg.
   P.register_words = P.padded_dim // 2 + c.block_n // 2 + 24
                      + (c.overlap == 1 and c.block_n // 4 or 0)
-  -- ptxas (CUDA 13) holds a kernel of 512 threads (three consumers) to
-  -- 128 registers, setmaxnreg or not: there O and S's accumulators must
-  -- fit 128 (d64 192x192 does, with a spill of about 100 bytes; 192x208
-  -- does not compile).
+  -- Yet one wgmma's operands must fit the launch bound's share, 128 for
+  -- 512 threads (three consumers): there O and S's accumulators at most
+  -- 128 (d64 192x192 fits, without spills; 192x208 does not compile).
   P.accumulator_cap = c.consumers == 3 and 128 or nil
   return P
 end
@@ -153,8 +154,8 @@ function wg.fits(c, _, target)
   if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
   if P.accumulator_cap and P.padded_dim // 2 + c.block_n // 2 > P.accumulator_cap then
     return false, string.format("O and S accumulators of %d words over the %d registers ptxas "
-                                .. "gives a thread of %d", P.padded_dim // 2 + c.block_n // 2,
-                                P.accumulator_cap, P.threads)
+                                .. "gives a wgmma of %d threads",
+                                P.padded_dim // 2 + c.block_n // 2, P.accumulator_cap, P.threads)
   end
   if P.register_words > P.consumer_regs then
     return false, string.format("register estimate %d over the consumers' %d (setmaxnreg)",

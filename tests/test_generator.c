@@ -321,6 +321,78 @@ static void test_wg(gen_state *g) {
   }
 }
 
+/* Grouped-query attention on wg: two Q heads reading one K/V head
+** (kv_group 2, K and V's tensor maps over one head) give the same bits as
+** the K/V head given twice. Runs the kernel on the emulator. */
+static void test_wg_gqa(gen_state *g) {
+  gen_target t;
+  gen_kernel k;
+  fa_problem p = problem(64, FA_BF16, 0);
+  p.batch = 1, p.heads = 2, p.seq_q = 70, p.seq_k = 150;
+  if (gen_target_for_arch(g, "sm_90a", 0, 0, &t) != 0 ||
+      gen_render_config(g, "family=wg,block_m=128,consumers=2,block_n=64", &p, &t, &k) != 0) {
+    CHECK(0, "wg for GQA: %s", gen_errmsg(g));
+    return;
+  }
+  fa_backend *be;
+  char err[512];
+  if (backend_open("emu", &be, NULL, 0, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+    gen_kernel_free(&k);
+    return;
+  }
+  const size_t nq = (size_t)2 * 70 * 64, nk = (size_t)150 * 64;
+  void *q = NULL, *kv2 = NULL, *kv1 = NULL, *o[2] = {NULL, NULL}, *lse[2] = {NULL, NULL};
+  fa_build b = {0};
+  const gen_kernel *ks = &k;
+  int ok = backend_alloc(be, nq * 2, &q, err, sizeof err) == 0 &&
+           backend_alloc(be, 4 * nk * 2, &kv2, err, sizeof err) == 0 &&
+           backend_alloc(be, 2 * nk * 2, &kv1, err, sizeof err) == 0;
+  for (int r = 0; ok && r < 2; r++)  /* NaN (all ones) where the kernel writes nothing */
+    ok = backend_alloc(be, nq * 2, &o[r], err, sizeof err) == 0 &&
+         backend_alloc(be, 2 * 70 * 4, &lse[r], err, sizeof err) == 0 &&
+         backend_fill(be, o[r], 0xFF, nq * 2, err, sizeof err) == 0;
+  ok = ok && backend_compile(be, &ks, 1, 1, &b, err, sizeof err) == 0 && b.prog;
+  CHECK(ok, "GQA setup: %s %s", err, b.log ? b.log : "");
+  if (ok) {
+    /* kv2: K head 0, K head 1 (the same), V head 0, V head 1; kv1: K, V. */
+    unsigned x = 12345;
+    for (size_t i = 0; i < nq; i++)
+      x = x * 1103515245u + 12345u, fa_elem_put(q, FA_BF16, i, (double)(x >> 16 & 0xFF) / 128 - 1);
+    for (size_t i = 0; i < 2 * nk; i++) {
+      x = x * 1103515245u + 12345u;
+      const double e = (double)(x >> 16 & 0xFF) / 128 - 1;
+      fa_elem_put(kv1, FA_BF16, i, e);
+      fa_elem_put(kv2, FA_BF16, i < nk ? i : 2 * nk + i - nk, e);
+      fa_elem_put(kv2, FA_BF16, i < nk ? nk + i : 3 * nk + i - nk, e);
+    }
+    gen_launch shape;
+    gen_launch_shape(&k, &p, &shape);
+    const fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF};
+    unsigned char *const kv2b = kv2, *const kv1b = kv1;
+    fa_params a[2] = {attn_params(&p, q, kv2b, kv2b + 4 * nk, o[0], lse[0], NULL),
+                      attn_params(&p, q, kv1b, kv1b + 2 * nk, o[1], lse[1], NULL)};
+    a[1].kv_group = 2;
+    for (int r = 0; r < 2; r++)
+      CHECK(attn_tmaps(be, &k, &p, &a[r], err, sizeof err) == 0 &&
+            backend_launch(be, b.prog, &shape, &a[r], &ro, NULL, err, sizeof err) == 0,
+            "GQA run %d: %s", r, err);
+    CHECK(memcmp(o[0], o[1], nq * 2) == 0 && memcmp(lse[0], lse[1], 2 * 70 * 4) == 0,
+          "kv_group 2 differs from the K/V head given twice");
+    size_t bad = 0;
+    for (size_t i = 0; i < nq; i++) {
+      const double e = fa_elem_get(o[1], FA_BF16, i);
+      bad += !(e > -1 && e < 1);  /* a convex combination of V's values in [-1, 1) */
+    }
+    CHECK(bad == 0, "GQA: %zu outputs not written or out of range", bad);
+  }
+  backend_build_free(be, &b);
+  for (int r = 0; r < 2; r++) backend_free(be, o[r]), backend_free(be, lse[r]);
+  backend_free(be, q), backend_free(be, kv2), backend_free(be, kv1);
+  backend_close(be);
+  gen_kernel_free(&k);
+}
+
 int main(void) {
   gen_state *g = open_gen();
   gen_target t;
@@ -335,6 +407,7 @@ int main(void) {
   test_configs(g, &t);
   test_long_config(g, &t);
   test_wg(g);
+  test_wg_gqa(g);
   gen_close(g);
   return check_done("generator");
 }
