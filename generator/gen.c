@@ -457,7 +457,8 @@ static void take_tma(lua_State *L, gen_kernel *k) {
   }
   if (!lua_istable(L, -1)) luaL_error(L, "template result: tma is not a table");
   const lua_Unsigned n = lua_rawlen(L, -1);
-  if (n > GEN_MAX_TMA) luaL_error(L, "template result: %d tensor maps, at most %d", (int)n, GEN_MAX_TMA);
+  if (n > GEN_MAX_TMA)
+    luaL_error(L, "template result: %d tensor maps, at most %d", (int)n, GEN_MAX_TMA);
   for (lua_Unsigned i = 0; i < n; i++) {
     gen_tma *t = &k->tma[i];
     if (lua_rawgeti(L, -1, (lua_Integer)i + 1) != LUA_TTABLE)
@@ -467,11 +468,13 @@ static void take_tma(lua_State *L, gen_kernel *k) {
     copy_string(L, -1, tensor, sizeof tensor, "a tensor map's tensor");
     lua_pop(L, 1);
     if (!strchr("qkvo", tensor[0]) || !tensor[0])
-      luaL_error(L, "template result: tma[%d].tensor '%s' is not q, k, v or o", (int)i + 1, tensor);
+      luaL_error(L, "template result: tma[%d].tensor '%s' is not q, k, v or o", (int)i + 1,
+                 tensor);
     t->tensor = tensor[0];
     t->swizzle = int_field(L, "swizzle");
     if (t->swizzle != 0 && t->swizzle != 32 && t->swizzle != 64 && t->swizzle != 128)
-      luaL_error(L, "template result: tma[%d].swizzle %d (0, 32, 64 or 128)", (int)i + 1, t->swizzle);
+      luaL_error(L, "template result: tma[%d].swizzle %d (0, 32, 64 or 128)", (int)i + 1,
+                 t->swizzle);
     if (lua_getfield(L, -1, "box") != LUA_TTABLE || lua_rawlen(L, -1) != 2)
       luaL_error(L, "template result: tma[%d].box is not {inner, rows}", (int)i + 1);
     for (int j = 0; j < 2; j++) {
@@ -479,7 +482,8 @@ static void take_tma(lua_State *L, gen_kernel *k) {
       lua_rawgeti(L, -1, j + 1);
       const lua_Integer v = lua_tointegerx(L, -1, &isnum);
       if (!isnum || v < 1 || v > 256)
-        luaL_error(L, "template result: tma[%d].box[%d] is not an integer 1..256", (int)i + 1, j + 1);
+        luaL_error(L, "template result: tma[%d].box[%d] is not an integer 1..256", (int)i + 1,
+                   j + 1);
       t->box[j] = (unsigned)v;
       lua_pop(L, 1);
     }
@@ -687,7 +691,8 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
     return 0;
   }
   /* The Hopper family computes what tc does: either fits a 16-bit problem. */
-  if (strcmp(k->cfg.family, family) && !(strcmp(family, "tc") == 0 && strcmp(k->cfg.family, "wg") == 0)) {
+  if (strcmp(k->cfg.family, family) &&
+      !(strcmp(family, "tc") == 0 && strcmp(k->cfg.family, "wg") == 0)) {
     snprintf(why, n, "variant %s is of family %s, but %s takes family %s", name, k->cfg.family,
              fa_dtype_name(p->dtype), family);
     return 0;

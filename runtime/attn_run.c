@@ -60,8 +60,12 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
     int seq = a->seq_q, heads = a->heads;
     switch (t->tensor) {
     case 'q': base = a->q, sn = a->q_sn, sh = a->q_sh, sb = a->q_sb; break;
-    case 'k': base = a->k, sn = a->k_sn, sh = a->k_sh, sb = a->k_sb, seq = a->seq_k, heads = kv_heads; break;
-    case 'v': base = a->v, sn = a->v_sn, sh = a->v_sh, sb = a->v_sb, seq = a->seq_k, heads = kv_heads; break;
+    case 'k':
+      base = a->k, sn = a->k_sn, sh = a->k_sh, sb = a->k_sb, seq = a->seq_k, heads = kv_heads;
+      break;
+    case 'v':
+      base = a->v, sn = a->v_sn, sh = a->v_sh, sb = a->v_sb, seq = a->seq_k, heads = kv_heads;
+      break;
     default: base = a->o, sn = a->o_sn, sh = a->o_sh, sb = a->o_sb; break;
     }
     if (sn < 0 || sh < 0 || sb < 0) {

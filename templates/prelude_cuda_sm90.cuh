@@ -21,7 +21,11 @@
 #define FA_SM90_KERNEL(name, nthreads) \
   extern "C" __global__ void __launch_bounds__(nthreads, 1) name(const __grid_constant__ fa_params p)
 
-FA_INLINE int fa_warpgroup(void) { return fa_tid() / 128; }
+/* Broadcast from lane 0, so that ptxas knows the value warp-uniform: a
+** branch on it then splits the warpgroups' code, and each side is
+** allocated the registers its setmaxnreg gives (not the launch bound's
+** share: 128 for 512 threads), as CUTLASS's canonical_warp_group_idx. */
+FA_INLINE int fa_warpgroup(void) { return __shfl_sync(0xffffffffu, fa_tid() / 128, 0); }
 
 /* A shared-memory pointer as the instructions here take it: its 32-bit
 ** offset in the shared window. */

@@ -121,8 +121,14 @@ function wg.plan(c)
   -- (padded_dim / 2), S's (block_n / 2; P is packed into it as the softmax
   -- goes), with overlap P of the block before (block_n / 4) live beside the
   -- next S, and 24 for row statistics, addresses and loop state.
+  -- ptxas allocates each side of the branch on the warpgroup index (made
+  -- warp-uniform in the prelude) within its setmaxnreg.
   P.register_words = P.padded_dim // 2 + c.block_n // 2 + 24
                      + (c.overlap == 1 and c.block_n // 4 or 0)
+  -- Yet one wgmma's operands must fit the launch bound's share, 128 for
+  -- 512 threads (three consumers): there O and S's accumulators at most
+  -- 128 (d64 192x192 fits, without spills; 192x208 does not compile).
+  P.accumulator_cap = c.consumers == 3 and 128 or nil
   return P
 end
 
@@ -133,7 +139,8 @@ function wg.fits(c, _, target)
     return false, "the wg family runs only on sm_90a (wgmma, TMA, setmaxnreg), not " .. target.arch
   end
   if c.dim % 8 ~= 0 then
-    return false, "head dim " .. c.dim .. " is no multiple of 8: TMA needs rows of a multiple of 16 bytes"
+    return false, "head dim " .. c.dim
+                  .. " is no multiple of 8: TMA needs rows of a multiple of 16 bytes"
   end
   if c.block_m ~= 64 * c.consumers then
     return false, "block_m must be 64 rows per consumer warpgroup (64 * consumers)"
@@ -145,6 +152,11 @@ function wg.fits(c, _, target)
   local P = wg.plan(c)
   if P.threads > target.max_threads then return false, "too many threads" end
   if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
+  if P.accumulator_cap and P.padded_dim // 2 + c.block_n // 2 > P.accumulator_cap then
+    return false, string.format("O and S accumulators of %d words over the %d registers ptxas "
+                                .. "gives a wgmma of %d threads",
+                                P.padded_dim // 2 + c.block_n // 2, P.accumulator_cap, P.threads)
+  end
   if P.register_words > P.consumer_regs then
     return false, string.format("register estimate %d over the consumers' %d (setmaxnreg)",
                                 P.register_words, P.consumer_regs)
@@ -164,8 +176,9 @@ end
 -- The default space, per (dim, causal): FlashAttention-3's tile in the
 -- simplest structure (deferred, no ping-pong, no overlap, two stages,
 -- 128B swizzle), then one axis at a time around it, and neighbouring
--- block_n. "full" is the cross product; "small" the fallback when nothing
--- of the default fits.
+-- block_n; where FA3 takes three consumers, two as well (with overlap and
+-- ping-pong, which three have no registers or turns for). "full" is the
+-- cross product; "small" the fallback when nothing of the default fits.
 function wg.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
   local out = {}
@@ -199,7 +212,11 @@ function wg.enumerate(problem, which)
     add(with(d, { pingpong = 1 }))
     add(with(d, { pingpong = 1, overlap = 1 }))
   else
-    add(with(d, { block_m = 128, consumers = 2 }))
+    -- Three consumers leave no registers for overlap: two, with and without.
+    local two = with(d, { block_m = 128, consumers = 2 })
+    add(two)
+    add(with(two, { overlap = 1 }))
+    add(with(two, { pingpong = 1 }))
   end
   return out
 end

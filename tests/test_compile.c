@@ -13,9 +13,10 @@
 **   3. where a disassembler is at hand (cuobjdump, with the nvdisasm it
 **      calls, on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin, or named
 **      by $FATUNE_CUOBJDUMP), the SASS of the references marked for it
-**      holds the family's instruction (tc: HMMA). That check is its own
-**      run, `test_compile --sass-only`, which compiles only the references
-**      and exits 77 (SKIPPED) without a disassembler that works.
+**      holds the family's instruction (tc: HMMA; wg: HGMMA, and UTMALDG
+**      too). That check is its own run, `test_compile --sass-only`, which
+**      compiles only the references and exits 77 (SKIPPED) without a
+**      disassembler that works.
 **
 ** The sample is greedy: over the family's problems, in as many rounds as it
 ** asks, take the variant covering the most (axis, value) pairs not yet
@@ -353,6 +354,12 @@ static void check_sass(const family *f, const gen_kernel *k, const char *arch,
   t->sass_checked++;
   printf("  SASS of %s for %s: %d %s instructions\n", k->name, arch, h, f->sass_insn);
   CHECK(h > 0, "%s on %s: no %s in the SASS", k->name, arch, f->sass_insn);
+  if (f->sass_also) {
+    const int a = count_insn(t->cuobjdump, r, f->sass_also, why, sizeof why);
+    printf("  SASS of %s for %s: %d %s instructions\n", k->name, arch, a, f->sass_also);
+    CHECK(a > 0, "%s on %s: no %s in the SASS (%s)", k->name, arch, f->sass_also,
+          a < 0 ? why : "none");
+  }
 }
 
 /* One compile's report, checks and share of the tally; ref: its reference

@@ -1,10 +1,12 @@
 /*
 ** test_generator.c
 ** The template engine, its sandbox, the search space, names and hashes,
-** determinism of rendering, and launch shapes.
+** determinism of rendering, and launch shapes; the wg family's tensor maps,
+** from render to their encoding at launch.
 */
 #include <string.h>
 
+#include "attn_run.h"
 #include "check.h"
 #include "fa_util.h"
 #include "gen.h"
@@ -244,6 +246,153 @@ static void test_long_config(gen_state *g, const gen_target *t) {
   if (rc == 0) gen_kernel_free(&k);
 }
 
+/* wg on sm_90a: listed beside tc, its four tensor maps (Q, K, V, O) in the
+** kernel and encoded for a launch, or refused with the reason; its fits
+** rules each say why. */
+static void test_wg(gen_state *g) {
+  gen_target t90a, t90;
+  CHECK(gen_target_for_arch(g, "sm_90a", 0, 0, &t90a) == 0 &&
+        gen_target_for_arch(g, "sm_90", 0, 0, &t90) == 0, "%s", gen_errmsg(g));
+  fa_problem p = problem(128, FA_BF16, 0);
+  gen_variant *v;
+  size_t n, wg = 0, tc = 0;
+  CHECK(gen_list(g, &p, &t90a, "default", &v, &n) == 0, "%s", gen_errmsg(g));
+  for (size_t i = 0; i < n; i++)
+    wg += !strcmp(v[i].cfg.family, "wg"), tc += !strcmp(v[i].cfg.family, "tc");
+  CHECK(wg > 0 && tc > 0 && wg + tc == n, "sm_90a lists %zu wg and %zu tc of %zu", wg, tc, n);
+  gen_variants_free(v, n);
+  CHECK(gen_list(g, &p, &t90, "default", &v, &n) == 0, "%s", gen_errmsg(g));
+  for (size_t i = 0; i < n; i++) CHECK(strcmp(v[i].cfg.family, "wg"), "sm_90 lists %s", v[i].name);
+  gen_variants_free(v, n);
+
+  gen_kernel k;
+  if (gen_render_config(g, "family=wg", &p, &t90a, &k) != 0) {
+    CHECK(0, "family=wg: %s", gen_errmsg(g));
+    return;
+  }
+  char why[256];
+  CHECK(!strcmp(k.name, "wg-bf16-d128-m128n176c2-deferred-np-sq-s2-sw128"), "%s", k.name);
+  CHECK(!strcmp(k.arch, "sm_90a") && k.threads == 384 && gen_kernel_fits(&k, &p, why, sizeof why),
+        "%s: arch %s, %d threads, fits: %s", k.name, k.arch, k.threads, why);
+  static const char tensors[] = "qkvo";
+  static const unsigned rows[] = {128, 176, 176, 64};
+  CHECK(k.ntma == 4, "%d tensor maps", k.ntma);
+  for (int i = 0; i < k.ntma && i < 4; i++)
+    CHECK(k.tma[i].tensor == tensors[i] && k.tma[i].box[0] == 64 && k.tma[i].box[1] == rows[i] &&
+          k.tma[i].swizzle == 128, "tma[%d]: %c {%u, %u} swizzle %d", i, k.tma[i].tensor,
+          k.tma[i].box[0], k.tma[i].box[1], k.tma[i].swizzle);
+
+  /* Encoded over the problem's tensors; a row stride of 136 bytes refused. */
+  fa_backend *be;
+  char err[512];
+  if (backend_open("emu", &be, NULL, 0, err, sizeof err) == 0) {
+    void *base = NULL;
+    p.seq_q = p.seq_k = 200;
+    CHECK(backend_alloc(be, (size_t)2 * 3 * 200 * 128 * 2, &base, err, sizeof err) == 0, "%s", err);
+    fa_params a = attn_params(&p, base, base, base, base, NULL, NULL);
+    int rc = base ? attn_tmaps(be, &k, &p, &a, err, sizeof err) : -1;
+    CHECK(rc == 0, "attn_tmaps: %s", err);
+    a.k_sn = 68;
+    rc = base ? attn_tmaps(be, &k, &p, &a, err, sizeof err) : -1;
+    CHECK(rc == FA_EINVAL && strstr(err, "tensor map 1 over k") && strstr(err, "136 bytes"),
+          "stride 136 bytes: %d %s", rc, err);
+    backend_free(be, base);
+    backend_close(be);
+  } else {
+    CHECK(0, "%s", err);
+  }
+  gen_kernel_free(&k);
+
+  const struct { const char *config; int dim; const gen_target *t; const char *what; } bad[] = {
+    {"family=wg", 128, &t90, "only on sm_90a"},
+    {"family=wg", 100, &t90a, "no multiple of 8"},
+    {"family=wg,consumers=1", 128, &t90a, "64 rows per consumer"},
+    {"family=wg,pingpong=1,block_m=192,consumers=3,block_n=128", 128, &t90a, "exactly two"},
+    {"family=wg,block_m=192,consumers=3,block_n=208", 64, &t90a, "ptxas"},
+    {"family=wg,block_n=200", 128, &t90a, "multiple of 16"},
+    {"family=wg,stages=4", 128, &t90a, "shared memory"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    fa_problem q = problem(bad[i].dim, FA_BF16, 0);
+    const int rc = gen_render_config(g, bad[i].config, &q, bad[i].t, &k);
+    CHECK(rc == FA_EINVAL && strstr(gen_errmsg(g), bad[i].what), "'%s' at d%d: %s", bad[i].config,
+          bad[i].dim, rc ? gen_errmsg(g) : k.name);
+    if (rc == 0) gen_kernel_free(&k);
+  }
+}
+
+/* Grouped-query attention on wg: two Q heads reading one K/V head
+** (kv_group 2, K and V's tensor maps over one head) give the same bits as
+** the K/V head given twice. Runs the kernel on the emulator. */
+static void test_wg_gqa(gen_state *g) {
+  gen_target t;
+  gen_kernel k;
+  fa_problem p = problem(64, FA_BF16, 0);
+  p.batch = 1, p.heads = 2, p.seq_q = 70, p.seq_k = 150;
+  if (gen_target_for_arch(g, "sm_90a", 0, 0, &t) != 0 ||
+      gen_render_config(g, "family=wg,block_m=128,consumers=2,block_n=64", &p, &t, &k) != 0) {
+    CHECK(0, "wg for GQA: %s", gen_errmsg(g));
+    return;
+  }
+  fa_backend *be;
+  char err[512];
+  if (backend_open("emu", &be, NULL, 0, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+    gen_kernel_free(&k);
+    return;
+  }
+  const size_t nq = (size_t)2 * 70 * 64, nk = (size_t)150 * 64;
+  void *q = NULL, *kv2 = NULL, *kv1 = NULL, *o[2] = {NULL, NULL}, *lse[2] = {NULL, NULL};
+  fa_build b = {0};
+  const gen_kernel *ks = &k;
+  int ok = backend_alloc(be, nq * 2, &q, err, sizeof err) == 0 &&
+           backend_alloc(be, 4 * nk * 2, &kv2, err, sizeof err) == 0 &&
+           backend_alloc(be, 2 * nk * 2, &kv1, err, sizeof err) == 0;
+  for (int r = 0; ok && r < 2; r++)  /* NaN (all ones) where the kernel writes nothing */
+    ok = backend_alloc(be, nq * 2, &o[r], err, sizeof err) == 0 &&
+         backend_alloc(be, 2 * 70 * 4, &lse[r], err, sizeof err) == 0 &&
+         backend_fill(be, o[r], 0xFF, nq * 2, err, sizeof err) == 0;
+  ok = ok && backend_compile(be, &ks, 1, 1, &b, err, sizeof err) == 0 && b.prog;
+  CHECK(ok, "GQA setup: %s %s", err, b.log ? b.log : "");
+  if (ok) {
+    /* kv2: K head 0, K head 1 (the same), V head 0, V head 1; kv1: K, V. */
+    unsigned x = 12345;
+    for (size_t i = 0; i < nq; i++)
+      x = x * 1103515245u + 12345u, fa_elem_put(q, FA_BF16, i, (double)(x >> 16 & 0xFF) / 128 - 1);
+    for (size_t i = 0; i < 2 * nk; i++) {
+      x = x * 1103515245u + 12345u;
+      const double e = (double)(x >> 16 & 0xFF) / 128 - 1;
+      fa_elem_put(kv1, FA_BF16, i, e);
+      fa_elem_put(kv2, FA_BF16, i < nk ? i : 2 * nk + i - nk, e);
+      fa_elem_put(kv2, FA_BF16, i < nk ? nk + i : 3 * nk + i - nk, e);
+    }
+    gen_launch shape;
+    gen_launch_shape(&k, &p, &shape);
+    const fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF};
+    unsigned char *const kv2b = kv2, *const kv1b = kv1;
+    fa_params a[2] = {attn_params(&p, q, kv2b, kv2b + 4 * nk, o[0], lse[0], NULL),
+                      attn_params(&p, q, kv1b, kv1b + 2 * nk, o[1], lse[1], NULL)};
+    a[1].kv_group = 2;
+    for (int r = 0; r < 2; r++)
+      CHECK(attn_tmaps(be, &k, &p, &a[r], err, sizeof err) == 0 &&
+            backend_launch(be, b.prog, &shape, &a[r], &ro, NULL, err, sizeof err) == 0,
+            "GQA run %d: %s", r, err);
+    CHECK(memcmp(o[0], o[1], nq * 2) == 0 && memcmp(lse[0], lse[1], 2 * 70 * 4) == 0,
+          "kv_group 2 differs from the K/V head given twice");
+    size_t bad = 0;
+    for (size_t i = 0; i < nq; i++) {
+      const double e = fa_elem_get(o[1], FA_BF16, i);
+      bad += !(e > -1 && e < 1);  /* a convex combination of V's values in [-1, 1) */
+    }
+    CHECK(bad == 0, "GQA: %zu outputs not written or out of range", bad);
+  }
+  backend_build_free(be, &b);
+  for (int r = 0; r < 2; r++) backend_free(be, o[r]), backend_free(be, lse[r]);
+  backend_free(be, q), backend_free(be, kv2), backend_free(be, kv1);
+  backend_close(be);
+  gen_kernel_free(&k);
+}
+
 int main(void) {
   gen_state *g = open_gen();
   gen_target t;
@@ -257,6 +406,8 @@ int main(void) {
   test_determinism(g, &t);
   test_configs(g, &t);
   test_long_config(g, &t);
+  test_wg(g);
+  test_wg_gqa(g);
   gen_close(g);
   return check_done("generator");
 }

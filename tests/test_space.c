@@ -100,7 +100,8 @@ static int list_space(sweep *s, space_problem *sp) {
     const int ours = strncmp(v[i].name, s->f->name, plen) == 0 && v[i].name[plen] == '-';
     /* On its arch a family's space may list another family's variants
     ** beside its own (sm_90a: tc and wg), those swept by their own entry. */
-    if (!ours && s->f->arch && strcmp(v[i].cfg.family, s->f->name) != 0 && fam_known(v[i].cfg.family))
+    if (!ours && s->f->arch && strcmp(v[i].cfg.family, s->f->name) != 0 &&
+        fam_known(v[i].cfg.family))
       continue;
     CHECK(ours, "%s is not of the %s family", v[i].name, s->f->name);
     if (s->filter && !strstr(v[i].name, s->filter)) continue;
