@@ -248,4 +248,10 @@ function wg.render(c)
   }
 end
 
+-- The analytic cost model: the emulator's counters on a problem, exactly
+-- (wg_model.lua).
+function wg.predict(c, problem)
+  return require("wg_model").predict(c, problem)
+end
+
 return wg

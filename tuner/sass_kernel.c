@@ -2,6 +2,7 @@
 ** sass_kernel.c
 ** One variant's SASS figures (sass_kernel.h).
 */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ int sass_kernel_tile(const gen_kernel *k, const nvrtc_result *r, estimate_tile *
 void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const nvrtc_result *r,
                          const estimate_gpu *gpu, sass_figures *out) {
   memset(out, 0, sizeof *out);
+  out->tma_tflops = NAN;
   char *text;
   if (!r->ok || !r->cubin) {
     snprintf(out->error, sizeof out->error, "not compiled");
@@ -43,6 +45,14 @@ void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const nvrtc_
     out->analysed = 1;
     if (!out->c.found) snprintf(out->error, sizeof out->error, "no main loop found");
     out->estimated = gpu && tile && estimate_compute(gpu, &out->c, &t, &out->e) == 0;
+    estimate_wg_tile wt;
+    estimate_wg w;
+    if (gpu && out->c.found &&
+        estimate_wg_tile_of(&k->cfg, k->threads, r->registers, t.smem_bytes, &wt) == 0) {
+      out->estimated = estimate_wg_compute(gpu, &out->c, &wt, &w) == 0;
+      out->e = w.e;
+      if (out->estimated && w.e.ctas_per_sm > 0) out->tma_tflops = w.tma_tflops;
+    }
   }
   free(text);
 }

@@ -176,15 +176,7 @@ static void sass_one(tune *s, size_t i, const nvrtc_result *r) {
   sass_figures *f = &s->sass[i];
   sass_kernel_figures(s->nvdisasm, &s->e[i].k, r, s->est_gpu, f);
   if (!f->analysed || !f->c.found) return;
-  /* A warp-specialized kernel: only its consumer warps run the loop. */
-  estimate_wg_tile wt;
-  estimate_wg w;
-  const gen_kernel *k = &s->e[i].k;
-  if (s->est_gpu &&
-      estimate_wg_tile_of(&k->cfg, k->threads, r->registers, k->smem_bytes + r->smem_static_bytes,
-                          &wt) == 0)
-    f->estimated = estimate_wg_compute(s->est_gpu, &f->c, &wt, &w) == 0, f->e = w.e,
-    s->tma_tflops[i] = f->estimated && w.e.ctas_per_sm > 0 ? w.tma_tflops : NAN;
+  if (s->tma_tflops) s->tma_tflops[i] = f->tma_tflops;
   const sass_counts *c = &f->c;
   const int est = f->estimated && f->e.ctas_per_sm > 0;
   db_sass row = {
