@@ -9,23 +9,22 @@ $ local NO = DP // 2     -- O accumulators per thread
 $ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w the
 $ -- epilogue of consumer w.
 $
-$ -- S = Q K^T of the stage at `st` into s: k16 steps over the padded dim,
+$ -- S = Q K^T of the stage of descriptor kd into s: k16 steps over the padded dim,
 $ -- both operands K-major; a k16 step is 32 bytes into a swizzle row.
 $ local function issue_s()
 fa_wgmma_fence();
 $   for kk = 0, DP // 16 - 1 do
 $     local blk, within = (kk * 16) // CB, (kk * 16) % CB * 2
-fa_wgmma_ss_${T}(${BN}, s, fa_wgmma_desc_make(qs + ${blk * BM * SW + within}, 16, ${8 * SW}, ${SW}), fa_wgmma_desc_make(st + ${blk * BN * SW + within}, 16, ${8 * SW}, ${SW}), ${kk > 0 and 1 or 0}, 0, 0);
+fa_wgmma_ss_${T}(${BN}, s, fa_wgmma_desc_advance(qd, ${blk * BM * SW + within}), fa_wgmma_desc_advance(kd, ${blk * BN * SW + within}), ${kk > 0 and 1 or 0}, 0, 0);
 $   end
 fa_wgmma_commit();
 $ end
 $
-$ -- O += P V of the stage at `pst`: V MN-major (trans_b), LBO between
-$ -- column blocks, SBO between 8-key groups.
+$ -- O += P V of the stage of descriptor vd (V MN-major: trans_b).
 $ local function issue_pv()
 fa_wgmma_fence();
 $   for kk = 0, BN // 16 - 1 do
-fa_wgmma_rs_${T}(${DP}, o, pa[${kk}], fa_wgmma_desc_make(pst + ${P.kv_bytes + kk * 16 * SW}, ${BN * SW}, ${8 * SW}, ${SW}), 1, 1);
+fa_wgmma_rs_${T}(${DP}, o, pa[${kk}], fa_wgmma_desc_advance(vd, ${kk * 16 * SW}), 1, 1);
 $   end
 fa_wgmma_commit();
 $ end
@@ -203,6 +202,13 @@ $ end
   const int row0 = q0 + 64 * wg;
   const float sl2 = p.scale_log2_f32;
   unsigned char *const qs = smem + wg * ${64 * SW};  /* this consumer's Q rows, in every column block */
+  /* The wgmma descriptors of Q, and of K and V in stage 0, built once: a
+  ** k16 step or another stage only moves the start address. Q and K are
+  ** K-major (SBO between 8-row groups); V MN-major (LBO between column
+  ** blocks, SBO between 8-key groups). */
+  const fa_wgmma_desc qd = fa_wgmma_desc_make(qs, 16, ${8 * SW}, ${SW});
+  const fa_wgmma_desc kd0 = fa_wgmma_desc_make(smem + ${P.q_bytes}, 16, ${8 * SW}, ${SW});
+  const fa_wgmma_desc vd0 = fa_wgmma_desc_make(smem + ${P.q_bytes + P.kv_bytes}, ${BN * SW}, ${8 * SW}, ${SW});
   float o[${NO}];   /* O, the wgmma D fragment: o[i] is row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
   float s[${NS}];   /* S, the same layout over the block's keys */
   unsigned pa[${BN // 16}][4];
@@ -217,7 +223,7 @@ $ end
 $ if overlap then
   /* Block 0 (the last, n_blocks - 1): S and its softmax, ahead of the loop. */
   if (n_blocks > 0) {
-    const unsigned char *const st = smem + ${P.q_bytes};
+    const fa_wgmma_desc kd = kd0;
     fa_mbar_wait(&full[0], 0);
     $ turn_begin()
     $ issue_s()
@@ -231,8 +237,8 @@ $ if overlap then
   ** softmax of block it runs while P V does; O is rescaled once it is done. */
   for (int it = 1; it < n_blocks; ++it) {
     const int i = it % ${S}, pi = (it - 1) % ${S};
-    const unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes};
-    const unsigned char *const pst = smem + ${P.q_bytes} + pi * ${P.stage_bytes};
+    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.stage_bytes}u);
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, pi * ${P.stage_bytes}u);
     fa_mbar_wait(&full[i], (it / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
@@ -247,14 +253,15 @@ $ if overlap then
     $ pack_p()
   }
   if (n_blocks > 0) {
-    const unsigned char *const pst = smem + ${P.q_bytes} + ((n_blocks - 1) % ${S}) * ${P.stage_bytes};
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, ((n_blocks - 1) % ${S}) * ${P.stage_bytes}u);
     $ issue_pv()
     fa_wgmma_wait(0);
   }
 $ else
   for (int it = 0; it < n_blocks; ++it) {
     const int i = it % ${S};
-    const unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes}, *const pst = st;
+    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.stage_bytes}u);
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, i * ${P.stage_bytes}u);
     fa_mbar_wait(&full[i], (it / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
