@@ -9,23 +9,22 @@ $ local NO = DP // 2     -- O accumulators per thread
 $ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w the
 $ -- epilogue of consumer w.
 $
-$ -- S = Q K^T of the stage at `st` into s: k16 steps over the padded dim,
+$ -- S = Q K^T of the stage of descriptor kd into s: k16 steps over the padded dim,
 $ -- both operands K-major; a k16 step is 32 bytes into a swizzle row.
 $ local function issue_s()
 fa_wgmma_fence();
 $   for kk = 0, DP // 16 - 1 do
 $     local blk, within = (kk * 16) // CB, (kk * 16) % CB * 2
-fa_wgmma_ss_${T}(${BN}, s, fa_wgmma_desc_make(qs + ${blk * BM * SW + within}, 16, ${8 * SW}, ${SW}), fa_wgmma_desc_make(st + ${blk * BN * SW + within}, 16, ${8 * SW}, ${SW}), ${kk > 0 and 1 or 0}, 0, 0);
+fa_wgmma_ss_${T}(${BN}, s, fa_wgmma_desc_advance(qd, ${blk * BM * SW + within}), fa_wgmma_desc_advance(kd, ${blk * BN * SW + within}), ${kk > 0 and 1 or 0}, 0, 0);
 $   end
 fa_wgmma_commit();
 $ end
 $
-$ -- O += P V of the stage at `pst`: V MN-major (trans_b), LBO between
-$ -- column blocks, SBO between 8-key groups.
+$ -- O += P V of the stage of descriptor vd (V MN-major: trans_b).
 $ local function issue_pv()
 fa_wgmma_fence();
 $   for kk = 0, BN // 16 - 1 do
-fa_wgmma_rs_${T}(${DP}, o, pa[${kk}], fa_wgmma_desc_make(pst + ${P.kv_bytes + kk * 16 * SW}, ${BN * SW}, ${8 * SW}, ${SW}), 1, 1);
+fa_wgmma_rs_${T}(${DP}, o, pa[${kk}], fa_wgmma_desc_advance(vd, ${kk * 16 * SW}), 1, 1);
 $   end
 fa_wgmma_commit();
 $ end
@@ -44,12 +43,14 @@ if (wg == 0 || ${it} + 1 < n_blocks) fa_named_bar_arrive(2 - wg, 256);
 $   end
 $ end
 $
-$ -- Mask, online softmax of s (block `blk`, P left in s), and the factor O
+$ -- Mask (where `masked`: blocks past seq_k or on the causal diagonal),
+$ -- online softmax of s (block `blk`, P left in s), and the factor O
 $ -- takes, into oscale[]. Row hh of this
 $ -- thread is 16 w + g + 8 hh of the consumer's; s[4 j + 2 hh + e] its
 $ -- column 8 j + 2 t + e.
-$ local function softmax(blk)
+$ local function softmax(blk, masked)
 {
+$ if masked then
   const int key0 = ${blk} * ${BN};
 $   if causal then
   if (key0 + ${BN} > p.seq_k || key0 + ${BN - 1} > row0 + off) {
@@ -72,6 +73,7 @@ $   end
       }
     }
   }
+$ end
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     float mx = NEG_INF;
@@ -203,6 +205,13 @@ $ end
   const int row0 = q0 + 64 * wg;
   const float sl2 = p.scale_log2_f32;
   unsigned char *const qs = smem + wg * ${64 * SW};  /* this consumer's Q rows, in every column block */
+  /* The wgmma descriptors of Q, and of K and V in stage 0, built once: a
+  ** k16 step or another stage only moves the start address. Q and K are
+  ** K-major (SBO between 8-row groups); V MN-major (LBO between column
+  ** blocks, SBO between 8-key groups). */
+  const fa_wgmma_desc qd = fa_wgmma_desc_make(qs, 16, ${8 * SW}, ${SW});
+  const fa_wgmma_desc kd0 = fa_wgmma_desc_make(smem + ${P.q_bytes}, 16, ${8 * SW}, ${SW});
+  const fa_wgmma_desc vd0 = fa_wgmma_desc_make(smem + ${P.q_bytes + P.kv_bytes}, ${BN * SW}, ${8 * SW}, ${SW});
   float o[${NO}];   /* O, the wgmma D fragment: o[i] is row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
   float s[${NS}];   /* S, the same layout over the block's keys */
   unsigned pa[${BN // 16}][4];
@@ -214,59 +223,86 @@ $ if pingpong then
   if (wg == 1 && n_blocks > 0) fa_named_bar_arrive(1, 256);  /* consumer 0 takes the first turn */
 $ end
   if (n_blocks > 0) fa_mbar_wait(qbar, 0);
+$ if P.split_loop then
+  /* The blocks come from the last down: the first n_masked need the mask
+  ** (past seq_k, or on the causal diagonal of some row of this CTA); the
+  ** rest, in a loop of their own, do not. */
+$   if causal then
+  int n_full = q0 + off + 1 < 0 ? 0 : (q0 + off + 1) / ${BN};
+  n_full = n_full < p.seq_k / ${BN} ? n_full : p.seq_k / ${BN};
+$   else
+  const int n_full = p.seq_k / ${BN};
+$   end
+  const int n_masked = n_blocks - (n_full < n_blocks ? n_full : n_blocks);
+$ else
+  const int n_masked = n_blocks;  /* one loop: the mask under a branch (wg.lua says why) */
+$ end
+  int it = ${overlap and 1 or 0};
+$ local body  -- one K/V block of the loops below; masked: with the mask
 $ if overlap then
   /* Block 0 (the last, n_blocks - 1): S and its softmax, ahead of the loop. */
   if (n_blocks > 0) {
-    const unsigned char *const st = smem + ${P.q_bytes};
+    const fa_wgmma_desc kd = kd0;
     fa_mbar_wait(&full[0], 0);
     $ turn_begin()
     $ issue_s()
     $ turn_end("0")
     fa_wgmma_wait(0);
     fa_wgmma_fence_acc(${BN}, s);
-    $ softmax("(n_blocks - 1)")
+    $ softmax("(n_blocks - 1)", true)
     $ pack_p()
   }
-  /* Iteration it: S of block it issued, then P V of block it - 1; the
-  ** softmax of block it runs while P V does; O is rescaled once it is done. */
-  for (int it = 1; it < n_blocks; ++it) {
-    const int i = it % ${S}, pi = (it - 1) % ${S};
-    const unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes};
-    const unsigned char *const pst = smem + ${P.q_bytes} + pi * ${P.stage_bytes};
-    fa_mbar_wait(&full[i], (it / ${S}) & 1);
+$   -- Iteration it: S of block it issued, then P V of block it - 1; the
+$   -- softmax of block it runs while P V does; O is rescaled once it is done.
+$   body = function(masked)
+    const unsigned i = (unsigned)it % ${S}, pi = (unsigned)(it - 1) % ${S};
+    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.stage_bytes}u);
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, pi * ${P.stage_bytes}u);
+    fa_mbar_wait(&full[i], ((unsigned)it / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
     $ issue_pv()
     $ turn_end("it")
     fa_wgmma_wait(1);
     fa_wgmma_fence_acc(${BN}, s);
-    $ softmax("(n_blocks - 1 - it)")
+    $ softmax("(n_blocks - 1 - it)", masked)
     fa_wgmma_wait(0);
     fa_mbar_arrive(&empty[pi]);
     $ rescale_o()
     $ pack_p()
-  }
-  if (n_blocks > 0) {
-    const unsigned char *const pst = smem + ${P.q_bytes} + ((n_blocks - 1) % ${S}) * ${P.stage_bytes};
-    $ issue_pv()
-    fa_wgmma_wait(0);
-  }
+$   end
 $ else
-  for (int it = 0; it < n_blocks; ++it) {
-    const int i = it % ${S};
-    const unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes}, *const pst = st;
-    fa_mbar_wait(&full[i], (it / ${S}) & 1);
+$   body = function(masked)
+    const unsigned i = (unsigned)it % ${S};
+    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.stage_bytes}u);
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, i * ${P.stage_bytes}u);
+    fa_mbar_wait(&full[i], ((unsigned)it / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
     $ turn_end("it")
     fa_wgmma_wait(0);
     fa_wgmma_fence_acc(${BN}, s);
-    $ softmax("(n_blocks - 1 - it)")
+    $ softmax("(n_blocks - 1 - it)", masked)
     $ rescale_o()
     $ pack_p()
     $ issue_pv()
     fa_wgmma_wait(0);
     fa_mbar_arrive(&empty[i]);
+$   end
+$ end
+  for (; it < n_masked; ++it) {
+    $ body(true)
+  }
+$ if P.split_loop then
+  for (; it < n_blocks; ++it) {
+    $ body(false)
+  }
+$ end
+$ if overlap then
+  if (n_blocks > 0) {
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, ((unsigned)n_blocks - 1) % ${S} * ${P.stage_bytes}u);
+    $ issue_pv()
+    fa_wgmma_wait(0);
   }
 $ end
   fa_wgmma_fence_acc(${DP}, o);

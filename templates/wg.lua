@@ -129,6 +129,11 @@ function wg.plan(c)
   -- 512 threads (three consumers): there O and S's accumulators at most
   -- 128 (d64 192x192 fits, without spills; 192x208 does not compile).
   P.accumulator_cap = c.consumers == 3 and 128 or nil
+  -- The K/V loop in two (the masked blocks, then the steady ones without
+  -- the mask's code), but where O and S fill that share: ptxas (CUDA 13)
+  -- spills d64 192x192 with two copies of the body, so one loop keeps the
+  -- mask under a branch.
+  P.split_loop = not (P.accumulator_cap and P.padded_dim // 2 + c.block_n // 2 >= P.accumulator_cap)
   return P
 end
 
