@@ -54,6 +54,13 @@ wait "$pid" 2>/dev/null
 grep -q '^fatune: dtype bf16, the tc and wg families (.*the best of both wins)' "$tmp/b90a.err"
 check "main job banner on sm_90a names the tc and wg families" $? "$(head -n 4 "$tmp/b90a.err")"
 
+# --variant without --dtype: the variant's dtype, not the target's pick
+run vd --variant tc-f16-d32-m64n64w4-deferred-swizzle-qsmem-s2 --dim 32 --seq 64 --backend emu \
+  --arch sm_80 --db "$tmp/vd.db"
+[ "$rc" -eq 0 ] && grep -q "^fatune: dtype fp16, .*: the variant's name says so" "$tmp/vd.err"
+check "--variant tc-f16-... without --dtype runs fp16, as the name says" $? \
+  "exit $rc: $(head -n 4 "$tmp/vd.err")"
+
 # --- --config: keys left out fit the keys given ---------------------------------
 run cfg gen --config block_m=2,block_n=2 --dtype fp32
 [ "$rc" -eq 0 ] && grep -q 'simt-f32-d64-m2n2w2-' "$tmp/cfg.out" &&

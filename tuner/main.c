@@ -102,6 +102,24 @@ static void pick_dtype(cli_opts *o, const gen_target *t, char *why, size_t n) {
   o->dtype_why = why;
 }
 
+/* Without --dtype, a --variant's own: its name's second token (f16, bf16,
+** f32, f64). 0 when the name has one. */
+static int variant_dtype(cli_opts *o, char *why, size_t n) {
+  static const struct { const char *token; fa_dtype t; } names[] = {
+      {"f16", FA_FP16}, {"bf16", FA_BF16}, {"f32", FA_FP32}, {"f64", FA_FP64}};
+  const char *dash = strchr(o->variant, '-');
+  if (!dash) return -1;
+  const size_t len = strcspn(dash + 1, "-");
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strlen(names[i].token) == len && !strncmp(dash + 1, names[i].token, len)) {
+      o->problem.dtype = names[i].t;
+      snprintf(why, n, "the variant's name says so");
+      o->dtype_why = why;
+      return 0;
+    }
+  return -1;
+}
+
 /* The generator and the target, then the handler. */
 static int run_with_target(const command *c, const cli_opts *o) {
   char err[512];
@@ -120,7 +138,8 @@ static int run_with_target(const command *c, const cli_opts *o) {
   cli_opts chosen = *o;
   char why[160];
   int rc = resolve_target(g, o, &t, c->needs & QUIET_TARGET);
-  if (rc == 0 && (c->needs & PICKS_DTYPE) && !cli_given(o, "--dtype") && !o->variant)
+  if (rc == 0 && (c->needs & PICKS_DTYPE) && !cli_given(o, "--dtype") &&
+      (!o->variant || variant_dtype(&chosen, why, sizeof why) != 0))
     pick_dtype(&chosen, &t, why, sizeof why);
   /* The main job's banner says it; compile says it here. */
   if (chosen.dtype_why && c->cmd == CMD_COMPILE)
