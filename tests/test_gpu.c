@@ -5,8 +5,11 @@
 **    recorded as crashed and poisons only that process: the next job, in a
 **    fresh worker, runs a good kernel correctly (first, while this process
 **    has not touched CUDA: a context does not survive fork);
-**  - a sample of the default SIMT space validates against the float64 CPU
-**    reference, and times with sane statistics and occupancy;
+**  - a sample of the default space validates against the float64 CPU
+**    reference, and times with sane statistics and occupancy: the SIMT
+**    family in fp32, and in bf16 the tensor-core family and, on an sm_90
+**    device (target sm_90a), the Hopper family wg, every 7th variant of
+**    each family;
 **  - the naive-attention oracle matches the CPU reference on a problem and
 **    judges a kernel, with the sampled rows in float64.
 */
@@ -128,13 +131,23 @@ static void test_fault_isolation(void) {
 
 /* ---- In this process ---- */
 
-static void test_sample_and_timing(fa_backend *be) {
+/* Every 7th variant of each family in v (families by name prefix): every
+** axis shows up, and a family listed after another is not skipped. */
+static int sampled(const gen_variant *v, size_t i) {
+  size_t len = strcspn(v[i].name, "-"), before = 0;
+  for (size_t j = 0; j < i; j++)
+    before += strlen(v[j].name) > len && !strncmp(v[j].name, v[i].name, len + 1);
+  return before % 7 == 0;
+}
+
+static void test_sample_and_timing(fa_backend *be, fa_dtype dtype, const gen_target *t) {
   fa_problem p = {.batch = 2, .heads = 3, .seq_q = 300, .seq_k = 257, .dim = 64,
-                  .dtype = FA_FP32, .causal = 1};
+                  .dtype = dtype, .causal = 1};
   gen_variant *v;
   size_t nv;
   char err[512];
-  CHECK(gen_list(gen, &p, &target, "default", &v, &nv) == 0, "%s", gen_errmsg(gen));
+  printf("%s on %s:\n", fa_dtype_name(dtype), t->arch);
+  CHECK(gen_list(gen, &p, t, "default", &v, &nv) == 0, "%s", gen_errmsg(gen));
   val_case c;
   attn_inputs in;
   if (val_case_make(&c, &p, 11, err, sizeof err) != 0 ||
@@ -142,10 +155,14 @@ static void test_sample_and_timing(fa_backend *be) {
     CHECK(0, "%s", err);
     return;
   }
-  for (size_t i = 0; i < nv; i += 7) {  /* every 7th: every axis shows up */
+  for (size_t i = 0; i < nv; i++) {
     gen_kernel k;
     fa_build b;
-    if (gen_render_config(gen, v[i].config, NULL, &target, &k) != 0) continue;
+    if (!sampled(v, i)) continue;
+    if (gen_render_config(gen, v[i].config, NULL, t, &k) != 0) {
+      CHECK(0, "%s: %s", v[i].name, gen_errmsg(gen));
+      continue;
+    }
     const gen_kernel *kp = &k;
     CHECK(backend_compile(be, &kp, 1, 0, &b, err, sizeof err) == 0 && b.prog, "%s: %s", k.name,
           b.log ? b.log : err);
@@ -226,7 +243,13 @@ int main(void) {
   fa_backend *be;
   CHECK(backend_open("cuda", &be, NULL, 0, msg, sizeof msg) == 0, "%s", msg);
   if (be) {
-    test_sample_and_timing(be);
+    test_sample_and_timing(be, FA_FP32, &target);
+    /* On an sm_90 device sm_90a lists tc and wg together. */
+    gen_target bf16 = target;
+    if (dev.cc_major == 9 && dev.cc_minor == 0)
+      CHECK(gen_target_for_arch(gen, "sm_90a", dev.smem_per_block_optin, 0, &bf16) == 0, "%s",
+            gen_errmsg(gen));
+    if (dev.cc_major >= 8) test_sample_and_timing(be, FA_BF16, &bf16);
     test_oracle(be);
     backend_close(be);
   }
