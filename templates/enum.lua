@@ -31,4 +31,13 @@ function enum.cross(order, base, axes, out)
   rec(1, base)
 end
 
+-- A copy of config base with the keys of changes set: one point of a
+-- family's default space, varied from its base.
+function enum.with(base, changes)
+  local c = {}
+  for k, v in pairs(base) do c[k] = v end
+  for k, v in pairs(changes) do c[k] = v end
+  return c
+end
+
 return enum

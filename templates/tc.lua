@@ -250,12 +250,7 @@ end
 
 local function cross(base, axes, out) enum.cross(tc.axes, base, axes, out) end
 
-local function with(base, changes)
-  local c = {}
-  for k, v in pairs(base) do c[k] = v end
-  for k, v in pairs(changes) do c[k] = v end
-  return c
-end
+local with = enum.with
 
 -- The default space, per (dim, dtype): tiles around FlashAttention-2's
 -- own choice for the head dim (d <= 64: 128x128, 4 warps; d <= 128:

@@ -171,12 +171,7 @@ end
 
 -- Enumeration -------------------------------------------------------------------
 
-local function with(base, changes)
-  local c = {}
-  for k, v in pairs(base) do c[k] = v end
-  for k, v in pairs(changes) do c[k] = v end
-  return c
-end
+local with = enum.with
 
 -- The default space, per (dim, causal): FlashAttention-3's tile in the
 -- simplest structure (deferred, no ping-pong, no overlap, two stages,
