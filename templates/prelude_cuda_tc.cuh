@@ -46,6 +46,16 @@ FA_INLINE int fa_again_i32(int v) {
   return r;
 }
 
+/* v with the sign bit of `nonneg`, a float that is +0 or more (a row sum
+** of P), XORed into its top bit: v itself, but an instruction (one LOP3)
+** that must wait for `nonneg`. P V by k16 steps ties each step's A
+** fragment to the rows' sums so that ptxas adds them before the product. */
+FA_INLINE unsigned fa_tie_u32(unsigned v, float nonneg) {
+  unsigned r;
+  asm("lop3.b32 %0, %1, %2, 0x80000000, 0x78;" : "=r"(r) : "r"(v), "r"(__float_as_uint(nonneg)));
+  return r;
+}
+
 /* ---- Conversions, round to nearest even (cvt.rn) ---- */
 
 FA_INLINE float fa_f16_to_f32(fa_f16 h) {

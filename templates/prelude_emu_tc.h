@@ -44,6 +44,13 @@ typedef struct fa_u32x4 { _Alignas(16) unsigned x; unsigned y, z, w; } fa_u32x4;
 
 FA_INLINE int fa_tid_again(void) { return fa_tid(); }
 FA_INLINE int fa_again_i32(int v) { return v; }
+/* The CUDA prelude's fa_tie_u32, bit for bit: v XOR the sign bit of nonneg
+** (0 for a row sum, so v; a negative one would show in the results). */
+FA_INLINE unsigned fa_tie_u32(unsigned v, float nonneg) {
+  unsigned b;
+  memcpy(&b, &nonneg, sizeof b);
+  return v ^ (b & 0x80000000u);
+}
 
 /* ---- Conversions: round to nearest even; a NaN becomes the canonical
 ** NaN 0x7fff, as cvt.rn.f16.f32 and cvt.rn.bf16.f32 give. ---- */

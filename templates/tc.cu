@@ -11,6 +11,10 @@ $ -- Deferred normalization's row sums of P: on the tensor cores (sum_mma)
 $ -- or, as FlashAttention-2 does, added up by each thread over its own
 $ -- columns (FADD) and across the quad once, in the epilogue.
 $ local sum_mma = not eager and c.rowsum ~= "fadd"
+$ -- P V by k16 steps (pv = "step"): P is built a k16 step at a time, right
+$ -- before its step of P V, so that few unpacked exponentials are live at
+$ -- once; see gemm_pv_steps.
+$ local pv_steps_order = c.pv == "step"
 $ local T = c.dtype == "bf16" and "bf16" or "f16"
 $ local block_m, block_n, threads, stages = P.block_m, P.block_n, P.threads, P.stages
 $ local warp_rows, m_tiles, k_steps, dim_tiles = P.warp_rows, P.m_tiles, P.k_steps, P.dim_tiles
@@ -54,7 +58,7 @@ $ -- rows copy_row + pass_rows i. Otherwise every thread takes chunks
 $ -- e = tid + threads i.
 $ local function copy_tile(tile, src, stride, row0, limit, rows, check_rows)
 $   if P.column_copy then
-$     local pass_rows = P.pass_rows
+$     local pass_rows, span = P.pass_rows, P.copy_chunks
 {
   const unsigned short *gp = ${src} + (long long)(${row0} + copy_row) * ${stride} + copy_chunk * 8;
   FA_UNROLL
@@ -64,21 +68,24 @@ $     if rows % pass_rows ~= 0 then
 $     else
     {
 $     end
+    FA_UNROLL
+    for (int sp = 0; sp < ${P.copy_spans}; ++sp) {
 $     if check_rows and dim < padded_dim then
-      const int bytes = ${row0} + copy_row + i * ${pass_rows} < ${limit} && copy_chunk < ${dim // 8} ? 16 : 0;
+      const int bytes = ${row0} + copy_row + i * ${pass_rows} < ${limit} && copy_chunk + sp * ${span} < ${dim // 8} ? 16 : 0;
 $     elseif check_rows then
       const int bytes = ${row0} + copy_row + i * ${pass_rows} < ${limit} ? 16 : 0;
 $     elseif dim < padded_dim then
-      const int bytes = copy_chunk < ${dim // 8} ? 16 : 0;
+      const int bytes = copy_chunk + sp * ${span} < ${dim // 8} ? 16 : 0;
 $     else
       const int bytes = 16;
 $     end
 $     if swizzle ~= 0 and pass_rows % 8 ~= 0 then
       /* passes of fewer than 8 rows: each row its own swizzle */
-      fa_cp_async_16(ss + (${tile} + fa_tile_offset(copy_row + i * ${pass_rows}, copy_chunk, ${row_bytes}, ${swizzle})), gp, bytes);
+      fa_cp_async_16(ss + (${tile} + fa_tile_offset(copy_row + i * ${pass_rows}, copy_chunk + sp * ${span}, ${row_bytes}, ${swizzle})), gp + sp * ${8 * span}, bytes);
 $     else
-      fa_cp_async_16(ss + (${tile} + copy_offset + i * ${pass_rows * row_bytes}), gp, bytes);
+      fa_cp_async_16(ss + (${tile} + copy_offset + i * ${pass_rows * row_bytes} + sp * ${16 * span}), gp + sp * ${8 * span}, bytes);
 $     end
+    }
     }
     gp += (long long)${pass_rows} * ${stride};
   }
@@ -132,7 +139,7 @@ $ -- thread index `t`.
 $ local function copy_lanes(t)
 $   if P.column_copy then
 /* Tile copies: this thread's chunk column and first row. */
-const int copy_row = (int)((unsigned)(${t}) / ${P.row_chunks}u), copy_chunk = (int)((unsigned)(${t}) % ${P.row_chunks}u);
+const int copy_row = (int)((unsigned)(${t}) / ${P.copy_chunks}u), copy_chunk = (int)((unsigned)(${t}) % ${P.copy_chunks}u);
 const int copy_offset = fa_tile_offset(copy_row, copy_chunk, ${row_bytes}, ${swizzle});
 $   end
 $ end
@@ -161,7 +168,10 @@ $ local function load_kv_in_loop(stage)
 const int hk_again = fa_again_i32(hk);
 const unsigned short *const kg = (const unsigned short *)p.k + fa_bid_z() * p.k_sb + hk_again * p.k_sh;
 const unsigned short *const vg = (const unsigned short *)p.v + fa_bid_z() * p.v_sb + hk_again * p.v_sh;
-$ copy_lanes("fa_tid_again()")
+$ -- With P V by k16 steps fewer registers are live at the peak, and ptxas
+$ -- (CUDA 13) keeps the copy lanes of the thread index as computed once
+$ -- (or rebuilds them as it sees fit) with fewer instructions per block.
+$ copy_lanes(pv_steps_order and "tid" or "fa_tid_again()")
 $ load_kv(stage, false)
 $ end
 $
@@ -338,6 +348,89 @@ $     end
 $   end
     m_i[mt][hh] = mn;
   }
+}
+$ end
+$
+$ -- P V by k16 steps (pv = "step", deferred normalization): first the
+$ -- rows' maxima and O's rescale (softmax_stats), then per k16 step of P V
+$ -- the exponentials of its 16 keys, packed into the A fragment, and that
+$ -- step's product (gemm_pv_steps). Each exponential dies in its step: in
+$ -- FlashAttention-2's order all of a block's are computed before the
+$ -- first product and, with FADD row sums, held until ptxas schedules the
+$ -- sums, which at its tile made it move and spill registers.
+$ local function softmax_stats()
+/* Online softmax, in log2 units; each row is spread over the 4 lanes of a
+** quad. The rows' maxima, then O (and l) rescaled by alpha: deferred
+** normalization, O = O * alpha + P V, divided by l once in the epilogue. */
+float mu_r[${m_tiles}][2];
+FA_UNROLL
+for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
+  FA_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = NEG_INF;
+    FA_UNROLL
+    for (int n = 0; n < ${n_tiles}; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hh], s[mt][n][2 * hh + 1]));
+    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
+    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
+    const float mo = m_i[mt][hh];
+    const float mn = fmaxf(mo, mx);
+    const float mu = mn == NEG_INF ? 0.f : mn * sl2; /* a row with no key yet */
+    const float alpha = fa_exp2_f32(mo * sl2 - mu);
+    mu_r[mt][hh] = mu;
+$   if not sum_mma then
+    l_i[mt][hh] *= alpha;
+$   end
+    FA_UNROLL
+    for (int n = 0; n < ${o_tiles}; ++n) {
+      o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], alpha);
+      o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], alpha);
+    }
+    m_i[mt][hh] = mn;
+  }
+}
+$ end
+$
+$ local function gemm_pv_steps()
+/* P V a k16 step at a time: the step's P, packed from its exponentials (A
+** fragment registers 0 1 rows g and g + 8 of its first n8 tile, 2 3 of its
+** second), then its product with V (ldmatrix .trans). */
+FA_UNROLL
+for (int kn = 0; kn < ${pv_steps}; ++kn) {
+  unsigned pa[${m_tiles}][4];
+  FA_UNROLL
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
+    FA_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      float x[4];
+      FA_UNROLL
+      for (int j = 0; j < 2; ++j) {
+        const int n = 2 * kn + j;
+        x[2 * j] = fa_exp2_f32(s[mt][n][2 * hh] * sl2 - mu_r[mt][hh]);
+        x[2 * j + 1] = fa_exp2_f32(s[mt][n][2 * hh + 1] * sl2 - mu_r[mt][hh]);
+        pa[mt][2 * j + hh] = fa_pack_${T}x2(x[2 * j], x[2 * j + 1]);
+      }
+$   if not sum_mma then
+      l_i[mt][hh] += (x[0] + x[1]) + (x[2] + x[3]);
+      /* the step's product waits for the row's sum: ptxas adds it up before
+      ** the product instead of holding the exponentials through it */
+      pa[mt][hh] = fa_tie_u32(pa[mt][hh], l_i[mt][hh]);
+$   end
+    }
+  }
+  FA_UNROLL
+  for (int d2 = 0; d2 < ${dim_tiles // 2}; ++d2) {
+    unsigned vb[4];
+    fa_ldmatrix_x4_trans(vb, ss + (v_part + kn * ${16 * row_bytes} + fa_slab_offset(q_lane, d2, ${swizzle})));
+    FA_UNROLL
+    for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
+      fa_mma_m16n8k16_${T}(o[mt][2 * d2], pa[mt], vb, o[mt][2 * d2]);
+      fa_mma_m16n8k16_${T}(o[mt][2 * d2 + 1], pa[mt], vb + 2, o[mt][2 * d2 + 1]);
+    }
+  }
+$   if sum_mma then
+  FA_UNROLL
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_mma_m16n8k16_${T}(o[mt][${sum_tile}], pa[mt], ones, o[mt][${sum_tile}]);
+$   end
 }
 $ end
 $
@@ -597,9 +690,15 @@ $   end
 
           $ apply_mask()
 
+$ if pv_steps_order then
+          $ softmax_stats()
+
+          $ gemm_pv_steps()
+$ else
           $ softmax_rescale_o()
 
           $ gemm_pv()
+$ end
         }
 $ end
       }

@@ -43,6 +43,13 @@ tc.axes = {
   -- (one FADD per score, no HMMA more). Which issues less depends on the
   -- head dim; which runs faster, on what bounds the loop.
   enum_axis("rowsum", { "mma", "fadd" }),
+  -- The order of softmax and P V within a block (deferred normalization):
+  -- FlashAttention-2's, the whole block's P and then P V ("block"), or P
+  -- built a k16 step at a time right before that step of P V ("step"),
+  -- so that few unpacked exponentials are live at once. Which issues
+  -- fewer instructions without spilling is ptxas's call; the tuner sees
+  -- both.
+  enum_axis("pv", { "block", "step" }),
 }
 tc.axis = enum.index(tc.axes)
 
@@ -66,6 +73,7 @@ function tc.defaults(problem)
     dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
     block_m = bm, block_n = bn, warps = 4, norm = "deferred",
     layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0, rowsum = "mma",
+    pv = "block",
   }
 end
 
@@ -81,14 +89,15 @@ end
 -- tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2[-causal]; Q and K sharing
 -- shared memory adds "share" after the Q token: ...-qreg-share-s2; key
 -- parts asked for add "p<n>" after the stages: ...-s2-p2; row sums by
--- FADD add "fadd" after that: ...-s2-fadd.
+-- FADD add "fadd" after that: ...-s2-fadd; P V by k16 steps adds "step"
+-- after that: ...-s2-fadd-step.
 
 function tc.name_of(c)
-  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s%s%s",
+  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s%s%s%s",
     c.dtype == "bf16" and "bf16" or "f16", c.dim, c.block_m, c.block_n, c.warps, c.norm,
     c.layout, c.q, c.q_share == 1 and "-share" or "", c.stages,
     (c.parts or 0) ~= 0 and "-p" .. c.parts or "", c.rowsum == "fadd" and "-fadd" or "",
-    c.causal == 1 and "-causal" or "")
+    c.pv == "step" and "-step" or "", c.causal == 1 and "-causal" or "")
 end
 
 function tc.parse_name(name)
@@ -98,13 +107,15 @@ function tc.parse_name(name)
   if parts then rest = rest:sub(#parts + 3) end
   local fadd = rest and rest:match("^%-fadd") ~= nil
   if fadd then rest = rest:sub(6) end
+  local step = rest and rest:match("^%-step") ~= nil
+  if step then rest = rest:sub(6) end
   if not dt or (rest ~= "" and rest ~= "-causal") or (share ~= "" and share ~= "-share") then
     return nil
   end
   return { dtype = dt == "bf16" and "bf16" or "fp16", dim = d, causal = rest == "" and 0 or 1,
            block_m = m, block_n = n, warps = w, norm = norm, layout = layout, q = q,
            stages = s, q_share = share == "" and 0 or 1, parts = parts or 0,
-           rowsum = fadd and "fadd" or "mma" }
+           rowsum = fadd and "fadd" or "mma", pv = step and "step" or "block" }
 end
 
 -- Derived plan ----------------------------------------------------------------
@@ -141,9 +152,17 @@ function tc.plan(c)
   -- cp.async needs 16-byte aligned global rows: dims that are multiples of 8.
   P.async_copy = c.dim % 8 == 0
   -- Tiles are copied a chunk column per thread, pass_rows rows per pass,
-  -- when the threads cover whole columns; else chunk by chunk.
-  P.column_copy = P.async_copy and P.threads % P.row_chunks == 0
-  P.pass_rows = P.threads // P.row_chunks
+  -- when the threads cover whole columns; else chunk by chunk. Rows of
+  -- more than 8 chunks (head dims 128 and over) go in spans of 8 chunks
+  -- (128 bytes, as FlashAttention-2 copies them): 8 threads a span, each
+  -- thread its chunk column in every span of its rows, so that one global
+  -- address per row serves copy_spans copies at immediate offsets (the
+  -- swizzle XOR stays inside a span), and each warp-wide copy still reads
+  -- whole 32-byte sectors.
+  P.copy_chunks = P.row_chunks > 8 and P.row_chunks % 8 == 0 and 8 or P.row_chunks
+  P.copy_spans = P.row_chunks // P.copy_chunks
+  P.column_copy = P.async_copy and P.threads % P.copy_chunks == 0
+  P.pass_rows = P.threads // P.copy_chunks
   P.q_bytes = c.block_m * P.row_bytes
   P.stage_bytes = 2 * c.block_n * P.row_bytes  -- one K/V stage: K then V
   P.q_offset = 0
@@ -234,6 +253,9 @@ function tc.fits(c, _, target)
   if c.rowsum == "fadd" and c.norm ~= "deferred" then
     return false, "row sums by FADD are deferred normalization's (eager sums its rows anyway)"
   end
+  if c.pv == "step" and c.norm ~= "deferred" then
+    return false, "P V by k16 steps is deferred normalization's (eager rescales P by the block's sum)"
+  end
   if c.q_share == 1 and c.q ~= "reg" then
     return false, "Q can share its shared memory with K only when Q is held in registers"
   end
@@ -269,13 +291,13 @@ function tc.enumerate(problem, which)
     cross(base, { block_m = { 64, 128, 192 }, block_n = bn, warps = { 4, 8 },
                   norm = { "eager", "deferred" }, layout = { "row", "pad", "swizzle" },
                   q = { "smem", "reg" }, stages = { 1, 2, 3 }, q_share = { 0, 1 },
-                  parts = { 0, 2 }, rowsum = { "mma", "fadd" } }, out)
+                  parts = { 0, 2 }, rowsum = { "mma", "fadd" }, pv = { "block", "step" } }, out)
     return out
   end
   if which == "small" then
     cross(base, { block_m = { 64 }, block_n = { 32, 16 }, warps = { 4 }, norm = { "deferred" },
                   layout = { "swizzle" }, q = { "smem" }, stages = { 1 }, q_share = { 0 },
-                  parts = { 0 }, rowsum = { "mma" } }, out)
+                  parts = { 0 }, rowsum = { "mma" }, pv = { "block" } }, out)
     return out
   end
   local D = tc.padded_dim(problem.dim) or 256
@@ -301,7 +323,7 @@ function tc.enumerate(problem, which)
     for _, q in ipairs({ "smem", "reg" }) do
       local c = with(base, { block_m = t[1], block_n = t[2], warps = t[3], norm = "deferred",
                              layout = "swizzle", q = q, stages = 2, q_share = 0, parts = 0,
-                             rowsum = "mma" })
+                             rowsum = "mma", pv = "block" })
       if i == 1 and q == "smem" then fa2 = c end
       add(c)
     end
@@ -312,7 +334,8 @@ function tc.enumerate(problem, which)
                         { stages = 1 }, { stages = 3 }, { q = "reg", q_share = 1 },
                         { q = "reg", q_share = 1, stages = 3 },
                         { block_n = fa2.block_n - 16 }, { block_n = fa2.block_n + 16 },
-                        { parts = 2 }, { rowsum = "fadd" } }) do
+                        { parts = 2 }, { rowsum = "fadd" }, { pv = "step" },
+                        { rowsum = "fadd", pv = "step" } }) do
     add(with(fa2, ch))
   end
   return out
