@@ -181,6 +181,7 @@ static const fam_axis tc_axes[] = {
   {"q_share", {"0", "1"}},
   {"parts", {"0", "2"}},
   {"rowsum", {"mma", "fadd"}},
+  {"pv", {"block", "step"}},
 };
 
 /* Each dim once or twice, dtypes and causal alternating. */

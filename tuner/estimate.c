@@ -25,6 +25,12 @@
 **      issued per clock per scheduler, four schedulers per SM; 1 KB of
 **      shared memory reserved per CTA; 32 banks x 4 bytes = 128 bytes of
 **      shared memory per clock per SM.
+**  [L] L1 and shared memory are one data array per SM with one data path
+**      (A100 whitepaper: "combined L1 data cache and shared memory", 192
+**      KB; H100 whitepaper: 256 KB): the 128 bytes a clock of [G] carry
+**      ldmatrix and LDS, the shared-memory writes of cp.async (LDGSTS, 16
+**      bytes a thread), and local memory (LDL/STL, register spills), which
+**      lives in L1.
 **  [M] mma.sync on Hopper: no vendor figure. Taken as 2/3 of the SM's wgmma
 **      rate, as microbenchmarks of H100/H800 measure (Luo et al.,
 **      "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture",
@@ -121,6 +127,14 @@ static double chain_cycles(const estimate_gpu *g, const sass_counts *c, int warp
   return (warps + 3) / 4 * (tensor + (mufu > other ? mufu : other));
 }
 
+/* Bytes through the L1/shared-memory data path [L] per iteration of one
+** warp: an LDSM taken as .x4 (512 bytes a warp), an LDGSTS as 16 bytes a
+** thread, an LDS and an LDL/STL as one 128-byte wavefront. */
+static double l1_bytes(const sass_counts *c) {
+  return (double)c->loop_ldsm * 512 + (double)c->loop_ldgsts * 512 + (double)c->loop_lds * 128 +
+         (double)c->loop_local * 128;
+}
+
 int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate_tile *t,
                      estimate *out) {
   memset(out, 0, sizeof *out);
@@ -137,8 +151,7 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
   out->cyc_product = warps * product;
   out->cyc_mufu = warps * (double)c->loop_mufu * 32 / g->mufu_clk;
   out->cyc_issue = warps * (double)c->loop_instructions / g->issue_clk;
-  /* An LDSM is taken as .x4 (512 bytes a warp), an LDS as one 128-byte wavefront. */
-  out->cyc_smem = warps * ((double)c->loop_ldsm * 512 + (double)c->loop_lds * 128) / g->smem_bytes_clk;
+  out->cyc_smem = warps * l1_bytes(c) / g->smem_bytes_clk;
   double worst = out->cyc_product;
   out->bound = strcmp(c->mma, "HMMA") && strcmp(c->mma, "HGMMA") ? "fma" : "tensor";
   if (out->cyc_mufu > worst) worst = out->cyc_mufu, out->bound = "mufu";
@@ -219,8 +232,7 @@ int estimate_wg_compute(const estimate_gpu *g, const sass_counts *c, const estim
   e->cyc_product = flops / g->hgmma_flop_clk;
   e->cyc_mufu = warps * (double)c->loop_mufu * 32 / g->mufu_clk;
   e->cyc_issue = warps * (double)c->loop_instructions / g->issue_clk;
-  e->cyc_smem =
-      warps * ((double)c->loop_ldsm * 512 + (double)c->loop_lds * 128) / g->smem_bytes_clk;
+  e->cyc_smem = warps * l1_bytes(c) / g->smem_bytes_clk;
   /* DRAM bytes per clock per SM: the GPU's bandwidth shared by its SMs. */
   out->cyc_tma = ctas * blocks * out->tma_bytes / (g->dram_gbs / (g->sms * g->clock_ghz));
   double worst = e->cyc_product;
