@@ -557,6 +557,53 @@ static void fresh_wg(const char *nvdisasm, gen_state *g) {
   gen_kernel_free(&k);
 }
 
+/* FlashAttention-2's own tiles (bf16, non-causal), and the best d128
+** variant on H100 by the estimate (row sums by FADD, P V by k16 steps):
+** per K/V block at most the instructions FlashAttention-2's own kernel
+** issues for the same tile, compiled by the same toolchain
+** (scripts/compare-fa2.sh: d64 1185 on sm_80, 1176 on sm_90; d128 941,
+** 939), and no local memory. The bounds hold for CUDA 13's NVRTC; with
+** another the figures are printed, not judged. */
+static void fresh_fa2_bound(const char *nvdisasm, gen_state *g) {
+  static const struct {
+    const char *arch, *config;
+    long fa2;
+  } cases[] = {
+    {"sm_80", "dim=64,block_n=128", 1185}, {"sm_90", "dim=64,block_n=128", 1176},
+    {"sm_80", "dim=128,block_n=64", 941},  {"sm_90", "dim=128,block_n=64", 939},
+    {"sm_90", "dim=128,block_n=64,rowsum=fadd,pv=step", 939},
+  };
+  const int judged = !strncmp(nvrtc_version_string(), "13.", 3);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char config[256];
+    gen_target t;
+    gen_kernel k;
+    nvrtc_result r;
+    snprintf(config, sizeof config,
+             "family=tc,dtype=bf16,causal=0,block_m=128,warps=4,norm=deferred,layout=swizzle,"
+             "q=smem,stages=2,q_share=0,%s", cases[i].config);
+    CHECK(gen_target_for_arch(g, cases[i].arch, 0, 0, &t) == 0, "%s", gen_errmsg(g));
+    if (gen_render_config(g, config, NULL, &t, &k) != 0) {
+      CHECK(0, "rendering %s: %s", config, gen_errmsg(g));
+      continue;
+    }
+    CHECK(nvrtc_compile(k.source, k.entry, cases[i].arch, &r) == 0 && r.ok, "%s: %s", k.name,
+          r.error);
+    sass_figures f;
+    sass_kernel_figures(nvdisasm, &k, &r, NULL, &f);
+    CHECK(f.analysed && f.c.found, "%s on %s: %s", k.name, cases[i].arch, f.error);
+    printf("  %s on %s: %ld instructions per K/V block (FlashAttention-2: %ld), %ld local\n",
+           k.name, cases[i].arch, f.c.loop_instructions, cases[i].fa2, f.c.loop_local);
+    if (judged)
+      CHECK(f.c.loop_instructions <= cases[i].fa2 && f.c.loop_local == 0,
+            "%s on %s: %ld instructions per K/V block (FlashAttention-2's: %ld), %ld local",
+            k.name, cases[i].arch, f.c.loop_instructions, cases[i].fa2, f.c.loop_local);
+    nvrtc_result_free(&r);
+    gen_kernel_free(&k);
+  }
+  if (!judged) printf("  NVRTC %s: the bounds are CUDA 13's, not judged\n", nvrtc_version_string());
+}
+
 static void test_fresh(void) {
   char nvdisasm[4096], err[256];
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
@@ -569,6 +616,7 @@ static void test_fresh(void) {
   fresh(nvdisasm, g, "sm_80", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_90", fa2, "HMMA", 256 + 16);
   fresh(nvdisasm, g, "sm_80", "family=simt,dtype=fp32,dim=64", "FFMA", 0);
+  fresh_fa2_bound(nvdisasm, g);
   if (nvrtc_arch_supported("sm_90a")) {
     fresh_gemm(nvdisasm, g);
     fresh_wg(nvdisasm, g);
