@@ -2,7 +2,8 @@
 # The SASS of fatune's tensor-core kernels on FlashAttention-2's own tiles
 # (d64: 128x128, 4 warps; d128: 128x64, 4 warps), bf16 and fp16, causal
 # and not, for sm_80 and sm_90, the row sums of P on the tensor cores
-# (rowsum=mma, fatune's default) and by FADD (rowsum=fadd, as FA2): the main loop's instructions per K/V block
+# (rowsum=mma, fatune's default) and by FADD (rowsum=fadd, as FA2), the
+# latter also with P V by k16 steps (pv=step): the main loop's instructions per K/V block
 # per warp, non-HMMA instructions per HMMA, registers and spill bytes, CTAs
 # per SM (A100 for sm_80, H100 for sm_90), from `fatune compile --sass`.
 # For sm_90a, the wgmma family (wg) on FlashAttention-3's tiles
@@ -13,17 +14,19 @@
 # loop's instructions per K/V block per warp, HGMMA, non-HGMMA per HGMMA.
 # Needs nvdisasm (scripts/install-deps.sh installs it).
 # usage: scripts/bench-sass.sh [path/to/fatune]    (default build/fatune)
-# DTYPES="bf16" CAUSAL="0" ARCHS="sm_80" ROWSUMS="mma" narrow the table
-# (ARCHS: sm_80, sm_90 for tc, sm_90a for wg; ROWSUMS: tc's row sums).
+# DTYPES="bf16" CAUSAL="0" ARCHS="sm_80" SHAPES="mma" narrow the table
+# (ARCHS: sm_80, sm_90 for tc, sm_90a for wg; SHAPES: tc's row sums and
+# order, mma, fadd and fadd-step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fatune="${1:-build/fatune}"
 [ -x "$fatune" ] || { echo "bench-sass: no fatune at $fatune (build it, or pass its path)" >&2; exit 2; }
 
-tile() {  # dim, rowsum -> the config of FA2's tile
-  local bn=128
+tile() {  # dim, shape (mma, fadd or fadd-step) -> the config of FA2's tile
+  local bn=128 shape="rowsum=$2,pv=block"
   [ "$1" = 128 ] && bn=64
-  echo "block_m=128,block_n=$bn,warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0,rowsum=$2"
+  [ "$2" = fadd-step ] && shape="rowsum=fadd,pv=step"
+  echo "block_m=128,block_n=$bn,warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0,$shape"
 }
 
 # The table's row of the one variant: fields are name, regs, spill st/ld,
@@ -64,12 +67,12 @@ for arch in ${ARCHS:-sm_80 sm_90 sm_90a}; do
           wg_row "$dim" "$dtype" "$causal"
           continue
         fi
-       for rowsum in ${ROWSUMS:-mma fadd}; do
+       for shape in ${SHAPES:-mma fadd fadd-step}; do
         flag=()
         [ "$causal" = 1 ] && flag=(--causal)
         row=$("$fatune" compile --sass --arch "$arch" --dim "$dim" --dtype "$dtype" "${flag[@]}" \
-                --config "$(tile "$dim" "$rowsum")" --jobs 1 | grep '^tc-') ||
-          { echo "bench-sass: fatune compile failed for $arch d$dim $dtype causal=$causal rowsum=$rowsum" >&2; exit 1; }
+                --config "$(tile "$dim" "$shape")" --jobs 1 | grep '^tc-') ||
+          { echo "bench-sass: fatune compile failed for $arch d$dim $dtype causal=$causal $shape" >&2; exit 1; }
         print_row "$arch" "$dim" "$dtype" "$causal" "$row"
        done
       done

@@ -15,6 +15,11 @@ $ -- P V by k16 steps (pv = "step"): P is built a k16 step at a time, right
 $ -- before its step of P V, so that few unpacked exponentials are live at
 $ -- once; see gemm_pv_steps.
 $ local pv_steps_order = c.pv == "step"
+$ -- The K/V copy's global addresses in the loop (kv_addr): rebuilt each
+$ -- block from the head's base, or carried in two pointers per thread
+$ -- from block to block, as FlashAttention-2 does (a copy of the column
+$ -- path only; see load_kv_in_loop).
+$ local carry = c.kv_addr == "carry" and P.column_copy
 $ local T = c.dtype == "bf16" and "bf16" or "f16"
 $ local block_m, block_n, threads, stages = P.block_m, P.block_n, P.threads, P.stages
 $ local warp_rows, m_tiles, k_steps, dim_tiles = P.warp_rows, P.m_tiles, P.k_steps, P.dim_tiles
@@ -56,11 +61,15 @@ $ -- so are the rows at or past `limit` when check_rows (otherwise every row
 $ -- exists). Column copies: each thread copies chunk column copy_chunk of
 $ -- rows copy_row + pass_rows i. Otherwise every thread takes chunks
 $ -- e = tid + threads i.
-$ local function copy_tile(tile, src, stride, row0, limit, rows, check_rows)
+$ local function copy_tile(tile, src, stride, row0, limit, rows, check_rows, thread_ptr)
 $   if P.column_copy then
 $     local pass_rows, span = P.pass_rows, P.copy_chunks
 {
+$     if thread_ptr then
+  const unsigned short *gp = ${thread_ptr};
+$     else
   const unsigned short *gp = ${src} + (long long)(${row0} + copy_row) * ${stride} + copy_chunk * 8;
+$     end
   FA_UNROLL
   for (int i = 0; i < ${(rows + pass_rows - 1) // pass_rows}; ++i) {
 $     if rows % pass_rows ~= 0 then
@@ -160,11 +169,24 @@ $ copy_tile("kst", "kg", "p.k_sn", "k0", "p.seq_k", block_n, check_rows)
 $ copy_tile("vst", "vg", "p.v_sn", "k0", "p.seq_k", block_n, check_rows)
 $ end
 $
-$ -- load_kv inside the main loop: the K/V heads' addresses and this
-$ -- thread's copy lanes rebuilt here, from the K/V head and a fresh read of
-$ -- the thread index, so that none of them is live through the loop (at
-$ -- FlashAttention-2's tiles the loop runs at the 255-register limit).
+$ -- load_kv inside the main loop. kv_addr=rebuild: the K/V heads'
+$ -- addresses and this thread's copy lanes rebuilt here, from the K/V head
+$ -- and a fresh read of the thread index, so that none of them is live
+$ -- through the loop (at FlashAttention-2's tiles the loop runs at the
+$ -- 255-register limit). kv_addr=carry: two 64-bit pointers per thread
+$ -- live through the loop, stepped down a block at a time; a row pass
+$ -- then costs one 64-bit add, and the rebuild none.
 $ local function load_kv_in_loop(stage)
+$ if carry then
+/* block's K and V from this thread's pointers, which then step to the block below */
+(void)block;
+const int kst = ${P.kv_offset} + ${stage}, vst = kst + ${block_n * row_bytes};
+$ copy_tile("kst", nil, "p.k_sn", nil, nil, block_n, false, "kcp")
+$ copy_tile("vst", nil, "p.v_sn", nil, nil, block_n, false, "vcp")
+kcp -= (long long)${block_n} * p.k_sn;
+vcp -= (long long)${block_n} * p.v_sn;
+$   return
+$ end
 const int hk_again = fa_again_i32(hk);
 const unsigned short *const kg = (const unsigned short *)p.k + fa_bid_z() * p.k_sb + hk_again * p.k_sh;
 const unsigned short *const vg = (const unsigned short *)p.v + fa_bid_z() * p.v_sb + hk_again * p.v_sh;
@@ -650,6 +672,12 @@ $ if q_in_registers and c.q_share == 0 then
   fa_cp_async_wait(${prologue}); /* Q has landed */
   fa_syncthreads();
   $ q_to_registers()
+$ end
+$ if carry then
+  /* kv_addr=carry: this thread's pointers into the first block the loop copies */
+  const int first_copy = n_blocks > ${math.max(stages, 2)} ? n_blocks - ${math.max(stages, 2)} : 0;
+  const unsigned short *kcp = kg + (long long)(first_copy * ${block_n} + copy_row) * p.k_sn + copy_chunk * 8;
+  const unsigned short *vcp = vg + (long long)(first_copy * ${block_n} + copy_row) * p.v_sn + copy_chunk * 8;
 $ end
   int stage = 0;  /* byte offset of this iteration's stage */
   for (int kv = n_blocks - 1; kv >= 0; --kv) {

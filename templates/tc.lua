@@ -50,6 +50,12 @@ tc.axes = {
   -- fewer instructions without spilling is ptxas's call; the tuner sees
   -- both.
   enum_axis("pv", { "block", "step" }),
+  -- The K/V copy's global addresses in the loop: rebuilt every block from
+  -- the head's base and the thread index, with nothing of them live
+  -- through the loop ("rebuild"), or carried by each thread in a pointer
+  -- per tensor stepped down a block at a time, as FlashAttention-2 does
+  -- ("carry": fewer instructions, four registers more through the loop).
+  enum_axis("kv_addr", { "rebuild", "carry" }),
 }
 tc.axis = enum.index(tc.axes)
 
@@ -73,7 +79,7 @@ function tc.defaults(problem)
     dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
     block_m = bm, block_n = bn, warps = 4, norm = "deferred",
     layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0, rowsum = "mma",
-    pv = "block",
+    pv = "block", kv_addr = "rebuild",
   }
 end
 
@@ -90,14 +96,16 @@ end
 -- shared memory adds "share" after the Q token: ...-qreg-share-s2; key
 -- parts asked for add "p<n>" after the stages: ...-s2-p2; row sums by
 -- FADD add "fadd" after that: ...-s2-fadd; P V by k16 steps adds "step"
--- after that: ...-s2-fadd-step.
+-- after that: ...-s2-fadd-step; carried K/V addresses add "carry" after
+-- that: ...-s2-fadd-step-carry.
 
 function tc.name_of(c)
-  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s%s%s%s",
+  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s%s%s%s%s",
     c.dtype == "bf16" and "bf16" or "f16", c.dim, c.block_m, c.block_n, c.warps, c.norm,
     c.layout, c.q, c.q_share == 1 and "-share" or "", c.stages,
     (c.parts or 0) ~= 0 and "-p" .. c.parts or "", c.rowsum == "fadd" and "-fadd" or "",
-    c.pv == "step" and "-step" or "", c.causal == 1 and "-causal" or "")
+    c.pv == "step" and "-step" or "", c.kv_addr == "carry" and "-carry" or "",
+    c.causal == 1 and "-causal" or "")
 end
 
 function tc.parse_name(name)
@@ -109,13 +117,16 @@ function tc.parse_name(name)
   if fadd then rest = rest:sub(6) end
   local step = rest and rest:match("^%-step") ~= nil
   if step then rest = rest:sub(6) end
+  local carry = rest and rest:match("^%-carry") ~= nil
+  if carry then rest = rest:sub(7) end
   if not dt or (rest ~= "" and rest ~= "-causal") or (share ~= "" and share ~= "-share") then
     return nil
   end
   return { dtype = dt == "bf16" and "bf16" or "fp16", dim = d, causal = rest == "" and 0 or 1,
            block_m = m, block_n = n, warps = w, norm = norm, layout = layout, q = q,
            stages = s, q_share = share == "" and 0 or 1, parts = parts or 0,
-           rowsum = fadd and "fadd" or "mma", pv = step and "step" or "block" }
+           rowsum = fadd and "fadd" or "mma", pv = step and "step" or "block",
+           kv_addr = carry and "carry" or "rebuild" }
 end
 
 -- Derived plan ----------------------------------------------------------------
@@ -291,13 +302,14 @@ function tc.enumerate(problem, which)
     cross(base, { block_m = { 64, 128, 192 }, block_n = bn, warps = { 4, 8 },
                   norm = { "eager", "deferred" }, layout = { "row", "pad", "swizzle" },
                   q = { "smem", "reg" }, stages = { 1, 2, 3 }, q_share = { 0, 1 },
-                  parts = { 0, 2 }, rowsum = { "mma", "fadd" }, pv = { "block", "step" } }, out)
+                  parts = { 0, 2 }, rowsum = { "mma", "fadd" }, pv = { "block", "step" },
+                  kv_addr = { "rebuild", "carry" } }, out)
     return out
   end
   if which == "small" then
     cross(base, { block_m = { 64 }, block_n = { 32, 16 }, warps = { 4 }, norm = { "deferred" },
                   layout = { "swizzle" }, q = { "smem" }, stages = { 1 }, q_share = { 0 },
-                  parts = { 0 }, rowsum = { "mma" }, pv = { "block" } }, out)
+                  parts = { 0 }, rowsum = { "mma" }, pv = { "block" }, kv_addr = { "rebuild" } }, out)
     return out
   end
   local D = tc.padded_dim(problem.dim) or 256
@@ -323,7 +335,7 @@ function tc.enumerate(problem, which)
     for _, q in ipairs({ "smem", "reg" }) do
       local c = with(base, { block_m = t[1], block_n = t[2], warps = t[3], norm = "deferred",
                              layout = "swizzle", q = q, stages = 2, q_share = 0, parts = 0,
-                             rowsum = "mma", pv = "block" })
+                             rowsum = "mma", pv = "block", kv_addr = "rebuild" })
       if i == 1 and q == "smem" then fa2 = c end
       add(c)
     end
@@ -335,7 +347,9 @@ function tc.enumerate(problem, which)
                         { q = "reg", q_share = 1, stages = 3 },
                         { block_n = fa2.block_n - 16 }, { block_n = fa2.block_n + 16 },
                         { parts = 2 }, { rowsum = "fadd" }, { pv = "step" },
-                        { rowsum = "fadd", pv = "step" } }) do
+                        { rowsum = "fadd", pv = "step" }, { kv_addr = "carry" },
+                        { rowsum = "fadd", kv_addr = "carry" },
+                        { rowsum = "fadd", pv = "step", kv_addr = "carry" } }) do
     add(with(fa2, ch))
   end
   return out

@@ -182,6 +182,7 @@ static const fam_axis tc_axes[] = {
   {"parts", {"0", "2"}},
   {"rowsum", {"mma", "fadd"}},
   {"pv", {"block", "step"}},
+  {"kv_addr", {"rebuild", "carry"}},
 };
 
 /* Each dim once or twice, dtypes and causal alternating. */

@@ -31,6 +31,9 @@ static double estimated(const trial *e) { return estimated_in(rank_tune, e); }
 /* Of an estimated trial, how near issue is to binding it (estimate.h). */
 static double issue_share(const trial *e) { return rank_tune->sass[e - rank_tune->e].e.issue_share; }
 
+/* Of an estimated trial, its main loop's local-memory instructions (spills). */
+static long loop_local(const trial *e) { return rank_tune->sass[e - rank_tune->e].c.loop_local; }
+
 static double cost(const trial *e) {
   if (gpu_mode) return e->out.timed ? e->out.t.median_us : INFINITY;
   return (double)(e->out.r.counters.gmem_read + e->out.r.counters.gmem_written);
@@ -46,7 +49,9 @@ static int by_rank(const void *a, const void *b) {
   if (xok != yok) return yok - xok;
   const double ex = gpu_mode ? 0 : estimated(x), ey = gpu_mode ? 0 : estimated(y);
   if (xok && ex != ey) return ex > ey ? -1 : 1;   /* estimated first, highest first */
-  /* the same estimate: the one with more issue to spare, fewer instructions for its FLOPs */
+  /* the same estimate: the one without spills in its loop (their latency is not in the
+  ** estimate), then the one with more issue to spare, fewer instructions for its FLOPs */
+  if (xok && ex > 0 && (loop_local(x) > 0) != (loop_local(y) > 0)) return loop_local(x) > 0 ? 1 : -1;
   if (xok && ex > 0 && issue_share(x) != issue_share(y)) return issue_share(x) < issue_share(y) ? -1 : 1;
   if (!xok || cost(x) == cost(y)) return (x > y) - (x < y);
   return cost(x) < cost(y) ? -1 : 1;
