@@ -3,7 +3,9 @@
 # (d64: 128x128, 4 warps; d128: 128x64, 4 warps), bf16 and fp16, causal
 # and not, for sm_80 and sm_90, the row sums of P on the tensor cores
 # (rowsum=mma, fatune's default) and by FADD (rowsum=fadd, as FA2), the
-# latter also with P V by k16 steps (pv=step): the main loop's instructions per K/V block
+# latter also with P V by k16 steps (pv=step), and both with the K/V copy
+# addresses carried through the loop (kv_addr=carry, as FA2): the main
+# loop's instructions per K/V block
 # per warp, non-HMMA instructions per HMMA, registers and spill bytes, CTAs
 # per SM (A100 for sm_80, H100 for sm_90), from `fatune compile --sass`.
 # For sm_90a, the wgmma family (wg) on FlashAttention-3's tiles
@@ -15,17 +17,24 @@
 # Needs nvdisasm (scripts/install-deps.sh installs it).
 # usage: scripts/bench-sass.sh [path/to/fatune]    (default build/fatune)
 # DTYPES="bf16" CAUSAL="0" ARCHS="sm_80" SHAPES="mma" narrow the table
-# (ARCHS: sm_80, sm_90 for tc, sm_90a for wg; SHAPES: tc's row sums and
-# order, mma, fadd and fadd-step).
+# (ARCHS: sm_80, sm_90 for tc, sm_90a for wg; SHAPES: tc's row sums,
+# order and K/V addresses: mma, fadd, fadd-step, carry, fadd-step-carry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fatune="${1:-build/fatune}"
 [ -x "$fatune" ] || { echo "bench-sass: no fatune at $fatune (build it, or pass its path)" >&2; exit 2; }
 
-tile() {  # dim, shape (mma, fadd or fadd-step) -> the config of FA2's tile
-  local bn=128 shape="rowsum=$2,pv=block"
+tile() {  # dim, shape (as SHAPES) -> the config of FA2's tile
+  local bn=128 shape
   [ "$1" = 128 ] && bn=64
-  [ "$2" = fadd-step ] && shape="rowsum=fadd,pv=step"
+  case "$2" in
+    mma) shape="rowsum=mma,pv=block,kv_addr=rebuild" ;;
+    fadd) shape="rowsum=fadd,pv=block,kv_addr=rebuild" ;;
+    fadd-step) shape="rowsum=fadd,pv=step,kv_addr=rebuild" ;;
+    carry) shape="rowsum=mma,pv=block,kv_addr=carry" ;;
+    fadd-step-carry) shape="rowsum=fadd,pv=step,kv_addr=carry" ;;
+    *) echo "bench-sass: unknown shape '$2' (mma, fadd, fadd-step, carry, fadd-step-carry)" >&2; exit 2 ;;
+  esac
   echo "block_m=128,block_n=$bn,warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0,$shape"
 }
 
@@ -57,6 +66,7 @@ wg_row() {  # dim dtype causal: FA3's tile, its features where the family has th
   echo "| sm_90a | $1 | $2 | $3 | wg ${bm}x$bn: not built | - | - | - | - | - |"
 }
 
+for shape in ${SHAPES:-}; do tile 64 "$shape" >/dev/null || exit 2; done
 echo "| arch | dim | dtype | causal | variant | insns per K/V block | HMMA / HGMMA | non-MMA per MMA | regs / spill bytes | CTAs per SM |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 for arch in ${ARCHS:-sm_80 sm_90 sm_90a}; do
@@ -67,7 +77,7 @@ for arch in ${ARCHS:-sm_80 sm_90 sm_90a}; do
           wg_row "$dim" "$dtype" "$causal"
           continue
         fi
-       for shape in ${SHAPES:-mma fadd fadd-step}; do
+       for shape in ${SHAPES:-mma fadd fadd-step carry fadd-step-carry}; do
         flag=()
         [ "$causal" = 1 ] && flag=(--causal)
         row=$("$fatune" compile --sass --arch "$arch" --dim "$dim" --dtype "$dtype" "${flag[@]}" \
