@@ -97,6 +97,13 @@ static const char *const sample[] = {
   "layout=swizzle,q=reg,stages=3,q_share=0",
   "family=tc,dtype=fp16,dim=64,causal=1,block_m=32,block_n=64,warps=2,norm=eager,"
   "layout=row,q=smem,stages=3,q_share=0",
+  /* FADD row sums, P V by k16 steps, carried K/V addresses; 128-byte copy spans */
+  "family=tc,dtype=bf16,dim=128,causal=0,block_m=128,block_n=64,warps=4,norm=deferred,"
+  "layout=swizzle,q=smem,stages=2,q_share=0,rowsum=fadd,pv=step,kv_addr=carry",
+  "family=tc,dtype=fp16,dim=64,causal=1,block_m=64,block_n=64,warps=4,norm=deferred,"
+  "layout=swizzle,q=smem,stages=1,q_share=0,rowsum=fadd,pv=block,kv_addr=carry",
+  "family=tc,dtype=bf16,dim=256,causal=1,block_m=64,block_n=32,warps=4,norm=deferred,"
+  "layout=swizzle,q=smem,stages=3,q_share=0,rowsum=mma,pv=step,kv_addr=rebuild",
 };
 #define NSAMPLE (sizeof sample / sizeof sample[0])
 
@@ -123,6 +130,9 @@ static const struct coverage {
   {"tc", "stages", {"1", "2", "3"}},
   {"tc", "q_share", {"0", "1"}},
   {"tc", "causal", {"0", "1"}},
+  {"tc", "rowsum", {"mma", "fadd"}},
+  {"tc", "pv", {"block", "step"}},
+  {"tc", "kv_addr", {"rebuild", "carry"}},
 };
 #define NCOVERAGE (sizeof coverage / sizeof coverage[0])
 
