@@ -18,7 +18,8 @@
 # usage: scripts/bench-sass.sh [path/to/fatune]    (default build/fatune)
 # DTYPES="bf16" CAUSAL="0" ARCHS="sm_80" SHAPES="mma" narrow the table
 # (ARCHS: sm_80, sm_90 for tc, sm_90a for wg; SHAPES: tc's row sums,
-# order and K/V addresses: mma, fadd, fadd-step, carry, fadd-step-carry).
+# order and K/V addresses: mma, fadd, fadd-step, carry, fadd-carry,
+# fadd-step-carry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fatune="${1:-build/fatune}"
@@ -32,8 +33,9 @@ tile() {  # dim, shape (as SHAPES) -> the config of FA2's tile
     fadd) shape="rowsum=fadd,pv=block,kv_addr=rebuild" ;;
     fadd-step) shape="rowsum=fadd,pv=step,kv_addr=rebuild" ;;
     carry) shape="rowsum=mma,pv=block,kv_addr=carry" ;;
+    fadd-carry) shape="rowsum=fadd,pv=block,kv_addr=carry" ;;
     fadd-step-carry) shape="rowsum=fadd,pv=step,kv_addr=carry" ;;
-    *) echo "bench-sass: unknown shape '$2' (mma, fadd, fadd-step, carry, fadd-step-carry)" >&2; exit 2 ;;
+    *) echo "bench-sass: unknown shape '$2' (mma, fadd, fadd-step, carry, fadd-carry, fadd-step-carry)" >&2; exit 2 ;;
   esac
   echo "block_m=128,block_n=$bn,warps=4,norm=deferred,layout=swizzle,q=smem,stages=2,q_share=0,$shape"
 }
@@ -77,7 +79,7 @@ for arch in ${ARCHS:-sm_80 sm_90 sm_90a}; do
           wg_row "$dim" "$dtype" "$causal"
           continue
         fi
-       for shape in ${SHAPES:-mma fadd fadd-step carry fadd-step-carry}; do
+       for shape in ${SHAPES:-mma fadd fadd-step carry fadd-carry fadd-step-carry}; do
         flag=()
         [ "$causal" = 1 ] && flag=(--causal)
         row=$("$fatune" compile --sass --arch "$arch" --dim "$dim" --dtype "$dtype" "${flag[@]}" \
