@@ -8,6 +8,7 @@
 */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,19 +156,21 @@ static int run_with_target(const command *c, const cli_opts *o) {
 ** compiler works, leaves no fatune-emu-* folder. No handler takes these
 ** signals: they are blocked in every thread (threads inherit the mask: the
 ** compile pool's, NVRTC's own) and one thread waits for them. NVRTC (LLVM)
-** installs handlers of its own on its first compile, which exit and
-** allocate: run inside an interrupted malloc or compile, they once hung
-** fatune for good. The waiting thread removes the folders (async-signal-
-** safe still: other threads may hold any lock), then ends the process by
-** the signal itself, so that its status says so, with no atexit handler or
-** global destructor run. A signal ignored when fatune started stays
-** ignored; children start without the mask (fa_proc.h). */
+** may install handlers of its own, which exit and allocate: run inside an
+** interrupted malloc or compile, a handler once hung fatune for good. The
+** waiting thread removes the folders (async-signal-safe still: other
+** threads may hold any lock), then ends the process by the signal itself,
+** so that its status says so, with no atexit handler or global destructor
+** run. A signal ignored when fatune started stays ignored; children start
+** without the mask (fa_proc.h). */
 static sigset_t stop_set;
+static atomic_int stopping;   /* the waiting thread has taken a signal */
 
 static void *stop_wait(void *unused) {
   (void)unused;
   int sig;
   if (sigwait(&stop_set, &sig) != 0) return NULL;   /* EINVAL only: not with this set */
+  atomic_store(&stopping, 1);
   emu_tmp_cleanup();
   struct sigaction dfl = {.sa_handler = SIG_DFL};
   sigset_t one;
@@ -177,9 +180,17 @@ static void *stop_wait(void *unused) {
   sigaction(sig, &dfl, NULL);
   pthread_sigmask(SIG_UNBLOCK, &one, NULL);
   raise(sig);
-  /* Only when a handler came between (NVRTC's first compile installs one):
-  ** it ran in this ordinary thread, and did not end the process. */
+  /* Only when a handler came between (NVRTC's, installed meanwhile by a
+  ** compile): it ran in this ordinary thread, and did not end the process. */
   _exit(128 + sig);
+}
+
+/* The cleanup stops the compilers, so the job may fail and end meanwhile:
+** exit() then waits here, before any other atexit handler or destructor,
+** for the waiting thread to end the process by the signal. */
+static void stop_before_exit(void) {
+  if (!atomic_load(&stopping)) return;
+  for (;;) pause();   /* every stop signal is blocked here: never returns */
 }
 
 /* Before any other thread exists. */
@@ -192,7 +203,8 @@ static void stop_start(void) {
   else if (rc == 0)
     rc = pthread_detach(t);
   if (rc != 0) fprintf(stderr, "fatune: cannot wait for signals: %s\n", strerror(rc));
-  if (atexit(emu_tmp_cleanup) != 0) fputs("fatune: atexit failed\n", stderr);
+  if (atexit(emu_tmp_cleanup) != 0 || atexit(stop_before_exit) != 0)
+    fputs("fatune: atexit failed\n", stderr);
 }
 
 int main(int argc, char **argv) {
