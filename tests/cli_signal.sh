@@ -6,7 +6,9 @@
 # after NVRTC's first compile has begun (its builtins library is loaded):
 #  - fatune compile, the default space, on two threads;
 #  - the main job on the emulator (NVRTC, then the host compiler).
-# A signal while the host compiler works is cli_tmp's.
+# A signal while the host compiler works is cli_tmp's. While NVRTC
+# compiles, every thread but the one that waits for the signals blocks them
+# (Linux shows the waiting one unblocked while it waits).
 #
 # usage: FATUNE=build/fatune bash tests/cli_signal.sh
 set -u
@@ -21,8 +23,20 @@ fi
 export TMPDIR="$tmp/t"
 mkdir "$TMPDIR"
 
+# masks PID: how many of its threads block SIGTERM, and how many do not.
+masks() {
+  local bit=$((1 << ($(kill -l TERM) - 1))) blocked=0 open=0 t m
+  for t in /proc/"$1"/task/*/status; do
+    m=$(awk '/^SigBlk:/ { print $2 }' "$t" 2>/dev/null) || continue
+    [ -n "$m" ] || continue
+    if (( 16#$m & bit )); then blocked=$((blocked + 1)); else open=$((open + 1)); fi
+  done
+  echo "$blocked $open"
+}
+
 # stop SIG DELAY LABEL ARGS...: start fatune ARGS, wait for NVRTC's first
-# compile, DELAY seconds more, signal it; it must end within 10 s.
+# compile, DELAY seconds more, signal it; it must end within 10 s. With
+# MASKS=1, first the threads' masks.
 stop() {
   local sig=$1 delay=$2 label="SIG$1 $2 s into NVRTC: $3"
   shift 3
@@ -36,6 +50,13 @@ stop() {
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
   done
+  if [ "${MASKS:-0}" = 1 ] && [ -n "$seen" ]; then
+    local blocked open
+    read -r blocked open < <(masks "$pid")
+    [ "$blocked" -ge 2 ] && [ "$open" -le 1 ]
+    check "while NVRTC compiles, every thread but one blocks SIGTERM" $? \
+      "$blocked threads block it, $open do not"
+  fi
   sleep "$delay"
   kill -"$sig" "$pid" 2>/dev/null
   for ((i = 0; i < 100; i++)); do
@@ -56,7 +77,7 @@ stop() {
 }
 
 compile=(compile --dim 128 --dtype bf16 --arch sm_90 --jobs 2)
-stop TERM 0 "fatune compile" "${compile[@]}"
+MASKS=1 stop TERM 0 "fatune compile" "${compile[@]}"
 stop TERM 0.3 "fatune compile" "${compile[@]}"
 stop TERM 0.8 "fatune compile" "${compile[@]}"
 stop INT 0.1 "fatune compile" "${compile[@]}"
