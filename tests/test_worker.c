@@ -7,18 +7,27 @@
 **  - emulator kernels in worker processes, as the tuner runs them: a good
 **    kernel, one that writes through a wild pointer (a real SIGSEGV, not an
 **    emulator fault), one that loops forever; the run completes with ok,
-**    crashed, timeout, ok.
+**    crashed, timeout, ok;
+**  - the stop signals (SIGTERM, SIGINT, SIGHUP), blocked in the parent as
+**    the fatune command blocks them and caught by a handler of its own as
+**    NVRTC's: a worker that gets one still dies by it, one ignored stays
+**    ignored; a spawned child gets the caller's mask less these, and
+**    fa_proc_popen reads a child's output and status as popen does.
 */
+#include <pthread.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "emu.h"
+#include "fa_proc.h"
 #include "worker.h"
 
 typedef struct answer { int job; int value; } answer;
@@ -144,8 +153,95 @@ static void test_emulator(void) {
   free(j.q), free(j.o);
 }
 
+/* ---- The stop signals ---- */
+
+static const int stop_sigs[] = {SIGTERM, SIGINT, SIGHUP};
+#define NSTOP (sizeof stop_sigs / sizeof stop_sigs[0])
+
+/* What the child must not run: it stands for NVRTC's handler. */
+static void foreign_handler(int sig) {
+  (void)sig;
+  _exit(7);
+}
+
+/* Job i raises stop_sigs[i % NSTOP] in the child; alive after it, it answers. */
+static int signal_job(size_t i, void *ud, void *out) {
+  (void)ud;
+  answer *a = out;
+  raise(stop_sigs[i % NSTOP]);
+  a->job = (int)i, a->value = 1;
+  return 0;
+}
+
+static void test_worker_signals(void) {
+  struct sigaction h = {.sa_handler = foreign_handler}, saved[NSTOP];
+  sigemptyset(&h.sa_mask);
+  for (size_t k = 0; k < NSTOP; k++) CHECK(sigaction(stop_sigs[k], &h, &saved[k]) == 0, "sigaction");
+  sigset_t stop, old;
+  fa_proc_stop_signals(&stop);
+  CHECK(pthread_sigmask(SIG_BLOCK, &stop, &old) == 0, "pthread_sigmask");
+  wk_worker *w;
+  char err[256];
+  CHECK(wk_open(&w, signal_job, NULL, sizeof(answer), err, sizeof err) == 0, "%s", err);
+  for (size_t i = 0; i < NSTOP; i++) {
+    answer a = {-1, -1};
+    char why[256] = "", want[64];
+    wk_outcome o = wk_run(w, i, 5, &a, why, sizeof why);
+    snprintf(want, sizeof want, "killed by signal %d ", stop_sigs[i]);
+    CHECK(o == WK_CRASHED && strstr(why, want), "signal %d in a worker: outcome %d (%s)",
+          stop_sigs[i], (int)o, why);
+    printf("signal %d in a worker: %s\n", stop_sigs[i], why);
+  }
+  /* Ignored in the parent: ignored in the worker, which answers. */
+  struct sigaction ign = {.sa_handler = SIG_IGN};
+  sigemptyset(&ign.sa_mask);
+  CHECK(sigaction(SIGHUP, &ign, NULL) == 0, "sigaction");
+  answer a = {-1, -1};
+  char why[256] = "";
+  wk_outcome o = wk_run(w, 2, 5, &a, why, sizeof why);
+  CHECK(o == WK_DONE && a.job == 2 && a.value == 1, "ignored SIGHUP in a worker: outcome %d (%s)",
+        (int)o, why);
+  wk_close(w);
+  CHECK(pthread_sigmask(SIG_SETMASK, &old, NULL) == 0, "pthread_sigmask");
+  for (size_t k = 0; k < NSTOP; k++) sigaction(stop_sigs[k], &saved[k], NULL);
+}
+
+/* A spawned child's mask: the caller's less the stop signals. */
+static void test_spawn_mask(void) {
+  sigset_t block, old, child;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM), sigaddset(&block, SIGINT), sigaddset(&block, SIGUSR1);
+  CHECK(pthread_sigmask(SIG_BLOCK, &block, &old) == 0, "pthread_sigmask");
+  posix_spawnattr_t attr;
+  int rc = fa_proc_spawnattr(&attr, POSIX_SPAWN_SETPGROUP);
+  CHECK(pthread_sigmask(SIG_SETMASK, &old, NULL) == 0, "pthread_sigmask");
+  CHECK(rc == 0, "fa_proc_spawnattr: %s", strerror(rc));
+  if (rc != 0) return;
+  short flags = 0;
+  CHECK(posix_spawnattr_getflags(&attr, &flags) == 0 && posix_spawnattr_getsigmask(&attr, &child) == 0,
+        "posix_spawnattr_get*");
+  CHECK((flags & POSIX_SPAWN_SETSIGMASK) && (flags & POSIX_SPAWN_SETPGROUP),
+        "flags %#x: SETSIGMASK and the caller's SETPGROUP wanted", (unsigned)flags);
+  CHECK(!sigismember(&child, SIGTERM) && !sigismember(&child, SIGINT) &&
+        sigismember(&child, SIGUSR1) == 1, "the child's mask: SIGTERM, SIGINT unblocked, "
+        "SIGUSR1 blocked wanted");
+  posix_spawnattr_destroy(&attr);
+  /* fa_proc_popen: the output, and the status as pclose gives it. */
+  pid_t pid;
+  FILE *p = fa_proc_popen("echo out; exit 3", &pid);
+  CHECK(p != NULL, "fa_proc_popen: %s", strerror(errno));
+  if (!p) return;
+  char line[16] = "";
+  char *got = fgets(line, sizeof line, p);
+  int st = fa_proc_pclose(p, pid);
+  CHECK(got && !strcmp(line, "out\n") && WIFEXITED(st) && WEXITSTATUS(st) == 3,
+        "fa_proc_popen: '%s', status %#x", line, (unsigned)st);
+}
+
 int main(void) {
   test_plain();
   test_emulator();
+  test_worker_signals();
+  test_spawn_mask();
   return check_done("test_worker");
 }

@@ -6,11 +6,13 @@
 ** Bad input prints one line on stderr and exits 2; a failure of the work
 ** itself (a variant that does not compile, say) exits 1.
 */
-#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "cmd_db.h"
@@ -18,6 +20,7 @@
 #include "cuda_driver.h"
 #include "emu.h"
 #include "explore.h"
+#include "fa_proc.h"
 #include "gen.h"
 #include "nvrtc_compile.h"
 #include "report.h"
@@ -150,35 +153,62 @@ static int run_with_target(const command *c, const cli_opts *o) {
 }
 
 /* A run stopped by SIGINT, SIGTERM or SIGHUP, or ending while the host
-** compiler works, leaves no fatune-emu-* folder: the handler (async-signal-
-** safe) removes them, then the signal takes its default course. A signal
-** ignored when fatune started stays ignored. */
-static void on_signal(int sig) {
-  const int saved = errno;
+** compiler works, leaves no fatune-emu-* folder. No handler takes these
+** signals: they are blocked in every thread (threads inherit the mask: the
+** compile pool's, NVRTC's own) and one thread waits for them. NVRTC (LLVM)
+** may install handlers of its own, which exit and allocate: run inside an
+** interrupted malloc or compile, a handler once hung fatune for good. The
+** waiting thread removes the folders (async-signal-safe still: other
+** threads may hold any lock), then ends the process by the signal itself,
+** so that its status says so, with no atexit handler or global destructor
+** run. A signal ignored when fatune started stays ignored; children start
+** without the mask (fa_proc.h). */
+static sigset_t stop_set;
+static atomic_int stopping;   /* the waiting thread has taken a signal */
+
+static void *stop_wait(void *unused) {
+  (void)unused;
+  int sig;
+  if (sigwait(&stop_set, &sig) != 0) return NULL;   /* EINVAL only: not with this set */
+  atomic_store(&stopping, 1);
   emu_tmp_cleanup();
-  /* The default action, set here rather than trusted to SA_RESETHAND: NVRTC
-  ** (LLVM) installs handlers of its own that reinstall the ones it found. */
   struct sigaction dfl = {.sa_handler = SIG_DFL};
+  sigset_t one;
   sigemptyset(&dfl.sa_mask);
+  sigemptyset(&one);
+  sigaddset(&one, sig);
   sigaction(sig, &dfl, NULL);
-  errno = saved;
-  raise(sig);   /* blocked until this returns, then fatal */
+  pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+  raise(sig);
+  /* Only when a handler came between (NVRTC's, installed meanwhile by a
+  ** compile): it ran in this ordinary thread, and did not end the process. */
+  _exit(128 + sig);
 }
 
-static void install_cleanup(void) {
-  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-    struct sigaction old, sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
-    if (sigemptyset(&sa.sa_mask) != 0 || sigaction(sigs[i], NULL, &old) != 0 ||
-        old.sa_handler == SIG_IGN)
-      continue;
-    if (sigaction(sigs[i], &sa, NULL) != 0) perror("fatune: sigaction");
-  }
-  if (atexit(emu_tmp_cleanup) != 0) fputs("fatune: atexit failed\n", stderr);
+/* The cleanup stops the compilers, so the job may fail and end meanwhile:
+** exit() then waits here, before any other atexit handler or destructor,
+** for the waiting thread to end the process by the signal. */
+static void stop_before_exit(void) {
+  if (!atomic_load(&stopping)) return;
+  for (;;) pause();   /* every stop signal is blocked here: never returns */
+}
+
+/* Before any other thread exists. */
+static void stop_start(void) {
+  fa_proc_stop_signals(&stop_set);
+  pthread_t t;
+  int rc = pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+  if (rc == 0 && (rc = pthread_create(&t, NULL, stop_wait, NULL)) != 0)
+    pthread_sigmask(SIG_UNBLOCK, &stop_set, NULL);   /* stopped the default way, then */
+  else if (rc == 0)
+    rc = pthread_detach(t);
+  if (rc != 0) fprintf(stderr, "fatune: cannot wait for signals: %s\n", strerror(rc));
+  if (atexit(emu_tmp_cleanup) != 0 || atexit(stop_before_exit) != 0)
+    fputs("fatune: atexit failed\n", stderr);
 }
 
 int main(int argc, char **argv) {
-  install_cleanup();
+  stop_start();
   cli_opts o;
   char err[512];
   if (cli_parse(argc, argv, &o, err, sizeof err) != 0) return cli_say(EXIT_BAD_INPUT, err);

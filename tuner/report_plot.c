@@ -18,6 +18,7 @@
 
 #include "estimate.h"
 #include "fa_escape.h"
+#include "fa_proc.h"
 #include "report_int.h"
 
 extern char **environ;
@@ -462,7 +463,11 @@ static int spawn(const char *dir, const char *script, const char *log, pid_t *pi
   /* In the report's folder: the script's paths are relative to it. */
   if (rc == 0) rc = posix_spawn_file_actions_addchdir_np(&fa, dir);
   char *argv[] = {"gnuplot", (char *)script, NULL};
-  if (rc == 0) rc = posix_spawnp(pid, "gnuplot", &fa, NULL, argv, environ);
+  posix_spawnattr_t attr;
+  if (rc == 0 && (rc = fa_proc_spawnattr(&attr, 0)) == 0) {
+    rc = posix_spawnp(pid, "gnuplot", &fa, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
+  }
   posix_spawn_file_actions_destroy(&fa);
   return rc;
 }

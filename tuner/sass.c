@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fa_proc.h"
 #include "sass.h"
 
 #define OP_LEN 16
@@ -777,10 +778,11 @@ static int from_python(char *buf, size_t n) {
     "  for s in (\"cu13/bin\", \"cu12/bin\", \"cuda_nvdisasm/bin\"):\n"
     "    p = os.path.join(d, s, \"nvdisasm\")\n"
     "    if os.access(p, os.X_OK): print(p); raise SystemExit\n' 2>/dev/null";
-  FILE *p = popen(cmd, "r");
+  pid_t pid;
+  FILE *p = fa_proc_popen(cmd, &pid);
   if (!p) return 0;
   int ok = fgets(buf, (int)n, p) != NULL;
-  if (pclose(p) != 0) ok = 0;
+  if (fa_proc_pclose(p, pid) != 0) ok = 0;
   if (ok) buf[strcspn(buf, "\n")] = '\0';
   return ok && executable(buf);
 }
@@ -829,10 +831,11 @@ int sass_disassemble_file(const char *nvdisasm, const char *path, char **text, c
   char cmd[8400];
   int w = snprintf(cmd, sizeof cmd, "'%s' -c '%s' 2>&1", nvdisasm, path);
   if (w < 0 || (size_t)w >= sizeof cmd) return fail(err, errlen, "nvdisasm: path too long");
-  FILE *p = popen(cmd, "r");
+  pid_t pid;
+  FILE *p = fa_proc_popen(cmd, &pid);
   if (!p) return fail(err, errlen, "nvdisasm: %s", strerror(errno));
   char *s = read_all(p);
-  int st = pclose(p);
+  int st = fa_proc_pclose(p, pid);
   if (!s) return fail(err, errlen, "out of memory reading nvdisasm's output");
   if (st != 0) {
     s[strcspn(s, "\n")] = '\0';

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fa_proc.h"
 #include "fa_util.h"
 #include "worker.h"
 
@@ -118,6 +119,8 @@ static int start(wk_worker *w, char *why, size_t whylen) {
     return -1;
   }
   if (pid == 0) {
+    /* Stopped with its parent from the terminal, or on its own by SIGTERM. */
+    fa_proc_child_signals();
     close_others(jobs[0], results[1]);
     child_loop(w, jobs[0], results[1]);
   }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
+#include "fa_proc.h"
 
 /* Our own pointer types, from the types in <cuda.h>. */
 typedef CUresult (*cuInit_fn)(unsigned int);
@@ -333,6 +334,7 @@ int cudrv_probe_isolated_at(int ordinal, cudrv_device_info *info, char *msg, siz
     return 0;
   }
   if (pid == 0) {
+    fa_proc_child_signals();
     close(fds[0]);
     a.ok = cudrv_device_query(ordinal, &a.info, a.msg, sizeof a.msg) == 0;
     _exit(write(fds[1], &a, sizeof a) == (ssize_t)sizeof a ? 0 : 1);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "emu.h"
+#include "fa_proc.h"
 #include "par.h"
 #include "template_files.h"
 
@@ -49,11 +50,12 @@ static char compiler_version[160];
 static void ask_version(void) {
   char cmd[256];
   snprintf(cmd, sizeof cmd, "%s --version 2>/dev/null", emu_compiler());
-  FILE *p = popen(cmd, "r");
+  pid_t pid;
+  FILE *p = fa_proc_popen(cmd, &pid);
   if (!p) return;
   if (!fgets(compiler_version, sizeof compiler_version, p)) compiler_version[0] = '\0';
   compiler_version[strcspn(compiler_version, "\n")] = '\0';
-  pclose(p);
+  fa_proc_pclose(p, pid);
 }
 
 const char *emu_compiler(void) {
@@ -128,10 +130,9 @@ static int run_compiler(const char *dir, const char *cfile, const char *sofile,
            emu_compiler(), CFLAGS, extra ? extra : "");
   char *argv[] = {"sh", "-c", script, "sh", (char *)cfile, (char *)sofile, (char *)logfile, NULL};
   posix_spawnattr_t attr;
-  if (emu_tmp_dying() || posix_spawnattr_init(&attr) != 0) return -1;
+  if (emu_tmp_dying() || fa_proc_spawnattr(&attr, POSIX_SPAWN_SETPGROUP) != 0) return -1;
   pid_t pid;
-  int rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP) != 0 ||
-           posix_spawnattr_setpgroup(&attr, 0) != 0 ||
+  int rc = posix_spawnattr_setpgroup(&attr, 0) != 0 ||
            posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, environ) != 0;
   posix_spawnattr_destroy(&attr);
   if (rc) return -1;
