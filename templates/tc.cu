@@ -59,8 +59,10 @@ $ -- Copy `rows` rows of a (seq, dim) matrix, from global row `row0`, into
 $ -- the tile at byte offset `tile`. Chunks past the head dim are zeros, and
 $ -- so are the rows at or past `limit` when check_rows (otherwise every row
 $ -- exists). Column copies: each thread copies chunk column copy_chunk of
-$ -- rows copy_row + pass_rows i. Otherwise every thread takes chunks
-$ -- e = tid + threads i.
+$ -- rows copy_row + pass_rows i, in each 128-byte span of a row (chunk
+$ -- copy_chunk + 8 sp; one span a row below d128), from the row's one global
+$ -- address (thread_ptr, when given: kv_addr=carry). Otherwise every thread
+$ -- takes chunks e = tid + threads i.
 $ local function copy_tile(tile, src, stride, row0, limit, rows, check_rows, thread_ptr)
 $   if P.column_copy then
 $     local pass_rows, span = P.pass_rows, P.copy_chunks
