@@ -299,6 +299,22 @@ $   end
 }
 $ end
 $
+$ -- Row hh of m-tile mt (a C loop's variables in the caller): its max over
+$ -- the part's scores and the quad (mx), the running max m_i before (mo)
+$ -- and after (mn), mu = mn in log2 units (0 for a row with no key yet),
+$ -- and alpha, O's rescale.
+$ local function row_max()
+float mx = NEG_INF;
+FA_UNROLL
+for (int n = 0; n < ${n_tiles}; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hh], s[mt][n][2 * hh + 1]));
+mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
+mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
+const float mo = m_i[mt][hh];
+const float mn = fmaxf(mo, mx);
+const float mu = mn == NEG_INF ? 0.f : mn * sl2; /* a row with no key yet */
+const float alpha = fa_exp2_f32(mo * sl2 - mu);
+$ end
+$
 $ -- The online softmax of the part's scores into P, packed in 16 bits, and
 $ -- O rescaled: eager (FlashAttention-1) normalizes O and P at every step,
 $ -- deferred (FlashAttention-2) once in the epilogue.
@@ -312,15 +328,7 @@ FA_UNROLL
 for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
-    float mx = NEG_INF;
-    FA_UNROLL
-    for (int n = 0; n < ${n_tiles}; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hh], s[mt][n][2 * hh + 1]));
-    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
-    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
-    const float mo = m_i[mt][hh];
-    const float mn = fmaxf(mo, mx);
-    const float mu = mn == NEG_INF ? 0.f : mn * sl2; /* a row with no key yet */
-    const float alpha = fa_exp2_f32(mo * sl2 - mu);
+    $ row_max()
 $   if eager then
     float rs = 0.f;
 $   elseif not sum_mma then
@@ -391,15 +399,7 @@ FA_UNROLL
 for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
-    float mx = NEG_INF;
-    FA_UNROLL
-    for (int n = 0; n < ${n_tiles}; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hh], s[mt][n][2 * hh + 1]));
-    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
-    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
-    const float mo = m_i[mt][hh];
-    const float mn = fmaxf(mo, mx);
-    const float mu = mn == NEG_INF ? 0.f : mn * sl2; /* a row with no key yet */
-    const float alpha = fa_exp2_f32(mo * sl2 - mu);
+    $ row_max()
     mu_r[mt][hh] = mu;
 $   if not sum_mma then
     l_i[mt][hh] *= alpha;
