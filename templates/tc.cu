@@ -383,6 +383,26 @@ $   end
 }
 $ end
 $
+$ -- k16 step kn of O += P V (a C loop variable in the caller), from the
+$ -- step's A fragments pa[mt]: V by ldmatrix .trans, and with sum_mma the
+$ -- row sums (P times the block of ones) into sum_tile.
+$ local function pv_product()
+FA_UNROLL
+for (int d2 = 0; d2 < ${dim_tiles // 2}; ++d2) {
+  unsigned vb[4];
+  fa_ldmatrix_x4_trans(vb, ss + (v_part + kn * ${16 * row_bytes} + fa_slab_offset(q_lane, d2, ${swizzle})));
+  FA_UNROLL
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
+    fa_mma_m16n8k16_${T}(o[mt][2 * d2], pa[mt], vb, o[mt][2 * d2]);
+    fa_mma_m16n8k16_${T}(o[mt][2 * d2 + 1], pa[mt], vb + 2, o[mt][2 * d2 + 1]);
+  }
+}
+$ if sum_mma then
+FA_UNROLL
+for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_mma_m16n8k16_${T}(o[mt][${sum_tile}], pa[mt], ones, o[mt][${sum_tile}]);
+$ end
+$ end
+$
 $ -- P V by k16 steps (pv = "step", deferred normalization): first the
 $ -- rows' maxima and O's rescale (softmax_stats), then per k16 step of P V
 $ -- the exponentials of its 16 keys, packed into the A fragment, and that
@@ -441,20 +461,7 @@ $   if not sum_mma then
 $   end
     }
   }
-  FA_UNROLL
-  for (int d2 = 0; d2 < ${dim_tiles // 2}; ++d2) {
-    unsigned vb[4];
-    fa_ldmatrix_x4_trans(vb, ss + (v_part + kn * ${16 * row_bytes} + fa_slab_offset(q_lane, d2, ${swizzle})));
-    FA_UNROLL
-    for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
-      fa_mma_m16n8k16_${T}(o[mt][2 * d2], pa[mt], vb, o[mt][2 * d2]);
-      fa_mma_m16n8k16_${T}(o[mt][2 * d2 + 1], pa[mt], vb + 2, o[mt][2 * d2 + 1]);
-    }
-  }
-$   if sum_mma then
-  FA_UNROLL
-  for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_mma_m16n8k16_${T}(o[mt][${sum_tile}], pa[mt], ones, o[mt][${sum_tile}]);
-$   end
+  $ pv_product()
 }
 $ end
 $
@@ -473,20 +480,7 @@ for (int kn = 0; kn < ${pv_steps}; ++kn) {
     pa[mt][2] = pp[mt][2 * kn + 1][0];
     pa[mt][3] = pp[mt][2 * kn + 1][1];
   }
-  FA_UNROLL
-  for (int d2 = 0; d2 < ${dim_tiles // 2}; ++d2) {
-    unsigned vb[4];
-    fa_ldmatrix_x4_trans(vb, ss + (v_part + kn * ${16 * row_bytes} + fa_slab_offset(q_lane, d2, ${swizzle})));
-    FA_UNROLL
-    for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
-      fa_mma_m16n8k16_${T}(o[mt][2 * d2], pa[mt], vb, o[mt][2 * d2]);
-      fa_mma_m16n8k16_${T}(o[mt][2 * d2 + 1], pa[mt], vb + 2, o[mt][2 * d2 + 1]);
-    }
-  }
-$   if sum_mma then
-  FA_UNROLL
-  for (int mt = ${mt0}; mt < ${mt1}; ++mt) fa_mma_m16n8k16_${T}(o[mt][${sum_tile}], pa[mt], ones, o[mt][${sum_tile}]);
-$   end
+  $ pv_product()
 }
 $ end
 $
