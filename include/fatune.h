@@ -144,6 +144,11 @@ FATUNE_API fatune_status fatune_attention_plan(fatune_ctx *ctx, const fatune_att
 FATUNE_API fatune_status fatune_choose(fatune_ctx *ctx, const fatune_problem *p, char *name, size_t n,
                             fatune_choice *choice);
 
+/* Drops the variant chosen for every problem so far (and its kernel): the
+** next call for each problem chooses again from the database, as a
+** program does after a tune. Waits for the calls in flight. */
+FATUNE_API fatune_status fatune_forget(fatune_ctx *ctx);
+
 /* The message of this thread's last failure ("" after success). */
 FATUNE_API const char *fatune_errmsg(void);
 

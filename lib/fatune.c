@@ -295,6 +295,16 @@ static slot *lookup(fatune_ctx *c, const fa_problem *p) {
   return NULL;
 }
 
+/* Every slot emptied, its kernel freed. Under both locks. */
+static void table_clear(fatune_ctx *c) {
+  for (int i = 0; i < TABLE_SIZE; i++) {
+    fa_build b = {.prog = c->table[i].prog};
+    backend_build_free(c->be, &b);
+    gen_kernel_free(&c->table[i].k);
+    memset(&c->table[i], 0, sizeof c->table[i]);
+  }
+}
+
 /* A free slot for p, evicting one when the table is full. Under both locks. */
 static slot *insert_slot(fatune_ctx *c, const fa_problem *p) {
   unsigned h = hash_key(p);
@@ -303,12 +313,7 @@ static slot *insert_slot(fatune_ctx *c, const fa_problem *p) {
     if (!s->used) return s;
   }
   /* Full: empty the whole table rather than break the probe chains. */
-  for (int i = 0; i < TABLE_SIZE; i++) {
-    fa_build b = {.prog = c->table[i].prog};
-    backend_build_free(c->be, &b);
-    gen_kernel_free(&c->table[i].k);
-    memset(&c->table[i], 0, sizeof c->table[i]);
-  }
+  table_clear(c);
   return &c->table[h % TABLE_SIZE];
 }
 
@@ -350,6 +355,18 @@ fatune_status fatune_choose(fatune_ctx *c, const fatune_problem *p, char *name, 
   if (name && n) snprintf(name, n, "%s", s->k.name);
   if (choice) *choice = s->choice;
   pthread_rwlock_unlock(&c->lock);
+  errbuf[0] = '\0';
+  return FATUNE_OK;
+}
+
+fatune_status fatune_forget(fatune_ctx *c) {
+  if (!c) return fail(FATUNE_EINVAL, "no context");
+  /* The write lock waits for the calls in flight, which hold the read lock. */
+  pthread_mutex_lock(&c->slow);
+  pthread_rwlock_wrlock(&c->lock);
+  table_clear(c);
+  pthread_rwlock_unlock(&c->lock);
+  pthread_mutex_unlock(&c->slow);
   errbuf[0] = '\0';
   return FATUNE_OK;
 }

@@ -139,7 +139,11 @@ static void test_default_and_tuned(void) {
   e = run(c, &p, &st);
   CHECK(st == FATUNE_OK && e < 1e-12, "default fp64: status %d, error %.3g (%s)", (int)st, e,
         fatune_errmsg());
-  fatune_close(c);
+  /* Kept open across the tune below: its choice is cached until forgotten. */
+  p.dtype = FATUNE_FP32, p.seq_q = 64;
+  CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_DEFAULT,
+        "seq 64 before the tune: choice %d, %s", (int)ch, fatune_errmsg());
+  CHECK(fatune_forget(NULL) == FATUNE_EINVAL, "fatune_forget(NULL) accepted");
 
   /* Record a trial, as the tuner would, for seq 64 with an unusual config. */
   db *d;
@@ -172,6 +176,12 @@ static void test_default_and_tuned(void) {
   tr.variant_id = var, tr.device_id = dev;
   CHECK(db_trial_put(d, &tr, err, sizeof err) == 0, "%s", err);
   db_close(d);
+  CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_DEFAULT,
+        "seq 64 cached: choice %d", (int)ch);
+  CHECK(fatune_forget(c) == FATUNE_OK, "%s", fatune_errmsg());
+  CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_EXACT &&
+        !strcmp(name, k.name), "seq 64 after fatune_forget: choice %d, %s", (int)ch, name);
+  fatune_close(c);
   if (fatune_open(&ok, &c) != FATUNE_OK) return;
   p.dtype = FATUNE_FP32, p.seq_q = 50;
   CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_NEAREST &&
