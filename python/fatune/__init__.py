@@ -11,7 +11,6 @@ library then runs the best variant for each problem it is given.
 """
 import importlib.util
 import json
-import math
 import os
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _lib, _numpy
+from . import _check, _lib, _numpy
 from ._lib import Error
 
 try:
@@ -28,23 +27,39 @@ try:
 except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Error", "attention", "plan", "tune", "best", "executable", "__version__"]
+__all__ = ["Error", "attention", "plan", "tune", "best", "reload", "executable",
+           "__version__"]
 
-_LAYOUTS = ("bhnd", "bnhd")
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
-# PyTorch: its tensors are taken, and fatune::attention registered, when it
-# can be imported (2.4 or later: torch.library.custom_op).
-_torch: Any = None
-if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
-    try:
-        from . import _torch
-    except (ImportError, AttributeError, OSError, RuntimeError):
-        _torch = None  # too old, or a broken install: its tensors come in through DLPack
+# PyTorch: its tensors are taken, and the operators fatune::attention and
+# fatune::attention_out registered, when it can be imported (2.4 or later:
+# torch.library.custom_op). The submodule is bound under another name than
+# its own: `from . import _torch` returns an attribute of that name when
+# the package has one, and never imports the submodule.
+_pt: Any = None
+_torch_error = ""     # why PyTorch's tensors cannot be taken, when it is installed
+try:
+    if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
+        from . import _torch as _pt
+except ModuleNotFoundError as e:
+    if e.name != "torch":
+        _torch_error = str(e)
+except (ValueError, ImportError) as e:
+    # ValueError: find_spec of a module set to None in sys.modules (no torch).
+    _torch_error = "" if isinstance(e, ValueError) else str(e)
+except Exception as e:  # a broken install: said when a tensor comes
+    _torch_error = "importing it failed: %s: %s" % (type(e).__name__, e)
 
 
 def _is_torch(x: Any) -> bool:
-    return _torch is not None and isinstance(x, _torch.torch.Tensor)
+    if _pt is not None:
+        return isinstance(x, _pt.torch.Tensor)
+    return False
+
+
+def _torch_like(x: Any) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
 
 
 def _from_dlpack(name: str, x: Any) -> Any:
@@ -54,21 +69,27 @@ def _from_dlpack(name: str, x: Any) -> Any:
     except Exception as e:
         raise TypeError("%s: __dlpack_device__ failed: %s" % (name, e)) from None
     if dev_type == _DLPACK_CPU:
-        return np.from_dlpack(x)
-    if dev_type == _DLPACK_CUDA and _torch is not None:
-        return _torch.torch.from_dlpack(x)
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, RuntimeError, TypeError) as e:
+            raise TypeError("%s: NumPy cannot take this DLPack array: %s" % (name, e)) from None
+    if dev_type == _DLPACK_CUDA and _pt is not None:
+        return _pt.torch.from_dlpack(x)
     raise TypeError("%s: a DLPack array on device type %d; fatune takes CPU arrays, and CUDA "
                     "ones with PyTorch 2.4 or later installed" % (name, dev_type))
 
 
 def _arrays(q: Any, k: Any, v: Any, out: Any) -> Tuple[Any, Any, Any, Any]:
-    """The four as NumPy arrays or torch tensors, all of q's kind."""
+    """The four as NumPy arrays or torch tensors."""
     named = {"q": q, "k": k, "v": v, "out": out}
     for name, x in named.items():
         if x is None and name == "out":
             continue
         if isinstance(x, np.ndarray) or _is_torch(x):
             continue
+        if _pt is None and _torch_like(x):
+            raise TypeError("%s: a PyTorch tensor, but fatune cannot take PyTorch's tensors "
+                            "here: %s" % (name, _torch_error or "PyTorch did not load"))
         if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
             named[name] = _from_dlpack(name, x)
         else:
@@ -77,49 +98,40 @@ def _arrays(q: Any, k: Any, v: Any, out: Any) -> Tuple[Any, Any, Any, Any]:
     return named["q"], named["k"], named["v"], named["out"]
 
 
-def _check_shapes(q: Any, k: Any, v: Any, layout: str) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if len(x.shape) != 4:
-            raise ValueError("%s: shape %s; it must have 4 dims, (batch, %s, dim)"
-                             % (name, tuple(x.shape), "heads, seq" if layout == "bhnd"
-                                else "seq, heads"))
-    hd = 1 if layout == "bhnd" else 2
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError("v: shape %s, but k's is %s" % (tuple(v.shape), tuple(k.shape)))
-    if k.shape[0] != q.shape[0]:
-        raise ValueError("k: batch %d, but q's is %d" % (k.shape[0], q.shape[0]))
-    if k.shape[3] != q.shape[3]:
-        raise ValueError("k: head dim %d, but q's is %d" % (k.shape[3], q.shape[3]))
-    if k.shape[hd] < 1 or q.shape[hd] % k.shape[hd]:
-        raise ValueError("k: %d heads, which do not divide q's %d" % (k.shape[hd], q.shape[hd]))
-    for name, x in (("q", q), ("k", k)):
-        if min(x.shape) < 1:
-            raise ValueError("%s: shape %s has an empty dim" % (name, tuple(x.shape)))
-
-
-def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None,
-              out: Any = None, return_lse: bool = False, layout: str = "bhnd",
-              db: Optional[str] = None) -> Any:
+def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
+              scale: Optional[float] = None, out: Any = None, return_lse: bool = False,
+              layout: str = "bhnd", db: Optional[str] = None) -> Any:
     """Attention forward: softmax(scale * q k^T) v, per batch and head.
 
     q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
     dim) with layout "bnhd"; k and v likewise with seq_k rows and a number of
     heads that divides q's (grouped-query and multi-query attention: q head
-    h reads k/v head h // (heads_q // heads_kv)). Any strides; the head dim
-    is contiguous or the input is copied. dtype float16, bfloat16, float32 or
+    h reads k/v head h // (heads_q // heads_kv)). Any strides; a strided
+    head dim (or NumPy's byte-swapped or negatively strided arrays) is
+    copied. Head dim 1 to 256. dtype float16, bfloat16, float32 or
     float64, the same for all.
 
     PyTorch CUDA tensors run on their GPU, on its current stream, without
     waiting; CPU tensors and NumPy arrays run on the emulator. Other arrays
     come in through DLPack and the result is a NumPy array (CPU) or a torch
-    tensor (CUDA).
+    tensor (CUDA). Tensors go through the operators fatune::attention
+    (fatune::attention_out with out=), which torch.compile and torch.export
+    see; the backward pass is not implemented yet: inputs that require
+    grad give an output whose backward raises NotImplementedError, and out=
+    refuses them, as PyTorch's out= functions do.
 
-    causal: mask keys after each query, aligned to the bottom-right corner
-    when seq_q != seq_k. scale: the softmax scale, 1/sqrt(dim) if None.
-    out: where to write O (shaped and typed as q), else a new array
-    allocated like q. return_lse: also return the logsumexp of each row,
-    (batch, heads, seq_q), float32 (float64 for float64). db: the results
-    database (default: $FATUNE_DB, else ~/.cache/fatune/fatune.db).
+    causal: False; True or "bottom_right" masks the keys after each query
+    with the mask aligned to the bottom-right corner when seq_q != seq_k
+    (query i sees keys up to i + seq_k - seq_q, as flash_attn 2.1 and
+    later; rows that see no key give 0 and a logsumexp of -inf);
+    "top_left" aligns it to the top-left corner (query i sees keys 0..i),
+    as PyTorch's scaled_dot_product_attention(is_causal=True). scale: the
+    softmax scale, 1/sqrt(dim) if None. out: where to write O (shaped and
+    typed as q, sharing no memory with q, k or v), else a new array,
+    contiguous in the layout given. return_lse: also return the
+    logsumexp of each row, (batch, heads, seq_q), float32 (float64 for
+    float64). db: the results database (default: $FATUNE_DB, else
+    ~/.cache/fatune/fatune.db).
 
     Returns O, or (O, lse). Raises TypeError or ValueError naming the
     argument that is wrong, fatune.Error when the library fails.
@@ -128,50 +140,39 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     return (o, lse) if return_lse else o
 
 
-def plan(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None,
-         out: Any = None, layout: str = "bhnd", db: Optional[str] = None) -> str:
-    """The name of the variant fatune.attention would run on these arguments:
-    everything it does (the checks, the kernel chosen and built on first use,
-    then taken from memory, the launch's arguments) but the launch. What a
-    call costs on the host, timed without a GPU."""
+def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
+         scale: Optional[float] = None, out: Any = None, layout: str = "bhnd",
+         db: Optional[str] = None) -> str:
+    """The name of the variant fatune.attention would run on these arguments
+    (two names joined by " + " where a top-left mask takes two calls):
+    everything it does (the checks, the kernel chosen and built on first
+    use, then taken from memory, the launch's arguments) but the launch.
+    What a call costs on the host, timed without a GPU."""
     return _attention(q, k, v, causal, scale, out, False, layout, db, True)[2]
 
 
-def _attention(q: Any, k: Any, v: Any, causal: bool, scale: Optional[float], out: Any,
-               return_lse: bool, layout: str, db: Optional[str], plan: bool
-               ) -> Tuple[Any, Any, str]:
-    if layout not in _LAYOUTS:
-        raise ValueError("layout: %r; it must be 'bhnd' or 'bnhd'" % (layout,))
-    if scale is None:
-        scale_value = 0.0
-    else:
-        try:
-            scale_value = float(scale)
-        except (TypeError, ValueError):
-            raise TypeError("scale: a number, not %s" % type(scale).__name__) from None
-        if not (scale_value > 0 and math.isfinite(scale_value)):
-            raise ValueError("scale: %r; it must be positive and finite" % (scale,))
+def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
+               layout: str, db: Optional[str], plan: bool) -> Tuple[Any, Any, str]:
     q, k, v, out = _arrays(q, k, v, out)
-    _check_shapes(q, k, v, layout)
     if _is_torch(q):
-        if not (_is_torch(k) and _is_torch(v) and (out is None or _is_torch(out))):
-            bad = "k" if not _is_torch(k) else "v" if not _is_torch(v) else "out"
-            raise TypeError("%s: a torch.Tensor like q" % bad)
-        _torch.check(q, k, v, out)
-        if out is None and db is None and not plan:
-            o, lse = _torch.attention_op(q, k, v, bool(causal), scale_value, layout)
-            return o, lse, ""
-        if out is None:
-            out = _torch.torch.empty_like(q)
-        lse = q.new_empty(_torch._lse_shape(q, layout), dtype=_torch._lse_dtype(q)) \
-            if return_lse else None
-        name = _torch.run(q, k, v, out, lse, bool(causal), scale_value, layout, db, plan)
-        return out, lse, name
-    if not isinstance(q, np.ndarray):
-        raise TypeError("q: a PyTorch tensor, a NumPy array or a DLPack array, not %s"
-                        % type(q).__name__)
-    return _numpy.attention(q, k, v, bool(causal), scale_value, out, return_lse, layout, db,
+        for name, x in (("k", k), ("v", v), ("out", out)):
+            if x is not None and not _is_torch(x):
+                raise TypeError("%s: a torch.Tensor like q, not %s" % (name, type(x).__name__))
+        return _pt.attention(q, k, v, causal, scale, out, return_lse, layout, db, plan)
+    if _is_torch(k) or _is_torch(v) or _is_torch(out):
+        bad = "k" if _is_torch(k) else "v" if _is_torch(v) else "out"
+        raise TypeError("%s: a torch.Tensor, but q is a NumPy array" % bad)
+    mask = _check.causal(causal)
+    _check.layout(layout)
+    return _numpy.attention(q, k, v, mask, _check.scale(scale), out, return_lse, layout, db,
                             plan)
+
+
+def reload() -> None:
+    """Forget the variants chosen so far in this process: the next call for
+    each problem chooses again from the database. fatune.tune calls it;
+    call it after tuning with the fatune command."""
+    _lib.forget()
 
 
 def executable() -> str:
@@ -233,6 +234,7 @@ def tune(dim: int = 64, seq: int = 4096, dtype: str = "bf16", causal: bool = Fal
     if retune:
         args.append("--retune")
     rows = json.loads(_command(args + [str(a) for a in extra]))
+    reload()
     return rows if isinstance(rows, list) else [rows]
 
 

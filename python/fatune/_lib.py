@@ -79,6 +79,8 @@ def _load() -> ctypes.CDLL:
     lib.fatune_close.restype = None
     lib.fatune_backend.argtypes = [ctx]
     lib.fatune_backend.restype = ctypes.c_char_p
+    lib.fatune_forget.argtypes = [ctx]
+    lib.fatune_forget.restype = ctypes.c_int
     lib.fatune_errmsg.argtypes = []
     lib.fatune_errmsg.restype = ctypes.c_char_p
     # The arguments as pack_args gives them.
@@ -136,3 +138,12 @@ def context(backend: str, device: int = 0, db: Optional[str] = None) -> int:
             check(LIB.fatune_open(ctypes.byref(opts), ctypes.byref(h)))
             c = _contexts[key] = h.value
     return c
+
+
+def forget() -> None:
+    """Every open context's chosen variants dropped: the next call for each
+    problem chooses again from the database."""
+    with _lock:
+        contexts = list(_contexts.values())
+    for c in contexts:
+        check(LIB.fatune_forget(c))

@@ -1,10 +1,10 @@
 """NumPy arrays (and CPU arrays of any framework, through DLPack) on the
 emulator."""
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from . import _lib
+from . import _check, _lib
 
 # By dtype.type, which is quick to get; bfloat16 (ml_dtypes) by name, once.
 _CODES = {np.float32: _lib.FP32, np.float64: _lib.FP64, np.float16: _lib.FP16}
@@ -39,40 +39,92 @@ def fields(a: np.ndarray, code: int, layout: str) -> List[int]:
     return [a.ctypes.data, code, b, x, y, d, sb // es, sx // es, sy // es, sd // es]
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, scale: float,
+def _input(name: str, a: Any, q: np.ndarray) -> None:
+    if not isinstance(a, np.ndarray):
+        raise TypeError("%s: a NumPy array like q, not %s" % (name, type(a).__name__))
+    if a.dtype != q.dtype and a.dtype.newbyteorder("=") != q.dtype.newbyteorder("="):
+        raise TypeError("%s: dtype %s, but q's is %s" % (name, a.dtype, q.dtype))
+    dtype_code(name, a)
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    """a as the kernels can read it: '>f4' on a little-endian host
+    converted, strides they cannot take (negative, a strided head dim)
+    copied."""
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return a if usable(a) else np.ascontiguousarray(a)
+
+
+def _output(out: Any, q: np.ndarray, ins: List[np.ndarray], originals: List[Any]
+            ) -> np.ndarray:
+    if out is None:
+        return np.empty(q.shape, q.dtype.newbyteorder("="))   # C order, whatever q's
+    if not isinstance(out, np.ndarray):
+        raise TypeError("out: a NumPy array like q, not %s" % type(out).__name__)
+    if not out.dtype.isnative:
+        raise TypeError("out: byte order of %s is not this machine's; fatune writes native "
+                        "%s" % (out.dtype.str, out.dtype.newbyteorder("=").name))
+    if out.dtype != ins[0].dtype or out.shape != q.shape:
+        raise ValueError("out: %s %s, but q is %s %s" % (out.dtype, out.shape, q.dtype,
+                                                          q.shape))
+    if not out.flags.writeable:
+        raise ValueError("out: read-only")
+    if not usable(out):
+        raise ValueError("out: strides %s: they must be whole elements, not negative, "
+                         "and 1 element along the head dim" % (out.strides,))
+    if not _check.no_self_overlap(out.shape, [s // out.itemsize for s in out.strides]):
+        raise ValueError("out: strides %s make its elements overlap" % (out.strides,))
+    for name, a in zip("qkv", originals):
+        if np.may_share_memory(out, a):
+            raise ValueError("out: overlaps %s's memory; fatune writes O while it reads "
+                             "q, k and v, so out must share no memory with them" % name)
+    return out
+
+
+def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
               out: Optional[np.ndarray], return_lse: bool, layout: str,
               db: Optional[str], plan: bool = False
               ) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
-    code = dtype_code("q", q)
-    ins = []
     for name, a in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(a, np.ndarray):
-            raise TypeError("%s: a NumPy array like q, not %s" % (name, type(a).__name__))
-        if a.dtype != q.dtype:
-            raise TypeError("%s: dtype %s, but q's is %s" % (name, a.dtype, q.dtype))
-        # Strides the kernels cannot take (negative, a strided head dim): a copy.
-        ins.append(a if usable(a) else np.ascontiguousarray(a))
-    if out is None:
-        out = np.empty_like(q)
-    else:
-        if not isinstance(out, np.ndarray):
-            raise TypeError("out: a NumPy array like q, not %s" % type(out).__name__)
-        if out.dtype != q.dtype or out.shape != q.shape:
-            raise ValueError("out: %s %s, but q is %s %s" % (out.dtype, out.shape, q.dtype,
-                                                              q.shape))
-        if not out.flags.writeable:
-            raise ValueError("out: read-only")
-        if not usable(out):
-            raise ValueError("out: strides %s: they must be whole elements, not negative, "
-                             "and 1 element along the head dim" % (out.strides,))
+        _input(name, a, q)
+    _check.shapes(q.shape, k.shape, v.shape, layout)
+    originals = [q, k, v]
+    ins = [_native(a) for a in originals]
+    code = dtype_code("q", ins[0])
+    out = _output(out, q, ins, originals)
     lse = None
+    b, h, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhnd" else \
+               (q.shape[0], q.shape[2], q.shape[1])
     if return_lse:
-        b, h, n = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhnd" else \
-                  (q.shape[0], q.shape[2], q.shape[1])
-        lse = np.empty((b, h, n), np.float64 if code == _lib.FP64 else np.float32)
-    args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
-                          *fields(ins[2], code, layout), *fields(out, code, layout),
-                          lse.ctypes.data if lse is not None else 0, 1 if causal else 0,
-                          scale, 0)
-    name = _lib.call(_lib.context("emu", 0, db), args, plan)
-    return out, lse, name
+        lse = np.empty((b, h, nq), np.float64 if code == _lib.FP64 else np.float32)
+    nk = ins[1].shape[2 if layout == "bhnd" else 1]
+    ctx = _lib.context("emu", 0, db)
+    segs = _check.segments(nq, nk, mask)
+    if len(segs) == 1 and segs[0][:3] == (0, nq, nk):   # one call on the arrays as given
+        args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
+                              *fields(ins[2], code, layout), *fields(out, code, layout),
+                              lse.ctypes.data if lse is not None else 0,
+                              1 if segs[0][3] else 0, scale, 0)
+        return out, lse, _lib.call(ctx, args, plan)
+    names = []
+    for lo, hi, rows, causal in segs:
+        part, keys = _rows(layout, lo, hi), _rows(layout, 0, rows)
+        # The library's logsumexp is (batch, heads, its rows), contiguous.
+        part_lse = np.empty((b, h, hi - lo), lse.dtype) if lse is not None else None
+        args = _lib.pack_args(*fields(ins[0][part], code, layout),
+                              *fields(ins[1][keys], code, layout),
+                              *fields(ins[2][keys], code, layout),
+                              *fields(out[part], code, layout),
+                              part_lse.ctypes.data if part_lse is not None else 0,
+                              1 if causal else 0, scale, 0)
+        names.append(_lib.call(ctx, args, plan))
+        if lse is not None:
+            lse[:, :, lo:hi] = part_lse
+    return out, lse, " + ".join(names)
+
+
+def _rows(layout: str, lo: int, hi: int) -> Tuple[slice, ...]:
+    """The index of rows lo to hi along seq."""
+    return (slice(None), slice(None), slice(lo, hi)) if layout == "bhnd" else \
+           (slice(None), slice(lo, hi))

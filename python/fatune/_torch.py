@@ -1,11 +1,18 @@
 """PyTorch tensors: CUDA tensors on their GPU and current stream, CPU
-tensors on the emulator; and the fatune::attention operator, with a fake
-implementation for torch.compile and graphs."""
-from typing import List, Optional, Tuple
+tensors on the emulator; the operators fatune::attention and
+fatune::attention_out, with fake implementations for torch.compile and
+torch.export, and an autograd formula that says the backward pass is not
+there yet. Every argument is checked here, before anything reaches C:
+the operators are public, and a wrong dtype once read past k's end."""
+from typing import Any, List, Optional, Tuple
 
 import torch
 
-from . import _lib
+from . import _check, _lib
+
+if not hasattr(getattr(torch, "library", None), "custom_op"):
+    raise ImportError("PyTorch %s is too old: fatune needs 2.4 or later "
+                      "(torch.library.custom_op)" % getattr(torch, "__version__", "?"))
 
 _CODES = {torch.float32: _lib.FP32, torch.float64: _lib.FP64, torch.float16: _lib.FP16,
           torch.bfloat16: _lib.BF16}
@@ -24,7 +31,7 @@ def _fields(t: torch.Tensor, code: int, layout: str) -> List[int]:
     return [t.data_ptr(), code, b, x, y, d, sb, sx, sy, sd]
 
 
-def _lse_shape(q: torch.Tensor, layout: str) -> Tuple[int, int, int]:
+def lse_shape(q: torch.Tensor, layout: str) -> Tuple[int, int, int]:
     if layout == "bhnd":
         return (q.shape[0], q.shape[1], q.shape[2])
     return (q.shape[0], q.shape[2], q.shape[1])
@@ -34,8 +41,83 @@ def _lse_dtype(q: torch.Tensor) -> torch.dtype:
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
+def _new_lse(q: torch.Tensor, layout: str) -> torch.Tensor:
+    return torch.empty(lse_shape(q, layout), dtype=_lse_dtype(q), device=q.device)
+
+
+def _new_out(q: torch.Tensor) -> torch.Tensor:
+    """O contiguous in the caller's layout, whatever q's strides."""
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+
+
+def _tensor(name: str, t: Any, q: Optional[torch.Tensor]) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("%s: a torch.Tensor%s, not %s" % (name, " like q" if q is not None
+                                                          else "", type(t).__name__))
+    if t.is_nested:
+        raise TypeError("%s: a nested tensor; fatune takes dense ones (pad the sequences, "
+                        "or run each on its own)" % name)
+    if t.layout != torch.strided:
+        raise TypeError("%s: a sparse tensor (%s); fatune takes dense (strided) ones"
+                        % (name, t.layout))
+    if q is None:
+        if t.dtype not in _CODES:
+            raise TypeError("q: dtype %s is not one fatune runs (float16, bfloat16, "
+                            "float32, float64)" % t.dtype)
+        if t.device.type not in ("cuda", "cpu"):
+            raise TypeError("q: on %s; fatune runs CUDA tensors, and CPU ones on its "
+                            "emulator" % t.device)
+        return
+    if t.dtype != q.dtype:
+        raise TypeError("%s: dtype %s, but q's is %s" % (name, t.dtype, q.dtype))
+    if t.device != q.device:
+        raise ValueError("%s: on %s, but q is on %s" % (name, t.device, q.device))
+
+
+def _symbolic(x: Any) -> bool:
+    return isinstance(x, (torch.SymFloat, torch.SymInt))
+
+
+def check(q: Any, k: Any, v: Any, out: Any, causal: Any, layout: Any, real: bool = True
+          ) -> str:
+    """Everything the kernels need of the tensors, the mask and the layout,
+    or a TypeError or ValueError naming the argument that is wrong; the
+    mask's name. Where the tensors are not real (fake ones, or traced by
+    torch.compile) their memory is not looked at: the operator looks when
+    it runs."""
+    _check.layout(layout)
+    mask = _check.causal(causal)
+    _tensor("q", q, None)
+    _tensor("k", k, q)
+    _tensor("v", v, q)
+    if not any(_symbolic(n) for n in (*q.shape, *k.shape)):
+        _check.shapes(q.shape, k.shape, v.shape, layout)
+    if out is not None:
+        _check_out(q, k, v, out, real)
+    return mask
+
+
+def _check_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: Any, real: bool
+               ) -> None:
+    _tensor("out", out, q)
+    if out.shape != q.shape:
+        raise ValueError("out: shape %s, but q's is %s" % (tuple(out.shape), tuple(q.shape)))
+    if not _usable(out):
+        raise ValueError("out: stride %d along the head dim; it must be 1" % out.stride(-1))
+    if out.requires_grad:
+        raise ValueError("out: requires grad; fatune writes out= without autograd")
+    if not real:
+        return
+    if not _check.no_self_overlap(out.shape, out.stride()):
+        raise ValueError("out: strides %s make its elements overlap" % (out.stride(),))
+    es = out.element_size()
+    mine = _check.extent(out.data_ptr(), out.shape, out.stride(), es)
+    _check.overlaps(mine, [(n, _check.extent(t.data_ptr(), t.shape, t.stride(), es))
+                           for n, t in (("q", q), ("k", k), ("v", v))])
+
+
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-        lse: Optional[torch.Tensor], causal: bool, scale: float, layout: str,
+        lse: Optional[torch.Tensor], mask: str, scale: float, layout: str,
         db: Optional[str] = None, plan: bool = False) -> str:
     """out (and lse) for q, k, v; every argument already checked. With plan,
     the variant's name, and nothing launched."""
@@ -50,51 +132,124 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
     else:
         stream = 0
         ctx = _lib.context("emu", 0, db)
-    args = _lib.pack_args(*_fields(q, code, layout), *_fields(k, code, layout),
-                          *_fields(v, code, layout), *_fields(out, code, layout),
-                          lse.data_ptr() if lse is not None else 0, 1 if causal else 0,
-                          scale, stream)
-    return _lib.call(ctx, args, plan)
+    sd = 2 if layout == "bhnd" else 1
+    nq, nk = q.shape[sd], k.shape[sd]
+    segs = _check.segments(nq, nk, mask)
+    names = []
+    for lo, hi, rows, causal in segs:
+        whole = len(segs) == 1 and hi - lo == nq
+        part_lse = lse if whole or lse is None else \
+            torch.empty(lse.shape[:2] + (hi - lo,), dtype=lse.dtype, device=lse.device)
+        qs, os_ = (q, out) if whole else (q.narrow(sd, lo, hi - lo), out.narrow(sd, lo, hi - lo))
+        ks, vs = (k, v) if rows == nk else (k.narrow(sd, 0, rows), v.narrow(sd, 0, rows))
+        args = _lib.pack_args(*_fields(qs, code, layout), *_fields(ks, code, layout),
+                              *_fields(vs, code, layout), *_fields(os_, code, layout),
+                              part_lse.data_ptr() if part_lse is not None else 0,
+                              1 if causal else 0, scale, stream)
+        names.append(_lib.call(ctx, args, plan))
+        if part_lse is not lse:
+            lse[:, :, lo:hi] = part_lse
+    return " + ".join(names)
 
 
-def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-          out: Optional[torch.Tensor]) -> None:
-    """TypeError or ValueError naming the argument the kernels cannot take."""
-    if q.dtype not in _CODES:
-        raise TypeError("q: dtype %s is not one fatune runs (float16, bfloat16, float32, "
-                        "float64)" % q.dtype)
-    if q.device.type not in ("cuda", "cpu"):
-        raise TypeError("q: on %s; fatune runs CUDA tensors, and CPU ones on its emulator"
-                        % q.device)
-    named = [("k", k), ("v", v)] + ([("out", out)] if out is not None else [])
-    for name, t in named:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError("%s: a torch.Tensor like q, not %s" % (name, type(t).__name__))
-        if t.dtype != q.dtype:
-            raise TypeError("%s: dtype %s, but q's is %s" % (name, t.dtype, q.dtype))
-        if t.device != q.device:
-            raise ValueError("%s: on %s, but q is on %s" % (name, t.device, q.device))
-    if out is not None:
-        if out.shape != q.shape:
-            raise ValueError("out: shape %s, but q's is %s" % (tuple(out.shape),
-                                                              tuple(q.shape)))
-        if not _usable(out):
-            raise ValueError("out: stride %d along the head dim; it must be 1" % out.stride(-1))
-        if out.requires_grad:
-            raise ValueError("out: requires grad; fatune computes the forward pass only")
+def _op_scale(scale: Optional[torch.Tensor], real: bool = True) -> float:
+    """The operators' scale, a CPU tensor of one float (a tensor, so that
+    torch.compile need not specialize a graph on its value), as the library
+    takes it: 0.0 for None, 1/sqrt(dim)."""
+    if scale is None:
+        return 0.0
+    if not isinstance(scale, torch.Tensor) or scale.numel() != 1 or \
+            not scale.is_floating_point():
+        raise TypeError("scale: a tensor of one float, or None for 1/sqrt(dim)")
+    if scale.device.type != "cpu":
+        raise ValueError("scale: on %s; it must be a CPU tensor (reading it would wait for "
+                         "the device)" % scale.device)
+    return _check.scale(scale.item()) if real else 0.0
 
 
 @torch.library.custom_op("fatune::attention", mutates_args=())
-def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                 scale: float, layout: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    """O and the logsumexp ([batch][heads][seq_q], fp32; fp64 for fp64)."""
-    out = torch.empty_like(q)
-    lse = q.new_empty(_lse_shape(q, layout), dtype=_lse_dtype(q))
-    run(q, k, v, out, lse, causal, scale, layout)
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
+                 scale: Optional[torch.Tensor], layout: str, db: Optional[str]
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """O (contiguous, q's shape and dtype) and the logsumexp ([batch][heads][seq_q],
+    fp32; fp64 for fp64). causal: 'none', 'bottom_right' or 'top_left';
+    scale: a CPU tensor of one float, None for 1/sqrt(dim); db: the results
+    database, None for the default."""
+    mask = check(q, k, v, None, causal, layout)
+    out, lse = _new_out(q), _new_lse(q, layout)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db)
     return out, lse
 
 
 @attention_op.register_fake
-def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                    scale: float, layout: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(q), q.new_empty(_lse_shape(q, layout), dtype=_lse_dtype(q))
+def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
+                    scale: Optional[torch.Tensor], layout: str, db: Optional[str]
+                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    check(q, k, v, None, causal, layout, real=False)
+    _op_scale(scale, real=False)
+    return _new_out(q), _new_lse(q, layout)
+
+
+def _no_backward(ctx: Any, grad_o: torch.Tensor, grad_lse: torch.Tensor) -> None:
+    raise NotImplementedError("fatune.attention: the backward pass is not implemented yet; "
+                              "run fatune's forward under torch.no_grad(), or use "
+                              "scaled_dot_product_attention where gradients are needed")
+
+
+def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+    pass
+
+
+attention_op.register_autograd(_no_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("fatune::attention_out", mutates_args=("out",))
+def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                     causal: str, scale: Optional[torch.Tensor], layout: str,
+                     db: Optional[str]
+                     ) -> torch.Tensor:
+    """fatune::attention into out (q's shape and dtype, the head dim
+    contiguous, sharing no memory with q, k or v); returns the logsumexp."""
+    mask = check(q, k, v, out, causal, layout)
+    lse = _new_lse(q, layout)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db)
+    return lse
+
+
+@attention_out_op.register_fake
+def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                        causal: str, scale: Optional[torch.Tensor], layout: str,
+                        db: Optional[str]
+                        ) -> torch.Tensor:
+    check(q, k, v, out, causal, layout, real=False)
+    _op_scale(scale, real=False)
+    return _new_lse(q, layout)
+
+
+def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
+              layout: str, db: Optional[str], plan: bool) -> Tuple[Any, Any, str]:
+    """fatune.attention on tensors: through the operators, which autograd,
+    torch.compile and torch.export see; plan calls the library directly."""
+    compiling = torch.compiler.is_compiling()
+    mask = check(q, k, v, out, causal, layout, real=not compiling)
+    if plan:
+        return None, None, run(q, k, v, out if out is not None else _new_out(q), None, mask,
+                               _check.scale(scale), layout, db, plan=True)
+    # The scale as a tensor: traced by torch.compile, a varying scale is then
+    # an input of the graph, not a constant it is compiled again for; the
+    # operator checks its value when it runs.
+    if scale is None:
+        st = None
+    elif compiling:
+        st = torch.scalar_tensor(scale, dtype=torch.float64)
+    else:
+        st = torch.tensor(_check.scale(scale), dtype=torch.float64)
+    if out is None:
+        o, lse = attention_op(q, k, v, mask, st, layout, db)
+        return o, lse, ""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise ValueError("out: fatune.attention with out= does not support autograd (as "
+                         "PyTorch's out= functions); call it without out=, or under "
+                         "torch.no_grad()")
+    lse = attention_out_op(q, k, v, out, mask, st, layout, db)
+    return out, lse, ""

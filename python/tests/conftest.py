@@ -34,8 +34,10 @@ def rel_err(x, ref):
 
 def reference(q, k, v, causal=False, scale=None, layout="bhnd"):
     """O and the logsumexp in float64 from the values q, k, v hold; k/v
-    head h // group for q head h; causal aligned bottom-right. O in the
-    layout given, lse (batch, heads, seq_q)."""
+    head h // group for q head h; causal True or "bottom_right" aligned to
+    the bottom-right corner, "top_left" to the top-left one (query i sees
+    keys 0..i). O in the layout given, lse (batch, heads, seq_q); a row
+    that sees no key has O 0 and lse -inf."""
     q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
     if layout == "bnhd":
         q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
@@ -44,13 +46,16 @@ def reference(q, k, v, causal=False, scale=None, layout="bhnd"):
     s = q @ k.transpose(0, 1, 3, 2) * (scale if scale else 1 / np.sqrt(q.shape[-1]))
     if causal:
         nq, nk = q.shape[2], k.shape[2]
-        visible = np.arange(nk)[None, :] <= np.arange(nq)[:, None] + (nk - nq)
+        shift = 0 if causal == "top_left" else nk - nq
+        visible = np.arange(nk)[None, :] <= np.arange(nq)[:, None] + shift
         s = np.where(visible, s, -np.inf)
     m = s.max(-1, keepdims=True)
-    p = np.exp(s - m)
+    seen = np.isfinite(m)
+    p = np.exp(s - np.where(seen, m, 0))
     l = p.sum(-1, keepdims=True)
-    o = p @ v / l
-    lse = (m + np.log(l))[..., 0]
+    o = p @ v / np.where(seen, l, 1)
+    with np.errstate(divide="ignore"):
+        lse = (m + np.log(l))[..., 0]
     if layout == "bnhd":
         o = o.transpose(0, 2, 1, 3)
     return o, lse

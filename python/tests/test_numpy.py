@@ -178,3 +178,72 @@ def test_read_only_out():
 def test_version_and_error():
     assert fatune.__version__ and fatune.__version__[0].isdigit()
     assert issubclass(fatune.Error, RuntimeError)
+
+
+# ---- Defects of the NumPy path, each with a test that failed before its fix.
+
+def test_big_endian_inputs_are_converted():
+    q, k, v = qkv(np.float32, seed=17)
+    o = fatune.attention(q.astype(">f4"), k.astype(">f4"), v.astype(">f4"))
+    assert o.dtype == np.float32 and o.dtype.isnative
+    assert rel_err(o, reference(q, k, v)[0]) < TOLERANCE["float32"]
+
+
+def test_big_endian_out_is_refused():
+    q, k, v = qkv(np.float32)
+    with pytest.raises(TypeError, match="^out: .*byte order"):
+        fatune.attention(q, k, v, out=np.empty(q.shape, ">f4"))
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_out_overlapping_an_input_is_refused(which):
+    q, k, v = qkv(np.float32, nk=NQ)
+    args = dict(q=q, k=k, v=v)
+    with pytest.raises(ValueError, match="^out: .*%s" % which):
+        fatune.attention(**args, out=args[which])
+
+
+def test_out_overlapping_itself_is_refused():
+    q, k, v = qkv(np.float32)
+    base = np.zeros(B * H * NQ * D + D, np.float32)
+    out = np.lib.stride_tricks.as_strided(base, q.shape, (H * NQ * 4, NQ * 4, 4, 4))
+    with pytest.raises(ValueError, match="^out: .*overlap"):
+        fatune.attention(q, k, v, out=out)
+
+
+def test_fortran_order_and_broadcast_inputs():
+    q, k, v = qkv(np.float32, seed=19)
+    o = fatune.attention(np.asfortranarray(q), k, v)
+    assert o.flags.c_contiguous
+    assert rel_err(o, reference(q, k, v)[0]) < TOLERANCE["float32"]
+    qb = np.broadcast_to(q[:, :1], q.shape)          # stride 0 over heads
+    o = fatune.attention(qb, k, v)
+    assert o.flags.c_contiguous and o.flags.writeable
+    assert rel_err(o, reference(qb, k, v)[0]) < TOLERANCE["float32"]
+
+
+def test_head_dim_out_of_range_is_a_value_error():
+    q = np.zeros((1, 1, 8, 300), np.float32)
+    with pytest.raises(ValueError, match="^q: head dim 300"):
+        fatune.attention(q, q, q)
+
+
+@pytest.mark.parametrize("nq,nk", [(8, 24), (24, 8)])
+def test_causal_alignments(nq, nk):
+    q, k, v = qkv(np.float32, nq=nq, nk=nk, seed=23)
+    top = reference(q, k, v, causal="top_left")[0]
+    bottom = reference(q, k, v, causal=True)[0]
+    assert rel_err(top, bottom) > 1e-2     # the two masks differ here
+    o = fatune.attention(q, k, v, causal="top_left")
+    assert rel_err(o, top) < TOLERANCE["float32"]
+    for c in (True, "bottom_right"):
+        assert rel_err(fatune.attention(q, k, v, causal=c), bottom) < TOLERANCE["float32"]
+    with pytest.raises(ValueError, match="^causal: "):
+        fatune.attention(q, k, v, causal="top")
+
+
+def test_top_left_logsumexp_and_bnhd():
+    q, k, v = qkv(np.float32, nq=24, nk=8, layout="bnhd", seed=29)
+    o, lse = fatune.attention(q, k, v, causal="top_left", layout="bnhd", return_lse=True)
+    r, rl = reference(q, k, v, causal="top_left", layout="bnhd")
+    assert rel_err(o, r) < TOLERANCE["float32"] and rel_err(lse, rl) < TOLERANCE["float32"]

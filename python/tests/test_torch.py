@@ -58,7 +58,7 @@ def test_operator_and_fake():
     with FakeTensorMode():
         q = torch.empty(2, 8, 32, 64, dtype=torch.bfloat16)
         k = torch.empty(2, 2, 48, 64, dtype=torch.bfloat16)
-        o, lse = torch.ops.fatune.attention(q, k, k, True, 0.0, "bhnd")
+        o, lse = torch.ops.fatune.attention(q, k, k, "bottom_right", None, "bhnd", None)
         assert o.shape == q.shape and o.dtype == q.dtype
         assert lse.shape == (2, 8, 32) and lse.dtype == torch.float32
 
@@ -123,3 +123,258 @@ def test_cuda_second_device():
     o = fatune.attention(q, k, v)
     assert o.device == q.device and torch.cuda.current_device() == 0
     assert rel_err(o.float().cpu().numpy(), ref(q, k, v)[0]) < TOLERANCE["float16"]
+
+
+# ---- Defects of the PyTorch path, each with a test that failed before its fix.
+
+def test_import_registers_the_operator():
+    assert hasattr(torch.ops.fatune, "attention")
+    assert hasattr(torch.ops.fatune, "attention_out")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_every_dtype_on_cpu_tensors(dtype):
+    dt = getattr(torch, dtype)
+    q, k, v = qkv(dtype=dt, seed=31)
+    o = fatune.attention(q, k, v)
+    assert isinstance(o, torch.Tensor) and o.dtype == dt
+    assert rel_err(o.double().numpy(), ref(q, k, v)[0]) < TOLERANCE[dtype]
+
+
+def test_requires_grad_keeps_the_graph_and_backward_says_why():
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=torch.float32))
+    for kw in ({}, {"db": None}):
+        o = fatune.attention(q, k, v, **kw)
+        assert o.requires_grad and o.grad_fn is not None
+        with pytest.raises(NotImplementedError, match="backward"):
+            o.sum().backward()
+    with torch.no_grad():
+        assert not fatune.attention(q, k, v).requires_grad
+
+
+def test_requires_grad_with_db_goes_through_the_operator(tmp_path):
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=torch.float32))
+    o = fatune.attention(q, k, v, db=str(tmp_path / "x.db"))
+    assert o.requires_grad
+
+
+def test_requires_grad_with_out_is_refused():
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=torch.float32))
+    with pytest.raises(ValueError, match="^out: .*autograd"):
+        fatune.attention(q, k, v, out=torch.empty(q.shape))
+    with torch.no_grad():
+        out = torch.empty(q.shape)
+        assert fatune.attention(q, k, v, out=out) is out
+
+
+def op_cases():
+    q, k, v = qkv(dtype=torch.float32)
+    return [
+        ("k", TypeError, (q, k.half(), v.half(), "none", None, "bhnd", None)),
+        ("v", TypeError, (q, k, v.double(), "none", None, "bhnd", None)),
+        ("layout", ValueError, (q, k, v, "none", None, "xyz", None)),
+        ("q", TypeError, (q.int(), k.int(), v.int(), "none", None, "bhnd", None)),
+        ("q", ValueError, (q[0], k[0], v[0], "none", None, "bhnd", None)),
+        ("q", ValueError, (q[:, :, :0], k, v, "none", None, "bhnd", None)),
+        ("k", ValueError, (q, k[:, :, :0], v[:, :, :0], "none", None, "bhnd", None)),
+        ("causal", ValueError, (q, k, v, "sideways", None, "bhnd", None)),
+        ("scale", ValueError, (q, k, v, "none", torch.tensor(float("inf")), "bhnd", None)),
+        ("scale", ValueError, (q, k, v, "none", torch.tensor(1e308, dtype=torch.float64),
+                               "bhnd", None)),
+        ("scale", TypeError, (q, k, v, "none", torch.tensor([1.0, 2.0]), "bhnd", None)),
+        ("q", ValueError, (torch.zeros(1, 1, 4, 300), torch.zeros(1, 1, 4, 300),
+                           torch.zeros(1, 1, 4, 300), "none", None, "bhnd", None)),
+    ]
+
+
+@pytest.mark.parametrize("arg,exc,args", op_cases(),
+                         ids=["%s-%d" % (c[0], i) for i, c in enumerate(op_cases())])
+def test_operator_validates_its_arguments(arg, exc, args):
+    with pytest.raises(exc, match="^%s: " % arg):
+        torch.ops.fatune.attention(*args)
+
+
+def test_operator_refuses_mixed_dtypes_with_large_inputs():
+    # fp32 q with fp16 k/v once read past the end of k and v.
+    q = torch.zeros(1, 1, 16, 64)
+    k = torch.zeros(1, 1, 1 << 17, 64, dtype=torch.float16)
+    with pytest.raises(TypeError, match="^k: dtype"):
+        torch.ops.fatune.attention(q, k, k, "none", None, "bhnd", None)
+
+
+def test_public_errors_name_the_argument():
+    q, k, v = qkv(dtype=torch.float32)
+    with pytest.raises(TypeError, match="^q: .*sparse"):
+        fatune.attention(q.to_sparse(), k, v)
+    nested = torch.nested.nested_tensor([q[0], q[0]])
+    with pytest.raises(TypeError, match="^q: .*nested"):
+        fatune.attention(nested, k, v)
+    with pytest.raises(ValueError, match="^q: head dim 300"):
+        z = torch.zeros(1, 1, 4, 300)
+        fatune.attention(z, z, z)
+
+
+def test_output_is_contiguous_whatever_q_strides():
+    q, k, v = qkv(dtype=torch.float32, seed=37)
+    r = ref(q, k, v)[0]
+    cases = [q.contiguous(memory_format=torch.channels_last),
+             q.transpose(-1, -2).contiguous().transpose(-1, -2),
+             torch.from_numpy(np.broadcast_to(q[:, :1].numpy(), q.shape))]
+    for i, qq in enumerate(cases):
+        o = fatune.attention(qq, k, v)
+        assert o.is_contiguous(), i
+        rr = ref(qq, k, v)[0] if i == 2 else r
+        assert rel_err(o.numpy(), rr) < TOLERANCE["float32"], i
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_out_aliasing_an_input_is_refused(which):
+    q, k, v = qkv(dtype=torch.float32, nk=NQ)
+    args = dict(q=q, k=k, v=v)
+    with pytest.raises(ValueError, match="^out: .*%s" % which):
+        fatune.attention(**args, out=args[which])
+    with pytest.raises(ValueError, match="^out: .*overlap"):
+        fatune.attention(q, k, v, out=torch.empty(q.shape[-1]).expand(q.shape))
+
+
+def test_big_endian_numpy_through_torch_dlpack_is_not_misread():
+    q, k, v = qkv(dtype=torch.float32, seed=41)
+    qb = q.numpy().astype(">f4")
+    o = fatune.attention(qb, k.numpy(), v.numpy())
+    assert rel_err(o, ref(q, k, v)[0]) < TOLERANCE["float32"]
+
+
+@pytest.mark.parametrize("nq,nk", [(8, 24), (24, 8)])
+def test_causal_alignment_against_sdpa(nq, nk):
+    from torch.nn.attention.bias import causal_lower_right
+    q, k, v = qkv(dtype=torch.float64, nq=nq, nk=nk, seed=43)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    top = sdpa(q, k, v, is_causal=True)
+    o = fatune.attention(q, k, v, causal="top_left")
+    assert rel_err(o.numpy(), top.numpy()) < TOLERANCE["float64"]
+    bottom = fatune.attention(q, k, v, causal=True)
+    assert rel_err(bottom.numpy(), top.numpy()) > 1e-2
+    assert torch.equal(bottom, fatune.attention(q, k, v, causal="bottom_right"))
+    if nq <= nk:   # rows that see no key: SDPA gives NaN there, fatune 0 (as flash_attn)
+        lr = sdpa(q, k, v, attn_mask=causal_lower_right(nq, nk))
+        assert rel_err(bottom.numpy(), lr.numpy()) < TOLERANCE["float64"]
+    else:
+        assert (bottom[:, :, :nq - nk] == 0).all()
+
+
+def test_reload_after_tune(tmp_path):
+    db = str(tmp_path / "reload.db")
+    q = torch.zeros(1, 1, 32, 16)
+    before = fatune.plan(q, q, q, db=db)
+    fatune.tune(dim=16, seq=32, dtype="fp32", batch=1, heads=1, backend="emu", db=db)
+    best = fatune.best(dim=16, seq=32, dtype="fp32", db=db)["variant"]
+    assert best != before          # else this test shows nothing
+    assert fatune.plan(q, q, q, db=db) == best
+    fatune.reload()
+    assert fatune.plan(q, q, q, db=db) == best
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+def test_opcheck(dtype, layout):
+    q, k, v = qkv(dtype=getattr(torch, dtype), hq=4, hk=2, layout=layout, seed=47)
+    for causal in ("none", "bottom_right", "top_left"):
+        torch.library.opcheck(torch.ops.fatune.attention.default,
+                              (q, k, v, causal, None, layout, None))
+        out = torch.empty(q.shape, dtype=q.dtype)
+        torch.library.opcheck(torch.ops.fatune.attention_out.default,
+                              (q, k, v, out, causal, torch.tensor(0.25), layout, None))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+def test_torch_compile_backends(backend):
+    q, k, v = qkv(dtype=torch.float32, seed=53)
+
+    def layer(q, k, v):
+        return fatune.attention(q, k, v, causal=True) * 2
+
+    torch.compiler.reset()
+    compiled = torch.compile(layer, backend=backend, fullgraph=True)
+    assert torch.allclose(compiled(q, k, v), layer(q, k, v))
+
+
+def test_torch_compile_varying_scale_and_out():
+    q, k, v = qkv(dtype=torch.float32, seed=59)
+    frames = []
+
+    def counting(gm, example_inputs):
+        frames.append(gm)
+        return gm.forward
+
+    def layer(q, k, v, scale, out):
+        fatune.attention(q, k, v, scale=scale, out=out)
+        return out + 1
+
+    torch.compiler.reset()
+    compiled = torch.compile(layer, backend=counting, fullgraph=True)
+    for s in (0.1, 0.2, 0.3, 0.4, 0.5):
+        out = torch.empty(q.shape)
+        got = compiled(q, k, v, s, out)
+        assert rel_err(out.numpy(), ref(q, k, v, scale=s)[0]) < TOLERANCE["float32"]
+        assert torch.equal(got, out + 1)
+    assert len(frames) <= 2, "compiled %d times for 5 scales" % len(frames)
+
+
+def test_torch_export_save_load(tmp_path):
+    q, k, v = qkv(dtype=torch.float32, seed=61)
+
+    class M(torch.nn.Module):
+        def forward(self, q, k, v):
+            return fatune.attention(q, k, v, causal="top_left", scale=0.3)
+
+    ep = torch.export.export(M(), (q, k, v))
+    path = tmp_path / "m.pt2"
+    torch.export.save(ep, path)
+    loaded = torch.export.load(path)
+    assert torch.equal(loaded.module()(q, k, v), M()(q, k, v))
+
+
+TORCH_STUB = '''
+__version__ = "2.3.1"
+class Tensor:
+    pass
+'''
+
+
+def run_python(code, tmp_path, stub=False):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ)
+    if stub:
+        (tmp_path / "torch").mkdir()
+        (tmp_path / "torch" / "__init__.py").write_text(TORCH_STUB)
+        env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_without_torch_numpy_still_works(tmp_path):
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import numpy as np, fatune\n"
+            "q = np.ones((1, 1, 4, 8), np.float32)\n"
+            "print(fatune.attention(q, q, q).shape)\n")
+    r = run_python(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "(1, 1, 4, 8)"
+
+
+def test_too_old_torch_is_a_clear_error(tmp_path):
+    code = ("import numpy as np, fatune, torch\n"
+            "q = np.ones((1, 1, 4, 8), np.float32)\n"
+            "print(fatune.attention(q, q, q).shape)\n"
+            "try:\n"
+            "    fatune.attention(torch.Tensor(), q, q)\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    r = run_python(code, tmp_path, stub=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == "(1, 1, 4, 8)"
+    assert lines[1].startswith("q: a PyTorch tensor") and "2.3.1" in lines[1] \
+        and "2.4" in lines[1], lines[1]

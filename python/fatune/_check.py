@@ -1,0 +1,113 @@
+"""The arguments of fatune.attention checked before anything reaches the
+library, for NumPy arrays and PyTorch tensors alike: each failure a
+TypeError or ValueError whose message starts with the argument's name."""
+import math
+from typing import Any, List, Sequence, Tuple
+
+LAYOUTS = ("bhnd", "bnhd")
+DIM_MAX = 256                      # FA_DIM_MAX: the largest head dim of the kernels
+SEQ_MAX = 1 << 24                  # rows, as libfatune takes them
+# The kernels work in float32 on scale * log2(e) * score: a larger scale
+# is no float32 (1e308 once gave NaN with status OK).
+SCALE_MAX = 3.4028234663852886e38 / 1.4426950408889634
+
+# causal: what a caller may pass, and the name the operator takes.
+NONE, BOTTOM_RIGHT, TOP_LEFT = "none", "bottom_right", "top_left"
+_CAUSAL = {False: NONE, True: BOTTOM_RIGHT, NONE: NONE, BOTTOM_RIGHT: BOTTOM_RIGHT,
+           TOP_LEFT: TOP_LEFT}
+
+
+def layout(value: Any) -> str:
+    if value not in LAYOUTS:
+        raise ValueError("layout: %r; it must be 'bhnd' or 'bnhd'" % (value,))
+    return value
+
+
+def causal(value: Any) -> str:
+    """The mask's name: 'none', 'bottom_right' (True) or 'top_left'."""
+    try:
+        return _CAUSAL[value]
+    except (KeyError, TypeError):
+        raise ValueError("causal: %r; it must be False, True (= 'bottom_right') or "
+                         "'top_left'" % (value,)) from None
+
+
+def scale(value: Any) -> float:
+    """The softmax scale as the library takes it: 0.0 for 1/sqrt(dim)."""
+    if value is None:
+        return 0.0
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        raise TypeError("scale: a number, not %s" % type(value).__name__) from None
+    if not (0 < s <= SCALE_MAX and math.isfinite(s)):
+        raise ValueError("scale: %r; it must be positive, finite and at most %.3g"
+                         % (value, SCALE_MAX))
+    return s
+
+
+def shapes(q: Sequence[int], k: Sequence[int], v: Sequence[int], lay: str) -> None:
+    """q, k, v's shapes against each other and the kernels' limits."""
+    for name, s in (("q", q), ("k", k), ("v", v)):
+        if len(s) != 4:
+            raise ValueError("%s: shape %s; it must have 4 dims, (batch, %s, dim)"
+                             % (name, tuple(s), "heads, seq" if lay == "bhnd"
+                                else "seq, heads"))
+    hd, sd = (1, 2) if lay == "bhnd" else (2, 1)
+    for name, s in (("q", q), ("k", k)):
+        if min(s) < 1:
+            raise ValueError("%s: shape %s has an empty dim" % (name, tuple(s)))
+        if s[sd] > SEQ_MAX:
+            raise ValueError("%s: %d rows; at most 2^24" % (name, s[sd]))
+    if tuple(v) != tuple(k):
+        raise ValueError("v: shape %s, but k's is %s" % (tuple(v), tuple(k)))
+    if k[0] != q[0]:
+        raise ValueError("k: batch %d, but q's is %d" % (k[0], q[0]))
+    if q[3] > DIM_MAX:
+        raise ValueError("q: head dim %d; fatune's kernels take 1 to %d" % (q[3], DIM_MAX))
+    if k[3] != q[3]:
+        raise ValueError("k: head dim %d, but q's is %d" % (k[3], q[3]))
+    if q[hd] % k[hd]:
+        raise ValueError("k: %d heads, which do not divide q's %d" % (k[hd], q[hd]))
+
+
+def no_self_overlap(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether no two elements of a tensor (strides in elements) share
+    memory: each dim's stride, smallest first, steps past all the dims
+    below it."""
+    span = 0
+    for st, n in sorted((st, n) for st, n in zip(strides, shape) if n > 1):
+        if st <= span:
+            return False
+        span += (n - 1) * st
+    return True
+
+
+def extent(ptr: int, shape: Sequence[int], strides: Sequence[int], itemsize: int
+           ) -> Tuple[int, int]:
+    """The bytes [lo, hi) a tensor with non-negative strides (in elements)
+    spans."""
+    last = sum((n - 1) * st for n, st in zip(shape, strides))
+    return ptr, ptr + (last + 1) * itemsize
+
+
+def overlaps(out: Tuple[int, int], inputs: List[Tuple[str, Tuple[int, int]]]) -> None:
+    """ValueError naming the first input whose bytes out's share."""
+    for name, (lo, hi) in inputs:
+        if lo < out[1] and out[0] < hi:
+            raise ValueError("out: overlaps %s's memory; fatune writes O while it reads "
+                             "q, k and v, so out must share no memory with them" % name)
+
+
+def segments(nq: int, nk: int, mask: str) -> List[Tuple[int, int, int, bool]]:
+    """The library's calls that make one mask: (first q row, end, k rows,
+    causal). The library's causal mask is bottom-right; top-left is the
+    same mask on the first seq_q keys when seq_q <= seq_k, else the first
+    seq_k rows causal and the rest over every key."""
+    if mask == NONE:
+        return [(0, nq, nk, False)]
+    if mask == BOTTOM_RIGHT or nq == nk:
+        return [(0, nq, nk, True)]
+    if nq < nk:
+        return [(0, nq, nq, True)]
+    return [(0, nk, nk, True), (nk, nq, nk, False)]
