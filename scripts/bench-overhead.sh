@@ -5,7 +5,9 @@
 # does (the checks, the lookup of the kernel, the launch's arguments) but
 # the launch itself. The best of five rounds each, against the machine's
 # other load. Problem: fp32, batch 1, 8 heads over 2 K/V heads, seq 128,
-# dim 64, causal, on the emulator backend.
+# dim 64, causal, on the emulator backend. fatune.attention is timed with
+# the library's call replaced by nothing (on the emulator it would run the
+# kernel): what Python, and for tensors PyTorch's dispatcher, add.
 #
 # usage: scripts/bench-overhead.sh [build]    (after scripts/test.sh, or a
 #        build and `pip install ./python` into build/venv)
@@ -18,19 +20,45 @@ export FATUNE_DB="$tmp/bench.db" FATUNE_KEY="$tmp/bench.key"
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo -n "C:      "
 "$build/tests/test_api" | grep -E '^fatune_attention_plan'
-echo -n "Python: "
+echo "Python:"
 "$build/venv/bin/python" - <<'PY'
 import timeit
 
 import numpy as np
 
 import fatune
+from fatune import _lib
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def best_us(fn, n):
+    fn()  # the kernel built, then in memory
+    return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+
 
 q = np.zeros((1, 8, 128, 64), np.float32)
 k = np.zeros((1, 2, 128, 64), np.float32)
-name = fatune.plan(q, k, k, causal=True)  # the kernel built, then in memory
-n = 20000
-best = min(timeit.repeat(lambda: fatune.plan(q, k, k, causal=True), number=n, repeat=5))
-print("fatune.plan on NumPy arrays, kernel in memory: %.3f us per call (%s)"
-      % (best / n * 1e6, name))
+name = fatune.plan(q, k, k, causal=True)
+print("  fatune.plan on NumPy arrays: %.1f us per call (%s)"
+      % (best_us(lambda: fatune.plan(q, k, k, causal=True), 20000), name))
+if torch is not None:
+    qt, kt = torch.from_numpy(q), torch.from_numpy(k)
+    print("  fatune.plan on torch tensors: %.1f us per call"
+          % best_us(lambda: fatune.plan(qt, kt, kt, causal=True), 20000))
+# attention() with the library's call taken out (it would launch the
+# kernel on the emulator, milliseconds): what Python adds to a call.
+launched = []
+_lib.call = lambda ctx, args, plan: launched.append(len(args)) or ""
+print("  fatune.attention on NumPy arrays, Python's part: %.1f us per call"
+      % best_us(lambda: fatune.attention(q, k, k, causal=True), 20000))
+if torch is not None:
+    with torch.no_grad():
+        print("  fatune.attention on torch tensors (through fatune::attention), Python's "
+              "and the dispatcher's part: %.1f us per call"
+              % best_us(lambda: fatune.attention(qt, kt, kt, causal=True), 20000))
+assert launched, "the library's call was not replaced"
 PY

@@ -2,8 +2,11 @@
 # Installs what fatune needs to build and test, when it is missing: a C
 # compiler, CMake, pkg-config, Lua 5.4, SQLite 3 and libsodium (Debian
 # packages); Python 3 for the command-line tests, with venv for the Python
-# package's tests (numpy, pytest and ml_dtypes from PyPI, in a virtual
-# environment under build/, $FATUNE_VENV names another: Debian's python3
+# package's tests: numpy, pytest, ml_dtypes and PyTorch (PyPI's torch,
+# several GB with its nvidia-* wheels, a few minutes) in a virtual
+# environment under build/ ($FATUNE_VENV names another; FATUNE_NO_TORCH=1
+# leaves torch out), and numpy, pytest and ml_dtypes alone in a second one
+# ($FATUNE_VENV-numpy) for the package's torch-free path (Debian's python3
 # takes no pip installs system-wide); gnuplot (without X) for
 # fatune report's plots; help2man for the man page, made from fatune --help;
 # clang with its runtime libraries (libFuzzer and the
@@ -43,11 +46,24 @@ if [ ! -f "$cuda/include/nvrtc.h" ] && ! command -v nvcc >/dev/null 2>&1; then
 fi
 
 venv="${FATUNE_VENV:-build/venv}"
+pip_into() {  # pip_into VENV PACKAGE...: a virtual environment with these, made when missing
+  local v=$1
+  shift
+  mkdir -p "$(dirname "$v")"
+  [ -x "$v/bin/pip" ] || python3 -m venv "$v"
+  "$v/bin/pip" install -q --disable-pip-version-check "$@"
+}
 if ! "$venv/bin/python" -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
   echo "install-deps: numpy, pytest and ml_dtypes into $venv"
-  mkdir -p "$(dirname "$venv")"
-  [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check numpy pytest ml_dtypes
+  pip_into "$venv" numpy pytest ml_dtypes
+fi
+if [ "${FATUNE_NO_TORCH:-0}" != 1 ] && ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "install-deps: PyTorch into $venv (several GB, a few minutes)"
+  pip_into "$venv" torch
+fi
+if ! "$venv-numpy/bin/python" -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
+  echo "install-deps: numpy, pytest and ml_dtypes into $venv-numpy (no PyTorch)"
+  pip_into "$venv-numpy" numpy pytest ml_dtypes
 fi
 
 # The disassemblers: from PyPI when neither PATH nor the toolkit has them.

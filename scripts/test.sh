@@ -14,10 +14,16 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS=-Werror >/
 cmake --build build -j "$jobs"
 (cd build && ctest --output-on-failure -j "$jobs")
 
-# The Python package from the libfatune just built, into the virtual
-# environment install-deps.sh made; its tests (PyTorch's SKIPPED without it).
-FATUNE_PREBUILT="$PWD/build" build/venv/bin/pip install -q --disable-pip-version-check ./python
-FATUNE_KEY="$PWD/build/tests/test.key" build/venv/bin/pytest -q -rs python/tests
+# The Python package from the libfatune just built, into the two virtual
+# environments install-deps.sh made: its tests with PyTorch (CPU tensors on
+# the emulator; only those that need a GPU SKIPPED), then without it, as a
+# NumPy user has it (the torch tests SKIPPED).
+for venv in build/venv build/venv-numpy; do
+  FATUNE_PREBUILT="$PWD/build" "$venv/bin/pip" install -q --disable-pip-version-check ./python
+  echo "python/tests in $venv: $("$venv/bin/python" -c 'import importlib.util as u
+print("with PyTorch" if u.find_spec("torch") else "without PyTorch")')"
+  FATUNE_KEY="$PWD/build/tests/test.key" "$venv/bin/pytest" -q -rs python/tests
+done
 
 # The sanitizer build runs every test but those labelled slow: the sweeps
 # over whole spaces and the long command-line flows, whose C code paths the
