@@ -26,11 +26,15 @@
 #include "worker.h"
 
 /* TRIAL_RECORDED: the database holds a trial for it already; not measured
-** again (the main job's --retune measures it). */
+** again (the main job's --retune measures it). TRIAL_ENV_ERROR: the
+** environment failed, not the variant (validation could not be set up, no
+** worker could start, no room for the compiler's files): never recorded,
+** so the next run measures it. */
 typedef enum trial_status {
-  TRIAL_OK, TRIAL_INVALID, TRIAL_COMPILE_ERROR, TRIAL_CRASHED, TRIAL_TIMEOUT, TRIAL_RECORDED
+  TRIAL_OK, TRIAL_INVALID, TRIAL_COMPILE_ERROR, TRIAL_CRASHED, TRIAL_TIMEOUT, TRIAL_RECORDED,
+  TRIAL_ENV_ERROR
 } trial_status;
-#define TRIAL_NSTATUS 6
+#define TRIAL_NSTATUS 7
 extern const char *const trial_status_names[TRIAL_NSTATUS];   /* "ok", ... */
 
 /* ok or invalid: it ran, so it has errors and counters. */
@@ -42,6 +46,7 @@ typedef struct trial_outcome {
   fa_timing t;
   int timed;             /* t holds a measurement */
   int ctas_per_sm;       /* occupancy; -1 unknown */
+  int env;               /* validation could not be set up: r.msg says why */
   char note[200];        /* why it was not timed, when it was not */
 } trial_outcome;
 
@@ -87,7 +92,8 @@ typedef struct trial_env {
   int nfree;
   pthread_mutex_t mu;          /* the workers, the database and stopped */
   int stopped;                 /* a trial failed to record: measure no more */
-  /* Built lazily in each worker process, never in the parent. */
+  /* Built lazily in each worker process, never in the parent; a process
+  ** that fails to build them retires, and the next one tries again. */
   val_case vc;
   attn_inputs in;
   int have_case;
@@ -108,7 +114,8 @@ int trial_oracle_compile(trial_env *e);
 /* The device's row and every trial's variant row; -1 with a message. */
 int trial_register(trial_env *e, char *err, size_t errlen);
 
-/* The trial of t (not one already recorded), in its own transaction: a run
+/* The trial of t (not one already recorded, nor an environment's failure),
+** in its own transaction: a run
 ** killed later loses nothing of it. A failed write (a full disk, an I/O
 ** error) stops the run: the first one says on stderr which variant and why,
 ** marks e stopped, and every call then returns -1 without writing. 0 or -1. */
