@@ -3,10 +3,12 @@
 ** One variant measured and recorded: the database rows, the worker pool,
 ** and the job a worker process runs (see trial.h).
 */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "trial.h"
 
@@ -21,9 +23,56 @@ enum { PHASE_KERNEL, PHASE_SETUP };
 
 int trial_ran(trial_status st) { return st == TRIAL_OK || st == TRIAL_INVALID; }
 
+#define TMP_PROBE_BYTES (1 << 20)
+
+/* Whether the temporary folder the compilers write in ($TMPDIR, else /tmp)
+** takes a file of TMP_PROBE_BYTES now; why says what refused it. */
+static int tmp_takes_files(char *why, size_t whylen) {
+  const char *dir = getenv("TMPDIR");
+  char path[512];
+  if (!dir || !*dir) dir = "/tmp";
+  if (snprintf(path, sizeof path, "%s/fatune-probe-XXXXXX", dir) >= (int)sizeof path) {
+    snprintf(why, whylen, "$TMPDIR is too long");
+    return 0;
+  }
+  static const char zeros[65536];
+  const int fd = mkstemp(path);
+  int ok = fd >= 0;
+  size_t left = TMP_PROBE_BYTES;
+  while (ok && left) {   /* a short write is followed by the one that says why */
+    const ssize_t k = write(fd, zeros, left < sizeof zeros ? left : sizeof zeros);
+    if (k < 0 && errno == EINTR) continue;
+    ok = k > 0, left -= k > 0 ? (size_t)k : 0;
+  }
+  ok = ok && fsync(fd) == 0;
+  if (!ok) snprintf(why, whylen, "%s cannot take the compiler's files: %s", dir, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && ok) {
+    snprintf(why, whylen, "%s cannot take the compiler's files: %s", dir, strerror(errno));
+    ok = 0;
+  }
+  if (fd >= 0) unlink(path);
+  return ok;
+}
+
+/* A compile that failed for want of room (a full $TMPDIR or quota) is the
+** environment's: the compiler's log says so, or the folder refuses a file. */
+static int compile_env_failed(const char *log, char *why, size_t whylen) {
+  const char *full[] = {strerror(ENOSPC), strerror(EDQUOT)};
+  for (size_t i = 0; log && i < sizeof full / sizeof full[0]; i++)
+    if (strstr(log, full[i])) {
+      snprintf(why, whylen, "%s", log);
+      return 1;
+    }
+  return !tmp_takes_files(why, whylen);
+}
+
 void trial_take_build(trial *t, fa_build *b, int nvrtc) {
   t->build = *b;
-  if (!t->build.prog)
+  char env[256];
+  if (!t->build.prog && compile_env_failed(t->build.log, env, sizeof env)) {
+    snprintf(t->out.r.msg, sizeof t->out.r.msg, "compiling: %s", env);
+    t->st = TRIAL_ENV_ERROR, t->why = t->out.r.msg;
+  } else if (!t->build.prog)
     t->st = TRIAL_COMPILE_ERROR, t->why = t->build.log ? t->build.log : "?";
   else if (nvrtc && !t->nvrtc.result.ok)
     t->st = TRIAL_COMPILE_ERROR, t->why = t->nvrtc.result.error;
@@ -303,7 +352,8 @@ void trial_pool_close(trial_env *e) {
 
 void trial_measure(trial_env *e, size_t i) {
   trial *t = trial_at(e, i);
-  if (t->st == TRIAL_COMPILE_ERROR || t->st == TRIAL_RECORDED) return;
+  if (t->st == TRIAL_COMPILE_ERROR || t->st == TRIAL_RECORDED || t->st == TRIAL_ENV_ERROR)
+    return;
   t->st = TRIAL_OK, t->why = NULL;
   memset(&t->out, 0, sizeof t->out);
   pthread_mutex_lock(&e->mu);

@@ -65,8 +65,10 @@ typedef struct trial {
   long long variant_id;  /* in the database */
 } trial;
 
-/* Takes the backend's compile b into t: no program is a compile error, and
-** so is a failed NVRTC compile when nvrtc is set. */
+/* Takes the backend's compile b into t: no program is a compile error (an
+** env_error when it failed for want of room in $TMPDIR: the log says so, or
+** the folder refuses a 1 MB file now), and so is a failed NVRTC compile
+** when nvrtc is set. */
 void trial_take_build(trial *t, fa_build *b, int nvrtc);
 void trial_free(trial *t, fa_backend *be);
 
@@ -141,7 +143,7 @@ void trial_counters_json(const fa_counters *c, char *buf, size_t n);
 int trial_pool_open(trial_env *e, int n);
 void trial_pool_close(trial_env *e);
 
-/* Trial i (not a compile error or one recorded) through a free worker,
+/* Trial i (not a compile error, an env_error or one recorded) through a free worker,
 ** within the timeout: its status, detail and outcome. Thread-safe. */
 void trial_measure(trial_env *e, size_t i);
 
