@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "compile_child.h"
 #include "trial.h"
 
 #define ORACLE_SAMPLE_ROWS 64
@@ -99,6 +100,14 @@ trial *trial_at(const trial_env *e, size_t i) {
   return (trial *)((char *)e->trials + i * e->stride);
 }
 
+int trial_compile(trial_env *e, const gen_kernel *const *ks, size_t n, int threads,
+                  fa_build *out, par_progress_fn progress, void *ud, char *err, size_t errlen) {
+  if (e->gpu) return cc_compile(e->be, ks, n, threads, out, progress, ud, err, errlen);
+  int rc = backend_compile(e->be, ks, n, threads, out, err, errlen);
+  if (rc == 0 && progress) progress(n, n, ud);
+  return rc;
+}
+
 int trial_oracle_render(trial_env *e, gen_state *g, const fa_problem *p) {
   if (gen_render_oracle(g, p, &e->oracle_k) == 0) return 0;
   fprintf(stderr, "fatune: rendering the oracle: %s\n", gen_errmsg(g));
@@ -108,7 +117,8 @@ int trial_oracle_render(trial_env *e, gen_state *g, const fa_problem *p) {
 int trial_oracle_compile(trial_env *e) {
   char err[512];
   const gen_kernel *ok = &e->oracle_k;
-  if (backend_compile(e->be, &ok, 1, 1, &e->oracle_b, err, sizeof err) == 0 && e->oracle_b.prog)
+  if (trial_compile(e, &ok, 1, 1, &e->oracle_b, NULL, NULL, err, sizeof err) == 0 &&
+      e->oracle_b.prog)
     return 0;
   fprintf(stderr, "fatune: the oracle does not compile: %s\n",
           e->oracle_b.log ? e->oracle_b.log : err);

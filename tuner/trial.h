@@ -106,6 +106,12 @@ void trial_env_init(trial_env *e);
 void trial_env_free(trial_env *e);
 trial *trial_at(const trial_env *e, size_t i);
 
+/* backend_compile for e's trials: on a GPU in a child process
+** (compile_child.h), so that this one never initialises CUDA before it
+** forks the workers; progress (may be NULL) as kernels end. */
+int trial_compile(trial_env *e, const gen_kernel *const *ks, size_t n, int threads,
+                  fa_build *out, par_progress_fn progress, void *ud, char *err, size_t errlen);
+
 /* The oracle for p's dtype, dim and causal: rendered, then compiled. Each
 ** prints what failed; -1. */
 int trial_oracle_render(trial_env *e, gen_state *g, const fa_problem *p);

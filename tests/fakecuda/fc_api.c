@@ -321,10 +321,10 @@ API CUresult cuInit(unsigned flags) {
   ** and any use of CUDA in a child after fork (before exec) is undefined
   ** behaviour. NVRTC 13 runs cuInit inside nvrtcCompileProgram, so a
   ** process that compiled and then forked hands its children exactly that.
-  ** Said, not refused: fatune's tuner still starts its workers so. */
+  ** The real driver says nothing and may misbehave: a violation. */
   if (S.inited && S.init_pid != getpid())
-    note("WARNING: cuInit in process %d, a child forked after cuInit in process %d: the real "
-         "driver does not support CUDA in such a child", (int)getpid(), (int)S.init_pid);
+    fc_violation("cuInit in process %d, a child forked after cuInit in process %d: the real "
+                 "driver does not support CUDA in such a child", (int)getpid(), (int)S.init_pid);
   S.inited = 1, S.init_pid = getpid();
   RET(CUDA_SUCCESS);
 }
