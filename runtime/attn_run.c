@@ -3,6 +3,8 @@
 ** Buffers, poison, launch and read-back for one attention run.
 */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "attn_run.h"
@@ -119,21 +121,79 @@ static void outputs_free(fa_backend *be, outputs *out) {
   backend_free(be, out->ws);
 }
 
+/* The first byte-wise difference of n elements of es bytes, or n. */
+static size_t first_diff(const void *a, const void *b, size_t n, size_t es) {
+  for (size_t i = 0; i < n; i++)
+    if (memcmp((const char *)a + i * es, (const char *)b + i * es, es)) return i;
+  return n;
+}
+
+/* The outputs on the device against want's, for the launch named `launch`;
+** want records the first difference. host holds ob + lb bytes. */
+static int compare_output(fa_backend *be, const outputs *out, size_t ob, size_t lb,
+                          size_t es, size_t ls, unsigned char *host, attn_expect *want,
+                          const char *launch, char *err, size_t errlen) {
+  int rc = backend_download(be, host, out->o, ob, err, errlen);
+  if (rc == 0) rc = backend_download(be, host + ob, out->lse, lb, err, errlen);
+  if (rc != 0 || want->differs) return rc;
+  const size_t i = first_diff(host, want->o, ob / es, es);
+  const size_t j = first_diff(host + ob, want->lse, lb / ls, ls);
+  if (i < ob / es || j < lb / ls)
+    want->differs = 1, want->launch = launch, want->in_lse = i == ob / es,
+    want->at = i < ob / es ? i : j;
+  return 0;
+}
+
+/* The warm-up launches, each on poisoned outputs and checked against want
+** when there is one. */
+static int warm_up(fa_backend *be, const fa_program *prog, const gen_launch *shape,
+                   const fa_params *a, const outputs *out, size_t ob, size_t lb, size_t es,
+                   size_t ls, unsigned char *host, attn_expect *want, char *err,
+                   size_t errlen) {
+  static const char *const name[ATTN_WARMUPS] = {"warm-up launch 1", "warm-up launch 2",
+                                                 "warm-up launch 3"};
+  int rc = 0;
+  for (int w = 0; rc == 0 && w < ATTN_WARMUPS; w++) {
+    if (want && ((rc = backend_fill(be, out->o, 0xFF, ob, err, errlen)) ||
+                 (rc = backend_fill(be, out->lse, 0xFF, lb, err, errlen))))
+      break;
+    const fa_run_opts ro = {.smem_fill = 0xFF};
+    rc = backend_launch(be, prog, shape, a, &ro, NULL, err, errlen);
+    if (rc == 0 && want)
+      rc = compare_output(be, out, ob, lb, es, ls, host, want, name[w], err, errlen);
+  }
+  return rc;
+}
+
 int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
-              const fa_problem *p, const attn_inputs *in, int budget_ms, fa_timing *t,
-              int *ctas_per_sm, char *err, size_t errlen) {
+              const fa_problem *p, const attn_inputs *in, int budget_ms, attn_expect *want,
+              fa_timing *t, int *ctas_per_sm, char *err, size_t errlen) {
+  const size_t rows = elems(p, p->seq_q, 1);
+  const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
+  const size_t ob = rows * (size_t)p->dim * es, lb = rows * ls;
   gen_launch shape;
   gen_launch_shape(k, p, &shape);
   outputs out;
+  unsigned char *host = want ? malloc(ob + lb) : NULL;
+  if (want && !host) {
+    snprintf(err, errlen, "out of memory for the output's copy");
+    return FA_ENOMEM;
+  }
+  if (want) want->differs = 0;
   int rc = outputs_alloc(be, p, &shape, &out, err, errlen);
   if (rc == 0) {
     fa_params a = attn_params(p, in->q, in->k, in->v, out.o, out.lse, out.ws);
     rc = attn_tmaps(be, k, p, &a, err, errlen);
+    if (rc == 0) rc = warm_up(be, prog, &shape, &a, &out, ob, lb, es, ls, host, want, err, errlen);
     if (rc == 0) rc = backend_time(be, prog, &shape, &a, budget_ms, t, err, errlen);
+    if (rc == 0 && want)
+      rc = compare_output(be, &out, ob, lb, es, ls, host, want, "the last timed launch", err,
+                          errlen);
     if (rc == 0 && backend_occupancy(be, prog, &shape, ctas_per_sm, err, errlen) != 0)
       *ctas_per_sm = -1;
   }
   outputs_free(be, &out);
+  free(host);
   return rc;
 }
 

@@ -38,11 +38,29 @@ int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
              void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
              char *err, size_t errlen);
 
-/* Time kernel k on the inputs (backend_time: warm-up, then launches for
-** about budget_ms with the L2 flushed in between), on fresh outputs. */
+/* The output of a launch already judged (o and lse as attn_run gives them),
+** which every later launch of a deterministic kernel must repeat bit for
+** bit. attn_time sets the rest when one does not: which launch, and the
+** first element that differs (in o, else in lse). */
+typedef struct attn_expect {
+  const void *o, *lse;
+  int differs;
+  const char *launch;      /* "warm-up launch 2", "the last timed launch" */
+  int in_lse;
+  size_t at;               /* the element's index in o or lse */
+} attn_expect;
+
+#define ATTN_WARMUPS 3
+
+/* Time kernel k on the inputs, on fresh outputs: ATTN_WARMUPS launches
+** (the module's first, clocks, caches of code), then backend_time's for
+** about budget_ms with the L2 flushed in between. With want, the output of
+** each warm-up launch (the outputs poisoned before it) and of the last
+** timed launch is compared with want's: a difference is no error (the
+** timing stands), want says where. */
 int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
-              const fa_problem *p, const attn_inputs *in, int budget_ms, fa_timing *t,
-              int *ctas_per_sm, char *err, size_t errlen);
+              const fa_problem *p, const attn_inputs *in, int budget_ms, attn_expect *want,
+              fa_timing *t, int *ctas_per_sm, char *err, size_t errlen);
 
 /* Floating-point operations of the problem: 4 * batch * heads * dim per
 ** visible (query, key) pair, the pairs counted exactly under a causal mask. */

@@ -121,8 +121,9 @@ int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shap
                    const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
                    char *err, size_t errlen);
 
-/* Time a kernel (warm-up, then launches for about budget_ms); FA_ENODEV on a
-** backend that cannot (the emulator's times are no GPU's). */
+/* Time a kernel: launches for about budget_ms, after the caller's warm-up
+** (attn_time); FA_ENODEV on a backend that cannot (the emulator's times are
+** no GPU's). */
 int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                  const fa_params *params, int budget_ms, fa_timing *t, char *err,
                  size_t errlen);

@@ -76,8 +76,10 @@ EOF
 submit_merge() {   # DEPENDENCY
   local dir=$1 dep=$2 id
   mapfile -t opts <"$dir/sbatch.opts"
-  id=$(sbatch --parsable "${opts[@]}" --job-name fatune-merge --output "$dir/merge.out" \
-         --dependency "$dep" "$dir/merge.sh") || die "sbatch of the merge job failed"
+  # --output is a pattern (%j the job, %a the task): a % of the folder's is %%.
+  id=$(sbatch --parsable "${opts[@]}" --job-name fatune-merge \
+         --output "${dir//%/%%}/merge.out" --dependency "$dep" "$dir/merge.sh") ||
+    die "sbatch of the merge job failed"
   echo "${id%%;*}" >"$dir/merge.job"
   echo "slurm-tune: merge job ${id%%;*} (after $dep), its output in $dir/merge.out"
 }
@@ -87,7 +89,7 @@ submit_array() {   # DIR TASKS
   mapfile -t opts <"$dir/sbatch.opts"
   mapfile -t gres <"$dir/gres.opts"
   id=$(sbatch --parsable "${opts[@]}" "${gres[@]}" --job-name fatune-sweep --array "$tasks" \
-         --output "$dir/shard-%a.out" "$dir/task.sh") || die "sbatch of the array failed"
+         --output "${dir//%/%%}/shard-%a.out" "$dir/task.sh") || die "sbatch of the array failed"
   id=${id%%;*}
   echo "$id" >>"$dir/array.jobs"
   echo "slurm-tune: job array $id, tasks $tasks, each writing $dir/shard-<task>.db" >&2

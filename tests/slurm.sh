@@ -4,9 +4,9 @@
 # foreground, as processes it owns, with a generated slurm.conf that gives
 # the node this machine's cores and listens on free ports), then runs
 # scripts/slurm-tune.sh: a job array of shards on the emulator backend and
-# the merge job behind it. One task is cancelled (scancel) midway, so the
-# merge job never starts; --resubmit reruns the task, resuming, and submits
-# the merge again. The
+# the merge job behind it, in a folder whose name holds a %. One task is
+# cancelled (scancel) midway, so the merge job never starts; --resubmit
+# reruns the task, resuming, and submits the merge again. The
 # merged database must hold every key of the sweep exactly once, pass
 # PRAGMA integrity_check, and the trials recorded before the cancel must be
 # the very rows afterwards (nothing measured twice). SKIPPED, saying why,
@@ -110,7 +110,9 @@ echo "slurm: one node '$host' with $cores CPUs, slurmctld on port $ctld_port, sl
 sweep=(--dim 32,64,128 --seq 128:1024:x2 --dtype fp16 --backend emu --arch sm_80 --emu-seq 32
        --config block_m=64 --jobs 1 --seed 7)
 keys=12
-dir="$tmp/sweep"
+# A % in the folder, which sbatch's --output would take for a pattern
+# (%j the job, %a the task) unless escaped.
+dir="$tmp/sweep-%j-%a"
 "$script" --shards 3 --dir "$dir" --db "$tmp/team.db" --fatune "$FATUNE" --gres none \
   --cpus-per-task 1 --time 10 -- "${sweep[@]}" >"$tmp/submit.out" 2>&1
 check "slurm-tune.sh submits the array and the merge job" $? "$(cat "$tmp/submit.out")"
@@ -169,6 +171,9 @@ done
 echo "--- merge job output"
 cat "$dir/merge.out"
 echo "---"
+[ -s "$dir/shard-0.out" ] && [ -s "$dir/shard-1.out" ] && [ -s "$dir/shard-2.out" ] &&
+  [ -s "$dir/merge.out" ]
+check "the logs are in --dir, whose name has a %" $? "$(ls "$tmp")"
 
 n=$(count "$tmp/team.db")
 distinct=$(sqlite3 -readonly "$tmp/team.db" \

@@ -173,7 +173,7 @@ static void test_sample_and_timing(fa_backend *be, fa_dtype dtype, const gen_tar
       CHECK(r.status == VAL_OK, "%s: %s", k.name, r.msg);
       fa_timing t;
       int ctas = 0;
-      CHECK(attn_time(be, b.prog, &k, &p, &in, 50, &t, &ctas, err, sizeof err) == 0, "%s: %s",
+      CHECK(attn_time(be, b.prog, &k, &p, &in, 50, NULL, &t, &ctas, err, sizeof err) == 0, "%s: %s",
             k.name, err);
       CHECK(t.reps >= 5 && t.min_us > 0 && t.min_us <= t.p20_us && t.p20_us <= t.median_us &&
             t.median_us <= t.p80_us && ctas >= 1,

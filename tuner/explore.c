@@ -193,7 +193,7 @@ static int compile_all(explore *x) {
     return -1;
   }
   for (size_t i = 0; !x->gpu && i < x->n; i++) x->v[i].t.nvrtc = jobs[i];
-  if (backend_compile(x->be, ks, x->n, x->threads, b, err, sizeof err) != 0) {
+  if (trial_compile(&x->env, ks, x->n, x->threads, b, NULL, NULL, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);
     return -1;
   }

@@ -3,23 +3,77 @@
 ** One variant measured and recorded: the database rows, the worker pool,
 ** and the job a worker process runs (see trial.h).
 */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "compile_child.h"
 #include "trial.h"
 
 #define ORACLE_SAMPLE_ROWS 64
 
-const char *const trial_status_names[TRIAL_NSTATUS] = {"ok",      "invalid", "compile_error",
-                                                       "crashed", "timeout", "recorded"};
+const char *const trial_status_names[TRIAL_NSTATUS] = {
+  "ok", "invalid", "compile_error", "crashed", "timeout", "recorded", "env_error"};
+
+/* What a job in a worker is doing (wk_phase), for one that dies or hangs:
+** in the setting up of validation it is the environment's failure. */
+enum { PHASE_KERNEL, PHASE_SETUP };
 
 int trial_ran(trial_status st) { return st == TRIAL_OK || st == TRIAL_INVALID; }
 
+#define TMP_PROBE_BYTES (1 << 20)
+
+/* Whether the temporary folder the compilers write in ($TMPDIR, else /tmp)
+** takes a file of TMP_PROBE_BYTES now; why says what refused it. */
+static int tmp_takes_files(char *why, size_t whylen) {
+  const char *dir = getenv("TMPDIR");
+  char path[512];
+  if (!dir || !*dir) dir = "/tmp";
+  if (snprintf(path, sizeof path, "%s/fatune-probe-XXXXXX", dir) >= (int)sizeof path) {
+    snprintf(why, whylen, "$TMPDIR is too long");
+    return 0;
+  }
+  static const char zeros[65536];
+  const int fd = mkstemp(path);
+  int ok = fd >= 0;
+  size_t left = TMP_PROBE_BYTES;
+  while (ok && left) {   /* a short write is followed by the one that says why */
+    const ssize_t k = write(fd, zeros, left < sizeof zeros ? left : sizeof zeros);
+    if (k < 0 && errno == EINTR) continue;
+    ok = k > 0, left -= k > 0 ? (size_t)k : 0;
+  }
+  ok = ok && fsync(fd) == 0;
+  if (!ok) snprintf(why, whylen, "%s cannot take the compiler's files: %s", dir, strerror(errno));
+  if (fd >= 0 && close(fd) != 0 && ok) {
+    snprintf(why, whylen, "%s cannot take the compiler's files: %s", dir, strerror(errno));
+    ok = 0;
+  }
+  if (fd >= 0) unlink(path);
+  return ok;
+}
+
+/* A compile that failed for want of room (a full $TMPDIR or quota) is the
+** environment's: the compiler's log says so, or the folder refuses a file. */
+static int compile_env_failed(const char *log, char *why, size_t whylen) {
+  const char *full[] = {strerror(ENOSPC), strerror(EDQUOT)};
+  for (size_t i = 0; log && i < sizeof full / sizeof full[0]; i++)
+    if (strstr(log, full[i])) {
+      snprintf(why, whylen, "%s", log);
+      return 1;
+    }
+  return !tmp_takes_files(why, whylen);
+}
+
 void trial_take_build(trial *t, fa_build *b, int nvrtc) {
   t->build = *b;
-  if (!t->build.prog)
+  char env[256];
+  if (!t->build.prog && compile_env_failed(t->build.log, env, sizeof env)) {
+    snprintf(t->out.r.msg, sizeof t->out.r.msg, "compiling: %s", env);
+    t->st = TRIAL_ENV_ERROR, t->why = t->out.r.msg;
+  } else if (!t->build.prog)
     t->st = TRIAL_COMPILE_ERROR, t->why = t->build.log ? t->build.log : "?";
   else if (nvrtc && !t->nvrtc.result.ok)
     t->st = TRIAL_COMPILE_ERROR, t->why = t->nvrtc.result.error;
@@ -46,6 +100,14 @@ trial *trial_at(const trial_env *e, size_t i) {
   return (trial *)((char *)e->trials + i * e->stride);
 }
 
+int trial_compile(trial_env *e, const gen_kernel *const *ks, size_t n, int threads,
+                  fa_build *out, par_progress_fn progress, void *ud, char *err, size_t errlen) {
+  if (e->gpu) return cc_compile(e->be, ks, n, threads, out, progress, ud, err, errlen);
+  int rc = backend_compile(e->be, ks, n, threads, out, err, errlen);
+  if (rc == 0 && progress) progress(n, n, ud);
+  return rc;
+}
+
 int trial_oracle_render(trial_env *e, gen_state *g, const fa_problem *p) {
   if (gen_render_oracle(g, p, &e->oracle_k) == 0) return 0;
   fprintf(stderr, "fatune: rendering the oracle: %s\n", gen_errmsg(g));
@@ -55,7 +117,8 @@ int trial_oracle_render(trial_env *e, gen_state *g, const fa_problem *p) {
 int trial_oracle_compile(trial_env *e) {
   char err[512];
   const gen_kernel *ok = &e->oracle_k;
-  if (backend_compile(e->be, &ok, 1, 1, &e->oracle_b, err, sizeof err) == 0 && e->oracle_b.prog)
+  if (trial_compile(e, &ok, 1, 1, &e->oracle_b, NULL, NULL, err, sizeof err) == 0 &&
+      e->oracle_b.prog)
     return 0;
   fprintf(stderr, "fatune: the oracle does not compile: %s\n",
           e->oracle_b.log ? e->oracle_b.log : err);
@@ -172,7 +235,7 @@ db_problem trial_key(const trial_env *e) {
 }
 
 int trial_record(trial_env *e, const trial *t) {
-  if (t->st == TRIAL_RECORDED) return 0;
+  if (t->st == TRIAL_RECORDED || t->st == TRIAL_ENV_ERROR) return 0;
   const trial_outcome *o = &t->out;
   const fa_problem *p = e->run;
   const int ran = trial_ran(t->st), timed = o->timed;
@@ -200,16 +263,50 @@ int trial_record(trial_env *e, const trial *t) {
 
 /* The inputs and their reference, once per worker process. */
 static int ensure_case(trial_env *e) {
-  if (e->have_case) return e->case_err[0] ? -1 : 0;
-  e->have_case = 1;
+  if (e->have_case) return 0;
   char err[256];
   int rc = e->gpu ? val_case_make_oracle(&e->vc, e->run, e->seed, e->be, e->oracle_b.prog,
                                          &e->oracle_k, ORACLE_SAMPLE_ROWS, err, sizeof err)
                   : val_case_make(&e->vc, e->run, e->seed, err, sizeof err);
   if (rc == 0)
     rc = attn_inputs_upload(e->be, e->run, e->vc.q, e->vc.k, e->vc.v, &e->in, err, sizeof err);
-  if (rc != 0) snprintf(e->case_err, sizeof e->case_err, "cannot set up validation: %s", err);
+  if (rc != 0) {
+    if (e->vc.q) val_case_free(&e->vc);
+    snprintf(e->case_err, sizeof e->case_err, "cannot set up validation: %s", err);
+  }
+  e->have_case = rc == 0;
   return rc;
+}
+
+/* The environment failed, not the variant: the outcome says so. */
+static int env_failed(trial_outcome *oc, const char *why) {
+  oc->env = 1;
+  snprintf(oc->r.msg, sizeof oc->r.msg, "%s", why);
+  return 1;   /* a fresh process tries again for the next variant */
+}
+
+/* On a GPU, after validation: time the kernel, and check that its warm-up
+** launches and its last timed launch give the validated output again, bit
+** for bit (the kernels are deterministic: a difference is a race, or a
+** read of memory before it is written, that the first launch escaped). */
+static void time_checked(trial_env *e, const trial *t, const void *first, size_t ob,
+                         trial_outcome *oc) {
+  attn_expect want = {.o = first, .lse = (const char *)first + ob};
+  if (attn_time(e->be, t->build.prog, &t->k, e->run, &e->in, e->trial_ms, &want, &oc->t,
+                &oc->ctas_per_sm, oc->note, sizeof oc->note) != 0) {
+    if (backend_poisoned(e->be))
+      oc->r.status = VAL_CRASHED, snprintf(oc->r.msg, sizeof oc->r.msg, "%s", oc->note);
+    return;
+  }
+  if (!want.differs) {
+    oc->timed = 1;
+    return;
+  }
+  char at[64];
+  val_where(e->run, want.at, want.in_lse ? 1 : e->run->dim, at, sizeof at);
+  oc->r.status = VAL_INVALID;
+  snprintf(oc->r.msg, sizeof oc->r.msg, "the output of %s differs from the first launch's "
+           "at %s%s, bit for bit (a race?)", want.launch, want.in_lse ? "lse" : "o", at);
 }
 
 /* Validate trial i, and time it on a GPU; the outcome travels back whole.
@@ -219,25 +316,24 @@ static int job(size_t i, void *ud, void *out) {
   const trial *t = trial_at(e, i);
   trial_outcome *oc = out;
   oc->ctas_per_sm = -1;
-  if (ensure_case(e) != 0) {
-    oc->r.status = VAL_CRASHED;
-    snprintf(oc->r.msg, sizeof oc->r.msg, "%s", e->case_err);
-    return 1;
-  }
+  wk_phase(PHASE_SETUP);
+  if (ensure_case(e) != 0) return env_failed(oc, e->case_err);
+  const fa_problem *p = e->run;
+  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
+  const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
+  unsigned char *first = e->gpu ? malloc(ob + rows * (size_t)fa_lse_size(p->dtype)) : NULL;
+  if (e->gpu && !first) return env_failed(oc, "out of memory for a copy of the output");
+  wk_phase(PHASE_KERNEL);
   val_opts vo = {.nschedules = e->gpu ? 1 : 2, .schedule = {EMU_FORWARD, EMU_SKEW},
-                 .seed = e->seed, .threads = 1};
+                 .seed = e->seed, .threads = 1, .keep_o = first,
+                 .keep_lse = first ? first + ob : NULL};
   char err[256];
   if (val_check(e->be, &e->vc, &e->in, t->build.prog, &t->k, &vo, &oc->r, err, sizeof err)) {
     snprintf(oc->r.msg, sizeof oc->r.msg, "cannot validate: %s", err);
     oc->r.status = VAL_CRASHED;
   }
-  if (e->gpu && oc->r.status == VAL_OK) {
-    if (attn_time(e->be, t->build.prog, &t->k, e->run, &e->in, e->trial_ms, &oc->t,
-                  &oc->ctas_per_sm, oc->note, sizeof oc->note) == 0)
-      oc->timed = 1;
-    else if (backend_poisoned(e->be))
-      oc->r.status = VAL_CRASHED, snprintf(oc->r.msg, sizeof oc->r.msg, "%s", oc->note);
-  }
+  if (e->gpu && oc->r.status == VAL_OK) time_checked(e, t, first, ob, oc);
+  free(first);
   return backend_poisoned(e->be);
 }
 
@@ -266,7 +362,8 @@ void trial_pool_close(trial_env *e) {
 
 void trial_measure(trial_env *e, size_t i) {
   trial *t = trial_at(e, i);
-  if (t->st == TRIAL_COMPILE_ERROR || t->st == TRIAL_RECORDED) return;
+  if (t->st == TRIAL_COMPILE_ERROR || t->st == TRIAL_RECORDED || t->st == TRIAL_ENV_ERROR)
+    return;
   t->st = TRIAL_OK, t->why = NULL;
   memset(&t->out, 0, sizeof t->out);
   pthread_mutex_lock(&e->mu);
@@ -274,14 +371,19 @@ void trial_measure(trial_env *e, size_t i) {
   pthread_mutex_unlock(&e->mu);
   char why[256];
   wk_outcome got = wk_run(w, i, e->timeout_s, &t->out, why, sizeof why);
+  /* A worker that could not start, or that died setting up validation. */
+  const int env = got == WK_ERROR || (got != WK_DONE && wk_last_phase(w) == PHASE_SETUP);
   pthread_mutex_lock(&e->mu);
   e->workers[e->nfree++] = w;
   pthread_mutex_unlock(&e->mu);
   val_result *r = &t->out.r;
   if (got != WK_DONE) {
-    t->st = got == WK_TIMEOUT ? TRIAL_TIMEOUT : TRIAL_CRASHED;
-    snprintf(r->msg, sizeof r->msg, "%s", why);
+    t->st = env ? TRIAL_ENV_ERROR : got == WK_TIMEOUT ? TRIAL_TIMEOUT : TRIAL_CRASHED;
+    snprintf(r->msg, sizeof r->msg, "%s%s", env && got != WK_ERROR ? "setting up validation: " : "",
+             why);
     r->rel_err = r->max_abs_err = r->lse_err = NAN;
+  } else if (t->out.env) {
+    t->st = TRIAL_ENV_ERROR;
   } else if (r->status != VAL_OK) {
     t->st = r->status == VAL_INVALID ? TRIAL_INVALID : TRIAL_CRASHED;
   }

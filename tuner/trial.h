@@ -26,11 +26,15 @@
 #include "worker.h"
 
 /* TRIAL_RECORDED: the database holds a trial for it already; not measured
-** again (the main job's --retune measures it). */
+** again (the main job's --retune measures it). TRIAL_ENV_ERROR: the
+** environment failed, not the variant (validation could not be set up, no
+** worker could start, no room for the compiler's files): never recorded,
+** so the next run measures it. */
 typedef enum trial_status {
-  TRIAL_OK, TRIAL_INVALID, TRIAL_COMPILE_ERROR, TRIAL_CRASHED, TRIAL_TIMEOUT, TRIAL_RECORDED
+  TRIAL_OK, TRIAL_INVALID, TRIAL_COMPILE_ERROR, TRIAL_CRASHED, TRIAL_TIMEOUT, TRIAL_RECORDED,
+  TRIAL_ENV_ERROR
 } trial_status;
-#define TRIAL_NSTATUS 6
+#define TRIAL_NSTATUS 7
 extern const char *const trial_status_names[TRIAL_NSTATUS];   /* "ok", ... */
 
 /* ok or invalid: it ran, so it has errors and counters. */
@@ -42,6 +46,7 @@ typedef struct trial_outcome {
   fa_timing t;
   int timed;             /* t holds a measurement */
   int ctas_per_sm;       /* occupancy; -1 unknown */
+  int env;               /* validation could not be set up: r.msg says why */
   char note[200];        /* why it was not timed, when it was not */
 } trial_outcome;
 
@@ -60,8 +65,10 @@ typedef struct trial {
   long long variant_id;  /* in the database */
 } trial;
 
-/* Takes the backend's compile b into t: no program is a compile error, and
-** so is a failed NVRTC compile when nvrtc is set. */
+/* Takes the backend's compile b into t: no program is a compile error (an
+** env_error when it failed for want of room in $TMPDIR: the log says so, or
+** the folder refuses a 1 MB file now), and so is a failed NVRTC compile
+** when nvrtc is set. */
 void trial_take_build(trial *t, fa_build *b, int nvrtc);
 void trial_free(trial *t, fa_backend *be);
 
@@ -87,7 +94,8 @@ typedef struct trial_env {
   int nfree;
   pthread_mutex_t mu;          /* the workers, the database and stopped */
   int stopped;                 /* a trial failed to record: measure no more */
-  /* Built lazily in each worker process, never in the parent. */
+  /* Built lazily in each worker process, never in the parent; a process
+  ** that fails to build them retires, and the next one tries again. */
   val_case vc;
   attn_inputs in;
   int have_case;
@@ -97,6 +105,12 @@ typedef struct trial_env {
 void trial_env_init(trial_env *e);
 void trial_env_free(trial_env *e);
 trial *trial_at(const trial_env *e, size_t i);
+
+/* backend_compile for e's trials: on a GPU in a child process
+** (compile_child.h), so that this one never initialises CUDA before it
+** forks the workers; progress (may be NULL) as kernels end. */
+int trial_compile(trial_env *e, const gen_kernel *const *ks, size_t n, int threads,
+                  fa_build *out, par_progress_fn progress, void *ud, char *err, size_t errlen);
 
 /* The oracle for p's dtype, dim and causal: rendered, then compiled. Each
 ** prints what failed; -1. */
@@ -108,7 +122,8 @@ int trial_oracle_compile(trial_env *e);
 /* The device's row and every trial's variant row; -1 with a message. */
 int trial_register(trial_env *e, char *err, size_t errlen);
 
-/* The trial of t (not one already recorded), in its own transaction: a run
+/* The trial of t (not one already recorded, nor an environment's failure),
+** in its own transaction: a run
 ** killed later loses nothing of it. A failed write (a full disk, an I/O
 ** error) stops the run: the first one says on stderr which variant and why,
 ** marks e stopped, and every call then returns -1 without writing. 0 or -1. */
@@ -134,7 +149,7 @@ void trial_counters_json(const fa_counters *c, char *buf, size_t n);
 int trial_pool_open(trial_env *e, int n);
 void trial_pool_close(trial_env *e);
 
-/* Trial i (not a compile error or one recorded) through a free worker,
+/* Trial i (not a compile error, an env_error or one recorded) through a free worker,
 ** within the timeout: its status, detail and outcome. Thread-safe. */
 void trial_measure(trial_env *e, size_t i);
 

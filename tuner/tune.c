@@ -268,28 +268,28 @@ done:
 
 /* ---- The GPU's flow: compile on the CPU while one worker measures ---- */
 
-static void compile_one(size_t i, void *ud) {
-  tune *s = ud;
-  /* Stopped: the parent waits for no compile any more. */
-  if (s->e[i].st == TRIAL_RECORDED || trial_stopped(&s->env)) return;
-  const gen_kernel *k = &s->e[i].k;
-  fa_build b;
-  char err[256];
-  if (backend_compile(s->be, &k, 1, 1, &b, err, sizeof err) != 0) {
-    memset(&b, 0, sizeof b);
-    b.log = strdup(err);
+/* With NVRTC on every core, before the first measurement: its own phase.
+** A compile that cannot be done at all is every variant's compile error. */
+static int compile_all(tune *s) {
+  const gen_kernel **ks = malloc((s->n ? s->n : 1) * sizeof *ks);
+  fa_build *b = calloc(s->n ? s->n : 1, sizeof *b);
+  if (!ks || !b) {
+    free(ks), free(b);
+    fprintf(stderr, "fatune: out of memory\n");
+    return -1;
   }
-  pthread_mutex_lock(&s->pmu);
-  trial_take_build(&s->e[i], &b, 0);
-  pthread_mutex_unlock(&s->pmu);
-}
-
-/* With NVRTC on every core, before the first measurement: its own phase. */
-static void compile_all(tune *s) {
+  size_t m = 0;
+  for (size_t i = 0; i < s->n; i++)
+    if (s->e[i].st != TRIAL_RECORDED) ks[m++] = &s->e[i].k;
   progress_phase ph;
-  progress_start(&ph, "compiling with NVRTC", s->n);
-  if (par_for(s->n, s->threads, compile_one, s, progress_fn(), &ph) != 0)
-    for (size_t i = 0; i < s->n; i++) compile_one(i, s), progress_show(i + 1, s->n, &ph);
+  progress_start(&ph, "compiling with NVRTC", m);
+  char err[512];
+  int rc = trial_compile(&s->env, ks, m, s->threads, b, progress_fn(), &ph, err, sizeof err);
+  if (rc != 0) fprintf(stderr, "fatune: %s\n", err);
+  for (size_t i = 0, j = 0; rc == 0 && i < s->n; i++)
+    if (s->e[i].st != TRIAL_RECORDED) trial_take_build(&s->e[i], &b[j++], 0);
+  free(ks), free(b);
+  return rc;
 }
 
 static void gpu_progress(tune *s) {
@@ -308,9 +308,9 @@ static int gpu_flow(tune *s) {
   if (trial_oracle_compile(&s->env) != 0) return -1;
   s->t_start = fa_now_s();
   /* Every compile ends before a worker is forked: a worker sees only the
-  ** programs its parent had built when it was forked, and a fork while
-  ** NVRTC runs on another thread could leave NVRTC's locks held in it. */
-  compile_all(s);
+  ** programs its parent had built when it was forked. They are compiled
+  ** in a child process, which alone runs NVRTC (and so initialises CUDA). */
+  if (compile_all(s) != 0) return -1;
   s->t_measure = fa_now_s();   /* the time left is the measuring's */
   if (trial_pool_open(&s->env, 1) != 0) return -1;
   for (size_t i = 0; i < s->n; i++) {
@@ -339,7 +339,6 @@ static void tune_free(tune *s) {
   trial_env_free(&s->env);
   backend_close(s->be);
   if (s->db) db_close(s->db);
-  pthread_mutex_destroy(&s->pmu);
 }
 
 static void banner(const tune *s, const char *note) {
@@ -377,7 +376,6 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
   s.threads = o->jobs > 0 ? o->jobs : par_cores();
   s.seed = o->seed_given ? o->seed : (unsigned long long)time(NULL);
   trial_env_init(&s.env);
-  pthread_mutex_init(&s.pmu, NULL);
   char note[256], err[512];
   if (backend_open(o->backend, &s.be, note, sizeof note, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);

@@ -241,6 +241,9 @@ static void print_summary(FILE *f, const tune *s, trial **rank) {
              "%zu recorded before (not measured again; --retune does); ",
           s->n, count[TRIAL_OK], count[TRIAL_INVALID], count[TRIAL_COMPILE_ERROR],
           count[TRIAL_CRASHED], count[TRIAL_TIMEOUT], count[TRIAL_RECORDED]);
+  if (count[TRIAL_ENV_ERROR])
+    fprintf(f, "%zu env_error (the environment failed, not the variant: not recorded, the next "
+               "run measures them); ", count[TRIAL_ENV_ERROR]);
   if (s->gpu)
     fprintf(f, "compiled (NVRTC %s), then measured, %.1f s in all\n", s->t->arch, s->check_s);
   else

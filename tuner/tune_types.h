@@ -6,7 +6,6 @@
 #ifndef TUNE_TYPES_H
 #define TUNE_TYPES_H
 
-#include <pthread.h>
 
 #include "cli.h"
 #include "sass_kernel.h"
@@ -24,7 +23,6 @@ typedef struct tune {
   size_t n;
   int threads;
   trial_env env;         /* their workers and database rows */
-  pthread_mutex_t pmu;      /* the compile threads' results (cuda) */
   /* Figures for the summary and the progress line. */
   double compile_s, nvrtc_s, check_s, t_start, t_measure;
   size_t done;

@@ -205,8 +205,7 @@ static double get_lse(const void *a, fa_dtype t, size_t i) {
   return fa_elem_get(a, t == FA_FP64 ? FA_FP64 : FA_FP32, i);
 }
 
-/* Element i of a (batch, heads, seq, dim) tensor as text. */
-static void where(const fa_problem *p, size_t i, int dim, char *buf, size_t n) {
+void val_where(const fa_problem *p, size_t i, int dim, char *buf, size_t n) {
   const size_t d = i % (size_t)dim, r = i / (size_t)dim % (size_t)p->seq_q;
   const size_t h = i / (size_t)dim / (size_t)p->seq_q % (size_t)p->heads;
   const size_t b = i / (size_t)dim / (size_t)p->seq_q / (size_t)p->heads;
@@ -229,7 +228,7 @@ void val_judge(const val_case *c, const void *o, const void *lse, val_result *r)
   for (size_t i = 0; i < n; i++) {
     const double x = fa_elem_get(o, t, i), d = x - c->o_ref[i];
     if (!isfinite(x)) {
-      where(p, i, p->dim, at, sizeof at);
+      val_where(p, i, p->dim, at, sizeof at);
       snprintf(r->msg, sizeof r->msg, "o%s is %s (never written, or overflow)", at,
                isnan(x) ? "NaN" : "Inf");
       r->rel_err = r->max_abs_err = INFINITY;
@@ -247,7 +246,7 @@ void val_judge(const val_case *c, const void *o, const void *lse, val_result *r)
     else e = isfinite(x) ? fabs(x - ref) / fmax(1.0, fabs(ref)) : INFINITY;
     if (!(e <= r->lse_err)) r->lse_err = e;  /* NaN sticks */
     if (!(e <= tol) && !r->msg[0]) {
-      where(p, i, 1, at, sizeof at);
+      val_where(p, i, 1, at, sizeof at);
       snprintf(r->msg, sizeof r->msg, "lse%s is %.17g, the reference %.17g", at, x, ref);
     }
   }
@@ -316,14 +315,16 @@ int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
     }
   }
   val_judge(c, out[0][0], out[0][1], r);
+  if (o->keep_o) memcpy(o->keep_o, out[0][0], n * es);
+  if (o->keep_lse) memcpy(o->keep_lse, out[0][1], rows * ls);
   if (runs == 2) {
     /* A race outranks an error figure: it says what to fix. */
     size_t i = first_diff(out[0][0], out[1][0], n, es);
     size_t j = first_diff(out[0][1], out[1][1], rows, ls);
     if (i < n || j < rows) {
       char at[64];
-      if (i < n) where(p, i, p->dim, at, sizeof at);
-      else where(p, j, 1, at, sizeof at);
+      if (i < n) val_where(p, i, p->dim, at, sizeof at);
+      else val_where(p, j, 1, at, sizeof at);
       snprintf(r->msg, sizeof r->msg, "%s: %s%s differs between the %s and %s schedules "
                "(shared memory starting as NaN, then zeros): a race, or a read of shared "
                "memory before it is written (a barrier missing?)", k->entry,

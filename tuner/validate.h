@@ -50,6 +50,7 @@ typedef struct val_opts {
   emu_schedule schedule[2];
   unsigned long long seed;  /* for a random schedule */
   int threads;              /* emulator OS threads per launch */
+  void *keep_o, *keep_lse;  /* when set, the first run's output is copied there */
 } val_opts;
 
 typedef struct val_result {
@@ -66,6 +67,10 @@ typedef struct val_result {
 ** for oracle cases, its rows in float64. Sets r's status, errors and msg;
 ** leaves counters and run_ms alone. */
 void val_judge(const val_case *c, const void *o, const void *lse, val_result *r);
+
+/* Element i of a (batch, heads, seq_q, dim) tensor of p as "[b,h,r,d]", or of
+** the logsumexp's (batch, heads, seq_q) when dim is 1. */
+void val_where(const fa_problem *p, size_t i, int dim, char *buf, size_t n);
 
 /* Run kernel k on the case and judge it with val_judge; the verdict is in r. -1 only when
 ** the check itself could not be done (no memory on the backend...). */

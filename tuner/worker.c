@@ -9,9 +9,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -29,18 +31,32 @@ struct wk_worker {
   int to_child;     /* write end of the job pipe */
   int from_child;   /* read end of the result pipe */
   unsigned char *buf;
+  atomic_int *phase;  /* a page shared with the child: its job's wk_phase */
 };
+
+/* In a child: its worker's phase, for wk_phase. */
+static atomic_int *child_phase;
+
+void wk_phase(int phase) {
+  if (child_phase) atomic_store(child_phase, phase);
+}
+
+int wk_last_phase(const wk_worker *w) { return atomic_load(w->phase); }
 
 int wk_open(wk_worker **out, wk_job_fn fn, void *ud, size_t result_size, char *err,
             size_t errlen) {
   wk_worker *w = calloc(1, sizeof *w);
   unsigned char *buf = malloc(result_size + 1);  /* the answer, then the retire flag */
-  if (!w || !buf) {
+  void *page = mmap(NULL, sizeof(atomic_int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                    -1, 0);
+  if (!w || !buf || page == MAP_FAILED) {
+    if (page != MAP_FAILED) munmap(page, sizeof(atomic_int));
     free(w), free(buf);
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  w->fn = fn, w->ud = ud, w->size = result_size, w->buf = buf;
+  w->fn = fn, w->ud = ud, w->size = result_size, w->buf = buf, w->phase = page;
+  atomic_init(w->phase, 0);
   w->to_child = w->from_child = -1;
   *out = w;
   return 0;
@@ -121,6 +137,7 @@ static int start(wk_worker *w, char *why, size_t whylen) {
   if (pid == 0) {
     /* Stopped with its parent from the terminal, or on its own by SIGTERM. */
     fa_proc_child_signals();
+    child_phase = w->phase;
     close_others(jobs[0], results[1]);
     child_loop(w, jobs[0], results[1]);
   }
@@ -147,6 +164,7 @@ static void bury(wk_worker *w, int kill_it, char *why, size_t whylen) {
 }
 
 wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, size_t whylen) {
+  atomic_store(w->phase, 0);
   if (!w->pid && start(w, why, whylen) != 0) return WK_ERROR;
   /* A child that died between jobs shows up as a failed write (EPIPE):
   ** SIGPIPE must not take the parent with it. */
@@ -189,6 +207,7 @@ void wk_close(wk_worker *w) {
   if (!w) return;
   /* Closing the job pipe ends the child's loop; wait for it. */
   bury(w, 0, NULL, 0);
+  munmap(w->phase, sizeof(atomic_int));
   free(w->buf);
   free(w);
 }

@@ -36,6 +36,12 @@ int wk_open(wk_worker **out, wk_job_fn fn, void *ud, size_t result_size, char *e
 ** no child could be started (why says so). */
 wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, size_t whylen);
 
+/* In a job: what it is doing now, a number of the caller's own. When the
+** child dies or hangs, the parent reads the last one said (each job starts
+** at 0) with wk_last_phase: was it the job's own work, or its setting up? */
+void wk_phase(int phase);
+int wk_last_phase(const wk_worker *w);
+
 /* Stop the child (if any) and free the worker. */
 void wk_close(wk_worker *w);
 

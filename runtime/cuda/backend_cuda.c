@@ -319,7 +319,8 @@ static double at(const float *sorted, int n, double q) {
 }
 
 /* Launches until the budget is spent: each one after a write of twice the
-** L2 so that no input is still cached, timed alone between two events. */
+** L2 so that no input is still cached, timed alone between two events. The
+** caller warms up (attn_time, checking each warm-up launch's output). */
 static int cuda_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                      const fa_params *params, int budget_ms, fa_timing *t, char *err,
                      size_t errlen) {
@@ -347,10 +348,6 @@ static int cuda_time(fa_backend *b, const fa_program *prog, const gen_launch *sh
   if ((rc = ck(c, a->event_create(&e0, CU_EVENT_DEFAULT), "cuEventCreate", err, errlen)) ||
       (rc = ck(c, a->event_create(&e1, CU_EVENT_DEFAULT), "cuEventCreate", err, errlen)))
     goto done;
-  /* Warm-up: the module's first launch, clocks, caches of code. */
-  for (int i = 0; i < 3; i++)
-    if ((rc = launch_async(c, p, shape, params, err, errlen))) goto done;
-  if ((rc = ck(c, a->ctx_sync(), "cuCtxSynchronize (warm-up)", err, errlen))) goto done;
   float spent = 0;
   while (n < TIMING_MAX_REPS && (n < TIMING_MIN_REPS || spent < (float)budget_ms)) {
     if ((rc = ck(c, a->memset8_async(c->flush, (unsigned char)n, c->flush_bytes, NULL),

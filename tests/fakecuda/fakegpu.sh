@@ -17,6 +17,11 @@
 #               (the module does not load), init -> one line, exit non-zero.
 #   explore     fatune explore --backend cuda, and libfatune's example on
 #               the cuda backend.
+#   trust       one variant, launch by launch: a wrong first warm-up launch,
+#               or wrong timed launches, make it invalid (the kernel's output
+#               must repeat bit for bit); the oracle out of memory, hung or
+#               faulting is the environment's failure (env_error), recorded
+#               nowhere, and the next run measures the variant.
 # Fault injection is the fake's: with a real driver those parts are SKIPPED.
 #
 # usage: FATUNE=build/fatune EXAMPLE=build/example_attention bash tests/fakecuda/fakegpu.sh tune bf16
@@ -77,12 +82,13 @@ for r in rows:
 PY
 }
 
-# trials DTYPE: the trials of the run's problem in the database, by status.
+# trials DTYPE [SEQ]: the trials of the run's problem (seq 512 unless SEQ)
+# in the database, by status.
 trials() {
   "$FATUNE" export --format json --db "$db" | python3 -c '
 import collections, json, sys
-rows = [r for r in json.load(sys.stdin) if r["dtype"] == sys.argv[1] and r["seq_q"] == 512]
-print(" ".join("%s=%d" % kv for kv in sorted(collections.Counter(r["status"] for r in rows).items())))' "$1"
+rows = [r for r in json.load(sys.stdin) if r["dtype"] == sys.argv[1] and r["seq_q"] == int(sys.argv[2])]
+print(" ".join("%s=%d" % kv for kv in sorted(collections.Counter(r["status"] for r in rows).items())))' "$1" "${2:-512}"
 }
 
 tune_args=(--backend cuda --dim 64 --seq 512 --json --trial-ms 2)
@@ -216,6 +222,48 @@ print(len(rows), sum(1 for r in rows if r["status"] == "ok" and r["median_us"] >
     [ "$rc" -eq 0 ] && grep -q " on cuda " "$tmp/example.out"
     check "libfatune's example on cuda" $? "exit $rc: $(cat "$tmp/example.out" "$tmp/example.err" | tail -n 3)"
   fi
+  ;;
+trust)
+  if [ $fake -eq 0 ]; then echo "SKIPPED: fault injection is the fake driver's"; exit 77; fi
+  export FAKECUDA_DEVICE=sm_75
+  v=$("$FATUNE" list --dim 64 --dtype fp64 --arch sm_75 | head -n 1 | cut -d' ' -f1)
+  args=(--backend cuda --dim 64 --seq 128 --dtype fp64 --json --trial-ms 1 --variant "$v")
+  # one FAULT NAME: a fresh database and fault counts, the run in $tmp/NAME.*
+  one() {
+    rm -f "$db" "$tmp/state"
+    FAKECUDA_FAULT=$1 FAKECUDA_STATE="$tmp/state" run "$2" "${args[@]}" --timeout 5
+  }
+  # Launch 1 is the oracle's, 2 the validated one, 3 to 5 the warm-up.
+  one launch:3:wrong warm
+  got=$(statuses "$tmp/warm.out")
+  [ "$rc" -ne 0 ] && [ "$(head -n 1 <<<"$got")" = invalid=1 ] &&
+    grep -q "warm-up launch 1 differs from the first launch's at o\[0,0,0,0\], bit for bit (a race?)" <<<"$got" &&
+    [ "$(trials fp64 128)" = invalid=1 ]
+  check "the first warm-up launch wrong: invalid, and recorded so" $? "exit $rc, $got; $(trials fp64 128)"
+  one launch:7-:wrong timed
+  got=$(statuses "$tmp/timed.out")
+  [ "$rc" -ne 0 ] && [ "$(head -n 1 <<<"$got")" = invalid=1 ] &&
+    grep -q "the output of the last timed launch differs from the first launch's" <<<"$got"
+  check "timed launches wrong: invalid" $? "exit $rc, $got"
+  one "" clean
+  got=$(statuses "$tmp/clean.out")
+  [ "$rc" -eq 0 ] && [ "$got" = ok=1 ]
+  check "no fault: ok (every launch repeats the first, bit for bit)" $? "exit $rc, $got"
+  # The oracle's inputs and outputs are allocations 1 to 5.
+  for f in alloc:4 launch:1:hang launch:1:illegal_address; do
+    one "$f" env
+    got=$(statuses "$tmp/env.out")
+    [ "$rc" -ne 0 ] && [ "$(head -n 1 <<<"$got")" = env_error=1 ] &&
+      grep -q "^env_error .*\(cannot set up validation\|setting up validation\)" <<<"$got" &&
+      grep -q "1 env_error (the environment failed" "$tmp/env.err" && [ -z "$(trials fp64 128)" ]
+    check "fault $f in the oracle: env_error, no trial recorded" $? \
+      "exit $rc, $got, recorded '$(trials fp64 128)'; $(tail -n 2 "$tmp/env.err")"
+    FAKECUDA_STATE="$tmp/state" run again "${args[@]}"
+    got=$(statuses "$tmp/again.out")
+    [ "$rc" -eq 0 ] && [ "$got" = ok=1 ] && [ "$(trials fp64 128)" = ok=1 ]
+    check "fault $f in the oracle: the next run measures the variant" $? \
+      "exit $rc, $got, recorded '$(trials fp64 128)'"
+  done
   ;;
 esac
 no_violation "$mode"

@@ -23,6 +23,8 @@
 **                            from the next call on, sticky, as on a GPU
 **   launch:N:hang            the Nth launch never completes
 **   launch:N:wrong           the Nth launch writes wrong numbers
+**   launch:N-:MODE           the Nth launch and every later one (alloc:N- and
+**                            load:N- likewise)
 **   load:N                   the Nth cuModuleLoadData fails (CUDA_ERROR_INVALID_IMAGE)
 **   init                     cuInit fails: CUDA_ERROR_NO_DEVICE
 ** The counts run over every process of a run, so that the tuner's workers,
@@ -200,9 +202,12 @@ static int fault(int kind) {
   for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     char what[16] = "", mode[32] = "";
     long at = 0;
-    if (sscanf(t, "%15[a-z]:%ld:%31s", what, &at, mode) < 2 || strcmp(what, names[kind]) ||
-        at != n)
+    int used = 0;
+    if (sscanf(t, "%15[a-z]:%ld%n", what, &at, &used) < 2 || strcmp(what, names[kind]))
       continue;
+    const int onward = t[used] == '-';   /* N-: the Nth and every later one */
+    if (t[used + onward] == ':') sscanf(t + used + onward + 1, "%31s", mode);
+    if (onward ? n < at : n != at) continue;
     if (kind != F_LAUNCH) return M_ILLEGAL;
     if (!strcmp(mode, "illegal_address")) return M_ILLEGAL;
     if (!strcmp(mode, "hang")) return M_HANG;
@@ -316,10 +321,10 @@ API CUresult cuInit(unsigned flags) {
   ** and any use of CUDA in a child after fork (before exec) is undefined
   ** behaviour. NVRTC 13 runs cuInit inside nvrtcCompileProgram, so a
   ** process that compiled and then forked hands its children exactly that.
-  ** Said, not refused: fatune's tuner still starts its workers so. */
+  ** The real driver says nothing and may misbehave: a violation. */
   if (S.inited && S.init_pid != getpid())
-    note("WARNING: cuInit in process %d, a child forked after cuInit in process %d: the real "
-         "driver does not support CUDA in such a child", (int)getpid(), (int)S.init_pid);
+    fc_violation("cuInit in process %d, a child forked after cuInit in process %d: the real "
+                 "driver does not support CUDA in such a child", (int)getpid(), (int)S.init_pid);
   S.inited = 1, S.init_pid = getpid();
   RET(CUDA_SUCCESS);
 }
