@@ -59,6 +59,16 @@ void dbi_check_free(dbi_checker *c);
   "julianday(created) <= julianday('now') + 1 THEN 1 ELSE 0 END"
 int dbi_check_trial(sqlite3_stmt *st, int first_col, char *why, size_t n);
 
+/* What one merge takes at most: rows of each table (the rest are refused
+** and counted), and seconds it holds the destination's write lock (then
+** it stops and nothing is merged). db_merge passes DBI_MERGE_LIMITS. */
+typedef struct dbi_merge_limits {
+  size_t devices, variants, trials;
+  double lock_s;
+} dbi_merge_limits;
+int dbi_merge(db *d, const char *other_path, const dbi_merge_limits *lim, db_merge_counts *c,
+              char *err, size_t errlen);
+
 /* Writes the message into err and returns -1. */
 int dbi_fail(char *err, size_t errlen, const char *fmt, ...)
   __attribute__((format(printf, 3, 4)));

@@ -241,7 +241,9 @@ static int merge_all(merge *m) {
                      " FROM trials ORDER BY id", trial_row);
 }
 
-int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen) {
+int dbi_merge(db *d, const char *other_path, const dbi_merge_limits *lim, db_merge_counts *c,
+              char *err, size_t errlen) {
+  (void)lim;
   memset(c, 0, sizeof *c);
   merge m = {.d = d, .c = c, .err = err, .errlen = errlen};
   if (db_open(other_path, DB_READONLY, &m.o, err, errlen) != 0) return -1;
@@ -258,4 +260,9 @@ int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_
   dbi_check_free(&m.check);
   if (db_close(m.o) != 0 && rc == 0) rc = dbi_fail(err, errlen, "cannot close %s", other_path);
   return rc;
+}
+
+int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen) {
+  static const dbi_merge_limits lim = {1000, 100000, 1000000, 60};
+  return dbi_merge(d, other_path, &lim, c, err, errlen);
 }
