@@ -598,6 +598,45 @@ static void test_show_export(void) {
   db_close(d);
 }
 
+/* Text a spreadsheet would run as a formula (= + - @, a tab or CR first)
+** is exported with a quote before it; numbers, negative ones too, as
+** they are. */
+static void test_export_formulas(void) {
+  char path[PATH_LEN];
+  at(path, "formulas.db");
+  db *d = open_ok(path);
+  if (!d) return;
+  long long dev = add_device(d, "@SUM(1+1)*cmd|' /C calc'!A0", "GPU-f", "cuda");
+  long long var = add_variant(d, "+simt");
+  db_trial t = make_trial(var, dev, 64, 5.0, NULL);
+  t.status = "invalid";
+  t.message = "=HYPERLINK(\"http://x\",\"y\")";
+  t.seed = ~0ULL;   /* stored as the integer -1 */
+  put(d, &t);
+  t = make_trial(var, dev, 128, 5.0, NULL);
+  t.status = "crashed";
+  t.message = "-2+3";
+  put(d, &t);
+  t = make_trial(var, dev, 256, 5.0, NULL);
+  t.status = "crashed";
+  t.message = "\tcmd";
+  put(d, &t);
+  size_t rows = 0;
+  char *csv = capture(d, export_csv, &rows);
+  CHECK(csv && rows == 3, "export: %s", err_io);
+  if (csv) {
+    CHECK(strstr(csv, ",'@SUM(1+1)*cmd|' /C calc'!A0,") && strstr(csv, "\n'+simt,") &&
+          strstr(csv, ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",") &&
+          strstr(csv, ",'-2+3,") && strstr(csv, ",'\tcmd,"),
+          "formulas exported as they are: %s", csv);
+    CHECK(strstr(csv, ",-1\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
+          "numbers as numbers: %s", csv);
+    printf("export formulas: %s", strchr(csv, '\n') + 1);
+  }
+  free(csv);
+  db_close(d);
+}
+
 /* ---- Refusals that leave the file alone ---- */
 
 /* db_open of path must fail naming want, and leave the bytes as they were. */
@@ -981,6 +1020,7 @@ int main(void) {
   test_migrate_from_four();
   test_best();
   test_show_export();
+  test_export_formulas();
   test_refusals();
   test_tampered_binary();
   test_merge();
