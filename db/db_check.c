@@ -63,11 +63,11 @@ static int schema_ours(schema *s, char *err, size_t errlen) {
     int step;
     rc = 0;
     while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
-      schema_obj *o = &s->o[s->n];
       if (s->n == SCHEMA_MAX) {
         rc = dbi_fail(err, errlen, "fatune's schema has over %d objects", SCHEMA_MAX);
         break;
       }
+      schema_obj *o = &s->o[s->n];
       *o = (schema_obj){col_dup(st, 0), col_dup(st, 1), col_dup(st, 2), col_dup(st, 3), 0};
       s->n++;
       if (!o->type || !o->name || !o->tbl || (!o->sql && sqlite3_column_type(st, 3) != SQLITE_NULL))
