@@ -47,7 +47,7 @@ int dbi_prepare(sqlite3 *h, const char *sql, sqlite3_stmt **st, char *err, size_
   return 0;
 }
 
-static double mono_s(void) {
+double dbi_mono_s(void) {
   struct timespec ts;
   if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -75,8 +75,8 @@ int dbi_step(sqlite3_stmt *st) {
   for (int attempt = 0;; attempt++) {
     int rc = sqlite3_step(st);
     if ((rc & 0xff) != SQLITE_BUSY) return rc;
-    if (attempt == 0) t0 = mono_s();
-    else if (mono_s() - t0 > RETRY_LIMIT_S) return rc;
+    if (attempt == 0) t0 = dbi_mono_s();
+    else if (dbi_mono_s() - t0 > RETRY_LIMIT_S) return rc;
     backoff(attempt);
   }
 }

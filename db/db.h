@@ -293,6 +293,12 @@ typedef struct db_merge_counts {
   ** too. The first of each, "trial 12: dim -1", fit for a terminal. */
   size_t variants_refused, trials_refused;
   char variant_refused[256], trial_refused[256];
+  /* Of the rows refused (devices too), those with a field longer than
+  ** fatune writes, variants whose name or hash is not their config's,
+  ** trials whose created is not fatune's timestamp, and rows past the
+  ** most one merge takes. */
+  size_t too_long, name_mismatch, bad_created, over_cap;
+  size_t devices_refused;
 } db_merge_counts;
 
 /* Brings the devices, variants and trials of the fatune database at

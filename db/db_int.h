@@ -31,33 +31,70 @@ struct db {
   "(SELECT 1 FROM json_each(" c ") WHERE type NOT IN ('integer', 'text')) THEN " \
   "(SELECT group_concat(key || '=' || value, ',') FROM json_each(" c ")) END"
 
-/* What merge takes from another file (db_check.c): rows a tune could have
-** recorded. A checker opens the generator the first time a config is
-** checked; dbi_check_free closes it. */
+/* What merge takes from another file (db_check.c): fatune's own schema,
+** rows a tune could have recorded. A checker opens the generator the first
+** time a config is checked; dbi_check_free closes it. */
 typedef struct dbi_checker {
   gen_state *gen;      /* NULL until the first config */
   gen_target target;   /* the widest: sm_90's limits */
 } dbi_checker;
 
-/* 0 when config_kv (DBI_CONFIG_KV of the variant's config; NULL or "" when
-** it is none) is a point of the space; 1 with why when it is not; -1 when
-** the generator cannot be run (err). */
-int dbi_check_variant(dbi_checker *c, const char *config_kv, char *why, size_t n, char *err,
+/* A check's verdict on a row: taken, or refused (and for which reason
+** the merge counts apart). -1 is an error of the check itself. */
+enum { DBI_ROW_OK, DBI_ROW_REFUSED, DBI_ROW_MISMATCH, DBI_ROW_BAD_CREATED };
+
+/* 0 when the file on connection h (in a read transaction) holds exactly
+** the tables, indexes and view this fatune makes, as it makes them: no
+** other object (a view or trigger planted, a column more), none missing.
+** -1 with err naming the first one that differs ("PATH: not fatune's
+** schema ..."). */
+int dbi_check_schema(sqlite3 *h, const char *path, char *err, size_t errlen);
+
+/* DBI_ROW_OK when config_kv (DBI_CONFIG_KV of the variant's config; NULL
+** or "" when it is none) is a point of the space and family, name and hash
+** are those the generator gives it; DBI_ROW_REFUSED (not in the space) or
+** DBI_ROW_MISMATCH with why; -1 when the generator cannot be run (err). */
+int dbi_check_variant(dbi_checker *c, const char *config_kv, const char *family,
+                      const char *name, const char *hash, char *why, size_t n, char *err,
                       size_t errlen);
 void dbi_check_free(dbi_checker *c);
 
+/* The longest counters merge takes, in bytes (a tune writes some 500). */
+#define DBI_COUNTERS_MAX "1023"
+
 /* The columns dbi_check_trial reads, in this order, from the trials
-** table of the file merged; 0 when the row is one a tune could record,
-** else 1 with why. */
+** table of the file merged; DBI_ROW_OK when the row is one a tune could
+** record, else DBI_ROW_REFUSED, or DBI_ROW_BAD_CREATED when created is not
+** fatune's timestamp, with why. created must be one as fatune writes it
+** (ISO 8601 UTC with milliseconds, not later than tomorrow; through
+** julianday and back it stays the same, so February 30 is no date): it is
+** compared as text, and '9999' would sort after every real one. */
 #define DBI_TRIAL_CHECK_COLUMNS \
   "dtype, dim, seq_q, seq_k, batch, heads, causal, status, max_abs_err, rel_err, lse_err, " \
   "median_us, min_us, p20_us, p80_us, tflops, gbps, " \
-  "CASE WHEN counters IS NULL THEN 1 WHEN NOT json_valid(counters) THEN 0 " \
+  "CASE WHEN counters IS NULL THEN 1 " \
+  "WHEN length(CAST(counters AS BLOB)) > " DBI_COUNTERS_MAX " THEN 0 " \
+  "WHEN NOT json_valid(counters) THEN 0 " \
   "WHEN json_type(counters) <> 'object' THEN 0 WHEN EXISTS (SELECT 1 FROM " \
   "json_each(counters) WHERE type NOT IN ('integer', 'real') OR value < 0) THEN 0 ELSE 1 END, " \
-  "CASE WHEN typeof(created) = 'text' AND julianday(created) IS NOT NULL AND " \
+  "CASE WHEN typeof(created) = 'text' AND created GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-" \
+  "[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9]Z' AND " \
+  "strftime('%Y-%m-%dT%H:%M:%fZ', julianday(created)) = created AND " \
   "julianday(created) <= julianday('now') + 1 THEN 1 ELSE 0 END"
 int dbi_check_trial(sqlite3_stmt *st, int first_col, char *why, size_t n);
+
+/* What one merge takes at most: rows of each table (the rest are refused
+** and counted), and seconds it holds the destination's write lock (then
+** it stops and nothing is merged). db_merge's own are in db_merge.c. */
+typedef struct dbi_merge_limits {
+  size_t devices, variants, trials;
+  double lock_s;
+} dbi_merge_limits;
+int dbi_merge(db *d, const char *other_path, const dbi_merge_limits *lim, db_merge_counts *c,
+              char *err, size_t errlen);
+
+/* Seconds on the monotonic clock. */
+double dbi_mono_s(void);
 
 /* Writes the message into err and returns -1. */
 int dbi_fail(char *err, size_t errlen, const char *fmt, ...)

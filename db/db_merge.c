@@ -6,8 +6,19 @@
 ** recorded later there replaces ours. Its binaries are only counted: code
 ** is trusted only from this installation (db_mac.c), and another file's
 ** MACs were made under another key, if they were made by fatune at all.
-** The other file is read in one read transaction, so it may be in use
-** meanwhile.
+**
+** The other file is anybody's, so merge reads only data from it: its
+** schema must be exactly fatune's (db_check.c), it is read with views,
+** triggers and untrusted schema functions off, every field is capped at
+** the length fatune writes and every table at a number of rows, and each
+** row is checked before it is taken (the rest are refused and counted).
+** It is read in one read transaction, so it may be in use meanwhile.
+**
+** The devices and variants are checked first (a variant's config through
+** the generator), before the destination's write lock is taken; the lock
+** is then held lim->lock_s at most, which a progress handler enforces.
+** Other writers wait for the lock up to two minutes (db.c), so a merge
+** never makes them fail.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,112 +26,167 @@
 
 #include "db_int.h"
 
-/* Their id to ours; filled in ascending order of theirs (ORDER BY id), so
-** a binary search finds an entry. */
+#define PROGRESS_OPS 1000   /* VM steps between looks at the clock */
+
+/* Their id to ours, and whether the row was refused; filled in ascending
+** order of theirs (ORDER BY id) by the checks, ours set when the row is
+** written, so a binary search finds an entry. */
+typedef struct idmap_entry {
+  long long from, to;
+  int refused;
+} idmap_entry;
+
 typedef struct idmap {
-  long long *from, *to;
+  idmap_entry *e;
   size_t n, cap;
 } idmap;
 
-static int idmap_add(idmap *m, long long from, long long to) {
+static int idmap_add(idmap *m, long long from, int refused) {
   if (m->n == m->cap) {
     size_t cap = m->cap ? 2 * m->cap : 64;
-    long long *f = realloc(m->from, cap * sizeof *f);
-    if (!f) return -1;
-    m->from = f;
-    long long *t = realloc(m->to, cap * sizeof *t);
-    if (!t) return -1;
-    m->to = t;
-    m->cap = cap;
+    idmap_entry *e = realloc(m->e, cap * sizeof *e);
+    if (!e) return -1;
+    m->e = e, m->cap = cap;
   }
-  m->from[m->n] = from, m->to[m->n] = to, m->n++;
+  m->e[m->n++] = (idmap_entry){from, 0, refused};
   return 0;
 }
 
-static int idmap_get(const idmap *m, long long from, long long *to) {
+static idmap_entry *idmap_find(const idmap *m, long long from) {
   size_t lo = 0, hi = m->n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (m->from[mid] < from) lo = mid + 1;
+    if (m->e[mid].from < from) lo = mid + 1;
     else hi = mid;
   }
-  if (lo == m->n || m->from[lo] != from) return -1;
-  *to = m->to[lo];
-  return 0;
+  return lo < m->n && m->e[lo].from == from ? &m->e[lo] : NULL;
 }
 
-static void idmap_free(idmap *m) {
-  free(m->from);
-  free(m->to);
-}
+enum { T_DEVICES, T_VARIANTS, T_TRIALS };
 
 typedef struct merge {
   db *d, *o;          /* ours (in a write transaction), theirs (in a read one) */
-  idmap devices, variants;   /* a variant refused maps to REFUSED */
+  const char *path;   /* theirs */
+  const dbi_merge_limits *lim;
+  idmap devices, variants;
+  size_t over[3];     /* rows past the cap, per table (T_*) */
   dbi_checker check;
   db_merge_counts *c;
+  double deadline;    /* on dbi_mono_s's clock: the lock is let go by then */
+  int late;           /* the progress handler stopped a statement */
   char *err;
   size_t errlen;
 } merge;
 
-/* Runs sql on the other file and calls row(m, st) for each row. */
-static int each_row(merge *m, const char *sql, int (*row)(merge *, sqlite3_stmt *)) {
+/* Runs sql on the other file, its ?1 (if any) bound to limit, and calls
+** row(m, st) for each row. */
+static int each_row(merge *m, const char *sql, size_t limit,
+                    int (*row)(merge *, sqlite3_stmt *)) {
   sqlite3_stmt *st;
   if (dbi_prepare(m->o->h, sql, &st, m->err, m->errlen) != 0) return -1;
-  int rc, status = 0;
+  int rc = sqlite3_bind_parameter_count(st) ? sqlite3_bind_int64(st, 1, (long long)limit)
+                                             : SQLITE_OK, status = 0;
+  if (rc != SQLITE_OK) status = dbi_sqlfail(m->o->h, m->err, m->errlen, m->path);
   while (status == 0 && (rc = dbi_step(st)) == SQLITE_ROW) status = row(m, st);
   if (status == 0 && rc != SQLITE_DONE)
-    status = dbi_sqlfail(m->o->h, m->err, m->errlen, m->o->path);
+    status = dbi_sqlfail(m->o->h, m->err, m->errlen, m->path);
   dbi_finalize(st);
   return status;
 }
 
 static int oom(merge *m) { return dbi_fail(m->err, m->errlen, "out of memory"); }
 
-#define REFUSED (-1LL)
-
 /* Counts a refused row, keeping the first one's id and reason. */
 static void refused(size_t *count, char *first, size_t n, const char *what, long long id,
                     const char *why) {
-  if ((*count)++ == 0) snprintf(first, n, "%s %lld: %s", what, id, why);
+  if ((*count)++ == 0 && first) snprintf(first, n, "%s %lld: %s", what, id, why);
 }
 
-static int device_row(merge *m, sqlite3_stmt *st) {
+/* A CASE naming a row's first field longer than fatune writes it (the
+** buffers its readers hold, or what a tune writes, in bytes), or NULL. */
+#define LONGER(c, n) "WHEN length(CAST(" c " AS BLOB)) > " n " THEN '" c "' "
+#define CONFIG_MAX "4095"   /* the tuner's buffer for one */
+#define DEVICE_TOO_LONG \
+  "CASE " LONGER("name", "255") LONGER("uuid", "127") LONGER("backend", "7") "END"
+#define VARIANT_TOO_LONG \
+  "CASE " LONGER("family", "15") LONGER("template_version", "47") LONGER("name", "159") \
+  LONGER("hash", "31") LONGER("config", CONFIG_MAX) LONGER("source_hash", "31") "END"
+#define TRIAL_TOO_LONG \
+  "CASE " LONGER("dtype", "7") LONGER("arch", "15") LONGER("status", "15") \
+  LONGER("message", "65535") LONGER("counters", DBI_COUNTERS_MAX) \
+  LONGER("fatune_version", "31") LONGER("created", "31") "END"
+
+/* 1 with why when column col names a field too long (counted), else 0. */
+static int too_long(merge *m, sqlite3_stmt *st, int col, char *why, size_t n) {
+  if (sqlite3_column_type(st, col) == SQLITE_NULL) return 0;
+  m->c->too_long++;
+  snprintf(why, n, "its %s is longer than fatune writes", dbi_col_text(st, col));
+  return 1;
+}
+
+static const char devices_sql[] =
+  "SELECT id, name, uuid, backend, cc_major, cc_minor, sm_count, smem_per_block_optin, "
+  "l2_bytes, " DEVICE_TOO_LONG " FROM devices ORDER BY id LIMIT ?1";
+
+static int device_check(merge *m, sqlite3_stmt *st) {
+  char why[200];
+  const int bad = too_long(m, st, 9, why, sizeof why);
+  if (bad) refused(&m->c->devices_refused, NULL, 0, "device", 0, why);
+  return idmap_add(&m->devices, sqlite3_column_int64(st, 0), bad) != 0 ? oom(m) : 0;
+}
+
+static int device_write(merge *m, sqlite3_stmt *st) {
+  idmap_entry *e = idmap_find(&m->devices, sqlite3_column_int64(st, 0));
+  if (!e || e->refused) return 0;
   db_device dev = {
     .name = dbi_col_text(st, 1), .uuid = dbi_col_text(st, 2), .backend = dbi_col_text(st, 3),
     .cc_major = sqlite3_column_int(st, 4), .cc_minor = sqlite3_column_int(st, 5),
     .sm_count = sqlite3_column_int(st, 6), .smem_per_block_optin = sqlite3_column_int(st, 7),
     .l2_bytes = sqlite3_column_int64(st, 8)};
-  long long id;
   int added;
-  if (dbi_device_upsert(m->d->h, &dev, 0, &id, &added, m->err, m->errlen) != 0) return -1;
+  if (dbi_device_upsert(m->d->h, &dev, 0, &e->to, &added, m->err, m->errlen) != 0) return -1;
   if (added) m->c->devices_added++;
   else m->c->devices_skipped++;
-  return idmap_add(&m->devices, sqlite3_column_int64(st, 0), id) != 0 ? oom(m) : 0;
+  return 0;
 }
 
-static int variant_row(merge *m, sqlite3_stmt *st) {
+/* The config is read as "k=v,..." only when it is not too long to take. */
+static const char variants_sql[] =
+  "SELECT id, family, template_version, name, hash, config, source_hash, "
+  "CASE WHEN length(CAST(config AS BLOB)) <= " CONFIG_MAX " THEN " DBI_CONFIG_KV("config") " END, "
+  VARIANT_TOO_LONG " FROM variants ORDER BY id LIMIT ?1";
+
+static int variant_check(merge *m, sqlite3_stmt *st) {
   const long long theirs = sqlite3_column_int64(st, 0);
   char why[200];
-  const char *kv = sqlite3_column_type(st, 7) == SQLITE_NULL ? NULL : dbi_col_text(st, 7);
-  const int bad = dbi_check_variant(&m->check, kv, why, sizeof why, m->err, m->errlen);
-  if (bad < 0) return -1;
-  if (bad) {
+  int verdict = too_long(m, st, 8, why, sizeof why) ? DBI_ROW_REFUSED : DBI_ROW_OK;
+  if (verdict == DBI_ROW_OK) {
+    const char *kv = sqlite3_column_type(st, 7) == SQLITE_NULL ? NULL : dbi_col_text(st, 7);
+    verdict = dbi_check_variant(&m->check, kv, dbi_col_text(st, 1), dbi_col_text(st, 3),
+                                dbi_col_text(st, 4), why, sizeof why, m->err, m->errlen);
+    if (verdict < 0) return -1;
+    if (verdict == DBI_ROW_MISMATCH) m->c->name_mismatch++;
+  }
+  if (verdict != DBI_ROW_OK)
     refused(&m->c->variants_refused, m->c->variant_refused, sizeof m->c->variant_refused,
             "variant", theirs, why);
-    return idmap_add(&m->variants, theirs, REFUSED) != 0 ? oom(m) : 0;
-  }
+  return idmap_add(&m->variants, theirs, verdict != DBI_ROW_OK) != 0 ? oom(m) : 0;
+}
+
+static int variant_write(merge *m, sqlite3_stmt *st) {
+  idmap_entry *e = idmap_find(&m->variants, sqlite3_column_int64(st, 0));
+  if (!e || e->refused) return 0;
   db_variant v = {
     .family = dbi_col_text(st, 1), .template_version = dbi_col_text(st, 2),
     .name = dbi_col_text(st, 3), .hash = dbi_col_text(st, 4), .config = NULL,
     .source_hash = dbi_col_text(st, 6)};
-  long long id;
   int added;
-  if (dbi_variant_upsert(m->d->h, &v, dbi_col_text(st, 5), &id, &added, m->err, m->errlen) != 0)
+  if (dbi_variant_upsert(m->d->h, &v, dbi_col_text(st, 5), &e->to, &added, m->err,
+                         m->errlen) != 0)
     return -1;
   if (added) m->c->variants_added++;
   else m->c->variants_skipped++;
-  return idmap_add(&m->variants, theirs, id) != 0 ? oom(m) : 0;
+  return 0;
 }
 
 /* Whether ours has a row for the key that bind(b, ctx) binds; a trial's
@@ -180,17 +246,39 @@ static int check_request(sqlite3_stmt *st, char *why, size_t n) {
   return 0;
 }
 
+/* Our id for a trial's variant or device (1 with why when it was refused
+** or lies past the cap, -1 when the file has no such row). */
+static int parent(merge *m, int table, long long theirs, long long *ours, char *why, size_t n) {
+  const char *what = table == T_DEVICES ? "device" : "variant";
+  const idmap_entry *e = idmap_find(table == T_DEVICES ? &m->devices : &m->variants, theirs);
+  if (!e && m->over[table]) {
+    snprintf(why, n, "its %s %lld is past the rows one merge takes", what, theirs);
+    return 1;
+  }
+  if (!e)
+    return dbi_fail(m->err, m->errlen, "%s: a trial names a %s it does not have", m->path, what);
+  if (e->refused) snprintf(why, n, "its %s %lld was refused", what, theirs);
+  *ours = e->to;
+  return e->refused;
+}
+
+/* 1 with why, counted by kind, when the trial is not taken. */
+static int trial_verdict(merge *m, sqlite3_stmt *st, db_trial *t, char *why, size_t n) {
+  int rc = parent(m, T_VARIANTS, sqlite3_column_int64(st, 0), &t->variant_id, why, n);
+  if (rc == 0) rc = parent(m, T_DEVICES, sqlite3_column_int64(st, 1), &t->device_id, why, n);
+  if (rc != 0) return rc;
+  if (too_long(m, st, 28, why, n)) return 1;
+  const int verdict = dbi_check_trial(st, 29, why, n);
+  if (verdict == DBI_ROW_BAD_CREATED) m->c->bad_created++;
+  return verdict != DBI_ROW_OK || check_request(st, why, n);
+}
+
 static int trial_row(merge *m, sqlite3_stmt *st) {
   db_trial trial = {0}, *t = &trial;   /* with our ids */
-  if (idmap_get(&m->variants, sqlite3_column_int64(st, 0), &t->variant_id) != 0 ||
-      idmap_get(&m->devices, sqlite3_column_int64(st, 1), &t->device_id) != 0)
-    return dbi_fail(m->err, m->errlen, "%s: a trial names a variant or device it does not "
-                    "have", m->o->path);
   char why[200];
-  if (t->variant_id == REFUSED) snprintf(why, sizeof why, "its variant %lld was refused",
-                                         (long long)sqlite3_column_int64(st, 0));
-  if (t->variant_id == REFUSED || dbi_check_trial(st, 28, why, sizeof why) ||
-      check_request(st, why, sizeof why)) {
+  const int no = trial_verdict(m, st, t, why, sizeof why);
+  if (no < 0) return -1;
+  if (no) {
     refused(&m->c->trials_refused, m->c->trial_refused, sizeof m->c->trial_refused, "trial",
             sqlite3_column_int64(st, 23), why);
     return 0;
@@ -227,35 +315,123 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
   return 0;
 }
 
+/* Rows of each table past the caps: refused, counted, never read. */
+static int count_over(merge *m) {
+  static const char *const sql[] = {
+    "SELECT max(count(*) - ?1, 0) FROM devices", "SELECT max(count(*) - ?1, 0) FROM variants",
+    "SELECT max(count(*) - ?1, 0) FROM trials"};
+  const size_t cap[] = {m->lim->devices, m->lim->variants, m->lim->trials};
+  size_t *refused_rows[] = {&m->c->devices_refused, &m->c->variants_refused,
+                            &m->c->trials_refused};
+  for (int i = 0; i < 3; i++) {
+    sqlite3_stmt *st;
+    if (dbi_prepare(m->o->h, sql[i], &st, m->err, m->errlen) != 0) return -1;
+    int rc = sqlite3_bind_int64(st, 1, (long long)cap[i]);
+    if (rc == SQLITE_OK) rc = dbi_step(st);
+    if (rc == SQLITE_ROW) m->over[i] = (size_t)sqlite3_column_int64(st, 0);
+    dbi_finalize(st);
+    if (rc != SQLITE_ROW) return dbi_sqlfail(m->o->h, m->err, m->errlen, m->path);
+    m->c->over_cap += m->over[i];
+    *refused_rows[i] += m->over[i];
+  }
+  return 0;
+}
+
+/* Before the lock: what to take of the devices and variants. */
+static int check_all(merge *m) {
+  if (count_over(m) != 0 || each_row(m, devices_sql, m->lim->devices, device_check) != 0 ||
+      each_row(m, variants_sql, m->lim->variants, variant_check) != 0)
+    return -1;
+  return 0;
+}
+
+/* Under the lock. */
 static int merge_all(merge *m) {
-  if (each_row(m, "SELECT id, name, uuid, backend, cc_major, cc_minor, sm_count, "
-                  "smem_per_block_optin, l2_bytes FROM devices ORDER BY id", device_row) != 0 ||
-      each_row(m, "SELECT id, family, template_version, name, hash, config, source_hash, "
-                  DBI_CONFIG_KV("config") " FROM variants ORDER BY id", variant_row) != 0 ||
-      each_row(m, "SELECT count(*) FROM binaries", binary_count) != 0)
+  if (each_row(m, devices_sql, m->lim->devices, device_write) != 0 ||
+      each_row(m, variants_sql, m->lim->variants, variant_write) != 0 ||
+      each_row(m, "SELECT count(*) FROM binaries", 0, binary_count) != 0)
     return -1;
   return each_row(m, "SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
                      "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "
                      "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created, "
-                     "id, arch, req_seq_q, req_seq_k, seed, " DBI_TRIAL_CHECK_COLUMNS
-                     " FROM trials ORDER BY id", trial_row);
+                     "id, arch, req_seq_q, req_seq_k, seed, " TRIAL_TOO_LONG ", "
+                     DBI_TRIAL_CHECK_COLUMNS " FROM trials ORDER BY id LIMIT ?1", m->lim->trials,
+                  trial_row);
 }
 
-int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen) {
+static int past_deadline(void *ud) {
+  merge *m = ud;
+  if (dbi_mono_s() <= m->deadline) return 0;
+  m->late = 1;
+  return 1;   /* the statement stops with SQLITE_INTERRUPT */
+}
+
+static void watch_clock(merge *m, int on) {
+  sqlite3_progress_handler(m->d->h, on ? PROGRESS_OPS : 0, on ? past_deadline : NULL, m);
+  sqlite3_progress_handler(m->o->h, on ? PROGRESS_OPS : 0, on ? past_deadline : NULL, m);
+}
+
+/* The write transaction, within the deadline; the clock is let go before
+** COMMIT or ROLLBACK, which must not be stopped halfway. */
+static int merge_locked(merge *m) {
+  if (dbi_begin(m->d->h, m->err, m->errlen) != 0) return -1;
+  m->deadline = dbi_mono_s() + m->lim->lock_s;
+  watch_clock(m, 1);
+  int ok = merge_all(m) == 0;
+  watch_clock(m, 0);
+  if (ok && dbi_mono_s() > m->deadline) m->late = 1, ok = 0;
+  if (ok) return dbi_commit(m->d->h, m->err, m->errlen);
+  dbi_rollback(m->d->h);
+  if (m->late)
+    dbi_fail(m->err, m->errlen, "%s: merging it would hold the database's write lock over %g s; "
+             "stopped, nothing of it merged", m->path, m->lim->lock_s);
+  return -1;
+}
+
+/* What a file planted cannot make run: views and triggers are off, and
+** functions that are not innocuous cannot run from its schema. */
+static int harden(merge *m) {
+  sqlite3 *h = m->o->h;
+  if (sqlite3_db_config(h, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL) != SQLITE_OK ||
+      sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_VIEW, 0, (int *)NULL) != SQLITE_OK ||
+      sqlite3_db_config(h, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, (int *)NULL) != SQLITE_OK)
+    return dbi_sqlfail(h, m->err, m->errlen, m->path);
+  return 0;
+}
+
+/* The first reason, when every refusal was of rows past the caps. */
+static void over_reason(merge *m) {
+  db_merge_counts *c = m->c;
+  if (c->variants_refused && !c->variant_refused[0])
+    snprintf(c->variant_refused, sizeof c->variant_refused, "past the %zu variants one merge "
+             "takes", m->lim->variants);
+  if (c->trials_refused && !c->trial_refused[0])
+    snprintf(c->trial_refused, sizeof c->trial_refused, "past the %zu trials one merge takes",
+             m->lim->trials);
+}
+
+int dbi_merge(db *d, const char *other_path, const dbi_merge_limits *lim, db_merge_counts *c,
+              char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
-  merge m = {.d = d, .c = c, .err = err, .errlen = errlen};
+  merge m = {.d = d, .path = other_path, .lim = lim, .c = c, .err = err, .errlen = errlen};
   if (db_open(other_path, DB_READONLY, &m.o, err, errlen) != 0) return -1;
   int rc = -1;
-  if (dbi_exec(m.o->h, "BEGIN", err, errlen) == 0) {
-    if (dbi_begin(d->h, err, errlen) == 0) {
-      if (merge_all(&m) == 0) rc = dbi_commit(d->h, err, errlen);
-      else dbi_rollback(d->h);
-    }
+  if (harden(&m) == 0 && dbi_exec(m.o->h, "BEGIN", err, errlen) == 0) {
+    if (dbi_check_schema(m.o->h, other_path, err, errlen) == 0 && check_all(&m) == 0)
+      rc = merge_locked(&m);
     dbi_rollback(m.o->h);   /* ends the read transaction; nothing was written */
   }
-  idmap_free(&m.devices);
-  idmap_free(&m.variants);
+  over_reason(&m);
+  free(m.devices.e);
+  free(m.variants.e);
   dbi_check_free(&m.check);
   if (db_close(m.o) != 0 && rc == 0) rc = dbi_fail(err, errlen, "cannot close %s", other_path);
   return rc;
+}
+
+/* A merge holds the lock a minute at most: other writers wait two. The
+** caps are far above what a sweep records. */
+int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen) {
+  static const dbi_merge_limits lim = {1000, 100000, 1000000, 60};
+  return dbi_merge(d, other_path, &lim, c, err, errlen);
 }

@@ -3,7 +3,7 @@
 #
 # Builds the libFuzzer harnesses of tests/fuzz with clang (build-fuzz, every
 # layer under AddressSanitizer and UndefinedBehaviorSanitizer) and runs each
-# (default: all four) for SECONDS on a copy of its seed corpus, so the
+# (default: all of them) for SECONDS on a copy of its seed corpus, so the
 # corpus in the repository does not grow. Prints per harness the inputs run,
 # the coverage (libFuzzer's cov: edges and ft: features) and whether it
 # found a crash, a leak or a hang; the input that did it is kept in
@@ -18,7 +18,7 @@ if ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$secs" -lt 1 ]; then
 fi
 shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_npy fuzz_config fuzz_args fuzz_db fuzz_sass)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_npy fuzz_config fuzz_args fuzz_db fuzz_sass fuzz_merge)
 build=build-fuzz
 
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DFATUNE_FUZZ=ON \

@@ -353,8 +353,30 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert len(d) == 4 and d[2]["status"] == "invalid" and d[0]["causal"] is False, d' "$tmp/dbjson.out"
   check "export --format json: 4 objects" $? "exit $rc: $(head -c 300 "$tmp/dbjson.out")"
-  run dbmerge merge "$main" --db "$dbd/copy.db"
-  run dbmerge2 merge "$main" --db "$dbd/copy.db"
+  # Merge takes a variant only under the name and hash of its config: the
+  # three made up above are refused, and so are their trials.
+  run dbmergef merge "$main" --db "$dbd/forged.db"
+  [ "$rc" -eq 0 ] && grep -q '^trials: *0 added' "$tmp/dbmergef.out" &&
+    grep -q 'merge: 3 variants refused' "$tmp/dbmergef.err" &&
+    grep -q '3 with a name or hash not their config' "$tmp/dbmergef.err"
+  check "merge refuses variants whose name and hash are not their config's" $? \
+    "exit $rc: $(head -c 600 "$tmp/dbmergef.err")"
+  # Under the names, hashes and configs fatune gives them, they are taken.
+  cp "$main" "$dbd/real.db"
+  "$FATUNE" list --dim 64 --dtype fp32 | head -3 >"$tmp/list3.txt"
+  python3 - "$dbd/real.db" "$tmp/list3.txt" <<'PY'
+import json, sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+for i, line in enumerate(open(sys.argv[2])):
+    parts = line.split()
+    cfg = dict(kv.split("=", 1) for kv in parts[1:-1])
+    cfg = {k: int(v) if v.isdigit() else v for k, v in cfg.items()}
+    c.execute("UPDATE variants SET name = ?, hash = ?, config = ? WHERE id = ?",
+              (parts[0], parts[-1].split("=", 1)[1], json.dumps(cfg), i + 1))
+c.commit()
+PY
+  run dbmerge merge "$dbd/real.db" --db "$dbd/copy.db"
+  run dbmerge2 merge "$dbd/real.db" --db "$dbd/copy.db"
   [ "$rc" -eq 0 ] && grep -q '^trials: *4 added' "$tmp/dbmerge.out" &&
     grep -q '^trials: *0 added, 0 replaced .*, 4 skipped' "$tmp/dbmerge2.out"
   check "merge twice: 4 trials added, then 4 skipped" $? \

@@ -8,8 +8,9 @@
 #    show and the main job's "best recorded" line print no control
 #    character but newlines;
 #  - trials no tune can produce (dim -1, dtype "bogus", a timing of -1 us,
-#    a config outside the space, ...): merge refuses and reports them, and
-#    best is what it was;
+#    a config outside the space, a variant's name not its config's, a
+#    created of '9999', a message of 100 KB, ...): merge refuses and reports
+#    them, counted by kind, and best is what it was;
 #  - read-only: best, show, export and report leave the file's bytes, mtime
 #    and journal mode as they were, so does merge its source; as an
 #    unprivileged user, on a 0444 file in a 0555 directory, in WAL or
@@ -94,6 +95,10 @@ F best --dim 16 --seq 32 --db "$ours" >"$tmp/after.txt" 2>&1
   grep -q "(first: trial [0-9]*: dim -1)" "$tmp/m.err"
 check "merge refuses the $nbad bad trials and says which came first" $? \
   "exit $rc: $(cat "$tmp/m.err" "$tmp/m.out" | head -c 400)"
+grep -q "merge: 2 variants refused" "$tmp/m.err" &&
+  grep -q "of the rows refused, 1 with a field longer than fatune writes, 1 with a name or hash not their config's, 1 with a created not fatune's timestamp, 0 past" "$tmp/m.err"
+check "merge counts the refusals by kind: a long message, a forged name, a created of 9999" $? \
+  "$(head -c 600 "$tmp/m.err")"
 count() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM trials').fetchone()[0])" "$1"; }
 cmp -s "$tmp/before.txt" "$tmp/after.txt" && [ "$(count "$ours")" -eq "$(count "$clean")" ]
 check "best is unchanged and no bad trial got in" $? "$(diff "$tmp/before.txt" "$tmp/after.txt" | head -5)"

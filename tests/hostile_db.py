@@ -7,7 +7,9 @@ checks of what the commands print from them. Standard library only.
   hostile_db.py fill DB LIST KEY      a trial for every variant `fatune list`
                                       printed to LIST (KEY: dtype,dim,seq_q,seq_k,
                                       batch,heads,causal), the first one hostile
-  hostile_db.py bad-trials DB         rows merge must refuse, one per check
+  hostile_db.py bad-trials DB         rows merge must refuse, one per check (a
+                                      forged variant name, a created of '9999' and
+                                      a message of 100 KB among them)
   hostile_db.py long-best DB N        the best trial's variant name N bytes long
   hostile_db.py delete-mode DB        the file in rollback-journal mode
   hostile_db.py state DB              sha256, mtime and journal mode of the file,
@@ -96,9 +98,16 @@ def bad_trials(path):
                       "source_hash) SELECT family, template_version, 'bogus-config', "
                       "'0123456789ab', json_set(config, '$.norm', 'bogus'), source_hash "
                       "FROM variants WHERE id = ?", (t[0],)).lastrowid
+    # A point of the space under another name (and template version, for a
+    # hash of its own): a tune of the name would be recorded on its row.
+    renamed = c.execute("INSERT INTO variants (family, template_version, name, hash, config, "
+                        "source_hash) SELECT family, template_version || '-x', 'fastest', hash, "
+                        "config, source_hash FROM variants WHERE id = ?", (t[0],)).lastrowid
     cols = ["variant_id", "device_id", "dtype", "dim", "seq_q", "seq_k", "batch", "heads",
-            "causal", "arch", "req_seq_q", "req_seq_k", "status", "median_us", "counters"]
-    base = dict(zip(cols, list(t) + ["ok", 1e-9, None]))
+            "causal", "arch", "req_seq_q", "req_seq_k", "status", "median_us", "counters",
+            "message", "created"]
+    now = c.execute("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')").fetchone()[0]
+    base = dict(zip(cols, list(t) + ["ok", 1e-9, None, None, now]))
     rows = [dict(base, dim=-1, median_us=-1.0), dict(base, dtype="bogus"),
             dict(base, seq_q=0), dict(base, seq_k=-5), dict(base, batch=0),
             dict(base, heads=-2), dict(base, causal=2, batch=9), dict(base, status="great", batch=8),
@@ -106,10 +115,12 @@ def bad_trials(path):
             dict(base, batch=5, median_us=None,
                  counters='{"global_bytes_read": -100000, "global_bytes_written": 0}'),
             dict(base, batch=6, variant_id=bogus), dict(base, dim=2 ** 32 + t[3]),
-            dict(base, batch=10, arch="sm_90; rm"), dict(base, batch=11, req_seq_q=t[4] - 1)]
+            dict(base, batch=10, arch="sm_90; rm"), dict(base, batch=11, req_seq_q=t[4] - 1),
+            dict(base, batch=12, created="9999"),
+            dict(base, batch=13, status="crashed", message="x" * 100000),
+            dict(base, batch=14, variant_id=renamed)]
     for r in rows:
-        c.execute("INSERT INTO trials (%s, fatune_version, created) VALUES (%s, '0', "
-                  "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now'))"
+        c.execute("INSERT INTO trials (%s, fatune_version) VALUES (%s, '0')"
                   % (", ".join(cols), ", ".join("?" * len(cols))),
                   [r[k] for k in cols])
     c.commit()

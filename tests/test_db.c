@@ -30,6 +30,7 @@
 #include "db.h"
 #include "db_int.h"
 #include "fa_util.h"
+#include "gen.h"
 
 #define PATH_LEN 512
 #define KILL_TRIALS 2000
@@ -158,7 +159,8 @@ static long long add_variant(db *d, const char *name) {
   unsigned long long h = fa_fnv1a64(FA_FNV64_OFFSET, name, strlen(name));
   snprintf(hash, sizeof hash, "%012llx", h >> 16);
   snprintf(source, sizeof source, "%016llx", h ^ 1);
-  /* A point of the space: merge refuses any other. */
+  /* A point of the space under a name of the test's own, which merge
+  ** refuses (test_merge records points as a tune does: add_point). */
   snprintf(config, sizeof config, "{\"family\": \"simt\", \"dtype\": \"fp32\", \"dim\": 64, "
            "\"block_m\": 64, \"norm\": \"eager\"}");
   db_variant v = {"simt", "simt-1+abc", name, hash, config, source};
@@ -166,6 +168,41 @@ static long long add_variant(db *d, const char *name) {
   char err[256];
   int rc = db_variant_id(d, &v, &id, err, sizeof err);
   CHECK(rc == 0, "db_variant_id %s: %s", name, err);
+  return id;
+}
+
+/* The points of the space for fp32 dim 64, listed on first use. */
+static gen_state *gen;
+static gen_variant *points;
+static size_t npoints;
+
+static const char *point_name(size_t k) {
+  if (!gen) {
+    char err[256];
+    gen_target t;
+    fa_problem p = {.batch = 1, .heads = 1, .seq_q = 64, .seq_k = 64, .dim = 64, .dtype = FA_FP32};
+    if (gen_open(&gen, err, sizeof err) != 0 || gen_target_for_arch(gen, "sm_90", 0, 0, &t) != 0 ||
+        gen_list(gen, &p, &t, "default", &points, &npoints) != 0) {
+      fprintf(stderr, "the space: %s\n", gen ? gen_errmsg(gen) : err);
+      exit(1);
+    }
+  }
+  if (k >= npoints) {
+    fprintf(stderr, "the space has %zu points, not %zu\n", npoints, k + 1);
+    exit(1);
+  }
+  return points[k].name;
+}
+
+/* Point k recorded as a tune records it: its own name, hash and config. */
+static long long add_point(db *d, size_t k) {
+  char config[4096], err[256];
+  point_name(k);
+  CHECK(gen_config_json(&points[k].cfg, config, sizeof config) == 0, "config json");
+  db_variant v = {points[k].cfg.family, "simt-1+abc", points[k].name, points[k].hash, config,
+                  "0123456789abcdef"};
+  long long id = -1;
+  CHECK(db_variant_id(d, &v, &id, err, sizeof err) == 0, "db_variant_id: %s", err);
   return id;
 }
 
@@ -598,6 +635,45 @@ static void test_show_export(void) {
   db_close(d);
 }
 
+/* Text a spreadsheet would run as a formula (= + - @, a tab or CR first)
+** is exported with a quote before it; numbers, negative ones too, as
+** they are. */
+static void test_export_formulas(void) {
+  char path[PATH_LEN];
+  at(path, "formulas.db");
+  db *d = open_ok(path);
+  if (!d) return;
+  long long dev = add_device(d, "@SUM(1+1)*cmd|' /C calc'!A0", "GPU-f", "cuda");
+  long long var = add_variant(d, "+simt");
+  db_trial t = make_trial(var, dev, 64, 5.0, NULL);
+  t.status = "invalid";
+  t.message = "=HYPERLINK(\"http://x\",\"y\")";
+  t.seed = ~0ULL;   /* stored as the integer -1 */
+  put(d, &t);
+  t = make_trial(var, dev, 128, 5.0, NULL);
+  t.status = "crashed";
+  t.message = "-2+3";
+  put(d, &t);
+  t = make_trial(var, dev, 256, 5.0, NULL);
+  t.status = "crashed";
+  t.message = "\tcmd";
+  put(d, &t);
+  size_t rows = 0;
+  char *csv = capture(d, export_csv, &rows);
+  CHECK(csv && rows == 3, "export: %s", err_io);
+  if (csv) {
+    CHECK(strstr(csv, ",'@SUM(1+1)*cmd|' /C calc'!A0,") && strstr(csv, "\n'+simt,") &&
+          strstr(csv, ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",") &&
+          strstr(csv, ",'-2+3,") && strstr(csv, ",'\tcmd,"),
+          "formulas exported as they are: %s", csv);
+    CHECK(strstr(csv, ",-1\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
+          "numbers as numbers: %s", csv);
+    printf("export formulas: %s", strchr(csv, '\n') + 1);
+  }
+  free(csv);
+  db_close(d);
+}
+
 /* ---- Refusals that leave the file alone ---- */
 
 /* db_open of path must fail naming want, and leave the bytes as they were. */
@@ -849,7 +925,7 @@ static void test_merge(void) {
   if (!da || !dbb) return;
   /* A: gpu; v1, v2; trials (v1, 100), (v2, 100), (v1, 200); binary s1. */
   long long g = add_device(da, "NVIDIA H200", "GPU-1", "cuda");
-  long long v1 = add_variant(da, "v1"), v2 = add_variant(da, "v2");
+  long long v1 = add_point(da, 1), v2 = add_point(da, 2);
   db_trial t = make_trial(v1, g, 100, 5.0, NULL);
   put(da, &t);
   t = make_trial(v2, g, 100, 6.0, NULL);
@@ -862,7 +938,7 @@ static void test_merge(void) {
   ** binaries s1 (also in A), s2 and s3, none of which is imported. */
   long long be = add_device(dbb, "CPU emulator", "emu", "emu");
   long long bg = add_device(dbb, "NVIDIA H200", "GPU-1", "cuda");
-  long long b3 = add_variant(dbb, "v3"), b2 = add_variant(dbb, "v2"), b1 = add_variant(dbb, "v1");
+  long long b3 = add_point(dbb, 3), b2 = add_point(dbb, 2), b1 = add_point(dbb, 1);
   t = make_trial(b2, bg, 100, 3.0, NULL);
   put(dbb, &t);
   t = make_trial(b1, bg, 200, 9.0, NULL);
@@ -876,10 +952,10 @@ static void test_merge(void) {
   add_binary(dbb, "s3", 3);
   db_close(da);
   db_close(dbb);
-  set_created(a, "v2", 100, "2020-01-01T00:00:00.000Z");
-  set_created(b, "v2", 100, "2021-01-01T00:00:00.000Z");
-  set_created(a, "v1", 200, "2021-01-01T00:00:00.000Z");
-  set_created(b, "v1", 200, "2020-01-01T00:00:00.000Z");
+  set_created(a, point_name(2), 100, "2020-01-01T00:00:00.000Z");
+  set_created(b, point_name(2), 100, "2021-01-01T00:00:00.000Z");
+  set_created(a, point_name(1), 200, "2021-01-01T00:00:00.000Z");
+  set_created(b, point_name(1), 200, "2020-01-01T00:00:00.000Z");
 
   if (!(da = open_ok(a))) return;
   db_merge_counts c;
@@ -894,11 +970,13 @@ static void test_merge(void) {
   CHECK(c.trials_added == 2 && c.trials_replaced == 1 && c.trials_skipped == 1, "trials");
   CHECK(raw_int(a, "SELECT count(*) FROM trials") == 5, "5 trials");
   /* Each trial's variant and device names survived the id mapping. */
-  char text[256];
-  CHECK(raw_text(a, "SELECT group_concat(k, ' ') FROM (SELECT v.name || '/' || d.backend || '/' "
-                    "|| t.seq_q || '/' || coalesce(t.median_us, '-') AS k FROM trials t JOIN variants v ON "
-                    "v.id = t.variant_id JOIN devices d ON d.id = t.device_id ORDER BY k)",
-                 text, sizeof text) == 0 &&
+  char text[256], sql[1024];
+  snprintf(sql, sizeof sql, "SELECT group_concat(k, ' ') FROM (SELECT CASE v.name WHEN '%s' "
+           "THEN 'v1' WHEN '%s' THEN 'v2' WHEN '%s' THEN 'v3' END || '/' || d.backend || '/' "
+           "|| t.seq_q || '/' || coalesce(t.median_us, '-') AS k FROM trials t JOIN variants v "
+           "ON v.id = t.variant_id JOIN devices d ON d.id = t.device_id ORDER BY k)",
+           point_name(1), point_name(2), point_name(3));
+  CHECK(raw_text(a, sql, text, sizeof text) == 0 &&
         !strcmp(text, "v1/cuda/100/5.0 v1/cuda/200/7.0 v2/cuda/100/3.0 v3/cuda/300/8.0 "
                       "v3/emu/100/-"), "merged trials: %s", text);
   CHECK(raw_text(a, "SELECT hex(substr(blob, 1, 2)) FROM binaries WHERE source_hash = 's1'",
@@ -981,11 +1059,16 @@ int main(void) {
   test_migrate_from_four();
   test_best();
   test_show_export();
+  test_export_formulas();
   test_refusals();
   test_tampered_binary();
   test_merge();
   test_sigkill();
   test_concurrent();
+  if (gen) {
+    gen_variants_free(points, npoints);
+    gen_close(gen);
+  }
   remove_tree(dir);
   return check_done("test_db");
 }

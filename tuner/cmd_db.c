@@ -211,14 +211,22 @@ static void merge_said(const char *path, const char *into, const db_merge_counts
   printf("trials:   %zu added, %zu replaced (recorded later there), %zu skipped\n",
          c->trials_added, c->trials_replaced, c->trials_skipped);
   /* Reasons come fit for a terminal (db_merge_counts). */
+  if (c->devices_refused)
+    fprintf(stderr, "fatune: merge: %zu device%s refused\n", c->devices_refused,
+            c->devices_refused == 1 ? "" : "s");
   if (c->variants_refused)
-    fprintf(stderr, "fatune: merge: %zu variant%s refused: not in this fatune's space "
+    fprintf(stderr, "fatune: merge: %zu variant%s refused: not what a tune records "
             "(first: %s)\n", c->variants_refused, c->variants_refused == 1 ? "" : "s",
             c->variant_refused);
   if (c->trials_refused)
     fprintf(stderr, "fatune: merge: %zu trial%s refused: not what a tune records "
             "(first: %s)\n", c->trials_refused, c->trials_refused == 1 ? "" : "s",
             c->trial_refused);
+  if (c->too_long || c->name_mismatch || c->bad_created || c->over_cap)
+    fprintf(stderr, "fatune: merge: of the rows refused, %zu with a field longer than fatune "
+            "writes, %zu with a name or hash not their config's, %zu with a created not "
+            "fatune's timestamp, %zu past the rows one merge takes\n", c->too_long,
+            c->name_mismatch, c->bad_created, c->over_cap);
 }
 
 /* Each database in turn, each in its own transaction: a source that fails

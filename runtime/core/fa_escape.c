@@ -84,13 +84,19 @@ void fa_esc_json(FILE *f, const char *s) {
 
 /* ---- CSV ---- */
 
+/* Text a spreadsheet would run as a formula (OWASP's CSV injection). */
+static int formula_like(const char *s) { return s[0] && strchr("=+-@\t\r", s[0]); }
+
 void fa_esc_csv(FILE *f, const char *s) {
   const size_t n = strlen(s);
+  const char *lead = formula_like(s) ? "'" : "";
   if (!strpbrk(s, ",\"\r\n") && !(n && (s[0] == ' ' || s[n - 1] == ' '))) {
+    fputs(lead, f);
     fputs(s, f);
     return;
   }
   fputc('"', f);
+  fputs(lead, f);
   for (; *s; s++) {
     if (*s == '"') fputc('"', f);
     fputc(*s, f);

@@ -24,7 +24,10 @@ size_t fa_esc_term_buf(char *buf, size_t n, const char *s);
 void fa_esc_json(FILE *f, const char *s);
 
 /* An RFC 4180 CSV field: quoted, quotes doubled, when it holds a comma, a
-** quote, a line break or a leading or trailing space. */
+** quote, a line break or a leading or trailing space; text that starts
+** with = + - @, a tab or a carriage return, which a spreadsheet would run
+** as a formula, starts with a ' instead. Numbers are the caller's: written
+** as they are, -1 stays a number. */
 void fa_esc_csv(FILE *f, const char *s);
 
 /* HTML text or a quoted attribute value: & < > " ' as entities, control
