@@ -17,12 +17,21 @@
 #define FA_UNROLL
 #define FA_UNROLL_BY(n)
 
-/* initial-exec: a plain load from the thread pointer. The host finds this
-** slot through fa_emu_slot() and points it at each fiber it resumes. */
-static _Thread_local fa_emu_thread *fa_emu_self __attribute__((tls_model("initial-exec")));
+/* The running thread, from the top of the stack span it runs on
+** (emu_abi.h, FA_EMU_STACK_SPAN): an and and a load, and no thread-local
+** storage. The stack pointer read may be shared by the whole function:
+** anywhere in it, it lies in the same span. */
+FA_INLINE fa_emu_thread *fa_emu_me(void) {
+  uintptr_t sp;
+#if defined(__x86_64__)
+  __asm__("movq %%rsp, %0" : "=r"(sp));
+#else
+  sp = (uintptr_t)__builtin_frame_address(0);
+#endif
+  return ((fa_emu_thread *const *)((sp | (FA_EMU_STACK_SPAN - 1)) + 1))[-1];
+}
+#define fa_emu_self (fa_emu_me())
 
-__attribute__((visibility("default"))) fa_emu_thread **fa_emu_slot(void);
-fa_emu_thread **fa_emu_slot(void) { return &fa_emu_self; }
 __attribute__((visibility("default"))) int fa_emu_abi(void);
 int fa_emu_abi(void) { return FA_EMU_ABI_VERSION; }
 

@@ -5,6 +5,8 @@
 #    its $TMPDIR;
 #  - a new folder sweeps this user's stale ones (older than an hour, lock
 #    free) and keeps one whose lock a live process holds, and young ones.
+#  - a $TMPDIR others may write that lacks the sticky bit is refused with
+#    one line on stderr, and nothing is made in it.
 #
 # usage: FATUNE=build/fatune bash tests/cli_tmp.sh
 set -u
@@ -83,5 +85,14 @@ touch -d '2 hours ago' "$TMPDIR"/fatune-emu-{stale1,live01,nolock,oldobj}
   fail "a young folder is kept" "$(ls -A "$TMPDIR")"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
+
+open_tmp="$tmp/open"
+mkdir "$open_tmp" && chmod 0777 "$open_tmp"
+TMPDIR="$open_tmp" "${TIMEOUT[@]}" "$FATUNE" run --backend emu --config 'block_m=4' \
+  --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/o2.npy" 2>"$tmp/err"
+rc=$?
+[ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "$open_tmp.*no sticky bit" "$tmp/err" &&
+  [ -z "$(ls -A "$open_tmp")" ]
+check "a 0777 \$TMPDIR is refused in one line" $? "exit $rc: $(cat "$tmp/err"); in it: $(ls -A "$open_tmp")"
 
 finish

@@ -397,7 +397,7 @@ static int launch_hand(const emu_build *b, size_t i, emu_schedule s, float *q, f
   prm.q = q, prm.o = o;
   fa_emu_range ranges[2] = {{(unsigned long long)(size_t)q, (unsigned long long)(size_t)(q + 128)},
                             {(unsigned long long)(size_t)o, (unsigned long long)(size_t)(o + 128)}};
-  emu_launch_args a = {.fn = b->fn, .slot = b->slot, .entry = hands[i].entry,
+  emu_launch_args a = {.fn = b->fn, .entry = hands[i].entry,
                        .grid = {hands[i].grid, 1, 1}, .threads = hands[i].threads,
                        .smem_bytes = hands[i].smem, .params = &prm, .ranges = ranges,
                        .nranges = 2};

@@ -268,7 +268,7 @@ static int launch(int k, unsigned threads, size_t smem, fa_params *prm, const bu
       r[nr].hi = r[nr].lo + b->n[i];
       nr++;
     }
-  emu_launch_args a = {.fn = builds[k].fn, .slot = builds[k].slot, .entry = sources[k].entry,
+  emu_launch_args a = {.fn = builds[k].fn, .entry = sources[k].entry,
                        .grid = {1, 1, 1}, .threads = threads, .smem_bytes = smem,
                        .params = prm, .ranges = r, .nranges = nr};
   emu_launch_opts o = {.schedule = sched, .seed = g_seed++, .threads = 1, .smem_fill = 0xFF};

@@ -400,7 +400,7 @@ static int launch(int k, unsigned grid, unsigned threads, size_t smem, fa_params
       r[nr].hi = r[nr].lo + b->n[i];
       nr++;
     }
-  emu_launch_args a = {.fn = builds[k].fn, .slot = builds[k].slot, .entry = sources[k].entry,
+  emu_launch_args a = {.fn = builds[k].fn, .entry = sources[k].entry,
                        .grid = {grid, 1, 1}, .threads = threads, .smem_bytes = smem,
                        .params = &prm, .ranges = r, .nranges = nr};
   /* All ones, NaN in f32: what a read before the data lands sees. */

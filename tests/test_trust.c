@@ -148,7 +148,6 @@ static unsigned char *forge(const char *entry, size_t *size) {
              "  int fd = p ? open(p, O_WRONLY | O_CREAT, 0600) : -1;\n"
              "  if (fd >= 0) close(fd);\n}\n"
              "int fa_emu_abi(void) { return %d; }\n"
-             "static void *slot;\nvoid **fa_emu_slot(void) { return &slot; }\n"
              "void %s(void) {}\n", FA_EMU_ABI_VERSION, entry);
   if (fclose(f) != 0) return NULL;
   snprintf(cmd, sizeof cmd, "%s -shared -fPIC -o %s %s", emu_compiler(), so, c);

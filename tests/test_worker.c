@@ -111,7 +111,7 @@ static int emu_job(size_t i, void *ud, void *out) {
   prm.q = j->q, prm.o = j->o;
   fa_emu_range r[2] = {{(unsigned long long)(size_t)j->q, (unsigned long long)(size_t)(j->q + 32)},
                        {(unsigned long long)(size_t)j->o, (unsigned long long)(size_t)(j->o + 32)}};
-  emu_launch_args args = {.fn = j->b[k].fn, .slot = j->b[k].slot, .entry = kernels[k].entry,
+  emu_launch_args args = {.fn = j->b[k].fn, .entry = kernels[k].entry,
                           .grid = {1, 1, 1}, .threads = 32, .params = &prm, .ranges = r,
                           .nranges = 2};
   emu_launch_opts lo = {EMU_FORWARD, 1, 1, 0xFF};

@@ -176,7 +176,7 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
     return FA_ENOMEM;
   }
   emu_launch_args a = {
-    .fn = prog->build.fn, .slot = prog->build.slot, .entry = prog->entry,
+    .fn = prog->build.fn, .entry = prog->entry,
     .grid = {shape->grid[0], shape->grid[1], shape->grid[2]}, .threads = shape->block[0],
     .smem_bytes = shape->smem_bytes, .params = params, .ranges = ranges, .nranges = n};
   emu_launch_opts lo = {opts->schedule, opts->seed, opts->threads, opts->smem_fill};
@@ -200,7 +200,8 @@ static int emu_load_program(fa_backend *b, const gen_kernel *k, const void *data
     snprintf(err, errlen, "out of memory");
     return FA_ENOMEM;
   }
-  if (emu_load(data, size, k->entry, &p->build, err, errlen) != 0) {
+  emu_source src = {k->entry, k->body};
+  if (emu_load(data, size, &src, &p->build, err, errlen) != 0) {
     free(p->entry);
     free(p);
     return FA_ECOMPILE;

@@ -16,8 +16,6 @@
 
 typedef struct emu_module emu_module;   /* one loaded shared object */
 typedef void (*emu_kernel_fn)(fa_params p);
-/* A module's thread-local "running thread" slot, for the calling OS thread. */
-typedef fa_emu_thread **(*emu_slot_fn)(void);
 
 /* One kernel to compile: its entry point and its body (no prelude). */
 typedef struct emu_source {
@@ -29,7 +27,6 @@ typedef struct emu_source {
 ** holds the compiler's complaint about it. */
 typedef struct emu_build {
   emu_kernel_fn fn;
-  emu_slot_fn slot;
   emu_module *module;  /* holds fn; released by emu_build_free */
   char *log;           /* malloc'd, or NULL */
   double ms;           /* this kernel's share of its batch's compile time */
@@ -50,23 +47,37 @@ int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
                 emu_build *out, char *err, size_t errlen);
 void emu_build_free(emu_build *b);
 
-/* Load kernel `entry` from object bytes kept by an earlier compile. */
-int emu_load(const void *object, size_t size, const char *entry, emu_build *out, char *err,
-             size_t errlen);
+/* Load kernel src from object bytes kept by an earlier compile (and
+** checked by the caller): they are loaded from memory (a memfd), never
+** from a file someone else could rename over. When src's kernel is
+** loaded already, its module is shared instead. */
+int emu_load(const void *object, size_t size, const emu_source *src, emu_build *out,
+             char *err, size_t errlen);
 
-/* ---- Temporary folders and files (emu_tmp.c) ----
-** The host compiler works in a folder $TMPDIR/fatune-emu-XXXXXX that holds
-** an flock on its file `lock` while alive; making one first sweeps this
-** user's stale folders (older than an hour, lock free). A registry of the
-** live ones lets a signal handler remove them. */
+/* ---- Temporary folders (emu_tmp.c) ----
+** The host compiler works in a folder $TMPDIR/fatune-emu-XXXXXX, mode 0700,
+** used through the descriptor opened right after mkdtemp; it holds an flock
+** on its file `lock` while alive. Making one first sweeps this user's stale
+** folders (older than an hour, lock free). A registry of the live ones lets
+** a signal handler remove them. */
+typedef struct emu_tmp_dir {
+  char path[512];
+  int fd;        /* the folder */
+  int lock;      /* holds the flock on its file `lock` */
+} emu_tmp_dir;
+
 const char *emu_tmp_root(void);                               /* $TMPDIR, else /tmp */
-int emu_tmp_dir_make(char *dir, size_t n, char *err, size_t errlen);  /* 0 or -1 */
-void emu_tmp_dir_remove(const char *dir);
+/* -1 when $TMPDIR is writable by others and not sticky (they could rename
+** what is in it), or cannot be seen. */
+int emu_tmp_root_check(char *err, size_t errlen);
+int emu_tmp_dir_make(emu_tmp_dir *d, char *err, size_t errlen);  /* 0 or -1 */
+/* 0 when d->path is still the folder made: same device and inode, this
+** user's, mode 0700; else -1 with a message that says it was replaced. */
+int emu_tmp_dir_check(const emu_tmp_dir *d, char *err, size_t errlen);
+void emu_tmp_dir_remove(emu_tmp_dir *d);
 void emu_tmp_dir_files(const char *dir, int id);  /* k<id>.{c,so,log} may exist */
 int emu_tmp_child_add(const char *dir, pid_t pid);  /* a compiler (its own process group) */
 void emu_tmp_child_done(const char *dir, int token);
-int emu_tmp_file_add(const char *path);          /* a lone temporary file; a token */
-void emu_tmp_file_done(int token);
 int emu_tmp_dying(void);                          /* emu_tmp_cleanup has begun */
 void emu_tmp_sweep(void);
 /* Async-signal-safe: stops this process's compilers (SIGTERM to their
@@ -98,7 +109,6 @@ typedef struct emu_launch_opts {
 
 typedef struct emu_launch_args {
   emu_kernel_fn fn;
-  emu_slot_fn slot;         /* of fn's module */
   const char *entry;        /* named in messages */
   unsigned grid[3];
   unsigned threads;         /* per CTA, 1-D */

@@ -11,7 +11,14 @@
 
 /* Bumped whenever a struct below changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 4
+#define FA_EMU_ABI_VERSION 5
+
+/* Where a kernel finds the thread it runs as: each fiber's stack lies in a
+** span of FA_EMU_STACK_SPAN bytes aligned to that size, whose last word
+** holds the fiber's fa_emu_thread. A module thus needs no thread-local
+** storage, of which a process has little for loaded objects: about 200
+** modules with a TLS variable each use it all up. */
+#define FA_EMU_STACK_SPAN (512u * 1024u)
 
 /* Exact counts for one launch. Bytes are what the kernel asked for, per
 ** thread and access, summed; collectives count once per warp. */

@@ -6,15 +6,29 @@
 ** bodies, each under a #line directive that names its entry point, so a
 ** diagnostic points at the body's own line. A batch that fails is
 ** compiled again kernel by kernel, so one bad kernel costs only itself.
+**
+** What runs is exactly the bytes that were checked: the compiler works in
+** the private folder through its descriptor (its working directory), the
+** object is read back through that descriptor into memory, and every object,
+** compiled or from the cache, is loaded from an anonymous memory file
+** (memfd), never from a path another user could rename something over.
+**
+** A loaded object is shared: a registry maps each kernel's source to the
+** module that holds it, so loading the same kernel again (for another
+** problem key) reuses the module instead of loading a copy.
 */
+#define _GNU_SOURCE   /* memfd_create, posix_spawn_file_actions_addfchdir_np */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,10 +42,29 @@ extern char **environ;
 
 #define CFLAGS "-std=c11 -O2 -fPIC -shared -fno-strict-aliasing"
 
+/* Kernels may be mapped executable even where memfds are made
+** non-executable by default (vm.memfd_noexec); older headers lack it. */
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U
+#endif
+
 struct emu_module {
   void *handle;
-  atomic_int refs;
+  int memfd;     /* open while loaded: dlopen matches names, and the name is its number */
+  int refs;      /* under reg_mu */
 };
+
+/* A kernel bound in a loaded module, by its source and the extra flags it
+** was compiled with. Holds no reference: it goes when its module does. */
+typedef struct reg_entry {
+  struct reg_entry *next;
+  char *flags, *entry, *body;
+  emu_kernel_fn fn;
+  emu_module *module;
+} reg_entry;
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static reg_entry *registry;
 
 typedef struct batch { size_t first, count; } batch;
 
@@ -39,7 +72,7 @@ typedef struct job {
   const emu_source *src;
   emu_build *out;
   const emu_compile_opts *opts;
-  const char *dir;
+  const emu_tmp_dir *dir;
   batch *batches;
   atomic_int next_file;
 } job;
@@ -76,12 +109,21 @@ static const template_file *embedded(const char *name) {
   return NULL;
 }
 
-/* The C text of kernels [first, first + count). */
-static int write_batch(const char *path, const emu_source *src, size_t first, size_t count) {
+/* A new file `name` in the folder dirfd, for writing. */
+static FILE *create_at(int dirfd, const char *name) {
+  int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f && fd >= 0) close(fd);
+  return f;
+}
+
+/* The C text of kernels [first, first + count), as `name` in dirfd. */
+static int write_batch(int dirfd, const char *name, const emu_source *src, size_t first,
+                       size_t count) {
   static const char *const preludes[] = {"fa_params.h", "emu_abi.h", "prelude_emu.h",
                                           "prelude_emu_tc.h", "prelude_emu_sm90.h",
                                           "prelude_tile.h"};
-  FILE *f = fopen(path, "w");
+  FILE *f = create_at(dirfd, name);
   if (!f) return -1;
   int ok = fprintf(f, "/* fatune CPU emulation: %zu kernel(s) */\n", count) > 0;
   for (size_t i = 0; ok && i < sizeof preludes / sizeof preludes[0]; i++) {
@@ -95,9 +137,13 @@ static int write_batch(const char *path, const emu_source *src, size_t first, si
   return ok ? 0 : -1;
 }
 
-static char *read_text(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
+static char *read_text(int dirfd, const char *name) {
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
   size_t cap = 4096, n = 0;
   char *s = malloc(cap);
   while (s) {
@@ -119,57 +165,141 @@ static char *read_text(const char *path) {
 }
 
 /* Run the compiler through the shell so that CC may carry words of its own
-** ("ccache gcc"); the paths travel as positional parameters, unquoted by
-** nothing. Returns the exit status, or -1 when it could not be started.
-** The compiler runs in a process group of its own, registered with the
-** folder, so that a signal handler can stop it and all it started. */
-static int run_compiler(const char *dir, const char *cfile, const char *sofile,
+** ("ccache gcc"), in the folder d (entered by its descriptor, so a folder
+** renamed into its path changes nothing); the file names travel as
+** positional parameters, unquoted by nothing. Returns the exit status, or
+** -1 when it could not be started. The compiler runs in a process group of
+** its own, registered with the folder, so that a signal handler can stop it
+** and all it started. */
+static int run_compiler(const emu_tmp_dir *d, const char *cfile, const char *sofile,
                         const char *logfile, const char *extra) {
   char script[512];
   snprintf(script, sizeof script, "exec %s %s %s \"$1\" -o \"$2\" -lm >\"$3\" 2>&1",
            emu_compiler(), CFLAGS, extra ? extra : "");
   char *argv[] = {"sh", "-c", script, "sh", (char *)cfile, (char *)sofile, (char *)logfile, NULL};
   posix_spawnattr_t attr;
-  if (emu_tmp_dying() || fa_proc_spawnattr(&attr, POSIX_SPAWN_SETPGROUP) != 0) return -1;
+  posix_spawn_file_actions_t fa;
+  if (emu_tmp_dying() || posix_spawn_file_actions_init(&fa) != 0) return -1;
+  if (posix_spawn_file_actions_addfchdir_np(&fa, d->fd) != 0 ||
+      fa_proc_spawnattr(&attr, POSIX_SPAWN_SETPGROUP) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    return -1;
+  }
   pid_t pid;
   int rc = posix_spawnattr_setpgroup(&attr, 0) != 0 ||
-           posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, environ) != 0;
+           posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, environ) != 0;
   posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
   if (rc) return -1;
-  const int token = emu_tmp_child_add(dir, pid);
+  const int token = emu_tmp_child_add(d->path, pid);
   int status;
   while ((rc = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
-  emu_tmp_child_done(dir, token);
+  emu_tmp_child_done(d->path, token);
   if (rc < 0) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* ---- Loaded modules and their registry ---- */
+
 static void module_release(emu_module *m) {
-  if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
-    dlclose(m->handle);
-    free(m);
+  if (!m) return;
+  pthread_mutex_lock(&reg_mu);
+  const int last = --m->refs == 0;
+  for (reg_entry **e = &registry; last && *e;) {
+    reg_entry *x = *e;
+    if (x->module != m) {
+      e = &x->next;
+      continue;
+    }
+    *e = x->next;
+    free(x->flags), free(x->entry), free(x->body), free(x);
   }
+  pthread_mutex_unlock(&reg_mu);
+  if (!last) return;
+  dlclose(m->handle);
+  close(m->memfd);
+  free(m);
 }
 
-/* Load a built object and bind kernels [first, first + count) to it. */
-static char *load(const char *sofile, const emu_source *src, size_t first, size_t count,
-                  emu_build *out) {
-  char msg[512];
-  void *h = dlopen(sofile, RTLD_NOW | RTLD_LOCAL);
+/* Binds out to the module already loaded with src's kernel (compiled with
+** flags), taking a reference; 1 when there is one. */
+static int reuse(const emu_source *src, const char *flags, emu_build *out) {
+  pthread_mutex_lock(&reg_mu);
+  reg_entry *e = registry;
+  while (e && (strcmp(e->entry, src->entry) || strcmp(e->body, src->body) ||
+               strcmp(e->flags, flags)))
+    e = e->next;
+  if (e) out->fn = e->fn, out->module = e->module, e->module->refs++;
+  pthread_mutex_unlock(&reg_mu);
+  return e != NULL;
+}
+
+/* Records that m holds src's kernel as fn; a kernel already recorded keeps
+** its module (both hold the same code). Out of memory: merely not shared. */
+static void remember(const emu_source *src, const char *flags, emu_kernel_fn fn,
+                     emu_module *m) {
+  emu_build seen = {0};
+  if (reuse(src, flags, &seen)) {
+    module_release(seen.module);
+    return;
+  }
+  reg_entry *e = calloc(1, sizeof *e);
+  if (!e || !(e->flags = strdup(flags)) || !(e->entry = strdup(src->entry)) ||
+      !(e->body = strdup(src->body))) {
+    if (e) free(e->flags), free(e->entry), free(e);
+    return;
+  }
+  e->fn = fn, e->module = m;
+  pthread_mutex_lock(&reg_mu);
+  e->next = registry, registry = e;
+  pthread_mutex_unlock(&reg_mu);
+}
+
+/* An anonymous memory file holding the bytes; -1 with msg said. */
+static int memfd_of(const unsigned char *bytes, size_t size, char *msg, size_t n) {
+  int fd = memfd_create("fatune-kernels", MFD_CLOEXEC | MFD_EXEC);
+  if (fd < 0 && errno == EINVAL) fd = memfd_create("fatune-kernels", MFD_CLOEXEC);  /* before MFD_EXEC */
+  if (fd < 0) {
+    snprintf(msg, n, "cannot load the compiled kernels: memfd_create: %s", strerror(errno));
+    return -1;
+  }
+  for (size_t done = 0; done < size;) {
+    ssize_t w = write(fd, bytes + done, size - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      snprintf(msg, n, "cannot load the compiled kernels: writing a memfd: %s",
+               w < 0 ? strerror(errno) : "no progress");
+      close(fd);
+      return -1;
+    }
+    done += (size_t)w;
+  }
+  return fd;
+}
+
+/* Load object bytes from memory and bind kernels [first, first + count)
+** (compiled with flags) to them; a message (malloc'd) when nothing loaded. */
+static char *load(const unsigned char *bytes, size_t size, const char *flags,
+                  const emu_source *src, size_t first, size_t count, emu_build *out) {
+  char msg[512], path[64];
+  int fd = memfd_of(bytes, size, msg, sizeof msg);
+  if (fd < 0) return strdup(msg);
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     snprintf(msg, sizeof msg, "cannot load the compiled kernels: %s", dlerror());
+    close(fd);
     return strdup(msg);
   }
   int (*abi)(void) = (int (*)(void))dlsym(h, "fa_emu_abi");
-  emu_slot_fn slot = (emu_slot_fn)dlsym(h, "fa_emu_slot");
   emu_module *m = malloc(sizeof *m);
-  if (!abi || !slot || abi() != FA_EMU_ABI_VERSION || !m) {
+  if (!abi || abi() != FA_EMU_ABI_VERSION || !m) {
     free(m);
     dlclose(h);
+    close(fd);
     return strdup("the compiled kernels do not match this emulator (ABI)");
   }
-  m->handle = h;
-  atomic_init(&m->refs, 1);  /* ours, dropped below */
+  m->handle = h, m->memfd = fd, m->refs = 1;  /* ours, dropped below */
   for (size_t i = first; i < first + count; i++) {
     emu_kernel_fn fn = (emu_kernel_fn)dlsym(h, src[i].entry);
     if (!fn) {
@@ -177,59 +307,102 @@ static char *load(const char *sofile, const emu_source *src, size_t first, size_
       out[i].log = strdup(msg);
       continue;
     }
-    out[i].fn = fn, out[i].slot = slot, out[i].module = m;
-    atomic_fetch_add(&m->refs, 1);
+    pthread_mutex_lock(&reg_mu);
+    m->refs++;
+    pthread_mutex_unlock(&reg_mu);
+    out[i].fn = fn, out[i].module = m;
+    remember(&src[i], flags, fn, m);
   }
   module_release(m);
   return NULL;
 }
 
-/* A copy of the object's bytes in every build of the batch that loaded. */
-static void keep_object(const char *sofile, emu_build *out, size_t first, size_t count) {
-  FILE *f = fopen(sofile, "rb");
-  if (!f) return;
+/* ---- Compiling ---- */
+
+/* The compiled object `name` in d, read through d's descriptor into
+** memory: a regular file of this user's. NULL with msg said. */
+static unsigned char *read_object(const emu_tmp_dir *d, const char *name, size_t *size,
+                                  char *msg, size_t n) {
+  int fd = openat(d->fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
   unsigned char *bytes = NULL;
-  long size = -1;
-  if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-      (bytes = malloc((size_t)size)) && fread(bytes, 1, (size_t)size, f) != (size_t)size) {
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      st.st_size <= 0 || !(bytes = malloc((size_t)st.st_size))) {
+    snprintf(msg, n, "cannot read the compiled object %s/%s: %s", d->path, name,
+             fd < 0 ? strerror(errno) : "not a regular file of this user's");
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  size_t done = 0;
+  while (done < (size_t)st.st_size) {
+    ssize_t r = read(fd, bytes + done, (size_t)st.st_size - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += (size_t)r;
+  }
+  close(fd);
+  if (done != (size_t)st.st_size) {
+    snprintf(msg, n, "cannot read the compiled object %s/%s", d->path, name);
     free(bytes);
-    bytes = NULL;
+    return NULL;
   }
-  fclose(f);
-  for (size_t i = first; bytes && i < first + count; i++) {
+  *size = done;
+  return bytes;
+}
+
+/* A copy of the object's bytes in every build of the batch that loaded. */
+static void keep_object(const unsigned char *bytes, size_t size, emu_build *out, size_t first,
+                        size_t count) {
+  for (size_t i = first; i < first + count; i++) {
     if (!out[i].fn) continue;
-    out[i].object = malloc((size_t)size);
-    if (out[i].object) memcpy(out[i].object, bytes, (size_t)size), out[i].object_size = (size_t)size;
+    out[i].object = malloc(size);
+    if (out[i].object) memcpy(out[i].object, bytes, size), out[i].object_size = size;
   }
+}
+
+/* The built object loaded, after checking the folder is still ours; a
+** message (malloc'd) when not. */
+static char *load_built(job *j, const char *sofile, size_t first, size_t count) {
+  char msg[1024];
+  size_t size;
+  unsigned char *bytes = NULL;
+  if (emu_tmp_dir_check(j->dir, msg, sizeof msg) == 0)
+    bytes = read_object(j->dir, sofile, &size, msg, sizeof msg);
+  if (!bytes) return strdup(msg);
+  const char *flags = j->opts->extra_flags ? j->opts->extra_flags : "";
+  char *why = load(bytes, size, flags, j->src, first, count, j->out);
+  if (!why && j->opts->keep_objects) keep_object(bytes, size, j->out, first, count);
   free(bytes);
+  return why;
 }
 
 /* Compile and load kernels [first, first + count) as one object. */
 static int build(job *j, size_t first, size_t count) {
-  char cfile[600], sofile[600], logfile[600];
+  char cfile[32], sofile[32], logfile[32], msg[1024];
   int id = atomic_fetch_add(&j->next_file, 1);
-  snprintf(cfile, sizeof cfile, "%s/k%d.c", j->dir, id);
-  snprintf(sofile, sizeof sofile, "%s/k%d.so", j->dir, id);
-  snprintf(logfile, sizeof logfile, "%s/k%d.log", j->dir, id);
-  emu_tmp_dir_files(j->dir, id);
+  snprintf(cfile, sizeof cfile, "k%d.c", id);
+  snprintf(sofile, sizeof sofile, "k%d.so", id);
+  snprintf(logfile, sizeof logfile, "k%d.log", id);
+  emu_tmp_dir_files(j->dir->path, id);
   double t0 = now_ms();
-  int rc = write_batch(cfile, j->src, first, count);
+  int rc = write_batch(j->dir->fd, cfile, j->src, first, count);
   char *log = NULL;
   if (rc != 0) {
     log = strdup("cannot write the kernel source for the host compiler");
+  } else if ((rc = emu_tmp_dir_check(j->dir, msg, sizeof msg)) != 0) {
+    log = strdup(msg);
   } else {
     rc = run_compiler(j->dir, cfile, sofile, logfile, j->opts->extra_flags);
-    log = read_text(logfile);
+    log = read_text(j->dir->fd, logfile);
     if (rc < 0) {
       free(log);
       log = strdup("cannot start the host compiler (/bin/sh)");
     }
   }
   if (rc == 0) {
-    char *why = load(sofile, j->src, first, count, j->out);
+    char *why = load_built(j, sofile, first, count);
     if (why) free(log), log = why, rc = -1;
   }
-  if (rc == 0 && j->opts->keep_objects) keep_object(sofile, j->out, first, count);
   double ms = (now_ms() - t0) / (double)count;
   for (size_t i = first; i < first + count; i++) j->out[i].ms = ms;
   if (rc != 0 && count == 1) {
@@ -237,7 +410,8 @@ static int build(job *j, size_t first, size_t count) {
     log = NULL;
   }
   free(log);
-  unlink(cfile), unlink(sofile), unlink(logfile);
+  unlinkat(j->dir->fd, cfile, 0), unlinkat(j->dir->fd, sofile, 0);
+  unlinkat(j->dir->fd, logfile, 0);
   return rc;
 }
 
@@ -252,12 +426,13 @@ int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
                 emu_build *out, char *err, size_t errlen) {
   memset(out, 0, n * sizeof *out);
   if (n == 0) return 0;
-  char dir[512];
-  if (emu_tmp_dir_make(dir, sizeof dir, err, errlen) != 0) return -1;
+  emu_tmp_dir dir;
+  if (emu_tmp_dir_make(&dir, err, errlen) != 0) return -1;
   int jobs = opts->jobs > 0 ? opts->jobs : par_cores();
   size_t per = opts->batch > 0 ? (size_t)opts->batch : (n + (size_t)jobs - 1) / (size_t)jobs;
   size_t nb = (n + per - 1) / per;
-  job j = {.src = src, .out = out, .opts = opts, .dir = dir, .batches = calloc(nb, sizeof(batch))};
+  job j = {.src = src, .out = out, .opts = opts, .dir = &dir,
+           .batches = calloc(nb, sizeof(batch))};
   atomic_init(&j.next_file, 0);
   int rc = -1;
   if (!j.batches) {
@@ -271,7 +446,7 @@ int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
     if (rc != 0) snprintf(err, errlen, "cannot start the compile threads");
   }
   free(j.batches);
-  emu_tmp_dir_remove(dir);
+  emu_tmp_dir_remove(&dir);
   return rc;
 }
 
@@ -283,24 +458,11 @@ void emu_build_free(emu_build *b) {
   memset(b, 0, sizeof *b);
 }
 
-int emu_load(const void *object, size_t size, const char *entry, emu_build *out, char *err,
+int emu_load(const void *object, size_t size, const emu_source *src, emu_build *out, char *err,
              size_t errlen) {
   memset(out, 0, sizeof *out);
-  char path[512];
-  snprintf(path, sizeof path, "%s/fatune-emu-XXXXXX", emu_tmp_root());
-  int fd = mkstemp(path);
-  if (fd < 0) {
-    snprintf(err, errlen, "cannot write a kernel object: %s: %s", path, strerror(errno));
-    return -1;
-  }
-  const int token = emu_tmp_file_add(path);
-  FILE *f = fdopen(fd, "wb");
-  int ok = f && fwrite(object, 1, size, f) == size;
-  if (f ? fclose(f) != 0 : close(fd) != 0) ok = 0;
-  emu_source src = {entry, ""};
-  char *why = ok ? load(path, &src, 0, 1, out) : strdup("cannot write a kernel object");
-  unlink(path);
-  emu_tmp_file_done(token);
+  if (reuse(src, "", out)) return 0;
+  char *why = load(object, size, "", src, 0, 1, out);
   if (!why && !out->fn) why = out->log, out->log = NULL;
   if (why) {
     snprintf(err, errlen, "%s", why);

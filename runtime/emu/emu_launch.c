@@ -34,8 +34,12 @@
 #include "emu.h"
 #include "fiber.h"
 
-#define STACK_BYTES (256u * 1024u)  /* per fiber; kernels keep their tiles here */
-#define GUARD_BYTES 4096u           /* an overflow faults instead of corrupting */
+/* Each fiber's stack is a span of FA_EMU_STACK_SPAN bytes aligned to its
+** size (emu_abi.h): a guard page at the bottom, where an overflow faults
+** instead of corrupting, the stack, where kernels keep their tiles, and at
+** the top the pointer to the fiber's thread, by which the kernel finds it. */
+#define GUARD_BYTES 4096u
+#define TOP_BYTES 16u               /* the thread's pointer; the stack below stays 16-aligned */
 #define MAX_THREADS 1024
 #define MAX_SMEM (1u << 20)
 #define SMEM_ALIGN 1024u            /* the swizzle patterns repeat every 1024 bytes */
@@ -69,6 +73,7 @@ struct worker {
   int n;                     /* threads per CTA */
   unsigned char *map;        /* fiber stacks with guard pages */
   size_t map_bytes;
+  unsigned char *spans;      /* the first span, aligned to FA_EMU_STACK_SPAN, in map */
   unsigned char *smem;
   fa_emu_warp *warps;
   fa_emu_copy *copies;
@@ -389,14 +394,15 @@ static void start_cta(worker *w, unsigned long long cta) {
     t->cta = &w->cta;
     f->w = w;
     f->state = F_READY, f->kind = 0, f->line = 0;
-    unsigned char *stack = w->map + (size_t)i * (STACK_BYTES + GUARD_BYTES) + GUARD_BYTES;
-    fiber_make(&f->ctx, stack, STACK_BYTES, fiber_main, f);
+    unsigned char *span = w->spans + (size_t)i * FA_EMU_STACK_SPAN;
+    memcpy(span + FA_EMU_STACK_SPAN - sizeof t, &t, sizeof t);
+    fiber_make(&f->ctx, span + GUARD_BYTES, FA_EMU_STACK_SPAN - GUARD_BYTES - TOP_BYTES,
+               fiber_main, f);
   }
 }
 
 /* Run fiber f until it waits, exits or fails: -1 when the CTA failed. */
-static int step(worker *w, fa_emu_thread **slot, emu_fiber *f) {
-  *slot = &f->t;
+static int step(worker *w, emu_fiber *f) {
   fiber_switch(&w->home, &f->ctx);
   return w->failed ? -1 : 0;
 }
@@ -405,7 +411,7 @@ static int step(worker *w, fa_emu_thread **slot, emu_fiber *f) {
 ** alone until none of its lanes is ready; the round ends early when a
 ** __syncthreads opens, so every phase between barriers gets its own order.
 ** Sets *ran when a fiber ran. */
-static int skew_round(worker *w, fa_emu_thread **slot, int *ran) {
+static int skew_round(worker *w, int *ran) {
   const int nwarps = (w->n + 31) / 32;
   const unsigned opened = w->cta_opened;
   for (int k = 0; k < nwarps; k++) w->order[k] = k;
@@ -417,19 +423,19 @@ static int skew_round(worker *w, fa_emu_thread **slot, int *ran) {
       for (int i = hi - 1; i >= lo && w->cta_opened == opened; i--) {
         if (!runnable(w, &w->f[i])) continue;
         *ran = again = 1;
-        if (step(w, slot, &w->f[i]) != 0) return -1;
+        if (step(w, &w->f[i]) != 0) return -1;
       }
     }
   }
   return 0;
 }
 
-static int run_cta(worker *w, fa_emu_thread **slot, unsigned long long cta) {
+static int run_cta(worker *w, unsigned long long cta) {
   start_cta(w, cta);
   if (w->L->o->schedule == EMU_SKEW)
     for (;;) {
       int ran = 0;
-      if (skew_round(w, slot, &ran) != 0) return -1;
+      if (skew_round(w, &ran) != 0) return -1;
       if (!w->alive) return 0;
       if (!ran) {
         report_deadlock(w);
@@ -444,7 +450,7 @@ static int run_cta(worker *w, fa_emu_thread **slot, unsigned long long cta) {
       emu_fiber *f = &w->f[w->order[k]];
       if (!runnable(w, f)) continue;
       ran = 1;
-      if (step(w, slot, f) != 0) return -1;
+      if (step(w, f) != 0) return -1;
     }
     if (!w->alive) return 0;
     if (!ran) {
@@ -474,13 +480,14 @@ static int worker_init(worker *w, launch *L) {
   w->L = L;
   w->n = (int)L->a->threads;
   const size_t n = (size_t)w->n;
-  w->map_bytes = n * (STACK_BYTES + GUARD_BYTES);
+  w->map_bytes = (n + 1) * FA_EMU_STACK_SPAN;   /* one more, to align the first */
   void *map = mmap(NULL, w->map_bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (map == MAP_FAILED) return -1;
   w->map = map;
+  w->spans = w->map + (FA_EMU_STACK_SPAN - (uintptr_t)map % FA_EMU_STACK_SPAN) % FA_EMU_STACK_SPAN;
   for (size_t i = 0; i < n; i++)
-    if (mprotect(w->map + i * (STACK_BYTES + GUARD_BYTES), GUARD_BYTES, PROT_NONE) != 0)
+    if (mprotect(w->spans + i * FA_EMU_STACK_SPAN, GUARD_BYTES, PROT_NONE) != 0)
       return -1;
   w->f = calloc(n, sizeof *w->f);
   w->smem = aligned_alloc(SMEM_ALIGN, (L->a->smem_bytes + SMEM_ALIGN - 1) / SMEM_ALIGN * SMEM_ALIGN
@@ -517,16 +524,13 @@ static void *work(void *arg) {
     launch_fail(L, "out of memory for the emulated threads");
     return NULL;
   }
-  /* The slot belongs to this OS thread: the module's TLS variable. */
-  fa_emu_thread **slot = L->a->slot();
   unsigned long long cta;
   while (!atomic_load(&L->failed) && (cta = atomic_fetch_add(&L->next, 1)) < L->ncta) {
-    if (run_cta(&w, slot, cta) != 0) {
+    if (run_cta(&w, cta) != 0) {
       launch_fail(L, w.msg);
       break;
     }
   }
-  *slot = NULL;
   pthread_mutex_lock(&L->mu);
   add_counters(&L->total, &w.ctr);
   pthread_mutex_unlock(&L->mu);
@@ -536,7 +540,7 @@ static void *work(void *arg) {
 
 static int bad_args(const emu_launch_args *a, char *err, size_t errlen) {
   const char *why = NULL;
-  if (!a->fn || !a->slot || !a->params) why = "no kernel";
+  if (!a->fn || !a->params) why = "no kernel";
   else if (a->threads < 1 || a->threads > MAX_THREADS) why = "threads per CTA must be 1 to 1024";
   else if (!a->grid[0] || !a->grid[1] || !a->grid[2]) why = "empty grid";
   else if (a->smem_bytes > MAX_SMEM) why = "more than 1 MiB of shared memory";

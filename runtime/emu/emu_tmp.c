@@ -7,7 +7,14 @@
 ** lock-free atomics for the slots. Each live folder holds an flock on its
 ** file `lock`; a new folder first sweeps stale ones of this user: folders
 ** older than an hour whose lock it can take (their owner is gone).
+**
+** Another user may rename things in $TMPDIR: a folder is made 0700, opened
+** at once and used through that descriptor from then on; its path is only
+** compared (device, inode, owner, mode) with the descriptor. A $TMPDIR that
+** others may write without the sticky bit lets them rename our folder
+** itself, so it is refused.
 */
+#define _XOPEN_SOURCE 700   /* S_ISVTX */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -35,7 +42,7 @@ enum { FREE, BUSY, LIVE };
 typedef struct slot {
   atomic_int state;
   pid_t owner;
-  int is_dir, lock_fd;
+  int dir_fd, lock_fd;
   atomic_int files;              /* k0 .. k<files-1>.{c,so,log} may exist */
   atomic_int child[NCHILD];      /* compiler process-group leaders, 0: none */
   char path[PATH_MAX_];
@@ -46,13 +53,13 @@ static atomic_int dying;         /* set by emu_tmp_cleanup: start no compiler */
 
 /* ---- The registry ---- */
 
-static int claim(const char *path, int is_dir, int lock_fd) {
+static int claim(const char *path, int dir_fd, int lock_fd) {
   if (strlen(path) >= PATH_MAX_) return -1;
   for (int i = 0; i < NSLOTS; i++) {
     int want = FREE;
     if (!atomic_compare_exchange_strong(&slots[i].state, &want, BUSY)) continue;
     slot *s = &slots[i];
-    s->owner = getpid(), s->is_dir = is_dir, s->lock_fd = lock_fd;
+    s->owner = getpid(), s->dir_fd = dir_fd, s->lock_fd = lock_fd;
     atomic_store(&s->files, 0);
     for (int c = 0; c < NCHILD; c++) atomic_store(&s->child[c], 0);
     memcpy(s->path, path, strlen(path) + 1);
@@ -71,6 +78,21 @@ static void release(int i) {
 const char *emu_tmp_root(void) {
   const char *tmp = getenv("TMPDIR");
   return tmp && *tmp ? tmp : "/tmp";
+}
+
+int emu_tmp_root_check(char *err, size_t errlen) {
+  struct stat st;
+  if (stat(emu_tmp_root(), &st) != 0) {
+    snprintf(err, errlen, "$TMPDIR %s: %s", emu_tmp_root(), strerror(errno));
+    return -1;
+  }
+  if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+    snprintf(err, errlen, "$TMPDIR %s is writable by others and has no sticky bit: they could "
+             "replace the emulator's files; use a private folder or one of mode 1777",
+             emu_tmp_root());
+    return -1;
+  }
+  return 0;
 }
 
 /* ---- Async-signal-safe removal ---- */
@@ -123,22 +145,31 @@ static void stop_children(slot *s) {
   }
 }
 
-/* Unlink what the folder may hold and remove it; 0 when it is gone. */
+/* 1 when path is still the folder open as fd (lstat and fstat are
+** async-signal-safe). */
+static int same_dir(const char *path, int fd) {
+  struct stat a, b;
+  return lstat(path, &a) == 0 && fstat(fd, &b) == 0 && S_ISDIR(a.st_mode) &&
+         a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_uid == geteuid() &&
+         (a.st_mode & 07777) == 0700;
+}
+
+/* Unlink what the folder may hold and remove it when its path is still
+** it; 0 when done. */
 static int remove_dir_contents(slot *s) {
   static const char *const ext[] = {".c", ".so", ".log"};
-  char file[PATH_MAX_ + 32], num[16];
+  char num[16];
   const int files = atomic_load(&s->files);
   for (int id = 0; id < files; id++) {
     utoa((unsigned)id, num);
     for (int e = 0; e < 3; e++) {
       char name[32];
-      join3(name, sizeof name, "/k", num, ext[e]);
-      join3(file, sizeof file, s->path, name, "");
-      unlink(file);
+      join3(name, sizeof name, "k", num, ext[e]);
+      unlinkat(s->dir_fd, name, 0);
     }
   }
-  join3(file, sizeof file, s->path, "/lock", "");
-  unlink(file);
+  unlinkat(s->dir_fd, "lock", 0);
+  if (!same_dir(s->path, s->dir_fd)) return 0;   /* moved away: not ours to remove by name */
   return rmdir(s->path) == 0 || errno == ENOENT ? 0 : -1;
 }
 
@@ -148,10 +179,6 @@ void emu_tmp_cleanup(void) {
   for (int i = 0; i < NSLOTS; i++) {
     slot *s = &slots[i];
     if (atomic_load(&s->state) != LIVE || s->owner != me) continue;
-    if (!s->is_dir) {
-      unlink(s->path);
-      continue;
-    }
     /* A compile thread may still be writing: try again a few times. */
     for (int tries = 0; tries < 20; tries++) {
       stop_children(s);
@@ -170,7 +197,7 @@ static void sweep_dir(int rootfd, const char *name, time_t now) {
   if (fstatat(rootfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != getuid() ||
       now - st.st_mtime < STALE_S)
     return;
-  if (S_ISREG(st.st_mode)) {   /* an object emu_load did not get to remove */
+  if (S_ISREG(st.st_mode)) {   /* an object an older emu_load did not get to remove */
     unlinkat(rootfd, name, 0);
     return;
   }
@@ -205,27 +232,51 @@ void emu_tmp_sweep(void) {
 
 /* ---- Folders and files ---- */
 
-int emu_tmp_dir_make(char *dir, size_t n, char *err, size_t errlen) {
+int emu_tmp_dir_check(const emu_tmp_dir *d, char *err, size_t errlen) {
+  if (same_dir(d->path, d->fd)) return 0;
+  snprintf(err, errlen, "the compile folder %s was replaced or changed by someone else; "
+           "nothing from it is used", d->path);
+  return -1;
+}
+
+/* The folder mkdtemp made, opened and checked: d->fd, or -1. */
+static int open_made(emu_tmp_dir *d, char *err, size_t errlen) {
+  d->fd = open(d->path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (d->fd < 0) {
+    snprintf(err, errlen, "cannot open %s: %s", d->path, strerror(errno));
+    return -1;
+  }
+  if (emu_tmp_dir_check(d, err, errlen) != 0) {
+    close(d->fd);
+    return d->fd = -1;
+  }
+  return d->fd;
+}
+
+int emu_tmp_dir_make(emu_tmp_dir *d, char *err, size_t errlen) {
+  if (emu_tmp_root_check(err, errlen) != 0) return -1;
   emu_tmp_sweep();
-  if ((size_t)snprintf(dir, n, "%s/" PREFIX "XXXXXX", emu_tmp_root()) >= n) {
+  if ((size_t)snprintf(d->path, sizeof d->path, "%s/" PREFIX "XXXXXX", emu_tmp_root()) >=
+      sizeof d->path) {
     snprintf(err, errlen, "$TMPDIR is too long: %s", emu_tmp_root());
     return -1;
   }
-  if (!mkdtemp(dir)) {
-    snprintf(err, errlen, "cannot make a directory for the emulator's objects: %s: %s", dir,
-             strerror(errno));
+  if (!mkdtemp(d->path)) {
+    snprintf(err, errlen, "cannot make a directory for the emulator's objects: %s: %s",
+             d->path, strerror(errno));
     return -1;
   }
-  char lock[PATH_MAX_ + 8];
-  snprintf(lock, sizeof lock, "%s/lock", dir);
-  int fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    snprintf(err, errlen, "cannot lock %s: %s", lock, strerror(errno));
-    if (fd >= 0) close(fd), unlink(lock);
-    rmdir(dir);
+  if (open_made(d, err, errlen) < 0) return -1;   /* not ours any more: left alone */
+  d->lock = openat(d->fd, "lock", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (d->lock < 0 || flock(d->lock, LOCK_EX | LOCK_NB) != 0) {
+    snprintf(err, errlen, "cannot lock %s/lock: %s", d->path, strerror(errno));
+    if (d->lock >= 0) close(d->lock), unlinkat(d->fd, "lock", 0);
+    if (same_dir(d->path, d->fd)) rmdir(d->path);
+    close(d->fd);
     return -1;
   }
-  return claim(dir, 1, fd) >= 0 ? 0 : (close(fd), 0);
+  claim(d->path, d->fd, d->lock);   /* full: removed normally, only not on a signal */
+  return 0;
 }
 
 static slot *find(const char *path) {
@@ -236,16 +287,13 @@ static slot *find(const char *path) {
   return NULL;
 }
 
-void emu_tmp_dir_remove(const char *dir) {
-  slot *s = find(dir);
-  char lock[PATH_MAX_ + 8];
-  snprintf(lock, sizeof lock, "%s/lock", dir);
-  unlink(lock);
-  rmdir(dir);
-  if (!s) return;
-  int fd = s->lock_fd;
-  release((int)(s - slots));
-  close(fd);
+void emu_tmp_dir_remove(emu_tmp_dir *d) {
+  slot *s = find(d->path);
+  if (s) release((int)(s - slots));
+  unlinkat(d->fd, "lock", 0);
+  if (same_dir(d->path, d->fd)) rmdir(d->path);
+  close(d->lock);
+  close(d->fd);
 }
 
 void emu_tmp_dir_files(const char *dir, int id) {
@@ -270,6 +318,3 @@ void emu_tmp_child_done(const char *dir, int c) {
 }
 
 int emu_tmp_dying(void) { return atomic_load(&dying); }
-
-int emu_tmp_file_add(const char *path) { return claim(path, 0, -1); }
-void emu_tmp_file_done(int token) { release(token); }
