@@ -312,13 +312,17 @@ static slot *insert_slot(fatune_ctx *c, const fa_problem *p) {
   return &c->table[h % TABLE_SIZE];
 }
 
+/* The slot for p, built and put in the table when it is not there yet. On
+** success the table's read lock is held and the slot stays as it is until
+** the caller releases it: only a holder of the slow lock empties the
+** table, and the read lock is taken before the slow lock is let go. */
 static fatune_status prepare(fatune_ctx *c, const fa_problem *p, slot **out) {
   pthread_mutex_lock(&c->slow);
   pthread_rwlock_rdlock(&c->lock);
   slot *s = lookup(c, p);
-  pthread_rwlock_unlock(&c->lock);
   fatune_status st = FATUNE_OK;
   if (!s) {
+    pthread_rwlock_unlock(&c->lock);
     gen_kernel k;
     fa_program *prog = NULL;
     fatune_choice choice = FATUNE_DEFAULT;
@@ -331,6 +335,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, slot **out) {
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->used = 1;
       pthread_rwlock_unlock(&c->lock);
+      pthread_rwlock_rdlock(&c->lock);
     }
   }
   pthread_mutex_unlock(&c->slow);
@@ -346,7 +351,6 @@ fatune_status fatune_choose(fatune_ctx *c, const fatune_problem *p, char *name, 
   fa_problem fp = to_problem(p);
   slot *s;
   if ((st = prepare(c, &fp, &s)) != FATUNE_OK) return st;
-  pthread_rwlock_rdlock(&c->lock);
   if (name && n) snprintf(name, n, "%s", s->k.name);
   if (choice) *choice = s->choice;
   pthread_rwlock_unlock(&c->lock);
@@ -496,12 +500,6 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   if (!cl->s) {
     pthread_rwlock_unlock(&c->lock);
     if ((st = prepare(c, fp, &cl->s)) != FATUNE_OK) return st;
-    pthread_rwlock_rdlock(&c->lock);
-    cl->s = lookup(c, fp);  /* another thread may have emptied the table meanwhile */
-    if (!cl->s) {
-      pthread_rwlock_unlock(&c->lock);
-      return fail(FATUNE_ENOMEM, "the kernel table is being refilled; call again");
-    }
   }
   void *lse = x->lse;
   const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);

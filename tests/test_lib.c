@@ -10,8 +10,13 @@
 **  - a binary edited by hand in the compile cache is never run: the kernel
 **    is compiled again and the result is right;
 **  - four threads at once, on different problems, all right;
+**  - fatune_choose from eight threads while the table of kernels is
+**    emptied again and again: every call names its own key's variant;
 **  - the per-call overhead of choosing a kernel once it is in memory.
 */
+#define _GNU_SOURCE   /* RTLD_NEXT */
+#include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -481,6 +486,98 @@ static void test_threads(void) {
   fatune_close(c);
 }
 
+/* fatune_choose from eight threads on more keys than the context's table
+** holds (256), so that it is emptied again and again while other threads
+** are between building their slot and reading it: every call names the
+** variant of its own key, never another's or none. To make that moment
+** likely on any machine, the library's read locks taken in these threads
+** wait first, one in four for 4 ms, as a preempted thread would (this
+** program's pthread_rwlock_rdlock is the one the library calls). On the
+** cuda backend (the fake driver in CI) only: the emulator loads each
+** kernel as a shared object of its own, and a process holds fewer than
+** 256 of them. */
+enum { CHOOSE_THREADS = 8, CHOOSE_CALLS = 600, CHOOSE_KEYS = 300 };
+
+static _Thread_local unsigned reader_delay;   /* a seed: these read locks wait */
+
+int pthread_rwlock_rdlock(pthread_rwlock_t *l) {
+  static int (*real)(pthread_rwlock_t *);
+  if (!real) *(void **)&real = dlsym(RTLD_NEXT, "pthread_rwlock_rdlock");
+  if (reader_delay) {
+    reader_delay = reader_delay * 1103515245u + 12345u;
+    struct timespec ts = {0, (reader_delay >> 16) % 4 ? 0 : 4000000L};
+    while (ts.tv_nsec && nanosleep(&ts, &ts) != 0 && errno == EINTR) continue;
+  }
+  return real ? real(l) : EINVAL;
+}
+
+typedef struct choose_arg {
+  fatune_ctx *c;
+  int t, wrong, failed;
+  const char (*want)[160];
+} choose_arg;
+
+static fatune_problem choose_problem(int key) {
+  fatune_problem p = {.batch = 1, .heads = 1, .seq_q = 1 + key / 4, .seq_k = 8,
+                      .dim = key & 1 ? 16 : 8, .dtype = FATUNE_FP32, .causal = key >> 1 & 1};
+  return p;
+}
+
+static void *choose_main(void *a) {
+  choose_arg *t = a;
+  reader_delay = 2u * (unsigned)t->t + 1u;
+  for (int i = 0; i < CHOOSE_CALLS; i++) {
+    const int key = (i * 37 + t->t * 101) % CHOOSE_KEYS;
+    const fatune_problem p = choose_problem(key);
+    char name[160] = "";
+    fatune_choice ch = FATUNE_EXACT;
+    fatune_status st = fatune_choose(t->c, &p, name, sizeof name, &ch);
+    if (st != FATUNE_OK) t->failed++;
+    else if (strcmp(name, t->want[key & 3]) || ch != FATUNE_DEFAULT) t->wrong++;
+  }
+  return NULL;
+}
+
+static void test_choose_threads(void) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/choose.db", dir);
+  fatune_options cuda = {.db_path = path, .backend = "cuda"};
+  fatune_ctx *c;
+  fatune_status st = fatune_open(&cuda, &c);
+  if (st == FATUNE_ENODEV) {
+    printf("fatune_choose from threads: not tried (%s)\n", fatune_errmsg());
+    return;
+  }
+  if (st != FATUNE_OK) {
+    CHECK(0, "%s", fatune_errmsg());
+    return;
+  }
+  /* The four variants (two dims, causal or not), named once, alone. */
+  char want[4][160];
+  fatune_choice ch;
+  for (int k = 0; k < 4; k++) {
+    const fatune_problem p = choose_problem(k);
+    CHECK(fatune_choose(c, &p, want[k], sizeof want[k], &ch) == FATUNE_OK, "%s",
+          fatune_errmsg());
+  }
+  pthread_t tid[CHOOSE_THREADS];
+  choose_arg a[CHOOSE_THREADS];
+  for (int i = 0; i < CHOOSE_THREADS; i++) {
+    a[i] = (choose_arg){c, i, 0, 0, want};
+    CHECK(pthread_create(&tid[i], NULL, choose_main, &a[i]) == 0, "pthread_create");
+  }
+  int wrong = 0, failed = 0;
+  for (int i = 0; i < CHOOSE_THREADS; i++) {
+    pthread_join(tid[i], NULL);
+    wrong += a[i].wrong, failed += a[i].failed;
+  }
+  printf("fatune_choose, %d threads, %d calls on %d keys: %d wrong, %d failed\n",
+         CHOOSE_THREADS, CHOOSE_THREADS * CHOOSE_CALLS, CHOOSE_KEYS, wrong, failed);
+  CHECK(wrong == 0 && failed == 0, "%d of %d calls named another key's variant, %d failed",
+        wrong, CHOOSE_THREADS * CHOOSE_CALLS, failed);
+  fatune_close(c);
+}
+
 static void test_overhead(void) {
   fatune_ctx *c;
   fatune_options ok = {.db_path = dbpath, .backend = "emu"};
@@ -550,6 +647,7 @@ int main(void) {
   test_stored_configs();
   test_alignment();
   test_threads();
+  test_choose_threads();
   test_overhead();
   test_long_field();
   char cmd[200];
