@@ -447,9 +447,9 @@ static void test_alignment(void) {
   /* fp32 kernels load 4 bytes at a time. */
   fatune_problem f = {.batch = 1, .heads = 1, .seq_q = 8, .seq_k = 8, .dim = 8,
                       .dtype = FATUNE_FP32};
-  float *x = aligned_alloc(16, 2 * 64 * sizeof *x);
-  if (x) {
-    st = fatune_attention_forward(c, &f, x, (char *)x + 2, x, x + 64, NULL, NULL);
+  float *x = aligned_alloc(16, 3 * 64 * sizeof *x);
+  if (x) {   /* O past the end of the misplaced K: a K over O is refused for that */
+    st = fatune_attention_forward(c, &f, x, (char *)x + 2, x, x + 128, NULL, NULL);
     CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "k is not 4-byte aligned"),
           "fp32, k + 2 bytes: status %d, '%s'", (int)st, fatune_errmsg());
   }
