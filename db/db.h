@@ -102,11 +102,11 @@ typedef struct db_binary {
 
 /* The compile cache runs only what this installation stored: every blob is
 ** stored with a keyed MAC of its key and bytes, under this user's secret
-** key ($FATUNE_KEY, else $XDG_CONFIG_HOME/fatune/key, else
-** ~/.config/fatune/key; made on first use, mode 0600), and is returned only
-** when that MAC verifies. Without a usable key (one open to others, a
-** symbolic link, ...) both calls fail with the reason, and the caller
-** compiles every time. */
+** key ($FATUNE_KEY, an absolute path, else $XDG_CONFIG_HOME/fatune/key,
+** else ~/.config/fatune/key; made on first use, mode 0600), and is returned
+** only when that MAC verifies. Without a usable key (one open to others, a
+** symbolic link, one in a folder others may write, ...) both calls fail
+** with the reason, and the caller compiles every time. */
 
 /* Stores the blob with its MAC, replacing an entry with the same key (a
 ** recompile after an untrusted entry, say). */
