@@ -11,7 +11,10 @@
 ** device, dtype, dim and causal; else the family's default. The kernel is
 ** regenerated from the templates, its binary taken from the database's
 ** compile cache when the cached entry matches the regenerated source hash
-** (compiled and stored otherwise), kept in memory, and launched.
+** (compiled and stored otherwise), kept in memory, and launched. A
+** database file that has no write permission bit, or is in a folder that
+** has none, or that the user cannot write, is opened read-only and never
+** written: kernels are then compiled in memory, without the cache.
 **
 ** A stored variant runs only when its config fits the problem exactly
 ** (dim, dtype, causal, and the family the dtype takes); any other, or a

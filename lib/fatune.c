@@ -64,6 +64,7 @@ struct fatune_ctx {
   char device[128];           /* the key db_best matches: a GPU's uuid, or "emu" */
   pthread_rwlock_t lock;      /* the table */
   pthread_mutex_t slow;       /* the database, the generator, compiles */
+  int read_only;              /* the database is read-only: no compile cache */
   int cache_unusable_said;    /* the compile cache's refusal went to stderr */
   pthread_rwlock_t scratch_lock; /* the scratch logsumexp: read-held by each call that
                                     uses it until its launch is queued */
@@ -74,6 +75,19 @@ struct fatune_ctx {
 };
 
 /* ---- Opening ---- */
+
+/* A database the user may not write (see db_read_only) is opened read-only
+** and run without the compile cache: kernels are compiled in memory by each
+** process, and nothing is written, not even a switch to WAL. */
+static int open_db(fatune_ctx *c, const char *path, char *err, size_t n) {
+  char def[4096];
+  if (!path) {
+    if (db_default_path(def, sizeof def, err, n) != 0) return -1;
+    path = def;
+  }
+  c->read_only = db_read_only(path);
+  return db_open(path, c->read_only ? DB_READONLY : DB_CREATE, &c->db, err, n);
+}
 
 fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   *out = NULL;
@@ -104,7 +118,7 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   if ((rc = backend_open_device(bk, device, 1, &c->be, note, sizeof note, err, sizeof err)) ||
       (rc = gen_open(&c->gen, err, sizeof err)) != 0) {
     st = fail((fatune_status)rc, "%s", err);
-  } else if (db_open(opts ? opts->db_path : NULL, DB_CREATE, &c->db, err, sizeof err) != 0) {
+  } else if (open_db(c, opts ? opts->db_path : NULL, err, sizeof err) != 0) {
     st = fail(FATUNE_EDB, "%s", err);
   } else {
     const cudrv_device_info *d = backend_cuda_device(c->be);
@@ -249,7 +263,8 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
   int found = 0;
   char err[512];
   memset(&bin, 0, sizeof bin);
-  int got = db_binary_get(c->db, &key, &bin, &found, err, sizeof err);
+  int got = c->read_only ? -1 : db_binary_get(c->db, &key, &bin, &found, err, sizeof err);
+  if (c->read_only) snprintf(err, sizeof err, "%s is read-only", db_path(c->db));
   if (got != 0) cache_unusable(c, err);
   if (got == 0 && found) {
     int rc = backend_load(c->be, k, bin.data, bin.size, prog, err, sizeof err);
@@ -267,7 +282,7 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
   }
   const void *data;
   size_t size;
-  if (backend_program_blob(c->be, b.prog, &data, &size) == 0) {
+  if (!c->read_only && backend_program_blob(c->be, b.prog, &data, &size) == 0) {
     db_binary put = {.data = (unsigned char *)data, .size = size, .registers = b.registers,
                      .spill_bytes = b.spill_bytes, .smem_bytes = k->smem_bytes,
                      .compile_ms = b.compile_ms};

@@ -7,6 +7,8 @@
 **    the float64 reference (fp32 and fp64, causal, seq_q != seq_k);
 **  - a trial recorded for another seq makes it the nearest choice; one for
 **    the very key makes it exact;
+**  - a read-only database (a file of mode 0444, or in a folder of mode
+**    0555) is read, and never written: the compile cache is not used;
 **  - a binary edited by hand in the compile cache is never run: the kernel
 **    is compiled again and the result is right;
 **  - four threads at once, on different problems, all right;
@@ -15,6 +17,7 @@
 **  - the per-call overhead of choosing a kernel once it is in memory.
 */
 #define _GNU_SOURCE   /* RTLD_NEXT */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -192,6 +196,75 @@ static void test_default_and_tuned(void) {
 }
 
 /* Overwrite every cached binary with zeros, as an edit by hand would. */
+/* The whole of a file, malloc'd; NULL when it cannot be read. */
+static unsigned char *slurp(const char *path, long *size) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = NULL;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+      (b = malloc((size_t)*size + 1)) && fread(b, 1, (size_t)*size, f) != (size_t)*size) {
+    free(b);
+    b = NULL;
+  }
+  if (f) fclose(f);
+  return b;
+}
+
+static int files_in(const char *folder) {
+  DIR *d = opendir(folder);
+  int n = 0;
+  if (!d) return -1;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* A copy of the test database made read-only, as a file of mode 0444 and
+** as a file in a folder of mode 0555 (the modes themselves say so, which
+** root, who ignores them, is held to as well): the library reads it (the
+** tuned choice is exact), runs a kernel the compile cache does not hold,
+** and writes nothing: the file's bytes are the same, nothing is beside it. */
+static void read_only_case(const char *what, mode_t file_mode, mode_t folder_mode) {
+  char folder[160], path[200];
+  snprintf(folder, sizeof folder, "%s/%s", dir, what);
+  snprintf(path, sizeof path, "%s/lib.db", folder);
+  long n = 0, m = -1;
+  unsigned char *orig = slurp(dbpath, &n), *after = NULL;
+  FILE *f = mkdir(folder, 0700) == 0 ? fopen(path, "wb") : NULL;
+  int ok = orig && f && fwrite(orig, 1, (size_t)n, f) == (size_t)n;
+  if (f && fclose(f) != 0) ok = 0;
+  ok = ok && chmod(path, file_mode) == 0 && chmod(folder, folder_mode) == 0;
+  CHECK(ok, "%s: making the copy", what);
+  fatune_options opts = {.db_path = path, .backend = "emu"};
+  fatune_ctx *c = NULL;
+  fatune_status st = ok ? fatune_open(&opts, &c) : FATUNE_EINTERNAL;
+  CHECK(st == FATUNE_OK, "%s: fatune_open: status %d, '%s'", what, (int)st, fatune_errmsg());
+  if (st == FATUNE_OK) {
+    fatune_problem tuned = {.batch = 2, .heads = 2, .seq_q = 64, .seq_k = 70, .dim = 16,
+                            .dtype = FATUNE_FP32, .causal = 1};
+    fatune_problem fresh = {.batch = 1, .heads = 2, .seq_q = 30, .seq_k = 20, .dim = 40,
+                            .dtype = FATUNE_FP32};
+    fatune_choice ch = FATUNE_DEFAULT;
+    char name[160];
+    CHECK(fatune_choose(c, &tuned, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_EXACT,
+          "%s: the tuned key: choice %d, '%s'", what, (int)ch, fatune_errmsg());
+    const double e = run(c, &fresh, &st);
+    CHECK(st == FATUNE_OK && e < 1e-5, "%s: a kernel not cached: status %d, error %.3g (%s)",
+          what, (int)st, e, fatune_errmsg());
+    fatune_close(c);
+  }
+  after = slurp(path, &m);
+  CHECK(after && m == n && !memcmp(orig, after, (size_t)n), "%s: the file was written (%ld "
+        "bytes, %ld before)", what, m, n);
+  CHECK(files_in(folder) == 1, "%s: %d files beside it", what, files_in(folder) - 1);
+  CHECK(chmod(folder, 0700) == 0, "chmod %s", folder);
+  free(orig), free(after);
+}
+
+static void test_read_only(void) {
+  read_only_case("file-0444", 0444, 0700);
+  read_only_case("folder-0555", 0644, 0555);
+}
+
 static int tamper(void) {
   sqlite3 *s;
   if (sqlite3_open(dbpath, &s) != SQLITE_OK) return -1;
@@ -643,6 +716,7 @@ int main(void) {
   snprintf(dbpath, sizeof dbpath, "%s/lib.db", dir);
   test_errors();
   test_default_and_tuned();
+  test_read_only();
   test_tampered_binary();
   test_stored_configs();
   test_alignment();
