@@ -254,7 +254,8 @@ static void cache_unusable(fatune_ctx *c, const char *why) {
 
 /* The kernel's program: from the compile cache when an entry for this very
 ** source (hash) is there and this installation stored it (its MAC
-** verifies under this user's key), else compiled and stored. */
+** verifies under this user's key), else compiled and stored; with a
+** read-only database, compiled and nothing more. */
 static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program **prog) {
   const char *target, *compiler, *options;
   backend_cache_key(c->be, &target, &compiler, &options);
@@ -263,8 +264,9 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
   int found = 0;
   char err[512];
   memset(&bin, 0, sizeof bin);
-  int got = c->read_only ? -1 : db_binary_get(c->db, &key, &bin, &found, err, sizeof err);
+  int got = -1;
   if (c->read_only) snprintf(err, sizeof err, "%s is read-only", db_path(c->db));
+  else got = db_binary_get(c->db, &key, &bin, &found, err, sizeof err);
   if (got != 0) cache_unusable(c, err);
   if (got == 0 && found) {
     int rc = backend_load(c->be, k, bin.data, bin.size, prog, err, sizeof err);
