@@ -271,6 +271,21 @@ static int connect_ro(const char *name, int uri, sqlite3 **h) {
   return rc;
 }
 
+static int unwritable(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && (!(sb.st_mode & 0222) || access(path, W_OK) != 0);
+}
+
+int db_read_only(const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) slash[1] = '\0';
+  else *slash = '\0';
+  return access(path, F_OK) == 0 && (unwritable(path) || unwritable(dir));
+}
+
 /* Whether path has a -wal file beside it: a WAL-mode file in use, or one
 ** whose last writer did not close it. */
 static int has_wal(const char *path) {
@@ -283,16 +298,18 @@ static int has_wal(const char *path) {
 /* A read-only connection to path, its header read. A WAL-mode file whose
 ** -shm cannot be made (its directory read-only to us) cannot be read that
 ** way; with no -wal file beside it no writer has it open and its whole
-** content is in the file, so it is read as immutable. On failure *h is
+** content is in the file, so it is read as immutable. So is a file that
+** db_read_only says no one is to write, without trying first: a reader of
+** a WAL-mode file would leave a -wal and a -shm beside it. On failure *h is
 ** still open, for its message. */
 static int open_ro(const char *path, sqlite3 **h, long long *app_id, long long *version,
                    long long *objects) {
-  int rc = connect_ro(path, 0, h);
+  char uri[4096 * 3 + 32];
+  const int whole = !has_wal(path) && immutable_uri(path, uri, sizeof uri) == 0;
+  int rc = whole && db_read_only(path) ? SQLITE_READONLY : connect_ro(path, 0, h);
   if (rc == SQLITE_OK) rc = read_header(*h, app_id, version, objects);
   const int code = rc & 0xff;
-  char uri[4096 * 3 + 32];
-  if ((code == SQLITE_READONLY || code == SQLITE_CANTOPEN) && !has_wal(path) &&
-      immutable_uri(path, uri, sizeof uri) == 0) {
+  if ((code == SQLITE_READONLY || code == SQLITE_CANTOPEN) && whole) {
     (void)sqlite3_close(*h);
     *h = NULL;
     rc = connect_ro(uri, 1, h);

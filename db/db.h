@@ -44,6 +44,13 @@ enum {
 ** a new database (with DB_READONLY, an empty one in memory). A DB_READONLY
 ** handle may only be read from. */
 int db_open(const char *path, int flags, db **out, char *err, size_t errlen);
+/* Whether path is a file that only a DB_READONLY open may touch: one with
+** no write permission bit at all, or in a folder with none (chmod a-w), or
+** one this user cannot write, or in a folder it cannot write (SQLite makes
+** its journals there). The bits count for root too, who could write
+** anyway: a file or folder made read-only is to be left as it is. 0 when
+** path does not exist. */
+int db_read_only(const char *path);
 /* -1 only when SQLite could not close cleanly (a statement left open). */
 int db_close(db *d);
 const char *db_path(const db *d);
@@ -102,11 +109,11 @@ typedef struct db_binary {
 
 /* The compile cache runs only what this installation stored: every blob is
 ** stored with a keyed MAC of its key and bytes, under this user's secret
-** key ($FATUNE_KEY, else $XDG_CONFIG_HOME/fatune/key, else
-** ~/.config/fatune/key; made on first use, mode 0600), and is returned only
-** when that MAC verifies. Without a usable key (one open to others, a
-** symbolic link, ...) both calls fail with the reason, and the caller
-** compiles every time. */
+** key ($FATUNE_KEY, an absolute path, else $XDG_CONFIG_HOME/fatune/key,
+** else ~/.config/fatune/key; made on first use, mode 0600), and is returned
+** only when that MAC verifies. Without a usable key (one open to others, a
+** symbolic link, one in a folder others may write, ...) both calls fail
+** with the reason, and the caller compiles every time. */
 
 /* Stores the blob with its MAC, replacing an entry with the same key (a
 ** recompile after an untrusted entry, say). */

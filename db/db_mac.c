@@ -9,10 +9,12 @@
 **
 ** The key is 32 random bytes in $FATUNE_KEY, else
 ** $XDG_CONFIG_HOME/fatune/key, else ~/.config/fatune/key, created on first
-** use (mode 0600, missing directories 0700). A key file that is a symbolic
-** link, not a regular file, not the user's own, open to the group or
-** others, or of another size is refused: the compile cache is then not
-** used, and every kernel is compiled.
+** use (mode 0600, missing directories 0700). $FATUNE_KEY is the file's
+** absolute path, never the key. A key file that is a symbolic link, not a
+** regular file, not the user's own, open to the group or others, or of
+** another size is refused, as is one in a folder that is not the user's
+** (or root's) or that the group or others may write: the compile cache is
+** then not used, and every kernel is compiled.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,9 +37,44 @@ static const char domain[] = "fatune compile cache binary, version 1";
 
 /* ---- The key file ---- */
 
+/* $FATUNE_KEY must be absolute: a relative one would depend on the working
+** directory, and key bytes put there by mistake would name a new file. */
 static int key_path(char *buf, size_t n, char *err, size_t errlen) {
-  return dbi_user_path(buf, n, "FATUNE_KEY", "XDG_CONFIG_HOME", ".config", "key",
-                       "; binaries are not cached", err, errlen);
+  if (dbi_user_path(buf, n, "FATUNE_KEY", "XDG_CONFIG_HOME", ".config", "key",
+                    "; binaries are not cached", err, errlen) != 0)
+    return -1;
+  if (buf[0] != '/')
+    return dbi_fail(err, errlen, "$FATUNE_KEY is '%s', not an absolute path: it names the "
+                    "key's file (not the key itself); binaries are not cached", buf);
+  return 0;
+}
+
+/* Whoever can write the key's folder can delete or replace the key, which
+** defeats the cache (it cannot forge an entry without the old key): the
+** folder must be the user's or root's and closed to the group and others.
+** A missing folder is made 0700 with the key. */
+static int check_folder(const char *path, char *err, size_t errlen) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir) slash[1] = '\0';   /* a key at the root: the folder is "/" */
+  else *slash = '\0';
+  struct stat sb;
+  if (stat(dir, &sb) != 0) {
+    if (errno == ENOENT) return 0;
+    return dbi_fail(err, errlen, "key's folder %s: %s; binaries are not cached", dir,
+                    strerror(errno));
+  }
+  if (!S_ISDIR(sb.st_mode))
+    return dbi_fail(err, errlen, "key's folder %s is not a folder; binaries are not cached", dir);
+  if (sb.st_uid != geteuid() && sb.st_uid != 0)
+    return dbi_fail(err, errlen, "key's folder %s belongs to uid %u, who may replace the key "
+                    "%s; binaries are not cached", dir, (unsigned)sb.st_uid, path);
+  if (sb.st_mode & 022)
+    return dbi_fail(err, errlen, "key's folder %s has mode %04o: others may delete or replace "
+                    "the key %s (make the folder 0700); binaries are not cached", dir,
+                    (unsigned)(sb.st_mode & 07777), path);
+  return 0;
 }
 
 static int write_all(int fd, const unsigned char *p, size_t n) {
@@ -106,7 +143,8 @@ static int open_key(const char *path) {
 static int load_key(unsigned char *key, char *err, size_t errlen) {
   char path[4096];
   if (sodium_init() < 0) return dbi_fail(err, errlen, "libsodium cannot start");
-  if (key_path(path, sizeof path, err, errlen) != 0) return -1;
+  if (key_path(path, sizeof path, err, errlen) != 0 || check_folder(path, err, errlen) != 0)
+    return -1;
   int fd = open_key(path);
   if (fd < 0 && errno == ENOENT) {
     if (create_key(path, err, errlen) != 0) return -1;

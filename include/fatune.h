@@ -11,7 +11,10 @@
 ** device, dtype, dim and causal; else the family's default. The kernel is
 ** regenerated from the templates, its binary taken from the database's
 ** compile cache when the cached entry matches the regenerated source hash
-** (compiled and stored otherwise), kept in memory, and launched.
+** (compiled and stored otherwise), kept in memory, and launched. A
+** database file that has no write permission bit, or is in a folder that
+** has none, or that the user cannot write, is opened read-only and never
+** written: kernels are then compiled in memory, without the cache.
 **
 ** A stored variant runs only when its config fits the problem exactly
 ** (dim, dtype, causal, and the family the dtype takes); any other, or a
@@ -58,7 +61,8 @@ typedef struct fatune_problem {
   int batch, heads, seq_q, seq_k, dim;
   fatune_dtype dtype;
   int causal;
-  double scale;      /* 0: 1/sqrt(dim) */
+  double scale;      /* 0: 1/sqrt(dim); else positive, at most FLT_MAX / log2(e)
+                        (about 2.36e38: the kernels carry scale * log2(e) as a float) */
 } fatune_problem;
 
 /* The GPU of the calling thread's current CUDA context (a framework's). */
@@ -90,7 +94,7 @@ typedef struct fatune_attention_args {
   fatune_tensor q, k, v, o;
   void *lse;
   int causal;            /* bottom-right aligned when seq_q != seq_k */
-  double scale;          /* 0: 1/sqrt(dim) */
+  double scale;          /* 0: 1/sqrt(dim); as fatune_problem's */
   void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
 } fatune_attention_args;
 
@@ -120,8 +124,12 @@ FATUNE_API fatune_status fatune_attention_forward(fatune_ctx *ctx, const fatune_
 
 /* O = attention(Q, K, V) as args says. The checks (each failure a
 ** FATUNE_EINVAL whose message names the tensor and, for a stride, which
-** one): one dtype; shapes that agree; dim stride 1; strides not negative,
-** O's not 0 where its dim has more than one element; pointers and strides
+** one): one dtype; shapes that agree; dim stride 1; strides not negative;
+** O's elements distinct (taken from the smallest stride up, each of O's
+** strides at least the span of the dims of smaller stride); O sharing no
+** byte with Q, K or V, nor lse with Q, K, V or O, judged by the spans from
+** each one's first byte to its last (Q, K and V may share memory: they are
+** only read); the scale in range; pointers and strides
 ** aligned to the element, and to 16 bytes where the chosen kernel moves 16
 ** bytes at a time (fp16 and bf16 with a head dim that is a multiple of 8,
 ** as cudaMalloc'd, contiguous tensors are). On cuda the call pushes the

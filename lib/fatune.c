@@ -5,6 +5,7 @@
 ** (choosing the variant, rendering it, the compile cache) happens once per
 ** problem key, under the context's lock.
 */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include "fatune.h"
 
 #define TABLE_SIZE 256   /* problem keys kept in memory; a full table starts over */
+#define LOG2E 1.4426950408889634074
 
 /* The layers' statuses are the library's: passed through, never guessed. */
 #define SAME(a, b) _Static_assert((int)(a) == (int)(b), #a " is " #b)
@@ -62,6 +64,7 @@ struct fatune_ctx {
   char device[128];           /* the key db_best matches: a GPU's uuid, or "emu" */
   pthread_rwlock_t lock;      /* the table */
   pthread_mutex_t slow;       /* the database, the generator, compiles */
+  int read_only;              /* the database is read-only: no compile cache */
   int cache_unusable_said;    /* the compile cache's refusal went to stderr */
   pthread_rwlock_t scratch_lock; /* the scratch logsumexp: read-held by each call that
                                     uses it until its launch is queued */
@@ -72,6 +75,19 @@ struct fatune_ctx {
 };
 
 /* ---- Opening ---- */
+
+/* A database the user may not write (see db_read_only) is opened read-only
+** and run without the compile cache: kernels are compiled in memory by each
+** process, and nothing is written, not even a switch to WAL. */
+static int open_db(fatune_ctx *c, const char *path, char *err, size_t n) {
+  char def[4096];
+  if (!path) {
+    if (db_default_path(def, sizeof def, err, n) != 0) return -1;
+    path = def;
+  }
+  c->read_only = db_read_only(path);
+  return db_open(path, c->read_only ? DB_READONLY : DB_CREATE, &c->db, err, n);
+}
 
 fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   *out = NULL;
@@ -102,7 +118,7 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   if ((rc = backend_open_device(bk, device, 1, &c->be, note, sizeof note, err, sizeof err)) ||
       (rc = gen_open(&c->gen, err, sizeof err)) != 0) {
     st = fail((fatune_status)rc, "%s", err);
-  } else if (db_open(opts ? opts->db_path : NULL, DB_CREATE, &c->db, err, sizeof err) != 0) {
+  } else if (open_db(c, opts ? opts->db_path : NULL, err, sizeof err) != 0) {
     st = fail(FATUNE_EDB, "%s", err);
   } else {
     const cudrv_device_info *d = backend_cuda_device(c->be);
@@ -159,7 +175,10 @@ static fatune_status check_problem(const fatune_problem *p) {
   if (p->dim < 1 || p->dim > FA_DIM_MAX)
     return fail(FATUNE_EINVAL, "bad head dim %d (1 to %d)", p->dim, FA_DIM_MAX);
   if ((unsigned)p->dtype > FATUNE_BF16) return fail(FATUNE_EINVAL, "bad dtype %d", (int)p->dtype);
-  if (!(p->scale >= 0) || !isfinite(p->scale)) return fail(FATUNE_EINVAL, "bad scale");
+  /* The kernels of every dtype but fp64 carry scale * log2(e) as a float. */
+  if (!(p->scale >= 0 && p->scale * LOG2E <= FLT_MAX))
+    return fail(FATUNE_EINVAL, "scale %g is out of range: 0 (1/sqrt(dim)) or a positive "
+                "number at most %.3g (FLT_MAX / log2(e))", p->scale, FLT_MAX / LOG2E);
   return FATUNE_OK;
 }
 
@@ -235,7 +254,8 @@ static void cache_unusable(fatune_ctx *c, const char *why) {
 
 /* The kernel's program: from the compile cache when an entry for this very
 ** source (hash) is there and this installation stored it (its MAC
-** verifies under this user's key), else compiled and stored. */
+** verifies under this user's key), else compiled and stored; with a
+** read-only database, compiled and nothing more. */
 static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program **prog) {
   const char *target, *compiler, *options;
   backend_cache_key(c->be, &target, &compiler, &options);
@@ -244,7 +264,9 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
   int found = 0;
   char err[512];
   memset(&bin, 0, sizeof bin);
-  int got = db_binary_get(c->db, &key, &bin, &found, err, sizeof err);
+  int got = -1;
+  if (c->read_only) snprintf(err, sizeof err, "%s is read-only", db_path(c->db));
+  else got = db_binary_get(c->db, &key, &bin, &found, err, sizeof err);
   if (got != 0) cache_unusable(c, err);
   if (got == 0 && found) {
     int rc = backend_load(c->be, k, bin.data, bin.size, prog, err, sizeof err);
@@ -262,7 +284,7 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
   }
   const void *data;
   size_t size;
-  if (backend_program_blob(c->be, b.prog, &data, &size) == 0) {
+  if (!c->read_only && backend_program_blob(c->be, b.prog, &data, &size) == 0) {
     db_binary put = {.data = (unsigned char *)data, .size = size, .registers = b.registers,
                      .spill_bytes = b.spill_bytes, .smem_bytes = k->smem_bytes,
                      .compile_ms = b.compile_ms};
@@ -317,13 +339,17 @@ static slot *insert_slot(fatune_ctx *c, const fa_problem *p) {
   return &c->table[h % TABLE_SIZE];
 }
 
+/* The slot for p, built and put in the table when it is not there yet. On
+** success the table's read lock is held and the slot stays as it is until
+** the caller releases it: only a holder of the slow lock empties the
+** table, and the read lock is taken before the slow lock is let go. */
 static fatune_status prepare(fatune_ctx *c, const fa_problem *p, slot **out) {
   pthread_mutex_lock(&c->slow);
   pthread_rwlock_rdlock(&c->lock);
   slot *s = lookup(c, p);
-  pthread_rwlock_unlock(&c->lock);
   fatune_status st = FATUNE_OK;
   if (!s) {
+    pthread_rwlock_unlock(&c->lock);
     gen_kernel k;
     fa_program *prog = NULL;
     fatune_choice choice = FATUNE_DEFAULT;
@@ -336,6 +362,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, slot **out) {
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->used = 1;
       pthread_rwlock_unlock(&c->lock);
+      pthread_rwlock_rdlock(&c->lock);
     }
   }
   pthread_mutex_unlock(&c->slow);
@@ -351,7 +378,6 @@ fatune_status fatune_choose(fatune_ctx *c, const fatune_problem *p, char *name, 
   fa_problem fp = to_problem(p);
   slot *s;
   if ((st = prepare(c, &fp, &s)) != FATUNE_OK) return st;
-  pthread_rwlock_rdlock(&c->lock);
   if (name && n) snprintf(name, n, "%s", s->k.name);
   if (choice) *choice = s->choice;
   pthread_rwlock_unlock(&c->lock);
@@ -376,6 +402,59 @@ fatune_status fatune_forget(fatune_ctx *c) {
 static const char *const tensor_name[4] = {"q", "k", "v", "o"};
 static const char *const dim_name[4] = {"batch", "heads", "seq", "dim"};
 
+/* The bytes from a tensor's first element to the end of its last. */
+static size_t extent(const fatune_tensor *t, size_t es) {
+  size_t last = 0;
+  for (int d = 0; d < 4; d++) last += (size_t)(t->shape[d] - 1) * (size_t)t->stride[d];
+  return (last + 1) * es;
+}
+
+/* Two elements of O in one place would be written by two threads: with
+** its dims taken from the smallest stride up, each stride must step over
+** all the elements the dims before it span. Every usual layout passes; a
+** few exotic interleavings of distinct elements are refused too. */
+static fatune_status check_o_distinct(const fatune_tensor *o) {
+  int order[4] = {3, 2, 1, 0};   /* equal strides: dim inside seq inside heads inside batch */
+  for (int i = 1; i < 4; i++)
+    for (int j = i; j > 0 && o->stride[order[j]] < o->stride[order[j - 1]]; j--) {
+      const int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  long long span = 1;   /* elements from the first to past the last, over the dims so far */
+  for (int i = 0; i < 4; i++) {
+    const int d = order[i];
+    if (o->shape[d] == 1) continue;
+    if (o->stride[d] < span)
+      return fail(FATUNE_EINVAL, "o's stride %d (%s) is %lld, inside the %lld elements "
+                  "spanned by the dims of smaller stride: o's elements overlap (two threads "
+                  "would write one)", d, dim_name[d], o->stride[d], span);
+    span += (o->shape[d] - 1) * o->stride[d];
+  }
+  return FATUNE_OK;
+}
+
+/* What the kernel writes (O and lse) shares no byte with anything else it
+** reads or writes: another CTA could read an input after it was
+** overwritten. By the spans from first to last byte, which refuses a few
+** interleaved layouts that would be safe, as no exact test is cheap. */
+static fatune_status check_overlaps(const fatune_attention_args *x, const fatune_problem *p) {
+  static const char *const name[5] = {"q", "k", "v", "o", "lse"};
+  const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
+  const size_t es = (size_t)fa_dtype_size((fa_dtype)p->dtype);
+  uintptr_t lo[5], hi[5];
+  for (int i = 0; i < 4; i++)
+    lo[i] = (uintptr_t)t[i]->data, hi[i] = lo[i] + extent(t[i], es);
+  lo[4] = (uintptr_t)x->lse;
+  hi[4] = lo[4] + (size_t)p->batch * p->heads * p->seq_q * fa_lse_size((fa_dtype)p->dtype);
+  for (int w = 3; w < (x->lse ? 5 : 4); w++)   /* o, then lse */
+    for (int i = 0; i < w; i++)
+      if (lo[w] < hi[i] && lo[i] < hi[w])
+        return fail(FATUNE_EINVAL, "%s overlaps %s (%p to %p, and %p to %p): the kernel "
+                    "writes %s", name[w], name[i], (void *)lo[w], (void *)hi[w],
+                    (void *)lo[i], (void *)hi[i], name[w]);
+  return FATUNE_OK;
+}
+
 /* The problem args describes, every tensor's shape and strides checked
 ** against it; the kernel's alignment is checked later, once it is known. */
 static fatune_status check_args(const fatune_attention_args *x, fatune_problem *p) {
@@ -393,10 +472,6 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
       if (t[i]->stride[d] < 0 || t[i]->stride[d] > (1LL << 48))
         return fail(FATUNE_EINVAL, "%s's stride %d (%s) is %lld: strides are 0 to 2^48",
                     tensor_name[i], d, dim_name[d], t[i]->stride[d]);
-      /* Two elements of O in one place would be written by two threads. */
-      if (i == 3 && t[i]->stride[d] == 0 && t[i]->shape[d] > 1)
-        return fail(FATUNE_EINVAL, "o's stride %d (%s) is 0 over %lld elements", d,
-                    dim_name[d], t[i]->shape[d]);
     }
     if (t[i]->stride[3] != 1 && t[i]->shape[3] > 1)
       return fail(FATUNE_EINVAL, "%s's stride 3 (dim) is %lld: the head dim must be contiguous",
@@ -425,7 +500,10 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
   *p = (fatune_problem){.batch = (int)q[0], .heads = (int)q[1], .seq_q = (int)q[2],
                         .seq_k = (int)k[2], .dim = (int)q[3], .dtype = x->q.dtype,
                         .causal = x->causal, .scale = x->scale};
-  return check_problem(p);
+  fatune_status st = check_problem(p);
+  if (st == FATUNE_OK) st = check_o_distinct(&x->o);
+  if (st == FATUNE_OK) st = check_overlaps(x, p);
+  return st;
 }
 
 /* Pointers and strides aligned as the kernel's widest access to them needs
@@ -452,13 +530,6 @@ static fatune_status check_alignment(const gen_kernel *k, const fatune_attention
   if ((uintptr_t)x->lse % (uintptr_t)fa_lse_size(dt))
     return fail(FATUNE_EINVAL, "lse is not %d-byte aligned (%p)", fa_lse_size(dt), x->lse);
   return FATUNE_OK;
-}
-
-/* The bytes from a tensor's first element to the end of its last. */
-static size_t extent(const fatune_tensor *t, size_t es) {
-  size_t last = 0;
-  for (int d = 0; d < 4; d++) last += (size_t)(t->shape[d] - 1) * (size_t)t->stride[d];
-  return (last + 1) * es;
 }
 
 /* The logsumexp's scratch buffer, at least bytes long, with the scratch
@@ -513,12 +584,6 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   if (!cl->s) {
     pthread_rwlock_unlock(&c->lock);
     if ((st = prepare(c, fp, &cl->s)) != FATUNE_OK) return st;
-    pthread_rwlock_rdlock(&c->lock);
-    cl->s = lookup(c, fp);  /* another thread may have emptied the table meanwhile */
-    if (!cl->s) {
-      pthread_rwlock_unlock(&c->lock);
-      return fail(FATUNE_ENOMEM, "the kernel table is being refilled; call again");
-    }
   }
   void *lse = x->lse;
   const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
@@ -540,7 +605,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
                       .o_sn = x->o.stride[2], .batch = fp->batch, .heads = fp->heads,
                       .seq_q = fp->seq_q, .seq_k = fp->seq_k,
                       .kv_group = (int)(x->q.shape[1] / x->k.shape[1]),
-                      .scale_log2 = fa_problem_scale(fp) * 1.4426950408889634074};
+                      .scale_log2 = fa_problem_scale(fp) * LOG2E};
   cl->a.scale_log2_f32 = (float)cl->a.scale_log2;
   /* On the emulator the caller's buffers are host memory the kernel may touch. */
   for (int i = 0; i < 4; i++)

@@ -7,7 +7,9 @@
 **  - lse NULL, then the same problem again (the scratch buffer reused),
 **    then a larger one (grown): all right;
 **  - each bad argument is FATUNE_EINVAL with a message naming the tensor
-**    and the stride, and nothing is written;
+**    and the stride, and nothing is written: among them O over Q, K or V,
+**    O's rows over each other, lse over a tensor, a scale of 1e308;
+**    inputs that share memory are accepted;
 **  - the host cost of a call with the kernel in memory, measured by
 **    fatune_attention_plan (all but the launch), is under 5 us (in an
 **    optimised build).
@@ -178,7 +180,8 @@ static void test_bad(void) {
     return;
   }
   const fatune_attention_args good = {.q = q.t, .k = k.t, .v = v.t, .o = o.t};
-  enum { NBAD = 9 };
+  float lse[64];
+  enum { NBAD = 17 };
   struct { const char *what, *needle; fatune_attention_args a; } bad[NBAD];
   for (int i = 0; i < NBAD; i++) bad[i].a = good;
   bad[0].what = "k's seq stride of 20 fp16", bad[0].needle = "k's stride 2 (seq)";
@@ -199,6 +202,24 @@ static void test_bad(void) {
   bad[7].a.o.shape[2] = 15;
   bad[8].what = "q's seq stride 2^48", bad[8].needle = "q spans more than 2^48 elements";
   bad[8].a.q.stride[2] = 1LL << 48;
+  /* O written over an input, or over itself; lse over any tensor. K and V
+  ** (half O's size) are moved into O, not O onto them. */
+  bad[9].what = "o is k", bad[9].needle = "o overlaps k";
+  bad[9].a.k.data = o.t.data;
+  bad[10].what = "o is v", bad[10].needle = "o overlaps v";
+  bad[10].a.v.data = o.t.data;
+  bad[11].what = "o is q", bad[11].needle = "o overlaps q";
+  bad[11].a.o.data = q.t.data;
+  bad[12].what = "o's rows overlap", bad[12].needle = "o's stride 2 (seq) is 1";
+  bad[12].a.o.stride[2] = 1;
+  bad[13].what = "o's heads overlap its rows", bad[13].needle = "o's stride 1 (heads) is 8";
+  bad[13].a.o.stride[1] = 8;
+  bad[14].what = "lse inside o", bad[14].needle = "lse overlaps o";
+  bad[14].a.lse = (char *)o.t.data + 64;
+  bad[15].what = "lse inside q", bad[15].needle = "lse overlaps q";
+  bad[15].a.lse = q.t.data;
+  bad[16].what = "scale 1e308", bad[16].needle = "scale 1e+308";
+  bad[16].a.scale = 1e308;
   for (int i = 0; i < NBAD; i++) {
     fatune_status st = fatune_attention(ctx, &bad[i].a);
     CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), bad[i].needle),
@@ -206,6 +227,15 @@ static void test_bad(void) {
     CHECK(((unsigned char *)o.t.data)[0] == 0xFF, "%s: O written", bad[i].what);
   }
   CHECK(fatune_attention(ctx, NULL) == FATUNE_EINVAL, "NULL arguments");
+  /* Inputs may share memory (K and V one tensor, Q and K too): they are only read. */
+  fatune_attention_args shared = good;
+  shared.lse = lse;
+  shared.v.data = k.t.data;
+  CHECK(fatune_attention(ctx, &shared) == FATUNE_OK, "v is k: %s", fatune_errmsg());
+  shared.k.data = shared.v.data = q.t.data;
+  CHECK(fatune_attention(ctx, &shared) == FATUNE_OK, "k and v are q: %s", fatune_errmsg());
+  shared.scale = 1e30;
+  CHECK(fatune_attention(ctx, &shared) == FATUNE_OK, "scale 1e30: %s", fatune_errmsg());
   CHECK(fatune_attention(ctx, &good) == FATUNE_OK, "the good call: %s", fatune_errmsg());
   tensor_free(&q), tensor_free(&k), tensor_free(&v), tensor_free(&o);
 }

@@ -7,17 +7,26 @@
 **    the float64 reference (fp32 and fp64, causal, seq_q != seq_k);
 **  - a trial recorded for another seq makes it the nearest choice; one for
 **    the very key makes it exact;
+**  - a read-only database (a file of mode 0444, or in a folder of mode
+**    0555) is read, and never written: the compile cache is not used;
 **  - a binary edited by hand in the compile cache is never run: the kernel
 **    is compiled again and the result is right;
 **  - four threads at once, on different problems, all right;
+**  - fatune_choose from eight threads while the table of kernels is
+**    emptied again and again: every call names its own key's variant;
 **  - the per-call overhead of choosing a kernel once it is in memory.
 */
+#define _GNU_SOURCE   /* RTLD_NEXT */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -197,6 +206,75 @@ static void test_default_and_tuned(void) {
 }
 
 /* Overwrite every cached binary with zeros, as an edit by hand would. */
+/* The whole of a file, malloc'd; NULL when it cannot be read. */
+static unsigned char *slurp(const char *path, long *size) {
+  FILE *f = fopen(path, "rb");
+  unsigned char *b = NULL;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (*size = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+      (b = malloc((size_t)*size + 1)) && fread(b, 1, (size_t)*size, f) != (size_t)*size) {
+    free(b);
+    b = NULL;
+  }
+  if (f) fclose(f);
+  return b;
+}
+
+static int files_in(const char *folder) {
+  DIR *d = opendir(folder);
+  int n = 0;
+  if (!d) return -1;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* A copy of the test database made read-only, as a file of mode 0444 and
+** as a file in a folder of mode 0555 (the modes themselves say so, which
+** root, who ignores them, is held to as well): the library reads it (the
+** tuned choice is exact), runs a kernel the compile cache does not hold,
+** and writes nothing: the file's bytes are the same, nothing is beside it. */
+static void read_only_case(const char *what, mode_t file_mode, mode_t folder_mode) {
+  char folder[160], path[200];
+  snprintf(folder, sizeof folder, "%s/%s", dir, what);
+  snprintf(path, sizeof path, "%s/lib.db", folder);
+  long n = 0, m = -1;
+  unsigned char *orig = slurp(dbpath, &n), *after = NULL;
+  FILE *f = mkdir(folder, 0700) == 0 ? fopen(path, "wb") : NULL;
+  int ok = orig && f && fwrite(orig, 1, (size_t)n, f) == (size_t)n;
+  if (f && fclose(f) != 0) ok = 0;
+  ok = ok && chmod(path, file_mode) == 0 && chmod(folder, folder_mode) == 0;
+  CHECK(ok, "%s: making the copy", what);
+  fatune_options opts = {.db_path = path, .backend = "emu"};
+  fatune_ctx *c = NULL;
+  fatune_status st = ok ? fatune_open(&opts, &c) : FATUNE_EINTERNAL;
+  CHECK(st == FATUNE_OK, "%s: fatune_open: status %d, '%s'", what, (int)st, fatune_errmsg());
+  if (st == FATUNE_OK) {
+    fatune_problem tuned = {.batch = 2, .heads = 2, .seq_q = 64, .seq_k = 70, .dim = 16,
+                            .dtype = FATUNE_FP32, .causal = 1};
+    fatune_problem fresh = {.batch = 1, .heads = 2, .seq_q = 30, .seq_k = 20, .dim = 40,
+                            .dtype = FATUNE_FP32};
+    fatune_choice ch = FATUNE_DEFAULT;
+    char name[160];
+    CHECK(fatune_choose(c, &tuned, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_EXACT,
+          "%s: the tuned key: choice %d, '%s'", what, (int)ch, fatune_errmsg());
+    const double e = run(c, &fresh, &st);
+    CHECK(st == FATUNE_OK && e < 1e-5, "%s: a kernel not cached: status %d, error %.3g (%s)",
+          what, (int)st, e, fatune_errmsg());
+    fatune_close(c);
+  }
+  after = slurp(path, &m);
+  CHECK(after && m == n && !memcmp(orig, after, (size_t)n), "%s: the file was written (%ld "
+        "bytes, %ld before)", what, m, n);
+  CHECK(files_in(folder) == 1, "%s: %d files beside it", what, files_in(folder) - 1);
+  CHECK(chmod(folder, 0700) == 0, "chmod %s", folder);
+  free(orig), free(after);
+}
+
+static void test_read_only(void) {
+  read_only_case("file-0444", 0444, 0700);
+  read_only_case("folder-0555", 0644, 0555);
+}
+
 static int tamper(void) {
   sqlite3 *s;
   if (sqlite3_open(dbpath, &s) != SQLITE_OK) return -1;
@@ -452,9 +530,9 @@ static void test_alignment(void) {
   /* fp32 kernels load 4 bytes at a time. */
   fatune_problem f = {.batch = 1, .heads = 1, .seq_q = 8, .seq_k = 8, .dim = 8,
                       .dtype = FATUNE_FP32};
-  float *x = aligned_alloc(16, 2 * 64 * sizeof *x);
-  if (x) {
-    st = fatune_attention_forward(c, &f, x, (char *)x + 2, x, x + 64, NULL, NULL);
+  float *x = aligned_alloc(16, 3 * 64 * sizeof *x);
+  if (x) {   /* O past the end of the misplaced K: a K over O is refused for that */
+    st = fatune_attention_forward(c, &f, x, (char *)x + 2, x, x + 128, NULL, NULL);
     CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "k is not 4-byte aligned"),
           "fp32, k + 2 bytes: status %d, '%s'", (int)st, fatune_errmsg());
   }
@@ -488,6 +566,98 @@ static void test_threads(void) {
     CHECK(a[i].st == FATUNE_OK && a[i].err < 1e-12, "thread %d: status %d, error %.3g", i,
           (int)a[i].st, a[i].err);
   }
+  fatune_close(c);
+}
+
+/* fatune_choose from eight threads on more keys than the context's table
+** holds (256), so that it is emptied again and again while other threads
+** are between building their slot and reading it: every call names the
+** variant of its own key, never another's or none. To make that moment
+** likely on any machine, the library's read locks taken in these threads
+** wait first, one in four for 4 ms, as a preempted thread would (this
+** program's pthread_rwlock_rdlock is the one the library calls). On the
+** cuda backend (the fake driver in CI) only: the emulator loads each
+** kernel as a shared object of its own, and a process holds fewer than
+** 256 of them. */
+enum { CHOOSE_THREADS = 8, CHOOSE_CALLS = 600, CHOOSE_KEYS = 300 };
+
+static _Thread_local unsigned reader_delay;   /* a seed: these read locks wait */
+
+int pthread_rwlock_rdlock(pthread_rwlock_t *l) {
+  static int (*real)(pthread_rwlock_t *);
+  if (!real) *(void **)&real = dlsym(RTLD_NEXT, "pthread_rwlock_rdlock");
+  if (reader_delay) {
+    reader_delay = reader_delay * 1103515245u + 12345u;
+    struct timespec ts = {0, (reader_delay >> 16) % 4 ? 0 : 4000000L};
+    while (ts.tv_nsec && nanosleep(&ts, &ts) != 0 && errno == EINTR) continue;
+  }
+  return real ? real(l) : EINVAL;
+}
+
+typedef struct choose_arg {
+  fatune_ctx *c;
+  int t, wrong, failed;
+  const char (*want)[160];
+} choose_arg;
+
+static fatune_problem choose_problem(int key) {
+  fatune_problem p = {.batch = 1, .heads = 1, .seq_q = 1 + key / 4, .seq_k = 8,
+                      .dim = key & 1 ? 16 : 8, .dtype = FATUNE_FP32, .causal = key >> 1 & 1};
+  return p;
+}
+
+static void *choose_main(void *a) {
+  choose_arg *t = a;
+  reader_delay = 2u * (unsigned)t->t + 1u;
+  for (int i = 0; i < CHOOSE_CALLS; i++) {
+    const int key = (i * 37 + t->t * 101) % CHOOSE_KEYS;
+    const fatune_problem p = choose_problem(key);
+    char name[160] = "";
+    fatune_choice ch = FATUNE_EXACT;
+    fatune_status st = fatune_choose(t->c, &p, name, sizeof name, &ch);
+    if (st != FATUNE_OK) t->failed++;
+    else if (strcmp(name, t->want[key & 3]) || ch != FATUNE_DEFAULT) t->wrong++;
+  }
+  return NULL;
+}
+
+static void test_choose_threads(void) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/choose.db", dir);
+  fatune_options cuda = {.db_path = path, .backend = "cuda"};
+  fatune_ctx *c;
+  fatune_status st = fatune_open(&cuda, &c);
+  if (st == FATUNE_ENODEV) {
+    printf("fatune_choose from threads: not tried (%s)\n", fatune_errmsg());
+    return;
+  }
+  if (st != FATUNE_OK) {
+    CHECK(0, "%s", fatune_errmsg());
+    return;
+  }
+  /* The four variants (two dims, causal or not), named once, alone. */
+  char want[4][160];
+  fatune_choice ch;
+  for (int k = 0; k < 4; k++) {
+    const fatune_problem p = choose_problem(k);
+    CHECK(fatune_choose(c, &p, want[k], sizeof want[k], &ch) == FATUNE_OK, "%s",
+          fatune_errmsg());
+  }
+  pthread_t tid[CHOOSE_THREADS];
+  choose_arg a[CHOOSE_THREADS];
+  for (int i = 0; i < CHOOSE_THREADS; i++) {
+    a[i] = (choose_arg){c, i, 0, 0, want};
+    CHECK(pthread_create(&tid[i], NULL, choose_main, &a[i]) == 0, "pthread_create");
+  }
+  int wrong = 0, failed = 0;
+  for (int i = 0; i < CHOOSE_THREADS; i++) {
+    pthread_join(tid[i], NULL);
+    wrong += a[i].wrong, failed += a[i].failed;
+  }
+  printf("fatune_choose, %d threads, %d calls on %d keys: %d wrong, %d failed\n",
+         CHOOSE_THREADS, CHOOSE_THREADS * CHOOSE_CALLS, CHOOSE_KEYS, wrong, failed);
+  CHECK(wrong == 0 && failed == 0, "%d of %d calls named another key's variant, %d failed",
+        wrong, CHOOSE_THREADS * CHOOSE_CALLS, failed);
   fatune_close(c);
 }
 
@@ -556,10 +726,12 @@ int main(void) {
   snprintf(dbpath, sizeof dbpath, "%s/lib.db", dir);
   test_errors();
   test_default_and_tuned();
+  test_read_only();
   test_tampered_binary();
   test_stored_configs();
   test_alignment();
   test_threads();
+  test_choose_threads();
   test_overhead();
   test_long_field();
   char cmd[200];

@@ -11,8 +11,10 @@
 **    not imported, and the library never loads it;
 **  - the key: made on first use, mode 0600 in a directory of mode 0700
 **    ($XDG_CONFIG_HOME, else $HOME/.config); a key file with mode 0644, a
-**    symbolic link, one of the wrong size, a directory, or (as root)
-**    another user's is refused with its reason, and the library still
+**    symbolic link, one of the wrong size, a directory, one in a folder of
+**    mode 0777, $FATUNE_KEY set to a relative path (hex key bytes, say:
+**    no file of that name is made), or (as root) another user's key or one
+**    in another user's folder is refused with its reason, and the library still
 **    computes right, only without the cache; under another key every
 **    stored binary fails verification and is compiled again;
 **  - the MAC covers each field with its length: moving a byte from one
@@ -375,7 +377,29 @@ static void test_key_refused(void) {
   at(key, "dir.key");
   CHECK(mkdir(key, 0700) == 0, "mkdir");
   refused(key, "not a regular file", "a directory");
+  /* A good key in a folder others can write: they could delete or replace it. */
+  char folder[PATH_LEN];
+  at(folder, "open-folder");
+  at(key, "open-folder/key");
+  CHECK(mkdir(folder, 0700) == 0 && chmod(folder, 0777) == 0 && write_file(key, 32, 0600) == 0,
+        "a key in a folder of mode 0777");
+  refused(key, "folder", "a folder of mode 0777");
+  /* $FATUNE_KEY is a path, never the key: hex digits name no file, and none is made. */
+  char cwd[PATH_LEN];
+  static const char hex[] = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+  if (getcwd(cwd, sizeof cwd) && chdir(dir) == 0) {
+    refused(hex, "absolute path", "key bytes in $FATUNE_KEY");
+    CHECK(!exists(hex), "a file named by $FATUNE_KEY's hex was made in the working directory");
+    CHECK(chdir(cwd) == 0, "chdir back");
+  } else {
+    CHECK(0, "chdir %s", dir);
+  }
   if (geteuid() == 0) {
+    at(folder, "their-folder");
+    at(key, "their-folder/key");
+    CHECK(mkdir(folder, 0755) == 0 && write_file(key, 32, 0600) == 0 && chown(folder, 1, 1) == 0,
+          "a key in another user's folder");
+    refused(key, "uid 1", "another user's folder");
     at(key, "theirs.key");
     CHECK(write_file(key, 32, 0600) == 0 && chown(key, 1, 1) == 0, "another user's key");
     refused(key, "uid 1", "another user's");
