@@ -90,7 +90,7 @@ def check(q: Any, k: Any, v: Any, out: Any, causal: Any, layout: Any, real: bool
     _tensor("q", q, None)
     _tensor("k", k, q)
     _tensor("v", v, q)
-    if not any(_symbolic(n) for n in (*q.shape, *k.shape)):
+    if real or not any(_symbolic(n) for n in (*q.shape, *k.shape)):
         _check.shapes(q.shape, k.shape, v.shape, layout)
     if out is not None:
         _check_out(q, k, v, out, real)
@@ -230,17 +230,23 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
               layout: str, db: Optional[str], plan: bool) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
     torch.compile and torch.export see; plan calls the library directly."""
-    compiling = torch.compiler.is_compiling()
-    mask = check(q, k, v, out, causal, layout, real=not compiling)
+    mask = _check.causal(causal)
     if plan:
+        check(q, k, v, out, mask, layout)
         return None, None, run(q, k, v, out if out is not None else _new_out(q), None, mask,
                                _check.scale(scale), layout, db, plan=True)
-    # The scale as a tensor: traced by torch.compile, a varying scale is then
-    # an input of the graph, not a constant it is compiled again for; the
-    # operator checks its value when it runs.
+    # What PyTorch's dispatcher would refuse in its own words (nested and
+    # sparse tensors) is checked here; the operators check the rest, when
+    # they run (and when traced, without looking at memory). The scale goes
+    # to them as a tensor: traced by torch.compile, a varying scale is then
+    # an input of the graph, not a constant it is compiled again for.
+    _tensor("q", q, None)
+    for name, t in (("k", k), ("v", v), ("out", out)):
+        if t is not None:
+            _tensor(name, t, q)
     if scale is None:
         st = None
-    elif compiling:
+    elif torch.compiler.is_compiling():
         st = torch.scalar_tensor(scale, dtype=torch.float64)
     else:
         st = torch.tensor(_check.scale(scale), dtype=torch.float64)
