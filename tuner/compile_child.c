@@ -13,6 +13,7 @@
 
 #include "compile_child.h"
 #include "fa_proc.h"
+#include "fa_util.h"
 
 typedef struct record {
   double compile_ms;
@@ -21,28 +22,6 @@ typedef struct record {
 } record;
 
 typedef struct job { fa_backend *be; const gen_kernel *const *kernels; fa_build *out; } job;
-
-static int write_all(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n) {
-    ssize_t k = write(fd, c, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    c += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
-static int read_all(int fd, void *p, size_t n) {
-  char *c = p;
-  while (n) {
-    ssize_t k = read(fd, c, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    c += k, n -= (size_t)k;
-  }
-  return 0;
-}
 
 static void compile_one(size_t i, void *ud) {
   job *j = ud;
@@ -64,8 +43,8 @@ static void child(job *j, size_t n, int threads, par_progress_fn progress, void 
     if (b->prog && backend_program_blob(j->be, b->prog, &blob, &size) != 0) size = 0;
     record r = {b->compile_ms, b->registers, b->spill_bytes, b->stack_bytes,
                 b->smem_static_bytes, b->log ? strlen(b->log) : 0, size};
-    if (write_all(fd, &r, sizeof r) || write_all(fd, b->log ? b->log : "", r.log_len) ||
-        write_all(fd, blob ? blob : "", size))
+    if (fa_write_all(fd, &r, sizeof r) || fa_write_all(fd, b->log ? b->log : "", r.log_len) ||
+        fa_write_all(fd, blob ? blob : "", size))
       _exit(1);
   }
   _exit(0);
@@ -75,14 +54,14 @@ static void child(job *j, size_t n, int threads, par_progress_fn progress, void 
 static int read_one(fa_backend *be, const gen_kernel *k, int fd, fa_build *b, char *err,
                     size_t errlen) {
   record r;
-  if (read_all(fd, &r, sizeof r) != 0) return -1;
+  if (fa_read_all(fd, &r, sizeof r) != 0) return -1;
   b->compile_ms = r.compile_ms, b->registers = r.registers, b->spill_bytes = r.spill_bytes;
   b->stack_bytes = r.stack_bytes, b->smem_static_bytes = r.smem_static_bytes;
   char *log = r.log_len ? malloc(r.log_len + 1) : NULL;
   void *blob = r.blob_len ? malloc(r.blob_len) : NULL;
   int rc = (r.log_len && !log) || (r.blob_len && !blob) ? -1 : 0;
-  if (rc == 0 && log) rc = read_all(fd, log, r.log_len), log[r.log_len] = '\0';
-  if (rc == 0 && blob) rc = read_all(fd, blob, r.blob_len);
+  if (rc == 0 && log) rc = fa_read_all(fd, log, r.log_len), log[r.log_len] = '\0';
+  if (rc == 0 && blob) rc = fa_read_all(fd, blob, r.blob_len);
   if (rc == 0 && blob) rc = backend_load(be, k, blob, r.blob_len, &b->prog, err, errlen) ? -1 : 0;
   free(blob);
   if (rc != 0) free(log);

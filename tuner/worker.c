@@ -62,18 +62,6 @@ int wk_open(wk_worker **out, wk_job_fn fn, void *ud, size_t result_size, char *e
   return 0;
 }
 
-/* All of n bytes, retrying short writes and interrupts. */
-static int write_all(int fd, const void *p, size_t n) {
-  const unsigned char *c = p;
-  while (n) {
-    ssize_t k = write(fd, c, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    c += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
 /* The child: jobs until the parent closes the pipe. Never returns. */
 static void child_loop(wk_worker *w, int jobs, int results) {
   size_t i;
@@ -83,7 +71,7 @@ static void child_loop(wk_worker *w, int jobs, int results) {
     if (k != (ssize_t)sizeof i) _exit(0);
     memset(w->buf, 0, w->size + 1);
     w->buf[w->size] = w->fn(i, w->ud, w->buf) != 0;
-    if (write_all(results, w->buf, w->size + 1) != 0) _exit(1);
+    if (fa_write_all(results, w->buf, w->size + 1) != 0) _exit(1);
     if (w->buf[w->size]) _exit(0);
   }
 }
@@ -171,7 +159,7 @@ wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, s
   struct sigaction ign = {.sa_handler = SIG_IGN}, old;
   sigemptyset(&ign.sa_mask);
   sigaction(SIGPIPE, &ign, &old);
-  int sent = write_all(w->to_child, &i, sizeof i);
+  int sent = fa_write_all(w->to_child, &i, sizeof i);
   sigaction(SIGPIPE, &old, NULL);
   if (sent != 0) {
     bury(w, 0, why, whylen);
