@@ -190,18 +190,20 @@ faults)
   export FAKECUDA_DEVICE=sm_75
   args=(--backend cuda --dim 64 --seq 128 --dtype fp64 --json --trial-ms 1 --retune)
   n=$("$FATUNE" list --dim 64 --dtype fp64 --arch sm_75 | wc -l)
-  one() {  # one FAULT WANT-STATUS WANT-MESSAGE
+  one() {  # one FAULT WANT-STATUS WANT-MESSAGE TIMEOUT-S
     rm -f "$tmp/state"
-    FAKECUDA_FAULT=$1 FAKECUDA_STATE="$tmp/state" run "f$2" "${args[@]}" --timeout 5
+    FAKECUDA_FAULT=$1 FAKECUDA_STATE="$tmp/state" run "f$2" "${args[@]}" --timeout $4
     got=$(statuses "$tmp/f$2.out")
     want=$(printf '%s\n' "$2=1" "ok=$((n - 1))" | sort | paste -sd ' ')
     [ "$(head -n 1 <<<"$got")" = "$want" ] && grep -q "^$2 .*$3" <<<"$got"
     check "fault $1: one $2 ($3), the rest ok" $? "exit $rc, $got; $(tail -n 2 "$tmp/f$2.err")"
   }
-  one launch:3:hang timeout "no answer after 5 s"
-  one launch:2:wrong invalid ""
-  one alloc:9 crashed "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY"
-  one load:2 crashed "cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE"
+  # The hang's run bounds every variant's measurement by its timeout: 20 s
+  # leaves the others room under a sanitizer on a busy machine.
+  one launch:3:hang timeout "no answer after 20 s" 20
+  one launch:2:wrong invalid "" 120
+  one alloc:9 crashed "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" 120
+  one load:2 crashed "cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE" 120
   FAKECUDA_FAULT=init run init "${args[@]}"
   [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/init.err")" -eq 1 ] &&
     grep -q "no GPU: no CUDA-capable device is detected" "$tmp/init.err"
@@ -229,9 +231,13 @@ trust)
   v=$("$FATUNE" list --dim 64 --dtype fp64 --arch sm_75 | head -n 1 | cut -d' ' -f1)
   args=(--backend cuda --dim 64 --seq 128 --dtype fp64 --json --trial-ms 1 --variant "$v")
   # one FAULT NAME: a fresh database and fault counts, the run in $tmp/NAME.*
+  # A hang must time out, so its bound is short; any other run gets a bound
+  # that a sanitizer build on a busy machine stays well inside.
   one() {
+    local t=120
+    case $1 in *hang*) t=5 ;; esac
     rm -f "$db" "$tmp/state"
-    FAKECUDA_FAULT=$1 FAKECUDA_STATE="$tmp/state" run "$2" "${args[@]}" --timeout 5
+    FAKECUDA_FAULT=$1 FAKECUDA_STATE="$tmp/state" run "$2" "${args[@]}" --timeout $t
   }
   # Launch 1 is the oracle's, 2 the validated one, 3 to 5 the warm-up.
   one launch:3:wrong warm
