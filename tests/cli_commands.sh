@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # cli_commands.sh: the fatune commands do what they say, with no GPU needed:
 # list (plain, --json, --space full), gen (by name and by config,
-# deterministic), compile (table and --json), --help, --version, the main
-# job on the emulator (table and --json, with and without --arch), and run
-# on .npy tensors checked against naive attention computed in Python.
+# deterministic), compile (table and --json), --help, --version, run
+# on .npy tensors checked against naive attention computed in Python, and
+# the database commands (the main job over a whole space: cli_tune.sh).
 #
 # usage: FATUNE=build/fatune bash tests/cli_commands.sh
 set -u
@@ -158,62 +158,6 @@ check "compile table summary: '$summary'" $? "want '$n_d4 variants ... ok ... 0 
 rows=$(grep -c '^simt-f32-d4-.* ok$' "$tmp/ctab.out")
 [ "$rows" -eq "$n_d4" ] && grep -q '^compile ms' "$tmp/ctab.out"
 check "compile table: $rows rows ending in ok, and a 'compile ms' line" $? "$rows rows of $n_d4"
-
-# --- the main job, no GPU needed ---------------------------------------------
-have_driver=0
-if command -v ldconfig >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1'; then
-  have_driver=1
-fi
-
-run main80 --dtype fp32 --dim 4 --seq 16 --arch sm_80 --backend emu
-check "fatune --dim 4 --seq 16 --arch sm_80 --backend emu exits 0" "$rc" \
-  "exit $rc: $(tail -c 300 "$tmp/main80.err")"
-summary=$(grep -E '^[0-9]+ variants: ' "$tmp/main80.out" | tail -1)
-n_ok=$(grep -c '^simt-f32-d4-.* ok ' "$tmp/main80.out")
-[[ "$summary" == "$n_ok variants: $n_ok ok, 0 invalid, 0 compile_error, 0 crashed"* && $n_ok -gt 0 ]]
-check "main job on the emulator validates every variant: '$summary'" $? "$n_ok ok rows"
-[[ "$summary" == *"NVRTC sm_80"* ]]
-check "main job --arch sm_80 compiles for sm_80 too" $? "summary: $summary"
-grep -q 'not GPU performance' "$tmp/main80.err"
-check "the banner says emulator figures are not GPU performance" $? \
-  "stderr: $(head -c 300 "$tmp/main80.err")"
-
-run main --dtype fp32 --dim 4 --seq 16
-check "fatune --dim 4 --seq 16 (no --arch) exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/main.err")"
-if [ "$have_driver" -eq 0 ]; then
-  grep -q 'no CUDA driver' "$tmp/main.err" && grep -q 'backend emu' "$tmp/main.err" &&
-    grep -q 'NVRTC sm_90' "$tmp/main.out"
-  check "no GPU: auto falls back to the emulator, says why, targets sm_90" $? \
-    "stderr: $(head -c 300 "$tmp/main.err")"
-  run nocuda --dim 4 --seq 16 --backend cuda
-  [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/nocuda.err")" -eq 1 ] && grep -q 'cuda.*driver' "$tmp/nocuda.err"
-  check "--backend cuda with no driver: one line, exit $rc" $? "stderr: $(head -c 300 "$tmp/nocuda.err")"
-else
-  pass "a CUDA driver is installed here: the no-driver fallback is not shown (skipped)"
-fi
-
-run mainseq --dtype fp32 --dim 8 --seq 1000 --seq-k 300 --causal --backend emu --emu-seq 40 --seed 7 --json
-check "main job --json with --emu-seq 40 exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/mainseq.err")"
-grep -q 'emulator runs seq_q 40 seq_k 40' "$tmp/mainseq.err" &&
-  grep -q 'inputs seed 7' "$tmp/mainseq.err" && grep -q 'was not run' "$tmp/mainseq.err"
-check "the emulator says what it ran, the seed, and what it did not run" $? \
-  "stderr: $(head -c 400 "$tmp/mainseq.err")"
-if [ "$HAVE_PY" -eq 1 ]; then
-  python3 - "$tmp/mainseq.out" <<'PY'
-import json, sys
-rows = json.load(open(sys.argv[1]))
-keys = ["name", "status", "max_abs_err", "rel_err", "global_bytes_read", "global_bytes_written",
-        "smem_bytes", "exp_count", "mma_count", "barriers"]
-assert rows, "no rows"
-for r in rows:
-    missing = [k for k in keys if k not in r]
-    assert not missing, (r.get("name"), missing)
-    assert r["status"] == "ok", (r["name"], r["status"], r.get("message"))
-    assert r["rel_err"] <= 1e-5 and r["global_bytes_read"] > 0 and r["exp_count"] > 0, r
-    assert r["causal"] == 1 and r["dim"] == 8 and r["seed"] == 7, r
-PY
-  check "main job --json: every row ok, with errors and counters" $? "see above"
-fi
 
 # --- run: one variant on .npy tensors ----------------------------------------
 if [ "$HAVE_PY" -eq 1 ]; then
