@@ -67,8 +67,15 @@ local function sandbox_env(dir)
     env[lib] = copy
   end
   env.string.dump = nil
-  env.require = function(name) return engine.require(name, dir, 3) end
-  env.render = function(name, args) return engine.render(name, args, dir, 3) end
+  -- Not tail calls: an error's level counts this frame.
+  env.require = function(name)
+    local m = engine.require(name, dir, 3)
+    return m
+  end
+  env.render = function(name, args)
+    local text = engine.render(name, args, dir, 3)
+    return text
+  end
   env.template_names = engine.names
   env._G = env
   return setmetatable(env, { __index = forbidden })
