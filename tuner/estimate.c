@@ -207,7 +207,8 @@ int estimate_wg_tile_of(const gen_config *cfg, int threads, int registers, int s
                           config_int(cfg, "dim"),
                           dt && (!strcmp(dt, "fp16") || !strcmp(dt, "bf16")) ? 2 : -1,
                           config_flag(cfg, "pingpong"), config_flag(cfg, "overlap")};
-  return strcmp(cfg->family, "wg") || t->consumers < 0 || t->block_m < 0 || t->block_n < 0 ||
+  /* A config without consumer warpgroups is no warp-specialized kernel. */
+  return t->consumers < 0 || t->block_m < 0 || t->block_n < 0 ||
                  t->dim < 0 || t->elem_bytes < 0 ? -1 : 0;
 }
 
