@@ -212,6 +212,8 @@ local function check_family(id, fam)
   return fam
 end
 
+space.check_family = check_family
+
 -- The families: every folder <name>/ holding <name>/<name>.lua, by rank.
 local families, order = {}, {}
 for _, file in ipairs(template_names()) do

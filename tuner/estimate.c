@@ -72,8 +72,12 @@ const char *estimate_gpu_names(void) { return "a100, h100 or h200"; }
 
 const estimate_gpu *estimate_gpu_for_arch(const char *arch) {
   if (!arch) return NULL;
-  if (!strcmp(arch, "sm_80")) return &gpus[0];
-  if (!strcmp(arch, "sm_90") || !strcmp(arch, "sm_90a")) return &gpus[1];
+  /* The first GPU of the arch, or of the plain arch of an arch-specific one
+  ** (a letter after the number: the same GPU). */
+  const size_t n = strlen(arch);
+  const size_t plain = n > 0 && arch[n - 1] >= 'a' && arch[n - 1] <= 'z' ? n - 1 : n;
+  for (size_t i = 0; i < NGPUS; i++)
+    if (strlen(gpus[i].arch) == plain && !strncmp(gpus[i].arch, arch, plain)) return &gpus[i];
   return NULL;
 }
 
