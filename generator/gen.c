@@ -23,6 +23,7 @@ struct gen_state {
   int space_ref;           /* registry ref of the space module */
   int engine_ref;          /* registry ref of the engine module */
   char digest[17];         /* FNV-1a 64 of every template file */
+  char default_arch[16];   /* space.default_arch */
   char err[1024];
 };
 
@@ -64,26 +65,7 @@ static void open_libs(lua_State *L) {
   }
 }
 
-const char *gen_family_for_dtype(fa_dtype t) {
-  return t == FA_FP16 || t == FA_BF16 ? "tc" : "simt";
-}
-
-/* gen_family_for_dtype must say what space.family_for_dtype says, for
-** every dtype: the fit check relies on it. Raises when they differ. */
-static void check_families(lua_State *L, gen_state *g) {
-  static const fa_dtype all[] = {FA_FP32, FA_FP64, FA_FP16, FA_BF16};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, g->space_ref);
-    lua_getfield(L, -1, "family_for_dtype");
-    lua_pushstring(L, fa_dtype_name(all[i]));
-    lua_call(L, 1, 1);
-    const char *lua = lua_tostring(L, -1), *c = gen_family_for_dtype(all[i]);
-    if (!lua || strcmp(lua, c) != 0)
-      luaL_error(L, "space.family_for_dtype(%s) is '%s', the generator says '%s'",
-                 fa_dtype_name(all[i]), lua ? lua : "?", c);
-    lua_pop(L, 2);
-  }
-}
+static void copy_string(lua_State *L, int idx, char *buf, size_t n, const char *what);
 
 /* Run under pcall with the gen_state as argument: everything that can raise. */
 static int setup(lua_State *L) {
@@ -107,7 +89,10 @@ static int setup(lua_State *L) {
   lua_call(L, 1, 1);                 /* engine, space */
   g->space_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   g->engine_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  check_families(L, g);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, g->space_ref);
+  lua_getfield(L, -1, "default_arch");
+  copy_string(L, -1, g->default_arch, sizeof g->default_arch, "space.default_arch");
+  lua_pop(L, 2);
   return 0;
 }
 
@@ -172,6 +157,11 @@ typedef struct gen_call {
   gen_kernel *kernel;
   char *rendered;
   gen_prediction *prediction;
+  char *out, *why;              /* gen_device_arch, gen_default_dtype */
+  size_t outlen, whylen;
+  fa_dtype *dtype_out;
+  gen_family *families;         /* gen_families_for */
+  int max;
 } gen_call;
 
 static int protected_call(gen_state *g, lua_CFunction fn, gen_call *c) {
@@ -422,26 +412,45 @@ void gen_kernel_free(gen_kernel *k) {
   memset(k, 0, sizeof *k);
 }
 
-/* Join the parameter block, the CUDA preludes and the body. */
+/* The list of embedded file names at the top of the stack, for backend,
+** into out; raises on a name that is no embedded file or too many. */
+static void take_preludes(lua_State *L, const char *backend, gen_preludes *out) {
+  if (lua_getfield(L, -1, backend) != LUA_TTABLE)
+    luaL_error(L, "template result: no %s preludes", backend);
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  if (n > GEN_MAX_PRELUDES)
+    luaL_error(L, "template result: %d %s preludes, at most %d", (int)n, backend, GEN_MAX_PRELUDES);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    const char *name = lua_tostring(L, -1);
+    const template_file *f = name ? find_file(name) : NULL;
+    if (!f) luaL_error(L, "template result: %s prelude %d is no embedded file", backend, (int)i + 1);
+    out->file[i] = f->name;
+    lua_pop(L, 1);
+  }
+  out->n = (int)n;
+  lua_pop(L, 1);
+}
+
+/* Join the parameter block, the kernel's CUDA preludes and the body. */
 static char *cuda_source(lua_State *L, const gen_kernel *k) {
-  static const char *const parts[] = {"fa_params.h", "prelude_cuda.cuh", "prelude_cuda_tc.cuh",
-                                      "prelude_tile.h", "prelude_cuda_sm90.cuh"};
-  enum { NPARTS = sizeof parts / sizeof parts[0] };
-  const template_file *f[NPARTS];
+  const template_file *f[GEN_MAX_PRELUDES + 1];
+  const int nparts = k->prelude_cuda.n + 1;
   char head[256];
   int hn = snprintf(head, sizeof head, "/* fatune %s (template %s) */\n",
                     k->name, k->template_version);
   if (hn < 0 || (size_t)hn >= sizeof head) luaL_error(L, "variant name too long: %s", k->name);
   size_t total = (size_t)hn + strlen(k->body) + 1;
-  for (int i = 0; i < NPARTS; i++) {
-    if (!(f[i] = find_file(parts[i]))) luaL_error(L, "%s is not among the embedded templates", parts[i]);
+  for (int i = 0; i < nparts; i++) {
+    const char *name = i == 0 ? "fa_params.h" : k->prelude_cuda.file[i - 1];
+    if (!(f[i] = find_file(name))) luaL_error(L, "%s is not among the embedded templates", name);
     total += f[i]->size;
   }
   char *s = malloc(total);
   if (!s) luaL_error(L, "out of memory rendering %s", k->name);
   char *w = s;
   memcpy(w, head, (size_t)hn), w += hn;
-  for (int i = 0; i < NPARTS; i++) memcpy(w, f[i]->text, f[i]->size), w += f[i]->size;
+  for (int i = 0; i < nparts; i++) memcpy(w, f[i]->text, f[i]->size), w += f[i]->size;
   memcpy(w, k->body, strlen(k->body) + 1);
   return s;
 }
@@ -513,6 +522,11 @@ static void take_kernel(lua_State *L, gen_call *c) {
   if (!lua_isnil(L, -1)) copy_string(L, -1, k->arch, sizeof k->arch, "arch");
   lua_pop(L, 1);
   take_tma(L, k);
+  if (lua_getfield(L, -1, "preludes") != LUA_TTABLE)
+    luaL_error(L, "template result: preludes is not a table");
+  take_preludes(L, "cuda", &k->prelude_cuda);
+  take_preludes(L, "emu", &k->prelude_emu);
+  lua_pop(L, 1);
   int version = int_field(L, "template_version");
   take_config(L, &k->cfg);
   snprintf(k->template_version, sizeof k->template_version, "%s/%d+%.12s", k->cfg.family,
@@ -673,10 +687,78 @@ int gen_predict(gen_state *g, const char *config, const fa_problem *p, gen_predi
   return protected_call(g, predict_protected, &c);
 }
 
+const char *gen_default_arch(const gen_state *g) { return g->default_arch; }
+
+/* Copy the string at idx into buf, "" when nil. */
+static void copy_or_empty(lua_State *L, int idx, char *buf, size_t n, const char *what) {
+  if (lua_isnil(L, idx)) buf[0] = '\0';
+  else copy_string(L, idx, buf, n, what);
+}
+
+static int device_arch_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "device_arch");
+  lua_pushstring(L, c->text);
+  lua_call(L, 1, 2);
+  copy_string(L, -2, c->out, c->outlen, "the device's arch");
+  copy_or_empty(L, -1, c->why, c->whylen, "why");
+  return 0;
+}
+
+int gen_device_arch(gen_state *g, const char *base, char *arch, size_t n, char *why,
+                    size_t whyn) {
+  gen_call c = {.text = base, .out = arch, .outlen = n, .why = why, .whylen = whyn};
+  return protected_call(g, device_arch_protected, &c);
+}
+
+static int default_dtype_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "default_dtype");
+  push_target(L, c->target);
+  lua_call(L, 1, 2);
+  const char *name = lua_tostring(L, -2);
+  if (!name || fa_dtype_parse(name, c->dtype_out) != 0)
+    return luaL_error(L, "space.default_dtype gives no dtype");
+  copy_string(L, -1, c->why, c->whylen, "why");
+  return 0;
+}
+
+int gen_default_dtype(gen_state *g, const gen_target *t, fa_dtype *out, char *why, size_t n) {
+  gen_call c = {.target = t, .dtype_out = out, .why = why, .whylen = n};
+  return protected_call(g, default_dtype_protected, &c);
+}
+
+static int families_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "families_for");
+  push_problem(L, c->problem);
+  push_target(L, c->target);
+  lua_call(L, 2, 1);
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  for (lua_Unsigned i = 0; i < n && (int)i < c->max; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    lua_getfield(L, -1, "name");
+    copy_string(L, -1, c->families[i].name, sizeof c->families[i].name, "a family's name");
+    lua_getfield(L, -2, "title");
+    copy_string(L, -1, c->families[i].title, sizeof c->families[i].title, "a family's title");
+    lua_pop(L, 3);
+    c->count = i + 1;
+  }
+  return 0;
+}
+
+int gen_families_for(gen_state *g, const fa_problem *p, const gen_target *t, gen_family *out,
+                     int max, int *count) {
+  gen_call c = {.problem = p, .target = t, .families = out, .max = max};
+  const int rc = protected_call(g, families_protected, &c);
+  *count = rc == 0 ? (int)c.count : 0;
+  return rc;
+}
+
 int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t n) {
   const char *dim = gen_config_get(&k->cfg, "dim"), *dtype = gen_config_get(&k->cfg, "dtype"),
              *causal = gen_config_get(&k->cfg, "causal");
-  const char *family = gen_family_for_dtype(p->dtype), *name = k->name ? k->name : "?";
+  const char *name = k->name ? k->name : "?";
   char want[16];
   snprintf(want, sizeof want, "%d", p->dim);
   if (!dim || !dtype || !causal) {
@@ -688,13 +770,6 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
     snprintf(why, n, "variant %s is for dim %s %s%s, but the problem is dim %d %s%s", name, dim,
              dtype, strcmp(causal, "0") ? " causal" : "", p->dim, fa_dtype_name(p->dtype),
              p->causal ? " causal" : "");
-    return 0;
-  }
-  /* The Hopper family computes what tc does: either fits a 16-bit problem. */
-  if (strcmp(k->cfg.family, family) &&
-      !(strcmp(family, "tc") == 0 && strcmp(k->cfg.family, "wg") == 0)) {
-    snprintf(why, n, "variant %s is of family %s, but %s takes family %s", name, k->cfg.family,
-             fa_dtype_name(p->dtype), family);
     return 0;
   }
   return 1;

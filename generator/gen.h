@@ -37,16 +37,16 @@ typedef struct gen_config {
 /* The value of key, NULL when absent ("family" is no pair). */
 const char *gen_config_get(const gen_config *c, const char *key);
 
-/* The config as one flat JSON object {"family": "simt", "dtype": "fp32",
+/* The config as one flat JSON object {"family": "...", "dtype": "fp32",
 ** "dim": 64, ...}: integer values as numbers, the rest as JSON-escaped
 ** strings. 0, or -1 when n is too small. */
 int gen_config_json(const gen_config *c, char *buf, size_t n);
 
 /* One point of the search space. */
 typedef struct gen_variant {
-  char *name;    /* canonical, human-readable: simt-f32-d64-m64n32w4-... */
+  char *name;    /* canonical, human-readable: <family>-f32-d64-m64n32w4-... */
   char *hash;    /* 12 hex digits */
-  char *config;  /* canonical "family=simt,dtype=fp32,dim=64,..." */
+  char *config;  /* canonical "family=<family>,dtype=fp32,dim=64,..." */
   gen_config cfg;  /* the same, parsed */
 } gen_variant;
 
@@ -62,13 +62,23 @@ typedef struct gen_tma {
   int swizzle;
 } gen_tma;
 
+/* The embedded files (template_files.h) a backend pastes before a kernel's
+** body, in order: the family's `preludes` for that backend. The names
+** point into the embedded table and live as long as the program. */
+#define GEN_MAX_PRELUDES 8
+typedef struct gen_preludes {
+  int n;
+  const char *file[GEN_MAX_PRELUDES];
+} gen_preludes;
+
 /* One rendered kernel and what it takes to launch it. */
 typedef struct gen_kernel {
   char *name, *hash, *config;
   gen_config cfg;          /* config, parsed; the oracle, no point of the space, has no pairs */
   char *entry;             /* extern "C" kernel name */
   char *body;              /* the kernel, without any prelude */
-  char *source;            /* CUDA source: parameters + CUDA prelude + body */
+  char *source;            /* CUDA source: parameters + CUDA preludes + body */
+  gen_preludes prelude_cuda, prelude_emu;   /* what each backend pastes before body */
   char source_hash[17];    /* FNV-1a 64 of source, hex */
   char template_version[48];
   int threads;             /* per CTA */
@@ -142,13 +152,28 @@ typedef struct gen_figure { char name[32]; long long value; } gen_figure;
 typedef struct gen_prediction { int n; gen_figure f[GEN_MAX_FIGURES]; } gen_prediction;
 int gen_predict(gen_state *g, const char *config, const fa_problem *p, gen_prediction *out);
 
-/* The family the space picks for a dtype: "tc" for fp16 and bf16, "simt"
-** otherwise (space.family_for_dtype; gen_open checks that they agree). */
-const char *gen_family_for_dtype(fa_dtype t);
+/* The arch the space targets when neither an --arch nor a GPU says. */
+const char *gen_default_arch(const gen_state *g);
+
+/* The arch a device whose plain arch is `base` ("sm_XY" of its compute
+** capability) is targeted as: the arch-specific one of the same GPU where a
+** family runs only there, with a sentence why in why (whyn bytes; "" when
+** it is base itself). */
+int gen_device_arch(gen_state *g, const char *base, char *arch, size_t n, char *why,
+                    size_t whyn);
+
+/* The dtype tuned on t when none is asked for, and a sentence why. */
+int gen_default_dtype(gen_state *g, const gen_target *t, fa_dtype *out, char *why, size_t n);
+
+/* The families of p on t, in the space's order (those that compute p's
+** dtype and run on t): name and title ("tensor cores"), at most max;
+** *count says how many. */
+typedef struct gen_family { char name[16], title[64]; } gen_family;
+int gen_families_for(gen_state *g, const fa_problem *p, const gen_target *t, gen_family *out,
+                     int max, int *count);
 
 /* Whether kernel k computes problem p exactly: its config's dim, dtype and
-** causal are p's and its family is the one the space picks for p's dtype
-** (or wg, the Hopper family, where that is tc).
+** causal are p's (a family computes only the dtypes of its dtype axis).
 ** 1 when it fits; 0 when not, with a sentence saying why in why (n bytes),
 ** naming the kernel and both sides. A kernel without config pairs (the
 ** oracle) fits nothing. */

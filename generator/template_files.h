@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 typedef struct template_file {
-  const char *name;  /* file name within templates/ */
+  const char *name;  /* path within templates/ ("<family>/<family>.lua"), or a file name */
   const char *text;  /* NUL-terminated */
   size_t size;
 } template_file;

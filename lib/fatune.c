@@ -122,10 +122,13 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
     st = fail(FATUNE_EDB, "%s", err);
   } else {
     const cudrv_device_info *d = backend_cuda_device(c->be);
-    char arch[16] = "sm_90";
-    if (d) cudrv_target_arch(d, arch, sizeof arch, NULL);   /* what the tuner targets */
+    char arch[16], base[16], why[256];
+    snprintf(arch, sizeof arch, "%s", gen_default_arch(c->gen));
     snprintf(c->device, sizeof c->device, "%s", d ? d->uuid : "emu");
-    if (gen_target_for_arch(c->gen, arch, d ? d->smem_per_block_optin : 0, 0, &c->target) != 0)
+    /* What the tuner targets. */
+    if ((d && gen_device_arch(c->gen, cudrv_target_arch(d, base, sizeof base), arch, sizeof arch,
+                              why, sizeof why) != 0) ||
+        gen_target_for_arch(c->gen, arch, d ? d->smem_per_block_optin : 0, 0, &c->target) != 0)
       st = fail(FATUNE_ENODEV, "this GPU is not one fatune knows: %s", gen_errmsg(c->gen));
     backend_keep_objects(c->be, 1);
   }

@@ -35,22 +35,22 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 names=() files=() froms=() tos=() tests=()
 mut() { names+=("$1") files+=("$2") froms+=("$3") tos+=("$4") tests+=("$5"); }
 
-mut deferred-rescale templates/simt.cu \
+mut deferred-rescale templates/simt/simt.cu \
   'o[i][k] = fa_rescale_${T}(o[i][k], alpha);' 'o[i][k] = fa_rescale_${T}(o[i][k], (acc_t)1);' \
   'test_emu test_counters'
-mut causal-off-by-one templates/simt.cu \
+mut causal-off-by-one templates/simt/simt.cu \
   '" || gc > " .. q0' '" || gc >= " .. q0' \
   'test_emu test_counters|test_space'
-mut stage-barrier-1 templates/tc.cu \
+mut stage-barrier-1 templates/tc/tc.cu \
   'fa_syncthreads(); /* every warp is done with the stage */' ';' \
   'test_emu test_space'
-mut stage-barrier-n templates/tc.cu \
+mut stage-barrier-n templates/tc/tc.cu \
   "fa_syncthreads();           /* for every thread; and the previous iteration's stage is free */" ';' \
   'test_emu test_space'
-mut quad-xor2 templates/tc.cu \
+mut quad-xor2 templates/tc/tc.cu \
   'mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));' '' \
   'test_emu test_counters'
-mut tail-keys-visible templates/tc.cu \
+mut tail-keys-visible templates/tc/tc.cu \
   'const int lim = p.seq_k;' 'const int lim = p.seq_k + 1;' \
   'test_space'
 mut reference-scale runtime/reference.c \
@@ -74,10 +74,10 @@ mut nearest-seq db/db_query.c \
 mut npy-fortran runtime/npy.c \
   'if (h.fortran)' 'if (0 && h.fortran)' \
   'test_npy'
-mut lse-log2 templates/simt.cu \
+mut lse-log2 templates/simt/simt.cu \
   '(m_i[i] + fa_log2_${T}(l_i[i])) * (acc_t)0.69314718055994530942' '(m_i[i] + fa_log2_${T}(l_i[i]))' \
   'test_emu test_counters'
-mut kv-outer-ml templates/simt.cu \
+mut kv-outer-ml templates/simt/simt.cu \
   'fa_st_${T}(wg + gr * 2, m_i[i]);' '' \
   'test_emu test_counters'
 

@@ -20,7 +20,10 @@
 -- run in a sandbox: the C host never opens the io, os, package or debug
 -- libraries, and the sandbox environment offers only pure functions plus
 -- `require`, which loads nothing but files of the templates folder. The files
--- are handed over by the host as a table name -> text.
+-- are handed over by the host as a table name -> text, a file of a subfolder
+-- named by its path ("simt/simt.lua"). A name in `require` or `render` is
+-- looked up in the asking file's own folder first, then at the top of the
+-- templates folder; `template_names()` lists every file.
 
 local engine = {}
 
@@ -41,8 +44,21 @@ local function forbidden(_, name)
   error("template sandbox: '" .. tostring(name) .. "' is not available", 2)
 end
 
--- A fresh environment for one module or template.
-local function sandbox_env()
+-- The folder of a file name ("simt" for "simt/simt.lua"), "" at the top.
+local function folder_of(name)
+  return name:match("^(.*)/[^/]*$") or ""
+end
+
+-- The file `name` stands for when asked from folder `dir`: the folder's own
+-- first, then the top one; nil when neither exists.
+local function resolve(name, dir)
+  if dir ~= "" and files[dir .. "/" .. name] then return dir .. "/" .. name end
+  if files[name] then return name end
+  return nil
+end
+
+-- A fresh environment for one module or template of folder `dir`.
+local function sandbox_env(dir)
   local env = {}
   for _, name in ipairs(safe_globals) do env[name] = _G[name] end
   for lib in pairs(safe_libs) do
@@ -51,30 +67,49 @@ local function sandbox_env()
     env[lib] = copy
   end
   env.string.dump = nil
-  env.require = engine.require
-  env.render = engine.render
+  -- Not tail calls: an error's level counts this frame.
+  env.require = function(name)
+    local m = engine.require(name, dir, 3)
+    return m
+  end
+  env.render = function(name, args)
+    local text = engine.render(name, args, dir, 3)
+    return text
+  end
+  env.template_names = engine.names
   env._G = env
   return setmetatable(env, { __index = forbidden })
 end
 
-function engine.file(name)
-  local text = files[name]
-  if not text then error("no template file '" .. tostring(name) .. "'", 2) end
-  return text
+function engine.file(name, dir, level)
+  local path = resolve(tostring(name), dir or "")
+  if not path then error("no template file '" .. tostring(name) .. "'", level or 2) end
+  return files[path], path
 end
 
-function engine.require(name)
-  if type(name) ~= "string" or not name:match("^[%w_]+$") then
-    error("template sandbox: require of '" .. tostring(name) .. "' refused", 2)
+-- Every file name, sorted.
+function engine.names()
+  local out = {}
+  for name in pairs(files) do out[#out + 1] = name end
+  table.sort(out)
+  return out
+end
+
+-- The module `name` (a file name.lua, or folder/name.lua) as seen from
+-- folder `dir` (the top when nil); level is error's, for the caller's line.
+function engine.require(name, dir, level)
+  level = level or 2
+  if type(name) ~= "string" or not (name:match("^[%w_]+$") or name:match("^[%w_]+/[%w_]+$")) then
+    error("template sandbox: require of '" .. tostring(name) .. "' refused", level)
   end
-  if modules[name] == nil then
-    local text = files[name .. ".lua"]
-    if not text then error("template sandbox: no module '" .. name .. "' in templates/", 2) end
-    local chunk, err = host_load(text, "@" .. name .. ".lua", "t", sandbox_env())
+  local path = resolve(name .. ".lua", dir or "")
+  if not path then error("template sandbox: no module '" .. name .. "' in templates/", level) end
+  if modules[path] == nil then
+    local chunk, err = host_load(files[path], "@" .. path, "t", sandbox_env(folder_of(path)))
     if not chunk then error(err, 0) end
-    modules[name] = chunk() or true
+    modules[path] = chunk() or true
   end
-  return modules[name]
+  return modules[path]
 end
 
 -- A Lua string literal for s, on one line (%q would break lines at "\n").
@@ -140,6 +175,7 @@ end
 -- the start of the next generated line (a trailing comment would swallow
 -- it on the same line), so that each template line stays one Lua line.
 function engine.compile(text, chunkname)
+  local dir = folder_of(chunkname)
   local lines, n, pending = {}, 0, false
   for line in (text .. (text:sub(-1) == "\n" and "" or "\n")):gmatch("(.-)\n") do
     n = n + 1
@@ -161,7 +197,7 @@ function engine.compile(text, chunkname)
   end
   if pending then lines[n + 1] = "_leave()" end
   local src = "local _out, _str, args, _enter, _leave, _block = ... " .. table.concat(lines, "\n")
-  local chunk, err = host_load(src, "@" .. chunkname, "t", sandbox_env())
+  local chunk, err = host_load(src, "@" .. chunkname, "t", sandbox_env(dir))
   if not chunk then error(err, 0) end
   return chunk
 end
@@ -196,10 +232,12 @@ end
 
 local compiled = {}
 
--- Render template file `name` with `args` (templates may call this too).
-function engine.render(name, args)
-  if not compiled[name] then compiled[name] = engine.compile(engine.file(name), name) end
-  return engine.run(compiled[name], args or {})
+-- Render template file `name` with `args` (templates may call this too,
+-- from their folder `dir`).
+function engine.render(name, args, dir, level)
+  local text, path = engine.file(name, dir, (level or 2) + 1)
+  if not compiled[path] then compiled[path] = engine.compile(text, path) end
+  return engine.run(compiled[path], args or {})
 end
 
 -- Render template text given directly (tests, tools).

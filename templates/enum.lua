@@ -3,8 +3,25 @@
 
 local enum = {}
 
-function enum.int_axis(key, min, max) return { key = key, kind = "int", min = min, max = max } end
-function enum.enum_axis(key, values) return { key = key, kind = "enum", values = values } end
+-- token (optional): how a value reads in variant names (space.name_of):
+-- token[value] where given, else (token.prefix or "") .. value; "" leaves
+-- the value out of the name.
+function enum.int_axis(key, min, max, token)
+  return { key = key, kind = "int", min = min, max = max, token = token }
+end
+function enum.enum_axis(key, values, token)
+  return { key = key, kind = "enum", values = values, token = token }
+end
+
+-- The token of a 0/1 axis named only when set ("-causal").
+function enum.flag(word) return { [0] = "", [1] = word } end
+
+-- The preludes every family's source takes today, per backend, in order
+-- (the backend puts fa_params.h, and emu_abi.h on the emulator, before).
+enum.preludes = {
+  cuda = { "prelude_cuda.cuh", "prelude_cuda_tc.cuh", "prelude_tile.h", "prelude_cuda_sm90.cuh" },
+  emu = { "prelude_emu.h", "prelude_emu_tc.h", "prelude_emu_sm90.h", "prelude_tile.h" },
+}
 
 -- key -> axis, for a family's axis list.
 function enum.index(axes)

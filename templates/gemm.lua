@@ -111,6 +111,7 @@ function gemm.render(text)
     rows_per_cta = BM, ws_bytes_per_row = 0, registers_estimate = N // 2 + 40, io_align = 16,
     name = name, hash = name, config = "family=gemm," .. table.concat(parts, ","),
     family = "gemm", pairs = pairs_, template_version = gemm.version, arch = "sm_90a",
+    preludes = require("enum").preludes,
   }
 end
 

@@ -31,6 +31,7 @@ function oracle.render(problem)
                  ld = function(p) return string.format(l.ld, p) end }
   return {
     source = render("oracle.cu", args), entry = args.entry, threads = oracle.threads,
+    preludes = require("enum").preludes,
     smem_bytes = 0, rows_per_cta = 1, ws_bytes_per_row = 0, registers_estimate = 0,
     io_align = ({ fp64 = 8, fp32 = 4, fp16 = 2, bf16 = 2 })[problem.dtype],
     name = name, hash = name, config = "family=oracle,dtype=" .. problem.dtype .. ",dim=" ..

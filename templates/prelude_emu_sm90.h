@@ -49,7 +49,7 @@ FA_INLINE unsigned fa_emu_smem_offset(fa_emu_thread *t, const void *p) {
 ** valid until this thread's next warpgroup collective. */
 FA_INLINE unsigned char (*fa_emu_group_exchange(fa_emu_thread *t, const void *mine, size_t n,
                                                 int line))[32] {
-  unsigned char (*slots)[32] = t->wg->xchg[t->wgen & 1u];
+  unsigned char (*slots)[32] = t->wgroup->xchg[t->wgen & 1u];
   memcpy(slots[t->tid & 127], mine, n);
   t->wait(t, FA_EMU_WAIT_GROUP, line);
   t->wgen++;

@@ -8,12 +8,12 @@
 -- its hash is FNV-1a 64 of the canonical text, 12 hex digits. All three are
 -- pure functions of the config, so they are stable across runs and machines.
 --
--- Three families: simt (CUDA cores; fp32, fp64), tc (tensor cores; fp16,
--- bf16, e.g. tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2) and wg
--- (Hopper's warpgroup MMA and TMA, sm_90a only; fp16, bf16, e.g.
--- wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128). A problem's dtype
--- picks the family when a config does not name one (family_for_dtype);
--- on sm_90a the 16-bit types list wg beside tc (families_for).
+-- A family is a folder of the templates, <name>/ holding the module
+-- <name>/<name>.lua and whatever else it needs (its kernel template, its
+-- cost model); every such folder is a family, found when the space loads.
+-- A problem's space holds every family that computes its dtype and runs on
+-- its target, in the order of their rank (families_for); a config that
+-- names no family takes the first of them (pick).
 --
 -- The family interface ------------------------------------------------------
 -- A family is a module (a table) of these fields; check_family enforces the
@@ -26,12 +26,37 @@
 --              names and the value of `family=` in canonical text.
 --   version    integer: the template version, bumped when the kernels a
 --              config renders change (recorded with every result).
+--   title      string: what it computes on, in a few words ("tensor
+--              cores"), for messages.
+--   targets    "any" (every arch the space knows) or the list of the archs
+--              it runs on ({"sm_90a"}); a target outside them fits none of
+--              its configs.
+--   rank       integer: the order of the families of one problem (lowest
+--              first): listings, and the family a config naming none takes
+--              (the lowest rank that computes its dtype; with no dtype
+--              known, the highest rank, the last resort).
+--   default_dtype(target) -> dtype or nil, why: the dtype it would have
+--              the target tuned when none is asked for, or nil; why is a
+--              sentence either way. space.default_dtype asks the families
+--              of the target in rank order and takes the first dtype.
+--   preludes   table backend -> list of embedded file names, for "cuda"
+--              and "emu": what the host pastes before the kernel body, in
+--              order (after fa_params.h, and emu_abi.h on the emulator).
 --   axes       list of axes, in canonical order. An axis is {key = "name",
 --              kind = "int", min = a, max = b} or {key = "name", kind =
 --              "enum", values = {"a", "b", ...}} (enum.int_axis,
---              enum.enum_axis). It must hold dtype, dim and causal, the
---              problem's own axes.
+--              enum.enum_axis), with an optional token table: how a value
+--              reads in names, token[value] where given, else
+--              (token.prefix or "") .. value; "" leaves it out. It must
+--              hold dtype, dim and causal, the problem's own axes; the
+--              dtype axis's values are the dtypes the family computes.
 --   axis       table key -> axis, the lookup of `axes` (enum.index).
+--   naming     list of name parts, each a list of axis keys: a variant's
+--              name is the family's name and each part's tokens, joined
+--              without separator, the parts by "-"; an empty part is left
+--              out. Every axis is in exactly one part. space.name_of and
+--              space.parse_name derive names from it, and give the family
+--              name_of(config) when it registers.
 --   defaults(problem) -> config: every axis set, dtype, dim and causal
 --              from the problem where it has them; what an unset key of a
 --              `k=v,...` text takes.
@@ -57,9 +82,6 @@
 --              the template's own count of 32-bit registers per thread;
 --              io_align the bytes Q, K, V and O must be aligned to (the
 --              widest global access the kernel makes to them).
---   name_of(config) -> string: the variant's name, unique in the family.
---   parse_name(name) -> config or nil: the inverse of name_of (values may
---              be strings; space normalizes them through the axes).
 --   fallbacks  table key -> list of values (optional): what a key left out
 --              of `k=v,...` text may take, in order of preference, when the
 --              defaults do not fit the keys given (space.render_config).
@@ -70,11 +92,61 @@
 local space = {}
 
 local required = {
-  name = "string", version = "number", axes = "table", axis = "table",
-  defaults = "function", supports = "function", enumerate = "function", fits = "function",
-  render = "function", name_of = "function", parse_name = "function",
+  name = "string", version = "number", title = "string", rank = "number",
+  preludes = "table", default_dtype = "function", axes = "table", axis = "table",
+  naming = "table", defaults = "function", supports = "function", enumerate = "function",
+  fits = "function", render = "function",
 }
 local optional = { plan = "function", predict = "function", fallbacks = "table" }
+
+-- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
+local arch_limits = {
+  sm_75 = 65536, sm_80 = 166912, sm_86 = 101376, sm_87 = 166912,
+  sm_89 = 101376, sm_90 = 232448, sm_90a = 232448, sm_100 = 232448,
+  sm_100a = 232448, sm_103 = 232448, sm_110 = 232448, sm_120 = 101376,
+  sm_120a = 101376, sm_121 = 101376,
+}
+
+-- The arch the space targets when no GPU says otherwise.
+space.default_arch = "sm_90"
+
+-- Every embedded file, as a set.
+local embedded = {}
+for _, name in ipairs(template_names()) do embedded[name] = true end
+
+-- Whether family fam runs on arch.
+function space.runs_on(fam, arch)
+  if fam.targets == "any" then return arch_limits[arch] ~= nil end
+  for _, a in ipairs(fam.targets) do if a == arch then return true end end
+  return false
+end
+
+-- Whether family fam computes dtype (its dtype axis holds it).
+local function computes(fam, dtype)
+  for _, v in ipairs(fam.axis.dtype.values or {}) do if v == dtype then return true end end
+  return false
+end
+
+-- Raise through fail where fam's naming or tokens are malformed.
+local function check_naming(fam, fail)
+  local seen = {}
+  for i, part in ipairs(fam.naming) do
+    if type(part) ~= "table" or #part == 0 then fail("name part " .. i .. " is no list of axis keys") end
+    for _, key in ipairs(part) do
+      if not fam.axis[key] then fail("name part " .. i .. " names no axis '" .. tostring(key) .. "'") end
+      if seen[key] then fail("axis '" .. key .. "' is named twice") end
+      seen[key] = true
+    end
+  end
+  for _, axis in ipairs(fam.axes) do
+    if not seen[axis.key] then fail("axis '" .. axis.key .. "' is in no name part") end
+    for k, v in pairs(axis.token or {}) do
+      if type(v) ~= "string" or v:find("-", 1, true) then
+        fail("axis '" .. axis.key .. "': the token of '" .. tostring(k) .. "' is no string without '-'")
+      end
+    end
+  end
+end
 
 -- Raise, naming the family and the field, where `fam` breaks the interface.
 local function check_family(id, fam)
@@ -88,6 +160,27 @@ local function check_family(id, fam)
     if fam[field] ~= nil and type(fam[field]) ~= kind then fail("'" .. field .. "' is no " .. kind) end
   end
   if fam.name ~= id then fail("its name is '" .. tostring(fam.name) .. "'") end
+  if math.type(fam.rank) ~= "integer" then fail("'rank' is no integer") end
+  if fam.targets ~= "any" then
+    if type(fam.targets) ~= "table" or #fam.targets == 0 then
+      fail("'targets' is neither \"any\" nor a list of archs")
+    end
+    for _, arch in ipairs(fam.targets) do
+      if not arch_limits[arch] then fail("target '" .. tostring(arch) .. "' is no arch the space knows") end
+    end
+  end
+  for backend in pairs(fam.preludes) do
+    if backend ~= "cuda" and backend ~= "emu" then
+      fail("preludes for '" .. tostring(backend) .. "', no backend (cuda, emu)")
+    end
+  end
+  for _, backend in ipairs({ "cuda", "emu" }) do
+    local list = fam.preludes[backend]
+    if type(list) ~= "table" then fail("no preludes for the " .. backend .. " backend") end
+    for _, file in ipairs(list) do
+      if not embedded[file] then fail(backend .. " prelude '" .. tostring(file) .. "' is no template file") end
+    end
+  end
   for i, axis in ipairs(fam.axes) do
     local key = type(axis) == "table" and axis.key
     if type(key) ~= "string" then fail("axis " .. i .. " has no key") end
@@ -107,20 +200,32 @@ local function check_family(id, fam)
   for _, key in ipairs({ "dtype", "dim", "causal" }) do
     if not fam.axis[key] then fail("no axis '" .. key .. "'") end
   end
+  check_naming(fam, fail)
+  for arch in pairs(arch_limits) do
+    if space.runs_on(fam, arch) then
+      local dtype, why = fam.default_dtype({ arch = arch })
+      if type(why) ~= "string" or (dtype ~= nil and not computes(fam, dtype)) then
+        fail("default_dtype on " .. arch .. " gives no dtype of its own and a sentence")
+      end
+    end
+  end
   return fam
 end
 
-local families = {}
-for _, id in ipairs({ "simt", "tc", "wg" }) do families[id] = check_family(id, require(id)) end
-space.families = families
+space.check_family = check_family
 
--- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
-local arch_limits = {
-  sm_75 = 65536, sm_80 = 166912, sm_86 = 101376, sm_87 = 166912,
-  sm_89 = 101376, sm_90 = 232448, sm_90a = 232448, sm_100 = 232448,
-  sm_100a = 232448, sm_103 = 232448, sm_110 = 232448, sm_120 = 101376,
-  sm_120a = 101376, sm_121 = 101376,
-}
+-- The families: every folder <name>/ holding <name>/<name>.lua, by rank.
+local families, order = {}, {}
+for _, file in ipairs(template_names()) do
+  local folder, base = file:match("^([%w_]+)/([%w_]+)%.lua$")
+  if folder and folder == base then
+    local fam = check_family(folder, require(folder .. "/" .. folder))
+    fam.name_of = function(cfg) return space.name_of(fam, cfg) end
+    families[folder], order[#order + 1] = fam, fam
+  end
+end
+table.sort(order, function(a, b) return a.rank < b.rank or (a.rank == b.rank and a.name < b.name) end)
+space.families, space.order = families, order
 
 -- The target for an arch name; nil and a message when unknown.
 function space.target(arch, smem, max_threads)
@@ -174,13 +279,70 @@ local function axis_value(axis, v)
                       table.concat(axis.values, "|"), tostring(v)), 0)
 end
 
--- The family a problem's dtype calls for when none is named: tensor cores
--- for the 16-bit types, CUDA cores for fp32 and fp64.
-local function family_for_dtype(dtype)
-  if dtype == "fp16" or dtype == "bf16" then return "tc" end
-  return "simt"
+-- The families of a problem on a target (either may be nil: any), in rank
+-- order: those that compute its dtype and run on the target.
+local function families_for(problem, target)
+  local out = {}
+  for _, fam in ipairs(order) do
+    if (not problem or computes(fam, problem.dtype)) and (not target or space.runs_on(fam, target.arch)) then
+      out[#out + 1] = fam
+    end
+  end
+  return out
 end
-space.family_for_dtype = family_for_dtype
+space.families_for = families_for
+
+-- The family a config that names none takes: the first that computes
+-- dtype (and runs on target, when given); with no dtype, the last resort.
+local function pick(dtype, target)
+  if dtype == nil then return order[#order] end
+  local fams = families_for({ dtype = dtype }, target)
+  if #fams == 0 then fams = families_for({ dtype = dtype }) end
+  if #fams == 0 then error("no family computes dtype '" .. tostring(dtype) .. "'", 0) end
+  return fams[1]
+end
+space.pick = pick
+
+-- The dtype to tune on target when none is asked for, and a sentence why:
+-- the first default of the target's families in rank order; the reasons
+-- of those before it that have none.
+function space.default_dtype(target)
+  local whynot = {}
+  for _, fam in ipairs(families_for(nil, target)) do
+    local dtype, why = fam.default_dtype(target)
+    if dtype then
+      return dtype, #whynot > 0 and table.concat(whynot, "; ") or why
+    end
+    whynot[#whynot + 1] = why
+  end
+  error("no family runs on " .. target.arch, 0)
+end
+
+-- The arch a device of plain arch `base` ("sm_90") is targeted as: the
+-- arch-specific one of the same GPU (base .. "a") where a family runs only
+-- there, with a sentence why; else base and nil.
+function space.device_arch(base)
+  local special = base .. "a"
+  for _, fam in ipairs(order) do
+    if fam.targets ~= "any" and space.runs_on(fam, special) then
+      local others = {}
+      for _, f in ipairs(families_for(nil, { arch = base })) do others[#others + 1] = f.name end
+      return special, string.format("an %s device runs %s code: the %s family (%s) besides %s",
+                                    base, special, fam.name, fam.title, table.concat(others, " and "))
+    end
+  end
+  return base, nil
+end
+
+-- Whether cfg of fam fits the target: its targets, then its own rules.
+local function fits(fam, cfg, problem, target)
+  if not space.runs_on(fam, target.arch) then
+    local archs = fam.targets == "any" and "known archs" or table.concat(fam.targets, ", ")
+    return false, string.format("the %s family runs only on %s (%s), not %s", fam.name, archs,
+                                fam.title, target.arch)
+  end
+  return fam.fits(cfg, problem, target)
+end
 
 -- A full config from `k=v,...` text, unset keys taking the family defaults
 -- (the problem's dim, dtype and causal when given). Raises on bad input.
@@ -197,7 +359,7 @@ local function trim(s)
   return s:sub(first, last)
 end
 
-function space.parse_config(text, problem)
+function space.parse_config(text, problem, target)
   if #text > MAX_CONFIG_TEXT then
     error(string.format("config text too long: %d bytes (at most %d)", #text, MAX_CONFIG_TEXT), 0)
   end
@@ -211,15 +373,16 @@ function space.parse_config(text, problem)
       given[k] = v
     end
   end
-  local fam = space.family(given.family or family_for_dtype(given.dtype or (problem or {}).dtype))
+  local fam = given.family and space.family(given.family)
+               or pick(given.dtype or (problem or {}).dtype, target)
   given.family = nil
   local cfg = fam.defaults(problem or {})
   for k, v in pairs(given) do
     local axis = fam.axis[k]
     if not axis then
       local hint = ""
-      for _, id in ipairs({ "simt", "tc", "wg" }) do
-        local other = families[id]
+      for _, other in ipairs(order) do
+        local id = other.name
         if other ~= fam and other.axis[k] then
           hint = string.format(" (family %s has it: family=%s in the config, or a --dtype of %s)",
                                id, id, other.axis.dtype.values and table.concat(other.axis.dtype.values, " or ") or id)
@@ -239,7 +402,7 @@ end
 -- the family's fallbacks that fits: cfg changed in place, and a note that
 -- says what was chosen and why ("" when the defaults fit).
 local function fit_defaults(fam, cfg, given, target)
-  local ok, why = fam.fits(cfg, nil, target)
+  local ok, why = fits(fam, cfg, nil, target)
   if ok or not fam.fallbacks then return "" end
   local keys = {}
   for _, axis in ipairs(fam.axes) do
@@ -248,7 +411,7 @@ local function fit_defaults(fam, cfg, given, target)
   local base = {}
   for _, k in ipairs(keys) do base[k] = cfg[k] end
   local function try(i)
-    if i > #keys then return (fam.fits(cfg, nil, target)) end
+    if i > #keys then return (fits(fam, cfg, nil, target)) end
     for _, v in ipairs(fam.fallbacks[keys[i]]) do
       cfg[keys[i]] = axis_value(fam.axis[keys[i]], v)
       if try(i + 1) then return true end
@@ -269,14 +432,89 @@ local function fit_defaults(fam, cfg, given, target)
                        table.concat(changed, ","), table.concat(took, ","), why)
 end
 
+-- The name token of value v of axis (integral floats read as integers).
+local function token(axis, v)
+  if math.type(v) == "float" and v == math.floor(v) then v = math.tointeger(v) end
+  local t = axis.token
+  if t and t[v] ~= nil then return t[v] end
+  return (t and t.prefix or "") .. tostring(v)
+end
+
+-- The name of cfg: the family's name, then each non-empty name part.
+function space.name_of(fam, cfg)
+  local out = { fam.name }
+  for _, part in ipairs(fam.naming) do
+    local tokens = {}
+    for i, key in ipairs(part) do tokens[i] = token(fam.axis[key], cfg[key]) end
+    local text = table.concat(tokens)
+    if text ~= "" then out[#out + 1] = text end
+  end
+  return table.concat(out, "-")
+end
+
+-- The values of axis whose token starts name at pos: a list of {value,
+-- length}, explicit tokens before prefixed values.
+local function token_matches(axis, name, pos)
+  local out, t = {}, axis.token or {}
+  local function try(v, tok)
+    if name:sub(pos, pos + #tok - 1) == tok then out[#out + 1] = { v, #tok } end
+  end
+  local keys = {}
+  for k in pairs(t) do if k ~= "prefix" then keys[#keys + 1] = k end end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do try(k, t[k]) end
+  local prefix = t.prefix or ""
+  if axis.kind == "enum" then
+    for _, v in ipairs(axis.values) do if t[v] == nil then try(v, prefix .. v) end end
+  elseif name:sub(pos, pos + #prefix - 1) == prefix then
+    local digits = name:match("^%d+", pos + #prefix)
+    if digits then out[#out + 1] = { tonumber(digits), #prefix + #digits } end
+  end
+  return out
+end
+
+-- The config fam's name `name` stands for, or nil: the name parts matched
+-- in order, each after a "-" or, when all its tokens are empty, left out;
+-- the first match whose config names itself back.
+local function parse_family_name(fam, name)
+  local cfg = {}
+  local function part(pi, pos)
+    if pi > #fam.naming then
+      if pos ~= #name + 1 then return false end
+      local copy = {}
+      for k, v in pairs(cfg) do copy[k] = v end
+      local ok, same = pcall(function()
+        for _, axis in ipairs(fam.axes) do copy[axis.key] = axis_value(axis, copy[axis.key]) end
+        return space.name_of(fam, copy) == name
+      end)
+      if ok and same then cfg = copy end
+      return ok and same
+    end
+    local keys = fam.naming[pi]
+    local function key(ki, at, dashed)
+      if ki > #keys then
+        return (dashed and at > pos + 1 or not dashed and at == pos) and part(pi + 1, at)
+      end
+      local axis = fam.axis[keys[ki]]
+      for _, m in ipairs(token_matches(axis, name, at)) do
+        cfg[axis.key] = m[1]
+        if key(ki + 1, at + m[2], dashed) then return true end
+      end
+      cfg[axis.key] = nil
+      return false
+    end
+    if key(1, pos, false) then return true end               -- an empty part
+    return name:sub(pos, pos) == "-" and key(1, pos + 1, true)
+  end
+  return part(1, #fam.name + 1) and cfg or nil
+end
+
 function space.parse_name(name)
   local famname = name:match("^(%w+)%-")
   local fam = famname and families[famname]
   if not fam then error("unknown variant '" .. name .. "'", 0) end
-  local cfg = fam.parse_name(name)
+  local cfg = parse_family_name(fam, name)
   if not cfg then error("unknown variant '" .. name .. "'", 0) end
-  for _, axis in ipairs(fam.axes) do cfg[axis.key] = axis_value(axis, cfg[axis.key]) end
-  if fam.name_of(cfg) ~= name then error("unknown variant '" .. name .. "'", 0) end
   return fam, cfg
 end
 
@@ -289,31 +527,21 @@ function space.describe(fam, cfg)
            config = space.canonical(fam, cfg), pairs = pairs_ }
 end
 
--- The families a problem's space holds: the one its dtype calls for and,
--- for the 16-bit types on sm_90a, the Hopper family wg beside tc.
-local function families_for(problem, target)
-  local first = family_for_dtype(problem.dtype)
-  if first == "tc" and target.arch == "sm_90a" then return { "tc", "wg" } end
-  return { first }
-end
-space.families_for = families_for
-
 -- Every config of every family for a problem and a target, pruned.
 -- which: "default" (worth timing) or "full" (the whole cross product).
 function space.list(problem, target, which)
   local out = {}
-  for _, famname in ipairs(families_for(problem, target)) do
-    local fam = families[famname]
+  for _, fam in ipairs(families_for(problem, target)) do
     if fam.supports(problem) then
       local n = #out
       for _, cfg in ipairs(fam.enumerate(problem, which)) do
-        if fam.fits(cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
+        if fits(fam, cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
       end
       -- Big head dims in fp64 can overflow shared memory at every default
       -- tile: the default space then falls back to small tiles.
       if which == "default" and #out == n then
         for _, cfg in ipairs(fam.enumerate(problem, "small")) do
-          if fam.fits(cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
+          if fits(fam, cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
         end
       end
     end
@@ -332,7 +560,7 @@ local render_fields = {
 -- described as space.describe describes it (the host takes the pairs as
 -- they are instead of parsing the canonical text again).
 function space.render(fam, cfg, target)
-  local ok, why = fam.fits(cfg, nil, target)
+  local ok, why = fits(fam, cfg, nil, target)
   if not ok then error("config does not fit the target " .. target.arch .. ": " .. why, 0) end
   local r = fam.render(cfg)
   for field, kind in pairs(render_fields) do
@@ -343,12 +571,12 @@ function space.render(fam, cfg, target)
   end
   local d = space.describe(fam, cfg)
   r.name, r.hash, r.config, r.pairs = d.name, d.hash, d.config, d.pairs
-  r.family, r.template_version = d.family, fam.version
+  r.family, r.template_version, r.preludes = d.family, fam.version, fam.preludes
   return r
 end
 
 function space.render_config(text, problem, target)
-  local fam, cfg, given = space.parse_config(text, problem)
+  local fam, cfg, given = space.parse_config(text, problem, target)
   local note = fit_defaults(fam, cfg, given, target)
   local r = space.render(fam, cfg, target)
   r.note = note

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "emu_preludes.h"
 #include "check.h"
 #include "validate.h"
 
@@ -425,7 +426,7 @@ static void expect_failure(const emu_build *b, size_t i, float *q, float *o,
 static void test_hand_kernels(void) {
   emu_source src[NHANDS];
   emu_build b[NHANDS];
-  for (size_t i = 0; i < NHANDS; i++) src[i].entry = hands[i].entry, src[i].body = hands[i].body;
+  for (size_t i = 0; i < NHANDS; i++) src[i] = (emu_source){hands[i].entry, hands[i].body, &emu_preludes};
   char err[512];
   emu_compile_opts co = {.extra_flags = "-Wall -Wextra -Werror"};
   CHECK(emu_compile(src, NHANDS, &co, b, err, sizeof err) == 0, "%s", err);
@@ -462,9 +463,9 @@ static void test_hand_kernels(void) {
 /* A compile error costs only its kernel, and its log names its line. */
 static void test_compile_error(void) {
   emu_source src[3] = {
-    {"t_good1", "FA_KERNEL(t_good1, 32)\n{\n  (void)p;\n}\n"},
-    {"t_bad", "FA_KERNEL(t_bad, 32)\n{\n  this is not C;\n}\n"},
-    {"t_good2", "FA_KERNEL(t_good2, 32)\n{\n  (void)p;\n}\n"},
+    {"t_good1", "FA_KERNEL(t_good1, 32)\n{\n  (void)p;\n}\n", &emu_preludes},
+    {"t_bad", "FA_KERNEL(t_bad, 32)\n{\n  this is not C;\n}\n", &emu_preludes},
+    {"t_good2", "FA_KERNEL(t_good2, 32)\n{\n  (void)p;\n}\n", &emu_preludes},
   };
   emu_build b[3];
   char err[512];

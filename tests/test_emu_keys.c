@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu_preludes.h"
 #include "check.h"
 #include "emu.h"
 #include "fatune.h"
@@ -42,7 +43,8 @@ static int has_tls(const unsigned char *obj, size_t size) {
 }
 
 static void test_no_tls(void) {
-  emu_source src = {"t_plain", "FA_KERNEL(t_plain, 32)\n{\n  if (fa_tid() > 64) (void)p;\n}\n"};
+  emu_source src = {"t_plain", "FA_KERNEL(t_plain, 32)\n{\n  if (fa_tid() > 64) (void)p;\n}\n",
+                    &emu_preludes};
   emu_build b;
   emu_compile_opts co = {.keep_objects = 1};
   char err[512];

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu_preludes.h"
 #include "backend.h"
 #include "check.h"
 #include "emu.h"
@@ -245,8 +246,8 @@ static const char body_wr[] =
 
 enum { K_WG, K_NAMES, K_TMA, K_MB, K_NB, K_WS, K_CA, K_WR, NK };
 static const emu_source sources[NK] = {
-  {"wg", body_wg}, {"names", body_names}, {"tma", body_tma}, {"mb", body_mb},
-  {"nb", body_nb}, {"ws", body_ws}, {"ca", body_ca}, {"wr", body_wr}};
+  {"wg", body_wg, &emu_preludes}, {"names", body_names, &emu_preludes}, {"tma", body_tma, &emu_preludes}, {"mb", body_mb, &emu_preludes},
+  {"nb", body_nb, &emu_preludes}, {"ws", body_ws, &emu_preludes}, {"ca", body_ca, &emu_preludes}, {"wr", body_wr, &emu_preludes}};
 static emu_build builds[NK];
 
 typedef struct bufs {

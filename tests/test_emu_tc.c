@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu_preludes.h"
 #include "check.h"
 #include "emu.h"
 #include "nvrtc_compile.h"
@@ -373,9 +374,9 @@ static const char body_all[] =
 enum { K_CONV_ALL, K_CONV_F32, K_MMA, K_LDM, K_E2E, K_CPA, K_ACC, K_BAD, NK };
 
 static const emu_source sources[NK] = {
-  {"conv_all", body_conv_all}, {"conv_f32", body_conv_f32}, {"mma", body_mma},
-  {"ldm", body_ldm}, {"e2e", body_e2e}, {"cpa", body_cpa}, {"acc", body_acc},
-  {"bad", body_bad},
+  {"conv_all", body_conv_all, &emu_preludes}, {"conv_f32", body_conv_f32, &emu_preludes}, {"mma", body_mma, &emu_preludes},
+  {"ldm", body_ldm, &emu_preludes}, {"e2e", body_e2e, &emu_preludes}, {"cpa", body_cpa, &emu_preludes}, {"acc", body_acc, &emu_preludes},
+  {"bad", body_bad, &emu_preludes},
 };
 
 static emu_build builds[NK];

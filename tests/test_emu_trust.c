@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "emu_preludes.h"
 #include "check.h"
 #include "emu.h"
 #include "emu_abi.h"
@@ -98,7 +99,8 @@ static int write_evil_c(const char *path, const char *entry) {
 
 /* Writes 42 at the pointer in the parameter block's q. */
 static const emu_source victim = {
-  "t_victim", "FA_KERNEL(t_victim, 1)\n{\n  fa_emu_st_f32((float *)p.o, 42.0f, __LINE__);\n}\n"};
+  "t_victim", "FA_KERNEL(t_victim, 1)\n{\n  fa_emu_st_f32((float *)p.o, 42.0f, __LINE__);\n}\n",
+  &emu_preludes};
 
 /* Runs b's kernel on one thread; 1 when it wrote the victim's 42. */
 static int runs_victim(const emu_build *b) {

@@ -122,9 +122,6 @@ static void test_tile_of(void) {
   CHECK(estimate_wg_tile_of(&cfg, 384, 168, 212 * 1024, &t) == 0 &&
           !memcmp(&t, &fa3_d128, sizeof t), "the d128 tile: %d %d %d %d %d", t.consumers,
         t.block_m, t.block_n, t.dim, t.elem_bytes);
-  snprintf(cfg.family, sizeof cfg.family, "tc");
-  CHECK(estimate_wg_tile_of(&cfg, 384, 168, 1024, &t) == -1, "a tc config");
-  snprintf(cfg.family, sizeof cfg.family, "wg");
   cfg.pair[4] = (gen_pair){"block_k", "2"};   /* no consumers */
   CHECK(estimate_wg_tile_of(&cfg, 384, 168, 1024, &t) == -1, "no consumers");
 }

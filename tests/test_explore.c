@@ -1,6 +1,6 @@
 /*
 ** test_explore.c
-** The SIMT family's analytic cost model (templates/simt_model.lua, through
+** The SIMT family's analytic cost model (templates/simt/simt_model.lua, through
 ** gen_predict) against the CPU emulator's exact counters: every counter
 ** the model predicts must equal the measured one, for all eight
 ** combinations of normalization, loop order and warp split, over tiles
@@ -11,7 +11,7 @@
 ** Then the relations `fatune explore` reports, on the model alone:
 ** deferred rescales less than eager, kv_outer moves more global memory
 ** than q_outer, and split_k's reduction goes through shared memory.
-** With --wg, the wg family's model (templates/wg_model.lua) on sm_90a:
+** With --wg, the wg family's model (templates/wg/wg_model.lua) on sm_90a:
 ** TMA bytes, wgmma count and FLOPs and the global bytes equal the
 ** emulator's, and every other counter of the family's (exponentials,
 ** rescales, waits at mbarriers and named barriers, shared bytes, ...), for
@@ -219,7 +219,7 @@ static int test_wg_model(void) {
   gen_kernel_free(&probe);
   gen_prediction pr;
   if (gen_predict(gen, "family=wg", &p0, &pr) != 0) {
-    CHECK(0, "the wg family's cost model (wg.predict, templates/wg_model.lua): %s",
+    CHECK(0, "the wg family's cost model (wg.predict, templates/wg/wg_model.lua): %s",
           gen_errmsg(gen));
     return check_done("test_explore --wg");
   }

@@ -393,6 +393,42 @@ static void test_wg_gqa(gen_state *g) {
   gen_kernel_free(&k);
 }
 
+/* The family contract's new fields, checked when a family registers: a copy
+** of tc with one field broken is refused with a message naming it. */
+static void test_contract(gen_state *g) {
+  static const struct { const char *change, *what; } bad[] = {
+    {"", NULL},
+    {"f.targets = nil", "family 'tc': 'targets' is neither \"any\" nor a list of archs"},
+    {"f.targets = {'sm_99'}", "family 'tc': target 'sm_99' is no arch the space knows"},
+    {"f.rank = nil", "family 'tc': no field 'rank'"},
+    {"f.title = nil", "family 'tc': no field 'title'"},
+    {"f.preludes = {cuda = {'prelude_cuda.cuh'}}", "no preludes for the emu backend"},
+    {"f.preludes = {cuda = {'nope.cuh'}, emu = {}}", "cuda prelude 'nope.cuh' is no template file"},
+    {"f.preludes = {cuda = {}, emu = {}, metal = {}}", "preludes for 'metal', no backend"},
+    {"f.default_dtype = function() return 'fp32', 'why' end", "default_dtype on sm_"},
+    {"f.default_dtype = nil", "family 'tc': no field 'default_dtype'"},
+    {"f.naming = {{'dtype'}, {'dim'}}", "axis 'causal' is in no name part"},
+    {"f.naming = {{'dtype'}, {'dtype'}}", "axis 'dtype' is named twice"},
+    {"f.naming = {{'nokey'}}", "name part 1 names no axis 'nokey'"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[512], *out = NULL;
+    snprintf(text, sizeof text,
+             "$ local s = require('space')\n$ local f = {}\n"
+             "$ for k, v in pairs(s.families.tc) do f[k] = v end\n$ %s\n"
+             "$ s.check_family('tc', f)\nok\n", bad[i].change);
+    const int rc = gen_render_text(g, "contract.cu", text, &out);
+    free(out);
+    if (!bad[i].what) {
+      CHECK(rc == 0, "tc itself is refused: %s", gen_errmsg(g));
+      continue;
+    }
+    CHECK(rc != 0, "'%s' should be refused", bad[i].change);
+    CHECK(rc == 0 || strstr(gen_errmsg(g), bad[i].what), "'%s': '%s' lacks '%s'", bad[i].change,
+          gen_errmsg(g), bad[i].what);
+  }
+}
+
 int main(void) {
   gen_state *g = open_gen();
   gen_target t;
@@ -402,6 +438,7 @@ int main(void) {
   }
   test_engine(g);
   test_sandbox(g);
+  test_contract(g);
   test_space(g, &t);
   test_determinism(g, &t);
   test_configs(g, &t);

@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "emu_preludes.h"
 #include "check.h"
 #include "emu.h"
 #include "fa_proc.h"
@@ -83,15 +84,15 @@ static void test_plain(void) {
 static const emu_source kernels[] = {
   {"w_good", "FA_KERNEL(w_good, 32)\n{\n"
              "  fa_st_f32((float *)p.o + fa_tid(), 2.0f * fa_ldg_f32((const float *)p.q + fa_tid()));\n"
-             "}\n"},
+             "}\n", &emu_preludes},
   {"w_wild", "FA_KERNEL(w_wild, 32)\n{\n"
              "  (void)p;\n"
              "  if (fa_tid() == 5) *(volatile float *)(size_t)64 = 1.0f; /* no fa_st: a real fault */\n"
-             "}\n"},
+             "}\n", &emu_preludes},
   {"w_loop", "FA_KERNEL(w_loop, 32)\n{\n"
              "  (void)p;\n"
              "  for (;;) fa_syncthreads();\n"
-             "}\n"},
+             "}\n", &emu_preludes},
 };
 #define NK (sizeof kernels / sizeof kernels[0])
 

@@ -53,8 +53,8 @@ static const cmd_info commands[] = {
    "target (or the one --variant or --config names), compiles it, runs it and\n"
    "validates it against naive attention; on a GPU it times it. With no GPU it runs\n"
    "on the CPU emulator at a small sequence length (--emu-seq) and counts memory\n"
-   "traffic: emulator figures, not GPU performance. Without --dtype it tunes bf16 on\n"
-   "tensor cores where the target has them (sm_80 and newer), fp32 on CUDA cores below.\n"
+   "traffic: emulator figures, not GPU performance. Without --dtype it tunes the dtype\n"
+   "the target's families default to (bf16 where it has bf16 tensor cores, else fp32).\n"
    "Lists in --dim, --seq and --dtype (and --causal both) make a sweep: every key of\n"
    "their product, one after another, each recorded as it finishes (a rerun resumes);\n"
    "--shard I/N runs the I-th of N disjoint parts of the keys, balanced by estimated cost.",
@@ -124,9 +124,8 @@ static const cmd_info commands[] = {
    "--dim D (--seq N | --sweep seq=A:B) [--axis A] [problem flags] [--backend B]\n"
    "                      [--db PATH] [--json]",
    "Runs matched variants that differ in one design axis (FlashAttention-1 against -2)\n"
-   "and shows what each costs, measured and predicted by the cost model. The SIMT\n"
-   "family: fp32 (the default) or fp64; with --arch sm_90a and fp16 or bf16, the wg\n"
-   "family (FlashAttention-3: ping-pong, intra-warpgroup overlap, consumers, stages).",
+   "and shows what each costs, measured and predicted by the cost model, for the\n"
+   "families that declare explore axes (the dtype and --arch choose which).",
    "fatune explore --dim 64 --seq 512 --axis norm",
    "FlashAttention-1 against -2, one axis at a time"},
   {"baseline", CMD_BASELINE, F_DB, "FILE.csv [--db PATH]",
@@ -163,7 +162,7 @@ static const flag_info flags[] = {
   {"dim", F_DIM, 1, "D", "head dimension, 1 to 256 (default 64); the main job: a list,\n"
                           "64,128"},
   {"dtype", F_TYPE, 1, "T", "fp32, fp64, fp16 or bf16, or half, bfloat16, ... (default:\n"
-                            "bf16 on sm_80 and newer, else fp32); the main job: a list"},
+                            "the target's, as the banner says); the main job: a list"},
   {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
                                 "job's --causal both: each key without and with it"},
   {"seq", F_SEQ, 1, "N", "query sequence length (default 4096); the main job: a list of\n"
@@ -172,8 +171,8 @@ static const flag_info flags[] = {
   {"batch", F_SEQ, 1, "B", "batch size (default 4)"},
   {"heads", F_SEQ, 1, "H", "heads (default 16)"},
   {"scale", F_SCALE, 1, "S", "softmax scale (default 1/sqrt(dim))"},
-  {"arch", F_ARCH, 1, "A", "sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100, ... (default:\n"
-                           "the GPU's, else sm_90)"},
+  {"arch", F_ARCH, 1, "A", "sm_ and a compute capability, e.g. sm_80 (default: the\n"
+                           "GPU's, else the space's default)"},
   {"smem", F_ARCH, 1, "BYTES", "shared memory per block (default: the arch's opt-in maximum)"},
   {"jobs", F_JOBS, 1, "N", "work on N threads (default: all cores)"},
   {"json", F_JSON, 0, NULL, "print JSON instead of a table"},
@@ -194,8 +193,8 @@ static const flag_info flags[] = {
                                "estimated cost (deterministic: N machines share a sweep)"},
   {"device", F_DEV, 1, "NAME", "a device's name, UUID or part of its name"},
   {"format", F_FMT, 1, "F", "export: csv or json; report: html (default) or md"},
-  {"axis", F_AXIS, 1, "A", "norm, parallel, warp_split, layout, tiles; on sm_90a norm,\n"
-                          "pingpong, overlap, consumers, stages; or all (default)"},
+  {"axis", F_AXIS, 1, "A", "one design axis of the explored family (explore names\n"
+                          "them), or all (default)"},
   {"sweep", F_AXIS, 1, "seq=A:B", "seq A, 2A, 4A, ... up to B instead of --seq"},
   {"db", F_DB, 1, "PATH", "results database (default: $FATUNE_DB, else\n"
                           "~/.cache/fatune/fatune.db)"},
@@ -387,7 +386,7 @@ static int parse_format(cli_opts *o, const char *s, char *err, size_t n) {
 }
 
 static int parse_axis(cli_opts *o, const char *s, char *err, size_t n) {
-  /* The SIMT family's, then the wg family's; explore checks the family has it. */
+  /* Every family's explore axes; explore checks the family has it. */
   static const char *const axes[] = {"norm",     "parallel", "warp_split", "layout",
                                      "tiles",    "pingpong", "overlap",    "consumers",
                                      "stages",   "all"};
@@ -397,8 +396,7 @@ static int parse_axis(cli_opts *o, const char *s, char *err, size_t n) {
       return 0;
     }
   char hint[64];
-  return fail(err, n, "unknown axis '%s' (norm, parallel, warp_split, layout, tiles; on sm_90a "
-              "norm, pingpong, overlap, consumers, stages; or all%s)", s,
+  return fail(err, n, "unknown axis '%s' (one of the explored family's, or all%s)", s,
               nearest(s, axes, sizeof axes / sizeof axes[0], sizeof axes[0], "", hint,
                       sizeof hint));
 }

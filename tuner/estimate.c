@@ -72,8 +72,12 @@ const char *estimate_gpu_names(void) { return "a100, h100 or h200"; }
 
 const estimate_gpu *estimate_gpu_for_arch(const char *arch) {
   if (!arch) return NULL;
-  if (!strcmp(arch, "sm_80")) return &gpus[0];
-  if (!strcmp(arch, "sm_90") || !strcmp(arch, "sm_90a")) return &gpus[1];
+  /* The first GPU of the arch, or of the plain arch of an arch-specific one
+  ** (a letter after the number: the same GPU). */
+  const size_t n = strlen(arch);
+  const size_t plain = n > 0 && arch[n - 1] >= 'a' && arch[n - 1] <= 'z' ? n - 1 : n;
+  for (size_t i = 0; i < NGPUS; i++)
+    if (strlen(gpus[i].arch) == plain && !strncmp(gpus[i].arch, arch, plain)) return &gpus[i];
   return NULL;
 }
 
@@ -207,7 +211,8 @@ int estimate_wg_tile_of(const gen_config *cfg, int threads, int registers, int s
                           config_int(cfg, "dim"),
                           dt && (!strcmp(dt, "fp16") || !strcmp(dt, "bf16")) ? 2 : -1,
                           config_flag(cfg, "pingpong"), config_flag(cfg, "overlap")};
-  return strcmp(cfg->family, "wg") || t->consumers < 0 || t->block_m < 0 || t->block_n < 0 ||
+  /* A config without consumer warpgroups is no warp-specialized kernel. */
+  return t->consumers < 0 || t->block_m < 0 || t->block_n < 0 ||
                  t->dim < 0 || t->elem_bytes < 0 ? -1 : 0;
 }
 

@@ -72,7 +72,7 @@ typedef struct estimate {
 int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate_tile *t,
                      estimate *out);
 
-/* ---- Warp-specialized kernels (the wg family on sm_90a) ----
+/* ---- Warp-specialized kernels (producer and consumer warpgroups, wgmma) ----
 ** A producer warpgroup issues TMA loads (UTMALDG) of each K/V block; the
 ** consumer warpgroups run the main loop (HGMMA, the softmax). Per K/V
 ** block of every CTA resident on an SM: the tensor pipe's cycles at the
@@ -109,14 +109,15 @@ typedef struct estimate_wg {
   double tma_tflops;      /* the ceiling DRAM puts on the kernel when L2 reuses nothing */
 } estimate_wg;
 
-/* The HGMMA a consumer warpgroup issues per K/V block of a wg kernel:
+/* The HGMMA a consumer warpgroup issues per K/V block of a warp-specialized kernel:
 ** dim / 16 of S = Q K^T (m64 n=block_n k16) and block_n / 16 of O += P V
 ** (m64 n=dim k16, in n parts of at most 256), for each 64 rows it owns. */
 long estimate_wg_hgmma(const estimate_wg_tile *t);
 
-/* The tile of a wg variant's config (family wg: consumers, block_m,
+/* The tile of a warp-specialized variant's config (consumers, block_m,
 ** block_n, dim, dtype) with its launch's threads and ptxas's registers and
-** shared memory; -1 for a config of another family or lacking a key. */
+** shared memory; -1 for a config lacking a key (without consumers it is no
+** warp-specialized kernel). */
 int estimate_wg_tile_of(const gen_config *cfg, int threads, int registers, int smem_bytes,
                         estimate_wg_tile *t);
 

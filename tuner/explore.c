@@ -115,9 +115,9 @@ static const ex_axis wg_axes[] = {
 
 #define N(a) (int)(sizeof a / sizeof a[0])
 static const ex_family families[] = {
-  {"simt", "", "templates/simt_model.lua", "simt.cu", N(simt_axes), simt_axes,
+  {"simt", "", "templates/simt/simt_model.lua", "simt/simt.cu", N(simt_axes), simt_axes,
    N(simt_counters), simt_counters, 1},
-  {"wg", "family=wg", "templates/wg_model.lua", "wg.cu", N(wg_axes), wg_axes, N(wg_counters),
+  {"wg", "family=wg", "templates/wg/wg_model.lua", "wg/wg.cu", N(wg_axes), wg_axes, N(wg_counters),
    wg_counters, 0},
 };
 _Static_assert(N(simt_axes) <= EX_NAXES && N(wg_axes) <= EX_NAXES, "EX_NAXES");

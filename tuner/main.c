@@ -60,15 +60,17 @@ static const command commands[] = {
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
-/* The target: --arch, else the first GPU's (sm_90a on an sm_90 device, so
-** that the Hopper family is tuned too), else sm_90. */
+/* The target: --arch, else the first GPU's (the arch the space targets it
+** as: an arch-specific one where a family runs only there), else the
+** space's default. */
 static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int quiet) {
-  char arch[16] = "sm_90";
+  char arch[16];
   int smem = o->smem;
+  snprintf(arch, sizeof arch, "%s", gen_default_arch(g));
   if (o->arch) {
     if (!nvrtc_arch_supported(o->arch) || gen_target_for_arch(g, o->arch, smem, 0, t) != 0) {
-      fprintf(stderr, "fatune: unknown arch '%s' (for example sm_80, sm_86, sm_89, sm_90, sm_90a)\n",
-              o->arch);
+      fprintf(stderr, "fatune: unknown arch '%s' (sm_ and the GPU's compute capability, as "
+                      "`fatune --help` lists)\n", o->arch);
       return -1;
     }
     return 0;
@@ -77,14 +79,17 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   cudrv_device_info dev;
   /* In a child process: this one must never initialise CUDA (workers fork). */
   if (cudrv_probe_isolated(&dev, msg, sizeof msg)) {
-    const char *why;
-    cudrv_target_arch(&dev, arch, sizeof arch, &why);
+    char base[16], why[256];
+    cudrv_target_arch(&dev, base, sizeof base);
+    if (gen_device_arch(g, base, arch, sizeof arch, why, sizeof why) != 0) {
+      fprintf(stderr, "fatune: %s\n", gen_errmsg(g));
+      return -1;
+    }
     if (!smem) smem = dev.smem_per_block_optin;
-    if (!quiet) fprintf(stderr, "fatune: target %s (%s%s%s)\n", arch, dev.name, why ? "; " : "",
-                        why ? why : "");
+    if (!quiet) fprintf(stderr, "fatune: target %s (%s%s%s)\n", arch, dev.name, why[0] ? "; " : "",
+                        why);
   } else if (!quiet) {
-    fprintf(stderr, "fatune: %s; targeting %s (use --arch to choose; --arch sm_90a adds the "
-                    "Hopper family)\n", msg, arch);
+    fprintf(stderr, "fatune: %s; targeting %s (use --arch to choose)\n", msg, arch);
   }
   if (gen_target_for_arch(g, arch, smem, 0, t) != 0) {
     fprintf(stderr, "fatune: %s\n", gen_errmsg(g));
@@ -93,16 +98,15 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   return 0;
 }
 
-/* Without --dtype, the dtype that suits the target: bf16 where it has bf16
-** tensor cores (sm_80 and newer), so the tensor-core family is tuned, else
-** fp32. why says which and why, for the banner. */
-static void pick_dtype(cli_opts *o, const gen_target *t, char *why, size_t n) {
-  const int sm = atoi(t->arch + 3);
-  const int tc = sm >= 80;
-  o->problem.dtype = tc ? FA_BF16 : FA_FP32;
-  snprintf(why, n, tc ? "%s has bf16 tensor cores; --dtype fp32 for the CUDA-core family"
-                      : "%s has no bf16 tensor cores (sm_80 and newer do)", t->arch);
+/* Without --dtype, the dtype the space tunes on the target (its families'
+** defaults). why says which and why, for the banner. */
+static int pick_dtype(gen_state *g, cli_opts *o, const gen_target *t, char *why, size_t n) {
+  if (gen_default_dtype(g, t, &o->problem.dtype, why, n) != 0) {
+    fprintf(stderr, "fatune: %s\n", gen_errmsg(g));
+    return -1;
+  }
   o->dtype_why = why;
+  return 0;
 }
 
 /* Without --dtype, a --variant's own: its name's second token (f16, bf16,
@@ -139,11 +143,11 @@ static int run_with_target(const command *c, const cli_opts *o) {
   }
   gen_target t;
   cli_opts chosen = *o;
-  char why[160];
+  char why[256];
   int rc = resolve_target(g, o, &t, c->needs & QUIET_TARGET);
   if (rc == 0 && (c->needs & PICKS_DTYPE) && !cli_given(o, "--dtype") &&
       (!o->variant || variant_dtype(&chosen, why, sizeof why) != 0))
-    pick_dtype(&chosen, &t, why, sizeof why);
+    rc = pick_dtype(g, &chosen, &t, why, sizeof why);
   /* The main job's banner says it; compile says it here. */
   if (chosen.dtype_why && c->cmd == CMD_COMPILE)
     fprintf(stderr, "fatune: dtype %s: %s\n", fa_dtype_name(chosen.problem.dtype), why);

@@ -20,7 +20,7 @@ typedef struct sass_figures {
   sass_counts c;
   int estimated;       /* 1: e holds an estimate */
   estimate e;
-  double tma_tflops;   /* a wg variant's TMA ceiling (estimate_wg), NAN for others */
+  double tma_tflops;   /* a warp-specialized variant's TMA ceiling (estimate_wg), NAN for others */
   char error[200];     /* why not analysed, "" otherwise */
 } sass_figures;
 
@@ -30,7 +30,7 @@ typedef struct sass_figures {
 int sass_kernel_tile(const gen_kernel *k, const nvrtc_result *r, estimate_tile *t);
 
 /* The figures of kernel k compiled into r; gpu may be NULL (no estimate).
-** A warp-specialized (wg) kernel is estimated by estimate_wg, which counts
+** A warp-specialized kernel (one with consumer warpgroups) is estimated by estimate_wg, which counts
 ** only its consumer warps as running the loop. Never fails: what went wrong is in out->error. */
 void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const nvrtc_result *r,
                          const estimate_gpu *gpu, sass_figures *out);

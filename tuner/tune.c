@@ -341,7 +341,28 @@ static void tune_free(tune *s) {
   if (s->db) db_close(s->db);
 }
 
-static void banner(const tune *s, const char *note) {
+/* "dtype bf16, the a family (its title): why", or with more families (the
+** space lists them all, the best wins) "the a and b families (x; y; the
+** best of both wins)". */
+static void banner_families(gen_state *g, const tune *s) {
+  gen_family f[8];
+  int n = 0;
+  char names[160] = "", titles[320] = "";
+  if (gen_families_for(g, &s->o->problem, s->t, f, 8, &n) != 0) n = 0;
+  for (int i = 0; i < n; i++) {
+    const char *sep = i == 0 ? "" : i == n - 1 ? " and " : ", ";
+    size_t used = strlen(names);
+    snprintf(names + used, sizeof names - used, "%s%s", sep, f[i].name);
+    used = strlen(titles);
+    snprintf(titles + used, sizeof titles - used, "%s%s", i ? "; " : "", f[i].title);
+  }
+  fprintf(stderr, "fatune: dtype %s, the %s famil%s (%s%s): %s\n",
+          fa_dtype_name(s->o->problem.dtype), names, n > 1 ? "ies" : "y", titles,
+          n == 2 ? "; the best of both wins" : n > 2 ? "; the best wins" : "",
+          s->o->dtype_why ? s->o->dtype_why : "as --dtype asks");
+}
+
+static void banner(gen_state *g, const tune *s, const char *note) {
   const fa_problem *p = &s->o->problem;
   const cudrv_device_info *d = backend_cuda_device(s->be);
   if (d)
@@ -352,13 +373,7 @@ static void banner(const tune *s, const char *note) {
     fprintf(stderr, "fatune: backend emu, the CPU emulator%s%s: its figures are exact counts "
                     "and CPU times of a simulation, not GPU performance\n",
             note[0] ? ": " : "", note);
-  const int tc = p->dtype == FA_FP16 || p->dtype == FA_BF16;
-  const int wg = tc && !strcmp(s->t->arch, "sm_90a");   /* the space lists both, best wins */
-  fprintf(stderr, "fatune: dtype %s, the %s (%s): %s\n", fa_dtype_name(p->dtype),
-          wg ? "tc and wg families" : tc ? "tc family" : "simt family",
-          wg ? "mma.sync, and wgmma with TMA on sm_90a; the best of both wins"
-          : tc ? "tensor cores" : "CUDA cores",
-          s->o->dtype_why ? s->o->dtype_why : "as --dtype asks");
+  banner_families(g, s);
   fprintf(stderr, "fatune: problem %s dim %d seq_q %d seq_k %d batch %d heads %d%s",
           fa_dtype_name(p->dtype), p->dim, p->seq_q, p->seq_k, p->batch, p->heads,
           p->causal ? " causal" : "");
@@ -394,7 +409,7 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
     s.run.batch = 1;
     s.run.heads = p->heads < 2 ? p->heads : 2;
   }
-  banner(&s, note);
+  banner(g, &s, note);
   int rc = 1;
   if (db_open(o->db, DB_CREATE, &s.db, err, sizeof err) != 0) {
     fprintf(stderr, "fatune: %s\n", err);

@@ -223,7 +223,7 @@ static void print_json(const tune *s, trial **rank) {
     printf(", \"est_gpu\": ");
     if (figures(s, e)->estimated && s->est_gpu) json_string(stdout, s->est_gpu->name);
     else printf("null");
-    printf(", \"tma_tflops\": ");   /* a wg variant's DRAM ceiling, outside the bound */
+    printf(", \"tma_tflops\": ");   /* a warp-specialized variant's DRAM ceiling, outside the bound */
     json_number(stdout, s->tma_tflops ? s->tma_tflops[e - s->e] : NAN);
     printf("}");
   }

@@ -30,7 +30,7 @@ typedef struct tune {
   /* The SASS figures of each variant's cubin (none without nvdisasm), and
   ** the GPU of the throughput estimate (NULL: none). */
   sass_figures *sass;
-  double *tma_tflops;   /* a wg variant's TMA ceiling (estimate_wg), NAN for others */
+  double *tma_tflops;   /* a warp-specialized variant's TMA ceiling (estimate_wg), NAN for others */
   char nvdisasm[4096];
   const estimate_gpu *est_gpu;
 } tune;

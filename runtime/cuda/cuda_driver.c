@@ -305,12 +305,8 @@ int cudrv_current_device(int *ordinal, char *msg, size_t msglen) {
   return -1;
 }
 
-const char *cudrv_target_arch(const cudrv_device_info *d, char *buf, size_t n, const char **why) {
-  const int hopper = d->cc_major == 9 && d->cc_minor == 0;
-  snprintf(buf, n, "sm_%d%d%s", d->cc_major, d->cc_minor, hopper ? "a" : "");
-  if (why)
-    *why = hopper ? "an sm_90 device runs sm_90a code: the wg family (wgmma, TMA) besides tc"
-                  : NULL;
+const char *cudrv_target_arch(const cudrv_device_info *d, char *buf, size_t n) {
+  snprintf(buf, n, "sm_%d%d", d->cc_major, d->cc_minor);
   return buf;
 }
 

@@ -37,12 +37,10 @@ int cudrv_probe_isolated(cudrv_device_info *info, char *msg, size_t msglen);
 /* The same for device `ordinal`. */
 int cudrv_probe_isolated_at(int ordinal, cudrv_device_info *info, char *msg, size_t msglen);
 
-/* The target fatune compiles for on a device: "sm_XY" from its compute
-** capability, except on 9.0, "sm_90a": the Hopper features (wgmma, TMA,
-** setmaxnreg) exist only in arch-specific code, which runs on 9.0 devices
-** only, and plain sm_90 code (the tc family) runs there as well. Returns
-** buf, and says why in why (may be NULL) when it is not plain "sm_XY". */
-const char *cudrv_target_arch(const cudrv_device_info *d, char *buf, size_t n, const char **why);
+/* The plain arch of a device, "sm_XY" from its compute capability; the
+** generator says which arch fatune targets it as (gen_device_arch: the
+** arch-specific one where a family runs only there). Returns buf. */
+const char *cudrv_target_arch(const cudrv_device_info *d, char *buf, size_t n);
 
 /* The ordinal of the device whose context is current on the calling thread
 ** (the driver probed in this process). 0, or -1 with the reason in msg when

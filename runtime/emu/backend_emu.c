@@ -44,7 +44,8 @@ static int emu_compile_kernels(fa_backend *b, const gen_kernel *const *kernels, 
     snprintf(err, errlen, "out of memory");
     goto done;
   }
-  for (size_t i = 0; i < n; i++) src[i].entry = kernels[i]->entry, src[i].body = kernels[i]->body;
+  for (size_t i = 0; i < n; i++)
+    src[i] = (emu_source){kernels[i]->entry, kernels[i]->body, &kernels[i]->prelude_emu};
   emu_compile_opts opts = {.jobs = jobs, .keep_objects = b->keep_objects};
   if (emu_compile(src, n, &opts, built, err, errlen) != 0) {
     rc = FA_EINTERNAL;  /* no compiler, no temporary folder, no thread */
@@ -200,7 +201,7 @@ static int emu_load_program(fa_backend *b, const gen_kernel *k, const void *data
     snprintf(err, errlen, "out of memory");
     return FA_ENOMEM;
   }
-  emu_source src = {k->entry, k->body};
+  emu_source src = {k->entry, k->body, &k->prelude_emu};
   if (emu_load(data, size, &src, &p->build, err, errlen) != 0) {
     free(p->entry);
     free(p);

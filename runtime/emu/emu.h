@@ -13,6 +13,7 @@
 
 #include "emu_abi.h"
 #include "fa_params.h"
+#include "gen.h"
 
 typedef struct emu_module emu_module;   /* one loaded shared object */
 typedef void (*emu_kernel_fn)(fa_params p);
@@ -21,6 +22,7 @@ typedef void (*emu_kernel_fn)(fa_params p);
 typedef struct emu_source {
   const char *entry;
   const char *body;
+  const gen_preludes *preludes;   /* embedded files pasted before it, in order; NULL: none */
 } emu_source;
 
 /* What became of one kernel. fn is NULL when it did not compile; then log

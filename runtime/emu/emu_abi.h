@@ -169,7 +169,7 @@ struct fa_emu_thread {
   unsigned long long rng;           /* for FA_EMU_ASYNC_RANDOM, seeded per thread */
   const void *wait_obj;             /* what a FA_EMU_WAIT_MBAR/NAMED waits for */
   unsigned wait_arg, wait_count;
-  fa_emu_wgroup *wg;
+  fa_emu_wgroup *wgroup;
   unsigned wgen;                    /* warpgroup collectives this thread has been through */
   int wg_size;                      /* threads in this thread's warpgroup */
   fa_emu_wgmma *wgmma;              /* wgmma in flight, oldest first */

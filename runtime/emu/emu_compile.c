@@ -117,20 +117,34 @@ static FILE *create_at(int dirfd, const char *name) {
   return f;
 }
 
-/* The C text of kernels [first, first + count), as `name` in dirfd. */
+/* Whether prelude `name` is among the first `upto` kernels' of the batch
+** (the first one's up to `at`): written already. */
+static int written(const emu_source *src, size_t first, size_t upto, int at, const char *name) {
+  for (size_t i = first; i <= upto; i++)
+    for (int j = 0; src[i].preludes && j < (i == upto ? at : src[i].preludes->n); j++)
+      if (!strcmp(src[i].preludes->file[j], name)) return 1;
+  return 0;
+}
+
+static int write_file(FILE *f, const char *name) {
+  const template_file *t = embedded(name);
+  return t && fprintf(f, "#line 1 \"%s\"\n", t->name) > 0 &&
+         fwrite(t->text, 1, t->size, f) == t->size;
+}
+
+/* The C text of kernels [first, first + count), as `name` in dirfd: the
+** parameter block and the ABI, then each kernel's preludes once, in the
+** order the kernels name them, then the kernels. */
 static int write_batch(int dirfd, const char *name, const emu_source *src, size_t first,
                        size_t count) {
-  static const char *const preludes[] = {"fa_params.h", "emu_abi.h", "prelude_emu.h",
-                                          "prelude_emu_tc.h", "prelude_emu_sm90.h",
-                                          "prelude_tile.h"};
   FILE *f = create_at(dirfd, name);
   if (!f) return -1;
-  int ok = fprintf(f, "/* fatune CPU emulation: %zu kernel(s) */\n", count) > 0;
-  for (size_t i = 0; ok && i < sizeof preludes / sizeof preludes[0]; i++) {
-    const template_file *t = embedded(preludes[i]);
-    ok = t && fprintf(f, "#line 1 \"%s\"\n", t->name) > 0 &&
-         fwrite(t->text, 1, t->size, f) == t->size;
-  }
+  int ok = fprintf(f, "/* fatune CPU emulation: %zu kernel(s) */\n", count) > 0 &&
+           write_file(f, "fa_params.h") && write_file(f, "emu_abi.h");
+  for (size_t i = first; ok && i < first + count; i++)
+    for (int j = 0; ok && src[i].preludes && j < src[i].preludes->n; j++)
+      if (!written(src, first, i, j, src[i].preludes->file[j]))
+        ok = write_file(f, src[i].preludes->file[j]);
   for (size_t i = first; ok && i < first + count; i++)
     ok = fprintf(f, "\n#line 1 \"%s\"\n%s\n", src[i].entry, src[i].body) > 0;
   if (fclose(f) != 0) ok = 0;

@@ -387,7 +387,7 @@ static void start_cta(worker *w, unsigned long long cta) {
     t->fail = on_fail;
     t->async_mode = mode;
     t->rng = w->rng ^ ((unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ull);
-    t->wg = &w->wgroups[i >> 7];
+    t->wgroup = &w->wgroups[i >> 7];
     t->wg_size = group_size(w, i);
     t->wgmma = w->wgmma + (size_t)i * FA_EMU_MAX_WGMMA;
     t->bulk = w->bulk + (size_t)i * FA_EMU_MAX_BULK;

@@ -35,18 +35,26 @@ local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
 
+wg.title = "wgmma with TMA"
+-- wgmma, TMA and setmaxnreg exist only in arch-specific sm_90a code.
+wg.targets = { "sm_90a" }
+wg.rank = 2          -- beside tc on the same problems
+wg.preludes = enum.preludes
+
+function wg.default_dtype() return "bf16", "sm_90a has wgmma in bf16" end
+
 wg.axes = {
-  enum_axis("dtype", { "fp16", "bf16" }),
-  int_axis("dim", 1, 256),
-  int_axis("causal", 0, 1),
-  int_axis("block_m", 64, 192),
-  int_axis("block_n", 64, 256),
-  int_axis("stages", 2, 4),
-  int_axis("consumers", 1, 3),
-  int_axis("pingpong", 0, 1),
-  int_axis("overlap", 0, 1),
+  enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
+  int_axis("dim", 1, 256, { prefix = "d" }),
+  int_axis("causal", 0, 1, enum.flag("causal")),
+  int_axis("block_m", 64, 192, { prefix = "m" }),
+  int_axis("block_n", 64, 256, { prefix = "n" }),
+  int_axis("stages", 2, 4, { prefix = "s" }),
+  int_axis("consumers", 1, 3, { prefix = "c" }),
+  int_axis("pingpong", 0, 1, { [0] = "np", [1] = "pp" }),
+  int_axis("overlap", 0, 1, { [0] = "sq", [1] = "ov" }),
   enum_axis("norm", { "eager", "deferred" }),
-  enum_axis("swizzle", { "128", "64" }),
+  enum_axis("swizzle", { "128", "64" }, { prefix = "sw" }),
 }
 wg.axis = enum.index(wg.axes)
 
@@ -77,25 +85,8 @@ end
 -- Names ---------------------------------------------------------------------
 -- wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128[-causal]: pp or np
 -- (ping-pong or not), ov or sq (overlapped or sequential GEMMs).
-
-function wg.name_of(c)
-  return string.format("wg-%s-d%d-m%dn%dc%d-%s-%s-%s-s%d-sw%s%s",
-    c.dtype == "bf16" and "bf16" or "f16", c.dim, c.block_m, c.block_n, c.consumers, c.norm,
-    c.pingpong == 1 and "pp" or "np", c.overlap == 1 and "ov" or "sq", c.stages, c.swizzle,
-    c.causal == 1 and "-causal" or "")
-end
-
-function wg.parse_name(name)
-  local dt, d, m, n, cons, norm, pp, ov, s, sw, rest = name:match(
-    "^wg%-(b?f16)%-d(%d+)%-m(%d+)n(%d+)c(%d+)%-(%a+)%-(%a+)%-(%a+)%-s(%d+)%-sw(%d+)(.*)$")
-  if not dt or (rest ~= "" and rest ~= "-causal") or (pp ~= "pp" and pp ~= "np")
-     or (ov ~= "ov" and ov ~= "sq") then
-    return nil
-  end
-  return { dtype = dt == "bf16" and "bf16" or "fp16", dim = d, causal = rest == "" and 0 or 1,
-           block_m = m, block_n = n, stages = s, consumers = cons, pingpong = pp == "pp" and 1 or 0,
-           overlap = ov == "ov" and 1 or 0, norm = norm, swizzle = sw }
-end
+wg.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "consumers" }, { "norm" },
+              { "pingpong" }, { "overlap" }, { "stages" }, { "swizzle" }, { "causal" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -140,9 +131,6 @@ end
 -- Constraints -------------------------------------------------------------------
 
 function wg.fits(c, _, target)
-  if target.arch ~= "sm_90a" then
-    return false, "the wg family runs only on sm_90a (wgmma, TMA, setmaxnreg), not " .. target.arch
-  end
   if c.dim % 8 ~= 0 then
     return false, "head dim " .. c.dim
                   .. " is no multiple of 8: TMA needs rows of a multiple of 16 bytes"

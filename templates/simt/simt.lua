@@ -8,20 +8,31 @@ local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
 
+simt.title = "CUDA cores"
+simt.targets = "any"
+simt.rank = 3        -- after the tensor-core families: the space's last resort
+simt.preludes = enum.preludes
+
+-- fp32 runs on every GPU.
+function simt.default_dtype() return "fp32", "fp32 on CUDA cores" end
+
+-- Names: simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem[-causal].
 simt.axes = {
-  enum_axis("dtype", { "fp32", "fp64" }),
-  int_axis("dim", 1, 256),
-  int_axis("causal", 0, 1),
-  int_axis("block_m", 1, 256),
-  int_axis("block_n", 1, 256),
-  int_axis("warps", 1, 32),
+  enum_axis("dtype", { "fp32", "fp64" }, { fp32 = "f32", fp64 = "f64" }),
+  int_axis("dim", 1, 256, { prefix = "d" }),
+  int_axis("causal", 0, 1, enum.flag("causal")),
+  int_axis("block_m", 1, 256, { prefix = "m" }),
+  int_axis("block_n", 1, 256, { prefix = "n" }),
+  int_axis("warps", 1, 32, { prefix = "w" }),
   enum_axis("norm", { "eager", "deferred" }),
-  enum_axis("par", { "q_outer", "kv_outer" }),
-  enum_axis("split", { "split_q", "split_k" }),
+  enum_axis("par", { "q_outer", "kv_outer" }, { q_outer = "qouter", kv_outer = "kvouter" }),
+  enum_axis("split", { "split_q", "split_k" }, { split_q = "splitq", split_k = "splitk" }),
   enum_axis("layout", { "row", "pad", "kt" }),
-  enum_axis("q", { "smem", "reg" }),
+  enum_axis("q", { "smem", "reg" }, { prefix = "q" }),
 }
 simt.axis = enum.index(simt.axes)
+simt.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "norm" }, { "par" },
+                { "split" }, { "layout" }, { "q" }, { "causal" } }
 
 function simt.defaults(problem)
   return {
@@ -38,26 +49,6 @@ simt.fallbacks = { warps = { 4, 2, 1, 8, 16, 32 }, q = { "smem", "reg" } }
 
 function simt.supports(problem)
   return problem.dtype == "fp32" or problem.dtype == "fp64"
-end
-
--- Names -------------------------------------------------------------------
-
-local short = { q_outer = "qouter", kv_outer = "kvouter", split_q = "splitq", split_k = "splitk" }
-local long = { qouter = "q_outer", kvouter = "kv_outer", splitq = "split_q", splitk = "split_k" }
-
-function simt.name_of(c)
-  return string.format("simt-%s-d%d-m%dn%dw%d-%s-%s-%s-%s-q%s%s",
-    c.dtype == "fp64" and "f64" or "f32", c.dim, c.block_m, c.block_n, c.warps,
-    c.norm, short[c.par], short[c.split], c.layout, c.q, c.causal == 1 and "-causal" or "")
-end
-
-function simt.parse_name(name)
-  local dt, d, m, n, w, norm, par, split, layout, q, rest = name:match(
-    "^simt%-f(%d+)%-d(%d+)%-m(%d+)n(%d+)w(%d+)%-(%a+)%-(%a+)%-(%a+)%-(%a+)%-q(%a+)(.*)$")
-  if not dt or (rest ~= "" and rest ~= "-causal") then return nil end
-  return { dtype = "fp" .. dt, dim = d, causal = rest == "" and 0 or 1, block_m = m, block_n = n,
-           warps = w, norm = norm, par = long[par] or par, split = long[split] or split,
-           layout = layout, q = q }
 end
 
 -- Derived plan ------------------------------------------------------------

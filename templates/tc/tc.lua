@@ -22,40 +22,54 @@ local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
 
+tc.title = "tensor cores"
+tc.targets = "any"
+tc.rank = 1
+tc.preludes = enum.preludes
+
+-- bf16 where the target has bf16 tensor cores (mma.sync m16n8k16 in bf16:
+-- sm_80 and newer).
+function tc.default_dtype(target)
+  if tonumber(target.arch:match("^sm_(%d+)")) >= 80 then
+    return "bf16", target.arch .. " has bf16 tensor cores"
+  end
+  return nil, target.arch .. " has no bf16 tensor cores (sm_80 and newer do)"
+end
+
 tc.axes = {
-  enum_axis("dtype", { "fp16", "bf16" }),
-  int_axis("dim", 1, 256),
-  int_axis("causal", 0, 1),
-  int_axis("block_m", 16, 256),
-  int_axis("block_n", 16, 256),
-  int_axis("warps", 1, 8),
+  enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
+  int_axis("dim", 1, 256, { prefix = "d" }),
+  int_axis("causal", 0, 1, enum.flag("causal")),
+  int_axis("block_m", 16, 256, { prefix = "m" }),
+  int_axis("block_n", 16, 256, { prefix = "n" }),
+  int_axis("warps", 1, 8, { prefix = "w" }),
   enum_axis("norm", { "eager", "deferred" }),
   enum_axis("layout", { "row", "pad", "swizzle" }),
-  enum_axis("q", { "smem", "reg" }),
-  int_axis("stages", 1, 3),
-  int_axis("q_share", 0, 1),
+  enum_axis("q", { "smem", "reg" }, { prefix = "q" }),
+  int_axis("stages", 1, 3, { prefix = "s" }),
+  int_axis("q_share", 0, 1, enum.flag("share")),
   -- Key parts per K/V block: 0 lets tc.plan choose (parts and m-tile
   -- groups), n > 0 asks for n parts with all m-tiles together.
-  int_axis("parts", 0, 16),
+  int_axis("parts", 0, 16, { prefix = "p", [0] = "" }),
   -- Deferred normalization's row sums of P: on the tensor cores (P times
   -- a block of ones into one more O tile: no FADD, one HMMA more per k16
   -- step of P V) or with FADD by each thread, as FlashAttention-2 does
   -- (one FADD per score, no HMMA more). Which issues less depends on the
   -- head dim; which runs faster, on what bounds the loop.
-  enum_axis("rowsum", { "mma", "fadd" }),
+  enum_axis("rowsum", { "mma", "fadd" }, { mma = "" }),
   -- The order of softmax and P V within a block (deferred normalization):
   -- FlashAttention-2's, the whole block's P and then P V ("block"), or P
   -- built a k16 step at a time right before that step of P V ("step"),
   -- so that few unpacked exponentials are live at once. Which issues
   -- fewer instructions without spilling is ptxas's call; the tuner sees
   -- both.
-  enum_axis("pv", { "block", "step" }),
+  enum_axis("pv", { "block", "step" }, { block = "" }),
   -- The K/V copy's global addresses in the loop: rebuilt every block from
   -- the head's base and the thread index, with nothing of them live
   -- through the loop ("rebuild"), or carried by each thread in a pointer
   -- per tensor stepped down a block at a time, as FlashAttention-2 does
   -- ("carry": fewer instructions, four registers more through the loop).
-  enum_axis("kv_addr", { "rebuild", "carry" }),
+  enum_axis("kv_addr", { "rebuild", "carry" }, { rebuild = "" }),
 }
 tc.axis = enum.index(tc.axes)
 
@@ -98,36 +112,9 @@ end
 -- FADD add "fadd" after that: ...-s2-fadd; P V by k16 steps adds "step"
 -- after that: ...-s2-fadd-step; carried K/V addresses add "carry" after
 -- that: ...-s2-fadd-step-carry.
-
-function tc.name_of(c)
-  return string.format("tc-%s-d%d-m%dn%dw%d-%s-%s-q%s%s-s%d%s%s%s%s%s",
-    c.dtype == "bf16" and "bf16" or "f16", c.dim, c.block_m, c.block_n, c.warps, c.norm,
-    c.layout, c.q, c.q_share == 1 and "-share" or "", c.stages,
-    (c.parts or 0) ~= 0 and "-p" .. c.parts or "", c.rowsum == "fadd" and "-fadd" or "",
-    c.pv == "step" and "-step" or "", c.kv_addr == "carry" and "-carry" or "",
-    c.causal == 1 and "-causal" or "")
-end
-
-function tc.parse_name(name)
-  local dt, d, m, n, w, norm, layout, q, share, s, rest = name:match(
-    "^tc%-(b?f16)%-d(%d+)%-m(%d+)n(%d+)w(%d+)%-(%a+)%-(%a+)%-q(%a+)(%-?%a*)%-s(%d+)(.*)$")
-  local parts = rest and rest:match("^%-p([1-9]%d*)")
-  if parts then rest = rest:sub(#parts + 3) end
-  local fadd = rest and rest:match("^%-fadd") ~= nil
-  if fadd then rest = rest:sub(6) end
-  local step = rest and rest:match("^%-step") ~= nil
-  if step then rest = rest:sub(6) end
-  local carry = rest and rest:match("^%-carry") ~= nil
-  if carry then rest = rest:sub(7) end
-  if not dt or (rest ~= "" and rest ~= "-causal") or (share ~= "" and share ~= "-share") then
-    return nil
-  end
-  return { dtype = dt == "bf16" and "bf16" or "fp16", dim = d, causal = rest == "" and 0 or 1,
-           block_m = m, block_n = n, warps = w, norm = norm, layout = layout, q = q,
-           stages = s, q_share = share == "" and 0 or 1, parts = parts or 0,
-           rowsum = fadd and "fadd" or "mma", pv = step and "step" or "block",
-           kv_addr = carry and "carry" or "rebuild" }
-end
+tc.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "norm" }, { "layout" },
+              { "q" }, { "q_share" }, { "stages" }, { "parts" }, { "rowsum" }, { "pv" },
+              { "kv_addr" }, { "causal" } }
 
 -- Derived plan ----------------------------------------------------------------
 
