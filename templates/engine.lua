@@ -19,8 +19,9 @@
 -- Templates and the Lua modules beside them (the search space, the families)
 -- run in a sandbox: the C host never opens the io, os, package or debug
 -- libraries, and the sandbox environment offers only pure functions plus
--- `require`, which loads nothing but files of the templates folder. The files
--- are handed over by the host as a table name -> text.
+-- `require`, which loads nothing but files of the templates folder, and
+-- `file`, which reads one of them as text. The files are handed over by the
+-- host as a table name -> text.
 
 local engine = {}
 
@@ -52,6 +53,7 @@ local function sandbox_env()
   end
   env.string.dump = nil
   env.require = engine.require
+  env.file = engine.file
   env.render = engine.render
   env._G = env
   return setmetatable(env, { __index = forbidden })
