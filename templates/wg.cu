@@ -58,13 +58,40 @@ $ local function softmax(blk, masked)
 {
 $ if masked then
   const int key0 = ${blk} * ${BN};
-$   local M = { causal = causal, key0 = "key0", keys = BN, last_row = "row0", rows = { { "hh", 0, 2 } },
-$               vis = "row0 + 16 * w + g + 8 * hh + off + 1", col0 = "key0 + 2 * t" }
-  ${sm.mask(F, M)}
+$   -- Its own mask and row max, not softmax.lua's: with tc's form (the
+$   -- pair's two compares as a loop, room from col0, the max through mo)
+$   -- ptxas emits one more instruction per block at FA3's d64 tile.
+$   if causal then
+  if (key0 + ${BN} > p.seq_k || key0 + ${BN - 1} > row0 + off) {
+$   else
+  if (key0 + ${BN} > p.seq_k) {
+$   end
+    FA_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+$   if causal then
+      const int vis = row0 + 16 * w + g + 8 * hh + off + 1;
+      const int lim = vis < p.seq_k ? vis : p.seq_k;
+$   else
+      const int lim = p.seq_k;
+$   end
+      const int room = lim - key0 - 2 * t;
+      FA_UNROLL
+      for (int j = 0; j < ${BN // 8}; ++j) {
+        if (8 * j >= room) s[4 * j + 2 * hh] = NEG_INF;
+        if (8 * j + 1 >= room) s[4 * j + 2 * hh + 1] = NEG_INF;
+      }
+    }
+  }
 $ end
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
-    ${sm.row_max(F)}
+    float mx = NEG_INF;
+    FA_UNROLL
+    for (int j = 0; j < ${BN // 8}; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
+    ${sm.lane_reduce(F, "mx", "max")}
+    const float mn = fmaxf(m_i[hh], mx);
+    const float mu = ${sm.mu(F, "mn")};  /* a row with no key yet */
+    const float alpha = fa_exp2_f32(m_i[hh] * sl2 - mu);
     float rs = 0.f;
     FA_UNROLL
     for (int j = 0; j < ${BN // 8}; ++j) {
