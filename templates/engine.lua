@@ -19,11 +19,12 @@
 -- Templates and the Lua modules beside them (the search space, the families)
 -- run in a sandbox: the C host never opens the io, os, package or debug
 -- libraries, and the sandbox environment offers only pure functions plus
--- `require`, which loads nothing but files of the templates folder. The files
--- are handed over by the host as a table name -> text, a file of a subfolder
--- named by its path ("simt/simt.lua"). A name in `require` or `render` is
--- looked up in the asking file's own folder first, then at the top of the
--- templates folder; `template_names()` lists every file.
+-- `require`, which loads nothing but files of the templates folder, and
+-- `file`, which reads one of them as text. The files are handed over by the
+-- host as a table name -> text, a file of a subfolder named by its path
+-- ("simt/simt.lua"). A name in `require` or `render` is looked up in the
+-- asking file's own folder first, then at the top of the templates folder;
+-- `template_names()` lists every file.
 
 local engine = {}
 
@@ -76,6 +77,7 @@ local function sandbox_env(dir)
     local text = engine.render(name, args, dir, 3)
     return text
   end
+  env.file = engine.file
   env.template_names = engine.names
   env._G = env
   return setmetatable(env, { __index = forbidden })

@@ -28,19 +28,19 @@
 
 /* ---- The SIMT family: FlashAttention-1 against -2 ---- */
 
-#define C(f, j, l) {#f, j, l, offsetof(fa_counters, f)}
-static const ex_counter simt_counters[] = {
-  C(gmem_read, "global_bytes_read", "global bytes read"),
-  C(gmem_written, "global_bytes_written", "global bytes written"),
-  C(smem_read, "smem_bytes_read", "shared bytes read"),
-  C(smem_written, "smem_bytes_written", "shared bytes written"),
-  C(exp2, "exp_count", "exponentials"),
-  C(log2, "log_count", "logarithms"),
-  C(rescale, "rescale_count", "rescale multiplies"),
-  C(mma, "mma_count", "mma.sync"),
-  C(shuffles, "shuffles", "warp shuffles"),
-  C(barriers, "barriers", "__syncthreads"),
-  C(warp_syncs, "warp_syncs", "__syncwarp"),
+#define C(f) &trial_counters[TRIAL_CTR_##f]
+static const ex_counter *const simt_counters[] = {
+  C(gmem_read),
+  C(gmem_written),
+  C(smem_read),
+  C(smem_written),
+  C(exp2),
+  C(log2),
+  C(rescale),
+  C(mma),
+  C(shuffles),
+  C(barriers),
+  C(warp_syncs),
 };
 
 static const ex_axis simt_axes[] = {
@@ -70,21 +70,21 @@ static const ex_axis simt_axes[] = {
 
 /* ---- The wg family (sm_90a): FlashAttention-3's choices ---- */
 
-static const ex_counter wg_counters[] = {
-  C(gmem_read, "global_bytes_read", "global bytes read"),
-  C(gmem_written, "global_bytes_written", "global bytes written"),
-  C(tma_bytes, "tma_bytes", "TMA box bytes"),
-  C(smem_read, "smem_bytes_read", "shared bytes read"),
-  C(smem_written, "smem_bytes_written", "shared bytes written"),
-  C(exp2, "exp_count", "exponentials"),
-  C(log2, "log_count", "logarithms"),
-  C(rescale, "rescale_count", "rescale multiplies"),
-  C(wgmma, "wgmma_count", "wgmma"),
-  C(wgmma_flops, "wgmma_flops", "wgmma FLOPs"),
-  C(mbar_waits, "mbar_waits", "mbarrier waits"),
-  C(named_waits, "named_bar_waits", "named-barrier waits"),
-  C(shuffles, "shuffles", "warp shuffles"),
-  C(barriers, "barriers", "__syncthreads"),
+static const ex_counter *const wg_counters[] = {
+  C(gmem_read),
+  C(gmem_written),
+  C(tma_bytes),
+  C(smem_read),
+  C(smem_written),
+  C(exp2),
+  C(log2),
+  C(rescale),
+  C(wgmma),
+  C(wgmma_flops),
+  C(mbar_waits),
+  C(named_waits),
+  C(shuffles),
+  C(barriers),
 };
 #undef C
 
@@ -136,7 +136,7 @@ const ex_family *ex_family_for(fa_dtype dtype, const char *arch, char *why, size
 
 long long ex_measured(const explore *x, const ex_variant *v, int c) {
   return (long long)*(const unsigned long long *)((const char *)&v->t.out.r.counters +
-                                                  x->fam->counters[c].off);
+                                                  x->fam->counters[c]->off);
 }
 
 /* ---- The variants ---- */
@@ -219,7 +219,7 @@ static int predict(explore *x, ex_variant *v) {
   }
   for (int i = 0; i < pr.n; i++) {
     for (int c = 0; c < x->fam->ncounters; c++)
-      if (!strcmp(pr.f[i].name, x->fam->counters[c].model)) v->pred[c] = pr.f[i].value;
+      if (!strcmp(pr.f[i].name, x->fam->counters[c]->name)) v->pred[c] = pr.f[i].value;
     if (!strcmp(pr.f[i].name, "paper_standard_bytes")) v->paper_standard = pr.f[i].value;
     if (!strcmp(pr.f[i].name, "paper_tiled_bytes")) v->paper_tiled = pr.f[i].value;
   }

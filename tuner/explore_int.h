@@ -28,12 +28,9 @@ typedef struct ex_axis {
   const char *key_label;
 } ex_axis;
 
-/* A counter as the cost model (gen_predict), the JSON and the table name
-** it, and where fa_counters keeps it. */
-typedef struct ex_counter {
-  const char *model, *json, *label;
-  size_t off;
-} ex_counter;
+/* A counter as the cost model (gen_predict, by its field name), the JSON
+** and the table name it, and where fa_counters keeps it. */
+typedef trial_counter ex_counter;
 
 /* A family explore covers: its axes around its default (config, the text
 ** every variant's config starts with), the counters its model predicts,
@@ -45,7 +42,7 @@ typedef struct ex_family {
   int naxes;
   const ex_axis *axes;
   int ncounters;
-  const ex_counter *counters;
+  const ex_counter *const *counters;
   int paper;
 } ex_family;
 

@@ -86,7 +86,7 @@ static void counter_rows(const explore *x, int a) {
   long long m[4], p[4], tm[2][4], tp[2][4];
   memset(tm, 0, sizeof tm), memset(tp, 0, sizeof tp);
   for (int c = 0; c < x->fam->ncounters; c++) {
-    const size_t off = x->fam->counters[c].off;
+    const size_t off = x->fam->counters[c]->off;
     /* Totals: global read and written; shared read and written. */
     const int total = off == offsetof(fa_counters, gmem_read) ||
                       off == offsetof(fa_counters, gmem_written) ? 0
@@ -101,7 +101,7 @@ static void counter_rows(const explore *x, int a) {
         tp[total][i] = p[i] < 0 || tp[total][i] < 0 ? -1 : tp[total][i] + p[i];
       }
     }
-    row(x, a, x->fam->counters[c].label, m, p, 1);
+    row(x, a, x->fam->counters[c]->label, m, p, 1);
   }
   row(x, a, "global bytes, total", tm[0], tp[0], 1);
   row(x, a, "shared bytes, total", tm[1], tp[1], 1);
@@ -207,7 +207,7 @@ static void notes(const explore *x, int a) {
       const long long m = measured_or_none(x, v, c);
       if (m >= 0 && v->pred[c] >= 0 && m != v->pred[c])
         printf("  ! %s: %s measured %lld, the model says %lld: %s and %s disagree\n",
-               d->label[i], x->fam->counters[c].label, m, v->pred[c], x->fam->model,
+               d->label[i], x->fam->counters[c]->label, m, v->pred[c], x->fam->model,
                x->fam->kernel);
     }
   }
@@ -277,7 +277,7 @@ static void json_counts(const explore *x, const ex_variant *v, int measured) {
   printf("{");
   for (int c = 0; c < x->fam->ncounters; c++) {
     const long long n = measured ? ex_measured(x, v, c) : v->pred[c];
-    printf("%s\"%s\": ", c ? ", " : "", x->fam->counters[c].json);
+    printf("%s\"%s\": ", c ? ", " : "", x->fam->counters[c]->json);
     if (n < 0) printf("null");
     else printf("%lld", n);
   }

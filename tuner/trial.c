@@ -127,40 +127,35 @@ int trial_oracle_compile(trial_env *e) {
 
 /* ---- The database ---- */
 
+#define TRIAL_CTR_ROW(f, json, label) {#f, json, label, offsetof(fa_counters, f)},
+const trial_counter trial_counters[TRIAL_NCOUNTERS] = {FA_EMU_COUNTERS(TRIAL_CTR_ROW)};
+#undef TRIAL_CTR_ROW
+
+unsigned long long trial_counter_of(const fa_counters *c, int i) {
+  return *(const unsigned long long *)((const char *)c + trial_counters[i].off);
+}
+
 void trial_counters_json(const fa_counters *c, char *buf, size_t n) {
-  snprintf(buf, n, "{\"global_bytes_read\": %llu, \"global_bytes_written\": %llu, "
-           "\"smem_bytes_read\": %llu, \"smem_bytes_written\": %llu, \"exp_count\": %llu, "
-           "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
-           "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
-           "\"warp_syncs\": %llu, \"rescale_count\": %llu, \"wgmma_count\": %llu, "
-           "\"wgmma_flops\": %llu, \"tma_bytes\": %llu, \"mbar_waits\": %llu, "
-           "\"named_bar_waits\": %llu}",
-           c->gmem_read, c->gmem_written, c->smem_read, c->smem_written, c->exp2, c->log2, c->mma,
-           c->ldmatrix, c->cp_async, c->shuffles, c->barriers, c->warp_syncs, c->rescale,
-           c->wgmma, c->wgmma_flops, c->tma_bytes, c->mbar_waits, c->named_waits);
+  size_t at = 0;
+  for (int i = 0; i < TRIAL_NCOUNTERS && at < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "%s\"%s\": %llu", i ? ", " : "{",
+                           trial_counters[i].json, trial_counter_of(c, i));
+  if (at < n) snprintf(buf + at, n - at, "}");
 }
 
 /* The inverse of trial_counters_json, on text from the database: a counter
 ** missing or malformed reads 0. */
 static void counters_parse(const char *json, fa_counters *c) {
-  const struct { const char *name; unsigned long long *v; } f[] = {
-    {"global_bytes_read", &c->gmem_read}, {"global_bytes_written", &c->gmem_written},
-    {"smem_bytes_read", &c->smem_read}, {"smem_bytes_written", &c->smem_written},
-    {"exp_count", &c->exp2}, {"log_count", &c->log2}, {"mma_count", &c->mma},
-    {"ldmatrix_count", &c->ldmatrix}, {"cp_async_count", &c->cp_async},
-    {"shuffles", &c->shuffles}, {"barriers", &c->barriers}, {"warp_syncs", &c->warp_syncs},
-    {"rescale_count", &c->rescale}, {"wgmma_count", &c->wgmma},
-    {"wgmma_flops", &c->wgmma_flops}, {"tma_bytes", &c->tma_bytes},
-    {"mbar_waits", &c->mbar_waits}, {"named_bar_waits", &c->named_waits}};
   memset(c, 0, sizeof *c);
-  for (size_t i = 0; json && i < sizeof f / sizeof f[0]; i++) {
+  for (int i = 0; json && i < TRIAL_NCOUNTERS; i++) {
     char key[40];
-    snprintf(key, sizeof key, "\"%s\":", f[i].name);
+    snprintf(key, sizeof key, "\"%s\":", trial_counters[i].json);
     const char *at = strstr(json, key);
     if (!at) continue;
     at += strlen(key);
     while (*at == ' ') at++;
-    if (*at >= '0' && *at <= '9') *f[i].v = strtoull(at, NULL, 10);
+    if (*at >= '0' && *at <= '9')
+      *(unsigned long long *)((char *)c + trial_counters[i].off) = strtoull(at, NULL, 10);
   }
 }
 

@@ -140,6 +140,21 @@ db_problem trial_key(const trial_env *e);
 /* Whether a failed record has stopped the run. Thread-safe. */
 int trial_stopped(trial_env *e);
 
+/* The emulator's counters (emu_abi.h's FA_EMU_COUNTERS), in its order: the
+** field's name, its JSON key, a table label and where fa_counters keeps it;
+** TRIAL_CTR_<field> indexes the table. */
+typedef struct trial_counter {
+  const char *name, *json, *label;
+  size_t off;
+} trial_counter;
+#define TRIAL_CTR_INDEX(f, json, label) TRIAL_CTR_##f,
+enum { FA_EMU_COUNTERS(TRIAL_CTR_INDEX) TRIAL_NCOUNTERS };
+#undef TRIAL_CTR_INDEX
+extern const trial_counter trial_counters[TRIAL_NCOUNTERS];
+
+/* Counter i of c. */
+unsigned long long trial_counter_of(const fa_counters *c, int i);
+
 /* The emulator's counters as the JSON object a trial records. */
 void trial_counters_json(const fa_counters *c, char *buf, size_t n);
 

@@ -201,17 +201,12 @@ static void print_json(const tune *s, trial **rank) {
     json_number(stdout, ran(e) ? e->out.r.rel_err : NAN);
     printf(", \"lse_err\": ");
     json_number(stdout, ran(e) ? e->out.r.lse_err : NAN);
-    printf(", \"global_bytes_read\": %llu, \"global_bytes_written\": %llu, \"smem_bytes\": %llu, "
-           "\"smem_bytes_read\": %llu, \"smem_bytes_written\": %llu, \"exp_count\": %llu, "
-           "\"log_count\": %llu, \"mma_count\": %llu, \"ldmatrix_count\": %llu, "
-           "\"cp_async_count\": %llu, \"shuffles\": %llu, \"barriers\": %llu, "
-           "\"warp_syncs\": %llu, \"rescale_count\": %llu, \"wgmma_count\": %llu, "
-           "\"wgmma_flops\": %llu, \"tma_bytes\": %llu, \"mbar_waits\": %llu, "
-           "\"named_bar_waits\": %llu, \"emu_ms\": ",
-           c->gmem_read, c->gmem_written, c->smem_read + c->smem_written, c->smem_read,
-           c->smem_written, c->exp2, c->log2, c->mma, c->ldmatrix, c->cp_async, c->shuffles,
-           c->barriers, c->warp_syncs, c->rescale, c->wgmma, c->wgmma_flops, c->tma_bytes,
-           c->mbar_waits, c->named_waits);
+    for (int k = 0; k < TRIAL_NCOUNTERS; k++) {
+      if (k == TRIAL_CTR_smem_read)  /* the total comes first, as it always has */
+        printf(", \"smem_bytes\": %llu", c->smem_read + c->smem_written);
+      printf(", \"%s\": %llu", trial_counters[k].json, trial_counter_of(c, k));
+    }
+    printf(", \"emu_ms\": ");
     json_number(stdout, ran(e) && !s->gpu && e->st != TRIAL_RECORDED ? e->out.r.run_ms : NAN);
     json_timing(s, e);
     printf(", \"compile_ms\": %.1f, \"registers\": %d, \"spill_bytes\": %d, \"smem_per_cta\": %d, "

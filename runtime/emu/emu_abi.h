@@ -11,7 +11,7 @@
 
 /* Bumped whenever a struct below changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 5
+#define FA_EMU_ABI_VERSION 6
 
 /* Where a kernel finds the thread it runs as: each fiber's stack lies in a
 ** span of FA_EMU_STACK_SPAN bytes aligned to that size, whose last word
@@ -21,27 +21,36 @@
 #define FA_EMU_STACK_SPAN (512u * 1024u)
 
 /* Exact counts for one launch. Bytes are what the kernel asked for, per
-** thread and access, summed; collectives count once per warp. */
+** thread and access, summed; collectives count once per warp.
+** FA_EMU_COUNTERS is the one list of them, in the order the database's JSON
+** and the reports give them: X(field, JSON key, table label). The struct
+** below, the host's JSON, explore's tables and the templates' cost models
+** (templates/counters.lua reads this text) all come from it. */
+#define FA_EMU_COUNTERS(X) \
+  X(gmem_read, "global_bytes_read", "global bytes read")          /* global loads, cp.async sources included */ \
+  X(gmem_written, "global_bytes_written", "global bytes written") /* global stores */ \
+  X(smem_read, "smem_bytes_read", "shared bytes read")            /* shared loads, ldmatrix included */ \
+  X(smem_written, "smem_bytes_written", "shared bytes written")   /* shared stores, cp.async destinations included */ \
+  X(exp2, "exp_count", "exponentials")                            /* exponentials, per thread */ \
+  X(log2, "log_count", "logarithms")                              /* logarithms, per thread */ \
+  X(mma, "mma_count", "mma.sync")                                 /* mma.sync m16n8k16, per warp */ \
+  X(ldmatrix, "ldmatrix_count", "ldmatrix")                       /* ldmatrix, per warp */ \
+  X(cp_async, "cp_async_count", "cp.async")                       /* 16-byte cp.async copies, per thread */ \
+  X(shuffles, "shuffles", "warp shuffles")                        /* warp shuffles, per warp */ \
+  X(barriers, "barriers", "__syncthreads")                        /* __syncthreads, once per CTA and barrier */ \
+  X(warp_syncs, "warp_syncs", "__syncwarp")                       /* __syncwarp, once per warp and barrier */ \
+  X(rescale, "rescale_count", "rescale multiplies")               /* fa_rescale: O or P scaled by a softmax factor, per thread */ \
+  X(wgmma, "wgmma_count", "wgmma")                                /* wgmma.mma_async, per warpgroup */ \
+  X(wgmma_flops, "wgmma_flops", "wgmma FLOPs")                    /* 2 M N K of each wgmma, per warpgroup */ \
+  X(tma_bytes, "tma_bytes", "TMA box bytes")                      /* box bytes of TMA loads and stores (out of bounds included) */ \
+  X(mbar_waits, "mbar_waits", "mbarrier waits")                   /* mbarrier waits, per thread */ \
+  X(named_waits, "named_bar_waits", "named-barrier waits")        /* named-barrier waits (bar.sync id, n), per thread */
+
+#define FA_EMU_COUNTER_FIELD(f, json, label) unsigned long long f;
 typedef struct fa_emu_counters {
-  unsigned long long gmem_read;     /* global loads, cp.async sources included */
-  unsigned long long gmem_written;  /* global stores */
-  unsigned long long smem_read;     /* shared loads, ldmatrix included */
-  unsigned long long smem_written;  /* shared stores, cp.async destinations included */
-  unsigned long long exp2;          /* exponentials, per thread */
-  unsigned long long log2;          /* logarithms, per thread */
-  unsigned long long shuffles;      /* warp shuffles, per warp */
-  unsigned long long mma;           /* mma.sync m16n8k16, per warp */
-  unsigned long long ldmatrix;      /* ldmatrix, per warp */
-  unsigned long long cp_async;      /* 16-byte cp.async copies, per thread */
-  unsigned long long barriers;      /* __syncthreads, once per CTA and barrier */
-  unsigned long long warp_syncs;    /* __syncwarp, once per warp and barrier */
-  unsigned long long rescale;       /* fa_rescale: O or P scaled by a softmax factor, per thread */
-  unsigned long long wgmma;         /* wgmma.mma_async, per warpgroup */
-  unsigned long long wgmma_flops;   /* 2 M N K of each wgmma, per warpgroup */
-  unsigned long long tma_bytes;     /* box bytes of TMA loads and stores (out of bounds included) */
-  unsigned long long mbar_waits;    /* mbarrier waits, per thread */
-  unsigned long long named_waits;   /* named-barrier waits (bar.sync id, n), per thread */
+  FA_EMU_COUNTERS(FA_EMU_COUNTER_FIELD)
 } fa_emu_counters;
+#undef FA_EMU_COUNTER_FIELD
 
 /* What a thread waits for when it calls back into the host. */
 enum {

@@ -7,6 +7,10 @@ $ local RM, RN, RD, RSTEP = P.RM, P.RN, P.RD, P.RSTEP
 $ -- Masking is needed inside a block when the tile has padding columns.
 $ local pad_cols = P.BNp > BN
 $ local function smem(ptr) return "fa_lds_" .. T .. "(" .. ptr .. ")" end
+$ -- The shared softmax (softmax.lua): scores in log2 units, G lanes per row,
+$ -- row i of this thread's.
+$ local sm = require("softmax")
+$ local F = { acc = "acc_t", fn = T, lanes = G, scaled = true, l = "l_i[i]" }
 /* ${args.entry}
 ** ${c.norm} normalization, ${c.par}, ${c.split}, ${c.layout} layout, Q in ${c.q}
 ** tile ${BM}x${BN}, ${NT} threads; each thread holds ${RM} row(s) x ${RN} score column(s)
@@ -102,15 +106,7 @@ $ end
 $ -- Allreduce over the ${G} lanes that share a row.
 $ local function lane_reduce(var, op)
 $ if G > 1 then
-    FA_UNROLL
-    for (int x = ${G // 2}; x > 0; x >>= 1) {
-      const acc_t y = fa_shfl_xor_${T}(${var}, x);
-$ if op == "max" then
-      ${var} = ${var} > y ? ${var} : y;
-$ else
-      ${var} += y;
-$ end
-    }
+    ${sm.lane_reduce(F, var, op)}
 $ end
 $ end
 $ -- mx: the maximum of score row i over the whole tile row.
@@ -201,7 +197,7 @@ $ local function step_split_q(q0, k0)
     for (int i = 0; i < ${RM}; ++i) {
       $ row_max()
       const acc_t mn = m_i[i] > mx ? m_i[i] : mx;
-      const acc_t mu = mn == NEG_INF ? (acc_t)0 : mn; /* a row with no key yet */
+      const acc_t mu = ${sm.mu(F, "mn")}; /* a row with no key yet */
       const acc_t alpha = fa_exp2_${T}(m_i[i] - mu);
       acc_t rs = 0;
       FA_UNROLL
@@ -212,9 +208,7 @@ $ local function step_split_q(q0, k0)
       $ lane_reduce("rs", "sum")
 $ if eager then
       /* eager (FlashAttention-1): O = O * l_old*alpha/l_new + P V / l_new */
-      const acc_t ln = l_i[i] * alpha + rs;
-      const acc_t inv = ln > 0 ? (acc_t)1 / ln : (acc_t)0;
-      const acc_t fo = l_i[i] * alpha * inv;
+      ${sm.eager_factors(F)}
       FA_UNROLL
       for (int k = 0; k < ${RD}; ++k) o[i][k] = fa_rescale_${T}(o[i][k], fo);
       FA_UNROLL
@@ -255,7 +249,7 @@ $ local function step_split_k(q0, k0, store_stats)
           const acc_t y = ${smem("red_m + w * " .. P.BMp .. " + r")};
           mn = mn > y ? mn : y;
         }
-        const acc_t mu = mn == NEG_INF ? (acc_t)0 : mn;
+        const acc_t mu = ${sm.mu(F, "mn")};
         acc_t rs = 0;
         FA_UNROLL
         for (int j = 0; j < ${RN}; ++j) {
@@ -292,11 +286,11 @@ $ end
         mn = mn > y ? mn : y;
         ls += ${smem("red_l + w * " .. P.BMp .. " + r")};
       }
-      const acc_t mu = mn == NEG_INF ? (acc_t)0 : mn;
+      const acc_t mu = ${sm.mu(F, "mn")};
       const acc_t alpha = fa_exp2_${T}(mo - mu);
       const acc_t ln = lo * alpha + ls;
 $ if eager then
-      const acc_t inv = ln > 0 ? (acc_t)1 / ln : (acc_t)0;
+      const acc_t inv = ${sm.inverse(F, "ln")};
       fa_sts_${T}(sc_o + r, lo * alpha * inv);
       fa_sts_${T}(sc_p + r, inv);
 $ else
@@ -344,7 +338,7 @@ $ local function finish_split_q(q0)
     for (int i = 0; i < ${RM}; ++i) {
       const int r = rb + i * ${RSTEP}, gr = ${q0} + r;
 $ if not eager then
-      const acc_t inv = l_i[i] > 0 ? (acc_t)1 / l_i[i] : (acc_t)0;
+      const acc_t inv = ${sm.inverse(F, "l_i[i]")};
 $ end
       if (r < ${BM} && gr < p.seq_q) {
         FA_UNROLL
@@ -360,7 +354,7 @@ $ else
 $ end
         }
         if (cb == 0)
-          fa_st_${T}(lg + gr, l_i[i] > 0 ? (m_i[i] + fa_log2_${T}(l_i[i])) * (acc_t)0.69314718055994530942 : NEG_INF);
+          fa_st_${T}(lg + gr, ${sm.lse(F, "m_i[i]", "l_i[i]")});
       }
     }
 $ end
@@ -378,7 +372,7 @@ $ elseif not eager then
         const acc_t l = ${smem("row_l + r")};
 $ end
 $ if not eager then
-        const acc_t inv = l > 0 ? (acc_t)1 / l : (acc_t)0;
+        const acc_t inv = ${sm.inverse(F, "l")};
 $ end
         FA_UNROLL
         for (int bb = 0; bb < ${P.ORD}; ++bb) {
@@ -404,7 +398,7 @@ $ if from_ws then
 $ else
         const acc_t m = ${smem("row_m + r")}, l = ${smem("row_l + r")};
 $ end
-        fa_st_${T}(lg + gr, l > 0 ? (m + fa_log2_${T}(l)) * (acc_t)0.69314718055994530942 : NEG_INF);
+        fa_st_${T}(lg + gr, ${sm.lse(F, "m", "l")});
       }
     }
 $ end

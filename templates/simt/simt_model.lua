@@ -14,6 +14,13 @@
 -- __syncwarp, per CTA for __syncthreads.
 
 local model = {}
+local counters = require("counters")
+
+-- The counters this model predicts (the others are the tensor cores' and
+-- Hopper's); mma stays 0: CUDA cores only.
+local predicted = { gmem_read = true, gmem_written = true, smem_read = true, smem_written = true,
+                    exp2 = true, log2 = true, rescale = true, mma = true, shuffles = true,
+                    barriers = true, warp_syncs = true }
 
 local function cdiv(a, b) return (a + b - 1) // b end
 local function clamp(x, lo, hi) return x < lo and lo or (x > hi and hi or x) end
@@ -29,10 +36,8 @@ local function per_head(c, P, sq, sk)
   local qreg = c.q == "reg"
   local lg = log2i(G)
   local off = sk - sq
-  -- mma stays 0: CUDA cores only.
-  local n = { gmem_read = 0, gmem_written = 0, smem_read = 0, smem_written = 0, exp2 = 0,
-              log2 = 0, rescale = 0, mma = 0, shuffles = 0, barriers = 0, warp_syncs = 0 }
-  local function add(k, v) n[k] = n[k] + v end
+  local n = counters.tally(predicted)
+  local add = n.add
 
   -- Rows of the tile at q0 inside the problem, and those of them that see
   -- at least one key (row r sees keys c <= r + off under the causal mask).
@@ -154,8 +159,8 @@ end
 -- Element counts become bytes for the memory counters.
 local bytes = { gmem_read = true, gmem_written = true, smem_read = true, smem_written = true }
 
--- The counters for `problem` (seq_q, seq_k, batch, heads), in the order the
--- host prints them, plus the FlashAttention paper's figures for comparison:
+-- The counters for `problem` (seq_q, seq_k, batch, heads), in emu_abi.h's
+-- order, plus the FlashAttention paper's figures for comparison:
 -- standard attention's HBM traffic (its Algorithm 0: S and P written and
 -- read back, Theta(N d + N^2)), and the tiled bound Theta(N^2 d^2 / M) with
 -- M the variant's shared memory in elements (constant 1).
@@ -163,11 +168,7 @@ function model.predict(c, P, problem)
   local sq, sk = problem.seq_q, problem.seq_k
   local bh = problem.batch * problem.heads
   local h = per_head(c, P, sq, sk)
-  local out = {}
-  for _, k in ipairs({ "gmem_read", "gmem_written", "smem_read", "smem_written", "exp2",
-                       "log2", "rescale", "mma", "shuffles", "barriers", "warp_syncs" }) do
-    out[#out + 1] = { k, h[k] * bh * (bytes[k] and P.esize or 1) }
-  end
+  local out = h.report(function(k) return bh * (bytes[k] and P.esize or 1) end)
   local d, es = P.D, P.esize
   out[#out + 1] = { "paper_standard_bytes", bh * es * (2 * (sq + sk) * d + 4 * sq * sk) }
   out[#out + 1] = { "paper_tiled_bytes", bh * es * (sq * sk * d * d // (P.smem_bytes // es)) }

@@ -34,6 +34,12 @@ $ -- so that every column of it holds the row's sum of P as rounded for the
 $ -- product. The alpha rescale of O rescales it with the rest.
 $ local sum_tile = dim_tiles
 $ local o_tiles = sum_mma and dim_tiles + 1 or dim_tiles
+$ -- The score fragment for the shared softmax (softmax.lua): row hh of
+$ -- m-tile mt (loops of the caller), n8 tile n, a quad per row.
+$ local sm = require("softmax")
+$ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "n", cols = n_tiles,
+$             m = "m_i[mt][hh]", l = "l_i[mt][hh]", sum = "l",
+$             score = function(e) return "s[mt][n][2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
 /* ${args.entry}
 ** fp32 accumulation, ${c.norm} normalization, ${c.layout} shared memory, Q in ${c.q},
 ** ${stages} K/V stage(s); tile ${block_m}x${block_n}, ${c.warps} warps of ${warp_rows} rows (${m_tiles} m16 tile(s) each); head dim ${dim}.
@@ -268,35 +274,10 @@ $
 $ -- -inf for the keys past seq_k and, causal, the keys a row must not see;
 $ -- only in the parts that reach past either.
 $ local function apply_mask()
-$   if causal then
-/* Mask the keys past seq_k and, on the diagonal, the keys a row must not see. */
-if (key0 + ${part_keys} > p.seq_k || key0 + ${part_keys - 1} > q0 + warp * ${warp_rows} + off) {
-$   else
-/* Mask the keys past seq_k. */
-if (key0 + ${part_keys} > p.seq_k) {
-$   end
-  FA_UNROLL
-  for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
-    FA_UNROLL
-    for (int hh = 0; hh < 2; ++hh) {
-$   if causal then
-      const int vis = vis0 + mt * 16 + 8 * hh;
-      const int lim = vis < p.seq_k ? vis : p.seq_k;
-$   else
-      const int lim = p.seq_k;
-$   end
-      const int col0 = key0 + 2 * tig;
-      /* the columns left visible from this thread's first one: compares with constants below */
-      const int room = lim - col0;
-      FA_UNROLL
-      for (int n = 0; n < ${n_tiles}; ++n) {
-        FA_UNROLL
-        for (int e = 0; e < 2; ++e)
-          if (n * 8 + e >= room) s[mt][n][2 * hh + e] = NEG_INF;
-      }
-    }
-  }
-}
+$   local M = { causal = causal, key0 = "key0", keys = part_keys, last_row = "q0 + warp * " .. warp_rows,
+$               rows = { { "mt", mt0, mt1 }, { "hh", 0, 2 } }, vis = "vis0 + mt * 16 + 8 * hh",
+$               col0 = "key0 + 2 * tig" }
+${sm.mask(F, M)}
 $ end
 $
 $ -- Row hh of m-tile mt (a C loop's variables in the caller): its max over
@@ -304,15 +285,7 @@ $ -- the part's scores and the quad (mx), the running max m_i before (mo)
 $ -- and after (mn), mu = mn in log2 units (0 for a row with no key yet),
 $ -- and alpha, O's rescale.
 $ local function row_max()
-float mx = NEG_INF;
-FA_UNROLL
-for (int n = 0; n < ${n_tiles}; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * hh], s[mt][n][2 * hh + 1]));
-mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
-mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
-const float mo = m_i[mt][hh];
-const float mn = fmaxf(mo, mx);
-const float mu = mn == NEG_INF ? 0.f : mn * sl2; /* a row with no key yet */
-const float alpha = fa_exp2_f32(mo * sl2 - mu);
+${sm.row_max(F)}
 $ end
 $
 $ -- The online softmax of the part's scores into P, packed in 16 bits, and
@@ -351,11 +324,8 @@ $   end
     }
 $   if eager then
     /* eager (FlashAttention-1): O = O * l_old*alpha/l_new + P V / l_new */
-    rs += fa_shfl_xor_f32(rs, 1);
-    rs += fa_shfl_xor_f32(rs, 2);
-    const float ln = l_i[mt][hh] * alpha + rs;
-    const float inv = ln > 0.f ? 1.f / ln : 0.f;
-    const float fo = l_i[mt][hh] * alpha * inv;
+    ${sm.lane_reduce(F, "rs", "sum")}
+    ${sm.eager_factors(F)}
     FA_UNROLL
     for (int n = 0; n < ${dim_tiles}; ++n) {
       o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], fo);
@@ -498,16 +468,11 @@ FA_UNROLL
 for (int mt = 0; mt < ${m_tiles}; ++mt) {
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
-$   if eager then
-    const float l = l_i[mt][hh];
-$   elseif sum_mma then
+$   if sum_mma then
     const float l = o[mt][${sum_tile}][2 * hh];  /* the row's sum of P, in every column */
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float inv = ${sm.inverse(F, "l")};
 $   else
-    float l = l_i[mt][hh];  /* this thread's columns; then the quad's */
-    l += fa_shfl_xor_f32(l, 1);
-    l += fa_shfl_xor_f32(l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
+    ${sm.row_sum(F, eager)}
 $   end
     const int r = warp * ${warp_rows} + mt * 16 + g + 8 * hh;
     FA_UNROLL
@@ -519,7 +484,7 @@ $   else
                  fa_pack_${T}x2(fa_rescale_f32(o[mt][n][2 * hh], inv), fa_rescale_f32(o[mt][n][2 * hh + 1], inv)));
 $   end
     if (tig == 0 && q0 + r < p.seq_q)
-      fa_st_f32(lg + q0 + r, l > 0.f ? (m_i[mt][hh] * sl2 + fa_log2_f32(l)) * 0.69314718055994530942f : NEG_INF);
+      fa_st_f32(lg + q0 + r, ${sm.lse(F, "m_i[mt][hh]", "l")});
   }
 }
 fa_syncwarp(); /* each warp reads back only its own rows */

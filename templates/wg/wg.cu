@@ -6,6 +6,12 @@ $ local BM, BN, S, C = c.block_m, c.block_n, c.stages, c.consumers
 $ local SW, CB, DP, NCB = P.swizzle, P.col_block, P.padded_dim, P.col_blocks
 $ local NS = BN // 2     -- S accumulators per thread
 $ local NO = DP // 2     -- O accumulators per thread
+$ -- The score fragment for the shared softmax (softmax.lua): row hh, the
+$ -- n8 column tile j, a quad per row.
+$ local sm = require("softmax")
+$ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "j", cols = BN // 8,
+$             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum",
+$             score = function(e) return "s[4 * j + 2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
 $ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w the
 $ -- epilogue of consumer w.
 $
@@ -52,6 +58,9 @@ $ local function softmax(blk, masked)
 {
 $ if masked then
   const int key0 = ${blk} * ${BN};
+$   -- Its own mask and row max, not softmax.lua's: with tc's form (the
+$   -- pair's two compares as a loop, room from col0, the max through mo)
+$   -- ptxas emits one more instruction per block at FA3's d64 tile.
 $   if causal then
   if (key0 + ${BN} > p.seq_k || key0 + ${BN - 1} > row0 + off) {
 $   else
@@ -79,10 +88,9 @@ $ end
     float mx = NEG_INF;
     FA_UNROLL
     for (int j = 0; j < ${BN // 8}; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
-    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 1));
-    mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));
+    ${sm.lane_reduce(F, "mx", "max")}
     const float mn = fmaxf(m_i[hh], mx);
-    const float mu = mn == NEG_INF ? 0.f : mn * sl2;  /* a row with no key yet */
+    const float mu = ${sm.mu(F, "mn")};  /* a row with no key yet */
     const float alpha = fa_exp2_f32(m_i[hh] * sl2 - mu);
     float rs = 0.f;
     FA_UNROLL
@@ -93,11 +101,9 @@ $ end
     }
 $   if eager then
     /* eager (FlashAttention-1): O = O l_old alpha / l_new + P V / l_new */
-    rs += fa_shfl_xor_f32(rs, 1);
-    rs += fa_shfl_xor_f32(rs, 2);
-    const float ln = l_i[hh] * alpha + rs;
-    const float inv = ln > 0.f ? 1.f / ln : 0.f;
-    oscale[hh] = l_i[hh] * alpha * inv;
+    ${sm.lane_reduce(F, "rs", "sum")}
+    ${sm.eager_factors(F)}
+    oscale[hh] = fo;
     FA_UNROLL
     for (int j = 0; j < ${BN // 8}; ++j) {
       s[4 * j + 2 * hh] = fa_rescale_f32(s[4 * j + 2 * hh], inv);
@@ -314,14 +320,9 @@ $ end
   float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
+    ${sm.row_sum(F, eager)}
 $ if eager then
-    const float lsum = l_i[hh];
     const float inv = 1.f;  /* normalized at every step; 0 without a key */
-$ else
-    float lsum = l_i[hh];
-    lsum += fa_shfl_xor_f32(lsum, 1);
-    lsum += fa_shfl_xor_f32(lsum, 2);
-    const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
 $ end
     const int r = 16 * w + g + 8 * hh;
     FA_UNROLL
@@ -332,7 +333,7 @@ $ end
                  fa_pack_${T}x2(fa_rescale_f32(o[4 * j + 2 * hh], inv), fa_rescale_f32(o[4 * j + 2 * hh + 1], inv)));
     }
     if (t == 0 && row0 + r < p.seq_q)
-      fa_st_f32(lg + row0 + r, lsum > 0.f ? (m_i[hh] * sl2 + fa_log2_f32(lsum)) * 0.69314718055994530942f : NEG_INF);
+      fa_st_f32(lg + row0 + r, ${sm.lse(F, "m_i[hh]", "lsum")});
   }
   fa_fence_proxy_async();
   fa_named_bar_sync(4 + wg, 128);

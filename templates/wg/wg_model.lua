@@ -41,9 +41,14 @@ local function clamp(x, lo, hi) return x < lo and lo or (x > hi and hi or x) end
 
 local esize = { fp16 = 2, bf16 = 2 }
 
-local names = { "gmem_read", "gmem_written", "tma_bytes", "smem_read", "smem_written", "exp2",
-                "log2", "rescale", "wgmma", "wgmma_flops", "mbar_waits", "named_waits",
-                "shuffles", "barriers" }
+local counters = require("counters")
+
+-- The counters this model predicts (the others are mma.sync's, cp.async's
+-- and __syncwarp's, which the family does not use).
+local predicted = { gmem_read = true, gmem_written = true, tma_bytes = true, smem_read = true,
+                    smem_written = true, exp2 = true, log2 = true, rescale = true, wgmma = true,
+                    wgmma_flops = true, mbar_waits = true, named_waits = true, shuffles = true,
+                    barriers = true }
 
 -- The K/V blocks the CTA at q0 runs: all of them, or with the causal mask
 -- those up to its last row's diagonal (row r sees keys c <= r + sk - sq).
@@ -66,9 +71,8 @@ local function per_head(c, sq, sk)
   local dp = cdiv(dim, col) * col                  -- the padded head dim
   local eager, overlap = c.norm == "eager", c.overlap == 1
   local threads, warps = 128 * cons, 4 * cons      -- the consumers'
-  local n = {}
-  for _, k in ipairs(names) do n[k] = 0 end
-  local function add(k, v) n[k] = n[k] + v end
+  local n = counters.tally(predicted)
+  local add = n.add
   -- Per K/V block and consumer warpgroup: its wgmma and what they read.
   local s_mma, pv_mma = dp // 16, bn // 16
   for q0 = 0, sq - 1, bm do
@@ -117,9 +121,7 @@ end
 function model.predict(c, problem)
   local h = per_head(c, problem.seq_q, problem.seq_k)
   local bh = problem.batch * problem.heads
-  local out = {}
-  for _, k in ipairs(names) do out[#out + 1] = { k, h[k] * bh } end
-  return out
+  return h.report(function() return bh end)
 end
 
 return model

@@ -1,0 +1,90 @@
+$ -- softmax.cu: the parts softmax.lua renders (its header says what each is).
+$ local F, sm = args.F, require("softmax")
+$ local function S(e) return F.score(e) end
+$ local function lanes(var, op)
+$   if type(F.lanes) == "number" then
+$     if F.lanes > 1 then
+FA_UNROLL
+for (int x = ${F.lanes // 2}; x > 0; x >>= 1) {
+  const ${F.acc} y = fa_shfl_xor_${F.fn}(${var}, x);
+$       if op == "max" then
+  ${var} = ${var} > y ? ${var} : y;
+$       else
+  ${var} += y;
+$       end
+}
+$     end
+$   else
+$     for _, w in ipairs(F.lanes) do
+$       if op == "max" then
+${var} = fmaxf(${var}, fa_shfl_xor_${F.fn}(${var}, ${w}));
+$       else
+${var} += fa_shfl_xor_${F.fn}(${var}, ${w});
+$       end
+$     end
+$   end
+$ end
+$
+$ if args.part == "lane_reduce" then
+$   lanes(args.var, args.op)
+$ elseif args.part == "row_max" then
+${F.acc} mx = NEG_INF;
+FA_UNROLL
+for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) mx = fmaxf(mx, fmaxf(${S("0")}, ${S("1")}));
+$   lanes("mx", "max")
+const ${F.acc} mo = ${F.m};
+const ${F.acc} mn = fmaxf(mo, mx);
+const ${F.acc} mu = ${sm.mu(F, "mn")}; /* a row with no key yet */
+const ${F.acc} alpha = fa_exp2_${F.fn}(mo${F.scaled and "" or " * sl2"} - mu);
+$ elseif args.part == "eager_factors" then
+const ${F.acc} ln = ${F.l} * alpha + rs;
+const ${F.acc} inv = ${sm.inverse(F, "ln")};
+const ${F.acc} fo = ${F.l} * alpha * inv;
+$ elseif args.part == "mask" then
+$   local M = args.M
+$   local function row()
+$     if M.causal then
+const int vis = ${M.vis};
+const int lim = vis < p.seq_k ? vis : p.seq_k;
+$     else
+const int lim = p.seq_k;
+$     end
+const int col0 = ${M.col0};
+/* the columns left visible from this thread's first one: compares with constants below */
+const int room = lim - col0;
+FA_UNROLL
+for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) {
+  FA_UNROLL
+  for (int e = 0; e < 2; ++e)
+    if (${F.col} * 8 + e >= room) ${S("e")} = NEG_INF;
+}
+$   end
+$   local function rows(k)
+$     local r = M.rows[k]
+$     if not r then
+$       row()
+$     else
+FA_UNROLL
+for (int ${r[1]} = ${r[2]}; ${r[1]} < ${r[3]}; ++${r[1]}) {
+  $ rows(k + 1)
+}
+$     end
+$   end
+$   if M.causal then
+/* Mask the keys past seq_k and, on the diagonal, the keys a row must not see. */
+if (${M.key0} + ${M.keys} > p.seq_k || ${M.key0} + ${M.keys - 1} > ${M.last_row} + off) {
+$   else
+/* Mask the keys past seq_k. */
+if (${M.key0} + ${M.keys} > p.seq_k) {
+$   end
+  $ rows(1)
+}
+$ elseif args.part == "row_sum" then
+$   if args.eager then
+const ${F.acc} ${F.sum} = ${F.l};
+$   else
+${F.acc} ${F.sum} = ${F.l};  /* this thread's columns; then the quad's */
+$     lanes(F.sum, "sum")
+const ${F.acc} inv = ${sm.inverse(F, F.sum)};
+$   end
+$ end
