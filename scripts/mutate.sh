@@ -48,9 +48,9 @@ mut stage-barrier-n templates/tc/tc.cu \
   "fa_syncthreads();           /* for every thread; and the previous iteration's stage is free */" ';' \
   'test_emu test_space'
 mut quad-xor2 templates/tc/tc.cu \
-  'mx = fmaxf(mx, fa_shfl_xor_f32(mx, 2));' '' \
+  'lanes = { 1, 2 }' 'lanes = { 1 }' \
   'test_emu test_counters'
-mut tail-keys-visible templates/tc/tc.cu \
+mut tail-keys-visible templates/softmax.cu \
   'const int lim = p.seq_k;' 'const int lim = p.seq_k + 1;' \
   'test_space'
 mut reference-scale runtime/reference.c \
@@ -74,8 +74,8 @@ mut nearest-seq db/db_query.c \
 mut npy-fortran runtime/npy.c \
   'if (h.fortran)' 'if (0 && h.fortran)' \
   'test_npy'
-mut lse-log2 templates/simt/simt.cu \
-  '(m_i[i] + fa_log2_${T}(l_i[i])) * (acc_t)0.69314718055994530942' '(m_i[i] + fa_log2_${T}(l_i[i]))' \
+mut lse-log2 templates/softmax.lua \
+  'lit(F, "0.69314718055994530942")' 'lit(F, "1")' \
   'test_emu test_counters'
 mut kv-outer-ml templates/simt/simt.cu \
   'fa_st_${T}(wg + gr * 2, m_i[i]);' '' \
