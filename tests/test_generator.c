@@ -138,6 +138,16 @@ static void test_space(gen_state *g, const gen_target *t) {
   }
   gen_variants_free(v, n);
   CHECK(gen_target_for_arch(g, "sm_12", 0, 0, &small) != 0, "sm_12 accepted");
+  /* The space's targets, sorted, each one it makes a target of. */
+  gen_archs a;
+  CHECK(gen_list_archs(g, &a) == 0 && a.n > 2, "%s", gen_errmsg(g));
+  int has90a = 0;
+  for (int i = 0; i < a.n; i++) {
+    CHECK(gen_target_for_arch(g, a.arch[i], 0, 0, &small) == 0, "%s: %s", a.arch[i], gen_errmsg(g));
+    CHECK(i == 0 || strcmp(a.arch[i - 1], a.arch[i]) < 0, "%s after %s", a.arch[i], a.arch[i - 1]);
+    has90a |= !strcmp(a.arch[i], "sm_90a");
+  }
+  CHECK(has90a, "sm_90a is not among the space's %d targets", a.n);
 }
 
 /* Same config, same bytes: in one state, and in a fresh one. */

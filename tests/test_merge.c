@@ -26,6 +26,7 @@
 #include "db.h"
 #include "db_int.h"
 #include "gen.h"
+#include "merge_check.h"
 
 #define PATH_LEN 512
 
@@ -130,7 +131,11 @@ static int merge_with(const char *into, const char *from, const dbi_merge_limits
                       db_merge_counts *c, char *err, size_t errlen) {
   db *d = open_ok(into);
   if (!d) return -1;
-  int rc = lim ? dbi_merge(d, from, lim, c, err, errlen) : db_merge(d, from, c, err, errlen);
+  merge_check check = {0};
+  const db_merge_accept accept = merge_check_accept(&check);
+  int rc = lim ? dbi_merge(d, from, &accept, lim, c, err, errlen)
+               : db_merge(d, from, &accept, c, err, errlen);
+  merge_check_close(&check);
   db_close(d);
   return rc;
 }
