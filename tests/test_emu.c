@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "emu.h"
 #include "validate.h"
 
 static fa_backend *be;

@@ -378,7 +378,7 @@ static void test_wg_gqa(gen_state *g) {
     }
     gen_launch shape;
     gen_launch_shape(&k, &p, &shape);
-    const fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF};
+    const fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF};
     unsigned char *const kv2b = kv2, *const kv1b = kv1;
     fa_params a[2] = {attn_params(&p, q, kv2b, kv2b + 4 * nk, o[0], lse[0], NULL),
                       attn_params(&p, q, kv1b, kv1b + 2 * nk, o[1], lse[1], NULL)};

@@ -17,12 +17,10 @@
 #include "cli.h"
 #include "cmd_db.h"
 #include "commands.h"
-#include "cuda_driver.h"
-#include "emu.h"
+#include "backend.h"
 #include "explore.h"
 #include "fa_proc.h"
 #include "gen.h"
-#include "nvrtc_compile.h"
 #include "report.h"
 #include "run.h"
 #include "tune.h"
@@ -66,7 +64,7 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   char arch[16] = "sm_90";
   int smem = o->smem;
   if (o->arch) {
-    if (!nvrtc_arch_supported(o->arch) || gen_target_for_arch(g, o->arch, smem, 0, t) != 0) {
+    if (!backend_gpu_arch_supported(o->arch) || gen_target_for_arch(g, o->arch, smem, 0, t) != 0) {
       fprintf(stderr, "fatune: unknown arch '%s' (for example sm_80, sm_86, sm_89, sm_90, sm_90a)\n",
               o->arch);
       return -1;
@@ -74,11 +72,11 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
     return 0;
   }
   char msg[256];
-  cudrv_device_info dev;
+  fa_device dev;
   /* In a child process: this one must never initialise CUDA (workers fork). */
-  if (cudrv_probe_isolated(&dev, msg, sizeof msg)) {
+  if (backend_probe_gpu(&dev, msg, sizeof msg)) {
     const char *why;
-    cudrv_target_arch(&dev, arch, sizeof arch, &why);
+    backend_device_arch(&dev, arch, sizeof arch, &why);
     if (!smem) smem = dev.smem_per_block_optin;
     if (!quiet) fprintf(stderr, "fatune: target %s (%s%s%s)\n", arch, dev.name, why ? "; " : "",
                         why ? why : "");
@@ -128,7 +126,7 @@ static int run_with_target(const command *c, const cli_opts *o) {
   char err[512];
   /* Asked for the GPU and there is none: that one line, nothing else. */
   if ((c->needs & NEEDS_GPU) && !strcmp(o->backend, "cuda") &&
-      !cudrv_probe_isolated(&(cudrv_device_info){0}, err, sizeof err)) {
+      !backend_probe_gpu(&(fa_device){0}, err, sizeof err)) {
     fprintf(stderr, "fatune: --backend cuda: %s\n", err);
     return 1;
   }
@@ -171,7 +169,7 @@ static void *stop_wait(void *unused) {
   int sig;
   if (sigwait(&stop_set, &sig) != 0) return NULL;   /* EINVAL only: not with this set */
   atomic_store(&stopping, 1);
-  emu_tmp_cleanup();
+  backend_cleanup();
   struct sigaction dfl = {.sa_handler = SIG_DFL};
   sigset_t one;
   sigemptyset(&dfl.sa_mask);
@@ -203,7 +201,7 @@ static void stop_start(void) {
   else if (rc == 0)
     rc = pthread_detach(t);
   if (rc != 0) fprintf(stderr, "fatune: cannot wait for signals: %s\n", strerror(rc));
-  if (atexit(emu_tmp_cleanup) != 0 || atexit(stop_before_exit) != 0)
+  if (atexit(backend_cleanup) != 0 || atexit(stop_before_exit) != 0)
     fputs("fatune: atexit failed\n", stderr);
 }
 
@@ -217,7 +215,7 @@ int main(int argc, char **argv) {
     return fflush(stdout) == 0 ? 0 : 1;
   }
   if (o.cmd == CMD_VERSION) {
-    printf("fatune 0.1.0 (NVRTC %s)\n", nvrtc_version_string());
+    printf("fatune 0.1.0 (NVRTC %s)\n", backend_gpu_compiler_version());
     return 0;
   }
   for (size_t i = 0; i < NCOMMANDS; i++)
