@@ -308,13 +308,43 @@ typedef struct db_merge_counts {
   size_t devices_refused;
 } db_merge_counts;
 
+/* Whether a variant of the other file is one of the space, asked of the
+** caller, which knows the space (the database does not render kernels). */
+typedef struct db_merge_row {
+  const char *family, *name, *hash;
+  const char *config_kv;   /* its config as "k=v,...", never "" */
+  const char *arch;        /* the target to check it for: a trial's ("sm_90a"), or "" for
+                              the variant itself and for trials recorded without one */
+} db_merge_row;
+
+/* DB_MERGE_TAKE when row's config renders for its arch (for arch "": for
+** a target of the caller's choice) and its family, name and hash are
+** those of the config; DB_MERGE_REFUSE (not in the space for that arch) or
+** DB_MERGE_MISMATCH, with a line fit for a terminal in why (n bytes); -1
+** with err when the check itself cannot run. */
+enum { DB_MERGE_TAKE, DB_MERGE_REFUSE, DB_MERGE_MISMATCH };
+typedef int (*db_merge_accept_fn)(void *ud, const db_merge_row *row, char *why, size_t n,
+                                  char *err, size_t errlen);
+typedef struct db_merge_accept {
+  db_merge_accept_fn fn;
+  void *ud;
+} db_merge_accept;
+
 /* Brings the devices, variants and trials of the fatune database at
 ** other_path into d, in one transaction, mapping ids through the unique
 ** keys: an entry already present is skipped, except a trial, which the
 ** other file's replaces when it was recorded later. Its binaries are
 ** counted, never imported: a binary is trusted only from this
 ** installation. other_path is opened with DB_READONLY and never written:
-** refused when it is not fatune's, or is newer or older than this fatune. */
-int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen);
+** refused when it is not fatune's, or is newer or older than this fatune.
+**
+** accept is asked once for each variant (arch "": a variant refused takes
+** its trials with it) and once for each other arch its trials name: a
+** trial is taken only when its variant is accepted for the trial's own
+** target. A trial with an empty arch (recorded before fatune kept them)
+** goes with its variant's verdict. All asking is done before the write
+** lock is taken. */
+int db_merge(db *d, const char *other_path, const db_merge_accept *accept,
+             db_merge_counts *c, char *err, size_t errlen);
 
 #endif

@@ -5,10 +5,11 @@
 ** memory (a view or trigger planted there never runs, and no table differs
 ** from ours); a trial only when each field holds what a tune could have
 ** recorded (a timing of -1 us would rank first everywhere), a variant only
-** when its config is a point of the space the templates know and its name
-** and hash are those of its config (else a tune of the named variant would
-** be recorded on another's row). Why a row is refused names the field;
-** text from the file in it is made fit for a terminal.
+** when the caller's check says its config is a point of the space the
+** templates know and its name and hash are those of its config (else a
+** tune of the named variant would be recorded on another's row). Why a row
+** is refused names the field; text from the file in it is made fit for a
+** terminal.
 */
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 
 #include "db_int.h"
 #include "fa_escape.h"
+#include "fa_problem.h"
 
 #define SEQ_MAX (1 << 24)     /* the command's own limits */
 #define BATCH_MAX 65535
@@ -132,45 +134,18 @@ int dbi_check_schema(sqlite3 *h, const char *path, char *err, size_t errlen) {
 
 /* ---- Variants ---- */
 
-static int open_gen(dbi_checker *c, char *err, size_t errlen) {
-  if (c->gen) return 0;
-  if (gen_open(&c->gen, err, errlen) != 0) return -1;
-  if (gen_target_for_arch(c->gen, "sm_90", 0, 0, &c->target) != 0) {
-    dbi_fail(err, errlen, "the generator: %s", gen_errmsg(c->gen));
-    dbi_check_free(c);
-    return -1;
-  }
-  return 0;
-}
-
-int dbi_check_variant(dbi_checker *c, const char *config_kv, const char *family,
-                      const char *name, const char *hash, char *why, size_t n, char *err,
-                      size_t errlen) {
-  if (!config_kv || !config_kv[0]) {
+int dbi_check_variant(const db_merge_accept *accept, const db_merge_row *row, char *why,
+                      size_t n, char *err, size_t errlen) {
+  if (!row->config_kv || !row->config_kv[0]) {
     snprintf(why, n, "its config is not an object of strings and integers");
     return DBI_ROW_REFUSED;
   }
-  if (open_gen(c, err, errlen) != 0) return -1;
-  gen_kernel k;
-  memset(&k, 0, sizeof k);
-  const int rc = gen_render_config(c->gen, config_kv, NULL, &c->target, &k);
-  if (rc == FA_ENOMEM) return dbi_fail(err, errlen, "out of memory");
-  if (rc != 0) {
-    char msg[120];
-    fa_esc_term_buf(msg, sizeof msg, gen_errmsg(c->gen));
-    snprintf(why, n, "its config is not in the space (%s)", msg);
-    return DBI_ROW_REFUSED;
-  }
-  /* The generator's own name and hash of the config: a pure function of it. */
-  const int ok = !strcmp(family, k.cfg.family) && !strcmp(name, k.name) && !strcmp(hash, k.hash);
-  if (!ok) snprintf(why, n, "its family, name or hash is not its config's (%s, %s)", k.name, k.hash);
-  gen_kernel_free(&k);
-  return ok ? DBI_ROW_OK : DBI_ROW_MISMATCH;
-}
-
-void dbi_check_free(dbi_checker *c) {
-  if (c->gen) gen_close(c->gen);
-  c->gen = NULL;
+  why[0] = 0;
+  const int verdict = accept->fn(accept->ud, row, why, n, err, errlen);
+  if (verdict < 0) return -1;
+  if (verdict > DBI_ROW_MISMATCH)
+    return dbi_fail(err, errlen, "merge: the check of a variant said %d", verdict);
+  return verdict;
 }
 
 /* ---- Trials ---- */

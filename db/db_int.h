@@ -11,7 +11,6 @@
 
 #include "db.h"
 #include "fa_util.h"
-#include "gen.h"
 
 #define DBI_KEY_BYTES 32   /* the compile cache's secret key (db_mac.c) */
 #define DBI_MAC_BYTES 32   /* a stored binary's MAC */
@@ -32,16 +31,13 @@ struct db {
   "(SELECT group_concat(key || '=' || value, ',') FROM json_each(" c ")) END"
 
 /* What merge takes from another file (db_check.c): fatune's own schema,
-** rows a tune could have recorded. A checker opens the generator the first
-** time a config is checked; dbi_check_free closes it. */
-typedef struct dbi_checker {
-  gen_state *gen;      /* NULL until the first config */
-  gen_target target;   /* the widest: sm_90's limits */
-} dbi_checker;
+** rows a tune could have recorded. */
 
 /* A check's verdict on a row: taken, or refused (and for which reason
-** the merge counts apart). -1 is an error of the check itself. */
-enum { DBI_ROW_OK, DBI_ROW_REFUSED, DBI_ROW_MISMATCH, DBI_ROW_BAD_CREATED };
+** the merge counts apart). -1 is an error of the check itself. The first
+** three are db_merge_accept's own verdicts. */
+enum { DBI_ROW_OK = DB_MERGE_TAKE, DBI_ROW_REFUSED = DB_MERGE_REFUSE,
+       DBI_ROW_MISMATCH = DB_MERGE_MISMATCH, DBI_ROW_BAD_CREATED };
 
 /* 0 when the file on connection h (in a read transaction) holds exactly
 ** the tables, indexes and view this fatune makes, as it makes them: no
@@ -50,14 +46,11 @@ enum { DBI_ROW_OK, DBI_ROW_REFUSED, DBI_ROW_MISMATCH, DBI_ROW_BAD_CREATED };
 ** schema ..."). */
 int dbi_check_schema(sqlite3 *h, const char *path, char *err, size_t errlen);
 
-/* DBI_ROW_OK when config_kv (DBI_CONFIG_KV of the variant's config; NULL
-** or "" when it is none) is a point of the space and family, name and hash
-** are those the generator gives it; DBI_ROW_REFUSED (not in the space) or
-** DBI_ROW_MISMATCH with why; -1 when the generator cannot be run (err). */
-int dbi_check_variant(dbi_checker *c, const char *config_kv, const char *family,
-                      const char *name, const char *hash, char *why, size_t n, char *err,
-                      size_t errlen);
-void dbi_check_free(dbi_checker *c);
+/* What accept says of row (see db_merge), its config_kv being
+** DBI_CONFIG_KV of the variant's config (NULL or "" when it is none,
+** refused here); a verdict it does not define is an error. */
+int dbi_check_variant(const db_merge_accept *accept, const db_merge_row *row, char *why,
+                      size_t n, char *err, size_t errlen);
 
 /* The longest counters merge takes, in bytes (a tune writes some 500). */
 #define DBI_COUNTERS_MAX "1023"
@@ -90,8 +83,8 @@ typedef struct dbi_merge_limits {
   size_t devices, variants, trials;
   double lock_s;
 } dbi_merge_limits;
-int dbi_merge(db *d, const char *other_path, const dbi_merge_limits *lim, db_merge_counts *c,
-              char *err, size_t errlen);
+int dbi_merge(db *d, const char *other_path, const db_merge_accept *accept,
+              const dbi_merge_limits *lim, db_merge_counts *c, char *err, size_t errlen);
 
 /* Seconds on the monotonic clock. */
 double dbi_mono_s(void);

@@ -14,9 +14,11 @@
 ** row is checked before it is taken (the rest are refused and counted).
 ** It is read in one read transaction, so it may be in use meanwhile.
 **
-** The devices and variants are checked first (a variant's config through
-** the generator), before the destination's write lock is taken; the lock
-** is then held lim->lock_s at most, which a progress handler enforces.
+** The devices and variants are checked first (a variant's config by the
+** caller's db_merge_accept, for no target in particular and then for each
+** target its trials name), before the destination's write lock is taken;
+** the lock is then held lim->lock_s at most, which a progress handler
+** enforces.
 ** Other writers wait for the lock up to two minutes (db.c), so a merge
 ** never makes them fail.
 */
@@ -62,6 +64,52 @@ static idmap_entry *idmap_find(const idmap *m, long long from) {
   return lo < m->n && m->e[lo].from == from ? &m->e[lo] : NULL;
 }
 
+/* The verdict on a variant for one target its trials name; sorted by
+** (variant, arch) once all are in. */
+typedef struct fit {
+  long long variant;
+  char arch[16];
+  char *why;          /* NULL when it fits, else why not */
+} fit;
+
+typedef struct fits {
+  fit *e;
+  size_t n, cap;
+} fits;
+
+static int fit_cmp(const void *a, const void *b) {
+  const fit *x = a, *y = b;
+  if (x->variant != y->variant) return x->variant < y->variant ? -1 : 1;
+  return strcmp(x->arch, y->arch);
+}
+
+static int fits_add(fits *f, long long variant, const char *arch, const char *why) {
+  if (f->n == f->cap) {
+    size_t cap = f->cap ? 2 * f->cap : 64;
+    fit *e = realloc(f->e, cap * sizeof *e);
+    if (!e) return -1;
+    f->e = e, f->cap = cap;
+  }
+  fit *e = &f->e[f->n];
+  e->variant = variant;
+  snprintf(e->arch, sizeof e->arch, "%s", arch);
+  e->why = why ? strdup(why) : NULL;
+  if (why && !e->why) return -1;
+  f->n++;
+  return 0;
+}
+
+static const fit *fits_find(const fits *f, long long variant, const char *arch) {
+  fit key = {.variant = variant};
+  snprintf(key.arch, sizeof key.arch, "%s", arch);
+  return f->n ? bsearch(&key, f->e, f->n, sizeof *f->e, fit_cmp) : NULL;
+}
+
+static void fits_free(fits *f) {
+  for (size_t i = 0; i < f->n; i++) free(f->e[i].why);
+  free(f->e);
+}
+
 enum { T_DEVICES, T_VARIANTS, T_TRIALS };
 
 typedef struct merge {
@@ -70,7 +118,8 @@ typedef struct merge {
   const dbi_merge_limits *lim;
   idmap devices, variants;
   size_t over[3];     /* rows past the cap, per table (T_*) */
-  dbi_checker check;
+  const db_merge_accept *accept;
+  fits fits;          /* each taken variant against each target its trials name */
   db_merge_counts *c;
   double deadline;    /* on dbi_mono_s's clock: the lock is let go by then */
   int late;           /* the progress handler stopped a statement */
@@ -161,9 +210,11 @@ static int variant_check(merge *m, sqlite3_stmt *st) {
   char why[200];
   int verdict = too_long(m, st, 8, why, sizeof why) ? DBI_ROW_REFUSED : DBI_ROW_OK;
   if (verdict == DBI_ROW_OK) {
-    const char *kv = sqlite3_column_type(st, 7) == SQLITE_NULL ? NULL : dbi_col_text(st, 7);
-    verdict = dbi_check_variant(&m->check, kv, dbi_col_text(st, 1), dbi_col_text(st, 3),
-                                dbi_col_text(st, 4), why, sizeof why, m->err, m->errlen);
+    const db_merge_row row = {
+      .family = dbi_col_text(st, 1), .name = dbi_col_text(st, 3), .hash = dbi_col_text(st, 4),
+      .config_kv = sqlite3_column_type(st, 7) == SQLITE_NULL ? NULL : dbi_col_text(st, 7),
+      .arch = ""};
+    verdict = dbi_check_variant(m->accept, &row, why, sizeof why, m->err, m->errlen);
     if (verdict < 0) return -1;
     if (verdict == DBI_ROW_MISMATCH) m->c->name_mismatch++;
   }
@@ -223,16 +274,19 @@ static void bind_trial_key(dbi_binder *b, const void *ctx) {
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) dbi_bind_int(b, v[i]);
 }
 
+/* Whether arch is one as fatune names them ("sm_90a"), or "". */
+static int arch_named(const char *arch) {
+  size_t len = strlen(arch), i = 3;
+  int ok = len == 0 || (len <= 15 && !strncmp(arch, "sm_", 3));
+  while (ok && len && i < len && arch[i] >= '0' && arch[i] <= '9') i++;
+  return ok && (len == 0 || (i > 3 && (i == len || (i + 1 == len && arch[i] >= 'a' && arch[i] <= 'z'))));
+}
+
 /* The key's fields version 3 added: an arch as fatune names one ("" for a
 ** row recorded before it kept them), and requested lengths no shorter than
 ** those run. 0, or 1 with why. */
 static int check_request(sqlite3_stmt *st, char *why, size_t n) {
-  const char *arch = dbi_col_text(st, 24);
-  size_t len = strlen(arch), i = 3;
-  int ok = len == 0 || (len <= 15 && !strncmp(arch, "sm_", 3));
-  while (ok && len && i < len && arch[i] >= '0' && arch[i] <= '9') i++;
-  ok = ok && (len == 0 || (i > 3 && (i == len || (i + 1 == len && arch[i] >= 'a' && arch[i] <= 'z'))));
-  if (!ok) {
+  if (!arch_named(dbi_col_text(st, 24))) {
     snprintf(why, n, "arch is not a target fatune names");
     return 1;
   }
@@ -262,6 +316,19 @@ static int parent(merge *m, int table, long long theirs, long long *ours, char *
   return e->refused;
 }
 
+/* 0 when the trial's variant (ours: taken) fits its arch, checked before
+** the lock; 1 with why when not. "" goes with the variant's own verdict. */
+static int trial_fits(merge *m, sqlite3_stmt *st, char *why, size_t n) {
+  const char *arch = dbi_col_text(st, 24);
+  if (!arch[0]) return 0;
+  const long long theirs = sqlite3_column_int64(st, 0);
+  const fit *f = fits_find(&m->fits, theirs, arch);
+  if (f && !f->why) return 0;
+  snprintf(why, n, "its variant %lld is not one for %s (%s)", theirs, arch,
+           f ? f->why : "not checked for it");
+  return 1;
+}
+
 /* 1 with why, counted by kind, when the trial is not taken. */
 static int trial_verdict(merge *m, sqlite3_stmt *st, db_trial *t, char *why, size_t n) {
   int rc = parent(m, T_VARIANTS, sqlite3_column_int64(st, 0), &t->variant_id, why, n);
@@ -270,7 +337,7 @@ static int trial_verdict(merge *m, sqlite3_stmt *st, db_trial *t, char *why, siz
   if (too_long(m, st, 28, why, n)) return 1;
   const int verdict = dbi_check_trial(st, 29, why, n);
   if (verdict == DBI_ROW_BAD_CREATED) m->c->bad_created++;
-  return verdict != DBI_ROW_OK || check_request(st, why, n);
+  return verdict != DBI_ROW_OK || check_request(st, why, n) || trial_fits(m, st, why, n);
 }
 
 static int trial_row(merge *m, sqlite3_stmt *st) {
@@ -337,11 +404,40 @@ static int count_over(merge *m) {
   return 0;
 }
 
-/* Before the lock: what to take of the devices and variants. */
+/* Each target the trials within the cap name, with their variant, once per
+** pair. */
+static const char fits_sql[] =
+  "SELECT DISTINCT t.variant_id, v.family, v.name, v.hash, "
+  "CASE WHEN length(CAST(v.config AS BLOB)) <= " CONFIG_MAX " THEN "
+  DBI_CONFIG_KV("v.config") " END, t.arch "
+  "FROM (SELECT variant_id, arch FROM trials ORDER BY id LIMIT ?1) AS t "
+  "JOIN variants AS v ON v.id = t.variant_id WHERE typeof(t.arch) = 'text' AND t.arch <> ''";
+
+/* The verdict on a taken variant for one target; a variant refused, or an
+** arch fatune does not name, is left to the trial's own checks. */
+static int fit_check(merge *m, sqlite3_stmt *st) {
+  const long long theirs = sqlite3_column_int64(st, 0);
+  const idmap_entry *e = idmap_find(&m->variants, theirs);
+  const char *arch = dbi_col_text(st, 5);
+  if (!e || e->refused || !arch_named(arch)) return 0;
+  const db_merge_row row = {
+    .family = dbi_col_text(st, 1), .name = dbi_col_text(st, 2), .hash = dbi_col_text(st, 3),
+    .config_kv = sqlite3_column_type(st, 4) == SQLITE_NULL ? NULL : dbi_col_text(st, 4),
+    .arch = arch};
+  char why[160];
+  const int verdict = dbi_check_variant(m->accept, &row, why, sizeof why, m->err, m->errlen);
+  if (verdict < 0) return -1;
+  return fits_add(&m->fits, theirs, arch, verdict == DBI_ROW_OK ? NULL : why) != 0 ? oom(m) : 0;
+}
+
+/* Before the lock: what to take of the devices and variants, and for
+** which targets. */
 static int check_all(merge *m) {
   if (count_over(m) != 0 || each_row(m, devices_sql, m->lim->devices, device_check) != 0 ||
-      each_row(m, variants_sql, m->lim->variants, variant_check) != 0)
+      each_row(m, variants_sql, m->lim->variants, variant_check) != 0 ||
+      each_row(m, fits_sql, m->lim->trials, fit_check) != 0)
     return -1;
+  if (m->fits.n) qsort(m->fits.e, m->fits.n, sizeof *m->fits.e, fit_cmp);
   return 0;
 }
 
@@ -410,10 +506,11 @@ static void over_reason(merge *m) {
              m->lim->trials);
 }
 
-int dbi_merge(db *d, const char *other_path, const dbi_merge_limits *lim, db_merge_counts *c,
-              char *err, size_t errlen) {
+int dbi_merge(db *d, const char *other_path, const db_merge_accept *accept,
+              const dbi_merge_limits *lim, db_merge_counts *c, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
-  merge m = {.d = d, .path = other_path, .lim = lim, .c = c, .err = err, .errlen = errlen};
+  merge m = {.d = d, .path = other_path, .lim = lim, .accept = accept, .c = c, .err = err,
+             .errlen = errlen};
   if (db_open(other_path, DB_READONLY, &m.o, err, errlen) != 0) return -1;
   int rc = -1;
   if (harden(&m) == 0 && dbi_exec(m.o->h, "BEGIN", err, errlen) == 0) {
@@ -424,14 +521,15 @@ int dbi_merge(db *d, const char *other_path, const dbi_merge_limits *lim, db_mer
   over_reason(&m);
   free(m.devices.e);
   free(m.variants.e);
-  dbi_check_free(&m.check);
+  fits_free(&m.fits);
   if (db_close(m.o) != 0 && rc == 0) rc = dbi_fail(err, errlen, "cannot close %s", other_path);
   return rc;
 }
 
 /* A merge holds the lock a minute at most: other writers wait two. The
 ** caps are far above what a sweep records. */
-int db_merge(db *d, const char *other_path, db_merge_counts *c, char *err, size_t errlen) {
+int db_merge(db *d, const char *other_path, const db_merge_accept *accept,
+             db_merge_counts *c, char *err, size_t errlen) {
   static const dbi_merge_limits lim = {1000, 100000, 1000000, 60};
-  return dbi_merge(d, other_path, &lim, c, err, errlen);
+  return dbi_merge(d, other_path, accept, &lim, c, err, errlen);
 }

@@ -152,6 +152,7 @@ typedef struct gen_call {
   const char *text, *chunkname, *space;
   int smem, max_threads;
   gen_target *target_out;
+  gen_archs *archs_out;
   gen_variant *variants;
   size_t count;
   gen_kernel *kernel;
@@ -352,6 +353,31 @@ int gen_target_for_arch(gen_state *g, const char *arch, int smem_bytes,
   }
   gen_call c = {.text = arch, .smem = smem_bytes, .max_threads = max_threads, .target_out = t};
   return protected_call(g, target_protected, &c);
+}
+
+static int archs_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "archs");
+  lua_call(L, 0, 1);
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  if (n > GEN_MAX_ARCHS) return luaL_error(L, "the space knows over %d archs", GEN_MAX_ARCHS);
+  gen_archs *a = c->archs_out;
+  for (lua_Unsigned i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    const char *arch = lua_tostring(L, -1);
+    if (!arch || strlen(arch) >= sizeof a->arch[0])
+      return luaL_error(L, "the space's arch %d is not a short name", (int)i + 1);
+    snprintf(a->arch[i], sizeof a->arch[i], "%s", arch);
+    lua_pop(L, 1);
+  }
+  a->n = (int)n;
+  return 0;
+}
+
+int gen_list_archs(gen_state *g, gen_archs *out) {
+  memset(out, 0, sizeof *out);
+  gen_call c = {.archs_out = out};
+  return protected_call(g, archs_protected, &c);
 }
 
 void gen_variants_free(gen_variant *v, size_t count) {

@@ -113,6 +113,14 @@ const char *gen_template_digest(const gen_state *g);
 int gen_target_for_arch(gen_state *g, const char *arch, int smem_bytes,
                         int max_threads, gen_target *t);
 
+/* Every arch the space has a target for, sorted by name. */
+#define GEN_MAX_ARCHS 32
+typedef struct gen_archs {
+  int n;
+  char arch[GEN_MAX_ARCHS][16];
+} gen_archs;
+int gen_list_archs(gen_state *g, gen_archs *out);
+
 /* The variants for a problem and target; space is "default" or "full". */
 int gen_list(gen_state *g, const fa_problem *p, const gen_target *t,
              const char *space, gen_variant **out, size_t *count);

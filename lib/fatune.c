@@ -103,7 +103,7 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   fatune_status st = FATUNE_OK;
   int rc;
   /* "auto" without a current context takes GPU 0, or the emulator. */
-  if (device == FATUNE_DEVICE_CURRENT && cudrv_current_device(&device, err, sizeof err) != 0) {
+  if (device == FATUNE_DEVICE_CURRENT && backend_current_gpu(&device, err, sizeof err) != 0) {
     if (!strcmp(bk, "cuda")) st = fail(FATUNE_ENODEV, "%s", err);
     device = 0;
   }
@@ -121,12 +121,12 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   } else if (open_db(c, opts ? opts->db_path : NULL, err, sizeof err) != 0) {
     st = fail(FATUNE_EDB, "%s", err);
   } else {
-    const cudrv_device_info *d = backend_cuda_device(c->be);
+    const fa_device *d = backend_device(c->be);
     char arch[16], base[16], why[256];
     snprintf(arch, sizeof arch, "%s", gen_default_arch(c->gen));
     snprintf(c->device, sizeof c->device, "%s", d ? d->uuid : "emu");
     /* What the tuner targets. */
-    if ((d && gen_device_arch(c->gen, cudrv_target_arch(d, base, sizeof base), arch, sizeof arch,
+    if ((d && gen_device_arch(c->gen, backend_device_arch(d, base, sizeof base), arch, sizeof arch,
                               why, sizeof why) != 0) ||
         gen_target_for_arch(c->gen, arch, d ? d->smem_per_block_optin : 0, 0, &c->target) != 0)
       st = fail(FATUNE_ENODEV, "this GPU is not one fatune knows: %s", gen_errmsg(c->gen));
@@ -573,7 +573,7 @@ typedef struct call {
   fa_problem fp;
   gen_launch shape;
   fa_params a;
-  fa_emu_range extra[5];
+  fa_range extra[5];
 } call;
 
 static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x, call *cl) {
@@ -612,9 +612,9 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   cl->a.scale_log2_f32 = (float)cl->a.scale_log2;
   /* On the emulator the caller's buffers are host memory the kernel may touch. */
   for (int i = 0; i < 4; i++)
-    cl->extra[i] = (fa_emu_range){(uintptr_t)t[i]->data,
+    cl->extra[i] = (fa_range){(uintptr_t)t[i]->data,
                                   (uintptr_t)t[i]->data + extent(t[i], es)};
-  cl->extra[4] = (fa_emu_range){(uintptr_t)lse, (uintptr_t)lse + rows * ls};
+  cl->extra[4] = (fa_range){(uintptr_t)lse, (uintptr_t)lse + rows * ls};
   return FATUNE_OK;
 }
 
@@ -633,7 +633,7 @@ static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
   if (rc == 0) rc = attn_tmaps(c->be, &cl->s->k, &cl->fp, &cl->a, err, sizeof err);
   if (rc == 0) {
     cl->a.ws = ws;
-    fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF,
+    fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
                       .extra = cl->extra, .nextra = 5, .stream = stream, .async = ws == NULL};
     rc = backend_launch(c->be, cl->s->prog, &cl->shape, &cl->a, &ro, NULL, err, sizeof err);
   }

@@ -9,6 +9,8 @@
 
 #include "backend_impl.h"
 #include "cuda_driver.h"
+#include "emu.h"
+#include "nvrtc_compile.h"
 
 int backend_open(const char *name, fa_backend **out, char *note, size_t notelen,
                  char *err, size_t errlen) {
@@ -191,3 +193,34 @@ void backend_leave(fa_backend *b) {
 int backend_sync(fa_backend *b, char *err, size_t errlen) {
   return b->ops->sync ? b->ops->sync(b, err, errlen) : 0;
 }
+
+/* ---- What the layers above reach of the backends without opening one ---- */
+
+const char *backend_schedule_name(fa_schedule s) { return emu_schedule_name(s); }
+
+int backend_schedule_parse(const char *s, fa_schedule *out) { return emu_schedule_parse(s, out); }
+
+int backend_probe_gpu(fa_device *info, char *msg, size_t msglen) {
+  return cudrv_probe_isolated(info, msg, msglen);
+}
+
+int backend_current_gpu(int *ordinal, char *msg, size_t msglen) {
+  return cudrv_current_device(ordinal, msg, msglen);
+}
+
+const char *backend_device_arch(const fa_device *d, char *buf, size_t n) {
+  return cudrv_target_arch(d, buf, n);
+}
+
+int backend_compile_gpu(const char *source, const char *entry, const char *arch,
+                        fa_compiled *out) {
+  return nvrtc_compile(source, entry, arch, out);
+}
+
+void backend_compiled_free(fa_compiled *r) { nvrtc_result_free(r); }
+
+int backend_gpu_arch_supported(const char *arch) { return nvrtc_arch_supported(arch); }
+
+const char *backend_gpu_compiler_version(void) { return nvrtc_version_string(); }
+
+void backend_cleanup(void) { emu_tmp_cleanup(); }

@@ -6,23 +6,56 @@
 ** are host memory. Every call returns 0, or an fa_status (fa_status.h)
 ** with a one-line message in err; a backend may be used from several
 ** threads at once.
+**
+** It is the runtime's one interface: the layers above it (db, lib, tuner)
+** see no backend's header or type (runtime/emu and runtime/cuda are
+** private to the runtime), only the neutral descriptions here: the device,
+** the counters, a compile for a GPU target without a device.
 */
 #ifndef BACKEND_H
 #define BACKEND_H
 
 #include <stddef.h>
 
-#include "cuda_driver.h"
-#include "emu.h"
+#include "fa_counters.h"
+#include "fa_params.h"
 #include "fa_status.h"
 #include "gen.h"
 
 typedef struct fa_backend fa_backend;
 typedef struct fa_program fa_program;   /* one compiled kernel */
 
-/* The emulator's exact counts; a backend without counters leaves them 0
-** and says so with backend_has_counters. */
-typedef fa_emu_counters fa_counters;
+/* A GPU as the driver describes it (the cuda backend's). */
+typedef struct fa_device {
+  char name[256];
+  char uuid[48];              /* GPU-xxxxxxxx-xxxx-..., as nvidia-smi prints it */
+  int cc_major, cc_minor;     /* compute capability */
+  int sm_count;
+  int smem_per_block_optin;   /* bytes */
+  int max_threads_per_block;
+  int l2_bytes;
+  int clock_khz;
+  size_t total_mem;           /* bytes */
+  int ordinal;                /* the device's index */
+} fa_device;
+
+/* Exact counts of one launch (fa_counters.h), on a backend that counts
+** (the emulator); a backend without counters leaves them 0 and says so with
+** backend_has_counters. */
+
+/* Host memory [lo, hi) a kernel may touch besides its own buffers. */
+typedef struct fa_range {
+  unsigned long long lo, hi;
+} fa_range;
+
+/* The order a backend that runs the threads itself (emu) runs them
+** between barriers. */
+typedef enum fa_schedule {
+  FA_SCHED_FORWARD, FA_SCHED_REVERSE, FA_SCHED_RANDOM, FA_SCHED_SKEW
+} fa_schedule;
+/* "forward", "reverse", "random", "skew"; parse: 0, or -1 for another name. */
+const char *backend_schedule_name(fa_schedule s);
+int backend_schedule_parse(const char *s, fa_schedule *out);
 
 /* What became of one kernel: prog is NULL when it did not compile, and
 ** log says why. */
@@ -41,11 +74,11 @@ typedef struct fa_timing {
 } fa_timing;
 
 typedef struct fa_run_opts {
-  emu_schedule schedule;    /* emu: the order threads run between barriers */
+  fa_schedule schedule;     /* emu: the order threads run between barriers */
   unsigned long long seed;  /* emu: for the random and skew schedules */
   int threads;              /* emu: OS threads sharing the CTAs */
   unsigned char smem_fill;  /* emu: shared memory's bytes when a CTA starts */
-  const fa_emu_range *extra;  /* emu: caller's buffers the kernel may touch too */
+  const fa_range *extra;    /* emu: caller's buffers the kernel may touch too */
   int nextra;
   void *stream;             /* cuda: the CUstream to launch on (NULL: the default) */
   int async;                /* cuda: return after the launch, without waiting */
@@ -145,7 +178,51 @@ int backend_sync(fa_backend *b, char *err, size_t errlen);
 ** sticky CUDA error): the process should end, a fresh one carry on. */
 int backend_poisoned(fa_backend *b);
 
-/* The GPU of a cuda backend, or NULL for another backend. */
-const cudrv_device_info *backend_cuda_device(const fa_backend *b);
+/* The GPU of a backend that runs on one (cuda), or NULL (emu). */
+const fa_device *backend_device(const fa_backend *b);
+
+/* ---- The GPU without a backend ---- */
+
+/* Probe the driver and describe GPU 0 in a short-lived child process, so
+** that this process never initialises CUDA (a context does not survive
+** fork, and the tuner forks its workers). 1 with info filled, or 0 with
+** the reason in msg (no driver, no GPU, the probe itself crashed). */
+int backend_probe_gpu(fa_device *info, char *msg, size_t msglen);
+/* The GPU whose context is current on the calling thread (the driver
+** probed in this process): 0, or -1 with the reason in msg. */
+int backend_current_gpu(int *ordinal, char *msg, size_t msglen);
+/* d's own arch, "sm_XY" from its compute capability; returns buf. The
+** target fatune compiles for is the space's to choose from it
+** (gen_device_arch: an arch-specific one where a family runs only there). */
+const char *backend_device_arch(const fa_device *d, char *buf, size_t n);
+
+/* One kernel compiled for a GPU target, no device needed (fatune compile,
+** the tuner's compile processes). */
+typedef struct fa_compiled {
+  int ok;                  /* 1 when a binary (CUBIN) was produced */
+  char *cubin;             /* malloc'ed, cubin_size bytes, or NULL */
+  size_t cubin_size;
+  char *log;               /* the compiler's full log, malloc'ed, never NULL after a call */
+  char error[256];         /* first error line, "" when ok */
+  int registers;           /* from the assembler's report; -1 when unknown */
+  int spill_store_bytes, spill_load_bytes;
+  int smem_static_bytes;
+  int stack_bytes;         /* stack frame */
+  double compile_ms;       /* wall time of the compile and the binary's fetch */
+} fa_compiled;
+/* Compile source (kernel entry, extern "C") for arch ("sm_90"). 0 when the
+** compiler ran (see out->ok), -1 when it could not start (out->error).
+** out is always safe to free. Safe from several threads at once. */
+int backend_compile_gpu(const char *source, const char *entry, const char *arch,
+                        fa_compiled *out);
+void backend_compiled_free(fa_compiled *r);
+/* 1 when the GPU compiler takes the arch name, else 0. */
+int backend_gpu_arch_supported(const char *arch);
+/* The GPU compiler's version ("13.0"). */
+const char *backend_gpu_compiler_version(void);
+
+/* Removes the runtime's temporary files (the emulator's objects); safe to
+** call at exit and from a thread that took a stop signal. */
+void backend_cleanup(void);
 
 #endif

@@ -53,7 +53,7 @@ struct fa_backend {
 };
 
 int backend_emu_open(fa_backend **out, char *err, size_t errlen);
-int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err,
+int backend_cuda_open(const fa_device *info, fa_backend **out, char *err,
                       size_t errlen);
 
 #endif

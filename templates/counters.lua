@@ -1,20 +1,20 @@
 -- counters.lua
--- The CPU emulator's counters, from their one list: FA_EMU_COUNTERS in
--- emu_abi.h, embedded with the templates. In that list's order, each as
+-- The CPU emulator's counters, from their one list: FA_COUNTERS in
+-- fa_counters.h, embedded with the templates. In that list's order, each as
 -- { name = field, json = JSON key, label = table label }; counters[name]
 -- is the entry of a name. The cost models report by these names.
 
 local counters = {}
 
-local text = file("emu_abi.h")
-local list = text:match("#define FA_EMU_COUNTERS%(X%)(.-)\n\n")
-assert(list, "emu_abi.h: no FA_EMU_COUNTERS list")
+local text = file("fa_counters.h")
+local list = text:match("#define FA_COUNTERS%(X%)(.-)\n\n")
+assert(list, "fa_counters.h: no FA_COUNTERS list")
 for name, json, label in list:gmatch('X%(([%w_]+), "([^"]*)", "([^"]*)"%)') do
   local entry = { name = name, json = json, label = label }
   counters[#counters + 1] = entry
   counters[name] = entry
 end
-assert(#counters > 0, "emu_abi.h: FA_EMU_COUNTERS lists no counter")
+assert(#counters > 0, "fa_counters.h: FA_COUNTERS lists no counter")
 
 -- A tally for a cost model: every counter of `names` (a set) at 0, and
 -- add(name, n); report(scale) lists the set's counts in the list's order,
@@ -22,7 +22,7 @@ assert(#counters > 0, "emu_abi.h: FA_EMU_COUNTERS lists no counter")
 function counters.tally(names)
   local n = {}
   for name in pairs(names) do
-    if not counters[name] then error("no counter '" .. name .. "' in emu_abi.h", 2) end
+    if not counters[name] then error("no counter '" .. name .. "' in fa_counters.h", 2) end
     n[name] = 0
   end
   local t = { n = n }

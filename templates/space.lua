@@ -235,6 +235,14 @@ function space.target(arch, smem, max_threads)
            max_threads = max_threads and max_threads > 0 and max_threads or 1024 }
 end
 
+-- Every arch the space has a target for, sorted by name.
+function space.archs()
+  local names = {}
+  for arch in pairs(arch_limits) do names[#names + 1] = arch end
+  table.sort(names)
+  return names
+end
+
 function space.fnv1a(text)
   local h = -3750763034362895579  -- 0xcbf29ce484222325 as a signed integer
   for i = 1, #text do

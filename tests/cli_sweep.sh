@@ -4,8 +4,10 @@
 # the emulator's smallest size, to stay quick) and show lists them; a rerun
 # measures nothing; --shard 1/3, 2/3 and 3/3 cover the same 6 keys exactly
 # once; --causal both doubles a key; fatune merge takes the three shards at once and says what each
-# brought, and a merge of overlapping databases adds no key twice. Lists
-# and shards that make no sense are one line and exit 2.
+# brought, and a merge of overlapping databases adds no key twice; merge
+# checks a variant against each trial's own target (a wg variant's sm_90a
+# trial is taken). Lists and shards that make no sense are one line and
+# exit 2.
 #
 # usage: FATUNE=build/fatune bash tests/cli_sweep.sh
 set -u
@@ -82,6 +84,34 @@ rc=$?
 got=$(sqlite3 -readonly "$tmp/c.db" 'SELECT causal FROM trials ORDER BY causal' | tr '\n' ' ')
 [ "$rc" -eq 0 ] && [ "$got" = "0 1 " ]
 check "--causal both tunes the key without and with the mask" $? "exit $rc: '$got'"
+
+# Merge checks a variant against each trial's own target: the Hopper family
+# wg fits sm_90a only, so its rows must merge, and a row claiming another
+# target must not. A row without a target (recorded before fatune kept
+# them) is taken when the config fits any target the space knows.
+"${TIMEOUT[@]}" "$FATUNE" --arch sm_90a --dtype bf16 --dim 64 --seq 128 --backend emu \
+  --config family=wg --db "$tmp/wg.db" >"$tmp/wg.out" 2>&1
+rc=$?
+check "a wg tune on sm_90a records its trial" "$rc" "$(tail -n 3 "$tmp/wg.out")"
+"$FATUNE" merge "$tmp/wg.db" --db "$tmp/wgm.db" >"$tmp/wgm.out" 2>&1
+rc=$?
+got=$(sqlite3 -readonly "$tmp/wgm.db" 'SELECT arch FROM trials' 2>&1)
+[ "$rc" -eq 0 ] && [ "$got" = sm_90a ] && grep -q '^trials:   1 added' "$tmp/wgm.out" &&
+  ! grep -q refused "$tmp/wgm.out"
+check "merge takes a wg variant's sm_90a trial" $? "exit $rc, arches '$got': $(cat "$tmp/wgm.out")"
+cp "$tmp/wg.db" "$tmp/wg80.db" && sqlite3 "$tmp/wg80.db" "UPDATE trials SET arch = 'sm_80'"
+"$FATUNE" merge "$tmp/wg80.db" --db "$tmp/wg80m.db" >"$tmp/wg80m.out" 2>&1
+rc=$?
+got=$(sqlite3 -readonly "$tmp/wg80m.db" 'SELECT count(*) FROM trials' 2>&1)
+[ "$rc" -eq 0 ] && [ "$got" = 0 ] &&
+  grep -q 'merge: 1 trial refused.*trial 1: .*sm_80' "$tmp/wg80m.out"
+check "merge refuses a wg trial that claims sm_80" $? "exit $rc, $got trials: $(cat "$tmp/wg80m.out")"
+cp "$tmp/wg.db" "$tmp/wg0.db" && sqlite3 "$tmp/wg0.db" "UPDATE trials SET arch = ''"
+"$FATUNE" merge "$tmp/wg0.db" --db "$tmp/wg0m.db" >"$tmp/wg0m.out" 2>&1
+rc=$?
+got=$(sqlite3 -readonly "$tmp/wg0m.db" 'SELECT count(*) FROM trials' 2>&1)
+[ "$rc" -eq 0 ] && [ "$got" = 1 ] && ! grep -q refused "$tmp/wg0m.out"
+check "merge takes a wg trial without a target" $? "exit $rc, $got trials: $(cat "$tmp/wg0m.out")"
 
 bad() {   # WANT ARGS...: exit 2 and a line matching WANT
   local want=$1

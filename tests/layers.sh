@@ -1,17 +1,117 @@
 #!/usr/bin/env bash
-# layers.sh: libfatune is the layers up to lib and nothing more. The shared
-# library exports only the fatune_* functions of include/fatune.h, and
-# neither it nor the static one holds an object of the tuner layer (the
-# command's compile pool, validation, JSON, workers, flows).
+# layers.sh: the layers include in one direction only, and libfatune is the
+# layers up to lib and nothing more.
+#  - Includes, read from the sources: a file of a layer includes only its
+#    own headers and those of the layers it stands on (see allowed below):
+#    no backend header (runtime's subfolders, runtime/emu and runtime/cuda)
+#    from tuner, db or lib; nothing of the generator or runtime from db;
+#    nothing of another layer from core; no runtime, db, lib or tuner header
+#    from the generator; no db, lib or tuner header from the runtime; no
+#    tuner header from lib. Each header belongs to the layer of its folder.
+#    A self-test plants violations in a copy of the sources and expects each
+#    one named by file and line.
+#  - Symbols: the shared library exports only the fatune_* functions of
+#    include/fatune.h, and neither it nor the static one holds an object of
+#    the tuner layer (the command's compile pool, validation, JSON, workers,
+#    flows).
 #
 # usage: BUILD=build bash tests/layers.sh
 set -u
 NAME=layers
 FATUNE=${BUILD:?}/fatune
 . "$(dirname "$0")/cli_lib.sh"
+src=$(cd "$(dirname "$0")/.." && pwd)
+
+# The folders of a layer under ROOT; backend is every subfolder of runtime.
+layer_dirs() {   # ROOT LAYER
+  case $2 in
+  runtime) echo runtime ;;
+  backend) (cd "$1" && find runtime -mindepth 1 -maxdepth 1 -type d | sort) ;;
+  lib) echo lib include ;;
+  *) echo "$2" ;;
+  esac
+}
+# The layers whose headers a layer's files may include, itself first.
+allowed() {
+  case $1 in
+  core) echo core ;;
+  generator) echo generator core ;;
+  runtime | backend) echo runtime backend generator core ;;
+  db) echo db core ;;
+  lib) echo lib db runtime generator core ;;
+  tuner) echo tuner lib db runtime generator core ;;
+  esac
+}
+LAYERS="core generator runtime backend db lib tuner"
+
+# include_check ROOT: prints FILE:LINE: for each include against the
+# direction (paths relative to ROOT); 1 when there is one.
+include_check() {
+  local root=$1 layer dir f h bad=0
+  declare -A owner=()
+  for layer in $LAYERS; do
+    for dir in $(layer_dirs "$root" "$layer"); do
+      for h in "$root/$dir"/*.h; do
+        [ -e "$h" ] || continue
+        h=${h##*/}
+        if [ -n "${owner[$h]:-}" ]; then
+          echo "$dir/$h: the name is a header of ${owner[$h]} too: includes cannot say which"
+          bad=1
+        fi
+        owner[$h]=$layer
+      done
+    done
+  done
+  local line num inc
+  for layer in $LAYERS; do
+    local ok=" $(allowed "$layer") "
+    for dir in $(layer_dirs "$root" "$layer"); do
+      for f in "$root/$dir"/*.[ch]; do
+        [ -e "$f" ] || continue
+        while IFS=: read -r num line; do
+          inc=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' <<<"$line")
+          inc=${inc##*/}
+          [ -n "$inc" ] && [ -n "${owner[$inc]:-}" ] || continue
+          case $ok in *" ${owner[$inc]} "*) continue ;; esac
+          echo "$dir/${f##*/}:$num: includes $inc, a header of ${owner[$inc]}, which $layer may not"
+          bad=1
+        done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f")
+      done
+    done
+  done
+  return $bad
+}
+
+found=$(include_check "$src")
+rc=$?
+check "every include follows the layers' direction" "$rc" "$(printf '\n%s' "$found")"
+
+# Self-test: the check fails, naming file and line, on a copy with one
+# violation of each rule planted.
+copy="$tmp/src"
+mkdir -p "$copy"
+(cd "$src" && cp -r core generator runtime db lib include tuner "$copy"/) 2>/dev/null
+plant() {   # FILE HEADER: a line including HEADER appended to FILE; echoes FILE:LINE
+  echo "#include \"$2\"" >>"$copy/$1"
+  echo "$1:$(wc -l <"$copy/$1")"
+}
+want=("$(plant tuner/cli.h emu.h)" "$(plant db/db.c gen.h)" "$(plant db/db_int.h backend.h)"
+      "$(plant lib/fatune.c cuda_driver.h)" "$(plant lib/fatune.c cli.h)"
+      "$(plant core/fa_util.h db.h)" "$(plant generator/gen.c attn_run.h)"
+      "$(plant runtime/backend.c db.h)" "$(plant runtime/emu/emu.h fatune.h)")
+found=$(include_check "$copy")
+rc=$?
+missing=""
+for w in "${want[@]}"; do grep -q "^$w: " <<<"$found" || missing="$missing $w"; done
+[ "$rc" -ne 0 ] && [ -z "$missing" ] && [ "$(wc -l <<<"$found")" -eq ${#want[@]} ]
+check "the check names each of ${#want[@]} planted includes by file:line" $? \
+  "exit $rc, missing:$missing; found: $found"
+echo "$found" | sed 's/^/      /'
+
 if ! command -v nm >/dev/null 2>&1; then
-  echo "SKIPPED: nm is not installed"
-  exit 77
+  echo "SKIPPED: nm is not installed: the symbol checks"
+  finish
+  exit
 fi
 so="$BUILD/libfatune.so" a="$BUILD/libfatune.a"
 

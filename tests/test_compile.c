@@ -308,7 +308,7 @@ static int count_in_output(const char *cmd, const char *insn, char *why, size_t 
 }
 
 /* insn instructions in the SASS of a CUBIN: >= 0, or -1 with why. */
-static int count_insn(const char *cuobjdump, const nvrtc_result *r, const char *insn, char *why,
+static int count_insn(const char *cuobjdump, const fa_compiled *r, const char *insn, char *why,
                       size_t n) {
   char path[] = "/tmp/fatune-sass-XXXXXX";
   int fd = mkstemp(path);
@@ -343,7 +343,7 @@ typedef struct tally {
 } tally;
 
 static void check_sass(const family *f, const gen_kernel *k, const char *arch,
-                       const nvrtc_result *r, tally *t) {
+                       const fa_compiled *r, tally *t) {
   char why[300];
   const int h = count_insn(t->cuobjdump, r, f->sass_insn, why, sizeof why);
   if (h < 0) {
@@ -365,7 +365,7 @@ static void check_sass(const family *f, const gen_kernel *k, const char *arch,
 /* One compile's report, checks and share of the tally; ref: its reference
 ** entry, or NULL for a sampled variant. */
 static void judge(const family *f, const gen_kernel *k, const fam_ref *ref, const char *arch,
-                  nvrtc_result *r, tally *t) {
+                  fa_compiled *r, tally *t) {
   const int spill = r->spill_store_bytes + r->spill_load_bytes;
   t->total++;
   printf("%-60s %-5s %s regs %3d  spill %4d/%-4d  stack %4d  smem %6d  %6.0f ms  %s\n", k->name,
@@ -409,7 +409,7 @@ static int compile_arch(const sample *s, const gen_kernel *refs, size_t nrefs, c
     const int is_ref = i >= s->npicks;
     const gen_kernel *k = is_ref ? &refs[i - s->npicks] : &s->picks[i];
     judge(s->f, k, is_ref ? &s->f->refs[i - s->npicks] : NULL, arch, &jobs[i].result, t);
-    nvrtc_result_free(&jobs[i].result);
+    backend_compiled_free(&jobs[i].result);
   }
   printf("%s: %zu compiles in %.1f s wall on %d threads\n", arch, n, wall,
          compile_pool_default_threads());

@@ -216,7 +216,7 @@ static void run_one(size_t i, void *ud) {
   run *s = ud;
   item *it = &s->items[i];
   if (!it->b.prog || !it->ready) return;
-  val_opts o = {.nschedules = 2, .schedule = {EMU_FORWARD, EMU_REVERSE}, .seed = SEED + i,
+  val_opts o = {.nschedules = 2, .schedule = {FA_SCHED_FORWARD, FA_SCHED_REVERSE}, .seed = SEED + i,
                 .threads = 1};
   char err[256];
   if (val_check(s->be, &it->vc, &it->in, it->b.prog, &it->k, &o, &it->r, err, sizeof err) != 0) {

@@ -52,7 +52,7 @@ static const char source[] =
   "__global__ void mangled(int *out) { *out = 1; }\n";
 
 static const cudrv_api *api;
-static cudrv_device_info dev;
+static fa_device dev;
 
 #define CU_IS(call, want) do { \
     CUresult rc_ = (call); \

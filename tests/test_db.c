@@ -31,6 +31,7 @@
 #include "db_int.h"
 #include "fa_util.h"
 #include "gen.h"
+#include "merge_check.h"
 
 #define PATH_LEN 512
 #define KILL_TRIALS 2000
@@ -691,8 +692,11 @@ static void refused(const char *path, const char *want, const char *what) {
   at(into, "merge-target.db");
   if (!(d = open_ok(into))) return;
   db_merge_counts c;
-  CHECK(db_merge(d, path, &c, err, sizeof err) != 0 && strstr(err, want), "merge of %s: %s",
-        what, err);
+  merge_check check = {0};
+  const db_merge_accept accept = merge_check_accept(&check);
+  CHECK(db_merge(d, path, &accept, &c, err, sizeof err) != 0 && strstr(err, want),
+        "merge of %s: %s", what, err);
+  merge_check_close(&check);
   CHECK(file_sum(path) == before, "%s: merge changed the file", what);
   db_close(d);
 }
@@ -959,7 +963,9 @@ static void test_merge(void) {
 
   if (!(da = open_ok(a))) return;
   db_merge_counts c;
-  CHECK(db_merge(da, b, &c, err, sizeof err) == 0, "db_merge: %s", err);
+  merge_check check = {0};
+  const db_merge_accept accept = merge_check_accept(&check);
+  CHECK(db_merge(da, b, &accept, &c, err, sizeof err) == 0, "db_merge: %s", err);
   printf("merge: devices +%zu/=%zu, variants +%zu/=%zu, binaries not imported %zu, "
          "trials +%zu/replaced %zu/=%zu\n", c.devices_added, c.devices_skipped, c.variants_added,
          c.variants_skipped, c.binaries_not_imported, c.trials_added, c.trials_replaced,
@@ -983,7 +989,7 @@ static void test_merge(void) {
                  text, sizeof text) == 0 && !strcmp(text, "0101") &&
         raw_int(a, "SELECT count(*) FROM binaries") == 1, "A's s1 kept, none of B's imported");
   /* Again: nothing new. */
-  CHECK(db_merge(da, b, &c, err, sizeof err) == 0 && c.devices_added + c.variants_added +
+  CHECK(db_merge(da, b, &accept, &c, err, sizeof err) == 0 && c.devices_added + c.variants_added +
         c.trials_added + c.trials_replaced == 0 && c.trials_skipped == 4,
         "a second merge adds nothing");
   db_close(da);

@@ -23,6 +23,7 @@
 
 #include "emu_preludes.h"
 #include "check.h"
+#include "emu.h"
 #include "validate.h"
 
 static fa_backend *be;

@@ -95,7 +95,7 @@ static void check_kernel(const shape *s, const char *config, const gen_kernel *k
     CHECK(0, "setting up %s: %s", k->name, err);
     return;
   }
-  val_opts o = {.nschedules = 1, .schedule = {EMU_FORWARD}, .threads = 2};
+  val_opts o = {.nschedules = 1, .schedule = {FA_SCHED_FORWARD}, .threads = 2};
   val_result r;
   CHECK(val_check(be, &vc, &in, prog, k, &o, &r, err, sizeof err) == 0, "%s: %s", k->name, err);
   CHECK(r.status == VAL_OK, "%s: %s", k->name, r.msg);

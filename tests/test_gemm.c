@@ -184,7 +184,7 @@ static void run_free(fa_backend *be, gemm_run *r) {
 
 /* One launch under `sched`, C (poisoned with NaN first) into c. 0, or the
 ** launch's status with its message in err. */
-static int launch(fa_backend *be, const fa_program *prog, gemm_run *r, emu_schedule sched,
+static int launch(fa_backend *be, const fa_program *prog, gemm_run *r, fa_schedule sched,
                   float *c, char *err, size_t errlen) {
   const size_t nc = (size_t)r->pr.batch * r->pr.m * r->pr.n;
   int rc = backend_fill(be, r->dc, 0xff, nc * 4, err, errlen);
@@ -215,7 +215,7 @@ static double judge(const gemm_run *r, const float *c, int *nans) {
   return worst;
 }
 
-static const emu_schedule scheds[] = {EMU_FORWARD, EMU_REVERSE, EMU_RANDOM};
+static const fa_schedule scheds[] = {FA_SCHED_FORWARD, FA_SCHED_REVERSE, FA_SCHED_RANDOM};
 static const char *const sched_names[] = {"forward", "reverse", "random"};
 #define NSCHED 3
 
@@ -335,7 +335,7 @@ static int run_main(const char *mode) {
     fprintf(stderr, "%s\n", err);
     return 1;
   }
-  const cudrv_device_info *dev = backend_cuda_device(be);
+  const fa_device *dev = backend_device(be);
   if (gpu && (dev->cc_major != 9 || dev->cc_minor != 0 || strstr(dev->name, "(fakecuda)"))) {
     snprintf(note, sizeof note, "%.200s %s", dev->name,
              strstr(dev->name, "(fakecuda)") ? "runs no GEMM" : "is no sm_90 GPU");

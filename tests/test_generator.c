@@ -138,6 +138,16 @@ static void test_space(gen_state *g, const gen_target *t) {
   }
   gen_variants_free(v, n);
   CHECK(gen_target_for_arch(g, "sm_12", 0, 0, &small) != 0, "sm_12 accepted");
+  /* The space's targets, sorted, each one it makes a target of. */
+  gen_archs a;
+  CHECK(gen_list_archs(g, &a) == 0 && a.n > 2, "%s", gen_errmsg(g));
+  int has90a = 0;
+  for (int i = 0; i < a.n; i++) {
+    CHECK(gen_target_for_arch(g, a.arch[i], 0, 0, &small) == 0, "%s: %s", a.arch[i], gen_errmsg(g));
+    CHECK(i == 0 || strcmp(a.arch[i - 1], a.arch[i]) < 0, "%s after %s", a.arch[i], a.arch[i - 1]);
+    has90a |= !strcmp(a.arch[i], "sm_90a");
+  }
+  CHECK(has90a, "sm_90a is not among the space's %d targets", a.n);
 }
 
 /* Same config, same bytes: in one state, and in a fresh one. */
@@ -368,7 +378,7 @@ static void test_wg_gqa(gen_state *g) {
     }
     gen_launch shape;
     gen_launch_shape(&k, &p, &shape);
-    const fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF};
+    const fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF};
     unsigned char *const kv2b = kv2, *const kv1b = kv1;
     fa_params a[2] = {attn_params(&p, q, kv2b, kv2b + 4 * nk, o[0], lse[0], NULL),
                       attn_params(&p, q, kv1b, kv1b + 2 * nk, o[1], lse[1], NULL)};

@@ -27,7 +27,7 @@
 
 static gen_state *gen;
 static gen_target target;
-static cudrv_device_info dev;
+static fa_device dev;
 
 /* ---- In workers: a faulting kernel, then a good one ---- */
 
@@ -230,7 +230,7 @@ static void test_oracle(fa_backend *be) {
 
 int main(void) {
   char msg[256];
-  if (!cudrv_probe_isolated(&dev, msg, sizeof msg)) check_skip(msg);
+  if (!backend_probe_gpu(&dev, msg, sizeof msg)) check_skip(msg);
   char arch[16];
   snprintf(arch, sizeof arch, "sm_%d%d", dev.cc_major, dev.cc_minor);
   printf("GPU: %s, %s, %d SMs\n", dev.name, arch, dev.sm_count);

@@ -26,6 +26,7 @@
 #include "db.h"
 #include "db_int.h"
 #include "gen.h"
+#include "merge_check.h"
 
 #define PATH_LEN 512
 
@@ -130,7 +131,11 @@ static int merge_with(const char *into, const char *from, const dbi_merge_limits
                       db_merge_counts *c, char *err, size_t errlen) {
   db *d = open_ok(into);
   if (!d) return -1;
-  int rc = lim ? dbi_merge(d, from, lim, c, err, errlen) : db_merge(d, from, c, err, errlen);
+  merge_check check = {0};
+  const db_merge_accept accept = merge_check_accept(&check);
+  int rc = lim ? dbi_merge(d, from, &accept, lim, c, err, errlen)
+               : db_merge(d, from, &accept, c, err, errlen);
+  merge_check_close(&check);
   db_close(d);
   return rc;
 }
@@ -401,6 +406,62 @@ static void test_created(void) {
         "then replaced: %zu (%s)", c.trials_replaced, err);
 }
 
+/* ---- The caller's check ---- */
+
+/* Takes every row but those for sm_80, and fails the merge when fail is set. */
+typedef struct recorder {
+  int calls, fail;
+  char seen[256];   /* "name@arch " per call */
+} recorder;
+
+static int record_row(void *ud, const db_merge_row *row, char *why, size_t n, char *err,
+                      size_t errlen) {
+  recorder *r = ud;
+  r->calls++;
+  size_t used = strlen(r->seen);
+  snprintf(r->seen + used, sizeof r->seen - used, "%s@%s ",
+           !strcmp(row->name, vars[0].name) ? "v0" : "v1", row->arch);
+  if (r->fail) return snprintf(err, errlen, "planted failure"), -1;
+  if (strcmp(row->arch, "sm_80")) return DB_MERGE_TAKE;
+  snprintf(why, n, "not for sm_80 here");
+  return DB_MERGE_REFUSE;
+}
+
+/* The check is asked once per variant (arch "") and once per variant and
+** target its trials name; a trial goes with its own target's verdict, and
+** an error of the check stops the merge with nothing merged. */
+static void test_accept(void) {
+  char src[PATH_LEN], into[PATH_LEN], err[512] = "";
+  at(src, "accept.db");
+  at(into, "accept-into.db");
+  make_source(src, 3);
+  CHECK(raw_exec(src, "UPDATE trials SET arch = 'sm_80' WHERE seq_q = 32") == 0, "sm_80 planted");
+  recorder r = {0};
+  const db_merge_accept accept = {record_row, &r};
+  db_merge_counts c;
+  unlink(into);
+  db *d = open_ok(into);
+  if (!d) return;
+  CHECK(db_merge(d, src, &accept, &c, err, sizeof err) == 0, "merge: %s", err);
+  printf("accept: %d calls: %s; trial refused: %s\n", r.calls, r.seen, c.trial_refused);
+  CHECK(r.calls == 5 && strstr(r.seen, "v0@ ") && strstr(r.seen, "v1@ ") &&
+        strstr(r.seen, "v0@sm_80 ") && strstr(r.seen, "v0@sm_90 ") && strstr(r.seen, "v1@sm_90 "),
+        "asked %d times: %s", r.calls, r.seen);
+  CHECK(c.trials_added == 3 && c.trials_refused == 1 && strstr(c.trial_refused, "sm_80") &&
+        strstr(c.trial_refused, "not for sm_80 here"), "added %zu, refused %zu: %s",
+        c.trials_added, c.trials_refused, c.trial_refused);
+  db_close(d);
+  recorder failing = {.fail = 1};
+  const db_merge_accept stop = {record_row, &failing};
+  unlink(into);
+  if (!(d = open_ok(into))) return;
+  CHECK(db_merge(d, src, &stop, &c, err, sizeof err) != 0 && strstr(err, "planted failure"),
+        "a failing check stops the merge: %s", err);
+  db_close(d);
+  CHECK(raw_int(into, "SELECT count(*) FROM variants") == 0 &&
+        raw_int(into, "SELECT count(*) FROM trials") == 0, "nothing merged after the failure");
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -424,6 +485,7 @@ int main(void) {
   test_row_cap();
   test_name_hash();
   test_created();
+  test_accept();
   gen_variants_free(vars, nvars);
   gen_close(g);
   char cmd[PATH_LEN + 16];

@@ -193,7 +193,7 @@ static void print_counts(const sweep *s) {
 
 /* The case a job validates on, or NULL when the job has none. */
 static const val_case *job_case(const sweep *s, size_t job, const attn_inputs **in,
-                                emu_schedule sched[2]) {
+                                fa_schedule sched[2]) {
   const item *it = &s->items[job / SLOTS];
   const size_t h = job % SLOTS;
   if (!it->b.prog) return NULL;
@@ -213,7 +213,7 @@ static void check_one(size_t job, void *ud) {
   const item *it = &s->items[job / SLOTS];
   val_result *r = &s->results[job];
   const attn_inputs *in;
-  emu_schedule sched[2];
+  fa_schedule sched[2];
   const val_case *vc = job_case(s, job, &in, sched);
   if (!vc) return;
   val_opts o = {.nschedules = 2, .schedule = {sched[0], sched[1]}, .seed = s->seed + job,
@@ -261,7 +261,7 @@ static void report(const sweep *s, double compile_s, double run_s) {
     const item *it = &s->items[j / SLOTS];
     const val_result *r = &s->results[j];
     const attn_inputs *in;
-    emu_schedule sched[2];
+    fa_schedule sched[2];
     const val_case *vc = job_case(s, j, &in, sched);
     if (!vc) continue;
     runs++;

@@ -38,6 +38,7 @@
 #include "emu_abi.h"
 #include "fatune.h"
 #include "gen.h"
+#include "merge_check.h"
 #include "reference.h"
 
 #define PATH_LEN 256
@@ -257,7 +258,10 @@ static void test_forged_by_merge(void) {
   CHECK(plant(theirs, &ck, forged, n) == 0, "planting the forged object");
   db_merge_counts c = {0};
   CHECK(db_open(ours, 0, &d, err, sizeof err) == 0, "%s", err);
-  CHECK(d && db_merge(d, theirs, &c, err, sizeof err) == 0, "db_merge: %s", err);
+  merge_check check = {0};
+  const db_merge_accept accept = merge_check_accept(&check);
+  CHECK(d && db_merge(d, theirs, &accept, &c, err, sizeof err) == 0, "db_merge: %s", err);
+  merge_check_close(&check);
   db_close(d);
   printf("merge: %zu binaries not imported\n", c.binaries_not_imported);
   CHECK(c.binaries_not_imported == 1, "%zu binaries not imported", c.binaries_not_imported);

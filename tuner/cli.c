@@ -510,7 +510,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
     o->backend = val;
   } else if (!strcmp(flag, "--schedule")) {
     static const char *const order[] = {"forward", "reverse", "random", "skew"};
-    if (emu_schedule_parse(val, &o->schedule) != 0)
+    if (backend_schedule_parse(val, &o->schedule) != 0)
       return fail(err, n, "unknown schedule '%s' (forward, reverse, random or skew%s)", val,
                   nearest(val, order, 4, sizeof order[0], "", hint, sizeof hint));
   }
@@ -538,7 +538,7 @@ static void defaults(cli_opts *o) {
   o->emu_seq = 256;
   o->timeout_s = 60;
   o->trial_ms = 300;
-  o->schedule = EMU_FORWARD;
+  o->schedule = FA_SCHED_FORWARD;
   o->axis = "all";
 }
 

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "emu.h"
+#include "backend.h"
 #include "fa_problem.h"
 
 typedef enum cli_cmd {
@@ -42,7 +42,7 @@ typedef struct cli_opts {
   int seed_given;
   const char *q, *k, *v, *lse;  /* run: .npy paths */
   const char *out;        /* run: the output .npy; report: the directory */
-  emu_schedule schedule;  /* run: the emulator's thread order */
+  fa_schedule schedule;  /* run: the emulator's thread order */
   int timeout_s;          /* main job: a variant's wall-time limit in its worker */
   int trial_ms;           /* main job: timing budget per variant (GPU) */
   const char *db;         /* results database path, or NULL for the default */

@@ -34,7 +34,7 @@ typedef struct compile_set {
 static void compile_set_free(compile_set *s) {
   for (size_t i = 0; i < s->n; i++) {
     gen_kernel_free(&s->kernels[i]);
-    nvrtc_result_free(&s->jobs[i].result);
+    backend_compiled_free(&s->jobs[i].result);
   }
   free(s->kernels);
   free(s->jobs);
@@ -75,7 +75,7 @@ static void print_table(const compile_set *s) {
            "bound", "est_tf");
   printf("  status\n");
   for (size_t i = 0; i < s->n; i++) {
-    const nvrtc_result *r = &s->jobs[i].result;
+    const fa_compiled *r = &s->jobs[i].result;
     if (r->ok)
       printf("%-58s %5d %5d/%-5d %7d %6d %7.0fms", s->kernels[i].name, r->registers,
              r->spill_store_bytes, r->spill_load_bytes,
@@ -91,7 +91,7 @@ static void print_table(const compile_set *s) {
 static void print_json(const compile_set *s) {
   printf("[");
   for (size_t i = 0; i < s->n; i++) {
-    const nvrtc_result *r = &s->jobs[i].result;
+    const fa_compiled *r = &s->jobs[i].result;
     printf("%s\n  {\"name\": ", i ? "," : "");
     json_string(stdout, s->kernels[i].name);
     printf(", \"hash\": \"%s\"", s->kernels[i].hash);
@@ -122,7 +122,7 @@ static void print_summary(FILE *f, const compile_set *s, const gen_target *t, in
   int max_spill = 0, rmin = 1 << 30, rmax = 0, max_stack = 0;
   double *ms = malloc((s->n ? s->n : 1) * sizeof *ms);
   for (size_t i = 0; i < s->n; i++) {
-    const nvrtc_result *r = &s->jobs[i].result;
+    const fa_compiled *r = &s->jobs[i].result;
     if (ms) ms[i] = r->compile_ms;
     if (!r->ok) continue;
     ok++;
@@ -201,7 +201,7 @@ static int check_dir(const char *dir) {
 /* Variant names are [a-z0-9-] (gen's canonical names), safe as file names. */
 static int save_cubins(const compile_set *s, const char *dir) {
   for (size_t i = 0; i < s->n; i++) {
-    const nvrtc_result *r = &s->jobs[i].result;
+    const fa_compiled *r = &s->jobs[i].result;
     if (!r->ok || !r->cubin) continue;
     char path[4096];
     int w = snprintf(path, sizeof path, "%s/%s.cubin", dir, s->kernels[i].name);

@@ -13,6 +13,7 @@
 #include "db.h"
 #include "fa_escape.h"
 #include "json.h"
+#include "merge_check.h"
 
 static int bad_input(const char *msg) { return cli_say(EXIT_BAD_INPUT, msg); }
 
@@ -243,8 +244,11 @@ static int cmd_merge(const cli_opts *o) {
   }
   if (open_db(o, DB_CREATE, &d) != 0) return 1;
   db_merge_counts c, all = {0};
+  merge_check check = {0};
+  const db_merge_accept accept = merge_check_accept(&check);
   for (int i = 0; i < o->nmerge; i++) {
-    if (db_merge(d, o->merge_paths[i], &c, err, sizeof err) != 0) {
+    if (db_merge(d, o->merge_paths[i], &accept, &c, err, sizeof err) != 0) {
+      merge_check_close(&check);
       if (i) fprintf(stderr, "fatune: merge: the %d database%s before it stay merged\n", i,
                      i == 1 ? "" : "s");
       return close_db(d, cli_say(1, err));
@@ -253,6 +257,7 @@ static int cmd_merge(const cli_opts *o) {
     all.trials_added += c.trials_added, all.trials_replaced += c.trials_replaced;
     all.trials_skipped += c.trials_skipped, all.trials_refused += c.trials_refused;
   }
+  merge_check_close(&check);
   if (o->nmerge > 1)
     printf("all %d: %zu trials added, %zu replaced, %zu skipped, %zu refused\n", o->nmerge,
            all.trials_added, all.trials_replaced, all.trials_skipped, all.trials_refused);

@@ -15,7 +15,7 @@ typedef struct pool {
 static void compile_one(size_t i, void *ud) {
   pool *p = ud;
   /* A failure (even -1) is recorded in the job's own result. */
-  nvrtc_compile(p->jobs[i].source, p->jobs[i].entry, p->arch, &p->jobs[i].result);
+  backend_compile_gpu(p->jobs[i].source, p->jobs[i].entry, p->arch, &p->jobs[i].result);
 }
 
 int compile_pool_default_threads(void) { return par_cores(); }

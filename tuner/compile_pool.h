@@ -8,12 +8,12 @@
 
 #include <stddef.h>
 
-#include "nvrtc_compile.h"
+#include "backend.h"
 
 typedef struct compile_job {
   const char *source;  /* full CUDA source */
   const char *entry;   /* extern "C" kernel name */
-  nvrtc_result result; /* filled by compile_pool_run */
+  fa_compiled result;  /* filled by compile_pool_run */
 } compile_job;
 
 typedef void (*compile_progress_fn)(size_t done, size_t total, void *ud);

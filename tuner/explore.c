@@ -315,7 +315,7 @@ static void explore_free(explore *x) {
 
 static void banner(const explore *x, const char *note) {
   const fa_problem *p = &x->o->problem;
-  const cudrv_device_info *d = backend_cuda_device(x->be);
+  const fa_device *d = backend_device(x->be);
   if (d)
     fprintf(stderr, "fatune: explore on %s (sm_%d%d), timing %d ms per variant\n", d->name,
             d->cc_major, d->cc_minor, x->o->trial_ms);
@@ -358,7 +358,7 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     fprintf(stderr, "fatune: %s\n", err);
     goto done;
   }
-  x->gpu = backend_cuda_device(x->be) != NULL;
+  x->gpu = backend_device(x->be) != NULL;
   x->env.be = x->be, x->env.gpu = x->gpu, x->env.run = &x->run, x->env.seed = x->seed;
   x->env.arch = x->t->arch;
   x->env.timeout_s = o->timeout_s, x->env.trial_ms = o->trial_ms;

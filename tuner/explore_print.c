@@ -20,7 +20,7 @@
 /* ptxas's report: the backend's own (cuda) or the extra NVRTC compile (emu). */
 static int ptxas(const explore *x, const ex_variant *v, int what) {
   if (!x->gpu) {
-    const nvrtc_result *r = &v->t.nvrtc.result;
+    const fa_compiled *r = &v->t.nvrtc.result;
     if (!r->ok) return -1;
     return what == 0 ? r->registers : what == 1 ? r->spill_store_bytes + r->spill_load_bytes
                                                 : r->smem_static_bytes;

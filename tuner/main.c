@@ -17,12 +17,10 @@
 #include "cli.h"
 #include "cmd_db.h"
 #include "commands.h"
-#include "cuda_driver.h"
-#include "emu.h"
+#include "backend.h"
 #include "explore.h"
 #include "fa_proc.h"
 #include "gen.h"
-#include "nvrtc_compile.h"
 #include "report.h"
 #include "run.h"
 #include "tune.h"
@@ -68,7 +66,7 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   int smem = o->smem;
   snprintf(arch, sizeof arch, "%s", gen_default_arch(g));
   if (o->arch) {
-    if (!nvrtc_arch_supported(o->arch) || gen_target_for_arch(g, o->arch, smem, 0, t) != 0) {
+    if (!backend_gpu_arch_supported(o->arch) || gen_target_for_arch(g, o->arch, smem, 0, t) != 0) {
       fprintf(stderr, "fatune: unknown arch '%s' (sm_ and the GPU's compute capability, as "
                       "`fatune --help` lists)\n", o->arch);
       return -1;
@@ -76,11 +74,11 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
     return 0;
   }
   char msg[256];
-  cudrv_device_info dev;
+  fa_device dev;
   /* In a child process: this one must never initialise CUDA (workers fork). */
-  if (cudrv_probe_isolated(&dev, msg, sizeof msg)) {
+  if (backend_probe_gpu(&dev, msg, sizeof msg)) {
     char base[16], why[256];
-    cudrv_target_arch(&dev, base, sizeof base);
+    backend_device_arch(&dev, base, sizeof base);
     if (gen_device_arch(g, base, arch, sizeof arch, why, sizeof why) != 0) {
       fprintf(stderr, "fatune: %s\n", gen_errmsg(g));
       return -1;
@@ -132,7 +130,7 @@ static int run_with_target(const command *c, const cli_opts *o) {
   char err[512];
   /* Asked for the GPU and there is none: that one line, nothing else. */
   if ((c->needs & NEEDS_GPU) && !strcmp(o->backend, "cuda") &&
-      !cudrv_probe_isolated(&(cudrv_device_info){0}, err, sizeof err)) {
+      !backend_probe_gpu(&(fa_device){0}, err, sizeof err)) {
     fprintf(stderr, "fatune: --backend cuda: %s\n", err);
     return 1;
   }
@@ -175,7 +173,7 @@ static void *stop_wait(void *unused) {
   int sig;
   if (sigwait(&stop_set, &sig) != 0) return NULL;   /* EINVAL only: not with this set */
   atomic_store(&stopping, 1);
-  emu_tmp_cleanup();
+  backend_cleanup();
   struct sigaction dfl = {.sa_handler = SIG_DFL};
   sigset_t one;
   sigemptyset(&dfl.sa_mask);
@@ -207,7 +205,7 @@ static void stop_start(void) {
   else if (rc == 0)
     rc = pthread_detach(t);
   if (rc != 0) fprintf(stderr, "fatune: cannot wait for signals: %s\n", strerror(rc));
-  if (atexit(emu_tmp_cleanup) != 0 || atexit(stop_before_exit) != 0)
+  if (atexit(backend_cleanup) != 0 || atexit(stop_before_exit) != 0)
     fputs("fatune: atexit failed\n", stderr);
 }
 
@@ -221,7 +219,7 @@ int main(int argc, char **argv) {
     return fflush(stdout) == 0 ? 0 : 1;
   }
   if (o.cmd == CMD_VERSION) {
-    printf("fatune 0.1.0 (NVRTC %s)\n", nvrtc_version_string());
+    printf("fatune 0.1.0 (NVRTC %s)\n", backend_gpu_compiler_version());
     return 0;
   }
   for (size_t i = 0; i < NCOMMANDS; i++)

@@ -174,7 +174,7 @@ static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
     return -1;
   fprintf(stderr, "fatune: ran %s on %s (%s schedule) in %.1f ms: global %llu bytes read, "
                   "%llu written; %llu exponentials, %llu barriers\n",
-          r->kern.name, backend_name(r->be), emu_schedule_name(o->schedule), ms, c.gmem_read,
+          r->kern.name, backend_name(r->be), backend_schedule_name(o->schedule), ms, c.gmem_read,
           c.gmem_written, c.exp2, c.barriers);
   return 0;
 }

@@ -16,7 +16,7 @@ static int config_int(const gen_kernel *k, const char *key) {
   return v && *end == '\0' && x > 0 && x <= 1 << 20 ? (int)x : -1;
 }
 
-int sass_kernel_tile(const gen_kernel *k, const nvrtc_result *r, estimate_tile *t) {
+int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t) {
   int bm = config_int(k, "block_m"), bn = config_int(k, "block_n"), dim = config_int(k, "dim");
   t->warps = k->threads / 32;
   t->registers = r->registers;
@@ -26,7 +26,7 @@ int sass_kernel_tile(const gen_kernel *k, const nvrtc_result *r, estimate_tile *
   return 0;
 }
 
-void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const nvrtc_result *r,
+void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_compiled *r,
                          const estimate_gpu *gpu, sass_figures *out) {
   memset(out, 0, sizeof *out);
   out->tma_tflops = NAN;

@@ -10,9 +10,9 @@
 
 #include <stdio.h>
 
+#include "backend.h"
 #include "estimate.h"
 #include "gen.h"
-#include "nvrtc_compile.h"
 #include "sass.h"
 
 typedef struct sass_figures {
@@ -27,12 +27,12 @@ typedef struct sass_figures {
 /* The tile of a variant: warps, registers, shared memory, useful FLOPs
 ** per warp per K/V block (4 block_m block_n dim / warps). -1 when its
 ** config lacks one of those. */
-int sass_kernel_tile(const gen_kernel *k, const nvrtc_result *r, estimate_tile *t);
+int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t);
 
 /* The figures of kernel k compiled into r; gpu may be NULL (no estimate).
 ** A warp-specialized kernel (one with consumer warpgroups) is estimated by estimate_wg, which counts
 ** only its consumer warps as running the loop. Never fails: what went wrong is in out->error. */
-void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const nvrtc_result *r,
+void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_compiled *r,
                          const estimate_gpu *gpu, sass_figures *out);
 
 /* The figures as JSON members after ", " (nulls when not analysed):

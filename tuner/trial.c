@@ -81,7 +81,7 @@ void trial_take_build(trial *t, fa_build *b, int nvrtc) {
 
 void trial_free(trial *t, fa_backend *be) {
   if (be) backend_build_free(be, &t->build);
-  nvrtc_result_free(&t->nvrtc.result);
+  backend_compiled_free(&t->nvrtc.result);
   gen_kernel_free(&t->k);
 }
 
@@ -128,7 +128,7 @@ int trial_oracle_compile(trial_env *e) {
 /* ---- The database ---- */
 
 #define TRIAL_CTR_ROW(f, json, label) {#f, json, label, offsetof(fa_counters, f)},
-const trial_counter trial_counters[TRIAL_NCOUNTERS] = {FA_EMU_COUNTERS(TRIAL_CTR_ROW)};
+const trial_counter trial_counters[TRIAL_NCOUNTERS] = {FA_COUNTERS(TRIAL_CTR_ROW)};
 #undef TRIAL_CTR_ROW
 
 unsigned long long trial_counter_of(const fa_counters *c, int i) {
@@ -183,7 +183,7 @@ int trial_load_recorded(trial_env *e, trial *t, int *found, char *err, size_t er
 }
 
 int trial_register(trial_env *e, char *err, size_t errlen) {
-  const cudrv_device_info *d = backend_cuda_device(e->be);
+  const fa_device *d = backend_device(e->be);
   db_device dev = {.name = d ? d->name : "CPU emulator", .uuid = d ? d->uuid : "emu",
                    .backend = backend_name(e->be), .cc_major = d ? d->cc_major : 0,
                    .cc_minor = d ? d->cc_minor : 0, .sm_count = d ? d->sm_count : 0,
@@ -319,7 +319,7 @@ static int job(size_t i, void *ud, void *out) {
   unsigned char *first = e->gpu ? malloc(ob + rows * (size_t)fa_lse_size(p->dtype)) : NULL;
   if (e->gpu && !first) return env_failed(oc, "out of memory for a copy of the output");
   wk_phase(PHASE_KERNEL);
-  val_opts vo = {.nschedules = e->gpu ? 1 : 2, .schedule = {EMU_FORWARD, EMU_SKEW},
+  val_opts vo = {.nschedules = e->gpu ? 1 : 2, .schedule = {FA_SCHED_FORWARD, FA_SCHED_SKEW},
                  .seed = e->seed, .threads = 1, .keep_o = first,
                  .keep_lse = first ? first + ob : NULL};
   char err[256];

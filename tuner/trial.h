@@ -140,7 +140,7 @@ db_problem trial_key(const trial_env *e);
 /* Whether a failed record has stopped the run. Thread-safe. */
 int trial_stopped(trial_env *e);
 
-/* The emulator's counters (emu_abi.h's FA_EMU_COUNTERS), in its order: the
+/* The emulator's counters (fa_counters.h's FA_COUNTERS), in its order: the
 ** field's name, its JSON key, a table label and where fa_counters keeps it;
 ** TRIAL_CTR_<field> indexes the table. */
 typedef struct trial_counter {
@@ -148,7 +148,7 @@ typedef struct trial_counter {
   size_t off;
 } trial_counter;
 #define TRIAL_CTR_INDEX(f, json, label) TRIAL_CTR_##f,
-enum { FA_EMU_COUNTERS(TRIAL_CTR_INDEX) TRIAL_NCOUNTERS };
+enum { FA_COUNTERS(TRIAL_CTR_INDEX) TRIAL_NCOUNTERS };
 #undef TRIAL_CTR_INDEX
 extern const trial_counter trial_counters[TRIAL_NCOUNTERS];
 

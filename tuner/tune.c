@@ -126,7 +126,7 @@ fail:
 
 /* The best the database holds for the problem run, this run's or earlier. */
 static void say_best(tune *s) {
-  const cudrv_device_info *d = backend_cuda_device(s->be);
+  const fa_device *d = backend_device(s->be);
   const db_problem key = trial_key(&s->env);
   db_best_row row;
   int found = 0, exact = 0;
@@ -152,7 +152,7 @@ static void say_best(tune *s) {
 /* With --sass: nvdisasm, or one line saying there is none; the estimate's
 ** GPU: --gpu, else the device's, else the target arch's. */
 static int sass_setup(tune *s) {
-  const cudrv_device_info *d = backend_cuda_device(s->be);
+  const fa_device *d = backend_device(s->be);
   s->est_gpu = s->o->gpu ? estimate_gpu_find(s->o->gpu)
                : d       ? estimate_gpu_for_device(d->name)
                          : estimate_gpu_for_arch(s->t->arch);
@@ -171,7 +171,7 @@ static int sass_setup(tune *s) {
 }
 
 /* Variant i's figures from its cubin r, recorded in the database. */
-static void sass_one(tune *s, size_t i, const nvrtc_result *r) {
+static void sass_one(tune *s, size_t i, const fa_compiled *r) {
   if (!s->sass || !s->nvdisasm[0] || !r->ok) return;
   sass_figures *f = &s->sass[i];
   sass_kernel_figures(s->nvdisasm, &s->e[i].k, r, s->est_gpu, f);
@@ -200,7 +200,7 @@ static void sass_gpu(tune *s, size_t i) {
   const void *data;
   size_t size;
   if (!e->build.prog || backend_program_blob(s->be, e->build.prog, &data, &size) != 0) return;
-  nvrtc_result r = {.ok = 1, .cubin = (char *)data, .cubin_size = size,
+  fa_compiled r = {.ok = 1, .cubin = (char *)data, .cubin_size = size,
                     .registers = e->build.registers,
                     .smem_static_bytes = e->build.smem_static_bytes};
   sass_one(s, i, &r);
@@ -364,7 +364,7 @@ static void banner_families(gen_state *g, const tune *s) {
 
 static void banner(gen_state *g, const tune *s, const char *note) {
   const fa_problem *p = &s->o->problem;
-  const cudrv_device_info *d = backend_cuda_device(s->be);
+  const fa_device *d = backend_device(s->be);
   if (d)
     fprintf(stderr, "fatune: backend cuda: %s (sm_%d%d, %d SMs, %d MB L2); timing %d ms per "
                     "variant, L2 flushed between launches\n",
@@ -397,7 +397,7 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
     tune_free(&s);
     return 1;
   }
-  s.gpu = backend_cuda_device(s.be) != NULL;
+  s.gpu = backend_device(s.be) != NULL;
   s.env.be = s.be, s.env.gpu = s.gpu, s.env.run = &s.run, s.env.seed = s.seed;
   s.env.asked = &o->problem, s.env.arch = t->arch;
   s.env.timeout_s = o->timeout_s, s.env.trial_ms = o->trial_ms;

@@ -125,7 +125,7 @@ static int run_oracle(val_case *c, fa_backend *be, const fa_program *oracle,
       backend_fill(be, lse, 0xFF, rows * acc, err, errlen))
     goto done;
   fa_params a = attn_params(p, in.q, in.k, in.v, o, lse, NULL);
-  fa_run_opts ro = {.schedule = EMU_FORWARD, .seed = c->seed, .threads = 1, .smem_fill = 0xFF};
+  fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .seed = c->seed, .threads = 1, .smem_fill = 0xFF};
   if (backend_launch(be, oracle, &shape, &a, &ro, NULL, err, errlen) ||
       backend_download(be, ho, o, n * acc, err, errlen) ||
       backend_download(be, hl, lse, rows * acc, err, errlen))
@@ -328,8 +328,8 @@ int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
       snprintf(r->msg, sizeof r->msg, "%s: %s%s differs between the %s and %s schedules "
                "(shared memory starting as NaN, then zeros): a race, or a read of shared "
                "memory before it is written (a barrier missing?)", k->entry,
-               i < n ? "o" : "lse", at, emu_schedule_name(o->schedule[0]),
-               emu_schedule_name(o->schedule[1]));
+               i < n ? "o" : "lse", at, backend_schedule_name(o->schedule[0]),
+               backend_schedule_name(o->schedule[1]));
       r->status = VAL_INVALID;
     }
   }

@@ -47,7 +47,7 @@ typedef enum val_status { VAL_OK, VAL_INVALID, VAL_CRASHED } val_status;
 
 typedef struct val_opts {
   int nschedules;           /* 1, or 2 to compare the bits of two schedules */
-  emu_schedule schedule[2];
+  fa_schedule schedule[2];
   unsigned long long seed;  /* for a random schedule */
   int threads;              /* emulator OS threads per launch */
   void *keep_o, *keep_lse;  /* when set, the first run's output is copied there */

@@ -479,6 +479,6 @@ int backend_cuda_open(const cudrv_device_info *info, fa_backend **out, char *err
   return 0;
 }
 
-const cudrv_device_info *backend_cuda_device(const fa_backend *b) {
+const fa_device *backend_device(const fa_backend *b) {
   return b->ops == &cuda_ops ? &((const cuda_backend *)b)->info : NULL;
 }

@@ -8,18 +8,10 @@
 
 #include <stddef.h>
 
-typedef struct cudrv_device_info {
-  char name[256];
-  char uuid[48];              /* GPU-xxxxxxxx-xxxx-..., as nvidia-smi prints it */
-  int cc_major, cc_minor;
-  int sm_count;
-  int smem_per_block_optin;   /* bytes */
-  int max_threads_per_block;
-  int l2_bytes;
-  int clock_khz;
-  size_t total_mem;           /* bytes */
-  int ordinal;                /* the device's index, as cuDeviceGet takes it */
-} cudrv_device_info;
+#include "backend.h"
+
+/* The GPU's description is the backend interface's own (backend.h). */
+typedef fa_device cudrv_device_info;
 
 /* Load libcuda.so.1 and initialise it. Returns the number of devices (>= 1),
 ** or 0 with a one-line reason in msg ("no CUDA driver: libcuda.so.1 not

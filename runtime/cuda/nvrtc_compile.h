@@ -8,18 +8,10 @@
 
 #include <stddef.h>
 
-typedef struct nvrtc_result {
-  int ok;                  /* 1 when a CUBIN was produced */
-  char *cubin;             /* malloc'ed, cubin_size bytes, or NULL */
-  size_t cubin_size;
-  char *log;               /* full NVRTC log, malloc'ed, never NULL after a call */
-  char error[256];         /* first error line, "" when ok */
-  int registers;           /* from the ptxas report; -1 when unknown */
-  int spill_store_bytes, spill_load_bytes;
-  int smem_static_bytes;
-  int stack_bytes;         /* stack frame */
-  double compile_ms;       /* wall time of nvrtcCompileProgram + CUBIN fetch */
-} nvrtc_result;
+#include "backend.h"
+
+/* A compile's result is the backend interface's own (backend.h). */
+typedef fa_compiled nvrtc_result;
 
 /* Compile `source` (kernel entry `entry`, extern "C") for `arch` ("sm_90").
 ** Returns 0 when NVRTC ran (see out->ok for the result), -1 when NVRTC could

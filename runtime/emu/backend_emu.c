@@ -5,12 +5,14 @@
 ** lets the kernel touch those buffers and nothing else.
 */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend_impl.h"
+#include "emu.h"
 
 typedef struct emu_backend {
   fa_backend base;
@@ -154,6 +156,12 @@ static int emu_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, 
   return 0;
 }
 
+static void counters_add(fa_counters *to, const fa_emu_counters *from) {
+#define ADD_FIELD(f, json, label) to->f += from->f;
+  FA_COUNTERS(ADD_FIELD)
+#undef ADD_FIELD
+}
+
 static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                               const fa_params *params, const fa_run_opts *opts,
                               fa_counters *ctr, char *err, size_t errlen) {
@@ -168,10 +176,8 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
   fa_emu_range *ranges = malloc((size_t)(n + opts->nextra + 1) * sizeof *ranges);
   if (ranges && n) memcpy(ranges, e->bufs, (size_t)n * sizeof *ranges);
   pthread_mutex_unlock(&e->mu);
-  if (ranges && opts->nextra) {
-    memcpy(ranges + n, opts->extra, (size_t)opts->nextra * sizeof *ranges);
-    n += opts->nextra;
-  }
+  for (int i = 0; ranges && i < opts->nextra; i++)
+    ranges[n++] = (fa_emu_range){opts->extra[i].lo, opts->extra[i].hi};
   if (!ranges) {
     snprintf(err, errlen, "out of memory");
     return FA_ENOMEM;
@@ -181,7 +187,9 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
     .grid = {shape->grid[0], shape->grid[1], shape->grid[2]}, .threads = shape->block[0],
     .smem_bytes = shape->smem_bytes, .params = params, .ranges = ranges, .nranges = n};
   emu_launch_opts lo = {opts->schedule, opts->seed, opts->threads, opts->smem_fill};
-  int rc = emu_launch(&a, &lo, ctr, err, errlen) == 0 ? FA_OK : FA_ELAUNCH;
+  fa_emu_counters c = {0};
+  int rc = emu_launch(&a, &lo, &c, err, errlen) == 0 ? FA_OK : FA_ELAUNCH;
+  counters_add(ctr, &c);
   free(ranges);
   return rc;
 }

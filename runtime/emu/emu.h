@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "backend.h"
 #include "emu_abi.h"
 #include "fa_params.h"
 #include "gen.h"
@@ -97,8 +98,13 @@ const char *emu_compile_flags(void);
 /* The compiler command used: $FATUNE_CC, else $CC, else cc. */
 const char *emu_compiler(void);
 
-/* The order fibers run in between barriers (emu_launch.c tells each). */
-typedef enum emu_schedule { EMU_FORWARD, EMU_REVERSE, EMU_RANDOM, EMU_SKEW } emu_schedule;
+/* The order fibers run in between barriers (emu_launch.c tells each): the
+** backend interface's schedules (backend.h). */
+typedef fa_schedule emu_schedule;
+#define EMU_FORWARD FA_SCHED_FORWARD
+#define EMU_REVERSE FA_SCHED_REVERSE
+#define EMU_RANDOM FA_SCHED_RANDOM
+#define EMU_SKEW FA_SCHED_SKEW
 const char *emu_schedule_name(emu_schedule s);
 int emu_schedule_parse(const char *s, emu_schedule *out);
 

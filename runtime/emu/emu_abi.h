@@ -20,37 +20,13 @@
 ** modules with a TLS variable each use it all up. */
 #define FA_EMU_STACK_SPAN (512u * 1024u)
 
-/* Exact counts for one launch. Bytes are what the kernel asked for, per
-** thread and access, summed; collectives count once per warp.
-** FA_EMU_COUNTERS is the one list of them, in the order the database's JSON
-** and the reports give them: X(field, JSON key, table label). The struct
-** below, the host's JSON, explore's tables and the templates' cost models
-** (templates/counters.lua reads this text) all come from it. */
-#define FA_EMU_COUNTERS(X) \
-  X(gmem_read, "global_bytes_read", "global bytes read")          /* global loads, cp.async sources included */ \
-  X(gmem_written, "global_bytes_written", "global bytes written") /* global stores */ \
-  X(smem_read, "smem_bytes_read", "shared bytes read")            /* shared loads, ldmatrix included */ \
-  X(smem_written, "smem_bytes_written", "shared bytes written")   /* shared stores, cp.async destinations included */ \
-  X(exp2, "exp_count", "exponentials")                            /* exponentials, per thread */ \
-  X(log2, "log_count", "logarithms")                              /* logarithms, per thread */ \
-  X(mma, "mma_count", "mma.sync")                                 /* mma.sync m16n8k16, per warp */ \
-  X(ldmatrix, "ldmatrix_count", "ldmatrix")                       /* ldmatrix, per warp */ \
-  X(cp_async, "cp_async_count", "cp.async")                       /* 16-byte cp.async copies, per thread */ \
-  X(shuffles, "shuffles", "warp shuffles")                        /* warp shuffles, per warp */ \
-  X(barriers, "barriers", "__syncthreads")                        /* __syncthreads, once per CTA and barrier */ \
-  X(warp_syncs, "warp_syncs", "__syncwarp")                       /* __syncwarp, once per warp and barrier */ \
-  X(rescale, "rescale_count", "rescale multiplies")               /* fa_rescale: O or P scaled by a softmax factor, per thread */ \
-  X(wgmma, "wgmma_count", "wgmma")                                /* wgmma.mma_async, per warpgroup */ \
-  X(wgmma_flops, "wgmma_flops", "wgmma FLOPs")                    /* 2 M N K of each wgmma, per warpgroup */ \
-  X(tma_bytes, "tma_bytes", "TMA box bytes")                      /* box bytes of TMA loads and stores (out of bounds included) */ \
-  X(mbar_waits, "mbar_waits", "mbarrier waits")                   /* mbarrier waits, per thread */ \
-  X(named_waits, "named_bar_waits", "named-barrier waits")        /* named-barrier waits (bar.sync id, n), per thread */
-
-#define FA_EMU_COUNTER_FIELD(f, json, label) unsigned long long f;
-typedef struct fa_emu_counters {
-  FA_EMU_COUNTERS(FA_EMU_COUNTER_FIELD)
-} fa_emu_counters;
-#undef FA_EMU_COUNTER_FIELD
+/* Exact counts for one launch: core's fa_counters (fa_counters.h), the
+** one list of them. In an emulated kernel's text fa_counters.h comes
+** first, so the include below is skipped there. */
+#ifndef FA_COUNTERS
+#include "fa_counters.h"
+#endif
+typedef fa_counters fa_emu_counters;
 
 /* What a thread waits for when it calls back into the host. */
 enum {

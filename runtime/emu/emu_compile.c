@@ -133,14 +133,15 @@ static int write_file(FILE *f, const char *name) {
 }
 
 /* The C text of kernels [first, first + count), as `name` in dirfd: the
-** parameter block and the ABI, then each kernel's preludes once, in the
+** parameter block, the counters and the ABI, then each kernel's preludes once, in the
 ** order the kernels name them, then the kernels. */
 static int write_batch(int dirfd, const char *name, const emu_source *src, size_t first,
                        size_t count) {
   FILE *f = create_at(dirfd, name);
   if (!f) return -1;
   int ok = fprintf(f, "/* fatune CPU emulation: %zu kernel(s) */\n", count) > 0 &&
-           write_file(f, "fa_params.h") && write_file(f, "emu_abi.h");
+           write_file(f, "fa_params.h") && write_file(f, "fa_counters.h") &&
+           write_file(f, "emu_abi.h");
   for (size_t i = first; ok && i < first + count; i++)
     for (int j = 0; ok && src[i].preludes && j < src[i].preludes->n; j++)
       if (!written(src, first, i, j, src[i].preludes->file[j]))

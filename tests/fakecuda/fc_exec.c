@@ -5,7 +5,7 @@
 ** computes (simt_f32_d64_m64n64w4_..., tc_bf16_..., wg_bf16_d128_m128n176c2_...
 ** with its consumer warpgroups, oracle_fp32_d64_causal: the dtype, the head
 ** dimension, the causal mask, the rows per CTA and the warps); its
-** parameter block (runtime/core/fa_params.h) says where the
+** parameter block (core/fa_params.h) says where the
 ** tensors lie and how big the problem is. The float64 reference computes
 ** the answer, which lands in the fake device memory where the strides say,
 ** in the output's dtype: a launch with a wrong pointer, stride, scale,
