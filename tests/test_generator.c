@@ -177,19 +177,23 @@ static void test_configs(gen_state *g, const gen_target *t) {
     CHECK(strcmp(k.name, "simt-f32-d4-m3n3w1-eager-qouter-splitq-pad-qsmem") == 0, "%s", k.name);
     gen_launch l;
     p.seq_q = 10;
-    gen_launch_shape(&k, &p, &l);
+    CHECK(k.op == FA_OP_FWD && k.nlaunch == 1 && k.nws == 0 && !strcmp(k.launch[0].entry, k.entry),
+          "op %d, %d launches, %d workspaces", (int)k.op, k.nlaunch, k.nws);
+    gen_launch_shape(&k, 0, &p, &l);
     CHECK(l.grid[0] == 4 && l.grid[1] == 3 && l.grid[2] == 2, "grid %u %u %u", l.grid[0],
           l.grid[1], l.grid[2]);
-    CHECK(l.block[0] == 32 && l.ws_bytes == 0, "block %u ws %zu", l.block[0], l.ws_bytes);
+    CHECK(l.block[0] == 32 && l.smem_bytes == (unsigned)k.smem_bytes, "block %u smem %u",
+          l.block[0], l.smem_bytes);
     gen_kernel_free(&k);
   }
   rc = gen_render_config(g, "par=kv_outer,dtype=fp64", &p, t, &k);
   CHECK(rc == 0, "%s", gen_errmsg(g));
   if (rc == 0) {
     gen_launch l;
-    gen_launch_shape(&k, &p, &l);
-    CHECK(l.grid[0] == 1 && l.ws_bytes == (size_t)2 * 3 * 10 * 2 * 8, "kv_outer grid %u ws %zu",
-          l.grid[0], l.ws_bytes);
+    gen_launch_shape(&k, 0, &p, &l);
+    const size_t ws = k.nws == 1 ? gen_workspace_bytes(&k, 0, &p) : 0;
+    CHECK(l.grid[0] == 1 && k.nws == 1 && ws == (size_t)2 * 3 * 10 * 2 * 8,
+          "kv_outer grid %u, %d workspaces, %zu bytes", l.grid[0], k.nws, ws);
     gen_kernel_free(&k);
   }
   static const struct { const char *config, *what; } bad[] = {
@@ -367,7 +371,7 @@ static void test_wg_gqa(gen_state *g) {
       fa_elem_put(kv2, FA_BF16, i < nk ? nk + i : 3 * nk + i - nk, e);
     }
     gen_launch shape;
-    gen_launch_shape(&k, &p, &shape);
+    gen_launch_shape(&k, 0, &p, &shape);
     const fa_run_opts ro = {.schedule = EMU_FORWARD, .threads = 1, .smem_fill = 0xFF};
     unsigned char *const kv2b = kv2, *const kv1b = kv1;
     fa_params a[2] = {attn_params(&p, q, kv2b, kv2b + 4 * nk, o[0], lse[0], NULL),

@@ -112,7 +112,7 @@ static int run_oracle(val_case *c, fa_backend *be, const fa_program *oracle,
   attn_inputs in = {0};
   void *o = NULL, *lse = NULL, *ho = malloc(n * acc), *hl = malloc(rows * acc);
   gen_launch shape;
-  gen_launch_shape(ok, p, &shape);
+  gen_launch_shape(ok, 0, p, &shape);
   shape.smem_bytes = (unsigned)(((size_t)p->seq_k + (size_t)ok->threads) * acc);
   int rc = -1;
   if (!ho || !hl) {
