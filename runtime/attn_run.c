@@ -147,9 +147,10 @@ static int fwd_params(const gen_kernel *k, const fa_problem *p, const attn_input
 int attn_launch_shapes(const gen_kernel *k, const fa_problem *p, gen_launch *shapes,
                          char *err, size_t errlen) {
   for (int i = 0; i < k->nlaunch; i++) {
-    if (strcmp(k->launch[i].entry, k->entry)) {
+    if (strcmp(k->launch[i].entry, k->launch[0].entry)) {
       snprintf(err, errlen, "kernel %s: launch %d runs %s, and a compiled program holds "
-               "only %s", k->name, i + 1, k->launch[i].entry, k->entry);
+               "only the first launch's %s", k->name, i + 1, k->launch[i].entry,
+               k->launch[0].entry);
       return FA_EINVAL;
     }
     gen_launch_shape(k, i, p, &shapes[i]);
