@@ -144,8 +144,8 @@ static int open_gen(dbi_checker *c, char *err, size_t errlen) {
 }
 
 int dbi_check_variant(dbi_checker *c, const char *config_kv, const char *family,
-                      const char *name, const char *hash, char *why, size_t n, char *err,
-                      size_t errlen) {
+                      const char *name, const char *hash, const char *op, char *why, size_t n,
+                      char *err, size_t errlen) {
   if (!config_kv || !config_kv[0]) {
     snprintf(why, n, "its config is not an object of strings and integers");
     return DBI_ROW_REFUSED;
@@ -161,9 +161,12 @@ int dbi_check_variant(dbi_checker *c, const char *config_kv, const char *family,
     snprintf(why, n, "its config is not in the space (%s)", msg);
     return DBI_ROW_REFUSED;
   }
-  /* The generator's own name and hash of the config: a pure function of it. */
-  const int ok = !strcmp(family, k.cfg.family) && !strcmp(name, k.name) && !strcmp(hash, k.hash);
-  if (!ok) snprintf(why, n, "its family, name or hash is not its config's (%s, %s)", k.name, k.hash);
+  /* The generator's own name, hash and op of the config: a pure function of it. */
+  const int ok = !strcmp(family, k.cfg.family) && !strcmp(name, k.name) &&
+                 !strcmp(hash, k.hash) && !strcmp(op, fa_op_name(k.op));
+  if (!ok)
+    snprintf(why, n, "its family, name, hash or op is not its config's (%s, %s, %s)", k.name,
+             k.hash, fa_op_name(k.op));
   gen_kernel_free(&k);
   return ok ? DBI_ROW_OK : DBI_ROW_MISMATCH;
 }

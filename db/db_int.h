@@ -51,12 +51,13 @@ enum { DBI_ROW_OK, DBI_ROW_REFUSED, DBI_ROW_MISMATCH, DBI_ROW_BAD_CREATED };
 int dbi_check_schema(sqlite3 *h, const char *path, char *err, size_t errlen);
 
 /* DBI_ROW_OK when config_kv (DBI_CONFIG_KV of the variant's config; NULL
-** or "" when it is none) is a point of the space and family, name and hash
-** are those the generator gives it; DBI_ROW_REFUSED (not in the space) or
-** DBI_ROW_MISMATCH with why; -1 when the generator cannot be run (err). */
+** or "" when it is none) is a point of the space and family, name, hash
+** and op are those the generator gives it; DBI_ROW_REFUSED (not in the
+** space) or DBI_ROW_MISMATCH with why; -1 when the generator cannot be run
+** (err). */
 int dbi_check_variant(dbi_checker *c, const char *config_kv, const char *family,
-                      const char *name, const char *hash, char *why, size_t n, char *err,
-                      size_t errlen);
+                      const char *name, const char *hash, const char *op, char *why, size_t n,
+                      char *err, size_t errlen);
 void dbi_check_free(dbi_checker *c);
 
 /* The longest counters merge takes, in bytes (a tune writes some 500). */

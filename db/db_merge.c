@@ -154,7 +154,7 @@ static int device_write(merge *m, sqlite3_stmt *st) {
 static const char variants_sql[] =
   "SELECT id, family, template_version, name, hash, config, source_hash, "
   "CASE WHEN length(CAST(config AS BLOB)) <= " CONFIG_MAX " THEN " DBI_CONFIG_KV("config") " END, "
-  VARIANT_TOO_LONG " FROM variants ORDER BY id LIMIT ?1";
+  VARIANT_TOO_LONG ", op FROM variants ORDER BY id LIMIT ?1";
 
 static int variant_check(merge *m, sqlite3_stmt *st) {
   const long long theirs = sqlite3_column_int64(st, 0);
@@ -163,7 +163,8 @@ static int variant_check(merge *m, sqlite3_stmt *st) {
   if (verdict == DBI_ROW_OK) {
     const char *kv = sqlite3_column_type(st, 7) == SQLITE_NULL ? NULL : dbi_col_text(st, 7);
     verdict = dbi_check_variant(&m->check, kv, dbi_col_text(st, 1), dbi_col_text(st, 3),
-                                dbi_col_text(st, 4), why, sizeof why, m->err, m->errlen);
+                                dbi_col_text(st, 4), dbi_col_text(st, 9), why, sizeof why,
+                                m->err, m->errlen);
     if (verdict < 0) return -1;
     if (verdict == DBI_ROW_MISMATCH) m->c->name_mismatch++;
   }
@@ -179,7 +180,7 @@ static int variant_write(merge *m, sqlite3_stmt *st) {
   db_variant v = {
     .family = dbi_col_text(st, 1), .template_version = dbi_col_text(st, 2),
     .name = dbi_col_text(st, 3), .hash = dbi_col_text(st, 4), .config = NULL,
-    .source_hash = dbi_col_text(st, 6)};
+    .source_hash = dbi_col_text(st, 6), .op = dbi_col_text(st, 9)};
   int added;
   if (dbi_variant_upsert(m->d->h, &v, dbi_col_text(st, 5), &e->to, &added, m->err,
                          m->errlen) != 0)
@@ -287,7 +288,7 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
                             sqlite3_column_int(st, 4), sqlite3_column_int(st, 5),
                             sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
                             sqlite3_column_int(st, 8), dbi_col_text(st, 24),
-                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26)};
+                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26), NULL};
   t->seeded = sqlite3_column_type(st, 27) == SQLITE_INTEGER;
   t->seed = (unsigned long long)sqlite3_column_int64(st, 27);
   t->status = dbi_col_text(st, 9);

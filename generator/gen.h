@@ -141,8 +141,8 @@ int gen_list(gen_state *g, const fa_problem *p, const gen_target *t,
 void gen_variants_free(gen_variant *v, size_t count);
 
 /* Render from "k=v,..." text (unset keys: the family defaults, with dim,
-** dtype and causal from p when p is not NULL; the family must compute p's
-** op, fwd when p is NULL), or from a variant name (the op its family's). */
+** dtype and causal from p when p is not NULL, and the family must then
+** compute p's op), or from a variant name; the kernel's op is its family's. */
 int gen_render_config(gen_state *g, const char *config, const fa_problem *p,
                       const gen_target *t, gen_kernel *out);
 int gen_render_name(gen_state *g, const char *name, const gen_target *t,

@@ -222,9 +222,10 @@ static void warn_ignored(const db_best_row *row, const char *why) {
 ** and write out of bounds or compute another problem. */
 static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
                             fatune_choice *choice) {
+  /* The library runs the forward pass: fp->op is fwd. */
   db_problem dp = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
                    .seq_k = fp->seq_k, .batch = fp->batch, .heads = fp->heads,
-                   .causal = fp->causal};
+                   .causal = fp->causal, .op = fa_op_name(fp->op)};
   db_best_row row;
   int found = 0, exact = 0;
   char err[512];

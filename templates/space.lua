@@ -464,9 +464,11 @@ function space.render(fam, cfg, target)
   return r
 end
 
--- Raise unless family fam computes the problem's op.
+-- Raise unless family fam computes the problem's op (fwd when the problem
+-- names none); without a problem, any op will do.
 local function check_family_op(fam, problem)
-  local op = problem and problem.op or "fwd"
+  if not problem then return end
+  local op = problem.op or "fwd"
   if fam.op ~= op then
     error(string.format("family %s computes op %s, not %s", fam.name, fam.op, op), 0)
   end
