@@ -401,6 +401,28 @@ static void test_created(void) {
         "then replaced: %zu (%s)", c.trials_replaced, err);
 }
 
+/* ---- the op travels with its variant ---- */
+
+/* A source's variants arrive with their op; one whose op is not its
+** family's (vars[1]'s set to bwd by hand) is refused as not its config's. */
+static void test_op(void) {
+  char src[PATH_LEN], into[PATH_LEN], err[512] = "";
+  at(src, "op.db");
+  at(into, "op-into.db");
+  make_source(src, 1);
+  CHECK(raw_exec(src, "UPDATE variants SET op = 'bwd' WHERE id = 2") == 0, "set an op by hand");
+  unlink(into);
+  db_merge_counts c;
+  CHECK(merge_with(into, src, NULL, &c, err, sizeof err) == 0, "merge: %s", err);
+  CHECK(c.variants_added == 1 && c.variants_refused == 1 && c.name_mismatch == 1 &&
+          strstr(c.variant_refused, "op"),
+        "added %zu, refused %zu, mismatched %zu: %s", c.variants_added, c.variants_refused,
+        c.name_mismatch, c.variant_refused);
+  CHECK(raw_int(into, "SELECT count(*) FROM variants WHERE op = 'fwd'") == 1 &&
+          raw_int(into, "SELECT count(*) FROM variants WHERE op <> 'fwd'") == 0,
+        "the forward variant arrives as fwd, the other not at all");
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -424,6 +446,7 @@ int main(void) {
   test_row_cap();
   test_name_hash();
   test_created();
+  test_op();
   gen_variants_free(vars, nvars);
   gen_close(g);
   char cmd[PATH_LEN + 16];
