@@ -56,6 +56,10 @@ check "list --op backward: one line naming the ops, exit 2" $? \
 run opgen gen --op bwd --config block_m=64 --dtype fp32
 [ "$rc" -eq 2 ] && grep -q "does not apply" "$tmp/opgen.err"
 check "gen takes no --op" $? "exit $rc: $(head -c 200 "$tmp/opgen.err")"
+run opvariant compile --arch sm_80 --variant "$(head -n 1 "$tmp/plain.out" | cut -d ' ' -f 1)" --op bwd
+[ "$rc" -eq 2 ] && grep -q "computes op fwd, not bwd" "$tmp/opvariant.err"
+check "compile --variant (a fwd one) --op bwd is refused" $? \
+  "exit $rc: $(head -c 200 "$tmp/opvariant.err")"
 run opcompile compile --dim 32 --dtype fp32 --arch sm_80 --op bwd
 [ "$rc" -ne 0 ] && grep -q "no family offers op bwd yet" "$tmp/opcompile.err"
 check "compile --op bwd: no family offers it" $? "exit $rc: $(head -c 200 "$tmp/opcompile.err")"
