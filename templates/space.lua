@@ -147,7 +147,7 @@ end
 local families = {}
 for _, id in ipairs({ "simt", "tc", "wg" }) do families[id] = check_family(id, require(id)) end
 space.families = families
-space.check_family = check_family
+space.check_family = check_family   -- the contract, for its tests
 
 -- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
 local arch_limits = {

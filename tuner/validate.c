@@ -247,12 +247,13 @@ static int judge_o(const val_case *c, const void *o, double tol, val_result *r) 
       }
     r->sample_err = q2 > 0 ? sqrt(s2 / q2) : sqrt(s2);
   }
-  if (r->rel_err > tol)
+  if (r->rel_err > tol) {
     snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g exceeds %.0e (max abs %.3g)",
              r->rel_err, tol, r->max_abs_err);
-  else if (r->sample_err > tol)
+  } else if (r->sample_err > tol) {
     snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g on the rows computed in float64 "
              "on the CPU exceeds %.0e", r->sample_err, tol);
+  }
   return 0;
 }
 
