@@ -11,6 +11,7 @@ _fatune() {
   done
   case $prev in
     --dtype) mapfile -t COMPREPLY < <(compgen -W "fp32 fp64 fp16 bf16" -- "$cur"); return ;;
+    --op) mapfile -t COMPREPLY < <(compgen -W "fwd bwd decode" -- "$cur"); return ;;
     --backend) mapfile -t COMPREPLY < <(compgen -W "auto emu cuda" -- "$cur"); return ;;
     --space) mapfile -t COMPREPLY < <(compgen -W "default full" -- "$cur"); return ;;
     --schedule) mapfile -t COMPREPLY < <(compgen -W "forward reverse random skew" -- "$cur"); return ;;

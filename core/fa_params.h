@@ -1,6 +1,8 @@
 /*
 ** fa_params.h
-** The argument block of every generated kernel. This one file is compiled by
+** The argument block of the forward pass (op fwd), every launch of its
+** kernels taking the same one; an op to come (bwd, decode) adds a block of
+** its own beside it. This one file is compiled by
 ** the host C compiler and prepended, as text, to every generated kernel, so
 ** host and device agree on its layout by construction. Only types that mean
 ** the same thing in C11, CUDA C++ and NVRTC (no <stdint.h> there) appear.
@@ -20,7 +22,8 @@ typedef struct fa_params {
   const void *q, *k, *v;  /* inputs, (batch, heads, seq, dim), dim contiguous */
   void *o;                /* output, same layout as q */
   void *lse;              /* logsumexp, [batch][heads][seq_q]: fp64 for fp64, else fp32 */
-  void *ws;               /* workspace (kv_outer: running m and l), or 0 */
+  void *ws;               /* the kernel's one workspace, if it declares one (kv_outer:
+                          ** running m and l), or 0 */
   long long q_sb, q_sh, q_sn;  /* strides in elements: batch, head, seq */
   long long k_sb, k_sh, k_sn;
   long long v_sb, v_sh, v_sn;

@@ -22,6 +22,18 @@ int fa_dtype_parse(const char *s, fa_dtype *t) {
   return -1;
 }
 
+static const char *const op_names[FA_NOPS] = {"fwd", "bwd", "decode"};
+
+const char *fa_op_name(fa_op op) {
+  return (unsigned)op < FA_NOPS ? op_names[op] : "?";
+}
+
+int fa_op_parse(const char *s, fa_op *op) {
+  for (int i = 0; i < FA_NOPS; i++)
+    if (!strcmp(s, op_names[i])) return *op = (fa_op)i, 0;
+  return -1;
+}
+
 int fa_dtype_size(fa_dtype t) {
   return t == FA_FP64 ? 8 : t == FA_FP32 ? 4 : 2;
 }

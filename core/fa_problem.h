@@ -13,6 +13,13 @@
 ** accumulation and the logsumexp in fp32. */
 typedef enum fa_dtype { FA_FP32 = 0, FA_FP64 = 1, FA_FP16 = 2, FA_BF16 = 3 } fa_dtype;
 
+/* The operation a kernel computes: the forward pass, the backward pass,
+** split-KV decoding. A family declares one (templates/space.lua); the
+** database keys its results by it. FA_OP_FWD is 0 so that a problem set
+** up field by field is a forward one. */
+typedef enum fa_op { FA_OP_FWD = 0, FA_OP_BWD = 1, FA_OP_DECODE = 2 } fa_op;
+#define FA_NOPS 3
+
 typedef struct fa_problem {
   int batch, heads;
   int seq_q, seq_k;
@@ -20,6 +27,7 @@ typedef struct fa_problem {
   fa_dtype dtype;
   int causal;     /* bottom-right aligned when seq_q != seq_k */
   double scale;   /* 0 means 1/sqrt(dim) */
+  fa_op op;
 } fa_problem;
 
 /* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */
@@ -27,6 +35,8 @@ typedef struct fa_layout { long long sb, sh, sn; } fa_layout;
 
 const char *fa_dtype_name(fa_dtype t);         /* "fp32", "fp64", "fp16", "bf16" */
 int fa_dtype_parse(const char *s, fa_dtype *t); /* 0 on success, -1 unknown */
+const char *fa_op_name(fa_op op);              /* "fwd", "bwd", "decode" */
+int fa_op_parse(const char *s, fa_op *op);      /* 0 on success, -1 unknown */
 int fa_dtype_size(fa_dtype t);                  /* bytes per element of Q, K, V, O */
 int fa_lse_size(fa_dtype t);                    /* bytes per logsumexp: 4 for 16-bit types */
 double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */

@@ -2,7 +2,7 @@
 ** db.h
 ** The results database: one SQLite file holding the devices, the variants,
 ** the compile cache (binaries), every trial, and a view of the best variant
-** per (device, dtype, dim, seq_q, seq_k, causal).
+** per (device, op, dtype, dim, seq_q, seq_k, causal).
 **
 ** The file is WAL-mode SQLite with foreign keys on; its schema version is
 ** PRAGMA user_version, moved forward by migrations when an older file is
@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 5          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 6          /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -83,6 +83,7 @@ typedef struct db_variant {
   const char *hash;              /* 12 hex digits */
   const char *config;            /* one JSON object, as gen_config_json writes it */
   const char *source_hash;       /* gen_kernel.source_hash */
+  const char *op;                /* "fwd", "bwd", "decode" (fa_op_name); NULL: "fwd" */
 } db_variant;
 
 /* Unique on (template_version, hash): a kernel is a pure function of them,
@@ -141,6 +142,8 @@ typedef struct db_problem {
                               known), any for db_best */
   int req_seq_q, req_seq_k;  /* the sequence lengths asked for (the emulator
                               runs shorter ones); 0: seq_q, seq_k */
+  const char *op;          /* db_best: the variant's op ("fwd"); NULL: "fwd". A
+                              trial's op is its variant's. */
 } db_problem;
 
 typedef struct db_trial {
@@ -279,6 +282,7 @@ typedef struct db_filter {
   const char *dtype;       /* NULL: any */
   int dim, seq_q, seq_k, batch, heads;   /* 0: any; seq_q and seq_k as asked */
   int causal;              /* -1: any */
+  const char *op;          /* the variants' op ("fwd"); NULL: any */
 } db_filter;
 
 /* The trials that pass f, as a table or a JSON array, to out; rows says how
@@ -312,13 +316,14 @@ typedef struct db_merge_counts {
 ** caller, which knows the space (the database does not render kernels). */
 typedef struct db_merge_row {
   const char *family, *name, *hash;
+  const char *op;          /* the op it says it computes ("fwd") */
   const char *config_kv;   /* its config as "k=v,...", never "" */
   const char *arch;        /* the target to check it for: a trial's ("sm_90a"), or "" for
                               the variant itself and for trials recorded without one */
 } db_merge_row;
 
 /* DB_MERGE_TAKE when row's config renders for its arch (for arch "": for
-** a target of the caller's choice) and its family, name and hash are
+** a target of the caller's choice) and its family, name, hash and op are
 ** those of the config; DB_MERGE_REFUSE (not in the space for that arch) or
 ** DB_MERGE_MISMATCH, with a line fit for a terminal in why (n bytes); -1
 ** with err when the check itself cannot run. */

@@ -203,7 +203,7 @@ static int device_write(merge *m, sqlite3_stmt *st) {
 static const char variants_sql[] =
   "SELECT id, family, template_version, name, hash, config, source_hash, "
   "CASE WHEN length(CAST(config AS BLOB)) <= " CONFIG_MAX " THEN " DBI_CONFIG_KV("config") " END, "
-  VARIANT_TOO_LONG " FROM variants ORDER BY id LIMIT ?1";
+  VARIANT_TOO_LONG ", op FROM variants ORDER BY id LIMIT ?1";
 
 static int variant_check(merge *m, sqlite3_stmt *st) {
   const long long theirs = sqlite3_column_int64(st, 0);
@@ -212,6 +212,7 @@ static int variant_check(merge *m, sqlite3_stmt *st) {
   if (verdict == DBI_ROW_OK) {
     const db_merge_row row = {
       .family = dbi_col_text(st, 1), .name = dbi_col_text(st, 3), .hash = dbi_col_text(st, 4),
+      .op = dbi_col_text(st, 9),
       .config_kv = sqlite3_column_type(st, 7) == SQLITE_NULL ? NULL : dbi_col_text(st, 7),
       .arch = ""};
     verdict = dbi_check_variant(m->accept, &row, why, sizeof why, m->err, m->errlen);
@@ -230,7 +231,7 @@ static int variant_write(merge *m, sqlite3_stmt *st) {
   db_variant v = {
     .family = dbi_col_text(st, 1), .template_version = dbi_col_text(st, 2),
     .name = dbi_col_text(st, 3), .hash = dbi_col_text(st, 4), .config = NULL,
-    .source_hash = dbi_col_text(st, 6)};
+    .source_hash = dbi_col_text(st, 6), .op = dbi_col_text(st, 9)};
   int added;
   if (dbi_variant_upsert(m->d->h, &v, dbi_col_text(st, 5), &e->to, &added, m->err,
                          m->errlen) != 0)
@@ -354,7 +355,7 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
                             sqlite3_column_int(st, 4), sqlite3_column_int(st, 5),
                             sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
                             sqlite3_column_int(st, 8), dbi_col_text(st, 24),
-                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26)};
+                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26), NULL};
   t->seeded = sqlite3_column_type(st, 27) == SQLITE_INTEGER;
   t->seed = (unsigned long long)sqlite3_column_int64(st, 27);
   t->status = dbi_col_text(st, 9);
@@ -409,7 +410,7 @@ static int count_over(merge *m) {
 static const char fits_sql[] =
   "SELECT DISTINCT t.variant_id, v.family, v.name, v.hash, "
   "CASE WHEN length(CAST(v.config AS BLOB)) <= " CONFIG_MAX " THEN "
-  DBI_CONFIG_KV("v.config") " END, t.arch "
+  DBI_CONFIG_KV("v.config") " END, t.arch, v.op "
   "FROM (SELECT variant_id, arch FROM trials ORDER BY id LIMIT ?1) AS t "
   "JOIN variants AS v ON v.id = t.variant_id WHERE typeof(t.arch) = 'text' AND t.arch <> ''";
 
@@ -422,6 +423,7 @@ static int fit_check(merge *m, sqlite3_stmt *st) {
   if (!e || e->refused || !arch_named(arch)) return 0;
   const db_merge_row row = {
     .family = dbi_col_text(st, 1), .name = dbi_col_text(st, 2), .hash = dbi_col_text(st, 3),
+    .op = dbi_col_text(st, 6),
     .config_kv = sqlite3_column_type(st, 4) == SQLITE_NULL ? NULL : dbi_col_text(st, 4),
     .arch = arch};
   char why[160];

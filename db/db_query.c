@@ -30,7 +30,7 @@ static const char best_sql[] =
   DBI_CONFIG_KV("v.config") ", b.arch, b.req_seq_q, b.req_seq_k "
   "FROM best b JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
-  "AND (?7 IS NULL OR b.arch = ?7) "
+  "AND (?7 IS NULL OR b.arch = ?7) AND b.op = ?8 "
   /* The exact key has distance 0; between two equally near, the longer
   ** sequence; then the view's own ranking, across devices and targets. */
   "ORDER BY abs(b.req_seq_q - ?5), abs(b.req_seq_k - ?6), b.req_seq_q DESC, "
@@ -75,6 +75,7 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   dbi_bind_int(&b, want_q);
   dbi_bind_int(&b, want_k);
   dbi_bind_text(&b, p->arch);
+  dbi_bind_text(&b, p->op ? p->op : "fwd");
   /* The first candidate whose fields fit: one too long for db_best_row
   ** (a file written elsewhere may hold anything) is passed over. */
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;
@@ -97,7 +98,7 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   "d.backend, t.dtype, t.dim, t.seq_q, t.seq_k, t.batch, t.heads, t.causal, t.status, " \
   "t.message, t.max_abs_err, t.rel_err, t.lse_err, t.median_us, t.min_us, t.p20_us, " \
   "t.p80_us, t.tflops, t.gbps, t.counters, t.fatune_version, t.created, t.arch, " \
-  "t.req_seq_q, t.req_seq_k, t.seed"
+  "t.req_seq_q, t.req_seq_k, t.seed, v.op"
 
 #define TRIAL_JSON \
   "json_object('variant', v.name, 'hash', v.hash, 'template_version', v.template_version, " \
@@ -110,14 +111,14 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   "'min_us', t.min_us, 'p20_us', t.p20_us, 'p80_us', t.p80_us, 'tflops', t.tflops, " \
   "'gbps', t.gbps, 'counters', " JSON_OR_NULL("t.counters") ", " \
   "'fatune_version', t.fatune_version, 'created', t.created, 'arch', t.arch, " \
-  "'req_seq_q', t.req_seq_q, 'req_seq_k', t.req_seq_k, 'seed', t.seed)"
+  "'req_seq_q', t.req_seq_q, 'req_seq_k', t.req_seq_k, 'seed', t.seed, 'op', v.op)"
 
 #define TRIAL_FROM \
   " FROM trials t JOIN variants v ON v.id = t.variant_id JOIN devices d ON d.id = t.device_id " \
   "WHERE " DEVICE_MATCH("?1") " AND (?2 IS NULL OR t.dtype = ?2) AND (?3 = 0 OR t.dim = ?3) " \
   "AND (?4 = 0 OR t.req_seq_q = ?4) AND (?5 = 0 OR t.req_seq_k = ?5) " \
   "AND (?6 = 0 OR t.batch = ?6) " \
-  "AND (?7 = 0 OR t.heads = ?7) AND (?8 < 0 OR t.causal = ?8) "
+  "AND (?7 = 0 OR t.heads = ?7) AND (?8 < 0 OR t.causal = ?8) AND (?9 IS NULL OR v.op = ?9) "
 
 /* show groups a key's trials, the ok ones first and best first. */
 #define SHOW_ORDER \
@@ -139,7 +140,7 @@ enum { C_VARIANT = 0, C_DEVICE = 4, C_DTYPE = 7, C_DIM, C_SEQ_Q, C_SEQ_K, C_BATC
 
 static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlite3_stmt **st,
                           char *err, size_t errlen) {
-  static const db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1};
+  static const db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL};
   if (!f) f = &all;
   if (dbi_prepare(d->h, trial_sql[export][json], st, err, errlen) != 0) return -1;
   dbi_binder b = dbi_bind_start(*st);
@@ -147,6 +148,7 @@ static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlit
   dbi_bind_text(&b, f->dtype);
   const int v[] = {f->dim, f->seq_q, f->seq_k, f->batch, f->heads, f->causal};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) dbi_bind_int(&b, v[i]);
+  dbi_bind_text(&b, f->op);
   if (b.rc != SQLITE_OK) {
     dbi_finalize(*st);
     return dbi_sqlfail(d->h, err, errlen, "reading trials");

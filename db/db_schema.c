@@ -233,7 +233,30 @@ static const char schema_v5[] =
   "  created TEXT NOT NULL,\n"
   "  UNIQUE (gpu, backend, dtype, dim, seq_q, seq_k, batch, heads, causal));\n";
 
-static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4, schema_v5};
+/* Version 6. The operation a variant computes (fwd, bwd, decode): a
+** variant's config names its family and the family its op, so the op is a
+** column of the variant and the unique keys of variants and trials, which
+** hold the config's hash and the variant, already tell ops apart. Every
+** row of version 5 is a forward pass. The best variant is chosen per op. */
+static const char schema_v6[] =
+  "ALTER TABLE variants ADD COLUMN op TEXT NOT NULL DEFAULT 'fwd'\n"
+  "  CHECK (op IN ('fwd', 'bwd', 'decode'));\n"
+  "DROP VIEW best;\n"
+  /* As version 3's, per op. */
+  "CREATE VIEW best AS\n"
+  "SELECT * FROM (\n"
+  "  SELECT *, row_number() OVER (\n"
+  "      PARTITION BY device_id, op, arch, dtype, dim, req_seq_q, req_seq_k, causal\n"
+  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes,\n"
+  "               variant_id, id)\n"
+  "    AS rank\n"
+  "  FROM (SELECT t.*, v.op AS op, json_extract(t.counters, '$.global_bytes_read')\n"
+  "                  + json_extract(t.counters, '$.global_bytes_written') AS global_bytes\n"
+  "        FROM trials t JOIN variants v ON v.id = t.variant_id WHERE t.status = 'ok'))\n"
+  "WHERE rank = 1;\n";
+
+static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4, schema_v5,
+                                    schema_v6};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

@@ -67,6 +67,24 @@ static void open_libs(lua_State *L) {
 
 static void copy_string(lua_State *L, int idx, char *buf, size_t n, const char *what);
 
+/* space.ops must name fa_op's values in order: the templates and the
+** database speak of ops by these names. Raises when they differ. */
+static void check_ops(lua_State *L, gen_state *g) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, g->space_ref);
+  lua_getfield(L, -1, "ops");
+  if (!lua_istable(L, -1) || lua_rawlen(L, -1) != FA_NOPS)
+    luaL_error(L, "space.ops is not a list of %d ops", FA_NOPS);
+  for (int i = 0; i < FA_NOPS; i++) {
+    lua_rawgeti(L, -1, i + 1);
+    const char *lua = lua_tostring(L, -1);
+    if (!lua || strcmp(lua, fa_op_name((fa_op)i)))
+      luaL_error(L, "space.ops[%d] is '%s', the generator says '%s'", i + 1, lua ? lua : "?",
+                 fa_op_name((fa_op)i));
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 2);
+}
+
 /* Run under pcall with the gen_state as argument: everything that can raise. */
 static int setup(lua_State *L) {
   gen_state *g = lua_touserdata(L, 1);
@@ -93,6 +111,7 @@ static int setup(lua_State *L) {
   lua_getfield(L, -1, "default_arch");
   copy_string(L, -1, g->default_arch, sizeof g->default_arch, "space.default_arch");
   lua_pop(L, 2);
+  check_ops(L, g);
   return 0;
 }
 
@@ -193,13 +212,15 @@ static void push_target(lua_State *L, const gen_target *t) {
 }
 
 static void push_problem(lua_State *L, const fa_problem *p) {
-  lua_createtable(L, 0, 5);
+  lua_createtable(L, 0, 6);
   lua_pushinteger(L, p->dim);
   lua_setfield(L, -2, "dim");
   lua_pushstring(L, fa_dtype_name(p->dtype));
   lua_setfield(L, -2, "dtype");
   lua_pushinteger(L, p->causal ? 1 : 0);
   lua_setfield(L, -2, "causal");
+  lua_pushstring(L, fa_op_name(p->op));
+  lua_setfield(L, -2, "op");
   if (p->seq_q > 0) {
     lua_pushinteger(L, p->seq_q);
     lua_setfield(L, -2, "seq_q");
@@ -528,18 +549,96 @@ static void take_tma(lua_State *L, gen_kernel *k) {
   lua_pop(L, 1);
 }
 
+/* Grid dimension d of the launch table on top: an integer, "heads",
+** "batch", or {"seq_q" | "seq_k", n} (space.check_launches has checked it). */
+static gen_grid_dim take_grid_dim(lua_State *L, int d) {
+  gen_grid_dim g = {GEN_GRID_FIXED, 1};
+  lua_rawgeti(L, -1, d + 1);
+  if (lua_isinteger(L, -1)) {
+    g.n = (int)lua_tointeger(L, -1);
+  } else if (lua_type(L, -1) == LUA_TSTRING) {
+    g.by = strcmp(lua_tostring(L, -1), "heads") ? GEN_GRID_BATCH : GEN_GRID_HEADS;
+  } else {
+    lua_rawgeti(L, -1, 1);
+    g.by = strcmp(lua_tostring(L, -1), "seq_q") ? GEN_GRID_SEQ_K : GEN_GRID_SEQ_Q;
+    lua_rawgeti(L, -2, 2);
+    g.n = (int)lua_tointeger(L, -1);
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 1);
+  return g;
+}
+
+/* The workspaces of the launch table on top, added to k->ws unless a
+** launch before named them. */
+static void take_workspaces(lua_State *L, gen_kernel *k) {
+  lua_getfield(L, -1, "workspaces");
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  for (lua_Unsigned j = 0; j < n; j++) {
+    gen_workspace w;
+    lua_rawgeti(L, -1, (lua_Integer)j + 1);
+    lua_getfield(L, -1, "name");
+    copy_string(L, -1, w.name, sizeof w.name, "a workspace's name");
+    lua_pop(L, 1);
+    w.bytes_per_row = int_field(L, "bytes_per_row");
+    lua_pop(L, 1);
+    int seen = 0;
+    for (int i = 0; i < k->nws; i++) seen |= !strcmp(k->ws[i].name, w.name);
+    if (seen) continue;
+    if (k->nws == GEN_MAX_WORKSPACES)
+      luaL_error(L, "template result: more than %d workspaces", GEN_MAX_WORKSPACES);
+    k->ws[k->nws++] = w;
+  }
+  lua_pop(L, 1);
+}
+
+/* The "launches" of the render result on top, checked by
+** space.check_launches, into k->launch and k->ws. */
+static void take_launches(lua_State *L, gen_call *c) {
+  gen_kernel *k = c->kernel;
+  push_space_fn(L, c->g, "check_launches");
+  lua_pushstring(L, "template result");
+  lua_getfield(L, -3, "launches");
+  lua_call(L, 2, 0);
+  lua_getfield(L, -1, "launches");
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  if (n > GEN_MAX_LAUNCHES)
+    luaL_error(L, "template result: %d launches, at most %d", (int)n, GEN_MAX_LAUNCHES);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    gen_launch_spec *l = &k->launch[i];
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    lua_getfield(L, -1, "entry");
+    copy_string(L, -1, l->entry, sizeof l->entry, "a launch's entry");
+    lua_pop(L, 1);
+    l->threads = int_field(L, "threads");
+    l->smem_bytes = int_field(L, "smem_bytes");
+    lua_getfield(L, -1, "grid");
+    for (int d = 0; d < 3; d++) l->grid[d] = take_grid_dim(L, d);
+    lua_pop(L, 1);
+    take_workspaces(L, k);
+    lua_pop(L, 1);
+  }
+  k->nlaunch = (int)n;
+  lua_pop(L, 1);
+  k->entry = strdup(k->launch[0].entry);
+  if (!k->entry) luaL_error(L, "out of memory copying the entry");
+  k->threads = k->launch[0].threads;
+  k->smem_bytes = k->launch[0].smem_bytes;
+}
+
 /* The render result table is on top of the stack: fill c->kernel. */
 static void take_kernel(lua_State *L, gen_call *c) {
   gen_kernel *k = c->kernel;
   k->name = dup_field(L, "name");
   k->hash = dup_field(L, "hash");
   k->config = dup_field(L, "config");
-  k->entry = dup_field(L, "entry");
   k->body = dup_field(L, "source");
-  k->threads = int_field(L, "threads");
-  k->smem_bytes = int_field(L, "smem_bytes");
-  k->rows_per_cta = int_field(L, "rows_per_cta");
-  k->ws_bytes_per_row = int_field(L, "ws_bytes_per_row");
+  char op[16];
+  lua_getfield(L, -1, "op");
+  copy_string(L, -1, op, sizeof op, "op");
+  lua_pop(L, 1);
+  if (fa_op_parse(op, &k->op) != 0) luaL_error(L, "template result: unknown op '%s'", op);
+  take_launches(L, c);
   k->registers_estimate = int_field(L, "registers_estimate");
   k->io_align = int_field(L, "io_align");
   if (k->io_align < 1 || k->io_align > 256 || (k->io_align & (k->io_align - 1)))
@@ -791,6 +890,11 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
     snprintf(why, n, "%s has no dim, dtype and causal of its own", name);
     return 0;
   }
+  if (k->op != p->op) {
+    snprintf(why, n, "variant %s computes op %s, but the problem is op %s", name,
+             fa_op_name(k->op), fa_op_name(p->op));
+    return 0;
+  }
   if (strcmp(dim, want) || strcmp(dtype, fa_dtype_name(p->dtype)) ||
       strcmp(causal, p->causal ? "1" : "0")) {
     snprintf(why, n, "variant %s is for dim %s %s%s, but the problem is dim %d %s%s", name, dim,
@@ -803,14 +907,26 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
 
 static unsigned cdiv(long long a, long long b) { return (unsigned)((a + b - 1) / b); }
 
-void gen_launch_shape(const gen_kernel *k, const fa_problem *p, gen_launch *out) {
+static unsigned grid_dim(gen_grid_dim g, const fa_problem *p) {
+  switch (g.by) {
+  case GEN_GRID_HEADS: return (unsigned)p->heads;
+  case GEN_GRID_BATCH: return (unsigned)p->batch;
+  case GEN_GRID_SEQ_Q: return cdiv(p->seq_q, g.n);
+  case GEN_GRID_SEQ_K: return cdiv(p->seq_k, g.n);
+  default: return (unsigned)g.n;
+  }
+}
+
+void gen_launch_shape(const gen_kernel *k, int i, const fa_problem *p, gen_launch *out) {
+  const gen_launch_spec *l = &k->launch[i];
   memset(out, 0, sizeof *out);
-  out->grid[0] = k->rows_per_cta > 0 ? cdiv(p->seq_q, k->rows_per_cta) : 1;
-  out->grid[1] = (unsigned)p->heads;
-  out->grid[2] = (unsigned)p->batch;
-  out->block[0] = (unsigned)k->threads;
+  for (int d = 0; d < 3; d++) out->grid[d] = grid_dim(l->grid[d], p);
+  out->block[0] = (unsigned)l->threads;
   out->block[1] = out->block[2] = 1;
-  out->smem_bytes = (unsigned)k->smem_bytes;
-  out->ws_bytes = (size_t)k->ws_bytes_per_row * (size_t)p->batch * (size_t)p->heads *
-                  (size_t)p->seq_q;
+  out->smem_bytes = (unsigned)l->smem_bytes;
+}
+
+size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p) {
+  return (size_t)k->ws[i].bytes_per_row * (size_t)p->batch * (size_t)p->heads *
+         (size_t)p->seq_q;
 }

@@ -71,20 +71,51 @@ typedef struct gen_preludes {
   const char *file[GEN_MAX_PRELUDES];
 } gen_preludes;
 
-/* One rendered kernel and what it takes to launch it. */
+/* One grid dimension as a function of the problem: n itself, the heads,
+** the batch, or ceil(seq_q / n) or ceil(seq_k / n) (n rows per CTA). */
+typedef enum gen_grid_by {
+  GEN_GRID_FIXED, GEN_GRID_HEADS, GEN_GRID_BATCH, GEN_GRID_SEQ_Q, GEN_GRID_SEQ_K
+} gen_grid_by;
+typedef struct gen_grid_dim { gen_grid_by by; int n; } gen_grid_dim;
+
+/* One kernel launch of an op, as the template declares it
+** (templates/space.lua: the family interface). */
+#define GEN_MAX_LAUNCHES 4
+typedef struct gen_launch_spec {
+  char entry[128];         /* extern "C" kernel name */
+  int threads;             /* per CTA */
+  int smem_bytes;          /* dynamic shared memory per CTA */
+  gen_grid_dim grid[3];
+} gen_launch_spec;
+
+/* Global memory the launches of a kernel share: bytes_per_row bytes per
+** (batch, head, query row), allocated before the first launch and freed
+** after the last (gen_workspace_bytes). */
+#define GEN_MAX_WORKSPACES 4
+typedef struct gen_workspace {
+  char name[32];
+  int bytes_per_row;
+} gen_workspace;
+
+/* One rendered kernel and what it takes to launch it: one variant of an op,
+** which may take several launches (the backward pass three, split-KV
+** decoding two), run in order on the same arguments. */
 typedef struct gen_kernel {
   char *name, *hash, *config;
   gen_config cfg;          /* config, parsed; the oracle, no point of the space, has no pairs */
-  char *entry;             /* extern "C" kernel name */
+  fa_op op;                /* what it computes: the family's op */
+  char *entry;             /* the first launch's entry: the one a backend compiles */
   char *body;              /* the kernel, without any prelude */
   char *source;            /* CUDA source: parameters + CUDA preludes + body */
   gen_preludes prelude_cuda, prelude_emu;   /* what each backend pastes before body */
   char source_hash[17];    /* FNV-1a 64 of source, hex */
   char template_version[48];
-  int threads;             /* per CTA */
-  int smem_bytes;          /* dynamic shared memory per CTA */
-  int rows_per_cta;        /* Q rows per CTA; 0: one CTA per (batch, head) */
-  int ws_bytes_per_row;    /* workspace bytes per (batch, head, query row) */
+  int threads;             /* the first launch's threads per CTA */
+  int smem_bytes;          /* the first launch's dynamic shared memory per CTA */
+  int nlaunch;             /* launches in launch[], 1..GEN_MAX_LAUNCHES */
+  gen_launch_spec launch[GEN_MAX_LAUNCHES];
+  int nws;                 /* workspaces in ws[], named by any launch, 0..GEN_MAX_WORKSPACES */
+  gen_workspace ws[GEN_MAX_WORKSPACES];
   int registers_estimate;  /* the template's own estimate, 32-bit words */
   int io_align;            /* bytes Q, K, V and O must be aligned to: the widest
                               global access the kernel makes to them */
@@ -97,10 +128,10 @@ typedef struct gen_kernel {
                               config fits, and why; "" when none did */
 } gen_kernel;
 
+/* One launch evaluated for a problem. */
 typedef struct gen_launch {
   unsigned grid[3], block[3];
   unsigned smem_bytes;
-  size_t ws_bytes;
 } gen_launch;
 
 int gen_open(gen_state **out, char *err, size_t errlen);
@@ -121,21 +152,23 @@ typedef struct gen_archs {
 } gen_archs;
 int gen_list_archs(gen_state *g, gen_archs *out);
 
-/* The variants for a problem and target; space is "default" or "full". */
+/* The variants of p's op for a problem and target; space is "default" or
+** "full". FA_EINVAL, saying so, when no family offers the op. */
 int gen_list(gen_state *g, const fa_problem *p, const gen_target *t,
              const char *space, gen_variant **out, size_t *count);
 void gen_variants_free(gen_variant *v, size_t count);
 
 /* Render from "k=v,..." text (unset keys: the family defaults, with dim,
-** dtype and causal from p when p is not NULL), or from a variant name. */
+** dtype and causal from p when p is not NULL, and the family must then
+** compute p's op), or from a variant name; the kernel's op is its family's. */
 int gen_render_config(gen_state *g, const char *config, const fa_problem *p,
                       const gen_target *t, gen_kernel *out);
 int gen_render_name(gen_state *g, const char *name, const gen_target *t,
                     gen_kernel *out);
 void gen_kernel_free(gen_kernel *k);
 
-/* The naive-attention oracle for p's dtype, dim and causal: one CTA of
-** `threads` per query row (rows_per_cta 1); its dynamic shared memory,
+/* The naive-attention oracle for p's dtype, dim and causal: one launch, one
+** CTA of `threads` per query row; its dynamic shared memory,
 ** (seq_k + threads) accumulators of fp64 for fp64 and fp32 otherwise, is
 ** the caller's to set at launch. */
 int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out);
@@ -187,7 +220,11 @@ int gen_families_for(gen_state *g, const fa_problem *p, const gen_target *t, gen
 ** oracle) fits nothing. */
 int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t n);
 
-/* Grid, block, shared memory and workspace for kernel k on problem p. */
-void gen_launch_shape(const gen_kernel *k, const fa_problem *p, gen_launch *out);
+/* Grid, block and shared memory of launch i (0..k->nlaunch-1) of kernel k
+** on problem p. */
+void gen_launch_shape(const gen_kernel *k, int i, const fa_problem *p, gen_launch *out);
+
+/* Bytes of workspace i (0..k->nws-1) of kernel k on problem p. */
+size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p);
 
 #endif

@@ -225,9 +225,10 @@ static void warn_ignored(const db_best_row *row, const char *why) {
 ** and write out of bounds or compute another problem. */
 static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
                             fatune_choice *choice) {
+  /* The library runs the forward pass: fp->op is fwd. */
   db_problem dp = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
                    .seq_k = fp->seq_k, .batch = fp->batch, .heads = fp->heads,
-                   .causal = fp->causal};
+                   .causal = fp->causal, .op = fa_op_name(fp->op)};
   db_best_row row;
   int found = 0, exact = 0;
   char err[512];
@@ -571,10 +572,16 @@ typedef struct call {
   slot *s;
   int scratch_held;
   fa_problem fp;
-  gen_launch shape;
+  gen_launch shapes[GEN_MAX_LAUNCHES];
   fa_params a;
   fa_range extra[5];
 } call;
+
+/* The locks a prepared call holds, released. */
+static void call_done(fatune_ctx *c, const call *cl) {
+  if (cl->scratch_held) pthread_rwlock_unlock(&c->scratch_lock);
+  pthread_rwlock_unlock(&c->lock);
+}
 
 static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x, call *cl) {
   fatune_problem p;
@@ -598,7 +605,14 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
     return st;
   }
   cl->scratch_held = !x->lse;
-  gen_launch_shape(&cl->s->k, fp, &cl->shape);
+  char err[512];
+  const gen_kernel *k = &cl->s->k;
+  if (attn_launch_shapes(k, fp, cl->shapes, err, sizeof err) != 0 || k->nws > 1) {
+    call_done(c, cl);
+    return k->nws > 1 ? fail(FATUNE_EINTERNAL, "%s declares %d workspaces; the forward pass "
+                             "takes one", k->name, k->nws)
+                      : fail(FATUNE_EINTERNAL, "%s", err);
+  }
   const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
   cl->a = (fa_params){.q = x->q.data, .k = x->k.data, .v = x->v.data, .o = x->o.data,
                       .lse = lse, .q_sb = x->q.stride[0], .q_sh = x->q.stride[1],
@@ -618,24 +632,26 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   return FATUNE_OK;
 }
 
-/* The locks a prepared call holds, released. */
-static void call_done(fatune_ctx *c, const call *cl) {
-  if (cl->scratch_held) pthread_rwlock_unlock(&c->scratch_lock);
-  pthread_rwlock_unlock(&c->lock);
-}
-
-/* Launch a prepared call; its locks are released. */
+/* Launch a prepared call, every launch of its kernel in order; its locks
+** are released. A kernel with a workspace (call_prepare allows one) runs
+** synchronously, its workspace freed after the last launch. */
 static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
   char err[512];
+  const gen_kernel *k = &cl->s->k;
   void *ws = NULL;
-  int rc = cl->shape.ws_bytes ? backend_alloc(c->be, cl->shape.ws_bytes, &ws, err, sizeof err)
-                              : 0;
-  if (rc == 0) rc = attn_tmaps(c->be, &cl->s->k, &cl->fp, &cl->a, err, sizeof err);
+  int rc = k->nws ? backend_alloc(c->be, gen_workspace_bytes(k, 0, &cl->fp), &ws, err,
+                                  sizeof err)
+                  : 0;
+  if (rc == 0) rc = attn_tmaps(c->be, k, &cl->fp, &cl->a, err, sizeof err);
   if (rc == 0) {
     cl->a.ws = ws;
     fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
-                      .extra = cl->extra, .nextra = 5, .stream = stream, .async = ws == NULL};
-    rc = backend_launch(c->be, cl->s->prog, &cl->shape, &cl->a, &ro, NULL, err, sizeof err);
+                      .extra = cl->extra, .nextra = 5, .stream = stream, .async = 1};
+    for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
+      ro.async = ws == NULL || i + 1 < k->nlaunch;
+      rc = backend_launch(c->be, cl->s->prog, &cl->shapes[i], &cl->a, &ro, NULL, err,
+                          sizeof err);
+    }
   }
   call_done(c, cl);
   backend_free(c->be, ws);

@@ -98,27 +98,74 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Output buffers for one launch of k; NULL pointers when they fail. */
-typedef struct outputs { void *o, *lse, *ws; } outputs;
+/* Output buffers for one run of k, and its workspaces; NULL pointers when
+** they fail. */
+typedef struct outputs {
+  void *o, *lse;
+  void *ws[GEN_MAX_WORKSPACES];
+} outputs;
 
-static int outputs_alloc(fa_backend *be, const fa_problem *p, const gen_launch *shape,
+static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *p,
                          outputs *out, char *err, size_t errlen) {
   const size_t rows = elems(p, p->seq_q, 1);
   const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
   const size_t lb = rows * (size_t)fa_lse_size(p->dtype);
-  out->o = out->lse = out->ws = NULL;
-  return backend_alloc(be, ob, &out->o, err, errlen) ||
-         backend_alloc(be, lb, &out->lse, err, errlen) ||
-         (shape->ws_bytes && backend_alloc(be, shape->ws_bytes, &out->ws, err, errlen)) ||
-         backend_fill(be, out->o, 0xFF, ob, err, errlen) ||
-         backend_fill(be, out->lse, 0xFF, lb, err, errlen) ||
-         (out->ws && backend_fill(be, out->ws, 0xFF, shape->ws_bytes, err, errlen)) ? -1 : 0;
+  memset(out, 0, sizeof *out);
+  if (backend_alloc(be, ob, &out->o, err, errlen) ||
+      backend_alloc(be, lb, &out->lse, err, errlen) ||
+      backend_fill(be, out->o, 0xFF, ob, err, errlen) ||
+      backend_fill(be, out->lse, 0xFF, lb, err, errlen))
+    return -1;
+  for (int i = 0; i < k->nws; i++) {
+    const size_t wb = gen_workspace_bytes(k, i, p);
+    if (backend_alloc(be, wb, &out->ws[i], err, errlen) ||
+        backend_fill(be, out->ws[i], 0xFF, wb, err, errlen))
+      return -1;
+  }
+  return 0;
 }
 
 static void outputs_free(fa_backend *be, outputs *out) {
   backend_free(be, out->o);
   backend_free(be, out->lse);
-  backend_free(be, out->ws);
+  for (int i = 0; i < GEN_MAX_WORKSPACES; i++) backend_free(be, out->ws[i]);
+}
+
+/* The forward pass's parameter block for k over the outputs: fa_params
+** carries one workspace. */
+static int fwd_params(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
+                      const outputs *out, fa_params *a, char *err, size_t errlen) {
+  if (k->op != FA_OP_FWD || k->nws > 1) {
+    snprintf(err, errlen, "kernel %s: op %s with %d workspaces: the runtime runs the forward "
+             "pass, with at most one", k->name, fa_op_name(k->op), k->nws);
+    return FA_EINVAL;
+  }
+  *a = attn_params(p, in->q, in->k, in->v, out->o, out->lse, out->ws[0]);
+  return 0;
+}
+
+int attn_launch_shapes(const gen_kernel *k, const fa_problem *p, gen_launch *shapes,
+                         char *err, size_t errlen) {
+  for (int i = 0; i < k->nlaunch; i++) {
+    if (strcmp(k->launch[i].entry, k->launch[0].entry)) {
+      snprintf(err, errlen, "kernel %s: launch %d runs %s, and a compiled program holds "
+               "only the first launch's %s", k->name, i + 1, k->launch[i].entry,
+               k->launch[0].entry);
+      return FA_EINVAL;
+    }
+    gen_launch_shape(k, i, p, &shapes[i]);
+  }
+  return 0;
+}
+
+/* Every launch of k, in order. */
+static int launch_all(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+                      const gen_launch *shapes, const fa_params *a, const fa_run_opts *opts,
+                      fa_counters *ctr, char *err, size_t errlen) {
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < k->nlaunch; i++)
+    rc = backend_launch(be, prog, &shapes[i], a, opts, ctr, err, errlen);
+  return rc;
 }
 
 /* The first byte-wise difference of n elements of es bytes, or n. */
@@ -146,8 +193,9 @@ static int compare_output(fa_backend *be, const outputs *out, size_t ob, size_t 
 
 /* The warm-up launches, each on poisoned outputs and checked against want
 ** when there is one. */
-static int warm_up(fa_backend *be, const fa_program *prog, const gen_launch *shape,
-                   const fa_params *a, const outputs *out, size_t ob, size_t lb, size_t es,
+static int warm_up(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+                   const gen_launch *shapes, const fa_params *a, const outputs *out,
+                   size_t ob, size_t lb, size_t es,
                    size_t ls, unsigned char *host, attn_expect *want, char *err,
                    size_t errlen) {
   static const char *const name[ATTN_WARMUPS] = {"warm-up launch 1", "warm-up launch 2",
@@ -158,7 +206,7 @@ static int warm_up(fa_backend *be, const fa_program *prog, const gen_launch *sha
                  (rc = backend_fill(be, out->lse, 0xFF, lb, err, errlen))))
       break;
     const fa_run_opts ro = {.smem_fill = 0xFF};
-    rc = backend_launch(be, prog, shape, a, &ro, NULL, err, errlen);
+    rc = launch_all(be, prog, k, shapes, a, &ro, NULL, err, errlen);
     if (rc == 0 && want)
       rc = compare_output(be, out, ob, lb, es, ls, host, want, name[w], err, errlen);
   }
@@ -171,8 +219,9 @@ int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
   const size_t rows = elems(p, p->seq_q, 1);
   const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
   const size_t ob = rows * (size_t)p->dim * es, lb = rows * ls;
-  gen_launch shape;
-  gen_launch_shape(k, p, &shape);
+  gen_launch shapes[GEN_MAX_LAUNCHES];
+  int rc = attn_launch_shapes(k, p, shapes, err, errlen);
+  if (rc != 0) return rc;
   outputs out;
   unsigned char *host = want ? malloc(ob + lb) : NULL;
   if (want && !host) {
@@ -180,16 +229,19 @@ int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
     return FA_ENOMEM;
   }
   if (want) want->differs = 0;
-  int rc = outputs_alloc(be, p, &shape, &out, err, errlen);
+  rc = outputs_alloc(be, k, p, &out, err, errlen);
+  fa_params a;
+  if (rc == 0) rc = fwd_params(k, p, in, &out, &a, err, errlen);
   if (rc == 0) {
-    fa_params a = attn_params(p, in->q, in->k, in->v, out.o, out.lse, out.ws);
     rc = attn_tmaps(be, k, p, &a, err, errlen);
-    if (rc == 0) rc = warm_up(be, prog, &shape, &a, &out, ob, lb, es, ls, host, want, err, errlen);
-    if (rc == 0) rc = backend_time(be, prog, &shape, &a, budget_ms, t, err, errlen);
+    if (rc == 0)
+      rc = warm_up(be, prog, k, shapes, &a, &out, ob, lb, es, ls, host, want, err, errlen);
+    if (rc == 0) rc = backend_time(be, prog, shapes, k->nlaunch, &a, budget_ms, t, err, errlen);
     if (rc == 0 && want)
       rc = compare_output(be, &out, ob, lb, es, ls, host, want, "the last timed launch", err,
                           errlen);
-    if (rc == 0 && backend_occupancy(be, prog, &shape, ctas_per_sm, err, errlen) != 0)
+    /* The occupancy of the first launch, the op's main kernel. */
+    if (rc == 0 && backend_occupancy(be, prog, &shapes[0], ctas_per_sm, err, errlen) != 0)
       *ctas_per_sm = -1;
   }
   outputs_free(be, &out);
@@ -224,15 +276,17 @@ int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
   const size_t rows = elems(p, p->seq_q, 1);
   const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
   const size_t lb = rows * (size_t)fa_lse_size(p->dtype);
-  gen_launch shape;
-  gen_launch_shape(k, p, &shape);
+  gen_launch shapes[GEN_MAX_LAUNCHES];
+  if (attn_launch_shapes(k, p, shapes, err, errlen) != 0) return -1;
   outputs out;
+  fa_params a;
   int rc = -1;
-  if (outputs_alloc(be, p, &shape, &out, err, errlen) != 0) goto done;
-  fa_params a = attn_params(p, in->q, in->k, in->v, out.o, out.lse, out.ws);
-  if (attn_tmaps(be, k, p, &a, err, errlen) != 0) goto done;
+  if (outputs_alloc(be, k, p, &out, err, errlen) != 0 ||
+      fwd_params(k, p, in, &out, &a, err, errlen) != 0 ||
+      attn_tmaps(be, k, p, &a, err, errlen) != 0)
+    goto done;
   double t0 = now_ms();
-  if (backend_launch(be, prog, &shape, &a, opts, ctr, err, errlen) != 0) goto done;
+  if (launch_all(be, prog, k, shapes, &a, opts, ctr, err, errlen) != 0) goto done;
   if (launch_ms) *launch_ms = now_ms() - t0;
   rc = backend_download(be, o_host, out.o, ob, err, errlen) ||
        backend_download(be, lse_host, out.lse, lb, err, errlen) ? -1 : 0;

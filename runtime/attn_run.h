@@ -28,7 +28,14 @@ fa_params attn_params(const fa_problem *p, const void *q, const void *k, const v
 int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_params *a,
                char *err, size_t errlen);
 
-/* Run kernel k (compiled as prog) once. o_host receives batch*heads*seq_q*dim
+/* The shapes of kernel k's k->nlaunch launches on problem p, in order.
+** FA_EINVAL with a message for a launch of another entry than the first:
+** a compiled program resolves that one alone. */
+int attn_launch_shapes(const gen_kernel *k, const fa_problem *p, gen_launch *shapes,
+                       char *err, size_t errlen);
+
+/* Run kernel k (compiled as prog) once: every launch of it, in order, with
+** its workspaces allocated for the run. o_host receives batch*heads*seq_q*dim
 ** elements in the kernel's dtype, lse_host batch*heads*seq_q logsumexps
 ** (fa_lse_size bytes each).
 ** Counters are added to ctr (may be NULL); launch_ms (may be NULL) is the

@@ -88,14 +88,14 @@ int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shap
   return b->ops->launch(b, prog, shape, params, opts, ctr ? ctr : &scratch, err, errlen);
 }
 
-int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
-                 const fa_params *params, int budget_ms, fa_timing *t, char *err,
-                 size_t errlen) {
+int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shapes,
+                 int nshapes, const fa_params *params, int budget_ms, fa_timing *t,
+                 char *err, size_t errlen) {
   if (!b->ops->time) {
     snprintf(err, errlen, "the %s backend does not time kernels", b->ops->name);
     return FA_ENODEV;
   }
-  return b->ops->time(b, prog, shape, params, budget_ms, t, err, errlen);
+  return b->ops->time(b, prog, shapes, nshapes, params, budget_ms, t, err, errlen);
 }
 
 int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *shape,

@@ -154,12 +154,13 @@ int backend_launch(fa_backend *b, const fa_program *prog, const gen_launch *shap
                    const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
                    char *err, size_t errlen);
 
-/* Time a kernel: launches for about budget_ms, after the caller's warm-up
-** (attn_time); FA_ENODEV on a backend that cannot (the emulator's times are
-** no GPU's). */
-int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
-                 const fa_params *params, int budget_ms, fa_timing *t, char *err,
-                 size_t errlen);
+/* Time a kernel: its nshapes launches (an op's, in order) run again and
+** again for about budget_ms, after the caller's warm-up (attn_time), each
+** repetition timed whole; FA_ENODEV on a backend that cannot (the
+** emulator's times are no GPU's). */
+int backend_time(fa_backend *b, const fa_program *prog, const gen_launch *shapes,
+                 int nshapes, const fa_params *params, int budget_ms, fa_timing *t,
+                 char *err, size_t errlen);
 
 /* CTAs of this kernel that fit on one multiprocessor; -1 where unknown. */
 int backend_occupancy(fa_backend *b, const fa_program *prog, const gen_launch *shape,

@@ -31,7 +31,7 @@ struct backend_ops {
                 const fa_params *params, const fa_run_opts *opts, fa_counters *ctr,
                 char *err, size_t errlen);
   /* optional: NULL where the backend has no such thing */
-  int (*time)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
+  int (*time)(fa_backend *b, const fa_program *prog, const gen_launch *shapes, int nshapes,
               const fa_params *params, int budget_ms, fa_timing *t, char *err, size_t errlen);
   int (*occupancy)(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                    int *ctas_per_sm, char *err, size_t errlen);

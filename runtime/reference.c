@@ -7,8 +7,10 @@
 ** Speed does not matter here; being obviously right does.
 */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "fa_status.h"
 #include "reference.h"
 
 /* Nonzero when the problem can be computed. */
@@ -95,5 +97,28 @@ int ref_attention(const fa_problem *p,
     }
   }
   free(s);
+  return 0;
+}
+
+static int ref_fwd(const fa_problem *p, const void *io) {
+  const ref_fwd_io *t = io;
+  return ref_attention(p, t->q, t->ql, t->k, t->kl, t->v, t->vl, t->o, t->ol, t->lse);
+}
+
+/* One reference per op, indexed by fa_op; NULL where there is none yet. */
+static int (*const references[FA_NOPS])(const fa_problem *p, const void *io) = {
+  [FA_OP_FWD] = ref_fwd,
+};
+
+int ref_op(const fa_problem *p, const void *io, char *err, size_t errlen) {
+  if ((unsigned)p->op >= FA_NOPS || !references[p->op]) {
+    snprintf(err, errlen, "no float64 reference for op %s: not implemented yet",
+             fa_op_name(p->op));
+    return FA_EINVAL;
+  }
+  if (references[p->op](p, io) != 0) {
+    snprintf(err, errlen, "the reference cannot compute this problem");
+    return FA_EINVAL;
+  }
   return 0;
 }

@@ -9,6 +9,8 @@
 #ifndef REFERENCE_H
 #define REFERENCE_H
 
+#include <stddef.h>
+
 #include "fa_problem.h"
 
 /* q, k, v, o are float64 tensors in (batch, heads, seq, dim) with the given
@@ -19,5 +21,20 @@ int ref_attention(const fa_problem *p,
                   const double *k, fa_layout kl,
                   const double *v, fa_layout vl,
                   double *o, fa_layout ol, double *lse);
+
+/* The tensors of the forward pass's reference, as ref_attention takes them. */
+typedef struct ref_fwd_io {
+  const double *q, *k, *v;
+  fa_layout ql, kl, vl;
+  double *o;
+  fa_layout ol;
+  double *lse;
+} ref_fwd_io;
+
+/* The float64 reference of p's op on io, that op's own tensors (fwd: a
+** ref_fwd_io; an op to come declares its own beside it). 0; FA_EINVAL with
+** a message in err when the problem is invalid, memory runs out, or the op
+** has no reference yet (bwd, decode). */
+int ref_op(const fa_problem *p, const void *io, char *err, size_t errlen);
 
 #endif

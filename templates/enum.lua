@@ -17,7 +17,8 @@ end
 function enum.flag(word) return { [0] = "", [1] = word } end
 
 -- The preludes every family's source takes today, per backend, in order
--- (the backend puts fa_params.h, and emu_abi.h on the emulator, before).
+-- (the backend puts fa_params.h, and fa_counters.h and emu_abi.h on the
+-- emulator, before).
 enum.preludes = {
   cuda = { "prelude_cuda.cuh", "prelude_cuda_tc.cuh", "prelude_tile.h", "prelude_cuda_sm90.cuh" },
   emu = { "prelude_emu.h", "prelude_emu_tc.h", "prelude_emu_sm90.h", "prelude_tile.h" },

@@ -104,11 +104,16 @@ function gemm.render(text)
     inflight = cfg.a == "regs" and 0 or 1,
   }
   return {
-    source = render("gemm.cu", args), entry = args.entry, threads = args.threads,
-    -- 1024 bytes to align the stages to the 128B swizzle's repeat, then
-    -- the pipeline, then full[] and empty[] barriers.
-    smem_bytes = 1024 + pipe_bytes + 2 * STAGES * 8,
-    rows_per_cta = BM, ws_bytes_per_row = 0, registers_estimate = N // 2 + 40, io_align = 16,
+    -- Launched with fa_params, the forward pass's parameter block.
+    source = render("gemm.cu", args), op = "fwd",
+    launches = {
+      -- 1024 bytes to align the stages to the 128B swizzle's repeat, then
+      -- the pipeline, then full[] and empty[] barriers. The grid as above,
+      -- in fa_params' names: seq_k = N, seq_q = M.
+      { entry = args.entry, threads = args.threads, smem_bytes = 1024 + pipe_bytes + 2 * STAGES * 8,
+        grid = { { "seq_k", N }, { "seq_q", BM }, "batch" }, workspaces = {} },
+    },
+    registers_estimate = N // 2 + 40, io_align = 16,
     name = name, hash = name, config = "family=gemm," .. table.concat(parts, ","),
     family = "gemm", pairs = pairs_, template_version = gemm.version, arch = "sm_90a",
     preludes = require("enum").preludes,

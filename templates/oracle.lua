@@ -30,9 +30,14 @@ function oracle.render(problem)
                  T = l.T, acc = l.acc, elem = l.elem or l.acc,
                  ld = function(p) return string.format(l.ld, p) end }
   return {
-    source = render("oracle.cu", args), entry = args.entry, threads = oracle.threads,
+    source = render("oracle.cu", args), op = "fwd",
     preludes = require("enum").preludes,
-    smem_bytes = 0, rows_per_cta = 1, ws_bytes_per_row = 0, registers_estimate = 0,
+    -- One CTA per query row; its shared memory is the caller's to set.
+    launches = {
+      { entry = args.entry, threads = oracle.threads, smem_bytes = 0,
+        grid = { { "seq_q", 1 }, "heads", "batch" }, workspaces = {} },
+    },
+    registers_estimate = 0,
     io_align = ({ fp64 = 8, fp32 = 4, fp16 = 2, bf16 = 2 })[problem.dtype],
     name = name, hash = name, config = "family=oracle,dtype=" .. problem.dtype .. ",dim=" ..
     problem.dim .. ",causal=" .. causal, family = "oracle", template_version = oracle.version,

@@ -18,12 +18,18 @@
 -- The family interface ------------------------------------------------------
 -- A family is a module (a table) of these fields; check_family enforces the
 -- required ones when the families are registered, below. A problem is a
--- table {dtype = "fp16", dim = 64, causal = 0|1, and, where known, seq_q,
--- seq_k, batch, heads}; a target is {arch = "sm_90", smem = bytes per block,
--- max_threads = threads per block} (space.target).
+-- table {dtype = "fp16", dim = 64, causal = 0|1, op = "fwd" (the default
+-- when absent), and, where known, seq_q, seq_k, batch, heads}; a target is
+-- {arch = "sm_90", smem = bytes per block, max_threads = threads per block}
+-- (space.target).
 --
 --   name       string: the family's name, the first token of its variant
 --              names and the value of `family=` in canonical text.
+--   op         string: the operation its kernels compute, one of space.ops:
+--              "fwd" (the forward pass: O and the logsumexp), "bwd" (the
+--              backward pass), "decode" (split-KV decoding). Listing and
+--              rendering for a problem consider only the families of the
+--              problem's op.
 --   version    integer: the template version, bumped when the kernels a
 --              config renders change (recorded with every result).
 --   title      string: what it computes on, in a few words ("tensor
@@ -41,7 +47,8 @@
 --              of the target in rank order and takes the first dtype.
 --   preludes   table backend -> list of embedded file names, for "cuda"
 --              and "emu": what the host pastes before the kernel body, in
---              order (after fa_params.h, and emu_abi.h on the emulator).
+--              order (after fa_params.h, and fa_counters.h and emu_abi.h on the
+--              emulator).
 --   axes       list of axes, in canonical order. An axis is {key = "name",
 --              kind = "int", min = a, max = b} or {key = "name", kind =
 --              "enum", values = {"a", "b", ...}} (enum.int_axis,
@@ -72,16 +79,29 @@
 --   plan(config) -> table (optional): what the template needs beyond the
 --              config (tile counts, shared-memory layout, register
 --              estimate); the family's own, for its render and predict.
---   render(config) -> {source, entry, threads, smem_bytes, rows_per_cta,
---              ws_bytes_per_row, registers_estimate, io_align}: source is the kernel
---              body (the host adds the preludes) defining extern "C" entry
---              through FA_KERNEL; threads per CTA; smem_bytes of dynamic
---              shared memory per CTA; rows_per_cta query rows per CTA (0: one
---              CTA per (batch, head)); ws_bytes_per_row bytes of global
---              workspace per (batch, head, query row); registers_estimate
---              the template's own count of 32-bit registers per thread;
---              io_align the bytes Q, K, V and O must be aligned to (the
---              widest global access the kernel makes to them).
+--   render(config) -> {source, launches, registers_estimate, io_align}:
+--              source is the kernel body (the host adds the preludes)
+--              defining every launch's extern "C" entry through FA_KERNEL;
+--              registers_estimate the template's own count of 32-bit
+--              registers per thread; io_align the bytes Q, K, V and O must
+--              be aligned to (the widest global access the kernel makes to
+--              them). launches are the kernels one run of the op launches,
+--              in order (1 to space.MAX_LAUNCHES; the backward pass has
+--              three, decoding two): a variant is all of them. A launch is
+--                {entry = "name", threads = per CTA (1 to 1024),
+--                 smem_bytes = dynamic shared memory per CTA,
+--                 grid = {x, y, z}, workspaces = {...}}
+--              where each grid dimension is a function of the problem:
+--                n (a positive integer)  n
+--                "heads", "batch"        the problem's
+--                {"seq_q", n}            ceil(seq_q / n): n query rows per CTA
+--                {"seq_k", n}            ceil(seq_k / n)
+--              and each workspace is {name = "m_l", bytes_per_row = n}:
+--              n bytes of global memory per (batch, head, query row), which
+--              the host allocates before the first launch and frees after
+--              the last; launches naming the same workspace share it (with
+--              the same size). The forward pass's parameter block
+--              (fa_params.ws) carries at most one.
 --   fallbacks  table key -> list of values (optional): what a key left out
 --              of `k=v,...` text may take, in order of preference, when the
 --              defaults do not fit the keys given (space.render_config).
@@ -92,7 +112,7 @@
 local space = {}
 
 local required = {
-  name = "string", version = "number", title = "string", rank = "number",
+  name = "string", op = "string", version = "number", title = "string", rank = "number",
   preludes = "table", default_dtype = "function", axes = "table", axis = "table",
   naming = "table", defaults = "function", supports = "function", enumerate = "function",
   fits = "function", render = "function",
@@ -145,6 +165,20 @@ local function check_naming(fam, fail)
         fail("axis '" .. axis.key .. "': the token of '" .. tostring(k) .. "' is no string without '-'")
       end
     end
+  end
+end
+
+-- The operations a family may compute (the C side's fa_op, whose names
+-- gen_open checks against these).
+space.ops = { "fwd", "bwd", "decode" }
+local known_op = {}
+for _, op in ipairs(space.ops) do known_op[op] = true end
+
+-- Raise unless the family's op is a known one.
+local function check_op(id, fam)
+  if not known_op[fam.op] then
+    error(string.format("family '%s': op '%s' is none of %s", id, tostring(fam.op),
+                        table.concat(space.ops, ", ")), 0)
   end
 end
 
@@ -209,6 +243,7 @@ local function check_family(id, fam)
       end
     end
   end
+  check_op(id, fam)
   return fam
 end
 
@@ -535,12 +570,36 @@ function space.describe(fam, cfg)
            config = space.canonical(fam, cfg), pairs = pairs_ }
 end
 
--- Every config of every family for a problem and a target, pruned.
--- which: "default" (worth timing) or "full" (the whole cross product).
+local function family_offers(op)
+  for _, fam in pairs(families) do
+    if fam.op == op then return true end
+  end
+  return false
+end
+
+-- The ops some family computes, in space.ops order, as "fwd, decode".
+local function ops_offered()
+  local offered = {}
+  for _, op in ipairs(space.ops) do
+    if family_offers(op) then offered[#offered + 1] = op end
+  end
+  return table.concat(offered, ", ")
+end
+
+-- Every config of every family of the problem's op for a problem and a
+-- target, pruned. which: "default" (worth timing) or "full" (the whole
+-- cross product). Raises when no family computes the op.
 function space.list(problem, target, which)
+  local op = problem.op or "fwd"
+  if not known_op[op] then
+    error(string.format("unknown op '%s' (%s)", tostring(op), table.concat(space.ops, ", ")), 0)
+  end
+  if not family_offers(op) then
+    error(string.format("no family offers op %s yet (families offer: %s)", op, ops_offered()), 0)
+  end
   local out = {}
   for _, fam in ipairs(families_for(problem, target)) do
-    if fam.supports(problem) then
+    if fam.op == op and fam.supports(problem) then
       local n = #out
       for _, cfg in ipairs(fam.enumerate(problem, which)) do
         if fits(fam, cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
@@ -557,12 +616,69 @@ function space.list(problem, target, which)
   return out
 end
 
--- What a family's render returns, and their types.
+-- What a family's render returns besides its launches, and their types.
 local render_fields = {
-  source = "string", entry = "string", threads = "number", smem_bytes = "number",
-  rows_per_cta = "number", ws_bytes_per_row = "number", registers_estimate = "number",
-  io_align = "number",
+  source = "string", registers_estimate = "number", io_align = "number",
 }
+
+space.MAX_LAUNCHES = 4   -- the generator's GEN_MAX_LAUNCHES
+
+local function is_count(v) return math.type(v) == "integer" and v >= 1 end
+
+-- Raise unless g is a grid dimension: a positive integer, "heads", "batch",
+-- or {"seq_q", n} / {"seq_k", n} with a positive integer n.
+local function check_grid_dim(where, g)
+  if is_count(g) or g == "heads" or g == "batch" then return end
+  if type(g) == "table" and (g[1] == "seq_q" or g[1] == "seq_k") and is_count(g[2])
+     and g[3] == nil then
+    return
+  end
+  error(where .. " is " .. (type(g) == "table" and "a table" or "'" .. tostring(g) .. "'")
+        .. ", not a positive integer, \"heads\", \"batch\", {\"seq_q\", n} or {\"seq_k\", n}", 0)
+end
+
+-- Raise unless w is a workspace {name = "...", bytes_per_row = n}, of the
+-- same size as any workspace of its name seen before (sizes, by name).
+local function check_workspace(where, w, sizes)
+  if type(w) ~= "table" or type(w.name) ~= "string" or not w.name:match("^[%w_]+$")
+     or not is_count(w.bytes_per_row) then
+    error(where .. " is no {name = \"identifier\", bytes_per_row = positive integer}", 0)
+  end
+  if sizes[w.name] and sizes[w.name] ~= w.bytes_per_row then
+    error(string.format("%s: workspace '%s' has %d bytes per row here, %d in an earlier launch",
+                        where, w.name, w.bytes_per_row, sizes[w.name]), 0)
+  end
+  sizes[w.name] = w.bytes_per_row
+end
+
+-- Raise, naming who ("family 'simt': render") and the launch, unless
+-- launches is a list of 1 to MAX_LAUNCHES launches as the interface above
+-- describes them.
+function space.check_launches(who, launches)
+  if type(launches) ~= "table" or #launches < 1 or #launches > space.MAX_LAUNCHES then
+    error(string.format("%s gives no launches: a list of 1 to %d", who, space.MAX_LAUNCHES), 0)
+  end
+  local sizes = {}
+  for i, l in ipairs(launches) do
+    local at = string.format("%s: launch %d", who, i)
+    if type(l) ~= "table" then error(at .. " is no table", 0) end
+    if type(l.entry) ~= "string" or not l.entry:match("^[%a_][%w_]*$") then
+      error(at .. ": entry is no identifier", 0)
+    end
+    if not is_count(l.threads) or l.threads > 1024 then
+      error(at .. ": threads is no integer from 1 to 1024", 0)
+    end
+    if math.type(l.smem_bytes) ~= "integer" or l.smem_bytes < 0 then
+      error(at .. ": smem_bytes is no integer >= 0", 0)
+    end
+    if type(l.grid) ~= "table" or #l.grid ~= 3 then error(at .. ": grid is no {x, y, z}", 0) end
+    for d = 1, 3 do check_grid_dim(string.format("%s: grid[%d]", at, d), l.grid[d]) end
+    if type(l.workspaces) ~= "table" then error(at .. ": workspaces is no list", 0) end
+    for j, w in ipairs(l.workspaces) do
+      check_workspace(string.format("%s: workspace %d", at, j), w, sizes)
+    end
+  end
+end
 
 -- Render a config into source and launch description, with the config
 -- described as space.describe describes it (the host takes the pairs as
@@ -577,14 +693,27 @@ function space.render(fam, cfg, target)
             .. " '" .. field .. "'", 0)
     end
   end
+  space.check_launches("family '" .. fam.name .. "': render", r.launches)
   local d = space.describe(fam, cfg)
   r.name, r.hash, r.config, r.pairs = d.name, d.hash, d.config, d.pairs
   r.family, r.template_version, r.preludes = d.family, fam.version, fam.preludes
+  r.op = fam.op
   return r
+end
+
+-- Raise unless family fam computes the problem's op (fwd when the problem
+-- names none); without a problem, any op will do.
+local function check_family_op(fam, problem)
+  if not problem then return end
+  local op = problem.op or "fwd"
+  if fam.op ~= op then
+    error(string.format("family %s computes op %s, not %s", fam.name, fam.op, op), 0)
+  end
 end
 
 function space.render_config(text, problem, target)
   local fam, cfg, given = space.parse_config(text, problem, target)
+  check_family_op(fam, problem)
   local note = fit_defaults(fam, cfg, given, target)
   local r = space.render(fam, cfg, target)
   r.note = note

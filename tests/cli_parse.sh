@@ -37,6 +37,33 @@ run abf list --dim 32 --dtype BFloat16 --arch sm_80
 [ "$rc" -eq 0 ] && ! grep -qv '^tc-bf16-' "$tmp/abf.out"
 check "--dtype BFloat16 is bf16" $? "exit $rc: $(head -c 200 "$tmp/abf.err")"
 
+# --- the op: fwd is what fatune did before --op; no family offers the others --------
+run opfwd list --dim 32 --dtype fp32 --arch sm_80 --op fwd
+[ "$rc" -eq 0 ] && [ -s "$tmp/opfwd.out" ] && cmp -s "$tmp/plain.out" "$tmp/opfwd.out"
+check "list --op fwd lists what list does" $? "exit $rc: $(head -c 200 "$tmp/opfwd.err")"
+for op in bwd decode; do
+  run "op$op" list --dim 32 --dtype fp32 --arch sm_80 --op "$op"
+  [ "$rc" -ne 0 ] && [ ! -s "$tmp/op$op.out" ] && [ "$(wc -l <"$tmp/op$op.err")" -eq 1 ] &&
+    grep -q "no family offers op $op yet (families offer: fwd)" "$tmp/op$op.err"
+  check "list --op $op: one line, no family offers it, naming fwd" $? \
+    "exit $rc: $(head -c 200 "$tmp/op$op.err")"
+done
+run opbad list --dim 32 --op backward
+[ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/opbad.err")" -eq 1 ] &&
+  grep -q "unknown op 'backward' (fwd, bwd or decode" "$tmp/opbad.err"
+check "list --op backward: one line naming the ops, exit 2" $? \
+  "exit $rc: $(head -c 200 "$tmp/opbad.err")"
+run opgen gen --op bwd --config block_m=64 --dtype fp32
+[ "$rc" -eq 2 ] && grep -q "does not apply" "$tmp/opgen.err"
+check "gen takes no --op" $? "exit $rc: $(head -c 200 "$tmp/opgen.err")"
+run opvariant compile --arch sm_80 --variant "$(head -n 1 "$tmp/plain.out" | cut -d ' ' -f 1)" --op bwd
+[ "$rc" -eq 2 ] && grep -q "computes op fwd, not bwd" "$tmp/opvariant.err"
+check "compile --variant (a fwd one) --op bwd is refused" $? \
+  "exit $rc: $(head -c 200 "$tmp/opvariant.err")"
+run opcompile compile --dim 32 --dtype fp32 --arch sm_80 --op bwd
+[ "$rc" -ne 0 ] && grep -q "no family offers op bwd yet" "$tmp/opcompile.err"
+check "compile --op bwd: no family offers it" $? "exit $rc: $(head -c 200 "$tmp/opcompile.err")"
+
 # --- typos: one line, exit 2, the nearest name ------------------------------------
 bad() {
   local want=$1

@@ -164,7 +164,7 @@ static long long add_variant(db *d, const char *name) {
   ** refuses (test_merge records points as a tune does: add_point). */
   snprintf(config, sizeof config, "{\"family\": \"simt\", \"dtype\": \"fp32\", \"dim\": 64, "
            "\"block_m\": 64, \"norm\": \"eager\"}");
-  db_variant v = {"simt", "simt-1+abc", name, hash, config, source};
+  db_variant v = {"simt", "simt-1+abc", name, hash, config, source, "fwd"};
   long long id = -1;
   char err[256];
   int rc = db_variant_id(d, &v, &id, err, sizeof err);
@@ -201,7 +201,7 @@ static long long add_point(db *d, size_t k) {
   point_name(k);
   CHECK(gen_config_json(&points[k].cfg, config, sizeof config) == 0, "config json");
   db_variant v = {points[k].cfg.family, "simt-1+abc", points[k].name, points[k].hash, config,
-                  "0123456789abcdef"};
+                  "0123456789abcdef", "fwd"};
   long long id = -1;
   CHECK(db_variant_id(d, &v, &id, err, sizeof err) == 0, "db_variant_id: %s", err);
   return id;
@@ -422,8 +422,8 @@ static void test_migrate_from_four(void) {
   CHECK(raw_int(path, "PRAGMA user_version") == 4, "at version 4");
   db *d = open_ok(path);
   if (!d) return;
-  CHECK(raw_int(path, "PRAGMA user_version") == DB_SCHEMA_VERSION && DB_SCHEMA_VERSION == 5,
-        "migrated to 5");
+  CHECK(raw_int(path, "PRAGMA user_version") == DB_SCHEMA_VERSION, "migrated to %d",
+        DB_SCHEMA_VERSION);
   CHECK(raw_int(path, "SELECT count(*) FROM trials WHERE arch = 'sm_90' AND median_us = 80.0") ==
           1 && raw_int(path, "SELECT count(*) FROM sass WHERE loop_hmma = 16") == 1 &&
           raw_int(path, "SELECT count(*) FROM baselines") == 0,
@@ -584,11 +584,11 @@ static int export_json(db *d, FILE *f, size_t *rows) {
   return db_export(d, "json", f, rows, err_io, sizeof err_io);
 }
 static int show_all(db *d, FILE *f, size_t *rows) {
-  db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1};
+  db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL};
   return db_show(d, &all, 0, f, rows, err_io, sizeof err_io);
 }
 static int show_emu_json(db *d, FILE *f, size_t *rows) {
-  db_filter emu = {"emu", "fp32", 64, 0, 0, 0, 0, -1};
+  db_filter emu = {"emu", "fp32", 64, 0, 0, 0, 0, -1, "fwd"};
   return db_show(d, &emu, 1, f, rows, err_io, sizeof err_io);
 }
 
@@ -667,7 +667,7 @@ static void test_export_formulas(void) {
           strstr(csv, ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",") &&
           strstr(csv, ",'-2+3,") && strstr(csv, ",'\tcmd,"),
           "formulas exported as they are: %s", csv);
-    CHECK(strstr(csv, ",-1\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
+    CHECK(strstr(csv, ",-1,fwd\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
           "numbers as numbers: %s", csv);
     printf("export formulas: %s", strchr(csv, '\n') + 1);
   }
@@ -783,7 +783,8 @@ _Noreturn static void writer(const char *path, int fd, int first, int count, lon
     _exit(3);
   }
   db_device dev = {"NVIDIA H200", "GPU-1", "cuda", 9, 0, 132, 232448, 50331648};
-  db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "{\"block_m\": 64}", "feed"};
+  db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "{\"block_m\": 64}", "feed",
+                    "fwd"};
   long long dev_id, var_id;
   if (db_device_id(d, &dev, &dev_id, err, sizeof err) != 0 ||
       db_variant_id(d, &var, &var_id, err, sizeof err) != 0) {
@@ -840,7 +841,8 @@ static void test_sigkill(void) {
   db *d = open_ok(path);
   if (!d) return;
   db_device dev = {"NVIDIA H200", "GPU-1", "cuda", 9, 0, 132, 232448, 50331648};
-  db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "{\"block_m\": 64}", "feed"};
+  db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "{\"block_m\": 64}", "feed",
+                    "fwd"};
   long long dev_id, var_id;
   CHECK(db_device_id(d, &dev, &dev_id, err, sizeof err) == 0 &&
         db_variant_id(d, &var, &var_id, err, sizeof err) == 0, "resume ids: %s", err);
@@ -1050,6 +1052,76 @@ static void test_default_path(void) {
   }
 }
 
+/* A file of schema 5, made by the steps up to 5, with variants and trials:
+** migrated to 6, every row kept and every variant a forward one; the best
+** variant is then chosen per op, and show filters by it. */
+static size_t show_rows(db *d, const char *op) {
+  db_filter f = {NULL, NULL, 0, 0, 0, 0, 0, -1, op};
+  FILE *out = fopen("/dev/null", "w");
+  size_t rows = 0;
+  char err[512] = "";
+  CHECK(out && db_show(d, &f, 0, out, &rows, err, sizeof err) == 0, "show --op %s: %s",
+        op ? op : "(any)", err);
+  if (out) fclose(out);
+  return rows;
+}
+
+static void test_migrate_from_five(void) {
+  char path[PATH_LEN], err[512] = "", sql[96];
+  at(path, "five.db");
+  sqlite3 *h;
+  snprintf(sql, sizeof sql, "PRAGMA application_id = %d", DB_APPLICATION_ID);
+  CHECK(sqlite3_open(path, &h) == SQLITE_OK && sqlite3_exec(h, sql, NULL, NULL, NULL) == 0 &&
+        dbi_migrate_to(h, 0, 5, err, sizeof err) == 0, "a schema-5 file: %s", err);
+  CHECK(sqlite3_exec(h,
+        "INSERT INTO devices VALUES (1, 'NVIDIA H100', 'GPU-1', 'cuda', 9, 0, 132, 232448, 52428800);"
+        "INSERT INTO variants VALUES (1, 'tc', 'tc/1+x', 'v1', 'aaaaaaaaaaaa', '{}', 'h');"
+        "INSERT INTO variants VALUES (2, 'tc', 'tc/1+x', 'v2', 'bbbbbbbbbbbb', '{}', 'i');"
+        "INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q,"
+        " seq_k, batch, heads, causal, status, median_us, tflops, fatune_version, created) VALUES"
+        " (1, 1, 'sm_90', 'bf16', 64, 1024, 1024, 1024, 1024, 4, 16, 0, 'ok', 80.0, 12.5, '0.1.0',"
+        " '2026-01-01T00:00:00.000Z'),"
+        " (2, 1, 'sm_90', 'bf16', 64, 1024, 1024, 1024, 1024, 4, 16, 0, 'ok', 90.0, 11.0, '0.1.0',"
+        " '2026-01-01T00:00:01.000Z'),"
+        " (2, 1, 'sm_90', 'bf16', 64, 2048, 2048, 2048, 2048, 4, 16, 0, 'invalid', NULL, NULL,"
+        " '0.1.0', '2026-01-01T00:00:02.000Z');",
+        NULL, NULL, NULL) == SQLITE_OK, "rows of schema 5: %s", sqlite3_errmsg(h));
+  sqlite3_close(h);
+  CHECK(raw_int(path, "PRAGMA user_version") == 5, "at version 5");
+  db *d = open_ok(path);
+  if (!d) return;
+  CHECK(raw_int(path, "PRAGMA user_version") == 6 && DB_SCHEMA_VERSION == 6, "migrated to 6");
+  CHECK(raw_int(path, "SELECT count(*) FROM variants") == 2 &&
+          raw_int(path, "SELECT count(*) FROM variants WHERE op = 'fwd'") == 2 &&
+          raw_int(path, "SELECT count(*) FROM trials") == 3 &&
+          raw_int(path, "SELECT count(*) FROM trials WHERE median_us = 80.0 AND variant_id = 1 "
+                        "AND created = '2026-01-01T00:00:00.000Z'") == 1,
+        "every variant and trial kept, each variant op fwd");
+  db_problem p = {.dtype = "bf16", .dim = 64, .seq_q = 1024, .seq_k = 1024};
+  db_best_row r;
+  int found = 0, exact = 0;
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found && exact &&
+          !strcmp(r.variant, "v1"), "best of op fwd (the default): %s %s", r.variant, err);
+  /* A faster variant of another op is not the forward pass's best. */
+  db_variant bwd = {"tc", "tc/1+x", "v3", "cccccccccccc", "{}", "j", "bwd"};
+  long long v3 = -1;
+  CHECK(db_variant_id(d, &bwd, &v3, err, sizeof err) == 0, "a bwd variant: %s", err);
+  db_trial t = make_trial(v3, 1, 1024, 10.0, NULL);
+  t.problem.dtype = "bf16", t.problem.heads = 16;
+  CHECK(db_trial_put(d, &t, err, sizeof err) == 0, "a bwd trial: %s", err);
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found &&
+          !strcmp(r.variant, "v1"), "fwd's best stays v1: %s %s", r.variant, err);
+  p.op = "bwd";
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found &&
+          !strcmp(r.variant, "v3"), "bwd's best is v3: %s %s", r.variant, err);
+  p.op = "decode";
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && !found,
+        "no decode variant: found %d", found);
+  CHECK(show_rows(d, "fwd") == 3 && show_rows(d, "bwd") == 1 && show_rows(d, "decode") == 0 &&
+          show_rows(d, NULL) == 4, "show filters by op");
+  db_close(d);
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -1063,6 +1135,7 @@ int main(void) {
   test_migrate_from_zero();
   test_migrate_from_two();
   test_migrate_from_four();
+  test_migrate_from_five();
   test_best();
   test_show_export();
   test_export_formulas();

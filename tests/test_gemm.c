@@ -75,7 +75,7 @@ typedef struct problem {
 /* A problem with a tail in every dimension: two tiles and a bit of M and N,
 ** more k-tiles than stages, and K not a multiple of the k-tile. */
 static problem problem_for(const gen_kernel *k) {
-  const int bn = atoi(gen_config_get(&k->cfg, "n")), bm = k->rows_per_cta;
+  const int bn = atoi(gen_config_get(&k->cfg, "n")), bm = k->launch[0].grid[1].n;  /* grid y: {"seq_q", rows per CTA} */
   problem p = {.m = bm + 24, .n = bn + 8, .k = 4 * 64 + 40, .batch = 2};
   return p;
 }
@@ -131,7 +131,7 @@ static int run_setup(fa_backend *be, const gen_kernel *k, gemm_run *r) {
   r->b_mn = !strcmp(gen_config_get(&k->cfg, "b"), "mn");
   r->fp16 = !strcmp(gen_config_get(&k->cfg, "dtype"), "fp16");
   const problem *p = &r->pr;
-  const int bn = atoi(gen_config_get(&k->cfg, "n")), bm = k->rows_per_cta;
+  const int bn = atoi(gen_config_get(&k->cfg, "n")), bm = k->launch[0].grid[1].n;  /* grid y: {"seq_q", rows per CTA} */
   const size_t na = (size_t)p->batch * p->m * p->k, nb = (size_t)p->batch * p->n * p->k,
                nc = (size_t)p->batch * p->m * p->n;
   r->a = malloc(na * 2), r->b = malloc(nb * 2), r->ref = malloc(nc * sizeof *r->ref);

@@ -187,19 +187,23 @@ static void test_configs(gen_state *g, const gen_target *t) {
     CHECK(strcmp(k.name, "simt-f32-d4-m3n3w1-eager-qouter-splitq-pad-qsmem") == 0, "%s", k.name);
     gen_launch l;
     p.seq_q = 10;
-    gen_launch_shape(&k, &p, &l);
+    CHECK(k.op == FA_OP_FWD && k.nlaunch == 1 && k.nws == 0 && !strcmp(k.launch[0].entry, k.entry),
+          "op %d, %d launches, %d workspaces", (int)k.op, k.nlaunch, k.nws);
+    gen_launch_shape(&k, 0, &p, &l);
     CHECK(l.grid[0] == 4 && l.grid[1] == 3 && l.grid[2] == 2, "grid %u %u %u", l.grid[0],
           l.grid[1], l.grid[2]);
-    CHECK(l.block[0] == 32 && l.ws_bytes == 0, "block %u ws %zu", l.block[0], l.ws_bytes);
+    CHECK(l.block[0] == 32 && l.smem_bytes == (unsigned)k.smem_bytes, "block %u smem %u",
+          l.block[0], l.smem_bytes);
     gen_kernel_free(&k);
   }
   rc = gen_render_config(g, "par=kv_outer,dtype=fp64", &p, t, &k);
   CHECK(rc == 0, "%s", gen_errmsg(g));
   if (rc == 0) {
     gen_launch l;
-    gen_launch_shape(&k, &p, &l);
-    CHECK(l.grid[0] == 1 && l.ws_bytes == (size_t)2 * 3 * 10 * 2 * 8, "kv_outer grid %u ws %zu",
-          l.grid[0], l.ws_bytes);
+    gen_launch_shape(&k, 0, &p, &l);
+    const size_t ws = k.nws == 1 ? gen_workspace_bytes(&k, 0, &p) : 0;
+    CHECK(l.grid[0] == 1 && k.nws == 1 && ws == (size_t)2 * 3 * 10 * 2 * 8,
+          "kv_outer grid %u, %d workspaces, %zu bytes", l.grid[0], k.nws, ws);
     gen_kernel_free(&k);
   }
   static const struct { const char *config, *what; } bad[] = {
@@ -377,7 +381,7 @@ static void test_wg_gqa(gen_state *g) {
       fa_elem_put(kv2, FA_BF16, i < nk ? nk + i : 3 * nk + i - nk, e);
     }
     gen_launch shape;
-    gen_launch_shape(&k, &p, &shape);
+    gen_launch_shape(&k, 0, &p, &shape);
     const fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF};
     unsigned char *const kv2b = kv2, *const kv1b = kv1;
     fa_params a[2] = {attn_params(&p, q, kv2b, kv2b + 4 * nk, o[0], lse[0], NULL),
@@ -439,6 +443,89 @@ static void test_contract(gen_state *g) {
   }
 }
 
+/* The family contract (space.lua): a family without a known op, and a
+** render whose launches are malformed, are refused naming the family, the
+** launch and the field; a problem's op picks the families. */
+static void test_contract_ops(gen_state *g, const gen_target *t) {
+  static const char prelude[] =
+    "$ local space = require('space')\n"
+    "$ local simt = space.families.simt\n"
+    "$ local function with(over) local f = {} for k, v in pairs(simt) do f[k] = v end "
+    "for k, v in pairs(over) do f[k] = v end return f end\n"
+    "$ local function launch(grid, ws) return { entry = 'k', threads = 32, smem_bytes = 0, "
+    "grid = grid, workspaces = ws or {} } end\n"
+    "$ local function check(...) return space.check_launches('family \\'x\\': render', ...) end\n"
+    "$ local function verdict(ok, msg) return ok and 'ok' or msg end\n";
+  static const struct { const char *lua, *want; } cases[] = {
+    {"$ local r = verdict(pcall(space.check_family, 'simt', with({op = 'sideways'})))\n",
+     "family 'simt': op 'sideways' is none of fwd, bwd, decode"},
+    {"$ local f = with({}) f.op = nil\n$ local r = verdict(pcall(space.check_family, 'simt', f))\n",
+     "family 'simt': no field 'op'"},
+    {"$ local r = verdict(pcall(space.check_family, 'simt', with({op = 3})))\n",
+     "family 'simt': 'op' is no string"},
+    {"$ local bad = with({render = function(c) local x = simt.render(c) "
+     "x.launches[1].grid[1] = 'rows' return x end})\n"
+     "$ local cfg = simt.defaults({dtype = 'fp32', dim = 64, causal = 0})\n"
+     "$ local r = verdict(pcall(space.render, bad, cfg, space.target('sm_90')))\n",
+     "family 'simt': render: launch 1: grid[1] is 'rows', not a positive integer, \"heads\", "
+     "\"batch\", {\"seq_q\", n} or {\"seq_k\", n}"},
+    {"$ local r = verdict(pcall(check, { launch({ { 'seq_q', 0 }, 'heads', 'batch' }) }))\n",
+     "family 'x': render: launch 1: grid[1] is a table, not a positive integer"},
+    {"$ local r = verdict(pcall(check, { launch({ 1, 'heads', 'batch' }), "
+     "launch({ 1, 'heads', 0 }) }))\n",
+     "family 'x': render: launch 2: grid[3] is '0', not a positive integer"},
+    {"$ local r = verdict(pcall(check, { launch({ 1, 'heads' }) }))\n",
+     "family 'x': render: launch 1: grid is no {x, y, z}"},
+    {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'm_l', bytes_per_row = 16 } }), "
+     "launch({ 1, 1, 1 }, { { name = 'm_l', bytes_per_row = 8 } }) }))\n",
+     "family 'x': render: launch 2: workspace 1: workspace 'm_l' has 8 bytes per row here, 16 "
+     "in an earlier launch"},
+    {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'm_l' } }) }))\n",
+     "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
+     "positive integer}"},
+    {"$ local r = verdict(pcall(check, {}))\n",
+     "family 'x': render gives no launches: a list of 1 to 4"},
+    {"$ local l = launch({ 1, 1, 1 }) l.threads = 2048\n$ local r = verdict(pcall(check, { l }))\n",
+     "family 'x': render: launch 1: threads is no integer from 1 to 1024"},
+    {"$ local ws = { { name = 'dq_accum', bytes_per_row = 256 } }\n"
+     "$ local r = verdict(pcall(check, { launch({ { 'seq_q', 128 }, 'heads', 'batch' }, ws), "
+     "launch({ { 'seq_k', 64 }, 'heads', 'batch' }, ws), launch({ 1, 1, 1 }, ws) }))\n",
+     "ok"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char text[2048], *out = NULL;
+    snprintf(text, sizeof text, "%s%s${r}\n", prelude, cases[i].lua);
+    const int rc = gen_render_text(g, "contract.cu", text, &out);
+    CHECK(rc == 0 && out && !strncmp(out, cases[i].want, strlen(cases[i].want)),
+          "contract case %zu: '%s', want '%s'", i, rc ? gen_errmsg(g) : out, cases[i].want);
+    free(out);
+  }
+  /* A problem's op: only its families list and render. */
+  fa_problem p = problem(64, FA_FP32, 0);
+  p.op = FA_OP_BWD;
+  gen_variant *v = NULL;
+  size_t n = 0;
+  CHECK(gen_list(g, &p, t, "default", &v, &n) == FA_EINVAL &&
+          strstr(gen_errmsg(g), "no family offers op bwd yet (families offer: fwd)"),
+        "list for op bwd: %s", gen_errmsg(g));
+  gen_variants_free(v, n);
+  gen_kernel k;
+  CHECK(gen_render_config(g, "block_m=32", &p, t, &k) == FA_EINVAL &&
+          strstr(gen_errmsg(g), "family simt computes op fwd, not bwd"),
+        "render for op bwd: %s", gen_errmsg(g));
+  p.op = FA_OP_FWD;
+  if (gen_render_config(g, "block_m=32", &p, t, &k) == 0) {
+    char why[256] = "";
+    p.op = FA_OP_DECODE;
+    CHECK(k.op == FA_OP_FWD && !gen_kernel_fits(&k, &p, why, sizeof why) &&
+            strstr(why, "computes op fwd, but the problem is op decode"),
+          "a fwd kernel for a decode problem: %s", why);
+    gen_kernel_free(&k);
+  } else {
+    CHECK(0, "render block_m=32: %s", gen_errmsg(g));
+  }
+}
+
 int main(void) {
   gen_state *g = open_gen();
   gen_target t;
@@ -452,6 +539,7 @@ int main(void) {
   test_space(g, &t);
   test_determinism(g, &t);
   test_configs(g, &t);
+  test_contract_ops(g, &t);
   test_long_config(g, &t);
   test_wg(g);
   test_wg_gqa(g);

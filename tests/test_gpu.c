@@ -70,7 +70,10 @@ static int fault_job(size_t i, void *ud, void *out) {
   memset(&k, 0, sizeof k);
   fa_problem p = {.batch = 1, .heads = 1, .seq_q = 64, .seq_k = 64, .dim = 32, .dtype = FA_FP32};
   if (i == 0) {
-    k.entry = "g_wild", k.threads = 32, k.rows_per_cta = 64;
+    k.entry = "g_wild", k.threads = 32, k.nlaunch = 1;
+    k.launch[0] = (gen_launch_spec){.entry = "g_wild", .threads = 32,
+                                    .grid = {{GEN_GRID_SEQ_Q, 64}, {GEN_GRID_HEADS, 0},
+                                             {GEN_GRID_BATCH, 0}}};
     if (!(k.source = wild_source())) {
       snprintf(a->err, sizeof a->err, "out of memory");
       return 1;

@@ -88,7 +88,7 @@ static long long add_variant(db *d, size_t i, const char *name, const char *hash
   long long id = -1;
   CHECK(gen_config_json(&vars[i].cfg, config, sizeof config) == 0, "config json");
   db_variant v = {vars[i].cfg.family, "simt-test", name ? name : vars[i].name,
-                  hash ? hash : vars[i].hash, config, "0123456789abcdef"};
+                  hash ? hash : vars[i].hash, config, "0123456789abcdef", "fwd"};
   CHECK(db_variant_id(d, &v, &id, err, sizeof err) == 0, "db_variant_id: %s", err);
   return id;
 }
@@ -462,6 +462,28 @@ static void test_accept(void) {
         raw_int(into, "SELECT count(*) FROM trials") == 0, "nothing merged after the failure");
 }
 
+/* ---- the op travels with its variant ---- */
+
+/* A source's variants arrive with their op; one whose op is not its
+** family's (vars[1]'s set to bwd by hand) is refused as not its config's. */
+static void test_op(void) {
+  char src[PATH_LEN], into[PATH_LEN], err[512] = "";
+  at(src, "op.db");
+  at(into, "op-into.db");
+  make_source(src, 1);
+  CHECK(raw_exec(src, "UPDATE variants SET op = 'bwd' WHERE id = 2") == 0, "set an op by hand");
+  unlink(into);
+  db_merge_counts c;
+  CHECK(merge_with(into, src, NULL, &c, err, sizeof err) == 0, "merge: %s", err);
+  CHECK(c.variants_added == 1 && c.variants_refused == 1 && c.name_mismatch == 1 &&
+          strstr(c.variant_refused, "op"),
+        "added %zu, refused %zu, mismatched %zu: %s", c.variants_added, c.variants_refused,
+        c.name_mismatch, c.variant_refused);
+  CHECK(raw_int(into, "SELECT count(*) FROM variants WHERE op = 'fwd'") == 1 &&
+          raw_int(into, "SELECT count(*) FROM variants WHERE op <> 'fwd'") == 0,
+        "the forward variant arrives as fwd, the other not at all");
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -486,6 +508,7 @@ int main(void) {
   test_name_hash();
   test_created();
   test_accept();
+  test_op();
   gen_variants_free(vars, nvars);
   gen_close(g);
   char cmd[PATH_LEN + 16];

@@ -30,7 +30,7 @@ enum {
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
   F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20,
-  F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24
+  F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24, F_OP = 1 << 25
 };
 
 typedef struct cmd_info {
@@ -61,7 +61,7 @@ static const cmd_info commands[] = {
    "fatune --dim 64 --seq 4096",
    "tune every variant for a problem (no command)"},
   {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
-                   F_JOBS,
+                   F_JOBS | F_OP,
    "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy --out O.npy\n"
    "                  [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]",
    "Runs one variant on tensors from .npy files (float16, bfloat16, float32 or float64,\n"
@@ -71,8 +71,8 @@ static const cmd_info commands[] = {
    "np.load('o.npy').view(ml_dtypes.bfloat16).",
    "fatune run --config block_m=64 --q q.npy --k k.npy --v v.npy --out o.npy",
    "run one variant on .npy tensors"},
-  {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE,
-   "--dim D [--dtype T] [--causal] [--arch A] [--space default|full] [--json]",
+  {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE | F_OP,
+   "--dim D [--dtype T] [--causal] [--op OP] [--arch A] [--space default|full] [--json]",
    "Lists the variants of the space: name, config and hash.",
    "fatune list --dim 128 --dtype fp16 --arch sm_80",
    "list the variants of the space"},
@@ -83,8 +83,8 @@ static const cmd_info commands[] = {
    "fatune gen --config block_m=64,block_n=32 --dtype fp32",
    "print a variant's CUDA source"},
   {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE | F_PICK |
-                           F_SASS | F_GPU | F_SAVE,
-   "--dim D [--dtype T] [--causal] [--arch A] [--space S] [--variant NAME | --config TEXT]\n"
+                           F_SASS | F_GPU | F_SAVE | F_OP,
+   "--dim D [--dtype T] [--causal] [--op OP] [--arch A] [--space S] [--variant NAME | --config TEXT]\n"
    "                      [--sass [--gpu G]] [--save-cubin DIR] [--jobs N] [--json]",
    "Compiles every variant (or the one --variant or --config names) with NVRTC and\n"
    "prints registers, spills, shared memory and compile times. --sass disassembles\n"
@@ -98,13 +98,14 @@ static const cmd_info commands[] = {
    "compile --sass does; with the tile in --config, the throughput estimate too.",
    "fatune sass flash_fwd.cubin --config block_m=128,block_n=128,dim=64,warps=4",
    "the main loop of a cubin's machine code"},
-  {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON,
-   "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--device NAME] [--db PATH] [--json]",
+  {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,
+   "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--op OP] [--device NAME] [--db PATH]\n"
+   "                   [--json]",
    "Prints the best recorded variant for a problem, or the nearest tuned seq.",
    "fatune best --dim 64 --seq 4096 --dtype bf16",
    "the best recorded variant for a problem"},
-  {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON,
-   "[--dim D] [--dtype T] [--causal] [--seq N] [--device NAME] [--db PATH] [--json]",
+  {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,
+   "[--dim D] [--dtype T] [--causal] [--op OP] [--seq N] [--device NAME] [--db PATH] [--json]",
    "Lists the recorded trials that match the flags given.",
    "fatune show --dim 64 --seq 4096",
    "the recorded trials"},
@@ -165,6 +166,8 @@ static const flag_info flags[] = {
                             "the target's, as the banner says); the main job: a list"},
   {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
                                 "job's --causal both: each key without and with it"},
+  {"op", F_OP, 1, "OP", "the operation: fwd (the forward pass, the default), bwd (the\n"
+                        "backward pass) or decode (split-KV decoding)"},
   {"seq", F_SEQ, 1, "N", "query sequence length (default 4096); the main job: a list of\n"
                         "lengths and ranges A:B:xF (A, A*F, ... up to B) or A:B:+S"},
   {"seq-k", F_SEQ, 1, "M", "key/value sequence length (default: --seq)"},
@@ -515,6 +518,12 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
                   nearest(val, order, 4, sizeof order[0], "", hint, sizeof hint));
   }
   else if (!strcmp(flag, "--dtype")) return parse_dtypes(o, val, err, n);
+  else if (!strcmp(flag, "--op")) {
+    static const char *const ops[] = {"fwd", "bwd", "decode"};
+    if (fa_op_parse(val, &p->op) != 0)
+      return fail(err, n, "unknown op '%s' (fwd, bwd or decode%s)", val,
+                  nearest(val, ops, 3, sizeof ops[0], "", hint, sizeof hint));
+  }
   else if (!strcmp(flag, "--space")) {
     static const char *const spaces[] = {"default", "full"};
     if (strcmp(val, "default") && strcmp(val, "full"))

@@ -177,6 +177,13 @@ static int render_set(gen_state *g, const cli_opts *o, const gen_target *t, comp
       fprintf(stderr, "fatune: rendering %s: %s\n", s->variants[i].name, gen_errmsg(g));
       return 1;
     }
+    /* A variant's name gives its op: it must be the one asked for. */
+    if (s->kernels[i].op != o->problem.op) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "variant %s computes op %s, not %s", s->kernels[i].name,
+               fa_op_name(s->kernels[i].op), fa_op_name(o->problem.op));
+      return cli_say(EXIT_BAD_INPUT, msg);
+    }
     s->jobs[i].source = s->kernels[i].source;
     s->jobs[i].entry = s->kernels[i].entry;
   }

@@ -117,7 +117,7 @@ static int cmd_best(const cli_opts *o) {
     return bad_input("options --batch and --heads do not apply to 'fatune best'");
   const fa_problem *fp = &o->problem;
   db_problem p = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
-                  .seq_k = fp->seq_k, .causal = fp->causal};
+                  .seq_k = fp->seq_k, .causal = fp->causal, .op = fa_op_name(fp->op)};
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   db_best_row r;
@@ -143,9 +143,13 @@ static int cmd_best(const cli_opts *o) {
       return close_db(d, cli_say(1, err));
   }
   if (!found) {
-    fprintf(stderr, "fatune: nothing recorded for %s dim %d%s%s%s in %s\n",
-            any ? "any dtype" : p.dtype, p.dim, p.causal ? " causal" : "",
-            o->device ? " on device " : "", o->device ? o->device : "", db_path(d));
+    /* "bwd bf16" names the op when it is not the forward pass. */
+    char what[48];
+    snprintf(what, sizeof what, "%s%s%s", fp->op == FA_OP_FWD ? "" : p.op,
+             fp->op == FA_OP_FWD ? "" : " ", any ? "any dtype" : p.dtype);
+    fprintf(stderr, "fatune: nothing recorded for %s dim %d%s%s%s in %s\n", what, p.dim,
+            p.causal ? " causal" : "", o->device ? " on device " : "",
+            o->device ? o->device : "", db_path(d));
     return close_db(d, 1);
   }
   if (kinds > 1)
@@ -173,7 +177,8 @@ static int cmd_show(const cli_opts *o) {
     .seq_k = cli_given(o, "--seq-k") ? p->seq_k : 0,
     .batch = cli_given(o, "--batch") ? p->batch : 0,
     .heads = cli_given(o, "--heads") ? p->heads : 0,
-    .causal = p->causal ? 1 : -1};
+    .causal = p->causal ? 1 : -1,
+    .op = fa_op_name(p->op)};
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   char err[512];

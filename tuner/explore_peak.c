@@ -97,9 +97,10 @@ static int tiled_peak(explore *x, ex_peak *pk) {
     return -1;
   }
   gen_launch shape;
-  gen_launch_shape(&k, &p, &shape);
+  gen_launch_shape(&k, 0, &p, &shape);
   const double es = fa_dtype_size(p.dtype), ls = fa_lse_size(p.dtype);
-  pk->tiled_ws = (double)shape.ws_bytes;
+  pk->tiled_ws = 0;
+  for (int i = 0; i < k.nws; i++) pk->tiled_ws += (double)gen_workspace_bytes(&k, i, &p);
   pk->tiled_bytes = 4.0 * EX_PEAK_N * EX_PEAK_D * es + EX_PEAK_N * ls + pk->tiled_ws;
   pk->tiled_smem = (int)shape.smem_bytes;
   snprintf(pk->variant, sizeof pk->variant, "%s", k.name);

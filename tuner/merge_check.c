@@ -38,10 +38,12 @@ static int fits_arch(merge_check *c, const db_merge_row *row, const char *arch, 
     snprintf(why, n, "its config is not in the space (%s)", msg);
     return DB_MERGE_REFUSE;
   }
-  /* The generator's own name and hash of the config: a pure function of it. */
+  /* The generator's own name, hash and op of the config: a pure function of it. */
   const int ok = !strcmp(row->family, k.cfg.family) && !strcmp(row->name, k.name) &&
-                 !strcmp(row->hash, k.hash);
-  if (!ok) snprintf(why, n, "its family, name or hash is not its config's (%s, %s)", k.name, k.hash);
+                 !strcmp(row->hash, k.hash) && row->op && !strcmp(row->op, fa_op_name(k.op));
+  if (!ok)
+    snprintf(why, n, "its family, name, hash or op is not its config's (%s, %s, %s)", k.name,
+             k.hash, fa_op_name(k.op));
   gen_kernel_free(&k);
   return ok ? DB_MERGE_TAKE : DB_MERGE_MISMATCH;
 }

@@ -199,7 +199,7 @@ int trial_register(trial_env *e, char *err, size_t errlen) {
     }
     db_variant v = {.family = t->k.cfg.family, .template_version = t->k.template_version,
                     .name = t->k.name, .hash = t->k.hash, .config = config,
-                    .source_hash = t->k.source_hash};
+                    .source_hash = t->k.source_hash, .op = fa_op_name(t->k.op)};
     if (db_variant_id(e->db, &v, &t->variant_id, err, errlen) != 0) return -1;
   }
   return 0;

@@ -112,7 +112,7 @@ static int run_oracle(val_case *c, fa_backend *be, const fa_program *oracle,
   attn_inputs in = {0};
   void *o = NULL, *lse = NULL, *ho = malloc(n * acc), *hl = malloc(rows * acc);
   gen_launch shape;
-  gen_launch_shape(ok, p, &shape);
+  gen_launch_shape(ok, 0, p, &shape);
   shape.smem_bytes = (unsigned)(((size_t)p->seq_k + (size_t)ok->threads) * acc);
   int rc = -1;
   if (!ho || !hl) {
@@ -192,8 +192,8 @@ int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, cha
     snprintf(err, errlen, "out of memory for the validation inputs");
   } else {
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
-    rc = ref_attention(p, qd, lq, kd, lk, vd, lk, c->o_ref, lq, c->lse_ref);
-    if (rc != 0) snprintf(err, errlen, "the reference cannot compute this problem");
+    const ref_fwd_io io = {qd, kd, vd, lq, lk, lk, c->o_ref, lq, c->lse_ref};
+    rc = ref_op(p, &io, err, errlen);
   }
   free(qd), free(kd), free(vd);
   if (rc != 0) val_case_free(c);
@@ -214,15 +214,13 @@ void val_where(const fa_problem *p, size_t i, int dim, char *buf, size_t n) {
   else snprintf(buf, n, "[%u,%u,%u]", (unsigned)b, (unsigned)h, (unsigned)r);
 }
 
-void val_judge(const val_case *c, const void *o, const void *lse, val_result *r) {
-  r->status = VAL_OK;
-  r->rel_err = r->max_abs_err = r->lse_err = r->sample_err = 0;
-  r->msg[0] = 0;
+/* O against its reference: every element finite (else the judgment ends
+** here), the norm-relative error over the whole tensor and, for oracle
+** cases, over the rows computed on the CPU. */
+static int judge_o(const val_case *c, const void *o, double tol, val_result *r) {
   const fa_problem *p = &c->p;
   const fa_dtype t = p->dtype;
-  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
-  const size_t n = rows * (size_t)p->dim;
-  const double tol = val_tolerance(t);
+  const size_t n = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q * (size_t)p->dim;
   char at[64];
   double e2 = 0, r2 = 0;
   for (size_t i = 0; i < n; i++) {
@@ -232,15 +230,41 @@ void val_judge(const val_case *c, const void *o, const void *lse, val_result *r)
       snprintf(r->msg, sizeof r->msg, "o%s is %s (never written, or overflow)", at,
                isnan(x) ? "NaN" : "Inf");
       r->rel_err = r->max_abs_err = INFINITY;
-      r->status = VAL_INVALID;
-      return;
+      return 1;
     }
     e2 += d * d, r2 += c->o_ref[i] * c->o_ref[i];
     if (fabs(d) > r->max_abs_err) r->max_abs_err = fabs(d);
   }
   r->rel_err = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
+  if (c->nsample) {
+    const size_t D = (size_t)p->dim;
+    double s2 = 0, q2 = 0;
+    for (size_t i = 0; i < c->nsample; i++)
+      for (size_t d = 0; d < D; d++) {
+        const double ref = c->sample_o[i * D + d];
+        const double x = fa_elem_get(o, t, c->sample_rows[i] * D + d) - ref;
+        s2 += x * x, q2 += ref * ref;
+      }
+    r->sample_err = q2 > 0 ? sqrt(s2 / q2) : sqrt(s2);
+  }
+  if (r->rel_err > tol) {
+    snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g exceeds %.0e (max abs %.3g)",
+             r->rel_err, tol, r->max_abs_err);
+  } else if (r->sample_err > tol) {
+    snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g on the rows computed in float64 "
+             "on the CPU exceeds %.0e", r->sample_err, tol);
+  }
+  return 0;
+}
+
+/* The logsumexp against its reference, each row relative to max(1, |ref|);
+** a row with no visible key must be -inf exactly. */
+static int judge_lse(const val_case *c, const void *lse, double tol, val_result *r) {
+  const fa_problem *p = &c->p;
+  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
+  char at[64];
   for (size_t i = 0; i < rows; i++) {
-    const double x = get_lse(lse, t, i), ref = c->lse_ref[i];
+    const double x = get_lse(lse, p->dtype, i), ref = c->lse_ref[i];
     double e;
     if (isinf(ref) && ref < 0) e = x == ref ? 0 : INFINITY;
     else e = isfinite(x) ? fabs(x - ref) / fmax(1.0, fabs(ref)) : INFINITY;
@@ -250,28 +274,47 @@ void val_judge(const val_case *c, const void *o, const void *lse, val_result *r)
       snprintf(r->msg, sizeof r->msg, "lse%s is %.17g, the reference %.17g", at, x, ref);
     }
   }
-  if (c->nsample) {
-    const size_t D = (size_t)p->dim;
-    double e2 = 0, r2 = 0;
-    for (size_t i = 0; i < c->nsample; i++)
-      for (size_t d = 0; d < D; d++) {
-        const double ref = c->sample_o[i * D + d];
-        const double x = fa_elem_get(o, t, c->sample_rows[i] * D + d) - ref;
-        e2 += x * x, r2 += ref * ref;
-      }
-    r->sample_err = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
+  return 0;
+}
+
+/* An output an op declares: its name, its tolerance for a dtype, and its
+** judge, which sets its errors in r and, when the output fails, r->msg
+** unless an earlier output's message is there; 1 when the output is not
+** finite, which ends the judgment. */
+typedef struct val_output {
+  const char *name;
+  double (*tolerance)(fa_dtype t);
+  int (*judge)(const val_case *c, const void *out, double tol, val_result *r);
+} val_output;
+
+/* The outputs of each op, in the order val_judge takes them. */
+static const val_output fwd_outputs[] = {
+  {"o", val_tolerance, judge_o},
+  {"lse", val_tolerance, judge_lse},
+};
+static const struct { const val_output *out; int n; } op_outputs[FA_NOPS] = {
+  [FA_OP_FWD] = {fwd_outputs, sizeof fwd_outputs / sizeof fwd_outputs[0]},
+};
+
+static int val_noutputs(fa_op op) {
+  return (unsigned)op < FA_NOPS ? op_outputs[op].n : 0;
+}
+
+void val_judge(const val_case *c, const void *const *outputs, val_result *r) {
+  r->status = VAL_OK;
+  r->rel_err = r->max_abs_err = r->lse_err = r->sample_err = 0;
+  r->msg[0] = 0;
+  const int n = val_noutputs(c->p.op);
+  if (n == 0) {
+    snprintf(r->msg, sizeof r->msg, "op %s declares no outputs to check", fa_op_name(c->p.op));
+    r->status = VAL_INVALID;
+    return;
   }
-  if (r->rel_err > tol) {
-    snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g exceeds %.0e (max abs %.3g)",
-             r->rel_err, tol, r->max_abs_err);
-    r->status = VAL_INVALID;
-  } else if (r->sample_err > tol) {
-    snprintf(r->msg, sizeof r->msg, "norm-relative error %.3g on the rows computed in float64 "
-             "on the CPU exceeds %.0e", r->sample_err, tol);
-    r->status = VAL_INVALID;
-  } else if (r->msg[0]) {
-    r->status = VAL_INVALID;
+  for (int i = 0; i < n; i++) {
+    const val_output *d = &op_outputs[c->p.op].out[i];
+    if (d->judge(c, outputs[i], d->tolerance(c->p.dtype), r)) break;
   }
+  if (r->msg[0]) r->status = VAL_INVALID;
 }
 
 /* The first differing element of two runs, for the race report. */
@@ -314,7 +357,8 @@ int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
       goto done;
     }
   }
-  val_judge(c, out[0][0], out[0][1], r);
+  const void *const got[2] = {out[0][0], out[0][1]};  /* fwd: o, lse */
+  val_judge(c, got, r);
   if (o->keep_o) memcpy(o->keep_o, out[0][0], n * es);
   if (o->keep_lse) memcpy(o->keep_lse, out[0][1], rows * ls);
   if (runs == 2) {

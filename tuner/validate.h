@@ -12,8 +12,9 @@
 #include "attn_run.h"
 
 /* The norm-relative error a dtype must meet: ||o - ref||_2 / ||ref||_2,
-** and the same bound on each logsumexp relative to max(1, |ref|). The one
-** place tolerances are written (README: Validation). */
+** and the same bound on each logsumexp relative to max(1, |ref|): the
+** tolerance of both outputs of the forward pass. The one place tolerances
+** are written (README: Validation). */
 double val_tolerance(fa_dtype t);
 
 /* Inputs and their reference output for one problem. */
@@ -62,11 +63,13 @@ typedef struct val_result {
   char msg[400];            /* why it is not ok */
 } val_result;
 
-/* The verdict on one output: o (the kernel's dtype) and lse (fa_lse_size
-** bytes each), laid out as the case's problem, against its reference and,
-** for oracle cases, its rows in float64. Sets r's status, errors and msg;
+/* The verdict on one run: each output the case's op declares (validate.c;
+** fwd: o in the kernel's dtype, then lse of fa_lse_size bytes each), in
+** outputs[] in that order, laid out as the case's problem, against its
+** reference with its own tolerance and, for oracle cases, o's rows in
+** float64. Sets r's status, errors and msg (the first failing output's);
 ** leaves counters and run_ms alone. */
-void val_judge(const val_case *c, const void *o, const void *lse, val_result *r);
+void val_judge(const val_case *c, const void *const *outputs, val_result *r);
 
 /* Element i of a (batch, heads, seq_q, dim) tensor of p as "[b,h,r,d]", or of
 ** the logsumexp's (batch, heads, seq_q) when dim is 1. */

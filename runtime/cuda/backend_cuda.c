@@ -318,16 +318,32 @@ static double at(const float *sorted, int n, double q) {
   return sorted[(int)(q * (n - 1) + 0.5)];
 }
 
-/* Launches until the budget is spent: each one after a write of twice the
-** L2 so that no input is still cached, timed alone between two events. The
-** caller warms up (attn_time, checking each warm-up launch's output). */
-static int cuda_time(fa_backend *b, const fa_program *prog, const gen_launch *shape,
-                     const fa_params *params, int budget_ms, fa_timing *t, char *err,
-                     size_t errlen) {
+/* The largest dynamic shared memory of n launches. */
+static unsigned max_smem(const gen_launch *shapes, int n) {
+  unsigned m = 0;
+  for (int i = 0; i < n; i++) m = shapes[i].smem_bytes > m ? shapes[i].smem_bytes : m;
+  return m;
+}
+
+/* The n launches, in order, on the default stream. */
+static int launch_all_async(cuda_backend *c, const fa_program *prog, const gen_launch *shapes,
+                            int n, const fa_params *params, char *err, size_t errlen) {
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < n; i++) rc = launch_async(c, prog, &shapes[i], params, err, errlen);
+  return rc;
+}
+
+/* Runs the launches until the budget is spent: each time after a write of
+** twice the L2 so that no input is still cached, all of them timed together
+** between two events. The caller warms up (attn_time, checking each warm-up
+** run's output). */
+static int cuda_time(fa_backend *b, const fa_program *prog, const gen_launch *shapes,
+                     int nshapes, const fa_params *params, int budget_ms, fa_timing *t,
+                     char *err, size_t errlen) {
   cuda_backend *c = self(b);
   fa_program *p = (fa_program *)prog;
   memset(t, 0, sizeof *t);
-  int rc = load(c, p, shape->smem_bytes, err, errlen);
+  int rc = load(c, p, max_smem(shapes, nshapes), err, errlen);
   if (rc != 0) return rc;
   const cudrv_api *a = c->api;
   if (!c->flush) {
@@ -353,7 +369,7 @@ static int cuda_time(fa_backend *b, const fa_program *prog, const gen_launch *sh
     if ((rc = ck(c, a->memset8_async(c->flush, (unsigned char)n, c->flush_bytes, NULL),
                  "cuMemsetD8Async (L2 flush)", err, errlen)) ||
         (rc = ck(c, a->event_record(e0, NULL), "cuEventRecord", err, errlen)) ||
-        (rc = launch_async(c, p, shape, params, err, errlen)) ||
+        (rc = launch_all_async(c, p, shapes, nshapes, params, err, errlen)) ||
         (rc = ck(c, a->event_record(e1, NULL), "cuEventRecord", err, errlen)) ||
         (rc = ck(c, a->event_sync(e1), "cuEventSynchronize (after the kernel)", err,
                  errlen)) ||

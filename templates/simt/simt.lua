@@ -219,6 +219,8 @@ end
 
 -- Rendering -----------------------------------------------------------------
 
+simt.op = "fwd"
+
 function simt.render(c)
   local P = simt.plan(c)
   local args = { cfg = c, P = P, entry = simt.name_of(c):gsub("-", "_"),
@@ -226,12 +228,13 @@ function simt.render(c)
                  acc = c.dtype == "fp64" and "double" or "float" }
   return {
     source = render("simt.cu", args),
-    entry = args.entry,
-    threads = P.NT,
-    smem_bytes = P.smem_bytes,
-    -- q_outer: one CTA per block_m rows; kv_outer: one CTA per (batch, head).
-    rows_per_cta = c.par == "q_outer" and c.block_m or 0,
-    ws_bytes_per_row = c.par == "kv_outer" and 2 * P.esize or 0,
+    launches = {
+      -- q_outer: one CTA per block_m rows; kv_outer: one CTA per (batch, head),
+      -- its running m and l in a workspace.
+      { entry = args.entry, threads = P.NT, smem_bytes = P.smem_bytes,
+        grid = { c.par == "q_outer" and { "seq_q", c.block_m } or 1, "heads", "batch" },
+        workspaces = c.par == "kv_outer" and { { name = "m_l", bytes_per_row = 2 * P.esize } } or {} },
+    },
     registers_estimate = P.reg_words,
     io_align = P.esize,  -- one element at a time
   }

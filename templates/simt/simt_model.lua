@@ -159,7 +159,7 @@ end
 -- Element counts become bytes for the memory counters.
 local bytes = { gmem_read = true, gmem_written = true, smem_read = true, smem_written = true }
 
--- The counters for `problem` (seq_q, seq_k, batch, heads), in emu_abi.h's
+-- The counters for `problem` (seq_q, seq_k, batch, heads), in fa_counters.h's
 -- order, plus the FlashAttention paper's figures for comparison:
 -- standard attention's HBM traffic (its Algorithm 0: S and P written and
 -- read back, Theta(N d + N^2)), and the tiled bound Theta(N^2 d^2 / M) with

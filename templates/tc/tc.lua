@@ -344,16 +344,18 @@ end
 
 -- Rendering -------------------------------------------------------------------------
 
+tc.op = "fwd"
+
 function tc.render(c)
   local P = tc.plan(c)
   local args = { cfg = c, P = P, entry = tc.name_of(c):gsub("-", "_") }
   return {
     source = render("tc.cu", args),
-    entry = args.entry,
-    threads = P.threads,
-    smem_bytes = P.smem_bytes,
-    rows_per_cta = c.block_m,
-    ws_bytes_per_row = 0,
+    launches = {
+      { entry = args.entry, threads = P.threads, smem_bytes = P.smem_bytes,
+        grid = { { "seq_q", c.block_m }, "heads", "batch" },
+        workspaces = {} },
+    },
     registers_estimate = P.register_words,
     -- 16-byte pieces (cp.async, 16-byte stores) when dim is a multiple of 8.
     io_align = P.async_copy and 16 or 2,

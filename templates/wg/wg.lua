@@ -211,17 +211,19 @@ end
 
 -- Rendering -------------------------------------------------------------------------
 
+wg.op = "fwd"
+
 function wg.render(c)
   local P = wg.plan(c)
   local args = { cfg = c, P = P, entry = wg.name_of(c):gsub("-", "_") }
   local cb, sw = P.col_block, P.swizzle
   return {
     source = render("wg.cu", args),
-    entry = args.entry,
-    threads = P.threads,
-    smem_bytes = P.smem_bytes,
-    rows_per_cta = c.block_m,
-    ws_bytes_per_row = 0,
+    launches = {
+      { entry = args.entry, threads = P.threads, smem_bytes = P.smem_bytes,
+        grid = { { "seq_q", c.block_m }, "heads", "batch" },
+        workspaces = {} },
+    },
     registers_estimate = P.register_words,
     io_align = 16,
     arch = "sm_90a",
