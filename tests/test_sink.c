@@ -2,7 +2,7 @@
 ** test_sink.c
 ** fa_sink: rows of hostile text (quotes, newlines, control bytes, formula
 ** prefixes, bytes that are not UTF-8) as a table, CSV and JSON; reals
-** that are not finite as null; the table's alignment; a stream's error.
+** that are not finite as null in JSON and CSV; the table's alignment; a stream's error.
 */
 #include <math.h>
 #include <stdio.h>
@@ -47,9 +47,9 @@ static void test_hostile(void) {
   expect(FA_SINK_TABLE, rows, 3,
          "name      n         x\n"
          "a\"b,c    -1      1.50\n"
-         "=cmd|x    7         -\n"
-         "l1?l2?[31m?    -         -\n",
-         "table: controls and non-UTF-8 as '?', padded, nulls as '-'");
+         "=cmd|x    7       nan\n"
+         "l1?l2?[31m?    -       inf\n",
+         "table: controls and non-UTF-8 as '?', padded, a null as '-', NaN as printf has it");
   expect(FA_SINK_CSV, rows, 3,
          "name,n,x\n"
          "\"a\"\"b,c\",-1,1.50\n"

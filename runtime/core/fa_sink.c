@@ -8,11 +8,13 @@
 #include "fa_escape.h"
 #include "fa_sink.h"
 
-/* A null in the medium: nothing in CSV, "-" in a table. */
-static int is_null(const fa_cell *c) {
-  return c->kind == FA_CELL_NULL || (c->kind == FA_CELL_REAL && !isfinite(c->r)) ||
-         ((c->kind == FA_CELL_TEXT || c->kind == FA_CELL_RAW) && !c->text);
-}
+/* A null: nothing in CSV, "-" in a table, null in JSON. */
+static int is_text(const fa_cell *c) { return c->kind == FA_CELL_TEXT || c->kind == FA_CELL_RAW; }
+
+static int is_null(const fa_cell *c) { return c->kind == FA_CELL_NULL || (is_text(c) && !c->text); }
+
+/* JSON has no NaN or Inf, and a spreadsheet takes "nan" for text. */
+static int not_finite(const fa_cell *c) { return c->kind == FA_CELL_REAL && !isfinite(c->r); }
 
 /* A number as text, through the cell's format. */
 static void number_text(char *buf, size_t n, const fa_cell *c) {
@@ -29,7 +31,7 @@ static void table_cell(const fa_sink *s, int i, const fa_cell *c) {
   char buf[512];
   const fa_column *col = &s->col[i];
   if (is_null(c)) snprintf(buf, sizeof buf, "-");
-  else if (c->kind == FA_CELL_TEXT || c->kind == FA_CELL_RAW) fa_esc_term_buf(buf, sizeof buf, c->text);
+  else if (is_text(c)) fa_esc_term_buf(buf, sizeof buf, c->text);
   else number_text(buf, sizeof buf, c);
   fputs(col->sep ? col->sep : i ? " " : "", s->f);
   if (c->style) fputs(c->style, s->f);
@@ -53,8 +55,8 @@ static void csv_row(const fa_sink *s, const fa_cell *cell, int n) {
     if (c->kind == FA_CELL_MEMBERS) continue;
     if (!first) fputc(',', s->f);
     first = 0;
-    if (is_null(c)) continue;
-    if (c->kind == FA_CELL_TEXT || c->kind == FA_CELL_RAW) fa_esc_csv(s->f, c->text);
+    if (is_null(c) || not_finite(c)) continue;
+    if (is_text(c)) fa_esc_csv(s->f, c->text);
     else {
       number_text(buf, sizeof buf, c);
       fputs(buf, s->f);
@@ -67,7 +69,7 @@ static void csv_row(const fa_sink *s, const fa_cell *cell, int n) {
 
 static void json_value(FILE *f, const fa_cell *c) {
   char buf[64];
-  if (is_null(c)) fputs("null", f);
+  if (is_null(c) || not_finite(c)) fputs("null", f);
   else if (c->kind == FA_CELL_TEXT) fa_esc_json(f, c->text);
   else if (c->kind == FA_CELL_RAW) fputs(c->text, f);
   else {

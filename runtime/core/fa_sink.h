@@ -18,7 +18,8 @@ typedef enum fa_cell_kind {
   FA_CELL_TEXT,     /* text, escaped for the medium; NULL text is a null */
   FA_CELL_INT,      /* i, through fmt when given ("%+lld"), else "%lld" */
   FA_CELL_UINT,     /* u, "%llu" */
-  FA_CELL_REAL,     /* r through fmt ("%.2e"); not finite: a null */
+  FA_CELL_REAL,     /* r through fmt ("%.2e"); not finite: null in JSON and CSV, and
+                    ** in a table what fmt makes of it (nan, inf) */
   FA_CELL_RAW,      /* text that is JSON already, written as it is; in a table or CSV, text */
   FA_CELL_MEMBERS   /* JSON only: members spliced into the row's object by members() */
 } fa_cell_kind;
@@ -74,7 +75,9 @@ int fa_sink_end(fa_sink *s);
 void fa_sink_object(FILE *f, const fa_column *col, const fa_cell *cell, int n);
 
 static inline fa_cell fa_cell_null(void) { return (fa_cell){.kind = FA_CELL_NULL}; }
-static inline fa_cell fa_cell_text(const char *s) { return (fa_cell){.kind = FA_CELL_TEXT, .text = s}; }
+static inline fa_cell fa_cell_text(const char *s) {
+  return (fa_cell){.kind = FA_CELL_TEXT, .text = s};
+}
 static inline fa_cell fa_cell_int(long long i) { return (fa_cell){.kind = FA_CELL_INT, .i = i}; }
 static inline fa_cell fa_cell_uint(unsigned long long u) {
   return (fa_cell){.kind = FA_CELL_UINT, .u = u};
@@ -82,7 +85,9 @@ static inline fa_cell fa_cell_uint(unsigned long long u) {
 static inline fa_cell fa_cell_real(double r, const char *fmt) {
   return (fa_cell){.kind = FA_CELL_REAL, .r = r, .fmt = fmt};
 }
-static inline fa_cell fa_cell_raw(const char *json) { return (fa_cell){.kind = FA_CELL_RAW, .text = json}; }
+static inline fa_cell fa_cell_raw(const char *json) {
+  return (fa_cell){.kind = FA_CELL_RAW, .text = json};
+}
 static inline fa_cell fa_cell_bool(int b) { return fa_cell_raw(b ? "true" : "false"); }
 static inline fa_cell fa_cell_members(fa_sink_members_fn fn, const void *arg) {
   return (fa_cell){.kind = FA_CELL_MEMBERS, .members = fn, .arg = arg};
