@@ -8,9 +8,12 @@
 #include "fa_escape.h"
 #include "fa_sink.h"
 
-/* A null: nothing in CSV, "-" in a table, null in JSON. */
+/* Room for any cell as text: "%.1f" of the largest double takes 310 bytes. */
+#define CELL_MAX 512
+
 static int is_text(const fa_cell *c) { return c->kind == FA_CELL_TEXT || c->kind == FA_CELL_RAW; }
 
+/* A null: nothing in CSV, "-" in a table, null in JSON. */
 static int is_null(const fa_cell *c) { return c->kind == FA_CELL_NULL || (is_text(c) && !c->text); }
 
 /* JSON has no NaN or Inf, and a spreadsheet takes "nan" for text. */
@@ -28,7 +31,7 @@ static void number_text(char *buf, size_t n, const fa_cell *c) {
 static void table_cell(const fa_sink *s, int i, const fa_cell *c) {
   /* Escaped text is as long as a terminal line gets: the cell's first
   ** 511 bytes (fa_esc_term_buf keeps whole characters). */
-  char buf[512];
+  char buf[CELL_MAX];
   const fa_column *col = &s->col[i];
   if (is_null(c)) snprintf(buf, sizeof buf, "-");
   else if (is_text(c)) fa_esc_term_buf(buf, sizeof buf, c->text);
@@ -48,7 +51,7 @@ static void table_row(const fa_sink *s, const fa_cell *cell, int n) {
 /* ---- CSV ---- */
 
 static void csv_row(const fa_sink *s, const fa_cell *cell, int n) {
-  char buf[64];
+  char buf[CELL_MAX];
   int first = 1;
   for (int i = 0; i < n; i++) {
     const fa_cell *c = &cell[i];
@@ -68,7 +71,7 @@ static void csv_row(const fa_sink *s, const fa_cell *cell, int n) {
 /* ---- JSON ---- */
 
 static void json_value(FILE *f, const fa_cell *c) {
-  char buf[64];
+  char buf[CELL_MAX];
   if (is_null(c) || not_finite(c)) fputs("null", f);
   else if (c->kind == FA_CELL_TEXT) fa_esc_json(f, c->text);
   else if (c->kind == FA_CELL_RAW) fputs(c->text, f);
