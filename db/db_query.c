@@ -213,7 +213,7 @@ typedef enum style { S_TABLE, S_CSV, S_JSON } style;
 ** every column as CSV, or the one column of JSON SQLite built. */
 static int print_trials(db *d, sqlite3_stmt *st, style s, FILE *out, size_t *rows, char *err,
                         size_t errlen) {
-  static const fa_column json_col = {NULL, 0, NULL};
+  static const fa_column sql_json_col = {NULL, 0, NULL};
   int rc, ncol = 0;
   fa_column *col = s == S_CSV ? csv_columns(st, &ncol) : NULL;
   fa_cell *cells = col ? calloc((size_t)ncol, sizeof *cells) : NULL;
@@ -226,7 +226,7 @@ static int print_trials(db *d, sqlite3_stmt *st, style s, FILE *out, size_t *row
   if (s == S_TABLE)
     fa_sink_begin(&k, out, FA_SINK_TABLE, table_cols, sizeof table_cols / sizeof table_cols[0]);
   else if (s == S_CSV) fa_sink_begin(&k, out, FA_SINK_CSV, col, ncol);
-  else fa_sink_begin(&k, out, FA_SINK_JSON, &json_col, 1);
+  else fa_sink_begin(&k, out, FA_SINK_JSON, &sql_json_col, 1);
   while ((rc = dbi_step(st)) == SQLITE_ROW) {
     if (s == S_TABLE) table_row(&k, st);
     else if (s == S_CSV) csv_row(&k, st, cells);

@@ -70,7 +70,7 @@ static void csv_row(const fa_sink *s, const fa_cell *cell, int n) {
 
 /* ---- JSON ---- */
 
-static void json_value(FILE *f, const fa_cell *c) {
+static void value_json(FILE *f, const fa_cell *c) {
   char buf[CELL_MAX];
   if (is_null(c) || not_finite(c)) fputs("null", f);
   else if (c->kind == FA_CELL_TEXT) fa_esc_json(f, c->text);
@@ -83,7 +83,7 @@ static void json_value(FILE *f, const fa_cell *c) {
 
 void fa_sink_object(FILE *f, const fa_column *col, const fa_cell *cell, int n) {
   if (n == 1 && !col[0].name && cell[0].kind != FA_CELL_MEMBERS) {
-    json_value(f, &cell[0]);
+    value_json(f, &cell[0]);
     return;
   }
   fputc('{', f);
@@ -95,7 +95,7 @@ void fa_sink_object(FILE *f, const fa_column *col, const fa_cell *cell, int n) {
     if (i) fputs(", ", f);
     fa_esc_json(f, col[i].name);
     fputs(": ", f);
-    json_value(f, &cell[i]);
+    value_json(f, &cell[i]);
   }
   fputc('}', f);
 }
