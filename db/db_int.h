@@ -128,7 +128,7 @@ double dbi_col_real(sqlite3_stmt *st, int i);
 /* Copies a text column into buf; -1 when it does not fit. */
 int dbi_col_copy(sqlite3_stmt *st, int i, char *buf, size_t n);
 
-/* mkdir -p of the directories above path, mode 0700 (db.c); the key's too. */
+/* mkdir -p of the directories above path, mode 0700 (db_sql.c); the key's too. */
 int dbi_make_parents(const char *path, char *err, size_t errlen);
 /* A per-user file of fatune's: $override, else $xdg/fatune/leaf (an
 ** absolute $xdg only), else $HOME/home_dir/fatune/leaf; hint ends the

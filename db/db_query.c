@@ -6,10 +6,12 @@
 ** json_object, which escapes the text and writes NULL as null.
 */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "db_int.h"
 #include "fa_escape.h"
+#include "fa_sink.h"
 
 /* A device given by its name, its uuid, or part of its name. */
 #define DEVICE_MATCH(p) \
@@ -156,26 +158,18 @@ static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlit
   return 0;
 }
 
-static void print_real(FILE *out, sqlite3_stmt *st, int col, const char *fmt, int width) {
-  if (sqlite3_column_type(st, col) == SQLITE_NULL) fprintf(out, " %*s", width, "-");
-  else fprintf(out, fmt, width, sqlite3_column_double(st, col));
+static const fa_column table_cols[] = {
+  {"variant", -58, NULL}, {"device", -20, NULL}, {"arch", -7, NULL},
+  {"problem (what ran, and for what when less)", -48, NULL}, {"status", -13, NULL},
+  {"rel_err", 9, NULL}, {"max_abs", 9, NULL}, {"median_us", 10, NULL}, {"tflops", 7, NULL},
+  {"created", 0, "  "}};
+
+static fa_cell real_cell(sqlite3_stmt *st, int col, const char *fmt) {
+  if (sqlite3_column_type(st, col) == SQLITE_NULL) return fa_cell_null();
+  return fa_cell_real(sqlite3_column_double(st, col), fmt);
 }
 
-static void table_header(FILE *out) {
-  fprintf(out, "%-58s %-20s %-7s %-48s %-13s %9s %9s %10s %7s  %s\n", "variant", "device",
-          "arch", "problem (what ran, and for what when less)", "status", "rel_err", "max_abs",
-          "median_us", "tflops", "created");
-}
-
-/* Text from the file as a terminal may show it (fa_esc_term), padded to
-** width after the separator sep. */
-static void term_cell(FILE *out, const char *sep, const char *s, int width) {
-  char buf[512];
-  fa_esc_term_buf(buf, sizeof buf, s);
-  fprintf(out, "%s%-*s", sep, width, buf);
-}
-
-static void table_row(FILE *out, sqlite3_stmt *st) {
+static void table_row(fa_sink *s, sqlite3_stmt *st) {
   char dtype[16], problem[160], asked[48] = "";
   fa_esc_term_buf(dtype, sizeof dtype, dbi_col_text(st, C_DTYPE));
   const int q = sqlite3_column_int(st, C_SEQ_Q), k = sqlite3_column_int(st, C_SEQ_K);
@@ -186,53 +180,66 @@ static void table_row(FILE *out, sqlite3_stmt *st) {
            sqlite3_column_int(st, C_HEADS), sqlite3_column_int(st, C_CAUSAL) ? " causal" : "",
            asked);
   const char *arch = dbi_col_text(st, C_ARCH);
-  term_cell(out, "", dbi_col_text(st, C_VARIANT), 58);
-  term_cell(out, " ", dbi_col_text(st, C_DEVICE), 20);
-  term_cell(out, " ", arch && arch[0] ? arch : "-", 7);
-  fprintf(out, " %-48s", problem);
-  term_cell(out, " ", dbi_col_text(st, C_STATUS), 13);
-  print_real(out, st, C_REL, " %*.2e", 9);
-  print_real(out, st, C_MAX_ABS, " %*.2e", 9);
-  print_real(out, st, C_MEDIAN, " %*.2f", 10);
-  print_real(out, st, C_TFLOPS, " %*.2f", 7);
-  term_cell(out, "  ", dbi_col_text(st, C_CREATED), 0);
-  fputc('\n', out);
+  const fa_cell c[] = {
+    fa_cell_text(dbi_col_text(st, C_VARIANT)), fa_cell_text(dbi_col_text(st, C_DEVICE)),
+    fa_cell_text(arch && arch[0] ? arch : "-"), fa_cell_text(problem),
+    fa_cell_text(dbi_col_text(st, C_STATUS)), real_cell(st, C_REL, "%.2e"),
+    real_cell(st, C_MAX_ABS, "%.2e"), real_cell(st, C_MEDIAN, "%.2f"),
+    real_cell(st, C_TFLOPS, "%.2f"), fa_cell_text(dbi_col_text(st, C_CREATED))};
+  fa_sink_row(s, c, (int)(sizeof c / sizeof c[0]));
 }
 
-static void csv_row(FILE *out, sqlite3_stmt *st, int header) {
-  int n = sqlite3_column_count(st);
-  for (int i = 0; i < n; i++) {
-    if (i) fputc(',', out);
-    if (header) fa_esc_csv(out, sqlite3_column_name(st, i));
-    else if (sqlite3_column_type(st, i) == SQLITE_INTEGER)
-      fprintf(out, "%lld", (long long)sqlite3_column_int64(st, i));
-    else if (sqlite3_column_type(st, i) == SQLITE_FLOAT)
-      fprintf(out, "%.15g", sqlite3_column_double(st, i));
-    else fa_esc_csv(out, dbi_col_text(st, i));
+/* Every column as SQLite typed it: integers and reals as numbers (NULL
+** is an empty field), the rest as text. */
+static void csv_row(fa_sink *s, sqlite3_stmt *st, fa_cell *c) {
+  for (int i = 0; i < s->ncol; i++) {
+    const int type = sqlite3_column_type(st, i);
+    c[i] = type == SQLITE_INTEGER ? fa_cell_int(sqlite3_column_int64(st, i))
+         : type == SQLITE_FLOAT   ? fa_cell_real(sqlite3_column_double(st, i), "%.15g")
+                                  : fa_cell_text(dbi_col_text(st, i));
   }
-  fputc('\n', out);
+  fa_sink_row(s, c, s->ncol);
+}
+
+/* The export's columns by their SQL names, known before the first step. */
+static fa_column *csv_columns(sqlite3_stmt *st, int *n) {
+  *n = sqlite3_column_count(st);
+  fa_column *col = calloc((size_t)*n, sizeof *col);
+  for (int i = 0; col && i < *n; i++) col[i].name = sqlite3_column_name(st, i);
+  return col;
 }
 
 typedef enum style { S_TABLE, S_CSV, S_JSON } style;
 
-/* Steps through the rows, printing each in the style. A stream's error
-** is sticky, so one check of ferror after the flush covers every print. */
+/* Steps through the rows, writing each in the style: the table's columns,
+** every column as CSV, or the one column of JSON SQLite built. */
 static int print_trials(db *d, sqlite3_stmt *st, style s, FILE *out, size_t *rows, char *err,
                         size_t errlen) {
-  int rc;
+  static const fa_column sql_json_col = {NULL, 0, NULL};
+  int rc, ncol = 0;
+  fa_column *col = s == S_CSV ? csv_columns(st, &ncol) : NULL;
+  fa_cell *cells = col ? calloc((size_t)ncol, sizeof *cells) : NULL;
   *rows = 0;
-  if (s == S_TABLE) table_header(out);
-  if (s == S_CSV) csv_row(out, st, 1);   /* the names are known before the first step */
-  if (s == S_JSON) fputc('[', out);
-  while ((rc = dbi_step(st)) == SQLITE_ROW) {
-    if (s == S_TABLE) table_row(out, st);
-    else if (s == S_CSV) csv_row(out, st, 0);
-    else fprintf(out, "%s\n  %s", *rows ? "," : "", dbi_col_text(st, 0));
-    ++*rows;
+  if (s == S_CSV && !cells) {
+    free(col);
+    return dbi_fail(err, errlen, "out of memory");
   }
-  if (s == S_JSON) fputs(*rows ? "\n]\n" : "]\n", out);
+  fa_sink k;
+  if (s == S_TABLE)
+    fa_sink_begin(&k, out, FA_SINK_TABLE, table_cols, sizeof table_cols / sizeof table_cols[0]);
+  else if (s == S_CSV) fa_sink_begin(&k, out, FA_SINK_CSV, col, ncol);
+  else fa_sink_begin(&k, out, FA_SINK_JSON, &sql_json_col, 1);
+  while ((rc = dbi_step(st)) == SQLITE_ROW) {
+    if (s == S_TABLE) table_row(&k, st);
+    else if (s == S_CSV) csv_row(&k, st, cells);
+    else fa_sink_row(&k, (fa_cell[]){fa_cell_raw(dbi_col_text(st, 0))}, 1);
+  }
+  *rows = k.rows;
+  const int bad = fa_sink_end(&k);
+  free(cells);
+  free(col);
   if (rc != SQLITE_DONE) return dbi_sqlfail(d->h, err, errlen, "reading trials");
-  if (fflush(out) != 0 || ferror(out)) return dbi_fail(err, errlen, "cannot write the trials");
+  if (bad) return dbi_fail(err, errlen, "cannot write the trials");
   return 0;
 }
 

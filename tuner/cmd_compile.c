@@ -17,6 +17,7 @@
 
 #include "commands.h"
 #include "compile_pool.h"
+#include "fa_sink.h"
 #include "fa_util.h"
 #include "json.h"
 #include "progress.h"
@@ -55,64 +56,84 @@ static double percentile(const double *sorted, size_t n, double q) {
 
 /* The SASS columns: instructions, product, non-product per product,
 ** MUFU, local memory per K/V block; CTAs per SM, bound and TFLOP/s. */
-static void print_sass_cells(const sass_figures *f) {
+#define SASS_NCOLS 8
+static const fa_column sass_cols[SASS_NCOLS] = {
+  {"insns", 6, NULL}, {"mma", 5, NULL}, {"other", 6, NULL}, {"mufu", 5, NULL},
+  {"local", 5, NULL}, {"ctas", 4, NULL}, {"bound", -6, NULL}, {"est_tf", 6, NULL}};
+
+static void sass_cells(const sass_figures *f, fa_cell *cell) {
   const sass_counts *c = &f->c;
-  if (!f->analysed || !c->found) printf(" %6s %5s %6s %5s %5s", "-", "-", "-", "-", "-");
-  else if (c->loop_hmma)
-    printf(" %6ld %5ld %6.2f %5ld %5ld", c->loop_instructions, c->loop_hmma, c->non_mma_per_mma,
-           c->loop_mufu, c->loop_local);
-  else printf(" %6ld %5ld %6s %5ld %5ld", c->loop_instructions, 0L, "-", c->loop_mufu, c->loop_local);
-  if (f->estimated && f->e.ctas_per_sm)
-    printf(" %4d %-6s %6.0f", f->e.ctas_per_sm, f->e.bound, f->e.tflops);
-  else printf(" %4s %-6s %6s", f->estimated ? "0" : "-", "-", "-");
+  const int found = f->analysed && c->found, est = f->estimated && f->e.ctas_per_sm;
+  const fa_cell none = fa_cell_null();
+  cell[0] = found ? fa_cell_int(c->loop_instructions) : none;
+  cell[1] = found ? fa_cell_int(c->loop_hmma) : none;
+  cell[2] = found && c->loop_hmma ? fa_cell_real(c->non_mma_per_mma, "%.2f") : none;
+  cell[3] = found ? fa_cell_int(c->loop_mufu) : none;
+  cell[4] = found ? fa_cell_int(c->loop_local) : none;
+  cell[5] = est ? fa_cell_int(f->e.ctas_per_sm) : f->estimated ? fa_cell_int(0) : none;
+  cell[6] = est ? fa_cell_text(f->e.bound) : none;
+  cell[7] = est ? fa_cell_real(f->e.tflops, "%.0f") : none;
 }
 
-static void print_table(const compile_set *s) {
-  printf("%-58s %5s %11s %7s %6s %9s", "variant", "regs", "spill st/ld", "smem", "stack",
-         "compile");
-  if (s->sass)
-    printf(" %6s %5s %6s %5s %5s %4s %-6s %6s", "insns", "mma", "other", "mufu", "local", "ctas",
-           "bound", "est_tf");
-  printf("  status\n");
-  for (size_t i = 0; i < s->n; i++) {
-    const fa_compiled *r = &s->jobs[i].result;
-    if (r->ok)
-      printf("%-58s %5d %5d/%-5d %7d %6d %7.0fms", s->kernels[i].name, r->registers,
-             r->spill_store_bytes, r->spill_load_bytes,
-             s->kernels[i].smem_bytes + r->smem_static_bytes, r->stack_bytes, r->compile_ms);
-    else
-      printf("%-58s %5s %11s %7s %6s %7.0fms", s->kernels[i].name, "-", "-", "-", "-",
-             r->compile_ms);
-    if (s->sass) print_sass_cells(&s->sass[i]);
-    printf("  %s\n", r->ok ? "ok" : r->error);
-  }
+#define COMPILE_NCOLS 6
+static const fa_column compile_cols[COMPILE_NCOLS] = {
+  {"variant", -58, NULL}, {"regs", 5, NULL}, {"spill st/ld", 11, NULL}, {"smem", 7, NULL},
+  {"stack", 6, NULL}, {"compile", 9, NULL}};
+static const fa_column status_col = {"status", 0, "  "};
+
+static void table_row(fa_sink *k, const compile_set *s, size_t i) {
+  const fa_compiled *r = &s->jobs[i].result;
+  fa_cell c[COMPILE_NCOLS + SASS_NCOLS + 1];
+  char spill[32];
+  int n = 0;
+  snprintf(spill, sizeof spill, "%5d/%-5d", r->spill_store_bytes, r->spill_load_bytes);
+  c[n++] = fa_cell_text(s->kernels[i].name);
+  c[n++] = r->ok ? fa_cell_int(r->registers) : fa_cell_null();
+  c[n++] = r->ok ? fa_cell_text(spill) : fa_cell_null();
+  c[n++] = r->ok ? fa_cell_int(s->kernels[i].smem_bytes + r->smem_static_bytes) : fa_cell_null();
+  c[n++] = r->ok ? fa_cell_int(r->stack_bytes) : fa_cell_null();
+  c[n++] = fa_cell_real(r->compile_ms, "%.0fms");
+  if (s->sass) sass_cells(&s->sass[i], c + n), n += SASS_NCOLS;
+  c[n++] = fa_cell_text(r->ok ? "ok" : r->error);
+  fa_sink_row(k, c, n);
 }
 
-static void print_json(const compile_set *s) {
-  printf("[");
+static int print_table(const compile_set *s) {
+  fa_column col[COMPILE_NCOLS + SASS_NCOLS + 1];
+  int n = COMPILE_NCOLS;
+  memcpy(col, compile_cols, sizeof compile_cols);
+  if (s->sass) memcpy(col + n, sass_cols, sizeof sass_cols), n += SASS_NCOLS;
+  col[n++] = status_col;
+  fa_sink k;
+  fa_sink_begin(&k, stdout, FA_SINK_TABLE, col, n);
+  for (size_t i = 0; i < s->n; i++) table_row(&k, s, i);
+  return fa_sink_end(&k);
+}
+
+static const fa_column json_cols[] = {
+  {"name", 0, NULL}, {"hash", 0, NULL}, {NULL, 0, NULL}, {"ok", 0, NULL},
+  {"registers", 0, NULL}, {"spill_bytes", 0, NULL}, {"spill_store_bytes", 0, NULL},
+  {"spill_load_bytes", 0, NULL}, {"smem_bytes", 0, NULL}, {"stack_bytes", 0, NULL},
+  {"compile_ms", 0, NULL}, {"source_hash", 0, NULL}, {"error", 0, NULL}, {"log", 0, NULL},
+  {NULL, 0, NULL}};
+
+static int print_json(const compile_set *s) {
+  fa_sink k;
+  fa_sink_begin(&k, stdout, FA_SINK_JSON, json_cols, sizeof json_cols / sizeof json_cols[0]);
   for (size_t i = 0; i < s->n; i++) {
     const fa_compiled *r = &s->jobs[i].result;
-    printf("%s\n  {\"name\": ", i ? "," : "");
-    json_string(stdout, s->kernels[i].name);
-    printf(", \"hash\": \"%s\"", s->kernels[i].hash);
-    json_config(stdout, &s->kernels[i].cfg);
-    printf(", \"ok\": %s, \"registers\": %d, \"spill_bytes\": %d, \"spill_store_bytes\": %d, "
-           "\"spill_load_bytes\": %d, \"smem_bytes\": %d, \"stack_bytes\": %d, "
-           "\"compile_ms\": %.1f, \"source_hash\": \"%s\", \"error\": ",
-           r->ok ? "true" : "false", r->registers, r->spill_store_bytes + r->spill_load_bytes,
-           r->spill_store_bytes, r->spill_load_bytes,
-           s->kernels[i].smem_bytes + r->smem_static_bytes, r->stack_bytes, r->compile_ms,
-           s->kernels[i].source_hash);
-    if (r->ok) printf("null, \"log\": null");
-    else {
-      json_string(stdout, r->error);
-      printf(", \"log\": ");
-      json_string(stdout, r->log);
-    }
-    if (s->sass) sass_kernel_json(stdout, &s->sass[i]);
-    printf("}");
+    const fa_cell c[] = {
+      fa_cell_text(s->kernels[i].name), fa_cell_text(s->kernels[i].hash),
+      fa_cell_members(json_config_members, &s->kernels[i].cfg), fa_cell_bool(r->ok),
+      fa_cell_int(r->registers), fa_cell_int(r->spill_store_bytes + r->spill_load_bytes),
+      fa_cell_int(r->spill_store_bytes), fa_cell_int(r->spill_load_bytes),
+      fa_cell_int(s->kernels[i].smem_bytes + r->smem_static_bytes), fa_cell_int(r->stack_bytes),
+      fa_cell_real(r->compile_ms, "%.1f"), fa_cell_text(s->kernels[i].source_hash),
+      fa_cell_text(r->ok ? NULL : r->error), fa_cell_text(r->ok ? NULL : r->log ? r->log : ""),
+      s->sass ? fa_cell_members(sass_kernel_members, &s->sass[i]) : fa_cell_null()};
+    fa_sink_row(&k, c, s->sass ? 15 : 14);
   }
-  printf("%s]\n", s->n ? "\n" : "");
+  return fa_sink_end(&k);
 }
 
 /* One summary line: counts, spills, registers, compile-time distribution. */
@@ -272,8 +293,10 @@ int cmd_compile_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     compile_set_free(&s);
     return 1;
   }
-  if (o->json) print_json(&s);
-  else print_table(&s);
+  if ((o->json ? print_json(&s) : print_table(&s)) != 0) {
+    compile_set_free(&s);
+    return cli_say(1, "cannot write the results");
+  }
   print_summary(o->json ? stderr : stdout, &s, t, threads, wall);
   size_t failed = 0;
   for (size_t i = 0; i < s.n; i++) failed += !s.jobs[i].result.ok;
@@ -317,7 +340,17 @@ int cmd_sass_main(const cli_opts *o) {
   }
   double flops = tile[3] ? 4.0 * tile[0] * tile[1] * tile[2] / tile[3] : 0;
   const estimate_gpu *gpu = o->gpu ? estimate_gpu_find(o->gpu) : NULL;
-  if (o->json) printf("[");
+  /* A table of regs, the SASS columns and the function, headed when it has
+  ** a row; or a JSON object per function. */
+  static const fa_column json_cols[] = {{"function", 0, NULL}, {"registers", 0, NULL},
+                                        {NULL, 0, NULL}};
+  fa_column col[SASS_NCOLS + 2] = {{"regs", 5, NULL}};
+  memcpy(col + 1, sass_cols, sizeof sass_cols);
+  col[SASS_NCOLS + 1] = (fa_column){"function", 0, "  "};
+  fa_sink k;
+  if (o->json) fa_sink_begin(&k, stdout, FA_SINK_JSON, json_cols, 3);
+  else if (n) fa_sink_begin(&k, stdout, FA_SINK_TABLE, col, SASS_NCOLS + 2);
+  else fa_sink_begin_headless(&k, stdout, FA_SINK_TABLE, col, SASS_NCOLS + 2);
   int rc = 0;
   for (size_t i = 0; i < n && rc == 0; i++) {
     sass_figures f = {0};
@@ -329,22 +362,19 @@ int cmd_sass_main(const cli_opts *o) {
     estimate_tile t = {(int)tile[3], f.c.registers, o->smem, flops};
     /* sm_90's SASS does not say its registers: no estimate without them. */
     f.estimated = gpu && flops > 0 && f.c.registers > 0 && estimate_compute(gpu, &f.c, &t, &f.e) == 0;
+    fa_cell c[SASS_NCOLS + 2] = {fa_cell_int(f.c.registers)};
     if (o->json) {
-      printf("%s\n  {\"function\": ", i ? "," : "");
-      json_string(stdout, names[i]);
-      printf(", \"registers\": %d", f.c.registers);
-      sass_kernel_json(stdout, &f);
-      printf("}");
+      c[0] = fa_cell_text(names[i]), c[1] = fa_cell_int(f.c.registers);
+      c[2] = fa_cell_members(sass_kernel_members, &f);
+      fa_sink_row(&k, c, 3);
     } else {
-      if (i == 0)
-        printf("%5s %6s %5s %6s %5s %5s %4s %-6s %6s  function\n", "regs", "insns", "mma",
-               "other", "mufu", "local", "ctas", "bound", "est_tf");
-      printf("%5d", f.c.registers);
-      print_sass_cells(&f);
-      printf("  %s\n", names[i]);
+      sass_cells(&f, c + 1);
+      c[SASS_NCOLS + 1] = fa_cell_text(names[i]);
+      fa_sink_row(&k, c, SASS_NCOLS + 2);
     }
   }
-  if (o->json && rc == 0) printf("%s]\n", n ? "\n" : "");
+  /* An error leaves the JSON array open, as it always did: the exit status says. */
+  if (rc == 0 && fa_sink_end(&k) != 0) rc = cli_say(1, "cannot write the figures");
   free(names);
   free(text);
   return rc;

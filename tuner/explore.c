@@ -134,11 +134,6 @@ const ex_family *ex_family_for(fa_dtype dtype, const char *arch, char *why, size
   return NULL;
 }
 
-long long ex_measured(const explore *x, const ex_variant *v, int c) {
-  return (long long)*(const unsigned long long *)((const char *)&v->t.out.r.counters +
-                                                  x->fam->counters[c]->off);
-}
-
 /* ---- The variants ---- */
 
 /* Render `config` around the defaults; the index of its variant (an equal

@@ -95,7 +95,13 @@ typedef struct explore {
   ex_peak peak;
 } explore;
 
-long long ex_measured(const explore *x, const ex_variant *v, int counter);
+/* The emulator's count of the family's counter c for v. Here, not in
+** explore.c, so that explore_print.c depends on nothing of the flow that
+** calls it. */
+static inline long long ex_measured(const explore *x, const ex_variant *v, int c) {
+  return (long long)*(const unsigned long long *)((const char *)&v->t.out.r.counters +
+                                                  x->fam->counters[c]->off);
+}
 
 /* The tables (or JSON) of one problem, after it ran; first says whether it
 ** is the first. Counts the counters off the model in x->mismatches. */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "explore_int.h"
+#include "fa_sink.h"
 #include "json.h"
 
 /* ptxas's report: the backend's own (cuda) or the extra NVRTC compile (emu). */
@@ -273,47 +274,57 @@ static void print_peak(const explore *x) {
 
 /* ---- JSON ---- */
 
-static void json_counts(const explore *x, const ex_variant *v, int measured) {
-  printf("{");
+static void json_counts(FILE *f, const explore *x, const ex_variant *v, int measured) {
+  fputc('{', f);
   for (int c = 0; c < x->fam->ncounters; c++) {
     const long long n = measured ? ex_measured(x, v, c) : v->pred[c];
-    printf("%s\"%s\": ", c ? ", " : "", x->fam->counters[c]->json);
-    if (n < 0) printf("null");
-    else printf("%lld", n);
+    fprintf(f, "%s\"%s\": ", c ? ", " : "", x->fam->counters[c]->json);
+    if (n < 0) fputs("null", f);
+    else fprintf(f, "%lld", n);
   }
   if (!measured && x->fam->paper)
-    printf(", \"paper_standard_bytes\": %lld, \"paper_tiled_bytes\": %lld", v->paper_standard,
-           v->paper_tiled);
-  printf("}");
+    fprintf(f, ", \"paper_standard_bytes\": %lld, \"paper_tiled_bytes\": %lld", v->paper_standard,
+            v->paper_tiled);
+  fputc('}', f);
 }
+
+/* A variant's measured and predicted counters, as JSON members. */
+typedef struct ex_counts_arg {
+  const explore *x;
+  const ex_variant *v;
+} ex_counts_arg;
+
+static void json_counts_members(FILE *f, const void *arg) {
+  const ex_counts_arg *a = arg;
+  fputs(", \"measured\": ", f);
+  if (trial_ran(a->v->t.st) && !a->x->gpu) json_counts(f, a->x, a->v, 1);
+  else fputs("null", f);
+  fputs(", \"predicted\": ", f);
+  json_counts(f, a->x, a->v, 0);
+}
+
+static const fa_column variant_cols[] = {
+  {"name", 0, NULL}, {"hash", 0, NULL}, {NULL, 0, NULL}, {"status", 0, NULL},
+  {"message", 0, NULL}, {"rel_err", 0, NULL}, {"max_abs_err", 0, NULL}, {NULL, 0, NULL},
+  {"registers", 0, NULL}, {"registers_estimate", 0, NULL}, {"spill_bytes", 0, NULL},
+  {"smem_per_cta", 0, NULL}, {"emu_ms", 0, NULL}, {"median_us", 0, NULL}, {"tflops", 0, NULL}};
 
 static void json_variant(const explore *x, const ex_variant *v) {
   const int ran = trial_ran(v->t.st), t = v->t.out.timed;
-  printf("{\"name\": ");
-  json_string(stdout, v->t.k.name);
-  printf(", \"hash\": \"%s\"", v->t.k.hash);
-  json_config(stdout, &v->t.k.cfg);
-  printf(", \"status\": \"%s\", \"message\": ", trial_status_names[v->t.st]);
-  if (v->t.why) json_string(stdout, v->t.why);
-  else printf("null");
-  printf(", \"rel_err\": ");
-  json_number(stdout, ran ? v->t.out.r.rel_err : NAN);
-  printf(", \"max_abs_err\": ");
-  json_number(stdout, ran ? v->t.out.r.max_abs_err : NAN);
-  printf(", \"measured\": ");
-  if (ran && !x->gpu) json_counts(x, v, 1);
-  else printf("null");
-  printf(", \"predicted\": ");
-  json_counts(x, v, 0);
-  printf(", \"registers\": %d, \"registers_estimate\": %d, \"spill_bytes\": %d, "
-         "\"smem_per_cta\": %d, \"emu_ms\": ", ptxas(x, v, 0), v->t.k.registers_estimate,
-         ptxas(x, v, 1), v->t.k.smem_bytes);
-  json_number(stdout, ran && !x->gpu ? v->t.out.r.run_ms : NAN);
-  printf(", \"median_us\": ");
-  json_number(stdout, t ? v->t.out.t.median_us : NAN);
-  printf(", \"tflops\": ");
-  json_number(stdout, t ? attn_flops(&x->run) / v->t.out.t.median_us / 1e6 : NAN);
-  printf("}");
+  const char *g = "%.6g";   /* json_number's */
+  const ex_counts_arg counts = {x, v};
+  const fa_cell c[] = {
+    fa_cell_text(v->t.k.name), fa_cell_text(v->t.k.hash),
+    fa_cell_members(json_config_members, &v->t.k.cfg),
+    fa_cell_text(trial_status_names[v->t.st]), fa_cell_text(v->t.why),
+    fa_cell_real(ran ? v->t.out.r.rel_err : NAN, g),
+    fa_cell_real(ran ? v->t.out.r.max_abs_err : NAN, g),
+    fa_cell_members(json_counts_members, &counts), fa_cell_int(ptxas(x, v, 0)),
+    fa_cell_int(v->t.k.registers_estimate), fa_cell_int(ptxas(x, v, 1)),
+    fa_cell_int(v->t.k.smem_bytes), fa_cell_real(ran && !x->gpu ? v->t.out.r.run_ms : NAN, g),
+    fa_cell_real(t ? v->t.out.t.median_us : NAN, g),
+    fa_cell_real(t ? attn_flops(&x->run) / v->t.out.t.median_us / 1e6 : NAN, g)};
+  fa_sink_object(stdout, variant_cols, c, (int)(sizeof c / sizeof c[0]));
 }
 
 static void json_axes(const explore *x) {

@@ -16,6 +16,8 @@ void json_config(FILE *f, const gen_config *c) {
     fprintf(f, ", %.*s", (int)strlen(json) - 2, json + 1);   /* without the braces */
 }
 
+void json_config_members(FILE *f, const void *config) { json_config(f, config); }
+
 void json_number(FILE *f, double x) {
   if (isfinite(x)) fprintf(f, "%.6g", x);
   else fputs("null", f);

@@ -16,6 +16,9 @@ void json_string(FILE *f, const char *s);
 ** inside the caller's object. */
 void json_config(FILE *f, const gen_config *c);
 
+/* json_config as fa_sink members (fa_sink.h): config is a gen_config. */
+void json_config_members(FILE *f, const void *config);
+
 /* A double, or null when it is not finite (JSON has no NaN or Inf). */
 void json_number(FILE *f, double x);
 

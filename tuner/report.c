@@ -258,17 +258,6 @@ static int group_all(rp_ctx *c) {
   return 0;
 }
 
-int rp_gpu(const rp_trial *t) { return !strcmp(t->backend, "cuda"); }
-
-int rp_roof_point(const rp_trial *t, const rp_trial *key) {
-  return rp_gpu(t) && !strcmp(t->status, "ok") && t->tflops > 0 && t->gbps > 0 &&
-         !strcmp(t->device, key->device) && !strcmp(t->dtype, key->dtype);
-}
-
-int rp_est_of(const rp_est *e, const rp_trial *key) {
-  return !strcmp(e->device, key->device) && !strcmp(e->dtype, key->dtype);
-}
-
 /* The (device, dtype) pairs of the timed GPU trials, in the order met. */
 static int gpu_keys(rp_ctx *c) {
   for (size_t i = 0; i < c->n; i++) {

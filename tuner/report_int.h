@@ -1,7 +1,8 @@
 /*
 ** report_int.h
 ** What report.c (trials, groups, the page) and report_plot.c (gnuplot)
-** share. Private to those files.
+** share. Private to those files. report.c calls report_plot.c, never the
+** other way: what both need of a trial is in report_plot.c.
 */
 #ifndef REPORT_INT_H
 #define REPORT_INT_H

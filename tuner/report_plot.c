@@ -29,6 +29,17 @@ double rp_value(const rp_trial *t, rp_metric m) {
 
 int rp_better(rp_metric m, double a, double b) { return m == RP_TFLOPS ? a > b : a < b; }
 
+int rp_gpu(const rp_trial *t) { return !strcmp(t->backend, "cuda"); }
+
+int rp_roof_point(const rp_trial *t, const rp_trial *key) {
+  return rp_gpu(t) && !strcmp(t->status, "ok") && t->tflops > 0 && t->gbps > 0 &&
+         !strcmp(t->device, key->device) && !strcmp(t->dtype, key->dtype);
+}
+
+int rp_est_of(const rp_est *e, const rp_trial *key) {
+  return !strcmp(e->device, key->device) && !strcmp(e->dtype, key->dtype);
+}
+
 /* Sorted insert of v into a[0..*n); -1 when full. */
 static int add_sorted(int *a, int *n, int v) {
   int i = 0;

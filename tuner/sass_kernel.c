@@ -94,3 +94,5 @@ void sass_kernel_json(FILE *f, const sass_figures *s) {
   if (s->estimated && s->e.ctas_per_sm) json_number(f, s->e.tflops);
   else fputs("null", f);
 }
+
+void sass_kernel_members(FILE *f, const void *figures) { sass_kernel_json(f, figures); }

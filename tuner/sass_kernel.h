@@ -40,5 +40,7 @@ void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_com
 ** producer_instructions, producer_utmaldg, non_mma_per_mma, ctas_per_sm,
 ** bound, est_tflops. */
 void sass_kernel_json(FILE *f, const sass_figures *s);
+/* The same as fa_sink members (fa_sink.h): figures is a sass_figures. */
+void sass_kernel_members(FILE *f, const void *figures);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fa_sink.h"
 #include "json.h"
 #include "tune_types.h"
 
@@ -75,71 +76,93 @@ static const sass_figures *figures(const tune *s, const trial *e) {
   return s->sass ? &s->sass[e - s->e] : &none;
 }
 
-/* The SASS columns: the main loop's instructions per K/V block per warp,
+/* The table's columns: the variant and its status, then the emulator's
+** counters or the GPU's times, then with --sass the SASS figures. */
+static const fa_column emu_cols[] = {
+  {"variant", -58, NULL}, {"status", -13, NULL}, {"rel_err", 9, NULL}, {"max_err", 9, NULL},
+  {"gmem_rd_KB", 10, NULL}, {"gmem_wr_KB", 10, NULL}, {"smem_KB", 10, NULL}, {"exp", 8, NULL},
+  {"bars", 6, NULL}, {"regs", 5, NULL}, {"spill", 6, NULL}, {"emu_ms", 8, NULL},
+  {"insns", 6, NULL}, {"est_TF", 6, NULL}};
+static const fa_column gpu_cols[] = {
+  {"variant", -58, NULL}, {"status", -13, NULL}, {"max_err", 9, NULL}, {"median_us", 10, NULL},
+  {"min_us", 10, NULL}, {"TFLOP/s", 8, NULL}, {"GB/s", 8, NULL}, {"regs", 5, NULL},
+  {"spill", 6, NULL}, {"smem", 7, NULL}, {"CTA/SM", 5, NULL}, {"insns", 6, NULL},
+  {"est_TF", 6, NULL}};
+#define ROW_MAX 14
+
+/* The SASS cells: the main loop's instructions per K/V block per warp,
 ** and the estimate's TFLOP/s. */
-static void print_sass_cells(const tune *s, const trial *e) {
+static int sass_cells(const tune *s, const trial *e, fa_cell *c) {
   const sass_figures *f = figures(s, e);
-  if (f->analysed && f->c.found) printf(" %6ld", f->c.loop_instructions);
-  else printf(" %6s", "-");
-  if (f->estimated && f->e.ctas_per_sm > 0) printf(" %6.0f", f->e.tflops);
-  else printf(" %6s", "-");
+  c[0] = f->analysed && f->c.found ? fa_cell_int(f->c.loop_instructions) : fa_cell_null();
+  c[1] = f->estimated && f->e.ctas_per_sm > 0 ? fa_cell_real(f->e.tflops, "%.0f") : fa_cell_null();
+  return 2;
 }
 
-static void print_emu_row(const trial *e) {
-  const fa_counters *c = &e->out.r.counters;
-  if (ran(e))
-    printf("%9.2e %9.2e %10.1f %10.1f %10.1f %8llu %6llu", e->out.r.rel_err,
-           e->out.r.max_abs_err, (double)c->gmem_read / 1024, (double)c->gmem_written / 1024,
-           (double)(c->smem_read + c->smem_written) / 1024, c->exp2, c->barriers);
-  else
-    printf("%9s %9s %10s %10s %10s %8s %6s", "-", "-", "-", "-", "-", "-", "-");
-  if (registers(e) >= 0) printf(" %5d %6d", registers(e), spills(e));
-  else printf(" %5s %6s", "-", "-");
-  if (ran(e) && e->st != TRIAL_RECORDED) printf(" %8.1f", e->out.r.run_ms);
-  else printf(" %8s", "-");
+static int ptxas_cells(const trial *e, fa_cell *c) {
+  const int known = registers(e) >= 0;
+  c[0] = known ? fa_cell_int(registers(e)) : fa_cell_null();
+  c[1] = known ? fa_cell_int(spills(e)) : fa_cell_null();
+  return 2;
 }
 
-static void print_gpu_row(const tune *s, const trial *e) {
-  if (ran(e)) printf("%9.2e", e->out.r.max_abs_err);
-  else printf("%9s", "-");
-  if (e->out.timed)
-    printf(" %10.1f %10.1f %8.1f %8.0f", e->out.t.median_us, e->out.t.min_us,
-           attn_flops(&s->run) / e->out.t.median_us / 1e6,
-           attn_bytes(&s->run) / e->out.t.median_us / 1e3);
-  else
-    printf(" %10s %10s %8s %8s", "-", "-", "-", "-");
-  if (registers(e) >= 0) printf(" %5d %6d", registers(e), spills(e));
-  else printf(" %5s %6s", "-", "-");
-  printf(" %7d", e->k.smem_bytes + (e->build.prog ? e->build.smem_static_bytes : 0));
-  if (e->out.ctas_per_sm > 0) printf(" %5d", e->out.ctas_per_sm);
-  else printf(" %5s", "-");
+static int emu_cells(const trial *e, fa_cell *c) {
+  const fa_counters *k = &e->out.r.counters;
+  const fa_cell none = fa_cell_null();
+  int n = 0;
+  const int r = ran(e);
+  c[n++] = r ? fa_cell_real(e->out.r.rel_err, "%.2e") : none;
+  c[n++] = r ? fa_cell_real(e->out.r.max_abs_err, "%.2e") : none;
+  c[n++] = r ? fa_cell_real((double)k->gmem_read / 1024, "%.1f") : none;
+  c[n++] = r ? fa_cell_real((double)k->gmem_written / 1024, "%.1f") : none;
+  c[n++] = r ? fa_cell_real((double)(k->smem_read + k->smem_written) / 1024, "%.1f") : none;
+  c[n++] = r ? fa_cell_uint(k->exp2) : none;
+  c[n++] = r ? fa_cell_uint(k->barriers) : none;
+  n += ptxas_cells(e, c + n);
+  c[n++] = r && e->st != TRIAL_RECORDED ? fa_cell_real(e->out.r.run_ms, "%.1f") : none;
+  return n;
 }
 
-static void print_table(const tune *s, trial **rank) {
-  if (s->gpu)
-    printf("%-58s %-13s %9s %10s %10s %8s %8s %5s %6s %7s %5s", "variant", "status", "max_err",
-           "median_us", "min_us", "TFLOP/s", "GB/s", "regs", "spill", "smem", "CTA/SM");
-  else
-    printf("%-58s %-13s %9s %9s %10s %10s %10s %8s %6s %5s %6s %8s", "variant", "status",
-           "rel_err", "max_err", "gmem_rd_KB", "gmem_wr_KB", "smem_KB", "exp", "bars", "regs",
-           "spill", "emu_ms");
-  if (s->sass) printf(" %6s %6s", "insns", "est_TF");   /* --sass */
-  putchar('\n');
-  const int colour = cli_colour(1);
+static int gpu_cells(const tune *s, const trial *e, fa_cell *c) {
+  const fa_cell none = fa_cell_null();
+  const int t = e->out.timed;
+  const double us = e->out.t.median_us;
+  int n = 0;
+  c[n++] = ran(e) ? fa_cell_real(e->out.r.max_abs_err, "%.2e") : none;
+  c[n++] = t ? fa_cell_real(us, "%.1f") : none;
+  c[n++] = t ? fa_cell_real(e->out.t.min_us, "%.1f") : none;
+  c[n++] = t ? fa_cell_real(attn_flops(&s->run) / us / 1e6, "%.1f") : none;
+  c[n++] = t ? fa_cell_real(attn_bytes(&s->run) / us / 1e3, "%.0f") : none;
+  n += ptxas_cells(e, c + n);
+  c[n++] = fa_cell_int(e->k.smem_bytes + (e->build.prog ? e->build.smem_static_bytes : 0));
+  c[n++] = e->out.ctas_per_sm > 0 ? fa_cell_int(e->out.ctas_per_sm) : none;
+  return n;
+}
+
+/* One row; the status coloured around its padded text, so the columns
+** stay aligned. */
+static void table_row(fa_sink *k, const tune *s, const trial *e, int colour) {
+  fa_cell c[ROW_MAX];
+  char st[24];
+  int n = 0;
+  snprintf(st, sizeof st, "%s%s", trial_status_names[status(e)],
+           e->st == TRIAL_RECORDED ? "*" : "");
+  c[n++] = fa_cell_text(e->k.name);
+  c[n] = fa_cell_text(st);
+  if (colour) c[n].style = status(e) == TRIAL_OK ? "\033[32m" : "\033[31m";
+  n++;
+  n += s->gpu ? gpu_cells(s, e, c + n) : emu_cells(e, c + n);
+  if (s->sass) n += sass_cells(s, e, c + n);
+  fa_sink_row(k, c, n);
+}
+
+/* The note under the rows when some were recorded by an earlier run, and
+** the reasons of every variant not ok. */
+static void table_notes(const tune *s, trial **rank) {
   size_t recorded = 0, same_seed = 0;
   const trial *first = NULL;   /* the first recorded, whose seed the note names */
   for (size_t i = 0; i < s->n; i++) {
     const trial *e = rank[i];
-    char st[24];
-    snprintf(st, sizeof st, "%s%s", trial_status_names[status(e)],
-             e->st == TRIAL_RECORDED ? "*" : "");
-    /* Colour around the padded text, so the columns stay aligned. */
-    const char *on = !colour ? "" : status(e) == TRIAL_OK ? "\033[32m" : "\033[31m";
-    printf("%-58s %s%-13s%s ", e->k.name, on, st, colour ? "\033[0m" : "");
-    if (s->gpu) print_gpu_row(s, e);
-    else print_emu_row(e);
-    if (s->sass) print_sass_cells(s, e);
-    putchar('\n');
     if (e->st == TRIAL_RECORDED) {
       if (!first) first = e;
       recorded++;
@@ -163,66 +186,72 @@ static void print_table(const tune *s, trial **rank) {
     }
 }
 
-static void json_timing(const tune *s, const trial *e) {
-  const int t = e->out.timed;
-  printf(", \"median_us\": ");
-  json_number(stdout, t ? e->out.t.median_us : NAN);
-  printf(", \"min_us\": ");
-  json_number(stdout, t ? e->out.t.min_us : NAN);
-  printf(", \"p20_us\": ");
-  json_number(stdout, t ? e->out.t.p20_us : NAN);
-  printf(", \"p80_us\": ");
-  json_number(stdout, t ? e->out.t.p80_us : NAN);
-  printf(", \"reps\": %d, \"tflops\": ", t ? e->out.t.reps : 0);
-  json_number(stdout, t ? attn_flops(&s->run) / e->out.t.median_us / 1e6 : NAN);
-  printf(", \"gbps\": ");
-  json_number(stdout, t ? attn_bytes(&s->run) / e->out.t.median_us / 1e3 : NAN);
-  printf(", \"ctas_per_sm\": %d", e->out.ctas_per_sm);
+static int print_table(const tune *s, trial **rank) {
+  const fa_column *col = s->gpu ? gpu_cols : emu_cols;
+  const int ncol = (s->gpu ? (int)(sizeof gpu_cols / sizeof gpu_cols[0])
+                           : (int)(sizeof emu_cols / sizeof emu_cols[0])) - (s->sass ? 0 : 2);
+  const int colour = cli_colour(1);
+  fa_sink k;
+  fa_sink_begin(&k, stdout, FA_SINK_TABLE, col, ncol);
+  for (size_t i = 0; i < s->n; i++) table_row(&k, s, rank[i], colour);
+  table_notes(s, rank);
+  return fa_sink_end(&k);
 }
 
-static void print_json(const tune *s, trial **rank) {
-  printf("[");
-  for (size_t i = 0; i < s->n; i++) {
-    const trial *e = rank[i];
-    const fa_counters *c = &e->out.r.counters;
-    printf("%s\n  {\"name\": ", i ? "," : "");
-    json_string(stdout, e->k.name);
-    printf(", \"hash\": \"%s\"", e->k.hash);
-    json_config(stdout, &e->k.cfg);
-    printf(", \"status\": \"%s\", \"recorded\": %s, \"backend\": \"%s\", \"seed\": ",
-           trial_status_names[status(e)], e->st == TRIAL_RECORDED ? "true" : "false",
-           backend_name(s->be));
-    if (e->st != TRIAL_RECORDED) printf("%llu", s->seed);
-    else if (e->seeded) printf("%llu", e->seed);
-    else printf("null");
-    printf(", \"max_abs_err\": ");
-    json_number(stdout, ran(e) ? e->out.r.max_abs_err : NAN);
-    printf(", \"rel_err\": ");
-    json_number(stdout, ran(e) ? e->out.r.rel_err : NAN);
-    printf(", \"lse_err\": ");
-    json_number(stdout, ran(e) ? e->out.r.lse_err : NAN);
-    for (int k = 0; k < TRIAL_NCOUNTERS; k++) {
-      if (k == TRIAL_CTR_smem_read)  /* the total comes first, as it always has */
-        printf(", \"smem_bytes\": %llu", c->smem_read + c->smem_written);
-      printf(", \"%s\": %llu", trial_counters[k].json, trial_counter_of(c, k));
-    }
-    printf(", \"emu_ms\": ");
-    json_number(stdout, ran(e) && !s->gpu && e->st != TRIAL_RECORDED ? e->out.r.run_ms : NAN);
-    json_timing(s, e);
-    printf(", \"compile_ms\": %.1f, \"registers\": %d, \"spill_bytes\": %d, \"smem_per_cta\": %d, "
-           "\"threads\": %d, \"message\": ", e->build.compile_ms, registers(e), spills(e),
-           e->k.smem_bytes, e->k.threads);
-    if (e->why) json_string(stdout, e->why);
-    else printf("null");
-    sass_kernel_json(stdout, figures(s, e));
-    printf(", \"est_gpu\": ");
-    if (figures(s, e)->estimated && s->est_gpu) json_string(stdout, s->est_gpu->name);
-    else printf("null");
-    printf(", \"tma_tflops\": ");   /* a warp-specialized variant's DRAM ceiling, outside the bound */
-    json_number(stdout, s->tma_tflops ? s->tma_tflops[e - s->e] : NAN);
-    printf("}");
+/* The emulator's counters of e (a trial), as JSON members. */
+static void json_counters(FILE *f, const void *arg) {
+  const fa_counters *c = &((const trial *)arg)->out.r.counters;
+  for (int k = 0; k < TRIAL_NCOUNTERS; k++) {
+    if (k == TRIAL_CTR_smem_read)  /* the total comes first, as it always has */
+      fprintf(f, ", \"smem_bytes\": %llu", c->smem_read + c->smem_written);
+    fprintf(f, ", \"%s\": %llu", trial_counters[k].json, trial_counter_of(c, k));
   }
-  printf("\n]\n");
+}
+
+static const fa_column json_cols[] = {
+  {"name", 0, NULL}, {"hash", 0, NULL}, {NULL, 0, NULL}, {"status", 0, NULL},
+  {"recorded", 0, NULL}, {"backend", 0, NULL}, {"seed", 0, NULL}, {"max_abs_err", 0, NULL},
+  {"rel_err", 0, NULL}, {"lse_err", 0, NULL}, {NULL, 0, NULL}, {"emu_ms", 0, NULL},
+  {"median_us", 0, NULL}, {"min_us", 0, NULL}, {"p20_us", 0, NULL}, {"p80_us", 0, NULL},
+  {"reps", 0, NULL}, {"tflops", 0, NULL}, {"gbps", 0, NULL}, {"ctas_per_sm", 0, NULL},
+  {"compile_ms", 0, NULL}, {"registers", 0, NULL}, {"spill_bytes", 0, NULL},
+  {"smem_per_cta", 0, NULL}, {"threads", 0, NULL}, {"message", 0, NULL}, {NULL, 0, NULL},
+  {"est_gpu", 0, NULL}, {"tma_tflops", 0, NULL}};
+#define JSON_NCOLS ((int)(sizeof json_cols / sizeof json_cols[0]))
+
+static void json_row(fa_sink *k, const tune *s, const trial *e) {
+  const int t = e->out.timed, r = ran(e);
+  const double us = e->out.t.median_us;
+  const char *g = "%.6g";   /* json_number's */
+  const fa_cell seed = e->st != TRIAL_RECORDED ? fa_cell_uint(s->seed)
+                       : e->seeded             ? fa_cell_uint(e->seed)
+                                               : fa_cell_null();
+  const fa_cell c[JSON_NCOLS] = {
+    fa_cell_text(e->k.name), fa_cell_text(e->k.hash),
+    fa_cell_members(json_config_members, &e->k.cfg),
+    fa_cell_text(trial_status_names[status(e)]), fa_cell_bool(e->st == TRIAL_RECORDED),
+    fa_cell_text(backend_name(s->be)), seed,
+    fa_cell_real(r ? e->out.r.max_abs_err : NAN, g), fa_cell_real(r ? e->out.r.rel_err : NAN, g),
+    fa_cell_real(r ? e->out.r.lse_err : NAN, g), fa_cell_members(json_counters, e),
+    fa_cell_real(r && !s->gpu && e->st != TRIAL_RECORDED ? e->out.r.run_ms : NAN, g),
+    fa_cell_real(t ? us : NAN, g), fa_cell_real(t ? e->out.t.min_us : NAN, g),
+    fa_cell_real(t ? e->out.t.p20_us : NAN, g), fa_cell_real(t ? e->out.t.p80_us : NAN, g),
+    fa_cell_int(t ? e->out.t.reps : 0), fa_cell_real(t ? attn_flops(&s->run) / us / 1e6 : NAN, g),
+    fa_cell_real(t ? attn_bytes(&s->run) / us / 1e3 : NAN, g), fa_cell_int(e->out.ctas_per_sm),
+    fa_cell_real(e->build.compile_ms, "%.1f"), fa_cell_int(registers(e)), fa_cell_int(spills(e)),
+    fa_cell_int(e->k.smem_bytes), fa_cell_int(e->k.threads), fa_cell_text(e->why),
+    fa_cell_members(sass_kernel_members, figures(s, e)),
+    fa_cell_text(figures(s, e)->estimated && s->est_gpu ? s->est_gpu->name : NULL),
+    /* a wg variant's DRAM ceiling, outside the bound */
+    fa_cell_real(s->tma_tflops ? s->tma_tflops[e - s->e] : NAN, g)};
+  fa_sink_row(k, c, JSON_NCOLS);
+}
+
+static int print_json(const tune *s, trial **rank) {
+  fa_sink k;
+  fa_sink_begin(&k, stdout, FA_SINK_JSON, json_cols, JSON_NCOLS);
+  for (size_t i = 0; i < s->n; i++) json_row(&k, s, rank[i]);
+  return fa_sink_end(&k);
 }
 
 static void print_summary(FILE *f, const tune *s, trial **rank) {
@@ -281,8 +310,8 @@ void tune_report(tune *s) {
   rank_tune = s;
   qsort(rank, s->n, sizeof *rank, by_rank);
   rank_tune = NULL;
-  if (s->o->json) print_json(s, rank);
-  else print_table(s, rank);
+  if ((s->o->json ? print_json(s, rank) : print_table(s, rank)) != 0)
+    fprintf(stderr, "fatune: cannot write the results\n");
   print_summary(s->o->json ? stderr : stdout, s, rank);
   free(rank);
 }
