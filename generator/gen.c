@@ -818,7 +818,8 @@ static int explore_plan_protected(lua_State *L) {
                              GEN_EXPLORE_COUNTERS);
   lua_getfield(L, -1, "axes");
   const lua_Unsigned n = lua_rawlen(L, -1);
-  if (n > GEN_EXPLORE_AXES) return luaL_error(L, "explore plan: more than %d axes", GEN_EXPLORE_AXES);
+  if (n > GEN_EXPLORE_AXES)
+    return luaL_error(L, "explore plan: more than %d axes", GEN_EXPLORE_AXES);
   for (lua_Unsigned i = 0; i < n; i++) {
     lua_rawgeti(L, -1, (lua_Integer)i + 1);
     take_explore_axis(L, &e->axis[i]);
