@@ -800,7 +800,7 @@ static void take_explore_axis(lua_State *L, gen_explore_axis *a) {
   lua_pop(L, 1);
 }
 
-static int explore_plan_protected(lua_State *L) {
+static int plan_protected(lua_State *L) {
   gen_call *c = call_of(L);
   gen_explore *e = c->explore;
   push_space_fn(L, c->g, "explore_plan");
@@ -832,10 +832,10 @@ static int explore_plan_protected(lua_State *L) {
 int gen_explore_plan(gen_state *g, const fa_problem *p, const gen_target *t, gen_explore *out) {
   memset(out, 0, sizeof *out);
   gen_call c = {.problem = p, .target = t, .explore = out};
-  return protected_call(g, explore_plan_protected, &c);
+  return protected_call(g, plan_protected, &c);
 }
 
-static int explore_axes_protected(lua_State *L) {
+static int axis_names_protected(lua_State *L) {
   gen_call *c = call_of(L);
   lua_createtable(L, 0, 1);
   push_space_fn(L, c->g, "explore_axes");
@@ -848,7 +848,7 @@ static int explore_axes_protected(lua_State *L) {
 
 int gen_explore_axes(gen_state *g, gen_axis_name *out, int max, int *count) {
   gen_call c = {.axis_names = out, .max = max};
-  const int rc = protected_call(g, explore_axes_protected, &c);
+  const int rc = protected_call(g, axis_names_protected, &c);
   *count = rc == 0 ? (int)c.count : 0;
   return rc;
 }
