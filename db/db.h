@@ -77,7 +77,7 @@ typedef struct db_device {
 int db_device_id(db *d, const db_device *dev, long long *id, char *err, size_t errlen);
 
 typedef struct db_variant {
-  const char *family;            /* "simt" */
+  const char *family;            /* gen_config.family: a template family's name */
   const char *template_version;  /* gen_kernel.template_version */
   const char *name;
   const char *hash;              /* 12 hex digits */

@@ -182,6 +182,8 @@ typedef struct gen_call {
   fa_dtype *dtype_out;
   gen_family *families;         /* gen_families_for */
   int max;
+  gen_explore *explore;         /* gen_explore_plan */
+  gen_axis_name *axis_names;    /* gen_explore_axes */
 } gen_call;
 
 static int protected_call(gen_state *g, lua_CFunction fn, gen_call *c) {
@@ -876,6 +878,102 @@ int gen_families_for(gen_state *g, const fa_problem *p, const gen_target *t, gen
                      int max, int *count) {
   gen_call c = {.problem = p, .target = t, .families = out, .max = max};
   const int rc = protected_call(g, families_protected, &c);
+  *count = rc == 0 ? (int)c.count : 0;
+  return rc;
+}
+
+/* Field k of the table on top, a string, into buf. */
+static void string_field(lua_State *L, const char *k, char *buf, size_t n) {
+  lua_getfield(L, -1, k);
+  copy_string(L, -1, buf, n, k);
+  lua_pop(L, 1);
+}
+
+/* The strings of the list in field k of the table on top into rows of
+** `stride` bytes from buf, at most max; how many. */
+static int string_list(lua_State *L, const char *k, char *buf, size_t stride, int max) {
+  lua_getfield(L, -1, k);
+  const lua_Unsigned n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
+  if (n > (lua_Unsigned)max) luaL_error(L, "explore plan: more than %d %s", max, k);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    copy_string(L, -1, buf + i * stride, stride, k);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return (int)n;
+}
+
+/* One axis of space.explore_plan's, the table on top. */
+static void take_explore_axis(lua_State *L, gen_explore_axis *a) {
+  string_field(L, "name", a->name, sizeof a->name);
+  string_field(L, "title", a->title, sizeof a->title);
+  string_field(L, "why", a->why, sizeof a->why);
+  a->n = string_list(L, "labels", (char *)a->label, sizeof a->label[0], GEN_EXPLORE_POINTS);
+  if (string_list(L, "configs", (char *)a->config, sizeof a->config[0], GEN_EXPLORE_POINTS) != a->n)
+    luaL_error(L, "explore axis '%s': not one config per label", a->name);
+  a->key[0] = a->key[1] = -1;
+  lua_getfield(L, -1, "key");
+  for (int i = 0; i < 2 && lua_istable(L, -1); i++) {
+    lua_rawgeti(L, -1, i + 1);
+    a->key[i] = (int)luaL_checkinteger(L, -1) - 1;   /* Lua counts from 1 */
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "key_label");
+  copy_or_empty(L, -1, a->key_label, sizeof a->key_label, "key_label");
+  lua_pop(L, 1);
+}
+
+static int plan_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  gen_explore *e = c->explore;
+  push_space_fn(L, c->g, "explore_plan");
+  push_problem(L, c->problem);
+  push_target(L, c->target);
+  lua_call(L, 2, 1);
+  string_field(L, "family", e->family, sizeof e->family);
+  string_field(L, "config", e->config, sizeof e->config);
+  string_field(L, "model", e->model, sizeof e->model);
+  string_field(L, "kernel", e->kernel, sizeof e->kernel);
+  lua_getfield(L, -1, "paper");
+  e->paper = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  e->ncounters = string_list(L, "counters", (char *)e->counter, sizeof e->counter[0],
+                             GEN_EXPLORE_COUNTERS);
+  lua_getfield(L, -1, "axes");
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  if (n > GEN_EXPLORE_AXES)
+    return luaL_error(L, "explore plan: more than %d axes", GEN_EXPLORE_AXES);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    take_explore_axis(L, &e->axis[i]);
+    lua_pop(L, 1);
+  }
+  e->naxes = (int)n;
+  return 0;
+}
+
+int gen_explore_plan(gen_state *g, const fa_problem *p, const gen_target *t, gen_explore *out) {
+  memset(out, 0, sizeof *out);
+  gen_call c = {.problem = p, .target = t, .explore = out};
+  return protected_call(g, plan_protected, &c);
+}
+
+static int axis_names_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  lua_createtable(L, 0, 1);
+  push_space_fn(L, c->g, "explore_axes");
+  lua_call(L, 0, 1);
+  lua_setfield(L, -2, "axes");
+  c->count = (size_t)string_list(L, "axes", (char *)c->axis_names, sizeof c->axis_names[0],
+                                 c->max);
+  return 0;
+}
+
+int gen_explore_axes(gen_state *g, gen_axis_name *out, int max, int *count) {
+  gen_call c = {.axis_names = out, .max = max};
+  const int rc = protected_call(g, axis_names_protected, &c);
   *count = rc == 0 ? (int)c.count : 0;
   return rc;
 }

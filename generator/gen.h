@@ -213,6 +213,45 @@ typedef struct gen_family { char name[16], title[64]; } gen_family;
 int gen_families_for(gen_state *g, const fa_problem *p, const gen_target *t, gen_family *out,
                      int max, int *count);
 
+/* fatune explore's plan for p on t: the first family of p on t (as
+** gen_families_for orders them) that declares an `explore` table, as
+** templates/space.lua documents it. Its axes, each a few points (a label
+** and the `k=v,...` text that follows `config`) differing in that axis
+** only; the counters its tables compare with the model, by their
+** FA_EMU_COUNTERS field names; the embedded files of its cost model and
+** kernel template; whether the FlashAttention paper's bounds follow.
+** FA_EINVAL when no family explores p on t, the message saying which do;
+** or when the plan exceeds these limits. */
+#define GEN_EXPLORE_AXES 6
+#define GEN_EXPLORE_POINTS 4
+#define GEN_EXPLORE_COUNTERS 16
+typedef struct gen_explore_axis {
+  char name[24], title[192];
+  int n;                                      /* points */
+  char label[GEN_EXPLORE_POINTS][24];
+  char config[GEN_EXPLORE_POINTS][96];
+  char why[512];
+  int key[2];          /* indexes into counter[] of the counter the axis is about, the sum of
+                          two (key[0] == key[1]: one); -1 when none */
+  char key_label[48];  /* that counter's name in the effect line; "" when none */
+} gen_explore_axis;
+typedef struct gen_explore {
+  char family[16];
+  char config[32];           /* "family=<family>" */
+  char model[64], kernel[64];
+  int paper;
+  int ncounters;
+  char counter[GEN_EXPLORE_COUNTERS][32];
+  int naxes;
+  gen_explore_axis axis[GEN_EXPLORE_AXES];
+} gen_explore;
+int gen_explore_plan(gen_state *g, const fa_problem *p, const gen_target *t, gen_explore *out);
+
+/* Every family's explore axis names, once each, in the space's order: at
+** most max; FA_EINVAL when there are more. */
+typedef struct gen_axis_name { char name[24]; } gen_axis_name;
+int gen_explore_axes(gen_state *g, gen_axis_name *out, int max, int *count);
+
 /* Whether kernel k computes problem p exactly: its config's dim, dtype and
 ** causal are p's (a family computes only the dtypes of its dtype axis).
 ** 1 when it fits; 0 when not, with a sentence saying why in why (n bytes),

@@ -109,6 +109,27 @@
 --              analytic cost model on problem (seq_q, seq_k, batch, heads):
 --              counts the emulator's counters should equal ("gmem_read",
 --              ...), then the model's reference figures.
+--   explore    table (optional): what `fatune explore` sweeps, one axis at a
+--              time around the defaults (space.explore_plan). Its fields:
+--                axes      list of {name = "norm", title = sentence, points =
+--                          {{label, config}, ...} (two to four, the
+--                          FlashAttention-1 or simpler side first; config
+--                          is `k=v,...` text of the family's keys that
+--                          differs between the points in this axis only),
+--                          why = what the axis moves and why, and optional
+--                          key = {counter} or {counter, counter}: the
+--                          counter (the sum of two) the axis is about, with
+--                          key_label, its name in the effect line};
+--                counters  list of the counters (FA_EMU_COUNTERS fields,
+--                          counters.lua) the tables compare with the model;
+--                model, kernel  file names in the family's folder of its
+--                          cost model and kernel template, for a flag's
+--                          message;
+--                paper     boolean (optional): the FlashAttention paper's
+--                          global-memory bounds and peak memory follow the
+--                          tables (fp32 problems).
+--              The first family of a problem on a target (families_for)
+--              that declares it is the one explore runs.
 local space = {}
 
 local required = {
@@ -117,7 +138,9 @@ local required = {
   naming = "table", defaults = "function", supports = "function", enumerate = "function",
   fits = "function", render = "function",
 }
-local optional = { plan = "function", predict = "function", fallbacks = "table" }
+local optional = {
+  plan = "function", predict = "function", fallbacks = "table", explore = "table",
+}
 
 -- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
 local arch_limits = {
@@ -182,6 +205,64 @@ local function check_op(id, fam)
   end
 end
 
+local counters = require("counters")
+
+-- Raise through fail where the config text of an explore point names a key
+-- fam lacks or is malformed.
+local function check_point_config(fam, text, fail)
+  for item in (text .. ","):gmatch("([^,]*),") do
+    local k = item:match("^([%w_]+)=[^=]+$")
+    if not k or not fam.axis[k] then fail("config '" .. text .. "' names no axis of the family") end
+  end
+end
+
+-- Raise through fail where fam's explore plan is malformed.
+local function check_explore(fam, e, fail)
+  local function need(v, kind, what)
+    if type(v) ~= kind then fail("explore: " .. what .. " is no " .. kind) end
+  end
+  for _, field in ipairs({ "model", "kernel" }) do
+    need(e[field], "string", "'" .. field .. "'")
+    if not embedded[fam.name .. "/" .. e[field]] then
+      fail("explore: " .. field .. " '" .. e[field] .. "' is no file of the family's folder")
+    end
+  end
+  if e.paper ~= nil then need(e.paper, "boolean", "'paper'") end
+  need(e.counters, "table", "'counters'")
+  if #e.counters == 0 then fail("explore: 'counters' lists none") end
+  local listed = {}
+  for _, name in ipairs(e.counters) do
+    if not counters[name] then fail("explore: no counter '" .. tostring(name) .. "' in fa_counters.h") end
+    listed[name] = true
+  end
+  need(e.axes, "table", "'axes'")
+  if #e.axes == 0 then fail("explore: 'axes' lists none") end
+  local names = { all = true }   -- `--axis all` asks for every axis
+  for i, a in ipairs(e.axes) do
+    need(a, "table", "axis " .. i)
+    for _, field in ipairs({ "name", "title", "why" }) do need(a[field], "string", "axis " .. i .. "'s " .. field) end
+    local what = "explore axis '" .. a.name .. "'"
+    if not a.name:match("^[%w_]+$") or names[a.name] then fail(what .. ": no fresh word for a name") end
+    names[a.name] = true
+    need(a.points, "table", what .. "'s points")
+    if #a.points < 2 or #a.points > 4 then fail(what .. ": two to four points") end
+    for _, pt in ipairs(a.points) do
+      if type(pt) ~= "table" or type(pt[1]) ~= "string" or type(pt[2]) ~= "string" then
+        fail(what .. ": a point is no {label, config}")
+      end
+      check_point_config(fam, pt[2], function(m) fail(what .. ": " .. m) end)
+    end
+    if (a.key == nil) ~= (a.key_label == nil) then fail(what .. ": key and key_label go together") end
+    if a.key ~= nil then
+      if type(a.key) ~= "table" or #a.key < 1 or #a.key > 2 then fail(what .. ": key is no list of one or two counters") end
+      for _, name in ipairs(a.key) do
+        if not listed[name] then fail(what .. ": key counter '" .. tostring(name) .. "' is not in 'counters'") end
+      end
+      need(a.key_label, "string", what .. "'s key_label")
+    end
+  end
+end
+
 -- Raise, naming the family and the field, where `fam` breaks the interface.
 local function check_family(id, fam)
   local function fail(what) error("family '" .. id .. "': " .. what, 0) end
@@ -235,6 +316,7 @@ local function check_family(id, fam)
     if not fam.axis[key] then fail("no axis '" .. key .. "'") end
   end
   check_naming(fam, fail)
+  if fam.explore then check_explore(fam, fam.explore, fail) end
   for arch in pairs(arch_limits) do
     if space.runs_on(fam, arch) then
       local dtype, why = fam.default_dtype({ arch = arch })
@@ -375,6 +457,59 @@ function space.device_arch(base)
     end
   end
   return base, nil
+end
+
+-- The family `fatune explore` runs for a problem on a target: the first
+-- of families_for that declares `explore`; raises, saying what explore
+-- covers, when none does.
+local function explorer(problem, target)
+  for _, fam in ipairs(families_for(problem, target)) do
+    if fam.explore then return fam end
+  end
+  local covers = {}
+  for _, fam in ipairs(order) do
+    if fam.explore then
+      covers[#covers + 1] = string.format("the %s family (%s on %s)", fam.name,
+                                          table.concat(fam.axis.dtype.values, ", "),
+                                          fam.targets == "any" and "any arch" or table.concat(fam.targets, ", "))
+    end
+  end
+  error(string.format("explore covers %s; not %s on %s", table.concat(covers, " and "),
+                      tostring(problem.dtype), target.arch), 0)
+end
+
+-- The explore plan of a problem on a target, flat for the host: the
+-- family's name, the config text every point follows ("family=<name>"),
+-- the model and kernel as embedded file names, paper, the counters, and
+-- per axis its name, title, labels, configs, why, and key as indexes into
+-- counters (nil: none) with key_label.
+function space.explore_plan(problem, target)
+  local fam = explorer(problem, target)
+  local e = fam.explore
+  local at = {}
+  for i, name in ipairs(e.counters) do at[name] = i end
+  local axes = {}
+  for _, a in ipairs(e.axes) do
+    local labels, configs = {}, {}
+    for i, pt in ipairs(a.points) do labels[i], configs[i] = pt[1], pt[2] end
+    local key = a.key and { at[a.key[1]], at[a.key[#a.key]] }
+    axes[#axes + 1] = { name = a.name, title = a.title, labels = labels, configs = configs,
+                        why = a.why, key = key, key_label = a.key_label }
+  end
+  return { family = fam.name, config = "family=" .. fam.name, model = fam.name .. "/" .. e.model,
+           kernel = fam.name .. "/" .. e.kernel, paper = e.paper == true, counters = e.counters,
+           axes = axes }
+end
+
+-- Every family's explore axis names, once each, in rank order.
+function space.explore_axes()
+  local out, seen = {}, {}
+  for _, fam in ipairs(order) do
+    for _, a in ipairs(fam.explore and fam.explore.axes or {}) do
+      if not seen[a.name] then out[#out + 1], seen[a.name] = a.name, true end
+    end
+  end
+  return out
 end
 
 -- Whether cfg of fam fits the target: its targets, then its own rules.

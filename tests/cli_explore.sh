@@ -262,7 +262,7 @@ bad "bogus" explore --axis bogus
 bad "seq=9:3" explore --sweep seq=9:3
 bad "seq=x" explore --sweep seq=x
 bad "not both" explore --sweep seq=64:128 --seq 64
-bad "fp32 or fp64) and, on --arch sm_90a, the wg family" explore --dtype fp16 --arch sm_80 \
+bad "the wg family (fp16, bf16 on sm_90a) and the simt family" explore --dtype fp16 --arch sm_80 \
   --backend emu --db "$db"
 bad "the simt family has no axis 'pingpong'" explore --axis pingpong --arch sm_90 --backend emu \
   --db "$db"

@@ -424,17 +424,45 @@ static void test_contract(gen_state *g) {
     {"f.naming = {{'dtype'}, {'dim'}}", "axis 'causal' is in no name part"},
     {"f.naming = {{'dtype'}, {'dtype'}}", "axis 'dtype' is named twice"},
     {"f.naming = {{'nokey'}}", "name part 1 names no axis 'nokey'"},
+    /* The optional explore plan: E(fn) is a valid one that fn changes. */
+    {"f.explore = E(function() end)", NULL},
+    {"f.explore = 1", "family 'tc': 'explore' is no table"},
+    {"f.explore = E(function(e) e.axes, e.counters = s.families.wg.explore.axes, "
+     "s.families.wg.explore.counters end)",
+     "explore axis 'pingpong': config 'consumers=2,block_m=128,pingpong=0' names no axis"},
+    {"f.explore = E(function(e) e.kernel = 'nope.cu' end)",
+     "explore: kernel 'nope.cu' is no file of the family's folder"},
+    {"f.explore = E(function(e) e.counters = {'nope'} end)", "explore: no counter 'nope'"},
+    {"f.explore = E(function(e) e.paper = 1 end)", "explore: 'paper' is no boolean"},
+    {"f.explore = E(function(e, a) a.points = {a.points[1]} end)",
+     "explore axis 'tiles': two to four points"},
+    {"f.explore = E(function(e, a) a.points[2][2] = 'block_m' end)",
+     "config 'block_m' names no axis"},
+    {"f.explore = E(function(e, a) a.key = {'exp2'} end)",
+     "explore axis 'tiles': key counter 'exp2' is not in 'counters'"},
+    {"f.explore = E(function(e, a) a.key_label = nil end)", "key and key_label go together"},
+    {"f.explore = E(function(e, a) e.axes[2] = a end)", "explore axis 'tiles': no fresh word"},
+    {"f.explore = E(function(e, a) a.name = 'all' end)", "explore axis 'all': no fresh word"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    char text[512], *out = NULL;
+    char text[1024], *out = NULL;
     snprintf(text, sizeof text,
              "$ local s = require('space')\n$ local f = {}\n"
-             "$ for k, v in pairs(s.families.tc) do f[k] = v end\n$ %s\n"
+             "$ for k, v in pairs(s.families.tc) do f[k] = v end\n"
+             "$ local function E(fn)\n"
+             "$   local a = {name = 'tiles', title = 't', why = 'w', key = {'mma'},\n"
+             "$              key_label = 'mma.sync', points = {{'32', 'block_m=32,block_n=32'},\n"
+             "$                                             {'64', 'block_m=64,block_n=32'}}}\n"
+             "$   local e = {model = 'tc.lua', kernel = 'tc.cu', counters = {'mma'}, axes = {a}}\n"
+             "$   fn(e, a)\n"
+             "$   return e\n"
+             "$ end\n"
+             "$ %s\n"
              "$ s.check_family('tc', f)\nok\n", bad[i].change);
     const int rc = gen_render_text(g, "contract.cu", text, &out);
     free(out);
     if (!bad[i].what) {
-      CHECK(rc == 0, "tc itself is refused: %s", gen_errmsg(g));
+      CHECK(rc == 0, "'%s' is refused: %s", bad[i].change, gen_errmsg(g));
       continue;
     }
     CHECK(rc != 0, "'%s' should be refused", bad[i].change);

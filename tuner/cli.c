@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "estimate.h"
+#include "gen.h"
 
 enum {
   F_DIM = 1, F_SEQ = 2, F_ARCH = 4, F_JOBS = 8, F_JSON = 16, F_SPACE = 32, F_PICK = 64,
@@ -196,8 +197,8 @@ static const flag_info flags[] = {
                                "estimated cost (deterministic: N machines share a sweep)"},
   {"device", F_DEV, 1, "NAME", "a device's name, UUID or part of its name"},
   {"format", F_FMT, 1, "F", "export: csv or json; report: html (default) or md"},
-  {"axis", F_AXIS, 1, "A", "one design axis of the explored family (explore names\n"
-                          "them), or all (default)"},
+  {"axis", F_AXIS, 1, "A", "one design axis of the explored family (it refuses the\n"
+                          "others), or all (default); the families'"},
   {"sweep", F_AXIS, 1, "seq=A:B", "seq A, 2A, 4A, ... up to B instead of --seq"},
   {"db", F_DB, 1, "PATH", "results database (default: $FATUNE_DB, else\n"
                           "~/.cache/fatune/fatune.db)"},
@@ -388,20 +389,47 @@ static int parse_format(cli_opts *o, const char *s, char *err, size_t n) {
   return 0;
 }
 
+/* Every family's explore axes as the space lists them (a generator opened
+** for the purpose), then "all", into names and ptrs (MAX_AXES); their
+** count, or -1 with why in err. */
+#define MAX_AXES 32
+static int explore_axes(gen_axis_name *names, const char **ptrs, char *err, size_t n) {
+  gen_state *g;
+  int count = 0;
+  if (gen_open(&g, err, n) != 0) return -1;
+  const int rc = gen_explore_axes(g, names, MAX_AXES - 1, &count);
+  if (rc != 0) snprintf(err, n, "%s", gen_errmsg(g));
+  gen_close(g);
+  if (rc != 0) return -1;
+  for (int i = 0; i < count; i++) ptrs[i] = names[i].name;
+  ptrs[count] = "all";
+  return count + 1;
+}
+
+/* "a, b, ... or all" of the count names in ptrs, into buf (n bytes). */
+static void axis_list(const char *const *ptrs, int count, char *buf, size_t n) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < count && at < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%s", i == 0 ? "" : i + 1 < count ? ", " : " or ",
+                           ptrs[i]);
+}
+
+/* An axis of any family's; explore checks that the family it runs has it. */
 static int parse_axis(cli_opts *o, const char *s, char *err, size_t n) {
-  /* Every family's explore axes; explore checks the family has it. */
-  static const char *const axes[] = {"norm",     "parallel", "warp_split", "layout",
-                                     "tiles",    "pingpong", "overlap",    "consumers",
-                                     "stages",   "all"};
-  for (size_t i = 0; i < sizeof axes / sizeof axes[0]; i++)
+  gen_axis_name names[MAX_AXES];
+  const char *axes[MAX_AXES];
+  const int count = explore_axes(names, axes, err, n);
+  if (count < 0) return -1;
+  for (int i = 0; i < count; i++)
     if (!strcmp(s, axes[i])) {
-      o->axis = axes[i];
+      o->axis = s;
       return 0;
     }
-  char hint[64];
-  return fail(err, n, "unknown axis '%s' (one of the explored family's, or all%s)", s,
-              nearest(s, axes, sizeof axes / sizeof axes[0], sizeof axes[0], "", hint,
-                      sizeof hint));
+  char list[512], hint[64];
+  axis_list(axes, count, list, sizeof list);
+  return fail(err, n, "unknown axis '%s' (%s%s)", s, list,
+              nearest(s, axes, (size_t)count, sizeof axes[0], "", hint, sizeof hint));
 }
 
 /* A GPU the throughput estimate knows (estimate.c's table). */
@@ -742,6 +770,27 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
 
 /* ---- Help ---- */
 
+/* --axis's values, from the space, after its help. */
+static void print_axes(FILE *f) {
+  gen_axis_name names[MAX_AXES];
+  const char *axes[MAX_AXES];
+  char err[512], list[512];
+  const int count = explore_axes(names, axes, err, sizeof err);
+  if (count < 0) {
+    fprintf(f, "\n%23s(the axes are unknown: %s)", "", err);
+    return;
+  }
+  axis_list(axes, count, list, sizeof list);
+  /* Wrapped at 79 columns, under the help's indent. */
+  fputc(':', f);
+  int col = 79;
+  for (const char *w = strtok(list, " "); w; w = strtok(NULL, " ")) {
+    const int len = (int)strlen(w);
+    if (col + 1 + len > 79) col = fprintf(f, "\n%23s%s", "", w) - 1;
+    else col += fprintf(f, " %s", w);
+  }
+}
+
 static void print_flags(FILE *f, int groups) {
   for (size_t i = 0; i < NFLAGS; i++) {
     if (!(flags[i].group & groups)) continue;
@@ -754,6 +803,7 @@ static void print_flags(FILE *f, int groups) {
       fputc(*h, f);
       if (*h == '\n') fprintf(f, "%23s", "");
     }
+    if (flags[i].group == F_AXIS && !strcmp(flags[i].name, "axis")) print_axes(f);
     fputc('\n', f);
   }
 }

@@ -49,7 +49,7 @@ typedef struct cli_opts {
   int retune;             /* main job: measure again what the database has */
   const char *device;     /* best, show: a device's name, uuid or part of its name */
   const char *format;     /* export: "csv" or "json"; report: "html" or "md" */
-  const char *axis;       /* explore: norm, parallel, warp_split, layout, tiles or all */
+  const char *axis;       /* explore: an axis of the families' explore plans, or all */
   int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */
   const char *merge_path; /* merge: the first other database; sass: the cubin; baseline: the CSV */
   char **merge_paths;     /* merge: every other database, in order (in argv) */

@@ -1,7 +1,8 @@
 /*
 ** explore.c
-** fatune explore: matched variants around the SIMT family's
-** FlashAttention-2 default, each axis's values differing in that axis
+** fatune explore: matched variants around the default of the family
+** that explores the problem on the target (its `explore` plan in the
+** templates: gen_explore_plan), each axis's values differing in that axis
 ** only; compiled once, then for each sequence length run in worker
 ** processes and validated like the main job (two schedules on the
 ** emulator; the oracle and timing on a GPU), recorded in the database,
@@ -26,112 +27,55 @@
 
 #define EX_EMU_SEQ 2048
 
-/* ---- The SIMT family: FlashAttention-1 against -2 ---- */
+/* ---- The family's plan, from the space ---- */
 
-#define C(f) &trial_counters[TRIAL_CTR_##f]
-static const ex_counter *const simt_counters[] = {
-  C(gmem_read),
-  C(gmem_written),
-  C(smem_read),
-  C(smem_written),
-  C(exp2),
-  C(log2),
-  C(rescale),
-  C(mma),
-  C(shuffles),
-  C(barriers),
-  C(warp_syncs),
+/* The plan of the family that explores the problem (gen_explore_plan) and
+** the views of it that explore_int.h's ex_family gives the printing. */
+struct ex_plan {
+  gen_explore g;
+  ex_family fam;
+  ex_axis axes[EX_NAXES];
+  const ex_counter *counters[EX_NCOUNTERS];
+  char model[96];
 };
+_Static_assert(GEN_EXPLORE_AXES <= EX_NAXES && GEN_EXPLORE_COUNTERS <= EX_NCOUNTERS &&
+                   GEN_EXPLORE_POINTS <= sizeof ((ex_axis *)0)->label / sizeof(char *),
+               "explore_int.h's limits hold the space's plans");
 
-static const ex_axis simt_axes[] = {
-  {"norm", "normalization: eager (FlashAttention-1) against deferred (FlashAttention-2)", 2,
-   {"eager", "deferred"}, {"norm=eager", "norm=deferred"},
-   "eager scales O and P by l_old*alpha/l_new and 1/l_new at every K/V tile; deferred scales "
-   "only O, by alpha, and divides it by l once at the end", {6, 6}, "rescale multiplies"},
-  {"parallel", "loop order: kv_outer (FlashAttention-1) against q_outer (FlashAttention-2)", 2,
-   {"kv_outer", "q_outer"}, {"par=kv_outer", "par=q_outer"},
-   "kv_outer reads Q and reads and writes O, m and l once per (K/V tile, Q tile) pair; q_outer "
-   "reads K and V once per Q tile and writes O once", {0, 1}, "global-memory bytes"},
-  {"warp_split", "work split among warps: split_k (FlashAttention-1) against split_q "
-   "(FlashAttention-2)", 2, {"split_k", "split_q"}, {"split=split_k", "split=split_q"},
-   "split_k's warps exchange row maxima, row sums and partial O through shared memory at every "
-   "K/V tile, behind three more barriers; split_q's warps own whole rows", {2, 3},
-   "shared-memory bytes"},
-  {"layout", "shared-memory layout: row-major, padded rows, K transposed", 3,
-   {"row", "pad", "kt"}, {"layout=row", "layout=pad", "layout=kt"},
-   "the layouts move the same bytes: they differ in bank conflicts, which the emulator does not "
-   "model (a GPU times them), and in shared memory per CTA", {-1, -1}, NULL},
-  {"tiles", "tile: block_m x block_n", 4, {"32x32", "64x32", "64x64", "128x64"},
-   {"block_m=32,block_n=32", "block_m=64,block_n=32", "block_m=64,block_n=64",
-    "block_m=128,block_n=64"},
-   "K and V are read once per Q tile: taller tiles read them fewer times, for more shared "
-   "memory per CTA", {-1, -1}, NULL},
-};
-
-/* ---- The wg family (sm_90a): FlashAttention-3's choices ---- */
-
-static const ex_counter *const wg_counters[] = {
-  C(gmem_read),
-  C(gmem_written),
-  C(tma_bytes),
-  C(smem_read),
-  C(smem_written),
-  C(exp2),
-  C(log2),
-  C(rescale),
-  C(wgmma),
-  C(wgmma_flops),
-  C(mbar_waits),
-  C(named_waits),
-  C(shuffles),
-  C(barriers),
-};
-#undef C
-
-static const ex_axis wg_axes[] = {
-  {"norm", "normalization: eager (FlashAttention-1) against deferred (FlashAttention-2, -3)", 2,
-   {"eager", "deferred"}, {"norm=eager", "norm=deferred"},
-   "eager scales O by l_old*alpha/l_new and P by 1/l_new at every K/V block; deferred scales "
-   "only O, by alpha, and divides it by l once at the end", {7, 7}, "rescale multiplies"},
-  {"pingpong", "ping-pong: two consumer warpgroups take turns, one's softmax under the other's "
-   "GEMMs (FlashAttention-3), against none", 2, {"none", "pp"},
-   {"consumers=2,block_m=128,pingpong=0", "consumers=2,block_m=128,pingpong=1"},
-   "ping-pong orders the consumers' GEMMs with named barriers: each thread waits for its turn "
-   "before it issues S = Q K^T, once per K/V block, and hands the turn over once its GEMMs are "
-   "issued; the work itself is the same", {11, 11},
-   "named-barrier waits"},
-  {"overlap", "intra-warpgroup overlap: S of the next K/V block issued before this block's "
-   "softmax (FlashAttention-3), against none", 2, {"none", "ov"}, {"overlap=0", "overlap=1"},
-   "overlap reorders the same wgmma and exponentials: a GPU times the difference, the counts "
-   "stay", {8, 8}, "wgmma"},
-  {"consumers", "consumer warpgroups: one against two (each owns 64 rows of the Q block)", 2,
-   {"1", "2"}, {"consumers=1,pingpong=0,block_m=64", "consumers=2,pingpong=0,block_m=128"},
-   "two consumers share each K/V block the producer loads: half the TMA bytes of K and V per "
-   "query row", {2, 2}, "TMA box bytes"},
-  {"stages", "K/V pipeline stages: 2 against 3", 2, {"2", "3"}, {"stages=2", "stages=3"},
-   "stages hold more K/V blocks in flight, for more shared memory per CTA; the same bytes move",
-   {10, 10}, "mbarrier waits"},
-};
-
-#define N(a) (int)(sizeof a / sizeof a[0])
-static const ex_family families[] = {
-  {"simt", "", "templates/simt/simt_model.lua", "simt/simt.cu", N(simt_axes), simt_axes,
-   N(simt_counters), simt_counters, 1},
-  {"wg", "family=wg", "templates/wg/wg_model.lua", "wg/wg.cu", N(wg_axes), wg_axes, N(wg_counters),
-   wg_counters, 0},
-};
-_Static_assert(N(simt_axes) <= EX_NAXES && N(wg_axes) <= EX_NAXES, "EX_NAXES");
-_Static_assert(N(simt_counters) <= EX_NCOUNTERS && N(wg_counters) <= EX_NCOUNTERS,
-               "EX_NCOUNTERS");
-#undef N
-
-const ex_family *ex_family_for(fa_dtype dtype, const char *arch, char *why, size_t n) {
-  if (dtype == FA_FP32 || dtype == FA_FP64) return &families[0];
-  if (!strcmp(arch, "sm_90a")) return &families[1];
-  snprintf(why, n, "explore covers the SIMT family (--dtype fp32 or fp64) and, on "
-                   "--arch sm_90a, the wg family (fp16, bf16); not %s on %s",
-           fa_dtype_name(dtype), arch);
+/* The counter of FA_EMU_COUNTERS field `name`; NULL when none. */
+static const ex_counter *counter_named(const char *name) {
+  for (int i = 0; i < TRIAL_NCOUNTERS; i++)
+    if (!strcmp(trial_counters[i].name, name)) return &trial_counters[i];
   return NULL;
+}
+
+static void view_axis(const gen_explore_axis *g, ex_axis *d) {
+  *d = (ex_axis){.name = g->name, .title = g->title, .n = g->n, .why = g->why,
+                 .key = {g->key[0], g->key[1]}, .key_label = g->key_label[0] ? g->key_label : NULL};
+  for (int i = 0; i < g->n; i++) d->label[i] = g->label[i], d->config[i] = g->config[i];
+}
+
+/* x->fam: the plan of the family that explores x's problem on its target;
+** an exit status when there is none, having said why. */
+static int plan_family(explore *x) {
+  struct ex_plan *p = x->plan = calloc(1, sizeof *x->plan);
+  if (!p) return cli_say(1, "out of memory");
+  const int rc = gen_explore_plan(x->g, &x->o->problem, x->t, &p->g);
+  if (rc != 0) return cli_say(rc == FA_EINVAL ? EXIT_BAD_INPUT : 1, gen_errmsg(x->g));
+  const gen_explore *e = &p->g;
+  for (int c = 0; c < e->ncounters; c++)
+    if (!(p->counters[c] = counter_named(e->counter[c]))) {
+      fprintf(stderr, "fatune: the %s family explores counter '%s', which the emulator lacks\n",
+              e->family, e->counter[c]);
+      return 1;
+    }
+  for (int a = 0; a < e->naxes; a++) view_axis(&e->axis[a], &p->axes[a]);
+  /* The model's path in the source tree, for a mismatch's flag. */
+  snprintf(p->model, sizeof p->model, "templates/%s", e->model);
+  p->fam = (ex_family){e->family, e->config, p->model, e->kernel, e->naxes, p->axes,
+                       e->ncounters, p->counters, e->paper};
+  x->fam = &p->fam;
+  return 0;
 }
 
 /* ---- The variants ---- */
@@ -142,8 +86,7 @@ const ex_family *ex_family_for(fa_dtype dtype, const char *arch, char *why, size
 static int add_variant(explore *x, const char *axis_config, char *why, size_t n) {
   gen_kernel k;
   char config[256];
-  snprintf(config, sizeof config, "%s%s%s", x->fam->config, x->fam->config[0] ? "," : "",
-           axis_config);
+  snprintf(config, sizeof config, "%s,%s", x->fam->config, axis_config);
   if (gen_render_config(x->g, config, &x->o->problem, x->t, &k) != 0) {
     snprintf(why, n, "%s", gen_errmsg(x->g));
     return strstr(why, "does not fit") ? -1 : -2;
@@ -306,6 +249,7 @@ static void explore_free(explore *x) {
   trial_env_free(&x->env);
   backend_close(x->be);
   if (x->db) db_close(x->db);
+  free(x->plan);
 }
 
 static void banner(const explore *x, const char *note) {
@@ -333,11 +277,9 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   const double t0 = fa_now_s();
   trial_env_init(&x->env);
   char note[256], err[512];
-  int rc = 1, any = 0;
-  if (!(x->fam = ex_family_for(o->problem.dtype, t->arch, err, sizeof err))) {
-    rc = cli_say(EXIT_BAD_INPUT, err);
-    goto done;
-  }
+  int rc = plan_family(x), any = 0;
+  if (rc != 0) goto done;
+  rc = 1;   /* a failure, until the run ends */
   for (int a = 0; a < x->fam->naxes; a++)
     any |= x->on[a] = !strcmp(o->axis, "all") || !strcmp(o->axis, x->fam->axes[a].name);
   if (!any) {

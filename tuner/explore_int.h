@@ -32,11 +32,12 @@ typedef struct ex_axis {
 ** and the table name it, and where fa_counters keeps it. */
 typedef trial_counter ex_counter;
 
-/* A family explore covers: its axes around its default (config, the text
-** every variant's config starts with), the counters its model predicts,
-** the files the model and the kernel live in (for a mismatch's flag), and
-** whether the FlashAttention paper's bounds and seed 003's peak memory
-** come after (the SIMT family's walk from FlashAttention-1 to -2). */
+/* A family explore covers, as its plan in the templates says: its axes
+** around its default (config, the text every variant's config starts
+** with), the counters its model predicts, the files the model and the
+** kernel live in (for a mismatch's flag), and whether the FlashAttention
+** paper's bounds and seed 003's peak memory come after (a walk from
+** FlashAttention-1 to -2). */
 typedef struct ex_family {
   const char *name, *config, *model, *kernel;
   int naxes;
@@ -45,10 +46,6 @@ typedef struct ex_family {
   const ex_counter *const *counters;
   int paper;
 } ex_family;
-
-/* simt for fp32 and fp64; wg for fp16 and bf16, on sm_90a only. NULL
-** with why when the dtype and the target have none. */
-const ex_family *ex_family_for(fa_dtype dtype, const char *arch, char *why, size_t n);
 
 typedef struct ex_variant {
   trial t;                     /* first: the trials' stride is this struct's */
@@ -75,6 +72,7 @@ typedef struct ex_peak {
 typedef struct explore {
   const cli_opts *o;
   const ex_family *fam;
+  struct ex_plan *plan;        /* what fam points into (explore.c) */
   const gen_target *t;
   gen_state *g;
   fa_backend *be;

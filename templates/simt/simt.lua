@@ -217,6 +217,9 @@ function simt.predict(c, problem)
   return require("simt_model").predict(c, simt.plan(c), problem)
 end
 
+-- What `fatune explore` sweeps (simt_explore.lua).
+simt.explore = require("simt_explore")
+
 -- Rendering -----------------------------------------------------------------
 
 simt.op = "fwd"

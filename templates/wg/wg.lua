@@ -244,4 +244,7 @@ function wg.predict(c, problem)
   return require("wg_model").predict(c, problem)
 end
 
+-- What `fatune explore` sweeps (wg_explore.lua).
+wg.explore = require("wg_explore")
+
 return wg
