@@ -242,7 +242,7 @@ static void json_row(fa_sink *k, const tune *s, const trial *e) {
     fa_cell_int(e->k.smem_bytes), fa_cell_int(e->k.threads), fa_cell_text(e->why),
     fa_cell_members(sass_kernel_members, figures(s, e)),
     fa_cell_text(figures(s, e)->estimated && s->est_gpu ? s->est_gpu->name : NULL),
-    /* a wg variant's DRAM ceiling, outside the bound */
+    /* a warp-specialized variant's DRAM ceiling, outside the bound */
     fa_cell_real(s->tma_tflops ? s->tma_tflops[e - s->e] : NAN, g)};
   fa_sink_row(k, c, JSON_NCOLS);
 }
