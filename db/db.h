@@ -183,7 +183,7 @@ int db_trial_get(db *d, long long variant_id, long long device_id, const db_prob
 /* ---- SASS figures (db_sass.c) ---- */
 
 /* A variant's main-loop counts for a target, per K/V block per warp, and
-** the throughput estimate for a GPU (tuner/sass.h, tuner/estimate.h). */
+** the throughput estimate for a GPU (tuner/analysis/sass.h, tuner/analysis/estimate.h). */
 typedef struct db_sass {
   long long variant_id;
   const char *target;      /* "sm_80" */

@@ -182,7 +182,7 @@ static const char schema_v3[] =
   "WHERE rank = 1;\n";
 
 /* Version 4. The SASS figures of a variant's main loop for a target
-** (tuner/sass.h), and the throughput estimate for a GPU (tuner/estimate.h;
+** (tuner/analysis/sass.h), and the throughput estimate for a GPU (tuner/analysis/estimate.h;
 ** gpu '' when there is none), in a table of their own. */
 static const char schema_v4[] =
   "CREATE TABLE sass (\n"

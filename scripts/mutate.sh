@@ -56,16 +56,16 @@ mut tail-keys-visible templates/softmax.cu \
 mut reference-scale runtime/reference.c \
   'scale = fa_problem_scale(p);' 'scale = 1.0 / p->dim;' \
   'test_reference test_emu'
-mut nan-check tuner/validate.c \
+mut nan-check tuner/trial/validate.c \
   'if (!isfinite(x)) {' 'if (0 && !isfinite(x)) {' \
   'test_judge'
-mut tolerance tuner/validate.c \
+mut tolerance tuner/trial/validate.c \
   'if (r->rel_err > tol) {' 'if (r->max_abs_err > 10 * tol) {' \
   'test_judge'
 mut mma-b-swapped templates/prelude_emu_tc.h \
   'a[3], b[0], b[1]};' 'a[3], b[1], b[0]};' \
   'test_emu_tc'
-mut resume-off-by-one tuner/trial.c \
+mut resume-off-by-one tuner/trial/trial.c \
   'db_trial_get(e->db, t->variant_id, e->device_id,' 'db_trial_get(e->db, t->variant_id - 1, e->device_id,' \
   'cli_db'
 mut nearest-seq db/db_query.c \

@@ -7,7 +7,9 @@
 #    from tuner, db or lib; nothing of the generator or runtime from db;
 #    nothing of another layer from core; no runtime, db, lib or tuner header
 #    from the generator; no db, lib or tuner header from the runtime; no
-#    tuner header from lib. Each header belongs to the layer of its folder.
+#    tuner header from lib; within the command, output stands on nothing of
+#    it, analysis on output, the trial machinery on both, the commands
+#    (tuner/ itself) on all. Each header belongs to the layer of its folder.
 #    A self-test plants violations in a copy of the sources and expects each
 #    one named by file and line.
 #  - Symbols: the shared library exports only the fatune_* functions of
@@ -28,6 +30,7 @@ layer_dirs() {   # ROOT LAYER
   runtime) echo runtime ;;
   backend) (cd "$1" && find runtime -mindepth 1 -maxdepth 1 -type d | sort) ;;
   lib) echo lib include ;;
+  trial | analysis | output) echo "tuner/$2" ;;
   *) echo "$2" ;;
   esac
 }
@@ -39,10 +42,13 @@ allowed() {
   runtime | backend) echo runtime backend generator core ;;
   db) echo db core ;;
   lib) echo lib db runtime generator core ;;
-  tuner) echo tuner lib db runtime generator core ;;
+  output) echo output runtime generator core ;;
+  analysis) echo analysis output runtime generator core ;;
+  trial) echo trial analysis output db runtime generator core ;;
+  tuner) echo tuner trial analysis output lib db runtime generator core ;;
   esac
 }
-LAYERS="core generator runtime backend db lib tuner"
+LAYERS="core generator runtime backend db lib output analysis trial tuner"
 
 # include_check ROOT: prints FILE:LINE: for each include against the
 # direction (paths relative to ROOT); 1 when there is one.
@@ -98,7 +104,9 @@ plant() {   # FILE HEADER: a line including HEADER appended to FILE; echoes FILE
 want=("$(plant tuner/cli.h emu.h)" "$(plant db/db.c gen.h)" "$(plant db/db_int.h backend.h)"
       "$(plant lib/fatune.c cuda_driver.h)" "$(plant lib/fatune.c cli.h)"
       "$(plant core/fa_util.h db.h)" "$(plant generator/gen.c attn_run.h)"
-      "$(plant runtime/backend.c db.h)" "$(plant runtime/emu/emu.h fatune.h)")
+      "$(plant runtime/backend.c db.h)" "$(plant runtime/emu/emu.h fatune.h)"
+      "$(plant tuner/output/json.h sass.h)" "$(plant tuner/analysis/sass.c trial.h)"
+      "$(plant tuner/trial/trial.c cli.h)")
 found=$(include_check "$copy")
 rc=$?
 missing=""
@@ -127,7 +135,7 @@ missing=$(comm -23 <(echo "$declared") <(echo "$exported" | sort -u))
 [ -z "$missing" ] && pass "every function of fatune.h is exported" ||
   fail "every function of fatune.h is exported" "missing: $missing"
 
-tuner_objs=$(cd "$(dirname "$0")/../tuner" && ls ./*.c | sed 's|^\./||; s|$|.o|')
+tuner_objs=$(cd "$(dirname "$0")/../tuner" && find . -name '*.c' | sed 's|^.*/||; s|$|.o|')
 in_lib=$(nm -A "$a" 2>/dev/null | awk -F: '{print $2}' | sort -u)
 found=$(comm -12 <(echo "$tuner_objs" | sort -u) <(echo "$in_lib"))
 [ -n "$in_lib" ] && [ -z "$found" ] && pass "libfatune.a holds no tuner object" ||

@@ -1,7 +1,7 @@
 /*
 ** test_sass.c
-** The SASS analyser (tuner/sass.c) and the throughput estimate
-** (tuner/estimate.c):
+** The SASS analyser (tuner/analysis/sass.c) and the throughput estimate
+** (tuner/analysis/estimate.c):
 **   1. small hand-written functions: nested loops with a trip count, a
 **      masking block, a loop left by CALL.REL.NOINC, disjoint loops, a
 **      SIMT product, bad text;

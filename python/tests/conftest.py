@@ -23,7 +23,7 @@ def pytest_unconfigure(config):
         shutil.rmtree(_tmp, ignore_errors=True)
 
 
-# The relative L2 error each dtype's kernels must meet (tuner/validate.c).
+# The relative L2 error each dtype's kernels must meet (tuner/trial/validate.c).
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10, "float16": 5e-3, "bfloat16": 1e-2}
 
 
