@@ -994,6 +994,7 @@ static void test_merge(void) {
   CHECK(db_merge(da, b, &accept, &c, err, sizeof err) == 0 && c.devices_added + c.variants_added +
         c.trials_added + c.trials_replaced == 0 && c.trials_skipped == 4,
         "a second merge adds nothing");
+  merge_check_close(&check);
   db_close(da);
 }
 
