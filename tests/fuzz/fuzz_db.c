@@ -73,7 +73,9 @@ typedef struct table_info {
 
 static const table_info tables[] = {
   {'d', "INSERT INTO devices VALUES (?,?,?,?,?,?,?,?,?)"},
-  {'v', "INSERT INTO variants VALUES (?,?,?,?,?,?,?)"},
+  /* Version 1's 7 columns; the op (version 6) takes its default, fwd. */
+  {'v', "INSERT INTO variants (id, family, template_version, name, hash, config, source_hash) "
+        "VALUES (?,?,?,?,?,?,?)"},
   {'b', "INSERT INTO binaries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"},
   /* Version 2's 24 columns in their order (the corpus's lines), then
   ** version 3's key and seed, defaulting to an unknown arch and the
