@@ -3,7 +3,7 @@
 
 _fatune() {
   local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
-  local cmds="run list gen compile sass best show export merge baseline explore report help version"
+  local cmds="run list gen compile sass best show export merge baseline model explore report help version"
   local cmd="" w i
   for ((i = 1; i < COMP_CWORD; i++)); do
     w=${COMP_WORDS[i]}
@@ -25,7 +25,9 @@ _fatune() {
     --arch)
       mapfile -t COMPREPLY < <(compgen -W "sm_80 sm_86 sm_89 sm_90 sm_90a sm_100 sm_120" -- "$cur")
       return ;;
-    --db|--q|--k|--v|--out|--lse) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+    --launch) mapfile -t COMPREPLY < <(compgen -W "fa2 fa3" -- "$cur"); return ;;
+    --gpu) mapfile -t COMPREPLY < <(compgen -W "a100 h100 h200" -- "$cur"); return ;;
+    --db|--q|--k|--v|--out|--lse|--cubin|--plot) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
   esac
   if [[ $cur == -* ]]; then
     local flags

@@ -42,6 +42,9 @@ expect "sm_90 sm_90a " list --arch sm_9
 expect "run " help ru
 expect "baseline " bas
 expect "skew " run --schedule sk
+expect "model " mo
+expect "fa2 fa3 " model --launch ""
+expect "--cubin " model --cu
 if command -v zsh >/dev/null 2>&1; then
   zsh -n "$src/_fatune"
   check "the zsh completion parses" $? "zsh -n failed"

@@ -31,7 +31,8 @@ enum {
   F_TYPE = 128, F_BACKEND = 256, F_EMU = 512, F_SEED = 1024, F_IO = 2048, F_SCALE = 4096,
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
   F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20,
-  F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24, F_OP = 1 << 25
+  F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24, F_OP = 1 << 25,
+  F_MODEL = 1 << 26
 };
 
 typedef struct cmd_info {
@@ -99,6 +100,20 @@ static const cmd_info commands[] = {
    "compile --sass does; with the tile in --config, the throughput estimate too.",
    "fatune sass flash_fwd.cubin --config block_m=128,block_n=128,dim=64,warps=4",
    "the main loop of a cubin's machine code"},
+  {"model", CMD_MODEL, F_DIM | F_TYPE | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL,
+   "--gpu G --dim D --seq N [--seq-k M] [--batch B] [--heads H] [--causal] [--dtype T]\n"
+   "                    (--variant NAME | --config TEXT | --cubin FILE --launch fa2|fa3\n"
+   "                    [--kernel PART]) [--json] [--plot FILE.png]",
+   "Predicts a kernel's time on a GPU with the timing model: an event-driven\n"
+   "simulation of one SM issuing the kernel's own machine code (its main loop's SASS,\n"
+   "stall counts and scoreboards, pipes, barriers, copies from L2) and of the CTAs'\n"
+   "waves over the SMs. Prints the time, TFLOP/s, what bounds it and the clocks per\n"
+   "K/V block; --plot draws one steady iteration per warp role. A fatune variant is\n"
+   "compiled for the GPU; --cubin takes anyone's (FlashAttention-2's or -3's), with\n"
+   "the launch that runs it. Batch and heads default to 16k tokens and 2048 channels\n"
+   "in all, as the FlashAttention papers measure.",
+   "fatune model --gpu h100 --dim 128 --seq 4096 --cubin flash_fwd.cubin --launch fa2",
+   "predict a kernel's time with the timing model"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,
    "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--op OP] [--device NAME] [--db PATH]\n"
    "                   [--json]",
@@ -210,6 +225,11 @@ static const flag_info flags[] = {
   {"lse", F_IO, 1, "LSE.npy", "also write the logsumexp, float32 of shape (N,) or (B, H, N)"},
   {"sass", F_SASS, 0, NULL, "disassemble each cubin with nvdisasm and count the main\n"
                             "loop's instructions per K/V block, with a throughput estimate"},
+  {"cubin", F_MODEL, 1, "FILE", "model: a cubin to predict (anyone's)"},
+  {"launch", F_MODEL, 1, "L", "model: how the cubin is launched: fa2 or fa3 (their launch code)"},
+  {"kernel", F_MODEL, 1, "PART", "model: the cubin's function whose name holds PART (default:\n"
+                                 "the one the launch runs for the problem)"},
+  {"plot", F_MODEL, 1, "FILE.png", "model: draw one steady iteration per warp role (gnuplot)"},
   {"save-cubin", F_SAVE, 1, "DIR", "write each variant's cubin to DIR/<variant name>.cubin"},
   {"gpu", F_GPU, 1, "G", "the estimate's GPU: a100, h100 or h200 (default: the device's,\n"
                          "else the arch's: sm_80 a100, sm_90 h100)"},
@@ -532,6 +552,14 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--lse")) o->lse = val;
   else if (!strcmp(flag, "--sass")) o->sass = 1;
   else if (!strcmp(flag, "--save-cubin")) o->save_cubin = val;
+  else if (!strcmp(flag, "--cubin")) o->cubin = val;
+  else if (!strcmp(flag, "--kernel")) o->kernel = val;
+  else if (!strcmp(flag, "--plot")) o->plot = val;
+  else if (!strcmp(flag, "--launch")) {
+    if (strcmp(val, "fa2") && strcmp(val, "fa3"))
+      return fail(err, n, "unknown launch '%s' (fa2 or fa3)", val);
+    o->launch = val;
+  }
   else if (!strcmp(flag, "--gpu")) return parse_gpu(o, val, err, n);
   else if (!strcmp(flag, "--backend")) {
     static const char *const backends[] = {"auto", "emu", "cuda"};

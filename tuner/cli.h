@@ -14,7 +14,7 @@
 typedef enum cli_cmd {
   CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_RUN, CMD_HELP, CMD_VERSION,
   CMD_BEST, CMD_SHOW, CMD_EXPORT, CMD_MERGE, CMD_EXPLORE, CMD_REPORT, CMD_SASS,
-  CMD_BASELINE
+  CMD_BASELINE, CMD_MODEL
 } cli_cmd;
 
 /* The most values of one list in a sweep (--dim 64,128 --seq 256:4096:x2). */
@@ -60,6 +60,10 @@ typedef struct cli_opts {
   int sass;               /* compile, main job: analyse each cubin's SASS (sass.c) */
   const char *save_cubin; /* compile: the directory to write each cubin to */
   const char *gpu;        /* compile, sass, main job: the estimate's GPU (estimate.c) */
+  const char *cubin;      /* model: a cubin's path */
+  const char *launch;     /* model: how the cubin launches, fa2 or fa3 */
+  const char *kernel;     /* model: a part of the cubin's function's name */
+  const char *plot;       /* model: the timeline's PNG */
   unsigned long long given;  /* the flags given, one bit per entry of cli.c's table */
 } cli_opts;
 

@@ -55,6 +55,7 @@ static const command commands[] = {
   {"explore", CMD_EXPLORE, NULL, explore_main, NEEDS_TARGET | NEEDS_GPU},
   {"report", CMD_REPORT, report_main, NULL, 0},
   {"baseline", CMD_BASELINE, cmd_baseline_main, NULL, 0},
+  {"model", CMD_MODEL, NULL, cmd_model_main, NEEDS_TARGET | QUIET_TARGET | PICKS_DTYPE},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -24,6 +24,9 @@
 
 typedef struct insn {
   char op[OP_LEN];        /* the opcode without its modifiers: "HMMA" */
+  char text[SASS_TEXT_LEN];  /* opcode, modifiers and operands, without the predicate */
+  unsigned ctrl;          /* the control bits (sass.h), when has_ctrl */
+  int has_ctrl;           /* 0: no encoding in the text, or its first word only */
   int predicated;         /* guarded by a predicate that can be false */
   int never;              /* guarded by @!PT: never executes */
   int uniform_any;        /* BRA.U.ANY: back to the top while some lane's value is left */
@@ -150,6 +153,11 @@ static int parse_insn(func *f, const char *p, const char *e) {
     in.never = pt && neg;
     p = skip_space(p, e);
   }
+  const char *semi = memchr(p, ';', (size_t)(e - p));
+  size_t tn = (size_t)((semi ? semi : e) - p);
+  while (tn && isspace((unsigned char)p[tn - 1])) tn--;
+  if (tn >= SASS_TEXT_LEN) tn = SASS_TEXT_LEN - 1;
+  memcpy(in.text, p, tn);
   size_t k = 0;
   while (p < e && (isalnum((unsigned char)*p) || *p == '_') && k < OP_LEN - 1) in.op[k++] = *p++;
   if (!k) return 0;
@@ -165,6 +173,21 @@ static int parse_insn(func *f, const char *p, const char *e) {
   }
   if (grow((void **)&f->in, &f->capin, f->nin + 1, sizeof *f->in)) return -1;
   f->in[f->nin++] = in;
+  return 1;
+}
+
+/* nvdisasm -hex writes a 128-bit instruction's two words as comments,
+** the first after the instruction, the second alone on the next line;
+** the control bits are the second's bits 41 to 63. 1 when the line is
+** such a second word (its instruction then has_ctrl). */
+static int parse_hex_word(func *f, const char *p, const char *e) {
+  p = skip_space(p, e);
+  if (e - p < 22 || strncmp(p, "/* 0x", 5) || !f->nin) return 0;
+  char *end;
+  unsigned long long w = strtoull(p + 3, &end, 16);
+  if (end - (p + 5) != 16 || strncmp(skip_space(end, e), "*/", 2)) return 0;
+  f->in[f->nin - 1].ctrl = (unsigned)(w >> 41);
+  f->in[f->nin - 1].has_ctrl = 1;
   return 1;
 }
 
@@ -193,6 +216,7 @@ static int parse_function(const char *text, const char *name, func *f, char *err
       if (inside) break;
       inside = !name || (strlen(name) == len && !strncmp(nm, name, len));
       seen |= inside;
+    } else if (inside && parse_hex_word(f, p, e)) {
     } else if (inside && (parse_insn(f, p, e) < 0 || parse_label(f, p, e) < 0)) {
       return fail(err, n, "out of memory reading SASS");
     } else if (inside && !f->nin) {
@@ -557,10 +581,55 @@ static int inner_trips(long outer_mma, long inner_mma, long mma_per_block) {
   return (int)trips;
 }
 
+/* ---- the trace ---- */
+
+static int seq_add(sass_seq *q, const insn *in) {
+  if (q->n == q->cap) {
+    int c = q->cap ? q->cap * 2 : 512;
+    sass_op *v = realloc(q->op, (size_t)c * sizeof *v);
+    if (!v) return -1;
+    q->op = v, q->cap = c;
+  }
+  sass_op *o = &q->op[q->n++];
+  memset(o, 0, sizeof *o);
+  memcpy(o->op, in->op, sizeof o->op);
+  memcpy(o->text, in->text, sizeof o->text);
+  o->predicated = in->predicated;
+  o->has_ctrl = in->has_ctrl;
+  unsigned c = in->has_ctrl ? in->ctrl : 0x7e1; /* none: one cycle, no scoreboards */
+  o->stall = c & 15, o->yield = (c >> 4) & 1, o->wbar = (c >> 5) & 7, o->rbar = (c >> 8) & 7;
+  o->wait = (c >> 11) & 63;
+  return 0;
+}
+
+/* The loop's instructions in layout order, as one iteration runs them:
+** a run of blocks of an inner loop repeated `times`, skipped ones left out. */
+static int trace_loop(const func *f, const uint64_t *body, const uint64_t *inner, long times,
+                      const char *skip, sass_seq *q) {
+  for (int b = 0; b < f->nbb; b++) {
+    if (!bit(body, b)) continue;
+    int e = b;
+    if (inner && bit(inner, b))
+      while (e + 1 < f->nbb && bit(body, e + 1) && bit(inner, e + 1)) e++;
+    for (long t = 0; t < (inner && bit(inner, b) ? times : 1); t++)
+      for (int i = f->bb[b].first; i <= f->bb[e].last; i++)
+        if (!skip[i] && strcmp(f->in[i].op, "NOP") && seq_add(q, &f->in[i])) return -1;
+    b = e;
+  }
+  return 0;
+}
+
+void sass_trace_free(sass_trace *t) {
+  if (!t) return;
+  free(t->loop.op);
+  free(t->producer.op);
+  memset(t, 0, sizeof *t);
+}
+
 /* Counts the main loop m of the loops l[0..n); inner: which of its blocks
 ** lie in nested loops. */
 static int count_loop(const func *f, const loop *m, const loop *l, int n, const uint64_t *inner,
-                      long mma_per_block, sass_counts *c) {
+                      long mma_per_block, sass_counts *c, sass_seq *q) {
   char *skip = calloc((size_t)f->nin + 1, 1);
   if (!skip) return -1;
   c->masked_left_out = mark_masking(f, m->body, skip);
@@ -576,7 +645,9 @@ static int count_loop(const func *f, const loop *m, const loop *l, int n, const 
     if (bit(m->body, b))
       for (int i = f->bb[b].first; i <= f->bb[b].last; i++)
         if (!skip[i]) tally(c, &f->in[i], bit(inner, b) ? times : 1);
+  int rc = q ? trace_loop(f, m->body, inner, times, skip, q) : 0;
   free(skip);
+  if (rc) return -1;
   if (c->loop_hmma)
     c->non_mma_per_mma = (double)(c->loop_instructions - c->loop_hmma) / (double)c->loop_hmma;
   return 0;
@@ -605,7 +676,8 @@ static void innermost_only(const func *f, loop *l, int n) {
 /* The producer loop of a warp-specialized kernel: of the innermost loops
 ** holding UTMALDG but no product, outside the main loop m, the one with
 ** most UTMALDG, then fewest instructions; counted once, spins left out. */
-static int count_producer(const func *f, const loop *l, int n, int m, sass_counts *c) {
+static int count_producer(const func *f, const loop *l, int n, int m, sass_counts *c,
+                          sass_seq *q) {
   int best = -1;
   long best_tma = 0;
   for (int i = 0; i < n; i++) {
@@ -632,7 +704,9 @@ static int count_producer(const func *f, const loop *l, int n, int m, sass_count
           c->producer_instructions++;
           c->producer_utmaldg += !strcmp(f->in[i].op, "UTMALDG");
         }
+  int rc = q ? trace_loop(f, l[best].body, NULL, 1, skip, q) : 0;
   free(skip);
+  if (rc) return -1;
   c->producer_found = 1;
   return 0;
 }
@@ -651,7 +725,7 @@ static int pick_main(const func *f, const loop *l, int n) {
   return best;
 }
 
-static int analyse(func *f, double flops_per_warp, sass_counts *c) {
+static int analyse(func *f, double flops_per_warp, sass_counts *c, sass_trace *tr) {
   if (build_blocks(f) != 0 || dominators(f) != 0) return -1;
   const char *op = product_op(f);
   if (!op) return 0;
@@ -682,9 +756,10 @@ static int analyse(func *f, double flops_per_warp, sass_counts *c) {
     double per = !strcmp(op, "HMMA") ? 4096 : !strcmp(op, "HGMMA") ? 0 : 64;
     double want = per > 0 ? flops_per_warp / per : 0;
     long mma = want >= 1 && want < 1e9 && want == floor(want) ? (long)want : 0;
-    rc = count_loop(f, &l[m], l, n, all, mma, c);
+    rc = count_loop(f, &l[m], l, n, all, mma, c, tr ? &tr->loop : NULL);
   }
-  if (rc == 0 && m >= 0 && !strcmp(op, "HGMMA")) rc = count_producer(f, l, n, m, c);
+  if (rc == 0 && m >= 0 && !strcmp(op, "HGMMA"))
+    rc = count_producer(f, l, n, m, c, tr ? &tr->producer : NULL);
   free(all);
   loops_free(l, n);
   return rc;
@@ -692,7 +767,13 @@ static int analyse(func *f, double flops_per_warp, sass_counts *c) {
 
 int sass_analyse(const char *text, const char *function, double flops_per_warp, sass_counts *out,
                  char *err, size_t errlen) {
+  return sass_analyse_trace(text, function, flops_per_warp, out, NULL, err, errlen);
+}
+
+int sass_analyse_trace(const char *text, const char *function, double flops_per_warp,
+                       sass_counts *out, sass_trace *trace, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
+  if (trace) memset(trace, 0, sizeof *trace);
   out->registers = -1;
   func f = {0};
   int found = parse_function(text, function, &f, err, errlen);
@@ -708,8 +789,9 @@ int sass_analyse(const char *text, const char *function, double flops_per_warp, 
     return 0;
   }
   int rc = resolve_labels(&f, err, errlen);
-  if (rc == 0 && analyse(&f, flops_per_warp, out) != 0)
+  if (rc == 0 && analyse(&f, flops_per_warp, out, trace) != 0)
     rc = fail(err, errlen, "out of memory analysing SASS");
+  if (rc != 0) sass_trace_free(trace);
   func_free(&f);
   return rc;
 }
@@ -829,7 +911,7 @@ int sass_disassemble_file(const char *nvdisasm, const char *path, char **text, c
   if (!safe_path(nvdisasm) || !safe_path(path))
     return fail(err, errlen, "nvdisasm: a path with a quote in it");
   char cmd[8400];
-  int w = snprintf(cmd, sizeof cmd, "'%s' -c '%s' 2>&1", nvdisasm, path);
+  int w = snprintf(cmd, sizeof cmd, "'%s' -c -hex '%s' 2>&1", nvdisasm, path);
   if (w < 0 || (size_t)w >= sizeof cmd) return fail(err, errlen, "nvdisasm: path too long");
   pid_t pid;
   FILE *p = fa_proc_popen(cmd, &pid);

@@ -52,6 +52,7 @@
 
 #include <stddef.h>
 
+
 typedef struct sass_counts {
   int found;            /* 1: a main loop was found; else the counts are 0 */
   char mma[8];          /* the product's instruction: HGMMA, HMMA, DFMA or FFMA */
@@ -71,6 +72,33 @@ typedef struct sass_counts {
   int producer_found;
   long producer_instructions, producer_utmaldg;
 } sass_counts;
+
+/* ---- The trace: the instructions themselves, for the timing model ----
+** With -hex (as sass_disassemble runs nvdisasm), each instruction comes
+** with its control bits, which ptxas sets and the hardware obeys
+** (Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via
+** Microbenchmarking", 2018, section 2.1; unchanged through Hopper): the
+** cycles to wait before the warp's next instruction (stall), a yield
+** hint, the scoreboard set when a variable-latency result is written
+** (wbar) and when its operands have been read (rbar), 7 for none, and the
+** scoreboards to wait for before issuing (wait, a mask of six). */
+#define SASS_TEXT_LEN 96
+typedef struct sass_op {
+  char op[16];                  /* "HMMA" */
+  char text[SASS_TEXT_LEN];     /* "HMMA.16816.F32.BF16 R152, R4, R44, RZ" (truncated) */
+  int predicated, has_ctrl;     /* has_ctrl 0: no encoding in the text (stall 1, no scoreboards) */
+  unsigned stall, yield, wbar, rbar, wait;
+} sass_op;
+typedef struct sass_seq { sass_op *op; int n, cap; } sass_seq;
+/* One iteration of the main loop (inner loops repeated their trip count)
+** and of a warp-specialized kernel's producer loop, in layout order,
+** without the blocks the counts leave out (masking, spins, retries, NOPs). */
+typedef struct sass_trace { sass_seq loop, producer; } sass_trace;
+
+/* sass_analyse, and the trace into *trace (free with sass_trace_free). */
+int sass_analyse_trace(const char *text, const char *function, double flops_per_warp,
+                       sass_counts *out, sass_trace *trace, char *err, size_t errlen);
+void sass_trace_free(sass_trace *t);
 
 /* The names of the functions in nvdisasm text, in order: *names is one
 ** malloc'ed array of *n pointers into its own storage (free(*names)).

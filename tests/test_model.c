@@ -1,0 +1,207 @@
+/*
+** test_model.c
+** The timing model's mechanisms (model.h), each on a small synthetic
+** instruction sequence whose clocks per iteration are worked out by hand
+** below: a dependent FFMA chain, MUFU's throughput, a named barrier
+** between two warps, an mbarrier ring with one and two stages, a cp.async
+** group's wait, a wgmma group's wait. Then model_cubin_registers on a
+** hostile ELF.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "model.h"
+#include "model_sass.h"
+
+static const model_sm sm = {47, 200, 30};  /* 47 bytes a clock, 200 clocks to land, wgmma +30 */
+
+static model_insn op(int kind, int pipe, int stall, double occupy) {
+  model_insn m;
+  memset(&m, 0, sizeof m);
+  m.kind = (unsigned char)kind, m.pipe = (unsigned char)pipe, m.stall = (unsigned char)stall;
+  m.wbar = m.rbar = 7;
+  m.occupy = occupy;
+  m.arg = -1;
+  return m;
+}
+
+static double per_block(const model_kernel *k, int ctas, model_run *hi) {
+  model_run lo;
+  CHECK(model_steady(k, &sm, ctas, 0, &lo, hi) == 0, "simulated");
+  CHECK(!lo.deadlock && !hi->deadlock, "no deadlock");
+  return hi->per_block;
+}
+
+static model_kernel one_role(const model_insn *loop, int n, int warps) {
+  model_kernel k;
+  memset(&k, 0, sizeof k);
+  k.role[0] = (model_role){"warp", 1, warps, loop, n, 1, 0, 0};
+  k.nroles = 1;
+  k.warps_per_cta = warps;
+  return k;
+}
+
+/* Eight FFMA, each needing the last's result: ptxas's stall of 4 between
+** them is the whole cost, 8 x 4 = 32 clocks an iteration. */
+static void ffma_chain(void) {
+  model_insn loop[8];
+  for (int i = 0; i < 8; i++) loop[i] = op(MK_PLAIN, MP_FMA, 4, 1);
+  model_kernel k = one_role(loop, 8, 1);
+  model_run r;
+  double c = per_block(&k, 1, &r);
+  CHECK(c == 32, "an FFMA chain: %g clocks, want 32", c);
+  model_run_free(&r);
+}
+
+/* Eight independent MUFU of one warp (stall 1): the scheduler's quarter of
+** the MUFU unit (4 lanes) takes 8 clocks a warp instruction, so 64 clocks;
+** two warps on two schedulers run side by side in the same 64. */
+static void mufu_throughput(void) {
+  model_insn loop[8];
+  for (int i = 0; i < 8; i++) loop[i] = op(MK_PLAIN, MP_MUFU, 1, 8);
+  model_kernel k = one_role(loop, 8, 1);
+  model_run r;
+  double c = per_block(&k, 1, &r);
+  CHECK(c == 64, "MUFU-bound: %g clocks, want 64", c);
+  CHECK(fabs(r.busy[MP_MUFU] / (4 * r.cycles) - 0.25) < 0.02, "one quarter of the SM's MUFU busy");
+  model_run_free(&r);
+  k = one_role(loop, 8, 2);
+  c = per_block(&k, 1, &r);
+  CHECK(c == 64, "two schedulers: %g clocks, want 64", c);
+  model_run_free(&r);
+  /* two warps on one scheduler (slots 0 and 4 of an 8-warp CTA): 128 */
+  model_insn idle[1] = {op(MK_PLAIN, MP_NONE, 1, 0)};
+  k = one_role(loop, 8, 1);
+  k.role[1] = (model_role){"other", 1, 1, loop, 8, 1, 4, 0};
+  k.role[2] = (model_role){"idle", 1, 3, idle, 0, 1, 1, 0};
+  k.nroles = 2, k.warps_per_cta = 8;
+  c = per_block(&k, 1, &r);
+  CHECK(c == 128, "one scheduler's MUFU shared by two warps: %g clocks, want 128", c);
+  model_run_free(&r);
+}
+
+/* Warp A: ten FFMA of stall 4 (40 clocks), then BAR.SYNC 1 for two warps;
+** warp B only syncs. B waits for A; A's next iteration starts one clock
+** after the barrier: 41 clocks, most of them B's wait. */
+static void named_barrier(void) {
+  model_insn a[11], b[1];
+  for (int i = 0; i < 10; i++) a[i] = op(MK_PLAIN, MP_FMA, 4, 1);
+  a[10] = op(MK_BAR_SYNC, MP_NONE, 1, 0), a[10].arg = 1, a[10].arg2 = 2;
+  b[0] = a[10];
+  model_kernel k;
+  memset(&k, 0, sizeof k);
+  k.role[0] = (model_role){"a", 1, 1, a, 11, 1, 0, 0};
+  k.role[1] = (model_role){"b", 1, 1, b, 1, 1, 1, 0};
+  k.nroles = 2, k.warps_per_cta = 2;
+  model_run r;
+  double c = per_block(&k, 1, &r);
+  CHECK(c == 41, "a barrier: %g clocks, want 41", c);
+  CHECK(r.wait[1] > 0.9 * r.cycles, "B waits at the barrier: %g of %g", r.wait[1], r.cycles);
+  model_run_free(&r);
+}
+
+/* A producer fills ring 0 with 4700 bytes (100 clocks on the SM's path
+** to L2, landing 200 later); a consumer waits for the fill, works 50 FFMA
+** of stall 4 (200 clocks), frees the stage. One stage: the next fill
+** starts only when the consumer frees it: 1 (the producer's wait) + 300
+** (the copy) + 1 (the consumer's wait) + 200 + 1 (its release) + 1 = 504.
+** Two stages: a stage's round trip is the same 504 clocks and two blocks
+** are in flight, 252 a block: a stage freed only after the work on it
+** hides half the copy. Three stages: the consumer's 202 clocks (its wait,
+** 200, its release) bound. */
+static void mbarrier_ring(void) {
+  model_insn p[2], c[52];
+  p[0] = op(MK_EMPTY_WAIT, MP_NONE, 1, 0), p[0].arg = 0;
+  p[1] = op(MK_TMA, MP_NONE, 1, 0), p[1].arg = 0, p[1].bytes = 4700;
+  c[0] = op(MK_FULL_WAIT, MP_NONE, 1, 0), c[0].arg = 0;
+  for (int i = 1; i <= 50; i++) c[i] = op(MK_PLAIN, MP_FMA, 4, 1);
+  c[51] = op(MK_RELEASE, MP_NONE, 1, 0), c[51].arg = 0;
+  model_kernel k;
+  memset(&k, 0, sizeof k);
+  k.role[0] = (model_role){"producer", 1, 1, p, 2, 1, 0, 0};
+  k.role[1] = (model_role){"consumer", 1, 1, c, 52, 1, 1, 0};
+  k.nroles = 2, k.warps_per_cta = 2, k.nrings = 1, k.stages = 1;
+  model_run r;
+  double one = per_block(&k, 1, &r);
+  model_run_free(&r);
+  CHECK(fabs(one - 504) <= 2, "one stage: %g clocks, want 504", one);
+  k.stages = 2;
+  double two = per_block(&k, 1, &r);
+  CHECK(fabs(two - one / 2) <= 1, "two stages: %g clocks, want %g", two, one / 2);
+  model_run_free(&r);
+  k.stages = 3;
+  double three = per_block(&k, 1, &r);
+  CHECK(three == 202, "three stages: %g clocks, want 202", three);
+  CHECK(r.wait[1] < 0.15 * r.cycles, "the consumer waits for the first fill only: %g of %g", r.wait[1],
+        r.cycles);
+  model_run_free(&r);
+}
+
+/* LDGSTS of 512 bytes (11 clocks at 47 a clock), its group committed and
+** waited for (DEPBAR.LE SB0, 0), then one FFMA: the copy lands at 210.9,
+** the wait issues at 211, the FFMA at 212, the next LDGSTS at 213. */
+static void cp_async_group(void) {
+  model_insn loop[4];
+  loop[0] = op(MK_CP_ASYNC, MP_MIO, 1, 4), loop[0].bytes = 512;
+  loop[1] = op(MK_CP_COMMIT, MP_NONE, 1, 0);
+  loop[2] = op(MK_CP_WAIT, MP_NONE, 1, 0), loop[2].arg = 0;
+  loop[3] = op(MK_PLAIN, MP_FMA, 1, 1);
+  model_kernel k = one_role(loop, 4, 1);
+  model_run r;
+  double c = per_block(&k, 1, &r);
+  CHECK(c == 213, "a cp.async group: %g clocks, want 213", c);
+  model_run_free(&r);
+}
+
+/* Two HGMMA of 64 tensor clocks each closed as one group, then a wait for
+** it: issue 0 and 1, tensor busy until 128, the group done at 128 + 30,
+** the wait issues at 158, the next HGMMA at 159. */
+static void wgmma_group(void) {
+  model_insn loop[3];
+  loop[0] = op(MK_HGMMA, MP_TENSOR, 1, 64), loop[0].arg = 0;
+  loop[1] = op(MK_HGMMA, MP_TENSOR, 1, 64), loop[1].arg = 1;
+  loop[2] = op(MK_HGMMA_WAIT, MP_NONE, 1, 0), loop[2].arg = 0;
+  model_kernel k = one_role(loop, 3, 1);
+  model_run r;
+  double c = per_block(&k, 1, &r);
+  CHECK(c == 159, "a wgmma group: %g clocks, want 159", c);
+  model_run_free(&r);
+}
+
+/* A wait that nothing satisfies is reported, not looped on forever. */
+static void deadlock(void) {
+  model_insn loop[1] = {op(MK_FULL_WAIT, MP_NONE, 1, 0)};
+  loop[0].arg = 0;
+  model_kernel k = one_role(loop, 1, 1);
+  k.nrings = 1, k.stages = 2;
+  model_run r;
+  CHECK(model_simulate(&k, &sm, 1, 4, 0, &r) == 0, "simulated");
+  CHECK(r.deadlock, "a deadlock is reported");
+  model_run_free(&r);
+}
+
+/* A cubin is input from outside: truncated or lying headers give -1. */
+static void hostile_cubin(void) {
+  unsigned char elf[128];
+  memset(elf, 0, sizeof elf);
+  memcpy(elf, "\177ELF\2\1", 6);
+  CHECK(model_cubin_registers(elf, sizeof elf, "f") == -1, "no sections");
+  elf[0x28] = 0x40, elf[0x3a] = 64, elf[0x3c] = 0xff, elf[0x3e] = 1;  /* 255 sections past the end */
+  CHECK(model_cubin_registers(elf, sizeof elf, "f") == -1, "sections past the end");
+  CHECK(model_cubin_registers(elf, 10, "f") == -1, "truncated");
+  CHECK(model_cubin_registers("not an elf at all, but long enough to read a header from it....",
+                              64, "f") == -1, "not an ELF");
+}
+
+int main(void) {
+  ffma_chain();
+  mufu_throughput();
+  named_barrier();
+  mbarrier_ring();
+  cp_async_group();
+  wgmma_group();
+  deadlock();
+  hostile_cubin();
+  return check_done("test_model");
+}

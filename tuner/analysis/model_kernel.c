@@ -1,0 +1,250 @@
+/*
+** model_kernel.c
+** The whole kernel's time (model_sass.h): CTAs resident per SM, the SM's
+** steady clocks per K/V block from the simulation (model.h), each tile's
+** time, and the tiles laid over the SMs' slots as the launch hands them
+** out (one wave after another, or a persistent scheduler's order).
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_sass.h"
+
+const char *const model_util_names[8] = {"tensor pipe", "issue", "MUFU", "FMA pipe",
+                                         "ALU pipe", "shared memory", "L2", "DRAM"};
+
+/* Resident CTAs per SM: registers (per warp in units of 256), shared
+** memory with the CTA's reserved KB, threads, the CTA limit ([A], [H],
+** [G] of estimate.c). */
+static int ctas_per_sm(const estimate_gpu *g, const model_launch *l, const char **limit) {
+  int warps = (l->threads + 31) / 32;
+  int regs = l->registers < 1 ? 1 : l->registers;
+  int per_warp = (regs * 32 + 255) / 256 * 256;
+  int n = g->ctas_sm;
+  *limit = "ctas";
+  if (g->threads_sm / (32 * warps) < n) n = g->threads_sm / (32 * warps), *limit = "threads";
+  if (g->smem_sm / (l->smem_bytes + g->smem_reserved_cta) < n)
+    n = g->smem_sm / (l->smem_bytes + g->smem_reserved_cta), *limit = "smem";
+  if (g->regs_sm / per_warp / warps < n) n = g->regs_sm / per_warp / warps, *limit = "registers";
+  return n;
+}
+
+/* K/V blocks of query block m: all of them, or with a causal mask
+** aligned bottom right (a query sees the keys up to its row plus
+** seq_k - seq_q) those up to the diagonal. */
+static int blocks_of(const model_problem *p, const model_launch *l, int m) {
+  int all = (p->seq_k + l->block_n - 1) / l->block_n;
+  if (!p->causal) return all;
+  long last = (long)(m + 1) * l->block_m + p->seq_k - p->seq_q;  /* keys seen by the block's last row */
+  if (last > p->seq_k) last = p->seq_k;
+  if (last <= 0) return 0;
+  return (int)((last + l->block_n - 1) / l->block_n);
+}
+
+/* A min-heap of slot free times. */
+static void heap_down(double *h, int n, int i) {
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < n && h[l] < h[m]) m = l;
+    if (r < n && h[r] < h[m]) m = r;
+    if (m == i) return;
+    double t = h[i];
+    h[i] = h[m], h[m] = t;
+    i = m;
+  }
+}
+
+static int by_length_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x < y) - (x > y);
+}
+
+/* The makespan of the tiles' times laid over `slots` slots, each tile to
+** the slot free first in the order given (the hardware's block dispatch;
+** a dynamic persistent scheduler's queue). A static persistent scheduler
+** (tile i to slot i mod slots) is the same for tiles of equal time. */
+static double makespan(double *tile, long n, int slots) {
+  double *h = calloc((size_t)slots, sizeof *h);
+  if (!h) return -1;
+  for (long i = 0; i < n; i++) {
+    h[0] += tile[i];
+    heap_down(h, slots, 0);
+  }
+  double m = 0;
+  for (int i = 0; i < slots; i++) m = h[i] > m ? h[i] : m;
+  free(h);
+  return m;
+}
+
+static const char *bound_of(const model_result *r) {
+  int best = 0;
+  for (int i = 1; i < 8; i++)
+    if (r->util[i] > r->util[best]) best = i;
+  if (r->util[best] >= 0.85) return model_util_names[best];
+  return r->wait_share >= 0.25 ? "pipeline wait" : "latency";
+}
+
+int model_predict(const model_gpu *m, const model_built *b, const model_launch *l,
+                  const model_problem *p, int trace, model_result *out, char *err, size_t errlen) {
+  const estimate_gpu *g = m->g;
+  memset(out, 0, sizeof *out);
+  out->ctas_per_sm = ctas_per_sm(g, l, &out->limit);
+  if (out->ctas_per_sm < 1) {
+    snprintf(err, errlen, "the kernel does not fit an SM of %s (%s)", g->name, out->limit);
+    return -1;
+  }
+  long mblocks = (p->seq_q + l->block_m - 1) / l->block_m;
+  long tiles = mblocks * p->batch * p->heads;
+  int ctas = out->ctas_per_sm;
+  if (tiles < (long)g->sms * ctas) ctas = (int)((tiles + g->sms - 1) / g->sms);
+  model_sm sm = {m->l2_bytes_clk / g->sms, m->l2_latency, m->hgmma_latency};
+  model_run lo;
+  if (model_steady(&b->k, &sm, ctas, trace, &lo, &out->run)) {
+    snprintf(err, errlen, "out of memory simulating");
+    return -1;
+  }
+  if (lo.deadlock || out->run.deadlock) {
+    snprintf(err, errlen, "the simulated kernel deadlocked (a wait nothing satisfies)");
+    return -1;
+  }
+  double cpb = out->run.per_block;    /* clocks per block of `ctas` CTAs together */
+  out->cycles_per_block = cpb;
+  /* A tile's time on a slot: its share of the SM running `ctas` tiles at
+  ** once; the first 4 blocks as simulated (the pipeline's fill), then the
+  ** steady rate. A non-persistent CTA also loads Q and stores O once. */
+  double fill = lo.cycles - 4 * cpb;
+  if (fill < 0) fill = 0;
+  double qo = 2.0 * l->block_m * p->dim * p->elem_bytes / sm.l2_bytes_clk + 2 * sm.l2_latency;
+  double *t = malloc((size_t)(tiles ? tiles : 1) * sizeof *t);
+  if (!t) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  long i = 0;
+  for (int h = 0; h < p->batch * p->heads; h++)
+    for (int mb = 0; mb < mblocks; mb++, i++) {
+      int n = blocks_of(p, l, mb);
+      /* with the blocks of `ctas` resident tiles interleaved, one tile's
+      ** block costs cpb clocks of its slot */
+      t[i] = n > 0 ? fill + n * cpb + (l->persistent ? 0 : qo) : (l->persistent ? 0 : qo);
+    }
+  if (l->persistent && l->longest_first) qsort(t, (size_t)tiles, sizeof *t, by_length_desc);
+  double busy = 0;
+  for (long k = 0; k < tiles; k++) busy += t[k];
+  int slots = g->sms * ctas;
+  double span = makespan(t, tiles, slots);
+  free(t);
+  if (span < 0) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (l->persistent) span += qo;  /* the first Q and the last O */
+  double clk = g->clock_ghz * 1e9;
+  double secs = span / clk;
+  /* DRAM: Q, K, V read and O written once, at the peak [B] */
+  double dram_bytes = (double)p->batch * p->heads * p->elem_bytes * p->dim *
+                      (2.0 * p->seq_q + 2.0 * p->seq_k);
+  double dram = dram_bytes / (g->dram_gbs * 1e9);
+  out->flops = 4.0 * p->batch * p->heads * p->seq_q * (double)p->seq_k * p->dim;
+  if (p->causal) {  /* the computed half, as FlashAttention's papers count it */
+    double keep = 0;
+    for (long q = 0; q < p->seq_q; q++) {
+      long k = q + 1 + p->seq_k - p->seq_q;
+      keep += k < 0 ? 0 : k > p->seq_k ? p->seq_k : k;
+    }
+    out->flops *= keep / ((double)p->seq_q * p->seq_k);
+  }
+  const model_run *r = &out->run;
+  double c = r->cycles > 0 ? r->cycles : 1;
+  out->util[0] = r->busy[MP_TENSOR] / (4 * c);
+  out->util[1] = r->issued / (4 * c);
+  out->util[2] = r->busy[MP_MUFU] / (4 * c);
+  out->util[3] = r->busy[MP_FMA] / (4 * c);
+  out->util[4] = r->busy[MP_ALU] / (4 * c);
+  out->util[5] = r->busy[MP_MIO] / c;
+  out->util[6] = r->l2_busy / c;
+  out->util[7] = dram / (secs > dram ? secs : dram);
+  int consumer = b->k.nroles > 1 ? 1 : 0;
+  out->wait_share = r->wait[consumer] / c;
+  out->waves = (double)tiles / slots;
+  out->wave_efficiency = span > 0 ? busy / ((double)slots * span) : 0;
+  if (dram > secs) secs = dram;
+  out->time_us = secs * 1e6;
+  out->tflops = out->flops / secs / 1e12;
+  out->bound = dram >= span / clk ? "DRAM" : bound_of(out);
+  model_run_free(&lo);
+  return 0;
+}
+
+void model_result_free(model_result *r) { model_run_free(&r->run); }
+
+/* ---- the cubin's register counts ----
+** ELF64 little-endian: the section named .nv.info holds attributes
+** {u8 format, u8 attribute, payload}; EIATTR_REGCOUNT (0x2f, format 4 with
+** a u16 size) carries {u32 symbol index, u32 registers}. Every offset is
+** checked against the file: a cubin is input from outside. */
+static uint64_t rd(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+static int in_file(uint64_t off, uint64_t len, size_t size) {
+  return off <= size && len <= size - off;
+}
+
+int model_cubin_registers(const void *cubin, size_t size, const char *function) {
+  const unsigned char *d = cubin;
+  if (size < 64 || memcmp(d, "\177ELF", 4) || d[4] != 2 || d[5] != 1) return -1;
+  uint64_t shoff = rd(d + 0x28, 8);
+  unsigned shentsize = (unsigned)rd(d + 0x3a, 2), shnum = (unsigned)rd(d + 0x3c, 2),
+           shstrndx = (unsigned)rd(d + 0x3e, 2);
+  if (shentsize < 64 || shstrndx >= shnum || !in_file(shoff, (uint64_t)shnum * shentsize, size))
+    return -1;
+#define SEC(i) (d + shoff + (uint64_t)(i) * shentsize)
+  uint64_t strs = rd(SEC(shstrndx) + 0x18, 8), strs_len = rd(SEC(shstrndx) + 0x20, 8);
+  if (!in_file(strs, strs_len, size)) return -1;
+  const unsigned char *sym = NULL, *symstr = NULL;
+  uint64_t nsym = 0, symstr_len = 0;
+  for (unsigned i = 0; i < shnum; i++)
+    if (rd(SEC(i) + 4, 4) == 2) {  /* SHT_SYMTAB */
+      uint64_t off = rd(SEC(i) + 0x18, 8), len = rd(SEC(i) + 0x20, 8);
+      unsigned link = (unsigned)rd(SEC(i) + 0x28, 4);
+      if (!in_file(off, len, size) || link >= shnum) return -1;
+      uint64_t so = rd(SEC(link) + 0x18, 8), sl = rd(SEC(link) + 0x20, 8);
+      if (!in_file(so, sl, size)) return -1;
+      sym = d + off, nsym = len / 24, symstr = d + so, symstr_len = sl;
+    }
+  if (!sym) return -1;
+  size_t fl = strlen(function);
+  for (unsigned i = 0; i < shnum; i++) {
+    uint64_t name = rd(SEC(i), 4);
+    if (name >= strs_len || strs_len - name < 9 || memcmp(d + strs + name, ".nv.info", 9)) continue;
+    uint64_t off = rd(SEC(i) + 0x18, 8), len = rd(SEC(i) + 0x20, 8);
+    if (!in_file(off, len, size)) return -1;
+    for (uint64_t p = off; p + 2 <= off + len;) {
+      unsigned fmt = d[p], attr = d[p + 1];
+      if (fmt == 4) {
+        if (p + 4 > off + len) break;
+        uint64_t sz = rd(d + p + 2, 2);
+        if (p + 4 + sz > off + len) break;
+        if (attr == 0x2f && sz >= 8) {
+          uint64_t si = rd(d + p + 4, 4), regs = rd(d + p + 8, 4);
+          if (si < nsym) {
+            uint64_t sn = rd(sym + si * 24, 4);
+            if (sn < symstr_len && symstr_len - sn > fl && !memcmp(symstr + sn, function, fl + 1))
+              return regs > 0 && regs <= 255 ? (int)regs : -1;
+          }
+        }
+        p += 4 + sz;
+      } else if (fmt == 3) p += 4;
+      else if (fmt == 2) p += 3;
+      else p += 2;
+    }
+  }
+#undef SEC
+  return -1;
+}

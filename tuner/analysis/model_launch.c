@@ -1,0 +1,103 @@
+/*
+** model_launch.c
+** How kernels launch, for the timing model (model_launch.h): fatune's
+** variants from their config, FlashAttention-2's and -3's forward kernels
+** from their launch code.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_launch.h"
+
+static int config_int(const gen_kernel *k, const char *key, int fallback) {
+  const char *v = gen_config_get(&k->cfg, key);
+  char *end;
+  long x = v ? strtol(v, &end, 10) : 0;
+  return v && *end == '\0' && x > 0 && x <= 1 << 20 ? (int)x : fallback;
+}
+
+int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_launch *l) {
+  memset(l, 0, sizeof *l);
+  l->block_m = config_int(k, "block_m", -1);
+  l->block_n = config_int(k, "block_n", -1);
+  l->threads = k->threads;
+  l->smem_bytes = k->smem_bytes + r->smem_static_bytes;
+  l->registers = r->registers;
+  l->consumers = config_int(k, "consumers", 0);
+  l->stages = config_int(k, "stages", 2);
+  if (l->block_m < 0 || l->block_n < 0 || l->threads < 32) return -1;
+  return 0;
+}
+
+/* FlashAttention-2 (csrc/flash_attn/src/flash_fwd_launch_template.h,
+** run_mha_fwd_hdim*, and flash_fwd_kernel's template arguments): the grid
+** is (query blocks, batch, heads), one CTA a tile; the tile by head dim on
+** sm_80 and sm_90 (not sm_86/89): d64 128x128, d128 128x64, 4 warps; d256
+** 128x64 with 8 warps where a CTA's 128 KB fit but two 64x64 CTAs' 192 KB
+** do not (A100), else 64x64 with 4 warps (H100). Shared memory: Q, K and V
+** tiles of 16-bit elements. The kernel instantiated for a problem whose
+** lengths divide the tile is Is_even_MN (up to d128) and Is_even_K. */
+static int fa2(const model_problem *p, const estimate_gpu *g, model_launch *l, char *pat,
+               size_t n) {
+  int warps = 4;
+  if (p->dim == 64) l->block_m = 128, l->block_n = 128;
+  else if (p->dim == 128) l->block_m = 128, l->block_n = 64;
+  else if (p->dim == 256) {
+    int big = g->smem_sm < 4 * 256 * (64 + 2 * 64);
+    l->block_m = big ? 128 : 64, l->block_n = 64, warps = big ? 8 : 4;
+  } else return -1;
+  l->threads = 32 * warps;
+  l->smem_bytes = (l->block_m + 2 * l->block_n) * p->dim * 2;
+  int even = p->dim <= 128 && p->seq_q % l->block_m == 0 && p->seq_k % l->block_n == 0;
+  snprintf(pat, n, "Flash_fwd_kernel_traitsILi%dELi%dELi%dELi%dE*Lb0ELb%dELb0ELb0ELb%dELb1ELb0ELb0EEEv",
+           p->dim, l->block_m, l->block_n, warps, p->causal, even);
+  return 0;
+}
+
+/* FlashAttention-3 (hopper/tile_size.h tile_size_fwd_sm90, 16-bit;
+** hopper/flash_fwd_launch_template.h): d64 192x192 (causal 192x128), d128
+** 128x176 (causal 128x128), d256 128x80; block_m / 64 consumer warpgroups
+** and one producer warpgroup; 2 stages of K and of V; a persistent
+** scheduler on sm_90, one CTA per SM slot looping over tiles: static for
+** a non-causal kernel, the longest tiles first for a causal one. */
+static int fa3(const model_problem *p, model_launch *l, char *pat, size_t n) {
+  if (p->dim == 64) l->block_m = 192, l->block_n = p->causal ? 128 : 192;
+  else if (p->dim == 128) l->block_m = 128, l->block_n = p->causal ? 128 : 176;
+  else if (p->dim == 256) l->block_m = 128, l->block_n = 80;
+  else return -1;
+  l->consumers = l->block_m / 64;
+  l->threads = 128 * (l->consumers + 1);
+  l->stages = 2;
+  l->smem_bytes = (l->block_m + 2 * l->stages * l->block_n) * p->dim * 2;
+  l->persistent = 1;
+  l->longest_first = p->causal;
+  snprintf(pat, n, "4arch4Sm90ELb%dE", p->causal);
+  return 0;
+}
+
+int model_launch_fa(const char *which, const model_problem *p, const estimate_gpu *g,
+                    model_launch *l, char *pattern, size_t n) {
+  memset(l, 0, sizeof *l);
+  if (!strcmp(which, "fa2")) return fa2(p, g, l, pattern, n);
+  if (!strcmp(which, "fa3")) return fa3(p, l, pattern, n);
+  return -1;
+}
+
+/* pattern: parts separated by '*', each found in order. */
+int model_name_matches(const char *name, const char *pattern) {
+  const char *p = pattern, *at = name;
+  while (*p) {
+    const char *star = strchr(p, '*');
+    size_t len = star ? (size_t)(star - p) : strlen(p);
+    char part[256];
+    if (len >= sizeof part) return 0;
+    memcpy(part, p, len);
+    part[len] = '\0';
+    const char *f = strstr(at, part);
+    if (!f) return 0;
+    at = f + len;
+    p += len + (star ? 1 : 0);
+  }
+  return 1;
+}

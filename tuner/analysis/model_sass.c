@@ -1,0 +1,402 @@
+/*
+** model_sass.c
+** SASS into the timing model's instructions (model_sass.h), per GPU.
+*/
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_sass.h"
+
+/* The machine beyond estimate.c's table ([A], [H], [G], [L], [M], [B]
+** there), and where each figure comes from:
+**  [G] CUDA C++ Programming Guide, arithmetic instruction throughput
+**      table, compute capability 8.0 and 9.0: 64 results per clock per SM
+**      for 32-bit integer add, logical, shift, compare and min/max, and for
+**      32-bit integer multiply-add (IMAD). Conversions to and from 32-bit
+**      types: 16 per clock per SM, as MUFU; they are taken on MUFU's unit.
+**      F2FP (two floats packed into a 16-bit pair) is taken as an ALU
+**      instruction (a simplification: the table has no row for it).
+**  [D] Abdelkhalik et al., "Demystifying the Nvidia Ampere Architecture
+**      through Microbenchmarking and Instruction-level Analysis" (2022),
+**      and Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU
+**      Architecture" (2024): shared-memory load latency about 30 clocks
+**      on A100 and H100; L2 hit latency about 200 (A100) to 260 (H100)
+**      clocks; the special-function unit's latency about 20 clocks.
+**  [T] A100 whitepaper: L2 read bandwidth 5120 bytes per clock (2.3x
+**      V100's). H100's whitepaper gives no such figure; A100's per-SM
+**      share (47 bytes per clock per SM) is taken for it, an assumption.
+**  [W] wgmma's completion after its last tensor clock: taken as the
+**      accumulator's write-back, about the shared-memory latency [D]
+**      (no published figure).
+** Every variable-latency result is taken as landing after these
+** latencies; ptxas's stall counts carry the fixed ones. */
+static const model_gpu machines[] = {
+  {NULL, 64, 64, 30, 20, 200, 5120, 30},   /* a100 */
+  {NULL, 64, 64, 30, 20, 260, 5120.0 * 132 / 108, 30},  /* h100 */
+  {NULL, 64, 64, 30, 20, 260, 5120.0 * 132 / 108, 30},  /* h200 */
+};
+static model_gpu bound_machines[3];
+
+const model_gpu *model_gpu_of(const estimate_gpu *g) {
+  static const char *const names[] = {"a100", "h100", "h200"};
+  for (int i = 0; g && i < 3; i++)
+    if (!strcmp(g->name, names[i])) {
+      bound_machines[i] = machines[i];
+      bound_machines[i].g = g;
+      return &bound_machines[i];
+    }
+  return NULL;
+}
+
+/* ---- instructions ---- */
+
+static int has(const char *text, const char *s) { return strstr(text, s) != NULL; }
+
+static int op_is(const char *op, const char *const *set) {
+  for (; *set; set++)
+    if (!strcmp(op, *set)) return 1;
+  return 0;
+}
+
+/* The n-th comma-separated operand of an instruction's text (0: the
+** first after the mnemonic), into buf. */
+static void operand(const char *text, int n, char *buf, size_t size) {
+  const char *p = strchr(text, ' ');
+  buf[0] = '\0';
+  if (!p) return;
+  for (int i = 0; i < n && p; i++) p = strchr(p + 1, ',');
+  if (!p) return;
+  p++;
+  while (*p == ' ') p++;
+  size_t k = 0;
+  while (p[k] && p[k] != ',' && k + 1 < size) buf[k] = p[k], k++;
+  buf[k] = '\0';
+}
+
+static long imm(const char *s) {
+  if (!strncmp(s, "0x", 2)) return strtol(s + 2, NULL, 16);
+  return isdigit((unsigned char)*s) ? strtol(s, NULL, 10) : -1;
+}
+
+/* The bytes a warp moves through shared memory (or L1) by the width in
+** the mnemonic: .128 16 bytes a lane, .64 8, else 4; LDSM/STSM .4 four
+** 8x8 matrices of 16 bits (512 bytes), .2 two, else one. */
+static double mio_bytes(const char *op, const char *text) {
+  if (!strcmp(op, "LDSM") || !strcmp(op, "STSM"))
+    return has(text, ".4 ") ? 512 : has(text, ".2 ") ? 256 : 128;
+  return has(text, ".128") ? 512 : has(text, ".64") ? 256 : 128;
+}
+
+/* The N of an HGMMA.64xNx16 (bf16/fp16) shape, 0 if unreadable. */
+static int hgmma_n(const char *text) {
+  const char *p = strstr(text, ".64x");
+  return p ? atoi(p + 4) : 0;
+}
+
+/* An HGMMA whose A operand is in shared memory (a descriptor): S = Q K^T;
+** one with A in registers: O += P V (and fatune's row sums). */
+static int hgmma_ss(const char *text) {
+  char a[48];
+  operand(text, 1, a, sizeof a);
+  return !strncmp(a, "gdesc", 5);
+}
+
+static void plain(model_insn *m, const model_gpu *g, int pipe, double lanes, int phase) {
+  m->pipe = (unsigned char)pipe;
+  m->occupy = 32.0 / (lanes / 4);  /* clocks on one scheduler's quarter of the SM */
+  m->phase = (unsigned char)phase;
+  (void)g;
+}
+
+static void classify(const model_gpu *g, const sass_op *o, model_insn *m) {
+  static const char *const fma[] = {"FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2", "FSWZADD",
+                                    NULL};
+  static const char *const conv[] = {"F2F", "I2F", "F2I", "I2FP", "F2IP", "FRND", NULL};
+  static const char *const mio[] = {"LDS", "STS", "LDSM", "STSM", "ATOMS", "LDL", "STL", "SHFL",
+                                    NULL};
+  static const char *const none[] = {"BRA", "EXIT", "NOP", "WARPGROUP", "ELECT", "NANOSLEEP",
+                                     "YIELD", "BSSY", "BSYNC", "WARPSYNC", "VOTEU", "R2UR",
+                                     "FENCE", "MEMBAR", "CCTL", "ERRBAR", "UTMACMDFLUSH",
+                                     "USETMAXREG", "S2R", "S2UR", "CS2R", NULL};
+  const estimate_gpu *e = g->g;
+  const char *op = o->op, *t = o->text;
+  memset(m, 0, sizeof *m);
+  m->stall = (unsigned char)(o->stall ? o->stall : 1);
+  m->wbar = (unsigned char)o->wbar, m->rbar = (unsigned char)o->rbar;
+  m->wait = (unsigned char)o->wait;
+  m->latency = g->smem_latency;
+  m->arg = -1;
+  if (!strcmp(op, "HGMMA")) {
+    m->kind = MK_HGMMA, m->pipe = MP_TENSOR;
+    int n = hgmma_n(t);
+    m->occupy = 2.0 * 64 * (n > 0 ? n : 64) * 16 / e->hgmma_flop_clk;
+    m->arg = has(t, "gsb0");
+    m->phase = hgmma_ss(t) ? MPH_S : MPH_PV;
+  } else if (!strcmp(op, "HMMA")) {
+    m->pipe = MP_TENSOR;
+    double flops = has(t, ".16816") ? 4096 : has(t, ".1688") ? 2048 : 4096;
+    m->occupy = flops / (e->mma_flop_clk / 4);
+    m->phase = MPH_S;  /* S or P V: model_build tells them apart */
+  } else if (!strcmp(op, "WARPGROUP") && has(t, "DEPBAR")) {
+    char a[24];
+    operand(t, 1, a, sizeof a);
+    m->kind = MK_HGMMA_WAIT, m->arg = (int)(imm(a) < 0 ? 0 : imm(a)), m->phase = MPH_SYNC;
+  } else if (!strcmp(op, "MUFU")) {
+    plain(m, g, MP_MUFU, e->mufu_clk, MPH_SOFTMAX);
+    m->latency = g->mufu_latency;
+  } else if (op_is(op, conv)) {
+    plain(m, g, MP_MUFU, e->mufu_clk, MPH_SOFTMAX);
+    m->latency = g->mufu_latency;
+  } else if (op_is(op, fma)) {
+    plain(m, g, MP_FMA, e->ffma_clk, MPH_SOFTMAX);
+  } else if (!strcmp(op, "IMAD") || !strcmp(op, "IMUL")) {
+    plain(m, g, MP_FMA, g->imad_lanes, MPH_OTHER);
+  } else if (!strcmp(op, "LDGSTS")) {
+    m->kind = MK_CP_ASYNC, m->pipe = MP_MIO, m->phase = MPH_COPY;
+    m->bytes = mio_bytes(op, t);
+    m->occupy = m->bytes / e->smem_bytes_clk;
+  } else if (!strcmp(op, "LDGDEPBAR")) {
+    m->kind = MK_CP_COMMIT, m->phase = MPH_COPY;
+  } else if (!strcmp(op, "DEPBAR")) {
+    char a[24];
+    operand(t, 1, a, sizeof a);
+    m->kind = MK_CP_WAIT, m->arg = (int)(imm(a) < 0 ? 0 : imm(a)), m->phase = MPH_SYNC;
+  } else if (!strcmp(op, "LDG")) {
+    m->kind = MK_LOAD_GLOBAL, m->bytes = mio_bytes(op, t), m->phase = MPH_COPY;
+  } else if (op_is(op, mio)) {
+    m->pipe = MP_MIO;
+    m->occupy = !strcmp(op, "SHFL") ? 1 : mio_bytes(op, t) / e->smem_bytes_clk;
+    m->phase = strcmp(op, "SHFL") ? MPH_COPY : MPH_SOFTMAX;
+  } else if (!strcmp(op, "BAR")) {
+    char a[24], b[24];
+    const char *sp = strchr(t, ' ');
+    snprintf(a, sizeof a, "%.*s", sp ? (int)strcspn(sp + 1, ",") : 0, sp ? sp + 1 : "");
+    operand(t, 1, b, sizeof b);
+    m->kind = has(t, "BAR.ARV") ? MK_BAR_ARV : MK_BAR_SYNC;
+    m->arg = a[0] == 'R' ? -1 : (int)(imm(a) < 0 ? 0 : imm(a));
+    m->arg2 = b[0] ? (int)(imm(b) > 0 ? imm(b) / 32 : 0) : 0;
+    m->phase = MPH_SYNC;
+  } else if (op[0] == 'U' || op_is(op, none) || !strcmp(op, "SYNCS") ||
+             !strcmp(op, "UTMALDG")) {
+    m->pipe = MP_NONE;  /* SYNCS and UTMALDG: model_build gives their meaning */
+    m->phase = !strcmp(op, "SYNCS") ? MPH_SYNC : !strcmp(op, "UTMALDG") ? MPH_COPY : MPH_OTHER;
+    m->latency = !strncmp(op, "S2", 2) || !strcmp(op, "CS2R") ? 25 : g->smem_latency;
+  } else {
+    plain(m, g, MP_ALU, g->alu_lanes, MPH_SOFTMAX);
+  }
+}
+
+/* ---- mbarrier rings ----
+** Which ring each SYNCS and UTMALDG belongs to, by the order the code
+** uses them (the addresses are in registers): the producer's i-th wait in
+** its loop guards ring i (FlashAttention-3 waits for K's stage, then V's;
+** a kernel with one ring for both waits once); its loads fill the ring of
+** the wait before them. The consumer's waits take the rings in the same
+** order (K's, then V's: both sides of every such kernel use the stages in
+** the order of the loop's products); its i-th release frees the ring of
+** its i-th wait. A run of phase checks on the same address is one wait,
+** blocking at its last (a test, then the try-wait). */
+
+static int is_phasechk(const sass_op *o) {
+  return !strcmp(o->op, "SYNCS") && has(o->text, "PHASECHK");
+}
+static int is_release(const sass_op *o) {
+  return !strcmp(o->op, "SYNCS") && has(o->text, "SYNCS.ARRIVE") && has(o->text, ".RED");
+}
+
+static void address(const sass_op *o, char *buf, size_t n) {
+  const char *p = strchr(o->text, '['), *q = p ? strchr(p, ']') : NULL;
+  snprintf(buf, n, "%.*s", p && q ? (int)(q - p) : 0, p ? p : "");
+}
+
+/* Marks the blocking waits of a loop: 1 at the last phase check of each run. */
+static void blocking_waits(const sass_seq *q, char *wait) {
+  char a[64], b[64];
+  for (int i = 0; i < q->n; i++) {
+    wait[i] = 0;
+    if (!is_phasechk(&q->op[i])) continue;
+    address(&q->op[i], a, sizeof a);
+    int later = 0;
+    for (int j = i + 1; j < q->n && !later; j++) {
+      if (!strcmp(q->op[j].op, "SYNCS") && !is_phasechk(&q->op[j])) break;
+      if (!strcmp(q->op[j].op, "HGMMA") || !strcmp(q->op[j].op, "UTMALDG")) break;
+      if (is_phasechk(&q->op[j])) address(&q->op[j], b, sizeof b), later = !strcmp(a, b);
+    }
+    wait[i] = !later;
+  }
+}
+
+/* An address with its registers left out ("[R+URZ+0x60]"): the same
+** barrier array at every stage, whichever register holds the stage. */
+static void address_key(const sass_op *o, char *buf, size_t n) {
+  char a[64];
+  address(o, a, sizeof a);
+  size_t k = 0;
+  for (const char *p = a; *p && k + 1 < n; p++) {
+    buf[k++] = *p;
+    if ((*p == 'R' || (*p == 'U' && p[1] == 'R')) && (p == a || p[-1] == '[' || p[-1] == '+')) {
+      if (*p == 'U') buf[k++] = *++p;
+      while (isdigit((unsigned char)p[1])) p++;
+    }
+  }
+  buf[k] = '\0';
+}
+
+/* The producer's rings: one per barrier array its waits use, in order of
+** first use; an unrolled loop waits on each more than once. Returns the
+** blocks per iteration. */
+static int map_producer(const sass_seq *q, model_insn *m, int *nrings, const model_problem *p,
+                        const model_launch *l) {
+  char *w = calloc((size_t)q->n + 1, 1);
+  char key[MODEL_MAX_RINGS][64];
+  int nk = 0, waits = 0, loads[MODEL_MAX_RINGS] = {0};
+  if (!w) return 1;
+  blocking_waits(q, w);
+  int ring = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < q->n; i++) {
+      if (w[i]) {
+        char k[64];
+        address_key(&q->op[i], k, sizeof k);
+        for (ring = 0; ring < nk && strcmp(key[ring], k); ring++) continue;
+        if (ring == nk && nk < 2) snprintf(key[nk++], sizeof key[0], "%s", k);
+        if (ring >= nk) ring = nk - 1;
+        if (pass) m[i].kind = MK_EMPTY_WAIT, m[i].arg = ring;
+        else waits++;
+      } else if (!strcmp(q->op[i].op, "UTMALDG")) {
+        if (!pass) loads[ring]++;
+        else {
+          /* a fill holds K (and V, with one ring) of a block */
+          double tile = (double)l->block_n * p->dim * p->elem_bytes * (nk == 1 ? 2 : 1);
+          int per_fill = loads[ring] * nk / (waits ? waits : 1);
+          m[i].kind = MK_TMA, m[i].arg = ring, m[i].bytes = tile / (per_fill > 0 ? per_fill : 1);
+        }
+      }
+    }
+  *nrings = nk > 0 ? nk : 1;
+  free(w);
+  return waits / *nrings > 0 ? waits / *nrings : 1;
+}
+
+/* Returns the blocks per iteration: the waits for ring 0. */
+static int map_consumer(const sass_seq *q, model_insn *m, int rings) {
+  char *w = calloc((size_t)q->n + 1, 1);
+  int *ring_of_wait = calloc((size_t)q->n + 1, sizeof *ring_of_wait);
+  if (!w || !ring_of_wait) {
+    free(w), free(ring_of_wait);
+    return 1;
+  }
+  blocking_waits(q, w);
+  int nw = 0, nk = 0;
+  char key[MODEL_MAX_RINGS][64];
+  for (int i = 0; i < q->n; i++) {
+    if (!w[i]) continue;
+    char k[64];
+    int ring;
+    address_key(&q->op[i], k, sizeof k);
+    for (ring = 0; ring < nk && strcmp(key[ring], k); ring++) continue;
+    if (ring == nk && nk < rings) snprintf(key[nk++], sizeof key[0], "%s", k);
+    if (ring >= nk) ring = nk - 1;
+    m[i].kind = MK_FULL_WAIT, m[i].arg = ring;
+    ring_of_wait[nw++] = ring;
+  }
+  int nr = 0;
+  for (int i = 0; i < q->n; i++)
+    if (is_release(&q->op[i])) {
+      m[i].kind = MK_RELEASE;
+      m[i].arg = nw ? ring_of_wait[nr < nw ? nr : nw - 1] : 0;
+      nr++;
+    }
+  int per = 0;
+  for (int i = 0; i < nw; i++) per += ring_of_wait[i] == 0;
+  free(w);
+  free(ring_of_wait);
+  return per > 0 ? per : 1;
+}
+
+/* HMMA of S or of P V: S's start from zero (RZ accumulator) and
+** accumulate into what S's wrote; the rest are P V's. */
+static void hmma_phases(const sass_seq *q, model_insn *m) {
+  char dst[16][8];
+  int nd = 0;
+  for (int i = 0; i < q->n; i++) {
+    if (strcmp(q->op[i].op, "HMMA")) continue;
+    char d[24], c[24];
+    operand(q->op[i].text, 0, d, sizeof d);
+    operand(q->op[i].text, 3, c, sizeof c);
+    const char *sp = strchr(q->op[i].text, ' ');
+    snprintf(d, sizeof d, "%.*s", sp ? (int)strcspn(sp + 1, ",") : 0, sp ? sp + 1 : "");
+    int s = !strncmp(c, "RZ", 2);
+    for (int k = 0; k < nd && !s; k++) s = !strcmp(dst[k], d);
+    m[i].phase = s ? MPH_S : MPH_PV;
+    if (s && !strncmp(c, "RZ", 2) && nd < 16) snprintf(dst[nd++], sizeof dst[0], "%.7s", d);
+  }
+}
+
+/* The consumers' wait for P V's group against their exponentials: how
+** many MUFU.EX2 issue between the last P V HGMMA and the wait that
+** retires its group (all of them, gsb0 0x0). */
+static int ex2_before_pv_wait(const sass_seq *q) {
+  int last_pv = -1;
+  for (int i = 0; i < q->n; i++)
+    if (!strcmp(q->op[i].op, "HGMMA") && !hgmma_ss(q->op[i].text)) last_pv = i;
+  if (last_pv < 0) return -1;
+  int ex2 = 0;
+  for (int k = 1; k < q->n; k++) {
+    const sass_op *o = &q->op[(last_pv + k) % q->n];
+    if (!strcmp(o->op, "MUFU") && has(o->text, "EX2")) ex2++;
+    if (!strcmp(o->op, "WARPGROUP") && has(o->text, "DEPBAR") && has(o->text, "0x0")) return ex2;
+  }
+  return -1;
+}
+
+static int translate(const model_gpu *g, const sass_seq *q, model_insn **out) {
+  *out = calloc((size_t)q->n + 1, sizeof **out);
+  if (!*out) return -1;
+  for (int i = 0; i < q->n; i++) classify(g, &q->op[i], &(*out)[i]);
+  return 0;
+}
+
+static int fail(char *err, size_t n, const char *msg) {
+  snprintf(err, n, "%s", msg);
+  return -1;
+}
+
+int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
+                const model_problem *p, model_built *b, char *err, size_t errlen) {
+  memset(b, 0, sizeof *b);
+  b->ex2_before_pv_wait = -1;
+  if (t->loop.n == 0) return fail(err, errlen, "no main loop in the SASS");
+  if (translate(g, &t->loop, &b->insn[0])) return fail(err, errlen, "out of memory");
+  model_kernel *k = &b->k;
+  k->warps_per_cta = l->threads / 32;
+  if (l->consumers > 0) {
+    if (t->producer.n == 0)
+      return model_built_free(b), fail(err, errlen, "a warp-specialized kernel without a producer loop");
+    if (translate(g, &t->producer, &b->insn[1])) return model_built_free(b), fail(err, errlen, "out of memory");
+    int pp = map_producer(&t->producer, b->insn[1], &k->nrings, p, l);
+    int pc = map_consumer(&t->loop, b->insn[0], k->nrings);
+    k->stages = l->stages > 0 ? l->stages : 2;
+    /* the producer: one warp of warpgroup 0; the consumers: warpgroups 1..n */
+    k->role[0] = (model_role){"producer", 1, 1, b->insn[1], t->producer.n, pp, 0, 0};
+    k->role[1] = (model_role){"consumer", l->consumers, 4, b->insn[0], t->loop.n, pc, 4, 4};
+    k->nroles = 2;
+    for (int i = 0; i < t->loop.n; i++)
+      if (b->insn[0][i].kind == MK_BAR_SYNC && b->insn[0][i].arg < 0) k->pingpong_prearrive = 4;
+    b->ex2_before_pv_wait = ex2_before_pv_wait(&t->loop);
+    b->pv_before_exp = b->ex2_before_pv_wait == 0;
+  } else {
+    hmma_phases(&t->loop, b->insn[0]);
+    k->role[0] = (model_role){"warp", 1, l->threads / 32, b->insn[0], t->loop.n, 1, 0, 0};
+    k->nroles = 1;
+  }
+  return 0;
+}
+
+void model_built_free(model_built *b) {
+  for (int i = 0; i < MODEL_MAX_ROLES; i++) free(b->insn[i]);
+  memset(b, 0, sizeof *b);
+}

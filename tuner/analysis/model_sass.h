@@ -1,0 +1,82 @@
+/*
+** model_sass.h
+** The timing model's inputs from a kernel: its SASS loops translated into
+** model_insn (model.h) for a GPU, the GPU's machine, the kernel's launch,
+** and the whole kernel's time over the waves of CTAs across the SMs.
+*/
+#ifndef MODEL_SASS_H
+#define MODEL_SASS_H
+
+#include "estimate.h"
+#include "model.h"
+#include "sass.h"
+
+/* The machine of a GPU, beyond estimate_gpu's throughputs (model_sass.c
+** cites each figure). */
+typedef struct model_gpu {
+  const estimate_gpu *g;
+  double alu_lanes;        /* integer and compare/select lanes per SM */
+  double imad_lanes;       /* IMAD lanes per SM */
+  double smem_latency;     /* clocks: LDS, LDSM, SHFL, L1-hit LDL */
+  double mufu_latency;     /* clocks: MUFU and conversions */
+  double l2_latency;       /* clocks: a copy from L2 */
+  double l2_bytes_clk;     /* the whole L2's bandwidth, bytes per clock */
+  double hgmma_latency;    /* clocks after a wgmma group's last tensor clock */
+} model_gpu;
+
+const model_gpu *model_gpu_of(const estimate_gpu *g);
+
+/* The problem: batch, heads, seq_q, seq_k, dim, causal, element bytes. */
+typedef struct model_problem {
+  int batch, heads, seq_q, seq_k, dim, causal, elem_bytes;
+} model_problem;
+
+/* How the kernel runs: its tile and launch. consumers 0: a plain kernel
+** whose warps all run the main loop; else a warp-specialized one. */
+typedef struct model_launch {
+  int block_m, block_n, threads, smem_bytes, registers;
+  int consumers;           /* consumer warpgroups; 0 plain */
+  int stages;              /* K/V stages */
+  int persistent;          /* 1: one CTA per slot loops over tiles (FlashAttention-3) */
+  int longest_first;       /* a persistent scheduler handing out the longest tiles first */
+} model_launch;
+
+/* A kernel ready to simulate: its roles' instructions (owned). */
+typedef struct model_built {
+  model_kernel k;
+  model_insn *insn[MODEL_MAX_ROLES];
+  int pv_before_exp;       /* the consumers' wait for P V is issued before their first MUFU.EX2 */
+  int ex2_before_pv_wait;  /* how many MUFU.EX2 come first (-1: no such wait) */
+} model_built;
+
+/* Builds the kernel from its SASS trace. 0, or -1 with a message. */
+int model_build(const model_gpu *m, const sass_trace *t, const model_launch *l,
+                const model_problem *p, model_built *out, char *err, size_t errlen);
+void model_built_free(model_built *b);
+
+/* The prediction for the whole kernel. */
+typedef struct model_result {
+  int ctas_per_sm;
+  const char *limit;       /* what bounds ctas_per_sm */
+  double cycles_per_block; /* per K/V block per SM (every resident CTA's block) */
+  double time_us, tflops;
+  const char *bound;       /* "tensor pipe", "issue", "MUFU", "FMA pipe", "ALU pipe",
+                           ** "shared memory", "L2", "DRAM", "pipeline wait" or "latency" */
+  double util[8];          /* tensor, issue, MUFU, FMA, ALU, shared memory, L2, DRAM: busy share */
+  double wait_share;       /* the consumers' share of time blocked on waits */
+  double waves, wave_efficiency;  /* CTA waves (or tiles per slot), busy share of the SMs */
+  double flops;
+  model_run run;           /* the steady run (with its timeline when asked) */
+} model_result;
+
+extern const char *const model_util_names[8];
+
+int model_predict(const model_gpu *m, const model_built *b, const model_launch *l,
+                  const model_problem *p, int trace, model_result *out, char *err, size_t errlen);
+void model_result_free(model_result *r);
+
+/* The register count of `function` in a cubin (its .nv.info
+** EIATTR_REGCOUNT), or -1. */
+int model_cubin_registers(const void *cubin, size_t size, const char *function);
+
+#endif

@@ -1,0 +1,253 @@
+/*
+** cmd_model.c
+** fatune model: the timing model's prediction (model.h) for one kernel on
+** one problem: a fatune variant (--variant, --config), compiled here, or
+** anyone's cubin with the launch that runs it (--cubin F --launch fa2|fa3).
+*/
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "compile_pool.h"
+#include "json.h"
+#include "model_launch.h"
+#include "model_plot.h"
+#include "sass.h"
+
+#define CUBIN_MAX (512L << 20)
+
+typedef struct model_job {
+  const estimate_gpu *gpu;
+  const model_gpu *m;
+  model_problem p;
+  model_launch l;
+  char kernel[512];        /* what was modelled: the variant's name or the function's */
+  sass_counts counts;
+  sass_trace trace;
+  model_built b;
+  model_result r;
+} model_job;
+
+static void job_free(model_job *j) {
+  sass_trace_free(&j->trace);
+  model_built_free(&j->b);
+  model_result_free(&j->r);
+}
+
+/* The problem: the paper's convention (16k tokens in all, 2048 channels)
+** for batch and heads not given. */
+static void problem_of(const cli_opts *o, model_problem *p) {
+  p->dim = o->problem.dim;
+  p->seq_q = o->problem.seq_q;
+  p->seq_k = o->problem.seq_k;
+  p->causal = o->problem.causal;
+  p->batch = cli_given(o, "--batch") ? o->problem.batch
+             : p->seq_q >= 16384 ? 1 : 16384 / p->seq_q;
+  p->heads = cli_given(o, "--heads") ? o->problem.heads : p->dim >= 2048 ? 1 : 2048 / p->dim;
+  p->elem_bytes = (int)fa_dtype_size(o->problem.dtype);
+}
+
+static int read_file(const char *path, char **buf, size_t *n, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return snprintf(err, errlen, "--cubin %s: %s", path, strerror(errno)), -1;
+  char *b = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 1 << 20;
+      char *nb = cap <= (size_t)CUBIN_MAX ? realloc(b, cap) : NULL;
+      if (!nb) {
+        free(b);
+        fclose(f);
+        return snprintf(err, errlen, "--cubin %s: larger than 512 MB or out of memory", path), -1;
+      }
+      b = nb;
+    }
+    size_t r = fread(b + len, 1, cap - len, f);
+    len += r;
+    if (r == 0) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) return free(b), snprintf(err, errlen, "--cubin %s: read error", path), -1;
+  *buf = b, *n = len;
+  return 0;
+}
+
+/* The one function of text whose name matches (--kernel's part, else the launch's pattern). */
+static int pick_function(const char *text, const char *part, const char *pattern, char *out,
+                         size_t n, char *err, size_t errlen) {
+  char **names;
+  size_t count, hits = 0;
+  if (sass_functions(text, &names, &count, err, errlen) != 0) return -1;
+  for (size_t i = 0; i < count; i++)
+    if (part ? strstr(names[i], part) != NULL : model_name_matches(names[i], pattern)) {
+      if (!hits++) snprintf(out, n, "%s", names[i]);
+    }
+  free(names);
+  if (hits == 1) return 0;
+  snprintf(err, errlen, "%zu of the cubin's %zu functions match %s '%s'%s", hits, count,
+           part ? "--kernel" : "the launch's kernel", part ? part : pattern,
+           hits ? ": give more of the name with --kernel" : " (fatune sass lists them)");
+  return -1;
+}
+
+static int trace_of(const char *text, const char *fn, const model_launch *l, const model_problem *p,
+                    model_job *j, char *err, size_t errlen) {
+  int warps = l->consumers ? 4 * l->consumers : l->threads / 32;
+  double flops = 4.0 * l->block_m * l->block_n * p->dim / (warps ? warps : 1);
+  if (sass_analyse_trace(text, fn, flops, &j->counts, &j->trace, err, errlen) != 0) return -1;
+  if (!j->counts.found) return snprintf(err, errlen, "no main loop found in %s", fn), -1;
+  return 0;
+}
+
+static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, char *err,
+                      size_t errlen) {
+  char pattern[256];
+  if (model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0)
+    return snprintf(err, errlen, "--launch %s has no tile for head dim %d (64, 128 or 256)",
+                    o->launch, j->p.dim), -1;
+  char *cubin, *text;
+  size_t size;
+  if (read_file(o->cubin, &cubin, &size, err, errlen) != 0) return -1;
+  if (sass_disassemble(nvdisasm, cubin, size, &text, err, errlen) != 0) return free(cubin), -1;
+  int rc = pick_function(text, o->kernel, pattern, j->kernel, sizeof j->kernel, err, errlen);
+  if (rc == 0) {
+    j->l.registers = model_cubin_registers(cubin, size, j->kernel);
+    if (j->l.registers < 0) {
+      snprintf(err, errlen, "no register count for %.300s in the cubin", j->kernel);
+      rc = -1;
+    }
+  }
+  if (rc == 0) rc = trace_of(text, j->kernel, &j->l, &j->p, j, err, errlen);
+  free(text);
+  free(cubin);
+  return rc;
+}
+
+static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given,
+                        const char *nvdisasm, model_job *j, char *err, size_t errlen) {
+  gen_target t = *given;
+  if (!o->arch) {  /* the GPU's arch, as the space targets it */
+    char arch[16], why[256];
+    if (gen_device_arch(g, j->gpu->arch, arch, sizeof arch, why, sizeof why) != 0 ||
+        gen_target_for_arch(g, arch, 0, 0, &t) != 0)
+      return snprintf(err, errlen, "no target for %s", j->gpu->arch), -1;
+  }
+  gen_kernel k;
+  int rc = o->variant ? gen_render_name(g, o->variant, &t, &k)
+                      : gen_render_config(g, o->config, &o->problem, &t, &k);
+  if (rc != 0) return snprintf(err, errlen, "%s", gen_errmsg(g)), -1;
+  compile_job job = {.source = k.source, .entry = k.entry};
+  rc = compile_pool_run(&job, 1, t.arch, 1, NULL, NULL);
+  if (rc != 0 || !job.result.ok) {
+    snprintf(err, errlen, "compiling %s failed%s%s", k.name, job.result.log ? ": " : "",
+             job.result.log ? job.result.log : "");
+    rc = -1;
+  }
+  char *text = NULL;
+  if (rc == 0 && model_launch_of_variant(&k, &job.result, &j->l) != 0) {
+    snprintf(err, errlen, "%s has no tile in its config", k.name);
+    rc = -1;
+  }
+  if (rc == 0) {
+    snprintf(j->kernel, sizeof j->kernel, "%s", k.name);
+    rc = sass_disassemble(nvdisasm, job.result.cubin, job.result.cubin_size, &text, err, errlen);
+  }
+  if (rc == 0) rc = trace_of(text, k.entry, &j->l, &j->p, j, err, errlen);
+  free(text);
+  backend_compiled_free(&job.result);
+  gen_kernel_free(&k);
+  return rc;
+}
+
+static void print_text(const model_job *j) {
+  const model_result *r = &j->r;
+  const model_problem *p = &j->p;
+  double peak = estimate_peak_tflops(j->gpu, "bf16");
+  printf("model: %s\n", j->kernel);
+  printf("  on %s: batch %d, heads %d, seq %d, seq_k %d, dim %d%s\n", j->gpu->name, p->batch,
+         p->heads, p->seq_q, p->seq_k, p->dim, p->causal ? ", causal" : "");
+  printf("  tile %dx%d, %d threads, %d registers, %d B shared; %d CTA%s per SM (%s)\n",
+         j->l.block_m, j->l.block_n, j->l.threads, j->l.registers, j->l.smem_bytes, r->ctas_per_sm,
+         r->ctas_per_sm == 1 ? "" : "s", r->limit);
+  printf("  predicted %.1f us, %.0f TFLOP/s (%.0f%% of the %.0f peak), bound: %s\n", r->time_us,
+         r->tflops, 100 * r->tflops / peak, peak, r->bound);
+  printf("  per K/V block per SM: %.0f clocks; tiles: %.2f per slot, %.0f%% of the slots busy\n",
+         r->cycles_per_block, r->waves, 100 * r->wave_efficiency);
+  printf("  busy:");
+  for (int i = 0; i < 8; i++) printf(" %s %.0f%%%s", model_util_names[i], 100 * r->util[i], i < 7 ? "," : "");
+  printf("\n  waiting (the main loop's first warp): %.0f%% of the time\n", 100 * r->wait_share);
+  if (j->b.ex2_before_pv_wait >= 0)
+    printf("  the wait for P V comes after %d MUFU.EX2 of the softmax%s\n", j->b.ex2_before_pv_wait,
+           j->b.pv_before_exp ? ": before the exponentials, so P V does not overlap them" : "");
+}
+
+static void print_json(const model_job *j) {
+  const model_result *r = &j->r;
+  printf("{\"kernel\": ");
+  json_string(stdout, j->kernel);
+  printf(", \"gpu\": ");
+  json_string(stdout, j->gpu->name);
+  printf(", \"time_us\": ");
+  json_number(stdout, r->time_us);
+  printf(", \"tflops\": ");
+  json_number(stdout, r->tflops);
+  printf(", \"bound\": ");
+  json_string(stdout, r->bound);
+  printf(", \"cycles_per_block\": ");
+  json_number(stdout, r->cycles_per_block);
+  printf(", \"ctas_per_sm\": %d, \"waves\": ", r->ctas_per_sm);
+  json_number(stdout, r->waves);
+  printf(", \"wave_efficiency\": ");
+  json_number(stdout, r->wave_efficiency);
+  printf(", \"wait_share\": ");
+  json_number(stdout, r->wait_share);
+  printf(", \"ex2_before_pv_wait\": %d, \"util\": {", j->b.ex2_before_pv_wait);
+  for (int i = 0; i < 8; i++) {
+    printf("%s", i ? ", " : "");
+    json_string(stdout, model_util_names[i]);
+    printf(": ");
+    json_number(stdout, r->util[i]);
+  }
+  printf("}}\n");
+}
+
+int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
+  char err[512], nvdisasm[4096];
+  model_job j;
+  memset(&j, 0, sizeof j);
+  if (!o->cubin == !(o->variant || o->config))
+    return cli_say(EXIT_BAD_INPUT, "fatune model needs --variant NAME, --config TEXT or "
+                   "--cubin FILE --launch fa2|fa3");
+  if (o->variant && o->config)
+    return cli_say(EXIT_BAD_INPUT, "fatune model takes --variant NAME or --config TEXT, not both");
+  if (o->cubin && !o->launch)
+    return cli_say(EXIT_BAD_INPUT, "--cubin needs --launch fa2|fa3: how the kernel is launched");
+  j.gpu = o->gpu ? estimate_gpu_find(o->gpu) : estimate_gpu_for_arch(o->arch ? o->arch : t->arch);
+  j.m = j.gpu ? model_gpu_of(j.gpu) : NULL;
+  if (!j.m) return cli_say(EXIT_BAD_INPUT, "fatune model needs --gpu a100, h100 or h200");
+  problem_of(o, &j.p);
+  if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
+    return cli_say(1, "fatune model needs nvdisasm (on PATH, in $CUDA_HOME/bin or the PyPI "
+                   "package nvidia-cuda-nvdisasm)");
+  int rc = o->cubin ? from_cubin(o, nvdisasm, &j, err, sizeof err)
+                    : from_variant(g, o, t, nvdisasm, &j, err, sizeof err);
+  if (rc == 0 && model_build(j.m, &j.trace, &j.l, &j.p, &j.b, err, sizeof err) != 0) rc = -1;
+  if (rc == 0 && model_predict(j.m, &j.b, &j.l, &j.p, o->plot != NULL, &j.r, err, sizeof err) != 0)
+    rc = -1;
+  if (rc != 0) {
+    job_free(&j);
+    return cli_say(EXIT_BAD_INPUT, err);
+  }
+  if (o->json) print_json(&j);
+  else print_text(&j);
+  if (o->plot && model_plot(o->plot, &j.b.k, &j.r, j.kernel, err, sizeof err) != 0) {
+    job_free(&j);
+    return cli_say(1, err);
+  }
+  job_free(&j);
+  return fflush(stdout) == 0 ? 0 : cli_say(1, "cannot write the prediction");
+}
