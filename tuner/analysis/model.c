@@ -214,9 +214,11 @@ static void effects(sim *s, warp *w, const model_insn *in) {
       if (end > g->done[g->fills - 1]) g->done[g->fills - 1] = end;
     }
     break;
-  case MK_RELEASE:
-    if (g && w->waited[in->arg] > 0) g->released[w->waited[in->arg] - 1]++;
+  case MK_RELEASE: {  /* the fill it last waited for, or (arg2) the one before */
+    int j = g ? w->waited[in->arg] - 1 - in->arg2 : -1;
+    if (j >= 0) g->released[j]++;
     break;
+  }
   default: break;
   }
 }

@@ -45,7 +45,8 @@ typedef enum model_kind {
   MK_LOAD_GLOBAL,  /* LDG: its scoreboard clears after L2's latency */
   MK_FULL_WAIT,    /* mbarrier try-wait: the next fill of ring arg has landed */
   MK_EMPTY_WAIT,   /* the producer's try-wait: the stage of its next fill of ring arg is free */
-  MK_RELEASE,      /* a consumer's arrive: frees the stage of its last fill of ring arg */
+  MK_RELEASE,      /* a consumer's arrive: frees the stage of its last fill of ring arg
+                   ** (arg2 1: of the fill before it, a software-pipelined P V's) */
   MK_TMA,          /* UTMALDG: bytes from L2 into the producer's current fill of ring arg */
   MK_NKINDS
 } model_kind;

@@ -203,8 +203,13 @@ static void classify(const model_gpu *g, const sass_op *o, model_insn *m) {
 static int is_phasechk(const sass_op *o) {
   return !strcmp(o->op, "SYNCS") && has(o->text, "PHASECHK");
 }
+/* A plain arrive (a consumer freeing a stage): no transaction bytes, its
+** last operand RZ; the producer's arrive that expects the TMA's bytes
+** carries their count in a register. */
 static int is_release(const sass_op *o) {
-  return !strcmp(o->op, "SYNCS") && has(o->text, "SYNCS.ARRIVE") && has(o->text, ".RED");
+  const char *t = o->text;
+  size_t n = strlen(t);
+  return !strcmp(o->op, "SYNCS") && has(t, "SYNCS.ARRIVE") && n > 4 && !strcmp(t + n - 4, ", RZ");
 }
 
 static void address(const sass_op *o, char *buf, size_t n) {
@@ -281,8 +286,86 @@ static int map_producer(const sass_seq *q, model_insn *m, int *nrings, const mod
   return waits / *nrings > 0 ? waits / *nrings : 1;
 }
 
+/* ---- which fill a consumer's release frees ----
+** The consumer loop's wgmma groups (HGMMA up to one that closes with
+** gsb0), each S = Q K^T (reading ring 0) or P V (reading the last ring):
+** by its N (block_n for S, the head dim for P V) where the two differ,
+** else by where A lives (shared memory for S, registers for P V). A P V
+** group issued before the iteration's first MUFU.EX2 is software
+** pipelined: it multiplies the previous block's P. A release frees the
+** stage that the newest group retired by the wait before it
+** (WARPGROUP.DEPBAR.LE gsb0, N: all but the N newest) read: the fill the
+** iteration's wait on that ring acquired, or, when that group is a
+** pipelined P V and the ring's wait came before another group (one stage
+** for K and V, acquired for this block's S), the fill before it. */
+typedef struct wg_group { int end, pv, prev; } wg_group;
+
+static int group_kind_pv(const sass_op *o, const model_launch *l, const model_problem *p) {
+  int n = hgmma_n(o->text);
+  if (n == l->block_n && n != p->dim) return 0;
+  if (n == p->dim && n != l->block_n) return 1;
+  return !hgmma_ss(o->text);
+}
+
+static int groups_of(const sass_seq *q, const model_launch *l, const model_problem *p,
+                     wg_group *g, int max) {
+  int n = 0, first_ex2 = q->n;
+  for (int i = 0; i < q->n && first_ex2 == q->n; i++)
+    if (!strcmp(q->op[i].op, "MUFU") && has(q->op[i].text, "EX2")) first_ex2 = i;
+  for (int i = 0; i < q->n && n < max; i++)
+    if (!strcmp(q->op[i].op, "HGMMA") && has(q->op[i].text, "gsb0")) {
+      int pv = group_kind_pv(&q->op[i], l, p);
+      g[n++] = (wg_group){i, pv, pv && i < first_ex2};
+    }
+  return n;
+}
+
+/* The index of the newest group the wait at d retires, -1 none. */
+static int retired_by(const sass_seq *q, int d, const wg_group *g, int ng) {
+  char a[24];
+  operand(q->op[d].text, 1, a, sizeof a);
+  long keep = imm(a) < 0 ? 0 : imm(a);
+  int before = 0;
+  while (before < ng && g[before].end < d) before++;
+  long k = before - 1 - keep;  /* groups of the previous iteration when negative */
+  if (ng == 0) return -1;
+  while (k < 0) k += ng;
+  return (int)(k % ng);
+}
+
+static void map_releases(const sass_seq *q, model_insn *m, int rings, const model_launch *l,
+                         const model_problem *p) {
+  enum { MAXG = 16 };
+  wg_group g[MAXG];
+  int ng = groups_of(q, l, p, g, MAXG);
+  if (ng == 0) return;
+  int wait_group[MODEL_MAX_RINGS];
+  for (int r = 0; r < MODEL_MAX_RINGS; r++) wait_group[r] = -1;
+  for (int i = 0; i < q->n; i++)
+    if (m[i].kind == MK_FULL_WAIT && m[i].arg >= 0 && m[i].arg < MODEL_MAX_RINGS)
+      for (int k = 0; k < ng; k++)
+        if (g[k].end > i) {
+          wait_group[m[i].arg] = k;
+          break;
+        }
+  for (int i = 0; i < q->n; i++) {
+    if (m[i].kind != MK_RELEASE) continue;
+    int d = -1;
+    for (int k = 1; k <= q->n && d < 0; k++) {
+      int j = (i - k + q->n) % q->n;
+      if (!strcmp(q->op[j].op, "WARPGROUP") && has(q->op[j].text, "DEPBAR")) d = j;
+    }
+    int x = d < 0 ? -1 : retired_by(q, d, g, ng);
+    if (x < 0) continue;
+    int ring = g[x].pv ? rings - 1 : 0;
+    m[i].arg = ring;
+    m[i].arg2 = g[x].prev && wait_group[ring] != x;
+  }
+}
+
 /* Returns the blocks per iteration: the waits for ring 0. */
-static int map_consumer(const sass_seq *q, model_insn *m, int rings) {
+static int map_consumer(const sass_seq *q, model_insn *m, int rings, const model_launch *l,
+                        const model_problem *p) {
   char *w = calloc((size_t)q->n + 1, 1);
   int *ring_of_wait = calloc((size_t)q->n + 1, sizeof *ring_of_wait);
   if (!w || !ring_of_wait) {
@@ -310,6 +393,7 @@ static int map_consumer(const sass_seq *q, model_insn *m, int rings) {
       m[i].arg = nw ? ring_of_wait[nr < nw ? nr : nw - 1] : 0;
       nr++;
     }
+  map_releases(q, m, rings, l, p);
   int per = 0;
   for (int i = 0; i < nw; i++) per += ring_of_wait[i] == 0;
   free(w);
@@ -378,7 +462,7 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
       return model_built_free(b), fail(err, errlen, "a warp-specialized kernel without a producer loop");
     if (translate(g, &t->producer, &b->insn[1])) return model_built_free(b), fail(err, errlen, "out of memory");
     int pp = map_producer(&t->producer, b->insn[1], &k->nrings, p, l);
-    int pc = map_consumer(&t->loop, b->insn[0], k->nrings);
+    int pc = map_consumer(&t->loop, b->insn[0], k->nrings, l, p);
     k->stages = l->stages > 0 ? l->stages : 2;
     /* the producer: one warp of warpgroup 0; the consumers: warpgroups 1..n */
     k->role[0] = (model_role){"producer", 1, 1, b->insn[1], t->producer.n, pp, 0, 0};

@@ -467,7 +467,7 @@ static int mark_masking(const func *f, const uint64_t *body, char *skip) {
 /* A block of an mbarrier wait's spin: only try-waits, the sleep between
 ** them (FlashAttention-3's), branches and moves of the barrier's address. */
 static int spin_block(const func *f, int b) {
-  static const char *const ok[] = {"SYNCS", "NANOSLEEP", "BRA", "NOP", "MOV", "UMOV", "IMAD",
+  static const char *const ok[] = {"SYNCS", "NANOSLEEP", "YIELD", "BRA", "NOP", "MOV", "UMOV", "IMAD",
                                    "R2UR", NULL};
   for (int i = f->bb[b].first; i <= f->bb[b].last; i++)
     if (!op_in(f->in[i].op, ok)) return 0;
