@@ -9,6 +9,8 @@
 #   FA2_CHECKOUT: a checkout of flash-attention (v2.x; csrc/flash_attn/src)
 #   CUTLASS_CHECKOUT: a checkout of CUTLASS (include/cute, include/cutlass),
 #   e.g. the csrc/cutlass submodule FA2 pins.
+# With FA_CUBINS=DIR, the sm_90 cubins are kept there as fa2_dD_sm_90.cubin
+# (tests/data/fa holds them gzipped, for fatune model's validation).
 # It downloads nothing. Needs nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin or
 # PATH) and nvdisasm. Each kernel file takes a few minutes to compile.
 #
@@ -69,6 +71,11 @@ for c in "${cases[@]}"; do
   [ -s "$out/d${dim}_$arch.cubin" ] ||
     { echo "compare-fa2: nvcc failed for d$dim $arch:" >&2; tail -20 "$out/d${dim}_$arch.log" >&2; exit 1; }
 done
+
+if [ -n "${FA_CUBINS:-}" ]; then
+  mkdir -p "$FA_CUBINS"
+  for dim in 64 128; do cp "$out/d${dim}_sm_90.cubin" "$FA_CUBINS/fa2_d${dim}_sm_90.cubin"; done
+fi
 
 # fatune's rows first, in bench-sass.sh's table, then FA2's under it.
 ARCHS="sm_80 sm_90" DTYPES=bf16 CAUSAL=0 "$here/bench-sass.sh" "$fatune"

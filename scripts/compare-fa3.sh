@@ -12,6 +12,8 @@
 #   FA3_CHECKOUT: a checkout of flash-attention with FA3's hopper/ directory
 #   CUTLASS_CHECKOUT: a checkout of CUTLASS (include/cute, include/cutlass),
 #   the csrc/cutlass submodule FlashAttention pins.
+# With FA_CUBINS=DIR, the cubins are kept there as fa3_dD_sm_90a.cubin
+# (tests/data/fa holds them gzipped, for fatune model's validation).
 # It downloads nothing. Needs nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin or
 # PATH) and nvdisasm. One kernel file takes a minute or more and a few GB;
 # they compile one after the other, and the cubins are kept in
@@ -84,6 +86,11 @@ for dim in 64 128; do
   fi
   mv "$cache/d$dim.part" "$cache/d$dim.cubin"
 done
+
+if [ -n "${FA_CUBINS:-}" ]; then
+  mkdir -p "$FA_CUBINS"
+  for dim in 64 128; do cp "$cache/d$dim.cubin" "$FA_CUBINS/fa3_d${dim}_sm_90a.cubin"; done
+fi
 
 # A JSON member of one line of fatune's --json output (numbers, null).
 member() { sed -n "s/.*\"$2\": \([^,}]*\).*/\1/p" <<<"$1"; }

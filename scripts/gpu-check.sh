@@ -91,6 +91,20 @@ for dim in 64 128; do
       >"$logs/tune-bf16-d$dim-s$seq.txt" 2>"$logs/tune-bf16-d$dim-s$seq.err" || rc=1
     tail -n 2 "$logs/tune-bf16-d$dim-s$seq.txt"
   done
+  # The timing model beside every measured time (--sass: each variant's SASS
+  # and the model's prediction for this GPU), and the model's error per variant.
+  say "fatune --dim $dim --seq 4096 --dtype bf16 --sass --json: the model against the measurement"
+  timeout 200 build/fatune --dim "$dim" --seq 4096 --dtype bf16 --backend cuda --trial-ms 60 \
+    --sass --json >"$logs/model-bf16-d$dim.json" 2>"$logs/model-bf16-d$dim.err" || rc=1
+  python3 - "$logs/model-bf16-d$dim.json" <<'PY' | tee "$logs/model-error-d$dim.txt" || rc=1
+import json, sys
+rows = json.load(open(sys.argv[1]))
+print("%-58s %9s %9s %7s" % ("variant", "measured", "model", "error"))
+for r in rows:
+    t, m = r.get("tflops"), r.get("model_tflops")
+    if t and m:
+        print("%-58s %9.0f %9.0f %+6.0f%%" % (r["name"], t, m, 100 * (m / t - 1)))
+PY
 done
 say "torch.nn.functional.scaled_dot_product_attention, bf16, B 4 H 16 N 1024 to 4096"
 timeout 120 python3 - "$logs/sdpa.csv" <<'PY' 2>&1 | tee "$logs/torch-sdpa.txt" || true

@@ -474,7 +474,7 @@ static void fresh(const char *nvdisasm, gen_state *g, const char *arch, const ch
   }
   CHECK(nvrtc_compile(k.source, k.entry, arch, &r) == 0 && r.ok, "%s: %s", k.name, r.error);
   sass_figures f;
-  sass_kernel_figures(nvdisasm, &k, &r, estimate_gpu_for_arch(arch), &f);
+  sass_kernel_figures(nvdisasm, &k, &r, estimate_gpu_for_arch(arch), NULL, &f);
   CHECK(f.analysed && f.c.found, "%s on %s: %s", k.name, arch, f.error);
   CHECK(!strcmp(f.c.mma, mma), "%s: product %s, want %s", k.name, f.c.mma, mma);
   if (want_mma) {
@@ -539,7 +539,7 @@ static void fresh_wg(const char *nvdisasm, gen_state *g) {
   }
   CHECK(nvrtc_compile(k.source, k.entry, "sm_90a", &r) == 0 && r.ok, "%s: %s", k.name, r.error);
   sass_figures f;
-  sass_kernel_figures(nvdisasm, &k, &r, NULL, &f);
+  sass_kernel_figures(nvdisasm, &k, &r, NULL, NULL, &f);
   const sass_counts *c = &f.c;
   CHECK(f.analysed && c->found && !strcmp(c->mma, "HGMMA"), "%s: %s, %s", k.name, c->mma, f.error);
   CHECK(c->loop_hmma == 128 / 16 + 176 / 16 && c->loop_mufu >= 88 && c->loop_local == 0 &&
@@ -590,7 +590,7 @@ static void fresh_fa2_bound(const char *nvdisasm, gen_state *g) {
     CHECK(nvrtc_compile(k.source, k.entry, cases[i].arch, &r) == 0 && r.ok, "%s: %s", k.name,
           r.error);
     sass_figures f;
-    sass_kernel_figures(nvdisasm, &k, &r, NULL, &f);
+    sass_kernel_figures(nvdisasm, &k, &r, NULL, NULL, &f);
     CHECK(f.analysed && f.c.found, "%s on %s: %s", k.name, cases[i].arch, f.error);
     printf("  %s on %s: %ld instructions per K/V block (FlashAttention-2: %ld), %ld local\n",
            k.name, cases[i].arch, f.c.loop_instructions, cases[i].fa2, f.c.loop_local);

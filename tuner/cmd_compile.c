@@ -56,10 +56,11 @@ static double percentile(const double *sorted, size_t n, double q) {
 
 /* The SASS columns: instructions, product, non-product per product,
 ** MUFU, local memory per K/V block; CTAs per SM, bound and TFLOP/s. */
-#define SASS_NCOLS 8
+#define SASS_NCOLS 9
 static const fa_column sass_cols[SASS_NCOLS] = {
   {"insns", 6, NULL}, {"mma", 5, NULL}, {"other", 6, NULL}, {"mufu", 5, NULL},
-  {"local", 5, NULL}, {"ctas", 4, NULL}, {"bound", -6, NULL}, {"est_tf", 6, NULL}};
+  {"local", 5, NULL}, {"ctas", 4, NULL}, {"bound", -6, NULL}, {"est_tf", 6, NULL},
+  {"model_tf", 8, NULL}};
 
 static void sass_cells(const sass_figures *f, fa_cell *cell) {
   const sass_counts *c = &f->c;
@@ -73,6 +74,7 @@ static void sass_cells(const sass_figures *f, fa_cell *cell) {
   cell[5] = est ? fa_cell_int(f->e.ctas_per_sm) : f->estimated ? fa_cell_int(0) : none;
   cell[6] = est ? fa_cell_text(f->e.bound) : none;
   cell[7] = est ? fa_cell_real(f->e.tflops, "%.0f") : none;
+  cell[8] = f->modelled ? fa_cell_real(f->model_tflops, "%.0f") : none;
 }
 
 #define COMPILE_NCOLS 6
@@ -258,7 +260,8 @@ static int analyse_set(compile_set *s, const cli_opts *o, const gen_target *t) {
   }
   const estimate_gpu *gpu = o->gpu ? estimate_gpu_find(o->gpu) : estimate_gpu_for_arch(t->arch);
   for (size_t i = 0; i < s->n; i++) {
-    sass_kernel_figures(nvdisasm, &s->kernels[i], &s->jobs[i].result, gpu, &s->sass[i]);
+    sass_kernel_figures(nvdisasm, &s->kernels[i], &s->jobs[i].result, gpu, &o->problem,
+                        &s->sass[i]);
     if (s->jobs[i].result.ok && s->sass[i].error[0])
       fprintf(stderr, "fatune: SASS of %s: %s\n", s->kernels[i].name, s->sass[i].error);
   }

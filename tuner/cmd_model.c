@@ -112,6 +112,10 @@ static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, cha
   char *cubin, *text;
   size_t size;
   if (read_file(o->cubin, &cubin, &size, err, errlen) != 0) return -1;
+  if (size < 4 || memcmp(cubin, "\177ELF", 4)) {
+    free(cubin);
+    return snprintf(err, errlen, "--cubin %s: not a cubin (no ELF header)", o->cubin), -1;
+  }
   if (sass_disassemble(nvdisasm, cubin, size, &text, err, errlen) != 0) return free(cubin), -1;
   int rc = pick_function(text, o->kernel, pattern, j->kernel, sizeof j->kernel, err, errlen);
   if (rc == 0) {

@@ -174,7 +174,7 @@ static int sass_setup(tune *s) {
 static void sass_one(tune *s, size_t i, const fa_compiled *r) {
   if (!s->sass || !s->nvdisasm[0] || !r->ok) return;
   sass_figures *f = &s->sass[i];
-  sass_kernel_figures(s->nvdisasm, &s->e[i].k, r, s->est_gpu, f);
+  sass_kernel_figures(s->nvdisasm, &s->e[i].k, r, s->est_gpu, &s->o->problem, f);
   if (!f->analysed || !f->c.found) return;
   if (s->tma_tflops) s->tma_tflops[i] = f->tma_tflops;
   const sass_counts *c = &f->c;

@@ -1,8 +1,9 @@
 /*
 ** tune_report.c
 ** The main job's results: a table sorted best first (by GPU time; on the
-** emulator, by the static SASS estimate where nvdisasm gave one, an
-** estimate and said to be one, then by global-memory traffic, the one cost
+** emulator, by the timing model's predicted TFLOP/s where nvdisasm gave
+** the SASS (else the static SASS estimate), a prediction and said to be
+** one, then by global-memory traffic, the one cost
 ** the emulator measures exactly),
 ** the reasons for every variant that is not ok, and a summary. --json
 ** prints one object per variant instead, the summary on stderr.
@@ -20,10 +21,12 @@
 static int gpu_mode;
 static const tune *rank_tune;
 
-/* The estimated TFLOP/s of e, or 0 where there is none. */
+/* The predicted TFLOP/s of e: the timing model's, else the static
+** estimate's; 0 where there is none. */
 static double estimated_in(const tune *s, const trial *e) {
   if (!s || !s->sass) return 0;
   const sass_figures *f = &s->sass[e - s->e];
+  if (f->modelled) return f->model_tflops;
   return f->estimated && f->e.ctas_per_sm > 0 ? f->e.tflops : 0;
 }
 
@@ -82,21 +85,22 @@ static const fa_column emu_cols[] = {
   {"variant", -58, NULL}, {"status", -13, NULL}, {"rel_err", 9, NULL}, {"max_err", 9, NULL},
   {"gmem_rd_KB", 10, NULL}, {"gmem_wr_KB", 10, NULL}, {"smem_KB", 10, NULL}, {"exp", 8, NULL},
   {"bars", 6, NULL}, {"regs", 5, NULL}, {"spill", 6, NULL}, {"emu_ms", 8, NULL},
-  {"insns", 6, NULL}, {"est_TF", 6, NULL}};
+  {"insns", 6, NULL}, {"est_TF", 6, NULL}, {"model_TF", 8, NULL}};
 static const fa_column gpu_cols[] = {
   {"variant", -58, NULL}, {"status", -13, NULL}, {"max_err", 9, NULL}, {"median_us", 10, NULL},
   {"min_us", 10, NULL}, {"TFLOP/s", 8, NULL}, {"GB/s", 8, NULL}, {"regs", 5, NULL},
   {"spill", 6, NULL}, {"smem", 7, NULL}, {"CTA/SM", 5, NULL}, {"insns", 6, NULL},
-  {"est_TF", 6, NULL}};
-#define ROW_MAX 14
+  {"est_TF", 6, NULL}, {"model_TF", 8, NULL}};
+#define ROW_MAX 15
 
 /* The SASS cells: the main loop's instructions per K/V block per warp,
-** and the estimate's TFLOP/s. */
+** the estimate's TFLOP/s and the timing model's. */
 static int sass_cells(const tune *s, const trial *e, fa_cell *c) {
   const sass_figures *f = figures(s, e);
   c[0] = f->analysed && f->c.found ? fa_cell_int(f->c.loop_instructions) : fa_cell_null();
   c[1] = f->estimated && f->e.ctas_per_sm > 0 ? fa_cell_real(f->e.tflops, "%.0f") : fa_cell_null();
-  return 2;
+  c[2] = f->modelled ? fa_cell_real(f->model_tflops, "%.0f") : fa_cell_null();
+  return 3;
 }
 
 static int ptxas_cells(const trial *e, fa_cell *c) {
@@ -189,7 +193,7 @@ static void table_notes(const tune *s, trial **rank) {
 static int print_table(const tune *s, trial **rank) {
   const fa_column *col = s->gpu ? gpu_cols : emu_cols;
   const int ncol = (s->gpu ? (int)(sizeof gpu_cols / sizeof gpu_cols[0])
-                           : (int)(sizeof emu_cols / sizeof emu_cols[0])) - (s->sass ? 0 : 2);
+                           : (int)(sizeof emu_cols / sizeof emu_cols[0])) - (s->sass ? 0 : 3);
   const int colour = cli_colour(1);
   fa_sink k;
   fa_sink_begin(&k, stdout, FA_SINK_TABLE, col, ncol);
@@ -278,6 +282,11 @@ static void print_summary(FILE *f, const tune *s, trial **rank) {
   if (status(b) == TRIAL_OK && s->gpu && b->out.timed)
     fprintf(f, "best: %s, median %.1f us, %.1f TFLOP/s: %s\n", b->k.name, b->out.t.median_us,
             attn_flops(&s->run) / b->out.t.median_us / 1e6, b->k.config);
+  else if (status(b) == TRIAL_OK && !s->gpu && figures(s, b)->modelled)
+    fprintf(f, "best by the timing model for %s (predicted from the machine code, not measured): "
+               "%s, %.0f TFLOP/s, bound by %s, %ld instructions per K/V block: %s\n",
+            s->est_gpu->name, b->k.name, figures(s, b)->model_tflops, figures(s, b)->model_bound,
+            figures(s, b)->c.loop_instructions, b->k.config);
   else if (status(b) == TRIAL_OK && !s->gpu && estimated_in(s, b) > 0)
     fprintf(f, "best by the static SASS estimate for %s (from the machine code, an estimate, not a "
                "measurement): %s, %.0f TFLOP/s, %s-bound, %ld instructions per K/V block: %s\n",

@@ -17,6 +17,7 @@ const char *const model_phase_names[MPH_N] = {"other", "copy", "S", "softmax", "
 #define NBAR 16      /* named barriers 0-15 */
 #define PINGPONG_BAR 8 /* named barriers in registers are mapped to 8 + the group */
 #define QDEPTH 16    /* pending cp.async and wgmma groups a warp can hold */
+#define HGQ 64       /* HGMMA in flight per warp */
 #define STUCK 2000000.0 /* clocks without an issue that mean no warp can go on */
 
 typedef struct warp {
@@ -26,8 +27,16 @@ typedef struct warp {
   int pc, iter, done;
   double next;                  /* earliest issue: the last instruction's stall */
   double sb[NSB];               /* when each scoreboard clears */
-  double hg_open, hg[QDEPTH];   /* wgmma: the open group's end, closed groups' ends */
-  int nhg;
+  /* wgmma: the k-th HGMMA's tensor end in hg_end[k % HGQ] (-1 until the
+  ** warpgroup's four warps have all issued it); the last HGMMA of each
+  ** closed group not yet known done, in hg */
+  int hg_seq, hg[QDEPTH], nhg;
+  double hg_end[HGQ];
+  /* the first warp of a warpgroup: how many of its warps issued the k-th
+  ** HGMMA, and when the last of them did */
+  int col_n[HGQ];
+  double col_at[HGQ];
+  int group_first;              /* index of the first warp of its group */
   double cp_open, cp[QDEPTH];   /* cp.async: the same */
   int ncp;
   int bar;                      /* the named barrier it waits in, -1 none */
@@ -87,6 +96,18 @@ static double copy_lands(sim *s, double bytes) {
   return s->l2_free + s->sm->l2_latency;
 }
 
+/* wgmma groups not yet done: a group is done a latency after its last
+** HGMMA's tensor work ends, unknown until its warpgroup issued it. */
+static int hg_pending(warp *w, double now, double latency) {
+  int k = 0;
+  for (int i = 0; i < w->nhg; i++) {
+    double end = w->hg_end[w->hg[i] % HGQ];
+    if (end < 0 || end + latency > now) w->hg[k++] = w->hg[i];
+  }
+  w->nhg = k;
+  return k;
+}
+
 static int pending(const double *q, int n, double now) {
   int p = 0;
   for (int i = 0; i < n; i++) p += q[i] > now;
@@ -116,7 +137,7 @@ static int sync_ready(const sim *s, const warp *w, const model_insn *in) {
   const cta *c = &s->c[w->cta];
   const ring *g = in->arg >= 0 && in->arg < MODEL_MAX_RINGS ? &c->ring[in->arg] : NULL;
   switch (in->kind) {
-  case MK_HGMMA_WAIT: return pending(w->hg, w->nhg, s->now) <= in->arg;
+  case MK_HGMMA_WAIT: return hg_pending((warp *)w, s->now, s->sm->hgmma_latency) <= in->arg;
   case MK_CP_WAIT: return pending(w->cp, w->ncp, s->now) <= in->arg;
   case MK_FULL_WAIT: {
     int j = w->waited[in->arg];
@@ -170,15 +191,23 @@ static void effects(sim *s, warp *w, const model_insn *in) {
   double end;
   switch (in->kind) {
   case MK_HGMMA: {
-    double *tf = &s->pipe_free[w->sched][MP_TENSOR];
-    double start = s->now > *tf ? s->now : *tf;
-    *tf = start + in->occupy;
-    if (*tf > w->hg_open) w->hg_open = *tf;
-    if (in->arg) {
-      compact(w->hg, &w->nhg, s->now);
-      if (w->nhg < QDEPTH) w->hg[w->nhg++] = w->hg_open + s->sm->hgmma_latency;
-      w->hg_open = 0;
+    /* wgmma is a warpgroup's instruction: the tensor cores of the four
+    ** schedulers start their quarters once all four warps issued it */
+    int k = w->hg_seq++ % HGQ;
+    warp *lead = &s->w[w->group_first];
+    w->hg_end[k] = -1;
+    if (s->now > lead->col_at[k] || lead->col_n[k] == 0) lead->col_at[k] = s->now;
+    if (++lead->col_n[k] == w->r->warps) {
+      for (int i = 0; i < w->r->warps; i++) {
+        warp *v = &s->w[w->group_first + i];
+        double *tf = &s->pipe_free[v->sched][MP_TENSOR];
+        double start = lead->col_at[k] > *tf ? lead->col_at[k] : *tf;
+        *tf = start + in->occupy;
+        v->hg_end[k] = *tf;
+      }
+      lead->col_n[k] = 0;
     }
+    if (in->arg && w->nhg < QDEPTH) w->hg[w->nhg++] = w->hg_seq - 1;
     break;
   }
   case MK_CP_ASYNC:
@@ -298,6 +327,7 @@ static int sim_init(sim *s, const model_kernel *k, int ctas, int blocks) {
           int slot = k->role[r].slot0 + g * (k->role[r].stride ? k->role[r].stride : k->role[r].warps) + x;
           warp *w = &s->w[i];
           w->r = &k->role[r], w->cta = c, w->role = r, w->group = g;
+          w->group_first = i - x;
           /* warp slot i of the SM sits on scheduler i mod 4 */
           w->sched = (c * slots + slot) % NSCHED;
           w->track = c == 0 && x == 0;
@@ -348,8 +378,10 @@ int model_simulate(const model_kernel *k, const model_sm *sm, int ctas, int bloc
   for (int i = 0; i < s.nw; i++) {  /* the last results land */
     for (int b = 0; b < NSB; b++)
       if (s.w[i].sb[b] > out->cycles) out->cycles = s.w[i].sb[b];
-    for (int g = 0; g < s.w[i].nhg; g++)
-      if (s.w[i].hg[g] > out->cycles) out->cycles = s.w[i].hg[g];
+    for (int g = 0; g < s.w[i].nhg; g++) {
+      double end = s.w[i].hg_end[s.w[i].hg[g] % HGQ] + sm->hgmma_latency;
+      if (end > out->cycles) out->cycles = end;
+    }
   }
   sim_free(&s);
   return 0;

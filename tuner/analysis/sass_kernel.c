@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "model_launch.h"
 #include "sass_kernel.h"
 
 static int config_int(const gen_kernel *k, const char *key) {
@@ -26,8 +27,30 @@ int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t
   return 0;
 }
 
+/* The timing model's prediction for problem p, into out (modelled 0 when
+** it cannot: no tile in the config, no machine for the GPU, a deadlock). */
+static void model_figures(const gen_kernel *k, const fa_compiled *r, const estimate_gpu *gpu,
+                          const fa_problem *p, const sass_trace *t, sass_figures *out) {
+  const model_gpu *m = gpu ? model_gpu_of(gpu) : NULL;
+  model_launch l;
+  if (!m || !p || model_launch_of_variant(k, r, &l) != 0) return;
+  model_problem mp = {p->batch, p->heads, p->seq_q, p->seq_k > 0 ? p->seq_k : p->seq_q, p->dim,
+                      p->causal, fa_dtype_size(p->dtype)};
+  model_built b;
+  model_result res;
+  char err[256];
+  if (model_build(m, t, &l, &mp, &b, err, sizeof err) != 0) return;
+  if (model_predict(m, &b, &l, &mp, 0, &res, err, sizeof err) == 0) {
+    out->modelled = 1;
+    out->model_tflops = res.tflops, out->model_us = res.time_us;
+    snprintf(out->model_bound, sizeof out->model_bound, "%s", res.bound);
+    model_result_free(&res);
+  }
+  model_built_free(&b);
+}
+
 void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_compiled *r,
-                         const estimate_gpu *gpu, sass_figures *out) {
+                         const estimate_gpu *gpu, const fa_problem *p, sass_figures *out) {
   memset(out, 0, sizeof *out);
   out->tma_tflops = NAN;
   char *text;
@@ -40,8 +63,9 @@ void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_com
     return;
   estimate_tile t;
   int tile = sass_kernel_tile(k, r, &t) == 0;
-  if (sass_analyse(text, k->entry, tile ? t.flops_per_warp : 0, &out->c, out->error,
-                   sizeof out->error) == 0) {
+  sass_trace trace;
+  if (sass_analyse_trace(text, k->entry, tile ? t.flops_per_warp : 0, &out->c, &trace, out->error,
+                         sizeof out->error) == 0) {
     out->analysed = 1;
     if (!out->c.found) snprintf(out->error, sizeof out->error, "no main loop found");
     out->estimated = gpu && tile && estimate_compute(gpu, &out->c, &t, &out->e) == 0;
@@ -53,6 +77,8 @@ void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_com
       out->e = w.e;
       if (out->estimated && w.e.ctas_per_sm > 0) out->tma_tflops = w.tma_tflops;
     }
+    if (out->c.found) model_figures(k, r, gpu, p, &trace, out);
+    sass_trace_free(&trace);
   }
   free(text);
 }
@@ -92,6 +118,12 @@ void sass_kernel_json(FILE *f, const sass_figures *s) {
   else fputs("null", f);
   fprintf(f, ", \"est_tflops\": ");
   if (s->estimated && s->e.ctas_per_sm) json_number(f, s->e.tflops);
+  else fputs("null", f);
+  fprintf(f, ", \"model_tflops\": ");
+  if (s->modelled) json_number(f, s->model_tflops);
+  else fputs("null", f);
+  fprintf(f, ", \"model_bound\": ");
+  if (s->modelled) json_string(f, s->model_bound);
   else fputs("null", f);
 }
 

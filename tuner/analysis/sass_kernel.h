@@ -21,6 +21,9 @@ typedef struct sass_figures {
   int estimated;       /* 1: e holds an estimate */
   estimate e;
   double tma_tflops;   /* a warp-specialized variant's TMA ceiling (estimate_wg), NAN for others */
+  int modelled;        /* 1: the timing model predicted it (model.h) */
+  double model_tflops, model_us;
+  char model_bound[24];
   char error[200];     /* why not analysed, "" otherwise */
 } sass_figures;
 
@@ -29,16 +32,17 @@ typedef struct sass_figures {
 ** config lacks one of those. */
 int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t);
 
-/* The figures of kernel k compiled into r; gpu may be NULL (no estimate).
+/* The figures of kernel k compiled into r; gpu may be NULL (no estimate),
+** p NULL (no timing model; else the model's prediction for problem p).
 ** A warp-specialized kernel (one with consumer warpgroups) is estimated by estimate_wg, which counts
 ** only its consumer warps as running the loop. Never fails: what went wrong is in out->error. */
 void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_compiled *r,
-                         const estimate_gpu *gpu, sass_figures *out);
+                         const estimate_gpu *gpu, const fa_problem *p, sass_figures *out);
 
 /* The figures as JSON members after ", " (nulls when not analysed):
 ** loop_instructions, ..., loop_utmaldg, loop_syncs, loop_warpgroup,
 ** producer_instructions, producer_utmaldg, non_mma_per_mma, ctas_per_sm,
-** bound, est_tflops. */
+** bound, est_tflops, model_tflops, model_bound. */
 void sass_kernel_json(FILE *f, const sass_figures *s);
 /* The same as fa_sink members (fa_sink.h): figures is a sass_figures. */
 void sass_kernel_members(FILE *f, const void *figures);

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# cli_model.sh: fatune model, end to end. Bad input first (one line, exit
+# 2), then with nvdisasm (SKIPPED without): FlashAttention-2's and -3's own
+# kernels (tests/data/fa) against the FlashAttention-3 paper's H100
+# figures, and the known cases on fatune's variants: the wg overlap
+# variant, whose one K/V stage is freed only after the next block's P V,
+# below the ping-pong one; the tc default (row sums on the tensor cores)
+# below its -fadd twin where the tensor pipe is busiest (A100); the wait
+# for P V placed before the exponentials reported; and --plot's PNG.
+#
+# usage: FATUNE=build/fatune bash tests/cli_model.sh
+set -u
+
+NAME=cli_model
+. "$(dirname "$0")/cli_lib.sh"
+data="$(cd "$(dirname "$0")" && pwd)/data/fa"
+
+# bad_input NAME ARGS...: exit 2 and one line starting "fatune: ".
+bad_input() {
+  local name=$1
+  shift
+  "${TIMEOUT[@]}" "$FATUNE" model "$@" >"$tmp/bad.out" 2>"$tmp/bad.err"
+  local rc=$?
+  [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/bad.err")" -eq 1 ] && grep -q "^fatune: " "$tmp/bad.err" &&
+    pass "$name: $(cat "$tmp/bad.err")" || fail "$name" "exit $rc: $(head -c 300 "$tmp/bad.err")"
+}
+bad_input "no kernel" --gpu h100 --dim 128
+bad_input "--cubin without --launch" --gpu h100 --dim 128 --cubin "$tmp/x.cubin"
+bad_input "an unknown launch" --gpu h100 --dim 128 --cubin "$tmp/x.cubin" --launch fa9
+bad_input "an unknown GPU" --gpu v100 --dim 128 --cubin "$tmp/x.cubin" --launch fa2
+bad_input "a missing cubin" --gpu h100 --dim 128 --cubin "$tmp/none.cubin" --launch fa2
+bad_input "both --variant and --config" --gpu h100 --variant a --config b
+
+nvdisasm_found=0
+"$FATUNE" model --gpu h100 --dim 96 --cubin "$tmp/none.cubin" --launch fa2 2>"$tmp/probe.err"
+grep -q "needs nvdisasm" "$tmp/probe.err" || nvdisasm_found=1
+if [ "$nvdisasm_found" -eq 0 ]; then
+  echo "SKIPPED: no nvdisasm for the rest ($passed passed, $failed failed so far)"
+  [ "$failed" -eq 0 ] && exit 77
+  finish
+  exit
+fi
+bad_input "a head dim without a launch table entry" --gpu h100 --dim 96 --cubin "$tmp/none.cubin" \
+  --launch fa2
+printf 'junk' >"$tmp/junk.cubin"
+bad_input "a file that is no cubin" --gpu h100 --dim 128 --cubin "$tmp/junk.cubin" --launch fa2
+for f in "$data"/*.cubin.gz; do gzip -dc "$f" >"$tmp/$(basename "$f" .gz)"; done
+bad_input "a --kernel that matches nothing" --gpu h100 --dim 128 --cubin "$tmp/fa2_d128_sm_90.cubin" \
+  --launch fa2 --kernel no_such_kernel
+
+# model GPU DIM JSON-FILE ARGS...: one prediction as JSON.
+model() {
+  local gpu=$1 dim=$2 out=$3
+  shift 3
+  "${TIMEOUT[@]}" "$FATUNE" model --gpu "$gpu" --dim "$dim" --seq 16384 --json "$@" \
+    >"$out" 2>"$tmp/model.err"
+  local rc=$?
+  check "fatune model --gpu $gpu --dim $dim $*" "$rc" "exit $rc: $(head -c 300 "$tmp/model.err")"
+}
+for dim in 64 128; do
+  model h100 $dim "$tmp/fa2_$dim.json" --cubin "$tmp/fa2_d${dim}_sm_90.cubin" --launch fa2
+  model h100 $dim "$tmp/fa3_$dim.json" --cubin "$tmp/fa3_d${dim}_sm_90a.cubin" --launch fa3
+done
+# The paper's FlashAttention-2 figures (H100 SXM, bf16, 16k tokens):
+# within 15%. FlashAttention-3's are not yet (the model rates it near the
+# tensor pipe's peak; see the README): only its lead over FA2 is checked.
+why=$(python3 - "$tmp" <<'EOF' 2>&1
+import json, sys
+d = sys.argv[1]
+p = {k: json.load(open("%s/%s.json" % (d, k))) for k in ("fa2_64", "fa2_128", "fa3_64", "fa3_128")}
+paper = {"fa2_64": 324, "fa2_128": 370, "fa3_64": 497, "fa3_128": 648}
+for k in ("fa2_64", "fa2_128"):
+    err = p[k]["tflops"] / paper[k] - 1
+    assert abs(err) <= 0.15, "%s: %.0f TFLOP/s against the paper's %d" % (k, p[k]["tflops"], paper[k])
+for dim in (64, 128):
+    assert p["fa3_%d" % dim]["tflops"] > p["fa2_%d" % dim]["tflops"], "FA3 ahead at d%d" % dim
+assert p["fa3_128"]["ex2_before_pv_wait"] > 0, "FA3 issues exponentials before its P V wait"
+print(", ".join("%s %.0f (paper %d)" % (k, p[k]["tflops"], paper[k]) for k in sorted(p)))
+EOF
+)
+check "FlashAttention's own kernels: $why" $? "$why"
+
+# The known cases, on fatune's own variants compiled now.
+wg=wg-bf16-d128-m128n176c2-deferred-pp
+model h100 128 "$tmp/ov.json" --variant "$wg-ov-s2-sw128" --plot "$tmp/ov.png"
+model h100 128 "$tmp/sq.json" --variant "$wg-sq-s2-sw128"
+tc=tc-bf16-d64-m128n128w4-deferred-swizzle-qsmem-s2
+model a100 64 "$tmp/mma.json" --variant "$tc"
+model a100 64 "$tmp/fadd.json" --variant "$tc-fadd"
+why=$(python3 - "$tmp" <<'EOF' 2>&1
+import json, sys
+d = sys.argv[1]
+j = {k: json.load(open("%s/%s.json" % (d, k))) for k in ("ov", "sq", "mma", "fadd")}
+assert j["ov"]["tflops"] < j["sq"]["tflops"], \
+    "overlap %.0f, ping-pong %.0f" % (j["ov"]["tflops"], j["sq"]["tflops"])
+assert j["ov"]["ex2_before_pv_wait"] == 0, "the P V wait after %r EX2" % j["ov"]["ex2_before_pv_wait"]
+assert j["mma"]["tflops"] < j["fadd"]["tflops"], \
+    "rowsum=mma %.0f, -fadd %.0f" % (j["mma"]["tflops"], j["fadd"]["tflops"])
+print("wg overlap %.0f < ping-pong %.0f TFLOP/s on h100; tc rowsum=mma %.0f < -fadd %.0f on a100; "
+      "the overlap variant waits for P V before any EX2"
+      % (j["ov"]["tflops"], j["sq"]["tflops"], j["mma"]["tflops"], j["fadd"]["tflops"]))
+EOF
+)
+check "the known cases: $why" $? "$why"
+[ "$(head -c 8 "$tmp/ov.png" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] &&
+  pass "--plot drew a PNG" || fail "--plot drew a PNG" "$(ls -la "$tmp")"
+
+finish
