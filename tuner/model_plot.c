@@ -42,8 +42,14 @@ static int write_script(FILE *f, const char *png, const model_kernel *k, const m
   fa_esc_gnuplot(f, png);
   fprintf(f, "\nset title ");
   char t[600];
-  snprintf(t, sizeof t, "%s: one steady K/V block, %.0f clocks per block per SM", title,
-           r->cycles_per_block);
+  /* a mangled name is long: its start and end say which */
+  size_t n = strlen(title);
+  if (n > 70)
+    snprintf(t, sizeof t, "%.40s...%s: one steady K/V block, %.0f clocks per block per SM", title,
+             title + n - 27, r->cycles_per_block);
+  else
+    snprintf(t, sizeof t, "%s: one steady K/V block, %.0f clocks per block per SM", title,
+             r->cycles_per_block);
   fa_esc_gnuplot(f, t);
   fprintf(f, " noenhanced\nset xlabel 'clock'\nset yrange [-0.7:%d.7]\nset ytics (", rows - 1);
   for (int ro = 0; ro < k->nroles; ro++)
@@ -55,22 +61,27 @@ static int write_script(FILE *f, const char *png, const model_kernel *k, const m
       fprintf(f, " %d", row_of(k, ro, g));
     }
   fprintf(f, ")\nset key outside right\nset style fill solid 1.0 noborder\n");
-  for (int ph = 0; ph < MPH_N; ph++) {
-    fprintf(f, "$p%d << EOD\n", ph);
+  /* per row: what it issues above (waits drawn first, under the rest), its
+  ** wgmma work on the tensor pipe below */
+  static const int order[MPH_N] = {MPH_SYNC, MPH_OTHER, MPH_COPY, MPH_SOFTMAX, MPH_S, MPH_PV};
+  for (int o = 0; o < MPH_N; o++) {
+    fprintf(f, "$p%d << EOD\n", order[o]);
     int any = 0;
     for (int i = 0; i < run->nspans; i++) {
       const model_trace_span *s = &run->spans[i];
-      if (s->phase != ph) continue;
-      fprintf(f, "%.1f %.1f %d\n", s->from - t0, s->to - t0, row_of(k, s->role, s->group));
+      if (s->phase != order[o]) continue;
+      fprintf(f, "%.1f %.1f %.2f %.2f\n", s->from - t0, s->to - t0,
+              row_of(k, s->role, s->group) + (s->tensor ? -0.22 : 0.12), s->tensor ? 0.12 : 0.2);
       any = 1;
     }
-    if (!any) fprintf(f, "0 0 -10\n");  /* an empty block would stop gnuplot */
+    if (!any) fprintf(f, "0 0 -10 0\n");  /* an empty block would stop gnuplot */
     fprintf(f, "EOD\n");
   }
+  fprintf(f, "set label 1 'above: issued; below: on the tensor pipe, copies in flight' at graph 0.01, graph 0.97\n");
   fprintf(f, "plot ");
-  for (int ph = 0; ph < MPH_N; ph++)
-    fprintf(f, "%s$p%d using (($1+$2)/2):3:(($2-$1)/2):(0.35) with boxxyerror lc rgb '%s' "
-               "title '%s'", ph ? ", " : "", ph, colour[ph], model_phase_names[ph]);
+  for (int o = 0; o < MPH_N; o++)
+    fprintf(f, "%s$p%d using (($1+$2)/2):3:(($2-$1)/2):4 with boxxyerror lc rgb '%s' title '%s'",
+            o ? ", " : "", order[o], colour[order[o]], model_phase_names[order[o]]);
   fprintf(f, "\n");
   (void)t1;
   return ferror(f) ? -1 : 0;

@@ -3,13 +3,19 @@
 ** The SASS analyser on arbitrary text: no crash, no sanitizer report, and
 ** what it counts adds up (no kind counts more than the loop's instructions,
 ** the kinds together no more than all of them, nothing negative; the
-** producer's TMA loads no more than its instructions).
+** producer's TMA loads no more than its instructions). The timing model
+** on the trace it gives, as a plain or a warp-specialized kernel: a
+** prediction is finite and positive, or an error (a deadlock). The cubin
+** reader on the raw bytes.
 */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <math.h>
+
 #include "fuzz_util.h"
+#include "model_sass.h"
 #include "sass.h"
 
 static void check(const sass_counts *c) {
@@ -28,6 +34,24 @@ static void check(const sass_counts *c) {
     abort();
 }
 
+/* Bytes 4 and 5 choose the launch: plain or 2 consumer warpgroups, 1-3 stages. */
+static void model_check(const sass_trace *t, const uint8_t *data) {
+  const model_gpu *m = model_gpu_of(estimate_gpu_find("h100"));
+  int ws = data[4] & 1;
+  model_launch l = {64, 64, ws ? 384 : 128, 32768, 128, ws ? 2 : 0, 1 + data[5] % 3, ws, 0};
+  model_problem p = {1, 2, 256, 256, 64, data[5] >> 7, 2};
+  model_built b;
+  model_result r;
+  char err[256];
+  if (!m || model_build(m, t, &l, &p, &b, err, sizeof err) != 0) return;
+  if (model_predict(m, &b, &l, &p, 0, &r, err, sizeof err) == 0) {
+    if (!isfinite(r.time_us) || r.time_us <= 0 || !(r.tflops >= 0) || !(r.cycles_per_block >= 0))
+      abort();
+    model_result_free(&r);
+  }
+  model_built_free(&b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = malloc(size + 1), err[256], **names;
   if (!text) return 0;
@@ -37,7 +61,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sass_counts c;
   /* The first four bytes choose the FLOPs per warp for the trip count. */
   double flops = size >= 4 ? (double)(data[0] | data[1] << 8) * 4096 / (1 + data[2] % 4) : 0;
-  if (sass_analyse(text, NULL, flops, &c, err, sizeof err) == 0) check(&c);
+  sass_trace tr;
+  if (sass_analyse_trace(text, NULL, flops, &c, &tr, err, sizeof err) == 0) {
+    check(&c);
+    if (c.found && size >= 8) model_check(&tr, data);
+    sass_trace_free(&tr);
+  }
+  if (model_cubin_registers(data, size, "f") > 255) abort();
   if (sass_functions(text, &names, &n, err, sizeof err) == 0) {
     for (size_t i = 0; i < n && i < 8; i++)
       if (sass_analyse(text, names[i], flops, &c, err, sizeof err) == 0) check(&c);

@@ -18,7 +18,8 @@ const char *const model_phase_names[MPH_N] = {"other", "copy", "S", "softmax", "
 #define PINGPONG_BAR 8 /* named barriers in registers are mapped to 8 + the group */
 #define QDEPTH 16    /* pending cp.async and wgmma groups a warp can hold */
 #define HGQ 64       /* HGMMA in flight per warp */
-#define STUCK 2000000.0 /* clocks without an issue that mean no warp can go on */
+#define STUCK 200000.0 /* clocks without an issue that mean no warp can go on (a
+                       ** copy lands within thousands) */
 
 typedef struct warp {
   const model_role *r;
@@ -64,14 +65,26 @@ typedef struct sim {
   cta *c;
   double now, pipe_free[NSCHED][MP_NPIPES], mio_free, l2_free;
   int last[NSCHED];
+  int oom;                      /* a span could not be recorded */
   model_run *out;
 } sim;
 
-static int add_span(model_run *r, const warp *w, int phase, double from, double to) {
+static int add_span(model_run *r, const warp *w, int tensor, int phase, double from, double to);
+
+/* A traced warp's asynchronous work, for the timeline: its wgmma on the
+** tensor pipe, its TMA copies in flight. */
+static int async_span(sim *s, const warp *v, int phase, double from, double to) {
+  if (!s->trace || !v->track || v->iter != s->blocks / 2 / (v->r->per_iter > 0 ? v->r->per_iter : 1))
+    return 0;
+  return add_span(s->out, v, 1, phase, from, to);
+}
+
+static int add_span(model_run *r, const warp *w, int tensor, int phase, double from, double to) {
   if (to <= from) return 0;
   if (r->nspans) {  /* merge with the warp's last span of the same phase */
     model_trace_span *p = &r->spans[r->nspans - 1];
-    if (p->role == w->role && p->group == w->group && p->phase == phase && from - p->to < 1) {
+    if (p->role == w->role && p->group == w->group && p->tensor == tensor && p->phase == phase &&
+        from - p->to < 1) {
       p->to = to;
       return 0;
     }
@@ -82,7 +95,7 @@ static int add_span(model_run *r, const warp *w, int phase, double from, double 
     if (!v) return -1;
     r->spans = v, r->capspans = c;
   }
-  r->spans[r->nspans++] = (model_trace_span){w->role, w->group, 0, phase, from, to};
+  r->spans[r->nspans++] = (model_trace_span){w->role, w->group, tensor, phase, from, to};
   return 0;
 }
 
@@ -204,6 +217,7 @@ static void effects(sim *s, warp *w, const model_insn *in) {
         double start = lead->col_at[k] > *tf ? lead->col_at[k] : *tf;
         *tf = start + in->occupy;
         v->hg_end[k] = *tf;
+        if (async_span(s, v, in->phase, start, *tf)) s->oom = 1;
       }
       lead->col_n[k] = 0;
     }
@@ -240,6 +254,7 @@ static void effects(sim *s, warp *w, const model_insn *in) {
   case MK_TMA:
     if (g && g->fills > 0) {
       end = copy_lands(s, in->bytes);
+      if (async_span(s, w, MPH_COPY, s->now, end)) s->oom = 1;
       if (end > g->done[g->fills - 1]) g->done[g->fills - 1] = end;
     }
     break;
@@ -256,8 +271,8 @@ static int issue(sim *s, warp *w) {
   const model_insn *in = &w->r->loop[w->pc];
   model_run *o = s->out;
   if (w->track && s->trace && w->iter == s->blocks / 2 / (w->r->per_iter > 0 ? w->r->per_iter : 1)) {
-    if (w->blocked_since >= 0 && add_span(o, w, MPH_SYNC, w->blocked_since, s->now)) return -1;
-    if (add_span(o, w, in->phase, s->now, s->now + (in->stall ? in->stall : 1))) return -1;
+    if (w->blocked_since >= 0 && add_span(o, w, 0, MPH_SYNC, w->blocked_since, s->now)) return -1;
+    if (add_span(o, w, 0, in->phase, s->now, s->now + (in->stall ? in->stall : 1))) return -1;
   }
   w->blocked_since = -1;
   if (in->pipe == MP_MIO) s->mio_free = s->now + in->occupy, o->busy[MP_MIO] += in->occupy;
@@ -363,7 +378,7 @@ int model_simulate(const model_kernel *k, const model_sm *sm, int ctas, int bloc
       warp *w = &s.w[pick];
       if (w->track && w->group == 0 && w->blocked_since >= 0)
         out->wait[w->role] += s.now - w->blocked_since;
-      if (issue(&s, w)) return sim_free(&s), -1;
+      if (issue(&s, w) || s.oom) return sim_free(&s), -1;
       left -= w->done;
       s.last[q] = pick;
       last_issue = s.now;

@@ -99,7 +99,9 @@ typedef struct model_sm {
   double hgmma_latency;    /* clocks from a wgmma group's last tensor clock to its wait's release */
 } model_sm;
 
-typedef struct model_trace_span { int role, group, warp, phase; double from, to; } model_trace_span;
+/* A span of the timeline: what a role's group issued (tensor 0) or its
+** wgmma work on the tensor pipe (tensor 1). */
+typedef struct model_trace_span { int role, group, tensor, phase; double from, to; } model_trace_span;
 
 typedef struct model_run {
   double cycles;           /* until every warp finished */
