@@ -23,6 +23,7 @@
 
 #include "fa_util.h"
 #include "explore_int.h"
+#include "sass_kernel.h"
 #include "par.h"
 
 #define EX_EMU_SEQ 2048
@@ -139,6 +140,27 @@ static int compile_all(explore *x) {
   if (!x->gpu) return 0;
   if (trial_oracle_render(&x->env, x->g, &x->o->problem) != 0) return -1;
   return trial_oracle_compile(&x->env);
+}
+
+/* The timing model's TFLOP/s of every variant NVRTC compiled (the
+** emulator's run; on a GPU the GPU measures), for the problem asked on
+** --gpu's GPU or the arch's; without nvdisasm none, said once. */
+static void model_all(explore *x) {
+  char nvdisasm[4096];
+  const estimate_gpu *gpu = x->o->gpu ? estimate_gpu_find(x->o->gpu) : estimate_gpu_for_arch(x->t->arch);
+  for (size_t i = 0; i < x->n; i++) x->v[i].model_tflops = NAN;
+  if (x->gpu || !gpu) return;
+  if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0) {
+    fprintf(stderr, "fatune: explore: no nvdisasm: no timing model's TFLOP/s\n");
+    return;
+  }
+  x->model_gpu = gpu->name;
+  for (size_t i = 0; i < x->n; i++) {
+    sass_figures f;
+    if (!x->v[i].t.nvrtc.result.ok) continue;
+    sass_kernel_figures(nvdisasm, &x->v[i].t.k, &x->v[i].t.nvrtc.result, gpu, &x->o->problem, &f);
+    if (f.modelled) x->v[i].model_tflops = f.model_tflops;
+  }
 }
 
 /* The model's figures for the problem run; none (every one -1) from a
@@ -306,6 +328,7 @@ int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     goto done;
   }
   if (compile_all(x) != 0 || db_setup(x) != 0) goto done;
+  model_all(x);
   ex_print_start(x);
   if (explore_all(x) != 0) goto done;
   ex_print_end(x);

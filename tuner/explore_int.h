@@ -52,6 +52,9 @@ typedef struct ex_variant {
   /* For the problem being run: */
   long long pred[EX_NCOUNTERS];  /* the model's; -1 where it has none */
   long long paper_standard, paper_tiled;  /* the FlashAttention paper's figures, bytes */
+  /* The timing model's TFLOP/s for the problem asked (its batch, heads and
+  ** first seq) on model_gpu; NAN where there is no prediction. */
+  double model_tflops;
 } ex_variant;
 
 /* Seed 003's optional step: naive attention's peak memory against a tiled
@@ -89,6 +92,7 @@ typedef struct explore {
   /* Findings. */
   int failures, mismatches;
   int no_model_said;           /* the family has no cost model, and explore said so */
+  const char *model_gpu;       /* the timing model's GPU, NULL: no prediction */
   double run_s;
   ex_peak peak;
 } explore;

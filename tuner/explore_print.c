@@ -151,6 +151,18 @@ static void result_rows(const explore *x, int a) {
     }
     putchar('\n');
   }
+  if (!x->model_gpu) return;
+  char label[40];
+  snprintf(label, sizeof label, "model TFLOP/s (%s)", x->model_gpu);
+  printf("  %-22s", label);
+  for (int i = 0; i < d->n; i++) {
+    const ex_variant *v = slot_variant(x, a, i);
+    char buf[40] = "-";
+    if (v && !isnan(v->model_tflops)) snprintf(buf, sizeof buf, "%.0f", v->model_tflops);
+    printf(" %13s", buf);
+    if (i + 1 < d->n) printf(" %13s %7s", "", "");
+  }
+  putchar('\n');
 }
 
 /* The counter an axis is about, measured or predicted. */
@@ -307,7 +319,8 @@ static const fa_column variant_cols[] = {
   {"name", 0, NULL}, {"hash", 0, NULL}, {NULL, 0, NULL}, {"status", 0, NULL},
   {"message", 0, NULL}, {"rel_err", 0, NULL}, {"max_abs_err", 0, NULL}, {NULL, 0, NULL},
   {"registers", 0, NULL}, {"registers_estimate", 0, NULL}, {"spill_bytes", 0, NULL},
-  {"smem_per_cta", 0, NULL}, {"emu_ms", 0, NULL}, {"median_us", 0, NULL}, {"tflops", 0, NULL}};
+  {"smem_per_cta", 0, NULL}, {"emu_ms", 0, NULL}, {"median_us", 0, NULL}, {"tflops", 0, NULL},
+  {"model_tflops", 0, NULL}};
 
 static void json_variant(const explore *x, const ex_variant *v) {
   const int ran = trial_ran(v->t.st), t = v->t.out.timed;
@@ -323,7 +336,8 @@ static void json_variant(const explore *x, const ex_variant *v) {
     fa_cell_int(v->t.k.registers_estimate), fa_cell_int(ptxas(x, v, 1)),
     fa_cell_int(v->t.k.smem_bytes), fa_cell_real(ran && !x->gpu ? v->t.out.r.run_ms : NAN, g),
     fa_cell_real(t ? v->t.out.t.median_us : NAN, g),
-    fa_cell_real(t ? attn_flops(&x->run) / v->t.out.t.median_us / 1e6 : NAN, g)};
+    fa_cell_real(t ? attn_flops(&x->run) / v->t.out.t.median_us / 1e6 : NAN, g),
+    fa_cell_real(v->model_tflops, g)};
   fa_sink_object(stdout, variant_cols, c, (int)(sizeof c / sizeof c[0]));
 }
 
