@@ -354,6 +354,34 @@ static int sim_init(sim *s, const model_kernel *k, int ctas, int blocks) {
   return 0;
 }
 
+static void earliest(double *t, double x, double now) {
+  if (x > now && x < *t) *t = x;
+}
+
+/* When something a blocked warp may wait for happens next, after now: a
+** stall ending, a scoreboard, wgmma or cp.async group or fill landing, a
+** pipe freed. INFINITY when nothing is under way: no warp can go on. */
+static double next_event(const sim *s) {
+  double t = INFINITY, now = s->now;
+  for (int i = 0; i < s->nw; i++) {
+    const warp *w = &s->w[i];
+    if (w->done) continue;
+    earliest(&t, w->next, now);
+    for (int b = 0; b < NSB; b++) earliest(&t, w->sb[b], now);
+    for (int g = 0; g < w->nhg; g++)
+      if (w->hg_end[w->hg[g] % HGQ] >= 0)
+        earliest(&t, w->hg_end[w->hg[g] % HGQ] + s->sm->hgmma_latency, now);
+    for (int g = 0; g < w->ncp; g++) earliest(&t, w->cp[g], now);
+  }
+  for (int c = 0; c < s->ctas; c++)
+    for (int r = 0; r < s->k->nrings && r < MODEL_MAX_RINGS; r++)
+      for (int j = 0; j < s->c[c].ring[r].fills; j++) earliest(&t, s->c[c].ring[r].done[j], now);
+  for (int q = 0; q < NSCHED; q++)
+    for (int p = 0; p < MP_NPIPES; p++) earliest(&t, s->pipe_free[q][p], now);
+  earliest(&t, s->mio_free, now);
+  return t;
+}
+
 int model_simulate(const model_kernel *k, const model_sm *sm, int ctas, int blocks, int trace,
                    model_run *out) {
   memset(out, 0, sizeof *out);
@@ -383,11 +411,17 @@ int model_simulate(const model_kernel *k, const model_sm *sm, int ctas, int bloc
       s.last[q] = pick;
       last_issue = s.now;
     }
-    s.now += 1;
-    if (s.now - last_issue > STUCK) {
+    if (last_issue == s.now || left == 0) {
+      s.now += 1;
+      continue;
+    }
+    /* no warp could issue: on to the next thing that happens */
+    double t = next_event(&s);
+    if (isinf(t) || t - last_issue > STUCK) {
       out->deadlock = 1;
       break;
     }
+    s.now = ceil(t) > s.now + 1 ? ceil(t) : s.now + 1;
   }
   out->cycles = last_issue + 1;
   for (int i = 0; i < s.nw; i++) {  /* the last results land */
