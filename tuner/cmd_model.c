@@ -20,6 +20,7 @@
 
 typedef struct model_job {
   const estimate_gpu *gpu;
+  model_gpu machine;
   const model_gpu *m;
   model_problem p;
   model_launch l;
@@ -231,7 +232,7 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   if (o->cubin && !o->launch)
     return cli_say(EXIT_BAD_INPUT, "--cubin needs --launch fa2|fa3: how the kernel is launched");
   j.gpu = o->gpu ? estimate_gpu_find(o->gpu) : estimate_gpu_for_arch(o->arch ? o->arch : t->arch);
-  j.m = j.gpu ? model_gpu_of(j.gpu) : NULL;
+  j.m = j.gpu && model_gpu_of(j.gpu, &j.machine) == 0 ? &j.machine : NULL;
   if (!j.m) return cli_say(EXIT_BAD_INPUT, "fatune model needs --gpu a100, h100 or h200");
   problem_of(o, &j.p);
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)

@@ -32,11 +32,9 @@ static int write_script(FILE *f, const char *png, const model_kernel *k, const m
   static const char *const colour[MPH_N] = {"#bbbbbb", "#4c72b0", "#dd8452", "#55a868",
                                             "#c44e52", "#eeeeee"};
   const model_run *run = &r->run;
-  double t0 = 1e300, t1 = 0;
-  for (int i = 0; i < run->nspans; i++) {
+  double t0 = 1e300;  /* the timeline starts at its first span */
+  for (int i = 0; i < run->nspans; i++)
     if (run->spans[i].from < t0) t0 = run->spans[i].from;
-    if (run->spans[i].to > t1) t1 = run->spans[i].to;
-  }
   int rows = row_of(k, k->nroles, 0);
   fprintf(f, "set terminal pngcairo size 1200,%d\nset output ", 160 + 60 * rows);
   fa_esc_gnuplot(f, png);
@@ -83,7 +81,6 @@ static int write_script(FILE *f, const char *png, const model_kernel *k, const m
     fprintf(f, "%s$p%d using (($1+$2)/2):3:(($2-$1)/2):4 with boxxyerror lc rgb '%s' title '%s'",
             o ? ", " : "", order[o], colour[order[o]], model_phase_names[order[o]]);
   fprintf(f, "\n");
-  (void)t1;
   return ferror(f) ? -1 : 0;
 }
 

@@ -33,22 +33,20 @@
 **      (no published figure).
 ** Every variable-latency result is taken as landing after these
 ** latencies; ptxas's stall counts carry the fixed ones. */
-static const model_gpu machines[] = {
-  {NULL, 64, 64, 30, 20, 200, 5120, 30},   /* a100 */
-  {NULL, 64, 64, 30, 20, 260, 5120.0 * 132 / 108, 30},  /* h100 */
-  {NULL, 64, 64, 30, 20, 260, 5120.0 * 132 / 108, 30},  /* h200 */
+static const struct { const char *name; model_gpu m; } machines[] = {
+  {"a100", {NULL, 64, 64, 30, 20, 200, 5120, 30}},
+  {"h100", {NULL, 64, 64, 30, 20, 260, 5120.0 * 132 / 108, 30}},
+  {"h200", {NULL, 64, 64, 30, 20, 260, 5120.0 * 132 / 108, 30}},
 };
-static model_gpu bound_machines[3];
 
-const model_gpu *model_gpu_of(const estimate_gpu *g) {
-  static const char *const names[] = {"a100", "h100", "h200"};
-  for (int i = 0; g && i < 3; i++)
-    if (!strcmp(g->name, names[i])) {
-      bound_machines[i] = machines[i];
-      bound_machines[i].g = g;
-      return &bound_machines[i];
+int model_gpu_of(const estimate_gpu *g, model_gpu *out) {
+  for (size_t i = 0; g && i < sizeof machines / sizeof machines[0]; i++)
+    if (!strcmp(g->name, machines[i].name)) {
+      *out = machines[i].m;
+      out->g = g;
+      return 0;
     }
-  return NULL;
+  return -1;
 }
 
 /* ---- instructions ---- */
@@ -104,11 +102,10 @@ static int hgmma_ss(const char *text) {
   return !strncmp(a, "gdesc", 5);
 }
 
-static void plain(model_insn *m, const model_gpu *g, int pipe, double lanes, int phase) {
+static void plain(model_insn *m, int pipe, double lanes, int phase) {
   m->pipe = (unsigned char)pipe;
   m->occupy = 32.0 / (lanes / 4);  /* clocks on one scheduler's quarter of the SM */
   m->phase = (unsigned char)phase;
-  (void)g;
 }
 
 static void classify(const model_gpu *g, const sass_op *o, model_insn *m) {
@@ -145,15 +142,15 @@ static void classify(const model_gpu *g, const sass_op *o, model_insn *m) {
     operand(t, 1, a, sizeof a);
     m->kind = MK_HGMMA_WAIT, m->arg = (int)(imm(a) < 0 ? 0 : imm(a)), m->phase = MPH_SYNC;
   } else if (!strcmp(op, "MUFU")) {
-    plain(m, g, MP_MUFU, e->mufu_clk, MPH_SOFTMAX);
+    plain(m, MP_MUFU, e->mufu_clk, MPH_SOFTMAX);
     m->latency = g->mufu_latency;
   } else if (op_is(op, conv)) {
-    plain(m, g, MP_MUFU, e->mufu_clk, MPH_SOFTMAX);
+    plain(m, MP_MUFU, e->mufu_clk, MPH_SOFTMAX);
     m->latency = g->mufu_latency;
   } else if (op_is(op, fma)) {
-    plain(m, g, MP_FMA, e->ffma_clk, MPH_SOFTMAX);
+    plain(m, MP_FMA, e->ffma_clk, MPH_SOFTMAX);
   } else if (!strcmp(op, "IMAD") || !strcmp(op, "IMUL")) {
-    plain(m, g, MP_FMA, g->imad_lanes, MPH_OTHER);
+    plain(m, MP_FMA, g->imad_lanes, MPH_OTHER);
   } else if (!strcmp(op, "LDGSTS")) {
     m->kind = MK_CP_ASYNC, m->pipe = MP_MIO, m->phase = MPH_COPY;
     m->bytes = mio_bytes(op, t);
@@ -183,9 +180,9 @@ static void classify(const model_gpu *g, const sass_op *o, model_insn *m) {
              !strcmp(op, "UTMALDG")) {
     m->pipe = MP_NONE;  /* SYNCS and UTMALDG: model_build gives their meaning */
     m->phase = !strcmp(op, "SYNCS") ? MPH_SYNC : !strcmp(op, "UTMALDG") ? MPH_COPY : MPH_OTHER;
-    m->latency = !strncmp(op, "S2", 2) || !strcmp(op, "CS2R") ? 25 : g->smem_latency;
+    m->latency = g->smem_latency;  /* S2R, S2UR: about a shared-memory load's [D] */
   } else {
-    plain(m, g, MP_ALU, g->alu_lanes, MPH_SOFTMAX);
+    plain(m, MP_ALU, g->alu_lanes, MPH_SOFTMAX);
   }
 }
 

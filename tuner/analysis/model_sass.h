@@ -24,7 +24,8 @@ typedef struct model_gpu {
   double hgmma_latency;    /* clocks after a wgmma group's last tensor clock */
 } model_gpu;
 
-const model_gpu *model_gpu_of(const estimate_gpu *g);
+/* The machine of g into *out: 0, or -1 for a GPU without one. */
+int model_gpu_of(const estimate_gpu *g, model_gpu *out);
 
 /* The problem: batch, heads, seq_q, seq_k, dim, causal, element bytes. */
 typedef struct model_problem {

@@ -31,7 +31,8 @@ int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t
 ** it cannot: no tile in the config, no machine for the GPU, a deadlock). */
 static void model_figures(const gen_kernel *k, const fa_compiled *r, const estimate_gpu *gpu,
                           const fa_problem *p, const sass_trace *t, sass_figures *out) {
-  const model_gpu *m = gpu ? model_gpu_of(gpu) : NULL;
+  model_gpu machine;
+  const model_gpu *m = gpu && model_gpu_of(gpu, &machine) == 0 ? &machine : NULL;
   model_launch l;
   if (!m || !p || model_launch_of_variant(k, r, &l) != 0) return;
   model_problem mp = {p->batch, p->heads, p->seq_q, p->seq_k > 0 ? p->seq_k : p->seq_q, p->dim,
