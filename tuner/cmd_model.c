@@ -25,6 +25,7 @@ typedef struct model_job {
   model_problem p;
   model_launch l;
   char kernel[512];        /* what was modelled: the variant's name or the function's */
+  const char *dtype;       /* "bf16": the peak it is measured against */
   sass_counts counts;
   sass_trace trace;
   model_built b;
@@ -171,15 +172,15 @@ static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given
 static void print_text(const model_job *j) {
   const model_result *r = &j->r;
   const model_problem *p = &j->p;
-  double peak = estimate_peak_tflops(j->gpu, "bf16");
+  double peak = estimate_peak_tflops(j->gpu, j->dtype);
   printf("model: %s\n", j->kernel);
   printf("  on %s: batch %d, heads %d, seq %d, seq_k %d, dim %d%s\n", j->gpu->name, p->batch,
          p->heads, p->seq_q, p->seq_k, p->dim, p->causal ? ", causal" : "");
   printf("  tile %dx%d, %d threads, %d registers, %d B shared; %d CTA%s per SM (%s)\n",
          j->l.block_m, j->l.block_n, j->l.threads, j->l.registers, j->l.smem_bytes, r->ctas_per_sm,
          r->ctas_per_sm == 1 ? "" : "s", r->limit);
-  printf("  predicted %.1f us, %.0f TFLOP/s (%.0f%% of the %.0f peak), bound: %s\n", r->time_us,
-         r->tflops, 100 * r->tflops / peak, peak, r->bound);
+  printf("  predicted %.1f us, %.0f TFLOP/s (%.0f%% of the %s peak, %.0f), bound: %s\n",
+         r->time_us, r->tflops, 100 * r->tflops / peak, j->dtype, peak, r->bound);
   printf("  per K/V block per SM: %.0f clocks; tiles: %.2f per slot, %.0f%% of the slots busy\n",
          r->cycles_per_block, r->waves, 100 * r->wave_efficiency);
   printf("  busy:");
@@ -235,6 +236,7 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   j.m = j.gpu && model_gpu_of(j.gpu, &j.machine) == 0 ? &j.machine : NULL;
   if (!j.m) return cli_say(EXIT_BAD_INPUT, "fatune model needs --gpu a100, h100 or h200");
   problem_of(o, &j.p);
+  j.dtype = fa_dtype_name(o->problem.dtype);
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
     return cli_say(1, "fatune model needs nvdisasm (on PATH, in $CUDA_HOME/bin or the PyPI "
                    "package nvidia-cuda-nvdisasm)");

@@ -149,6 +149,9 @@ static void classify(const model_gpu *g, const sass_op *o, model_insn *m) {
     m->latency = g->mufu_latency;
   } else if (op_is(op, fma)) {
     plain(m, MP_FMA, e->ffma_clk, MPH_SOFTMAX);
+  } else if (!strcmp(op, "DFMA") || !strcmp(op, "DADD") || !strcmp(op, "DMUL")) {
+    /* the FP64 lanes [A], [H], taken as the FMA pipe (a kernel is fp64 or not) */
+    plain(m, MP_FMA, e->dfma_clk, MPH_SOFTMAX);
   } else if (!strcmp(op, "IMAD") || !strcmp(op, "IMUL")) {
     plain(m, MP_FMA, g->imad_lanes, MPH_OTHER);
   } else if (!strcmp(op, "LDGSTS")) {
