@@ -38,6 +38,13 @@ static int tmp_takes_files(char *why, size_t whylen) {
   }
   static const char zeros[65536];
   const int fd = mkstemp(path);
+  /* Unlinked at once: the open file still takes the writes, and a signal
+  ** that ends fatune in the middle of the probe leaves nothing behind. */
+  if (fd >= 0 && unlink(path) != 0) {
+    snprintf(why, whylen, "%.200s: cannot remove its probe file: %s", dir, strerror(errno));
+    close(fd);
+    return 0;
+  }
   int ok = fd >= 0;
   size_t left = TMP_PROBE_BYTES;
   while (ok && left) {   /* a short write is followed by the one that says why */
@@ -51,7 +58,6 @@ static int tmp_takes_files(char *why, size_t whylen) {
     snprintf(why, whylen, "%s cannot take the compiler's files: %s", dir, strerror(errno));
     ok = 0;
   }
-  if (fd >= 0) unlink(path);
   return ok;
 }
 
