@@ -57,6 +57,17 @@ FA_INLINE void fa_wgmma_fence(void) { asm volatile("wgmma.fence.sync.aligned;" :
 FA_INLINE void fa_wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 /* "wgmma.wait_group": until at most n groups are pending; n a constant 0..7. */
 #define fa_wgmma_wait(n) asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(n) : "memory")
+/* The same wait, after a and b are computed. ptxas hoists a wait above
+** arithmetic it does not depend on (the softmax's exponentials, which are
+** to run under the P V in flight), operands or not; a warp-uniform branch
+** on a and b (never taken: they are row sums, not negative) ends a basic
+** block that it does not hoist the wait out of. */
+#define fa_wgmma_wait_after(n, a, b)                                       \
+  do {                                                                     \
+    if (__any_sync(0xffffffffu, (a) < 0.f || (b) < 0.f))                   \
+      asm volatile("nanosleep.u32 0;" ::: "memory");                       \
+    fa_wgmma_wait(n);                                                      \
+  } while (0)
 
 /* The accumulator operands of one m64nNk16: N/2 floats, "+f" each. */
 #define FA_WGD_8(d) "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])

@@ -518,6 +518,9 @@ FA_INLINE void fa_emu_wgmma_wait(int n, int line) {
 #define fa_wgmma_fence_acc(n, d) ((void)(d))
 #define fa_wgmma_wait(n) \
   fa_emu_wgmma_wait(FA_EMU_IMM(n, 0, 7, "fa_wgmma_wait: n must be a constant 0..7"), __LINE__)
+/* The CUDA prelude's wait after a and b (there a branch keeps ptxas from
+** hoisting it): program order here. */
+#define fa_wgmma_wait_after(n, a, b) ((void)(a), (void)(b), fa_wgmma_wait(n))
 
 /* ---- Warp specialization ---- */
 

@@ -700,12 +700,15 @@ static int positional(cli_opts *o, char **argv, int first, int i, char *err, siz
 /* Lists of keys belong to the main job, which runs each key on its own. */
 static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
   const int keys = o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->causal_both;
-  if (keys && o->cmd != CMD_TUNE)
+  /* the model predicts one compiled kernel at several lengths */
+  const int seq_list = o->cmd == CMD_MODEL && o->ndims <= 1 && o->ndtypes <= 1 && !o->causal_both;
+  if (keys && o->cmd != CMD_TUNE && !seq_list)
     return fail(err, errlen, "fatune %s takes one --dim, --seq and --dtype, and --causal "
-                "without =both; lists are for the main job's sweeps", command_name(o->cmd));
+                "without =both; lists are for the main job's sweeps%s", command_name(o->cmd),
+                o->cmd == CMD_MODEL ? " (the model takes a list of --seq)" : "");
   if (o->nseqs > 1 && cli_given(o, "--seq-k"))
     return fail(err, errlen, "--seq-k takes one --seq; a sweep over --seq tunes seq_k = seq_q");
-  if ((keys || o->shard_n) && o->json)
+  if ((keys || o->shard_n) && o->json && !seq_list)
     return fail(err, errlen, "--json takes one key; fatune export --format json gives a sweep's");
   if (o->cmd == CMD_TUNE && o->variant && o->config)
     return fail(err, errlen, "the main job takes --variant NAME or --config TEXT, not both");

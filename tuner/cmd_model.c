@@ -1,8 +1,10 @@
 /*
 ** cmd_model.c
 ** fatune model: the timing model's prediction (model.h) for one kernel on
-** one problem: a fatune variant (--variant, --config), compiled here, or
-** anyone's cubin with the launch that runs it (--cubin F --launch fa2|fa3).
+** one problem, or at each of a list of --seq: a fatune variant (--variant,
+** --config), compiled here or read from the cubin `fatune compile
+** --save-cubin` wrote (--cubin), or anyone's cubin with the launch that
+** runs it (--cubin F --launch fa2|fa3).
 */
 #include <errno.h>
 #include <stdio.h>
@@ -133,6 +135,29 @@ static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, cha
   return rc;
 }
 
+/* A variant's cubin from a file, in place of compiling it: its entry must
+** be there, with a register count. The templates take all their shared
+** memory dynamically (prelude_cuda.cuh), so none is static. */
+static int cubin_of_variant(const char *path, const char *entry, fa_compiled *r, char *err,
+                            size_t errlen) {
+  char *cubin;
+  size_t size;
+  memset(r, 0, sizeof *r);
+  if (read_file(path, &cubin, &size, err, errlen) != 0) return -1;
+  if (size < 4 || memcmp(cubin, "\177ELF", 4)) {
+    free(cubin);
+    return snprintf(err, errlen, "--cubin %s: not a cubin (no ELF header)", path), -1;
+  }
+  r->registers = model_cubin_registers(cubin, size, entry);
+  if (r->registers < 0) {
+    free(cubin);
+    return snprintf(err, errlen, "--cubin %s: no kernel %.200s with a register count (is it "
+                    "this variant's?)", path, entry), -1;
+  }
+  r->cubin = cubin, r->cubin_size = size, r->ok = 1;
+  return 0;
+}
+
 static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given,
                         const char *nvdisasm, model_job *j, char *err, size_t errlen) {
   gen_target t = *given;
@@ -147,11 +172,15 @@ static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given
                       : gen_render_config(g, o->config, &o->problem, &t, &k);
   if (rc != 0) return snprintf(err, errlen, "%s", gen_errmsg(g)), -1;
   compile_job job = {.source = k.source, .entry = k.entry};
-  rc = compile_pool_run(&job, 1, t.arch, 1, NULL, NULL);
-  if (rc != 0 || !job.result.ok) {
-    snprintf(err, errlen, "compiling %s failed%s%s", k.name, job.result.log ? ": " : "",
-             job.result.log ? job.result.log : "");
-    rc = -1;
+  if (o->cubin) {  /* the variant's cubin as `fatune compile --save-cubin` wrote it */
+    rc = cubin_of_variant(o->cubin, k.entry, &job.result, err, errlen);
+  } else {
+    rc = compile_pool_run(&job, 1, t.arch, 1, NULL, NULL);
+    if (rc != 0 || !job.result.ok) {
+      snprintf(err, errlen, "compiling %s failed%s%s", k.name, job.result.log ? ": " : "",
+               job.result.log ? job.result.log : "");
+      rc = -1;
+    }
   }
   char *text = NULL;
   if (rc == 0 && model_launch_of_variant(&k, &job.result, &j->l) != 0) {
@@ -183,6 +212,8 @@ static void print_text(const model_job *j) {
          r->time_us, r->tflops, 100 * r->tflops / peak, j->dtype, peak, r->bound);
   printf("  per K/V block per SM: %.0f clocks; tiles: %.2f per slot, %.0f%% of the slots busy\n",
          r->cycles_per_block, r->waves, 100 * r->wave_efficiency);
+  printf("  main loop per K/V block per warp: %ld instructions, %ld %s\n",
+         j->counts.loop_instructions, j->counts.loop_hmma, j->counts.mma);
   printf("  busy:");
   for (int i = 0; i < 8; i++) printf(" %s %.0f%%%s", model_util_names[i], 100 * r->util[i], i < 7 ? "," : "");
   printf("\n  waiting (the main loop's first warp): %.0f%% of the time\n", 100 * r->wait_share);
@@ -191,7 +222,9 @@ static void print_text(const model_job *j) {
            j->b.pv_before_exp ? ": before the exponentials, so P V does not overlap them" : "");
 }
 
-static void print_json(const model_job *j) {
+/* One prediction as a JSON object; `line`: ended by a newline (not an
+** element of a list). */
+static void print_json(const model_job *j, int line) {
   const model_result *r = &j->r;
   printf("{\"kernel\": ");
   json_string(stdout, j->kernel);
@@ -211,6 +244,11 @@ static void print_json(const model_job *j) {
   json_number(stdout, r->wave_efficiency);
   printf(", \"wait_share\": ");
   json_number(stdout, r->wait_share);
+  printf(", \"seq\": %d, \"seq_k\": %d, \"batch\": %d, \"heads\": %d", j->p.seq_q, j->p.seq_k,
+         j->p.batch, j->p.heads);
+  printf(", \"registers\": %d, \"loop_instructions\": %ld, \"loop_mma\": %ld, \"mma\": ",
+         j->l.registers, j->counts.loop_instructions, j->counts.loop_hmma);
+  json_string(stdout, j->counts.mma);
   printf(", \"ex2_before_pv_wait\": %d, \"util\": {", j->b.ex2_before_pv_wait);
   for (int i = 0; i < 8; i++) {
     printf("%s", i ? ", " : "");
@@ -218,20 +256,26 @@ static void print_json(const model_job *j) {
     printf(": ");
     json_number(stdout, r->util[i]);
   }
-  printf("}}\n");
+  printf("}}%s", line ? "\n" : "");
 }
 
 int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   char err[512], nvdisasm[4096];
   model_job j;
   memset(&j, 0, sizeof j);
-  if (!o->cubin == !(o->variant || o->config))
+  const int fatune_kernel = o->variant || o->config;
+  if (!o->cubin && !fatune_kernel)
     return cli_say(EXIT_BAD_INPUT, "fatune model needs --variant NAME, --config TEXT or "
                    "--cubin FILE --launch fa2|fa3");
   if (o->variant && o->config)
     return cli_say(EXIT_BAD_INPUT, "fatune model takes --variant NAME or --config TEXT, not both");
-  if (o->cubin && !o->launch)
+  if (o->cubin && !o->launch && !fatune_kernel)
     return cli_say(EXIT_BAD_INPUT, "--cubin needs --launch fa2|fa3: how the kernel is launched");
+  if (o->launch && fatune_kernel)
+    return cli_say(EXIT_BAD_INPUT, "--launch is for FlashAttention's cubins; a fatune variant "
+                   "launches as its config says");
+  if (o->plot && o->nseqs > 1)
+    return cli_say(EXIT_BAD_INPUT, "--plot draws one problem: give one --seq");
   j.gpu = o->gpu ? estimate_gpu_find(o->gpu) : estimate_gpu_for_arch(o->arch ? o->arch : t->arch);
   j.m = j.gpu && model_gpu_of(j.gpu, &j.machine) == 0 ? &j.machine : NULL;
   if (!j.m) return cli_say(EXIT_BAD_INPUT, "fatune model needs --gpu a100, h100 or h200");
@@ -240,17 +284,33 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
     return cli_say(1, "fatune model needs nvdisasm (on PATH, in $CUDA_HOME/bin or the PyPI "
                    "package nvidia-cuda-nvdisasm)");
-  int rc = o->cubin ? from_cubin(o, nvdisasm, &j, err, sizeof err)
+  int rc = !fatune_kernel ? from_cubin(o, nvdisasm, &j, err, sizeof err)
                     : from_variant(g, o, t, nvdisasm, &j, err, sizeof err);
   if (rc == 0 && model_build(j.m, &j.trace, &j.l, &j.p, &j.b, err, sizeof err) != 0) rc = -1;
-  if (rc == 0 && model_predict(j.m, &j.b, &j.l, &j.p, o->plot != NULL, &j.r, err, sizeof err) != 0)
-    rc = -1;
   if (rc != 0) {
     job_free(&j);
     return cli_say(EXIT_BAD_INPUT, err);
   }
-  if (o->json) print_json(&j);
-  else print_text(&j);
+  /* One kernel (chosen for the first --seq), predicted at each length. */
+  const int n = o->nseqs > 1 ? o->nseqs : 1;
+  if (o->json && n > 1) printf("[");
+  for (int i = 0; i < n && rc == 0; i++) {
+    cli_opts one = *o;
+    if (n > 1) one.problem.seq_q = one.problem.seq_k = o->seqs[i];
+    problem_of(&one, &j.p);
+    model_result_free(&j.r);
+    if (model_predict(j.m, &j.b, &j.l, &j.p, o->plot != NULL, &j.r, err, sizeof err) != 0) {
+      rc = -1;
+      break;
+    }
+    if (o->json) printf("%s", i ? ",\n " : ""), print_json(&j, n == 1);
+    else print_text(&j);
+  }
+  if (o->json && n > 1 && rc == 0) printf("]\n");
+  if (rc != 0) {
+    job_free(&j);
+    return cli_say(EXIT_BAD_INPUT, err);
+  }
   if (o->plot && model_plot(o->plot, &j.b.k, &j.r, j.kernel, err, sizeof err) != 0) {
     job_free(&j);
     return cli_say(1, err);

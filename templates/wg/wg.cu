@@ -15,6 +15,21 @@ $             score = function(e) return "s[4 * j + 2 * hh" .. (e == "0" and "" 
 $ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w the
 $ -- epilogue of consumer w.
 $
+$ -- The producer's load of the K (or V) block of iteration `it` into its
+$ -- stage: once the consumers have emptied the stage (from the second
+$ -- round of the ring on), by TMA, one box per column block.
+$ local function load(which, it)
+      {
+        const int i = (${it}) % ${S}, blk = n_blocks - 1 - (${it});
+        if (${it} >= ${S}) fa_mbar_wait(&empty_${which}[i], (((${it}) / ${S}) & 1) ^ 1);
+        unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes}${which == "v" and " + " .. P.kv_bytes or ""};
+        fa_mbar_arrive_expect_tx(&full_${which}[i], ${P.kv_bytes});
+$   for j = 0, NCB - 1 do
+        fa_tma_load_4d(st + ${j * BN * SW}, &p.tmap[${which == "k" and 1 or 2}], ${j * CB}, blk * ${BN}, hk, b, &full_${which}[i]);
+$   end
+      }
+$ end
+$
 $ -- S = Q K^T of the stage of descriptor kd into s: k16 steps over the padded dim,
 $ -- both operands K-major; a k16 step is 32 bytes into a swizzle row.
 $ local function issue_s()
@@ -159,8 +174,10 @@ FA_SM90_KERNEL(${args.entry}, ${P.threads})
   /* The tiles at the swizzle's repeat, 1024 bytes. */
   unsigned char *const smem = raw + ((1024u - (unsigned)((unsigned long long)raw & 1023u)) & 1023u);
   unsigned long long *const qbar = (unsigned long long *)(smem + ${P.bar_offset});
-  unsigned long long *const full = qbar + 1;
-  unsigned long long *const empty = full + ${S};
+  /* K and V in rings of their own: K's stage is free once S is computed,
+  ** V's once P V is, so the next K loads under the softmax and P V. */
+  unsigned long long *const full_k = qbar + 1, *const empty_k = full_k + ${S};
+  unsigned long long *const full_v = empty_k + ${S}, *const empty_v = full_v + ${S};
   (void)off;
 $ if causal then
   const int last_row = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
@@ -173,8 +190,10 @@ $ end
   if (tid == 0) {
     fa_mbar_init(qbar, 1);
     for (int i = 0; i < ${S}; ++i) {
-      fa_mbar_init(&full[i], 1);          /* the producer's arrival, plus the TMA bytes */
-      fa_mbar_init(&empty[i], ${128 * C});  /* every consumer thread, done with the stage */
+      fa_mbar_init(&full_k[i], 1);          /* the producer's arrival, plus the TMA bytes */
+      fa_mbar_init(&full_v[i], 1);
+      fa_mbar_init(&empty_k[i], ${128 * C});  /* every consumer thread, done with the stage */
+      fa_mbar_init(&empty_v[i], ${128 * C});
     }
     fa_fence_mbar_init();
   }
@@ -189,17 +208,14 @@ $ end
 $ for j = 0, NCB - 1 do
       fa_tma_load_4d(smem + ${j * BM * SW}, &p.tmap[0], ${j * CB}, q0, h, b, qbar);
 $ end
+      /* K runs a block ahead of V, as the consumers use them: the K of
+      ** block it + 1 is asked for before the V of block it. */
+      $ load("k", "0")
       for (int it = 0; it < n_blocks; ++it) {
-        const int i = it % ${S}, blk = n_blocks - 1 - it;
-        unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes};
-        if (it >= ${S}) fa_mbar_wait(&empty[i], ((it / ${S}) & 1) ^ 1);
-        fa_mbar_arrive_expect_tx(&full[i], ${P.stage_bytes});
-$ for j = 0, NCB - 1 do
-        fa_tma_load_4d(st + ${j * BN * SW}, &p.tmap[1], ${j * CB}, blk * ${BN}, hk, b, &full[i]);
-$ end
-$ for j = 0, NCB - 1 do
-        fa_tma_load_4d(st + ${P.kv_bytes + j * BN * SW}, &p.tmap[2], ${j * CB}, blk * ${BN}, hk, b, &full[i]);
-$ end
+        if (it + 1 < n_blocks) {
+          $ load("k", "it + 1")
+        }
+        $ load("v", "it")
       }
     }
     return;
@@ -249,11 +265,12 @@ $ if overlap then
   /* Block 0 (the last, n_blocks - 1): S and its softmax, ahead of the loop. */
   if (n_blocks > 0) {
     const fa_wgmma_desc kd = kd0;
-    fa_mbar_wait(&full[0], 0);
+    fa_mbar_wait(&full_k[0], 0);
     $ turn_begin()
     $ issue_s()
     $ turn_end("0")
     fa_wgmma_wait(0);
+    fa_mbar_arrive(&empty_k[0]);
     fa_wgmma_fence_acc(${BN}, s);
     $ softmax("(n_blocks - 1)", true)
     $ pack_p()
@@ -264,16 +281,18 @@ $   body = function(masked)
     const unsigned i = (unsigned)it % ${S}, pi = (unsigned)(it - 1) % ${S};
     const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.stage_bytes}u);
     const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, pi * ${P.stage_bytes}u);
-    fa_mbar_wait(&full[i], ((unsigned)it / ${S}) & 1);
+    fa_mbar_wait(&full_k[i], ((unsigned)it / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
+    fa_mbar_wait(&full_v[pi], ((unsigned)(it - 1) / ${S}) & 1);
     $ issue_pv()
     $ turn_end("it")
     fa_wgmma_wait(1);
+    fa_mbar_arrive(&empty_k[i]);
     fa_wgmma_fence_acc(${BN}, s);
     $ softmax("(n_blocks - 1 - it)", masked)
-    fa_wgmma_wait(0);
-    fa_mbar_arrive(&empty[pi]);
+    fa_wgmma_wait_after(0, l_i[0], l_i[1]);
+    fa_mbar_arrive(&empty_v[pi]);
     $ rescale_o()
     $ pack_p()
 $   end
@@ -282,18 +301,20 @@ $   body = function(masked)
     const unsigned i = (unsigned)it % ${S};
     const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.stage_bytes}u);
     const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, i * ${P.stage_bytes}u);
-    fa_mbar_wait(&full[i], ((unsigned)it / ${S}) & 1);
+    fa_mbar_wait(&full_k[i], ((unsigned)it / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
     $ turn_end("it")
     fa_wgmma_wait(0);
+    fa_mbar_arrive(&empty_k[i]);
     fa_wgmma_fence_acc(${BN}, s);
     $ softmax("(n_blocks - 1 - it)", masked)
     $ rescale_o()
     $ pack_p()
+    fa_mbar_wait(&full_v[i], ((unsigned)it / ${S}) & 1);
     $ issue_pv()
     fa_wgmma_wait(0);
-    fa_mbar_arrive(&empty[i]);
+    fa_mbar_arrive(&empty_v[i]);
 $   end
 $ end
   for (; it < n_masked; ++it) {
@@ -307,6 +328,7 @@ $ end
 $ if overlap then
   if (n_blocks > 0) {
     const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, ((unsigned)n_blocks - 1) % ${S} * ${P.stage_bytes}u);
+    fa_mbar_wait(&full_v[((unsigned)n_blocks - 1) % ${S}], (((unsigned)n_blocks - 1) / ${S}) & 1);
     $ issue_pv()
     fa_wgmma_wait(0);
   }

@@ -6,8 +6,12 @@
 --
 -- Structure, for every variant: one CTA per block_m query rows and
 -- (batch, head). A producer warpgroup, whose registers go to the others
--- (setmaxnreg.dec), loads Q once and the K/V blocks into a ring of
--- `stages` stages by TMA (one elected thread), on full/empty mbarriers.
+-- (setmaxnreg.dec), loads Q once and the K/V blocks by TMA (one elected
+-- thread) into two rings of `stages` stages, K's and V's, each on
+-- full/empty mbarriers (FA3's mainloop_fwd_sm90_tma_gmma_ws.hpp): K's
+-- stage is freed once S is computed, V's once P V is, and the K of block
+-- j + 1 is asked for before the V of block j, so the next K loads under
+-- the softmax and P V.
 -- `consumers` warpgroups of 64 query rows each (setmaxnreg.inc): so
 -- block_m = 64 * consumers, as FlashAttention-3 sizes its tiles
 -- (hopper/tile_size.h: kBlockM / 64 MMA warpgroups; 192 rows are three).
@@ -28,7 +32,8 @@
 -- GEMMs, through named barriers, so that one's softmax runs under the
 -- other's GEMMs), overlap (within a warpgroup, the S of block j + 1 is
 -- issued before the P V of block j, and the softmax of block j + 1 runs
--- under that P V), swizzle (64 or 128 bytes).
+-- under that P V: its wait for P V stays after the exponentials in the
+-- SASS through fa_wgmma_wait_after), swizzle (64 or 128 bytes).
 
 local wg = { name = "wg", version = 1 }
 local enum = require("enum")
@@ -105,8 +110,8 @@ function wg.plan(c)
   P.stage_bytes = 2 * P.kv_bytes
   P.bar_offset = P.q_bytes + c.stages * P.stage_bytes
   -- 1024 bytes to align the tiles to the swizzle's repeat, then Q, the
-  -- stages, and the barriers: Q's, full[] and empty[].
-  P.smem_bytes = 1024 + P.bar_offset + 8 * (1 + 2 * c.stages)
+  -- stages, and the barriers: Q's, then K's and V's full[] and empty[].
+  P.smem_bytes = 1024 + P.bar_offset + 8 * (1 + 4 * c.stages)
   P.producer_regs, P.consumer_regs = nreg[c.consumers][1], nreg[c.consumers][2]
   -- Registers per consumer thread, 32-bit words: O's accumulator
   -- (padded_dim / 2), S's (block_n / 2; P is packed into it as the softmax

@@ -12,11 +12,12 @@
 -- The producer's elected thread loads Q once by TMA and K and V for each
 -- K/V block the CTA needs (with a causal mask, bottom-right, the blocks
 -- past its last row's diagonal are skipped; a CTA with none loads
--- nothing), waiting for a stage to be empty from the (stages + 1)-th block
--- on. Each box is swizzle / 2 elements of head dim wide, so box bytes
--- count the head dim padded to a whole box; global bytes count only what
--- lies inside the tensors. Per K/V block a consumer thread waits for the
--- stage's full barrier, its warpgroup issues padded dim / 16 wgmma of
+-- nothing), waiting for a stage of K's ring and one of V's to be empty
+-- from the (stages + 1)-th block on. Each box is swizzle / 2 elements of
+-- head dim wide, so box bytes count the head dim padded to a whole box;
+-- global bytes count only what lies inside the tensors. Per K/V block a
+-- consumer thread waits for the full barriers of K's and of V's stage,
+-- its warpgroup issues padded dim / 16 wgmma of
 -- S = Q K^T (n = block_n, both operands read from shared memory) and
 -- block_n / 16 of O += P V (n = padded dim, P from registers); the online
 -- softmax takes an exponential per score and one per row (alpha), a row
@@ -91,7 +92,7 @@ local function per_head(c, sq, sk)
       add("smem_written", 2 * bn * dp * es)
       add("gmem_read", 2 * keys * dim * es)
     end
-    add("mbar_waits", math.max(nb - c.stages, 0) + threads * nb)  -- empty; full
+    add("mbar_waits", 2 * math.max(nb - c.stages, 0) + 2 * threads * nb)  -- K's, V's: empty; full
     add("wgmma", nb * cons * (s_mma + pv_mma))
     add("wgmma_flops", nb * cons * (s_mma * 2 * 64 * bn * 16 + pv_mma * 2 * 64 * dp * 16))
     add("smem_read", nb * cons * (s_mma * (64 * 16 * es + 16 * bn * es) + pv_mma * 16 * dp * es))

@@ -251,26 +251,40 @@ static void address_key(const sass_op *o, char *buf, size_t n) {
 }
 
 /* The producer's rings: one per barrier array its waits use, in order of
-** first use; an unrolled loop waits on each more than once. Returns the
-** blocks per iteration. */
-static int map_producer(const sass_seq *q, model_insn *m, int *nrings, const model_problem *p,
-                        const model_launch *l) {
+** first use; an unrolled loop waits on each more than once. Where the
+** addresses do not tell the arrays apart (each in a register of its own)
+** but the consumers use `want` rings, the waits take them in turn: K's,
+** then V's. Returns the blocks per iteration. */
+static int map_producer(const sass_seq *q, model_insn *m, int want, int *nrings,
+                        const model_problem *p, const model_launch *l) {
   char *w = calloc((size_t)q->n + 1, 1);
   char key[MODEL_MAX_RINGS][64];
   int nk = 0, waits = 0, loads[MODEL_MAX_RINGS] = {0};
   if (!w) return 1;
   blocking_waits(q, w);
-  int ring = 0;
-  for (int pass = 0; pass < 2; pass++)
+  for (int i = 0; i < q->n; i++) {
+    if (!w[i]) continue;
+    char k[64];
+    int ring;
+    address_key(&q->op[i], k, sizeof k);
+    for (ring = 0; ring < nk && strcmp(key[ring], k); ring++) continue;
+    if (ring == nk && nk < 2) snprintf(key[nk++], sizeof key[0], "%s", k);
+    waits++;
+  }
+  int by_order = nk < want && waits % want == 0;
+  if (by_order) nk = want;
+  for (int pass = 0; pass < 2; pass++) {
+    int ring = 0, nth = 0;
     for (int i = 0; i < q->n; i++) {
       if (w[i]) {
         char k[64];
-        address_key(&q->op[i], k, sizeof k);
-        for (ring = 0; ring < nk && strcmp(key[ring], k); ring++) continue;
-        if (ring == nk && nk < 2) snprintf(key[nk++], sizeof key[0], "%s", k);
-        if (ring >= nk) ring = nk - 1;
+        if (by_order) ring = nth++ % nk;
+        else {
+          address_key(&q->op[i], k, sizeof k);
+          for (ring = 0; ring < nk && strcmp(key[ring], k); ring++) continue;
+          if (ring >= nk) ring = nk - 1;
+        }
         if (pass) m[i].kind = MK_EMPTY_WAIT, m[i].arg = ring;
-        else waits++;
       } else if (!strcmp(q->op[i].op, "UTMALDG")) {
         if (!pass) loads[ring]++;
         else {
@@ -281,6 +295,7 @@ static int map_producer(const sass_seq *q, model_insn *m, int *nrings, const mod
         }
       }
     }
+  }
   *nrings = nk > 0 ? nk : 1;
   free(w);
   return waits / *nrings > 0 ? waits / *nrings : 1;
@@ -296,8 +311,10 @@ static int map_producer(const sass_seq *q, model_insn *m, int *nrings, const mod
 ** stage that the newest group retired by the wait before it
 ** (WARPGROUP.DEPBAR.LE gsb0, N: all but the N newest) read: the fill the
 ** iteration's wait on that ring acquired, or, when that group is a
-** pipelined P V and the ring's wait came before another group (one stage
-** for K and V, acquired for this block's S), the fill before it. */
+** pipelined P V and the ring's wait came before another group (one ring,
+** its stage holding K and V, acquired for this block's S), the fill
+** before it. With a ring of its own, V's wait acquires the V its P V
+** reads, wherever it is placed. */
 typedef struct wg_group { int end, pv, prev; } wg_group;
 
 static int group_kind_pv(const sass_op *o, const model_launch *l, const model_problem *p) {
@@ -359,11 +376,28 @@ static void map_releases(const sass_seq *q, model_insn *m, int rings, const mode
     if (x < 0) continue;
     int ring = g[x].pv ? rings - 1 : 0;
     m[i].arg = ring;
-    m[i].arg2 = g[x].prev && wait_group[ring] != x;
+    m[i].arg2 = rings == 1 && g[x].prev && wait_group[ring] != x;
   }
 }
 
-/* Returns the blocks per iteration: the waits for ring 0. */
+/* The rings the consumers wait on: two when each iteration waits twice
+** per S group (K's and V's), else one (K and V in one stage). */
+static int consumer_rings(const sass_seq *q) {
+  char *w = calloc((size_t)q->n + 1, 1);
+  if (!w) return 1;
+  blocking_waits(q, w);
+  int waits = 0, s_groups = 0;
+  for (int i = 0; i < q->n; i++) {
+    waits += w[i];
+    s_groups += !strcmp(q->op[i].op, "HGMMA") && has(q->op[i].text, "gsb0") && hgmma_ss(q->op[i].text);
+  }
+  free(w);
+  return s_groups > 0 && waits == 2 * s_groups ? 2 : 1;
+}
+
+/* Returns the blocks per iteration: the waits for ring 0. Each blocking
+** wait takes the ring of its barrier array, by address, or, where the
+** addresses do not tell them apart, the rings in turn (K's, then V's). */
 static int map_consumer(const sass_seq *q, model_insn *m, int rings, const model_launch *l,
                         const model_problem *p) {
   char *w = calloc((size_t)q->n + 1, 1);
@@ -386,6 +420,9 @@ static int map_consumer(const sass_seq *q, model_insn *m, int rings, const model
     m[i].kind = MK_FULL_WAIT, m[i].arg = ring;
     ring_of_wait[nw++] = ring;
   }
+  if (nk < rings && nw % rings == 0)
+    for (int i = 0, n = 0; i < q->n; i++)
+      if (w[i]) m[i].arg = ring_of_wait[n] = n % rings, n++;
   int nr = 0;
   for (int i = 0; i < q->n; i++)
     if (is_release(&q->op[i])) {
@@ -461,7 +498,7 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
     if (t->producer.n == 0)
       return model_built_free(b), fail(err, errlen, "a warp-specialized kernel without a producer loop");
     if (translate(g, &t->producer, &b->insn[1])) return model_built_free(b), fail(err, errlen, "out of memory");
-    int pp = map_producer(&t->producer, b->insn[1], &k->nrings, p, l);
+    int pp = map_producer(&t->producer, b->insn[1], consumer_rings(&t->loop), &k->nrings, p, l);
     int pc = map_consumer(&t->loop, b->insn[0], k->nrings, l, p);
     k->stages = l->stages > 0 ? l->stages : 2;
     /* the producer: one warp of warpgroup 0; the consumers: warpgroups 1..n */
