@@ -9,8 +9,10 @@
 #   FA2_CHECKOUT: a checkout of flash-attention (v2.x; csrc/flash_attn/src)
 #   CUTLASS_CHECKOUT: a checkout of CUTLASS (include/cute, include/cutlass),
 #   e.g. the csrc/cutlass submodule FA2 pins.
-# With FA_CUBINS=DIR, the sm_90 cubins are kept there as fa2_dD_sm_90.cubin
-# (tests/data/fa holds them gzipped, for fatune model's validation).
+# With FA_CUBINS=DIR, it also compiles d256 and the causal kernels
+# (flash_fwd_hdimD_bf16_causal_sm80.cu) and keeps every cubin there as
+# fa2_dD[_causal]_sm_XX.cubin (tests/data/fa holds them gzipped, for
+# fatune model's validation and scripts/bench-model.sh).
 # It downloads nothing. Needs nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin or
 # PATH) and nvdisasm. Each kernel file takes a few minutes to compile.
 #
@@ -53,20 +55,29 @@ flags=(-cubin -O3 -std=c++17 -U__CUDA_NO_HALF_OPERATORS__ -U__CUDA_NO_HALF_CONVE
        -Xptxas -v -I "$fa2/csrc/flash_attn" -I "$src" -I "$cutlass/include" -I "$here/fa2-stubs")
 
 # All compiles at once, as many as there are cores.
-cases=()
+cases=() all=()
 for arch in sm_80 sm_90; do for dim in 64 128; do cases+=("$arch $dim"); done; done
+all=("${cases[@]}")
+if [ -n "${FA_CUBINS:-}" ]; then
+  for arch in sm_80 sm_90; do
+    all+=("$arch 256")
+    for dim in 64 128 256; do all+=("$arch ${dim}_causal"); done
+  done
+fi
 jobs=$(nproc)
 running=0
-for c in "${cases[@]}"; do
+for c in "${all[@]}"; do
   read -r arch dim <<<"$c"
   cc=${arch#sm_}
+  file="$src/flash_fwd_hdim${dim%_causal}_bf16_sm80.cu"
+  [ "$dim" = "${dim%_causal}" ] || file="$src/flash_fwd_hdim${dim%_causal}_bf16_causal_sm80.cu"
   "$nvcc" "${flags[@]}" -gencode "arch=compute_$cc,code=$arch" -o "$out/d${dim}_$arch.cubin" \
-    "$src/flash_fwd_hdim${dim}_bf16_sm80.cu" >"$out/d${dim}_$arch.log" 2>&1 &
+    "$file" >"$out/d${dim}_$arch.log" 2>&1 &
   running=$((running + 1))
   if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
 done
 wait
-for c in "${cases[@]}"; do
+for c in "${all[@]}"; do
   read -r arch dim <<<"$c"
   [ -s "$out/d${dim}_$arch.cubin" ] ||
     { echo "compare-fa2: nvcc failed for d$dim $arch:" >&2; tail -20 "$out/d${dim}_$arch.log" >&2; exit 1; }
@@ -74,7 +85,10 @@ done
 
 if [ -n "${FA_CUBINS:-}" ]; then
   mkdir -p "$FA_CUBINS"
-  for dim in 64 128; do cp "$out/d${dim}_sm_90.cubin" "$FA_CUBINS/fa2_d${dim}_sm_90.cubin"; done
+  for c in "${all[@]}"; do
+    read -r arch dim <<<"$c"
+    cp "$out/d${dim}_$arch.cubin" "$FA_CUBINS/fa2_d${dim}_$arch.cubin"
+  done
 fi
 
 # fatune's rows first, in bench-sass.sh's table, then FA2's under it.

@@ -12,8 +12,9 @@
 #   FA3_CHECKOUT: a checkout of flash-attention with FA3's hopper/ directory
 #   CUTLASS_CHECKOUT: a checkout of CUTLASS (include/cute, include/cutlass),
 #   the csrc/cutlass submodule FlashAttention pins.
-# With FA_CUBINS=DIR, the cubins are kept there as fa3_dD_sm_90a.cubin
-# (tests/data/fa holds them gzipped, for fatune model's validation).
+# With FA_CUBINS=DIR, it also compiles hdim256 and keeps the cubins there
+# as fa3_dD_sm_90a.cubin (tests/data/fa holds them gzipped, for fatune
+# model's validation and scripts/bench-model.sh).
 # It downloads nothing. Needs nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin or
 # PATH) and nvdisasm. One kernel file takes a minute or more and a few GB;
 # they compile one after the other, and the cubins are kept in
@@ -69,12 +70,14 @@ flags=(-cubin -O3 -std=c++17 --ftemplate-backtrace-limit=0 --use_fast_math --res
 
 # The cache key: the compiler, the flags, FA3's sources, CUTLASS's file list.
 key=$( { "$nvcc" --version; printf '%s\n' "${flags[@]}";
-         cat "$hopper"/*.h "$hopper"/*.hpp "$hopper"/instantiations/flash_fwd_hdim{64,128}_bf16_sm90.cu;
+         cat "$hopper"/*.h "$hopper"/*.hpp "$hopper"/instantiations/flash_fwd_hdim{64,128,256}_bf16_sm90.cu;
          (cd "$cutlass/include" && find . -type f -printf '%p %s %T@\n' | LC_ALL=C sort); } |
        sha256sum | cut -c1-16)
 cache="${FA3_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fatune/fa3}/$key"
 mkdir -p "$cache"
-for dim in 64 128; do
+dims="64 128"
+[ -n "${FA_CUBINS:-}" ] && dims="64 128 256"
+for dim in $dims; do
   if [ -s "$cache/d$dim.cubin" ] && [ -s "$cache/d$dim.log" ]; then continue; fi
   echo "compare-fa3: compiling FA3's hdim$dim bf16 sm90 kernels (a minute or more)..." >&2
   if ! nice "$nvcc" "${flags[@]}" -o "$cache/d$dim.part" \
@@ -89,7 +92,7 @@ done
 
 if [ -n "${FA_CUBINS:-}" ]; then
   mkdir -p "$FA_CUBINS"
-  for dim in 64 128; do cp "$cache/d$dim.cubin" "$FA_CUBINS/fa3_d${dim}_sm_90a.cubin"; done
+  for dim in $dims; do cp "$cache/d$dim.cubin" "$FA_CUBINS/fa3_d${dim}_sm_90a.cubin"; done
 fi
 
 # A JSON member of one line of fatune's --json output (numbers, null).

@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "compile_pool.h"
+#include "fa_sink.h"
 #include "json.h"
 #include "model_launch.h"
 #include "model_plot.h"
@@ -222,41 +223,42 @@ static void print_text(const model_job *j) {
            j->b.pv_before_exp ? ": before the exponentials, so P V does not overlap them" : "");
 }
 
+/* The busy share of each unit, as the members of "util". */
+static void util_members(FILE *f, const void *arg) {
+  const model_result *r = arg;
+  fputs(", \"util\": {", f);
+  for (int i = 0; i < 8; i++) {
+    fputs(i ? ", " : "", f);
+    json_string(f, model_util_names[i]);
+    fputs(": ", f);
+    json_number(f, r->util[i]);
+  }
+  fputs("}", f);
+}
+
 /* One prediction as a JSON object; `line`: ended by a newline (not an
 ** element of a list). */
 static void print_json(const model_job *j, int line) {
+  static const fa_column col[] = {
+      {"kernel", 0, NULL}, {"gpu", 0, NULL}, {"time_us", 0, NULL}, {"tflops", 0, NULL},
+      {"bound", 0, NULL}, {"cycles_per_block", 0, NULL}, {"ctas_per_sm", 0, NULL},
+      {"waves", 0, NULL}, {"wave_efficiency", 0, NULL}, {"wait_share", 0, NULL},
+      {"seq", 0, NULL}, {"seq_k", 0, NULL}, {"batch", 0, NULL}, {"heads", 0, NULL},
+      {"registers", 0, NULL}, {"loop_instructions", 0, NULL}, {"loop_mma", 0, NULL},
+      {"mma", 0, NULL}, {"ex2_before_pv_wait", 0, NULL}, {NULL, 0, NULL}};
   const model_result *r = &j->r;
-  printf("{\"kernel\": ");
-  json_string(stdout, j->kernel);
-  printf(", \"gpu\": ");
-  json_string(stdout, j->gpu->name);
-  printf(", \"time_us\": ");
-  json_number(stdout, r->time_us);
-  printf(", \"tflops\": ");
-  json_number(stdout, r->tflops);
-  printf(", \"bound\": ");
-  json_string(stdout, r->bound);
-  printf(", \"cycles_per_block\": ");
-  json_number(stdout, r->cycles_per_block);
-  printf(", \"ctas_per_sm\": %d, \"waves\": ", r->ctas_per_sm);
-  json_number(stdout, r->waves);
-  printf(", \"wave_efficiency\": ");
-  json_number(stdout, r->wave_efficiency);
-  printf(", \"wait_share\": ");
-  json_number(stdout, r->wait_share);
-  printf(", \"seq\": %d, \"seq_k\": %d, \"batch\": %d, \"heads\": %d", j->p.seq_q, j->p.seq_k,
-         j->p.batch, j->p.heads);
-  printf(", \"registers\": %d, \"loop_instructions\": %ld, \"loop_mma\": %ld, \"mma\": ",
-         j->l.registers, j->counts.loop_instructions, j->counts.loop_hmma);
-  json_string(stdout, j->counts.mma);
-  printf(", \"ex2_before_pv_wait\": %d, \"util\": {", j->b.ex2_before_pv_wait);
-  for (int i = 0; i < 8; i++) {
-    printf("%s", i ? ", " : "");
-    json_string(stdout, model_util_names[i]);
-    printf(": ");
-    json_number(stdout, r->util[i]);
-  }
-  printf("}}%s", line ? "\n" : "");
+  const fa_cell cell[] = {
+      fa_cell_text(j->kernel), fa_cell_text(j->gpu->name), fa_cell_real(r->time_us, "%.6g"),
+      fa_cell_real(r->tflops, "%.6g"), fa_cell_text(r->bound),
+      fa_cell_real(r->cycles_per_block, "%.6g"), fa_cell_int(r->ctas_per_sm),
+      fa_cell_real(r->waves, "%.6g"), fa_cell_real(r->wave_efficiency, "%.6g"),
+      fa_cell_real(r->wait_share, "%.6g"), fa_cell_int(j->p.seq_q), fa_cell_int(j->p.seq_k),
+      fa_cell_int(j->p.batch), fa_cell_int(j->p.heads), fa_cell_int(j->l.registers),
+      fa_cell_int(j->counts.loop_instructions), fa_cell_int(j->counts.loop_hmma),
+      fa_cell_text(j->counts.mma), fa_cell_int(j->b.ex2_before_pv_wait),
+      fa_cell_members(util_members, r)};
+  fa_sink_object(stdout, col, cell, (int)(sizeof cell / sizeof cell[0]));
+  if (line) putchar('\n');
 }
 
 int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
