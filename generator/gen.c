@@ -614,6 +614,9 @@ static void take_launches(lua_State *L, gen_call *c) {
     lua_pop(L, 1);
     l->threads = int_field(L, "threads");
     l->smem_bytes = int_field(L, "smem_bytes");
+    lua_getfield(L, -1, "heavy_first");
+    l->heavy_first = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, -1, "grid");
     for (int d = 0; d < 3; d++) l->grid[d] = take_grid_dim(L, d);
     lua_pop(L, 1);

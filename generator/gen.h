@@ -86,6 +86,7 @@ typedef struct gen_launch_spec {
   int threads;             /* per CTA */
   int smem_bytes;          /* dynamic shared memory per CTA */
   gen_grid_dim grid[3];
+  int heavy_first;         /* 1: query blocks taken from the last down (space.lua) */
 } gen_launch_spec;
 
 /* Global memory the launches of a kernel share: bytes_per_row bytes per

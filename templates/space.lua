@@ -90,7 +90,11 @@
 --              three, decoding two): a variant is all of them. A launch is
 --                {entry = "name", threads = per CTA (1 to 1024),
 --                 smem_bytes = dynamic shared memory per CTA,
---                 grid = {x, y, z}, workspaces = {...}}
+--                 grid = {x, y, z}, workspaces = {...},
+--                 heavy_first = true (optional: the kernel takes its
+--                 query blocks from the last down, so that under a causal
+--                 mask each (batch, head)'s CTAs with the most K/V blocks
+--                 come first in launch order)}
 --              where each grid dimension is a function of the problem:
 --                n (a positive integer)  n
 --                "heads", "batch"        the problem's
@@ -809,6 +813,9 @@ function space.check_launches(who, launches)
     if type(l.grid) ~= "table" or #l.grid ~= 3 then error(at .. ": grid is no {x, y, z}", 0) end
     for d = 1, 3 do check_grid_dim(string.format("%s: grid[%d]", at, d), l.grid[d]) end
     if type(l.workspaces) ~= "table" then error(at .. ": workspaces is no list", 0) end
+    if l.heavy_first ~= nil and type(l.heavy_first) ~= "boolean" then
+      error(at .. ": heavy_first is no boolean", 0)
+    end
     for j, w in ipairs(l.workspaces) do
       check_workspace(string.format("%s: workspace %d", at, j), w, sizes)
     end

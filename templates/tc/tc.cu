@@ -531,7 +531,13 @@ FA_TC_KERNEL(${args.entry}, ${threads})
   const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const float sl2 = p.scale_log2_f32;
+$ if causal then
+  /* The query blocks from the last down: the CTAs with the most K/V
+  ** blocks under the mask launch first, the short ones fill the tail. */
+  const int q0 = ((p.seq_q + ${block_m - 1}) / ${block_m} - 1 - fa_bid_x()) * ${block_m};
+$ else
   const int q0 = fa_bid_x() * ${block_m};
+$ end
   (void)off;
 $ if causal then
   const int last_row = (q0 + ${block_m} < p.seq_q ? q0 + ${block_m} : p.seq_q) - 1;

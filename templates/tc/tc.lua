@@ -354,7 +354,7 @@ function tc.render(c)
     launches = {
       { entry = args.entry, threads = P.threads, smem_bytes = P.smem_bytes,
         grid = { { "seq_q", c.block_m }, "heads", "batch" },
-        workspaces = {} },
+        workspaces = {}, heavy_first = c.causal == 1 },
     },
     registers_estimate = P.register_words,
     -- 16-byte pieces (cp.async, 16-byte stores) when dim is a multiple of 8.

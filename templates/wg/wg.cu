@@ -168,7 +168,13 @@ FA_SM90_KERNEL(${args.entry}, ${P.threads})
   const float NEG_INF = fa_neg_inf_f32();
   const int tid = fa_tid(), wg = fa_warpgroup();
   const int h = fa_bid_y(), b = fa_bid_z(), hk = FA_KV_HEAD(p, h);
+$ if causal then
+  /* The query blocks from the last down: the CTAs with the most K/V
+  ** blocks under the mask launch first, the short ones fill the tail. */
+  const int q0 = ((p.seq_q + ${BM - 1}) / ${BM} - 1 - fa_bid_x()) * ${BM};
+$ else
   const int q0 = fa_bid_x() * ${BM};
+$ end
   const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
   unsigned char *const raw = (unsigned char *)fa_smem_base();
   /* The tiles at the swizzle's repeat, 1024 bytes. */

@@ -227,7 +227,7 @@ function wg.render(c)
     launches = {
       { entry = args.entry, threads = P.threads, smem_bytes = P.smem_bytes,
         grid = { { "seq_q", c.block_m }, "heads", "batch" },
-        workspaces = {} },
+        workspaces = {}, heavy_first = c.causal == 1 },
     },
     registers_estimate = P.register_words,
     io_align = 16,

@@ -126,7 +126,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   long i = 0;
   for (int h = 0; h < p->batch * p->heads; h++)
     for (int mb = 0; mb < mblocks; mb++, i++) {
-      int n = blocks_of(p, l, mb);
+      int n = blocks_of(p, l, l->heavy_first ? (int)mblocks - 1 - mb : mb);
       /* with the blocks of `ctas` resident tiles interleaved, one tile's
       ** block costs cpb clocks of its slot */
       t[i] = n > 0 ? fill + n * cpb + (l->persistent ? 0 : qo) : (l->persistent ? 0 : qo);

@@ -26,6 +26,7 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   l->registers = r->registers;
   l->consumers = config_int(k, "consumers", 0);
   l->stages = config_int(k, "stages", 2);
+  l->heavy_first = k->launch[0].heavy_first;
   if (l->block_m < 0 || l->block_n < 0 || l->threads < 32) return -1;
   return 0;
 }

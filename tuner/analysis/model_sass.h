@@ -40,6 +40,7 @@ typedef struct model_launch {
   int stages;              /* K/V stages */
   int persistent;          /* 1: one CTA per slot loops over tiles (FlashAttention-3) */
   int longest_first;       /* a persistent scheduler handing out the longest tiles first */
+  int heavy_first;         /* query blocks launched from the last down in each (batch, head) */
 } model_launch;
 
 /* A kernel ready to simulate: its roles' instructions (owned). */
