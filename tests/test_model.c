@@ -4,8 +4,8 @@
 ** instruction sequence whose clocks per iteration are worked out by hand
 ** below: a dependent FFMA chain, MUFU's throughput, a named barrier
 ** between two warps, an mbarrier ring with one and two stages, a cp.async
-** group's wait, a wgmma group's wait. Then model_cubin_registers on a
-** hostile ELF.
+** group's wait, a wgmma group's wait; the order tiles reach the SMs in.
+** Then model_cubin_registers on a hostile ELF.
 */
 #include <math.h>
 #include <string.h>
@@ -181,6 +181,37 @@ static void deadlock(void) {
   model_run_free(&r);
 }
 
+/* The order the tiles reach the SMs: under a causal mask, a kernel that
+** takes each head's query blocks from the last down (heavy_first) leaves
+** the short ones for the tail and finishes sooner; without the mask every
+** tile is as long and the order changes nothing. A100, 128 heads of 16
+** query blocks (2048 tiles) over 108 SMs. */
+static void tile_order(void) {
+  model_gpu m;
+  CHECK(model_gpu_of(estimate_gpu_find("a100"), &m) == 0, "a100's machine");
+  model_insn loop[256];  /* 256 x 15 clocks a K/V block: far above DRAM's floor */
+  for (int i = 0; i < 256; i++) loop[i] = op(MK_PLAIN, MP_FMA, 15, 1);
+  model_built b;
+  memset(&b, 0, sizeof b);
+  b.k = one_role(loop, 256, 4);
+  b.k.warps_per_cta = 4;
+  model_launch l = {.block_m = 128, .block_n = 64, .threads = 128, .smem_bytes = 65536,
+                    .registers = 128, .stages = 2};
+  model_problem p = {8, 16, 2048, 2048, 128, 1, 2};
+  double t[2][2];
+  for (int causal = 0; causal < 2; causal++)
+    for (int heavy = 0; heavy < 2; heavy++) {
+      model_result r;
+      char err[128];
+      p.causal = causal, l.heavy_first = heavy;
+      CHECK(model_predict(&m, &b, &l, &p, 0, &r, err, sizeof err) == 0, "predicted: %s", err);
+      t[causal][heavy] = r.time_us;
+      model_result_free(&r);
+    }
+  CHECK(t[1][1] < t[1][0], "causal, heavy first %g us, in order %g", t[1][1], t[1][0]);
+  CHECK(t[0][1] == t[0][0], "not causal, heavy first %g us, in order %g", t[0][1], t[0][0]);
+}
+
 /* A cubin is input from outside: truncated or lying headers give -1. */
 static void hostile_cubin(void) {
   unsigned char elf[128];
@@ -202,6 +233,7 @@ int main(void) {
   cp_async_group();
   wgmma_group();
   deadlock();
+  tile_order();
   hostile_cubin();
   return check_done("test_model");
 }
