@@ -39,7 +39,8 @@ static void model_check(const sass_trace *t, const uint8_t *data) {
   model_gpu machine;
   const model_gpu *m = model_gpu_of(estimate_gpu_find("h100"), &machine) == 0 ? &machine : NULL;
   int ws = data[4] & 1;
-  model_launch l = {64, 64, ws ? 384 : 128, 32768, 128, ws ? 2 : 0, 1 + data[5] % 3, ws, 0};
+  model_launch l = {64, 64, ws ? 384 : 128, 32768, 128, ws ? 2 : 0, 1 + data[5] % 3, ws, 0,
+                    (data[5] >> 6) & 1};
   model_problem p = {1, 2, 256, 256, 64, data[5] >> 7, 2};
   model_built b;
   model_result r;
