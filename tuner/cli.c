@@ -101,17 +101,19 @@ static const cmd_info commands[] = {
    "fatune sass flash_fwd.cubin --config block_m=128,block_n=128,dim=64,warps=4",
    "the main loop of a cubin's machine code"},
   {"model", CMD_MODEL, F_DIM | F_TYPE | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL,
-   "--gpu G --dim D --seq N [--seq-k M] [--batch B] [--heads H] [--causal] [--dtype T]\n"
-   "                    (--variant NAME | --config TEXT | --cubin FILE --launch fa2|fa3\n"
-   "                    [--kernel PART]) [--json] [--plot FILE.png]",
+   "--gpu G --dim D --seq N[,N..] [--seq-k M] [--batch B] [--heads H] [--causal]\n"
+   "                    [--dtype T] ((--variant NAME | --config TEXT) [--cubin FILE] |\n"
+   "                    --cubin FILE --launch fa2|fa3 [--kernel PART]) [--json] [--plot FILE.png]",
    "Predicts a kernel's time on a GPU with the timing model: an event-driven\n"
    "simulation of one SM issuing the kernel's own machine code (its main loop's SASS,\n"
    "stall counts and scoreboards, pipes, barriers, copies from L2) and of the CTAs'\n"
-   "waves over the SMs. Prints the time, TFLOP/s, what bounds it and the clocks per\n"
-   "K/V block; --plot draws one steady iteration per warp role. A fatune variant is\n"
-   "compiled for the GPU; --cubin takes anyone's (FlashAttention-2's or -3's), with\n"
-   "the launch that runs it. Batch and heads default to 16k tokens and 2048 channels\n"
-   "in all, as the FlashAttention papers measure.",
+   "waves over the SMs. Prints the time, TFLOP/s, what bounds it, the clocks per\n"
+   "K/V block and the main loop's instructions; --plot draws one steady iteration\n"
+   "per warp role. A fatune variant is compiled for the GPU, or read from the cubin\n"
+   "compile --save-cubin wrote (--cubin); --cubin with --launch takes anyone's\n"
+   "(FlashAttention-2's or -3's), with the launch that runs it. A list of --seq\n"
+   "predicts the one kernel at each length (--json: a list). Batch and heads default\n"
+   "to 16k tokens and 2048 channels in all, as the FlashAttention papers measure.",
    "fatune model --gpu h100 --dim 128 --seq 4096 --cubin flash_fwd.cubin --launch fa2",
    "predict a kernel's time with the timing model"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,
