@@ -43,10 +43,11 @@ static void job_free(model_job *j) {
 
 /* The problem: the paper's convention (16k tokens in all, 2048 channels)
 ** for batch and heads not given. */
-static void problem_of(const cli_opts *o, model_problem *p) {
+/* The problem at query length seq_q and key length seq_k. */
+static void problem_of(const cli_opts *o, int seq_q, int seq_k, model_problem *p) {
   p->dim = o->problem.dim;
-  p->seq_q = o->problem.seq_q;
-  p->seq_k = o->problem.seq_k;
+  p->seq_q = seq_q;
+  p->seq_k = seq_k;
   p->causal = o->problem.causal;
   p->batch = cli_given(o, "--batch") ? o->problem.batch
              : p->seq_q >= 16384 ? 1 : 16384 / p->seq_q;
@@ -79,6 +80,15 @@ static int read_file(const char *path, char **buf, size_t *n, char *err, size_t 
   if (bad) return free(b), snprintf(err, errlen, "--cubin %s: read error", path), -1;
   *buf = b, *n = len;
   return 0;
+}
+
+/* The cubin at path (read_file), refused unless it starts as an ELF file. */
+static int read_cubin(const char *path, char **buf, size_t *n, char *err, size_t errlen) {
+  if (read_file(path, buf, n, err, errlen) != 0) return -1;
+  if (*n >= 4 && !memcmp(*buf, "\177ELF", 4)) return 0;
+  free(*buf);
+  *buf = NULL;
+  return snprintf(err, errlen, "--cubin %s: not a cubin (no ELF header)", path), -1;
 }
 
 /* The one function of text whose name matches (--kernel's part, else the launch's pattern). */
@@ -116,11 +126,7 @@ static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, cha
                     o->launch, j->p.dim), -1;
   char *cubin, *text;
   size_t size;
-  if (read_file(o->cubin, &cubin, &size, err, errlen) != 0) return -1;
-  if (size < 4 || memcmp(cubin, "\177ELF", 4)) {
-    free(cubin);
-    return snprintf(err, errlen, "--cubin %s: not a cubin (no ELF header)", o->cubin), -1;
-  }
+  if (read_cubin(o->cubin, &cubin, &size, err, errlen) != 0) return -1;
   if (sass_disassemble(nvdisasm, cubin, size, &text, err, errlen) != 0) return free(cubin), -1;
   int rc = pick_function(text, o->kernel, pattern, j->kernel, sizeof j->kernel, err, errlen);
   if (rc == 0) {
@@ -144,11 +150,7 @@ static int cubin_of_variant(const char *path, const char *entry, fa_compiled *r,
   char *cubin;
   size_t size;
   memset(r, 0, sizeof *r);
-  if (read_file(path, &cubin, &size, err, errlen) != 0) return -1;
-  if (size < 4 || memcmp(cubin, "\177ELF", 4)) {
-    free(cubin);
-    return snprintf(err, errlen, "--cubin %s: not a cubin (no ELF header)", path), -1;
-  }
+  if (read_cubin(path, &cubin, &size, err, errlen) != 0) return -1;
   r->registers = model_cubin_registers(cubin, size, entry);
   if (r->registers < 0) {
     free(cubin);
@@ -281,7 +283,7 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   j.gpu = o->gpu ? estimate_gpu_find(o->gpu) : estimate_gpu_for_arch(o->arch ? o->arch : t->arch);
   j.m = j.gpu && model_gpu_of(j.gpu, &j.machine) == 0 ? &j.machine : NULL;
   if (!j.m) return cli_say(EXIT_BAD_INPUT, "fatune model needs --gpu a100, h100 or h200");
-  problem_of(o, &j.p);
+  problem_of(o, o->problem.seq_q, o->problem.seq_k, &j.p);
   j.dtype = fa_dtype_name(o->problem.dtype);
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
     return cli_say(1, "fatune model needs nvdisasm (on PATH, in $CUDA_HOME/bin or the PyPI "
@@ -297,9 +299,7 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   const int n = o->nseqs > 1 ? o->nseqs : 1;
   if (o->json && n > 1) printf("[");
   for (int i = 0; i < n && rc == 0; i++) {
-    cli_opts one = *o;
-    if (n > 1) one.problem.seq_q = one.problem.seq_k = o->seqs[i];
-    problem_of(&one, &j.p);
+    if (n > 1) problem_of(o, o->seqs[i], o->seqs[i], &j.p);
     model_result_free(&j.r);
     if (model_predict(j.m, &j.b, &j.l, &j.p, o->plot != NULL, &j.r, err, sizeof err) != 0) {
       rc = -1;

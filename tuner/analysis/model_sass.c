@@ -250,6 +250,18 @@ static void address_key(const sass_op *o, char *buf, size_t n) {
   buf[k] = '\0';
 }
 
+/* The ring of a wait by its barrier array's address: one of the keys seen
+** so far (key[0 .. *nk)), a new one while there are fewer than cap, else
+** the last. */
+static int ring_by_address(const sass_op *o, char key[][64], int *nk, int cap) {
+  char k[64];
+  int ring;
+  address_key(o, k, sizeof k);
+  for (ring = 0; ring < *nk && strcmp(key[ring], k); ring++) continue;
+  if (ring == *nk && *nk < cap) snprintf(key[(*nk)++], sizeof key[0], "%s", k);
+  return ring < *nk ? ring : *nk - 1;
+}
+
 /* The producer's rings: one per barrier array its waits use, in order of
 ** first use; an unrolled loop waits on each more than once. Where the
 ** addresses do not tell the arrays apart (each in a register of its own)
@@ -262,28 +274,15 @@ static int map_producer(const sass_seq *q, model_insn *m, int want, int *nrings,
   int nk = 0, waits = 0, loads[MODEL_MAX_RINGS] = {0};
   if (!w) return 1;
   blocking_waits(q, w);
-  for (int i = 0; i < q->n; i++) {
-    if (!w[i]) continue;
-    char k[64];
-    int ring;
-    address_key(&q->op[i], k, sizeof k);
-    for (ring = 0; ring < nk && strcmp(key[ring], k); ring++) continue;
-    if (ring == nk && nk < 2) snprintf(key[nk++], sizeof key[0], "%s", k);
-    waits++;
-  }
+  for (int i = 0; i < q->n; i++)
+    if (w[i]) ring_by_address(&q->op[i], key, &nk, 2), waits++;
   int by_order = nk < want && waits % want == 0;
   if (by_order) nk = want;
   for (int pass = 0; pass < 2; pass++) {
     int ring = 0, nth = 0;
     for (int i = 0; i < q->n; i++) {
       if (w[i]) {
-        char k[64];
-        if (by_order) ring = nth++ % nk;
-        else {
-          address_key(&q->op[i], k, sizeof k);
-          for (ring = 0; ring < nk && strcmp(key[ring], k); ring++) continue;
-          if (ring >= nk) ring = nk - 1;
-        }
+        ring = by_order ? nth++ % nk : ring_by_address(&q->op[i], key, &nk, nk);
         if (pass) m[i].kind = MK_EMPTY_WAIT, m[i].arg = ring;
       } else if (!strcmp(q->op[i].op, "UTMALDG")) {
         if (!pass) loads[ring]++;
@@ -411,12 +410,7 @@ static int map_consumer(const sass_seq *q, model_insn *m, int rings, const model
   char key[MODEL_MAX_RINGS][64];
   for (int i = 0; i < q->n; i++) {
     if (!w[i]) continue;
-    char k[64];
-    int ring;
-    address_key(&q->op[i], k, sizeof k);
-    for (ring = 0; ring < nk && strcmp(key[ring], k); ring++) continue;
-    if (ring == nk && nk < rings) snprintf(key[nk++], sizeof key[0], "%s", k);
-    if (ring >= nk) ring = nk - 1;
+    int ring = ring_by_address(&q->op[i], key, &nk, rings);
     m[i].kind = MK_FULL_WAIT, m[i].arg = ring;
     ring_of_wait[nw++] = ring;
   }
