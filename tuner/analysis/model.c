@@ -46,7 +46,7 @@ typedef struct warp {
 } warp;
 
 typedef struct ring {
-  int fills;                    /* fills the producer has begun */
+  int fills, cap;               /* fills the producer has begun; room for */
   double *done;                 /* per fill: when its last byte lands */
   char *closed;                 /* the producer has moved past it */
   int *released;                /* consumer warps that freed it */
@@ -65,7 +65,7 @@ typedef struct sim {
   cta *c;
   double now, pipe_free[NSCHED][MP_NPIPES], mio_free, l2_free;
   int last[NSCHED];
-  int oom;                      /* a span could not be recorded */
+  int oom;                      /* a span or a fill could not be recorded */
   model_run *out;
 } sim;
 
@@ -198,6 +198,23 @@ static void arrive_bar(sim *s, const warp *w, int id, int need) {
   if (++c->bar_count[id] >= need) release_bar(s, w->cta, id);
 }
 
+/* Twice the room: a producer whose waits favour one ring fills it more
+** than once per block (a loop the address keys mapped unevenly). */
+static int ring_grow(ring *g) {
+  int n = g->cap * 2;
+  double *done = realloc(g->done, (size_t)n * sizeof *done);
+  if (done) g->done = done;
+  char *closed = realloc(g->closed, (size_t)n);
+  if (closed) g->closed = closed;
+  int *released = realloc(g->released, (size_t)n * sizeof *released);
+  if (released) g->released = released;
+  if (!done || !closed || !released) return -1;
+  memset(closed + g->cap, 0, (size_t)(n - g->cap));
+  memset(released + g->cap, 0, (size_t)(n - g->cap) * sizeof *released);
+  g->cap = n;
+  return 0;
+}
+
 static void effects(sim *s, warp *w, const model_insn *in) {
   cta *c = &s->c[w->cta];
   ring *g = in->arg >= 0 && in->arg < MODEL_MAX_RINGS ? &c->ring[in->arg] : NULL;
@@ -247,6 +264,10 @@ static void effects(sim *s, warp *w, const model_insn *in) {
   case MK_BAR_ARV: arrive_bar(s, w, bar_id(w, in, 1), bar_need(s, in)); break;
   case MK_FULL_WAIT: w->waited[in->arg]++; break;
   case MK_EMPTY_WAIT:  /* the producer has moved past its earlier fills, of every ring */
+    if (g->fills == g->cap && ring_grow(g)) {
+      s->oom = 1;
+      break;
+    }
     for (int r = 0; r < s->k->nrings && r < MODEL_MAX_RINGS; r++) close_fills(&c->ring[r]);
     g->done[g->fills] = s->now;
     g->fills++;
@@ -296,6 +317,7 @@ static int issue(sim *s, warp *w) {
 }
 
 static int ring_alloc(ring *g, int n) {
+  g->cap = n;
   g->done = calloc((size_t)n, sizeof *g->done);
   g->closed = calloc((size_t)n, 1);
   g->released = calloc((size_t)n, sizeof *g->released);
