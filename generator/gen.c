@@ -617,6 +617,9 @@ static void take_launches(lua_State *L, gen_call *c) {
     lua_getfield(L, -1, "heavy_first");
     l->heavy_first = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, -1, "persistent");
+    l->persistent = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, -1, "grid");
     for (int d = 0; d < 3; d++) l->grid[d] = take_grid_dim(L, d);
     lua_pop(L, 1);
@@ -1022,6 +1025,11 @@ void gen_launch_shape(const gen_kernel *k, int i, const fa_problem *p, gen_launc
   const gen_launch_spec *l = &k->launch[i];
   memset(out, 0, sizeof *out);
   for (int d = 0; d < 3; d++) out->grid[d] = grid_dim(l->grid[d], p);
+  if (l->persistent) {  /* the tiles, in one dimension: the kernel decodes them */
+    out->grid[0] *= out->grid[1] * out->grid[2];
+    out->grid[1] = out->grid[2] = 1;
+    out->persistent = 1;
+  }
   out->block[0] = (unsigned)l->threads;
   out->block[1] = out->block[2] = 1;
   out->smem_bytes = (unsigned)l->smem_bytes;

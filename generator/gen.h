@@ -87,6 +87,7 @@ typedef struct gen_launch_spec {
   int smem_bytes;          /* dynamic shared memory per CTA */
   gen_grid_dim grid[3];
   int heavy_first;         /* 1: query blocks taken from the last down (space.lua) */
+  int persistent;          /* 1: the CTAs loop over the grid's tiles (space.lua) */
 } gen_launch_spec;
 
 /* Global memory the launches of a kernel share: bytes_per_row bytes per
@@ -133,6 +134,8 @@ typedef struct gen_kernel {
 typedef struct gen_launch {
   unsigned grid[3], block[3];
   unsigned smem_bytes;
+  int persistent;          /* grid[0] is the tiles: a backend launches at most the CTAs
+                              that fit the device at once, which loop over them */
 } gen_launch;
 
 int gen_open(gen_state **out, char *err, size_t errlen);

@@ -19,6 +19,7 @@ FA_INLINE int fa_tid(void) { return (int)threadIdx.x; }
 FA_INLINE int fa_bid_x(void) { return (int)blockIdx.x; }
 FA_INLINE int fa_bid_y(void) { return (int)blockIdx.y; }
 FA_INLINE int fa_bid_z(void) { return (int)blockIdx.z; }
+FA_INLINE int fa_grid_x(void) { return (int)gridDim.x; }
 FA_INLINE void fa_syncthreads(void) { __syncthreads(); }
 FA_INLINE void fa_syncwarp(void) { __syncwarp(); }
 

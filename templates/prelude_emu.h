@@ -40,6 +40,7 @@ FA_INLINE int fa_tid(void) { return fa_emu_self->tid; }
 FA_INLINE int fa_bid_x(void) { return fa_emu_self->bx; }
 FA_INLINE int fa_bid_y(void) { return fa_emu_self->by; }
 FA_INLINE int fa_bid_z(void) { return fa_emu_self->bz; }
+FA_INLINE int fa_grid_x(void) { return fa_emu_self->gx; }
 
 #define fa_syncthreads() fa_emu_wait(FA_EMU_WAIT_CTA, __LINE__)
 #define fa_syncwarp() fa_emu_wait(FA_EMU_WAIT_WARP, __LINE__)

@@ -94,7 +94,11 @@
 --                 heavy_first = true (optional: the kernel takes its
 --                 query blocks from the last down, so that under a causal
 --                 mask each (batch, head)'s CTAs with the most K/V blocks
---                 come first in launch order)}
+--                 come first in launch order),
+--                 persistent = true (optional: the kernel loops over the
+--                 grid's tiles, x fastest, by fa_grid_x(); the host
+--                 flattens the grid into x and launches at most the CTAs
+--                 the device holds at once)}
 --              where each grid dimension is a function of the problem:
 --                n (a positive integer)  n
 --                "heads", "batch"        the problem's
@@ -815,6 +819,9 @@ function space.check_launches(who, launches)
     if type(l.workspaces) ~= "table" then error(at .. ": workspaces is no list", 0) end
     if l.heavy_first ~= nil and type(l.heavy_first) ~= "boolean" then
       error(at .. ": heavy_first is no boolean", 0)
+    end
+    if l.persistent ~= nil and type(l.persistent) ~= "boolean" then
+      error(at .. ": persistent is no boolean", 0)
     end
     for j, w in ipairs(l.workspaces) do
       check_workspace(string.format("%s: workspace %d", at, j), w, sizes)

@@ -282,10 +282,29 @@ static int cuda_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes,
 
 /* ---- Launch and time ---- */
 
+/* The CTAs of a persistent launch: as many as the device holds at once,
+** at most the tiles (grid[0]). */
+static int persistent_ctas(cuda_backend *c, const fa_program *prog, const gen_launch *s,
+                           unsigned *out, char *err, size_t errlen) {
+  int per_sm = 0;
+  int rc = ck(c, c->api->occupancy(&per_sm, prog->fn, (int)s->block[0], s->smem_bytes),
+              "cuOccupancyMaxActiveBlocksPerMultiprocessor", err, errlen);
+  if (rc != 0) return rc;
+  unsigned long long slots = (unsigned long long)(per_sm > 0 ? per_sm : 1) *
+                             (unsigned long long)(c->info.sm_count > 0 ? c->info.sm_count : 1);
+  *out = slots < s->grid[0] ? (unsigned)slots : s->grid[0];
+  return 0;
+}
+
 static int launch_on(cuda_backend *c, const fa_program *prog, const gen_launch *s,
                      const fa_params *params, void *stream, char *err, size_t errlen) {
   void *args[1] = {(void *)params};
-  return ck(c, c->api->launch(prog->fn, s->grid[0], s->grid[1], s->grid[2], s->block[0],
+  unsigned gx = s->grid[0];
+  if (s->persistent) {
+    int rc = persistent_ctas(c, prog, s, &gx, err, errlen);
+    if (rc != 0) return rc;
+  }
+  return ck(c, c->api->launch(prog->fn, gx, s->grid[1], s->grid[2], s->block[0],
                               s->block[1], s->block[2], s->smem_bytes, (CUstream)stream, args,
                               NULL),
             "cuLaunchKernel", err, errlen);

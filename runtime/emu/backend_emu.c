@@ -162,6 +162,11 @@ static void counters_add(fa_counters *to, const fa_emu_counters *from) {
 #undef ADD_FIELD
 }
 
+/* The CTAs of a persistent launch on the emulator: fewer than the tiles
+** of any problem but the smallest, an odd number so that a scheduler's
+** rounds end part-way; templates/wg/wg_model.lua counts with it. */
+#define EMU_PERSISTENT_CTAS 3u
+
 static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_launch *shape,
                               const fa_params *params, const fa_run_opts *opts,
                               fa_counters *ctr, char *err, size_t errlen) {
@@ -184,7 +189,10 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
   }
   emu_launch_args a = {
     .fn = prog->build.fn, .entry = prog->entry,
-    .grid = {shape->grid[0], shape->grid[1], shape->grid[2]}, .threads = shape->block[0],
+    .grid = {shape->persistent && shape->grid[0] > EMU_PERSISTENT_CTAS ? EMU_PERSISTENT_CTAS
+                                                                      : shape->grid[0],
+             shape->grid[1], shape->grid[2]},
+    .threads = shape->block[0],
     .smem_bytes = shape->smem_bytes, .params = params, .ranges = ranges, .nranges = n};
   emu_launch_opts lo = {opts->schedule, opts->seed, opts->threads, opts->smem_fill};
   fa_emu_counters c = {0};

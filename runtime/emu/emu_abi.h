@@ -11,7 +11,7 @@
 
 /* Bumped whenever a struct below changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 6
+#define FA_EMU_ABI_VERSION 7
 
 /* Where a kernel finds the thread it runs as: each fiber's stack lies in a
 ** span of FA_EMU_STACK_SPAN bytes aligned to that size, whose last word
@@ -131,6 +131,7 @@ typedef struct fa_emu_thread fa_emu_thread;
 struct fa_emu_thread {
   int tid, lane, warp, warp_size;   /* warp_size: lanes in this thread's warp */
   int bx, by, bz;                   /* block index */
+  int gx;                           /* the grid's CTAs along x */
   unsigned char *smem, *smem_end;   /* the CTA's dynamic shared memory */
   const fa_emu_range *ranges;       /* global buffers */
   int nranges;

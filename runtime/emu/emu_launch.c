@@ -378,6 +378,7 @@ static void start_cta(worker *w, unsigned long long cta) {
     t->tid = i, t->lane = i & 31, t->warp = i >> 5;
     t->warp_size = w->n - (i & ~31) < 32 ? w->n - (i & ~31) : 32;
     t->bx = (int)w->bid[0], t->by = (int)w->bid[1], t->bz = (int)w->bid[2];
+    t->gx = (int)a->grid[0];
     t->smem = w->smem, t->smem_end = w->smem + a->smem_bytes;
     t->ranges = a->ranges, t->nranges = a->nranges;
     t->ctr = &w->ctr;

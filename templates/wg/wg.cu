@@ -1,6 +1,7 @@
 $ -- wg.cu: FlashAttention-3-class forward on wgmma, TMA and mbarriers (see wg.lua).
 $ local c, P = args.cfg, args.P
 $ local causal, eager, overlap, pingpong = c.causal == 1, c.norm == "eager", c.overlap == 1, c.pingpong == 1
+$ local persistent = c.persistent == 1
 $ local T = c.dtype == "bf16" and "bf16" or "f16"
 $ local BM, BN, S, C = c.block_m, c.block_n, c.stages, c.consumers
 $ local SW, CB, DP, NCB = P.swizzle, P.col_block, P.padded_dim, P.col_blocks
@@ -12,17 +13,19 @@ $ local sm = require("softmax")
 $ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "j", cols = BN // 8,
 $             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum",
 $             score = function(e) return "s[4 * j + 2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
-$ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w the
-$ -- epilogue of consumer w.
+$ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 3 every
+$ -- consumer (persistent: done with V's ring before O goes there), 4 + w
+$ -- the epilogue of consumer w.
 $
-$ -- The producer's load of the K (or V) block of iteration `it` into its
-$ -- stage: once the consumers have emptied the stage (from the second
-$ -- round of the ring on), by TMA, one box per column block.
+$ -- The producer's load of the K (or V) block of iteration `it` of the
+$ -- tile into its stage: the ring's fill kv + it (kv: the blocks of the
+$ -- CTA's earlier tiles), once the consumers have emptied the stage (from
+$ -- the second round of the ring on), by TMA, one box per column block.
 $ local function load(which, it)
       {
-        const int i = (${it}) % ${S}, blk = n_blocks - 1 - (${it});
-        if (${it} >= ${S}) fa_mbar_wait(&empty_${which}[i], (((${it}) / ${S}) & 1) ^ 1);
-        unsigned char *const st = smem + ${P.q_bytes} + i * ${P.stage_bytes}${which == "v" and " + " .. P.kv_bytes or ""};
+        const int f = kv + (${it}), i = f % ${S}, blk = n_blocks - 1 - (${it});
+        if (f >= ${S}) fa_mbar_wait(&empty_${which}[i], ((f / ${S}) & 1) ^ 1);
+        unsigned char *const st = smem + ${which == "v" and P.v_offset or P.q_bytes} + i * ${P.kv_bytes};
         fa_mbar_arrive_expect_tx(&full_${which}[i], ${P.kv_bytes});
 $   for j = 0, NCB - 1 do
         fa_tma_load_4d(st + ${j * BN * SW}, &p.tmap[${which == "k" and 1 or 2}], ${j * CB}, blk * ${BN}, hk, b, &full_${which}[i]);
@@ -153,6 +156,50 @@ fa_wgmma_fence_acc(${DP}, o);
 FA_UNROLL
 for (int i = 0; i < ${NO}; ++i) o[i] = fa_rescale_f32(o[i], oscale[(i >> 1) & 1]);
 $ end
+$ -- The tile's coordinates: q0, h, b, hk. Persistent: tile `tile` of the
+$ -- grid's, longest first under a causal mask (the last query blocks of
+$ -- every (batch, head), then the ones before), else a (batch, head)'s
+$ -- query blocks together (its K and V stay in L2); one per CTA: from the
+$ -- grid, under a causal mask the query blocks from the last down, so the
+$ -- CTAs with the most K/V blocks launch first and the short ones fill the
+$ -- tail.
+$ local function tile_coords()
+$   if persistent then
+$     if causal then
+    const int mb = n_mb - 1 - tile / n_bh, bh = tile % n_bh;
+$     else
+    const int mb = tile % n_mb, bh = tile / n_mb;
+$     end
+    const int q0 = mb * ${BM}, h = bh % p.heads, b = bh / p.heads, hk = FA_KV_HEAD(p, h);
+$   else
+    const int h = fa_bid_y(), b = fa_bid_z(), hk = FA_KV_HEAD(p, h);
+$     if causal then
+    const int q0 = ((p.seq_q + ${BM - 1}) / ${BM} - 1 - fa_bid_x()) * ${BM};
+$     else
+    const int q0 = fa_bid_x() * ${BM};
+$     end
+$   end
+    (void)hk;
+$   if causal then
+    const int last_row = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
+    int kv_end = last_row + off + 1;
+    kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
+$   else
+    const int kv_end = p.seq_k;
+$   end
+    const int n_blocks = (kv_end + ${BN - 1}) / ${BN};
+$ end
+$
+$ -- Persistent: the loop over the CTA's tiles, in rounds of a tile per CTA,
+$ -- every other round in reverse (a snake: under a causal mask the tiles
+$ -- come longest first, and a CTA that takes a round's longest takes the
+$ -- next round's shortest). tiles_end closes it.
+$ local function tiles_begin()
+  for (int round = 0; round * fa_grid_x() < n_tiles; ++round) {
+    const int tile = round * fa_grid_x() + (round & 1 ? fa_grid_x() - 1 - fa_bid_x() : fa_bid_x());
+    if (tile >= n_tiles) continue;
+$ end
+$
 /* ${args.entry}
 ** fp32 accumulation, ${c.norm} normalization; tile ${BM}x${BN}, ${C} consumer warpgroup(s) of 64 rows
 ** and a producer; ${S} K/V stages; ${SW}B swizzle; head dim ${c.dim}${DP > c.dim and " padded to " .. DP or ""}.
@@ -162,19 +209,15 @@ $ end
 $ if overlap then
 ** Overlap: the S of block j + 1 is issued before the P V of block j.
 $ end
+$ if persistent then
+** Persistent: each CTA loops over tiles; O leaves through V's ring, so the
+** next tile's Q and K load under this one's last P V and epilogue.
+$ end
 */
 FA_SM90_KERNEL(${args.entry}, ${P.threads})
 {
   const float NEG_INF = fa_neg_inf_f32();
   const int tid = fa_tid(), wg = fa_warpgroup();
-  const int h = fa_bid_y(), b = fa_bid_z(), hk = FA_KV_HEAD(p, h);
-$ if causal then
-  /* The query blocks from the last down: the CTAs with the most K/V
-  ** blocks under the mask launch first, the short ones fill the tail. */
-  const int q0 = ((p.seq_q + ${BM - 1}) / ${BM} - 1 - fa_bid_x()) * ${BM};
-$ else
-  const int q0 = fa_bid_x() * ${BM};
-$ end
   const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
   unsigned char *const raw = (unsigned char *)fa_smem_base();
   /* The tiles at the swizzle's repeat, 1024 bytes. */
@@ -184,15 +227,12 @@ $ end
   ** V's once P V is, so the next K loads under the softmax and P V. */
   unsigned long long *const full_k = qbar + 1, *const empty_k = full_k + ${S};
   unsigned long long *const full_v = empty_k + ${S}, *const empty_v = full_v + ${S};
-  (void)off;
-$ if causal then
-  const int last_row = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
-  int kv_end = last_row + off + 1;
-  kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
-$ else
-  const int kv_end = p.seq_k;
+$ if persistent then
+  /* O of a tile out of V's ring: every consumer's TMA store has read it. */
+  unsigned long long *const obar = empty_v + ${S};
+  const int n_mb = (p.seq_q + ${BM - 1}) / ${BM}, n_bh = p.heads * p.batch, n_tiles = n_mb * n_bh;
 $ end
-  const int n_blocks = (kv_end + ${BN - 1}) / ${BN};
+  (void)off;
   if (tid == 0) {
     fa_mbar_init(qbar, 1);
     for (int i = 0; i < ${S}; ++i) {
@@ -201,6 +241,9 @@ $ end
       fa_mbar_init(&empty_k[i], ${128 * C});  /* every consumer thread, done with the stage */
       fa_mbar_init(&empty_v[i], ${128 * C});
     }
+$ if persistent then
+    fa_mbar_init(obar, ${C});                  /* a thread of each consumer */
+$ end
     fa_fence_mbar_init();
   }
   fa_syncthreads();
@@ -209,11 +252,47 @@ $ end
     /* The producer: Q once, then the K/V blocks from the last down, as
     ** the consumers take them; one elected thread issues every load. */
     fa_setmaxnreg_dec(${P.producer_regs});
+$ if persistent then
+    if (tid / 32 == ${4 * C} && fa_elect_one()) {
+      /* kv: the K/V blocks of the tiles before; nt: the tiles before;
+      ** prev_empty: the last had no K/V block. */
+      int kv = 0, nt = 0, prev_empty = 0;
+      $ tiles_begin()
+        $ tile_coords()
+        /* Q's buffer is free once the consumers are done with the last S
+        ** of the tile before: they released its K. O leaves through V's
+        ** ring: its V waits for the stores of the tile before, and so does
+        ** this tile's Q where a tile without blocks is next to it (so
+        ** that neither barrier can complete two phases unseen). */
+        if (n_blocks > 0 && kv > 0) fa_mbar_wait(&empty_k[(kv - 1) % ${S}], ((kv - 1) / ${S}) & 1);
+        if (nt > 0 && (n_blocks == 0 || prev_empty)) fa_mbar_wait(obar, (nt - 1) & 1);
+        if (n_blocks > 0) {
+          fa_mbar_arrive_expect_tx(qbar, ${P.q_bytes});
+$   for j = 0, NCB - 1 do
+          fa_tma_load_4d(smem + ${j * BM * SW}, &p.tmap[0], ${j * CB}, q0, h, b, qbar);
+$   end
+          $ load("k", "0")
+          if (nt > 0 && !prev_empty) fa_mbar_wait(obar, (nt - 1) & 1);
+          for (int it = 0; it < n_blocks; ++it) {
+            if (it + 1 < n_blocks) {
+              $ load("k", "it + 1")
+            }
+            $ load("v", "it")
+          }
+        } else {
+          fa_mbar_arrive(qbar);  /* the tile's turn, without Q */
+        }
+        kv += n_blocks, ++nt, prev_empty = n_blocks == 0;
+      }
+    }
+$ else
+    $ tile_coords()
     if (tid / 32 == ${4 * C} && fa_elect_one() && n_blocks > 0) {
+      const int kv = 0;
       fa_mbar_arrive_expect_tx(qbar, ${P.q_bytes});
-$ for j = 0, NCB - 1 do
+$   for j = 0, NCB - 1 do
       fa_tma_load_4d(smem + ${j * BM * SW}, &p.tmap[0], ${j * CB}, q0, h, b, qbar);
-$ end
+$   end
       /* K runs a block ahead of V, as the consumers use them: the K of
       ** block it + 1 is asked for before the V of block it. */
       $ load("k", "0")
@@ -224,13 +303,13 @@ $ end
         $ load("v", "it")
       }
     }
+$ end
     return;
   }
 
   /* A consumer warpgroup: query rows row0 .. row0 + 63. */
   fa_setmaxnreg_inc(${P.consumer_regs});
   const int w = (tid % 128) / 32, l = tid % 32, g = l / 4, t = l % 4;
-  const int row0 = q0 + 64 * wg;
   const float sl2 = p.scale_log2_f32;
   unsigned char *const qs = smem + wg * ${64 * SW};  /* this consumer's Q rows, in every column block */
   /* The wgmma descriptors of Q, and of K and V in stage 0, built once: a
@@ -239,18 +318,32 @@ $ end
   ** blocks, SBO between 8-key groups). */
   const fa_wgmma_desc qd = fa_wgmma_desc_make(qs, 16, ${8 * SW}, ${SW});
   const fa_wgmma_desc kd0 = fa_wgmma_desc_make(smem + ${P.q_bytes}, 16, ${8 * SW}, ${SW});
-  const fa_wgmma_desc vd0 = fa_wgmma_desc_make(smem + ${P.q_bytes + P.kv_bytes}, ${BN * SW}, ${8 * SW}, ${SW});
+  const fa_wgmma_desc vd0 = fa_wgmma_desc_make(smem + ${P.v_offset}, ${BN * SW}, ${8 * SW}, ${SW});
   float o[${NO}];   /* O, the wgmma D fragment: o[i] is row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
   float s[${NS}];   /* S, the same layout over the block's keys */
   unsigned pa[${BN // 16}][4];
-  float m_i[2] = {NEG_INF, NEG_INF}, l_i[2] = {0.f, 0.f}, oscale[2];
+  float m_i[2], l_i[2], oscale[2];
+$ if persistent then
+  int kv = 0, nt = 0;  /* the K/V blocks and the tiles before */
+  $ tiles_begin()
+$ else
+  const int kv = 0;
+  {
+$ end
+  $ tile_coords()
+  const int row0 = q0 + 64 * wg;
+  m_i[0] = m_i[1] = NEG_INF, l_i[0] = l_i[1] = 0.f;
   FA_UNROLL
   for (int i = 0; i < ${NO}; ++i) o[i] = 0.f;
   fa_wgmma_fence_acc(${DP}, o);
 $ if pingpong then
   if (wg == 1 && n_blocks > 0) fa_named_bar_arrive(1, 256);  /* consumer 0 takes the first turn */
 $ end
+$ if persistent then
+  fa_mbar_wait(qbar, nt & 1);  /* the tile's Q (a tile without blocks has none) */
+$ else
   if (n_blocks > 0) fa_mbar_wait(qbar, 0);
+$ end
 $ if P.split_loop then
   /* The blocks come from the last down: the first n_masked need the mask
   ** (past seq_k, or on the causal diagonal of some row of this CTA); the
@@ -270,13 +363,14 @@ $ local body  -- one K/V block of the loops below; masked: with the mask
 $ if overlap then
   /* Block 0 (the last, n_blocks - 1): S and its softmax, ahead of the loop. */
   if (n_blocks > 0) {
-    const fa_wgmma_desc kd = kd0;
-    fa_mbar_wait(&full_k[0], 0);
+    const unsigned i = (unsigned)kv % ${S};
+    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.kv_bytes}u);
+    fa_mbar_wait(&full_k[i], ((unsigned)kv / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
     $ turn_end("0")
     fa_wgmma_wait(0);
-    fa_mbar_arrive(&empty_k[0]);
+    fa_mbar_arrive(&empty_k[i]);
     fa_wgmma_fence_acc(${BN}, s);
     $ softmax("(n_blocks - 1)", true)
     $ pack_p()
@@ -284,13 +378,13 @@ $ if overlap then
 $   -- Iteration it: S of block it issued, then P V of block it - 1; the
 $   -- softmax of block it runs while P V does; O is rescaled once it is done.
 $   body = function(masked)
-    const unsigned i = (unsigned)it % ${S}, pi = (unsigned)(it - 1) % ${S};
-    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.stage_bytes}u);
-    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, pi * ${P.stage_bytes}u);
-    fa_mbar_wait(&full_k[i], ((unsigned)it / ${S}) & 1);
+    const unsigned f = (unsigned)(kv + it), i = f % ${S}, pi = (f - 1) % ${S};
+    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.kv_bytes}u);
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, pi * ${P.kv_bytes}u);
+    fa_mbar_wait(&full_k[i], (f / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
-    fa_mbar_wait(&full_v[pi], ((unsigned)(it - 1) / ${S}) & 1);
+    fa_mbar_wait(&full_v[pi], ((f - 1) / ${S}) & 1);
     $ issue_pv()
     $ turn_end("it")
     fa_wgmma_wait(1);
@@ -304,10 +398,10 @@ $   body = function(masked)
 $   end
 $ else
 $   body = function(masked)
-    const unsigned i = (unsigned)it % ${S};
-    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.stage_bytes}u);
-    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, i * ${P.stage_bytes}u);
-    fa_mbar_wait(&full_k[i], ((unsigned)it / ${S}) & 1);
+    const unsigned f = (unsigned)(kv + it), i = f % ${S};
+    const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.kv_bytes}u);
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, i * ${P.kv_bytes}u);
+    fa_mbar_wait(&full_k[i], (f / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
     $ turn_end("it")
@@ -317,7 +411,7 @@ $   body = function(masked)
     $ softmax("(n_blocks - 1 - it)", masked)
     $ rescale_o()
     $ pack_p()
-    fa_mbar_wait(&full_v[i], ((unsigned)it / ${S}) & 1);
+    fa_mbar_wait(&full_v[i], (f / ${S}) & 1);
     $ issue_pv()
     fa_wgmma_wait(0);
     fa_mbar_arrive(&empty_v[i]);
@@ -333,18 +427,31 @@ $ if P.split_loop then
 $ end
 $ if overlap then
   if (n_blocks > 0) {
-    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, ((unsigned)n_blocks - 1) % ${S} * ${P.stage_bytes}u);
-    fa_mbar_wait(&full_v[((unsigned)n_blocks - 1) % ${S}], (((unsigned)n_blocks - 1) / ${S}) & 1);
+    const unsigned f = (unsigned)(kv + n_blocks - 1);
+    const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, f % ${S} * ${P.kv_bytes}u);
+    fa_mbar_wait(&full_v[f % ${S}], (f / ${S}) & 1);
     $ issue_pv()
     fa_wgmma_wait(0);
+$   if persistent then
+    fa_mbar_arrive(&empty_v[f % ${S}]);  /* the ring goes on into the next tile */
+$   end
   }
 $ end
   fa_wgmma_fence_acc(${DP}, o);
 
+$ if persistent then
+  /* Epilogue: O normalized into V's ring, where the rows of Q of this
+  ** consumer would be (every consumer's P V is done once all are here),
+  ** then a TMA store per column block; the logsumexp per row. */
+  unsigned char *const os = smem + ${P.v_offset} + wg * ${64 * SW};
+  fa_named_bar_sync(3, ${128 * C});
+$ else
   /* Epilogue: O normalized into this consumer's Q rows (every wgmma that
   ** read them is done once all its threads are here), then a TMA store
   ** per column block; the logsumexp per row. */
+  unsigned char *const os = qs;
   fa_named_bar_sync(4 + wg, 128);
+$ end
   float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
@@ -357,7 +464,7 @@ $ end
     for (int j = 0; j < ${DP // 8}; ++j) {
       const int col = 8 * j + 2 * t;
       const unsigned at = (unsigned)(col / ${CB}) * ${BM * SW}u + (unsigned)(r * ${SW} + (col % ${CB}) * 2);
-      fa_sts_u32((unsigned *)(qs + fa_swizzle_offset(at, ${SW})),
+      fa_sts_u32((unsigned *)(os + fa_swizzle_offset(at, ${SW})),
                  fa_pack_${T}x2(fa_rescale_f32(o[4 * j + 2 * hh], inv), fa_rescale_f32(o[4 * j + 2 * hh + 1], inv)));
     }
     if (t == 0 && row0 + r < p.seq_q)
@@ -365,11 +472,26 @@ $ end
   }
   fa_fence_proxy_async();
   fa_named_bar_sync(4 + wg, 128);
+$ if persistent then
+  if (tid % 128 == 0) {
+    if (row0 < p.seq_q) {
+$   for j = 0, NCB - 1 do
+      fa_tma_store_4d(&p.tmap[3], os + ${j * BM * SW}, ${j * CB}, row0, h, b);
+$   end
+      fa_tma_store_commit();
+      fa_tma_store_wait(0);
+    }
+    fa_mbar_arrive(obar);
+  }
+  kv += n_blocks, ++nt;
+$ else
   if (tid % 128 == 0 && row0 < p.seq_q) {
-$ for j = 0, NCB - 1 do
-    fa_tma_store_4d(&p.tmap[3], qs + ${j * BM * SW}, ${j * CB}, row0, h, b);
-$ end
+$   for j = 0, NCB - 1 do
+    fa_tma_store_4d(&p.tmap[3], os + ${j * BM * SW}, ${j * CB}, row0, h, b);
+$   end
     fa_tma_store_commit();
     fa_tma_store_wait(0);
+  }
+$ end
   }
 }

@@ -33,9 +33,16 @@
 -- other's GEMMs), overlap (within a warpgroup, the S of block j + 1 is
 -- issued before the P V of block j, and the softmax of block j + 1 runs
 -- under that P V: its wait for P V stays after the exponentials in the
--- SASS through fa_wgmma_wait_after), swizzle (64 or 128 bytes).
+-- SASS through fa_wgmma_wait_after), swizzle (64 or 128 bytes), and
+-- persistent (FlashAttention-3's scheduler: as many CTAs as the GPU holds
+-- at once, each looping over tiles in rounds, every other round in
+-- reverse, the longest first under a causal mask; K's and V's rings and
+-- Q's barrier run on from tile to tile, O leaves through V's ring (as
+-- FA3's smem_o lines up with smem_v), so the next tile's Q and K load
+-- under this one's last P V and epilogue, and only its V waits for O's
+-- stores).
 
-local wg = { name = "wg", version = 1 }
+local wg = { name = "wg", version = 2 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
@@ -60,6 +67,7 @@ wg.axes = {
   int_axis("overlap", 0, 1, { [0] = "sq", [1] = "ov" }),
   enum_axis("norm", { "eager", "deferred" }),
   enum_axis("swizzle", { "128", "64" }, { prefix = "sw" }),
+  int_axis("persistent", 0, 1, { [0] = "", [1] = "pers" }),
 }
 wg.axis = enum.index(wg.axes)
 
@@ -79,7 +87,7 @@ function wg.defaults(problem)
   return {
     dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
     block_m = bm, block_n = bn, stages = 2, consumers = bm // 64, pingpong = 0, overlap = 0,
-    norm = "deferred", swizzle = "128",
+    norm = "deferred", swizzle = "128", persistent = 0,
   }
 end
 
@@ -88,10 +96,12 @@ function wg.supports(problem)
 end
 
 -- Names ---------------------------------------------------------------------
--- wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128[-causal]: pp or np
--- (ping-pong or not), ov or sq (overlapped or sequential GEMMs).
+-- wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128[-pers][-causal]: pp or np
+-- (ping-pong or not), ov or sq (overlapped or sequential GEMMs), pers
+-- (persistent) or nothing (a CTA per tile).
 wg.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "consumers" }, { "norm" },
-              { "pingpong" }, { "overlap" }, { "stages" }, { "swizzle" }, { "causal" } }
+              { "pingpong" }, { "overlap" }, { "stages" }, { "swizzle" }, { "persistent" },
+              { "causal" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -107,11 +117,12 @@ function wg.plan(c)
   P.threads = 128 * (c.consumers + 1)
   P.q_bytes = c.block_m * P.padded_dim * 2
   P.kv_bytes = c.block_n * P.padded_dim * 2          -- one of K, V in a stage
-  P.stage_bytes = 2 * P.kv_bytes
-  P.bar_offset = P.q_bytes + c.stages * P.stage_bytes
-  -- 1024 bytes to align the tiles to the swizzle's repeat, then Q, the
-  -- stages, and the barriers: Q's, then K's and V's full[] and empty[].
-  P.smem_bytes = 1024 + P.bar_offset + 8 * (1 + 4 * c.stages)
+  P.v_offset = P.q_bytes + c.stages * P.kv_bytes     -- V's ring, after K's
+  P.bar_offset = P.v_offset + c.stages * P.kv_bytes
+  -- 1024 bytes to align the tiles to the swizzle's repeat, then Q, K's
+  -- ring, V's ring (where a persistent kernel's O goes), and the barriers:
+  -- Q's, K's and V's full[] and empty[], and a persistent kernel's O's.
+  P.smem_bytes = 1024 + P.bar_offset + 8 * (1 + 4 * c.stages + c.persistent)
   P.producer_regs, P.consumer_regs = nreg[c.consumers][1], nreg[c.consumers][2]
   -- Registers per consumer thread, 32-bit words: O's accumulator
   -- (padded_dim / 2), S's (block_n / 2; P is packed into it as the softmax
@@ -147,6 +158,10 @@ function wg.fits(c, _, target)
   if c.pingpong == 1 and c.consumers ~= 2 then
     return false, "ping-pong takes turns between exactly two consumer warpgroups"
   end
+  if c.persistent == 1 and c.block_m > c.stages * c.block_n then
+    return false, "a persistent kernel's O (block_m rows) goes through V's ring of "
+                  .. "stages * block_n rows"
+  end
   local P = wg.plan(c)
   if P.threads > target.max_threads then return false, "too many threads" end
   if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
@@ -181,7 +196,8 @@ function wg.enumerate(problem, which)
     for cons = 1, 3 do
       enum.cross(wg.axes, with(base, { block_m = 64 * cons, consumers = cons }),
                  { block_n = bn, stages = { 2, 3, 4 }, pingpong = { 0, 1 }, overlap = { 0, 1 },
-                   norm = { "eager", "deferred" }, swizzle = { "128", "64" } }, out)
+                   norm = { "eager", "deferred" }, swizzle = { "128", "64" },
+                   persistent = { 0, 1 } }, out)
     end
     return out
   end
@@ -201,16 +217,22 @@ function wg.enumerate(problem, which)
                         { block_n = bn - 16 }, { block_n = bn + 16 } }) do
     add(with(d, ch))
   end
+  -- The structures that lead, persistent as well (FlashAttention-3's
+  -- scheduler: it pays off where tiles are short or, causal, uneven).
+  local lead
   if d.consumers == 2 then
     add(with(d, { pingpong = 1 }))
     add(with(d, { pingpong = 1, overlap = 1 }))
+    lead = { d, with(d, { overlap = 1 }), with(d, { pingpong = 1, overlap = 1 }) }
   else
     -- Three consumers leave no registers for overlap: two, with and without.
     local two = with(d, { block_m = 128, consumers = 2 })
     add(two)
     add(with(two, { overlap = 1 }))
     add(with(two, { pingpong = 1 }))
+    lead = { d, with(d, { overlap = 1 }), with(two, { overlap = 1 }) }
   end
+  for _, c in ipairs(lead) do add(with(c, { persistent = 1 })) end
   return out
 end
 
@@ -227,7 +249,8 @@ function wg.render(c)
     launches = {
       { entry = args.entry, threads = P.threads, smem_bytes = P.smem_bytes,
         grid = { { "seq_q", c.block_m }, "heads", "batch" },
-        workspaces = {}, heavy_first = c.causal == 1 },
+        workspaces = {}, heavy_first = c.causal == 1 and c.persistent == 0,
+        persistent = c.persistent == 1 },
     },
     registers_estimate = P.register_words,
     io_align = 16,

@@ -30,6 +30,16 @@
 -- logsumexp (a logarithm and a float per row that saw a key; rows past
 -- seq_q none), and O stored by TMA, 64 rows per consumer with rows.
 --
+-- A persistent kernel (persistent = 1) runs the same tiles on at most
+-- three CTAs on the emulator (EMU_PERSISTENT_CTAS, runtime/emu/
+-- backend_emu.c), each taking its tiles in rounds, every other round in
+-- reverse: one __syncthreads per CTA; every tile's consumers wait for Q
+-- (a tile without K/V blocks too); the producer waits for Q's buffer
+-- (the release of the K of its tile before that had blocks), for the
+-- stores of O of the tile before (from its second tile on), and for
+-- empty stages from the (stages + 1)-th block of the CTA on, its tiles
+-- one ring.
+--
 -- Units are the emulator's: bytes per access for memory (a TMA copy once,
 -- by its thread; a wgmma once per warpgroup), exponentials, logarithms,
 -- rescales and waits per thread, shuffles per warp, wgmma per warpgroup,
@@ -66,11 +76,13 @@ local function keyed(c, q0, rows, sq, sk)
   return clamp(q0 + rows - math.max(q0, sq - sk), 0, rows)
 end
 
+local EMU_PERSISTENT_CTAS = 3
+
 local function per_head(c, sq, sk)
   local es, dim, bm, bn, cons = esize[c.dtype], c.dim, c.block_m, c.block_n, c.consumers
   local col = tonumber(c.swizzle) // 2
   local dp = cdiv(dim, col) * col                  -- the padded head dim
-  local eager, overlap = c.norm == "eager", c.overlap == 1
+  local eager, overlap, persistent = c.norm == "eager", c.overlap == 1, c.persistent == 1
   local threads, warps = 128 * cons, 4 * cons      -- the consumers'
   local n = counters.tally(predicted)
   local add = n.add
@@ -79,12 +91,12 @@ local function per_head(c, sq, sk)
   for q0 = 0, sq - 1, bm do
     local rows = clamp(sq - q0, 0, bm)
     local nb = kv_blocks(c, q0, sq, sk)
-    add("barriers", 1)
+    if not persistent then add("barriers", 1) end
     if nb > 0 then                                                 -- Q
       add("tma_bytes", bm * dp * es)
       add("smem_written", bm * dp * es)
       add("gmem_read", rows * dim * es)
-      add("mbar_waits", threads)
+      if not persistent then add("mbar_waits", threads) end
     end
     for j = 0, nb - 1 do                                           -- K and V
       local keys = clamp(sk - j * bn, 0, bn)
@@ -92,7 +104,8 @@ local function per_head(c, sq, sk)
       add("smem_written", 2 * bn * dp * es)
       add("gmem_read", 2 * keys * dim * es)
     end
-    add("mbar_waits", 2 * math.max(nb - c.stages, 0) + 2 * threads * nb)  -- K's, V's: empty; full
+    if not persistent then add("mbar_waits", 2 * math.max(nb - c.stages, 0)) end  -- K's, V's empty
+    add("mbar_waits", 2 * threads * nb)                            -- K's, V's full
     add("wgmma", nb * cons * (s_mma + pv_mma))
     add("wgmma_flops", nb * cons * (s_mma * 2 * 64 * bn * 16 + pv_mma * 2 * 64 * dp * 16))
     add("smem_read", nb * cons * (s_mma * (64 * 16 * es + 16 * bn * es) + pv_mma * 16 * dp * es))
@@ -117,12 +130,45 @@ local function per_head(c, sq, sk)
   return n
 end
 
+-- A persistent kernel's waits and barriers, which follow its CTAs' tiles
+-- rather than each tile.
+local function persistent_counts(c, problem)
+  local n = counters.tally(predicted)
+  local sq, sk, threads = problem.seq_q, problem.seq_k, 128 * c.consumers
+  local n_mb, n_bh = cdiv(sq, c.block_m), problem.batch * problem.heads
+  local tiles = n_mb * n_bh
+  local g = math.min(tiles, EMU_PERSISTENT_CTAS)
+  for cta = 0, g - 1 do
+    n.add("barriers", 1)
+    local kv, nt, round = 0, 0, 0
+    while round * g < tiles do
+      local tile = round * g + (round % 2 == 1 and g - 1 - cta or cta)
+      if tile < tiles then
+        local mb = c.causal == 1 and n_mb - 1 - tile // n_bh or tile % n_mb
+        local nb = kv_blocks(c, mb * c.block_m, sq, sk)
+        n.add("mbar_waits", threads)                                -- Q
+        if nb > 0 and kv > 0 then n.add("mbar_waits", 1) end        -- Q's buffer
+        if nt > 0 then n.add("mbar_waits", 1) end                   -- O's stores
+        kv, nt = kv + nb, nt + 1
+      end
+      round = round + 1
+    end
+    n.add("mbar_waits", 2 * math.max(kv - c.stages, 0))            -- K's, V's empty
+  end
+  return n
+end
+
 -- The counters for `problem` (seq_q, seq_k, batch, heads), by the names
 -- of the emulator's counters.
 function model.predict(c, problem)
   local h = per_head(c, problem.seq_q, problem.seq_k)
   local bh = problem.batch * problem.heads
-  return h.report(function() return bh end)
+  local out = h.report(function() return bh end)
+  if c.persistent == 1 then
+    local x = persistent_counts(c, problem)
+    for _, e in ipairs(out) do e[2] = e[2] + x.n[e[1]] end
+  end
+  return out
 end
 
 return model

@@ -79,6 +79,21 @@ static double makespan(double *tile, long n, int slots) {
   return m;
 }
 
+/* The same for a static scheduler: tile i to slot i mod slots, the rounds
+** of odd number in reverse. */
+static double makespan_snake(const double *tile, long n, int slots) {
+  double *h = calloc((size_t)slots, sizeof *h);
+  if (!h) return -1;
+  for (long i = 0; i < n; i++) {
+    long round = i / slots, at = i % slots;
+    h[round & 1 ? slots - 1 - at : at] += tile[i];
+  }
+  double m = 0;
+  for (int i = 0; i < slots; i++) m = h[i] > m ? h[i] : m;
+  free(h);
+  return m;
+}
+
 static const char *bound_of(const model_result *r) {
   int best = 0;
   for (int i = 1; i < 8; i++)
@@ -135,7 +150,8 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   double busy = 0;
   for (long k = 0; k < tiles; k++) busy += t[k];
   int slots = g->sms * ctas;
-  double span = makespan(t, tiles, slots);
+  double span = l->persistent && l->snake ? makespan_snake(t, tiles, slots)
+                                          : makespan(t, tiles, slots);
   free(t);
   if (span < 0) {
     snprintf(err, errlen, "out of memory");

@@ -27,6 +27,11 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   l->consumers = config_int(k, "consumers", 0);
   l->stages = config_int(k, "stages", 2);
   l->heavy_first = k->launch[0].heavy_first;
+  /* wg's persistent scheduler (templates/wg/wg.cu): static, in rounds,
+  ** the longest tiles first under a causal mask */
+  l->persistent = l->snake = k->launch[0].persistent;
+  l->longest_first = l->persistent && gen_config_get(&k->cfg, "causal") &&
+                     !strcmp(gen_config_get(&k->cfg, "causal"), "1");
   if (l->block_m < 0 || l->block_n < 0 || l->threads < 32) return -1;
   return 0;
 }

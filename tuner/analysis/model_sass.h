@@ -40,6 +40,8 @@ typedef struct model_launch {
   int stages;              /* K/V stages */
   int persistent;          /* 1: one CTA per slot loops over tiles (FlashAttention-3) */
   int longest_first;       /* a persistent scheduler handing out the longest tiles first */
+  int snake;               /* a static one: tile i to slot i mod slots, every other round
+                              in reverse (fatune's wg); else the slot free first */
   int heavy_first;         /* query blocks launched from the last down in each (batch, head) */
 } model_launch;
 
