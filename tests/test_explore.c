@@ -15,8 +15,9 @@
 ** TMA bytes, wgmma count and FLOPs and the global bytes equal the
 ** emulator's, and every other counter of the family's (exponentials,
 ** rescales, waits at mbarriers and named barriers, shared bytes, ...), for
-** eager and deferred, ping-pong and overlap, one to three consumers, two
-** and three stages, persistent or not, both swizzles, dims 64, 96 (padded) and 128, fp16 and
+** eager and deferred, ping-pong (two and three consumers) and overlap,
+** one to three consumers, two and three stages, persistent or not, P V's
+** P from registers or shared memory, both swizzles, dims 64, 96 (padded) and 128, fp16 and
 ** bf16, causal or not, tails (seq_q 100, seq_k 200), rows and CTAs with no
 ** key, several heads.
 ** The input seed is printed; FATUNE_TEST_SEED replays a run.
@@ -201,7 +202,7 @@ static const char *const wg_algos[] = {
   "norm=deferred", "norm=eager", "consumers=2,block_m=128,pingpong=1",
   "consumers=2,block_m=128,overlap=1,norm=eager", "consumers=1,block_m=64,stages=3",
   "swizzle=64,overlap=1", "persistent=1",
-  "consumers=2,block_m=128,pingpong=1,overlap=1,persistent=1",
+  "pingpong=1,overlap=1,persistent=1", "overlap=1,pv=ss",
   "consumers=1,block_m=64,stages=3,overlap=1,persistent=1",
 };
 #define WG_MAX (sizeof wg_shapes / sizeof wg_shapes[0] * sizeof wg_algos / sizeof wg_algos[0])

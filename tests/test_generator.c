@@ -317,11 +317,25 @@ static void test_wg(gen_state *g) {
   }
   gen_kernel_free(&k);
 
+  /* A persistent launch: the tiles in x, for the backend to cap. */
+  p.seq_q = p.seq_k = 300;
+  if (gen_render_config(g, "family=wg,persistent=1", &p, &t90a, &k) == 0) {
+    gen_launch l;
+    gen_launch_shape(&k, 0, &p, &l);
+    CHECK(k.launch[0].persistent && !k.launch[0].heavy_first && l.persistent &&
+          l.grid[0] == 3u * p.heads * p.batch && l.grid[1] == 1 && l.grid[2] == 1,
+          "%s: persistent %d, grid %u %u %u", k.name, l.persistent, l.grid[0], l.grid[1], l.grid[2]);
+    gen_kernel_free(&k);
+  } else {
+    CHECK(0, "family=wg,persistent=1: %s", gen_errmsg(g));
+  }
+
   const struct { const char *config; int dim; const gen_target *t; const char *what; } bad[] = {
     {"family=wg", 128, &t90, "only on sm_90a"},
     {"family=wg", 100, &t90a, "no multiple of 8"},
     {"family=wg,consumers=1", 128, &t90a, "64 rows per consumer"},
-    {"family=wg,pingpong=1,block_m=192,consumers=3,block_n=128", 128, &t90a, "exactly two"},
+    {"family=wg,pingpong=1,block_m=64,consumers=1,block_n=128", 128, &t90a, "two or three"},
+    {"family=wg,persistent=1,block_m=192,consumers=3,block_n=64,stages=2", 64, &t90a, "V's ring"},
     {"family=wg,block_m=192,consumers=3,block_n=208", 64, &t90a, "ptxas"},
     {"family=wg,block_n=200", 128, &t90a, "multiple of 16"},
     {"family=wg,stages=4", 128, &t90a, "shared memory"},

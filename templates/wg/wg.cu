@@ -1,7 +1,7 @@
 $ -- wg.cu: FlashAttention-3-class forward on wgmma, TMA and mbarriers (see wg.lua).
 $ local c, P = args.cfg, args.P
 $ local causal, eager, overlap, pingpong = c.causal == 1, c.norm == "eager", c.overlap == 1, c.pingpong == 1
-$ local persistent = c.persistent == 1
+$ local persistent, pss = c.persistent == 1, c.pv == "ss"
 $ local T = c.dtype == "bf16" and "bf16" or "f16"
 $ local BM, BN, S, C = c.block_m, c.block_n, c.stages, c.consumers
 $ local SW, CB, DP, NCB = P.swizzle, P.col_block, P.padded_dim, P.col_blocks
@@ -13,9 +13,9 @@ $ local sm = require("softmax")
 $ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "j", cols = BN // 8,
 $             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum",
 $             score = function(e) return "s[4 * j + 2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
-$ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 3 every
-$ -- consumer (persistent: done with V's ring before O goes there), 4 + w
-$ -- the epilogue of consumer w.
+$ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w
+$ -- consumer w's own (its epilogue, P in shared memory), 7 every consumer
+$ -- (persistent: done with V's ring before O goes there).
 $
 $ -- The producer's load of the K (or V) block of iteration `it` of the
 $ -- tile into its stage: the ring's fill kv + it (kv: the blocks of the
@@ -44,18 +44,25 @@ $   end
 fa_wgmma_commit();
 $ end
 $
-$ -- O += P V of the stage of descriptor vd (V MN-major: trans_b).
+$ -- O += P V of the stage of descriptor vd (V MN-major: trans_b), P from
+$ -- registers, or from shared memory (pd, K-major as Q).
 $ local function issue_pv()
 fa_wgmma_fence();
 $   for kk = 0, BN // 16 - 1 do
+$     if pss then
+$       local blk, within = (kk * 16) // CB, (kk * 16) % CB * 2
+fa_wgmma_ss_${T}(${DP}, o, fa_wgmma_desc_advance(pd, ${blk * 64 * SW + within}), fa_wgmma_desc_advance(vd, ${kk * 16 * SW}), 1, 0, 1);
+$     else
 fa_wgmma_rs_${T}(${DP}, o, pa[${kk}], fa_wgmma_desc_advance(vd, ${kk * 16 * SW}), 1, 1);
+$     end
 $   end
 fa_wgmma_commit();
 $ end
 $
 $ -- Ping-pong: wait for this consumer's turn to issue GEMMs; hand the turn
-$ -- to the other once issued (not after its last turn: the other has none
-$ -- left to take).
+$ -- to the next, round robin (FlashAttention-3's warp scheduler barrier),
+$ -- once issued (the last consumer not after its last turn: the first has
+$ -- none left to take).
 $ local function turn_begin()
 $   if pingpong then
 fa_named_bar_sync(1 + wg, 256);
@@ -63,7 +70,11 @@ $   end
 $ end
 $ local function turn_end(it)
 $   if pingpong then
+$     if C == 2 then
 if (wg == 0 || ${it} + 1 < n_blocks) fa_named_bar_arrive(2 - wg, 256);
+$     else
+if (wg < ${C - 1} || ${it} + 1 < n_blocks) fa_named_bar_arrive(wg < ${C - 1} ? 2 + wg : 1, 256);
+$     end
 $   end
 $ end
 $
@@ -140,8 +151,23 @@ $   end
 $ end
 $
 $ -- P, from s, as the A fragments of the k16 steps of P V (per warp,
-$ -- mma.m16n8k16's A); only once no P V in flight reads pa.
+$ -- mma.m16n8k16's A); only once no P V in flight reads pa. With P in
+$ -- shared memory (FlashAttention-3's d64 tile, whose registers hold no
+$ -- P beside the next S): into this consumer's rows there, under the
+$ -- swizzle, once the warpgroup's P V before is done in every warp, made
+$ -- visible to wgmma (the async proxy) and to the other warps.
 $ local function pack_p()
+$   if pss then
+fa_named_bar_sync(4 + wg, 128);  /* every warp's wait retired the P V that read P */
+$     local chunks = SW // 16  -- 16-byte chunks of a swizzle row
+$     for hh = 0, 1 do
+$       for j = 0, BN // 8 - 1 do
+fa_sts_u32((unsigned *)(pt + ${hh * 8 * SW + j // chunks * 64 * SW} + (${16 * (j % chunks)}u ^ px)), fa_pack_${T}x2(s[${4 * j + 2 * hh}], s[${4 * j + 2 * hh + 1}]));
+$       end
+$     end
+fa_fence_proxy_async();
+fa_named_bar_sync(4 + wg, 128);
+$   else
 FA_UNROLL
 for (int kk = 0; kk < ${BN // 16}; ++kk) {
   pa[kk][0] = fa_pack_${T}x2(s[8 * kk], s[8 * kk + 1]);
@@ -149,6 +175,7 @@ for (int kk = 0; kk < ${BN // 16}; ++kk) {
   pa[kk][2] = fa_pack_${T}x2(s[8 * kk + 4], s[8 * kk + 5]);
   pa[kk][3] = fa_pack_${T}x2(s[8 * kk + 6], s[8 * kk + 7]);
 }
+$   end
 $ end
 $
 $ local function rescale_o()
@@ -208,6 +235,9 @@ $ if pingpong then
 $ end
 $ if overlap then
 ** Overlap: the S of block j + 1 is issued before the P V of block j.
+$ end
+$ if pss then
+** P V takes P from shared memory.
 $ end
 $ if persistent then
 ** Persistent: each CTA loops over tiles; O leaves through V's ring, so the
@@ -321,7 +351,18 @@ $ end
   const fa_wgmma_desc vd0 = fa_wgmma_desc_make(smem + ${P.v_offset}, ${BN * SW}, ${8 * SW}, ${SW});
   float o[${NO}];   /* O, the wgmma D fragment: o[i] is row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
   float s[${NS}];   /* S, the same layout over the block's keys */
+$ if pss then
+  unsigned char *const ps = smem + ${P.p_offset} + wg * ${P.p_bytes};  /* this consumer's P */
+  const fa_wgmma_desc pd = fa_wgmma_desc_make(ps, 16, ${8 * SW}, ${SW});
+  /* This thread's pairs of P: rows 16 w + g (+ 8), columns 8 j + 2 t, at
+  ** pt plus the row's and the column block's offsets and the 16-byte
+  ** chunk's, which the swizzle XORs with px (the same in both rows: it
+  ** takes the row's bits above 8 rows away). */
+  const unsigned px = fa_swizzle_offset((unsigned)(16 * w + g) * ${SW}u, ${SW}) ^ ((unsigned)(16 * w + g) * ${SW}u);
+  unsigned char *const pt = ps + (16 * w + g) * ${SW} + 4 * t;
+$ else
   unsigned pa[${BN // 16}][4];
+$ end
   float m_i[2], l_i[2], oscale[2];
 $ if persistent then
   int kv = 0, nt = 0;  /* the K/V blocks and the tiles before */
@@ -337,7 +378,7 @@ $ end
   for (int i = 0; i < ${NO}; ++i) o[i] = 0.f;
   fa_wgmma_fence_acc(${DP}, o);
 $ if pingpong then
-  if (wg == 1 && n_blocks > 0) fa_named_bar_arrive(1, 256);  /* consumer 0 takes the first turn */
+  if (wg == ${C - 1} && n_blocks > 0) fa_named_bar_arrive(1, 256);  /* consumer 0 takes the first turn */
 $ end
 $ if persistent then
   fa_mbar_wait(qbar, nt & 1);  /* the tile's Q (a tile without blocks has none) */
@@ -444,7 +485,7 @@ $ if persistent then
   ** consumer would be (every consumer's P V is done once all are here),
   ** then a TMA store per column block; the logsumexp per row. */
   unsigned char *const os = smem + ${P.v_offset} + wg * ${64 * SW};
-  fa_named_bar_sync(3, ${128 * C});
+  fa_named_bar_sync(7, ${128 * C});
 $ else
   /* Epilogue: O normalized into this consumer's Q rows (every wgmma that
   ** read them is done once all its threads are here), then a TMA store

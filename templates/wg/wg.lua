@@ -28,9 +28,10 @@
 -- zeros and is never stored), so it must be a multiple of 8: TMA moves
 -- rows whose byte strides are multiples of 16.
 --
--- Axes beyond tc's: pingpong (two consumers take turns issuing their
--- GEMMs, through named barriers, so that one's softmax runs under the
--- other's GEMMs), overlap (within a warpgroup, the S of block j + 1 is
+-- Axes beyond tc's: pingpong (the consumers, two or three, take turns
+-- issuing their GEMMs, round robin through named barriers as FA3's warp
+-- scheduler barrier, so that one's softmax runs under the others'
+-- GEMMs), overlap (within a warpgroup, the S of block j + 1 is
 -- issued before the P V of block j, and the softmax of block j + 1 runs
 -- under that P V: its wait for P V stays after the exponentials in the
 -- SASS through fa_wgmma_wait_after), swizzle (64 or 128 bytes), and
@@ -40,7 +41,11 @@
 -- Q's barrier run on from tile to tile, O leaves through V's ring (as
 -- FA3's smem_o lines up with smem_v), so the next tile's Q and K load
 -- under this one's last P V and epilogue, and only its V waits for O's
--- stores).
+-- stores), and pv (P V's P from registers, "rs", or through shared
+-- memory, "ss", as FlashAttention-3's d64 tile without a mask: the
+-- registers of the overlap's P go to the next S; written with plain
+-- stores at addresses built once, after a barrier that the warpgroup's
+-- P V before is done in every warp).
 
 local wg = { name = "wg", version = 2 }
 local enum = require("enum")
@@ -68,6 +73,7 @@ wg.axes = {
   enum_axis("norm", { "eager", "deferred" }),
   enum_axis("swizzle", { "128", "64" }, { prefix = "sw" }),
   int_axis("persistent", 0, 1, { [0] = "", [1] = "pers" }),
+  enum_axis("pv", { "rs", "ss" }, { rs = "", ss = "psmem" }),
 }
 wg.axis = enum.index(wg.axes)
 
@@ -87,7 +93,7 @@ function wg.defaults(problem)
   return {
     dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
     block_m = bm, block_n = bn, stages = 2, consumers = bm // 64, pingpong = 0, overlap = 0,
-    norm = "deferred", swizzle = "128", persistent = 0,
+    norm = "deferred", swizzle = "128", persistent = 0, pv = "rs",
   }
 end
 
@@ -96,12 +102,13 @@ function wg.supports(problem)
 end
 
 -- Names ---------------------------------------------------------------------
--- wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128[-pers][-causal]: pp or np
--- (ping-pong or not), ov or sq (overlapped or sequential GEMMs), pers
+-- wg-bf16-d128-m128n176c2-deferred-pp-ov[psmem]-s2-sw128[-pers][-causal]: pp
+-- or np (ping-pong or not), ov or sq (overlapped or sequential GEMMs),
+-- psmem (P V's P from shared memory) or nothing (from registers), pers
 -- (persistent) or nothing (a CTA per tile).
 wg.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "consumers" }, { "norm" },
-              { "pingpong" }, { "overlap" }, { "stages" }, { "swizzle" }, { "persistent" },
-              { "causal" } }
+              { "pingpong" }, { "overlap" }, { "pv" }, { "stages" }, { "swizzle" },
+              { "persistent" }, { "causal" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -118,7 +125,11 @@ function wg.plan(c)
   P.q_bytes = c.block_m * P.padded_dim * 2
   P.kv_bytes = c.block_n * P.padded_dim * 2          -- one of K, V in a stage
   P.v_offset = P.q_bytes + c.stages * P.kv_bytes     -- V's ring, after K's
-  P.bar_offset = P.v_offset + c.stages * P.kv_bytes
+  -- P in shared memory (pv = "ss"): per consumer, 64 rows of block_n keys
+  -- in column blocks as Q's.
+  P.p_offset = P.v_offset + c.stages * P.kv_bytes
+  P.p_bytes = c.pv == "ss" and (c.block_n + P.col_block - 1) // P.col_block * 64 * sw or 0
+  P.bar_offset = P.p_offset + c.consumers * P.p_bytes
   -- 1024 bytes to align the tiles to the swizzle's repeat, then Q, K's
   -- ring, V's ring (where a persistent kernel's O goes), and the barriers:
   -- Q's, K's and V's full[] and empty[], and a persistent kernel's O's.
@@ -131,7 +142,7 @@ function wg.plan(c)
   -- ptxas allocates each side of the branch on the warpgroup index (made
   -- warp-uniform in the prelude) within its setmaxnreg.
   P.register_words = P.padded_dim // 2 + c.block_n // 2 + 24
-                     + (c.overlap == 1 and c.block_n // 4 or 0)
+                     + (c.overlap == 1 and c.pv == "rs" and c.block_n // 4 or 0)
   -- Yet one wgmma's operands must fit the launch bound's share, 128 for
   -- 512 threads (three consumers): there O and S's accumulators at most
   -- 128 (d64 192x192 fits, without spills; 192x208 does not compile).
@@ -155,8 +166,8 @@ function wg.fits(c, _, target)
     return false, "block_m must be 64 rows per consumer warpgroup (64 * consumers)"
   end
   if c.block_n % 16 ~= 0 then return false, "block_n must be a multiple of 16" end
-  if c.pingpong == 1 and c.consumers ~= 2 then
-    return false, "ping-pong takes turns between exactly two consumer warpgroups"
+  if c.pingpong == 1 and c.consumers < 2 then
+    return false, "ping-pong takes turns between two or three consumer warpgroups"
   end
   if c.persistent == 1 and c.block_m > c.stages * c.block_n then
     return false, "a persistent kernel's O (block_m rows) goes through V's ring of "
@@ -185,8 +196,12 @@ local with = enum.with
 -- simplest structure (deferred, no ping-pong, no overlap, two stages,
 -- 128B swizzle), then one axis at a time around it, and neighbouring
 -- block_n; where FA3 takes three consumers, two as well (with overlap and
--- ping-pong, which three have no registers or turns for). "full" is the
--- cross product; "small" the fallback when nothing of the default fits.
+-- ping-pong, which the timing model rates above three's); the leading
+-- structures persistent as well. P through shared memory (pv = "ss",
+-- FA3's d64 tile without a mask) is in the full space only: the model
+-- rates it below P in registers (plain stores where FA3 has stmatrix).
+-- "full" is the cross product; "small" the fallback when nothing of the
+-- default fits.
 function wg.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
   local out = {}
@@ -197,7 +212,7 @@ function wg.enumerate(problem, which)
       enum.cross(wg.axes, with(base, { block_m = 64 * cons, consumers = cons }),
                  { block_n = bn, stages = { 2, 3, 4 }, pingpong = { 0, 1 }, overlap = { 0, 1 },
                    norm = { "eager", "deferred" }, swizzle = { "128", "64" },
-                   persistent = { 0, 1 } }, out)
+                   persistent = { 0, 1 }, pv = { "rs", "ss" } }, out)
     end
     return out
   end
@@ -225,12 +240,14 @@ function wg.enumerate(problem, which)
     add(with(d, { pingpong = 1, overlap = 1 }))
     lead = { d, with(d, { overlap = 1 }), with(d, { pingpong = 1, overlap = 1 }) }
   else
-    -- Three consumers leave no registers for overlap: two, with and without.
+    -- Two consumers as well, with overlap and ping-pong.
     local two = with(d, { block_m = 128, consumers = 2 })
     add(two)
     add(with(two, { overlap = 1 }))
     add(with(two, { pingpong = 1 }))
-    lead = { d, with(d, { overlap = 1 }), with(two, { overlap = 1 }) }
+    add(with(two, { pingpong = 1, overlap = 1 }))
+    lead = { d, with(d, { overlap = 1 }), with(two, { overlap = 1 }),
+             with(two, { pingpong = 1, overlap = 1 }) }
   end
   for _, c in ipairs(lead) do add(with(c, { persistent = 1 })) end
   return out

@@ -30,6 +30,10 @@
 -- logsumexp (a logarithm and a float per row that saw a key; rows past
 -- seq_q none), and O stored by TMA, 64 rows per consumer with rows.
 --
+-- With P in shared memory (pv = "ss") a consumer thread writes its half
+-- of P's pairs (4 bytes each) per block and waits twice at its
+-- warpgroup's named barrier (before and after), and P V's wgmma read P (64 x 16 per k16 step) there.
+--
 -- A persistent kernel (persistent = 1) runs the same tiles on at most
 -- three CTAs on the emulator (EMU_PERSISTENT_CTAS, runtime/emu/
 -- backend_emu.c), each taking its tiles in rounds, every other round in
@@ -83,6 +87,7 @@ local function per_head(c, sq, sk)
   local col = tonumber(c.swizzle) // 2
   local dp = cdiv(dim, col) * col                  -- the padded head dim
   local eager, overlap, persistent = c.norm == "eager", c.overlap == 1, c.persistent == 1
+  local pss = c.pv == "ss"
   local threads, warps = 128 * cons, 4 * cons      -- the consumers'
   local n = counters.tally(predicted)
   local add = n.add
@@ -108,7 +113,12 @@ local function per_head(c, sq, sk)
     add("mbar_waits", 2 * threads * nb)                            -- K's, V's full
     add("wgmma", nb * cons * (s_mma + pv_mma))
     add("wgmma_flops", nb * cons * (s_mma * 2 * 64 * bn * 16 + pv_mma * 2 * 64 * dp * 16))
-    add("smem_read", nb * cons * (s_mma * (64 * 16 * es + 16 * bn * es) + pv_mma * 16 * dp * es))
+    add("smem_read", nb * cons * (s_mma * (64 * 16 * es + 16 * bn * es)
+                                  + pv_mma * ((pss and 64 * 16 * es or 0) + 16 * dp * es)))
+    if pss then                                                    -- P through shared memory
+      add("smem_written", nb * threads * bn * es // 2)
+      add("named_waits", 2 * nb * threads)
+    end
     add("exp2", nb * threads * (2 + bn // 2))
     add("shuffles", nb * warps * (eager and 8 or 4))
     local rescaled = overlap and math.max(nb - 1, 0) or nb         -- O by alpha

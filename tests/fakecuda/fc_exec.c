@@ -37,6 +37,7 @@ typedef struct kspec {
   int dim, causal, oracle;
   int rows_per_cta;     /* 0: every row in one CTA (kv_outer) */
   int threads;
+  int persistent;       /* ..._pers: the CTAs loop over the tiles, the grid one-dimensional */
 } kspec;
 
 static int parse_dtype(const char *s, fa_dtype *t) {
@@ -77,6 +78,7 @@ static int parse_name(const char *name, kspec *s) {
   if (!m || sscanf(m, hopper ? "_m%dn%dc%d" : "_m%dn%dw%d", &bm, &bn, &w) != 3 || bm < 1 || w < 1)
     return -1;
   s->rows_per_cta = strstr(p, "_kvouter_") ? 0 : bm;
+  s->persistent = hopper && strstr(p, "_pers") != NULL;
   s->threads = hopper ? 128 * (w + 1) : 32 * w;
   return 0;
 }
@@ -209,7 +211,16 @@ CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
   if (block[0] != (unsigned)s.threads || block[1] != 1 || block[2] != 1)
     fc_violation("kernel %s is written for %d threads, launched with %ux%ux%u", k->name,
                  s.threads, block[0], block[1], block[2]);
-  if (grid[1] != (unsigned)p.heads || grid[2] != (unsigned)p.batch)
+  /* A persistent kernel's CTAs, at most one per tile, cover every tile. */
+  const int rpc = s.rows_per_cta > 0 ? s.rows_per_cta : 1;
+  const unsigned all[3] = {p.seq_q > 0 ? (unsigned)((p.seq_q + rpc - 1) / rpc) : 0,
+                           p.heads > 0 ? (unsigned)p.heads : 0, p.batch > 0 ? (unsigned)p.batch : 0};
+  const unsigned long long tiles = (unsigned long long)all[0] * all[1] * all[2];
+  if (s.persistent && (grid[1] != 1 || grid[2] != 1 || grid[0] < 1 || grid[0] > tiles))
+    fc_violation("persistent kernel %s: grid %ux%ux%u for %llu tiles", k->name, grid[0], grid[1],
+                 grid[2], tiles);
+  if (s.persistent) grid = all;
+  else if (grid[1] != (unsigned)p.heads || grid[2] != (unsigned)p.batch)
     fc_violation("kernel %s: grid %ux%ux%u for %d heads and batch %d", k->name, grid[0],
                  grid[1], grid[2], p.heads, p.batch);
   /* The oracle keeps a score row and one partial per thread in shared memory. */

@@ -15,7 +15,8 @@ const char *const model_phase_names[MPH_N] = {"other", "copy", "S", "softmax", "
 #define NSCHED 4
 #define NSB 6
 #define NBAR 16      /* named barriers 0-15 */
-#define PINGPONG_BAR 8 /* named barriers in registers are mapped to 8 + the group */
+#define PINGPONG_BAR 8 /* named barriers in registers are mapped to 8 + the group, */
+#define GROUP_BAR 12   /* or, of a warpgroup's own warps alone, to 12 + the group */
 #define QDEPTH 16    /* pending cp.async and wgmma groups a warp can hold */
 #define HGQ 64       /* HGMMA in flight per warp */
 #define STUCK 200000.0 /* clocks without an issue that mean no warp can go on (a
@@ -137,6 +138,7 @@ static void compact(double *q, int *n, double now) {
 
 static int bar_id(const warp *w, const model_insn *in, int arrive) {
   if (in->arg >= 0) return in->arg % NBAR;
+  if (in->arg2 > 0 && in->arg2 == w->r->warps) return (GROUP_BAR + w->group) % NBAR;
   int g = w->r->groups > 0 ? w->r->groups : 1;
   return PINGPONG_BAR + (arrive ? (w->group + 1) % g : w->group);
 }

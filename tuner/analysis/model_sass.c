@@ -381,14 +381,15 @@ static void map_releases(const sass_seq *q, model_insn *m, int rings, const mode
 
 /* The rings the consumers wait on: two when each iteration waits twice
 ** per S group (K's and V's), else one (K and V in one stage). */
-static int consumer_rings(const sass_seq *q) {
+static int consumer_rings(const sass_seq *q, const model_launch *l, const model_problem *p) {
   char *w = calloc((size_t)q->n + 1, 1);
   if (!w) return 1;
   blocking_waits(q, w);
   int waits = 0, s_groups = 0;
   for (int i = 0; i < q->n; i++) {
     waits += w[i];
-    s_groups += !strcmp(q->op[i].op, "HGMMA") && has(q->op[i].text, "gsb0") && hgmma_ss(q->op[i].text);
+    s_groups += !strcmp(q->op[i].op, "HGMMA") && has(q->op[i].text, "gsb0") &&
+                !group_kind_pv(&q->op[i], l, p);
   }
   free(w);
   return s_groups > 0 && waits == 2 * s_groups ? 2 : 1;
@@ -492,7 +493,7 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
     if (t->producer.n == 0)
       return model_built_free(b), fail(err, errlen, "a warp-specialized kernel without a producer loop");
     if (translate(g, &t->producer, &b->insn[1])) return model_built_free(b), fail(err, errlen, "out of memory");
-    int pp = map_producer(&t->producer, b->insn[1], consumer_rings(&t->loop), &k->nrings, p, l);
+    int pp = map_producer(&t->producer, b->insn[1], consumer_rings(&t->loop, l, p), &k->nrings, p, l);
     int pc = map_consumer(&t->loop, b->insn[0], k->nrings, l, p);
     k->stages = l->stages > 0 ? l->stages : 2;
     /* the producer: one warp of warpgroup 0; the consumers: warpgroups 1..n */
@@ -500,7 +501,8 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
     k->role[1] = (model_role){"consumer", l->consumers, 4, b->insn[0], t->loop.n, pc, 4, 4};
     k->nroles = 2;
     for (int i = 0; i < t->loop.n; i++)
-      if (b->insn[0][i].kind == MK_BAR_SYNC && b->insn[0][i].arg < 0) k->pingpong_prearrive = 4;
+      if (b->insn[0][i].kind == MK_BAR_SYNC && b->insn[0][i].arg < 0 && b->insn[0][i].arg2 != 4)
+        k->pingpong_prearrive = 4;  /* a turn between warpgroups, not one's own barrier */
     b->ex2_before_pv_wait = ex2_before_pv_wait(&t->loop);
     b->pv_before_exp = b->ex2_before_pv_wait == 0;
   } else {
