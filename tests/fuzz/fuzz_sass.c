@@ -34,13 +34,17 @@ static void check(const sass_counts *c) {
     abort();
 }
 
-/* Bytes 4 and 5 choose the launch: plain or 2 consumer warpgroups, 1-3 stages. */
+/* Bytes 4 and 5 choose the launch: plain or 2 consumer warpgroups (then
+** persistent, in static rounds or not), 1-3 stages, the launch order. */
 static void model_check(const sass_trace *t, const uint8_t *data) {
   model_gpu machine;
   const model_gpu *m = model_gpu_of(estimate_gpu_find("h100"), &machine) == 0 ? &machine : NULL;
   int ws = data[4] & 1;
-  model_launch l = {64, 64, ws ? 384 : 128, 32768, 128, ws ? 2 : 0, 1 + data[5] % 3, ws, 0,
-                    (data[5] >> 6) & 1};
+  /* designated, so that a field added to model_launch is zero here */
+  model_launch l = {.block_m = 64, .block_n = 64, .threads = ws ? 384 : 128, .smem_bytes = 32768,
+                    .registers = 128, .consumers = ws ? 2 : 0, .stages = 1 + data[5] % 3,
+                    .persistent = ws, .snake = (data[5] >> 5) & 1,
+                    .heavy_first = (data[5] >> 6) & 1};
   model_problem p = {1, 2, 256, 256, 64, data[5] >> 7, 2};
   model_built b;
   model_result r;
