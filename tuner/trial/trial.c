@@ -254,7 +254,9 @@ int trial_record(trial_env *e, const trial *t) {
     .gbps = timed ? bytes / o->t.median_us / 1e3 : NAN,
     .counters = ran && !e->gpu ? counters : NULL};
   pthread_mutex_lock(&e->mu);
+  wk_quiet_begin();   /* a worker restarted meanwhile waits (worker.h) */
   int rc = e->stopped ? -1 : db_trial_put(e->db, &tr, err, sizeof err);
+  wk_quiet_end();
   if (rc != 0) record_failed(e, t, err);
   pthread_mutex_unlock(&e->mu);
   return rc;
@@ -345,12 +347,14 @@ int trial_pool_open(trial_env *e, int n) {
   e->workers = calloc((size_t)n, sizeof *e->workers);
   if (!e->workers) return -1;
   for (int i = 0; i < n; i++) {
-    if (wk_open(&e->workers[i], job, e, sizeof(trial_outcome), err, sizeof err) != 0) {
+    int rc = wk_open(&e->workers[i], job, e, sizeof(trial_outcome), err, sizeof err);
+    if (rc == 0) e->nfree++;
+    /* Forked here, before the measuring threads start (worker.h). */
+    if (rc != 0 || wk_start(e->workers[i], err, sizeof err) != 0) {
       fprintf(stderr, "fatune: %s\n", err);
       trial_pool_close(e);
       return -1;
     }
-    e->nfree++;
   }
   return 0;
 }

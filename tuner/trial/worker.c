@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,6 +34,14 @@ struct wk_worker {
   unsigned char *buf;
   atomic_int *phase;  /* a page shared with the child: its job's wk_phase */
 };
+
+/* Held around a fork and, by wk_quiet_begin, around other threads' work
+** that holds locks a child would need (the allocator's, the database's):
+** a child forked while another thread holds one would wait on it forever. */
+static pthread_mutex_t fork_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void wk_quiet_begin(void) { pthread_mutex_lock(&fork_mu); }
+void wk_quiet_end(void) { pthread_mutex_unlock(&fork_mu); }
 
 /* In a child: its worker's phase, for wk_phase. */
 static atomic_int *child_phase;
@@ -102,7 +111,8 @@ static void close_fd(int *fd) {
   *fd = -1;
 }
 
-static int start(wk_worker *w, char *why, size_t whylen) {
+int wk_start(wk_worker *w, char *why, size_t whylen) {
+  if (w->pid) return 0;
   int jobs[2], results[2];
   /* Close-on-exec: a compiler the parent spawns must not hold them either. */
   if (pipe2(jobs, O_CLOEXEC) != 0) {
@@ -114,9 +124,11 @@ static int start(wk_worker *w, char *why, size_t whylen) {
     close(jobs[0]), close(jobs[1]);
     return -1;
   }
+  pthread_mutex_lock(&fork_mu);
   /* Buffered output would be written twice, once by each process. */
   fflush(NULL);
   pid_t pid = fork();
+  pthread_mutex_unlock(&fork_mu);   /* in both: the child's copy is its own */
   if (pid < 0) {
     snprintf(why, whylen, "cannot start a worker process: %s", strerror(errno));
     close(jobs[0]), close(jobs[1]), close(results[0]), close(results[1]);
@@ -153,7 +165,7 @@ static void bury(wk_worker *w, int kill_it, char *why, size_t whylen) {
 
 wk_outcome wk_run(wk_worker *w, size_t i, int timeout_s, void *out, char *why, size_t whylen) {
   atomic_store(w->phase, 0);
-  if (!w->pid && start(w, why, whylen) != 0) return WK_ERROR;
+  if (wk_start(w, why, whylen) != 0) return WK_ERROR;
   /* A child that died between jobs shows up as a failed write (EPIPE):
   ** SIGPIPE must not take the parent with it. */
   struct sigaction ign = {.sa_handler = SIG_IGN}, old;

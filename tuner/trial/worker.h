@@ -29,6 +29,17 @@ typedef struct wk_worker wk_worker;
 int wk_open(wk_worker **out, wk_job_fn fn, void *ud, size_t result_size, char *err,
             size_t errlen);
 
+/* Start the child now, if there is none. Fork from one thread when you
+** can: a thread starting (ASan's allocator) or allocating when another
+** forks can leave the child waiting on a lock no one in it will release.
+** Forks are serialised, and wait for wk_quiet_begin's holders. */
+int wk_start(wk_worker *w, char *why, size_t whylen);
+
+/* Around work on another thread that may hold a lock a child needs
+** (writing the database, say): no fork starts until wk_quiet_end. */
+void wk_quiet_begin(void);
+void wk_quiet_end(void);
+
 /* Run job i in the worker's child, starting one if there is none, and wait
 ** up to timeout_s seconds. WK_DONE: out holds the result. WK_CRASHED,
 ** WK_TIMEOUT: why says what happened ("killed by signal 11 (Segmentation
