@@ -220,6 +220,8 @@ static const fam_axis wg_axes[] = {
   {"overlap", {"0", "1"}},
   {"norm", {"eager", "deferred"}},
   {"swizzle", {"128", "64"}},
+  {"persistent", {"0", "1"}},
+  {"pv", {"rs", "ss"}},
 };
 
 static const fam_problem wg_problems[] = {
