@@ -79,6 +79,15 @@ if (${M.key0} + ${M.keys} > p.seq_k) {
 $   end
   $ rows(1)
 }
+$ elseif args.part == "kv_end" then
+$   if args.causal then
+/* The keys a CTA of rows [q0, q0 + ${args.bm}) sees: to its last row's diagonal. */
+const int last_row = (q0 + ${args.bm} < p.seq_q ? q0 + ${args.bm} : p.seq_q) - 1;
+int kv_end = last_row + off + 1;
+kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
+$   else
+const int kv_end = p.seq_k;
+$   end
 $ elseif args.part == "row_sum" then
 $   if args.eager then
 const ${F.acc} ${F.sum} = ${F.l};

@@ -89,6 +89,13 @@ end
 --   col0      the thread's first column in a pair, relative to key0.
 function softmax.mask(F, M) return part("mask", F, { M = M }) end
 
+-- The end of the keys a CTA of rows [q0, q0 + bm) visits: kv_end, and,
+-- causal, last_row (its last row, the mask's diagonal test); q0 and off
+-- (seq_k - seq_q) are the kernel's.
+function softmax.kv_end(causal, bm)
+  return part("kv_end", {}, { causal = causal, bm = bm })
+end
+
 -- The epilogue's sum of a row (F.sum, lane-summed) and inv, O's factor:
 -- 1 / sum when deferred, and when eager O is normalized already.
 function softmax.row_sum(F, eager) return part("row_sum", F, { eager = eager }) end

@@ -405,13 +405,7 @@ $ end
 $ if qouter then
   /* FlashAttention-2 order: this CTA owns Q rows [q0, q0 + ${BM}) and loops over K/V. */
   const int q0 = fa_bid_x() * ${BM};
-$ if causal then
-  const int last_row = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
-  int kv_end = last_row + off + 1;
-  kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
-$ else
-  const int kv_end = p.seq_k;
-$ end
+  ${sm.kv_end(causal, BM)}
 $ if splitq then
   FA_UNROLL
   for (int i = 0; i < ${RM}; ++i) {

@@ -539,13 +539,7 @@ $ else
   const int q0 = fa_bid_x() * ${block_m};
 $ end
   (void)off;
-$ if causal then
-  const int last_row = (q0 + ${block_m} < p.seq_q ? q0 + ${block_m} : p.seq_q) - 1;
-  int kv_end = last_row + off + 1;
-  kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
-$ else
-  const int kv_end = p.seq_k;
-$ end
+  ${sm.kv_end(causal, block_m)}
   const int n_blocks = (kv_end + ${block_n - 1}) / ${block_n};
 $ if causal then
   /* Keys before vis0 + 16 mt + 8 hh are visible to fragment row g + 8 hh of m-tile mt: one

@@ -207,13 +207,7 @@ $     else
 $     end
 $   end
     (void)hk;
-$   if causal then
-    const int last_row = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
-    int kv_end = last_row + off + 1;
-    kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
-$   else
-    const int kv_end = p.seq_k;
-$   end
+    ${sm.kv_end(causal, BM)}
     const int n_blocks = (kv_end + ${BN - 1}) / ${BN};
 $ end
 $
