@@ -100,14 +100,105 @@ int ref_attention(const fa_problem *p,
   return 0;
 }
 
+/* The softmax row of query r over its nvis visible keys, into pr: scores
+** scale q.k, their maximum subtracted, normalised. */
+static void softmax_row(const fa_problem *p, double scale, int nvis, const double *q,
+                        const double *k, long long ksn, double *pr) {
+  double m = -INFINITY, l = 0.0;
+  int c;
+  for (c = 0; c < nvis; c++) {
+    pr[c] = scale * dot(q, k + c * ksn, p->dim);
+    if (pr[c] > m) m = pr[c];
+  }
+  for (c = 0; c < nvis; c++) {
+    pr[c] = exp(pr[c] - m);
+    l += pr[c];
+  }
+  for (c = 0; c < nvis; c++) pr[c] /= l;
+}
+
+/* Zero one (batch, head) of a gradient of seq rows. */
+static void zero_rows(double *t, fa_layout l, int seq, int dim) {
+  int n, d;
+  for (n = 0; n < seq; n++)
+    for (d = 0; d < dim; d++) t[n * l.sn + d] = 0.0;
+}
+
+/* One query row's share of the gradients of one (batch, head): its dq
+** row, and what it adds to dk and dv. pr holds its softmax row; ds is
+** scratch; both of at least nvis doubles. */
+static void backward_row(const fa_problem *p, double scale, int nvis, const ref_bwd_io *io,
+                         const double *qr, const double *dor, const double *kh,
+                         const double *vh, double *dqr, double *dkh, double *dvh,
+                         const double *pr, double *ds) {
+  double sum = 0.0;   /* sum_c P dP: dout . o of the row, without o */
+  int c, d;
+  for (c = 0; c < nvis; c++) {
+    ds[c] = dot(dor, vh + c * io->vl.sn, p->dim);   /* dP */
+    sum += pr[c] * ds[c];
+  }
+  for (c = 0; c < nvis; c++) ds[c] = pr[c] * (ds[c] - sum);
+  for (d = 0; d < p->dim; d++) dqr[d] = 0.0;
+  for (c = 0; c < nvis; c++) {
+    const double *kc = kh + c * io->kl.sn;
+    double *dkc = dkh + c * io->dkl.sn, *dvc = dvh + c * io->dvl.sn;
+    for (d = 0; d < p->dim; d++) {
+      dqr[d] += scale * ds[c] * kc[d];
+      dkc[d] += scale * ds[c] * qr[d];
+      dvc[d] += pr[c] * dor[d];
+    }
+  }
+}
+
+int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
+  double scale, *pr, *ds;
+  int b, h, r;
+
+  if (!p || !io || !io->q || !io->k || !io->v || !io->dout || !io->dq || !io->dk || !io->dv ||
+      !problem_valid(p))
+    return -1;
+  scale = fa_problem_scale(p);
+  pr = malloc((size_t)p->seq_k * sizeof *pr);
+  ds = malloc((size_t)p->seq_k * sizeof *ds);
+  if (!pr || !ds) {
+    free(pr), free(ds);
+    return -1;
+  }
+  for (b = 0; b < p->batch; b++) {
+    for (h = 0; h < p->heads; h++) {
+      const double *kh = io->k + b * io->kl.sb + h * io->kl.sh;
+      const double *vh = io->v + b * io->vl.sb + h * io->vl.sh;
+      double *dkh = io->dk + b * io->dkl.sb + h * io->dkl.sh;
+      double *dvh = io->dv + b * io->dvl.sb + h * io->dvl.sh;
+      zero_rows(dkh, io->dkl, p->seq_k, p->dim);
+      zero_rows(dvh, io->dvl, p->seq_k, p->dim);
+      for (r = 0; r < p->seq_q; r++) {
+        const int nvis = visible_keys(p, r);
+        const double *qr = io->q + b * io->ql.sb + h * io->ql.sh + r * io->ql.sn;
+        const double *dor = io->dout + b * io->dol.sb + h * io->dol.sh + r * io->dol.sn;
+        double *dqr = io->dq + b * io->dql.sb + h * io->dql.sh + r * io->dql.sn;
+        softmax_row(p, scale, nvis, qr, kh, io->kl.sn, pr);
+        backward_row(p, scale, nvis, io, qr, dor, kh, vh, dqr, dkh, dvh, pr, ds);
+      }
+    }
+  }
+  free(pr), free(ds);
+  return 0;
+}
+
 static int ref_fwd(const fa_problem *p, const void *io) {
   const ref_fwd_io *t = io;
   return ref_attention(p, t->q, t->ql, t->k, t->kl, t->v, t->vl, t->o, t->ol, t->lse);
 }
 
+static int ref_bwd(const fa_problem *p, const void *io) {
+  return ref_attention_backward(p, io);
+}
+
 /* One reference per op, indexed by fa_op; NULL where there is none yet. */
 static int (*const references[FA_NOPS])(const fa_problem *p, const void *io) = {
   [FA_OP_FWD] = ref_fwd,
+  [FA_OP_BWD] = ref_bwd,
 };
 
 int ref_op(const fa_problem *p, const void *io, char *err, size_t errlen) {

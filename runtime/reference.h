@@ -31,10 +31,29 @@ typedef struct ref_fwd_io {
   double *lse;
 } ref_fwd_io;
 
+/* The backward pass's tensors: the forward's inputs and the gradient of
+** the loss with respect to its output, dout; out, the gradients of q, k
+** and v, in layouts of their own (all (batch, heads, seq, dim) strides). */
+typedef struct ref_bwd_io {
+  const double *q, *k, *v, *dout;
+  fa_layout ql, kl, vl, dol;
+  double *dq, *dk, *dv;
+  fa_layout dql, dkl, dvl;
+} ref_bwd_io;
+
+/* The gradients of attention, the textbook way and from q, k, v alone (no
+** saved output or logsumexp, so that nothing a kernel computed enters its
+** oracle): per query row, P = softmax(scale q K^T) over its visible keys,
+** dP = dout V^T, dS = P * (dP - sum(P * dP)); then dq = scale dS K,
+** dk += scale dS^T q, dv += P^T dout. A row with no visible key adds
+** nothing and has dq = 0. Returns 0, or -1 when the problem is invalid or
+** memory runs out. */
+int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io);
+
 /* The float64 reference of p's op on io, that op's own tensors (fwd: a
-** ref_fwd_io; an op to come declares its own beside it). 0; FA_EINVAL with
-** a message in err when the problem is invalid, memory runs out, or the op
-** has no reference yet (bwd, decode). */
+** ref_fwd_io; bwd: a ref_bwd_io). 0; FA_EINVAL with a message in err when
+** the problem is invalid, memory runs out, or the op has no reference yet
+** (decode). */
 int ref_op(const fa_problem *p, const void *io, char *err, size_t errlen);
 
 #endif

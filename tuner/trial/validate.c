@@ -182,6 +182,11 @@ done:
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen) {
   memset(c, 0, sizeof *c);
+  /* The cases below are the forward pass's tensors (ref_fwd_io). */
+  if (p->op != FA_OP_FWD) {
+    snprintf(err, errlen, "no validation case for op %s: not implemented yet", fa_op_name(p->op));
+    return -1;
+  }
   const size_t bh = (size_t)p->batch * (size_t)p->heads;
   const size_t nq = bh * (size_t)p->seq_q * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
   double *qd = malloc(nq * sizeof *qd), *kd = malloc(nk * sizeof *kd), *vd = malloc(nk * sizeof *vd);

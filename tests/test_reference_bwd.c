@@ -1,0 +1,286 @@
+/*
+** test_reference_bwd.c
+** Checks the float64 reference backward pass against central finite
+** differences of the float64 forward (itself checked by test_reference):
+** for the loss L = sum(dout * O), every element of dq, dk and dv against
+** (L(x + h) - L(x - h)) / 2h, on small shapes, causal and not, with more
+** queries than keys (rows that see nothing), strided and distinct layouts,
+** and a custom scale. Then exact properties (each row's dS sums to zero,
+** so dk sums to zero over the keys; P's rows sum to one, so dv sums to
+** dout over the keys), that every output element is written (NaN poison
+** before each call), and that invalid problems are refused.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fa_status.h"
+#include "reference.h"
+
+#define FD_STEP 1e-5   /* central differences: error about h^2 and eps / h */
+#define FD_TOL 1e-7    /* norm-relative, per gradient */
+#define EXACT_TOL 1e-12
+
+static uint64_t rng_state;
+
+static double rng_normal(void) {
+  double u[2];
+  for (int i = 0; i < 2; i++) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    u[i] = ((double)(z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
+  return sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
+}
+
+/* (batch, heads, seq, dim) contiguous, or (batch, seq, heads, dim) with
+** rows pad elements apart beyond dim (a strided view). */
+static fa_layout layout(const fa_problem *p, int seq, int bshd, int pad) {
+  if (!bshd) return fa_layout_contiguous(p, seq);
+  fa_layout l;
+  l.sh = p->dim + pad;
+  l.sn = (long long)p->heads * l.sh;
+  l.sb = (long long)seq * l.sn;
+  return l;
+}
+
+static size_t span(const fa_problem *p, int seq, fa_layout l) {
+  return (size_t)((p->batch - 1) * l.sb + (p->heads - 1) * l.sh + (seq - 1) * l.sn + p->dim);
+}
+
+static double *tensor(size_t n, double fill) {
+  double *x = malloc(n * sizeof *x);
+  if (!x) {
+    fprintf(stderr, "out of memory\n");
+    exit(2);
+  }
+  for (size_t i = 0; i < n; i++) x[i] = isnan(fill) ? rng_normal() : fill;
+  return x;
+}
+
+/* One problem's tensors: inputs random, gradients poisoned with NaN. */
+typedef struct bwd_case {
+  fa_problem p;
+  ref_bwd_io io;
+  double *q, *k, *v, *dout, *dq, *dk, *dv;
+  size_t nq, nk, ndq, ndk;
+} bwd_case;
+
+static void case_make(bwd_case *c, fa_problem p, int bshd) {
+  memset(c, 0, sizeof *c);
+  c->p = p;
+  ref_bwd_io *io = &c->io;
+  io->ql = layout(&p, p.seq_q, bshd, 3), io->kl = layout(&p, p.seq_k, bshd, 1);
+  io->vl = layout(&p, p.seq_k, 0, 0), io->dol = layout(&p, p.seq_q, bshd, 2);
+  /* The gradients in layouts of their own, not their inputs'. */
+  io->dql = layout(&p, p.seq_q, !bshd, 5), io->dkl = layout(&p, p.seq_k, !bshd, 0);
+  io->dvl = layout(&p, p.seq_k, bshd, 4);
+  c->nq = span(&p, p.seq_q, io->ql), c->nk = span(&p, p.seq_k, io->kl);
+  c->ndq = span(&p, p.seq_q, io->dql), c->ndk = span(&p, p.seq_k, io->dkl);
+  c->q = tensor(c->nq, NAN), c->k = tensor(c->nk, NAN);
+  c->v = tensor(span(&p, p.seq_k, io->vl), NAN);
+  c->dout = tensor(span(&p, p.seq_q, io->dol), NAN);
+  c->dq = tensor(c->ndq, 0), c->dk = tensor(c->ndk, 0);
+  c->dv = tensor(span(&p, p.seq_k, io->dvl), 0);
+  io->q = c->q, io->k = c->k, io->v = c->v, io->dout = c->dout;
+  io->dq = c->dq, io->dk = c->dk, io->dv = c->dv;
+}
+
+static void case_free(bwd_case *c) {
+  free(c->q), free(c->k), free(c->v), free(c->dout), free(c->dq), free(c->dk), free(c->dv);
+}
+
+static double *elem(double *t, fa_layout l, int b, int h, int n, int d) {
+  return t + b * l.sb + h * l.sh + n * l.sn + d;
+}
+
+/* Poison every element of the gradients, padding included. */
+static void poison(bwd_case *c) {
+  const size_t ndv = span(&c->p, c->p.seq_k, c->io.dvl);
+  for (size_t i = 0; i < c->ndq; i++) c->dq[i] = NAN;
+  for (size_t i = 0; i < c->ndk; i++) c->dk[i] = NAN;
+  for (size_t i = 0; i < ndv; i++) c->dv[i] = NAN;
+}
+
+/* L = sum(dout * O) by the reference forward. */
+static double loss(const bwd_case *c) {
+  const fa_problem *p = &c->p;
+  const fa_layout ol = fa_layout_contiguous(p, p->seq_q);
+  double *o = tensor((size_t)p->batch * p->heads * p->seq_q * p->dim, 0);
+  CHECK(ref_attention(p, c->q, c->io.ql, c->k, c->io.kl, c->v, c->io.vl, o, ol, NULL) == 0,
+        "the forward refused a valid problem");
+  double sum = 0;
+  for (int b = 0; b < p->batch; b++)
+    for (int h = 0; h < p->heads; h++)
+      for (int n = 0; n < p->seq_q; n++)
+        for (int d = 0; d < p->dim; d++)
+          sum += *elem((double *)c->dout, c->io.dol, b, h, n, d) * *elem(o, ol, b, h, n, d);
+  free(o);
+  return sum;
+}
+
+/* The norm-relative error of gradient g (layout gl) of input x (layout
+** xl, seq rows) against central differences of the loss. */
+static double fd_error(bwd_case *c, double *x, fa_layout xl, const double *g, fa_layout gl,
+                       int seq) {
+  const fa_problem *p = &c->p;
+  double diff = 0, norm = 0;
+  for (int b = 0; b < p->batch; b++)
+    for (int h = 0; h < p->heads; h++)
+      for (int n = 0; n < seq; n++)
+        for (int d = 0; d < p->dim; d++) {
+          double *e = elem(x, xl, b, h, n, d);
+          const double keep = *e;
+          *e = keep + FD_STEP;
+          const double up = loss(c);
+          *e = keep - FD_STEP;
+          const double down = loss(c);
+          *e = keep;
+          const double fd = (up - down) / (2 * FD_STEP);
+          const double got = *elem((double *)g, gl, b, h, n, d);
+          diff += (got - fd) * (got - fd), norm += fd * fd;
+          if (!isfinite(got)) diff = INFINITY;
+        }
+  return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
+static double worst;
+static int ncases;
+
+static void check_fd(fa_problem p, int bshd, uint64_t seed) {
+  bwd_case c;
+  rng_state = seed;
+  case_make(&c, p, bshd);
+  poison(&c);
+  CHECK(ref_attention_backward(&c.p, &c.io) == 0, "backward refused a valid problem");
+  const double eq = fd_error(&c, c.q, c.io.ql, c.dq, c.io.dql, p.seq_q);
+  const double ek = fd_error(&c, c.k, c.io.kl, c.dk, c.io.dkl, p.seq_k);
+  const double ev = fd_error(&c, c.v, c.io.vl, c.dv, c.io.dvl, p.seq_k);
+  const double e = fmax(eq, fmax(ek, ev));
+  CHECK(e < FD_TOL, "b%d h%d %dx%d d%d causal %d scale %g %s: finite differences off by "
+        "%.3g (dq), %.3g (dk), %.3g (dv)", p.batch, p.heads, p.seq_q, p.seq_k, p.dim,
+        p.causal, p.scale, bshd ? "bshd" : "bhsd", eq, ek, ev);
+  if (!(e <= worst)) worst = e;
+  ncases++;
+  case_free(&c);
+}
+
+static fa_problem problem(int batch, int heads, int sq, int sk, int dim, int causal,
+                          double scale) {
+  fa_problem p = {0};
+  p.batch = batch, p.heads = heads, p.seq_q = sq, p.seq_k = sk, p.dim = dim;
+  p.dtype = FA_FP64, p.causal = causal, p.scale = scale, p.op = FA_OP_BWD;
+  return p;
+}
+
+static void test_finite_differences(void) {
+  static const int shapes[][5] = {
+    {1, 1, 1, 1, 1}, {1, 1, 1, 7, 3}, {1, 1, 6, 1, 2}, {2, 2, 3, 5, 4},
+    {1, 2, 5, 3, 4}, {1, 1, 9, 9, 8}, {2, 1, 4, 11, 5},
+  };
+  uint64_t seed = 11;
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int causal = 0; causal <= 1; causal++)
+      for (int bshd = 0; bshd <= 1; bshd++) {
+        const int *s = shapes[i];
+        check_fd(problem(s[0], s[1], s[2], s[3], s[4], causal, 0), bshd, seed++);
+      }
+  check_fd(problem(1, 2, 4, 6, 4, 1, 0.3), 1, seed++);
+  check_fd(problem(1, 1, 5, 5, 3, 0, 2.5), 0, seed++);
+}
+
+/* Exact properties, and the rows and keys no query sees. */
+static void test_properties(void) {
+  /* Causal with more queries than keys: rows 0 .. 3 see nothing. */
+  fa_problem p = problem(2, 3, 7, 3, 5, 1, 0);
+  bwd_case c;
+  rng_state = 99;
+  case_make(&c, p, 1);
+  poison(&c);
+  CHECK(ref_attention_backward(&c.p, &c.io) == 0, "backward refused a valid problem");
+  const ref_bwd_io *io = &c.io;
+  for (int b = 0; b < p.batch; b++)
+    for (int h = 0; h < p.heads; h++) {
+      for (int n = 0; n < p.seq_q; n++)
+        for (int d = 0; d < p.dim; d++) {
+          const double g = *elem(c.dq, io->dql, b, h, n, d);
+          CHECK(isfinite(g), "dq[%d][%d][%d][%d] not written", b, h, n, d);
+          if (n < p.seq_q - p.seq_k) CHECK(g == 0, "dq of a row that sees no key is %g", g);
+        }
+      for (int d = 0; d < p.dim; d++) {
+        double sk = 0, sv = 0, so = 0;
+        for (int n = 0; n < p.seq_k; n++) {
+          sk += *elem(c.dk, io->dkl, b, h, n, d);
+          sv += *elem(c.dv, io->dvl, b, h, n, d);
+        }
+        for (int n = p.seq_q - p.seq_k; n < p.seq_q; n++)
+          so += *elem((double *)c.dout, io->dol, b, h, n, d);
+        CHECK(fabs(sk) < EXACT_TOL, "dk sums to %g over the keys, not 0", sk);
+        CHECK(fabs(sv - so) < EXACT_TOL, "dv sums to %g over the keys, not dout's %g", sv, so);
+      }
+    }
+  /* Run twice: the same bits (dk and dv are zeroed, not accumulated into). */
+  double *dk = malloc(c.ndk * sizeof *dk);
+  CHECK(dk != NULL, "out of memory");
+  if (dk) {
+    memcpy(dk, c.dk, c.ndk * sizeof *dk);
+    CHECK(ref_attention_backward(&c.p, &c.io) == 0, "second run refused");
+    int same = 1;
+    for (int b = 0; b < p.batch; b++)
+      for (int h = 0; h < p.heads; h++)
+        for (int n = 0; n < p.seq_k; n++)
+          for (int d = 0; d < p.dim; d++)
+            same &= *elem(dk, io->dkl, b, h, n, d) == *elem(c.dk, io->dkl, b, h, n, d);
+    CHECK(same, "a second run gives other dk bits");
+    free(dk);
+  }
+  case_free(&c);
+}
+
+static void test_invalid(void) {
+  fa_problem good = problem(1, 1, 4, 4, 4, 0, 0), p;
+  bwd_case c;
+  rng_state = 5;
+  case_make(&c, good, 0);
+  ref_bwd_io io = c.io;
+  CHECK(ref_attention_backward(&good, &io) == 0, "good problem refused");
+#define BAD(field, val) do { \
+    p = good; p.field = (val); \
+    CHECK(ref_attention_backward(&p, &io) == -1, "%s = %d accepted", #field, (int)(val)); \
+  } while (0)
+  BAD(dim, 0);
+  BAD(dim, FA_DIM_MAX + 1);
+  BAD(seq_q, 0);
+  BAD(seq_k, -1);
+  BAD(batch, 0);
+  BAD(heads, 0);
+#undef BAD
+  CHECK(ref_attention_backward(NULL, &io) == -1, "NULL problem");
+  CHECK(ref_attention_backward(&good, NULL) == -1, "NULL io");
+#define NUL(field) do { \
+    ref_bwd_io x = c.io; x.field = NULL; \
+    CHECK(ref_attention_backward(&good, &x) == -1, "NULL %s accepted", #field); \
+  } while (0)
+  NUL(q); NUL(k); NUL(v); NUL(dout); NUL(dq); NUL(dk); NUL(dv);
+#undef NUL
+  /* Through ref_op: bwd reaches it; an op without a reference says so. */
+  char err[128] = "";
+  CHECK(ref_op(&good, &c.io, err, sizeof err) == 0, "ref_op bwd: %s", err);
+  p = good, p.op = FA_OP_DECODE;
+  CHECK(ref_op(&p, &c.io, err, sizeof err) == FA_EINVAL && strstr(err, "decode"),
+        "ref_op decode: '%s'", err);
+  case_free(&c);
+}
+
+int main(void) {
+  test_finite_differences();
+  test_properties();
+  test_invalid();
+  printf("reference backward: %d finite-difference cases, worst norm-relative error %.3g "
+         "(tolerance %g)\n", ncases, worst, FD_TOL);
+  return check_done("reference_bwd");
+}
