@@ -151,15 +151,14 @@ static void backward_row(const fa_problem *p, double scale, int nvis, const ref_
 }
 
 int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
-  double scale, *pr, *ds;
   int b, h, r;
 
   if (!p || !io || !io->q || !io->k || !io->v || !io->dout || !io->dq || !io->dk || !io->dv ||
       !problem_valid(p))
     return -1;
-  scale = fa_problem_scale(p);
-  pr = malloc((size_t)p->seq_k * sizeof *pr);
-  ds = malloc((size_t)p->seq_k * sizeof *ds);
+  const double scale = fa_problem_scale(p);
+  double *pr = malloc((size_t)p->seq_k * sizeof *pr);
+  double *ds = malloc((size_t)p->seq_k * sizeof *ds);
   if (!pr || !ds) {
     free(pr), free(ds);
     return -1;

@@ -54,8 +54,14 @@ mut tail-keys-visible templates/softmax.cu \
   'const int lim = p.seq_k;' 'const int lim = p.seq_k + 1;' \
   'test_space'
 mut reference-scale runtime/reference.c \
-  'scale = fa_problem_scale(p);' 'scale = 1.0 / p->dim;' \
+  '  scale = fa_problem_scale(p);' '  scale = 1.0 / p->dim;' \
   'test_reference test_emu'
+mut reference-bwd-scale runtime/reference.c \
+  'const double scale = fa_problem_scale(p);' 'const double scale = 1.0 / p->dim;' \
+  'test_reference_bwd'
+mut reference-bwd-dsum runtime/reference.c \
+  'ds[c] = pr[c] * (ds[c] - sum);' 'ds[c] = pr[c] * ds[c];' \
+  'test_reference_bwd'
 mut nan-check tuner/trial/validate.c \
   'if (!isfinite(x)) {' 'if (0 && !isfinite(x)) {' \
   'test_judge'
