@@ -56,6 +56,9 @@ mut tail-keys-visible templates/softmax.cu \
 mut reference-scale runtime/reference.c \
   '  scale = fa_problem_scale(p);' '  scale = 1.0 / p->dim;' \
   'test_reference test_emu'
+mut setmaxnreg-budget templates/prelude_emu_sm90.h \
+  'if (asked > (long)per * c->threads)' 'if (asked > (long)per * c->threads + 4096)' \
+  'test_emu_sm90'
 mut reference-bwd-scale runtime/reference.c \
   'const double scale = fa_problem_scale(p);' 'const double scale = 1.0 / p->dim;' \
   'test_reference_bwd'

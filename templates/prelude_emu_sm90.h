@@ -538,9 +538,34 @@ FA_INLINE int fa_emu_elect_one(int line) {
 }
 #define fa_elect_one() fa_emu_elect_one(__LINE__)
 
+/* The registers per thread a CTA of n threads holds when its kernel uses
+** setmaxnreg: the launch bound's share of the 64K-register file, a
+** multiple of 8, at most 256 (ptxas allocates them all at launch). */
+FA_INLINE int fa_emu_cta_regs(int n) {
+  const int share = 65536 / n / 8 * 8;
+  return share < 256 ? share : 256;
+}
+
+/* Once every warpgroup has asked, what they ask must fit what the CTA
+** holds: an inc beyond it waits for registers no one will release, and a
+** GPU hangs there. */
+FA_INLINE void fa_emu_maxnreg_check(fa_emu_thread *t, int line) {
+  const fa_emu_cta *c = t->cta;
+  const int groups = (c->threads + 127) / 128, per = fa_emu_cta_regs(c->threads);
+  long asked = 0;
+  for (int g = 0; g < groups; g++) {
+    if (!c->maxnreg[g]) return;
+    asked += (long)c->maxnreg[g] * (g < groups - 1 ? 128 : c->threads - 128 * g);
+  }
+  if (asked > (long)per * c->threads)
+    fa_emu_failf(t, line, "setmaxnreg: the warpgroups ask %ld registers, over the %ld the CTA "
+                 "holds (%d threads x %d): a GPU would wait forever", asked,
+                 (long)per * c->threads, c->threads, per);
+}
+
 /* setmaxnreg.{inc,dec}.sync.aligned.u32 (PTX ISA "setmaxnreg"): the count
-** must be 24..256, a multiple of 8, the same across the warpgroup; then
-** nothing to do on a CPU. */
+** must be 24..256, a multiple of 8, the same across the warpgroup, and,
+** with every warpgroup's, within the CTA's registers. */
 FA_INLINE void fa_emu_setmaxnreg(int n, int inc, int line) {
   fa_emu_thread *t = fa_emu_self;
   if (n < 24 || n > 256 || n % 8)
@@ -556,6 +581,8 @@ FA_INLINE void fa_emu_setmaxnreg(int n, int inc, int line) {
                    "%s %d", t->tid, inc ? "inc" : "dec", n, (t->tid & ~127) + i,
                    other[1] ? "inc" : "dec", other[0]);
     }
+  if ((t->tid & 127) == 0) t->cta->maxnreg[t->tid >> 7] = n;
+  fa_emu_maxnreg_check(t, line);
 }
 #define fa_setmaxnreg_inc(n) fa_emu_setmaxnreg((n), 1, __LINE__)
 #define fa_setmaxnreg_dec(n) fa_emu_setmaxnreg((n), 0, __LINE__)

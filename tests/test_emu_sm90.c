@@ -209,6 +209,15 @@ static const char body_ws[] =
   "  if (p.seq_q == 2) fa_emu_setmaxnreg(t == 77 ? 232 : 240, 1, __LINE__);\n"
   "}\n";
 
+/* FlashAttention-3's register split: the producer warpgroup down to
+** p.seq_k, the consumers up to p.seq_q; a word to o after. */
+static const char body_rf[] =
+  "FA_SM90_KERNEL(rf, 512) {\n"
+  "  if (fa_warpgroup() == 0) fa_emu_setmaxnreg(p.seq_k, 0, __LINE__);\n"
+  "  else fa_emu_setmaxnreg(p.seq_q, 1, __LINE__);\n"
+  "  fa_st_u32((unsigned *)p.o + fa_tid(), 1u);\n"
+  "}\n";
+
 /* cp.async of q into shared memory; o gets shared memory before the wait
 ** (words 0-3 per lane) and after (4-7). */
 static const char body_ca[] =
@@ -244,10 +253,11 @@ static const char body_wr[] =
   "  for (int i = 0; i < 4; i++) fa_st_f32((float *)p.o + 4 * t + i, d[i]);\n"
   "}\n";
 
-enum { K_WG, K_NAMES, K_TMA, K_MB, K_NB, K_WS, K_CA, K_WR, NK };
+enum { K_WG, K_NAMES, K_TMA, K_MB, K_NB, K_WS, K_CA, K_WR, K_RF, NK };
 static const emu_source sources[NK] = {
   {"wg", body_wg, &emu_preludes}, {"names", body_names, &emu_preludes}, {"tma", body_tma, &emu_preludes}, {"mb", body_mb, &emu_preludes},
-  {"nb", body_nb, &emu_preludes}, {"ws", body_ws, &emu_preludes}, {"ca", body_ca, &emu_preludes}, {"wr", body_wr, &emu_preludes}};
+  {"nb", body_nb, &emu_preludes}, {"ws", body_ws, &emu_preludes}, {"ca", body_ca, &emu_preludes}, {"wr", body_wr, &emu_preludes},
+  {"rf", body_rf, &emu_preludes}};
 static emu_build builds[NK];
 
 typedef struct bufs {
@@ -732,7 +742,7 @@ static void test_mbarrier(void) {
 }
 
 static void test_named_elect_regs(void) {
-  unsigned o[128];
+  unsigned o[512];
   bufs b = {{NULL, NULL, NULL, o, NULL, NULL}, {0, 0, 0, sizeof o, 0, 0}};
   fa_params prm;
   fa_emu_counters ctr;
@@ -768,6 +778,20 @@ static void test_named_elect_regs(void) {
   rc = launch(K_WS, 128, 0, &prm, &b, EMU_FORWARD, &ctr, err, sizeof err);
   CHECK(rc != 0 && strstr(err, "not warpgroup-uniform") && strstr(err, "232"),
         "setmaxnreg not uniform: %s", err);
+  /* The register file: FA3's splits fill it exactly (two consumers: 24 +
+  ** 2 x 240 of 168 each; three: 32 + 3 x 160 of 128), 8 more do not fit. */
+  static const struct { unsigned threads; int producer, consumer, fits; } rf[] = {
+    {384, 24, 240, 1}, {384, 24, 248, 0}, {512, 32, 160, 1}, {512, 32, 168, 0}, {256, 56, 256, 1},
+  };
+  for (size_t i = 0; i < sizeof rf / sizeof rf[0]; i++)
+    for (int s = 0; s < 4; s++) {
+      prm.seq_q = rf[i].consumer, prm.seq_k = rf[i].producer;
+      rc = launch(K_RF, rf[i].threads, 0, &prm, &b, sch[s], &ctr, err, sizeof err);
+      CHECK(rf[i].fits ? rc == 0 : rc != 0 && strstr(err, "a GPU would wait forever"),
+            "setmaxnreg %d + %d x %d on %u threads (%s): rc %d: %s", rf[i].producer,
+            (int)rf[i].threads / 128 - 1, rf[i].consumer, rf[i].threads,
+            emu_schedule_name(sch[s]), rc, err);
+    }
 }
 
 /* ---- Asynchrony ---- */

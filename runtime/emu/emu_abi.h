@@ -11,7 +11,7 @@
 
 /* Bumped whenever a struct below changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 7
+#define FA_EMU_ABI_VERSION 8
 
 /* Where a kernel finds the thread it runs as: each fiber's stack lies in a
 ** span of FA_EMU_STACK_SPAN bytes aligned to that size, whose last word
@@ -112,6 +112,8 @@ typedef struct fa_emu_tma {
 typedef struct fa_emu_cta {
   fa_emu_tma loads[FA_EMU_MAX_TMA];  /* TMA loads in flight, oldest first */
   int nloads;
+  int threads;                       /* the CTA's */
+  int maxnreg[8];                    /* per warpgroup: its last setmaxnreg, 0 before */
 } fa_emu_cta;
 
 /* A warpgroup's exchange, double-buffered as a warp's. */

@@ -363,6 +363,8 @@ static void start_cta(worker *w, unsigned long long cta) {
   memset(w->group_arrived, 0, sizeof w->group_arrived);
   memset(w->named_arrived, 0, sizeof w->named_arrived);
   w->cta.nloads = 0;
+  w->cta.threads = w->n;
+  memset(w->cta.maxnreg, 0, sizeof w->cta.maxnreg);
   const emu_schedule s = L->o->schedule;
   const int mode = s == EMU_FORWARD ? FA_EMU_ASYNC_LATE
                  : s == EMU_REVERSE ? FA_EMU_ASYNC_EARLY : FA_EMU_ASYNC_RANDOM;
