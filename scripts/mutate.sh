@@ -59,6 +59,9 @@ mut reference-scale runtime/reference.c \
 mut setmaxnreg-budget templates/prelude_emu_sm90.h \
   'if (asked > (long)per * c->threads)' 'if (asked > (long)per * c->threads + 4096)' \
   'test_emu_sm90'
+mut mac-compiler-field db/db_mac.c \
+  'k->target, k->compiler_version, k->options};' 'k->target, k->options};' \
+  'test_trust'
 mut reference-bwd-scale runtime/reference.c \
   'const double scale = fa_problem_scale(p);' 'const double scale = 1.0 / p->dim;' \
   'test_reference_bwd'
