@@ -96,8 +96,8 @@ F best --dim 16 --seq 32 --db "$ours" >"$tmp/after.txt" 2>&1
 check "merge refuses the $nbad bad trials and says which came first" $? \
   "exit $rc: $(cat "$tmp/m.err" "$tmp/m.out" | head -c 400)"
 grep -q "merge: 2 variants refused" "$tmp/m.err" &&
-  grep -q "of the rows refused, 1 with a field longer than fatune writes, 1 with a name or hash not their config's, 1 with a created not fatune's timestamp, 0 past" "$tmp/m.err"
-check "merge counts the refusals by kind: a long message, a forged name, a created of 9999" $? \
+  grep -q "of the rows refused, 1 with a field longer than fatune writes, 1 with a name or hash not their config's, 2 with a created not fatune's timestamp, 0 past" "$tmp/m.err"
+check "merge counts the refusals by kind: a long message, a forged name, a created of 9999 and one in 2099" $? \
   "$(head -c 600 "$tmp/m.err")"
 count() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM trials').fetchone()[0])" "$1"; }
 cmp -s "$tmp/before.txt" "$tmp/after.txt" && [ "$(count "$ours")" -eq "$(count "$clean")" ]

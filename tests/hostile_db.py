@@ -9,7 +9,8 @@ checks of what the commands print from them. Standard library only.
                                       batch,heads,causal), the first one hostile
   hostile_db.py bad-trials DB         rows merge must refuse, one per check (a
                                       forged variant name, a created of '9999' and
-                                      a message of 100 KB among them)
+                                      one in 2099, a timing of 0, a negative error
+                                      and a message of 100 KB among them)
   hostile_db.py long-best DB N        the best trial's variant name N bytes long
   hostile_db.py delete-mode DB        the file in rollback-journal mode
   hostile_db.py state DB              sha256, mtime and journal mode of the file,
@@ -105,9 +106,9 @@ def bad_trials(path):
                         "config, source_hash FROM variants WHERE id = ?", (t[0],)).lastrowid
     cols = ["variant_id", "device_id", "dtype", "dim", "seq_q", "seq_k", "batch", "heads",
             "causal", "arch", "req_seq_q", "req_seq_k", "status", "median_us", "counters",
-            "message", "created"]
+            "message", "created", "rel_err"]
     now = c.execute("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now')").fetchone()[0]
-    base = dict(zip(cols, list(t) + ["ok", 1e-9, None, None, now]))
+    base = dict(zip(cols, list(t) + ["ok", 1e-9, None, None, now, None]))
     rows = [dict(base, dim=-1, median_us=-1.0), dict(base, dtype="bogus"),
             dict(base, seq_q=0), dict(base, seq_k=-5), dict(base, batch=0),
             dict(base, heads=-2), dict(base, causal=2, batch=9), dict(base, status="great", batch=8),
@@ -118,7 +119,9 @@ def bad_trials(path):
             dict(base, batch=10, arch="sm_90; rm"), dict(base, batch=11, req_seq_q=t[4] - 1),
             dict(base, batch=12, created="9999"),
             dict(base, batch=13, status="crashed", message="x" * 100000),
-            dict(base, batch=14, variant_id=renamed)]
+            dict(base, batch=14, variant_id=renamed),
+            dict(base, batch=15, median_us=0.0), dict(base, batch=16, rel_err=-1e-3),
+            dict(base, batch=17, created="2099-01-01T00:00:00.000Z")]
     for r in rows:
         c.execute("INSERT INTO trials (%s, fatune_version) VALUES (%s, '0')"
                   % (", ".join(cols), ", ".join("?" * len(cols))),
