@@ -62,6 +62,9 @@ mut setmaxnreg-budget templates/prelude_emu_sm90.h \
 mut mac-compiler-field db/db_mac.c \
   'k->target, k->compiler_version, k->options};' 'k->target, k->options};' \
   'test_trust'
+mut oracle-tolerance tuner/trial/validate.c \
+  'val_tolerance(p->dtype == FA_FP64 ? FA_FP64 : FA_FP32)))' 'val_tolerance(p->dtype)))' \
+  'test_emu'
 mut reference-bwd-scale runtime/reference.c \
   'const double scale = fa_problem_scale(p);' 'const double scale = 1.0 / p->dim;' \
   'test_reference_bwd'

@@ -13,7 +13,9 @@
 **  - the counters are exact on a hand-written kernel and on a generated one
 **    whose traffic has a closed form;
 **  - the naive-attention oracle (the GPU's reference for big problems)
-**    matches the CPU reference in every dtype, and judges a kernel.
+**    matches the CPU reference in every dtype, and judges a kernel; one
+**    off by more than its accumulation's tolerance (1e-4 in fp16, 1e-9 in
+**    fp64) is refused, one off by less passes.
 */
 #include <math.h>
 #include <stdio.h>
@@ -316,6 +318,50 @@ static void test_oracle(void) {
   }
 }
 
+/* The oracle's own check applies the tolerance of its accumulation
+** (val_tolerance: fp64's for fp64, fp32's for the others): an oracle whose
+** output is off by a relative amount over it is refused, one under it
+** passes. The perturbation is planted in the rendered body. */
+static void test_oracle_tolerance(void) {
+  static const struct { fa_dtype dt; const char *factor; int ok; } cases[] = {
+    {FA_FP16, "1.0001", 0}, {FA_BF16, "1.0001", 0}, {FA_FP32, "1.0001", 0},
+    {FA_FP16, "1.0000001", 1}, {FA_FP64, "1.000000001", 0}, {FA_FP64, "1.000000000001", 1},
+  };
+  static const char from[] = "nvis > 0 ? acc / l : (acc_t)0";
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fa_problem p = {.batch = 1, .heads = 2, .seq_q = 29, .seq_k = 41, .dim = 16,
+                    .dtype = cases[i].dt};
+    gen_kernel ok;
+    fa_build ob;
+    char err[512], *at;
+    CHECK(gen_render_oracle(gen, &p, &ok) == 0, "%s", gen_errmsg(gen));
+    if (!(at = strstr(ok.body, from))) {
+      CHECK(0, "the oracle's output line moved: '%s' not in its body", from);
+      gen_kernel_free(&ok);
+      return;
+    }
+    char *body = malloc(strlen(ok.body) + 64);
+    CHECK(body != NULL, "out of memory");
+    if (!body) return;
+    sprintf(body, "%.*snvis > 0 ? acc / l * (acc_t)%s : (acc_t)0%s", (int)(at - ok.body),
+            ok.body, cases[i].factor, at + strlen(from));
+    free(ok.body);
+    ok.body = body;
+    const gen_kernel *kp = &ok;
+    compile_all(&kp, 1, &ob);
+    val_case gpu;
+    int rc = ob.prog ? val_case_make_oracle(&gpu, &p, seed++, be, ob.prog, &ok, 16, err,
+                                            sizeof err)
+                     : -1;
+    CHECK(cases[i].ok ? rc == 0 : rc != 0 && strstr(err, "oracle disagrees"),
+          "an oracle off by a factor %s in %s: rc %d (%s)", cases[i].factor,
+          fa_dtype_name(p.dtype), rc, rc ? err : "accepted");
+    if (rc == 0) val_case_free(&gpu);
+    backend_build_free(be, &ob);
+    gen_kernel_free(&ok);
+  }
+}
+
 /* ---- Hand-written kernels ---- */
 
 static const char counting_body[] =
@@ -494,6 +540,7 @@ int main(void) {
   test_stage_barrier();
   test_generated_counters();
   test_oracle();
+  test_oracle_tolerance();
   test_hand_kernels();
   test_compile_error();
   backend_close(be);
