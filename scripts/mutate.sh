@@ -65,6 +65,9 @@ mut mac-compiler-field db/db_mac.c \
 mut oracle-tolerance tuner/trial/validate.c \
   'val_tolerance(p->dtype == FA_FP64 ? FA_FP64 : FA_FP32)))' 'val_tolerance(p->dtype)))' \
   'test_emu'
+mut sass-local-loads tuner/analysis/sass.c \
+  'else if (!strcmp(op, "LDL") || !strcmp(op, "STL")) c->loop_local' 'else if (!strcmp(op, "STL")) c->loop_local' \
+  'test_sass'
 mut reference-bwd-scale runtime/reference.c \
   'const double scale = fa_problem_scale(p);' 'const double scale = 1.0 / p->dim;' \
   'test_reference_bwd'
