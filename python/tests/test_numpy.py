@@ -211,6 +211,31 @@ def test_out_overlapping_itself_is_refused():
         fatune.attention(q, k, v, out=out)
 
 
+def odd_strided(a):
+    """a's values in memory whose seq stride is two bytes more than a whole
+    number of elements: rows at addresses no element size divides."""
+    b, h, n, d = a.shape
+    es = a.itemsize
+    row = d * es + 2
+    buf = np.zeros(b * h * n * row + es, np.uint8)
+    view = np.lib.stride_tricks.as_strided(buf.view(a.dtype)[:1], a.shape,
+                                           (h * n * row, n * row, row, es))
+    view[...] = a
+    assert view.strides[2] % es != 0
+    return view
+
+
+def test_byte_strides_not_whole_elements():
+    # Inputs are copied (the library takes strides in elements); an out
+    # with such strides is refused, since O must land where the caller reads.
+    q, k, v = qkv(np.float32, seed=23)
+    want = reference(q, k, v)[0]
+    o = fatune.attention(odd_strided(q), odd_strided(k), v)
+    assert rel_err(o, want) < TOLERANCE["float32"]
+    with pytest.raises(ValueError, match="^out: strides .* whole elements"):
+        fatune.attention(q, k, v, out=odd_strided(np.zeros_like(q)))
+
+
 def test_fortran_order_and_broadcast_inputs():
     q, k, v = qkv(np.float32, seed=19)
     o = fatune.attention(np.asfortranarray(q), k, v)
