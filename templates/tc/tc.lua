@@ -339,6 +339,12 @@ function tc.enumerate(problem, which)
                         { rowsum = "fadd", pv = "step", kv_addr = "carry" } }) do
     add(with(fa2, ch))
   end
+  -- At d128 the addresses carried, with one stage: 64 KB, two CTAs on an
+  -- A100, where FA2's tile runs two as well; the model ranks them above it.
+  if D > 64 and D <= 128 then
+    add(with(fa2, { stages = 1, kv_addr = "carry" }))
+    add(with(fa2, { stages = 1, rowsum = "fadd", pv = "step", kv_addr = "carry" }))
+  end
   return out
 end
 
