@@ -1,7 +1,8 @@
 /*
 ** test_fuzz_kernels.c
 ** A differential fuzz of the generated kernels: random variants of every
-** family's full space (tests/families.h), each on a random problem of its
+** family (tests/families.h: each axis of its table at a random value,
+** drawn again until the config fits), each on a random problem of its
 ** own, run on the CPU emulator under two random schedules that must give
 ** the same bits, and compared with the float64 reference within
 ** val_tolerance. The problems are drawn where kernels go wrong: lengths
@@ -83,32 +84,43 @@ static fa_problem draw_problem(const fa_problem *fp, const char *config) {
   return p;
 }
 
-/* A random variant of the full space of one of f's problems, rendered, and
-** its problem's inputs and reference. */
+/* A random config of f for lp: every axis of the family's table (those
+** test_compile must cover) at a random value, rendered; drawn again until
+** one fits the target. 0, or -1 when none did. */
+static int draw_config(const family *f, const fa_problem *lp, gen_state *g, const gen_target *t,
+                       gen_kernel *k) {
+  for (int tries = 0; tries < 200; tries++) {
+    char config[512];
+    int n = snprintf(config, sizeof config, "family=%s", f->name);
+    for (size_t a = 0; a < f->naxes; a++) {
+      const fam_axis *ax = &f->axes[a];
+      if (!strcmp(ax->key, "dtype") || !strcmp(ax->key, "dim") || !strcmp(ax->key, "causal"))
+        continue;
+      int nv = 0;
+      while (nv < FAM_NVALS && ax->values[nv]) nv++;
+      n += snprintf(config + n, sizeof config - (size_t)n, ",%s=%s", ax->key,
+                    ax->values[pick(0, nv - 1)]);
+    }
+    if (gen_render_config(g, config, lp, t, k) == 0) return 0;
+  }
+  return -1;
+}
+
+/* A random variant of one of f's problems, rendered, and a problem of its
+** own with its inputs and reference. */
 static void draw(fuzz_case *c, const family *f, gen_state *g, const gen_target *t,
                  unsigned long long seed) {
   const fam_problem *fp = &f->problems[pick(0, (int)f->nproblems - 1)];
   /* Causal or not at random: it is a key of the space, not the variant's. */
   fa_problem lp = {.batch = 1, .heads = 1, .seq_q = f->list_seq, .seq_k = f->list_seq,
                    .dim = fp->dim, .dtype = fp->dtype, .causal = pick(0, 1)};
-  gen_variant *v;
-  size_t nv;
   c->f = f;
-  if (gen_list(g, &lp, t, "full", &v, &nv) != 0 || nv == 0) {
-    CHECK(0, "%s d%d %s: no full space: %s", f->name, fp->dim, fa_dtype_name(fp->dtype),
-          gen_errmsg(g));
+  if (draw_config(f, &lp, g, t, &c->k) != 0) {
+    CHECK(0, "%s d%d %s: no config of 200 drawn fits: %s", f->name, fp->dim,
+          fa_dtype_name(fp->dtype), gen_errmsg(g));
     return;
   }
-  /* Of the family's own (on sm_90a a space lists tc's variants as well). */
-  size_t i = (size_t)(rng_next() % nv), tries = 0;
-  while (strcmp(v[i].cfg.family, f->name) != 0 && tries++ < nv) i = (i + 1) % nv;
-  if (gen_render_config(g, v[i].config, NULL, t, &c->k) != 0) {
-    CHECK(0, "rendering %s: %s", v[i].name, gen_errmsg(g));
-    gen_variants_free(v, nv);
-    return;
-  }
-  c->p = draw_problem(&lp, v[i].config);
-  gen_variants_free(v, nv);
+  c->p = draw_problem(&lp, c->k.config);
   static const fa_schedule all[] = {FA_SCHED_FORWARD, FA_SCHED_REVERSE, FA_SCHED_RANDOM,
                                     FA_SCHED_SKEW};
   c->sched[0] = all[pick(0, 3)];
