@@ -68,6 +68,33 @@ mut oracle-tolerance tuner/trial/validate.c \
 mut sass-local-loads tuner/analysis/sass.c \
   'else if (!strcmp(op, "LDL") || !strcmp(op, "STL")) c->loop_local' 'else if (!strcmp(op, "STL")) c->loop_local' \
   'test_sass'
+mut reference-causal-diagonal runtime/reference.c \
+  'n = (long long)r + p->seq_k - p->seq_q + 1;' 'n = (long long)r + p->seq_k - p->seq_q;' \
+  'test_reference'
+mut merge-zero-timing db/db_check.c \
+  'return timing ? v > 0 && isfinite(v)' 'return timing ? v >= 0 && isfinite(v)' \
+  'cli_hostile'
+mut merge-negative-error db/db_check.c \
+  ': v >= 0;' ': 1;' \
+  'cli_hostile'
+mut lib-lse-overlap lib/fatune.c \
+  'for (int w = 3; w < (x->lse ? 5 : 4); w++)' 'for (int w = 3; w < 4; w++)' \
+  'test_api'
+mut npy-zero-dim runtime/npy.c \
+  'if (shape[i] <= 0) {' 'if (shape[i] < 0) {' \
+  'test_npy'
+mut sass-inner-trips tuner/analysis/sass.c \
+  'long trips = (left + inner_mma - 1) / inner_mma;' 'long trips = left / inner_mma;' \
+  'test_sass'
+mut mbar-load-in-flight templates/prelude_emu_sm90.h \
+  'if (t->cta->loads[i].bar == bar)' 'if (0 && t->cta->loads[i].bar == bar)' \
+  'test_emu_sm90'
+mut fake-leak-report tests/fakecuda/fc_api.c \
+  'if (n) fc_violation("context %d destroyed with %zu allocation(s)' 'if (0 && n) fc_violation("context %d destroyed with %zu allocation(s)' \
+  'test_cuda_contract_violations'
+mut wg-persistent-q-early templates/wg/wg.cu \
+  'if (n_blocks > 0 && kv > 0) fa_mbar_wait(&empty_k' 'if (0 && n_blocks > 0 && kv > 0) fa_mbar_wait(&empty_k' \
+  'test_explore_wg'
 mut reference-bwd-scale runtime/reference.c \
   'const double scale = fa_problem_scale(p);' 'const double scale = 1.0 / p->dim;' \
   'test_reference_bwd'
