@@ -620,6 +620,9 @@ static void take_launches(lua_State *L, gen_call *c) {
     lua_getfield(L, -1, "persistent");
     l->persistent = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, -1, "main");
+    if (lua_toboolean(L, -1)) k->main = (int)i;
+    lua_pop(L, 1);
     lua_getfield(L, -1, "grid");
     for (int d = 0; d < 3; d++) l->grid[d] = take_grid_dim(L, d);
     lua_pop(L, 1);
@@ -628,10 +631,10 @@ static void take_launches(lua_State *L, gen_call *c) {
   }
   k->nlaunch = (int)n;
   lua_pop(L, 1);
-  k->entry = strdup(k->launch[0].entry);
+  k->entry = strdup(k->launch[k->main].entry);
   if (!k->entry) luaL_error(L, "out of memory copying the entry");
-  k->threads = k->launch[0].threads;
-  k->smem_bytes = k->launch[0].smem_bytes;
+  k->threads = k->launch[k->main].threads;
+  k->smem_bytes = k->launch[k->main].smem_bytes;
 }
 
 /* The render result table is on top of the stack: fill c->kernel. */
@@ -1033,6 +1036,20 @@ void gen_launch_shape(const gen_kernel *k, int i, const fa_problem *p, gen_launc
   out->block[0] = (unsigned)l->threads;
   out->block[1] = out->block[2] = 1;
   out->smem_bytes = (unsigned)l->smem_bytes;
+  const char *names[GEN_MAX_LAUNCHES];
+  const int n = gen_entries(k, names);
+  for (int e = 0; e < n; e++)
+    if (!strcmp(names[e], l->entry)) out->fn = e;
+}
+
+int gen_entries(const gen_kernel *k, const char *names[GEN_MAX_LAUNCHES]) {
+  int n = 0;
+  for (int i = 0; i < k->nlaunch; i++) {
+    int seen = 0;
+    for (int e = 0; e < n && !seen; e++) seen = !strcmp(names[e], k->launch[i].entry);
+    if (!seen) names[n++] = k->launch[i].entry;
+  }
+  return n;
 }
 
 size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p) {

@@ -106,15 +106,17 @@ typedef struct gen_kernel {
   char *name, *hash, *config;
   gen_config cfg;          /* config, parsed; the oracle, no point of the space, has no pairs */
   fa_op op;                /* what it computes: the family's op */
-  char *entry;             /* the first launch's entry: the one a backend compiles */
+  char *entry;             /* the main launch's entry: the one whose compiler report
+                              (registers, spills) and occupancy a result records */
   char *body;              /* the kernel, without any prelude */
   char *source;            /* CUDA source: parameters + CUDA preludes + body */
   gen_preludes prelude_cuda, prelude_emu;   /* what each backend pastes before body */
   char source_hash[17];    /* FNV-1a 64 of source, hex */
   char template_version[48];
-  int threads;             /* the first launch's threads per CTA */
-  int smem_bytes;          /* the first launch's dynamic shared memory per CTA */
+  int threads;             /* the main launch's threads per CTA */
+  int smem_bytes;          /* the main launch's dynamic shared memory per CTA */
   int nlaunch;             /* launches in launch[], 1..GEN_MAX_LAUNCHES */
+  int main;                /* the main launch's index: the one marked main, else 0 */
   gen_launch_spec launch[GEN_MAX_LAUNCHES];
   int nws;                 /* workspaces in ws[], named by any launch, 0..GEN_MAX_WORKSPACES */
   gen_workspace ws[GEN_MAX_WORKSPACES];
@@ -136,6 +138,7 @@ typedef struct gen_launch {
   unsigned smem_bytes;
   int persistent;          /* grid[0] is the tiles: a backend launches at most the CTAs
                               that fit the device at once, which loop over them */
+  int fn;                  /* which of the kernel's entries it runs (gen_entries' index) */
 } gen_launch;
 
 int gen_open(gen_state **out, char *err, size_t errlen);
@@ -266,6 +269,11 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
 /* Grid, block and shared memory of launch i (0..k->nlaunch-1) of kernel k
 ** on problem p. */
 void gen_launch_shape(const gen_kernel *k, int i, const fa_problem *p, gen_launch *out);
+
+/* The distinct entries of k's launches, in order of first use, into
+** names[0..n-1]; returns n (1..GEN_MAX_LAUNCHES). A compiled program holds
+** each of them; gen_launch.fn indexes this list. */
+int gen_entries(const gen_kernel *k, const char *names[GEN_MAX_LAUNCHES]);
 
 /* Bytes of workspace i (0..k->nws-1) of kernel k on problem p. */
 size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p);

@@ -28,9 +28,8 @@ fa_params attn_params(const fa_problem *p, const void *q, const void *k, const v
 int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_params *a,
                char *err, size_t errlen);
 
-/* The shapes of kernel k's k->nlaunch launches on problem p, in order.
-** FA_EINVAL with a message for a launch of another entry than the first:
-** a compiled program resolves that one alone. */
+/* The shapes of kernel k's k->nlaunch launches on problem p, in order,
+** each naming the entry of the compiled program it runs (gen_launch.fn). */
 int attn_launch_shapes(const gen_kernel *k, const fa_problem *p, gen_launch *shapes,
                        char *err, size_t errlen);
 

@@ -95,6 +95,9 @@
 --                 query blocks from the last down, so that under a causal
 --                 mask each (batch, head)'s CTAs with the most K/V blocks
 --                 come first in launch order),
+--                 main = true (optional, on one launch: the op's main
+--                 kernel, whose compiler report and occupancy a result
+--                 records; the first launch when none is marked),
 --                 persistent = true (optional: the kernel loops over the
 --                 grid's tiles, x fastest, by fa_grid_x(); the host
 --                 flattens the grid into x and launches at most the CTAs
@@ -801,7 +804,7 @@ function space.check_launches(who, launches)
   if type(launches) ~= "table" or #launches < 1 or #launches > space.MAX_LAUNCHES then
     error(string.format("%s gives no launches: a list of 1 to %d", who, space.MAX_LAUNCHES), 0)
   end
-  local sizes = {}
+  local sizes, mains = {}, false
   for i, l in ipairs(launches) do
     local at = string.format("%s: launch %d", who, i)
     if type(l) ~= "table" then error(at .. " is no table", 0) end
@@ -822,6 +825,11 @@ function space.check_launches(who, launches)
     end
     if l.persistent ~= nil and type(l.persistent) ~= "boolean" then
       error(at .. ": persistent is no boolean", 0)
+    end
+    if l.main ~= nil and l.main ~= true then error(at .. ": main is not true", 0) end
+    if l.main then
+      if mains then error(at .. ": a second launch marked main", 0) end
+      mains = true
     end
     for j, w in ipairs(l.workspaces) do
       check_workspace(string.format("%s: workspace %d", at, j), w, sizes)

@@ -139,6 +139,7 @@ static int cut_barrier(gen_kernel *k, const char *anchor) {
     name = strstr(name + 1, k->entry);
   }
   k->entry[strlen(k->entry) - 1] = 'X';
+  snprintf(k->launch[0].entry, sizeof k->launch[0].entry, "%s", k->entry);
   return 0;
 }
 

@@ -35,14 +35,39 @@ typedef struct cuda_backend {
   int poisoned;
 } cuda_backend;
 
+/* One CUBIN with every entry its launches run (an op's kernels): fn[i] is
+** entry[i] of gen_entries. */
 struct fa_program {
-  char *entry;
+  int nfn;
+  char *entry[GEN_MAX_LAUNCHES];
   unsigned char *cubin;
   size_t cubin_size;
   CUmodule mod;             /* loaded lazily, per process */
-  CUfunction fn;
-  int smem_opt_in;          /* the function's dynamic shared memory limit now */
+  CUfunction fn[GEN_MAX_LAUNCHES];
+  int smem_opt_in[GEN_MAX_LAUNCHES];  /* each function's dynamic shared memory limit now */
 };
+
+static void program_free(fa_program *p) {
+  for (int i = 0; i < p->nfn; i++) free(p->entry[i]);
+  free(p->cubin);
+  free(p);
+}
+
+/* A program for kernel k, without its CUBIN yet; NULL when out of memory. */
+static fa_program *program_new(const gen_kernel *k) {
+  fa_program *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  const char *names[GEN_MAX_LAUNCHES];
+  const int n = gen_entries(k, names);
+  for (int i = 0; i < n; i++) {
+    p->nfn = i + 1;
+    if (!(p->entry[i] = strdup(names[i]))) {
+      program_free(p);
+      return NULL;
+    }
+  }
+  return p;
+}
 
 static cuda_backend *self(fa_backend *b) { return (cuda_backend *)b; }
 
@@ -192,12 +217,9 @@ static int cuda_compile(fa_backend *b, const gen_kernel *const *kernels, size_t 
     o->spill_bytes = r->spill_store_bytes + r->spill_load_bytes;
     o->stack_bytes = r->stack_bytes;
     o->smem_static_bytes = r->smem_static_bytes;
-    fa_program *p = r->ok ? calloc(1, sizeof *p) : NULL;
-    if (p) p->entry = strdup(kernels[i]->entry);
-    if (!r->ok || !p || !p->entry) {
+    fa_program *p = r->ok ? program_new(kernels[i]) : NULL;
+    if (!r->ok || !p) {
       o->log = strdup(r->ok ? "out of memory" : r->log ? r->log : r->error);
-      if (p) free(p->entry);
-      free(p);
     } else {
       p->cubin = (unsigned char *)r->cubin, p->cubin_size = r->cubin_size;
       r->cubin = NULL;
@@ -212,32 +234,42 @@ static int cuda_compile(fa_backend *b, const gen_kernel *const *kernels, size_t 
 static void cuda_program_free(fa_backend *b, fa_program *p) {
   cuda_backend *c = self(b);
   if (p->mod && c->api) c->api->module_unload(p->mod);
-  free(p->entry);
-  free(p->cubin);
-  free(p);
+  program_free(p);
 }
 
-/* The module in this process, and the shared memory opt-in for this size. */
-static int load(cuda_backend *c, fa_program *p, unsigned smem, char *err, size_t errlen) {
+/* The module in this process with each of its functions, and function
+** fn's shared memory opt-in for this size. */
+static int load(cuda_backend *c, fa_program *p, int fn, unsigned smem, char *err,
+                size_t errlen) {
   int rc = ensure_device(c, err, errlen);
   if (rc != 0) return rc;
   const cudrv_api *a = c->api;
-  /* The function's dynamic shared memory limit starts at 48 KB less its
-  ** static shared memory, not at 48 KB: read it rather than assume it. */
-  if (!p->mod &&
-      ((rc = ck(c, a->module_load(&p->mod, p->cubin), "cuModuleLoadData", err, errlen)) ||
-       (rc = ck(c, a->module_fn(&p->fn, p->mod, p->entry), "cuModuleGetFunction", err,
-                errlen)) ||
-       (rc = ck(c, a->fn_get_attr(&p->smem_opt_in,
-                                  CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, p->fn),
-                "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen))))
-    return rc;
-  if ((int)smem > p->smem_opt_in) {
-    if ((rc = ck(c, a->fn_set_attr(p->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+  if (fn < 0 || fn >= p->nfn) {
+    snprintf(err, errlen, "%s: launch of entry %d, of %d", p->entry[0], fn, p->nfn);
+    return FA_EINVAL;
+  }
+  if (!p->mod) {
+    if ((rc = ck(c, a->module_load(&p->mod, p->cubin), "cuModuleLoadData", err, errlen)))
+      return rc;
+    /* A function's dynamic shared memory limit starts at 48 KB less its
+    ** static shared memory, not at 48 KB: read it rather than assume it. */
+    for (int i = 0; i < p->nfn; i++)
+      if ((rc = ck(c, a->module_fn(&p->fn[i], p->mod, p->entry[i]), "cuModuleGetFunction",
+                   err, errlen)) ||
+          (rc = ck(c, a->fn_get_attr(&p->smem_opt_in[i],
+                                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, p->fn[i]),
+                   "cuFuncGetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen))) {
+        a->module_unload(p->mod);
+        p->mod = NULL;
+        return rc;
+      }
+  }
+  if ((int)smem > p->smem_opt_in[fn]) {
+    if ((rc = ck(c, a->fn_set_attr(p->fn[fn], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                    (int)smem),
                  "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", err, errlen)))
       return rc;
-    p->smem_opt_in = (int)smem;
+    p->smem_opt_in[fn] = (int)smem;
   }
   return 0;
 }
@@ -287,7 +319,7 @@ static int cuda_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes,
 static int persistent_ctas(cuda_backend *c, const fa_program *prog, const gen_launch *s,
                            unsigned *out, char *err, size_t errlen) {
   int per_sm = 0;
-  int rc = ck(c, c->api->occupancy(&per_sm, prog->fn, (int)s->block[0], s->smem_bytes),
+  int rc = ck(c, c->api->occupancy(&per_sm, prog->fn[s->fn], (int)s->block[0], s->smem_bytes),
               "cuOccupancyMaxActiveBlocksPerMultiprocessor", err, errlen);
   if (rc != 0) return rc;
   unsigned long long slots = (unsigned long long)(per_sm > 0 ? per_sm : 1) *
@@ -304,7 +336,7 @@ static int launch_on(cuda_backend *c, const fa_program *prog, const gen_launch *
     int rc = persistent_ctas(c, prog, s, &gx, err, errlen);
     if (rc != 0) return rc;
   }
-  return ck(c, c->api->launch(prog->fn, gx, s->grid[1], s->grid[2], s->block[0],
+  return ck(c, c->api->launch(prog->fn[s->fn], gx, s->grid[1], s->grid[2], s->block[0],
                               s->block[1], s->block[2], s->smem_bytes, (CUstream)stream, args,
                               NULL),
             "cuLaunchKernel", err, errlen);
@@ -321,7 +353,7 @@ static int cuda_launch(fa_backend *b, const fa_program *prog, const gen_launch *
   (void)ctr;  /* no counters on a GPU */
   cuda_backend *c = self(b);
   fa_program *p = (fa_program *)prog;  /* the lazy module is per process */
-  int rc = load(c, p, shape->smem_bytes, err, errlen);
+  int rc = load(c, p, shape->fn, shape->smem_bytes, err, errlen);
   if (rc || (rc = launch_on(c, p, shape, params, opts ? opts->stream : NULL, err, errlen)))
     return rc;
   if (opts && opts->async) return 0;
@@ -337,11 +369,14 @@ static double at(const float *sorted, int n, double q) {
   return sorted[(int)(q * (n - 1) + 0.5)];
 }
 
-/* The largest dynamic shared memory of n launches. */
-static unsigned max_smem(const gen_launch *shapes, int n) {
-  unsigned m = 0;
-  for (int i = 0; i < n; i++) m = shapes[i].smem_bytes > m ? shapes[i].smem_bytes : m;
-  return m;
+/* Every function of the n launches loaded, each with the shared memory of
+** its launches. */
+static int load_all(cuda_backend *c, fa_program *p, const gen_launch *shapes, int n, char *err,
+                    size_t errlen) {
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < n; i++)
+    rc = load(c, p, shapes[i].fn, shapes[i].smem_bytes, err, errlen);
+  return rc;
 }
 
 /* The n launches, in order, on the default stream. */
@@ -362,7 +397,7 @@ static int cuda_time(fa_backend *b, const fa_program *prog, const gen_launch *sh
   cuda_backend *c = self(b);
   fa_program *p = (fa_program *)prog;
   memset(t, 0, sizeof *t);
-  int rc = load(c, p, max_smem(shapes, nshapes), err, errlen);
+  int rc = load_all(c, p, shapes, nshapes, err, errlen);
   if (rc != 0) return rc;
   const cudrv_api *a = c->api;
   if (!c->flush) {
@@ -414,9 +449,9 @@ static int cuda_occupancy(fa_backend *b, const fa_program *prog, const gen_launc
                           int *ctas_per_sm, char *err, size_t errlen) {
   cuda_backend *c = self(b);
   fa_program *p = (fa_program *)prog;
-  int rc = load(c, p, shape->smem_bytes, err, errlen);
+  int rc = load(c, p, shape->fn, shape->smem_bytes, err, errlen);
   if (rc != 0) return rc;
-  return ck(c, c->api->occupancy(ctas_per_sm, p->fn, (int)shape->block[0], shape->smem_bytes),
+  return ck(c, c->api->occupancy(ctas_per_sm, p->fn[shape->fn], (int)shape->block[0], shape->smem_bytes),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor", err, errlen);
 }
 
@@ -431,11 +466,10 @@ static int cuda_blob(fa_backend *b, const fa_program *prog, const void **data, s
 static int cuda_load_program(fa_backend *b, const gen_kernel *k, const void *data, size_t size,
                              fa_program **prog, char *err, size_t errlen) {
   (void)b;
-  fa_program *p = calloc(1, sizeof *p);
-  if (p) p->entry = strdup(k->entry), p->cubin = malloc(size ? size : 1);
-  if (!p || !p->entry || !p->cubin) {
-    if (p) free(p->entry), free(p->cubin);
-    free(p);
+  fa_program *p = program_new(k);
+  if (p) p->cubin = malloc(size ? size : 1);
+  if (!p || !p->cubin) {
+    if (p) program_free(p);
     snprintf(err, errlen, "out of memory");
     return FA_ENOMEM;
   }

@@ -21,10 +21,46 @@ typedef struct emu_backend {
   int nbufs, cap;
 } emu_backend;
 
+/* A kernel's launches may run several entries (an op's kernels), all in
+** the build's module: fn[i] is entry[i] of gen_entries. */
 struct fa_program {
   emu_build build;
-  char *entry;
+  int nfn;
+  emu_kernel_fn fn[GEN_MAX_LAUNCHES];
+  char *entry[GEN_MAX_LAUNCHES];
 };
+
+static void program_free(fa_program *p) {
+  emu_build_free(&p->build);
+  for (int i = 0; i < p->nfn; i++) free(p->entry[i]);
+  free(p);
+}
+
+/* A program over build b for kernel k: every entry of k's launches bound;
+** NULL with the reason in why (b taken either way). */
+static fa_program *program_new(const gen_kernel *k, emu_build *b, char *why, size_t n) {
+  fa_program *p = calloc(1, sizeof *p);
+  if (!p) {
+    emu_build_free(b);
+    snprintf(why, n, "out of memory");
+    return NULL;
+  }
+  p->build = *b;
+  const char *names[GEN_MAX_LAUNCHES];
+  const int ne = gen_entries(k, names);
+  for (int i = 0; i < ne; i++) {
+    p->fn[i] = emu_build_entry(b, names[i]);
+    p->entry[i] = strdup(names[i]);
+    p->nfn = i + 1;
+    if (!p->entry[i] || !p->fn[i]) {
+      snprintf(why, n, !p->entry[i] ? "out of memory" : "entry point %s missing from the "
+               "compiled object", names[i]);
+      program_free(p);
+      return NULL;
+    }
+  }
+  return p;
+}
 
 static emu_backend *self(fa_backend *b) { return (emu_backend *)b; }
 
@@ -63,15 +99,9 @@ static int emu_compile_kernels(fa_backend *b, const gen_kernel *const *kernels, 
       emu_build_free(&built[i]);
       continue;
     }
-    fa_program *p = malloc(sizeof *p);
-    char *entry = strdup(kernels[i]->entry);
-    if (!p || !entry) {
-      free(p), free(entry);
-      emu_build_free(&built[i]);
-      out[i].log = strdup("out of memory");
-      continue;
-    }
-    p->build = built[i], p->entry = entry;
+    char why[256];
+    fa_program *p = program_new(kernels[i], &built[i], why, sizeof why);
+    if (!p) out[i].log = strdup(why);
     out[i].prog = p;
   }
 done:
@@ -82,9 +112,7 @@ done:
 
 static void emu_program_free(fa_backend *b, fa_program *p) {
   (void)b;
-  emu_build_free(&p->build);
-  free(p->entry);
-  free(p);
+  program_free(p);
 }
 
 static int emu_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t errlen) {
@@ -171,8 +199,12 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
                               const fa_params *params, const fa_run_opts *opts,
                               fa_counters *ctr, char *err, size_t errlen) {
   emu_backend *e = self(b);
+  if (shape->fn < 0 || shape->fn >= prog->nfn) {
+    snprintf(err, errlen, "%s: launch of entry %d, of %d", prog->entry[0], shape->fn, prog->nfn);
+    return FA_EINVAL;
+  }
   if (shape->block[1] != 1 || shape->block[2] != 1) {
-    snprintf(err, errlen, "%s: the emulator runs 1-D thread blocks only", prog->entry);
+    snprintf(err, errlen, "%s: the emulator runs 1-D thread blocks only", prog->entry[shape->fn]);
     return FA_EINVAL;
   }
   /* A snapshot: buffers allocated by other threads later are not ours. */
@@ -188,7 +220,7 @@ static int emu_launch_program(fa_backend *b, const fa_program *prog, const gen_l
     return FA_ENOMEM;
   }
   emu_launch_args a = {
-    .fn = prog->build.fn, .entry = prog->entry,
+    .fn = prog->fn[shape->fn], .entry = prog->entry[shape->fn],
     .grid = {shape->persistent && shape->grid[0] > EMU_PERSISTENT_CTAS ? EMU_PERSISTENT_CTAS
                                                                       : shape->grid[0],
              shape->grid[1], shape->grid[2]},
@@ -211,16 +243,13 @@ static int emu_blob(fa_backend *b, const fa_program *prog, const void **data, si
 static int emu_load_program(fa_backend *b, const gen_kernel *k, const void *data, size_t size,
                             fa_program **prog, char *err, size_t errlen) {
   (void)b;
-  fa_program *p = calloc(1, sizeof *p);
-  if (!p || !(p->entry = strdup(k->entry))) {
-    free(p);
-    snprintf(err, errlen, "out of memory");
-    return FA_ENOMEM;
-  }
   emu_source src = {k->entry, k->body, &k->prelude_emu};
-  if (emu_load(data, size, &src, &p->build, err, errlen) != 0) {
-    free(p->entry);
-    free(p);
+  emu_build built = {0};
+  if (emu_load(data, size, &src, &built, err, errlen) != 0) return FA_ECOMPILE;
+  char why[256];
+  fa_program *p = program_new(k, &built, why, sizeof why);
+  if (!p) {
+    snprintf(err, errlen, "%s", why);
     return FA_ECOMPILE;
   }
   *prog = p;

@@ -50,6 +50,10 @@ int emu_compile(const emu_source *src, size_t n, const emu_compile_opts *opts,
                 emu_build *out, char *err, size_t errlen);
 void emu_build_free(emu_build *b);
 
+/* Another entry point of the module that holds b's kernel (an op's other
+** launches), or NULL when it has none of that name. */
+emu_kernel_fn emu_build_entry(const emu_build *b, const char *entry);
+
 /* Load kernel src from object bytes kept by an earlier compile (and
 ** checked by the caller): they are loaded from memory (a memfd), never
 ** from a file someone else could rename over. When src's kernel is

@@ -332,6 +332,10 @@ static char *load(const unsigned char *bytes, size_t size, const char *flags,
   return NULL;
 }
 
+emu_kernel_fn emu_build_entry(const emu_build *b, const char *entry) {
+  return b->module ? (emu_kernel_fn)dlsym(b->module->handle, entry) : NULL;
+}
+
 /* ---- Compiling ---- */
 
 /* The compiled object `name` in d, read through d's descriptor into
