@@ -1,8 +1,8 @@
 /*
 ** fa_params.h
-** The argument block of the forward pass (op fwd), every launch of its
-** kernels taking the same one; an op to come (bwd, decode) adds a block of
-** its own beside it. This one file is compiled by
+** The argument block of every op's kernels, all the launches of one run
+** taking the same one: the forward pass's fields, then the backward pass's
+** (zeros in a forward run). This one file is compiled by
 ** the host C compiler and prepended, as text, to every generated kernel, so
 ** host and device agree on its layout by construction. Only types that mean
 ** the same thing in C11, CUDA C++ and NVRTC (no <stdint.h> there) appear.
@@ -22,8 +22,9 @@ typedef struct fa_params {
   const void *q, *k, *v;  /* inputs, (batch, heads, seq, dim), dim contiguous */
   void *o;                /* output, same layout as q */
   void *lse;              /* logsumexp, [batch][heads][seq_q]: fp64 for fp64, else fp32 */
-  void *ws;               /* the kernel's one workspace, if it declares one (kv_outer:
+  void *ws;               /* the kernel's first workspace, if it declares one (kv_outer:
                           ** running m and l), or 0 */
+  void *ws2;              /* its second (bwd: D = rowsum(dO * O)), or 0 */
   long long q_sb, q_sh, q_sn;  /* strides in elements: batch, head, seq */
   long long k_sb, k_sh, k_sn;
   long long v_sb, v_sh, v_sn;
@@ -35,6 +36,14 @@ typedef struct fa_params {
   float scale_log2_f32;   /* the same rounded to float, for the kernels whose softmax is
                           ** in float: ptxas reloads kernel arguments inside loops, and a
                           ** double one then costs a conversion each time */
+  /* The backward pass (op bwd): o and lse above are the forward pass's, read;
+  ** dout is dO, laid out as its strides say; dq as q, dk as k, dv as v. */
+  const void *dout;
+  void *dq, *dk, *dv;
+  long long do_sb, do_sh, do_sn;
+  long long dq_sb, dq_sh, dq_sn;
+  long long dk_sb, dk_sh, dk_sn;
+  long long dv_sb, dv_sh, dv_sn;
   fa_tmap tmap[4];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
                           ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;

@@ -17,7 +17,7 @@ int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const
                        const void *v, attn_inputs *in, char *err, size_t errlen) {
   const size_t es = (size_t)fa_dtype_size(p->dtype);
   const size_t qb = elems(p, p->seq_q, p->dim) * es, kb = elems(p, p->seq_k, p->dim) * es;
-  in->q = in->k = in->v = NULL;
+  memset(in, 0, sizeof *in);
   if (backend_alloc(be, qb, &in->q, err, errlen) || backend_alloc(be, kb, &in->k, err, errlen) ||
       backend_alloc(be, kb, &in->v, err, errlen) ||
       backend_upload(be, in->q, q, qb, err, errlen) ||
@@ -29,11 +29,38 @@ int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const
   return 0;
 }
 
+int attn_bwd_inputs_upload(fa_backend *be, const fa_problem *p, const void *o,
+                           const void *lse, const void *dout, attn_inputs *in, char *err,
+                           size_t errlen) {
+  const size_t rows = elems(p, p->seq_q, 1);
+  const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
+  const size_t lb = rows * (size_t)fa_lse_size(p->dtype);
+  if (backend_alloc(be, ob, &in->o, err, errlen) || backend_alloc(be, lb, &in->lse, err, errlen) ||
+      backend_alloc(be, ob, &in->dout, err, errlen) ||
+      backend_upload(be, in->o, o, ob, err, errlen) ||
+      backend_upload(be, in->lse, lse, lb, err, errlen) ||
+      backend_upload(be, in->dout, dout, ob, err, errlen))
+    return -1;
+  return 0;
+}
+
 void attn_inputs_free(fa_backend *be, attn_inputs *in) {
-  backend_free(be, in->q);
-  backend_free(be, in->k);
-  backend_free(be, in->v);
-  in->q = in->k = in->v = NULL;
+  void **const bufs[] = {&in->q, &in->k, &in->v, &in->o, &in->lse, &in->dout};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    if (*bufs[i]) backend_free(be, *bufs[i]);
+    *bufs[i] = NULL;
+  }
+}
+
+int attn_outputs(const fa_problem *p, size_t bytes[ATTN_MAX_OUTPUTS]) {
+  const size_t es = (size_t)fa_dtype_size(p->dtype), D = (size_t)p->dim;
+  const size_t rq = elems(p, p->seq_q, 1), rk = elems(p, p->seq_k, 1);
+  if (p->op == FA_OP_BWD) {
+    bytes[0] = rq * D * es, bytes[1] = bytes[2] = rk * D * es;
+    return 3;
+  }
+  bytes[0] = rq * D * es, bytes[1] = rq * (size_t)fa_lse_size(p->dtype);
+  return 2;
 }
 
 fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,
@@ -98,24 +125,26 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Output buffers for one run of k, and its workspaces; NULL pointers when
-** they fail. */
+/* Output buffers for one run of k (attn_outputs', poisoned), and its
+** workspaces; NULL pointers when they fail. o and lse name the forward
+** pass's. */
 typedef struct outputs {
+  int n;
+  void *buf[ATTN_MAX_OUTPUTS];
+  size_t bytes[ATTN_MAX_OUTPUTS];
   void *o, *lse;
   void *ws[GEN_MAX_WORKSPACES];
 } outputs;
 
 static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *p,
                          outputs *out, char *err, size_t errlen) {
-  const size_t rows = elems(p, p->seq_q, 1);
-  const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
-  const size_t lb = rows * (size_t)fa_lse_size(p->dtype);
   memset(out, 0, sizeof *out);
-  if (backend_alloc(be, ob, &out->o, err, errlen) ||
-      backend_alloc(be, lb, &out->lse, err, errlen) ||
-      backend_fill(be, out->o, 0xFF, ob, err, errlen) ||
-      backend_fill(be, out->lse, 0xFF, lb, err, errlen))
-    return -1;
+  out->n = attn_outputs(p, out->bytes);
+  for (int i = 0; i < out->n; i++)
+    if (backend_alloc(be, out->bytes[i], &out->buf[i], err, errlen) ||
+        backend_fill(be, out->buf[i], 0xFF, out->bytes[i], err, errlen))
+      return -1;
+  if (p->op == FA_OP_FWD) out->o = out->buf[0], out->lse = out->buf[1];
   for (int i = 0; i < k->nws; i++) {
     const size_t wb = gen_workspace_bytes(k, i, p);
     if (backend_alloc(be, wb, &out->ws[i], err, errlen) ||
@@ -126,8 +155,7 @@ static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *
 }
 
 static void outputs_free(fa_backend *be, outputs *out) {
-  backend_free(be, out->o);
-  backend_free(be, out->lse);
+  for (int i = 0; i < out->n; i++) backend_free(be, out->buf[i]);
   for (int i = 0; i < GEN_MAX_WORKSPACES; i++) backend_free(be, out->ws[i]);
 }
 
@@ -135,12 +163,37 @@ static void outputs_free(fa_backend *be, outputs *out) {
 ** carries one workspace. */
 static int fwd_params(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
                       const outputs *out, fa_params *a, char *err, size_t errlen) {
-  if (k->op != FA_OP_FWD || k->nws > 1) {
-    snprintf(err, errlen, "kernel %s: op %s with %d workspaces: the runtime runs the forward "
+  if (k->op != FA_OP_FWD || p->op != FA_OP_FWD || k->nws > 1) {
+    snprintf(err, errlen, "kernel %s: op %s with %d workspaces: the timing runs the forward "
              "pass, with at most one", k->name, fa_op_name(k->op), k->nws);
     return FA_EINVAL;
   }
   *a = attn_params(p, in->q, in->k, in->v, out->o, out->lse, out->ws[0]);
+  return 0;
+}
+
+/* The parameter block of k's op over the inputs and outputs: fa_params
+** carries two workspaces. */
+static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
+                     const outputs *out, fa_params *a, char *err, size_t errlen) {
+  if (k->op != p->op) {
+    snprintf(err, errlen, "kernel %s computes op %s, the problem is op %s", k->name,
+             fa_op_name(k->op), fa_op_name(p->op));
+    return FA_EINVAL;
+  }
+  if (k->op == FA_OP_FWD) return fwd_params(k, p, in, out, a, err, errlen);
+  if (k->op != FA_OP_BWD || k->nws > 2 || !in->o || !in->lse || !in->dout) {
+    snprintf(err, errlen, "kernel %s: op %s with %d workspaces%s: the runtime runs the forward "
+             "and the backward pass, with at most two", k->name, fa_op_name(k->op), k->nws,
+             k->op == FA_OP_BWD && !in->dout ? ", and no dO given" : "");
+    return FA_EINVAL;
+  }
+  const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
+  *a = attn_params(p, in->q, in->k, in->v, in->o, in->lse, out->ws[0]);
+  a->ws2 = out->ws[1];
+  a->dout = in->dout, a->dq = out->buf[0], a->dk = out->buf[1], a->dv = out->buf[2];
+  a->do_sb = a->dq_sb = lq.sb, a->do_sh = a->dq_sh = lq.sh, a->do_sn = a->dq_sn = lq.sn;
+  a->dk_sb = a->dv_sb = lk.sb, a->dk_sh = a->dv_sh = lk.sh, a->dk_sn = a->dv_sn = lk.sn;
   return 0;
 }
 
@@ -265,28 +318,38 @@ double attn_bytes(const fa_problem *p) {
                (double)p->seq_q * fa_lse_size(p->dtype));
 }
 
-int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
-             const fa_problem *p, const attn_inputs *in, const fa_run_opts *opts,
-             void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
-             char *err, size_t errlen) {
-  const size_t rows = elems(p, p->seq_q, 1);
-  const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
-  const size_t lb = rows * (size_t)fa_lse_size(p->dtype);
+int attn_run_op(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+                const fa_problem *p, const attn_inputs *in, const fa_run_opts *opts,
+                void *const *host, fa_counters *ctr, double *launch_ms, char *err,
+                size_t errlen) {
   gen_launch shapes[GEN_MAX_LAUNCHES];
   if (attn_launch_shapes(k, p, shapes, err, errlen) != 0) return -1;
   outputs out;
   fa_params a;
   int rc = -1;
   if (outputs_alloc(be, k, p, &out, err, errlen) != 0 ||
-      fwd_params(k, p, in, &out, &a, err, errlen) != 0 ||
+      op_params(k, p, in, &out, &a, err, errlen) != 0 ||
       attn_tmaps(be, k, p, &a, err, errlen) != 0)
     goto done;
   double t0 = now_ms();
   if (launch_all(be, prog, k, shapes, &a, opts, ctr, err, errlen) != 0) goto done;
   if (launch_ms) *launch_ms = now_ms() - t0;
-  rc = backend_download(be, o_host, out.o, ob, err, errlen) ||
-       backend_download(be, lse_host, out.lse, lb, err, errlen) ? -1 : 0;
+  rc = 0;
+  for (int i = 0; rc == 0 && i < out.n; i++)
+    rc = backend_download(be, host[i], out.buf[i], out.bytes[i], err, errlen) ? -1 : 0;
 done:
   outputs_free(be, &out);
   return rc;
+}
+
+int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+             const fa_problem *p, const attn_inputs *in, const fa_run_opts *opts,
+             void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
+             char *err, size_t errlen) {
+  if (p->op != FA_OP_FWD) {
+    snprintf(err, errlen, "attn_run runs the forward pass, not op %s", fa_op_name(p->op));
+    return FA_EINVAL;
+  }
+  void *const host[2] = {o_host, lse_host};
+  return attn_run_op(be, prog, k, p, in, opts, host, ctr, launch_ms, err, errlen);
 }

@@ -10,12 +10,25 @@
 
 #include "backend.h"
 
-/* Q, K, V on the device, contiguous (batch, heads, seq, dim), kernel dtype. */
-typedef struct attn_inputs { void *q, *k, *v; } attn_inputs;
+/* Q, K, V on the device, contiguous (batch, heads, seq, dim), kernel dtype;
+** for the backward pass also the forward pass's O and lse and the
+** gradient dO (NULL for the forward pass). */
+typedef struct attn_inputs { void *q, *k, *v, *o, *lse, *dout; } attn_inputs;
 
 int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const void *k,
                        const void *v, attn_inputs *in, char *err, size_t errlen);
+/* The backward pass's further inputs into in: o and dout as q, contiguous
+** in the kernel dtype; lse [batch][heads][seq_q] of fa_lse_size bytes. */
+int attn_bwd_inputs_upload(fa_backend *be, const fa_problem *p, const void *o,
+                           const void *lse, const void *dout, attn_inputs *in, char *err,
+                           size_t errlen);
 void attn_inputs_free(fa_backend *be, attn_inputs *in);
+
+/* The outputs of p's op, in order, and the bytes of each: fwd o (kernel
+** dtype) and lse (fa_lse_size each); bwd dq, dk, dv (kernel dtype, as q,
+** k, v). Returns their number. */
+#define ATTN_MAX_OUTPUTS 3
+int attn_outputs(const fa_problem *p, size_t bytes[ATTN_MAX_OUTPUTS]);
 
 /* The kernel's argument block for contiguous tensors at the given addresses. */
 fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,
@@ -33,12 +46,19 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
 int attn_launch_shapes(const gen_kernel *k, const fa_problem *p, gen_launch *shapes,
                        char *err, size_t errlen);
 
-/* Run kernel k (compiled as prog) once: every launch of it, in order, with
-** its workspaces allocated for the run. o_host receives batch*heads*seq_q*dim
+/* Run kernel k (compiled as prog) once on p's op: every launch of it, in
+** order, with its workspaces allocated for the run and its outputs
+** poisoned; host[i] receives output i of attn_outputs. Counters are added
+** to ctr (may be NULL); launch_ms (may be NULL) is the wall time of the
+** launches alone. */
+int attn_run_op(fa_backend *be, const fa_program *prog, const gen_kernel *k,
+                const fa_problem *p, const attn_inputs *in, const fa_run_opts *opts,
+                void *const *host, fa_counters *ctr, double *launch_ms, char *err,
+                size_t errlen);
+
+/* The forward pass's attn_run_op: o_host receives batch*heads*seq_q*dim
 ** elements in the kernel's dtype, lse_host batch*heads*seq_q logsumexps
-** (fa_lse_size bytes each).
-** Counters are added to ctr (may be NULL); launch_ms (may be NULL) is the
-** wall time of the launch alone. */
+** (fa_lse_size bytes each). */
 int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
              const fa_problem *p, const attn_inputs *in, const fa_run_opts *opts,
              void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,

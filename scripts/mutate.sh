@@ -101,6 +101,18 @@ mut reference-bwd-scale runtime/reference.c \
 mut reference-bwd-dsum runtime/reference.c \
   'ds[c] = pr[c] * (ds[c] - sum);' 'ds[c] = pr[c] * ds[c];' \
   'test_reference_bwd'
+mut bwd-causal-first templates/simtbwd/simtbwd.cu \
+  'const int first = k0 - off > 0 ? (k0 - off) / ${BM} : 0;' 'const int first = k0 - off > 0 ? (k0 - off) / ${BM} + 1 : 0;' \
+  'test_bwd'
+mut bwd-delta templates/simtbwd/simtbwd.cu \
+  'ds = pv * (dp - fa_lds_${T}(d_s + r));' 'ds = pv * dp;' \
+  'test_bwd'
+mut bwd-dq-barrier templates/simtbwd/simtbwd.cu \
+  'fa_syncthreads(); /* dS and K are read: the next K/V block may load */' ';' \
+  'test_bwd'
+mut grad-nan-check tuner/trial/validate.c \
+  'if (isnan(x) || isinf(x)) {' 'if (0) {' \
+  'test_bwd'
 mut nan-check tuner/trial/validate.c \
   'if (!isfinite(x)) {' 'if (0 && !isfinite(x)) {' \
   'test_judge'

@@ -416,11 +416,14 @@ local function axis_value(axis, v)
 end
 
 -- The families of a problem on a target (either may be nil: any), in rank
--- order: those that compute its dtype and run on the target.
+-- order: those of the problem's op (fwd when it names none, or without a
+-- problem) that compute its dtype and run on the target.
 local function families_for(problem, target)
+  local op = problem and problem.op or "fwd"
   local out = {}
   for _, fam in ipairs(order) do
-    if (not problem or computes(fam, problem.dtype)) and (not target or space.runs_on(fam, target.arch)) then
+    if fam.op == op and (not problem or computes(fam, problem.dtype))
+       and (not target or space.runs_on(fam, target.arch)) then
       out[#out + 1] = fam
     end
   end
@@ -428,13 +431,20 @@ local function families_for(problem, target)
 end
 space.families_for = families_for
 
--- The family a config that names none takes: the first that computes
--- dtype (and runs on target, when given); with no dtype, the last resort.
-local function pick(dtype, target)
-  if dtype == nil then return order[#order] end
-  local fams = families_for({ dtype = dtype }, target)
-  if #fams == 0 then fams = families_for({ dtype = dtype }) end
-  if #fams == 0 then error("no family computes dtype '" .. tostring(dtype) .. "'", 0) end
+-- The family a config that names none takes: the first of op's (fwd when
+-- nil) that computes dtype (and runs on target, when given); with no
+-- dtype, the op's last resort.
+local function pick(dtype, target, op)
+  op = op or "fwd"
+  if dtype == nil then
+    for i = #order, 1, -1 do if order[i].op == op then return order[i] end end
+    error("no family computes op '" .. op .. "'", 0)
+  end
+  local fams = families_for({ dtype = dtype, op = op }, target)
+  if #fams == 0 then fams = families_for({ dtype = dtype, op = op }) end
+  if #fams == 0 then
+    error("no family computes dtype '" .. tostring(dtype) .. "' for op " .. op, 0)
+  end
   return fams[1]
 end
 space.pick = pick
@@ -563,7 +573,7 @@ function space.parse_config(text, problem, target)
     end
   end
   local fam = given.family and space.family(given.family)
-               or pick(given.dtype or (problem or {}).dtype, target)
+               or pick(given.dtype or (problem or {}).dtype, target, (problem or {}).op)
   given.family = nil
   local cfg = fam.defaults(problem or {})
   for k, v in pairs(given) do
@@ -744,7 +754,18 @@ function space.list(problem, target, which)
     error(string.format("no family offers op %s yet (families offer: %s)", op, ops_offered()), 0)
   end
   local out = {}
-  for _, fam in ipairs(families_for(problem, target)) do
+  local fams = families_for(problem, target)
+  if #fams == 0 and problem.dtype then
+    local offer = {}
+    for _, fam in ipairs(order) do
+      if fam.op == op and space.runs_on(fam, target.arch) then
+        offer[#offer + 1] = fam.name .. " computes " .. table.concat(fam.axis.dtype.values, ", ")
+      end
+    end
+    error(string.format("no family computes op %s in %s on %s yet%s", op, problem.dtype,
+                        target.arch, #offer > 0 and " (" .. table.concat(offer, "; ") .. ")" or ""), 0)
+  end
+  for _, fam in ipairs(fams) do
     if fam.op == op and fam.supports(problem) then
       local n = #out
       for _, cfg in ipairs(fam.enumerate(problem, which)) do

@@ -37,17 +37,25 @@ run abf list --dim 32 --dtype BFloat16 --arch sm_80
 [ "$rc" -eq 0 ] && ! grep -qv '^tc-bf16-' "$tmp/abf.out"
 check "--dtype BFloat16 is bf16" $? "exit $rc: $(head -c 200 "$tmp/abf.err")"
 
-# --- the op: fwd is what fatune did before --op; no family offers the others --------
+# --- the op: fwd is what fatune did before --op; bwd has simtbwd; none offers decode --
 run opfwd list --dim 32 --dtype fp32 --arch sm_80 --op fwd
 [ "$rc" -eq 0 ] && [ -s "$tmp/opfwd.out" ] && cmp -s "$tmp/plain.out" "$tmp/opfwd.out"
 check "list --op fwd lists what list does" $? "exit $rc: $(head -c 200 "$tmp/opfwd.err")"
-for op in bwd decode; do
-  run "op$op" list --dim 32 --dtype fp32 --arch sm_80 --op "$op"
-  [ "$rc" -ne 0 ] && [ ! -s "$tmp/op$op.out" ] && [ "$(wc -l <"$tmp/op$op.err")" -eq 1 ] &&
-    grep -q "no family offers op $op yet (families offer: fwd)" "$tmp/op$op.err"
-  check "list --op $op: one line, no family offers it, naming fwd" $? \
-    "exit $rc: $(head -c 200 "$tmp/op$op.err")"
-done
+run opdecode list --dim 32 --dtype fp32 --arch sm_80 --op decode
+[ "$rc" -ne 0 ] && [ ! -s "$tmp/opdecode.out" ] && [ "$(wc -l <"$tmp/opdecode.err")" -eq 1 ] &&
+  grep -q "no family offers op decode yet (families offer: fwd, bwd)" "$tmp/opdecode.err"
+check "list --op decode: one line, no family offers it, naming fwd and bwd" $? \
+  "exit $rc: $(head -c 200 "$tmp/opdecode.err")"
+run opbwd list --dim 32 --dtype fp32 --arch sm_80 --op bwd
+[ "$rc" -eq 0 ] && [ -s "$tmp/opbwd.out" ] && ! grep -qv "^simtbwd-" "$tmp/opbwd.out"
+check "list --op bwd lists simtbwd's variants alone" $? "exit $rc: $(head -c 200 "$tmp/opbwd.err")"
+run opbwd16 list --dim 32 --dtype fp16 --arch sm_80 --op bwd
+[ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/opbwd16.err")" -eq 1 ] &&
+  grep -q "no family computes op bwd in fp16 on sm_80 yet (simtbwd computes fp32, fp64)" \
+    "$tmp/opbwd16.err"
+check "list --op bwd --dtype fp16: one line naming what computes bwd" $? \
+  "exit $rc: $(head -c 200 "$tmp/opbwd16.err")"
+
 run opbad list --dim 32 --op backward
 [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/opbad.err")" -eq 1 ] &&
   grep -q "unknown op 'backward' (fwd, bwd or decode" "$tmp/opbad.err"
@@ -60,9 +68,9 @@ run opvariant compile --arch sm_80 --variant "$(head -n 1 "$tmp/plain.out" | cut
 [ "$rc" -eq 2 ] && grep -q "computes op fwd, not bwd" "$tmp/opvariant.err"
 check "compile --variant (a fwd one) --op bwd is refused" $? \
   "exit $rc: $(head -c 200 "$tmp/opvariant.err")"
-run opcompile compile --dim 32 --dtype fp32 --arch sm_80 --op bwd
-[ "$rc" -ne 0 ] && grep -q "no family offers op bwd yet" "$tmp/opcompile.err"
-check "compile --op bwd: no family offers it" $? "exit $rc: $(head -c 200 "$tmp/opcompile.err")"
+run opcompile compile --dim 32 --dtype fp32 --arch sm_80 --op decode
+[ "$rc" -ne 0 ] && grep -q "no family offers op decode yet" "$tmp/opcompile.err"
+check "compile --op decode: no family offers it" $? "exit $rc: $(head -c 200 "$tmp/opcompile.err")"
 
 # --- typos: one line, exit 2, the nearest name ------------------------------------
 bad() {

@@ -547,14 +547,32 @@ static void test_contract_ops(gen_state *g, const gen_target *t) {
   p.op = FA_OP_BWD;
   gen_variant *v = NULL;
   size_t n = 0;
-  CHECK(gen_list(g, &p, t, "default", &v, &n) == FA_EINVAL &&
-          strstr(gen_errmsg(g), "no family offers op bwd yet (families offer: fwd)"),
-        "list for op bwd: %s", gen_errmsg(g));
+  int only_bwd = gen_list(g, &p, t, "default", &v, &n) == 0 && n > 0;
+  for (size_t i = 0; only_bwd && i < n; i++) only_bwd = !strncmp(v[i].name, "simtbwd-", 8);
+  CHECK(only_bwd, "list for op bwd: %zu variants, not all simtbwd's: %s", n, gen_errmsg(g));
   gen_variants_free(v, n);
+  p.op = FA_OP_DECODE;
+  CHECK(gen_list(g, &p, t, "default", &v, &n) == FA_EINVAL &&
+          strstr(gen_errmsg(g), "no family offers op decode yet (families offer: fwd, bwd)"),
+        "list for op decode: %s", gen_errmsg(g));
+  p.op = FA_OP_BWD;
+  p.dtype = FA_FP16;
+  CHECK(gen_list(g, &p, t, "default", &v, &n) == FA_EINVAL &&
+          strstr(gen_errmsg(g), "no family computes op bwd in fp16") &&
+          strstr(gen_errmsg(g), "simtbwd computes fp32, fp64"),
+        "list for op bwd in fp16: %s", gen_errmsg(g));
+  p.dtype = FA_FP32;
   gen_kernel k;
-  CHECK(gen_render_config(g, "block_m=32", &p, t, &k) == FA_EINVAL &&
+  CHECK(gen_render_config(g, "family=simt,block_m=32", &p, t, &k) == FA_EINVAL &&
           strstr(gen_errmsg(g), "family simt computes op fwd, not bwd"),
-        "render for op bwd: %s", gen_errmsg(g));
+        "render simt for op bwd: %s", gen_errmsg(g));
+  /* A config naming no family takes one of the problem's op. */
+  if (gen_render_config(g, "block_m=32", &p, t, &k) == 0) {
+    CHECK(k.op == FA_OP_BWD && !strncmp(k.name, "simtbwd-", 8), "render for op bwd: %s", k.name);
+    gen_kernel_free(&k);
+  } else {
+    CHECK(0, "render for op bwd: %s", gen_errmsg(g));
+  }
   p.op = FA_OP_FWD;
   if (gen_render_config(g, "block_m=32", &p, t, &k) == 0) {
     char why[256] = "";

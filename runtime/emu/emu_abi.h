@@ -9,9 +9,9 @@
 #ifndef EMU_ABI_H
 #define EMU_ABI_H
 
-/* Bumped whenever a struct below changes: a module built against another
+/* Bumped whenever a struct below or fa_params changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 8
+#define FA_EMU_ABI_VERSION 9
 
 /* Where a kernel finds the thread it runs as: each fiber's stack lies in a
 ** span of FA_EMU_STACK_SPAN bytes aligned to that size, whose last word

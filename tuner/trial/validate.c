@@ -33,6 +33,7 @@ static double rng_normal(uint64_t *s) {
 
 void val_case_free(val_case *c) {
   free(c->q), free(c->k), free(c->v), free(c->o_ref), free(c->lse_ref);
+  free(c->o), free(c->lse), free(c->dout), free(c->dq_ref), free(c->dk_ref), free(c->dv_ref);
   free(c->sample_rows), free(c->sample_o);
   memset(c, 0, sizeof *c);
 }
@@ -179,11 +180,43 @@ done:
   return rc;
 }
 
+/* The backward pass's case on top of the forward pass's (o_ref, lse_ref
+** made from qd, kd, vd): O and lse rounded as a forward kernel stores them,
+** a random dO, and the reference gradients. */
+static int make_bwd(val_case *c, const double *qd, const double *kd, const double *vd,
+                    char *err, size_t errlen) {
+  const fa_problem *p = &c->p;
+  const size_t bh = (size_t)p->batch * (size_t)p->heads, rows = bh * (size_t)p->seq_q;
+  const size_t nq = rows * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
+  const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
+  const fa_dtype lt = p->dtype == FA_FP64 ? FA_FP64 : FA_FP32;
+  double *dod = malloc(nq * sizeof *dod);
+  c->o = malloc(nq * es), c->lse = malloc(rows * ls), c->dout = malloc(nq * es);
+  c->dq_ref = malloc(nq * sizeof(double));
+  c->dk_ref = malloc(nk * sizeof(double)), c->dv_ref = malloc(nk * sizeof(double));
+  int rc = -1;
+  if (!dod || !c->o || !c->lse || !c->dout || !c->dq_ref || !c->dk_ref || !c->dv_ref) {
+    snprintf(err, errlen, "out of memory for the validation inputs");
+  } else {
+    uint64_t s = c->seed ^ 0xd0d0d0d0ULL;
+    for (size_t i = 0; i < nq; i++) {
+      dod[i] = fa_elem_put(c->dout, p->dtype, i, rng_normal(&s));
+      fa_elem_put(c->o, p->dtype, i, c->o_ref[i]);
+    }
+    for (size_t i = 0; i < rows; i++) fa_elem_put(c->lse, lt, i, c->lse_ref[i]);
+    const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
+    const ref_bwd_io io = {qd, kd, vd, dod, lq, lk, lk, lq, c->dq_ref, c->dk_ref, c->dv_ref,
+                           lq, lk, lk};
+    rc = ref_op(p, &io, err, errlen);
+  }
+  free(dod);
+  return rc;
+}
+
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen) {
   memset(c, 0, sizeof *c);
-  /* The cases below are the forward pass's tensors (ref_fwd_io). */
-  if (p->op != FA_OP_FWD) {
+  if (p->op != FA_OP_FWD && p->op != FA_OP_BWD) {
     snprintf(err, errlen, "no validation case for op %s: not implemented yet", fa_op_name(p->op));
     return -1;
   }
@@ -198,7 +231,10 @@ int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, cha
   } else {
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
     const ref_fwd_io io = {qd, kd, vd, lq, lk, lk, c->o_ref, lq, c->lse_ref};
-    rc = ref_op(p, &io, err, errlen);
+    fa_problem fwd = *p;
+    fwd.op = FA_OP_FWD;
+    rc = ref_op(&fwd, &io, err, errlen);
+    if (rc == 0 && p->op == FA_OP_BWD) rc = make_bwd(c, qd, kd, vd, err, errlen);
   }
   free(qd), free(kd), free(vd);
   if (rc != 0) val_case_free(c);
@@ -282,6 +318,47 @@ static int judge_lse(const val_case *c, const void *lse, double tol, val_result 
   return 0;
 }
 
+/* A gradient against its reference (n elements, seq rows of the problem's
+** dim): every element finite, the norm-relative error into grad_err[g]
+** and, the worst so far, rel_err. */
+static int judge_grad(const val_case *c, const void *got, const double *ref, int seq, int g,
+                      const char *name, double tol, val_result *r) {
+  const fa_problem *p = &c->p;
+  fa_problem shape = *p;
+  shape.seq_q = seq;   /* val_where's rows */
+  const size_t n = (size_t)p->batch * (size_t)p->heads * (size_t)seq * (size_t)p->dim;
+  char at[64];
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double x = fa_elem_get(got, p->dtype, i), d = x - ref[i];
+    if (isnan(x) || isinf(x)) {
+      val_where(&shape, i, p->dim, at, sizeof at);
+      snprintf(r->msg, sizeof r->msg, "%s%s is %s (never written, or overflow)", name, at,
+               isnan(x) ? "NaN" : "Inf");
+      r->grad_err[g] = r->rel_err = r->max_abs_err = INFINITY;
+      return 1;
+    }
+    e2 += d * d, r2 += ref[i] * ref[i];
+    if (fabs(d) > r->max_abs_err) r->max_abs_err = fabs(d);
+  }
+  const double e = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
+  r->grad_err[g] = e;
+  if (e > r->rel_err) r->rel_err = e;
+  if (e > tol && !r->msg[0])
+    snprintf(r->msg, sizeof r->msg, "%s: norm-relative error %.3g exceeds %.0e", name, e, tol);
+  return 0;
+}
+
+static int judge_dq(const val_case *c, const void *got, double tol, val_result *r) {
+  return judge_grad(c, got, c->dq_ref, c->p.seq_q, 0, "dq", tol, r);
+}
+static int judge_dk(const val_case *c, const void *got, double tol, val_result *r) {
+  return judge_grad(c, got, c->dk_ref, c->p.seq_k, 1, "dk", tol, r);
+}
+static int judge_dv(const val_case *c, const void *got, double tol, val_result *r) {
+  return judge_grad(c, got, c->dv_ref, c->p.seq_k, 2, "dv", tol, r);
+}
+
 /* An output an op declares: its name, its tolerance for a dtype, and its
 ** judge, which sets its errors in r and, when the output fails, r->msg
 ** unless an earlier output's message is there; 1 when the output is not
@@ -297,8 +374,16 @@ static const val_output fwd_outputs[] = {
   {"o", val_tolerance, judge_o},
   {"lse", val_tolerance, judge_lse},
 };
+/* The backward pass's gradients take the forward pass's tolerances: FA2
+** and FA3 test theirs against the same bounds as their outputs. */
+static const val_output bwd_outputs[] = {
+  {"dq", val_tolerance, judge_dq},
+  {"dk", val_tolerance, judge_dk},
+  {"dv", val_tolerance, judge_dv},
+};
 static const struct { const val_output *out; int n; } op_outputs[FA_NOPS] = {
   [FA_OP_FWD] = {fwd_outputs, sizeof fwd_outputs / sizeof fwd_outputs[0]},
+  [FA_OP_BWD] = {bwd_outputs, sizeof bwd_outputs / sizeof bwd_outputs[0]},
 };
 
 static int val_noutputs(fa_op op) {
@@ -308,6 +393,7 @@ static int val_noutputs(fa_op op) {
 void val_judge(const val_case *c, const void *const *outputs, val_result *r) {
   r->status = VAL_OK;
   r->rel_err = r->max_abs_err = r->lse_err = r->sample_err = 0;
+  r->grad_err[0] = r->grad_err[1] = r->grad_err[2] = 0;
   r->msg[0] = 0;
   const int n = val_noutputs(c->p.op);
   if (n == 0) {
@@ -329,60 +415,91 @@ static size_t first_diff(const void *a, const void *b, size_t n, size_t es) {
   return n;
 }
 
+int val_inputs_upload(fa_backend *be, const val_case *c, attn_inputs *in, char *err,
+                      size_t errlen) {
+  memset(in, 0, sizeof *in);
+  if (attn_inputs_upload(be, &c->p, c->q, c->k, c->v, in, err, errlen) != 0) return -1;
+  if (c->p.op == FA_OP_BWD &&
+      attn_bwd_inputs_upload(be, &c->p, c->o, c->lse, c->dout, in, err, errlen) != 0) {
+    attn_inputs_free(be, in);
+    return -1;
+  }
+  return 0;
+}
+
+/* The output and element of the first difference between two runs'
+** outputs, for the race report; 0 when they agree. */
+static int runs_differ(const val_case *c, unsigned char *const *a, unsigned char *const *b,
+                       char *what, size_t n) {
+  const fa_problem *p = &c->p;
+  static const char *const fwd_names[] = {"o", "lse"}, *const bwd_names[] = {"dq", "dk", "dv"};
+  const char *const *names = p->op == FA_OP_BWD ? bwd_names : fwd_names;
+  size_t bytes[ATTN_MAX_OUTPUTS];
+  const int nout = attn_outputs(p, bytes);
+  for (int o = 0; o < nout; o++) {
+    const int is_lse = p->op == FA_OP_FWD && o == 1;
+    const size_t es = is_lse ? (size_t)fa_lse_size(p->dtype) : (size_t)fa_dtype_size(p->dtype);
+    const size_t i = first_diff(a[o], b[o], bytes[o] / es, es);
+    if (i == bytes[o] / es) continue;
+    fa_problem shape = *p;
+    if (p->op == FA_OP_BWD && o > 0) shape.seq_q = p->seq_k;
+    char at[64];
+    val_where(&shape, i, is_lse ? 1 : p->dim, at, sizeof at);
+    snprintf(what, n, "%s%s", names[o], at);
+    return 1;
+  }
+  return 0;
+}
+
 int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
               const fa_program *prog, const gen_kernel *k, const val_opts *o,
               val_result *r, char *err, size_t errlen) {
   memset(r, 0, sizeof *r);
   const fa_problem *p = &c->p;
-  const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
-  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
-  const size_t n = rows * (size_t)p->dim;
+  size_t bytes[ATTN_MAX_OUTPUTS];
+  const int nout = attn_outputs(p, bytes);
   const int runs = o->nschedules == 2 ? 2 : 1;
-  unsigned char *out[2][2] = {{NULL}};
+  unsigned char *out[2][ATTN_MAX_OUTPUTS] = {{NULL}};
   int rc = 0;
-  for (int s = 0; s < runs; s++) {
-    out[s][0] = malloc(n * es), out[s][1] = malloc(rows * ls);
-    if (!out[s][0] || !out[s][1]) {
-      snprintf(err, errlen, "out of memory");
-      rc = -1;
-      goto done;
-    }
-  }
+  for (int s = 0; s < runs; s++)
+    for (int i = 0; i < nout; i++)
+      if (!(out[s][i] = malloc(bytes[i]))) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+        goto done;
+      }
   for (int s = 0; s < runs; s++) {
     /* Shared memory starts as NaN (all ones) in the first run and as zeros
     ** in the second: a read before the write then changes the bits too. */
     fa_run_opts ro = {.schedule = o->schedule[s], .seed = o->seed, .threads = o->threads,
                       .smem_fill = s ? 0x00 : 0xFF};
     char why[400];
-    if (attn_run(be, prog, k, p, in, &ro, out[s][0], out[s][1], s ? NULL : &r->counters,
-                 s ? NULL : &r->run_ms, why, sizeof why) != 0) {
+    void *host[ATTN_MAX_OUTPUTS];
+    for (int i = 0; i < nout; i++) host[i] = out[s][i];
+    if (attn_run_op(be, prog, k, p, in, &ro, host, s ? NULL : &r->counters,
+                    s ? NULL : &r->run_ms, why, sizeof why) != 0) {
       snprintf(r->msg, sizeof r->msg, "%s", why);
       r->status = VAL_CRASHED;
       r->rel_err = r->max_abs_err = r->lse_err = INFINITY;
       goto done;
     }
   }
-  const void *const got[2] = {out[0][0], out[0][1]};  /* fwd: o, lse */
+  const void *got[ATTN_MAX_OUTPUTS];
+  for (int i = 0; i < nout; i++) got[i] = out[0][i];
   val_judge(c, got, r);
-  if (o->keep_o) memcpy(o->keep_o, out[0][0], n * es);
-  if (o->keep_lse) memcpy(o->keep_lse, out[0][1], rows * ls);
-  if (runs == 2) {
-    /* A race outranks an error figure: it says what to fix. */
-    size_t i = first_diff(out[0][0], out[1][0], n, es);
-    size_t j = first_diff(out[0][1], out[1][1], rows, ls);
-    if (i < n || j < rows) {
-      char at[64];
-      if (i < n) val_where(p, i, p->dim, at, sizeof at);
-      else val_where(p, j, 1, at, sizeof at);
-      snprintf(r->msg, sizeof r->msg, "%s: %s%s differs between the %s and %s schedules "
-               "(shared memory starting as NaN, then zeros): a race, or a read of shared "
-               "memory before it is written (a barrier missing?)", k->entry,
-               i < n ? "o" : "lse", at, backend_schedule_name(o->schedule[0]),
-               backend_schedule_name(o->schedule[1]));
-      r->status = VAL_INVALID;
-    }
+  if (p->op == FA_OP_FWD && o->keep_o) memcpy(o->keep_o, out[0][0], bytes[0]);
+  if (p->op == FA_OP_FWD && o->keep_lse) memcpy(o->keep_lse, out[0][1], bytes[1]);
+  char what[96];
+  /* A race outranks an error figure: it says what to fix. */
+  if (runs == 2 && runs_differ(c, out[0], out[1], what, sizeof what)) {
+    snprintf(r->msg, sizeof r->msg, "%s: %s differs between the %s and %s schedules "
+             "(shared memory starting as NaN, then zeros): a race, or a read of shared "
+             "memory before it is written (a barrier missing?)", k->entry, what,
+             backend_schedule_name(o->schedule[0]), backend_schedule_name(o->schedule[1]));
+    r->status = VAL_INVALID;
   }
 done:
-  for (int s = 0; s < 2; s++) free(out[s][0]), free(out[s][1]);
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < ATTN_MAX_OUTPUTS; i++) free(out[s][i]);
   return rc;
 }

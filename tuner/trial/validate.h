@@ -23,6 +23,11 @@ typedef struct val_case {
   unsigned long long seed;
   void *q, *k, *v;        /* kernel dtype, contiguous */
   double *o_ref, *lse_ref;
+  /* The backward pass (op bwd): its further inputs, the forward pass's o
+  ** and lse (the float64 reference's, rounded as a kernel stores them) and
+  ** a random dout; the reference gradients. */
+  void *o, *lse, *dout;
+  double *dq_ref, *dk_ref, *dv_ref;
   /* Oracle cases: rows also computed in float64 on the CPU, to check the
   ** oracle and every kernel against a reference independent of the GPU. */
   size_t nsample;
@@ -31,7 +36,8 @@ typedef struct val_case {
   double oracle_err;      /* the oracle's own norm-relative error there */
 } val_case;
 
-/* Normal random Q, K, V from seed; the reference from the rounded values. */
+/* Normal random Q, K, V (and for op bwd dO) from seed; the reference from
+** the rounded values. */
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen);
 void val_case_free(val_case *c);
@@ -43,6 +49,10 @@ void val_case_free(val_case *c);
 int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long seed,
                          fa_backend *be, const fa_program *oracle, const gen_kernel *ok,
                          size_t nsample, char *err, size_t errlen);
+
+/* The case's inputs on the backend: Q, K, V, and for op bwd O, lse and dO. */
+int val_inputs_upload(fa_backend *be, const val_case *c, attn_inputs *in, char *err,
+                      size_t errlen);
 
 typedef enum val_status { VAL_OK, VAL_INVALID, VAL_CRASHED } val_status;
 
@@ -56,7 +66,8 @@ typedef struct val_opts {
 
 typedef struct val_result {
   val_status status;
-  double rel_err, max_abs_err, lse_err;
+  double rel_err, max_abs_err, lse_err;  /* bwd: rel_err the worst of grad_err */
+  double grad_err[3];       /* bwd: norm-relative errors of dq, dk, dv */
   double sample_err;        /* oracle cases: norm-relative error on the CPU rows */
   fa_counters counters;     /* of the first run */
   double run_ms;            /* its launch time */
@@ -64,7 +75,8 @@ typedef struct val_result {
 } val_result;
 
 /* The verdict on one run: each output the case's op declares (validate.c;
-** fwd: o in the kernel's dtype, then lse of fa_lse_size bytes each), in
+** fwd: o in the kernel's dtype, then lse of fa_lse_size bytes each; bwd:
+** dq, dk, dv, each to the dtype's tolerance; attn_outputs), in
 ** outputs[] in that order, laid out as the case's problem, against its
 ** reference with its own tolerance and, for oracle cases, o's rows in
 ** float64. Sets r's status, errors and msg (the first failing output's);

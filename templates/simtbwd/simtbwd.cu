@@ -1,0 +1,228 @@
+$ -- simtbwd.cu: FlashAttention-2's backward pass on CUDA cores (see simtbwd.lua).
+$ local c, P, T = args.cfg, args.P, args.T
+$ local causal = c.causal == 1
+$ local D, BM, BN, NT, DS, NS = P.D, P.BM, P.BN, P.NT, P.DS, P.NS
+$ local W = NT // 32
+/* ${args.entry}: the backward pass, tile ${BM}x${BN}, ${NT} threads.
+** dK, dV: ${P.RKV} element(s) per thread; dQ: ${P.RQ}. */
+
+$ -- What every kernel of the op computes from the argument block: the
+$ -- tensors of this (batch, head), the causal offset and the scales.
+$ local function setup()
+  typedef ${args.acc} acc_t;
+  const int tid = fa_tid();
+  const int h = fa_bid_y(), b = fa_bid_z();
+  const int hk = FA_KV_HEAD(p, h);
+  const acc_t *const qg = (const acc_t *)p.q + b * p.q_sb + h * p.q_sh;
+  const acc_t *const kg = (const acc_t *)p.k + b * p.k_sb + hk * p.k_sh;
+  const acc_t *const vg = (const acc_t *)p.v + b * p.v_sb + hk * p.v_sh;
+  const acc_t *const og = (const acc_t *)p.o + b * p.o_sb + h * p.o_sh;
+  const acc_t *const dog = (const acc_t *)p.dout + b * p.do_sb + h * p.do_sh;
+  const acc_t *const lg = (const acc_t *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
+  acc_t *const dg = (acc_t *)p.ws + ((long long)b * p.heads + h) * p.seq_q;
+  const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
+  const acc_t sl2 = (acc_t)p.scale_log2;
+  /* The softmax scale itself: dQ and dK carry it once. */
+  const acc_t scale = (acc_t)(p.scale_log2 * 0.69314718055994530942);
+  (void)qg; (void)kg; (void)vg; (void)og; (void)dog; (void)lg; (void)dg; (void)off;
+  (void)sl2; (void)scale;
+$ end
+
+$ -- Shared-memory tiles of the dkdv and dq kernels.
+$ local function tiles()
+  acc_t *const sm = (acc_t *)fa_smem_base();
+  acc_t *const Qs = sm + ${P.off_q};
+  acc_t *const dOs = sm + ${P.off_do};
+  acc_t *const Ks = sm + ${P.off_k};
+  acc_t *const Vs = sm + ${P.off_v};
+  acc_t *const dSs = sm + ${P.off_ds};
+  acc_t *const lse_s = sm + ${P.off_lse};
+  acc_t *const d_s = sm + ${P.off_d};
+$ end
+
+$ -- Q and dO rows q0.. into shared memory with each row's logsumexp (in
+$ -- log2 units) and D; rows past the problem are zeros.
+$ local function load_q(q0)
+  for (int e = tid; e < ${BM * D}; e += ${NT}) {
+    const int r = e / ${D}, d = e - r * ${D};
+    const int gr = ${q0} + r;
+    acc_t qx = 0, dx = 0;
+    if (gr < p.seq_q) {
+      qx = fa_ldg_${T}(qg + gr * p.q_sn + d);
+      dx = fa_ldg_${T}(dog + gr * p.do_sn + d);
+    }
+    fa_sts_${T}(Qs + r * ${DS} + d, qx);
+    fa_sts_${T}(dOs + r * ${DS} + d, dx);
+  }
+  for (int r = tid; r < ${BM}; r += ${NT}) {
+    const int gr = ${q0} + r;
+    acc_t lx = 0, dx = 0;
+    if (gr < p.seq_q) {
+      lx = fa_ldg_${T}(lg + gr) * (acc_t)1.44269504088896340736;
+      dx = fa_ld_${T}(dg + gr);
+    }
+    fa_sts_${T}(lse_s + r, lx);
+    fa_sts_${T}(d_s + r, dx);
+  }
+$ end
+
+$ -- K and V rows k0.. into shared memory; rows past the problem are zeros.
+$ local function load_kv(k0)
+  for (int e = tid; e < ${BN * D}; e += ${NT}) {
+    const int n = e / ${D}, d = e - n * ${D};
+    const int gn = ${k0} + n;
+    acc_t kx = 0, vx = 0;
+    if (gn < p.seq_k) {
+      kx = fa_ldg_${T}(kg + gn * p.k_sn + d);
+      vx = fa_ldg_${T}(vg + gn * p.v_sn + d);
+    }
+    fa_sts_${T}(Ks + n * ${DS} + d, kx);
+    fa_sts_${T}(Vs + n * ${DS} + d, vx);
+  }
+$ end
+
+$ -- The one recomputation both kernels share, cell by cell of the BM x BN
+$ -- tile: P = exp2(S log2e - lse), dP = dO V^T, dS = P (dP - D); a cell
+$ -- outside the problem or the mask is 0. With p_out, P is kept too.
+$ local function recompute(q0, k0, p_out)
+  for (int e = tid; e < ${BM * BN}; e += ${NT}) {
+    const int r = e / ${BN}, n = e - r * ${BN};
+    const int gr = ${q0} + r, gn = ${k0} + n;
+    acc_t pv = 0, ds = 0;
+$ if causal then
+    if (gr < p.seq_q && gn < p.seq_k && gn <= gr + off) {
+$ else
+    if (gr < p.seq_q && gn < p.seq_k) {
+$ end
+      acc_t s = 0, dp = 0;
+      FA_UNROLL_BY(4)
+      for (int d = 0; d < ${D}; ++d) {
+        s += fa_lds_${T}(Qs + r * ${DS} + d) * fa_lds_${T}(Ks + n * ${DS} + d);
+        dp += fa_lds_${T}(dOs + r * ${DS} + d) * fa_lds_${T}(Vs + n * ${DS} + d);
+      }
+      pv = fa_exp2_${T}(s * sl2 - fa_lds_${T}(lse_s + r));
+      ds = pv * (dp - fa_lds_${T}(d_s + r));
+    }
+$ if p_out then
+    fa_sts_${T}(Ps + r * ${NS} + n, pv);
+$ end
+    fa_sts_${T}(dSs + r * ${NS} + n, ds);
+  }
+$ end
+
+/* D = rowsum(dO * O): a warp per row, its lanes across the head dim. */
+FA_KERNEL(${args.entry}_pre, ${NT})
+{
+  $ setup()
+  const int lane = tid & 31, warp = tid >> 5;
+  const int q0 = fa_bid_x() * ${BM};
+  for (int r = warp; r < ${BM}; r += ${W}) {
+    const int gr = q0 + r;
+    if (gr >= p.seq_q) break;
+    acc_t sum = 0;
+    for (int d = lane; d < ${D}; d += 32)
+      sum += fa_ldg_${T}(dog + gr * p.do_sn + d) * fa_ld_${T}(og + gr * p.o_sn + d);
+    FA_UNROLL
+    for (int m = 16; m >= 1; m >>= 1) sum += fa_shfl_xor_${T}(sum, m);
+    if (lane == 0) fa_st_${T}(dg + gr, sum);
+  }
+}
+
+/* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
+FA_KERNEL(${args.entry}_dkdv, ${NT})
+{
+  $ setup()
+  $ tiles()
+  acc_t *const Ps = sm + ${P.off_p};
+  acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + h * p.dk_sh;
+  acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + h * p.dv_sh;
+  const int k0 = fa_bid_x() * ${BN};
+  acc_t dk[${P.RKV}], dv[${P.RKV}];
+  FA_UNROLL
+  for (int t = 0; t < ${P.RKV}; ++t) dk[t] = dv[t] = 0;
+  $ load_kv("k0")
+$ if causal then
+  /* The first row that sees key k0 is k0 - off. */
+  const int first = k0 - off > 0 ? (k0 - off) / ${BM} : 0;
+$ else
+  const int first = 0;
+$ end
+  const int nq = (p.seq_q + ${BM - 1}) / ${BM};
+  for (int qb = first; qb < nq; ++qb) {
+    const int q0 = qb * ${BM};
+    $ load_q("q0")
+    fa_syncthreads();
+    $ recompute("q0", "k0", true)
+    fa_syncthreads();
+    /* dV += P^T dO, dK += dS^T Q over the block's rows. */
+    FA_UNROLL
+    for (int t = 0; t < ${P.RKV}; ++t) {
+      const int e = tid + t * ${NT};
+      if (e < ${BN * D}) {
+        const int n = e / ${D}, d = e - n * ${D};
+        acc_t av = 0, ak = 0;
+        FA_UNROLL_BY(4)
+        for (int r = 0; r < ${BM}; ++r) {
+          av += fa_lds_${T}(Ps + r * ${NS} + n) * fa_lds_${T}(dOs + r * ${DS} + d);
+          ak += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Qs + r * ${DS} + d);
+        }
+        dv[t] += av, dk[t] += ak;
+      }
+    }
+    fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
+  }
+  FA_UNROLL
+  for (int t = 0; t < ${P.RKV}; ++t) {
+    const int e = tid + t * ${NT};
+    const int n = e / ${D}, d = e - n * ${D};
+    if (e < ${BN * D} && k0 + n < p.seq_k) {
+      fa_st_${T}(dkg + (k0 + n) * p.dk_sn + d, dk[t] * scale);
+      fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, dv[t]);
+    }
+  }
+}
+
+/* dQ of Q block fa_bid_x(), over the K/V blocks it sees. */
+FA_KERNEL(${args.entry}_dq, ${NT})
+{
+  $ setup()
+  $ tiles()
+  acc_t *const dqg = (acc_t *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  const int q0 = fa_bid_x() * ${BM};
+  acc_t dq[${P.RQ}];
+  FA_UNROLL
+  for (int t = 0; t < ${P.RQ}; ++t) dq[t] = 0;
+  $ load_q("q0")
+$ if causal then
+  /* The block's last row sees keys up to q0 + ${BM - 1} + off. */
+  int kend = q0 + ${BM} + off;
+  kend = kend < 0 ? 0 : kend > p.seq_k ? p.seq_k : kend;
+$ else
+  const int kend = p.seq_k;
+$ end
+  for (int k0 = 0; k0 < kend; k0 += ${BN}) {
+    $ load_kv("k0")
+    fa_syncthreads();
+    $ recompute("q0", "k0", false)
+    fa_syncthreads();
+    FA_UNROLL
+    for (int t = 0; t < ${P.RQ}; ++t) {
+      const int e = tid + t * ${NT};
+      if (e < ${BM * D}) {
+        const int r = e / ${D}, d = e - r * ${D};
+        acc_t a = 0;
+        FA_UNROLL_BY(4)
+        for (int n = 0; n < ${BN}; ++n)
+          a += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Ks + n * ${DS} + d);
+        dq[t] += a;
+      }
+    }
+    fa_syncthreads(); /* dS and K are read: the next K/V block may load */
+  }
+  FA_UNROLL
+  for (int t = 0; t < ${P.RQ}; ++t) {
+    const int e = tid + t * ${NT};
+    const int r = e / ${D}, d = e - r * ${D};
+    if (e < ${BM * D} && q0 + r < p.seq_q) fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, dq[t] * scale);
+  }
+}

@@ -1,0 +1,126 @@
+-- simtbwd.lua
+-- The SIMT backward family: FlashAttention-2's backward pass on CUDA cores,
+-- fp32 and fp64. Three launches over one argument block:
+--   pre   D = rowsum(dO * O) per query row, into the workspace "delta";
+--   dkdv  parallel over K/V blocks (the main kernel): K_j and V_j stay in
+--         shared memory, dK_j and dV_j in registers, while the Q blocks go
+--         by, each recomputing P = exp(S - lse) from the forward pass's
+--         logsumexp: dV += P^T dO, dS = P * (dO V^T - D), dK += dS^T Q;
+--   dq    parallel over Q blocks: dQ += dS K over the K/V blocks, written
+--         once, so that dQ needs no atomics and every run gives the same
+--         bits (FlashAttention-3's deterministic mode orders its atomics
+--         instead; this one recomputes S and dP once more).
+
+local simtbwd = { name = "simtbwd", version = 1 }
+local enum = require("enum")
+
+local int_axis, enum_axis = enum.int_axis, enum.enum_axis
+
+simtbwd.title = "CUDA cores, backward"
+simtbwd.targets = "any"
+simtbwd.rank = 3
+simtbwd.preludes = enum.preludes
+simtbwd.op = "bwd"
+
+function simtbwd.default_dtype() return "fp32", "fp32 on CUDA cores" end
+
+-- Names: simtbwd-f32-d64-m32n32w4[-causal].
+simtbwd.axes = {
+  enum_axis("dtype", { "fp32", "fp64" }, { fp32 = "f32", fp64 = "f64" }),
+  int_axis("dim", 1, 256, { prefix = "d" }),
+  int_axis("causal", 0, 1, enum.flag("causal")),
+  int_axis("block_m", 1, 256, { prefix = "m" }),
+  int_axis("block_n", 1, 256, { prefix = "n" }),
+  int_axis("warps", 1, 32, { prefix = "w" }),
+}
+simtbwd.axis = enum.index(simtbwd.axes)
+simtbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "causal" } }
+
+function simtbwd.defaults(problem)
+  return { dtype = problem.dtype or "fp32", dim = problem.dim or 64,
+           causal = problem.causal or 0, block_m = 32, block_n = 32, warps = 4 }
+end
+
+simtbwd.fallbacks = { warps = { 4, 2, 1, 8 } }
+
+function simtbwd.supports(problem)
+  return problem.dtype == "fp32" or problem.dtype == "fp64"
+end
+
+local function cdiv(a, b) return (a + b - 1) // b end
+
+-- The shared-memory plan (in elements, rows padded by one against bank
+-- conflicts) and the register arrays of each kernel.
+function simtbwd.plan(c)
+  local D, BM, BN = c.dim, c.block_m, c.block_n
+  local P = { D = D, BM = BM, BN = BN, NT = 32 * c.warps, DS = D + 1, NS = BN + 1 }
+  P.esize = c.dtype == "fp64" and 8 or 4
+  P.RKV = cdiv(BN * D, P.NT)     -- dK and dV elements per thread (dkdv)
+  P.RQ = cdiv(BM * D, P.NT)      -- dQ elements per thread (dq)
+  local off = 0
+  local function take(n) local at = off; off = off + n; return at end
+  -- Both kernels hold Q, dO, K and V tiles, dS and the rows' lse and D;
+  -- dkdv also P.
+  P.off_q, P.off_do = take(BM * P.DS), take(BM * P.DS)
+  P.off_k, P.off_v = take(BN * P.DS), take(BN * P.DS)
+  P.off_ds = take(BM * P.NS)
+  P.off_lse, P.off_d = take(BM), take(BM)
+  P.smem_dq = off * P.esize
+  P.off_p = take(BM * P.NS)
+  P.smem_dkdv = off * P.esize
+  local words = c.dtype == "fp64" and 2 or 1
+  P.reg_words = (2 * P.RKV) * words + 32
+  P.reg_words_dq = P.RQ * words + 32
+  return P
+end
+
+function simtbwd.fits(c, _, target)
+  local P = simtbwd.plan(c)
+  if P.NT > target.max_threads then return false, "too many threads" end
+  if P.smem_dkdv > target.smem then return false, "shared memory over the limit" end
+  if math.max(P.reg_words, P.reg_words_dq) > 255 then
+    return false, "registers over 255 per thread"
+  end
+  return true
+end
+
+local function cross(base, axes, out) enum.cross(simtbwd.axes, base, axes, out) end
+
+-- The default space: FlashAttention-2's square-ish tiles; "small" when
+-- none of them fits (fp64 at large head dims); "full" the whole product.
+function simtbwd.enumerate(problem, which)
+  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local out = {}
+  if which == "full" then
+    local tiles = { 1, 2, 4, 8, 16, 32, 64, 128 }
+    cross(base, { block_m = tiles, block_n = tiles, warps = { 1, 2, 4, 8 } }, out)
+  elseif which == "small" then
+    cross(base, { block_m = { 8, 16 }, block_n = { 8, 16 }, warps = { 2, 4 } }, out)
+  else
+    cross(base, { block_m = { 16, 32, 64 }, block_n = { 32, 64 }, warps = { 4, 8 } }, out)
+  end
+  return out
+end
+
+function simtbwd.render(c)
+  local P = simtbwd.plan(c)
+  local entry = simtbwd.name_of(c):gsub("-", "_")
+  local args = { cfg = c, P = P, entry = entry, T = c.dtype == "fp64" and "f64" or "f32",
+                 acc = c.dtype == "fp64" and "double" or "float" }
+  local delta = { { name = "delta", bytes_per_row = P.esize } }
+  return {
+    source = render("simtbwd.cu", args),
+    launches = {
+      { entry = entry .. "_pre", threads = P.NT, smem_bytes = 0,
+        grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = delta },
+      { entry = entry .. "_dkdv", threads = P.NT, smem_bytes = P.smem_dkdv, main = true,
+        grid = { { "seq_k", c.block_n }, "heads", "batch" }, workspaces = delta },
+      { entry = entry .. "_dq", threads = P.NT, smem_bytes = P.smem_dq,
+        grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = delta },
+    },
+    registers_estimate = P.reg_words,
+    io_align = P.esize,
+  }
+end
+
+return simtbwd

@@ -1,0 +1,285 @@
+/*
+** test_bwd.c
+** The backward pass's kernels (op bwd) on the emulator against the
+** float64 reference backward: every variant of the default space of the
+** simtbwd family, fp32 and fp64, causal or not, each on odd shapes (tails
+** in seq_q and seq_k, a single query, a single key, causal with more
+** queries than keys so that rows see no key, several heads and batches),
+** under two schedules that must give the same bits. Then what the
+** backward pass promises beyond its values: dQ, dK and dV bit for bit the
+** same over repeated runs on any number of threads (it has no atomics);
+** workspaces of O(seq) bytes, nothing of seq_q x seq_k; NaN-poisoned
+** outputs caught when a kernel skips them; and forward kernels refused for
+** a backward problem. The input seed is printed; FATUNE_TEST_SEED replays
+** a run.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "validate.h"
+
+static fa_backend *be;
+static gen_state *gen;
+static gen_target target;
+static unsigned long long seed;
+
+typedef struct shape { int batch, heads, seq_q, seq_k; } shape;
+
+/* Tails of every kind at tiles of 16 to 64. */
+static const shape shapes[] = {
+  {1, 1, 37, 53},   /* tails in both; causal: the first rows see 17 keys */
+  {1, 2, 53, 37},   /* causal: rows 0..15 see no key */
+  {2, 1, 1, 40},    /* a single query */
+  {1, 1, 40, 1},    /* a single key */
+  {1, 1, 70, 70},   /* several blocks each way */
+};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+
+static fa_problem problem(fa_dtype t, int dim, int causal, const shape *s) {
+  fa_problem p = {.batch = s->batch, .heads = s->heads, .seq_q = s->seq_q, .seq_k = s->seq_k,
+                  .dim = dim, .dtype = t, .causal = causal, .op = FA_OP_BWD};
+  return p;
+}
+
+/* Kernel k on problem p under two schedules (bits equal), against the
+** reference; the worst gradient error into *worst. */
+static void validate(const gen_kernel *k, const fa_program *prog, const fa_problem *p,
+                     double *worst) {
+  char err[512];
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, p, seed++, err, sizeof err) != 0) {
+    CHECK(0, "case for %s: %s", k->name, err);
+    return;
+  }
+  if (val_inputs_upload(be, &c, &in, err, sizeof err) != 0) {
+    CHECK(0, "inputs for %s: %s", k->name, err);
+    val_case_free(&c);
+    return;
+  }
+  val_opts o = {.nschedules = 2, .schedule = {FA_SCHED_FORWARD, FA_SCHED_REVERSE},
+                .threads = 2};
+  val_result r;
+  CHECK(val_check(be, &c, &in, prog, k, &o, &r, err, sizeof err) == 0, "%s: %s", k->name, err);
+  CHECK(r.status == VAL_OK, "%s on %dx%d b%d h%d: %s", k->name, p->seq_q, p->seq_k, p->batch,
+        p->heads, r.msg);
+  if (r.rel_err > *worst) *worst = r.rel_err;
+  attn_inputs_free(be, &in);
+  val_case_free(&c);
+}
+
+/* The default space of (dtype, dim, causal), each variant on every shape. */
+static void test_space(fa_dtype t, int dim, int causal) {
+  fa_problem p = problem(t, dim, causal, &shapes[4]);
+  gen_variant *v;
+  size_t n;
+  CHECK(gen_list(gen, &p, &target, "default", &v, &n) == 0, "%s", gen_errmsg(gen));
+  CHECK(n >= 4, "%s d%d: %zu bwd variants", fa_dtype_name(t), dim, n);
+  gen_kernel *ks = calloc(n, sizeof *ks);
+  fa_build *bs = calloc(n, sizeof *bs);
+  const gen_kernel **kp = calloc(n, sizeof *kp);
+  char err[512];
+  if (!ks || !bs || !kp) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    CHECK(gen_render_config(gen, v[i].config, &p, &target, &ks[i]) == 0, "%s: %s", v[i].name,
+          gen_errmsg(gen));
+    CHECK(ks[i].op == FA_OP_BWD && ks[i].nlaunch == 3 && ks[i].main == 1,
+          "%s: op %s, %d launches, main %d", ks[i].name, fa_op_name(ks[i].op), ks[i].nlaunch,
+          ks[i].main);
+    kp[i] = &ks[i];
+  }
+  CHECK(backend_compile(be, kp, n, 0, bs, err, sizeof err) == 0, "%s", err);
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
+    if (!bs[i].prog) continue;
+    for (size_t s = 0; s < NSHAPES; s++) {
+      fa_problem q = problem(t, dim, causal, &shapes[s]);
+      validate(&ks[i], bs[i].prog, &q, &worst);
+    }
+  }
+  printf("%s d%-3d %-6s %zu variants x %zu shapes, two schedules each: worst gradient error "
+         "%.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, causal ? "causal" : "", n, NSHAPES,
+         worst, val_tolerance(t));
+  for (size_t i = 0; i < n; i++) {
+    backend_build_free(be, &bs[i]);
+    gen_kernel_free(&ks[i]);
+  }
+  gen_variants_free(v, n);
+  free(ks), free(bs), free(kp);
+}
+
+/* One kernel of the default config for p, compiled; 0 when it is. */
+static int compile_one(const fa_problem *p, const char *config, gen_kernel *k, fa_build *b) {
+  char err[512];
+  memset(b, 0, sizeof *b);
+  if (gen_render_config(gen, config, p, &target, k) != 0) {
+    CHECK(0, "%s: %s", config, gen_errmsg(gen));
+    return -1;
+  }
+  const gen_kernel *kp = k;
+  CHECK(backend_compile(be, &kp, 1, 0, b, err, sizeof err) == 0 && b->prog, "%s: %s", k->name,
+        b->log ? b->log : err);
+  return b->prog ? 0 : -1;
+}
+
+/* No atomics: the same bits from repeated runs on 1 and 3 threads and
+** every schedule. */
+static void test_deterministic(void) {
+  const shape s = {2, 2, 70, 90};
+  fa_problem p = problem(FA_FP32, 32, 1, &s);
+  gen_kernel k;
+  fa_build b;
+  char err[512];
+  if (compile_one(&p, "block_m=16,block_n=32", &k, &b) != 0) return;
+  val_case c;
+  attn_inputs in;
+  CHECK(val_case_make(&c, &p, seed, err, sizeof err) == 0, "%s", err);
+  CHECK(val_inputs_upload(be, &c, &in, err, sizeof err) == 0, "%s", err);
+  size_t bytes[ATTN_MAX_OUTPUTS];
+  const int n = attn_outputs(&p, bytes);
+  unsigned char *first[ATTN_MAX_OUTPUTS], *again[ATTN_MAX_OUTPUTS];
+  for (int i = 0; i < n; i++) first[i] = malloc(bytes[i]), again[i] = malloc(bytes[i]);
+  const fa_schedule sched[] = {FA_SCHED_FORWARD, FA_SCHED_REVERSE, FA_SCHED_RANDOM,
+                               FA_SCHED_SKEW};
+  int runs = 0, same = 0;
+  for (int r = 0; r < 8; r++) {
+    fa_run_opts ro = {.schedule = sched[r % 4], .seed = seed + (unsigned)r,
+                      .threads = r % 2 ? 3 : 1, .smem_fill = (unsigned char)(r * 37)};
+    void *host[ATTN_MAX_OUTPUTS];
+    for (int i = 0; i < n; i++) host[i] = r ? again[i] : first[i];
+    CHECK(attn_run_op(be, b.prog, &k, &p, &in, &ro, host, NULL, NULL, err, sizeof err) == 0,
+          "%s", err);
+    if (r == 0) continue;
+    runs++;
+    int eq = 1;
+    for (int i = 0; i < n; i++) eq &= !memcmp(first[i], again[i], bytes[i]);
+    same += eq;
+    CHECK(eq, "run %d (%s, %d threads) differs from the first", r,
+          backend_schedule_name(ro.schedule), ro.threads);
+  }
+  printf("deterministic: %d of %d repeated runs give dq, dk and dv bit for bit\n", same, runs);
+  for (int i = 0; i < n; i++) free(first[i]), free(again[i]);
+  attn_inputs_free(be, &in);
+  val_case_free(&c);
+  backend_build_free(be, &b);
+  gen_kernel_free(&k);
+}
+
+/* Workspaces: bytes per query row, none of them of seq_k's size; at 16k
+** tokens and d128 the whole of it, printed. */
+static void test_memory(void) {
+  const shape s = {1, 1, 16384, 16384};
+  fa_problem p = problem(FA_FP32, 128, 0, &s);
+  gen_kernel k;
+  if (gen_render_config(gen, "", &p, &target, &k) != 0) {
+    CHECK(0, "%s", gen_errmsg(gen));
+    return;
+  }
+  size_t ws = 0;
+  for (int i = 0; i < k.nws; i++) {
+    CHECK(k.ws[i].bytes_per_row <= 2 * 8 * p.dim, "%s: workspace %s of %d bytes per row",
+          k.name, k.ws[i].name, k.ws[i].bytes_per_row);
+    ws += gen_workspace_bytes(&k, i, &p);
+  }
+  size_t out[ATTN_MAX_OUTPUTS], io = 0;
+  const int n = attn_outputs(&p, out);
+  for (int i = 0; i < n; i++) io += out[i];
+  const double scores = (double)p.seq_q * p.seq_k * 4;
+  CHECK((double)ws < scores / 1024, "%zu workspace bytes against %.0f of scores", ws, scores);
+  printf("memory at seq 16384, d128, fp32, one head: %zu workspace bytes (%s), %zu bytes of "
+         "gradients; the scores would take %.0f\n", ws, k.nws ? k.ws[0].name : "none", io,
+         scores);
+  gen_kernel_free(&k);
+}
+
+/* A backward problem run through a forward kernel, and a forward problem
+** through a backward kernel: refused with a message, nothing launched. */
+static void test_op_mismatch(void) {
+  const shape s = {1, 1, 16, 16};
+  fa_problem bwd = problem(FA_FP32, 16, 0, &s), fwd = bwd;
+  fwd.op = FA_OP_FWD;
+  gen_kernel k;
+  fa_build b;
+  if (compile_one(&bwd, "", &k, &b) != 0) return;
+  val_case c;
+  attn_inputs in;
+  char err[512];
+  CHECK(val_case_make(&c, &fwd, seed, err, sizeof err) == 0, "%s", err);
+  CHECK(val_inputs_upload(be, &c, &in, err, sizeof err) == 0, "%s", err);
+  val_opts o = {.nschedules = 1, .schedule = {FA_SCHED_FORWARD}, .threads = 1};
+  val_result r;
+  CHECK(val_check(be, &c, &in, b.prog, &k, &o, &r, err, sizeof err) == 0, "%s", err);
+  CHECK(r.status == VAL_CRASHED && strstr(r.msg, "op bwd") && strstr(r.msg, "op fwd"),
+        "a bwd kernel on a fwd problem: %s", r.msg);
+  attn_inputs_free(be, &in);
+  val_case_free(&c);
+  backend_build_free(be, &b);
+  gen_kernel_free(&k);
+}
+
+/* A dK that is never written stays NaN and fails, naming dk. */
+static void test_poison(void) {
+  const shape s = {1, 1, 24, 24};
+  fa_problem p = problem(FA_FP64, 16, 0, &s);
+  gen_kernel k;
+  fa_build b;
+  memset(&b, 0, sizeof b);
+  if (gen_render_config(gen, "block_m=16,block_n=16", &p, &target, &k) != 0) {
+    CHECK(0, "%s", gen_errmsg(gen));
+    return;
+  }
+  const char *store = "fa_st_f64(dkg";
+  char *at = strstr(k.body, store);
+  CHECK(at != NULL, "%s: no store of dK", k.name);
+  if (at) memcpy(at, "(void)    (", 11);   /* the store becomes an expression */
+  const gen_kernel *kp = &k;
+  char err[512];
+  CHECK(backend_compile(be, &kp, 1, 0, &b, err, sizeof err) == 0 && b.prog, "%s",
+        b.log ? b.log : err);
+  if (b.prog) {
+    val_case c;
+    attn_inputs in;
+    CHECK(val_case_make(&c, &p, seed, err, sizeof err) == 0, "%s", err);
+    CHECK(val_inputs_upload(be, &c, &in, err, sizeof err) == 0, "%s", err);
+    val_opts o = {.nschedules = 1, .schedule = {FA_SCHED_FORWARD}, .threads = 1};
+    val_result r;
+    CHECK(val_check(be, &c, &in, b.prog, &k, &o, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(r.status == VAL_INVALID && strstr(r.msg, "dk[0,0,0,0] is NaN"),
+          "dK never written: %s", r.msg);
+    printf("dK never written: %s\n", r.msg);
+    attn_inputs_free(be, &in);
+    val_case_free(&c);
+    backend_build_free(be, &b);
+  }
+  gen_kernel_free(&k);
+}
+
+int main(void) {
+  char err[512];
+  const char *env = getenv("FATUNE_TEST_SEED");
+  seed = env ? strtoull(env, NULL, 10) : (unsigned long long)time(NULL);
+  printf("seed %llu\n", seed);
+  if (gen_open(&gen, err, sizeof err) != 0 ||
+      gen_target_for_arch(gen, "sm_80", 0, 0, &target) != 0 ||
+      backend_open("emu", &be, NULL, 0, err, sizeof err) != 0) {
+    fprintf(stderr, "setup: %s\n", err);
+    return 1;
+  }
+  test_op_mismatch();
+  test_poison();
+  test_memory();
+  test_deterministic();
+  test_space(FA_FP32, 16, 0);
+  test_space(FA_FP32, 16, 1);
+  test_space(FA_FP64, 24, 1);
+  backend_close(be);
+  gen_close(gen);
+  return check_done("test_bwd");
+}
