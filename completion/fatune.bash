@@ -27,7 +27,7 @@ _fatune() {
       return ;;
     --launch) mapfile -t COMPREPLY < <(compgen -W "fa2 fa3" -- "$cur"); return ;;
     --gpu) mapfile -t COMPREPLY < <(compgen -W "a100 h100 h200" -- "$cur"); return ;;
-    --db|--q|--k|--v|--out|--lse|--cubin|--plot) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+    --db|--q|--k|--v|--out|--lse|--do|--o|--dq|--dk|--dv|--cubin|--plot) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
   esac
   if [[ $cur == -* ]]; then
     local flags

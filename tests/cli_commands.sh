@@ -182,6 +182,42 @@ if [ "$HAVE_PY" -eq 1 ]; then
   err=${out#max_err }; err=${err%% *}
   python3 -c "import sys; sys.exit(0 if float('$err') < 1e-12 else 1)" 2>/dev/null
   check "run (B, H, N, D) fp64: float64 output matches naive attention: $out" $? "$out"
+
+  # The backward pass: the forward pass run first, then from run's own O and lse.
+  $tool write "$tmp/dob.npy" f8 11 2 3 17 5 && $tool write "$tmp/kb.npy" f8 12 2 3 23 5 &&
+    $tool write "$tmp/vb.npy" f8 13 2 3 23 5
+  run runbwd run --op bwd --config 'block_m=8,block_n=16,warps=2' --dtype fp64 --causal \
+    --q "$tmp/q4.npy" --k "$tmp/kb.npy" --v "$tmp/vb.npy" --do "$tmp/dob.npy" \
+    --dq "$tmp/dq.npy" --dk "$tmp/dk.npy" --dv "$tmp/dv.npy" --schedule reverse
+  check "run --op bwd (B, H, N, D) fp64 causal, K/V longer: exit 0" "$rc" \
+    "exit $rc: $(tail -c 300 "$tmp/runbwd.err")"
+  grep -q "ran the forward pass with simt-f64" "$tmp/runbwd.err"
+  check "run --op bwd without --o and --lse runs the forward pass first" $? \
+    "$(tail -c 300 "$tmp/runbwd.err")"
+  out=$($tool grad "$tmp/q4.npy" "$tmp/kb.npy" "$tmp/vb.npy" "$tmp/dob.npy" "$tmp/dq.npy" \
+    "$tmp/dk.npy" "$tmp/dv.npy" --causal)
+  python3 -c "import sys; e=[float(x) for x in '$out'.split()[1::2]]; sys.exit(0 if len(e) == 3 and max(e) < 1e-12 else 1)" 2>/dev/null
+  check "run --op bwd: dQ, dK, dV match naive attention's gradients: $out" $? "$out"
+  run runfwd32 run --config 'block_m=8' --q "$tmp/q2.npy" --k "$tmp/k2.npy" --v "$tmp/v2.npy" \
+    --dtype fp32 --out "$tmp/o32.npy" --lse "$tmp/l32.npy"
+  $tool write "$tmp/do2.npy" f4 14 20 8
+  run runbwd2 run --op bwd --config 'block_m=16' --dtype fp32 --q "$tmp/q2.npy" \
+    --k "$tmp/k2.npy" --v "$tmp/v2.npy" --do "$tmp/do2.npy" --o "$tmp/o32.npy" --lse "$tmp/l32.npy" \
+    --dq "$tmp/dq2.npy" --dk "$tmp/dk2.npy" --dv "$tmp/dv2.npy"
+  out=$($tool grad "$tmp/q2.npy" "$tmp/k2.npy" "$tmp/v2.npy" "$tmp/do2.npy" "$tmp/dq2.npy" \
+    "$tmp/dk2.npy" "$tmp/dv2.npy")
+  [ "$rc" -eq 0 ] && ! grep -q "forward pass with" "$tmp/runbwd2.err" &&
+    python3 -c "import sys; e=[float(x) for x in '$out'.split()[1::2]]; sys.exit(0 if len(e) == 3 and max(e) < 1e-4 else 1)" 2>/dev/null
+  check "run --op bwd with --o and --lse (N, D) fp32 from mixed inputs: $out" $? \
+    "exit $rc: $(tail -c 300 "$tmp/runbwd2.err") $out"
+  run runbwdlse run --op bwd --config 'block_m=16' --dtype fp32 --q "$tmp/q2.npy" \
+    --k "$tmp/k2.npy" --v "$tmp/v2.npy" --do "$tmp/do2.npy" --o "$tmp/o32.npy" --lse "$tmp/o32.npy" \
+    --dq "$tmp/dq3.npy" --dk "$tmp/dk3.npy" --dv "$tmp/dv3.npy"
+  [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/runbwdlse.err")" -eq 1 ] &&
+    grep -q "o32.npy: shape (20, 8): the logsumexp of q (20, 8) is (20,)" "$tmp/runbwdlse.err" &&
+    [ ! -e "$tmp/dq3.npy" ]
+  check "run --op bwd with an O for its lse: one line, exit 2, nothing written" $? \
+    "exit $rc: $(cat "$tmp/runbwdlse.err")"
 fi
 
 # --- database commands ---

@@ -7,6 +7,10 @@
       naive attention in Python floats on the inputs as stored; prints the
       max abs error of O (and LSE), exits 1 when O or LSE has the wrong shape
       or dtype (O's: Q's, or float64 with --fp64).
+  npy_tool.py grad Q K V DO DQ DK DV [--causal] [--scale S]
+      the gradients of naive attention in Python floats; prints the max abs
+      error of dQ, dK and dV, exits 1 when one has the wrong shape or a
+      dtype other than Q's.
 """
 import math
 import random
@@ -120,7 +124,51 @@ def check(args):
     return 0
 
 
+def grad(args):
+    causal = "--causal" in args
+    paths = [a for a in args if a.endswith(".npy")]
+    (qd, qs, q), (_, ks, k), (_, vs, v), (_, dos, do) = [read(p) for p in paths[:4]]
+    B, H, N, D = as4(qs, q)[0]
+    M = as4(ks, k)[0][2]
+    scale = float(args[args.index("--scale") + 1]) if "--scale" in args else 1.0 / math.sqrt(D)
+    got = []
+    for path, want in zip(paths[4:7], (qs, ks, vs)):
+        descr, shape, vals = read(path)
+        if shape != want or descr != qd:
+            print("%s: %s %s, want %s %s" % (path, descr, shape, qd, want))
+            return 1
+        got.append(vals)
+    dq, dk, dv = [0.0] * len(q), [0.0] * len(k), [0.0] * len(v)
+    for b in range(B):
+        for h in range(H):
+            kb = (b * H + h) * M
+            for r in range(N):
+                qo = ((b * H + h) * N + r) * D
+                vis = M if not causal else max(0, min(M, r + (M - N) + 1))
+                if vis == 0:
+                    continue
+                s = [scale * sum(q[qo + d] * k[(kb + c) * D + d] for d in range(D))
+                     for c in range(vis)]
+                m = max(s)
+                p = [math.exp(x - m) for x in s]
+                l = sum(p)
+                p = [x / l for x in p]
+                dp = [sum(do[qo + d] * v[(kb + c) * D + d] for d in range(D)) for c in range(vis)]
+                dsum = sum(p[c] * dp[c] for c in range(vis))
+                for c in range(vis):
+                    ds = p[c] * (dp[c] - dsum)
+                    for d in range(D):
+                        dq[qo + d] += scale * ds * k[(kb + c) * D + d]
+                        dk[(kb + c) * D + d] += scale * ds * q[qo + d]
+                        dv[(kb + c) * D + d] += p[c] * do[qo + d]
+    errs = [max(abs(a - b) for a, b in zip(g, ref)) for g, ref in zip(got, (dq, dk, dv))]
+    print("dq_err %.3g dk_err %.3g dv_err %.3g" % tuple(errs))
+    return 0
+
+
 def main():
+    if sys.argv[1] == "grad":
+        return grad(sys.argv[2:])
     if sys.argv[1] == "write":
         path, dtype, seed = sys.argv[2], sys.argv[3], int(sys.argv[4])
         write(path, dtype, seed, [int(x) for x in sys.argv[5:]])

@@ -65,12 +65,17 @@ static const cmd_info commands[] = {
   {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
                    F_JOBS | F_OP,
    "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy --out O.npy\n"
-   "                  [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]",
+   "                  [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]\n"
+   "       fatune run --op bwd (--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy\n"
+   "                  --v V.npy --do DO.npy [--o O.npy --lse LSE.npy] --dq DQ.npy\n"
+   "                  --dk DK.npy --dv DV.npy [--causal] [--scale S] [--dtype T]",
    "Runs one variant on tensors from .npy files (float16, bfloat16, float32 or float64,\n"
    "shape (N, D) or (B, H, N, D)) and writes O in the kernel's dtype. The dtype is\n"
    "the inputs' unless --dtype says otherwise. bfloat16 is read and written as\n"
    "np.save writes an ml_dtypes.bfloat16 array (descr '<V2'): in NumPy,\n"
-   "np.load('o.npy').view(ml_dtypes.bfloat16).",
+   "np.load('o.npy').view(ml_dtypes.bfloat16). With --op bwd it runs a backward\n"
+   "variant on dO and the forward pass's O and lse (or runs the forward pass's\n"
+   "default variant first, without them) and writes dQ, dK and dV.",
    "fatune run --config block_m=64 --q q.npy --k k.npy --v v.npy --out o.npy",
    "run one variant on .npy tensors"},
   {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE | F_OP,
@@ -224,7 +229,14 @@ static const flag_info flags[] = {
   {"v", F_IO, 1, "V.npy", "values"},
   {"out", F_OUT, 1, "PATH", "run: the output .npy; report: the directory to write\n"
                             "(default fatune-report)"},
-  {"lse", F_IO, 1, "LSE.npy", "also write the logsumexp, float32 of shape (N,) or (B, H, N)"},
+  {"lse", F_IO, 1, "LSE.npy", "also write the logsumexp, float32 of shape (N,) or (B, H, N);\n"
+                            "--op bwd: the forward pass's, read with --o"},
+  {"do", F_IO, 1, "DO.npy", "--op bwd: the gradient of the output, shaped as Q"},
+  {"o", F_IO, 1, "O.npy", "--op bwd: the forward pass's output (with --lse; without\n"
+                         "both, run runs the forward pass first)"},
+  {"dq", F_IO, 1, "DQ.npy", "--op bwd: where dQ goes"},
+  {"dk", F_IO, 1, "DK.npy", "--op bwd: where dK goes"},
+  {"dv", F_IO, 1, "DV.npy", "--op bwd: where dV goes"},
   {"sass", F_SASS, 0, NULL, "disassemble each cubin with nvdisasm and count the main\n"
                             "loop's instructions per K/V block, with a throughput estimate"},
   {"cubin", F_MODEL, 1, "FILE", "model: a cubin to predict (anyone's)"},
@@ -552,6 +564,11 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--v")) o->v = val;
   else if (!strcmp(flag, "--out")) o->out = val;
   else if (!strcmp(flag, "--lse")) o->lse = val;
+  else if (!strcmp(flag, "--do")) o->dout = val;
+  else if (!strcmp(flag, "--o")) o->o_in = val;
+  else if (!strcmp(flag, "--dq")) o->dq = val;
+  else if (!strcmp(flag, "--dk")) o->dk = val;
+  else if (!strcmp(flag, "--dv")) o->dv = val;
   else if (!strcmp(flag, "--sass")) o->sass = 1;
   else if (!strcmp(flag, "--save-cubin")) o->save_cubin = val;
   else if (!strcmp(flag, "--cubin")) o->cubin = val;
@@ -730,8 +747,22 @@ static int check_command(cli_opts *o, char *err, size_t errlen) {
   if (o->cmd == CMD_BASELINE && !o->merge_path)
     return fail(err, errlen, "fatune baseline needs the path of a CSV file (see fatune help "
                 "baseline)");
-  if (o->cmd == CMD_RUN && (!o->q || !o->k || !o->v || !o->out))
-    return fail(err, errlen, "fatune run needs --q, --k, --v and --out");
+  if (o->cmd == CMD_RUN && o->problem.op == FA_OP_BWD) {
+    if (!o->q || !o->k || !o->v || !o->dout || !o->dq || !o->dk || !o->dv)
+      return fail(err, errlen, "fatune run --op bwd needs --q, --k, --v, --do, --dq, --dk and "
+                  "--dv");
+    if (o->out)
+      return fail(err, errlen, "fatune run --op bwd writes --dq, --dk and --dv, not --out");
+    if (!o->o_in != !o->lse)
+      return fail(err, errlen, "fatune run --op bwd takes --o and --lse together (the forward "
+                  "pass's), or neither, to run the forward pass first");
+  } else if (o->cmd == CMD_RUN) {
+    if (o->dout || o->o_in || o->dq || o->dk || o->dv)
+      return fail(err, errlen, "--do, --o, --dq, --dk and --dv are the backward pass's: "
+                  "give --op bwd");
+    if (!o->q || !o->k || !o->v || !o->out)
+      return fail(err, errlen, "fatune run needs --q, --k, --v and --out");
+  }
   if (o->cmd == CMD_EXPLORE && o->sweep_lo && (cli_given(o, "--seq") || cli_given(o, "--seq-k")))
     return fail(err, errlen, "fatune explore takes --seq or --sweep, not both");
   return 0;

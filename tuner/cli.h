@@ -42,6 +42,8 @@ typedef struct cli_opts {
   int seed_given;
   const char *q, *k, *v, *lse;  /* run: .npy paths */
   const char *out;        /* run: the output .npy; report: the directory */
+  const char *dout, *o_in;       /* run --op bwd: dO, and the forward pass's O (with lse) */
+  const char *dq, *dk, *dv;      /* run --op bwd: the gradients' .npy paths */
   fa_schedule schedule;  /* run: the emulator's thread order */
   int timeout_s;          /* main job: a variant's wall-time limit in its worker */
   int trial_ms;           /* main job: timing budget per variant (GPU) */

@@ -12,14 +12,17 @@
 #include "npy.h"
 #include "run.h"
 
+/* --op bwd: the kernel's problem is the backward pass's; fwd and its
+** build run the forward pass first when O and lse are not given. */
 typedef struct run_state {
-  npy_array q, k, v;
+  npy_array q, k, v, dout, o_in, lse_in;
   fa_problem p;
-  gen_kernel kern;
+  gen_kernel kern, fwd;
   fa_backend *be;
-  fa_build build;
+  fa_build build, fwd_build;
   attn_inputs in;
   void *qt, *kt, *vt, *o, *lse;
+  void *dot, *grad[3];   /* bwd: dO in the kernel's dtype; dq, dk, dv */
 } run_state;
 
 static void shape_text(const npy_array *a, char *buf, size_t n) {
@@ -70,6 +73,37 @@ static int read_inputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   }
   r->p.batch = (int)q[0], r->p.heads = (int)q[1];
   r->p.seq_q = (int)q[2], r->p.seq_k = (int)k[2], r->p.dim = (int)q[3];
+  return 0;
+}
+
+/* --op bwd's further inputs: dO (and O) shaped as Q; lse (N,) or (B, H, N)
+** as run writes it. */
+static int read_bwd_inputs(run_state *r, const cli_opts *o, char *err, size_t n) {
+  char a[96], b[96];
+  shape_text(&r->q, a, sizeof a);
+  if (npy_read(o->dout, &r->dout, err, n) != 0) return -1;
+  shape_text(&r->dout, b, sizeof b);
+  if (r->dout.ndim != r->q.ndim || memcmp(r->dout.shape, r->q.shape, sizeof r->q.shape)) {
+    snprintf(err, n, "%s: shape %s, and q's is %s: dO is shaped as Q", o->dout, b, a);
+    return -1;
+  }
+  if (!o->o_in) return 0;
+  if (npy_read(o->o_in, &r->o_in, err, n) != 0 || npy_read(o->lse, &r->lse_in, err, n) != 0)
+    return -1;
+  shape_text(&r->o_in, b, sizeof b);
+  if (r->o_in.ndim != r->q.ndim || memcmp(r->o_in.shape, r->q.shape, sizeof r->q.shape)) {
+    snprintf(err, n, "%s: shape %s, and q's is %s: O is shaped as Q", o->o_in, b, a);
+    return -1;
+  }
+  const long long rows[3] = {r->p.batch, r->p.heads, r->p.seq_q};
+  const int lnd = r->q.ndim == 4 ? 3 : 1;
+  shape_text(&r->lse_in, b, sizeof b);
+  if (r->lse_in.ndim != lnd || memcmp(r->lse_in.shape, lnd == 3 ? rows : &rows[2],
+                                       (size_t)lnd * sizeof rows[0])) {
+    snprintf(err, n, "%s: shape %s: the logsumexp of q %s is (%s%lld%s)", o->lse, b, a,
+             lnd == 3 ? "B, H, " : "", (long long)r->p.seq_q, lnd == 3 ? "" : ",");
+    return -1;
+  }
   return 0;
 }
 
@@ -130,31 +164,102 @@ static int write_outputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   return rc;
 }
 
+/* One tensor in the kernel's dtype to path, shaped as `like`. */
+static int write_tensor(const char *path, const void *x, fa_dtype t, const npy_array *like,
+                        char *err, size_t n) {
+  long long shape[4];
+  memcpy(shape, like->shape, sizeof shape);
+  return t == FA_FP64   ? npy_write_f64(path, x, like->ndim, shape, err, n)
+         : t == FA_FP32 ? npy_write_f32(path, x, like->ndim, shape, err, n)
+         : npy_write_16(path, t == FA_FP16 ? NPY_F16 : NPY_BF16, x, like->ndim, shape, err, n);
+}
+
+/* dq shaped as q, dk as k, dv as v. */
+static int write_grads(run_state *r, const cli_opts *o, char *err, size_t n) {
+  const char *const path[3] = {o->dq, o->dk, o->dv};
+  const npy_array *const like[3] = {&r->q, &r->k, &r->v};
+  for (int i = 0; i < 3; i++)
+    if (write_tensor(path[i], r->grad[i], r->p.dtype, like[i], err, n) != 0) return -1;
+  return 0;
+}
+
 static void run_free(run_state *r) {
   npy_free(&r->q), npy_free(&r->k), npy_free(&r->v);
+  npy_free(&r->dout), npy_free(&r->o_in), npy_free(&r->lse_in);
   if (r->be) {
     attn_inputs_free(r->be, &r->in);
     backend_build_free(r->be, &r->build);
+    backend_build_free(r->be, &r->fwd_build);
     backend_close(r->be);
   }
   gen_kernel_free(&r->kern);
+  gen_kernel_free(&r->fwd);
   free(r->qt), free(r->kt), free(r->vt), free(r->o), free(r->lse);
+  free(r->dot), free(r->grad[0]), free(r->grad[1]), free(r->grad[2]);
+}
+
+/* The backward pass, after the forward pass when O and lse are not given
+** (r->o, r->lse then the forward kernel's): dq, dk, dv into r->grad. */
+static int execute_bwd(run_state *r, const cli_opts *o, const fa_run_opts *ro, char *err,
+                       size_t n) {
+  const fa_problem *p = &r->p;
+  const fa_dtype lt = p->dtype == FA_FP64 ? FA_FP64 : FA_FP32;
+  const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
+  r->dot = convert(&r->dout, p->dtype);
+  size_t bytes[ATTN_MAX_OUTPUTS];
+  attn_outputs(p, bytes);
+  for (int i = 0; i < 3; i++) r->grad[i] = malloc(bytes[i]);
+  if (!r->dot || !r->grad[0] || !r->grad[1] || !r->grad[2]) {
+    snprintf(err, n, "out of memory");
+    return -1;
+  }
+  if (o->o_in) {
+    for (size_t i = 0; i < r->o_in.count; i++) fa_elem_put(r->o, p->dtype, i, r->o_in.data[i]);
+    for (size_t i = 0; i < rows; i++) fa_elem_put(r->lse, lt, i, r->lse_in.data[i]);
+  } else {
+    fa_problem fp = *p;
+    fp.op = FA_OP_FWD;
+    if (attn_run(r->be, r->fwd_build.prog, &r->fwd, &fp, &r->in, ro, r->o, r->lse, NULL, NULL,
+                 err, n))
+      return -1;
+    fprintf(stderr, "fatune: ran the forward pass with %s\n", r->fwd.name);
+  }
+  fa_counters c = {0};
+  double ms = 0;
+  if (attn_bwd_inputs_upload(r->be, p, r->o, r->lse, r->dot, &r->in, err, n) != 0 ||
+      attn_run_op(r->be, r->build.prog, &r->kern, p, &r->in, ro, r->grad, &c, &ms, err, n) != 0)
+    return -1;
+  fprintf(stderr, "fatune: ran %s on %s (%s schedule) in %.1f ms: global %llu bytes read, "
+                  "%llu written; %llu exponentials, %llu barriers\n",
+          r->kern.name, backend_name(r->be), backend_schedule_name(o->schedule), ms, c.gmem_read,
+          c.gmem_written, c.exp2, c.barriers);
+  return 0;
+}
+
+/* "<name> does not compile: <the log's first line>" unless b compiled. */
+static int compiled(const gen_kernel *k, const fa_build *b, char *err, size_t n) {
+  if (b->prog) return 0;
+  const char *log = b->log ? b->log : "?";
+  const char *nl = strchr(log, '\n');
+  snprintf(err, n, "%s does not compile: %.*s", k->name, nl ? (int)(nl - log) : (int)strlen(log),
+           log);
+  return -1;
 }
 
 /* Compile, upload, launch, download: failures here are the work's, exit 1. */
 static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
   char note[256];
-  const gen_kernel *kp = &r->kern;
+  const int fwd_first = r->p.op == FA_OP_BWD && !o->o_in;
+  const gen_kernel *kp[2] = {&r->kern, &r->fwd};
+  fa_build builds[2];
   if (backend_open(o->backend, &r->be, note, sizeof note, err, n) != 0) return -1;
   if (note[0]) fprintf(stderr, "fatune: %s; running on the CPU emulator\n", note);
-  if (backend_compile(r->be, &kp, 1, o->jobs, &r->build, err, n) != 0) return -1;
-  if (!r->build.prog) {
-    const char *log = r->build.log ? r->build.log : "?";
-    const char *nl = strchr(log, '\n');
-    snprintf(err, n, "%s does not compile: %.*s", r->kern.name,
-             nl ? (int)(nl - log) : (int)strlen(log), log);
+  if (backend_compile(r->be, kp, fwd_first ? 2 : 1, o->jobs, builds, err, n) != 0) return -1;
+  r->build = builds[0];
+  if (fwd_first) r->fwd_build = builds[1];
+  if (compiled(&r->kern, &r->build, err, n) != 0 ||
+      (fwd_first && compiled(&r->fwd, &r->fwd_build, err, n) != 0))
     return -1;
-  }
   const fa_problem *p = &r->p;
   const size_t es = (size_t)fa_dtype_size(p->dtype);
   const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
@@ -170,6 +275,7 @@ static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
                     .smem_fill = 0xFF};
   fa_counters c = {0};
   double ms = 0;
+  if (p->op == FA_OP_BWD) return execute_bwd(r, o, &ro, err, n);
   if (attn_run(r->be, r->build.prog, &r->kern, p, &r->in, &ro, r->o, r->lse, &c, &ms, err, n))
     return -1;
   fprintf(stderr, "fatune: ran %s on %s (%s schedule) in %.1f ms: global %llu bytes read, "
@@ -179,15 +285,24 @@ static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
   return 0;
 }
 
+/* Outputs go only to new or regular files, said before any work. */
+static int check_destinations(const cli_opts *o, char *err, size_t n) {
+  if (o->problem.op == FA_OP_BWD)
+    return npy_check_destination(o->dq, err, n) || npy_check_destination(o->dk, err, n) ||
+           npy_check_destination(o->dv, err, n) ? -1 : 0;
+  return npy_check_destination(o->out, err, n) != 0 ||
+         (o->lse && npy_check_destination(o->lse, err, n) != 0) ? -1 : 0;
+}
+
 int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   run_state r;
   memset(&r, 0, sizeof r);
   char err[600];
   int rc = 0;
-  /* Outputs go only to new or regular files, said before any work. */
+  r.p.op = o->problem.op;
   if (read_inputs(&r, o, err, sizeof err) != 0 ||
-      npy_check_destination(o->out, err, sizeof err) != 0 ||
-      (o->lse && npy_check_destination(o->lse, err, sizeof err) != 0)) {
+      (r.p.op == FA_OP_BWD && read_bwd_inputs(&r, o, err, sizeof err) != 0) ||
+      check_destinations(o, err, sizeof err) != 0) {
     rc = cli_say(EXIT_BAD_INPUT, err);
     goto done;
   }
@@ -195,23 +310,34 @@ int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     rc = cli_say(EXIT_BAD_INPUT, err);
     goto done;
   }
-  r.p.causal = o->problem.causal, r.p.scale = o->problem.scale, r.p.op = o->problem.op;
+  r.p.causal = o->problem.causal, r.p.scale = o->problem.scale;
   if (o->variant ? gen_render_name(g, o->variant, t, &r.kern)
                  : gen_render_config(g, o->config, &r.p, t, &r.kern)) {
     rc = cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
     goto done;
   }
   if (r.kern.note[0]) cli_say(0, r.kern.note);
+  if (r.p.op == FA_OP_BWD && !o->o_in) {
+    fa_problem fp = r.p;
+    fp.op = FA_OP_FWD;
+    if (gen_render_config(g, "", &fp, t, &r.fwd)) {
+      rc = cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
+      goto done;
+    }
+  }
   /* A variant named on the command line must be one for these inputs. */
   if (!gen_kernel_fits(&r.kern, &r.p, err, sizeof err)) {
     rc = cli_say(EXIT_BAD_INPUT, err);
     goto done;
   }
-  if (execute(&r, o, err, sizeof err) != 0 || write_outputs(&r, o, err, sizeof err) != 0) {
+  if (execute(&r, o, err, sizeof err) != 0 ||
+      (r.p.op == FA_OP_BWD ? write_grads(&r, o, err, sizeof err)
+                           : write_outputs(&r, o, err, sizeof err)) != 0) {
     rc = cli_say(1, err);
     goto done;
   }
-  fprintf(stderr, "fatune: wrote %s%s%s\n", o->out, o->lse ? " and " : "", o->lse ? o->lse : "");
+  if (r.p.op == FA_OP_BWD) fprintf(stderr, "fatune: wrote %s, %s and %s\n", o->dq, o->dk, o->dv);
+  else fprintf(stderr, "fatune: wrote %s%s%s\n", o->out, o->lse ? " and " : "", o->lse ? o->lse : "");
 done:
   run_free(&r);
   return rc;
