@@ -39,6 +39,8 @@ typedef struct fa_params {
   /* The backward pass (op bwd): o and lse above are the forward pass's, read;
   ** dout is dO, laid out as its strides say; dq as q, dk as k, dv as v. */
   const void *dout;
+  const void *dlse;       /* the loss's gradient with respect to lse (as lse), or 0: it
+                          ** enters as dS = P (dP - D + dlse) */
   void *dq, *dk, *dv;
   long long do_sb, do_sh, do_sn;
   long long dq_sb, dq_sh, dq_sn;

@@ -1,13 +1,14 @@
 /*
 ** fatune.h
-** libfatune: FlashAttention forward with the kernels fatune tuned.
+** libfatune: FlashAttention, forward and backward, with the kernels fatune
+** tuned.
 **
 ** Open a context on a results database and a device (the GPU, or the CPU
 ** emulator), then call fatune_attention (strided tensors, GQA, a
 ** framework's device and stream) or fatune_attention_forward (contiguous
-** tensors). It picks the variant
-** recorded as best for the problem's key (device, dtype, head dim, seq_q,
-** seq_k, causal); else the one tuned for the nearest seq_q on the same
+** tensors), and fatune_attention_backward for the gradients. It picks the
+** variant recorded as best for the problem's key (device, op, dtype, head
+** dim, seq_q, seq_k, causal); else the one tuned for the nearest seq_q on the same
 ** device, dtype, dim and causal; else the family's default. The kernel is
 ** regenerated from the templates, its binary taken from the database's
 ** compile cache when the cached entry matches the regenerated source hash
@@ -98,6 +99,23 @@ typedef struct fatune_attention_args {
   void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
 } fatune_attention_args;
 
+/* One call of fatune_attention_backward: the forward call's q, k, v, o
+** and logsumexp (lse, as fatune_attention wrote it), dout (the gradient
+** of the loss with respect to o, shaped as o); dq, dk and dv receive the
+** gradients, shaped as q, k and v. K and V have as many heads as Q (the
+** backward pass of grouped-query attention is not there yet). Zero-
+** initialise it, as fatune_attention_args. */
+typedef struct fatune_backward_args {
+  fatune_tensor q, k, v, o, dout;
+  fatune_tensor dq, dk, dv;
+  const void *lse;
+  int causal;            /* as the forward call's */
+  double scale;          /* as the forward call's: 0 for 1/sqrt(dim) */
+  void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
+  const void *dlse;      /* NULL, or the loss's gradient with respect to lse, laid out
+                            as lse */
+} fatune_backward_args;
+
 typedef struct fatune_ctx fatune_ctx;
 
 /* Where the variant for a problem came from. */
@@ -140,6 +158,18 @@ FATUNE_API fatune_status fatune_attention_forward(fatune_ctx *ctx, const fatune_
 ** waits for the device); the kernels with a workspace (the FA1-style loop
 ** order, never the default) allocate it per call and wait. */
 FATUNE_API fatune_status fatune_attention(fatune_ctx *ctx, const fatune_attention_args *args);
+
+/* dQ, dK, dV of attention as args says: the variant of op bwd recorded as
+** best for the problem's key (else the nearest seq_q's, else the
+** family's default), as fatune_attention chooses the forward pass's. The
+** same checks as fatune_attention, over all eight tensors: what the call
+** writes (dq, dk, dv) shares no byte with anything else, and lse must be
+** given. The kernels keep nothing of seq_q x seq_k: a workspace of one
+** value per query row (D = rowsum(dO * O)) is allocated per call, so the
+** call waits for the device. Every run of a variant gives the same bits
+** (it uses no atomics). */
+FATUNE_API fatune_status fatune_attention_backward(fatune_ctx *ctx,
+                                                   const fatune_backward_args *args);
 
 /* Everything fatune_attention does but the launch: the checks, the kernel
 ** (chosen and built on first use, then from memory), the launch shape,

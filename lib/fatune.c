@@ -46,9 +46,10 @@ static fatune_status fail(fatune_status st, const char *fmt, ...) {
 
 const char *fatune_errmsg(void) { return errbuf; }
 
-/* One problem key and the kernel chosen for it. */
+/* One problem key (op included) and the kernel chosen for it. */
 typedef struct slot {
   int used;
+  fa_op op;
   fa_dtype dtype;
   int dim, seq_q, seq_k, causal;
   gen_kernel k;
@@ -225,7 +226,6 @@ static void warn_ignored(const db_best_row *row, const char *why) {
 ** and write out of bounds or compute another problem. */
 static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
                             fatune_choice *choice) {
-  /* The library runs the forward pass: fp->op is fwd. */
   db_problem dp = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
                    .seq_k = fp->seq_k, .batch = fp->batch, .heads = fp->heads,
                    .causal = fp->causal, .op = fa_op_name(fp->op)};
@@ -301,12 +301,12 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 }
 
 static unsigned hash_key(const fa_problem *p) {
-  const int v[5] = {(int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal};
+  const int v[6] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal};
   return (unsigned)fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
 }
 
 static int same_key(const slot *s, const fa_problem *p) {
-  return s->used && s->dtype == p->dtype && s->dim == p->dim && s->seq_q == p->seq_q &&
+  return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal;
 }
 
@@ -362,7 +362,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, slot **out) {
     if (st == FATUNE_OK) {
       pthread_rwlock_wrlock(&c->lock);
       s = insert_slot(c, p);
-      s->dtype = p->dtype, s->dim = p->dim, s->seq_q = p->seq_q, s->seq_k = p->seq_k;
+      s->op = p->op, s->dtype = p->dtype, s->dim = p->dim, s->seq_q = p->seq_q, s->seq_k = p->seq_k;
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->used = 1;
       pthread_rwlock_unlock(&c->lock);
@@ -417,7 +417,7 @@ static size_t extent(const fatune_tensor *t, size_t es) {
 ** its dims taken from the smallest stride up, each stride must step over
 ** all the elements the dims before it span. Every usual layout passes; a
 ** few exotic interleavings of distinct elements are refused too. */
-static fatune_status check_o_distinct(const fatune_tensor *o) {
+static fatune_status check_distinct(const char *name, const fatune_tensor *o) {
   int order[4] = {3, 2, 1, 0};   /* equal strides: dim inside seq inside heads inside batch */
   for (int i = 1; i < 4; i++)
     for (int j = i; j > 0 && o->stride[order[j]] < o->stride[order[j - 1]]; j--) {
@@ -429,9 +429,9 @@ static fatune_status check_o_distinct(const fatune_tensor *o) {
     const int d = order[i];
     if (o->shape[d] == 1) continue;
     if (o->stride[d] < span)
-      return fail(FATUNE_EINVAL, "o's stride %d (%s) is %lld, inside the %lld elements "
-                  "spanned by the dims of smaller stride: o's elements overlap (two threads "
-                  "would write one)", d, dim_name[d], o->stride[d], span);
+      return fail(FATUNE_EINVAL, "%s's stride %d (%s) is %lld, inside the %lld elements "
+                  "spanned by the dims of smaller stride: %s's elements overlap (two threads "
+                  "would write one)", name, d, dim_name[d], o->stride[d], span, name);
     span += (o->shape[d] - 1) * o->stride[d];
   }
   return FATUNE_OK;
@@ -459,35 +459,40 @@ static fatune_status check_overlaps(const fatune_attention_args *x, const fatune
   return FATUNE_OK;
 }
 
+/* One tensor of a call: there, of the call's dtype, its shape and strides
+** in range, the head dim contiguous. */
+static fatune_status check_tensor(const char *name, const fatune_tensor *t, fatune_dtype dtype) {
+  if (!t->data) return fail(FATUNE_EINVAL, "%s is NULL", name);
+  if (t->dtype != dtype)
+    return fail(FATUNE_EINVAL, "%s's dtype %d is not q's %d", name, (int)t->dtype, (int)dtype);
+  for (int d = 0; d < 4; d++) {
+    if (t->shape[d] < 1 || t->shape[d] > (1 << 24))
+      return fail(FATUNE_EINVAL, "%s's %s is %lld (1 to 2^24)", name, dim_name[d], t->shape[d]);
+    if (t->stride[d] < 0 || t->stride[d] > (1LL << 48))
+      return fail(FATUNE_EINVAL, "%s's stride %d (%s) is %lld: strides are 0 to 2^48", name, d,
+                  dim_name[d], t->stride[d]);
+  }
+  if (t->stride[3] != 1 && t->shape[3] > 1)
+    return fail(FATUNE_EINVAL, "%s's stride 3 (dim) is %lld: the head dim must be contiguous",
+                name, t->stride[3]);
+  /* Its last element's offset, which the emulator's bounds need, fits. */
+  long long last = 0;
+  for (int d = 0; d < 4; d++) {
+    if (t->stride[d] && t->shape[d] - 1 > ((1LL << 48) - last) / t->stride[d])
+      return fail(FATUNE_EINVAL, "%s spans more than 2^48 elements", name);
+    last += (t->shape[d] - 1) * t->stride[d];
+  }
+  return FATUNE_OK;
+}
+
 /* The problem args describes, every tensor's shape and strides checked
 ** against it; the kernel's alignment is checked later, once it is known. */
 static fatune_status check_args(const fatune_attention_args *x, fatune_problem *p) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
   const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
-  for (int i = 0; i < 4; i++) {
-    if (!t[i]->data) return fail(FATUNE_EINVAL, "%s is NULL", tensor_name[i]);
-    if (t[i]->dtype != x->q.dtype)
-      return fail(FATUNE_EINVAL, "%s's dtype %d is not q's %d", tensor_name[i],
-                  (int)t[i]->dtype, (int)x->q.dtype);
-    for (int d = 0; d < 4; d++) {
-      if (t[i]->shape[d] < 1 || t[i]->shape[d] > (1 << 24))
-        return fail(FATUNE_EINVAL, "%s's %s is %lld (1 to 2^24)", tensor_name[i], dim_name[d],
-                    t[i]->shape[d]);
-      if (t[i]->stride[d] < 0 || t[i]->stride[d] > (1LL << 48))
-        return fail(FATUNE_EINVAL, "%s's stride %d (%s) is %lld: strides are 0 to 2^48",
-                    tensor_name[i], d, dim_name[d], t[i]->stride[d]);
-    }
-    if (t[i]->stride[3] != 1 && t[i]->shape[3] > 1)
-      return fail(FATUNE_EINVAL, "%s's stride 3 (dim) is %lld: the head dim must be contiguous",
-                  tensor_name[i], t[i]->stride[3]);
-    /* Its last element's offset, which the emulator's bounds need, fits. */
-    long long last = 0;
-    for (int d = 0; d < 4; d++) {
-      if (t[i]->stride[d] && t[i]->shape[d] - 1 > ((1LL << 48) - last) / t[i]->stride[d])
-        return fail(FATUNE_EINVAL, "%s spans more than 2^48 elements", tensor_name[i]);
-      last += (t[i]->shape[d] - 1) * t[i]->stride[d];
-    }
-  }
+  fatune_status st;
+  for (int i = 0; i < 4; i++)
+    if ((st = check_tensor(tensor_name[i], t[i], x->q.dtype)) != FATUNE_OK) return st;
   const long long *q = x->q.shape, *k = x->k.shape;
   for (int d = 0; d < 4; d++) {
     if (x->o.shape[d] != q[d])
@@ -504,8 +509,8 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
   *p = (fatune_problem){.batch = (int)q[0], .heads = (int)q[1], .seq_q = (int)q[2],
                         .seq_k = (int)k[2], .dim = (int)q[3], .dtype = x->q.dtype,
                         .causal = x->causal, .scale = x->scale};
-  fatune_status st = check_problem(p);
-  if (st == FATUNE_OK) st = check_o_distinct(&x->o);
+  st = check_problem(p);
+  if (st == FATUNE_OK) st = check_distinct("o", &x->o);
   if (st == FATUNE_OK) st = check_overlaps(x, p);
   return st;
 }
@@ -716,4 +721,183 @@ fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, c
                              .lse = lse, .causal = p->causal, .scale = p->scale,
                              .stream = stream};
   return fatune_attention(c, &x);
+}
+
+/* ---- The backward pass ---- */
+
+enum { BQ, BK, BV, BO, BDO, BDQ, BDK, BDV, BN_TENSORS };
+static const char *const bwd_name[BN_TENSORS + 1] = {"q", "k", "v", "o", "dout", "dq", "dk",
+                                                     "dv", "lse"};
+
+static void bwd_tensors(const fatune_backward_args *x, const fatune_tensor *t[BN_TENSORS]) {
+  t[BQ] = &x->q, t[BK] = &x->k, t[BV] = &x->v, t[BO] = &x->o, t[BDO] = &x->dout;
+  t[BDQ] = &x->dq, t[BDK] = &x->dk, t[BDV] = &x->dv;
+}
+
+/* What the call writes (dq, dk, dv) shares no byte with anything else it
+** reads or writes, by the spans from first to last byte (check_overlaps). */
+static fatune_status check_bwd_overlaps(const fatune_backward_args *x, const fatune_problem *p) {
+  const fatune_tensor *t[BN_TENSORS];
+  bwd_tensors(x, t);
+  const size_t es = (size_t)fa_dtype_size((fa_dtype)p->dtype);
+  uintptr_t lo[BN_TENSORS + 1], hi[BN_TENSORS + 1];
+  for (int i = 0; i < BN_TENSORS; i++)
+    lo[i] = (uintptr_t)t[i]->data, hi[i] = lo[i] + extent(t[i], es);
+  lo[BN_TENSORS] = (uintptr_t)x->lse;
+  hi[BN_TENSORS] = lo[BN_TENSORS] +
+                   (size_t)p->batch * p->heads * p->seq_q * fa_lse_size((fa_dtype)p->dtype);
+  for (int w = BDQ; w <= BDV; w++)
+    for (int i = 0; i <= BN_TENSORS; i++)
+      if (i != w && lo[w] < hi[i] && lo[i] < hi[w])
+        return fail(FATUNE_EINVAL, "%s overlaps %s (%p to %p, and %p to %p): the kernel "
+                    "writes %s", bwd_name[w], bwd_name[i], (void *)lo[w], (void *)hi[w],
+                    (void *)lo[i], (void *)hi[i], bwd_name[w]);
+  return FATUNE_OK;
+}
+
+/* The problem a backward call describes, all eight tensors checked. */
+static fatune_status check_bwd_args(const fatune_backward_args *x, fatune_problem *p) {
+  if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  const fatune_tensor *t[BN_TENSORS];
+  bwd_tensors(x, t);
+  fatune_status st;
+  for (int i = 0; i < BN_TENSORS; i++)
+    if ((st = check_tensor(bwd_name[i], t[i], x->q.dtype)) != FATUNE_OK) return st;
+  if (!x->lse) return fail(FATUNE_EINVAL, "lse is NULL: the backward pass reads the forward "
+                           "pass's logsumexp");
+  const long long *q = x->q.shape, *k = x->k.shape;
+  for (int i = BO; i < BN_TENSORS; i++) {
+    const long long *want = i == BDK || i == BDV ? k : q;
+    const char *as = i == BDK || i == BDV ? "k" : "q";
+    for (int d = 0; d < 4; d++)
+      if (t[i]->shape[d] != want[d])
+        return fail(FATUNE_EINVAL, "%s's %s is %lld, %s's %lld", bwd_name[i], dim_name[d],
+                    t[i]->shape[d], as, want[d]);
+  }
+  for (int d = 0; d < 4; d++)
+    if (x->v.shape[d] != k[d])
+      return fail(FATUNE_EINVAL, "v's %s is %lld, k's %lld", dim_name[d], x->v.shape[d], k[d]);
+  if (k[0] != q[0] || k[3] != q[3])
+    return fail(FATUNE_EINVAL, "k's %s is %lld, q's %lld", k[0] != q[0] ? "batch" : "dim",
+                k[0] != q[0] ? k[0] : k[3], k[0] != q[0] ? q[0] : q[3]);
+  if (k[1] != q[1])
+    return fail(FATUNE_EINVAL, "k and v have %lld heads, q %lld: the backward pass of grouped-"
+                "query attention is not there yet (repeat k and v over q's heads)", k[1], q[1]);
+  *p = (fatune_problem){.batch = (int)q[0], .heads = (int)q[1], .seq_q = (int)q[2],
+                        .seq_k = (int)k[2], .dim = (int)q[3], .dtype = x->q.dtype,
+                        .causal = x->causal, .scale = x->scale};
+  if ((st = check_problem(p)) != FATUNE_OK) return st;
+  for (int i = BDQ; i <= BDV; i++)
+    if ((st = check_distinct(bwd_name[i], t[i])) != FATUNE_OK) return st;
+  return check_bwd_overlaps(x, p);
+}
+
+/* Every tensor aligned as kernel k's widest access needs, lse to its element. */
+static fatune_status check_bwd_alignment(const gen_kernel *k, const fatune_backward_args *x) {
+  const fatune_tensor *t[BN_TENSORS];
+  bwd_tensors(x, t);
+  const fa_dtype dt = (fa_dtype)x->q.dtype;
+  const long long es = fa_dtype_size(dt), align = k->io_align > es ? k->io_align : es;
+  for (int i = 0; i < BN_TENSORS; i++) {
+    if ((uintptr_t)t[i]->data % (uintptr_t)align)
+      return fail(FATUNE_EINVAL, "%s is not %lld-byte aligned (%p)", bwd_name[i], align,
+                  t[i]->data);
+    for (int d = 0; d < 3; d++)
+      if (t[i]->shape[d] > 1 && t[i]->stride[d] * es % align)
+        return fail(FATUNE_EINVAL, "%s's stride %d (%s) of %lld elements is not a multiple of "
+                    "%lld bytes", bwd_name[i], d, dim_name[d], t[i]->stride[d], align);
+  }
+  if ((uintptr_t)x->lse % (uintptr_t)fa_lse_size(dt))
+    return fail(FATUNE_EINVAL, "lse is not %d-byte aligned (%p)", fa_lse_size(dt), x->lse);
+  if ((uintptr_t)x->dlse % (uintptr_t)fa_lse_size(dt))
+    return fail(FATUNE_EINVAL, "dlse is not %d-byte aligned (%p)", fa_lse_size(dt), x->dlse);
+  return FATUNE_OK;
+}
+
+/* The backward kernel's argument block over the caller's tensors. */
+static fa_params bwd_params(const fatune_backward_args *x, const fa_problem *fp) {
+  fa_params a = {
+    .q = x->q.data, .k = x->k.data, .v = x->v.data, .o = x->o.data, .lse = (void *)x->lse,
+    .q_sb = x->q.stride[0], .q_sh = x->q.stride[1], .q_sn = x->q.stride[2],
+    .k_sb = x->k.stride[0], .k_sh = x->k.stride[1], .k_sn = x->k.stride[2],
+    .v_sb = x->v.stride[0], .v_sh = x->v.stride[1], .v_sn = x->v.stride[2],
+    .o_sb = x->o.stride[0], .o_sh = x->o.stride[1], .o_sn = x->o.stride[2],
+    .batch = fp->batch, .heads = fp->heads, .seq_q = fp->seq_q, .seq_k = fp->seq_k,
+    .kv_group = 1, .scale_log2 = fa_problem_scale(fp) * LOG2E,
+    .dout = x->dout.data, .dlse = x->dlse, .dq = x->dq.data, .dk = x->dk.data, .dv = x->dv.data,
+    .do_sb = x->dout.stride[0], .do_sh = x->dout.stride[1], .do_sn = x->dout.stride[2],
+    .dq_sb = x->dq.stride[0], .dq_sh = x->dq.stride[1], .dq_sn = x->dq.stride[2],
+    .dk_sb = x->dk.stride[0], .dk_sh = x->dk.stride[1], .dk_sn = x->dk.stride[2],
+    .dv_sb = x->dv.stride[0], .dv_sh = x->dv.stride[1], .dv_sn = x->dv.stride[2]};
+  a.scale_log2_f32 = (float)a.scale_log2;
+  return a;
+}
+
+/* Every launch of the slot's kernel with its workspaces, allocated for the
+** call and freed once the device is done with them. Holds the table's
+** read lock, which it releases. */
+static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa_params *a,
+                                const fa_range *extra, int nextra, void *stream) {
+  char err[512];
+  const gen_kernel *k = &s->k;
+  gen_launch shapes[GEN_MAX_LAUNCHES];
+  void *ws[2] = {NULL, NULL};
+  int rc = k->nws > 2 ? FA_EINTERNAL : 0;
+  if (rc) snprintf(err, sizeof err, "%s declares %d workspaces; at most two", k->name, k->nws);
+  if (rc == 0) rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
+  for (int i = 0; rc == 0 && i < k->nws; i++)
+    rc = backend_alloc(c->be, gen_workspace_bytes(k, i, fp), &ws[i], err, sizeof err);
+  if (rc == 0) {
+    a->ws = ws[0], a->ws2 = ws[1];
+    fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
+                      .extra = extra, .nextra = nextra, .stream = stream, .async = 1};
+    for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
+      ro.async = k->nws == 0 || i + 1 < k->nlaunch;
+      rc = backend_launch(c->be, s->prog, &shapes[i], a, &ro, NULL, err, sizeof err);
+    }
+  }
+  pthread_rwlock_unlock(&c->lock);
+  backend_free(c->be, ws[0]);
+  backend_free(c->be, ws[1]);
+  return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
+}
+
+fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_args *x) {
+  if (!c) return fail(FATUNE_EINVAL, "no context");
+  fatune_problem p;
+  fatune_status st = check_bwd_args(x, &p);
+  if (st != FATUNE_OK) return st;
+  fa_problem fp = to_problem(&p);
+  fp.op = FA_OP_BWD;
+  char err[512];
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  atomic_store(&c->used, 1);
+  slot *s;
+  if ((st = prepare(c, &fp, &s)) != FATUNE_OK) {
+    backend_leave(c->be);
+    return st;
+  }
+  if ((st = check_bwd_alignment(&s->k, x)) != FATUNE_OK) {
+    pthread_rwlock_unlock(&c->lock);
+    backend_leave(c->be);
+    return st;
+  }
+  fa_params a = bwd_params(x, &fp);
+  /* On the emulator the caller's buffers are host memory the kernels may touch. */
+  const fatune_tensor *t[BN_TENSORS];
+  bwd_tensors(x, t);
+  const size_t es = (size_t)fa_dtype_size(fp.dtype);
+  fa_range extra[BN_TENSORS + 2];
+  for (int i = 0; i < BN_TENSORS; i++)
+    extra[i] = (fa_range){(uintptr_t)t[i]->data, (uintptr_t)t[i]->data + extent(t[i], es)};
+  extra[BN_TENSORS] = (fa_range){(uintptr_t)x->lse, (uintptr_t)x->lse +
+                                 (size_t)fp.batch * fp.heads * fp.seq_q * fa_lse_size(fp.dtype)};
+  extra[BN_TENSORS + 1] = x->dlse ? (fa_range){(uintptr_t)x->dlse, extra[BN_TENSORS].hi -
+                                                 extra[BN_TENSORS].lo + (uintptr_t)x->dlse}
+                                  : (fa_range){0, 0};
+  st = bwd_launch(c, s, &fp, &a, extra, BN_TENSORS + 2, x->stream);
+  backend_leave(c->be);
+  if (st == FATUNE_OK) errbuf[0] = '\0';
+  return st;
 }

@@ -431,6 +431,20 @@ local function families_for(problem, target)
 end
 space.families_for = families_for
 
+-- "no family computes op bwd in fp16 on sm_80 yet (simtbwd computes fp32,
+-- fp64)": what does compute op (on target's arch, when given).
+function space.none_computes(op, dtype, target)
+  local offer = {}
+  for _, fam in ipairs(order) do
+    if fam.op == op and (not target or space.runs_on(fam, target.arch)) then
+      offer[#offer + 1] = fam.name .. " computes " .. table.concat(fam.axis.dtype.values, ", ")
+    end
+  end
+  return string.format("no family computes op %s in %s%s yet%s", op, tostring(dtype),
+                       target and " on " .. target.arch or "",
+                       #offer > 0 and " (" .. table.concat(offer, "; ") .. ")" or "")
+end
+
 -- The family a config that names none takes: the first of op's (fwd when
 -- nil) that computes dtype (and runs on target, when given); with no
 -- dtype, the op's last resort.
@@ -442,9 +456,7 @@ local function pick(dtype, target, op)
   end
   local fams = families_for({ dtype = dtype, op = op }, target)
   if #fams == 0 then fams = families_for({ dtype = dtype, op = op }) end
-  if #fams == 0 then
-    error("no family computes dtype '" .. tostring(dtype) .. "' for op " .. op, 0)
-  end
+  if #fams == 0 then error(space.none_computes(op, dtype, target), 0) end
   return fams[1]
 end
 space.pick = pick
@@ -755,16 +767,7 @@ function space.list(problem, target, which)
   end
   local out = {}
   local fams = families_for(problem, target)
-  if #fams == 0 and problem.dtype then
-    local offer = {}
-    for _, fam in ipairs(order) do
-      if fam.op == op and space.runs_on(fam, target.arch) then
-        offer[#offer + 1] = fam.name .. " computes " .. table.concat(fam.axis.dtype.values, ", ")
-      end
-    end
-    error(string.format("no family computes op %s in %s on %s yet%s", op, problem.dtype,
-                        target.arch, #offer > 0 and " (" .. table.concat(offer, "; ") .. ")" or ""), 0)
-  end
+  if #fams == 0 and problem.dtype then error(space.none_computes(op, problem.dtype, target), 0) end
   for _, fam in ipairs(fams) do
     if fam.op == op and fam.supports(problem) then
       local n = #out

@@ -49,6 +49,25 @@ def pack_args(*fields: object) -> bytes:
     return _ARGS.pack(*fields)
 
 
+class BackwardArgs(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("dout", Tensor),
+                ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("lse", ctypes.c_void_p),
+                ("causal", ctypes.c_int), ("scale", ctypes.c_double),
+                ("stream", ctypes.c_void_p), ("dlse", ctypes.c_void_p)]
+
+
+# fatune_backward_args packed as pack_args packs the forward's: eight
+# tensors (q, k, v, o, dout, dq, dk, dv), lse, causal, scale, stream, dlse.
+_BWD_ARGS = struct.Struct("@" + "Pi4q4q" * 8 + "PidPP")
+if _BWD_ARGS.size != ctypes.sizeof(BackwardArgs):
+    raise ImportError("fatune: fatune_backward_args is %d bytes, packed %d"
+                      % (ctypes.sizeof(BackwardArgs), _BWD_ARGS.size))
+
+
+def pack_backward_args(*fields: object) -> bytes:
+    return _BWD_ARGS.pack(*fields)
+
+
 class Options(ctypes.Structure):
     _fields_ = [("db_path", ctypes.c_char_p), ("backend", ctypes.c_char_p),
                 ("device", ctypes.c_int)]
@@ -89,6 +108,8 @@ def _load() -> ctypes.CDLL:
     lib.fatune_attention_plan.argtypes = [ctx, ctypes.c_char_p, ctypes.c_char_p,
                                           ctypes.c_size_t]
     lib.fatune_attention_plan.restype = ctypes.c_int
+    lib.fatune_attention_backward.argtypes = [ctx, ctypes.c_char_p]
+    lib.fatune_attention_backward.restype = ctypes.c_int
     return lib
 
 
@@ -109,6 +130,11 @@ def call(ctx: int, args: bytes, plan: bool) -> str:
         buf = _name.buf = ctypes.create_string_buffer(256)
     check(LIB.fatune_attention_plan(ctx, args, buf, 256))
     return buf.value.decode()
+
+
+def call_backward(ctx: int, args: bytes) -> None:
+    """fatune_attention_backward on packed arguments."""
+    check(LIB.fatune_attention_backward(ctx, args))
 
 
 def check(status: int) -> None:

@@ -1,9 +1,10 @@
 """PyTorch tensors: CUDA tensors on their GPU and current stream, CPU
-tensors on the emulator; the operators fatune::attention and
-fatune::attention_out, with fake implementations for torch.compile and
-torch.export, and an autograd formula that says the backward pass is not
-there yet. Every argument is checked here, before anything reaches C:
-the operators are public, and a wrong dtype once read past k's end."""
+tensors on the emulator; the operators fatune::attention,
+fatune::attention_out and fatune::attention_backward, with fake
+implementations for torch.compile and torch.export, and fatune::attention's
+autograd formula, which runs fatune's backward pass. Every argument is
+checked here, before anything reaches C: the operators are public, and a
+wrong dtype once read past k's end."""
 from typing import Any, List, Optional, Tuple
 
 import torch
@@ -190,17 +191,126 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: s
     return _new_out(q), _new_lse(q, layout)
 
 
-def _no_backward(ctx: Any, grad_o: torch.Tensor, grad_lse: torch.Tensor) -> None:
-    raise NotImplementedError("fatune.attention: the backward pass is not implemented yet; "
-                              "run fatune's forward under torch.no_grad(), or use "
-                              "scaled_dot_product_attention where gradients are needed")
+def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
+                 k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                 mask: str, scale: float, layout: str, db: Optional[str]
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (contiguous, shaped as q, k, v) from the forward pass's out
+    and lse, and the gradients of out and (when not None) of lse; one
+    library call per segment of the mask (run's), the key gradients of
+    several summed."""
+    hd = 1 if layout == "bhnd" else 2
+    group = q.shape[hd] // k.shape[hd]
+    if group > 1:
+        # Grouped-query attention: each K/V head repeated over its query
+        # heads, and its gradients summed over them.
+        dq, dk, dv = run_backward(grad_o, grad_lse, q, k.repeat_interleave(group, hd),
+                                  v.repeat_interleave(group, hd), out, lse, mask, scale,
+                                  layout, db)
+        fold = lambda t: t.unflatten(hd, (k.shape[hd], group)).sum(hd + 1)  # noqa: E731
+        return dq, fold(dk), fold(dv)
+    code = _CODES[q.dtype]
+    q, k, v, out, grad_o = (t if _usable(t) else t.contiguous() for t in (q, k, v, out, grad_o))
+    if q.is_cuda:
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        ctx = _lib.context("cuda", q.device.index if q.device.index is not None
+                           else torch.cuda.current_device(), db)
+    else:
+        stream = 0
+        ctx = _lib.context("emu", 0, db)
+    sd = 2 if layout == "bhnd" else 1
+    nq, nk = q.shape[sd], k.shape[sd]
+    segs = _check.segments(nq, nk, mask)
+    whole = len(segs) == 1 and segs[0][2] == nk
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=q.dtype, device=q.device) if whole else torch.zeros_like(k)
+    dv = torch.empty(v.shape, dtype=q.dtype, device=q.device) if whole else torch.zeros_like(v)
+    lse = lse.contiguous()
+    grad_lse = grad_lse.contiguous() if grad_lse is not None else None
+    for lo, hi, rows, causal in segs:
+        part = lambda t: t if hi - lo == nq else t.narrow(sd, lo, hi - lo)  # noqa: E731
+        keys = lambda t: t if rows == nk else t.narrow(sd, 0, rows)  # noqa: E731
+        part_lse = lse if hi - lo == nq else lse[:, :, lo:hi].contiguous()
+        part_dlse = grad_lse if grad_lse is None or hi - lo == nq else \
+            grad_lse[:, :, lo:hi].contiguous()
+        pdk = dk if whole else torch.empty(keys(k).shape, dtype=q.dtype, device=q.device)
+        pdv = dv if whole else torch.empty(keys(v).shape, dtype=q.dtype, device=q.device)
+        args = _lib.pack_backward_args(
+            *_fields(part(q), code, layout), *_fields(keys(k), code, layout),
+            *_fields(keys(v), code, layout), *_fields(part(out), code, layout),
+            *_fields(part(grad_o), code, layout), *_fields(part(dq), code, layout),
+            *_fields(pdk, code, layout), *_fields(pdv, code, layout),
+            part_lse.data_ptr(), 1 if causal else 0, scale, stream,
+            part_dlse.data_ptr() if part_dlse is not None else 0)
+        _lib.call_backward(ctx, args)
+        if not whole:
+            keys(dk).add_(pdk)
+            keys(dv).add_(pdv)
+    return dq, dk, dv
+
+
+@torch.library.custom_op("fatune::attention_backward", mutates_args=())
+def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor],
+                          q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                          lse: torch.Tensor, causal: str, scale: Optional[torch.Tensor],
+                          layout: str, db: Optional[str]
+                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv of fatune::attention: grad_o the gradient of its output,
+    grad_lse of its logsumexp (None: zero), out and lse what it returned for
+    q, k, v, causal and scale."""
+    mask = check(q, k, v, None, causal, layout)
+    for name, t, like in (("grad_o", grad_o, q), ("out", out, q)):
+        _tensor(name, t, q)
+        if t.shape != like.shape:
+            raise ValueError("%s: shape %s, but q's is %s" % (name, tuple(t.shape),
+                                                             tuple(q.shape)))
+    for name, t in (("lse", lse), ("grad_lse", grad_lse)):
+        if name == "grad_lse" and t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.shape != lse_shape(q, layout) or \
+                t.dtype != _lse_dtype(q) or t.device != q.device:
+            raise ValueError("%s: want %s %s on %s, as fatune::attention returns lse"
+                             % (name, lse_shape(q, layout), _lse_dtype(q), q.device))
+    return run_backward(grad_o, grad_lse, q, k, v, out, lse, mask, _op_scale(scale), layout,
+                        db)
+
+
+@attention_backward_op.register_fake
+def _attention_backward_fake(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor],
+                             q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                             out: torch.Tensor, lse: torch.Tensor, causal: str,
+                             scale: Optional[torch.Tensor], layout: str, db: Optional[str]
+                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    check(q, k, v, None, causal, layout, real=False)
+    _op_scale(scale, real=False)
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty(k.shape, dtype=q.dtype, device=q.device),
+            torch.empty(v.shape, dtype=q.dtype, device=q.device))
+
+
+def _backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch.Tensor]
+              ) -> Tuple[Any, ...]:
+    q, k, v, out, lse, scale = ctx.saved_tensors if ctx.has_scale else \
+        (*ctx.saved_tensors, None)
+    if grad_o is None and grad_lse is None:
+        return None, None, None, None, None, None, None
+    if grad_o is None:
+        grad_o = torch.zeros_like(out)
+    dq, dk, dv = attention_backward_op(grad_o, grad_lse, q, k, v, out, lse, ctx.causal, scale,
+                                       ctx.layout, ctx.db)
+    return dq, dk, dv, None, None, None, None
 
 
 def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-    pass
+    q, k, v, causal, scale, layout, db = inputs
+    out, lse = output
+    ctx.set_materialize_grads(False)
+    ctx.has_scale = scale is not None
+    ctx.save_for_backward(q, k, v, out, lse, *((scale,) if scale is not None else ()))
+    ctx.causal, ctx.layout, ctx.db = causal, layout, db
 
 
-attention_op.register_autograd(_no_backward, setup_context=_setup_context)
+attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 @torch.library.custom_op("fatune::attention_out", mutates_args=("out",))

@@ -141,15 +141,105 @@ def test_every_dtype_on_cpu_tensors(dtype):
     assert rel_err(o.double().numpy(), ref(q, k, v)[0]) < TOLERANCE[dtype]
 
 
-def test_requires_grad_keeps_the_graph_and_backward_says_why():
-    q, k, v = (t.requires_grad_() for t in qkv(dtype=torch.float32))
-    for kw in ({}, {"db": None}):
-        o = fatune.attention(q, k, v, **kw)
-        assert o.requires_grad and o.grad_fn is not None
-        with pytest.raises(NotImplementedError, match="backward"):
-            o.sum().backward()
+def sdpa_grads(q, k, v, g, causal, layout="bhnd"):
+    """Gradients of PyTorch's scaled_dot_product_attention in float64."""
+    tr = (lambda t: t) if layout == "bhnd" else (lambda t: t.transpose(1, 2))
+    qs, ks, vs = (tr(x.detach()).double().requires_grad_() for x in (q, k, v))
+    grp = qs.shape[1] // ks.shape[1]
+    nq, nk = qs.shape[2], ks.shape[2]
+    mask = None
+    if causal:
+        mask = torch.ones(nq, nk, dtype=torch.bool).tril(nk - nq if causal is True else 0)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        qs, ks.repeat_interleave(grp, 1), vs.repeat_interleave(grp, 1), attn_mask=mask)
+    return [tr(x) for x in torch.autograd.grad(o, (qs, ks, vs), tr(g).double())]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+@pytest.mark.parametrize("causal", [False, True, "top_left"])
+@pytest.mark.parametrize("heads,nq,nk", [((2, 2), 16, 24), ((4, 2), 24, 16)])
+def test_backward_matches_sdpa(dtype, layout, causal, heads, nq, nk):
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=getattr(torch, dtype), hq=heads[0],
+                                               hk=heads[1], nq=nq, nk=nk, layout=layout,
+                                               seed=nq + 7 * heads[0]))
+    o = fatune.attention(q, k, v, causal=causal, layout=layout)
+    g = torch.randn(o.shape, generator=torch.Generator().manual_seed(5), dtype=o.dtype)
+    got = torch.autograd.grad(o, (q, k, v), g)
+    want = sdpa_grads(q, k, v, g, causal, layout)
+    for name, x, r in zip(("dq", "dk", "dv"), got, want):
+        assert x.dtype == q.dtype and x.shape == r.shape, name
+        assert rel_err(x.double().numpy(), r.numpy()) < TOLERANCE[dtype], name
+
+
+def test_training_step_matches_sdpa():
+    """One SGD step of a small attention layer: fatune's gradients on the
+    emulator against scaled_dot_product_attention's, in float64."""
+    def layer(attn):
+        torch.manual_seed(3)
+        proj = torch.nn.Linear(16, 3 * 16, dtype=torch.float64)
+        opt = torch.optim.SGD(proj.parameters(), lr=0.1)
+        x = torch.randn(2, 20, 16, dtype=torch.float64)
+        q, k, v = proj(x).view(2, 20, 3, 1, 16).unbind(2)   # (B, N, H, D)
+        loss = attn(q, k, v).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.item(), proj.weight.detach().clone()
+
+    fat = layer(lambda q, k, v: fatune.attention(q, k, v, causal=True, layout="bnhd"))
+    ref = layer(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True))
+    assert abs(fat[0] - ref[0]) < 1e-12 * abs(ref[0])
+    assert rel_err(fat[1].numpy(), ref[1].numpy()) < 1e-12
+
+
+def test_backward_is_deterministic():
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=torch.float32, nq=40, nk=40, seed=9))
+    first = None
+    for _ in range(3):
+        grads = torch.autograd.grad(fatune.attention(q, k, v, causal=True).sum(), (q, k, v))
+        if first is None:
+            first = grads
+        assert all(torch.equal(a, b) for a, b in zip(first, grads))
+
+
+def test_backward_through_the_logsumexp():
+    """A loss on O and the logsumexp: gradients as PyTorch's own autograd
+    gives them for the same formula in float64."""
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=torch.float64, seed=13))
+    o, lse = fatune.attention(q, k, v, causal=True, return_lse=True)
+    got = torch.autograd.grad(o.square().sum() + (lse * torch.arange(NQ)).sum(), (q, k, v))
+    s = q @ k.transpose(-1, -2) / D ** 0.5
+    s = s.masked_fill(~torch.ones(NQ, NK, dtype=torch.bool).tril(NK - NQ), float("-inf"))
+    want = torch.autograd.grad(
+        (torch.softmax(s, -1) @ v).square().sum() + (torch.logsumexp(s, -1) *
+                                                      torch.arange(NQ)).sum(), (q, k, v))
+    for x, r in zip(got, want):
+        assert rel_err(x.detach().numpy(), r.detach().numpy()) < TOLERANCE["float64"]
     with torch.no_grad():
         assert not fatune.attention(q, k, v).requires_grad
+
+
+def test_backward_in_16_bits_says_which_dtypes_have_one():
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=torch.float16))
+    o = fatune.attention(q, k, v)
+    with pytest.raises(fatune.Error, match="no family computes op bwd in fp16"):
+        o.sum().backward()
+
+
+def test_training_step_under_torch_compile():
+    q, k, v = qkv(dtype=torch.float64, seed=21)
+
+    def step(q, k, v):
+        return fatune.attention(q, k, v, causal=True).square().sum()
+
+    torch.compiler.reset()
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    ins = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = torch.autograd.grad(compiled(*ins), ins)
+    ins2 = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = torch.autograd.grad(step(*ins2), ins2)
+    assert got is not None and all(torch.allclose(a, b) for a, b in zip(got, want))
 
 
 def test_requires_grad_with_db_goes_through_the_operator(tmp_path):
@@ -286,6 +376,23 @@ def test_opcheck(dtype, layout):
         out = torch.empty(q.shape, dtype=q.dtype)
         torch.library.opcheck(torch.ops.fatune.attention_out.default,
                               (q, k, v, out, causal, torch.tensor(0.25), layout, None))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_opcheck_autograd(dtype):
+    """opcheck with inputs that require grad: the autograd registration and
+    the backward operator, traced by AOT autograd."""
+    q, k, v = (t.requires_grad_() for t in qkv(dtype=getattr(torch, dtype), hq=4, hk=2,
+                                               seed=61))
+    for causal in ("none", "bottom_right", "top_left"):
+        torch.library.opcheck(torch.ops.fatune.attention.default,
+                              (q, k, v, causal, torch.tensor(0.5), "bhnd", None))
+    with torch.no_grad():
+        o, lse = torch.ops.fatune.attention(q, k, v, "bottom_right", None, "bhnd", None)
+    for dlse in (None, torch.randn_like(lse)):
+        torch.library.opcheck(torch.ops.fatune.attention_backward.default,
+                              (torch.randn_like(o), dlse, q.detach(), k.detach(), v.detach(),
+                               o, lse, "bottom_right", None, "bhnd", None))
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])

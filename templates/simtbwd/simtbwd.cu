@@ -110,7 +110,7 @@ $ end
   }
 $ end
 
-/* D = rowsum(dO * O): a warp per row, its lanes across the head dim. */
+/* D = rowsum(dO * O) - dlse: a warp per row, its lanes across the head dim. */
 FA_KERNEL(${args.entry}_pre, ${NT})
 {
   $ setup()
@@ -124,6 +124,8 @@ FA_KERNEL(${args.entry}_pre, ${NT})
       sum += fa_ldg_${T}(dog + gr * p.do_sn + d) * fa_ld_${T}(og + gr * p.o_sn + d);
     FA_UNROLL
     for (int m = 16; m >= 1; m >>= 1) sum += fa_shfl_xor_${T}(sum, m);
+    /* A gradient through the logsumexp adds P dlse to dS: D takes it off. */
+    if (p.dlse) sum -= fa_ldg_${T}((const acc_t *)p.dlse + ((long long)b * p.heads + h) * p.seq_q + gr);
     if (lane == 0) fa_st_${T}(dg + gr, sum);
   }
 }
