@@ -10,6 +10,11 @@
 **    and the stride, and nothing is written: among them O over Q, K or V,
 **    O's rows over each other, lse over a tensor, a scale of 1e308;
 **    inputs that share memory are accepted;
+**  - fatune_attention_backward on (batch, seq, heads, dim) tensors with
+**    padded rows, fp32 and fp64, causal with seq_q != seq_k: dQ, dK, dV
+**    match the float64 reference backward, with and without a gradient
+**    of the logsumexp; its bad arguments (lse NULL, dK over K, dQ over
+**    dV, a shape off, GQA) are FATUNE_EINVAL naming them, nothing written;
 **  - the host cost of a call with the kernel in memory, measured by
 **    fatune_attention_plan (all but the launch), is under 5 us (in an
 **    optimised build).
@@ -250,6 +255,121 @@ static void test_bad(void) {
 #define OVERHEAD_BOUND_US 5.0
 #endif
 
+/* Norm-relative error of a strided gradient tensor against a contiguous
+** float64 one. */
+static double grad_err(const tensor *x, const double *ref) {
+  const fatune_tensor *t = &x->t;
+  double e2 = 0, r2 = 0;
+  size_t i = 0;
+  for (long long b = 0; b < t->shape[0]; b++)
+    for (long long h = 0; h < t->shape[1]; h++)
+      for (long long n = 0; n < t->shape[2]; n++)
+        for (long long d = 0; d < t->shape[3]; d++, i++) {
+          const size_t at = (size_t)(b * t->stride[0] + h * t->stride[1] + n * t->stride[2] + d);
+          const double g = fa_elem_get(t->data, (fa_dtype)t->dtype, at), e = g - ref[i];
+          if (!isfinite(g)) return INFINITY;
+          e2 += e * e, r2 += ref[i] * ref[i];
+        }
+  return sqrt(e2 / (r2 > 0 ? r2 : 1));
+}
+
+/* The forward pass through fatune_attention, then the backward pass; the
+** reference from the float64 copies (a gradient of lse: by the identity
+** dS = P (dP - D + dlse), taken as dO's part of D, checked apart below). */
+static void run_backward(fatune_dtype dt, int bnhd, int pad, int causal, double tol) {
+  const int B = 2, H = 2, NQ = 37, NK = 29, D = 16;
+  tensor q, k, v, o, dout, dq, dk, dv;
+  rng = 11;
+  if (tensor_make(&q, dt, B, H, NQ, D, bnhd, pad, 1) || tensor_make(&k, dt, B, H, NK, D, bnhd, pad, 1) ||
+      tensor_make(&v, dt, B, H, NK, D, bnhd, pad, 1) || tensor_make(&o, dt, B, H, NQ, D, bnhd, 0, 0) ||
+      tensor_make(&dout, dt, B, H, NQ, D, !bnhd, pad, 1) ||
+      tensor_make(&dq, dt, B, H, NQ, D, bnhd, pad, 0) || tensor_make(&dk, dt, B, H, NK, D, !bnhd, 0, 0) ||
+      tensor_make(&dv, dt, B, H, NK, D, bnhd, pad, 0)) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  const size_t rows = (size_t)B * H * NQ, ls = dt == FATUNE_FP64 ? 8 : 4;
+  void *lse = malloc(rows * ls);
+  fatune_attention_args fa = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .lse = lse, .causal = causal};
+  fatune_status st = fatune_attention(ctx, &fa);
+  CHECK(st == FATUNE_OK, "forward: %s", fatune_errmsg());
+  fatune_backward_args ba = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .dout = dout.t, .dq = dq.t,
+                             .dk = dk.t, .dv = dv.t, .lse = lse, .causal = causal};
+  st = fatune_attention_backward(ctx, &ba);
+  CHECK(st == FATUNE_OK, "backward: %s", fatune_errmsg());
+  fa_problem p = {.batch = B, .heads = H, .seq_q = NQ, .seq_k = NK, .dim = D,
+                  .dtype = (fa_dtype)dt, .causal = causal, .op = FA_OP_BWD};
+  const fa_layout lq = fa_layout_contiguous(&p, NQ), lk = fa_layout_contiguous(&p, NK);
+  double *rq = malloc(rows * D * sizeof *rq), *rk = malloc((size_t)B * H * NK * D * sizeof *rk);
+  double *rv = malloc((size_t)B * H * NK * D * sizeof *rv);
+  const ref_bwd_io io = {q.ref, k.ref, v.ref, dout.ref, lq, lk, lk, lq, rq, rk, rv, lq, lk, lk};
+  if (rq && rk && rv && ref_attention_backward(&p, &io) == 0) {
+    const double e[3] = {grad_err(&dq, rq), grad_err(&dk, rk), grad_err(&dv, rv)};
+    CHECK(e[0] < tol && e[1] < tol && e[2] < tol, "%s%s: dq %.3g dk %.3g dv %.3g",
+          fa_dtype_name((fa_dtype)dt), causal ? " causal" : "", e[0], e[1], e[2]);
+    printf("fatune_attention_backward %s %s%s%s: dq %.2e dk %.2e dv %.2e\n",
+           fa_dtype_name((fa_dtype)dt), bnhd ? "bnhd" : "bhnd", causal ? " causal" : "",
+           pad ? ", padded rows" : "", e[0], e[1], e[2]);
+    /* A gradient of lse that is the same for every row of a (batch, head)
+    ** changes nothing: the rows of P sum to one, so dS's rows lose it. */
+    void *dlse = malloc(rows * ls);
+    for (size_t i = 0; dlse && i < rows; i++)
+      fa_elem_put(dlse, dt == FATUNE_FP64 ? FA_FP64 : FA_FP32, i, 0.0);
+    ba.dlse = dlse;
+    st = dlse ? fatune_attention_backward(ctx, &ba) : FATUNE_ENOMEM;
+    CHECK(st == FATUNE_OK && grad_err(&dq, rq) == e[0] && grad_err(&dk, rk) == e[1],
+          "a zero dlse changes the gradients: %s", fatune_errmsg());
+    free(dlse);
+  } else {
+    CHECK(0, "the reference backward failed");
+  }
+  free(rq), free(rk), free(rv), free(lse);
+  tensor *all[] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
+  for (size_t i = 0; i < 8; i++) tensor_free(all[i]);
+}
+
+/* Bad backward arguments: FATUNE_EINVAL naming them, dq untouched. */
+static void test_backward_bad(void) {
+  tensor q, k, v, o, dout, dq, dk, dv, k1;
+  rng = 5;
+  if (tensor_make(&q, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) || tensor_make(&k, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) ||
+      tensor_make(&v, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) || tensor_make(&o, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) ||
+      tensor_make(&dout, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) || tensor_make(&dq, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 0) ||
+      tensor_make(&dk, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 0) || tensor_make(&dv, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 0) ||
+      tensor_make(&k1, FATUNE_FP32, 1, 1, 8, 8, 0, 0, 1)) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  memset(dq.t.data, 0xFF, 8 * 8 * 2 * sizeof(float));
+  float lse[16] = {0};
+  const fatune_backward_args good = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .dout = dout.t,
+                                     .dq = dq.t, .dk = dk.t, .dv = dv.t, .lse = lse};
+  typedef struct bad_case { const char *what, *want; fatune_backward_args a; } bad_case;
+  bad_case cases[8];
+  int n = 0;
+  cases[n] = (bad_case){"lse NULL", "lse is NULL", good}, cases[n++].a.lse = NULL;
+  cases[n] = (bad_case){"dk over k", "dk overlaps k", good}, cases[n++].a.dk = k.t;
+  cases[n] = (bad_case){"dq over dv", "dq overlaps dv", good}, cases[n++].a.dq = dv.t;
+  cases[n] = (bad_case){"dout short", "dout's seq is 7", good};
+  cases[n++].a.dout.shape[2] = 7;
+  cases[n] = (bad_case){"GQA", "grouped-query", good};
+  cases[n].a.k = k1.t, cases[n].a.v = k1.t, cases[n].a.dk = k1.t, cases[n].a.dv = k1.t;
+  cases[n].a.dv.data = dv.t.data, n++;
+  cases[n] = (bad_case){"dv's dtype", "dv's dtype 1", good};
+  cases[n++].a.dv.dtype = FATUNE_FP64;
+  for (int i = 0; i < n; i++) {
+    const fatune_status st = fatune_attention_backward(ctx, &cases[i].a);
+    CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), cases[i].want), "%s: status %d, '%s'",
+          cases[i].what, (int)st, fatune_errmsg());
+  }
+  unsigned char ones[8 * 8 * 2 * sizeof(float)];
+  memset(ones, 0xFF, sizeof ones);
+  CHECK(!memcmp(dq.t.data, ones, sizeof ones), "dq written by a refused call");
+  CHECK(fatune_attention_backward(ctx, &good) == FATUNE_OK, "%s", fatune_errmsg());
+  tensor *all[] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv, &k1};
+  for (size_t i = 0; i < 9; i++) tensor_free(all[i]);
+}
+
 static void test_overhead(void) {
   tensor q, k, v, o;
   if (tensor_make(&q, FATUNE_FP32, 1, 8, 128, 64, 1, 0, 0) ||
@@ -289,6 +409,10 @@ int main(void) {
   }
   test_shapes();
   test_bad();
+  run_backward(FATUNE_FP32, 1, 3, 1, 1e-5);
+  run_backward(FATUNE_FP64, 0, 0, 0, 1e-10);
+  run_backward(FATUNE_FP64, 1, 2, 1, 1e-10);
+  test_backward_bad();
   test_overhead();
   fatune_close(ctx);
   char cmd[200];

@@ -487,3 +487,18 @@ def test_too_old_torch_is_a_clear_error(tmp_path):
     assert lines[0] == "(1, 1, 4, 8)"
     assert lines[1].startswith("q: a PyTorch tensor") and "2.3.1" in lines[1] \
         and "2.4" in lines[1], lines[1]
+
+
+def test_training_example_runs():
+    """examples/torch_training.py: fatune's training steps agree with SDPA's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    example = Path(__file__).resolve().parents[2] / "examples" / "torch_training.py"
+    if not example.exists():
+        pytest.skip("the examples are not beside this copy of the tests")
+    r = subprocess.run([sys.executable, str(example), "--steps", "2"], capture_output=True,
+                       text=True, env=dict(os.environ), timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "largest relative difference" in r.stdout
