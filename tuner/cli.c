@@ -48,8 +48,8 @@ typedef struct cmd_info {
 static const cmd_info commands[] = {
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
                    F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_SASS | F_GPU |
-                   F_PICK | F_SHARD,
-   "[--dim D] [--seq N] [problem flags] [--backend B] [--arch A] [--jobs N] [--json]\n"
+                   F_PICK | F_SHARD | F_OP,
+   "[--dim D] [--seq N] [problem flags] [--op OP] [--backend B] [--arch A] [--jobs N] [--json]\n"
    "              [--dim D,D.. --seq A:B:xF --dtype T,T.. --causal both [--shard I/N]]",
    "The main job: generates every variant of the default space for the problem and the\n"
    "target (or the one --variant or --config names), compiles it, runs it and\n"
@@ -747,6 +747,9 @@ static int check_command(cli_opts *o, char *err, size_t errlen) {
   if (o->cmd == CMD_BASELINE && !o->merge_path)
     return fail(err, errlen, "fatune baseline needs the path of a CSV file (see fatune help "
                 "baseline)");
+  if (o->sass && o->problem.op == FA_OP_BWD && (o->cmd == CMD_TUNE || o->cmd == CMD_COMPILE))
+    return fail(err, errlen, "--sass measures the forward pass's main loop and models its "
+                "kernel; the backward pass's three kernels are not modelled yet (drop --sass)");
   if (o->cmd == CMD_RUN && o->problem.op == FA_OP_BWD) {
     if (!o->q || !o->k || !o->v || !o->dout || !o->dq || !o->dk || !o->dv)
       return fail(err, errlen, "fatune run --op bwd needs --q, --k, --v, --do, --dq, --dk and "

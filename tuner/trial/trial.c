@@ -272,7 +272,7 @@ static int ensure_case(trial_env *e) {
                                          &e->oracle_k, ORACLE_SAMPLE_ROWS, err, sizeof err)
                   : val_case_make(&e->vc, e->run, e->seed, err, sizeof err);
   if (rc == 0)
-    rc = attn_inputs_upload(e->be, e->run, e->vc.q, e->vc.k, e->vc.v, &e->in, err, sizeof err);
+    rc = val_inputs_upload(e->be, &e->vc, &e->in, err, sizeof err);
   if (rc != 0) {
     if (e->vc.q) val_case_free(&e->vc);
     snprintf(e->case_err, sizeof e->case_err, "cannot set up validation: %s", err);
