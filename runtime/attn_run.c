@@ -309,13 +309,18 @@ double attn_flops(const fa_problem *p) {
       pairs += (double)(n < 0 ? 0 : n > p->seq_k ? p->seq_k : n);
     }
   }
-  return 4.0 * p->batch * p->heads * p->dim * pairs;
+  /* The backward pass: five products of the pair's size to the forward's
+  ** two (S and dP again, dV, dK, dQ), as the FlashAttention papers count. */
+  return (p->op == FA_OP_BWD ? 10.0 : 4.0) * p->batch * p->heads * p->dim * pairs;
 }
 
 double attn_bytes(const fa_problem *p) {
   const double bh = (double)p->batch * p->heads, es = fa_dtype_size(p->dtype);
-  return bh * ((2.0 * p->seq_q + 2.0 * p->seq_k) * p->dim * es +
-               (double)p->seq_q * fa_lse_size(p->dtype));
+  const double lse = (double)p->seq_q * fa_lse_size(p->dtype);
+  /* bwd: Q, dO, O, lse, K and V read; dQ, dK and dV written. */
+  if (p->op == FA_OP_BWD)
+    return bh * ((4.0 * p->seq_q + 4.0 * p->seq_k) * p->dim * es + lse);
+  return bh * ((2.0 * p->seq_q + 2.0 * p->seq_k) * p->dim * es + lse);
 }
 
 int attn_run_op(fa_backend *be, const fa_program *prog, const gen_kernel *k,

@@ -89,10 +89,13 @@ int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
               fa_timing *t, int *ctas_per_sm, char *err, size_t errlen);
 
 /* Floating-point operations of the problem: 4 * batch * heads * dim per
-** visible (query, key) pair, the pairs counted exactly under a causal mask. */
+** visible (query, key) pair for the forward pass, 10 for the backward (2.5
+** times, as the FlashAttention papers count it), the pairs counted exactly
+** under a causal mask. */
 double attn_flops(const fa_problem *p);
 
-/* Bytes a kernel must move at least: Q, K, V read, O and lse written. */
+/* Bytes a kernel must move at least: Q, K, V read, O and lse written; for
+** the backward pass Q, K, V, O, dO and lse read, dQ, dK and dV written. */
 double attn_bytes(const fa_problem *p);
 
 #endif

@@ -196,6 +196,15 @@ static void test_memory(void) {
   printf("memory at seq 16384, d128, fp32, one head: %zu workspace bytes (%s), %zu bytes of "
          "gradients; the scores would take %.0f\n", ws, k.nws ? k.ws[0].name : "none", io,
          scores);
+  /* The figures a timed run reports: 2.5 times the forward pass's FLOPs
+  ** (five products to two); eight tensors of q's size and the lse moved
+  ** (Q, K, V, O, dO read, dQ, dK, dV written). */
+  fa_problem fwd = p;
+  fwd.op = FA_OP_FWD;
+  fwd.causal = p.causal = 1;
+  CHECK(attn_flops(&p) == 2.5 * attn_flops(&fwd), "bwd FLOPs %.0f, fwd %.0f", attn_flops(&p),
+        attn_flops(&fwd));
+  CHECK(attn_bytes(&p) == (double)io / 3 * 8 + 16384.0 * 4, "bwd bytes %.0f", attn_bytes(&p));
   gen_kernel_free(&k);
 }
 
