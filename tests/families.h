@@ -61,6 +61,7 @@ typedef struct fam_ref {
 
 typedef struct family {
   const char *name; /* as its variants' names begin: "<name>-..." */
+  fa_op op;         /* the op its kernels compute: the problems listed are of it */
   /* The one arch the family is written for ("sm_90a"), which test_space
   ** lists for and test_compile compiles for; NULL: any, test_space lists
   ** for sm_90 and test_compile compiles for sm_80 and sm_90. */
@@ -253,6 +254,28 @@ static const fam_ref wg_refs[] = {
 
 #define FAM_COUNT(a) (sizeof (a) / sizeof (a)[0])
 
+/* The backward pass on CUDA cores: its only axes are the tile's. */
+static const fam_axis simtbwd_axes[] = {
+  {"dtype", {"fp32", "fp64"}},
+  {"causal", {"0", "1"}},
+  {"dim", {"4", "16", "64", "128"}},
+  {"block_m", {"1", "2", "4", "8", "16", "32", "64", "128"}},
+  {"block_n", {"1", "2", "4", "8", "16", "32", "64", "128"}},
+  {"warps", {"1", "2", "4", "8"}},
+};
+
+static const fam_problem simtbwd_problems[] = {
+  {4, FA_FP32, 1}, {16, FA_FP64, 0}, {64, FA_FP32, 0}, {128, FA_FP32, 1}, {128, FA_FP64, 0},
+};
+
+/* Unrolled: the three kernels' tile loops. */
+static long simtbwd_cost(const char *config) {
+  const long bm = fam_config_int(config, "block_m"), bn = fam_config_int(config, "block_n");
+  const long d = fam_config_int(config, "dim");
+  const long cost = bm * bn + d * (bm + bn);
+  return fam_config_is(config, "dtype", "fp64") ? 2 * cost : cost;
+}
+
 static const family families[] = {
   {
     .name = "simt",
@@ -267,6 +290,20 @@ static const family families[] = {
     .rounds = 1, .picks_per_round = 3, .required_picks = 2,
     .per_dim = 1, .odd_tiles = 1,
     .cost = simt_cost,
+  },
+  {
+    .name = "simtbwd", .op = FA_OP_BWD,
+    .ndims = 2, .dims = {40, 128},
+    .ndtypes = 2, .dtypes = {FA_FP32, FA_FP64},
+    .list_seq = 100,
+    .shapes = {{2, 1, 100, 100, EMU_FORWARD, EMU_SKEW},
+               {1, 2, 70, 130, EMU_REVERSE, EMU_RANDOM}},
+    .tail_every = 1, .tail_s0 = EMU_SKEW, .tail_s1 = EMU_FORWARD,
+    .axes = simtbwd_axes, .naxes = FAM_COUNT(simtbwd_axes),
+    .problems = simtbwd_problems, .nproblems = FAM_COUNT(simtbwd_problems),
+    .rounds = 2, .picks_per_round = 2, .required_picks = 1,
+    .per_dim = 1, .odd_tiles = 0,
+    .cost = simtbwd_cost,
   },
   {
     .name = "tc",

@@ -198,7 +198,7 @@ static size_t own_first(const family *f, gen_variant *v, size_t n) {
 static int pick_from(sample *s, const fam_problem *pr, int round) {
   const family *f = s->f;
   fa_problem p = {.batch = 2, .heads = 2, .seq_q = FAM_SEQ, .seq_k = FAM_SEQ, .dim = pr->dim,
-                  .dtype = pr->dtype, .causal = pr->causal};
+                  .dtype = pr->dtype, .causal = pr->causal, .op = f->op};
   gen_variant *v;
   size_t n;
   if (gen_list(s->g, &p, s->t, "full", &v, &n) != 0) {

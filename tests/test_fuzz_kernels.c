@@ -67,7 +67,7 @@ static fa_problem draw_problem(const fa_problem *fp, const char *config) {
   const long st = fam_config_int(config, "stages");
   const int stages = st > 0 ? (int)st : 1;
   fa_problem p = {.batch = pick(1, 2), .heads = pick(1, 2), .dim = fp->dim, .dtype = fp->dtype,
-                  .causal = fp->causal};
+                  .causal = fp->causal, .op = fp->op};
   p.seq_q = around(bm, 0, 2);
   switch (pick(0, 2)) {
   case 0:  /* the ring around more than once */
@@ -113,7 +113,7 @@ static void draw(fuzz_case *c, const family *f, gen_state *g, const gen_target *
   const fam_problem *fp = &f->problems[pick(0, (int)f->nproblems - 1)];
   /* Causal or not at random: it is a key of the space, not the variant's. */
   fa_problem lp = {.batch = 1, .heads = 1, .seq_q = f->list_seq, .seq_k = f->list_seq,
-                   .dim = fp->dim, .dtype = fp->dtype, .causal = pick(0, 1)};
+                   .dim = fp->dim, .dtype = fp->dtype, .causal = pick(0, 1), .op = f->op};
   c->f = f;
   if (draw_config(f, &lp, g, t, &c->k) != 0) {
     CHECK(0, "%s d%d %s: no config of 200 drawn fits: %s", f->name, fp->dim,
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
     c->b = builds[j++];
     CHECK(c->b.prog, "%s does not compile: %s", c->k.name, c->b.log ? c->b.log : "?");
     if (c->b.prog &&
-        attn_inputs_upload(be, &c->p, c->vc.q, c->vc.k, c->vc.v, &c->in, err, sizeof err) != 0) {
+        val_inputs_upload(be, &c->vc, &c->in, err, sizeof err) != 0) {
       CHECK(0, "%s: %s", c->k.name, err);
       backend_build_free(be, &c->b);
     }

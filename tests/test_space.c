@@ -126,8 +126,7 @@ static void make_cases(sweep *s, space_problem *sp) {
     val_case *vc = &sp->cases[h];
     const unsigned long long seed = s->seed + 1000 * h + 100 * sp->di + 10 * sp->ti + (size_t)sp->p.causal;
     CHECK(val_case_make(vc, &q, seed, err, sizeof err) == 0, "%s", err);
-    CHECK(attn_inputs_upload(s->be, &q, vc->q, vc->k, vc->v, &sp->inputs[h], err, sizeof err) == 0,
-          "%s", err);
+    CHECK(val_inputs_upload(s->be, vc, &sp->inputs[h], err, sizeof err) == 0, "%s", err);
   }
 }
 
@@ -152,8 +151,7 @@ static void make_tail_case(sweep *s, item *it, size_t i) {
     it->tail = -1;
     return;
   }
-  if (attn_inputs_upload(s->be, &q, it->tail_case.q, it->tail_case.k, it->tail_case.v,
-                         &it->tail_in, err, sizeof err) != 0) {
+  if (val_inputs_upload(s->be, &it->tail_case, &it->tail_in, err, sizeof err) != 0) {
     CHECK(0, "%s", err);
     val_case_free(&it->tail_case);
     it->tail = -1;
@@ -168,7 +166,8 @@ static int list_family(sweep *s) {
       for (int c = 0; c < 2; c++) {
         space_problem *sp = &s->problems[s->nproblems++];
         sp->p = (fa_problem){.batch = 1, .heads = 1, .seq_q = f->list_seq, .seq_k = f->list_seq,
-                             .dim = f->dims[di], .dtype = f->dtypes[ti], .causal = c};
+                             .dim = f->dims[di], .dtype = f->dtypes[ti], .causal = c,
+                             .op = f->op};
         sp->di = di, sp->ti = ti;
         if (list_space(s, sp) != 0) return -1;
         make_cases(s, sp);
