@@ -117,6 +117,8 @@ typedef struct gen_kernel {
   int smem_bytes;          /* the main launch's dynamic shared memory per CTA */
   int nlaunch;             /* launches in launch[], 1..GEN_MAX_LAUNCHES */
   int main;                /* the main launch's index: the one marked main, else 0 */
+  int deterministic;       /* 1: every run gives the same bits; 0: it adds with atomics
+                              across CTAs, whose order varies (render's `deterministic`) */
   gen_launch_spec launch[GEN_MAX_LAUNCHES];
   int nws;                 /* workspaces in ws[], named by any launch, 0..GEN_MAX_WORKSPACES */
   gen_workspace ws[GEN_MAX_WORKSPACES];

@@ -164,10 +164,11 @@ FATUNE_API fatune_status fatune_attention(fatune_ctx *ctx, const fatune_attentio
 ** family's default), as fatune_attention chooses the forward pass's. The
 ** same checks as fatune_attention, over all eight tensors: what the call
 ** writes (dq, dk, dv) shares no byte with anything else, and lse must be
-** given. The kernels keep nothing of seq_q x seq_k: a workspace of one
-** value per query row (D = rowsum(dO * O)) is allocated per call, so the
-** call waits for the device. Every run of a variant gives the same bits
-** (it uses no atomics). */
+** given. The kernels keep nothing of seq_q x seq_k: their workspaces (one
+** value per query row, D = rowsum(dO * O); with dq=atomic also a float
+** accumulator shaped as Q) are allocated per call, so the call waits for
+** the device. A dq=separate variant gives the same bits on every run; a
+** dq=atomic one adds dQ across CTAs in the order they run. */
 FATUNE_API fatune_status fatune_attention_backward(fatune_ctx *ctx,
                                                    const fatune_backward_args *args);
 

@@ -110,6 +110,12 @@ mut bwd-delta templates/simtbwd/simtbwd.cu \
 mut bwd-dq-barrier templates/simtbwd/simtbwd.cu \
   'fa_syncthreads(); /* dS and K are read: the next K/V block may load */' ';' \
   'test_bwd'
+mut bwd-atomic-zero templates/simtbwd/simtbwd.cu \
+  'fa_st_${T}(qacc + (long long)q0 * ${D} + e, (acc_t)0);' ';' \
+  'test_bwd'
+mut lib-bwd-overlap lib/fatune.c \
+  'if (i != w && lo[w] < hi[i] && lo[i] < hi[w])' 'if (0)' \
+  'test_api'
 mut grad-nan-check tuner/trial/validate.c \
   'if (isnan(x) || isinf(x)) {' 'if (0) {' \
   'test_bwd'

@@ -31,6 +31,9 @@ FA_INLINE float fa_ld_f32(const float *a) { return *a; }
 FA_INLINE double fa_ld_f64(const double *a) { return *a; }
 FA_INLINE void fa_st_f32(float *a, float v) { *a = v; }
 FA_INLINE void fa_st_f64(double *a, double v) { *a = v; }
+/* Global atomic adds (red.global.add): the backward pass's dQ across CTAs. */
+FA_INLINE void fa_atomic_add_f32(float *a, float v) { atomicAdd(a, v); }
+FA_INLINE void fa_atomic_add_f64(double *a, double v) { atomicAdd(a, v); }
 
 FA_INLINE float fa_lds_f32(const float *a) { return *a; }
 FA_INLINE double fa_lds_f64(const double *a) { return *a; }

@@ -94,6 +94,29 @@ FA_INLINE void fa_emu_check_shared(fa_emu_thread *t, const void *a, int n, int l
 FA_EMU_MEMORY(float, f32)
 FA_EMU_MEMORY(double, f64)
 
+/* A global atomic add: a compare-and-swap loop on the value's bits, since
+** CTAs of one launch run on several OS threads at once; counted as the
+** read and the write it is. */
+#define FA_EMU_ATOMIC(T, U, S) \
+  FA_INLINE void fa_emu_atomic_add_##S(T *a, T v, int line) { \
+    fa_emu_thread *t = fa_emu_self; \
+    fa_emu_check_global(t, a, (int)sizeof(T), line); \
+    t->ctr->gmem_read += sizeof(T); \
+    t->ctr->gmem_written += sizeof(T); \
+    U *bits = (U *)(void *)a, old = __atomic_load_n(bits, __ATOMIC_RELAXED), sum; \
+    do { \
+      T x; \
+      memcpy(&x, &old, sizeof x); \
+      x += v; \
+      memcpy(&sum, &x, sizeof sum); \
+    } while (!__atomic_compare_exchange_n(bits, &old, sum, 0, __ATOMIC_RELAXED, \
+                                          __ATOMIC_RELAXED)); \
+  }
+FA_EMU_ATOMIC(float, uint32_t, f32)
+FA_EMU_ATOMIC(double, uint64_t, f64)
+#define fa_atomic_add_f32(a, v) fa_emu_atomic_add_f32((a), (v), __LINE__)
+#define fa_atomic_add_f64(a, v) fa_emu_atomic_add_f64((a), (v), __LINE__)
+
 /* ldg (read-only path) and ld are both global loads here. */
 #define fa_ldg_f32(a) fa_emu_ldg_f32((a), __LINE__)
 #define fa_ldg_f64(a) fa_emu_ldg_f64((a), __LINE__)

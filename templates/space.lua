@@ -113,6 +113,10 @@
 --              the last; launches naming the same workspace share it (with
 --              the same size). The forward pass's parameter block
 --              (fa_params.ws) carries at most one.
+--              The result may also say deterministic = false: its
+--              kernels add across CTAs with atomics, so two runs may differ
+--              in the last bits (validation then runs them on one OS
+--              thread, where the CTAs keep one order); true when absent.
 --   fallbacks  table key -> list of values (optional): what a key left out
 --              of `k=v,...` text may take, in order of preference, when the
 --              defaults do not fit the keys given (space.render_config).
@@ -875,6 +879,9 @@ function space.render(fam, cfg, target)
     end
   end
   space.check_launches("family '" .. fam.name .. "': render", r.launches)
+  if r.deterministic ~= nil and type(r.deterministic) ~= "boolean" then
+    error("family '" .. fam.name .. "': render gives a 'deterministic' that is no boolean", 0)
+  end
   local d = space.describe(fam, cfg)
   r.name, r.hash, r.config, r.pairs = d.name, d.hash, d.config, d.pairs
   r.family, r.template_version, r.preludes = d.family, fam.version, fam.preludes

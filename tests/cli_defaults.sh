@@ -64,13 +64,13 @@ check "--variant tc-f16-... without --dtype runs fp16, as the name says" $? \
 # --- the main job on the backward pass: recorded under op bwd, apart from fwd ------
 run mbwd --op bwd --config block_m=16,block_n=32 --dtype fp32 --dim 16 --seq 40 --causal \
   --backend emu --db "$tmp/bwd.db"
-[ "$rc" -eq 0 ] && grep -q "^simtbwd-f32-d16-m16n32w4-causal .* ok " "$tmp/mbwd.out" &&
+[ "$rc" -eq 0 ] && grep -q "^simtbwd-f32-d16-m16n32w4-dqpass-causal .* ok " "$tmp/mbwd.out" &&
   grep -q "simtbwd family" "$tmp/mbwd.err"
 check "main job --op bwd validates a simtbwd variant on the emulator" $? \
   "exit $rc: $(head -c 400 "$tmp/mbwd.out") $(tail -c 300 "$tmp/mbwd.err")"
 run bbwd best --op bwd --dtype fp32 --dim 16 --seq 40 --causal --db "$tmp/bwd.db"
 run bfwd best --dtype fp32 --dim 16 --seq 40 --causal --db "$tmp/bwd.db"
-[ "$rc" -ne 0 ] && grep -q "^variant *simtbwd-f32-d16-m16n32w4-causal" "$tmp/bbwd.out"
+[ "$rc" -ne 0 ] && grep -q "^variant *simtbwd-f32-d16-m16n32w4-dqpass-causal" "$tmp/bbwd.out"
 check "best --op bwd finds it; best (fwd) finds nothing" $? \
   "$(head -c 200 "$tmp/bbwd.out") / exit $rc $(head -c 200 "$tmp/bfwd.err")"
 run sbwd --op bwd --dtype fp32 --dim 16 --backend emu --sass --db "$tmp/bwd.db"

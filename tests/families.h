@@ -262,6 +262,7 @@ static const fam_axis simtbwd_axes[] = {
   {"block_m", {"1", "2", "4", "8", "16", "32", "64", "128"}},
   {"block_n", {"1", "2", "4", "8", "16", "32", "64", "128"}},
   {"warps", {"1", "2", "4", "8"}},
+  {"dq", {"separate", "atomic"}},
 };
 
 static const fam_problem simtbwd_problems[] = {

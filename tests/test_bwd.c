@@ -7,12 +7,15 @@
 ** queries than keys so that rows see no key, several heads and batches),
 ** under two schedules that must give the same bits. Then what the
 ** backward pass promises beyond its values: dQ, dK and dV bit for bit the
-** same over repeated runs on any number of threads (it has no atomics);
+** same over repeated runs on any number of threads (dq=separate has no
+** atomics); dq=atomic agreeing with it to rounding, and saying it is not
+** deterministic;
 ** workspaces of O(seq) bytes, nothing of seq_q x seq_k; NaN-poisoned
 ** outputs caught when a kernel skips them; and forward kernels refused for
 ** a backward problem. The input seed is printed; FATUNE_TEST_SEED replays
 ** a run.
 */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +175,51 @@ static void test_deterministic(void) {
   gen_kernel_free(&k);
 }
 
+/* dq=atomic (FlashAttention-2's dQ, added across CTAs) against dq=separate
+** on one problem: both valid, within the dtype's rounding of each other,
+** and the atomic one says it is not deterministic. */
+static void test_atomic_dq(void) {
+  const shape s = {2, 2, 70, 90};
+  fa_problem p = problem(FA_FP64, 24, 1, &s);
+  gen_kernel ka, ks;
+  fa_build ba, bs;
+  if (compile_one(&p, "block_m=16,block_n=32,dq=atomic", &ka, &ba) != 0) return;
+  if (compile_one(&p, "block_m=16,block_n=32,dq=separate", &ks, &bs) != 0) return;
+  CHECK(!ka.deterministic && ks.deterministic && ka.nws == 2 && ks.nws == 1,
+        "%s: deterministic %d, %d workspaces; %s: %d, %d", ka.name, ka.deterministic, ka.nws,
+        ks.name, ks.deterministic, ks.nws);
+  char err[512];
+  val_case c;
+  attn_inputs in;
+  CHECK(val_case_make(&c, &p, seed, err, sizeof err) == 0, "%s", err);
+  CHECK(val_inputs_upload(be, &c, &in, err, sizeof err) == 0, "%s", err);
+  size_t bytes[ATTN_MAX_OUTPUTS];
+  const int n = attn_outputs(&p, bytes);
+  unsigned char *out[2][ATTN_MAX_OUTPUTS];
+  const fa_build *b[2] = {&ba, &bs};
+  const gen_kernel *k[2] = {&ka, &ks};
+  for (int j = 0; j < 2; j++) {
+    for (int i = 0; i < n; i++) out[j][i] = malloc(bytes[i]);
+    fa_run_opts ro = {.schedule = FA_SCHED_RANDOM, .seed = seed, .threads = 3, .smem_fill = 0xFF};
+    CHECK(attn_run_op(be, b[j]->prog, k[j], &p, &in, &ro, (void *const *)out[j], NULL, NULL, err,
+                      sizeof err) == 0, "%s: %s", k[j]->name, err);
+  }
+  double worst = 0;
+  for (int i = 0; i < n; i++)
+    for (size_t e = 0; e < bytes[i] / 8; e++) {
+      const double x = fa_elem_get(out[0][i], FA_FP64, e), y = fa_elem_get(out[1][i], FA_FP64, e);
+      if (!(fabs(x - y) <= worst)) worst = fabs(x - y);
+    }
+  CHECK(worst < 1e-12, "atomic and separate dQ differ by %.3g", worst);
+  printf("dq=atomic against dq=separate, fp64, 3 threads: largest difference %.2e\n", worst);
+  for (int j = 0; j < 2; j++)
+    for (int i = 0; i < n; i++) free(out[j][i]);
+  attn_inputs_free(be, &in);
+  val_case_free(&c);
+  backend_build_free(be, &ba), backend_build_free(be, &bs);
+  gen_kernel_free(&ka), gen_kernel_free(&ks);
+}
+
 /* Workspaces: bytes per query row, none of them of seq_k's size; at 16k
 ** tokens and d128 the whole of it, printed. */
 static void test_memory(void) {
@@ -285,6 +333,7 @@ int main(void) {
   test_poison();
   test_memory();
   test_deterministic();
+  test_atomic_dq();
   test_space(FA_FP32, 16, 0);
   test_space(FA_FP32, 16, 1);
   test_space(FA_FP64, 24, 1);

@@ -1,6 +1,6 @@
 $ -- simtbwd.cu: FlashAttention-2's backward pass on CUDA cores (see simtbwd.lua).
 $ local c, P, T = args.cfg, args.P, args.T
-$ local causal = c.causal == 1
+$ local causal, atomic = c.causal == 1, c.dq == "atomic"
 $ local D, BM, BN, NT, DS, NS = P.D, P.BM, P.BN, P.NT, P.DS, P.NS
 $ local W = NT // 32
 /* ${args.entry}: the backward pass, tile ${BM}x${BN}, ${NT} threads.
@@ -20,11 +20,18 @@ $ local function setup()
   const acc_t *const dog = (const acc_t *)p.dout + b * p.do_sb + h * p.do_sh;
   const acc_t *const lg = (const acc_t *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
   acc_t *const dg = (acc_t *)p.ws + ((long long)b * p.heads + h) * p.seq_q;
+$ if atomic then
+  /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
+  acc_t *const qacc = (acc_t *)p.ws2 + ((long long)b * p.heads + h) * p.seq_q * ${D};
+$ end
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const acc_t sl2 = (acc_t)p.scale_log2;
   /* The softmax scale itself: dQ and dK carry it once. */
   const acc_t scale = (acc_t)(p.scale_log2 * 0.69314718055994530942);
   (void)qg; (void)kg; (void)vg; (void)og; (void)dog; (void)lg; (void)dg; (void)off;
+$ if atomic then
+  (void)qacc;
+$ end
   (void)sl2; (void)scale;
 $ end
 
@@ -128,6 +135,11 @@ FA_KERNEL(${args.entry}_pre, ${NT})
     if (p.dlse) sum -= fa_ldg_${T}((const acc_t *)p.dlse + ((long long)b * p.heads + h) * p.seq_q + gr);
     if (lane == 0) fa_st_${T}(dg + gr, sum);
   }
+$ if atomic then
+  /* dkdv's launch adds to dQ's accumulator: zeros first. */
+  for (int e = tid; e < ${BM * D}; e += ${NT})
+    if (q0 + e / ${D} < p.seq_q) fa_st_${T}(qacc + (long long)q0 * ${D} + e, (acc_t)0);
+$ end
 }
 
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
@@ -171,6 +183,19 @@ $ end
         dv[t] += av, dk[t] += ak;
       }
     }
+$ if atomic then
+    /* dQ += dS K for this block's rows, added across the K/V blocks' CTAs. */
+    for (int e = tid; e < ${BM * D}; e += ${NT}) {
+      const int r = e / ${D}, d = e - r * ${D};
+      if (q0 + r < p.seq_q) {
+        acc_t a = 0;
+        FA_UNROLL_BY(4)
+        for (int n = 0; n < ${BN}; ++n)
+          a += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Ks + n * ${DS} + d);
+        fa_atomic_add_${T}(qacc + (long long)(q0 + r) * ${D} + d, a);
+      }
+    }
+$ end
     fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
   }
   FA_UNROLL
@@ -184,6 +209,20 @@ $ end
   }
 }
 
+$ if atomic then
+/* dQ = scale * the accumulator dkdv added to. */
+FA_KERNEL(${args.entry}_dqconvert, ${NT})
+{
+  $ setup()
+  acc_t *const dqg = (acc_t *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  const int q0 = fa_bid_x() * ${BM};
+  for (int e = tid; e < ${BM * D}; e += ${NT}) {
+    const int r = e / ${D}, d = e - r * ${D};
+    if (q0 + r < p.seq_q)
+      fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, fa_ld_${T}(qacc + (long long)(q0 + r) * ${D} + d) * scale);
+  }
+}
+$ else
 /* dQ of Q block fa_bid_x(), over the K/V blocks it sees. */
 FA_KERNEL(${args.entry}_dq, ${NT})
 {
@@ -228,3 +267,4 @@ $ end
     if (e < ${BM * D} && q0 + r < p.seq_q) fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, dq[t] * scale);
   }
 }
+$ end

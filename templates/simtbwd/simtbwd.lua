@@ -6,12 +6,16 @@
 --         shared memory, dK_j and dV_j in registers, while the Q blocks go
 --         by, each recomputing P = exp(S - lse) from the forward pass's
 --         logsumexp: dV += P^T dO, dS = P * (dO V^T - D), dK += dS^T Q;
---   dq    parallel over Q blocks: dQ += dS K over the K/V blocks, written
---         once, so that dQ needs no atomics and every run gives the same
---         bits (FlashAttention-3's deterministic mode orders its atomics
---         instead; this one recomputes S and dP once more).
+--   dq    (dq = separate) parallel over Q blocks: dQ += dS K over the K/V
+--         blocks, written once, so that dQ needs no atomics and every run
+--         gives the same bits (FlashAttention-3's deterministic mode orders
+--         its atomics instead; this one recomputes S and dP once more);
+--   dqconvert (dq = atomic, FlashAttention-2's way) dkdv adds each Q
+--         block's dS K to a float accumulator with atomics as it goes,
+--         and this launch scales it into dQ: no recomputation, but the
+--         order of the adds, and so dQ's last bits, vary from run to run.
 
-local simtbwd = { name = "simtbwd", version = 1 }
+local simtbwd = { name = "simtbwd", version = 2 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
@@ -24,7 +28,7 @@ simtbwd.op = "bwd"
 
 function simtbwd.default_dtype() return "fp32", "fp32 on CUDA cores" end
 
--- Names: simtbwd-f32-d64-m32n32w4[-causal].
+-- Names: simtbwd-f32-d64-m32n32w4-dqpass[-causal].
 simtbwd.axes = {
   enum_axis("dtype", { "fp32", "fp64" }, { fp32 = "f32", fp64 = "f64" }),
   int_axis("dim", 1, 256, { prefix = "d" }),
@@ -32,13 +36,16 @@ simtbwd.axes = {
   int_axis("block_m", 1, 256, { prefix = "m" }),
   int_axis("block_n", 1, 256, { prefix = "n" }),
   int_axis("warps", 1, 32, { prefix = "w" }),
+  enum_axis("dq", { "separate", "atomic" }, { separate = "dqpass", atomic = "dqatomic" }),
 }
 simtbwd.axis = enum.index(simtbwd.axes)
-simtbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "causal" } }
+simtbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "dq" },
+                   { "causal" } }
 
 function simtbwd.defaults(problem)
   return { dtype = problem.dtype or "fp32", dim = problem.dim or 64,
-           causal = problem.causal or 0, block_m = 32, block_n = 32, warps = 4 }
+           causal = problem.causal or 0, block_m = 32, block_n = 32, warps = 4,
+           dq = "separate" }
 end
 
 simtbwd.fallbacks = { warps = { 4, 2, 1, 8 } }
@@ -93,11 +100,16 @@ function simtbwd.enumerate(problem, which)
   local out = {}
   if which == "full" then
     local tiles = { 1, 2, 4, 8, 16, 32, 64, 128 }
-    cross(base, { block_m = tiles, block_n = tiles, warps = { 1, 2, 4, 8 } }, out)
+    cross(base, { block_m = tiles, block_n = tiles, warps = { 1, 2, 4, 8 },
+                  dq = { "separate", "atomic" } }, out)
   elseif which == "small" then
-    cross(base, { block_m = { 8, 16 }, block_n = { 8, 16 }, warps = { 2, 4 } }, out)
+    cross(base, { block_m = { 8, 16 }, block_n = { 8, 16 }, warps = { 2, 4 },
+                  dq = { "separate", "atomic" } }, out)
   else
-    cross(base, { block_m = { 16, 32, 64 }, block_n = { 32, 64 }, warps = { 4, 8 } }, out)
+    cross(base, { block_m = { 16, 32, 64 }, block_n = { 32, 64 }, warps = { 4, 8 },
+                  dq = { "separate" } }, out)
+    cross(base, { block_m = { 16, 32, 64 }, block_n = { 64 }, warps = { 4, 8 },
+                  dq = { "atomic" } }, out)
   end
   return out
 end
@@ -107,19 +119,25 @@ function simtbwd.render(c)
   local entry = simtbwd.name_of(c):gsub("-", "_")
   local args = { cfg = c, P = P, entry = entry, T = c.dtype == "fp64" and "f64" or "f32",
                  acc = c.dtype == "fp64" and "double" or "float" }
-  local delta = { { name = "delta", bytes_per_row = P.esize } }
+  local ws = { { name = "delta", bytes_per_row = P.esize } }
+  if c.dq == "atomic" then ws[2] = { name = "dq_acc", bytes_per_row = c.dim * P.esize } end
+  local last = c.dq == "atomic"
+      and { entry = entry .. "_dqconvert", threads = P.NT, smem_bytes = 0,
+            grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = ws }
+      or { entry = entry .. "_dq", threads = P.NT, smem_bytes = P.smem_dq,
+           grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = ws }
   return {
     source = render("simtbwd.cu", args),
     launches = {
       { entry = entry .. "_pre", threads = P.NT, smem_bytes = 0,
-        grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = delta },
+        grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = ws },
       { entry = entry .. "_dkdv", threads = P.NT, smem_bytes = P.smem_dkdv, main = true,
-        grid = { { "seq_k", c.block_n }, "heads", "batch" }, workspaces = delta },
-      { entry = entry .. "_dq", threads = P.NT, smem_bytes = P.smem_dq,
-        grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = delta },
+        grid = { { "seq_k", c.block_n }, "heads", "batch" }, workspaces = ws },
+      last,
     },
     registers_estimate = P.reg_words,
     io_align = P.esize,
+    deterministic = c.dq ~= "atomic",
   }
 end
 

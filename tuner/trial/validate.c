@@ -471,7 +471,10 @@ int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
   for (int s = 0; s < runs; s++) {
     /* Shared memory starts as NaN (all ones) in the first run and as zeros
     ** in the second: a read before the write then changes the bits too. */
-    fa_run_opts ro = {.schedule = o->schedule[s], .seed = o->seed, .threads = o->threads,
+    /* Atomics across CTAs add in the order the CTAs run: one OS thread
+    ** keeps that order, so the schedules still expose a race inside a CTA. */
+    fa_run_opts ro = {.schedule = o->schedule[s], .seed = o->seed,
+                      .threads = k->deterministic ? o->threads : 1,
                       .smem_fill = s ? 0x00 : 0xFF};
     char why[400];
     void *host[ATTN_MAX_OUTPUTS];
