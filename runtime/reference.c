@@ -124,28 +124,40 @@ static void zero_rows(double *t, fa_layout l, int seq, int dim) {
     for (d = 0; d < dim; d++) t[n * l.sn + d] = 0.0;
 }
 
+/* Where a row's magnitudes go (ref_bwd_io's dq_mag and dk_mag), or NULL. */
+typedef struct row_mag { double *dqr, *dkh; } row_mag;
+
 /* One query row's share of the gradients of one (batch, head): its dq
-** row, and what it adds to dk and dv. pr holds its softmax row; ds is
-** scratch; both of at least nvis doubles. */
+** row, and what it adds to dk and dv (and, with mag, to the magnitudes).
+** pr holds its softmax row; ds is scratch; both of at least nvis doubles. */
 static void backward_row(const fa_problem *p, double scale, int nvis, const ref_bwd_io *io,
                          const double *qr, const double *dor, const double *kh,
                          const double *vh, double *dqr, double *dkh, double *dvh,
-                         const double *pr, double *ds) {
+                         const double *pr, double *ds, const row_mag *mag) {
   double sum = 0.0;   /* sum_c P dP: dout . o of the row, without o */
   int c, d;
   for (c = 0; c < nvis; c++) {
     ds[c] = dot(dor, vh + c * io->vl.sn, p->dim);   /* dP */
     sum += pr[c] * ds[c];
   }
-  for (c = 0; c < nvis; c++) ds[c] = pr[c] * (ds[c] - sum);
   for (d = 0; d < p->dim; d++) dqr[d] = 0.0;
+  if (mag) for (d = 0; d < p->dim; d++) mag->dqr[d] = 0.0;
   for (c = 0; c < nvis; c++) {
+    const double m = pr[c] * (fabs(ds[c]) + fabs(sum));   /* before ds[c] becomes dS */
+    ds[c] = pr[c] * (ds[c] - sum);
     const double *kc = kh + c * io->kl.sn;
     double *dkc = dkh + c * io->dkl.sn, *dvc = dvh + c * io->dvl.sn;
     for (d = 0; d < p->dim; d++) {
       dqr[d] += scale * ds[c] * kc[d];
       dkc[d] += scale * ds[c] * qr[d];
       dvc[d] += pr[c] * dor[d];
+    }
+    if (mag) {
+      double *mkc = mag->dkh + c * io->dkl.sn;
+      for (d = 0; d < p->dim; d++) {
+        mag->dqr[d] += scale * m * fabs(kc[d]);
+        mkc[d] += scale * m * fabs(qr[d]);
+      }
     }
   }
 }
@@ -171,13 +183,19 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
       double *dvh = io->dv + b * io->dvl.sb + h * io->dvl.sh;
       zero_rows(dkh, io->dkl, p->seq_k, p->dim);
       zero_rows(dvh, io->dvl, p->seq_k, p->dim);
+      const int with_mag = io->dq_mag && io->dk_mag;
+      double *mkh = with_mag ? io->dk_mag + b * io->dkl.sb + h * io->dkl.sh : NULL;
+      if (with_mag) zero_rows(mkh, io->dkl, p->seq_k, p->dim);
       for (r = 0; r < p->seq_q; r++) {
         const int nvis = visible_keys(p, r);
         const double *qr = io->q + b * io->ql.sb + h * io->ql.sh + r * io->ql.sn;
         const double *dor = io->dout + b * io->dol.sb + h * io->dol.sh + r * io->dol.sn;
         double *dqr = io->dq + b * io->dql.sb + h * io->dql.sh + r * io->dql.sn;
         softmax_row(p, scale, nvis, qr, kh, io->kl.sn, pr);
-        backward_row(p, scale, nvis, io, qr, dor, kh, vh, dqr, dkh, dvh, pr, ds);
+        const row_mag mag = {with_mag ? io->dq_mag + b * io->dql.sb + h * io->dql.sh +
+                                            r * io->dql.sn : NULL, mkh};
+        backward_row(p, scale, nvis, io, qr, dor, kh, vh, dqr, dkh, dvh, pr, ds,
+                     with_mag ? &mag : NULL);
       }
     }
   }

@@ -39,6 +39,12 @@ typedef struct ref_bwd_io {
   fa_layout ql, kl, vl, dol;
   double *dq, *dk, *dv;
   fa_layout dql, dkl, dvl;
+  /* Optional (NULL: not computed), laid out as dq and dk: the sums of the
+  ** magnitudes of the terms that make each element, scale P (|dP| +
+  ** |sum P dP|) |k| and |q|. Where the softmax's gradient cancels (a row
+  ** with a single visible key has dq = 0 exactly), rounding in a kernel is
+  ** relative to these, not to the gradient. */
+  double *dq_mag, *dk_mag;
 } ref_bwd_io;
 
 /* The gradients of attention, the textbook way and from q, k, v alone (no

@@ -302,7 +302,8 @@ static void run_backward(fatune_dtype dt, int bnhd, int pad, int causal, double 
   const fa_layout lq = fa_layout_contiguous(&p, NQ), lk = fa_layout_contiguous(&p, NK);
   double *rq = malloc(rows * D * sizeof *rq), *rk = malloc((size_t)B * H * NK * D * sizeof *rk);
   double *rv = malloc((size_t)B * H * NK * D * sizeof *rv);
-  const ref_bwd_io io = {q.ref, k.ref, v.ref, dout.ref, lq, lk, lk, lq, rq, rk, rv, lq, lk, lk};
+  const ref_bwd_io io = {q.ref, k.ref, v.ref, dout.ref, lq, lk, lk, lq, rq, rk, rv, lq, lk, lk,
+                         NULL, NULL};
   if (rq && rk && rv && ref_attention_backward(&p, &io) == 0) {
     const double e[3] = {grad_err(&dq, rq), grad_err(&dk, rk), grad_err(&dv, rv)};
     CHECK(e[0] < tol && e[1] < tol && e[2] < tol, "%s%s: dq %.3g dk %.3g dv %.3g",

@@ -34,6 +34,7 @@ static double rng_normal(uint64_t *s) {
 void val_case_free(val_case *c) {
   free(c->q), free(c->k), free(c->v), free(c->o_ref), free(c->lse_ref);
   free(c->o), free(c->lse), free(c->dout), free(c->dq_ref), free(c->dk_ref), free(c->dv_ref);
+  free(c->dq_mag), free(c->dk_mag);
   free(c->sample_rows), free(c->sample_o);
   memset(c, 0, sizeof *c);
 }
@@ -194,8 +195,10 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
   c->o = malloc(nq * es), c->lse = malloc(rows * ls), c->dout = malloc(nq * es);
   c->dq_ref = malloc(nq * sizeof(double));
   c->dk_ref = malloc(nk * sizeof(double)), c->dv_ref = malloc(nk * sizeof(double));
+  c->dq_mag = malloc(nq * sizeof(double)), c->dk_mag = malloc(nk * sizeof(double));
   int rc = -1;
-  if (!dod || !c->o || !c->lse || !c->dout || !c->dq_ref || !c->dk_ref || !c->dv_ref) {
+  if (!dod || !c->o || !c->lse || !c->dout || !c->dq_ref || !c->dk_ref || !c->dv_ref ||
+      !c->dq_mag || !c->dk_mag) {
     snprintf(err, errlen, "out of memory for the validation inputs");
   } else {
     uint64_t s = c->seed ^ 0xd0d0d0d0ULL;
@@ -206,7 +209,7 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
     for (size_t i = 0; i < rows; i++) fa_elem_put(c->lse, lt, i, c->lse_ref[i]);
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
     const ref_bwd_io io = {qd, kd, vd, dod, lq, lk, lk, lq, c->dq_ref, c->dk_ref, c->dv_ref,
-                           lq, lk, lk};
+                           lq, lk, lk, c->dq_mag, c->dk_mag};
     rc = ref_op(p, &io, err, errlen);
   }
   free(dod);
@@ -320,9 +323,10 @@ static int judge_lse(const val_case *c, const void *lse, double tol, val_result 
 
 /* A gradient against its reference (n elements, seq rows of the problem's
 ** dim): every element finite, the norm-relative error into grad_err[g]
-** and, the worst so far, rel_err. */
-static int judge_grad(const val_case *c, const void *got, const double *ref, int seq, int g,
-                      const char *name, double tol, val_result *r) {
+** and, the worst so far, rel_err. The norm is mag's where given (the
+** magnitudes of the terms, at least the gradient's own), else ref's. */
+static int judge_grad(const val_case *c, const void *got, const double *ref, const double *mag,
+                      int seq, int g, const char *name, double tol, val_result *r) {
   const fa_problem *p = &c->p;
   fa_problem shape = *p;
   shape.seq_q = seq;   /* val_where's rows */
@@ -338,7 +342,8 @@ static int judge_grad(const val_case *c, const void *got, const double *ref, int
       r->grad_err[g] = r->rel_err = r->max_abs_err = INFINITY;
       return 1;
     }
-    e2 += d * d, r2 += ref[i] * ref[i];
+    const double m = mag ? mag[i] : ref[i];
+    e2 += d * d, r2 += m * m;
     if (fabs(d) > r->max_abs_err) r->max_abs_err = fabs(d);
   }
   const double e = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
@@ -350,13 +355,13 @@ static int judge_grad(const val_case *c, const void *got, const double *ref, int
 }
 
 static int judge_dq(const val_case *c, const void *got, double tol, val_result *r) {
-  return judge_grad(c, got, c->dq_ref, c->p.seq_q, 0, "dq", tol, r);
+  return judge_grad(c, got, c->dq_ref, c->dq_mag, c->p.seq_q, 0, "dq", tol, r);
 }
 static int judge_dk(const val_case *c, const void *got, double tol, val_result *r) {
-  return judge_grad(c, got, c->dk_ref, c->p.seq_k, 1, "dk", tol, r);
+  return judge_grad(c, got, c->dk_ref, c->dk_mag, c->p.seq_k, 1, "dk", tol, r);
 }
 static int judge_dv(const val_case *c, const void *got, double tol, val_result *r) {
-  return judge_grad(c, got, c->dv_ref, c->p.seq_k, 2, "dv", tol, r);
+  return judge_grad(c, got, c->dv_ref, NULL, c->p.seq_k, 2, "dv", tol, r);
 }
 
 /* An output an op declares: its name, its tolerance for a dtype, and its

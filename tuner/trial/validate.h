@@ -28,6 +28,8 @@ typedef struct val_case {
   ** a random dout; the reference gradients. */
   void *o, *lse, *dout;
   double *dq_ref, *dk_ref, *dv_ref;
+  double *dq_mag, *dk_mag; /* the magnitudes of their terms (ref_bwd_io), which dq's and dk's
+                              errors are taken relative to */
   /* Oracle cases: rows also computed in float64 on the CPU, to check the
   ** oracle and every kernel against a reference independent of the GPU. */
   size_t nsample;
