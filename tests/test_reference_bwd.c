@@ -238,6 +238,33 @@ static void test_properties(void) {
     CHECK(same, "a second run gives other dk bits");
     free(dk);
   }
+  /* The magnitudes: written everywhere (poisoned first), each at least its
+  ** gradient's magnitude, and 0 exactly where the gradient is (a row that
+  ** sees no key). */
+  double *mq = malloc(c.ndq * sizeof *mq), *mk = malloc(c.ndk * sizeof *mk);
+  CHECK(mq && mk, "out of memory");
+  if (mq && mk) {
+    for (size_t i = 0; i < c.ndq; i++) mq[i] = NAN;
+    for (size_t i = 0; i < c.ndk; i++) mk[i] = NAN;
+    ref_bwd_io with = c.io;
+    with.dq_mag = mq, with.dk_mag = mk;
+    CHECK(ref_attention_backward(&c.p, &with) == 0, "a run with magnitudes refused");
+    int bounded = 1, zero = 1;
+    for (int b = 0; b < p.batch; b++)
+      for (int h = 0; h < p.heads; h++)
+        for (int d = 0; d < p.dim; d++) {
+          for (int n = 0; n < p.seq_q; n++) {
+            const double m = *elem(mq, io->dql, b, h, n, d), g = *elem(c.dq, io->dql, b, h, n, d);
+            bounded &= m >= fabs(g) * (1 - 1e-12);
+            if (n < p.seq_q - p.seq_k) zero &= m == 0;
+          }
+          for (int n = 0; n < p.seq_k; n++)
+            bounded &= *elem(mk, io->dkl, b, h, n, d) >= fabs(*elem(c.dk, io->dkl, b, h, n, d)) * (1 - 1e-12);
+        }
+    CHECK(bounded, "a magnitude below its gradient's, or NaN (not written)");
+    CHECK(zero, "a row that sees no key has dq magnitudes other than 0");
+  }
+  free(mq), free(mk);
   case_free(&c);
 }
 
