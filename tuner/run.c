@@ -198,6 +198,14 @@ static void run_free(run_state *r) {
   free(r->dot), free(r->grad[0]), free(r->grad[1]), free(r->grad[2]);
 }
 
+/* What a run did, on stderr: the kernel, the backend, its counts. */
+static void say_ran(const run_state *r, const cli_opts *o, const fa_counters *c, double ms) {
+  fprintf(stderr, "fatune: ran %s on %s (%s schedule) in %.1f ms: global %llu bytes read, "
+                  "%llu written; %llu exponentials, %llu barriers\n",
+          r->kern.name, backend_name(r->be), backend_schedule_name(o->schedule), ms,
+          c->gmem_read, c->gmem_written, c->exp2, c->barriers);
+}
+
 /* The backward pass, after the forward pass when O and lse are not given
 ** (r->o, r->lse then the forward kernel's): dq, dk, dv into r->grad. */
 static int execute_bwd(run_state *r, const cli_opts *o, const fa_run_opts *ro, char *err,
@@ -229,10 +237,7 @@ static int execute_bwd(run_state *r, const cli_opts *o, const fa_run_opts *ro, c
   if (attn_bwd_inputs_upload(r->be, p, r->o, r->lse, r->dot, &r->in, err, n) != 0 ||
       attn_run_op(r->be, r->build.prog, &r->kern, p, &r->in, ro, r->grad, &c, &ms, err, n) != 0)
     return -1;
-  fprintf(stderr, "fatune: ran %s on %s (%s schedule) in %.1f ms: global %llu bytes read, "
-                  "%llu written; %llu exponentials, %llu barriers\n",
-          r->kern.name, backend_name(r->be), backend_schedule_name(o->schedule), ms, c.gmem_read,
-          c.gmem_written, c.exp2, c.barriers);
+  say_ran(r, o, &c, ms);
   return 0;
 }
 
@@ -278,10 +283,7 @@ static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
   if (p->op == FA_OP_BWD) return execute_bwd(r, o, &ro, err, n);
   if (attn_run(r->be, r->build.prog, &r->kern, p, &r->in, &ro, r->o, r->lse, &c, &ms, err, n))
     return -1;
-  fprintf(stderr, "fatune: ran %s on %s (%s schedule) in %.1f ms: global %llu bytes read, "
-                  "%llu written; %llu exponentials, %llu barriers\n",
-          r->kern.name, backend_name(r->be), backend_schedule_name(o->schedule), ms, c.gmem_read,
-          c.gmem_written, c.exp2, c.barriers);
+  say_ran(r, o, &c, ms);
   return 0;
 }
 

@@ -117,6 +117,16 @@ def _check_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: Any, real
                            for n, t in (("q", q), ("k", k), ("v", v))])
 
 
+def _context(q: torch.Tensor, db: Optional[str]) -> Tuple[int, int]:
+    """The library's context for q's device and its stream: a CUDA tensor's
+    GPU and current stream, or the emulator."""
+    if q.is_cuda:
+        return (_lib.context("cuda", q.device.index if q.device.index is not None
+                             else torch.cuda.current_device(), db),
+                torch.cuda.current_stream(q.device).cuda_stream)
+    return _lib.context("emu", 0, db), 0
+
+
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         lse: Optional[torch.Tensor], mask: str, scale: float, layout: str,
         db: Optional[str] = None, plan: bool = False) -> str:
@@ -126,13 +136,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
     # Strides the kernels cannot take (a strided head dim): a copy, made on
     # the stream the kernel runs on, so it lives as long as the kernel needs.
     q, k, v = (t if _usable(t) else t.contiguous() for t in (q, k, v))
-    if q.is_cuda:
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        ctx = _lib.context("cuda", q.device.index if q.device.index is not None
-                           else torch.cuda.current_device(), db)
-    else:
-        stream = 0
-        ctx = _lib.context("emu", 0, db)
+    ctx, stream = _context(q, db)
     sd = 2 if layout == "bhnd" else 1
     nq, nk = q.shape[sd], k.shape[sd]
     segs = _check.segments(nq, nk, mask)
@@ -211,13 +215,7 @@ def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torc
         return dq, fold(dk), fold(dv)
     code = _CODES[q.dtype]
     q, k, v, out, grad_o = (t if _usable(t) else t.contiguous() for t in (q, k, v, out, grad_o))
-    if q.is_cuda:
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        ctx = _lib.context("cuda", q.device.index if q.device.index is not None
-                           else torch.cuda.current_device(), db)
-    else:
-        stream = 0
-        ctx = _lib.context("emu", 0, db)
+    ctx, stream = _context(q, db)
     sd = 2 if layout == "bhnd" else 1
     nq, nk = q.shape[sd], k.shape[sd]
     segs = _check.segments(nq, nk, mask)
