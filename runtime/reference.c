@@ -38,6 +38,15 @@ static double dot(const double *a, const double *b, int n) {
   return s;
 }
 
+/* The sum of |a_i b_i|: the size of the terms of a dot product, which its
+** rounding error scales with. */
+static double dot_abs(const double *a, const double *b, int n) {
+  double s = 0.0;
+  int i;
+  for (i = 0; i < n; i++) s += fabs(a[i] * b[i]);
+  return s;
+}
+
 /* One query row of one (batch, head): q points at the row, k and v at the
 ** head's first key / value row, o at the output row. s is scratch of at
 ** least seq_k doubles. Returns the row's logsumexp. */
@@ -135,15 +144,20 @@ static void backward_row(const fa_problem *p, double scale, int nvis, const ref_
                          const double *vh, double *dqr, double *dkh, double *dvh,
                          const double *pr, double *ds, const row_mag *mag) {
   double sum = 0.0;   /* sum_c P dP: dout . o of the row, without o */
+  double sum_abs = 0.0; /* with mag: the size of its terms, and of dout . o's */
   int c, d;
   for (c = 0; c < nvis; c++) {
     ds[c] = dot(dor, vh + c * io->vl.sn, p->dim);   /* dP */
     sum += pr[c] * ds[c];
+    if (mag) sum_abs += pr[c] * dot_abs(dor, vh + c * io->vl.sn, p->dim);
   }
   for (d = 0; d < p->dim; d++) dqr[d] = 0.0;
   if (mag) for (d = 0; d < p->dim; d++) mag->dqr[d] = 0.0;
   for (c = 0; c < nvis; c++) {
-    const double m = pr[c] * (fabs(ds[c]) + fabs(sum));   /* before ds[c] becomes dS */
+    /* dS's size: P times those of dP's terms and of D's, which a kernel
+    ** computes apart (D from O), so that where they cancel the rounding
+    ** of each remains. */
+    const double m = mag ? pr[c] * (dot_abs(dor, vh + c * io->vl.sn, p->dim) + sum_abs) : 0.0;
     ds[c] = pr[c] * (ds[c] - sum);
     const double *kc = kh + c * io->kl.sn;
     double *dkc = dkh + c * io->dkl.sn, *dvc = dvh + c * io->dvl.sn;

@@ -40,8 +40,8 @@ typedef struct ref_bwd_io {
   double *dq, *dk, *dv;
   fa_layout dql, dkl, dvl;
   /* Optional (NULL: not computed), laid out as dq and dk: the sums of the
-  ** magnitudes of the terms that make each element, scale P (|dP| +
-  ** |sum P dP|) |k| and |q|. Where the softmax's gradient cancels (a row
+  ** magnitudes of the terms that make each element, scale P (A + sum P A)
+  ** |k| and |q|, with A = sum_d |dout_d v_d| the size of dP's terms. Where the softmax's gradient cancels (a row
   ** with a single visible key has dq = 0 exactly), rounding in a kernel is
   ** relative to these, not to the gradient. */
   double *dq_mag, *dk_mag;
