@@ -48,7 +48,9 @@ function simtbwd.defaults(problem)
            dq = "separate" }
 end
 
-simtbwd.fallbacks = { warps = { 4, 2, 1, 8 } }
+-- fp64 at head dims over 128 holds its 32x32 tiles in no sm_80 shared
+-- memory: smaller ones then.
+simtbwd.fallbacks = { block_m = { 32, 16, 8 }, block_n = { 32, 16, 8 }, warps = { 4, 2, 1, 8 } }
 
 function simtbwd.supports(problem)
   return problem.dtype == "fp32" or problem.dtype == "fp64"
