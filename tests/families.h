@@ -277,6 +277,24 @@ static long simtbwd_cost(const char *config) {
   return fam_config_is(config, "dtype", "fp64") ? 2 * cost : cost;
 }
 
+/* The backward pass on tensor cores: head dims native, padded and of the
+** 2-byte path, every tile axis. */
+static const fam_axis tcbwd_axes[] = {
+  {"dtype", {"fp16", "bf16"}},
+  {"causal", {"0", "1"}},
+  {"dim", {"32", "36", "64", "96", "128", "256"}},
+  {"block_m", {"16", "32", "64", "128"}},
+  {"block_n", {"16", "32", "64", "128"}},
+  {"warps", {"1", "2", "4", "8"}},
+  {"split_d", {"1", "2", "4"}},
+  {"dq", {"separate", "atomic"}},
+};
+
+static const fam_problem tcbwd_problems[] = {
+  {32, FA_FP16, 0}, {36, FA_BF16, 1}, {64, FA_FP16, 1}, {96, FA_BF16, 0}, {128, FA_FP16, 0},
+  {256, FA_BF16, 1},
+};
+
 static const family families[] = {
   {
     .name = "simt",
@@ -321,6 +339,20 @@ static const family families[] = {
     .cost = tc_cost,
     .refs = tc_refs, .nrefs = FAM_COUNT(tc_refs), .ref_label = "FlashAttention-2",
     .sass_insn = "HMMA",
+  },
+  {
+    .name = "tcbwd", .op = FA_OP_BWD,
+    .ndims = 1, .dims = {40},
+    .ndtypes = 2, .dtypes = {FA_FP16, FA_BF16},
+    .list_seq = 128,
+    .shapes = {{1, 2, 128, 128, EMU_FORWARD, EMU_SKEW},
+               {1, 1, 100, 200, EMU_REVERSE, EMU_RANDOM}},
+    .tail_every = 1, .tail_s0 = EMU_SKEW, .tail_s1 = EMU_FORWARD,
+    .axes = tcbwd_axes, .naxes = FAM_COUNT(tcbwd_axes),
+    .problems = tcbwd_problems, .nproblems = FAM_COUNT(tcbwd_problems),
+    .rounds = 1, .picks_per_round = 2, .required_picks = 1,
+    .per_dim = 0, .odd_tiles = 0,
+    .cost = tc_cost,
   },
   {
     .name = "wg",

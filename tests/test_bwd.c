@@ -2,15 +2,17 @@
 ** test_bwd.c
 ** The backward pass's kernels (op bwd) on the emulator against the
 ** float64 reference backward: every variant of the default space of the
-** simtbwd family, fp32 and fp64, causal or not, each on odd shapes (tails
-** in seq_q and seq_k, a single query, a single key, causal with more
-** queries than keys so that rows see no key, several heads and batches),
+** simtbwd family (fp32, fp64) and of the tcbwd family (fp16, bf16), causal
+** or not, each on odd shapes (tails in seq_q and seq_k, a single query, a
+** single key, causal with more queries than keys so that rows see no key,
+** several heads and batches),
 ** under two schedules that must give the same bits. Then what the
 ** backward pass promises beyond its values: dQ, dK and dV bit for bit the
 ** same over repeated runs on any number of threads (dq=separate has no
 ** atomics); dq=atomic agreeing with it to rounding, and saying it is not
 ** deterministic;
-** workspaces of O(seq) bytes, nothing of seq_q x seq_k; NaN-poisoned
+** the default config of every dtype and head dim rendering; workspaces of
+** O(seq) bytes, nothing of seq_q x seq_k; NaN-poisoned
 ** outputs caught when a kernel skips them; and forward kernels refused for
 ** a backward problem. The input seed is printed; FATUNE_TEST_SEED replays
 ** a run.
@@ -256,6 +258,30 @@ static void test_memory(void) {
   gen_kernel_free(&k);
 }
 
+/* The config naming nothing renders, for every dtype and head dim: the
+** defaults (or their fallbacks) fit each family. */
+static void test_defaults(void) {
+  static const fa_dtype dtypes[] = {FA_FP32, FA_FP64, FA_FP16, FA_BF16};
+  static const int dims[] = {8, 36, 64, 96, 128, 200, 256};
+  const shape s = {1, 1, 256, 256};
+  int n = 0;
+  for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++)
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+      for (int causal = 0; causal < 2; causal++) {
+        fa_problem p = problem(dtypes[t], dims[d], causal, &s);
+        gen_kernel k;
+        if (gen_render_config(gen, "", &p, &target, &k) != 0) {
+          CHECK(0, "%s d%d: %s", fa_dtype_name(dtypes[t]), dims[d], gen_errmsg(gen));
+          continue;
+        }
+        CHECK(k.op == FA_OP_BWD, "%s: op %s", k.name, fa_op_name(k.op));
+        n++;
+        gen_kernel_free(&k);
+      }
+  printf("defaults: %d of %d (dtype, dim, causal) render a backward kernel\n", n,
+         (int)(2 * sizeof dtypes / sizeof dtypes[0] * sizeof dims / sizeof dims[0]));
+}
+
 /* A backward problem run through a forward kernel, and a forward problem
 ** through a backward kernel: refused with a message, nothing launched. */
 static void test_op_mismatch(void) {
@@ -329,6 +355,7 @@ int main(void) {
     fprintf(stderr, "setup: %s\n", err);
     return 1;
   }
+  test_defaults();
   test_op_mismatch();
   test_poison();
   test_memory();
@@ -337,6 +364,9 @@ int main(void) {
   test_space(FA_FP32, 16, 0);
   test_space(FA_FP32, 16, 1);
   test_space(FA_FP64, 24, 1);
+  test_space(FA_FP16, 64, 1);
+  test_space(FA_BF16, 36, 0);
+  test_space(FA_BF16, 128, 1);
   backend_close(be);
   gen_close(gen);
   return check_done("test_bwd");

@@ -89,7 +89,7 @@ static fa_problem draw_problem(const fa_problem *fp, const char *config) {
 ** one fits the target. 0, or -1 when none did. */
 static int draw_config(const family *f, const fa_problem *lp, gen_state *g, const gen_target *t,
                        gen_kernel *k) {
-  for (int tries = 0; tries < 200; tries++) {
+  for (int tries = 0; tries < 1000; tries++) {
     char config[512];
     int n = snprintf(config, sizeof config, "family=%s", f->name);
     for (size_t a = 0; a < f->naxes; a++) {
@@ -116,7 +116,7 @@ static void draw(fuzz_case *c, const family *f, gen_state *g, const gen_target *
                    .dim = fp->dim, .dtype = fp->dtype, .causal = pick(0, 1), .op = f->op};
   c->f = f;
   if (draw_config(f, &lp, g, t, &c->k) != 0) {
-    CHECK(0, "%s d%d %s: no config of 200 drawn fits: %s", f->name, fp->dim,
+    CHECK(0, "%s d%d %s: no config of 1000 drawn fits: %s", f->name, fp->dim,
           fa_dtype_name(fp->dtype), gen_errmsg(g));
     return;
   }

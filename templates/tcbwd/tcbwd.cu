@@ -1,0 +1,436 @@
+$ -- tcbwd.cu: FlashAttention-2's backward pass on tensor cores (see tcbwd.lua).
+$ -- The dkdv kernel is its main loop over the Q blocks: copy the block
+$ -- (load_q), S and dP (gemm_s_dp), P and dS (softmax_grad), dV and dK
+$ -- (gemm_dv_dk), dQ's share when atomic (gemm_dq); each a Lua function
+$ -- below that emits its code.
+$ local c, P, T = args.cfg, args.P, args.T
+$ local causal, atomic = c.causal == 1, c.dq == "atomic"
+$ local D, BM, BN, NT, W = P.D, P.BM, P.BN, P.NT, P.W
+$ local MT, KT, NTL, DT = P.m_tiles, P.k_tiles, P.n_tiles, P.d_tiles
+$ local RB, SRB, dim = P.row_bytes, P.s_row_bytes, P.dim
+$ local KW, DTW = P.key_warps, P.dw_tiles
+$ local WR, KWR = BM // W, BN // KW  -- a warp's rows of S; its keys of dK, dV
+$ local function cdiv(a, b) return (a + b - 1) // b end
+/* ${args.entry}: the backward pass on tensor cores, tile ${BM}x${BN}, ${W} warps.
+** A warp owns ${WR} rows of S and dP (${MT} m16 tile(s)) and ${KWR} keys of dK and dV
+** (${KT} m16 tile(s)) by ${DTW * 8} of the head dim; head dim ${dim}${dim < D and " padded to " .. D or ""}. dQ ${atomic and "by atomics into a float accumulator" or "in a pass of its own"}. */
+
+$ -- What every kernel of the op derives from the argument block.
+$ local function setup()
+  const int tid = fa_tid();
+  const int lane = tid & 31, warp = tid >> 5;
+  const int h = fa_bid_y(), b = fa_bid_z();
+  const int hk = FA_KV_HEAD(p, h);
+  const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;
+  const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh;
+  const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
+  const unsigned short *const og = (const unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
+  const unsigned short *const dog = (const unsigned short *)p.dout + b * p.do_sb + h * p.do_sh;
+  const float *const lg = (const float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
+  float *const dg = (float *)p.ws + ((long long)b * p.heads + h) * p.seq_q;
+$ if atomic then
+  /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
+  float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + h) * p.seq_q * ${dim};
+  (void)qacc;
+$ end
+  const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
+  const float sl2 = p.scale_log2_f32;
+  /* The softmax scale itself: dQ and dK carry it once. */
+  const float scale = (float)(p.scale_log2 * 0.69314718055994530942);
+  (void)lane; (void)warp; (void)qg; (void)kg; (void)vg; (void)og; (void)dog; (void)lg; (void)dg;
+  (void)off; (void)sl2; (void)scale;
+$ end
+
+$ -- The fragment lanes and shared memory of the kernels that multiply.
+$ -- ldmatrix x4: lane 8 j + mrow gives a row of matrix j. a_row/a_chunk
+$ -- address the A fragment of a row-major tile (Q, dO, dS) and, with
+$ -- .trans, the B fragment of one stored k-major (V's pattern: dO, Q, K
+$ -- as the right operand of a product over their rows); b_row/b_chunk the
+$ -- B fragment of a tile stored n-major (K's pattern: K, V in S and dP)
+$ -- and, with .trans, the A fragment of a transposed one (P^T, dS^T).
+$ local function lanes()
+  const int g = lane >> 2, tig = lane & 3;       /* fragment row and column pair */
+  const int mrow = lane & 7, mat = lane >> 3;
+  const int a_row = mrow + 8 * (mat & 1), a_chunk = mat >> 1;
+  const int b_row = mrow + 8 * (mat >> 1), b_chunk = mat & 1;
+  unsigned char *const sm = (unsigned char *)fa_smem_base();
+  const fa_saddr ss = fa_saddr_of(sm);
+  float *const lse_s = (float *)(sm + ${P.off_lse});  /* the rows' lse, in log2 units */
+  float *const d_s = (float *)(sm + ${P.off_d});      /* the rows' D */
+  (void)a_row; (void)a_chunk; (void)b_row; (void)b_chunk;
+$ end
+
+$ -- rows rows of a (seq, dim) 16-bit matrix from global row row0 into the
+$ -- tile at byte offset tile; rows at or past limit, and the padded
+$ -- columns, are zeros. Asynchronous with cp.async when dim is a multiple
+$ -- of 8; the caller commits and waits.
+$ local function copy_tile(tile, src, stride, row0, limit, rows)
+$   local chunks = D // 8
+$   local total = rows * chunks
+  FA_UNROLL
+  for (int i = 0; i < ${cdiv(total, NT)}; ++i) {
+    const int e = tid + i * ${NT};
+$   if total % NT ~= 0 then
+    if (e < ${total}) {
+$   else
+    {
+$   end
+      const int r = e / ${chunks}, cc = e - r * ${chunks};
+      const int gr = ${row0} + r;
+      const int to = ${tile} + r * ${RB} + cc * 16;
+$   if P.async_copy then
+      const int bytes = gr < ${limit} && cc < ${dim // 8} ? 16 : 0;
+      fa_cp_async_16(ss + to, bytes ? (const void *)(${src} + gr * ${stride} + cc * 8) : (const void *)${src}, bytes);
+$   else
+      unsigned w[4] = {0u, 0u, 0u, 0u};
+      if (gr < ${limit}) {
+        FA_UNROLL
+        for (int t = 0; t < 8; ++t)
+          if (cc * 8 + t < ${dim}) w[t >> 1] |= (unsigned)fa_ldg_u16(${src} + gr * ${stride} + cc * 8 + t) << (16 * (t & 1));
+      }
+      fa_u32x4 v;
+      v.x = w[0], v.y = w[1], v.z = w[2], v.w = w[3];
+      fa_sts_u32x4((fa_u32x4 *)(sm + to), v);
+$   end
+    }
+  }
+$ end
+
+$ -- K and V rows k0.. into their tiles.
+$ local function load_kv()
+  $ copy_tile(P.off_k, "kg", "p.k_sn", "k0", "p.seq_k", BN)
+  $ copy_tile(P.off_v, "vg", "p.v_sn", "k0", "p.seq_k", BN)
+$ end
+
+$ -- Q and dO rows q0.. into their tiles, with each row's lse (log2 units)
+$ -- and D; 0 past seq_q.
+$ local function load_q()
+  $ copy_tile(P.off_q, "qg", "p.q_sn", "q0", "p.seq_q", BM)
+  $ copy_tile(P.off_do, "dog", "p.do_sn", "q0", "p.seq_q", BM)
+  for (int r = tid; r < ${BM}; r += ${NT}) {
+    const int gr = q0 + r;
+    fa_sts_f32(lse_s + r, gr < p.seq_q ? fa_ldg_f32(lg + gr) * 1.44269504088896340736f : 0.f);
+    fa_sts_f32(d_s + r, gr < p.seq_q ? fa_ld_f32(dg + gr) : 0.f);
+  }
+$ end
+
+$ -- Every copy in flight has landed, for every thread.
+$ local function landed()
+  fa_cp_async_commit();
+  fa_cp_async_wait(0);
+  fa_syncthreads();
+$ end
+
+$ -- S = Q K^T and dP = dO V^T for the warp's rows of the Q block and the
+$ -- K/V block's keys, on the tensor cores.
+$ local function gemm_s_dp()
+  /* S = Q K^T, dP = dO V^T: rows warp * ${WR}.., all ${BN} keys. */
+  float s[${MT}][${NTL}][4], dp[${MT}][${NTL}][4];
+  FA_UNROLL
+  for (int mt = 0; mt < ${MT}; ++mt) {
+    FA_UNROLL
+    for (int n = 0; n < ${NTL}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) s[mt][n][i] = dp[mt][n][i] = 0.f;
+    }
+  }
+  FA_UNROLL
+  for (int kk = 0; kk < ${D // 16}; ++kk) {
+    unsigned qa[${MT}][4], da[${MT}][4];
+    FA_UNROLL
+    for (int mt = 0; mt < ${MT}; ++mt) {
+      const int at = (warp * ${WR} + mt * 16 + a_row) * ${RB} + (2 * kk + a_chunk) * 16;
+      fa_ldmatrix_x4(qa[mt], ss + (${P.off_q} + at));
+      fa_ldmatrix_x4(da[mt], ss + (${P.off_do} + at));
+    }
+    FA_UNROLL
+    for (int n2 = 0; n2 < ${NTL // 2}; ++n2) {
+      const int at = (n2 * 16 + b_row) * ${RB} + (2 * kk + b_chunk) * 16;
+      unsigned kb[4], vb[4];
+      fa_ldmatrix_x4(kb, ss + (${P.off_k} + at));
+      fa_ldmatrix_x4(vb, ss + (${P.off_v} + at));
+      FA_UNROLL
+      for (int mt = 0; mt < ${MT}; ++mt) {
+        fa_mma_m16n8k16_${T}(s[mt][2 * n2], qa[mt], kb, s[mt][2 * n2]);
+        fa_mma_m16n8k16_${T}(s[mt][2 * n2 + 1], qa[mt], kb + 2, s[mt][2 * n2 + 1]);
+        fa_mma_m16n8k16_${T}(dp[mt][2 * n2], da[mt], vb, dp[mt][2 * n2]);
+        fa_mma_m16n8k16_${T}(dp[mt][2 * n2 + 1], da[mt], vb + 2, dp[mt][2 * n2 + 1]);
+      }
+    }
+  }
+$ end
+
+$ -- P = exp2(S log2e - lse) and dS = P (dP - D), cell by cell of the
+$ -- warp's fragments, 0 outside the problem and the mask (checked only in
+$ -- the blocks that reach past either); packed in 16 bits as the A
+$ -- fragments of a product over the keys (ds_pk), and with to_smem, P and
+$ -- dS stored to their tiles for the products over the queries.
+$ local function softmax_grad(to_smem)
+  /* A block reaching past seq_q or seq_k${causal and ", or across the diagonal," or ""} masks. */
+  const int edge = q0 + ${BM} > p.seq_q || k0 + ${BN} > p.seq_k${causal and (" || k0 + " .. (BN - 1) .. " > q0 + off") or ""};
+  unsigned ds_pk[${MT}][${NTL}][2];
+  FA_UNROLL
+  for (int mt = 0; mt < ${MT}; ++mt) {
+    FA_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = warp * ${WR} + mt * 16 + g + 8 * hh;
+      const float lse_r = fa_lds_f32(lse_s + r), d_r = fa_lds_f32(d_s + r);
+      FA_UNROLL
+      for (int n = 0; n < ${NTL}; ++n) {
+        float pv[2], ds[2];
+        FA_UNROLL
+        for (int j = 0; j < 2; ++j) {
+          pv[j] = fa_exp2_f32(s[mt][n][2 * hh + j] * sl2 - lse_r);
+          if (edge) {
+            const int gr = q0 + r, gn = k0 + n * 8 + 2 * tig + j;
+$ if causal then
+            if (!(gr < p.seq_q && gn < p.seq_k && gn <= gr + off)) pv[j] = 0.f;
+$ else
+            if (!(gr < p.seq_q && gn < p.seq_k)) pv[j] = 0.f;
+$ end
+          }
+          ds[j] = pv[j] * (dp[mt][n][2 * hh + j] - d_r);
+        }
+        ds_pk[mt][n][hh] = fa_pack_${T}x2(ds[0], ds[1]);
+$ if to_smem then
+        const int at = r * ${SRB} + (n * 8 + 2 * tig) * 2;
+        fa_sts_u32((unsigned *)(sm + (${P.off_p} + at)), fa_pack_${T}x2(pv[0], pv[1]));
+        fa_sts_u32((unsigned *)(sm + (${P.off_ds} + at)), ds_pk[mt][n][hh]);
+$ end
+      }
+    }
+  }
+$ end
+
+$ -- dV += P^T dO and dK += dS^T Q over the Q block's rows: the warp's keys,
+$ -- P^T and dS^T by ldmatrix .trans of the P and dS tiles, dO and Q as V
+$ -- is in the forward pass.
+$ local function gemm_dv_dk()
+  /* dV += P^T dO, dK += dS^T Q: keys kw * ${KWR}.., head-dim columns dw * ${DTW * 8}..,
+  ** over the block's ${BM} rows. */
+  FA_UNROLL
+  for (int kk = 0; kk < ${BM // 16}; ++kk) {
+    unsigned pa[${KT}][4], dsa[${KT}][4];
+    FA_UNROLL
+    for (int kt = 0; kt < ${KT}; ++kt) {
+      const int at = (kk * 16 + b_row) * ${SRB} + ((kw * ${KWR} + kt * 16) / 8 + b_chunk) * 16;
+      fa_ldmatrix_x4_trans(pa[kt], ss + (${P.off_p} + at));
+      fa_ldmatrix_x4_trans(dsa[kt], ss + (${P.off_ds} + at));
+    }
+    FA_UNROLL
+    for (int d2 = 0; d2 < ${DTW // 2}; ++d2) {
+      const int at = (kk * 16 + a_row) * ${RB} + (dw * ${DTW} + 2 * d2 + a_chunk) * 16;
+      unsigned ob[4], qb[4];
+      fa_ldmatrix_x4_trans(ob, ss + (${P.off_do} + at));
+      fa_ldmatrix_x4_trans(qb, ss + (${P.off_q} + at));
+      FA_UNROLL
+      for (int kt = 0; kt < ${KT}; ++kt) {
+        fa_mma_m16n8k16_${T}(dv[kt][2 * d2], pa[kt], ob, dv[kt][2 * d2]);
+        fa_mma_m16n8k16_${T}(dv[kt][2 * d2 + 1], pa[kt], ob + 2, dv[kt][2 * d2 + 1]);
+        fa_mma_m16n8k16_${T}(dk[kt][2 * d2], dsa[kt], qb, dk[kt][2 * d2]);
+        fa_mma_m16n8k16_${T}(dk[kt][2 * d2 + 1], dsa[kt], qb + 2, dk[kt][2 * d2 + 1]);
+      }
+    }
+  }
+$ end
+
+$ -- The product dS K for the warp's rows, n8 tile pair d2 (a C loop
+$ -- variable of the caller) of the head dim, into acc[mt][0..1]: dS from
+$ -- ds_pk (the C fragments of two n8 tiles make the A fragment of a k16
+$ -- step, as P in the forward pass), K as V is in the forward pass.
+$ local function ds_k(acc)
+      FA_UNROLL
+      for (int kn = 0; kn < ${BN // 16}; ++kn) {
+        unsigned kb[4];
+        fa_ldmatrix_x4_trans(kb, ss + (${P.off_k} + (kn * 16 + a_row) * ${RB} + (2 * d2 + a_chunk) * 16));
+        FA_UNROLL
+        for (int mt = 0; mt < ${MT}; ++mt) {
+          const unsigned a[4] = {ds_pk[mt][2 * kn][0], ds_pk[mt][2 * kn][1], ds_pk[mt][2 * kn + 1][0],
+                                 ds_pk[mt][2 * kn + 1][1]};
+          fa_mma_m16n8k16_${T}(${acc}[mt][0], a, kb, ${acc}[mt][0]);
+          fa_mma_m16n8k16_${T}(${acc}[mt][1], a, kb + 2, ${acc}[mt][1]);
+        }
+      }
+$ end
+
+$ -- dQ += dS K added into the accumulator, a pair of n8 tiles at a time.
+$ local function gemm_dq_atomic()
+  /* dQ += dS K into the accumulator, across the K/V blocks' CTAs. */
+  FA_UNROLL
+  for (int d2 = 0; d2 < ${DT // 2}; ++d2) {
+    float acc[${MT}][2][4];
+    FA_UNROLL
+    for (int mt = 0; mt < ${MT}; ++mt) {
+      FA_UNROLL
+      for (int i = 0; i < 8; ++i) acc[mt][i >> 2][i & 3] = 0.f;
+    }
+    $ ds_k("acc")
+    FA_UNROLL
+    for (int mt = 0; mt < ${MT}; ++mt) {
+      FA_UNROLL
+      for (int i = 0; i < 8; ++i) {
+        const int gr = q0 + warp * ${WR} + mt * 16 + g + 8 * ((i & 3) >> 1);
+        const int d = d2 * 16 + (i >> 2) * 8 + 2 * tig + (i & 1);
+        if (gr < p.seq_q && d < ${dim}) fa_atomic_add_f32(qacc + (long long)gr * ${dim} + d, acc[mt][i >> 2][i & 3]);
+      }
+    }
+  }
+$ end
+
+/* D = rowsum(dO * O) - dlse in fp32: a warp per row, its lanes across the head dim. */
+FA_TC_KERNEL(${args.entry}_pre, ${NT})
+{
+  $ setup()
+  const int q0 = fa_bid_x() * ${BM};
+  for (int r = warp; r < ${BM}; r += ${W}) {
+    const int gr = q0 + r;
+    if (gr >= p.seq_q) break;
+    float sum = 0.f;
+    for (int d = lane; d < ${dim}; d += 32)
+      sum += fa_${T}_to_f32(fa_ldg_u16(dog + gr * p.do_sn + d)) * fa_${T}_to_f32(fa_ldg_u16(og + gr * p.o_sn + d));
+    FA_UNROLL
+    for (int m = 16; m >= 1; m >>= 1) sum += fa_shfl_xor_f32(sum, m);
+    /* A gradient through the logsumexp adds P dlse to dS: D takes it off. */
+    if (p.dlse) sum -= fa_ldg_f32((const float *)p.dlse + ((long long)b * p.heads + h) * p.seq_q + gr);
+    if (lane == 0) fa_st_f32(dg + gr, sum);
+  }
+$ if atomic then
+  /* dkdv's launch adds to dQ's accumulator: zeros first. */
+  for (int e = tid; e < ${BM * dim}; e += ${NT})
+    if (q0 + e / ${dim} < p.seq_q) fa_st_f32(qacc + (long long)q0 * ${dim} + e, 0.f);
+$ end
+}
+
+/* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
+FA_TC_KERNEL(${args.entry}_dkdv, ${NT})
+{
+  $ setup()
+  $ lanes()
+  const int k0 = fa_bid_x() * ${BN};
+  /* This warp's keys and head-dim columns of dK and dV. */
+  const int kw = warp % ${KW}, dw = warp / ${KW};
+  (void)dw;
+  float dk[${KT}][${DTW}][4], dv[${KT}][${DTW}][4];  /* keys g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
+  FA_UNROLL
+  for (int kt = 0; kt < ${KT}; ++kt) {
+    FA_UNROLL
+    for (int n = 0; n < ${DTW}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) dk[kt][n][i] = dv[kt][n][i] = 0.f;
+    }
+  }
+  $ load_kv()
+$ if causal then
+  /* The first row that sees key k0 is k0 - off. */
+  const int first = k0 - off > 0 ? (k0 - off) / ${BM} : 0;
+$ else
+  const int first = 0;
+$ end
+  const int nq = (p.seq_q + ${BM - 1}) / ${BM};
+  for (int qb = first; qb < nq; ++qb) {
+    const int q0 = qb * ${BM};
+    $ load_q()
+    $ landed()
+    $ gemm_s_dp()
+    $ softmax_grad(true)
+    fa_syncthreads(); /* P and dS are in shared memory, whole */
+    $ gemm_dv_dk()
+$ if atomic then
+    $ gemm_dq_atomic()
+$ end
+    fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
+  }
+  /* dK (scaled) and dV, element by element from the fragments. */
+  unsigned short *const dkg = (unsigned short *)p.dk + b * p.dk_sb + h * p.dk_sh;
+  unsigned short *const dvg = (unsigned short *)p.dv + b * p.dv_sb + h * p.dv_sh;
+  FA_UNROLL
+  for (int kt = 0; kt < ${KT}; ++kt) {
+    FA_UNROLL
+    for (int n = 0; n < ${DTW}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DTW} + n) * 8 + 2 * tig + (i & 1);
+        if (gn < p.seq_k && d < ${dim}) {
+          fa_st_u16(dkg + gn * p.dk_sn + d, fa_f32_to_${T}(dk[kt][n][i] * scale));
+          fa_st_u16(dvg + gn * p.dv_sn + d, fa_f32_to_${T}(dv[kt][n][i]));
+        }
+      }
+    }
+  }
+}
+
+$ if atomic then
+/* dQ = scale * the accumulator dkdv added to. */
+FA_TC_KERNEL(${args.entry}_dqconvert, ${NT})
+{
+  $ setup()
+  unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  const int q0 = fa_bid_x() * ${BM};
+  for (int e = tid; e < ${BM * dim}; e += ${NT}) {
+    const int r = e / ${dim}, d = e - r * ${dim};
+    if (q0 + r < p.seq_q)
+      fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(fa_ld_f32(qacc + (long long)(q0 + r) * ${dim} + d) * scale));
+  }
+}
+$ else
+/* dQ of Q block fa_bid_x(), over the K/V blocks it sees: dS K, dS from the
+** registers. */
+FA_TC_KERNEL(${args.entry}_dq, ${NT})
+{
+  $ setup()
+  $ lanes()
+  const int q0 = fa_bid_x() * ${BM};
+  float dq[${MT}][${DT}][4];
+  FA_UNROLL
+  for (int mt = 0; mt < ${MT}; ++mt) {
+    FA_UNROLL
+    for (int n = 0; n < ${DT}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) dq[mt][n][i] = 0.f;
+    }
+  }
+  $ load_q()
+  $ landed()
+$ if causal then
+  /* The block's last row sees keys up to q0 + ${BM - 1} + off. */
+  int kend = q0 + ${BM} + off;
+  kend = kend < 0 ? 0 : kend > p.seq_k ? p.seq_k : kend;
+$ else
+  const int kend = p.seq_k;
+$ end
+  for (int k0 = 0; k0 < kend; k0 += ${BN}) {
+    $ load_kv()
+    $ landed()
+    $ gemm_s_dp()
+    $ softmax_grad(false)
+    FA_UNROLL
+    for (int d2 = 0; d2 < ${DT // 2}; ++d2) {
+      float acc[${MT}][2][4];
+      FA_UNROLL
+      for (int mt = 0; mt < ${MT}; ++mt) {
+        FA_UNROLL
+        for (int i = 0; i < 8; ++i) acc[mt][i >> 2][i & 3] = dq[mt][2 * d2 + (i >> 2)][i & 3];
+      }
+      $ ds_k("acc")
+      FA_UNROLL
+      for (int mt = 0; mt < ${MT}; ++mt) {
+        FA_UNROLL
+        for (int i = 0; i < 8; ++i) dq[mt][2 * d2 + (i >> 2)][i & 3] = acc[mt][i >> 2][i & 3];
+      }
+    }
+    fa_syncthreads(); /* K and V are read: the next K/V block may load */
+  }
+  unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  FA_UNROLL
+  for (int mt = 0; mt < ${MT}; ++mt) {
+    FA_UNROLL
+    for (int n = 0; n < ${DT}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int gr = q0 + warp * ${WR} + mt * 16 + g + 8 * (i >> 1), d = n * 8 + 2 * tig + (i & 1);
+        if (gr < p.seq_q && d < ${dim}) fa_st_u16(dqg + gr * p.dq_sn + d, fa_f32_to_${T}(dq[mt][n][i] * scale));
+      }
+    }
+  }
+}
+$ end

@@ -1,0 +1,199 @@
+-- tcbwd.lua
+-- The tensor-core backward family: FlashAttention-2's backward pass for
+-- fp16 and bf16 with mma.sync m16n8k16 (fp32 accumulation), ldmatrix and
+-- cp.async. The launches are simtbwd's:
+--   pre   D = rowsum(dO * O) - dlse per query row, in fp32, into the
+--         workspace "delta" (and, dq = atomic, dQ's accumulator zeroed);
+--   dkdv  parallel over K/V blocks (the main kernel): K_j and V_j in shared
+--         memory, dK_j and dV_j in registers, while the Q blocks go by.
+--         Per Q block: S = Q K^T and dP = dO V^T on the tensor cores, the
+--         warps splitting its rows; P = exp2(S log2e - lse) and dS = P (dP
+--         - D) in registers, stored to shared memory in 16 bits; then dV +=
+--         P^T dO and dK += dS^T Q, the warps splitting the keys, P^T and
+--         dS^T read back by ldmatrix .trans (FlashAttention-2's way: the
+--         transpose costs no instruction of its own);
+--   dq    (dq = separate) parallel over Q blocks: S and dP once more, dS
+--         straight from the registers as the A operand of dQ += dS K, dQ
+--         written once, so that every run gives the same bits;
+--   dqconvert (dq = atomic, FlashAttention-2's) dkdv adds each Q block's
+--         dS K into a float accumulator with atomics, this launch scales
+--         it into dQ: no recomputation, but run-to-run bits vary.
+--
+-- Shared memory is padded a 16-byte chunk a row (the 8 rows an ldmatrix
+-- reads fall on distinct banks); tiles are copied with cp.async when the
+-- head dim is a multiple of 8, element by element otherwise; the head dim
+-- pads up to tc's native dims.
+
+local tcbwd = { name = "tcbwd", version = 1 }
+local enum = require("enum")
+local tc = require("tc/tc")
+
+local int_axis, enum_axis = enum.int_axis, enum.enum_axis
+
+tcbwd.title = "tensor cores, backward"
+tcbwd.targets = "any"
+tcbwd.rank = 1
+tcbwd.preludes = enum.preludes
+tcbwd.op = "bwd"
+
+function tcbwd.default_dtype(target)
+  return tc.default_dtype(target)
+end
+
+-- Names: tcbwd-f16-d64-m64n64w4-dqpass[-causal]; dK and dV split across
+-- the head dim by 2 warps: ...-m64n64w4wd2-dqpass.
+tcbwd.axes = {
+  enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
+  int_axis("dim", 1, 256, { prefix = "d" }),
+  int_axis("causal", 0, 1, enum.flag("causal")),
+  int_axis("block_m", 16, 256, { prefix = "m" }),
+  int_axis("block_n", 16, 256, { prefix = "n" }),
+  int_axis("warps", 1, 8, { prefix = "w" }),
+  -- Warps across the head dim for dK and dV (1: a warp owns whole rows of
+  -- them): FlashAttention-2 splits them so, so that large head dims keep
+  -- their accumulators in registers.
+  int_axis("split_d", 1, 8, { prefix = "wd", [1] = "" }),
+  enum_axis("dq", { "separate", "atomic" }, { separate = "dqpass", atomic = "dqatomic" }),
+}
+tcbwd.axis = enum.index(tcbwd.axes)
+tcbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps", "split_d" }, { "dq" },
+                 { "causal" } }
+
+-- FlashAttention-2's backward tiles (flash_bwd_launch_template.h, sm80,
+-- without dropout): d64 128x128 with 8 warps; d128 64x128 with 8 warps;
+-- larger 64x64. Here a warp owns whole rows of S, so: d64 128x128 with
+-- 8 warps, larger 64x64 (dK and dV split across the head dim by 2 warps),
+-- over d128 64x32.
+function tcbwd.defaults(problem)
+  local D = tc.padded_dim(problem.dim or 64) or 256
+  local bm, bn, w, sd = 64, 64, 4, 2
+  if D <= 64 then bm, bn, w, sd = 128, 128, 8, 1 elseif D > 128 then bn = 32 end
+  return { dtype = problem.dtype or "fp16", dim = problem.dim or 64,
+           causal = problem.causal or 0, block_m = bm, block_n = bn, warps = w,
+           split_d = sd, dq = "atomic" }
+end
+
+tcbwd.fallbacks = { warps = { 4, 8, 2 }, split_d = { 1, 2, 4 }, dq = { "atomic", "separate" } }
+
+function tcbwd.supports(problem)
+  return problem.dtype == "fp16" or problem.dtype == "bf16"
+end
+
+-- The plan: fragments per warp, the shared-memory layout (bytes), the
+-- register estimate (32-bit words per thread).
+function tcbwd.plan(c)
+  local D = tc.padded_dim(c.dim)
+  local P = { dim = c.dim, D = D, BM = c.block_m, BN = c.block_n, W = c.warps,
+              NT = 32 * c.warps }
+  P.m_tiles = c.block_m // (16 * c.warps)   -- m16 tiles of S per warp (query rows)
+  P.key_warps = c.warps // c.split_d        -- warps across the keys of dK, dV
+  P.k_tiles = c.block_n // (16 * P.key_warps)  -- m16 tiles of dK, dV per warp (keys)
+  P.n_tiles = c.block_n // 8                -- n8 tiles of S per m-tile
+  P.d_tiles = D // 8                        -- n8 tiles of a gradient per m-tile
+  P.dw_tiles = P.d_tiles // c.split_d       -- of dK, dV per warp
+  P.async_copy = c.dim % 8 == 0
+  P.row_bytes = 2 * D + 16                  -- Q, dO, K, V rows
+  P.s_row_bytes = 2 * c.block_n + 16        -- P, dS rows
+  local off = 0
+  local function take(n) local at = off; off = off + n; return at end
+  P.off_k, P.off_v = take(c.block_n * P.row_bytes), take(c.block_n * P.row_bytes)
+  P.off_q, P.off_do = take(c.block_m * P.row_bytes), take(c.block_m * P.row_bytes)
+  P.off_lse, P.off_d = take(4 * c.block_m), take(4 * c.block_m)
+  P.smem_dq = off
+  P.off_p, P.off_ds = take(c.block_m * P.s_row_bytes), take(c.block_m * P.s_row_bytes)
+  P.smem_dkdv = off
+  -- S and dP of the warp's rows (dkdv and dq), dK and dV (dkdv) or dQ (dq)
+  -- accumulators, and 40 for addresses, indices and the loop.
+  local sdp = 2 * P.m_tiles * P.n_tiles * 4
+  P.reg_words = sdp + 2 * P.k_tiles * P.dw_tiles * 4 + 40
+  P.reg_words_dq = sdp + P.m_tiles * P.d_tiles * 4 + 40
+  return P
+end
+
+local register_budget = 255
+
+function tcbwd.fits(c, _, target)
+  if not tc.padded_dim(c.dim) then return false, "head dim over 256" end
+  if c.warps ~= 1 and c.warps ~= 2 and c.warps ~= 4 and c.warps ~= 8 then
+    return false, "warps must be 1, 2, 4 or 8"
+  end
+  if c.block_m % (16 * c.warps) ~= 0 then
+    return false, "each warp needs whole 16-row slabs of S (block_m a multiple of 16 * warps)"
+  end
+  if c.warps % c.split_d ~= 0 or (tc.padded_dim(c.dim) // 8) % (2 * c.split_d) ~= 0 then
+    return false, "split_d must divide the warps, and leave each warp pairs of n8 tiles of the head dim"
+  end
+  if c.block_n % (16 * (c.warps // c.split_d)) ~= 0 then
+    return false, "each warp needs whole 16-key slabs of dK and dV (block_n a multiple of 16 * warps / split_d)"
+  end
+  local P = tcbwd.plan(c)
+  if P.NT > target.max_threads then return false, "too many threads" end
+  if P.smem_dkdv > target.smem then return false, "shared memory over the limit" end
+  if math.max(P.reg_words, P.reg_words_dq) > register_budget then
+    return false, "register estimate over " .. register_budget .. " words per thread"
+  end
+  return true
+end
+
+local function cross(base, axes, out) enum.cross(tcbwd.axes, base, axes, out) end
+
+-- The default space: tiles around FlashAttention-2's, each with dQ by
+-- atomics (FlashAttention-2's) and by a pass of its own (deterministic);
+-- "full" the whole product; "small" when nothing of the default fits.
+function tcbwd.enumerate(problem, which)
+  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local out = {}
+  if which == "full" then
+    cross(base, { block_m = { 16, 32, 64, 128 }, block_n = { 16, 32, 64, 128 },
+                  warps = { 1, 2, 4, 8 }, split_d = { 1, 2, 4 }, dq = { "separate", "atomic" } }, out)
+  elseif which == "small" then
+    cross(base, { block_m = { 32 }, block_n = { 32 }, warps = { 2 }, split_d = { 2 },
+                  dq = { "separate", "atomic" } }, out)
+  else
+    -- (block_m, block_n, warps, split_d) per head-dim class, the first the
+    -- defaults' choice.
+    local D = tc.padded_dim(problem.dim) or 256
+    local tiles
+    if D <= 64 then
+      tiles = { { 128, 128, 8, 1 }, { 64, 64, 4, 1 }, { 128, 64, 4, 2 }, { 64, 64, 4, 2 },
+                { 128, 128, 8, 2 } }
+    elseif D <= 128 then
+      tiles = { { 64, 64, 4, 2 }, { 64, 64, 4, 1 }, { 64, 32, 2, 1 }, { 64, 64, 4, 4 } }
+    else
+      tiles = { { 64, 32, 4, 2 }, { 64, 32, 4, 4 }, { 128, 64, 8, 4 } }
+    end
+    for _, t in ipairs(tiles) do
+      cross(base, { block_m = { t[1] }, block_n = { t[2] }, warps = { t[3] },
+                    split_d = { t[4] }, dq = { "atomic", "separate" } }, out)
+    end
+  end
+  return out
+end
+
+function tcbwd.render(c)
+  local P = tcbwd.plan(c)
+  local entry = tcbwd.name_of(c):gsub("-", "_")
+  local args = { cfg = c, P = P, entry = entry, T = c.dtype == "bf16" and "bf16" or "f16" }
+  local ws = { { name = "delta", bytes_per_row = 4 } }
+  if c.dq == "atomic" then ws[2] = { name = "dq_acc", bytes_per_row = 4 * c.dim } end
+  local q_grid = { { "seq_q", c.block_m }, "heads", "batch" }
+  local last = c.dq == "atomic"
+      and { entry = entry .. "_dqconvert", threads = P.NT, smem_bytes = 0,
+            grid = q_grid, workspaces = ws }
+      or { entry = entry .. "_dq", threads = P.NT, smem_bytes = P.smem_dq,
+           grid = q_grid, workspaces = ws }
+  return {
+    source = render("tcbwd.cu", args),
+    launches = {
+      { entry = entry .. "_pre", threads = P.NT, smem_bytes = 0, grid = q_grid, workspaces = ws },
+      { entry = entry .. "_dkdv", threads = P.NT, smem_bytes = P.smem_dkdv, main = true,
+        grid = { { "seq_k", c.block_n }, "heads", "batch" }, workspaces = ws },
+      last,
+    },
+    registers_estimate = math.max(P.reg_words, P.reg_words_dq),
+    io_align = P.async_copy and 16 or 2,
+    deterministic = c.dq ~= "atomic",
+  }
+end
+
+return tcbwd
