@@ -60,8 +60,11 @@ run opbad list --dim 32 --op backward
 check "list --op backward: one line naming the ops, exit 2" $? \
   "exit $rc: $(head -c 200 "$tmp/opbad.err")"
 run opgen gen --op bwd --config block_m=64 --dtype fp32
-[ "$rc" -eq 2 ] && grep -q "does not apply" "$tmp/opgen.err"
-check "gen takes no --op" $? "exit $rc: $(head -c 200 "$tmp/opgen.err")"
+[ "$rc" -eq 0 ] && grep -q "^/\* fatune simtbwd-f32-d64-m64n32w4-dqpass " "$tmp/opgen.out"
+check "gen --op bwd prints a backward kernel" $? "exit $rc: $(head -c 200 "$tmp/opgen.err")"
+run opexport export --op bwd --format csv
+[ "$rc" -eq 2 ] && grep -q "does not apply" "$tmp/opexport.err"
+check "export takes no --op" $? "exit $rc: $(head -c 200 "$tmp/opexport.err")"
 run opvariant compile --arch sm_80 --variant "$(head -n 1 "$tmp/plain.out" | cut -d ' ' -f 1)" --op bwd
 [ "$rc" -eq 2 ] && grep -q "computes op fwd, not bwd" "$tmp/opvariant.err"
 check "compile --variant (a fwd one) --op bwd is refused" $? \

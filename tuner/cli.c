@@ -83,8 +83,8 @@ static const cmd_info commands[] = {
    "Lists the variants of the space: name, config and hash.",
    "fatune list --dim 128 --dtype fp16 --arch sm_80",
    "list the variants of the space"},
-  {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK,
-   "(--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--arch A]",
+  {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK | F_OP,
+   "(--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--op OP] [--arch A]",
    "Prints one variant's CUDA source. Keys left out of --config take the family's\n"
    "defaults, or values that fit the keys given (it says which).",
    "fatune gen --config block_m=64,block_n=32 --dtype fp32",
