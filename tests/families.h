@@ -286,6 +286,7 @@ static const fam_axis tcbwd_axes[] = {
   {"block_m", {"16", "32", "64", "128"}},
   {"block_n", {"16", "32", "64", "128"}},
   {"warps", {"1", "2", "4", "8"}},
+  {"split_n", {"1", "2", "4"}},
   {"split_d", {"1", "2", "4"}},
   {"dq", {"separate", "atomic"}},
 };

@@ -9,10 +9,14 @@ $ local D, BM, BN, NT, W = P.D, P.BM, P.BN, P.NT, P.W
 $ local MT, KT, NTL, DT = P.m_tiles, P.k_tiles, P.n_tiles, P.d_tiles
 $ local RB, SRB, dim = P.row_bytes, P.s_row_bytes, P.dim
 $ local KW, DTW = P.key_warps, P.dw_tiles
-$ local WR, KWR = BM // W, BN // KW  -- a warp's rows of S; its keys of dK, dV
+$ local SN, QDT = P.split_n, P.q_tiles
+$ local WR, KN, KWR = P.warp_rows, BN // SN, BN // KW  -- a warp's rows and keys of S; its keys of dK, dV
+$ -- dQ's product takes dS from the registers when a warp holds whole rows
+$ -- of it (split_n = 1), else from its shared-memory tile.
+$ local dq_from_smem = SN > 1
 $ local function cdiv(a, b) return (a + b - 1) // b end
 /* ${args.entry}: the backward pass on tensor cores, tile ${BM}x${BN}, ${W} warps.
-** A warp owns ${WR} rows of S and dP (${MT} m16 tile(s)) and ${KWR} keys of dK and dV
+** A warp owns ${WR} rows by ${KN} keys of S and dP (${MT} m16 tile(s)), ${KWR} keys of dK and dV
 ** (${KT} m16 tile(s)) by ${DTW * 8} of the head dim; head dim ${dim}${dim < D and " padded to " .. D or ""}. dQ ${atomic and "by atomics into a float accumulator" or "in a pass of its own"}. */
 
 $ -- What every kernel of the op derives from the argument block.
@@ -57,6 +61,9 @@ $ local function lanes()
   const fa_saddr ss = fa_saddr_of(sm);
   float *const lse_s = (float *)(sm + ${P.off_lse});  /* the rows' lse, in log2 units */
   float *const d_s = (float *)(sm + ${P.off_d});      /* the rows' D */
+  /* This warp's rows and keys of S and dP, and its rows and head-dim columns of dQ. */
+  const int sw = warp % ${P.row_warps}, nw = warp / ${P.row_warps};
+  (void)sw; (void)nw;
   (void)a_row; (void)a_chunk; (void)b_row; (void)b_chunk;
 $ end
 
@@ -121,59 +128,63 @@ $ local function landed()
   fa_syncthreads();
 $ end
 
-$ -- S = Q K^T and dP = dO V^T for the warp's rows of the Q block and the
-$ -- K/V block's keys, on the tensor cores.
-$ local function gemm_s_dp()
-  /* S = Q K^T, dP = dO V^T: rows warp * ${WR}.., all ${BN} keys. */
-  float s[${MT}][${NTL}][4], dp[${MT}][${NTL}][4];
+$ -- acc = A B^T for the warp's rows and keys of the Q and K/V blocks, on
+$ -- the tensor cores: A a row-major tile of the Q block (Q, dO), B one of
+$ -- the K/V block (K, V).
+$ local function gemm_rows_keys(acc, a_tile, b_tile)
   FA_UNROLL
   for (int mt = 0; mt < ${MT}; ++mt) {
     FA_UNROLL
     for (int n = 0; n < ${NTL}; ++n) {
       FA_UNROLL
-      for (int i = 0; i < 4; ++i) s[mt][n][i] = dp[mt][n][i] = 0.f;
+      for (int i = 0; i < 4; ++i) ${acc}[mt][n][i] = 0.f;
     }
   }
   FA_UNROLL
   for (int kk = 0; kk < ${D // 16}; ++kk) {
-    unsigned qa[${MT}][4], da[${MT}][4];
+    unsigned a[${MT}][4];
     FA_UNROLL
-    for (int mt = 0; mt < ${MT}; ++mt) {
-      const int at = (warp * ${WR} + mt * 16 + a_row) * ${RB} + (2 * kk + a_chunk) * 16;
-      fa_ldmatrix_x4(qa[mt], ss + (${P.off_q} + at));
-      fa_ldmatrix_x4(da[mt], ss + (${P.off_do} + at));
-    }
+    for (int mt = 0; mt < ${MT}; ++mt)
+      fa_ldmatrix_x4(a[mt], ss + (${a_tile} + (sw * ${WR} + mt * 16 + a_row) * ${RB} + (2 * kk + a_chunk) * 16));
     FA_UNROLL
     for (int n2 = 0; n2 < ${NTL // 2}; ++n2) {
-      const int at = (n2 * 16 + b_row) * ${RB} + (2 * kk + b_chunk) * 16;
-      unsigned kb[4], vb[4];
-      fa_ldmatrix_x4(kb, ss + (${P.off_k} + at));
-      fa_ldmatrix_x4(vb, ss + (${P.off_v} + at));
+      unsigned b[4];
+      fa_ldmatrix_x4(b, ss + (${b_tile} + (nw * ${KN} + n2 * 16 + b_row) * ${RB} + (2 * kk + b_chunk) * 16));
       FA_UNROLL
       for (int mt = 0; mt < ${MT}; ++mt) {
-        fa_mma_m16n8k16_${T}(s[mt][2 * n2], qa[mt], kb, s[mt][2 * n2]);
-        fa_mma_m16n8k16_${T}(s[mt][2 * n2 + 1], qa[mt], kb + 2, s[mt][2 * n2 + 1]);
-        fa_mma_m16n8k16_${T}(dp[mt][2 * n2], da[mt], vb, dp[mt][2 * n2]);
-        fa_mma_m16n8k16_${T}(dp[mt][2 * n2 + 1], da[mt], vb + 2, dp[mt][2 * n2 + 1]);
+        fa_mma_m16n8k16_${T}(${acc}[mt][2 * n2], a[mt], b, ${acc}[mt][2 * n2]);
+        fa_mma_m16n8k16_${T}(${acc}[mt][2 * n2 + 1], a[mt], b + 2, ${acc}[mt][2 * n2 + 1]);
       }
     }
   }
 $ end
 
+$ -- S = Q K^T, then dP = dO V^T, each its own product (as FlashAttention-2
+$ -- has them), so that the fragments of only one are live at a time.
+$ local function gemm_s_dp()
+  /* S = Q K^T, dP = dO V^T: rows sw * ${WR}.., keys nw * ${KN}... */
+  float s[${MT}][${NTL}][4], dp[${MT}][${NTL}][4];
+  $ gemm_rows_keys("s", P.off_q, P.off_k)
+  $ gemm_rows_keys("dp", P.off_do, P.off_v)
+$ end
+
 $ -- P = exp2(S log2e - lse) and dS = P (dP - D), cell by cell of the
 $ -- warp's fragments, 0 outside the problem and the mask (checked only in
 $ -- the blocks that reach past either); packed in 16 bits as the A
-$ -- fragments of a product over the keys (ds_pk), and with to_smem, P and
-$ -- dS stored to their tiles for the products over the queries.
-$ local function softmax_grad(to_smem)
+$ -- fragments of dQ's product over the keys (ds_pk) where it takes them
+$ -- from the registers; with p_out, P stored to its tile, with ds_out dS,
+$ -- for the products that read them back.
+$ local function softmax_grad(p_out, ds_out)
   /* A block reaching past seq_q or seq_k${causal and ", or across the diagonal," or ""} masks. */
   const int edge = q0 + ${BM} > p.seq_q || k0 + ${BN} > p.seq_k${causal and (" || k0 + " .. (BN - 1) .. " > q0 + off") or ""};
+$ if not dq_from_smem then
   unsigned ds_pk[${MT}][${NTL}][2];
+$ end
   FA_UNROLL
   for (int mt = 0; mt < ${MT}; ++mt) {
     FA_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
-      const int r = warp * ${WR} + mt * 16 + g + 8 * hh;
+      const int r = sw * ${WR} + mt * 16 + g + 8 * hh;
       const float lse_r = fa_lds_f32(lse_s + r), d_r = fa_lds_f32(d_s + r);
       FA_UNROLL
       for (int n = 0; n < ${NTL}; ++n) {
@@ -182,7 +193,7 @@ $ local function softmax_grad(to_smem)
         for (int j = 0; j < 2; ++j) {
           pv[j] = fa_exp2_f32(s[mt][n][2 * hh + j] * sl2 - lse_r);
           if (edge) {
-            const int gr = q0 + r, gn = k0 + n * 8 + 2 * tig + j;
+            const int gr = q0 + r, gn = k0 + nw * ${KN} + n * 8 + 2 * tig + j;
 $ if causal then
             if (!(gr < p.seq_q && gn < p.seq_k && gn <= gr + off)) pv[j] = 0.f;
 $ else
@@ -191,12 +202,20 @@ $ end
           }
           ds[j] = pv[j] * (dp[mt][n][2 * hh + j] - d_r);
         }
-        ds_pk[mt][n][hh] = fa_pack_${T}x2(ds[0], ds[1]);
-$ if to_smem then
-        const int at = r * ${SRB} + (n * 8 + 2 * tig) * 2;
-        fa_sts_u32((unsigned *)(sm + (${P.off_p} + at)), fa_pack_${T}x2(pv[0], pv[1]));
-        fa_sts_u32((unsigned *)(sm + (${P.off_ds} + at)), ds_pk[mt][n][hh]);
+        const unsigned ds_h = fa_pack_${T}x2(ds[0], ds[1]);
+$ if not dq_from_smem then
+        ds_pk[mt][n][hh] = ds_h;
 $ end
+$ if p_out or ds_out then
+        const int at = r * ${SRB} + (nw * ${KN} + n * 8 + 2 * tig) * 2;
+$ end
+$ if p_out then
+        fa_sts_u32((unsigned *)(sm + (${P.off_p} + at)), fa_pack_${T}x2(pv[0], pv[1]));
+$ end
+$ if ds_out then
+        fa_sts_u32((unsigned *)(sm + (${P.off_ds} + at)), ds_h);
+$ end
+        (void)ds_h;
       }
     }
   }
@@ -235,18 +254,24 @@ $ local function gemm_dv_dk()
 $ end
 
 $ -- The product dS K for the warp's rows, n8 tile pair d2 (a C loop
-$ -- variable of the caller) of the head dim, into acc[mt][0..1]: dS from
-$ -- ds_pk (the C fragments of two n8 tiles make the A fragment of a k16
-$ -- step, as P in the forward pass), K as V is in the forward pass.
+$ -- variable of the caller) of its head-dim columns, into acc[mt][0..1]:
+$ -- dS from ds_pk (the C fragments of two n8 tiles make the A fragment of
+$ -- a k16 step, as P in the forward pass) or, when the warps split the
+$ -- keys of S, from dS's tile; K as V is in the forward pass.
 $ local function ds_k(acc)
       FA_UNROLL
       for (int kn = 0; kn < ${BN // 16}; ++kn) {
         unsigned kb[4];
-        fa_ldmatrix_x4_trans(kb, ss + (${P.off_k} + (kn * 16 + a_row) * ${RB} + (2 * d2 + a_chunk) * 16));
+        fa_ldmatrix_x4_trans(kb, ss + (${P.off_k} + (kn * 16 + a_row) * ${RB} + (nw * ${QDT} + 2 * d2 + a_chunk) * 16));
         FA_UNROLL
         for (int mt = 0; mt < ${MT}; ++mt) {
+$ if dq_from_smem then
+          unsigned a[4];
+          fa_ldmatrix_x4(a, ss + (${P.off_ds} + (sw * ${WR} + mt * 16 + a_row) * ${SRB} + (2 * kn + a_chunk) * 16));
+$ else
           const unsigned a[4] = {ds_pk[mt][2 * kn][0], ds_pk[mt][2 * kn][1], ds_pk[mt][2 * kn + 1][0],
                                  ds_pk[mt][2 * kn + 1][1]};
+$ end
           fa_mma_m16n8k16_${T}(${acc}[mt][0], a, kb, ${acc}[mt][0]);
           fa_mma_m16n8k16_${T}(${acc}[mt][1], a, kb + 2, ${acc}[mt][1]);
         }
@@ -257,7 +282,7 @@ $ -- dQ += dS K added into the accumulator, a pair of n8 tiles at a time.
 $ local function gemm_dq_atomic()
   /* dQ += dS K into the accumulator, across the K/V blocks' CTAs. */
   FA_UNROLL
-  for (int d2 = 0; d2 < ${DT // 2}; ++d2) {
+  for (int d2 = 0; d2 < ${QDT // 2}; ++d2) {
     float acc[${MT}][2][4];
     FA_UNROLL
     for (int mt = 0; mt < ${MT}; ++mt) {
@@ -269,8 +294,8 @@ $ local function gemm_dq_atomic()
     for (int mt = 0; mt < ${MT}; ++mt) {
       FA_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const int gr = q0 + warp * ${WR} + mt * 16 + g + 8 * ((i & 3) >> 1);
-        const int d = d2 * 16 + (i >> 2) * 8 + 2 * tig + (i & 1);
+        const int gr = q0 + sw * ${WR} + mt * 16 + g + 8 * ((i & 3) >> 1);
+        const int d = nw * ${QDT * 8} + d2 * 16 + (i >> 2) * 8 + 2 * tig + (i & 1);
         if (gr < p.seq_q && d < ${dim}) fa_atomic_add_f32(qacc + (long long)gr * ${dim} + d, acc[mt][i >> 2][i & 3]);
       }
     }
@@ -332,7 +357,7 @@ $ end
     $ load_q()
     $ landed()
     $ gemm_s_dp()
-    $ softmax_grad(true)
+    $ softmax_grad(true, true)
     fa_syncthreads(); /* P and dS are in shared memory, whole */
     $ gemm_dv_dk()
 $ if atomic then
@@ -380,11 +405,11 @@ FA_TC_KERNEL(${args.entry}_dq, ${NT})
   $ setup()
   $ lanes()
   const int q0 = fa_bid_x() * ${BM};
-  float dq[${MT}][${DT}][4];
+  float dq[${MT}][${QDT}][4];  /* rows sw * ${WR}.., head-dim columns nw * ${QDT * 8}.. */
   FA_UNROLL
   for (int mt = 0; mt < ${MT}; ++mt) {
     FA_UNROLL
-    for (int n = 0; n < ${DT}; ++n) {
+    for (int n = 0; n < ${QDT}; ++n) {
       FA_UNROLL
       for (int i = 0; i < 4; ++i) dq[mt][n][i] = 0.f;
     }
@@ -402,9 +427,12 @@ $ end
     $ load_kv()
     $ landed()
     $ gemm_s_dp()
-    $ softmax_grad(false)
+    $ softmax_grad(false, dq_from_smem)
+$ if dq_from_smem then
+    fa_syncthreads(); /* dS is in shared memory, whole */
+$ end
     FA_UNROLL
-    for (int d2 = 0; d2 < ${DT // 2}; ++d2) {
+    for (int d2 = 0; d2 < ${QDT // 2}; ++d2) {
       float acc[${MT}][2][4];
       FA_UNROLL
       for (int mt = 0; mt < ${MT}; ++mt) {
@@ -418,16 +446,16 @@ $ end
         for (int i = 0; i < 8; ++i) dq[mt][2 * d2 + (i >> 2)][i & 3] = acc[mt][i >> 2][i & 3];
       }
     }
-    fa_syncthreads(); /* K and V are read: the next K/V block may load */
+    fa_syncthreads(); /* K, V${dq_from_smem and " and dS" or ""} are read: the next K/V block may load */
   }
   unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh;
   FA_UNROLL
   for (int mt = 0; mt < ${MT}; ++mt) {
     FA_UNROLL
-    for (int n = 0; n < ${DT}; ++n) {
+    for (int n = 0; n < ${QDT}; ++n) {
       FA_UNROLL
       for (int i = 0; i < 4; ++i) {
-        const int gr = q0 + warp * ${WR} + mt * 16 + g + 8 * (i >> 1), d = n * 8 + 2 * tig + (i & 1);
+        const int gr = q0 + sw * ${WR} + mt * 16 + g + 8 * (i >> 1), d = (nw * ${QDT} + n) * 8 + 2 * tig + (i & 1);
         if (gr < p.seq_q && d < ${dim}) fa_st_u16(dqg + gr * p.dq_sn + d, fa_f32_to_${T}(dq[mt][n][i] * scale));
       }
     }

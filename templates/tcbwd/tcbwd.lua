@@ -7,14 +7,17 @@
 --   dkdv  parallel over K/V blocks (the main kernel): K_j and V_j in shared
 --         memory, dK_j and dV_j in registers, while the Q blocks go by.
 --         Per Q block: S = Q K^T and dP = dO V^T on the tensor cores, the
---         warps splitting its rows; P = exp2(S log2e - lse) and dS = P (dP
---         - D) in registers, stored to shared memory in 16 bits; then dV +=
---         P^T dO and dK += dS^T Q, the warps splitting the keys, P^T and
---         dS^T read back by ldmatrix .trans (FlashAttention-2's way: the
---         transpose costs no instruction of its own);
---   dq    (dq = separate) parallel over Q blocks: S and dP once more, dS
---         straight from the registers as the A operand of dQ += dS K, dQ
---         written once, so that every run gives the same bits;
+--         warps splitting its rows (and, split_n, its keys); P = exp2(S
+--         log2e - lse) and dS = P (dP - D) in registers, stored to shared
+--         memory in 16 bits; then dV += P^T dO and dK += dS^T Q, the warps
+--         splitting the keys (and, split_d, the head dim), P^T and dS^T
+--         read back by ldmatrix .trans (FlashAttention-2's way: the
+--         transpose costs no instruction of its own); dS K for dQ, dS from
+--         the registers where a warp holds whole rows of it, else from
+--         shared memory;
+--   dq    (dq = separate) parallel over Q blocks: S and dP once more, then
+--         dQ += dS K, dQ written once, so that every run gives the same
+--         bits;
 --   dqconvert (dq = atomic, FlashAttention-2's) dkdv adds each Q block's
 --         dS K into a float accumulator with atomics, this launch scales
 --         it into dQ: no recomputation, but run-to-run bits vary.
@@ -24,7 +27,7 @@
 -- head dim is a multiple of 8, element by element otherwise; the head dim
 -- pads up to tc's native dims.
 
-local tcbwd = { name = "tcbwd", version = 1 }
+local tcbwd = { name = "tcbwd", version = 2 }
 local enum = require("enum")
 local tc = require("tc/tc")
 
@@ -40,8 +43,8 @@ function tcbwd.default_dtype(target)
   return tc.default_dtype(target)
 end
 
--- Names: tcbwd-f16-d64-m64n64w4-dqpass[-causal]; dK and dV split across
--- the head dim by 2 warps: ...-m64n64w4wd2-dqpass.
+-- Names: tcbwd-f16-d64-m64n64w4-dqpass[-causal]; S split across its keys
+-- by 4 warps and dK, dV across the head dim by 2: ...-m64n128w8wn4wd2-dqpass.
 tcbwd.axes = {
   enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
   int_axis("dim", 1, 256, { prefix = "d" }),
@@ -49,6 +52,12 @@ tcbwd.axes = {
   int_axis("block_m", 16, 256, { prefix = "m" }),
   int_axis("block_n", 16, 256, { prefix = "n" }),
   int_axis("warps", 1, 8, { prefix = "w" }),
+  -- Warps across the keys of S and dP (1: a warp owns whole rows of them,
+  -- and dQ's product takes dS from its registers; more: dQ's product reads
+  -- dS back from shared memory, the warps splitting dQ's head dim as many
+  -- ways). FlashAttention-2 splits S so (AtomLayoutMSdP), which is what
+  -- lets it take 128-key blocks at d128.
+  int_axis("split_n", 1, 8, { prefix = "wn", [1] = "" }),
   -- Warps across the head dim for dK and dV (1: a warp owns whole rows of
   -- them): FlashAttention-2 splits them so, so that large head dims keep
   -- their accumulators in registers.
@@ -56,24 +65,24 @@ tcbwd.axes = {
   enum_axis("dq", { "separate", "atomic" }, { separate = "dqpass", atomic = "dqatomic" }),
 }
 tcbwd.axis = enum.index(tcbwd.axes)
-tcbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps", "split_d" }, { "dq" },
+tcbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps", "split_n", "split_d" }, { "dq" },
                  { "causal" } }
 
 -- FlashAttention-2's backward tiles (flash_bwd_launch_template.h, sm80,
--- without dropout): d64 128x128 with 8 warps; d128 64x128 with 8 warps;
--- larger 64x64. Here a warp owns whole rows of S, so: d64 128x128 with
--- 8 warps, larger 64x64 (dK and dV split across the head dim by 2 warps),
--- over d128 64x32.
+-- without dropout): d64 128x128 with 8 warps, S split 2 x 4 and dK, dV
+-- 4 x 2 (AtomLayoutMSdP 2, AtomLayoutNdKV 4); d128 64x128, the same
+-- splits; larger 64x64 with 8 warps, S split 4 x 2 and dK, dV 2 x 4.
 function tcbwd.defaults(problem)
   local D = tc.padded_dim(problem.dim or 64) or 256
-  local bm, bn, w, sd = 64, 64, 4, 2
-  if D <= 64 then bm, bn, w, sd = 128, 128, 8, 1 elseif D > 128 then bn = 32 end
+  local bm, bn, sn, sd = 128, 128, 4, 2
+  if D > 128 then bm, bn, sn, sd = 64, 64, 2, 4 elseif D > 64 then bm = 64 end
   return { dtype = problem.dtype or "fp16", dim = problem.dim or 64,
-           causal = problem.causal or 0, block_m = bm, block_n = bn, warps = w,
-           split_d = sd, dq = "atomic" }
+           causal = problem.causal or 0, block_m = bm, block_n = bn, warps = 8,
+           split_n = sn, split_d = sd, dq = "atomic" }
 end
 
-tcbwd.fallbacks = { warps = { 4, 8, 2 }, split_d = { 1, 2, 4 }, dq = { "atomic", "separate" } }
+tcbwd.fallbacks = { warps = { 4, 8, 2 }, split_n = { 1, 2, 4 }, split_d = { 1, 2, 4 },
+                    dq = { "atomic", "separate" } }
 
 function tcbwd.supports(problem)
   return problem.dtype == "fp16" or problem.dtype == "bf16"
@@ -85,12 +94,16 @@ function tcbwd.plan(c)
   local D = tc.padded_dim(c.dim)
   local P = { dim = c.dim, D = D, BM = c.block_m, BN = c.block_n, W = c.warps,
               NT = 32 * c.warps }
-  P.m_tiles = c.block_m // (16 * c.warps)   -- m16 tiles of S per warp (query rows)
+  P.split_n = c.split_n
+  P.row_warps = c.warps // c.split_n        -- warps across the rows of S, dP
+  P.warp_rows = c.block_m // P.row_warps    -- a warp's rows of S, dP and dQ
+  P.m_tiles = P.warp_rows // 16             -- m16 tiles of S per warp (query rows)
   P.key_warps = c.warps // c.split_d        -- warps across the keys of dK, dV
   P.k_tiles = c.block_n // (16 * P.key_warps)  -- m16 tiles of dK, dV per warp (keys)
-  P.n_tiles = c.block_n // 8                -- n8 tiles of S per m-tile
+  P.n_tiles = c.block_n // c.split_n // 8  -- n8 tiles of S per m-tile
   P.d_tiles = D // 8                        -- n8 tiles of a gradient per m-tile
   P.dw_tiles = P.d_tiles // c.split_d       -- of dK, dV per warp
+  P.q_tiles = P.d_tiles // c.split_n        -- of dQ per warp
   P.async_copy = c.dim % 8 == 0
   P.row_bytes = 2 * D + 16                  -- Q, dO, K, V rows
   P.s_row_bytes = 2 * c.block_n + 16        -- P, dS rows
@@ -99,14 +112,16 @@ function tcbwd.plan(c)
   P.off_k, P.off_v = take(c.block_n * P.row_bytes), take(c.block_n * P.row_bytes)
   P.off_q, P.off_do = take(c.block_m * P.row_bytes), take(c.block_m * P.row_bytes)
   P.off_lse, P.off_d = take(4 * c.block_m), take(4 * c.block_m)
-  P.smem_dq = off
-  P.off_p, P.off_ds = take(c.block_m * P.s_row_bytes), take(c.block_m * P.s_row_bytes)
+  P.off_ds = take(c.block_m * P.s_row_bytes)
+  -- The dq kernel reads dS back only when the warps split S's keys.
+  P.smem_dq = c.split_n > 1 and off or P.off_ds
+  P.off_p = take(c.block_m * P.s_row_bytes)
   P.smem_dkdv = off
   -- S and dP of the warp's rows (dkdv and dq), dK and dV (dkdv) or dQ (dq)
   -- accumulators, and 40 for addresses, indices and the loop.
   local sdp = 2 * P.m_tiles * P.n_tiles * 4
   P.reg_words = sdp + 2 * P.k_tiles * P.dw_tiles * 4 + 40
-  P.reg_words_dq = sdp + P.m_tiles * P.d_tiles * 4 + 40
+  P.reg_words_dq = sdp + P.m_tiles * P.q_tiles * 4 + 40
   return P
 end
 
@@ -117,8 +132,14 @@ function tcbwd.fits(c, _, target)
   if c.warps ~= 1 and c.warps ~= 2 and c.warps ~= 4 and c.warps ~= 8 then
     return false, "warps must be 1, 2, 4 or 8"
   end
-  if c.block_m % (16 * c.warps) ~= 0 then
-    return false, "each warp needs whole 16-row slabs of S (block_m a multiple of 16 * warps)"
+  if c.warps % c.split_n ~= 0 or (tc.padded_dim(c.dim) // 8) % (2 * c.split_n) ~= 0 then
+    return false, "split_n must divide the warps, and leave each warp pairs of n8 tiles of dQ's head dim"
+  end
+  if c.block_m % (16 * (c.warps // c.split_n)) ~= 0 then
+    return false, "each warp needs whole 16-row slabs of S (block_m a multiple of 16 * warps / split_n)"
+  end
+  if c.block_n % (16 * c.split_n) ~= 0 then
+    return false, "each warp needs whole 16-key slabs of S (block_n a multiple of 16 * split_n)"
   end
   if c.warps % c.split_d ~= 0 or (tc.padded_dim(c.dim) // 8) % (2 * c.split_d) ~= 0 then
     return false, "split_d must divide the warps, and leave each warp pairs of n8 tiles of the head dim"
@@ -145,26 +166,28 @@ function tcbwd.enumerate(problem, which)
   local out = {}
   if which == "full" then
     cross(base, { block_m = { 16, 32, 64, 128 }, block_n = { 16, 32, 64, 128 },
-                  warps = { 1, 2, 4, 8 }, split_d = { 1, 2, 4 }, dq = { "separate", "atomic" } }, out)
+                  warps = { 1, 2, 4, 8 }, split_n = { 1, 2, 4 }, split_d = { 1, 2, 4 },
+                  dq = { "separate", "atomic" } }, out)
   elseif which == "small" then
-    cross(base, { block_m = { 32 }, block_n = { 32 }, warps = { 2 }, split_d = { 2 },
+    cross(base, { block_m = { 32 }, block_n = { 32 }, warps = { 2 }, split_n = { 1 }, split_d = { 2 },
                   dq = { "separate", "atomic" } }, out)
   else
-    -- (block_m, block_n, warps, split_d) per head-dim class, the first the
-    -- defaults' choice.
+    -- (block_m, block_n, warps, split_n, split_d) per head-dim class, the
+    -- first FlashAttention-2's own (the defaults').
     local D = tc.padded_dim(problem.dim) or 256
     local tiles
     if D <= 64 then
-      tiles = { { 128, 128, 8, 1 }, { 64, 64, 4, 1 }, { 128, 64, 4, 2 }, { 64, 64, 4, 2 },
-                { 128, 128, 8, 2 } }
+      tiles = { { 128, 128, 8, 4, 2 }, { 128, 128, 8, 1, 1 }, { 64, 128, 8, 4, 2 },
+                { 64, 64, 4, 1, 1 }, { 128, 64, 4, 1, 2 } }
     elseif D <= 128 then
-      tiles = { { 64, 64, 4, 2 }, { 64, 64, 4, 1 }, { 64, 32, 2, 1 }, { 64, 64, 4, 4 } }
+      tiles = { { 64, 128, 8, 4, 2 }, { 64, 64, 4, 1, 2 }, { 64, 64, 4, 2, 2 },
+                { 64, 64, 4, 1, 1 }, { 64, 32, 2, 1, 1 } }
     else
-      tiles = { { 64, 32, 4, 2 }, { 64, 32, 4, 4 }, { 128, 64, 8, 4 } }
+      tiles = { { 64, 64, 8, 2, 4 }, { 64, 32, 4, 1, 2 }, { 64, 32, 4, 1, 4 } }
     end
     for _, t in ipairs(tiles) do
-      cross(base, { block_m = { t[1] }, block_n = { t[2] }, warps = { t[3] },
-                    split_d = { t[4] }, dq = { "atomic", "separate" } }, out)
+      cross(base, { block_m = { t[1] }, block_n = { t[2] }, warps = { t[3] }, split_n = { t[4] },
+                    split_d = { t[5] }, dq = { "atomic", "separate" } }, out)
     end
   end
   return out
