@@ -65,7 +65,7 @@ static void validate(const gen_kernel *k, const fa_program *prog, const fa_probl
     val_case_free(&c);
     return;
   }
-  val_opts o = {.nschedules = 2, .schedule = {FA_SCHED_FORWARD, FA_SCHED_REVERSE},
+  val_opts o = {.nschedules = 2, .schedule = {FA_SCHED_FORWARD, FA_SCHED_SKEW},
                 .threads = 2};
   val_result r;
   CHECK(val_check(be, &c, &in, prog, k, &o, &r, err, sizeof err) == 0, "%s: %s", k->name, err);
