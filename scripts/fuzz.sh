@@ -3,8 +3,9 @@
 #
 # Builds the libFuzzer harnesses of tests/fuzz with clang (build-fuzz, every
 # layer under AddressSanitizer and UndefinedBehaviorSanitizer) and runs each
-# (default: all of them) for SECONDS on a copy of its seed corpus, so the
-# corpus in the repository does not grow. Prints per harness the inputs run,
+# (default: all of them, as many at once as there are cores) for SECONDS
+# on a copy of its seed corpus, so the corpus in the repository does not
+# grow. Prints per harness the inputs run,
 # the coverage (libFuzzer's cov: edges and ft: features) and whether it
 # found a crash, a leak or a hang; the input that did it is kept in
 # build-fuzz/crashes/. Exits 1 when any harness found one.
@@ -62,8 +63,18 @@ run_one() {
 }
 
 printf '%-12s %8s %8s %8s  %s\n' harness runs cov ft "result ($secs s each)"
+# As many harnesses at once as there are cores, each into its own line;
+# the lines in the list's order.
+jobs=$(nproc) running=0
+for h in "${harnesses[@]}"; do
+  { run_one "$h" >"$work/$h.line" && : >"$work/$h.ok"; } &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then wait -n || true; running=$((running - 1)); fi
+done
+wait || true
 failed=0
 for h in "${harnesses[@]}"; do
-  run_one "$h" || failed=1
+  cat "$work/$h.line"
+  [ -e "$work/$h.ok" ] || failed=1
 done
 exit $failed

@@ -45,8 +45,11 @@ check "the same command again measures nothing" $? "$(grep variants: "$tmp/t2.ou
 
 # --- SIGKILL while measuring, then resume ------------------------------------
 db="$tmp/killed.db"
-args=(--dtype fp32 --dim 64 --seq 512 --backend emu --emu-seq 512 --jobs 1 --db "$db")
-total=$("$FATUNE" list --dtype fp32 --dim 64 --seq 512 | wc -l)
+# Small trials (d16, seq 64) of a small space (4 KB of shared memory: 32
+# variants), so that a whole tune is quick; the kill then lands wherever
+# the tune is: compiling, measuring or recording.
+args=(--dtype fp32 --dim 16 --seq 64 --smem 4096 --backend emu --emu-seq 64 --jobs 1 --db "$db")
+total=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 --smem 4096 | wc -l)
 "$FATUNE" "${args[@]}" >"$tmp/k.out" 2>"$tmp/k.err" &
 pid=$!
 killed=0
@@ -76,14 +79,15 @@ check "resumed: $before skipped, $measured measured, $(trials "$db") trials for 
 
 # --- two tunes on one file at once -------------------------------------------
 db="$tmp/shared.db"
-"$FATUNE" --dtype fp32 --dim 16 --seq 64 --backend emu --db "$db" --jobs 1 >"$tmp/a.out" 2>"$tmp/a.err" &
+small=(--dtype fp32 --dim 16 --seq 64 --smem 4096 --backend emu --db "$db" --jobs 1)
+"$FATUNE" "${small[@]}" >"$tmp/a.out" 2>"$tmp/a.err" &
 pa=$!
-"$FATUNE" --dtype fp32 --dim 16 --seq 64 --causal --backend emu --db "$db" --jobs 1 >"$tmp/b.out" 2>"$tmp/b.err" &
+"$FATUNE" "${small[@]}" --causal >"$tmp/b.out" 2>"$tmp/b.err" &
 pb=$!
 wait "$pa"; ra=$?
 wait "$pb"; rb=$?
-na=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 | wc -l)
-nb=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 --causal | wc -l)
+na=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 --smem 4096 | wc -l)
+nb=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 --smem 4096 --causal | wc -l)
 [ "$ra" -eq 0 ] && [ "$rb" -eq 0 ] && ! grep -qi 'locked' "$tmp/a.err" "$tmp/b.err"
 check "two tunes at once on one file both succeed" $? "exit $ra/$rb: $(tail -c 200 "$tmp/a.err") $(tail -c 200 "$tmp/b.err")"
 [ "$(trials "$db" 'WHERE causal = 0')" -eq "$na" ] && [ "$(trials "$db" 'WHERE causal = 1')" -eq "$nb" ]

@@ -18,7 +18,8 @@ if ! command -v python3 >/dev/null 2>&1; then
 fi
 
 db="$tmp/keys.db"
-job=(--dtype fp32 --dim 8 --seq 4096 --batch 1 --heads 1 --backend emu --emu-seq 32 --db "$db")
+# 2 KB of shared memory: a few dozen variants, not the whole space.
+job=(--dtype fp32 --dim 8 --seq 4096 --batch 1 --heads 1 --backend emu --emu-seq 32 --smem 2048 --db "$db")
 "${TIMEOUT[@]}" "$FATUNE" "${job[@]}" --arch sm_90 --seed 5 >"$tmp/a.out" 2>"$tmp/a.err"
 rc=$?
 check "the main job at seq 4096 on the emulator (it runs 32)" "$rc" "exit $rc: $(tail -c 300 "$tmp/a.err")"
