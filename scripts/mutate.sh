@@ -113,6 +113,21 @@ mut bwd-dq-barrier templates/simtbwd/simtbwd.cu \
 mut bwd-atomic-zero templates/simtbwd/simtbwd.cu \
   'fa_st_${T}(qacc + (long long)q0 * ${D} + e, (acc_t)0);' ';' \
   'test_bwd'
+mut tcbwd-mask templates/tcbwd/tcbwd.cu \
+  'if (edge) {' 'if (0) {' \
+  'test_bwd'
+mut tcbwd-trans templates/tcbwd/tcbwd.cu \
+  'fa_ldmatrix_x4_trans(pa[kt], ' 'fa_ldmatrix_x4(pa[kt], ' \
+  'test_bwd'
+mut tcbwd-ds-barrier templates/tcbwd/tcbwd.cu \
+  'fa_syncthreads(); /* P and dS are in shared memory, whole */' ';' \
+  'test_bwd'
+mut tcbwd-causal-first templates/tcbwd/tcbwd.cu \
+  'const int first = k0 - off > 0 ? (k0 - off) / ${BM} : 0;' 'const int first = k0 - off > 0 ? (k0 - off) / ${BM} + 1 : 0;' \
+  'test_bwd'
+mut tcbwd-split-d templates/tcbwd/tcbwd.cu \
+  '(dw * ${DTW} + 2 * d2 + a_chunk)' '(2 * d2 + a_chunk)' \
+  'test_bwd'
 mut lib-bwd-overlap lib/fatune.c \
   'if (i != w && lo[w] < hi[i] && lo[i] < hi[w])' 'if (0)' \
   'test_api'
