@@ -10,9 +10,11 @@
 #   CUTLASS_CHECKOUT: a checkout of CUTLASS (include/cute, include/cutlass),
 #   e.g. the csrc/cutlass submodule FA2 pins.
 # With FA_CUBINS=DIR, it also compiles d256 and the causal kernels
-# (flash_fwd_hdimD_bf16_causal_sm80.cu) and keeps every cubin there as
-# fa2_dD[_causal]_sm_XX.cubin (tests/data/fa holds them gzipped, for
-# fatune model's validation and scripts/bench-model.sh).
+# (flash_fwd_hdimD_bf16_causal_sm80.cu) and the backward pass's at d64 and
+# d128 (flash_bwd_hdimD_bf16_sm80.cu), and keeps every cubin there as
+# fa2_dD[_causal]_sm_XX.cubin and fa2_bwd_dD_sm_XX.cubin (tests/data/fa
+# holds them gzipped, for fatune model's validation and
+# scripts/bench-model.sh).
 # It downloads nothing. Needs nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin or
 # PATH) and nvdisasm. Each kernel file takes a few minutes to compile.
 #
@@ -62,6 +64,7 @@ if [ -n "${FA_CUBINS:-}" ]; then
   for arch in sm_80 sm_90; do
     all+=("$arch 256")
     for dim in 64 128 256; do all+=("$arch ${dim}_causal"); done
+    for dim in 64 128; do all+=("$arch bwd_$dim"); done
   done
 fi
 jobs=$(nproc)
@@ -71,6 +74,7 @@ for c in "${all[@]}"; do
   cc=${arch#sm_}
   file="$src/flash_fwd_hdim${dim%_causal}_bf16_sm80.cu"
   [ "$dim" = "${dim%_causal}" ] || file="$src/flash_fwd_hdim${dim%_causal}_bf16_causal_sm80.cu"
+  [ "$dim" = "${dim#bwd_}" ] || file="$src/flash_bwd_hdim${dim#bwd_}_bf16_sm80.cu"
   "$nvcc" "${flags[@]}" -gencode "arch=compute_$cc,code=$arch" -o "$out/d${dim}_$arch.cubin" \
     "$file" >"$out/d${dim}_$arch.log" 2>&1 &
   running=$((running + 1))
@@ -87,7 +91,9 @@ if [ -n "${FA_CUBINS:-}" ]; then
   mkdir -p "$FA_CUBINS"
   for c in "${all[@]}"; do
     read -r arch dim <<<"$c"
-    cp "$out/d${dim}_$arch.cubin" "$FA_CUBINS/fa2_d${dim}_$arch.cubin"
+    name="fa2_d${dim}_$arch.cubin"
+    [ "$dim" = "${dim#bwd_}" ] || name="fa2_bwd_d${dim#bwd_}_$arch.cubin"
+    cp "$out/d${dim}_$arch.cubin" "$FA_CUBINS/$name"
   done
 fi
 

@@ -2,7 +2,8 @@
 # cli_model.sh: fatune model, end to end. Bad input first (one line, exit
 # 2), then with nvdisasm (SKIPPED without): FlashAttention-2's and -3's own
 # kernels (tests/data/fa) against the FlashAttention-3 paper's H100
-# figures, and the known cases on fatune's variants: the wg overlap
+# figures, FA2's backward kernels beside tcbwd's, and the known cases on
+# fatune's variants: the wg overlap
 # variant (K and V in rings of their own) above the sequential one and
 # near FA3's own kernel, its wait for P V after the exponentials; the tc
 # default (row sums on the tensor cores) below its -fadd twin where the
@@ -48,6 +49,10 @@ bad_input "a file that is no cubin" --gpu h100 --dim 128 --cubin "$tmp/junk.cubi
 for f in "$data"/*.cubin.gz; do gzip -dc "$f" >"$tmp/$(basename "$f" .gz)"; done
 bad_input "a --kernel that matches nothing" --gpu h100 --dim 128 --cubin "$tmp/fa2_d128_sm_90.cubin" \
   --launch fa2 --kernel no_such_kernel
+bad_input "--op bwd with FlashAttention-3's launch" --op bwd --gpu h100 --dim 128 \
+  --cubin "$tmp/fa2_bwd_d128_sm_90.cubin" --launch fa3
+bad_input "--op bwd of a variant with a dQ kernel of its own" --op bwd --gpu h100 --dim 64 \
+  --dtype bf16 --config dq=separate
 
 # model GPU DIM JSON-FILE ARGS...: one prediction as JSON.
 model() {
@@ -80,6 +85,40 @@ print(", ".join("%s %.0f (paper %d)" % (k, p[k]["tflops"], paper[k]) for k in so
 EOF
 )
 check "FlashAttention's own kernels: $why" $? "$why"
+
+# The backward pass: FlashAttention-2's own kernels (flash_bwd_dq_dk_dv_
+# loop_seqk_parallel_kernel) beside tcbwd's defaults (FA2's tiles) on the
+# same problems, the FLOPs 2.5 times the forward pass's. The FA3 paper's
+# H100 figure for FA2's backward (d128: about 322) is not met yet (the
+# model rates it about 40% low; see the README): only that tcbwd is
+# within 10% of FA2 or ahead is checked, at d64 and d128 on both GPUs.
+for gpu in a100 h100; do
+  arch=sm_80
+  [ "$gpu" = h100 ] && arch=sm_90
+  for dim in 64 128; do
+    model $gpu $dim "$tmp/bfa2_${gpu}_$dim.json" --op bwd --dtype bf16 \
+      --cubin "$tmp/fa2_bwd_d${dim}_$arch.cubin" --launch fa2
+    model $gpu $dim "$tmp/btc_${gpu}_$dim.json" --op bwd --dtype bf16 --config ""
+  done
+done
+why=$(python3 - "$tmp" <<'EOF' 2>&1
+import json, sys
+d = sys.argv[1]
+out = []
+for gpu in ("a100", "h100"):
+    for dim in (64, 128):
+        f, t = (json.load(open("%s/%s_%s_%d.json" % (d, k, gpu, dim))) for k in ("bfa2", "btc"))
+        flops = t["tflops"] * t["time_us"] * 1e6
+        want = 2.5 * 4.0 * t["batch"] * t["heads"] * t["seq"] * t["seq_k"] * dim
+        assert abs(flops / want - 1) < 1e-4, "bwd FLOPs %.4g, want %.4g" % (flops, want)  # 6 digits each
+        assert t["loop_mma"] > 0 and f["loop_mma"] == t["loop_mma"], (f["loop_mma"], t["loop_mma"])
+        r = t["tflops"] / f["tflops"]
+        assert r >= 0.9, "%s d%d: tcbwd %.0f against FA2 %.0f" % (gpu, dim, t["tflops"], f["tflops"])
+        out.append("%s d%d tcbwd %.0f / FA2 %.0f (%.2f)" % (gpu, dim, t["tflops"], f["tflops"], r))
+print("; ".join(out))
+EOF
+)
+check "the backward pass beside FlashAttention-2's: $why" $? "$why"
 
 # The known cases, on fatune's own variants compiled now. wg's K and V
 # have rings of their own (K freed after S), so the overlap variant, whose

@@ -105,8 +105,8 @@ static const cmd_info commands[] = {
    "compile --sass does; with the tile in --config, the throughput estimate too.",
    "fatune sass flash_fwd.cubin --config block_m=128,block_n=128,dim=64,warps=4",
    "the main loop of a cubin's machine code"},
-  {"model", CMD_MODEL, F_DIM | F_TYPE | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL,
-   "--gpu G --dim D --seq N[,N..] [--seq-k M] [--batch B] [--heads H] [--causal]\n"
+  {"model", CMD_MODEL, F_DIM | F_TYPE | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL | F_OP,
+   "--gpu G --dim D --seq N[,N..] [--seq-k M] [--batch B] [--heads H] [--causal] [--op OP]\n"
    "                    [--dtype T] ((--variant NAME | --config TEXT) [--cubin FILE] |\n"
    "                    --cubin FILE --launch fa2|fa3 [--kernel PART]) [--json] [--plot FILE.png]",
    "Predicts a kernel's time on a GPU with the timing model: an event-driven\n"
@@ -118,7 +118,10 @@ static const cmd_info commands[] = {
    "compile --save-cubin wrote (--cubin); --cubin with --launch takes anyone's\n"
    "(FlashAttention-2's or -3's), with the launch that runs it. A list of --seq\n"
    "predicts the one kernel at each length (--json: a list). Batch and heads default\n"
-   "to 16k tokens and 2048 channels in all, as the FlashAttention papers measure.",
+   "to 16k tokens and 2048 channels in all, as the FlashAttention papers measure.\n"
+   "--op bwd models the backward pass: its main kernel (dK, dV, and dQ's atomic adds)\n"
+   "simulated, its other launches at DRAM speed, TFLOP/s at 2.5 times the forward's\n"
+   "FLOPs; --launch fa2 takes FlashAttention-2's flash_bwd kernels.",
    "fatune model --gpu h100 --dim 128 --seq 4096 --cubin flash_fwd.cubin --launch fa2",
    "predict a kernel's time with the timing model"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,

@@ -53,6 +53,7 @@ static void problem_of(const cli_opts *o, int seq_q, int seq_k, model_problem *p
              : p->seq_q >= 16384 ? 1 : 16384 / p->seq_q;
   p->heads = cli_given(o, "--heads") ? o->problem.heads : p->dim >= 2048 ? 1 : 2048 / p->dim;
   p->elem_bytes = (int)fa_dtype_size(o->problem.dtype);
+  p->backward = o->problem.op == FA_OP_BWD;
 }
 
 static int read_file(const char *path, char **buf, size_t *n, char *err, size_t errlen) {
@@ -112,7 +113,7 @@ static int pick_function(const char *text, const char *part, const char *pattern
 static int trace_of(const char *text, const char *fn, const model_launch *l, const model_problem *p,
                     model_job *j, char *err, size_t errlen) {
   int warps = l->consumers ? 4 * l->consumers : l->threads / 32;
-  double flops = 4.0 * l->block_m * l->block_n * p->dim / (warps ? warps : 1);
+  double flops = (p->backward ? 10.0 : 4.0) * l->block_m * l->block_n * p->dim / (warps ? warps : 1);
   if (sass_analyse_trace(text, fn, flops, &j->counts, &j->trace, err, errlen) != 0) return -1;
   if (!j->counts.found) return snprintf(err, errlen, "no main loop found in %s", fn), -1;
   return 0;
@@ -121,6 +122,9 @@ static int trace_of(const char *text, const char *fn, const model_launch *l, con
 static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, char *err,
                       size_t errlen) {
   char pattern[256];
+  if (j->p.backward && strcmp(o->launch, "fa2") != 0)
+    return snprintf(err, errlen, "--op bwd: only FlashAttention-2's backward kernels have a "
+                    "launch here (--launch fa2)"), -1;
   if (model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0)
     return snprintf(err, errlen, "--launch %s has no tile for head dim %d (64, 128 or 256)",
                     o->launch, j->p.dim), -1;
@@ -190,6 +194,11 @@ static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given
     snprintf(err, errlen, "%s has no tile in its config", k.name);
     rc = -1;
   }
+  if (rc == 0 && k.op == FA_OP_BWD && k.nlaunch > 2 && !j->l.dq_accum) {
+    snprintf(err, errlen, "%s computes dQ in a kernel of its own, which the model does not "
+             "simulate yet (dq=atomic variants it does)", k.name);
+    rc = -1;
+  }
   if (rc == 0) {
     snprintf(j->kernel, sizeof j->kernel, "%s", k.name);
     rc = sass_disassemble(nvdisasm, job.result.cubin, job.result.cubin_size, &text, err, errlen);
@@ -208,14 +217,21 @@ static void print_text(const model_job *j) {
   printf("model: %s\n", j->kernel);
   printf("  on %s: batch %d, heads %d, seq %d, seq_k %d, dim %d%s\n", j->gpu->name, p->batch,
          p->heads, p->seq_q, p->seq_k, p->dim, p->causal ? ", causal" : "");
-  printf("  tile %dx%d, %d threads, %d registers, %d B shared; %d CTA%s per SM (%s)\n",
-         j->l.block_m, j->l.block_n, j->l.threads, j->l.registers, j->l.smem_bytes, r->ctas_per_sm,
-         r->ctas_per_sm == 1 ? "" : "s", r->limit);
+  /* The backward pass's main kernel: a CTA per block of keys, a step per Q block. */
+  const char *step = p->backward ? "Q block" : "K/V block";
+  if (p->backward)
+    printf("  tile %d keys x %d query rows, %d threads, %d registers, %d B shared; %d CTA%s per "
+           "SM (%s)\n", j->l.block_m, j->l.block_n, j->l.threads, j->l.registers, j->l.smem_bytes,
+           r->ctas_per_sm, r->ctas_per_sm == 1 ? "" : "s", r->limit);
+  else
+    printf("  tile %dx%d, %d threads, %d registers, %d B shared; %d CTA%s per SM (%s)\n",
+           j->l.block_m, j->l.block_n, j->l.threads, j->l.registers, j->l.smem_bytes,
+           r->ctas_per_sm, r->ctas_per_sm == 1 ? "" : "s", r->limit);
   printf("  predicted %.1f us, %.0f TFLOP/s (%.0f%% of the %s peak, %.0f), bound: %s\n",
          r->time_us, r->tflops, 100 * r->tflops / peak, j->dtype, peak, r->bound);
-  printf("  per K/V block per SM: %.0f clocks; tiles: %.2f per slot, %.0f%% of the slots busy\n",
+  printf("  per %s per SM: %.0f clocks; tiles: %.2f per slot, %.0f%% of the slots busy\n", step,
          r->cycles_per_block, r->waves, 100 * r->wave_efficiency);
-  printf("  main loop per K/V block per warp: %ld instructions, %ld %s\n",
+  printf("  main loop per %s per warp: %ld instructions, %ld %s\n", step,
          j->counts.loop_instructions, j->counts.loop_hmma, j->counts.mma);
   printf("  busy:");
   for (int i = 0; i < 8; i++) printf(" %s %.0f%%%s", model_util_names[i], 100 * r->util[i], i < 7 ? "," : "");

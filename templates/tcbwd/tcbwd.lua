@@ -69,13 +69,16 @@ tcbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps", "split
                  { "causal" } }
 
 -- FlashAttention-2's backward tiles (flash_bwd_launch_template.h, sm80,
--- without dropout): d64 128x128 with 8 warps, S split 2 x 4 and dK, dV
--- 4 x 2 (AtomLayoutMSdP 2, AtomLayoutNdKV 4); d128 64x128, the same
--- splits; larger 64x64 with 8 warps, S split 4 x 2 and dK, dV 2 x 4.
+-- without dropout): d64 128x128 with 8 warps, S and dK, dV each split
+-- 4 x 2 (AtomLayoutMSdP 4, AtomLayoutNdKV 4); d128 64x128, S split 2 x 4
+-- and dK, dV 4 x 2; larger 64x64, S split 4 x 2 and dK, dV 2 x 4. The
+-- defaults take those tiles and splits, but at d64 S split 2 x 4: with
+-- FA2's 4 x 2 ptxas (CUDA 13) spills 196 bytes and issues 1990
+-- instructions per Q block per warp, with 2 x 4 about 100 and 1799.
 function tcbwd.defaults(problem)
   local D = tc.padded_dim(problem.dim or 64) or 256
   local bm, bn, sn, sd = 128, 128, 4, 2
-  if D > 128 then bm, bn, sn, sd = 64, 64, 2, 4 elseif D > 64 then bm = 64 end
+  if D > 128 then bm, bn, sn, sd = 64, 64, 2, 4 elseif D > 64 then bm, sn = 64, 4 end
   return { dtype = problem.dtype or "fp16", dim = problem.dim or 64,
            causal = problem.causal or 0, block_m = bm, block_n = bn, warps = 8,
            split_n = sn, split_d = sd, dq = "atomic" }
@@ -177,8 +180,8 @@ function tcbwd.enumerate(problem, which)
     local D = tc.padded_dim(problem.dim) or 256
     local tiles
     if D <= 64 then
-      tiles = { { 128, 128, 8, 4, 2 }, { 128, 128, 8, 1, 1 }, { 64, 128, 8, 4, 2 },
-                { 64, 64, 4, 1, 1 }, { 128, 64, 4, 1, 2 } }
+      tiles = { { 128, 128, 8, 4, 2 }, { 128, 128, 8, 2, 2 }, { 128, 128, 8, 1, 1 },
+                { 64, 128, 8, 4, 2 }, { 64, 64, 4, 1, 1 } }
     elseif D <= 128 then
       tiles = { { 64, 128, 8, 4, 2 }, { 64, 64, 4, 1, 2 }, { 64, 64, 4, 2, 2 },
                 { 64, 64, 4, 1, 1 }, { 64, 32, 2, 1, 1 } }

@@ -36,6 +36,12 @@ static int ctas_per_sm(const estimate_gpu *g, const model_launch *l, const char 
 ** aligned bottom right (a query sees the keys up to its row plus
 ** seq_k - seq_q) those up to the diagonal. */
 static int blocks_of(const model_problem *p, const model_launch *l, int m) {
+  if (p->backward) {  /* K/V block m walks the query blocks that see it */
+    int all = (p->seq_q + l->block_n - 1) / l->block_n;
+    long first = (long)m * l->block_m - (p->seq_k - p->seq_q);  /* the first row seeing key m * block_m */
+    if (!p->causal || first <= 0) return all;
+    return first >= p->seq_q ? 0 : all - (int)(first / l->block_n);
+  }
   int all = (p->seq_k + l->block_n - 1) / l->block_n;
   if (!p->causal) return all;
   long last = (long)(m + 1) * l->block_m + p->seq_k - p->seq_q;  /* keys seen by the block's last row */
@@ -111,7 +117,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     snprintf(err, errlen, "the kernel does not fit an SM of %s (%s)", g->name, out->limit);
     return -1;
   }
-  long mblocks = (p->seq_q + l->block_m - 1) / l->block_m;
+  long mblocks = ((p->backward ? p->seq_k : p->seq_q) + l->block_m - 1) / l->block_m;
   long tiles = mblocks * p->batch * p->heads;
   int ctas = out->ctas_per_sm;
   if (tiles < (long)g->sms * ctas) ctas = (int)((tiles + g->sms - 1) / g->sms);
@@ -132,7 +138,8 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   ** steady rate. A non-persistent CTA also loads Q and stores O once. */
   double fill = lo.cycles - 4 * cpb;
   if (fill < 0) fill = 0;
-  double qo = 2.0 * l->block_m * p->dim * p->elem_bytes / sm.l2_bytes_clk + 2 * sm.l2_latency;
+  double qo = (p->backward ? 4.0 : 2.0) * l->block_m * p->dim * p->elem_bytes / sm.l2_bytes_clk +
+              2 * sm.l2_latency;  /* the backward pass: K, V in, dK, dV out */
   double *t = malloc((size_t)(tiles ? tiles : 1) * sizeof *t);
   if (!t) {
     snprintf(err, errlen, "out of memory");
@@ -160,11 +167,21 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   if (l->persistent) span += qo;  /* the first Q and the last O */
   double clk = g->clock_ghz * 1e9;
   double secs = span / clk;
-  /* DRAM: Q, K, V read and O written once, at the peak [B] */
-  double dram_bytes = (double)p->batch * p->heads * p->elem_bytes * p->dim *
-                      (2.0 * p->seq_q + 2.0 * p->seq_k);
-  double dram = dram_bytes / (g->dram_gbs * 1e9);
+  /* DRAM: Q, K, V read and O written once, at the peak [B]; the backward
+  ** pass's main kernel reads Q, dO, K, V and writes dK, dV (dQ's adds stay
+  ** in L2), and its other launches, which run alone, read dO, O and the
+  ** accumulator and write dQ */
+  const double bh = (double)p->batch * p->heads, rows = bh * p->seq_q;
+  double dram_bytes = bh * p->elem_bytes * p->dim *
+                      (p->backward ? 2.0 * p->seq_q + 4.0 * p->seq_k
+                                   : 2.0 * p->seq_q + 2.0 * p->seq_k);
+  double dram = dram_bytes / (g->dram_gbs * 1e9), apart = 0;
+  if (p->backward) {
+    double side = rows * p->dim * (3.0 * p->elem_bytes + (l->dq_accum ? 8.0 : 0)) + 8.0 * rows;
+    apart = side / (g->dram_gbs * 1e9);
+  }
   out->flops = 4.0 * p->batch * p->heads * p->seq_q * (double)p->seq_k * p->dim;
+  if (p->backward) out->flops *= 2.5;  /* five products of the tile's size to two */
   if (p->causal) {  /* the computed half, as FlashAttention's papers count it */
     double keep = 0;
     for (long q = 0; q < p->seq_q; q++) {
@@ -188,6 +205,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   out->waves = (double)tiles / slots;
   out->wave_efficiency = span > 0 ? busy / ((double)slots * span) : 0;
   if (dram > secs) secs = dram;
+  secs += apart;
   out->time_us = secs * 1e6;
   out->tflops = out->flops / secs / 1e12;
   out->bound = dram >= span / clk ? "DRAM" : bound_of(out);

@@ -21,15 +21,24 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   memset(l, 0, sizeof *l);
   l->block_m = config_int(k, "block_m", -1);
   l->block_n = config_int(k, "block_n", -1);
+  if (k->op == FA_OP_BWD) {
+    /* The main kernel (dkdv) runs a CTA per block_n keys and walks the
+    ** query blocks: the model's CTA extent is block_n, its step block_m.
+    ** Key blocks launch from the first, which a causal mask leaves whole. */
+    const int keys = l->block_n;
+    l->block_n = l->block_m, l->block_m = keys;
+    const char *dq = gen_config_get(&k->cfg, "dq");
+    l->dq_accum = dq && !strcmp(dq, "atomic");
+  }
   l->threads = k->threads;
   l->smem_bytes = k->smem_bytes + r->smem_static_bytes;
   l->registers = r->registers;
   l->consumers = config_int(k, "consumers", 0);
   l->stages = config_int(k, "stages", 2);
-  l->heavy_first = k->launch[0].heavy_first;
+  l->heavy_first = k->launch[k->main].heavy_first;
   /* wg's persistent scheduler (templates/wg/wg.cu): static, in rounds,
   ** the longest tiles first under a causal mask */
-  l->persistent = l->snake = k->launch[0].persistent;
+  l->persistent = l->snake = k->launch[k->main].persistent;
   l->longest_first = l->persistent && gen_config_get(&k->cfg, "causal") &&
                      !strcmp(gen_config_get(&k->cfg, "causal"), "1");
   if (l->block_m < 0 || l->block_n < 0 || l->threads < 32) return -1;
@@ -61,6 +70,34 @@ static int fa2(const model_problem *p, const estimate_gpu *g, model_launch *l, c
   return 0;
 }
 
+/* FlashAttention-2's backward pass (flash_bwd_launch_template.h,
+** run_mha_bwd_hdim*, sm_80 and sm_90 with 144 KB of shared memory or
+** more; flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel): a CTA per kBlockN
+** keys walking blocks of kBlockM query rows, 8 warps; d64 kBlockM 128,
+** kBlockN 128; d128 64, 128; d256 64, 64, Q double-buffered where 176 KB
+** fit (H100), not on an A100. Shared memory (kernel_traits.h,
+** kSmemSize1colblock): Q (two buffers or one) and dO, K and V, P and dS.
+** dQ is added into a float accumulator (the dot_do_o kernel zeroes it,
+** convert_dq converts it). Template flags after the traits: Is_dropout,
+** Is_causal, Is_local, Has_alibi, Is_even_MN, Is_even_K, Is_softcap. */
+static int fa2_bwd(const model_problem *p, const estimate_gpu *g, model_launch *l, char *pat,
+                   size_t n) {
+  int bm, bn, qbufs = 2;
+  const char *atoms;  /* AtomLayoutMSdP, NdKV, MdQ, Is_V_in_regs */
+  if (p->dim == 64) bm = 128, bn = 128, atoms = "4ELi4ELi4ELb0";
+  else if (p->dim == 128) bm = 64, bn = 128, atoms = "2ELi4ELi2ELb0";
+  else if (p->dim == 256) bm = 64, bn = 64, atoms = "4ELi2ELi2ELb0", qbufs = g->smem_sm >= 176 * 1024 + 1024 ? 2 : 1;
+  else return -1;
+  l->block_m = bn, l->block_n = bm;
+  l->threads = 256;
+  l->smem_bytes = ((qbufs + 1) * bm * p->dim + 2 * bn * p->dim + 2 * bm * bn) * 2;
+  l->dq_accum = 1;
+  int even = p->seq_q % bm == 0 && p->seq_k % bn == 0;
+  snprintf(pat, n, "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel*Flash_bwd_kernel_traitsILi%dELi%dELi%dELi8ELi%sELb%d"
+           "*Lb0ELb%dELb0ELb0ELb%dELb1ELb0EEEv", p->dim, bm, bn, atoms, qbufs == 1, p->causal, even);
+  return 0;
+}
+
 /* FlashAttention-3 (hopper/tile_size.h tile_size_fwd_sm90, 16-bit;
 ** hopper/flash_fwd_launch_template.h): d64 192x192 (causal 192x128), d128
 ** 128x176 (causal 128x128), d256 128x80; block_m / 64 consumer warpgroups
@@ -85,8 +122,8 @@ static int fa3(const model_problem *p, model_launch *l, char *pat, size_t n) {
 int model_launch_fa(const char *which, const model_problem *p, const estimate_gpu *g,
                     model_launch *l, char *pattern, size_t n) {
   memset(l, 0, sizeof *l);
-  if (!strcmp(which, "fa2")) return fa2(p, g, l, pattern, n);
-  if (!strcmp(which, "fa3")) return fa3(p, l, pattern, n);
+  if (!strcmp(which, "fa2")) return p->backward ? fa2_bwd(p, g, l, pattern, n) : fa2(p, g, l, pattern, n);
+  if (!strcmp(which, "fa3") && !p->backward) return fa3(p, l, pattern, n);
   return -1;
 }
 

@@ -27,14 +27,20 @@ typedef struct model_gpu {
 /* The machine of g into *out: 0, or -1 for a GPU without one. */
 int model_gpu_of(const estimate_gpu *g, model_gpu *out);
 
-/* The problem: batch, heads, seq_q, seq_k, dim, causal, element bytes. */
+/* The problem: batch, heads, seq_q, seq_k, dim, causal, element bytes;
+** backward: the backward pass, whose main kernel (dK, dV) runs a CTA per
+** K/V block and walks the query blocks. */
 typedef struct model_problem {
   int batch, heads, seq_q, seq_k, dim, causal, elem_bytes;
+  int backward;
 } model_problem;
 
 /* How the kernel runs: its tile and launch. consumers 0: a plain kernel
 ** whose warps all run the main loop; else a warp-specialized one. */
 typedef struct model_launch {
+  /* A CTA's extent along the axis the CTAs split (the forward pass's
+  ** query rows, the backward pass's keys) and an iteration's along the one
+  ** its main loop walks (keys; query rows). */
   int block_m, block_n, threads, smem_bytes, registers;
   int consumers;           /* consumer warpgroups; 0 plain */
   int stages;              /* K/V stages */
@@ -43,6 +49,8 @@ typedef struct model_launch {
   int snake;               /* a static one: tile i to slot i mod slots, every other round
                               in reverse (fatune's wg); else the slot free first */
   int heavy_first;         /* query blocks launched from the last down in each (batch, head) */
+  int dq_accum;            /* the backward pass adds dQ into a float accumulator (zeroed by
+                              its first launch, converted by its last) */
 } model_launch;
 
 /* A kernel ready to simulate: its roles' instructions (owned). */
