@@ -66,6 +66,10 @@ void backend_free(fa_backend *b, void *ptr) {
   if (ptr) b->ops->free(b, ptr);
 }
 
+int backend_memory(fa_backend *b, int reset, size_t *live, size_t *peak) {
+  return b->ops->memory ? b->ops->memory(b, reset, live, peak) : FA_EINVAL;
+}
+
 int backend_upload(fa_backend *b, void *dst, const void *src, size_t bytes, char *err,
                    size_t errlen) {
   return b->ops->copy(b, dst, src, bytes, 1, err, errlen);

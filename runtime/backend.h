@@ -127,6 +127,11 @@ int backend_download(fa_backend *b, void *dst, const void *src, size_t bytes, ch
                      size_t errlen);
 int backend_fill(fa_backend *b, void *dst, unsigned char byte, size_t bytes, char *err,
                  size_t errlen);
+/* The bytes of the buffers backend_alloc gave that are not freed yet
+** (live), and the most of them at once since the last call with reset,
+** which then starts the count over from live (peak). FA_EINVAL where the
+** backend keeps no such count (emu keeps one). */
+int backend_memory(fa_backend *b, int reset, size_t *live, size_t *peak);
 
 /* A tiled TMA tensor map over a device buffer, as cuTensorMapEncodeTiled
 ** takes it (CUDA Driver API, "Tensor Map Object Management"): dims and box

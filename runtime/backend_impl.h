@@ -46,6 +46,7 @@ struct backend_ops {
   int (*sync)(fa_backend *b, char *err, size_t errlen);
   int (*tmap)(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *err,
               size_t errlen);
+  int (*memory)(fa_backend *b, int reset, size_t *live, size_t *peak);
 };
 struct fa_backend {
   const backend_ops *ops;

@@ -282,6 +282,72 @@ static void test_defaults(void) {
          (int)(2 * sizeof dtypes / sizeof dtypes[0] * sizeof dims / sizeof dims[0]));
 }
 
+/* The bytes a backward run allocates beyond its inputs, by the emulator's
+** own count (backend_memory): kernel k on p, into *extra; 0, or -1. */
+static int run_extra_bytes(const gen_kernel *k, const fa_program *prog, const fa_problem *p,
+                           size_t *extra) {
+  char err[512];
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, p, seed, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+    return -1;
+  }
+  int rc = -1;
+  if (val_inputs_upload(be, &c, &in, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+  } else {
+    size_t bytes[ATTN_MAX_OUTPUTS], live, peak, live_after, unused;
+    const int n = attn_outputs(p, bytes);
+    void *host[ATTN_MAX_OUTPUTS] = {0};
+    int ok = 1;
+    for (int i = 0; i < n; i++) ok &= (host[i] = malloc(bytes[i])) != NULL;
+    fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 2};
+    if (ok && backend_memory(be, 1, &live, &unused) == 0 &&
+        attn_run_op(be, prog, k, p, &in, &ro, host, NULL, NULL, err, sizeof err) == 0 &&
+        backend_memory(be, 0, &live_after, &peak) == 0) {
+      CHECK(live_after == live, "%zu bytes left allocated after the run", live_after - live);
+      *extra = peak - live;
+      rc = 0;
+    } else {
+      CHECK(0, "%s: %s", k->name, ok ? err : "out of memory");
+    }
+    for (int i = 0; i < n; i++) free(host[i]);
+    attn_inputs_free(be, &in);
+  }
+  val_case_free(&c);
+  return rc;
+}
+
+/* By the emulator's allocation count, a run of tcbwd's default (dQ by
+** atomics: the largest workspace) allocates exactly its outputs and
+** workspaces, and twice the tokens take twice the bytes: nothing grows as
+** seq_q x seq_k. */
+static void test_memory_counted(void) {
+  const shape s = {1, 2, 256, 256};
+  fa_problem p = problem(FA_FP16, 64, 0, &s);
+  gen_kernel k;
+  fa_build b;
+  if (compile_one(&p, "dq=atomic", &k, &b) != 0) return;
+  size_t extra[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    p.seq_q = p.seq_k = 256 << i;
+    if (run_extra_bytes(&k, b.prog, &p, &extra[i]) != 0) break;
+    size_t bytes[ATTN_MAX_OUTPUTS], want = 0;
+    const int n = attn_outputs(&p, bytes);
+    for (int j = 0; j < n; j++) want += bytes[j];
+    for (int j = 0; j < k.nws; j++) want += gen_workspace_bytes(&k, j, &p);
+    CHECK(extra[i] == want, "%s at seq %d: %zu bytes allocated, outputs and workspaces %zu",
+          k.name, p.seq_q, extra[i], want);
+  }
+  CHECK(extra[1] == 2 * extra[0], "%zu bytes at seq 256, %zu at 512: not linear", extra[0],
+        extra[1]);
+  printf("memory by the emulator's count, %s, 2 heads: %zu bytes beyond the inputs at seq 256, "
+         "%zu at 512 (outputs and workspaces, linear in seq)\n", k.name, extra[0], extra[1]);
+  backend_build_free(be, &b);
+  gen_kernel_free(&k);
+}
+
 /* A backward problem run through a forward kernel, and a forward problem
 ** through a backward kernel: refused with a message, nothing launched. */
 static void test_op_mismatch(void) {
@@ -359,6 +425,7 @@ int main(void) {
   test_op_mismatch();
   test_poison();
   test_memory();
+  test_memory_counted();
   test_deterministic();
   test_atomic_dq();
   test_space(FA_FP32, 16, 0);

@@ -16,9 +16,10 @@
 
 typedef struct emu_backend {
   fa_backend base;
-  pthread_mutex_t mu;     /* guards the buffer list */
+  pthread_mutex_t mu;     /* guards the buffer list and the counts */
   fa_emu_range *bufs;
   int nbufs, cap;
+  size_t live, peak;      /* bytes of bufs; the most at once (backend_memory) */
 } emu_backend;
 
 /* A kernel's launches may run several entries (an op's kernels), all in
@@ -137,6 +138,8 @@ static int emu_alloc(fa_backend *b, size_t bytes, void **ptr, char *err, size_t 
     e->bufs = r, e->cap = cap;
   }
   e->bufs[e->nbufs++] = (fa_emu_range){(uintptr_t)p, (uintptr_t)p + bytes};
+  e->live += bytes;
+  if (e->live > e->peak) e->peak = e->live;
   pthread_mutex_unlock(&e->mu);
   *ptr = p;
   return 0;
@@ -147,11 +150,21 @@ static void emu_free(fa_backend *b, void *ptr) {
   pthread_mutex_lock(&e->mu);
   for (int i = 0; i < e->nbufs; i++)
     if (e->bufs[i].lo == (uintptr_t)ptr) {
+      e->live -= e->bufs[i].hi - e->bufs[i].lo;
       e->bufs[i] = e->bufs[--e->nbufs];
       free(ptr);
       break;
     }
   pthread_mutex_unlock(&e->mu);
+}
+
+static int emu_memory(fa_backend *b, int reset, size_t *live, size_t *peak) {
+  emu_backend *e = self(b);
+  pthread_mutex_lock(&e->mu);
+  *live = e->live, *peak = e->peak;
+  if (reset) e->peak = e->live;
+  pthread_mutex_unlock(&e->mu);
+  return 0;
 }
 
 /* Is [p, p + n) inside one allocation? Copies are checked like kernels. */
@@ -283,6 +296,7 @@ static int emu_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *er
 static const backend_ops emu_ops = {
   .name = "emu", .has_counters = 1, .close = emu_close, .compile = emu_compile_kernels,
   .program_free = emu_program_free, .alloc = emu_alloc, .free = emu_free, .copy = emu_copy,
+  .memory = emu_memory,
   .fill = emu_fill, .launch = emu_launch_program, .blob = emu_blob, .load = emu_load_program,
   .cache_key = emu_cache_key, .tmap = emu_tmap};
 
