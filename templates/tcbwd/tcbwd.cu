@@ -280,7 +280,12 @@ $ end
 
 $ -- dQ += dS K added into the accumulator, a pair of n8 tiles at a time.
 $ local function gemm_dq_atomic()
-  /* dQ += dS K into the accumulator, across the K/V blocks' CTAs. */
+  /* dQ += dS K into the accumulator, across the K/V blocks' CTAs: every
+  ** add at this thread's first element (row g, column 2 tig of its part)
+  ** plus a constant, checked against the rows left only in a block that
+  ** reaches past seq_q${dim < D and ", and against the head dim (padded)" or ""}. */
+  float *const qacc_t = qacc + (long long)(q0 + sw * ${WR} + g) * ${dim} + nw * ${QDT * 8} + 2 * tig;
+  const int rows_left = p.seq_q - (q0 + sw * ${WR} + g), all_rows = q0 + ${BM} <= p.seq_q;
   FA_UNROLL
   for (int d2 = 0; d2 < ${QDT // 2}; ++d2) {
     float acc[${MT}][2][4];
@@ -294,9 +299,13 @@ $ local function gemm_dq_atomic()
     for (int mt = 0; mt < ${MT}; ++mt) {
       FA_UNROLL
       for (int i = 0; i < 8; ++i) {
-        const int gr = q0 + sw * ${WR} + mt * 16 + g + 8 * ((i & 3) >> 1);
-        const int d = nw * ${QDT * 8} + d2 * 16 + (i >> 2) * 8 + 2 * tig + (i & 1);
-        if (gr < p.seq_q && d < ${dim}) fa_atomic_add_f32(qacc + (long long)gr * ${dim} + d, acc[mt][i >> 2][i & 3]);
+        const int r = mt * 16 + 8 * ((i & 3) >> 1), d = d2 * 16 + (i >> 2) * 8 + (i & 1);
+$ if dim < D then
+        if ((all_rows || r < rows_left) && nw * ${QDT * 8} + 2 * tig + d < ${dim})
+$ else
+        if (all_rows || r < rows_left)
+$ end
+          fa_atomic_add_f32(qacc_t + r * ${dim} + d, acc[mt][i >> 2][i & 3]);
       }
     }
   }
