@@ -63,6 +63,20 @@ int attn_outputs(const fa_problem *p, size_t bytes[ATTN_MAX_OUTPUTS]) {
   return 2;
 }
 
+const char *attn_output_name(const fa_problem *p, int i) {
+  static const char *const fwd[] = {"o", "lse"}, *const bwd[] = {"dq", "dk", "dv"};
+  if (p->op == FA_OP_BWD) return i >= 0 && i < 3 ? bwd[i] : "?";
+  return i >= 0 && i < 2 ? fwd[i] : "?";
+}
+
+size_t attn_output_elem_bytes(const fa_problem *p, int i) {
+  return (size_t)(p->op == FA_OP_FWD && i == 1 ? fa_lse_size(p->dtype) : fa_dtype_size(p->dtype));
+}
+
+int attn_output_seq(const fa_problem *p, int i) {
+  return p->op == FA_OP_BWD && i > 0 ? p->seq_k : p->seq_q;
+}
+
 fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,
                       void *o, void *lse, void *ws) {
   const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
@@ -164,8 +178,8 @@ static void outputs_free(fa_backend *be, outputs *out) {
 static int fwd_params(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
                       const outputs *out, fa_params *a, char *err, size_t errlen) {
   if (k->op != FA_OP_FWD || p->op != FA_OP_FWD || k->nws > 1) {
-    snprintf(err, errlen, "kernel %s: op %s with %d workspaces: the timing runs the forward "
-             "pass, with at most one", k->name, fa_op_name(k->op), k->nws);
+    snprintf(err, errlen, "kernel %s: op %s with %d workspaces: the forward pass takes at "
+             "most one", k->name, fa_op_name(k->op), k->nws);
     return FA_EINVAL;
   }
   *a = attn_params(p, in->q, in->k, in->v, out->o, out->lse, out->ws[0]);
@@ -224,40 +238,45 @@ static size_t first_diff(const void *a, const void *b, size_t n, size_t es) {
   return n;
 }
 
-/* The outputs on the device against want's, for the launch named `launch`;
-** want records the first difference. host holds ob + lb bytes. */
-static int compare_output(fa_backend *be, const outputs *out, size_t ob, size_t lb,
-                          size_t es, size_t ls, unsigned char *host, attn_expect *want,
-                          const char *launch, char *err, size_t errlen) {
-  int rc = backend_download(be, host, out->o, ob, err, errlen);
-  if (rc == 0) rc = backend_download(be, host + ob, out->lse, lb, err, errlen);
-  if (rc != 0 || want->differs) return rc;
-  const size_t i = first_diff(host, want->o, ob / es, es);
-  const size_t j = first_diff(host + ob, want->lse, lb / ls, ls);
-  if (i < ob / es || j < lb / ls)
-    want->differs = 1, want->launch = launch, want->in_lse = i == ob / es,
-    want->at = i < ob / es ? i : j;
+/* The outputs on the device against want's, for the run named `launch`;
+** want records the first difference. host holds every output's bytes. */
+static int compare_output(fa_backend *be, const fa_problem *p, const outputs *out,
+                          unsigned char *host, attn_expect *want, const char *launch,
+                          char *err, size_t errlen) {
+  size_t at = 0;
+  for (int i = 0; i < out->n; i++) {
+    if (backend_download(be, host + at, out->buf[i], out->bytes[i], err, errlen) != 0) return -1;
+    at += out->bytes[i];
+  }
+  if (want->differs) return 0;
+  at = 0;
+  for (int i = 0; i < out->n; i++) {
+    const size_t es = attn_output_elem_bytes(p, i), n = out->bytes[i] / es;
+    const size_t j = first_diff(host + at, (const unsigned char *)want->out + at, n, es);
+    if (j < n) {
+      want->differs = 1, want->launch = launch, want->output = i, want->at = j;
+      return 0;
+    }
+    at += out->bytes[i];
+  }
   return 0;
 }
 
-/* The warm-up launches, each on poisoned outputs and checked against want
+/* The warm-up runs, each on poisoned outputs and checked against want
 ** when there is one. */
 static int warm_up(fa_backend *be, const fa_program *prog, const gen_kernel *k,
-                   const gen_launch *shapes, const fa_params *a, const outputs *out,
-                   size_t ob, size_t lb, size_t es,
-                   size_t ls, unsigned char *host, attn_expect *want, char *err,
+                   const fa_problem *p, const gen_launch *shapes, const fa_params *a,
+                   const outputs *out, unsigned char *host, attn_expect *want, char *err,
                    size_t errlen) {
   static const char *const name[ATTN_WARMUPS] = {"warm-up launch 1", "warm-up launch 2",
                                                  "warm-up launch 3"};
   int rc = 0;
   for (int w = 0; rc == 0 && w < ATTN_WARMUPS; w++) {
-    if (want && ((rc = backend_fill(be, out->o, 0xFF, ob, err, errlen)) ||
-                 (rc = backend_fill(be, out->lse, 0xFF, lb, err, errlen))))
-      break;
+    for (int i = 0; want && rc == 0 && i < out->n; i++)
+      rc = backend_fill(be, out->buf[i], 0xFF, out->bytes[i], err, errlen);
     const fa_run_opts ro = {.smem_fill = 0xFF};
-    rc = launch_all(be, prog, k, shapes, a, &ro, NULL, err, errlen);
-    if (rc == 0 && want)
-      rc = compare_output(be, out, ob, lb, es, ls, host, want, name[w], err, errlen);
+    if (rc == 0) rc = launch_all(be, prog, k, shapes, a, &ro, NULL, err, errlen);
+    if (rc == 0 && want) rc = compare_output(be, p, out, host, want, name[w], err, errlen);
   }
   return rc;
 }
@@ -265,14 +284,14 @@ static int warm_up(fa_backend *be, const fa_program *prog, const gen_kernel *k,
 int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
               const fa_problem *p, const attn_inputs *in, int budget_ms, attn_expect *want,
               fa_timing *t, int *ctas_per_sm, char *err, size_t errlen) {
-  const size_t rows = elems(p, p->seq_q, 1);
-  const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
-  const size_t ob = rows * (size_t)p->dim * es, lb = rows * ls;
   gen_launch shapes[GEN_MAX_LAUNCHES];
   int rc = attn_launch_shapes(k, p, shapes, err, errlen);
   if (rc != 0) return rc;
+  size_t bytes[ATTN_MAX_OUTPUTS], total = 0;
+  const int nout = attn_outputs(p, bytes);
+  for (int i = 0; i < nout; i++) total += bytes[i];
   outputs out;
-  unsigned char *host = want ? malloc(ob + lb) : NULL;
+  unsigned char *host = want ? malloc(total) : NULL;
   if (want && !host) {
     snprintf(err, errlen, "out of memory for the output's copy");
     return FA_ENOMEM;
@@ -280,15 +299,13 @@ int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
   if (want) want->differs = 0;
   rc = outputs_alloc(be, k, p, &out, err, errlen);
   fa_params a;
-  if (rc == 0) rc = fwd_params(k, p, in, &out, &a, err, errlen);
+  if (rc == 0) rc = op_params(k, p, in, &out, &a, err, errlen);
   if (rc == 0) {
     rc = attn_tmaps(be, k, p, &a, err, errlen);
-    if (rc == 0)
-      rc = warm_up(be, prog, k, shapes, &a, &out, ob, lb, es, ls, host, want, err, errlen);
+    if (rc == 0) rc = warm_up(be, prog, k, p, shapes, &a, &out, host, want, err, errlen);
     if (rc == 0) rc = backend_time(be, prog, shapes, k->nlaunch, &a, budget_ms, t, err, errlen);
     if (rc == 0 && want)
-      rc = compare_output(be, &out, ob, lb, es, ls, host, want, "the last timed launch", err,
-                          errlen);
+      rc = compare_output(be, p, &out, host, want, "the last timed launch", err, errlen);
     /* The occupancy of the op's main kernel. */
     if (rc == 0 && backend_occupancy(be, prog, &shapes[k->main], ctas_per_sm, err, errlen) != 0)
       *ctas_per_sm = -1;

@@ -29,6 +29,11 @@ void attn_inputs_free(fa_backend *be, attn_inputs *in);
 ** k, v). Returns their number. */
 #define ATTN_MAX_OUTPUTS 3
 int attn_outputs(const fa_problem *p, size_t bytes[ATTN_MAX_OUTPUTS]);
+/* Output i's name ("o", "lse", "dq", ...), the bytes of one of its
+** elements, and the rows of the problem it has (seq_q or seq_k). */
+const char *attn_output_name(const fa_problem *p, int i);
+size_t attn_output_elem_bytes(const fa_problem *p, int i);
+int attn_output_seq(const fa_problem *p, int i);
 
 /* The kernel's argument block for contiguous tensors at the given addresses. */
 fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,
@@ -64,26 +69,26 @@ int attn_run(fa_backend *be, const fa_program *prog, const gen_kernel *k,
              void *o_host, void *lse_host, fa_counters *ctr, double *launch_ms,
              char *err, size_t errlen);
 
-/* The output of a launch already judged (o and lse as attn_run gives them),
-** which every later launch of a deterministic kernel must repeat bit for
-** bit. attn_time sets the rest when one does not: which launch, and the
-** first element that differs (in o, else in lse). */
+/* The outputs of a launch already judged (attn_outputs', one after the
+** other), which every later launch of a deterministic kernel must repeat
+** bit for bit. attn_time sets the rest when one does not: which launch,
+** and the first element that differs (its output, and its index there). */
 typedef struct attn_expect {
-  const void *o, *lse;
+  const void *out;
   int differs;
   const char *launch;      /* "warm-up launch 2", "the last timed launch" */
-  int in_lse;
-  size_t at;               /* the element's index in o or lse */
+  int output;              /* attn_outputs' index */
+  size_t at;               /* the element's index in that output */
 } attn_expect;
 
 #define ATTN_WARMUPS 3
 
-/* Time kernel k on the inputs, on fresh outputs: ATTN_WARMUPS launches
-** (the module's first, clocks, caches of code), then backend_time's for
-** about budget_ms with the L2 flushed in between. With want, the output of
-** each warm-up launch (the outputs poisoned before it) and of the last
-** timed launch is compared with want's: a difference is no error (the
-** timing stands), want says where. */
+/* Time kernel k on the inputs, on fresh outputs: ATTN_WARMUPS runs of
+** every launch of its op (the module's first, clocks, caches of code),
+** then backend_time's for about budget_ms with the L2 flushed in between.
+** With want, the outputs of each warm-up run (poisoned before it) and of
+** the last timed run are compared with want's: a difference is no error
+** (the timing stands), want says where. */
 int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
               const fa_problem *p, const attn_inputs *in, int budget_ms, attn_expect *want,
               fa_timing *t, int *ctas_per_sm, char *err, size_t errlen);

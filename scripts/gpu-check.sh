@@ -4,7 +4,8 @@
 # statically, so a build made on another machine runs on this one), else
 # builds one. Then: the GPU tests (ctest -L gpu), and the main job for dims
 # 64 and 128 at seq 4096 in fp32 (as a table and as JSON) and in bf16 at
-# seq 1024 to 4096, next to PyTorch's scaled_dot_product_attention in the
+# seq 1024 to 4096, its backward pass (--op bwd) in bf16 at seq 4096 beside
+# PyTorch's, next to PyTorch's scaled_dot_product_attention in the
 # same run, whose times it records (fatune baseline) for fatune report's
 # figure of both against seq_len; then the Python
 # package: its tests (the torch ones on the GPU) and fatune.attention against
@@ -106,6 +107,48 @@ for r in rows:
         print("%-58s %9.0f %9.0f %+6.0f%%" % (r["name"], t, m, 100 * (m / t - 1)))
 PY
 done
+# The backward pass: the main job's --op bwd (validated on rows computed in
+# float64 on the CPU, timed: D's, dK/dV's and dQ's launches together), and
+# PyTorch's flash backward on the same problem, TFLOP/s counted the same
+# way (10 * B * H * N^2 * d).
+for dim in 64 128; do
+  say "fatune --op bwd --dim $dim --seq 4096 --dtype bf16"
+  timeout 200 build/fatune --op bwd --dim "$dim" --seq 4096 --dtype bf16 --backend cuda \
+    --trial-ms 60 --json >"$logs/bwd-bf16-d$dim.json" 2>"$logs/bwd-bf16-d$dim.err" || rc=1
+  tail -n 2 "$logs/bwd-bf16-d$dim.err"
+  python3 - "$logs/bwd-bf16-d$dim.json" <<'PY' || rc=1
+import json, sys
+rows = json.load(open(sys.argv[1]))
+for r in sorted(rows, key=lambda r: r.get("median_us") or 1e30):
+    print("%-50s %-8s %8s us %7s TFLOP/s  rel_err %s  %s" % (
+        r["name"], r["status"], "%.1f" % r["median_us"] if r.get("median_us") else "-",
+        "%.1f" % r["tflops"] if r.get("tflops") else "-", r.get("rel_err"), r.get("message") or ""))
+PY
+done
+say "torch: scaled_dot_product_attention's backward (flash), bf16, B 4 H 16 N 4096"
+timeout 120 python3 - <<'PY' 2>&1 | tee "$logs/torch-sdpa-bwd.txt" || true
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+B, H, N = 4, 16, 4096
+for d in (64, 128):
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    do = torch.randn(B, H, N, d, device="cuda", dtype=torch.bfloat16)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        for _ in range(3):
+            torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ms = []
+        for _ in range(20):
+            s.record(); torch.autograd.grad(o, (q, k, v), do, retain_graph=True); e.record()
+            torch.cuda.synchronize(); ms.append(s.elapsed_time(e))
+    ms.sort()
+    med = ms[len(ms) // 2]
+    print("sdpa flash backward d%-3d N %d median %8.1f us %7.1f TFLOP/s" % (
+        d, N, med * 1e3, 10 * B * H * N * N * d / (med * 1e-3) / 1e12))
+PY
 say "torch.nn.functional.scaled_dot_product_attention, bf16, B 4 H 16 N 1024 to 4096"
 timeout 120 python3 - "$logs/sdpa.csv" <<'PY' 2>&1 | tee "$logs/torch-sdpa.txt" || true
 import sys

@@ -410,6 +410,117 @@ static void test_poison(void) {
   gen_kernel_free(&k);
 }
 
+/* Relative error of n sampled rows of D values against rows of a full
+** array: row i of got against row rows[i] of full. */
+static double rows_err(const double *got, const double *full, const size_t *rows, size_t n,
+                       int D) {
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < n; i++)
+    for (int d = 0; d < D; d++) {
+      const double ref = full[rows[i] * (size_t)D + (size_t)d], x = got[i * (size_t)D + (size_t)d] - ref;
+      e2 += x * x, r2 += ref * ref;
+    }
+  return r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
+}
+
+/* The backward pass's oracle case (a GPU's, whose problems are too big for
+** the CPU reference), on the emulator: its sampled rows of dq, dk and dv
+** against the whole float64 reference on the same inputs; a kernel judged
+** by them ok; a wrong element in a sampled row caught, and in a row not
+** sampled when it is not finite. */
+static void test_oracle_case(void) {
+  static const struct {
+    fa_dtype t;
+    int dim, causal;
+    const char *config;
+    double tol;   /* of the sampled rows against the whole reference */
+  } cases[] = {
+    {FA_FP32, 24, 1, "block_m=16,block_n=32", 1e-6},
+    {FA_FP64, 16, 0, "block_m=16,block_n=16", 1e-13},
+    {FA_BF16, 64, 1, "block_m=64,block_n=64,warps=4,split_n=1,split_d=1", 1e-6},
+  };
+  const shape s = {2, 2, 37, 53};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const fa_problem p = problem(cases[i].t, cases[i].dim, cases[i].causal, &s);
+    const int D = p.dim;
+    gen_kernel ok, k;
+    fa_build ob, b;
+    char err[512];
+    memset(&ob, 0, sizeof ob);
+    CHECK(gen_render_oracle(gen, &p, &ok) == 0, "%s", gen_errmsg(gen));
+    const gen_kernel *kp = &ok;
+    CHECK(backend_compile(be, &kp, 1, 0, &ob, err, sizeof err) == 0 && ob.prog, "oracle: %s",
+          ob.log ? ob.log : err);
+    val_case cpu, gpu;
+    const unsigned long long cs = seed++;
+    if (!ob.prog || val_case_make(&cpu, &p, cs, err, sizeof err) != 0) {
+      CHECK(0, "%s", err);
+      continue;
+    }
+    if (val_case_make_oracle(&gpu, &p, cs, be, ob.prog, &ok, 16, err, sizeof err) != 0) {
+      CHECK(0, "oracle case %s: %s", fa_dtype_name(p.dtype), err);
+      val_case_free(&cpu);
+      continue;
+    }
+    const double edq = rows_err(gpu.sample_dq, cpu.dq_ref, gpu.sample_rows, gpu.nsample, D);
+    const double emag = rows_err(gpu.sample_dq_mag, cpu.dq_mag, gpu.sample_rows, gpu.nsample, D);
+    const double edk = rows_err(gpu.sample_dk, cpu.dk_ref, gpu.sample_krows, gpu.nksample, D);
+    const double edv = rows_err(gpu.sample_dv, cpu.dv_ref, gpu.sample_krows, gpu.nksample, D);
+    CHECK(gpu.nsample == 16 && gpu.nksample == 16 && !gpu.dq_ref && !gpu.dk_ref,
+          "%zu and %zu rows sampled", gpu.nsample, gpu.nksample);
+    CHECK(edq < 1e-13 && emag < 1e-13 && edk < cases[i].tol && edv < cases[i].tol,
+          "%s: sampled rows against the whole reference: dq %.3g (magnitudes %.3g), dk %.3g, "
+          "dv %.3g", fa_dtype_name(p.dtype), edq, emag, edk, edv);
+    printf("oracle case %s: 16 sampled rows each against the whole reference: dq %.2e, "
+           "dk %.2e, dv %.2e\n", fa_dtype_name(p.dtype), edq, edk, edv);
+    attn_inputs in;
+    if (compile_one(&p, cases[i].config, &k, &b) == 0 &&
+        val_inputs_upload(be, &gpu, &in, err, sizeof err) == 0) {
+      val_opts o = {.nschedules = 1, .schedule = {FA_SCHED_FORWARD}, .threads = 1};
+      val_result r;
+      CHECK(val_check(be, &gpu, &in, b.prog, &k, &o, &r, err, sizeof err) == 0, "%s", err);
+      CHECK(r.status == VAL_OK && r.sample_err > 0 && r.sample_err < val_tolerance(p.dtype),
+            "%s judged by the oracle case: %s (sampled rows %.3g)", k.name, r.msg, r.sample_err);
+      printf("%s judged on the sampled rows: dq %.2e, dk %.2e, dv %.2e\n", k.name,
+             r.grad_err[0], r.grad_err[1], r.grad_err[2]);
+      /* Its outputs, then one element wrong in a sampled row of dk, or NaN
+      ** in a row of dv that no sample holds. */
+      size_t bytes[ATTN_MAX_OUTPUTS];
+      const int n = attn_outputs(&p, bytes);
+      void *host[ATTN_MAX_OUTPUTS];
+      for (int j = 0; j < n; j++) host[j] = malloc(bytes[j]);
+      const fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1};
+      CHECK(attn_run_op(be, b.prog, &k, &p, &in, &ro, host, NULL, NULL, err, sizeof err) == 0,
+            "%s", err);
+      const size_t at = gpu.sample_krows[2] * (size_t)D + 1;
+      const double was = fa_elem_get(host[1], p.dtype, at);
+      fa_elem_put(host[1], p.dtype, at, was + 4.0);
+      const void *got[ATTN_MAX_OUTPUTS] = {host[0], host[1], host[2]};
+      val_judge(&gpu, got, &r);
+      CHECK(r.status == VAL_INVALID &&
+            strstr(r.msg, "dk: norm-relative error") && strstr(r.msg, "on the rows computed"),
+            "%s: dk off by 4 in a sampled row: %s", k.name, r.msg);
+      fa_elem_put(host[1], p.dtype, at, was);
+      size_t free_row = 0;   /* a key row no sample holds */
+      for (int hit = 1; hit && free_row < (size_t)(2 * 2 * 53); free_row += hit) {
+        hit = 0;
+        for (size_t j = 0; j < gpu.nksample; j++) hit |= gpu.sample_krows[j] == free_row;
+      }
+      fa_elem_put(host[2], p.dtype, free_row * (size_t)D, NAN);
+      val_judge(&gpu, got, &r);
+      CHECK(r.status == VAL_INVALID && strstr(r.msg, "is NaN"), "%s: NaN in dv: %s", k.name,
+            r.msg);
+      for (int j = 0; j < n; j++) free(host[j]);
+      attn_inputs_free(be, &in);
+    }
+    if (b.prog) backend_build_free(be, &b), gen_kernel_free(&k);
+    val_case_free(&gpu);
+    val_case_free(&cpu);
+    backend_build_free(be, &ob);
+    gen_kernel_free(&ok);
+  }
+}
+
 int main(void) {
   char err[512];
   const char *env = getenv("FATUNE_TEST_SEED");
@@ -424,6 +535,7 @@ int main(void) {
   test_defaults();
   test_op_mismatch();
   test_poison();
+  test_oracle_case();
   test_memory();
   test_memory_counted();
   test_deterministic();

@@ -398,14 +398,6 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
     return 1;
   }
   s.gpu = backend_device(s.be) != NULL;
-  if (s.gpu && o->problem.op == FA_OP_BWD) {
-    /* Its GPU validation needs a backward oracle, and its timing outputs of
-    ** its own: neither is there yet. */
-    fprintf(stderr, "fatune: the main job tunes the backward pass on the emulator only so far "
-            "(--backend emu); on a GPU it is validated and timed by nothing yet\n");
-    tune_free(&s);
-    return 2;
-  }
   s.env.be = s.be, s.env.gpu = s.gpu, s.env.run = &s.run, s.env.seed = s.seed;
   s.env.asked = &o->problem, s.env.arch = t->arch;
   s.env.timeout_s = o->timeout_s, s.env.trial_ms = o->trial_ms;

@@ -15,6 +15,13 @@
 #   faults      each other fault's outcome: hang -> timeout, wrong ->
 #               invalid, alloc -> crashed (out of memory), load -> crashed
 #               (the module does not load), init -> one line, exit non-zero.
+#   bwd         the main job on the backward pass, --op bwd --dtype bf16:
+#               every variant of the default space validated (dq, dk and
+#               dv on rows computed in float64 on the CPU) and timed, all in
+#               the database, fatune best --op bwd answers from it; with the
+#               fake, a wrong dK/dV launch is invalid, a deterministic
+#               variant whose warm-up repeats it differently is invalid, and
+#               dQ by atomics (non-deterministic) is not held to the bits.
 #   explore     fatune explore --backend cuda, and libfatune's example on
 #               the cuda backend.
 #   trust       one variant, launch by launch: a wrong first warm-up launch,
@@ -208,6 +215,54 @@ faults)
   [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/init.err")" -eq 1 ] &&
     grep -q "no GPU: no CUDA-capable device is detected" "$tmp/init.err"
   check "fault init: one line, exit non-zero" $? "exit $rc: $(cat "$tmp/init.err")"
+  ;;
+bwd)
+  bargs=(--backend cuda --op bwd --dtype bf16 --dim 64 --seq 512 --batch 2 --heads 4 --json
+         --trial-ms 2)
+  run bwd "${bargs[@]}"
+  skip_without_gpu "$tmp/bwd.err"
+  arch=$(grep -o 'target sm_[0-9a-z]*' "$tmp/bwd.err" | cut -c8-)
+  n=$("$FATUNE" list --op bwd --dim 64 --dtype bf16 --arch "${arch:-none}" | wc -l)
+  got=$(statuses "$tmp/bwd.out")
+  [ "$rc" -eq 0 ] && [ "$n" -ge 2 ] && [ "$got" = "ok=$n" ] &&
+    python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert all(r["rel_err"] < 1e-2 and r["median_us"] > 0 and r["tflops"] > 0 for r in rows), rows' "$tmp/bwd.out"
+  check "tune --op bwd bf16: all $n variants validated and timed" $? \
+    "exit $rc, $got; $(tail -n 3 "$tmp/bwd.err")"
+  got=$(trials bf16)
+  [ "$got" = "ok=$n" ]
+  check "tune --op bwd: the database holds every trial" $? "$got"
+  run best best --op bwd --dim 64 --seq 512 --dtype bf16 --json
+  best=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variant"])' "$tmp/best.out" 2>/dev/null)
+  want=$(python3 -c '
+import json, sys
+print(min(json.load(open(sys.argv[1])), key=lambda r: r["median_us"])["name"])' "$tmp/bwd.out")
+  [ "$rc" -eq 0 ] && [ -n "$best" ] && [ "$best" = "$want" ]
+  check "best --op bwd: the fastest of the run" $? "exit $rc, best '$best', fastest '$want'"
+  if [ $fake -eq 1 ]; then
+    # Launch 1 is the oracle's; each run of a variant is D's launch, dK/dV's
+    # and dQ's: 2 to 4 validate it, 5 to 7 are the first warm-up.
+    pass=$("$FATUNE" list --op bwd --dim 64 --dtype bf16 --arch "$arch" | grep -m1 dqpass | cut -d' ' -f1)
+    atomic=${pass%dqpass}dqatomic
+    one() {  # one FAULT VARIANT NAME
+      rm -f "$db" "$tmp/state"
+      FAKECUDA_FAULT=$1 FAKECUDA_STATE="$tmp/state" run "$3" "${bargs[@]}" --variant "$2"
+      got=$(statuses "$tmp/$3.out")
+    }
+    one launch:3:wrong "$pass" wrongdkdv
+    [ "$rc" -ne 0 ] && [ "$(head -n 1 <<<"$got")" = invalid=1 ] &&
+      grep -q "dk: norm-relative error .* on the rows computed in float64 on the CPU exceeds" <<<"$got"
+    check "bwd: a wrong dK/dV launch is invalid, judged on the CPU's rows" $? "exit $rc, $got"
+    one launch:6:wrong "$pass" warm
+    [ "$rc" -ne 0 ] && [ "$(head -n 1 <<<"$got")" = invalid=1 ] &&
+      grep -q "warm-up launch 1 differs from the first launch's at dk\[0,0,0,0\], bit for bit" <<<"$got"
+    check "bwd, deterministic: a warm-up run that differs is invalid" $? "exit $rc, $got"
+    one launch:6:wrong "$atomic" atomic
+    [ "$rc" -eq 0 ] && [ "$got" = ok=1 ]
+    check "bwd, dQ by atomics: timed without the bitwise check" $? "exit $rc, $got"
+  fi
   ;;
 explore)
   run explore explore --backend cuda --dim 64 --seq 512 --axis norm --json

@@ -3,8 +3,10 @@
 ** fatune's attention kernels, run by the fake driver: not their code, which
 ** the fake cannot execute, but their result. The kernel's name says what it
 ** computes (simt_f32_d64_m64n64w4_..., tc_bf16_..., wg_bf16_d128_m128n176c2_...
-** with its consumer warpgroups, oracle_fp32_d64_causal: the dtype, the head
-** dimension, the causal mask, the rows per CTA and the warps); its
+** with its consumer warpgroups, oracle_fp32_d64_causal, and the backward
+** pass's launches tcbwd_bf16_d64_m128n128w8wn4wd2_dqatomic_dkdv...: the
+** dtype, the head dimension, the causal mask, the rows per CTA and the
+** warps, and for the backward pass the launch's part); its
 ** parameter block (core/fa_params.h) says where the
 ** tensors lie and how big the problem is. The float64 reference computes
 ** the answer, which lands in the fake device memory where the strides say,
@@ -38,7 +40,30 @@ typedef struct kspec {
   int rows_per_cta;     /* 0: every row in one CTA (kv_outer) */
   int threads;
   int persistent;       /* ..._pers: the CTAs loop over the tiles, the grid one-dimensional */
+  int bwd;              /* a launch of the backward pass: */
+  int role;             /* its part (ROLE_...) */
 } kspec;
+
+/* The backward pass's launches (templates/simtbwd, templates/tcbwd): D into
+** a workspace, dK and dV over K/V blocks, and dQ over Q blocks (its own
+** pass, or the conversion of an accumulator the dK/dV launch added to). */
+enum { ROLE_PRE = 1, ROLE_DKDV, ROLE_DQ };
+
+/* The part of a backward launch that its name's last token says, and the
+** length of the name without it; 0 when it names none. */
+static int bwd_role(const char *name, size_t *base) {
+  static const struct { const char *tail; int role; } m[] = {
+    {"_pre", ROLE_PRE}, {"_dkdv", ROLE_DKDV}, {"_dq", ROLE_DQ}, {"_dqconvert", ROLE_DQ}};
+  const size_t len = strlen(name);
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+    const size_t t = strlen(m[i].tail);
+    if (len > t && !strcmp(name + len - t, m[i].tail)) {
+      *base = len - t;
+      return m[i].role;
+    }
+  }
+  return 0;
+}
 
 static int parse_dtype(const char *s, fa_dtype *t) {
   static const struct { const char *tok; fa_dtype t; } m[] = {
@@ -61,11 +86,14 @@ static int parse_name(const char *name, kspec *s) {
   else if (!strncmp(name, "simt_", 5)) p = name + 5;
   else if (!strncmp(name, "tc_", 3)) p = name + 3;
   else if (!strncmp(name, "wg_", 3)) hopper = 1, p = name + 3;
+  else if (!strncmp(name, "simtbwd_", 8)) s->bwd = 1, p = name + 8;
+  else if (!strncmp(name, "tcbwd_", 6)) s->bwd = 1, p = name + 6;
   else return -1;
   int n = parse_dtype(p, &s->in);
   if (!n || sscanf(p + n, "d%d", &s->dim) != 1 || s->dim < 1 || s->dim > FA_DIM_MAX) return -1;
   size_t len = strlen(name);
-  s->causal = len > 7 && !strcmp(name + len - 7, "_causal");
+  if (s->bwd && !(s->role = bwd_role(name, &len))) return -1;
+  s->causal = len > 7 && !strncmp(name + len - 7, "_causal", 7);
   s->lse = s->in == FA_FP64 ? FA_FP64 : FA_FP32;
   s->out = s->oracle ? s->lse : s->in;
   if (s->oracle) {
@@ -77,7 +105,7 @@ static int parse_name(const char *name, kspec *s) {
   /* wg_..._m128n176c2_...: consumer warpgroups and a producer's */
   if (!m || sscanf(m, hopper ? "_m%dn%dc%d" : "_m%dn%dw%d", &bm, &bn, &w) != 3 || bm < 1 || w < 1)
     return -1;
-  s->rows_per_cta = strstr(p, "_kvouter_") ? 0 : bm;
+  s->rows_per_cta = strstr(p, "_kvouter_") ? 0 : s->role == ROLE_DKDV ? bn : bm;
   s->persistent = hopper && strstr(p, "_pers") != NULL;
   s->threads = hopper ? 128 * (w + 1) : 32 * w;
   return 0;
@@ -191,6 +219,124 @@ static void scatter(const fa_params *p, const kspec *s, const slot *c, void *o, 
       }
 }
 
+/* ---- The backward pass ---- */
+
+/* The last backward answer: dq, dk and dv of the inputs it was computed
+** for (the parameter block with its outputs and workspaces zeroed, and the
+** inputs' write generations); the launches of one run share it. */
+static struct {
+  fa_params key;
+  kspec spec;               /* what the answer depends on: dtype, dim, causal */
+  unsigned long long gen[4];
+  double *dq, *dk, *dv;     /* contiguous (B, H, N, D) */
+} bwd_cache;
+
+static const double *const *bwd_answer(const fa_params *p, const kspec *s, const void *q,
+                                       const void *k, const void *v, const void *dout) {
+  static const double *out[3];
+  fa_params key = *p;
+  key.dq = key.dk = key.dv = key.ws = key.ws2 = NULL;
+  kspec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.in = s->in, spec.dim = s->dim, spec.causal = s->causal;
+  const void *in[4] = {p->q, p->k, p->v, p->dout};
+  unsigned long long gen[4];
+  for (int i = 0; i < 4; i++) gen[i] = fc_mem_gen((CUdeviceptr)(size_t)in[i]);
+  if (!bwd_cache.dq || memcmp(&bwd_cache.key, &key, sizeof key) ||
+      memcmp(&bwd_cache.spec, &spec, sizeof spec) || memcmp(bwd_cache.gen, gen, sizeof gen)) {
+    free(bwd_cache.dq), free(bwd_cache.dk), free(bwd_cache.dv);
+    memset(&bwd_cache, 0, sizeof bwd_cache);
+    const int B = p->batch, H = p->heads, Nq = p->seq_q, Nk = p->seq_k, D = s->dim;
+    fa_problem pr = {.batch = B, .heads = H, .seq_q = Nq, .seq_k = Nk, .dim = D, .dtype = s->in,
+                     .causal = s->causal, .scale = p->scale_log2 / 1.4426950408889634074,
+                     .op = FA_OP_BWD};
+    const fa_layout lq = fa_layout_contiguous(&pr, Nq), lk = fa_layout_contiguous(&pr, Nk);
+    double *xq = gather(q, s->in, p->q_sb, p->q_sh, p->q_sn, B, H, Nq, D);
+    double *xk = gather(k, s->in, p->k_sb, p->k_sh, p->k_sn, B, H, Nk, D);
+    double *xv = gather(v, s->in, p->v_sb, p->v_sh, p->v_sn, B, H, Nk, D);
+    double *xd = gather(dout, s->in, p->do_sb, p->do_sh, p->do_sn, B, H, Nq, D);
+    double *dq = malloc((size_t)B * H * Nq * D * sizeof *dq);
+    double *dk = malloc((size_t)B * H * Nk * D * sizeof *dk);
+    double *dv = malloc((size_t)B * H * Nk * D * sizeof *dv);
+    const ref_bwd_io io = {xq, xk, xv, xd, lq, lk, lk, lq, dq, dk, dv, lq, lk, lk, NULL, NULL};
+    const int ok = xq && xk && xv && xd && dq && dk && dv && pr.scale > 0 &&
+                   ref_attention_backward(&pr, &io) == 0;
+    free(xq), free(xk), free(xv), free(xd);
+    if (!ok) {
+      free(dq), free(dk), free(dv);
+      return NULL;
+    }
+    bwd_cache.key = key, bwd_cache.spec = spec, bwd_cache.dq = dq, bwd_cache.dk = dk;
+    bwd_cache.dv = dv;
+    memcpy(bwd_cache.gen, gen, sizeof gen);
+  }
+  out[0] = bwd_cache.dq, out[1] = bwd_cache.dk, out[2] = bwd_cache.dv;
+  return out;
+}
+
+/* Rows [0, rows) of every (batch, head) the grid covers of a (B, H, N, D)
+** gradient from its contiguous answer x, where the strides say. */
+static void scatter_grad(void *dst, fa_dtype t, long long sb, long long sh, long long sn,
+                         const fa_params *p, int n, int rows, int D, const unsigned grid[3],
+                         const double *x, int garbage) {
+  for (int b = 0; b < p->batch && b < (int)grid[2]; b++)
+    for (int h = 0; h < p->heads && h < (int)grid[1]; h++)
+      for (int r = 0; r < rows; r++) {
+        const size_t row = ((size_t)b * p->heads + h) * n + r;
+        for (int d = 0; d < D; d++)
+          fa_elem_put(dst, t, (size_t)(b * sb + h * sh + r * sn + d),
+                      garbage ? junk(row * D + d) : x[row * D + d]);
+      }
+}
+
+/* A launch of the backward pass: the D launch writes nothing the fake reads;
+** the dK/dV launch writes the rows of dk and dv its grid covers, the dQ
+** launch those of dq, from the float64 reference on Q, K, V and dO (it
+** recomputes O and lse, which must still lie in allocations). */
+static CUresult exec_bwd(const fc_kernel *fk, const fa_params *p, const kspec *s,
+                         const unsigned grid[3], int garbage, char *why, size_t whylen) {
+  if (s->role == ROLE_PRE) return CUDA_SUCCESS;
+  if (p->dlse) {
+    snprintf(why, whylen, "kernel %s: a gradient of the logsumexp, which the fake does not "
+             "compute", fk->name);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const int B = p->batch, H = p->heads, Nq = p->seq_q, Nk = p->seq_k, D = s->dim;
+  const void *q = tensor(p->q, p->q_sb, p->q_sh, p->q_sn, B, H, Nq, D, s->in, 0);
+  const void *k = tensor(p->k, p->k_sb, p->k_sh, p->k_sn, B, H, Nk, D, s->in, 0);
+  const void *v = tensor(p->v, p->v_sb, p->v_sh, p->v_sn, B, H, Nk, D, s->in, 0);
+  const void *dout = tensor(p->dout, p->do_sb, p->do_sh, p->do_sn, B, H, Nq, D, s->in, 0);
+  const void *o = tensor(p->o, p->o_sb, p->o_sh, p->o_sn, B, H, Nq, D, s->in, 0);
+  const void *lse = fc_mem_map((CUdeviceptr)(size_t)p->lse,
+                               (size_t)B * H * Nq * fa_dtype_size(s->lse), 0);
+  const int dkdv = s->role == ROLE_DKDV;
+  void *g1 = dkdv ? tensor(p->dk, p->dk_sb, p->dk_sh, p->dk_sn, B, H, Nk, D, s->in, 1)
+                  : tensor(p->dq, p->dq_sb, p->dq_sh, p->dq_sn, B, H, Nq, D, s->in, 1);
+  void *g2 = dkdv ? tensor(p->dv, p->dv_sb, p->dv_sh, p->dv_sn, B, H, Nk, D, s->in, 1) : g1;
+  if (!q || !k || !v || !dout || !o || !lse || !g1 || !g2) {
+    snprintf(why, whylen, "kernel %s: %s outside every allocation", fk->name,
+             !q ? "Q" : !k ? "K" : !v ? "V" : !dout ? "dO" : !o ? "O" : !lse ? "the logsumexp"
+             : dkdv ? (!g1 ? "dK" : "dV") : "dQ");
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
+  const double *const *x = bwd_answer(p, s, q, k, v, dout);
+  if (!x) {
+    snprintf(why, whylen, "kernel %s: the reference failed (scale %g, out of memory?)",
+             fk->name, p->scale_log2);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const int n = dkdv ? Nk : Nq;
+  long long rows = (long long)grid[0] * s->rows_per_cta;
+  if (rows > n) rows = n;
+  if (dkdv) {
+    scatter_grad(g1, s->in, p->dk_sb, p->dk_sh, p->dk_sn, p, Nk, (int)rows, D, grid, x[1], garbage);
+    scatter_grad(g2, s->in, p->dv_sb, p->dv_sh, p->dv_sn, p, Nk, (int)rows, D, grid, x[2], garbage);
+  } else {
+    scatter_grad(g1, s->in, p->dq_sb, p->dq_sh, p->dq_sn, p, Nq, (int)rows, D, grid, x[0], garbage);
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
                  const unsigned block[3], unsigned smem, int garbage, char *why, size_t whylen) {
   kspec s;
@@ -231,6 +377,7 @@ CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
     return CUDA_ERROR_ILLEGAL_ADDRESS;
   }
   if (p.batch < 1 || p.heads < 1 || p.seq_q < 1 || p.seq_k < 1) return CUDA_SUCCESS;
+  if (s.bwd) return exec_bwd(k, &p, &s, grid, garbage, why, whylen);
   const void *q = tensor(p.q, p.q_sb, p.q_sh, p.q_sn, p.batch, p.heads, p.seq_q, s.dim, s.in, 0);
   const void *kk = tensor(p.k, p.k_sb, p.k_sh, p.k_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0);
   const void *v = tensor(p.v, p.v_sb, p.v_sh, p.v_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0);
@@ -273,7 +420,9 @@ double fc_exec_ms(const fc_kernel *k, const void *params, int sm_count, int cloc
   ** fa_params aligned to 64 for its tensor maps). */
   memcpy(&p, (const unsigned char *)params + k->param_offset[0], sizeof p);
   double pairs = (double)p.seq_q * p.seq_k * (s.causal ? 0.5 : 1.0);
-  double flops = 4.0 * p.batch * p.heads * s.dim * pairs;
+  /* The backward pass's products: four in the dK/dV launch, none in D's. */
+  const double products = !s.bwd ? 2 : s.role == ROLE_DKDV ? 4 : s.role == ROLE_DQ ? 1 : 0;
+  double flops = 2.0 * products * p.batch * p.heads * s.dim * pairs;
   double bytes = 2.0 * p.batch * p.heads * (p.seq_q + p.seq_k) * s.dim * fa_dtype_size(s.in);
   /* Peak flops per SM per clock: tensor cores for 16-bit, else FMA units. */
   double per_clk = s.in == FA_FP16 || s.in == FA_BF16 ? 2048 : s.in == FA_FP32 ? 128 : 64;

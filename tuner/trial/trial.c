@@ -288,14 +288,16 @@ static int env_failed(trial_outcome *oc, const char *why) {
   return 1;   /* a fresh process tries again for the next variant */
 }
 
-/* On a GPU, after validation: time the kernel, and check that its warm-up
-** launches and its last timed launch give the validated output again, bit
-** for bit (the kernels are deterministic: a difference is a race, or a
-** read of memory before it is written, that the first launch escaped). */
-static void time_checked(trial_env *e, const trial *t, const void *first, size_t ob,
-                         trial_outcome *oc) {
-  attn_expect want = {.o = first, .lse = (const char *)first + ob};
-  if (attn_time(e->be, t->build.prog, &t->k, e->run, &e->in, e->trial_ms, &want, &oc->t,
+/* On a GPU, after validation: time the kernel and, when it is
+** deterministic, check that its warm-up runs and its last timed run give
+** the validated outputs again, bit for bit (a difference is a race, or a
+** read of memory before it is written, that the first run escaped). A
+** kernel that declares itself non-deterministic (atomic adds in an order
+** the GPU picks) is timed without that check. */
+static void time_checked(trial_env *e, const trial *t, const void *first, trial_outcome *oc) {
+  attn_expect want = {.out = first};
+  attn_expect *w = t->k.deterministic ? &want : NULL;
+  if (attn_time(e->be, t->build.prog, &t->k, e->run, &e->in, e->trial_ms, w, &oc->t,
                 &oc->ctas_per_sm, oc->note, sizeof oc->note) != 0) {
     if (backend_poisoned(e->be))
       oc->r.status = VAL_CRASHED, snprintf(oc->r.msg, sizeof oc->r.msg, "%s", oc->note);
@@ -306,10 +308,11 @@ static void time_checked(trial_env *e, const trial *t, const void *first, size_t
     return;
   }
   char at[64];
-  val_where(e->run, want.at, want.in_lse ? 1 : e->run->dim, at, sizeof at);
+  val_output_where(e->run, want.output, want.at, at, sizeof at);
   oc->r.status = VAL_INVALID;
   snprintf(oc->r.msg, sizeof oc->r.msg, "the output of %s differs from the first launch's "
-           "at %s%s, bit for bit (a race?)", want.launch, want.in_lse ? "lse" : "o", at);
+           "at %s%s, bit for bit (a race?)", want.launch, attn_output_name(e->run, want.output),
+           at);
 }
 
 /* Validate trial i, and time it on a GPU; the outcome travels back whole.
@@ -321,21 +324,20 @@ static int job(size_t i, void *ud, void *out) {
   oc->ctas_per_sm = -1;
   wk_phase(PHASE_SETUP);
   if (ensure_case(e) != 0) return env_failed(oc, e->case_err);
-  const fa_problem *p = e->run;
-  const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
-  const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
-  unsigned char *first = e->gpu ? malloc(ob + rows * (size_t)fa_lse_size(p->dtype)) : NULL;
+  size_t bytes[ATTN_MAX_OUTPUTS], total = 0;
+  const int nout = attn_outputs(e->run, bytes);
+  for (int o = 0; o < nout; o++) total += bytes[o];
+  unsigned char *first = e->gpu ? malloc(total) : NULL;
   if (e->gpu && !first) return env_failed(oc, "out of memory for a copy of the output");
   wk_phase(PHASE_KERNEL);
   val_opts vo = {.nschedules = e->gpu ? 1 : 2, .schedule = {FA_SCHED_FORWARD, FA_SCHED_SKEW},
-                 .seed = e->seed, .threads = 1, .keep_o = first,
-                 .keep_lse = first ? first + ob : NULL};
+                 .seed = e->seed, .threads = 1, .keep = first};
   char err[256];
   if (val_check(e->be, &e->vc, &e->in, t->build.prog, &t->k, &vo, &oc->r, err, sizeof err)) {
     snprintf(oc->r.msg, sizeof oc->r.msg, "cannot validate: %s", err);
     oc->r.status = VAL_CRASHED;
   }
-  if (e->gpu && oc->r.status == VAL_OK) time_checked(e, t, first, ob, oc);
+  if (e->gpu && oc->r.status == VAL_OK) time_checked(e, t, first, oc);
   free(first);
   return backend_poisoned(e->be);
 }

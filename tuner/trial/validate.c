@@ -36,6 +36,8 @@ void val_case_free(val_case *c) {
   free(c->o), free(c->lse), free(c->dout), free(c->dq_ref), free(c->dk_ref), free(c->dv_ref);
   free(c->dq_mag), free(c->dk_mag);
   free(c->sample_rows), free(c->sample_o);
+  free(c->sample_krows), free(c->sample_dq), free(c->sample_dq_mag), free(c->sample_dk);
+  free(c->sample_dv);
   memset(c, 0, sizeof *c);
 }
 
@@ -61,16 +63,20 @@ static int make_inputs(val_case *c, const fa_problem *p, unsigned long long seed
   return 0;
 }
 
+/* The keys query row r sees: all, or under the (bottom-right) causal mask
+** the first r + seq_k - seq_q + 1. */
+static long long visible(const fa_problem *p, long long r) {
+  if (!p->causal) return p->seq_k;
+  const long long n = r + (p->seq_k - p->seq_q) + 1;
+  return n < 0 ? 0 : n > p->seq_k ? p->seq_k : n;
+}
+
 /* One row of attention in float64, from the dtype arrays: o gets dim values. */
 static void cpu_row(const val_case *c, size_t row, double *o, double *s) {
   const fa_problem *p = &c->p;
   const size_t r = row % (size_t)p->seq_q, bh = row / (size_t)p->seq_q;
   const size_t D = (size_t)p->dim, qo = row * D, ko = bh * (size_t)p->seq_k * D;
-  long long nvis = p->seq_k;
-  if (p->causal) {
-    nvis = (long long)r + (p->seq_k - p->seq_q) + 1;
-    nvis = nvis < 0 ? 0 : nvis > p->seq_k ? p->seq_k : nvis;
-  }
+  const long long nvis = visible(p, (long long)r);
   const double scale = fa_problem_scale(p);
   const fa_dtype t = p->dtype;
   double m = -INFINITY, l = 0;
@@ -90,17 +96,21 @@ static void cpu_row(const val_case *c, size_t row, double *o, double *s) {
   }
 }
 
-/* The rows to check on the CPU: the first and last of the whole problem,
-** then rows spread by the seed. */
+/* nsample rows of `rows` to check on the CPU, into *at: the first and
+** last of the whole problem, then rows spread by the seed. */
+static int pick(size_t rows, size_t nsample, uint64_t seed, size_t **at) {
+  *at = malloc((nsample ? nsample : 1) * sizeof **at);
+  if (!*at) return -1;
+  for (size_t i = 0; i < nsample; i++)
+    (*at)[i] = i == 0 ? 0 : i == 1 ? rows - 1 : (size_t)(rng_next(&seed) % rows);
+  return 0;
+}
+
 static int pick_rows(val_case *c, size_t nsample) {
   const size_t rows = (size_t)c->p.batch * (size_t)c->p.heads * (size_t)c->p.seq_q;
   if (nsample > rows) nsample = rows;
-  c->sample_rows = malloc(nsample * sizeof *c->sample_rows);
   c->sample_o = malloc(nsample * (size_t)c->p.dim * sizeof *c->sample_o);
-  if (!c->sample_rows || !c->sample_o) return -1;
-  uint64_t s = c->seed ^ 0x5eedULL;
-  for (size_t i = 0; i < nsample; i++)
-    c->sample_rows[i] = i == 0 ? 0 : i == 1 ? rows - 1 : (size_t)(rng_next(&s) % rows);
+  if (!c->sample_o || pick(rows, nsample, c->seed ^ 0x5eedULL, &c->sample_rows) != 0) return -1;
   c->nsample = nsample;
   return 0;
 }
@@ -143,10 +153,120 @@ done:
   return rc;
 }
 
+/* x . y over n elements of two dtype arrays. */
+static double dot_elems(const void *x, size_t xo, const void *y, size_t yo, fa_dtype t, size_t n) {
+  double acc = 0;
+  for (size_t d = 0; d < n; d++) acc += fa_elem_get(x, t, xo + d) * fa_elem_get(y, t, yo + d);
+  return acc;
+}
+
+/* Sampled dq row `row` in float64 (ref_attention_backward's formulas):
+** its softmax row exactly, from its own scores; dq and the magnitudes of
+** its terms, dim values each. s, dp and da hold seq_k doubles. */
+static void cpu_dq_row(const val_case *c, size_t row, double *dq, double *mag, double *s,
+                       double *dp, double *da) {
+  const fa_problem *p = &c->p;
+  const fa_dtype t = p->dtype;
+  const size_t D = (size_t)p->dim, bh = row / (size_t)p->seq_q, ko = bh * (size_t)p->seq_k * D;
+  const long long nvis = visible(p, (long long)(row % (size_t)p->seq_q));
+  const double scale = fa_problem_scale(p);
+  double m = -INFINITY, l = 0, sum = 0, sum_abs = 0;
+  for (long long j = 0; j < nvis; j++) {
+    s[j] = scale * dot_elems(c->q, row * D, c->k, ko + (size_t)j * D, t, D);
+    if (s[j] > m) m = s[j];
+  }
+  for (long long j = 0; j < nvis; j++) l += s[j] = exp(s[j] - m);
+  for (long long j = 0; j < nvis; j++) {
+    s[j] /= l, dp[j] = da[j] = 0;
+    for (size_t d = 0; d < D; d++) {
+      const double x = fa_elem_get(c->dout, t, row * D + d) *
+                       fa_elem_get(c->v, t, ko + (size_t)j * D + d);
+      dp[j] += x, da[j] += fabs(x);
+    }
+    sum += s[j] * dp[j], sum_abs += s[j] * da[j];
+  }
+  for (size_t d = 0; d < D; d++) dq[d] = mag[d] = 0;
+  for (long long j = 0; j < nvis; j++) {
+    const double ds = s[j] * (dp[j] - sum), mg = s[j] * (da[j] + sum_abs);
+    for (size_t d = 0; d < D; d++) {
+      const double kd = fa_elem_get(c->k, t, ko + (size_t)j * D + d);
+      dq[d] += scale * ds * kd, mag[d] += scale * mg * fabs(kd);
+    }
+  }
+}
+
+/* Sampled key row `krow`'s dk and dv in float64, over every query that sees
+** it, with each query's P from the oracle's lse and D = rowsum(dO * O)
+** from the oracle's O (delta: one per query row): computing those exactly
+** would take the whole forward pass on the CPU. */
+static void cpu_dkdv_row(const val_case *c, size_t krow, const double *delta, double *dk,
+                         double *dv) {
+  const fa_problem *p = &c->p;
+  const fa_dtype t = p->dtype;
+  const size_t D = (size_t)p->dim, bh = krow / (size_t)p->seq_k;
+  const long long col = (long long)(krow % (size_t)p->seq_k);
+  const double scale = fa_problem_scale(p);
+  for (size_t d = 0; d < D; d++) dk[d] = dv[d] = 0;
+  for (long long r = 0; r < p->seq_q; r++) {
+    if (col >= visible(p, r)) continue;
+    const size_t row = bh * (size_t)p->seq_q + (size_t)r;
+    const double pr = exp(scale * dot_elems(c->q, row * D, c->k, krow * D, t, D) - c->lse_ref[row]);
+    const double ds = pr * (dot_elems(c->dout, row * D, c->v, krow * D, t, D) - delta[row]);
+    for (size_t d = 0; d < D; d++) {
+      dv[d] += pr * fa_elem_get(c->dout, t, row * D + d);
+      dk[d] += scale * ds * fa_elem_get(c->q, t, row * D + d);
+    }
+  }
+}
+
+/* The backward pass's oracle case on top of the forward pass's: O and lse
+** the oracle's, rounded as a kernel stores them; a random dO; the sampled
+** rows of dq, dk and dv in float64. */
+static int make_bwd_sampled(val_case *c, size_t nsample) {
+  const fa_problem *p = &c->p;
+  const size_t D = (size_t)p->dim, rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
+  const size_t krows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_k;
+  const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
+  const fa_dtype lt = p->dtype == FA_FP64 ? FA_FP64 : FA_FP32;
+  const size_t nk = nsample < krows ? nsample : krows, nq = c->nsample;
+  double *delta = malloc(rows * sizeof *delta), *s = malloc((size_t)p->seq_k * 3 * sizeof *s);
+  c->o = malloc(rows * D * es), c->lse = malloc(rows * ls), c->dout = malloc(rows * D * es);
+  c->sample_dq = malloc(nq * D * sizeof(double)), c->sample_dq_mag = malloc(nq * D * sizeof(double));
+  c->sample_dk = malloc(nk * D * sizeof(double)), c->sample_dv = malloc(nk * D * sizeof(double));
+  int rc = -1;
+  if (delta && s && c->o && c->lse && c->dout && c->sample_dq && c->sample_dq_mag &&
+      c->sample_dk && c->sample_dv && pick(krows, nk, c->seed ^ 0x6b6579ULL, &c->sample_krows) == 0) {
+    c->nksample = nk;
+    uint64_t r = c->seed ^ 0xd0d0d0d0ULL;   /* make_bwd's dO */
+    for (size_t i = 0; i < rows * D; i++) {
+      fa_elem_put(c->dout, p->dtype, i, rng_normal(&r));
+      fa_elem_put(c->o, p->dtype, i, c->o_ref[i]);
+    }
+    for (size_t i = 0; i < rows; i++) {
+      fa_elem_put(c->lse, lt, i, c->lse_ref[i]);
+      delta[i] = 0;
+      for (size_t d = 0; d < D; d++)
+        delta[i] += fa_elem_get(c->dout, p->dtype, i * D + d) * c->o_ref[i * D + d];
+    }
+    for (size_t i = 0; i < nq; i++)
+      cpu_dq_row(c, c->sample_rows[i], c->sample_dq + i * D, c->sample_dq_mag + i * D, s,
+                 s + p->seq_k, s + 2 * (size_t)p->seq_k);
+    for (size_t i = 0; i < nk; i++)
+      cpu_dkdv_row(c, c->sample_krows[i], delta, c->sample_dk + i * D, c->sample_dv + i * D);
+    rc = 0;
+  }
+  free(delta), free(s);
+  return rc;
+}
+
 int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long seed,
                          fa_backend *be, const fa_program *oracle, const gen_kernel *ok,
                          size_t nsample, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
+  if (p->op != FA_OP_FWD && p->op != FA_OP_BWD) {
+    snprintf(err, errlen, "no validation case for op %s: not implemented yet", fa_op_name(p->op));
+    return -1;
+  }
   const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
   double *s = malloc(((size_t)p->seq_k + 1) * sizeof *s);
   c->o_ref = malloc(rows * (size_t)p->dim * sizeof *c->o_ref);
@@ -172,6 +292,10 @@ int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long se
   if (!(c->oracle_err <= val_tolerance(p->dtype == FA_FP64 ? FA_FP64 : FA_FP32))) {
     snprintf(err, errlen, "the GPU oracle disagrees with the float64 CPU reference on %zu "
              "sampled rows: norm-relative error %.3g", c->nsample, c->oracle_err);
+    goto done;
+  }
+  if (p->op == FA_OP_BWD && make_bwd_sampled(c, nsample) != 0) {
+    snprintf(err, errlen, "out of memory for the backward pass's validation inputs");
     goto done;
   }
   rc = 0;
@@ -249,6 +373,12 @@ static double get_lse(const void *a, fa_dtype t, size_t i) {
   return fa_elem_get(a, t == FA_FP64 ? FA_FP64 : FA_FP32, i);
 }
 
+void val_output_where(const fa_problem *p, int o, size_t i, char *buf, size_t n) {
+  fa_problem shape = *p;
+  shape.seq_q = attn_output_seq(p, o);
+  val_where(&shape, i, p->op == FA_OP_FWD && o == 1 ? 1 : p->dim, buf, n);   /* lse: one a row */
+}
+
 void val_where(const fa_problem *p, size_t i, int dim, char *buf, size_t n) {
   const size_t d = i % (size_t)dim, r = i / (size_t)dim % (size_t)p->seq_q;
   const size_t h = i / (size_t)dim / (size_t)p->seq_q % (size_t)p->heads;
@@ -321,20 +451,27 @@ static int judge_lse(const val_case *c, const void *lse, double tol, val_result 
   return 0;
 }
 
-/* A gradient against its reference (n elements, seq rows of the problem's
-** dim): every element finite, the norm-relative error into grad_err[g]
-** and, the worst so far, rel_err. The norm is mag's where given (the
-** magnitudes of the terms, at least the gradient's own), else ref's. */
-static int judge_grad(const val_case *c, const void *got, const double *ref, const double *mag,
-                      int seq, int g, const char *name, double tol, val_result *r) {
+/* A gradient against its reference (seq rows of the problem's dim per
+** (batch, head)): every element finite, the norm-relative error into
+** grad_err[g] and, the worst so far, rel_err. ref and mag (the magnitudes
+** of the terms, which the norm takes where given, else ref's) hold every
+** row, or with rows the nrows sampled ones (oracle cases), row i of them
+** at rows[i] of the gradient. */
+typedef struct grad_ref {
+  const double *ref, *mag;
+  const size_t *rows;
+  size_t nrows;
+} grad_ref;
+
+static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int seq, int g,
+                      const char *name, double tol, val_result *r) {
   const fa_problem *p = &c->p;
   fa_problem shape = *p;
   shape.seq_q = seq;   /* val_where's rows */
-  const size_t n = (size_t)p->batch * (size_t)p->heads * (size_t)seq * (size_t)p->dim;
+  const size_t D = (size_t)p->dim, n = (size_t)p->batch * (size_t)p->heads * (size_t)seq * D;
   char at[64];
-  double e2 = 0, r2 = 0;
   for (size_t i = 0; i < n; i++) {
-    const double x = fa_elem_get(got, p->dtype, i), d = x - ref[i];
+    const double x = fa_elem_get(got, p->dtype, i);
     if (isnan(x) || isinf(x)) {
       val_where(&shape, i, p->dim, at, sizeof at);
       snprintf(r->msg, sizeof r->msg, "%s%s is %s (never written, or overflow)", name, at,
@@ -342,26 +479,44 @@ static int judge_grad(const val_case *c, const void *got, const double *ref, con
       r->grad_err[g] = r->rel_err = r->max_abs_err = INFINITY;
       return 1;
     }
-    const double m = mag ? mag[i] : ref[i];
-    e2 += d * d, r2 += m * m;
-    if (fabs(d) > r->max_abs_err) r->max_abs_err = fabs(d);
+  }
+  const size_t nrows = g_ref.rows ? g_ref.nrows : n / D;
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < nrows; i++) {
+    const size_t row = g_ref.rows ? g_ref.rows[i] : i;
+    for (size_t d = 0; d < D; d++) {
+      const double ref = g_ref.ref[i * D + d], dx = fa_elem_get(got, p->dtype, row * D + d) - ref;
+      const double m = g_ref.mag ? g_ref.mag[i * D + d] : ref;
+      e2 += dx * dx, r2 += m * m;
+      if (fabs(dx) > r->max_abs_err) r->max_abs_err = fabs(dx);
+    }
   }
   const double e = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
   r->grad_err[g] = e;
   if (e > r->rel_err) r->rel_err = e;
+  if (g_ref.rows && e > r->sample_err) r->sample_err = e;
   if (e > tol && !r->msg[0])
-    snprintf(r->msg, sizeof r->msg, "%s: norm-relative error %.3g exceeds %.0e", name, e, tol);
+    snprintf(r->msg, sizeof r->msg, "%s: norm-relative error %.3g%s exceeds %.0e", name, e,
+             g_ref.rows ? " on the rows computed in float64 on the CPU" : "", tol);
   return 0;
 }
 
+/* Every row's reference, or the oracle case's sampled rows. */
 static int judge_dq(const val_case *c, const void *got, double tol, val_result *r) {
-  return judge_grad(c, got, c->dq_ref, c->dq_mag, c->p.seq_q, 0, "dq", tol, r);
+  const grad_ref g = c->dq_ref ? (grad_ref){c->dq_ref, c->dq_mag, NULL, 0}
+                               : (grad_ref){c->sample_dq, c->sample_dq_mag, c->sample_rows,
+                                            c->nsample};
+  return judge_grad(c, got, g, c->p.seq_q, 0, "dq", tol, r);
 }
 static int judge_dk(const val_case *c, const void *got, double tol, val_result *r) {
-  return judge_grad(c, got, c->dk_ref, c->dk_mag, c->p.seq_k, 1, "dk", tol, r);
+  const grad_ref g = c->dk_ref ? (grad_ref){c->dk_ref, c->dk_mag, NULL, 0}
+                               : (grad_ref){c->sample_dk, NULL, c->sample_krows, c->nksample};
+  return judge_grad(c, got, g, c->p.seq_k, 1, "dk", tol, r);
 }
 static int judge_dv(const val_case *c, const void *got, double tol, val_result *r) {
-  return judge_grad(c, got, c->dv_ref, NULL, c->p.seq_k, 2, "dv", tol, r);
+  const grad_ref g = c->dv_ref ? (grad_ref){c->dv_ref, NULL, NULL, 0}
+                               : (grad_ref){c->sample_dv, NULL, c->sample_krows, c->nksample};
+  return judge_grad(c, got, g, c->p.seq_k, 2, "dv", tol, r);
 }
 
 /* An output an op declares: its name, its tolerance for a dtype, and its
@@ -437,20 +592,14 @@ int val_inputs_upload(fa_backend *be, const val_case *c, attn_inputs *in, char *
 static int runs_differ(const val_case *c, unsigned char *const *a, unsigned char *const *b,
                        char *what, size_t n) {
   const fa_problem *p = &c->p;
-  static const char *const fwd_names[] = {"o", "lse"}, *const bwd_names[] = {"dq", "dk", "dv"};
-  const char *const *names = p->op == FA_OP_BWD ? bwd_names : fwd_names;
   size_t bytes[ATTN_MAX_OUTPUTS];
   const int nout = attn_outputs(p, bytes);
   for (int o = 0; o < nout; o++) {
-    const int is_lse = p->op == FA_OP_FWD && o == 1;
-    const size_t es = is_lse ? (size_t)fa_lse_size(p->dtype) : (size_t)fa_dtype_size(p->dtype);
-    const size_t i = first_diff(a[o], b[o], bytes[o] / es, es);
+    const size_t es = attn_output_elem_bytes(p, o), i = first_diff(a[o], b[o], bytes[o] / es, es);
     if (i == bytes[o] / es) continue;
-    fa_problem shape = *p;
-    if (p->op == FA_OP_BWD && o > 0) shape.seq_q = p->seq_k;
     char at[64];
-    val_where(&shape, i, is_lse ? 1 : p->dim, at, sizeof at);
-    snprintf(what, n, "%s%s", names[o], at);
+    val_output_where(p, o, i, at, sizeof at);
+    snprintf(what, n, "%s%s", attn_output_name(p, o), at);
     return 1;
   }
   return 0;
@@ -492,11 +641,12 @@ int val_check(fa_backend *be, const val_case *c, const attn_inputs *in,
       goto done;
     }
   }
-  const void *got[ATTN_MAX_OUTPUTS];
+  const void *got[ATTN_MAX_OUTPUTS] = {NULL};
   for (int i = 0; i < nout; i++) got[i] = out[0][i];
   val_judge(c, got, r);
-  if (p->op == FA_OP_FWD && o->keep_o) memcpy(o->keep_o, out[0][0], bytes[0]);
-  if (p->op == FA_OP_FWD && o->keep_lse) memcpy(o->keep_lse, out[0][1], bytes[1]);
+  size_t at = 0;
+  for (int i = 0; o->keep && i < nout; at += bytes[i], i++)
+    memcpy((char *)o->keep + at, out[0][i], bytes[i]);
   char what[96];
   /* A race outranks an error figure: it says what to fix. */
   if (runs == 2 && runs_differ(c, out[0], out[1], what, sizeof what)) {

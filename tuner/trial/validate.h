@@ -36,6 +36,12 @@ typedef struct val_case {
   size_t *sample_rows;    /* (b * heads + h) * seq_q + r */
   double *sample_o;       /* nsample x dim */
   double oracle_err;      /* the oracle's own norm-relative error there */
+  /* Oracle cases of op bwd, whose gradients are judged on sampled rows
+  ** alone (dq_ref, dk_ref, dv_ref NULL): dq's at sample_rows, with the
+  ** magnitudes of their terms; dk's and dv's at the key rows sample_krows
+  ** ((b * heads + h) * seq_k + r), nsample and nksample x dim. */
+  size_t nksample, *sample_krows;
+  double *sample_dq, *sample_dq_mag, *sample_dk, *sample_dv;
 } val_case;
 
 /* Normal random Q, K, V (and for op bwd dO) from seed; the reference from
@@ -47,7 +53,11 @@ void val_case_free(val_case *c);
 /* For problems too big for the CPU reference: inputs from seed as above,
 ** the reference from the naive-attention oracle kernel (gen_render_oracle,
 ** compiled as oracle) on the backend, and nsample rows in float64 on the
-** CPU, which the oracle must match within the dtype's tolerance. */
+** CPU, which the oracle must match within the dtype's tolerance. For op
+** bwd, O and lse are the oracle's (rounded as a kernel stores them), dO
+** random, and the reference gradients nsample rows of dq, dk and dv in
+** float64 on the CPU, from the oracle's lse and O (for D) where a row
+** needs every query's. */
 int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long seed,
                          fa_backend *be, const fa_program *oracle, const gen_kernel *ok,
                          size_t nsample, char *err, size_t errlen);
@@ -63,7 +73,8 @@ typedef struct val_opts {
   fa_schedule schedule[2];
   unsigned long long seed;  /* for a random schedule */
   int threads;              /* emulator OS threads per launch */
-  void *keep_o, *keep_lse;  /* when set, the first run's output is copied there */
+  void *keep;               /* when set, the first run's outputs are copied there, one
+                               after the other (attn_outputs' order and bytes) */
 } val_opts;
 
 typedef struct val_result {
@@ -81,13 +92,17 @@ typedef struct val_result {
 ** dq, dk, dv, each to the dtype's tolerance; attn_outputs), in
 ** outputs[] in that order, laid out as the case's problem, against its
 ** reference with its own tolerance and, for oracle cases, o's rows in
-** float64. Sets r's status, errors and msg (the first failing output's);
+** float64 (bwd: the gradients on the sampled rows alone, every element
+** still finite). Sets r's status, errors and msg (the first failing output's);
 ** leaves counters and run_ms alone. */
 void val_judge(const val_case *c, const void *const *outputs, val_result *r);
 
 /* Element i of a (batch, heads, seq_q, dim) tensor of p as "[b,h,r,d]", or of
 ** the logsumexp's (batch, heads, seq_q) when dim is 1. */
 void val_where(const fa_problem *p, size_t i, int dim, char *buf, size_t n);
+
+/* Element i of output o of p's op (attn_outputs' order) as val_where writes it. */
+void val_output_where(const fa_problem *p, int o, size_t i, char *buf, size_t n);
 
 /* Run kernel k on the case and judge it with val_judge; the verdict is in r. -1 only when
 ** the check itself could not be done (no memory on the backend...). */
