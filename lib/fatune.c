@@ -780,9 +780,9 @@ static fatune_status check_bwd_args(const fatune_backward_args *x, fatune_proble
   if (k[0] != q[0] || k[3] != q[3])
     return fail(FATUNE_EINVAL, "k's %s is %lld, q's %lld", k[0] != q[0] ? "batch" : "dim",
                 k[0] != q[0] ? k[0] : k[3], k[0] != q[0] ? q[0] : q[3]);
-  if (k[1] != q[1])
-    return fail(FATUNE_EINVAL, "k and v have %lld heads, q %lld: the backward pass of grouped-"
-                "query attention is not there yet (repeat k and v over q's heads)", k[1], q[1]);
+  if (q[1] % k[1])
+    return fail(FATUNE_EINVAL, "k and v have %lld heads, which do not divide q's %lld", k[1],
+                q[1]);
   *p = (fatune_problem){.batch = (int)q[0], .heads = (int)q[1], .seq_q = (int)q[2],
                         .seq_k = (int)k[2], .dim = (int)q[3], .dtype = x->q.dtype,
                         .causal = x->causal, .scale = x->scale};
@@ -816,6 +816,7 @@ static fatune_status check_bwd_alignment(const gen_kernel *k, const fatune_backw
 
 /* The backward kernel's argument block over the caller's tensors. */
 static fa_params bwd_params(const fatune_backward_args *x, const fa_problem *fp) {
+  /* GQA: query head h reads K/V head h / kv_group, and dK, dV sum over them. */
   fa_params a = {
     .q = x->q.data, .k = x->k.data, .v = x->v.data, .o = x->o.data, .lse = (void *)x->lse,
     .q_sb = x->q.stride[0], .q_sh = x->q.stride[1], .q_sn = x->q.stride[2],
@@ -823,7 +824,7 @@ static fa_params bwd_params(const fatune_backward_args *x, const fa_problem *fp)
     .v_sb = x->v.stride[0], .v_sh = x->v.stride[1], .v_sn = x->v.stride[2],
     .o_sb = x->o.stride[0], .o_sh = x->o.stride[1], .o_sn = x->o.stride[2],
     .batch = fp->batch, .heads = fp->heads, .seq_q = fp->seq_q, .seq_k = fp->seq_k,
-    .kv_group = 1, .scale_log2 = fa_problem_scale(fp) * LOG2E,
+    .kv_group = (int)(x->q.shape[1] / x->k.shape[1]), .scale_log2 = fa_problem_scale(fp) * LOG2E,
     .dout = x->dout.data, .dlse = x->dlse, .dq = x->dq.data, .dk = x->dk.data, .dv = x->dv.data,
     .do_sb = x->dout.stride[0], .do_sh = x->dout.stride[1], .do_sn = x->dout.stride[2],
     .dq_sb = x->dq.stride[0], .dq_sh = x->dq.stride[1], .dq_sn = x->dq.stride[2],

@@ -128,6 +128,15 @@ mut tcbwd-causal-first templates/tcbwd/tcbwd.cu \
 mut tcbwd-split-d templates/tcbwd/tcbwd.cu \
   '(dw * ${DTW} + 2 * d2 + a_chunk)' '(2 * d2 + a_chunk)' \
   'test_bwd'
+mut bwd-gqa-group templates/simtbwd/simtbwd.cu \
+  'for (int hq = h; hq < h + group; ++hq) {' 'for (int hq = h; hq < h + 1; ++hq) {' \
+  'test_api'
+mut tcbwd-gqa-head templates/tcbwd/tcbwd.cu \
+  '(unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh;' '(unsigned short *)p.dk + b * p.dk_sb + h * p.dk_sh;' \
+  'test_api'
+mut val-bwd-sampled-rows tuner/trial/validate.c \
+  'const size_t row = g_ref.rows ? g_ref.rows[i] : i;' 'const size_t row = i;' \
+  'test_bwd'
 mut lib-bwd-overlap lib/fatune.c \
   'if (i != w && lo[w] < hi[i] && lo[i] < hi[w])' 'if (0)' \
   'test_api'

@@ -273,18 +273,44 @@ static double grad_err(const tensor *x, const double *ref) {
   return sqrt(e2 / (r2 > 0 ? r2 : 1));
 }
 
-/* The forward pass through fatune_attention, then the backward pass; the
-** reference from the float64 copies (a gradient of lse: by the identity
-** dS = P (dP - D + dlse), taken as dO's part of D, checked apart below). */
-static void run_backward(fatune_dtype dt, int bnhd, int pad, int causal, double tol) {
-  const int B = 2, H = 2, NQ = 37, NK = 29, D = 16;
+/* Each K/V head's rows of x (B, H, N, D) summed over the G query heads
+** that share it, into (B, H / G, N, D); with G 1 a copy. */
+static double *group_sum(const double *x, int B, int H, int G, int N, int D) {
+  const size_t head = (size_t)N * D;
+  double *s = calloc((size_t)B * (H / G) * head, sizeof *s);
+  for (int b = 0; s && b < B; b++)
+    for (int h = 0; h < H; h++)
+      for (size_t i = 0; i < head; i++)
+        s[((size_t)b * (H / G) + h / G) * head + i] += x[((size_t)b * H + h) * head + i];
+  return s;
+}
+
+/* x (B, H / G, N, D) with each head repeated for the G query heads that share it. */
+static double *group_repeat(const double *x, int B, int H, int G, int N, int D) {
+  const size_t head = (size_t)N * D;
+  double *r = malloc((size_t)B * H * head * sizeof *r);
+  for (int b = 0; r && b < B; b++)
+    for (int h = 0; h < H; h++)
+      memcpy(r + ((size_t)b * H + h) * head, x + ((size_t)b * (H / G) + h / G) * head,
+             head * sizeof *r);
+  return r;
+}
+
+/* The forward pass through fatune_attention, then the backward pass, H
+** query heads over HK K/V heads; the reference from the float64 copies, K
+** and V repeated over each group and dK, dV summed over it (a gradient of
+** lse: by the identity dS = P (dP - D + dlse), taken as dO's part of D,
+** checked apart below). */
+static void run_backward(fatune_dtype dt, int H, int HK, int bnhd, int pad, int causal,
+                         double tol) {
+  const int B = 2, NQ = 37, NK = 29, D = 16, G = H / HK;
   tensor q, k, v, o, dout, dq, dk, dv;
   rng = 11;
-  if (tensor_make(&q, dt, B, H, NQ, D, bnhd, pad, 1) || tensor_make(&k, dt, B, H, NK, D, bnhd, pad, 1) ||
-      tensor_make(&v, dt, B, H, NK, D, bnhd, pad, 1) || tensor_make(&o, dt, B, H, NQ, D, bnhd, 0, 0) ||
+  if (tensor_make(&q, dt, B, H, NQ, D, bnhd, pad, 1) || tensor_make(&k, dt, B, HK, NK, D, bnhd, pad, 1) ||
+      tensor_make(&v, dt, B, HK, NK, D, bnhd, pad, 1) || tensor_make(&o, dt, B, H, NQ, D, bnhd, 0, 0) ||
       tensor_make(&dout, dt, B, H, NQ, D, !bnhd, pad, 1) ||
-      tensor_make(&dq, dt, B, H, NQ, D, bnhd, pad, 0) || tensor_make(&dk, dt, B, H, NK, D, !bnhd, 0, 0) ||
-      tensor_make(&dv, dt, B, H, NK, D, bnhd, pad, 0)) {
+      tensor_make(&dq, dt, B, H, NQ, D, bnhd, pad, 0) || tensor_make(&dk, dt, B, HK, NK, D, !bnhd, 0, 0) ||
+      tensor_make(&dv, dt, B, HK, NK, D, bnhd, pad, 0)) {
     CHECK(0, "out of memory");
     return;
   }
@@ -302,15 +328,18 @@ static void run_backward(fatune_dtype dt, int bnhd, int pad, int causal, double 
   const fa_layout lq = fa_layout_contiguous(&p, NQ), lk = fa_layout_contiguous(&p, NK);
   double *rq = malloc(rows * D * sizeof *rq), *rk = malloc((size_t)B * H * NK * D * sizeof *rk);
   double *rv = malloc((size_t)B * H * NK * D * sizeof *rv);
-  const ref_bwd_io io = {q.ref, k.ref, v.ref, dout.ref, lq, lk, lk, lq, rq, rk, rv, lq, lk, lk,
+  double *kx = group_repeat(k.ref, B, H, G, NK, D), *vx = group_repeat(v.ref, B, H, G, NK, D);
+  const ref_bwd_io io = {q.ref, kx, vx, dout.ref, lq, lk, lk, lq, rq, rk, rv, lq, lk, lk,
                          NULL, NULL};
-  if (rq && rk && rv && ref_attention_backward(&p, &io) == 0) {
-    const double e[3] = {grad_err(&dq, rq), grad_err(&dk, rk), grad_err(&dv, rv)};
-    CHECK(e[0] < tol && e[1] < tol && e[2] < tol, "%s%s: dq %.3g dk %.3g dv %.3g",
-          fa_dtype_name((fa_dtype)dt), causal ? " causal" : "", e[0], e[1], e[2]);
-    printf("fatune_attention_backward %s %s%s%s: dq %.2e dk %.2e dv %.2e\n",
-           fa_dtype_name((fa_dtype)dt), bnhd ? "bnhd" : "bhnd", causal ? " causal" : "",
-           pad ? ", padded rows" : "", e[0], e[1], e[2]);
+  double *sk = NULL, *sv = NULL;
+  if (rq && rk && rv && kx && vx && ref_attention_backward(&p, &io) == 0 &&
+      (sk = group_sum(rk, B, H, G, NK, D)) && (sv = group_sum(rv, B, H, G, NK, D))) {
+    const double e[3] = {grad_err(&dq, rq), grad_err(&dk, sk), grad_err(&dv, sv)};
+    CHECK(e[0] < tol && e[1] < tol && e[2] < tol, "%s%s, %d/%d heads: dq %.3g dk %.3g dv %.3g",
+          fa_dtype_name((fa_dtype)dt), causal ? " causal" : "", H, HK, e[0], e[1], e[2]);
+    printf("fatune_attention_backward %s %s%s%s, %d query heads over %d K/V heads: "
+           "dq %.2e dk %.2e dv %.2e\n", fa_dtype_name((fa_dtype)dt), bnhd ? "bnhd" : "bhnd",
+           causal ? " causal" : "", pad ? ", padded rows" : "", H, HK, e[0], e[1], e[2]);
     /* A gradient of lse that is the same for every row of a (batch, head)
     ** changes nothing: the rows of P sum to one, so dS's rows lose it. */
     void *dlse = malloc(rows * ls);
@@ -318,26 +347,25 @@ static void run_backward(fatune_dtype dt, int bnhd, int pad, int causal, double 
       fa_elem_put(dlse, dt == FATUNE_FP64 ? FA_FP64 : FA_FP32, i, 0.0);
     ba.dlse = dlse;
     st = dlse ? fatune_attention_backward(ctx, &ba) : FATUNE_ENOMEM;
-    CHECK(st == FATUNE_OK && grad_err(&dq, rq) == e[0] && grad_err(&dk, rk) == e[1],
+    CHECK(st == FATUNE_OK && grad_err(&dq, rq) == e[0] && grad_err(&dk, sk) == e[1],
           "a zero dlse changes the gradients: %s", fatune_errmsg());
     free(dlse);
   } else {
     CHECK(0, "the reference backward failed");
   }
-  free(rq), free(rk), free(rv), free(lse);
+  free(rq), free(rk), free(rv), free(lse), free(kx), free(vx), free(sk), free(sv);
   tensor *all[] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
   for (size_t i = 0; i < 8; i++) tensor_free(all[i]);
 }
 
 /* Bad backward arguments: FATUNE_EINVAL naming them, dq untouched. */
 static void test_backward_bad(void) {
-  tensor q, k, v, o, dout, dq, dk, dv, k1;
+  tensor q, k, v, o, dout, dq, dk, dv;
   rng = 5;
   if (tensor_make(&q, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) || tensor_make(&k, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) ||
       tensor_make(&v, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) || tensor_make(&o, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) ||
       tensor_make(&dout, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 1) || tensor_make(&dq, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 0) ||
-      tensor_make(&dk, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 0) || tensor_make(&dv, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 0) ||
-      tensor_make(&k1, FATUNE_FP32, 1, 1, 8, 8, 0, 0, 1)) {
+      tensor_make(&dk, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 0) || tensor_make(&dv, FATUNE_FP32, 1, 2, 8, 8, 0, 0, 0)) {
     CHECK(0, "out of memory");
     return;
   }
@@ -353,9 +381,10 @@ static void test_backward_bad(void) {
   cases[n] = (bad_case){"dq over dv", "dq overlaps dv", good}, cases[n++].a.dq = dv.t;
   cases[n] = (bad_case){"dout short", "dout's seq is 7", good};
   cases[n++].a.dout.shape[2] = 7;
-  cases[n] = (bad_case){"GQA", "grouped-query", good};
-  cases[n].a.k = k1.t, cases[n].a.v = k1.t, cases[n].a.dk = k1.t, cases[n].a.dv = k1.t;
-  cases[n].a.dv.data = dv.t.data, n++;
+  cases[n] = (bad_case){"K/V heads not dividing Q's", "k and v have 3 heads, which do not "
+                       "divide q's 2", good};
+  cases[n].a.k.shape[1] = cases[n].a.v.shape[1] = 3;
+  cases[n].a.dk.shape[1] = cases[n].a.dv.shape[1] = 3, n++;
   cases[n] = (bad_case){"dv's dtype", "dv's dtype 1", good};
   cases[n++].a.dv.dtype = FATUNE_FP64;
   for (int i = 0; i < n; i++) {
@@ -367,8 +396,8 @@ static void test_backward_bad(void) {
   memset(ones, 0xFF, sizeof ones);
   CHECK(!memcmp(dq.t.data, ones, sizeof ones), "dq written by a refused call");
   CHECK(fatune_attention_backward(ctx, &good) == FATUNE_OK, "%s", fatune_errmsg());
-  tensor *all[] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv, &k1};
-  for (size_t i = 0; i < 9; i++) tensor_free(all[i]);
+  tensor *all[] = {&q, &k, &v, &o, &dout, &dq, &dk, &dv};
+  for (size_t i = 0; i < 8; i++) tensor_free(all[i]);
 }
 
 static void test_overhead(void) {
@@ -410,9 +439,12 @@ int main(void) {
   }
   test_shapes();
   test_bad();
-  run_backward(FATUNE_FP32, 1, 3, 1, 1e-5);
-  run_backward(FATUNE_FP64, 0, 0, 0, 1e-10);
-  run_backward(FATUNE_FP64, 1, 2, 1, 1e-10);
+  run_backward(FATUNE_FP32, 2, 2, 1, 3, 1, 1e-5);
+  run_backward(FATUNE_FP64, 2, 2, 0, 0, 0, 1e-10);
+  run_backward(FATUNE_FP64, 2, 2, 1, 2, 1, 1e-10);
+  run_backward(FATUNE_FP32, 4, 2, 1, 3, 1, 1e-5);    /* GQA */
+  run_backward(FATUNE_FP64, 3, 1, 0, 0, 0, 1e-10);   /* MQA */
+  run_backward(FATUNE_BF16, 4, 2, 0, 0, 1, 1e-2);    /* GQA on tensor cores */
   test_backward_bad();
   test_overhead();
   fatune_close(ctx);

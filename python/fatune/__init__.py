@@ -1,11 +1,12 @@
-"""fatune: FlashAttention forward with the kernels fatune tuned.
+"""fatune: FlashAttention, forward and backward, with the kernels fatune tuned.
 
     import fatune
     o = fatune.attention(q, k, v, causal=True)
 
 q, k and v are PyTorch tensors (CUDA ones run on their GPU, on the current
 stream; CPU ones on fatune's CPU emulator), NumPy arrays (on the emulator),
-or any arrays that speak DLPack. fatune.tune measures the variants for a
+or any arrays that speak DLPack. Gradients: autograd for tensors,
+fatune.attention_backward for NumPy arrays. fatune.tune measures the variants for a
 problem into the results database, fatune.best says what it holds; the
 library then runs the best variant for each problem it is given.
 """
@@ -27,8 +28,8 @@ try:
 except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Error", "attention", "plan", "tune", "best", "reload", "executable",
-           "__version__"]
+__all__ = ["Error", "attention", "attention_backward", "plan", "tune", "best", "reload",
+           "executable", "__version__"]
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
@@ -116,9 +117,8 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     come in through DLPack and the result is a NumPy array (CPU) or a torch
     tensor (CUDA). Tensors go through the operators fatune::attention
     (fatune::attention_out with out=), which torch.compile and torch.export
-    see; the backward pass is not implemented yet: inputs that require
-    grad give an output whose backward raises NotImplementedError, and out=
-    refuses them, as PyTorch's out= functions do.
+    see, with an autograd formula that runs fatune's backward pass; out=
+    refuses inputs that require grad, as PyTorch's out= functions do.
 
     causal: False; True or "bottom_right" masks the keys after each query
     with the mask aligned to the bottom-right corner when seq_q != seq_k
@@ -166,6 +166,36 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
     _check.layout(layout)
     return _numpy.attention(q, k, v, mask, _check.scale(scale), out, return_lse, layout, db,
                             plan)
+
+
+def attention_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
+                       causal: Union[bool, str] = False, scale: Optional[float] = None,
+                       grad_lse: Any = None, layout: str = "bhnd", db: Optional[str] = None
+                       ) -> Tuple[Any, Any, Any]:
+    """Attention backward: the gradients dq, dk, dv of a loss whose gradient
+    with respect to attention's output is grad_o (and, when given, with
+    respect to its logsumexp grad_lse), for NumPy arrays on the emulator.
+
+    out and lse are what fatune.attention(q, k, v, causal, scale,
+    return_lse=True, layout=layout) returned; q, k, v, causal, scale and
+    layout as there (k and v may have fewer heads: their gradients are
+    summed over the query heads that share them). FlashAttention-2's
+    algorithm: nothing of size seq_q x seq_k is kept. Returns new arrays
+    (dq, dk, dv), C order, shaped as q, k and v. torch tensors take their
+    gradients through autograd instead (.backward() on fatune.attention's
+    output). Raises TypeError or ValueError naming the argument that is
+    wrong, fatune.Error when the library fails.
+    """
+    if any(_is_torch(x) for x in (grad_o, q, k, v, out, lse, grad_lse)):
+        raise TypeError("fatune.attention_backward takes NumPy arrays; torch tensors get "
+                        "their gradients through autograd (call .backward() on "
+                        "fatune.attention's output)")
+    if not isinstance(q, np.ndarray):
+        raise TypeError("q: a NumPy array, not %s" % type(q).__name__)
+    mask = _check.causal(causal)
+    _check.layout(layout)
+    return _numpy.attention_backward(grad_o, q, k, v, out, lse, grad_lse, mask,
+                                     _check.scale(scale), layout, db)
 
 
 def reload() -> None:

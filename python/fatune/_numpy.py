@@ -124,6 +124,64 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
     return out, lse, " + ".join(names)
 
 
+def attention_backward(grad_o: np.ndarray, q: np.ndarray, k: Any, v: Any, out: Any, lse: Any,
+                       grad_lse: Any, mask: str, scale: float, layout: str,
+                       db: Optional[str]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dq, dk, dv (new arrays, C order, shaped as q, k, v) of attention's
+    output out and logsumexp lse for q, k, v; one library call per segment
+    of the mask, the key gradients of several summed."""
+    for name, a in (("q", q), ("k", k), ("v", v), ("out", out), ("grad_o", grad_o)):
+        _input(name, a, q)
+    _check.shapes(q.shape, k.shape, v.shape, layout)
+    for name, a in (("out", out), ("grad_o", grad_o)):
+        if a.shape != q.shape:
+            raise ValueError("%s: shape %s, but q's is %s" % (name, a.shape, q.shape))
+    ins = [_native(a) for a in (q, k, v, out, grad_o)]
+    code = dtype_code("q", ins[0])
+    b, h, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhnd" else \
+               (q.shape[0], q.shape[2], q.shape[1])
+    lt = np.float64 if code == _lib.FP64 else np.float32
+    stats = []
+    for name, a in (("lse", lse), ("grad_lse", grad_lse)):
+        if a is None and name == "grad_lse":
+            stats.append(None)
+            continue
+        if not isinstance(a, np.ndarray) or a.shape != (b, h, nq) or \
+                a.dtype.newbyteorder("=") != np.dtype(lt):
+            raise ValueError("%s: want a NumPy array of shape %s, dtype %s, as "
+                             "fatune.attention(..., return_lse=True) returns lse"
+                             % (name, (b, h, nq), np.dtype(lt).name))
+        stats.append(np.ascontiguousarray(a, dtype=lt))
+    nk = ins[1].shape[2 if layout == "bhnd" else 1]
+    dt = ins[0].dtype
+    segs = _check.segments(nq, nk, mask)
+    whole = len(segs) == 1 and segs[0][2] == nk
+    dq = np.empty(q.shape, dt)
+    dk = np.empty(k.shape, dt) if whole else np.zeros(k.shape, dt)
+    dv = np.empty(v.shape, dt) if whole else np.zeros(v.shape, dt)
+    ctx = _lib.context("emu", 0, db)
+    for lo, hi, rows, causal in segs:
+        part, keys = _rows(layout, lo, hi), _rows(layout, 0, rows)
+        # The library's logsumexps are (batch, heads, its rows), contiguous.
+        part_lse, part_dlse = (None if x is None else np.ascontiguousarray(x[:, :, lo:hi])
+                               for x in stats)
+        pdk = dk if whole else np.empty(dk[keys].shape, dt)
+        pdv = dv if whole else np.empty(dv[keys].shape, dt)
+        args = _lib.pack_backward_args(
+            *fields(ins[0][part], code, layout), *fields(ins[1][keys], code, layout),
+            *fields(ins[2][keys], code, layout), *fields(ins[3][part], code, layout),
+            *fields(ins[4][part], code, layout), *fields(dq[part], code, layout),
+            *fields(pdk, code, layout), *fields(pdv, code, layout),
+            part_lse.ctypes.data, 1 if causal else 0, scale, 0,
+            part_dlse.ctypes.data if part_dlse is not None else 0)
+        _lib.call_backward(ctx, args)
+        if not whole:
+            # Summed in float64: the two calls' shares, each rounded once.
+            dk[keys] = (dk[keys].astype(np.float64) + pdk.astype(np.float64)).astype(dt)
+            dv[keys] = (dv[keys].astype(np.float64) + pdv.astype(np.float64)).astype(dt)
+    return dq, dk, dv
+
+
 def _rows(layout: str, lo: int, hi: int) -> Tuple[slice, ...]:
     """The index of rows lo to hi along seq."""
     return (slice(None), slice(None), slice(lo, hi)) if layout == "bhnd" else \

@@ -202,17 +202,8 @@ def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torc
     """dq, dk, dv (contiguous, shaped as q, k, v) from the forward pass's out
     and lse, and the gradients of out and (when not None) of lse; one
     library call per segment of the mask (run's), the key gradients of
-    several summed."""
-    hd = 1 if layout == "bhnd" else 2
-    group = q.shape[hd] // k.shape[hd]
-    if group > 1:
-        # Grouped-query attention: each K/V head repeated over its query
-        # heads, and its gradients summed over them.
-        dq, dk, dv = run_backward(grad_o, grad_lse, q, k.repeat_interleave(group, hd),
-                                  v.repeat_interleave(group, hd), out, lse, mask, scale,
-                                  layout, db)
-        fold = lambda t: t.unflatten(hd, (k.shape[hd], group)).sum(hd + 1)  # noqa: E731
-        return dq, fold(dk), fold(dv)
+    several summed. Under grouped-query attention the library sums each K/V
+    head's gradients over its query heads."""
     code = _CODES[q.dtype]
     q, k, v, out, grad_o = (t if _usable(t) else t.contiguous() for t in (q, k, v, out, grad_o))
     ctx, stream = _context(q, db)

@@ -59,3 +59,38 @@ def reference(q, k, v, causal=False, scale=None, layout="bhnd"):
     if layout == "bnhd":
         o = o.transpose(0, 2, 1, 3)
     return o, lse
+
+
+def reference_backward(q, k, v, grad_o, causal=False, scale=None, layout="bhnd",
+                       grad_lse=None):
+    """dq, dk, dv in float64 of attention as reference() computes it, for a
+    loss with gradient grad_o with respect to O (and grad_lse, when given,
+    with respect to the logsumexp); dk and dv summed over the q heads that
+    share a k/v head."""
+    q, k, v, grad_o = (np.asarray(x).astype(np.float64) for x in (q, k, v, grad_o))
+    if layout == "bnhd":
+        q, k, v, grad_o = (x.transpose(0, 2, 1, 3) for x in (q, k, v, grad_o))
+    hk, group = k.shape[1], q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scale = scale if scale else 1 / np.sqrt(q.shape[-1])
+    s = q @ k.transpose(0, 1, 3, 2) * scale
+    if causal:
+        nq, nk = q.shape[2], k.shape[2]
+        shift = 0 if causal == "top_left" else nk - nq
+        s = np.where(np.arange(nk)[None, :] <= np.arange(nq)[:, None] + shift, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0))
+    p = p / np.where(np.isfinite(m), p.sum(-1, keepdims=True), 1)
+    dp = grad_o @ v.transpose(0, 1, 3, 2)
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True))
+    if grad_lse is not None:
+        ds += p * np.asarray(grad_lse, dtype=np.float64)[..., None]
+    dq, dk = ds @ k * scale, ds.transpose(0, 1, 3, 2) @ q * scale
+    dv = p.transpose(0, 1, 3, 2) @ grad_o
+
+    def fold(x):
+        return x.reshape(x.shape[0], hk, group, *x.shape[2:]).sum(2)
+    dk, dv = fold(dk), fold(dv)
+    if layout == "bnhd":
+        dq, dk, dv = (x.transpose(0, 2, 1, 3) for x in (dq, dk, dv))
+    return dq, dk, dv

@@ -6,32 +6,41 @@ $ local W = NT // 32
 /* ${args.entry}: the backward pass, tile ${BM}x${BN}, ${NT} threads.
 ** dK, dV: ${P.RKV} element(s) per thread; dQ: ${P.RQ}. */
 
+$ -- The tensors of query head hv of this batch: Q, O, dO, lse, D (and
+$ -- dQ's accumulator).
+$ local function qhead(hv)
+  const acc_t *const qg = (const acc_t *)p.q + b * p.q_sb + ${hv} * p.q_sh;
+  const acc_t *const og = (const acc_t *)p.o + b * p.o_sb + ${hv} * p.o_sh;
+  const acc_t *const dog = (const acc_t *)p.dout + b * p.do_sb + ${hv} * p.do_sh;
+  const acc_t *const lg = (const acc_t *)p.lse + ((long long)b * p.heads + ${hv}) * p.seq_q;
+  acc_t *const dg = (acc_t *)p.ws + ((long long)b * p.heads + ${hv}) * p.seq_q;
+$ if atomic then
+  /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
+  acc_t *const qacc = (acc_t *)p.ws2 + ((long long)b * p.heads + ${hv}) * p.seq_q * ${D};
+  (void)qacc;
+$ end
+  (void)qg; (void)og; (void)dog; (void)lg; (void)dg;
+$ end
+
 $ -- What every kernel of the op computes from the argument block: the
-$ -- tensors of this (batch, head), the causal offset and the scales.
-$ local function setup()
+$ -- tensors of this (batch, head) (with per_head; the dkdv kernel takes
+$ -- its query heads' in its loop over them), the causal offset and the
+$ -- scales.
+$ local function setup(per_head)
   typedef ${args.acc} acc_t;
   const int tid = fa_tid();
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);
-  const acc_t *const qg = (const acc_t *)p.q + b * p.q_sb + h * p.q_sh;
   const acc_t *const kg = (const acc_t *)p.k + b * p.k_sb + hk * p.k_sh;
   const acc_t *const vg = (const acc_t *)p.v + b * p.v_sb + hk * p.v_sh;
-  const acc_t *const og = (const acc_t *)p.o + b * p.o_sb + h * p.o_sh;
-  const acc_t *const dog = (const acc_t *)p.dout + b * p.do_sb + h * p.do_sh;
-  const acc_t *const lg = (const acc_t *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
-  acc_t *const dg = (acc_t *)p.ws + ((long long)b * p.heads + h) * p.seq_q;
-$ if atomic then
-  /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
-  acc_t *const qacc = (acc_t *)p.ws2 + ((long long)b * p.heads + h) * p.seq_q * ${D};
+$ if per_head ~= false then
+  $ qhead("h")
 $ end
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const acc_t sl2 = (acc_t)p.scale_log2;
   /* The softmax scale itself: dQ and dK carry it once. */
   const acc_t scale = (acc_t)(p.scale_log2 * 0.69314718055994530942);
-  (void)qg; (void)kg; (void)vg; (void)og; (void)dog; (void)lg; (void)dg; (void)off;
-$ if atomic then
-  (void)qacc;
-$ end
+  (void)kg; (void)vg; (void)off;
   (void)sl2; (void)scale;
 $ end
 
@@ -145,11 +154,16 @@ $ end
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
 FA_KERNEL(${args.entry}_dkdv, ${NT})
 {
-  $ setup()
+  $ setup(false)
+  /* Under GQA the CTA of a group's first query head computes dK and dV
+  ** over every query head of the group (no two CTAs write a row, and the
+  ** sum has one order); the group's other CTAs have nothing to do. */
+  const int group = p.kv_group > 1 ? p.kv_group : 1;
+  if (h % group) return;
   $ tiles()
   acc_t *const Ps = sm + ${P.off_p};
-  acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + h * p.dk_sh;
-  acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + h * p.dv_sh;
+  acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + hk * p.dk_sh;
+  acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + hk * p.dv_sh;
   const int k0 = fa_bid_x() * ${BN};
   acc_t dk[${P.RKV}], dv[${P.RKV}];
   FA_UNROLL
@@ -162,41 +176,44 @@ $ else
   const int first = 0;
 $ end
   const int nq = (p.seq_q + ${BM - 1}) / ${BM};
-  for (int qb = first; qb < nq; ++qb) {
-    const int q0 = qb * ${BM};
-    $ load_q("q0")
-    fa_syncthreads();
-    $ recompute("q0", "k0", true)
-    fa_syncthreads();
-    /* dV += P^T dO, dK += dS^T Q over the block's rows. */
-    FA_UNROLL
-    for (int t = 0; t < ${P.RKV}; ++t) {
-      const int e = tid + t * ${NT};
-      if (e < ${BN * D}) {
-        const int n = e / ${D}, d = e - n * ${D};
-        acc_t av = 0, ak = 0;
-        FA_UNROLL_BY(4)
-        for (int r = 0; r < ${BM}; ++r) {
-          av += fa_lds_${T}(Ps + r * ${NS} + n) * fa_lds_${T}(dOs + r * ${DS} + d);
-          ak += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Qs + r * ${DS} + d);
+  for (int hq = h; hq < h + group; ++hq) {
+    $ qhead("hq")
+    for (int qb = first; qb < nq; ++qb) {
+      const int q0 = qb * ${BM};
+      $ load_q("q0")
+      fa_syncthreads();
+      $ recompute("q0", "k0", true)
+      fa_syncthreads();
+      /* dV += P^T dO, dK += dS^T Q over the block's rows. */
+      FA_UNROLL
+      for (int t = 0; t < ${P.RKV}; ++t) {
+        const int e = tid + t * ${NT};
+        if (e < ${BN * D}) {
+          const int n = e / ${D}, d = e - n * ${D};
+          acc_t av = 0, ak = 0;
+          FA_UNROLL_BY(4)
+          for (int r = 0; r < ${BM}; ++r) {
+            av += fa_lds_${T}(Ps + r * ${NS} + n) * fa_lds_${T}(dOs + r * ${DS} + d);
+            ak += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Qs + r * ${DS} + d);
+          }
+          dv[t] += av, dk[t] += ak;
         }
-        dv[t] += av, dk[t] += ak;
       }
-    }
 $ if atomic then
-    /* dQ += dS K for this block's rows, added across the K/V blocks' CTAs. */
-    for (int e = tid; e < ${BM * D}; e += ${NT}) {
-      const int r = e / ${D}, d = e - r * ${D};
-      if (q0 + r < p.seq_q) {
-        acc_t a = 0;
-        FA_UNROLL_BY(4)
-        for (int n = 0; n < ${BN}; ++n)
-          a += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Ks + n * ${DS} + d);
-        fa_atomic_add_${T}(qacc + (long long)(q0 + r) * ${D} + d, a);
+      /* dQ += dS K for this block's rows, added across the K/V blocks' CTAs. */
+      for (int e = tid; e < ${BM * D}; e += ${NT}) {
+        const int r = e / ${D}, d = e - r * ${D};
+        if (q0 + r < p.seq_q) {
+          acc_t a = 0;
+          FA_UNROLL_BY(4)
+          for (int n = 0; n < ${BN}; ++n)
+            a += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Ks + n * ${DS} + d);
+          fa_atomic_add_${T}(qacc + (long long)(q0 + r) * ${D} + d, a);
+        }
       }
-    }
 $ end
-    fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
+      fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
+    }
   }
   FA_UNROLL
   for (int t = 0; t < ${P.RKV}; ++t) {

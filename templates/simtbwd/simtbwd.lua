@@ -15,7 +15,7 @@
 --         and this launch scales it into dQ: no recomputation, but the
 --         order of the adds, and so dQ's last bits, vary from run to run.
 
-local simtbwd = { name = "simtbwd", version = 2 }
+local simtbwd = { name = "simtbwd", version = 3 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis

@@ -19,29 +19,40 @@ $ local function cdiv(a, b) return (a + b - 1) // b end
 ** A warp owns ${WR} rows by ${KN} keys of S and dP (${MT} m16 tile(s)), ${KWR} keys of dK and dV
 ** (${KT} m16 tile(s)) by ${DTW * 8} of the head dim; head dim ${dim}${dim < D and " padded to " .. D or ""}. dQ ${atomic and "by atomics into a float accumulator" or "in a pass of its own"}. */
 
-$ -- What every kernel of the op derives from the argument block.
-$ local function setup()
+$ -- The tensors of query head hv of this batch: Q, O, dO, lse, D (and
+$ -- dQ's accumulator).
+$ local function qhead(hv)
+  const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + ${hv} * p.q_sh;
+  const unsigned short *const og = (const unsigned short *)p.o + b * p.o_sb + ${hv} * p.o_sh;
+  const unsigned short *const dog = (const unsigned short *)p.dout + b * p.do_sb + ${hv} * p.do_sh;
+  const float *const lg = (const float *)p.lse + ((long long)b * p.heads + ${hv}) * p.seq_q;
+  float *const dg = (float *)p.ws + ((long long)b * p.heads + ${hv}) * p.seq_q;
+$ if atomic then
+  /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
+  float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + ${hv}) * p.seq_q * ${dim};
+  (void)qacc;
+$ end
+  (void)qg; (void)og; (void)dog; (void)lg; (void)dg;
+$ end
+
+$ -- What every kernel of the op derives from the argument block: with
+$ -- per_head the tensors of this (batch, head) (the dkdv kernel takes its
+$ -- query heads' in its loop over them).
+$ local function setup(per_head)
   const int tid = fa_tid();
   const int lane = tid & 31, warp = tid >> 5;
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);
-  const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;
   const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh;
   const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
-  const unsigned short *const og = (const unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
-  const unsigned short *const dog = (const unsigned short *)p.dout + b * p.do_sb + h * p.do_sh;
-  const float *const lg = (const float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
-  float *const dg = (float *)p.ws + ((long long)b * p.heads + h) * p.seq_q;
-$ if atomic then
-  /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
-  float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + h) * p.seq_q * ${dim};
-  (void)qacc;
+$ if per_head ~= false then
+  $ qhead("h")
 $ end
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const float sl2 = p.scale_log2_f32;
   /* The softmax scale itself: dQ and dK carry it once. */
   const float scale = (float)(p.scale_log2 * 0.69314718055994530942);
-  (void)lane; (void)warp; (void)qg; (void)kg; (void)vg; (void)og; (void)dog; (void)lg; (void)dg;
+  (void)lane; (void)warp; (void)kg; (void)vg;
   (void)off; (void)sl2; (void)scale;
 $ end
 
@@ -338,7 +349,12 @@ $ end
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
 FA_TC_KERNEL(${args.entry}_dkdv, ${NT})
 {
-  $ setup()
+  $ setup(false)
+  /* Under GQA the CTA of a group's first query head computes dK and dV
+  ** over every query head of the group (no two CTAs write a row, and the
+  ** sum has one order); the group's other CTAs have nothing to do. */
+  const int group = p.kv_group > 1 ? p.kv_group : 1;
+  if (h % group) return;
   $ lanes()
   const int k0 = fa_bid_x() * ${BN};
   /* This warp's keys and head-dim columns of dK and dV. */
@@ -361,22 +377,25 @@ $ else
   const int first = 0;
 $ end
   const int nq = (p.seq_q + ${BM - 1}) / ${BM};
-  for (int qb = first; qb < nq; ++qb) {
-    const int q0 = qb * ${BM};
-    $ load_q()
-    $ landed()
-    $ gemm_s_dp()
-    $ softmax_grad(true, true)
-    fa_syncthreads(); /* P and dS are in shared memory, whole */
-    $ gemm_dv_dk()
+  for (int hq = h; hq < h + group; ++hq) {
+    $ qhead("hq")
+    for (int qb = first; qb < nq; ++qb) {
+      const int q0 = qb * ${BM};
+      $ load_q()
+      $ landed()
+      $ gemm_s_dp()
+      $ softmax_grad(true, true)
+      fa_syncthreads(); /* P and dS are in shared memory, whole */
+      $ gemm_dv_dk()
 $ if atomic then
-    $ gemm_dq_atomic()
+      $ gemm_dq_atomic()
 $ end
-    fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
+      fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
+    }
   }
   /* dK (scaled) and dV, element by element from the fragments. */
-  unsigned short *const dkg = (unsigned short *)p.dk + b * p.dk_sb + h * p.dk_sh;
-  unsigned short *const dvg = (unsigned short *)p.dv + b * p.dv_sb + h * p.dv_sh;
+  unsigned short *const dkg = (unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh;
+  unsigned short *const dvg = (unsigned short *)p.dv + b * p.dv_sb + hk * p.dv_sh;
   FA_UNROLL
   for (int kt = 0; kt < ${KT}; ++kt) {
     FA_UNROLL

@@ -27,7 +27,7 @@
 -- head dim is a multiple of 8, element by element otherwise; the head dim
 -- pads up to tc's native dims.
 
-local tcbwd = { name = "tcbwd", version = 2 }
+local tcbwd = { name = "tcbwd", version = 3 }
 local enum = require("enum")
 local tc = require("tc/tc")
 
