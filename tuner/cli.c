@@ -750,9 +750,6 @@ static int check_command(cli_opts *o, char *err, size_t errlen) {
   if (o->cmd == CMD_BASELINE && !o->merge_path)
     return fail(err, errlen, "fatune baseline needs the path of a CSV file (see fatune help "
                 "baseline)");
-  if (o->sass && o->problem.op == FA_OP_BWD && (o->cmd == CMD_TUNE || o->cmd == CMD_COMPILE))
-    return fail(err, errlen, "--sass measures the forward pass's main loop and models its "
-                "kernel; the backward pass's three kernels are not modelled yet (drop --sass)");
   if (o->cmd == CMD_RUN && o->problem.op == FA_OP_BWD) {
     if (!o->q || !o->k || !o->v || !o->dout || !o->dq || !o->dk || !o->dv)
       return fail(err, errlen, "fatune run --op bwd needs --q, --k, --v, --do, --dq, --dk and "

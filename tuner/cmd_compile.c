@@ -266,8 +266,9 @@ static int analyse_set(compile_set *s, const cli_opts *o, const gen_target *t) {
       fprintf(stderr, "fatune: SASS of %s: %s\n", s->kernels[i].name, s->sass[i].error);
   }
   if (!o->json)
-    printf("SASS: the main loop per K/V block per warp (insns, mma: %s, other per mma, mufu, "
+    printf("SASS: the main loop per %s per warp (insns, mma: %s, other per mma, mufu, "
            "local); estimate for %s: CTAs per SM, bound, TFLOP/s (static, not measured)\n",
+           o->problem.op == FA_OP_BWD ? "Q block (dkdv)" : "K/V block",
            s->n && s->sass[0].analysed && s->sass[0].c.found ? s->sass[0].c.mma : "HMMA or FFMA",
            gpu ? gpu->name : "no known GPU (--gpu)");
   return 0;

@@ -279,19 +279,21 @@ static void print_summary(FILE *f, const tune *s, trial **rank) {
                "(2 schedules each) on %d threads\n",
             s->compile_s, s->nvrtc_s, s->t->arch, s->check_s, s->threads);
   const trial *b = rank[0];
+  /* The main loop's step: the backward pass's dkdv walks Q blocks. */
+  const char *step = s->run.op == FA_OP_BWD ? "Q block" : "K/V block";
   if (status(b) == TRIAL_OK && s->gpu && b->out.timed)
     fprintf(f, "best: %s, median %.1f us, %.1f TFLOP/s: %s\n", b->k.name, b->out.t.median_us,
             attn_flops(&s->run) / b->out.t.median_us / 1e6, b->k.config);
   else if (status(b) == TRIAL_OK && !s->gpu && figures(s, b)->modelled)
     fprintf(f, "best by the timing model for %s (predicted from the machine code, not measured): "
-               "%s, %.0f TFLOP/s, bound by %s, %ld instructions per K/V block: %s\n",
+               "%s, %.0f TFLOP/s, bound by %s, %ld instructions per %s: %s\n",
             s->est_gpu->name, b->k.name, figures(s, b)->model_tflops, figures(s, b)->model_bound,
-            figures(s, b)->c.loop_instructions, b->k.config);
+            figures(s, b)->c.loop_instructions, step, b->k.config);
   else if (status(b) == TRIAL_OK && !s->gpu && estimated_in(s, b) > 0)
     fprintf(f, "best by the static SASS estimate for %s (from the machine code, an estimate, not a "
-               "measurement): %s, %.0f TFLOP/s, %s-bound, %ld instructions per K/V block: %s\n",
+               "measurement): %s, %.0f TFLOP/s, %s-bound, %ld instructions per %s: %s\n",
             s->est_gpu->name, b->k.name, figures(s, b)->e.tflops, figures(s, b)->e.bound,
-            figures(s, b)->c.loop_instructions, b->k.config);
+            figures(s, b)->c.loop_instructions, step, b->k.config);
   else if (status(b) == TRIAL_OK && !s->gpu)
     fprintf(f, "least global-memory traffic: %s (%.1f KB read, %.1f KB written): %s\n",
             b->k.name, (double)b->out.r.counters.gmem_read / 1024,

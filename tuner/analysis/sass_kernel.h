@@ -28,14 +28,17 @@ typedef struct sass_figures {
 } sass_figures;
 
 /* The tile of a variant: warps, registers, shared memory, useful FLOPs
-** per warp per K/V block (4 block_m block_n dim / warps). -1 when its
-** config lacks one of those. */
+** per warp per step of its main loop (forward: 4 block_m block_n dim /
+** warps a K/V block; backward: 10 ... a Q block of the dkdv kernel). -1
+** when its config lacks one of those. */
 int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t);
 
 /* The figures of kernel k compiled into r; gpu may be NULL (no estimate),
 ** p NULL (no timing model; else the model's prediction for problem p).
 ** A warp-specialized kernel (one with consumer warpgroups) is estimated by estimate_wg, which counts
-** only its consumer warps as running the loop. Never fails: what went wrong is in out->error. */
+** only its consumer warps as running the loop. A backward variant with dQ
+** in a kernel of its own (dq=separate) gets its counts alone, and says why
+** in out->error. Never fails: what went wrong is in out->error. */
 void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_compiled *r,
                          const estimate_gpu *gpu, const fa_problem *p, sass_figures *out);
 
