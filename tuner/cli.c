@@ -120,8 +120,9 @@ static const cmd_info commands[] = {
    "predicts the one kernel at each length (--json: a list). Batch and heads default\n"
    "to 16k tokens and 2048 channels in all, as the FlashAttention papers measure.\n"
    "--op bwd models the backward pass: its main kernel (dK, dV, and dQ's atomic adds)\n"
-   "simulated, its other launches at DRAM speed, TFLOP/s at 2.5 times the forward's\n"
-   "FLOPs; --launch fa2 takes FlashAttention-2's flash_bwd kernels.",
+   "simulated, with dq=separate the dQ kernel after it, its other launches at DRAM\n"
+   "speed, TFLOP/s at 2.5 times the forward's FLOPs; --launch fa2 takes\n"
+   "FlashAttention-2's flash_bwd kernels.",
    "fatune model --gpu h100 --dim 128 --seq 4096 --cubin flash_fwd.cubin --launch fa2",
    "predict a kernel's time with the timing model"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,

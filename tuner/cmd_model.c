@@ -18,6 +18,7 @@
 #include "model_launch.h"
 #include "model_plot.h"
 #include "sass.h"
+#include "sass_kernel.h"
 
 #define CUBIN_MAX (512L << 20)
 
@@ -33,9 +34,12 @@ typedef struct model_job {
   sass_trace trace;
   model_built b;
   model_result r;
+  sass_dq_pass dq;         /* a backward variant's dQ kernel (dq=separate), when built */
+  double dq_us;            /* its share of r.time_us */
 } model_job;
 
 static void job_free(model_job *j) {
+  sass_dq_pass_free(&j->dq);
   sass_trace_free(&j->trace);
   model_built_free(&j->b);
   model_result_free(&j->r);
@@ -113,7 +117,8 @@ static int pick_function(const char *text, const char *part, const char *pattern
 static int trace_of(const char *text, const char *fn, const model_launch *l, const model_problem *p,
                     model_job *j, char *err, size_t errlen) {
   int warps = l->consumers ? 4 * l->consumers : l->threads / 32;
-  double flops = (p->backward ? 10.0 : 4.0) * l->block_m * l->block_n * p->dim / (warps ? warps : 1);
+  const double per = !p->backward ? 4.0 : l->dq_accum ? 10.0 : 8.0;   /* dq=separate: no dQ here */
+  double flops = per * l->block_m * l->block_n * p->dim / (warps ? warps : 1);
   if (sass_analyse_trace(text, fn, flops, &j->counts, &j->trace, err, errlen) != 0) return -1;
   if (!j->counts.found) return snprintf(err, errlen, "no main loop found in %s", fn), -1;
   return 0;
@@ -194,16 +199,14 @@ static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given
     snprintf(err, errlen, "%s has no tile in its config", k.name);
     rc = -1;
   }
-  if (rc == 0 && k.op == FA_OP_BWD && k.nlaunch > 2 && !j->l.dq_accum) {
-    snprintf(err, errlen, "%s computes dQ in a kernel of its own, which the model does not "
-             "simulate yet (dq=atomic variants it does)", k.name);
-    rc = -1;
-  }
   if (rc == 0) {
     snprintf(j->kernel, sizeof j->kernel, "%s", k.name);
     rc = sass_disassemble(nvdisasm, job.result.cubin, job.result.cubin_size, &text, err, errlen);
   }
   if (rc == 0) rc = trace_of(text, k.entry, &j->l, &j->p, j, err, errlen);
+  /* dq=separate: dQ's own kernel, simulated beside the main one */
+  if (rc == 0 && k.op == FA_OP_BWD && !j->l.dq_accum)
+    rc = sass_dq_pass_build(j->m, text, &k, &job.result, &j->p, &j->dq, err, errlen);
   free(text);
   backend_compiled_free(&job.result);
   gen_kernel_free(&k);
@@ -229,6 +232,8 @@ static void print_text(const model_job *j) {
            r->ctas_per_sm, r->ctas_per_sm == 1 ? "" : "s", r->limit);
   printf("  predicted %.1f us, %.0f TFLOP/s (%.0f%% of the %s peak, %.0f), bound: %s\n",
          r->time_us, r->tflops, 100 * r->tflops / peak, j->dtype, peak, r->bound);
+  if (j->dq.built)
+    printf("  of which dQ's own kernel (a CTA per Q block): %.1f us\n", j->dq_us);
   printf("  per %s per SM: %.0f clocks; tiles: %.2f per slot, %.0f%% of the slots busy\n", step,
          r->cycles_per_block, r->waves, 100 * r->wave_efficiency);
   printf("  main loop per %s per warp: %ld instructions, %ld %s\n", step,
@@ -263,7 +268,8 @@ static void print_json(const model_job *j, int line) {
       {"waves", 0, NULL}, {"wave_efficiency", 0, NULL}, {"wait_share", 0, NULL},
       {"seq", 0, NULL}, {"seq_k", 0, NULL}, {"batch", 0, NULL}, {"heads", 0, NULL},
       {"registers", 0, NULL}, {"loop_instructions", 0, NULL}, {"loop_mma", 0, NULL},
-      {"mma", 0, NULL}, {"ex2_before_pv_wait", 0, NULL}, {NULL, 0, NULL}};
+      {"mma", 0, NULL}, {"ex2_before_pv_wait", 0, NULL}, {"dq_kernel_us", 0, NULL},
+      {NULL, 0, NULL}};
   const model_result *r = &j->r;
   const fa_cell cell[] = {
       fa_cell_text(j->kernel), fa_cell_text(j->gpu->name), fa_cell_real(r->time_us, "%.6g"),
@@ -274,7 +280,7 @@ static void print_json(const model_job *j, int line) {
       fa_cell_int(j->p.batch), fa_cell_int(j->p.heads), fa_cell_int(j->l.registers),
       fa_cell_int(j->counts.loop_instructions), fa_cell_int(j->counts.loop_hmma),
       fa_cell_text(j->counts.mma), fa_cell_int(j->b.ex2_before_pv_wait),
-      fa_cell_members(util_members, r)};
+      j->dq.built ? fa_cell_real(j->dq_us, "%.6g") : fa_cell_null(), fa_cell_members(util_members, r)};
   fa_sink_object(stdout, col, cell, (int)(sizeof cell / sizeof cell[0]));
   if (line) putchar('\n');
 }
@@ -317,9 +323,14 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   for (int i = 0; i < n && rc == 0; i++) {
     if (n > 1) problem_of(o, o->seqs[i], o->seqs[i], &j.p);
     model_result_free(&j.r);
-    if (model_predict(j.m, &j.b, &j.l, &j.p, o->plot != NULL, &j.r, err, sizeof err) != 0) {
+    if (model_predict(j.m, &j.b, &j.l, &j.p, o->plot != NULL, &j.r, err, sizeof err) != 0 ||
+        (j.dq.built && sass_dq_pass_time(j.m, &j.dq, &j.p, &j.dq_us, err, sizeof err) != 0)) {
       rc = -1;
       break;
+    }
+    if (j.dq.built) {   /* the two kernels run one after the other */
+      j.r.time_us += j.dq_us;
+      j.r.tflops = j.r.flops / j.r.time_us / 1e6;
     }
     if (o->json) printf("%s", i ? ",\n " : ""), print_json(&j, n == 1);
     else print_text(&j);

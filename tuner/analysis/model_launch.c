@@ -45,6 +45,25 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   return 0;
 }
 
+int model_launch_dq_pass(const gen_kernel *k, const fa_compiled *r, model_launch *l,
+                         const char **entry) {
+  memset(l, 0, sizeof *l);
+  for (int i = 0; i < k->nlaunch; i++) {
+    const char *e = k->launch[i].entry;
+    const size_t n = strlen(e);
+    if (i == k->main || n < 3 || strcmp(e + n - 3, "_dq")) continue;
+    l->block_m = config_int(k, "block_m", -1);
+    l->block_n = config_int(k, "block_n", -1);
+    l->threads = k->launch[i].threads;
+    l->smem_bytes = k->launch[i].smem_bytes;
+    l->registers = r->cubin ? model_cubin_registers(r->cubin, r->cubin_size, e) : -1;
+    l->stages = 1;   /* K and V of a step land before it runs */
+    *entry = e;
+    return l->block_m > 0 && l->block_n > 0 && l->threads >= 32 && l->registers > 0 ? 0 : -1;
+  }
+  return -1;
+}
+
 /* FlashAttention-2 (csrc/flash_attn/src/flash_fwd_launch_template.h,
 ** run_mha_fwd_hdim*, and flash_fwd_kernel's template arguments): the grid
 ** is (query blocks, batch, heads), one CTA a tile; the tile by head dim on

@@ -17,6 +17,13 @@
 ** stages for a warp-specialized one. -1 when its config lacks the tile. */
 int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_launch *l);
 
+/* The dQ pass of a backward variant with dq=separate: its launch (entry
+** ending in "_dq") as the model takes it, a CTA per block_m query rows
+** walking blocks of block_n keys, registers from the variant's cubin;
+** *entry its function. -1 when the variant has no such launch. */
+int model_launch_dq_pass(const gen_kernel *k, const fa_compiled *r, model_launch *l,
+                         const char **entry);
+
 /* which: "fa2" or "fa3". The launch for problem p on GPU g (registers
 ** left 0: the cubin has them), and a pattern of the kernel's mangled name
 ** (parts separated by '*', in order) that picks the instantiation the

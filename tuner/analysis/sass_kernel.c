@@ -18,8 +18,7 @@ static int config_int(const gen_kernel *k, const char *key) {
 }
 
 /* A backward variant whose dQ has a kernel of its own: its main kernel
-** (dkdv) does not hold the op's whole work, and the model simulates no
-** second kernel yet. */
+** (dkdv) does not hold the op's whole work; the model adds the dQ pass's. */
 static int dq_apart(const gen_kernel *k) {
   const char *dq = gen_config_get(&k->cfg, "dq");
   return k->op == FA_OP_BWD && !(dq && !strcmp(dq, "atomic"));
@@ -31,16 +30,64 @@ int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t
   t->registers = r->registers;
   t->smem_bytes = k->smem_bytes + r->smem_static_bytes;
   if (bm < 0 || bn < 0 || dim < 0 || t->warps < 1) return -1;
-  /* The forward pass: S and P V; the backward pass's dkdv (dq=atomic): S, dP,
-  ** dV, dK and dQ's share, the op's 2.5 times the forward's FLOPs. */
-  t->flops_per_warp = (k->op == FA_OP_BWD ? 10.0 : 4.0) * bm * bn * dim / t->warps;
+  /* The forward pass: S and P V; the backward pass's dkdv: S, dP, dV, dK and
+  ** with dq=atomic dQ's share (the op's 2.5 times the forward's FLOPs). */
+  t->flops_per_warp = (k->op != FA_OP_BWD ? 4.0 : dq_apart(k) ? 8.0 : 10.0) * bm * bn * dim /
+                      t->warps;
   return 0;
+}
+
+/* The dQ pass walks K/V blocks as the forward pass does: the model's
+** forward problem, with the FLOPs of its three products per step. */
+static model_problem dq_problem(const model_problem *p) {
+  model_problem q = *p;
+  q.backward = 0;
+  return q;
+}
+
+int sass_dq_pass_build(const model_gpu *m, const char *text, const gen_kernel *k,
+                       const fa_compiled *r, const model_problem *p, sass_dq_pass *d, char *err,
+                       size_t errlen) {
+  memset(d, 0, sizeof *d);
+  const char *entry;
+  if (model_launch_dq_pass(k, r, &d->l, &entry) != 0)
+    return snprintf(err, errlen, "%s: no dQ launch with a tile and registers", k->name), -1;
+  sass_counts c;
+  const double flops = 6.0 * d->l.block_m * d->l.block_n * p->dim / (d->l.threads / 32);
+  if (sass_analyse_trace(text, entry, flops, &c, &d->trace, err, errlen) != 0) return -1;
+  if (!c.found) {
+    sass_trace_free(&d->trace);
+    return snprintf(err, errlen, "no main loop found in %s", entry), -1;
+  }
+  const model_problem q = dq_problem(p);
+  if (model_build(m, &d->trace, &d->l, &q, &d->b, err, errlen) != 0) {
+    sass_trace_free(&d->trace);
+    return -1;
+  }
+  d->built = 1;
+  return 0;
+}
+
+int sass_dq_pass_time(const model_gpu *m, const sass_dq_pass *d, const model_problem *p,
+                      double *us, char *err, size_t errlen) {
+  const model_problem q = dq_problem(p);
+  model_result r;
+  if (!d->built || model_predict(m, &d->b, &d->l, &q, 0, &r, err, errlen) != 0) return -1;
+  *us = r.time_us;
+  model_result_free(&r);
+  return 0;
+}
+
+void sass_dq_pass_free(sass_dq_pass *d) {
+  if (d->built) model_built_free(&d->b), sass_trace_free(&d->trace);
+  d->built = 0;
 }
 
 /* The timing model's prediction for problem p, into out (modelled 0 when
 ** it cannot: no tile in the config, no machine for the GPU, a deadlock). */
 static void model_figures(const gen_kernel *k, const fa_compiled *r, const estimate_gpu *gpu,
-                          const fa_problem *p, const sass_trace *t, sass_figures *out) {
+                          const fa_problem *p, const char *text, const sass_trace *t,
+                          sass_figures *out) {
   model_gpu machine;
   const model_gpu *m = gpu && model_gpu_of(gpu, &machine) == 0 ? &machine : NULL;
   model_launch l;
@@ -52,9 +99,17 @@ static void model_figures(const gen_kernel *k, const fa_compiled *r, const estim
   char err[256];
   if (model_build(m, t, &l, &mp, &b, err, sizeof err) != 0) return;
   if (model_predict(m, &b, &l, &mp, 0, &res, err, sizeof err) == 0) {
-    out->modelled = 1;
-    out->model_tflops = res.tflops, out->model_us = res.time_us;
-    snprintf(out->model_bound, sizeof out->model_bound, "%s", res.bound);
+    double dq_us = 0;
+    sass_dq_pass d;
+    const int ok = !dq_apart(k) || (sass_dq_pass_build(m, text, k, r, &mp, &d, err, sizeof err) == 0 &&
+                                    sass_dq_pass_time(m, &d, &mp, &dq_us, err, sizeof err) == 0);
+    if (dq_apart(k)) sass_dq_pass_free(&d);
+    if (ok) {
+      out->modelled = 1;
+      out->model_us = res.time_us + dq_us;
+      out->model_tflops = res.flops / out->model_us / 1e6;
+      snprintf(out->model_bound, sizeof out->model_bound, "%s", res.bound);
+    }
     model_result_free(&res);
   }
   model_built_free(&b);
@@ -74,20 +129,14 @@ void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_com
     return;
   estimate_tile t;
   const int apart = dq_apart(k);
-  int tile = !apart && sass_kernel_tile(k, r, &t) == 0;
+  int tile = sass_kernel_tile(k, r, &t) == 0;
   sass_trace trace;
   if (sass_analyse_trace(text, k->entry, tile ? t.flops_per_warp : 0, &out->c, &trace, out->error,
                          sizeof out->error) == 0) {
     out->analysed = 1;
     if (!out->c.found) snprintf(out->error, sizeof out->error, "no main loop found");
-    if (apart) {   /* its counts, and no figure that would leave dQ's kernel out */
-      snprintf(out->error, sizeof out->error, "dQ in a kernel of its own: neither estimated "
-               "nor modelled yet (dq=atomic variants are)");
-      sass_trace_free(&trace);
-      free(text);
-      return;
-    }
-    out->estimated = gpu && tile && estimate_compute(gpu, &out->c, &t, &out->e) == 0;
+    /* The static estimate sees one kernel: not dq=separate's two. */
+    out->estimated = gpu && tile && !apart && estimate_compute(gpu, &out->c, &t, &out->e) == 0;
     estimate_wg_tile wt;
     estimate_wg w;
     if (gpu && out->c.found &&
@@ -96,7 +145,7 @@ void sass_kernel_figures(const char *nvdisasm, const gen_kernel *k, const fa_com
       out->e = w.e;
       if (out->estimated && w.e.ctas_per_sm > 0) out->tma_tflops = w.tma_tflops;
     }
-    if (out->c.found) model_figures(k, r, gpu, p, &trace, out);
+    if (out->c.found) model_figures(k, r, gpu, p, text, &trace, out);
     sass_trace_free(&trace);
   }
   free(text);
