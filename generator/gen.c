@@ -583,7 +583,9 @@ static void take_workspaces(lua_State *L, gen_kernel *k) {
     copy_string(L, -1, w.name, sizeof w.name, "a workspace's name");
     lua_pop(L, 1);
     w.bytes_per_row = int_field(L, "bytes_per_row");
-    lua_pop(L, 1);
+    lua_getfield(L, -1, "rows");
+    w.key_rows = lua_type(L, -1) == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "seq_k");
+    lua_pop(L, 2);
     int seen = 0;
     for (int i = 0; i < k->nws; i++) seen |= !strcmp(k->ws[i].name, w.name);
     if (seen) continue;
@@ -1057,5 +1059,5 @@ int gen_entries(const gen_kernel *k, const char *names[GEN_MAX_LAUNCHES]) {
 
 size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p) {
   return (size_t)k->ws[i].bytes_per_row * (size_t)p->batch * (size_t)p->heads *
-         (size_t)p->seq_q;
+         (size_t)(k->ws[i].key_rows ? p->seq_k : p->seq_q);
 }

@@ -91,12 +91,13 @@ typedef struct gen_launch_spec {
 } gen_launch_spec;
 
 /* Global memory the launches of a kernel share: bytes_per_row bytes per
-** (batch, head, query row), allocated before the first launch and freed
-** after the last (gen_workspace_bytes). */
+** (batch, head, query row), or key row with key_rows, allocated before
+** the first launch and freed after the last (gen_workspace_bytes). */
 #define GEN_MAX_WORKSPACES 4
 typedef struct gen_workspace {
   char name[32];
   int bytes_per_row;
+  int key_rows;            /* 1: bytes_per_row per key row (seq_k), else per query row */
 } gen_workspace;
 
 /* One rendered kernel and what it takes to launch it: one variant of an op,

@@ -108,7 +108,8 @@
 --                {"seq_q", n}            ceil(seq_q / n): n query rows per CTA
 --                {"seq_k", n}            ceil(seq_k / n)
 --              and each workspace is {name = "m_l", bytes_per_row = n}:
---              n bytes of global memory per (batch, head, query row), which
+--              n bytes of global memory per (batch, head, query row) (with
+--              rows = "seq_k": per key row), which
 --              the host allocates before the first launch and frees after
 --              the last; launches naming the same workspace share it (with
 --              the same size). The forward pass's parameter block
@@ -815,8 +816,9 @@ end
 -- same size as any workspace of its name seen before (sizes, by name).
 local function check_workspace(where, w, sizes)
   if type(w) ~= "table" or type(w.name) ~= "string" or not w.name:match("^[%w_]+$")
-     or not is_count(w.bytes_per_row) then
-    error(where .. " is no {name = \"identifier\", bytes_per_row = positive integer}", 0)
+     or not is_count(w.bytes_per_row) or not (w.rows == nil or w.rows == "seq_q" or w.rows == "seq_k") then
+    error(where .. " is no {name = \"identifier\", bytes_per_row = positive integer"
+          .. "[, rows = \"seq_q\" or \"seq_k\"]}", 0)
   end
   if sizes[w.name] and sizes[w.name] ~= w.bytes_per_row then
     error(string.format("%s: workspace '%s' has %d bytes per row here, %d in an earlier launch",

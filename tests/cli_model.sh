@@ -14,6 +14,8 @@
 set -u
 
 NAME=cli_model
+# The main job's run compiles ten variants twice: room for a loaded machine.
+TIMEOUT_S=300
 . "$(dirname "$0")/cli_lib.sh"
 data="$(cd "$(dirname "$0")" && pwd)/data/fa"
 

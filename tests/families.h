@@ -254,7 +254,8 @@ static const fam_ref wg_refs[] = {
 
 #define FAM_COUNT(a) (sizeof (a) / sizeof (a)[0])
 
-/* The backward pass on CUDA cores: its only axes are the tile's. */
+/* The backward pass on CUDA cores: the tile's axes, dQ's, and FA1's order
+** against FA2's. */
 static const fam_axis simtbwd_axes[] = {
   {"dtype", {"fp32", "fp64"}},
   {"causal", {"0", "1"}},
@@ -263,6 +264,7 @@ static const fam_axis simtbwd_axes[] = {
   {"block_n", {"1", "2", "4", "8", "16", "32", "64", "128"}},
   {"warps", {"1", "2", "4", "8"}},
   {"dq", {"separate", "atomic"}},
+  {"order", {"kv", "q"}},
 };
 
 static const fam_problem simtbwd_problems[] = {

@@ -94,7 +94,9 @@ static void test_space(fa_dtype t, int dim, int causal) {
   for (size_t i = 0; i < n; i++) {
     CHECK(gen_render_config(gen, v[i].config, &p, &target, &ks[i]) == 0, "%s: %s", v[i].name,
           gen_errmsg(gen));
-    CHECK(ks[i].op == FA_OP_BWD && ks[i].nlaunch == 3 && ks[i].main == 1,
+    /* pre, dkdv, dQ's; FA1's order pre, kvzero, fa1, kvconvert */
+    const int fa1 = strstr(ks[i].name, "-fa1") != NULL;
+    CHECK(ks[i].op == FA_OP_BWD && ks[i].nlaunch == 3 + fa1 && ks[i].main == 1 + fa1,
           "%s: op %s, %d launches, main %d", ks[i].name, fa_op_name(ks[i].op), ks[i].nlaunch,
           ks[i].main);
     kp[i] = &ks[i];
@@ -410,6 +412,63 @@ static void test_poison(void) {
   gen_kernel_free(&k);
 }
 
+/* FlashAttention-1's order (order=q: parallel over Q blocks, dK and dV by
+** atomics) against FA2's (parallel over K/V blocks) at one tile, checked
+** against the cost model of each: exponentials, one per cell of S per
+** recomputation (FA1's one, dq=separate's two); global bytes written,
+** FA1's beyond dq=separate's exactly its zeroed accumulators and the
+** write of each atomic add (two per key row, head-dim column and Q
+** block). Both valid. */
+static void test_fa1_order(void) {
+  const shape s = {1, 2, 96, 96};
+  const fa_problem p = problem(FA_FP32, 16, 0, &s);
+  static const char *const configs[3] = {"block_m=32,block_n=32,warps=4,order=q",
+                                         "block_m=32,block_n=32,warps=4,dq=separate",
+                                         "block_m=32,block_n=32,warps=4,dq=atomic"};
+  fa_counters ctr[3];
+  int ok = 1;
+  char err[512];
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, &p, seed++, err, sizeof err) != 0 ||
+      val_inputs_upload(be, &c, &in, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+    return;
+  }
+  for (int i = 0; i < 3; i++) {
+    gen_kernel k;
+    fa_build b;
+    ok &= compile_one(&p, configs[i], &k, &b) == 0;
+    if (!b.prog) continue;
+    val_opts o = {.nschedules = 2, .schedule = {FA_SCHED_FORWARD, FA_SCHED_SKEW}, .threads = 1};
+    val_result r;
+    CHECK(val_check(be, &c, &in, b.prog, &k, &o, &r, err, sizeof err) == 0 && r.status == VAL_OK,
+          "%s: %s %s", k.name, err, r.msg);
+    CHECK(i != 0 || (strstr(k.name, "-fa1") && !k.deterministic), "%s: FA1's order, atomics",
+          k.name);
+    ctr[i] = r.counters;
+    backend_build_free(be, &b);
+    gen_kernel_free(&k);
+  }
+  attn_inputs_free(be, &in);
+  val_case_free(&c);
+  if (!ok) return;
+  const unsigned long long bh = 2, N = 96, D = 16, es = 4, blocks = N / 32;
+  const unsigned long long cells = bh * N * N;
+  const unsigned long long extra = bh * (2 * N * D + blocks * blocks * 2 * 32 * D) * es;
+  CHECK(ctr[0].exp2 == cells && ctr[1].exp2 == 2 * cells && ctr[2].exp2 == cells,
+        "exponentials: FA1 %llu, FA2 dq=separate %llu, dq=atomic %llu (cells %llu)", ctr[0].exp2,
+        ctr[1].exp2, ctr[2].exp2, cells);
+  CHECK(ctr[0].gmem_written == ctr[1].gmem_written + extra,
+        "bytes written: FA1 %llu, FA2 dq=separate %llu, + the model's %llu", ctr[0].gmem_written,
+        ctr[1].gmem_written, extra);
+  printf("FA1's order against FA2's, m32n32w4, seq 96, d16, 2 heads: exponentials %llu "
+         "(FA2: %llu with dq=separate, %llu with dq=atomic); global bytes written %llu "
+         "(FA2: %llu and %llu), read %llu (FA2: %llu and %llu)\n",
+         ctr[0].exp2, ctr[1].exp2, ctr[2].exp2, ctr[0].gmem_written, ctr[1].gmem_written,
+         ctr[2].gmem_written, ctr[0].gmem_read, ctr[1].gmem_read, ctr[2].gmem_read);
+}
+
 /* Relative error of n sampled rows of D values against rows of a full
 ** array: row i of got against row rows[i] of full. */
 static double rows_err(const double *got, const double *full, const size_t *rows, size_t n,
@@ -536,6 +595,7 @@ int main(void) {
   test_op_mismatch();
   test_poison();
   test_oracle_case();
+  test_fa1_order();
   test_memory();
   test_memory_counted();
   test_deterministic();

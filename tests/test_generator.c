@@ -524,7 +524,11 @@ static void test_contract_ops(gen_state *g, const gen_target *t) {
      "in an earlier launch"},
     {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'm_l' } }) }))\n",
      "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
-     "positive integer}"},
+     "positive integer[, rows = \"seq_q\" or \"seq_k\"]}"},
+    {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'm_l', bytes_per_row = 8, "
+     "rows = 'seq' } }) }))\n",
+     "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
+     "positive integer[, rows = \"seq_q\" or \"seq_k\"]}"},
     {"$ local r = verdict(pcall(check, {}))\n",
      "family 'x': render gives no launches: a list of 1 to 4"},
     {"$ local l = launch({ 1, 1, 1 }) l.threads = 2048\n$ local r = verdict(pcall(check, { l }))\n",

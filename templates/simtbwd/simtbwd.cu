@@ -1,6 +1,7 @@
 $ -- simtbwd.cu: FlashAttention-2's backward pass on CUDA cores (see simtbwd.lua).
 $ local c, P, T = args.cfg, args.P, args.T
 $ local causal, atomic = c.causal == 1, c.dq == "atomic"
+$ local fa1 = c.order == "q"   -- FlashAttention-1's order: parallel over Q, dK and dV by atomics
 $ local D, BM, BN, NT, DS, NS = P.D, P.BM, P.BN, P.NT, P.DS, P.NS
 $ local W = NT // 32
 /* ${args.entry}: the backward pass, tile ${BM}x${BN}, ${NT} threads.
@@ -151,6 +152,7 @@ $ if atomic then
 $ end
 }
 
+$ if not fa1 then
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
 FA_KERNEL(${args.entry}_dkdv, ${NT})
 {
@@ -226,6 +228,8 @@ $ end
   }
 }
 
+$ end
+
 $ if atomic then
 /* dQ = scale * the accumulator dkdv added to. */
 FA_KERNEL(${args.entry}_dqconvert, ${NT})
@@ -239,7 +243,7 @@ FA_KERNEL(${args.entry}_dqconvert, ${NT})
       fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, fa_ld_${T}(qacc + (long long)(q0 + r) * ${D} + d) * scale);
   }
 }
-$ else
+$ elseif not fa1 then
 /* dQ of Q block fa_bid_x(), over the K/V blocks it sees. */
 FA_KERNEL(${args.entry}_dq, ${NT})
 {
@@ -282,6 +286,108 @@ $ end
     const int e = tid + t * ${NT};
     const int r = e / ${D}, d = e - r * ${D};
     if (e < ${BM * D} && q0 + r < p.seq_q) fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, dq[t] * scale);
+  }
+}
+$ end
+
+$ if fa1 then
+$ -- dK's and dV's float accumulators, (seq_k, 2 dim) per (batch, K/V head):
+$ -- dK's row, then dV's.
+$ local function kv_acc()
+  acc_t *const kvacc = (acc_t *)p.ws2 + ((long long)b * p.heads + hk) * p.seq_k * ${2 * D};
+$ end
+
+/* Zeros into the accumulators of K/V block fa_bid_x() (the group's first
+** query head's CTA, under GQA). */
+FA_KERNEL(${args.entry}_kvzero, ${NT})
+{
+  $ setup(false)
+  if (h % (p.kv_group > 1 ? p.kv_group : 1)) return;
+  $ kv_acc()
+  const int k0 = fa_bid_x() * ${BN};
+  for (int e = tid; e < ${BN * 2 * D}; e += ${NT})
+    if (k0 + e / ${2 * D} < p.seq_k) fa_st_${T}(kvacc + (long long)k0 * ${2 * D} + e, (acc_t)0);
+}
+
+/* FlashAttention-1's order: Q block fa_bid_x() walks the K/V blocks it
+** sees, P and dS recomputed as in dkdv; dQ in registers, written once;
+** each K/V block's shares of dV (P^T dO) and dK (dS^T Q) added to float
+** accumulators with atomics, across every Q block's CTA. */
+FA_KERNEL(${args.entry}_fa1, ${NT})
+{
+  $ setup()
+  $ tiles()
+  acc_t *const Ps = sm + ${P.off_p};
+  $ kv_acc()
+  acc_t *const dqg = (acc_t *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  const int q0 = fa_bid_x() * ${BM};
+  acc_t dq[${P.RQ}];
+  FA_UNROLL
+  for (int t = 0; t < ${P.RQ}; ++t) dq[t] = 0;
+  $ load_q("q0")
+$ if causal then
+  /* The block's last row sees keys up to q0 + ${BM - 1} + off. */
+  int kend = q0 + ${BM} + off;
+  kend = kend < 0 ? 0 : kend > p.seq_k ? p.seq_k : kend;
+$ else
+  const int kend = p.seq_k;
+$ end
+  for (int k0 = 0; k0 < kend; k0 += ${BN}) {
+    $ load_kv("k0")
+    fa_syncthreads();
+    $ recompute("q0", "k0", true)
+    fa_syncthreads();
+    FA_UNROLL
+    for (int t = 0; t < ${P.RQ}; ++t) {
+      const int e = tid + t * ${NT};
+      if (e < ${BM * D}) {
+        const int r = e / ${D}, d = e - r * ${D};
+        acc_t a = 0;
+        FA_UNROLL_BY(4)
+        for (int n = 0; n < ${BN}; ++n)
+          a += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Ks + n * ${DS} + d);
+        dq[t] += a;
+      }
+    }
+    for (int e = tid; e < ${BN * D}; e += ${NT}) {
+      const int n = e / ${D}, d = e - n * ${D};
+      if (k0 + n < p.seq_k) {
+        acc_t av = 0, ak = 0;
+        FA_UNROLL_BY(4)
+        for (int r = 0; r < ${BM}; ++r) {
+          av += fa_lds_${T}(Ps + r * ${NS} + n) * fa_lds_${T}(dOs + r * ${DS} + d);
+          ak += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Qs + r * ${DS} + d);
+        }
+        fa_atomic_add_${T}(kvacc + (long long)(k0 + n) * ${2 * D} + d, ak);
+        fa_atomic_add_${T}(kvacc + (long long)(k0 + n) * ${2 * D} + ${D} + d, av);
+      }
+    }
+    fa_syncthreads(); /* K, V, P and dS are read: the next K/V block may load */
+  }
+  FA_UNROLL
+  for (int t = 0; t < ${P.RQ}; ++t) {
+    const int e = tid + t * ${NT};
+    const int r = e / ${D}, d = e - r * ${D};
+    if (e < ${BM * D} && q0 + r < p.seq_q) fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, dq[t] * scale);
+  }
+}
+
+/* dK = scale * its accumulator, dV = its own, for K/V block fa_bid_x(). */
+FA_KERNEL(${args.entry}_kvconvert, ${NT})
+{
+  $ setup(false)
+  if (h % (p.kv_group > 1 ? p.kv_group : 1)) return;
+  $ kv_acc()
+  acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + hk * p.dk_sh;
+  acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + hk * p.dv_sh;
+  const int k0 = fa_bid_x() * ${BN};
+  for (int e = tid; e < ${BN * D}; e += ${NT}) {
+    const int n = e / ${D}, d = e - n * ${D};
+    if (k0 + n < p.seq_k) {
+      const acc_t *const row = kvacc + (long long)(k0 + n) * ${2 * D};
+      fa_st_${T}(dkg + (k0 + n) * p.dk_sn + d, fa_ld_${T}(row + d) * scale);
+      fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, fa_ld_${T}(row + ${D} + d));
+    }
   }
 }
 $ end

@@ -14,6 +14,13 @@
 --         block's dS K to a float accumulator with atomics as it goes,
 --         and this launch scales it into dQ: no recomputation, but the
 --         order of the adds, and so dQ's last bits, vary from run to run.
+-- With order = q, FlashAttention-1's order instead: parallel over Q blocks
+-- (the main kernel, fa1), each walking the K/V blocks it sees with dQ in
+-- registers, written once, and adding its shares of dK and dV to float
+-- accumulators with atomics (kvzero zeroes them first, kvconvert scales
+-- them into dK and dV): what FlashAttention-2's order saves is those
+-- atomics and their accumulators' traffic. (FA1 kept the forward pass's
+-- row max and sum apart; this one reads the logsumexp, as FA2.)
 
 local simtbwd = { name = "simtbwd", version = 3 }
 local enum = require("enum")
@@ -37,15 +44,16 @@ simtbwd.axes = {
   int_axis("block_n", 1, 256, { prefix = "n" }),
   int_axis("warps", 1, 32, { prefix = "w" }),
   enum_axis("dq", { "separate", "atomic" }, { separate = "dqpass", atomic = "dqatomic" }),
+  enum_axis("order", { "kv", "q" }, { kv = "", q = "fa1" }),
 }
 simtbwd.axis = enum.index(simtbwd.axes)
 simtbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "dq" },
-                   { "causal" } }
+                   { "order" }, { "causal" } }
 
 function simtbwd.defaults(problem)
   return { dtype = problem.dtype or "fp32", dim = problem.dim or 64,
            causal = problem.causal or 0, block_m = 32, block_n = 32, warps = 4,
-           dq = "separate" }
+           dq = "separate", order = "kv" }
 end
 
 -- fp64 at head dims over 128 holds its 32x32 tiles in no sm_80 shared
@@ -84,6 +92,9 @@ function simtbwd.plan(c)
 end
 
 function simtbwd.fits(c, _, target)
+  if c.order == "q" and c.dq == "atomic" then
+    return false, "FlashAttention-1's order writes dQ from its own CTA (dq=separate); dK and dV take the atomics"
+  end
   local P = simtbwd.plan(c)
   if P.NT > target.max_threads then return false, "too many threads" end
   if P.smem_dkdv > target.smem then return false, "shared memory over the limit" end
@@ -98,12 +109,13 @@ local function cross(base, axes, out) enum.cross(simtbwd.axes, base, axes, out) 
 -- The default space: FlashAttention-2's square-ish tiles; "small" when
 -- none of them fits (fp64 at large head dims); "full" the whole product.
 function simtbwd.enumerate(problem, which)
-  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0,
+                 order = "kv" }
   local out = {}
   if which == "full" then
     local tiles = { 1, 2, 4, 8, 16, 32, 64, 128 }
     cross(base, { block_m = tiles, block_n = tiles, warps = { 1, 2, 4, 8 },
-                  dq = { "separate", "atomic" } }, out)
+                  dq = { "separate", "atomic" }, order = { "kv", "q" } }, out)
   elseif which == "small" then
     cross(base, { block_m = { 8, 16 }, block_n = { 8, 16 }, warps = { 2, 4 },
                   dq = { "separate", "atomic" } }, out)
@@ -112,6 +124,9 @@ function simtbwd.enumerate(problem, which)
                   dq = { "separate" } }, out)
     cross(base, { block_m = { 16, 32, 64 }, block_n = { 64 }, warps = { 4, 8 },
                   dq = { "atomic" } }, out)
+    -- FlashAttention-1's order, beside FA2's at the same tiles.
+    cross(base, { block_m = { 32, 64 }, block_n = { 32 }, warps = { 4 }, dq = { "separate" },
+                  order = { "q" } }, out)
   end
   return out
 end
@@ -123,6 +138,25 @@ function simtbwd.render(c)
                  acc = c.dtype == "fp64" and "double" or "float" }
   local ws = { { name = "delta", bytes_per_row = P.esize } }
   if c.dq == "atomic" then ws[2] = { name = "dq_acc", bytes_per_row = c.dim * P.esize } end
+  local q_grid, k_grid = { { "seq_q", c.block_m }, "heads", "batch" },
+                         { { "seq_k", c.block_n }, "heads", "batch" }
+  if c.order == "q" then
+    ws[2] = { name = "kv_acc", bytes_per_row = 2 * c.dim * P.esize, rows = "seq_k" }
+    return {
+      source = render("simtbwd.cu", args),
+      launches = {
+        { entry = entry .. "_pre", threads = P.NT, smem_bytes = 0, grid = q_grid, workspaces = ws },
+        { entry = entry .. "_kvzero", threads = P.NT, smem_bytes = 0, grid = k_grid, workspaces = ws },
+        { entry = entry .. "_fa1", threads = P.NT, smem_bytes = P.smem_dkdv, main = true,
+          grid = q_grid, workspaces = ws },
+        { entry = entry .. "_kvconvert", threads = P.NT, smem_bytes = 0, grid = k_grid,
+          workspaces = ws },
+      },
+      registers_estimate = P.reg_words_dq,
+      io_align = P.esize,
+      deterministic = false,
+    }
+  end
   local last = c.dq == "atomic"
       and { entry = entry .. "_dqconvert", threads = P.NT, smem_bytes = 0,
             grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = ws }
