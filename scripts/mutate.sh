@@ -137,6 +137,12 @@ mut tcbwd-gqa-head templates/tcbwd/tcbwd.cu \
 mut val-bwd-sampled-rows tuner/trial/validate.c \
   'const size_t row = g_ref.rows ? g_ref.rows[i] : i;' 'const size_t row = i;' \
   'test_bwd'
+mut bwd-fa1-dv-atomic templates/simtbwd/simtbwd.cu \
+  'fa_atomic_add_${T}(kvacc + (long long)(k0 + n) * ${2 * D} + ${D} + d, av);' ';' \
+  'test_bwd'
+mut ws-key-rows generator/gen.c \
+  '(size_t)(k->ws[i].key_rows ? p->seq_k : p->seq_q);' '(size_t)p->seq_q;' \
+  'test_bwd'
 mut lib-bwd-overlap lib/fatune.c \
   'if (i != w && lo[w] < hi[i] && lo[i] < hi[w])' 'if (0)' \
   'test_api'
