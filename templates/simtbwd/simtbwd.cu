@@ -45,6 +45,11 @@ $ end
   (void)sl2; (void)scale;
 $ end
 
+$ -- dK's and dV's float accumulators, (seq_k, 2 dim) per (batch, K/V head):
+$ -- dK's row, then dV's.
+$ local function kv_acc()
+  acc_t *const kvacc = (acc_t *)p.ws2 + ((long long)b * p.heads + hk) * p.seq_k * ${2 * D};
+$ end
 $ -- Shared-memory tiles of the dkdv and dq kernels.
 $ local function tiles()
   acc_t *const sm = (acc_t *)fa_smem_base();
@@ -243,82 +248,24 @@ FA_KERNEL(${args.entry}_dqconvert, ${NT})
       fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, fa_ld_${T}(qacc + (long long)(q0 + r) * ${D} + d) * scale);
   }
 }
-$ elseif not fa1 then
-/* dQ of Q block fa_bid_x(), over the K/V blocks it sees. */
-FA_KERNEL(${args.entry}_dq, ${NT})
-{
-  $ setup()
-  $ tiles()
-  acc_t *const dqg = (acc_t *)p.dq + b * p.dq_sb + h * p.dq_sh;
-  const int q0 = fa_bid_x() * ${BM};
-  acc_t dq[${P.RQ}];
-  FA_UNROLL
-  for (int t = 0; t < ${P.RQ}; ++t) dq[t] = 0;
-  $ load_q("q0")
-$ if causal then
-  /* The block's last row sees keys up to q0 + ${BM - 1} + off. */
-  int kend = q0 + ${BM} + off;
-  kend = kend < 0 ? 0 : kend > p.seq_k ? p.seq_k : kend;
 $ else
-  const int kend = p.seq_k;
-$ end
-  for (int k0 = 0; k0 < kend; k0 += ${BN}) {
-    $ load_kv("k0")
-    fa_syncthreads();
-    $ recompute("q0", "k0", false)
-    fa_syncthreads();
-    FA_UNROLL
-    for (int t = 0; t < ${P.RQ}; ++t) {
-      const int e = tid + t * ${NT};
-      if (e < ${BM * D}) {
-        const int r = e / ${D}, d = e - r * ${D};
-        acc_t a = 0;
-        FA_UNROLL_BY(4)
-        for (int n = 0; n < ${BN}; ++n)
-          a += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Ks + n * ${DS} + d);
-        dq[t] += a;
-      }
-    }
-    fa_syncthreads(); /* dS and K are read: the next K/V block may load */
-  }
-  FA_UNROLL
-  for (int t = 0; t < ${P.RQ}; ++t) {
-    const int e = tid + t * ${NT};
-    const int r = e / ${D}, d = e - r * ${D};
-    if (e < ${BM * D} && q0 + r < p.seq_q) fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, dq[t] * scale);
-  }
-}
-$ end
-
 $ if fa1 then
-$ -- dK's and dV's float accumulators, (seq_k, 2 dim) per (batch, K/V head):
-$ -- dK's row, then dV's.
-$ local function kv_acc()
-  acc_t *const kvacc = (acc_t *)p.ws2 + ((long long)b * p.heads + hk) * p.seq_k * ${2 * D};
-$ end
-
-/* Zeros into the accumulators of K/V block fa_bid_x() (the group's first
-** query head's CTA, under GQA). */
-FA_KERNEL(${args.entry}_kvzero, ${NT})
-{
-  $ setup(false)
-  if (h % (p.kv_group > 1 ? p.kv_group : 1)) return;
-  $ kv_acc()
-  const int k0 = fa_bid_x() * ${BN};
-  for (int e = tid; e < ${BN * 2 * D}; e += ${NT})
-    if (k0 + e / ${2 * D} < p.seq_k) fa_st_${T}(kvacc + (long long)k0 * ${2 * D} + e, (acc_t)0);
-}
-
 /* FlashAttention-1's order: Q block fa_bid_x() walks the K/V blocks it
 ** sees, P and dS recomputed as in dkdv; dQ in registers, written once;
 ** each K/V block's shares of dV (P^T dO) and dK (dS^T Q) added to float
 ** accumulators with atomics, across every Q block's CTA. */
 FA_KERNEL(${args.entry}_fa1, ${NT})
+$ else
+/* dQ of Q block fa_bid_x(), over the K/V blocks it sees. */
+FA_KERNEL(${args.entry}_dq, ${NT})
+$ end
 {
   $ setup()
   $ tiles()
+$ if fa1 then
   acc_t *const Ps = sm + ${P.off_p};
   $ kv_acc()
+$ end
   acc_t *const dqg = (acc_t *)p.dq + b * p.dq_sb + h * p.dq_sh;
   const int q0 = fa_bid_x() * ${BM};
   acc_t dq[${P.RQ}];
@@ -335,7 +282,7 @@ $ end
   for (int k0 = 0; k0 < kend; k0 += ${BN}) {
     $ load_kv("k0")
     fa_syncthreads();
-    $ recompute("q0", "k0", true)
+    $ recompute("q0", "k0", fa1)
     fa_syncthreads();
     FA_UNROLL
     for (int t = 0; t < ${P.RQ}; ++t) {
@@ -349,6 +296,7 @@ $ end
         dq[t] += a;
       }
     }
+$ if fa1 then
     for (int e = tid; e < ${BN * D}; e += ${NT}) {
       const int n = e / ${D}, d = e - n * ${D};
       if (k0 + n < p.seq_k) {
@@ -363,6 +311,9 @@ $ end
       }
     }
     fa_syncthreads(); /* K, V, P and dS are read: the next K/V block may load */
+$ else
+    fa_syncthreads(); /* dS and K are read: the next K/V block may load */
+$ end
   }
   FA_UNROLL
   for (int t = 0; t < ${P.RQ}; ++t) {
@@ -370,6 +321,20 @@ $ end
     const int r = e / ${D}, d = e - r * ${D};
     if (e < ${BM * D} && q0 + r < p.seq_q) fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, dq[t] * scale);
   }
+}
+$ end
+
+$ if fa1 then
+/* Zeros into the accumulators of K/V block fa_bid_x() (the group's first
+** query head's CTA, under GQA). */
+FA_KERNEL(${args.entry}_kvzero, ${NT})
+{
+  $ setup(false)
+  if (h % (p.kv_group > 1 ? p.kv_group : 1)) return;
+  $ kv_acc()
+  const int k0 = fa_bid_x() * ${BN};
+  for (int e = tid; e < ${BN * 2 * D}; e += ${NT})
+    if (k0 + e / ${2 * D} < p.seq_k) fa_st_${T}(kvacc + (long long)k0 * ${2 * D} + e, (acc_t)0);
 }
 
 /* dK = scale * its accumulator, dV = its own, for K/V block fa_bid_x(). */

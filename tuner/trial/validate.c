@@ -71,27 +71,41 @@ static long long visible(const fa_problem *p, long long r) {
   return n < 0 ? 0 : n > p->seq_k ? p->seq_k : n;
 }
 
+/* x . y over n elements of two dtype arrays. */
+static double dot_elems(const void *x, size_t xo, const void *y, size_t yo, fa_dtype t, size_t n) {
+  double acc = 0;
+  for (size_t d = 0; d < n; d++) acc += fa_elem_get(x, t, xo + d) * fa_elem_get(y, t, yo + d);
+  return acc;
+}
+
+/* Query row `row`'s scores in float64, less their maximum, exponentiated
+** into s (seq_k doubles), and their sum into *l; returns how many keys it
+** sees. */
+static long long exp_row(const val_case *c, size_t row, double *s, double *l) {
+  const fa_problem *p = &c->p;
+  const size_t D = (size_t)p->dim, ko = row / (size_t)p->seq_q * (size_t)p->seq_k * D;
+  const long long nvis = visible(p, (long long)(row % (size_t)p->seq_q));
+  const double scale = fa_problem_scale(p);
+  double m = -INFINITY;
+  for (long long j = 0; j < nvis; j++) {
+    s[j] = scale * dot_elems(c->q, row * D, c->k, ko + (size_t)j * D, p->dtype, D);
+    if (s[j] > m) m = s[j];
+  }
+  *l = 0;
+  for (long long j = 0; j < nvis; j++) *l += s[j] = exp(s[j] - m);
+  return nvis;
+}
+
 /* One row of attention in float64, from the dtype arrays: o gets dim values. */
 static void cpu_row(const val_case *c, size_t row, double *o, double *s) {
   const fa_problem *p = &c->p;
-  const size_t r = row % (size_t)p->seq_q, bh = row / (size_t)p->seq_q;
-  const size_t D = (size_t)p->dim, qo = row * D, ko = bh * (size_t)p->seq_k * D;
-  const long long nvis = visible(p, (long long)r);
-  const double scale = fa_problem_scale(p);
-  const fa_dtype t = p->dtype;
-  double m = -INFINITY, l = 0;
-  for (long long j = 0; j < nvis; j++) {
-    double dot = 0;
-    for (size_t d = 0; d < D; d++)
-      dot += fa_elem_get(c->q, t, qo + d) * fa_elem_get(c->k, t, ko + (size_t)j * D + d);
-    s[j] = scale * dot;
-    if (s[j] > m) m = s[j];
-  }
-  for (long long j = 0; j < nvis; j++) l += s[j] = exp(s[j] - m);
+  const size_t D = (size_t)p->dim, ko = row / (size_t)p->seq_q * (size_t)p->seq_k * D;
+  double l;
+  const long long nvis = exp_row(c, row, s, &l);
   for (size_t d = 0; d < D; d++) {
     double acc = 0;
     for (long long j = 0; j < nvis; j++)
-      acc += s[j] * fa_elem_get(c->v, t, ko + (size_t)j * D + d);
+      acc += s[j] * fa_elem_get(c->v, p->dtype, ko + (size_t)j * D + d);
     o[d] = nvis ? acc / l : 0;
   }
 }
@@ -153,13 +167,6 @@ done:
   return rc;
 }
 
-/* x . y over n elements of two dtype arrays. */
-static double dot_elems(const void *x, size_t xo, const void *y, size_t yo, fa_dtype t, size_t n) {
-  double acc = 0;
-  for (size_t d = 0; d < n; d++) acc += fa_elem_get(x, t, xo + d) * fa_elem_get(y, t, yo + d);
-  return acc;
-}
-
 /* Sampled dq row `row` in float64 (ref_attention_backward's formulas):
 ** its softmax row exactly, from its own scores; dq and the magnitudes of
 ** its terms, dim values each. s, dp and da hold seq_k doubles. */
@@ -167,15 +174,10 @@ static void cpu_dq_row(const val_case *c, size_t row, double *dq, double *mag, d
                        double *dp, double *da) {
   const fa_problem *p = &c->p;
   const fa_dtype t = p->dtype;
-  const size_t D = (size_t)p->dim, bh = row / (size_t)p->seq_q, ko = bh * (size_t)p->seq_k * D;
-  const long long nvis = visible(p, (long long)(row % (size_t)p->seq_q));
+  const size_t D = (size_t)p->dim, ko = row / (size_t)p->seq_q * (size_t)p->seq_k * D;
   const double scale = fa_problem_scale(p);
-  double m = -INFINITY, l = 0, sum = 0, sum_abs = 0;
-  for (long long j = 0; j < nvis; j++) {
-    s[j] = scale * dot_elems(c->q, row * D, c->k, ko + (size_t)j * D, t, D);
-    if (s[j] > m) m = s[j];
-  }
-  for (long long j = 0; j < nvis; j++) l += s[j] = exp(s[j] - m);
+  double l, sum = 0, sum_abs = 0;
+  const long long nvis = exp_row(c, row, s, &l);
   for (long long j = 0; j < nvis; j++) {
     s[j] /= l, dp[j] = da[j] = 0;
     for (size_t d = 0; d < D; d++) {
