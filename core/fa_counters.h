@@ -15,6 +15,7 @@
 #define FA_COUNTERS(X) \
   X(gmem_read, "global_bytes_read", "global bytes read")          /* global loads, cp.async sources included */ \
   X(gmem_written, "global_bytes_written", "global bytes written") /* global stores */ \
+  X(atomics, "global_atomics", "global atomic adds")              /* global atomic adds, per thread (their bytes are read and written too) */ \
   X(smem_read, "smem_bytes_read", "shared bytes read")            /* shared loads, ldmatrix included */ \
   X(smem_written, "smem_bytes_written", "shared bytes written")   /* shared stores, cp.async destinations included */ \
   X(exp2, "exp_count", "exponentials")                            /* exponentials, per thread */ \

@@ -140,6 +140,12 @@ mut val-bwd-sampled-rows tuner/trial/validate.c \
 mut bwd-fa1-dv-atomic templates/simtbwd/simtbwd.cu \
   'fa_atomic_add_${T}(kvacc + (long long)(k0 + n) * ${2 * D} + ${D} + d, av);' ';' \
   'test_bwd'
+mut bwd-causal-skip templates/simtbwd/simtbwd.cu \
+  'const int first = k0 - off > 0 ? (k0 - off) / ${BM} : 0;' 'const int first = 0;' \
+  'test_explore'
+mut bwd-model-causal templates/simtbwd/simtbwd_model.lua \
+  'if causal and k0 - off > 0 then first = (k0 - off) // BM end' 'first = 0' \
+  'test_explore'
 mut ws-key-rows generator/gen.c \
   '(size_t)(k->ws[i].key_rows ? p->seq_k : p->seq_q);' '(size_t)p->seq_q;' \
   'test_bwd'

@@ -103,6 +103,7 @@ FA_EMU_MEMORY(double, f64)
     fa_emu_check_global(t, a, (int)sizeof(T), line); \
     t->ctr->gmem_read += sizeof(T); \
     t->ctr->gmem_written += sizeof(T); \
+    t->ctr->atomics++; \
     U *bits = (U *)(void *)a, old = __atomic_load_n(bits, __ATOMIC_RELAXED), sum; \
     do { \
       T x; \

@@ -507,13 +507,13 @@ local function explorer(problem, target)
   local covers = {}
   for _, fam in ipairs(order) do
     if fam.explore then
-      covers[#covers + 1] = string.format("the %s family (%s on %s)", fam.name,
+      covers[#covers + 1] = string.format("the %s family (op %s, %s on %s)", fam.name, fam.op,
                                           table.concat(fam.axis.dtype.values, ", "),
                                           fam.targets == "any" and "any arch" or table.concat(fam.targets, ", "))
     end
   end
-  error(string.format("explore covers %s; not %s on %s", table.concat(covers, " and "),
-                      tostring(problem.dtype), target.arch), 0)
+  error(string.format("explore covers %s; not op %s in %s on %s", table.concat(covers, " and "),
+                      problem.op or "fwd", tostring(problem.dtype), target.arch), 0)
 end
 
 -- The explore plan of a problem on a target, flat for the host: the

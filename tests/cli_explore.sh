@@ -17,6 +17,10 @@
 #    --axis pingpong at dim 64, seq 128, every variant valid, the modelled
 #    counters as predicted; eager rescales more than deferred, ping-pong
 #    waits at more named barriers than none, with the same wgmma.
+#  - the backward pass (--op bwd, the simtbwd family) at dim 16, seq 100:
+#    every counter of its six variants as the model predicts; FA1's order
+#    makes 2 seq dim atomic adds per K/V block and FA2's none; dq=separate
+#    recomputes every exponential once more than dq=atomic.
 #  - bad input: one line on stderr, exit 2.
 #
 # usage: FATUNE=build/fatune bash tests/cli_explore.sh
@@ -157,6 +161,43 @@ else
   echo "SKIPPED the wg checks: the space lists no wg variant for sm_90a"
 fi
 
+# --- the backward pass (simtbwd) ---------------------------------------------------
+run bwd explore --op bwd --dim 16 --seq 100 --backend emu --seed 7 --db "$db" --json
+check "explore --op bwd --dim 16 --seq 100 exits 0" "$rc" "exit $rc: $(tail -c 400 "$tmp/bwd.err")"
+why=$(python3 - "$tmp/bwd.out" <<'EOF' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert (d["family"], d["op"]) == ("simtbwd", "bwd"), (d["family"], d["op"])
+ax = {a["axis"]: dict(zip(a["labels"], a["variants"])) for a in d["axes"]}
+assert set(ax) == {"order", "dq", "tiles"}, "axes %s" % sorted(ax)
+by = {v["name"]: v for v in d["runs"][0]["variants"]}
+errs, compared = [], 0
+for v in by.values():
+    if v["status"] != "ok":
+        errs.append("%s is %s: %s" % (v["name"], v["status"], v["message"]))
+        continue
+    for k, m in v["measured"].items():
+        compared += 1
+        if m != v["predicted"][k]:
+            errs.append("%s %s: measured %d, predicted %d" % (v["name"], k, m, v["predicted"][k]))
+assert compared == 6 * 8, "compared %d counters" % compared
+def m(axis, label, key):
+    return by[ax[axis][label]]["measured"][key]
+fa1, fa2 = m("order", "q", "global_atomics"), m("order", "kv", "global_atomics")
+if not (fa1 == 2 * 100 * 16 * 4 and fa2 == 0):
+    errs.append("atomics: FA1 %d, FA2 %d" % (fa1, fa2))
+sep, at = m("dq", "separate", "exp_count"), m("dq", "atomic", "exp_count")
+if not (sep == 2 * 100 * 100 and at == 100 * 100):
+    errs.append("exponentials: dq=separate %d, dq=atomic %d" % (sep, at))
+if errs:
+    print("; ".join(errs[:6]))
+    sys.exit(1)
+print("FA1's order %d atomic adds, FA2's none; dq=separate %d exponentials, dq=atomic %d"
+      % (fa1, sep, at))
+EOF
+)
+check "explore --op bwd JSON: ${why}" $? "$why"
+
 # --- report --------------------------------------------------------------------
 run sweep explore --dim 32 --sweep seq=32:128 --axis tiles --backend emu --seed 7 --db "$db"
 check "explore --sweep seq=32:128 --axis tiles exits 0" "$rc" \
@@ -262,8 +303,10 @@ bad "bogus" explore --axis bogus
 bad "seq=9:3" explore --sweep seq=9:3
 bad "seq=x" explore --sweep seq=x
 bad "not both" explore --sweep seq=64:128 --seq 64
-bad "the wg family (fp16, bf16 on sm_90a) and the simt family" explore --dtype fp16 --arch sm_80 \
-  --backend emu --db "$db"
+bad "the wg family (op fwd, fp16, bf16 on sm_90a) and the simt family" explore --dtype fp16 \
+  --arch sm_80 --backend emu --db "$db"
+bad "not op bwd in bf16 on sm_90" explore --op bwd --dtype bf16 --arch sm_90 --backend emu \
+  --db "$db"
 bad "the simt family has no axis 'pingpong'" explore --axis pingpong --arch sm_90 --backend emu \
   --db "$db"
 bad "pdf" report --format pdf

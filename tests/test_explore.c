@@ -20,6 +20,11 @@
 ** P from registers or shared memory, both swizzles, dims 64, 96 (padded) and 128, fp16 and
 ** bf16, causal or not, tails (seq_q 100, seq_k 200), rows and CTAs with no
 ** key, several heads.
+** Then the simtbwd family's model (templates/simtbwd/simtbwd_model.lua)
+** on every launch of the backward pass: FlashAttention-2's order with dQ
+** in a pass of its own or by atomics, FlashAttention-1's order; causal or
+** not, tails, rows with no key, fp32 and fp64; and what explore --op bwd
+** shows at its size: FA1's atomics, FA2's recomputation.
 ** The input seed is printed; FATUNE_TEST_SEED replays a run.
 */
 #include <stdio.h>
@@ -36,15 +41,16 @@ typedef struct shape {
   int dim;
   fa_dtype dtype;
   int causal, batch, heads, seq_q, seq_k;
+  fa_op op;
 } shape;
 
 static const shape shapes[] = {
-  {"block_m=16,block_n=16,warps=2,layout=pad,q=smem", 1, 16, FA_FP32, 0, 2, 1, 100, 100},
-  {"block_m=16,block_n=16,warps=2,layout=pad,q=smem", 1, 16, FA_FP32, 1, 1, 2, 70, 130},
-  {"block_m=32,block_n=8,warps=4,layout=kt,q=reg", 1, 24, FA_FP64, 1, 1, 1, 130, 70},
-  {"block_m=3,block_n=5,warps=2,layout=row,q=smem", 1, 7, FA_FP32, 0, 1, 1, 37, 53},
-  {"block_m=3,block_n=5,warps=2,layout=row,q=reg", 1, 7, FA_FP32, 1, 1, 1, 53, 37},
-  {"block_m=1,block_n=4,warps=1,layout=pad,q=smem", 0, 5, FA_FP64, 1, 1, 1, 9, 11},
+  {"block_m=16,block_n=16,warps=2,layout=pad,q=smem", 1, 16, FA_FP32, 0, 2, 1, 100, 100, FA_OP_FWD},
+  {"block_m=16,block_n=16,warps=2,layout=pad,q=smem", 1, 16, FA_FP32, 1, 1, 2, 70, 130, FA_OP_FWD},
+  {"block_m=32,block_n=8,warps=4,layout=kt,q=reg", 1, 24, FA_FP64, 1, 1, 1, 130, 70, FA_OP_FWD},
+  {"block_m=3,block_n=5,warps=2,layout=row,q=smem", 1, 7, FA_FP32, 0, 1, 1, 37, 53, FA_OP_FWD},
+  {"block_m=3,block_n=5,warps=2,layout=row,q=reg", 1, 7, FA_FP32, 1, 1, 1, 53, 37, FA_OP_FWD},
+  {"block_m=1,block_n=4,warps=1,layout=pad,q=smem", 0, 5, FA_FP64, 1, 1, 1, 9, 11, FA_OP_FWD},
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -64,7 +70,7 @@ static unsigned long long seed;
 
 static fa_problem problem_of(const shape *s) {
   fa_problem p = {.batch = s->batch, .heads = s->heads, .seq_q = s->seq_q, .seq_k = s->seq_k,
-                  .dim = s->dim, .dtype = s->dtype, .causal = s->causal};
+                  .dim = s->dim, .dtype = s->dtype, .causal = s->causal, .op = s->op};
   return p;
 }
 
@@ -72,7 +78,7 @@ static fa_problem problem_of(const shape *s) {
 static long long measured(const fa_counters *c, const char *name) {
   static const struct { const char *name; size_t off; } map[] = {
 #define M(f) {#f, offsetof(fa_counters, f)}
-    M(gmem_read), M(gmem_written), M(smem_read), M(smem_written), M(exp2), M(log2),
+    M(gmem_read), M(gmem_written), M(atomics), M(smem_read), M(smem_written), M(exp2), M(log2),
     M(rescale), M(mma), M(shuffles), M(barriers), M(warp_syncs), M(wgmma), M(wgmma_flops),
     M(tma_bytes), M(mbar_waits), M(named_waits),
 #undef M
@@ -92,7 +98,7 @@ static void check_kernel(const shape *s, const char *config, const gen_kernel *k
   val_case vc;
   attn_inputs in;
   if (val_case_make(&vc, &p, seed, err, sizeof err) != 0 ||
-      attn_inputs_upload(be, &p, vc.q, vc.k, vc.v, &in, err, sizeof err) != 0) {
+      val_inputs_upload(be, &vc, &in, err, sizeof err) != 0) {
     CHECK(0, "setting up %s: %s", k->name, err);
     return;
   }
@@ -191,12 +197,12 @@ static void test_model_relations(void) {
 /* ---- The wg family (sm_90a) ---- */
 
 static const shape wg_shapes[] = {
-  {"", 0, 64, FA_BF16, 0, 1, 2, 128, 128},
-  {"", 0, 64, FA_FP16, 1, 1, 1, 100, 200},
-  {"", 0, 128, FA_BF16, 1, 2, 1, 128, 128},
-  {"", 0, 128, FA_FP16, 0, 1, 1, 100, 200},
-  {"", 0, 64, FA_BF16, 1, 1, 2, 200, 100},   /* rows and a CTA with no key */
-  {"", 0, 96, FA_FP16, 0, 1, 1, 70, 130},    /* the head dim padded to 128 */
+  {"", 0, 64, FA_BF16, 0, 1, 2, 128, 128, FA_OP_FWD},
+  {"", 0, 64, FA_FP16, 1, 1, 1, 100, 200, FA_OP_FWD},
+  {"", 0, 128, FA_BF16, 1, 2, 1, 128, 128, FA_OP_FWD},
+  {"", 0, 128, FA_FP16, 0, 1, 1, 100, 200, FA_OP_FWD},
+  {"", 0, 64, FA_BF16, 1, 1, 2, 200, 100, FA_OP_FWD},   /* rows and a CTA with no key */
+  {"", 0, 96, FA_FP16, 0, 1, 1, 70, 130, FA_OP_FWD},    /* the head dim padded to 128 */
 };
 static const char *const wg_algos[] = {
   "norm=deferred", "norm=eager", "consumers=2,block_m=128,pingpong=1",
@@ -256,6 +262,72 @@ static int test_wg_model(void) {
   return check_done("test_explore --wg");
 }
 
+/* ---- The simtbwd family (the backward pass) ---- */
+
+static const shape bwd_shapes[] = {
+  {"block_m=32,block_n=32,warps=4", 0, 16, FA_FP32, 0, 2, 1, 100, 100, FA_OP_BWD},
+  {"block_m=16,block_n=32,warps=2", 0, 24, FA_FP32, 1, 1, 2, 70, 130, FA_OP_BWD},
+  {"block_m=32,block_n=16,warps=4", 0, 8, FA_FP64, 1, 1, 1, 130, 70, FA_OP_BWD},  /* rows with no key */
+  {"block_m=3,block_n=5,warps=1", 0, 7, FA_FP32, 1, 1, 1, 37, 53, FA_OP_BWD},     /* tiles that divide nothing */
+  {"block_m=1,block_n=4,warps=1", 0, 5, FA_FP64, 0, 1, 1, 9, 11, FA_OP_BWD},
+};
+static const char *const bwd_algos[] = {"order=kv,dq=separate", "order=kv,dq=atomic",
+                                        "order=q,dq=separate"};
+#define BWD_MAX (sizeof bwd_shapes / sizeof bwd_shapes[0] * sizeof bwd_algos / sizeof bwd_algos[0])
+
+/* The simtbwd model (templates/simtbwd/simtbwd_model.lua) against the
+** emulator on every launch of FlashAttention-2's order with both ways of
+** accumulating dQ and of FlashAttention-1's; then what explore's axes
+** show, on the model alone at its default size. */
+static void test_bwd_model(void) {
+  static gen_kernel ks[BWD_MAX];
+  static fa_build bs[BWD_MAX];
+  static char configs[BWD_MAX][200];
+  const gen_kernel *kp[BWD_MAX];
+  const shape *sh[BWD_MAX];
+  size_t n = 0;
+  for (size_t s = 0; s < sizeof bwd_shapes / sizeof bwd_shapes[0]; s++)
+    for (size_t a = 0; a < sizeof bwd_algos / sizeof bwd_algos[0]; a++) {
+      const fa_problem p = problem_of(&bwd_shapes[s]);
+      snprintf(configs[n], sizeof configs[n], "family=simtbwd,%s,%s", bwd_shapes[s].tile,
+               bwd_algos[a]);
+      if (gen_render_config(gen, configs[n], &p, &target, &ks[n]) != 0) {
+        CHECK(0, "%s: %s", configs[n], gen_errmsg(gen));
+        continue;
+      }
+      kp[n] = &ks[n], sh[n] = &bwd_shapes[s], n++;
+    }
+  char err[512];
+  CHECK(backend_compile(be, kp, n, 0, bs, err, sizeof err) == 0, "%s", err);
+  for (size_t i = 0; i < n; i++) {
+    CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
+    if (bs[i].prog) check_kernel(sh[i], configs[i], &ks[i], bs[i].prog, 12);
+    backend_build_free(be, &bs[i]);
+    gen_kernel_free(&ks[i]);
+  }
+  /* At explore's size: FA1's order pays in atomics and global writes what
+  ** FA2's pays in recomputation when dQ has a pass of its own. */
+  const fa_problem p = {.batch = 1, .heads = 1, .seq_q = 2048, .seq_k = 2048, .dim = 64,
+                        .dtype = FA_FP32, .op = FA_OP_BWD};
+  const char *fa1 = "family=simtbwd,order=q", *fa2 = "family=simtbwd,order=kv,dq=separate",
+             *at = "family=simtbwd,order=kv,dq=atomic";
+  const long long cells = 2048LL * 2048;
+  CHECK(figure(fa1, &p, "atomics") == 2 * 2048LL * 64 * (2048 / 32) &&
+        figure(fa2, &p, "atomics") == 0 && figure(at, &p, "atomics") == 2048LL * 64 * (2048 / 32),
+        "atomics: FA1 %lld, FA2 %lld, FA2 with dq=atomic %lld", figure(fa1, &p, "atomics"),
+        figure(fa2, &p, "atomics"), figure(at, &p, "atomics"));
+  CHECK(figure(fa1, &p, "exp2") == cells && figure(fa2, &p, "exp2") == 2 * cells &&
+        figure(at, &p, "exp2") == cells, "exponentials: FA1 %lld, FA2 %lld, dq=atomic %lld",
+        figure(fa1, &p, "exp2"), figure(fa2, &p, "exp2"), figure(at, &p, "exp2"));
+  CHECK(figure(fa1, &p, "gmem_written") > 4 * figure(fa2, &p, "gmem_written"),
+        "global bytes written: FA1 %lld, FA2 %lld", figure(fa1, &p, "gmem_written"),
+        figure(fa2, &p, "gmem_written"));
+  printf("bwd model at d64 seq 2048: atomics FA1 %lld, dq=atomic %lld; exponentials FA1 %lld, "
+         "FA2 %lld; global bytes written FA1 %lld, FA2 %lld\n", figure(fa1, &p, "atomics"),
+         figure(at, &p, "atomics"), figure(fa1, &p, "exp2"), figure(fa2, &p, "exp2"),
+         figure(fa1, &p, "gmem_written"), figure(fa2, &p, "gmem_written"));
+}
+
 int main(int argc, char **argv) {
   const char *env = getenv("FATUNE_TEST_SEED");
   seed = env ? strtoull(env, NULL, 10) : (unsigned long long)time(NULL);
@@ -275,6 +347,7 @@ int main(int argc, char **argv) {
   }
   test_model_matches_emulator();
   test_model_relations();
+  test_bwd_model();
   backend_close(be);
   gen_close(gen);
   return check_done("test_explore");

@@ -158,7 +158,8 @@ static void result_rows(const explore *x, int a) {
   for (int i = 0; i < d->n; i++) {
     const ex_variant *v = slot_variant(x, a, i);
     char buf[40] = "-";
-    if (v && !isnan(v->model_tflops)) snprintf(buf, sizeof buf, "%.0f", v->model_tflops);
+    if (v && !isnan(v->model_tflops))   /* a small problem's own few: two digits */
+      snprintf(buf, sizeof buf, v->model_tflops >= 10 ? "%.0f" : "%.2g", v->model_tflops);
     printf(" %13s", buf);
     if (i + 1 < d->n) printf(" %13s %7s", "", "");
   }
@@ -375,9 +376,9 @@ static void count_mismatches(explore *x) {
 
 void ex_print_start(explore *x) {
   if (!x->o->json) return;
-  printf("{\"backend\": \"%s\", \"target\": \"%s\", \"family\": \"%s\", \"dtype\": \"%s\", "
-         "\"dim\": %d, \"causal\": %s, \"seed\": %llu, ", backend_name(x->be), x->t->arch,
-         x->fam->name,
+  printf("{\"backend\": \"%s\", \"target\": \"%s\", \"family\": \"%s\", \"op\": \"%s\", "
+         "\"dtype\": \"%s\", \"dim\": %d, \"causal\": %s, \"seed\": %llu, ", backend_name(x->be),
+         x->t->arch, x->fam->name, fa_op_name(x->o->problem.op),
          fa_dtype_name(x->o->problem.dtype), x->o->problem.dim,
          x->o->problem.causal ? "true" : "false", x->seed);
   json_axes(x);
@@ -397,8 +398,9 @@ void ex_print_problem(explore *x, int first) {
     printf("]}");
     return;
   }
-  printf("%s== %s dim %d%s, seq_q %d, seq_k %d, batch %d, heads %d, on %s ==\n",
-         first ? "" : "\n", fa_dtype_name(p->dtype), p->dim, p->causal ? " causal" : "",
+  printf("%s== %s%s dim %d%s, seq_q %d, seq_k %d, batch %d, heads %d, on %s ==\n",
+         first ? "" : "\n", p->op == FA_OP_BWD ? "backward, " : "", fa_dtype_name(p->dtype),
+         p->dim, p->causal ? " causal" : "",
          p->seq_q, p->seq_k, p->batch, p->heads,
          x->gpu ? "the GPU" : "the CPU emulator (exact counts; not GPU time)");
   for (int a = 0; a < x->fam->naxes; a++)

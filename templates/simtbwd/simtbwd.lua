@@ -177,4 +177,14 @@ function simtbwd.render(c)
   }
 end
 
+-- The analytic model ----------------------------------------------------
+
+-- The emulator's counters on a problem, exactly (simtbwd_model.lua).
+function simtbwd.predict(c, problem)
+  return require("simtbwd_model").predict(c, simtbwd.plan(c), problem)
+end
+
+-- What `fatune explore --op bwd` sweeps (simtbwd_explore.lua).
+simtbwd.explore = require("simtbwd_explore")
+
 return simtbwd
