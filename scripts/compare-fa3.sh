@@ -15,6 +15,10 @@
 # With FA_CUBINS=DIR, it also compiles hdim256 and keeps the cubins there
 # as fa3_dD_sm_90a.cubin (tests/data/fa holds them gzipped, for fatune
 # model's validation and scripts/bench-model.sh).
+# With FA3_BWD=1 (or FA_CUBINS) it also compiles FA3's backward kernels
+# (hopper/instantiations/flash_bwd_hdimD_bf16_sm90.cu, D 64 and 128),
+# prints their main loop per Q block beside the forward rows, and with
+# FA_CUBINS keeps them as fa3_bwd_dD_sm_90a.cubin.
 # It downloads nothing. Needs nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin or
 # PATH) and nvdisasm. One kernel file takes a minute or more and a few GB;
 # they compile one after the other, and the cubins are kept in
@@ -55,22 +59,26 @@ done
 [ -n "$nvcc" ] || { echo "compare-fa3: no nvcc" >&2; exit 2; }
 
 # shellcheck disable=SC2054  # the comma is -gencode's, not an array separator
-flags=(-cubin -O3 -std=c++17 --ftemplate-backtrace-limit=0 --use_fast_math --resource-usage -lineinfo
+common=(-cubin -O3 -std=c++17 --ftemplate-backtrace-limit=0 --use_fast_math --resource-usage -lineinfo
        -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED -DCUTLASS_ENABLE_GDC_FOR_SM90
        -DCUTLASS_DEBUG_TRACE_LEVEL=0 -DNDEBUG
        -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__
        -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__ --expt-relaxed-constexpr
-       -DFLASHATTENTION_DISABLE_BACKWARD -DFLASHATTENTION_DISABLE_SPLIT
+       -DFLASHATTENTION_DISABLE_SPLIT
        -DFLASHATTENTION_DISABLE_PAGEDKV -DFLASHATTENTION_DISABLE_APPENDKV
        -DFLASHATTENTION_DISABLE_LOCAL -DFLASHATTENTION_DISABLE_SOFTCAP
        -DFLASHATTENTION_DISABLE_PACKGQA -DFLASHATTENTION_DISABLE_FP8
        -DFLASHATTENTION_DISABLE_VARLEN -DFLASHATTENTION_DISABLE_CLUSTER
        -DFLASHATTENTION_DISABLE_SM8x
        -gencode arch=compute_90a,code=sm_90a -I "$hopper" -I "$cutlass/include")
+# The forward kernels' compile leaves the backward pass out; the backward
+# kernels' is the same otherwise.
+flags=("${common[@]}" -DFLASHATTENTION_DISABLE_BACKWARD)
 
 # The cache key: the compiler, the flags, FA3's sources, CUTLASS's file list.
 key=$( { "$nvcc" --version; printf '%s\n' "${flags[@]}";
-         cat "$hopper"/*.h "$hopper"/*.hpp "$hopper"/instantiations/flash_fwd_hdim{64,128,256}_bf16_sm90.cu;
+         cat "$hopper"/*.h "$hopper"/*.hpp "$hopper"/instantiations/flash_fwd_hdim{64,128,256}_bf16_sm90.cu \
+             "$hopper"/instantiations/flash_bwd_hdim{64,128}_bf16_sm90.cu;
          (cd "$cutlass/include" && find . -type f -printf '%p %s %T@\n' | LC_ALL=C sort); } |
        sha256sum | cut -c1-16)
 cache="${FA3_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fatune/fa3}/$key"
@@ -90,9 +98,26 @@ for dim in $dims; do
   mv "$cache/d$dim.part" "$cache/d$dim.cubin"
 done
 
+bwd=0
+[ -n "${FA3_BWD:-}${FA_CUBINS:-}" ] && bwd=1
+for dim in 64 128; do
+  [ "$bwd" = 1 ] || break
+  if [ -s "$cache/bwd_d$dim.cubin" ] && [ -s "$cache/bwd_d$dim.log" ]; then continue; fi
+  echo "compare-fa3: compiling FA3's hdim$dim bf16 sm90 backward kernels (a minute or more)..." >&2
+  if ! nice "$nvcc" "${common[@]}" -o "$cache/bwd_d$dim.part" \
+         "$hopper/instantiations/flash_bwd_hdim${dim}_bf16_sm90.cu" >"$cache/bwd_d$dim.log" 2>&1; then
+    echo "compare-fa3: nvcc failed for the hdim$dim backward kernels:" >&2
+    tail -20 "$cache/bwd_d$dim.log" >&2
+    rm -f "$cache/bwd_d$dim.part" "$cache/bwd_d$dim.log"
+    exit 1
+  fi
+  mv "$cache/bwd_d$dim.part" "$cache/bwd_d$dim.cubin"
+done
+
 if [ -n "${FA_CUBINS:-}" ]; then
   mkdir -p "$FA_CUBINS"
   for dim in $dims; do cp "$cache/d$dim.cubin" "$FA_CUBINS/fa3_d${dim}_sm_90a.cubin"; done
+  for dim in 64 128; do cp "$cache/bwd_d$dim.cubin" "$FA_CUBINS/fa3_bwd_d${dim}_sm_90a.cubin"; done
 fi
 
 # A JSON member of one line of fatune's --json output (numbers, null).
@@ -161,5 +186,28 @@ for dim in 64 128; do
     else
       echo "| $dim | $causal | fatune wg | ${bm}x$bn | $wgs | not built | | | | |"
     fi
+  done
+done
+
+[ "$bwd" = 1 ] || exit 0
+# FA3's backward kernels (FlashAttnBwdSm90, the non-GQA epilogue, not
+# deterministic): a CTA per 128 keys walking Q blocks of kBlockM rows
+# (hopper/flash_bwd_launch_template.h: d64 128; d128 80, causal 64), two
+# MMA warpgroups; their loop per Q block per warp. fatune has no Hopper
+# backward kernel to set beside them yet.
+echo
+echo "| dim | causal | kernel | tile (keys x query rows) | consumers | insns per Q block per warp | HGMMA | non-HGMMA per HGMMA | producer insns / UTMALDG | regs / spill store bytes |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for dim in 64 128; do
+  for causal in 0 1; do
+    case "$dim/$causal" in 64/*) bm=128 ;; 128/0) bm=80 ;; 128/1) bm=64 ;; esac
+    js=$("$fatune" sass "$cache/bwd_d$dim.cubin" --json |
+         grep "FlashAttnBwdSm90.*4arch4Sm90ELb${causal}ELb0ELb0ELb0ELb0E.*CollectiveEpilogueBwdI") ||
+      { echo "compare-fa3: no FA3 backward kernel with Is_causal=$causal in hdim$dim" >&2; exit 1; }
+    [ "$(wc -l <<<"$js")" = 1 ] ||
+      { echo "compare-fa3: more than one FA3 backward kernel with Is_causal=$causal in hdim$dim" >&2; exit 1; }
+    fn=$(sed -n 's/.*"function": "\([^"]*\)".*/\1/p' <<<"$js")
+    read -r regs spill <<<"$(ptxas_usage "$cache/bwd_d$dim.log" "$fn")"
+    row "$dim" "$causal" "FA3 flash_bwd" "128x$bm" 2 "$js" "${regs:--}" "${spill:--}"
   done
 done

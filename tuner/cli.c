@@ -122,7 +122,7 @@ static const cmd_info commands[] = {
    "--op bwd models the backward pass: its main kernel (dK, dV, and dQ's atomic adds)\n"
    "simulated, with dq=separate the dQ kernel after it, its other launches at DRAM\n"
    "speed, TFLOP/s at 2.5 times the forward's FLOPs; --launch fa2 takes\n"
-   "FlashAttention-2's flash_bwd kernels.",
+   "FlashAttention-2's flash_bwd kernels, --launch fa3 FlashAttention-3's.",
    "fatune model --gpu h100 --dim 128 --seq 4096 --cubin flash_fwd.cubin --launch fa2",
    "predict a kernel's time with the timing model"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,

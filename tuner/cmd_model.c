@@ -127,12 +127,10 @@ static int trace_of(const char *text, const char *fn, const model_launch *l, con
 static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, char *err,
                       size_t errlen) {
   char pattern[256];
-  if (j->p.backward && strcmp(o->launch, "fa2") != 0)
-    return snprintf(err, errlen, "--op bwd: only FlashAttention-2's backward kernels have a "
-                    "launch here (--launch fa2)"), -1;
   if (model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0)
-    return snprintf(err, errlen, "--launch %s has no tile for head dim %d (64, 128 or 256)",
-                    o->launch, j->p.dim), -1;
+    return snprintf(err, errlen, "--launch %s has no %stile for head dim %d (%s)", o->launch,
+                    j->p.backward ? "backward " : "", j->p.dim,
+                    j->p.backward && !strcmp(o->launch, "fa3") ? "64 or 128" : "64, 128 or 256"), -1;
   char *cubin, *text;
   size_t size;
   if (read_cubin(o->cubin, &cubin, &size, err, errlen) != 0) return -1;

@@ -138,11 +138,43 @@ static int fa3(const model_problem *p, model_launch *l, char *pat, size_t n) {
   return 0;
 }
 
+/* FlashAttention-3's backward pass (hopper/flash_bwd_launch_template.h,
+** run_mha_bwd_hdim64/128 for sm_90; CollectiveMainloopBwdSm90): a CTA per
+** kBlockN = 128 keys walking blocks of kBlockM query rows, d64 128 and
+** d128 80 (causal 64); two MMA warpgroups and a producer warpgroup (its
+** TMA warp loads Q, dO, the logsumexp and dPsum, two stages each; another
+** warp adds dQ's share into the float accumulator with TMA reductions);
+** S and dP swapped (P^T in registers feeds dV's wgmma, so P never lands in
+** shared memory). Shared memory (TensorStorage): K, V, dQ's accumulator
+** tile in fp32, Q and dO (2 stages), lse and dPsum (2 stages, rows rounded
+** up to 64), dS (2 stages). A causal problem runs the LPT scheduler, whose
+** first CTAs take the key blocks every query block sees, as a plain grid's
+** do. Mainloop template flags after the arch: Is_causal, Is_local,
+** Has_softcap, Varlen, Deterministic; the epilogue is the non-GQA one. */
+static int fa3_bwd(const model_problem *p, model_launch *l, char *pat, size_t n) {
+  const int bn = 128, d = p->dim;
+  int bm;
+  if (d == 64) bm = 128;
+  else if (d == 128) bm = p->causal ? 64 : 80;
+  else return -1;
+  const int lse_rows = (bm + 63) / 64 * 64 + bm;   /* two stages, the first rounded up */
+  l->block_m = bn, l->block_n = bm;
+  l->consumers = 2;
+  l->threads = 128 * 3;
+  l->stages = 2;
+  l->dq_accum = 1;
+  l->smem_bytes = 2 * bn * d * 2 + bm * d * 4 + 2 * 2 * bm * d * 2 + 2 * lse_rows * 4 +
+                  2 * bm * bn * 2;
+  snprintf(pat, n, "FlashAttnBwdSm90*4arch4Sm90ELb%dELb0ELb0ELb0ELb0E*CollectiveEpilogueBwdI",
+           p->causal);
+  return 0;
+}
+
 int model_launch_fa(const char *which, const model_problem *p, const estimate_gpu *g,
                     model_launch *l, char *pattern, size_t n) {
   memset(l, 0, sizeof *l);
   if (!strcmp(which, "fa2")) return p->backward ? fa2_bwd(p, g, l, pattern, n) : fa2(p, g, l, pattern, n);
-  if (!strcmp(which, "fa3") && !p->backward) return fa3(p, l, pattern, n);
+  if (!strcmp(which, "fa3")) return p->backward ? fa3_bwd(p, l, pattern, n) : fa3(p, l, pattern, n);
   return -1;
 }
 

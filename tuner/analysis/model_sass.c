@@ -276,7 +276,9 @@ static int map_producer(const sass_seq *q, model_insn *m, int want, int *nrings,
   blocking_waits(q, w);
   for (int i = 0; i < q->n; i++)
     if (w[i]) ring_by_address(&q->op[i], key, &nk, 2), waits++;
-  int by_order = nk < want && waits % want == 0;
+  /* The backward pass's producer unrolls its loop over the stages, each
+  ** at an address of its own: its waits take the rings in turn. */
+  int by_order = (nk < want || p->backward) && waits % want == 0;
   if (by_order) nk = want;
   for (int pass = 0; pass < 2; pass++) {
     int ring = 0, nth = 0;
@@ -380,19 +382,35 @@ static void map_releases(const sass_seq *q, model_insn *m, int rings, const mode
 }
 
 /* The rings the consumers wait on: two when each iteration waits twice
-** per S group (K's and V's), else one (K and V in one stage). */
+** per S group (K's and V's), else one (K and V in one stage). The
+** backward pass's: one per barrier array its waits use (FlashAttention-3:
+** Q's and dO's). */
 static int consumer_rings(const sass_seq *q, const model_launch *l, const model_problem *p) {
   char *w = calloc((size_t)q->n + 1, 1);
   if (!w) return 1;
   blocking_waits(q, w);
-  int waits = 0, s_groups = 0;
+  int waits = 0, s_groups = 0, nk = 0;
+  char key[MODEL_MAX_RINGS][64];
   for (int i = 0; i < q->n; i++) {
     waits += w[i];
+    if (w[i]) ring_by_address(&q->op[i], key, &nk, MODEL_MAX_RINGS);
     s_groups += !strcmp(q->op[i].op, "HGMMA") && has(q->op[i].text, "gsb0") &&
                 !group_kind_pv(&q->op[i], l, p);
   }
   free(w);
+  if (p->backward) return nk > 0 ? nk : 1;
   return s_groups > 0 && waits == 2 * s_groups ? 2 : 1;
+}
+
+/* A named barrier of the consumers' that counts warps of no warpgroup the
+** model runs (FlashAttention-3's backward: a consumer warpgroup and the
+** warp that adds dQ's tile to global memory, 160 threads): taken as met.
+** That warp only issues a TMA reduction per block, well within a block's
+** time; the model has no role for it. */
+static void drop_foreign_barriers(model_insn *m, int n) {
+  for (int i = 0; i < n; i++)
+    if ((m[i].kind == MK_BAR_SYNC || m[i].kind == MK_BAR_ARV) && m[i].arg2 % 4 != 0)
+      m[i].kind = MK_PLAIN, m[i].pipe = MP_NONE;
 }
 
 /* Returns the blocks per iteration: the waits for ring 0. Each blocking
@@ -425,7 +443,9 @@ static int map_consumer(const sass_seq *q, model_insn *m, int rings, const model
       m[i].arg = nw ? ring_of_wait[nr < nw ? nr : nw - 1] : 0;
       nr++;
     }
-  map_releases(q, m, rings, l, p);
+  /* The backward pass frees each ring once per block, in the order of its
+  ** waits; which first moves the producer's next load by a part of a block. */
+  if (!p->backward) map_releases(q, m, rings, l, p);
   int per = 0;
   for (int i = 0; i < nw; i++) per += ring_of_wait[i] == 0;
   free(w);
@@ -495,6 +515,7 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
     if (translate(g, &t->producer, &b->insn[1])) return model_built_free(b), fail(err, errlen, "out of memory");
     int pp = map_producer(&t->producer, b->insn[1], consumer_rings(&t->loop, l, p), &k->nrings, p, l);
     int pc = map_consumer(&t->loop, b->insn[0], k->nrings, l, p);
+    if (p->backward) drop_foreign_barriers(b->insn[0], t->loop.n);
     k->stages = l->stages > 0 ? l->stages : 2;
     /* the producer: one warp of warpgroup 0; the consumers: warpgroups 1..n */
     k->role[0] = (model_role){"producer", 1, 1, b->insn[1], t->producer.n, pp, 0, 0};
