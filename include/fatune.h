@@ -102,9 +102,9 @@ typedef struct fatune_attention_args {
 /* One call of fatune_attention_backward: the forward call's q, k, v, o
 ** and logsumexp (lse, as fatune_attention wrote it), dout (the gradient
 ** of the loss with respect to o, shaped as o); dq, dk and dv receive the
-** gradients, shaped as q, k and v. K and V have as many heads as Q (the
-** backward pass of grouped-query attention is not there yet). Zero-
-** initialise it, as fatune_attention_args. */
+** gradients, shaped as q, k and v. K and V may have fewer heads than Q,
+** as in fatune_attention: dK and dV are summed over the query heads of
+** each group. Zero-initialise it, as fatune_attention_args. */
 typedef struct fatune_backward_args {
   fatune_tensor q, k, v, o, dout;
   fatune_tensor dq, dk, dv;

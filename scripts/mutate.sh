@@ -5,6 +5,11 @@
 # table (mutation, killed by, time) and the score. A mutation no test kills
 # is a gap in the tests: strengthen them until every one is killed.
 #
+# A test named py:FILE is the Python package's python/tests/FILE, run by
+# pytest ($FATUNE_PYTEST, else build/venv/bin/pytest of the tree, as
+# scripts/install-deps.sh makes it) against the scratch copy's package,
+# library and command.
+#
 # Each mutation replaces a piece of text, FROM, by TO (empty: deleted) on
 # the one line of FILE that holds FROM. The rule is on a line's content,
 # not its number, so it survives edits elsewhere; FROM must occur exactly
@@ -146,6 +151,33 @@ mut bwd-causal-skip templates/simtbwd/simtbwd.cu \
 mut bwd-model-causal templates/simtbwd/simtbwd_model.lua \
   'if causal and k0 - off > 0 then first = (k0 - off) // BM end' 'first = 0' \
   'test_explore'
+mut py-bnhd-strides python/fatune/_numpy.py \
+  'x, y, sx, sy = y, x, sy, sx' 'x, y = y, x' \
+  'py:test_numpy.py'
+mut py-negative-strides python/fatune/_numpy.py \
+  'and s[2] % es == 0 and min(s) >= 0' 'and s[2] % es == 0' \
+  'py:test_numpy.py'
+mut py-torch-bnhd-strides python/fatune/_torch.py \
+  'x, y, sx, sy = y, x, sy, sx' 'x, y = y, x' \
+  'py:test_torch.py'
+mut sweep-causal-both tuner/sweep.c \
+  'if (o->causal_both) p.causal = c;' 'if (o->causal_both) p.causal = 1;' \
+  'cli_sweep'
+mut sweep-shard-base tuner/sweep.c \
+  'shard(k, n, o->shard_i - 1, o->shard_n)' 'shard(k, n, o->shard_i, o->shard_n)' \
+  'cli_sweep'
+mut tc-fadd-rescale templates/tc/tc.cu \
+  'float rs = l_i[mt][hh] * alpha;' 'float rs = l_i[mt][hh];' \
+  'test_space'
+mut tc-step-sum templates/tc/tc.cu \
+  'l_i[mt][hh] += (x[0] + x[1]) + (x[2] + x[3]);' 'l_i[mt][hh] += (x[0] + x[1]) + x[2];' \
+  'test_space'
+mut tc-carry-v-stride templates/tc/tc.cu \
+  'vcp -= (long long)${block_n} * p.v_sn;' 'vcp -= (long long)${block_n} * p.k_sn;' \
+  'test_fuzz_layouts_many'
+mut wg-smem-slack templates/wg/wg.lua \
+  'P.smem_bytes = 1024 + P.bar_offset' 'P.smem_bytes = P.bar_offset' \
+  'test_fuzz_kernels_many|test_space'
 mut ws-key-rows generator/gen.c \
   '(size_t)(k->ws[i].key_rows ? p->seq_k : p->seq_q);' '(size_t)p->seq_q;' \
   'test_bwd'
@@ -285,6 +317,19 @@ echo "built in $(( $(now) - t0 )) s"
 
 restore() { cp "$scratch/original" "$src/$1"; }
 
+pytest=${FATUNE_PYTEST:-$root/build/venv/bin/pytest}
+# run_stage STAGE LOG: its ctest tests (or py:FILE, pytest), output to LOG.
+run_stage() {
+  if [ "${1#py:}" != "$1" ]; then
+    (cd "$src" && FATUNE_EXECUTABLE="$build/fatune" FATUNE_LIBRARY="$build/libfatune.so" \
+       PYTHONPATH="$src/python" FATUNE_KEY="$build/tests/test.key" \
+       timeout 900 "$pytest" -q -x "python/tests/${1#py:}" >"$2" 2>&1) ||
+      printf 'The following tests FAILED:\n\t  0 - %s (Failed)\n' "$1" >>"$2"
+  else
+    (cd "$build" && ctest -j "$jobs" --timeout 900 -R "^($1)\$" >"$2" 2>&1)
+  fi
+}
+
 # failed_tests LOG: the names ctest lists as failed, comma-separated.
 failed_tests() {
   awk '/The following tests FAILED:/ { on = 1; next }
@@ -309,18 +354,22 @@ for i in "${!names[@]}"; do
   else
     by= all= missing=
     for t in ${tests[$i]//|/ }; do
-      grep -qx "$t" "$scratch/tests" || missing=$t
+      if [ "${t#py:}" != "$t" ]; then
+        [ -f "$src/python/tests/${t#py:}" ] && [ -x "$pytest" ] || missing=$t
+      else
+        grep -qx "$t" "$scratch/tests" || missing=$t
+      fi
     done
     for stage in ${tests[$i]}; do
       [ -n "$missing" ] && break
-      log=$scratch/$name.$stage.log
-      (cd "$build" && ctest -j "$jobs" --timeout 900 -R "^($stage)\$" >"$log" 2>&1)
+      log=$scratch/$name.${stage//[:\/]/_}.log
+      run_stage "$stage" "$log"
       by=$(failed_tests "$log")
-      all=${all:+$all|}$stage
+      [ "${stage#py:}" = "$stage" ] && all=${all:+$all|}$stage
       [ -n "$by" ] && break
     done
     if [ -n "$missing" ]; then
-      verdict=ERROR by="no ctest test named '$missing'"
+      verdict=ERROR by="no test '$missing' (a ctest name, or py:FILE with pytest at $pytest)"
       errors=$((errors + 1))
     elif [ -z "$by" ]; then
       # None of its tests caught it: the rest of the suite.

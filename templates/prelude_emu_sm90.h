@@ -42,7 +42,7 @@ static void fa_emu_failf(fa_emu_thread *t, int line, const char *fmt, ...) {
 }
 
 FA_INLINE unsigned fa_emu_smem_offset(fa_emu_thread *t, const void *p) {
-  return (unsigned)((const unsigned char *)p - t->smem);
+  return (unsigned)((const unsigned char *)p - t->smem_window);
 }
 
 /* Every thread of the warpgroup brings n <= 32 bytes; the 128 slots are
@@ -170,7 +170,7 @@ FA_INLINE fa_emu_tmap_view fa_emu_tma_check(fa_emu_thread *t, const fa_tmap *map
                                                         : v.box_bytes;
   if (s < (uintptr_t)t->smem || s + need > (uintptr_t)t->smem_end)
     t->fault(t, FA_EMU_FAULT_SHARED, smem, (int)need, line);
-  if ((s - (uintptr_t)t->smem) % 128u)
+  if ((s - (uintptr_t)t->smem_window) % 128u)
     fa_emu_failf(t, line, "%s: shared box at offset %u not 128-byte aligned", what,
                  fa_emu_smem_offset(t, smem));
   unsigned long long end = v.elem;
@@ -198,7 +198,7 @@ FA_INLINE unsigned long long fa_emu_tma_copy(fa_emu_thread *t, const fa_emu_tma 
                         g2 < (long long)v.dims[2] && g3 >= 0 && g3 < (long long)v.dims[3];
         for (unsigned b0 = 0; b0 < v.box[0]; b0++) {
           const long long g0 = (long long)op->c[0] + b0;
-          unsigned char *s = t->smem + fa_swizzle_offset(soff + r * row + b0 * v.elem,
+          unsigned char *s = t->smem_window + fa_swizzle_offset(soff + r * row + b0 * v.elem,
                                                          (int)v.swizzle);
           if (!rin || g0 < 0 || g0 >= (long long)v.dims[0]) {
             if (!store) memset(s, 0, v.elem);
@@ -372,10 +372,10 @@ FA_INLINE void fa_emu_desc_read(fa_emu_thread *t, unsigned long long d, int mn_m
                  (unsigned)(d >> 49) & 7u);
   for (unsigned k = 0; k < 16; k++) {
     const unsigned off = fa_emu_desc_offset(d, mn_major, mn, k);
-    if (t->smem + off + 2 > t->smem_end)
-      fa_emu_failf(t, line, "wgmma: operand element at shared offset %u, past the end", off);
+    if (t->smem_window + off < t->smem || t->smem_window + off + 2 > t->smem_end)
+      fa_emu_failf(t, line, "wgmma: operand element at shared offset %u, outside the CTA's shared memory", off);
     unsigned short h;
-    memcpy(&h, t->smem + off, 2);
+    memcpy(&h, t->smem_window + off, 2);
     out[k] = bf16 ? (double)fa_bf16_to_f32(h) : (double)fa_f16_to_f32(h);
   }
 }

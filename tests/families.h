@@ -171,7 +171,7 @@ static const fam_problem simt_problems[] = {
 static const fam_axis tc_axes[] = {
   {"dtype", {"fp16", "bf16"}},
   {"causal", {"0", "1"}},
-  {"dim", {"32", "36", "64", "80", "96", "128", "160", "192", "256"}},
+  {"dim", {"32", "36", "64", "80", "96", "120", "128", "160", "192", "256"}},
   {"block_m", {"64", "128", "192"}},
   {"block_n", {"32", "48", "64", "80", "96", "112", "128", "144", "160", "176"}},
   {"warps", {"4", "8"}},
@@ -191,6 +191,7 @@ static const fam_problem tc_problems[] = {
   {32, FA_FP16, 0},  {36, FA_BF16, 1},  {64, FA_FP16, 1},  {64, FA_BF16, 0},
   {80, FA_BF16, 0},  {96, FA_FP16, 1},  {128, FA_BF16, 1}, {128, FA_FP16, 0},
   {160, FA_FP16, 0}, {192, FA_BF16, 1}, {256, FA_FP16, 1}, {256, FA_BF16, 0},
+  {120, FA_BF16, 1},  /* padded to 128: a row spans two 128-byte copy spans, the second part-used */
 };
 
 /* FlashAttention-2's own choices (d64: 128x128, 4 warps; d128: 128x64,
@@ -213,7 +214,7 @@ static const fam_ref tc_refs[] = {
 static const fam_axis wg_axes[] = {
   {"dtype", {"fp16", "bf16"}},
   {"causal", {"0", "1"}},
-  {"dim", {"64", "96", "128", "192", "256"}},
+  {"dim", {"64", "96", "120", "128", "192", "256"}},
   {"block_m", {"64", "128", "192"}},
   {"block_n", {"64", "80", "128", "176", "192"}},
   {"stages", {"2", "3"}},
@@ -228,6 +229,7 @@ static const fam_axis wg_axes[] = {
 static const fam_problem wg_problems[] = {
   {64, FA_BF16, 0},  {64, FA_FP16, 1},  {96, FA_BF16, 0},  {128, FA_BF16, 0},
   {128, FA_FP16, 1}, {192, FA_BF16, 1}, {256, FA_BF16, 0}, {256, FA_FP16, 1},
+  {120, FA_FP16, 1},  /* padded to 128 */
 };
 
 /* Warpgroup MMA: the unrolled wgmma count per consumer. */
@@ -284,7 +286,7 @@ static long simtbwd_cost(const char *config) {
 static const fam_axis tcbwd_axes[] = {
   {"dtype", {"fp16", "bf16"}},
   {"causal", {"0", "1"}},
-  {"dim", {"32", "36", "64", "96", "128", "256"}},
+  {"dim", {"32", "36", "64", "96", "120", "128", "256"}},
   {"block_m", {"16", "32", "64", "128"}},
   {"block_n", {"16", "32", "64", "128"}},
   {"warps", {"1", "2", "4", "8"}},
@@ -295,7 +297,7 @@ static const fam_axis tcbwd_axes[] = {
 
 static const fam_problem tcbwd_problems[] = {
   {32, FA_FP16, 0}, {36, FA_BF16, 1}, {64, FA_FP16, 1}, {96, FA_BF16, 0}, {128, FA_FP16, 0},
-  {256, FA_BF16, 1},
+  {256, FA_BF16, 1}, {120, FA_BF16, 1},
 };
 
 static const family families[] = {

@@ -103,7 +103,10 @@ const char *emu_compile_flags(void);
 const char *emu_compiler(void);
 
 /* The order fibers run in between barriers (emu_launch.c tells each): the
-** backend interface's schedules (backend.h). */
+** backend interface's schedules (backend.h). Under EMU_SKEW a CTA's
+** dynamic shared memory also starts 16 bytes into its 1024-aligned window
+** (the alignment CUDA promises), so that a kernel which aligns its tiles
+** further must fit the padding in the size it declares. */
 typedef fa_schedule emu_schedule;
 #define EMU_FORWARD FA_SCHED_FORWARD
 #define EMU_REVERSE FA_SCHED_REVERSE

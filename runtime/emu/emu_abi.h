@@ -11,7 +11,7 @@
 
 /* Bumped whenever a struct below or fa_params changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 9
+#define FA_EMU_ABI_VERSION 10
 
 /* Where a kernel finds the thread it runs as: each fiber's stack lies in a
 ** span of FA_EMU_STACK_SPAN bytes aligned to that size, whose last word
@@ -135,6 +135,8 @@ struct fa_emu_thread {
   int bx, by, bz;                   /* block index */
   int gx;                           /* the grid's CTAs along x */
   unsigned char *smem, *smem_end;   /* the CTA's dynamic shared memory */
+  unsigned char *smem_window;       /* where shared addresses start, 1024-aligned: descriptors,
+                                       TMA boxes and swizzles count from it, as a GPU's do */
   const fa_emu_range *ranges;       /* global buffers */
   int nranges;
   unsigned xgen;                    /* collectives this thread has been through */

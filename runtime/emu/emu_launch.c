@@ -43,6 +43,11 @@
 #define MAX_THREADS 1024
 #define MAX_SMEM (1u << 20)
 #define SMEM_ALIGN 1024u            /* the swizzle patterns repeat every 1024 bytes */
+/* Under the skew schedule a CTA's dynamic shared memory starts this far
+** into the 1024-aligned window, at the 16 bytes CUDA promises and no more:
+** a kernel that needs more alignment must make it, inside the size it
+** declares. */
+#define SMEM_SKEW 16u
 #define NAMED_BARRIERS 16
 
 enum { F_READY, F_WAIT, F_DONE };
@@ -66,6 +71,9 @@ typedef struct launch {
   char msg[512];
   fa_emu_counters total;
 } launch;
+
+/* Where the CTA's dynamic shared memory starts in its window. */
+static unsigned smem_skew(const launch *L) { return L->o->schedule == EMU_SKEW ? SMEM_SKEW : 0; }
 
 struct worker {
   launch *L;
@@ -357,7 +365,7 @@ static void start_cta(worker *w, unsigned long long cta) {
   w->bid[0] = (unsigned)(cta % a->grid[0]);
   w->bid[1] = (unsigned)(cta / a->grid[0] % a->grid[1]);
   w->bid[2] = (unsigned)(cta / a->grid[0] / a->grid[1]);
-  memset(w->smem, L->o->smem_fill, a->smem_bytes);
+  memset(w->smem, L->o->smem_fill, smem_skew(L) + a->smem_bytes);
   memset(w->warps, 0, sizeof(fa_emu_warp) * (size_t)((w->n + 31) / 32));
   memset(w->wgroups, 0, sizeof(fa_emu_wgroup) * (size_t)((w->n + 127) / 128));
   memset(w->group_arrived, 0, sizeof w->group_arrived);
@@ -381,7 +389,8 @@ static void start_cta(worker *w, unsigned long long cta) {
     t->warp_size = w->n - (i & ~31) < 32 ? w->n - (i & ~31) : 32;
     t->bx = (int)w->bid[0], t->by = (int)w->bid[1], t->bz = (int)w->bid[2];
     t->gx = (int)a->grid[0];
-    t->smem = w->smem, t->smem_end = w->smem + a->smem_bytes;
+    t->smem_window = w->smem;
+    t->smem = w->smem + smem_skew(L), t->smem_end = t->smem + a->smem_bytes;
     t->ranges = a->ranges, t->nranges = a->nranges;
     t->ctr = &w->ctr;
     t->w = &w->warps[i >> 5];
@@ -494,7 +503,7 @@ static int worker_init(worker *w, launch *L) {
       return -1;
   w->f = calloc(n, sizeof *w->f);
   w->smem = aligned_alloc(SMEM_ALIGN, (L->a->smem_bytes + SMEM_ALIGN - 1) / SMEM_ALIGN * SMEM_ALIGN
-                                          + SMEM_ALIGN * !L->a->smem_bytes);
+                                          + SMEM_ALIGN);   /* room for the skew */
   w->warps = calloc((n + 31) / 32, sizeof *w->warps);
   w->copies = calloc(n * FA_EMU_MAX_COPIES, sizeof *w->copies);
   w->wgroups = calloc((n + 127) / 128, sizeof *w->wgroups);
