@@ -197,6 +197,19 @@ prc=$?
 check "the main job --op bwd --sass ranks by the model: $why" $? \
   "exit $rc, $why: $(grep best "$tmp/tbwd.err")"
 
+# Without a GPU, --gpu names the machine the main job tunes for: its arch
+# is the target (before, the target stayed the space's default, sm_90,
+# while the model described an A100).
+v=tcbwd-bf16-d64-m128n128w8-dqatomic
+"${TIMEOUT[@]}" "$FATUNE" --op bwd --dim 64 --seq 4096 --batch 1 --heads 16 --dtype bf16 \
+  --backend emu --sass --gpu a100 --variant "$v" --json --db "$tmp/a100.db" \
+  >"$tmp/a100.json" 2>"$tmp/a100.err"
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "targeting sm_80, --gpu a100's arch" "$tmp/a100.err" &&
+  grep -q '"est_gpu": "a100"' "$tmp/a100.json" && grep -q "NVRTC sm_80" "$tmp/a100.err"
+check "the main job without a GPU targets --gpu a100's arch, sm_80" $? \
+  "exit $rc: $(head -c 600 "$tmp/a100.err")"
+
 # The known cases, on fatune's own variants compiled now. wg's K and V
 # have rings of their own (K freed after S), so the overlap variant, whose
 # P V runs under the next block's softmax, is no longer starved of copies:

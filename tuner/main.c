@@ -18,6 +18,7 @@
 #include "cmd_db.h"
 #include "commands.h"
 #include "backend.h"
+#include "estimate.h"
 #include "explore.h"
 #include "fa_proc.h"
 #include "gen.h"
@@ -87,6 +88,18 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
     if (!smem) smem = dev.smem_per_block_optin;
     if (!quiet) fprintf(stderr, "fatune: target %s (%s%s%s)\n", arch, dev.name, why[0] ? "; " : "",
                         why);
+  } else if (o->gpu) {
+    /* No GPU here, but the one named for the estimate: tune for its arch,
+    ** so the model and the compiled code describe the same machine. */
+    char why[256];
+    if (gen_device_arch(g, estimate_gpu_find(o->gpu)->arch, arch, sizeof arch, why,
+                        sizeof why) != 0) {
+      fprintf(stderr, "fatune: %s\n", gen_errmsg(g));
+      return -1;
+    }
+    if (!quiet)
+      fprintf(stderr, "fatune: %s; targeting %s, --gpu %s's arch (use --arch to choose)\n", msg,
+              arch, o->gpu);
   } else if (!quiet) {
     fprintf(stderr, "fatune: %s; targeting %s (use --arch to choose)\n", msg, arch);
   }
