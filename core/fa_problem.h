@@ -28,6 +28,8 @@ typedef struct fa_problem {
   int causal;     /* bottom-right aligned when seq_q != seq_k */
   double scale;   /* 0 means 1/sqrt(dim) */
   fa_op op;
+  int kv_group;   /* Q heads per K/V head (GQA, MQA): 0 or 1 when each has its own.
+                  ** Only launch grids over K/V heads read it; not part of a tuned key. */
 } fa_problem;
 
 /* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */

@@ -552,14 +552,17 @@ static void take_tma(lua_State *L, gen_kernel *k) {
 }
 
 /* Grid dimension d of the launch table on top: an integer, "heads",
-** "batch", or {"seq_q" | "seq_k", n} (space.check_launches has checked it). */
+** "kv_heads", "batch", or {"seq_q" | "seq_k", n} (space.check_launches has
+** checked it). */
 static gen_grid_dim take_grid_dim(lua_State *L, int d) {
   gen_grid_dim g = {GEN_GRID_FIXED, 1};
   lua_rawgeti(L, -1, d + 1);
   if (lua_isinteger(L, -1)) {
     g.n = (int)lua_tointeger(L, -1);
   } else if (lua_type(L, -1) == LUA_TSTRING) {
-    g.by = strcmp(lua_tostring(L, -1), "heads") ? GEN_GRID_BATCH : GEN_GRID_HEADS;
+    const char *s = lua_tostring(L, -1);
+    g.by = !strcmp(s, "heads") ? GEN_GRID_HEADS : !strcmp(s, "kv_heads") ? GEN_GRID_KV_HEADS
+                                                                          : GEN_GRID_BATCH;
   } else {
     lua_rawgeti(L, -1, 1);
     g.by = strcmp(lua_tostring(L, -1), "seq_q") ? GEN_GRID_SEQ_K : GEN_GRID_SEQ_Q;
@@ -1022,6 +1025,7 @@ static unsigned cdiv(long long a, long long b) { return (unsigned)((a + b - 1) /
 static unsigned grid_dim(gen_grid_dim g, const fa_problem *p) {
   switch (g.by) {
   case GEN_GRID_HEADS: return (unsigned)p->heads;
+  case GEN_GRID_KV_HEADS: return (unsigned)(p->kv_group > 1 ? p->heads / p->kv_group : p->heads);
   case GEN_GRID_BATCH: return (unsigned)p->batch;
   case GEN_GRID_SEQ_Q: return cdiv(p->seq_q, g.n);
   case GEN_GRID_SEQ_K: return cdiv(p->seq_k, g.n);

@@ -74,7 +74,7 @@ typedef struct gen_preludes {
 /* One grid dimension as a function of the problem: n itself, the heads,
 ** the batch, or ceil(seq_q / n) or ceil(seq_k / n) (n rows per CTA). */
 typedef enum gen_grid_by {
-  GEN_GRID_FIXED, GEN_GRID_HEADS, GEN_GRID_BATCH, GEN_GRID_SEQ_Q, GEN_GRID_SEQ_K
+  GEN_GRID_FIXED, GEN_GRID_HEADS, GEN_GRID_KV_HEADS, GEN_GRID_BATCH, GEN_GRID_SEQ_Q, GEN_GRID_SEQ_K
 } gen_grid_by;
 typedef struct gen_grid_dim { gen_grid_by by; int n; } gen_grid_dim;
 

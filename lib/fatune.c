@@ -593,6 +593,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   fatune_status st = check_args(x, &p);
   if (st != FATUNE_OK) return st;
   cl->fp = to_problem(&p);
+  cl->fp.kv_group = (int)(x->q.shape[1] / x->k.shape[1]);
   const fa_problem *fp = &cl->fp;
   pthread_rwlock_rdlock(&c->lock);
   cl->s = lookup(c, fp);
@@ -626,8 +627,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
                       .v_sn = x->v.stride[2], .o_sb = x->o.stride[0], .o_sh = x->o.stride[1],
                       .o_sn = x->o.stride[2], .batch = fp->batch, .heads = fp->heads,
                       .seq_q = fp->seq_q, .seq_k = fp->seq_k,
-                      .kv_group = (int)(x->q.shape[1] / x->k.shape[1]),
-                      .scale_log2 = fa_problem_scale(fp) * LOG2E};
+                      .kv_group = fp->kv_group, .scale_log2 = fa_problem_scale(fp) * LOG2E};
   cl->a.scale_log2_f32 = (float)cl->a.scale_log2;
   /* On the emulator the caller's buffers are host memory the kernel may touch. */
   for (int i = 0; i < 4; i++)
@@ -824,7 +824,7 @@ static fa_params bwd_params(const fatune_backward_args *x, const fa_problem *fp)
     .v_sb = x->v.stride[0], .v_sh = x->v.stride[1], .v_sn = x->v.stride[2],
     .o_sb = x->o.stride[0], .o_sh = x->o.stride[1], .o_sn = x->o.stride[2],
     .batch = fp->batch, .heads = fp->heads, .seq_q = fp->seq_q, .seq_k = fp->seq_k,
-    .kv_group = (int)(x->q.shape[1] / x->k.shape[1]), .scale_log2 = fa_problem_scale(fp) * LOG2E,
+    .kv_group = fp->kv_group, .scale_log2 = fa_problem_scale(fp) * LOG2E,
     .dout = x->dout.data, .dlse = x->dlse, .dq = x->dq.data, .dk = x->dk.data, .dv = x->dv.data,
     .do_sb = x->dout.stride[0], .do_sh = x->dout.stride[1], .do_sn = x->dout.stride[2],
     .dq_sb = x->dq.stride[0], .dq_sh = x->dq.stride[1], .dq_sn = x->dq.stride[2],
@@ -870,6 +870,7 @@ fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_arg
   if (st != FATUNE_OK) return st;
   fa_problem fp = to_problem(&p);
   fp.op = FA_OP_BWD;
+  fp.kv_group = (int)(x->q.shape[1] / x->k.shape[1]);  /* the launch grids over K/V heads */
   char err[512];
   int rc = backend_enter(c->be, err, sizeof err);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);

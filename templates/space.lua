@@ -105,6 +105,9 @@
 --              where each grid dimension is a function of the problem:
 --                n (a positive integer)  n
 --                "heads", "batch"        the problem's
+--                "kv_heads"              its K/V heads (heads / kv_group under
+--                                        GQA and MQA, else heads): fa_bid_y()
+--                                        is then a K/V head
 --                {"seq_q", n}            ceil(seq_q / n): n query rows per CTA
 --                {"seq_k", n}            ceil(seq_k / n)
 --              and each workspace is {name = "m_l", bytes_per_row = n}:
@@ -800,16 +803,18 @@ space.MAX_LAUNCHES = 4   -- the generator's GEN_MAX_LAUNCHES
 
 local function is_count(v) return math.type(v) == "integer" and v >= 1 end
 
--- Raise unless g is a grid dimension: a positive integer, "heads", "batch",
--- or {"seq_q", n} / {"seq_k", n} with a positive integer n.
+-- Raise unless g is a grid dimension: a positive integer, "heads",
+-- "kv_heads", "batch", or {"seq_q", n} / {"seq_k", n} with a positive
+-- integer n.
 local function check_grid_dim(where, g)
-  if is_count(g) or g == "heads" or g == "batch" then return end
+  if is_count(g) or g == "heads" or g == "kv_heads" or g == "batch" then return end
   if type(g) == "table" and (g[1] == "seq_q" or g[1] == "seq_k") and is_count(g[2])
      and g[3] == nil then
     return
   end
   error(where .. " is " .. (type(g) == "table" and "a table" or "'" .. tostring(g) .. "'")
-        .. ", not a positive integer, \"heads\", \"batch\", {\"seq_q\", n} or {\"seq_k\", n}", 0)
+        .. ", not a positive integer, \"heads\", \"kv_heads\", \"batch\", {\"seq_q\", n} or "
+        .. "{\"seq_k\", n}", 0)
 end
 
 -- Raise unless w is a workspace {name = "...", bytes_per_row = n}, of the

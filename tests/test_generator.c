@@ -228,6 +228,45 @@ static void test_configs(gen_state *g, const gen_target *t) {
   }
 }
 
+/* Under GQA the backward kernels over K/V blocks launch a CTA per K/V head
+** (grid "kv_heads"), those over Q blocks one per query head: before, the
+** dkdv grid ran every query head and all but the first of each group
+** returned at once. */
+static void test_bwd_grids(gen_state *g, const gen_target *t) {
+  static const struct { const char *config, *per_kv; fa_dtype dt; } cases[] = {
+    {"family=tcbwd,dq=atomic", "dkdv", FA_BF16},
+    {"family=tcbwd,dq=separate", "dkdv", FA_FP16},
+    {"family=simtbwd,dq=separate", "dkdv", FA_FP32},
+    {"family=simtbwd,order=q", "kvzero kvconvert", FA_FP64},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    fa_problem p = problem(64, cases[i].dt, 1);
+    p.op = FA_OP_BWD, p.heads = 12, p.seq_q = 200, p.seq_k = 300;
+    gen_kernel k;
+    const int rc = gen_render_config(g, cases[i].config, &p, t, &k);
+    CHECK(rc == 0, "%s: %s", cases[i].config, gen_errmsg(g));
+    if (rc != 0) continue;
+    int per_kv = 0;
+    for (int group = 0; group <= 4; group++) {
+      if (group == 2) continue;
+      p.kv_group = group;
+      for (int j = 0; j < k.nlaunch; j++) {
+        gen_launch l;
+        gen_launch_shape(&k, j, &p, &l);
+        const char *entry = strrchr(k.launch[j].entry, '_') + 1;
+        const int kv = strstr(cases[i].per_kv, entry) != NULL;
+        const unsigned want = kv && group > 1 ? (unsigned)(12 / group) : 12u;
+        per_kv += kv && group == 4;
+        CHECK(l.grid[1] == want && l.grid[2] == 2, "%s, kv_group %d: %s's grid %u %u %u, not "
+              "%u heads", k.name, group, entry, l.grid[0], l.grid[1], l.grid[2], want);
+      }
+    }
+    CHECK(per_kv == (strchr(cases[i].per_kv, ' ') ? 2 : 1), "%s: %d launches over K/V heads",
+          k.name, per_kv);
+    gen_kernel_free(&k);
+  }
+}
+
 /* Long configs: one clear refusal past the limit, at once (30 KB of spaces
 ** once took seconds to parse), and spaces within it trimmed. */
 static void test_long_config(gen_state *g, const gen_target *t) {
@@ -510,7 +549,7 @@ static void test_contract_ops(gen_state *g, const gen_target *t) {
      "$ local cfg = simt.defaults({dtype = 'fp32', dim = 64, causal = 0})\n"
      "$ local r = verdict(pcall(space.render, bad, cfg, space.target('sm_90')))\n",
      "family 'simt': render: launch 1: grid[1] is 'rows', not a positive integer, \"heads\", "
-     "\"batch\", {\"seq_q\", n} or {\"seq_k\", n}"},
+     "\"kv_heads\", \"batch\", {\"seq_q\", n} or {\"seq_k\", n}"},
     {"$ local r = verdict(pcall(check, { launch({ { 'seq_q', 0 }, 'heads', 'batch' }) }))\n",
      "family 'x': render: launch 1: grid[1] is a table, not a positive integer"},
     {"$ local r = verdict(pcall(check, { launch({ 1, 'heads', 'batch' }), "
@@ -603,6 +642,7 @@ int main(void) {
   test_space(g, &t);
   test_determinism(g, &t);
   test_configs(g, &t);
+  test_bwd_grids(g, &t);
   test_contract_ops(g, &t);
   test_long_config(g, &t);
   test_wg(g);

@@ -26,12 +26,18 @@ $ end
 $ -- What every kernel of the op computes from the argument block: the
 $ -- tensors of this (batch, head) (with per_head; the dkdv kernel takes
 $ -- its query heads' in its loop over them), the causal offset and the
-$ -- scales.
+$ -- scales. per_head == false: a kernel over K/V heads ("kv_heads" in its
+$ -- grid), h the first query head of its group.
 $ local function setup(per_head)
   typedef ${args.acc} acc_t;
   const int tid = fa_tid();
+  const int group = p.kv_group > 1 ? p.kv_group : 1;
+$ if per_head == false then
+  const int hk = fa_bid_y(), b = fa_bid_z(), h = hk * group;
+$ else
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);
+$ end
   const acc_t *const kg = (const acc_t *)p.k + b * p.k_sb + hk * p.k_sh;
   const acc_t *const vg = (const acc_t *)p.v + b * p.v_sb + hk * p.v_sh;
 $ if per_head ~= false then
@@ -41,7 +47,7 @@ $ end
   const acc_t sl2 = (acc_t)p.scale_log2;
   /* The softmax scale itself: dQ and dK carry it once. */
   const acc_t scale = (acc_t)(p.scale_log2 * 0.69314718055994530942);
-  (void)kg; (void)vg; (void)off;
+  (void)kg; (void)vg; (void)off; (void)group;
   (void)sl2; (void)scale;
 $ end
 
@@ -161,12 +167,9 @@ $ if not fa1 then
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
 FA_KERNEL(${args.entry}_dkdv, ${NT})
 {
+  /* Under GQA a CTA per K/V head computes dK and dV over every query head
+  ** of its group (no two CTAs write a row, and the sum has one order). */
   $ setup(false)
-  /* Under GQA the CTA of a group's first query head computes dK and dV
-  ** over every query head of the group (no two CTAs write a row, and the
-  ** sum has one order); the group's other CTAs have nothing to do. */
-  const int group = p.kv_group > 1 ? p.kv_group : 1;
-  if (h % group) return;
   $ tiles()
   acc_t *const Ps = sm + ${P.off_p};
   acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + hk * p.dk_sh;
@@ -325,12 +328,11 @@ $ end
 $ end
 
 $ if fa1 then
-/* Zeros into the accumulators of K/V block fa_bid_x() (the group's first
-** query head's CTA, under GQA). */
+/* Zeros into the accumulators of K/V block fa_bid_x() of K/V head
+** fa_bid_y(). */
 FA_KERNEL(${args.entry}_kvzero, ${NT})
 {
   $ setup(false)
-  if (h % (p.kv_group > 1 ? p.kv_group : 1)) return;
   $ kv_acc()
   const int k0 = fa_bid_x() * ${BN};
   for (int e = tid; e < ${BN * 2 * D}; e += ${NT})
@@ -341,7 +343,6 @@ FA_KERNEL(${args.entry}_kvzero, ${NT})
 FA_KERNEL(${args.entry}_kvconvert, ${NT})
 {
   $ setup(false)
-  if (h % (p.kv_group > 1 ? p.kv_group : 1)) return;
   $ kv_acc()
   acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + hk * p.dk_sh;
   acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + hk * p.dv_sh;

@@ -138,8 +138,10 @@ function simtbwd.render(c)
                  acc = c.dtype == "fp64" and "double" or "float" }
   local ws = { { name = "delta", bytes_per_row = P.esize } }
   if c.dq == "atomic" then ws[2] = { name = "dq_acc", bytes_per_row = c.dim * P.esize } end
+  -- The kernels over K/V blocks run a CTA per K/V head: under GQA each
+  -- sums over its group's query heads.
   local q_grid, k_grid = { { "seq_q", c.block_m }, "heads", "batch" },
-                         { { "seq_k", c.block_n }, "heads", "batch" }
+                         { { "seq_k", c.block_n }, "kv_heads", "batch" }
   if c.order == "q" then
     ws[2] = { name = "kv_acc", bytes_per_row = 2 * c.dim * P.esize, rows = "seq_k" }
     return {
@@ -168,7 +170,7 @@ function simtbwd.render(c)
       { entry = entry .. "_pre", threads = P.NT, smem_bytes = 0,
         grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = ws },
       { entry = entry .. "_dkdv", threads = P.NT, smem_bytes = P.smem_dkdv, main = true,
-        grid = { { "seq_k", c.block_n }, "heads", "batch" }, workspaces = ws },
+        grid = k_grid, workspaces = ws },
       last,
     },
     registers_estimate = P.reg_words,

@@ -37,12 +37,18 @@ $ end
 
 $ -- What every kernel of the op derives from the argument block: with
 $ -- per_head the tensors of this (batch, head) (the dkdv kernel takes its
-$ -- query heads' in its loop over them).
+$ -- query heads' in its loop over them). per_head == false: a kernel over
+$ -- K/V heads ("kv_heads" in its grid), h the first query head of its group.
 $ local function setup(per_head)
   const int tid = fa_tid();
   const int lane = tid & 31, warp = tid >> 5;
+  const int group = p.kv_group > 1 ? p.kv_group : 1;
+$ if per_head == false then
+  const int hk = fa_bid_y(), b = fa_bid_z(), h = hk * group;
+$ else
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);
+$ end
   const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh;
   const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
 $ if per_head ~= false then
@@ -52,7 +58,7 @@ $ end
   const float sl2 = p.scale_log2_f32;
   /* The softmax scale itself: dQ and dK carry it once. */
   const float scale = (float)(p.scale_log2 * 0.69314718055994530942);
-  (void)lane; (void)warp; (void)kg; (void)vg;
+  (void)lane; (void)warp; (void)kg; (void)vg; (void)group;
   (void)off; (void)sl2; (void)scale;
 $ end
 
@@ -349,12 +355,9 @@ $ end
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
 FA_TC_KERNEL(${args.entry}_dkdv, ${NT})
 {
+  /* Under GQA a CTA per K/V head computes dK and dV over every query head
+  ** of its group (no two CTAs write a row, and the sum has one order). */
   $ setup(false)
-  /* Under GQA the CTA of a group's first query head computes dK and dV
-  ** over every query head of the group (no two CTAs write a row, and the
-  ** sum has one order); the group's other CTAs have nothing to do. */
-  const int group = p.kv_group > 1 ? p.kv_group : 1;
-  if (h % group) return;
   $ lanes()
   const int k0 = fa_bid_x() * ${BN};
   /* This warp's keys and head-dim columns of dK and dV. */

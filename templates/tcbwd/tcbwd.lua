@@ -213,7 +213,7 @@ function tcbwd.render(c)
     launches = {
       { entry = entry .. "_pre", threads = P.NT, smem_bytes = 0, grid = q_grid, workspaces = ws },
       { entry = entry .. "_dkdv", threads = P.NT, smem_bytes = P.smem_dkdv, main = true,
-        grid = { { "seq_k", c.block_n }, "heads", "batch" }, workspaces = ws },
+        grid = { { "seq_k", c.block_n }, "kv_heads", "batch" }, workspaces = ws },
       last,
     },
     registers_estimate = math.max(P.reg_words, P.reg_words_dq),
