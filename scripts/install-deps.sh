@@ -16,10 +16,12 @@
 # /usr/local/bin) for fatune compile --sass and the SASS tests, where the
 # CUDA toolkit lacks them; Slurm (slurmctld, slurmd, slurm-client and munge)
 # and the sqlite3 shell for the test on a one-node cluster (tests/slurm.sh),
-# which starts its own daemons (the packages' services are not needed). The
-# CUDA toolkit
-# (NVRTC and cuda.h) must already be on the machine; it is not a Debian
-# package of the required version, so its absence is reported, not fixed.
+# which starts its own daemons (the packages' services are not needed).
+# fatune needs no CUDA toolkit: only NVRTC and the driver API's header.
+# Where no toolkit is found ($CUDAToolkit_ROOT, /usr/local/cuda, nvcc), they
+# come from PyPI (nvidia-cuda-nvrtc and nvidia-cuda-runtime, CUDA 13;
+# FATUNE_CUDA_WHEELS names others, e.g. their -cu12 builds for an older
+# driver) into the virtual environment, where the build finds them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,12 +41,6 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 cuda="${CUDAToolkit_ROOT:-/usr/local/cuda}"
-if [ ! -f "$cuda/include/nvrtc.h" ] && ! command -v nvcc >/dev/null 2>&1; then
-  echo "install-deps: no CUDA toolkit found (looked for $cuda/include/nvrtc.h and nvcc);" \
-       "install CUDA 12 or 13 and set CUDAToolkit_ROOT" >&2
-  exit 1
-fi
-
 venv="${FATUNE_VENV:-build/venv}"
 pip_into() {  # pip_into VENV PACKAGE...: a virtual environment with these, made when missing
   local v=$1
@@ -60,6 +56,17 @@ fi
 if [ "${FATUNE_NO_TORCH:-0}" != 1 ] && ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   echo "install-deps: PyTorch into $venv (several GB, a few minutes)"
   pip_into "$venv" torch
+fi
+# A toolkit is a compiler (nvcc) that works, or NVRTC's header where one is
+# said to be.
+if [ ! -f "$cuda/include/nvrtc.h" ] && ! nvcc --version >/dev/null 2>&1; then
+  wheels=(${FATUNE_CUDA_WHEELS:-nvidia-cuda-nvrtc nvidia-cuda-runtime})
+  if ! "$venv/bin/python" -c 'import glob, sys, nvidia
+sys.exit(not any(glob.glob(d + "/*/include/nvrtc.h") for d in nvidia.__path__))' 2>/dev/null; then
+    echo "install-deps: no CUDA toolkit (looked for $cuda/include/nvrtc.h and nvcc):" \
+         "${wheels[*]} into $venv"
+    pip_into "$venv" "${wheels[@]}"
+  fi
 fi
 if ! "$venv-numpy/bin/python" -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
   echo "install-deps: numpy, pytest and ml_dtypes into $venv-numpy (no PyTorch)"
