@@ -6,8 +6,12 @@
 # cmake -S . -B build, the build, and the main job. Its results must be those
 # of FATUNE, a fatune built with the toolkit, on the same inputs: every
 # field but NVRTC's own figures (compile time, registers, spills) and
-# wall-clock times. Exits 77 (SKIPPED) where no mount namespace can be made
-# (not root, or a container that forbids it).
+# wall-clock times. Then the Python wheel, built there (pip wheel ./python):
+# installed into a fresh virtual environment, it must run the emulator with
+# no compiler either (gcc's and the C headers' folders hidden too, PATH the
+# environment's alone), using its own (ziglang's): tests/wheel_check.py. Its
+# size and install time are printed. Exits 77 (SKIPPED) where no mount
+# namespace can be made (not root, or a container that forbids it).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 with=$(readlink -f "${1:?usage: tests/no_toolkit.sh FATUNE (a fatune built with the toolkit)}")
@@ -42,6 +46,18 @@ if ! unshare -m bash -euo pipefail -c '
   build/fatune --version
   ldd build/fatune | grep nvrtc
   build/fatune $args_text --db "$tmp/without.db" >"$tmp/without.json" 2>"$tmp/without.err"
+
+  build/venv/bin/pip wheel -q --disable-pip-version-check --no-deps -w "$tmp/dist" ./python
+  whl=$(ls "$tmp"/dist/fatune-*.whl)
+  echo "wheel $(basename "$whl"): $(($(stat -c %s "$whl") / 1024)) KiB"
+  python3 -m venv "$tmp/wv"
+  t0=$(date +%s)
+  "$tmp/wv/bin/pip" install -q --disable-pip-version-check "$whl"
+  echo "installed with its dependencies in $(($(date +%s) - t0)) s"
+  mount -t tmpfs none /usr/lib/gcc
+  mount -t tmpfs none /usr/include
+  cd "$tmp"
+  env -i HOME="$tmp" PATH="$tmp/wv/bin" "$tmp/wv/bin/python" "$tmp/src/tests/wheel_check.py"
 ' >"$tmp/inside.log" 2>&1; then
   echo "FAIL: without the toolkit: $(tail -c 2000 "$tmp/inside.log")"
   exit 1

@@ -1,8 +1,12 @@
 """libfatune through ctypes: the structs of fatune.h and one context per
 backend and device, opened on first use and kept for the process."""
 import ctypes
+import importlib.util
 import os
+import shlex
+import shutil
 import struct
+import sys
 import threading
 from pathlib import Path
 from typing import Dict, Optional, Tuple
@@ -81,6 +85,24 @@ def bin_dir() -> Path:
 def executable() -> str:
     """The fatune command: the package's, or $FATUNE_EXECUTABLE."""
     return os.environ.get("FATUNE_EXECUTABLE") or str(bin_dir() / "fatune")
+
+
+def own_compiler() -> Optional[str]:
+    """The emulator compiles kernels with $FATUNE_CC, else $CC, else cc. Where
+    there is none, the C compiler of the ziglang wheel (a dependency of the
+    wheel that stands alone, setup.py), set as $FATUNE_CC for libfatune and
+    the fatune command: so a machine without a compiler runs the emulator.
+    Returns the command set, or None."""
+    if os.environ.get("FATUNE_CC") or os.environ.get("CC") or shutil.which("cc"):
+        return None
+    if importlib.util.find_spec("ziglang") is None:
+        return None
+    cc = "%s -m ziglang cc" % shlex.quote(sys.executable)
+    os.environ["FATUNE_CC"] = cc
+    return cc
+
+
+own_compiler()
 
 
 def _load() -> ctypes.CDLL:
