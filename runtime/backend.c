@@ -227,4 +227,6 @@ int backend_gpu_arch_supported(const char *arch) { return nvrtc_arch_supported(a
 
 const char *backend_gpu_compiler_version(void) { return nvrtc_version_string(); }
 
+int backend_gpu_newest_arch(void) { return nvrtc_newest_arch(); }
+
 void backend_cleanup(void) { emu_tmp_cleanup(); }

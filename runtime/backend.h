@@ -224,6 +224,9 @@ int backend_compile_gpu(const char *source, const char *entry, const char *arch,
 void backend_compiled_free(fa_compiled *r);
 /* 1 when the GPU compiler takes the arch name, else 0. */
 int backend_gpu_arch_supported(const char *arch);
+
+/* The newest sm_ number the GPU compiler takes (90 for sm_90), 0 if unknown. */
+int backend_gpu_newest_arch(void);
 /* The GPU compiler's version ("13.0"). */
 const char *backend_gpu_compiler_version(void);
 

@@ -60,6 +60,7 @@ bad "--dim"                        --dim
 bad "fp8"                          --dtype fp8
 bad "sm_12"                        --arch sm_12
 bad "bogus"                        --arch bogus
+bad "newer NVRTC|sm_150|newest it knows is sm_" --arch sm_150
 bad "nope"                         gen --variant nope
 bad "simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem-extra" \
   gen --variant 'simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem-extra'

@@ -60,6 +60,26 @@ static const command commands[] = {
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
+/* Why arch cannot be a target, in one line after `what` ("" or "the GPU
+** ... is sm_100a: "): an arch newer than this NVRTC knows (sm_, a number
+** past its newest, and 'a' from sm_90 or 'f' from sm_100 on), or none. */
+static void refuse_arch(const char *what, const char *arch) {
+  const int newest = backend_gpu_newest_arch();
+  char *end = NULL;
+  const long num = strncmp(arch, "sm_", 3) || arch[3] < '1' || arch[3] > '9'
+                       ? 0 : strtol(arch + 3, &end, 10);
+  const int newer = num > newest && newest > 0 && num < 10000 &&
+                    (!*end || (*end == 'a' && num >= 90 && !end[1]) ||
+                     (*end == 'f' && num >= 100 && !end[1]));
+  if (newer)
+    fprintf(stderr, "fatune: %sNVRTC %s cannot compile for %s (the newest it knows is sm_%d): a "
+                    "newer NVRTC can (a newer CUDA toolkit, or pip's nvidia-cuda-nvrtc)\n",
+            what, backend_gpu_compiler_version(), arch, newest);
+  else
+    fprintf(stderr, "fatune: %sunknown arch '%s' (sm_ and the GPU's compute capability, as "
+                    "`fatune --help` lists)\n", what, arch);
+}
+
 /* The target: --arch, else the first GPU's (the arch the space targets it
 ** as: an arch-specific one where a family runs only there), else the
 ** space's default. */
@@ -68,7 +88,8 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
   int smem = o->smem;
   snprintf(arch, sizeof arch, "%s", gen_default_arch(g));
   if (o->arch) {
-    if (!backend_gpu_arch_supported(o->arch) || gen_target_for_arch(g, o->arch, smem, 0, t) != 0) {
+    if (!backend_gpu_arch_supported(o->arch)) return refuse_arch("", o->arch), -1;
+    if (gen_target_for_arch(g, o->arch, smem, 0, t) != 0) {
       fprintf(stderr, "fatune: unknown arch '%s' (sm_ and the GPU's compute capability, as "
                       "`fatune --help` lists)\n", o->arch);
       return -1;
@@ -84,6 +105,11 @@ static int resolve_target(gen_state *g, const cli_opts *o, gen_target *t, int qu
     if (gen_device_arch(g, base, arch, sizeof arch, why, sizeof why) != 0) {
       fprintf(stderr, "fatune: %s\n", gen_errmsg(g));
       return -1;
+    }
+    if (!backend_gpu_arch_supported(arch)) {  /* a GPU newer than NVRTC */
+      char what[320];
+      snprintf(what, sizeof what, "the GPU, %.200s, is %s: ", dev.name, arch);
+      return refuse_arch(what, arch), -1;
     }
     if (!smem) smem = dev.smem_per_block_optin;
     if (!quiet) fprintf(stderr, "fatune: target %s (%s%s%s)\n", arch, dev.name, why[0] ? "; " : "",

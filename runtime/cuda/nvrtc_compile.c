@@ -56,6 +56,14 @@ const char *nvrtc_version_string(void) {
   return version_str;
 }
 
+int nvrtc_newest_arch(void) {
+  pthread_once(&info_once, info_init);
+  int newest = 0;
+  for (int i = 0; i < n_archs; i++)
+    if (archs[i] > newest) newest = archs[i];
+  return newest;
+}
+
 /*
 ** Accept "sm_NN", "sm_NNa" and "sm_NNf" when NN is in NVRTC's list. The
 ** arch-specific 'a' targets exist from sm_90 on and the family-specific 'f'

@@ -25,4 +25,7 @@ int nvrtc_arch_supported(const char *arch);
 /* "13.0", for the compile cache key. */
 const char *nvrtc_version_string(void);
 
+/* The newest sm_ number NVRTC compiles for (121 for sm_121), 0 if unknown. */
+int nvrtc_newest_arch(void);
+
 #endif

@@ -211,6 +211,12 @@ faults)
   one launch:2:wrong invalid "" 120
   one alloc:9 crashed "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY" 120
   one load:2 crashed "cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE" 120
+  # A GPU newer than NVRTC: one line naming both, before anything compiles.
+  FAKECUDA_DEVICE=sm_150 run newer "${args[@]}"
+  [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/newer.err")" -eq 1 ] &&
+    grep -q "is sm_150: NVRTC [0-9.]* cannot compile for sm_150 (the newest it knows is sm_1" \
+      "$tmp/newer.err"
+  check "a GPU newer than NVRTC is refused in one line" $? "exit $rc: $(cat "$tmp/newer.err")"
   FAKECUDA_FAULT=init run init "${args[@]}"
   [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/init.err")" -eq 1 ] &&
     grep -q "no GPU: no CUDA-capable device is detected" "$tmp/init.err"

@@ -5,7 +5,7 @@
 ** (<cuda.h> maps cuMemAlloc to cuMemAlloc_v2 and so on, so defining them
 ** after including it exports the names the real driver does), for one
 ** device described by FAKECUDA_DEVICE (a100, h100 (the default), h200,
-** sm_75).
+** sm_75, sm_150: a GPU newer than any NVRTC).
 **
 ** It holds the caller to the driver's contract. Where the real driver
 ** returns an error, the fake returns the same one; where the real driver
@@ -71,6 +71,9 @@ static const fc_device devices[] = {
    1980000, 3201000, 6144, 150754820096ull},
   {"sm_75", "Tesla T4 (fakecuda)", 7, 5, 40, 65536, 65536, 65536, 1024, 16, 4194304, 1590000,
    5001000, 256, 15655829504ull},
+  /* A GPU newer than any NVRTC: fatune must refuse it in one line. */
+  {"sm_150", "NVIDIA future GPU (fakecuda)", 15, 0, 160, 232448, 233472, 65536, 2048, 32,
+   52428800, 2000000, 4000000, 8192, 150754820096ull},
 };
 
 /* ---- Objects ---- */
@@ -314,7 +317,7 @@ API CUresult cuInit(unsigned flags) {
   for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++)
     if (!strcmp(want, devices[i].key)) S.dev = &devices[i];
   if (!S.dev) {
-    note("FAKECUDA_DEVICE '%.32s' is none of a100, h100, h200, sm_75", want);
+    note("FAKECUDA_DEVICE '%.32s' is none of a100, h100, h200, sm_75, sm_150", want);
     RET(CUDA_ERROR_NO_DEVICE);
   }
   /* NVIDIA's CUDA C++ guidelines: CUDA's state is not duplicated by fork,
