@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 6          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 7          /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -160,6 +160,9 @@ typedef struct db_trial {
   const char *counters;
   int seeded;              /* seed holds the seed of the inputs */
   unsigned long long seed;
+  /* What compiled the code it ran: "NVRTC 13.0" on a GPU, the host
+  ** compiler's version line on the emulator; NULL when not said. */
+  const char *compiler;
 } db_trial;
 
 /* done = 1 when a trial with this key (any status) is recorded: a resumed

@@ -163,7 +163,7 @@ static void refused(size_t *count, char *first, size_t n, const char *what, long
 #define TRIAL_TOO_LONG \
   "CASE " LONGER("dtype", "7") LONGER("arch", "15") LONGER("status", "15") \
   LONGER("message", "65535") LONGER("counters", DBI_COUNTERS_MAX) \
-  LONGER("fatune_version", "31") LONGER("created", "31") "END"
+  LONGER("fatune_version", "31") LONGER("compiler", "159") LONGER("created", "31") "END"
 
 /* 1 with why when column col names a field too long (counted), else 0. */
 static int too_long(merge *m, sqlite3_stmt *st, int col, char *why, size_t n) {
@@ -335,8 +335,13 @@ static int trial_verdict(merge *m, sqlite3_stmt *st, db_trial *t, char *why, siz
   int rc = parent(m, T_VARIANTS, sqlite3_column_int64(st, 0), &t->variant_id, why, n);
   if (rc == 0) rc = parent(m, T_DEVICES, sqlite3_column_int64(st, 1), &t->device_id, why, n);
   if (rc != 0) return rc;
-  if (too_long(m, st, 28, why, n)) return 1;
-  const int verdict = dbi_check_trial(st, 29, why, n);
+  if (too_long(m, st, 29, why, n)) return 1;
+  const int ct = sqlite3_column_type(st, 28);
+  if (ct != SQLITE_NULL && ct != SQLITE_TEXT) {
+    snprintf(why, n, "its compiler is not text");
+    return 1;
+  }
+  const int verdict = dbi_check_trial(st, 30, why, n);
   if (verdict == DBI_ROW_BAD_CREATED) m->c->bad_created++;
   return verdict != DBI_ROW_OK || check_request(st, why, n) || trial_fits(m, st, why, n);
 }
@@ -364,6 +369,7 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
                  &t->p20_us, &t->p80_us, &t->tflops, &t->gbps};
   for (int i = 0; i < 9; i++) *r[i] = dbi_col_real(st, 11 + i);
   t->counters = sqlite3_column_type(st, 20) == SQLITE_NULL ? NULL : dbi_col_text(st, 20);
+  t->compiler = sqlite3_column_type(st, 28) == SQLITE_NULL ? NULL : dbi_col_text(st, 28);
   const char *created = dbi_col_text(st, 22);
   char ours[40];
   int found;
@@ -452,7 +458,7 @@ static int merge_all(merge *m) {
   return each_row(m, "SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
                      "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "
                      "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created, "
-                     "id, arch, req_seq_q, req_seq_k, seed, " TRIAL_TOO_LONG ", "
+                     "id, arch, req_seq_q, req_seq_k, seed, compiler, " TRIAL_TOO_LONG ", "
                      DBI_TRIAL_CHECK_COLUMNS " FROM trials ORDER BY id LIMIT ?1", m->lim->trials,
                   trial_row);
 }

@@ -100,7 +100,7 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   "d.backend, t.dtype, t.dim, t.seq_q, t.seq_k, t.batch, t.heads, t.causal, t.status, " \
   "t.message, t.max_abs_err, t.rel_err, t.lse_err, t.median_us, t.min_us, t.p20_us, " \
   "t.p80_us, t.tflops, t.gbps, t.counters, t.fatune_version, t.created, t.arch, " \
-  "t.req_seq_q, t.req_seq_k, t.seed, v.op"
+  "t.req_seq_q, t.req_seq_k, t.seed, v.op, t.compiler"
 
 #define TRIAL_JSON \
   "json_object('variant', v.name, 'hash', v.hash, 'template_version', v.template_version, " \
@@ -113,7 +113,8 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   "'min_us', t.min_us, 'p20_us', t.p20_us, 'p80_us', t.p80_us, 'tflops', t.tflops, " \
   "'gbps', t.gbps, 'counters', " JSON_OR_NULL("t.counters") ", " \
   "'fatune_version', t.fatune_version, 'created', t.created, 'arch', t.arch, " \
-  "'req_seq_q', t.req_seq_q, 'req_seq_k', t.req_seq_k, 'seed', t.seed, 'op', v.op)"
+  "'req_seq_q', t.req_seq_q, 'req_seq_k', t.req_seq_k, 'seed', t.seed, 'op', v.op, " \
+  "'compiler', t.compiler)"
 
 #define TRIAL_FROM \
   " FROM trials t JOIN variants v ON v.id = t.variant_id JOIN devices d ON d.id = t.device_id " \

@@ -255,8 +255,12 @@ static const char schema_v6[] =
   "        FROM trials t JOIN variants v ON v.id = t.variant_id WHERE t.status = 'ok'))\n"
   "WHERE rank = 1;\n";
 
+/* Version 7. What compiled a trial's code (NVRTC's version, or the host
+** compiler's on the emulator): a figure depends on it. NULL in rows before. */
+static const char schema_v7[] = "ALTER TABLE trials ADD COLUMN compiler TEXT;\n";
+
 static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4, schema_v5,
-                                    schema_v6};
+                                    schema_v6, schema_v7};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

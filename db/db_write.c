@@ -342,8 +342,8 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
         "INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, "
         "seq_q, seq_k, batch, heads, causal, status, message, max_abs_err, rel_err, lse_err, "
         "median_us, min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version, "
-        "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        "?, ?, ?, coalesce(?, " NOW ")) "
+        "compiler, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, coalesce(?, " NOW ")) "
         "ON CONFLICT (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, "
         "seq_k, batch, heads, causal) "
         "DO UPDATE SET status = excluded.status, message = excluded.message, "
@@ -352,7 +352,7 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
         "min_us = excluded.min_us, p20_us = excluded.p20_us, p80_us = excluded.p80_us, "
         "tflops = excluded.tflops, gbps = excluded.gbps, counters = excluded.counters, "
         "seed = excluded.seed, fatune_version = excluded.fatune_version, "
-        "created = excluded.created",
+        "compiler = excluded.compiler, created = excluded.created",
         &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
@@ -366,6 +366,7 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
   if (t->seeded) dbi_bind_int(&b, (long long)t->seed);   /* the bits, as SQLite's int64 */
   else dbi_bind_text(&b, NULL);
   dbi_bind_text(&b, fatune_version);
+  dbi_bind_text(&b, t->compiler);
   dbi_bind_text(&b, created);
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
   dbi_finalize(st);

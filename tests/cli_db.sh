@@ -28,6 +28,13 @@ check "tune --db exits 0" $? "$(tail -c 300 "$tmp/t.err")"
 n=$(grep -c ' ok ' "$tmp/t.out")
 [ "$(trials "$db")" -eq "$n" ] && [ "$n" -gt 0 ]
 check "every variant measured is recorded ($n trials)" $? "$(trials "$db") trials for $n ok rows"
+# Each trial says what compiled its code: on the emulator the host compiler.
+cc_line=$(${CC:-cc} --version 2>/dev/null | head -n 1)
+got=$("$FATUNE" export --format json --db "$db" | python3 -c '
+import json, sys
+print(" | ".join(sorted({r["compiler"] or "NULL" for r in json.load(sys.stdin)})))')
+[ -n "$cc_line" ] && [ "$got" = "$cc_line" ]
+check "each trial records its compiler: $got" $? "'$got', not '$cc_line'"
 # Variants that move the same bytes tie; the line the run ends with is the
 # database's own choice among them.
 best_line=$(sed -n 's/^best recorded in [^:]*: \([^ ,]*\).*/\1/p' "$tmp/t.out")

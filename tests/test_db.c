@@ -215,7 +215,7 @@ static db_trial make_trial(long long var, long long dev, int seq, double median_
                 .status = "ok", .max_abs_err = 1e-6, .rel_err = 1e-7, .lse_err = 1e-7,
                 .median_us = median_us, .min_us = median_us * 0.9, .p20_us = median_us * 0.95,
                 .p80_us = median_us * 1.1, .tflops = 100.0, .gbps = 1000.0,
-                .counters = counters, .seeded = 1, .seed = 42};
+                .counters = counters, .seeded = 1, .seed = 42, .compiler = "NVRTC 13.0"};
   return t;
 }
 
@@ -315,6 +315,8 @@ static void test_fresh(void) {
   p2.causal = 1;
   CHECK(db_trial_done(d, var, dev, &p2, &done, err, sizeof err) == 0 && !done,
         "the causal key is another trial");
+  CHECK(raw_int(path, "SELECT count(*) FROM trials WHERE compiler = 'NVRTC 13.0'") == 1,
+        "the trial's compiler recorded");
   t.median_us = 40.0;
   put(d, &t);
   CHECK(raw_int(path, "SELECT count(*) FROM trials") == 1 &&
@@ -667,7 +669,7 @@ static void test_export_formulas(void) {
           strstr(csv, ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",") &&
           strstr(csv, ",'-2+3,") && strstr(csv, ",'\tcmd,"),
           "formulas exported as they are: %s", csv);
-    CHECK(strstr(csv, ",-1,fwd\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
+    CHECK(strstr(csv, ",-1,fwd,NVRTC 13.0\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
           "numbers as numbers: %s", csv);
     printf("export formulas: %s", strchr(csv, '\n') + 1);
   }
@@ -711,10 +713,11 @@ static void test_refusals(void) {
 
   at(path, "newer.db");
   CHECK(copy_file(fresh, path) == 0, "copy");
-  CHECK(raw_exec(path, "PRAGMA user_version = 7") == 0, "set user_version 7");
   char want[128];
-  snprintf(want, sizeof want, "was written by a newer fatune (schema 7, this one knows %d)",
-           DB_SCHEMA_VERSION);
+  snprintf(want, sizeof want, "PRAGMA user_version = %d", DB_SCHEMA_VERSION + 1);
+  CHECK(raw_exec(path, want) == 0, "set user_version %d", DB_SCHEMA_VERSION + 1);
+  snprintf(want, sizeof want, "was written by a newer fatune (schema %d, this one knows %d)",
+           DB_SCHEMA_VERSION + 1, DB_SCHEMA_VERSION);
   refused(path, want, "a newer schema");
 
   unsigned char junk[8192];
@@ -1091,7 +1094,11 @@ static void test_migrate_from_five(void) {
   CHECK(raw_int(path, "PRAGMA user_version") == 5, "at version 5");
   db *d = open_ok(path);
   if (!d) return;
-  CHECK(raw_int(path, "PRAGMA user_version") == 6 && DB_SCHEMA_VERSION == 6, "migrated to 6");
+  CHECK(raw_int(path, "PRAGMA user_version") == DB_SCHEMA_VERSION, "migrated to %d",
+        DB_SCHEMA_VERSION);
+  /* Version 7: the trials' compiler, unknown (NULL) in the rows before. */
+  CHECK(raw_int(path, "SELECT count(*) FROM trials WHERE compiler IS NULL") == 3,
+        "the rows of schema 5 have no compiler");
   CHECK(raw_int(path, "SELECT count(*) FROM variants") == 2 &&
           raw_int(path, "SELECT count(*) FROM variants WHERE op = 'fwd'") == 2 &&
           raw_int(path, "SELECT count(*) FROM trials") == 3 &&

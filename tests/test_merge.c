@@ -161,7 +161,7 @@ static void test_endless_view(void) {
                       "NULL AS p80_us, NULL AS tflops, NULL AS gbps, NULL AS counters, "
                       "'0.1.0' AS fatune_version, '2024-01-01T00:00:00.000Z' AS created, "
                       "i AS id, 'sm_90' AS arch, 16 AS req_seq_q, 16 AS req_seq_k, "
-                      "NULL AS seed FROM r") == 0,
+                      "NULL AS seed, NULL AS compiler FROM r") == 0,
         "planting the view");
   db *d = open_ok(into);
   if (!d) return;
@@ -237,12 +237,18 @@ static void test_planted(void) {
     CHECK(raw_int(into, "SELECT count(*) FROM trials") == 0, "%s: nothing got in", cases[i].what);
     printf("planted %-26s %s\n", cases[i].what, err);
   }
-  /* The file untouched merges. */
+  /* The file untouched merges, each trial's compiler with it. */
   make_source(src, 2);
+  CHECK(raw_exec(src, "UPDATE trials SET compiler = 'NVRTC 13.0' WHERE seq_q = 32") == 0,
+        "a compiler");
   unlink(into);
   db_merge_counts c;
   CHECK(merge_with(into, src, NULL, &c, err, sizeof err) == 0 && c.trials_added == 3,
         "a sound file merges: %s", err);
+  CHECK(raw_int(into, "SELECT count(*) FROM trials WHERE compiler = 'NVRTC 13.0' AND "
+                      "seq_q = 32") == 1 &&
+        raw_int(into, "SELECT count(*) FROM trials WHERE compiler IS NULL") == 2,
+        "the trials' compilers merged as they were");
 }
 
 /* The destination's lock is held for lock_s at most: then the merge stops
@@ -271,9 +277,10 @@ static void test_long_fields(void) {
   char src[PATH_LEN], into[PATH_LEN], err[512] = "";
   at(src, "long.db");
   at(into, "long-into.db");
-  make_source(src, 4);
+  make_source(src, 6);
   /* Each a row a tune could record but for one field's length; a second
-  ** device with a name of 100 KB, which one trial names. */
+  ** device with a name of 100 KB, which one trial names; a compiler that
+  ** is a blob, not text. */
   CHECK(raw_exec(src,
           "UPDATE trials SET status = 'crashed', message = printf('%.*c', 100000, 'x') "
           "WHERE seq_q = 16 AND variant_id = 1;"
@@ -284,6 +291,8 @@ static void test_long_fields(void) {
           "smem_per_block_optin, l2_bytes) VALUES (printf('%.*c', 100000, 'd'), 'GPU-x', "
           "'cuda', 9, 0, 132, 1, 1);"
           "UPDATE trials SET device_id = 2 WHERE seq_q = 64;"
+          "UPDATE trials SET compiler = printf('%.*c', 5000, 'c') WHERE seq_q = 80;"
+          "UPDATE trials SET compiler = x'00ff' WHERE seq_q = 96;"
           /* A config padded with 5000 spaces: the same object to json_each. */
           "UPDATE variants SET config = config || printf('%.*c', 5000, ' ') WHERE id = 2") == 0,
         "making the long fields");
@@ -292,14 +301,15 @@ static void test_long_fields(void) {
   printf("long fields: %zu too long; devices %zu refused; variants %zu refused (%s); trials "
          "+%zu, %zu refused (%s)\n", c.too_long, c.devices_refused, c.variants_refused,
          c.variant_refused, c.trials_added, c.trials_refused, c.trial_refused);
-  /* Too long: 3 trials, the device, the variant; refused besides: the
-  ** trial on the device and the one of the variant. */
-  CHECK(c.too_long == 5 && c.devices_refused == 1 && c.variants_refused == 1 &&
-        c.trials_refused == 5 && c.trials_added == 0,
+  /* Too long: 4 trials, the device, the variant; refused besides: the
+  ** trial on the device, the one of the variant, the blob compiler's. */
+  CHECK(c.too_long == 6 && c.devices_refused == 1 && c.variants_refused == 1 &&
+        c.trials_refused == 7 && c.trials_added == 0,
         "too long %zu, devices refused %zu, variants refused %zu, trials refused %zu added %zu",
         c.too_long, c.devices_refused, c.variants_refused, c.trials_refused, c.trials_added);
   CHECK(raw_int(into, "SELECT coalesce(max(length(CAST(message AS BLOB))), 0) + "
-                      "coalesce(max(length(fatune_version)), 0) FROM trials") < 100 &&
+                      "coalesce(max(length(fatune_version)), 0) + "
+                      "coalesce(max(length(compiler)), 0) FROM trials") < 100 &&
         raw_int(into, "SELECT max(length(name)) FROM devices") < 100 &&
         raw_int(into, "SELECT count(*) FROM variants WHERE length(config) > 4096") == 0,
         "no long field got in");

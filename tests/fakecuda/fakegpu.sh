@@ -122,6 +122,13 @@ tune)
   got=$(trials "$dt")
   [ "$got" = "ok=$n" ]
   check "tune $dt: the database holds every trial" $? "$got"
+  # Each trial says what compiled its code: this NVRTC.
+  nvrtc=$("$FATUNE" --version | sed -n 's/.*(\(NVRTC [0-9.]*\)).*/\1/p')
+  got=$("$FATUNE" export --format json --db "$db" | python3 -c '
+import json, sys
+print(" | ".join(sorted({r["compiler"] or "NULL" for r in json.load(sys.stdin)})))')
+  [ -n "$nvrtc" ] && [ "$got" = "$nvrtc" ]
+  check "tune $dt: each trial records its compiler, $got" $? "'$got', not '$nvrtc'"
   run best best --dim 64 --seq 512 --dtype "$dt" --json
   best=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variant"])' "$tmp/best.out" 2>/dev/null)
   want=$(python3 -c '

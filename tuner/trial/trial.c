@@ -235,13 +235,24 @@ db_problem trial_key(const trial_env *e) {
                       .req_seq_k = a->seq_k};
 }
 
+/* What compiled the code a trial ran, for its record: "NVRTC 13.0" on a
+** GPU, the host compiler's version line on the emulator ("" unknown). */
+static void trial_compiler(const trial_env *e, char *out, size_t n) {
+  const char *target, *compiler, *options;
+  backend_cache_key(e->be, &target, &compiler, &options);
+  if (!compiler[0]) out[0] = '\0';
+  else if (strcmp(target, "host")) snprintf(out, n, "NVRTC %s", compiler);
+  else snprintf(out, n, "%s", compiler);
+}
+
 int trial_record(trial_env *e, const trial *t) {
   if (t->st == TRIAL_RECORDED || t->st == TRIAL_ENV_ERROR) return 0;
   const trial_outcome *o = &t->out;
   const fa_problem *p = e->run;
   const int ran = trial_ran(t->st), timed = o->timed;
-  char counters[600], err[512] = "";
+  char counters[600], err[512] = "", compiler[160];
   trial_counters_json(&o->r.counters, counters, sizeof counters);
+  trial_compiler(e, compiler, sizeof compiler);
   const double flops = attn_flops(p), bytes = attn_bytes(p);
   db_trial tr = {
     .variant_id = t->variant_id, .device_id = e->device_id,
@@ -252,7 +263,7 @@ int trial_record(trial_env *e, const trial *t) {
     .min_us = timed ? o->t.min_us : NAN, .p20_us = timed ? o->t.p20_us : NAN,
     .p80_us = timed ? o->t.p80_us : NAN, .tflops = timed ? flops / o->t.median_us / 1e6 : NAN,
     .gbps = timed ? bytes / o->t.median_us / 1e3 : NAN,
-    .counters = ran && !e->gpu ? counters : NULL};
+    .counters = ran && !e->gpu ? counters : NULL, .compiler = compiler[0] ? compiler : NULL};
   pthread_mutex_lock(&e->mu);
   wk_quiet_begin();   /* a worker restarted meanwhile waits (worker.h) */
   int rc = e->stopped ? -1 : db_trial_put(e->db, &tr, err, sizeof err);
