@@ -1048,10 +1048,13 @@ static CUresult elapsed(float *ms, CUevent h0, CUevent h1) {
 
 API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
 
-/* cuda.h maps cuEventElapsedTime to the _v2 name; the driver has both. */
+/* CUDA 13's cuda.h maps cuEventElapsedTime to the _v2 name; the driver has
+** both (CUDA 12's has the plain one alone, defined above). */
+#ifdef cuEventElapsedTime
 #undef cuEventElapsedTime
 API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b);
 CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
+#endif
 
 API CUresult cuEventDestroy(CUevent h) {
   LOCK();
