@@ -215,6 +215,13 @@ mut lse-log2 templates/softmax.lua \
 mut kv-outer-ml templates/simt/simt.cu \
   'fa_st_${T}(wg + gr * 2, m_i[i]);' '' \
   'test_emu test_counters'
+mut wg-ring-wrap templates/wg/wg.cu \
+  'if (f >= ${S}) fa_mbar_wait(&empty_${which}[i], ((f / ${S}) & 1) ^ 1);' \
+  'if (f > ${S}) fa_mbar_wait(&empty_${which}[i], ((f / ${S}) & 1) ^ 1);' \
+  'test_fuzz_kernels_many'
+mut wg-diag-round templates/wg/wg.cu \
+  '(q0 + off + 1) / ${BN};' '(q0 + off + ${BN}) / ${BN};' \
+  'test_fuzz_kernels_many'
 mut py-byte-strides python/fatune/_numpy.py \
   's[1] % es == 0 and s[2] % es == 0 and min(s) >= 0' 's[1] % es == 0 and min(s) >= 0' \
   'py:test_numpy.py'

@@ -52,11 +52,13 @@ check "the same command again measures nothing" $? "$(grep variants: "$tmp/t2.ou
 
 # --- SIGKILL while measuring, then resume ------------------------------------
 db="$tmp/killed.db"
-# Small trials (d16, seq 64) of a small space (4 KB of shared memory: 32
-# variants), so that a whole tune is quick; the kill then lands wherever
-# the tune is: compiling, measuring or recording.
-args=(--dtype fp32 --dim 16 --seq 64 --smem 4096 --backend emu --emu-seq 64 --jobs 1 --db "$db")
-total=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 --smem 4096 | wc -l)
+# Small trials (d16) of a small space (4 KB of shared memory: 32
+# variants), so that a whole tune is quick; the kill lands while it
+# records. At seq 64 the 32 trials were recorded within 0.3 s, and a poll
+# that saw 3 could find the tune already gone; at seq 256 they take some
+# 4 s (about 12 s in all).
+args=(--dtype fp32 --dim 16 --seq 256 --smem 4096 --backend emu --emu-seq 256 --jobs 1 --db "$db")
+total=$("$FATUNE" list --dtype fp32 --dim 16 --seq 256 --smem 4096 | wc -l)
 "$FATUNE" "${args[@]}" >"$tmp/k.out" 2>"$tmp/k.err" &
 pid=$!
 killed=0
