@@ -35,12 +35,17 @@ harness_tmp=$work
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then harness_tmp=$(mktemp -d -p /dev/shm); fi
 trap 'rm -rf "$work" "$harness_tmp"' EXIT
 
+# NVRTC's folder, for a sanitized program to find NVRTC's builtins library
+# (scripts/test.sh says why).
+nvrtc_dir=$(dirname "$(sed -n 's/^NVRTC_LIBRARY:FILEPATH=//p' "$build/CMakeCache.txt")")
+
 # One harness: runs, cov, ft and the verdict on one line.
 run_one() {
   local h=$1 dir=$work/$1 rc=0
   mkdir -p "$dir/corpus" "$dir/artifacts"
   cp tests/fuzz/corpus/"$h"/* "$dir/corpus/"
-  TMPDIR=$harness_tmp ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  TMPDIR=$harness_tmp LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$build/tests/fuzz/$h" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$dir/artifacts/" "$dir/corpus" \
     >"$dir/log" 2>&1 || rc=$?

@@ -31,7 +31,13 @@ done
 # no sanitizer anyway).
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFATUNE_SANITIZE=ON -DCMAKE_C_FLAGS=-Werror >/dev/null
 cmake --build build-asan -j "$jobs"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+# ASan's dlopen interceptor makes libasan the caller of NVRTC's own dlopen
+# of its builtins library, which then misses libnvrtc's RUNPATH ($ORIGIN):
+# where NVRTC is not in the loader's path (PyPI's, in build/venv), a
+# sanitized program must be told its folder.
+nvrtc_dir=$(dirname "$(sed -n 's/^NVRTC_LIBRARY:FILEPATH=//p' build-asan/CMakeCache.txt)")
+(cd build-asan && LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest --output-on-failure -j "$jobs" -LE slow)
 
 # The fuzz harnesses, briefly: they keep building, and a regression on the
