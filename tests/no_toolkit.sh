@@ -15,9 +15,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 with=$(readlink -f "${1:?usage: tests/no_toolkit.sh FATUNE (a fatune built with the toolkit)}")
+[ -x "$with" ] || { echo "tests/no_toolkit.sh: '$with' is not a program to run" >&2; exit 2; }
 cuda=$(readlink -f "${CUDAToolkit_ROOT:-/usr/local/cuda}")
-if [ ! -d "$cuda" ] || ! unshare -m true 2>/dev/null; then
-  echo "SKIPPED: no toolkit at $cuda to hide, or no mount namespace (unshare -m) here"
+if [ ! -d "$cuda" ] || ! unshare -m bash -c 'mount -t tmpfs none "$1"' hide "$cuda" 2>/dev/null; then
+  echo "SKIPPED: no toolkit at $cuda to hide, or no mount namespace to hide it in (unshare -m) here"
   exit 77
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fatune-no-toolkit.XXXXXX")
