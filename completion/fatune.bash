@@ -26,7 +26,7 @@ _fatune() {
       mapfile -t COMPREPLY < <(compgen -W "sm_80 sm_86 sm_89 sm_90 sm_90a sm_100 sm_120" -- "$cur")
       return ;;
     --launch) mapfile -t COMPREPLY < <(compgen -W "fa2 fa3" -- "$cur"); return ;;
-    --gpu) mapfile -t COMPREPLY < <(compgen -W "a100 h100 h200" -- "$cur"); return ;;
+    --gpu) mapfile -t COMPREPLY < <(compgen -W "a100 h100 h200 a10 rtx3090 l40s l4 rtx4090 rtx5090 t4" -- "$cur"); return ;;
     --db|--q|--k|--v|--out|--lse|--do|--o|--dq|--dk|--dv|--cubin|--plot) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
   esac
   if [[ $cur == -* ]]; then

@@ -126,7 +126,47 @@ static void test_tile_of(void) {
   CHECK(estimate_wg_tile_of(&cfg, 384, 168, 1024, &t) == -1, "no consumers");
 }
 
+/* A device's name to the GPU the model knows, word by word: A10 is not
+** A100's prefix, nor L4 L40S's; a part the table lacks (A10G) is none. */
+static void test_gpu_names(void) {
+  static const struct { const char *device, *gpu; } cases[] = {
+    {"NVIDIA A100-SXM4-80GB", "a100"}, {"NVIDIA A10", "a10"}, {"NVIDIA H100 80GB HBM3", "h100"},
+    {"NVIDIA H200", "h200"}, {"NVIDIA L4", "l4"}, {"NVIDIA L40S", "l40s"},
+    {"NVIDIA GeForce RTX 3090", "rtx3090"}, {"NVIDIA GeForce RTX 4090", "rtx4090"},
+    {"NVIDIA GeForce RTX 5090", "rtx5090"}, {"Tesla T4", "t4"}, {"NVIDIA A10G", NULL},
+    {"NVIDIA L40", NULL}, {"NVIDIA GeForce RTX 4090 D", "rtx4090"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const estimate_gpu *g = estimate_gpu_for_device(cases[i].device);
+    const char *want = cases[i].gpu;
+    CHECK(want ? g && !strcmp(g->name, want) : g == NULL, "'%s': %s, want %s", cases[i].device,
+          g ? g->name : "none", want ? want : "none");
+  }
+  /* Each arch's default GPU, and the dense peaks the datasheets state
+  ** (16-bit tensor with fp32 accumulation; fp32). */
+  static const struct { const char *arch, *gpu; } archs[] = {
+    {"sm_75", "t4"}, {"sm_80", "a100"}, {"sm_86", "a10"}, {"sm_89", "l40s"}, {"sm_90a", "h100"},
+    {"sm_120", "rtx5090"},
+  };
+  for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+    const estimate_gpu *g = estimate_gpu_for_arch(archs[i].arch);
+    CHECK(g && !strcmp(g->name, archs[i].gpu), "%s: %s", archs[i].arch, g ? g->name : "none");
+  }
+  static const struct { const char *gpu; double bf16, fp32; } peaks[] = {
+    {"t4", 65.1, 8.1}, {"a10", 125.0, 31.2}, {"rtx3090", 71.2, 35.6}, {"l4", 121.0, 30.3},
+    {"l40s", 362.0, 91.6}, {"rtx4090", 165.2, 82.6}, {"rtx5090", 209.5, 104.8},
+  };
+  for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++) {
+    const estimate_gpu *g = estimate_gpu_find(peaks[i].gpu);
+    const double b = g ? estimate_peak_tflops(g, "bf16") : 0, f = g ? estimate_peak_tflops(g, "fp32") : 0;
+    CHECK(fabs(b / peaks[i].bf16 - 1) < 0.01 && fabs(f / peaks[i].fp32 - 1) < 0.02,
+          "%s: %.1f and %.1f TFLOP/s, the datasheet's %.1f and %.1f", peaks[i].gpu, b, f,
+          peaks[i].bf16, peaks[i].fp32);
+  }
+}
+
 int main(void) {
+  test_gpu_names();
   test_tile_of();
   test_hgmma_count();
   test_bounds();

@@ -188,7 +188,7 @@ typedef struct flag_info {
 } flag_info;
 
 static const flag_info flags[] = {
-  {"dim", F_DIM, 1, "D", "head dimension, 1 to 256 (default 64); the main job: a list,\n"
+  {"dim", F_DIM, 1, "D", "head dimension, 1 to 512 (default 64); the main job: a list,\n"
                           "64,128"},
   {"dtype", F_TYPE, 1, "T", "fp32, fp64, fp16 or bf16, or half, bfloat16, ... (default:\n"
                             "the target's, as the banner says); the main job: a list"},
@@ -250,8 +250,10 @@ static const flag_info flags[] = {
                                  "the one the launch runs for the problem)"},
   {"plot", F_MODEL, 1, "FILE.png", "model: draw one steady iteration per warp role (gnuplot)"},
   {"save-cubin", F_SAVE, 1, "DIR", "write each variant's cubin to DIR/<variant name>.cubin"},
-  {"gpu", F_GPU, 1, "G", "the estimate's GPU: a100, h100 or h200 (default: the device's,\n"
-                         "else the arch's: sm_80 a100, sm_90 h100)"},
+  {"gpu", F_GPU, 1, "G", "the model's GPU: a100, h100, h200, a10, rtx3090, l40s, l4,\n"
+                         "rtx4090, rtx5090 or t4 (default: the device's, else the arch's:\n"
+                         "sm_75 t4, sm_80 a100, sm_86 a10, sm_89 l40s, sm_90 h100, sm_120\n"
+                         "rtx5090)"},
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 

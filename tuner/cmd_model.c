@@ -302,7 +302,10 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     return cli_say(EXIT_BAD_INPUT, "--plot draws one problem: give one --seq");
   j.gpu = o->gpu ? estimate_gpu_find(o->gpu) : estimate_gpu_for_arch(o->arch ? o->arch : t->arch);
   j.m = j.gpu && model_gpu_of(j.gpu, &j.machine) == 0 ? &j.machine : NULL;
-  if (!j.m) return cli_say(EXIT_BAD_INPUT, "fatune model needs --gpu a100, h100 or h200");
+  if (!j.m) {
+    fprintf(stderr, "fatune: fatune model needs --gpu %s\n", estimate_gpu_names());
+    return EXIT_BAD_INPUT;
+  }
   problem_of(o, o->problem.seq_q, o->problem.seq_k, &j.p);
   j.dtype = fa_dtype_name(o->problem.dtype);
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)

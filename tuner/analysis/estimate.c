@@ -47,6 +47,38 @@
 **      and P V on its P, so within a warp they run one after the other, and
 **      only other warps (ping-pong between warpgroups) fill the tensor
 **      cores while one computes its softmax.
+**  [T4] NVIDIA T4 datasheet and Turing architecture whitepaper (2018):
+**      40 SMs (TU104), boost 1590 MHz; FP16 tensor (mixed precision) 65
+**      TFLOP/s = 40 x 1.59 GHz x 1024 FLOP/clk/SM; 64 FP32 and 2 FP64
+**      lanes per SM; 64 KB shared memory per SM, 1024 threads and 16 CTAs
+**      per SM (compute capability 7.5, CUDA C++ Programming Guide, which
+**      reserves no shared memory per CTA there); 320 GB/s GDDR6.
+**  [GA] NVIDIA Ampere GA102 GPU Architecture (whitepaper, 2020) and the
+**      A10 datasheet: 128 FP32 and 2 FP64 lanes per SM; 100 KB shared
+**      memory per SM, 1536 threads and 16 CTAs per SM (compute capability
+**      8.6). A10: 72 SMs, boost 1695 MHz, FP16/BF16 tensor 125 TFLOP/s
+**      dense = 72 x 1.695 GHz x 1024 FLOP/clk/SM, 600 GB/s. RTX 3090: 82
+**      SMs, boost 1695 MHz, FP16 tensor with FP32 accumulation 71 TFLOP/s
+**      dense (half the 142 with FP16 accumulation: GeForce parts run the
+**      FP32-accumulating mma at half rate) = 82 x 1.695 GHz x 512, 936 GB/s.
+**  [AD] NVIDIA Ada GPU Architecture (whitepaper, 2022), and the L4 and L40S
+**      datasheets: 128 FP32 and 2 FP64 lanes per SM; 100 KB shared memory
+**      per SM, 1536 threads and 24 CTAs per SM (compute capability 8.9).
+**      L4: 58 SMs, boost 2040 MHz, FP16/BF16 tensor 121 TFLOP/s dense =
+**      58 x 2.04 GHz x 1024, 300 GB/s. L40S: 142 SMs, FP16/BF16 tensor
+**      362 TFLOP/s dense = 142 x 2.49 GHz x 1024 (the clock that figure
+**      implies; the datasheet's boost is 2520 MHz), 864 GB/s. RTX 4090: 128
+**      SMs, boost 2520 MHz, FP16 tensor with FP32 accumulation 165.2
+**      TFLOP/s dense = 128 x 2.52 GHz x 512 (half rate, as the 3090),
+**      1008 GB/s.
+**  [GB] NVIDIA RTX Blackwell GPU Architecture (whitepaper, 2025): RTX
+**      5090, 170 SMs, boost 2407 MHz, FP16 tensor with FP32 accumulation
+**      209.5 TFLOP/s dense = 170 x 2.407 GHz x 512 (half rate), 128 FP32
+**      and 2 FP64 lanes per SM, 1792 GB/s; 100 KB shared memory per SM,
+**      1536 threads and 32 CTAs per SM (compute capability 12.0).
+**  Every part above issues, reads shared memory and runs MUFU as [G]
+**  says for its compute capability: 4 schedulers, 128 bytes and 16
+**  results a clock per SM; 64K registers per SM.
 **  [W] Warp-specialized kernels (estimate_wg_compute): HGMMA at the [H]
 **      rate above (hgmma_flop_clk; 989 TFLOP/s dense FP16/BF16 on H100
 **      SXM5 and H200, NVIDIA's data sheets), TMA loads (UTMALDG) at the [B]
@@ -58,7 +90,20 @@ static const estimate_gpu gpus[] = {
    2048, 32, 3352},
   {"h200", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
    2048, 32, 4800},
+  {"a10", "sm_86", 72, 1.695, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 16, 600},
+  {"rtx3090", "sm_86", 82, 1.695, 512, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 16, 936},
+  {"l40s", "sm_89", 142, 2.49, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 864},
+  {"l4", "sm_89", 58, 2.04, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 300},
+  {"rtx4090", "sm_89", 128, 2.52, 512, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 1008},
+  {"rtx5090", "sm_120", 170, 2.407, 512, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 32,
+   1792},
+  {"t4", "sm_75", 40, 1.59, 1024, 0, 64, 2, 16, 4, 128, 65536, 65536, 0, 1024, 16, 320},
 };
+
+/* How a device names each GPU above (cudaGetDeviceProperties' name holds
+** it as a word: "NVIDIA A10", "NVIDIA GeForce RTX 4090", "Tesla T4"). */
+static const char *const device_words[] = {"A100", "H100", "H200", "A10", "RTX 3090", "L40S", "L4",
+                                           "RTX 4090", "RTX 5090", "T4"};
 
 #define NGPUS (sizeof gpus / sizeof gpus[0])
 
@@ -68,7 +113,9 @@ const estimate_gpu *estimate_gpu_find(const char *name) {
   return NULL;
 }
 
-const char *estimate_gpu_names(void) { return "a100, h100 or h200"; }
+const char *estimate_gpu_names(void) {
+  return "a100, h100, h200, a10, rtx3090, l40s, l4, rtx4090, rtx5090 or t4";
+}
 
 const estimate_gpu *estimate_gpu_for_arch(const char *arch) {
   if (!arch) return NULL;
@@ -81,10 +128,20 @@ const estimate_gpu *estimate_gpu_for_arch(const char *arch) {
   return NULL;
 }
 
+/* Whether word stands in name as a word of its own: "A10" in "NVIDIA A10"
+** and "NVIDIA A10-24GB", not in "NVIDIA A100" or "NVIDIA A10G". */
+static int has_word(const char *name, const char *word) {
+  const size_t n = strlen(word);
+  for (const char *p = strstr(name, word); p; p = strstr(p + 1, word)) {
+    const char after = p[n];
+    if ((p == name || p[-1] == ' ') && (after == '\0' || after == ' ' || after == '-')) return 1;
+  }
+  return 0;
+}
+
 const estimate_gpu *estimate_gpu_for_device(const char *device_name) {
-  static const char *const keys[] = {"A100", "H100", "H200"};
   for (size_t i = 0; device_name && i < NGPUS; i++)
-    if (strstr(device_name, keys[i])) return &gpus[i];
+    if (has_word(device_name, device_words[i])) return &gpus[i];
   return NULL;
 }
 

@@ -35,7 +35,7 @@ typedef struct estimate_gpu {
 
 /* The GPU of a name ("a100", "h100", "h200"), or NULL. */
 const estimate_gpu *estimate_gpu_find(const char *name);
-/* The names, "a100, h100 or h200". */
+/* The names, "a100, h100, ... or t4". */
 const char *estimate_gpu_names(void);
 /* The GPU an arch defaults to (sm_80: a100; sm_90, sm_90a: h100), or NULL. */
 const estimate_gpu *estimate_gpu_for_arch(const char *arch);

@@ -31,12 +31,24 @@
 **  [W] wgmma's completion after its last tensor clock: taken as the
 **      accumulator's write-back, about the shared-memory latency [D]
 **      (no published figure).
+**  [X] The other GPUs of estimate.c (Turing, GA102, Ada, consumer
+**      Blackwell): no microbenchmark paper is cited for them here, so
+**      A100's latencies [D] and per-SM L2 share [T] are taken for them, an
+**      assumption; their SMs issue integer work as [G] says for 7.5, 8.6,
+**      8.9 and 12.0 (64 lanes per SM).
 ** Every variable-latency result is taken as landing after these
 ** latencies; ptxas's stall counts carry the fixed ones. */
 static const struct { const char *name; model_gpu m; } machines[] = {
   {"a100", {NULL, 64, 64, 30, 20, 200, 5120, 30}},
   {"h100", {NULL, 64, 64, 30, 20, 260, 5120.0 * 132 / 108, 30}},
   {"h200", {NULL, 64, 64, 30, 20, 260, 5120.0 * 132 / 108, 30}},
+  {"a10", {NULL, 64, 64, 30, 20, 200, 5120.0 * 72 / 108, 30}},
+  {"rtx3090", {NULL, 64, 64, 30, 20, 200, 5120.0 * 82 / 108, 30}},
+  {"l40s", {NULL, 64, 64, 30, 20, 200, 5120.0 * 142 / 108, 30}},
+  {"l4", {NULL, 64, 64, 30, 20, 200, 5120.0 * 58 / 108, 30}},
+  {"rtx4090", {NULL, 64, 64, 30, 20, 200, 5120.0 * 128 / 108, 30}},
+  {"rtx5090", {NULL, 64, 64, 30, 20, 200, 5120.0 * 170 / 108, 30}},
+  {"t4", {NULL, 64, 64, 30, 20, 200, 5120.0 * 40 / 108, 30}},
 };
 
 int model_gpu_of(const estimate_gpu *g, model_gpu *out) {
