@@ -7,7 +7,8 @@
 
 #include <stddef.h>
 
-#define FA_DIM_MAX 256
+#define FA_DIM_MAX 512
+#define FA_DIM_MAX_TEXT "512"
 
 /* fp16 and bf16 are the tensor-core family's: inputs and O in 16 bits,
 ** accumulation and the logsumexp in fp32. */

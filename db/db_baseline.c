@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "db_int.h"
+#include "fa_problem.h"
 
 #define NOW "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
@@ -35,7 +36,7 @@ static const char *baseline_why(const db_baseline *b) {
   if (!text_ok(b->backend, 32, 1))
     return "the backend must be 1 to 31 letters, digits, '-', '_' or '.'";
   if (!dtype_ok(b->dtype)) return "the dtype must be fp32, fp64, fp16 or bf16";
-  if (b->dim < 1 || b->dim > 256) return "dim must be from 1 to 256";
+  if (b->dim < 1 || b->dim > FA_DIM_MAX) return "dim must be from 1 to " FA_DIM_MAX_TEXT;
   if (b->seq_q < 1 || b->seq_k < 1 || b->seq_q > 1 << 24 || b->seq_k > 1 << 24)
     return "seq_q and seq_k must be from 1 to 16777216";
   if (b->batch < 1 || b->heads < 1 || b->batch > 65535 || b->heads > 65535)

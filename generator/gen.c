@@ -874,7 +874,7 @@ int gen_default_dtype(gen_state *g, const gen_target *t, fa_dtype *out, char *wh
 
 static int families_protected(lua_State *L) {
   gen_call *c = call_of(L);
-  push_space_fn(L, c->g, "families_for");
+  push_space_fn(L, c->g, "families_listed");
   push_problem(L, c->problem);
   push_target(L, c->target);
   lua_call(L, 2, 1);
@@ -885,7 +885,16 @@ static int families_protected(lua_State *L) {
     copy_string(L, -1, c->families[i].name, sizeof c->families[i].name, "a family's name");
     lua_getfield(L, -2, "title");
     copy_string(L, -1, c->families[i].title, sizeof c->families[i].title, "a family's title");
-    lua_pop(L, 3);
+    lua_pop(L, 2);
+    /* The head dim the family computes the problem's at (padded_dim, a
+    ** family's own function where it pads; else the dim itself). */
+    c->families[i].padded_dim = c->problem->dim;
+    if (lua_getfield(L, -1, "padded_dim") == LUA_TFUNCTION) {
+      lua_pushinteger(L, c->problem->dim);
+      lua_call(L, 1, 1);
+      if (lua_isinteger(L, -1)) c->families[i].padded_dim = (int)lua_tointeger(L, -1);
+    }
+    lua_pop(L, 2);
     c->count = i + 1;
   }
   return 0;

@@ -216,10 +216,10 @@ int gen_device_arch(gen_state *g, const char *base, char *arch, size_t n, char *
 /* The dtype tuned on t when none is asked for, and a sentence why. */
 int gen_default_dtype(gen_state *g, const gen_target *t, fa_dtype *out, char *why, size_t n);
 
-/* The families of p on t, in the space's order (those that compute p's
-** dtype and run on t): name and title ("tensor cores"), at most max;
-** *count says how many. */
-typedef struct gen_family { char name[16], title[64]; } gen_family;
+/* The families whose variants p's default space on t holds, in the
+** space's order: name, title ("tensor cores") and the head dim it computes
+** p's at (tc pads 72 to 96), at most max; *count says how many. */
+typedef struct gen_family { char name[16], title[64]; int padded_dim; } gen_family;
 int gen_families_for(gen_state *g, const fa_problem *p, const gen_target *t, gen_family *out,
                      int max, int *count);
 

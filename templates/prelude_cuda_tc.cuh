@@ -1,8 +1,11 @@
 /*
 ** prelude_cuda_tc.cuh
-** Tensor-core primitives of the cuda backend (sm_80 and later): half-precision
+** Tensor-core primitives of the cuda backend (sm_75 and later): half-precision
 ** conversions, 16-bit, 32-bit and 16-byte accesses, mma.sync m16n8k16,
-** ldmatrix and cp.async, as inline PTX. Pasted after prelude_cuda.cuh; no
+** ldmatrix and cp.async, as inline PTX. Turing (sm_75) has neither
+** m16n8k16 nor cp.async nor the packing cvt: there the same names do two
+** m16n8k8, a copy through registers and two conversions (below); bf16 is
+** sm_80's, and the families do not offer it under sm_80. Pasted after prelude_cuda.cuh; no
 ** header is included. prelude_emu_tc.h implements the same names on the
 ** CPU. Fragments are those of the PTX ISA, "Matrix Fragments for
 ** mma.m16n8k16 with floating point type" and "Warp-level matrix load
@@ -70,19 +73,34 @@ FA_INLINE fa_f16 fa_f32_to_f16(float x) {
 }
 FA_INLINE float fa_bf16_to_f32(fa_bf16 h) { return __uint_as_float((unsigned)h << 16); }
 FA_INLINE fa_bf16 fa_f32_to_bf16(float x) {
+#if __CUDA_ARCH__ >= 800
   fa_bf16 h;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
   return h;
+#else
+  /* Turing has no bf16 cvt: round to nearest even by hand, NaN kept quiet. */
+  const unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (fa_bf16)(u >> 16 | 0x40u);
+  return (fa_bf16)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
+#endif
 }
 /* cvt.rn.{f16x2,bf16x2}.f32 d, a, b puts a in the upper half, b in the lower. */
 FA_INLINE unsigned fa_pack_f16x2(float lo, float hi) {
   unsigned r;
+#if __CUDA_ARCH__ >= 800
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+  r = (unsigned)fa_f32_to_f16(lo) | (unsigned)fa_f32_to_f16(hi) << 16;
+#endif
   return r;
 }
 FA_INLINE unsigned fa_pack_bf16x2(float lo, float hi) {
   unsigned r;
+#if __CUDA_ARCH__ >= 800
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+  r = (unsigned)fa_f32_to_bf16(lo) | (unsigned)fa_f32_to_bf16(hi) << 16;
+#endif
   return r;
 }
 
@@ -110,12 +128,28 @@ FA_INLINE void fa_sts_u32x4(fa_u32x4 *a, fa_u32x4 v) { *a = v; }
 
 FA_INLINE void fa_mma_m16n8k16_f16(float d[4], const unsigned a[4], const unsigned b[2],
                                    const float c[4]) {
+#if __CUDA_ARCH__ < 800
+  /* Turing: k 0-7 (a[0], a[1], b[0]), then k 8-15 (a[2], a[3], b[1]), the
+  ** halves of m16n8k16's fragments ("Matrix Fragments for mma.m16n8k8"). */
+  float t[4];
+  asm volatile(
+    "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+    "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};"
+    : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
+    : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+  asm volatile(
+    "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+    "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};"
+    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+    : "r"(a[2]), "r"(a[3]), "r"(b[1]), "f"(t[0]), "f"(t[1]), "f"(t[2]), "f"(t[3]));
+#else
   asm volatile(
     "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
       "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+#endif
 }
 FA_INLINE void fa_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2],
                                     const float c[4]) {
@@ -168,6 +202,7 @@ FA_INLINE void fa_ldmatrix_x4_trans(unsigned r[4], fa_saddr row) {
 
 /* ---- cp.async: 16 bytes, src_bytes (0..16) of them read, the rest zeros ---- */
 
+#if __CUDA_ARCH__ >= 800
 FA_INLINE void fa_cp_async_16(fa_saddr smem_dst, const void *gmem_src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                :: "r"(smem_dst), "l"(gmem_src), "r"(src_bytes) : "memory");
@@ -190,3 +225,24 @@ FA_INLINE void fa_cp_async_wait(int n) {
       break;
   }
 }
+#else
+/* Turing: a load into registers and a shared-memory store, landed when it
+** returns, which is one of the orders cp.async allows (the emulator's
+** early-landing schedule), so the groups have nothing left to wait for.
+** Short sources are read byte by byte and zero-filled, as cp.async does. */
+FA_INLINE void fa_cp_async_16(fa_saddr smem_dst, const void *gmem_src, int src_bytes) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (src_bytes >= 16) {
+    v = __ldg((const uint4 *)gmem_src);
+  } else {
+    unsigned w[4] = {0, 0, 0, 0};
+    const unsigned char *b = (const unsigned char *)gmem_src;
+    for (int i = 0; i < src_bytes; i++) w[i >> 2] |= (unsigned)__ldg(b + i) << 8 * (i & 3);
+    v = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
+               :: "r"(smem_dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+FA_INLINE void fa_cp_async_commit(void) { asm volatile("" ::: "memory"); }
+FA_INLINE void fa_cp_async_wait(int n) { (void)n; asm volatile("" ::: "memory"); }
+#endif

@@ -159,6 +159,7 @@ local required = {
 }
 local optional = {
   plan = "function", predict = "function", fallbacks = "table", explore = "table",
+  last_resort = "table",
 }
 
 -- Shared memory per block (opt-in maximum, bytes) and threads, per arch.
@@ -505,7 +506,7 @@ end
 -- covers, when none does.
 local function explorer(problem, target)
   for _, fam in ipairs(families_for(problem, target)) do
-    if fam.explore then return fam end
+    if fam.explore and not (fam.last_resort and fam.last_resort[problem.dtype]) then return fam end
   end
   local covers = {}
   for _, fam in ipairs(order) do
@@ -578,6 +579,27 @@ local function trim(s)
   return s:sub(first, last)
 end
 
+-- The family a config that names none takes for a problem: the first of
+-- pick's candidates whose defaults, with their fallbacks, fit the problem
+-- on target (fp16 at head dim 512, or bf16 on sm_75, is no tensor-core
+-- family's); pick's choice when none fits, so that render says why.
+local fit_defaults
+local function pick_for(dtype, problem, target)
+  local op = (problem or {}).op
+  local first = pick(dtype, target, op)
+  if not (problem and problem.dim and target and dtype) then return first end
+  for _, fam in ipairs(families_for({ dtype = dtype, op = op }, target)) do
+    if fam.axis.dim.max >= problem.dim then
+      local cfg = fam.defaults(problem)
+      cfg.dtype = dtype
+      for _, axis in ipairs(fam.axes) do cfg[axis.key] = axis_value(axis, cfg[axis.key]) end
+      fit_defaults(fam, cfg, {}, target)
+      if fits(fam, cfg, problem, target) then return fam end
+    end
+  end
+  return first
+end
+
 function space.parse_config(text, problem, target)
   if #text > MAX_CONFIG_TEXT then
     error(string.format("config text too long: %d bytes (at most %d)", #text, MAX_CONFIG_TEXT), 0)
@@ -593,7 +615,7 @@ function space.parse_config(text, problem, target)
     end
   end
   local fam = given.family and space.family(given.family)
-               or pick(given.dtype or (problem or {}).dtype, target, (problem or {}).op)
+               or pick_for(given.dtype or (problem or {}).dtype, problem, target)
   given.family = nil
   local cfg = fam.defaults(problem or {})
   for k, v in pairs(given) do
@@ -620,7 +642,7 @@ end
 -- 4 warps and split_q), the keys left out take the first combination of
 -- the family's fallbacks that fits: cfg changed in place, and a note that
 -- says what was chosen and why ("" when the defaults fit).
-local function fit_defaults(fam, cfg, given, target)
+function fit_defaults(fam, cfg, given, target)
   local ok, why = fits(fam, cfg, nil, target)
   if ok or not fam.fallbacks then return "" end
   local keys = {}
@@ -777,7 +799,8 @@ function space.list(problem, target, which)
   local fams = families_for(problem, target)
   if #fams == 0 and problem.dtype then error(space.none_computes(op, problem.dtype, target), 0) end
   for _, fam in ipairs(fams) do
-    if fam.op == op and fam.supports(problem) then
+    if fam.op == op and fam.supports(problem)
+       and not (#out > 0 and fam.last_resort and fam.last_resort[problem.dtype]) then
       local n = #out
       for _, cfg in ipairs(fam.enumerate(problem, which)) do
         if fits(fam, cfg, problem, target) then out[#out + 1] = space.describe(fam, cfg) end
@@ -790,6 +813,24 @@ function space.list(problem, target, which)
         end
       end
     end
+  end
+  if #out == 0 and #fams > 0 and which == "default" then
+    -- Say why, in the first family's words about its own defaults.
+    local fam = fams[1]
+    local _, why = fits(fam, fam.defaults(problem), problem, target)
+    error(string.format("no variant of the %s space fits %s for dim %s %s%s", which, target.arch,
+                        tostring(problem.dim), tostring(problem.dtype), why and ": " .. why or ""), 0)
+  end
+  return out
+end
+
+-- The families whose variants the default space of a problem on a target
+-- holds, in rank order (none when it holds none).
+function space.families_listed(problem, target)
+  local ok, list = pcall(space.list, problem, target, "default")
+  local out, seen = {}, {}
+  for _, v in ipairs(ok and list or {}) do
+    if not seen[v.family] then seen[v.family] = true; out[#out + 1] = families[v.family] end
   end
   return out
 end

@@ -54,7 +54,7 @@ bad() {
 bad "--bogus"                      --bogus
 bad "frobnicate"                   frobnicate
 bad "--dim|0"                      --dim 0
-bad "--dim|257"                    --dim 257
+bad "--dim|513"                    --dim 513
 bad "--dim|abc"                    --dim abc
 bad "--dim"                        --dim
 bad "fp8"                          --dtype fp8

@@ -210,7 +210,7 @@ static void test_configs(gen_state *g, const gen_target *t) {
     {"block_m", "malformed"}, {"block_m=0", "block_m must be an integer from 1"},
     {"block_m=2x", "block_m must be"}, {"norm=lazy", "norm must be one of eager|deferred"},
     {"colour=blue", "unknown config key 'colour'"}, {"block_m=4,block_m=8", "given twice"},
-    {"family=wmma", "unknown family"}, {"dim=300", "dim must be"},
+    {"family=wmma", "unknown family"}, {"dim=600", "dim must be"},
     {"split=split_k,warps=1", "does not fit"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -219,7 +219,7 @@ static void test_configs(gen_state *g, const gen_target *t) {
     if (rc == 0) gen_kernel_free(&k);
     else CHECK(strstr(gen_errmsg(g), bad[i].what) != NULL, "'%s': %s", bad[i].config, gen_errmsg(g));
   }
-  static const char *bad_names[] = {"nope", "simt-f32-d64", "simt-f16-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem",
+  static const char *bad_names[] = {"nope", "simt-f32-d64", "simt-f8-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem",
                                     "simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem-extra"};
   for (size_t i = 0; i < 4; i++) {
     rc = gen_render_name(g, bad_names[i], t, &k);

@@ -116,9 +116,9 @@ static void test_errors(void) {
   float x[64];
   CHECK(fatune_attention_forward(c, &p, x, x, x, x, NULL, NULL) == FATUNE_EINVAL &&
         strstr(fatune_errmsg(), "seq_q 0"), "seq_q 0: '%s'", fatune_errmsg());
-  p.seq_q = 8, p.dim = 300;
+  p.seq_q = 8, p.dim = 600;
   CHECK(fatune_attention_forward(c, &p, x, x, x, x, NULL, NULL) == FATUNE_EINVAL &&
-        strstr(fatune_errmsg(), "300"), "dim 300: '%s'", fatune_errmsg());
+        strstr(fatune_errmsg(), "600"), "dim 600: '%s'", fatune_errmsg());
   p.dim = 8;
   CHECK(fatune_attention_forward(c, &p, x, NULL, x, x, NULL, NULL) == FATUNE_EINVAL,
         "NULL k accepted");

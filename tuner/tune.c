@@ -360,6 +360,13 @@ static void banner_families(gen_state *g, const tune *s) {
           fa_dtype_name(s->o->problem.dtype), names, n > 1 ? "ies" : "y", titles,
           n == 2 ? "; the best of both wins" : n > 2 ? "; the best wins" : "",
           s->o->dtype_why ? s->o->dtype_why : "as --dtype asks");
+  /* What padding costs: Q K^T's and P V's products grow with the head dim. */
+  const int dim = s->o->problem.dim;
+  for (int i = 0; i < n; i++)
+    if (f[i].padded_dim > dim)
+      fprintf(stderr, "fatune: the %s family computes head dim %d padded to %d: %.2f times the "
+                      "work of Q K^T and P V, and of K and V in shared memory\n",
+              f[i].name, dim, f[i].padded_dim, (double)f[i].padded_dim / dim);
 }
 
 static void banner(gen_state *g, const tune *s, const char *note) {

@@ -5,7 +5,7 @@ import math
 from typing import Any, List, Sequence, Tuple
 
 LAYOUTS = ("bhnd", "bnhd")
-DIM_MAX = 256                      # FA_DIM_MAX: the largest head dim of the kernels
+DIM_MAX = 512                      # FA_DIM_MAX: the largest head dim of the kernels
 SEQ_MAX = 1 << 24                  # rows, as libfatune takes them
 # The kernels work in float32 on scale * log2(e) * score: a larger scale
 # is no float32 (1e308 once gave NaN with status OK).

@@ -1,5 +1,12 @@
 $ -- simt.cu: FlashAttention forward on CUDA cores (see simt.lua for the plan).
 $ local c, P, T, acc = args.cfg, args.P, args.T, args.acc
+$ -- Q, K, V and O in global memory: elements of args.io (acc_t, or 16-bit
+$ -- values converted on load and rounded on store); lse and the workspace
+$ -- stay acc_t.
+$ local io = args.io
+$ local function ldg(a) return string.format(io.ldg, a) end
+$ local function ldo(a) return string.format(io.ld, a) end
+$ local function sto(a, v) return string.format(io.st, a, v) end
 $ local splitq, qouter, eager = c.split == "split_q", c.par == "q_outer", c.norm == "eager"
 $ local causal = c.causal == 1
 $ local D, BM, BN, NT, G = P.D, P.BM, P.BN, P.NT, P.G
@@ -40,10 +47,10 @@ $ end
 $ if not splitq and eager then
   acc_t *const sc_p = sm + ${P.off_scp};
 $ end
-  const acc_t *const qg = (const acc_t *)p.q + b * p.q_sb + h * p.q_sh;
-  const acc_t *const kg = (const acc_t *)p.k + b * p.k_sb + hk * p.k_sh;
-  const acc_t *const vg = (const acc_t *)p.v + b * p.v_sb + hk * p.v_sh;
-  acc_t *const og = (acc_t *)p.o + b * p.o_sb + h * p.o_sh;
+  const ${io.elem} *const qg = (const ${io.elem} *)p.q + b * p.q_sb + h * p.q_sh;
+  const ${io.elem} *const kg = (const ${io.elem} *)p.k + b * p.k_sb + hk * p.k_sh;
+  const ${io.elem} *const vg = (const ${io.elem} *)p.v + b * p.v_sb + hk * p.v_sh;
+  ${io.elem} *const og = (${io.elem} *)p.o + b * p.o_sb + h * p.o_sh;
   acc_t *const lg = (acc_t *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
 $ if not qouter then
   acc_t *const wg = (acc_t *)p.ws + ((long long)b * p.heads + h) * p.seq_q * 2;
@@ -79,7 +86,7 @@ $ local function load_q(q0)
     const int r = e / ${D}, d = e - r * ${D};
     const int gr = ${q0} + r;
     acc_t x = 0;
-    if (r < ${BM} && gr < p.seq_q) x = fa_ldg_${T}(qg + gr * p.q_sn + d);
+    if (r < ${BM} && gr < p.seq_q) x = ${ldg("qg + gr * p.q_sn + d")};
     fa_sts_${T}(Qs + r * ${P.QS} + d, x);
   }
 $ end
@@ -89,8 +96,8 @@ $ local function load_kv(k0)
     const int gn = ${k0} + n;
     acc_t kx = 0, vx = 0;
     if (n < ${BN} && gn < p.seq_k) {
-      kx = fa_ldg_${T}(kg + gn * p.k_sn + d);
-      vx = fa_ldg_${T}(vg + gn * p.v_sn + d);
+      kx = ${ldg("kg + gn * p.k_sn + d")};
+      vx = ${ldg("vg + gn * p.v_sn + d")};
     }
     fa_sts_${T}(Ks + n * ${P.KSN} + d * ${P.KSD}, kx);
     fa_sts_${T}(Vs + n * ${P.VS} + d, vx);
@@ -348,9 +355,9 @@ $ if RD * G > D then
           if (d < ${D})
 $ end
 $ if eager then
-            fa_st_${T}(og + gr * p.o_sn + d, o[i][k]); /* normalized at every tile */
+            ${sto("og + gr * p.o_sn + d", "o[i][k]")}; /* normalized at every tile */
 $ else
-            fa_st_${T}(og + gr * p.o_sn + d, fa_rescale_${T}(o[i][k], inv));
+            ${sto("og + gr * p.o_sn + d", "fa_rescale_" .. T .. "(o[i][k], inv)")};
 $ end
         }
         if (cb == 0)
@@ -379,12 +386,12 @@ $ end
           const int d = ocb + bb * ${P.OC};
           if (d < ${D}) {
 $ if from_ws then
-            o[a][bb] = l > 0 ? fa_ld_${T}(og + gr * p.o_sn + d) : (acc_t)0;
+            o[a][bb] = l > 0 ? ${ldo("og + gr * p.o_sn + d")} : (acc_t)0;
 $ end
 $ if eager then
-            fa_st_${T}(og + gr * p.o_sn + d, o[a][bb]); /* normalized at every tile; 0 without a key */
+            ${sto("og + gr * p.o_sn + d", "o[a][bb]")}; /* normalized at every tile; 0 without a key */
 $ else
-            fa_st_${T}(og + gr * p.o_sn + d, fa_rescale_${T}(o[a][bb], inv));
+            ${sto("og + gr * p.o_sn + d", "fa_rescale_" .. T .. "(o[a][bb], inv)")};
 $ end
           }
         }
@@ -470,7 +477,7 @@ $ if splitq then
         FA_UNROLL
         for (int k = 0; k < ${RD}; ++k) {
           const int d = cb + k * ${G};
-          o[i][k] = live && d < ${D} ? fa_ld_${T}(og + gr * p.o_sn + d) : (acc_t)0;
+          o[i][k] = live && d < ${D} ? ${ldo("og + gr * p.o_sn + d")} : (acc_t)0;
         }
       }
 $ else
@@ -486,7 +493,7 @@ $ else
         FA_UNROLL
         for (int bb = 0; bb < ${P.ORD}; ++bb) {
           const int d = ocb + bb * ${P.OC};
-          o[a][bb] = live && d < ${D} ? fa_ld_${T}(og + (q0 + r) * p.o_sn + d) : (acc_t)0;
+          o[a][bb] = live && d < ${D} ? ${ldo("og + (q0 + r) * p.o_sn + d")} : (acc_t)0;
         }
       }
 $ end
@@ -503,7 +510,7 @@ $ if splitq then
           FA_UNROLL
           for (int k = 0; k < ${RD}; ++k) {
             const int d = cb + k * ${G};
-            if (d < ${D}) fa_st_${T}(og + gr * p.o_sn + d, o[i][k]);
+            if (d < ${D}) ${sto("og + gr * p.o_sn + d", "o[i][k]")};
           }
           if (cb == 0) {
             fa_st_${T}(wg + gr * 2, m_i[i]);
@@ -520,7 +527,7 @@ $ else
           FA_UNROLL
           for (int bb = 0; bb < ${P.ORD}; ++bb) {
             const int d = ocb + bb * ${P.OC};
-            if (d < ${D}) fa_st_${T}(og + (q0 + r) * p.o_sn + d, o[a][bb]);
+            if (d < ${D}) ${sto("og + (q0 + r) * p.o_sn + d", "o[a][bb]")};
           }
         }
       }
@@ -542,7 +549,7 @@ $ local sees_key = causal and " && gr + off >= 0" or ""
       FA_UNROLL
       for (int k = 0; k < ${RD}; ++k) {
         const int d = cb + k * ${G};
-        o[i][k] = live && d < ${D} ? fa_ld_${T}(og + gr * p.o_sn + d) : (acc_t)0;
+        o[i][k] = live && d < ${D} ? ${ldo("og + gr * p.o_sn + d")} : (acc_t)0;
       }
     }
     $ finish_split_q("q0")

@@ -1,5 +1,7 @@
 -- simt.lua
--- The SIMT family: FlashAttention forward on CUDA cores, fp32 and fp64.
+-- The SIMT family: FlashAttention forward on CUDA cores, fp32 and fp64,
+-- and fp16 and bf16 (computed in fp32) where no tensor-core kernel is:
+-- head dims over 256, and bf16 on GPUs without bf16 tensor cores.
 -- Declares the axes, the defaults, the enumeration and pruning rules, the
 -- derived thread mapping and shared-memory plan, and renders simt.cu.
 
@@ -18,8 +20,8 @@ function simt.default_dtype() return "fp32", "fp32 on CUDA cores" end
 
 -- Names: simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem[-causal].
 simt.axes = {
-  enum_axis("dtype", { "fp32", "fp64" }, { fp32 = "f32", fp64 = "f64" }),
-  int_axis("dim", 1, 256, { prefix = "d" }),
+  enum_axis("dtype", { "fp32", "fp64", "fp16", "bf16" }, { fp32 = "f32", fp64 = "f64", fp16 = "f16" }),
+  int_axis("dim", 1, 512, { prefix = "d" }),
   int_axis("causal", 0, 1, enum.flag("causal")),
   int_axis("block_m", 1, 256, { prefix = "m" }),
   int_axis("block_n", 1, 256, { prefix = "n" }),
@@ -34,11 +36,14 @@ simt.axis = enum.index(simt.axes)
 simt.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "norm" }, { "par" },
                 { "split" }, { "layout" }, { "q" }, { "causal" } }
 
+-- Head dims over 256 take 8 x 8 tiles, which fit 64 KB of shared memory
+-- (sm_75) up to head dim 512 in fp32.
 function simt.defaults(problem)
+  local big = (problem.dim or 64) > 256
   return {
     dtype = problem.dtype or "fp32", dim = problem.dim or 64,
     causal = problem.causal or 0,
-    block_m = 64, block_n = 32, warps = 4, norm = "deferred",
+    block_m = big and 8 or 64, block_n = big and 8 or 32, warps = big and 2 or 4, norm = "deferred",
     par = "q_outer", split = "split_q", layout = "pad", q = "smem",
   }
 end
@@ -48,8 +53,27 @@ end
 simt.fallbacks = { warps = { 4, 2, 1, 8, 16, 32 }, q = { "smem", "reg" } }
 
 function simt.supports(problem)
-  return problem.dtype == "fp32" or problem.dtype == "fp64"
+  return problem.dtype ~= nil
 end
+
+-- The dtypes this family lists only where no family before it lists a
+-- variant: 16-bit inputs belong on the tensor cores wherever they run.
+simt.last_resort = { fp16 = true, bf16 = true }
+
+-- How the kernel reads Q, K, V and writes O per dtype: the element type and
+-- the load and store, as formats of an address (and a value). 16-bit
+-- values are converted to fp32 on load and rounded to nearest even on
+-- store; everything else (shared memory, the softmax, O's accumulator,
+-- lse) is fp32.
+local io_of = {
+  fp32 = { elem = "float", ldg = "fa_ldg_f32(%s)", ld = "fa_ld_f32(%s)", st = "fa_st_f32(%s, %s)" },
+  fp64 = { elem = "double", ldg = "fa_ldg_f64(%s)", ld = "fa_ld_f64(%s)", st = "fa_st_f64(%s, %s)" },
+  fp16 = { elem = "unsigned short", ldg = "fa_f16_to_f32(fa_ldg_u16(%s))",
+           ld = "fa_f16_to_f32(fa_ldg_u16(%s))", st = "fa_st_u16(%s, fa_f32_to_f16(%s))" },
+  bf16 = { elem = "unsigned short", ldg = "fa_bf16_to_f32(fa_ldg_u16(%s))",
+           ld = "fa_bf16_to_f32(fa_ldg_u16(%s))", st = "fa_st_u16(%s, fa_f32_to_bf16(%s))" },
+}
+local function io_bytes(c) return (c.dtype == "fp16" or c.dtype == "bf16") and 2 or nil end
 
 -- Derived plan ------------------------------------------------------------
 
@@ -154,6 +178,9 @@ function simt.fits(c, _, target)
     return false, "split_k needs a column per warp (warps <= block_n)"
   end
   if c.split == "split_k" and c.warps == 1 then return false, "split_k needs two warps or more" end
+  if io_bytes(c) and c.par ~= "q_outer" then
+    return false, "16-bit O is written once (q_outer): kv_outer would round it at every K/V block"
+  end
   if P.smem_bytes > target.smem then return false, "shared memory over the limit" end
   if P.reg_words > 255 then return false, "registers over 255 per thread" end
   if c.q == "reg" and P.RM * c.dim * words(c) > 128 then
@@ -185,7 +212,10 @@ function simt.enumerate(problem, which)
     return out
   end
   if which == "small" then
-    cross(base, { block_m = { 8, 16, 32 }, block_n = { 8, 16, 32 }, warps = { 2, 4 },
+    -- Rows over 2 KB (fp64 past head dim 256) take tiles of 4 rows too, so
+    -- that Q, K and V fit 64 KB (sm_75) up to head dim 512.
+    local t = problem.dim * (problem.dtype == "fp64" and 8 or 4) > 2048 and { 4, 8, 16 } or { 8, 16, 32 }
+    cross(base, { block_m = t, block_n = t, warps = { 2, 4 },
                   norm = { "deferred", "eager" }, par = { "q_outer" }, split = { "split_q" },
                   layout = { "pad", "kt" }, q = { "smem" } }, out)
     return out
@@ -228,7 +258,7 @@ function simt.render(c)
   local P = simt.plan(c)
   local args = { cfg = c, P = P, entry = simt.name_of(c):gsub("-", "_"),
                  T = c.dtype == "fp64" and "f64" or "f32",
-                 acc = c.dtype == "fp64" and "double" or "float" }
+                 acc = c.dtype == "fp64" and "double" or "float", io = io_of[c.dtype] }
   return {
     source = render("simt.cu", args),
     launches = {
@@ -239,7 +269,7 @@ function simt.render(c)
         workspaces = c.par == "kv_outer" and { { name = "m_l", bytes_per_row = 2 * P.esize } } or {} },
     },
     registers_estimate = P.reg_words,
-    io_align = P.esize,  -- one element at a time
+    io_align = io_bytes(c) or P.esize,  -- one element at a time
   }
 end
 

@@ -38,7 +38,7 @@ function simtbwd.default_dtype() return "fp32", "fp32 on CUDA cores" end
 -- Names: simtbwd-f32-d64-m32n32w4-dqpass[-causal].
 simtbwd.axes = {
   enum_axis("dtype", { "fp32", "fp64" }, { fp32 = "f32", fp64 = "f64" }),
-  int_axis("dim", 1, 256, { prefix = "d" }),
+  int_axis("dim", 1, 512, { prefix = "d" }),
   int_axis("causal", 0, 1, enum.flag("causal")),
   int_axis("block_m", 1, 256, { prefix = "m" }),
   int_axis("block_n", 1, 256, { prefix = "n" }),

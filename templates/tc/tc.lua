@@ -27,12 +27,15 @@ tc.targets = "any"
 tc.rank = 1
 tc.preludes = enum.preludes
 
--- bf16 where the target has bf16 tensor cores (mma.sync m16n8k16 in bf16:
--- sm_80 and newer).
+-- Whether the target has bf16 tensor cores (mma.sync in bf16: sm_80 and
+-- newer; Turing's are fp16 only).
+function tc.has_bf16(target)
+  return tonumber(target.arch:match("^sm_(%d+)")) >= 80
+end
+
+-- bf16 where the target has bf16 tensor cores.
 function tc.default_dtype(target)
-  if tonumber(target.arch:match("^sm_(%d+)")) >= 80 then
-    return "bf16", target.arch .. " has bf16 tensor cores"
-  end
+  if tc.has_bf16(target) then return "bf16", target.arch .. " has bf16 tensor cores" end
   return nil, target.arch .. " has no bf16 tensor cores (sm_80 and newer do)"
 end
 
@@ -238,6 +241,9 @@ end
 
 function tc.fits(c, _, target)
   if not tc.padded_dim(c.dim) then return false, "head dim over 256" end
+  if c.dtype == "bf16" and not tc.has_bf16(target) then
+    return false, target.arch .. " has no bf16 tensor cores (sm_80 and newer do)"
+  end
   if c.warps ~= 4 and c.warps ~= 8 and c.warps ~= 1 and c.warps ~= 2 then
     return false, "warps must be 1, 2, 4 or 8"
   end

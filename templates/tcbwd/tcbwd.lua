@@ -132,6 +132,9 @@ local register_budget = 255
 
 function tcbwd.fits(c, _, target)
   if not tc.padded_dim(c.dim) then return false, "head dim over 256" end
+  if c.dtype == "bf16" and not tc.has_bf16(target) then
+    return false, target.arch .. " has no bf16 tensor cores (sm_80 and newer do)"
+  end
   if c.warps ~= 1 and c.warps ~= 2 and c.warps ~= 4 and c.warps ~= 8 then
     return false, "warps must be 1, 2, 4 or 8"
   end

@@ -158,6 +158,7 @@ end
 -- Constraints -------------------------------------------------------------------
 
 function wg.fits(c, _, target)
+  if c.dim > 256 then return false, "head dim over 256" end
   if c.dim % 8 ~= 0 then
     return false, "head dim " .. c.dim
                   .. " is no multiple of 8: TMA needs rows of a multiple of 16 bytes"

@@ -354,6 +354,19 @@ static int dominates(const func *f, int a, int b) {
 
 static const char *const mma_ops[] = {"HGMMA", "HMMA", "DFMA", "FFMA"};
 
+/* The FLOPs of one of the function's HMMA: 2048 where they are all
+** m16n8k8 (HMMA.1688: Turing's, which does m16n8k16 as two), else 4096
+** (HMMA.16816). */
+static double hmma_flops(const func *f) {
+  int k8 = 0, k16 = 0;
+  for (int i = 0; i < f->nin; i++)
+    if (!strcmp(f->in[i].op, "HMMA")) {
+      if (strstr(f->in[i].text, ".1688")) k8++;
+      else k16++;
+    }
+  return k8 && !k16 ? 2048 : 4096;
+}
+
 static long count_op(const func *f, const uint64_t *set, const char *op) {
   long c = 0;
   for (int b = 0; b < f->nbb; b++)
@@ -753,7 +766,7 @@ static int analyse(func *f, double flops_per_warp, sass_counts *c, sass_trace *t
         for (int w = 0; w < f->words; w++) all[w] |= l[i].body[w];
       }
     /* HGMMA's FLOPs depend on its shape: no trip count from them. */
-    double per = !strcmp(op, "HMMA") ? 4096 : !strcmp(op, "HGMMA") ? 0 : 64;
+    double per = !strcmp(op, "HMMA") ? hmma_flops(f) : !strcmp(op, "HGMMA") ? 0 : 64;
     double want = per > 0 ? flops_per_warp / per : 0;
     long mma = want >= 1 && want < 1e9 && want == floor(want) ? (long)want : 0;
     rc = count_loop(f, &l[m], l, n, all, mma, c, tr ? &tr->loop : NULL);
