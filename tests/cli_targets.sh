@@ -102,6 +102,7 @@ emu "sm_86 bf16 d300, causal, seq 45/70" --arch sm_86 --dtype bf16 --dim 300 --s
 emu "sm_89 fp32 d384, seq 29" --arch sm_89 --dtype fp32 --dim 384 --seq 29
 emu "sm_120 fp16 d512, seq 19/40" --arch sm_120 --dtype fp16 --dim 512 --seq 19 --seq-k 40
 emu "sm_120 bf16 d192, causal, seq 65" --arch sm_120 --dtype bf16 --dim 192 --seq 65 --causal
+emu "sm_75 fp64 d400, causal, seq 13/22" --arch sm_75 --dtype fp64 --dim 400 --seq 13 --seq-k 22 --causal
 
 # --- machine code and the model (nvdisasm) ----------------------------------------
 run probe model --gpu t4 --dim 64 --seq 1024 --dtype fp16 --config ''

@@ -212,10 +212,12 @@ function simt.enumerate(problem, which)
     return out
   end
   if which == "small" then
-    -- Rows over 2 KB (fp64 past head dim 256) take tiles of 4 rows too, so
-    -- that Q, K and V fit 64 KB (sm_75) up to head dim 512.
-    local t = problem.dim * (problem.dtype == "fp64" and 8 or 4) > 2048 and { 4, 8, 16 } or { 8, 16, 32 }
-    cross(base, { block_m = t, block_n = t, warps = { 2, 4 },
+    -- Rows over 2 KB (fp64 past head dim 256) take tiles of 4 rows and one
+    -- warp too (a warp spans fewer padding rows), so that Q, K and V fit
+    -- 100 KB up to head dim 512.
+    local big = problem.dim * (problem.dtype == "fp64" and 8 or 4) > 2048
+    cross(base, { block_m = big and { 4, 8, 16 } or { 8, 16, 32 },
+                  block_n = big and { 4, 8, 16 } or { 8, 16, 32 }, warps = big and { 1, 2, 4 } or { 2, 4 },
                   norm = { "deferred", "eager" }, par = { "q_outer" }, split = { "split_q" },
                   layout = { "pad", "kt" }, q = { "smem" } }, out)
     return out
