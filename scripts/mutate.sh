@@ -238,6 +238,13 @@ mut trial-compiler tuner/trial/trial.c \
 mut merge-compiler-blob db/db_merge.c \
   'if (ct != SQLITE_NULL && ct != SQLITE_TEXT) {' 'if (0) {' \
   'test_merge'
+mut turing-k8-split templates/prelude_tile.h \
+  'const unsigned lo[2] = {a[0], a[1]}, hi[2] = {a[2], a[3]};' \
+  'const unsigned lo[2] = {a[0], a[2]}, hi[2] = {a[1], a[3]};' \
+  'test_emu_tc'
+mut tc-bf16-turing templates/tc/tc.lua \
+  'return tonumber(target.arch:match("^sm_(%d+)")) >= 80' 'return true' \
+  'cli_targets'
 
 # One of each layer, the quickest to build and test.
 quick_names="nan-check npy-fortran mma-b-swapped stage-barrier-1 nearest-seq"

@@ -78,9 +78,10 @@ FA_INLINE fa_bf16 fa_f32_to_bf16(float x) {
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
   return h;
 #else
-  /* Turing has no bf16 cvt: round to nearest even by hand, NaN kept quiet. */
+  /* Turing has no bf16 cvt: round to nearest even by hand, NaN to the
+  ** canonical 0x7fff that cvt.rn.bf16.f32 gives (as the emulator does). */
   const unsigned u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (fa_bf16)(u >> 16 | 0x40u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (fa_bf16)0x7fffu;
   return (fa_bf16)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
 #endif
 }
@@ -124,24 +125,24 @@ FA_INLINE void fa_sts_u16(unsigned short *a, unsigned short v) { *a = v; }
 FA_INLINE void fa_sts_u32(unsigned *a, unsigned v) { *a = v; }
 FA_INLINE void fa_sts_u32x4(fa_u32x4 *a, fa_u32x4 v) { *a = v; }
 
-/* ---- mma.sync m16n8k16, f32 accumulate; d may be c ---- */
+/* ---- mma.sync m16n8k8 (sm_75) and m16n8k16, f32 accumulate; d may be c ---- */
 
-FA_INLINE void fa_mma_m16n8k16_f16(float d[4], const unsigned a[4], const unsigned b[2],
-                                   const float c[4]) {
-#if __CUDA_ARCH__ < 800
-  /* Turing: k 0-7 (a[0], a[1], b[0]), then k 8-15 (a[2], a[3], b[1]), the
-  ** halves of m16n8k16's fragments ("Matrix Fragments for mma.m16n8k8"). */
-  float t[4];
-  asm volatile(
-    "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-    "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};"
-    : "=f"(t[0]), "=f"(t[1]), "=f"(t[2]), "=f"(t[3])
-    : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+FA_INLINE void fa_mma_m16n8k8_f16(float d[4], const unsigned a[2], const unsigned b[1],
+                                  const float c[4]) {
   asm volatile(
     "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
     "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};"
     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-    : "r"(a[2]), "r"(a[3]), "r"(b[1]), "f"(t[0]), "f"(t[1]), "f"(t[2]), "f"(t[3]));
+    : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+/* In prelude_tile.h, shared with the emulator, which checks it. */
+FA_INLINE void fa_mma_m16n8k16_f16_by_k8(float d[4], const unsigned a[4], const unsigned b[2],
+                                         const float c[4]);
+
+FA_INLINE void fa_mma_m16n8k16_f16(float d[4], const unsigned a[4], const unsigned b[2],
+                                   const float c[4]) {
+#if __CUDA_ARCH__ < 800
+  fa_mma_m16n8k16_f16_by_k8(d, a, b, c);  /* Turing has no m16n8k16 */
 #else
   asm volatile(
     "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "

@@ -177,6 +177,30 @@ FA_INLINE void fa_emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned *
   for (int i = 0; i < 4; i++) d[i] = out[i];
 }
 #define fa_mma_m16n8k16_f16(d, a, b, c) fa_emu_mma_m16n8k16((d), (a), (b), (c), 0, __LINE__)
+
+/* mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 (sm_75): A(r, k) in lane
+** 4 (r % 8) + k / 2, register r / 8, half k % 2; B(k, n) in lane 4 n + k /
+** 2, half k % 2 ("Matrix Fragments for mma.m16n8k8"); the 8 products
+** summed in double in k order, C added, rounded once. d may be c. */
+FA_INLINE void fa_emu_mma_m16n8k8(float *d, const unsigned *a, const unsigned *b,
+                                  const float *c, int line) {
+  fa_emu_thread *t = fa_emu_self;
+  const unsigned mine[3] = {a[0], a[1], b[0]};
+  unsigned char (*slots)[FA_EMU_XCHG_BYTES] = fa_emu_exchange(t, mine, sizeof mine, line);
+  if (t->lane == 0) t->ctr->mma++;
+  const int g = t->lane >> 2, tig = t->lane & 3;
+  float out[4];
+  for (int i = 0; i < 4; i++) {
+    const int r = i >> 1, n = 2 * tig + (i & 1);
+    double s = 0.0;
+    for (int k = 0; k < 8; k++)
+      s += fa_emu_mma_elem(t, slots, 4 * g + k / 2, r, k & 1, 0) *
+           fa_emu_mma_elem(t, slots, 4 * n + k / 2, 2, k & 1, 0);
+    out[i] = (float)(s + (double)c[i]);
+  }
+  for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+#define fa_mma_m16n8k8_f16(d, a, b, c) fa_emu_mma_m16n8k8((d), (a), (b), (c), __LINE__)
 #define fa_mma_m16n8k16_bf16(d, a, b, c) fa_emu_mma_m16n8k16((d), (a), (b), (c), 1, __LINE__)
 
 /* ---- Shared-memory addresses of ldmatrix and cp.async ---- */

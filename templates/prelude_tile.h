@@ -44,3 +44,16 @@ FA_INLINE int fa_slab_offset(const int *lane, int step, int mode) {
   const int period = mode ? mode / 2 : 1;
   return lane[step & (period - 1)] + (step & ~(period - 1)) * 32;
 }
+
+/* m16n8k16 in fp16 as two m16n8k8, Turing's widest fp16 shape: k 0-7 take
+** a[0], a[1] and b[0] of m16n8k16's fragments, k 8-15 a[2], a[3] and b[1]
+** (the PTX ISA's m16n8k8 fragments are those halves). One text for both
+** backends, so the emulator's m16n8k8, which lays its fragments out as the
+** ISA does, checks the split (test_emu_tc). d may be c. */
+FA_INLINE void fa_mma_m16n8k16_f16_by_k8(float d[4], const unsigned a[4], const unsigned b[2],
+                                         const float c[4]) {
+  const unsigned lo[2] = {a[0], a[1]}, hi[2] = {a[2], a[3]};
+  float t[4];
+  fa_mma_m16n8k8_f16(t, lo, b, c);
+  fa_mma_m16n8k8_f16(d, hi, b + 1, t);
+}
