@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 7          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 8          /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -144,6 +144,11 @@ typedef struct db_problem {
                               runs shorter ones); 0: seq_q, seq_k */
   const char *op;          /* db_best: the variant's op ("fwd"); NULL: "fwd". A
                               trial's op is its variant's. */
+  /* db_best only: an error budget, the largest norm-relative error on the
+  ** main case and the adversarial suite, every case of which must have
+  ** passed (0: no budget); and bitwise determinism asked for. */
+  double max_rel_err;
+  int deterministic;
 } db_problem;
 
 typedef struct db_trial {
@@ -163,7 +168,18 @@ typedef struct db_trial {
   /* What compiled the code it ran: "NVRTC 13.0" on a GPU, the host
   ** compiler's version line on the emulator; NULL when not said. */
   const char *compiler;
+  /* The adversarial suite (tuner/trial/suite.h): how many of its cases
+  ** ran (0: none; stored as NULL), the worst norm-relative error of those
+  ** passed, the names of those failed, comma-separated ("" none). */
+  int suite_cases;
+  double suite_err;
+  const char *suite_failed;
+  /* DB_DET_YES: the same bits on every run checked (two schedules on the
+  ** emulator, repeated launches on a GPU; stored as 1), DB_DET_NO: declared
+  ** or found otherwise (0), DB_DET_UNKNOWN (the zero value; NULL). */
+  int deterministic;
 } db_trial;
+enum { DB_DET_UNKNOWN = 0, DB_DET_YES = 1, DB_DET_NO = 2 };
 
 /* done = 1 when a trial with this key (any status) is recorded: a resumed
 ** run skips it, unless it was asked to measure again. */
@@ -178,7 +194,7 @@ int db_trial_put(db *d, const db_trial *t, char *err, size_t errlen);
 ** there is none. Its text fields point into buffers of out. */
 typedef struct db_recorded {
   db_trial t;
-  char status[16], message[256], counters[1024], created[32];
+  char status[16], message[256], counters[1024], created[32], suite_failed[160];
 } db_recorded;
 int db_trial_get(db *d, long long variant_id, long long device_id, const db_problem *p,
                  db_recorded *out, int *found, char *err, size_t errlen);

@@ -163,7 +163,8 @@ static void refused(size_t *count, char *first, size_t n, const char *what, long
 #define TRIAL_TOO_LONG \
   "CASE " LONGER("dtype", "7") LONGER("arch", "15") LONGER("status", "15") \
   LONGER("message", "65535") LONGER("counters", DBI_COUNTERS_MAX) \
-  LONGER("fatune_version", "31") LONGER("compiler", "159") LONGER("created", "31") "END"
+  LONGER("fatune_version", "31") LONGER("compiler", "159") LONGER("suite_failed", "159") \
+  LONGER("created", "31") "END"
 
 /* 1 with why when column col names a field too long (counted), else 0. */
 static int too_long(merge *m, sqlite3_stmt *st, int col, char *why, size_t n) {
@@ -330,18 +331,44 @@ static int trial_fits(merge *m, sqlite3_stmt *st, char *why, size_t n) {
   return 1;
 }
 
+/* 1 with why when the suite's columns (29-32) are not what fatune writes:
+** all NULL, or a count of 1 to 64 cases, an error of 0 or more (NULL when
+** none passed), names as text; determinism NULL, 0 or 1. */
+static int suite_verdict(sqlite3_stmt *st, char *why, size_t n) {
+  const int tc = sqlite3_column_type(st, 29), te = sqlite3_column_type(st, 30),
+            tf = sqlite3_column_type(st, 31), td = sqlite3_column_type(st, 32);
+  const long long cases = sqlite3_column_int64(st, 29), det = sqlite3_column_int64(st, 32);
+  const double e = sqlite3_column_double(st, 30);
+  int bad = 0;
+  if (tc == SQLITE_NULL) bad = te != SQLITE_NULL || tf != SQLITE_NULL;
+  else
+    bad = tc != SQLITE_INTEGER || cases < 1 || cases > 64 || tf != SQLITE_TEXT ||
+          (te != SQLITE_NULL && (te != SQLITE_FLOAT && te != SQLITE_INTEGER)) ||
+          (te != SQLITE_NULL && !(e >= 0 && e < 1e300));
+  if (bad) {
+    snprintf(why, n, "its adversarial suite's columns are not what fatune writes");
+    return 1;
+  }
+  if (td != SQLITE_NULL && (td != SQLITE_INTEGER || (det != 0 && det != 1))) {
+    snprintf(why, n, "its deterministic is neither 0 nor 1");
+    return 1;
+  }
+  return 0;
+}
+
 /* 1 with why, counted by kind, when the trial is not taken. */
 static int trial_verdict(merge *m, sqlite3_stmt *st, db_trial *t, char *why, size_t n) {
   int rc = parent(m, T_VARIANTS, sqlite3_column_int64(st, 0), &t->variant_id, why, n);
   if (rc == 0) rc = parent(m, T_DEVICES, sqlite3_column_int64(st, 1), &t->device_id, why, n);
   if (rc != 0) return rc;
-  if (too_long(m, st, 29, why, n)) return 1;
+  if (too_long(m, st, 33, why, n)) return 1;
   const int ct = sqlite3_column_type(st, 28);
   if (ct != SQLITE_NULL && ct != SQLITE_TEXT) {
     snprintf(why, n, "its compiler is not text");
     return 1;
   }
-  const int verdict = dbi_check_trial(st, 30, why, n);
+  if (suite_verdict(st, why, n)) return 1;
+  const int verdict = dbi_check_trial(st, 34, why, n);
   if (verdict == DBI_ROW_BAD_CREATED) m->c->bad_created++;
   return verdict != DBI_ROW_OK || check_request(st, why, n) || trial_fits(m, st, why, n);
 }
@@ -360,7 +387,7 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
                             sqlite3_column_int(st, 4), sqlite3_column_int(st, 5),
                             sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
                             sqlite3_column_int(st, 8), dbi_col_text(st, 24),
-                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26), NULL};
+                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26), NULL, 0, 0};
   t->seeded = sqlite3_column_type(st, 27) == SQLITE_INTEGER;
   t->seed = (unsigned long long)sqlite3_column_int64(st, 27);
   t->status = dbi_col_text(st, 9);
@@ -370,6 +397,12 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
   for (int i = 0; i < 9; i++) *r[i] = dbi_col_real(st, 11 + i);
   t->counters = sqlite3_column_type(st, 20) == SQLITE_NULL ? NULL : dbi_col_text(st, 20);
   t->compiler = sqlite3_column_type(st, 28) == SQLITE_NULL ? NULL : dbi_col_text(st, 28);
+  t->suite_cases = sqlite3_column_type(st, 29) == SQLITE_NULL ? 0 : sqlite3_column_int(st, 29);
+  t->suite_err = dbi_col_real(st, 30);
+  t->suite_failed = sqlite3_column_type(st, 31) == SQLITE_NULL ? NULL : dbi_col_text(st, 31);
+  t->deterministic = sqlite3_column_type(st, 32) == SQLITE_NULL ? DB_DET_UNKNOWN
+                     : sqlite3_column_int(st, 32)                ? DB_DET_YES
+                                                                 : DB_DET_NO;
   const char *created = dbi_col_text(st, 22);
   char ours[40];
   int found;
@@ -458,7 +491,8 @@ static int merge_all(merge *m) {
   return each_row(m, "SELECT variant_id, device_id, dtype, dim, seq_q, seq_k, batch, heads, "
                      "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "
                      "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created, "
-                     "id, arch, req_seq_q, req_seq_k, seed, compiler, " TRIAL_TOO_LONG ", "
+                     "id, arch, req_seq_q, req_seq_k, seed, compiler, suite_cases, suite_err, "
+                     "suite_failed, deterministic, " TRIAL_TOO_LONG ", "
                      DBI_TRIAL_CHECK_COLUMNS " FROM trials ORDER BY id LIMIT ?1", m->lim->trials,
                   trial_row);
 }

@@ -30,7 +30,20 @@ static const char best_sql[] =
   "d.backend, b.dtype, b.dim, b.seq_q, b.seq_k, b.batch, b.heads, b.causal, b.max_abs_err, "
   "b.rel_err, b.median_us, b.tflops, b.gbps, b.global_bytes, b.created, "
   DBI_CONFIG_KV("v.config") ", b.arch, b.req_seq_q, b.req_seq_k "
-  "FROM best b JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
+  /* The best view's own definition (db_schema.c), its candidates first
+  ** cut to an error budget (?9, 0: none: the main case and the suite,
+  ** every case of which passed) and to determinism (?10). */
+  "FROM (SELECT * FROM (SELECT *, row_number() OVER ("
+  "      PARTITION BY device_id, op, arch, dtype, dim, req_seq_q, req_seq_k, causal "
+  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes, "
+  "               variant_id, id) AS rank "
+  "  FROM (SELECT t.*, v.op AS op, json_extract(t.counters, '$.global_bytes_read') "
+  "                  + json_extract(t.counters, '$.global_bytes_written') AS global_bytes "
+  "        FROM trials t JOIN variants v ON v.id = t.variant_id WHERE t.status = 'ok' "
+  "        AND (?9 = 0 OR (t.rel_err <= ?9 AND t.suite_cases > 0 AND t.suite_failed = '' "
+  "                        AND t.suite_err <= ?9)) "
+  "        AND (?10 = 0 OR t.deterministic = 1))) WHERE rank = 1) b "
+  "JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
   "AND (?7 IS NULL OR b.arch = ?7) AND b.op = ?8 "
   /* The exact key has distance 0; between two equally near, the longer
@@ -78,6 +91,8 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   dbi_bind_int(&b, want_k);
   dbi_bind_text(&b, p->arch);
   dbi_bind_text(&b, p->op ? p->op : "fwd");
+  dbi_bind_real(&b, p->max_rel_err > 0 ? p->max_rel_err : 0);
+  dbi_bind_int(&b, p->deterministic ? 1 : 0);
   /* The first candidate whose fields fit: one too long for db_best_row
   ** (a file written elsewhere may hold anything) is passed over. */
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;
@@ -100,7 +115,8 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   "d.backend, t.dtype, t.dim, t.seq_q, t.seq_k, t.batch, t.heads, t.causal, t.status, " \
   "t.message, t.max_abs_err, t.rel_err, t.lse_err, t.median_us, t.min_us, t.p20_us, " \
   "t.p80_us, t.tflops, t.gbps, t.counters, t.fatune_version, t.created, t.arch, " \
-  "t.req_seq_q, t.req_seq_k, t.seed, v.op, t.compiler"
+  "t.req_seq_q, t.req_seq_k, t.seed, v.op, t.compiler, t.suite_cases, t.suite_err, " \
+  "t.suite_failed, t.deterministic"
 
 #define TRIAL_JSON \
   "json_object('variant', v.name, 'hash', v.hash, 'template_version', v.template_version, " \
@@ -114,7 +130,9 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   "'gbps', t.gbps, 'counters', " JSON_OR_NULL("t.counters") ", " \
   "'fatune_version', t.fatune_version, 'created', t.created, 'arch', t.arch, " \
   "'req_seq_q', t.req_seq_q, 'req_seq_k', t.req_seq_k, 'seed', t.seed, 'op', v.op, " \
-  "'compiler', t.compiler)"
+  "'compiler', t.compiler, 'suite_cases', t.suite_cases, 'suite_err', t.suite_err, " \
+  "'suite_failed', t.suite_failed, " \
+  "'deterministic', json(CASE t.deterministic WHEN 1 THEN 'true' WHEN 0 THEN 'false' END))"
 
 #define TRIAL_FROM \
   " FROM trials t JOIN variants v ON v.id = t.variant_id JOIN devices d ON d.id = t.device_id " \

@@ -259,8 +259,19 @@ static const char schema_v6[] =
 ** compiler's on the emulator): a figure depends on it. NULL in rows before. */
 static const char schema_v7[] = "ALTER TABLE trials ADD COLUMN compiler TEXT;\n";
 
+/* Version 8. The adversarial suite each trial met (how many cases, the
+** worst error of those passed, the names of those failed) and whether its
+** runs gave the same bits: what an error budget and a demand for
+** determinism choose by. NULL in rows before. */
+static const char schema_v8[] =
+  "ALTER TABLE trials ADD COLUMN suite_cases INTEGER;\n"
+  "ALTER TABLE trials ADD COLUMN suite_err REAL;\n"
+  "ALTER TABLE trials ADD COLUMN suite_failed TEXT;\n"
+  "ALTER TABLE trials ADD COLUMN deterministic INTEGER\n"
+  "  CHECK (deterministic IS NULL OR deterministic IN (0, 1));\n";
+
 static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4, schema_v5,
-                                    schema_v6, schema_v7};
+                                    schema_v6, schema_v7, schema_v8};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

@@ -342,8 +342,9 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
         "INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, "
         "seq_q, seq_k, batch, heads, causal, status, message, max_abs_err, rel_err, lse_err, "
         "median_us, min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version, "
-        "compiler, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        "?, ?, ?, ?, ?, ?, ?, coalesce(?, " NOW ")) "
+        "compiler, suite_cases, suite_err, suite_failed, deterministic, created) VALUES (?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "coalesce(?, " NOW ")) "
         "ON CONFLICT (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, "
         "seq_k, batch, heads, causal) "
         "DO UPDATE SET status = excluded.status, message = excluded.message, "
@@ -352,7 +353,9 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
         "min_us = excluded.min_us, p20_us = excluded.p20_us, p80_us = excluded.p80_us, "
         "tflops = excluded.tflops, gbps = excluded.gbps, counters = excluded.counters, "
         "seed = excluded.seed, fatune_version = excluded.fatune_version, "
-        "compiler = excluded.compiler, created = excluded.created",
+        "compiler = excluded.compiler, suite_cases = excluded.suite_cases, "
+        "suite_err = excluded.suite_err, suite_failed = excluded.suite_failed, "
+        "deterministic = excluded.deterministic, created = excluded.created",
         &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
@@ -367,6 +370,17 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
   else dbi_bind_text(&b, NULL);
   dbi_bind_text(&b, fatune_version);
   dbi_bind_text(&b, t->compiler);
+  if (t->suite_cases > 0) {
+    dbi_bind_int(&b, t->suite_cases);
+    dbi_bind_real(&b, t->suite_err);
+    dbi_bind_text(&b, t->suite_failed ? t->suite_failed : "");
+  } else {
+    for (int i = 0; i < 3; i++) dbi_bind_text(&b, NULL);
+  }
+  if (t->deterministic == DB_DET_YES || t->deterministic == DB_DET_NO)
+    dbi_bind_int(&b, t->deterministic == DB_DET_YES);
+  else
+    dbi_bind_text(&b, NULL);
   dbi_bind_text(&b, created);
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
   dbi_finalize(st);
@@ -387,7 +401,8 @@ int db_trial_get(db *d, long long variant_id, long long device_id, const db_prob
   if (check_problem(p, err, errlen) != 0) return -1;
   sqlite3_stmt *st;
   if (dbi_prepare(d->h, "SELECT status, message, max_abs_err, rel_err, lse_err, median_us, "
-                        "min_us, p20_us, p80_us, tflops, gbps, counters, seed, created "
+                        "min_us, p20_us, p80_us, tflops, gbps, counters, seed, created, "
+                        "suite_cases, suite_err, suite_failed, deterministic "
                         "FROM trials WHERE " TRIAL_KEY_MATCH, &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
@@ -411,6 +426,14 @@ int db_trial_get(db *d, long long variant_id, long long device_id, const db_prob
              dbi_col_text(st, 13) ? dbi_col_text(st, 13) : "");
     t->status = out->status, t->message = out->message[0] ? out->message : NULL;
     t->counters = out->counters[0] ? out->counters : NULL;
+    t->suite_cases = sqlite3_column_int(st, 14);
+    t->suite_err = dbi_col_real(st, 15);
+    snprintf(out->suite_failed, sizeof out->suite_failed, "%s",
+             dbi_col_text(st, 16) ? dbi_col_text(st, 16) : "");
+    t->suite_failed = out->suite_failed;
+    t->deterministic = sqlite3_column_type(st, 17) != SQLITE_INTEGER ? DB_DET_UNKNOWN
+                       : sqlite3_column_int(st, 17)                ? DB_DET_YES
+                                                                   : DB_DET_NO;
     *found = 1;
   }
   dbi_finalize(st);

@@ -233,11 +233,17 @@ mut bwd-kv-first-head templates/simtbwd/simtbwd.cu \
   'const int hk = fa_bid_y(), b = fa_bid_z(), h = hk;' \
   'test_api test_fuzz_layouts_many'
 mut trial-compiler tuner/trial/trial.c \
-  '.compiler = compiler[0] ? compiler : NULL};' '.compiler = NULL};' \
+  '.compiler = compiler[0] ? compiler : NULL,' '.compiler = NULL,' \
   'cli_db'
 mut merge-compiler-blob db/db_merge.c \
   'if (ct != SQLITE_NULL && ct != SQLITE_TEXT) {' 'if (0) {' \
   'test_merge'
+mut suite-not-run tuner/trial/trial.c \
+  'if (!e->gpu && oc->r.status == VAL_OK) run_suite(e, t, oc);' 'if (0) run_suite(e, t, oc);' \
+  'cli_db'
+mut budget-suite-failed db/db_query.c \
+  "AND t.suite_cases > 0 AND t.suite_failed = '' \"" "AND t.suite_cases > 0 \"" \
+  'cli_db'
 mut turing-k8-split templates/prelude_tile.h \
   'const unsigned lo[2] = {a[0], a[1]}, hi[2] = {a[2], a[3]};' \
   'const unsigned lo[2] = {a[0], a[2]}, hi[2] = {a[1], a[3]};' \

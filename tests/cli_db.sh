@@ -35,6 +35,34 @@ import json, sys
 print(" | ".join(sorted({r["compiler"] or "NULL" for r in json.load(sys.stdin)})))')
 [ -n "$cc_line" ] && [ "$got" = "$cc_line" ]
 check "each trial records its compiler: $got" $? "'$got', not '$cc_line'"
+# The adversarial suite: every ok trial met its 8 cases (with the causal
+# mask's); eager normalization with FA2's split of the rows among warps
+# meets them all, while sums of unnormalized terms (deferred
+# normalization's, or split_k's partial sums across warps) overflow fp32
+# on V at an eighth of its range. Every run gave the same bits.
+got=$("$FATUNE" export --format json --db "$db" | python3 -c '
+import json, sys
+rows = [r for r in json.load(sys.stdin) if r["status"] == "ok"]
+assert rows and all(r["suite_cases"] == 8 and r["deterministic"] is True for r in rows), rows[0]
+eager = {r["suite_failed"] for r in rows
+         if r["config"]["norm"] == "eager" and r["config"]["split"] == "split_q"}
+deferred = {r["suite_failed"] for r in rows if r["config"]["norm"] == "deferred"}
+assert eager == {""} and "huge-values" in deferred, (eager, deferred)
+print(len(rows))' 2>&1)
+check "every ok trial met the suite's 8 cases; eager split_q passes all, deferred overflows on huge values ($got)" \
+  $? "$got"
+run_best() { "$FATUNE" best --dtype fp32 --dim 32 --seq 77 --seq-k 90 --causal --db "$db" "$@"; }
+v=$(run_best --max-error 1e-5 --deterministic 2>&1 | sed -n 's/^variant *//p')
+case "$v" in *-eager-*-splitq-*) rc=0 ;; *) rc=1 ;; esac
+check "best --max-error 1e-5 --deterministic: an eager variant ($v)" $rc "'$v'"
+run_best --max-error 1e-12 >/dev/null 2>"$tmp/budget.err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q 'nothing recorded that meets an error budget of 1e-12 for fp32 dim 32 causal' "$tmp/budget.err"
+check "best --max-error 1e-12: nothing meets it, said in one line" $? "exit $rc: $(cat "$tmp/budget.err")"
+run_best --max-error 2 >/dev/null 2>"$tmp/budget2.err"
+rc=$?
+[ "$rc" -eq 2 ] && grep -q 'max-error must be a norm-relative error from 1e-16 to 1' "$tmp/budget2.err"
+check "best --max-error 2: refused" $? "exit $rc: $(cat "$tmp/budget2.err")"
 # Variants that move the same bytes tie; the line the run ends with is the
 # database's own choice among them.
 best_line=$(sed -n 's/^best recorded in [^:]*: \([^ ,]*\).*/\1/p' "$tmp/t.out")
@@ -79,7 +107,7 @@ check "the killed run's file passes integrity_check" $? "$(integrity "$db")"
 "${TIMEOUT[@]}" "$FATUNE" "${args[@]}" >"$tmp/r.out" 2>"$tmp/r.err"
 check "the same command resumes and exits 0" $? "$(tail -c 300 "$tmp/r.err")"
 summary=$(grep -E '^[0-9]+ variants:' "$tmp/r.out")
-measured=$(grep -cE ' (ok|invalid|crashed|timeout|compile_error) ' "$tmp/r.out")
+measured=$(awk '$2 ~ /^(ok|invalid|crashed|timeout|compile_error)$/' "$tmp/r.out" | wc -l)
 [[ "$summary" == *"$before recorded before"* ]] && [ "$measured" -eq $((total - before)) ] &&
   [ "$(trials "$db")" -eq "$total" ]
 rc=$?

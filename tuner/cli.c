@@ -32,7 +32,7 @@ enum {
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
   F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20,
   F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24, F_OP = 1 << 25,
-  F_MODEL = 1 << 26
+  F_MODEL = 1 << 26, F_BUDGET = 1 << 27
 };
 
 typedef struct cmd_info {
@@ -125,10 +125,14 @@ static const cmd_info commands[] = {
    "FlashAttention-2's flash_bwd kernels, --launch fa3 FlashAttention-3's.",
    "fatune model --gpu h100 --dim 128 --seq 4096 --cubin flash_fwd.cubin --launch fa2",
    "predict a kernel's time with the timing model"},
-  {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,
+  {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP | F_BUDGET,
    "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--op OP] [--device NAME] [--db PATH]\n"
-   "                   [--json]",
-   "Prints the best recorded variant for a problem, or the nearest tuned seq.",
+   "                   [--max-error E] [--deterministic] [--json]",
+   "Prints the best recorded variant for a problem, or the nearest tuned seq. With\n"
+   "--max-error, the best whose norm-relative error on the main case and on every\n"
+   "case of the adversarial suite is E or less (a variant not run on the suite, or\n"
+   "failing a case of it, is passed over); with --deterministic, the best that gave\n"
+   "the same bits on every run checked.",
    "fatune best --dim 64 --seq 4096 --dtype bf16",
    "the best recorded variant for a problem"},
   {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,
@@ -223,6 +227,8 @@ static const flag_info flags[] = {
   {"shard", F_SHARD, 1, "I/N", "the I-th of N disjoint parts of a sweep's keys, balanced by\n"
                                "estimated cost (deterministic: N machines share a sweep)"},
   {"device", F_DEV, 1, "NAME", "a device's name, UUID or part of its name"},
+  {"max-error", F_BUDGET, 1, "E", "best: the error budget, a norm-relative error from 1e-16 to 1"},
+  {"deterministic", F_BUDGET, 0, NULL, "best: only variants that gave the same bits every run"},
   {"format", F_FMT, 1, "F", "export: csv or json; report: html (default) or md"},
   {"axis", F_AXIS, 1, "A", "one design axis of the explored family (it refuses the\n"
                           "others), or all (default); the families'"},
@@ -351,6 +357,16 @@ static int parse_scale(const char *s, double *out, char *err, size_t n) {
   double v = strtod(s, &end);
   if (errno || end == s || *end != '\0' || !(v > 0) || v > 1e6)
     return fail(err, n, "--scale must be a positive number up to 1e6, not '%s'", s);
+  *out = v;
+  return 0;
+}
+
+static int parse_budget(const char *s, double *out, char *err, size_t n) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end != '\0' || !(v >= 1e-16) || v > 1)
+    return fail(err, n, "--max-error must be a norm-relative error from 1e-16 to 1, not '%s'", s);
   *out = v;
   return 0;
 }
@@ -552,6 +568,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   if (!strcmp(flag, "--emu-seq")) return parse_int(flag, val, 1, 1 << 24, &o->emu_seq, err, n);
   if (!strcmp(flag, "--seed")) return parse_seed(val, o, err, n);
   if (!strcmp(flag, "--scale")) return parse_scale(val, &p->scale, err, n);
+  if (!strcmp(flag, "--max-error")) return parse_budget(val, &o->max_error, err, n);
   if (!strcmp(flag, "--causal") && val) {
     if (strcmp(val, "both")) return fail(err, n, "--causal takes no value, or =both, not '%s'", val);
     o->causal_both = 1, p->causal = 0;
@@ -561,6 +578,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--variant")) o->variant = val;
   else if (!strcmp(flag, "--config")) o->config = val;
   else if (!strcmp(flag, "--retune")) o->retune = 1;
+  else if (!strcmp(flag, "--deterministic")) o->deterministic = 1;
   else if (!strcmp(flag, "--db")) o->db = val;
   else if (!strcmp(flag, "--device")) o->device = val;
   else if (!strcmp(flag, "--format")) return parse_format(o, val, err, n);

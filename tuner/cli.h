@@ -50,6 +50,8 @@ typedef struct cli_opts {
   const char *db;         /* results database path, or NULL for the default */
   int retune;             /* main job: measure again what the database has */
   const char *device;     /* best, show: a device's name, uuid or part of its name */
+  double max_error;       /* best: the error budget (0: none) */
+  int deterministic;      /* best: only bitwise-deterministic variants */
   const char *format;     /* export: "csv" or "json"; report: "html" or "md" */
   const char *axis;       /* explore: an axis of the families' explore plans, or all */
   int sweep_lo, sweep_hi; /* explore --sweep seq=LO:HI; 0: no sweep */

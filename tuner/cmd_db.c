@@ -117,7 +117,8 @@ static int cmd_best(const cli_opts *o) {
     return bad_input("options --batch and --heads do not apply to 'fatune best'");
   const fa_problem *fp = &o->problem;
   db_problem p = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
-                  .seq_k = fp->seq_k, .causal = fp->causal, .op = fa_op_name(fp->op)};
+                  .seq_k = fp->seq_k, .causal = fp->causal, .op = fa_op_name(fp->op),
+                  .max_rel_err = o->max_error, .deterministic = o->deterministic};
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   db_best_row r;
@@ -147,7 +148,12 @@ static int cmd_best(const cli_opts *o) {
     char what[48];
     snprintf(what, sizeof what, "%s%s%s", fp->op == FA_OP_FWD ? "" : p.op,
              fp->op == FA_OP_FWD ? "" : " ", any ? "any dtype" : p.dtype);
-    fprintf(stderr, "fatune: nothing recorded for %s dim %d%s%s%s in %s\n", what, p.dim,
+    char budget[96] = "", e[40] = "";
+    if (o->max_error > 0) snprintf(e, sizeof e, " an error budget of %.3g", o->max_error);
+    if (e[0] || o->deterministic)
+      snprintf(budget, sizeof budget, " that meets%s%s%s", e, e[0] && o->deterministic ? " and" : "",
+               o->deterministic ? " determinism" : "");
+    fprintf(stderr, "fatune: nothing recorded%s for %s dim %d%s%s%s in %s\n", budget, what, p.dim,
             p.causal ? " causal" : "", o->device ? " on device " : "",
             o->device ? o->device : "", db_path(d));
     return close_db(d, 1);

@@ -83,7 +83,7 @@ static const sass_figures *figures(const tune *s, const trial *e) {
 ** counters or the GPU's times, then with --sass the SASS figures. */
 static const fa_column emu_cols[] = {
   {"variant", -58, NULL}, {"status", -13, NULL}, {"rel_err", 9, NULL}, {"max_err", 9, NULL},
-  {"gmem_rd_KB", 10, NULL}, {"gmem_wr_KB", 10, NULL}, {"smem_KB", 10, NULL}, {"exp", 8, NULL},
+  {"suite", -13, NULL}, {"gmem_rd_KB", 10, NULL}, {"gmem_wr_KB", 10, NULL}, {"smem_KB", 10, NULL}, {"exp", 8, NULL},
   {"bars", 6, NULL}, {"regs", 5, NULL}, {"spill", 6, NULL}, {"emu_ms", 8, NULL},
   {"insns", 6, NULL}, {"est_TF", 6, NULL}, {"model_TF", 8, NULL}};
 static const fa_column gpu_cols[] = {
@@ -91,7 +91,7 @@ static const fa_column gpu_cols[] = {
   {"min_us", 10, NULL}, {"TFLOP/s", 8, NULL}, {"GB/s", 8, NULL}, {"regs", 5, NULL},
   {"spill", 6, NULL}, {"smem", 7, NULL}, {"CTA/SM", 5, NULL}, {"insns", 6, NULL},
   {"est_TF", 6, NULL}, {"model_TF", 8, NULL}};
-#define ROW_MAX 15
+#define ROW_MAX 16
 
 /* The SASS cells: the main loop's instructions per K/V block per warp,
 ** the estimate's TFLOP/s and the timing model's. */
@@ -117,6 +117,9 @@ static int emu_cells(const trial *e, fa_cell *c) {
   const int r = ran(e);
   c[n++] = r ? fa_cell_real(e->out.r.rel_err, "%.2e") : none;
   c[n++] = r ? fa_cell_real(e->out.r.max_abs_err, "%.2e") : none;
+  /* The adversarial suite: ok, or the cases failed. */
+  c[n++] = e->out.suite_cases == 0 ? none
+           : fa_cell_text(e->out.suite_failed[0] ? e->out.suite_failed : "ok");
   c[n++] = r ? fa_cell_real((double)k->gmem_read / 1024, "%.1f") : none;
   c[n++] = r ? fa_cell_real((double)k->gmem_written / 1024, "%.1f") : none;
   c[n++] = r ? fa_cell_real((double)(k->smem_read + k->smem_written) / 1024, "%.1f") : none;
@@ -215,7 +218,8 @@ static void json_counters(FILE *f, const void *arg) {
 static const fa_column json_cols[] = {
   {"name", 0, NULL}, {"hash", 0, NULL}, {NULL, 0, NULL}, {"status", 0, NULL},
   {"recorded", 0, NULL}, {"backend", 0, NULL}, {"seed", 0, NULL}, {"max_abs_err", 0, NULL},
-  {"rel_err", 0, NULL}, {"lse_err", 0, NULL}, {NULL, 0, NULL}, {"emu_ms", 0, NULL},
+  {"rel_err", 0, NULL}, {"lse_err", 0, NULL}, {"suite_cases", 0, NULL}, {"suite_err", 0, NULL},
+  {"suite_failed", 0, NULL}, {NULL, 0, NULL}, {"emu_ms", 0, NULL},
   {"median_us", 0, NULL}, {"min_us", 0, NULL}, {"p20_us", 0, NULL}, {"p80_us", 0, NULL},
   {"reps", 0, NULL}, {"tflops", 0, NULL}, {"gbps", 0, NULL}, {"ctas_per_sm", 0, NULL},
   {"compile_ms", 0, NULL}, {"registers", 0, NULL}, {"spill_bytes", 0, NULL},
@@ -236,7 +240,10 @@ static void json_row(fa_sink *k, const tune *s, const trial *e) {
     fa_cell_text(trial_status_names[status(e)]), fa_cell_bool(e->st == TRIAL_RECORDED),
     fa_cell_text(backend_name(s->be)), seed,
     fa_cell_real(r ? e->out.r.max_abs_err : NAN, g), fa_cell_real(r ? e->out.r.rel_err : NAN, g),
-    fa_cell_real(r ? e->out.r.lse_err : NAN, g), fa_cell_members(json_counters, e),
+    fa_cell_real(r ? e->out.r.lse_err : NAN, g), fa_cell_int(e->out.suite_cases),
+    fa_cell_real(e->out.suite_cases ? e->out.suite_err : NAN, g),
+    e->out.suite_cases ? fa_cell_text(e->out.suite_failed) : fa_cell_null(),
+    fa_cell_members(json_counters, e),
     fa_cell_real(r && !s->gpu && e->st != TRIAL_RECORDED ? e->out.r.run_ms : NAN, g),
     fa_cell_real(t ? us : NAN, g), fa_cell_real(t ? e->out.t.min_us : NAN, g),
     fa_cell_real(t ? e->out.t.p20_us : NAN, g), fa_cell_real(t ? e->out.t.p80_us : NAN, g),

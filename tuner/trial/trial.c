@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "compile_child.h"
+#include "suite.h"
 #include "trial.h"
 
 #define ORACLE_SAMPLE_ROWS 64
@@ -182,6 +183,8 @@ int trial_load_recorded(trial_env *e, trial *t, int *found, char *err, size_t er
   o->t.median_us = r->median_us, o->t.min_us = r->min_us;
   o->t.p20_us = r->p20_us, o->t.p80_us = r->p80_us;
   o->ctas_per_sm = -1;
+  o->suite_cases = r->suite_cases, o->suite_err = r->suite_err;
+  snprintf(o->suite_failed, sizeof o->suite_failed, "%s", rec.suite_failed);
   snprintf(o->r.msg, sizeof o->r.msg, "%s", rec.message);
   t->why = o->r.msg[0] ? o->r.msg : NULL;
   t->seeded = r->seeded, t->seed = r->seed;
@@ -263,7 +266,14 @@ int trial_record(trial_env *e, const trial *t) {
     .min_us = timed ? o->t.min_us : NAN, .p20_us = timed ? o->t.p20_us : NAN,
     .p80_us = timed ? o->t.p80_us : NAN, .tflops = timed ? flops / o->t.median_us / 1e6 : NAN,
     .gbps = timed ? bytes / o->t.median_us / 1e3 : NAN,
-    .counters = ran && !e->gpu ? counters : NULL, .compiler = compiler[0] ? compiler : NULL};
+    .counters = ran && !e->gpu ? counters : NULL, .compiler = compiler[0] ? compiler : NULL,
+    .suite_cases = o->suite_cases, .suite_err = o->suite_cases ? o->suite_err : NAN,
+    .suite_failed = o->suite_failed,
+    /* An ok trial of a kernel that does not declare otherwise gave the same
+    ** bits on both schedules (emulator) or every launch (GPU, timed). */
+    .deterministic = !t->k.deterministic         ? DB_DET_NO
+                     : t->st == TRIAL_OK && (!e->gpu || timed) ? DB_DET_YES
+                                                  : DB_DET_UNKNOWN};
   pthread_mutex_lock(&e->mu);
   wk_quiet_begin();   /* a worker restarted meanwhile waits (worker.h) */
   int rc = e->stopped ? -1 : db_trial_put(e->db, &tr, err, sizeof err);
@@ -326,6 +336,43 @@ static void time_checked(trial_env *e, const trial *t, const void *first, trial_
            at);
 }
 
+/* Case i of the suite on this worker: built once; 1 when it is there. */
+static int ensure_suite_case(trial_env *e, int i) {
+  if (e->suite_state[i] == 0) {
+    char err[256];
+    int rc = val_suite_make(&e->suite_vc[i], i, e->run, e->seed, err, sizeof err);
+    if (rc == 0 && val_inputs_upload(e->be, &e->suite_vc[i], &e->suite_in[i], err, sizeof err) != 0)
+      rc = -1, val_case_free(&e->suite_vc[i]);
+    e->suite_state[i] = rc == 0 ? 1 : rc == 1 ? 2 : -1;
+  }
+  return e->suite_state[i] == 1;
+}
+
+/* The adversarial suite on trial t, whose main case passed (the emulator,
+** under one schedule: the main case's two looked for races; these look at
+** the numbers). A case it cannot meet is named
+** in the outcome; the trial's status stays the main case's, so that the
+** tuner can still rank it and a user with no such inputs can still use it
+** (fatune best --suite asks for variants that meet every case). */
+static void run_suite(trial_env *e, const trial *t, trial_outcome *oc) {
+  const int n = val_suite_size() < TRIAL_SUITE_MAX ? val_suite_size() : TRIAL_SUITE_MAX;
+  for (int i = 0; i < n; i++) {
+    if (!ensure_suite_case(e, i)) continue;
+    val_opts vo = {.nschedules = 1, .schedule = {FA_SCHED_FORWARD}, .seed = e->seed, .threads = 1};
+    val_result r;
+    char err[256];
+    oc->suite_cases++;
+    if (val_check(e->be, &e->suite_vc[i], &e->suite_in[i], t->build.prog, &t->k, &vo, &r, err,
+                  sizeof err) == 0 && r.status == VAL_OK) {
+      if (r.rel_err > oc->suite_err) oc->suite_err = r.rel_err;
+      continue;
+    }
+    const size_t used = strlen(oc->suite_failed);
+    snprintf(oc->suite_failed + used, sizeof oc->suite_failed - used, "%s%s", used ? "," : "",
+             val_suite_name(i));
+  }
+}
+
 /* Validate trial i, and time it on a GPU; the outcome travels back whole.
 ** A device left unusable retires this process. */
 static int job(size_t i, void *ud, void *out) {
@@ -349,6 +396,7 @@ static int job(size_t i, void *ud, void *out) {
     oc->r.status = VAL_CRASHED;
   }
   if (e->gpu && oc->r.status == VAL_OK) time_checked(e, t, first, oc);
+  if (!e->gpu && oc->r.status == VAL_OK) run_suite(e, t, oc);
   free(first);
   return backend_poisoned(e->be);
 }

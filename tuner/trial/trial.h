@@ -41,8 +41,17 @@ extern const char *const trial_status_names[TRIAL_NSTATUS];   /* "ok", ... */
 int trial_ran(trial_status st);
 
 /* What a worker sends back for one variant: plain data, no pointers. */
+/* At most this many cases in the adversarial suite (suite.h). */
+#define TRIAL_SUITE_MAX 12
+
 typedef struct trial_outcome {
   val_result r;
+  /* The adversarial suite, on the emulator, after the main case passed:
+  ** how many of its cases applied, the worst norm-relative error of those
+  ** passed, and the names of those failed, comma-separated ("" none). */
+  int suite_cases;
+  double suite_err;
+  char suite_failed[160];
   fa_timing t;
   int timed;             /* t holds a measurement */
   int ctas_per_sm;       /* occupancy; -1 unknown */
@@ -100,6 +109,11 @@ typedef struct trial_env {
   attn_inputs in;
   int have_case;
   char case_err[300];
+  /* The adversarial suite's cases, likewise: 0 not built, 1 built, 2 not
+  ** for this problem, -1 could not be built. */
+  val_case suite_vc[TRIAL_SUITE_MAX];
+  attn_inputs suite_in[TRIAL_SUITE_MAX];
+  int suite_state[TRIAL_SUITE_MAX];
 } trial_env;
 
 void trial_env_init(trial_env *e);

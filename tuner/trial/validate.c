@@ -42,9 +42,10 @@ void val_case_free(val_case *c) {
 }
 
 /* Q, K, V in the dtype from the seed (their exact values in qd, kd, vd when
-** those are not NULL). */
-static int make_inputs(val_case *c, const fa_problem *p, unsigned long long seed, double *qd,
-                       double *kd, double *vd) {
+** those are not NULL); shape, when given (with qd, kd and vd), changes the
+** normal values before they are rounded. */
+static int make_inputs(val_case *c, const fa_problem *p, unsigned long long seed,
+                       val_shape_fn shape, double *qd, double *kd, double *vd) {
   const size_t es = (size_t)fa_dtype_size(p->dtype);
   const size_t bh = (size_t)p->batch * (size_t)p->heads;
   const size_t nq = bh * (size_t)p->seq_q * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
@@ -55,13 +56,20 @@ static int make_inputs(val_case *c, const fa_problem *p, unsigned long long seed
   void *const out[3] = {c->q, c->k, c->v};
   double *const exact[3] = {qd, kd, vd};
   const size_t n[3] = {nq, nk, nk};
+  if (shape) {
+    for (int t = 0; t < 3; t++)
+      for (size_t i = 0; i < n[t]; i++) exact[t][i] = rng_normal(&s);
+    shape(p, qd, kd, vd, &s);
+  }
   for (int t = 0; t < 3; t++)
     for (size_t i = 0; i < n[t]; i++) {
-      double x = fa_elem_put(out[t], p->dtype, i, rng_normal(&s));
+      double x = fa_elem_put(out[t], p->dtype, i, shape ? exact[t][i] : rng_normal(&s));
       if (exact[t]) exact[t][i] = x;
     }
   return 0;
 }
+
+uint64_t val_rng_next(uint64_t *s) { return rng_next(s); }
 
 /* The keys query row r sees: all, or under the (bottom-right) causal mask
 ** the first r + seq_k - seq_q + 1. */
@@ -274,7 +282,7 @@ int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long se
   c->o_ref = malloc(rows * (size_t)p->dim * sizeof *c->o_ref);
   c->lse_ref = malloc(rows * sizeof *c->lse_ref);
   int rc = -1;
-  if (!s || !c->o_ref || !c->lse_ref || make_inputs(c, p, seed, NULL, NULL, NULL) != 0 ||
+  if (!s || !c->o_ref || !c->lse_ref || make_inputs(c, p, seed, NULL, NULL, NULL, NULL) != 0 ||
       pick_rows(c, nsample) != 0) {
     snprintf(err, errlen, "out of memory for the validation inputs");
     goto done;
@@ -344,6 +352,11 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
 
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen) {
+  return val_case_make_shaped(c, p, seed, NULL, err, errlen);
+}
+
+int val_case_make_shaped(val_case *c, const fa_problem *p, unsigned long long seed,
+                         val_shape_fn shape, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
   if (p->op != FA_OP_FWD && p->op != FA_OP_BWD) {
     snprintf(err, errlen, "no validation case for op %s: not implemented yet", fa_op_name(p->op));
@@ -355,7 +368,7 @@ int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, cha
   c->o_ref = malloc(nq * sizeof *c->o_ref);
   c->lse_ref = malloc(bh * (size_t)p->seq_q * sizeof *c->lse_ref);
   int rc = -1;
-  if (!qd || !kd || !vd || !c->o_ref || !c->lse_ref || make_inputs(c, p, seed, qd, kd, vd)) {
+  if (!qd || !kd || !vd || !c->o_ref || !c->lse_ref || make_inputs(c, p, seed, shape, qd, kd, vd)) {
     snprintf(err, errlen, "out of memory for the validation inputs");
   } else {
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);

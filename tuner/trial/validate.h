@@ -9,6 +9,8 @@
 #ifndef VALIDATE_H
 #define VALIDATE_H
 
+#include <stdint.h>
+
 #include "attn_run.h"
 
 /* The norm-relative error a dtype must meet: ||o - ref||_2 / ||ref||_2,
@@ -48,6 +50,18 @@ typedef struct val_case {
 ** the rounded values. */
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen);
+
+/* What a case does to its normal inputs before they are rounded to the
+** dtype: the exact values of Q, K and V ((batch, heads, seq, dim),
+** contiguous), changed in place; rng for more random numbers (suite.h). */
+typedef void (*val_shape_fn)(const fa_problem *p, double *q, double *k, double *v, uint64_t *rng);
+
+/* val_case_make with the inputs shaped before they are rounded. */
+int val_case_make_shaped(val_case *c, const fa_problem *p, unsigned long long seed,
+                         val_shape_fn shape, char *err, size_t errlen);
+
+/* splitmix64: the generator the cases draw from. */
+uint64_t val_rng_next(uint64_t *s);
 void val_case_free(val_case *c);
 
 /* For problems too big for the CPU reference: inputs from seed as above,
