@@ -109,8 +109,8 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     heads that divides q's (grouped-query and multi-query attention: q head
     h reads k/v head h // (heads_q // heads_kv)). Any strides; a strided
     head dim (or NumPy's byte-swapped or negatively strided arrays) is
-    copied. Head dim 1 to 256. dtype float16, bfloat16, float32 or
-    float64, the same for all.
+    copied. Head dim 1 to 512 (past 256 on CUDA cores). dtype float16,
+    bfloat16, float32 or float64, the same for all.
 
     PyTorch CUDA tensors run on their GPU, on its current stream, without
     waiting; CPU tensors and NumPy arrays run on the emulator. Other arrays

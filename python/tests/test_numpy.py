@@ -248,9 +248,21 @@ def test_fortran_order_and_broadcast_inputs():
 
 
 def test_head_dim_out_of_range_is_a_value_error():
-    q = np.zeros((1, 1, 8, 300), np.float32)
-    with pytest.raises(ValueError, match="^q: head dim 300"):
+    q = np.zeros((1, 1, 8, 600), np.float32)
+    with pytest.raises(ValueError, match="^q: head dim 600"):
         fatune.attention(q, q, q)
+
+
+@pytest.mark.parametrize("name,dim", [("float16", 300), ("bfloat16", 512), ("float32", 384)])
+def test_head_dims_past_256(name, dim):
+    """Past head dim 256 the CUDA cores compute every dtype (fp16 and bf16
+    read in 16 bits and computed in fp32), causal with more keys than
+    queries, against float64."""
+    dt = dtype(name)
+    q, k, v = (randn((1, 2, n, dim), dt, 23 + i) for i, n in enumerate((19, 33, 33)))
+    o = fatune.attention(q, k, v, causal=True)
+    assert o.dtype == dt and o.shape == q.shape
+    assert rel_err(o, reference(q, k, v, causal=True)[0]) < TOLERANCE[name]
 
 
 @pytest.mark.parametrize("nq,nk", [(8, 24), (24, 8)])

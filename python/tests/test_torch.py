@@ -267,8 +267,8 @@ def op_cases():
         ("scale", ValueError, (q, k, v, "none", torch.tensor(1e308, dtype=torch.float64),
                                "bhnd", None)),
         ("scale", TypeError, (q, k, v, "none", torch.tensor([1.0, 2.0]), "bhnd", None)),
-        ("q", ValueError, (torch.zeros(1, 1, 4, 300), torch.zeros(1, 1, 4, 300),
-                           torch.zeros(1, 1, 4, 300), "none", None, "bhnd", None)),
+        ("q", ValueError, (torch.zeros(1, 1, 4, 600), torch.zeros(1, 1, 4, 600),
+                           torch.zeros(1, 1, 4, 600), "none", None, "bhnd", None)),
     ]
 
 
@@ -294,8 +294,8 @@ def test_public_errors_name_the_argument():
     nested = torch.nested.nested_tensor([q[0], q[0]])
     with pytest.raises(TypeError, match="^q: .*nested"):
         fatune.attention(nested, k, v)
-    with pytest.raises(ValueError, match="^q: head dim 300"):
-        z = torch.zeros(1, 1, 4, 300)
+    with pytest.raises(ValueError, match="^q: head dim 600"):
+        z = torch.zeros(1, 1, 4, 600)
         fatune.attention(z, z, z)
 
 

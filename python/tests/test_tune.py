@@ -31,4 +31,4 @@ def test_tune_bad_arguments(kw, arg):
 
 def test_command_error_is_fatune_error(tmp_path):
     with pytest.raises(fatune.Error, match="dim"):
-        fatune.tune(dim=300, seq=32, dtype="fp32", backend="emu", db=str(tmp_path / "x.db"))
+        fatune.tune(dim=600, seq=32, dtype="fp32", backend="emu", db=str(tmp_path / "x.db"))
