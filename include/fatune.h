@@ -50,7 +50,9 @@ typedef enum fatune_status {
   FATUNE_ECOMPILE,   /* a kernel does not compile */
   FATUNE_ELAUNCH,    /* a kernel failed to run, or the device failed */
   FATUNE_ENOMEM,     /* out of host or device memory */
-  FATUNE_EINTERNAL   /* fatune's own parts are broken (its templates), or a thread would not start */
+  FATUNE_EINTERNAL,  /* fatune's own parts are broken (its templates), or a thread would not start */
+  FATUNE_ENOTUNED    /* nothing recorded for the problem meets the error budget or the
+                        determinism asked for (tune it: the main job records both) */
 } fatune_status;
 
 typedef enum fatune_dtype { FATUNE_FP32 = 0, FATUNE_FP64 = 1, FATUNE_FP16 = 2, FATUNE_BF16 = 3 } fatune_dtype;
@@ -97,6 +99,12 @@ typedef struct fatune_attention_args {
   int causal;            /* bottom-right aligned when seq_q != seq_k */
   double scale;          /* 0: 1/sqrt(dim); as fatune_problem's */
   void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
+  /* The error budget (fatune best --max-error): 0, any variant; else only a
+  ** recorded one whose norm-relative error on its main case and on every
+  ** case of the adversarial suite was at most this (1e-16 to 1); nothing
+  ** recorded that meets it gives FATUNE_ENOTUNED, never the default. */
+  double max_rel_err;
+  int deterministic;     /* nonzero: only a recorded variant that gave the same bits every run */
 } fatune_attention_args;
 
 /* One call of fatune_attention_backward: the forward call's q, k, v, o
@@ -114,6 +122,8 @@ typedef struct fatune_backward_args {
   void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
   const void *dlse;      /* NULL, or the loss's gradient with respect to lse, laid out
                             as lse */
+  double max_rel_err;    /* as fatune_attention_args' */
+  int deterministic;
 } fatune_backward_args;
 
 typedef struct fatune_ctx fatune_ctx;

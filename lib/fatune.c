@@ -47,11 +47,19 @@ static fatune_status fail(fatune_status st, const char *fmt, ...) {
 const char *fatune_errmsg(void) { return errbuf; }
 
 /* One problem key (op included) and the kernel chosen for it. */
+/* What a call asks of the variant besides its problem: an error budget
+** (0: none) and determinism (fatune_attention_args). */
+typedef struct budget {
+  double max_rel_err;
+  int deterministic;
+} budget;
+
 typedef struct slot {
   int used;
   fa_op op;
   fa_dtype dtype;
   int dim, seq_q, seq_k, causal;
+  budget b;
   gen_kernel k;
   fa_program *prog;
   fatune_choice choice;
@@ -224,11 +232,12 @@ static void warn_ignored(const db_best_row *row, const char *why) {
 ** default. The templates and the problem, not the database, decide what
 ** runs: a stored config for another dim, dtype, mask or family would read
 ** and write out of bounds or compute another problem. */
-static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
+static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *bud, gen_kernel *k,
                             fatune_choice *choice) {
   db_problem dp = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
                    .seq_k = fp->seq_k, .batch = fp->batch, .heads = fp->heads,
-                   .causal = fp->causal, .op = fa_op_name(fp->op)};
+                   .causal = fp->causal, .op = fa_op_name(fp->op),
+                   .max_rel_err = bud->max_rel_err, .deterministic = bud->deterministic};
   db_best_row row;
   int found = 0, exact = 0;
   char err[512];
@@ -239,8 +248,19 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, gen_kernel *k,
       *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;
       return FATUNE_OK;
     }
+    if (bud->max_rel_err > 0 || bud->deterministic)
+      return fail(FATUNE_ENOTUNED, "the variant recorded within the budget, %s, cannot run "
+                  "here: %s", row.variant, err);
     warn_ignored(&row, err);
   }
+  /* The default's errors on the suite are not known: a budget is not met. */
+  if (bud->max_rel_err > 0 || bud->deterministic)
+    return fail(FATUNE_ENOTUNED, "nothing recorded for %s dim %d%s meets %s%.3g%s: tune it "
+                "(the main job records each variant's errors on the adversarial suite)",
+                dp.dtype, dp.dim, dp.causal ? " causal" : "",
+                bud->max_rel_err > 0 ? "an error budget of " : "determinism",
+                bud->max_rel_err > 0 ? bud->max_rel_err : 0.0,
+                bud->max_rel_err > 0 && bud->deterministic ? " with determinism" : "");
   int rc = gen_render_config(c->gen, "", fp, &c->target, k);
   if (rc != 0)
     return fail((fatune_status)rc, "no kernel for this problem: %s", gen_errmsg(c->gen));
@@ -300,23 +320,26 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
   return FATUNE_OK;
 }
 
-static unsigned hash_key(const fa_problem *p) {
-  const int v[6] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal};
-  return (unsigned)fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
+static unsigned hash_key(const fa_problem *p, const budget *b) {
+  const int v[7] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
+                    b->deterministic};
+  uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
+  return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
 }
 
-static int same_key(const slot *s, const fa_problem *p) {
+static int same_key(const slot *s, const fa_problem *p, const budget *b) {
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim && s->seq_q == p->seq_q &&
-         s->seq_k == p->seq_k && s->causal == p->causal;
+         s->seq_k == p->seq_k && s->causal == p->causal &&
+         s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
 }
 
 /* Linear probing from the key's hash; NULL when absent. */
-static slot *lookup(fatune_ctx *c, const fa_problem *p) {
-  unsigned h = hash_key(p);
+static slot *lookup(fatune_ctx *c, const fa_problem *p, const budget *b) {
+  unsigned h = hash_key(p, b);
   for (unsigned i = 0; i < TABLE_SIZE; i++) {
     slot *s = &c->table[(h + i) % TABLE_SIZE];
     if (!s->used) return NULL;
-    if (same_key(s, p)) return s;
+    if (same_key(s, p, b)) return s;
   }
   return NULL;
 }
@@ -332,8 +355,8 @@ static void table_clear(fatune_ctx *c) {
 }
 
 /* A free slot for p, evicting one when the table is full. Under both locks. */
-static slot *insert_slot(fatune_ctx *c, const fa_problem *p) {
-  unsigned h = hash_key(p);
+static slot *insert_slot(fatune_ctx *c, const fa_problem *p, const budget *b) {
+  unsigned h = hash_key(p, b);
   for (unsigned i = 0; i < TABLE_SIZE; i++) {
     slot *s = &c->table[(h + i) % TABLE_SIZE];
     if (!s->used) return s;
@@ -347,21 +370,22 @@ static slot *insert_slot(fatune_ctx *c, const fa_problem *p) {
 ** success the table's read lock is held and the slot stays as it is until
 ** the caller releases it: only a holder of the slow lock empties the
 ** table, and the read lock is taken before the slow lock is let go. */
-static fatune_status prepare(fatune_ctx *c, const fa_problem *p, slot **out) {
+static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b, slot **out) {
   pthread_mutex_lock(&c->slow);
   pthread_rwlock_rdlock(&c->lock);
-  slot *s = lookup(c, p);
+  slot *s = lookup(c, p, b);
   fatune_status st = FATUNE_OK;
   if (!s) {
     pthread_rwlock_unlock(&c->lock);
     gen_kernel k;
     fa_program *prog = NULL;
     fatune_choice choice = FATUNE_DEFAULT;
-    st = choose(c, p, &k, &choice);
+    st = choose(c, p, b, &k, &choice);
     if (st == FATUNE_OK && (st = program_for(c, &k, &prog)) != FATUNE_OK) gen_kernel_free(&k);
     if (st == FATUNE_OK) {
       pthread_rwlock_wrlock(&c->lock);
-      s = insert_slot(c, p);
+      s = insert_slot(c, p, b);
+      s->b = *b;
       s->op = p->op, s->dtype = p->dtype, s->dim = p->dim, s->seq_q = p->seq_q, s->seq_k = p->seq_k;
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->used = 1;
@@ -381,7 +405,8 @@ fatune_status fatune_choose(fatune_ctx *c, const fatune_problem *p, char *name, 
   if (st != FATUNE_OK) return st;
   fa_problem fp = to_problem(p);
   slot *s;
-  if ((st = prepare(c, &fp, &s)) != FATUNE_OK) return st;
+  const budget none = {0, 0};
+  if ((st = prepare(c, &fp, &none, &s)) != FATUNE_OK) return st;
   if (name && n) snprintf(name, n, "%s", s->k.name);
   if (choice) *choice = s->choice;
   pthread_rwlock_unlock(&c->lock);
@@ -487,8 +512,16 @@ static fatune_status check_tensor(const char *name, const fatune_tensor *t, fatu
 
 /* The problem args describes, every tensor's shape and strides checked
 ** against it; the kernel's alignment is checked later, once it is known. */
+/* An error budget of 0 (none) or from 1e-16 to 1. */
+static fatune_status check_budget(double max_rel_err) {
+  if (max_rel_err == 0 || (max_rel_err >= 1e-16 && max_rel_err <= 1)) return FATUNE_OK;
+  return fail(FATUNE_EINVAL, "max_rel_err %g: 0 (no budget) or a norm-relative error from 1e-16 "
+              "to 1", max_rel_err);
+}
+
 static fatune_status check_args(const fatune_attention_args *x, fatune_problem *p) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  if (check_budget(x->max_rel_err) != FATUNE_OK) return FATUNE_EINVAL;
   const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
   fatune_status st;
   for (int i = 0; i < 4; i++)
@@ -595,11 +628,12 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   cl->fp = to_problem(&p);
   cl->fp.kv_group = (int)(x->q.shape[1] / x->k.shape[1]);
   const fa_problem *fp = &cl->fp;
+  const budget bud = {x->max_rel_err, x->deterministic != 0};
   pthread_rwlock_rdlock(&c->lock);
-  cl->s = lookup(c, fp);
+  cl->s = lookup(c, fp, &bud);
   if (!cl->s) {
     pthread_rwlock_unlock(&c->lock);
-    if ((st = prepare(c, fp, &cl->s)) != FATUNE_OK) return st;
+    if ((st = prepare(c, fp, &bud, &cl->s)) != FATUNE_OK) return st;
   }
   void *lse = x->lse;
   const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
@@ -758,6 +792,7 @@ static fatune_status check_bwd_overlaps(const fatune_backward_args *x, const fat
 /* The problem a backward call describes, all eight tensors checked. */
 static fatune_status check_bwd_args(const fatune_backward_args *x, fatune_problem *p) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  if (check_budget(x->max_rel_err) != FATUNE_OK) return FATUNE_EINVAL;
   const fatune_tensor *t[BN_TENSORS];
   bwd_tensors(x, t);
   fatune_status st;
@@ -876,7 +911,8 @@ fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_arg
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   atomic_store(&c->used, 1);
   slot *s;
-  if ((st = prepare(c, &fp, &s)) != FATUNE_OK) {
+  const budget bud = {x->max_rel_err, x->deterministic != 0};
+  if ((st = prepare(c, &fp, &bud, &s)) != FATUNE_OK) {
     backend_leave(c->be);
     return st;
   }

@@ -244,6 +244,9 @@ mut suite-not-run tuner/trial/trial.c \
 mut budget-suite-failed db/db_query.c \
   "AND t.suite_cases > 0 AND t.suite_failed = '' \"" "AND t.suite_cases > 0 \"" \
   'cli_db'
+mut lib-budget-default lib/fatune.c \
+  'return fail(FATUNE_ENOTUNED, "nothing recorded' '(void)fail(FATUNE_ENOTUNED, "nothing recorded' \
+  'test_lib'
 mut turing-k8-split templates/prelude_tile.h \
   'const unsigned lo[2] = {a[0], a[1]}, hi[2] = {a[2], a[3]};' \
   'const unsigned lo[2] = {a[0], a[2]}, hi[2] = {a[1], a[3]};' \

@@ -127,6 +127,54 @@ static void test_errors(void) {
   fatune_close(c);
 }
 
+/* A contiguous (batch, heads, seq, dim) fp32 tensor over data. */
+static fatune_tensor tensor_of(float *data, int b, int h, int n, int d) {
+  fatune_tensor t = {.data = data, .dtype = FATUNE_FP32, .shape = {b, h, n, d}};
+  t.stride[3] = 1, t.stride[2] = d, t.stride[1] = (long long)n * d, t.stride[0] = t.stride[1] * h;
+  return t;
+}
+
+/* The error budget of a call: the trial tr (the problem 1 x 2, 64 x 70,
+** d16 causal, fp32, recorded without the suite) is passed over until it
+** is recorded with it; then a budget it meets runs it, one it does not
+** gives FATUNE_ENOTUNED (never the default), as does determinism when
+** the trial is not deterministic; a budget out of range is refused. */
+static void test_budget(const fatune_options *opts, const char *dbpath, db_trial *tr,
+                        const char *tuned) {
+  static float q[2 * 64 * 16], kv[2 * 70 * 16], o[2 * 64 * 16];
+  fatune_attention_args x = {.q = tensor_of(q, 1, 2, 64, 16), .k = tensor_of(kv, 1, 2, 70, 16),
+                             .v = tensor_of(kv, 1, 2, 70, 16), .o = tensor_of(o, 1, 2, 64, 16),
+                             .causal = 1, .max_rel_err = 1e-5};
+  fatune_ctx *c;
+  char name[160], err[256];
+  if (fatune_open(opts, &c) != FATUNE_OK) return;
+  fatune_status st = fatune_attention_plan(c, &x, name, sizeof name);
+  CHECK(st == FATUNE_ENOTUNED && strstr(fatune_errmsg(), "meets an error budget of 1e-05"),
+        "a budget without the suite recorded: status %d, '%s'", (int)st, fatune_errmsg());
+  fatune_close(c);
+  db *d;
+  if (db_open(dbpath, 0, &d, err, sizeof err) != 0) return;
+  tr->suite_cases = 8, tr->suite_err = 3e-6, tr->suite_failed = "", tr->deterministic = DB_DET_NO;
+  CHECK(db_trial_put(d, tr, err, sizeof err) == 0, "%s", err);
+  db_close(d);
+  if (fatune_open(opts, &c) != FATUNE_OK) return;
+  st = fatune_attention_plan(c, &x, name, sizeof name);
+  CHECK(st == FATUNE_OK && !strcmp(name, tuned), "budget 1e-5, suite 3e-6: status %d, %s",
+        (int)st, name);
+  x.max_rel_err = 1e-6;
+  st = fatune_attention_plan(c, &x, name, sizeof name);
+  CHECK(st == FATUNE_ENOTUNED, "budget 1e-6, suite 3e-6: status %d", (int)st);
+  x.max_rel_err = 1e-5, x.deterministic = 1;
+  st = fatune_attention_plan(c, &x, name, sizeof name);
+  CHECK(st == FATUNE_ENOTUNED && strstr(fatune_errmsg(), "with determinism"),
+        "determinism of a trial that has none: status %d, '%s'", (int)st, fatune_errmsg());
+  x.max_rel_err = 2, x.deterministic = 0;
+  st = fatune_attention_plan(c, &x, name, sizeof name);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "max_rel_err 2"), "budget 2: %d, '%s'",
+        (int)st, fatune_errmsg());
+  fatune_close(c);
+}
+
 static void test_default_and_tuned(void) {
   fatune_ctx *c;
   fatune_options ok = {.db_path = dbpath, .backend = "emu"};
@@ -201,6 +249,7 @@ static void test_default_and_tuned(void) {
   CHECK(fatune_choose(c, &p, name, sizeof name, &ch) == FATUNE_OK && ch == FATUNE_EXACT &&
         !strcmp(name, k.name), "seq 64 tuned: choice %d, %s", (int)ch, name);
   fatune_close(c);
+  test_budget(&ok, dbpath, &tr, k.name);
   gen_kernel_free(&k);
   gen_close(g);
 }

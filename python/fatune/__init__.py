@@ -101,7 +101,8 @@ def _arrays(q: Any, k: Any, v: Any, out: Any) -> Tuple[Any, Any, Any, Any]:
 
 def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
               scale: Optional[float] = None, out: Any = None, return_lse: bool = False,
-              layout: str = "bhnd", db: Optional[str] = None) -> Any:
+              layout: str = "bhnd", db: Optional[str] = None,
+              max_rel_err: Optional[float] = None, deterministic: bool = False) -> Any:
     """Attention forward: softmax(scale * q k^T) v, per batch and head.
 
     q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
@@ -133,10 +134,18 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     float64). db: the results database (default: $FATUNE_DB, else
     ~/.cache/fatune/fatune.db).
 
+    max_rel_err, deterministic: run only a variant recorded within that
+    error budget (its norm-relative error on its main case and on every
+    case of the adversarial suite, 1e-16 to 1) and that gave the same bits
+    every run, as `fatune best --max-error E --deterministic` chooses;
+    fatune.Error (status FATUNE_ENOTUNED) when none is recorded, never the
+    default. NumPy arrays only for now.
+
     Returns O, or (O, lse). Raises TypeError or ValueError naming the
     argument that is wrong, fatune.Error when the library fails.
     """
-    o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False)
+    o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False,
+                           max_rel_err, deterministic)
     return (o, lse) if return_lse else o
 
 
@@ -152,8 +161,13 @@ def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
 
 
 def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
-               layout: str, db: Optional[str], plan: bool) -> Tuple[Any, Any, str]:
+               layout: str, db: Optional[str], plan: bool, max_rel_err: Optional[float] = None,
+               deterministic: bool = False) -> Tuple[Any, Any, str]:
     q, k, v, out = _arrays(q, k, v, out)
+    budget = _check.budget(max_rel_err, deterministic)
+    if _is_torch(q) and budget != (0.0, False):
+        raise TypeError("max_rel_err and deterministic: NumPy arrays only for now; the torch "
+                        "operators take no error budget")
     if _is_torch(q):
         for name, x in (("k", k), ("v", v), ("out", out)):
             if x is not None and not _is_torch(x):
@@ -165,7 +179,7 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
     mask = _check.causal(causal)
     _check.layout(layout)
     return _numpy.attention(q, k, v, mask, _check.scale(scale), out, return_lse, layout, db,
-                            plan)
+                            plan, *budget)
 
 
 def attention_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,

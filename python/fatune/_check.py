@@ -32,6 +32,20 @@ def causal(value: Any) -> str:
                          "'top_left'" % (value,)) from None
 
 
+def budget(max_rel_err: Any, deterministic: Any) -> Tuple[float, bool]:
+    """The error budget as the library takes it: (0.0, False) for none."""
+    if not isinstance(deterministic, bool):
+        raise TypeError("deterministic: True or False, not %s" % type(deterministic).__name__)
+    if max_rel_err is None:
+        return 0.0, deterministic
+    if isinstance(max_rel_err, bool) or not isinstance(max_rel_err, (int, float)):
+        raise TypeError("max_rel_err: a number, not %s" % type(max_rel_err).__name__)
+    e = float(max_rel_err)
+    if not 1e-16 <= e <= 1:
+        raise ValueError("max_rel_err: %r; a norm-relative error from 1e-16 to 1" % (max_rel_err,))
+    return e, deterministic
+
+
 def scale(value: Any) -> float:
     """The softmax scale as the library takes it: 0.0 for 1/sqrt(dim)."""
     if value is None:

@@ -16,7 +16,7 @@ DTYPE_NAMES = {FP32: "fp32", FP64: "fp64", FP16: "fp16", BF16: "bf16"}
 DEVICE_CURRENT = -1
 
 _STATUS = ["ok", "invalid argument", "no device", "database error", "compile error",
-           "launch error", "out of memory", "internal error"]
+           "launch error", "out of memory", "internal error", "not tuned within the budget"]
 
 
 class Error(RuntimeError):
@@ -35,41 +35,44 @@ class Tensor(ctypes.Structure):
 class AttentionArgs(ctypes.Structure):
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
                 ("lse", ctypes.c_void_p), ("causal", ctypes.c_int), ("scale", ctypes.c_double),
-                ("stream", ctypes.c_void_p)]
+                ("stream", ctypes.c_void_p), ("max_rel_err", ctypes.c_double),
+                ("deterministic", ctypes.c_int)]
 
 
 # fatune_attention_args packed in one go (struct.pack, native alignment),
 # for the hot path: building the ctypes structures field by field costs
 # several times more. pack_args(q, k, v, o, lse, causal, scale, stream),
 # each tensor (data, dtype, b, h, n, d, stride b, h, n, d); pointers are
-# integers, 0 for NULL.
-_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidP")
+# integers, 0 for NULL; then the error budget and determinism, keywords
+# (4x: the struct's padding after its last int).
+_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidPdi4x")
 if _ARGS.size != ctypes.sizeof(AttentionArgs):
     raise ImportError("fatune: fatune_attention_args is %d bytes, packed %d"
                       % (ctypes.sizeof(AttentionArgs), _ARGS.size))
 
 
-def pack_args(*fields: object) -> bytes:
-    return _ARGS.pack(*fields)
+def pack_args(*fields: object, max_rel_err: float = 0.0, deterministic: bool = False) -> bytes:
+    return _ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0)
 
 
 class BackwardArgs(ctypes.Structure):
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("dout", Tensor),
                 ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("lse", ctypes.c_void_p),
                 ("causal", ctypes.c_int), ("scale", ctypes.c_double),
-                ("stream", ctypes.c_void_p), ("dlse", ctypes.c_void_p)]
+                ("stream", ctypes.c_void_p), ("dlse", ctypes.c_void_p),
+                ("max_rel_err", ctypes.c_double), ("deterministic", ctypes.c_int)]
 
 
 # fatune_backward_args packed as pack_args packs the forward's: eight
 # tensors (q, k, v, o, dout, dq, dk, dv), lse, causal, scale, stream, dlse.
-_BWD_ARGS = struct.Struct("@" + "Pi4q4q" * 8 + "PidPP")
+_BWD_ARGS = struct.Struct("@" + "Pi4q4q" * 8 + "PidPPdi4x")
 if _BWD_ARGS.size != ctypes.sizeof(BackwardArgs):
     raise ImportError("fatune: fatune_backward_args is %d bytes, packed %d"
                       % (ctypes.sizeof(BackwardArgs), _BWD_ARGS.size))
 
 
 def pack_backward_args(*fields: object) -> bytes:
-    return _BWD_ARGS.pack(*fields)
+    return _BWD_ARGS.pack(*fields, 0.0, 0)
 
 
 class Options(ctypes.Structure):

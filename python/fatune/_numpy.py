@@ -84,7 +84,8 @@ def _output(out: Any, q: np.ndarray, ins: List[np.ndarray], originals: List[Any]
 
 def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
               out: Optional[np.ndarray], return_lse: bool, layout: str,
-              db: Optional[str], plan: bool = False
+              db: Optional[str], plan: bool = False, max_rel_err: float = 0.0,
+              deterministic: bool = False
               ) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     for name, a in (("q", q), ("k", k), ("v", v)):
         _input(name, a, q)
@@ -105,7 +106,8 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
         args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
                               *fields(ins[2], code, layout), *fields(out, code, layout),
                               lse.ctypes.data if lse is not None else 0,
-                              1 if segs[0][3] else 0, scale, 0)
+                              1 if segs[0][3] else 0, scale, 0, max_rel_err=max_rel_err,
+                              deterministic=deterministic)
         return out, lse, _lib.call(ctx, args, plan)
     names = []
     for lo, hi, rows, causal in segs:
@@ -117,7 +119,8 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
                               *fields(ins[2][keys], code, layout),
                               *fields(out[part], code, layout),
                               part_lse.ctypes.data if part_lse is not None else 0,
-                              1 if causal else 0, scale, 0)
+                              1 if causal else 0, scale, 0, max_rel_err=max_rel_err,
+                              deterministic=deterministic)
         names.append(_lib.call(ctx, args, plan))
         if lse is not None:
             lse[:, :, lo:hi] = part_lse

@@ -20,6 +20,29 @@ def test_tune_then_best(tmp_path):
     assert b["exact"] and b["variant"] in {r["name"] for r in ok}
     q = np.zeros((1, 1, 32, 16), np.float32)
     assert fatune.plan(q, q, q, db=db) == b["variant"]
+    # Each trial met the adversarial suite; an error budget runs a variant
+    # that met all of it, never the default, and refuses what it cannot.
+    assert all(r["suite_cases"] == 7 for r in ok)   # no causal mask: no no-key case
+    met = {r["name"] for r in ok if r["suite_failed"] == "" and r["suite_err"] <= 1e-5
+           and r["rel_err"] <= 1e-5}
+    x = np.random.default_rng(3).standard_normal((3, 1, 1, 32, 16)).astype(np.float32)
+    o = fatune.attention(x[0], x[1], x[2], db=db, max_rel_err=1e-5, deterministic=True)
+    assert fatune.plan(x[0], x[1], x[2], db=db) in {r["name"] for r in ok}
+    ref = reference_attention(x[0], x[1], x[2])
+    assert np.linalg.norm(o - ref) / np.linalg.norm(ref) < 1e-5 and met
+    with pytest.raises(fatune.Error, match="error budget of 1e-12") as e:
+        fatune.attention(x[0], x[1], x[2], db=db, max_rel_err=1e-12)
+    assert e.value.status == 8
+    with pytest.raises(ValueError, match="^max_rel_err: "):
+        fatune.attention(x[0], x[1], x[2], db=db, max_rel_err=2)
+    with pytest.raises(TypeError, match="^deterministic: "):
+        fatune.attention(x[0], x[1], x[2], db=db, deterministic="yes")
+
+
+def reference_attention(q, k, v):
+    s = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
 
 
 @pytest.mark.parametrize("kw,arg", [(dict(dim=0), "dim"), (dict(dtype="fp8"), "dtype"),
