@@ -296,6 +296,10 @@ typedef struct db_best_row {
 int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, int *found,
             int *exact, char *err, size_t errlen);
 
+/* What p's budget asks, as words for a message ("an error budget of 1e-05
+** with determinism", "determinism"); "" without one. */
+void db_budget_text(const db_problem *p, char *buf, size_t n);
+
 typedef struct db_filter {
   const char *device;      /* as for db_best; NULL: any */
   const char *dtype;       /* NULL: any */

@@ -108,6 +108,14 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   return status;
 }
 
+void db_budget_text(const db_problem *p, char *buf, size_t n) {
+  if (p->max_rel_err > 0)
+    snprintf(buf, n, "an error budget of %.3g%s", p->max_rel_err,
+             p->deterministic ? " with determinism" : "");
+  else
+    snprintf(buf, n, "%s", p->deterministic ? "determinism" : "");
+}
+
 /* ---- Trials: show and export ---- */
 
 #define TRIAL_COLUMNS \

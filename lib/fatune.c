@@ -46,7 +46,6 @@ static fatune_status fail(fatune_status st, const char *fmt, ...) {
 
 const char *fatune_errmsg(void) { return errbuf; }
 
-/* One problem key (op included) and the kernel chosen for it. */
 /* What a call asks of the variant besides its problem: an error budget
 ** (0: none) and determinism (fatune_attention_args). */
 typedef struct budget {
@@ -54,6 +53,7 @@ typedef struct budget {
   int deterministic;
 } budget;
 
+/* One problem key (op included, and the budget) and the kernel chosen for it. */
 typedef struct slot {
   int used;
   fa_op op;
@@ -254,13 +254,13 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
     warn_ignored(&row, err);
   }
   /* The default's errors on the suite are not known: a budget is not met. */
-  if (bud->max_rel_err > 0 || bud->deterministic)
-    return fail(FATUNE_ENOTUNED, "nothing recorded for %s dim %d%s meets %s%.3g%s: tune it "
-                "(the main job records each variant's errors on the adversarial suite)",
-                dp.dtype, dp.dim, dp.causal ? " causal" : "",
-                bud->max_rel_err > 0 ? "an error budget of " : "determinism",
-                bud->max_rel_err > 0 ? bud->max_rel_err : 0.0,
-                bud->max_rel_err > 0 && bud->deterministic ? " with determinism" : "");
+  if (bud->max_rel_err > 0 || bud->deterministic) {
+    char words[80];
+    db_budget_text(&dp, words, sizeof words);
+    return fail(FATUNE_ENOTUNED, "nothing recorded for %s dim %d%s meets %s: tune it (the main "
+                "job records each variant's errors on the adversarial suite)", dp.dtype, dp.dim,
+                dp.causal ? " causal" : "", words);
+  }
   int rc = gen_render_config(c->gen, "", fp, &c->target, k);
   if (rc != 0)
     return fail((fatune_status)rc, "no kernel for this problem: %s", gen_errmsg(c->gen));
@@ -510,8 +510,6 @@ static fatune_status check_tensor(const char *name, const fatune_tensor *t, fatu
   return FATUNE_OK;
 }
 
-/* The problem args describes, every tensor's shape and strides checked
-** against it; the kernel's alignment is checked later, once it is known. */
 /* An error budget of 0 (none) or from 1e-16 to 1. */
 static fatune_status check_budget(double max_rel_err) {
   if (max_rel_err == 0 || (max_rel_err >= 1e-16 && max_rel_err <= 1)) return FATUNE_OK;
@@ -519,6 +517,8 @@ static fatune_status check_budget(double max_rel_err) {
               "to 1", max_rel_err);
 }
 
+/* The problem args describes, every tensor's shape and strides checked
+** against it; the kernel's alignment is checked later, once it is known. */
 static fatune_status check_args(const fatune_attention_args *x, fatune_problem *p) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
   if (check_budget(x->max_rel_err) != FATUNE_OK) return FATUNE_EINVAL;

@@ -35,22 +35,12 @@ check "list on sm_90 with --dtype fp32: the CUDA-core family, as asked" $? "exit
 
 # The banner comes before any work: the first lines of a main job stopped
 # as soon as it said them.
-"$FATUNE" --dim 32 --seq 64 --backend emu --arch sm_80 --db "$tmp/b.db" 2>"$tmp/banner.err" \
-  >/dev/null </dev/null &
-pid=$!
-for _ in $(seq 100); do grep -q '^fatune: problem' "$tmp/banner.err" && break; sleep 0.1; done
-kill "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
+banner "$tmp/banner.err" --dim 32 --seq 64 --backend emu --arch sm_80 --db "$tmp/b.db"
 grep -q '^fatune: dtype bf16, the tc family (tensor cores): sm_80 has bf16 tensor cores' \
   "$tmp/banner.err"
 check "main job banner names bf16, the tc family and why" $? "$(head -n 4 "$tmp/banner.err")"
 
-"$FATUNE" --dim 32 --seq 64 --backend emu --arch sm_90a --db "$tmp/b.db" 2>"$tmp/b90a.err" \
-  >/dev/null </dev/null &
-pid=$!
-for _ in $(seq 100); do grep -q '^fatune: problem' "$tmp/b90a.err" && break; sleep 0.1; done
-kill "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
+banner "$tmp/b90a.err" --dim 32 --seq 64 --backend emu --arch sm_90a --db "$tmp/b.db"
 grep -q '^fatune: dtype bf16, the tc and wg families (.*the best of both wins)' "$tmp/b90a.err"
 check "main job banner on sm_90a names the tc and wg families" $? "$(head -n 4 "$tmp/b90a.err")"
 

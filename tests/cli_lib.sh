@@ -25,6 +25,19 @@ fail() { failed=$((failed + 1)); printf 'FAIL  %s: %s\n' "$1" "$2"; }
 # check NAME STATUS DETAIL: passes when STATUS (captured before, as rc=$?) is 0.
 check() { if [ "$2" -eq 0 ]; then pass "$1"; else fail "$1" "$3"; fi; }
 
+# banner FILE ARGS...: the main job's first lines, its stderr up to the
+# "fatune: problem" line, into FILE; the job is stopped as soon as it has
+# said them (the banner comes before any work).
+banner() {
+  local file=$1
+  shift
+  "$FATUNE" "$@" 2>"$file" >/dev/null </dev/null &
+  local pid=$!
+  for _ in $(seq 100); do grep -q '^fatune: problem' "$file" && break; sleep 0.1; done
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+}
+
 # The closing line ctest and CI read, and the exit status.
 finish() {
   echo "$passed passed, $failed failed"

@@ -46,12 +46,7 @@ check "bf16 on sm_75: CUDA cores throughout (Turing has no bf16 tensor cores)" $
   "$(grep '^| sm_75 | bf16' "$tmp/cov.out")"
 
 # --- padding, said before the work ----------------------------------------------
-"$FATUNE" --dim 72 --seq 64 --backend emu --arch sm_80 --db "$tmp/pad.db" 2>"$tmp/pad.err" \
-  >/dev/null </dev/null &
-pid=$!
-for _ in $(seq 100); do grep -q '^fatune: problem' "$tmp/pad.err" && break; sleep 0.1; done
-kill "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
+banner "$tmp/pad.err" --dim 72 --seq 64 --backend emu --arch sm_80 --db "$tmp/pad.db"
 grep -q '^fatune: the tc family computes head dim 72 padded to 96: 1.33 times the work' "$tmp/pad.err"
 check "the main job says what padding head dim 72 to 96 costs" $? "$(head -n 4 "$tmp/pad.err")"
 

@@ -148,11 +148,9 @@ static int cmd_best(const cli_opts *o) {
     char what[48];
     snprintf(what, sizeof what, "%s%s%s", fp->op == FA_OP_FWD ? "" : p.op,
              fp->op == FA_OP_FWD ? "" : " ", any ? "any dtype" : p.dtype);
-    char budget[96] = "", e[40] = "";
-    if (o->max_error > 0) snprintf(e, sizeof e, " an error budget of %.3g", o->max_error);
-    if (e[0] || o->deterministic)
-      snprintf(budget, sizeof budget, " that meets%s%s%s", e, e[0] && o->deterministic ? " and" : "",
-               o->deterministic ? " determinism" : "");
+    char words[80], budget[96] = "";
+    db_budget_text(&p, words, sizeof words);
+    if (words[0]) snprintf(budget, sizeof budget, " that meets %s", words);
     fprintf(stderr, "fatune: nothing recorded%s for %s dim %d%s%s%s in %s\n", budget, what, p.dim,
             p.causal ? " causal" : "", o->device ? " on device " : "",
             o->device ? o->device : "", db_path(d));
