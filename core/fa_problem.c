@@ -4,6 +4,7 @@
 */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fa_problem.h"
@@ -44,12 +45,27 @@ double fa_problem_scale(const fa_problem *p) {
   return p->scale != 0.0 ? p->scale : 1.0 / sqrt((double)p->dim);
 }
 
-fa_layout fa_layout_contiguous(const fa_problem *p, int seq) {
+int fa_problem_dim_v(const fa_problem *p) { return p->dim_v ? p->dim_v : p->dim; }
+
+void fa_dims_text(int dim, int dim_v, char *buf, size_t n) {
+  if (dim_v == 0 || dim_v == dim) snprintf(buf, n, "%d", dim);
+  else snprintf(buf, n, "%d/%d", dim, dim_v);
+}
+
+static fa_layout contiguous(const fa_problem *p, int seq, int dim) {
   fa_layout l;
-  l.sn = p->dim;
-  l.sh = (long long)seq * p->dim;
+  l.sn = dim;
+  l.sh = (long long)seq * dim;
   l.sb = l.sh * p->heads;
   return l;
+}
+
+fa_layout fa_layout_contiguous(const fa_problem *p, int seq) {
+  return contiguous(p, seq, p->dim);
+}
+
+fa_layout fa_layout_contiguous_v(const fa_problem *p, int seq) {
+  return contiguous(p, seq, fa_problem_dim_v(p));
 }
 
 double fa_elem_get(const void *a, fa_dtype t, size_t i) {

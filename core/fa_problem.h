@@ -7,8 +7,10 @@
 
 #include <stddef.h>
 
-#define FA_DIM_MAX 512
-#define FA_DIM_MAX_TEXT "512"
+/* Head dims 1 to 576: DeepSeek's MLA attends over 576 (its 512-wide
+** latent and 64 of rotary position), V's 512. */
+#define FA_DIM_MAX 576
+#define FA_DIM_MAX_TEXT "576"
 
 /* fp16 and bf16 are the tensor-core family's: inputs and O in 16 bits,
 ** accumulation and the logsumexp in fp32. */
@@ -24,7 +26,8 @@ typedef enum fa_op { FA_OP_FWD = 0, FA_OP_BWD = 1, FA_OP_DECODE = 2 } fa_op;
 typedef struct fa_problem {
   int batch, heads;
   int seq_q, seq_k;
-  int dim;
+  int dim;       /* Q's and K's head dim */
+  int dim_v;     /* V's and O's head dim: 0 means dim (192/128, 576/512 in DeepSeek's MLA) */
   fa_dtype dtype;
   int causal;     /* bottom-right aligned when seq_q != seq_k */
   double scale;   /* 0 means 1/sqrt(dim) */
@@ -43,7 +46,14 @@ int fa_op_parse(const char *s, fa_op *op);      /* 0 on success, -1 unknown */
 int fa_dtype_size(fa_dtype t);                  /* bytes per element of Q, K, V, O */
 int fa_lse_size(fa_dtype t);                    /* bytes per logsumexp: 4 for 16-bit types */
 double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */
+int fa_problem_dim_v(const fa_problem *p);     /* dim_v, resolving 0 */
+/* The head dims as messages give them: "64", or "192/128" when V's (dim_v:
+** 0 is dim) differs. */
+void fa_dims_text(int dim, int dim_v, char *buf, size_t n);
+/* A contiguous tensor of seq rows of Q's and K's head dim (Q, K, dQ, dK),
+** and of V's (V, O, dO, dV). */
 fa_layout fa_layout_contiguous(const fa_problem *p, int seq);
+fa_layout fa_layout_contiguous_v(const fa_problem *p, int seq);
 
 /* Element i of an array of dtype t, exactly as a double; and x stored
 ** there, rounded to nearest (even), returning the value stored. */

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 8          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 9          /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -149,6 +149,7 @@ typedef struct db_problem {
   ** passed (0: no budget); and bitwise determinism asked for. */
   double max_rel_err;
   int deterministic;
+  int dim_v;               /* V's and O's head dim; 0 (or dim): dim */
 } db_problem;
 
 typedef struct db_trial {
@@ -225,7 +226,7 @@ int db_sass_put(db *d, const db_sass *s, char *err, size_t errlen);
 typedef struct db_sass_point {
   char device[128], gpu[16];
   char dtype[8];
-  int dim, causal, seq_q;
+  int dim, dim_v, causal, seq_q;
   double measured_tflops, est_tflops;
   int registers, ctas_per_sm;   /* the variant's, for the estimate's GPU; -1: unknown */
 } db_sass_point;
@@ -279,6 +280,7 @@ typedef struct db_best_row {
   char device[256], uuid[128], backend[8];
   char dtype[8], arch[16];   /* arch "": recorded before fatune kept it */
   int dim, seq_q, seq_k, batch, heads, causal;   /* what ran */
+  int dim_v;                 /* V's head dim where it is not dim, else 0 */
   int req_seq_q, req_seq_k;  /* what was asked */
   double max_abs_err, rel_err, median_us, tflops, gbps;   /* NAN when not measured */
   long long global_bytes;   /* read + written from the counters, -1 when unknown */
@@ -306,6 +308,7 @@ typedef struct db_filter {
   int dim, seq_q, seq_k, batch, heads;   /* 0: any; seq_q and seq_k as asked */
   int causal;              /* -1: any */
   const char *op;          /* the variants' op ("fwd"); NULL: any */
+  int dim_v;               /* 0: any; dim's own: those whose V head dim is dim */
 } db_filter;
 
 /* The trials that pass f, as a table or a JSON array, to out; rows says how

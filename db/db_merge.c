@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "db_int.h"
+#include "fa_problem.h"
 
 #define PROGRESS_OPS 1000   /* VM steps between looks at the clock */
 
@@ -361,14 +362,21 @@ static int trial_verdict(merge *m, sqlite3_stmt *st, db_trial *t, char *why, siz
   int rc = parent(m, T_VARIANTS, sqlite3_column_int64(st, 0), &t->variant_id, why, n);
   if (rc == 0) rc = parent(m, T_DEVICES, sqlite3_column_int64(st, 1), &t->device_id, why, n);
   if (rc != 0) return rc;
-  if (too_long(m, st, 33, why, n)) return 1;
+  const long long dim_v = sqlite3_column_int64(st, 33);
+  if (sqlite3_column_type(st, 33) != SQLITE_INTEGER || dim_v < 0 || dim_v > FA_DIM_MAX ||
+      dim_v == sqlite3_column_int64(st, 3)) {
+    snprintf(why, n, "its dim_v is neither 0 nor a head dim from 1 to %d other than its dim",
+             FA_DIM_MAX);
+    return 1;
+  }
+  if (too_long(m, st, 34, why, n)) return 1;
   const int ct = sqlite3_column_type(st, 28);
   if (ct != SQLITE_NULL && ct != SQLITE_TEXT) {
     snprintf(why, n, "its compiler is not text");
     return 1;
   }
   if (suite_verdict(st, why, n)) return 1;
-  const int verdict = dbi_check_trial(st, 34, why, n);
+  const int verdict = dbi_check_trial(st, 35, why, n);
   if (verdict == DBI_ROW_BAD_CREATED) m->c->bad_created++;
   return verdict != DBI_ROW_OK || check_request(st, why, n) || trial_fits(m, st, why, n);
 }
@@ -387,7 +395,8 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
                             sqlite3_column_int(st, 4), sqlite3_column_int(st, 5),
                             sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
                             sqlite3_column_int(st, 8), dbi_col_text(st, 24),
-                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26), NULL, 0, 0};
+                            sqlite3_column_int(st, 25), sqlite3_column_int(st, 26), NULL, 0, 0,
+                            sqlite3_column_int(st, 33)};
   t->seeded = sqlite3_column_type(st, 27) == SQLITE_INTEGER;
   t->seed = (unsigned long long)sqlite3_column_int64(st, 27);
   t->status = dbi_col_text(st, 9);
@@ -492,7 +501,7 @@ static int merge_all(merge *m) {
                      "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "
                      "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created, "
                      "id, arch, req_seq_q, req_seq_k, seed, compiler, suite_cases, suite_err, "
-                     "suite_failed, deterministic, " TRIAL_TOO_LONG ", "
+                     "suite_failed, deterministic, dim_v, " TRIAL_TOO_LONG ", "
                      DBI_TRIAL_CHECK_COLUMNS " FROM trials ORDER BY id LIMIT ?1", m->lim->trials,
                   trial_row);
 }

@@ -29,12 +29,12 @@ static const char best_sql[] =
   "d.name, d.uuid, "
   "d.backend, b.dtype, b.dim, b.seq_q, b.seq_k, b.batch, b.heads, b.causal, b.max_abs_err, "
   "b.rel_err, b.median_us, b.tflops, b.gbps, b.global_bytes, b.created, "
-  DBI_CONFIG_KV("v.config") ", b.arch, b.req_seq_q, b.req_seq_k "
+  DBI_CONFIG_KV("v.config") ", b.arch, b.req_seq_q, b.req_seq_k, b.dim_v "
   /* The best view's own definition (db_schema.c), its candidates first
   ** cut to an error budget (?9, 0: none: the main case and the suite,
   ** every case of which passed) and to determinism (?10). */
   "FROM (SELECT * FROM (SELECT *, row_number() OVER ("
-  "      PARTITION BY device_id, op, arch, dtype, dim, req_seq_q, req_seq_k, causal "
+  "      PARTITION BY device_id, op, arch, dtype, dim, dim_v, req_seq_q, req_seq_k, causal "
   "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes, "
   "               variant_id, id) AS rank "
   "  FROM (SELECT t.*, v.op AS op, json_extract(t.counters, '$.global_bytes_read') "
@@ -45,6 +45,7 @@ static const char best_sql[] =
   "        AND (?10 = 0 OR t.deterministic = 1))) WHERE rank = 1) b "
   "JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
+  "AND b.dim_v = ?11 "
   "AND (?7 IS NULL OR b.arch = ?7) AND b.op = ?8 "
   /* The exact key has distance 0; between two equally near, the longer
   ** sequence; then the view's own ranking, across devices and targets. */
@@ -70,6 +71,7 @@ static int best_row(sqlite3_stmt *st, db_best_row *o) {
       dbi_col_copy(st, 23, o->arch, sizeof o->arch) != 0)
     return -1;
   o->req_seq_q = sqlite3_column_int(st, 24), o->req_seq_k = sqlite3_column_int(st, 25);
+  o->dim_v = sqlite3_column_int(st, 26);
   return 0;
 }
 
@@ -93,6 +95,7 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   dbi_bind_text(&b, p->op ? p->op : "fwd");
   dbi_bind_real(&b, p->max_rel_err > 0 ? p->max_rel_err : 0);
   dbi_bind_int(&b, p->deterministic ? 1 : 0);
+  dbi_bind_int(&b, p->dim_v == p->dim ? 0 : p->dim_v);
   /* The first candidate whose fields fit: one too long for db_best_row
   ** (a file written elsewhere may hold anything) is passed over. */
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;
@@ -124,12 +127,12 @@ void db_budget_text(const db_problem *p, char *buf, size_t n) {
   "t.message, t.max_abs_err, t.rel_err, t.lse_err, t.median_us, t.min_us, t.p20_us, " \
   "t.p80_us, t.tflops, t.gbps, t.counters, t.fatune_version, t.created, t.arch, " \
   "t.req_seq_q, t.req_seq_k, t.seed, v.op, t.compiler, t.suite_cases, t.suite_err, " \
-  "t.suite_failed, t.deterministic"
+  "t.suite_failed, t.deterministic, t.dim_v"
 
 #define TRIAL_JSON \
   "json_object('variant', v.name, 'hash', v.hash, 'template_version', v.template_version, " \
   "'config', " JSON_OR_NULL("v.config") ", 'device', d.name, 'uuid', d.uuid, " \
-  "'backend', d.backend, 'dtype', t.dtype, 'dim', t.dim, 'seq_q', t.seq_q, " \
+  "'backend', d.backend, 'dtype', t.dtype, 'dim', t.dim, 'dim_v', t.dim_v, 'seq_q', t.seq_q, " \
   "'seq_k', t.seq_k, 'batch', t.batch, " \
   "'heads', t.heads, 'causal', json(CASE t.causal WHEN 1 THEN 'true' ELSE 'false' END), " \
   "'status', t.status, 'message', t.message, 'max_abs_err', t.max_abs_err, " \
@@ -147,11 +150,12 @@ void db_budget_text(const db_problem *p, char *buf, size_t n) {
   "WHERE " DEVICE_MATCH("?1") " AND (?2 IS NULL OR t.dtype = ?2) AND (?3 = 0 OR t.dim = ?3) " \
   "AND (?4 = 0 OR t.req_seq_q = ?4) AND (?5 = 0 OR t.req_seq_k = ?5) " \
   "AND (?6 = 0 OR t.batch = ?6) " \
-  "AND (?7 = 0 OR t.heads = ?7) AND (?8 < 0 OR t.causal = ?8) AND (?9 IS NULL OR v.op = ?9) "
+  "AND (?7 = 0 OR t.heads = ?7) AND (?8 < 0 OR t.causal = ?8) AND (?9 IS NULL OR v.op = ?9) " \
+  "AND (?10 = 0 OR t.dim_v = ?10 OR (t.dim_v = 0 AND t.dim = ?10)) "
 
 /* show groups a key's trials, the ok ones first and best first. */
 #define SHOW_ORDER \
-  "ORDER BY t.dtype, t.dim, t.causal, t.req_seq_q, t.req_seq_k, t.arch, d.name, " \
+  "ORDER BY t.dtype, t.dim, t.dim_v, t.causal, t.req_seq_q, t.req_seq_k, t.arch, d.name, " \
   "t.status <> 'ok', " \
   "t.median_us IS NULL, t.median_us, json_extract(t.counters, '$.global_bytes_read') + " \
   "json_extract(t.counters, '$.global_bytes_written'), v.name"
@@ -165,11 +169,11 @@ static const char *const trial_sql[2][2] = {   /* [export][json] */
 /* Column indexes in TRIAL_COLUMNS that the table prints. */
 enum { C_VARIANT = 0, C_DEVICE = 4, C_DTYPE = 7, C_DIM, C_SEQ_Q, C_SEQ_K, C_BATCH, C_HEADS,
        C_CAUSAL, C_STATUS, C_MAX_ABS = 16, C_REL, C_MEDIAN = 19, C_TFLOPS = 23,
-       C_CREATED = 27, C_ARCH, C_REQ_Q, C_REQ_K };
+       C_CREATED = 27, C_ARCH, C_REQ_Q, C_REQ_K, C_DIM_V = 38 };
 
 static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlite3_stmt **st,
                           char *err, size_t errlen) {
-  static const db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL};
+  static const db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL, 0};
   if (!f) f = &all;
   if (dbi_prepare(d->h, trial_sql[export][json], st, err, errlen) != 0) return -1;
   dbi_binder b = dbi_bind_start(*st);
@@ -178,6 +182,7 @@ static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlit
   const int v[] = {f->dim, f->seq_q, f->seq_k, f->batch, f->heads, f->causal};
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) dbi_bind_int(&b, v[i]);
   dbi_bind_text(&b, f->op);
+  dbi_bind_int(&b, f->dim_v);
   if (b.rc != SQLITE_OK) {
     dbi_finalize(*st);
     return dbi_sqlfail(d->h, err, errlen, "reading trials");
@@ -197,13 +202,15 @@ static fa_cell real_cell(sqlite3_stmt *st, int col, const char *fmt) {
 }
 
 static void table_row(fa_sink *s, sqlite3_stmt *st) {
-  char dtype[16], problem[160], asked[48] = "";
+  char dtype[16], problem[160], asked[48] = "", dims[24];
   fa_esc_term_buf(dtype, sizeof dtype, dbi_col_text(st, C_DTYPE));
+  const int dim = sqlite3_column_int(st, C_DIM), dim_v = sqlite3_column_int(st, C_DIM_V);
+  if (dim_v == 0) snprintf(dims, sizeof dims, "d%d", dim);
+  else snprintf(dims, sizeof dims, "d%dv%d", dim, dim_v);
   const int q = sqlite3_column_int(st, C_SEQ_Q), k = sqlite3_column_int(st, C_SEQ_K);
   const int rq = sqlite3_column_int(st, C_REQ_Q), rk = sqlite3_column_int(st, C_REQ_K);
   if (rq != q || rk != k) snprintf(asked, sizeof asked, " for q%d k%d", rq, rk);
-  snprintf(problem, sizeof problem, "%s d%d q%d k%d b%d h%d%s%s", dtype,
-           sqlite3_column_int(st, C_DIM), q, k, sqlite3_column_int(st, C_BATCH),
+  snprintf(problem, sizeof problem, "%s %s q%d k%d b%d h%d%s%s", dtype, dims, q, k, sqlite3_column_int(st, C_BATCH),
            sqlite3_column_int(st, C_HEADS), sqlite3_column_int(st, C_CAUSAL) ? " causal" : "",
            asked);
   const char *arch = dbi_col_text(st, C_ARCH);

@@ -57,7 +57,7 @@ int db_sass_points(db *d, db_sass_point_fn fn, void *ud, char *err, size_t errle
   sqlite3_stmt *st;
   if (dbi_prepare(d->h,
         "SELECT dv.name, s.gpu, t.dtype, t.dim, t.causal, t.seq_q, t.tflops, s.est_tflops, "
-        "s.registers, s.ctas_per_sm "
+        "s.registers, s.ctas_per_sm, t.dim_v "
         "FROM trials t JOIN devices dv ON dv.id = t.device_id "
         "JOIN sass s ON s.variant_id = t.variant_id "
         "WHERE dv.backend = 'cuda' AND t.status = 'ok' AND t.tflops > 0 "
@@ -79,6 +79,7 @@ int db_sass_points(db *d, db_sass_point_fn fn, void *ud, char *err, size_t errle
     p.est_tflops = dbi_col_real(st, 7);
     p.registers = sqlite3_column_type(st, 8) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 8);
     p.ctas_per_sm = sqlite3_column_int(st, 9);   /* not NULL where est_tflops is not */
+    p.dim_v = sqlite3_column_int(st, 10);
     if (isfinite(p.measured_tflops) && isfinite(p.est_tflops)) stop = fn(&p, ud);
   }
   dbi_finalize(st);

@@ -270,8 +270,49 @@ static const char schema_v8[] =
   "ALTER TABLE trials ADD COLUMN deterministic INTEGER\n"
   "  CHECK (deterministic IS NULL OR deterministic IN (0, 1));\n";
 
+/* Version 9. V's head dim where it differs from Q's and K's (192/128), 0
+** where it does not, as configs and fa_problem hold it: a trial's variant
+** names it (its config's dim_v), so the unique key already tells them
+** apart; the best variant is chosen per (dim, dim_v). Every row before is
+** 0, as is one another program writes without it. The baselines' dims
+** reach FA_DIM_MAX (576), as fatune's own do since head dims past 256 came
+** (rebuilt: SQLite cannot change a CHECK in place). */
+static const char schema_v9[] =
+  "ALTER TABLE trials ADD COLUMN dim_v INTEGER NOT NULL DEFAULT 0;\n"
+  "DROP VIEW best;\n"
+  "CREATE VIEW best AS\n"
+  "SELECT * FROM (\n"
+  "  SELECT *, row_number() OVER (\n"
+  "      PARTITION BY device_id, op, arch, dtype, dim, dim_v, req_seq_q, req_seq_k, causal\n"
+  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes,\n"
+  "               variant_id, id)\n"
+  "    AS rank\n"
+  "  FROM (SELECT t.*, v.op AS op, json_extract(t.counters, '$.global_bytes_read')\n"
+  "                  + json_extract(t.counters, '$.global_bytes_written') AS global_bytes\n"
+  "        FROM trials t JOIN variants v ON v.id = t.variant_id WHERE t.status = 'ok'))\n"
+  "WHERE rank = 1;\n"
+  "ALTER TABLE baselines RENAME TO baselines_v8;\n"
+  "CREATE TABLE baselines (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  gpu TEXT NOT NULL CHECK (length(gpu) BETWEEN 1 AND 127),\n"
+  "  backend TEXT NOT NULL CHECK (length(backend) BETWEEN 1 AND 31),\n"
+  "  dtype TEXT NOT NULL CHECK (dtype IN ('fp32', 'fp64', 'fp16', 'bf16')),\n"
+  "  dim INTEGER NOT NULL CHECK (dim BETWEEN 1 AND 576),\n"
+  "  seq_q INTEGER NOT NULL CHECK (seq_q >= 1),\n"
+  "  seq_k INTEGER NOT NULL CHECK (seq_k >= 1),\n"
+  "  batch INTEGER NOT NULL CHECK (batch >= 1),\n"
+  "  heads INTEGER NOT NULL CHECK (heads >= 1),\n"
+  "  causal INTEGER NOT NULL CHECK (causal IN (0, 1)),\n"
+  "  median_us REAL NOT NULL CHECK (median_us > 0),\n"
+  "  tflops REAL NOT NULL CHECK (tflops > 0),\n"
+  "  torch_version TEXT NOT NULL,\n"
+  "  created TEXT NOT NULL,\n"
+  "  UNIQUE (gpu, backend, dtype, dim, seq_q, seq_k, batch, heads, causal));\n"
+  "INSERT INTO baselines SELECT * FROM baselines_v8;\n"
+  "DROP TABLE baselines_v8;\n";
+
 static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4, schema_v5,
-                                    schema_v6, schema_v7, schema_v8};
+                                    schema_v6, schema_v7, schema_v8, schema_v9};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

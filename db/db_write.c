@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "db_int.h"
+#include "fa_problem.h"
 
 #define NOW "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
@@ -27,6 +28,7 @@ static int nonempty(const char *s) { return s && *s; }
 static int check_problem(const db_problem *p, char *err, size_t errlen) {
   if (!nonempty(p->dtype) || p->dim < 1 || p->seq_q < 1 || p->seq_k < 1 || p->batch < 1 ||
       p->heads < 1 || (p->causal != 0 && p->causal != 1) || p->req_seq_q < 0 ||
+      p->dim_v < 0 || p->dim_v > FA_DIM_MAX ||
       p->req_seq_k < 0 || (p->arch && strlen(p->arch) > 15))
     return dbi_fail(err, errlen, "bad problem for the database (dtype %s, dim %d, seq %d/%d, "
                     "batch %d, heads %d, causal %d)", p->dtype ? p->dtype : "(none)", p->dim,
@@ -342,9 +344,9 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
         "INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, "
         "seq_q, seq_k, batch, heads, causal, status, message, max_abs_err, rel_err, lse_err, "
         "median_us, min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version, "
-        "compiler, suite_cases, suite_err, suite_failed, deterministic, created) VALUES (?, ?, "
-        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        "coalesce(?, " NOW ")) "
+        "compiler, suite_cases, suite_err, suite_failed, deterministic, created, dim_v) VALUES "
+        "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, coalesce(?, " NOW "), ?) "
         "ON CONFLICT (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, "
         "seq_k, batch, heads, causal) "
         "DO UPDATE SET status = excluded.status, message = excluded.message, "
@@ -355,7 +357,8 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
         "seed = excluded.seed, fatune_version = excluded.fatune_version, "
         "compiler = excluded.compiler, suite_cases = excluded.suite_cases, "
         "suite_err = excluded.suite_err, suite_failed = excluded.suite_failed, "
-        "deterministic = excluded.deterministic, created = excluded.created",
+        "deterministic = excluded.deterministic, created = excluded.created, "
+        "dim_v = excluded.dim_v",
         &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
@@ -382,6 +385,7 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
   else
     dbi_bind_text(&b, NULL);
   dbi_bind_text(&b, created);
+  dbi_bind_int(&b, t->problem.dim_v == t->problem.dim ? 0 : t->problem.dim_v);
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
   dbi_finalize(st);
   return rc == SQLITE_DONE ? 0 : dbi_sqlfail(h, err, errlen, "recording a trial");

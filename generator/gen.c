@@ -214,9 +214,13 @@ static void push_target(lua_State *L, const gen_target *t) {
 }
 
 static void push_problem(lua_State *L, const fa_problem *p) {
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 7);
   lua_pushinteger(L, p->dim);
   lua_setfield(L, -2, "dim");
+  if (fa_problem_dim_v(p) != p->dim) {
+    lua_pushinteger(L, fa_problem_dim_v(p));
+    lua_setfield(L, -2, "dim_v");
+  }
   lua_pushstring(L, fa_dtype_name(p->dtype));
   lua_setfield(L, -2, "dtype");
   lua_pushinteger(L, p->causal ? 1 : 0);
@@ -887,11 +891,14 @@ static int families_protected(lua_State *L) {
     copy_string(L, -1, c->families[i].title, sizeof c->families[i].title, "a family's title");
     lua_pop(L, 2);
     /* The head dim the family computes the problem's at (padded_dim, a
-    ** family's own function where it pads; else the dim itself). */
-    c->families[i].padded_dim = c->problem->dim;
+    ** family's own function of dim and dim_v where it pads; else the
+    ** larger of them). */
+    const int dv = fa_problem_dim_v(c->problem);
+    c->families[i].padded_dim = c->problem->dim > dv ? c->problem->dim : dv;
     if (lua_getfield(L, -1, "padded_dim") == LUA_TFUNCTION) {
       lua_pushinteger(L, c->problem->dim);
-      lua_call(L, 1, 1);
+      lua_pushinteger(L, dv);
+      lua_call(L, 2, 1);
       if (lua_isinteger(L, -1)) c->families[i].padded_dim = (int)lua_tointeger(L, -1);
     }
     lua_pop(L, 2);
@@ -1006,10 +1013,8 @@ int gen_explore_axes(gen_state *g, gen_axis_name *out, int max, int *count) {
 
 int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t n) {
   const char *dim = gen_config_get(&k->cfg, "dim"), *dtype = gen_config_get(&k->cfg, "dtype"),
-             *causal = gen_config_get(&k->cfg, "causal");
+             *causal = gen_config_get(&k->cfg, "causal"), *dim_v = gen_config_get(&k->cfg, "dim_v");
   const char *name = k->name ? k->name : "?";
-  char want[16];
-  snprintf(want, sizeof want, "%d", p->dim);
   if (!dim || !dtype || !causal) {
     snprintf(why, n, "%s has no dim, dtype and causal of its own", name);
     return 0;
@@ -1019,10 +1024,15 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
              fa_op_name(k->op), fa_op_name(p->op));
     return 0;
   }
-  if (strcmp(dim, want) || strcmp(dtype, fa_dtype_name(p->dtype)) ||
+  /* The config's dims are integers the templates checked; dim_v 0 is dim. */
+  const int kd = atoi(dim), kdv = dim_v && atoi(dim_v) ? atoi(dim_v) : kd;
+  if (kd != p->dim || kdv != fa_problem_dim_v(p) || strcmp(dtype, fa_dtype_name(p->dtype)) ||
       strcmp(causal, p->causal ? "1" : "0")) {
-    snprintf(why, n, "variant %s is for dim %s %s%s, but the problem is dim %d %s%s", name, dim,
-             dtype, strcmp(causal, "0") ? " causal" : "", p->dim, fa_dtype_name(p->dtype),
+    char have[24], want[24];
+    fa_dims_text(kd, kdv, have, sizeof have);
+    fa_dims_text(p->dim, p->dim_v, want, sizeof want);
+    snprintf(why, n, "variant %s is for dim %s %s%s, but the problem is dim %s %s%s", name, have,
+             dtype, strcmp(causal, "0") ? " causal" : "", want, fa_dtype_name(p->dtype),
              p->causal ? " causal" : "");
     return 0;
   }

@@ -58,14 +58,18 @@ typedef enum fatune_status {
 typedef enum fatune_dtype { FATUNE_FP32 = 0, FATUNE_FP64 = 1, FATUNE_FP16 = 2, FATUNE_BF16 = 3 } fatune_dtype;
 
 /* Q, K, V, O are contiguous (batch, heads, seq, dim); K and V have seq_k
-** rows, Q and O seq_q. The logsumexp is [batch][heads][seq_q], fp64 for
-** fp64 and fp32 otherwise. Causal masks align to the bottom-right corner. */
+** rows, Q and O seq_q; V and O have dim_v columns, Q and K dim. The
+** logsumexp is [batch][heads][seq_q], fp64 for fp64 and fp32 otherwise.
+** Causal masks align to the bottom-right corner. Zero-initialise it: a
+** field added later means, at zero, what the call did before. */
 typedef struct fatune_problem {
   int batch, heads, seq_q, seq_k, dim;
   fatune_dtype dtype;
   int causal;
   double scale;      /* 0: 1/sqrt(dim); else positive, at most FLT_MAX / log2(e)
                         (about 2.36e38: the kernels carry scale * log2(e) as a float) */
+  int dim_v;         /* V's and O's head dim, 1 to 576 (192 beside dim 192 or 128, 512
+                        beside 576 as DeepSeek's); 0: dim */
 } fatune_problem;
 
 /* The GPU of the calling thread's current CUDA context (a framework's). */

@@ -58,7 +58,7 @@ typedef struct slot {
   int used;
   fa_op op;
   fa_dtype dtype;
-  int dim, seq_q, seq_k, causal;
+  int dim, dim_v, seq_q, seq_k, causal;
   budget b;
   gen_kernel k;
   fa_program *prog;
@@ -186,6 +186,8 @@ static fatune_status check_problem(const fatune_problem *p) {
                 p->seq_k);
   if (p->dim < 1 || p->dim > FA_DIM_MAX)
     return fail(FATUNE_EINVAL, "bad head dim %d (1 to %d)", p->dim, FA_DIM_MAX);
+  if (p->dim_v < 0 || p->dim_v > FA_DIM_MAX)
+    return fail(FATUNE_EINVAL, "bad V head dim %d (1 to %d, or 0: dim)", p->dim_v, FA_DIM_MAX);
   if ((unsigned)p->dtype > FATUNE_BF16) return fail(FATUNE_EINVAL, "bad dtype %d", (int)p->dtype);
   /* The kernels of every dtype but fp64 carry scale * log2(e) as a float. */
   if (!(p->scale >= 0 && p->scale * LOG2E <= FLT_MAX))
@@ -197,7 +199,7 @@ static fatune_status check_problem(const fatune_problem *p) {
 static fa_problem to_problem(const fatune_problem *p) {
   fa_problem q = {.batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
                   .dim = p->dim, .dtype = (fa_dtype)p->dtype, .causal = p->causal ? 1 : 0,
-                  .scale = p->scale};
+                  .scale = p->scale, .dim_v = p->dim_v == p->dim ? 0 : p->dim_v};
   return q;
 }
 
@@ -237,7 +239,8 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
   db_problem dp = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
                    .seq_k = fp->seq_k, .batch = fp->batch, .heads = fp->heads,
                    .causal = fp->causal, .op = fa_op_name(fp->op),
-                   .max_rel_err = bud->max_rel_err, .deterministic = bud->deterministic};
+                   .max_rel_err = bud->max_rel_err, .deterministic = bud->deterministic,
+                   .dim_v = fa_problem_dim_v(fp)};
   db_best_row row;
   int found = 0, exact = 0;
   char err[512];
@@ -257,8 +260,10 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
   if (bud->max_rel_err > 0 || bud->deterministic) {
     char words[80];
     db_budget_text(&dp, words, sizeof words);
-    return fail(FATUNE_ENOTUNED, "nothing recorded for %s dim %d%s meets %s: tune it (the main "
-                "job records each variant's errors on the adversarial suite)", dp.dtype, dp.dim,
+    char dims[24];
+    fa_dims_text(dp.dim, dp.dim_v, dims, sizeof dims);
+    return fail(FATUNE_ENOTUNED, "nothing recorded for %s dim %s%s meets %s: tune it (the main "
+                "job records each variant's errors on the adversarial suite)", dp.dtype, dims,
                 dp.causal ? " causal" : "", words);
   }
   int rc = gen_render_config(c->gen, "", fp, &c->target, k);
@@ -321,14 +326,15 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 }
 
 static unsigned hash_key(const fa_problem *p, const budget *b) {
-  const int v[7] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
-                    b->deterministic};
+  const int v[8] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
+                    b->deterministic, fa_problem_dim_v(p)};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
   return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
 }
 
 static int same_key(const slot *s, const fa_problem *p, const budget *b) {
-  return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim && s->seq_q == p->seq_q &&
+  return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
+         s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal &&
          s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
 }
@@ -387,6 +393,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       s = insert_slot(c, p, b);
       s->b = *b;
       s->op = p->op, s->dtype = p->dtype, s->dim = p->dim, s->seq_q = p->seq_q, s->seq_k = p->seq_k;
+      s->dim_v = fa_problem_dim_v(p);
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->used = 1;
       pthread_rwlock_unlock(&c->lock);
@@ -518,7 +525,8 @@ static fatune_status check_budget(double max_rel_err) {
 }
 
 /* The problem args describes, every tensor's shape and strides checked
-** against it; the kernel's alignment is checked later, once it is known. */
+** against it; the kernel's alignment is checked later, once it is known.
+** V's head dim (O's) may differ from Q's and K's. */
 static fatune_status check_args(const fatune_attention_args *x, fatune_problem *p) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
   if (check_budget(x->max_rel_err) != FATUNE_OK) return FATUNE_EINVAL;
@@ -527,12 +535,15 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
   for (int i = 0; i < 4; i++)
     if ((st = check_tensor(tensor_name[i], t[i], x->q.dtype)) != FATUNE_OK) return st;
   const long long *q = x->q.shape, *k = x->k.shape;
-  for (int d = 0; d < 4; d++) {
+  for (int d = 0; d < 3; d++) {
     if (x->o.shape[d] != q[d])
       return fail(FATUNE_EINVAL, "o's %s is %lld, q's %lld", dim_name[d], x->o.shape[d], q[d]);
     if (x->v.shape[d] != k[d])
       return fail(FATUNE_EINVAL, "v's %s is %lld, k's %lld", dim_name[d], x->v.shape[d], k[d]);
   }
+  if (x->o.shape[3] != x->v.shape[3])
+    return fail(FATUNE_EINVAL, "o's dim is %lld, v's %lld: O takes V's head dim",
+                x->o.shape[3], x->v.shape[3]);
   if (k[0] != q[0] || k[3] != q[3])
     return fail(FATUNE_EINVAL, "k's %s is %lld, q's %lld", k[0] != q[0] ? "batch" : "dim",
                 k[0] != q[0] ? k[0] : k[3], k[0] != q[0] ? q[0] : q[3]);
@@ -541,7 +552,8 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
                 q[1]);
   *p = (fatune_problem){.batch = (int)q[0], .heads = (int)q[1], .seq_q = (int)q[2],
                         .seq_k = (int)k[2], .dim = (int)q[3], .dtype = x->q.dtype,
-                        .causal = x->causal, .scale = x->scale};
+                        .causal = x->causal, .scale = x->scale,
+                        .dim_v = (int)x->v.shape[3]};   /* at most 2^24: check_tensor */
   st = check_problem(p);
   if (st == FATUNE_OK) st = check_distinct("o", &x->o);
   if (st == FATUNE_OK) st = check_overlaps(x, p);
@@ -735,10 +747,10 @@ fatune_status fatune_attention_plan(fatune_ctx *c, const fatune_attention_args *
 }
 
 /* A contiguous (batch, heads, seq, dim) tensor. */
-static fatune_tensor contiguous(const fatune_problem *p, const void *data, int seq) {
+static fatune_tensor contiguous(const fatune_problem *p, const void *data, int seq, int dim) {
   fatune_tensor t = {.data = (void *)data, .dtype = p->dtype,
-                     .shape = {p->batch, p->heads, seq, p->dim}};
-  t.stride[3] = 1, t.stride[2] = p->dim, t.stride[1] = (long long)seq * p->dim;
+                     .shape = {p->batch, p->heads, seq, dim}};
+  t.stride[3] = 1, t.stride[2] = dim, t.stride[1] = (long long)seq * dim;
   t.stride[0] = t.stride[1] * p->heads;
   return t;
 }
@@ -750,8 +762,10 @@ fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, c
   fatune_status st = check_problem(p);
   if (st != FATUNE_OK) return st;
   if (!q || !k || !v || !o) return fail(FATUNE_EINVAL, "q, k, v and o must not be NULL");
-  fatune_attention_args x = {.q = contiguous(p, q, p->seq_q), .k = contiguous(p, k, p->seq_k),
-                             .v = contiguous(p, v, p->seq_k), .o = contiguous(p, o, p->seq_q),
+  const int dv = p->dim_v ? p->dim_v : p->dim;
+  fatune_attention_args x = {.q = contiguous(p, q, p->seq_q, p->dim),
+                             .k = contiguous(p, k, p->seq_k, p->dim),
+                             .v = contiguous(p, v, p->seq_k, dv), .o = contiguous(p, o, p->seq_q, dv),
                              .lse = lse, .causal = p->causal, .scale = p->scale,
                              .stream = stream};
   return fatune_attention(c, &x);
@@ -789,7 +803,8 @@ static fatune_status check_bwd_overlaps(const fatune_backward_args *x, const fat
   return FATUNE_OK;
 }
 
-/* The problem a backward call describes, all eight tensors checked. */
+/* The problem a backward call describes, all eight tensors checked; V's
+** head dim (O's, dO's and dV's) may differ from Q's and K's. */
 static fatune_status check_bwd_args(const fatune_backward_args *x, fatune_problem *p) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
   if (check_budget(x->max_rel_err) != FATUNE_OK) return FATUNE_EINVAL;
@@ -801,15 +816,19 @@ static fatune_status check_bwd_args(const fatune_backward_args *x, fatune_proble
   if (!x->lse) return fail(FATUNE_EINVAL, "lse is NULL: the backward pass reads the forward "
                            "pass's logsumexp");
   const long long *q = x->q.shape, *k = x->k.shape;
+  /* dK is shaped as K, dQ as Q; O, dO and dV take V's head dim. */
   for (int i = BO; i < BN_TENSORS; i++) {
     const long long *want = i == BDK || i == BDV ? k : q;
     const char *as = i == BDK || i == BDV ? "k" : "q";
-    for (int d = 0; d < 4; d++)
-      if (t[i]->shape[d] != want[d])
+    const int of_v = i == BO || i == BDO || i == BDV;
+    for (int d = 0; d < 4; d++) {
+      const long long w = of_v && d == 3 ? x->v.shape[3] : want[d];
+      if (t[i]->shape[d] != w)
         return fail(FATUNE_EINVAL, "%s's %s is %lld, %s's %lld", bwd_name[i], dim_name[d],
-                    t[i]->shape[d], as, want[d]);
+                    t[i]->shape[d], of_v && d == 3 ? "v" : as, w);
+    }
   }
-  for (int d = 0; d < 4; d++)
+  for (int d = 0; d < 3; d++)
     if (x->v.shape[d] != k[d])
       return fail(FATUNE_EINVAL, "v's %s is %lld, k's %lld", dim_name[d], x->v.shape[d], k[d]);
   if (k[0] != q[0] || k[3] != q[3])
@@ -820,7 +839,7 @@ static fatune_status check_bwd_args(const fatune_backward_args *x, fatune_proble
                 q[1]);
   *p = (fatune_problem){.batch = (int)q[0], .heads = (int)q[1], .seq_q = (int)q[2],
                         .seq_k = (int)k[2], .dim = (int)q[3], .dtype = x->q.dtype,
-                        .causal = x->causal, .scale = x->scale};
+                        .causal = x->causal, .scale = x->scale, .dim_v = (int)x->v.shape[3]};
   if ((st = check_problem(p)) != FATUNE_OK) return st;
   for (int i = BDQ; i <= BDV; i++)
     if ((st = check_distinct(bwd_name[i], t[i])) != FATUNE_OK) return st;

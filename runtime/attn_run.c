@@ -17,12 +17,13 @@ int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const
                        const void *v, attn_inputs *in, char *err, size_t errlen) {
   const size_t es = (size_t)fa_dtype_size(p->dtype);
   const size_t qb = elems(p, p->seq_q, p->dim) * es, kb = elems(p, p->seq_k, p->dim) * es;
+  const size_t vb = elems(p, p->seq_k, fa_problem_dim_v(p)) * es;
   memset(in, 0, sizeof *in);
   if (backend_alloc(be, qb, &in->q, err, errlen) || backend_alloc(be, kb, &in->k, err, errlen) ||
-      backend_alloc(be, kb, &in->v, err, errlen) ||
+      backend_alloc(be, vb, &in->v, err, errlen) ||
       backend_upload(be, in->q, q, qb, err, errlen) ||
       backend_upload(be, in->k, k, kb, err, errlen) ||
-      backend_upload(be, in->v, v, kb, err, errlen)) {
+      backend_upload(be, in->v, v, vb, err, errlen)) {
     attn_inputs_free(be, in);
     return -1;
   }
@@ -33,7 +34,7 @@ int attn_bwd_inputs_upload(fa_backend *be, const fa_problem *p, const void *o,
                            const void *lse, const void *dout, attn_inputs *in, char *err,
                            size_t errlen) {
   const size_t rows = elems(p, p->seq_q, 1);
-  const size_t ob = rows * (size_t)p->dim * (size_t)fa_dtype_size(p->dtype);
+  const size_t ob = rows * (size_t)fa_problem_dim_v(p) * (size_t)fa_dtype_size(p->dtype);
   const size_t lb = rows * (size_t)fa_lse_size(p->dtype);
   if (backend_alloc(be, ob, &in->o, err, errlen) || backend_alloc(be, lb, &in->lse, err, errlen) ||
       backend_alloc(be, ob, &in->dout, err, errlen) ||
@@ -54,12 +55,13 @@ void attn_inputs_free(fa_backend *be, attn_inputs *in) {
 
 int attn_outputs(const fa_problem *p, size_t bytes[ATTN_MAX_OUTPUTS]) {
   const size_t es = (size_t)fa_dtype_size(p->dtype), D = (size_t)p->dim;
+  const size_t DV = (size_t)fa_problem_dim_v(p);
   const size_t rq = elems(p, p->seq_q, 1), rk = elems(p, p->seq_k, 1);
   if (p->op == FA_OP_BWD) {
-    bytes[0] = rq * D * es, bytes[1] = bytes[2] = rk * D * es;
+    bytes[0] = rq * D * es, bytes[1] = rk * D * es, bytes[2] = rk * DV * es;
     return 3;
   }
-  bytes[0] = rq * D * es, bytes[1] = rq * (size_t)fa_lse_size(p->dtype);
+  bytes[0] = rq * DV * es, bytes[1] = rq * (size_t)fa_lse_size(p->dtype);
   return 2;
 }
 
@@ -77,15 +79,21 @@ int attn_output_seq(const fa_problem *p, int i) {
   return p->op == FA_OP_BWD && i > 0 ? p->seq_k : p->seq_q;
 }
 
+int attn_output_dim(const fa_problem *p, int i) {
+  if (p->op == FA_OP_BWD) return i == 2 ? fa_problem_dim_v(p) : p->dim;
+  return i == 1 ? 1 : fa_problem_dim_v(p);
+}
+
 fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,
                       void *o, void *lse, void *ws) {
   const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
+  const fa_layout lv = fa_layout_contiguous_v(p, p->seq_k), lo = fa_layout_contiguous_v(p, p->seq_q);
   fa_params a = {
     .q = q, .k = k, .v = v, .o = o, .lse = lse, .ws = ws,
     .q_sb = lq.sb, .q_sh = lq.sh, .q_sn = lq.sn,
     .k_sb = lk.sb, .k_sh = lk.sh, .k_sn = lk.sn,
-    .v_sb = lk.sb, .v_sh = lk.sh, .v_sn = lk.sn,
-    .o_sb = lq.sb, .o_sh = lq.sh, .o_sn = lq.sn,
+    .v_sb = lv.sb, .v_sh = lv.sh, .v_sn = lv.sn,
+    .o_sb = lo.sb, .o_sh = lo.sh, .o_sn = lo.sn,
     .batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
     .scale_log2 = fa_problem_scale(p) * 1.4426950408889634074};
   a.scale_log2_f32 = (float)a.scale_log2;
@@ -100,7 +108,7 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
     const gen_tma *t = &k->tma[i];
     const void *base;
     long long sn, sh, sb;
-    int seq = a->seq_q, heads = a->heads;
+    int seq = a->seq_q, heads = a->heads, dim = p->dim;
     switch (t->tensor) {
     case 'q': base = a->q, sn = a->q_sn, sh = a->q_sh, sb = a->q_sb; break;
     case 'k':
@@ -108,8 +116,11 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
       break;
     case 'v':
       base = a->v, sn = a->v_sn, sh = a->v_sh, sb = a->v_sb, seq = a->seq_k, heads = kv_heads;
+      dim = fa_problem_dim_v(p);
       break;
-    default: base = a->o, sn = a->o_sn, sh = a->o_sh, sb = a->o_sb; break;
+    default:
+      base = a->o, sn = a->o_sn, sh = a->o_sh, sb = a->o_sb, dim = fa_problem_dim_v(p);
+      break;
     }
     if (sn < 0 || sh < 0 || sb < 0) {
       snprintf(err, errlen, "kernel %s: tensor map %d over %c: negative strides", k->name, i,
@@ -118,7 +129,7 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
     }
     const fa_tmap_desc d = {
       .base = base, .elem_bytes = es, .rank = 4,
-      .dims = {(unsigned long long)p->dim, (unsigned long long)seq, (unsigned long long)heads,
+      .dims = {(unsigned long long)dim, (unsigned long long)seq, (unsigned long long)heads,
                (unsigned long long)a->batch},
       .strides = {(unsigned long long)sn * (unsigned)es, (unsigned long long)sh * (unsigned)es,
                   (unsigned long long)sb * (unsigned)es},
@@ -203,11 +214,14 @@ static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs
     return FA_EINVAL;
   }
   const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
+  const fa_layout lo = fa_layout_contiguous_v(p, p->seq_q), lv = fa_layout_contiguous_v(p, p->seq_k);
   *a = attn_params(p, in->q, in->k, in->v, in->o, in->lse, out->ws[0]);
   a->ws2 = out->ws[1];
   a->dout = in->dout, a->dq = out->buf[0], a->dk = out->buf[1], a->dv = out->buf[2];
-  a->do_sb = a->dq_sb = lq.sb, a->do_sh = a->dq_sh = lq.sh, a->do_sn = a->dq_sn = lq.sn;
-  a->dk_sb = a->dv_sb = lk.sb, a->dk_sh = a->dv_sh = lk.sh, a->dk_sn = a->dv_sn = lk.sn;
+  a->do_sb = lo.sb, a->do_sh = lo.sh, a->do_sn = lo.sn;
+  a->dq_sb = lq.sb, a->dq_sh = lq.sh, a->dq_sn = lq.sn;
+  a->dk_sb = lk.sb, a->dk_sh = lk.sh, a->dk_sn = lk.sn;
+  a->dv_sb = lv.sb, a->dv_sh = lv.sh, a->dv_sn = lv.sn;
   return 0;
 }
 
@@ -328,16 +342,21 @@ double attn_flops(const fa_problem *p) {
   }
   /* The backward pass: five products of the pair's size to the forward's
   ** two (S and dP again, dV, dK, dQ), as the FlashAttention papers count. */
-  return (p->op == FA_OP_BWD ? 10.0 : 4.0) * p->batch * p->heads * p->dim * pairs;
+  /* Per pair, S's and O's products: 2 dim + 2 dim_v (4 dim when they are
+  ** one); the backward pass's five: S, dP (dim_v), dV (dim_v), dK, dQ. */
+  const double dv = fa_problem_dim_v(p);
+  const double per_pair = p->op == FA_OP_BWD ? 2.0 * (3.0 * p->dim + 2.0 * dv) : 2.0 * (p->dim + dv);
+  return per_pair * p->batch * p->heads * pairs;
 }
 
 double attn_bytes(const fa_problem *p) {
   const double bh = (double)p->batch * p->heads, es = fa_dtype_size(p->dtype);
   const double lse = (double)p->seq_q * fa_lse_size(p->dtype);
   /* bwd: Q, dO, O, lse, K and V read; dQ, dK and dV written. */
-  if (p->op == FA_OP_BWD)
-    return bh * ((4.0 * p->seq_q + 4.0 * p->seq_k) * p->dim * es + lse);
-  return bh * ((2.0 * p->seq_q + 2.0 * p->seq_k) * p->dim * es + lse);
+  const double d = p->dim, dv = fa_problem_dim_v(p);
+  if (p->op == FA_OP_BWD)   /* Q, dQ, K, dK of dim; dO, O, V, dV of dim_v */
+    return bh * ((2.0 * p->seq_q + 2.0 * p->seq_k) * (d + dv) * es + lse);
+  return bh * ((p->seq_q + p->seq_k) * d * es + (p->seq_k + p->seq_q) * dv * es + lse);
 }
 
 int attn_run_op(fa_backend *be, const fa_program *prog, const gen_kernel *k,

@@ -30,10 +30,12 @@ void attn_inputs_free(fa_backend *be, attn_inputs *in);
 #define ATTN_MAX_OUTPUTS 3
 int attn_outputs(const fa_problem *p, size_t bytes[ATTN_MAX_OUTPUTS]);
 /* Output i's name ("o", "lse", "dq", ...), the bytes of one of its
-** elements, and the rows of the problem it has (seq_q or seq_k). */
+** elements, the rows of the problem it has (seq_q or seq_k) and the
+** values of a row (dim, dim_v, or 1 for lse). */
 const char *attn_output_name(const fa_problem *p, int i);
 size_t attn_output_elem_bytes(const fa_problem *p, int i);
 int attn_output_seq(const fa_problem *p, int i);
+int attn_output_dim(const fa_problem *p, int i);
 
 /* The kernel's argument block for contiguous tensors at the given addresses. */
 fa_params attn_params(const fa_problem *p, const void *q, const void *k, const void *v,

@@ -16,7 +16,7 @@
 /* Nonzero when the problem can be computed. */
 static int problem_valid(const fa_problem *p) {
   return p->batch >= 1 && p->heads >= 1 && p->seq_q >= 1 && p->seq_k >= 1 &&
-         p->dim >= 1 && p->dim <= FA_DIM_MAX;
+         p->dim >= 1 && p->dim <= FA_DIM_MAX && p->dim_v >= 0 && p->dim_v <= FA_DIM_MAX;
 }
 
 /* How many keys query row r sees: all of them, or with a causal mask
@@ -54,10 +54,11 @@ static double attend_row(const fa_problem *p, double scale, int nvis,
                          const double *q, const double *k, long long ksn,
                          const double *v, long long vsn,
                          double *o, double *s) {
+  const int dv = fa_problem_dim_v(p);
   double m, l;
   int c, d;
 
-  for (d = 0; d < p->dim; d++) o[d] = 0.0;
+  for (d = 0; d < dv; d++) o[d] = 0.0;
   /* Nothing visible: the softmax is empty. Zeros and -inf, not 0/0. */
   if (nvis == 0) return -INFINITY;
 
@@ -73,9 +74,9 @@ static double attend_row(const fa_problem *p, double scale, int nvis,
   }
   for (c = 0; c < nvis; c++) {
     const double *vr = v + c * vsn;
-    for (d = 0; d < p->dim; d++) o[d] += s[c] * vr[d];
+    for (d = 0; d < dv; d++) o[d] += s[c] * vr[d];
   }
-  for (d = 0; d < p->dim; d++) o[d] /= l;
+  for (d = 0; d < dv; d++) o[d] /= l;
   return m + log(l);
 }
 
@@ -143,13 +144,14 @@ static void backward_row(const fa_problem *p, double scale, int nvis, const ref_
                          const double *qr, const double *dor, const double *kh,
                          const double *vh, double *dqr, double *dkh, double *dvh,
                          const double *pr, double *ds, const row_mag *mag) {
+  const int dv = fa_problem_dim_v(p);
   double sum = 0.0;   /* sum_c P dP: dout . o of the row, without o */
   double sum_abs = 0.0; /* with mag: the size of its terms, and of dout . o's */
   int c, d;
   for (c = 0; c < nvis; c++) {
-    ds[c] = dot(dor, vh + c * io->vl.sn, p->dim);   /* dP */
+    ds[c] = dot(dor, vh + c * io->vl.sn, dv);   /* dP */
     sum += pr[c] * ds[c];
-    if (mag) sum_abs += pr[c] * dot_abs(dor, vh + c * io->vl.sn, p->dim);
+    if (mag) sum_abs += pr[c] * dot_abs(dor, vh + c * io->vl.sn, dv);
   }
   for (d = 0; d < p->dim; d++) dqr[d] = 0.0;
   if (mag) for (d = 0; d < p->dim; d++) mag->dqr[d] = 0.0;
@@ -157,15 +159,15 @@ static void backward_row(const fa_problem *p, double scale, int nvis, const ref_
     /* dS's size: P times those of dP's terms and of D's, which a kernel
     ** computes apart (D from O), so that where they cancel the rounding
     ** of each remains. */
-    const double m = mag ? pr[c] * (dot_abs(dor, vh + c * io->vl.sn, p->dim) + sum_abs) : 0.0;
+    const double m = mag ? pr[c] * (dot_abs(dor, vh + c * io->vl.sn, dv) + sum_abs) : 0.0;
     ds[c] = pr[c] * (ds[c] - sum);
     const double *kc = kh + c * io->kl.sn;
     double *dkc = dkh + c * io->dkl.sn, *dvc = dvh + c * io->dvl.sn;
     for (d = 0; d < p->dim; d++) {
       dqr[d] += scale * ds[c] * kc[d];
       dkc[d] += scale * ds[c] * qr[d];
-      dvc[d] += pr[c] * dor[d];
     }
+    for (d = 0; d < dv; d++) dvc[d] += pr[c] * dor[d];
     if (mag) {
       double *mkc = mag->dkh + c * io->dkl.sn;
       for (d = 0; d < p->dim; d++) {
@@ -196,7 +198,7 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
       double *dkh = io->dk + b * io->dkl.sb + h * io->dkl.sh;
       double *dvh = io->dv + b * io->dvl.sb + h * io->dvl.sh;
       zero_rows(dkh, io->dkl, p->seq_k, p->dim);
-      zero_rows(dvh, io->dvl, p->seq_k, p->dim);
+      zero_rows(dvh, io->dvl, p->seq_k, fa_problem_dim_v(p));
       const int with_mag = io->dq_mag && io->dk_mag;
       double *mkh = with_mag ? io->dk_mag + b * io->dkl.sb + h * io->dkl.sh : NULL;
       if (with_mag) zero_rows(mkh, io->dkl, p->seq_k, p->dim);

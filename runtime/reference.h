@@ -14,7 +14,7 @@
 #include "fa_problem.h"
 
 /* q, k, v, o are float64 tensors in (batch, heads, seq, dim) with the given
-** strides; lse (may be NULL) is [batch][heads][seq_q], contiguous.
+** strides, v and o of p's V head dim (fa_problem_dim_v); lse (may be NULL) is [batch][heads][seq_q], contiguous.
 ** Returns 0, or -1 when the problem is invalid or memory runs out. */
 int ref_attention(const fa_problem *p,
                   const double *q, fa_layout ql,

@@ -247,6 +247,20 @@ mut budget-suite-failed db/db_query.c \
 mut lib-budget-default lib/fatune.c \
   'return fail(FATUNE_ENOTUNED, "nothing recorded' '(void)fail(FATUNE_ENOTUNED, "nothing recorded' \
   'test_lib'
+mut simt-v-stride templates/simt/simt.cu \
+  'if (n < ${BN} && gn < p.seq_k) vx = ${ldg("vg + gn * p.v_sn + d")};' \
+  'if (n < ${BN} && gn < p.seq_k) vx = ${ldg("vg + gn * p.k_sn + d")};' \
+  'test_dim_v'
+mut ref-bwd-dv-cols runtime/reference.c \
+  'for (d = 0; d < dv; d++) dvc[d] += pr[c] * dor[d];' \
+  'for (d = 0; d < dv && d < p->dim; d++) dvc[d] += pr[c] * dor[d];' \
+  'test_reference_bwd'
+mut db-best-dim-v db/db_query.c \
+  '"AND b.dim_v = ?11 "' '"AND ?11 = ?11 "' \
+  'cli_dim_v'
+mut lib-o-dim-v lib/fatune.c \
+  'if (x->o.shape[3] != x->v.shape[3])' 'if (0)' \
+  'test_lib'
 mut turing-k8-split templates/prelude_tile.h \
   'const unsigned lo[2] = {a[0], a[1]}, hi[2] = {a[2], a[3]};' \
   'const unsigned lo[2] = {a[0], a[2]}, hi[2] = {a[1], a[3]};' \

@@ -13,6 +13,27 @@ function enum.enum_axis(key, values, token)
   return { key = key, kind = "enum", values = values, token = token }
 end
 
+-- V's and O's head dim when it is not Q's and K's (192/128 reads
+-- "d192v128"); 0, V's head dim being Q's, is left out of names and of
+-- canonical text (absent), so configs from before the axis keep their hash.
+function enum.dim_v_axis(max)
+  local a = enum.int_axis("dim_v", 0, max, { prefix = "v", [0] = "" })
+  a.absent = 0
+  return a
+end
+
+-- A problem's dim_v as a config holds it: 0 when V's head dim is Q's.
+function enum.dim_v(problem)
+  local dv = problem.dim_v
+  if not dv or dv == problem.dim then return 0 end
+  return dv
+end
+
+-- The V head dim config c computes: its dim_v, or its dim.
+function enum.vdim(c)
+  return (c.dim_v or 0) ~= 0 and c.dim_v or c.dim
+end
+
 -- The token of a 0/1 axis named only when set ("-causal").
 function enum.flag(word) return { [0] = "", [1] = word } end
 

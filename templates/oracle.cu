@@ -54,7 +54,7 @@ $ end
     l += e;
   }
   $ reduce("l", "sum")
-  for (int d = tid; d < ${D}; d += ${NT}) {
+  for (int d = tid; d < ${args.DV}; d += ${NT}) {
     acc_t acc = 0;
     for (int c = 0; c < nvis; ++c) acc += fa_lds_${args.T}(s + c) * (acc_t)${args.ld("v + (long long)c * p.v_sn + d")};
     fa_st_${args.T}(o + d, nvis > 0 ? acc / l : (acc_t)0);

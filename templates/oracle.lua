@@ -18,15 +18,17 @@ local loaders = {
 
 oracle.threads = 128
 
--- problem: { dtype, dim, causal }. Shared memory depends on seq_k: the host
+-- problem: { dtype, dim, causal, dim_v (when V's head dim is not dim) }. Shared memory depends on seq_k: the host
 -- gives (seq_k + threads) accumulators' worth at launch.
 function oracle.render(problem)
   local l = loaders[problem.dtype]
   if not l then error("no oracle for dtype '" .. tostring(problem.dtype) .. "'", 0) end
   local causal = problem.causal == 1 and 1 or 0
-  local name = string.format("oracle-%s-d%d%s", problem.dtype, problem.dim,
-                             causal == 1 and "-causal" or "")
-  local args = { entry = name:gsub("-", "_"), D = problem.dim, causal = causal, NT = oracle.threads,
+  local dv = require("enum").dim_v(problem)
+  local name = string.format("oracle-%s-d%d%s%s", problem.dtype, problem.dim,
+                             dv ~= 0 and "v" .. dv or "", causal == 1 and "-causal" or "")
+  local args = { entry = name:gsub("-", "_"), D = problem.dim, DV = dv ~= 0 and dv or problem.dim,
+                 causal = causal, NT = oracle.threads,
                  T = l.T, acc = l.acc, elem = l.elem or l.acc,
                  ld = function(p) return string.format(l.ld, p) end }
   return {
@@ -40,7 +42,7 @@ function oracle.render(problem)
     registers_estimate = 0,
     io_align = ({ fp64 = 8, fp32 = 4, fp16 = 2, bf16 = 2 })[problem.dtype],
     name = name, hash = name, config = "family=oracle,dtype=" .. problem.dtype .. ",dim=" ..
-    problem.dim .. ",causal=" .. causal, family = "oracle", template_version = oracle.version,
+    problem.dim .. (dv ~= 0 and ",dim_v=" .. dv or "") .. ",causal=" .. causal, family = "oracle", template_version = oracle.version,
   }
 end
 

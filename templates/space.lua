@@ -19,7 +19,8 @@
 -- A family is a module (a table) of these fields; check_family enforces the
 -- required ones when the families are registered, below. A problem is a
 -- table {dtype = "fp16", dim = 64, causal = 0|1, op = "fwd" (the default
--- when absent), and, where known, seq_q, seq_k, batch, heads}; a target is
+-- when absent), dim_v (V's and O's head dim, only when it is not dim), and,
+-- where known, seq_q, seq_k, batch, heads}; a target is
 -- {arch = "sm_90", smem = bytes per block, max_threads = threads per block}
 -- (space.target).
 --
@@ -54,9 +55,13 @@
 --              "enum", values = {"a", "b", ...}} (enum.int_axis,
 --              enum.enum_axis), with an optional token table: how a value
 --              reads in names, token[value] where given, else
---              (token.prefix or "") .. value; "" leaves it out. It must
---              hold dtype, dim and causal, the problem's own axes; the
---              dtype axis's values are the dtypes the family computes.
+--              (token.prefix or "") .. value; "" leaves it out; and an
+--              optional absent value, which canonical text leaves out (an
+--              axis added later keeps the hashes of configs from before).
+--              It must hold dtype, dim, dim_v (enum.dim_v_axis: 0 when V's
+--              head dim is dim, which is how configs always hold that
+--              case) and causal, the problem's own axes; the dtype axis's
+--              values are the dtypes the family computes.
 --   axis       table key -> axis, the lookup of `axes` (enum.index).
 --   naming     list of name parts, each a list of axis keys: a variant's
 --              name is the family's name and each part's tokens, joined
@@ -64,8 +69,8 @@
 --              out. Every axis is in exactly one part. space.name_of and
 --              space.parse_name derive names from it, and give the family
 --              name_of(config) when it registers.
---   defaults(problem) -> config: every axis set, dtype, dim and causal
---              from the problem where it has them; what an unset key of a
+--   defaults(problem) -> config: every axis set, dtype, dim, dim_v and
+--              causal from the problem where it has them; what an unset key of a
 --              `k=v,...` text takes.
 --   supports(problem) -> boolean: whether the family handles the problem
 --              (its dtype).
@@ -332,7 +337,7 @@ local function check_family(id, fam)
     end
     if fam.axis[key] ~= axis then fail("axis['" .. key .. "'] is not axes[" .. i .. "]") end
   end
-  for _, key in ipairs({ "dtype", "dim", "causal" }) do
+  for _, key in ipairs({ "dtype", "dim", "dim_v", "causal" }) do
     if not fam.axis[key] then fail("no axis '" .. key .. "'") end
   end
   check_naming(fam, fail)
@@ -402,9 +407,18 @@ end
 function space.canonical(fam, cfg)
   local parts = { "family=" .. fam.name }
   for _, axis in ipairs(fam.axes) do
-    parts[#parts + 1] = axis.key .. "=" .. tostring(cfg[axis.key])
+    if axis.absent == nil or cfg[axis.key] ~= axis.absent then
+      parts[#parts + 1] = axis.key .. "=" .. tostring(cfg[axis.key])
+    end
   end
   return table.concat(parts, ",")
+end
+
+-- cfg with V's head dim as configs hold it: 0 when it is dim (dim_v=128
+-- with dim=128 is the same kernel as dim_v left out, and has one name).
+local function normalize(cfg)
+  if cfg.dim_v == cfg.dim then cfg.dim_v = 0 end
+  return cfg
 end
 
 -- Check one value of an axis; returns the normalized value or raises.
@@ -635,7 +649,7 @@ function space.parse_config(text, problem, target)
     cfg[k] = axis_value(axis, v)
   end
   for _, axis in ipairs(fam.axes) do cfg[axis.key] = axis_value(axis, cfg[axis.key]) end
-  return fam, cfg, given
+  return fam, normalize(cfg), given
 end
 
 -- Where the defaults do not fit the keys given (block_m=2 with the default
@@ -725,8 +739,9 @@ local function parse_family_name(fam, name)
       local copy = {}
       for k, v in pairs(cfg) do copy[k] = v end
       local ok, same = pcall(function()
+        copy.dim_v = copy.dim_v or 0
         for _, axis in ipairs(fam.axes) do copy[axis.key] = axis_value(axis, copy[axis.key]) end
-        return space.name_of(fam, copy) == name
+        return space.name_of(fam, normalize(copy)) == name
       end)
       if ok and same then cfg = copy end
       return ok and same
@@ -760,10 +775,15 @@ function space.parse_name(name)
 end
 
 -- Description of one config for the host: name, hash, canonical text, the
--- family's name and the {key, value} pairs in axis order (values as text).
+-- family's name and the {key, value} pairs in axis order (values as text),
+-- as canonical text has them (an absent value left out).
 function space.describe(fam, cfg)
   local pairs_ = {}
-  for _, axis in ipairs(fam.axes) do pairs_[#pairs_ + 1] = { axis.key, tostring(cfg[axis.key]) } end
+  for _, axis in ipairs(fam.axes) do
+    if axis.absent == nil or cfg[axis.key] ~= axis.absent then
+      pairs_[#pairs_ + 1] = { axis.key, tostring(cfg[axis.key]) }
+    end
+  end
   return { name = fam.name_of(cfg), hash = space.hash(fam, cfg), family = fam.name,
            config = space.canonical(fam, cfg), pairs = pairs_ }
 end
@@ -818,8 +838,10 @@ function space.list(problem, target, which)
     -- Say why, in the first family's words about its own defaults.
     local fam = fams[1]
     local _, why = fits(fam, fam.defaults(problem), problem, target)
+    local dims = tostring(problem.dim)
+    if (problem.dim_v or problem.dim) ~= problem.dim then dims = dims .. "/" .. problem.dim_v end
     error(string.format("no variant of the %s space fits %s for dim %s %s%s", which, target.arch,
-                        tostring(problem.dim), tostring(problem.dtype), why and ": " .. why or ""), 0)
+                        dims, tostring(problem.dtype), why and ": " .. why or ""), 0)
   end
   return out
 end

@@ -54,7 +54,7 @@ bad() {
 bad "--bogus"                      --bogus
 bad "frobnicate"                   frobnicate
 bad "--dim|0"                      --dim 0
-bad "--dim|513"                    --dim 513
+bad "--dim|577"                    --dim 577
 bad "--dim|abc"                    --dim abc
 bad "--dim"                        --dim
 bad "fp8"                          --dtype fp8
@@ -113,8 +113,8 @@ bad "missing.npy"                  run --config 'block_m=4' --q "$tmp/missing.np
 bad "junk.npy|magic"               run --config 'block_m=4' --q "$tmp/junk.npy" --k x --v x --out "$tmp/o.npy"
 if command -v python3 >/dev/null 2>&1; then
   py write "$tmp/q.npy" f4 1 10 8 && py write "$tmp/k.npy" f4 2 12 8 && py write "$tmp/v.npy" f4 3 12 8
-  py write "$tmp/v7.npy" f4 3 12 7 && py write "$tmp/q3.npy" f4 4 2 10 8 && py write "$tmp/k300.npy" f4 4 300 8
-  bad "shapes do not match"        run --config 'block_m=4' --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v7.npy" --out "$tmp/o.npy"
+  py write "$tmp/v11.npy" f4 3 11 8 && py write "$tmp/q3.npy" f4 4 2 10 8 && py write "$tmp/k300.npy" f4 4 300 8
+  bad "shapes do not match"        run --config 'block_m=4' --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v11.npy" --out "$tmp/o.npy"
   bad "q3.npy|(2, 10, 8)"          run --config 'block_m=4' --q "$tmp/q3.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/o.npy"
   bad "is for dim 64|dim 8"        run --variant simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem \
                                      --q "$tmp/q.npy" --k "$tmp/k.npy" --v "$tmp/v.npy" --out "$tmp/o.npy"

@@ -82,6 +82,12 @@ typedef struct family {
   int tail_every;
   emu_schedule tail_s0, tail_s1;
 
+  /* test_dim_v: (dim, dim_v) pairs, V's head dim apart from Q's and K's,
+  ** each in every dtype, causal and not; none when the family refuses
+  ** dim_v (then it must list no variant of its own for any pair). */
+  int dims_v[FAM_MAX_SPACE][2];
+  size_t ndims_v;
+
   /* test_compile: the full space of each problem, listed for sm_80 at
   ** batch 2, heads 2, seq FAM_SEQ; picks are greedy, each covering the
   ** most (axis, value) pairs not yet covered. */
@@ -309,6 +315,7 @@ static const family families[] = {
     .shapes = {{2, 1, 100, 100, EMU_FORWARD, EMU_SKEW},  /* seq a multiple of no tile */
                {1, 2, 70, 130, EMU_REVERSE, EMU_RANDOM}},
     .tail_every = 1, .tail_s0 = EMU_SKEW, .tail_s1 = EMU_FORWARD,
+    .dims_v = {{48, 24}, {24, 40}, {300, 128}}, .ndims_v = 3,
     .axes = simt_axes, .naxes = FAM_COUNT(simt_axes),
     .problems = simt_problems, .nproblems = FAM_COUNT(simt_problems),
     .rounds = 1, .picks_per_round = 3, .required_picks = 2,
@@ -337,6 +344,7 @@ static const family families[] = {
     .shapes = {{1, 2, 128, 128, EMU_FORWARD, EMU_SKEW},
                {1, 1, 100, 200, EMU_REVERSE, EMU_FORWARD}},
     .tail_every = 1, .tail_s0 = EMU_FORWARD, .tail_s1 = EMU_SKEW,
+    .dims_v = {{192, 128}, {36, 72}}, .ndims_v = 2,
     .axes = tc_axes, .naxes = FAM_COUNT(tc_axes),
     .problems = tc_problems, .nproblems = FAM_COUNT(tc_problems),
     .rounds = 2, .picks_per_round = 1, .required_picks = 1,

@@ -76,9 +76,10 @@ def check(args):
     q4, _ = as4(qs, q)
     k4, _ = as4(ks, k)
     B, H, N, D = q4
-    M = k4[2]
-    if os_ != qs:
-        print("O shape %s, want %s" % (os_, qs))
+    M, DV = k4[2], vs[-1]   # V's head dim may differ from Q's and K's
+    want_o = qs[:-1] + (DV,)
+    if os_ != want_o:
+        print("O shape %s, want %s" % (os_, want_o))
         return 1
     # O in the kernel's dtype: the inputs' (as Q's), fp64 when run so.
     want_descr = "<f8" if "--fp64" in args else read(paths[0])[0]
@@ -107,12 +108,13 @@ def check(args):
                 m = max(s) if s else -math.inf
                 p = [math.exp(x - m) for x in s]
                 l = sum(p)
-                for d in range(D):
+                oo = ((b * H + h) * N + r) * DV
+                for d in range(DV):
                     acc = 0.0
                     for c in range(vis):
-                        acc += p[c] * v[((b * H + h) * M + c) * D + d]
+                        acc += p[c] * v[((b * H + h) * M + c) * DV + d]
                     ref = acc / l if l > 0 else 0.0
-                    err = max(err, abs(o[qo + d] - ref))
+                    err = max(err, abs(o[oo + d] - ref))
                 if lse_vals is not None:
                     ref = m + math.log(l) if l > 0 else -math.inf
                     got = lse_vals[(b * H + h) * N + r]
@@ -129,7 +131,7 @@ def grad(args):
     paths = [a for a in args if a.endswith(".npy")]
     (qd, qs, q), (_, ks, k), (_, vs, v), (_, dos, do) = [read(p) for p in paths[:4]]
     B, H, N, D = as4(qs, q)[0]
-    M = as4(ks, k)[0][2]
+    M, DV = as4(ks, k)[0][2], vs[-1]
     scale = float(args[args.index("--scale") + 1]) if "--scale" in args else 1.0 / math.sqrt(D)
     got = []
     for path, want in zip(paths[4:7], (qs, ks, vs)):
@@ -144,6 +146,7 @@ def grad(args):
             kb = (b * H + h) * M
             for r in range(N):
                 qo = ((b * H + h) * N + r) * D
+                oo = ((b * H + h) * N + r) * DV
                 vis = M if not causal else max(0, min(M, r + (M - N) + 1))
                 if vis == 0:
                     continue
@@ -153,14 +156,16 @@ def grad(args):
                 p = [math.exp(x - m) for x in s]
                 l = sum(p)
                 p = [x / l for x in p]
-                dp = [sum(do[qo + d] * v[(kb + c) * D + d] for d in range(D)) for c in range(vis)]
+                dp = [sum(do[oo + d] * v[(kb + c) * DV + d] for d in range(DV))
+                      for c in range(vis)]
                 dsum = sum(p[c] * dp[c] for c in range(vis))
                 for c in range(vis):
                     ds = p[c] * (dp[c] - dsum)
                     for d in range(D):
                         dq[qo + d] += scale * ds * k[(kb + c) * D + d]
                         dk[(kb + c) * D + d] += scale * ds * q[qo + d]
-                        dv[(kb + c) * D + d] += p[c] * do[qo + d]
+                    for d in range(DV):
+                        dv[(kb + c) * DV + d] += p[c] * do[oo + d]
     errs = [max(abs(a - b) for a, b in zip(g, ref)) for g, ref in zip(got, (dq, dk, dv))]
     print("dq_err %.3g dk_err %.3g dv_err %.3g" % tuple(errs))
     return 0

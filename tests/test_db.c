@@ -586,11 +586,11 @@ static int export_json(db *d, FILE *f, size_t *rows) {
   return db_export(d, "json", f, rows, err_io, sizeof err_io);
 }
 static int show_all(db *d, FILE *f, size_t *rows) {
-  db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL};
+  db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL, 0};
   return db_show(d, &all, 0, f, rows, err_io, sizeof err_io);
 }
 static int show_emu_json(db *d, FILE *f, size_t *rows) {
-  db_filter emu = {"emu", "fp32", 64, 0, 0, 0, 0, -1, "fwd"};
+  db_filter emu = {"emu", "fp32", 64, 0, 0, 0, 0, -1, "fwd", 0};
   return db_show(d, &emu, 1, f, rows, err_io, sizeof err_io);
 }
 
@@ -669,7 +669,7 @@ static void test_export_formulas(void) {
           strstr(csv, ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",") &&
           strstr(csv, ",'-2+3,") && strstr(csv, ",'\tcmd,"),
           "formulas exported as they are: %s", csv);
-    CHECK(strstr(csv, ",-1,fwd,NVRTC 13.0,,,,\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
+    CHECK(strstr(csv, ",-1,fwd,NVRTC 13.0,,,,,0\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
           "numbers as numbers: %s", csv);
     printf("export formulas: %s", strchr(csv, '\n') + 1);
   }
@@ -1060,7 +1060,7 @@ static void test_default_path(void) {
 ** migrated to 6, every row kept and every variant a forward one; the best
 ** variant is then chosen per op, and show filters by it. */
 static size_t show_rows(db *d, const char *op) {
-  db_filter f = {NULL, NULL, 0, 0, 0, 0, 0, -1, op};
+  db_filter f = {NULL, NULL, 0, 0, 0, 0, 0, -1, op, 0};
   FILE *out = fopen("/dev/null", "w");
   size_t rows = 0;
   char err[512] = "";

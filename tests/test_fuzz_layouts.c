@@ -11,7 +11,9 @@
 ** (a multiple of the variant's alignment); K and V with fewer heads than
 ** Q (grouped-query and multi-query attention) in most cases; lengths
 ** around the tile and the causal diagonal anywhere, as test_fuzz_kernels
-** draws them. Every output element must be written over NaN poison and
+** draws them; V's head dim apart from Q's (a pair of the family's
+** dims_v) in a third of the cases of a family that has them. Every
+** output element must be written over NaN poison and
 ** match the float64 reference (norm-relative, within val_tolerance); the
 ** padding between rows must keep its poison. The forward variant run is
 ** the one recorded (fatune_choose says so).
@@ -218,7 +220,7 @@ static int record(const fuzz_case *c, const char *path, char *err, size_t n) {
                  .problem = {.dtype = fa_dtype_name(c->p.dtype), .dim = c->p.dim,
                              .seq_q = c->p.seq_q, .seq_k = c->p.seq_k, .batch = c->p.batch,
                              .heads = c->p.heads, .causal = c->p.causal,
-                             .op = fa_op_name(c->p.op)}};
+                             .op = fa_op_name(c->p.op), .dim_v = c->p.dim_v}};
   int rc = db_device_id(d, &dd, &dev, err, n) || db_variant_id(d, &dv, &var, err, n);
   tr.variant_id = var, tr.device_id = dev;
   if (!rc) rc = db_trial_put(d, &tr, err, n);
@@ -241,7 +243,7 @@ static void layout(const fuzz_case *c, int *bnhd, int *pad) {
 static void check_fwd(fatune_ctx *ctx, fuzz_case *c) {
   const fa_problem *p = &c->p;
   const int B = p->batch, H = p->heads, HK = c->heads_kv, G = H / HK;
-  const int NQ = p->seq_q, NK = p->seq_k, D = p->dim;
+  const int NQ = p->seq_q, NK = p->seq_k, D = p->dim, DV = fa_problem_dim_v(p);
   tensor q, k, v, o;
   int lb[4], lp[4];
   for (int i = 0; i < 4; i++) layout(c, &lb[i], &lp[i]);
@@ -250,8 +252,8 @@ static void check_fwd(fatune_ctx *ctx, fuzz_case *c) {
   void *lse = malloc(rows * ls);
   if (tensor_make(&q, p->dtype, B, H, NQ, D, lb[0], lp[0], 1) ||
       tensor_make(&k, p->dtype, B, HK, NK, D, lb[1], lp[1], 1) ||
-      tensor_make(&v, p->dtype, B, HK, NK, D, lb[2], lp[2], 1) ||
-      tensor_make(&o, p->dtype, B, H, NQ, D, lb[3], lp[3], 0) || !lse || !lse_ref) {
+      tensor_make(&v, p->dtype, B, HK, NK, DV, lb[2], lp[2], 1) ||
+      tensor_make(&o, p->dtype, B, H, NQ, DV, lb[3], lp[3], 0) || !lse || !lse_ref) {
     CHECK(0, "out of memory");
     goto done;
   }
@@ -259,7 +261,7 @@ static void check_fwd(fatune_ctx *ctx, fuzz_case *c) {
   fatune_choice how;
   const fatune_problem fp = {.batch = B, .heads = H, .seq_q = NQ, .seq_k = NK, .dim = D,
                              .dtype = (fatune_dtype)p->dtype, .causal = p->causal,
-                             .scale = p->scale};
+                             .scale = p->scale, .dim_v = p->dim_v};
   CHECK(fatune_choose(ctx, &fp, name, sizeof name, &how) == FATUNE_OK && how == FATUNE_EXACT &&
         !strcmp(name, c->k.name), "%s: the library chose %s (%d), not the recorded variant: %s",
         c->what, name, (int)how, fatune_errmsg());
@@ -272,9 +274,10 @@ static void check_fwd(fatune_ctx *ctx, fuzz_case *c) {
   fa_problem all = *p;
   all.op = FA_OP_FWD;
   const fa_layout lq = fa_layout_contiguous(&all, NQ), lk = fa_layout_contiguous(&all, NK);
-  oref = malloc(rows * D * sizeof *oref);
-  kx = group_repeat(k.ref, B, H, G, NK, D), vx = group_repeat(v.ref, B, H, G, NK, D);
-  if (!oref || !kx || !vx || ref_attention(&all, q.ref, lq, kx, lk, vx, lk, oref, lq, lse_ref)) {
+  const fa_layout lv = fa_layout_contiguous_v(&all, NK), lo = fa_layout_contiguous_v(&all, NQ);
+  oref = malloc(rows * DV * sizeof *oref);
+  kx = group_repeat(k.ref, B, H, G, NK, D), vx = group_repeat(v.ref, B, H, G, NK, DV);
+  if (!oref || !kx || !vx || ref_attention(&all, q.ref, lq, kx, lk, vx, lv, oref, lo, lse_ref)) {
     CHECK(0, "%s: the reference failed", c->what);
     goto done;
   }
@@ -306,31 +309,33 @@ done:
 static void check_bwd(fatune_ctx *ctx, fuzz_case *c) {
   const fa_problem *p = &c->p;
   const int B = p->batch, H = p->heads, HK = c->heads_kv, G = H / HK;
-  const int NQ = p->seq_q, NK = p->seq_k, D = p->dim;
+  const int NQ = p->seq_q, NK = p->seq_k, D = p->dim, DV = fa_problem_dim_v(p);
   tensor t[8];   /* q k v o dout dq dk dv */
   memset(t, 0, sizeof t);
   const int heads[8] = {H, HK, HK, H, H, H, HK, HK}, seqs[8] = {NQ, NK, NK, NQ, NQ, NQ, NK, NK};
+  const int dims[8] = {D, D, DV, DV, DV, D, D, DV};
   const size_t rows = (size_t)B * H * NQ, ls = (size_t)fa_lse_size(p->dtype);
-  double *lse_ref = malloc(rows * sizeof *lse_ref), *oref = malloc(rows * D * sizeof *oref);
+  double *lse_ref = malloc(rows * sizeof *lse_ref), *oref = malloc(rows * DV * sizeof *oref);
   double *gq = malloc(rows * D * sizeof *gq), *gk = malloc((size_t)B * H * NK * D * sizeof *gk);
-  double *gv = malloc((size_t)B * H * NK * D * sizeof *gv), *kx = NULL, *vx = NULL;
+  double *gv = malloc((size_t)B * H * NK * DV * sizeof *gv), *kx = NULL, *vx = NULL;
   double *sk = NULL, *sv = NULL;
   void *lse = malloc(rows * ls);
   int ok = lse_ref && oref && gq && gk && gv && lse;
   for (int i = 0; ok && i < 8; i++) {
     int bnhd, pad;
     layout(c, &bnhd, &pad);
-    ok = tensor_make(&t[i], p->dtype, B, heads[i], seqs[i], D, bnhd, pad, i < 3 || i == 4) == 0;
+    ok = tensor_make(&t[i], p->dtype, B, heads[i], seqs[i], dims[i], bnhd, pad, i < 3 || i == 4) == 0;
   }
   if (!ok || !(kx = group_repeat(t[1].ref, B, H, G, NK, D)) ||
-      !(vx = group_repeat(t[2].ref, B, H, G, NK, D))) {
+      !(vx = group_repeat(t[2].ref, B, H, G, NK, DV))) {
     CHECK(0, "out of memory");
     goto done;
   }
   fa_problem fwd = *p;
   fwd.op = FA_OP_FWD;
   const fa_layout lq = fa_layout_contiguous(&fwd, NQ), lk = fa_layout_contiguous(&fwd, NK);
-  if (ref_attention(&fwd, t[0].ref, lq, kx, lk, vx, lk, oref, lq, lse_ref) != 0) {
+  const fa_layout lv = fa_layout_contiguous_v(&fwd, NK), lo = fa_layout_contiguous_v(&fwd, NQ);
+  if (ref_attention(&fwd, t[0].ref, lq, kx, lk, vx, lv, oref, lo, lse_ref) != 0) {
     CHECK(0, "%s: the reference failed", c->what);
     goto done;
   }
@@ -345,10 +350,10 @@ static void check_bwd(fatune_ctx *ctx, fuzz_case *c) {
     goto done;
   }
   /* From the rounded inputs and O as the kernel read them. */
-  const ref_bwd_io io = {t[0].ref, kx, vx, t[4].ref, lq, lk, lk, lq, gq, gk, gv, lq, lk, lk,
+  const ref_bwd_io io = {t[0].ref, kx, vx, t[4].ref, lq, lk, lv, lo, gq, gk, gv, lq, lk, lv,
                          NULL, NULL};
   if (ref_attention_backward(p, &io) != 0 || !(sk = group_sum(gk, B, H, G, NK, D)) ||
-      !(sv = group_sum(gv, B, H, G, NK, D))) {
+      !(sv = group_sum(gv, B, H, G, NK, DV))) {
     CHECK(0, "%s: the reference backward failed", c->what);
     goto done;
   }
@@ -370,10 +375,15 @@ done:
 static void run_case(int i, const family *f, gen_state *g, const gen_target *t) {
   fuzz_case c = {.f = f};
   const fam_problem *fp = &f->problems[pick(0, (int)f->nproblems - 1)];
-  const fa_problem lp = {.batch = 1, .heads = 1, .seq_q = f->list_seq, .seq_k = f->list_seq,
-                         .dim = fp->dim, .dtype = fp->dtype, .causal = pick(0, 1), .op = f->op};
+  fa_problem lp = {.batch = 1, .heads = 1, .seq_q = f->list_seq, .seq_k = f->list_seq,
+                   .dim = fp->dim, .dtype = fp->dtype, .causal = pick(0, 1), .op = f->op};
+  if (f->ndims_v && pick(0, 2) == 0) {   /* V's head dim apart from Q's */
+    const int *dv = f->dims_v[pick(0, (int)f->ndims_v - 1)];
+    lp.dim = dv[0], lp.dim_v = dv[1];
+  }
   if (draw_config(f, &lp, g, t, &c.k) != 0) {
-    CHECK(0, "%s d%d: no config of 1000 drawn fits: %s", f->name, fp->dim, gen_errmsg(g));
+    CHECK(0, "%s d%d/%d: no config of 1000 drawn fits: %s", f->name, lp.dim, lp.dim_v,
+          gen_errmsg(g));
     return;
   }
   static const int groups[] = {1, 1, 2, 3, 4};
@@ -381,7 +391,8 @@ static void run_case(int i, const family *f, gen_state *g, const gen_target *t) 
   const int bn = (int)fam_config_int(c.k.config, "block_n");
   c.heads_kv = pick(1, 2);
   c.p = (fa_problem){.batch = pick(1, 2), .heads = c.heads_kv * groups[pick(0, 4)],
-                     .dim = fp->dim, .dtype = fp->dtype, .causal = lp.causal, .op = f->op};
+                     .dim = lp.dim, .dim_v = lp.dim_v, .dtype = fp->dtype, .causal = lp.causal,
+                     .op = f->op};
   c.p.seq_q = around(bm, 0, 2);
   c.p.seq_k = pick(0, 1) ? around(bn, 0, 3) : c.p.seq_q + pick(-bn, 2 * bn);
   if (c.p.seq_k < 1) c.p.seq_k = 1;

@@ -474,7 +474,7 @@ static void test_contract(gen_state *g) {
     {"f.preludes = {cuda = {}, emu = {}, metal = {}}", "preludes for 'metal', no backend"},
     {"f.default_dtype = function() return 'fp32', 'why' end", "default_dtype on sm_"},
     {"f.default_dtype = nil", "family 'tc': no field 'default_dtype'"},
-    {"f.naming = {{'dtype'}, {'dim'}}", "axis 'causal' is in no name part"},
+    {"f.naming = {{'dtype'}, {'dim', 'dim_v'}}", "axis 'causal' is in no name part"},
     {"f.naming = {{'dtype'}, {'dtype'}}", "axis 'dtype' is named twice"},
     {"f.naming = {{'nokey'}}", "name part 1 names no axis 'nokey'"},
     /* The optional explore plan: E(fn) is a valid one that fn changes. */

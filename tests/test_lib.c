@@ -49,31 +49,36 @@ static double uniform(void) {
 
 /* Run p through the library; the max error against the reference. */
 static double run(fatune_ctx *c, const fatune_problem *p, fatune_status *st) {
+  const int dv = p->dim_v ? p->dim_v : p->dim;
   const size_t nq = (size_t)p->batch * p->heads * p->seq_q * p->dim;
   const size_t nk = (size_t)p->batch * p->heads * p->seq_k * p->dim;
+  const size_t nv = (size_t)p->batch * p->heads * p->seq_k * dv;
+  const size_t no = (size_t)p->batch * p->heads * p->seq_q * dv;
   const size_t es = p->dtype == FATUNE_FP64 ? 8 : 4;
-  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nk * 8), *od = malloc(nq * 8);
-  unsigned char *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nk * es), *o = malloc(nq * es);
+  double *qd = malloc(nq * 8), *kd = malloc(nk * 8), *vd = malloc(nv * 8), *od = malloc(no * 8);
+  unsigned char *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nv * es), *o = malloc(no * es);
   double worst = INFINITY;
   if (!qd || !kd || !vd || !od || !q || !k || !v || !o) goto done;
   double *const d[3] = {qd, kd, vd};
   unsigned char *const t[3] = {q, k, v};
-  const size_t n[3] = {nq, nk, nk};
+  const size_t n[3] = {nq, nk, nv};
   for (int a = 0; a < 3; a++)
     for (size_t i = 0; i < n[a]; i++) {
       double x = uniform();
       if (es == 4) ((float *)t[a])[i] = (float)x, d[a][i] = (float)x;
       else ((double *)t[a])[i] = x, d[a][i] = x;
     }
-  memset(o, 0xFF, nq * es);
+  memset(o, 0xFF, no * es);
   *st = fatune_attention_forward(c, p, q, k, v, o, NULL, NULL);
   if (*st != FATUNE_OK) goto done;
   fa_problem fp = {.batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
-                   .dim = p->dim, .dtype = (fa_dtype)p->dtype, .causal = p->causal};
+                   .dim = p->dim, .dtype = (fa_dtype)p->dtype, .causal = p->causal,
+                   .dim_v = p->dim_v};
   fa_layout lq = fa_layout_contiguous(&fp, p->seq_q), lk = fa_layout_contiguous(&fp, p->seq_k);
-  if (ref_attention(&fp, qd, lq, kd, lk, vd, lk, od, lq, NULL) != 0) goto done;
+  fa_layout lv = fa_layout_contiguous_v(&fp, p->seq_k), lo = fa_layout_contiguous_v(&fp, p->seq_q);
+  if (ref_attention(&fp, qd, lq, kd, lk, vd, lv, od, lo, NULL) != 0) goto done;
   worst = 0;
-  for (size_t i = 0; i < nq; i++) {
+  for (size_t i = 0; i < no; i++) {
     double x = es == 4 ? ((float *)o)[i] : ((double *)o)[i];
     double e = fabs(x - od[i]);
     if (!(e <= worst)) worst = e;  /* NaN sticks */
@@ -770,6 +775,51 @@ static void test_long_field(void) {
   }
 }
 
+/* V's head dim apart from Q's and K's, through the contiguous call and
+** fatune_choose (fatune_problem.dim_v) and the strided one (V's shape);
+** shapes that disagree with it refused. */
+static void test_dim_v(void) {
+  fatune_ctx *c;
+  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
+  if (fatune_open(&opts, &c) != FATUNE_OK) {
+    CHECK(0, "%s", fatune_errmsg());
+    return;
+  }
+  static const int dims[][2] = {{24, 40}, {40, 8}, {576, 512}};
+  for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+    fatune_problem p = {.batch = 1, .heads = 2, .seq_q = 9, .seq_k = 13, .dim = dims[i][0],
+                        .dtype = i == 1 ? FATUNE_FP64 : FATUNE_FP32, .causal = (int)i & 1,
+                        .dim_v = dims[i][1]};
+    fatune_status st;
+    const double e = run(c, &p, &st);
+    CHECK(st == FATUNE_OK && e < (i == 1 ? 1e-12 : 1e-5), "d%d/%d: status %d, max err %.3g: %s",
+          p.dim, p.dim_v, (int)st, e, fatune_errmsg());
+    char name[160], want[32];
+    fatune_choice how;
+    snprintf(want, sizeof want, "-d%dv%d-", p.dim, p.dim_v);
+    CHECK(fatune_choose(c, &p, name, sizeof name, &how) == FATUNE_OK && strstr(name, want),
+          "fatune_choose d%d/%d: %s (%s)", p.dim, p.dim_v, name, fatune_errmsg());
+  }
+  float x[4096];
+  fatune_problem bad = {.batch = 1, .heads = 1, .seq_q = 4, .seq_k = 4, .dim = 8, .dim_v = 600};
+  CHECK(fatune_attention_forward(c, &bad, x, x, x, x, NULL, NULL) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "bad V head dim 600"), "dim_v 600: '%s'", fatune_errmsg());
+  float q[128], k[128], v[64], o[128];
+  const fatune_tensor tq = {q, FATUNE_FP32, {1, 1, 4, 8}, {32, 32, 8, 1}};
+  const fatune_tensor tk = {k, FATUNE_FP32, {1, 1, 4, 8}, {32, 32, 8, 1}};
+  const fatune_tensor tv = {v, FATUNE_FP32, {1, 1, 4, 4}, {16, 16, 4, 1}};
+  const fatune_tensor to = {o, FATUNE_FP32, {1, 1, 4, 8}, {32, 32, 8, 1}};
+  fatune_attention_args a = {.q = tq, .k = tk, .v = tv, .o = to};
+  CHECK(fatune_attention(c, &a) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "o's dim is 8, v's 4: O takes V's head dim"),
+        "o shaped as q with v of dim 4: '%s'", fatune_errmsg());
+  a.o.shape[3] = 4, a.o.stride[2] = 4, a.o.stride[1] = a.o.stride[0] = 16;
+  for (int i = 0; i < 128; i++) q[i] = k[i] = (float)(i % 7) / 7.0f;
+  for (int i = 0; i < 64; i++) v[i] = (float)(i % 5);
+  CHECK(fatune_attention(c, &a) == FATUNE_OK, "q, k of dim 8, v and o of 4: %s", fatune_errmsg());
+  fatune_close(c);
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   snprintf(dbpath, sizeof dbpath, "%s/lib.db", dir);
@@ -783,6 +833,7 @@ int main(void) {
   test_choose_threads();
   test_overhead();
   test_long_field();
+  test_dim_v();
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

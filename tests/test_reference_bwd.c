@@ -38,18 +38,20 @@ static double rng_normal(void) {
 }
 
 /* (batch, heads, seq, dim) contiguous, or (batch, seq, heads, dim) with
-** rows pad elements apart beyond dim (a strided view). */
-static fa_layout layout(const fa_problem *p, int seq, int bshd, int pad) {
-  if (!bshd) return fa_layout_contiguous(p, seq);
+** rows pad elements apart beyond dim (a strided view); of V's head dim
+** (V, O, dO, dV) with of_v. */
+static fa_layout layout(const fa_problem *p, int seq, int bshd, int pad, int of_v) {
+  const int dim = of_v ? fa_problem_dim_v(p) : p->dim;
+  if (!bshd) return of_v ? fa_layout_contiguous_v(p, seq) : fa_layout_contiguous(p, seq);
   fa_layout l;
-  l.sh = p->dim + pad;
+  l.sh = dim + pad;
   l.sn = (long long)p->heads * l.sh;
   l.sb = (long long)seq * l.sn;
   return l;
 }
 
-static size_t span(const fa_problem *p, int seq, fa_layout l) {
-  return (size_t)((p->batch - 1) * l.sb + (p->heads - 1) * l.sh + (seq - 1) * l.sn + p->dim);
+static size_t span(const fa_problem *p, int seq, fa_layout l, int dim) {
+  return (size_t)((p->batch - 1) * l.sb + (p->heads - 1) * l.sh + (seq - 1) * l.sn + dim);
 }
 
 static double *tensor(size_t n, double fill) {
@@ -74,18 +76,19 @@ static void case_make(bwd_case *c, fa_problem p, int bshd) {
   memset(c, 0, sizeof *c);
   c->p = p;
   ref_bwd_io *io = &c->io;
-  io->ql = layout(&p, p.seq_q, bshd, 3), io->kl = layout(&p, p.seq_k, bshd, 1);
-  io->vl = layout(&p, p.seq_k, 0, 0), io->dol = layout(&p, p.seq_q, bshd, 2);
+  const int dv = fa_problem_dim_v(&p);
+  io->ql = layout(&p, p.seq_q, bshd, 3, 0), io->kl = layout(&p, p.seq_k, bshd, 1, 0);
+  io->vl = layout(&p, p.seq_k, 0, 0, 1), io->dol = layout(&p, p.seq_q, bshd, 2, 1);
   /* The gradients in layouts of their own, not their inputs'. */
-  io->dql = layout(&p, p.seq_q, !bshd, 5), io->dkl = layout(&p, p.seq_k, !bshd, 0);
-  io->dvl = layout(&p, p.seq_k, bshd, 4);
-  c->nq = span(&p, p.seq_q, io->ql), c->nk = span(&p, p.seq_k, io->kl);
-  c->ndq = span(&p, p.seq_q, io->dql), c->ndk = span(&p, p.seq_k, io->dkl);
+  io->dql = layout(&p, p.seq_q, !bshd, 5, 0), io->dkl = layout(&p, p.seq_k, !bshd, 0, 0);
+  io->dvl = layout(&p, p.seq_k, bshd, 4, 1);
+  c->nq = span(&p, p.seq_q, io->ql, p.dim), c->nk = span(&p, p.seq_k, io->kl, p.dim);
+  c->ndq = span(&p, p.seq_q, io->dql, p.dim), c->ndk = span(&p, p.seq_k, io->dkl, p.dim);
   c->q = tensor(c->nq, NAN), c->k = tensor(c->nk, NAN);
-  c->v = tensor(span(&p, p.seq_k, io->vl), NAN);
-  c->dout = tensor(span(&p, p.seq_q, io->dol), NAN);
+  c->v = tensor(span(&p, p.seq_k, io->vl, dv), NAN);
+  c->dout = tensor(span(&p, p.seq_q, io->dol, dv), NAN);
   c->dq = tensor(c->ndq, 0), c->dk = tensor(c->ndk, 0);
-  c->dv = tensor(span(&p, p.seq_k, io->dvl), 0);
+  c->dv = tensor(span(&p, p.seq_k, io->dvl, dv), 0);
   io->q = c->q, io->k = c->k, io->v = c->v, io->dout = c->dout;
   io->dq = c->dq, io->dk = c->dk, io->dv = c->dv;
 }
@@ -100,7 +103,7 @@ static double *elem(double *t, fa_layout l, int b, int h, int n, int d) {
 
 /* Poison every element of the gradients, padding included. */
 static void poison(bwd_case *c) {
-  const size_t ndv = span(&c->p, c->p.seq_k, c->io.dvl);
+  const size_t ndv = span(&c->p, c->p.seq_k, c->io.dvl, fa_problem_dim_v(&c->p));
   for (size_t i = 0; i < c->ndq; i++) c->dq[i] = NAN;
   for (size_t i = 0; i < c->ndk; i++) c->dk[i] = NAN;
   for (size_t i = 0; i < ndv; i++) c->dv[i] = NAN;
@@ -109,30 +112,30 @@ static void poison(bwd_case *c) {
 /* L = sum(dout * O) by the reference forward. */
 static double loss(const bwd_case *c) {
   const fa_problem *p = &c->p;
-  const fa_layout ol = fa_layout_contiguous(p, p->seq_q);
-  double *o = tensor((size_t)p->batch * p->heads * p->seq_q * p->dim, 0);
+  const fa_layout ol = fa_layout_contiguous_v(p, p->seq_q);
+  double *o = tensor((size_t)p->batch * p->heads * p->seq_q * fa_problem_dim_v(p), 0);
   CHECK(ref_attention(p, c->q, c->io.ql, c->k, c->io.kl, c->v, c->io.vl, o, ol, NULL) == 0,
         "the forward refused a valid problem");
   double sum = 0;
   for (int b = 0; b < p->batch; b++)
     for (int h = 0; h < p->heads; h++)
       for (int n = 0; n < p->seq_q; n++)
-        for (int d = 0; d < p->dim; d++)
+        for (int d = 0; d < fa_problem_dim_v(p); d++)
           sum += *elem((double *)c->dout, c->io.dol, b, h, n, d) * *elem(o, ol, b, h, n, d);
   free(o);
   return sum;
 }
 
 /* The norm-relative error of gradient g (layout gl) of input x (layout
-** xl, seq rows) against central differences of the loss. */
+** xl, seq rows of dim values) against central differences of the loss. */
 static double fd_error(bwd_case *c, double *x, fa_layout xl, const double *g, fa_layout gl,
-                       int seq) {
+                       int seq, int dim) {
   const fa_problem *p = &c->p;
   double diff = 0, norm = 0;
   for (int b = 0; b < p->batch; b++)
     for (int h = 0; h < p->heads; h++)
       for (int n = 0; n < seq; n++)
-        for (int d = 0; d < p->dim; d++) {
+        for (int d = 0; d < dim; d++) {
           double *e = elem(x, xl, b, h, n, d);
           const double keep = *e;
           *e = keep + FD_STEP;
@@ -157,12 +160,12 @@ static void check_fd(fa_problem p, int bshd, uint64_t seed) {
   case_make(&c, p, bshd);
   poison(&c);
   CHECK(ref_attention_backward(&c.p, &c.io) == 0, "backward refused a valid problem");
-  const double eq = fd_error(&c, c.q, c.io.ql, c.dq, c.io.dql, p.seq_q);
-  const double ek = fd_error(&c, c.k, c.io.kl, c.dk, c.io.dkl, p.seq_k);
-  const double ev = fd_error(&c, c.v, c.io.vl, c.dv, c.io.dvl, p.seq_k);
+  const double eq = fd_error(&c, c.q, c.io.ql, c.dq, c.io.dql, p.seq_q, p.dim);
+  const double ek = fd_error(&c, c.k, c.io.kl, c.dk, c.io.dkl, p.seq_k, p.dim);
+  const double ev = fd_error(&c, c.v, c.io.vl, c.dv, c.io.dvl, p.seq_k, fa_problem_dim_v(&p));
   const double e = fmax(eq, fmax(ek, ev));
-  CHECK(e < FD_TOL, "b%d h%d %dx%d d%d causal %d scale %g %s: finite differences off by "
-        "%.3g (dq), %.3g (dk), %.3g (dv)", p.batch, p.heads, p.seq_q, p.seq_k, p.dim,
+  CHECK(e < FD_TOL, "b%d h%d %dx%d d%d/%d causal %d scale %g %s: finite differences off by "
+        "%.3g (dq), %.3g (dk), %.3g (dv)", p.batch, p.heads, p.seq_q, p.seq_k, p.dim, p.dim_v,
         p.causal, p.scale, bshd ? "bshd" : "bhsd", eq, ek, ev);
   if (!(e <= worst)) worst = e;
   ncases++;
@@ -191,6 +194,14 @@ static void test_finite_differences(void) {
       }
   check_fd(problem(1, 2, 4, 6, 4, 1, 0.3), 1, seed++);
   check_fd(problem(1, 1, 5, 5, 3, 0, 2.5), 0, seed++);
+  /* V's head dim apart from Q's and K's, narrower and wider. */
+  static const int dims_v[][2] = {{6, 3}, {3, 7}, {1, 4}};
+  for (size_t i = 0; i < sizeof dims_v / sizeof dims_v[0]; i++)
+    for (int causal = 0; causal <= 1; causal++) {
+      fa_problem p = problem(2, 2, 5, 4, dims_v[i][0], causal, 0);
+      p.dim_v = dims_v[i][1];
+      check_fd(p, (int)i & 1, seed++);
+    }
 }
 
 /* Exact properties, and the rows and keys no query sees. */

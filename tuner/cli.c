@@ -192,8 +192,10 @@ typedef struct flag_info {
 } flag_info;
 
 static const flag_info flags[] = {
-  {"dim", F_DIM, 1, "D", "head dimension, 1 to 512 (default 64); the main job: a list,\n"
+  {"dim", F_DIM, 1, "D", "head dimension, 1 to 576 (default 64); the main job: a list,\n"
                           "64,128"},
+  {"dim-v", F_DIM, 1, "DV", "V's and O's head dimension when not --dim's, 1 to 576:\n"
+                            "--dim 192 --dim-v 128 (DeepSeek's); every --dim of a list takes it"},
   {"dtype", F_TYPE, 1, "T", "fp32, fp64, fp16 or bf16, or half, bfloat16, ... (default:\n"
                             "the target's, as the banner says); the main job: a list"},
   {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
@@ -559,6 +561,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   }
   if (!strcmp(flag, "--shard")) return parse_shard(o, val, err, n);
   if (!strcmp(flag, "--seq-k")) return parse_int(flag, val, 1, 1 << 24, &p->seq_k, err, n);
+  if (!strcmp(flag, "--dim-v")) return parse_int(flag, val, 1, FA_DIM_MAX, &p->dim_v, err, n);
   if (!strcmp(flag, "--batch")) return parse_int(flag, val, 1, 65535, &p->batch, err, n);
   if (!strcmp(flag, "--heads")) return parse_int(flag, val, 1, 65535, &p->heads, err, n);
   if (!strcmp(flag, "--smem")) return parse_int(flag, val, 1024, 1 << 20, &o->smem, err, n);

@@ -54,7 +54,9 @@ static void best_text(const db_best_row *r) {
   fa_esc_term(stdout, r->backend);
   printf(")\n%-10s ", "problem");
   fa_esc_term(stdout, r->dtype);
-  printf(" dim %d seq_q %d seq_k %d batch %d heads %d%s\n", r->dim, r->seq_q, r->seq_k, r->batch,
+  char dims[24];
+  fa_dims_text(r->dim, r->dim_v, dims, sizeof dims);
+  printf(" dim %s seq_q %d seq_k %d batch %d heads %d%s\n", dims, r->seq_q, r->seq_k, r->batch,
          r->heads, r->causal ? " causal" : "");
   if (r->req_seq_q != r->seq_q || r->req_seq_k != r->seq_k)
     printf("%-10s run at seq_q %d seq_k %d for the requested seq_q %d seq_k %d (the emulator's "
@@ -87,11 +89,12 @@ static void best_json(const db_best_row *r, const fa_problem *p, int exact) {
   printf(", \"arch\": ");
   if (r->arch[0]) json_string(stdout, r->arch);
   else printf("null");
-  printf(", \"dim\": %d, \"seq_q\": %d, \"seq_k\": %d, \"batch\": %d, \"heads\": %d, "
-         "\"causal\": %s, \"exact\": %s, \"requested_seq_q\": %d, \"requested_seq_k\": %d, "
-         "\"tuned_for_seq_q\": %d, \"tuned_for_seq_k\": %d",
-         r->dim, r->seq_q, r->seq_k, r->batch, r->heads, r->causal ? "true" : "false",
-         exact ? "true" : "false", p->seq_q, p->seq_k, r->req_seq_q, r->req_seq_k);
+  printf(", \"dim\": %d, \"dim_v\": %d, \"seq_q\": %d, \"seq_k\": %d, \"batch\": %d, "
+         "\"heads\": %d, \"causal\": %s, \"exact\": %s, \"requested_seq_q\": %d, "
+         "\"requested_seq_k\": %d, \"tuned_for_seq_q\": %d, \"tuned_for_seq_k\": %d",
+         r->dim, r->dim_v ? r->dim_v : r->dim, r->seq_q, r->seq_k, r->batch, r->heads,
+         r->causal ? "true" : "false", exact ? "true" : "false", p->seq_q, p->seq_k,
+         r->req_seq_q, r->req_seq_k);
   json_field("median_us", r->median_us);
   json_field("tflops", r->tflops);
   json_field("gbps", r->gbps);
@@ -118,7 +121,8 @@ static int cmd_best(const cli_opts *o) {
   const fa_problem *fp = &o->problem;
   db_problem p = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
                   .seq_k = fp->seq_k, .causal = fp->causal, .op = fa_op_name(fp->op),
-                  .max_rel_err = o->max_error, .deterministic = o->deterministic};
+                  .max_rel_err = o->max_error, .deterministic = o->deterministic,
+                  .dim_v = fa_problem_dim_v(fp)};
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   db_best_row r;
@@ -151,7 +155,9 @@ static int cmd_best(const cli_opts *o) {
     char words[80], budget[96] = "";
     db_budget_text(&p, words, sizeof words);
     if (words[0]) snprintf(budget, sizeof budget, " that meets %s", words);
-    fprintf(stderr, "fatune: nothing recorded%s for %s dim %d%s%s%s in %s\n", budget, what, p.dim,
+    char dims[24];
+    fa_dims_text(p.dim, p.dim_v, dims, sizeof dims);
+    fprintf(stderr, "fatune: nothing recorded%s for %s dim %s%s%s%s in %s\n", budget, what, dims,
             p.causal ? " causal" : "", o->device ? " on device " : "",
             o->device ? o->device : "", db_path(d));
     return close_db(d, 1);
@@ -182,7 +188,8 @@ static int cmd_show(const cli_opts *o) {
     .batch = cli_given(o, "--batch") ? p->batch : 0,
     .heads = cli_given(o, "--heads") ? p->heads : 0,
     .causal = p->causal ? 1 : -1,
-    .op = fa_op_name(p->op)};
+    .op = fa_op_name(p->op),
+    .dim_v = cli_given(o, "--dim-v") ? p->dim_v : 0};
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   char err[512];
@@ -190,7 +197,7 @@ static int cmd_show(const cli_opts *o) {
   if (db_show(d, &f, o->json, stdout, &rows, err, sizeof err) != 0)
     return close_db(d, cli_say(1, err));
   int filtered = f.device || f.dtype || f.dim || f.seq_q || f.seq_k || f.batch || f.heads ||
-                 f.causal > 0;
+                 f.causal > 0 || f.dim_v;
   if (rows == 0)
     fprintf(stderr, "fatune: no trials %s %s\n", filtered ? "match in" : "recorded in", db_path(d));
   return close_db(d, 0);

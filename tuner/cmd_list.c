@@ -11,8 +11,10 @@
 #include "json.h"
 
 int cmd_no_variants(const cli_opts *o, const gen_target *t) {
+  char dims[24];
+  fa_dims_text(o->problem.dim, o->problem.dim_v, dims, sizeof dims);
   fprintf(stderr, "fatune: no variant of the %s space fits %s (%d bytes of shared memory) "
-                  "for dim %d %s\n", o->space, t->arch, t->smem_bytes, o->problem.dim,
+                  "for dim %s %s\n", o->space, t->arch, t->smem_bytes, dims,
           fa_dtype_name(o->problem.dtype));
   return EXIT_BAD_INPUT;
 }

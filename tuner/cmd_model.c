@@ -300,6 +300,9 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
                    "launches as its config says");
   if (o->plot && o->nseqs > 1)
     return cli_say(EXIT_BAD_INPUT, "--plot draws one problem: give one --seq");
+  if (fa_problem_dim_v(&o->problem) != o->problem.dim)
+    return cli_say(EXIT_BAD_INPUT, "fatune model takes one head dim for Q, K and V yet: its "
+                   "traffic and FLOPs have no --dim-v");
   j.gpu = o->gpu ? estimate_gpu_find(o->gpu) : estimate_gpu_for_arch(o->arch ? o->arch : t->arch);
   j.m = j.gpu && model_gpu_of(j.gpu, &j.machine) == 0 ? &j.machine : NULL;
   if (!j.m) {

@@ -284,8 +284,10 @@ static void banner(const explore *x, const char *note) {
     fprintf(stderr, "fatune: explore on the CPU emulator%s%s: exact counts, one batch and one "
                     "head, seq at most %d; not GPU performance\n",
             note[0] ? ": " : "", note, x->emu_seq);
-  fprintf(stderr, "fatune: %s dim %d%s%s, the %s family, axis %s, target %s; inputs seed %llu\n",
-          fa_dtype_name(p->dtype), p->dim, p->causal ? " causal" : "",
+  char dims[24];
+  fa_dims_text(p->dim, p->dim_v, dims, sizeof dims);
+  fprintf(stderr, "fatune: %s dim %s%s%s, the %s family, axis %s, target %s; inputs seed %llu\n",
+          fa_dtype_name(p->dtype), dims, p->causal ? " causal" : "",
           p->op == FA_OP_BWD ? ", the backward pass" : "", x->fam->name, x->o->axis, x->t->arch,
           x->seed);
 }

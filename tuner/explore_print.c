@@ -398,9 +398,11 @@ void ex_print_problem(explore *x, int first) {
     printf("]}");
     return;
   }
-  printf("%s== %s%s dim %d%s, seq_q %d, seq_k %d, batch %d, heads %d, on %s ==\n",
+  char dims[24];
+  fa_dims_text(p->dim, p->dim_v, dims, sizeof dims);
+  printf("%s== %s%s dim %s%s, seq_q %d, seq_k %d, batch %d, heads %d, on %s ==\n",
          first ? "" : "\n", p->op == FA_OP_BWD ? "backward, " : "", fa_dtype_name(p->dtype),
-         p->dim, p->causal ? " causal" : "",
+         dims, p->causal ? " causal" : "",
          p->seq_q, p->seq_k, p->batch, p->heads,
          x->gpu ? "the GPU" : "the CPU emulator (exact counts; not GPU time)");
   for (int a = 0; a < x->fam->naxes; a++)

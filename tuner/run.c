@@ -65,34 +65,50 @@ static int read_inputs(run_state *r, const cli_opts *o, char *err, size_t n) {
     return -1;
   char a[96], b[96], c[96];
   shape_text(&r->q, a, sizeof a), shape_text(&r->k, b, sizeof b), shape_text(&r->v, c, sizeof c);
-  if (r->q.ndim != r->k.ndim || r->k.ndim != r->v.ndim || memcmp(k, v, sizeof k) ||
+  if (r->q.ndim != r->k.ndim || r->k.ndim != r->v.ndim || memcmp(k, v, 3 * sizeof k[0]) ||
       q[0] != k[0] || q[1] != k[1] || q[3] != k[3]) {
-    snprintf(err, n, "shapes do not match: q %s, k %s, v %s (k and v alike; q may differ "
-             "from them in N only)", a, b, c);
+    snprintf(err, n, "shapes do not match: q %s, k %s, v %s (k and v alike but for V's head "
+             "dim D, which may differ; q as k but for N)", a, b, c);
     return -1;
   }
   r->p.batch = (int)q[0], r->p.heads = (int)q[1];
   r->p.seq_q = (int)q[2], r->p.seq_k = (int)k[2], r->p.dim = (int)q[3];
+  r->p.dim_v = v[3] == q[3] ? 0 : (int)v[3];
   return 0;
 }
 
-/* --op bwd's further inputs: dO (and O) shaped as Q; lse (N,) or (B, H, N)
-** as run writes it. */
+/* O's shape: Q's, with V's head dim. */
+static void o_shape(const run_state *r, long long shape[4]) {
+  memcpy(shape, r->q.shape, sizeof r->q.shape);
+  shape[r->q.ndim - 1] = r->v.shape[r->v.ndim - 1];
+}
+
+/* Whether array a is shaped as O. */
+static int shaped_as_o(const run_state *r, const npy_array *a) {
+  long long want[4];
+  o_shape(r, want);
+  return a->ndim == r->q.ndim && !memcmp(a->shape, want, (size_t)a->ndim * sizeof want[0]);
+}
+
+/* --op bwd's further inputs: dO (and O) shaped as O (Q's shape, with V's
+** head dim); lse (N,) or (B, H, N) as run writes it. */
 static int read_bwd_inputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   char a[96], b[96];
   shape_text(&r->q, a, sizeof a);
   if (npy_read(o->dout, &r->dout, err, n) != 0) return -1;
   shape_text(&r->dout, b, sizeof b);
-  if (r->dout.ndim != r->q.ndim || memcmp(r->dout.shape, r->q.shape, sizeof r->q.shape)) {
-    snprintf(err, n, "%s: shape %s, and q's is %s: dO is shaped as Q", o->dout, b, a);
+  if (!shaped_as_o(r, &r->dout)) {
+    snprintf(err, n, "%s: shape %s, and q's is %s: dO is shaped as Q, with V's head dim",
+             o->dout, b, a);
     return -1;
   }
   if (!o->o_in) return 0;
   if (npy_read(o->o_in, &r->o_in, err, n) != 0 || npy_read(o->lse, &r->lse_in, err, n) != 0)
     return -1;
   shape_text(&r->o_in, b, sizeof b);
-  if (r->o_in.ndim != r->q.ndim || memcmp(r->o_in.shape, r->q.shape, sizeof r->q.shape)) {
-    snprintf(err, n, "%s: shape %s, and q's is %s: O is shaped as Q", o->o_in, b, a);
+  if (!shaped_as_o(r, &r->o_in)) {
+    snprintf(err, n, "%s: shape %s, and q's is %s: O is shaped as Q, with V's head dim",
+             o->o_in, b, a);
     return -1;
   }
   const long long rows[3] = {r->p.batch, r->p.heads, r->p.seq_q};
@@ -142,7 +158,7 @@ static void *convert(const npy_array *a, fa_dtype t) {
 static int write_outputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   const fa_problem *p = &r->p;
   long long oshape[4], lshape[3];
-  memcpy(oshape, r->q.shape, sizeof oshape);
+  o_shape(r, oshape);
   const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
   /* O in the kernel's dtype, as it computed it: bf16 as bf16 .npy. */
   int rc = p->dtype == FA_FP64   ? npy_write_f64(o->out, r->o, r->q.ndim, oshape, err, n)
@@ -270,7 +286,7 @@ static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
   const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
   r->qt = convert(&r->q, p->dtype), r->kt = convert(&r->k, p->dtype);
   r->vt = convert(&r->v, p->dtype);
-  r->o = malloc(rows * (size_t)p->dim * es), r->lse = malloc(rows * (size_t)fa_lse_size(p->dtype));
+  r->o = malloc(rows * (size_t)fa_problem_dim_v(p) * es), r->lse = malloc(rows * (size_t)fa_lse_size(p->dtype));
   if (!r->qt || !r->kt || !r->vt || !r->o || !r->lse) {
     snprintf(err, n, "out of memory");
     return -1;

@@ -360,13 +360,17 @@ static void banner_families(gen_state *g, const tune *s) {
           fa_dtype_name(s->o->problem.dtype), names, n > 1 ? "ies" : "y", titles,
           n == 2 ? "; the best of both wins" : n > 2 ? "; the best wins" : "",
           s->o->dtype_why ? s->o->dtype_why : "as --dtype asks");
-  /* What padding costs: Q K^T's and P V's products grow with the head dim. */
-  const int dim = s->o->problem.dim;
+  /* What padding costs: Q K^T's product grows with Q's and K's head dim,
+  ** P V's with V's, and so do K's and V's tiles. */
+  const int dim = s->o->problem.dim, dv = fa_problem_dim_v(&s->o->problem);
+  char dims[24];
+  fa_dims_text(dim, dv, dims, sizeof dims);
   for (int i = 0; i < n; i++)
-    if (f[i].padded_dim > dim)
-      fprintf(stderr, "fatune: the %s family computes head dim %d padded to %d: %.2f times the "
+    if (f[i].padded_dim > dim || f[i].padded_dim > dv)
+      fprintf(stderr, "fatune: the %s family computes head dim%s %s padded to %d: %.2f times the "
                       "work of Q K^T and P V, and of K and V in shared memory\n",
-              f[i].name, dim, f[i].padded_dim, (double)f[i].padded_dim / dim);
+              f[i].name, dv != dim ? "s" : "", dims, f[i].padded_dim,
+              2.0 * f[i].padded_dim / (dim + dv));
 }
 
 static void banner(gen_state *g, const tune *s, const char *note) {
@@ -381,8 +385,10 @@ static void banner(gen_state *g, const tune *s, const char *note) {
                     "and CPU times of a simulation, not GPU performance\n",
             note[0] ? ": " : "", note);
   banner_families(g, s);
-  fprintf(stderr, "fatune: problem %s dim %d seq_q %d seq_k %d batch %d heads %d%s",
-          fa_dtype_name(p->dtype), p->dim, p->seq_q, p->seq_k, p->batch, p->heads,
+  char dims[24];
+  fa_dims_text(p->dim, p->dim_v, dims, sizeof dims);
+  fprintf(stderr, "fatune: problem %s dim %s seq_q %d seq_k %d batch %d heads %d%s",
+          fa_dtype_name(p->dtype), dims, p->seq_q, p->seq_k, p->batch, p->heads,
           p->causal ? " causal" : "");
   if (!s->gpu)
     fprintf(stderr, "; the emulator runs seq_q %d seq_k %d batch %d heads %d", s->run.seq_q,
@@ -460,8 +466,10 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     cli_opts one = *o;
     one.problem = keys[i];
     const fa_problem *p = &keys[i];
-    fprintf(stderr, "fatune: key %zu/%zu%s: %s dim %d seq_q %d seq_k %d%s\n", i + 1, n, shard,
-            fa_dtype_name(p->dtype), p->dim, p->seq_q, p->seq_k, p->causal ? " causal" : "");
+    char dims[24];
+    fa_dims_text(p->dim, p->dim_v, dims, sizeof dims);
+    fprintf(stderr, "fatune: key %zu/%zu%s: %s dim %s seq_q %d seq_k %d%s\n", i + 1, n, shard,
+            fa_dtype_name(p->dtype), dims, p->seq_q, p->seq_k, p->causal ? " causal" : "");
     const int one_rc = tune_one(g, &one, t);
     fflush(stdout);   /* its table before the next key's line, in one log */
     failed += one_rc != 0;

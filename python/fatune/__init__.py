@@ -108,9 +108,10 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
     dim) with layout "bnhd"; k and v likewise with seq_k rows and a number of
     heads that divides q's (grouped-query and multi-query attention: q head
-    h reads k/v head h // (heads_q // heads_kv)). Any strides; a strided
+    h reads k/v head h // (heads_q // heads_kv)); v's head dim may differ
+    from q's and k's (192 and 128, as DeepSeek's), and O takes v's. Any strides; a strided
     head dim (or NumPy's byte-swapped or negatively strided arrays) is
-    copied. Head dim 1 to 512 (past 256 on CUDA cores). dtype float16,
+    copied. Head dim 1 to 576 (past 256 on CUDA cores). dtype float16,
     bfloat16, float32 or float64, the same for all.
 
     PyTorch CUDA tensors run on their GPU, on its current stream, without
@@ -127,8 +128,8 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     later; rows that see no key give 0 and a logsumexp of -inf);
     "top_left" aligns it to the top-left corner (query i sees keys 0..i),
     as PyTorch's scaled_dot_product_attention(is_causal=True). scale: the
-    softmax scale, 1/sqrt(dim) if None. out: where to write O (shaped and
-    typed as q, sharing no memory with q, k or v), else a new array,
+    softmax scale, 1/sqrt(dim) if None. out: where to write O (shaped as q
+    with v's head dim, typed as q, sharing no memory with q, k or v), else a new array,
     contiguous in the layout given. return_lse: also return the
     logsumexp of each row, (batch, heads, seq_q), float32 (float64 for
     float64). db: the results database (default: $FATUNE_DB, else
@@ -229,8 +230,9 @@ _DTYPES = ("fp32", "fp64", "fp16", "bf16")
 
 
 def _problem_args(dim: int, seq: int, seq_k: Optional[int], dtype: str, causal: bool,
-                  db: Optional[str]) -> List[str]:
-    for name, val in (("dim", dim), ("seq", seq)) + ((("seq_k", seq_k),) if seq_k else ()):
+                  db: Optional[str], dim_v: Optional[int] = None) -> List[str]:
+    for name, val in (("dim", dim), ("seq", seq)) + ((("seq_k", seq_k),) if seq_k else ()) \
+            + ((("dim_v", dim_v),) if dim_v is not None else ()):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ValueError("%s: %r; it must be a positive integer" % (name, val))
     if dtype not in _DTYPES:
@@ -238,6 +240,8 @@ def _problem_args(dim: int, seq: int, seq_k: Optional[int], dtype: str, causal: 
     args = ["--dim", str(dim), "--seq", str(seq), "--dtype", dtype]
     if seq_k:
         args += ["--seq-k", str(seq_k)]
+    if dim_v is not None:
+        args += ["--dim-v", str(dim_v)]
     if causal:
         args.append("--causal")
     if db:
@@ -258,17 +262,18 @@ def _command(args: Sequence[str]) -> str:
 def tune(dim: int = 64, seq: int = 4096, dtype: str = "bf16", causal: bool = False,
          seq_k: Optional[int] = None, batch: int = 4, heads: int = 16,
          backend: str = "auto", db: Optional[str] = None, retune: bool = False,
-         extra: Sequence[str] = ()) -> List[Dict[str, Any]]:
+         extra: Sequence[str] = (), dim_v: Optional[int] = None) -> List[Dict[str, Any]]:
     """Measure every variant of the default space for a problem, as the
     fatune command's main job does (it runs the command shipped with this
     package), and record them in the database that fatune.attention reads.
 
-    backend: "auto" (the GPU, else the emulator), "cuda" or "emu". extra:
+    dim_v: V's head dim when it is not dim (192 with dim_v=128). backend:
+    "auto" (the GPU, else the emulator), "cuda" or "emu". extra:
     further command-line flags (e.g. ["--trial-ms", "100"]). Returns one
     dict per variant (the command's --json rows). Raises fatune.Error with
     the command's message when it fails.
     """
-    args = _problem_args(dim, seq, seq_k, dtype, causal, db)
+    args = _problem_args(dim, seq, seq_k, dtype, causal, db, dim_v)
     for name, val in (("batch", batch), ("heads", heads)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ValueError("%s: %r; it must be a positive integer" % (name, val))
@@ -284,14 +289,15 @@ def tune(dim: int = 64, seq: int = 4096, dtype: str = "bf16", causal: bool = Fal
 
 def best(dim: int = 64, seq: int = 4096, dtype: str = "bf16", causal: bool = False,
          seq_k: Optional[int] = None, device: Optional[str] = None,
-         db: Optional[str] = None) -> Optional[Dict[str, Any]]:
+         db: Optional[str] = None, dim_v: Optional[int] = None) -> Optional[Dict[str, Any]]:
     """The best variant the database holds for a problem (`fatune best
     --json`, run with the command shipped with this package): a dict with
     its name ("variant"), config, device, timings and whether it was tuned
     for this very seq ("exact"); None when nothing is recorded for it.
-    device: a device's name, UUID or part of its name.
+    device: a device's name, UUID or part of its name. dim_v: V's head dim
+    when it is not dim.
     """
-    args = ["best"] + _problem_args(dim, seq, seq_k, dtype, causal, db) + ["--json"]
+    args = ["best"] + _problem_args(dim, seq, seq_k, dtype, causal, db, dim_v) + ["--json"]
     if device:
         args += ["--device", device]
     try:

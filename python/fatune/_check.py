@@ -5,7 +5,7 @@ import math
 from typing import Any, List, Sequence, Tuple
 
 LAYOUTS = ("bhnd", "bnhd")
-DIM_MAX = 512                      # FA_DIM_MAX: the largest head dim of the kernels
+DIM_MAX = 576                      # FA_DIM_MAX: the largest head dim of the kernels
 SEQ_MAX = 1 << 24                  # rows, as libfatune takes them
 # The kernels work in float32 on scale * log2(e) * score: a larger scale
 # is no float32 (1e308 once gave NaN with status OK).
@@ -61,28 +61,37 @@ def scale(value: Any) -> float:
 
 
 def shapes(q: Sequence[int], k: Sequence[int], v: Sequence[int], lay: str) -> None:
-    """q, k, v's shapes against each other and the kernels' limits."""
+    """q, k, v's shapes against each other and the kernels' limits. v is
+    shaped as k but for its head dim, which may differ (192/128)."""
     for name, s in (("q", q), ("k", k), ("v", v)):
         if len(s) != 4:
             raise ValueError("%s: shape %s; it must have 4 dims, (batch, %s, dim)"
                              % (name, tuple(s), "heads, seq" if lay == "bhnd"
                                 else "seq, heads"))
     hd, sd = (1, 2) if lay == "bhnd" else (2, 1)
-    for name, s in (("q", q), ("k", k)):
+    for name, s in (("q", q), ("k", k), ("v", v)):
         if min(s) < 1:
             raise ValueError("%s: shape %s has an empty dim" % (name, tuple(s)))
         if s[sd] > SEQ_MAX:
             raise ValueError("%s: %d rows; at most 2^24" % (name, s[sd]))
-    if tuple(v) != tuple(k):
-        raise ValueError("v: shape %s, but k's is %s" % (tuple(v), tuple(k)))
+    if tuple(v[:3]) != tuple(k[:3]):
+        raise ValueError("v: shape %s, but k's is %s (they differ at most in the head dim)"
+                         % (tuple(v), tuple(k)))
     if k[0] != q[0]:
         raise ValueError("k: batch %d, but q's is %d" % (k[0], q[0]))
     if q[3] > DIM_MAX:
         raise ValueError("q: head dim %d; fatune's kernels take 1 to %d" % (q[3], DIM_MAX))
     if k[3] != q[3]:
         raise ValueError("k: head dim %d, but q's is %d" % (k[3], q[3]))
+    if v[3] > DIM_MAX:
+        raise ValueError("v: head dim %d; fatune's kernels take 1 to %d" % (v[3], DIM_MAX))
     if q[hd] % k[hd]:
         raise ValueError("k: %d heads, which do not divide q's %d" % (k[hd], q[hd]))
+
+
+def o_shape(q: Sequence[int], v: Sequence[int]) -> Tuple[int, ...]:
+    """O's shape (and dO's): q's, with v's head dim."""
+    return tuple(q[:3]) + (v[3],)
 
 
 def no_self_overlap(shape: Sequence[int], strides: Sequence[int]) -> bool:

@@ -58,16 +58,17 @@ def _native(a: np.ndarray) -> np.ndarray:
 
 def _output(out: Any, q: np.ndarray, ins: List[np.ndarray], originals: List[Any]
             ) -> np.ndarray:
+    shape = _check.o_shape(q.shape, originals[2].shape)
     if out is None:
-        return np.empty(q.shape, q.dtype.newbyteorder("="))   # C order, whatever q's
+        return np.empty(shape, q.dtype.newbyteorder("="))   # C order, whatever q's
     if not isinstance(out, np.ndarray):
         raise TypeError("out: a NumPy array like q, not %s" % type(out).__name__)
     if not out.dtype.isnative:
         raise TypeError("out: byte order of %s is not this machine's; fatune writes native "
                         "%s" % (out.dtype.str, out.dtype.newbyteorder("=").name))
-    if out.dtype != ins[0].dtype or out.shape != q.shape:
-        raise ValueError("out: %s %s, but q is %s %s" % (out.dtype, out.shape, q.dtype,
-                                                          q.shape))
+    if out.dtype != ins[0].dtype or out.shape != shape:
+        raise ValueError("out: %s %s, but q is %s %s (out takes v's head dim)"
+                         % (out.dtype, out.shape, q.dtype, q.shape))
     if not out.flags.writeable:
         raise ValueError("out: read-only")
     if not usable(out):
@@ -137,8 +138,9 @@ def attention_backward(grad_o: np.ndarray, q: np.ndarray, k: Any, v: Any, out: A
         _input(name, a, q)
     _check.shapes(q.shape, k.shape, v.shape, layout)
     for name, a in (("out", out), ("grad_o", grad_o)):
-        if a.shape != q.shape:
-            raise ValueError("%s: shape %s, but q's is %s" % (name, a.shape, q.shape))
+        if a.shape != _check.o_shape(q.shape, v.shape):
+            raise ValueError("%s: shape %s, but q's is %s and v's head dim %d"
+                             % (name, a.shape, q.shape, v.shape[3]))
     ins = [_native(a) for a in (q, k, v, out, grad_o)]
     code = dtype_code("q", ins[0])
     b, h, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhnd" else \

@@ -46,9 +46,10 @@ def _new_lse(q: torch.Tensor, layout: str) -> torch.Tensor:
     return torch.empty(lse_shape(q, layout), dtype=_lse_dtype(q), device=q.device)
 
 
-def _new_out(q: torch.Tensor) -> torch.Tensor:
-    """O contiguous in the caller's layout, whatever q's strides."""
-    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+def _new_out(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """O contiguous in the caller's layout, whatever q's strides: q's shape
+    with v's head dim."""
+    return torch.empty(q.shape[:3] + v.shape[3:], dtype=q.dtype, device=q.device)
 
 
 def _tensor(name: str, t: Any, q: Optional[torch.Tensor]) -> None:
@@ -101,8 +102,10 @@ def check(q: Any, k: Any, v: Any, out: Any, causal: Any, layout: Any, real: bool
 def _check_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: Any, real: bool
                ) -> None:
     _tensor("out", out, q)
-    if out.shape != q.shape:
-        raise ValueError("out: shape %s, but q's is %s" % (tuple(out.shape), tuple(q.shape)))
+    if out.shape != q.shape[:3] + v.shape[3:]:
+        raise ValueError("out: shape %s, but q's is %s and v's head dim %s (out is q's "
+                         "shape with v's head dim)" % (tuple(out.shape), tuple(q.shape),
+                                                       v.shape[3]))
     if not _usable(out):
         raise ValueError("out: stride %d along the head dim; it must be 1" % out.stride(-1))
     if out.requires_grad:
@@ -181,7 +184,7 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
     scale: a CPU tensor of one float, None for 1/sqrt(dim); db: the results
     database, None for the default."""
     mask = check(q, k, v, None, causal, layout)
-    out, lse = _new_out(q), _new_lse(q, layout)
+    out, lse = _new_out(q, v), _new_lse(q, layout)
     run(q, k, v, out, lse, mask, _op_scale(scale), layout, db)
     return out, lse
 
@@ -192,7 +195,7 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: s
                     ) -> Tuple[torch.Tensor, torch.Tensor]:
     check(q, k, v, None, causal, layout, real=False)
     _op_scale(scale, real=False)
-    return _new_out(q), _new_lse(q, layout)
+    return _new_out(q, v), _new_lse(q, layout)
 
 
 def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
@@ -248,11 +251,11 @@ def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor]
     grad_lse of its logsumexp (None: zero), out and lse what it returned for
     q, k, v, causal and scale."""
     mask = check(q, k, v, None, causal, layout)
-    for name, t, like in (("grad_o", grad_o, q), ("out", out, q)):
+    for name, t in (("grad_o", grad_o), ("out", out)):
         _tensor(name, t, q)
-        if t.shape != like.shape:
-            raise ValueError("%s: shape %s, but q's is %s" % (name, tuple(t.shape),
-                                                             tuple(q.shape)))
+        if t.shape != q.shape[:3] + v.shape[3:]:
+            raise ValueError("%s: shape %s, but q's is %s and v's head dim %s"
+                             % (name, tuple(t.shape), tuple(q.shape), v.shape[3]))
     for name, t in (("lse", lse), ("grad_lse", grad_lse)):
         if name == "grad_lse" and t is None:
             continue
@@ -332,7 +335,7 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
     mask = _check.causal(causal)
     if plan:
         check(q, k, v, out, mask, layout)
-        return None, None, run(q, k, v, out if out is not None else _new_out(q), None, mask,
+        return None, None, run(q, k, v, out if out is not None else _new_out(q, v), None, mask,
                                _check.scale(scale), layout, db, plan=True)
     # What PyTorch's dispatcher would refuse in its own words (nested and
     # sparse tensors) is checked here; the operators check the rest, when

@@ -284,3 +284,44 @@ def test_top_left_logsumexp_and_bnhd():
     o, lse = fatune.attention(q, k, v, causal="top_left", layout="bnhd", return_lse=True)
     r, rl = reference(q, k, v, causal="top_left", layout="bnhd")
     assert rel_err(o, r) < TOLERANCE["float32"] and rel_err(lse, rl) < TOLERANCE["float32"]
+
+
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+@pytest.mark.parametrize("name,dv", [("float32", 8), ("float64", 40), ("float16", 24),
+                                     ("bfloat16", 8)])
+def test_v_head_dim_apart(name, dv, layout):
+    """V's head dim apart from Q's and K's (16 here, narrower and wider
+    than V's): O takes V's, causal with more keys than queries and GQA,
+    against float64."""
+    dt = dtype(name)
+
+    def shape(h, n, d):
+        return (B, h, n, d) if layout == "bhnd" else (B, n, h, d)
+    q, k, v = (randn(shape(h, n, d), dt, 31 + i)
+               for i, (h, n, d) in enumerate(((4, NQ, D), (2, NK, D), (2, NK, dv))))
+    o, lse = fatune.attention(q, k, v, causal=True, layout=layout, return_lse=True)
+    ref, ref_lse = reference(q, k, v, causal=True, layout=layout)
+    assert o.dtype == dt and o.shape == q.shape[:3] + (dv,)
+    assert rel_err(o, ref) < TOLERANCE[name]
+    assert rel_err(lse, ref_lse) < TOLERANCE[name]
+
+
+def test_deepseek_mla_dims():
+    """DeepSeek's MLA attends over 576 (its latent and rotary parts) with
+    V's 512: the largest head dims the kernels take."""
+    q, k, v = (randn((1, 1, n, d), np.float32, 41 + i)
+               for i, (n, d) in enumerate(((5, 576), (9, 576), (9, 512))))
+    o = fatune.attention(q, k, v, causal=True)
+    assert o.shape == (1, 1, 5, 512)
+    assert rel_err(o, reference(q, k, v, causal=True)[0]) < TOLERANCE["float32"]
+
+
+def test_v_head_dim_apart_bad_out_and_v():
+    q, k, _ = qkv(np.float32)
+    v = randn((B, H, NK, 8), np.float32, 3)
+    with pytest.raises(ValueError, match="^out: .*v's head dim"):
+        fatune.attention(q, k, v, out=np.empty(q.shape, np.float32))
+    with pytest.raises(ValueError, match="^v: shape"):
+        fatune.attention(q, k, randn((B, H, NK - 1, 8), np.float32, 4))
+    with pytest.raises(ValueError, match="^v: head dim 600"):
+        fatune.attention(q, k, np.zeros((B, H, NK, 600), np.float32))

@@ -9,7 +9,7 @@ $ local function ldo(a) return string.format(io.ld, a) end
 $ local function sto(a, v) return string.format(io.st, a, v) end
 $ local splitq, qouter, eager = c.split == "split_q", c.par == "q_outer", c.norm == "eager"
 $ local causal = c.causal == 1
-$ local D, BM, BN, NT, G = P.D, P.BM, P.BN, P.NT, P.G
+$ local D, DV, BM, BN, NT, G = P.D, P.DV, P.BM, P.BN, P.NT, P.G
 $ local RM, RN, RD, RSTEP = P.RM, P.RN, P.RD, P.RSTEP
 $ -- Masking is needed inside a block when the tile has padding columns.
 $ local pad_cols = P.BNp > BN
@@ -91,6 +91,7 @@ $ local function load_q(q0)
   }
 $ end
 $ local function load_kv(k0)
+$ if D == DV then
   for (int e = tid; e < ${P.BNp * D}; e += ${NT}) {
     const int n = e / ${D}, d = e - n * ${D};
     const int gn = ${k0} + n;
@@ -102,6 +103,22 @@ $ local function load_kv(k0)
     fa_sts_${T}(Ks + n * ${P.KSN} + d * ${P.KSD}, kx);
     fa_sts_${T}(Vs + n * ${P.VS} + d, vx);
   }
+$ else
+  for (int e = tid; e < ${P.BNp * D}; e += ${NT}) {
+    const int n = e / ${D}, d = e - n * ${D};
+    const int gn = ${k0} + n;
+    acc_t kx = 0;
+    if (n < ${BN} && gn < p.seq_k) kx = ${ldg("kg + gn * p.k_sn + d")};
+    fa_sts_${T}(Ks + n * ${P.KSN} + d * ${P.KSD}, kx);
+  }
+  for (int e = tid; e < ${P.BNp * DV}; e += ${NT}) {
+    const int n = e / ${DV}, d = e - n * ${DV};
+    const int gn = ${k0} + n;
+    acc_t vx = 0;
+    if (n < ${BN} && gn < p.seq_k) vx = ${ldg("vg + gn * p.v_sn + d")};
+    fa_sts_${T}(Vs + n * ${P.VS} + d, vx);
+  }
+$ end
 $ end
 $ local function q_to_registers()
   FA_UNROLL
@@ -183,8 +200,8 @@ $ local function pv(dst, n0, count)
       FA_UNROLL
       for (int k = 0; k < ${RD}; ++k) {
         const int d = ${dcol} + k * ${G};
-$ if RD * G > D then
-        vv[k] = ${smem("Vs + n * " .. P.VS .. " + (d < " .. D .. " ? d : " .. (D - 1) .. ")")};
+$ if RD * G > DV then
+        vv[k] = ${smem("Vs + n * " .. P.VS .. " + (d < " .. DV .. " ? d : " .. (DV - 1) .. ")")};
 $ else
         vv[k] = ${smem("Vs + n * " .. P.VS .. " + d")};
 $ end
@@ -276,10 +293,10 @@ $ local function step_split_k(q0, k0, store_stats)
         FA_UNROLL
         for (int k = 0; k < ${RD}; ++k) {
           const int d = lc + k * ${G};
-$ if RD * G > D then
-          if (d < ${D})
+$ if RD * G > DV then
+          if (d < ${DV})
 $ end
-            fa_sts_${T}(red_o + (warp * ${P.BMp} + rb + i * ${RSTEP}) * ${D} + d, op[i][k]);
+            fa_sts_${T}(red_o + (warp * ${P.BMp} + rb + i * ${RSTEP}) * ${DV} + d, op[i][k]);
         }
       }
     }
@@ -325,10 +342,10 @@ $ end
         FA_UNROLL
         for (int bb = 0; bb < ${P.ORD}; ++bb) {
           const int d = ocb + bb * ${P.OC};
-          if (d < ${D}) {
+          if (d < ${DV}) {
             acc_t sum = 0;
             FA_UNROLL
-            for (int w = 0; w < ${c.warps}; ++w) sum += ${smem("red_o + (w * " .. P.BMp .. " + r) * " .. D .. " + d")};
+            for (int w = 0; w < ${c.warps}; ++w) sum += ${smem("red_o + (w * " .. P.BMp .. " + r) * " .. DV .. " + d")};
 $ if eager then
             o[a][bb] = fa_rescale_${T}(o[a][bb], so) + fa_rescale_${T}(sum, sp);
 $ else
@@ -351,8 +368,8 @@ $ end
         FA_UNROLL
         for (int k = 0; k < ${RD}; ++k) {
           const int d = cb + k * ${G};
-$ if RD * G > D then
-          if (d < ${D})
+$ if RD * G > DV then
+          if (d < ${DV})
 $ end
 $ if eager then
             ${sto("og + gr * p.o_sn + d", "o[i][k]")}; /* normalized at every tile */
@@ -384,7 +401,7 @@ $ end
         FA_UNROLL
         for (int bb = 0; bb < ${P.ORD}; ++bb) {
           const int d = ocb + bb * ${P.OC};
-          if (d < ${D}) {
+          if (d < ${DV}) {
 $ if from_ws then
             o[a][bb] = l > 0 ? ${ldo("og + gr * p.o_sn + d")} : (acc_t)0;
 $ end
@@ -477,7 +494,7 @@ $ if splitq then
         FA_UNROLL
         for (int k = 0; k < ${RD}; ++k) {
           const int d = cb + k * ${G};
-          o[i][k] = live && d < ${D} ? ${ldo("og + gr * p.o_sn + d")} : (acc_t)0;
+          o[i][k] = live && d < ${DV} ? ${ldo("og + gr * p.o_sn + d")} : (acc_t)0;
         }
       }
 $ else
@@ -493,7 +510,7 @@ $ else
         FA_UNROLL
         for (int bb = 0; bb < ${P.ORD}; ++bb) {
           const int d = ocb + bb * ${P.OC};
-          o[a][bb] = live && d < ${D} ? ${ldo("og + (q0 + r) * p.o_sn + d")} : (acc_t)0;
+          o[a][bb] = live && d < ${DV} ? ${ldo("og + (q0 + r) * p.o_sn + d")} : (acc_t)0;
         }
       }
 $ end
@@ -510,7 +527,7 @@ $ if splitq then
           FA_UNROLL
           for (int k = 0; k < ${RD}; ++k) {
             const int d = cb + k * ${G};
-            if (d < ${D}) ${sto("og + gr * p.o_sn + d", "o[i][k]")};
+            if (d < ${DV}) ${sto("og + gr * p.o_sn + d", "o[i][k]")};
           }
           if (cb == 0) {
             fa_st_${T}(wg + gr * 2, m_i[i]);
@@ -527,7 +544,7 @@ $ else
           FA_UNROLL
           for (int bb = 0; bb < ${P.ORD}; ++bb) {
             const int d = ocb + bb * ${P.OC};
-            if (d < ${D}) ${sto("og + (q0 + r) * p.o_sn + d", "o[a][bb]")};
+            if (d < ${DV}) ${sto("og + (q0 + r) * p.o_sn + d", "o[a][bb]")};
           }
         }
       }
@@ -549,7 +566,7 @@ $ local sees_key = causal and " && gr + off >= 0" or ""
       FA_UNROLL
       for (int k = 0; k < ${RD}; ++k) {
         const int d = cb + k * ${G};
-        o[i][k] = live && d < ${D} ? ${ldo("og + gr * p.o_sn + d")} : (acc_t)0;
+        o[i][k] = live && d < ${DV} ? ${ldo("og + gr * p.o_sn + d")} : (acc_t)0;
       }
     }
     $ finish_split_q("q0")

@@ -21,7 +21,8 @@ function simt.default_dtype() return "fp32", "fp32 on CUDA cores" end
 -- Names: simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem[-causal].
 simt.axes = {
   enum_axis("dtype", { "fp32", "fp64", "fp16", "bf16" }, { fp32 = "f32", fp64 = "f64", fp16 = "f16" }),
-  int_axis("dim", 1, 512, { prefix = "d" }),
+  int_axis("dim", 1, 576, { prefix = "d" }),
+  enum.dim_v_axis(576),
   int_axis("causal", 0, 1, enum.flag("causal")),
   int_axis("block_m", 1, 256, { prefix = "m" }),
   int_axis("block_n", 1, 256, { prefix = "n" }),
@@ -33,15 +34,15 @@ simt.axes = {
   enum_axis("q", { "smem", "reg" }, { prefix = "q" }),
 }
 simt.axis = enum.index(simt.axes)
-simt.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "norm" }, { "par" },
+simt.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps" }, { "norm" }, { "par" },
                 { "split" }, { "layout" }, { "q" }, { "causal" } }
 
 -- Head dims over 256 take 8 x 8 tiles, which fit 64 KB of shared memory
 -- (sm_75) up to head dim 512 in fp32.
 function simt.defaults(problem)
-  local big = (problem.dim or 64) > 256
+  local big = math.max(problem.dim or 64, problem.dim_v or 0) > 256
   return {
-    dtype = problem.dtype or "fp32", dim = problem.dim or 64,
+    dtype = problem.dtype or "fp32", dim = problem.dim or 64, dim_v = enum.dim_v(problem),
     causal = problem.causal or 0,
     block_m = big and 8 or 64, block_n = big and 8 or 32, warps = big and 2 or 4, norm = "deferred",
     par = "q_outer", split = "split_q", layout = "pad", q = "smem",
@@ -80,9 +81,10 @@ local function io_bytes(c) return (c.dtype == "fp16" or c.dtype == "bf16") and 2
 local function cdiv(a, b) return (a + b - 1) // b end
 
 -- Per-thread work of a (rows x cols) micro-tile layout with `gc` lanes per
--- row: FMAs plus shared-memory loads per K/V block. Lower is better.
-local function tile_cost(bm_rows, ncols, d, gc, rows_per_pass)
-  local rm, rn, rd = cdiv(bm_rows, rows_per_pass), cdiv(ncols, gc), cdiv(d, gc)
+-- row, head dims d (Q K^T) and dv (P V): FMAs plus shared-memory loads per
+-- K/V block. Lower is better.
+local function tile_cost(bm_rows, ncols, d, dv, gc, rows_per_pass)
+  local rm, rn, rd = cdiv(bm_rows, rows_per_pass), cdiv(ncols, gc), cdiv(dv, gc)
   local work = d * rm * rn + ncols * rm * rd + d * (rm + rn) + ncols * (rm + rd)
   -- Rows past the tile are computed and thrown away: charge for them.
   return work * (rm * rows_per_pass) / bm_rows, rm, rn, rd
@@ -90,10 +92,10 @@ end
 
 -- Lanes per row within a warp: the power of two from 1 to 32 with the least
 -- per-thread cost; `groups` row groups of 32/gc rows run side by side.
-local function choose_lanes(rows, ncols, d, groups)
+local function choose_lanes(rows, ncols, d, dv, groups)
   local best
   for _, gc in ipairs({ 32, 16, 8, 4, 2, 1 }) do
-    local cost, rm, rn, rd = tile_cost(rows, ncols, d, gc, groups * (32 // gc))
+    local cost, rm, rn, rd = tile_cost(rows, ncols, d, dv, gc, groups * (32 // gc))
     if not best or cost < best.cost then best = { cost = cost, gc = gc, rm = rm, rn = rn, rd = rd } end
   end
   return best
@@ -103,11 +105,11 @@ local function words(c) return c.dtype == "fp64" and 2 or 1 end
 
 -- Everything the template needs beyond the config itself.
 function simt.plan(c)
-  local P = { D = c.dim, BM = c.block_m, BN = c.block_n, W = c.warps, NT = 32 * c.warps }
+  local P = { D = c.dim, DV = enum.vdim(c), BM = c.block_m, BN = c.block_n, W = c.warps, NT = 32 * c.warps }
   P.esize = c.dtype == "fp64" and 8 or 4
   local pad = (c.layout == "pad") and 1 or 0
   if c.split == "split_q" then
-    local t = choose_lanes(c.block_m, c.block_n, c.dim, c.warps)
+    local t = choose_lanes(c.block_m, c.block_n, c.dim, P.DV, c.warps)
     P.G, P.RM, P.RN, P.RD = t.gc, t.rm, t.rn, t.rd
     P.RSTEP = c.warps * (32 // t.gc)       -- rows between a thread's rows
     P.BMp = P.RM * P.RSTEP
@@ -115,7 +117,7 @@ function simt.plan(c)
     P.BNp = P.NWp
   else
     local nw = cdiv(c.block_n, c.warps)
-    local t = choose_lanes(c.block_m, nw, c.dim, 1)
+    local t = choose_lanes(c.block_m, nw, c.dim, P.DV, 1)
     P.G, P.RM, P.RN, P.RD = t.gc, t.rm, t.rn, t.rd
     P.RSTEP = 32 // t.gc
     P.BMp = P.RM * P.RSTEP
@@ -125,7 +127,7 @@ function simt.plan(c)
     local best
     for _, oc in ipairs({ 32, 16, 8, 4, 2, 1 }) do
       local otr = P.NT // oc
-      local orm, ord = cdiv(c.block_m, otr), cdiv(c.dim, oc)
+      local orm, ord = cdiv(c.block_m, otr), cdiv(P.DV, oc)
       local cost = orm * ord
       if not best or cost < best.cost then best = { cost = cost, oc = oc, otr = otr, orm = orm, ord = ord } end
     end
@@ -134,7 +136,7 @@ function simt.plan(c)
   -- Shared memory plan, in elements.
   P.QS = c.dim + pad
   if c.layout == "kt" then P.KSN, P.KSD = 1, P.BNp else P.KSN, P.KSD = c.dim + pad, 1 end
-  P.VS = c.dim + pad
+  P.VS = P.DV + pad
   P.PS = P.BNp + pad
   local off = 0
   local function take(n) local at = off; off = off + n; return at end
@@ -145,7 +147,7 @@ function simt.plan(c)
   if c.split == "split_k" then
     P.off_redm = take(c.warps * P.BMp)
     P.off_redl = take(c.warps * P.BMp)
-    P.off_redo = take(c.warps * P.BMp * c.dim)
+    P.off_redo = take(c.warps * P.BMp * P.DV)
     P.off_rowm = take(P.BMp)
     P.off_rowl = take(P.BMp)
     P.off_sco = take(P.BMp)
@@ -201,7 +203,8 @@ local function cross(base, axes, out) enum.cross(simt.axes, base, axes, out) end
 -- split_k) at a few tiles, for comparison. "full" is the whole product;
 -- "small" is the fallback when no default tile fits the target.
 function simt.enumerate(problem, which)
-  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
+                 causal = problem.causal or 0 }
   local out = {}
   if which == "full" then
     local tiles = { 1, 2, 3, 4, 8, 16, 32, 64, 128 }
@@ -215,7 +218,7 @@ function simt.enumerate(problem, which)
     -- Rows over 2 KB (fp64 past head dim 256) take tiles of 4 rows and one
     -- warp too (a warp spans fewer padding rows), so that Q, K and V fit
     -- 100 KB up to head dim 512.
-    local big = problem.dim * (problem.dtype == "fp64" and 8 or 4) > 2048
+    local big = math.max(problem.dim, problem.dim_v or 0) * (problem.dtype == "fp64" and 8 or 4) > 2048
     cross(base, { block_m = big and { 4, 8, 16 } or { 8, 16, 32 },
                   block_n = big and { 4, 8, 16 } or { 8, 16, 32 }, warps = big and { 1, 2, 4 } or { 2, 4 },
                   norm = { "deferred", "eager" }, par = { "q_outer" }, split = { "split_q" },

@@ -29,7 +29,7 @@ local function log2i(n) local k = 0; while n > 1 do n = n // 2; k = k + 1 end; r
 -- The counters of one (batch, head): per-tile pieces, then the two loop
 -- orders of simt.cu put together.
 local function per_head(c, P, sq, sk)
-  local D, BM, BN, W, NT = P.D, P.BM, P.BN, P.W, P.NT
+  local D, DV, BM, BN, W, NT = P.D, P.DV, P.BM, P.BN, P.W, P.NT
   local RM, RN, RD, G = P.RM, P.RN, P.RD, P.G
   local BMp, BNp = P.BMp, P.BNp
   local splitq, eager, causal = c.split == "split_q", c.norm == "eager", c.causal == 1
@@ -53,8 +53,8 @@ local function per_head(c, P, sq, sk)
     add("smem_written", BMp * D)
   end
   local function load_kv(k0)
-    add("gmem_read", 2 * clamp(sk - k0, 0, BN) * D)
-    add("smem_written", 2 * BNp * D)
+    add("gmem_read", clamp(sk - k0, 0, BN) * (D + DV))
+    add("smem_written", BNp * (D + DV))
   end
   local function q_to_registers() if qreg then add("smem_read", NT * RM * D) end end
   local function scores() add("smem_read", NT * D * (qreg and RN or RM + RN)) end
@@ -79,15 +79,15 @@ local function per_head(c, P, sq, sk)
     add("shuffles", W * RM * 2 * lg)
     add("warp_syncs", W)
     add("smem_read", NT * P.NWp * (RM + RD))        -- this warp's columns of P V
-    add("smem_written", W * BMp * D)                -- partial O of every warp
+    add("smem_written", W * BMp * DV)               -- partial O of every warp
     add("barriers", 1)
     add("smem_read", BM * (2 + 2 * W))              -- row statistics, per row
     add("exp2", BM)
     add("smem_written", BM * (eager and 4 or 3))
     if store_stats then add("gmem_written", 2 * valid(q0)) end
     add("barriers", 1)
-    add("smem_read", P.OC * BM * (eager and 2 or 1) + BM * D * W)
-    add("rescale", BM * D * (eager and 2 or 1))     -- O, and eager's new P V
+    add("smem_read", P.OC * BM * (eager and 2 or 1) + BM * DV * W)
+    add("rescale", BM * DV * (eager and 2 or 1))    -- O, and eager's new P V
   end
   local function step(q0, store_stats)
     if splitq then step_split_q() else step_split_k(q0, store_stats) end
@@ -96,11 +96,11 @@ local function per_head(c, P, sq, sk)
   -- The finished rows: O (normalized here when deferred) and the lse.
   local function finish(q0, from_ws)
     local v, kd = valid(q0), keyed(q0)
-    add("gmem_written", v * (D + 1))
+    add("gmem_written", v * (DV + 1))
     add("log2", kd)
-    if not eager then add("rescale", v * D) end
+    if not eager then add("rescale", v * DV) end
     if not splitq then
-      if from_ws then add("gmem_read", v * P.OC + kd * D + 2 * v)
+      if from_ws then add("gmem_read", v * P.OC + kd * DV + 2 * v)
       else add("smem_read", (eager and 0 or P.OC * v) + 2 * v) end
     end
   end
@@ -132,20 +132,20 @@ local function per_head(c, P, sq, sk)
         add("barriers", 2)
         load_q(q0)
         if splitq then
-          add("gmem_read", live * (2 * G + D))
+          add("gmem_read", live * (2 * G + DV))
         else
           add("smem_written", 2 * BMp)
-          add("gmem_read", live * (2 + D))
+          add("gmem_read", live * (2 + DV))
         end
         q_to_registers()
         step(q0, true)
-        add("gmem_written", valid(q0) * (splitq and D + 2 or D))
+        add("gmem_written", valid(q0) * (splitq and DV + 2 or DV))
       end
     end
     add("barriers", 1)
     for q0 = 0, sq - 1, BM do
       if splitq then
-        add("gmem_read", keyed(q0) * (2 * G + D))
+        add("gmem_read", keyed(q0) * (2 * G + DV))
       elseif causal then
         add("gmem_written", 2 * (valid(q0) - keyed(q0)))
         add("barriers", 1)
@@ -170,7 +170,7 @@ function model.predict(c, P, problem)
   local h = per_head(c, P, sq, sk)
   local out = h.report(function(k) return bh * (bytes[k] and P.esize or 1) end)
   local d, es = P.D, P.esize
-  out[#out + 1] = { "paper_standard_bytes", bh * es * (2 * (sq + sk) * d + 4 * sq * sk) }
+  out[#out + 1] = { "paper_standard_bytes", bh * es * ((sq + sk) * (d + P.DV) + 4 * sq * sk) }
   out[#out + 1] = { "paper_tiled_bytes", bh * es * (sq * sk * d * d // (P.smem_bytes // es)) }
   out[#out + 1] = { "naive_score_bytes", bh * es * sq * sk }
   return out

@@ -38,7 +38,8 @@ function simtbwd.default_dtype() return "fp32", "fp32 on CUDA cores" end
 -- Names: simtbwd-f32-d64-m32n32w4-dqpass[-causal].
 simtbwd.axes = {
   enum_axis("dtype", { "fp32", "fp64" }, { fp32 = "f32", fp64 = "f64" }),
-  int_axis("dim", 1, 512, { prefix = "d" }),
+  int_axis("dim", 1, 576, { prefix = "d" }),
+  enum.dim_v_axis(576),
   int_axis("causal", 0, 1, enum.flag("causal")),
   int_axis("block_m", 1, 256, { prefix = "m" }),
   int_axis("block_n", 1, 256, { prefix = "n" }),
@@ -47,11 +48,11 @@ simtbwd.axes = {
   enum_axis("order", { "kv", "q" }, { kv = "", q = "fa1" }),
 }
 simtbwd.axis = enum.index(simtbwd.axes)
-simtbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "dq" },
+simtbwd.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps" }, { "dq" },
                    { "order" }, { "causal" } }
 
 function simtbwd.defaults(problem)
-  return { dtype = problem.dtype or "fp32", dim = problem.dim or 64,
+  return { dtype = problem.dtype or "fp32", dim = problem.dim or 64, dim_v = enum.dim_v(problem),
            causal = problem.causal or 0, block_m = 32, block_n = 32, warps = 4,
            dq = "separate", order = "kv" }
 end
@@ -92,6 +93,7 @@ function simtbwd.plan(c)
 end
 
 function simtbwd.fits(c, _, target)
+  if c.dim_v ~= 0 then return false, "simtbwd computes V's head dim equal to Q's and K's" end
   if c.order == "q" and c.dq == "atomic" then
     return false, "FlashAttention-1's order writes dQ from its own CTA (dq=separate); dK and dV take the atomics"
   end
@@ -109,8 +111,8 @@ local function cross(base, axes, out) enum.cross(simtbwd.axes, base, axes, out) 
 -- The default space: FlashAttention-2's square-ish tiles; "small" when
 -- none of them fits (fp64 at large head dims); "full" the whole product.
 function simtbwd.enumerate(problem, which)
-  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0,
-                 order = "kv" }
+  local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
+                 causal = problem.causal or 0, order = "kv" }
   local out = {}
   if which == "full" then
     local tiles = { 1, 2, 4, 8, 16, 32, 64, 128 }

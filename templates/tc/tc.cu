@@ -46,8 +46,13 @@ $             score = function(e) return "s[mt][n][2 * hh" .. (e == "0" and "" o
 $ if c.q_share == 1 then
 ** Q shares its shared memory with K/V.
 $ end
-$ if dim < padded_dim then
+$ if P.dim_v ~= dim then
+** V's and O's head dim ${P.dim_v}.
+$ end
+$ if math.max(dim, P.dim_v) < padded_dim then
 ** The head dim is padded to ${padded_dim}.
+$ elseif math.min(dim, P.dim_v) < padded_dim then
+** The smaller head dim is padded to ${padded_dim}.
 $ end
 ** S = Q K^T and O += P V with mma.sync m16n8k16; P stays in registers.
 $ if parts > 1 then
@@ -61,15 +66,17 @@ $ -- Shared memory is addressed as sm + a 32-bit byte offset, and ldmatrix
 $ -- and cp.async take ss + such an offset (ss = fa_saddr_of(sm)): the
 $ -- offsets stay 32-bit integers in registers, never 64-bit pointers.
 $
-$ -- Copy `rows` rows of a (seq, dim) matrix, from global row `row0`, into
-$ -- the tile at byte offset `tile`. Chunks past the head dim are zeros, and
+$ -- Copy `rows` rows of a (seq, cols) matrix, from global row `row0`, into
+$ -- the tile at byte offset `tile`. Chunks past its head dim `cols` (dim,
+$ -- or V's dim_v) are zeros, and
 $ -- so are the rows at or past `limit` when check_rows (otherwise every row
 $ -- exists). Column copies: each thread copies chunk column copy_chunk of
 $ -- rows copy_row + pass_rows i, in each 128-byte span of a row (chunk
 $ -- copy_chunk + 8 sp; one span a row below d128), from the row's one global
 $ -- address (thread_ptr, when given: kv_addr=carry). Otherwise every thread
 $ -- takes chunks e = tid + threads i.
-$ local function copy_tile(tile, src, stride, row0, limit, rows, check_rows, thread_ptr)
+$ local function copy_tile(tile, src, stride, row0, limit, rows, check_rows, thread_ptr, cols)
+$   local dim = cols or dim
 $   if P.column_copy then
 $     local pass_rows, span = P.pass_rows, P.copy_chunks
 {
@@ -174,7 +181,7 @@ $ local function load_kv(stage, check_rows)
 const int kst = ${P.kv_offset} + ${stage}, vst = kst + ${block_n * row_bytes};
 const int k0 = block * ${block_n};
 $ copy_tile("kst", "kg", "p.k_sn", "k0", "p.seq_k", block_n, check_rows)
-$ copy_tile("vst", "vg", "p.v_sn", "k0", "p.seq_k", block_n, check_rows)
+$ copy_tile("vst", "vg", "p.v_sn", "k0", "p.seq_k", block_n, check_rows, nil, P.dim_v)
 $ end
 $
 $ -- load_kv inside the main loop. kv_addr=rebuild: the K/V heads'
@@ -190,7 +197,7 @@ $ if carry then
 (void)block;
 const int kst = ${P.kv_offset} + ${stage}, vst = kst + ${block_n * row_bytes};
 $ copy_tile("kst", nil, "p.k_sn", nil, nil, block_n, false, "kcp")
-$ copy_tile("vst", nil, "p.v_sn", nil, nil, block_n, false, "vcp")
+$ copy_tile("vst", nil, "p.v_sn", nil, nil, block_n, false, "vcp", P.dim_v)
 kcp -= (long long)${block_n} * p.k_sn;
 vcp -= (long long)${block_n} * p.v_sn;
 $   return
@@ -489,6 +496,7 @@ $   end
 }
 fa_syncwarp(); /* each warp reads back only its own rows */
 $   local chunks = warp_rows * P.row_chunks  -- of this warp's rows
+$   local dim = P.dim_v   -- O's head dim, V's
 FA_UNROLL
 for (int i = 0; i < ${(chunks + 31) // 32}; ++i) {
   const int e = lane + 32 * i;

@@ -42,6 +42,7 @@ end
 tc.axes = {
   enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
   int_axis("dim", 1, 256, { prefix = "d" }),
+  enum.dim_v_axis(256),
   int_axis("causal", 0, 1, enum.flag("causal")),
   int_axis("block_m", 16, 256, { prefix = "m" }),
   int_axis("block_n", 16, 256, { prefix = "n" }),
@@ -77,9 +78,14 @@ tc.axes = {
 tc.axis = enum.index(tc.axes)
 
 -- Head dims the kernel handles natively; any other pads up to the next.
+-- With V's head dim apart from Q's (dim_v: 192/128), both pad to the
+-- larger's: Q, K and V rows share one tile geometry, zeros past each
+-- tensor's own dim, and O is written to dim_v (P V does the padded share
+-- of the work: the banner says what it costs).
 tc.native_dims = { 32, 64, 96, 128, 160, 192, 256 }
 
-function tc.padded_dim(d)
+function tc.padded_dim(d, dv)
+  d = math.max(d, dv or 0)
   for _, n in ipairs(tc.native_dims) do if d <= n then return n end end
   return nil
 end
@@ -91,9 +97,9 @@ end
 
 function tc.defaults(problem)
   local d = problem.dim or 64
-  local bm, bn = tc.fa2_tile(tc.padded_dim(d) or 256)
+  local bm, bn = tc.fa2_tile(tc.padded_dim(d, problem.dim_v) or 256)
   return {
-    dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
+    dtype = problem.dtype or "fp16", dim = d, dim_v = enum.dim_v(problem), causal = problem.causal or 0,
     block_m = bm, block_n = bn, warps = 4, norm = "deferred",
     layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0, rowsum = "mma",
     pv = "block", kv_addr = "rebuild",
@@ -115,7 +121,7 @@ end
 -- FADD add "fadd" after that: ...-s2-fadd; P V by k16 steps adds "step"
 -- after that: ...-s2-fadd-step; carried K/V addresses add "carry" after
 -- that: ...-s2-fadd-step-carry.
-tc.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps" }, { "norm" }, { "layout" },
+tc.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps" }, { "norm" }, { "layout" },
               { "q" }, { "q_share" }, { "stages" }, { "parts" }, { "rowsum" }, { "pv" },
               { "kv_addr" }, { "causal" } }
 
@@ -128,9 +134,9 @@ local register_budget = 256
 -- Everything the template needs beyond the config itself. Sizes in bytes
 -- unless named otherwise.
 function tc.plan(c)
-  local padded = tc.padded_dim(c.dim)
+  local padded = tc.padded_dim(c.dim, enum.vdim(c))
   local P = {
-    dim = c.dim, padded_dim = padded,
+    dim = c.dim, dim_v = enum.vdim(c), padded_dim = padded,
     block_m = c.block_m, block_n = c.block_n, warps = c.warps, threads = 32 * c.warps,
     stages = c.stages,
     warp_rows = c.block_m // c.warps,  -- query rows per warp
@@ -151,7 +157,7 @@ function tc.plan(c)
   -- The ldmatrix offsets a lane keeps: one per k step of a swizzle period.
   P.lane_offsets = math.max(1, P.swizzle // 2)
   -- cp.async needs 16-byte aligned global rows: dims that are multiples of 8.
-  P.async_copy = c.dim % 8 == 0
+  P.async_copy = c.dim % 8 == 0 and P.dim_v % 8 == 0
   -- Tiles are copied a chunk column per thread, pass_rows rows per pass,
   -- when the threads cover whole columns; else chunk by chunk. Rows of
   -- more than 8 chunks (head dims 128 and over) go in spans of 8 chunks
@@ -240,7 +246,7 @@ end
 -- Constraints -------------------------------------------------------------------
 
 function tc.fits(c, _, target)
-  if not tc.padded_dim(c.dim) then return false, "head dim over 256" end
+  if not tc.padded_dim(c.dim, enum.vdim(c)) then return false, "head dim over 256" end
   if c.dtype == "bf16" and not tc.has_bf16(target) then
     return false, target.arch .. " has no bf16 tensor cores (sm_80 and newer do)"
   end
@@ -287,7 +293,8 @@ local with = enum.with
 -- whole cross product; "small" the fallback when nothing of the default
 -- fits the target.
 function tc.enumerate(problem, which)
-  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
+                 causal = problem.causal or 0 }
   local out = {}
   if which == "full" then
     local bn = {}
@@ -305,7 +312,7 @@ function tc.enumerate(problem, which)
                   parts = { 0 }, rowsum = { "mma" }, pv = { "block" }, kv_addr = { "rebuild" } }, out)
     return out
   end
-  local D = tc.padded_dim(problem.dim) or 256
+  local D = tc.padded_dim(problem.dim, problem.dim_v) or 256
   -- Tiles (block_m, block_n, warps) per head-dim class; the first is
   -- FlashAttention-2's own choice for it.
   local tiles
@@ -369,7 +376,8 @@ function tc.render(c)
         workspaces = {}, heavy_first = c.causal == 1 },
     },
     registers_estimate = P.register_words,
-    -- 16-byte pieces (cp.async, 16-byte stores) when dim is a multiple of 8.
+    -- 16-byte pieces (cp.async, 16-byte stores) when dim (and dim_v) is a
+    -- multiple of 8.
     io_align = P.async_copy and 16 or 2,
   }
 end

@@ -48,6 +48,7 @@ end
 tcbwd.axes = {
   enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
   int_axis("dim", 1, 256, { prefix = "d" }),
+  enum.dim_v_axis(256),
   int_axis("causal", 0, 1, enum.flag("causal")),
   int_axis("block_m", 16, 256, { prefix = "m" }),
   int_axis("block_n", 16, 256, { prefix = "n" }),
@@ -65,7 +66,7 @@ tcbwd.axes = {
   enum_axis("dq", { "separate", "atomic" }, { separate = "dqpass", atomic = "dqatomic" }),
 }
 tcbwd.axis = enum.index(tcbwd.axes)
-tcbwd.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "warps", "split_n", "split_d" }, { "dq" },
+tcbwd.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps", "split_n", "split_d" }, { "dq" },
                  { "causal" } }
 
 -- FlashAttention-2's backward tiles (flash_bwd_launch_template.h, sm80,
@@ -79,7 +80,7 @@ function tcbwd.defaults(problem)
   local D = tc.padded_dim(problem.dim or 64) or 256
   local bm, bn, sn, sd = 128, 128, 4, 2
   if D > 128 then bm, bn, sn, sd = 64, 64, 2, 4 elseif D > 64 then bm, sn = 64, 4 end
-  return { dtype = problem.dtype or "fp16", dim = problem.dim or 64,
+  return { dtype = problem.dtype or "fp16", dim = problem.dim or 64, dim_v = enum.dim_v(problem),
            causal = problem.causal or 0, block_m = bm, block_n = bn, warps = 8,
            split_n = sn, split_d = sd, dq = "atomic" }
 end
@@ -132,6 +133,7 @@ local register_budget = 255
 
 function tcbwd.fits(c, _, target)
   if not tc.padded_dim(c.dim) then return false, "head dim over 256" end
+  if c.dim_v ~= 0 then return false, "tcbwd computes V's head dim equal to Q's and K's" end
   if c.dtype == "bf16" and not tc.has_bf16(target) then
     return false, target.arch .. " has no bf16 tensor cores (sm_80 and newer do)"
   end
@@ -168,7 +170,8 @@ local function cross(base, axes, out) enum.cross(tcbwd.axes, base, axes, out) en
 -- atomics (FlashAttention-2's) and by a pass of its own (deterministic);
 -- "full" the whole product; "small" when nothing of the default fits.
 function tcbwd.enumerate(problem, which)
-  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
+                 causal = problem.causal or 0 }
   local out = {}
   if which == "full" then
     cross(base, { block_m = { 16, 32, 64, 128 }, block_n = { 16, 32, 64, 128 },

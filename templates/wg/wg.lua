@@ -63,6 +63,7 @@ function wg.default_dtype() return "bf16", "sm_90a has wgmma in bf16" end
 wg.axes = {
   enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
   int_axis("dim", 1, 256, { prefix = "d" }),
+  enum.dim_v_axis(256),
   int_axis("causal", 0, 1, enum.flag("causal")),
   int_axis("block_m", 64, 192, { prefix = "m" }),
   int_axis("block_n", 64, 256, { prefix = "n" }),
@@ -91,7 +92,7 @@ function wg.defaults(problem)
   local d = problem.dim or 64
   local bm, bn = wg.fa3_tile(d, problem.causal or 0)
   return {
-    dtype = problem.dtype or "fp16", dim = d, causal = problem.causal or 0,
+    dtype = problem.dtype or "fp16", dim = d, dim_v = enum.dim_v(problem), causal = problem.causal or 0,
     block_m = bm, block_n = bn, stages = 2, consumers = bm // 64, pingpong = 0, overlap = 0,
     norm = "deferred", swizzle = "128", persistent = 0, pv = "rs",
   }
@@ -106,7 +107,7 @@ end
 -- or np (ping-pong or not), ov or sq (overlapped or sequential GEMMs),
 -- psmem (P V's P from shared memory) or nothing (from registers), pers
 -- (persistent) or nothing (a CTA per tile).
-wg.naming = { { "dtype" }, { "dim" }, { "block_m", "block_n", "consumers" }, { "norm" },
+wg.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "consumers" }, { "norm" },
               { "pingpong" }, { "overlap" }, { "pv" }, { "stages" }, { "swizzle" },
               { "persistent" }, { "causal" } }
 
@@ -159,6 +160,9 @@ end
 
 function wg.fits(c, _, target)
   if c.dim > 256 then return false, "head dim over 256" end
+  if c.dim_v ~= 0 then
+    return false, "wg computes V's head dim equal to Q's and K's (its TMA boxes and GMMA tiles take one)"
+  end
   if c.dim % 8 ~= 0 then
     return false, "head dim " .. c.dim
                   .. " is no multiple of 8: TMA needs rows of a multiple of 16 bytes"
@@ -204,7 +208,8 @@ local with = enum.with
 -- "full" is the cross product; "small" the fallback when nothing of the
 -- default fits.
 function wg.enumerate(problem, which)
-  local base = { dtype = problem.dtype, dim = problem.dim, causal = problem.causal or 0 }
+  local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
+                 causal = problem.causal or 0 }
   local out = {}
   if which == "full" then
     local bn = {}

@@ -26,14 +26,18 @@ static int dq_apart(const gen_kernel *k) {
 
 int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t) {
   int bm = config_int(k, "block_m"), bn = config_int(k, "block_n"), dim = config_int(k, "dim");
+  /* V's head dim: the config's dim_v where it has one (absent: dim). */
+  const int dv = gen_config_get(&k->cfg, "dim_v") ? config_int(k, "dim_v") : dim;
   t->warps = k->threads / 32;
   t->registers = r->registers;
   t->smem_bytes = k->smem_bytes + r->smem_static_bytes;
-  if (bm < 0 || bn < 0 || dim < 0 || t->warps < 1) return -1;
-  /* The forward pass: S and P V; the backward pass's dkdv: S, dP, dV, dK and
-  ** with dq=atomic dQ's share (the op's 2.5 times the forward's FLOPs). */
-  t->flops_per_warp = (k->op != FA_OP_BWD ? 4.0 : dq_apart(k) ? 8.0 : 10.0) * bm * bn * dim /
-                      t->warps;
+  if (bm < 0 || bn < 0 || dim < 0 || dv < 0 || t->warps < 1) return -1;
+  /* The forward pass: S (dim) and P V (dim_v); the backward pass's dkdv: S
+  ** and dK (dim), dP and dV (dim_v), and with dq=atomic dQ's share (dim;
+  ** the op's 2.5 times the forward's FLOPs when the dims are one). */
+  const double per_pair = k->op != FA_OP_BWD ? 2.0 * (dim + dv)
+                          : 2.0 * (2.0 * dim + 2.0 * dv + (dq_apart(k) ? 0 : dim));
+  t->flops_per_warp = per_pair * bm * bn / t->warps;
   return 0;
 }
 

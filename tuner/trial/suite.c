@@ -51,8 +51,8 @@ static void lse_underflow(const fa_problem *p, double *q, double *k, double *v, 
 static void huge_values(const fa_problem *p, double *q, double *k, double *v, uint64_t *rng) {
   (void)q, (void)k, (void)rng;
   const double top = dtype_max(p->dtype) / 8;
-  const size_t nk = rows(p, p->seq_k) * (size_t)p->dim;
-  for (size_t i = 0; i < nk; i++) v[i] = top * fmin(1.0, 0.5 + fabs(v[i]) / 8);
+  const size_t nv = rows(p, p->seq_k) * (size_t)fa_problem_dim_v(p);
+  for (size_t i = 0; i < nv; i++) v[i] = top * fmin(1.0, 0.5 + fabs(v[i]) / 8);
 }
 
 /* Every key of a head the same: every logit of a row equal, P uniform. */

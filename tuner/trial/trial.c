@@ -235,7 +235,7 @@ db_problem trial_key(const trial_env *e) {
   return (db_problem){.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
                       .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads,
                       .causal = p->causal, .arch = e->arch, .req_seq_q = a->seq_q,
-                      .req_seq_k = a->seq_k};
+                      .req_seq_k = a->seq_k, .dim_v = fa_problem_dim_v(p)};
 }
 
 /* What compiled the code a trial ran, for its record: "NVRTC 13.0" on a

@@ -49,13 +49,14 @@ static int make_inputs(val_case *c, const fa_problem *p, unsigned long long seed
   const size_t es = (size_t)fa_dtype_size(p->dtype);
   const size_t bh = (size_t)p->batch * (size_t)p->heads;
   const size_t nq = bh * (size_t)p->seq_q * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
+  const size_t nv = bh * (size_t)p->seq_k * (size_t)fa_problem_dim_v(p);
   c->p = *p, c->seed = seed;
-  c->q = malloc(nq * es), c->k = malloc(nk * es), c->v = malloc(nk * es);
+  c->q = malloc(nq * es), c->k = malloc(nk * es), c->v = malloc(nv * es);
   if (!c->q || !c->k || !c->v) return -1;
   uint64_t s = seed;
   void *const out[3] = {c->q, c->k, c->v};
   double *const exact[3] = {qd, kd, vd};
-  const size_t n[3] = {nq, nk, nk};
+  const size_t n[3] = {nq, nk, nv};
   if (shape) {
     for (int t = 0; t < 3; t++)
       for (size_t i = 0; i < n[t]; i++) exact[t][i] = rng_normal(&s);
@@ -104,16 +105,21 @@ static long long exp_row(const val_case *c, size_t row, double *s, double *l) {
   return nvis;
 }
 
-/* One row of attention in float64, from the dtype arrays: o gets dim values. */
+/* The first element of the V rows (dim_v each) the query row `row` reads. */
+static size_t v_head(const fa_problem *p, size_t row) {
+  return row / (size_t)p->seq_q * (size_t)p->seq_k * (size_t)fa_problem_dim_v(p);
+}
+
+/* One row of attention in float64, from the dtype arrays: o gets dim_v values. */
 static void cpu_row(const val_case *c, size_t row, double *o, double *s) {
   const fa_problem *p = &c->p;
-  const size_t D = (size_t)p->dim, ko = row / (size_t)p->seq_q * (size_t)p->seq_k * D;
+  const size_t DV = (size_t)fa_problem_dim_v(p), vo = v_head(p, row);
   double l;
   const long long nvis = exp_row(c, row, s, &l);
-  for (size_t d = 0; d < D; d++) {
+  for (size_t d = 0; d < DV; d++) {
     double acc = 0;
     for (long long j = 0; j < nvis; j++)
-      acc += s[j] * fa_elem_get(c->v, p->dtype, ko + (size_t)j * D + d);
+      acc += s[j] * fa_elem_get(c->v, p->dtype, vo + (size_t)j * DV + d);
     o[d] = nvis ? acc / l : 0;
   }
 }
@@ -131,7 +137,7 @@ static int pick(size_t rows, size_t nsample, uint64_t seed, size_t **at) {
 static int pick_rows(val_case *c, size_t nsample) {
   const size_t rows = (size_t)c->p.batch * (size_t)c->p.heads * (size_t)c->p.seq_q;
   if (nsample > rows) nsample = rows;
-  c->sample_o = malloc(nsample * (size_t)c->p.dim * sizeof *c->sample_o);
+  c->sample_o = malloc(nsample * (size_t)fa_problem_dim_v(&c->p) * sizeof *c->sample_o);
   if (!c->sample_o || pick(rows, nsample, c->seed ^ 0x5eedULL, &c->sample_rows) != 0) return -1;
   c->nsample = nsample;
   return 0;
@@ -142,7 +148,7 @@ static int run_oracle(val_case *c, fa_backend *be, const fa_program *oracle,
   const fa_problem *p = &c->p;
   const size_t acc = p->dtype == FA_FP64 ? 8 : 4;
   const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
-  const size_t n = rows * (size_t)p->dim;
+  const size_t n = rows * (size_t)fa_problem_dim_v(p);
   attn_inputs in = {0};
   void *o = NULL, *lse = NULL, *ho = malloc(n * acc), *hl = malloc(rows * acc);
   gen_launch shape;
@@ -183,14 +189,15 @@ static void cpu_dq_row(const val_case *c, size_t row, double *dq, double *mag, d
   const fa_problem *p = &c->p;
   const fa_dtype t = p->dtype;
   const size_t D = (size_t)p->dim, ko = row / (size_t)p->seq_q * (size_t)p->seq_k * D;
+  const size_t DV = (size_t)fa_problem_dim_v(p), vo = v_head(p, row);
   const double scale = fa_problem_scale(p);
   double l, sum = 0, sum_abs = 0;
   const long long nvis = exp_row(c, row, s, &l);
   for (long long j = 0; j < nvis; j++) {
     s[j] /= l, dp[j] = da[j] = 0;
-    for (size_t d = 0; d < D; d++) {
-      const double x = fa_elem_get(c->dout, t, row * D + d) *
-                       fa_elem_get(c->v, t, ko + (size_t)j * D + d);
+    for (size_t d = 0; d < DV; d++) {
+      const double x = fa_elem_get(c->dout, t, row * DV + d) *
+                       fa_elem_get(c->v, t, vo + (size_t)j * DV + d);
       dp[j] += x, da[j] += fabs(x);
     }
     sum += s[j] * dp[j], sum_abs += s[j] * da[j];
@@ -213,19 +220,18 @@ static void cpu_dkdv_row(const val_case *c, size_t krow, const double *delta, do
                          double *dv) {
   const fa_problem *p = &c->p;
   const fa_dtype t = p->dtype;
-  const size_t D = (size_t)p->dim, bh = krow / (size_t)p->seq_k;
+  const size_t D = (size_t)p->dim, DV = (size_t)fa_problem_dim_v(p), bh = krow / (size_t)p->seq_k;
   const long long col = (long long)(krow % (size_t)p->seq_k);
   const double scale = fa_problem_scale(p);
-  for (size_t d = 0; d < D; d++) dk[d] = dv[d] = 0;
+  for (size_t d = 0; d < D; d++) dk[d] = 0;
+  for (size_t d = 0; d < DV; d++) dv[d] = 0;
   for (long long r = 0; r < p->seq_q; r++) {
     if (col >= visible(p, r)) continue;
     const size_t row = bh * (size_t)p->seq_q + (size_t)r;
     const double pr = exp(scale * dot_elems(c->q, row * D, c->k, krow * D, t, D) - c->lse_ref[row]);
-    const double ds = pr * (dot_elems(c->dout, row * D, c->v, krow * D, t, D) - delta[row]);
-    for (size_t d = 0; d < D; d++) {
-      dv[d] += pr * fa_elem_get(c->dout, t, row * D + d);
-      dk[d] += scale * ds * fa_elem_get(c->q, t, row * D + d);
-    }
+    const double ds = pr * (dot_elems(c->dout, row * DV, c->v, krow * DV, t, DV) - delta[row]);
+    for (size_t d = 0; d < DV; d++) dv[d] += pr * fa_elem_get(c->dout, t, row * DV + d);
+    for (size_t d = 0; d < D; d++) dk[d] += scale * ds * fa_elem_get(c->q, t, row * D + d);
   }
 }
 
@@ -235,34 +241,35 @@ static void cpu_dkdv_row(const val_case *c, size_t krow, const double *delta, do
 static int make_bwd_sampled(val_case *c, size_t nsample) {
   const fa_problem *p = &c->p;
   const size_t D = (size_t)p->dim, rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
+  const size_t DV = (size_t)fa_problem_dim_v(p);
   const size_t krows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_k;
   const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
   const fa_dtype lt = p->dtype == FA_FP64 ? FA_FP64 : FA_FP32;
   const size_t nk = nsample < krows ? nsample : krows, nq = c->nsample;
   double *delta = malloc(rows * sizeof *delta), *s = malloc((size_t)p->seq_k * 3 * sizeof *s);
-  c->o = malloc(rows * D * es), c->lse = malloc(rows * ls), c->dout = malloc(rows * D * es);
+  c->o = malloc(rows * DV * es), c->lse = malloc(rows * ls), c->dout = malloc(rows * DV * es);
   c->sample_dq = malloc(nq * D * sizeof(double)), c->sample_dq_mag = malloc(nq * D * sizeof(double));
-  c->sample_dk = malloc(nk * D * sizeof(double)), c->sample_dv = malloc(nk * D * sizeof(double));
+  c->sample_dk = malloc(nk * D * sizeof(double)), c->sample_dv = malloc(nk * DV * sizeof(double));
   int rc = -1;
   if (delta && s && c->o && c->lse && c->dout && c->sample_dq && c->sample_dq_mag &&
       c->sample_dk && c->sample_dv && pick(krows, nk, c->seed ^ 0x6b6579ULL, &c->sample_krows) == 0) {
     c->nksample = nk;
     uint64_t r = c->seed ^ 0xd0d0d0d0ULL;   /* make_bwd's dO */
-    for (size_t i = 0; i < rows * D; i++) {
+    for (size_t i = 0; i < rows * DV; i++) {
       fa_elem_put(c->dout, p->dtype, i, rng_normal(&r));
       fa_elem_put(c->o, p->dtype, i, c->o_ref[i]);
     }
     for (size_t i = 0; i < rows; i++) {
       fa_elem_put(c->lse, lt, i, c->lse_ref[i]);
       delta[i] = 0;
-      for (size_t d = 0; d < D; d++)
-        delta[i] += fa_elem_get(c->dout, p->dtype, i * D + d) * c->o_ref[i * D + d];
+      for (size_t d = 0; d < DV; d++)
+        delta[i] += fa_elem_get(c->dout, p->dtype, i * DV + d) * c->o_ref[i * DV + d];
     }
     for (size_t i = 0; i < nq; i++)
       cpu_dq_row(c, c->sample_rows[i], c->sample_dq + i * D, c->sample_dq_mag + i * D, s,
                  s + p->seq_k, s + 2 * (size_t)p->seq_k);
     for (size_t i = 0; i < nk; i++)
-      cpu_dkdv_row(c, c->sample_krows[i], delta, c->sample_dk + i * D, c->sample_dv + i * D);
+      cpu_dkdv_row(c, c->sample_krows[i], delta, c->sample_dk + i * D, c->sample_dv + i * DV);
     rc = 0;
   }
   free(delta), free(s);
@@ -279,7 +286,7 @@ int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long se
   }
   const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
   double *s = malloc(((size_t)p->seq_k + 1) * sizeof *s);
-  c->o_ref = malloc(rows * (size_t)p->dim * sizeof *c->o_ref);
+  c->o_ref = malloc(rows * (size_t)fa_problem_dim_v(p) * sizeof *c->o_ref);
   c->lse_ref = malloc(rows * sizeof *c->lse_ref);
   int rc = -1;
   if (!s || !c->o_ref || !c->lse_ref || make_inputs(c, p, seed, NULL, NULL, NULL, NULL) != 0 ||
@@ -288,7 +295,7 @@ int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long se
     goto done;
   }
   if (run_oracle(c, be, oracle, ok, err, errlen) != 0) goto done;
-  const size_t D = (size_t)p->dim;
+  const size_t D = (size_t)fa_problem_dim_v(p);
   double e2 = 0, r2 = 0;
   for (size_t i = 0; i < c->nsample; i++) {
     double *ref = c->sample_o + i * D;
@@ -323,12 +330,14 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
   const fa_problem *p = &c->p;
   const size_t bh = (size_t)p->batch * (size_t)p->heads, rows = bh * (size_t)p->seq_q;
   const size_t nq = rows * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
+  const size_t no = rows * (size_t)fa_problem_dim_v(p);
+  const size_t nv = bh * (size_t)p->seq_k * (size_t)fa_problem_dim_v(p);
   const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
   const fa_dtype lt = p->dtype == FA_FP64 ? FA_FP64 : FA_FP32;
-  double *dod = malloc(nq * sizeof *dod);
-  c->o = malloc(nq * es), c->lse = malloc(rows * ls), c->dout = malloc(nq * es);
+  double *dod = malloc(no * sizeof *dod);
+  c->o = malloc(no * es), c->lse = malloc(rows * ls), c->dout = malloc(no * es);
   c->dq_ref = malloc(nq * sizeof(double));
-  c->dk_ref = malloc(nk * sizeof(double)), c->dv_ref = malloc(nk * sizeof(double));
+  c->dk_ref = malloc(nk * sizeof(double)), c->dv_ref = malloc(nv * sizeof(double));
   c->dq_mag = malloc(nq * sizeof(double)), c->dk_mag = malloc(nk * sizeof(double));
   int rc = -1;
   if (!dod || !c->o || !c->lse || !c->dout || !c->dq_ref || !c->dk_ref || !c->dv_ref ||
@@ -336,14 +345,15 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
     snprintf(err, errlen, "out of memory for the validation inputs");
   } else {
     uint64_t s = c->seed ^ 0xd0d0d0d0ULL;
-    for (size_t i = 0; i < nq; i++) {
+    for (size_t i = 0; i < no; i++) {
       dod[i] = fa_elem_put(c->dout, p->dtype, i, rng_normal(&s));
       fa_elem_put(c->o, p->dtype, i, c->o_ref[i]);
     }
     for (size_t i = 0; i < rows; i++) fa_elem_put(c->lse, lt, i, c->lse_ref[i]);
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
-    const ref_bwd_io io = {qd, kd, vd, dod, lq, lk, lk, lq, c->dq_ref, c->dk_ref, c->dv_ref,
-                           lq, lk, lk, c->dq_mag, c->dk_mag};
+    const fa_layout lo = fa_layout_contiguous_v(p, p->seq_q), lv = fa_layout_contiguous_v(p, p->seq_k);
+    const ref_bwd_io io = {qd, kd, vd, dod, lq, lk, lv, lo, c->dq_ref, c->dk_ref, c->dv_ref,
+                           lq, lk, lv, c->dq_mag, c->dk_mag};
     rc = ref_op(p, &io, err, errlen);
   }
   free(dod);
@@ -364,15 +374,18 @@ int val_case_make_shaped(val_case *c, const fa_problem *p, unsigned long long se
   }
   const size_t bh = (size_t)p->batch * (size_t)p->heads;
   const size_t nq = bh * (size_t)p->seq_q * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
-  double *qd = malloc(nq * sizeof *qd), *kd = malloc(nk * sizeof *kd), *vd = malloc(nk * sizeof *vd);
-  c->o_ref = malloc(nq * sizeof *c->o_ref);
+  const size_t DV = (size_t)fa_problem_dim_v(p);
+  double *qd = malloc(nq * sizeof *qd), *kd = malloc(nk * sizeof *kd);
+  double *vd = malloc(bh * (size_t)p->seq_k * DV * sizeof *vd);
+  c->o_ref = malloc(bh * (size_t)p->seq_q * DV * sizeof *c->o_ref);
   c->lse_ref = malloc(bh * (size_t)p->seq_q * sizeof *c->lse_ref);
   int rc = -1;
   if (!qd || !kd || !vd || !c->o_ref || !c->lse_ref || make_inputs(c, p, seed, shape, qd, kd, vd)) {
     snprintf(err, errlen, "out of memory for the validation inputs");
   } else {
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
-    const ref_fwd_io io = {qd, kd, vd, lq, lk, lk, c->o_ref, lq, c->lse_ref};
+    const fa_layout lv = fa_layout_contiguous_v(p, p->seq_k), lo = fa_layout_contiguous_v(p, p->seq_q);
+    const ref_fwd_io io = {qd, kd, vd, lq, lk, lv, c->o_ref, lo, c->lse_ref};
     fa_problem fwd = *p;
     fwd.op = FA_OP_FWD;
     rc = ref_op(&fwd, &io, err, errlen);
@@ -391,7 +404,7 @@ static double get_lse(const void *a, fa_dtype t, size_t i) {
 void val_output_where(const fa_problem *p, int o, size_t i, char *buf, size_t n) {
   fa_problem shape = *p;
   shape.seq_q = attn_output_seq(p, o);
-  val_where(&shape, i, p->op == FA_OP_FWD && o == 1 ? 1 : p->dim, buf, n);   /* lse: one a row */
+  val_where(&shape, i, attn_output_dim(p, o), buf, n);
 }
 
 void val_where(const fa_problem *p, size_t i, int dim, char *buf, size_t n) {
@@ -409,13 +422,14 @@ void val_where(const fa_problem *p, size_t i, int dim, char *buf, size_t n) {
 static int judge_o(const val_case *c, const void *o, double tol, val_result *r) {
   const fa_problem *p = &c->p;
   const fa_dtype t = p->dtype;
-  const size_t n = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q * (size_t)p->dim;
+  const size_t DV = (size_t)fa_problem_dim_v(p);
+  const size_t n = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q * DV;
   char at[64];
   double e2 = 0, r2 = 0;
   for (size_t i = 0; i < n; i++) {
     const double x = fa_elem_get(o, t, i), d = x - c->o_ref[i];
     if (!isfinite(x)) {
-      val_where(p, i, p->dim, at, sizeof at);
+      val_where(p, i, (int)DV, at, sizeof at);
       snprintf(r->msg, sizeof r->msg, "o%s is %s (never written, or overflow)", at,
                isnan(x) ? "NaN" : "Inf");
       r->rel_err = r->max_abs_err = INFINITY;
@@ -426,7 +440,7 @@ static int judge_o(const val_case *c, const void *o, double tol, val_result *r) 
   }
   r->rel_err = r2 > 0 ? sqrt(e2 / r2) : sqrt(e2);
   if (c->nsample) {
-    const size_t D = (size_t)p->dim;
+    const size_t D = DV;
     double s2 = 0, q2 = 0;
     for (size_t i = 0; i < c->nsample; i++)
       for (size_t d = 0; d < D; d++) {
@@ -466,8 +480,8 @@ static int judge_lse(const val_case *c, const void *lse, double tol, val_result 
   return 0;
 }
 
-/* A gradient against its reference (seq rows of the problem's dim per
-** (batch, head)): every element finite, the norm-relative error into
+/* A gradient against its reference (seq rows of dim values per (batch,
+** head): the problem's dim for dq and dk, its dim_v for dv): every element finite, the norm-relative error into
 ** grad_err[g] and, the worst so far, rel_err. ref and mag (the magnitudes
 ** of the terms, which the norm takes where given, else ref's) hold every
 ** row, or with rows the nrows sampled ones (oracle cases), row i of them
@@ -478,17 +492,17 @@ typedef struct grad_ref {
   size_t nrows;
 } grad_ref;
 
-static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int seq, int g,
-                      const char *name, double tol, val_result *r) {
+static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int seq, int dim,
+                      int g, const char *name, double tol, val_result *r) {
   const fa_problem *p = &c->p;
   fa_problem shape = *p;
   shape.seq_q = seq;   /* val_where's rows */
-  const size_t D = (size_t)p->dim, n = (size_t)p->batch * (size_t)p->heads * (size_t)seq * D;
+  const size_t D = (size_t)dim, n = (size_t)p->batch * (size_t)p->heads * (size_t)seq * D;
   char at[64];
   for (size_t i = 0; i < n; i++) {
     const double x = fa_elem_get(got, p->dtype, i);
     if (isnan(x) || isinf(x)) {
-      val_where(&shape, i, p->dim, at, sizeof at);
+      val_where(&shape, i, dim, at, sizeof at);
       snprintf(r->msg, sizeof r->msg, "%s%s is %s (never written, or overflow)", name, at,
                isnan(x) ? "NaN" : "Inf");
       r->grad_err[g] = r->rel_err = r->max_abs_err = INFINITY;
@@ -521,17 +535,17 @@ static int judge_dq(const val_case *c, const void *got, double tol, val_result *
   const grad_ref g = c->dq_ref ? (grad_ref){c->dq_ref, c->dq_mag, NULL, 0}
                                : (grad_ref){c->sample_dq, c->sample_dq_mag, c->sample_rows,
                                             c->nsample};
-  return judge_grad(c, got, g, c->p.seq_q, 0, "dq", tol, r);
+  return judge_grad(c, got, g, c->p.seq_q, c->p.dim, 0, "dq", tol, r);
 }
 static int judge_dk(const val_case *c, const void *got, double tol, val_result *r) {
   const grad_ref g = c->dk_ref ? (grad_ref){c->dk_ref, c->dk_mag, NULL, 0}
                                : (grad_ref){c->sample_dk, NULL, c->sample_krows, c->nksample};
-  return judge_grad(c, got, g, c->p.seq_k, 1, "dk", tol, r);
+  return judge_grad(c, got, g, c->p.seq_k, c->p.dim, 1, "dk", tol, r);
 }
 static int judge_dv(const val_case *c, const void *got, double tol, val_result *r) {
   const grad_ref g = c->dv_ref ? (grad_ref){c->dv_ref, NULL, NULL, 0}
                                : (grad_ref){c->sample_dv, NULL, c->sample_krows, c->nksample};
-  return judge_grad(c, got, g, c->p.seq_k, 2, "dv", tol, r);
+  return judge_grad(c, got, g, c->p.seq_k, fa_problem_dim_v(&c->p), 2, "dv", tol, r);
 }
 
 /* An output an op declares: its name, its tolerance for a dtype, and its
