@@ -3,9 +3,16 @@ $ local c, P, T = args.cfg, args.P, args.T
 $ local causal, atomic = c.causal == 1, c.dq == "atomic"
 $ local fa1 = c.order == "q"   -- FlashAttention-1's order: parallel over Q, dK and dV by atomics
 $ local D, BM, BN, NT, DS, NS = P.D, P.BM, P.BN, P.NT, P.DS, P.NS
+$ -- V's head dim (V, O, dO, dV) and its rows' stride; DV == D renders the
+$ -- kernels of one head dim, K and V (Q and dO) in the same loops.
+$ local DV, DVS = P.DV, P.DVS
 $ local W = NT // 32
 /* ${args.entry}: the backward pass, tile ${BM}x${BN}, ${NT} threads.
-** dK, dV: ${P.RKV} element(s) per thread; dQ: ${P.RQ}. */
+$ if DV == D then
+** dK, dV: ${P.RK} element(s) per thread; dQ: ${P.RQ}. */
+$ else
+** Head dims ${D} (Q, K) and ${DV} (V, O). dK: ${P.RK} element(s) per thread, dV: ${P.RV}; dQ: ${P.RQ}. */
+$ end
 
 $ -- The tensors of query head hv of this batch: Q, O, dO, lse, D (and
 $ -- dQ's accumulator).
@@ -51,10 +58,10 @@ $ end
   (void)sl2; (void)scale;
 $ end
 
-$ -- dK's and dV's float accumulators, (seq_k, 2 dim) per (batch, K/V head):
-$ -- dK's row, then dV's.
+$ -- dK's and dV's float accumulators, (seq_k, D + DV) per (batch, K/V
+$ -- head): dK's row, then dV's.
 $ local function kv_acc()
-  acc_t *const kvacc = (acc_t *)p.ws2 + ((long long)b * p.heads + hk) * p.seq_k * ${2 * D};
+  acc_t *const kvacc = (acc_t *)p.ws2 + ((long long)b * p.heads + hk) * p.seq_k * ${D + DV};
 $ end
 $ -- Shared-memory tiles of the dkdv and dq kernels.
 $ local function tiles()
@@ -71,6 +78,7 @@ $ end
 $ -- Q and dO rows q0.. into shared memory with each row's logsumexp (in
 $ -- log2 units) and D; rows past the problem are zeros.
 $ local function load_q(q0)
+$ if DV == D then
   for (int e = tid; e < ${BM * D}; e += ${NT}) {
     const int r = e / ${D}, d = e - r * ${D};
     const int gr = ${q0} + r;
@@ -82,6 +90,22 @@ $ local function load_q(q0)
     fa_sts_${T}(Qs + r * ${DS} + d, qx);
     fa_sts_${T}(dOs + r * ${DS} + d, dx);
   }
+$ else
+  for (int e = tid; e < ${BM * D}; e += ${NT}) {
+    const int r = e / ${D}, d = e - r * ${D};
+    const int gr = ${q0} + r;
+    acc_t qx = 0;
+    if (gr < p.seq_q) qx = fa_ldg_${T}(qg + gr * p.q_sn + d);
+    fa_sts_${T}(Qs + r * ${DS} + d, qx);
+  }
+  for (int e = tid; e < ${BM * DV}; e += ${NT}) {
+    const int r = e / ${DV}, d = e - r * ${DV};
+    const int gr = ${q0} + r;
+    acc_t dx = 0;
+    if (gr < p.seq_q) dx = fa_ldg_${T}(dog + gr * p.do_sn + d);
+    fa_sts_${T}(dOs + r * ${DVS} + d, dx);
+  }
+$ end
   for (int r = tid; r < ${BM}; r += ${NT}) {
     const int gr = ${q0} + r;
     acc_t lx = 0, dx = 0;
@@ -96,6 +120,7 @@ $ end
 
 $ -- K and V rows k0.. into shared memory; rows past the problem are zeros.
 $ local function load_kv(k0)
+$ if DV == D then
   for (int e = tid; e < ${BN * D}; e += ${NT}) {
     const int n = e / ${D}, d = e - n * ${D};
     const int gn = ${k0} + n;
@@ -107,6 +132,22 @@ $ local function load_kv(k0)
     fa_sts_${T}(Ks + n * ${DS} + d, kx);
     fa_sts_${T}(Vs + n * ${DS} + d, vx);
   }
+$ else
+  for (int e = tid; e < ${BN * D}; e += ${NT}) {
+    const int n = e / ${D}, d = e - n * ${D};
+    const int gn = ${k0} + n;
+    acc_t kx = 0;
+    if (gn < p.seq_k) kx = fa_ldg_${T}(kg + gn * p.k_sn + d);
+    fa_sts_${T}(Ks + n * ${DS} + d, kx);
+  }
+  for (int e = tid; e < ${BN * DV}; e += ${NT}) {
+    const int n = e / ${DV}, d = e - n * ${DV};
+    const int gn = ${k0} + n;
+    acc_t vx = 0;
+    if (gn < p.seq_k) vx = fa_ldg_${T}(vg + gn * p.v_sn + d);
+    fa_sts_${T}(Vs + n * ${DVS} + d, vx);
+  }
+$ end
 $ end
 
 $ -- The one recomputation both kernels share, cell by cell of the BM x BN
@@ -123,11 +164,20 @@ $ else
     if (gr < p.seq_q && gn < p.seq_k) {
 $ end
       acc_t s = 0, dp = 0;
+$ if DV == D then
       FA_UNROLL_BY(4)
       for (int d = 0; d < ${D}; ++d) {
         s += fa_lds_${T}(Qs + r * ${DS} + d) * fa_lds_${T}(Ks + n * ${DS} + d);
         dp += fa_lds_${T}(dOs + r * ${DS} + d) * fa_lds_${T}(Vs + n * ${DS} + d);
       }
+$ else
+      FA_UNROLL_BY(4)
+      for (int d = 0; d < ${D}; ++d)
+        s += fa_lds_${T}(Qs + r * ${DS} + d) * fa_lds_${T}(Ks + n * ${DS} + d);
+      FA_UNROLL_BY(4)
+      for (int d = 0; d < ${DV}; ++d)
+        dp += fa_lds_${T}(dOs + r * ${DVS} + d) * fa_lds_${T}(Vs + n * ${DVS} + d);
+$ end
       pv = fa_exp2_${T}(s * sl2 - fa_lds_${T}(lse_s + r));
       ds = pv * (dp - fa_lds_${T}(d_s + r));
     }
@@ -148,7 +198,7 @@ FA_KERNEL(${args.entry}_pre, ${NT})
     const int gr = q0 + r;
     if (gr >= p.seq_q) break;
     acc_t sum = 0;
-    for (int d = lane; d < ${D}; d += 32)
+    for (int d = lane; d < ${DV}; d += 32)
       sum += fa_ldg_${T}(dog + gr * p.do_sn + d) * fa_ld_${T}(og + gr * p.o_sn + d);
     FA_UNROLL
     for (int m = 16; m >= 1; m >>= 1) sum += fa_shfl_xor_${T}(sum, m);
@@ -175,9 +225,16 @@ FA_KERNEL(${args.entry}_dkdv, ${NT})
   acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + hk * p.dk_sh;
   acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + hk * p.dv_sh;
   const int k0 = fa_bid_x() * ${BN};
-  acc_t dk[${P.RKV}], dv[${P.RKV}];
+  acc_t dk[${P.RK}], dv[${P.RV}];
+$ if DV == D then
   FA_UNROLL
-  for (int t = 0; t < ${P.RKV}; ++t) dk[t] = dv[t] = 0;
+  for (int t = 0; t < ${P.RK}; ++t) dk[t] = dv[t] = 0;
+$ else
+  FA_UNROLL
+  for (int t = 0; t < ${P.RK}; ++t) dk[t] = 0;
+  FA_UNROLL
+  for (int t = 0; t < ${P.RV}; ++t) dv[t] = 0;
+$ end
   $ load_kv("k0")
 $ if causal then
   /* The first row that sees key k0 is k0 - off. */
@@ -194,9 +251,10 @@ $ end
       fa_syncthreads();
       $ recompute("q0", "k0", true)
       fa_syncthreads();
+$ if DV == D then
       /* dV += P^T dO, dK += dS^T Q over the block's rows. */
       FA_UNROLL
-      for (int t = 0; t < ${P.RKV}; ++t) {
+      for (int t = 0; t < ${P.RK}; ++t) {
         const int e = tid + t * ${NT};
         if (e < ${BN * D}) {
           const int n = e / ${D}, d = e - n * ${D};
@@ -209,6 +267,34 @@ $ end
           dv[t] += av, dk[t] += ak;
         }
       }
+$ else
+      /* dV += P^T dO over the block's rows. */
+      FA_UNROLL
+      for (int t = 0; t < ${P.RV}; ++t) {
+        const int e = tid + t * ${NT};
+        if (e < ${BN * DV}) {
+          const int n = e / ${DV}, d = e - n * ${DV};
+          acc_t av = 0;
+          FA_UNROLL_BY(4)
+          for (int r = 0; r < ${BM}; ++r)
+            av += fa_lds_${T}(Ps + r * ${NS} + n) * fa_lds_${T}(dOs + r * ${DVS} + d);
+          dv[t] += av;
+        }
+      }
+      /* dK += dS^T Q over the block's rows. */
+      FA_UNROLL
+      for (int t = 0; t < ${P.RK}; ++t) {
+        const int e = tid + t * ${NT};
+        if (e < ${BN * D}) {
+          const int n = e / ${D}, d = e - n * ${D};
+          acc_t ak = 0;
+          FA_UNROLL_BY(4)
+          for (int r = 0; r < ${BM}; ++r)
+            ak += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Qs + r * ${DS} + d);
+          dk[t] += ak;
+        }
+      }
+$ end
 $ if atomic then
       /* dQ += dS K for this block's rows, added across the K/V blocks' CTAs. */
       for (int e = tid; e < ${BM * D}; e += ${NT}) {
@@ -225,8 +311,9 @@ $ end
       fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
     }
   }
+$ if DV == D then
   FA_UNROLL
-  for (int t = 0; t < ${P.RKV}; ++t) {
+  for (int t = 0; t < ${P.RK}; ++t) {
     const int e = tid + t * ${NT};
     const int n = e / ${D}, d = e - n * ${D};
     if (e < ${BN * D} && k0 + n < p.seq_k) {
@@ -234,6 +321,20 @@ $ end
       fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, dv[t]);
     }
   }
+$ else
+  FA_UNROLL
+  for (int t = 0; t < ${P.RK}; ++t) {
+    const int e = tid + t * ${NT};
+    const int n = e / ${D}, d = e - n * ${D};
+    if (e < ${BN * D} && k0 + n < p.seq_k) fa_st_${T}(dkg + (k0 + n) * p.dk_sn + d, dk[t] * scale);
+  }
+  FA_UNROLL
+  for (int t = 0; t < ${P.RV}; ++t) {
+    const int e = tid + t * ${NT};
+    const int n = e / ${DV}, d = e - n * ${DV};
+    if (e < ${BN * DV} && k0 + n < p.seq_k) fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, dv[t]);
+  }
+$ end
 }
 
 $ end
@@ -299,7 +400,7 @@ $ end
         dq[t] += a;
       }
     }
-$ if fa1 then
+$ if fa1 and DV == D then
     for (int e = tid; e < ${BN * D}; e += ${NT}) {
       const int n = e / ${D}, d = e - n * ${D};
       if (k0 + n < p.seq_k) {
@@ -313,6 +414,30 @@ $ if fa1 then
         fa_atomic_add_${T}(kvacc + (long long)(k0 + n) * ${2 * D} + ${D} + d, av);
       }
     }
+$ end
+$ if fa1 and DV ~= D then
+    for (int e = tid; e < ${BN * D}; e += ${NT}) {
+      const int n = e / ${D}, d = e - n * ${D};
+      if (k0 + n < p.seq_k) {
+        acc_t ak = 0;
+        FA_UNROLL_BY(4)
+        for (int r = 0; r < ${BM}; ++r)
+          ak += fa_lds_${T}(dSs + r * ${NS} + n) * fa_lds_${T}(Qs + r * ${DS} + d);
+        fa_atomic_add_${T}(kvacc + (long long)(k0 + n) * ${D + DV} + d, ak);
+      }
+    }
+    for (int e = tid; e < ${BN * DV}; e += ${NT}) {
+      const int n = e / ${DV}, d = e - n * ${DV};
+      if (k0 + n < p.seq_k) {
+        acc_t av = 0;
+        FA_UNROLL_BY(4)
+        for (int r = 0; r < ${BM}; ++r)
+          av += fa_lds_${T}(Ps + r * ${NS} + n) * fa_lds_${T}(dOs + r * ${DVS} + d);
+        fa_atomic_add_${T}(kvacc + (long long)(k0 + n) * ${D + DV} + ${D} + d, av);
+      }
+    }
+$ end
+$ if fa1 then
     fa_syncthreads(); /* K, V, P and dS are read: the next K/V block may load */
 $ else
     fa_syncthreads(); /* dS and K are read: the next K/V block may load */
@@ -335,8 +460,8 @@ FA_KERNEL(${args.entry}_kvzero, ${NT})
   $ setup(false)
   $ kv_acc()
   const int k0 = fa_bid_x() * ${BN};
-  for (int e = tid; e < ${BN * 2 * D}; e += ${NT})
-    if (k0 + e / ${2 * D} < p.seq_k) fa_st_${T}(kvacc + (long long)k0 * ${2 * D} + e, (acc_t)0);
+  for (int e = tid; e < ${BN * (D + DV)}; e += ${NT})
+    if (k0 + e / ${D + DV} < p.seq_k) fa_st_${T}(kvacc + (long long)k0 * ${D + DV} + e, (acc_t)0);
 }
 
 /* dK = scale * its accumulator, dV = its own, for K/V block fa_bid_x(). */
@@ -347,6 +472,7 @@ FA_KERNEL(${args.entry}_kvconvert, ${NT})
   acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + hk * p.dk_sh;
   acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + hk * p.dv_sh;
   const int k0 = fa_bid_x() * ${BN};
+$ if DV == D then
   for (int e = tid; e < ${BN * D}; e += ${NT}) {
     const int n = e / ${D}, d = e - n * ${D};
     if (k0 + n < p.seq_k) {
@@ -355,5 +481,17 @@ FA_KERNEL(${args.entry}_kvconvert, ${NT})
       fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, fa_ld_${T}(row + ${D} + d));
     }
   }
+$ else
+  for (int e = tid; e < ${BN * D}; e += ${NT}) {
+    const int n = e / ${D}, d = e - n * ${D};
+    if (k0 + n < p.seq_k)
+      fa_st_${T}(dkg + (k0 + n) * p.dk_sn + d, fa_ld_${T}(kvacc + (long long)(k0 + n) * ${D + DV} + d) * scale);
+  }
+  for (int e = tid; e < ${BN * DV}; e += ${NT}) {
+    const int n = e / ${DV}, d = e - n * ${DV};
+    if (k0 + n < p.seq_k)
+      fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, fa_ld_${T}(kvacc + (long long)(k0 + n) * ${D + DV} + ${D} + d));
+  }
+$ end
 }
 $ end

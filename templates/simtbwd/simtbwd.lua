@@ -21,6 +21,9 @@
 -- them into dK and dV): what FlashAttention-2's order saves is those
 -- atomics and their accumulators' traffic. (FA1 kept the forward pass's
 -- row max and sum apart; this one reads the logsumexp, as FA2.)
+-- V's head dim may differ from Q's and K's (dim_v, as DeepSeek's 192/128):
+-- V, dO and dV rows take it, and dP = dO V^T and D = rowsum(dO * O) sum
+-- over it; S, dK and dQ keep Q's.
 
 local simtbwd = { name = "simtbwd", version = 3 }
 local enum = require("enum")
@@ -70,30 +73,32 @@ local function cdiv(a, b) return (a + b - 1) // b end
 -- The shared-memory plan (in elements, rows padded by one against bank
 -- conflicts) and the register arrays of each kernel.
 function simtbwd.plan(c)
-  local D, BM, BN = c.dim, c.block_m, c.block_n
-  local P = { D = D, BM = BM, BN = BN, NT = 32 * c.warps, DS = D + 1, NS = BN + 1 }
+  local D, DV, BM, BN = c.dim, enum.vdim(c), c.block_m, c.block_n
+  -- Q and K rows take the head dim D, V and dO rows (and dV's) V's, DV.
+  local P = { D = D, DV = DV, BM = BM, BN = BN, NT = 32 * c.warps, DS = D + 1, DVS = DV + 1,
+              NS = BN + 1 }
   P.esize = c.dtype == "fp64" and 8 or 4
-  P.RKV = cdiv(BN * D, P.NT)     -- dK and dV elements per thread (dkdv)
+  P.RK = cdiv(BN * D, P.NT)      -- dK elements per thread (dkdv)
+  P.RV = cdiv(BN * DV, P.NT)     -- dV elements per thread (dkdv)
   P.RQ = cdiv(BM * D, P.NT)      -- dQ elements per thread (dq)
   local off = 0
   local function take(n) local at = off; off = off + n; return at end
   -- Both kernels hold Q, dO, K and V tiles, dS and the rows' lse and D;
   -- dkdv also P.
-  P.off_q, P.off_do = take(BM * P.DS), take(BM * P.DS)
-  P.off_k, P.off_v = take(BN * P.DS), take(BN * P.DS)
+  P.off_q, P.off_do = take(BM * P.DS), take(BM * P.DVS)
+  P.off_k, P.off_v = take(BN * P.DS), take(BN * P.DVS)
   P.off_ds = take(BM * P.NS)
   P.off_lse, P.off_d = take(BM), take(BM)
   P.smem_dq = off * P.esize
   P.off_p = take(BM * P.NS)
   P.smem_dkdv = off * P.esize
   local words = c.dtype == "fp64" and 2 or 1
-  P.reg_words = (2 * P.RKV) * words + 32
+  P.reg_words = (P.RK + P.RV) * words + 32
   P.reg_words_dq = P.RQ * words + 32
   return P
 end
 
 function simtbwd.fits(c, _, target)
-  if c.dim_v ~= 0 then return false, "simtbwd computes V's head dim equal to Q's and K's" end
   if c.order == "q" and c.dq == "atomic" then
     return false, "FlashAttention-1's order writes dQ from its own CTA (dq=separate); dK and dV take the atomics"
   end
@@ -145,7 +150,7 @@ function simtbwd.render(c)
   local q_grid, k_grid = { { "seq_q", c.block_m }, "heads", "batch" },
                          { { "seq_k", c.block_n }, "kv_heads", "batch" }
   if c.order == "q" then
-    ws[2] = { name = "kv_acc", bytes_per_row = 2 * c.dim * P.esize, rows = "seq_k" }
+    ws[2] = { name = "kv_acc", bytes_per_row = (P.D + P.DV) * P.esize, rows = "seq_k" }
     return {
       source = render("simtbwd.cu", args),
       launches = {

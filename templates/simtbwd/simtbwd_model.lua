@@ -26,7 +26,7 @@ local function clamp(x, lo, hi) return x < lo and lo or (x > hi and hi or x) end
 
 -- The counters of one (batch, head), in elements for the memory counters.
 local function per_head(c, P, sq, sk)
-  local D, BM, BN = P.D, P.BM, P.BN
+  local D, DV, BM, BN = P.D, P.DV, P.BM, P.BN   -- Q's and K's head dim, V's
   local causal, atomic, fa1 = c.causal == 1, c.dq == "atomic", c.order == "q"
   local off = sk - sq
   local n = counters.tally(predicted)
@@ -45,25 +45,25 @@ local function per_head(c, P, sq, sk)
   end
 
   local function load_q(q0)
-    add("gmem_read", 2 * rows(q0) * D + 2 * rows(q0))   -- Q, dO; lse, D
-    add("smem_written", 2 * BM * D + 2 * BM)
+    add("gmem_read", rows(q0) * (D + DV) + 2 * rows(q0))   -- Q, dO; lse, D
+    add("smem_written", BM * (D + DV) + 2 * BM)
   end
   local function load_kv(k0)
-    add("gmem_read", 2 * keys(k0) * D)
-    add("smem_written", 2 * BN * D)
+    add("gmem_read", keys(k0) * (D + DV))
+    add("smem_written", BN * (D + DV))
   end
   local function recompute(q0, k0, keep_p)
     local l = live(q0, k0)
-    add("smem_read", l * (4 * D + 2))                   -- S and dP's rows, lse and D
+    add("smem_read", l * (2 * D + 2 * DV + 2))          -- S and dP's rows, lse and D
     add("exp2", l)
     add("smem_written", (keep_p and 2 or 1) * BM * BN)  -- dS (and P), every cell
   end
   -- dK and dV's share of a tile: every column, from every row of P and dS.
-  local function dkdv_share(rowsum_cols) add("smem_read", 4 * rowsum_cols * D * BM) end
+  local function dkdv_share(rowsum_cols) add("smem_read", 2 * rowsum_cols * (D + DV) * BM) end
 
   -- pre: D per query row (a warp per row, five shuffles), dQ's accumulator
   -- zeroed when atomic.
-  add("gmem_read", 2 * sq * D)
+  add("gmem_read", 2 * sq * DV)
   add("gmem_written", sq)
   add("shuffles", 5 * sq)
   if atomic then add("gmem_written", sq * D) end
@@ -89,7 +89,7 @@ local function per_head(c, P, sq, sk)
           add("atomics", r * D)
         end
       end
-      add("gmem_written", 2 * keys(k0) * D)
+      add("gmem_written", keys(k0) * (D + DV))
     end
   end
 
@@ -111,9 +111,9 @@ local function per_head(c, P, sq, sk)
         if fa1 then
           local kn = keys(k0)
           dkdv_share(kn)
-          add("gmem_read", 2 * kn * D)
-          add("gmem_written", 2 * kn * D)
-          add("atomics", 2 * kn * D)
+          add("gmem_read", kn * (D + DV))
+          add("gmem_written", kn * (D + DV))
+          add("atomics", kn * (D + DV))
         end
       end
       add("gmem_written", rows(q0) * D)
@@ -121,9 +121,9 @@ local function per_head(c, P, sq, sk)
   end
 
   if fa1 then
-    add("gmem_written", 2 * sk * D)                     -- kvzero
-    add("gmem_read", 2 * sk * D)                        -- kvconvert
-    add("gmem_written", 2 * sk * D)
+    add("gmem_written", sk * (D + DV))                  -- kvzero
+    add("gmem_read", sk * (D + DV))                     -- kvconvert
+    add("gmem_written", sk * (D + DV))
   end
   return n
 end

@@ -8,6 +8,10 @@ $ local causal, atomic = c.causal == 1, c.dq == "atomic"
 $ local D, BM, BN, NT, W = P.D, P.BM, P.BN, P.NT, P.W
 $ local MT, KT, NTL, DT = P.m_tiles, P.k_tiles, P.n_tiles, P.d_tiles
 $ local RB, SRB, dim = P.row_bytes, P.s_row_bytes, P.dim
+$ -- V's head dim (V, O, dO, dV), its padding, rows and n8 tiles per warp of
+$ -- dV; DV == D renders the kernels of one head dim.
+$ local DV, dim_v, VRB, DVTW = P.DV, P.dim_v, P.v_row_bytes, P.dv_tiles
+$ local same = DV == D and dim_v == dim
 $ local KW, DTW = P.key_warps, P.dw_tiles
 $ local SN, QDT = P.split_n, P.q_tiles
 $ local WR, KN, KWR = P.warp_rows, BN // SN, BN // KW  -- a warp's rows and keys of S; its keys of dK, dV
@@ -17,7 +21,12 @@ $ local dq_from_smem = SN > 1
 $ local function cdiv(a, b) return (a + b - 1) // b end
 /* ${args.entry}: the backward pass on tensor cores, tile ${BM}x${BN}, ${W} warps.
 ** A warp owns ${WR} rows by ${KN} keys of S and dP (${MT} m16 tile(s)), ${KWR} keys of dK and dV
+$ if same then
 ** (${KT} m16 tile(s)) by ${DTW * 8} of the head dim; head dim ${dim}${dim < D and " padded to " .. D or ""}. dQ ${atomic and "by atomics into a float accumulator" or "in a pass of its own"}. */
+$ else
+** (${KT} m16 tile(s)) by ${DTW * 8} of the head dim (dK) and ${DVTW * 8} of V's (dV); head dim ${dim}${dim < D and " padded to " .. D or ""},
+** V's ${dim_v}${dim_v < DV and " padded to " .. DV or ""}. dQ ${atomic and "by atomics into a float accumulator" or "in a pass of its own"}. */
+$ end
 
 $ -- The tensors of query head hv of this batch: Q, O, dO, lse, D (and
 $ -- dQ's accumulator).
@@ -87,8 +96,11 @@ $ end
 $ -- rows rows of a (seq, dim) 16-bit matrix from global row row0 into the
 $ -- tile at byte offset tile; rows at or past limit, and the padded
 $ -- columns, are zeros. Asynchronous with cp.async when dim is a multiple
-$ -- of 8; the caller commits and waits.
-$ local function copy_tile(tile, src, stride, row0, limit, rows)
+$ -- of 8; the caller commits and waits. v: a matrix of V's head dim (V,
+$ -- dO), its rows DV wide.
+$ local function copy_tile(tile, src, stride, row0, limit, rows, v)
+$   local D, RB, dim = D, RB, dim
+$   if v then D, RB, dim = DV, VRB, dim_v end
 $   local chunks = D // 8
 $   local total = rows * chunks
   FA_UNROLL
@@ -123,14 +135,14 @@ $ end
 $ -- K and V rows k0.. into their tiles.
 $ local function load_kv()
   $ copy_tile(P.off_k, "kg", "p.k_sn", "k0", "p.seq_k", BN)
-  $ copy_tile(P.off_v, "vg", "p.v_sn", "k0", "p.seq_k", BN)
+  $ copy_tile(P.off_v, "vg", "p.v_sn", "k0", "p.seq_k", BN, true)
 $ end
 
 $ -- Q and dO rows q0.. into their tiles, with each row's lse (log2 units)
 $ -- and D; 0 past seq_q.
 $ local function load_q()
   $ copy_tile(P.off_q, "qg", "p.q_sn", "q0", "p.seq_q", BM)
-  $ copy_tile(P.off_do, "dog", "p.do_sn", "q0", "p.seq_q", BM)
+  $ copy_tile(P.off_do, "dog", "p.do_sn", "q0", "p.seq_q", BM, true)
   for (int r = tid; r < ${BM}; r += ${NT}) {
     const int gr = q0 + r;
     fa_sts_f32(lse_s + r, gr < p.seq_q ? fa_ldg_f32(lg + gr) * 1.44269504088896340736f : 0.f);
@@ -147,8 +159,10 @@ $ end
 
 $ -- acc = A B^T for the warp's rows and keys of the Q and K/V blocks, on
 $ -- the tensor cores: A a row-major tile of the Q block (Q, dO), B one of
-$ -- the K/V block (K, V).
-$ local function gemm_rows_keys(acc, a_tile, b_tile)
+$ -- the K/V block (K, V); v: both of V's head dim (dO, V).
+$ local function gemm_rows_keys(acc, a_tile, b_tile, v)
+$   local D, RB = D, RB
+$   if v then D, RB = DV, VRB end
   FA_UNROLL
   for (int mt = 0; mt < ${MT}; ++mt) {
     FA_UNROLL
@@ -182,7 +196,7 @@ $ local function gemm_s_dp()
   /* S = Q K^T, dP = dO V^T: rows sw * ${WR}.., keys nw * ${KN}... */
   float s[${MT}][${NTL}][4], dp[${MT}][${NTL}][4];
   $ gemm_rows_keys("s", P.off_q, P.off_k)
-  $ gemm_rows_keys("dp", P.off_do, P.off_v)
+  $ gemm_rows_keys("dp", P.off_do, P.off_v, true)
 $ end
 
 $ -- P = exp2(S log2e - lse) and dS = P (dP - D), cell by cell of the
@@ -253,6 +267,7 @@ $ local function gemm_dv_dk()
       fa_ldmatrix_x4_trans(pa[kt], ss + (${P.off_p} + at));
       fa_ldmatrix_x4_trans(dsa[kt], ss + (${P.off_ds} + at));
     }
+$ if same then
     FA_UNROLL
     for (int d2 = 0; d2 < ${DTW // 2}; ++d2) {
       const int at = (kk * 16 + a_row) * ${RB} + (dw * ${DTW} + 2 * d2 + a_chunk) * 16;
@@ -267,6 +282,29 @@ $ local function gemm_dv_dk()
         fa_mma_m16n8k16_${T}(dk[kt][2 * d2 + 1], dsa[kt], qb + 2, dk[kt][2 * d2 + 1]);
       }
     }
+$ else
+    /* dV's columns (V's head dim), then dK's. */
+    FA_UNROLL
+    for (int d2 = 0; d2 < ${DVTW // 2}; ++d2) {
+      unsigned ob[4];
+      fa_ldmatrix_x4_trans(ob, ss + (${P.off_do} + (kk * 16 + a_row) * ${VRB} + (dw * ${DVTW} + 2 * d2 + a_chunk) * 16));
+      FA_UNROLL
+      for (int kt = 0; kt < ${KT}; ++kt) {
+        fa_mma_m16n8k16_${T}(dv[kt][2 * d2], pa[kt], ob, dv[kt][2 * d2]);
+        fa_mma_m16n8k16_${T}(dv[kt][2 * d2 + 1], pa[kt], ob + 2, dv[kt][2 * d2 + 1]);
+      }
+    }
+    FA_UNROLL
+    for (int d2 = 0; d2 < ${DTW // 2}; ++d2) {
+      unsigned qb[4];
+      fa_ldmatrix_x4_trans(qb, ss + (${P.off_q} + (kk * 16 + a_row) * ${RB} + (dw * ${DTW} + 2 * d2 + a_chunk) * 16));
+      FA_UNROLL
+      for (int kt = 0; kt < ${KT}; ++kt) {
+        fa_mma_m16n8k16_${T}(dk[kt][2 * d2], dsa[kt], qb, dk[kt][2 * d2]);
+        fa_mma_m16n8k16_${T}(dk[kt][2 * d2 + 1], dsa[kt], qb + 2, dk[kt][2 * d2 + 1]);
+      }
+    }
+$ end
   }
 $ end
 
@@ -337,7 +375,7 @@ FA_TC_KERNEL(${args.entry}_pre, ${NT})
     const int gr = q0 + r;
     if (gr >= p.seq_q) break;
     float sum = 0.f;
-    for (int d = lane; d < ${dim}; d += 32)
+    for (int d = lane; d < ${dim_v}; d += 32)
       sum += fa_${T}_to_f32(fa_ldg_u16(dog + gr * p.do_sn + d)) * fa_${T}_to_f32(fa_ldg_u16(og + gr * p.o_sn + d));
     FA_UNROLL
     for (int m = 16; m >= 1; m >>= 1) sum += fa_shfl_xor_f32(sum, m);
@@ -363,14 +401,27 @@ FA_TC_KERNEL(${args.entry}_dkdv, ${NT})
   /* This warp's keys and head-dim columns of dK and dV. */
   const int kw = warp % ${KW}, dw = warp / ${KW};
   (void)dw;
-  float dk[${KT}][${DTW}][4], dv[${KT}][${DTW}][4];  /* keys g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
+  float dk[${KT}][${DTW}][4], dv[${KT}][${DVTW}][4];  /* keys g, g + 8 of each m-tile; columns 8 n + 2 tig, + 1 */
   FA_UNROLL
   for (int kt = 0; kt < ${KT}; ++kt) {
+$ if same then
     FA_UNROLL
     for (int n = 0; n < ${DTW}; ++n) {
       FA_UNROLL
       for (int i = 0; i < 4; ++i) dk[kt][n][i] = dv[kt][n][i] = 0.f;
     }
+$ else
+    FA_UNROLL
+    for (int n = 0; n < ${DTW}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) dk[kt][n][i] = 0.f;
+    }
+    FA_UNROLL
+    for (int n = 0; n < ${DVTW}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) dv[kt][n][i] = 0.f;
+    }
+$ end
   }
   $ load_kv()
 $ if causal then
@@ -401,6 +452,7 @@ $ end
   unsigned short *const dvg = (unsigned short *)p.dv + b * p.dv_sb + hk * p.dv_sh;
   FA_UNROLL
   for (int kt = 0; kt < ${KT}; ++kt) {
+$ if same then
     FA_UNROLL
     for (int n = 0; n < ${DTW}; ++n) {
       FA_UNROLL
@@ -412,6 +464,24 @@ $ end
         }
       }
     }
+$ else
+    FA_UNROLL
+    for (int n = 0; n < ${DTW}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DTW} + n) * 8 + 2 * tig + (i & 1);
+        if (gn < p.seq_k && d < ${dim}) fa_st_u16(dkg + gn * p.dk_sn + d, fa_f32_to_${T}(dk[kt][n][i] * scale));
+      }
+    }
+    FA_UNROLL
+    for (int n = 0; n < ${DVTW}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DVTW} + n) * 8 + 2 * tig + (i & 1);
+        if (gn < p.seq_k && d < ${dim_v}) fa_st_u16(dvg + gn * p.dv_sn + d, fa_f32_to_${T}(dv[kt][n][i]));
+      }
+    }
+$ end
   }
 }
 

@@ -25,7 +25,9 @@
 -- Shared memory is padded a 16-byte chunk a row (the 8 rows an ldmatrix
 -- reads fall on distinct banks); tiles are copied with cp.async when the
 -- head dim is a multiple of 8, element by element otherwise; the head dim
--- pads up to tc's native dims.
+-- pads up to tc's native dims. V's head dim may differ from Q's and K's
+-- (dim_v, as DeepSeek's 192/128): V, dO and dV pad it up on their own, and
+-- dP = dO V^T and D = rowsum(dO * O) sum over it; S, dK and dQ keep Q's.
 
 local tcbwd = { name = "tcbwd", version = 3 }
 local enum = require("enum")
@@ -76,8 +78,14 @@ tcbwd.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps
 -- defaults take those tiles and splits, but at d64 S split 2 x 4: with
 -- FA2's 4 x 2 ptxas (CUDA 13) spills 196 bytes and issues 1990
 -- instructions per Q block per warp, with 2 x 4 about 100 and 1799.
+-- V's head dim, when larger, picks the tiles (dV's accumulators are as
+-- wide as it).
+local function tile_dim(dim, dim_v)
+  return math.max(tc.padded_dim(dim) or 256, tc.padded_dim(dim_v or dim) or 256)
+end
+
 function tcbwd.defaults(problem)
-  local D = tc.padded_dim(problem.dim or 64) or 256
+  local D = tile_dim(problem.dim or 64, problem.dim_v)
   local bm, bn, sn, sd = 128, 128, 4, 2
   if D > 128 then bm, bn, sn, sd = 64, 64, 2, 4 elseif D > 64 then bm, sn = 64, 4 end
   return { dtype = problem.dtype or "fp16", dim = problem.dim or 64, dim_v = enum.dim_v(problem),
@@ -95,9 +103,12 @@ end
 -- The plan: fragments per warp, the shared-memory layout (bytes), the
 -- register estimate (32-bit words per thread).
 function tcbwd.plan(c)
-  local D = tc.padded_dim(c.dim)
-  local P = { dim = c.dim, D = D, BM = c.block_m, BN = c.block_n, W = c.warps,
-              NT = 32 * c.warps }
+  local D, dim_v = tc.padded_dim(c.dim), enum.vdim(c)
+  local DV = tc.padded_dim(dim_v)
+  -- Q, K, dQ and dK take the head dim (dim, padded to D); V, dO and dV
+  -- V's (dim_v, padded to DV).
+  local P = { dim = c.dim, D = D, dim_v = dim_v, DV = DV, BM = c.block_m, BN = c.block_n,
+              W = c.warps, NT = 32 * c.warps }
   P.split_n = c.split_n
   P.row_warps = c.warps // c.split_n        -- warps across the rows of S, dP
   P.warp_rows = c.block_m // P.row_warps    -- a warp's rows of S, dP and dQ
@@ -106,15 +117,17 @@ function tcbwd.plan(c)
   P.k_tiles = c.block_n // (16 * P.key_warps)  -- m16 tiles of dK, dV per warp (keys)
   P.n_tiles = c.block_n // c.split_n // 8  -- n8 tiles of S per m-tile
   P.d_tiles = D // 8                        -- n8 tiles of a gradient per m-tile
-  P.dw_tiles = P.d_tiles // c.split_d       -- of dK, dV per warp
+  P.dw_tiles = P.d_tiles // c.split_d       -- of dK per warp
+  P.dv_tiles = DV // 8 // c.split_d         -- of dV per warp
   P.q_tiles = P.d_tiles // c.split_n        -- of dQ per warp
-  P.async_copy = c.dim % 8 == 0
-  P.row_bytes = 2 * D + 16                  -- Q, dO, K, V rows
+  P.async_copy = c.dim % 8 == 0 and dim_v % 8 == 0
+  P.row_bytes = 2 * D + 16                  -- Q, K rows
+  P.v_row_bytes = 2 * DV + 16               -- dO, V rows
   P.s_row_bytes = 2 * c.block_n + 16        -- P, dS rows
   local off = 0
   local function take(n) local at = off; off = off + n; return at end
-  P.off_k, P.off_v = take(c.block_n * P.row_bytes), take(c.block_n * P.row_bytes)
-  P.off_q, P.off_do = take(c.block_m * P.row_bytes), take(c.block_m * P.row_bytes)
+  P.off_k, P.off_v = take(c.block_n * P.row_bytes), take(c.block_n * P.v_row_bytes)
+  P.off_q, P.off_do = take(c.block_m * P.row_bytes), take(c.block_m * P.v_row_bytes)
   P.off_lse, P.off_d = take(4 * c.block_m), take(4 * c.block_m)
   P.off_ds = take(c.block_m * P.s_row_bytes)
   -- The dq kernel reads dS back only when the warps split S's keys.
@@ -124,7 +137,7 @@ function tcbwd.plan(c)
   -- S and dP of the warp's rows (dkdv and dq), dK and dV (dkdv) or dQ (dq)
   -- accumulators, and 40 for addresses, indices and the loop.
   local sdp = 2 * P.m_tiles * P.n_tiles * 4
-  P.reg_words = sdp + 2 * P.k_tiles * P.dw_tiles * 4 + 40
+  P.reg_words = sdp + P.k_tiles * (P.dw_tiles + P.dv_tiles) * 4 + 40
   P.reg_words_dq = sdp + P.m_tiles * P.q_tiles * 4 + 40
   return P
 end
@@ -133,7 +146,7 @@ local register_budget = 255
 
 function tcbwd.fits(c, _, target)
   if not tc.padded_dim(c.dim) then return false, "head dim over 256" end
-  if c.dim_v ~= 0 then return false, "tcbwd computes V's head dim equal to Q's and K's" end
+  if not tc.padded_dim(enum.vdim(c)) then return false, "V's head dim over 256" end
   if c.dtype == "bf16" and not tc.has_bf16(target) then
     return false, target.arch .. " has no bf16 tensor cores (sm_80 and newer do)"
   end
@@ -151,6 +164,9 @@ function tcbwd.fits(c, _, target)
   end
   if c.warps % c.split_d ~= 0 or (tc.padded_dim(c.dim) // 8) % (2 * c.split_d) ~= 0 then
     return false, "split_d must divide the warps, and leave each warp pairs of n8 tiles of the head dim"
+  end
+  if (tc.padded_dim(enum.vdim(c)) // 8) % (2 * c.split_d) ~= 0 then
+    return false, "split_d must leave each warp pairs of n8 tiles of V's head dim"
   end
   if c.block_n % (16 * (c.warps // c.split_d)) ~= 0 then
     return false, "each warp needs whole 16-key slabs of dK and dV (block_n a multiple of 16 * warps / split_d)"
@@ -183,7 +199,7 @@ function tcbwd.enumerate(problem, which)
   else
     -- (block_m, block_n, warps, split_n, split_d) per head-dim class, the
     -- first FlashAttention-2's own (the defaults').
-    local D = tc.padded_dim(problem.dim) or 256
+    local D = tile_dim(problem.dim, problem.dim_v)
     local tiles
     if D <= 64 then
       tiles = { { 128, 128, 8, 4, 2 }, { 128, 128, 8, 2, 2 }, { 128, 128, 8, 1, 1 },
