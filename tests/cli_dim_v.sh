@@ -2,8 +2,9 @@
 # cli_dim_v.sh: V's head dim apart from Q's and K's (--dim 192 --dim-v
 # 128) through the command line: names that say both dims, the main job
 # on the emulator recording them under their own key (best and show tell
-# 48/24 from 48), run on .npy tensors whose V is narrower or wider than Q,
-# and bad values refused in one line.
+# 48/24 from 48), the backward pass, run on .npy tensors whose V is
+# narrower or wider than Q (forward and backward), and bad values refused
+# in one line.
 #
 # usage: FATUNE=build/fatune bash tests/cli_dim_v.sh
 set -u
@@ -68,6 +69,12 @@ run csv export --format csv --db "$tmp/r.db"
 [ "$rc" -eq 0 ] && head -n 1 "$tmp/csv.out" | grep -q ',dim_v$' && tail -n 1 "$tmp/csv.out" | grep -q ',24$'
 check "export --format csv: a dim_v column, 24" $? "exit $rc: $(tail -n 1 "$tmp/csv.out")"
 
+run tbwd --op bwd --dim 40 --dim-v 72 --seq 33 --seq-k 50 --dtype fp16 --causal --backend emu \
+  --arch sm_80 --config block_m=64,block_n=64 --db "$tmp/r.db"
+[ "$rc" -eq 0 ] && grep -q '^tcbwd-f16-d40v72-m64n64.* ok ' "$tmp/tbwd.out"
+check "main job --op bwd --dim 40 --dim-v 72 fp16: a tensor-core backward variant, ok" $? \
+  "exit $rc: $(head -c 400 "$tmp/tbwd.out") $(tail -c 300 "$tmp/tbwd.err")"
+
 # --- run on .npy tensors -------------------------------------------------------
 if command -v python3 >/dev/null 2>&1; then
   tool="python3 $(dirname "$0")/npy_tool.py"
@@ -83,6 +90,23 @@ if command -v python3 >/dev/null 2>&1; then
     check "run, V of head dim $dv beside Q's 12 (fp64): O shaped (2, 3, 17, $dv) matches naive attention" $? \
       "exit $rc: $out $(cat "$tmp/run$dv.err")"
   done
+  # The backward pass, the forward pass run first: dV of V's width.
+  $tool write "$tmp/do5.npy" f8 4 2 3 17 5
+  run bwd5 run --op bwd --config block_m=16,block_n=16 --causal --q "$tmp/q5.npy" \
+    --k "$tmp/k5.npy" --v "$tmp/v5.npy" --do "$tmp/do5.npy" --dq "$tmp/dq5.npy" \
+    --dk "$tmp/dk5.npy" --dv "$tmp/dv5.npy" --backend emu
+  out=$($tool grad "$tmp/q5.npy" "$tmp/k5.npy" "$tmp/v5.npy" "$tmp/do5.npy" "$tmp/dq5.npy" \
+    "$tmp/dk5.npy" "$tmp/dv5.npy" --causal)
+  st=$?
+  [ "$rc" -eq 0 ] && [ "$st" -eq 0 ] && grep -q 'simtbwd-f64-d12v5-' "$tmp/bwd5.err" &&
+    python3 -c "import sys; e=[float(x) for x in '$out'.split()[1::2]]; sys.exit(0 if len(e) == 3 and max(e) < 1e-12 else 1)"
+  check "run --op bwd, V of head dim 5 beside Q's 12 (fp64): dQ, dK, dV (2, 3, 23, 5) match" $? \
+    "exit $rc: $out $(tail -c 300 "$tmp/bwd5.err")"
+  $tool write "$tmp/dobad.npy" f8 4 2 3 17 12
+  run bwdbad run --op bwd --config block_m=16 --q "$tmp/q5.npy" --k "$tmp/k5.npy" \
+    --v "$tmp/v5.npy" --do "$tmp/dobad.npy" --dq "$tmp/x1.npy" --dk "$tmp/x2.npy" --dv "$tmp/x3.npy" --backend emu
+  [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/bwdbad.err")" -eq 1 ] && grep -q "dO is shaped as Q, with V's head dim" "$tmp/bwdbad.err"
+  check "run --op bwd with dO of Q's width, not V's: refused in one line" $? "exit $rc: $(cat "$tmp/bwdbad.err")"
   $tool write "$tmp/vbad.npy" f8 3 2 3 22 5
   run runbad run --config block_m=16,block_n=16 --q "$tmp/q5.npy" --k "$tmp/k5.npy" --v "$tmp/vbad.npy" --out "$tmp/ob.npy" --backend emu
   [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/runbad.err")" -eq 1 ] && grep -q 'shapes do not match' "$tmp/runbad.err" &&

@@ -75,3 +75,27 @@ def test_tensors_take_autograd():
     q, k, v = (torch.from_numpy(x) for x in qkv(np.float32, seed=60))
     with pytest.raises(TypeError, match="through autograd"):
         fatune.attention_backward(q, q, k, v, q, q[:, :, :, 0])
+
+
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+@pytest.mark.parametrize("name,dv", [("float32", 8), ("float64", 40), ("float16", 24),
+                                     ("bfloat16", 40)])
+def test_v_head_dim_apart(name, dv, layout):
+    """V's head dim apart from Q's and K's (16): dV of V's width, dQ and
+    dK of Q's, against float64, causal with GQA."""
+    dt = dtype(name)
+
+    def shape(h, n, d):
+        return (1, h, n, d) if layout == "bhnd" else (1, n, h, d)
+    q, k, v = (randn(shape(h, n, d), dt, 81 + i)
+               for i, (h, n, d) in enumerate(((4, 16, 16), (2, 24, 16), (2, 24, dv))))
+    o, lse = fatune.attention(q, k, v, causal=True, return_lse=True, layout=layout)
+    go = randn(o.shape, dt, 85)
+    got = fatune.attention_backward(go, q, k, v, o, lse, causal=True, layout=layout)
+    want = reference_backward(q, k, v, go, causal=True, layout=layout)
+    for g, w, like in zip(got, want, (q, k, v)):
+        assert g.dtype == dt and g.shape == like.shape
+        assert rel_err(g, w) < TOLERANCE[name]
+    with pytest.raises(ValueError, match="^grad_o: "):
+        fatune.attention_backward(randn(q.shape, dt, 86), q, k, v, o, lse, causal=True,
+                                  layout=layout)

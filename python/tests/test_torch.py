@@ -495,3 +495,34 @@ def test_training_example_runs():
                        text=True, env=dict(os.environ), timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "largest relative difference" in r.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+@pytest.mark.parametrize("dv", [8, 40])
+def test_v_head_dim_apart_through_autograd(dtype, layout, dv):
+    """V's head dim apart from Q's and K's (16): O of V's width and the
+    gradients through autograd against scaled_dot_product_attention's in
+    float64, causal with GQA."""
+    q, k, _ = qkv(dtype=getattr(torch, dtype), hq=4, hk=2, layout=layout, seed=71)
+    shape = (B, 2, NK, dv) if layout == "bhnd" else (B, NK, 2, dv)
+    v = torch.randn(shape, generator=torch.Generator().manual_seed(72),
+                    dtype=torch.float64).to(q.dtype)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    o = fatune.attention(q, k, v, causal=True, layout=layout)
+    assert o.shape == q.shape[:3] + (dv,) and o.dtype == q.dtype
+    g = torch.randn(o.shape, generator=torch.Generator().manual_seed(73), dtype=o.dtype)
+    got = torch.autograd.grad(o, (q, k, v), g)
+    want = sdpa_grads(q, k, v, g, True, layout)
+    for name, x, r in zip(("dq", "dk", "dv"), got, want):
+        assert x.shape == r.shape, name
+        assert rel_err(x.double().numpy(), r.numpy()) < TOLERANCE[dtype], name
+
+
+def test_v_head_dim_apart_operator_checks():
+    q, k, _ = qkv(dtype=torch.float32, seed=74)
+    v = torch.randn(B, H, NK, 8)
+    torch.library.opcheck(torch.ops.fatune.attention.default,
+                          (q, k, v, "bottom_right", None, "bhnd", None))
+    with pytest.raises(ValueError, match="^out: "):
+        fatune.attention(q, k, v, out=torch.empty(q.shape))
