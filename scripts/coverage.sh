@@ -3,9 +3,9 @@
 # `fatune list`: per target and dtype, the head dims in ranges, the family
 # that serves each range and how many variants it lists there (least to
 # most), as a Markdown table. Head dims checked: 1 to 16, every multiple
-# of 8 up to 512, and odd ones between (DIMS overrides them).
-# Exits 1 when a target lists no variant for a head dim from 8 to 512 in
-# fp16, bf16 or fp32, or from 1 to 512 in fp32 (fp64's gaps are shown,
+# of 8 up to 576 (FA_DIM_MAX: DeepSeek's MLA), and odd ones between (DIMS
+# overrides them). Exits 1 when a target lists no variant for a head dim
+# from 8 to 576 in fp16, bf16 or fp32, or from 1 to 576 in fp32 (fp64's gaps are shown,
 # not failed: past head dim 384 its rows outgrow 100 KB of shared memory).
 # usage: scripts/coverage.sh [path/to/fatune]    (default build/fatune)
 # ARCHS="sm_75 sm_86" DTYPES="fp16" DIMS="8 64 512" narrow the table.
@@ -16,7 +16,7 @@ fatune="${1:-build/fatune}"
 ARCHS="${ARCHS:-sm_75 sm_80 sm_86 sm_89 sm_90a sm_120}"
 DTYPES="${DTYPES:-fp16 bf16 fp32 fp64}"
 if [ -z "${DIMS:-}" ]; then
-  DIMS="$(seq 1 16) $(seq 24 8 512) 36 56 100 136 200 224 257 300 333 500 511"
+  DIMS="$(seq 1 16) $(seq 24 8 576) 36 56 100 136 200 224 257 300 333 500 511 575"
   DIMS="$(printf '%s\n' $DIMS | sort -n -u | tr '\n' ' ')"
 fi
 

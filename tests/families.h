@@ -265,7 +265,7 @@ static const fam_ref wg_refs[] = {
 /* The backward pass on CUDA cores: the tile's axes, dQ's, and FA1's order
 ** against FA2's. */
 static const fam_axis simtbwd_axes[] = {
-  {"dtype", {"fp32", "fp64"}},
+  {"dtype", {"fp32", "fp64", "fp16", "bf16"}},
   {"causal", {"0", "1"}},
   {"dim", {"4", "16", "64", "128"}},
   {"block_m", {"1", "2", "4", "8", "16", "32", "64", "128"}},
@@ -277,6 +277,7 @@ static const fam_axis simtbwd_axes[] = {
 
 static const fam_problem simtbwd_problems[] = {
   {4, FA_FP32, 1}, {16, FA_FP64, 0}, {64, FA_FP32, 0}, {128, FA_FP32, 1}, {128, FA_FP64, 0},
+  {16, FA_FP16, 1}, {64, FA_BF16, 0},   /* the last resort's 16-bit dtypes */
 };
 
 /* Unrolled: the three kernels' tile loops. */

@@ -99,3 +99,20 @@ def test_v_head_dim_apart(name, dv, layout):
     with pytest.raises(ValueError, match="^grad_o: "):
         fatune.attention_backward(randn(q.shape, dt, 86), q, k, v, o, lse, causal=True,
                                   layout=layout)
+
+
+@pytest.mark.parametrize("name,d,dv", [("float16", 300, 300), ("bfloat16", 576, 512)])
+def test_past_head_dim_256(name, d, dv):
+    """Past head dim 256 the backward pass runs on CUDA cores in every
+    dtype (16-bit read and written as such, computed in fp32), DeepSeek's
+    576/512 among them, against float64."""
+    dt = dtype(name)
+    q, k, v = (randn((1, 1, n, x), dt, 91 + i)
+               for i, (n, x) in enumerate(((7, d), (11, d), (11, dv))))
+    o, lse = fatune.attention(q, k, v, causal=True, return_lse=True)
+    go = randn(o.shape, dt, 95)
+    got = fatune.attention_backward(go, q, k, v, o, lse, causal=True)
+    want = reference_backward(q, k, v, go, causal=True)
+    for g, w, like in zip(got, want, (q, k, v)):
+        assert g.dtype == dt and g.shape == like.shape
+        assert rel_err(g, w) < TOLERANCE[name]

@@ -1,5 +1,12 @@
 $ -- simtbwd.cu: FlashAttention-2's backward pass on CUDA cores (see simtbwd.lua).
 $ local c, P, T = args.cfg, args.P, args.T
+$ -- Q, K, V, O, dO and the gradients in global memory: elements of args.io
+$ -- (acc_t, or 16-bit values converted on load and rounded on store); lse,
+$ -- D and the accumulators stay acc_t.
+$ local io = args.io
+$ local function ldg(a) return string.format(io.ldg, a) end
+$ local function ldo(a) return string.format(io.ld, a) end
+$ local function sto(a, v) return string.format(io.st, a, v) end
 $ local causal, atomic = c.causal == 1, c.dq == "atomic"
 $ local fa1 = c.order == "q"   -- FlashAttention-1's order: parallel over Q, dK and dV by atomics
 $ local D, BM, BN, NT, DS, NS = P.D, P.BM, P.BN, P.NT, P.DS, P.NS
@@ -17,9 +24,9 @@ $ end
 $ -- The tensors of query head hv of this batch: Q, O, dO, lse, D (and
 $ -- dQ's accumulator).
 $ local function qhead(hv)
-  const acc_t *const qg = (const acc_t *)p.q + b * p.q_sb + ${hv} * p.q_sh;
-  const acc_t *const og = (const acc_t *)p.o + b * p.o_sb + ${hv} * p.o_sh;
-  const acc_t *const dog = (const acc_t *)p.dout + b * p.do_sb + ${hv} * p.do_sh;
+  const ${io.elem} *const qg = (const ${io.elem} *)p.q + b * p.q_sb + ${hv} * p.q_sh;
+  const ${io.elem} *const og = (const ${io.elem} *)p.o + b * p.o_sb + ${hv} * p.o_sh;
+  const ${io.elem} *const dog = (const ${io.elem} *)p.dout + b * p.do_sb + ${hv} * p.do_sh;
   const acc_t *const lg = (const acc_t *)p.lse + ((long long)b * p.heads + ${hv}) * p.seq_q;
   acc_t *const dg = (acc_t *)p.ws + ((long long)b * p.heads + ${hv}) * p.seq_q;
 $ if atomic then
@@ -45,8 +52,8 @@ $ else
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);
 $ end
-  const acc_t *const kg = (const acc_t *)p.k + b * p.k_sb + hk * p.k_sh;
-  const acc_t *const vg = (const acc_t *)p.v + b * p.v_sb + hk * p.v_sh;
+  const ${io.elem} *const kg = (const ${io.elem} *)p.k + b * p.k_sb + hk * p.k_sh;
+  const ${io.elem} *const vg = (const ${io.elem} *)p.v + b * p.v_sb + hk * p.v_sh;
 $ if per_head ~= false then
   $ qhead("h")
 $ end
@@ -84,8 +91,8 @@ $ if DV == D then
     const int gr = ${q0} + r;
     acc_t qx = 0, dx = 0;
     if (gr < p.seq_q) {
-      qx = fa_ldg_${T}(qg + gr * p.q_sn + d);
-      dx = fa_ldg_${T}(dog + gr * p.do_sn + d);
+      qx = ${ldg("qg + gr * p.q_sn + d")};
+      dx = ${ldg("dog + gr * p.do_sn + d")};
     }
     fa_sts_${T}(Qs + r * ${DS} + d, qx);
     fa_sts_${T}(dOs + r * ${DS} + d, dx);
@@ -95,14 +102,14 @@ $ else
     const int r = e / ${D}, d = e - r * ${D};
     const int gr = ${q0} + r;
     acc_t qx = 0;
-    if (gr < p.seq_q) qx = fa_ldg_${T}(qg + gr * p.q_sn + d);
+    if (gr < p.seq_q) qx = ${ldg("qg + gr * p.q_sn + d")};
     fa_sts_${T}(Qs + r * ${DS} + d, qx);
   }
   for (int e = tid; e < ${BM * DV}; e += ${NT}) {
     const int r = e / ${DV}, d = e - r * ${DV};
     const int gr = ${q0} + r;
     acc_t dx = 0;
-    if (gr < p.seq_q) dx = fa_ldg_${T}(dog + gr * p.do_sn + d);
+    if (gr < p.seq_q) dx = ${ldg("dog + gr * p.do_sn + d")};
     fa_sts_${T}(dOs + r * ${DVS} + d, dx);
   }
 $ end
@@ -126,8 +133,8 @@ $ if DV == D then
     const int gn = ${k0} + n;
     acc_t kx = 0, vx = 0;
     if (gn < p.seq_k) {
-      kx = fa_ldg_${T}(kg + gn * p.k_sn + d);
-      vx = fa_ldg_${T}(vg + gn * p.v_sn + d);
+      kx = ${ldg("kg + gn * p.k_sn + d")};
+      vx = ${ldg("vg + gn * p.v_sn + d")};
     }
     fa_sts_${T}(Ks + n * ${DS} + d, kx);
     fa_sts_${T}(Vs + n * ${DS} + d, vx);
@@ -137,14 +144,14 @@ $ else
     const int n = e / ${D}, d = e - n * ${D};
     const int gn = ${k0} + n;
     acc_t kx = 0;
-    if (gn < p.seq_k) kx = fa_ldg_${T}(kg + gn * p.k_sn + d);
+    if (gn < p.seq_k) kx = ${ldg("kg + gn * p.k_sn + d")};
     fa_sts_${T}(Ks + n * ${DS} + d, kx);
   }
   for (int e = tid; e < ${BN * DV}; e += ${NT}) {
     const int n = e / ${DV}, d = e - n * ${DV};
     const int gn = ${k0} + n;
     acc_t vx = 0;
-    if (gn < p.seq_k) vx = fa_ldg_${T}(vg + gn * p.v_sn + d);
+    if (gn < p.seq_k) vx = ${ldg("vg + gn * p.v_sn + d")};
     fa_sts_${T}(Vs + n * ${DVS} + d, vx);
   }
 $ end
@@ -199,7 +206,7 @@ FA_KERNEL(${args.entry}_pre, ${NT})
     if (gr >= p.seq_q) break;
     acc_t sum = 0;
     for (int d = lane; d < ${DV}; d += 32)
-      sum += fa_ldg_${T}(dog + gr * p.do_sn + d) * fa_ld_${T}(og + gr * p.o_sn + d);
+      sum += ${ldg("dog + gr * p.do_sn + d")} * ${ldo("og + gr * p.o_sn + d")};
     FA_UNROLL
     for (int m = 16; m >= 1; m >>= 1) sum += fa_shfl_xor_${T}(sum, m);
     /* A gradient through the logsumexp adds P dlse to dS: D takes it off. */
@@ -222,8 +229,8 @@ FA_KERNEL(${args.entry}_dkdv, ${NT})
   $ setup(false)
   $ tiles()
   acc_t *const Ps = sm + ${P.off_p};
-  acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + hk * p.dk_sh;
-  acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + hk * p.dv_sh;
+  ${io.elem} *const dkg = (${io.elem} *)p.dk + b * p.dk_sb + hk * p.dk_sh;
+  ${io.elem} *const dvg = (${io.elem} *)p.dv + b * p.dv_sb + hk * p.dv_sh;
   const int k0 = fa_bid_x() * ${BN};
   acc_t dk[${P.RK}], dv[${P.RV}];
 $ if DV == D then
@@ -317,8 +324,8 @@ $ if DV == D then
     const int e = tid + t * ${NT};
     const int n = e / ${D}, d = e - n * ${D};
     if (e < ${BN * D} && k0 + n < p.seq_k) {
-      fa_st_${T}(dkg + (k0 + n) * p.dk_sn + d, dk[t] * scale);
-      fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, dv[t]);
+      ${sto("dkg + (k0 + n) * p.dk_sn + d", "dk[t] * scale")};
+      ${sto("dvg + (k0 + n) * p.dv_sn + d", "dv[t]")};
     }
   }
 $ else
@@ -326,13 +333,13 @@ $ else
   for (int t = 0; t < ${P.RK}; ++t) {
     const int e = tid + t * ${NT};
     const int n = e / ${D}, d = e - n * ${D};
-    if (e < ${BN * D} && k0 + n < p.seq_k) fa_st_${T}(dkg + (k0 + n) * p.dk_sn + d, dk[t] * scale);
+    if (e < ${BN * D} && k0 + n < p.seq_k) ${sto("dkg + (k0 + n) * p.dk_sn + d", "dk[t] * scale")};
   }
   FA_UNROLL
   for (int t = 0; t < ${P.RV}; ++t) {
     const int e = tid + t * ${NT};
     const int n = e / ${DV}, d = e - n * ${DV};
-    if (e < ${BN * DV} && k0 + n < p.seq_k) fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, dv[t]);
+    if (e < ${BN * DV} && k0 + n < p.seq_k) ${sto("dvg + (k0 + n) * p.dv_sn + d", "dv[t]")};
   }
 $ end
 }
@@ -344,12 +351,12 @@ $ if atomic then
 FA_KERNEL(${args.entry}_dqconvert, ${NT})
 {
   $ setup()
-  acc_t *const dqg = (acc_t *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  ${io.elem} *const dqg = (${io.elem} *)p.dq + b * p.dq_sb + h * p.dq_sh;
   const int q0 = fa_bid_x() * ${BM};
   for (int e = tid; e < ${BM * D}; e += ${NT}) {
     const int r = e / ${D}, d = e - r * ${D};
     if (q0 + r < p.seq_q)
-      fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, fa_ld_${T}(qacc + (long long)(q0 + r) * ${D} + d) * scale);
+      ${sto("dqg + (q0 + r) * p.dq_sn + d", "fa_ld_" .. T .. "(qacc + (long long)(q0 + r) * " .. D .. " + d) * scale")};
   }
 }
 $ else
@@ -370,7 +377,7 @@ $ if fa1 then
   acc_t *const Ps = sm + ${P.off_p};
   $ kv_acc()
 $ end
-  acc_t *const dqg = (acc_t *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  ${io.elem} *const dqg = (${io.elem} *)p.dq + b * p.dq_sb + h * p.dq_sh;
   const int q0 = fa_bid_x() * ${BM};
   acc_t dq[${P.RQ}];
   FA_UNROLL
@@ -447,7 +454,7 @@ $ end
   for (int t = 0; t < ${P.RQ}; ++t) {
     const int e = tid + t * ${NT};
     const int r = e / ${D}, d = e - r * ${D};
-    if (e < ${BM * D} && q0 + r < p.seq_q) fa_st_${T}(dqg + (q0 + r) * p.dq_sn + d, dq[t] * scale);
+    if (e < ${BM * D} && q0 + r < p.seq_q) ${sto("dqg + (q0 + r) * p.dq_sn + d", "dq[t] * scale")};
   }
 }
 $ end
@@ -469,28 +476,28 @@ FA_KERNEL(${args.entry}_kvconvert, ${NT})
 {
   $ setup(false)
   $ kv_acc()
-  acc_t *const dkg = (acc_t *)p.dk + b * p.dk_sb + hk * p.dk_sh;
-  acc_t *const dvg = (acc_t *)p.dv + b * p.dv_sb + hk * p.dv_sh;
+  ${io.elem} *const dkg = (${io.elem} *)p.dk + b * p.dk_sb + hk * p.dk_sh;
+  ${io.elem} *const dvg = (${io.elem} *)p.dv + b * p.dv_sb + hk * p.dv_sh;
   const int k0 = fa_bid_x() * ${BN};
 $ if DV == D then
   for (int e = tid; e < ${BN * D}; e += ${NT}) {
     const int n = e / ${D}, d = e - n * ${D};
     if (k0 + n < p.seq_k) {
       const acc_t *const row = kvacc + (long long)(k0 + n) * ${2 * D};
-      fa_st_${T}(dkg + (k0 + n) * p.dk_sn + d, fa_ld_${T}(row + d) * scale);
-      fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, fa_ld_${T}(row + ${D} + d));
+      ${sto("dkg + (k0 + n) * p.dk_sn + d", "fa_ld_" .. T .. "(row + d) * scale")};
+      ${sto("dvg + (k0 + n) * p.dv_sn + d", "fa_ld_" .. T .. "(row + " .. D .. " + d)")};
     }
   }
 $ else
   for (int e = tid; e < ${BN * D}; e += ${NT}) {
     const int n = e / ${D}, d = e - n * ${D};
     if (k0 + n < p.seq_k)
-      fa_st_${T}(dkg + (k0 + n) * p.dk_sn + d, fa_ld_${T}(kvacc + (long long)(k0 + n) * ${D + DV} + d) * scale);
+      ${sto("dkg + (k0 + n) * p.dk_sn + d", "fa_ld_" .. T .. "(kvacc + (long long)(k0 + n) * " .. (D + DV) .. " + d) * scale")};
   }
   for (int e = tid; e < ${BN * DV}; e += ${NT}) {
     const int n = e / ${DV}, d = e - n * ${DV};
     if (k0 + n < p.seq_k)
-      fa_st_${T}(dvg + (k0 + n) * p.dv_sn + d, fa_ld_${T}(kvacc + (long long)(k0 + n) * ${D + DV} + ${D} + d));
+      ${sto("dvg + (k0 + n) * p.dv_sn + d", "fa_ld_" .. T .. "(kvacc + (long long)(k0 + n) * " .. (D + DV) .. " + " .. D .. " + d)")};
   }
 $ end
 }

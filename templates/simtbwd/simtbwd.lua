@@ -38,9 +38,11 @@ simtbwd.op = "bwd"
 
 function simtbwd.default_dtype() return "fp32", "fp32 on CUDA cores" end
 
--- Names: simtbwd-f32-d64-m32n32w4-dqpass[-causal].
+-- Names: simtbwd-f32-d64-m32n32w4-dqpass[-causal]; fp16 and bf16 are
+-- read in 16 bits and computed in fp32 (the last resort: head dims over
+-- 256, bf16 on Turing).
 simtbwd.axes = {
-  enum_axis("dtype", { "fp32", "fp64" }, { fp32 = "f32", fp64 = "f64" }),
+  enum_axis("dtype", { "fp32", "fp64", "fp16", "bf16" }, { fp32 = "f32", fp64 = "f64", fp16 = "f16" }),
   int_axis("dim", 1, 576, { prefix = "d" }),
   enum.dim_v_axis(576),
   int_axis("causal", 0, 1, enum.flag("causal")),
@@ -65,8 +67,27 @@ end
 simtbwd.fallbacks = { block_m = { 32, 16, 8 }, block_n = { 32, 16, 8 }, warps = { 4, 2, 1, 8 } }
 
 function simtbwd.supports(problem)
-  return problem.dtype == "fp32" or problem.dtype == "fp64"
+  return problem.dtype ~= nil
 end
+
+-- fp16 and bf16 (read in 16 bits, computed in fp32) only where no family
+-- before it lists a variant: head dims over 256, bf16 on Turing.
+simtbwd.last_resort = { fp16 = true, bf16 = true }
+
+-- How the kernels read Q, K, V, O, dO and write dQ, dK, dV per dtype: the
+-- element type and the load and store, as formats of an address (and a
+-- value). acc_t for fp32 and fp64, so that their source is as it was;
+-- 16-bit values converted to fp32 on load and rounded to nearest even on
+-- store (each gradient is stored once: from registers, or from its fp32
+-- accumulator).
+local io_of = {
+  fp32 = { elem = "acc_t", ldg = "fa_ldg_f32(%s)", ld = "fa_ld_f32(%s)", st = "fa_st_f32(%s, %s)" },
+  fp64 = { elem = "acc_t", ldg = "fa_ldg_f64(%s)", ld = "fa_ld_f64(%s)", st = "fa_st_f64(%s, %s)" },
+  fp16 = { elem = "unsigned short", ldg = "fa_f16_to_f32(fa_ldg_u16(%s))",
+           ld = "fa_f16_to_f32(fa_ldg_u16(%s))", st = "fa_st_u16(%s, fa_f32_to_f16(%s))" },
+  bf16 = { elem = "unsigned short", ldg = "fa_bf16_to_f32(fa_ldg_u16(%s))",
+           ld = "fa_bf16_to_f32(fa_ldg_u16(%s))", st = "fa_st_u16(%s, fa_f32_to_bf16(%s))" },
+}
 
 local function cdiv(a, b) return (a + b - 1) // b end
 
@@ -142,7 +163,9 @@ function simtbwd.render(c)
   local P = simtbwd.plan(c)
   local entry = simtbwd.name_of(c):gsub("-", "_")
   local args = { cfg = c, P = P, entry = entry, T = c.dtype == "fp64" and "f64" or "f32",
-                 acc = c.dtype == "fp64" and "double" or "float" }
+                 acc = c.dtype == "fp64" and "double" or "float", io = io_of[c.dtype] }
+  -- One element at a time: 2 bytes for the 16-bit dtypes.
+  local io_align = (c.dtype == "fp16" or c.dtype == "bf16") and 2 or P.esize
   local ws = { { name = "delta", bytes_per_row = P.esize } }
   if c.dq == "atomic" then ws[2] = { name = "dq_acc", bytes_per_row = c.dim * P.esize } end
   -- The kernels over K/V blocks run a CTA per K/V head: under GQA each
@@ -162,7 +185,7 @@ function simtbwd.render(c)
           workspaces = ws },
       },
       registers_estimate = P.reg_words_dq,
-      io_align = P.esize,
+      io_align = io_align,
       deterministic = false,
     }
   end
@@ -181,7 +204,7 @@ function simtbwd.render(c)
       last,
     },
     registers_estimate = P.reg_words,
-    io_align = P.esize,
+    io_align = io_align,
     deterministic = c.dq ~= "atomic",
   }
 end
