@@ -92,7 +92,7 @@ $ local function load_q(q0)
 $ end
 $ local function load_kv(k0)
 $ if D == DV then
-  for (int e = tid; e < ${P.BNp * D}; e += ${NT}) {
+  for (int e = tid; e < ${P.KVR * D}; e += ${NT}) {
     const int n = e / ${D}, d = e - n * ${D};
     const int gn = ${k0} + n;
     acc_t kx = 0, vx = 0;
@@ -104,14 +104,14 @@ $ if D == DV then
     fa_sts_${T}(Vs + n * ${P.VS} + d, vx);
   }
 $ else
-  for (int e = tid; e < ${P.BNp * D}; e += ${NT}) {
+  for (int e = tid; e < ${P.KVR * D}; e += ${NT}) {
     const int n = e / ${D}, d = e - n * ${D};
     const int gn = ${k0} + n;
     acc_t kx = 0;
     if (n < ${BN} && gn < p.seq_k) kx = ${ldg("kg + gn * p.k_sn + d")};
     fa_sts_${T}(Ks + n * ${P.KSN} + d * ${P.KSD}, kx);
   }
-  for (int e = tid; e < ${P.BNp * DV}; e += ${NT}) {
+  for (int e = tid; e < ${P.KVR * DV}; e += ${NT}) {
     const int n = e / ${DV}, d = e - n * ${DV};
     const int gn = ${k0} + n;
     acc_t vx = 0;
@@ -162,7 +162,9 @@ $ else
         qv[i] = ${smem("Qs + (rb + i * " .. RSTEP .. ") * " .. P.QS .. " + d")};
 $ end
       FA_UNROLL
-      for (int j = 0; j < ${RN}; ++j) kv[j] = ${smem("Ks + (cb + j * " .. G .. ") * " .. P.KSN .. " + d * " .. P.KSD)};
+$ local krow = "(cb + j * " .. G .. ")"
+$ if pad_cols then krow = "(cb + j * " .. G .. " < " .. BN .. " ? cb + j * " .. G .. " : " .. (BN - 1) .. ")" end
+      for (int j = 0; j < ${RN}; ++j) kv[j] = ${smem("Ks + " .. krow .. " * " .. P.KSN .. " + d * " .. P.KSD)};
       FA_UNROLL
       for (int i = 0; i < ${RM}; ++i) {
         FA_UNROLL
@@ -200,10 +202,12 @@ $ local function pv(dst, n0, count)
       FA_UNROLL
       for (int k = 0; k < ${RD}; ++k) {
         const int d = ${dcol} + k * ${G};
+$ -- split_k's last warp may span score columns past block_n (P 0 there).
+$ local vrow = pad_cols and "(n < " .. BN .. " ? n : " .. (BN - 1) .. ")" or "n"
 $ if RD * G > DV then
-        vv[k] = ${smem("Vs + n * " .. P.VS .. " + (d < " .. DV .. " ? d : " .. (DV - 1) .. ")")};
+        vv[k] = ${smem("Vs + " .. vrow .. " * " .. P.VS .. " + (d < " .. DV .. " ? d : " .. (DV - 1) .. ")")};
 $ else
-        vv[k] = ${smem("Vs + n * " .. P.VS .. " + d")};
+        vv[k] = ${smem("Vs + " .. vrow .. " * " .. P.VS .. " + d")};
 $ end
       }
       FA_UNROLL

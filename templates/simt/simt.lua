@@ -133,16 +133,19 @@ function simt.plan(c)
     end
     P.OC, P.OTR, P.ORM, P.ORD = best.oc, best.otr, best.orm, best.ord
   end
-  -- Shared memory plan, in elements.
+  -- Shared memory plan, in elements. K and V keep block_n rows: a thread
+  -- group's score columns past them (BNp > block_n, when the lanes of a
+  -- row outnumber the block's keys) read the last row, and are masked.
+  P.KVR = math.min(P.BNp, c.block_n)
   P.QS = c.dim + pad
-  if c.layout == "kt" then P.KSN, P.KSD = 1, P.BNp else P.KSN, P.KSD = c.dim + pad, 1 end
+  if c.layout == "kt" then P.KSN, P.KSD = 1, P.KVR else P.KSN, P.KSD = c.dim + pad, 1 end
   P.VS = P.DV + pad
   P.PS = P.BNp + pad
   local off = 0
   local function take(n) local at = off; off = off + n; return at end
   P.off_q = take(P.BMp * P.QS)
-  P.off_k = take(P.BNp * c.dim + (c.layout == "kt" and 0 or P.BNp * pad))
-  P.off_v = take(P.BNp * P.VS)
+  P.off_k = take(P.KVR * c.dim + (c.layout == "kt" and 0 or P.KVR * pad))
+  P.off_v = take(P.KVR * P.VS)
   P.off_p = take(P.BMp * P.PS)
   if c.split == "split_k" then
     P.off_redm = take(c.warps * P.BMp)

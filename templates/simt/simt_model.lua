@@ -54,7 +54,7 @@ local function per_head(c, P, sq, sk)
   end
   local function load_kv(k0)
     add("gmem_read", clamp(sk - k0, 0, BN) * (D + DV))
-    add("smem_written", BNp * (D + DV))
+    add("smem_written", P.KVR * (D + DV))
   end
   local function q_to_registers() if qreg then add("smem_read", NT * RM * D) end end
   local function scores() add("smem_read", NT * D * (qreg and RN or RM + RN)) end
