@@ -6,6 +6,7 @@
 # of 8 up to 576 (FA_DIM_MAX: DeepSeek's MLA), and odd ones between (DIMS
 # overrides them). Exits 1 when a target lists no variant for a head dim
 # from 8 to 576 in fp16, bf16 or fp32, or from 1 to 576 in fp32 or fp64.
+# OP=bwd: the backward pass's default spaces instead.
 # usage: scripts/coverage.sh [path/to/fatune]    (default build/fatune)
 # ARCHS="sm_75 sm_86" DTYPES="fp16" DIMS="8 64 512" narrow the table.
 set -euo pipefail
@@ -13,6 +14,7 @@ cd "$(dirname "$0")/.."
 fatune="${1:-build/fatune}"
 [ -x "$fatune" ] || { echo "coverage: no fatune at $fatune (build it, or pass its path)" >&2; exit 2; }
 ARCHS="${ARCHS:-sm_75 sm_80 sm_86 sm_89 sm_90a sm_120}"
+OP="${OP:-fwd}"
 DTYPES="${DTYPES:-fp16 bf16 fp32 fp64}"
 if [ -z "${DIMS:-}" ]; then
   DIMS="$(seq 1 16) $(seq 24 8 576) 36 56 100 136 200 224 257 300 333 500 511 575"
@@ -27,7 +29,7 @@ for arch in $ARCHS; do
     # One line per head dim: "dim fam:count fam:count ..." ("dim -" for none).
     rows=""
     for d in $DIMS; do
-      fams="$("$fatune" list --arch "$arch" --dtype "$dtype" --dim "$d" 2>/dev/null |
+      fams="$("$fatune" list --op "$OP" --arch "$arch" --dtype "$dtype" --dim "$d" 2>/dev/null |
               awk '{split($1, a, "-"); n[a[1]]++} END {for (f in n) printf "%s:%d ", f, n[f]}')" || true
       rows+="$d ${fams:--}"$'\n'
       if [ -z "$fams" ] && { [ "$d" -ge 8 ] || [ "$dtype" = fp32 ] || [ "$dtype" = fp64 ]; }; then

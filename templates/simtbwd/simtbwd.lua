@@ -147,6 +147,14 @@ function simtbwd.enumerate(problem, which)
   elseif which == "small" then
     cross(base, { block_m = { 8, 16 }, block_n = { 8, 16 }, warps = { 2, 4 },
                   dq = { "separate", "atomic" } }, out)
+    -- Rows over 1 KB (fp32 past head dim 256, fp64 past 128) take tiles of
+    -- 2 and 4 rows and one warp too, so that Q, dO, K and V fit Turing's
+    -- 64 KB up to head dim 576 in fp64.
+    local esize = problem.dtype == "fp64" and 8 or 4
+    if math.max(problem.dim, problem.dim_v or 0) * esize > 1024 then
+      cross(base, { block_m = { 2, 4 }, block_n = { 2, 4 }, warps = { 1 },
+                    dq = { "separate", "atomic" } }, out)
+    end
   else
     cross(base, { block_m = { 16, 32, 64 }, block_n = { 32, 64 }, warps = { 4, 8 },
                   dq = { "separate" } }, out)
