@@ -252,6 +252,23 @@ $ end
   }
 $ end
 
+$ -- acc += A B over k16 step kk (a C loop variable of the caller) of the
+$ -- Q block's rows, for the warp's keys and its `tiles` n8 tiles of
+$ -- head-dim columns: A the fragments a (P^T, dS^T), B loaded into b by
+$ -- ldmatrix .trans of tile (dO, Q; rows rb bytes). dV's and dK's products
+$ -- when each has a head dim of its own.
+$ local function gemm_keys_cols(acc, a, b, tile, rb, tiles)
+    FA_UNROLL
+    for (int d2 = 0; d2 < ${tiles // 2}; ++d2) {
+      unsigned ${b}[4];
+      fa_ldmatrix_x4_trans(${b}, ss + (${tile} + (kk * 16 + a_row) * ${rb} + (dw * ${tiles} + 2 * d2 + a_chunk) * 16));
+      FA_UNROLL
+      for (int kt = 0; kt < ${KT}; ++kt) {
+        fa_mma_m16n8k16_${T}(${acc}[kt][2 * d2], ${a}[kt], ${b}, ${acc}[kt][2 * d2]);
+        fa_mma_m16n8k16_${T}(${acc}[kt][2 * d2 + 1], ${a}[kt], ${b} + 2, ${acc}[kt][2 * d2 + 1]);
+      }
+    }
+$ end
 $ -- dV += P^T dO and dK += dS^T Q over the Q block's rows: the warp's keys,
 $ -- P^T and dS^T by ldmatrix .trans of the P and dS tiles, dO and Q as V
 $ -- is in the forward pass.
@@ -284,26 +301,8 @@ $ if same then
     }
 $ else
     /* dV's columns (V's head dim), then dK's. */
-    FA_UNROLL
-    for (int d2 = 0; d2 < ${DVTW // 2}; ++d2) {
-      unsigned ob[4];
-      fa_ldmatrix_x4_trans(ob, ss + (${P.off_do} + (kk * 16 + a_row) * ${VRB} + (dw * ${DVTW} + 2 * d2 + a_chunk) * 16));
-      FA_UNROLL
-      for (int kt = 0; kt < ${KT}; ++kt) {
-        fa_mma_m16n8k16_${T}(dv[kt][2 * d2], pa[kt], ob, dv[kt][2 * d2]);
-        fa_mma_m16n8k16_${T}(dv[kt][2 * d2 + 1], pa[kt], ob + 2, dv[kt][2 * d2 + 1]);
-      }
-    }
-    FA_UNROLL
-    for (int d2 = 0; d2 < ${DTW // 2}; ++d2) {
-      unsigned qb[4];
-      fa_ldmatrix_x4_trans(qb, ss + (${P.off_q} + (kk * 16 + a_row) * ${RB} + (dw * ${DTW} + 2 * d2 + a_chunk) * 16));
-      FA_UNROLL
-      for (int kt = 0; kt < ${KT}; ++kt) {
-        fa_mma_m16n8k16_${T}(dk[kt][2 * d2], dsa[kt], qb, dk[kt][2 * d2]);
-        fa_mma_m16n8k16_${T}(dk[kt][2 * d2 + 1], dsa[kt], qb + 2, dk[kt][2 * d2 + 1]);
-      }
-    }
+    $ gemm_keys_cols("dv", "pa", "ob", P.off_do, VRB, DVTW)
+    $ gemm_keys_cols("dk", "dsa", "qb", P.off_q, RB, DTW)
 $ end
   }
 $ end
