@@ -891,10 +891,10 @@ static int families_protected(lua_State *L) {
     copy_string(L, -1, c->families[i].title, sizeof c->families[i].title, "a family's title");
     lua_pop(L, 2);
     /* The head dim the family computes the problem's at (padded_dim, a
-    ** family's own function of dim and dim_v where it pads; else the
-    ** larger of them). */
+    ** family's own function of dim and dim_v where it pads; 0, none, for
+    ** a family that computes each at its own size). */
     const int dv = fa_problem_dim_v(c->problem);
-    c->families[i].padded_dim = c->problem->dim > dv ? c->problem->dim : dv;
+    c->families[i].padded_dim = 0;
     if (lua_getfield(L, -1, "padded_dim") == LUA_TFUNCTION) {
       lua_pushinteger(L, c->problem->dim);
       lua_pushinteger(L, dv);

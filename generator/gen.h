@@ -218,7 +218,8 @@ int gen_default_dtype(gen_state *g, const gen_target *t, fa_dtype *out, char *wh
 
 /* The families whose variants p's default space on t holds, in the
 ** space's order: name, title ("tensor cores") and the head dim it computes
-** p's at (tc pads 72 to 96), at most max; *count says how many. */
+** p's at (tc pads 72 to 96; 0 for a family that pads nothing), at most
+** max; *count says how many. */
 typedef struct gen_family { char name[16], title[64]; int padded_dim; } gen_family;
 int gen_families_for(gen_state *g, const fa_problem *p, const gen_target *t, gen_family *out,
                      int max, int *count);

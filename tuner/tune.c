@@ -366,7 +366,7 @@ static void banner_families(gen_state *g, const tune *s) {
   char dims[24];
   fa_dims_text(dim, dv, dims, sizeof dims);
   for (int i = 0; i < n; i++)
-    if (f[i].padded_dim > dim || f[i].padded_dim > dv)
+    if (f[i].padded_dim > 0 && (f[i].padded_dim > dim || f[i].padded_dim > dv))
       fprintf(stderr, "fatune: the %s family computes head dim%s %s padded to %d: %.2f times the "
                       "work of Q K^T and P V, and of K and V in shared memory\n",
               f[i].name, dv != dim ? "s" : "", dims, f[i].padded_dim,
