@@ -226,9 +226,15 @@ static int fault(int kind) {
 #define UNLOCK() pthread_mutex_unlock(&S.mu)
 #define RET(x) do { CUresult r_ = (x); UNLOCK(); return r_; } while (0)
 
+/* cuInit ran in this process. A child forked after its parent's cuInit
+** shares none of CUDA's state: the real driver answers such a child's
+** calls CUDA_ERROR_NOT_INITIALIZED (seen on an H200, driver 580:
+** cuDeviceGetCount in a probe forked by a process that had used CUDA). */
+static int inited_here(void) { return S.inited && S.init_pid == getpid(); }
+
 /* The current context, alive, with no sticky error: CUDA_SUCCESS or why not. */
 static CUresult ctx_ok(void) {
-  if (!S.inited) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!inited_here()) return CUDA_ERROR_NOT_INITIALIZED;
   if (cur_ctx == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (cur_ctx != S.ctx.id || !S.ctx.alive) {
     fc_violation("a call on context %d, destroyed", cur_ctx);
@@ -350,14 +356,14 @@ API CUresult cuDriverGetVersion(int *v) {
 }
 
 API CUresult cuDeviceGetCount(int *n) {
-  if (!S.inited) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!inited_here()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!n) return CUDA_ERROR_INVALID_VALUE;
   *n = 1;
   return CUDA_SUCCESS;
 }
 
 API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
-  if (!S.inited) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!inited_here()) return CUDA_ERROR_NOT_INITIALIZED;
   if (!d) return CUDA_ERROR_INVALID_VALUE;
   if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
   *d = 0;
@@ -365,7 +371,7 @@ API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
 }
 
 API CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
-  if (!S.inited) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!inited_here()) return CUDA_ERROR_NOT_INITIALIZED;
   if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   snprintf(name, (size_t)len, "%s", S.dev->name);
@@ -373,7 +379,7 @@ API CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 }
 
 API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
-  if (!S.inited) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!inited_here()) return CUDA_ERROR_NOT_INITIALIZED;
   if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
   if (!v) return CUDA_ERROR_INVALID_VALUE;
   const fc_device *x = S.dev;
@@ -403,7 +409,7 @@ API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
 }
 
 API CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) {
-  if (!S.inited) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!inited_here()) return CUDA_ERROR_NOT_INITIALIZED;
   if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
   *bytes = S.dev->mem;
@@ -411,7 +417,7 @@ API CUresult cuDeviceTotalMem(size_t *bytes, CUdevice d) {
 }
 
 API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d) {
-  if (!S.inited) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!inited_here()) return CUDA_ERROR_NOT_INITIALIZED;
   if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
   if (!u) return CUDA_ERROR_INVALID_VALUE;
   /* fa4ecada: "fake cuda", then the device's key, so each fake has its own. */
@@ -486,7 +492,7 @@ static void check_leaks(int id) {
 
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
   LOCK();
-  if (!S.inited) RET(CUDA_ERROR_NOT_INITIALIZED);
+  if (!inited_here()) RET(CUDA_ERROR_NOT_INITIALIZED);
   if (d != 0) RET(CUDA_ERROR_INVALID_DEVICE);
   if (!pctx) RET(CUDA_ERROR_INVALID_VALUE);
   if (!S.ctx.alive) {
@@ -500,7 +506,7 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice d) {
 
 API CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
   LOCK();
-  if (!S.inited) RET(CUDA_ERROR_NOT_INITIALIZED);
+  if (!inited_here()) RET(CUDA_ERROR_NOT_INITIALIZED);
   if (d != 0) RET(CUDA_ERROR_INVALID_DEVICE);
   if (!S.ctx.alive || S.ctx.refs == 0) {
     fc_violation("cuDevicePrimaryCtxRelease: the primary context is not retained");
@@ -515,7 +521,7 @@ API CUresult cuDevicePrimaryCtxRelease(CUdevice d) {
 
 API CUresult cuCtxSetCurrent(CUcontext c) {
   LOCK();
-  if (!S.inited) RET(CUDA_ERROR_NOT_INITIALIZED);
+  if (!inited_here()) RET(CUDA_ERROR_NOT_INITIALIZED);
   int id = (int)(intptr_t)c;
   if (id != 0 && (id != S.ctx.id || !S.ctx.alive)) {
     fc_violation("cuCtxSetCurrent: context %d is destroyed or was never made", id);
@@ -532,7 +538,7 @@ static __thread int ctx_stack[CTX_STACK], ctx_depth;
 
 API CUresult cuCtxPushCurrent(CUcontext c) {
   LOCK();
-  if (!S.inited) RET(CUDA_ERROR_NOT_INITIALIZED);
+  if (!inited_here()) RET(CUDA_ERROR_NOT_INITIALIZED);
   int id = (int)(intptr_t)c;
   if (id == 0 || id != S.ctx.id || !S.ctx.alive) {
     fc_violation("cuCtxPushCurrent: context %d is destroyed or was never made", id);
@@ -546,7 +552,7 @@ API CUresult cuCtxPushCurrent(CUcontext c) {
 
 API CUresult cuCtxPopCurrent(CUcontext *out) {
   LOCK();
-  if (!S.inited) RET(CUDA_ERROR_NOT_INITIALIZED);
+  if (!inited_here()) RET(CUDA_ERROR_NOT_INITIALIZED);
   if (cur_ctx == 0) RET(CUDA_ERROR_INVALID_CONTEXT);
   if (out) *out = (CUcontext)(intptr_t)cur_ctx;
   cur_ctx = ctx_depth ? ctx_stack[--ctx_depth] : 0;
@@ -884,13 +890,15 @@ static CUresult params_of(const fc_kernel *k, void **kp, void **extra, unsigned 
     else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *(const size_t *)extra[i + 1];
     else return CUDA_ERROR_INVALID_VALUE;
   }
-  /* The documentation does not say what a wrong size gets. A buffer too
-  ** small for the kernel's parameters is refused here with
-  ** CUDA_ERROR_INVALID_VALUE, a larger one (a struct's tail padding) taken;
-  ** test_cuda_contract asks the real driver the same on a GPU machine. */
-  if (!ptr || size == (size_t)-1 || size < (size_t)k->param_bytes)
-    return CUDA_ERROR_INVALID_VALUE;
-  memcpy(buf, ptr, (size_t)k->param_bytes);
+  /* The documentation does not say what a wrong size gets. The real
+  ** driver takes a buffer too small for the kernel's parameters (seen on an
+  ** H200, driver 580, by test_cuda_contract), and the kernel then reads
+  ** what lies past it: taken here too, zeros past it, and a violation. */
+  if (!ptr || size == (size_t)-1) return CUDA_ERROR_INVALID_VALUE;
+  if (size < (size_t)k->param_bytes)
+    fc_violation("a launch's parameter buffer of %zu bytes, the kernel's parameters %d", size,
+                 k->param_bytes);
+  memcpy(buf, ptr, size < (size_t)k->param_bytes ? size : (size_t)k->param_bytes);
   return CUDA_SUCCESS;
 }
 
@@ -1096,7 +1104,7 @@ static const char *tmap_refusal(const CUtensorMap *map, CUtensorMapDataType type
                                 CUtensorMapInterleave il, CUtensorMapSwizzle sw,
                                 CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
   const int esize = tmap_elem_bytes(type);
-  if (!map || (uintptr_t)map % 64) return "the tensor map is not 64-byte aligned";
+  if (!map) return "no tensor map";
   if (!esize) return "unknown or packed data type";
   if (rank < 1 || rank > 5) return "rank not in 1..5";
   if (il != CU_TENSOR_MAP_INTERLEAVE_NONE && il != CU_TENSOR_MAP_INTERLEAVE_16B &&
@@ -1149,9 +1157,13 @@ API CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, 
                                     CUtensorMapInterleave il, CUtensorMapSwizzle sw,
                                     CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
   LOCK();
-  if (!S.inited) RET(CUDA_ERROR_NOT_INITIALIZED);
+  if (!inited_here()) RET(CUDA_ERROR_NOT_INITIALIZED);
   if (S.dev->major < 9) RET(CUDA_ERROR_NOT_SUPPORTED);
   const char *why = tmap_refusal(map, type, rank, addr, dim, stride, box, estride, il, sw, l2, oob);
+  /* cuda.h asks for a 64-byte aligned map; the real driver encodes one
+  ** that is not (seen on an H200, driver 580), which a kernel that takes
+  ** it by address then reads wrongly: encoded here too, and a violation. */
+  if (!why && (uintptr_t)map % 64) fc_violation("a tensor map encoded at an address off 64-byte alignment");
   if (why) {
     note("cuTensorMapEncodeTiled: %s", why);
     RET(CUDA_ERROR_INVALID_VALUE);
