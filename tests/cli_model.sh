@@ -8,7 +8,8 @@
 # near FA3's own kernel, its wait for P V after the exponentials; the tc
 # default (row sums on the tensor cores) below its -fadd twin where the
 # tensor pipe is busiest (A100); a saved cubin modelled at a list of
-# lengths; and --plot's PNG.
+# lengths; times measured on an H200 (tests/data/gpu) for a sample of
+# fatune's variants and FA2's own kernel; and --plot's PNG.
 #
 # usage: FATUNE=build/fatune bash tests/cli_model.sh
 set -u
@@ -287,6 +288,47 @@ print("2k %.0f, 16k %.0f TFLOP/s (as compiled), %d instructions per K/V block pe
 EOF
 )
 check "a saved cubin at two lengths: $why" $? "$why"
+# Against a GPU: times measured on an H200 (tests/data/gpu), the fastest
+# and a slow variant of each family at each head dim, and FlashAttention-2's
+# own kernel against PyTorch's flash backend, on the problem measured
+# (batch 4, heads 16, seq 4096, bf16). Each within 25% of its time, and
+# each pair in the measured order.
+gpu_data="$(dirname "$data")/gpu/h200-fwd-bf16-s4096.csv"
+sample=(wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128-pers wg-bf16-d128-m128n176c2-deferred-np-sq-s2-sw128
+        tc-bf16-d128-m128n64w4-deferred-swizzle-qsmem-s2-step tc-bf16-d128-m64n32w4-deferred-swizzle-qsmem-s2
+        wg-bf16-d64-m192n192c3-deferred-np-sq-s2-sw128 wg-bf16-d64-m128n192c2-deferred-np-ov-s2-sw128
+        tc-bf16-d64-m128n128w4-deferred-swizzle-qsmem-s2-carry tc-bf16-d64-m64n64w4-deferred-swizzle-qsmem-s2)
+for v in "${sample[@]}" fa2_d64_sm_90 fa2_d128_sm_90; do
+  case $v in
+    fa2_*) dim=${v#fa2_d}; dim=${dim%_sm_90}; src=(--cubin "$tmp/$v.cubin" --launch fa2) ;;
+    *) dim=${v#*-bf16-d}; dim=${dim%%-*}; src=(--variant "$v") ;;
+  esac
+  "${TIMEOUT[@]}" "$FATUNE" model --gpu h200 --dim "$dim" --seq 4096 --batch 4 --heads 16 \
+    --dtype bf16 --json "${src[@]}" >"$tmp/h200_$v.json" 2>"$tmp/model.err"
+  check "fatune model --gpu h200 $v" $? "$(head -c 300 "$tmp/model.err")"
+done
+why=$(python3 - "$tmp" "$gpu_data" "${sample[@]}" <<'EOF' 2>&1
+import csv, json, sys
+d, data, sample = sys.argv[1], sys.argv[2], sys.argv[3:]
+got = {}
+for r in csv.DictReader(open(data)):
+    key = r["kernel"] if r["source"] == "fatune" else "%s_d%s" % (r["source"], r["dim"])
+    got[key] = float(r["tflops"])
+pairs = [(v, v) for v in sample] + [("fa2_d%d_sm_90" % k, "torch-sdpa-flash_d%d" % k) for k in (64, 128)]
+out, pred = [], {}
+for v, m in pairs:
+    pred[v] = json.load(open("%s/h200_%s.json" % (d, v)))["tflops"]
+    e = pred[v] / got[m] - 1
+    out.append("%s %+.0f%%" % (v.replace("-deferred", "").replace("-swizzle", ""), 100 * e))
+    assert abs(e) <= 0.25, "%s: model %.0f, measured %.0f TFLOP/s" % (v, pred[v], got[m])
+for a, b in zip(sample[::2], sample[1::2]):
+    assert pred[a] > pred[b], "measured %s ahead of %s, the model %.0f against %.0f" % (
+        a, b, pred[a], pred[b])
+print("; ".join(out))
+EOF
+)
+check "the model against an H200's times: $why" $? "$why"
+
 bad_input "--launch with a fatune variant" --gpu h100 --dim 128 --variant "$v" \
   --cubin "$tmp/fa3_d128_sm_90a.cubin" --launch fa3
 bad_input "a variant's name with another kernel's cubin" --gpu h100 --dim 128 --variant "$v" \

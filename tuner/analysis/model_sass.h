@@ -22,6 +22,7 @@ typedef struct model_gpu {
   double l2_latency;       /* clocks: a copy from L2 */
   double l2_bytes_clk;     /* the whole L2's bandwidth, bytes per clock */
   double hgmma_latency;    /* clocks after a wgmma group's last tensor clock */
+  double tensor_sustained; /* the share of wgmma's nominal rate sustained at full load [S] */
 } model_gpu;
 
 /* The machine of g into *out: 0, or -1 for a GPU without one. */
