@@ -126,6 +126,8 @@ typedef struct gen_kernel {
   int registers_estimate;  /* the template's own estimate, 32-bit words */
   int io_align;            /* bytes Q, K, V and O must be aligned to: the widest
                               global access the kernel makes to them */
+  int ldsm_ways;           /* times over each ldmatrix reads shared memory: its rows'
+                              bank conflicts (render's `ldsm_ways`; 1: none) */
   char arch[16];           /* the one target the kernel is written for ("sm_90a": the
                               gemm's wgmma and TMA); "" when any will do */
   int ntma;                /* tensor maps in tma[], 0..GEN_MAX_TMA */

@@ -268,6 +268,12 @@ mut turing-k8-split templates/prelude_tile.h \
 mut tc-bf16-turing templates/tc/tc.lua \
   'return tonumber(target.arch:match("^sm_(%d+)")) >= 80' 'return true' \
   'cli_targets'
+mut model-ldsm-conflicts tuner/analysis/model_sass.c \
+  'if (!strcmp(op, "LDSM") && ldsm_ways > 1)' 'if (0)' \
+  'cli_model'
+mut model-wgmma-sustained tuner/analysis/model_sass.c \
+  '#define HOPPER_TENSOR (788.0 / 989.0)' '#define HOPPER_TENSOR 1.0' \
+  'cli_model'
 
 # One of each layer, the quickest to build and test.
 quick_names="nan-check npy-fortran mma-b-swapped stage-barrier-1 nearest-seq"

@@ -126,6 +126,10 @@
 --              kernels add across CTAs with atomics, so two runs may differ
 --              in the last bits (validation then runs them on one OS
 --              thread, where the CTAs keep one order); true when absent.
+--              And ldsm_ways = n (optional, 1 to 32; 1 when absent): each
+--              ldmatrix reads shared memory n times over, its rows on the
+--              same banks (the timing model takes the reads one after
+--              the other).
 --   fallbacks  table key -> list of values (optional): what a key left out
 --              of `k=v,...` text may take, in order of preference, when the
 --              defaults do not fit the keys given (space.render_config).
@@ -951,6 +955,10 @@ function space.render(fam, cfg, target)
   space.check_launches("family '" .. fam.name .. "': render", r.launches)
   if r.deterministic ~= nil and type(r.deterministic) ~= "boolean" then
     error("family '" .. fam.name .. "': render gives a 'deterministic' that is no boolean", 0)
+  end
+  if r.ldsm_ways ~= nil and not (math.type(r.ldsm_ways) == "integer" and r.ldsm_ways >= 1
+                                 and r.ldsm_ways <= 32) then
+    error("family '" .. fam.name .. "': render gives an 'ldsm_ways' that is no integer 1 to 32", 0)
   end
   local d = space.describe(fam, cfg)
   r.name, r.hash, r.config, r.pairs = d.name, d.hash, d.config, d.pairs

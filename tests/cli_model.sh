@@ -289,15 +289,17 @@ EOF
 )
 check "a saved cubin at two lengths: $why" $? "$why"
 # Against a GPU: times measured on an H200 (tests/data/gpu), the fastest
-# and a slow variant of each family at each head dim, and FlashAttention-2's
-# own kernel against PyTorch's flash backend, on the problem measured
-# (batch 4, heads 16, seq 4096, bf16). Each within 25% of its time, and
-# each pair in the measured order.
+# and a slow variant of each family at each head dim, tc's padded rows
+# against its plain ones (8-way bank conflicts on each ldmatrix, 3.3 times
+# slower), and FlashAttention-2's own kernel against PyTorch's flash
+# backend, on the problem measured (batch 4, heads 16, seq 4096, bf16).
+# Each within 25% of its time, and each pair in the measured order.
 gpu_data="$(dirname "$data")/gpu/h200-fwd-bf16-s4096.csv"
 sample=(wg-bf16-d128-m128n176c2-deferred-pp-ov-s2-sw128-pers wg-bf16-d128-m128n176c2-deferred-np-sq-s2-sw128
         tc-bf16-d128-m128n64w4-deferred-swizzle-qsmem-s2-step tc-bf16-d128-m64n32w4-deferred-swizzle-qsmem-s2
         wg-bf16-d64-m192n192c3-deferred-np-sq-s2-sw128 wg-bf16-d64-m128n192c2-deferred-np-ov-s2-sw128
-        tc-bf16-d64-m128n128w4-deferred-swizzle-qsmem-s2-carry tc-bf16-d64-m64n64w4-deferred-swizzle-qsmem-s2)
+        tc-bf16-d64-m128n128w4-deferred-swizzle-qsmem-s2-carry tc-bf16-d64-m64n64w4-deferred-swizzle-qsmem-s2
+        tc-bf16-d64-m128n128w4-deferred-pad-qsmem-s2 tc-bf16-d64-m128n128w4-deferred-row-qsmem-s2)
 for v in "${sample[@]}" fa2_d64_sm_90 fa2_d128_sm_90; do
   case $v in
     fa2_*) dim=${v#fa2_d}; dim=${dim%_sm_90}; src=(--cubin "$tmp/$v.cubin" --launch fa2) ;;

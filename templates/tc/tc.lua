@@ -365,6 +365,21 @@ end
 
 tc.op = "fwd"
 
+-- How many times over an ldmatrix reads shared memory: the 8 rows of 16
+-- bytes of each of its matrices, row_bytes apart, over the 8 16-byte
+-- groups of a 128-byte bank line. Swizzled or padded rows fall on 8
+-- distinct groups (1); plain rows of 128 or 256 bytes all on one (8: the
+-- layout=row variants, 3.5-4 times slower on an H200).
+function tc.ldsm_ways(P)
+  if P.swizzle > 0 then return 1 end
+  local seen, groups = {}, 0
+  for r = 0, 7 do
+    local g = (r * P.row_bytes // 16) % 8
+    if not seen[g] then seen[g], groups = true, groups + 1 end
+  end
+  return 8 // groups
+end
+
 function tc.render(c)
   local P = tc.plan(c)
   local args = { cfg = c, P = P, entry = tc.name_of(c):gsub("-", "_") }
@@ -379,6 +394,7 @@ function tc.render(c)
     -- 16-byte pieces (cp.async, 16-byte stores) when dim (and dim_v) is a
     -- multiple of 8.
     io_align = P.async_copy and 16 or 2,
+    ldsm_ways = tc.ldsm_ways(P),
   }
 end
 

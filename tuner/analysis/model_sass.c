@@ -128,7 +128,7 @@ static void plain(model_insn *m, int pipe, double lanes, int phase) {
   m->phase = (unsigned char)phase;
 }
 
-static void classify(const model_gpu *g, const sass_op *o, model_insn *m) {
+static void classify(const model_gpu *g, const sass_op *o, int ldsm_ways, model_insn *m) {
   static const char *const fma[] = {"FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2", "FSWZADD",
                                     NULL};
   static const char *const conv[] = {"F2F", "I2F", "F2I", "I2FP", "F2IP", "FRND", NULL};
@@ -189,6 +189,10 @@ static void classify(const model_gpu *g, const sass_op *o, model_insn *m) {
   } else if (op_is(op, mio)) {
     m->pipe = MP_MIO;
     m->occupy = !strcmp(op, "SHFL") ? 1 : mio_bytes(op, t) / e->smem_bytes_clk;
+    /* Rows on the same banks: the reads go one after the other, and the
+    ** result waits for the last. */
+    if (!strcmp(op, "LDSM") && ldsm_ways > 1)
+      m->latency += m->occupy * (ldsm_ways - 1), m->occupy *= ldsm_ways;
     m->phase = strcmp(op, "SHFL") ? MPH_COPY : MPH_SOFTMAX;
   } else if (!strcmp(op, "BAR")) {
     char a[24], b[24];
@@ -509,10 +513,10 @@ static int ex2_before_pv_wait(const sass_seq *q) {
   return -1;
 }
 
-static int translate(const model_gpu *g, const sass_seq *q, model_insn **out) {
+static int translate(const model_gpu *g, const sass_seq *q, int ldsm_ways, model_insn **out) {
   *out = calloc((size_t)q->n + 1, sizeof **out);
   if (!*out) return -1;
-  for (int i = 0; i < q->n; i++) classify(g, &q->op[i], &(*out)[i]);
+  for (int i = 0; i < q->n; i++) classify(g, &q->op[i], ldsm_ways, &(*out)[i]);
   return 0;
 }
 
@@ -526,13 +530,13 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
   memset(b, 0, sizeof *b);
   b->ex2_before_pv_wait = -1;
   if (t->loop.n == 0) return fail(err, errlen, "no main loop in the SASS");
-  if (translate(g, &t->loop, &b->insn[0])) return fail(err, errlen, "out of memory");
+  if (translate(g, &t->loop, l->ldsm_ways, &b->insn[0])) return fail(err, errlen, "out of memory");
   model_kernel *k = &b->k;
   k->warps_per_cta = l->threads / 32;
   if (l->consumers > 0) {
     if (t->producer.n == 0)
       return model_built_free(b), fail(err, errlen, "a warp-specialized kernel without a producer loop");
-    if (translate(g, &t->producer, &b->insn[1])) return model_built_free(b), fail(err, errlen, "out of memory");
+    if (translate(g, &t->producer, l->ldsm_ways, &b->insn[1])) return model_built_free(b), fail(err, errlen, "out of memory");
     int pp = map_producer(&t->producer, b->insn[1], consumer_rings(&t->loop, l, p), &k->nrings, p, l);
     int pc = map_consumer(&t->loop, b->insn[0], k->nrings, l, p);
     if (p->backward) drop_foreign_barriers(b->insn[0], t->loop.n);

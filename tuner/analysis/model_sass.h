@@ -52,6 +52,8 @@ typedef struct model_launch {
   int heavy_first;         /* query blocks launched from the last down in each (batch, head) */
   int dq_accum;            /* the backward pass adds dQ into a float accumulator (zeroed by
                               its first launch, converted by its last) */
+  int ldsm_ways;           /* times over each ldmatrix reads shared memory (bank
+                              conflicts); 0 or 1: none */
 } model_launch;
 
 /* A kernel ready to simulate: its roles' instructions (owned). */
