@@ -10,9 +10,11 @@
 #   fwd      the main job in bf16 at seq 4096, dims 128 and 64, with --sass:
 #            every variant validated and timed, and the timing model's
 #            prediction beside each measured time (the model's error)
+#   causal   the same, causal, at d128 (wg's and tc's causal kernels)
 #   sdpa     PyTorch's scaled_dot_product_attention (flash, FlashAttention-2's
 #            kernels, and cudnn) on the same problems, seq 1024 to 4096,
-#            recorded with fatune baseline
+#            recorded with fatune baseline; and the bf16 rate a dense GEMM
+#            sustains (8192^3, random data: the timing model's wgmma rate)
 #   bwd      the main job's backward pass (--op bwd) in bf16, dims 128 and
 #            64, beside PyTorch's flash backward
 #   python   the Python package's tests (the torch ones on the GPU), then
@@ -43,7 +45,7 @@ steps_dir="$logs"
 [ $pack = 1 ] && { steps_dir=$(mktemp -d) || exit 1; }
 exec > >(tee "$logs/gpu-check.log") 2>&1
 budget=${GPU_CHECK_SECONDS:-540}
-wanted=${GPU_CHECK_STEPS:-tests fwd sdpa bwd python fp32 seqs fakegpu report}
+wanted=${GPU_CHECK_STEPS:-tests fwd causal sdpa bwd python fp32 seqs fakegpu report}
 start=$SECONDS
 rc=0
 say() { echo "== $* ($((SECONDS - start)) s)"; }
@@ -127,6 +129,9 @@ for dim in 128 64; do
   tune "fwd-bf16-d$dim-s4096" --dim "$dim" --seq 4096 --dtype bf16 --trial-ms 60 --sass
 done
 
+step=causal
+tune "fwd-bf16-d128-s4096-causal" --dim 128 --seq 4096 --dtype bf16 --causal --trial-ms 60 --sass
+
 step=sdpa
 if t=$(allot sdpa 90); then
   say "torch.nn.functional.scaled_dot_product_attention, bf16, B 4 H 16 N 1024 to 4096"
@@ -136,6 +141,18 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 B, H = 4, 16
 gpu = torch.cuda.get_device_name()
+a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+for _ in range(3):
+    a @ b
+torch.cuda.synchronize()
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+s.record()
+for _ in range(10):
+    a @ b
+e.record()
+torch.cuda.synchronize()
+print("bf16 GEMM 8192^3, random data: %.0f TFLOP/s (mean of 10)"
+      % (10 * 2 * 8192 ** 3 / (s.elapsed_time(e) * 1e-3) / 1e12))
 rows = ["gpu,backend,dtype,batch,heads,seq_q,seq_k,dim,causal,median_us,torch"]
 for d in (64, 128):
     for N in (1024, 2048, 4096):
