@@ -80,7 +80,6 @@ fi
 build/fatune --version
 # One database for the run, so the report sees this run's trials alone.
 export FATUNE_DB="$steps_dir/fatune.db"
-fatune=(build/fatune)
 
 # The variants of one main job, fastest first, then the failures.
 summary() {
@@ -109,7 +108,7 @@ tune() {
   local name=$1 t; shift
   t=$(allot "$step" 200) || return 0
   say "fatune $* ($t s at most)"
-  timeout "$t" "${fatune[@]}" "$@" --backend cuda --timeout 20 --json \
+  timeout "$t" build/fatune "$@" --backend cuda --timeout 20 --json \
     >"$steps_dir/$name.json" 2>"$steps_dir/$name.err"
   local r=$?
   tail -n 3 "$steps_dir/$name.err"
@@ -179,7 +178,7 @@ for d in (64, 128):
 if len(rows) > 1:
     open(sys.argv[1], "w").write("\n".join(rows) + "\n")
 PY
-  [ -s "$steps_dir/sdpa.csv" ] && { "${fatune[@]}" baseline "$steps_dir/sdpa.csv" || rc=1; }
+  [ -s "$steps_dir/sdpa.csv" ] && { build/fatune baseline "$steps_dir/sdpa.csv" || rc=1; }
   packed
 fi
 
@@ -269,7 +268,7 @@ fi
 
 if t=$(allot report 60); then
   say "fatune report (fatune's TFLOP/s against seq_len beside PyTorch's)"
-  timeout "$t" "${fatune[@]}" report --out "$steps_dir/report" || rc=1
+  timeout "$t" build/fatune report --out "$steps_dir/report" || rc=1
   packed
 fi
 packed

@@ -259,7 +259,8 @@ static void test_gemm_backend(void) {
     gen_close(g);
     return;
   }
-  if (backend_open_device("cuda", 0, 1, &b, note, sizeof note, err, sizeof err) == 0) {  /* as above */
+  /* Probed here, as in test_tmap_backend. */
+  if (backend_open_device("cuda", 0, 1, &b, note, sizeof note, err, sizeof err) == 0) {
     const gen_kernel *kp = &k;
     fa_build bd;
     const int built = backend_compile(b, &kp, 1, 1, &bd, err, sizeof err);

@@ -1163,7 +1163,8 @@ API CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, 
   /* cuda.h asks for a 64-byte aligned map; the real driver encodes one
   ** that is not (seen on an H200, driver 580), which a kernel that takes
   ** it by address then reads wrongly: encoded here too, and a violation. */
-  if (!why && (uintptr_t)map % 64) fc_violation("a tensor map encoded at an address off 64-byte alignment");
+  if (!why && (uintptr_t)map % 64)
+    fc_violation("a tensor map encoded at an address off 64-byte alignment");
   if (why) {
     note("cuTensorMapEncodeTiled: %s", why);
     RET(CUDA_ERROR_INVALID_VALUE);

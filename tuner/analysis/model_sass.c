@@ -536,7 +536,8 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
   if (l->consumers > 0) {
     if (t->producer.n == 0)
       return model_built_free(b), fail(err, errlen, "a warp-specialized kernel without a producer loop");
-    if (translate(g, &t->producer, l->ldsm_ways, &b->insn[1])) return model_built_free(b), fail(err, errlen, "out of memory");
+    if (translate(g, &t->producer, l->ldsm_ways, &b->insn[1]))
+      return model_built_free(b), fail(err, errlen, "out of memory");
     int pp = map_producer(&t->producer, b->insn[1], consumer_rings(&t->loop, l, p), &k->nrings, p, l);
     int pc = map_consumer(&t->loop, b->insn[0], k->nrings, l, p);
     if (p->backward) drop_foreign_barriers(b->insn[0], t->loop.n);
