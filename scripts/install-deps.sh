@@ -47,13 +47,28 @@ pip_into() {  # pip_into VENV PACKAGE...: a virtual environment with these, made
   shift
   mkdir -p "$(dirname "$v")"
   [ -x "$v/bin/pip" ] || python3 -m venv "$v"
-  "$v/bin/pip" install -q --disable-pip-version-check "$@"
+  # No cache: PyTorch's wheels would otherwise stay on disk a second time.
+  "$v/bin/pip" install -q --disable-pip-version-check --no-cache-dir "$@"
+}
+free_gb() {  # free_gb PATH: whole GB free on PATH's file system
+  df -Pk "$1" | awk 'NR == 2 { print int($4 / 1048576) }'
 }
 if ! "$venv/bin/python" -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
   echo "install-deps: numpy, pytest and ml_dtypes into $venv"
   pip_into "$venv" numpy pytest ml_dtypes
 fi
 if [ "${FATUNE_NO_TORCH:-0}" != 1 ] && ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  # pip holds every downloaded wheel until it has installed them all: about
+  # 4 GB of wheels and 6 GB installed at the peak.
+  need_gb=11
+  have_gb=$(free_gb "$(dirname "$venv")")
+  tmp_gb=$(free_gb "${TMPDIR:-/tmp}")
+  [ "$tmp_gb" -lt "$have_gb" ] && have_gb=$tmp_gb
+  if [ "$have_gb" -lt "$need_gb" ]; then
+    echo "install-deps: PyTorch needs about $need_gb GB free (under $(dirname "$venv") and" \
+         "${TMPDIR:-/tmp}), $have_gb GB are: free some, or set FATUNE_NO_TORCH=1 to test without it" >&2
+    exit 1
+  fi
   echo "install-deps: PyTorch into $venv (several GB, a few minutes)"
   pip_into "$venv" torch
 fi
