@@ -7,7 +7,8 @@
 # other load. Problem: fp32, batch 1, 8 heads over 2 K/V heads, seq 128,
 # dim 64, causal, on the emulator backend. fatune.attention is timed with
 # the library's call replaced by nothing (on the emulator it would run the
-# kernel): what Python, and for tensors PyTorch's dispatcher, add.
+# kernel): what Python, and for tensors that require grad PyTorch's
+# dispatcher and autograd, add.
 #
 # usage: scripts/bench-overhead.sh [build]    (after scripts/test.sh, or a
 #        build and `pip install ./python` into build/venv)
@@ -56,9 +57,12 @@ _lib.call = lambda ctx, args, plan: launched.append(len(args)) or ""
 print("  fatune.attention on NumPy arrays, Python's part: %.1f us per call"
       % best_us(lambda: fatune.attention(q, k, k, causal=True), 20000))
 if torch is not None:
-    with torch.no_grad():
-        print("  fatune.attention on torch tensors (through fatune::attention), Python's "
-              "and the dispatcher's part: %.1f us per call"
-              % best_us(lambda: fatune.attention(qt, kt, kt, causal=True), 20000))
+    print("  fatune.attention on torch tensors, no gradient needed (straight to the library), "
+          "Python's part: %.1f us per call"
+          % best_us(lambda: fatune.attention(qt, kt, kt, causal=True), 20000))
+    qg = qt.clone().requires_grad_()
+    print("  fatune.attention on torch tensors that require grad (through fatune::attention "
+          "and autograd), Python's and the dispatcher's part: %.1f us per call"
+          % best_us(lambda: fatune.attention(qg, kt, kt, causal=True), 20000))
 assert launched, "the library's call was not replaced"
 PY

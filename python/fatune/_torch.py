@@ -15,6 +15,17 @@ if not hasattr(getattr(torch, "library", None), "custom_op"):
     raise ImportError("PyTorch %s is too old: fatune needs 2.4 or later "
                       "(torch.library.custom_op)" % getattr(torch, "__version__", "?"))
 
+# What says a call is watched by something that must see the operators:
+# a dispatch mode (FakeTensorMode, FlopCounterMode), a function mode, a
+# functorch transform (vmap, grad). Private to PyTorch; where one is
+# missing, every call goes through the operators.
+try:
+    _dispatch_modes = torch._C._len_torch_dispatch_stack
+    _function_mode = torch._C._is_torch_function_mode_enabled
+    _transforms = torch._C._functorch.peek_interpreter_stack
+except AttributeError:
+    _dispatch_modes = None
+
 _CODES = {torch.float32: _lib.FP32, torch.float64: _lib.FP64, torch.float16: _lib.FP16,
           torch.bfloat16: _lib.BF16}
 
@@ -328,15 +339,34 @@ def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     return _new_lse(q, layout)
 
 
+def _direct(q: Any, k: Any, v: Any, out: Any) -> bool:
+    """Whether a call may go straight to the library, past the operators'
+    dispatch (which costs twice the rest of a call on the host): plain
+    tensors that need no gradient, with nothing tracing or watching them;
+    else the operators run, and autograd, torch.compile, torch.export and
+    every mode see them."""
+    if _dispatch_modes is None or torch.compiler.is_compiling():
+        return False
+    ts = (q, k, v) if out is None else (q, k, v, out)
+    if any(type(t) is not torch.Tensor for t in ts):
+        return False  # a subclass, a fake tensor: checked and refused or run by the operators
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return False
+    return _dispatch_modes() == 0 and not _function_mode() and _transforms() is None
+
+
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
               layout: str, db: Optional[str], plan: bool) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
-    torch.compile and torch.export see; plan calls the library directly."""
+    torch.compile and torch.export see, unless nothing needs them (_direct);
+    plan calls the library directly."""
     mask = _check.causal(causal)
-    if plan:
+    if plan or _direct(q, k, v, out):
         check(q, k, v, out, mask, layout)
-        return None, None, run(q, k, v, out if out is not None else _new_out(q, v), None, mask,
-                               _check.scale(scale), layout, db, plan=True)
+        o = out if out is not None else _new_out(q, v)
+        lse = _new_lse(q, layout) if return_lse and not plan else None
+        name = run(q, k, v, o, lse, mask, _check.scale(scale), layout, db, plan=plan)
+        return (None, None, name) if plan else (o, lse, "")
     # What PyTorch's dispatcher would refuse in its own words (nested and
     # sparse tensors) is checked here; the operators check the rest, when
     # they run (and when traced, without looking at memory). The scale goes

@@ -63,6 +63,54 @@ def test_operator_and_fake():
         assert lse.shape == (2, 8, 32) and lse.dtype == torch.float32
 
 
+def test_plain_call_goes_straight_to_the_library(monkeypatch):
+    """Nothing to record or trace: the operators' dispatch (twice the rest
+    of a call's host cost) is skipped, with the same result."""
+    q, k, v = qkv(dtype=torch.float32, hq=4, hk=2)
+    o_op, lse_op = torch.ops.fatune.attention(q, k, v, "bottom_right", None, "bhnd", None)
+
+    def refuse(*args, **kw):
+        raise AssertionError("went through the operator")
+    monkeypatch.setattr(fatune._torch, "attention_op", refuse)
+    monkeypatch.setattr(fatune._torch, "attention_out_op", refuse)
+    o, lse = fatune.attention(q, k, v, causal=True, return_lse=True)
+    assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
+    out = torch.full_like(q, float("nan"))
+    assert fatune.attention(q, k, v, causal=True, out=out) is out
+    assert torch.equal(out, o_op)
+    with torch.no_grad():
+        assert torch.equal(fatune.attention(q.requires_grad_(), k, v, causal=True), o_op)
+
+
+def test_watchers_see_the_operator():
+    """A dispatch mode (as FlopCounterMode, FakeTensorMode), a function
+    mode, autograd: each sees fatune::attention, not a bare library call."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    seen = []
+
+    class Dispatched(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    class Called(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = qkv(dtype=torch.float32)
+    want = fatune.attention(q, k, v)
+    for mode in (Dispatched, Called):
+        seen.clear()
+        with mode():
+            assert torch.equal(fatune.attention(q, k, v), want)
+        assert any("fatune.attention" in s for s in seen), (mode.__name__, seen)
+    q.requires_grad_()
+    o = fatune.attention(q, k, v)
+    assert o.grad_fn is not None and torch.equal(o.detach(), want)
+
+
 def test_torch_compile():
     q, k, v = qkv(dtype=torch.float32)
 
