@@ -17,12 +17,13 @@ if not hasattr(getattr(torch, "library", None), "custom_op"):
 
 # What says a call is watched by something that must see the operators:
 # a dispatch mode (FakeTensorMode, FlopCounterMode), a function mode, a
-# functorch transform (vmap, grad). Private to PyTorch; where one is
+# functorch transform (vmap, grad), torch.jit.trace. Private to PyTorch; where one is
 # missing, every call goes through the operators.
 try:
     _dispatch_modes = torch._C._len_torch_dispatch_stack
     _function_mode = torch._C._is_torch_function_mode_enabled
     _transforms = torch._C._functorch.peek_interpreter_stack
+    _jit_tracing = torch._C._get_tracing_state
 except AttributeError:
     _dispatch_modes = None
 
@@ -352,7 +353,8 @@ def _direct(q: Any, k: Any, v: Any, out: Any) -> bool:
         return False  # a subclass, a fake tensor: checked and refused or run by the operators
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return False
-    return _dispatch_modes() == 0 and not _function_mode() and _transforms() is None
+    return (_dispatch_modes() == 0 and not _function_mode() and _transforms() is None
+            and _jit_tracing() is None)
 
 
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,

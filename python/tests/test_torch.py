@@ -3,6 +3,8 @@ PyTorch), CUDA tensors against scaled_dot_product_attention (a GPU); the
 fatune::attention operator, its fake implementation, torch.compile.
 Every test here is SKIPPED where PyTorch (or, for the CUDA ones, a GPU)
 is missing."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -109,6 +111,15 @@ def test_watchers_see_the_operator():
     q.requires_grad_()
     o = fatune.attention(q, k, v)
     assert o.grad_fn is not None and torch.equal(o.detach(), want)
+    q.requires_grad_(False)
+    # torch.jit.trace: the operator is in the graph, so a traced function
+    # computes on the inputs it is given, not on those it was traced with.
+    with warnings.catch_warnings():  # deprecated, not gone
+        warnings.simplefilter("ignore", FutureWarning)
+        traced = torch.jit.trace(lambda a, b, c: fatune.attention(a, b, c), (q, k, v))
+    assert "fatune::attention" in str(traced.graph)
+    q2, k2, v2 = qkv(dtype=torch.float32, seed=1)
+    assert torch.equal(traced(q2, k2, v2), fatune.attention(q2, k2, v2))
 
 
 def test_torch_compile():
