@@ -262,9 +262,11 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
     db_budget_text(&dp, words, sizeof words);
     char dims[24];
     fa_dims_text(dp.dim, dp.dim_v, dims, sizeof dims);
-    return fail(FATUNE_ENOTUNED, "nothing recorded for %s dim %s%s meets %s: tune it (the main "
-                "job records each variant's errors on the adversarial suite)", dp.dtype, dims,
-                dp.causal ? " causal" : "", words);
+    const int bwd = fp->op == FA_OP_BWD;
+    return fail(FATUNE_ENOTUNED, "nothing recorded for %s dim %s%s%s meets %s: tune it (the main "
+                "job%s records each variant's errors on the adversarial suite)", dp.dtype, dims,
+                dp.causal ? " causal" : "", bwd ? ", the backward pass," : "", words,
+                bwd ? " with --op bwd" : "");
   }
   int rc = gen_render_config(c->gen, "", fp, &c->target, k);
   if (rc != 0)

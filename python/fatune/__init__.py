@@ -140,7 +140,8 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     case of the adversarial suite, 1e-16 to 1) and that gave the same bits
     every run, as `fatune best --max-error E --deterministic` chooses;
     fatune.Error (status FATUNE_ENOTUNED) when none is recorded, never the
-    default. NumPy arrays only for now.
+    default. On tensors that require grad, the backward pass keeps the
+    budget: its variant too must be recorded within it (`fatune --op bwd`).
 
     Returns O, or (O, lse). Raises TypeError or ValueError naming the
     argument that is wrong, fatune.Error when the library fails.
@@ -166,14 +167,11 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
                deterministic: bool = False) -> Tuple[Any, Any, str]:
     q, k, v, out = _arrays(q, k, v, out)
     budget = _check.budget(max_rel_err, deterministic)
-    if _is_torch(q) and budget != (0.0, False):
-        raise TypeError("max_rel_err and deterministic: NumPy arrays only for now; the torch "
-                        "operators take no error budget")
     if _is_torch(q):
         for name, x in (("k", k), ("v", v), ("out", out)):
             if x is not None and not _is_torch(x):
                 raise TypeError("%s: a torch.Tensor like q, not %s" % (name, type(x).__name__))
-        return _pt.attention(q, k, v, causal, scale, out, return_lse, layout, db, plan)
+        return _pt.attention(q, k, v, causal, scale, out, return_lse, layout, db, plan, budget)
     if _is_torch(k) or _is_torch(v) or _is_torch(out):
         bad = "k" if _is_torch(k) else "v" if _is_torch(v) else "out"
         raise TypeError("%s: a torch.Tensor, but q is a NumPy array" % bad)

@@ -64,15 +64,17 @@ class BackwardArgs(ctypes.Structure):
 
 
 # fatune_backward_args packed as pack_args packs the forward's: eight
-# tensors (q, k, v, o, dout, dq, dk, dv), lse, causal, scale, stream, dlse.
+# tensors (q, k, v, o, dout, dq, dk, dv), lse, causal, scale, stream, dlse;
+# then the error budget, keywords.
 _BWD_ARGS = struct.Struct("@" + "Pi4q4q" * 8 + "PidPPdi4x")
 if _BWD_ARGS.size != ctypes.sizeof(BackwardArgs):
     raise ImportError("fatune: fatune_backward_args is %d bytes, packed %d"
                       % (ctypes.sizeof(BackwardArgs), _BWD_ARGS.size))
 
 
-def pack_backward_args(*fields: object) -> bytes:
-    return _BWD_ARGS.pack(*fields, 0.0, 0)
+def pack_backward_args(*fields: object, max_rel_err: float = 0.0,
+                       deterministic: bool = False) -> bytes:
+    return _BWD_ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0)
 
 
 class Options(ctypes.Structure):

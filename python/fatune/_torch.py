@@ -144,9 +144,11 @@ def _context(q: torch.Tensor, db: Optional[str]) -> Tuple[int, int]:
 
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         lse: Optional[torch.Tensor], mask: str, scale: float, layout: str,
-        db: Optional[str] = None, plan: bool = False) -> str:
-    """out (and lse) for q, k, v; every argument already checked. With plan,
-    the variant's name, and nothing launched."""
+        db: Optional[str] = None, plan: bool = False,
+        budget: Tuple[float, bool] = (0.0, False)) -> str:
+    """out (and lse) for q, k, v; every argument already checked; budget the
+    library's error budget (max_rel_err, deterministic). With plan, the
+    variant's name, and nothing launched."""
     code = _CODES[q.dtype]
     # Strides the kernels cannot take (a strided head dim): a copy, made on
     # the stream the kernel runs on, so it lives as long as the kernel needs.
@@ -165,7 +167,8 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         args = _lib.pack_args(*_fields(qs, code, layout), *_fields(ks, code, layout),
                               *_fields(vs, code, layout), *_fields(os_, code, layout),
                               part_lse.data_ptr() if part_lse is not None else 0,
-                              1 if causal else 0, scale, stream)
+                              1 if causal else 0, scale, stream,
+                              max_rel_err=budget[0], deterministic=budget[1])
         names.append(_lib.call(ctx, args, plan))
         if part_lse is not lse:
             lse[:, :, lo:hi] = part_lse
@@ -187,32 +190,45 @@ def _op_scale(scale: Optional[torch.Tensor], real: bool = True) -> float:
     return _check.scale(scale.item()) if real else 0.0
 
 
+def _op_budget(max_rel_err: float, deterministic: bool) -> Tuple[float, bool]:
+    """The operators' error budget, 0.0 and False for none, as the library
+    takes it."""
+    return _check.budget(max_rel_err if max_rel_err != 0.0 else None, deterministic)
+
+
 @torch.library.custom_op("fatune::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
-                 scale: Optional[torch.Tensor], layout: str, db: Optional[str]
+                 scale: Optional[torch.Tensor], layout: str, db: Optional[str],
+                 max_rel_err: float = 0.0, deterministic: bool = False
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
     """O (contiguous, q's shape and dtype) and the logsumexp ([batch][heads][seq_q],
     fp32; fp64 for fp64). causal: 'none', 'bottom_right' or 'top_left';
     scale: a CPU tensor of one float, None for 1/sqrt(dim); db: the results
-    database, None for the default."""
+    database, None for the default; max_rel_err (0.0: none) and
+    deterministic: the error budget of fatune.attention, which the
+    backward pass keeps too."""
     mask = check(q, k, v, None, causal, layout)
+    budget = _op_budget(max_rel_err, deterministic)
     out, lse = _new_out(q, v), _new_lse(q, layout)
-    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget)
     return out, lse
 
 
 @attention_op.register_fake
 def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
-                    scale: Optional[torch.Tensor], layout: str, db: Optional[str]
+                    scale: Optional[torch.Tensor], layout: str, db: Optional[str],
+                    max_rel_err: float = 0.0, deterministic: bool = False
                     ) -> Tuple[torch.Tensor, torch.Tensor]:
     check(q, k, v, None, causal, layout, real=False)
     _op_scale(scale, real=False)
+    _op_budget(max_rel_err, deterministic)
     return _new_out(q, v), _new_lse(q, layout)
 
 
 def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
                  k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                 mask: str, scale: float, layout: str, db: Optional[str]
+                 mask: str, scale: float, layout: str, db: Optional[str],
+                 budget: Tuple[float, bool] = (0.0, False)
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (contiguous, shaped as q, k, v) from the forward pass's out
     and lse, and the gradients of out and (when not None) of lse; one
@@ -245,7 +261,8 @@ def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torc
             *_fields(part(grad_o), code, layout), *_fields(part(dq), code, layout),
             *_fields(pdk, code, layout), *_fields(pdv, code, layout),
             part_lse.data_ptr(), 1 if causal else 0, scale, stream,
-            part_dlse.data_ptr() if part_dlse is not None else 0)
+            part_dlse.data_ptr() if part_dlse is not None else 0,
+            max_rel_err=budget[0], deterministic=budget[1])
         _lib.call_backward(ctx, args)
         if not whole:
             keys(dk).add_(pdk)
@@ -257,12 +274,15 @@ def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torc
 def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor],
                           q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                           lse: torch.Tensor, causal: str, scale: Optional[torch.Tensor],
-                          layout: str, db: Optional[str]
+                          layout: str, db: Optional[str], max_rel_err: float = 0.0,
+                          deterministic: bool = False
                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of fatune::attention: grad_o the gradient of its output,
     grad_lse of its logsumexp (None: zero), out and lse what it returned for
-    q, k, v, causal and scale."""
+    q, k, v, causal and scale; the backward variant within the error
+    budget, as fatune::attention's."""
     mask = check(q, k, v, None, causal, layout)
+    budget = _op_budget(max_rel_err, deterministic)
     for name, t in (("grad_o", grad_o), ("out", out)):
         _tensor(name, t, q)
         if t.shape != q.shape[:3] + v.shape[3:]:
@@ -276,17 +296,19 @@ def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor]
             raise ValueError("%s: want %s %s on %s, as fatune::attention returns lse"
                              % (name, lse_shape(q, layout), _lse_dtype(q), q.device))
     return run_backward(grad_o, grad_lse, q, k, v, out, lse, mask, _op_scale(scale), layout,
-                        db)
+                        db, budget)
 
 
 @attention_backward_op.register_fake
 def _attention_backward_fake(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor],
                              q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              out: torch.Tensor, lse: torch.Tensor, causal: str,
-                             scale: Optional[torch.Tensor], layout: str, db: Optional[str]
+                             scale: Optional[torch.Tensor], layout: str, db: Optional[str],
+                             max_rel_err: float = 0.0, deterministic: bool = False
                              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     check(q, k, v, None, causal, layout, real=False)
     _op_scale(scale, real=False)
+    _op_budget(max_rel_err, deterministic)
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
             torch.empty(k.shape, dtype=q.dtype, device=q.device),
             torch.empty(v.shape, dtype=q.dtype, device=q.device))
@@ -296,18 +318,20 @@ def _backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch
               ) -> Tuple[Any, ...]:
     q, k, v, out, lse, scale = ctx.saved_tensors if ctx.has_scale else \
         (*ctx.saved_tensors, None)
+    rest = (None,) * 6  # causal, scale, layout, db, max_rel_err, deterministic
     if grad_o is None and grad_lse is None:
-        return None, None, None, None, None, None, None
+        return (None, None, None) + rest
     if grad_o is None:
         grad_o = torch.zeros_like(out)
     dq, dk, dv = attention_backward_op(grad_o, grad_lse, q, k, v, out, lse, ctx.causal, scale,
-                                       ctx.layout, ctx.db)
-    return dq, dk, dv, None, None, None, None
+                                       ctx.layout, ctx.db, *ctx.budget)
+    return (dq, dk, dv) + rest
 
 
 def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-    q, k, v, causal, scale, layout, db = inputs
+    q, k, v, causal, scale, layout, db, max_rel_err, deterministic = inputs
     out, lse = output
+    ctx.budget = (max_rel_err, deterministic)
     ctx.set_materialize_grads(False)
     ctx.has_scale = scale is not None
     ctx.save_for_backward(q, k, v, out, lse, *((scale,) if scale is not None else ()))
@@ -320,23 +344,26 @@ attention_op.register_autograd(_backward, setup_context=_setup_context)
 @torch.library.custom_op("fatune::attention_out", mutates_args=("out",))
 def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                      causal: str, scale: Optional[torch.Tensor], layout: str,
-                     db: Optional[str]
+                     db: Optional[str], max_rel_err: float = 0.0, deterministic: bool = False
                      ) -> torch.Tensor:
     """fatune::attention into out (q's shape and dtype, the head dim
     contiguous, sharing no memory with q, k or v); returns the logsumexp."""
     mask = check(q, k, v, out, causal, layout)
+    budget = _op_budget(max_rel_err, deterministic)
     lse = _new_lse(q, layout)
-    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget)
     return lse
 
 
 @attention_out_op.register_fake
 def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                         causal: str, scale: Optional[torch.Tensor], layout: str,
-                        db: Optional[str]
+                        db: Optional[str], max_rel_err: float = 0.0,
+                        deterministic: bool = False
                         ) -> torch.Tensor:
     check(q, k, v, out, causal, layout, real=False)
     _op_scale(scale, real=False)
+    _op_budget(max_rel_err, deterministic)
     return _new_lse(q, layout)
 
 
@@ -358,7 +385,8 @@ def _direct(q: Any, k: Any, v: Any, out: Any) -> bool:
 
 
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
-              layout: str, db: Optional[str], plan: bool) -> Tuple[Any, Any, str]:
+              layout: str, db: Optional[str], plan: bool,
+              budget: Tuple[float, bool] = (0.0, False)) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
     torch.compile and torch.export see, unless nothing needs them (_direct);
     plan calls the library directly."""
@@ -367,7 +395,8 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
         check(q, k, v, out, mask, layout)
         o = out if out is not None else _new_out(q, v)
         lse = _new_lse(q, layout) if return_lse and not plan else None
-        name = run(q, k, v, o, lse, mask, _check.scale(scale), layout, db, plan=plan)
+        name = run(q, k, v, o, lse, mask, _check.scale(scale), layout, db, plan=plan,
+                   budget=budget)
         return (None, None, name) if plan else (o, lse, "")
     # What PyTorch's dispatcher would refuse in its own words (nested and
     # sparse tensors) is checked here; the operators check the rest, when
@@ -385,11 +414,11 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
     else:
         st = torch.tensor(_check.scale(scale), dtype=torch.float64)
     if out is None:
-        o, lse = attention_op(q, k, v, mask, st, layout, db)
+        o, lse = attention_op(q, k, v, mask, st, layout, db, *budget)
         return o, lse, ""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise ValueError("out: fatune.attention with out= does not support autograd (as "
                          "PyTorch's out= functions); call it without out=, or under "
                          "torch.no_grad()")
-    lse = attention_out_op(q, k, v, out, mask, st, layout, db)
+    lse = attention_out_op(q, k, v, out, mask, st, layout, db, *budget)
     return out, lse, ""

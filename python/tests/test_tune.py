@@ -55,3 +55,30 @@ def test_tune_bad_arguments(kw, arg):
 def test_command_error_is_fatune_error(tmp_path):
     with pytest.raises(fatune.Error, match="dim"):
         fatune.tune(dim=600, seq=32, dtype="fp32", backend="emu", db=str(tmp_path / "x.db"))
+
+
+def test_budget_on_tensors(tmp_path):
+    """The error budget on torch tensors, straight to the library and
+    through the operators; the backward pass keeps it, so its variant must
+    be recorded within it too (none is here: the backward pass was not
+    tuned)."""
+    torch = pytest.importorskip("torch")
+    db = str(tmp_path / "tune.db")
+    rows = fatune.tune(dim=16, seq=32, dtype="fp32", batch=1, heads=1, backend="emu", db=db)
+    assert any(r["status"] == "ok" and r["suite_failed"] == "" and r["suite_err"] <= 1e-5
+               and r["rel_err"] <= 1e-5 for r in rows)
+    x = torch.randn(3, 1, 1, 32, 16, generator=torch.Generator().manual_seed(5))
+    q, k, v = x
+    ref = torch.from_numpy(reference_attention(*(t.numpy() for t in x)))
+    o = fatune.attention(q, k, v, db=db, max_rel_err=1e-5, deterministic=True)
+    assert torch.linalg.norm(o.double() - ref) / torch.linalg.norm(ref) < 1e-5
+    with pytest.raises(fatune.Error, match="error budget of 1e-12") as e:
+        fatune.attention(q, k, v, db=db, max_rel_err=1e-12)
+    assert e.value.status == 8
+    with pytest.raises(ValueError, match="^max_rel_err: "):
+        fatune.attention(q, k, v, db=db, max_rel_err=0.0)
+    qg = q.clone().requires_grad_()
+    og = fatune.attention(qg, k, v, db=db, max_rel_err=1e-5, deterministic=True)
+    assert og.grad_fn is not None and torch.equal(og.detach(), o)
+    with pytest.raises(fatune.Error, match="the backward pass, meets .*--op bwd"):
+        og.sum().backward()
