@@ -325,6 +325,15 @@ FA_INLINE unsigned fa_swizzle_offset(unsigned byte_offset, int swizzle) {
   return byte_offset ^ ((byte_offset >> 3) & (((1u << bits) - 1) << 4));
 }
 
+/* ---- stmatrix: "Warp-level matrix store instruction: stmatrix" ----
+** ldmatrix's inverse (m8n8, .b16): lane 8j + r gives the address of row r
+** of matrix j, and register j of lane 4r + c holds that row's columns 2c
+** and 2c + 1: an mma or wgmma accumulator's layout, packed to 16 bits. */
+FA_INLINE void fa_stmatrix_x4(fa_saddr row, const unsigned r[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               :: "r"(row), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+
 /* ---- Warp specialization ---- */
 
 /* "elect.sync": 1 in exactly one lane of the (full) warp. */

@@ -522,6 +522,32 @@ FA_INLINE void fa_emu_wgmma_wait(int n, int line) {
 ** hoisting it): program order here. */
 #define fa_wgmma_wait_after(n, a, b) ((void)(a), (void)(b), fa_wgmma_wait(n))
 
+/* ---- stmatrix.sync.aligned.m8n8.x4.shared.b16 (PTX ISA "Warp-level
+** matrix store instruction: stmatrix") ----
+** ldmatrix's inverse: lane 8j + r brings the address of row r of matrix
+** j, lane 4r + c columns 2c and 2c + 1 of row r of every matrix (register
+** j). The addresses and values travel through the exchange; every lane
+** then writes its row, and nobody goes on before all have (a second
+** wait). Counted as the 16-byte shared stores they are. */
+FA_INLINE void fa_emu_stmatrix_x4(unsigned char *row, const unsigned r[4], int line) {
+  fa_emu_thread *t = fa_emu_self;
+  struct { unsigned char *row; unsigned r[4]; } mine = {row, {r[0], r[1], r[2], r[3]}};
+  unsigned char (*slots)[FA_EMU_XCHG_BYTES] = fa_emu_exchange(t, &mine, sizeof mine, line);
+  const int l = t->lane, j = l >> 3, rr = l & 7;
+  unsigned v[4];
+  for (int c = 0; c < 4; c++) {
+    const int src = 4 * rr + c;
+    if (src >= t->warp_size) t->fault(t, FA_EMU_FAULT_SHARED, row, 16, line);
+    memcpy(&mine, slots[src], sizeof mine);
+    v[c] = mine.r[j];
+  }
+  fa_emu_check_shared(t, row, 16, line);
+  memcpy(row, v, sizeof v);
+  t->ctr->smem_written += 16;
+  t->wait(t, FA_EMU_WAIT_XCHG, line);
+}
+#define fa_stmatrix_x4(row, r) fa_emu_stmatrix_x4((row), (r), __LINE__)
+
 /* ---- Warp specialization ---- */
 
 /* elect.sync (PTX ISA "elect.sync"): one lane of the warp, the same for

@@ -159,11 +159,13 @@ $ -- visible to wgmma (the async proxy) and to the other warps.
 $ local function pack_p()
 $   if pss then
 fa_named_bar_sync(4 + wg, 128);  /* every warp's wait retired the P V that read P */
-$     local chunks = SW // 16  -- 16-byte chunks of a swizzle row
-$     for hh = 0, 1 do
-$       for j = 0, BN // 8 - 1 do
-fa_sts_u32((unsigned *)(pt + ${hh * 8 * SW + j // chunks * 64 * SW} + (${16 * (j % chunks)}u ^ px)), fa_pack_${T}x2(s[${4 * j + 2 * hh}], s[${4 * j + 2 * hh + 1}]));
-$       end
+$     for j = 0, BN // 16 - 1 do
+$       local blk, within = (16 * j) // CB, (16 * j) % CB * 2
+{
+  const unsigned r4[4] = {fa_pack_${T}x2(s[${8 * j}], s[${8 * j + 1}]), fa_pack_${T}x2(s[${8 * j + 2}], s[${8 * j + 3}]),
+                          fa_pack_${T}x2(s[${8 * j + 4}], s[${8 * j + 5}]), fa_pack_${T}x2(s[${8 * j + 6}], s[${8 * j + 7}])};
+  fa_stmatrix_x4(pt + (${blk * 64 * SW}u + ((${within}u + pc) ^ px)), r4);
+}
 $     end
 fa_fence_proxy_async();
 fa_named_bar_sync(4 + wg, 128);
@@ -348,12 +350,13 @@ $ end
 $ if pss then
   unsigned char *const ps = smem + ${P.p_offset} + wg * ${P.p_bytes};  /* this consumer's P */
   const fa_wgmma_desc pd = fa_wgmma_desc_make(ps, 16, ${8 * SW}, ${SW});
-  /* This thread's pairs of P: rows 16 w + g (+ 8), columns 8 j + 2 t, at
-  ** pt plus the row's and the column block's offsets and the 16-byte
-  ** chunk's, which the swizzle XORs with px (the same in both rows: it
-  ** takes the row's bits above 8 rows away). */
-  const unsigned px = fa_swizzle_offset((unsigned)(16 * w + g) * ${SW}u, ${SW}) ^ ((unsigned)(16 * w + g) * ${SW}u);
-  unsigned char *const pt = ps + (16 * w + g) * ${SW} + 4 * t;
+  /* P by stmatrix.x4, 16 keys at a time: lane l = 8m + i brings row i of
+  ** matrix m (rows 0-7, 8-15 of the warp's 16, by keys 0-7, 8-15), at pt
+  ** plus the column block's offset and the 16-byte chunk's, which the
+  ** swizzle XORs with px (the row's: a column block's offset keeps it). */
+  const unsigned prow = (unsigned)(16 * w + (l & 7) + 8 * ((l >> 3) & 1)) * ${SW}u;
+  const unsigned px = fa_swizzle_offset(prow, ${SW}) ^ prow, pc = 16u * (unsigned)(l >> 4);
+  const fa_saddr pt = fa_saddr_of(ps) + prow;
 $ else
   unsigned pa[${BN // 16}][4];
 $ end
@@ -488,22 +491,33 @@ $ else
   fa_named_bar_sync(4 + wg, 128);
 $ end
   float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
+  float inv_row[2];  /* 1 / the row's sum, rows g and g + 8 */
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     ${sm.row_sum(F, eager)}
 $ if eager then
     const float inv = 1.f;  /* normalized at every step; 0 without a key */
 $ end
+    inv_row[hh] = inv;
     const int r = 16 * w + g + 8 * hh;
-    FA_UNROLL
-    for (int j = 0; j < ${DP // 8}; ++j) {
-      const int col = 8 * j + 2 * t;
-      const unsigned at = (unsigned)(col / ${CB}) * ${BM * SW}u + (unsigned)(r * ${SW} + (col % ${CB}) * 2);
-      fa_sts_u32((unsigned *)(os + fa_swizzle_offset(at, ${SW})),
-                 fa_pack_${T}x2(fa_rescale_f32(o[4 * j + 2 * hh], inv), fa_rescale_f32(o[4 * j + 2 * hh + 1], inv)));
-    }
     if (t == 0 && row0 + r < p.seq_q)
       fa_st_f32(lg + row0 + r, ${sm.lse(F, "m_i[hh]", "lsum")});
+  }
+  /* stmatrix.x4 per 16 columns: matrices (rows 0-7, 8-15) x (columns
+  ** 0-7, 8-15) of the warp's 16 rows; lane l = 8m + i brings row i of matrix
+  ** m, 16 bytes that the swizzle keeps whole. */
+  const fa_saddr os_at = fa_saddr_of(os);
+  const int st_row = 16 * w + (l & 7) + 8 * ((l >> 3) & 1), st_col = 8 * (l >> 4);
+  FA_UNROLL
+  for (int j = 0; j < ${DP // 16}; ++j) {
+    unsigned r4[4];
+    FA_UNROLL
+    for (int m = 0; m < 4; ++m)
+      r4[m] = fa_pack_${T}x2(fa_rescale_f32(o[8 * j + 2 * m], inv_row[m & 1]),
+                             fa_rescale_f32(o[8 * j + 2 * m + 1], inv_row[m & 1]));
+    const int col = 16 * j + st_col;
+    const unsigned at = (unsigned)(col / ${CB}) * ${BM * SW}u + (unsigned)(st_row * ${SW} + (col % ${CB}) * 2);
+    fa_stmatrix_x4(os_at + fa_swizzle_offset(at, ${SW}), r4);
   }
   fa_fence_proxy_async();
   fa_named_bar_sync(4 + wg, 128);

@@ -47,7 +47,7 @@
 -- stores at addresses built once, after a barrier that the warpgroup's
 -- P V before is done in every warp).
 
-local wg = { name = "wg", version = 2 }
+local wg = { name = "wg", version = 3 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
@@ -202,10 +202,9 @@ local with = enum.with
 -- simplest structure (deferred, no ping-pong, no overlap, two stages,
 -- 128B swizzle), then one axis at a time around it, and neighbouring
 -- block_n; where FA3 takes three consumers, two as well (with overlap and
--- ping-pong, which the timing model rates above three's); the leading
--- structures persistent as well. P through shared memory (pv = "ss",
--- FA3's d64 tile without a mask) is in the full space only: the model
--- rates it below P in registers (plain stores where FA3 has stmatrix).
+-- ping-pong, which the timing model rates above three's) and three with
+-- the overlap and P through shared memory (pv = "ss", FA3's d64
+-- structure); the leading structures persistent as well.
 -- "full" is the cross product; "small" the fallback when nothing of the
 -- default fits.
 function wg.enumerate(problem, which)
@@ -247,13 +246,17 @@ function wg.enumerate(problem, which)
     add(with(d, { pingpong = 1, overlap = 1 }))
     lead = { d, with(d, { overlap = 1 }), with(d, { pingpong = 1, overlap = 1 }) }
   else
-    -- Two consumers as well, with overlap and ping-pong.
+    -- FlashAttention-3's d64 structure: with the overlap, P through shared
+    -- memory (by stmatrix), where three consumers' registers hold no P
+    -- beside the next S. Two consumers as well, with overlap and ping-pong.
+    local pss = with(d, { overlap = 1, pv = "ss" })
+    add(pss)
     local two = with(d, { block_m = 128, consumers = 2 })
     add(two)
     add(with(two, { overlap = 1 }))
     add(with(two, { pingpong = 1 }))
     add(with(two, { pingpong = 1, overlap = 1 }))
-    lead = { d, with(d, { overlap = 1 }), with(two, { overlap = 1 }),
+    lead = { d, with(d, { overlap = 1 }), pss, with(two, { overlap = 1 }),
              with(two, { pingpong = 1, overlap = 1 }) }
   end
   for _, c in ipairs(lead) do add(with(c, { persistent = 1 })) end
