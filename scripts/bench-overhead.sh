@@ -7,8 +7,9 @@
 # other load. Problem: fp32, batch 1, 8 heads over 2 K/V heads, seq 128,
 # dim 64, causal, on the emulator backend. fatune.attention is timed with
 # the library's call replaced by nothing (on the emulator it would run the
-# kernel): what Python, and for tensors that require grad PyTorch's
-# dispatcher and autograd, add.
+# kernel): what Python adds, and autograd for tensors that require grad;
+# beside it, the operator fatune::attention called as such, with PyTorch's
+# dispatcher.
 #
 # usage: scripts/bench-overhead.sh [build]    (after scripts/test.sh, or a
 #        build and `pip install ./python` into build/venv)
@@ -61,8 +62,12 @@ if torch is not None:
           "Python's part: %.1f us per call"
           % best_us(lambda: fatune.attention(qt, kt, kt, causal=True), 20000))
     qg = qt.clone().requires_grad_()
-    print("  fatune.attention on torch tensors that require grad (through fatune::attention "
-          "and autograd), Python's and the dispatcher's part: %.1f us per call"
+    print("  fatune.attention on torch tensors that require grad (recorded by autograd, "
+          "past the operators' dispatch), Python's and autograd's part: %.1f us per call"
           % best_us(lambda: fatune.attention(qg, kt, kt, causal=True), 20000))
+    print("  torch.ops.fatune.attention on the same (the operator, as torch.compile and the "
+          "modes see it), Python's, autograd's and the dispatcher's part: %.1f us per call"
+          % best_us(lambda: torch.ops.fatune.attention(qg, kt, kt, "bottom_right", None,
+                                                       "bhnd", None), 20000))
 assert launched, "the library's call was not replaced"
 PY

@@ -367,32 +367,70 @@ def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
     return _new_lse(q, layout)
 
 
-def _direct(q: Any, k: Any, v: Any, out: Any) -> bool:
-    """Whether a call may go straight to the library, past the operators'
-    dispatch (which costs twice the rest of a call on the host): plain
-    tensors that need no gradient, with nothing tracing or watching them;
-    else the operators run, and autograd, torch.compile, torch.export and
-    every mode see them."""
+def _eager(q: Any, k: Any, v: Any, out: Any) -> str:
+    """How a call may skip the operators' dispatch (which costs more than
+    the rest of a call on the host) when nothing traces or watches it:
+    "plain", straight to the library, for plain tensors that need no
+    gradient; "grad", through _Attention, for those that do; "" when the
+    operators must run, so that torch.compile, torch.export, jit.trace and
+    every mode and transform see them."""
     if _dispatch_modes is None or torch.compiler.is_compiling():
-        return False
+        return ""
     ts = (q, k, v) if out is None else (q, k, v, out)
     if any(type(t) is not torch.Tensor for t in ts):
-        return False  # a subclass, a fake tensor: checked and refused or run by the operators
+        return ""  # a subclass, a fake tensor: checked and refused or run by the operators
+    if not (_dispatch_modes() == 0 and not _function_mode() and _transforms() is None
+            and _jit_tracing() is None):
+        return ""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return False
-    return (_dispatch_modes() == 0 and not _function_mode() and _transforms() is None
-            and _jit_tracing() is None)
+        return "grad" if out is None else ""  # out= with autograd: the operator refuses it
+    return "plain"
+
+
+class _Attention(torch.autograd.Function):
+    """fatune::attention and its autograd formula in eager mode, without
+    the operators' dispatch: the same run and run_backward, every argument
+    already checked."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str,
+                scale: float, layout: str, db: Optional[str], budget: Tuple[float, bool]
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        out, lse = _new_out(q, v), _new_lse(q, layout)
+        run(q, k, v, out, lse, mask, scale, layout, db, budget=budget)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = (mask, scale, layout, db, budget)
+        return out, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch.Tensor]
+                 ) -> Tuple[Any, ...]:
+        rest = (None,) * 5
+        if grad_o is None and grad_lse is None:
+            return (None, None, None) + rest
+        q, k, v, out, lse = ctx.saved_tensors
+        mask, scale, layout, db, budget = ctx.args
+        if grad_o is None:
+            grad_o = torch.zeros_like(out)
+        return run_backward(grad_o, grad_lse, q, k, v, out, lse, mask, scale, layout, db,
+                            budget) + rest
 
 
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
               layout: str, db: Optional[str], plan: bool,
               budget: Tuple[float, bool] = (0.0, False)) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
-    torch.compile and torch.export see, unless nothing needs them (_direct);
+    torch.compile and torch.export see, unless nothing needs them (_eager);
     plan calls the library directly."""
     mask = _check.causal(causal)
-    if plan or _direct(q, k, v, out):
+    how = "plain" if plan else _eager(q, k, v, out)
+    if how:
         check(q, k, v, out, mask, layout)
+        if how == "grad":
+            o, lse = _Attention.apply(q, k, v, mask, _check.scale(scale), layout, db, budget)
+            return o, lse, ""
         o = out if out is not None else _new_out(q, v)
         lse = _new_lse(q, layout) if return_lse and not plan else None
         name = run(q, k, v, o, lse, mask, _check.scale(scale), layout, db, plan=plan,

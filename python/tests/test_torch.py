@@ -66,27 +66,37 @@ def test_operator_and_fake():
 
 
 def test_plain_call_goes_straight_to_the_library(monkeypatch):
-    """Nothing to record or trace: the operators' dispatch (twice the rest
-    of a call's host cost) is skipped, with the same result."""
+    """Nothing to trace or watch: the operators' dispatch (more than the
+    rest of a call's host cost) is skipped, with the same results, and
+    with the same gradients where autograd records the call."""
     q, k, v = qkv(dtype=torch.float32, hq=4, hk=2)
     o_op, lse_op = torch.ops.fatune.attention(q, k, v, "bottom_right", None, "bhnd", None)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    og, lg = torch.ops.fatune.attention(qg, kg, vg, "bottom_right", None, "bhnd", None)
+    want = torch.autograd.grad((og * o_op).sum() + lg.sum(), (qg, kg, vg))
 
     def refuse(*args, **kw):
         raise AssertionError("went through the operator")
     monkeypatch.setattr(fatune._torch, "attention_op", refuse)
     monkeypatch.setattr(fatune._torch, "attention_out_op", refuse)
+    monkeypatch.setattr(fatune._torch, "attention_backward_op", refuse)
     o, lse = fatune.attention(q, k, v, causal=True, return_lse=True)
     assert torch.equal(o, o_op) and torch.equal(lse, lse_op)
     out = torch.full_like(q, float("nan"))
     assert fatune.attention(q, k, v, causal=True, out=out) is out
     assert torch.equal(out, o_op)
     with torch.no_grad():
-        assert torch.equal(fatune.attention(q.requires_grad_(), k, v, causal=True), o_op)
+        assert torch.equal(fatune.attention(q.clone().requires_grad_(), k, v, causal=True), o_op)
+    og, lg = fatune.attention(qg, kg, vg, causal=True, return_lse=True)
+    assert og.grad_fn is not None and torch.equal(og.detach(), o_op)
+    got = torch.autograd.grad((og * o_op).sum() + lg.sum(), (qg, kg, vg))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
 def test_watchers_see_the_operator():
     """A dispatch mode (as FlopCounterMode, FakeTensorMode), a function
-    mode, autograd: each sees fatune::attention, not a bare library call."""
+    mode, torch.jit.trace: each sees fatune::attention, not a bare library
+    call."""
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import TorchDispatchMode
     seen = []
@@ -294,7 +304,7 @@ def test_training_step_under_torch_compile():
     assert got is not None and all(torch.allclose(a, b) for a, b in zip(got, want))
 
 
-def test_requires_grad_with_db_goes_through_the_operator(tmp_path):
+def test_requires_grad_with_db_is_recorded_by_autograd(tmp_path):
     q, k, v = (t.requires_grad_() for t in qkv(dtype=torch.float32))
     o = fatune.attention(q, k, v, db=str(tmp_path / "x.db"))
     assert o.requires_grad
