@@ -16,7 +16,9 @@
 #            recorded with fatune baseline; and the bf16 rate a dense GEMM
 #            sustains (8192^3, random data: the timing model's wgmma rate)
 #   bwd      the main job's backward pass (--op bwd) in bf16, dims 128 and
-#            64, beside PyTorch's flash backward
+#            64, beside PyTorch's flash backward; and the rate of fp32
+#            atomic adds in FlashAttention-2's dQ pattern
+#            (python/tests/bench_atomics.py, Triton)
 #   python   the Python package's tests (the torch ones on the GPU), then
 #            fatune.attention beside scaled_dot_product_attention
 #            (python/tests/bench_sdpa.py)
@@ -214,6 +216,13 @@ for d in (64, 128):
     print("sdpa flash backward d%-3d N %d median %8.1f us %7.1f TFLOP/s" % (
         d, N, med * 1e3, 10 * B * H * N * N * d / (med * 1e-3) / 1e12))
 PY
+  packed
+fi
+if t=$(allot bwd 45); then
+  say "fp32 atomic adds in FlashAttention-2's dQ pattern (the backward model's atomics)"
+  timeout "$t" python3 python/tests/bench_atomics.py 2>&1 | tee "$steps_dir/atomics.txt"
+  r=${PIPESTATUS[0]}
+  [ "$r" -eq 0 ] || [ "$r" -eq 77 ] || rc=1
   packed
 fi
 
