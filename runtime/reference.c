@@ -219,9 +219,29 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
   return 0;
 }
 
+/* ref_fwd_io's lse_mag. */
+static void logit_sizes(const fa_problem *p, const ref_fwd_io *t) {
+  const double scale = fa_problem_scale(p);
+  for (int b = 0; b < p->batch; b++)
+    for (int h = 0; h < p->heads; h++)
+      for (int r = 0; r < p->seq_q; r++) {
+        const double *qr = t->q + b * t->ql.sb + h * t->ql.sh + r * t->ql.sn;
+        const double *kh = t->k + b * t->kl.sb + h * t->kl.sh;
+        const int nvis = visible_keys(p, r);
+        double m = 0;
+        for (int c = 0; c < nvis; c++) {
+          const double s = scale * dot_abs(qr, kh + c * t->kl.sn, p->dim);
+          if (s > m) m = s;
+        }
+        t->lse_mag[((long long)b * p->heads + h) * p->seq_q + r] = m;
+      }
+}
+
 static int ref_fwd(const fa_problem *p, const void *io) {
   const ref_fwd_io *t = io;
-  return ref_attention(p, t->q, t->ql, t->k, t->kl, t->v, t->vl, t->o, t->ol, t->lse);
+  int rc = ref_attention(p, t->q, t->ql, t->k, t->kl, t->v, t->vl, t->o, t->ol, t->lse);
+  if (rc == 0 && t->lse_mag) logit_sizes(p, t);
+  return rc;
 }
 
 static int ref_bwd(const fa_problem *p, const void *io) {

@@ -22,13 +22,17 @@ int ref_attention(const fa_problem *p,
                   const double *v, fa_layout vl,
                   double *o, fa_layout ol, double *lse);
 
-/* The tensors of the forward pass's reference, as ref_attention takes them. */
+/* The tensors of the forward pass's reference, as ref_attention takes them;
+** lse_mag, when not NULL, gets per row (as lse) the largest size of the
+** terms of a visible key's logit, scale * sum |q_d k_d|, which a float32
+** logit's rounding error scales with (0 for a row that sees no key). */
 typedef struct ref_fwd_io {
   const double *q, *k, *v;
   fa_layout ql, kl, vl;
   double *o;
   fa_layout ol;
   double *lse;
+  double *lse_mag;
 } ref_fwd_io;
 
 /* The backward pass's tensors: the forward's inputs and the gradient of

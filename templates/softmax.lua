@@ -64,19 +64,20 @@ function softmax.mu(F, mn)
   return mn .. " == NEG_INF ? " .. lit(F, "0") .. " : " .. mn .. (F.scaled and "" or " * sl2")
 end
 
--- 1 / l, 0 for a row with no key.
+-- 1 / l, 0 for a row with no key (l exactly 0; a NaN l, from NaN or Inf
+-- in the inputs, stays NaN, as the float64 reference's).
 function softmax.inverse(F, l)
   local zero = F.acc == "float" and "0.f" or "0"
-  return l .. " > " .. zero .. " ? " .. lit(F, "1") .. " / " .. l .. " : " .. lit(F, "0")
+  return l .. " == " .. zero .. " ? " .. lit(F, "0") .. " : " .. lit(F, "1") .. " / " .. l
 end
 
 -- The natural logsumexp of a row of running max m and sum l; -inf for a
--- row that saw no key.
+-- row that saw no key (l exactly 0; a NaN l stays NaN, as in inverse).
 function softmax.lse(F, m, l)
   local zero = F.acc == "float" and "0.f" or "0"
   local m2 = F.scaled and m or m .. " * sl2"
-  return l .. " > " .. zero .. " ? (" .. m2 .. " + fa_log2_" .. F.fn .. "(" .. l .. ")) * " ..
-         lit(F, "0.69314718055994530942") .. " : NEG_INF"
+  return l .. " == " .. zero .. " ? NEG_INF : (" .. m2 .. " + fa_log2_" .. F.fn .. "(" .. l ..
+         ")) * " .. lit(F, "0.69314718055994530942")
 end
 
 -- The mask of the mma fragments: -inf for the keys past seq_k and, causal,

@@ -22,7 +22,7 @@ def test_tune_then_best(tmp_path):
     assert fatune.plan(q, q, q, db=db) == b["variant"]
     # Each trial met the adversarial suite; an error budget runs a variant
     # that met all of it, never the default, and refuses what it cannot.
-    assert all(r["suite_cases"] == 7 for r in ok)   # no causal mask: no no-key case
+    assert all(r["suite_cases"] == 8 for r in ok)   # no causal mask: no no-key case
     met = {r["name"] for r in ok if r["suite_failed"] == "" and r["suite_err"] <= 1e-5
            and r["rel_err"] <= 1e-5}
     assert met, [(r["name"], r["rel_err"], r["suite_err"], r["suite_failed"]) for r in ok]

@@ -5,7 +5,7 @@
 -- Declares the axes, the defaults, the enumeration and pruning rules, the
 -- derived thread mapping and shared-memory plan, and renders simt.cu.
 
-local simt = { name = "simt", version = 1 }
+local simt = { name = "simt", version = 2 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis

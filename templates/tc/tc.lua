@@ -17,7 +17,7 @@
 -- tensors from cudaMalloc (or the emulator's allocations) do; other dims
 -- move element by element.
 
-local tc = { name = "tc", version = 2 }
+local tc = { name = "tc", version = 3 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis

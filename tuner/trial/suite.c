@@ -74,6 +74,21 @@ static void zero_rows(const fa_problem *p, double *q, double *k, double *v, uint
     for (size_t d = 0; d < D; d++) k[r * D + d] = 0;
 }
 
+/* NaN and Inf in the inputs: query row 7 of each head all NaN, and one
+** component of key row seq_k / 3 +Inf, so its logit is +Inf (the row NaN,
+** from Inf - Inf), -Inf (the key ignored) or NaN (a zero factor) by the
+** sign of the query's component: O and lse NaN where the float64
+** reference's are, whatever the tiles, and right elsewhere. */
+static void nan_inf(const fa_problem *p, double *q, double *k, double *v, uint64_t *rng) {
+  (void)v, (void)rng;
+  const size_t D = (size_t)p->dim;
+  for (size_t bh = 0; bh < rows(p, 1); bh++) {
+    if (p->seq_q > 7)
+      for (size_t d = 0; d < D; d++) q[(bh * (size_t)p->seq_q + 7) * D + d] = NAN;
+    k[(bh * (size_t)p->seq_k + (size_t)p->seq_k / 3) * D + D / 2] = INFINITY;
+  }
+}
+
 typedef struct suite_case {
   const char *name, *what;
   int seq_q, seq_k;  /* 0: 130 */
@@ -94,6 +109,8 @@ static const suite_case cases[] = {
   {"huge-values", "V at an eighth of the dtype's largest value", 0, 0, 0, huge_values},
   {"same-keys", "every key of a head the same: a uniform softmax", 0, 0, 0, same_keys},
   {"zero-rows", "every third query and fifth key all zeros", 0, 0, 0, zero_rows},
+  {"nan-inf", "a query row of NaN and a key with one +Inf: O and lse NaN exactly where the "
+   "float64 reference's are", 0, 0, 0, nan_inf},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

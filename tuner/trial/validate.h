@@ -25,6 +25,9 @@ typedef struct val_case {
   unsigned long long seed;
   void *q, *k, *v;        /* kernel dtype, contiguous */
   double *o_ref, *lse_ref;
+  double *lse_mag;        /* per row, the size of its largest logit's terms (ref_fwd_io's),
+                          ** which the logsumexp's error is judged against; NULL on a GPU's
+                          ** oracle case */
   /* The backward pass (op bwd): its further inputs, the forward pass's o
   ** and lse (the float64 reference's, rounded as a kernel stores them) and
   ** a random dout; the reference gradients. */
