@@ -221,7 +221,7 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
 
 /* ref_fwd_io's lse_mag. */
 static void logit_sizes(const fa_problem *p, const ref_fwd_io *t) {
-  const double scale = fa_problem_scale(p);
+  const double sc = fa_problem_scale(p);
   for (int b = 0; b < p->batch; b++)
     for (int h = 0; h < p->heads; h++)
       for (int r = 0; r < p->seq_q; r++) {
@@ -230,7 +230,7 @@ static void logit_sizes(const fa_problem *p, const ref_fwd_io *t) {
         const int nvis = visible_keys(p, r);
         double m = 0;
         for (int c = 0; c < nvis; c++) {
-          const double s = scale * dot_abs(qr, kh + c * t->kl.sn, p->dim);
+          const double s = sc * dot_abs(qr, kh + c * t->kl.sn, p->dim);
           if (s > m) m = s;
         }
         t->lse_mag[((long long)b * p->heads + h) * p->seq_q + r] = m;

@@ -192,7 +192,10 @@ mut grad-nan-check tuner/trial/validate.c \
   'if (isnan(x) || isinf(x)) {' 'if (0) {' \
   'test_bwd'
 mut nan-check tuner/trial/validate.c \
-  'if (!isfinite(x)) {' 'if (0 && !isfinite(x)) {' \
+  'if (!isfinite(x) || !isfinite(ref)) {' 'if (0) {' \
+  'test_judge'
+mut nan-poison tuner/trial/validate.c \
+  'if (same && !poisoned(o, t, i)) continue;' 'if (same) continue;' \
   'test_judge'
 mut tolerance tuner/trial/validate.c \
   'if (r->rel_err > tol) {' 'if (r->max_abs_err > 10 * tol) {' \

@@ -3,7 +3,8 @@
 ** The validation verdict (val_judge) on outputs made by hand, no kernel:
 ** for each dtype's tolerance,
 **  - a NaN or an Inf anywhere in O or in the logsumexp is invalid, and so is
-**    an element left as the NaN poison (never written);
+**    an element left as the NaN poison (never written); where the reference
+**    is NaN (inputs with NaN or Inf), only a NaN passes, never the poison;
 **  - the reference perturbed to 2x the tolerance (norm-relative) is invalid,
 **    to 0.5x valid; a logsumexp off by 2x its tolerance invalid, 0.5x valid;
 **  - the same for the rows an oracle case checks in float64 on the CPU.
@@ -127,6 +128,36 @@ static void test_nonfinite(const val_case *c) {
       }
 }
 
+/* A reference with NaN (inputs with NaN or Inf, the suite's nan-inf):
+** O and the logsumexp NaN there pass; finite or the poison there does not. */
+static void test_reference_nan(val_case *c) {
+  const fa_dtype t = c->p.dtype, lt = lse_type(t);
+  const size_t i = nelems(c) / 3, row = i / (size_t)c->p.dim;
+  const double keep_o = c->o_ref[i], keep_l = c->lse_ref[row];
+  c->o_ref[i] = NAN, c->lse_ref[row] = NAN;
+  for (int v = 0; v < 3; v++)       /* NaN, a finite value, the poison */
+    for (int which = 0; which < 2; which++) {
+      void *oo = make_o(c, 0), *ll = make_lse(c, 0, 0);
+      if (!oo || !ll) {
+        CHECK(0, "out of memory");
+        free(oo), free(ll);
+        break;
+      }
+      fa_elem_put(oo, t, i, NAN), fa_elem_put(ll, lt, row, NAN);
+      void *a = which ? ll : oo;
+      put(a, which ? lt : t, which ? (size_t)fa_lse_size(t) : (size_t)fa_dtype_size(t),
+          which ? row : i, 1.0, v == 2);
+      if (v == 0) fa_elem_put(a, which ? lt : t, which ? row : i, NAN);
+      val_result r;
+      const val_status st = judge(c, oo, ll, &r);
+      CHECK(st == (v == 0 ? VAL_OK : VAL_INVALID), "%s: %s in %s where the reference is NaN: %s",
+            fa_dtype_name(t), v == 0 ? "NaN" : v == 1 ? "1.0" : "the poison",
+            which ? "lse" : "o", r.msg[0] ? r.msg : "passes");
+      free(oo), free(ll);
+    }
+  c->o_ref[i] = keep_o, c->lse_ref[row] = keep_l;
+}
+
 /* O off by f * tol: the measured error near f * tol, and the verdict. */
 static void o_off(const val_case *c, const void *lse, double f, val_status want) {
   const fa_dtype t = c->p.dtype;
@@ -212,6 +243,7 @@ int main(void) {
     if (o && lse) {
       test_exact(&c, o, lse);
       test_nonfinite(&c);
+      test_reference_nan(&c);
       test_tolerance(&c, o, lse);
       test_sample(&c, o, lse);
     }
