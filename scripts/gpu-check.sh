@@ -62,6 +62,18 @@ allot() {
   echo "$t"
 }
 packed() { [ $pack = 1 ] && tar czf "$logs/steps.tar.gz" -C "$steps_dir" . ; }
+# bench STEP SECONDS LOG SCRIPT TITLE: a Python benchmark of the project's,
+# within the budget, its output into LOG; its exit 77 (no GPU, no module)
+# is a skip, any other failure fails the run.
+bench() {
+  local t r
+  t=$(allot "$1" "$2") || return 0
+  say "$5"
+  timeout "$t" python3 "$4" 2>&1 | tee "$steps_dir/$3"
+  r=${PIPESTATUS[0]}
+  [ "$r" -eq 0 ] || [ "$r" -eq 77 ] || rc=1
+  packed
+}
 
 # NVRTC comes from the CUDA toolkit; find one if the loader cannot.
 if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
@@ -218,13 +230,8 @@ for d in (64, 128):
 PY
   packed
 fi
-if t=$(allot bwd 45); then
-  say "fp32 atomic adds in FlashAttention-2's dQ pattern (the backward model's atomics)"
-  timeout "$t" python3 python/tests/bench_atomics.py 2>&1 | tee "$steps_dir/atomics.txt"
-  r=${PIPESTATUS[0]}
-  [ "$r" -eq 0 ] || [ "$r" -eq 77 ] || rc=1
-  packed
-fi
+bench bwd 45 atomics.txt python/tests/bench_atomics.py \
+  "fp32 atomic adds in FlashAttention-2's dQ pattern (the backward model's atomics)"
 
 # The Python package from its source folder on this build's libfatune (no
 # pip install: this machine may reach no package registry).
@@ -243,13 +250,8 @@ if t=$(allot python 150); then
   fi
   packed
 fi
-if t=$(allot python 90); then
-  say "Python: fatune.attention against scaled_dot_product_attention"
-  timeout "$t" python3 python/tests/bench_sdpa.py 2>&1 | tee "$steps_dir/fatune-vs-sdpa.txt"
-  r=${PIPESTATUS[0]}
-  [ "$r" -eq 0 ] || [ "$r" -eq 77 ] || rc=1
-  packed
-fi
+bench python 90 fatune-vs-sdpa.txt python/tests/bench_sdpa.py \
+  "Python: fatune.attention against scaled_dot_product_attention"
 
 step=fp32
 for dim in 64 128; do
