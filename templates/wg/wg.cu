@@ -336,6 +336,10 @@ $ end
   /* A consumer warpgroup: query rows row0 .. row0 + 63. */
   fa_setmaxnreg_inc(${P.consumer_regs});
   const int w = (tid % 128) / 32, l = tid % 32, g = l / 4, t = l % 4;
+  /* stmatrix.x4 (P, O): lane l = 8 m + i brings row i of matrix m, the
+  ** matrices rows 0-7 and 8-15 of the warp's 16 by columns 0-7 and 8-15
+  ** of a 16-column block: its row and first column. */
+  const int st_row = 16 * w + (l & 7) + 8 * ((l >> 3) & 1), st_col = 8 * (l >> 4);
   const float sl2 = p.scale_log2_f32;
   unsigned char *const qs = smem + wg * ${64 * SW};  /* this consumer's Q rows, in every column block */
   /* The wgmma descriptors of Q, and of K and V in stage 0, built once: a
@@ -350,12 +354,11 @@ $ end
 $ if pss then
   unsigned char *const ps = smem + ${P.p_offset} + wg * ${P.p_bytes};  /* this consumer's P */
   const fa_wgmma_desc pd = fa_wgmma_desc_make(ps, 16, ${8 * SW}, ${SW});
-  /* P by stmatrix.x4, 16 keys at a time: lane l = 8m + i brings row i of
-  ** matrix m (rows 0-7, 8-15 of the warp's 16, by keys 0-7, 8-15), at pt
-  ** plus the column block's offset and the 16-byte chunk's, which the
-  ** swizzle XORs with px (the row's: a column block's offset keeps it). */
-  const unsigned prow = (unsigned)(16 * w + (l & 7) + 8 * ((l >> 3) & 1)) * ${SW}u;
-  const unsigned px = fa_swizzle_offset(prow, ${SW}) ^ prow, pc = 16u * (unsigned)(l >> 4);
+  /* P by stmatrix.x4, 16 keys at a time: this lane's row at pt, plus the
+  ** column block's offset and the 16-byte chunk's, which the swizzle XORs
+  ** with px (the row's: a column block's offset keeps it). */
+  const unsigned prow = (unsigned)st_row * ${SW}u;
+  const unsigned px = fa_swizzle_offset(prow, ${SW}) ^ prow, pc = 2u * (unsigned)st_col;
   const fa_saddr pt = fa_saddr_of(ps) + prow;
 $ else
   unsigned pa[${BN // 16}][4];
@@ -503,11 +506,9 @@ $ end
     if (t == 0 && row0 + r < p.seq_q)
       fa_st_f32(lg + row0 + r, ${sm.lse(F, "m_i[hh]", "lsum")});
   }
-  /* stmatrix.x4 per 16 columns: matrices (rows 0-7, 8-15) x (columns
-  ** 0-7, 8-15) of the warp's 16 rows; lane l = 8m + i brings row i of matrix
-  ** m, 16 bytes that the swizzle keeps whole. */
+  /* O by stmatrix.x4 per 16 columns, each lane's row 16 bytes that the
+  ** swizzle keeps whole. */
   const fa_saddr os_at = fa_saddr_of(os);
-  const int st_row = 16 * w + (l & 7) + 8 * ((l >> 3) & 1), st_col = 8 * (l >> 4);
   FA_UNROLL
   for (int j = 0; j < ${DP // 16}; ++j) {
     unsigned r4[4];
