@@ -49,16 +49,18 @@ static double dot_abs(const double *a, const double *b, int n) {
 
 /* One query row of one (batch, head): q points at the row, k and v at the
 ** head's first key / value row, o at the output row. s is scratch of at
-** least seq_k doubles. Returns the row's logsumexp. */
+** least seq_k doubles. Returns the row's logsumexp; with mag, the largest
+** size of a visible key's logit's terms into *mag (ref_fwd_io's lse_mag). */
 static double attend_row(const fa_problem *p, double scale, int nvis,
                          const double *q, const double *k, long long ksn,
                          const double *v, long long vsn,
-                         double *o, double *s) {
+                         double *o, double *s, double *mag) {
   const int dv = fa_problem_dim_v(p);
   double m, l;
   int c, d;
 
   for (d = 0; d < dv; d++) o[d] = 0.0;
+  if (mag) *mag = 0.0;
   /* Nothing visible: the softmax is empty. Zeros and -inf, not 0/0. */
   if (nvis == 0) return -INFINITY;
 
@@ -66,6 +68,10 @@ static double attend_row(const fa_problem *p, double scale, int nvis,
   for (c = 0; c < nvis; c++) {
     s[c] = scale * dot(q, k + c * ksn, p->dim);
     if (s[c] > m) m = s[c];
+    if (mag) {
+      const double a = scale * dot_abs(q, k + c * ksn, p->dim);
+      if (a > *mag) *mag = a;
+    }
   }
   l = 0.0;
   for (c = 0; c < nvis; c++) {
@@ -80,11 +86,12 @@ static double attend_row(const fa_problem *p, double scale, int nvis,
   return m + log(l);
 }
 
-int ref_attention(const fa_problem *p,
-                  const double *q, fa_layout ql,
-                  const double *k, fa_layout kl,
-                  const double *v, fa_layout vl,
-                  double *o, fa_layout ol, double *lse) {
+/* ref_attention, and with lse_mag (NULL: none) ref_fwd_io's. */
+static int attention(const fa_problem *p,
+                     const double *q, fa_layout ql,
+                     const double *k, fa_layout kl,
+                     const double *v, fa_layout vl,
+                     double *o, fa_layout ol, double *lse, double *lse_mag) {
   double scale, *s;
   int b, h, r;
 
@@ -100,14 +107,23 @@ int ref_attention(const fa_problem *p,
       for (r = 0; r < p->seq_q; r++) {
         const double *qr = q + b * ql.sb + h * ql.sh + r * ql.sn;
         double *orow = o + b * ol.sb + h * ol.sh + r * ol.sn;
+        const long long at = ((long long)b * p->heads + h) * p->seq_q + r;
         double x = attend_row(p, scale, visible_keys(p, r), qr,
-                              kh, kl.sn, vh, vl.sn, orow, s);
-        if (lse) lse[((long long)b * p->heads + h) * p->seq_q + r] = x;
+                              kh, kl.sn, vh, vl.sn, orow, s, lse_mag ? lse_mag + at : NULL);
+        if (lse) lse[at] = x;
       }
     }
   }
   free(s);
   return 0;
+}
+
+int ref_attention(const fa_problem *p,
+                  const double *q, fa_layout ql,
+                  const double *k, fa_layout kl,
+                  const double *v, fa_layout vl,
+                  double *o, fa_layout ol, double *lse) {
+  return attention(p, q, ql, k, kl, v, vl, o, ol, lse, NULL);
 }
 
 /* The softmax row of query r over its nvis visible keys, into pr: scores
@@ -219,29 +235,9 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
   return 0;
 }
 
-/* ref_fwd_io's lse_mag. */
-static void logit_sizes(const fa_problem *p, const ref_fwd_io *t) {
-  const double sc = fa_problem_scale(p);
-  for (int b = 0; b < p->batch; b++)
-    for (int h = 0; h < p->heads; h++)
-      for (int r = 0; r < p->seq_q; r++) {
-        const double *qr = t->q + b * t->ql.sb + h * t->ql.sh + r * t->ql.sn;
-        const double *kh = t->k + b * t->kl.sb + h * t->kl.sh;
-        const int nvis = visible_keys(p, r);
-        double m = 0;
-        for (int c = 0; c < nvis; c++) {
-          const double s = sc * dot_abs(qr, kh + c * t->kl.sn, p->dim);
-          if (s > m) m = s;
-        }
-        t->lse_mag[((long long)b * p->heads + h) * p->seq_q + r] = m;
-      }
-}
-
 static int ref_fwd(const fa_problem *p, const void *io) {
   const ref_fwd_io *t = io;
-  int rc = ref_attention(p, t->q, t->ql, t->k, t->kl, t->v, t->vl, t->o, t->ol, t->lse);
-  if (rc == 0 && t->lse_mag) logit_sizes(p, t);
-  return rc;
+  return attention(p, t->q, t->ql, t->k, t->kl, t->v, t->vl, t->o, t->ol, t->lse, t->lse_mag);
 }
 
 static int ref_bwd(const fa_problem *p, const void *io) {
