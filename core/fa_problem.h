@@ -23,6 +23,8 @@ typedef enum fa_dtype { FA_FP32 = 0, FA_FP64 = 1, FA_FP16 = 2, FA_BF16 = 3 } fa_
 typedef enum fa_op { FA_OP_FWD = 0, FA_OP_BWD = 1, FA_OP_DECODE = 2 } fa_op;
 #define FA_NOPS 3
 
+struct fa_mod;
+
 typedef struct fa_problem {
   int batch, heads;
   int seq_q, seq_k;
@@ -34,6 +36,8 @@ typedef struct fa_problem {
   fa_op op;
   int kv_group;   /* Q heads per K/V head (GQA, MQA): 0 or 1 when each has its own.
                   ** Only launch grids over K/V heads read it; not part of a tuned key. */
+  const struct fa_mod *mod;  /* a score or mask modification (fa_mod.h), or NULL; the
+                             ** caller keeps it alive while the problem is in use */
 } fa_problem;
 
 /* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 9          /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 10         /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -84,6 +84,7 @@ typedef struct db_variant {
   const char *config;            /* one JSON object, as gen_config_json writes it */
   const char *source_hash;       /* gen_kernel.source_hash */
   const char *op;                /* "fwd", "bwd", "decode" (fa_op_name); NULL: "fwd" */
+  const char *mod, *mod_label;   /* its modification's hash and label; NULL: none */
 } db_variant;
 
 /* Unique on (template_version, hash): a kernel is a pure function of them,
@@ -150,6 +151,7 @@ typedef struct db_problem {
   double max_rel_err;
   int deterministic;
   int dim_v;               /* V's and O's head dim; 0 (or dim): dim */
+  const char *mod;         /* db_best: the modification's hash (fa_mod.hash); NULL: none */
 } db_problem;
 
 typedef struct db_trial {

@@ -396,7 +396,7 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
                             sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
                             sqlite3_column_int(st, 8), dbi_col_text(st, 24),
                             sqlite3_column_int(st, 25), sqlite3_column_int(st, 26), NULL, 0, 0,
-                            sqlite3_column_int(st, 33)};
+                            sqlite3_column_int(st, 33), NULL};
   t->seeded = sqlite3_column_type(st, 27) == SQLITE_INTEGER;
   t->seed = (unsigned long long)sqlite3_column_int64(st, 27);
   t->status = dbi_col_text(st, 9);

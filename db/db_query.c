@@ -34,10 +34,10 @@ static const char best_sql[] =
   ** cut to an error budget (?9, 0: none: the main case and the suite,
   ** every case of which passed) and to determinism (?10). */
   "FROM (SELECT * FROM (SELECT *, row_number() OVER ("
-  "      PARTITION BY device_id, op, arch, dtype, dim, dim_v, req_seq_q, req_seq_k, causal "
+  "      PARTITION BY device_id, op, mod, arch, dtype, dim, dim_v, req_seq_q, req_seq_k, causal "
   "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes, "
   "               variant_id, id) AS rank "
-  "  FROM (SELECT t.*, v.op AS op, json_extract(t.counters, '$.global_bytes_read') "
+  "  FROM (SELECT t.*, v.op AS op, v.mod AS mod, json_extract(t.counters, '$.global_bytes_read') "
   "                  + json_extract(t.counters, '$.global_bytes_written') AS global_bytes "
   "        FROM trials t JOIN variants v ON v.id = t.variant_id WHERE t.status = 'ok' "
   "        AND (?9 = 0 OR (t.rel_err <= ?9 AND t.suite_cases > 0 AND t.suite_failed = '' "
@@ -45,7 +45,7 @@ static const char best_sql[] =
   "        AND (?10 = 0 OR t.deterministic = 1))) WHERE rank = 1) b "
   "JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
-  "AND b.dim_v = ?11 "
+  "AND b.dim_v = ?11 AND b.mod = ?12 "
   "AND (?7 IS NULL OR b.arch = ?7) AND b.op = ?8 "
   /* The exact key has distance 0; between two equally near, the longer
   ** sequence; then the view's own ranking, across devices and targets. */
@@ -96,6 +96,7 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   dbi_bind_real(&b, p->max_rel_err > 0 ? p->max_rel_err : 0);
   dbi_bind_int(&b, p->deterministic ? 1 : 0);
   dbi_bind_int(&b, p->dim_v == p->dim ? 0 : p->dim_v);
+  dbi_bind_text(&b, p->mod ? p->mod : "");
   /* The first candidate whose fields fit: one too long for db_best_row
   ** (a file written elsewhere may hold anything) is passed over. */
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;

@@ -311,8 +311,29 @@ static const char schema_v9[] =
   "INSERT INTO baselines SELECT * FROM baselines_v8;\n"
   "DROP TABLE baselines_v8;\n";
 
+/* Version 10. The score or mask modification a variant applies
+** (templates/mod.lua): its hash ('' for none), which the variant's hash
+** already ends in, so that the unique keys of variants and trials tell
+** them apart, and its label for people ("window=256:0"). The best variant
+** is chosen per modification. Every row before applies none. */
+static const char schema_v10[] =
+  "ALTER TABLE variants ADD COLUMN mod TEXT NOT NULL DEFAULT '';\n"
+  "ALTER TABLE variants ADD COLUMN mod_label TEXT NOT NULL DEFAULT '';\n"
+  "DROP VIEW best;\n"
+  "CREATE VIEW best AS\n"
+  "SELECT * FROM (\n"
+  "  SELECT *, row_number() OVER (\n"
+  "      PARTITION BY device_id, op, mod, arch, dtype, dim, dim_v, req_seq_q, req_seq_k, causal\n"
+  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes,\n"
+  "               variant_id, id)\n"
+  "    AS rank\n"
+  "  FROM (SELECT t.*, v.op AS op, v.mod AS mod, json_extract(t.counters, '$.global_bytes_read')\n"
+  "                  + json_extract(t.counters, '$.global_bytes_written') AS global_bytes\n"
+  "        FROM trials t JOIN variants v ON v.id = t.variant_id WHERE t.status = 'ok'))\n"
+  "WHERE rank = 1;\n";
+
 static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4, schema_v5,
-                                    schema_v6, schema_v7, schema_v8, schema_v9};
+                                    schema_v6, schema_v7, schema_v8, schema_v9, schema_v10};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

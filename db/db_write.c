@@ -163,7 +163,8 @@ int dbi_variant_upsert(sqlite3 *h, const db_variant *v, const char *config_json,
   if (found) return 0;
   sqlite3_stmt *st;
   if (dbi_prepare(h, "INSERT INTO variants (family, template_version, name, hash, config, "
-                     "source_hash, op) VALUES (?, ?, ?, ?, ?, ?, ?)", &st, err, errlen) != 0)
+                     "source_hash, op, mod, mod_label) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", &st,
+                  err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
   dbi_bind_text(&b, v->family);
@@ -173,6 +174,8 @@ int dbi_variant_upsert(sqlite3 *h, const db_variant *v, const char *config_json,
   dbi_bind_text(&b, config_json);
   dbi_bind_text(&b, v->source_hash);
   dbi_bind_text(&b, v->op ? v->op : "fwd");
+  dbi_bind_text(&b, v->mod ? v->mod : "");
+  dbi_bind_text(&b, v->mod_label ? v->mod_label : "");
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
   dbi_finalize(st);
   if (rc != SQLITE_DONE) return dbi_sqlfail(h, err, errlen, "recording a variant");

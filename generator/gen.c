@@ -14,6 +14,7 @@
 #include <lua.h>
 #include <lualib.h>
 
+#include "fa_mod.h"
 #include "fa_util.h"
 #include "gen.h"
 #include "template_files.h"
@@ -184,6 +185,8 @@ typedef struct gen_call {
   int max;
   gen_explore *explore;         /* gen_explore_plan */
   gen_axis_name *axis_names;    /* gen_explore_axes */
+  fa_mod *mod_out;              /* gen_mod_load */
+  const fa_mod *mod;            /* gen_set_mod */
 } gen_call;
 
 static int protected_call(gen_state *g, lua_CFunction fn, gen_call *c) {
@@ -673,6 +676,12 @@ static void take_kernel(lua_State *L, gen_call *c) {
   if (!lua_isnil(L, -1)) copy_string(L, -1, k->arch, sizeof k->arch, "arch");
   lua_pop(L, 1);
   take_tma(L, k);
+  lua_getfield(L, -1, "mod_hash");
+  if (!lua_isnil(L, -1)) copy_string(L, -1, k->mod_hash, sizeof k->mod_hash, "mod_hash");
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "mod_label");
+  if (!lua_isnil(L, -1)) copy_string(L, -1, k->mod_label, sizeof k->mod_label, "mod_label");
+  lua_pop(L, 1);
   if (lua_getfield(L, -1, "preludes") != LUA_TTABLE)
     luaL_error(L, "template result: preludes is not a table");
   take_preludes(L, "cuda", &k->prelude_cuda);
@@ -1039,6 +1048,13 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
              p->causal ? " causal" : "");
     return 0;
   }
+  const char *want_mod = p->mod ? p->mod->hash : "";
+  if (strcmp(k->mod_hash, want_mod)) {
+    snprintf(why, n, "variant %s was generated %s modification, but the problem has %s%s", name,
+             k->mod_hash[0] ? "for another" : "without a", p->mod ? "modification " : "none",
+             p->mod ? p->mod->label : "");
+    return 0;
+  }
   return 1;
 }
 
@@ -1086,4 +1102,103 @@ int gen_entries(const gen_kernel *k, const char *names[GEN_MAX_LAUNCHES]) {
 size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p) {
   return (size_t)k->ws[i].bytes_per_row * (size_t)p->batch * (size_t)p->heads *
          (size_t)(k->ws[i].key_rows ? p->seq_k : p->seq_q);
+}
+
+/* The program of mod.lua's mod.program(tree) on top, into prog. */
+static int take_program(lua_State *L, fa_mod_op *prog, const char *what) {
+  const lua_Unsigned n = lua_rawlen(L, -1);
+  if (n < 1 || n > FA_MOD_MAX_OPS)
+    luaL_error(L, "modification: the %s takes %d ops (1 to %d)", what, (int)n, FA_MOD_MAX_OPS);
+  for (lua_Unsigned i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    lua_rawgeti(L, -1, 1);
+    lua_rawgeti(L, -2, 2);
+    const char *op = lua_tostring(L, -2);
+    const int code = op ? fa_mod_code_of(op) : -1;
+    if (code < 0) luaL_error(L, "modification: no op '%s' in the reference", op ? op : "?");
+    prog[i].code = (fa_mod_code)code;
+    prog[i].value = lua_tonumber(L, -1);
+    lua_pop(L, 3);
+  }
+  return (int)n;
+}
+
+static int mod_load_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  fa_mod *m = c->mod_out;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);
+  lua_getfield(L, -1, "require");
+  lua_pushstring(L, "mod");
+  lua_call(L, 1, 1);
+  const int modlib = lua_gettop(L);
+  lua_getfield(L, modlib, "load");
+  lua_pushstring(L, c->text);
+  if (c->chunkname) lua_pushstring(L, c->chunkname);
+  else lua_pushnil(L);
+  lua_call(L, 2, 1);
+  const int obj = lua_gettop(L);
+  lua_getfield(L, obj, "label");
+  copy_string(L, -1, m->label, sizeof m->label, "label");
+  lua_getfield(L, obj, "hash");
+  copy_string(L, -1, m->hash, sizeof m->hash, "hash");
+  lua_pop(L, 2);
+  const char *parts[2] = {"score", "mask"};
+  for (int i = 0; i < 2; i++) {
+    lua_getfield(L, obj, parts[i]);
+    const int has = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (!has) continue;
+    lua_getfield(L, modlib, "program");
+    lua_getfield(L, obj, parts[i]);
+    lua_call(L, 1, 1);
+    int *count = i == 0 ? &m->nscore : &m->nmask;
+    *count = take_program(L, i == 0 ? m->score : m->mask, parts[i]);
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
+int gen_mod_load(gen_state *g, const char *spec, const char *text, fa_mod *out) {
+  memset(out, 0, sizeof *out);
+  if (strlen(spec) >= sizeof out->spec) {
+    set_err(g, "modification '%.40s...' is longer than %d bytes", spec, (int)sizeof out->spec - 1);
+    return FA_EINVAL;
+  }
+  if (text && strlen(text) > FA_MOD_MAX_TEXT) {
+    set_err(g, "%s: longer than %d bytes", spec, FA_MOD_MAX_TEXT);
+    return FA_EINVAL;
+  }
+  snprintf(out->spec, sizeof out->spec, "%s", spec);
+  if (text) snprintf(out->text, sizeof out->text, "%s", text);
+  /* mod.load(spec, text): a built-in by spec alone */
+  gen_call c = {.text = spec, .chunkname = text, .mod_out = out};
+  int rc = protected_call(g, mod_load_protected, &c);
+  if (rc != 0) return rc;
+  char why[160];
+  if ((out->nscore && fa_mod_check(out->score, out->nscore, why, sizeof why)) ||
+      (out->nmask && fa_mod_check(out->mask, out->nmask, why, sizeof why))) {
+    set_err(g, "modification %s: %s", spec, why);
+    return FA_EINVAL;
+  }
+  return 0;
+}
+
+static int set_mod_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_space_fn(L, c->g, "set_mod");
+  if (c->mod) {
+    lua_pushstring(L, c->mod->spec);
+    if (c->mod->text[0]) lua_pushstring(L, c->mod->text);
+    else lua_pushnil(L);
+  } else {
+    lua_pushnil(L);
+    lua_pushnil(L);
+  }
+  lua_call(L, 2, 0);
+  return 0;
+}
+
+int gen_set_mod(gen_state *g, const fa_mod *m) {
+  gen_call c = {.mod = m};
+  return protected_call(g, set_mod_protected, &c);
 }

@@ -132,6 +132,8 @@ typedef struct gen_kernel {
                               gemm's wgmma and TMA); "" when any will do */
   int ntma;                /* tensor maps in tma[], 0..GEN_MAX_TMA */
   gen_tma tma[GEN_MAX_TMA];
+  char mod_hash[17];       /* the modification it applies (fa_mod.h's hash), "" none */
+  char mod_label[512];     /* and its label ("window=256:0") */
   char note[256];          /* gen_render_config: which keys left out of the text
                               took other values than the defaults so that the
                               config fits, and why; "" when none did */
@@ -147,6 +149,13 @@ typedef struct gen_launch {
 } gen_launch;
 
 int gen_open(gen_state **out, char *err, size_t errlen);
+
+/* Read a modification: a built-in by spec ("softcap=30", text NULL), or a
+** file's text, named spec in messages (templates/mod.lua says what it
+** holds); the programs the reference runs are checked. */
+int gen_mod_load(gen_state *g, const char *spec, const char *text, struct fa_mod *out);
+/* The modification every later render and listing applies (NULL: none). */
+int gen_set_mod(gen_state *g, const struct fa_mod *m);
 void gen_close(gen_state *g);
 const char *gen_errmsg(const gen_state *g);
 const char *gen_template_digest(const gen_state *g);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fa_mod.h"
 #include "fa_status.h"
 #include "reference.h"
 
@@ -47,11 +48,27 @@ static double dot_abs(const double *a, const double *b, int n) {
   return s;
 }
 
+/* Where a row is: its batch, head and query index, for a modification. */
+typedef struct row_at { int b, h, r; } row_at;
+
+/* Score x of key c for the row at w, after p's modification: rewritten by
+** its score part, -inf where its mask hides the key. */
+static double modified(const fa_problem *p, row_at w, int c, double x) {
+  const fa_mod *m = p->mod;
+  const double vars[FA_MV_COUNT] = {
+    [FA_MV_SCORE] = x, [FA_MV_B] = w.b, [FA_MV_H] = w.h, [FA_MV_Q] = w.r, [FA_MV_K] = c,
+    [FA_MV_SEQ_Q] = p->seq_q, [FA_MV_SEQ_K] = p->seq_k, [FA_MV_HEADS] = p->heads};
+  if (m->nmask && fa_mod_eval(m->mask, m->nmask, vars) == 0) return -INFINITY;
+  return m->nscore ? fa_mod_eval(m->score, m->nscore, vars) : x;
+}
+
 /* One query row of one (batch, head): q points at the row, k and v at the
 ** head's first key / value row, o at the output row. s is scratch of at
 ** least seq_k doubles. Returns the row's logsumexp; with mag, the largest
-** size of a visible key's logit's terms into *mag (ref_fwd_io's lse_mag). */
-static double attend_row(const fa_problem *p, double scale, int nvis,
+** size of a visible key's logit's terms into *mag (ref_fwd_io's lse_mag).
+** A key that p's modification hides weighs nothing; a row it leaves no key
+** gets zeros and -inf, as a row before its first causal key does. */
+static double attend_row(const fa_problem *p, double scale, int nvis, row_at w,
                          const double *q, const double *k, long long ksn,
                          const double *v, long long vsn,
                          double *o, double *s, double *mag) {
@@ -65,14 +82,19 @@ static double attend_row(const fa_problem *p, double scale, int nvis,
   if (nvis == 0) return -INFINITY;
 
   m = -INFINITY;
+  int seen = 0;     /* keys left visible by a modification's mask */
   for (c = 0; c < nvis; c++) {
     s[c] = scale * dot(q, k + c * ksn, p->dim);
+    if (p->mod) s[c] = modified(p, w, c, s[c]);
+    if (s[c] == -INFINITY && p->mod) continue;
+    seen++;
     if (s[c] > m) m = s[c];
     if (mag) {
       const double a = scale * dot_abs(q, k + c * ksn, p->dim);
       if (a > *mag) *mag = a;
     }
   }
+  if (seen == 0) return -INFINITY;
   l = 0.0;
   for (c = 0; c < nvis; c++) {
     s[c] = exp(s[c] - m);
@@ -108,7 +130,8 @@ static int attention(const fa_problem *p,
         const double *qr = q + b * ql.sb + h * ql.sh + r * ql.sn;
         double *orow = o + b * ol.sb + h * ol.sh + r * ol.sn;
         const long long at = ((long long)b * p->heads + h) * p->seq_q + r;
-        double x = attend_row(p, scale, visible_keys(p, r), qr,
+        const row_at w = {b, h, r};
+        double x = attend_row(p, scale, visible_keys(p, r), w, qr,
                               kh, kl.sn, vh, vl.sn, orow, s, lse_mag ? lse_mag + at : NULL);
         if (lse) lse[at] = x;
       }
@@ -198,7 +221,7 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
   int b, h, r;
 
   if (!p || !io || !io->q || !io->k || !io->v || !io->dout || !io->dq || !io->dk || !io->dv ||
-      !problem_valid(p))
+      !problem_valid(p) || p->mod)  /* no modification's gradient yet */
     return -1;
   const double scale = fa_problem_scale(p);
   double *pr = malloc((size_t)p->seq_k * sizeof *pr);

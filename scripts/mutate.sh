@@ -259,7 +259,7 @@ mut ref-bwd-dv-cols runtime/reference.c \
   'for (d = 0; d < dv && d < p->dim; d++) dvc[d] += pr[c] * dor[d];' \
   'test_reference_bwd'
 mut db-best-dim-v db/db_query.c \
-  '"AND b.dim_v = ?11 "' '"AND ?11 = ?11 "' \
+  '"AND b.dim_v = ?11 AND b.mod = ?12 "' '"AND ?11 = ?11 AND b.mod = ?12 "' \
   'cli_dim_v'
 mut lib-o-dim-v lib/fatune.c \
   'if (x->o.shape[3] != x->v.shape[3])' 'if (0)' \

@@ -778,6 +778,10 @@ function space.parse_name(name)
   return fam, cfg
 end
 
+-- The modification every render and listing applies (mod.lua), or nil;
+-- set by the host (gen_set_mod, space.set_mod) for the problems that follow.
+local current_mod
+
 -- Description of one config for the host: name, hash, canonical text, the
 -- family's name and the {key, value} pairs in axis order (values as text),
 -- as canonical text has them (an absent value left out).
@@ -788,7 +792,9 @@ function space.describe(fam, cfg)
       pairs_[#pairs_ + 1] = { axis.key, tostring(cfg[axis.key]) }
     end
   end
-  return { name = fam.name_of(cfg), hash = space.hash(fam, cfg), family = fam.name,
+  -- A variant under a modification is another kernel: its hash says which.
+  local hash = space.hash(fam, cfg) .. (current_mod and "-" .. current_mod.hash:sub(1, 12) or "")
+  return { name = fam.name_of(cfg), hash = hash, family = fam.name,
            config = space.canonical(fam, cfg), pairs = pairs_ }
 end
 
@@ -808,6 +814,13 @@ local function ops_offered()
   return table.concat(offered, ", ")
 end
 
+function space.set_mod(spec, text)
+  current_mod = spec and require("mod").load(spec, text) or nil
+end
+
+-- Whether fam applies the current modification (none applies always).
+local function applies_mod(fam) return current_mod == nil or fam.mods == true end
+
 -- Every config of every family of the problem's op for a problem and a
 -- target, pruned. which: "default" (worth timing) or "full" (the whole
 -- cross product). Raises when no family computes the op.
@@ -822,8 +835,16 @@ function space.list(problem, target, which)
   local out = {}
   local fams = families_for(problem, target)
   if #fams == 0 and problem.dtype then error(space.none_computes(op, problem.dtype, target), 0) end
+  local mod_fams = 0
   for _, fam in ipairs(fams) do
-    if fam.op == op and fam.supports(problem)
+    if applies_mod(fam) then mod_fams = mod_fams + 1 end
+  end
+  if mod_fams == 0 and #fams > 0 then
+    error(string.format("no family of op %s applies modification %s in %s%s yet", op, current_mod.label,
+                        tostring(problem.dtype), target and " on " .. target.arch or ""), 0)
+  end
+  for _, fam in ipairs(fams) do
+    if fam.op == op and fam.supports(problem) and applies_mod(fam)
        and not (#out > 0 and fam.last_resort and fam.last_resort[problem.dtype]) then
       local n = #out
       for _, cfg in ipairs(fam.enumerate(problem, which)) do
@@ -945,7 +966,19 @@ end
 function space.render(fam, cfg, target)
   local ok, why = fits(fam, cfg, nil, target)
   if not ok then error("config does not fit the target " .. target.arch .. ": " .. why, 0) end
-  local r = fam.render(cfg)
+  local r
+  if current_mod then
+    if not fam.mods then
+      error("family " .. fam.name .. " applies no modification yet (" .. current_mod.label .. ")", 0)
+    end
+    local c = {}
+    for k, v in pairs(cfg) do c[k] = v end
+    c.mod = current_mod
+    r = fam.render(c)
+    r.mod_hash, r.mod_label = current_mod.hash, current_mod.label
+  else
+    r = fam.render(cfg)
+  end
   for field, kind in pairs(render_fields) do
     if type(r[field]) ~= kind or (kind == "number" and math.type(r[field]) ~= "integer") then
       error("family '" .. fam.name .. "': render gives no " .. (kind == "number" and "integer" or kind)

@@ -164,7 +164,7 @@ static long long add_variant(db *d, const char *name) {
   ** refuses (test_merge records points as a tune does: add_point). */
   snprintf(config, sizeof config, "{\"family\": \"simt\", \"dtype\": \"fp32\", \"dim\": 64, "
            "\"block_m\": 64, \"norm\": \"eager\"}");
-  db_variant v = {"simt", "simt-1+abc", name, hash, config, source, "fwd"};
+  db_variant v = {"simt", "simt-1+abc", name, hash, config, source, "fwd", NULL, NULL};
   long long id = -1;
   char err[256];
   int rc = db_variant_id(d, &v, &id, err, sizeof err);
@@ -201,7 +201,7 @@ static long long add_point(db *d, size_t k) {
   point_name(k);
   CHECK(gen_config_json(&points[k].cfg, config, sizeof config) == 0, "config json");
   db_variant v = {points[k].cfg.family, "simt-1+abc", points[k].name, points[k].hash, config,
-                  "0123456789abcdef", "fwd"};
+                  "0123456789abcdef", "fwd", NULL, NULL};
   long long id = -1;
   CHECK(db_variant_id(d, &v, &id, err, sizeof err) == 0, "db_variant_id: %s", err);
   return id;
@@ -787,7 +787,7 @@ _Noreturn static void writer(const char *path, int fd, int first, int count, lon
   }
   db_device dev = {"NVIDIA H200", "GPU-1", "cuda", 9, 0, 132, 232448, 50331648};
   db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "{\"block_m\": 64}", "feed",
-                    "fwd"};
+                    "fwd", NULL, NULL};
   long long dev_id, var_id;
   if (db_device_id(d, &dev, &dev_id, err, sizeof err) != 0 ||
       db_variant_id(d, &var, &var_id, err, sizeof err) != 0) {
@@ -845,7 +845,7 @@ static void test_sigkill(void) {
   if (!d) return;
   db_device dev = {"NVIDIA H200", "GPU-1", "cuda", 9, 0, 132, 232448, 50331648};
   db_variant var = {"simt", "simt-1+abc", "simt-kill", "0123456789ab", "{\"block_m\": 64}", "feed",
-                    "fwd"};
+                    "fwd", NULL, NULL};
   long long dev_id, var_id;
   CHECK(db_device_id(d, &dev, &dev_id, err, sizeof err) == 0 &&
         db_variant_id(d, &var, &var_id, err, sizeof err) == 0, "resume ids: %s", err);
@@ -1111,7 +1111,7 @@ static void test_migrate_from_five(void) {
   CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found && exact &&
           !strcmp(r.variant, "v1"), "best of op fwd (the default): %s %s", r.variant, err);
   /* A faster variant of another op is not the forward pass's best. */
-  db_variant bwd = {"tc", "tc/1+x", "v3", "cccccccccccc", "{}", "j", "bwd"};
+  db_variant bwd = {"tc", "tc/1+x", "v3", "cccccccccccc", "{}", "j", "bwd", NULL, NULL};
   long long v3 = -1;
   CHECK(db_variant_id(d, &bwd, &v3, err, sizeof err) == 0, "a bwd variant: %s", err);
   db_trial t = make_trial(v3, 1, 1024, 10.0, NULL);

@@ -213,7 +213,7 @@ static int record(const fuzz_case *c, const char *path, char *err, size_t n) {
   if (db_open(path, DB_CREATE, &d, err, n) != 0) return -1;
   db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
   db_variant dv = {c->k.cfg.family, c->k.template_version, c->k.name, c->k.hash, config,
-                   c->k.source_hash, fa_op_name(c->p.op)};
+                   c->k.source_hash, fa_op_name(c->p.op), NULL, NULL};
   db_trial tr = {.status = "ok", .max_abs_err = 0, .rel_err = 0, .lse_err = 0,
                  .median_us = NAN, .min_us = NAN, .p20_us = NAN, .p80_us = NAN, .tflops = NAN,
                  .gbps = NAN, .counters = "{\"global_bytes_read\": 1, \"global_bytes_written\": 1}",

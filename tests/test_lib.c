@@ -225,7 +225,8 @@ static void test_default_and_tuned(void) {
   db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
   char config[1024];
   CHECK(gen_config_json(&k.cfg, config, sizeof config) == 0, "config as JSON");
-  db_variant dv = {"simt", k.template_version, k.name, k.hash, config, k.source_hash, "fwd"};
+  db_variant dv = {"simt", k.template_version, k.name, k.hash, config, k.source_hash, "fwd",
+                   NULL, NULL};
   db_trial tr = {.status = "ok",
                  .problem = {.dtype = "fp32", .dim = 16, .seq_q = 64, .seq_k = 70, .batch = 1,
                              .heads = 2, .causal = 1},
@@ -367,7 +368,7 @@ static int put_best(const char *config, const db_problem *dp) {
   snprintf(counters, sizeof counters,
            "{\"global_bytes_read\": %d, \"global_bytes_written\": 0}", 1000000 - serial);
   db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
-  db_variant dv = {"simt", "simt/1+test", name, hash, "{}", "0123456789abcdef", "fwd"};
+  db_variant dv = {"simt", "simt/1+test", name, hash, "{}", "0123456789abcdef", "fwd", NULL, NULL};
   db_trial tr = {.status = "ok", .problem = *dp, .max_abs_err = 1e-7, .rel_err = 1e-7,
                  .lse_err = 1e-7, .median_us = NAN, .min_us = NAN, .p20_us = NAN,
                  .p80_us = NAN, .tflops = NAN, .gbps = NAN, .counters = counters};

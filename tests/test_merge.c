@@ -88,7 +88,7 @@ static long long add_variant(db *d, size_t i, const char *name, const char *hash
   long long id = -1;
   CHECK(gen_config_json(&vars[i].cfg, config, sizeof config) == 0, "config json");
   db_variant v = {vars[i].cfg.family, "simt-test", name ? name : vars[i].name,
-                  hash ? hash : vars[i].hash, config, "0123456789abcdef", "fwd"};
+                  hash ? hash : vars[i].hash, config, "0123456789abcdef", "fwd", NULL, NULL};
   CHECK(db_variant_id(d, &v, &id, err, sizeof err) == 0, "db_variant_id: %s", err);
   return id;
 }

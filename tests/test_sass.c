@@ -432,7 +432,8 @@ static void test_db_sass(void) {
   long long dev, var, emu;
   db_device gpu = {"NVIDIA A100-SXM4-80GB", "GPU-1", "cuda", 8, 0, 108, 166912, 40 << 20};
   db_device cpu = {"emulator", "emu", "emu", 0, 0, 1, 0, 0};
-  db_variant v = {"tc", "tc/1+abc", "tc-x", "0123456789ab", "{\"family\": \"tc\"}", "ff", "fwd"};
+  db_variant v = {"tc", "tc/1+abc", "tc-x", "0123456789ab", "{\"family\": \"tc\"}", "ff", "fwd",
+                  NULL, NULL};
   CHECK(db_device_id(d, &gpu, &dev, err, sizeof err) == 0 &&
           db_device_id(d, &cpu, &emu, err, sizeof err) == 0 &&
           db_variant_id(d, &v, &var, err, sizeof err) == 0, "%s", err);

@@ -543,6 +543,7 @@ static void test_migrated(void) {
   ** schema 6's op (a best view stands in for schema 1's, which the
   ** migrations replace). */
   CHECK(raw_exec(path, "DROP VIEW best; ALTER TABLE variants DROP COLUMN op; "
+                       "ALTER TABLE variants DROP COLUMN mod; ALTER TABLE variants DROP COLUMN mod_label; "
                        "CREATE VIEW best AS SELECT * FROM trials; "
                        "DROP TABLE baselines; DROP TABLE sass; DROP TABLE binaries; CREATE TABLE binaries (id INTEGER PRIMARY KEY, "
                        "source_hash TEXT NOT NULL, target TEXT NOT NULL, compiler_version TEXT "

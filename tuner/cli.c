@@ -32,7 +32,7 @@ enum {
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
   F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20,
   F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24, F_OP = 1 << 25,
-  F_MODEL = 1 << 26, F_BUDGET = 1 << 27
+  F_MODEL = 1 << 26, F_BUDGET = 1 << 27, F_MOD = 1 << 28
 };
 
 typedef struct cmd_info {
@@ -48,7 +48,7 @@ typedef struct cmd_info {
 static const cmd_info commands[] = {
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
                    F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_SASS | F_GPU |
-                   F_PICK | F_SHARD | F_OP,
+                   F_PICK | F_SHARD | F_OP | F_MOD,
    "[--dim D] [--seq N] [problem flags] [--op OP] [--backend B] [--arch A] [--jobs N] [--json]\n"
    "              [--dim D,D.. --seq A:B:xF --dtype T,T.. --causal both [--shard I/N]]",
    "The main job: generates every variant of the default space for the problem and the\n"
@@ -62,7 +62,7 @@ static const cmd_info commands[] = {
    "--shard I/N runs the I-th of N disjoint parts of the keys, balanced by estimated cost.",
    "fatune --dim 64 --seq 4096",
    "tune every variant for a problem (no command)"},
-  {"run", CMD_RUN, F_TYPE | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
+  {"run", CMD_RUN, F_TYPE | F_MOD | F_SCALE | F_ARCH | F_PICK | F_BACKEND | F_IO | F_OUT | F_SCHED |
                    F_JOBS | F_OP,
    "(--variant NAME | --config 'k=v,...') --q Q.npy --k K.npy --v V.npy --out O.npy\n"
    "                  [--lse LSE.npy] [--causal] [--scale S] [--dtype T] [--backend B]\n"
@@ -78,18 +78,18 @@ static const cmd_info commands[] = {
    "default variant first, without them) and writes dQ, dK and dV.",
    "fatune run --config block_m=64 --q q.npy --k k.npy --v v.npy --out o.npy",
    "run one variant on .npy tensors"},
-  {"list", CMD_LIST, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JSON | F_SPACE | F_OP,
+  {"list", CMD_LIST, F_DIM | F_TYPE | F_MOD | F_SEQ | F_ARCH | F_JSON | F_SPACE | F_OP,
    "--dim D [--dtype T] [--causal] [--op OP] [--arch A] [--space default|full] [--json]",
    "Lists the variants of the space: name, config and hash.",
    "fatune list --dim 128 --dtype fp16 --arch sm_80",
    "list the variants of the space"},
-  {"gen", CMD_GEN, F_DIM | F_TYPE | F_ARCH | F_PICK | F_OP,
+  {"gen", CMD_GEN, F_DIM | F_TYPE | F_MOD | F_ARCH | F_PICK | F_OP,
    "(--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--op OP] [--arch A]",
    "Prints one variant's CUDA source. Keys left out of --config take the family's\n"
    "defaults, or values that fit the keys given (it says which).",
    "fatune gen --config block_m=64,block_n=32 --dtype fp32",
    "print a variant's CUDA source"},
-  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE | F_PICK |
+  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_MOD | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE | F_PICK |
                            F_SASS | F_GPU | F_SAVE | F_OP,
    "--dim D [--dtype T] [--causal] [--op OP] [--arch A] [--space S] [--variant NAME | --config TEXT]\n"
    "                      [--sass [--gpu G]] [--save-cubin DIR] [--jobs N] [--json]",
@@ -200,6 +200,8 @@ static const flag_info flags[] = {
                             "the target's, as the banner says); the main job: a list"},
   {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
                                 "job's --causal both: each key without and with it"},
+  {"mod", F_MOD, 1, "SPEC", "a score or mask modification: window=LEFT[:RIGHT], softcap=CAP,\n"
+                          "alibi, prefixlm=N, chunked=N, or a file NAME.lua (README)"},
   {"op", F_OP, 1, "OP", "the operation: fwd (the forward pass, the default), bwd (the\n"
                         "backward pass) or decode (split-KV decoding)"},
   {"seq", F_SEQ, 1, "N", "query sequence length (default 4096); the main job: a list of\n"
@@ -578,6 +580,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   } else if (!strcmp(flag, "--causal")) p->causal = 1, o->causal_both = 0;
   else if (!strcmp(flag, "--json")) o->json = 1;
   else if (!strcmp(flag, "--arch")) o->arch = val;
+  else if (!strcmp(flag, "--mod")) o->mod = val;
   else if (!strcmp(flag, "--variant")) o->variant = val;
   else if (!strcmp(flag, "--config")) o->config = val;
   else if (!strcmp(flag, "--retune")) o->retune = 1;

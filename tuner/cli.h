@@ -30,6 +30,7 @@ typedef struct cli_opts {
   int causal_both;        /* main job: --causal=both, each key without and with the mask */
   int shard_i, shard_n;   /* main job: --shard I/N, 1 <= I <= N; 0: the whole sweep */
   const char *arch;       /* NULL: the device's, else sm_90 */
+  const char *mod;        /* --mod: a built-in modification, or a NAME.lua file; NULL none */
   int smem;               /* override of the target's shared memory, 0: none */
   int jobs;               /* 0: all cores */
   int json;

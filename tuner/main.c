@@ -6,6 +6,7 @@
 ** Bad input prints one line on stderr and exits 2; a failure of the work
 ** itself (a variant that does not compile, say) exits 1.
 */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -20,6 +21,7 @@
 #include "backend.h"
 #include "estimate.h"
 #include "explore.h"
+#include "fa_mod.h"
 #include "fa_proc.h"
 #include "gen.h"
 #include "report.h"
@@ -165,6 +167,59 @@ static int variant_dtype(cli_opts *o, char *why, size_t n) {
   return -1;
 }
 
+/* The text of a modification's file, into buf (FA_MOD_MAX_TEXT + 1
+** bytes): 0, or -1 with why in err. */
+static int read_mod_file(const char *path, char *buf, char *err, size_t n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, n, "--mod %s: %s", path, strerror(errno));
+    return -1;
+  }
+  const size_t got = fread(buf, 1, FA_MOD_MAX_TEXT + 1, f);
+  const int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    snprintf(err, n, "--mod %s: cannot read it", path);
+    return -1;
+  }
+  if (got > FA_MOD_MAX_TEXT) {
+    snprintf(err, n, "--mod %s: longer than %d bytes", path, FA_MOD_MAX_TEXT);
+    return -1;
+  }
+  buf[got] = '\0';
+  if (strlen(buf) != got) {
+    snprintf(err, n, "--mod %s: holds a NUL byte: no modification's text", path);
+    return -1;
+  }
+  return 0;
+}
+
+/* --mod's modification, read and set on g for every render and listing:
+** a built-in by name, or a file when SPEC ends in .lua. NULL and 0 when
+** none is given; -1 with why in err. */
+static int open_mod(gen_state *g, const char *spec, fa_mod **out, char *err, size_t n) {
+  *out = NULL;
+  if (!spec) return 0;
+  fa_mod *m = malloc(sizeof *m);
+  char *text = NULL;
+  const size_t len = strlen(spec);
+  const int is_file = len > 4 && !strcmp(spec + len - 4, ".lua");
+  if (!m || (is_file && !(text = malloc(FA_MOD_MAX_TEXT + 1)))) {
+    snprintf(err, n, "out of memory reading --mod");
+    free(m);
+    return -1;
+  }
+  int rc = is_file ? read_mod_file(spec, text, err, n) : 0;
+  if (rc == 0 && (gen_mod_load(g, spec, text, m) != 0 || gen_set_mod(g, m) != 0)) {
+    snprintf(err, n, "--mod: %s", gen_errmsg(g));
+    rc = -1;
+  }
+  free(text);
+  if (rc != 0) free(m);
+  else *out = m;
+  return rc;
+}
+
 /* The generator and the target, then the handler. */
 static int run_with_target(const command *c, const cli_opts *o) {
   char err[512];
@@ -182,6 +237,13 @@ static int run_with_target(const command *c, const cli_opts *o) {
   gen_target t;
   cli_opts chosen = *o;
   char why[256];
+  fa_mod *mod = NULL;
+  if (open_mod(g, o->mod, &mod, err, sizeof err) != 0) {
+    fprintf(stderr, "fatune: %s\n", err);
+    gen_close(g);
+    return EXIT_BAD_INPUT;
+  }
+  chosen.problem.mod = mod;
   int rc = resolve_target(g, o, &t, c->needs & QUIET_TARGET);
   if (rc == 0 && (c->needs & PICKS_DTYPE) && !cli_given(o, "--dtype") &&
       (!o->variant || variant_dtype(&chosen, why, sizeof why) != 0))
@@ -191,6 +253,7 @@ static int run_with_target(const command *c, const cli_opts *o) {
     fprintf(stderr, "fatune: dtype %s: %s\n", fa_dtype_name(chosen.problem.dtype), why);
   rc = rc != 0 ? EXIT_BAD_INPUT : c->gen(g, &chosen, &t);
   gen_close(g);
+  free(mod);
   return rc;
 }
 

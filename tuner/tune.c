@@ -29,6 +29,7 @@
 #include "par.h"
 #include "progress.h"
 #include "sweep.h"
+#include "fa_mod.h"
 #include "tune.h"
 #include "tune_types.h"
 
@@ -390,6 +391,7 @@ static void banner(gen_state *g, const tune *s, const char *note) {
   fprintf(stderr, "fatune: problem %s dim %s seq_q %d seq_k %d batch %d heads %d%s",
           fa_dtype_name(p->dtype), dims, p->seq_q, p->seq_k, p->batch, p->heads,
           p->causal ? " causal" : "");
+  if (p->mod) fprintf(stderr, " mod %s", p->mod->label);
   if (!s->gpu)
     fprintf(stderr, "; the emulator runs seq_q %d seq_k %d batch %d heads %d", s->run.seq_q,
             s->run.seq_k, s->run.batch, s->run.heads);

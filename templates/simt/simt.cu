@@ -9,6 +9,8 @@ $ local function ldo(a) return string.format(io.ld, a) end
 $ local function sto(a, v) return string.format(io.st, a, v) end
 $ local splitq, qouter, eager = c.split == "split_q", c.par == "q_outer", c.norm == "eager"
 $ local causal = c.causal == 1
+$ -- A score or mask modification (mod.lua): its functions precede the kernel.
+$ local mod = c.mod
 $ local D, DV, BM, BN, NT, G = P.D, P.DV, P.BM, P.BN, P.NT, P.G
 $ local RM, RN, RD, RSTEP = P.RM, P.RN, P.RD, P.RSTEP
 $ -- Masking is needed inside a block when the tile has padding columns.
@@ -22,6 +24,9 @@ $ local F = { acc = "acc_t", fn = T, lanes = G, scaled = true, l = "l_i[i]" }
 ** ${c.norm} normalization, ${c.par}, ${c.split}, ${c.layout} layout, Q in ${c.q}
 ** tile ${BM}x${BN}, ${NT} threads; each thread holds ${RM} row(s) x ${RN} score column(s)
 ** and ${RM} x ${RD} output column(s), ${G} lane(s) per row. */
+$ if mod then
+${require("mod").c_functions(mod, acc)}
+$ end
 FA_KERNEL(${args.entry}, ${NT})
 {
   typedef ${acc} acc_t;
@@ -175,17 +180,31 @@ $ if pad_cols then krow = "(cb + j * " .. G .. " < " .. BN .. " ? cb + j * " .. 
 $ local full = "(" .. k0 .. " + " .. BN .. " <= p.seq_k)"
 $ if causal then full = full .. " && (" .. k0 .. " + " .. (BN - 1) .. " <= " .. q0 .. " + off)" end
 $ if pad_cols then full = "0" end
+$ if mod and mod.mask then
+$   -- the mask's class of this block pair: 2 when it hides no key
+$   local q_hi = string.format("(%s + %d < p.seq_q ? %s + %d : p.seq_q) - 1", q0, BM, q0, BM)
+$   local k_hi = string.format("(%s + %d < p.seq_k ? %s + %d : p.seq_k) - 1", k0, BN, k0, BN)
+$   full = full .. string.format(" && fa_mod_block(b, h, %s, %s, %s, %s, p.seq_q, p.seq_k, p.heads) == 2", q0, q_hi, k0, k_hi)
+$ end
       const int full = ${full};
       FA_UNROLL
       for (int i = 0; i < ${RM}; ++i) {
         FA_UNROLL
         for (int j = 0; j < ${RN}; ++j) {
           s[i][j] *= sl2;
+$ if mod and mod.score then
+          /* the score modification, in natural units */
+          s[i][j] = fa_mod_score(s[i][j] * (acc_t)0.69314718055994531, b, h, ${q0} + rb + i * ${RSTEP},
+                                 ${k0} + cb + j * ${G}, p.seq_q, p.seq_k, p.heads) * (acc_t)1.4426950408889634;
+$ end
           if (!full) {
             const int cl = cb + j * ${G};
             const int gc = ${k0} + cl;
 $ local masked = "cl >= " .. BN .. " || gc >= p.seq_k"
 $ if causal then masked = masked .. " || gc > " .. q0 .. " + rb + i * " .. RSTEP .. " + off" end
+$ if mod and mod.mask then
+$   masked = masked .. " || !fa_mod_mask(b, h, " .. q0 .. " + rb + i * " .. RSTEP .. ", gc, p.seq_q, p.seq_k, p.heads)"
+$ end
             if (${masked}) s[i][j] = NEG_INF;
           }
         }
@@ -458,8 +477,26 @@ $ end
 $ if c.q == "reg" then
   $ q_to_registers()
 $ end
-  for (int k0 = 0; k0 < kv_end; k0 += ${BN}) {
-    if (k0 > 0) fa_syncthreads(); /* everyone is done with the previous K/V tile */
+$ if mod and mod.mask then
+  /* The K/V blocks the mask leaves visible to this CTA: from the first to
+  ** the last (the blocks between are masked key by key). */
+  int kv_lo = kv_end, kv_hi = 0;
+  {
+    const int q_hi = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
+    for (int k0 = 0; k0 < kv_end; k0 += ${BN}) {
+      const int k_hi = (k0 + ${BN} < p.seq_k ? k0 + ${BN} : p.seq_k) - 1;
+      if (fa_mod_block(b, h, q0, q_hi, k0, k_hi, p.seq_q, p.seq_k, p.heads) != 0) {
+        if (kv_lo == kv_end) kv_lo = k0;
+        kv_hi = k0 + ${BN};
+      }
+    }
+    if (kv_hi > kv_end) kv_hi = kv_end;
+  }
+$ end
+$ local lo, hi = "0", "kv_end"
+$ if mod and mod.mask then lo, hi = "kv_lo", "kv_hi" end
+  for (int k0 = ${lo}; k0 < ${hi}; k0 += ${BN}) {
+    if (k0 > ${lo}) fa_syncthreads(); /* everyone is done with the previous K/V tile */
     $ load_kv("k0")
     fa_syncthreads();
 $ if splitq then

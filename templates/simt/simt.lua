@@ -5,7 +5,7 @@
 -- Declares the axes, the defaults, the enumeration and pruning rules, the
 -- derived thread mapping and shared-memory plan, and renders simt.cu.
 
-local simt = { name = "simt", version = 2 }
+local simt = { name = "simt", version = 3 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
@@ -261,6 +261,7 @@ simt.explore = require("simt_explore")
 -- Rendering -----------------------------------------------------------------
 
 simt.op = "fwd"
+simt.mods = true     -- applies score and mask modifications (mod.lua)
 
 function simt.render(c)
   local P = simt.plan(c)

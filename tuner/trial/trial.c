@@ -12,6 +12,7 @@
 
 #include "compile_child.h"
 #include "suite.h"
+#include "fa_mod.h"
 #include "trial.h"
 
 #define ORACLE_SAMPLE_ROWS 64
@@ -208,7 +209,8 @@ int trial_register(trial_env *e, char *err, size_t errlen) {
     }
     db_variant v = {.family = t->k.cfg.family, .template_version = t->k.template_version,
                     .name = t->k.name, .hash = t->k.hash, .config = config,
-                    .source_hash = t->k.source_hash, .op = fa_op_name(t->k.op)};
+                    .source_hash = t->k.source_hash, .op = fa_op_name(t->k.op),
+                    .mod = t->k.mod_hash, .mod_label = t->k.mod_label};
     if (db_variant_id(e->db, &v, &t->variant_id, err, errlen) != 0) return -1;
   }
   return 0;
@@ -235,7 +237,8 @@ db_problem trial_key(const trial_env *e) {
   return (db_problem){.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
                       .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads,
                       .causal = p->causal, .arch = e->arch, .req_seq_q = a->seq_q,
-                      .req_seq_k = a->seq_k, .dim_v = fa_problem_dim_v(p)};
+                      .req_seq_k = a->seq_k, .dim_v = fa_problem_dim_v(p),
+                      .mod = p->mod ? p->mod->hash : NULL};
 }
 
 /* What compiled the code a trial ran, for its record: "NVRTC 13.0" on a
