@@ -401,7 +401,8 @@ function mod.load(spec, text)
   m.hash = string.format("%016x", fnv)
   local shown = {}
   for i, k in ipairs(order) do shown[i] = tostring(params[k]) end
-  m.label = builtin and (name .. (#order > 0 and "=" .. table.concat(shown, ":") or "")) or name
+  m.label = builtin and (name .. (#order > 0 and "=" .. table.concat(shown, ":") or ""))
+            or name:match("[^/]*$")
   cache[key] = m
   return m
 end

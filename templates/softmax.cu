@@ -1,5 +1,6 @@
 $ -- softmax.cu: the parts softmax.lua renders (its header says what each is).
 $ local F, sm = args.F, require("softmax")
+$ local lit = sm.lit
 $ local function S(e) return F.score(e) end
 $ local function lanes(var, op)
 $   if type(F.lanes) == "number" then
@@ -56,7 +57,12 @@ FA_UNROLL
 for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) {
   FA_UNROLL
   for (int e = 0; e < 2; ++e)
+$     if M.mod then
+    if (${F.col} * 8 + e >= room || !fa_mod_mask(b, h, ${M.row}, col0 + ${F.col} * 8 + e, p.seq_q, p.seq_k, p.heads))
+      ${S("e")} = NEG_INF;
+$     else
     if (${F.col} * 8 + e >= room) ${S("e")} = NEG_INF;
+$     end
 }
 $   end
 $   local function rows(k)
@@ -70,12 +76,45 @@ for (int ${r[1]} = ${r[2]}; ${r[1]} < ${r[3]}; ++${r[1]}) {
 }
 $     end
 $   end
+$   local cond = M.key0 .. " + " .. M.keys .. " > p.seq_k"
+$   if M.causal then cond = cond .. " || " .. M.key0 .. " + " .. (M.keys - 1) .. " > " .. M.last_row .. " + off" end
+$   if M.mod then cond = cond .. " || " .. M.mod_class .. " != 2" end
 $   if M.causal then
 /* Mask the keys past seq_k and, on the diagonal, the keys a row must not see. */
-if (${M.key0} + ${M.keys} > p.seq_k || ${M.key0} + ${M.keys - 1} > ${M.last_row} + off) {
 $   else
 /* Mask the keys past seq_k. */
-if (${M.key0} + ${M.keys} > p.seq_k) {
+$   end
+$   if M.mod then
+/* And those the modification's mask hides, in the blocks it does not leave whole. */
+$   end
+if (${cond}) {
+  $ rows(1)
+}
+$ elseif args.part == "modify" then
+$   local M = args.M
+$   local function rows(k)
+$     local r = M.rows[k]
+$     if not r then
+const int col0 = ${M.col0};
+FA_UNROLL
+for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) {
+  FA_UNROLL
+  for (int e = 0; e < 2; ++e)
+    ${S("e")} = fa_mod_score(${S("e")} * to_nat, b, h, ${M.row}, col0 + ${F.col} * 8 + e, p.seq_q, p.seq_k, p.heads) * from_nat;
+}
+$     else
+FA_UNROLL
+for (int ${r[1]} = ${r[2]}; ${r[1]} < ${r[3]}; ++${r[1]}) {
+  $ rows(k + 1)
+}
+$     end
+$   end
+/* The score modification, in natural units (to_nat: the scores' units to them). */
+{
+$   if F.scaled then
+  const ${F.acc} to_nat = ${lit(F, "0.69314718055994531")}, from_nat = ${lit(F, "1.4426950408889634")};
+$   else
+  const ${F.acc} to_nat = sl2 * ${lit(F, "0.69314718055994531")}, from_nat = ${lit(F, "1")} / to_nat;
 $   end
   $ rows(1)
 }

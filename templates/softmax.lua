@@ -87,8 +87,17 @@ end
 --   last_row  the last row of the fragment's rows (the diagonal test);
 --   rows      the loops over the thread's rows: { {var, from, to}, ... };
 --   vis       the first key the current row must not see (causal);
---   col0      the thread's first column in a pair, relative to key0.
+--   col0      the thread's first column in a pair, relative to key0;
+-- and with a modification's mask (mod.lua), also applied:
+--   mod       true;
+--   mod_class the block pair's class, fa_mod_block's (2: the mask hides
+--             no key there, and the part is skipped when nothing else cuts);
+--   row       the current row's index in the sequence.
 function softmax.mask(F, M) return part("mask", F, { M = M }) end
+
+-- A modification's score part applied to every score of the fragment
+-- (before the mask): M as for mask, its rows, row and col0.
+function softmax.modify(F, M) return part("modify", F, { M = M }) end
 
 -- The end of the keys a CTA of rows [q0, q0 + bm) visits: kv_end, and,
 -- causal, last_row (its last row, the mask's diagonal test); q0 and off

@@ -328,7 +328,7 @@ int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     rc = cli_say(EXIT_BAD_INPUT, err);
     goto done;
   }
-  r.p.causal = o->problem.causal, r.p.scale = o->problem.scale;
+  r.p.causal = o->problem.causal, r.p.scale = o->problem.scale, r.p.mod = o->problem.mod;
   if (o->variant ? gen_render_name(g, o->variant, t, &r.kern)
                  : gen_render_config(g, o->config, &r.p, t, &r.kern)) {
     rc = cli_say(EXIT_BAD_INPUT, gen_errmsg(g));

@@ -7,6 +7,10 @@ $ -- tile addresses come from the preludes' fa_swizzle, fa_tile_offset and
 $ -- fa_slab_offset.
 $ local c, P = args.cfg, args.P
 $ local causal, eager, q_in_registers = c.causal == 1, c.norm == "eager", c.q == "reg"
+$ -- A score or mask modification (mod.lua): its functions precede the kernel.
+$ local mod = c.mod
+$ -- The first K/V block the loop visits: 0, or under a mask the first it leaves.
+$ local kv_lo = (mod and mod.mask) and "kv_first" or "0"
 $ -- Deferred normalization's row sums of P: on the tensor cores (sum_mma)
 $ -- or, as FlashAttention-2 does, added up by each thread over its own
 $ -- columns (FADD) and across the quad once, in the epilogue.
@@ -232,7 +236,11 @@ fa_cp_async_wait(${stages - 2}); /* block kv has landed, for this thread */
 fa_syncthreads();           /* for every thread; and the previous iteration's stage is free */
 {
   const int next_stage = stage + ${(stages - 1) * P.stage_bytes} < ${stages * P.stage_bytes} ? stage + ${(stages - 1) * P.stage_bytes} : stage - ${P.stage_bytes};
+$ if kv_lo == "0" then
   if (kv >= ${stages - 1}) {
+$ else
+  if (kv >= ${kv_lo} + ${stages - 1}) {
+$ end
     const int block = kv - ${stages - 1};
     $ load_kv_in_loop("next_stage")
   }
@@ -284,7 +292,21 @@ $ local function apply_mask()
 $   local M = { causal = causal, key0 = "key0", keys = part_keys, last_row = "q0 + warp * " .. warp_rows,
 $               rows = { { "mt", mt0, mt1 }, { "hh", 0, 2 } }, vis = "vis0 + mt * 16 + 8 * hh",
 $               col0 = "key0 + 2 * tig" }
+$   if mod and mod.mask then
+$     M.mod, M.row = true, "q0 + warp * " .. warp_rows .. " + mt * 16 + 8 * hh + g"
+$     M.mod_class = string.format("fa_mod_block(b, h, q0 + warp * %d, q0 + warp * %d, key0, key0 + %d, "
+$                                 .. "p.seq_q, p.seq_k, p.heads)", warp_rows, warp_rows + warp_rows - 1, part_keys - 1)
+$   end
 ${sm.mask(F, M)}
+$ end
+$
+$ -- The modification's score part, on every score of the part.
+$ local function apply_score_mod()
+$   if mod and mod.score then
+$     local M = { rows = { { "mt", mt0, mt1 }, { "hh", 0, 2 } }, col0 = "key0 + 2 * tig",
+$                 row = "q0 + warp * " .. warp_rows .. " + mt * 16 + 8 * hh + g" }
+${sm.modify(F, M)}
+$   end
 $ end
 $
 $ -- Row hh of m-tile mt (a C loop's variables in the caller): its max over
@@ -523,6 +545,9 @@ $   end
   }
 }
 $ end
+$ if mod then
+${require("mod").c_functions(mod, "float")}
+$ end
 FA_TC_KERNEL(${args.entry}, ${threads})
 {
   const float NEG_INF = fa_neg_inf_f32();
@@ -548,7 +573,25 @@ $ else
 $ end
   (void)off;
   ${sm.kv_end(causal, block_m)}
+$ if mod and mod.mask then
+  /* The K/V blocks the modification's mask leaves visible to this CTA's
+  ** rows: from kv_first to n_blocks - 1 (those between are masked key by key). */
+  int n_blocks = 0, kv_first = 0;
+  {
+    const int q_hi = (q0 + ${block_m} < p.seq_q ? q0 + ${block_m} : p.seq_q) - 1;
+    int first = -1;
+    for (int blk = 0; blk * ${block_n} < kv_end; ++blk) {
+      const int k_lo = blk * ${block_n}, k_hi = (k_lo + ${block_n} < p.seq_k ? k_lo + ${block_n} : p.seq_k) - 1;
+      if (fa_mod_block(b, h, q0, q_hi, k_lo, k_hi, p.seq_q, p.seq_k, p.heads) != 0) {
+        if (first < 0) first = blk;
+        n_blocks = blk + 1;
+      }
+    }
+    kv_first = first < 0 ? 0 : first;
+  }
+$ else
   const int n_blocks = (kv_end + ${block_n - 1}) / ${block_n};
+$ end
 $ if causal then
   /* Keys before vis0 + 16 mt + 8 hh are visible to fragment row g + 8 hh of m-tile mt: one
   ** register for the causal mask, not the terms it is made of */
@@ -631,7 +674,11 @@ $   end
 $ end
 $ local prologue = math.max(stages - 1, 1)
 $ for s = 0, prologue - 1 do
+$ if kv_lo == "0" then
   if (${s} < n_blocks) {
+$ else
+  if (${s} < n_blocks - ${kv_lo}) {
+$ end
     const int block = n_blocks - ${s + 1};
     $ load_kv(s * P.stage_bytes, s == 0)
   }
@@ -649,7 +696,7 @@ $ if carry then
   const unsigned short *vcp = vg + (long long)(first_copy * ${block_n} + copy_row) * p.v_sn + copy_chunk * 8;
 $ end
   int stage = 0;  /* byte offset of this iteration's stage */
-  for (int kv = n_blocks - 1; kv >= 0; --kv) {
+  for (int kv = n_blocks - 1; kv >= ${kv_lo}; --kv) {
     const int k0 = kv * ${block_n};
     $ wait_and_prefetch()
     const int k_tile = ${P.kv_offset} + stage, v_tile = k_tile + ${block_n * row_bytes};  /* this block's K and V */
@@ -685,6 +732,8 @@ $   end
         {
           $ gemm_qk()
 
+          $ apply_score_mod()
+
           $ apply_mask()
 
 $ if pv_steps_order then
@@ -701,7 +750,7 @@ $ end
       }
     }
 $ if stages == 1 then
-    if (kv > 0) {
+    if (kv > ${kv_lo}) {
       const int block = kv - 1;
       fa_syncthreads(); /* every warp is done with the stage */
       $ load_kv_in_loop(0)

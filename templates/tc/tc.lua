@@ -17,7 +17,7 @@
 -- tensors from cudaMalloc (or the emulator's allocations) do; other dims
 -- move element by element.
 
-local tc = { name = "tc", version = 3 }
+local tc = { name = "tc", version = 4 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
@@ -364,6 +364,7 @@ end
 -- Rendering -------------------------------------------------------------------------
 
 tc.op = "fwd"
+tc.mods = true       -- applies score and mask modifications (mod.lua)
 
 -- How many times over an ldmatrix reads shared memory: the 8 rows of 16
 -- bytes of each of its matrices, row_bytes apart, over the 8 16-byte

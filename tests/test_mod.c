@@ -1,0 +1,258 @@
+/*
+** test_mod.c
+** Score and mask modifications (templates/mod.lua, core/fa_mod.c). The
+** float64 reference under each built-in against an independent attention
+** written here from the built-in's formula (not its expression text); a
+** user's file; the hash that keys them; and everything a modification may
+** get wrong: the errors name the file's line, a file is read and never run,
+** and the interpreter refuses a malformed program.
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fa_mod.h"
+#include "gen.h"
+#include "reference.h"
+
+#define TOL 1e-12
+
+static uint64_t rng_state = 12345;
+
+static double rng_normal(void) {
+  /* splitmix64, then Box-Muller */
+  double u[2];
+  for (int i = 0; i < 2; i++) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    u[i] = ((double)(z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
+  return sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
+}
+
+/* What each built-in means, written from its definition: whether key k is
+** seen by row r, and the score it gets. */
+typedef struct meaning {
+  const char *spec;
+  int (*sees)(const fa_problem *p, int h, int r, int k);
+  double (*score)(const fa_problem *p, int h, int r, int k, double s);
+} meaning;
+
+static int off(const fa_problem *p) { return p->seq_k - p->seq_q; }
+static int all(const fa_problem *p, int h, int r, int k) { (void)p, (void)h, (void)r, (void)k; return 1; }
+static double same(const fa_problem *p, int h, int r, int k, double s) {
+  (void)p, (void)h, (void)r, (void)k;
+  return s;
+}
+static int window_5_2(const fa_problem *p, int h, int r, int k) {
+  (void)h;
+  const int d = r + off(p);   /* the row's diagonal key */
+  return k >= d - 5 && k <= d + 2;
+}
+static int window_7_0(const fa_problem *p, int h, int r, int k) {
+  (void)h;
+  const int d = r + off(p);
+  return k >= d - 7 && k <= d;
+}
+static double softcap_3(const fa_problem *p, int h, int r, int k, double s) {
+  (void)p, (void)h, (void)r, (void)k;
+  return 3.0 * tanh(s / 3.0);
+}
+static double alibi(const fa_problem *p, int h, int r, int k, double s) {
+  const double slope = pow(2.0, -8.0 * (h + 1) / p->heads);
+  return s - slope * fabs((double)(r + off(p) - k));
+}
+static int prefix_4(const fa_problem *p, int h, int r, int k) {
+  (void)h;
+  return k < 4 || k <= r + off(p);
+}
+static int chunks_6(const fa_problem *p, int h, int r, int k) {
+  (void)h;
+  const int d = r + off(p);
+  return d >= 0 && d / 6 == k / 6 && k <= d;
+}
+
+/* Attention with the meaning m, the textbook way (scores, then a softmax
+** over the keys seen), per row into o and lse. */
+static void naive(const fa_problem *p, const meaning *m, const double *q, const double *k,
+                  const double *v, double *o, double *lse) {
+  const double scale = fa_problem_scale(p);
+  double *s = malloc(sizeof *s * (size_t)p->seq_k);
+  for (int b = 0; b < p->batch; b++)
+    for (int h = 0; h < p->heads; h++)
+      for (int r = 0; r < p->seq_q; r++) {
+        const size_t row = ((size_t)(b * p->heads + h) * p->seq_q + r);
+        const double *qr = q + row * p->dim;
+        double mx = -INFINITY;
+        for (int c = 0; c < p->seq_k; c++) {
+          const double *kc = k + ((size_t)(b * p->heads + h) * p->seq_k + c) * p->dim;
+          double dot = 0;
+          for (int d = 0; d < p->dim; d++) dot += qr[d] * kc[d];
+          const int seen = m->sees(p, h, r, c) && (!p->causal || c <= r + off(p));
+          s[c] = seen ? m->score(p, h, r, c, scale * dot) : -INFINITY;
+          if (s[c] > mx) mx = s[c];
+        }
+        double l = 0;
+        for (int d = 0; d < p->dim; d++) o[row * p->dim + d] = 0;
+        if (mx == -INFINITY) {
+          lse[row] = -INFINITY;
+          continue;
+        }
+        for (int c = 0; c < p->seq_k; c++) {
+          const double w = exp(s[c] - mx);
+          l += w;
+          const double *vc = v + ((size_t)(b * p->heads + h) * p->seq_k + c) * p->dim;
+          for (int d = 0; d < p->dim; d++) o[row * p->dim + d] += w * vc[d];
+        }
+        for (int d = 0; d < p->dim; d++) o[row * p->dim + d] /= l;
+        lse[row] = mx + log(l);
+      }
+  free(s);
+}
+
+/* The reference under spec against the meaning, on a problem whose rows
+** include some that see no key (seq_q > seq_k bottom-right aligned). */
+static void check_builtin(gen_state *g, const meaning *m, int seq_q, int seq_k, int causal) {
+  fa_mod mod;
+  int rc = gen_mod_load(g, m->spec, NULL, &mod);
+  CHECK(rc == 0, "%s: %s", m->spec, gen_errmsg(g));
+  if (rc) return;
+  fa_problem p = {.batch = 2, .heads = 4, .seq_q = seq_q, .seq_k = seq_k, .dim = 8,
+                  .dtype = FA_FP64, .causal = causal, .mod = &mod};
+  const size_t nq = (size_t)p.batch * p.heads * seq_q * p.dim, nk = (size_t)p.batch * p.heads * seq_k * p.dim;
+  double *q = malloc(sizeof *q * nq), *k = malloc(sizeof *k * nk), *v = malloc(sizeof *v * nk);
+  double *o = malloc(sizeof *o * nq), *o2 = malloc(sizeof *o2 * nq);
+  const size_t nl = (size_t)p.batch * p.heads * seq_q;
+  double *lse = malloc(sizeof *lse * nl), *lse2 = malloc(sizeof *lse2 * nl);
+  for (size_t i = 0; i < nq; i++) q[i] = 2 * rng_normal();
+  for (size_t i = 0; i < nk; i++) k[i] = 2 * rng_normal(), v[i] = rng_normal();
+  const fa_layout lq = fa_layout_contiguous(&p, seq_q), lk = fa_layout_contiguous(&p, seq_k);
+  CHECK(ref_attention(&p, q, lq, k, lk, v, lk, o, lq, lse) == 0, "%s: the reference runs", m->spec);
+  naive(&p, m, q, k, v, o2, lse2);
+  double num = 0, den = 0, lerr = 0;
+  int empty = 0, lse_mismatch = 0;
+  for (size_t i = 0; i < nq; i++) num += (o[i] - o2[i]) * (o[i] - o2[i]), den += o2[i] * o2[i];
+  for (size_t i = 0; i < nl; i++) {
+    if (isinf(lse2[i])) {
+      empty++;
+      lse_mismatch += !(isinf(lse[i]) && lse[i] < 0);
+    } else {
+      lerr = fmax(lerr, fabs(lse[i] - lse2[i]));
+    }
+  }
+  const double rel = sqrt(num / (den > 0 ? den : 1));
+  CHECK(rel < TOL && lerr < TOL && !lse_mismatch, "%s seq %d/%d%s: O rel err %.3g, lse err %.3g, "
+        "%d rows without a key disagree", m->spec, seq_q, seq_k, causal ? " causal" : "", rel, lerr,
+        lse_mismatch);
+  printf("%-14s seq %3d/%3d%s: O rel err %.2e, lse err %.2e, %d of %zu rows see no key\n",
+         mod.label, seq_q, seq_k, causal ? " causal" : "       ", rel, lerr, empty, nl);
+  free(q), free(k), free(v), free(o), free(o2), free(lse), free(lse2);
+}
+
+/* Loading text must fail with a message holding want. */
+static void check_refused(gen_state *g, const char *spec, const char *text, const char *want) {
+  fa_mod mod;
+  const int rc = gen_mod_load(g, spec, text, &mod);
+  CHECK(rc != 0 && strstr(gen_errmsg(g), want), "%s: want an error with '%s', got rc %d: %s",
+        spec, want, rc, rc ? gen_errmsg(g) : "");
+}
+
+static void test_errors(gen_state *g) {
+  check_refused(g, "nope", NULL, "unknown modification 'nope' (built in: alibi, chunked, prefixlm, "
+                "softcap, window");
+  check_refused(g, "window=1:2:3", NULL, "takes 2 parameter(s) (left:right), not 3");
+  check_refused(g, "window=abc", NULL, "parameter 'abc' is no number");
+  check_refused(g, "window=2.5", NULL, "left takes an integer, not 2.5");
+  check_refused(g, "window=1e400", NULL, "is no number");
+  check_refused(g, "bad.lua", "return {\n  doc = 'x',\n  score = \"score * (1 +\",\n}",
+                "bad.lua:3: score: unexpected 'end of text'");
+  check_refused(g, "bad.lua", "return {\n\n  mask = 'q_idx <= zz',\n}", "bad.lua:3: mask: unknown name 'zz'");
+  check_refused(g, "bad.lua", "return { mask = 'kv_idx / q_idx == 0' }",
+                "integer '/' needs a positive constant divisor");
+  check_refused(g, "bad.lua", "return { mask = 'kv_idx % 0 == 0' }", "positive constant divisor");
+  check_refused(g, "bad.lua", "return { mask = 'score > 0' }", "'score' is not known to a mask");
+  check_refused(g, "bad.lua", "return { mask = 'q_idx + 1' }", "mask: gives a int, not a truth value");
+  check_refused(g, "bad.lua", "return { score = 'q_idx < 1' }", "score: gives a truth value");
+  check_refused(g, "bad.lua", "return { score = 'tanh(score, 2)' }", "tanh takes 1 argument(s), not 2");
+  check_refused(g, "bad.lua", "return { doc = 'nothing' }", "neither score nor mask");
+  check_refused(g, "bad.lua", "return { score = 'score', extra = 1 }", "unknown key 'extra'");
+  check_refused(g, "bad.lua", "return { params = { { 'q_idx', 1 } }, score = 'score' }",
+                "param 'q_idx' hides a variable");
+  /* A file is data: code in it is refused by the reader, never run. */
+  check_refused(g, "evil.lua", "os.execute('touch /tmp/fatune-mod-ran')\nreturn { score = 'score' }",
+                "evil.lua:1: unexpected character '.'");
+  check_refused(g, "evil.lua", "return { score = os }", "evil.lua:1: expected a number");
+  check_refused(g, "evil.lua", "print('x') return { score = 'score' }", "evil.lua:1: expected '{'");
+  check_refused(g, "evil.lua", "return { score = 'os(score)' }", "unknown function 'os'");
+  /* Many terms: refused before the reference's program overflows. */
+  char big[4096] = "return { score = '";
+  for (int i = 0; i < 300; i++) strcat(big, "score + ");
+  strcat(big, "score' }");
+  check_refused(g, "big.lua", big, "more than 200 terms");
+}
+
+/* The interpreter refuses what it cannot run. */
+static void test_programs(void) {
+  char why[160];
+  const fa_mod_op underflow[] = {{FA_MC_CONST, 1}, {FA_MC_ADD, 0}};
+  CHECK(fa_mod_check(underflow, 2, why, sizeof why) != 0 && strstr(why, "takes more values"), "underflow: %s", why);
+  const fa_mod_op two[] = {{FA_MC_CONST, 1}, {FA_MC_CONST, 2}};
+  CHECK(fa_mod_check(two, 2, why, sizeof why) != 0 && strstr(why, "leaves 2 values"), "two: %s", why);
+  const fa_mod_op var[] = {{FA_MC_VAR, 8}};
+  CHECK(fa_mod_check(var, 1, why, sizeof why) != 0 && strstr(why, "reads no variable"), "var: %s", why);
+  const fa_mod_op idiv[] = {{FA_MC_VAR, FA_MV_Q}, {FA_MC_VAR, FA_MV_K}, {FA_MC_IDIV, 0}};
+  CHECK(fa_mod_check(idiv, 3, why, sizeof why) != 0 && strstr(why, "no positive constant"), "idiv: %s", why);
+  const fa_mod_op code[] = {{(fa_mod_code)99, 0}};
+  CHECK(fa_mod_check(code, 1, why, sizeof why) != 0, "a code out of range");
+  CHECK(fa_mod_check(code, 0, why, sizeof why) != 0, "an empty program");
+  /* The kernels' integer semantics: division and modulo truncate. */
+  const fa_mod_op trunc_div[] = {{FA_MC_VAR, FA_MV_Q}, {FA_MC_CONST, 4}, {FA_MC_IDIV, 0}};
+  const fa_mod_op trunc_mod[] = {{FA_MC_VAR, FA_MV_Q}, {FA_MC_CONST, 4}, {FA_MC_IMOD, 0}};
+  const double vars[FA_MV_COUNT] = {[FA_MV_Q] = -7};
+  CHECK(fa_mod_eval(trunc_div, 3, vars) == -1 && fa_mod_eval(trunc_mod, 3, vars) == -3,
+        "-7 / 4 and -7 %% 4 as C computes them: %g, %g", fa_mod_eval(trunc_div, 3, vars),
+        fa_mod_eval(trunc_mod, 3, vars));
+}
+
+/* The key: the same expressions hash the same, however written; others not. */
+static void test_hash(gen_state *g) {
+  fa_mod a, b, c, d;
+  CHECK(gen_mod_load(g, "window=8", NULL, &a) == 0 && gen_mod_load(g, "window=8:0", NULL, &b) == 0 &&
+        gen_mod_load(g, "window=9", NULL, &c) == 0, "windows load");
+  CHECK(!strcmp(a.hash, b.hash) && strcmp(a.hash, c.hash), "window=8 and 8:0 share a hash, 9 not");
+  CHECK(!strcmp(a.label, "window=8:0"), "the label gives every parameter: %s", a.label);
+  const char *text = "-- mine\nreturn {\n  params = { { 'w', 8 } },\n"
+                     "  mask = [[kv_idx >= q_idx + seq_k - seq_q - w &&\n"
+                     "           kv_idx <= q_idx + seq_k - seq_q + 0]],\n}\n";
+  CHECK(gen_mod_load(g, "dir/mine.lua", text, &d) == 0, "a user's file: %s", gen_errmsg(g));
+  CHECK(!strcmp(d.hash, a.hash), "a file with window=8's very expression has its hash");
+  CHECK(!strcmp(d.label, "mine.lua"), "a file's label is its name: %s", d.label);
+  CHECK(d.nmask > 0 && d.nscore == 0, "a mask, no score part");
+}
+
+int main(void) {
+  gen_state *g;
+  char err[512];
+  if (gen_open(&g, err, sizeof err) != 0) {
+    fprintf(stderr, "gen_open: %s\n", err);
+    return 1;
+  }
+  const meaning builtins[] = {
+    {"window=5:2", window_5_2, same}, {"window=7", window_7_0, same},
+    {"softcap=3", all, softcap_3}, {"alibi", all, alibi},
+    {"prefixlm=4", prefix_4, same}, {"chunked=6", chunks_6, same},
+  };
+  for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
+    check_builtin(g, &builtins[i], 37, 29, 0);
+    check_builtin(g, &builtins[i], 23, 41, 1);
+  }
+  test_errors(g);
+  test_programs();
+  test_hash(g);
+  gen_close(g);
+  return check_done("test_mod");
+}
