@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_mod.sh: score and mask modifications (--mod) through the command line:
-# every built-in and a user's file validated on the emulator in the CUDA-core
-# and tensor-core families, causal or not; a sliding window reading the K/V
+# every built-in and a user's file validated on the emulator in the CUDA-core,
+# tensor-core and Hopper families, causal or not; a sliding window reading the K/V
 # blocks it sees and no others; the database keeping a modification's trials
 # apart from the plain ones; run on .npy tensors; bad modifications refused
 # in one line that names the file's line.
@@ -32,7 +32,7 @@ return {
 }
 EOF
 
-# --- every built-in, in both families --------------------------------------
+# --- every built-in, in every family --------------------------------------
 for mod in window=9:2 softcap=4 alibi prefixlm=12 chunked=16 "$tmp/docs.lua"; do
   for causal in "" --causal; do
     tag=$(printf '%s' "$(basename "$mod")" | tr -c 'a-z0-9' _)$causal
@@ -47,6 +47,11 @@ for mod in window=9:2 softcap=4 alibi prefixlm=12 chunked=16 "$tmp/docs.lua"; do
     [ "$rc" -eq 0 ] && grep -q '^tc-f16-d32-m64n32.* ok ' "$tmp/tc$tag.out"
     check "$label, tc fp16: ok against the reference" $? \
       "exit $rc: $(grep -E '^tc|fatune:' "$tmp/tc$tag.out" "$tmp/tc$tag.err" | tail -n 3)"
+    run "wg$tag" --dim 64 --seq 200 --seq-k 300 --dtype bf16 --arch sm_90a $causal --mod "$mod" \
+      --backend emu --config family=wg --db "$tmp/all.db"
+    [ "$rc" -eq 0 ] && grep -q '^wg-bf16-d64-.* ok ' "$tmp/wg$tag.out"
+    check "$label, wg bf16: ok against the reference" $? \
+      "exit $rc: $(grep -E '^wg|fatune:' "$tmp/wg$tag.out" "$tmp/wg$tag.err" | tail -n 3)"
   done
 done
 grep -q '^fatune: problem fp32 dim 16 seq_q 70 seq_k 90 batch 4 heads 16 mod window=9:2;' "$tmp/simtwindow_9_2.err"

@@ -7,6 +7,11 @@ $ local BM, BN, S, C = c.block_m, c.block_n, c.stages, c.consumers
 $ local SW, CB, DP, NCB = P.swizzle, P.col_block, P.padded_dim, P.col_blocks
 $ local NS = BN // 2     -- S accumulators per thread
 $ local NO = DP // 2     -- O accumulators per thread
+$ -- A score or mask modification (mod.lua): its functions precede the kernel;
+$ -- under a mask a CTA visits the blocks from kv_top down, n_blocks of them.
+$ local mod = c.mod
+$ local masks = mod ~= nil and mod.mask ~= nil
+$ local top = masks and "kv_top" or "n_blocks - 1"
 $ -- The score fragment for the shared softmax (softmax.lua): row hh, the
 $ -- n8 column tile j, a quad per row.
 $ local sm = require("softmax")
@@ -23,7 +28,7 @@ $ -- CTA's earlier tiles), once the consumers have emptied the stage (from
 $ -- the second round of the ring on), by TMA, one box per column block.
 $ local function load(which, it)
       {
-        const int f = kv + (${it}), i = f % ${S}, blk = n_blocks - 1 - (${it});
+        const int f = kv + (${it}), i = f % ${S}, blk = ${top} - (${it});
         if (f >= ${S}) fa_mbar_wait(&empty_${which}[i], ((f / ${S}) & 1) ^ 1);
         unsigned char *const st = smem + ${which == "v" and P.v_offset or P.q_bytes} + i * ${P.kv_bytes};
         fa_mbar_arrive_expect_tx(&full_${which}[i], ${P.kv_bytes});
@@ -85,16 +90,23 @@ $ -- thread is 16 w + g + 8 hh of the consumer's; s[4 j + 2 hh + e] its
 $ -- column 8 j + 2 t + e.
 $ local function softmax(blk, masked)
 {
-$ if masked then
+$ if masked or mod then
   const int key0 = ${blk} * ${BN};
+$ end
+$ if mod and mod.score then
+$   local M = { rows = { { "hh", 0, 2 } }, col0 = "key0 + 2 * t", row = "row0 + 16 * w + g + 8 * hh" }
+  ${sm.modify(F, M)}
+$ end
+$ if masked then
 $   -- Its own mask and row max, not softmax.lua's: with tc's form (the
 $   -- pair's two compares as a loop, room from col0, the max through mo)
 $   -- ptxas emits one more instruction per block at FA3's d64 tile.
-$   if causal then
-  if (key0 + ${BN} > p.seq_k || key0 + ${BN - 1} > row0 + off) {
-$   else
-  if (key0 + ${BN} > p.seq_k) {
+$   local cond = "key0 + " .. BN .. " > p.seq_k"
+$   if causal then cond = cond .. " || key0 + " .. (BN - 1) .. " > row0 + off" end
+$   if masks then
+$     cond = cond .. string.format(" || fa_mod_block(b, h, row0, row0 + 63, key0, key0 + %d, p.seq_q, p.seq_k, p.heads) != 2", BN - 1)
 $   end
+  if (${cond}) {
     FA_UNROLL
     for (int hh = 0; hh < 2; ++hh) {
 $   if causal then
@@ -106,8 +118,14 @@ $   end
       const int room = lim - key0 - 2 * t;
       FA_UNROLL
       for (int j = 0; j < ${BN // 8}; ++j) {
+$   if masks then
+        const int row = row0 + 16 * w + g + 8 * hh, col = key0 + 2 * t + 8 * j;
+        if (8 * j >= room || !fa_mod_mask(b, h, row, col, p.seq_q, p.seq_k, p.heads)) s[4 * j + 2 * hh] = NEG_INF;
+        if (8 * j + 1 >= room || !fa_mod_mask(b, h, row, col + 1, p.seq_q, p.seq_k, p.heads)) s[4 * j + 2 * hh + 1] = NEG_INF;
+$   else
         if (8 * j >= room) s[4 * j + 2 * hh] = NEG_INF;
         if (8 * j + 1 >= room) s[4 * j + 2 * hh + 1] = NEG_INF;
+$   end
       }
     }
   }
@@ -210,7 +228,26 @@ $     end
 $   end
     (void)hk;
     ${sm.kv_end(causal, BM)}
+$   if masks then
+    /* The K/V blocks the modification's mask leaves visible to this tile's
+    ** rows: n_blocks of them from kv_top down (those between are masked
+    ** key by key). */
+    int n_blocks = 0, kv_top = -1;
+    {
+      const int q_hi = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
+      int first = -1;
+      for (int blk = 0; blk * ${BN} < kv_end; ++blk) {
+        const int k_lo = blk * ${BN}, k_hi = (k_lo + ${BN} < p.seq_k ? k_lo + ${BN} : p.seq_k) - 1;
+        if (fa_mod_block(b, h, q0, q_hi, k_lo, k_hi, p.seq_q, p.seq_k, p.heads) != 0) {
+          if (first < 0) first = blk;
+          kv_top = blk;
+        }
+      }
+      n_blocks = first < 0 ? 0 : kv_top - first + 1;
+    }
+$   else
     const int n_blocks = (kv_end + ${BN - 1}) / ${BN};
+$   end
 $ end
 $
 $ -- Persistent: the loop over the CTA's tiles, in rounds of a tile per CTA,
@@ -240,6 +277,9 @@ $ if persistent then
 ** next tile's Q and K load under this one's last P V and epilogue.
 $ end
 */
+$ if mod then
+${require("mod").c_functions(mod, "float")}
+$ end
 FA_SM90_KERNEL(${args.entry}, ${P.threads})
 {
   const float NEG_INF = fa_neg_inf_f32();
@@ -395,7 +435,12 @@ $   if causal then
 $   else
   const int n_full = p.seq_k / ${BN};
 $   end
+$   if masks then
+  const int n_masked = n_blocks;  /* the modification's mask may cut any block */
+  (void)n_full;
+$   else
   const int n_masked = n_blocks - (n_full < n_blocks ? n_full : n_blocks);
+$   end
 $ else
   const int n_masked = n_blocks;  /* one loop: the mask under a branch (wg.lua says why) */
 $ end
@@ -413,7 +458,7 @@ $ if overlap then
     fa_wgmma_wait(0);
     fa_mbar_arrive(&empty_k[i]);
     fa_wgmma_fence_acc(${BN}, s);
-    $ softmax("(n_blocks - 1)", true)
+    $ softmax("(" .. top .. ")", true)
     $ pack_p()
   }
 $   -- Iteration it: S of block it issued, then P V of block it - 1; the
@@ -431,7 +476,7 @@ $   body = function(masked)
     fa_wgmma_wait(1);
     fa_mbar_arrive(&empty_k[i]);
     fa_wgmma_fence_acc(${BN}, s);
-    $ softmax("(n_blocks - 1 - it)", masked)
+    $ softmax("(" .. top .. " - it)", masked)
     fa_wgmma_wait_after(0, l_i[0], l_i[1]);
     fa_mbar_arrive(&empty_v[pi]);
     $ rescale_o()
@@ -449,7 +494,7 @@ $   body = function(masked)
     fa_wgmma_wait(0);
     fa_mbar_arrive(&empty_k[i]);
     fa_wgmma_fence_acc(${BN}, s);
-    $ softmax("(n_blocks - 1 - it)", masked)
+    $ softmax("(" .. top .. " - it)", masked)
     $ rescale_o()
     $ pack_p()
     fa_mbar_wait(&full_v[i], (f / ${S}) & 1);

@@ -47,7 +47,7 @@
 -- stores at addresses built once, after a barrier that the warpgroup's
 -- P V before is done in every warp).
 
-local wg = { name = "wg", version = 3 }
+local wg = { name = "wg", version = 4 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
@@ -266,6 +266,7 @@ end
 -- Rendering -------------------------------------------------------------------------
 
 wg.op = "fwd"
+wg.mods = true       -- applies score and mask modifications (mod.lua)
 
 function wg.render(c)
   local P = wg.plan(c)
