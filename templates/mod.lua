@@ -436,12 +436,40 @@ end
 
 -- C emission -----------------------------------------------------------------
 
--- Straight-line C for a tree: statements into `lines`, the value's name back.
-local function emit_value(tree, T, names, lines)
+-- The subtrees of trees that no row or key changes (b, h, the lengths, the
+-- params: ALiBi's slope), each computed once per tile by fa_mod_setup
+-- instead of per score: a map node -> "u.uN", and the list of them.
+local function uniform_parts(trees)
+  local map, list = {}, {}
+  local function hoist(n)
+    if n.op ~= "const" and n.op ~= "var" then
+      list[#list + 1] = n
+      map[n] = "u.u" .. #list
+    end
+  end
+  local function walk(n)
+    if n.op == "const" then return true end
+    if n.op == "var" then return not (n.name == "score" or n.name == "q_idx" or n.name == "kv_idx") end
+    local u, all = {}, true
+    for i, a in ipairs(n) do u[i] = walk(a); all = all and u[i] end
+    if not all then
+      for i, a in ipairs(n) do if u[i] then hoist(a) end end
+    end
+    return all
+  end
+  for _, t in ipairs(trees) do
+    if walk(t) then hoist(t) end
+  end
+  return map, list
+end
+
+-- Straight-line C for a tree: statements into `lines`, the value's name back;
+-- the subtrees in `hoisted` are read from fa_mod_setup's struct.
+local function emit_value(tree, T, names, lines, hoisted, prefix)
   local k = 0
   local function tmp(ty, expr)
     k = k + 1
-    local v = "m" .. k
+    local v = (prefix or "m") .. k
     local cty = ty == "float" and T or "int"
     lines[#lines + 1] = string.format("  const %s %s = %s;", cty, v, expr)
     return v
@@ -451,6 +479,7 @@ local function emit_value(tree, T, names, lines)
   local bin = { add = "+", sub = "-", mul = "*", div = "/", idiv = "/", imod = "%", lt = "<", le = "<=",
                 gt = ">", ge = ">=", eq = "==", ne = "!=", ["and"] = "&&", ["or"] = "||" }
   local function walk(n)
+    if hoisted and hoisted[n] then return hoisted[n] end
     if n.op == "const" then
       if n.type == "int" then return string.format("%d", n.value) end
       local s = string.format("%.17g", n.value)
@@ -484,9 +513,7 @@ local function emit_value(tree, T, names, lines)
     end
     error("mod: no C for op " .. n.op, 0)
   end
-  local v = walk(tree)
-  if tree.type == "int" then v = as_float(v, "int") end
-  return v
+  return walk(tree)
 end
 
 -- Interval C for a mask tree: each int a [lo, hi] pair of names, each truth
@@ -574,13 +601,35 @@ function mod.c_functions(m, T)
   local out = { "/* modification " .. m.label .. ": " .. m.doc .. " */" }
   local names = {}
   for _, v in ipairs(mod.vars) do names[v] = v end
+  local trees = {}
+  if m.score then trees[#trees + 1] = m.score end
+  if m.mask then trees[#trees + 1] = m.mask end
+  local hoisted, parts = uniform_parts(trees)
+  out[#out + 1] = "/* what no row or key changes, once per tile */"
+  out[#out + 1] = "typedef struct fa_mod_u {"
+  for i, n in ipairs(parts) do out[#out + 1] = "  " .. (n.type == "float" and T or "int") .. " u" .. i .. ";" end
+  if #parts == 0 then out[#out + 1] = "  int none;" end
+  out[#out + 1] = "} fa_mod_u;"
+  out[#out + 1] = "FA_INLINE fa_mod_u fa_mod_setup(int b, int h, int seq_q, int seq_k, int heads) {"
+  out[#out + 1] = "  fa_mod_u u;"
+  if #parts == 0 then out[#out + 1] = "  u.none = 0;" end
+  for i, n in ipairs(parts) do
+    local lines = {}
+    local v = emit_value(n, T, names, lines, nil, "s" .. i .. "_")
+    for _, l in ipairs(lines) do out[#out + 1] = l end
+    out[#out + 1] = "  u.u" .. i .. " = " .. v .. ";"
+  end
+  out[#out + 1] = "  (void)b; (void)h; (void)seq_q; (void)seq_k; (void)heads;"
+  out[#out + 1] = "  return u;"
+  out[#out + 1] = "}"
   local args = "int b, int h, int q_idx, int kv_idx, int seq_q, int seq_k, int heads"
   if m.score then
-    out[#out + 1] = "FA_INLINE " .. T .. " fa_mod_score(" .. T .. " score, " .. args .. ") {"
+    out[#out + 1] = "FA_INLINE " .. T .. " fa_mod_score(fa_mod_u u, " .. T .. " score, " .. args .. ") {"
     local lines = {}
-    local v = emit_value(m.score, T, names, lines)
+    local v = emit_value(m.score, T, names, lines, hoisted)
+    if m.score.type == "int" then v = "((" .. T .. ")" .. v .. ")" end
     for _, l in ipairs(lines) do out[#out + 1] = l end
-    out[#out + 1] = "  (void)score; (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)seq_q; (void)seq_k; (void)heads;"
+    out[#out + 1] = "  (void)u; (void)score; (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)seq_q; (void)seq_k; (void)heads;"
     out[#out + 1] = "  return " .. v .. ";"
     out[#out + 1] = "}"
   end
@@ -601,11 +650,11 @@ function mod.c_functions(m, T)
   end
   out[#out + 1] = "}"
   if m.mask then
-    out[#out + 1] = "FA_INLINE int fa_mod_mask(" .. args .. ") {"
+    out[#out + 1] = "FA_INLINE int fa_mod_mask(fa_mod_u u, " .. args .. ") {"
     local lines = {}
-    local v = emit_value(m.mask, T, names, lines)
+    local v = emit_value(m.mask, T, names, lines, hoisted)
     for _, l in ipairs(lines) do out[#out + 1] = l end
-    out[#out + 1] = "  (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)seq_q; (void)seq_k; (void)heads;"
+    out[#out + 1] = "  (void)u; (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)seq_q; (void)seq_k; (void)heads;"
     out[#out + 1] = "  return " .. v .. ";"
     out[#out + 1] = "}"
   end

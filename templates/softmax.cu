@@ -58,7 +58,7 @@ for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) {
   FA_UNROLL
   for (int e = 0; e < 2; ++e)
 $     if M.mod then
-    if (${F.col} * 8 + e >= room || !fa_mod_mask(b, h, ${M.row}, col0 + ${F.col} * 8 + e, p.seq_q, p.seq_k, p.heads))
+    if (${F.col} * 8 + e >= room || !fa_mod_mask(mod_u, b, h, ${M.row}, col0 + ${F.col} * 8 + e, p.seq_q, p.seq_k, p.heads))
       ${S("e")} = NEG_INF;
 $     else
     if (${F.col} * 8 + e >= room) ${S("e")} = NEG_INF;
@@ -100,7 +100,7 @@ FA_UNROLL
 for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) {
   FA_UNROLL
   for (int e = 0; e < 2; ++e)
-    ${S("e")} = fa_mod_score(${S("e")} * to_nat, b, h, ${M.row}, col0 + ${F.col} * 8 + e, p.seq_q, p.seq_k, p.heads) * from_nat;
+    ${S("e")} = fa_mod_score(mod_u, ${S("e")} * to_nat, b, h, ${M.row}, col0 + ${F.col} * 8 + e, p.seq_q, p.seq_k, p.heads) * from_nat;
 }
 $     else
 FA_UNROLL

@@ -226,8 +226,8 @@ static void test_hash(gen_state *g) {
   CHECK(!strcmp(a.hash, b.hash) && strcmp(a.hash, c.hash), "window=8 and 8:0 share a hash, 9 not");
   CHECK(!strcmp(a.label, "window=8:0"), "the label gives every parameter: %s", a.label);
   const char *text = "-- mine\nreturn {\n  params = { { 'w', 8 } },\n"
-                     "  mask = [[kv_idx >= q_idx + seq_k - seq_q - w &&\n"
-                     "           kv_idx <= q_idx + seq_k - seq_q + 0]],\n}\n";
+                     "  mask = [[kv_idx >= q_idx + (seq_k - seq_q - w) &&\n"
+                     "           kv_idx <= q_idx + (seq_k - seq_q + 0)]],\n}\n";
   CHECK(gen_mod_load(g, "dir/mine.lua", text, &d) == 0, "a user's file: %s", gen_errmsg(g));
   CHECK(!strcmp(d.hash, a.hash), "a file with window=8's very expression has its hash");
   CHECK(!strcmp(d.label, "mine.lua"), "a file's label is its name: %s", d.label);

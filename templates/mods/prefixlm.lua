@@ -3,5 +3,5 @@
 return {
   doc = "prefix-LM: keys before prefix seen by all, the rest causal",
   params = { { "prefix", 128 } },
-  mask = "kv_idx < prefix || kv_idx <= q_idx + seq_k - seq_q",
+  mask = "kv_idx < prefix || kv_idx <= q_idx + (seq_k - seq_q)",
 }

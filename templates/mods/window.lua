@@ -4,5 +4,5 @@
 return {
   doc = "sliding window: keys from left before the diagonal to right after it",
   params = { { "left", 256 }, { "right", 0 } },
-  mask = "kv_idx >= q_idx + seq_k - seq_q - left && kv_idx <= q_idx + seq_k - seq_q + right",
+  mask = "kv_idx >= q_idx + (seq_k - seq_q - left) && kv_idx <= q_idx + (seq_k - seq_q + right)",
 }

@@ -36,6 +36,10 @@ FA_KERNEL(${args.entry}, ${NT})
   const int warp = tid >> 5;
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);      /* the K/V head (GQA, MQA) */
+$ if mod then
+  const fa_mod_u mod_u = fa_mod_setup(b, h, p.seq_q, p.seq_k, p.heads);
+  (void)mod_u;
+$ end
   acc_t *const sm = (acc_t *)fa_smem_base();
   acc_t *const Qs = sm + ${P.off_q};
   acc_t *const Ks = sm + ${P.off_k};
@@ -194,7 +198,7 @@ $ end
           s[i][j] *= sl2;
 $ if mod and mod.score then
           /* the score modification, in natural units */
-          s[i][j] = fa_mod_score(s[i][j] * (acc_t)0.69314718055994531, b, h, ${q0} + rb + i * ${RSTEP},
+          s[i][j] = fa_mod_score(mod_u, s[i][j] * (acc_t)0.69314718055994531, b, h, ${q0} + rb + i * ${RSTEP},
                                  ${k0} + cb + j * ${G}, p.seq_q, p.seq_k, p.heads) * (acc_t)1.4426950408889634;
 $ end
           if (!full) {
@@ -203,7 +207,7 @@ $ end
 $ local masked = "cl >= " .. BN .. " || gc >= p.seq_k"
 $ if causal then masked = masked .. " || gc > " .. q0 .. " + rb + i * " .. RSTEP .. " + off" end
 $ if mod and mod.mask then
-$   masked = masked .. " || !fa_mod_mask(b, h, " .. q0 .. " + rb + i * " .. RSTEP .. ", gc, p.seq_q, p.seq_k, p.heads)"
+$   masked = masked .. " || !fa_mod_mask(mod_u, b, h, " .. q0 .. " + rb + i * " .. RSTEP .. ", gc, p.seq_q, p.seq_k, p.heads)"
 $ end
             if (${masked}) s[i][j] = NEG_INF;
           }

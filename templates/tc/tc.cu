@@ -557,6 +557,10 @@ FA_TC_KERNEL(${args.entry}, ${threads})
   const int mrow = lane & 7, mat = lane >> 3;    /* ldmatrix: row mrow of matrix mat */
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);      /* the K/V head (GQA, MQA) */
+$ if mod then
+  const fa_mod_u mod_u = fa_mod_setup(b, h, p.seq_q, p.seq_k, p.heads);
+  (void)mod_u;
+$ end
   unsigned char *const sm = (unsigned char *)fa_smem_base();
   const fa_saddr ss = fa_saddr_of(sm);
   const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;

@@ -120,8 +120,8 @@ $   end
       for (int j = 0; j < ${BN // 8}; ++j) {
 $   if masks then
         const int row = row0 + 16 * w + g + 8 * hh, col = key0 + 2 * t + 8 * j;
-        if (8 * j >= room || !fa_mod_mask(b, h, row, col, p.seq_q, p.seq_k, p.heads)) s[4 * j + 2 * hh] = NEG_INF;
-        if (8 * j + 1 >= room || !fa_mod_mask(b, h, row, col + 1, p.seq_q, p.seq_k, p.heads)) s[4 * j + 2 * hh + 1] = NEG_INF;
+        if (8 * j >= room || !fa_mod_mask(mod_u, b, h, row, col, p.seq_q, p.seq_k, p.heads)) s[4 * j + 2 * hh] = NEG_INF;
+        if (8 * j + 1 >= room || !fa_mod_mask(mod_u, b, h, row, col + 1, p.seq_q, p.seq_k, p.heads)) s[4 * j + 2 * hh + 1] = NEG_INF;
 $   else
         if (8 * j >= room) s[4 * j + 2 * hh] = NEG_INF;
         if (8 * j + 1 >= room) s[4 * j + 2 * hh + 1] = NEG_INF;
@@ -227,6 +227,10 @@ $     else
 $     end
 $   end
     (void)hk;
+$   if mod then
+    const fa_mod_u mod_u = fa_mod_setup(b, h, p.seq_q, p.seq_k, p.heads);
+    (void)mod_u;
+$   end
     ${sm.kv_end(causal, BM)}
 $   if masks then
     /* The K/V blocks the modification's mask leaves visible to this tile's
