@@ -91,6 +91,10 @@ typedef struct fatune_tensor {
   long long stride[4];
 } fatune_tensor;
 
+/* A score or mask modification (the README's "Score and mask
+** modifications"), made by fatune_mod_create. */
+typedef struct fatune_mod fatune_mod;
+
 /* One call of fatune_attention. K and V have seq_k rows and heads that
 ** divide Q's (grouped-query and multi-query attention: Q head h reads K/V
 ** head h / (heads_q / heads_kv)); O is shaped as Q. lse is NULL or
@@ -109,6 +113,9 @@ typedef struct fatune_attention_args {
   ** recorded that meets it gives FATUNE_ENOTUNED, never the default. */
   double max_rel_err;
   int deterministic;     /* nonzero: only a recorded variant that gave the same bits every run */
+  const fatune_mod *mod; /* NULL, or the modification every score and key goes through: the
+                            variant recorded best under it (fatune --mod), else the default
+                            under it; kept alive by the caller through the call */
 } fatune_attention_args;
 
 /* One call of fatune_attention_backward: the forward call's q, k, v, o
@@ -201,6 +208,16 @@ FATUNE_API fatune_status fatune_choose(fatune_ctx *ctx, const fatune_problem *p,
 ** next call for each problem chooses again from the database, as a
 ** program does after a tune. Waits for the calls in flight. */
 FATUNE_API fatune_status fatune_forget(fatune_ctx *ctx);
+
+/* A modification: a built-in by spec ("window=256", "softcap=30", "alibi";
+** text NULL), or the text of a modification file (spec its name, for
+** messages). A mistake in it is FATUNE_EINVAL with a message naming the
+** line. Free it with fatune_mod_free once no call uses it. */
+FATUNE_API fatune_status fatune_mod_create(fatune_ctx *ctx, const char *spec, const char *text,
+                                           fatune_mod **out);
+FATUNE_API void fatune_mod_free(fatune_mod *m);
+/* Its name with every parameter ("window=256:0"), as the database keeps it. */
+FATUNE_API const char *fatune_mod_label(const fatune_mod *m);
 
 /* The message of this thread's last failure ("" after success). */
 FATUNE_API const char *fatune_errmsg(void);

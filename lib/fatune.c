@@ -17,6 +17,7 @@
 
 #include "attn_run.h"
 #include "db.h"
+#include "fa_mod.h"
 #include "fa_util.h"
 #include "fatune.h"
 
@@ -53,12 +54,21 @@ typedef struct budget {
   int deterministic;
 } budget;
 
-/* One problem key (op included, and the budget) and the kernel chosen for it. */
+struct fatune_mod {
+  fa_mod m;
+};
+
+/* The hash of p's modification, "" for none. */
+static const char *mod_hash(const fa_problem *p) { return p->mod ? p->mod->hash : ""; }
+
+/* One problem key (op and modification included, and the budget) and the
+** kernel chosen for it. */
 typedef struct slot {
   int used;
   fa_op op;
   fa_dtype dtype;
   int dim, dim_v, seq_q, seq_k, causal;
+  char mod[17];
   budget b;
   gen_kernel k;
   fa_program *prog;
@@ -213,10 +223,13 @@ static int stored_kernel(fatune_ctx *c, const db_best_row *row, const fa_problem
     snprintf(why, n, "its config '%.200s' is not an object of strings and integers", row->config);
     return 0;
   }
-  if (gen_render_config(c->gen, row->config_kv, fp, &c->target, k) != 0) {
+  if (gen_set_mod(c->gen, fp->mod) != 0 ||
+      gen_render_config(c->gen, row->config_kv, fp, &c->target, k) != 0) {
     snprintf(why, n, "%s", gen_errmsg(c->gen));
+    gen_set_mod(c->gen, NULL);
     return 0;
   }
+  gen_set_mod(c->gen, NULL);
   if (gen_kernel_fits(k, fp, why, n)) return 1;
   gen_kernel_free(k);
   return 0;
@@ -240,7 +253,7 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
                    .seq_k = fp->seq_k, .batch = fp->batch, .heads = fp->heads,
                    .causal = fp->causal, .op = fa_op_name(fp->op),
                    .max_rel_err = bud->max_rel_err, .deterministic = bud->deterministic,
-                   .dim_v = fa_problem_dim_v(fp)};
+                   .dim_v = fa_problem_dim_v(fp), .mod = fp->mod ? fp->mod->hash : NULL};
   db_best_row row;
   int found = 0, exact = 0;
   char err[512];
@@ -268,9 +281,14 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
                 dp.causal ? " causal" : "", bwd ? ", the backward pass," : "", words,
                 bwd ? " with --op bwd" : "");
   }
-  int rc = gen_render_config(c->gen, "", fp, &c->target, k);
-  if (rc != 0)
-    return fail((fatune_status)rc, "no kernel for this problem: %s", gen_errmsg(c->gen));
+  int rc = gen_set_mod(c->gen, fp->mod);
+  if (rc == 0) rc = gen_render_config(c->gen, "", fp, &c->target, k);
+  if (rc != 0) {
+    fatune_status st = fail((fatune_status)rc, "no kernel for this problem: %s", gen_errmsg(c->gen));
+    gen_set_mod(c->gen, NULL);
+    return st;
+  }
+  gen_set_mod(c->gen, NULL);
   *choice = FATUNE_DEFAULT;
   return FATUNE_OK;
 }
@@ -331,13 +349,14 @@ static unsigned hash_key(const fa_problem *p, const budget *b) {
   const int v[8] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
                     b->deterministic, fa_problem_dim_v(p)};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
+  h = fa_fnv1a64(h, mod_hash(p), strlen(mod_hash(p)));
   return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
 }
 
 static int same_key(const slot *s, const fa_problem *p, const budget *b) {
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
          s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
-         s->seq_k == p->seq_k && s->causal == p->causal &&
+         s->seq_k == p->seq_k && s->causal == p->causal && !strcmp(s->mod, mod_hash(p)) &&
          s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
 }
 
@@ -397,6 +416,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       s->op = p->op, s->dtype = p->dtype, s->dim = p->dim, s->seq_q = p->seq_q, s->seq_k = p->seq_k;
       s->dim_v = fa_problem_dim_v(p);
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
+      snprintf(s->mod, sizeof s->mod, "%s", mod_hash(p));
       s->used = 1;
       pthread_rwlock_unlock(&c->lock);
       pthread_rwlock_rdlock(&c->lock);
@@ -641,6 +661,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   if (st != FATUNE_OK) return st;
   cl->fp = to_problem(&p);
   cl->fp.kv_group = (int)(x->q.shape[1] / x->k.shape[1]);
+  cl->fp.mod = x->mod ? &x->mod->m : NULL;
   const fa_problem *fp = &cl->fp;
   const budget bud = {x->max_rel_err, x->deterministic != 0};
   pthread_rwlock_rdlock(&c->lock);
@@ -960,3 +981,28 @@ fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_arg
   if (st == FATUNE_OK) errbuf[0] = '\0';
   return st;
 }
+
+/* ---- Modifications ---- */
+
+fatune_status fatune_mod_create(fatune_ctx *c, const char *spec, const char *text,
+                                fatune_mod **out) {
+  if (out) *out = NULL;
+  if (!c || !spec || !out) return fail(FATUNE_EINVAL, "fatune_mod_create: no context, spec or out");
+  fatune_mod *m = malloc(sizeof *m);
+  if (!m) return fail(FATUNE_ENOMEM, "out of memory");
+  pthread_mutex_lock(&c->slow);
+  const int rc = gen_mod_load(c->gen, spec, text, &m->m);
+  fatune_status st = rc ? fail((fatune_status)rc, "%s", gen_errmsg(c->gen)) : FATUNE_OK;
+  pthread_mutex_unlock(&c->slow);
+  if (st != FATUNE_OK) {
+    free(m);
+    return st;
+  }
+  *out = m;
+  errbuf[0] = '\0';
+  return FATUNE_OK;
+}
+
+void fatune_mod_free(fatune_mod *m) { free(m); }
+
+const char *fatune_mod_label(const fatune_mod *m) { return m ? m->m.label : ""; }

@@ -26,11 +26,16 @@
 #include <time.h>
 
 #include "check.h"
+#include "fa_mod.h"
 #include "fatune.h"
+#include "gen.h"
 #include "reference.h"
 
 static char dir[] = "/tmp/fatune-test-api-XXXXXX";
 static fatune_ctx *ctx;
+/* A modification run_shape's calls pass, and the same one for the reference. */
+static const fatune_mod *call_mod;
+static const fa_mod *ref_mod;
 
 static unsigned long long rng = 7;
 static double uniform(void) {
@@ -84,7 +89,7 @@ static double error_of(const tensor *q, const tensor *k, const tensor *v, const 
   const int B = (int)q->t.shape[0], H = (int)q->t.shape[1], NQ = (int)q->t.shape[2];
   const int NK = (int)k->t.shape[2], D = (int)q->t.shape[3], G = H / (int)k->t.shape[1];
   fa_problem one = {.batch = 1, .heads = 1, .seq_q = NQ, .seq_k = NK, .dim = D,
-                    .dtype = (fa_dtype)dt, .causal = causal};
+                    .dtype = (fa_dtype)dt, .causal = causal, .mod = ref_mod};
   const fa_layout lq = fa_layout_contiguous(&one, NQ), lk = fa_layout_contiguous(&one, NK);
   double *ro = malloc((size_t)NQ * D * sizeof *ro), *rl = malloc((size_t)NQ * sizeof *rl);
   double worst = INFINITY;
@@ -137,7 +142,8 @@ static void run_shape(const shape *s) {
   const size_t rows = (size_t)s->b * s->hq * s->nq;
   float *lse32 = malloc(rows * sizeof *lse32);
   double *lse = malloc(rows * sizeof *lse);
-  fatune_attention_args a = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .causal = s->causal};
+  fatune_attention_args a = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .causal = s->causal,
+                             .mod = call_mod};
   if (s->dt == FATUNE_FP64) a.lse = lse;
   else a.lse = lse32;
   fatune_status st = lse && lse32 ? fatune_attention(ctx, &a) : FATUNE_ENOMEM;
@@ -428,6 +434,52 @@ static void test_overhead(void) {
   tensor_free(&q), tensor_free(&k), tensor_free(&v), tensor_free(&o);
 }
 
+/* fatune_mod: made from a built-in and from a file's text, refused with
+** the line of a mistake; a call under it against the reference under the
+** same modification (whose rows are per head: head-independent ones here),
+** and the plain problem's kernel kept apart from it. */
+static void test_mods(void) {
+  fatune_mod *m = NULL, *bad = NULL;
+  CHECK(fatune_mod_create(ctx, "window=5:1", NULL, &m) == FATUNE_OK && m,
+        "window=5:1: %s", fatune_errmsg());
+  CHECK(m && !strcmp(fatune_mod_label(m), "window=5:1"), "its label");
+  CHECK(fatune_mod_create(ctx, "window=x", NULL, &bad) == FATUNE_EINVAL && !bad &&
+        strstr(fatune_errmsg(), "parameter 'x' is no number"), "a bad parameter: %s", fatune_errmsg());
+  CHECK(fatune_mod_create(ctx, "mine.lua", "return {\n score = 'score +'\n}", &bad) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "mine.lua:2: score: unexpected"), "a file's mistake: %s", fatune_errmsg());
+  CHECK(fatune_mod_create(NULL, "alibi", NULL, &bad) == FATUNE_EINVAL, "no context");
+  gen_state *g;
+  char err[256];
+  fa_mod *fm = malloc(sizeof *fm);
+  if (!m || !fm || gen_open(&g, err, sizeof err) != 0) {
+    CHECK(0, "setting up: %s", err);
+    free(fm);
+    fatune_mod_free(m);
+    return;
+  }
+  const char *text = "return { params = { { 'cap', 3.0 } }, score = 'cap * tanh(score / cap)',\n"
+                     "  mask = 'kv_idx <= q_idx + (seq_k - seq_q + 1) && kv_idx >= q_idx + (seq_k - seq_q - 5)' }";
+  fatune_mod *f = NULL;
+  CHECK(fatune_mod_create(ctx, "capped.lua", text, &f) == FATUNE_OK && f, "a file: %s", fatune_errmsg());
+  const struct { const fatune_mod *call; const char *spec, *text; const char *what; } cases[] = {
+    {m, "window=5:1", NULL, "window=5:1 fp32"}, {f, "capped.lua", text, "capped.lua fp32"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0] && f; i++) {
+    CHECK(gen_mod_load(g, cases[i].spec, cases[i].text, fm) == 0, "%s", gen_errmsg(g));
+    call_mod = cases[i].call, ref_mod = fm;
+    const shape s = {cases[i].what, FATUNE_FP32, 1, 2, 2, 40, 50, 16, 0, 0, 0, 1e-5};
+    run_shape(&s);
+  }
+  /* The plain problem after the windowed one: its own kernel, unmasked. */
+  call_mod = NULL, ref_mod = NULL;
+  const shape plain = {"plain after window fp32", FATUNE_FP32, 1, 2, 2, 40, 50, 16, 0, 0, 0, 1e-5};
+  run_shape(&plain);
+  gen_close(g);
+  free(fm);
+  fatune_mod_free(m);
+  fatune_mod_free(f);
+}
+
 int main(void) {
   if (!mkdtemp(dir)) return 1;
   char db[128];
@@ -439,6 +491,7 @@ int main(void) {
   }
   test_shapes();
   test_bad();
+  test_mods();
   run_backward(FATUNE_FP32, 2, 2, 1, 3, 1, 1e-5);
   run_backward(FATUNE_FP64, 2, 2, 0, 0, 0, 1e-10);
   run_backward(FATUNE_FP64, 2, 2, 1, 2, 1, 1e-10);

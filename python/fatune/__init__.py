@@ -102,7 +102,8 @@ def _arrays(q: Any, k: Any, v: Any, out: Any) -> Tuple[Any, Any, Any, Any]:
 def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
               scale: Optional[float] = None, out: Any = None, return_lse: bool = False,
               layout: str = "bhnd", db: Optional[str] = None,
-              max_rel_err: Optional[float] = None, deterministic: bool = False) -> Any:
+              max_rel_err: Optional[float] = None, deterministic: bool = False,
+              mod: Any = None) -> Any:
     """Attention forward: softmax(scale * q k^T) v, per batch and head.
 
     q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
@@ -143,11 +144,17 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     default. On tensors that require grad, the backward pass keeps the
     budget: its variant too must be recorded within it (`fatune --op bwd`).
 
+    mod: a score or mask modification, NumPy arrays only for now: a
+    built-in ("window=256", "softcap=30", "alibi", "prefixlm=128",
+    "chunked=1024") or the path of a NAME.lua file (the README's "Score
+    and mask modifications"); the variant recorded best under it (`fatune
+    --mod`), else the default under it. Not with a top-left causal mask.
+
     Returns O, or (O, lse). Raises TypeError or ValueError naming the
     argument that is wrong, fatune.Error when the library fails.
     """
     o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False,
-                           max_rel_err, deterministic)
+                           max_rel_err, deterministic, mod)
     return (o, lse) if return_lse else o
 
 
@@ -164,9 +171,12 @@ def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
 
 def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
                layout: str, db: Optional[str], plan: bool, max_rel_err: Optional[float] = None,
-               deterministic: bool = False) -> Tuple[Any, Any, str]:
+               deterministic: bool = False, mod: Any = None) -> Tuple[Any, Any, str]:
     q, k, v, out = _arrays(q, k, v, out)
     budget = _check.budget(max_rel_err, deterministic)
+    spec = _check.mod(mod)
+    if spec is not None and _is_torch(q):
+        raise ValueError("mod: not on torch tensors yet (NumPy arrays take it)")
     if _is_torch(q):
         for name, x in (("k", k), ("v", v), ("out", out)):
             if x is not None and not _is_torch(x):
@@ -177,8 +187,11 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
         raise TypeError("%s: a torch.Tensor, but q is a NumPy array" % bad)
     mask = _check.causal(causal)
     _check.layout(layout)
+    if spec is not None and mask == _check.TOP_LEFT:
+        raise ValueError("mod: not with a top-left causal mask (write it into the "
+                         "modification's mask instead)")
     return _numpy.attention(q, k, v, mask, _check.scale(scale), out, return_lse, layout, db,
-                            plan, *budget)
+                            plan, *budget, mod=spec)
 
 
 def attention_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,

@@ -2,7 +2,8 @@
 library, for NumPy arrays and PyTorch tensors alike: each failure a
 TypeError or ValueError whose message starts with the argument's name."""
 import math
-from typing import Any, List, Sequence, Tuple
+import os
+from typing import Any, List, Optional, Sequence, Tuple
 
 LAYOUTS = ("bhnd", "bnhd")
 DIM_MAX = 576                      # FA_DIM_MAX: the largest head dim of the kernels
@@ -134,3 +135,35 @@ def segments(nq: int, nk: int, mask: str) -> List[Tuple[int, int, int, bool]]:
     if nq < nk:
         return [(0, nq, nq, True)]
     return [(0, nk, nk, True), (nk, nq, nk, False)]
+
+
+MOD_MAX_TEXT = 16384   # core/fa_mod.h's FA_MOD_MAX_TEXT
+
+
+def mod(m: Any) -> Optional[Tuple[str, Optional[str]]]:
+    """mod= as (spec, text): None; a built-in's spec ("window=256"), text
+    None; or the path of a modification file NAME.lua, read here, its name
+    the spec. Raises TypeError or ValueError naming mod."""
+    if m is None:
+        return None
+    if isinstance(m, os.PathLike):
+        m = os.fspath(m)
+    if not isinstance(m, str):
+        raise TypeError("mod: a built-in such as 'window=256', or a path to a NAME.lua file, "
+                        "not %s" % type(m).__name__)
+    if not m.endswith(".lua"):
+        return (m, None)
+    try:
+        with open(m, "rb") as f:
+            data = f.read(MOD_MAX_TEXT + 1)
+    except OSError as e:
+        raise ValueError("mod: %s: %s" % (m, e.strerror)) from None
+    if len(data) > MOD_MAX_TEXT:
+        raise ValueError("mod: %s: longer than %d bytes" % (m, MOD_MAX_TEXT))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("mod: %s: not UTF-8 text" % m) from None
+    if "\0" in text:
+        raise ValueError("mod: %s: holds a NUL byte" % m)
+    return (m, text)

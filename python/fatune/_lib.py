@@ -36,23 +36,24 @@ class AttentionArgs(ctypes.Structure):
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
                 ("lse", ctypes.c_void_p), ("causal", ctypes.c_int), ("scale", ctypes.c_double),
                 ("stream", ctypes.c_void_p), ("max_rel_err", ctypes.c_double),
-                ("deterministic", ctypes.c_int)]
+                ("deterministic", ctypes.c_int), ("mod", ctypes.c_void_p)]
 
 
 # fatune_attention_args packed in one go (struct.pack, native alignment),
 # for the hot path: building the ctypes structures field by field costs
 # several times more. pack_args(q, k, v, o, lse, causal, scale, stream),
 # each tensor (data, dtype, b, h, n, d, stride b, h, n, d); pointers are
-# integers, 0 for NULL; then the error budget and determinism, keywords
-# (4x: the struct's padding after its last int).
-_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidPdi4x")
+# integers, 0 for NULL; then the error budget, determinism and the
+# modification (a fatune_mod pointer, mod_handle's), keywords.
+_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidPdiP")
 if _ARGS.size != ctypes.sizeof(AttentionArgs):
     raise ImportError("fatune: fatune_attention_args is %d bytes, packed %d"
                       % (ctypes.sizeof(AttentionArgs), _ARGS.size))
 
 
-def pack_args(*fields: object, max_rel_err: float = 0.0, deterministic: bool = False) -> bytes:
-    return _ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0)
+def pack_args(*fields: object, max_rel_err: float = 0.0, deterministic: bool = False,
+              mod: int = 0) -> bytes:
+    return _ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0, mod)
 
 
 class BackwardArgs(ctypes.Structure):
@@ -137,6 +138,11 @@ def _load() -> ctypes.CDLL:
     lib.fatune_attention_plan.restype = ctypes.c_int
     lib.fatune_attention_backward.argtypes = [ctx, ctypes.c_char_p]
     lib.fatune_attention_backward.restype = ctypes.c_int
+    lib.fatune_mod_create.argtypes = [ctx, ctypes.c_char_p, ctypes.c_char_p,
+                                      ctypes.POINTER(ctypes.c_void_p)]
+    lib.fatune_mod_create.restype = ctypes.c_int
+    lib.fatune_mod_free.argtypes = [ctypes.c_void_p]
+    lib.fatune_mod_free.restype = None
     return lib
 
 
@@ -191,6 +197,27 @@ def context(backend: str, device: int = 0, db: Optional[str] = None) -> int:
             check(LIB.fatune_open(ctypes.byref(opts), ctypes.byref(h)))
             c = _contexts[key] = h.value
     return c
+
+
+_mods: Dict[Tuple[int, str, Optional[str]], int] = {}
+
+
+def mod_handle(ctx: int, spec: str, text: Optional[str]) -> int:
+    """The context's fatune_mod for a built-in's spec (text None) or a
+    modification file's text (spec its name), made once and kept for the
+    process."""
+    key = (ctx, spec, text)
+    m = _mods.get(key)
+    if m is not None:
+        return m
+    with _lock:
+        m = _mods.get(key)
+        if m is None:
+            h = ctypes.c_void_p()
+            check(LIB.fatune_mod_create(ctx, spec.encode(), text.encode() if text is not None
+                                        else None, ctypes.byref(h)))
+            m = _mods[key] = h.value
+    return m
 
 
 def forget() -> None:

@@ -86,7 +86,7 @@ def _output(out: Any, q: np.ndarray, ins: List[np.ndarray], originals: List[Any]
 def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
               out: Optional[np.ndarray], return_lse: bool, layout: str,
               db: Optional[str], plan: bool = False, max_rel_err: float = 0.0,
-              deterministic: bool = False
+              deterministic: bool = False, mod: Optional[Tuple[str, Optional[str]]] = None
               ) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     for name, a in (("q", q), ("k", k), ("v", v)):
         _input(name, a, q)
@@ -102,13 +102,14 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
         lse = np.empty((b, h, nq), np.float64 if code == _lib.FP64 else np.float32)
     nk = ins[1].shape[2 if layout == "bhnd" else 1]
     ctx = _lib.context("emu", 0, db)
+    handle = _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else 0
     segs = _check.segments(nq, nk, mask)
     if len(segs) == 1 and segs[0][:3] == (0, nq, nk):   # one call on the arrays as given
         args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
                               *fields(ins[2], code, layout), *fields(out, code, layout),
                               lse.ctypes.data if lse is not None else 0,
                               1 if segs[0][3] else 0, scale, 0, max_rel_err=max_rel_err,
-                              deterministic=deterministic)
+                              deterministic=deterministic, mod=handle)
         return out, lse, _lib.call(ctx, args, plan)
     names = []
     for lo, hi, rows, causal in segs:
