@@ -25,9 +25,13 @@ typedef enum fa_mod_code {
   FA_MC_LOG2, FA_MC_TANH, FA_MC_SQRT, FA_MC_FLOAT, FA_MC_COUNT
 } fa_mod_code;
 
+/* The type of the value an op leaves. */
+typedef enum fa_mod_type { FA_MT_INT, FA_MT_FLOAT, FA_MT_BOOL } fa_mod_type;
+
 typedef struct fa_mod_op {
   fa_mod_code code;
   double value;      /* FA_MC_CONST: the constant; FA_MC_VAR: the variable's index */
+  fa_mod_type type;
 } fa_mod_op;
 
 typedef struct fa_mod {
@@ -49,5 +53,13 @@ int fa_mod_check(const fa_mod_op *prog, int n, char *why, size_t whylen);
 /* Run a checked program over vars[FA_MV_COUNT], in float64 with the
 ** kernels' integer semantics (division and modulo truncate). */
 double fa_mod_eval(const fa_mod_op *prog, int n, const double vars[FA_MV_COUNT]);
+
+/* The class of a block pair under m's mask, as the kernels' fa_mod_block
+** (templates/mod.lua) computes it, by interval arithmetic on the same
+** rules: 0 when no key of keys [k_lo, k_hi] is seen by rows [q_lo, q_hi]
+** (of batch b, head h), 2 when all are, 1 when it cannot tell; 2 without a
+** mask. What the timing model counts a CTA's K/V blocks by. */
+int fa_mod_block(const fa_mod *m, int b, int h, int q_lo, int q_hi, int k_lo, int k_hi,
+                 int seq_q, int seq_k, int heads);
 
 #endif

@@ -1113,12 +1113,15 @@ static int take_program(lua_State *L, fa_mod_op *prog, const char *what) {
     lua_rawgeti(L, -1, (lua_Integer)i + 1);
     lua_rawgeti(L, -1, 1);
     lua_rawgeti(L, -2, 2);
-    const char *op = lua_tostring(L, -2);
+    lua_rawgeti(L, -3, 3);
+    const char *op = lua_tostring(L, -3), *type = lua_tostring(L, -1);
     const int code = op ? fa_mod_code_of(op) : -1;
     if (code < 0) luaL_error(L, "modification: no op '%s' in the reference", op ? op : "?");
     prog[i].code = (fa_mod_code)code;
-    prog[i].value = lua_tonumber(L, -1);
-    lua_pop(L, 3);
+    prog[i].value = lua_tonumber(L, -2);
+    prog[i].type = type && !strcmp(type, "int") ? FA_MT_INT
+                   : type && !strcmp(type, "bool") ? FA_MT_BOOL : FA_MT_FLOAT;
+    lua_pop(L, 4);
   }
   return (int)n;
 }

@@ -417,17 +417,18 @@ function mod.builtins()
   return out
 end
 
--- The reference's program: a postfix list of { op, value } (value: a
--- constant, or a variable's index in mod.vars, from 0).
+-- The reference's program: a postfix list of { op, value, type } (value: a
+-- constant, or a variable's index in mod.vars, from 0; type "int", "float"
+-- or "bool", the value's: the host's interval classifier reads it).
 function mod.program(tree)
   local out, index = {}, {}
   for i, v in ipairs(mod.vars) do index[v] = i - 1 end
   local function walk(n)
     for _, a in ipairs(n) do walk(a) end
-    if n.op == "const" then out[#out + 1] = { "const", n.value + 0.0 }
-    elseif n.op == "var" then out[#out + 1] = { "var", index[n.name] + 0.0 }
+    if n.op == "const" then out[#out + 1] = { "const", n.value + 0.0, n.type }
+    elseif n.op == "var" then out[#out + 1] = { "var", index[n.name] + 0.0, n.type }
     else
-      out[#out + 1] = { n.op, 0.0 }
+      out[#out + 1] = { n.op, 0.0, n.type }
     end
   end
   walk(tree)
@@ -490,6 +491,13 @@ local function emit_value(tree, T, names, lines, hoisted, prefix)
     local a = {}
     for i, x in ipairs(n) do a[i] = walk(x) end
     local ty = n.type
+    if n.op == "div" and n[2].op == "const" and n[2].value ~= 0 then
+      -- by a constant: times its reciprocal (within an ulp of the quotient;
+      -- a float division is a routine on the GPU, this one multiply)
+      local inv = string.format("%.17g", 1.0 / n[2].value)
+      if not inv:find("[%.eEn]") then inv = inv .. ".0" end
+      return tmp("float", as_float(a[1], n[1].type) .. " * ((" .. T .. ")" .. inv .. ")")
+    end
     if bin[n.op] then
       local l, r = a[1], a[2]
       if n[1].type ~= n[2].type then l, r = as_float(l, n[1].type), as_float(r, n[2].type) end
@@ -508,6 +516,8 @@ local function emit_value(tree, T, names, lines, hoisted, prefix)
       local x, y = a[2], a[3]
       if n[2].type ~= n[3].type then x, y = as_float(x, n[2].type), as_float(y, n[3].type) end
       return tmp(ty, a[1] .. " ? " .. x .. " : " .. y)
+    elseif n.op == "tanh" and T == "float" then   -- the preludes' MUFU form
+      return tmp("float", "fa_tanh_f32(" .. as_float(a[1], n[1].type) .. ")")
     elseif float_fns[n.op] then
       return tmp("float", n.op .. suffix .. "(" .. as_float(a[1], n[1].type) .. ")")
     end

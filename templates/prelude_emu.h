@@ -168,6 +168,12 @@ FA_INLINE float fa_exp2_f32(float x) {
   return y < 0x1p-126f ? 0.f : y;
 }
 FA_INLINE double fa_exp2_f64(double x) { fa_emu_self->ctr->exp2++; return exp2(x); }
+/* As the CUDA prelude's (the exponential flushed as ex2.approx.ftz's is);
+** not counted among the softmax's exponentials. */
+FA_INLINE float fa_tanh_f32(float x) {
+  const float e = exp2f(2.8853900817779268f * x);
+  return 1.f - 2.f / (1.f + (e < 0x1p-126f ? 0.f : e));
+}
 FA_INLINE float fa_log2_f32(float x) { fa_emu_self->ctr->log2++; return log2f(x); }
 FA_INLINE double fa_log2_f64(double x) { fa_emu_self->ctr->log2++; return log2(x); }
 /* The non-matmul work normalization costs: O or P times a softmax factor. */

@@ -120,4 +120,22 @@ bad bwd "no family of op bwd applies modification window=4:0" list --dim 16 --dt
 head -c 20000 /dev/zero | tr '\0' ' ' >"$tmp/long.lua"
 bad long "longer than 16384 bytes" list --dim 16 --mod "$tmp/long.lua"
 
+# --- the timing model counts the blocks a window leaves ----------------------
+# FlashAttention-3's structure on H100 (wg, d128) at 16k tokens: a window of
+# 256 keys at least 20 times faster than the dense pass (SKIPPED without
+# nvdisasm, which the model reads the kernel's machine code with).
+us() { sed -n 's/^  predicted \([0-9.]*\) us.*/\1/p' "$tmp/$1.out"; }
+margs=(model --gpu h100 --dim 128 --seq 16384 --dtype bf16 --arch sm_90a --config family=wg)
+run mdense "${margs[@]}"
+if grep -q "needs nvdisasm" "$tmp/mdense.err"; then
+  echo "SKIPPED  the timing model under a window: no nvdisasm"
+else
+  run mwin "${margs[@]}" --mod window=256
+  dense=$(us mdense) win=$(us mwin)
+  awk -v d="$dense" -v w="$win" 'BEGIN { exit !(d > 0 && w > 0 && d >= 20 * w) }'
+  check "model, wg d128 16k on H100: window=256 at least 20x faster than dense" $? \
+    "dense $dense us, window $win us: $(cat "$tmp/mwin.err")"
+  echo "      predicted: dense $dense us, window=256 $win us"
+fi
+
 finish

@@ -198,20 +198,20 @@ static void test_errors(gen_state *g) {
 /* The interpreter refuses what it cannot run. */
 static void test_programs(void) {
   char why[160];
-  const fa_mod_op underflow[] = {{FA_MC_CONST, 1}, {FA_MC_ADD, 0}};
+  const fa_mod_op underflow[] = {{FA_MC_CONST, 1, FA_MT_INT}, {FA_MC_ADD, 0, FA_MT_INT}};
   CHECK(fa_mod_check(underflow, 2, why, sizeof why) != 0 && strstr(why, "takes more values"), "underflow: %s", why);
-  const fa_mod_op two[] = {{FA_MC_CONST, 1}, {FA_MC_CONST, 2}};
+  const fa_mod_op two[] = {{FA_MC_CONST, 1, FA_MT_INT}, {FA_MC_CONST, 2, FA_MT_INT}};
   CHECK(fa_mod_check(two, 2, why, sizeof why) != 0 && strstr(why, "leaves 2 values"), "two: %s", why);
-  const fa_mod_op var[] = {{FA_MC_VAR, 8}};
+  const fa_mod_op var[] = {{FA_MC_VAR, 8, FA_MT_INT}};
   CHECK(fa_mod_check(var, 1, why, sizeof why) != 0 && strstr(why, "reads no variable"), "var: %s", why);
-  const fa_mod_op idiv[] = {{FA_MC_VAR, FA_MV_Q}, {FA_MC_VAR, FA_MV_K}, {FA_MC_IDIV, 0}};
+  const fa_mod_op idiv[] = {{FA_MC_VAR, FA_MV_Q, FA_MT_INT}, {FA_MC_VAR, FA_MV_K, FA_MT_INT}, {FA_MC_IDIV, 0, FA_MT_INT}};
   CHECK(fa_mod_check(idiv, 3, why, sizeof why) != 0 && strstr(why, "no positive constant"), "idiv: %s", why);
-  const fa_mod_op code[] = {{(fa_mod_code)99, 0}};
+  const fa_mod_op code[] = {{(fa_mod_code)99, 0, FA_MT_INT}};
   CHECK(fa_mod_check(code, 1, why, sizeof why) != 0, "a code out of range");
   CHECK(fa_mod_check(code, 0, why, sizeof why) != 0, "an empty program");
   /* The kernels' integer semantics: division and modulo truncate. */
-  const fa_mod_op trunc_div[] = {{FA_MC_VAR, FA_MV_Q}, {FA_MC_CONST, 4}, {FA_MC_IDIV, 0}};
-  const fa_mod_op trunc_mod[] = {{FA_MC_VAR, FA_MV_Q}, {FA_MC_CONST, 4}, {FA_MC_IMOD, 0}};
+  const fa_mod_op trunc_div[] = {{FA_MC_VAR, FA_MV_Q, FA_MT_INT}, {FA_MC_CONST, 4, FA_MT_INT}, {FA_MC_IDIV, 0, FA_MT_INT}};
+  const fa_mod_op trunc_mod[] = {{FA_MC_VAR, FA_MV_Q, FA_MT_INT}, {FA_MC_CONST, 4, FA_MT_INT}, {FA_MC_IMOD, 0, FA_MT_INT}};
   const double vars[FA_MV_COUNT] = {[FA_MV_Q] = -7};
   CHECK(fa_mod_eval(trunc_div, 3, vars) == -1 && fa_mod_eval(trunc_mod, 3, vars) == -3,
         "-7 / 4 and -7 %% 4 as C computes them: %g, %g", fa_mod_eval(trunc_div, 3, vars),
@@ -234,6 +234,53 @@ static void test_hash(gen_state *g) {
   CHECK(d.nmask > 0 && d.nscore == 0, "a mask, no score part");
 }
 
+/* The host's block classifier (the kernels' rules, fa_mod_block) is sound:
+** over random block pairs of each mask, a pair it calls empty has no key
+** seen and one it calls full has every key seen, by evaluating the mask at
+** every pair of the block; and it is sharp where a window makes it easy:
+** a block inside the window is full, one far from it empty. */
+static void test_blocks(gen_state *g) {
+  const char *specs[] = {"window=37:5", "prefixlm=20", "chunked=24", "window=0", NULL};
+  const char *doc_text = "return { mask = '(q_idx / 16 == kv_idx / 16 || kv_idx % 7 == 3) && "
+                         "!(q_idx < 5 && kv_idx > q_idx) && (q_idx > 40 ? kv_idx >= 8 : kv_idx >= 0)' }";
+  int wrong = 0, pairs = 0, decided = 0;
+  for (int i = 0; i < 5; i++) {
+    fa_mod m;
+    const int rc = specs[i] ? gen_mod_load(g, specs[i], NULL, &m) : gen_mod_load(g, "mix.lua", doc_text, &m);
+    CHECK(rc == 0, "%s: %s", specs[i] ? specs[i] : "mix.lua", gen_errmsg(g));
+    if (rc) continue;
+    const int seq_q = 97, seq_k = 131;
+    for (int t = 0; t < 400; t++) {
+      const int bm = 1 + (int)(rng_normal() * rng_normal() * 8 + 16) % 40, bn = 1 + t % 33;
+      const int q_lo = (int)(fabs(rng_normal()) * 30) % seq_q, k_lo = (int)(fabs(rng_normal()) * 40) % seq_k;
+      const int q_hi = q_lo + (bm > 0 ? bm : 1) - 1 < seq_q ? q_lo + (bm > 0 ? bm : 1) - 1 : seq_q - 1;
+      const int k_hi = k_lo + bn - 1 < seq_k ? k_lo + bn - 1 : seq_k - 1;
+      const int c = fa_mod_block(&m, 0, 1, q_lo, q_hi, k_lo, k_hi, seq_q, seq_k, 4);
+      int seen = 0, hidden = 0;
+      for (int r = q_lo; r <= q_hi; r++)
+        for (int k = k_lo; k <= k_hi; k++) {
+          const double vars[FA_MV_COUNT] = {0, 0, 1, r, k, seq_q, seq_k, 4};
+          if (fa_mod_eval(m.mask, m.nmask, vars) != 0) seen++;
+          else hidden++;
+        }
+      pairs++;
+      decided += c != 1;
+      if ((c == 0 && seen) || (c == 2 && hidden)) wrong++;
+    }
+  }
+  CHECK(wrong == 0, "%d of %d block pairs misclassified", wrong, pairs);
+  printf("block classifier: %d pairs, %d decided (empty or full), %d wrong\n", pairs, decided, wrong);
+  fa_mod w;
+  CHECK(gen_mod_load(g, "window=256", NULL, &w) == 0, "window=256");
+  CHECK(fa_mod_block(&w, 0, 0, 1000, 1063, 900, 963, 4096, 4096, 1) == 2, "a block inside the window: full");
+  CHECK(fa_mod_block(&w, 0, 0, 1000, 1063, 0, 63, 4096, 4096, 1) == 0, "one far before it: empty");
+  CHECK(fa_mod_block(&w, 0, 0, 1000, 1063, 2000, 2063, 4096, 4096, 1) == 0, "one after the diagonal: empty");
+  CHECK(fa_mod_block(&w, 0, 0, 1000, 1063, 1000, 1063, 4096, 4096, 1) == 1, "the diagonal's: partial");
+  fa_mod sc;
+  CHECK(gen_mod_load(g, "softcap=30", NULL, &sc) == 0 && fa_mod_block(&sc, 0, 0, 0, 9, 0, 9, 10, 10, 1) == 2,
+        "no mask: every block full");
+}
+
 int main(void) {
   gen_state *g;
   char err[512];
@@ -253,6 +300,7 @@ int main(void) {
   test_errors(g);
   test_programs();
   test_hash(g);
+  test_blocks(g);
   gen_close(g);
   return check_done("test_mod");
 }

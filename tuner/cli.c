@@ -105,7 +105,7 @@ static const cmd_info commands[] = {
    "compile --sass does; with the tile in --config, the throughput estimate too.",
    "fatune sass flash_fwd.cubin --config block_m=128,block_n=128,dim=64,warps=4",
    "the main loop of a cubin's machine code"},
-  {"model", CMD_MODEL, F_DIM | F_TYPE | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL | F_OP,
+  {"model", CMD_MODEL, F_DIM | F_TYPE | F_MOD | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL | F_OP,
    "--gpu G --dim D --seq N[,N..] [--seq-k M] [--batch B] [--heads H] [--causal] [--op OP]\n"
    "                    [--dtype T] ((--variant NAME | --config TEXT) [--cubin FILE] |\n"
    "                    --cubin FILE --launch fa2|fa3 [--kernel PART]) [--json] [--plot FILE.png]",

@@ -58,6 +58,7 @@ static void problem_of(const cli_opts *o, int seq_q, int seq_k, model_problem *p
   p->heads = cli_given(o, "--heads") ? o->problem.heads : p->dim >= 2048 ? 1 : 2048 / p->dim;
   p->elem_bytes = (int)fa_dtype_size(o->problem.dtype);
   p->backward = o->problem.op == FA_OP_BWD;
+  p->mod = o->problem.mod;
 }
 
 static int read_file(const char *path, char **buf, size_t *n, char *err, size_t errlen) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fa_mod.h"
 #include "model_sass.h"
 
 const char *const model_util_names[8] = {"tensor pipe", "issue", "MUFU", "FMA pipe",
@@ -32,6 +33,48 @@ static int ctas_per_sm(const estimate_gpu *g, const model_launch *l, const char 
   return n;
 }
 
+/* Of the first n K/V blocks, those a CTA of query block m visits under
+** p's mask: from the first to the last the kernels' fa_mod_block does not
+** find empty (batch and head 0 stand for all). */
+static int mod_blocks(const model_problem *p, const model_launch *l, int m, int n) {
+  const int q_lo = m * l->block_m;
+  const int q_hi = (q_lo + l->block_m < p->seq_q ? q_lo + l->block_m : p->seq_q) - 1;
+  int first = -1, last = -1;
+  for (int blk = 0; blk < n; blk++) {
+    const int k_lo = blk * l->block_n;
+    const int k_hi = (k_lo + l->block_n < p->seq_k ? k_lo + l->block_n : p->seq_k) - 1;
+    if (fa_mod_block(p->mod, 0, 0, q_lo, q_hi, k_lo, k_hi, p->seq_q, p->seq_k, p->heads) != 0) {
+      if (first < 0) first = blk;
+      last = blk;
+    }
+  }
+  return first < 0 ? 0 : last - first + 1;
+}
+
+/* How many of keys [k_lo, k_hi] row r sees under p's mask: the range
+** halved until the classifier decides (at one key it does, but for a mask
+** of floats, whose key is then counted). */
+static double seen_keys(const model_problem *p, int r, int k_lo, int k_hi) {
+  const int c = fa_mod_block(p->mod, 0, 0, r, r, k_lo, k_hi, p->seq_q, p->seq_k, p->heads);
+  if (c != 1 || k_lo == k_hi) return c == 0 ? 0 : k_hi - k_lo + 1;
+  const int mid = k_lo + (k_hi - k_lo) / 2;
+  return seen_keys(p, r, k_lo, mid) + seen_keys(p, r, mid + 1, k_hi);
+}
+
+/* The share of the (query, key) pairs p's mask (and causal mask) keeps,
+** over at most 1024 rows spread evenly. */
+static double kept_share(const model_problem *p) {
+  const int rows = p->seq_q < 1024 ? p->seq_q : 1024;
+  double kept = 0;
+  for (int i = 0; i < rows; i++) {
+    const int r = (int)((long long)i * p->seq_q / rows);
+    long hi = p->seq_k - 1;
+    if (p->causal && r + (long)p->seq_k - p->seq_q < hi) hi = r + (long)p->seq_k - p->seq_q;
+    if (hi >= 0) kept += seen_keys(p, r, 0, (int)hi);
+  }
+  return kept / ((double)rows * p->seq_k);
+}
+
 /* K/V blocks of query block m: all of them, or with a causal mask
 ** aligned bottom right (a query sees the keys up to its row plus
 ** seq_k - seq_q) those up to the diagonal. */
@@ -43,11 +86,12 @@ static int blocks_of(const model_problem *p, const model_launch *l, int m) {
     return first >= p->seq_q ? 0 : all - (int)(first / l->block_n);
   }
   int all = (p->seq_k + l->block_n - 1) / l->block_n;
-  if (!p->causal) return all;
-  long last = (long)(m + 1) * l->block_m + p->seq_k - p->seq_q;  /* keys seen by the block's last row */
-  if (last > p->seq_k) last = p->seq_k;
-  if (last <= 0) return 0;
-  return (int)((last + l->block_n - 1) / l->block_n);
+  if (p->causal) {
+    long last = (long)(m + 1) * l->block_m + p->seq_k - p->seq_q;  /* keys seen by the block's last row */
+    if (last > p->seq_k) last = p->seq_k;
+    all = last <= 0 ? 0 : (int)((last + l->block_n - 1) / l->block_n);
+  }
+  return p->mod ? mod_blocks(p, l, m, all) : all;
 }
 
 /* A min-heap of slot free times. */
@@ -182,7 +226,9 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   }
   out->flops = 4.0 * p->batch * p->heads * p->seq_q * (double)p->seq_k * p->dim;
   if (p->backward) out->flops *= 2.5;  /* five products of the tile's size to two */
-  if (p->causal) {  /* the computed half, as FlashAttention's papers count it */
+  if (p->mod && !p->backward) {  /* the pairs the mask keeps, as for the causal half */
+    out->flops *= kept_share(p);
+  } else if (p->causal) {  /* the computed half, as FlashAttention's papers count it */
     double keep = 0;
     for (long q = 0; q < p->seq_q; q++) {
       long k = q + 1 + p->seq_k - p->seq_q;

@@ -31,9 +31,12 @@ int model_gpu_of(const estimate_gpu *g, model_gpu *out);
 /* The problem: batch, heads, seq_q, seq_k, dim, causal, element bytes;
 ** backward: the backward pass, whose main kernel (dK, dV) runs a CTA per
 ** K/V block and walks the query blocks. */
+struct fa_mod;
+
 typedef struct model_problem {
   int batch, heads, seq_q, seq_k, dim, causal, elem_bytes;
   int backward;
+  const struct fa_mod *mod;  /* a mask's K/V blocks a CTA skips (fa_mod_block); NULL none */
 } model_problem;
 
 /* How the kernel runs: its tile and launch. consumers 0: a plain kernel
