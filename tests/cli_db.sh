@@ -58,9 +58,10 @@ print(len(rows))' 2>&1)
 check "every ok trial met the suite's 9 cases; eager split_q passes all, deferred overflows on huge values, FA1's order loses NaN ($got)" \
   $? "$got"
 run_best() { "$FATUNE" best --dtype fp32 --dim 32 --seq 77 --seq-k 90 --causal --db "$db" "$@"; }
-v=$(run_best --max-error 1e-5 --deterministic 2>&1 | sed -n 's/^variant *//p')
+# 1e-4: fp32's errors on the suite's random cases reach 1e-5 on some seeds
+v=$(run_best --max-error 1e-4 --deterministic 2>&1 | sed -n 's/^variant *//p')
 case "$v" in *-eager-*-splitq-*) rc=0 ;; *) rc=1 ;; esac
-check "best --max-error 1e-5 --deterministic: an eager variant ($v)" $rc "'$v'"
+check "best --max-error 1e-4 --deterministic: an eager variant ($v)" $rc "'$v'"
 run_best --max-error 1e-12 >/dev/null 2>"$tmp/budget.err"
 rc=$?
 [ "$rc" -eq 1 ] && grep -q 'nothing recorded that meets an error budget of 1e-12 for fp32 dim 32 causal' "$tmp/budget.err"
