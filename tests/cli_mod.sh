@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_mod.sh: score and mask modifications (--mod) through the command line:
-# every built-in and a user's file validated on the emulator in the CUDA-core,
-# tensor-core and Hopper families, causal or not; a sliding window reading the K/V
+# every built-in and two users' files validated on the emulator in the
+# CUDA-core, tensor-core and Hopper families, every dtype of each, causal or not; a sliding window reading the K/V
 # blocks it sees and no others; the database keeping a modification's trials
 # apart from the plain ones; run on .npy tensors; bad modifications refused
 # in one line that names the file's line.
@@ -32,25 +32,38 @@ return {
 }
 EOF
 
-# --- every built-in, in every family --------------------------------------
-for mod in window=9:2 softcap=4 alibi prefixlm=12 chunked=16 "$tmp/docs.lua"; do
+# A second: blocks of 32 keys seen whole up to the diagonal's, a bias by
+# the key's parity, the score halved.
+cat >"$tmp/blocky.lua" <<'EOF'
+return {
+  params = { { "blk", 32 } },
+  score = "score * 0.5 + (kv_idx % 2 == 0 ? 0.25 : -0.25)",
+  mask = "kv_idx / blk <= (q_idx + (seq_k - seq_q)) / blk && q_idx + (seq_k - seq_q) >= 0",
+}
+EOF
+
+# --- every built-in, in every family and dtype -------------------------------
+# Each family's dtypes split between the two mask settings: simt fp32 and
+# fp64, tc fp16 and bf16, wg bf16 and fp16.
+for mod in window=9:2 softcap=4 alibi prefixlm=12 chunked=16 "$tmp/docs.lua" "$tmp/blocky.lua"; do
   for causal in "" --causal; do
+    if [ -z "$causal" ]; then st=fp32 tt=fp16 wt=bf16; else st=fp64 tt=bf16 wt=fp16; fi
     tag=$(printf '%s' "$(basename "$mod")" | tr -c 'a-z0-9' _)$causal
     label="--mod $(basename "$mod") ${causal:-(not causal)}"
-    run "simt$tag" --dim 16 --seq 70 --seq-k 90 --dtype fp32 $causal --mod "$mod" --backend emu \
+    run "simt$tag" --dim 16 --seq 70 --seq-k 90 --dtype $st $causal --mod "$mod" --backend emu \
       --config block_m=16,block_n=16 --db "$tmp/all.db"
-    [ "$rc" -eq 0 ] && grep -q '^simt-f32-d16-m16n16w4-.* ok ' "$tmp/simt$tag.out"
-    check "$label, simt fp32: ok against the reference" $? \
+    [ "$rc" -eq 0 ] && grep -q "^simt-f${st#fp}-d16-m16n16w4-.* ok " "$tmp/simt$tag.out"
+    check "$label, simt $st: ok against the reference" $? \
       "exit $rc: $(grep -E '^simt|fatune:' "$tmp/simt$tag.out" "$tmp/simt$tag.err" | tail -n 3)"
-    run "tc$tag" --dim 32 --seq 70 --seq-k 90 --dtype fp16 --arch sm_80 $causal --mod "$mod" \
+    run "tc$tag" --dim 32 --seq 70 --seq-k 90 --dtype $tt --arch sm_80 $causal --mod "$mod" \
       --backend emu --config family=tc,block_m=64,block_n=32 --db "$tmp/all.db"
-    [ "$rc" -eq 0 ] && grep -q '^tc-f16-d32-m64n32.* ok ' "$tmp/tc$tag.out"
-    check "$label, tc fp16: ok against the reference" $? \
+    [ "$rc" -eq 0 ] && grep -q '^tc-[a-z0-9]*-d32-m64n32.* ok ' "$tmp/tc$tag.out"
+    check "$label, tc $tt: ok against the reference" $? \
       "exit $rc: $(grep -E '^tc|fatune:' "$tmp/tc$tag.out" "$tmp/tc$tag.err" | tail -n 3)"
-    run "wg$tag" --dim 64 --seq 200 --seq-k 300 --dtype bf16 --arch sm_90a $causal --mod "$mod" \
+    run "wg$tag" --dim 64 --seq 200 --seq-k 300 --dtype $wt --arch sm_90a $causal --mod "$mod" \
       --backend emu --config family=wg --db "$tmp/all.db"
-    [ "$rc" -eq 0 ] && grep -q '^wg-bf16-d64-.* ok ' "$tmp/wg$tag.out"
-    check "$label, wg bf16: ok against the reference" $? \
+    [ "$rc" -eq 0 ] && grep -q '^wg-[a-z0-9]*-d64-.* ok ' "$tmp/wg$tag.out"
+    check "$label, wg $wt: ok against the reference" $? \
       "exit $rc: $(grep -E '^wg|fatune:' "$tmp/wg$tag.out" "$tmp/wg$tag.err" | tail -n 3)"
   done
 done
