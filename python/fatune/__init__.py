@@ -144,11 +144,13 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     default. On tensors that require grad, the backward pass keeps the
     budget: its variant too must be recorded within it (`fatune --op bwd`).
 
-    mod: a score or mask modification, NumPy arrays only for now: a
-    built-in ("window=256", "softcap=30", "alibi", "prefixlm=128",
-    "chunked=1024") or the path of a NAME.lua file (the README's "Score
-    and mask modifications"); the variant recorded best under it (`fatune
-    --mod`), else the default under it. Not with a top-left causal mask.
+    mod: a score or mask modification: a built-in ("window=256",
+    "softcap=30", "alibi", "prefixlm=128", "chunked=1024") or the path of
+    a NAME.lua file (the README's "Score and mask modifications"); the
+    variant recorded best under it (`fatune --mod`), else the default under
+    it. On NumPy arrays, and on tensors that need no gradient outside
+    torch.compile, torch.export and tracing (no backward pass under a
+    modification yet). Not with a top-left causal mask.
 
     Returns O, or (O, lse). Raises TypeError or ValueError naming the
     argument that is wrong, fatune.Error when the library fails.
@@ -175,21 +177,20 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
     q, k, v, out = _arrays(q, k, v, out)
     budget = _check.budget(max_rel_err, deterministic)
     spec = _check.mod(mod)
-    if spec is not None and _is_torch(q):
-        raise ValueError("mod: not on torch tensors yet (NumPy arrays take it)")
+    if spec is not None and _check.causal(causal) == _check.TOP_LEFT:
+        raise ValueError("mod: not with a top-left causal mask (write it into the "
+                         "modification's mask instead)")
     if _is_torch(q):
         for name, x in (("k", k), ("v", v), ("out", out)):
             if x is not None and not _is_torch(x):
                 raise TypeError("%s: a torch.Tensor like q, not %s" % (name, type(x).__name__))
-        return _pt.attention(q, k, v, causal, scale, out, return_lse, layout, db, plan, budget)
+        return _pt.attention(q, k, v, causal, scale, out, return_lse, layout, db, plan, budget,
+                             spec)
     if _is_torch(k) or _is_torch(v) or _is_torch(out):
         bad = "k" if _is_torch(k) else "v" if _is_torch(v) else "out"
         raise TypeError("%s: a torch.Tensor, but q is a NumPy array" % bad)
     mask = _check.causal(causal)
     _check.layout(layout)
-    if spec is not None and mask == _check.TOP_LEFT:
-        raise ValueError("mod: not with a top-left causal mask (write it into the "
-                         "modification's mask instead)")
     return _numpy.attention(q, k, v, mask, _check.scale(scale), out, return_lse, layout, db,
                             plan, *budget, mod=spec)
 

@@ -145,15 +145,18 @@ def _context(q: torch.Tensor, db: Optional[str]) -> Tuple[int, int]:
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         lse: Optional[torch.Tensor], mask: str, scale: float, layout: str,
         db: Optional[str] = None, plan: bool = False,
-        budget: Tuple[float, bool] = (0.0, False)) -> str:
+        budget: Tuple[float, bool] = (0.0, False),
+        mod: Optional[Tuple[str, Optional[str]]] = None) -> str:
     """out (and lse) for q, k, v; every argument already checked; budget the
-    library's error budget (max_rel_err, deterministic). With plan, the
-    variant's name, and nothing launched."""
+    library's error budget (max_rel_err, deterministic); mod a modification
+    as _check.mod gives it. With plan, the variant's name, and nothing
+    launched."""
     code = _CODES[q.dtype]
     # Strides the kernels cannot take (a strided head dim): a copy, made on
     # the stream the kernel runs on, so it lives as long as the kernel needs.
     q, k, v = (t if _usable(t) else t.contiguous() for t in (q, k, v))
     ctx, stream = _context(q, db)
+    handle = _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else 0
     sd = 2 if layout == "bhnd" else 1
     nq, nk = q.shape[sd], k.shape[sd]
     segs = _check.segments(nq, nk, mask)
@@ -168,7 +171,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                               *_fields(vs, code, layout), *_fields(os_, code, layout),
                               part_lse.data_ptr() if part_lse is not None else 0,
                               1 if causal else 0, scale, stream,
-                              max_rel_err=budget[0], deterministic=budget[1])
+                              max_rel_err=budget[0], deterministic=budget[1], mod=handle)
         names.append(_lib.call(ctx, args, plan))
         if part_lse is not lse:
             lse[:, :, lo:hi] = part_lse
@@ -420,12 +423,18 @@ class _Attention(torch.autograd.Function):
 
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
               layout: str, db: Optional[str], plan: bool,
-              budget: Tuple[float, bool] = (0.0, False)) -> Tuple[Any, Any, str]:
+              budget: Tuple[float, bool] = (0.0, False),
+              mod: Optional[Tuple[str, Optional[str]]] = None) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
     torch.compile and torch.export see, unless nothing needs them (_eager);
-    plan calls the library directly."""
+    plan calls the library directly. A modification (mod) runs only where
+    nothing needs them and no gradient is asked for."""
     mask = _check.causal(causal)
     how = "plain" if plan else _eager(q, k, v, out)
+    if mod is not None and how != "plain":
+        raise ValueError("mod: only on tensors that need no gradient, outside torch.compile, "
+                         "torch.export and tracing, for now (the backward pass and the "
+                         "operators take no modification yet)")
     if how:
         check(q, k, v, out, mask, layout)
         if how == "grad":
@@ -434,7 +443,7 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
         o = out if out is not None else _new_out(q, v)
         lse = _new_lse(q, layout) if return_lse and not plan else None
         name = run(q, k, v, o, lse, mask, _check.scale(scale), layout, db, plan=plan,
-                   budget=budget)
+                   budget=budget, mod=mod)
         return (None, None, name) if plan else (o, lse, "")
     # What PyTorch's dispatcher would refuse in its own words (nested and
     # sparse tensors) is checked here; the operators check the rest, when

@@ -94,3 +94,18 @@ def test_bad(tmp_path):
         fatune.attention(q, k, v, mod=bad)
     with pytest.raises(ValueError, match="^mod: not with a top-left"):
         fatune.attention(q, k, v, causal="top_left", mod="window=4")
+
+
+def test_torch_tensors():
+    """Tensors that need no gradient take mod= straight to the library; those
+    that do, and the traced paths, refuse it in words."""
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.from_numpy(x) for x in qkv(np.float32, seed=5))
+    o = fatune.attention(q, k, v, mod="window=6:1")
+    ref, _ = modified(q.numpy(), k.numpy(), v.numpy(), *CASES["window=6:1"])
+    assert rel_err(o.numpy(), ref) < TOLERANCE["float32"]
+    with pytest.raises(ValueError, match="^mod: only on tensors that need no gradient"):
+        fatune.attention(q.clone().requires_grad_(), k, v, mod="window=6:1")
+    with torch.no_grad():
+        og = fatune.attention(q.clone().requires_grad_(), k, v, mod="window=6:1")
+    assert torch.equal(og, o)
