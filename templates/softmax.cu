@@ -25,6 +25,19 @@ $       end
 $     end
 $   end
 $ end
+$ -- The loops over a thread's rows, M.rows ({var, from, to}, outermost
+$ -- first) from the k-th, around leaf(), which emits one row's code.
+$ local function each_row(M, k, leaf)
+$   local r = M.rows[k]
+$   if not r then
+$     leaf()
+$   else
+FA_UNROLL
+for (int ${r[1]} = ${r[2]}; ${r[1]} < ${r[3]}; ++${r[1]}) {
+  $ each_row(M, k + 1, leaf)
+}
+$   end
+$ end
 $
 $ if args.part == "lane_reduce" then
 $   lanes(args.var, args.op)
@@ -65,17 +78,6 @@ $     else
 $     end
 }
 $   end
-$   local function rows(k)
-$     local r = M.rows[k]
-$     if not r then
-$       row()
-$     else
-FA_UNROLL
-for (int ${r[1]} = ${r[2]}; ${r[1]} < ${r[3]}; ++${r[1]}) {
-  $ rows(k + 1)
-}
-$     end
-$   end
 $   local cond = M.key0 .. " + " .. M.keys .. " > p.seq_k"
 $   if M.causal then cond = cond .. " || " .. M.key0 .. " + " .. (M.keys - 1) .. " > " .. M.last_row .. " + off" end
 $   if M.mod then cond = cond .. " || " .. M.mod_class .. " != 2" end
@@ -88,13 +90,11 @@ $   if M.mod then
 /* And those the modification's mask hides, in the blocks it does not leave whole. */
 $   end
 if (${cond}) {
-  $ rows(1)
+  $ each_row(M, 1, row)
 }
 $ elseif args.part == "modify" then
 $   local M = args.M
-$   local function rows(k)
-$     local r = M.rows[k]
-$     if not r then
+$   local function row()
 const int col0 = ${M.col0};
 FA_UNROLL
 for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) {
@@ -102,12 +102,6 @@ for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) {
   for (int e = 0; e < 2; ++e)
     ${S("e")} = fa_mod_score(mod_u, ${S("e")} * to_nat, b, h, ${M.row}, col0 + ${F.col} * 8 + e, p.seq_q, p.seq_k, p.heads) * from_nat;
 }
-$     else
-FA_UNROLL
-for (int ${r[1]} = ${r[2]}; ${r[1]} < ${r[3]}; ++${r[1]}) {
-  $ rows(k + 1)
-}
-$     end
 $   end
 /* The score modification, in natural units (to_nat: the scores' units to them). */
 {
@@ -116,7 +110,7 @@ $   if F.scaled then
 $   else
   const ${F.acc} to_nat = sl2 * ${lit(F, "0.69314718055994531")}, from_nat = ${lit(F, "1")} / to_nat;
 $   end
-  $ rows(1)
+  $ each_row(M, 1, row)
 }
 $ elseif args.part == "kv_end" then
 $   if args.causal then
@@ -127,6 +121,20 @@ kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
 $   else
 const int kv_end = p.seq_k;
 $   end
+$ elseif args.part == "mod_range" then
+/* The K/V blocks the modification's mask leaves visible to rows [q0, q0 + ${args.bm}):
+** mod_first to mod_last, -1 when none (those between are masked key by key). */
+int mod_first = -1, mod_last = -1;
+{
+  const int q_hi = (q0 + ${args.bm} < p.seq_q ? q0 + ${args.bm} : p.seq_q) - 1;
+  for (int blk = 0; blk * ${args.bn} < kv_end; ++blk) {
+    const int k_lo = blk * ${args.bn}, k_hi = (k_lo + ${args.bn} < p.seq_k ? k_lo + ${args.bn} : p.seq_k) - 1;
+    if (fa_mod_block(b, h, q0, q_hi, k_lo, k_hi, p.seq_q, p.seq_k, p.heads) != 0) {
+      if (mod_first < 0) mod_first = blk;
+      mod_last = blk;
+    }
+  }
+}
 $ elseif args.part == "row_sum" then
 $   if args.eager then
 const ${F.acc} ${F.sum} = ${F.l};

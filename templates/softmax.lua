@@ -106,6 +106,13 @@ function softmax.kv_end(causal, bm)
   return part("kv_end", {}, { causal = causal, bm = bm })
 end
 
+-- Under a modification's mask, the K/V blocks (of bn keys, before kv_end)
+-- that rows [q0, q0 + bm) visit: mod_first to mod_last, the first and last
+-- that fa_mod_block does not prove empty (-1 when none).
+function softmax.mod_range(bm, bn)
+  return part("mod_range", {}, { bm = bm, bn = bn })
+end
+
 -- The epilogue's sum of a row (F.sum, lane-summed) and inv, O's factor:
 -- 1 / sum when deferred, and when eager O is normalized already.
 function softmax.row_sum(F, eager) return part("row_sum", F, { eager = eager }) end

@@ -482,20 +482,9 @@ $ if c.q == "reg" then
   $ q_to_registers()
 $ end
 $ if mod and mod.mask then
-  /* The K/V blocks the mask leaves visible to this CTA: from the first to
-  ** the last (the blocks between are masked key by key). */
-  int kv_lo = kv_end, kv_hi = 0;
-  {
-    const int q_hi = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
-    for (int k0 = 0; k0 < kv_end; k0 += ${BN}) {
-      const int k_hi = (k0 + ${BN} < p.seq_k ? k0 + ${BN} : p.seq_k) - 1;
-      if (fa_mod_block(b, h, q0, q_hi, k0, k_hi, p.seq_q, p.seq_k, p.heads) != 0) {
-        if (kv_lo == kv_end) kv_lo = k0;
-        kv_hi = k0 + ${BN};
-      }
-    }
-    if (kv_hi > kv_end) kv_hi = kv_end;
-  }
+  ${sm.mod_range(BM, BN)}
+  const int kv_lo = mod_first < 0 ? 0 : mod_first * ${BN};
+  const int kv_hi = mod_first < 0 ? 0 : ((mod_last + 1) * ${BN} < kv_end ? (mod_last + 1) * ${BN} : kv_end);
 $ end
 $ local lo, hi = "0", "kv_end"
 $ if mod and mod.mask then lo, hi = "kv_lo", "kv_hi" end

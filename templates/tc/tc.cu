@@ -578,21 +578,8 @@ $ end
   (void)off;
   ${sm.kv_end(causal, block_m)}
 $ if mod and mod.mask then
-  /* The K/V blocks the modification's mask leaves visible to this CTA's
-  ** rows: from kv_first to n_blocks - 1 (those between are masked key by key). */
-  int n_blocks = 0, kv_first = 0;
-  {
-    const int q_hi = (q0 + ${block_m} < p.seq_q ? q0 + ${block_m} : p.seq_q) - 1;
-    int first = -1;
-    for (int blk = 0; blk * ${block_n} < kv_end; ++blk) {
-      const int k_lo = blk * ${block_n}, k_hi = (k_lo + ${block_n} < p.seq_k ? k_lo + ${block_n} : p.seq_k) - 1;
-      if (fa_mod_block(b, h, q0, q_hi, k_lo, k_hi, p.seq_q, p.seq_k, p.heads) != 0) {
-        if (first < 0) first = blk;
-        n_blocks = blk + 1;
-      }
-    }
-    kv_first = first < 0 ? 0 : first;
-  }
+  ${sm.mod_range(block_m, block_n)}
+  const int n_blocks = mod_last + 1, kv_first = mod_first < 0 ? 0 : mod_first;
 $ else
   const int n_blocks = (kv_end + ${block_n - 1}) / ${block_n};
 $ end

@@ -233,22 +233,8 @@ $   if mod then
 $   end
     ${sm.kv_end(causal, BM)}
 $   if masks then
-    /* The K/V blocks the modification's mask leaves visible to this tile's
-    ** rows: n_blocks of them from kv_top down (those between are masked
-    ** key by key). */
-    int n_blocks = 0, kv_top = -1;
-    {
-      const int q_hi = (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1;
-      int first = -1;
-      for (int blk = 0; blk * ${BN} < kv_end; ++blk) {
-        const int k_lo = blk * ${BN}, k_hi = (k_lo + ${BN} < p.seq_k ? k_lo + ${BN} : p.seq_k) - 1;
-        if (fa_mod_block(b, h, q0, q_hi, k_lo, k_hi, p.seq_q, p.seq_k, p.heads) != 0) {
-          if (first < 0) first = blk;
-          kv_top = blk;
-        }
-      }
-      n_blocks = first < 0 ? 0 : kv_top - first + 1;
-    }
+    ${sm.mod_range(BM, BN)}
+    const int kv_top = mod_last, n_blocks = mod_first < 0 ? 0 : mod_last - mod_first + 1;
 $   else
     const int n_blocks = (kv_end + ${BN - 1}) / ${BN};
 $   end
