@@ -46,6 +46,16 @@ typedef struct fa_params {
   long long dq_sb, dq_sh, dq_sn;
   long long dk_sb, dk_sh, dk_sn;
   long long dv_sb, dv_sh, dv_sn;
+  /* Decoding over a KV cache (op decode): k and v are pools of pages,
+  ** (num_pages, page_size, kv_heads, dim) by the strides k_sb (a page), k_sn
+  ** (a token) and k_sh (a head), and so v. Key c of sequence b is token
+  ** c % page_size of page block_table[b * table_stride + c / page_size];
+  ** the sequence has seqlens_k[b] keys. A page index outside the pool is
+  ** never read: the kernel skips its keys and sets *error to 1. */
+  const int *block_table;
+  const int *seqlens_k;
+  int *error;
+  int page_size, table_stride, num_pages;
   fa_tmap tmap[4];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
                           ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;

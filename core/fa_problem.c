@@ -47,6 +47,22 @@ double fa_problem_scale(const fa_problem *p) {
 
 int fa_problem_dim_v(const fa_problem *p) { return p->dim_v ? p->dim_v : p->dim; }
 
+int fa_problem_group(const fa_problem *p) { return p->kv_group > 1 ? p->kv_group : 1; }
+
+int fa_problem_kv_heads(const fa_problem *p) { return p->heads / fa_problem_group(p); }
+
+int fa_problem_page(const fa_problem *p) {
+  const int page = p->page > 0 ? p->page : p->seq_k;
+  return page > 0 ? page : 1;
+}
+
+int fa_problem_pages_per_seq(const fa_problem *p) {
+  const int page = fa_problem_page(p);
+  return (int)(((long long)p->seq_k + page - 1) / page);
+}
+
+int fa_problem_kv_len(const fa_problem *p, int b) { return p->kv_lens ? p->kv_lens[b] : p->seq_k; }
+
 void fa_dims_text(int dim, int dim_v, char *buf, size_t n) {
   if (dim_v == 0 || dim_v == dim) snprintf(buf, n, "%d", dim);
   else snprintf(buf, n, "%d/%d", dim, dim_v);

@@ -38,6 +38,12 @@ typedef struct fa_problem {
                   ** Only launch grids over K/V heads read it; not part of a tuned key. */
   const struct fa_mod *mod;  /* a score or mask modification (fa_mod.h), or NULL; the
                              ** caller keeps it alive while the problem is in use */
+  /* Decoding over a KV cache (op decode): seq_q is the new tokens of each
+  ** sequence, seq_k the cache's capacity, kv_group part of the key. */
+  int page;             /* tokens per page of a paged cache; 0: one page per sequence
+                        ** (a contiguous cache) */
+  const int *kv_lens;   /* each sequence's keys (batch of them, 0 to seq_k), or NULL: all
+                        ** seq_k; the caller keeps it alive */
 } fa_problem;
 
 /* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */
@@ -51,6 +57,14 @@ int fa_dtype_size(fa_dtype t);                  /* bytes per element of Q, K, V,
 int fa_lse_size(fa_dtype t);                    /* bytes per logsumexp: 4 for 16-bit types */
 double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */
 int fa_problem_dim_v(const fa_problem *p);     /* dim_v, resolving 0 */
+int fa_problem_group(const fa_problem *p);     /* kv_group, resolving 0 to 1 */
+int fa_problem_kv_heads(const fa_problem *p);  /* heads / the group */
+/* Op decode: tokens per page (page, resolving 0 to seq_k) and the block
+** table's entries per sequence (ceil(seq_k / page)); sequence b's keys
+** (kv_lens[b], or seq_k). */
+int fa_problem_page(const fa_problem *p);
+int fa_problem_pages_per_seq(const fa_problem *p);
+int fa_problem_kv_len(const fa_problem *p, int b);
 /* The head dims as messages give them: "64", or "192/128" when V's (dim_v:
 ** 0 is dim) differs. */
 void fa_dims_text(int dim, int dim_v, char *buf, size_t n);

@@ -2,7 +2,8 @@
 ** db.h
 ** The results database: one SQLite file holding the devices, the variants,
 ** the compile cache (binaries), every trial, and a view of the best variant
-** per (device, op, dtype, dim, seq_q, seq_k, causal).
+** per (device, op, dtype, dim, seq_q, seq_k, causal), and for op decode per
+** batch, GQA ratio and page size too.
 **
 ** The file is WAL-mode SQLite with foreign keys on; its schema version is
 ** PRAGMA user_version, moved forward by migrations when an older file is
@@ -26,7 +27,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define DB_SCHEMA_VERSION 10         /* what this fatune writes; see db_schema.c */
+#define DB_SCHEMA_VERSION 11         /* what this fatune writes; see db_schema.c */
 #define DB_APPLICATION_ID 0x46415455 /* "FATU" in PRAGMA application_id */
 #define DB_FATUNE_VERSION "0.1.0"    /* stored with every trial */
 
@@ -152,6 +153,13 @@ typedef struct db_problem {
   int deterministic;
   int dim_v;               /* V's and O's head dim; 0 (or dim): dim */
   const char *mod;         /* db_best: the modification's hash (fa_mod.hash); NULL: none */
+  /* Part of the key of a trial and of db_best's, matched exactly: where the
+  ** tuned choice depends on them (op decode), the batch asked for (the
+  ** emulator runs a smaller one: batch above is what ran), the query heads
+  ** per K/V head and the tokens per page of the KV cache (0: contiguous).
+  ** For fwd and bwd leave them 0: req_batch 0, kv_group 0 (taken as 1),
+  ** page 0. */
+  int req_batch, kv_group, page;
 } db_problem;
 
 typedef struct db_trial {
@@ -284,17 +292,19 @@ typedef struct db_best_row {
   int dim, seq_q, seq_k, batch, heads, causal;   /* what ran */
   int dim_v;                 /* V's head dim where it is not dim, else 0 */
   int req_seq_q, req_seq_k;  /* what was asked */
+  int req_batch, kv_group, page;   /* the key's (db_problem's); 0, 1, 0 but for decode */
   double max_abs_err, rel_err, median_us, tflops, gbps;   /* NAN when not measured */
   long long global_bytes;   /* read + written from the counters, -1 when unknown */
   char created[32];         /* ISO 8601, UTC */
 } db_best_row;
 
-/* The best ok trial for the key in p (batch and heads ignored; the target
-** p->arch, or any when NULL) on the devices that device names (its name,
-** its uuid, or part of its name, case-insensitive; NULL: any). Sequence
-** lengths are those asked for (p->req_seq_q, else p->seq_q): without one
-** for p's very seq_q and seq_k, the one for the nearest tuned seq_q, then
-** seq_k: exact = 0 and out says which seq it is. found = 0 when the device, dtype, dim and causal have
+/* The best ok trial for the key in p (batch and heads ignored; req_batch,
+** kv_group and page matched exactly; the target p->arch, or any when NULL)
+** on the devices that device names (its name, its uuid, or part of its
+** name, case-insensitive; NULL: any). Sequence lengths are those asked for
+** (p->req_seq_q, else p->seq_q): without one for p's very seq_q and seq_k,
+** the one for the nearest tuned seq_q, then seq_k: exact = 0 and out says
+** which seq it is. found = 0 when the device, dtype, dim and causal have
 ** none at all. A candidate with a field longer than db_best_row holds is
 ** passed over, never an error: the next one is taken, or none. */
 int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, int *found,
@@ -311,6 +321,9 @@ typedef struct db_filter {
   int causal;              /* -1: any */
   const char *op;          /* the variants' op ("fwd"); NULL: any */
   int dim_v;               /* 0: any; dim's own: those whose V head dim is dim */
+  /* batch above is matched as asked where the key holds it (req_batch, op
+  ** decode), else as run. 0: any. */
+  int kv_group, page;
 } db_filter;
 
 /* The trials that pass f, as a table or a JSON array, to out; rows says how

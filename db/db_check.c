@@ -150,7 +150,8 @@ int dbi_check_variant(const db_merge_accept *accept, const db_merge_row *row, ch
 
 /* ---- Trials ---- */
 
-enum { K_DTYPE, K_DIM, K_SEQ_Q, K_SEQ_K, K_BATCH, K_HEADS, K_CAUSAL, K_STATUS, K_ERRORS,
+enum { K_DTYPE, K_DIM, K_SEQ_Q, K_SEQ_K, K_BATCH, K_HEADS, K_CAUSAL, K_REQ_BATCH, K_KV_GROUP,
+       K_PAGE, K_STATUS, K_ERRORS,
        K_TIMINGS = K_ERRORS + 3, K_COUNTERS = K_TIMINGS + 6, K_CREATED };
 
 static const char *const error_names[] = {"max_abs_err", "rel_err", "lse_err"};
@@ -199,13 +200,19 @@ static int text_in(sqlite3_stmt *st, int col, const char *const *set, size_t n) 
   return 0;
 }
 
+/* The key's integers, from dim on: what ran, then decoding's (version 11):
+** the batch asked for (0 where the key ignores it), query heads per K/V
+** head (1: none) and tokens per page (0: contiguous). */
 static int check_problem(sqlite3_stmt *st, int c, char *why, size_t n) {
   static const char *const dtypes[] = {"fp32", "fp64", "fp16", "bf16"};
-  static const char *const names[] = {"dim", "seq_q", "seq_k", "batch", "heads", "causal"};
-  const long long hi[] = {FA_DIM_MAX, SEQ_MAX, SEQ_MAX, BATCH_MAX, BATCH_MAX, 1};
+  static const char *const names[] = {"dim", "seq_q", "seq_k", "batch", "heads", "causal",
+                                      "req_batch", "kv_group", "page"};
+  const long long lo[] = {1, 1, 1, 1, 1, 0, 0, 1, 0};
+  const long long hi[] = {FA_DIM_MAX, SEQ_MAX, SEQ_MAX, BATCH_MAX, BATCH_MAX, 1, BATCH_MAX,
+                          BATCH_MAX, SEQ_MAX};
   if (!text_in(st, c + K_DTYPE, dtypes, 4)) return refuse(st, c + K_DTYPE, "dtype", why, n);
-  for (int i = 0; i < 6; i++)
-    if (!int_in(st, c + K_DIM + i, i == 5 ? 0 : 1, hi[i]))
+  for (int i = 0; i < 9; i++)
+    if (!int_in(st, c + K_DIM + i, lo[i], hi[i]))
       return refuse(st, c + K_DIM + i, names[i], why, n);
   return 0;
 }

@@ -63,7 +63,8 @@ int dbi_check_variant(const db_merge_accept *accept, const db_merge_row *row, ch
 ** julianday and back it stays the same, so February 30 is no date): it is
 ** compared as text, and '9999' would sort after every real one. */
 #define DBI_TRIAL_CHECK_COLUMNS \
-  "dtype, dim, seq_q, seq_k, batch, heads, causal, status, max_abs_err, rel_err, lse_err, " \
+  "dtype, dim, seq_q, seq_k, batch, heads, causal, req_batch, kv_group, page, status, " \
+  "max_abs_err, rel_err, lse_err, " \
   "median_us, min_us, p20_us, p80_us, tflops, gbps, " \
   "CASE WHEN counters IS NULL THEN 1 " \
   "WHEN length(CAST(counters AS BLOB)) > " DBI_COUNTERS_MAX " THEN 0 " \
@@ -153,6 +154,16 @@ int dbi_variant_upsert(sqlite3 *h, const db_variant *v, const char *config_json,
                        long long *id, int *added, char *err, size_t errlen);
 int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
                     const char *created, char *err, size_t errlen);
+
+/* A trial's key, as the UNIQUE constraint of trials has it (version 11), and
+** its binds in the same order: a NULL arch binds "", a requested seq of 0
+** what ran, a kv_group of 0 one. */
+#define DBI_TRIAL_KEY_MATCH \
+  "variant_id = ? AND device_id = ? AND arch = ? AND dtype = ? AND dim = ? AND " \
+  "req_seq_q = ? AND req_seq_k = ? AND seq_q = ? AND seq_k = ? AND batch = ? AND " \
+  "heads = ? AND causal = ? AND req_batch = ? AND kv_group = ? AND page = ?"
+void dbi_bind_trial_key(dbi_binder *b, long long variant_id, long long device_id,
+                        const db_problem *p);
 
 /* The compile cache's key and MAC (db_mac.c). dbi_key reads this user's
 ** key into d (creating it on first use) the first time it is asked for;

@@ -267,14 +267,7 @@ static int binary_count(merge *m, sqlite3_stmt *st) {
 
 static void bind_trial_key(dbi_binder *b, const void *ctx) {
   const db_trial *t = ctx;
-  const db_problem *p = &t->problem;
-  dbi_bind_int(b, t->variant_id);
-  dbi_bind_int(b, t->device_id);
-  dbi_bind_text(b, p->arch);
-  dbi_bind_text(b, p->dtype);
-  const int v[] = {p->dim, p->req_seq_q, p->req_seq_k, p->seq_q, p->seq_k, p->batch, p->heads,
-                   p->causal};
-  for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) dbi_bind_int(b, v[i]);
+  dbi_bind_trial_key(b, t->variant_id, t->device_id, &t->problem);
 }
 
 /* Whether arch is one as fatune names them ("sm_90a"), or "". */
@@ -369,14 +362,14 @@ static int trial_verdict(merge *m, sqlite3_stmt *st, db_trial *t, char *why, siz
              FA_DIM_MAX);
     return 1;
   }
-  if (too_long(m, st, 34, why, n)) return 1;
+  if (too_long(m, st, 37, why, n)) return 1;
   const int ct = sqlite3_column_type(st, 28);
   if (ct != SQLITE_NULL && ct != SQLITE_TEXT) {
     snprintf(why, n, "its compiler is not text");
     return 1;
   }
   if (suite_verdict(st, why, n)) return 1;
-  const int verdict = dbi_check_trial(st, 35, why, n);
+  const int verdict = dbi_check_trial(st, 38, why, n);
   if (verdict == DBI_ROW_BAD_CREATED) m->c->bad_created++;
   return verdict != DBI_ROW_OK || check_request(st, why, n) || trial_fits(m, st, why, n);
 }
@@ -396,7 +389,8 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
                             sqlite3_column_int(st, 6), sqlite3_column_int(st, 7),
                             sqlite3_column_int(st, 8), dbi_col_text(st, 24),
                             sqlite3_column_int(st, 25), sqlite3_column_int(st, 26), NULL, 0, 0,
-                            sqlite3_column_int(st, 33), NULL};
+                            sqlite3_column_int(st, 33), NULL, sqlite3_column_int(st, 34),
+                            sqlite3_column_int(st, 35), sqlite3_column_int(st, 36)};
   t->seeded = sqlite3_column_type(st, 27) == SQLITE_INTEGER;
   t->seed = (unsigned long long)sqlite3_column_int64(st, 27);
   t->status = dbi_col_text(st, 9);
@@ -415,10 +409,8 @@ static int trial_row(merge *m, sqlite3_stmt *st) {
   const char *created = dbi_col_text(st, 22);
   char ours[40];
   int found;
-  if (exists(m, "SELECT created FROM trials WHERE variant_id = ? AND device_id = ? AND "
-                "arch = ? AND dtype = ? AND dim = ? AND req_seq_q = ? AND req_seq_k = ? AND "
-                "seq_q = ? AND seq_k = ? AND batch = ? AND heads = ? AND causal = ?",
-             bind_trial_key, t, &found, ours, sizeof ours) != 0)
+  if (exists(m, "SELECT created FROM trials WHERE " DBI_TRIAL_KEY_MATCH, bind_trial_key, t,
+             &found, ours, sizeof ours) != 0)
     return -1;
   if (found && strcmp(created, ours) <= 0) {
     m->c->trials_skipped++;
@@ -501,7 +493,8 @@ static int merge_all(merge *m) {
                      "causal, status, message, max_abs_err, rel_err, lse_err, median_us, "
                      "min_us, p20_us, p80_us, tflops, gbps, counters, fatune_version, created, "
                      "id, arch, req_seq_q, req_seq_k, seed, compiler, suite_cases, suite_err, "
-                     "suite_failed, deterministic, dim_v, " TRIAL_TOO_LONG ", "
+                     "suite_failed, deterministic, dim_v, req_batch, kv_group, page, "
+                     TRIAL_TOO_LONG ", "
                      DBI_TRIAL_CHECK_COLUMNS " FROM trials ORDER BY id LIMIT ?1", m->lim->trials,
                   trial_row);
 }

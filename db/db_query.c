@@ -29,12 +29,14 @@ static const char best_sql[] =
   "d.name, d.uuid, "
   "d.backend, b.dtype, b.dim, b.seq_q, b.seq_k, b.batch, b.heads, b.causal, b.max_abs_err, "
   "b.rel_err, b.median_us, b.tflops, b.gbps, b.global_bytes, b.created, "
-  DBI_CONFIG_KV("v.config") ", b.arch, b.req_seq_q, b.req_seq_k, b.dim_v "
+  DBI_CONFIG_KV("v.config") ", b.arch, b.req_seq_q, b.req_seq_k, b.dim_v, b.req_batch, "
+  "b.kv_group, b.page "
   /* The best view's own definition (db_schema.c), its candidates first
   ** cut to an error budget (?9, 0: none: the main case and the suite,
   ** every case of which passed) and to determinism (?10). */
   "FROM (SELECT * FROM (SELECT *, row_number() OVER ("
-  "      PARTITION BY device_id, op, mod, arch, dtype, dim, dim_v, req_seq_q, req_seq_k, causal "
+  "      PARTITION BY device_id, op, mod, arch, dtype, dim, dim_v, req_seq_q, req_seq_k, "
+  "                   req_batch, kv_group, page, causal "
   "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes, "
   "               variant_id, id) AS rank "
   "  FROM (SELECT t.*, v.op AS op, v.mod AS mod, json_extract(t.counters, '$.global_bytes_read') "
@@ -46,6 +48,7 @@ static const char best_sql[] =
   "JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
   "AND b.dim_v = ?11 AND b.mod = ?12 "
+  "AND b.req_batch = ?13 AND b.kv_group = ?14 AND b.page = ?15 "
   "AND (?7 IS NULL OR b.arch = ?7) AND b.op = ?8 "
   /* The exact key has distance 0; between two equally near, the longer
   ** sequence; then the view's own ranking, across devices and targets. */
@@ -72,6 +75,8 @@ static int best_row(sqlite3_stmt *st, db_best_row *o) {
     return -1;
   o->req_seq_q = sqlite3_column_int(st, 24), o->req_seq_k = sqlite3_column_int(st, 25);
   o->dim_v = sqlite3_column_int(st, 26);
+  o->req_batch = sqlite3_column_int(st, 27), o->kv_group = sqlite3_column_int(st, 28);
+  o->page = sqlite3_column_int(st, 29);
   return 0;
 }
 
@@ -80,6 +85,8 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   *found = *exact = 0;
   memset(out, 0, sizeof *out);
   if (!p->dtype) return dbi_fail(err, errlen, "db_best needs a dtype");
+  if (p->req_batch < 0 || p->kv_group < 0 || p->page < 0)
+    return dbi_fail(err, errlen, "db_best: a negative requested batch, kv_group or page");
   sqlite3_stmt *st;
   if (dbi_prepare(d->h, best_sql, &st, err, errlen) != 0) return -1;
   dbi_binder b = dbi_bind_start(st);
@@ -97,6 +104,9 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   dbi_bind_int(&b, p->deterministic ? 1 : 0);
   dbi_bind_int(&b, p->dim_v == p->dim ? 0 : p->dim_v);
   dbi_bind_text(&b, p->mod ? p->mod : "");
+  dbi_bind_int(&b, p->req_batch);
+  dbi_bind_int(&b, p->kv_group ? p->kv_group : 1);
+  dbi_bind_int(&b, p->page);
   /* The first candidate whose fields fit: one too long for db_best_row
   ** (a file written elsewhere may hold anything) is passed over. */
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc, status = 0;
@@ -128,7 +138,7 @@ void db_budget_text(const db_problem *p, char *buf, size_t n) {
   "t.message, t.max_abs_err, t.rel_err, t.lse_err, t.median_us, t.min_us, t.p20_us, " \
   "t.p80_us, t.tflops, t.gbps, t.counters, t.fatune_version, t.created, t.arch, " \
   "t.req_seq_q, t.req_seq_k, t.seed, v.op, t.compiler, t.suite_cases, t.suite_err, " \
-  "t.suite_failed, t.deterministic, t.dim_v"
+  "t.suite_failed, t.deterministic, t.req_batch, t.kv_group, t.page, t.dim_v"
 
 #define TRIAL_JSON \
   "json_object('variant', v.name, 'hash', v.hash, 'template_version', v.template_version, " \
@@ -144,19 +154,22 @@ void db_budget_text(const db_problem *p, char *buf, size_t n) {
   "'req_seq_q', t.req_seq_q, 'req_seq_k', t.req_seq_k, 'seed', t.seed, 'op', v.op, " \
   "'compiler', t.compiler, 'suite_cases', t.suite_cases, 'suite_err', t.suite_err, " \
   "'suite_failed', t.suite_failed, " \
-  "'deterministic', json(CASE t.deterministic WHEN 1 THEN 'true' WHEN 0 THEN 'false' END))"
+  "'deterministic', json(CASE t.deterministic WHEN 1 THEN 'true' WHEN 0 THEN 'false' END), " \
+  "'req_batch', t.req_batch, 'kv_group', t.kv_group, 'page', t.page)"
 
 #define TRIAL_FROM \
   " FROM trials t JOIN variants v ON v.id = t.variant_id JOIN devices d ON d.id = t.device_id " \
   "WHERE " DEVICE_MATCH("?1") " AND (?2 IS NULL OR t.dtype = ?2) AND (?3 = 0 OR t.dim = ?3) " \
   "AND (?4 = 0 OR t.req_seq_q = ?4) AND (?5 = 0 OR t.req_seq_k = ?5) " \
-  "AND (?6 = 0 OR t.batch = ?6) " \
+  "AND (?6 = 0 OR (CASE WHEN t.req_batch > 0 THEN t.req_batch ELSE t.batch END) = ?6) " \
   "AND (?7 = 0 OR t.heads = ?7) AND (?8 < 0 OR t.causal = ?8) AND (?9 IS NULL OR v.op = ?9) " \
-  "AND (?10 = 0 OR t.dim_v = ?10 OR (t.dim_v = 0 AND t.dim = ?10)) "
+  "AND (?10 = 0 OR t.dim_v = ?10 OR (t.dim_v = 0 AND t.dim = ?10)) " \
+  "AND (?11 = 0 OR t.kv_group = ?11) AND (?12 = 0 OR t.page = ?12) "
 
 /* show groups a key's trials, the ok ones first and best first. */
 #define SHOW_ORDER \
-  "ORDER BY t.dtype, t.dim, t.dim_v, t.causal, t.req_seq_q, t.req_seq_k, t.arch, d.name, " \
+  "ORDER BY t.dtype, t.dim, t.dim_v, t.causal, t.req_seq_q, t.req_seq_k, t.req_batch, " \
+  "t.kv_group, t.page, t.arch, d.name, " \
   "t.status <> 'ok', " \
   "t.median_us IS NULL, t.median_us, json_extract(t.counters, '$.global_bytes_read') + " \
   "json_extract(t.counters, '$.global_bytes_written'), v.name"
@@ -170,11 +183,12 @@ static const char *const trial_sql[2][2] = {   /* [export][json] */
 /* Column indexes in TRIAL_COLUMNS that the table prints. */
 enum { C_VARIANT = 0, C_DEVICE = 4, C_DTYPE = 7, C_DIM, C_SEQ_Q, C_SEQ_K, C_BATCH, C_HEADS,
        C_CAUSAL, C_STATUS, C_MAX_ABS = 16, C_REL, C_MEDIAN = 19, C_TFLOPS = 23,
-       C_CREATED = 27, C_ARCH, C_REQ_Q, C_REQ_K, C_DIM_V = 38 };
+       C_CREATED = 27, C_ARCH, C_REQ_Q, C_REQ_K, C_REQ_BATCH = 38, C_KV_GROUP, C_PAGE,
+       C_DIM_V };
 
 static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlite3_stmt **st,
                           char *err, size_t errlen) {
-  static const db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL, 0};
+  static const db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL, 0, 0, 0};
   if (!f) f = &all;
   if (dbi_prepare(d->h, trial_sql[export][json], st, err, errlen) != 0) return -1;
   dbi_binder b = dbi_bind_start(*st);
@@ -184,6 +198,8 @@ static int prepare_trials(db *d, const db_filter *f, int export, int json, sqlit
   for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) dbi_bind_int(&b, v[i]);
   dbi_bind_text(&b, f->op);
   dbi_bind_int(&b, f->dim_v);
+  dbi_bind_int(&b, f->kv_group);
+  dbi_bind_int(&b, f->page);
   if (b.rc != SQLITE_OK) {
     dbi_finalize(*st);
     return dbi_sqlfail(d->h, err, errlen, "reading trials");
@@ -202,18 +218,32 @@ static fa_cell real_cell(sqlite3_stmt *st, int col, const char *fmt) {
   return fa_cell_real(sqlite3_column_double(st, col), fmt);
 }
 
-static void table_row(fa_sink *s, sqlite3_stmt *st) {
-  char dtype[16], problem[160], asked[48] = "", dims[24];
+/* What ran, and for what when less: "fp32 d64 q64 k64 b3 h16 g8 p16 for
+** q1 k4096 b32"; g (query heads per K/V head) and p (tokens per page) only
+** where the key holds them (op decode). */
+static void problem_text(sqlite3_stmt *st, char *buf, size_t n) {
+  char dtype[16], asked[64] = "", dims[24], decode[32] = "";
   fa_esc_term_buf(dtype, sizeof dtype, dbi_col_text(st, C_DTYPE));
   const int dim = sqlite3_column_int(st, C_DIM), dim_v = sqlite3_column_int(st, C_DIM_V);
   if (dim_v == 0) snprintf(dims, sizeof dims, "d%d", dim);
   else snprintf(dims, sizeof dims, "d%dv%d", dim, dim_v);
   const int q = sqlite3_column_int(st, C_SEQ_Q), k = sqlite3_column_int(st, C_SEQ_K);
   const int rq = sqlite3_column_int(st, C_REQ_Q), rk = sqlite3_column_int(st, C_REQ_K);
-  if (rq != q || rk != k) snprintf(asked, sizeof asked, " for q%d k%d", rq, rk);
-  snprintf(problem, sizeof problem, "%s %s q%d k%d b%d h%d%s%s", dtype, dims, q, k, sqlite3_column_int(st, C_BATCH),
-           sqlite3_column_int(st, C_HEADS), sqlite3_column_int(st, C_CAUSAL) ? " causal" : "",
-           asked);
+  const int b = sqlite3_column_int(st, C_BATCH), rb = sqlite3_column_int(st, C_REQ_BATCH);
+  const int g = sqlite3_column_int(st, C_KV_GROUP), pg = sqlite3_column_int(st, C_PAGE);
+  if (g > 1 || pg > 0) snprintf(decode, sizeof decode, " g%d p%d", g, pg);
+  char batch_asked[16] = "";
+  if (rb > 0 && rb != b) snprintf(batch_asked, sizeof batch_asked, " b%d", rb);
+  if (rq != q || rk != k || batch_asked[0])
+    snprintf(asked, sizeof asked, " for q%d k%d%s", rq, rk, batch_asked);
+  snprintf(buf, n, "%s %s q%d k%d b%d h%d%s%s%s", dtype, dims, q, k, b,
+           sqlite3_column_int(st, C_HEADS), decode,
+           sqlite3_column_int(st, C_CAUSAL) ? " causal" : "", asked);
+}
+
+static void table_row(fa_sink *s, sqlite3_stmt *st) {
+  char problem[200];
+  problem_text(st, problem, sizeof problem);
   const char *arch = dbi_col_text(st, C_ARCH);
   const fa_cell c[] = {
     fa_cell_text(dbi_col_text(st, C_VARIANT)), fa_cell_text(dbi_col_text(st, C_DEVICE)),

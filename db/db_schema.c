@@ -332,8 +332,90 @@ static const char schema_v10[] =
   "        FROM trials t JOIN variants v ON v.id = t.variant_id WHERE t.status = 'ok'))\n"
   "WHERE rank = 1;\n";
 
+/* Version 11. Decoding's tuned choice depends on the batch asked for (the
+** emulator runs a smaller one), the GQA ratio and the page size of the KV
+** cache, so they join the key of a trial and the best view's partition:
+** req_batch (0 where the key ignores the batch, as for fwd and bwd),
+** kv_group (query heads per K/V head, 1 for none) and page (tokens per
+** page, 0 for a contiguous cache). Every row before keeps its id and its
+** figures with 0, 1 and 0. SQLite cannot change a UNIQUE constraint in
+** place: the table is rebuilt as version 3 did, with every column version
+** 10 has, the index and the view with it. */
+static const char schema_v11[] =
+  "DROP VIEW best;\n"
+  "DROP INDEX trials_by_key;\n"
+  "ALTER TABLE trials RENAME TO trials_v10;\n"
+  "CREATE TABLE trials (\n"
+  "  id INTEGER PRIMARY KEY,\n"
+  "  variant_id INTEGER NOT NULL REFERENCES variants(id),\n"
+  "  device_id INTEGER NOT NULL REFERENCES devices(id),\n"
+  "  arch TEXT NOT NULL,\n"
+  "  dtype TEXT NOT NULL,\n"
+  "  dim INTEGER NOT NULL,\n"
+  "  req_seq_q INTEGER NOT NULL,\n"
+  "  req_seq_k INTEGER NOT NULL,\n"
+  "  seq_q INTEGER NOT NULL,\n"
+  "  seq_k INTEGER NOT NULL,\n"
+  "  batch INTEGER NOT NULL,\n"
+  "  heads INTEGER NOT NULL,\n"
+  "  causal INTEGER NOT NULL CHECK (causal IN (0, 1)),\n"
+  "  status TEXT NOT NULL\n"
+  "    CHECK (status IN ('ok', 'invalid', 'compile_error', 'crashed', 'timeout')),\n"
+  "  message TEXT,\n"
+  "  max_abs_err REAL,\n"
+  "  rel_err REAL,\n"
+  "  lse_err REAL,\n"
+  "  median_us REAL,\n"
+  "  min_us REAL,\n"
+  "  p20_us REAL,\n"
+  "  p80_us REAL,\n"
+  "  tflops REAL,\n"
+  "  gbps REAL,\n"
+  "  counters TEXT CHECK (counters IS NULL OR json_valid(counters)),\n"
+  "  seed INTEGER,\n"
+  "  fatune_version TEXT NOT NULL,\n"
+  "  created TEXT NOT NULL,\n"
+  "  compiler TEXT,\n"
+  "  suite_cases INTEGER,\n"
+  "  suite_err REAL,\n"
+  "  suite_failed TEXT,\n"
+  "  deterministic INTEGER\n"
+  "    CHECK (deterministic IS NULL OR deterministic IN (0, 1)),\n"
+  "  dim_v INTEGER NOT NULL DEFAULT 0,\n"
+  "  req_batch INTEGER NOT NULL DEFAULT 0 CHECK (req_batch >= 0),\n"
+  "  kv_group INTEGER NOT NULL DEFAULT 1 CHECK (kv_group >= 1),\n"
+  "  page INTEGER NOT NULL DEFAULT 0 CHECK (page >= 0),\n"
+  "  UNIQUE (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, seq_k,\n"
+  "          req_batch, batch, heads, kv_group, page, causal));\n"
+  "INSERT INTO trials (id, variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k,\n"
+  "    seq_q, seq_k, batch, heads, causal, status, message, max_abs_err, rel_err, lse_err,\n"
+  "    median_us, min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version,\n"
+  "    created, compiler, suite_cases, suite_err, suite_failed, deterministic, dim_v,\n"
+  "    req_batch, kv_group, page)\n"
+  "  SELECT id, variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, seq_k,\n"
+  "    batch, heads, causal, status, message, max_abs_err, rel_err, lse_err, median_us,\n"
+  "    min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version, created,\n"
+  "    compiler, suite_cases, suite_err, suite_failed, deterministic, dim_v, 0, 1, 0\n"
+  "  FROM trials_v10;\n"
+  "DROP TABLE trials_v10;\n"
+  "CREATE INDEX trials_by_key ON trials (dtype, dim, causal, req_seq_q, req_seq_k);\n"
+  /* As version 10's, per batch asked, GQA ratio and page size. */
+  "CREATE VIEW best AS\n"
+  "SELECT * FROM (\n"
+  "  SELECT *, row_number() OVER (\n"
+  "      PARTITION BY device_id, op, mod, arch, dtype, dim, dim_v, req_seq_q, req_seq_k,\n"
+  "                   req_batch, kv_group, page, causal\n"
+  "      ORDER BY median_us IS NULL, median_us, global_bytes IS NULL, global_bytes,\n"
+  "               variant_id, id)\n"
+  "    AS rank\n"
+  "  FROM (SELECT t.*, v.op AS op, v.mod AS mod, json_extract(t.counters, '$.global_bytes_read')\n"
+  "                  + json_extract(t.counters, '$.global_bytes_written') AS global_bytes\n"
+  "        FROM trials t JOIN variants v ON v.id = t.variant_id WHERE t.status = 'ok'))\n"
+  "WHERE rank = 1;\n";
+
 static const char *const steps[] = {schema_v1, schema_v2, schema_v3, schema_v4, schema_v5,
-                                    schema_v6, schema_v7, schema_v8, schema_v9, schema_v10};
+                                    schema_v6, schema_v7, schema_v8, schema_v9, schema_v10,
+                                    schema_v11};
 
 _Static_assert(sizeof steps / sizeof steps[0] == DB_SCHEMA_VERSION,
                "one migration step per schema version");

@@ -29,10 +29,12 @@ static int check_problem(const db_problem *p, char *err, size_t errlen) {
   if (!nonempty(p->dtype) || p->dim < 1 || p->seq_q < 1 || p->seq_k < 1 || p->batch < 1 ||
       p->heads < 1 || (p->causal != 0 && p->causal != 1) || p->req_seq_q < 0 ||
       p->dim_v < 0 || p->dim_v > FA_DIM_MAX ||
-      p->req_seq_k < 0 || (p->arch && strlen(p->arch) > 15))
+      p->req_seq_k < 0 || (p->arch && strlen(p->arch) > 15) || p->req_batch < 0 ||
+      p->kv_group < 0 || p->page < 0)
     return dbi_fail(err, errlen, "bad problem for the database (dtype %s, dim %d, seq %d/%d, "
-                    "batch %d, heads %d, causal %d)", p->dtype ? p->dtype : "(none)", p->dim,
-                    p->seq_q, p->seq_k, p->batch, p->heads, p->causal);
+                    "batch %d, heads %d, causal %d, requested batch %d, kv_group %d, page %d)",
+                    p->dtype ? p->dtype : "(none)", p->dim, p->seq_q, p->seq_k, p->batch,
+                    p->heads, p->causal, p->req_batch, p->kv_group, p->page);
   return 0;
 }
 
@@ -301,15 +303,11 @@ void db_binary_free(db_binary *b) {
 
 /* ---- Trials ---- */
 
-/* The key's columns, in this order: variant_id, device_id, arch, dtype,
-** dim, req_seq_q, req_seq_k, seq_q, seq_k, batch, heads, causal. */
-#define TRIAL_KEY_MATCH \
-  "variant_id = ? AND device_id = ? AND arch = ? AND dtype = ? AND dim = ? AND " \
-  "req_seq_q = ? AND req_seq_k = ? AND seq_q = ? AND seq_k = ? AND batch = ? AND " \
-  "heads = ? AND causal = ?"
-
-static void bind_trial_key(dbi_binder *b, long long variant_id, long long device_id,
-                           const db_problem *p) {
+/* The key's columns, in DBI_TRIAL_KEY_MATCH's order: variant_id,
+** device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, seq_k, batch,
+** heads, causal, req_batch, kv_group, page. */
+void dbi_bind_trial_key(dbi_binder *b, long long variant_id, long long device_id,
+                        const db_problem *p) {
   dbi_bind_int(b, variant_id);
   dbi_bind_int(b, device_id);
   dbi_bind_text(b, p->arch ? p->arch : "");
@@ -322,6 +320,9 @@ static void bind_trial_key(dbi_binder *b, long long variant_id, long long device
   dbi_bind_int(b, p->batch);
   dbi_bind_int(b, p->heads);
   dbi_bind_int(b, p->causal);
+  dbi_bind_int(b, p->req_batch);
+  dbi_bind_int(b, p->kv_group ? p->kv_group : 1);
+  dbi_bind_int(b, p->page);
 }
 
 int db_trial_done(db *d, long long variant_id, long long device_id, const db_problem *p,
@@ -329,10 +330,10 @@ int db_trial_done(db *d, long long variant_id, long long device_id, const db_pro
   *done = 0;
   if (check_problem(p, err, errlen) != 0) return -1;
   sqlite3_stmt *st;
-  if (dbi_prepare(d->h, "SELECT 1 FROM trials WHERE " TRIAL_KEY_MATCH, &st, err, errlen) != 0)
+  if (dbi_prepare(d->h, "SELECT 1 FROM trials WHERE " DBI_TRIAL_KEY_MATCH, &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
-  bind_trial_key(&b, variant_id, device_id, p);
+  dbi_bind_trial_key(&b, variant_id, device_id, p);
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
   dbi_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return dbi_sqlfail(d->h, err, errlen, "reading trials");
@@ -345,13 +346,13 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
   sqlite3_stmt *st;
   if (dbi_prepare(h,
         "INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, "
-        "seq_q, seq_k, batch, heads, causal, status, message, max_abs_err, rel_err, lse_err, "
-        "median_us, min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version, "
-        "compiler, suite_cases, suite_err, suite_failed, deterministic, created, dim_v) VALUES "
+        "seq_q, seq_k, batch, heads, causal, req_batch, kv_group, page, status, message, "
+        "max_abs_err, rel_err, lse_err, median_us, min_us, p20_us, p80_us, tflops, gbps, "
+        "counters, seed, fatune_version, compiler, suite_cases, suite_err, suite_failed, deterministic, created, dim_v) VALUES "
         "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        "?, ?, coalesce(?, " NOW "), ?) "
+        "?, ?, ?, ?, ?, coalesce(?, " NOW "), ?) "
         "ON CONFLICT (variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k, seq_q, "
-        "seq_k, batch, heads, causal) "
+        "seq_k, req_batch, batch, heads, kv_group, page, causal) "
         "DO UPDATE SET status = excluded.status, message = excluded.message, "
         "max_abs_err = excluded.max_abs_err, rel_err = excluded.rel_err, "
         "lse_err = excluded.lse_err, median_us = excluded.median_us, "
@@ -365,7 +366,7 @@ int dbi_trial_write(sqlite3 *h, const db_trial *t, const char *fatune_version,
         &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
-  bind_trial_key(&b, t->variant_id, t->device_id, &t->problem);
+  dbi_bind_trial_key(&b, t->variant_id, t->device_id, &t->problem);
   dbi_bind_text(&b, t->status);
   dbi_bind_text(&b, t->message);
   const double m[] = {t->max_abs_err, t->rel_err, t->lse_err, t->median_us, t->min_us,
@@ -410,10 +411,10 @@ int db_trial_get(db *d, long long variant_id, long long device_id, const db_prob
   if (dbi_prepare(d->h, "SELECT status, message, max_abs_err, rel_err, lse_err, median_us, "
                         "min_us, p20_us, p80_us, tflops, gbps, counters, seed, created, "
                         "suite_cases, suite_err, suite_failed, deterministic "
-                        "FROM trials WHERE " TRIAL_KEY_MATCH, &st, err, errlen) != 0)
+                        "FROM trials WHERE " DBI_TRIAL_KEY_MATCH, &st, err, errlen) != 0)
     return -1;
   dbi_binder b = dbi_bind_start(st);
-  bind_trial_key(&b, variant_id, device_id, p);
+  dbi_bind_trial_key(&b, variant_id, device_id, p);
   int rc = b.rc == SQLITE_OK ? dbi_step(st) : b.rc;
   if (rc == SQLITE_ROW) {
     db_trial *t = &out->t;

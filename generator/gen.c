@@ -238,6 +238,10 @@ static void push_problem(lua_State *L, const fa_problem *p) {
     lua_pushinteger(L, p->seq_k);
     lua_setfield(L, -2, "seq_k");
   }
+  if (p->kv_group > 1) {
+    lua_pushinteger(L, p->kv_group);
+    lua_setfield(L, -2, "kv_group");
+  }
 }
 
 /* A malloc'ed copy of the string at `idx`; raises when it is not a string
@@ -559,8 +563,8 @@ static void take_tma(lua_State *L, gen_kernel *k) {
 }
 
 /* Grid dimension d of the launch table on top: an integer, "heads",
-** "kv_heads", "batch", or {"seq_q" | "seq_k", n} (space.check_launches has
-** checked it). */
+** "kv_heads", "batch", or {"seq_q" | "seq_k" | "kv_rows", n}
+** (space.check_launches has checked it). */
 static gen_grid_dim take_grid_dim(lua_State *L, int d) {
   gen_grid_dim g = {GEN_GRID_FIXED, 1};
   lua_rawgeti(L, -1, d + 1);
@@ -572,7 +576,9 @@ static gen_grid_dim take_grid_dim(lua_State *L, int d) {
                                                                           : GEN_GRID_BATCH;
   } else {
     lua_rawgeti(L, -1, 1);
-    g.by = strcmp(lua_tostring(L, -1), "seq_q") ? GEN_GRID_SEQ_K : GEN_GRID_SEQ_Q;
+    const char *s = lua_tostring(L, -1);
+    g.by = !strcmp(s, "seq_q") ? GEN_GRID_SEQ_Q : !strcmp(s, "seq_k") ? GEN_GRID_SEQ_K
+                                                                      : GEN_GRID_KV_ROWS;
     lua_rawgeti(L, -2, 2);
     g.n = (int)lua_tointeger(L, -1);
     lua_pop(L, 2);
@@ -1067,6 +1073,10 @@ static unsigned grid_dim(gen_grid_dim g, const fa_problem *p) {
   case GEN_GRID_BATCH: return (unsigned)p->batch;
   case GEN_GRID_SEQ_Q: return cdiv(p->seq_q, g.n);
   case GEN_GRID_SEQ_K: return cdiv(p->seq_k, g.n);
+  case GEN_GRID_KV_ROWS: {
+    const int group = p->kv_group > 1 ? p->kv_group : 1;
+    return (unsigned)(p->heads / group) * cdiv((long long)group * p->seq_q, g.n);
+  }
   default: return (unsigned)g.n;
   }
 }

@@ -72,9 +72,12 @@ typedef struct gen_preludes {
 } gen_preludes;
 
 /* One grid dimension as a function of the problem: n itself, the heads,
-** the batch, or ceil(seq_q / n) or ceil(seq_k / n) (n rows per CTA). */
+** the batch, or ceil(seq_q / n) or ceil(seq_k / n) (n rows per CTA), or
+** kv_heads * ceil(kv_group * seq_q / n) (n query rows of one K/V head's
+** group per CTA). */
 typedef enum gen_grid_by {
-  GEN_GRID_FIXED, GEN_GRID_HEADS, GEN_GRID_KV_HEADS, GEN_GRID_BATCH, GEN_GRID_SEQ_Q, GEN_GRID_SEQ_K
+  GEN_GRID_FIXED, GEN_GRID_HEADS, GEN_GRID_KV_HEADS, GEN_GRID_BATCH, GEN_GRID_SEQ_Q, GEN_GRID_SEQ_K,
+  GEN_GRID_KV_ROWS
 } gen_grid_by;
 typedef struct gen_grid_dim { gen_grid_by by; int n; } gen_grid_dim;
 

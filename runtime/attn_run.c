@@ -45,8 +45,85 @@ int attn_bwd_inputs_upload(fa_backend *be, const fa_problem *p, const void *o,
   return 0;
 }
 
+static fa_layout pool_layout(const fa_problem *p, int dim) {
+  const long long sn = (long long)fa_problem_kv_heads(p) * dim;
+  const fa_layout l = {sn * fa_problem_page(p), dim, sn};
+  return l;
+}
+
+fa_layout attn_pool_layout(const fa_problem *p) { return pool_layout(p, p->dim); }
+fa_layout attn_pool_layout_v(const fa_problem *p) { return pool_layout(p, fa_problem_dim_v(p)); }
+
+/* The lengths and the table entries the sequences' keys reach, against
+** the problem and the pool. */
+static int decode_check(const fa_problem *p, int num_pages, const int *table, char *err,
+                        size_t errlen) {
+  const int page = fa_problem_page(p), pps = fa_problem_pages_per_seq(p);
+  if (p->heads % fa_problem_group(p)) {
+    snprintf(err, errlen, "%d heads do not divide into groups of %d", p->heads,
+             fa_problem_group(p));
+    return FA_EINVAL;
+  }
+  for (int b = 0; b < p->batch; b++) {
+    const int len = fa_problem_kv_len(p, b);
+    if (len < 0 || len > p->seq_k) {
+      snprintf(err, errlen, "sequence %d has %d keys, outside 0..%d (the cache's capacity)", b,
+               len, p->seq_k);
+      return FA_EINVAL;
+    }
+    for (int j = 0; j < (len + page - 1) / page; j++) {
+      const int pg = table[(long long)b * pps + j];
+      if (pg < 0 || pg >= num_pages) {
+        snprintf(err, errlen, "block table [%d, %d] is page %d, outside the pool's 0..%d", b, j,
+                 pg, num_pages - 1);
+        return FA_EINVAL;
+      }
+    }
+  }
+  return 0;
+}
+
+int attn_decode_inputs_upload(fa_backend *be, const fa_problem *p, const void *q,
+                              const void *k_pool, const void *v_pool, int num_pages,
+                              const int *table, attn_inputs *in, char *err, size_t errlen) {
+  memset(in, 0, sizeof *in);
+  if (num_pages < 1) {
+    snprintf(err, errlen, "a pool of %d pages", num_pages);
+    return FA_EINVAL;
+  }
+  int rc = decode_check(p, num_pages, table, err, errlen);
+  if (rc != 0) return rc;
+  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t qb = elems(p, p->seq_q, p->dim) * es;
+  const size_t rows = (size_t)num_pages * (size_t)fa_problem_page(p) * (size_t)fa_problem_kv_heads(p);
+  const size_t kb = rows * (size_t)p->dim * es, vb = rows * (size_t)fa_problem_dim_v(p) * es;
+  const size_t tb = (size_t)p->batch * (size_t)fa_problem_pages_per_seq(p) * sizeof(int);
+  const size_t lb = (size_t)p->batch * sizeof(int);
+  int *lens = malloc(lb);
+  if (!lens) {
+    snprintf(err, errlen, "out of memory");
+    return FA_ENOMEM;
+  }
+  for (int b = 0; b < p->batch; b++) lens[b] = fa_problem_kv_len(p, b);
+  in->num_pages = num_pages;
+  if (backend_alloc(be, qb, &in->q, err, errlen) || backend_alloc(be, kb, &in->k, err, errlen) ||
+      backend_alloc(be, vb, &in->v, err, errlen) || backend_alloc(be, tb, &in->table, err, errlen) ||
+      backend_alloc(be, lb, &in->lens, err, errlen) ||
+      backend_upload(be, in->q, q, qb, err, errlen) ||
+      backend_upload(be, in->k, k_pool, kb, err, errlen) ||
+      backend_upload(be, in->v, v_pool, vb, err, errlen) ||
+      backend_upload(be, in->table, table, tb, err, errlen) ||
+      backend_upload(be, in->lens, lens, lb, err, errlen)) {
+    attn_inputs_free(be, in);
+    rc = -1;
+  }
+  free(lens);
+  return rc;
+}
+
 void attn_inputs_free(fa_backend *be, attn_inputs *in) {
-  void **const bufs[] = {&in->q, &in->k, &in->v, &in->o, &in->lse, &in->dout};
+  void **const bufs[] = {&in->q, &in->k, &in->v, &in->o, &in->lse, &in->dout, &in->table,
+                         &in->lens};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     if (*bufs[i]) backend_free(be, *bufs[i]);
     *bufs[i] = NULL;
@@ -159,6 +236,7 @@ typedef struct outputs {
   size_t bytes[ATTN_MAX_OUTPUTS];
   void *o, *lse;
   void *ws[GEN_MAX_WORKSPACES];
+  void *error;             /* op decode: the kernels' flag of a page outside the pool */
 } outputs;
 
 static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *p,
@@ -169,7 +247,10 @@ static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *
     if (backend_alloc(be, out->bytes[i], &out->buf[i], err, errlen) ||
         backend_fill(be, out->buf[i], 0xFF, out->bytes[i], err, errlen))
       return -1;
-  if (p->op == FA_OP_FWD) out->o = out->buf[0], out->lse = out->buf[1];
+  if (p->op != FA_OP_BWD) out->o = out->buf[0], out->lse = out->buf[1];
+  if (p->op == FA_OP_DECODE && (backend_alloc(be, sizeof(int), &out->error, err, errlen) ||
+                                backend_fill(be, out->error, 0, sizeof(int), err, errlen)))
+    return -1;
   for (int i = 0; i < k->nws; i++) {
     const size_t wb = gen_workspace_bytes(k, i, p);
     if (backend_alloc(be, wb, &out->ws[i], err, errlen) ||
@@ -182,6 +263,38 @@ static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *
 static void outputs_free(fa_backend *be, outputs *out) {
   for (int i = 0; i < out->n; i++) backend_free(be, out->buf[i]);
   for (int i = 0; i < GEN_MAX_WORKSPACES; i++) backend_free(be, out->ws[i]);
+  backend_free(be, out->error);
+}
+
+/* Op decode's parameter block: the forward pass's over the pools, and the
+** cache's table and lengths. */
+static int decode_params(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
+                         const outputs *out, fa_params *a, char *err, size_t errlen) {
+  if (k->nws > 1 || !in->table || !in->lens) {
+    snprintf(err, errlen, "kernel %s: op decode takes at most one workspace, and a block "
+             "table and lengths", k->name);
+    return FA_EINVAL;
+  }
+  const fa_layout lk = attn_pool_layout(p), lv = attn_pool_layout_v(p);
+  *a = attn_params(p, in->q, in->k, in->v, out->o, out->lse, out->ws[0]);
+  a->k_sb = lk.sb, a->k_sh = lk.sh, a->k_sn = lk.sn;
+  a->v_sb = lv.sb, a->v_sh = lv.sh, a->v_sn = lv.sn;
+  a->kv_group = fa_problem_group(p);
+  a->block_table = in->table, a->seqlens_k = in->lens, a->error = out->error;
+  a->page_size = fa_problem_page(p), a->table_stride = fa_problem_pages_per_seq(p);
+  a->num_pages = in->num_pages;
+  return 0;
+}
+
+/* The kernels' error flag after a run of op decode: FA_EINVAL when one
+** met a page outside the pool. */
+static int decode_error(fa_backend *be, const outputs *out, char *err, size_t errlen) {
+  int flag = 0;
+  if (!out->error) return 0;
+  if (backend_download(be, &flag, out->error, sizeof flag, err, errlen) != 0) return -1;
+  if (flag == 0) return 0;
+  snprintf(err, errlen, "the block table names a page outside the pool; its keys were skipped");
+  return FA_EINVAL;
 }
 
 /* The forward pass's parameter block for k over the outputs: fa_params
@@ -207,6 +320,7 @@ static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs
     return FA_EINVAL;
   }
   if (k->op == FA_OP_FWD) return fwd_params(k, p, in, out, a, err, errlen);
+  if (k->op == FA_OP_DECODE) return decode_params(k, p, in, out, a, err, errlen);
   if (k->op != FA_OP_BWD || k->nws > 2 || !in->o || !in->lse || !in->dout) {
     snprintf(err, errlen, "kernel %s: op %s with %d workspaces%s: the runtime runs the forward "
              "and the backward pass, with at most two", k->name, fa_op_name(k->op), k->nws,
@@ -329,24 +443,41 @@ int attn_time(fa_backend *be, const fa_program *prog, const gen_kernel *k,
   return rc;
 }
 
-double attn_flops(const fa_problem *p) {
-  double pairs;
-  if (!p->causal) {
-    pairs = (double)p->seq_q * p->seq_k;
-  } else {
-    pairs = 0;
-    for (long long r = 0; r < p->seq_q; r++) {
-      long long n = r + (p->seq_k - p->seq_q) + 1;
-      pairs += (double)(n < 0 ? 0 : n > p->seq_k ? p->seq_k : n);
-    }
+/* The (query, key) pairs of one head of sequence b that the mask keeps:
+** every key, or under the causal mask (aligned bottom right) those up to
+** each row's diagonal. */
+static double pairs_of(const fa_problem *p, int seq_k) {
+  if (!p->causal) return (double)p->seq_q * seq_k;
+  double pairs = 0;
+  for (long long r = 0; r < p->seq_q; r++) {
+    long long n = r + (seq_k - p->seq_q) + 1;
+    pairs += (double)(n < 0 ? 0 : n > seq_k ? seq_k : n);
   }
-  /* The backward pass: five products of the pair's size to the forward's
-  ** two (S and dP again, dV, dK, dQ), as the FlashAttention papers count. */
+  return pairs;
+}
+
+/* The keys of the problem's sequences together (op decode: their own
+** lengths). */
+static double keys_of(const fa_problem *p) {
+  if (p->op != FA_OP_DECODE || !p->kv_lens) return (double)p->batch * p->seq_k;
+  double n = 0;
+  for (int b = 0; b < p->batch; b++) n += fa_problem_kv_len(p, b);
+  return n;
+}
+
+double attn_flops(const fa_problem *p) {
+  double pairs = 0;
+  if (p->op == FA_OP_DECODE && p->kv_lens) {
+    for (int b = 0; b < p->batch; b++) pairs += pairs_of(p, fa_problem_kv_len(p, b));
+  } else {
+    pairs = p->batch * pairs_of(p, p->seq_k);
+  }
   /* Per pair, S's and O's products: 2 dim + 2 dim_v (4 dim when they are
-  ** one); the backward pass's five: S, dP (dim_v), dV (dim_v), dK, dQ. */
+  ** one); the backward pass's five: S, dP (dim_v), dV (dim_v), dK, dQ, as
+  ** the FlashAttention papers count. */
   const double dv = fa_problem_dim_v(p);
   const double per_pair = p->op == FA_OP_BWD ? 2.0 * (3.0 * p->dim + 2.0 * dv) : 2.0 * (p->dim + dv);
-  return per_pair * p->batch * p->heads * pairs;
+  return per_pair * p->heads * pairs;
 }
 
 double attn_bytes(const fa_problem *p) {
@@ -356,6 +487,8 @@ double attn_bytes(const fa_problem *p) {
   const double d = p->dim, dv = fa_problem_dim_v(p);
   if (p->op == FA_OP_BWD)   /* Q, dQ, K, dK of dim; dO, O, V, dV of dim_v */
     return bh * ((2.0 * p->seq_q + 2.0 * p->seq_k) * (d + dv) * es + lse);
+  if (p->op == FA_OP_DECODE)  /* each K/V head's keys once, whatever its query heads */
+    return bh * (p->seq_q * (d + dv) * es + lse) + keys_of(p) * fa_problem_kv_heads(p) * (d + dv) * es;
   return bh * ((p->seq_q + p->seq_k) * d * es + (p->seq_k + p->seq_q) * dv * es + lse);
 }
 
@@ -375,7 +508,7 @@ int attn_run_op(fa_backend *be, const fa_program *prog, const gen_kernel *k,
   double t0 = now_ms();
   if (launch_all(be, prog, k, shapes, &a, opts, ctr, err, errlen) != 0) goto done;
   if (launch_ms) *launch_ms = now_ms() - t0;
-  rc = 0;
+  rc = decode_error(be, &out, err, errlen) ? -1 : 0;
   for (int i = 0; rc == 0 && i < out.n; i++)
     rc = backend_download(be, host[i], out.buf[i], out.bytes[i], err, errlen) ? -1 : 0;
 done:

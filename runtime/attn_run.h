@@ -13,7 +13,11 @@
 /* Q, K, V on the device, contiguous (batch, heads, seq, dim), kernel dtype;
 ** for the backward pass also the forward pass's O and lse and the
 ** gradient dO (NULL for the forward pass). */
-typedef struct attn_inputs { void *q, *k, *v, *o, *lse, *dout; } attn_inputs;
+typedef struct attn_inputs {
+  void *q, *k, *v, *o, *lse, *dout;
+  void *table, *lens;  /* op decode: the block table and the lengths (int32) */
+  int num_pages;       /* op decode: pages in the pools k and v */
+} attn_inputs;
 
 int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const void *k,
                        const void *v, attn_inputs *in, char *err, size_t errlen);
@@ -22,6 +26,19 @@ int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const
 int attn_bwd_inputs_upload(fa_backend *be, const fa_problem *p, const void *o,
                            const void *lse, const void *dout, attn_inputs *in, char *err,
                            size_t errlen);
+/* Op decode's inputs: q as the forward pass's; k_pool and v_pool the KV
+** cache, num_pages pages of (fa_problem_page(p), kv_heads, dim) and of
+** dim_v, contiguous; table batch rows of fa_problem_pages_per_seq(p)
+** page indices; the lengths from p (fa_problem_kv_len). Every length and
+** table entry is checked here, before any kernel reads them: a length
+** outside 0..seq_k, or an entry a sequence's keys reach outside the pool,
+** is FA_EINVAL with a message. */
+int attn_decode_inputs_upload(fa_backend *be, const fa_problem *p, const void *q,
+                              const void *k_pool, const void *v_pool, int num_pages,
+                              const int *table, attn_inputs *in, char *err, size_t errlen);
+/* Op decode: the layouts of the pools (sb a page, sn a token, sh a head). */
+fa_layout attn_pool_layout(const fa_problem *p);
+fa_layout attn_pool_layout_v(const fa_problem *p);
 void attn_inputs_free(fa_backend *be, attn_inputs *in);
 
 /* The outputs of p's op, in order, and the bytes of each: fwd o (kernel

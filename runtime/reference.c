@@ -267,10 +267,64 @@ static int ref_bwd(const fa_problem *p, const void *io) {
   return ref_attention_backward(p, io);
 }
 
-/* One reference per op, indexed by fa_op; NULL where there is none yet. */
+/* Keys [0, len) of sequence b's K/V head hk gathered from the pools into
+** kd (len x dim) and vd (len x dim_v). -1 on a page outside the pool. */
+static int gather(const fa_problem *p, const ref_decode_io *t, int b, int hk, int len,
+                  double *kd, double *vd) {
+  const int page = fa_problem_page(p), dv = fa_problem_dim_v(p);
+  const int *row = t->table + (long long)b * fa_problem_pages_per_seq(p);
+  for (int c = 0; c < len; c++) {
+    const int pg = row[c / page];
+    if (pg < 0 || pg >= t->num_pages) return -1;
+    const double *kr = t->k + pg * t->kl.sb + (c % page) * t->kl.sn + hk * t->kl.sh;
+    const double *vr = t->v + pg * t->vl.sb + (c % page) * t->vl.sn + hk * t->vl.sh;
+    for (int d = 0; d < p->dim; d++) kd[(long long)c * p->dim + d] = kr[d];
+    for (int d = 0; d < dv; d++) vd[(long long)c * dv + d] = vr[d];
+  }
+  return 0;
+}
+
+/* Decoding: each sequence's keys gathered, then its query rows attend as
+** the forward pass's would over a problem of that many keys. */
+static int ref_decode(const fa_problem *p, const void *io) {
+  const ref_decode_io *t = io;
+  const int group = fa_problem_group(p), dv = fa_problem_dim_v(p);
+  if (!t->q || !t->k || !t->v || !t->table || !t->o || !problem_valid(p) ||
+      p->heads % group)
+    return -1;
+  const double sm_scale = fa_problem_scale(p);
+  double *kd = malloc((size_t)p->seq_k * (size_t)p->dim * sizeof *kd);
+  double *vd = malloc((size_t)p->seq_k * (size_t)dv * sizeof *vd);
+  double *s = malloc((size_t)p->seq_k * sizeof *s);
+  int rc = kd && vd && s ? 0 : -1;
+  for (int b = 0; rc == 0 && b < p->batch; b++) {
+    fa_problem seq = *p;
+    seq.seq_k = fa_problem_kv_len(p, b);
+    if (seq.seq_k < 0 || seq.seq_k > p->seq_k) rc = -1;
+    for (int hk = 0; rc == 0 && hk < p->heads / group; hk++) {
+      if (gather(p, t, b, hk, seq.seq_k, kd, vd) != 0) rc = -1;
+      for (int h = hk * group; rc == 0 && h < (hk + 1) * group; h++)
+        for (int r = 0; r < p->seq_q; r++) {
+          const long long at = ((long long)b * p->heads + h) * p->seq_q + r;
+          const row_at w = {b, h, r};
+          const double x = attend_row(&seq, sm_scale, visible_keys(&seq, r), w,
+                                      t->q + b * t->ql.sb + h * t->ql.sh + r * t->ql.sn,
+                                      kd, p->dim, vd, dv,
+                                      t->o + b * t->ol.sb + h * t->ol.sh + r * t->ol.sn, s,
+                                      t->lse_mag ? t->lse_mag + at : NULL);
+          if (t->lse) t->lse[at] = x;
+        }
+    }
+  }
+  free(kd), free(vd), free(s);
+  return rc;
+}
+
+/* One reference per op, indexed by fa_op. */
 static int (*const references[FA_NOPS])(const fa_problem *p, const void *io) = {
   [FA_OP_FWD] = ref_fwd,
   [FA_OP_BWD] = ref_bwd,
+  [FA_OP_DECODE] = ref_decode,
 };
 
 int ref_op(const fa_problem *p, const void *io, char *err, size_t errlen) {

@@ -60,10 +60,29 @@ typedef struct ref_bwd_io {
 ** memory runs out. */
 int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io);
 
+/* Op decode's tensors: q, o, lse and lse_mag as the forward pass's; k and
+** v the KV cache's pools of pages in float64, kl and vl their strides (sb a
+** page, sn a token, sh a K/V head); table the block table, batch rows of
+** fa_problem_pages_per_seq(p) page indices each, num_pages the pool's
+** size. Sequence b attends over its fa_problem_kv_len keys, gathered page
+** by page, query head h reading K/V head h / kv_group; with causal, its
+** query r sees keys up to r + len - seq_q. A page index outside the pool
+** is an error. */
+typedef struct ref_decode_io {
+  const double *q;
+  fa_layout ql;
+  const double *k, *v;
+  fa_layout kl, vl;
+  const int *table;
+  int num_pages;
+  double *o;
+  fa_layout ol;
+  double *lse, *lse_mag;
+} ref_decode_io;
+
 /* The float64 reference of p's op on io, that op's own tensors (fwd: a
-** ref_fwd_io; bwd: a ref_bwd_io). 0; FA_EINVAL with a message in err when
-** the problem is invalid, memory runs out, or the op has no reference yet
-** (decode). */
+** ref_fwd_io; bwd: a ref_bwd_io; decode: a ref_decode_io). 0; FA_EINVAL
+** with a message in err when the problem is invalid or memory runs out. */
 int ref_op(const fa_problem *p, const void *io, char *err, size_t errlen);
 
 #endif

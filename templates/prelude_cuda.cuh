@@ -39,6 +39,21 @@ FA_INLINE float fa_lds_f32(const float *a) { return *a; }
 FA_INLINE double fa_lds_f64(const double *a) { return *a; }
 FA_INLINE void fa_sts_f32(float *a, float v) { *a = v; }
 FA_INLINE void fa_sts_f64(double *a, double v) { *a = v; }
+/* Four floats (two doubles) in one 16-byte shared-memory access: a row
+** of a tile read by a thread that reuses it over several others. */
+typedef struct __align__(16) fa_f32x4 { float x, y, z, w; } fa_f32x4;
+typedef struct __align__(16) fa_f64x2 { double x, y; } fa_f64x2;
+FA_INLINE fa_f32x4 fa_lds_f32x4(const fa_f32x4 *a) { return *a; }
+FA_INLINE fa_f64x2 fa_lds_f64x2(const fa_f64x2 *a) { return *a; }
+
+/* Integers: a KV cache's block table and lengths, the addresses of its
+** rows in shared memory, and an error flag. */
+FA_INLINE int fa_ldg_i32(const int *a) { return __ldg(a); }
+FA_INLINE void fa_st_i32(int *a, int v) { *a = v; }
+FA_INLINE int fa_lds_i32(const int *a) { return *a; }
+FA_INLINE void fa_sts_i32(int *a, int v) { *a = v; }
+FA_INLINE long long fa_lds_i64(const long long *a) { return *a; }
+FA_INLINE void fa_sts_i64(long long *a, long long v) { *a = v; }
 
 FA_INLINE float fa_shfl_xor_f32(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 FA_INLINE double fa_shfl_xor_f64(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }

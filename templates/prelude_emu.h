@@ -93,6 +93,20 @@ FA_INLINE void fa_emu_check_shared(fa_emu_thread *t, const void *a, int n, int l
   }
 FA_EMU_MEMORY(float, f32)
 FA_EMU_MEMORY(double, f64)
+typedef struct fa_f32x4 { _Alignas(16) float x; float y, z, w; } fa_f32x4;
+typedef struct fa_f64x2 { _Alignas(16) double x; double y; } fa_f64x2;
+FA_EMU_MEMORY(fa_f32x4, f32x4)
+FA_EMU_MEMORY(fa_f64x2, f64x2)
+#define fa_lds_f32x4(a) fa_emu_lds_f32x4((a), __LINE__)
+#define fa_lds_f64x2(a) fa_emu_lds_f64x2((a), __LINE__)
+FA_EMU_MEMORY(int, i32)
+FA_EMU_MEMORY(long long, i64)
+#define fa_ldg_i32(a) fa_emu_ldg_i32((a), __LINE__)
+#define fa_st_i32(a, v) fa_emu_st_i32((a), (v), __LINE__)
+#define fa_lds_i32(a) fa_emu_lds_i32((a), __LINE__)
+#define fa_sts_i32(a, v) fa_emu_sts_i32((a), (v), __LINE__)
+#define fa_lds_i64(a) fa_emu_lds_i64((a), __LINE__)
+#define fa_sts_i64(a, v) fa_emu_sts_i64((a), (v), __LINE__)
 
 /* A global atomic add: a compare-and-swap loop on the value's bits, since
 ** CTAs of one launch run on several OS threads at once; counted as the

@@ -115,6 +115,9 @@
 --                                        is then a K/V head
 --                {"seq_q", n}            ceil(seq_q / n): n query rows per CTA
 --                {"seq_k", n}            ceil(seq_k / n)
+--                {"kv_rows", n}          kv_heads * ceil(kv_group * seq_q / n):
+--                                        n query rows of one K/V head's
+--                                        group per CTA (decoding)
 --              and each workspace is {name = "m_l", bytes_per_row = n}:
 --              n bytes of global memory per (batch, head, query row) (with
 --              rows = "seq_k": per key row), which
@@ -892,17 +895,18 @@ space.MAX_LAUNCHES = 4   -- the generator's GEN_MAX_LAUNCHES
 local function is_count(v) return math.type(v) == "integer" and v >= 1 end
 
 -- Raise unless g is a grid dimension: a positive integer, "heads",
--- "kv_heads", "batch", or {"seq_q", n} / {"seq_k", n} with a positive
--- integer n.
+-- "kv_heads", "batch", or {"seq_q", n} / {"seq_k", n} / {"kv_rows", n} with
+-- a positive integer n.
 local function check_grid_dim(where, g)
   if is_count(g) or g == "heads" or g == "kv_heads" or g == "batch" then return end
-  if type(g) == "table" and (g[1] == "seq_q" or g[1] == "seq_k") and is_count(g[2])
+  if type(g) == "table" and (g[1] == "seq_q" or g[1] == "seq_k" or g[1] == "kv_rows")
+     and is_count(g[2])
      and g[3] == nil then
     return
   end
   error(where .. " is " .. (type(g) == "table" and "a table" or "'" .. tostring(g) .. "'")
-        .. ", not a positive integer, \"heads\", \"kv_heads\", \"batch\", {\"seq_q\", n} or "
-        .. "{\"seq_k\", n}", 0)
+        .. ", not a positive integer, \"heads\", \"kv_heads\", \"batch\", {\"seq_q\", n}, "
+        .. "{\"seq_k\", n} or {\"kv_rows\", n}", 0)
 end
 
 -- Raise unless w is a workspace {name = "...", bytes_per_row = n}, of the

@@ -256,7 +256,7 @@ run dbshowj0 show --json --db "$main"
 [ "$rc" -eq 0 ] && [ "$(cat "$tmp/dbshowj0.out")" = "[]" ]
 check "show --json on an empty database: []" $? "exit $rc: $(head -c 100 "$tmp/dbshowj0.out")"
 run dbcsv0 export --format csv --db "$main"
-[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbcsv0.out")" -eq 1 ] && grep -q '^variant,hash,.*,created,arch,req_seq_q,req_seq_k,seed,op,compiler,suite_cases,suite_err,suite_failed,deterministic,dim_v$' "$tmp/dbcsv0.out"
+[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/dbcsv0.out")" -eq 1 ] && grep -q '^variant,hash,.*,created,arch,req_seq_q,req_seq_k,seed,op,compiler,suite_cases,suite_err,suite_failed,deterministic,req_batch,kv_group,page,dim_v$' "$tmp/dbcsv0.out"
 check "export --format csv of an empty database: the header line only" $? "exit $rc"
 run dbjson0 export --format json --db "$main"
 [ "$rc" -eq 0 ] && [ "$(cat "$tmp/dbjson0.out")" = "[]" ]

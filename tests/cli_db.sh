@@ -5,7 +5,9 @@
 #  - a tune killed with SIGKILL while it measures: the file passes
 #    integrity_check, and the same command resumes, measuring only what is
 #    missing, so every variant ends with exactly one trial;
-#  - two tunes writing one file at once: both succeed, every trial is there.
+#  - two tunes writing one file at once: both succeed, every trial is there;
+#  - decode tunes differing only in the batch asked for or the page size are
+#    each measured, and best finds each key.
 #
 # usage: FATUNE=build/fatune EXAMPLE=build/example_attention bash tests/cli_db.sh
 set -u
@@ -136,5 +138,35 @@ nb=$("$FATUNE" list --dtype fp32 --dim 16 --seq 64 --smem 4096 --causal | wc -l)
 check "two tunes at once on one file both succeed" $? "exit $ra/$rb: $(tail -c 200 "$tmp/a.err") $(tail -c 200 "$tmp/b.err")"
 [ "$(trials "$db" 'WHERE causal = 0')" -eq "$na" ] && [ "$(trials "$db" 'WHERE causal = 1')" -eq "$nb" ]
 check "every trial of both is there ($na + $nb)" $? "$(trials "$db") trials"
+
+# --- decoding's key: the batch asked for, the GQA ratio, the page size -------
+# The emulator runs a smaller batch (3) than asked: two tunes that differ
+# only in --batch, then only in --page, are each measured in full, not
+# "recorded before"; best finds each key and no other.
+db="$tmp/decode.db"
+dec=(--op decode --dtype fp32 --dim 32 --seq-k 256 --heads 4 --gqa 2 --backend emu --db "$db")
+ok=0
+for key in "--batch 8 --page 16" "--batch 16 --page 16" "--batch 16"; do
+  # shellcheck disable=SC2086  # the key's words
+  "${TIMEOUT[@]}" "$FATUNE" "${dec[@]}" $key >"$tmp/dec.out" 2>"$tmp/dec.err" &&
+    grep -qE '^[0-9]+ variants: [1-9][0-9]* ok.* 0 recorded before' "$tmp/dec.out" || ok=1
+done
+keys=$(python3 -c "import sqlite3,sys; print(' '.join('%d/%d/%d' % r for r in sqlite3.connect(sys.argv[1]).execute('SELECT DISTINCT req_batch, kv_group, page FROM trials ORDER BY 1, 3')))" "$db")
+[ "$ok" -eq 0 ] && [ "$keys" = "8/2/16 16/2/0 16/2/16" ]
+check "decode tunes differing only in --batch or --page are each measured ($keys)" $? \
+  "$(tail -c 300 "$tmp/dec.out") $(tail -c 300 "$tmp/dec.err")"
+got=$("$FATUNE" best --op decode --dim 32 --seq-k 256 --batch 16 --gqa 2 --page 16 --json --db "$db" |
+  python3 -c 'import json, sys; r = json.load(sys.stdin); print(r["requested_batch"], r["kv_group"], r["page"], r["batch"])')
+[ "$got" = "16 2 16 3" ]
+check "best --op decode --batch 16 --gqa 2 --page 16: that key, run at batch 3 ($got)" $? "'$got'"
+"$FATUNE" best --op decode --dim 32 --seq-k 256 --batch 32 --gqa 2 --page 16 --db "$db" \
+  >/dev/null 2>"$tmp/dec_none.err"
+rc=$?
+[ "$rc" -eq 1 ] && grep -q 'nothing recorded for decode any dtype dim 32 batch 32 gqa 2 page 16' \
+  "$tmp/dec_none.err"
+check "best --op decode --batch 32: never tuned, nothing found" $? "exit $rc: $(cat "$tmp/dec_none.err")"
+n=$("$FATUNE" show --op decode --batch 16 --page 16 --db "$db" | grep -c ' b3 h4 g2 p16 for q1 k256 b16 ')
+[ "$n" -gt 0 ] && [ "$n" -eq "$(trials "$db" 'WHERE req_batch = 16 AND page = 16')" ]
+check "show --op decode --batch 16 --page 16: that key's $n trials, the batch asked shown" $? "$n"
 
 finish

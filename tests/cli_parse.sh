@@ -37,14 +37,13 @@ run abf list --dim 32 --dtype BFloat16 --arch sm_80
 [ "$rc" -eq 0 ] && ! grep -qv '^tc-bf16-' "$tmp/abf.out"
 check "--dtype BFloat16 is bf16" $? "exit $rc: $(head -c 200 "$tmp/abf.err")"
 
-# --- the op: fwd is what fatune did before --op; bwd has simtbwd and tcbwd; none offers decode
+# --- the op: fwd is what fatune did before --op; bwd has simtbwd and tcbwd; decode simtdec
 run opfwd list --dim 32 --dtype fp32 --arch sm_80 --op fwd
 [ "$rc" -eq 0 ] && [ -s "$tmp/opfwd.out" ] && cmp -s "$tmp/plain.out" "$tmp/opfwd.out"
 check "list --op fwd lists what list does" $? "exit $rc: $(head -c 200 "$tmp/opfwd.err")"
 run opdecode list --dim 32 --dtype fp32 --arch sm_80 --op decode
-[ "$rc" -ne 0 ] && [ ! -s "$tmp/opdecode.out" ] && [ "$(wc -l <"$tmp/opdecode.err")" -eq 1 ] &&
-  grep -q "no family offers op decode yet (families offer: fwd, bwd)" "$tmp/opdecode.err"
-check "list --op decode: one line, no family offers it, naming fwd and bwd" $? \
+[ "$rc" -eq 0 ] && [ -s "$tmp/opdecode.out" ] && ! grep -qv "^simtdec-f32-d32-" "$tmp/opdecode.out"
+check "list --op decode lists simtdec's variants alone" $? \
   "exit $rc: $(head -c 200 "$tmp/opdecode.err")"
 run opbwd list --dim 32 --dtype fp32 --arch sm_80 --op bwd
 [ "$rc" -eq 0 ] && [ -s "$tmp/opbwd.out" ] && ! grep -qv "^simtbwd-" "$tmp/opbwd.out"
@@ -69,9 +68,10 @@ run opvariant compile --arch sm_80 --variant "$(head -n 1 "$tmp/plain.out" | cut
 [ "$rc" -eq 2 ] && grep -q "computes op fwd, not bwd" "$tmp/opvariant.err"
 check "compile --variant (a fwd one) --op bwd is refused" $? \
   "exit $rc: $(head -c 200 "$tmp/opvariant.err")"
-run opcompile compile --dim 32 --dtype fp32 --arch sm_80 --op decode
-[ "$rc" -ne 0 ] && grep -q "no family offers op decode yet" "$tmp/opcompile.err"
-check "compile --op decode: no family offers it" $? "exit $rc: $(head -c 200 "$tmp/opcompile.err")"
+run opcompile compile --dim 32 --dtype fp32 --arch sm_80 --op decode --config splits=4
+[ "$rc" -eq 0 ] && grep -q "^simtdec-f32-d32-r1n64w4-s4 .* ok" "$tmp/opcompile.out"
+check "compile --op decode --config splits=4: a decoding kernel" $? \
+  "exit $rc: $(head -c 200 "$tmp/opcompile.out" "$tmp/opcompile.err")"
 
 # --- typos: one line, exit 2, the nearest name ------------------------------------
 bad() {

@@ -9,7 +9,9 @@
 ** ok, holds what the writer confirmed, and a resumed run completes it with
 ** no trial twice. Two processes writing at once lose nothing. merge with
 ** overlapping and distinct trials, and no binary. A tampered binary is
-** reported untrusted.
+** reported untrusted. Migrations from versions 2, 4, 5 and 10 keep every
+** row; decode trials that differ only in the batch asked for, the GQA
+** ratio or the page size are distinct keys, each with its own best.
 ** Everything happens in a fresh directory under /tmp.
 */
 #include <dirent.h>
@@ -586,11 +588,11 @@ static int export_json(db *d, FILE *f, size_t *rows) {
   return db_export(d, "json", f, rows, err_io, sizeof err_io);
 }
 static int show_all(db *d, FILE *f, size_t *rows) {
-  db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL, 0};
+  db_filter all = {NULL, NULL, 0, 0, 0, 0, 0, -1, NULL, 0, 0, 0};
   return db_show(d, &all, 0, f, rows, err_io, sizeof err_io);
 }
 static int show_emu_json(db *d, FILE *f, size_t *rows) {
-  db_filter emu = {"emu", "fp32", 64, 0, 0, 0, 0, -1, "fwd", 0};
+  db_filter emu = {"emu", "fp32", 64, 0, 0, 0, 0, -1, "fwd", 0, 0, 0};
   return db_show(d, &emu, 1, f, rows, err_io, sizeof err_io);
 }
 
@@ -669,7 +671,9 @@ static void test_export_formulas(void) {
           strstr(csv, ",\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",") &&
           strstr(csv, ",'-2+3,") && strstr(csv, ",'\tcmd,"),
           "formulas exported as they are: %s", csv);
-    CHECK(strstr(csv, ",-1,fwd,NVRTC 13.0,,,,,0\n") && !strstr(csv, "'-1") && strstr(csv, ",5,"),
+    /* ... deterministic, req_batch, kv_group, page, dim_v */
+    CHECK(strstr(csv, ",-1,fwd,NVRTC 13.0,,,,,0,1,0,0\n") && !strstr(csv, "'-1") &&
+            strstr(csv, ",5,"),
           "numbers as numbers: %s", csv);
     printf("export formulas: %s", strchr(csv, '\n') + 1);
   }
@@ -1060,7 +1064,7 @@ static void test_default_path(void) {
 ** migrated to 6, every row kept and every variant a forward one; the best
 ** variant is then chosen per op, and show filters by it. */
 static size_t show_rows(db *d, const char *op) {
-  db_filter f = {NULL, NULL, 0, 0, 0, 0, 0, -1, op, 0};
+  db_filter f = {NULL, NULL, 0, 0, 0, 0, 0, -1, op, 0, 0, 0};
   FILE *out = fopen("/dev/null", "w");
   size_t rows = 0;
   char err[512] = "";
@@ -1130,6 +1134,224 @@ static void test_migrate_from_five(void) {
   db_close(d);
 }
 
+
+/* A file of schema 10 with a trial carrying every column version 10 has:
+** migrated to 11 (the trials table rebuilt), the trial keeps its id and
+** every figure, with the defaults of the new key columns (req_batch 0,
+** kv_group 1, page 0); the schema is the one a fresh file gets, and the
+** next trial takes the next id. */
+static void test_migrate_from_ten(void) {
+  char path[PATH_LEN], fresh[PATH_LEN], err[512] = "", sql[96];
+  at(path, "ten.db");
+  at(fresh, "ten-fresh.db");
+  sqlite3 *h;
+  snprintf(sql, sizeof sql, "PRAGMA application_id = %d", DB_APPLICATION_ID);
+  CHECK(sqlite3_open(path, &h) == SQLITE_OK && sqlite3_exec(h, sql, NULL, NULL, NULL) == 0 &&
+        dbi_migrate_to(h, 0, 10, err, sizeof err) == 0, "a schema-10 file: %s", err);
+  CHECK(sqlite3_exec(h,
+        "INSERT INTO devices VALUES (1, 'NVIDIA H100', 'GPU-1', 'cuda', 9, 0, 132, 232448, 52428800);"
+        "INSERT INTO variants VALUES (1, 'tc', 'tc/1+x', 'v1', 'aaaaaaaaaaaa', '{}', 'h', 'fwd',"
+        " '', '');"
+        "INSERT INTO trials (id, variant_id, device_id, arch, dtype, dim, req_seq_q, req_seq_k,"
+        " seq_q, seq_k, batch, heads, causal, status, message, max_abs_err, rel_err, lse_err,"
+        " median_us, min_us, p20_us, p80_us, tflops, gbps, counters, seed, fatune_version,"
+        " created, compiler, suite_cases, suite_err, suite_failed, deterministic, dim_v) VALUES"
+        " (7, 1, 1, 'sm_90', 'bf16', 192, 4096, 4096, 1024, 1024, 4, 16, 1, 'ok', NULL, 1e-3,"
+        " 2e-3, 3e-4, 80.0, 79.0, 79.5, 81.0, 12.5, 900.0, '{\"global_bytes_read\": 5}', 42,"
+        " '0.1.0', '2026-01-01T00:00:00.000Z', 'NVRTC 13.0', 9, 1e-3, 'huge-values', 1, 128);",
+        NULL, NULL, NULL) == SQLITE_OK, "rows of schema 10: %s", sqlite3_errmsg(h));
+  sqlite3_close(h);
+  CHECK(raw_int(path, "PRAGMA user_version") == 10, "at version 10");
+  db *d = open_ok(path);
+  if (!d) return;
+  CHECK(raw_int(path, "PRAGMA user_version") == DB_SCHEMA_VERSION, "migrated to %d",
+        DB_SCHEMA_VERSION);
+  CHECK(raw_int(path, "SELECT count(*) FROM trials") == 1 &&
+          raw_int(path, "SELECT count(*) FROM trials WHERE id = 7 AND variant_id = 1 AND "
+                        "device_id = 1 AND arch = 'sm_90' AND dtype = 'bf16' AND dim = 192 AND "
+                        "req_seq_q = 4096 AND req_seq_k = 4096 AND seq_q = 1024 AND "
+                        "seq_k = 1024 AND batch = 4 AND heads = 16 AND causal = 1 AND "
+                        "status = 'ok' AND message IS NULL AND max_abs_err = 1e-3 AND "
+                        "rel_err = 2e-3 AND lse_err = 3e-4 AND median_us = 80.0 AND "
+                        "min_us = 79.0 AND p20_us = 79.5 AND p80_us = 81.0 AND tflops = 12.5 "
+                        "AND gbps = 900.0 AND counters = '{\"global_bytes_read\": 5}' AND "
+                        "seed = 42 AND fatune_version = '0.1.0' AND "
+                        "created = '2026-01-01T00:00:00.000Z' AND compiler = 'NVRTC 13.0' AND "
+                        "suite_cases = 9 AND suite_err = 1e-3 AND "
+                        "suite_failed = 'huge-values' AND deterministic = 1 AND dim_v = 128") == 1,
+        "the trial of schema 10 kept its id and every field");
+  CHECK(raw_int(path, "SELECT count(*) FROM trials WHERE id = 7 AND req_batch = 0 AND "
+                      "kv_group = 1 AND page = 0") == 1,
+        "the new key columns' defaults: req_batch 0, kv_group 1, page 0");
+  CHECK(raw_int(path, "SELECT count(*) FROM sqlite_schema WHERE name LIKE 'trials_v%'") == 0 &&
+          raw_int(path, "SELECT count(*) FROM pragma_foreign_key_check") == 0,
+        "no table of the rebuild left, no broken reference");
+  char text[64];
+  CHECK(raw_text(path, "PRAGMA integrity_check", text, sizeof text) == 0 && !strcmp(text, "ok"),
+        "integrity_check: %s", text);
+  /* Found by best, as before; then a new trial takes the next id. */
+  db_problem p = {.dtype = "bf16", .dim = 192, .dim_v = 128, .seq_q = 4096, .seq_k = 4096,
+                  .causal = 1, .arch = "sm_90"};
+  db_best_row r;
+  int found = 0, exact = 0;
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found && exact &&
+          r.median_us == 80.0 && r.req_batch == 0 && r.kv_group == 1 && r.page == 0,
+        "best finds the migrated trial: found %d exact %d %s", found, exact, err);
+  db_trial t = make_trial(1, 1, 512, 50.0, NULL);
+  put(d, &t);
+  CHECK(raw_int(path, "SELECT max(id) FROM trials") == 8, "the next trial is id 8");
+  db_close(d);
+  /* The schema, object by object, is a fresh file's. */
+  d = open_ok(fresh);
+  if (d) db_close(d);
+  static const char schema_sql[] =
+    "SELECT group_concat(type || ' ' || name || ' ' || tbl_name || ' ' || coalesce(sql, '-'), "
+    "'; ') FROM (SELECT * FROM sqlite_schema ORDER BY type, name)";
+  char *a = malloc(65536), *b = malloc(65536);
+  CHECK(a && b && raw_text(path, schema_sql, a, 65536) == 0 &&
+          raw_text(fresh, schema_sql, b, 65536) == 0 && !strcmp(a, b),
+        "the migrated schema is a fresh file's");
+  free(a);
+  free(b);
+}
+
+/* ---- Decoding's keys ---- */
+
+static long long add_decode_variant(db *d, const char *name) {
+  char hash[32], source[32];
+  unsigned long long h = fa_fnv1a64(FA_FNV64_OFFSET, name, strlen(name));
+  snprintf(hash, sizeof hash, "%012llx", h >> 16);
+  snprintf(source, sizeof source, "%016llx", h ^ 1);
+  db_variant v = {"simtdec", "simtdec-1+abc", name, hash, "{\"family\": \"simtdec\"}", source,
+                  "decode", NULL, NULL};
+  long long id = -1;
+  char err[256];
+  CHECK(db_variant_id(d, &v, &id, err, sizeof err) == 0, "db_variant_id %s: %s", name, err);
+  return id;
+}
+
+/* A decode trial as the emulator records one: run at batch 3 and seq_k 64
+** for the key asked (req_batch, kv_group, page; seq_k 4096). */
+static db_trial decode_trial(long long var, long long dev, int req_batch, int kv_group, int page,
+                             double median_us) {
+  db_trial t = make_trial(var, dev, 64, median_us, NULL);
+  t.problem = (db_problem){.dtype = "fp16", .dim = 128, .seq_q = 1, .seq_k = 64, .batch = 3,
+                           .heads = 8, .arch = "sm_90", .req_seq_q = 1, .req_seq_k = 4096,
+                           .req_batch = req_batch, .kv_group = kv_group, .page = page};
+  return t;
+}
+
+static const char *best_of(db *d, int req_batch, int kv_group, int page, db_best_row *r) {
+  db_problem p = {.dtype = "fp16", .dim = 128, .seq_q = 1, .seq_k = 4096, .op = "decode",
+                  .req_batch = req_batch, .kv_group = kv_group, .page = page};
+  int found = 0, exact = 0;
+  char err[512] = "";
+  CHECK(db_best(d, NULL, &p, r, &found, &exact, err, sizeof err) == 0, "db_best: %s", err);
+  return found && exact ? r->variant : found ? "(inexact)" : "(none)";
+}
+
+static size_t show_decode(db *d, int batch, int kv_group, int page) {
+  db_filter f = {NULL, NULL, 0, 0, 0, batch, 0, -1, "decode", 0, kv_group, page};
+  FILE *out = fopen("/dev/null", "w");
+  size_t rows = 0;
+  char err[512] = "";
+  CHECK(out && db_show(d, &f, 0, out, &rows, err, sizeof err) == 0, "show: %s", err);
+  if (out) fclose(out);
+  return rows;
+}
+
+/* Two decode trials of one variant that differ only in the batch asked
+** for, the GQA ratio or the page size are two trials (before version 11
+** the second was "recorded before" and never run), and db_best answers
+** each key with its own best; a forward trial's key is as it was. */
+static void test_decode_keys(void) {
+  char path[PATH_LEN], err[512];
+  at(path, "decode.db");
+  db *d = open_ok(path);
+  if (!d) return;
+  long long dev = add_device(d, "NVIDIA H200", "GPU-1", "cuda");
+  long long a = add_decode_variant(d, "dec-a"), b = add_decode_variant(d, "dec-b");
+  /* The base key (batch 8, gqa 8, page 16), then one field changed each. */
+  static const struct { int req_batch, kv_group, page; double us_a, us_b; const char *best; }
+    keys[] = {{8, 8, 16, 10.0, 20.0, "dec-a"}, {32, 8, 16, 30.0, 25.0, "dec-b"},
+              {8, 4, 16, 12.0, 11.0, "dec-b"}, {8, 8, 0, 9.0, 19.0, "dec-a"}};
+  const size_t n = sizeof keys / sizeof keys[0];
+  for (size_t i = 0; i < n; i++) {
+    db_trial t = decode_trial(a, dev, keys[i].req_batch, keys[i].kv_group, keys[i].page,
+                              keys[i].us_a);
+    int done = 1;
+    CHECK(db_trial_done(d, a, dev, &t.problem, &done, err, sizeof err) == 0 && !done,
+          "key %zu (batch %d gqa %d page %d) is not recorded before", i, keys[i].req_batch,
+          keys[i].kv_group, keys[i].page);
+    put(d, &t);
+    t = decode_trial(b, dev, keys[i].req_batch, keys[i].kv_group, keys[i].page, keys[i].us_b);
+    put(d, &t);
+  }
+  CHECK(raw_int(path, "SELECT count(*) FROM trials") == (long long)(2 * n),
+        "every decode trial stored: %lld", raw_int(path, "SELECT count(*) FROM trials"));
+  CHECK(raw_int(path, "SELECT count(*) FROM best") == (long long)n, "one best per key: %lld",
+        raw_int(path, "SELECT count(*) FROM best"));
+  db_best_row r;
+  for (size_t i = 0; i < n; i++) {
+    const char *got = best_of(d, keys[i].req_batch, keys[i].kv_group, keys[i].page, &r);
+    CHECK(!strcmp(got, keys[i].best) && r.req_batch == keys[i].req_batch &&
+            r.kv_group == keys[i].kv_group && r.page == keys[i].page && r.batch == 3,
+          "best for batch %d gqa %d page %d: %s, not %s", keys[i].req_batch, keys[i].kv_group,
+          keys[i].page, got, keys[i].best);
+    printf("decode: batch %d gqa %d page %d -> %s (%.1f us)\n", keys[i].req_batch,
+           keys[i].kv_group, keys[i].page, got, r.median_us);
+  }
+  CHECK(!strcmp(best_of(d, 16, 8, 16, &r), "(none)") && !strcmp(best_of(d, 8, 2, 16, &r), "(none)") &&
+          !strcmp(best_of(d, 8, 8, 32, &r), "(none)"),
+        "a key never tuned finds nothing, not another batch's, GQA ratio's or page's");
+  /* A second put of a key replaces its trial; kv_group 0 is 1. */
+  db_trial t = decode_trial(a, dev, 8, 8, 16, 5.0);
+  put(d, &t);
+  t = decode_trial(b, dev, 8, 0, 16, 7.0);
+  put(d, &t);
+  CHECK(raw_int(path, "SELECT count(*) FROM trials") == (long long)(2 * n + 1) &&
+          raw_int(path, "SELECT count(*) FROM trials WHERE kv_group = 1 AND page = 16") == 1,
+        "the same key replaced; kv_group 0 stored as 1");
+  t.problem.kv_group = -1;
+  CHECK(db_trial_put(d, &t, err, sizeof err) != 0 && strstr(err, "kv_group -1"),
+        "a negative kv_group refused: %s", err);
+  t.problem.kv_group = 8, t.problem.page = -1;
+  CHECK(db_trial_put(d, &t, err, sizeof err) != 0 && strstr(err, "page -1"),
+        "a negative page refused: %s", err);
+  /* show filters by the batch asked (not the 3 run), the GQA ratio and the page. */
+  CHECK(show_decode(d, 0, 0, 0) == 2 * n + 1 && show_decode(d, 32, 0, 0) == 2 &&
+          show_decode(d, 3, 0, 0) == 0 && show_decode(d, 0, 4, 0) == 2 &&
+          show_decode(d, 8, 8, 16) == 2,
+        "show filters decode trials by batch asked, gqa and page");
+  /* A forward trial: no decode key (0, 0: taken as 1, 0), found as before. */
+  long long fwd = add_variant(d, "fwd-a");
+  t = make_trial(fwd, dev, 1024, 50.0, NULL);
+  put(d, &t);
+  CHECK(raw_int(path, "SELECT count(*) FROM trials t JOIN variants v ON v.id = t.variant_id "
+                      "WHERE v.op = 'fwd' AND req_batch = 0 AND kv_group = 1 AND page = 0") == 1,
+        "the forward trial's key: req_batch 0, kv_group 1, page 0");
+  db_problem p = {.dtype = "fp32", .dim = 64, .seq_q = 1024, .seq_k = 1024};
+  int found = 0, exact = 0;
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found && exact &&
+          !strcmp(r.variant, "fwd-a") && r.req_batch == 0 && r.kv_group == 1,
+        "the forward best, as before: %s %s", r.variant, err);
+  p.kv_group = 1;
+  CHECK(db_best(d, NULL, &p, &r, &found, &exact, err, sizeof err) == 0 && found,
+        "kv_group 1 is kv_group 0 for db_best");
+  /* export carries the three fields. */
+  size_t rows = 0;
+  char *json = capture(d, export_json, &rows);
+  CHECK(json && rows == 2 * n + 2 && strstr(json, "\"req_batch\":32,\"kv_group\":8,\"page\":16") &&
+          strstr(json, "\"req_batch\":0,\"kv_group\":1,\"page\":0"),
+        "export JSON has req_batch, kv_group, page: %.300s", json ? json : err_io);
+  free(json);
+  char *csv = capture(d, export_csv, &rows);
+  CHECK(csv && strstr(csv, ",req_batch,kv_group,page,dim_v\n"),
+        "export CSV's header has the key's columns");
+  free(csv);
+  db_close(d);
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -1144,7 +1366,9 @@ int main(void) {
   test_migrate_from_two();
   test_migrate_from_four();
   test_migrate_from_five();
+  test_migrate_from_ten();
   test_best();
+  test_decode_keys();
   test_show_export();
   test_export_formulas();
   test_refusals();

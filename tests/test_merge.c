@@ -7,7 +7,8 @@
 ** than fatune writes and rows past the cap are refused and counted. A
 ** variant's name and hash must be those of its config. A trial's created
 ** must be fatune's own timestamp ('9999' would replace the user's trial
-** for good). Every refusal leaves the destination as it was.
+** for good). Decoding's key columns (req_batch, kv_group, page) must be
+** integers a tune records. Every refusal leaves the destination as it was.
 ** Everything happens in a fresh directory under /tmp.
 */
 #include <errno.h>
@@ -494,6 +495,67 @@ static void test_op(void) {
         "the forward variant arrives as fwd, the other not at all");
 }
 
+
+/* ---- decoding's key ---- */
+
+/* The key's columns of version 11 hold what a tune records: a row with a
+** kv_group of 0, a page of -1 or a req_batch that is not an integer
+** (written past the schema's checks) is refused with the field named; a
+** sound decode key merges, and a row that differs from one merged before
+** only in kv_group is another trial, not one recorded before. */
+static void test_decode_key(void) {
+  static const struct { const char *set, *why; } bad[] = {
+    {"kv_group = 0", "kv_group 0"},
+    {"page = -1", "page -1"},
+    {"req_batch = 2.5", "req_batch 2.5"},
+    {"req_batch = -3", "req_batch -3"},
+    {"kv_group = 'x'", "kv_group 'x'"},
+  };
+  char src[PATH_LEN], into[PATH_LEN], err[512] = "", sql[256];
+  at(src, "decode.db");
+  at(into, "decode-into.db");
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    make_source(src, 2);   /* trials 1, 2 of vars[0], 3 of vars[1] */
+    snprintf(sql, sizeof sql, "PRAGMA ignore_check_constraints = 1; "
+             "UPDATE trials SET %s WHERE id = 1", bad[i].set);
+    CHECK(raw_exec(src, sql) == 0, "planting %s", bad[i].set);
+    unlink(into);
+    db_merge_counts c;
+    CHECK(merge_with(into, src, NULL, &c, err, sizeof err) == 0, "merge: %s", err);
+    printf("decode key: %-16s refused %zu (%s)\n", bad[i].set, c.trials_refused, c.trial_refused);
+    CHECK(c.trials_added == 2 && c.trials_refused == 1 && strstr(c.trial_refused, "trial 1:") &&
+            strstr(c.trial_refused, bad[i].why),
+          "%s: added %zu, refused %zu: %s", bad[i].set, c.trials_added, c.trials_refused,
+          c.trial_refused);
+    CHECK(raw_int(into, "SELECT count(*) FROM trials WHERE kv_group < 1 OR page < 0 OR "
+                        "req_batch < 0 OR typeof(req_batch) <> 'integer' OR "
+                        "typeof(kv_group) <> 'integer'") == 0, "%s: nothing of it got in",
+          bad[i].set);
+  }
+  /* Sound: trial 1 as a decode key; then a copy of it with another kv_group. */
+  make_source(src, 2);
+  CHECK(raw_exec(src, "UPDATE trials SET req_batch = 8, kv_group = 4, page = 16 WHERE id = 1") == 0,
+        "a decode key");
+  unlink(into);
+  db_merge_counts c;
+  CHECK(merge_with(into, src, NULL, &c, err, sizeof err) == 0 && c.trials_added == 3 &&
+          c.trials_refused == 0, "a sound decode key merges: +%zu, refused %zu (%s) %s",
+        c.trials_added, c.trials_refused, c.trial_refused, err);
+  CHECK(raw_int(into, "SELECT count(*) FROM trials WHERE req_batch = 8 AND kv_group = 4 AND "
+                      "page = 16") == 1, "its key arrives as it was");
+  CHECK(raw_exec(src, "INSERT INTO trials (variant_id, device_id, arch, dtype, dim, req_seq_q, "
+                      "req_seq_k, seq_q, seq_k, batch, heads, causal, status, max_abs_err, "
+                      "rel_err, lse_err, counters, seed, fatune_version, created, req_batch, "
+                      "kv_group, page) SELECT variant_id, device_id, arch, dtype, dim, "
+                      "req_seq_q, req_seq_k, seq_q, seq_k, batch, heads, causal, status, "
+                      "max_abs_err, rel_err, lse_err, counters, seed, fatune_version, created, "
+                      "req_batch, 2, page FROM trials WHERE id = 1") == 0,
+        "the same key but kv_group 2");
+  CHECK(merge_with(into, src, NULL, &c, err, sizeof err) == 0 && c.trials_added == 1 &&
+          c.trials_skipped == 3, "another kv_group is another trial: +%zu, skipped %zu (%s)",
+        c.trials_added, c.trials_skipped, err);
+}
+
 int main(void) {
   if (!mkdtemp(dir)) {
     perror("mkdtemp");
@@ -519,6 +581,7 @@ int main(void) {
   test_created();
   test_accept();
   test_op();
+  test_decode_key();
   gen_variants_free(vars, nvars);
   gen_close(g);
   char cmd[PATH_LEN + 16];

@@ -127,8 +127,10 @@ static const cmd_info commands[] = {
    "predict a kernel's time with the timing model"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP | F_BUDGET,
    "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--op OP] [--device NAME] [--db PATH]\n"
-   "                   [--max-error E] [--deterministic] [--json]",
-   "Prints the best recorded variant for a problem, or the nearest tuned seq. With\n"
+   "                   [--max-error E] [--deterministic] [--json]\n"
+   "       fatune best --op decode --dim D --seq-k M [--batch B] [--gqa G] [--page P] ...",
+   "Prints the best recorded variant for a problem, or the nearest tuned seq (op\n"
+   "decode: for its batch, GQA ratio and page size exactly). With\n"
    "--max-error, the best whose norm-relative error on the main case and on every\n"
    "case of the adversarial suite is E or less (a variant not run on the suite, or\n"
    "failing a case of it, is passed over); with --deterministic, the best that gave\n"
@@ -136,7 +138,8 @@ static const cmd_info commands[] = {
    "fatune best --dim 64 --seq 4096 --dtype bf16",
    "the best recorded variant for a problem"},
   {"show", CMD_SHOW, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP,
-   "[--dim D] [--dtype T] [--causal] [--op OP] [--seq N] [--device NAME] [--db PATH] [--json]",
+   "[--dim D] [--dtype T] [--causal] [--op OP] [--seq N] [--device NAME] [--db PATH] [--json]\n"
+   "                   [--batch B] [--gqa G] [--page P]",
    "Lists the recorded trials that match the flags given.",
    "fatune show --dim 64 --seq 4096",
    "the recorded trials"},
@@ -206,8 +209,14 @@ static const flag_info flags[] = {
                         "backward pass) or decode (split-KV decoding)"},
   {"seq", F_SEQ, 1, "N", "query sequence length (default 4096); the main job: a list of\n"
                         "lengths and ranges A:B:xF (A, A*F, ... up to B) or A:B:+S"},
-  {"seq-k", F_SEQ, 1, "M", "key/value sequence length (default: --seq)"},
-  {"batch", F_SEQ, 1, "B", "batch size (default 4)"},
+  {"seq-k", F_SEQ, 1, "M", "key/value sequence length (default: --seq); --op decode: the\n"
+                          "KV cache's keys per sequence (default 4096), a list"},
+  {"batch", F_SEQ, 1, "B", "batch size (default 4); --op decode: a list"},
+  {"gqa", F_SEQ, 1, "G", "query heads per K/V head (default 1); --op decode: a list"},
+  {"kv-lens", F_SEQ, 1, "L,L..", "--op decode: each sequence's keys (the batch is their\n"
+                               "number, --seq-k their largest): a skewed batch"},
+  {"page", F_SEQ, 1, "P", "--op decode: tokens per page of the KV cache (default: none,\n"
+                         "a contiguous cache), a list"},
   {"heads", F_SEQ, 1, "H", "heads (default 16)"},
   {"scale", F_SCALE, 1, "S", "softmax scale (default 1/sqrt(dim))"},
   {"arch", F_ARCH, 1, "A", "sm_ and a compute capability, e.g. sm_80 (default: the\n"
@@ -426,6 +435,26 @@ static int parse_list(const char *flag, const char *text, long hi, int *vals, in
   }
 }
 
+/* --kv-lens: each sequence's keys, 0 to 2^24, repeats allowed, at most
+** CLI_LIST_MAX of them. */
+static int parse_lens(const char *text, int *vals, int *n, char *err, size_t len) {
+  *n = 0;
+  for (const char *s = text;; s++) {
+    const char *item = s;
+    char *end;
+    errno = 0;
+    const long v = isdigit((unsigned char)*s) ? strtol(s, &end, 10) : -1;
+    if (v >= 0) s = end;
+    if (v < 0 || errno || v > 1 << 24 || (*s != ',' && *s != '\0'))
+      return fail(err, len, "--kv-lens must be a comma-separated list of key counts from 0 to "
+                  "%d, not '%.*s'", 1 << 24, (int)strcspn(item, ","), item);
+    if (*n == CLI_LIST_MAX)
+      return fail(err, len, "--kv-lens lists more than %d sequences", CLI_LIST_MAX);
+    vals[(*n)++] = (int)v;
+    if (*s == '\0') return 0;
+  }
+}
+
 /* I/N with 1 <= I <= N <= 4096. */
 static int parse_shard(cli_opts *o, const char *s, char *err, size_t n) {
   const char *p = s;
@@ -562,9 +591,23 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
     return 0;
   }
   if (!strcmp(flag, "--shard")) return parse_shard(o, val, err, n);
-  if (!strcmp(flag, "--seq-k")) return parse_int(flag, val, 1, 1 << 24, &p->seq_k, err, n);
+  if (!strcmp(flag, "--kv-lens")) {
+    if (parse_lens(val, o->kv_lens, &o->nkv_lens, err, n) != 0) return -1;
+    p->kv_lens = o->kv_lens;
+    return 0;
+  }
+  if (!strcmp(flag, "--seq-k") || !strcmp(flag, "--batch") || !strcmp(flag, "--gqa") ||
+      !strcmp(flag, "--page")) {
+    const char f = flag[2] == 's' ? 's' : flag[2];
+    int *vals = f == 's' ? o->seqks : f == 'b' ? o->batches : f == 'g' ? o->gqas : o->pages;
+    int *count = f == 's' ? &o->nseqks : f == 'b' ? &o->nbatches : f == 'g' ? &o->ngqas : &o->npages;
+    int *dst = f == 's' ? &p->seq_k : f == 'b' ? &p->batch : f == 'g' ? &p->kv_group : &p->page;
+    const long hi = f == 's' ? 1 << 24 : f == 'b' || f == 'p' ? 65535 : 1024;
+    if (parse_list(flag, val, hi, vals, count, err, n) != 0) return -1;
+    *dst = vals[0];
+    return 0;
+  }
   if (!strcmp(flag, "--dim-v")) return parse_int(flag, val, 1, FA_DIM_MAX, &p->dim_v, err, n);
-  if (!strcmp(flag, "--batch")) return parse_int(flag, val, 1, 65535, &p->batch, err, n);
   if (!strcmp(flag, "--heads")) return parse_int(flag, val, 1, 65535, &p->heads, err, n);
   if (!strcmp(flag, "--smem")) return parse_int(flag, val, 1024, 1 << 20, &o->smem, err, n);
   if (!strcmp(flag, "--jobs")) return parse_int(flag, val, 1, 1024, &o->jobs, err, n);
@@ -756,6 +799,17 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "fatune %s takes one --dim, --seq and --dtype, and --causal "
                 "without =both; lists are for the main job's sweeps%s", command_name(o->cmd),
                 o->cmd == CMD_MODEL ? " (the model takes a list of --seq)" : "");
+  const int decode_lists = o->nseqks > 1 || o->nbatches > 1 || o->ngqas > 1 || o->npages > 1;
+  if (decode_lists && (o->problem.op != FA_OP_DECODE || o->cmd != CMD_TUNE))
+    return fail(err, errlen, "lists of --seq-k, --batch, --gqa and --page are the main job's "
+                "sweeps of --op decode");
+  if (o->problem.op != FA_OP_DECODE && (o->npages || o->ngqas))
+    return fail(err, errlen, "--%s is --op decode's: %s", o->npages ? "page" : "gqa",
+                o->npages ? "the KV cache's page size" : "the forward and backward passes tune "
+                "each query head with its own K/V head");
+  if (o->nseqs > 1 && o->problem.op == FA_OP_DECODE)
+    return fail(err, errlen, "--op decode takes one --seq (the new tokens of each sequence); "
+                "--seq-k lists the cache's lengths");
   if (o->nseqs > 1 && cli_given(o, "--seq-k"))
     return fail(err, errlen, "--seq-k takes one --seq; a sweep over --seq tunes seq_k = seq_q");
   if ((keys || o->shard_n) && o->json && !seq_list)
@@ -765,8 +819,42 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
   return 0;
 }
 
+/* Decoding's defaults: one new token over 4096 cached keys. */
+static void decode_defaults(cli_opts *o) {
+  fa_problem *p = &o->problem;
+  if (p->op != FA_OP_DECODE) return;
+  if (!cli_given(o, "--seq")) p->seq_q = 1, o->seqs[0] = 1;
+  if (!cli_given(o, "--seq-k")) p->seq_k = 4096;
+}
+
+/* --kv-lens: the batch and the cache's capacity from the lengths. */
+static int check_kv_lens(cli_opts *o, char *err, size_t errlen) {
+  if (!o->nkv_lens) return 0;
+  if (o->problem.op != FA_OP_DECODE)
+    return fail(err, errlen, "--kv-lens is --op decode's: the cached keys of each sequence");
+  if (cli_given(o, "--batch") || cli_given(o, "--seq-k"))
+    return fail(err, errlen, "--kv-lens sets the batch (their number) and --seq-k (the largest)");
+  o->problem.batch = o->nkv_lens;
+  o->problem.seq_k = 1;
+  for (int i = 0; i < o->nkv_lens; i++)
+    if (o->kv_lens[i] > o->problem.seq_k) o->problem.seq_k = o->kv_lens[i];
+  return 0;
+}
+
+/* Every --gqa divides every --heads. */
+static int check_gqa(const cli_opts *o, char *err, size_t errlen) {
+  for (int i = 0; i < o->ngqas; i++)
+    if (o->problem.heads % o->gqas[i])
+      return fail(err, errlen, "--gqa %d does not divide --heads %d", o->gqas[i],
+                  o->problem.heads);
+  return 0;
+}
+
 static int check_command(cli_opts *o, char *err, size_t errlen) {
+  decode_defaults(o);
+  if (check_kv_lens(o, err, errlen) != 0) return -1;
   if (o->problem.seq_k == 0) o->problem.seq_k = o->problem.seq_q;
+  if (check_gqa(o, err, errlen) != 0) return -1;
   if (check_sweep(o, err, errlen) != 0) return -1;
   if ((o->cmd == CMD_GEN || o->cmd == CMD_RUN) && !!o->variant == !!o->config)
     return fail(err, errlen, "fatune %s needs exactly one of --variant NAME or --config TEXT",

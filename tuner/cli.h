@@ -25,6 +25,13 @@ typedef struct cli_opts {
   fa_problem problem;     /* dim, dtype, causal, seq_q, seq_k, batch, heads */
   int dims[CLI_LIST_MAX], ndims;     /* --dim's values (the first is problem.dim) */
   int seqs[CLI_LIST_MAX], nseqs;     /* --seq's values (the first is problem.seq_q) */
+  /* Op decode's sweeps: --seq-k (the first is problem.seq_k), --batch,
+  ** --gqa (problem.kv_group) and --page (problem.page; none: 0). */
+  int seqks[CLI_LIST_MAX], nseqks;
+  int batches[CLI_LIST_MAX], nbatches;
+  int gqas[CLI_LIST_MAX], ngqas;
+  int pages[CLI_LIST_MAX], npages;
+  int kv_lens[CLI_LIST_MAX], nkv_lens;  /* --kv-lens: each sequence's keys (problem.kv_lens) */
   fa_dtype dtypes[4];                /* --dtype's values (the first is problem.dtype) */
   int ndtypes;
   int causal_both;        /* main job: --causal=both, each key without and with the mask */

@@ -61,6 +61,11 @@ static void best_text(const db_best_row *r) {
   if (r->req_seq_q != r->seq_q || r->req_seq_k != r->seq_k)
     printf("%-10s run at seq_q %d seq_k %d for the requested seq_q %d seq_k %d (the emulator's "
            "size)\n", "ran", r->seq_q, r->seq_k, r->req_seq_q, r->req_seq_k);
+  if (r->req_batch > 0) {   /* a key of decoding's */
+    char page[24] = "none (contiguous)";
+    if (r->page > 0) snprintf(page, sizeof page, "%d", r->page);
+    printf("%-10s batch %d gqa %d page %s\n", "key", r->req_batch, r->kv_group, page);
+  }
   text_line("arch", r->arch[0] ? r->arch : "- (recorded before fatune kept the target)");
   print_value("median_us", r->median_us);
   print_value("tflops", r->tflops);
@@ -95,6 +100,8 @@ static void best_json(const db_best_row *r, const fa_problem *p, int exact) {
          r->dim, r->dim_v ? r->dim_v : r->dim, r->seq_q, r->seq_k, r->batch, r->heads,
          r->causal ? "true" : "false", exact ? "true" : "false", p->seq_q, p->seq_k,
          r->req_seq_q, r->req_seq_k);
+  printf(", \"requested_batch\": %d, \"kv_group\": %d, \"page\": %d", r->req_batch,
+         r->kv_group, r->page);
   json_field("median_us", r->median_us);
   json_field("tflops", r->tflops);
   json_field("gbps", r->gbps);
@@ -113,16 +120,29 @@ static void seq_text(char *buf, size_t n, int q, int k) {
   else snprintf(buf, n, "seq_q %d seq_k %d", q, k);
 }
 
+/* The key's fields that only decoding has (db_problem): the batch asked
+** for, the GQA ratio and the page size; for the other ops 0, 1, 0. */
+static void decode_key(const fa_problem *fp, db_problem *p) {
+  const int decode = fp->op == FA_OP_DECODE;
+  p->req_batch = decode ? fp->batch : 0;
+  p->kv_group = decode ? fa_problem_group(fp) : 1;
+  p->page = decode ? fp->page : 0;
+}
+
 static int cmd_best(const cli_opts *o) {
-  if (!cli_given(o, "--dim") || !cli_given(o, "--seq"))
-    return bad_input("fatune best needs --dim D and --seq N");
-  if (cli_given(o, "--batch") || cli_given(o, "--heads"))
-    return bad_input("options --batch and --heads do not apply to 'fatune best'");
   const fa_problem *fp = &o->problem;
+  const int decode = fp->op == FA_OP_DECODE;
+  /* Decoding's --seq has a default (one new token), its batch is part of
+  ** the key, and --heads only has to take --gqa (which must divide it). */
+  if (!cli_given(o, "--dim") || (!decode && !cli_given(o, "--seq")))
+    return bad_input("fatune best needs --dim D and --seq N");
+  if (!decode && (cli_given(o, "--batch") || cli_given(o, "--heads")))
+    return bad_input("options --batch and --heads do not apply to 'fatune best'");
   db_problem p = {.dtype = fa_dtype_name(fp->dtype), .dim = fp->dim, .seq_q = fp->seq_q,
                   .seq_k = fp->seq_k, .causal = fp->causal, .op = fa_op_name(fp->op),
                   .max_rel_err = o->max_error, .deterministic = o->deterministic,
                   .dim_v = fa_problem_dim_v(fp)};
+  decode_key(fp, &p);
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   db_best_row r;
@@ -155,10 +175,12 @@ static int cmd_best(const cli_opts *o) {
     char words[80], budget[96] = "";
     db_budget_text(&p, words, sizeof words);
     if (words[0]) snprintf(budget, sizeof budget, " that meets %s", words);
-    char dims[24];
+    char dims[24], key[64] = "";
     fa_dims_text(p.dim, p.dim_v, dims, sizeof dims);
-    fprintf(stderr, "fatune: nothing recorded%s for %s dim %s%s%s%s in %s\n", budget, what, dims,
-            p.causal ? " causal" : "", o->device ? " on device " : "",
+    if (decode) snprintf(key, sizeof key, " batch %d gqa %d page %d", p.req_batch, p.kv_group,
+                         p.page);
+    fprintf(stderr, "fatune: nothing recorded%s for %s dim %s%s%s%s%s in %s\n", budget, what,
+            dims, key, p.causal ? " causal" : "", o->device ? " on device " : "",
             o->device ? o->device : "", db_path(d));
     return close_db(d, 1);
   }
@@ -189,7 +211,9 @@ static int cmd_show(const cli_opts *o) {
     .heads = cli_given(o, "--heads") ? p->heads : 0,
     .causal = p->causal ? 1 : -1,
     .op = fa_op_name(p->op),
-    .dim_v = cli_given(o, "--dim-v") ? p->dim_v : 0};
+    .dim_v = cli_given(o, "--dim-v") ? p->dim_v : 0,
+    .kv_group = cli_given(o, "--gqa") ? fa_problem_group(p) : 0,
+    .page = cli_given(o, "--page") ? p->page : 0};
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   char err[512];
@@ -197,7 +221,7 @@ static int cmd_show(const cli_opts *o) {
   if (db_show(d, &f, o->json, stdout, &rows, err, sizeof err) != 0)
     return close_db(d, cli_say(1, err));
   int filtered = f.device || f.dtype || f.dim || f.seq_q || f.seq_k || f.batch || f.heads ||
-                 f.causal > 0 || f.dim_v;
+                 f.causal > 0 || f.dim_v || f.kv_group || f.page;
   if (rows == 0)
     fprintf(stderr, "fatune: no trials %s %s\n", filtered ? "match in" : "recorded in", db_path(d));
   return close_db(d, 0);

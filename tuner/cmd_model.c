@@ -36,6 +36,7 @@ typedef struct model_job {
   model_result r;
   sass_dq_pass dq;         /* a backward variant's dQ kernel (dq=separate), when built */
   double dq_us;            /* its share of r.time_us */
+  char config[512];        /* a variant's canonical config */
 } model_job;
 
 static void job_free(model_job *j) {
@@ -59,6 +60,11 @@ static void problem_of(const cli_opts *o, int seq_q, int seq_k, model_problem *p
   p->elem_bytes = (int)fa_dtype_size(o->problem.dtype);
   p->backward = o->problem.op == FA_OP_BWD;
   p->mod = o->problem.mod;
+  if (o->problem.op == FA_OP_DECODE) {  /* the serving problem as given, or the CLI's defaults */
+    p->decode = 1;
+    p->batch = o->problem.batch, p->heads = o->problem.heads;
+    p->kv_group = o->problem.kv_group, p->kv_lens = o->problem.kv_lens;
+  }
 }
 
 static int read_file(const char *path, char **buf, size_t *n, char *err, size_t errlen) {
@@ -169,8 +175,11 @@ static int cubin_of_variant(const char *path, const char *entry, fa_compiled *r,
   return 0;
 }
 
+/* The variant of --variant or --config, or with config (not NULL) that
+** config's. */
 static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given,
-                        const char *nvdisasm, model_job *j, char *err, size_t errlen) {
+                        const char *config, const char *nvdisasm, model_job *j, char *err,
+                        size_t errlen) {
   gen_target t = *given;
   if (!o->arch) {  /* the GPU's arch, as the space targets it */
     char arch[16], why[256];
@@ -179,9 +188,11 @@ static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given
       return snprintf(err, errlen, "no target for %s", j->gpu->arch), -1;
   }
   gen_kernel k;
-  int rc = o->variant ? gen_render_name(g, o->variant, &t, &k)
-                      : gen_render_config(g, o->config, &o->problem, &t, &k);
+  int rc = o->variant && !config ? gen_render_name(g, o->variant, &t, &k)
+                                 : gen_render_config(g, config ? config : o->config, &o->problem,
+                                                     &t, &k);
   if (rc != 0) return snprintf(err, errlen, "%s", gen_errmsg(g)), -1;
+  snprintf(j->config, sizeof j->config, "%s", k.config);
   compile_job job = {.source = k.source, .entry = k.entry};
   if (o->cubin) {  /* the variant's cubin as `fatune compile --save-cubin` wrote it */
     rc = cubin_of_variant(o->cubin, k.entry, &job.result, err, errlen);
@@ -284,6 +295,149 @@ static void print_json(const model_job *j, int line) {
   if (line) putchar('\n');
 }
 
+/* ---- Decoding: the splits side by side ---- */
+
+#define SPLITS_MAX 128
+
+/* One number of splits of a decoding variant, predicted. */
+typedef struct split_point {
+  int splits;
+  double us, combine_us, kv_bytes, cycles_per_block;
+  int fa2, given, ctas_per_sm;
+  const char *bound;   /* a static string of model_kernel.c */
+} split_point;
+
+/* config with its splits set to s, into out. */
+static int with_splits(const char *config, int s, char *out, size_t n) {
+  const char *at = strstr(config, ",splits=");
+  if (!at) return -1;
+  const char *rest = strchr(at + 1, ',');
+  return snprintf(out, n, "%.*s,splits=%d%s", (int)(at - config), config, s, rest ? rest : "") <
+                 (int)n ? 0 : -1;
+}
+
+/* The rows the table shows: powers of two to 128 and the halfway points,
+** 3 x 2^k; the best, FlashAttention-2's and the variant's besides. */
+static int shown(int s) {
+  while (s % 2 == 0) s /= 2;
+  return s == 1 || s == 3;
+}
+
+/* The variant j was built from at s splits, compiled and built for the
+** model into k. */
+static int build_splits(gen_state *g, const cli_opts *o, const gen_target *t, const char *nvdisasm,
+                        const model_job *j, int s, model_job *k, char *err, size_t errlen) {
+  char config[600];
+  memset(k, 0, sizeof *k);
+  k->gpu = j->gpu, k->machine = j->machine, k->m = &k->machine, k->p = j->p, k->dtype = j->dtype;
+  if (with_splits(j->config, s, config, sizeof config) != 0)
+    return snprintf(err, errlen, "%.300s has no splits in its config", j->kernel), -1;
+  int rc = from_variant(g, o, t, config, nvdisasm, k, err, errlen);
+  if (rc == 0 && model_build(k->m, &k->trace, &k->l, &k->p, &k->b, err, errlen) != 0) rc = -1;
+  return rc;
+}
+
+/* k's prediction at s splits: the main loop's code is the same at every
+** number of splits past one (only the chunk's size and the partials'
+** addresses, outside it, depend on it), so one build serves them all. */
+static int predict_at(model_job *k, int s, split_point *pt, char *err, size_t errlen) {
+  model_launch l = k->l;
+  l.splits = s;
+  model_result_free(&k->r);
+  if (model_predict(k->m, &k->b, &l, &k->p, 0, &k->r, err, errlen) != 0) return -1;
+  pt->splits = s, pt->us = k->r.time_us, pt->combine_us = k->r.combine_us;
+  pt->kv_bytes = k->r.kv_bytes, pt->bound = k->r.bound, pt->ctas_per_sm = k->r.ctas_per_sm;
+  pt->cycles_per_block = k->r.cycles_per_block;
+  return 0;
+}
+
+static void print_splits(const model_job *j, const split_point *pt, int n, int best) {
+  const model_problem *p = &j->p;
+  const double bw = j->gpu->dram_gbs * 1e9;
+  printf("model: %s, decoding\n", j->kernel);
+  printf("  on %s: batch %d, heads %d (%d per K/V head), %d new token%s, ", j->gpu->name, p->batch,
+         p->heads, p->kv_group > 1 ? p->kv_group : 1, p->seq_q, p->seq_q == 1 ? "" : "s");
+  if (p->kv_lens) {
+    printf("keys");
+    for (int b = 0; b < p->batch; b++) printf("%s%d", b ? "," : " ", p->kv_lens[b]);
+  } else {
+    printf("%d keys each", p->seq_k);
+  }
+  printf(", dim %d; HBM %.2f TB/s\n", p->dim, j->gpu->dram_gbs / 1e3);
+  printf("  tile %d rows x %d keys, %d threads, %d registers, %d B shared; %d CTA%s per SM (%s); "
+         "main loop per K/V block per warp: %ld instructions, %ld %s\n", j->l.block_m,
+         j->l.block_n, j->l.threads, j->l.registers, j->l.smem_bytes, j->r.ctas_per_sm,
+         j->r.ctas_per_sm == 1 ? "" : "s", j->r.limit ? j->r.limit : "?",
+         j->counts.loop_instructions, j->counts.loop_hmma, j->counts.mma);
+  printf("  busy at %d split%s:", j->l.splits, j->l.splits == 1 ? "" : "s");
+  for (int i = 0; i < 8; i++)
+    printf(" %s %.0f%%%s", model_util_names[i], 100 * j->r.util[i], i < 7 ? "," : "");
+  printf("; waiting %.0f%%\n", 100 * j->r.wait_share);
+  printf("  %6s %11s %11s %9s %11s %8s  %s\n", "splits", "time_us", "K/V_TB/s", "of_HBM",
+         "combine_us", "clk/blk", "bound");
+  for (int i = 0; i < n; i++) {
+    const double tbs = pt[i].kv_bytes / (pt[i].us * 1e-6) / 1e12;
+    printf("  %6d %11.2f %11.3f %8.1f%% %11.2f %8.0f  %s%s%s%s\n", pt[i].splits, pt[i].us, tbs,
+           100 * tbs * 1e12 / bw, pt[i].combine_us, pt[i].cycles_per_block, pt[i].bound,
+           i == best ? "  best" : "",
+           pt[i].fa2 ? "  FlashAttention-2's heuristic" : "", pt[i].given ? "  (the variant's)" : "");
+  }
+  int h = 0;
+  for (int i = 0; i < n; i++) h = pt[i].fa2 ? i : h;
+  printf("  tuned: %d splits, %.2f us; FlashAttention-2's heuristic: %d, %.2f us (%.2fx the tuned time)\n",
+         pt[best].splits, pt[best].us, pt[h].splits, pt[h].us, pt[h].us / pt[best].us);
+}
+
+static void print_splits_json(const model_job *j, const split_point *pt, int n, int best) {
+  static const fa_column col[] = {{"splits", 0, NULL}, {"time_us", 0, NULL},
+                                  {"kv_bytes", 0, NULL}, {"hbm_share", 0, NULL},
+                                  {"combine_us", 0, NULL}, {"bound", 0, NULL}, {"best", 0, NULL},
+                                  {"fa2_heuristic", 0, NULL}, {NULL, 0, NULL}};
+  printf("[");
+  for (int i = 0; i < n; i++) {
+    const double share = pt[i].kv_bytes / (pt[i].us * 1e-6) / (j->gpu->dram_gbs * 1e9);
+    const fa_cell cell[] = {fa_cell_int(pt[i].splits), fa_cell_real(pt[i].us, "%.6g"),
+                            fa_cell_real(pt[i].kv_bytes, "%.6g"), fa_cell_real(share, "%.6g"),
+                            fa_cell_real(pt[i].combine_us, "%.6g"), fa_cell_text(pt[i].bound),
+                            fa_cell_int(i == best),
+                            fa_cell_int(pt[i].fa2)};
+    printf("%s", i ? ",\n " : "");
+    fa_sink_object(stdout, col, cell, (int)(sizeof cell / sizeof cell[0]));
+  }
+  printf("]\n");
+}
+
+/* Decoding: the variant predicted at every number of splits from 1 to
+** 128 (the model makes the whole sweep cheap: two builds), FlashAttention-
+** 2's heuristic's among them: the tuned choice, the best, beside it. */
+static int decode_main(gen_state *g, const cli_opts *o, const gen_target *t, const char *nvdisasm,
+                       const model_job *j) {
+  char err[512];
+  const int fa2 = model_fa2_splits(&j->p, j->gpu);
+  split_point all[SPLITS_MAX + 1], pt[24];
+  model_job one, many;
+  int rc = build_splits(g, o, t, nvdisasm, j, 1, &one, err, sizeof err);
+  if (rc == 0) rc = build_splits(g, o, t, nvdisasm, j, 2, &many, err, sizeof err);
+  int best = 1;
+  for (int s = 1; rc == 0 && s <= SPLITS_MAX; s++) {
+    rc = predict_at(s == 1 ? &one : &many, s, &all[s], err, sizeof err);
+    if (rc == 0 && all[s].us < all[best].us) best = s;
+  }
+  job_free(&one), job_free(&many);
+  if (rc != 0) return cli_say(EXIT_BAD_INPUT, err);
+  int n = 0, at_best = 0;
+  for (int s = 1; s <= SPLITS_MAX; s++) {
+    if (!shown(s) && s != best && s != fa2 && s != j->l.splits) continue;
+    pt[n] = all[s];
+    pt[n].fa2 = s == fa2, pt[n].given = s == j->l.splits;
+    if (s == best) at_best = n;
+    n++;
+  }
+  if (o->json) print_splits_json(j, pt, n, at_best);
+  else print_splits(j, pt, n, at_best);
+  return fflush(stdout) == 0 ? 0 : cli_say(1, "cannot write the prediction");
+}
+
 int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   char err[512], nvdisasm[4096];
   model_job j;
@@ -301,6 +455,9 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
                    "launches as its config says");
   if (o->plot && o->nseqs > 1)
     return cli_say(EXIT_BAD_INPUT, "--plot draws one problem: give one --seq");
+  if (o->problem.op == FA_OP_DECODE && (o->cubin || o->plot || o->nseqs > 1))
+    return cli_say(EXIT_BAD_INPUT, "fatune model --op decode takes a variant (--variant or "
+                   "--config) at one problem: it compares its numbers of splits");
   if (fa_problem_dim_v(&o->problem) != o->problem.dim)
     return cli_say(EXIT_BAD_INPUT, "fatune model takes one head dim for Q, K and V yet: its "
                    "traffic and FLOPs have no --dim-v");
@@ -316,11 +473,17 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     return cli_say(1, "fatune model needs nvdisasm (on PATH, in $CUDA_HOME/bin or the PyPI "
                    "package nvidia-cuda-nvdisasm)");
   int rc = !fatune_kernel ? from_cubin(o, nvdisasm, &j, err, sizeof err)
-                    : from_variant(g, o, t, nvdisasm, &j, err, sizeof err);
+                    : from_variant(g, o, t, NULL, nvdisasm, &j, err, sizeof err);
   if (rc == 0 && model_build(j.m, &j.trace, &j.l, &j.p, &j.b, err, sizeof err) != 0) rc = -1;
   if (rc != 0) {
     job_free(&j);
     return cli_say(EXIT_BAD_INPUT, err);
+  }
+  if (j.p.decode) {
+    rc = model_predict(j.m, &j.b, &j.l, &j.p, 0, &j.r, err, sizeof err) != 0
+             ? cli_say(EXIT_BAD_INPUT, err) : decode_main(g, o, t, nvdisasm, &j);
+    job_free(&j);
+    return rc;
   }
   /* One kernel (chosen for the first --seq), predicted at each length. */
   const int n = o->nseqs > 1 ? o->nseqs : 1;

@@ -52,23 +52,45 @@ static int shard(fa_problem *keys, size_t *count, int i, int n) {
   return rc;
 }
 
+/* The values of one list of a sweep: n of them, or the one given (one). */
+typedef struct list { const int *v; int n, one; } list;
+
+static list list_of(const int *vals, int n, int one) {
+  const list l = {vals, n > 1 ? n : 1, one};
+  return l;
+}
+
+static int list_at(list l, int i) { return l.n > 1 ? l.v[i] : l.one; }
+
 int sweep_keys(const cli_opts *o, fa_problem **keys, size_t *n) {
   const int nt = o->ndtypes ? o->ndtypes : 1, nd = o->ndims ? o->ndims : 1;
   const int ns = o->nseqs ? o->nseqs : 1, nc = o->causal_both ? 2 : 1;
-  fa_problem *k = malloc((size_t)nt * nd * nc * ns * sizeof *k);
+  const fa_problem *q = &o->problem;
+  /* Op decode's: the group, the page, the batch, the cache's length. */
+  const list lg = list_of(o->gqas, o->ngqas, q->kv_group), lp = list_of(o->pages, o->npages, q->page);
+  const list lb = list_of(o->batches, o->nbatches, q->batch);
+  const list lk = list_of(o->seqks, o->nseqks, q->seq_k);
+  const size_t dec = (size_t)lg.n * lp.n * lb.n * lk.n;
+  fa_problem *k = malloc((size_t)nt * nd * nc * ns * dec * sizeof *k);
   if (!k) return -1;
   size_t m = 0;
   for (int a = 0; a < nt; a++)
     for (int b = 0; b < nd; b++)
       for (int c = 0; c < nc; c++)
-        for (int d = 0; d < ns; d++) {
-          fa_problem p = o->problem;
-          if (o->ndtypes) p.dtype = o->dtypes[a];
-          if (o->ndims) p.dim = o->dims[b];
-          if (o->causal_both) p.causal = c;
-          if (o->nseqs > 1) p.seq_q = p.seq_k = o->seqs[d];
-          k[m++] = p;
-        }
+        for (int d = 0; d < ns; d++)
+          for (size_t e = 0; e < dec; e++) {
+            fa_problem p = *q;
+            if (o->ndtypes) p.dtype = o->dtypes[a];
+            if (o->ndims) p.dim = o->dims[b];
+            if (o->causal_both) p.causal = c;
+            if (o->nseqs > 1) p.seq_q = p.seq_k = o->seqs[d];
+            p.kv_group = list_at(lg, (int)(e / ((size_t)lp.n * lb.n * lk.n)));
+            p.page = list_at(lp, (int)(e / ((size_t)lb.n * lk.n) % lp.n));
+            p.batch = list_at(lb, (int)(e / lk.n % lb.n));
+            p.seq_k = list_at(lk, (int)(e % lk.n));
+            if (o->nseqs > 1) p.seq_k = o->seqs[d];
+            k[m++] = p;
+          }
   *keys = k, *n = m;
   if (o->shard_n && shard(k, n, o->shard_i - 1, o->shard_n) != 0) {
     free(k);

@@ -11,8 +11,9 @@
 #include "cli.h"
 
 /* Every key of o's lists, dtype first, then dim, then causal (without,
-** with: --causal=both), then seq: o->problem with those set (seq_k = seq_q
-** unless --seq-k was given), in *keys (the caller frees it); then, with
+** with: --causal=both), then seq, then op decode's group, page, batch and
+** cache length: o->problem with those set (seq_k = seq_q unless --seq-k
+** was given), in *keys (the caller frees it); then, with
 ** --shard, only the shard's keys, in the same order. 0, or -1 when out of
 ** memory. */
 int sweep_keys(const cli_opts *o, fa_problem **keys, size_t *n);

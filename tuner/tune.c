@@ -423,6 +423,10 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
     s.run.seq_k = p->seq_k < o->emu_seq ? p->seq_k : o->emu_seq;
     s.run.batch = 1;
     s.run.heads = p->heads < 2 ? p->heads : 2;
+    if (p->op == FA_OP_DECODE) {  /* two K/V heads of the group, up to three sequences */
+      s.run.batch = p->batch < 3 ? p->batch : 3;
+      s.run.heads = fa_problem_kv_heads(p) < 2 ? p->heads : 2 * fa_problem_group(p);
+    }
   }
   banner(g, &s, note);
   int rc = 1;
@@ -446,7 +450,8 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
 /* ---- A sweep: key after key ---- */
 
 static int is_sweep(const cli_opts *o) {
-  return o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->causal_both || o->shard_n;
+  return o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->causal_both || o->shard_n ||
+         o->nseqks > 1 || o->nbatches > 1 || o->ngqas > 1 || o->npages > 1;
 }
 
 /* Each key of the sweep (or of its shard) in turn, as if asked alone: each
@@ -470,8 +475,12 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     const fa_problem *p = &keys[i];
     char dims[24];
     fa_dims_text(p->dim, p->dim_v, dims, sizeof dims);
-    fprintf(stderr, "fatune: key %zu/%zu%s: %s dim %s seq_q %d seq_k %d%s\n", i + 1, n, shard,
-            fa_dtype_name(p->dtype), dims, p->seq_q, p->seq_k, p->causal ? " causal" : "");
+    char dec[64] = "";
+    if (p->op == FA_OP_DECODE)
+      snprintf(dec, sizeof dec, " batch %d gqa %d page %d", p->batch, fa_problem_group(p),
+               p->page);
+    fprintf(stderr, "fatune: key %zu/%zu%s: %s dim %s seq_q %d seq_k %d%s%s\n", i + 1, n, shard,
+            fa_dtype_name(p->dtype), dims, p->seq_q, p->seq_k, dec, p->causal ? " causal" : "");
     const int one_rc = tune_one(g, &one, t);
     fflush(stdout);   /* its table before the next key's line, in one log */
     failed += one_rc != 0;

@@ -94,6 +94,80 @@ static int blocks_of(const model_problem *p, const model_launch *l, int m) {
   return p->mod ? mod_blocks(p, l, m, all) : all;
 }
 
+/* Decoding: the group's query rows, the CTAs over them per sequence
+** (the kernel's {"kv_rows", rows} grid), a sequence's keys. */
+static int decode_group(const model_problem *p) { return p->kv_group > 1 ? p->kv_group : 1; }
+
+static long decode_ctas(const model_problem *p, const model_launch *l) {
+  const long rows = (long)decode_group(p) * p->seq_q;
+  return (long)(p->heads / decode_group(p)) * ((rows + l->block_m - 1) / l->block_m);
+}
+
+static int decode_len(const model_problem *p, int b) { return p->kv_lens ? p->kv_lens[b] : p->seq_k; }
+
+/* Each decoding CTA's blocks: its split's share of its sequence's keys,
+** whole blocks but the last (templates/simtdec/simtdec.cu). */
+static void decode_tiles(const model_problem *p, const model_launch *l, double fill, double cpb,
+                         double qo, double *t) {
+  const long per_seq = decode_ctas(p, l);
+  const int splits = l->splits > 0 ? l->splits : 1;
+  long i = 0;
+  for (int b = 0; b < p->batch; b++) {
+    const long len = decode_len(p, b);
+    const long chunk = ((len + splits - 1) / splits + l->block_n - 1) / l->block_n * l->block_n;
+    for (long c = 0; c < per_seq; c++)
+      for (int s = 0; s < splits; s++, i++) {
+        long keys = len - s * chunk;
+        keys = keys < 0 ? 0 : keys > chunk ? chunk : keys;
+        const long n = (keys + l->block_n - 1) / l->block_n;
+        t[i] = (n > 0 ? fill + n * cpb : 0) + qo;
+      }
+  }
+}
+
+/* Decoding's DRAM bytes: each K/V head's keys once (the CTAs of one
+** head's other query rows read them again from L2), Q and O, and with
+** splits the partials written and read back by the combine. */
+static double decode_kv_bytes(const model_problem *p) {
+  double keys = 0;
+  for (int b = 0; b < p->batch; b++) keys += decode_len(p, b);
+  return keys * (p->heads / decode_group(p)) * 2.0 * p->dim * p->elem_bytes;
+}
+
+static double decode_partial_bytes(const model_problem *p, const model_launch *l) {
+  const double rows = (double)p->batch * p->heads * p->seq_q;
+  return l->splits > 1 ? rows * l->splits * (p->dim + 1) * 4.0 : 0;
+}
+
+int model_fa2_splits(const model_problem *p, const estimate_gpu *g) {
+  /* set_params_splitkv: 128-thread CTAs, two an SM; kBlockN by head dim;
+  ** with one new token under GQA the group's heads are the query rows
+  ** (seqlenq_ngroups_swapped) */
+  const int block_n = p->dim <= 64 ? 256 : p->dim <= 128 ? 128 : 64;
+  int max_len = 0;
+  for (int b = 0; b < p->batch; b++) max_len = decode_len(p, b) > max_len ? decode_len(p, b) : max_len;
+  const int swapped = p->seq_q == 1 && decode_group(p) > 1;
+  const int heads = swapped ? p->heads / decode_group(p) : p->heads;
+  const int seq_q = swapped ? decode_group(p) : p->seq_q;
+  const int units = p->batch * heads * ((seq_q + 63) / 64), sms = 2 * g->sms;
+  const int n_blocks = (max_len + block_n - 1) / block_n;
+  /* num_splits_heuristic */
+  if (units >= 0.8f * sms) return 1;
+  int most = 128 < sms ? 128 : sms;
+  most = n_blocks < most ? n_blocks : most;
+  float eff[129] = {0}, best = 0;
+  for (int s = 1; s <= most; s++) {
+    const int eligible = s == 1 || (n_blocks + s - 1) / s != (n_blocks + s - 2) / (s - 1);
+    if (!eligible) continue;
+    const float waves = (float)(units * s) / sms;
+    eff[s] = waves / ceilf(waves);
+    best = eff[s] > best ? eff[s] : best;
+  }
+  for (int s = 1; s <= most; s++)
+    if (eff[s] > 0 && eff[s] >= 0.85f * best) return s;
+  return 1;
+}
+
 /* A min-heap of slot free times. */
 static void heap_down(double *h, int n, int i) {
   for (;;) {
@@ -162,7 +236,8 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     return -1;
   }
   long mblocks = ((p->backward ? p->seq_k : p->seq_q) + l->block_m - 1) / l->block_m;
-  long tiles = mblocks * p->batch * p->heads;
+  long tiles = p->decode ? p->batch * decode_ctas(p, l) * (l->splits > 0 ? l->splits : 1)
+                         : mblocks * p->batch * p->heads;
   int ctas = out->ctas_per_sm;
   if (tiles < (long)g->sms * ctas) ctas = (int)((tiles + g->sms - 1) / g->sms);
   model_sm sm = {m->l2_bytes_clk / g->sms, m->l2_latency, m->hgmma_latency};
@@ -190,7 +265,11 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     return -1;
   }
   long i = 0;
-  for (int h = 0; h < p->batch * p->heads; h++)
+  if (p->decode) {  /* Q's rows in, the partials (or O) out */
+    qo = 2.0 * l->block_m * p->dim * 4 / sm.l2_bytes_clk + 2 * sm.l2_latency;
+    decode_tiles(p, l, fill, cpb, qo, t);
+  }
+  for (int h = 0; !p->decode && h < p->batch * p->heads; h++)
     for (int mb = 0; mb < mblocks; mb++, i++) {
       int n = blocks_of(p, l, l->heavy_first ? (int)mblocks - 1 - mb : mb);
       /* with the blocks of `ctas` resident tiles interleaved, one tile's
@@ -219,14 +298,31 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   double dram_bytes = bh * p->elem_bytes * p->dim *
                       (p->backward ? 2.0 * p->seq_q + 4.0 * p->seq_k
                                    : 2.0 * p->seq_q + 2.0 * p->seq_k);
+  if (p->decode) {
+    out->kv_bytes = decode_kv_bytes(p);
+    dram_bytes = out->kv_bytes + 4.0 * bh * p->seq_q * p->dim * p->elem_bytes / 2 +
+                 decode_partial_bytes(p, l);
+  }
   double dram = dram_bytes / (g->dram_gbs * 1e9), apart = 0;
+  if (p->decode && l->splits > 1) {
+    /* The combine, after: its partials read back at DRAM's rate, and a
+    ** query row's two dependent reads (the logsumexps, then O's rows)
+    ** per wave of its CTAs, 16 an SM */
+    const double waves = ceil(rows / (16.0 * g->sms));
+    apart = decode_partial_bytes(p, l) / 2 / (g->dram_gbs * 1e9) +
+            waves * 2 * sm.l2_latency / (g->clock_ghz * 1e9);
+    out->combine_us = apart * 1e6;
+  }
   if (p->backward) {
     double side = rows * p->dim * (3.0 * p->elem_bytes + (l->dq_accum ? 8.0 : 0)) + 8.0 * rows;
     apart = side / (g->dram_gbs * 1e9);
   }
   out->flops = 4.0 * p->batch * p->heads * p->seq_q * (double)p->seq_k * p->dim;
   if (p->backward) out->flops *= 2.5;  /* five products of the tile's size to two */
-  if (p->mod && !p->backward) {  /* the pairs the mask keeps, as for the causal half */
+  if (p->decode) {  /* every new token over its sequence's keys */
+    out->flops = 4.0 * p->heads * p->seq_q * p->dim * (out->kv_bytes /
+                 ((p->heads / decode_group(p)) * 2.0 * p->dim * p->elem_bytes));
+  } else if (p->mod && !p->backward) {  /* the pairs the mask keeps, as for the causal half */
     out->flops *= kept_share(p);
   } else if (p->causal) {  /* the computed half, as FlashAttention's papers count it */
     double keep = 0;

@@ -37,6 +37,12 @@ typedef struct model_problem {
   int batch, heads, seq_q, seq_k, dim, causal, elem_bytes;
   int backward;
   const struct fa_mod *mod;  /* a mask's K/V blocks a CTA skips (fa_mod_block); NULL none */
+  /* Decoding (op decode): seq_q new tokens of each sequence over its
+  ** kv_lens[b] cached keys (NULL: seq_k each), heads query heads reading
+  ** K/V head h / kv_group. */
+  int decode;
+  int kv_group;
+  const int *kv_lens;
 } model_problem;
 
 /* How the kernel runs: its tile and launch. consumers 0: a plain kernel
@@ -57,6 +63,8 @@ typedef struct model_launch {
                               its first launch, converted by its last) */
   int ldsm_ways;           /* times over each ldmatrix reads shared memory (bank
                               conflicts); 0 or 1: none */
+  int splits;              /* decoding: CTAs sharing a sequence's keys, their partials
+                              merged by a combine launch when more than 1 */
 } model_launch;
 
 /* A kernel ready to simulate: its roles' instructions (owned). */
@@ -84,6 +92,8 @@ typedef struct model_result {
   double wait_share;       /* the consumers' share of time blocked on waits */
   double waves, wave_efficiency;  /* CTA waves (or tiles per slot), busy share of the SMs */
   double flops;
+  double kv_bytes;         /* decoding: the K/V cache's bytes read (each K/V head once) */
+  double combine_us;       /* decoding: the combine launch's share of time_us */
   model_run run;           /* the steady run (with its timeline when asked) */
 } model_result;
 
@@ -91,6 +101,11 @@ extern const char *const model_util_names[8];
 
 int model_predict(const model_gpu *m, const model_built *b, const model_launch *l,
                   const model_problem *p, int trace, model_result *out, char *err, size_t errlen);
+
+/* FlashAttention-2's choice of splits for decoding problem p on g
+** (flash_api.cpp: num_splits_heuristic over set_params_splitkv's blocks):
+** the fewest splits whose wave efficiency is within 85% of the best. */
+int model_fa2_splits(const model_problem *p, const estimate_gpu *g);
 void model_result_free(model_result *r);
 
 /* The register count of `function` in a cubin (its .nv.info

@@ -74,7 +74,8 @@ static void zero_rows(const fa_problem *p, double *q, double *k, double *v, uint
     for (size_t d = 0; d < D; d++) k[r * D + d] = 0;
 }
 
-/* NaN and Inf in the inputs: query row 7 of each head all NaN, and one
+/* NaN and Inf in the inputs: query row 7 of each head (decoding's
+** few rows: the last) all NaN, and one
 ** component of key row seq_k / 3 +Inf, so its logit is +Inf (the row NaN,
 ** from Inf - Inf), -Inf (the key ignored) or NaN (a zero factor) by the
 ** sign of the query's component: O and lse NaN where the float64
@@ -82,9 +83,9 @@ static void zero_rows(const fa_problem *p, double *q, double *k, double *v, uint
 static void nan_inf(const fa_problem *p, double *q, double *k, double *v, uint64_t *rng) {
   (void)v, (void)rng;
   const size_t D = (size_t)p->dim;
+  const size_t r = p->seq_q > 7 ? 7 : (size_t)p->seq_q - 1;  /* decoding's few: the last */
   for (size_t bh = 0; bh < rows(p, 1); bh++) {
-    if (p->seq_q > 7)
-      for (size_t d = 0; d < D; d++) q[(bh * (size_t)p->seq_q + 7) * D + d] = NAN;
+    for (size_t d = 0; d < D; d++) q[(bh * (size_t)p->seq_q + r) * D + d] = NAN;
     k[(bh * (size_t)p->seq_k + (size_t)p->seq_k / 3) * D + D / 2] = INFINITY;
   }
 }
@@ -94,24 +95,30 @@ typedef struct suite_case {
   int seq_q, seq_k;  /* 0: 130 */
   int causal_only;
   val_shape_fn shape;
+  int ragged;        /* op decode alone: sequences of 130, 67, 0 and 1 keys */
 } suite_case;
 
 static const suite_case cases[] = {
   {"outlier", "one key per head 1000 times the others, its logit dwarfing every other", 0, 0, 0,
-   outlier},
+   outlier, 0},
   {"no-key", "the causal mask with more queries than keys (70 and 33): 37 rows see none, O = 0, "
-   "lse = -inf", 70, 33, 1, NULL},
+   "lse = -inf", 70, 33, 1, NULL, 0},
   {"lse-underflow", "every logit near -100: lse below -88.7, where exp underflows in fp32", 0, 0,
-   0, lse_underflow},
+   0, lse_underflow, 0},
   {"seq-192", "192 queries and keys, 64 past a multiple of 128 (PyTorch #196678's NaN)", 192, 192,
-   0, NULL},
-  {"one-query", "a single query over 150 keys", 1, 150, 0, NULL},
-  {"huge-values", "V at an eighth of the dtype's largest value", 0, 0, 0, huge_values},
-  {"same-keys", "every key of a head the same: a uniform softmax", 0, 0, 0, same_keys},
-  {"zero-rows", "every third query and fifth key all zeros", 0, 0, 0, zero_rows},
+   0, NULL, 0},
+  {"one-query", "a single query over 150 keys", 1, 150, 0, NULL, 0},
+  {"huge-values", "V at an eighth of the dtype's largest value", 0, 0, 0, huge_values, 0},
+  {"same-keys", "every key of a head the same: a uniform softmax", 0, 0, 0, same_keys, 0},
+  {"zero-rows", "every third query and fifth key all zeros", 0, 0, 0, zero_rows, 0},
   {"nan-inf", "a query row of NaN and a key with one +Inf: O and lse NaN exactly where the "
-   "float64 reference's are", 0, 0, 0, nan_inf},
+   "float64 reference's are", 0, 0, 0, nan_inf, 0},
+  {"ragged", "decoding: sequences of 130, 67, 0 and 1 keys in one batch, over pages out of "
+   "order, the first two sharing their first page (of up to 67 tokens)", 1, 0, 0, NULL, 1},
 };
+
+/* The ragged case's lengths (of 130 keys at most). */
+static const int ragged_lens[] = {130, 67, 0, 1};
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
 int val_suite_size(void) { return NCASES; }
@@ -119,11 +126,21 @@ const char *val_suite_name(int i) { return i >= 0 && i < NCASES ? cases[i].name 
 const char *val_suite_what(int i) { return i >= 0 && i < NCASES ? cases[i].what : NULL; }
 
 int val_suite_problem(int i, const fa_problem *p, fa_problem *out) {
-  if (i < 0 || i >= NCASES || (cases[i].causal_only && !p->causal)) return 0;
+  if (i < 0 || i >= NCASES || (cases[i].causal_only && !p->causal) ||
+      (cases[i].ragged && p->op != FA_OP_DECODE))
+    return 0;
   *out = *p;
   out->batch = 1, out->heads = 2, out->kv_group = 0;
   out->seq_q = cases[i].seq_q ? cases[i].seq_q : 130;
   out->seq_k = cases[i].seq_k ? cases[i].seq_k : 130;
+  if (p->op == FA_OP_DECODE) {  /* two K/V heads of the problem's group, three sequences */
+    /* a few new tokens: the causal case's two more than its keys */
+    out->seq_q = cases[i].seq_q && cases[i].seq_q < 4 ? cases[i].seq_q : 4;
+    if (cases[i].causal_only) out->seq_k = 2;
+    out->kv_group = fa_problem_group(p);
+    out->heads = 2 * out->kv_group, out->batch = 3, out->kv_lens = NULL;
+    if (cases[i].ragged) out->batch = 4, out->kv_lens = ragged_lens;
+  }
   return 1;
 }
 

@@ -234,11 +234,17 @@ static void record_failed(trial_env *e, const trial *t, const char *err) {
 
 db_problem trial_key(const trial_env *e) {
   const fa_problem *p = e->run, *a = e->asked ? e->asked : e->run;
+  /* Decoding's choice depends on the batch asked for (the emulator runs
+  ** fewer), the GQA ratio and the page size: they are part of its key. */
+  const int decode = p->op == FA_OP_DECODE;
   return (db_problem){.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
                       .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads,
                       .causal = p->causal, .arch = e->arch, .req_seq_q = a->seq_q,
                       .req_seq_k = a->seq_k, .dim_v = fa_problem_dim_v(p),
-                      .mod = p->mod ? p->mod->hash : NULL};
+                      .mod = p->mod ? p->mod->hash : NULL,
+                      .req_batch = decode ? a->batch : 0,
+                      .kv_group = decode ? fa_problem_group(a) : 1,
+                      .page = decode ? a->page : 0};
 }
 
 /* What compiled the code a trial ran, for its record: "NVRTC 13.0" on a
@@ -292,7 +298,9 @@ int trial_record(trial_env *e, const trial *t) {
 static int ensure_case(trial_env *e) {
   if (e->have_case) return 0;
   char err[256];
-  int rc = e->gpu ? val_case_make_oracle(&e->vc, e->run, e->seed, e->be, e->oracle_b.prog,
+  /* Decoding's few query rows keep the float64 reference on the CPU. */
+  const int oracle = e->gpu && e->run->op != FA_OP_DECODE;
+  int rc = oracle ? val_case_make_oracle(&e->vc, e->run, e->seed, e->be, e->oracle_b.prog,
                                          &e->oracle_k, ORACLE_SAMPLE_ROWS, err, sizeof err)
                   : val_case_make(&e->vc, e->run, e->seed, err, sizeof err);
   if (rc == 0)

@@ -37,7 +37,7 @@ void val_case_free(val_case *c) {
   free(c->dq_mag), free(c->dk_mag);
   free(c->sample_rows), free(c->sample_o);
   free(c->sample_krows), free(c->sample_dq), free(c->sample_dq_mag), free(c->sample_dk);
-  free(c->sample_dv);
+  free(c->sample_dv), free(c->table), free(c->lens);
   memset(c, 0, sizeof *c);
 }
 
@@ -360,6 +360,145 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
   return rc;
 }
 
+/* Op decode: the pages of sequence b, and the page of the K/V cache its
+** j-th table entry holds. */
+typedef struct pool_plan {
+  int page, pps, kvh, num_pages, nan_page;
+  int *table;          /* batch x pps */
+  int *shared;         /* per sequence: its first page is the one before's */
+} pool_plan;
+
+/* Sequence b's pages that hold keys. */
+static int used_pages(const fa_problem *p, int b, int page) {
+  return (fa_problem_kv_len(p, b) + page - 1) / page;
+}
+
+/* Which sequences share their first page, the pool's size and its
+** shuffled order into pl; the shared rows copied into the dense inputs
+** (kernel dtype and exact values) so that the pool holds one copy. */
+static int plan_pool(val_case *c, double *kd, double *vd, uint64_t *rng, pool_plan *pl) {
+  const fa_problem *p = &c->p;
+  const int DV = fa_problem_dim_v(p);
+  pl->page = fa_problem_page(p), pl->pps = fa_problem_pages_per_seq(p);
+  pl->kvh = fa_problem_kv_heads(p);
+  pl->table = malloc((size_t)p->batch * (size_t)pl->pps * sizeof *pl->table);
+  pl->shared = calloc((size_t)p->batch, sizeof *pl->shared);
+  int *order = NULL;
+  if (!pl->table || !pl->shared) return -1;
+  int n = 0;
+  for (int b = 0; b < p->batch; b++) {
+    pl->shared[b] = b % 2 == 1 && fa_problem_kv_len(p, b) >= pl->page &&
+                    fa_problem_kv_len(p, b - 1) >= pl->page;
+    n += used_pages(p, b, pl->page) - pl->shared[b];
+  }
+  pl->num_pages = n + 1, pl->nan_page = n;
+  if (!(order = malloc((size_t)pl->num_pages * sizeof *order))) return -1;
+  for (int i = 0; i < pl->num_pages; i++) order[i] = i;
+  for (int i = pl->num_pages - 1; i > 0; i--) {  /* Fisher-Yates */
+    const int j = (int)(rng_next(rng) % (uint64_t)(i + 1)), t = order[i];
+    order[i] = order[j], order[j] = t;
+  }
+  int next = 0;
+  for (int b = 0; b < p->batch; b++)
+    for (int j = 0; j < pl->pps; j++) {
+      int *e = &pl->table[(size_t)b * pl->pps + j];
+      if (j >= used_pages(p, b, pl->page)) *e = order[pl->nan_page];
+      else if (j == 0 && pl->shared[b]) *e = pl->table[(size_t)(b - 1) * pl->pps];
+      else *e = order[next++];
+    }
+  pl->nan_page = order[pl->nan_page];
+  free(order);
+  /* The shared page's rows: sequence b's first page is b - 1's. */
+  for (int b = 1; b < p->batch; b++)
+    for (int hk = 0; pl->shared[b] && hk < pl->kvh; hk++)
+      for (int t = 0; t < pl->page; t++) {
+        const size_t from = (((size_t)(b - 1) * p->heads + hk) * p->seq_k + t);
+        const size_t to = (((size_t)b * p->heads + hk) * p->seq_k + t);
+        for (int d = 0; d < p->dim; d++)
+          kd[to * p->dim + d] = fa_elem_put(c->k, p->dtype, to * p->dim + d, kd[from * p->dim + d]);
+        for (int d = 0; d < DV; d++)
+          vd[to * DV + d] = fa_elem_put(c->v, p->dtype, to * DV + d, vd[from * DV + d]);
+      }
+  return 0;
+}
+
+/* The dense (batch, heads, seq_k, dim) rows of x (kernel dtype) and xd
+** (exact) scattered into pools by the plan, every other element NaN. */
+static int scatter(const fa_problem *p, const pool_plan *pl, int dim, const void *x,
+                   const double *xd, void **pool, double **poold) {
+  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  const size_t n = (size_t)pl->num_pages * pl->page * pl->kvh * dim;
+  *pool = malloc(n * es), *poold = malloc(n * sizeof **poold);
+  if (!*pool || !*poold) return -1;
+  for (size_t i = 0; i < n; i++) (*poold)[i] = fa_elem_put(*pool, p->dtype, i, NAN);
+  for (int b = 0; b < p->batch; b++)
+    for (int c = 0; c < fa_problem_kv_len(p, b); c++) {
+      const size_t pg = (size_t)pl->table[(size_t)b * pl->pps + c / pl->page];
+      for (int hk = 0; hk < pl->kvh; hk++) {
+        const size_t to = ((pg * pl->page + c % pl->page) * pl->kvh + hk) * dim;
+        const size_t from = (((size_t)b * p->heads + hk) * p->seq_k + c) * dim;
+        for (int d = 0; d < dim; d++) {
+          memcpy((char *)*pool + (to + d) * es, (const char *)x + (from + d) * es, es);
+          (*poold)[to + d] = xd[from + d];
+        }
+      }
+    }
+  return 0;
+}
+
+/* Op decode's case from the dense inputs make_inputs drew: the pools, the
+** table and the reference. */
+static int make_decode(val_case *c, const double *qd, const double *kd, const double *vd,
+                       char *err, size_t errlen) {
+  const fa_problem *p = &c->p;
+  pool_plan pl = {0};
+  void *kp = NULL, *vp = NULL;
+  double *kpd = NULL, *vpd = NULL;
+  uint64_t rng = c->seed ^ 0xdecdec0deULL;
+  int rc = -1;
+  if (p->heads % fa_problem_group(p)) {
+    snprintf(err, errlen, "%d heads do not divide into groups of %d", p->heads,
+             fa_problem_group(p));
+    return -1;
+  }
+  for (int b = 0; b < p->batch; b++)
+    if (fa_problem_kv_len(p, b) < 0 || fa_problem_kv_len(p, b) > p->seq_k) {
+      snprintf(err, errlen, "sequence %d has %d keys, outside 0..%d", b, fa_problem_kv_len(p, b),
+               p->seq_k);
+      return -1;
+    }
+  if (plan_pool(c, (double *)kd, (double *)vd, &rng, &pl) != 0 ||
+      scatter(p, &pl, p->dim, c->k, kd, &kp, &kpd) != 0 ||
+      scatter(p, &pl, fa_problem_dim_v(p), c->v, vd, &vp, &vpd) != 0) {
+    snprintf(err, errlen, "out of memory for the validation inputs");
+  } else {
+    const ref_decode_io io = {qd, fa_layout_contiguous(p, p->seq_q), kpd, vpd,
+                              attn_pool_layout(p), attn_pool_layout_v(p), pl.table, pl.num_pages,
+                              c->o_ref, fa_layout_contiguous_v(p, p->seq_q), c->lse_ref,
+                              c->lse_mag};
+    rc = ref_op(p, &io, err, errlen);
+  }
+  if (rc == 0) {
+    free(c->k), free(c->v);
+    c->k = kp, c->v = vp, kp = vp = NULL;
+    c->table = pl.table, pl.table = NULL, c->num_pages = pl.num_pages;
+  }
+  free(kp), free(vp), free(kpd), free(vpd), free(pl.table), free(pl.shared);
+  return rc;
+}
+
+/* The case's own copy of its problem's lengths. */
+static int own_lens(val_case *c, char *err, size_t errlen) {
+  c->lens = malloc((size_t)c->p.batch * sizeof *c->lens);
+  if (!c->lens) {
+    snprintf(err, errlen, "out of memory for the validation inputs");
+    return -1;
+  }
+  memcpy(c->lens, c->p.kv_lens, (size_t)c->p.batch * sizeof *c->lens);
+  c->p.kv_lens = c->lens;
+  return 0;
+}
+
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen) {
   return val_case_make_shaped(c, p, seed, NULL, err, errlen);
@@ -368,10 +507,6 @@ int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, cha
 int val_case_make_shaped(val_case *c, const fa_problem *p, unsigned long long seed,
                          val_shape_fn shape, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
-  if (p->op != FA_OP_FWD && p->op != FA_OP_BWD) {
-    snprintf(err, errlen, "no validation case for op %s: not implemented yet", fa_op_name(p->op));
-    return -1;
-  }
   const size_t bh = (size_t)p->batch * (size_t)p->heads;
   const size_t nq = bh * (size_t)p->seq_q * (size_t)p->dim, nk = bh * (size_t)p->seq_k * (size_t)p->dim;
   const size_t DV = (size_t)fa_problem_dim_v(p);
@@ -384,6 +519,9 @@ int val_case_make_shaped(val_case *c, const fa_problem *p, unsigned long long se
   if (!qd || !kd || !vd || !c->o_ref || !c->lse_ref || !c->lse_mag ||
       make_inputs(c, p, seed, shape, qd, kd, vd)) {
     snprintf(err, errlen, "out of memory for the validation inputs");
+  } else if (p->op == FA_OP_DECODE) {
+    rc = make_decode(c, qd, kd, vd, err, errlen);
+    if (rc == 0 && p->kv_lens) rc = own_lens(c, err, errlen);
   } else {
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
     const fa_layout lv = fa_layout_contiguous_v(p, p->seq_k), lo = fa_layout_contiguous_v(p, p->seq_q);
@@ -599,6 +737,7 @@ static const val_output bwd_outputs[] = {
 static const struct { const val_output *out; int n; } op_outputs[FA_NOPS] = {
   [FA_OP_FWD] = {fwd_outputs, sizeof fwd_outputs / sizeof fwd_outputs[0]},
   [FA_OP_BWD] = {bwd_outputs, sizeof bwd_outputs / sizeof bwd_outputs[0]},
+  [FA_OP_DECODE] = {fwd_outputs, sizeof fwd_outputs / sizeof fwd_outputs[0]},
 };
 
 static int val_noutputs(fa_op op) {
@@ -633,6 +772,9 @@ static size_t first_diff(const void *a, const void *b, size_t n, size_t es) {
 int val_inputs_upload(fa_backend *be, const val_case *c, attn_inputs *in, char *err,
                       size_t errlen) {
   memset(in, 0, sizeof *in);
+  if (c->p.op == FA_OP_DECODE)
+    return attn_decode_inputs_upload(be, &c->p, c->q, c->k, c->v, c->num_pages, c->table, in,
+                                     err, errlen) ? -1 : 0;
   if (attn_inputs_upload(be, &c->p, c->q, c->k, c->v, in, err, errlen) != 0) return -1;
   if (c->p.op == FA_OP_BWD &&
       attn_bwd_inputs_upload(be, &c->p, c->o, c->lse, c->dout, in, err, errlen) != 0) {

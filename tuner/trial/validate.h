@@ -23,7 +23,11 @@ double val_tolerance(fa_dtype t);
 typedef struct val_case {
   fa_problem p;
   unsigned long long seed;
-  void *q, *k, *v;        /* kernel dtype, contiguous */
+  void *q, *k, *v;        /* kernel dtype, contiguous; op decode: k and v are the KV
+                          ** cache's pools of num_pages pages (attn_pool_layout) */
+  int *table;             /* op decode: the block table (attn_decode_inputs_upload's) */
+  int num_pages;
+  int *lens;              /* op decode: p.kv_lens's copy, which p points to; NULL: none */
   double *o_ref, *lse_ref;
   double *lse_mag;        /* per row, the size of its largest logit's terms (ref_fwd_io's),
                           ** which the logsumexp's error is judged against; NULL on a GPU's
@@ -50,7 +54,11 @@ typedef struct val_case {
 } val_case;
 
 /* Normal random Q, K, V (and for op bwd dO) from seed; the reference from
-** the rounded values. */
+** the rounded values. Op decode: K and V scattered into a pool of pages
+** in a random order, a sequence's first page shared with the one before
+** where both fill it (a common prefix), the table's entries past a
+** sequence's length and the tokens of its last page past it pointing at
+** NaN, which no kernel may read; the lengths are p's (fa_problem_kv_len). */
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen);
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Decoding (op decode) in the timing model: the splits a tuner finds (the
+# model's best of 1 to 128) against FlashAttention-2's heuristic
+# (num_splits_heuristic), the same kernel at both, on uniform and skewed batches, without GQA and with 8
+# query heads per K/V head, on H100 and A100; one new token, bf16, head
+# dim 128, 32 query heads, the cache paged in 16-token pages. Each figure
+# is `fatune model --op decode`'s, the K/V cache's bytes over the time as
+# a share of the GPU's HBM bandwidth beside it.
+#
+# usage: scripts/bench-decode.sh [path/to/fatune]    (default build/fatune)
+# GPUS="h100 a100" narrows it. Needs nvdisasm (scripts/install-deps.sh).
+# About 6 s a line on two cores, most of it NVRTC.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fatune="${1:-build/fatune}"
+[ -x "$fatune" ] || { echo "bench-decode: no fatune at $fatune (build it, or pass its path)" >&2; exit 2; }
+gpus="${GPUS:-h100 a100}"
+variant="${VARIANT:-r@n64w4-cpasync}"  # @: the group
+skew="32768,512,512,512,512,512,512,512"
+
+# name | problem flags (--gqa G last)
+cases=(
+  "batch 1, 32k keys|--batch 1 --seq-k 32768 --gqa 1"
+  "batch 8, 32k keys|--batch 8 --seq-k 32768 --gqa 1"
+  "batch 64, 4k keys|--batch 64 --seq-k 4096 --gqa 1"
+  "skewed: 32k + 7 x 512|--kv-lens $skew --gqa 1"
+  "gqa 8, batch 1, 32k|--batch 1 --seq-k 32768 --gqa 8"
+  "gqa 8, batch 8, 32k|--batch 8 --seq-k 32768 --gqa 8"
+  "gqa 8, skewed|--kv-lens $skew --gqa 8"
+)
+
+printf '%-5s %-24s %22s %22s %8s\n' gpu case "tuned: splits us HBM" "FA2: splits us HBM" "FA2/tuned"
+for gpu in $gpus; do
+  for c in "${cases[@]}"; do
+    name="${c%%|*}" flags="${c#*|}"
+    g="${flags##*--gqa }"
+    v="simtdec-bf16-d128-${variant//@/$g}-s1"
+    # shellcheck disable=SC2086
+    "$fatune" model --op decode --gpu "$gpu" --dtype bf16 --dim 128 --heads 32 --page 16 \
+      $flags --variant "$v" --json |
+      python3 -c '
+import json, sys
+gpu, name = sys.argv[1], sys.argv[2]
+rows = json.load(sys.stdin)
+tuned = next(r for r in rows if r["best"])
+fa2 = next(r for r in rows if r["fa2_heuristic"])
+cell = lambda r: "%3d %8.2f %5.1f%%" % (r["splits"], r["time_us"], 100 * r["hbm_share"])
+print("%-5s %-24s %22s %22s %8.2f" % (gpu, name, cell(tuned), cell(fa2),
+                                       fa2["time_us"] / tuned["time_us"]))
+' "$gpu" "$name"
+  done
+done

@@ -1,0 +1,306 @@
+/*
+** test_decode.c
+** Decoding over a KV cache (op decode). The float64 reference against the
+** forward pass's, run on each sequence's keys gathered here by hand: pages
+** of 1, 3 and more tokens out of order, a page shared by two sequences,
+** lengths 0, 1 and not a multiple of anything, GQA, the causal mask of the
+** new tokens. Then every variant of the simtdec family's default space on
+** the emulator, under two schedules, on such caches; the host's checks of
+** a bad table or length before any launch; the kernel's own check of a
+** page outside the pool, which it never reads and reports; and
+** FlashAttention-2's split heuristic on the cases its code comments give.
+** The input seed is printed; FATUNE_TEST_SEED replays a run.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "estimate.h"
+#include "model_sass.h"
+#include "reference.h"
+#include "validate.h"
+
+static fa_backend *be;
+static gen_state *gen;
+static gen_target target;
+static unsigned long long seed;
+
+static double normal(uint64_t *s) {
+  const double u = ((double)(val_rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+  const double v = ((double)(val_rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+  return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* ref_decode on a hand-built cache against ref_attention per sequence and
+** query head over keys gathered here: the same numbers to rounding. */
+static void test_reference(int page, int group, int causal) {
+  enum { B = 4, KVH = 2, SQ = 3, CAP = 11, D = 5 };
+  static const int lens[B] = {11, 0, 1, 7};
+  const int heads = KVH * group;
+  fa_problem p = {.batch = B, .heads = heads, .seq_q = SQ, .seq_k = CAP, .dim = D,
+                  .dtype = FA_FP64, .causal = causal, .op = FA_OP_DECODE, .kv_group = group,
+                  .page = page, .kv_lens = lens};
+  const int pps = fa_problem_pages_per_seq(&p), pg = fa_problem_page(&p);
+  const int pages = B * pps + 1;
+  uint64_t rng = seed;
+  double *q = malloc((size_t)B * heads * SQ * D * sizeof *q);
+  double *kp = malloc((size_t)pages * pg * KVH * D * sizeof *kp);
+  double *vp = malloc((size_t)pages * pg * KVH * D * sizeof *vp);
+  double *o = malloc((size_t)B * heads * SQ * D * sizeof *o), lse[B * 8 * SQ];
+  int *table = malloc((size_t)B * pps * sizeof *table);
+  if (!q || !kp || !vp || !o || !table) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < (size_t)B * heads * SQ * D; i++) q[i] = normal(&rng);
+  for (size_t i = 0; i < (size_t)pages * pg * KVH * D; i++) kp[i] = normal(&rng), vp[i] = normal(&rng);
+  /* Pages in reverse order; sequence 3 starts on sequence 0's first page. */
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < pps; j++) table[b * pps + j] = pages - 1 - (b * pps + j);
+  if (lens[3] >= pg) table[3 * pps] = table[0];
+  const fa_layout kl = {(long long)pg * KVH * D, D, KVH * D};
+  const ref_decode_io io = {q, fa_layout_contiguous(&p, SQ), kp, vp, kl, kl, table, pages, o,
+                            fa_layout_contiguous(&p, SQ), lse, NULL};
+  char err[256];
+  CHECK(ref_op(&p, &io, err, sizeof err) == 0, "ref decode: %s", err);
+  double worst = 0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < heads; h++) {
+      const int len = lens[b], hk = h / group;
+      if (len == 0) {  /* no key: zeros and -inf */
+        for (int r = 0; r < SQ; r++) {
+          const size_t at = ((size_t)b * heads + h) * SQ + r;
+          CHECK(lse[at] == -INFINITY && o[at * D] == 0, "b%d h%d r%d: lse %g o %g", b, h, r,
+                lse[at], o[at * D]);
+        }
+        continue;
+      }
+      double kd[CAP * D], vd[CAP * D], od[SQ * D], ld[SQ];
+      for (int c = 0; c < len; c++)
+        for (int d = 0; d < D; d++) {
+          const long long row = (long long)table[b * pps + c / pg] * kl.sb + (c % pg) * kl.sn + hk * kl.sh;
+          kd[c * D + d] = kp[row + d], vd[c * D + d] = vp[row + d];
+        }
+      fa_problem one = {.batch = 1, .heads = 1, .seq_q = SQ, .seq_k = len, .dim = D,
+                        .dtype = FA_FP64, .causal = causal};
+      const fa_layout lq = fa_layout_contiguous(&one, SQ), lk = fa_layout_contiguous(&one, len);
+      CHECK(ref_attention(&one, q + ((size_t)b * heads + h) * SQ * D, lq, kd, lk, vd, lk, od, lq,
+                          ld) == 0, "ref_attention b%d", b);
+      for (int r = 0; r < SQ; r++) {
+        const size_t at = ((size_t)b * heads + h) * SQ + r;
+        if (ld[r] == -INFINITY) {
+          CHECK(lse[at] == -INFINITY, "b%d h%d r%d: lse %g, no key", b, h, r, lse[at]);
+          continue;
+        }
+        worst = fmax(worst, fabs(lse[at] - ld[r]));
+        for (int d = 0; d < D; d++) worst = fmax(worst, fabs(o[at * D + d] - od[r * D + d]));
+      }
+    }
+  CHECK(worst < 1e-12, "page %d group %d causal %d: differs by %g", page, group, causal, worst);
+  /* A page outside the pool is the reference's error, never a read. */
+  table[2 * pps] = pages;
+  CHECK(ref_op(&p, &io, err, sizeof err) != 0, "a page outside the pool accepted");
+  free(q), free(kp), free(vp), free(o), free(table);
+}
+
+/* Kernel k on problem p: its validation case (pages shuffled and shared,
+** NaN past each length) under two schedules; the verdict. */
+static int validate(const gen_kernel *k, const fa_program *prog, const fa_problem *p, double *worst) {
+  char err[512];
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, p, seed++, err, sizeof err) != 0) {
+    CHECK(0, "case for %s: %s", k->name, err);
+    return -1;
+  }
+  int rc = -1;
+  if (val_inputs_upload(be, &c, &in, err, sizeof err) != 0) {
+    CHECK(0, "inputs for %s: %s", k->name, err);
+  } else {
+    val_opts o = {.nschedules = 2, .schedule = {FA_SCHED_FORWARD, FA_SCHED_SKEW}, .threads = 2};
+    val_result r;
+    CHECK(val_check(be, &c, &in, prog, k, &o, &r, err, sizeof err) == 0, "%s: %s", k->name, err);
+    CHECK(r.status == VAL_OK, "%s on batch %d heads %d/%d seq_q %d seq_k %d page %d: %s", k->name,
+          p->batch, p->heads, fa_problem_group(p), p->seq_q, p->seq_k, p->page, r.msg);
+    if (r.rel_err > *worst) *worst = r.rel_err;
+    rc = r.status == VAL_OK ? 0 : -1;
+    attn_inputs_free(be, &in);
+  }
+  val_case_free(&c);
+  return rc;
+}
+
+/* Every variant of the default space on caches of several page sizes. */
+static void test_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
+  static const int lens[] = {45, 0, 1, 29, 45};
+  static const int page_sizes[] = {0, 1, 7, 16};
+  fa_problem p = {.batch = 5, .heads = 2 * group, .seq_q = seq_q, .seq_k = 45, .dim = dim,
+                  .dtype = t, .causal = causal, .op = FA_OP_DECODE, .kv_group = group,
+                  .kv_lens = lens};
+  gen_variant *v;
+  size_t n;
+  char err[512];
+  CHECK(gen_list(gen, &p, &target, "default", &v, &n) == 0, "%s", gen_errmsg(gen));
+  CHECK(n >= 6, "%s d%d: %zu decode variants", fa_dtype_name(t), dim, n);
+  gen_kernel *ks = calloc(n, sizeof *ks);
+  fa_build *bs = calloc(n, sizeof *bs);
+  const gen_kernel **kp = calloc(n, sizeof *kp);
+  if (!ks || !bs || !kp) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    CHECK(gen_render_config(gen, v[i].config, &p, &target, &ks[i]) == 0, "%s: %s", v[i].name,
+          gen_errmsg(gen));
+    const int split = strcmp(gen_config_get(&ks[i].cfg, "splits"), "1") != 0;
+    CHECK(ks[i].op == FA_OP_DECODE && ks[i].nlaunch == 1 + split && ks[i].main == 0,
+          "%s: op %s, %d launches", ks[i].name, fa_op_name(ks[i].op), ks[i].nlaunch);
+    kp[i] = &ks[i];
+  }
+  CHECK(backend_compile(be, kp, n, 0, bs, err, sizeof err) == 0, "%s", err);
+  double worst = 0;
+  int ok = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
+    if (!bs[i].prog) continue;
+    /* two page sizes a variant, every one of them over the space */
+    fa_problem q = p, r = p;
+    q.page = page_sizes[i % 4], r.page = page_sizes[(i + 2) % 4];
+    ok += validate(&ks[i], bs[i].prog, &q, &worst) == 0 &&
+          validate(&ks[i], bs[i].prog, &r, &worst) == 0;
+  }
+  printf("%s d%-3d gqa %d seq_q %d %-6s %zu variants x 2 page sizes, two schedules each: %d "
+         "ok, worst error %.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, group, seq_q,
+         causal ? "causal" : "", n, ok, worst, val_tolerance(t));
+  for (size_t i = 0; i < n; i++) {
+    backend_build_free(be, &bs[i]);
+    gen_kernel_free(&ks[i]);
+  }
+  gen_variants_free(v, n);
+  free(ks), free(bs), free(kp);
+}
+
+/* One variant for p, compiled; 0 when it is. */
+static int compile_one(const fa_problem *p, const char *config, gen_kernel *k, fa_build *b) {
+  char err[512];
+  memset(b, 0, sizeof *b);
+  if (gen_render_config(gen, config, p, &target, k) != 0) {
+    CHECK(0, "%s: %s", config, gen_errmsg(gen));
+    return -1;
+  }
+  const gen_kernel *kp = k;
+  CHECK(backend_compile(be, &kp, 1, 0, b, err, sizeof err) == 0 && b->prog, "%s: %s", k->name,
+        b->log ? b->log : err);
+  return b->prog ? 0 : -1;
+}
+
+/* Bad metadata: a length over the capacity, a negative one, a table entry
+** outside the pool, checked on the host before any launch; an entry the
+** host did not check (the pool said larger than it is) met by the kernel,
+** which skips that page's keys and raises its error flag. */
+static void test_bad_input(void) {
+  static const int lens[2] = {20, 9}, over[2] = {20, 21}, negative[2] = {-1, 9};
+  fa_problem p = {.batch = 2, .heads = 2, .seq_q = 1, .seq_k = 20, .dim = 8, .dtype = FA_FP32,
+                  .op = FA_OP_DECODE, .page = 4, .kv_lens = lens};
+  char err[512];
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, &p, seed++, err, sizeof err) != 0) {
+    CHECK(0, "case: %s", err);
+    return;
+  }
+  fa_problem bad = c.p;
+  bad.kv_lens = over;
+  CHECK(attn_decode_inputs_upload(be, &bad, c.q, c.k, c.v, c.num_pages, c.table, &in, err,
+                                  sizeof err) == FA_EINVAL && strstr(err, "outside 0..20"),
+        "a length over the capacity: %s", err);
+  bad.kv_lens = negative;
+  CHECK(attn_decode_inputs_upload(be, &bad, c.q, c.k, c.v, c.num_pages, c.table, &in, err,
+                                  sizeof err) == FA_EINVAL, "a negative length accepted");
+  const int keep = c.table[1];
+  c.table[1] = c.num_pages;
+  CHECK(attn_decode_inputs_upload(be, &c.p, c.q, c.k, c.v, c.num_pages, c.table, &in, err,
+                                  sizeof err) == FA_EINVAL && strstr(err, "outside the pool"),
+        "a page outside the pool: %s", err);
+  c.table[1] = keep;
+  /* The kernel's own check: the pool claimed one page short, so that the
+  ** last real page's index is out of range on the device. */
+  int last = 0;   /* the highest page a key is read from (not the NaN page past the ends) */
+  const int pps = fa_problem_pages_per_seq(&p);
+  for (int b = 0; b < 2; b++)
+    for (int j = 0; j < (lens[b] + 3) / 4; j++)
+      last = c.table[b * pps + j] > last ? c.table[b * pps + j] : last;
+  gen_kernel k;
+  fa_build b;
+  if (compile_one(&p, "family=simtdec,rows=1,block_n=8,warps=1,splits=2", &k, &b) == 0 &&
+      attn_decode_inputs_upload(be, &c.p, c.q, c.k, c.v, c.num_pages, c.table, &in, err,
+                                sizeof err) == 0) {
+    in.num_pages = last;   /* page `last` now lies outside */
+    size_t bytes[ATTN_MAX_OUTPUTS];
+    const int nout = attn_outputs(&p, bytes);
+    void *host[ATTN_MAX_OUTPUTS] = {NULL};
+    for (int i = 0; i < nout; i++) host[i] = malloc(bytes[i]);
+    const fa_run_opts ro = {.smem_fill = 0xFF};
+    err[0] = 0;
+    const int rc = attn_run_op(be, b.prog, &k, &p, &in, &ro, host, NULL, NULL, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "outside the pool"), "the kernel's flag: rc %d, %s", rc, err);
+    for (int i = 0; i < nout; i++) free(host[i]);
+    attn_inputs_free(be, &in);
+  }
+  backend_build_free(be, &b);
+  gen_kernel_free(&k);
+  val_case_free(&c);
+}
+
+/* FlashAttention-2's split heuristic: its own comment's example (48
+** rows of work on 108 SMs: 2 splits, efficiency 0.89, not 3 at 0.67) and
+** the cases it leaves to one split. */
+static void test_fa2_heuristic(void) {
+  const estimate_gpu *a100 = estimate_gpu_find("a100"), *h100 = estimate_gpu_find("h100");
+  CHECK(a100 && h100, "no a100 or h100 in the table");
+  if (!a100 || !h100) return;
+  /* batch 1, 48 heads, d128 (128-key blocks), 4096 keys: 48 units on 2 x 108 slots */
+  model_problem p = {.batch = 1, .heads = 48, .seq_q = 1, .seq_k = 4096, .dim = 128,
+                     .elem_bytes = 2, .decode = 1};
+  int s = model_fa2_splits(&p, a100);
+  /* 48 x s over 216 slots: 4 splits fill 0.89 of a wave, within 85% of the best */
+  CHECK(s == 4, "a100 48 heads: %d splits", s);
+  p.batch = 8, p.heads = 32;   /* 256 units >= 0.8 x 264 slots of the H100: no split */
+  CHECK(model_fa2_splits(&p, h100) == 1, "h100 batch 8 x 32 heads: %d splits",
+        model_fa2_splits(&p, h100));
+  p.batch = 1, p.heads = 32, p.kv_group = 8;   /* GQA swapped: 4 K/V heads of work */
+  s = model_fa2_splits(&p, h100);
+  CHECK(s > 1 && s <= 32, "h100 gqa 8: %d splits", s);
+  p.seq_k = 100;   /* one block of keys: nothing to split */
+  CHECK(model_fa2_splits(&p, h100) == 1, "one block: %d splits", model_fa2_splits(&p, h100));
+}
+
+int main(void) {
+  char err[512];
+  const char *env = getenv("FATUNE_TEST_SEED");
+  seed = env ? strtoull(env, NULL, 10) : (unsigned long long)time(NULL);
+  printf("seed %llu\n", seed);
+  if (gen_open(&gen, err, sizeof err) != 0 ||
+      gen_target_for_arch(gen, "sm_80", 0, 0, &target) != 0 ||
+      backend_open("emu", &be, NULL, 0, err, sizeof err) != 0) {
+    fprintf(stderr, "setup: %s\n", err);
+    return 1;
+  }
+  /* pages of 1, 3 and 4 tokens, and none (one per sequence) */
+  static const struct { int page, group, causal; } refs[] = {{1, 1, 0}, {3, 2, 1}, {4, 1, 1},
+                                                              {0, 2, 0}, {0, 1, 1}};
+  for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
+    test_reference(refs[i].page, refs[i].group, refs[i].causal);
+  test_fa2_heuristic();
+  test_bad_input();
+  test_space(FA_FP32, 24, 1, 1, 0);
+  test_space(FA_BF16, 40, 4, 1, 0);
+  test_space(FA_FP16, 32, 2, 3, 1);
+  test_space(FA_FP64, 16, 2, 2, 1);
+  backend_close(be);
+  gen_close(gen);
+  return check_done("test_decode");
+}
