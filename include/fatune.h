@@ -6,7 +6,8 @@
 ** Open a context on a results database and a device (the GPU, or the CPU
 ** emulator), then call fatune_attention (strided tensors, GQA, a
 ** framework's device and stream) or fatune_attention_forward (contiguous
-** tensors), and fatune_attention_backward for the gradients. It picks the
+** tensors), fatune_attention_backward for the gradients, and
+** fatune_attention_kvcache for new tokens over a (paged) KV cache. It picks the
 ** variant recorded as best for the problem's key (device, op, dtype, head
 ** dim, seq_q, seq_k, causal); else the one tuned for the nearest seq_q on the same
 ** device, dtype, dim and causal; else the family's default. The kernel is
@@ -192,6 +193,44 @@ FATUNE_API fatune_status fatune_attention(fatune_ctx *ctx, const fatune_attentio
 ** dq=atomic one adds dQ across CTAs in the order they run. */
 FATUNE_API fatune_status fatune_attention_backward(fatune_ctx *ctx,
                                                    const fatune_backward_args *args);
+
+/* One call of fatune_attention_kvcache: the new tokens' attention over a
+** KV cache, as flash_attn_with_kvcache computes it (the README's
+** "Decoding over a KV cache"). q is (batch, heads, seq_q, dim), the new
+** tokens of each sequence, and o as q with dim_v; k_cache and v_cache are
+** pools of pages, shape (num_pages, page_size, kv_heads, dim): a paged
+** cache with a block table, or with block_table NULL a contiguous one,
+** (batch, capacity, kv_heads, dim), sequence b's keys on its own "page" b.
+** Query head h reads K/V head h / (heads / kv_heads). Sequence b has
+** cache_seqlens[b] keys; with causal, its new token r sees the keys up to
+** r + cache_seqlens[b] - seq_q. block_table holds batch rows of
+** pages_per_seq page indices; it and cache_seqlens are int32 where the
+** kernels read them (device memory on cuda, host memory on the emulator).
+** The kernels check each page index and length before they use it: a page
+** outside the pool is never read, a length past the capacity (pages_per_seq
+** x page_size) is cut to it, and the call returns FATUNE_EINVAL saying so,
+** after the kernels ran. The call waits for the device (it reads that
+** flag back and frees the splits' workspace). Zero-initialise it. */
+typedef struct fatune_kvcache_args {
+  fatune_tensor q, k_cache, v_cache, o;
+  void *lse;             /* NULL, or [batch][heads][seq_q] as fatune_attention's */
+  const int *block_table;
+  int pages_per_seq;     /* the block table's row length; ignored without a table */
+  const int *cache_seqlens;
+  int max_seqlen_k;      /* the longest sequence's keys, for the choice of kernel; 0: the
+                            capacity */
+  int causal;
+  double scale;          /* as fatune_attention_args' */
+  void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
+} fatune_kvcache_args;
+
+/* O for the new tokens over the cache as args says: the variant recorded
+** best for the key (op decode, dtype, head dims, the GQA ratio, the page
+** size, the batch, the nearest tuned key length), else the decoding
+** family's default. The checks are fatune_attention's for q, o and lse;
+** the pools' head dims and dtype agree with q's, their heads divide q's,
+** and, without a block table, they hold a page per sequence. */
+FATUNE_API fatune_status fatune_attention_kvcache(fatune_ctx *ctx, const fatune_kvcache_args *args);
 
 /* Everything fatune_attention does but the launch: the checks, the kernel
 ** (chosen and built on first use, then from memory), the launch shape,

@@ -68,6 +68,7 @@ typedef struct slot {
   fa_op op;
   fa_dtype dtype;
   int dim, dim_v, seq_q, seq_k, causal;
+  int batch, kv_group, page;   /* op decode's key; 0 for the other ops */
   char mod[17];
   budget b;
   gen_kernel k;
@@ -187,6 +188,14 @@ const char *fatune_backend(const fatune_ctx *c) { return backend_name(c->be); }
 
 /* ---- Choosing and building a kernel (slow path) ---- */
 
+/* Op decode's part of a key (batch, GQA ratio, page size); zeros for the
+** other ops, whose key has none. */
+static void decode_key(const fa_problem *p, int out[3]) {
+  const int dec = p->op == FA_OP_DECODE;
+  out[0] = dec ? p->batch : 0, out[1] = dec ? fa_problem_group(p) : 0, out[2] = dec ? p->page : 0;
+}
+
+
 static fatune_status check_problem(const fatune_problem *p) {
   if (!p) return fail(FATUNE_EINVAL, "no problem");
   if (p->batch < 1 || p->heads < 1 || p->seq_q < 1 || p->seq_k < 1 || p->batch > 65535 ||
@@ -254,6 +263,9 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
                    .causal = fp->causal, .op = fa_op_name(fp->op),
                    .max_rel_err = bud->max_rel_err, .deterministic = bud->deterministic,
                    .dim_v = fa_problem_dim_v(fp), .mod = fp->mod ? fp->mod->hash : NULL};
+  int dk[3];
+  decode_key(fp, dk);
+  dp.req_batch = dk[0], dp.kv_group = dk[1] ? dk[1] : 1, dp.page = dk[2];
   db_best_row row;
   int found = 0, exact = 0;
   char err[512];
@@ -346,15 +358,20 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 }
 
 static unsigned hash_key(const fa_problem *p, const budget *b) {
-  const int v[8] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
-                    b->deterministic, fa_problem_dim_v(p)};
+  int dk[3];
+  decode_key(p, dk);
+  const int v[11] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
+                     b->deterministic, fa_problem_dim_v(p), dk[0], dk[1], dk[2]};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
   h = fa_fnv1a64(h, mod_hash(p), strlen(mod_hash(p)));
   return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
 }
 
 static int same_key(const slot *s, const fa_problem *p, const budget *b) {
+  int dk[3];
+  decode_key(p, dk);
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
+         s->batch == dk[0] && s->kv_group == dk[1] && s->page == dk[2] &&
          s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal && !strcmp(s->mod, mod_hash(p)) &&
          s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
@@ -415,6 +432,9 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       s->b = *b;
       s->op = p->op, s->dtype = p->dtype, s->dim = p->dim, s->seq_q = p->seq_q, s->seq_k = p->seq_k;
       s->dim_v = fa_problem_dim_v(p);
+      int dk[3];
+      decode_key(p, dk);
+      s->batch = dk[0], s->kv_group = dk[1], s->page = dk[2];
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       snprintf(s->mod, sizeof s->mod, "%s", mod_hash(p));
       s->used = 1;
@@ -1006,3 +1026,165 @@ fatune_status fatune_mod_create(fatune_ctx *c, const char *spec, const char *tex
 void fatune_mod_free(fatune_mod *m) { free(m); }
 
 const char *fatune_mod_label(const fatune_mod *m) { return m ? m->m.label : ""; }
+
+/* ---- Decoding over a KV cache ---- */
+
+static const char *const kv_name[4] = {"q", "k_cache", "v_cache", "o"};
+
+/* The decoding problem args describes, each tensor checked against it; the
+** pool's page size and the table's row length into *page and *pps. */
+static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem *fp, int *page,
+                                        int *pps) {
+  if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
+  fatune_status st;
+  for (int i = 0; i < 4; i++)
+    if ((st = check_tensor(kv_name[i], t[i], x->q.dtype)) != FATUNE_OK) return st;
+  const long long *q = x->q.shape, *k = x->k_cache.shape, *v = x->v_cache.shape, *o = x->o.shape;
+  if (k[3] != q[3])
+    return fail(FATUNE_EINVAL, "k_cache's head dim %lld is not q's %lld", k[3], q[3]);
+  if (v[0] != k[0] || v[1] != k[1] || v[2] != k[2])
+    return fail(FATUNE_EINVAL, "v_cache's pages, page size and heads (%lld, %lld, %lld) are not "
+                "k_cache's (%lld, %lld, %lld)", v[0], v[1], v[2], k[0], k[1], k[2]);
+  if (o[0] != q[0] || o[1] != q[1] || o[2] != q[2] || o[3] != v[3])
+    return fail(FATUNE_EINVAL, "o is (%lld, %lld, %lld, %lld), not q's batch, heads and new "
+                "tokens with v_cache's head dim", o[0], o[1], o[2], o[3]);
+  if (q[1] % k[2])
+    return fail(FATUNE_EINVAL, "q's %lld heads are no multiple of the cache's %lld", q[1], k[2]);
+  if (!x->cache_seqlens) return fail(FATUNE_EINVAL, "cache_seqlens is NULL");
+  if (x->block_table && x->pages_per_seq < 1)
+    return fail(FATUNE_EINVAL, "pages_per_seq %d with a block table (1 or more)",
+                x->pages_per_seq);
+  if (!x->block_table && k[0] < q[0])
+    return fail(FATUNE_EINVAL, "a contiguous cache (no block table) of %lld sequences for a "
+                "batch of %lld", k[0], q[0]);
+  *page = (int)k[1], *pps = x->block_table ? x->pages_per_seq : 1;
+  const long long cap = (long long)*page * *pps;
+  if (cap > (1 << 24))
+    return fail(FATUNE_EINVAL, "a capacity of %lld keys per sequence (pages_per_seq x page "
+                "size; at most 2^24)", cap);
+  if (x->max_seqlen_k < 0 || x->max_seqlen_k > cap)
+    return fail(FATUNE_EINVAL, "max_seqlen_k %d is outside 0 (the capacity) to the capacity "
+                "%lld", x->max_seqlen_k, cap);
+  const fatune_problem p = {.batch = (int)q[0], .heads = (int)q[1], .seq_q = (int)q[2],
+                            .seq_k = x->max_seqlen_k ? x->max_seqlen_k : (int)cap,
+                            .dim = (int)q[3], .dtype = x->q.dtype, .causal = x->causal,
+                            .scale = x->scale, .dim_v = (int)v[3]};
+  if ((st = check_problem(&p)) != FATUNE_OK) return st;
+  if ((st = check_distinct("o", &x->o)) != FATUNE_OK) return st;
+  *fp = to_problem(&p);
+  fp->op = FA_OP_DECODE;
+  fp->kv_group = (int)(q[1] / k[2]);
+  fp->page = x->block_table ? *page : 0;
+  return FATUNE_OK;
+}
+
+/* The pools', q's and o's addresses and strides for kernel k's widest
+** access (its io_align). */
+static fatune_status check_kvcache_alignment(const gen_kernel *k, const fatune_kvcache_args *x) {
+  const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
+  const fa_dtype dt = (fa_dtype)x->q.dtype;
+  const long long es = fa_dtype_size(dt), align = k->io_align > es ? k->io_align : es;
+  for (int i = 0; i < 4; i++) {
+    if ((uintptr_t)t[i]->data % (uintptr_t)align)
+      return fail(FATUNE_EINVAL, "%s is not %lld-byte aligned (%p): %s moves %lld bytes at a "
+                  "time", kv_name[i], align, t[i]->data, k->name, align);
+    for (int d = 0; d < 3; d++)
+      if (t[i]->shape[d] > 1 && t[i]->stride[d] * es % align)
+        return fail(FATUNE_EINVAL, "%s's stride %d of %lld elements is not a multiple of %lld "
+                    "bytes: %s moves %lld bytes at a time", kv_name[i], d, t[i]->stride[d],
+                    align, k->name, align);
+  }
+  if ((uintptr_t)x->lse % (uintptr_t)fa_lse_size(dt))
+    return fail(FATUNE_EINVAL, "lse is not %d-byte aligned (%p)", fa_lse_size(dt), x->lse);
+  return FATUNE_OK;
+}
+
+/* The argument block of one decoding call. */
+static fa_params kvcache_params(const fatune_kvcache_args *x, const fa_problem *fp, int page,
+                                int pps, void *lse) {
+  const fatune_tensor *q = &x->q, *k = &x->k_cache, *v = &x->v_cache, *o = &x->o;
+  fa_params a = {.q = q->data, .k = k->data, .v = v->data, .o = o->data, .lse = lse,
+                 .q_sb = q->stride[0], .q_sh = q->stride[1], .q_sn = q->stride[2],
+                 .k_sb = k->stride[0], .k_sh = k->stride[2], .k_sn = k->stride[1],
+                 .v_sb = v->stride[0], .v_sh = v->stride[2], .v_sn = v->stride[1],
+                 .o_sb = o->stride[0], .o_sh = o->stride[1], .o_sn = o->stride[2],
+                 .batch = fp->batch, .heads = fp->heads, .seq_q = fp->seq_q,
+                 .seq_k = fp->seq_k, .kv_group = fp->kv_group,
+                 .scale_log2 = fa_problem_scale(fp) * LOG2E,
+                 .block_table = x->block_table, .seqlens_k = x->cache_seqlens,
+                 .page_size = page, .table_stride = pps, .num_pages = (int)k->shape[0]};
+  a.scale_log2_f32 = (float)a.scale_log2;
+  return a;
+}
+
+/* Every launch of the prepared slot's kernel, then the kernels' flags read
+** back (the call waits for them). ws, flags and lse are the call's. */
+static fatune_status kvcache_launch(fatune_ctx *c, const slot *s, const fa_problem *fp,
+                                    fa_params *a, const fatune_kvcache_args *x, int pps) {
+  char err[512];
+  gen_launch shapes[GEN_MAX_LAUNCHES];
+  const gen_kernel *k = &s->k;
+  const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
+  const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
+  void *ws = NULL, *flags = NULL, *lse = x->lse;
+  int rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
+  if (rc == 0 && k->nws) rc = backend_alloc(c->be, gen_workspace_bytes(k, 0, fp), &ws, err, sizeof err);
+  if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &flags, err, sizeof err);
+  if (rc == 0 && !lse) rc = backend_alloc(c->be, rows * ls, &lse, err, sizeof err);
+  if (rc == 0) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
+  if (rc == 0) {
+    a->ws = ws, a->error = flags, a->lse = lse;
+    /* On the emulator the caller's buffers are host memory the kernel may touch. */
+    const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
+    fa_range extra[7];
+    for (int i = 0; i < 4; i++)
+      extra[i] = (fa_range){(uintptr_t)t[i]->data, (uintptr_t)t[i]->data + extent(t[i], es)};
+    extra[4] = (fa_range){(uintptr_t)lse, (uintptr_t)lse + rows * ls};
+    extra[5] = (fa_range){(uintptr_t)x->cache_seqlens,
+                          (uintptr_t)x->cache_seqlens + (size_t)fp->batch * sizeof(int)};
+    const size_t tb = x->block_table ? (size_t)fp->batch * pps * sizeof(int) : 0;
+    extra[6] = (fa_range){(uintptr_t)x->block_table, (uintptr_t)x->block_table + tb};
+    fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
+                      .extra = extra, .nextra = x->block_table ? 7 : 6, .stream = x->stream};
+    for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
+      ro.async = i + 1 < k->nlaunch;
+      rc = backend_launch(c->be, s->prog, &shapes[i], a, &ro, NULL, err, sizeof err);
+    }
+  }
+  int flag[2] = {0, 0};
+  if (rc == 0) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
+  if (rc == 0) rc = attn_decode_flags(flag, err, sizeof err);
+  backend_free(c->be, ws), backend_free(c->be, flags);
+  if (lse != x->lse) backend_free(c->be, lse);
+  return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
+}
+
+fatune_status fatune_attention_kvcache(fatune_ctx *c, const fatune_kvcache_args *x) {
+  if (!c) return fail(FATUNE_EINVAL, "no context");
+  fa_problem fp;
+  int page = 0, pps = 0;
+  fatune_status st = check_kvcache_args(x, &fp, &page, &pps);
+  if (st != FATUNE_OK) return st;
+  char err[512];
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  atomic_store(&c->used, 1);
+  const budget bud = {0, 0};
+  slot *s;
+  pthread_rwlock_rdlock(&c->lock);
+  s = lookup(c, &fp, &bud);
+  if (!s) {
+    pthread_rwlock_unlock(&c->lock);
+    st = prepare(c, &fp, &bud, &s);
+  }
+  if (st == FATUNE_OK) {
+    st = check_kvcache_alignment(&s->k, x);
+    fa_params a = kvcache_params(x, &fp, page, pps, x->lse);
+    if (st == FATUNE_OK) st = kvcache_launch(c, s, &fp, &a, x, pps);
+    pthread_rwlock_unlock(&c->lock);
+  }
+  backend_leave(c->be);
+  if (st == FATUNE_OK) errbuf[0] = '\0';
+  return st;
+}

@@ -248,8 +248,8 @@ static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *
         backend_fill(be, out->buf[i], 0xFF, out->bytes[i], err, errlen))
       return -1;
   if (p->op != FA_OP_BWD) out->o = out->buf[0], out->lse = out->buf[1];
-  if (p->op == FA_OP_DECODE && (backend_alloc(be, sizeof(int), &out->error, err, errlen) ||
-                                backend_fill(be, out->error, 0, sizeof(int), err, errlen)))
+  if (p->op == FA_OP_DECODE && (backend_alloc(be, 2 * sizeof(int), &out->error, err, errlen) ||
+                                backend_fill(be, out->error, 0, 2 * sizeof(int), err, errlen)))
     return -1;
   for (int i = 0; i < k->nws; i++) {
     const size_t wb = gen_workspace_bytes(k, i, p);
@@ -286,15 +286,26 @@ static int decode_params(const gen_kernel *k, const fa_problem *p, const attn_in
   return 0;
 }
 
-/* The kernels' error flag after a run of op decode: FA_EINVAL when one
-** met a page outside the pool. */
+/* The kernels' error flags after a run of op decode: FA_EINVAL when one
+** met a page outside the pool or a length outside the capacity. */
 static int decode_error(fa_backend *be, const outputs *out, char *err, size_t errlen) {
-  int flag = 0;
+  int flag[2] = {0, 0};
   if (!out->error) return 0;
-  if (backend_download(be, &flag, out->error, sizeof flag, err, errlen) != 0) return -1;
-  if (flag == 0) return 0;
-  snprintf(err, errlen, "the block table names a page outside the pool; its keys were skipped");
-  return FA_EINVAL;
+  if (backend_download(be, flag, out->error, sizeof flag, err, errlen) != 0) return -1;
+  return attn_decode_flags(flag, err, errlen);
+}
+
+int attn_decode_flags(const int flag[2], char *err, size_t errlen) {
+  if (flag[0]) {
+    snprintf(err, errlen, "the block table names a page outside the pool; its keys were skipped");
+    return FA_EINVAL;
+  }
+  if (flag[1]) {
+    snprintf(err, errlen, "a sequence's length is outside 0 and the cache's capacity (pages per "
+             "sequence x page size); it was cut to it");
+    return FA_EINVAL;
+  }
+  return 0;
 }
 
 /* The forward pass's parameter block for k over the outputs: fa_params

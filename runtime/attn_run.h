@@ -36,6 +36,9 @@ int attn_bwd_inputs_upload(fa_backend *be, const fa_problem *p, const void *o,
 int attn_decode_inputs_upload(fa_backend *be, const fa_problem *p, const void *q,
                               const void *k_pool, const void *v_pool, int num_pages,
                               const int *table, attn_inputs *in, char *err, size_t errlen);
+/* Op decode: the kernels' two error flags (fa_params.error) as a status:
+** 0, or FA_EINVAL with what they met in err. */
+int attn_decode_flags(const int flag[2], char *err, size_t errlen);
 /* Op decode: the layouts of the pools (sb a page, sn a token, sh a head). */
 fa_layout attn_pool_layout(const fa_problem *p);
 fa_layout attn_pool_layout_v(const fa_problem *p);

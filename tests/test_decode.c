@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
+#include "fatune.h"
 #include "estimate.h"
 #include "model_sass.h"
 #include "reference.h"
@@ -255,6 +257,114 @@ static void test_bad_input(void) {
   val_case_free(&c);
 }
 
+/* A tensor of the library's over a contiguous or strided host buffer. */
+static fatune_tensor host_tensor(void *data, fa_dtype t, long long a, long long b, long long c,
+                                 long long d, const long long stride[4]) {
+  fatune_tensor x = {.data = data, .dtype = (fatune_dtype)t, .shape = {a, b, c, d}};
+  for (int i = 0; i < 4; i++) x.stride[i] = stride[i];
+  return x;
+}
+
+/* libfatune's fatune_attention_kvcache on the emulator against the float64
+** reference: a paged cache (the validation case's pool and table), the
+** same cache laid out contiguously (no block table), and bad arguments
+** refused before any launch or reported after it. */
+static void test_library(void) {
+  static const int lens[3] = {37, 0, 20};
+  fa_problem p = {.batch = 3, .heads = 4, .seq_q = 2, .seq_k = 40, .dim = 16, .dtype = FA_BF16,
+                  .causal = 1, .op = FA_OP_DECODE, .kv_group = 2, .page = 8, .kv_lens = lens};
+  char err[512], dbpath[] = "/tmp/fatune-test-decode-XXXXXX";
+  val_case c;
+  if (val_case_make(&c, &p, seed++, err, sizeof err) != 0) {
+    CHECK(0, "case: %s", err);
+    return;
+  }
+  const int fd = mkstemp(dbpath);
+  CHECK(fd >= 0, "mkstemp");
+  if (fd >= 0) close(fd);
+  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
+  fatune_ctx *ctx = NULL;
+  CHECK(fatune_open(&opts, &ctx) == FATUNE_OK, "fatune_open: %s", fatune_errmsg());
+  const int kvh = 2, pps = fa_problem_pages_per_seq(&p);
+  const size_t es = 2, rows = 3 * 4 * 2;
+  unsigned short *o = malloc(rows * 16 * es);
+  float *lse = malloc(rows * sizeof *lse);
+  int *seqlens = malloc(3 * sizeof *seqlens);
+  if (!ctx || !o || !lse || !seqlens) {
+    CHECK(0, "setup");
+    goto done;
+  }
+  memcpy(seqlens, lens, sizeof lens);
+  const long long qs[4] = {4 * 2 * 16, 2 * 16, 16, 1};
+  const long long ks[4] = {8 * kvh * 16, kvh * 16, 16, 1};
+  fatune_kvcache_args x = {
+    .q = host_tensor(c.q, FA_BF16, 3, 4, 2, 16, qs),
+    .k_cache = host_tensor(c.k, FA_BF16, c.num_pages, 8, kvh, 16, ks),
+    .v_cache = host_tensor(c.v, FA_BF16, c.num_pages, 8, kvh, 16, ks),
+    .o = host_tensor(o, FA_BF16, 3, 4, 2, 16, qs), .lse = lse,
+    .block_table = c.table, .pages_per_seq = pps, .cache_seqlens = seqlens, .causal = 1};
+  memset(o, 0xFF, rows * 16 * es);
+  CHECK(fatune_attention_kvcache(ctx, &x) == FATUNE_OK, "paged: %s", fatune_errmsg());
+  const void *got[2] = {o, lse};
+  val_result r;
+  val_judge(&c, got, &r);
+  CHECK(r.status == VAL_OK, "paged through libfatune: %s", r.msg);
+  /* The same cache contiguous: sequence b's pages one after the other. */
+  unsigned short *kc = malloc((size_t)3 * 40 * kvh * 16 * es), *vc = malloc((size_t)3 * 40 * kvh * 16 * es);
+  if (kc && vc) {
+    for (int b = 0; b < 3; b++)
+      for (int j = 0; j < pps; j++) {
+        const size_t page_bytes = (size_t)8 * kvh * 16 * es;
+        memcpy((char *)kc + ((size_t)b * 40 + j * 8) * kvh * 16 * es,
+               (char *)c.k + (size_t)c.table[b * pps + j] * page_bytes, page_bytes);
+        memcpy((char *)vc + ((size_t)b * 40 + j * 8) * kvh * 16 * es,
+               (char *)c.v + (size_t)c.table[b * pps + j] * page_bytes, page_bytes);
+      }
+    const long long cs[4] = {40 * kvh * 16, kvh * 16, 16, 1};
+    fatune_kvcache_args y = x;
+    y.k_cache = host_tensor(kc, FA_BF16, 3, 40, kvh, 16, cs);
+    y.v_cache = host_tensor(vc, FA_BF16, 3, 40, kvh, 16, cs);
+    y.block_table = NULL, y.pages_per_seq = 0;
+    memset(o, 0xFF, rows * 16 * es);
+    CHECK(fatune_attention_kvcache(ctx, &y) == FATUNE_OK, "contiguous: %s", fatune_errmsg());
+    val_judge(&c, got, &r);
+    CHECK(r.status == VAL_OK, "contiguous through libfatune: %s", r.msg);
+    /* A length past the capacity: cut, run, and said. */
+    seqlens[2] = 41;
+    CHECK(fatune_attention_kvcache(ctx, &y) == FATUNE_EINVAL &&
+          strstr(fatune_errmsg(), "capacity"), "a length of 41 in 40: %s", fatune_errmsg());
+    seqlens[2] = 20;
+  }
+  free(kc), free(vc);
+  /* A page outside the pool, met by the kernel. */
+  const int keep = c.table[1];
+  c.table[1] = c.num_pages + 5;
+  CHECK(fatune_attention_kvcache(ctx, &x) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "outside the pool"), "a page outside the pool: %s",
+        fatune_errmsg());
+  c.table[1] = keep;
+  /* Refused before any launch. */
+  fatune_kvcache_args bad = x;
+  bad.cache_seqlens = NULL;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "cache_seqlens"), "no lengths: %s", fatune_errmsg());
+  bad = x, bad.k_cache.shape[2] = 3, bad.v_cache.shape[2] = 3;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "no multiple"), "3 K/V heads for 4: %s", fatune_errmsg());
+  bad = x, bad.pages_per_seq = 0;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "pages_per_seq"), "no pages per sequence: %s", fatune_errmsg());
+  bad = x, bad.max_seqlen_k = 1000;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "max_seqlen_k"), "max_seqlen_k past the capacity: %s",
+        fatune_errmsg());
+done:
+  fatune_close(ctx);
+  unlink(dbpath);
+  free(o), free(lse), free(seqlens);
+  val_case_free(&c);
+}
+
 /* FlashAttention-2's split heuristic: its own comment's example (48
 ** rows of work on 108 SMs: 2 splits, efficiency 0.89, not 3 at 0.67) and
 ** the cases it leaves to one split. */
@@ -296,6 +406,7 @@ int main(void) {
     test_reference(refs[i].page, refs[i].group, refs[i].causal);
   test_fa2_heuristic();
   test_bad_input();
+  test_library();
   test_space(FA_FP32, 24, 1, 1, 0);
   test_space(FA_BF16, 40, 4, 1, 0);
   test_space(FA_FP16, 32, 2, 3, 1);

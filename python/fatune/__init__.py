@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _check, _lib, _numpy
+from . import _check, _kvcache, _lib, _numpy
 from ._lib import Error
 
 try:
@@ -28,8 +28,8 @@ try:
 except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Error", "attention", "attention_backward", "plan", "tune", "best", "reload",
-           "executable", "__version__"]
+__all__ = ["Error", "attention", "attention_backward", "attention_with_kvcache", "plan", "tune",
+           "best", "reload", "executable", "__version__"]
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
 
@@ -158,6 +158,43 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False,
                            max_rel_err, deterministic, mod)
     return (o, lse) if return_lse else o
+
+
+def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
+                           block_table: Any = None, causal: bool = False,
+                           softmax_scale: Optional[float] = None,
+                           max_seqlen_k: Optional[int] = None, return_softmax_lse: bool = False,
+                           db: Optional[str] = None) -> Any:
+    """The new tokens' attention over a KV cache, as flash_attn_with_kvcache
+    computes it (the README's "Decoding over a KV cache"), with its names.
+
+    q: (batch, seqlen_q, heads, dim), the new tokens of each sequence.
+    k_cache, v_cache: (num_pages, page_size, kv_heads, dim) with a
+    block_table, or (batch, capacity, kv_heads, dim) without one (a
+    contiguous cache); kv_heads divides heads (query head h reads K/V head
+    h // (heads // kv_heads)); v's head dim may differ from q's. cache_seqlens:
+    (batch,) int32, each sequence's keys; block_table: (batch, pages per
+    sequence) int32 page indices, any order, pages shared between
+    sequences, any page size from 1 up (flash_attn's needs a multiple of
+    256). causal: new token r of a sequence of n keys sees the keys up to
+    r + n - seqlen_q. softmax_scale: 1/sqrt(dim) if None. max_seqlen_k:
+    the longest sequence's keys, which picks the variant tuned for the
+    nearest length (default: the capacity).
+
+    NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
+    current stream (the call waits for the kernels: it reads their check of
+    the block table and the lengths back), CPU tensors on the emulator.
+    Not (yet) as flash_attn: no k/v appended into the cache (k=, v=), no
+    rotary embedding, no cache_batch_idx, no window, softcap or alibi, no
+    gradient. A page index outside the pool is never read and a length
+    past the capacity is cut to it: fatune.Error says so after the call.
+
+    Returns O (batch, seqlen_q, heads, dim_v), or (O, lse) with lse
+    (batch, heads, seqlen_q), float32 (float64 for float64).
+    """
+    return _kvcache.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
+                                           causal, softmax_scale, max_seqlen_k,
+                                           return_softmax_lse, db, _pt)
 
 
 def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,

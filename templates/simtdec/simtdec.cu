@@ -54,11 +54,15 @@ FA_KERNEL(${args.entry}_split, ${NT})
   const int hk = fa_bid_y() / per, row0 = (fa_bid_y() - hk * per) * ${R};
   const int b = fa_bid_z(), split = fa_bid_x();
   (void)split;
-  const int len = fa_ldg_i32(p.seqlens_k + b);
+  /* The sequence's keys, within the cache's capacity: a length outside it
+  ** is cut to it and flagged, never followed out of the pool. */
+  const int cap = p.table_stride * p.page_size, len_in = fa_ldg_i32(p.seqlens_k + b);
+  const int len = len_in < 0 ? 0 : len_in > cap ? cap : len_in;
   /* The split's keys [k_lo, k_hi): whole blocks but the last. */
   const int chunk = ((len + ${S - 1}) / ${S} + ${BN - 1}) / ${BN} * ${BN};
   const int k_lo = split * chunk, k_hi = len < k_lo + chunk ? len : k_lo + chunk;
-  const int *const table = p.block_table + (long long)b * p.table_stride;
+  /* No block table: a contiguous cache, sequence b on page b. */
+  const int *const table = p.block_table ? p.block_table + (long long)b * p.table_stride : 0;
 
   unsigned char *const raw = (unsigned char *)fa_smem_base();
   /* per stage: each key's K row (-1: none), then its V row, in elements */
@@ -123,7 +127,7 @@ $ local function offsets(k0, st)
       long long ko = -1, vo = -1;
       if (key < k_hi) {
         const int pg = key / p.page_size, tok = key - pg * p.page_size;
-        const int page = fa_ldg_i32(table + pg);
+        const int page = table ? fa_ldg_i32(table + pg) : b;
         if ((unsigned)page < (unsigned)p.num_pages) {
           ko = page * p.k_sb + tok * p.k_sn + hk * p.k_sh;
           vo = page * p.v_sb + tok * p.v_sn + hk * p.v_sh;
@@ -319,6 +323,7 @@ $ end
     fa_syncthreads();
   }
   if (bad) fa_st_i32(p.error, 1);
+  if (len != len_in && tid == 0) fa_st_i32(p.error + 1, 1);
 
   /* epilogue: ${S == 1 and "O normalized and the logsumexp" or "the split's partial O and logsumexp (log2 units)"} */
   FA_UNROLL

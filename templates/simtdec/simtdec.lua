@@ -189,7 +189,8 @@ function simtdec.render(c)
   local entry = simtdec.name_of(c):gsub("-", "_")
   local args = { cfg = c, P = P, entry = entry, T = c.dtype == "fp64" and "f64" or "f32",
                  acc = c.dtype == "fp64" and "double" or "float", io = io_of[c.dtype] }
-  local io_align = (c.dtype == "fp16" or c.dtype == "bf16") and 2 or P.esize
+  -- cp.async copies 16 bytes from each row: the pools' rows 16-byte aligned
+  local io_align = P.async and 16 or (c.dtype == "fp16" or c.dtype == "bf16") and 2 or P.esize
   local split = { entry = entry .. "_split", threads = P.NT, smem_bytes = P.smem, main = true,
                   grid = { c.splits, { "kv_rows", c.rows }, "batch" }, workspaces = {} }
   if c.splits == 1 then

@@ -1,0 +1,122 @@
+"""fatune.attention_with_kvcache on NumPy arrays (the emulator) and, with
+PyTorch, on CPU tensors: paged caches with pages out of order and shared,
+page size 1 and others, a contiguous cache, lengths 0 and 1, GQA, the
+causal mask of the new tokens, against attention written here in float64
+over keys gathered by hand; bad arguments refused naming the argument;
+a page outside the pool and a length past the capacity reported."""
+import math
+
+import numpy as np
+import pytest
+
+import fatune
+from conftest import TOLERANCE, rel_err
+
+B, SQ, H, KVH, D = 3, 2, 4, 2, 16
+LENS = np.array([37, 0, 1], dtype=np.int32)
+
+
+def paged(dt, page, seed=0):
+    """q, a pool of pages in reverse order with sequence 2's first page
+    sequence 0's, the table, and each sequence's keys and values by hand."""
+    rng = np.random.default_rng(seed)
+    pps = -(-40 // page)
+    pages = B * pps
+    q = rng.standard_normal((B, SQ, H, D)).astype(dt)
+    kp = rng.standard_normal((pages, page, KVH, D)).astype(dt)
+    vp = rng.standard_normal((pages, page, KVH, D)).astype(dt)
+    table = np.arange(pages, dtype=np.int32)[::-1].reshape(B, pps).copy()
+    table[2, 0] = table[0, 0]
+    return q, kp, vp, table
+
+
+def gather(pool, table, b, n):
+    page = pool.shape[1]
+    return np.stack([pool[table[b, c // page], c % page] for c in range(n)]) if n else \
+        np.zeros((0,) + pool.shape[2:], pool.dtype)
+
+
+def reference(q, kp, vp, table, lens, causal):
+    """O (B, SQ, H, D) and lse (B, H, SQ) in float64; rows that see no key:
+    zeros and -inf."""
+    o = np.zeros(q.shape, np.float64)
+    lse = np.full((B, H, SQ), -np.inf)
+    for b in range(B):
+        n = int(lens[b])
+        k, v = gather(kp, table, b, n).astype(np.float64), gather(vp, table, b, n).astype(np.float64)
+        for h in range(H):
+            for r in range(SQ):
+                seen = n if not causal else max(0, min(n, r + n - SQ + 1))
+                if seen == 0:
+                    continue
+                s = k[:seen, h // (H // KVH)] @ q[b, r, h].astype(np.float64) / math.sqrt(D)
+                m = s.max()
+                p = np.exp(s - m)
+                o[b, r, h] = p @ v[:seen, h // (H // KVH)] / p.sum()
+                lse[b, h, r] = m + math.log(p.sum())
+    return o, lse
+
+
+@pytest.mark.parametrize("dt,page,causal", [(np.float32, 8, False), (np.float32, 1, True),
+                                             (np.float16, 5, True), (np.float64, 16, False)])
+def test_paged(dt, page, causal):
+    q, kp, vp, table = paged(dt, page)
+    o, lse = fatune.attention_with_kvcache(q, kp, vp, LENS, table, causal=causal,
+                                           return_softmax_lse=True)
+    ref, ref_lse = reference(q, kp, vp, table, LENS, causal)
+    assert o.shape == q.shape and o.dtype == q.dtype
+    assert rel_err(o, ref) <= TOLERANCE[np.dtype(dt).name]
+    seen = np.isfinite(ref_lse)
+    assert np.array_equal(np.isfinite(lse), seen)
+    assert np.max(np.abs(lse[seen] - ref_lse[seen])) <= 1e-3 * max(1.0, np.max(np.abs(ref_lse[seen])))
+    assert np.all(o[1] == 0)   # the sequence of no keys
+
+
+def test_contiguous():
+    q, kp, vp, table = paged(np.float32, 8)
+    kc = np.stack([gather(kp, table, b, 40) for b in range(B)])
+    vc = np.stack([gather(vp, table, b, 40) for b in range(B)])
+    o = fatune.attention_with_kvcache(q, kc, vc, LENS, causal=True)
+    ident = np.arange(B, dtype=np.int32).reshape(B, 1)
+    ref, _ = reference(q, kc, vc, ident, LENS, True)
+    assert rel_err(o, ref) <= TOLERANCE["float32"]
+
+
+def test_bad_arguments():
+    q, kp, vp, table = paged(np.float32, 8)
+    with pytest.raises(TypeError, match="cache_seqlens"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS.astype(np.int64), table)
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS[:2], table)
+    with pytest.raises(ValueError, match="block_table"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS, table[:2])
+    with pytest.raises(TypeError, match="k_cache"):
+        fatune.attention_with_kvcache(q, kp.astype(np.float16), vp, LENS, table)
+    with pytest.raises(ValueError, match="v_cache"):
+        fatune.attention_with_kvcache(q, kp, vp[:, :4], LENS, table)
+    with pytest.raises(ValueError, match="k_cache"):
+        fatune.attention_with_kvcache(q, kp[:2], vp[:2], LENS)
+    with pytest.raises(TypeError, match="causal"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS, table, causal="yes")
+    bad = table.copy()
+    bad[0, 1] = 999
+    with pytest.raises(fatune.Error, match="outside the pool"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS, bad)
+    with pytest.raises(fatune.Error, match="capacity"):
+        fatune.attention_with_kvcache(q, kp, vp, np.array([41, 0, 1], np.int32), table)
+    with pytest.raises(fatune.Error, match="heads"):
+        fatune.attention_with_kvcache(q[:, :, :3], kp, vp, LENS, table)
+
+
+def test_torch_cpu():
+    torch = pytest.importorskip("torch")
+    q, kp, vp, table = paged(np.float32, 4, seed=3)
+    o = fatune.attention_with_kvcache(torch.from_numpy(q), torch.from_numpy(kp),
+                                      torch.from_numpy(vp), torch.from_numpy(LENS),
+                                      torch.from_numpy(table), causal=True)
+    ref, _ = reference(q, kp, vp, table, LENS, True)
+    assert isinstance(o, torch.Tensor) and rel_err(o.numpy(), ref) <= TOLERANCE["float32"]
+    with pytest.raises(ValueError, match="no backward"):
+        fatune.attention_with_kvcache(torch.from_numpy(q).requires_grad_(), torch.from_numpy(kp),
+                                      torch.from_numpy(vp), torch.from_numpy(LENS),
+                                      torch.from_numpy(table))
