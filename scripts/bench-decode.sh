@@ -3,7 +3,8 @@
 # model's best of 1 to 128) against FlashAttention-2's heuristic
 # (num_splits_heuristic), the same kernel at both, on uniform and skewed batches, without GQA and with 8
 # query heads per K/V head, on H100 and A100; one new token, bf16, head
-# dim 128, 32 query heads, the cache paged in 16-token pages. Each figure
+# dim 128, 32 query heads, the cache paged in 16-token pages: simtdec
+# without GQA, tcdec with it. Each figure
 # is `fatune model --op decode`'s, the K/V cache's bytes over the time as
 # a share of the GPU's HBM bandwidth beside it.
 #
@@ -15,7 +16,10 @@ cd "$(dirname "$0")/.."
 fatune="${1:-build/fatune}"
 [ -x "$fatune" ] || { echo "bench-decode: no fatune at $fatune (build it, or pass its path)" >&2; exit 2; }
 gpus="${GPUS:-h100 a100}"
-variant="${VARIANT:-r@n64w4-cpasync}"  # @: the group
+# without GQA the CUDA-core family (one query row a K/V head), with it the
+# tensor-core one (the group's rows in one m16 tile)
+mha="${MHA_VARIANT:-simtdec-bf16-d128-r1n64w4-cpasync-s1}"
+gqa="${GQA_VARIANT:-tcdec-bf16-d128-n64w4-s1}"
 skew="32768,512,512,512,512,512,512,512"
 
 # name | problem flags (--gqa G last)
@@ -34,7 +38,8 @@ for gpu in $gpus; do
   for c in "${cases[@]}"; do
     name="${c%%|*}" flags="${c#*|}"
     g="${flags##*--gqa }"
-    v="simtdec-bf16-d128-${variant//@/$g}-s1"
+    v=$mha
+    [ "$g" -gt 1 ] && v=$gqa
     # shellcheck disable=SC2086
     "$fatune" model --op decode --gpu "$gpu" --dtype bf16 --dim 128 --heads 32 --page 16 \
       $flags --variant "$v" --json |

@@ -33,10 +33,11 @@ refused() {
 
 # --- names ---------------------------------------------------------------------
 run l list --op decode --dim 128 --dtype bf16 --gqa 8 --seq-k 4096
-[ "$rc" -eq 0 ] && ! grep -qv '^simtdec-bf16-d128-r[28]n[0-9]*w4-' "$tmp/l.out" &&
+[ "$rc" -eq 0 ] && ! grep -qvE '^(simtdec-bf16-d128-r[28]n[0-9]*w4-|tcdec-bf16-d128-n[0-9]*w4-s)' "$tmp/l.out" &&
   grep -q '^simtdec-bf16-d128-r8n64w4-cpasync-s16 ' "$tmp/l.out" &&
-  grep -q '^simtdec-bf16-d128-r2n32w4-s1 ' "$tmp/l.out"
-check "list --op decode --gqa 8: the group's 8 rows and 2, sync and cp.async, splits" $? \
+  grep -q '^simtdec-bf16-d128-r2n32w4-s1 ' "$tmp/l.out" &&
+  grep -q '^tcdec-bf16-d128-n128w4-s32 ' "$tmp/l.out"
+check "list --op decode --gqa 8: tcdec's and simtdec's (the group's 8 rows and 2, sync and cp.async), splits" $? \
   "exit $rc: $(head -n 3 "$tmp/l.out") $(cat "$tmp/l.err")"
 
 # --- bad problems ----------------------------------------------------------------
@@ -72,10 +73,16 @@ check "best --op decode at a page size never tuned: nothing recorded" $? \
   "exit $rc: $(cat "$tmp/nobest.out" "$tmp/nobest.err" | head -n 3)"
 
 run skew --op decode --dim 16 --dtype fp16 --heads 4 --gqa 4 --kv-lens 33,0,1,20 --page 4 \
-  --config 'rows=4,block_n=8,warps=1,splits=3' --backend emu --db "$db" --seed 8
+  --config 'family=simtdec,rows=4,block_n=8,warps=1,splits=3' --backend emu --db "$db" --seed 8
 [ "$rc" -eq 0 ] && grep -q 'batch 4' "$tmp/skew.err" && grep -q ' ok ' "$tmp/skew.out"
-check "--kv-lens 33,0,1,20: a skewed batch, its lengths validated as given" $? \
+check "--kv-lens 33,0,1,20: a skewed batch, its lengths validated as given (simtdec)" $? \
   "exit $rc: $(cat "$tmp/skew.err" | tail -n 3)"
+
+run tc --op decode --dim 32 --dtype bf16 --heads 8 --gqa 4 --seq 2 --causal --kv-lens 40,0,1,17 \
+  --page 5 --config 'family=tcdec,block_n=32,warps=2,splits=2' --backend emu --db "$db" --seed 9
+[ "$rc" -eq 0 ] && grep -q '^tcdec-bf16-d32-n32w2-s2-causal .* ok ' "$tmp/tc.out"
+check "tcdec on a skewed batch of 2 new tokens, GQA 4, pages of 5: validated" $? \
+  "exit $rc: $(tail -n 3 "$tmp/tc.err") $(cat "$tmp/tc.out")"
 
 # --- the model ----------------------------------------------------------------------
 run probe model --op decode --gpu h100 --dim 128 --dtype bf16 --variant simtdec-bf16-d128-r1n64w4-cpasync-s1
@@ -111,4 +118,14 @@ assert tuned["time_us"] <= fa2["time_us"], (tuned, fa2)
 ' "$tmp/gqa.out" 2>"$tmp/gqa.py"
 check "model --op decode, GQA 8 on A100: the tuned splits no slower than the heuristic's" $? \
   "exit $rc: $(cat "$tmp/gqa.err" "$tmp/gqa.py" | tail -n 4)"
+run tcm model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --gqa 8 --batch 1 \
+  --seq-k 32768 --page 1 --variant tcdec-bf16-d128-n64w4-s1 --json
+[ "$rc" -eq 0 ] && python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+tuned = next(r for r in rows if r["best"])
+assert tuned["hbm_share"] >= 0.85, tuned
+' "$tmp/tcm.out" 2>"$tmp/tcm.py"
+check "model: tcdec, GQA 8, 32k keys, pages of 1 on H100: the tuned splits at 85% of HBM or more" $? \
+  "exit $rc: $(cat "$tmp/tcm.err" "$tmp/tcm.py" | tail -n 4)"
 finish

@@ -411,6 +411,7 @@ int main(void) {
   test_space(FA_BF16, 40, 4, 1, 0);
   test_space(FA_FP16, 32, 2, 3, 1);
   test_space(FA_FP64, 16, 2, 2, 1);
+  test_space(FA_BF16, 64, 8, 2, 1);   /* 16 rows: tcdec's whole m16 tile */
   backend_close(be);
   gen_close(gen);
   return check_done("test_decode");

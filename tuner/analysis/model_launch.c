@@ -30,8 +30,8 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
     const char *dq = gen_config_get(&k->cfg, "dq");
     l->dq_accum = dq && !strcmp(dq, "atomic");
   }
-  if (k->op == FA_OP_DECODE) {  /* a CTA's query rows of one K/V head's group */
-    l->block_m = config_int(k, "rows", -1);
+  if (k->op == FA_OP_DECODE) {  /* a CTA's query rows of one K/V head's group (tcdec: 16) */
+    l->block_m = config_int(k, "rows", 16);
     l->splits = config_int(k, "splits", 1);
   }
   l->threads = k->threads;
