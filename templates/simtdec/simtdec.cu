@@ -9,14 +9,7 @@ $ local RG, RR, NTC, CG, DC, RC = P.RG, P.RR, P.NTC, P.CG, P.DC, P.RC
 $ local S, W = c.splits, NT // 32
 $ local lanes = VW == 4 and { "x", "y", "z", "w" } or { "x", "y" }
 $ local async, KVW, KRS, VRS, IB = P.async, P.KVW, P.KRS, P.VRS, P.IB
-$ -- A loop of var over start, start + step, ... below n, with start below
-$ -- step: a constant trip count, which the compiler unrolls, the tail
-$ -- guarded where step does not divide n.
-$ local function each(var, start, n, step)
-$   local trips = (n + step - 1) // step
-$   return string.format("for (int %s = %s, %s_it = 0; %s_it < %d; %s_it++, %s += %d)%s", var, start,
-$                        var, var, trips, var, var, step, n % step == 0 and "" or " if (" .. var .. " < " .. n .. ")")
-$ end
+$ local each = require("decode").each
 $ local half = async and IB == 2   -- K and V in shared memory as 16-bit values
 $ -- A 16-bit value of shared memory's K or V as the accumulator's type.
 $ local function cvt(x)
@@ -118,48 +111,14 @@ $ end
   fa_syncthreads();  /* Q, m, l and the rows' last keys, for every thread: a split
                      ** without keys goes straight to the epilogue */
 
-$ -- copy: the pages of keys k0.. from the block table, each key's K and V
-$ -- rows' offsets into stage st's (read back by the mask).
+$ -- copy: the pages of keys k0.. into stage st's offsets, and the stage's rows
+$ -- by cp.async (decode.lua)
+$ local dec, copy = require("decode"), { BN = BN, NT = NT, D = D, DV = DV, IB = IB, KRS = KRS, VRS = VRS, stage_bytes = P.stage_bytes }
 $ local function offsets(k0, st)
-    FA_UNROLL
-    ${each("cc", "tid", BN, NT)} {
-      const int key = ${k0} + cc;
-      long long ko = -1, vo = -1;
-      if (key < k_hi) {
-        const int pg = key / p.page_size, tok = key - pg * p.page_size;
-        const int page = table ? fa_ldg_i32(table + pg) : b;
-        if ((unsigned)page < (unsigned)p.num_pages) {
-          ko = page * p.k_sb + tok * p.k_sn + hk * p.k_sh;
-          vo = page * p.v_sb + tok * p.v_sn + hk * p.v_sh;
-        } else {
-          bad = 1;
-        }
-      }
-      fa_sts_i64(ofs + ${st} * ${2 * BN} + cc, ko);
-      fa_sts_i64(ofs + ${st} * ${2 * BN} + ${BN} + cc, vo);
-    }
+${dec.offsets(copy, k0, st)}
 $ end
-$ -- copy = async: stage st's rows by cp.async, 16 bytes each, zeros for
-$ -- a key not read; one group.
 $ local function issue(st)
-    {
-      unsigned char *const kst = stage0 + ${st} * ${P.stage_bytes}, *const vst = kst + ${BN * KRS};
-      FA_UNROLL
-      ${each("e", "tid", BN * (D * IB // 16), NT)} {
-        const int cc = e / ${D * IB // 16}, ch = e - cc * ${D * IB // 16};
-        const long long ko = fa_lds_i64(ofs + ${st} * ${2 * BN} + cc);
-        const unsigned char *const src = (const unsigned char *)p.k + (ko >= 0 ? ko * ${IB} + ch * 16 : 0);
-        fa_cp_async_16(fa_saddr_of(kst + cc * ${KRS} + ch * 16), src, ko >= 0 ? 16 : 0);
-      }
-      FA_UNROLL
-      ${each("e", "tid", BN * (DV * IB // 16), NT)} {
-        const int cc = e / ${DV * IB // 16}, ch = e - cc * ${DV * IB // 16};
-        const long long vo = fa_lds_i64(ofs + ${st} * ${2 * BN} + ${BN} + cc);
-        const unsigned char *const src = (const unsigned char *)p.v + (vo >= 0 ? vo * ${IB} + ch * 16 : 0);
-        fa_cp_async_16(fa_saddr_of(vst + cc * ${VRS} + ch * 16), src, vo >= 0 ? 16 : 0);
-      }
-      fa_cp_async_commit();
-    }
+${dec.issue(copy, st)}
 $ end
 $ if async then
   /* the first block's rows on their way */

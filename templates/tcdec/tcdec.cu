@@ -9,13 +9,7 @@ $ local mma = bf and "fa_mma_m16n8k16_bf16" or "fa_mma_m16n8k16_f16"
 $ local pack = bf and "fa_pack_bf16x2" or "fa_pack_f16x2"
 $ local to16 = bf and "fa_f32_to_bf16" or "fa_f32_to_f16"
 $ local KT, NT8, VT = D // 16, NW // 8, DV // 8
-$ -- A loop of var over start, start + step, ... below n (start below step):
-$ -- a constant trip count, the tail guarded.
-$ local function each(var, start, n, step)
-$   local trips = (n + step - 1) // step
-$   return string.format("for (int %s = %s, %s_it = 0; %s_it < %d; %s_it++, %s += %d)%s", var, start,
-$                        var, var, trips, var, var, step, n % step == 0 and "" or " if (" .. var .. " < " .. n .. ")")
-$ end
+$ local each = require("decode").each
 /* ${args.entry}: decoding on tensor cores, 16 query rows of one K/V head's group per
 ** CTA, ${BN} keys a block, ${NW} a warp, ${NT} threads, ${S} split(s) of each
 ** sequence's keys. */
@@ -91,45 +85,14 @@ $ end
   for (int n = 0; n < ${VT}; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
   float m_a = fa_neg_inf_f32(), m_b = fa_neg_inf_f32(), l_a = 0, l_b = 0;
 
-$ -- copy: the pages of keys k0.. from the block table, each key's K and V
-$ -- rows' offsets into stage st's (read back by the mask).
+$ -- copy: the pages of keys k0.. into stage st's offsets, and the stage's rows
+$ -- by cp.async (decode.lua)
+$ local dec, copy = require("decode"), { BN = BN, NT = NT, D = D, DV = DV, IB = 2, KRS = KRS, VRS = VRS, stage_bytes = P.stage_bytes }
 $ local function offsets(k0, st)
-    ${each("cc", "tid", BN, NT)} {
-      const int key = ${k0} + cc;
-      long long ko = -1, vo = -1;
-      if (key < k_hi) {
-        const int pg = key / p.page_size, tok = key - pg * p.page_size;
-        const int page = table ? fa_ldg_i32(table + pg) : b;
-        if ((unsigned)page < (unsigned)p.num_pages) {
-          ko = page * p.k_sb + tok * p.k_sn + hk * p.k_sh;
-          vo = page * p.v_sb + tok * p.v_sn + hk * p.v_sh;
-        } else {
-          bad = 1;
-        }
-      }
-      fa_sts_i64(ofs + ${st} * ${2 * BN} + cc, ko);
-      fa_sts_i64(ofs + ${st} * ${2 * BN} + ${BN} + cc, vo);
-    }
+${dec.offsets(copy, k0, st)}
 $ end
-$ -- copy: stage st's rows by cp.async, 16 bytes each, zeros for a key not
-$ -- read; one group.
 $ local function issue(st)
-    {
-      unsigned char *const kst = stage0 + ${st} * ${P.stage_bytes}, *const vst = kst + ${BN * KRS};
-      ${each("e", "tid", BN * (D // 8), NT)} {
-        const int cc = e / ${D // 8}, ch = e - cc * ${D // 8};
-        const long long ko = fa_lds_i64(ofs + ${st} * ${2 * BN} + cc);
-        const unsigned char *const src = (const unsigned char *)p.k + (ko >= 0 ? ko * 2 + ch * 16 : 0);
-        fa_cp_async_16(fa_saddr_of(kst + cc * ${KRS} + ch * 16), src, ko >= 0 ? 16 : 0);
-      }
-      ${each("e", "tid", BN * (DV // 8), NT)} {
-        const int cc = e / ${DV // 8}, ch = e - cc * ${DV // 8};
-        const long long vo = fa_lds_i64(ofs + ${st} * ${2 * BN} + ${BN} + cc);
-        const unsigned char *const src = (const unsigned char *)p.v + (vo >= 0 ? vo * 2 + ch * 16 : 0);
-        fa_cp_async_16(fa_saddr_of(vst + cc * ${VRS} + ch * 16), src, vo >= 0 ? 16 : 0);
-      }
-      fa_cp_async_commit();
-    }
+${dec.issue(copy, st)}
 $ end
   if (k_lo < k_hi) {
     $ offsets("k_lo", "0")
