@@ -116,9 +116,12 @@ static void tensor_put(tensor *x, const double *v) {
                                            n * t->stride[2] + d), v[i]);
 }
 
-/* Norm-relative error of x's elements against contiguous ref; INFINITY
-** when one is not finite (unwritten poison included). */
-static double tensor_err(const tensor *x, const double *ref) {
+/* Norm-relative error of x's elements against contiguous ref, the norm
+** taken of mag where given (the magnitudes of a gradient's terms: where
+** the softmax's gradient cancels, rounding is relative to those, as the
+** validator judges it), else of ref; INFINITY when one is not finite
+** (unwritten poison included). */
+static double tensor_err_mag(const tensor *x, const double *ref, const double *mag) {
   const fatune_tensor *t = &x->t;
   double e2 = 0, r2 = 0;
   size_t i = 0;
@@ -130,9 +133,13 @@ static double tensor_err(const tensor *x, const double *ref) {
                                        (size_t)(b * t->stride[0] + h * t->stride[1] +
                                                 n * t->stride[2] + d));
           if (!isfinite(g)) return INFINITY;
-          e2 += (g - ref[i]) * (g - ref[i]), r2 += ref[i] * ref[i];
+          const double m = mag ? mag[i] : ref[i];
+          e2 += (g - ref[i]) * (g - ref[i]), r2 += m * m;
         }
   return sqrt(e2 / (r2 > 0 ? r2 : 1));
+}
+static double tensor_err(const tensor *x, const double *ref) {
+  return tensor_err_mag(x, ref, NULL);
 }
 
 /* Whether every padding element (past d in a row) still holds poison. */
@@ -318,9 +325,11 @@ static void check_bwd(fatune_ctx *ctx, fuzz_case *c) {
   double *lse_ref = malloc(rows * sizeof *lse_ref), *oref = malloc(rows * DV * sizeof *oref);
   double *gq = malloc(rows * D * sizeof *gq), *gk = malloc((size_t)B * H * NK * D * sizeof *gk);
   double *gv = malloc((size_t)B * H * NK * DV * sizeof *gv), *kx = NULL, *vx = NULL;
-  double *sk = NULL, *sv = NULL;
+  double *sk = NULL, *sv = NULL, *sk_mag = NULL;
+  double *gq_mag = malloc(rows * D * sizeof *gq_mag);
+  double *gk_mag = malloc((size_t)B * H * NK * D * sizeof *gk_mag);
   void *lse = malloc(rows * ls);
-  int ok = lse_ref && oref && gq && gk && gv && lse;
+  int ok = lse_ref && oref && gq && gk && gv && lse && gq_mag && gk_mag;
   for (int i = 0; ok && i < 8; i++) {
     int bnhd, pad;
     layout(c, &bnhd, &pad);
@@ -351,14 +360,15 @@ static void check_bwd(fatune_ctx *ctx, fuzz_case *c) {
   }
   /* From the rounded inputs and O as the kernel read them. */
   const ref_bwd_io io = {t[0].ref, kx, vx, t[4].ref, lq, lk, lv, lo, gq, gk, gv, lq, lk, lv,
-                         NULL, NULL};
+                         gq_mag, gk_mag};
   if (ref_attention_backward(p, &io) != 0 || !(sk = group_sum(gk, B, H, G, NK, D)) ||
-      !(sv = group_sum(gv, B, H, G, NK, DV))) {
+      !(sv = group_sum(gv, B, H, G, NK, DV)) || !(sk_mag = group_sum(gk_mag, B, H, G, NK, D))) {
     CHECK(0, "%s: the reference backward failed", c->what);
     goto done;
   }
   const double tol = val_tolerance(p->dtype);
-  const double e[3] = {tensor_err(&t[5], gq), tensor_err(&t[6], sk), tensor_err(&t[7], sv)};
+  const double e[3] = {tensor_err_mag(&t[5], gq, gq_mag), tensor_err_mag(&t[6], sk, sk_mag),
+                       tensor_err(&t[7], sv)};
   CHECK(e[0] <= tol && e[1] <= tol && e[2] <= tol, "%s: dq %.3g, dk %.3g, dv %.3g (tolerance %.3g)",
         c->what, e[0], e[1], e[2], tol);
   for (int i = 5; i < 8; i++)
@@ -367,7 +377,7 @@ static void check_bwd(fatune_ctx *ctx, fuzz_case *c) {
   printf("%-58s dq %.2e dk %.2e dv %.2e\n", c->what, e[0], e[1], e[2]);
 done:
   free(lse), free(lse_ref), free(oref), free(gq), free(gk), free(gv), free(kx), free(vx);
-  free(sk), free(sv);
+  free(sk), free(sv), free(sk_mag), free(gq_mag), free(gk_mag);
   for (int i = 0; i < 8; i++) tensor_free(&t[i]);
 }
 
