@@ -58,6 +58,15 @@ typedef struct fa_params {
   const int *seqlens_k;
   int *error;
   int page_size, table_stride, num_pages;
+  /* A variable-length batch (op fwd, a variant with varlen=1): q, k, v
+  ** and o packed, token t of head h at t * q_sn + h * q_sh (q_sb unused),
+  ** and so k, v, o; sequence b's queries are tokens cu_seqlens_q[b] up to
+  ** cu_seqlens_q[b + 1] of total_q, its keys cu_seqlens_k's of total_k;
+  ** seq_q and seq_k are the longest, which the grid covers; lse is
+  ** [heads][total_q]. A sequence whose offsets leave 0..total or whose
+  ** length passes the longest is never read: its CTAs set error[1]. */
+  const int *cu_seqlens_q, *cu_seqlens_k;
+  int total_q, total_k;
   fa_tmap tmap[4];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
                           ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;

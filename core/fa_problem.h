@@ -44,6 +44,11 @@ typedef struct fa_problem {
                         ** (a contiguous cache) */
   const int *kv_lens;   /* each sequence's keys (batch of them, 0 to seq_k), or NULL: all
                         ** seq_k; the caller keeps it alive */
+  int varlen;           /* op fwd: a variable-length batch, packed (fa_params.h), seq_q
+                        ** and seq_k the longest sequence's; the kernel's addressing,
+                        ** not part of a tuned key */
+  const int *q_lens;    /* varlen: each sequence's queries, with kv_lens its keys (the
+                        ** timing model's), or NULL; the caller keeps it alive */
 } fa_problem;
 
 /* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */

@@ -242,6 +242,10 @@ static void push_problem(lua_State *L, const fa_problem *p) {
     lua_pushinteger(L, p->kv_group);
     lua_setfield(L, -2, "kv_group");
   }
+  if (p->varlen) {
+    lua_pushinteger(L, 1);
+    lua_setfield(L, -2, "varlen");
+  }
 }
 
 /* A malloc'ed copy of the string at `idx`; raises when it is not a string
@@ -748,6 +752,21 @@ int gen_render_name(gen_state *g, const char *name, const gen_target *t,
   return render(g, render_name_protected, &c, out);
 }
 
+int gen_render_name_as(gen_state *g, const char *name, const fa_problem *p, const gen_target *t,
+                       gen_kernel *out) {
+  int rc = gen_render_name(g, name, t, out);
+  if (rc != 0 || !p || !p->varlen) return rc;
+  char *config = strdup(out->config);
+  gen_kernel_free(out);
+  if (!config) {
+    set_err(g, "out of memory");
+    return FA_EINTERNAL;
+  }
+  rc = gen_render_config(g, config, p, t, out);
+  free(config);
+  return rc;
+}
+
 /* Push the render function of the template module name (oracle, gemm). */
 static void push_module_render(lua_State *L, const gen_call *c, const char *name) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->engine_ref);
@@ -1052,6 +1071,12 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
     snprintf(why, n, "variant %s is for dim %s %s%s, but the problem is dim %s %s%s", name, have,
              dtype, strcmp(causal, "0") ? " causal" : "", want, fa_dtype_name(p->dtype),
              p->causal ? " causal" : "");
+    return 0;
+  }
+  const char *varlen = gen_config_get(&k->cfg, "varlen");
+  if ((varlen && !strcmp(varlen, "1")) != (p->varlen != 0)) {
+    snprintf(why, n, "variant %s addresses %s batch, but the problem is %s", name,
+             p->varlen ? "a dense" : "a variable-length", p->varlen ? "variable-length" : "dense");
     return 0;
   }
   const char *want_mod = p->mod ? p->mod->hash : "";

@@ -232,6 +232,39 @@ typedef struct fatune_kvcache_args {
 ** and, without a block table, they hold a page per sequence. */
 FATUNE_API fatune_status fatune_attention_kvcache(fatune_ctx *ctx, const fatune_kvcache_args *args);
 
+/* A variable-length batch, as flash_attn_varlen_func takes it: every
+** sequence's tokens packed, q and o shaped (1, heads, total_q, dim), k and
+** v (1, kv_heads, total_k, dim) (flash_attn's contiguous (total, heads,
+** dim) is strides {0, dim, heads * dim, 1}); sequence b's queries are
+** tokens cu_seqlens_q[b] up to cu_seqlens_q[b + 1] of q and o, its keys
+** cu_seqlens_k's of k and v. cu_seqlens_q and cu_seqlens_k hold batch + 1
+** int32 offsets where the kernels read them (device memory on cuda, host
+** memory on the emulator); max_seqlen_q and max_seqlen_k bound every
+** sequence's lengths. causal masks each sequence on its own, bottom-right
+** aligned. lse is NULL or [heads][total_q] (fp32; fp64 for fp64). The
+** kernels check each sequence's offsets before they use them: a sequence
+** whose offsets are negative, decreasing, past the tokens packed or wider
+** than the maxima is never read, and the call returns FATUNE_EINVAL saying
+** so after the kernels ran. The call waits for the device (it reads that
+** flag back). Zero-initialise it. */
+typedef struct fatune_varlen_args {
+  fatune_tensor q, k, v, o;
+  void *lse;
+  const int *cu_seqlens_q, *cu_seqlens_k;
+  int batch;
+  int max_seqlen_q, max_seqlen_k;
+  int causal;
+  double scale;          /* as fatune_attention_args' */
+  void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
+} fatune_varlen_args;
+
+/* O of a variable-length batch as args says: the variant recorded best for
+** the dense key of its longest sequences (op fwd, dtype, head dims,
+** max_seqlen_q, max_seqlen_k, causal), run with variable-length
+** addressing, else the default. A family without variable-length batches
+** (wg) is not chosen. */
+FATUNE_API fatune_status fatune_attention_varlen(fatune_ctx *ctx, const fatune_varlen_args *args);
+
 /* Everything fatune_attention does but the launch: the checks, the kernel
 ** (chosen and built on first use, then from memory), the launch shape,
 ** the argument block, the scratch buffer. Its name into name (may be

@@ -69,6 +69,7 @@ typedef struct slot {
   fa_dtype dtype;
   int dim, dim_v, seq_q, seq_k, causal;
   int batch, kv_group, page;   /* op decode's key; 0 for the other ops */
+  int varlen;                  /* a variable-length batch's kernel (op fwd) */
   char mod[17];
   budget b;
   gen_kernel k;
@@ -360,8 +361,8 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 static unsigned hash_key(const fa_problem *p, const budget *b) {
   int dk[3];
   decode_key(p, dk);
-  const int v[11] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
-                     b->deterministic, fa_problem_dim_v(p), dk[0], dk[1], dk[2]};
+  const int v[12] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
+                     b->deterministic, fa_problem_dim_v(p), dk[0], dk[1], dk[2], p->varlen};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
   h = fa_fnv1a64(h, mod_hash(p), strlen(mod_hash(p)));
   return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
@@ -371,7 +372,7 @@ static int same_key(const slot *s, const fa_problem *p, const budget *b) {
   int dk[3];
   decode_key(p, dk);
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
-         s->batch == dk[0] && s->kv_group == dk[1] && s->page == dk[2] &&
+         s->batch == dk[0] && s->kv_group == dk[1] && s->page == dk[2] && s->varlen == p->varlen &&
          s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal && !strcmp(s->mod, mod_hash(p)) &&
          s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
@@ -434,7 +435,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       s->dim_v = fa_problem_dim_v(p);
       int dk[3];
       decode_key(p, dk);
-      s->batch = dk[0], s->kv_group = dk[1], s->page = dk[2];
+      s->batch = dk[0], s->kv_group = dk[1], s->page = dk[2], s->varlen = p->varlen;
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       snprintf(s->mod, sizeof s->mod, "%s", mod_hash(p));
       s->used = 1;
@@ -1079,24 +1080,24 @@ static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem
   return FATUNE_OK;
 }
 
-/* The pools', q's and o's addresses and strides for kernel k's widest
-** access (its io_align). */
-static fatune_status check_kvcache_alignment(const gen_kernel *k, const fatune_kvcache_args *x) {
-  const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
-  const fa_dtype dt = (fa_dtype)x->q.dtype;
+/* Four tensors' addresses and strides for kernel k's widest access (its
+** io_align), lse's for its element. */
+static fatune_status check_aligned(const gen_kernel *k, const fatune_tensor *const t[4],
+                                   const char *const name[4], const void *lse) {
+  const fa_dtype dt = (fa_dtype)t[0]->dtype;
   const long long es = fa_dtype_size(dt), align = k->io_align > es ? k->io_align : es;
   for (int i = 0; i < 4; i++) {
     if ((uintptr_t)t[i]->data % (uintptr_t)align)
       return fail(FATUNE_EINVAL, "%s is not %lld-byte aligned (%p): %s moves %lld bytes at a "
-                  "time", kv_name[i], align, t[i]->data, k->name, align);
+                  "time", name[i], align, t[i]->data, k->name, align);
     for (int d = 0; d < 3; d++)
       if (t[i]->shape[d] > 1 && t[i]->stride[d] * es % align)
         return fail(FATUNE_EINVAL, "%s's stride %d of %lld elements is not a multiple of %lld "
-                    "bytes: %s moves %lld bytes at a time", kv_name[i], d, t[i]->stride[d],
+                    "bytes: %s moves %lld bytes at a time", name[i], d, t[i]->stride[d],
                     align, k->name, align);
   }
-  if ((uintptr_t)x->lse % (uintptr_t)fa_lse_size(dt))
-    return fail(FATUNE_EINVAL, "lse is not %d-byte aligned (%p)", fa_lse_size(dt), x->lse);
+  if ((uintptr_t)lse % (uintptr_t)fa_lse_size(dt))
+    return fail(FATUNE_EINVAL, "lse is not %d-byte aligned (%p)", fa_lse_size(dt), lse);
   return FATUNE_OK;
 }
 
@@ -1179,9 +1180,155 @@ fatune_status fatune_attention_kvcache(fatune_ctx *c, const fatune_kvcache_args 
     st = prepare(c, &fp, &bud, &s);
   }
   if (st == FATUNE_OK) {
-    st = check_kvcache_alignment(&s->k, x);
+    const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
+    st = check_aligned(&s->k, t, kv_name, x->lse);
     fa_params a = kvcache_params(x, &fp, page, pps, x->lse);
     if (st == FATUNE_OK) st = kvcache_launch(c, s, &fp, &a, x, pps);
+    pthread_rwlock_unlock(&c->lock);
+  }
+  backend_leave(c->be);
+  if (st == FATUNE_OK) errbuf[0] = '\0';
+  return st;
+}
+
+/* ---- Variable-length batches ---- */
+
+static const char *const vl_name[4] = {"q", "k", "v", "o"};
+
+/* The problem a variable-length call describes: the longest sequences' as
+** seq_q and seq_k, each tensor checked against it. */
+static fatune_status check_varlen_args(const fatune_varlen_args *x, fa_problem *fp) {
+  if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
+  fatune_status st;
+  for (int i = 0; i < 4; i++) {
+    if ((st = check_tensor(vl_name[i], t[i], x->q.dtype)) != FATUNE_OK) return st;
+    if (t[i]->shape[0] != 1)
+      return fail(FATUNE_EINVAL, "%s's first dim is %lld: a variable-length batch packs every "
+                  "sequence's tokens as (1, heads, total, dim)", vl_name[i], t[i]->shape[0]);
+  }
+  const long long *q = x->q.shape, *k = x->k.shape, *v = x->v.shape, *o = x->o.shape;
+  if (k[3] != q[3]) return fail(FATUNE_EINVAL, "k's head dim %lld is not q's %lld", k[3], q[3]);
+  if (v[1] != k[1] || v[2] != k[2])
+    return fail(FATUNE_EINVAL, "v's heads and tokens (%lld, %lld) are not k's (%lld, %lld)",
+                v[1], v[2], k[1], k[2]);
+  if (o[1] != q[1] || o[2] != q[2] || o[3] != v[3])
+    return fail(FATUNE_EINVAL, "o is (1, %lld, %lld, %lld), not q's heads and tokens with v's "
+                "head dim", o[1], o[2], o[3]);
+  if (q[1] % k[1])
+    return fail(FATUNE_EINVAL, "k and v have %lld heads, which do not divide q's %lld", k[1],
+                q[1]);
+  if (!x->cu_seqlens_q || !x->cu_seqlens_k)
+    return fail(FATUNE_EINVAL, "cu_seqlens_q and cu_seqlens_k must not be NULL");
+  if (x->max_seqlen_q < 1 || x->max_seqlen_q > q[2] || x->max_seqlen_k < 1 ||
+      x->max_seqlen_k > k[2])
+    return fail(FATUNE_EINVAL, "max_seqlen_q %d and max_seqlen_k %d: 1 to the tokens packed "
+                "(%lld and %lld)", x->max_seqlen_q, x->max_seqlen_k, q[2], k[2]);
+  const fatune_problem p = {.batch = x->batch, .heads = (int)q[1], .seq_q = x->max_seqlen_q,
+                            .seq_k = x->max_seqlen_k, .dim = (int)q[3], .dtype = x->q.dtype,
+                            .causal = x->causal, .scale = x->scale, .dim_v = (int)v[3]};
+  if ((st = check_problem(&p)) != FATUNE_OK) return st;
+  if ((st = check_distinct("o", &x->o)) != FATUNE_OK) return st;
+  /* O and lse apart from what the kernel reads: lse is [heads][total_q]. */
+  const fatune_attention_args view = {.q = x->q, .k = x->k, .v = x->v, .o = x->o, .lse = x->lse};
+  const fatune_problem packed = {.batch = 1, .heads = (int)q[1], .seq_q = (int)q[2],
+                                 .dtype = x->q.dtype};
+  if ((st = check_overlaps(&view, &packed)) != FATUNE_OK) return st;
+  *fp = to_problem(&p);
+  fp->kv_group = (int)(q[1] / k[1]);
+  fp->varlen = 1;
+  return FATUNE_OK;
+}
+
+/* The argument block of one variable-length call: the packed tensors'
+** token and head strides. */
+static fa_params varlen_params(const fatune_varlen_args *x, const fa_problem *fp) {
+  const fatune_tensor *q = &x->q, *k = &x->k, *v = &x->v, *o = &x->o;
+  fa_params a = {.q = q->data, .k = k->data, .v = v->data, .o = o->data,
+                 .q_sh = q->stride[1], .q_sn = q->stride[2], .k_sh = k->stride[1],
+                 .k_sn = k->stride[2], .v_sh = v->stride[1], .v_sn = v->stride[2],
+                 .o_sh = o->stride[1], .o_sn = o->stride[2], .batch = fp->batch,
+                 .heads = fp->heads, .seq_q = fp->seq_q, .seq_k = fp->seq_k,
+                 .kv_group = fp->kv_group, .scale_log2 = fa_problem_scale(fp) * LOG2E,
+                 .cu_seqlens_q = x->cu_seqlens_q, .cu_seqlens_k = x->cu_seqlens_k,
+                 .total_q = (int)q->shape[2], .total_k = (int)k->shape[2]};
+  a.scale_log2_f32 = (float)a.scale_log2;
+  return a;
+}
+
+/* Every launch of the prepared slot's kernel with its workspace, then the
+** kernels' flag read back (the call waits for them). */
+static fatune_status varlen_launch(fatune_ctx *c, const slot *s, const fa_problem *fp,
+                                   fa_params *a, const fatune_varlen_args *x) {
+  char err[512];
+  gen_launch shapes[GEN_MAX_LAUNCHES];
+  const gen_kernel *k = &s->k;
+  const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
+  const size_t rows = (size_t)fp->heads * (size_t)a->total_q;
+  void *ws = NULL, *flags = NULL, *lse = x->lse;
+  int rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
+  if (rc == 0 && k->nws > 1) {
+    rc = FA_EINTERNAL;
+    snprintf(err, sizeof err, "%s declares %d workspaces; the forward pass takes one", k->name,
+             k->nws);
+  }
+  if (rc == 0 && k->nws) rc = backend_alloc(c->be, gen_workspace_bytes(k, 0, fp), &ws, err, sizeof err);
+  if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &flags, err, sizeof err);
+  if (rc == 0 && !lse) rc = backend_alloc(c->be, rows * ls, &lse, err, sizeof err);
+  if (rc == 0) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
+  if (rc == 0) {
+    a->ws = ws, a->error = flags, a->lse = lse;
+    /* On the emulator the caller's buffers are host memory the kernel may touch. */
+    const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
+    fa_range extra[7];
+    for (int i = 0; i < 4; i++)
+      extra[i] = (fa_range){(uintptr_t)t[i]->data, (uintptr_t)t[i]->data + extent(t[i], es)};
+    extra[4] = (fa_range){(uintptr_t)lse, (uintptr_t)lse + rows * ls};
+    const size_t cu = ((size_t)fp->batch + 1) * sizeof(int);
+    extra[5] = (fa_range){(uintptr_t)x->cu_seqlens_q, (uintptr_t)x->cu_seqlens_q + cu};
+    extra[6] = (fa_range){(uintptr_t)x->cu_seqlens_k, (uintptr_t)x->cu_seqlens_k + cu};
+    fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
+                      .extra = extra, .nextra = 7, .stream = x->stream};
+    for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
+      ro.async = i + 1 < k->nlaunch;
+      rc = backend_launch(c->be, s->prog, &shapes[i], a, &ro, NULL, err, sizeof err);
+    }
+  }
+  int flag[2] = {0, 0};
+  if (rc == 0) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
+  if (rc == 0 && flag[1]) {
+    rc = FA_EINVAL;
+    snprintf(err, sizeof err, "cu_seqlens_q or cu_seqlens_k is negative, decreasing, past the "
+             "tokens packed or wider than max_seqlen_q or max_seqlen_k: those sequences were "
+             "skipped");
+  }
+  backend_free(c->be, ws), backend_free(c->be, flags);
+  if (lse != x->lse) backend_free(c->be, lse);
+  return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
+}
+
+fatune_status fatune_attention_varlen(fatune_ctx *c, const fatune_varlen_args *x) {
+  if (!c) return fail(FATUNE_EINVAL, "no context");
+  fa_problem fp;
+  fatune_status st = check_varlen_args(x, &fp);
+  if (st != FATUNE_OK) return st;
+  char err[512];
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  atomic_store(&c->used, 1);
+  const budget bud = {0, 0};
+  slot *s;
+  pthread_rwlock_rdlock(&c->lock);
+  s = lookup(c, &fp, &bud);
+  if (!s) {
+    pthread_rwlock_unlock(&c->lock);
+    st = prepare(c, &fp, &bud, &s);
+  }
+  if (st == FATUNE_OK) {
+    const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
+    st = check_aligned(&s->k, t, vl_name, x->lse);
+    fa_params a = varlen_params(x, &fp);
+    if (st == FATUNE_OK) st = varlen_launch(c, s, &fp, &a, x);
     pthread_rwlock_unlock(&c->lock);
   }
   backend_leave(c->be);

@@ -37,6 +37,15 @@ end
 -- The token of a 0/1 axis named only when set ("-causal").
 function enum.flag(word) return { [0] = "", [1] = word } end
 
+-- A variable-length batch (varlen.lua): the problem's addressing, set from
+-- the problem like causal, not a tuned choice; 0 is left out of names and
+-- canonical text, so the dense configs keep their hash.
+function enum.varlen_axis()
+  local a = enum.int_axis("varlen", 0, 1, enum.flag("varlen"))
+  a.absent = 0
+  return a
+end
+
 -- The preludes every family's source takes today, per backend, in order
 -- (the backend puts fa_params.h, and fa_counters.h and emu_abi.h on the
 -- emulator, before).

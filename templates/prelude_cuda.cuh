@@ -6,8 +6,11 @@
 ** body and count what it does. Plain C arithmetic stays plain.
 */
 #define FA_INLINE __device__ __forceinline__
-#define FA_KERNEL(name, nthreads) \
-  extern "C" __global__ void __launch_bounds__(nthreads) name(const fa_params p)
+/* The kernel's argument block is p; a variable-length kernel (varlen.lua)
+** names it pv and makes its own p, one sequence's. */
+#define FA_KERNEL_OF(name, nthreads, param) \
+  extern "C" __global__ void __launch_bounds__(nthreads) name(const fa_params param)
+#define FA_KERNEL(name, nthreads) FA_KERNEL_OF(name, nthreads, p)
 #define FA_PRAGMA(x) _Pragma(#x)
 #define FA_UNROLL FA_PRAGMA(unroll)
 #define FA_UNROLL_BY(n) FA_PRAGMA(unroll n)

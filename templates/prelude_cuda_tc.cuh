@@ -17,8 +17,9 @@
 ** 128 or 168 registers, for more CTAs per SM, and spills inside the main
 ** loop to get there; the tiles this family offers are sized for the
 ** registers they hold, and the tuner measures occupancy. */
-#define FA_TC_KERNEL(name, nthreads) \
-  extern "C" __global__ void __launch_bounds__(nthreads, 1) name(const fa_params p)
+#define FA_TC_KERNEL_OF(name, nthreads, param) \
+  extern "C" __global__ void __launch_bounds__(nthreads, 1) name(const fa_params param)
+#define FA_TC_KERNEL(name, nthreads) FA_TC_KERNEL_OF(name, nthreads, p)
 
 typedef unsigned short fa_f16;   /* IEEE binary16 bits */
 typedef unsigned short fa_bf16;  /* bfloat16 bits */

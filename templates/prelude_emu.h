@@ -12,8 +12,9 @@
 #include <string.h>
 
 #define FA_INLINE static inline __attribute__((unused))  /* clang warns on unused helpers */
-#define FA_KERNEL(name, nthreads) \
-  __attribute__((visibility("default"))) void name(const fa_params p)
+#define FA_KERNEL_OF(name, nthreads, param) \
+  __attribute__((visibility("default"))) void name(const fa_params param)
+#define FA_KERNEL(name, nthreads) FA_KERNEL_OF(name, nthreads, p)
 #define FA_UNROLL
 #define FA_UNROLL_BY(n)
 

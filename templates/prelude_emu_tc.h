@@ -32,6 +32,7 @@
 */
 
 /* Launch bounds mean nothing on the CPU. */
+#define FA_TC_KERNEL_OF(name, nthreads, param) FA_KERNEL_OF(name, nthreads, param)
 #define FA_TC_KERNEL(name, nthreads) FA_KERNEL(name, nthreads)
 
 typedef unsigned short fa_f16;   /* IEEE binary16 bits */

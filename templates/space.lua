@@ -453,7 +453,8 @@ local function families_for(problem, target)
   local out = {}
   for _, fam in ipairs(order) do
     if fam.op == op and (not problem or computes(fam, problem.dtype))
-       and (not target or space.runs_on(fam, target.arch)) then
+       and (not target or space.runs_on(fam, target.arch))
+       and (not problem or problem.varlen ~= 1 or fam.axis.varlen) then
       out[#out + 1] = fam
     end
   end
@@ -478,6 +479,15 @@ end
 -- The family a config that names none takes: the first of op's (fwd when
 -- nil) that computes dtype (and runs on target, when given); with no
 -- dtype, the op's last resort.
+-- The names of the families of op with variable-length batches, in rank order.
+function space.varlen_families(op)
+  local out = {}
+  for _, fam in ipairs(order) do
+    if fam.op == (op or "fwd") and fam.axis.varlen then out[#out + 1] = fam.name end
+  end
+  return out
+end
+
 local function pick(dtype, target, op)
   op = op or "fwd"
   if dtype == nil then
@@ -609,7 +619,7 @@ local function pick_for(dtype, problem, target)
   local op = (problem or {}).op
   local first = pick(dtype, target, op)
   if not (problem and problem.dim and target and dtype) then return first end
-  for _, fam in ipairs(families_for({ dtype = dtype, op = op }, target)) do
+  for _, fam in ipairs(families_for({ dtype = dtype, op = op, varlen = problem.varlen }, target)) do
     if fam.axis.dim.max >= problem.dim then
       local cfg = fam.defaults(problem)
       cfg.dtype = dtype
@@ -654,6 +664,14 @@ function space.parse_config(text, problem, target)
       error("unknown config key '" .. k .. "' for family " .. fam.name .. hint, 0)
     end
     cfg[k] = axis_value(axis, v)
+  end
+  -- A variable-length batch is the problem's addressing, whatever the
+  -- config says (a config tuned on the dense problem runs it).
+  if problem and problem.varlen == 1 and fam.axis.varlen then
+    cfg.varlen = 1
+  elseif problem and problem.varlen == 1 then
+    error(string.format("family %s has no variable-length batches (varlen); these have: %s",
+                        fam.name, table.concat(space.varlen_families(problem.op), ", ")), 0)
   end
   for _, axis in ipairs(fam.axes) do cfg[axis.key] = axis_value(axis, cfg[axis.key]) end
   return fam, normalize(cfg), given

@@ -4,6 +4,7 @@ $ -- Q, K, V and O in global memory: elements of args.io (acc_t, or 16-bit
 $ -- values converted on load and rounded on store); lse and the workspace
 $ -- stay acc_t.
 $ local io = args.io
+$ local vl = require("varlen")
 $ local function ldg(a) return string.format(io.ldg, a) end
 $ local function ldo(a) return string.format(io.ld, a) end
 $ local function sto(a, v) return string.format(io.st, a, v) end
@@ -27,8 +28,7 @@ $ local F = { acc = "acc_t", fn = T, lanes = G, scaled = true, l = "l_i[i]" }
 $ if mod then
 ${require("mod").c_functions(mod, acc)}
 $ end
-FA_KERNEL(${args.entry}, ${NT})
-{
+${vl.kernel(c, "FA_KERNEL", args.entry, NT)}
   typedef ${acc} acc_t;
   const acc_t NEG_INF = fa_neg_inf_${T}();
   const int tid = fa_tid();
@@ -56,13 +56,16 @@ $ end
 $ if not splitq and eager then
   acc_t *const sc_p = sm + ${P.off_scp};
 $ end
-  const ${io.elem} *const qg = (const ${io.elem} *)p.q + b * p.q_sb + h * p.q_sh;
-  const ${io.elem} *const kg = (const ${io.elem} *)p.k + b * p.k_sb + hk * p.k_sh;
-  const ${io.elem} *const vg = (const ${io.elem} *)p.v + b * p.v_sb + hk * p.v_sh;
-  ${io.elem} *const og = (${io.elem} *)p.o + b * p.o_sb + h * p.o_sh;
-  acc_t *const lg = (acc_t *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
+  const ${io.elem} *const qg = (const ${io.elem} *)p.q + b * p.q_sb + h * p.q_sh${vl.row(c, "q")};
+  const ${io.elem} *const kg = (const ${io.elem} *)p.k + b * p.k_sb + hk * p.k_sh${vl.row(c, "k")};
+  const ${io.elem} *const vg = (const ${io.elem} *)p.v + b * p.v_sb + hk * p.v_sh${vl.row(c, "v")};
+$ if c.varlen == 1 then
+  ${vl.again()}
+$ end
+  ${io.elem} *const og = (${io.elem} *)p.o + b * p.o_sb + h * p.o_sh${vl.row(c, "o")};
+  acc_t *const lg = ${vl.lse(c, "acc_t", "b", "h")};
 $ if not qouter then
-  acc_t *const wg = (acc_t *)p.ws + ((long long)b * p.heads + h) * p.seq_q * 2;
+  acc_t *const wg = (acc_t *)p.ws + ((long long)b * p.heads + h) * ${vl.rows(c)} * 2;
 $ end
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const acc_t sl2 = (acc_t)p.scale_log2;
@@ -456,6 +459,9 @@ $ end
 $ if qouter then
   /* FlashAttention-2 order: this CTA owns Q rows [q0, q0 + ${BM}) and loops over K/V. */
   const int q0 = fa_bid_x() * ${BM};
+$ if c.varlen == 1 then
+  ${vl.past("q0")}
+$ end
   ${sm.kv_end(causal, BM)}
 $ if splitq then
   FA_UNROLL

@@ -18,7 +18,7 @@ simt.preludes = enum.preludes
 -- fp32 runs on every GPU.
 function simt.default_dtype() return "fp32", "fp32 on CUDA cores" end
 
--- Names: simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem[-causal].
+-- Names: simt-f32-d64-m64n32w4-deferred-qouter-splitq-pad-qsmem[-causal][-varlen].
 simt.axes = {
   enum_axis("dtype", { "fp32", "fp64", "fp16", "bf16" }, { fp32 = "f32", fp64 = "f64", fp16 = "f16" }),
   int_axis("dim", 1, 576, { prefix = "d" }),
@@ -32,10 +32,11 @@ simt.axes = {
   enum_axis("split", { "split_q", "split_k" }, { split_q = "splitq", split_k = "splitk" }),
   enum_axis("layout", { "row", "pad", "kt" }),
   enum_axis("q", { "smem", "reg" }, { prefix = "q" }),
+  enum.varlen_axis(),
 }
 simt.axis = enum.index(simt.axes)
 simt.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps" }, { "norm" }, { "par" },
-                { "split" }, { "layout" }, { "q" }, { "causal" } }
+                { "split" }, { "layout" }, { "q" }, { "causal" }, { "varlen" } }
 
 -- Head dims over 256 take 8 x 8 tiles, which fit 64 KB of shared memory
 -- (sm_75) up to head dim 512 in fp32.
@@ -43,7 +44,7 @@ function simt.defaults(problem)
   local big = math.max(problem.dim or 64, problem.dim_v or 0) > 256
   return {
     dtype = problem.dtype or "fp32", dim = problem.dim or 64, dim_v = enum.dim_v(problem),
-    causal = problem.causal or 0,
+    causal = problem.causal or 0, varlen = problem.varlen or 0,
     block_m = big and 8 or 64, block_n = big and 8 or 32, warps = big and 2 or 4, norm = "deferred",
     par = "q_outer", split = "split_q", layout = "pad", q = "smem",
   }
@@ -207,7 +208,7 @@ local function cross(base, axes, out) enum.cross(simt.axes, base, axes, out) end
 -- "small" is the fallback when no default tile fits the target.
 function simt.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
-                 causal = problem.causal or 0 }
+                 causal = problem.causal or 0, varlen = problem.varlen or 0 }
   local out = {}
   if which == "full" then
     local tiles = { 1, 2, 3, 4, 8, 16, 32, 64, 128 }

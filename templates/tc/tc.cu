@@ -6,6 +6,7 @@ $ -- the epilogue. Each step is a Lua function below that emits its code;
 $ -- tile addresses come from the preludes' fa_swizzle, fa_tile_offset and
 $ -- fa_slab_offset.
 $ local c, P = args.cfg, args.P
+$ local vl = require("varlen")
 $ local causal, eager, q_in_registers = c.causal == 1, c.norm == "eager", c.q == "reg"
 $ -- A score or mask modification (mod.lua): its functions precede the kernel.
 $ local mod = c.mod
@@ -207,8 +208,9 @@ vcp -= (long long)${block_n} * p.v_sn;
 $   return
 $ end
 const int hk_again = fa_again_i32(hk);
-const unsigned short *const kg = (const unsigned short *)p.k + fa_bid_z() * p.k_sb + hk_again * p.k_sh;
-const unsigned short *const vg = (const unsigned short *)p.v + fa_bid_z() * p.v_sb + hk_again * p.v_sh;
+$ local kept = c.varlen == 1 and vl.kept_key(P.varlen_offset)
+const unsigned short *const kg = (const unsigned short *)p.k + fa_bid_z() * p.k_sb + hk_again * p.k_sh${vl.row(c, "k", kept)};
+const unsigned short *const vg = (const unsigned short *)p.v + fa_bid_z() * p.v_sb + hk_again * p.v_sh${vl.row(c, "v", kept)};
 $ -- With P V by k16 steps fewer registers are live at the peak, and ptxas
 $ -- (CUDA 13) keeps the copy lanes of the thread index as computed once
 $ -- (or rebuilds them as it sees fit) with fewer instructions per block.
@@ -491,8 +493,11 @@ $ local function epilogue()
 fa_cp_async_wait(0);
 fa_syncthreads(); /* nobody reads Q or K/V any more; every copy has landed */
 /* O's and the logsumexp's heads, only now: nothing of them is live in the loop */
-unsigned short *const og = (unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
-float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
+$ if c.varlen == 1 then
+${vl.again()}
+$ end
+unsigned short *const og = (unsigned short *)p.o + b * p.o_sb + h * p.o_sh${vl.row(c, "o")};
+float *const lg = ${vl.lse(c, "float", "b", "h")};
 FA_UNROLL
 for (int mt = 0; mt < ${m_tiles}; ++mt) {
   FA_UNROLL
@@ -548,8 +553,10 @@ $ end
 $ if mod then
 ${require("mod").c_functions(mod, "float")}
 $ end
-FA_TC_KERNEL(${args.entry}, ${threads})
-{
+${vl.kernel(c, "FA_TC_KERNEL", args.entry, threads)}
+$ if c.varlen == 1 then
+  ${vl.kept_key(P.varlen_offset, true)}
+$ end
   const float NEG_INF = fa_neg_inf_f32();
   const int tid = fa_tid();
   const int lane = tid & 31, warp = tid >> 5;
@@ -563,9 +570,9 @@ $ if mod then
 $ end
   unsigned char *const sm = (unsigned char *)fa_smem_base();
   const fa_saddr ss = fa_saddr_of(sm);
-  const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh;
-  const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh;
-  const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
+  const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh${vl.row(c, "q")};
+  const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh${vl.row(c, "k")};
+  const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh${vl.row(c, "v")};
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const float sl2 = p.scale_log2_f32;
 $ if causal then
@@ -574,6 +581,9 @@ $ if causal then
   const int q0 = ((p.seq_q + ${block_m - 1}) / ${block_m} - 1 - fa_bid_x()) * ${block_m};
 $ else
   const int q0 = fa_bid_x() * ${block_m};
+$ end
+$ if c.varlen == 1 then
+  ${vl.past("q0")}
 $ end
   (void)off;
   ${sm.kv_end(causal, block_m)}

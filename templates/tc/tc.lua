@@ -74,6 +74,7 @@ tc.axes = {
   -- per tensor stepped down a block at a time, as FlashAttention-2 does
   -- ("carry": fewer instructions, four registers more through the loop).
   enum_axis("kv_addr", { "rebuild", "carry" }, { rebuild = "" }),
+  enum.varlen_axis(),
 }
 tc.axis = enum.index(tc.axes)
 
@@ -100,7 +101,7 @@ function tc.defaults(problem)
   local bm, bn = tc.fa2_tile(tc.padded_dim(d, problem.dim_v) or 256)
   return {
     dtype = problem.dtype or "fp16", dim = d, dim_v = enum.dim_v(problem), causal = problem.causal or 0,
-    block_m = bm, block_n = bn, warps = 4, norm = "deferred",
+    varlen = problem.varlen or 0, block_m = bm, block_n = bn, warps = 4, norm = "deferred",
     layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0, rowsum = "mma",
     pv = "block", kv_addr = "rebuild",
   }
@@ -120,10 +121,11 @@ end
 -- parts asked for add "p<n>" after the stages: ...-s2-p2; row sums by
 -- FADD add "fadd" after that: ...-s2-fadd; P V by k16 steps adds "step"
 -- after that: ...-s2-fadd-step; carried K/V addresses add "carry" after
--- that: ...-s2-fadd-step-carry.
+-- that: ...-s2-fadd-step-carry; a variable-length batch (varlen.lua)
+-- ends in "varlen".
 tc.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps" }, { "norm" }, { "layout" },
               { "q" }, { "q_share" }, { "stages" }, { "parts" }, { "rowsum" }, { "pv" },
-              { "kv_addr" }, { "causal" } }
+              { "kv_addr" }, { "causal" }, { "varlen" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -179,6 +181,13 @@ function tc.plan(c)
   else
     P.kv_offset = P.q_bytes
     P.smem_bytes = P.q_bytes + c.stages * P.stage_bytes
+  end
+  -- varlen: each thread's copy of its sequence's first key, which the main
+  -- loop's K/V address rebuild reads back (varlen.lua): a register live
+  -- through the loop would spill the tiles at 255.
+  if c.varlen == 1 then
+    P.varlen_offset = P.smem_bytes
+    P.smem_bytes = P.smem_bytes + 4 * P.threads
   end
   -- Registers per thread, 32-bit words, as the template holds them: the O
   -- accumulator (m_tiles x o_tiles n8 tiles of 4 floats; deferred
@@ -294,7 +303,7 @@ local with = enum.with
 -- fits the target.
 function tc.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
-                 causal = problem.causal or 0 }
+                 causal = problem.causal or 0, varlen = problem.varlen or 0 }
   local out = {}
   if which == "full" then
     local bn = {}

@@ -1,0 +1,84 @@
+-- varlen.lua
+-- A variable-length batch in the forward families (simt, tc): Q, K, V and
+-- O packed as flash_attn_varlen_func has them, (total, heads, dim), each
+-- sequence's tokens from cu_seqlens (fa_params.h). The kernel takes the
+-- argument block as pv and makes its own p, the problem of the sequence of
+-- its fa_bid_z(): lengths, and pointers moved to the sequence's first
+-- token, so that the body addresses one sequence as it addresses one
+-- batch of a dense problem. Only what differs is emitted here; a dense
+-- config (varlen 0) renders as before.
+
+local varlen = {}
+
+-- The kernel's head for config c: macro (FA_KERNEL or FA_TC_KERNEL) naming
+-- entry with nt threads, and for a varlen config the sequence's problem:
+-- its lengths, and vq_lo and vk_lo, its first query and key, which the
+-- addresses add (row). The pointers stay the argument block's, so that
+-- no 64-bit base of the sequence is live through the main loop.
+function varlen.kernel(c, macro, entry, nt)
+  if c.varlen ~= 1 then return string.format("%s(%s, %d)\n{", macro, entry, nt) end
+  return string.format([[
+%s_OF(%s, %d, pv)
+{
+  /* A variable-length batch: sequence fa_bid_z() as a problem of its own.
+  ** Offsets outside the packed tensors, or a length past the longest the
+  ** grid covers, are never followed: the CTA sets error[1] and stops. */
+  fa_params p = pv;
+  const int vq_lo = fa_ldg_i32(pv.cu_seqlens_q + fa_bid_z()), vq_hi = fa_ldg_i32(pv.cu_seqlens_q + fa_bid_z() + 1);
+  const int vk_lo = fa_ldg_i32(pv.cu_seqlens_k + fa_bid_z()), vk_hi = fa_ldg_i32(pv.cu_seqlens_k + fa_bid_z() + 1);
+  if (vq_lo < 0 || vq_hi < vq_lo || vq_hi > pv.total_q || vq_hi - vq_lo > pv.seq_q ||
+      vk_lo < 0 || vk_hi < vk_lo || vk_hi > pv.total_k || vk_hi - vk_lo > pv.seq_k) {
+    if (fa_tid() == 0) fa_st_i32(pv.error + 1, 1);
+    return;
+  }
+  p.seq_q = vq_hi - vq_lo, p.seq_k = vk_hi - vk_lo;
+  p.q_sb = p.k_sb = p.v_sb = p.o_sb = 0;]], macro, entry, nt)
+end
+
+-- What the address of tensor t's rows ("q", "k", "v" or "o") adds under
+-- varlen: the sequence's first token's offset; kv_lo, the expression of
+-- the first key where it is not vk_lo.
+function varlen.row(c, t, kv_lo)
+  if c.varlen ~= 1 then return "" end
+  local lo = t == "q" and "vq_lo" or t == "o" and "vq_lo_again" or kv_lo or "vk_lo"
+  return string.format(" + (long long)%s * p.%s_sn", lo, t)
+end
+
+-- Under varlen, the first key kept in shared memory at byte offset off, a
+-- slot per thread (store: the prologue's; else the main loop's read, at an
+-- address the compiler cannot hoist).
+function varlen.kept_key(off, store)
+  if store then
+    return string.format("fa_sts_i32((int *)((unsigned char *)fa_smem_base() + %d) + fa_tid(), vk_lo);", off)
+  end
+  return string.format("fa_lds_i32((const int *)((unsigned char *)fa_smem_base() + %d) + fa_tid_again())", off)
+end
+
+-- Under varlen, the sequence's first query read again after the main loop,
+-- where O and the logsumexp need it: from an index the compiler cannot see
+-- through, so that it neither merges the two reads nor keeps the first live.
+function varlen.again()
+  return "const int vq_lo_again = fa_ldg_i32(pv.cu_seqlens_q + fa_again_i32(fa_bid_z()));"
+end
+
+-- The logsumexp of head h (C expressions b, h): dense [batch][heads][seq_q],
+-- varlen [heads][total_q] from the sequence's first token.
+function varlen.lse(c, acc, b, h)
+  if c.varlen ~= 1 then
+    return string.format("(%s *)p.lse + ((long long)%s * p.heads + %s) * p.seq_q", acc, b, h)
+  end
+  return string.format("(%s *)p.lse + (long long)%s * pv.total_q + vq_lo_again", acc, h)
+end
+
+-- The query rows a workspace holds per (batch, head): the longest
+-- sequence's under varlen, so that sequences of their own lengths never
+-- share a row.
+function varlen.rows(c) return c.varlen == 1 and "pv.seq_q" or "p.seq_q" end
+
+-- Under varlen, a CTA whose query block q0 lies past its sequence's rows
+-- stops (the grid covers the longest).
+function varlen.past(q0)
+  return string.format("if ((unsigned)%s >= (unsigned)p.seq_q) return; /* past this sequence */", q0)
+end
+
+return varlen
