@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _check, _kvcache, _lib, _numpy
+from . import _check, _kvcache, _lib, _numpy, _varlen
 from ._lib import Error
 
 try:
@@ -28,7 +28,8 @@ try:
 except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
-__all__ = ["Error", "attention", "attention_backward", "attention_with_kvcache", "plan", "tune",
+__all__ = ["Error", "attention", "attention_backward", "attention_varlen",
+           "attention_with_kvcache", "plan", "tune",
            "best", "reload", "executable", "__version__"]
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
@@ -158,6 +159,38 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False,
                            max_rel_err, deterministic, mod)
     return (o, lse) if return_lse else o
+
+
+def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+                     max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                     softmax_scale: Optional[float] = None, return_softmax_lse: bool = False,
+                     db: Optional[str] = None) -> Any:
+    """A variable-length batch, as flash_attn_varlen_func computes it (the
+    README's "Variable-length batches"), with its names.
+
+    q: (total_q, heads, dim), every sequence's query tokens packed one
+    sequence after another; k, v: (total_k, kv_heads, dim), its keys and
+    values; kv_heads divides heads; v's head dim may differ. cu_seqlens_q,
+    cu_seqlens_k: (batch + 1,) int32 offsets, sequence b's tokens from
+    cu_seqlens[b] up to cu_seqlens[b + 1]; lengths 0 allowed. max_seqlen_q,
+    max_seqlen_k: the longest sequences, which pick the variant (the one
+    tuned for that dense key, run with variable-length addressing). causal:
+    each sequence on its own, bottom-right aligned. softmax_scale:
+    1/sqrt(dim) if None.
+
+    NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
+    current stream (the call waits for the kernels: it reads their check of
+    the offsets back), CPU tensors on the emulator. Not (yet) as flash_attn:
+    no dropout, window, softcap, alibi or gradient. Offsets that are
+    negative, decreasing, past the tokens or wider than the maxima are
+    never followed: fatune.Error says so after the call.
+
+    Returns O (total_q, heads, dim_v), or (O, lse) with lse (heads,
+    total_q), float32 (float64 for float64), -inf where a row sees no key.
+    """
+    return _varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                    max_seqlen_k, causal, softmax_scale, return_softmax_lse,
+                                    db, _pt)
 
 
 def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,

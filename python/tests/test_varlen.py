@@ -1,0 +1,108 @@
+"""fatune.attention_varlen on NumPy arrays (the emulator) and, with
+PyTorch, on CPU tensors: packed sequences of their own lengths (0 and 1
+among them), GQA, causal per sequence, against attention written here in
+float64 on each sequence alone; bad arguments refused naming the argument;
+offsets no kernel may follow reported."""
+import math
+
+import numpy as np
+import pytest
+
+import fatune
+from conftest import TOLERANCE, rel_err
+
+H, KVH, D = 4, 2, 16
+LQ, LK = [5, 0, 1, 23], [9, 4, 0, 23]
+
+
+def packed(dt, lq=LQ, lk=LK, seed=0):
+    rng = np.random.default_rng(seed)
+    cu_q = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q = rng.standard_normal((cu_q[-1], H, D)).astype(dt)
+    k = rng.standard_normal((cu_k[-1], KVH, D)).astype(dt)
+    v = rng.standard_normal((cu_k[-1], KVH, D)).astype(dt)
+    return q, k, v, cu_q, cu_k
+
+
+def reference(q, k, v, cu_q, cu_k, causal):
+    """O (total_q, H, D) and lse (H, total_q) in float64, each sequence on
+    its own; rows that see no key: zeros and -inf."""
+    o = np.zeros(q.shape, np.float64)
+    lse = np.full((H, q.shape[0]), -np.inf)
+    for b in range(len(cu_q) - 1):
+        q0, n = int(cu_q[b]), int(cu_q[b + 1] - cu_q[b])
+        k0, m = int(cu_k[b]), int(cu_k[b + 1] - cu_k[b])
+        for h in range(H):
+            kh = k[k0:k0 + m, h // (H // KVH)].astype(np.float64)
+            vh = v[k0:k0 + m, h // (H // KVH)].astype(np.float64)
+            for r in range(n):
+                seen = m if not causal else max(0, min(m, r + m - n + 1))
+                if seen == 0:
+                    continue
+                s = kh[:seen] @ q[q0 + r, h].astype(np.float64) / math.sqrt(D)
+                mx = s.max()
+                p = np.exp(s - mx)
+                o[q0 + r, h] = p @ vh[:seen] / p.sum()
+                lse[h, q0 + r] = mx + math.log(p.sum())
+    return o, lse
+
+
+@pytest.mark.parametrize("dt,causal", [(np.float32, False), (np.float32, True),
+                                       (np.float16, True), (np.float64, False)])
+def test_varlen(dt, causal):
+    q, k, v, cu_q, cu_k = packed(dt)
+    o, lse = fatune.attention_varlen(q, k, v, cu_q, cu_k, max(LQ), max(LK), causal=causal,
+                                     return_softmax_lse=True)
+    ref, ref_lse = reference(q, k, v, cu_q, cu_k, causal)
+    assert o.shape == q.shape and o.dtype == q.dtype and lse.shape == (H, q.shape[0])
+    assert rel_err(o, ref) <= TOLERANCE[np.dtype(dt).name]
+    seen = np.isfinite(ref_lse)
+    assert np.array_equal(np.isfinite(lse), seen)
+    assert np.all(lse[~seen] == -np.inf)
+    assert np.max(np.abs(lse[seen] - ref_lse[seen])) <= 1e-3 * max(1.0, np.max(np.abs(ref_lse[seen])))
+    assert np.all(o[cu_q[2]:cu_q[3]] == 0)   # the sequence of no keys
+
+
+def test_same_as_dense():
+    """Sequences of one length packed give the dense call's O."""
+    q, k, v, cu_q, cu_k = packed(np.float32, [12, 12], [20, 20])
+    o = fatune.attention_varlen(q, k, v, cu_q, cu_k, 12, 20, causal=True)
+    qd, kd, vd = (x.reshape(2, -1, x.shape[1], D).transpose(0, 2, 1, 3) for x in (q, k, v))
+    od = fatune.attention(np.ascontiguousarray(qd), np.ascontiguousarray(kd),
+                          np.ascontiguousarray(vd), causal=True)
+    assert rel_err(o, od.transpose(0, 2, 1, 3).reshape(o.shape).astype(np.float64)) <= 1e-6
+
+
+def test_bad_arguments():
+    q, k, v, cu_q, cu_k = packed(np.float32)
+    with pytest.raises(TypeError, match="cu_seqlens_q"):
+        fatune.attention_varlen(q, k, v, cu_q.astype(np.int64), cu_k, 23, 23)
+    with pytest.raises(ValueError, match="cu_seqlens_k"):
+        fatune.attention_varlen(q, k, v, cu_q, cu_k[:3], 23, 23)
+    with pytest.raises(ValueError, match="q"):
+        fatune.attention_varlen(q[None], k, v, cu_q, cu_k, 23, 23)
+    with pytest.raises(TypeError, match="k"):
+        fatune.attention_varlen(q, k.astype(np.float16), v, cu_q, cu_k, 23, 23)
+    with pytest.raises(TypeError, match="causal"):
+        fatune.attention_varlen(q, k, v, cu_q, cu_k, 23, 23, causal=1)
+    with pytest.raises(fatune.Error, match="max_seqlen"):
+        fatune.attention_varlen(q, k, v, cu_q, cu_k, 23, 10 ** 6)
+
+
+def test_offsets_not_followed():
+    """Decreasing offsets: nothing read out of bounds, the call says so."""
+    q, k, v, cu_q, cu_k = packed(np.float32)
+    bad = cu_q.copy()
+    bad[2] = bad[1] - 1
+    with pytest.raises(fatune.Error, match="cu_seqlens"):
+        fatune.attention_varlen(q, k, v, bad, cu_k, 23, 23)
+
+
+def test_torch_cpu():
+    torch = pytest.importorskip("torch")
+    q, k, v, cu_q, cu_k = packed(np.float32)
+    o = fatune.attention_varlen(*(torch.from_numpy(x) for x in (q, k, v, cu_q, cu_k)),
+                                max(LQ), max(LK), causal=True)
+    ref, _ = reference(q, k, v, cu_q, cu_k, True)
+    assert isinstance(o, torch.Tensor) and rel_err(o.numpy(), ref) <= TOLERANCE["float32"]
