@@ -32,7 +32,7 @@ enum {
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
   F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20,
   F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24, F_OP = 1 << 25,
-  F_MODEL = 1 << 26, F_BUDGET = 1 << 27, F_MOD = 1 << 28
+  F_MODEL = 1 << 26, F_BUDGET = 1 << 27, F_MOD = 1 << 28, F_VARLEN = 1 << 29
 };
 
 typedef struct cmd_info {
@@ -78,18 +78,18 @@ static const cmd_info commands[] = {
    "default variant first, without them) and writes dQ, dK and dV.",
    "fatune run --config block_m=64 --q q.npy --k k.npy --v v.npy --out o.npy",
    "run one variant on .npy tensors"},
-  {"list", CMD_LIST, F_DIM | F_TYPE | F_MOD | F_SEQ | F_ARCH | F_JSON | F_SPACE | F_OP,
+  {"list", CMD_LIST, F_DIM | F_TYPE | F_MOD | F_SEQ | F_ARCH | F_JSON | F_SPACE | F_OP | F_VARLEN,
    "--dim D [--dtype T] [--causal] [--op OP] [--arch A] [--space default|full] [--json]",
    "Lists the variants of the space: name, config and hash.",
    "fatune list --dim 128 --dtype fp16 --arch sm_80",
    "list the variants of the space"},
-  {"gen", CMD_GEN, F_DIM | F_TYPE | F_MOD | F_ARCH | F_PICK | F_OP,
+  {"gen", CMD_GEN, F_DIM | F_TYPE | F_MOD | F_ARCH | F_PICK | F_OP | F_VARLEN,
    "(--variant NAME | --config 'k=v,...') [--dim D] [--dtype T] [--causal] [--op OP] [--arch A]",
    "Prints one variant's CUDA source. Keys left out of --config take the family's\n"
    "defaults, or values that fit the keys given (it says which).",
    "fatune gen --config block_m=64,block_n=32 --dtype fp32",
    "print a variant's CUDA source"},
-  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_MOD | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE | F_PICK |
+  {"compile", CMD_COMPILE, F_DIM | F_TYPE | F_MOD | F_SEQ | F_ARCH | F_JOBS | F_JSON | F_SPACE | F_PICK | F_VARLEN |
                            F_SASS | F_GPU | F_SAVE | F_OP,
    "--dim D [--dtype T] [--causal] [--op OP] [--arch A] [--space S] [--variant NAME | --config TEXT]\n"
    "                      [--sass [--gpu G]] [--save-cubin DIR] [--jobs N] [--json]",
@@ -105,7 +105,8 @@ static const cmd_info commands[] = {
    "compile --sass does; with the tile in --config, the throughput estimate too.",
    "fatune sass flash_fwd.cubin --config block_m=128,block_n=128,dim=64,warps=4",
    "the main loop of a cubin's machine code"},
-  {"model", CMD_MODEL, F_DIM | F_TYPE | F_MOD | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL | F_OP,
+  {"model", CMD_MODEL, F_DIM | F_TYPE | F_MOD | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL | F_OP |
+                       F_VARLEN,
    "--gpu G --dim D --seq N[,N..] [--seq-k M] [--batch B] [--heads H] [--causal] [--op OP]\n"
    "                    [--dtype T] ((--variant NAME | --config TEXT) [--cubin FILE] |\n"
    "                    --cubin FILE --launch fa2|fa3 [--kernel PART]) [--json] [--plot FILE.png]",
@@ -205,6 +206,10 @@ static const flag_info flags[] = {
                                 "job's --causal both: each key without and with it"},
   {"mod", F_MOD, 1, "SPEC", "a score or mask modification: window=LEFT[:RIGHT], softcap=CAP,\n"
                           "alibi, prefixlm=N, chunked=N, or a file NAME.lua (README)"},
+  {"varlen", F_VARLEN, 0, NULL, "variable-length batches (packed sequences, as the library's\n"
+                               "fatune_attention_varlen runs them): each variant's varlen form"},
+  {"seq-lens", F_VARLEN, 1, "L,L..", "a variable-length batch of these sequences (queries and\n"
+                                   "keys; the batch is their number, --seq their longest): --varlen"},
   {"op", F_OP, 1, "OP", "the operation: fwd (the forward pass, the default), bwd (the\n"
                         "backward pass) or decode (split-KV decoding)"},
   {"seq", F_SEQ, 1, "N", "query sequence length (default 4096); the main job: a list of\n"
@@ -435,9 +440,10 @@ static int parse_list(const char *flag, const char *text, long hi, int *vals, in
   }
 }
 
-/* --kv-lens: each sequence's keys, 0 to 2^24, repeats allowed, at most
-** CLI_LIST_MAX of them. */
-static int parse_lens(const char *text, int *vals, int *n, char *err, size_t len) {
+/* --kv-lens (each sequence's keys) and --seq-lens (its tokens): 0 to
+** 2^24, repeats allowed, at most CLI_LIST_MAX of them. */
+static int parse_lens(const char *flag, const char *text, int *vals, int *n, char *err,
+                      size_t len) {
   *n = 0;
   for (const char *s = text;; s++) {
     const char *item = s;
@@ -446,10 +452,11 @@ static int parse_lens(const char *text, int *vals, int *n, char *err, size_t len
     const long v = isdigit((unsigned char)*s) ? strtol(s, &end, 10) : -1;
     if (v >= 0) s = end;
     if (v < 0 || errno || v > 1 << 24 || (*s != ',' && *s != '\0'))
-      return fail(err, len, "--kv-lens must be a comma-separated list of key counts from 0 to "
-                  "%d, not '%.*s'", 1 << 24, (int)strcspn(item, ","), item);
+      return fail(err, len, "%s must be a comma-separated list of %s from 0 to %d, not '%.*s'",
+                  flag, strcmp(flag, "--kv-lens") ? "lengths" : "key counts", 1 << 24,
+                  (int)strcspn(item, ","), item);
     if (*n == CLI_LIST_MAX)
-      return fail(err, len, "--kv-lens lists more than %d sequences", CLI_LIST_MAX);
+      return fail(err, len, "%s lists more than %d sequences", flag, CLI_LIST_MAX);
     vals[(*n)++] = (int)v;
     if (*s == '\0') return 0;
   }
@@ -592,8 +599,13 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   }
   if (!strcmp(flag, "--shard")) return parse_shard(o, val, err, n);
   if (!strcmp(flag, "--kv-lens")) {
-    if (parse_lens(val, o->kv_lens, &o->nkv_lens, err, n) != 0) return -1;
+    if (parse_lens(flag, val, o->kv_lens, &o->nkv_lens, err, n) != 0) return -1;
     p->kv_lens = o->kv_lens;
+    return 0;
+  }
+  if (!strcmp(flag, "--seq-lens")) {
+    if (parse_lens(flag, val, o->seq_lens, &o->nseq_lens, err, n) != 0) return -1;
+    p->q_lens = p->kv_lens = o->seq_lens, p->varlen = 1;
     return 0;
   }
   if (!strcmp(flag, "--seq-k") || !strcmp(flag, "--batch") || !strcmp(flag, "--gqa") ||
@@ -627,6 +639,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--variant")) o->variant = val;
   else if (!strcmp(flag, "--config")) o->config = val;
   else if (!strcmp(flag, "--retune")) o->retune = 1;
+  else if (!strcmp(flag, "--varlen")) p->varlen = 1;
   else if (!strcmp(flag, "--deterministic")) o->deterministic = 1;
   else if (!strcmp(flag, "--db")) o->db = val;
   else if (!strcmp(flag, "--device")) o->device = val;
@@ -814,6 +827,8 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "--seq-k takes one --seq; a sweep over --seq tunes seq_k = seq_q");
   if ((keys || o->shard_n) && o->json && !seq_list)
     return fail(err, errlen, "--json takes one key; fatune export --format json gives a sweep's");
+  if (o->problem.varlen && (o->problem.op != FA_OP_FWD || o->mod))
+    return fail(err, errlen, "--varlen is the forward pass's, without --mod");
   if (o->cmd == CMD_TUNE && o->variant && o->config)
     return fail(err, errlen, "the main job takes --variant NAME or --config TEXT, not both");
   return 0;
@@ -841,6 +856,20 @@ static int check_kv_lens(cli_opts *o, char *err, size_t errlen) {
   return 0;
 }
 
+/* --seq-lens: a variable-length batch, its number the batch and its
+** longest --seq. */
+static int check_seq_lens(cli_opts *o, char *err, size_t errlen) {
+  if (!o->nseq_lens) return 0;
+  if (cli_given(o, "--batch") || cli_given(o, "--seq") || cli_given(o, "--seq-k"))
+    return fail(err, errlen, "--seq-lens sets the batch (their number) and --seq (the longest)");
+  o->problem.batch = o->nseq_lens;
+  o->problem.seq_q = 1;
+  for (int i = 0; i < o->nseq_lens; i++)
+    if (o->seq_lens[i] > o->problem.seq_q) o->problem.seq_q = o->seq_lens[i];
+  o->problem.seq_k = o->seqs[0] = o->problem.seq_q;
+  return 0;
+}
+
 /* Every --gqa divides every --heads. */
 static int check_gqa(const cli_opts *o, char *err, size_t errlen) {
   for (int i = 0; i < o->ngqas; i++)
@@ -852,7 +881,7 @@ static int check_gqa(const cli_opts *o, char *err, size_t errlen) {
 
 static int check_command(cli_opts *o, char *err, size_t errlen) {
   decode_defaults(o);
-  if (check_kv_lens(o, err, errlen) != 0) return -1;
+  if (check_kv_lens(o, err, errlen) != 0 || check_seq_lens(o, err, errlen) != 0) return -1;
   if (o->problem.seq_k == 0) o->problem.seq_k = o->problem.seq_q;
   if (check_gqa(o, err, errlen) != 0) return -1;
   if (check_sweep(o, err, errlen) != 0) return -1;

@@ -32,6 +32,8 @@ typedef struct cli_opts {
   int gqas[CLI_LIST_MAX], ngqas;
   int pages[CLI_LIST_MAX], npages;
   int kv_lens[CLI_LIST_MAX], nkv_lens;  /* --kv-lens: each sequence's keys (problem.kv_lens) */
+  int seq_lens[CLI_LIST_MAX], nseq_lens; /* --seq-lens: a variable-length batch's sequences
+                                         ** (problem.q_lens and kv_lens) */
   fa_dtype dtypes[4];                /* --dtype's values (the first is problem.dtype) */
   int ndtypes;
   int causal_both;        /* main job: --causal=both, each key without and with the mask */

@@ -192,7 +192,7 @@ static int render_set(gen_state *g, const cli_opts *o, const gen_target *t, comp
   s->n = s->variants ? s->nvariants : 1;
   if (alloc_set(s) != 0) return 1;
   for (size_t i = 0; i < s->n; i++) {
-    int rc = o->variant  ? gen_render_name(g, o->variant, t, &s->kernels[i])
+    int rc = o->variant  ? gen_render_name_as(g, o->variant, &o->problem, t, &s->kernels[i])
              : o->config ? gen_render_config(g, o->config, &o->problem, t, &s->kernels[i])
                          : gen_render_config(g, s->variants[i].config, NULL, t, &s->kernels[i]);
     if (rc != 0) {

@@ -8,7 +8,7 @@
 
 int cmd_gen_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   gen_kernel k;
-  int rc = o->variant ? gen_render_name(g, o->variant, t, &k)
+  int rc = o->variant ? gen_render_name_as(g, o->variant, &o->problem, t, &k)
                       : gen_render_config(g, o->config, &o->problem, t, &k);
   if (rc != 0 && o->dtype_why) {
     /* The dtype was the target's choice: say so, the user may have meant

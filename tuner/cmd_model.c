@@ -60,6 +60,10 @@ static void problem_of(const cli_opts *o, int seq_q, int seq_k, model_problem *p
   p->elem_bytes = (int)fa_dtype_size(o->problem.dtype);
   p->backward = o->problem.op == FA_OP_BWD;
   p->mod = o->problem.mod;
+  if (o->problem.q_lens) {  /* a variable-length batch: its sequences, as given */
+    p->batch = o->problem.batch;
+    p->q_lens = o->problem.q_lens, p->kv_lens = o->problem.kv_lens;
+  }
   if (o->problem.op == FA_OP_DECODE) {  /* the serving problem as given, or the CLI's defaults */
     p->decode = 1;
     p->batch = o->problem.batch, p->heads = o->problem.heads;
@@ -188,7 +192,7 @@ static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given
       return snprintf(err, errlen, "no target for %s", j->gpu->arch), -1;
   }
   gen_kernel k;
-  int rc = o->variant && !config ? gen_render_name(g, o->variant, &t, &k)
+  int rc = o->variant && !config ? gen_render_name_as(g, o->variant, &o->problem, &t, &k)
                                  : gen_render_config(g, config ? config : o->config, &o->problem,
                                                      &t, &k);
   if (rc != 0) return snprintf(err, errlen, "%s", gen_errmsg(g)), -1;
@@ -228,8 +232,16 @@ static void print_text(const model_job *j) {
   const model_problem *p = &j->p;
   double peak = estimate_peak_tflops(j->gpu, j->dtype);
   printf("model: %s\n", j->kernel);
-  printf("  on %s: batch %d, heads %d, seq %d, seq_k %d, dim %d%s\n", j->gpu->name, p->batch,
-         p->heads, p->seq_q, p->seq_k, p->dim, p->causal ? ", causal" : "");
+  if (p->q_lens) {
+    long total = 0;
+    printf("  on %s: %d sequences of", j->gpu->name, p->batch);
+    for (int b = 0; b < p->batch; b++) printf("%s%d", b ? "," : " ", p->q_lens[b]), total += p->q_lens[b];
+    printf(" tokens (%ld in all, packed), heads %d, dim %d%s\n", total, p->heads, p->dim,
+           p->causal ? ", causal" : "");
+  } else {
+    printf("  on %s: batch %d, heads %d, seq %d, seq_k %d, dim %d%s\n", j->gpu->name, p->batch,
+           p->heads, p->seq_q, p->seq_k, p->dim, p->causal ? ", causal" : "");
+  }
   /* The backward pass's main kernel: a CTA per block of keys, a step per Q block. */
   const char *step = p->backward ? "Q block" : "K/V block";
   if (p->backward)

@@ -218,6 +218,45 @@ static double makespan_snake(const double *tile, long n, int slots) {
   return m;
 }
 
+/* The share of (query, key) pairs p's causal mask keeps (1 without). */
+static double causal_share(const model_problem *p) {
+  if (!p->causal || p->seq_q < 1 || p->seq_k < 1) return 1;
+  double keep = 0;
+  for (long q = 0; q < p->seq_q; q++) {
+    long k = q + 1 + p->seq_k - p->seq_q;
+    keep += k < 0 ? 0 : k > p->seq_k ? p->seq_k : k;
+  }
+  return keep / ((double)p->seq_q * p->seq_k);
+}
+
+/* Sequence s of a variable-length batch as a dense problem of its own. */
+static model_problem sequence(const model_problem *p, int s) {
+  model_problem one = *p;
+  one.batch = 1, one.seq_q = p->q_lens[s], one.seq_k = p->kv_lens[s], one.q_lens = NULL;
+  return one;
+}
+
+/* A variable-length batch's tiles, the grid's (sequence, head, query
+** block) in launch order: a block within its sequence's rows as the
+** dense kernel's, one past them the cost of reading the offsets (stop). */
+static void varlen_tiles(const model_problem *p, const model_launch *l, long mblocks,
+                         double fill, double cpb, double qo, double stop, double *t) {
+  long i = 0;
+  for (int s = 0; s < p->batch; s++) {
+    const model_problem one = sequence(p, s);
+    const int own = (one.seq_q + l->block_m - 1) / l->block_m;
+    for (int h = 0; h < p->heads; h++)
+      for (int mb = 0; mb < mblocks; mb++, i++) {
+        if (mb >= own) {
+          t[i] = stop;
+          continue;
+        }
+        const int n = one.seq_k > 0 ? blocks_of(&one, l, l->heavy_first ? own - 1 - mb : mb) : 0;
+        t[i] = n > 0 ? fill + n * cpb + qo : qo;
+      }
+  }
+}
+
 static const char *bound_of(const model_result *r) {
   int best = 0;
   for (int i = 1; i < 8; i++)
@@ -233,6 +272,11 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   out->ctas_per_sm = ctas_per_sm(g, l, &out->limit);
   if (out->ctas_per_sm < 1) {
     snprintf(err, errlen, "the kernel does not fit an SM of %s (%s)", g->name, out->limit);
+    return -1;
+  }
+  if (p->q_lens && (p->decode || p->backward || l->persistent)) {
+    snprintf(err, errlen, "variable-length batches are modelled for the forward pass's "
+             "non-persistent kernels only");
     return -1;
   }
   long mblocks = ((p->backward ? p->seq_k : p->seq_q) + l->block_m - 1) / l->block_m;
@@ -269,7 +313,8 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     qo = 2.0 * l->block_m * p->dim * 4 / sm.l2_bytes_clk + 2 * sm.l2_latency;
     decode_tiles(p, l, fill, cpb, qo, t);
   }
-  for (int h = 0; !p->decode && h < p->batch * p->heads; h++)
+  if (p->q_lens) varlen_tiles(p, l, mblocks, fill, cpb, qo, 2 * sm.l2_latency, t);
+  for (int h = 0; !p->decode && !p->q_lens && h < p->batch * p->heads; h++)
     for (int mb = 0; mb < mblocks; mb++, i++) {
       int n = blocks_of(p, l, l->heavy_first ? (int)mblocks - 1 - mb : mb);
       /* with the blocks of `ctas` resident tiles interleaved, one tile's
@@ -298,6 +343,12 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   double dram_bytes = bh * p->elem_bytes * p->dim *
                       (p->backward ? 2.0 * p->seq_q + 4.0 * p->seq_k
                                    : 2.0 * p->seq_q + 2.0 * p->seq_k);
+  if (p->q_lens) {
+    dram_bytes = 0;
+    for (int s = 0; s < p->batch; s++)
+      dram_bytes += (double)p->heads * p->elem_bytes * p->dim *
+                    (2.0 * p->q_lens[s] + 2.0 * p->kv_lens[s]);
+  }
   if (p->decode) {
     out->kv_bytes = decode_kv_bytes(p);
     dram_bytes = out->kv_bytes + 4.0 * bh * p->seq_q * p->dim * p->elem_bytes / 2 +
@@ -322,15 +373,16 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   if (p->decode) {  /* every new token over its sequence's keys */
     out->flops = 4.0 * p->heads * p->seq_q * p->dim * (out->kv_bytes /
                  ((p->heads / decode_group(p)) * 2.0 * p->dim * p->elem_bytes));
+  } else if (p->q_lens) {  /* each sequence's pairs, its causal half */
+    out->flops = 0;
+    for (int s = 0; s < p->batch; s++) {
+      const model_problem one = sequence(p, s);
+      out->flops += 4.0 * p->heads * one.seq_q * (double)one.seq_k * p->dim * causal_share(&one);
+    }
   } else if (p->mod && !p->backward) {  /* the pairs the mask keeps, as for the causal half */
     out->flops *= kept_share(p);
   } else if (p->causal) {  /* the computed half, as FlashAttention's papers count it */
-    double keep = 0;
-    for (long q = 0; q < p->seq_q; q++) {
-      long k = q + 1 + p->seq_k - p->seq_q;
-      keep += k < 0 ? 0 : k > p->seq_k ? p->seq_k : k;
-    }
-    out->flops *= keep / ((double)p->seq_q * p->seq_k);
+    out->flops *= causal_share(p);
   }
   const model_run *r = &out->run;
   double c = r->cycles > 0 ? r->cycles : 1;

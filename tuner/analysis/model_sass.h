@@ -43,6 +43,10 @@ typedef struct model_problem {
   int decode;
   int kv_group;
   const int *kv_lens;
+  /* A variable-length batch (op fwd): sequence b's q_lens[b] queries over
+  ** its kv_lens[b] keys, causal on its own; seq_q and seq_k the longest,
+  ** which the grid covers (its CTAs past a sequence stop at once). */
+  const int *q_lens;
 } model_problem;
 
 /* How the kernel runs: its tile and launch. consumers 0: a plain kernel
