@@ -48,11 +48,16 @@ static const char best_sql[] =
   "JOIN variants v ON v.id = b.variant_id JOIN devices d ON d.id = b.device_id "
   "WHERE " DEVICE_MATCH("?1") " AND b.dtype = ?2 AND b.dim = ?3 AND b.causal = ?4 "
   "AND b.dim_v = ?11 AND b.mod = ?12 "
-  "AND b.req_batch = ?13 AND b.kv_group = ?14 AND b.page = ?15 "
+  "AND b.kv_group = ?14 AND b.page = ?15 "
   "AND (?7 IS NULL OR b.arch = ?7) AND b.op = ?8 "
-  /* The exact key has distance 0; between two equally near, the longer
-  ** sequence; then the view's own ranking, across devices and targets. */
-  "ORDER BY abs(b.req_seq_q - ?5), abs(b.req_seq_k - ?6), b.req_seq_q DESC, "
+  /* The exact key has distance 0. Decoding's batch first, by ratio (the
+  ** splits follow batch x heads over the SMs), between two equally near
+  ** the smaller (its splits over-split, a cheap combine, where the
+  ** larger's would leave SMs idle); the other ops' is 0. Then the
+  ** lengths, between two equally near the longer sequence; then the
+  ** view's own ranking, across devices and targets. */
+  "ORDER BY max(b.req_batch, ?13) * 1.0 / max(min(b.req_batch, ?13), 1), b.req_batch, "
+  "abs(b.req_seq_q - ?5), abs(b.req_seq_k - ?6), b.req_seq_q DESC, "
   "b.req_seq_k DESC, b.median_us IS NULL, b.median_us, b.global_bytes IS NULL, "
   "b.global_bytes, b.id";
 
@@ -113,7 +118,8 @@ int db_best(db *d, const char *device, const db_problem *p, db_best_row *out, in
   while (rc == SQLITE_ROW && best_row(st, out) != 0) rc = dbi_step(st);
   if (rc == SQLITE_ROW) {
     *found = 1;
-    *exact = out->req_seq_q == want_q && out->req_seq_k == want_k;
+    *exact = out->req_seq_q == want_q && out->req_seq_k == want_k &&
+             out->req_batch == p->req_batch;
   } else {
     memset(out, 0, sizeof *out);
     if (rc != SQLITE_DONE) status = dbi_sqlfail(d->h, err, errlen, "reading the best variants");

@@ -226,7 +226,7 @@ typedef struct fatune_kvcache_args {
 
 /* O for the new tokens over the cache as args says: the variant recorded
 ** best for the key (op decode, dtype, head dims, the GQA ratio, the page
-** size, the batch, the nearest tuned key length), else the decoding
+** size; the nearest tuned batch by ratio, then key length), else the decoding
 ** family's default. The checks are fatune_attention's for q, o and lse;
 ** the pools' head dims and dtype agree with q's, their heads divide q's,
 ** and, without a block table, they hold a page per sequence. */

@@ -207,8 +207,11 @@ mut resume-off-by-one tuner/trial/trial.c \
   'db_trial_get(e->db, t->variant_id, e->device_id,' 'db_trial_get(e->db, t->variant_id - 1, e->device_id,' \
   'cli_db'
 mut nearest-seq db/db_query.c \
-  'ORDER BY abs(b.req_seq_q - ?5), abs(b.req_seq_k - ?6),' 'ORDER BY abs(b.req_seq_q - ?5) DESC, abs(b.req_seq_k - ?6) DESC,' \
+  '"abs(b.req_seq_q - ?5), abs(b.req_seq_k - ?6),' '"abs(b.req_seq_q - ?5) DESC, abs(b.req_seq_k - ?6) DESC,' \
   'test_db test_lib'
+mut nearest-batch db/db_query.c \
+  'min(b.req_batch, ?13), 1), b.req_batch, ' 'min(b.req_batch, ?13), 1) DESC, b.req_batch, ' \
+  'test_db'
 mut npy-fortran runtime/npy.c \
   'if (h.fortran)' 'if (0 && h.fortran)' \
   'test_npy'

@@ -142,7 +142,8 @@ check "every trial of both is there ($na + $nb)" $? "$(trials "$db") trials"
 # --- decoding's key: the batch asked for, the GQA ratio, the page size -------
 # The emulator runs a smaller batch (3) than asked: two tunes that differ
 # only in --batch, then only in --page, are each measured in full, not
-# "recorded before"; best finds each key and no other.
+# "recorded before"; best finds each key, and for a batch never tuned the
+# nearest one's, and nothing for a GQA ratio never tuned.
 db="$tmp/decode.db"
 dec=(--op decode --dtype fp32 --dim 32 --seq-k 256 --heads 4 --gqa 2 --backend emu --db "$db")
 ok=0
@@ -160,11 +161,17 @@ got=$("$FATUNE" best --op decode --dim 32 --seq-k 256 --batch 16 --gqa 2 --page 
 [ "$got" = "16 2 16 3" ]
 check "best --op decode --batch 16 --gqa 2 --page 16: that key, run at batch 3 ($got)" $? "'$got'"
 "$FATUNE" best --op decode --dim 32 --seq-k 256 --batch 32 --gqa 2 --page 16 --db "$db" \
+  >/dev/null 2>"$tmp/dec_near.err"
+rc=$?
+[ "$rc" -eq 0 ] && grep -q 'no exact entry for seq_q 1 seq_k 256 batch 32; nearest tuned: seq_q 1 seq_k 256 batch 16' \
+  "$tmp/dec_near.err"
+check "best --op decode --batch 32: never tuned, batch 16's, said so" $? "exit $rc: $(cat "$tmp/dec_near.err")"
+"$FATUNE" best --op decode --dim 32 --seq-k 256 --batch 16 --gqa 4 --page 16 --db "$db" \
   >/dev/null 2>"$tmp/dec_none.err"
 rc=$?
-[ "$rc" -eq 1 ] && grep -q 'nothing recorded for decode any dtype dim 32 batch 32 gqa 2 page 16' \
+[ "$rc" -eq 1 ] && grep -q 'nothing recorded for decode any dtype dim 32 batch 16 gqa 4 page 16' \
   "$tmp/dec_none.err"
-check "best --op decode --batch 32: never tuned, nothing found" $? "exit $rc: $(cat "$tmp/dec_none.err")"
+check "best --op decode --gqa 4: never tuned, nothing found" $? "exit $rc: $(cat "$tmp/dec_none.err")"
 n=$("$FATUNE" show --op decode --batch 16 --page 16 --db "$db" | grep -c ' b3 h4 g2 p16 for q1 k256 b16 ')
 [ "$n" -gt 0 ] && [ "$n" -eq "$(trials "$db" 'WHERE req_batch = 16 AND page = 16')" ]
 check "show --op decode --batch 16 --page 16: that key's $n trials, the batch asked shown" $? "$n"

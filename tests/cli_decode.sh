@@ -71,6 +71,11 @@ run nobest best --op decode --dim 16 --dtype fp32 --seq 1 --seq-k 45 --batch 2 -
 [ "$rc" -ne 0 ] && grep -q 'nothing recorded' "$tmp/nobest.err"
 check "best --op decode at a page size never tuned: nothing recorded" $? \
   "exit $rc: $(cat "$tmp/nobest.out" "$tmp/nobest.err" | head -n 3)"
+run near best --op decode --dim 16 --dtype fp32 --seq 1 --seq-k 45 --batch 5 --gqa 2 --page 3 --db "$db"
+[ "$rc" -eq 0 ] && grep -q 'no exact entry for .* batch 5; nearest tuned: .* batch 2' "$tmp/near.err" &&
+  grep -q 'simtdec-f32-d16-r1n8w1-s2' "$tmp/near.out"
+check "best --op decode at a batch never tuned: the nearest batch's, and says so" $? \
+  "exit $rc: $(cat "$tmp/near.out" "$tmp/near.err" | head -n 3)"
 
 run skew --op decode --dim 16 --dtype fp16 --heads 4 --gqa 4 --kv-lens 33,0,1,20 --page 4 \
   --config 'family=simtdec,rows=4,block_n=8,warps=1,splits=3' --backend emu --db "$db" --seed 8

@@ -1301,9 +1301,15 @@ static void test_decode_keys(void) {
     printf("decode: batch %d gqa %d page %d -> %s (%.1f us)\n", keys[i].req_batch,
            keys[i].kv_group, keys[i].page, got, r.median_us);
   }
-  CHECK(!strcmp(best_of(d, 16, 8, 16, &r), "(none)") && !strcmp(best_of(d, 8, 2, 16, &r), "(none)") &&
-          !strcmp(best_of(d, 8, 8, 32, &r), "(none)"),
-        "a key never tuned finds nothing, not another batch's, GQA ratio's or page's");
+  CHECK(!strcmp(best_of(d, 8, 2, 16, &r), "(none)") && !strcmp(best_of(d, 8, 8, 32, &r), "(none)"),
+        "a GQA ratio or page size never tuned finds nothing, not another's");
+  /* A batch never tuned takes the nearest by ratio, the smaller of two as near. */
+  CHECK(!strcmp(best_of(d, 16, 8, 16, &r), "(inexact)") && r.req_batch == 8,
+        "batch 16 between 8 and 32: batch %d's", r.req_batch);
+  CHECK(!strcmp(best_of(d, 24, 8, 16, &r), "(inexact)") && r.req_batch == 32,
+        "batch 24: batch %d's, not 8's", r.req_batch);
+  CHECK(!strcmp(best_of(d, 1, 8, 16, &r), "(inexact)") && r.req_batch == 8,
+        "batch 1: batch %d's", r.req_batch);
   /* A second put of a key replaces its trial; kv_group 0 is 1. */
   db_trial t = decode_trial(a, dev, 8, 8, 16, 5.0);
   put(d, &t);

@@ -8,6 +8,7 @@
 */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "cmd_db.h"
 #include "db.h"
@@ -190,6 +191,11 @@ static int cmd_best(const cli_opts *o) {
   if (!exact) {
     seq_text(want, sizeof want, p.seq_q, p.seq_k);
     seq_text(got, sizeof got, r.seq_q, r.seq_k);
+    if (decode) {  /* the batch asked and the one taken (by ratio, then the length) */
+      const size_t w = strlen(want), g = strlen(got);
+      snprintf(want + w, sizeof want - w, " batch %d", p.req_batch);
+      snprintf(got + g, sizeof got - g, " batch %d", r.req_batch);
+    }
     fprintf(stderr, "fatune: no exact entry for %s; nearest tuned: %s\n", want, got);
   }
   if (o->json) best_json(&r, fp, exact);
