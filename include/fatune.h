@@ -265,6 +265,28 @@ typedef struct fatune_varlen_args {
 ** (wg) is not chosen. */
 FATUNE_API fatune_status fatune_attention_varlen(fatune_ctx *ctx, const fatune_varlen_args *args);
 
+/* Decoding planned once and run many times, as a server's decode step is
+** (and captured in a CUDA graph): the plan chooses and builds the kernel
+** for the problem args describe (their data is not read) and allocates
+** the splits' workspace, a scratch lse when args has none, and the
+** kernels' error flags; fatune_decode_plan_run queues the launches on
+** args->stream with no allocation, no copy and no wait, so that it may be
+** captured; its args must describe the planned problem (the same shapes,
+** the same presence of a block table and of lse; any data and strides).
+** The kernels' checks of the block table and the lengths accumulate in
+** the plan: fatune_decode_plan_check waits for the device, returns
+** FATUNE_EINVAL saying what they met since the last check, and clears
+** them. Free a plan (it waits for its runs) before its context. */
+typedef struct fatune_decode_plan fatune_decode_plan;
+FATUNE_API fatune_status fatune_decode_plan_create(fatune_ctx *ctx, const fatune_kvcache_args *args,
+                                                   fatune_decode_plan **out);
+FATUNE_API fatune_status fatune_decode_plan_run(fatune_decode_plan *plan,
+                                                const fatune_kvcache_args *args);
+FATUNE_API fatune_status fatune_decode_plan_check(fatune_decode_plan *plan);
+/* The plan's variant's name ("" for no plan). */
+FATUNE_API const char *fatune_decode_plan_variant(const fatune_decode_plan *plan);
+FATUNE_API void fatune_decode_plan_free(fatune_decode_plan *plan);
+
 /* Everything fatune_attention does but the launch: the checks, the kernel
 ** (chosen and built on first use, then from memory), the launch shape,
 ** the argument block, the scratch buffer. Its name into name (may be

@@ -1119,6 +1119,34 @@ static fa_params kvcache_params(const fatune_kvcache_args *x, const fa_problem *
   return a;
 }
 
+/* Every launch of kernel k (program prog) in order over a, whose ws,
+** error and lse are set; the last one waits for the device unless async. */
+static int kvcache_launches(fatune_ctx *c, const gen_kernel *k, const fa_program *prog,
+                            const gen_launch *shapes, const fa_problem *fp, fa_params *a,
+                            const fatune_kvcache_args *x, int pps, int async, char *err,
+                            size_t errlen) {
+  const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
+  const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
+  /* On the emulator the caller's buffers are host memory the kernel may touch. */
+  const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
+  fa_range extra[7];
+  for (int i = 0; i < 4; i++)
+    extra[i] = (fa_range){(uintptr_t)t[i]->data, (uintptr_t)t[i]->data + extent(t[i], es)};
+  extra[4] = (fa_range){(uintptr_t)a->lse, (uintptr_t)a->lse + rows * ls};
+  extra[5] = (fa_range){(uintptr_t)x->cache_seqlens,
+                        (uintptr_t)x->cache_seqlens + (size_t)fp->batch * sizeof(int)};
+  const size_t tb = x->block_table ? (size_t)fp->batch * pps * sizeof(int) : 0;
+  extra[6] = (fa_range){(uintptr_t)x->block_table, (uintptr_t)x->block_table + tb};
+  fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
+                    .extra = extra, .nextra = x->block_table ? 7 : 6, .stream = x->stream};
+  int rc = 0;
+  for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
+    ro.async = async || i + 1 < k->nlaunch;
+    rc = backend_launch(c->be, prog, &shapes[i], a, &ro, NULL, err, errlen);
+  }
+  return rc;
+}
+
 /* Every launch of the prepared slot's kernel, then the kernels' flags read
 ** back (the call waits for them). ws, flags and lse are the call's. */
 static fatune_status kvcache_launch(fatune_ctx *c, const slot *s, const fa_problem *fp,
@@ -1126,7 +1154,7 @@ static fatune_status kvcache_launch(fatune_ctx *c, const slot *s, const fa_probl
   char err[512];
   gen_launch shapes[GEN_MAX_LAUNCHES];
   const gen_kernel *k = &s->k;
-  const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
+  const size_t ls = (size_t)fa_lse_size(fp->dtype);
   const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
   void *ws = NULL, *flags = NULL, *lse = x->lse;
   int rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
@@ -1136,22 +1164,7 @@ static fatune_status kvcache_launch(fatune_ctx *c, const slot *s, const fa_probl
   if (rc == 0) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
   if (rc == 0) {
     a->ws = ws, a->error = flags, a->lse = lse;
-    /* On the emulator the caller's buffers are host memory the kernel may touch. */
-    const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
-    fa_range extra[7];
-    for (int i = 0; i < 4; i++)
-      extra[i] = (fa_range){(uintptr_t)t[i]->data, (uintptr_t)t[i]->data + extent(t[i], es)};
-    extra[4] = (fa_range){(uintptr_t)lse, (uintptr_t)lse + rows * ls};
-    extra[5] = (fa_range){(uintptr_t)x->cache_seqlens,
-                          (uintptr_t)x->cache_seqlens + (size_t)fp->batch * sizeof(int)};
-    const size_t tb = x->block_table ? (size_t)fp->batch * pps * sizeof(int) : 0;
-    extra[6] = (fa_range){(uintptr_t)x->block_table, (uintptr_t)x->block_table + tb};
-    fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
-                      .extra = extra, .nextra = x->block_table ? 7 : 6, .stream = x->stream};
-    for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
-      ro.async = i + 1 < k->nlaunch;
-      rc = backend_launch(c->be, s->prog, &shapes[i], a, &ro, NULL, err, sizeof err);
-    }
+    rc = kvcache_launches(c, k, s->prog, shapes, fp, a, x, pps, 0, err, sizeof err);
   }
   int flag[2] = {0, 0};
   if (rc == 0) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
@@ -1189,6 +1202,157 @@ fatune_status fatune_attention_kvcache(fatune_ctx *c, const fatune_kvcache_args 
   backend_leave(c->be);
   if (st == FATUNE_OK) errbuf[0] = '\0';
   return st;
+}
+
+/* ---- Decoding planned once, run many times (CUDA graphs) ---- */
+
+struct fatune_decode_plan {
+  fatune_ctx *c;
+  fa_problem fp;
+  int page, pps, has_table, has_lse;
+  gen_kernel k;               /* the plan's own kernel and program: the table may be emptied */
+  fa_program *prog;
+  gen_launch shapes[GEN_MAX_LAUNCHES];
+  void *ws, *flags, *lse;     /* the splits' workspace, the kernels' flags, a scratch lse */
+};
+
+void fatune_decode_plan_free(fatune_decode_plan *pl) {
+  if (!pl) return;
+  fatune_ctx *c = pl->c;
+  char err[512];
+  if (backend_enter(c->be, err, sizeof err) == 0) {
+    backend_sync(c->be, err, sizeof err);  /* runs in flight may still use the buffers */
+    backend_free(c->be, pl->ws), backend_free(c->be, pl->flags), backend_free(c->be, pl->lse);
+    fa_build b = {.prog = pl->prog};
+    backend_build_free(c->be, &b);
+    backend_leave(c->be);
+  }
+  gen_kernel_free(&pl->k);
+  free(pl);
+}
+
+/* The plan's kernel and program, chosen and built as a call's would be,
+** under the slow lock (the database, the generator and the compiler). */
+static fatune_status plan_kernel(fatune_ctx *c, fatune_decode_plan *pl) {
+  const budget bud = {0, 0};
+  fatune_choice choice;
+  pthread_mutex_lock(&c->slow);
+  fatune_status st = choose(c, &pl->fp, &bud, &pl->k, &choice);
+  if (st == FATUNE_OK && (st = program_for(c, &pl->k, &pl->prog)) != FATUNE_OK) {
+    gen_kernel_free(&pl->k);
+    memset(&pl->k, 0, sizeof pl->k);
+  }
+  pthread_mutex_unlock(&c->slow);
+  return st;
+}
+
+/* Its buffers, allocated once; the flags zeroed. */
+static fatune_status plan_buffers(fatune_ctx *c, fatune_decode_plan *pl) {
+  char err[512];
+  const fa_problem *fp = &pl->fp;
+  const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
+  int rc = attn_launch_shapes(&pl->k, fp, pl->shapes, err, sizeof err);
+  if (rc == 0 && pl->k.nws)
+    rc = backend_alloc(c->be, gen_workspace_bytes(&pl->k, 0, fp), &pl->ws, err, sizeof err);
+  if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &pl->flags, err, sizeof err);
+  if (rc == 0 && !pl->has_lse)
+    rc = backend_alloc(c->be, rows * (size_t)fa_lse_size(fp->dtype), &pl->lse, err, sizeof err);
+  if (rc == 0) rc = backend_fill(c->be, pl->flags, 0, 2 * sizeof(int), err, sizeof err);
+  if (rc == 0) rc = backend_sync(c->be, err, sizeof err);
+  return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
+}
+
+fatune_status fatune_decode_plan_create(fatune_ctx *c, const fatune_kvcache_args *x,
+                                        fatune_decode_plan **out) {
+  if (out) *out = NULL;
+  if (!c || !out) return fail(FATUNE_EINVAL, "no context or no place for the plan");
+  fatune_decode_plan *pl = calloc(1, sizeof *pl);
+  if (!pl) return fail(FATUNE_ENOMEM, "out of memory");
+  pl->c = c;
+  fatune_status st = check_kvcache_args(x, &pl->fp, &pl->page, &pl->pps);
+  if (st != FATUNE_OK) return free(pl), st;
+  pl->has_table = x->block_table != NULL, pl->has_lse = x->lse != NULL;
+  char err[512];
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return free(pl), fail((fatune_status)rc, "%s", err);
+  atomic_store(&c->used, 1);
+  st = plan_kernel(c, pl);
+  if (st == FATUNE_OK) {
+    const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
+    st = check_aligned(&pl->k, t, kv_name, x->lse);
+  }
+  if (st == FATUNE_OK) st = plan_buffers(c, pl);
+  backend_leave(c->be);
+  if (st != FATUNE_OK) {
+    char keep[sizeof errbuf];
+    snprintf(keep, sizeof keep, "%s", errbuf);
+    fatune_decode_plan_free(pl);
+    snprintf(errbuf, sizeof errbuf, "%s", keep);
+    return st;
+  }
+  *out = pl;
+  errbuf[0] = '\0';
+  return FATUNE_OK;
+}
+
+const char *fatune_decode_plan_variant(const fatune_decode_plan *pl) {
+  return pl && pl->k.name ? pl->k.name : "";
+}
+
+/* args describe the plan's problem: what the launch shapes, the workspace
+** and the kernel were made for. */
+static fatune_status plan_matches(const fatune_decode_plan *pl, const fatune_kvcache_args *x) {
+  fa_problem fp;
+  int page, pps;
+  fatune_status st = check_kvcache_args(x, &fp, &page, &pps);
+  if (st != FATUNE_OK) return st;
+  const fa_problem *q = &pl->fp;
+  if (fp.batch != q->batch || fp.heads != q->heads || fp.seq_q != q->seq_q ||
+      fp.seq_k != q->seq_k || fp.dim != q->dim || fa_problem_dim_v(&fp) != fa_problem_dim_v(q) ||
+      fp.dtype != q->dtype || fp.causal != q->causal || fp.kv_group != q->kv_group ||
+      fp.scale != q->scale || page != pl->page || pps != pl->pps ||
+      (x->block_table != NULL) != pl->has_table || (x->lse != NULL) != pl->has_lse)
+    return fail(FATUNE_EINVAL, "the arguments are not the plan's problem (batch, heads, new "
+                "tokens, capacity, head dims, dtype, causal, scale, GQA, page size, table and "
+                "lse as planned): make a plan for them");
+  const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
+  return check_aligned(&pl->k, t, kv_name, x->lse);
+}
+
+fatune_status fatune_decode_plan_run(fatune_decode_plan *pl, const fatune_kvcache_args *x) {
+  if (!pl) return fail(FATUNE_EINVAL, "no plan");
+  fatune_status st = plan_matches(pl, x);
+  if (st != FATUNE_OK) return st;
+  fatune_ctx *c = pl->c;
+  char err[512];
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  fa_params a = kvcache_params(x, &pl->fp, pl->page, pl->pps, x->lse ? x->lse : pl->lse);
+  a.ws = pl->ws, a.error = pl->flags;
+  rc = kvcache_launches(c, &pl->k, pl->prog, pl->shapes, &pl->fp, &a, x, pl->pps, 1, err,
+                        sizeof err);
+  backend_leave(c->be);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  errbuf[0] = '\0';
+  return FATUNE_OK;
+}
+
+fatune_status fatune_decode_plan_check(fatune_decode_plan *pl) {
+  if (!pl) return fail(FATUNE_EINVAL, "no plan");
+  fatune_ctx *c = pl->c;
+  char err[512];
+  int flag[2] = {0, 0};
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  rc = backend_sync(c->be, err, sizeof err);
+  if (rc == 0) rc = backend_download(c->be, flag, pl->flags, sizeof flag, err, sizeof err);
+  if (rc == 0 && (flag[0] || flag[1]))
+    rc = backend_fill(c->be, pl->flags, 0, sizeof flag, err, sizeof err);
+  if (rc == 0) rc = attn_decode_flags(flag, err, sizeof err);
+  backend_leave(c->be);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  errbuf[0] = '\0';
+  return FATUNE_OK;
 }
 
 /* ---- Variable-length batches ---- */

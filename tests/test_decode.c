@@ -309,6 +309,35 @@ static void test_library(void) {
   val_result r;
   val_judge(&c, got, &r);
   CHECK(r.status == VAL_OK, "paged through libfatune: %s", r.msg);
+  /* Planned once, run twice (the table emptied between: the plan keeps its
+  ** own kernel), a bad page met by a run and said by the check, once. */
+  fatune_decode_plan *plan = NULL;
+  CHECK(fatune_decode_plan_create(ctx, &x, &plan) == FATUNE_OK, "plan: %s", fatune_errmsg());
+  for (int run = 0; plan && run < 2; run++) {
+    memset(o, 0xFF, rows * 16 * es);
+    CHECK(fatune_decode_plan_run(plan, &x) == FATUNE_OK, "plan run %d: %s", run, fatune_errmsg());
+    CHECK(fatune_decode_plan_check(plan) == FATUNE_OK, "plan check %d: %s", run, fatune_errmsg());
+    val_judge(&c, got, &r);
+    CHECK(r.status == VAL_OK, "planned run %d: %s", run, r.msg);
+    CHECK(fatune_forget(ctx) == FATUNE_OK, "forget: %s", fatune_errmsg());
+  }
+  if (plan) {
+    const int kept = c.table[1];
+    c.table[1] = c.num_pages + 5;
+    CHECK(fatune_decode_plan_run(plan, &x) == FATUNE_OK, "a run queues: %s", fatune_errmsg());
+    c.table[1] = kept;
+    CHECK(fatune_decode_plan_check(plan) == FATUNE_EINVAL &&
+          strstr(fatune_errmsg(), "outside the pool"), "the check says: %s", fatune_errmsg());
+    CHECK(fatune_decode_plan_check(plan) == FATUNE_OK, "then clears: %s", fatune_errmsg());
+    fatune_kvcache_args other = x;
+    other.causal = 0;
+    CHECK(fatune_decode_plan_run(plan, &other) == FATUNE_EINVAL &&
+          strstr(fatune_errmsg(), "plan"), "another problem refused: %s", fatune_errmsg());
+    CHECK(strncmp(fatune_decode_plan_variant(plan), "simtdec-bf16-d16", 16) == 0 ||
+          strncmp(fatune_decode_plan_variant(plan), "tcdec-bf16-d16", 14) == 0,
+          "the plan's variant: %s", fatune_decode_plan_variant(plan));
+  }
+  fatune_decode_plan_free(plan);
   /* The same cache contiguous: sequence b's pages one after the other. */
   unsigned short *kc = malloc((size_t)3 * 40 * kvh * 16 * es), *vc = malloc((size_t)3 * 40 * kvh * 16 * es);
   if (kc && vc) {

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _check, _kvcache, _lib, _numpy, _varlen
+from ._kvcache import DecodePlan
 from ._lib import Error
 
 try:
@@ -29,7 +30,7 @@ except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
 __all__ = ["Error", "attention", "attention_backward", "attention_varlen",
-           "attention_with_kvcache", "plan", "tune",
+           "attention_with_kvcache", "plan_decode", "DecodePlan", "plan", "tune",
            "best", "reload", "executable", "__version__"]
 
 _DLPACK_CPU, _DLPACK_CUDA = 1, 2
@@ -228,6 +229,26 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     return _kvcache.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                            causal, softmax_scale, max_seqlen_k,
                                            return_softmax_lse, db, _pt)
+
+
+def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any = None,
+                causal: bool = False, softmax_scale: Optional[float] = None,
+                max_seqlen_k: Optional[int] = None, db: Optional[str] = None) -> DecodePlan:
+    """attention_with_kvcache planned once for a server's decode step: the
+    kernel chosen and built, the splits' workspace and the kernels' error
+    flags allocated, for the problem these tensors describe (their values
+    are not read). plan.run(q, k_cache, v_cache, cache_seqlens,
+    block_table=None, out=None, return_softmax_lse=False) then queues the
+    kernels on the current stream with no allocation in the library and no
+    wait, so that torch.cuda.graph can capture it (give out= a tensor made
+    before the capture to keep its address); its tensors must have the
+    planned shapes. plan.check() waits for the device and raises
+    fatune.Error if a kernel met a page outside the pool or a length past
+    the capacity since the last check; plan.variant names the kernel;
+    plan.close() frees it (so does the garbage collector).
+    """
+    return _kvcache.plan_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
+                                softmax_scale, max_seqlen_k, db, _pt)
 
 
 def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,

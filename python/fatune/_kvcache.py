@@ -56,18 +56,27 @@ def _shapes(q: Any, k: Any, v: Any, seqlens: Any, table: Any) -> None:
                          "one per sequence)" % (k.shape[0], b))
 
 
-def _run(ctx: int, stream: int, arrays: List[Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]],
-         lse: int, table: int, pps: int, seqlens: int, max_k: int, causal: bool,
-         scale: float) -> None:
+Fields = Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]
+
+
+def _args(stream: int, arrays: List[Fields], lse: int, table: int, pps: int, seqlens: int,
+          max_k: int, causal: bool, scale: float) -> KvcacheArgs:
     q, k, v, o = arrays
-    args = KvcacheArgs(_tensor(*q, swap=True), _tensor(*k, swap=False), _tensor(*v, swap=False),
+    return KvcacheArgs(_tensor(*q, swap=True), _tensor(*k, swap=False), _tensor(*v, swap=False),
                        _tensor(*o, swap=True), lse, table or None, pps, seqlens, max_k,
                        1 if causal else 0, scale, stream or None)
-    _lib.check(_lib.LIB.fatune_attention_kvcache(ctx, ctypes.byref(args)))
+
+
+class _Call:
+    """One call's library arguments, its outputs, and what they point into
+    (kept alive while the call runs), and the context it runs in."""
+
+    def __init__(self, ctx: int, args: KvcacheArgs, o: Any, lse: Any, keep: Tuple[Any, ...]):
+        self.ctx, self.args, self.o, self.lse, self.keep = ctx, args, o, lse, keep
 
 
 def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal: bool,
-                scale: float, max_k: int, db: Optional[str]) -> Tuple[np.ndarray, np.ndarray]:
+                scale: float, max_k: int, db: Optional[str], out: Any = None) -> _Call:
     for name, x in (("k_cache", k), ("v_cache", v)):
         if not isinstance(x, np.ndarray) or x.dtype != q.dtype:
             raise TypeError("%s: a NumPy array of q's dtype %s" % (name, q.dtype))
@@ -79,21 +88,25 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal:
     q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
     seqlens = np.ascontiguousarray(seqlens)
     table = None if table is None else np.ascontiguousarray(table)
-    o = np.empty(q.shape[:3] + (v.shape[3],), q.dtype)
+    shape = q.shape[:3] + (v.shape[3],)
+    if out is not None and (not isinstance(out, np.ndarray) or out.dtype != q.dtype or
+                            out.shape != shape or not out.flags.c_contiguous):
+        raise ValueError("out: a contiguous NumPy array %s of q's dtype" % (shape,))
+    o = np.empty(shape, q.dtype) if out is None else out
     lse = np.empty((q.shape[0], q.shape[2], q.shape[1]),
                    np.float64 if q.dtype == np.float64 else np.float32)
     es = q.itemsize
 
-    def fields(a: np.ndarray) -> Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]:
+    def fields(a: np.ndarray) -> Fields:
         return (a.ctypes.data, code, a.shape, tuple(s // es for s in a.strides))
-    _run(_lib.context("emu", 0, db), 0, [fields(q), fields(k), fields(v), fields(o)],
-         lse.ctypes.data, 0 if table is None else table.ctypes.data,
-         0 if table is None else table.shape[1], seqlens.ctypes.data, max_k, causal, scale)
-    return o, lse
+    args = _args(0, [fields(q), fields(k), fields(v), fields(o)], lse.ctypes.data,
+                 0 if table is None else table.ctypes.data,
+                 0 if table is None else table.shape[1], seqlens.ctypes.data, max_k, causal, scale)
+    return _Call(_lib.context("emu", 0, db), args, o, lse, (q, k, v, seqlens, table))
 
 
 def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, scale: float,
-                max_k: int, db: Optional[str], pt: Any) -> Tuple[Any, Any]:
+                max_k: int, db: Optional[str], pt: Any, out: Any = None) -> _Call:
     torch = pt.torch
     for name, x in (("k_cache", k), ("v_cache", v)):
         if not isinstance(x, torch.Tensor) or x.dtype != q.dtype or x.device != q.device:
@@ -109,23 +122,27 @@ def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, 
                         "float64)" % q.dtype)
     q, k, v, seqlens = (x.contiguous() for x in (q, k, v, seqlens))
     table = None if table is None else table.contiguous()
-    o = torch.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype, device=q.device)
+    shape = tuple(q.shape[:3]) + (v.shape[3],)
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != q.dtype or
+                            out.device != q.device or tuple(out.shape) != shape or
+                            not out.is_contiguous()):
+        raise ValueError("out: a contiguous torch.Tensor %s of q's dtype and device" % (shape,))
+    o = torch.empty(shape, dtype=q.dtype, device=q.device) if out is None else out
     lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), device=q.device,
                       dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
     ctx, stream = pt._context(q, db)
 
-    def fields(t: Any) -> Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]:
+    def fields(t: Any) -> Fields:
         return (t.data_ptr(), code, tuple(t.shape), tuple(t.stride()))
-    _run(ctx, stream, [fields(q), fields(k), fields(v), fields(o)], lse.data_ptr(),
-         0 if table is None else table.data_ptr(), 0 if table is None else table.shape[1],
-         seqlens.data_ptr(), max_k, causal, scale)
-    return o, lse
+    args = _args(stream, [fields(q), fields(k), fields(v), fields(o)], lse.data_ptr(),
+                 0 if table is None else table.data_ptr(), 0 if table is None else table.shape[1],
+                 seqlens.data_ptr(), max_k, causal, scale)
+    return _Call(ctx, args, o, lse, (q, k, v, seqlens, table))
 
 
-def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
-                           block_table: Any, causal: bool, softmax_scale: Optional[float],
-                           max_seqlen_k: Optional[int], return_softmax_lse: bool,
-                           db: Optional[str], pt: Any) -> Any:
+def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
+             causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
+             db: Optional[str], pt: Any, what: str, out: Any = None) -> _Call:
     if not isinstance(causal, bool):
         raise TypeError("causal: True or False, not %r" % (causal,))
     scale = _check.scale(softmax_scale)
@@ -134,13 +151,87 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
         raise ValueError("max_seqlen_k: %d is negative" % max_k)
     if pt is not None and isinstance(q, pt.torch.Tensor):
         if any(x is not None and x.requires_grad for x in (q, k_cache, v_cache)):
-            raise ValueError("attention_with_kvcache has no backward pass: give tensors that "
-                             "need no gradient (torch.no_grad())")
-        o, lse = _torch_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                             max_k, db, pt)
-    elif isinstance(q, np.ndarray):
-        o, lse = _numpy_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                             max_k, db)
-    else:
-        raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
-    return (o, lse) if return_softmax_lse else o
+            raise ValueError("%s has no backward pass: give tensors that need no gradient "
+                             "(torch.no_grad())" % what)
+        return _torch_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
+                           max_k, db, pt, out)
+    if isinstance(q, np.ndarray):
+        return _numpy_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
+                           max_k, db, out)
+    raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
+
+
+_lib.LIB.fatune_decode_plan_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvcacheArgs),
+                                               ctypes.POINTER(ctypes.c_void_p)]
+_lib.LIB.fatune_decode_plan_create.restype = ctypes.c_int
+_lib.LIB.fatune_decode_plan_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvcacheArgs)]
+_lib.LIB.fatune_decode_plan_run.restype = ctypes.c_int
+_lib.LIB.fatune_decode_plan_check.argtypes = [ctypes.c_void_p]
+_lib.LIB.fatune_decode_plan_check.restype = ctypes.c_int
+_lib.LIB.fatune_decode_plan_variant.argtypes = [ctypes.c_void_p]
+_lib.LIB.fatune_decode_plan_variant.restype = ctypes.c_char_p
+_lib.LIB.fatune_decode_plan_free.argtypes = [ctypes.c_void_p]
+_lib.LIB.fatune_decode_plan_free.restype = None
+
+
+class DecodePlan:
+    """A decoding problem planned once (fatune.plan_decode): run() queues
+    its kernels with no allocation in the library and no wait, so that a
+    CUDA graph may capture it; check() reports what the kernels' checks of
+    the block table and lengths met since the last check."""
+
+    def __init__(self, call: _Call, planned: Tuple[Any, ...], pt: Any) -> None:
+        self._handle: Optional[int] = None   # for __del__ when the plan is refused
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.LIB.fatune_decode_plan_create(call.ctx, ctypes.byref(call.args),
+                                                      ctypes.byref(handle)))
+        self._handle, self._planned, self._pt = handle.value, planned, pt
+
+    @property
+    def variant(self) -> str:
+        """The variant the plan runs."""
+        return _lib.LIB.fatune_decode_plan_variant(self._handle).decode()
+
+    def run(self, q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
+            block_table: Any = None, out: Any = None, return_softmax_lse: bool = False) -> Any:
+        """O for the planned problem over these tensors (their shapes the
+        plan's), into out when given (a fixed address for a graph)."""
+        if self._handle is None:
+            raise ValueError("the plan was closed")
+        causal, softmax_scale, max_k, db = self._planned
+        call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
+                        max_k, db, self._pt, "plan_decode", out)
+        _lib.check(_lib.LIB.fatune_decode_plan_run(self._handle, ctypes.byref(call.args)))
+        return (call.o, call.lse) if return_softmax_lse else call.o
+
+    def check(self) -> None:
+        """Waits for the device; fatune.Error when a kernel met a page outside
+        the pool or a length past the capacity since the last check."""
+        if self._handle is not None:
+            _lib.check(_lib.LIB.fatune_decode_plan_check(self._handle))
+
+    def close(self) -> None:
+        if self._handle is not None:
+            _lib.LIB.fatune_decode_plan_free(self._handle)
+            self._handle = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
+                causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
+                db: Optional[str], pt: Any) -> DecodePlan:
+    call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
+                    max_seqlen_k, db, pt, "plan_decode")
+    return DecodePlan(call, (causal, softmax_scale, max_seqlen_k, db), pt)
+
+
+def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
+                           block_table: Any, causal: bool, softmax_scale: Optional[float],
+                           max_seqlen_k: Optional[int], return_softmax_lse: bool,
+                           db: Optional[str], pt: Any) -> Any:
+    call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
+                    max_seqlen_k, db, pt, "attention_with_kvcache")
+    _lib.check(_lib.LIB.fatune_attention_kvcache(call.ctx, ctypes.byref(call.args)))
+    return (call.o, call.lse) if return_softmax_lse else call.o

@@ -120,3 +120,31 @@ def test_torch_cpu():
         fatune.attention_with_kvcache(torch.from_numpy(q).requires_grad_(), torch.from_numpy(kp),
                                       torch.from_numpy(vp), torch.from_numpy(LENS),
                                       torch.from_numpy(table))
+
+
+def test_plan_decode():
+    """Planned once, run on two sets of values of the planned shapes, into
+    a fixed output; a bad page reported by check(), then cleared."""
+    q, kp, vp, table = paged(np.float32, 8)
+    plan = fatune.plan_decode(q, kp, vp, LENS, table, causal=True)
+    assert plan.variant.startswith("simtdec-f32-d16")
+    out = np.empty(q.shape, q.dtype)
+    for seed in (1, 2):
+        q2, kp2, vp2, _ = paged(np.float32, 8, seed=seed)
+        o = plan.run(q2, kp2, vp2, LENS, table, out=out)
+        ref, _ = reference(q2, kp2, vp2, table, LENS, True)
+        assert o is out and rel_err(o, ref) <= TOLERANCE["float32"]
+    plan.check()
+    bad = table.copy()
+    bad[0, 1] = 10 ** 6
+    plan.run(q, kp, vp, LENS, bad)
+    with pytest.raises(fatune.Error, match="outside the pool"):
+        plan.check()
+    plan.check()   # cleared
+    with pytest.raises(fatune.Error, match="plan"):
+        plan.run(q[:2], kp, vp, LENS[:2], table[:2])
+    with pytest.raises(ValueError, match="out"):
+        plan.run(q, kp, vp, LENS, table, out=np.empty((1,), q.dtype))
+    plan.close()
+    with pytest.raises(ValueError, match="closed"):
+        plan.run(q, kp, vp, LENS, table)
