@@ -2,7 +2,8 @@
 # cli_decode.sh: decoding over a KV cache (--op decode) through the
 # command line: the family's names, a sweep over cache lengths, GQA ratios
 # and page sizes on the emulator, each key recorded and found again by
-# `best`, a skewed batch (--kv-lens), bad problems refused in one line,
+# `best`, a skewed batch (--kv-lens), a recorded workload's buckets
+# (--workload) and its bad files, bad problems refused in one line,
 # and `fatune model --op decode` (SKIPPED without nvdisasm): the splits
 # side by side with FlashAttention-2's heuristic, the tuned choice (the
 # model's best of 1 to 128) never behind it and far ahead on a skewed batch.
@@ -76,6 +77,24 @@ run near best --op decode --dim 16 --dtype fp32 --seq 1 --seq-k 45 --batch 5 --g
   grep -q 'simtdec-f32-d16-r1n8w1-s2' "$tmp/near.out"
 check "best --op decode at a batch never tuned: the nearest batch's, and says so" $? \
   "exit $rc: $(cat "$tmp/near.out" "$tmp/near.err" | head -n 3)"
+
+# --- a recorded workload: its steps' buckets are the sweep's keys -----------------
+printf '# decode steps\n30,7,12\n\n20, 1, 33  # a comment\n5,5,5,5,5\n17,2,9\n' >"$tmp/wl.txt"
+run wl --op decode --dim 16 --dtype fp32 --heads 4 --gqa 2 --workload "$tmp/wl.txt" --backend emu \
+  --db "$tmp/wl.db" --config 'family=simtdec,rows=2,block_n=8,warps=1,splits=2'
+[ "$rc" -eq 0 ] && grep -q 'fatune: sweep: 3 keys' "$tmp/wl.err" &&
+  grep -q 'workload .*wl.txt: 4 decode steps in 3 buckets: batch 4 x 32 keys (2), batch 4 x 64 keys (1), batch 8 x 8 keys (1)' "$tmp/wl.err" &&
+  grep -q 'key 3/3: fp32 dim 16 seq_q 1 seq_k 8 batch 8 gqa 2 page 0' "$tmp/wl.err"
+check "--workload: 4 steps in 3 (batch, length) buckets, each a key tuned" $? \
+  "exit $rc: $(grep -E 'sweep|workload|key' "$tmp/wl.err" | head -n 5)"
+printf '1,2\n3,x\n' >"$tmp/wlbad.txt"
+refused wl_bad "wlbad.txt:2: want a length (digits), not 'x'" --op decode --dim 16 --workload "$tmp/wlbad.txt"
+: >"$tmp/wlempty.txt"
+refused wl_empty "no decode steps" --op decode --dim 16 --workload "$tmp/wlempty.txt"
+printf '1,%s\n' 16777217 >"$tmp/wlbig.txt"
+refused wl_big "wlbig.txt:1: a length over 16777216" --op decode --dim 16 --workload "$tmp/wlbig.txt"
+refused wl_fwd "--workload is --op decode's" --dim 16 --workload "$tmp/wl.txt"
+refused wl_batch "--workload sets the batches" --op decode --dim 16 --workload "$tmp/wl.txt" --batch 2
 
 run skew --op decode --dim 16 --dtype fp16 --heads 4 --gqa 4 --kv-lens 33,0,1,20 --page 4 \
   --config 'family=simtdec,rows=4,block_n=8,warps=1,splits=3' --backend emu --db "$db" --seed 8

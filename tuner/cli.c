@@ -32,7 +32,8 @@ enum {
   F_SCHED = 8192, F_WORK = 16384, F_DB = 32768, F_DEV = 65536, F_FMT = 131072,
   F_AXIS = 1 << 18, F_OUT = 1 << 19, F_RETUNE = 1 << 20,
   F_SASS = 1 << 21, F_GPU = 1 << 22, F_SAVE = 1 << 23, F_SHARD = 1 << 24, F_OP = 1 << 25,
-  F_MODEL = 1 << 26, F_BUDGET = 1 << 27, F_MOD = 1 << 28, F_VARLEN = 1 << 29
+  F_MODEL = 1 << 26, F_BUDGET = 1 << 27, F_MOD = 1 << 28, F_VARLEN = 1 << 29,
+  F_WORKLOAD = 1 << 30
 };
 
 typedef struct cmd_info {
@@ -48,7 +49,7 @@ typedef struct cmd_info {
 static const cmd_info commands[] = {
   {NULL, CMD_TUNE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON | F_SPACE |
                    F_BACKEND | F_EMU | F_SEED | F_WORK | F_RETUNE | F_DB | F_SASS | F_GPU |
-                   F_PICK | F_SHARD | F_OP | F_MOD,
+                   F_PICK | F_SHARD | F_OP | F_MOD | F_WORKLOAD,
    "[--dim D] [--seq N] [problem flags] [--op OP] [--backend B] [--arch A] [--jobs N] [--json]\n"
    "              [--dim D,D.. --seq A:B:xF --dtype T,T.. --causal both [--shard I/N]]",
    "The main job: generates every variant of the default space for the problem and the\n"
@@ -223,6 +224,9 @@ static const flag_info flags[] = {
   {"page", F_SEQ, 1, "P", "--op decode: tokens per page of the KV cache (default: none,\n"
                          "a contiguous cache), a list"},
   {"heads", F_SEQ, 1, "H", "heads (default 16)"},
+  {"workload", F_WORKLOAD, 1, "FILE", "--op decode: a recorded workload, a decode step per line\n"
+                                     "(each sequence's cached keys, comma-separated): each batch\n"
+                                     "and longest length, rounded up to powers of two, a key"},
   {"scale", F_SCALE, 1, "S", "softmax scale (default 1/sqrt(dim))"},
   {"arch", F_ARCH, 1, "A", "sm_ and a compute capability, e.g. sm_80 (default: the\n"
                            "GPU's, else the space's default)"},
@@ -640,6 +644,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--config")) o->config = val;
   else if (!strcmp(flag, "--retune")) o->retune = 1;
   else if (!strcmp(flag, "--varlen")) p->varlen = 1;
+  else if (!strcmp(flag, "--workload")) o->workload = val;
   else if (!strcmp(flag, "--deterministic")) o->deterministic = 1;
   else if (!strcmp(flag, "--db")) o->db = val;
   else if (!strcmp(flag, "--device")) o->device = val;
@@ -856,6 +861,19 @@ static int check_kv_lens(cli_opts *o, char *err, size_t errlen) {
   return 0;
 }
 
+/* --workload: its keys, which replace --batch and --seq-k. */
+static int check_workload(cli_opts *o, char *err, size_t errlen) {
+  if (!o->workload) return 0;
+  if (o->problem.op != FA_OP_DECODE)
+    return fail(err, errlen, "--workload is --op decode's: a recorded workload of decode steps");
+  if (cli_given(o, "--batch") || cli_given(o, "--seq-k") || o->nkv_lens)
+    return fail(err, errlen, "--workload sets the batches and the cache's lengths (not --batch, "
+                "--seq-k or --kv-lens)");
+  if (wl_read(o->workload, o->wl_keys, &o->nwl_keys, &o->wl_steps, err, errlen) != 0) return -1;
+  o->problem.batch = o->wl_keys[0].batch, o->problem.seq_k = o->wl_keys[0].seq_k;
+  return 0;
+}
+
 /* --seq-lens: a variable-length batch, its number the batch and its
 ** longest --seq. */
 static int check_seq_lens(cli_opts *o, char *err, size_t errlen) {
@@ -881,7 +899,9 @@ static int check_gqa(const cli_opts *o, char *err, size_t errlen) {
 
 static int check_command(cli_opts *o, char *err, size_t errlen) {
   decode_defaults(o);
-  if (check_kv_lens(o, err, errlen) != 0 || check_seq_lens(o, err, errlen) != 0) return -1;
+  if (check_kv_lens(o, err, errlen) != 0 || check_seq_lens(o, err, errlen) != 0 ||
+      check_workload(o, err, errlen) != 0)
+    return -1;
   if (o->problem.seq_k == 0) o->problem.seq_k = o->problem.seq_q;
   if (check_gqa(o, err, errlen) != 0) return -1;
   if (check_sweep(o, err, errlen) != 0) return -1;

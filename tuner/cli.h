@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "fa_problem.h"
+#include "workload.h"
 
 typedef enum cli_cmd {
   CMD_TUNE, CMD_LIST, CMD_GEN, CMD_COMPILE, CMD_RUN, CMD_HELP, CMD_VERSION,
@@ -34,6 +35,10 @@ typedef struct cli_opts {
   int kv_lens[CLI_LIST_MAX], nkv_lens;  /* --kv-lens: each sequence's keys (problem.kv_lens) */
   int seq_lens[CLI_LIST_MAX], nseq_lens; /* --seq-lens: a variable-length batch's sequences
                                          ** (problem.q_lens and kv_lens) */
+  const char *workload;              /* --workload: a recorded decoding workload's file */
+  wl_key wl_keys[WL_KEYS_MAX];       /* its keys (batch, seq_k), each a key of the sweep */
+  int nwl_keys;
+  long wl_steps;
   fa_dtype dtypes[4];                /* --dtype's values (the first is problem.dtype) */
   int ndtypes;
   int causal_both;        /* main job: --causal=both, each key without and with the mask */

@@ -70,7 +70,9 @@ int sweep_keys(const cli_opts *o, fa_problem **keys, size_t *n) {
   const list lg = list_of(o->gqas, o->ngqas, q->kv_group), lp = list_of(o->pages, o->npages, q->page);
   const list lb = list_of(o->batches, o->nbatches, q->batch);
   const list lk = list_of(o->seqks, o->nseqks, q->seq_k);
-  const size_t dec = (size_t)lg.n * lp.n * lb.n * lk.n;
+  /* A workload's (batch, length) keys stand for the batch x length product. */
+  const size_t bk = o->nwl_keys ? (size_t)o->nwl_keys : (size_t)lb.n * lk.n;
+  const size_t dec = (size_t)lg.n * lp.n * bk;
   fa_problem *k = malloc((size_t)nt * nd * nc * ns * dec * sizeof *k);
   if (!k) return -1;
   size_t m = 0;
@@ -84,10 +86,14 @@ int sweep_keys(const cli_opts *o, fa_problem **keys, size_t *n) {
             if (o->ndims) p.dim = o->dims[b];
             if (o->causal_both) p.causal = c;
             if (o->nseqs > 1) p.seq_q = p.seq_k = o->seqs[d];
-            p.kv_group = list_at(lg, (int)(e / ((size_t)lp.n * lb.n * lk.n)));
-            p.page = list_at(lp, (int)(e / ((size_t)lb.n * lk.n) % lp.n));
-            p.batch = list_at(lb, (int)(e / lk.n % lb.n));
-            p.seq_k = list_at(lk, (int)(e % lk.n));
+            p.kv_group = list_at(lg, (int)(e / ((size_t)lp.n * bk)));
+            p.page = list_at(lp, (int)(e / bk % lp.n));
+            if (o->nwl_keys) {
+              p.batch = o->wl_keys[e % bk].batch, p.seq_k = o->wl_keys[e % bk].seq_k;
+            } else {
+              p.batch = list_at(lb, (int)(e % bk / lk.n));
+              p.seq_k = list_at(lk, (int)(e % lk.n));
+            }
             if (o->nseqs > 1) p.seq_k = o->seqs[d];
             k[m++] = p;
           }

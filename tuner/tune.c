@@ -451,7 +451,7 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
 
 static int is_sweep(const cli_opts *o) {
   return o->ndims > 1 || o->nseqs > 1 || o->ndtypes > 1 || o->causal_both || o->shard_n ||
-         o->nseqks > 1 || o->nbatches > 1 || o->ngqas > 1 || o->npages > 1;
+         o->nseqks > 1 || o->nbatches > 1 || o->ngqas > 1 || o->npages > 1 || o->workload;
 }
 
 /* Each key of the sweep (or of its shard) in turn, as if asked alone: each
@@ -468,6 +468,14 @@ int tune_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   char shard[48] = "";
   if (o->shard_n) snprintf(shard, sizeof shard, " in shard %d/%d", o->shard_i, o->shard_n);
   fprintf(stderr, "fatune: sweep: %zu key%s%s\n", n, n == 1 ? "" : "s", shard);
+  if (o->workload) {
+    fprintf(stderr, "fatune: workload %s: %ld decode step%s in %d bucket%s:", o->workload,
+            o->wl_steps, o->wl_steps == 1 ? "" : "s", o->nwl_keys, o->nwl_keys == 1 ? "" : "s");
+    for (int i = 0; i < o->nwl_keys; i++)
+      fprintf(stderr, "%s batch %d x %d keys (%ld)", i ? "," : "", o->wl_keys[i].batch,
+              o->wl_keys[i].seq_k, o->wl_keys[i].steps);
+    fputc('\n', stderr);
+  }
   int rc = 0, failed = 0;
   for (size_t i = 0; i < n; i++) {
     cli_opts one = *o;
