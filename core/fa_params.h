@@ -58,6 +58,15 @@ typedef struct fa_params {
   const int *seqlens_k;
   int *error;
   int page_size, table_stride, num_pages;
+  /* New keys and values appended before decoding (templates/append.lua):
+  ** seq_q tokens of each sequence, (batch, kv_heads, seq) by their strides;
+  ** token j of sequence b goes to cache position seqlens_k[b] + j, and the
+  ** new length to seqlens_out[b], which the decoding launches then read as
+  ** their seqlens_k. */
+  const void *k_new, *v_new;
+  long long kn_sb, kn_sh, kn_sn;
+  long long vn_sb, vn_sh, vn_sn;
+  int *seqlens_out;
   /* A variable-length batch (op fwd, a variant with varlen=1): q, k, v
   ** and o packed, token t of head h at t * q_sn + h * q_sh (q_sb unused),
   ** and so k, v, o; sequence b's queries are tokens cu_seqlens_q[b] up to

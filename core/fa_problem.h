@@ -44,6 +44,9 @@ typedef struct fa_problem {
                         ** (a contiguous cache) */
   const int *kv_lens;   /* each sequence's keys (batch of them, 0 to seq_k), or NULL: all
                         ** seq_k; the caller keeps it alive */
+  int append;           /* op decode: seq_q new keys and values per sequence go into the
+                        ** cache before attending (templates/append.lua); the library's,
+                        ** not part of a tuned key */
   int varlen;           /* op fwd: a variable-length batch, packed (fa_params.h), seq_q
                         ** and seq_k the longest sequence's; the kernel's addressing,
                         ** not part of a tuned key */

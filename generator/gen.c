@@ -790,6 +790,20 @@ int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out) {
   return render(g, render_oracle_protected, &c, out);
 }
 
+static int render_append_protected(lua_State *L) {
+  gen_call *c = call_of(L);
+  push_module_render(L, c, "append");
+  push_problem(L, c->problem);
+  lua_call(L, 1, 1);
+  take_kernel(L, c);
+  return 0;
+}
+
+int gen_render_append(gen_state *g, const fa_problem *p, gen_kernel *out) {
+  gen_call c = {.problem = p};
+  return render(g, render_append_protected, &c, out);
+}
+
 static int render_gemm_protected(lua_State *L) {
   gen_call *c = call_of(L);
   push_module_render(L, c, "gemm");

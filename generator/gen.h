@@ -200,6 +200,9 @@ void gen_kernel_free(gen_kernel *k);
 ** (seq_k + threads) accumulators of fp64 for fp64 and fp32 otherwise, is
 ** the caller's to set at launch. */
 int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out);
+/* The kernel that appends op decode's new keys and values into the cache
+** (templates/append.lua) for p's dtype and head dims: one launch. */
+int gen_render_append(gen_state *g, const fa_problem *p, gen_kernel *out);
 
 /* The Hopper GEMM of templates/gemm.lua (wgmma, TMA, mbarriers: sm_90a on
 ** cuda) from its own "k=v,..." config (gemm.lua lists the keys, what

@@ -222,6 +222,15 @@ typedef struct fatune_kvcache_args {
   int causal;
   double scale;          /* as fatune_attention_args' */
   void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
+  /* New keys and values (flash_attn's k= and v=), or data NULL: shaped as
+  ** q with the cache's K/V heads, (batch, kv_heads, seq_q, dim) and v_new
+  ** with V's head dim; token j of sequence b goes into the cache at
+  ** position cache_seqlens[b] + j (through the block table) before the
+  ** attention, which then covers cache_seqlens[b] + seq_q keys (and
+  ** max_seqlen_k counts them). cache_seqlens itself is not changed. A
+  ** sequence without room for them gets nothing written, and a page
+  ** outside the pool is never written: the call says so. */
+  fatune_tensor k_new, v_new;
 } fatune_kvcache_args;
 
 /* O for the new tokens over the cache as args says: the variant recorded

@@ -70,10 +70,11 @@ typedef struct slot {
   int dim, dim_v, seq_q, seq_k, causal;
   int batch, kv_group, page;   /* op decode's key; 0 for the other ops */
   int varlen;                  /* a variable-length batch's kernel (op fwd) */
+  int append;                  /* op decode with new keys: ak and aprog append them */
   char mod[17];
   budget b;
-  gen_kernel k;
-  fa_program *prog;
+  gen_kernel k, ak;
+  fa_program *prog, *aprog;
   fatune_choice choice;
 } slot;
 
@@ -170,10 +171,12 @@ void fatune_close(fatune_ctx *c) {
   for (int i = 0; i < TABLE_SIZE; i++)
     if (c->table[i].used) {
       if (c->table[i].prog) {
-        fa_build b = {.prog = c->table[i].prog};
+        fa_build b = {.prog = c->table[i].prog}, ab = {.prog = c->table[i].aprog};
         backend_build_free(c->be, &b);
+        backend_build_free(c->be, &ab);
       }
       gen_kernel_free(&c->table[i].k);
+      gen_kernel_free(&c->table[i].ak);
     }
   if (entered) backend_leave(c->be);
   if (c->db) db_close(c->db);
@@ -361,8 +364,9 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 static unsigned hash_key(const fa_problem *p, const budget *b) {
   int dk[3];
   decode_key(p, dk);
-  const int v[12] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
-                     b->deterministic, fa_problem_dim_v(p), dk[0], dk[1], dk[2], p->varlen};
+  const int v[13] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
+                     b->deterministic, fa_problem_dim_v(p), dk[0], dk[1], dk[2], p->varlen,
+                     p->append};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
   h = fa_fnv1a64(h, mod_hash(p), strlen(mod_hash(p)));
   return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
@@ -373,6 +377,7 @@ static int same_key(const slot *s, const fa_problem *p, const budget *b) {
   decode_key(p, dk);
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
          s->batch == dk[0] && s->kv_group == dk[1] && s->page == dk[2] && s->varlen == p->varlen &&
+         s->append == p->append &&
          s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal && !strcmp(s->mod, mod_hash(p)) &&
          s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
@@ -392,9 +397,11 @@ static slot *lookup(fatune_ctx *c, const fa_problem *p, const budget *b) {
 /* Every slot emptied, its kernel freed. Under both locks. */
 static void table_clear(fatune_ctx *c) {
   for (int i = 0; i < TABLE_SIZE; i++) {
-    fa_build b = {.prog = c->table[i].prog};
+    fa_build b = {.prog = c->table[i].prog}, ab = {.prog = c->table[i].aprog};
     backend_build_free(c->be, &b);
+    backend_build_free(c->be, &ab);
     gen_kernel_free(&c->table[i].k);
+    gen_kernel_free(&c->table[i].ak);
     memset(&c->table[i], 0, sizeof c->table[i]);
   }
 }
@@ -411,6 +418,17 @@ static slot *insert_slot(fatune_ctx *c, const fa_problem *p, const budget *b) {
   return &c->table[h % TABLE_SIZE];
 }
 
+/* Op decode's kernel that appends new keys and values (templates/append.lua)
+** for p, and its program. Under the slow lock. */
+static fatune_status append_kernel(fatune_ctx *c, const fa_problem *p, gen_kernel *ak,
+                                   fa_program **aprog) {
+  if (gen_render_append(c->gen, p, ak) != 0)
+    return fail(FATUNE_EINTERNAL, "the append kernel: %s", gen_errmsg(c->gen));
+  fatune_status st = program_for(c, ak, aprog);
+  if (st != FATUNE_OK) gen_kernel_free(ak);
+  return st;
+}
+
 /* The slot for p, built and put in the table when it is not there yet. On
 ** success the table's read lock is held and the slot stays as it is until
 ** the caller releases it: only a holder of the slow lock empties the
@@ -425,8 +443,16 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
     gen_kernel k;
     fa_program *prog = NULL;
     fatune_choice choice = FATUNE_DEFAULT;
+    gen_kernel ak;
+    fa_program *aprog = NULL;
+    memset(&ak, 0, sizeof ak);
     st = choose(c, p, b, &k, &choice);
     if (st == FATUNE_OK && (st = program_for(c, &k, &prog)) != FATUNE_OK) gen_kernel_free(&k);
+    if (st == FATUNE_OK && p->append && (st = append_kernel(c, p, &ak, &aprog)) != FATUNE_OK) {
+      fa_build bd = {.prog = prog};
+      backend_build_free(c->be, &bd);
+      gen_kernel_free(&k);
+    }
     if (st == FATUNE_OK) {
       pthread_rwlock_wrlock(&c->lock);
       s = insert_slot(c, p, b);
@@ -437,6 +463,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       decode_key(p, dk);
       s->batch = dk[0], s->kv_group = dk[1], s->page = dk[2], s->varlen = p->varlen;
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
+      s->append = p->append, s->ak = ak, s->aprog = aprog;
       snprintf(s->mod, sizeof s->mod, "%s", mod_hash(p));
       s->used = 1;
       pthread_rwlock_unlock(&c->lock);
@@ -1032,6 +1059,39 @@ const char *fatune_mod_label(const fatune_mod *m) { return m ? m->m.label : ""; 
 
 static const char *const kv_name[4] = {"q", "k_cache", "v_cache", "o"};
 
+/* New keys and values, when given: both, of q's dtype, shaped as q with
+** the cache's K/V heads (and V's head dim), apart from the caches they are
+** written into. */
+static fatune_status check_new_keys(const fatune_kvcache_args *x) {
+  if (!x->k_new.data && !x->v_new.data) return FATUNE_OK;
+  if (!x->k_new.data || !x->v_new.data)
+    return fail(FATUNE_EINVAL, "k_new and v_new come together (one is NULL)");
+  const fatune_tensor *const t[2] = {&x->k_new, &x->v_new};
+  static const char *const name[2] = {"k_new", "v_new"};
+  fatune_status st;
+  for (int i = 0; i < 2; i++) {
+    if ((st = check_tensor(name[i], t[i], x->q.dtype)) != FATUNE_OK) return st;
+    const long long want[4] = {x->q.shape[0], x->k_cache.shape[2], x->q.shape[2],
+                               i ? x->v_cache.shape[3] : x->k_cache.shape[3]};
+    for (int d = 0; d < 4; d++)
+      if (t[i]->shape[d] != want[d])
+        return fail(FATUNE_EINVAL, "%s is (%lld, %lld, %lld, %lld), not (batch, kv_heads, q's "
+                    "new tokens, head dim) = (%lld, %lld, %lld, %lld)", name[i], t[i]->shape[0],
+                    t[i]->shape[1], t[i]->shape[2], t[i]->shape[3], want[0], want[1], want[2],
+                    want[3]);
+  }
+  const size_t es = (size_t)fa_dtype_size((fa_dtype)x->q.dtype);
+  const fatune_tensor *const pool[2] = {&x->k_cache, &x->v_cache};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      const uintptr_t a = (uintptr_t)t[i]->data, b = (uintptr_t)pool[j]->data;
+      if (a < b + extent(pool[j], es) && b < a + extent(t[i], es))
+        return fail(FATUNE_EINVAL, "%s overlaps %s, which it is written into", name[i],
+                    kv_name[j + 1]);
+    }
+  return FATUNE_OK;
+}
+
 /* The decoding problem args describes, each tensor checked against it; the
 ** pool's page size and the table's row length into *page and *pps. */
 static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem *fp, int *page,
@@ -1073,8 +1133,10 @@ static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem
                             .scale = x->scale, .dim_v = (int)v[3]};
   if ((st = check_problem(&p)) != FATUNE_OK) return st;
   if ((st = check_distinct("o", &x->o)) != FATUNE_OK) return st;
+  if ((st = check_new_keys(x)) != FATUNE_OK) return st;
   *fp = to_problem(&p);
   fp->op = FA_OP_DECODE;
+  fp->append = x->k_new.data != NULL;
   fp->kv_group = (int)(q[1] / k[2]);
   fp->page = x->block_table ? *page : 0;
   return FATUNE_OK;
@@ -1114,17 +1176,29 @@ static fa_params kvcache_params(const fatune_kvcache_args *x, const fa_problem *
                  .seq_k = fp->seq_k, .kv_group = fp->kv_group,
                  .scale_log2 = fa_problem_scale(fp) * LOG2E,
                  .block_table = x->block_table, .seqlens_k = x->cache_seqlens,
-                 .page_size = page, .table_stride = pps, .num_pages = (int)k->shape[0]};
+                 .page_size = page, .table_stride = pps, .num_pages = (int)k->shape[0],
+                 .k_new = x->k_new.data, .v_new = x->v_new.data,
+                 .kn_sb = x->k_new.stride[0], .kn_sh = x->k_new.stride[1],
+                 .kn_sn = x->k_new.stride[2], .vn_sb = x->v_new.stride[0],
+                 .vn_sh = x->v_new.stride[1], .vn_sn = x->v_new.stride[2]};
   a.scale_log2_f32 = (float)a.scale_log2;
   return a;
 }
 
-/* Every launch of kernel k (program prog) in order over a, whose ws,
-** error and lse are set; the last one waits for the device unless async. */
-static int kvcache_launches(fatune_ctx *c, const gen_kernel *k, const fa_program *prog,
-                            const gen_launch *shapes, const fa_problem *fp, fa_params *a,
-                            const fatune_kvcache_args *x, int pps, int async, char *err,
-                            size_t errlen) {
+/* The kernels of one decoding call: the append kernel (ak NULL: none),
+** whose lengths the decoding launches then read, and the decoding one. */
+typedef struct kv_kernels {
+  const gen_kernel *k, *ak;
+  const fa_program *prog, *aprog;
+  const gen_launch *shapes;
+  int *seqlens_out;            /* with ak: the lengths after the append (device memory) */
+} kv_kernels;
+
+/* Every launch of kk in order over a, whose ws, error and lse are set; the
+** last one waits for the device unless async. */
+static int kvcache_launches(fatune_ctx *c, const kv_kernels *kk, const fa_problem *fp,
+                            fa_params *a, const fatune_kvcache_args *x, int pps, int async,
+                            char *err, size_t errlen) {
   const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
   const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
   /* On the emulator the caller's buffers are host memory the kernel may touch. */
@@ -1137,12 +1211,24 @@ static int kvcache_launches(fatune_ctx *c, const gen_kernel *k, const fa_program
                         (uintptr_t)x->cache_seqlens + (size_t)fp->batch * sizeof(int)};
   const size_t tb = x->block_table ? (size_t)fp->batch * pps * sizeof(int) : 0;
   extra[6] = (fa_range){(uintptr_t)x->block_table, (uintptr_t)x->block_table + tb};
+  fa_range with_new[9];
+  memcpy(with_new, extra, sizeof extra);
+  with_new[7] = (fa_range){(uintptr_t)x->k_new.data, (uintptr_t)x->k_new.data + extent(&x->k_new, es)};
+  with_new[8] = (fa_range){(uintptr_t)x->v_new.data, (uintptr_t)x->v_new.data + extent(&x->v_new, es)};
   fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
-                    .extra = extra, .nextra = x->block_table ? 7 : 6, .stream = x->stream};
+                    .extra = with_new, .nextra = 9, .stream = x->stream, .async = 1};
   int rc = 0;
-  for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
-    ro.async = async || i + 1 < k->nlaunch;
-    rc = backend_launch(c->be, prog, &shapes[i], a, &ro, NULL, err, errlen);
+  if (kk->ak) {  /* the new keys in, then the attention over the new lengths */
+    gen_launch ashape;
+    a->seqlens_out = kk->seqlens_out;
+    rc = attn_launch_shapes(kk->ak, fp, &ashape, err, errlen);
+    if (rc == 0) rc = backend_launch(c->be, kk->aprog, &ashape, a, &ro, NULL, err, errlen);
+    a->seqlens_k = kk->seqlens_out;
+  }
+  ro.extra = extra, ro.nextra = x->block_table ? 7 : 6;
+  for (int i = 0; rc == 0 && i < kk->k->nlaunch; i++) {
+    ro.async = async || i + 1 < kk->k->nlaunch;
+    rc = backend_launch(c->be, kk->prog, &kk->shapes[i], a, &ro, NULL, err, errlen);
   }
   return rc;
 }
@@ -1156,20 +1242,23 @@ static fatune_status kvcache_launch(fatune_ctx *c, const slot *s, const fa_probl
   const gen_kernel *k = &s->k;
   const size_t ls = (size_t)fa_lse_size(fp->dtype);
   const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
-  void *ws = NULL, *flags = NULL, *lse = x->lse;
+  void *ws = NULL, *flags = NULL, *lse = x->lse, *lens = NULL;
   int rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
   if (rc == 0 && k->nws) rc = backend_alloc(c->be, gen_workspace_bytes(k, 0, fp), &ws, err, sizeof err);
   if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &flags, err, sizeof err);
   if (rc == 0 && !lse) rc = backend_alloc(c->be, rows * ls, &lse, err, sizeof err);
+  if (rc == 0 && s->append)
+    rc = backend_alloc(c->be, (size_t)fp->batch * sizeof(int), &lens, err, sizeof err);
   if (rc == 0) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
   if (rc == 0) {
     a->ws = ws, a->error = flags, a->lse = lse;
-    rc = kvcache_launches(c, k, s->prog, shapes, fp, a, x, pps, 0, err, sizeof err);
+    const kv_kernels kk = {k, s->append ? &s->ak : NULL, s->prog, s->aprog, shapes, lens};
+    rc = kvcache_launches(c, &kk, fp, a, x, pps, 0, err, sizeof err);
   }
   int flag[2] = {0, 0};
   if (rc == 0) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
   if (rc == 0) rc = attn_decode_flags(flag, err, sizeof err);
-  backend_free(c->be, ws), backend_free(c->be, flags);
+  backend_free(c->be, ws), backend_free(c->be, flags), backend_free(c->be, lens);
   if (lse != x->lse) backend_free(c->be, lse);
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
 }
@@ -1210,10 +1299,12 @@ struct fatune_decode_plan {
   fatune_ctx *c;
   fa_problem fp;
   int page, pps, has_table, has_lse;
-  gen_kernel k;               /* the plan's own kernel and program: the table may be emptied */
-  fa_program *prog;
+  gen_kernel k, ak;           /* the plan's own kernels and programs (ak: the append's, with
+                              ** new keys): the table may be emptied */
+  fa_program *prog, *aprog;
   gen_launch shapes[GEN_MAX_LAUNCHES];
   void *ws, *flags, *lse;     /* the splits' workspace, the kernels' flags, a scratch lse */
+  void *lens;                 /* with new keys: the lengths after the append */
 };
 
 void fatune_decode_plan_free(fatune_decode_plan *pl) {
@@ -1223,11 +1314,14 @@ void fatune_decode_plan_free(fatune_decode_plan *pl) {
   if (backend_enter(c->be, err, sizeof err) == 0) {
     backend_sync(c->be, err, sizeof err);  /* runs in flight may still use the buffers */
     backend_free(c->be, pl->ws), backend_free(c->be, pl->flags), backend_free(c->be, pl->lse);
-    fa_build b = {.prog = pl->prog};
+    backend_free(c->be, pl->lens);
+    fa_build b = {.prog = pl->prog}, ab = {.prog = pl->aprog};
     backend_build_free(c->be, &b);
+    backend_build_free(c->be, &ab);
     backend_leave(c->be);
   }
   gen_kernel_free(&pl->k);
+  gen_kernel_free(&pl->ak);
   free(pl);
 }
 
@@ -1242,6 +1336,7 @@ static fatune_status plan_kernel(fatune_ctx *c, fatune_decode_plan *pl) {
     gen_kernel_free(&pl->k);
     memset(&pl->k, 0, sizeof pl->k);
   }
+  if (st == FATUNE_OK && pl->fp.append) st = append_kernel(c, &pl->fp, &pl->ak, &pl->aprog);
   pthread_mutex_unlock(&c->slow);
   return st;
 }
@@ -1257,6 +1352,8 @@ static fatune_status plan_buffers(fatune_ctx *c, fatune_decode_plan *pl) {
   if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &pl->flags, err, sizeof err);
   if (rc == 0 && !pl->has_lse)
     rc = backend_alloc(c->be, rows * (size_t)fa_lse_size(fp->dtype), &pl->lse, err, sizeof err);
+  if (rc == 0 && fp->append)
+    rc = backend_alloc(c->be, (size_t)fp->batch * sizeof(int), &pl->lens, err, sizeof err);
   if (rc == 0) rc = backend_fill(c->be, pl->flags, 0, 2 * sizeof(int), err, sizeof err);
   if (rc == 0) rc = backend_sync(c->be, err, sizeof err);
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
@@ -1310,11 +1407,11 @@ static fatune_status plan_matches(const fatune_decode_plan *pl, const fatune_kvc
   if (fp.batch != q->batch || fp.heads != q->heads || fp.seq_q != q->seq_q ||
       fp.seq_k != q->seq_k || fp.dim != q->dim || fa_problem_dim_v(&fp) != fa_problem_dim_v(q) ||
       fp.dtype != q->dtype || fp.causal != q->causal || fp.kv_group != q->kv_group ||
-      fp.scale != q->scale || page != pl->page || pps != pl->pps ||
+      fp.scale != q->scale || page != pl->page || pps != pl->pps || fp.append != q->append ||
       (x->block_table != NULL) != pl->has_table || (x->lse != NULL) != pl->has_lse)
     return fail(FATUNE_EINVAL, "the arguments are not the plan's problem (batch, heads, new "
-                "tokens, capacity, head dims, dtype, causal, scale, GQA, page size, table and "
-                "lse as planned): make a plan for them");
+                "tokens, capacity, head dims, dtype, causal, scale, GQA, page size, table, "
+                "lse and new keys as planned): make a plan for them");
   const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
   return check_aligned(&pl->k, t, kv_name, x->lse);
 }
@@ -1329,8 +1426,9 @@ fatune_status fatune_decode_plan_run(fatune_decode_plan *pl, const fatune_kvcach
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   fa_params a = kvcache_params(x, &pl->fp, pl->page, pl->pps, x->lse ? x->lse : pl->lse);
   a.ws = pl->ws, a.error = pl->flags;
-  rc = kvcache_launches(c, &pl->k, pl->prog, pl->shapes, &pl->fp, &a, x, pl->pps, 1, err,
-                        sizeof err);
+  const kv_kernels kk = {&pl->k, pl->fp.append ? &pl->ak : NULL, pl->prog, pl->aprog,
+                         pl->shapes, pl->lens};
+  rc = kvcache_launches(c, &kk, &pl->fp, &a, x, pl->pps, 1, err, sizeof err);
   backend_leave(c->be);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   errbuf[0] = '\0';

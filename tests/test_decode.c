@@ -394,6 +394,131 @@ done:
   val_case_free(&c);
 }
 
+/* New keys and values appended into a paged cache by the library (k_new,
+** v_new), then attended over: the pools must hold them exactly where the
+** table says, the caller's lengths unchanged, O must match the float64
+** reference over the longer sequences; the same through a plan; and a
+** sequence without room gets nothing written, said after the call. */
+static void test_append(void) {
+  enum { B = 3, H = 4, KVH = 2, NQ = 2, D = 16, PAGE = 8, CAP = 40 };
+  int lens[B] = {37, 0, 20};
+  const int after[B] = {39, 2, 22};
+  fa_problem p = {.batch = B, .heads = H, .seq_q = NQ, .seq_k = CAP, .dim = D, .dtype = FA_BF16,
+                  .causal = 1, .op = FA_OP_DECODE, .kv_group = H / KVH, .page = PAGE,
+                  .kv_lens = lens};
+  char err[512], dbpath[] = "/tmp/fatune-test-append-XXXXXX";
+  val_case c;
+  if (val_case_make(&c, &p, seed++, err, sizeof err) != 0) {
+    CHECK(0, "case: %s", err);
+    return;
+  }
+  const int fd = mkstemp(dbpath);
+  if (fd >= 0) close(fd);
+  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
+  fatune_ctx *ctx = NULL;
+  const int pps = CAP / PAGE, np = c.num_pages;
+  const size_t pool = (size_t)np * PAGE * KVH * D, nnew = (size_t)B * KVH * NQ * D;
+  const size_t rows = (size_t)B * H * NQ;
+  unsigned short *kn = malloc(nnew * 2), *vn = malloc(nnew * 2), *o = malloc(rows * D * 2);
+  unsigned short *kx = malloc(pool * 2), *vx = malloc(pool * 2), *k0 = malloc(pool * 2);
+  unsigned short *v0 = malloc(pool * 2);
+  double *qd = malloc(rows * D * sizeof *qd), *kd = malloc(pool * sizeof *kd);
+  double *vd = malloc(pool * sizeof *vd), *od = malloc(rows * D * sizeof *od);
+  int *seqlens = malloc(B * sizeof *seqlens);
+  if (fatune_open(&opts, &ctx) != FATUNE_OK || !kn || !vn || !o || !kx || !vx || !k0 || !v0 ||
+      !qd || !kd || !vd || !od || !seqlens) {
+    CHECK(0, "setup: %s", fatune_errmsg());
+    goto done;
+  }
+  uint64_t rs = seed++;
+  for (size_t i = 0; i < nnew; i++)
+    fa_elem_put(kn, FA_BF16, i, normal(&rs)), fa_elem_put(vn, FA_BF16, i, normal(&rs));
+  memcpy(k0, c.k, pool * 2), memcpy(v0, c.v, pool * 2);
+  /* What the pools must hold: token j of sequence b at position lens[b] + j. */
+  memcpy(kx, c.k, pool * 2), memcpy(vx, c.v, pool * 2);
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < NQ; j++) {
+      const int pos = lens[b] + j, page = c.table[b * pps + pos / PAGE];
+      for (int h = 0; h < KVH; h++) {
+        const size_t dst = (((size_t)page * PAGE + pos % PAGE) * KVH + h) * D;
+        const size_t src = (((size_t)b * KVH + h) * NQ + j) * D;
+        memcpy(kx + dst, kn + src, D * 2), memcpy(vx + dst, vn + src, D * 2);
+      }
+    }
+  /* The reference over them, each sequence NQ keys longer. */
+  for (size_t i = 0; i < rows * D; i++) qd[i] = fa_elem_get(c.q, FA_BF16, i);
+  for (size_t i = 0; i < pool; i++) kd[i] = fa_elem_get(kx, FA_BF16, i), vd[i] = fa_elem_get(vx, FA_BF16, i);
+  fa_problem pr = p;
+  pr.kv_lens = after;
+  const fa_layout ql = {(long long)H * NQ * D, (long long)NQ * D, D};
+  const fa_layout kl = {(long long)PAGE * KVH * D, D, (long long)KVH * D};
+  const ref_decode_io io = {qd, ql, kd, vd, kl, kl, c.table, np, od, ql, NULL, NULL};
+  if (ref_op(&pr, &io, err, sizeof err) != 0) {
+    CHECK(0, "reference: %s", err);
+    goto done;
+  }
+  memcpy(seqlens, lens, sizeof lens);
+  const long long qs[4] = {H * NQ * D, NQ * D, D, 1}, ks[4] = {PAGE * KVH * D, KVH * D, D, 1};
+  const long long ns[4] = {KVH * NQ * D, NQ * D, D, 1};
+  fatune_kvcache_args x = {
+    .q = host_tensor(c.q, FA_BF16, B, H, NQ, D, qs),
+    .k_cache = host_tensor(c.k, FA_BF16, np, PAGE, KVH, D, ks),
+    .v_cache = host_tensor(c.v, FA_BF16, np, PAGE, KVH, D, ks),
+    .o = host_tensor(o, FA_BF16, B, H, NQ, D, qs), .block_table = c.table, .pages_per_seq = pps,
+    .cache_seqlens = seqlens, .causal = 1,
+    .k_new = host_tensor(kn, FA_BF16, B, KVH, NQ, D, ns),
+    .v_new = host_tensor(vn, FA_BF16, B, KVH, NQ, D, ns)};
+  for (int planned = 0; planned < 2; planned++) {
+    memcpy(c.k, k0, pool * 2), memcpy(c.v, v0, pool * 2);
+    memset(o, 0xFF, rows * D * 2);
+    fatune_decode_plan *pl = NULL;
+    fatune_status st = planned ? fatune_decode_plan_create(ctx, &x, &pl) : FATUNE_OK;
+    if (st == FATUNE_OK) st = planned ? fatune_decode_plan_run(pl, &x) : fatune_attention_kvcache(ctx, &x);
+    if (st == FATUNE_OK && planned) st = fatune_decode_plan_check(pl);
+    fatune_decode_plan_free(pl);
+    CHECK(st == FATUNE_OK, "%s: %s", planned ? "planned" : "a call", fatune_errmsg());
+    CHECK(!memcmp(c.k, kx, pool * 2) && !memcmp(c.v, vx, pool * 2),
+          "%s: the new keys and values where the table says, nothing else written",
+          planned ? "planned" : "a call");
+    CHECK(!memcmp(seqlens, lens, sizeof lens), "the caller's lengths unchanged");
+    double e2 = 0, r2 = 0;
+    for (size_t i = 0; i < rows * D; i++) {
+      const double g = fa_elem_get(o, FA_BF16, i);
+      e2 += (g - od[i]) * (g - od[i]), r2 += od[i] * od[i];
+    }
+    const double e = sqrt(e2 / r2);
+    CHECK(e <= val_tolerance(FA_BF16), "%s: O over the appended cache, error %.3g",
+          planned ? "planned" : "a call", e);
+    printf("append (%s): 2 new tokens into lengths 37, 0, 20 of 40: O error %.2e\n",
+           planned ? "planned" : "a call", e);
+  }
+  /* No room for 2 more in 39 of 40: that sequence's pages untouched. */
+  memcpy(c.k, k0, pool * 2), memcpy(c.v, v0, pool * 2);
+  seqlens[0] = 39;
+  CHECK(fatune_attention_kvcache(ctx, &x) == FATUNE_EINVAL && strstr(fatune_errmsg(), "capacity"),
+        "no room: %s", fatune_errmsg());
+  CHECK(!memcmp((char *)c.k + (size_t)c.table[4] * PAGE * KVH * D * 2,
+                (char *)k0 + (size_t)c.table[4] * PAGE * KVH * D * 2, (size_t)PAGE * KVH * D * 2),
+        "no room: sequence 0's last page untouched");
+  seqlens[0] = 37;
+  fatune_kvcache_args bad = x;
+  bad.v_new.data = NULL;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL && strstr(fatune_errmsg(), "together"),
+        "k_new without v_new: %s", fatune_errmsg());
+  bad = x, bad.k_new.shape[2] = 1;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL && strstr(fatune_errmsg(), "k_new is"),
+        "k_new of 1 token for 2: %s", fatune_errmsg());
+  bad = x, bad.k_new.data = c.k;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL && strstr(fatune_errmsg(), "overlaps"),
+        "k_new inside the cache: %s", fatune_errmsg());
+done:
+  fatune_close(ctx);
+  unlink(dbpath);
+  free(kn), free(vn), free(o), free(kx), free(vx), free(k0), free(v0);
+  free(qd), free(kd), free(vd), free(od), free(seqlens);
+  val_case_free(&c);
+}
+
 /* FlashAttention-2's split heuristic: its own comment's example (48
 ** rows of work on 108 SMs: 2 splits, efficiency 0.89, not 3 at 0.67) and
 ** the cases it leaves to one split. */
@@ -436,6 +561,7 @@ int main(void) {
   test_fa2_heuristic();
   test_bad_input();
   test_library();
+  test_append();
   test_space(FA_FP32, 24, 1, 1, 0);
   test_space(FA_BF16, 40, 4, 1, 0);
   test_space(FA_FP16, 32, 2, 3, 1);

@@ -198,7 +198,7 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
                            block_table: Any = None, causal: bool = False,
                            softmax_scale: Optional[float] = None,
                            max_seqlen_k: Optional[int] = None, return_softmax_lse: bool = False,
-                           db: Optional[str] = None) -> Any:
+                           db: Optional[str] = None, k: Any = None, v: Any = None) -> Any:
     """The new tokens' attention over a KV cache, as flash_attn_with_kvcache
     computes it (the README's "Decoding over a KV cache"), with its names.
 
@@ -213,14 +213,18 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     256). causal: new token r of a sequence of n keys sees the keys up to
     r + n - seqlen_q. softmax_scale: 1/sqrt(dim) if None. max_seqlen_k:
     the longest sequence's keys, which picks the variant tuned for the
-    nearest length (default: the capacity).
+    nearest length (default: the capacity). k, v: the new tokens' keys and
+    values, (batch, seqlen_q, kv_heads, dim), written into the cache in
+    place at positions cache_seqlens[b] onward (through the block table)
+    before attending over cache_seqlens[b] + seqlen_q keys, as flash_attn's
+    k= and v=; cache_seqlens itself is not changed (the caller advances
+    it), and the caches must be contiguous (NumPy: writeable).
 
     NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
     current stream (the call waits for the kernels: it reads their check of
     the block table and the lengths back), CPU tensors on the emulator.
-    Not (yet) as flash_attn: no k/v appended into the cache (k=, v=), no
-    rotary embedding, no cache_batch_idx, no window, softcap or alibi, no
-    gradient. A page index outside the pool is never read and a length
+    Not (yet) as flash_attn: no rotary embedding, no cache_batch_idx, no
+    window, softcap or alibi, no gradient, and k's tokens are q's. A page index outside the pool is never read and a length
     past the capacity is cut to it: fatune.Error says so after the call.
 
     Returns O (batch, seqlen_q, heads, dim_v), or (O, lse) with lse
@@ -228,17 +232,19 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     """
     return _kvcache.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                            causal, softmax_scale, max_seqlen_k,
-                                           return_softmax_lse, db, _pt)
+                                           return_softmax_lse, db, _pt, k, v)
 
 
 def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any = None,
                 causal: bool = False, softmax_scale: Optional[float] = None,
-                max_seqlen_k: Optional[int] = None, db: Optional[str] = None) -> DecodePlan:
+                max_seqlen_k: Optional[int] = None, db: Optional[str] = None, k: Any = None,
+                v: Any = None) -> DecodePlan:
     """attention_with_kvcache planned once for a server's decode step: the
     kernel chosen and built, the splits' workspace and the kernels' error
     flags allocated, for the problem these tensors describe (their values
-    are not read). plan.run(q, k_cache, v_cache, cache_seqlens,
-    block_table=None, out=None, return_softmax_lse=False) then queues the
+    are not read; k and v, the new keys and values, plan their append).
+    plan.run(q, k_cache, v_cache, cache_seqlens, block_table=None,
+    out=None, return_softmax_lse=False, k=None, v=None) then queues the
     kernels on the current stream with no allocation in the library and no
     wait, so that torch.cuda.graph can capture it (give out= a tensor made
     before the capture to keep its address); its tensors must have the
@@ -248,7 +254,7 @@ def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_ta
     plan.close() frees it (so does the garbage collector).
     """
     return _kvcache.plan_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
-                                softmax_scale, max_seqlen_k, db, _pt)
+                                softmax_scale, max_seqlen_k, db, _pt, k, v)
 
 
 def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,

@@ -15,7 +15,8 @@ class KvcacheArgs(ctypes.Structure):
                 ("o", _lib.Tensor), ("lse", ctypes.c_void_p), ("block_table", ctypes.c_void_p),
                 ("pages_per_seq", ctypes.c_int), ("cache_seqlens", ctypes.c_void_p),
                 ("max_seqlen_k", ctypes.c_int), ("causal", ctypes.c_int),
-                ("scale", ctypes.c_double), ("stream", ctypes.c_void_p)]
+                ("scale", ctypes.c_double), ("stream", ctypes.c_void_p),
+                ("k_new", _lib.Tensor), ("v_new", _lib.Tensor)]
 
 
 _lib.LIB.fatune_attention_kvcache.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvcacheArgs)]
@@ -60,11 +61,24 @@ Fields = Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]
 
 
 def _args(stream: int, arrays: List[Fields], lse: int, table: int, pps: int, seqlens: int,
-          max_k: int, causal: bool, scale: float) -> KvcacheArgs:
+          max_k: int, causal: bool, scale: float, new: Optional[List[Fields]]) -> KvcacheArgs:
     q, k, v, o = arrays
+    kn, vn = (_tensor(*a, swap=True) for a in new) if new else (_lib.Tensor(), _lib.Tensor())
     return KvcacheArgs(_tensor(*q, swap=True), _tensor(*k, swap=False), _tensor(*v, swap=False),
                        _tensor(*o, swap=True), lse, table or None, pps, seqlens, max_k,
-                       1 if causal else 0, scale, stream or None)
+                       1 if causal else 0, scale, stream or None, kn, vn)
+
+
+def _new_shapes(q: Any, k_cache: Any, v_cache: Any, k: Any, v: Any) -> None:
+    """k and v, the new keys and values: both or neither, shaped (batch,
+    seqlen_q, kv_heads, head dim)."""
+    if (k is None) != (v is None):
+        raise ValueError("k and v: the new keys and values come together")
+    for name, x, d in (("k", k, k_cache.shape[3]), ("v", v, v_cache.shape[3])):
+        want = (q.shape[0], q.shape[1], k_cache.shape[2], d)
+        if x is not None and tuple(x.shape) != want:
+            raise ValueError("%s: shape %s, not (batch, seqlen_q, kv_heads, dim) = %s"
+                             % (name, tuple(x.shape), want))
 
 
 class _Call:
@@ -76,16 +90,26 @@ class _Call:
 
 
 def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal: bool,
-                scale: float, max_k: int, db: Optional[str], out: Any = None) -> _Call:
-    for name, x in (("k_cache", k), ("v_cache", v)):
-        if not isinstance(x, np.ndarray) or x.dtype != q.dtype:
+                scale: float, max_k: int, db: Optional[str], out: Any = None,
+                kn: Any = None, vn: Any = None) -> _Call:
+    for name, x in (("k_cache", k), ("v_cache", v), ("k", kn), ("v", vn)):
+        if (x is not None or name.endswith("cache")) and (not isinstance(x, np.ndarray) or
+                                                          x.dtype != q.dtype):
             raise TypeError("%s: a NumPy array of q's dtype %s" % (name, q.dtype))
+    for name, x in (("k_cache", k), ("v_cache", v)):
+        if not x.flags.writeable and kn is not None:
+            raise ValueError("%s: read-only, but the new keys and values go into it" % name)
     for name, x in (("cache_seqlens", seqlens), ("block_table", table)):
         if x is not None and (not isinstance(x, np.ndarray) or x.dtype != np.int32):
             raise TypeError("%s: a NumPy array of int32" % name)
     _shapes(q, k, v, seqlens, table)
+    _new_shapes(q, k, v, kn, vn)
     code = _numpy.dtype_code("q", q)
+    if kn is not None and not (k.flags.c_contiguous and v.flags.c_contiguous):
+        raise ValueError("k_cache and v_cache: contiguous, since the new keys and values go "
+                         "into them in place")
     q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
+    new = None if kn is None else [np.ascontiguousarray(x) for x in (kn, vn)]
     seqlens = np.ascontiguousarray(seqlens)
     table = None if table is None else np.ascontiguousarray(table)
     shape = q.shape[:3] + (v.shape[3],)
@@ -101,26 +125,34 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal:
         return (a.ctypes.data, code, a.shape, tuple(s // es for s in a.strides))
     args = _args(0, [fields(q), fields(k), fields(v), fields(o)], lse.ctypes.data,
                  0 if table is None else table.ctypes.data,
-                 0 if table is None else table.shape[1], seqlens.ctypes.data, max_k, causal, scale)
-    return _Call(_lib.context("emu", 0, db), args, o, lse, (q, k, v, seqlens, table))
+                 0 if table is None else table.shape[1], seqlens.ctypes.data, max_k, causal, scale,
+                 None if new is None else [fields(x) for x in new])
+    return _Call(_lib.context("emu", 0, db), args, o, lse, (q, k, v, seqlens, table, new))
 
 
 def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, scale: float,
-                max_k: int, db: Optional[str], pt: Any, out: Any = None) -> _Call:
+                max_k: int, db: Optional[str], pt: Any, out: Any = None,
+                kn: Any = None, vn: Any = None) -> _Call:
     torch = pt.torch
-    for name, x in (("k_cache", k), ("v_cache", v)):
-        if not isinstance(x, torch.Tensor) or x.dtype != q.dtype or x.device != q.device:
+    for name, x in (("k_cache", k), ("v_cache", v), ("k", kn), ("v", vn)):
+        if (x is not None or name.endswith("cache")) and (
+                not isinstance(x, torch.Tensor) or x.dtype != q.dtype or x.device != q.device):
             raise TypeError("%s: a torch.Tensor of q's dtype and device" % name)
     for name, x in (("cache_seqlens", seqlens), ("block_table", table)):
         if x is not None and (not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or
                               x.device != q.device):
             raise TypeError("%s: a torch.Tensor of int32 on q's device" % name)
     _shapes(q, k, v, seqlens, table)
+    _new_shapes(q, k, v, kn, vn)
     code = pt._CODES.get(q.dtype)
     if code is None:
         raise TypeError("q: dtype %s is not one fatune runs (float16, bfloat16, float32, "
                         "float64)" % q.dtype)
+    if kn is not None and not (k.is_contiguous() and v.is_contiguous()):
+        raise ValueError("k_cache and v_cache: contiguous, since the new keys and values go "
+                         "into them in place")
     q, k, v, seqlens = (x.contiguous() for x in (q, k, v, seqlens))
+    new = None if kn is None else [x.contiguous() for x in (kn, vn)]
     table = None if table is None else table.contiguous()
     shape = tuple(q.shape[:3]) + (v.shape[3],)
     if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != q.dtype or
@@ -136,13 +168,15 @@ def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, 
         return (t.data_ptr(), code, tuple(t.shape), tuple(t.stride()))
     args = _args(stream, [fields(q), fields(k), fields(v), fields(o)], lse.data_ptr(),
                  0 if table is None else table.data_ptr(), 0 if table is None else table.shape[1],
-                 seqlens.data_ptr(), max_k, causal, scale)
-    return _Call(ctx, args, o, lse, (q, k, v, seqlens, table))
+                 seqlens.data_ptr(), max_k, causal, scale,
+                 None if new is None else [fields(x) for x in new])
+    return _Call(ctx, args, o, lse, (q, k, v, seqlens, table, new))
 
 
 def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
              causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
-             db: Optional[str], pt: Any, what: str, out: Any = None) -> _Call:
+             db: Optional[str], pt: Any, what: str, out: Any = None, k: Any = None,
+             v: Any = None) -> _Call:
     if not isinstance(causal, bool):
         raise TypeError("causal: True or False, not %r" % (causal,))
     scale = _check.scale(softmax_scale)
@@ -154,10 +188,10 @@ def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table
             raise ValueError("%s has no backward pass: give tensors that need no gradient "
                              "(torch.no_grad())" % what)
         return _torch_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                           max_k, db, pt, out)
+                           max_k, db, pt, out, k, v)
     if isinstance(q, np.ndarray):
         return _numpy_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                           max_k, db, out)
+                           max_k, db, out, k, v)
     raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
 
 
@@ -193,14 +227,16 @@ class DecodePlan:
         return _lib.LIB.fatune_decode_plan_variant(self._handle).decode()
 
     def run(self, q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
-            block_table: Any = None, out: Any = None, return_softmax_lse: bool = False) -> Any:
+            block_table: Any = None, out: Any = None, return_softmax_lse: bool = False,
+            k: Any = None, v: Any = None) -> Any:
         """O for the planned problem over these tensors (their shapes the
-        plan's), into out when given (a fixed address for a graph)."""
+        plan's; k and v, the new keys and values, when planned with them),
+        into out when given (a fixed address for a graph)."""
         if self._handle is None:
             raise ValueError("the plan was closed")
         causal, softmax_scale, max_k, db = self._planned
         call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                        max_k, db, self._pt, "plan_decode", out)
+                        max_k, db, self._pt, "plan_decode", out, k, v)
         _lib.check(_lib.LIB.fatune_decode_plan_run(self._handle, ctypes.byref(call.args)))
         return (call.o, call.lse) if return_softmax_lse else call.o
 
@@ -221,17 +257,17 @@ class DecodePlan:
 
 def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
                 causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
-                db: Optional[str], pt: Any) -> DecodePlan:
+                db: Optional[str], pt: Any, k: Any = None, v: Any = None) -> DecodePlan:
     call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                    max_seqlen_k, db, pt, "plan_decode")
+                    max_seqlen_k, db, pt, "plan_decode", None, k, v)
     return DecodePlan(call, (causal, softmax_scale, max_seqlen_k, db), pt)
 
 
 def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
                            block_table: Any, causal: bool, softmax_scale: Optional[float],
                            max_seqlen_k: Optional[int], return_softmax_lse: bool,
-                           db: Optional[str], pt: Any) -> Any:
+                           db: Optional[str], pt: Any, k: Any = None, v: Any = None) -> Any:
     call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                    max_seqlen_k, db, pt, "attention_with_kvcache")
+                    max_seqlen_k, db, pt, "attention_with_kvcache", None, k, v)
     _lib.check(_lib.LIB.fatune_attention_kvcache(call.ctx, ctypes.byref(call.args)))
     return (call.o, call.lse) if return_softmax_lse else call.o

@@ -148,3 +148,29 @@ def test_plan_decode():
     plan.close()
     with pytest.raises(ValueError, match="closed"):
         plan.run(q, kp, vp, LENS, table)
+
+
+def test_new_keys_appended():
+    """k= and v= go into the pages at each sequence's length, in place, and
+    the attention covers them; cache_seqlens is left as it was."""
+    q, kp, vp, table = paged(np.float32, 8)
+    rng = np.random.default_rng(5)
+    kn = rng.standard_normal((B, SQ, KVH, D)).astype(np.float32)
+    vn = rng.standard_normal((B, SQ, KVH, D)).astype(np.float32)
+    kx, vx = kp.copy(), vp.copy()
+    for b in range(B):
+        for j in range(SQ):
+            pos = int(LENS[b]) + j
+            kx[table[b, pos // 8], pos % 8] = kn[b, j]
+            vx[table[b, pos // 8], pos % 8] = vn[b, j]
+    lens = LENS.copy()
+    o = fatune.attention_with_kvcache(q, kp, vp, lens, table, causal=True, k=kn, v=vn)
+    assert np.array_equal(kp, kx) and np.array_equal(vp, vx) and np.array_equal(lens, LENS)
+    ref, _ = reference(q, kx, vx, table, LENS + SQ, True)
+    assert rel_err(o, ref) <= TOLERANCE["float32"]
+    with pytest.raises(ValueError, match="come together"):
+        fatune.attention_with_kvcache(q, kp, vp, lens, table, k=kn)
+    with pytest.raises(ValueError, match="k: shape"):
+        fatune.attention_with_kvcache(q, kp, vp, lens, table, k=kn[:, :1], v=vn[:, :1])
+    with pytest.raises(ValueError, match="contiguous"):
+        fatune.attention_with_kvcache(q, kp[::-1], vp, lens, table, k=kn, v=vn)
