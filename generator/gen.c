@@ -776,9 +776,11 @@ static void push_module_render(lua_State *L, const gen_call *c, const char *name
   lua_getfield(L, -1, "render");
 }
 
-static int render_oracle_protected(lua_State *L) {
+/* A module rendering one kernel for a problem (oracle, append): c->text
+** names it. */
+static int render_module_protected(lua_State *L) {
   gen_call *c = call_of(L);
-  push_module_render(L, c, "oracle");
+  push_module_render(L, c, c->text);
   push_problem(L, c->problem);
   lua_call(L, 1, 1);
   take_kernel(L, c);
@@ -786,22 +788,13 @@ static int render_oracle_protected(lua_State *L) {
 }
 
 int gen_render_oracle(gen_state *g, const fa_problem *p, gen_kernel *out) {
-  gen_call c = {.problem = p};
-  return render(g, render_oracle_protected, &c, out);
-}
-
-static int render_append_protected(lua_State *L) {
-  gen_call *c = call_of(L);
-  push_module_render(L, c, "append");
-  push_problem(L, c->problem);
-  lua_call(L, 1, 1);
-  take_kernel(L, c);
-  return 0;
+  gen_call c = {.problem = p, .text = "oracle"};
+  return render(g, render_module_protected, &c, out);
 }
 
 int gen_render_append(gen_state *g, const fa_problem *p, gen_kernel *out) {
-  gen_call c = {.problem = p};
-  return render(g, render_append_protected, &c, out);
+  gen_call c = {.problem = p, .text = "append"};
+  return render(g, render_module_protected, &c, out);
 }
 
 static int render_gemm_protected(lua_State *L) {

@@ -475,6 +475,16 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
   return st;
 }
 
+/* The slot for p: found under the table's read lock without the slow one
+** (every call after the first), else built by prepare. On success the
+** read lock is held. */
+static fatune_status slot_for(fatune_ctx *c, const fa_problem *p, const budget *b, slot **out) {
+  pthread_rwlock_rdlock(&c->lock);
+  if ((*out = lookup(c, p, b)) != NULL) return FATUNE_OK;
+  pthread_rwlock_unlock(&c->lock);
+  return prepare(c, p, b, out);
+}
+
 fatune_status fatune_choose(fatune_ctx *c, const fatune_problem *p, char *name, size_t n,
                             fatune_choice *choice) {
   if (!c) return fail(FATUNE_EINVAL, "no context");
@@ -712,12 +722,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   cl->fp.mod = x->mod ? &x->mod->m : NULL;
   const fa_problem *fp = &cl->fp;
   const budget bud = {x->max_rel_err, x->deterministic != 0};
-  pthread_rwlock_rdlock(&c->lock);
-  cl->s = lookup(c, fp, &bud);
-  if (!cl->s) {
-    pthread_rwlock_unlock(&c->lock);
-    if ((st = prepare(c, fp, &bud, &cl->s)) != FATUNE_OK) return st;
-  }
+  if ((st = slot_for(c, fp, &bud, &cl->s)) != FATUNE_OK) return st;
   void *lse = x->lse;
   const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
   const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
@@ -1275,13 +1280,7 @@ fatune_status fatune_attention_kvcache(fatune_ctx *c, const fatune_kvcache_args 
   atomic_store(&c->used, 1);
   const budget bud = {0, 0};
   slot *s;
-  pthread_rwlock_rdlock(&c->lock);
-  s = lookup(c, &fp, &bud);
-  if (!s) {
-    pthread_rwlock_unlock(&c->lock);
-    st = prepare(c, &fp, &bud, &s);
-  }
-  if (st == FATUNE_OK) {
+  if ((st = slot_for(c, &fp, &bud, &s)) == FATUNE_OK) {
     const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
     st = check_aligned(&s->k, t, kv_name, x->lse);
     fa_params a = kvcache_params(x, &fp, page, pps, x->lse);
@@ -1580,13 +1579,7 @@ fatune_status fatune_attention_varlen(fatune_ctx *c, const fatune_varlen_args *x
   atomic_store(&c->used, 1);
   const budget bud = {0, 0};
   slot *s;
-  pthread_rwlock_rdlock(&c->lock);
-  s = lookup(c, &fp, &bud);
-  if (!s) {
-    pthread_rwlock_unlock(&c->lock);
-    st = prepare(c, &fp, &bud, &s);
-  }
-  if (st == FATUNE_OK) {
+  if ((st = slot_for(c, &fp, &bud, &s)) == FATUNE_OK) {
     const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
     st = check_aligned(&s->k, t, vl_name, x->lse);
     fa_params a = varlen_params(x, &fp);

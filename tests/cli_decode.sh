@@ -16,22 +16,6 @@ TIMEOUT_S=600
 . "$(dirname "$0")/cli_lib.sh"
 db="$tmp/d.db"
 
-run() {
-  local name=$1
-  shift
-  "${TIMEOUT[@]}" "$FATUNE" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null
-  rc=$?
-}
-
-# refused NAME PATTERN ARGS...: exit 2 and one line on stderr holding PATTERN.
-refused() {
-  local name=$1 pattern=$2
-  shift 2
-  run "$name" "$@"
-  [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/$name.err")" -eq 1 ] && grep -q -- "$pattern" "$tmp/$name.err"
-  check "refused in one line: $*" $? "exit $rc: $(cat "$tmp/$name.err")"
-}
-
 # --- names ---------------------------------------------------------------------
 run l list --op decode --dim 128 --dtype bf16 --gqa 8 --seq-k 4096
 [ "$rc" -eq 0 ] && ! grep -qvE '^(simtdec-bf16-d128-r[28]n[0-9]*w4-|tcdec-bf16-d128-n[0-9]*w4-s)' "$tmp/l.out" &&

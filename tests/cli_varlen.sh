@@ -13,22 +13,6 @@ NAME=cli_varlen
 TIMEOUT_S=300
 . "$(dirname "$0")/cli_lib.sh"
 
-run() {
-  local name=$1
-  shift
-  "${TIMEOUT[@]}" "$FATUNE" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null
-  rc=$?
-}
-
-# refused NAME PATTERN ARGS...: exit 2 and one line on stderr holding PATTERN.
-refused() {
-  local name=$1 pattern=$2
-  shift 2
-  run "$name" "$@"
-  [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/$name.err")" -eq 1 ] && grep -q -- "$pattern" "$tmp/$name.err"
-  check "refused in one line: $*" $? "exit $rc: $(cat "$tmp/$name.err")"
-}
-
 # --- names and source ----------------------------------------------------------------
 run l list --dim 64 --dtype bf16 --arch sm_80 --varlen
 [ "$rc" -eq 0 ] && [ -s "$tmp/l.out" ] && ! grep -qv -- '-varlen ' "$tmp/l.out" &&
