@@ -67,9 +67,10 @@ typedef struct fa_params {
   long long kn_sb, kn_sh, kn_sn;
   long long vn_sb, vn_sh, vn_sn;
   int *seqlens_out;
-  /* A variable-length batch (op fwd, a variant with varlen=1): q, k, v
-  ** and o packed, token t of head h at t * q_sn + h * q_sh (q_sb unused),
-  ** and so k, v, o; sequence b's queries are tokens cu_seqlens_q[b] up to
+  /* A variable-length batch (op fwd or bwd, a variant with varlen=1): q,
+  ** k, v and o packed, token t of head h at t * q_sn + h * q_sh (q_sb
+  ** unused), and so k, v, o and the backward pass's dout, dq, dk, dv
+  ** (as q, k, v); sequence b's queries are tokens cu_seqlens_q[b] up to
   ** cu_seqlens_q[b + 1] of total_q, its keys cu_seqlens_k's of total_k;
   ** seq_q and seq_k are the longest, which the grid covers; lse is
   ** [heads][total_q]. A sequence whose offsets leave 0..total or whose

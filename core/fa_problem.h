@@ -47,7 +47,7 @@ typedef struct fa_problem {
   int append;           /* op decode: seq_q new keys and values per sequence go into the
                         ** cache before attending (templates/append.lua); the library's,
                         ** not part of a tuned key */
-  int varlen;           /* op fwd: a variable-length batch, packed (fa_params.h), seq_q
+  int varlen;           /* op fwd, bwd: a variable-length batch, packed (fa_params.h), seq_q
                         ** and seq_k the longest sequence's; the kernel's addressing,
                         ** not part of a tuned key */
   const int *q_lens;    /* varlen: each sequence's queries, with kv_lens its keys (the

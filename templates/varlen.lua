@@ -76,9 +76,43 @@ end
 function varlen.rows(c) return c.varlen == 1 and "pv.seq_q" or "p.seq_q" end
 
 -- Under varlen, a CTA whose query block q0 lies past its sequence's rows
--- stops (the grid covers the longest).
-function varlen.past(q0)
-  return string.format("if ((unsigned)%s >= (unsigned)p.seq_q) return; /* past this sequence */", q0)
+-- (with len "p.seq_k": whose K/V block, keys) stops (the grid covers the
+-- longest).
+function varlen.past(q0, len)
+  return string.format("if ((unsigned)%s >= (unsigned)%s) return; /* past this sequence */", q0,
+                       len or "p.seq_q")
 end
+
+-- The backward families (simtbwd, tcbwd) address every tensor of a
+-- sequence from its first token, as the forward families do, and index
+-- their workspaces by the longest sequence's rows (rows, key_rows).
+
+-- A backward launch's head: kernel's, with the gradients' batch strides
+-- dropped as the inputs' are.
+function varlen.bwd_kernel(c, macro, entry, nt)
+  local head = varlen.kernel(c, macro, entry, nt)
+  if c.varlen ~= 1 then return head end
+  return head .. "\n  p.do_sb = p.dq_sb = p.dk_sb = p.dv_sb = 0;"
+end
+
+-- What the address of tensor t's rows adds under varlen in the backward
+-- pass: t is a stride's prefix (q, o, do, dq from the sequence's first
+-- query; k, v, dk, dv from its first key).
+function varlen.bwd_row(c, t)
+  if c.varlen ~= 1 then return "" end
+  local key = t == "k" or t == "v" or t == "dk" or t == "dv"
+  return string.format(" + (long long)%s * p.%s_sn", key and "vk_lo" or "vq_lo", t)
+end
+
+-- The first element of head h's logsumexp (and its gradient) in batch b
+-- (C expressions): dense [batch][heads][seq_q], varlen [heads][total_q]
+-- from the sequence's first query.
+function varlen.lse_row(c, b, h)
+  if c.varlen ~= 1 then return string.format("((long long)%s * p.heads + %s) * p.seq_q", b, h) end
+  return string.format("((long long)%s * pv.total_q + vq_lo)", h)
+end
+
+-- The key rows a workspace holds per (batch, K/V head), as rows.
+function varlen.key_rows(c) return c.varlen == 1 and "pv.seq_k" or "p.seq_k" end
 
 return varlen

@@ -208,7 +208,8 @@ static const flag_info flags[] = {
   {"mod", F_MOD, 1, "SPEC", "a score or mask modification: window=LEFT[:RIGHT], softcap=CAP,\n"
                           "alibi, prefixlm=N, chunked=N, or a file NAME.lua (README)"},
   {"varlen", F_VARLEN, 0, NULL, "variable-length batches (packed sequences, as the library's\n"
-                               "fatune_attention_varlen runs them): each variant's varlen form"},
+                               "fatune_attention_varlen and _varlen_backward run them): each\n"
+                               "variant's varlen form (--op fwd or bwd)"},
   {"seq-lens", F_VARLEN, 1, "L,L..", "a variable-length batch of these sequences (queries and\n"
                                    "keys; the batch is their number, --seq their longest): --varlen"},
   {"op", F_OP, 1, "OP", "the operation: fwd (the forward pass, the default), bwd (the\n"
@@ -832,8 +833,8 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "--seq-k takes one --seq; a sweep over --seq tunes seq_k = seq_q");
   if ((keys || o->shard_n) && o->json && !seq_list)
     return fail(err, errlen, "--json takes one key; fatune export --format json gives a sweep's");
-  if (o->problem.varlen && (o->problem.op != FA_OP_FWD || o->mod))
-    return fail(err, errlen, "--varlen is the forward pass's, without --mod");
+  if (o->problem.varlen && ((o->problem.op != FA_OP_FWD && o->problem.op != FA_OP_BWD) || o->mod))
+    return fail(err, errlen, "--varlen is the forward and backward passes', without --mod");
   if (o->cmd == CMD_TUNE && o->variant && o->config)
     return fail(err, errlen, "the main job takes --variant NAME or --config TEXT, not both");
   return 0;

@@ -1,5 +1,6 @@
 $ -- simtbwd.cu: FlashAttention-2's backward pass on CUDA cores (see simtbwd.lua).
 $ local c, P, T = args.cfg, args.P, args.T
+$ local vl = require("varlen")
 $ -- Q, K, V, O, dO and the gradients in global memory: elements of args.io
 $ -- (acc_t, or 16-bit values converted on load and rounded on store); lse,
 $ -- D and the accumulators stay acc_t.
@@ -24,14 +25,14 @@ $ end
 $ -- The tensors of query head hv of this batch: Q, O, dO, lse, D (and
 $ -- dQ's accumulator).
 $ local function qhead(hv)
-  const ${io.elem} *const qg = (const ${io.elem} *)p.q + b * p.q_sb + ${hv} * p.q_sh;
-  const ${io.elem} *const og = (const ${io.elem} *)p.o + b * p.o_sb + ${hv} * p.o_sh;
-  const ${io.elem} *const dog = (const ${io.elem} *)p.dout + b * p.do_sb + ${hv} * p.do_sh;
-  const acc_t *const lg = (const acc_t *)p.lse + ((long long)b * p.heads + ${hv}) * p.seq_q;
-  acc_t *const dg = (acc_t *)p.ws + ((long long)b * p.heads + ${hv}) * p.seq_q;
+  const ${io.elem} *const qg = (const ${io.elem} *)p.q + b * p.q_sb + ${hv} * p.q_sh${vl.bwd_row(c, "q")};
+  const ${io.elem} *const og = (const ${io.elem} *)p.o + b * p.o_sb + ${hv} * p.o_sh${vl.bwd_row(c, "o")};
+  const ${io.elem} *const dog = (const ${io.elem} *)p.dout + b * p.do_sb + ${hv} * p.do_sh${vl.bwd_row(c, "do")};
+  const acc_t *const lg = (const acc_t *)p.lse + ${vl.lse_row(c, "b", hv)};
+  acc_t *const dg = (acc_t *)p.ws + ((long long)b * p.heads + ${hv}) * ${vl.rows(c)};
 $ if atomic then
   /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
-  acc_t *const qacc = (acc_t *)p.ws2 + ((long long)b * p.heads + ${hv}) * p.seq_q * ${D};
+  acc_t *const qacc = (acc_t *)p.ws2 + ((long long)b * p.heads + ${hv}) * ${vl.rows(c)} * ${D};
   (void)qacc;
 $ end
   (void)qg; (void)og; (void)dog; (void)lg; (void)dg;
@@ -52,8 +53,8 @@ $ else
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);
 $ end
-  const ${io.elem} *const kg = (const ${io.elem} *)p.k + b * p.k_sb + hk * p.k_sh;
-  const ${io.elem} *const vg = (const ${io.elem} *)p.v + b * p.v_sb + hk * p.v_sh;
+  const ${io.elem} *const kg = (const ${io.elem} *)p.k + b * p.k_sb + hk * p.k_sh${vl.bwd_row(c, "k")};
+  const ${io.elem} *const vg = (const ${io.elem} *)p.v + b * p.v_sb + hk * p.v_sh${vl.bwd_row(c, "v")};
 $ if per_head ~= false then
   $ qhead("h")
 $ end
@@ -68,7 +69,7 @@ $ end
 $ -- dK's and dV's float accumulators, (seq_k, D + DV) per (batch, K/V
 $ -- head): dK's row, then dV's.
 $ local function kv_acc()
-  acc_t *const kvacc = (acc_t *)p.ws2 + ((long long)b * p.heads + hk) * p.seq_k * ${D + DV};
+  acc_t *const kvacc = (acc_t *)p.ws2 + ((long long)b * p.heads + hk) * ${vl.key_rows(c)} * ${D + DV};
 $ end
 $ -- Shared-memory tiles of the dkdv and dq kernels.
 $ local function tiles()
@@ -196,8 +197,7 @@ $ end
 $ end
 
 /* D = rowsum(dO * O) - dlse: a warp per row, its lanes across the head dim. */
-FA_KERNEL(${args.entry}_pre, ${NT})
-{
+${vl.bwd_kernel(c, "FA_KERNEL", args.entry .. "_pre", NT)}
   $ setup()
   const int lane = tid & 31, warp = tid >> 5;
   const int q0 = fa_bid_x() * ${BM};
@@ -210,7 +210,7 @@ FA_KERNEL(${args.entry}_pre, ${NT})
     FA_UNROLL
     for (int m = 16; m >= 1; m >>= 1) sum += fa_shfl_xor_${T}(sum, m);
     /* A gradient through the logsumexp adds P dlse to dS: D takes it off. */
-    if (p.dlse) sum -= fa_ldg_${T}((const acc_t *)p.dlse + ((long long)b * p.heads + h) * p.seq_q + gr);
+    if (p.dlse) sum -= fa_ldg_${T}((const acc_t *)p.dlse + ${vl.lse_row(c, "b", "h")} + gr);
     if (lane == 0) fa_st_${T}(dg + gr, sum);
   }
 $ if atomic then
@@ -222,16 +222,18 @@ $ end
 
 $ if not fa1 then
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
-FA_KERNEL(${args.entry}_dkdv, ${NT})
-{
+${vl.bwd_kernel(c, "FA_KERNEL", args.entry .. "_dkdv", NT)}
   /* Under GQA a CTA per K/V head computes dK and dV over every query head
   ** of its group (no two CTAs write a row, and the sum has one order). */
   $ setup(false)
   $ tiles()
   acc_t *const Ps = sm + ${P.off_p};
-  ${io.elem} *const dkg = (${io.elem} *)p.dk + b * p.dk_sb + hk * p.dk_sh;
-  ${io.elem} *const dvg = (${io.elem} *)p.dv + b * p.dv_sb + hk * p.dv_sh;
+  ${io.elem} *const dkg = (${io.elem} *)p.dk + b * p.dk_sb + hk * p.dk_sh${vl.bwd_row(c, "dk")};
+  ${io.elem} *const dvg = (${io.elem} *)p.dv + b * p.dv_sb + hk * p.dv_sh${vl.bwd_row(c, "dv")};
   const int k0 = fa_bid_x() * ${BN};
+$ if c.varlen == 1 then
+  ${vl.past("k0", "p.seq_k")}
+$ end
   acc_t dk[${P.RK}], dv[${P.RV}];
 $ if DV == D then
   FA_UNROLL
@@ -348,11 +350,13 @@ $ end
 
 $ if atomic then
 /* dQ = scale * the accumulator dkdv added to. */
-FA_KERNEL(${args.entry}_dqconvert, ${NT})
-{
+${vl.bwd_kernel(c, "FA_KERNEL", args.entry .. "_dqconvert", NT)}
   $ setup()
-  ${io.elem} *const dqg = (${io.elem} *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  ${io.elem} *const dqg = (${io.elem} *)p.dq + b * p.dq_sb + h * p.dq_sh${vl.bwd_row(c, "dq")};
   const int q0 = fa_bid_x() * ${BM};
+$ if c.varlen == 1 then
+  ${vl.past("q0")}
+$ end
   for (int e = tid; e < ${BM * D}; e += ${NT}) {
     const int r = e / ${D}, d = e - r * ${D};
     if (q0 + r < p.seq_q)
@@ -365,20 +369,22 @@ $ if fa1 then
 ** sees, P and dS recomputed as in dkdv; dQ in registers, written once;
 ** each K/V block's shares of dV (P^T dO) and dK (dS^T Q) added to float
 ** accumulators with atomics, across every Q block's CTA. */
-FA_KERNEL(${args.entry}_fa1, ${NT})
+${vl.bwd_kernel(c, "FA_KERNEL", args.entry .. "_fa1", NT)}
 $ else
 /* dQ of Q block fa_bid_x(), over the K/V blocks it sees. */
-FA_KERNEL(${args.entry}_dq, ${NT})
+${vl.bwd_kernel(c, "FA_KERNEL", args.entry .. "_dq", NT)}
 $ end
-{
   $ setup()
   $ tiles()
 $ if fa1 then
   acc_t *const Ps = sm + ${P.off_p};
   $ kv_acc()
 $ end
-  ${io.elem} *const dqg = (${io.elem} *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  ${io.elem} *const dqg = (${io.elem} *)p.dq + b * p.dq_sb + h * p.dq_sh${vl.bwd_row(c, "dq")};
   const int q0 = fa_bid_x() * ${BM};
+$ if c.varlen == 1 then
+  ${vl.past("q0")}
+$ end
   acc_t dq[${P.RQ}];
   FA_UNROLL
   for (int t = 0; t < ${P.RQ}; ++t) dq[t] = 0;
@@ -462,8 +468,7 @@ $ end
 $ if fa1 then
 /* Zeros into the accumulators of K/V block fa_bid_x() of K/V head
 ** fa_bid_y(). */
-FA_KERNEL(${args.entry}_kvzero, ${NT})
-{
+${vl.bwd_kernel(c, "FA_KERNEL", args.entry .. "_kvzero", NT)}
   $ setup(false)
   $ kv_acc()
   const int k0 = fa_bid_x() * ${BN};
@@ -472,13 +477,15 @@ FA_KERNEL(${args.entry}_kvzero, ${NT})
 }
 
 /* dK = scale * its accumulator, dV = its own, for K/V block fa_bid_x(). */
-FA_KERNEL(${args.entry}_kvconvert, ${NT})
-{
+${vl.bwd_kernel(c, "FA_KERNEL", args.entry .. "_kvconvert", NT)}
   $ setup(false)
   $ kv_acc()
-  ${io.elem} *const dkg = (${io.elem} *)p.dk + b * p.dk_sb + hk * p.dk_sh;
-  ${io.elem} *const dvg = (${io.elem} *)p.dv + b * p.dv_sb + hk * p.dv_sh;
+  ${io.elem} *const dkg = (${io.elem} *)p.dk + b * p.dk_sb + hk * p.dk_sh${vl.bwd_row(c, "dk")};
+  ${io.elem} *const dvg = (${io.elem} *)p.dv + b * p.dv_sb + hk * p.dv_sh${vl.bwd_row(c, "dv")};
   const int k0 = fa_bid_x() * ${BN};
+$ if c.varlen == 1 then
+  ${vl.past("k0", "p.seq_k")}
+$ end
 $ if DV == D then
   for (int e = tid; e < ${BN * D}; e += ${NT}) {
     const int n = e / ${D}, d = e - n * ${D};

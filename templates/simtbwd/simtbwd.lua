@@ -24,6 +24,9 @@
 -- V's head dim may differ from Q's and K's (dim_v, as DeepSeek's 192/128):
 -- V, dO and dV rows take it, and dP = dO V^T and D = rowsum(dO * O) sum
 -- over it; S, dK and dQ keep Q's.
+-- A variable-length batch (varlen, varlen.lua): every launch runs over
+-- its sequence's own lengths, its tensors from the sequence's first token;
+-- the workspaces keep the longest sequence's rows per sequence.
 
 local simtbwd = { name = "simtbwd", version = 3 }
 local enum = require("enum")
@@ -38,7 +41,7 @@ simtbwd.op = "bwd"
 
 function simtbwd.default_dtype() return "fp32", "fp32 on CUDA cores" end
 
--- Names: simtbwd-f32-d64-m32n32w4-dqpass[-causal]; fp16 and bf16 are
+-- Names: simtbwd-f32-d64-m32n32w4-dqpass[-causal][-varlen]; fp16 and bf16 are
 -- read in 16 bits and computed in fp32 (the last resort: head dims over
 -- 256, bf16 on Turing).
 simtbwd.axes = {
@@ -51,15 +54,16 @@ simtbwd.axes = {
   int_axis("warps", 1, 32, { prefix = "w" }),
   enum_axis("dq", { "separate", "atomic" }, { separate = "dqpass", atomic = "dqatomic" }),
   enum_axis("order", { "kv", "q" }, { kv = "", q = "fa1" }),
+  enum.varlen_axis(),
 }
 simtbwd.axis = enum.index(simtbwd.axes)
 simtbwd.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps" }, { "dq" },
-                   { "order" }, { "causal" } }
+                   { "order" }, { "causal" }, { "varlen" } }
 
 function simtbwd.defaults(problem)
   return { dtype = problem.dtype or "fp32", dim = problem.dim or 64, dim_v = enum.dim_v(problem),
-           causal = problem.causal or 0, block_m = 32, block_n = 32, warps = 4,
-           dq = "separate", order = "kv" }
+           causal = problem.causal or 0, varlen = problem.varlen or 0, block_m = 32, block_n = 32,
+           warps = 4, dq = "separate", order = "kv" }
 end
 
 -- fp64 at head dims over 128 holds its 32x32 tiles in no sm_80 shared
@@ -138,7 +142,7 @@ local function cross(base, axes, out) enum.cross(simtbwd.axes, base, axes, out) 
 -- none of them fits (fp64 at large head dims); "full" the whole product.
 function simtbwd.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
-                 causal = problem.causal or 0, order = "kv" }
+                 causal = problem.causal or 0, varlen = problem.varlen or 0, order = "kv" }
   local out = {}
   if which == "full" then
     local tiles = { 1, 2, 4, 8, 16, 32, 64, 128 }

@@ -4,6 +4,7 @@ $ -- (load_q), S and dP (gemm_s_dp), P and dS (softmax_grad), dV and dK
 $ -- (gemm_dv_dk), dQ's share when atomic (gemm_dq); each a Lua function
 $ -- below that emits its code.
 $ local c, P, T = args.cfg, args.P, args.T
+$ local vl = require("varlen")
 $ local causal, atomic = c.causal == 1, c.dq == "atomic"
 $ local D, BM, BN, NT, W = P.D, P.BM, P.BN, P.NT, P.W
 $ local MT, KT, NTL, DT = P.m_tiles, P.k_tiles, P.n_tiles, P.d_tiles
@@ -31,14 +32,14 @@ $ end
 $ -- The tensors of query head hv of this batch: Q, O, dO, lse, D (and
 $ -- dQ's accumulator).
 $ local function qhead(hv)
-  const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + ${hv} * p.q_sh;
-  const unsigned short *const og = (const unsigned short *)p.o + b * p.o_sb + ${hv} * p.o_sh;
-  const unsigned short *const dog = (const unsigned short *)p.dout + b * p.do_sb + ${hv} * p.do_sh;
-  const float *const lg = (const float *)p.lse + ((long long)b * p.heads + ${hv}) * p.seq_q;
-  float *const dg = (float *)p.ws + ((long long)b * p.heads + ${hv}) * p.seq_q;
+  const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + ${hv} * p.q_sh${vl.bwd_row(c, "q")};
+  const unsigned short *const og = (const unsigned short *)p.o + b * p.o_sb + ${hv} * p.o_sh${vl.bwd_row(c, "o")};
+  const unsigned short *const dog = (const unsigned short *)p.dout + b * p.do_sb + ${hv} * p.do_sh${vl.bwd_row(c, "do")};
+  const float *const lg = (const float *)p.lse + ${vl.lse_row(c, "b", hv)};
+  float *const dg = (float *)p.ws + ((long long)b * p.heads + ${hv}) * ${vl.rows(c)};
 $ if atomic then
   /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
-  float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + ${hv}) * p.seq_q * ${dim};
+  float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + ${hv}) * ${vl.rows(c)} * ${dim};
   (void)qacc;
 $ end
   (void)qg; (void)og; (void)dog; (void)lg; (void)dg;
@@ -58,8 +59,8 @@ $ else
   const int h = fa_bid_y(), b = fa_bid_z();
   const int hk = FA_KV_HEAD(p, h);
 $ end
-  const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh;
-  const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh;
+  const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh${vl.bwd_row(c, "k")};
+  const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh${vl.bwd_row(c, "v")};
 $ if per_head ~= false then
   $ qhead("h")
 $ end
@@ -366,8 +367,7 @@ $ end
 $ end
 
 /* D = rowsum(dO * O) - dlse in fp32: a warp per row, its lanes across the head dim. */
-FA_TC_KERNEL(${args.entry}_pre, ${NT})
-{
+${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_pre", NT)}
   $ setup()
   const int q0 = fa_bid_x() * ${BM};
   for (int r = warp; r < ${BM}; r += ${W}) {
@@ -379,7 +379,7 @@ FA_TC_KERNEL(${args.entry}_pre, ${NT})
     FA_UNROLL
     for (int m = 16; m >= 1; m >>= 1) sum += fa_shfl_xor_f32(sum, m);
     /* A gradient through the logsumexp adds P dlse to dS: D takes it off. */
-    if (p.dlse) sum -= fa_ldg_f32((const float *)p.dlse + ((long long)b * p.heads + h) * p.seq_q + gr);
+    if (p.dlse) sum -= fa_ldg_f32((const float *)p.dlse + ${vl.lse_row(c, "b", "h")} + gr);
     if (lane == 0) fa_st_f32(dg + gr, sum);
   }
 $ if atomic then
@@ -390,13 +390,15 @@ $ end
 }
 
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
-FA_TC_KERNEL(${args.entry}_dkdv, ${NT})
-{
+${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_dkdv", NT)}
   /* Under GQA a CTA per K/V head computes dK and dV over every query head
   ** of its group (no two CTAs write a row, and the sum has one order). */
   $ setup(false)
   $ lanes()
   const int k0 = fa_bid_x() * ${BN};
+$ if c.varlen == 1 then
+  ${vl.past("k0", "p.seq_k")}
+$ end
   /* This warp's keys and head-dim columns of dK and dV. */
   const int kw = warp % ${KW}, dw = warp / ${KW};
   (void)dw;
@@ -447,8 +449,8 @@ $ end
     }
   }
   /* dK (scaled) and dV, element by element from the fragments. */
-  unsigned short *const dkg = (unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh;
-  unsigned short *const dvg = (unsigned short *)p.dv + b * p.dv_sb + hk * p.dv_sh;
+  unsigned short *const dkg = (unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh${vl.bwd_row(c, "dk")};
+  unsigned short *const dvg = (unsigned short *)p.dv + b * p.dv_sb + hk * p.dv_sh${vl.bwd_row(c, "dv")};
   FA_UNROLL
   for (int kt = 0; kt < ${KT}; ++kt) {
 $ if same then
@@ -486,10 +488,9 @@ $ end
 
 $ if atomic then
 /* dQ = scale * the accumulator dkdv added to. */
-FA_TC_KERNEL(${args.entry}_dqconvert, ${NT})
-{
+${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_dqconvert", NT)}
   $ setup()
-  unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh${vl.bwd_row(c, "dq")};
   const int q0 = fa_bid_x() * ${BM};
   for (int e = tid; e < ${BM * dim}; e += ${NT}) {
     const int r = e / ${dim}, d = e - r * ${dim};
@@ -500,11 +501,13 @@ FA_TC_KERNEL(${args.entry}_dqconvert, ${NT})
 $ else
 /* dQ of Q block fa_bid_x(), over the K/V blocks it sees: dS K, dS from the
 ** registers. */
-FA_TC_KERNEL(${args.entry}_dq, ${NT})
-{
+${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_dq", NT)}
   $ setup()
   $ lanes()
   const int q0 = fa_bid_x() * ${BM};
+$ if c.varlen == 1 then
+  ${vl.past("q0")}
+$ end
   float dq[${MT}][${QDT}][4];  /* rows sw * ${WR}.., head-dim columns nw * ${QDT * 8}.. */
   FA_UNROLL
   for (int mt = 0; mt < ${MT}; ++mt) {
@@ -548,7 +551,7 @@ $ end
     }
     fa_syncthreads(); /* K, V${dq_from_smem and " and dS" or ""} are read: the next K/V block may load */
   }
-  unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh;
+  unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh${vl.bwd_row(c, "dq")};
   FA_UNROLL
   for (int mt = 0; mt < ${MT}; ++mt) {
     FA_UNROLL

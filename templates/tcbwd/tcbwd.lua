@@ -28,6 +28,9 @@
 -- pads up to tc's native dims. V's head dim may differ from Q's and K's
 -- (dim_v, as DeepSeek's 192/128): V, dO and dV pad it up on their own, and
 -- dP = dO V^T and D = rowsum(dO * O) sum over it; S, dK and dQ keep Q's.
+-- A variable-length batch (varlen, varlen.lua): every launch runs over
+-- its sequence's own lengths, its tensors from the sequence's first token;
+-- the workspaces keep the longest sequence's rows per sequence.
 
 local tcbwd = { name = "tcbwd", version = 3 }
 local enum = require("enum")
@@ -45,7 +48,7 @@ function tcbwd.default_dtype(target)
   return tc.default_dtype(target)
 end
 
--- Names: tcbwd-f16-d64-m64n64w4-dqpass[-causal]; S split across its keys
+-- Names: tcbwd-f16-d64-m64n64w4-dqpass[-causal][-varlen]; S split across its keys
 -- by 4 warps and dK, dV across the head dim by 2: ...-m64n128w8wn4wd2-dqpass.
 tcbwd.axes = {
   enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
@@ -66,10 +69,11 @@ tcbwd.axes = {
   -- their accumulators in registers.
   int_axis("split_d", 1, 8, { prefix = "wd", [1] = "" }),
   enum_axis("dq", { "separate", "atomic" }, { separate = "dqpass", atomic = "dqatomic" }),
+  enum.varlen_axis(),
 }
 tcbwd.axis = enum.index(tcbwd.axes)
 tcbwd.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps", "split_n", "split_d" }, { "dq" },
-                 { "causal" } }
+                 { "causal" }, { "varlen" } }
 
 -- FlashAttention-2's backward tiles (flash_bwd_launch_template.h, sm80,
 -- without dropout): d64 128x128 with 8 warps, S and dK, dV each split
@@ -89,8 +93,8 @@ function tcbwd.defaults(problem)
   local bm, bn, sn, sd = 128, 128, 4, 2
   if D > 128 then bm, bn, sn, sd = 64, 64, 2, 4 elseif D > 64 then bm, sn = 64, 4 end
   return { dtype = problem.dtype or "fp16", dim = problem.dim or 64, dim_v = enum.dim_v(problem),
-           causal = problem.causal or 0, block_m = bm, block_n = bn, warps = 8,
-           split_n = sn, split_d = sd, dq = "atomic" }
+           causal = problem.causal or 0, varlen = problem.varlen or 0, block_m = bm, block_n = bn,
+           warps = 8, split_n = sn, split_d = sd, dq = "atomic" }
 end
 
 tcbwd.fallbacks = { warps = { 4, 8, 2 }, split_n = { 1, 2, 4 }, split_d = { 1, 2, 4 },
@@ -187,7 +191,7 @@ local function cross(base, axes, out) enum.cross(tcbwd.axes, base, axes, out) en
 -- "full" the whole product; "small" when nothing of the default fits.
 function tcbwd.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
-                 causal = problem.causal or 0 }
+                 causal = problem.causal or 0, varlen = problem.varlen or 0 }
   local out = {}
   if which == "full" then
     cross(base, { block_m = { 16, 32, 64, 128 }, block_n = { 16, 32, 64, 128 },
