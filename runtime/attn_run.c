@@ -181,18 +181,22 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
                char *err, size_t errlen) {
   const int es = fa_dtype_size(p->dtype);
   const int kv_heads = a->kv_group > 1 ? a->heads / a->kv_group : a->heads;
+  /* A variable-length batch: the maps span the packed tensors, one batch
+  ** of all their tokens (the kernel places each box at its sequence's). */
+  const int seq_q = p->varlen ? a->total_q : a->seq_q, seq_k = p->varlen ? a->total_k : a->seq_k;
+  const int batch = p->varlen ? 1 : a->batch;
   for (int i = 0; i < k->ntma; i++) {
     const gen_tma *t = &k->tma[i];
     const void *base;
     long long sn, sh, sb;
-    int seq = a->seq_q, heads = a->heads, dim = p->dim;
+    int seq = seq_q, heads = a->heads, dim = p->dim;
     switch (t->tensor) {
     case 'q': base = a->q, sn = a->q_sn, sh = a->q_sh, sb = a->q_sb; break;
     case 'k':
-      base = a->k, sn = a->k_sn, sh = a->k_sh, sb = a->k_sb, seq = a->seq_k, heads = kv_heads;
+      base = a->k, sn = a->k_sn, sh = a->k_sh, sb = a->k_sb, seq = seq_k, heads = kv_heads;
       break;
     case 'v':
-      base = a->v, sn = a->v_sn, sh = a->v_sh, sb = a->v_sb, seq = a->seq_k, heads = kv_heads;
+      base = a->v, sn = a->v_sn, sh = a->v_sh, sb = a->v_sb, seq = seq_k, heads = kv_heads;
       dim = fa_problem_dim_v(p);
       break;
     default:
@@ -204,10 +208,11 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
                t->tensor);
       return FA_EINVAL;
     }
+    if (p->varlen) sb = sn * seq;  /* one batch: any stride a map takes */
     const fa_tmap_desc d = {
       .base = base, .elem_bytes = es, .rank = 4,
       .dims = {(unsigned long long)dim, (unsigned long long)seq, (unsigned long long)heads,
-               (unsigned long long)a->batch},
+               (unsigned long long)batch},
       .strides = {(unsigned long long)sn * (unsigned)es, (unsigned long long)sh * (unsigned)es,
                   (unsigned long long)sb * (unsigned)es},
       .box = {t->box[0], t->box[1], 1, 1}, .swizzle = t->swizzle};

@@ -62,7 +62,8 @@ fa_params attn_params(const fa_problem *p, const void *q, const void *k, const v
                       void *o, void *lse, void *ws);
 
 /* Encode the tensor maps kernel k reads (k->tma) into a->tmap, over the
-** tensors and strides a holds for problem p; 0 when k has none. FA_EINVAL
+** tensors and strides a holds for problem p (varlen: over the packed
+** tensors, total_q and total_k tokens as one batch); 0 when k has none. FA_EINVAL
 ** with a message when the backend refuses one (rows not a multiple of 16
 ** bytes, say), FA_ENODEV on a backend without TMA. */
 int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_params *a,

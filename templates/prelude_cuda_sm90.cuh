@@ -18,8 +18,9 @@
 ** &p.tmap[i] is an address in parameter space that cp.async.bulk.tensor
 ** reads (CUDA C++ Programming Guide, "__grid_constant__"). One CTA per SM
 ** at most: the kernels that use this hold most of shared memory. */
-#define FA_SM90_KERNEL(name, nthreads) \
-  extern "C" __global__ void __launch_bounds__(nthreads, 1) name(const __grid_constant__ fa_params p)
+#define FA_SM90_KERNEL_OF(name, nthreads, param) \
+  extern "C" __global__ void __launch_bounds__(nthreads, 1) name(const __grid_constant__ fa_params param)
+#define FA_SM90_KERNEL(name, nthreads) FA_SM90_KERNEL_OF(name, nthreads, p)
 
 /* Broadcast from lane 0, so that ptxas knows the value warp-uniform: a
 ** branch on it then splits the warpgroups' code, and each side is

@@ -20,6 +20,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#define FA_SM90_KERNEL_OF(name, nthreads, param) FA_KERNEL_OF(name, nthreads, param)
 #define FA_SM90_KERNEL(name, nthreads) FA_KERNEL(name, nthreads)
 
 typedef unsigned long long fa_wgmma_desc;

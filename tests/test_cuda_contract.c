@@ -16,8 +16,9 @@
 **  - cuTensorMapEncodeTiled (compute capability 9.0 on): each requirement
 **    the API documents broken once (alignment of the map and the address,
 **    rank, dims, strides, box, element strides, swizzle span, interleave):
-**    CUDA_ERROR_INVALID_VALUE; and the cuda backend's backend_tmap over
-**    it, whose own checks name the argument;
+**    CUDA_ERROR_INVALID_VALUE, and strides that do not grow with the
+**    dimension accepted; and the cuda backend's backend_tmap over it,
+**    whose own checks name the argument;
 **  - the Hopper GEMM (templates/gemm.lua) through the cuda backend: compiled
 **    for sm_90a on an sm_90 device, its CUBIN loads (occupancy: one CTA);
 **    on another GPU refused with the reason.
@@ -158,6 +159,10 @@ static void test_tmap_driver(CUdeviceptr base) {
   CU_IS(encode(&a), CUDA_SUCCESS);
   a.rank = 4, a.dim[2] = a.dim[3] = 2, a.stride[1] = 512 * 128, a.stride[2] = 2 * 512 * 128;
   a.box[2] = a.box[3] = 1, a.estride[2] = a.estride[3] = 1;
+  CU_IS(encode(&a), CUDA_SUCCESS);
+  /* Strides that do not grow with the dimension (a packed (tokens, heads,
+  ** dim) tensor: the heads' 512 bytes apart inside a token's 1024). */
+  a.rank = 3, a.dim[1] = 64, a.dim[2] = 2, a.stride[0] = 1024, a.stride[1] = 512;
   CU_IS(encode(&a), CUDA_SUCCESS);
   struct { const char *what; tmap_args a; } bad[16];
   int n = 0;

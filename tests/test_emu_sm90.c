@@ -690,7 +690,7 @@ static void test_tmap_checks(fa_backend *be) {
   bad[n].what = "dimension 0", bad[n++].d.dims[1] = 0;
   bad[n].what = "box 257", bad[n++].d.box[1] = 257;
   bad[n].what = "stride not a multiple of 16", bad[n++].d.strides[0] = 136;
-  bad[n].what = "stride below the row", bad[n++].d.strides[0] = 64;
+  bad[n].what = "stride 0", bad[n++].d.strides[0] = 0;
   bad[n].what = "inner box not 16 bytes", bad[n++].d.box[0] = 4;
   bad[n].what = "inner box past the swizzle span", bad[n].d.swizzle = 64, n++;
   bad[n].what = "box 0", bad[n++].d.box[0] = 0;

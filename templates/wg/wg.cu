@@ -7,6 +7,14 @@ $ local BM, BN, S, C = c.block_m, c.block_n, c.stages, c.consumers
 $ local SW, CB, DP, NCB = P.swizzle, P.col_block, P.padded_dim, P.col_blocks
 $ local NS = BN // 2     -- S accumulators per thread
 $ local NO = DP // 2     -- O accumulators per thread
+$ -- A variable-length batch (varlen.lua): the tensor maps span the packed
+$ -- tensors (batch 1), each box at its sequence's first token plus the
+$ -- block's row; the maps are read where they are, in parameter space.
+$ local varlen = c.varlen == 1
+$ local vl = require("varlen")
+$ local TM = varlen and "pv" or "p"
+$ local VB = varlen and "0" or "b"
+$ local function qrow(r) return varlen and "vq_lo + " .. r or r end
 $ -- A score or mask modification (mod.lua): its functions precede the kernel;
 $ -- under a mask a CTA visits the blocks from kv_top down, n_blocks of them.
 $ local mod = c.mod
@@ -33,7 +41,7 @@ $ local function load(which, it)
         unsigned char *const st = smem + ${which == "v" and P.v_offset or P.q_bytes} + i * ${P.kv_bytes};
         fa_mbar_arrive_expect_tx(&full_${which}[i], ${P.kv_bytes});
 $   for j = 0, NCB - 1 do
-        fa_tma_load_4d(st + ${j * BN * SW}, &p.tmap[${which == "k" and 1 or 2}], ${j * CB}, blk * ${BN}, hk, b, &full_${which}[i]);
+        fa_tma_load_4d(st + ${j * BN * SW}, &${TM}.tmap[${which == "k" and 1 or 2}], ${j * CB}, ${varlen and "vk_lo + " or ""}blk * ${BN}, hk, ${VB}, &full_${which}[i]);
 $   end
       }
 $ end
@@ -218,6 +226,18 @@ $     else
     const int mb = tile % n_mb, bh = tile / n_mb;
 $     end
     const int q0 = mb * ${BM}, h = bh % p.heads, b = bh / p.heads, hk = FA_KV_HEAD(p, h);
+$     if varlen then
+    /* Sequence b's offsets (the tile's own lengths); offsets outside the
+    ** packed tensors or past the longest: the tile has no block. */
+    const int vq_lo = fa_ldg_i32(pv.cu_seqlens_q + b), vq_hi = fa_ldg_i32(pv.cu_seqlens_q + b + 1);
+    const int vk_lo = fa_ldg_i32(pv.cu_seqlens_k + b), vk_hi = fa_ldg_i32(pv.cu_seqlens_k + b + 1);
+    const int vbad = vq_lo < 0 || vq_hi < vq_lo || vq_hi > pv.total_q || vq_hi - vq_lo > pv.seq_q ||
+                     vk_lo < 0 || vk_hi < vk_lo || vk_hi > pv.total_k || vk_hi - vk_lo > pv.seq_k;
+    if (vbad && tid % 128 == 0) fa_st_i32(pv.error + 1, 1);
+    p.seq_q = vbad ? 0 : vq_hi - vq_lo, p.seq_k = vbad ? 0 : vk_hi - vk_lo;
+    const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
+    (void)vq_lo, (void)vk_lo, (void)off;
+$     end
 $   else
     const int h = fa_bid_y(), b = fa_bid_z(), hk = FA_KV_HEAD(p, h);
 $     if causal then
@@ -235,6 +255,8 @@ $   end
 $   if masks then
     ${sm.mod_range(BM, BN)}
     const int kv_top = mod_last, n_blocks = mod_first < 0 ? 0 : mod_last - mod_first + 1;
+$   elseif varlen and persistent then
+    const int n_blocks = q0 < p.seq_q ? (kv_end + ${BN - 1}) / ${BN} : 0;  /* none past the sequence */
 $   else
     const int n_blocks = (kv_end + ${BN - 1}) / ${BN};
 $   end
@@ -270,11 +292,26 @@ $ end
 $ if mod then
 ${require("mod").c_functions(mod, "float")}
 $ end
+$ if varlen and persistent then
+FA_SM90_KERNEL_OF(${args.entry}, ${P.threads}, pv)
+{
+  /* A variable-length batch: each tile reads its sequence's offsets. */
+  fa_params p = pv;
+  const float NEG_INF = fa_neg_inf_f32();
+  const int tid = fa_tid(), wg = fa_warpgroup();
+$ elseif varlen then
+${vl.kernel(c, "FA_SM90_KERNEL", args.entry, P.threads)}
+  if (fa_bid_x() * ${BM} >= p.seq_q) return;  /* past this sequence */
+  const float NEG_INF = fa_neg_inf_f32();
+  const int tid = fa_tid(), wg = fa_warpgroup();
+  const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
+$ else
 FA_SM90_KERNEL(${args.entry}, ${P.threads})
 {
   const float NEG_INF = fa_neg_inf_f32();
   const int tid = fa_tid(), wg = fa_warpgroup();
   const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
+$ end
   unsigned char *const raw = (unsigned char *)fa_smem_base();
   /* The tiles at the swizzle's repeat, 1024 bytes. */
   unsigned char *const smem = raw + ((1024u - (unsigned)((unsigned long long)raw & 1023u)) & 1023u);
@@ -288,7 +325,9 @@ $ if persistent then
   unsigned long long *const obar = empty_v + ${S};
   const int n_mb = (p.seq_q + ${BM - 1}) / ${BM}, n_bh = p.heads * p.batch, n_tiles = n_mb * n_bh;
 $ end
+$ if not (varlen and persistent) then
   (void)off;
+$ end
   if (tid == 0) {
     fa_mbar_init(qbar, 1);
     for (int i = 0; i < ${S}; ++i) {
@@ -325,7 +364,7 @@ $ if persistent then
         if (n_blocks > 0) {
           fa_mbar_arrive_expect_tx(qbar, ${P.q_bytes});
 $   for j = 0, NCB - 1 do
-          fa_tma_load_4d(smem + ${j * BM * SW}, &p.tmap[0], ${j * CB}, q0, h, b, qbar);
+          fa_tma_load_4d(smem + ${j * BM * SW}, &${TM}.tmap[0], ${j * CB}, ${qrow("q0")}, h, ${VB}, qbar);
 $   end
           $ load("k", "0")
           if (nt > 0 && !prev_empty) fa_mbar_wait(obar, (nt - 1) & 1);
@@ -347,7 +386,7 @@ $ else
       const int kv = 0;
       fa_mbar_arrive_expect_tx(qbar, ${P.q_bytes});
 $   for j = 0, NCB - 1 do
-      fa_tma_load_4d(smem + ${j * BM * SW}, &p.tmap[0], ${j * CB}, q0, h, b, qbar);
+      fa_tma_load_4d(smem + ${j * BM * SW}, &${TM}.tmap[0], ${j * CB}, ${qrow("q0")}, h, ${VB}, qbar);
 $   end
       /* K runs a block ahead of V, as the consumers use them: the K of
       ** block it + 1 is asked for before the V of block it. */
@@ -528,7 +567,14 @@ $ else
   unsigned char *const os = qs;
   fa_named_bar_sync(4 + wg, 128);
 $ end
+$ if varlen then
+  /* The sequence's first query read again, where O and the logsumexp need
+  ** it (not live through the main loop). */
+  const int vq_lo_again = fa_ldg_i32(pv.cu_seqlens_q + fa_again_i32(b));
+  float *const lg = (float *)p.lse + (long long)h * pv.total_q + vq_lo_again;
+$ else
   float *const lg = (float *)p.lse + ((long long)b * p.heads + h) * p.seq_q;
+$ end
   float inv_row[2];  /* 1 / the row's sum, rows g and g + 8 */
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
@@ -557,7 +603,25 @@ $ end
   }
   fa_fence_proxy_async();
   fa_named_bar_sync(4 + wg, 128);
-$ if persistent then
+$ if varlen then
+  /* O's rows of this sequence only, 16 bytes at a time out of the tile (a
+  ** TMA store of the box would write the next sequence's rows). */
+  {
+    unsigned short *const og = (unsigned short *)p.o + h * p.o_sh + (long long)(vq_lo_again + row0) * p.o_sn;
+    for (int e = tid % 128; e < ${64 * (c.dim // 8)}; e += 128) {
+      const int r = e / ${c.dim // 8}, col = 8 * (e % ${c.dim // 8});
+      if (row0 + r < p.seq_q) {
+        const unsigned at = (unsigned)(col / ${CB}) * ${BM * SW}u + (unsigned)(r * ${SW} + (col % ${CB}) * 2);
+        fa_st_u32x4((fa_u32x4 *)(og + (long long)r * p.o_sn + col), fa_lds_u32x4((const fa_u32x4 *)(os + fa_swizzle_offset(at, ${SW}))));
+      }
+    }
+  }
+$   if persistent then
+  fa_named_bar_sync(4 + wg, 128);  /* every row is out of V's ring */
+  if (tid % 128 == 0) fa_mbar_arrive(obar);
+  kv += n_blocks, ++nt;
+$   end
+$ elseif persistent then
   if (tid % 128 == 0) {
     if (row0 < p.seq_q) {
 $   for j = 0, NCB - 1 do

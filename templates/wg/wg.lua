@@ -46,6 +46,12 @@
 -- registers of the overlap's P go to the next S; written with plain
 -- stores at addresses built once, after a barrier that the warpgroup's
 -- P V before is done in every warp).
+-- A variable-length batch (varlen, varlen.lua): the tensor maps span the
+-- packed tensors, each box placed at its sequence's first token (rows
+-- past the sequence are masked as past seq_k, or not stored); O leaves by
+-- plain stores of the sequence's rows instead of a TMA store; a
+-- persistent kernel's tile reads its sequence's offsets, one past its
+-- rows or with bad offsets has no block.
 
 local wg = { name = "wg", version = 4 }
 local enum = require("enum")
@@ -76,6 +82,7 @@ wg.axes = {
   enum_axis("swizzle", { "128", "64" }, { prefix = "sw" }),
   int_axis("persistent", 0, 1, { [0] = "", [1] = "pers" }),
   enum_axis("pv", { "rs", "ss" }, { rs = "", ss = "psmem" }),
+  enum.varlen_axis(),
 }
 wg.axis = enum.index(wg.axes)
 
@@ -95,7 +102,7 @@ function wg.defaults(problem)
   return {
     dtype = problem.dtype or "fp16", dim = d, dim_v = enum.dim_v(problem), causal = problem.causal or 0,
     block_m = bm, block_n = bn, stages = 2, consumers = bm // 64, pingpong = 0, overlap = 0,
-    norm = "deferred", swizzle = "128", persistent = 0, pv = "rs",
+    norm = "deferred", swizzle = "128", persistent = 0, pv = "rs", varlen = problem.varlen or 0,
   }
 end
 
@@ -104,13 +111,14 @@ function wg.supports(problem)
 end
 
 -- Names ---------------------------------------------------------------------
--- wg-bf16-d128-m128n176c2-deferred-pp-ov[psmem]-s2-sw128[-pers][-causal]: pp
--- or np (ping-pong or not), ov or sq (overlapped or sequential GEMMs),
+-- wg-bf16-d128-m128n176c2-deferred-pp-ov[psmem]-s2-sw128[-pers][-causal][-varlen]:
+-- pp or np (ping-pong or not), ov or sq (overlapped or sequential GEMMs),
 -- psmem (P V's P from shared memory) or nothing (from registers), pers
--- (persistent) or nothing (a CTA per tile).
+-- (persistent) or nothing (a CTA per tile); varlen, a variable-length
+-- batch's form (varlen.lua).
 wg.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "consumers" }, { "norm" },
               { "pingpong" }, { "overlap" }, { "pv" }, { "stages" }, { "swizzle" },
-              { "persistent" }, { "causal" } }
+              { "persistent" }, { "causal" }, { "varlen" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -172,6 +180,9 @@ function wg.fits(c, _, target)
     return false, "block_m must be 64 rows per consumer warpgroup (64 * consumers)"
   end
   if c.block_n % 16 ~= 0 then return false, "block_n must be a multiple of 16" end
+  if c.varlen == 1 and c.mod then
+    return false, "a variable-length batch takes no modification yet"
+  end
   if c.pingpong == 1 and c.consumers < 2 then
     return false, "ping-pong takes turns between two or three consumer warpgroups"
   end
@@ -209,7 +220,7 @@ local with = enum.with
 -- default fits.
 function wg.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
-                 causal = problem.causal or 0 }
+                 causal = problem.causal or 0, varlen = problem.varlen or 0 }
   local out = {}
   if which == "full" then
     local bn = {}
