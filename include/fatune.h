@@ -270,9 +270,38 @@ typedef struct fatune_varlen_args {
 /* O of a variable-length batch as args says: the variant recorded best for
 ** the dense key of its longest sequences (op fwd, dtype, head dims,
 ** max_seqlen_q, max_seqlen_k, causal), run with variable-length
-** addressing, else the default. A family without variable-length batches
-** (wg) is not chosen. */
+** addressing, else the default (every forward family has that form: simt,
+** tc and, on sm_90a, wg). */
 FATUNE_API fatune_status fatune_attention_varlen(fatune_ctx *ctx, const fatune_varlen_args *args);
+
+/* The gradients of a variable-length batch (flash_attn_varlen_func's
+** backward pass): the forward call's packed q, k, v and o, its lse
+** ([heads][total_q], which must be given) and cu_seqlens, maxima, causal
+** and scale; dout shaped as o; dq, dk and dv receive the gradients,
+** packed as q, k and v (dK and dV summed over each K/V head's group of
+** query heads). The checks are fatune_attention_varlen's and
+** fatune_attention_backward's, the kernels' checks of the offsets too (a
+** sequence no kernel may follow is skipped, and the call says so). The
+** variant is the one recorded best for the dense key of the longest
+** sequences with op bwd, run with variable-length addressing, else the
+** default; its workspaces hold the longest sequence's rows per sequence.
+** The call waits for the device. Zero-initialise it. */
+typedef struct fatune_varlen_backward_args {
+  fatune_tensor q, k, v, o, dout;
+  fatune_tensor dq, dk, dv;
+  const void *lse;
+  const void *dlse;      /* NULL, or the loss's gradient with respect to lse, laid out as lse */
+  const int *cu_seqlens_q, *cu_seqlens_k;
+  int batch;
+  int max_seqlen_q, max_seqlen_k;
+  int causal;
+  double scale;          /* as fatune_attention_args' */
+  void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
+  int deterministic;     /* nonzero: only a recorded variant that gave the same bits every run */
+} fatune_varlen_backward_args;
+
+FATUNE_API fatune_status fatune_attention_varlen_backward(fatune_ctx *ctx,
+                                                          const fatune_varlen_backward_args *args);
 
 /* Decoding planned once and run many times, as a server's decode step is
 ** (and captured in a CUDA graph): the plan chooses and builds the kernel

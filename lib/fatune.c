@@ -145,13 +145,21 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
   } else {
     const fa_device *d = backend_device(c->be);
     char arch[16], base[16], why[256];
-    snprintf(arch, sizeof arch, "%s", gen_default_arch(c->gen));
+    /* The emulator emulates the tuner's default target, or the one
+    ** FATUNE_EMU_ARCH names (sm_90a: the Hopper family's kernels). */
+    const char *emu_arch = d ? NULL : getenv("FATUNE_EMU_ARCH");
+    if (!emu_arch || !*emu_arch) emu_arch = NULL;
+    snprintf(arch, sizeof arch, "%s", emu_arch ? emu_arch : gen_default_arch(c->gen));
     snprintf(c->device, sizeof c->device, "%s", d ? d->uuid : "emu");
     /* What the tuner targets. */
-    if ((d && gen_device_arch(c->gen, backend_device_arch(d, base, sizeof base), arch, sizeof arch,
-                              why, sizeof why) != 0) ||
-        gen_target_for_arch(c->gen, arch, d ? d->smem_per_block_optin : 0, 0, &c->target) != 0)
-      st = fail(FATUNE_ENODEV, "this GPU is not one fatune knows: %s", gen_errmsg(c->gen));
+    if (emu_arch && strlen(emu_arch) >= sizeof arch)
+      st = fail(FATUNE_EINVAL, "FATUNE_EMU_ARCH is %zu characters: an arch as sm_90a",
+                strlen(emu_arch));
+    else if ((d && gen_device_arch(c->gen, backend_device_arch(d, base, sizeof base), arch,
+                                   sizeof arch, why, sizeof why) != 0) ||
+             gen_target_for_arch(c->gen, arch, d ? d->smem_per_block_optin : 0, 0, &c->target) != 0)
+      st = emu_arch ? fail(FATUNE_EINVAL, "FATUNE_EMU_ARCH: %s", gen_errmsg(c->gen))
+                    : fail(FATUNE_ENODEV, "this GPU is not one fatune knows: %s", gen_errmsg(c->gen));
     backend_keep_objects(c->be, 1);
   }
   if (st != FATUNE_OK) {
@@ -964,32 +972,48 @@ static fa_params bwd_params(const fatune_backward_args *x, const fa_problem *fp)
   return a;
 }
 
+/* A variable-length batch's kernels set error[1] for offsets they would not
+** follow (templates/varlen.lua): the call's status. */
+static int varlen_flag(const int flag[2], char *err, size_t errlen) {
+  if (!flag[1]) return 0;
+  snprintf(err, errlen, "cu_seqlens_q or cu_seqlens_k is negative, decreasing, past the tokens "
+           "packed or wider than max_seqlen_q or max_seqlen_k: those sequences were skipped");
+  return FA_EINVAL;
+}
+
 /* Every launch of the slot's kernel with its workspaces, allocated for the
-** call and freed once the device is done with them. Holds the table's
-** read lock, which it releases. */
+** call and freed once the device is done with them; with varlen, the
+** kernels' flags too, read back (the call waits). Holds the table's read
+** lock, which it releases. */
 static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa_params *a,
                                 const fa_range *extra, int nextra, void *stream) {
   char err[512];
   const gen_kernel *k = &s->k;
   gen_launch shapes[GEN_MAX_LAUNCHES];
-  void *ws[2] = {NULL, NULL};
+  void *ws[2] = {NULL, NULL}, *flags = NULL;
   int rc = k->nws > 2 ? FA_EINTERNAL : 0;
   if (rc) snprintf(err, sizeof err, "%s declares %d workspaces; at most two", k->name, k->nws);
   if (rc == 0) rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
   for (int i = 0; rc == 0 && i < k->nws; i++)
     rc = backend_alloc(c->be, gen_workspace_bytes(k, i, fp), &ws[i], err, sizeof err);
+  if (rc == 0 && fp->varlen) rc = backend_alloc(c->be, 2 * sizeof(int), &flags, err, sizeof err);
+  if (rc == 0 && flags) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
   if (rc == 0) {
-    a->ws = ws[0], a->ws2 = ws[1];
+    a->ws = ws[0], a->ws2 = ws[1], a->error = flags;
     fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
                       .extra = extra, .nextra = nextra, .stream = stream, .async = 1};
     for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
-      ro.async = k->nws == 0 || i + 1 < k->nlaunch;
+      ro.async = (k->nws == 0 && !flags) || i + 1 < k->nlaunch;
       rc = backend_launch(c->be, s->prog, &shapes[i], a, &ro, NULL, err, sizeof err);
     }
   }
   pthread_rwlock_unlock(&c->lock);
+  int flag[2] = {0, 0};
+  if (rc == 0 && flags) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
+  if (rc == 0) rc = varlen_flag(flag, err, sizeof err);
   backend_free(c->be, ws[0]);
   backend_free(c->be, ws[1]);
+  backend_free(c->be, flags);
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
 }
 
@@ -1528,6 +1552,7 @@ static fatune_status varlen_launch(fatune_ctx *c, const slot *s, const fa_proble
   const size_t rows = (size_t)fp->heads * (size_t)a->total_q;
   void *ws = NULL, *flags = NULL, *lse = x->lse;
   int rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
+  if (rc == 0) rc = attn_tmaps(c->be, k, fp, a, err, sizeof err);
   if (rc == 0 && k->nws > 1) {
     rc = FA_EINTERNAL;
     snprintf(err, sizeof err, "%s declares %d workspaces; the forward pass takes one", k->name,
@@ -1557,12 +1582,7 @@ static fatune_status varlen_launch(fatune_ctx *c, const slot *s, const fa_proble
   }
   int flag[2] = {0, 0};
   if (rc == 0) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
-  if (rc == 0 && flag[1]) {
-    rc = FA_EINVAL;
-    snprintf(err, sizeof err, "cu_seqlens_q or cu_seqlens_k is negative, decreasing, past the "
-             "tokens packed or wider than max_seqlen_q or max_seqlen_k: those sequences were "
-             "skipped");
-  }
+  if (rc == 0) rc = varlen_flag(flag, err, sizeof err);
   backend_free(c->be, ws), backend_free(c->be, flags);
   if (lse != x->lse) backend_free(c->be, lse);
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
@@ -1586,6 +1606,69 @@ fatune_status fatune_attention_varlen(fatune_ctx *c, const fatune_varlen_args *x
     if (st == FATUNE_OK) st = varlen_launch(c, s, &fp, &a, x);
     pthread_rwlock_unlock(&c->lock);
   }
+  backend_leave(c->be);
+  if (st == FATUNE_OK) errbuf[0] = '\0';
+  return st;
+}
+
+/* The gradients of a variable-length batch: the forward call's checks on
+** q, k, v and o, the backward call's on all eight tensors, then op bwd's
+** variant for the dense key of the longest sequences in its varlen form. */
+fatune_status fatune_attention_varlen_backward(fatune_ctx *c,
+                                               const fatune_varlen_backward_args *x) {
+  if (!c) return fail(FATUNE_EINVAL, "no context");
+  if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  const fatune_varlen_args fwd = {.q = x->q, .k = x->k, .v = x->v, .o = x->o,
+                                  .lse = (void *)x->lse, .cu_seqlens_q = x->cu_seqlens_q,
+                                  .cu_seqlens_k = x->cu_seqlens_k, .batch = x->batch,
+                                  .max_seqlen_q = x->max_seqlen_q,
+                                  .max_seqlen_k = x->max_seqlen_k, .causal = x->causal,
+                                  .scale = x->scale};
+  fa_problem fp;
+  fatune_status st = check_varlen_args(&fwd, &fp);
+  if (st != FATUNE_OK) return st;
+  /* The dense backward call over the packed tensors: one batch of total_q
+  ** queries and total_k keys, for the shapes, overlaps and alignment. */
+  const fatune_backward_args view = {.q = x->q, .k = x->k, .v = x->v, .o = x->o,
+                                     .dout = x->dout, .dq = x->dq, .dk = x->dk, .dv = x->dv,
+                                     .lse = x->lse, .dlse = x->dlse, .causal = x->causal,
+                                     .scale = x->scale};
+  fatune_problem packed;
+  if ((st = check_bwd_args(&view, &packed)) != FATUNE_OK) return st;
+  fp.op = FA_OP_BWD;
+  char err[512];
+  int rc = backend_enter(c->be, err, sizeof err);
+  if (rc != 0) return fail((fatune_status)rc, "%s", err);
+  atomic_store(&c->used, 1);
+  slot *s;
+  const budget bud = {0, x->deterministic != 0};
+  if ((st = prepare(c, &fp, &bud, &s)) != FATUNE_OK) {
+    backend_leave(c->be);
+    return st;
+  }
+  if ((st = check_bwd_alignment(&s->k, &view)) != FATUNE_OK) {
+    pthread_rwlock_unlock(&c->lock);
+    backend_leave(c->be);
+    return st;
+  }
+  fa_params a = bwd_params(&view, &fp);
+  a.cu_seqlens_q = x->cu_seqlens_q, a.cu_seqlens_k = x->cu_seqlens_k;
+  a.total_q = (int)x->q.shape[2], a.total_k = (int)x->k.shape[2];
+  /* On the emulator the caller's buffers are host memory the kernels may touch. */
+  const fatune_tensor *t[BN_TENSORS];
+  bwd_tensors(&view, t);
+  const size_t es = (size_t)fa_dtype_size(fp.dtype);
+  const size_t lse_bytes = (size_t)fp.heads * (size_t)a.total_q * (size_t)fa_lse_size(fp.dtype);
+  const size_t cu = ((size_t)fp.batch + 1) * sizeof(int);
+  fa_range extra[BN_TENSORS + 4];
+  for (int i = 0; i < BN_TENSORS; i++)
+    extra[i] = (fa_range){(uintptr_t)t[i]->data, (uintptr_t)t[i]->data + extent(t[i], es)};
+  extra[BN_TENSORS] = (fa_range){(uintptr_t)x->lse, (uintptr_t)x->lse + lse_bytes};
+  extra[BN_TENSORS + 1] = x->dlse ? (fa_range){(uintptr_t)x->dlse, (uintptr_t)x->dlse + lse_bytes}
+                                  : (fa_range){0, 0};
+  extra[BN_TENSORS + 2] = (fa_range){(uintptr_t)x->cu_seqlens_q, (uintptr_t)x->cu_seqlens_q + cu};
+  extra[BN_TENSORS + 3] = (fa_range){(uintptr_t)x->cu_seqlens_k, (uintptr_t)x->cu_seqlens_k + cu};
+  st = bwd_launch(c, s, &fp, &a, extra, BN_TENSORS + 4, x->stream);
   backend_leave(c->be);
   if (st == FATUNE_OK) errbuf[0] = '\0';
   return st;

@@ -137,7 +137,7 @@ mut bwd-gqa-group templates/simtbwd/simtbwd.cu \
   'for (int hq = h; hq < h + group; ++hq) {' 'for (int hq = h; hq < h + 1; ++hq) {' \
   'test_api'
 mut tcbwd-gqa-head templates/tcbwd/tcbwd.cu \
-  '(unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh;' '(unsigned short *)p.dk + b * p.dk_sb + h * p.dk_sh;' \
+  '(unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh${' '(unsigned short *)p.dk + b * p.dk_sb + h * p.dk_sh${' \
   'test_api'
 mut val-bwd-sampled-rows tuner/trial/validate.c \
   'const size_t row = g_ref.rows ? g_ref.rows[i] : i;' 'const size_t row = i;' \

@@ -6,9 +6,17 @@
 ** sequence, against the float64 reference run on each sequence alone.
 ** Each case runs the family's default or a variant recorded as the best
 ** for the dense key of its longest sequences (simt's kv_outer, with its
-** workspace; tc's query blocks from the last down under causal), which
-** the dense key's choice must be. O and lse are poisoned with NaN
+** workspace; tc's query blocks from the last down under causal; wg's on
+** an emulated sm_90a, a CTA per tile and persistent, ping-pong and the
+** overlap among them), which the dense key's choice must be. O and lse are poisoned with NaN
 ** before the call; the padding between packed rows must keep its poison.
+** The backward pass through fatune_attention_varlen_backward the same
+** way: O and lse the reference's, dQ, dK and dV (poisoned, padded)
+** against the float64 reference's gradients of each sequence alone,
+** summed over each K/V head's group, judged as the validator judges them
+** (dQ and dK against the magnitudes of their terms); simtbwd's orders and
+** tcbwd's dQ by atomics and by a pass of its own, a sequence of no keys
+** (dQ 0) and of no queries (dK, dV 0).
 ** Then the bad metadata: offsets that decrease, run past the tokens
 ** packed, or are wider than the maxima; the kernels must not read out of
 ** bounds (the emulator checks every access) and the call says so.
@@ -53,6 +61,26 @@ static const vcase cases[] = {
   {"family=tc,block_m=64,block_n=32,warps=4,q=reg", "tc", FA_BF16, 32, 0, 2, 2, 1, 0, 4,
    {65, 2, 0, 100}, {65, 40, 7, 90}},
   {NULL, "tc", FA_BF16, 128, 0, 2, 2, 0, 0, 2, {33, 64}, {0, 64}},
+  /* The Hopper family (on an emulated sm_90a): TMA boxes at each sequence's
+  ** first token; a CTA per tile, and persistent tiles reading offsets. */
+  {NULL, "wg", FA_BF16, 64, 0, 2, 1, 1, 8, 4, {70, 1, 0, 200}, {70, 9, 3, 150}},
+  {"family=wg,block_m=128,block_n=128,consumers=2,pingpong=1,overlap=1,persistent=1", "wg",
+   FA_FP16, 128, 0, 2, 2, 0, 0, 3, {33, 130, 64}, {0, 129, 300}},
+  {"family=wg,block_m=128,block_n=64,consumers=2,persistent=1", "wg", FA_BF16, 64, 0, 4, 2, 1,
+   0, 5, {17, 3, 130, 1, 64}, {17, 90, 129, 1, 200}},
+};
+
+/* The backward pass's cases: config recorded with op bwd. */
+static const vcase bwd_cases[] = {
+  {NULL, "simtbwd", FA_FP32, 32, 0, 4, 2, 0, 0, 4, {5, 1, 0, 37}, {9, 1, 3, 40}},
+  {"family=simtbwd,block_m=16,block_n=16,warps=2,order=q,dq=separate", "simtbwd", FA_FP64, 16,
+   24, 2, 1, 1, 3, 3, {20, 7, 33}, {20, 30, 2}},
+  {"family=simtbwd,block_m=16,block_n=32,warps=4,dq=atomic", "simtbwd", FA_FP32, 24, 0, 3, 3, 1,
+   0, 5, {17, 3, 30, 1, 8}, {17, 9, 12, 1, 33}},
+  {NULL, "tcbwd", FA_FP16, 64, 0, 4, 1, 1, 8, 3, {70, 1, 129}, {70, 200, 129}},
+  {"family=tcbwd,block_m=64,block_n=32,warps=2,split_n=1,split_d=1,dq=separate", "tcbwd",
+   FA_BF16, 32, 0, 2, 2, 1, 0, 4, {65, 2, 0, 100}, {65, 40, 7, 90}},
+  {NULL, "tcbwd", FA_BF16, 128, 0, 2, 2, 0, 0, 2, {33, 64}, {0, 64}},
 };
 
 static char dir[] = "/tmp/fatune-test-varlen-XXXXXX";
@@ -99,9 +127,11 @@ static int padding_kept(const packed *x, fa_dtype dt) {
   return 1;
 }
 
-/* The variant of config recorded as the best for the dense key of p. */
+/* The variant of config recorded as the best for the dense key of p (det:
+** whether it gives the same bits every run). */
 static int record(gen_state *g, const gen_target *t, const char *config, const fa_problem *p,
-                  const char *path, char *name, size_t nn) {
+                  const char *path, char *name, size_t nn, int *det) {
+  const char *op = fa_op_name(p->op);
   gen_kernel k;
   char json[1024], err[512];
   if (gen_render_config(g, config, p, t, &k) != 0) {
@@ -109,18 +139,20 @@ static int record(gen_state *g, const gen_target *t, const char *config, const f
     return -1;
   }
   snprintf(name, nn, "%s", k.name);
+  *det = k.deterministic;
   db *d = NULL;
   long long dev, var;
   int rc = gen_config_json(&k.cfg, json, sizeof json) != 0 || db_open(path, DB_CREATE, &d, err, sizeof err);
   db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
-  db_variant dv = {k.cfg.family, k.template_version, k.name, k.hash, json, k.source_hash, "fwd",
+  db_variant dv = {k.cfg.family, k.template_version, k.name, k.hash, json, k.source_hash, op,
                    NULL, NULL};
   db_trial tr = {.status = "ok", .median_us = NAN, .min_us = NAN, .p20_us = NAN, .p80_us = NAN,
                  .tflops = NAN, .gbps = NAN,
                  .counters = "{\"global_bytes_read\": 1, \"global_bytes_written\": 1}",
                  .problem = {.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
                              .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads,
-                             .causal = p->causal, .op = "fwd", .dim_v = p->dim_v}};
+                             .causal = p->causal, .op = op, .dim_v = p->dim_v},
+                 .deterministic = k.deterministic ? DB_DET_YES : DB_DET_NO};
   if (!rc) rc = db_device_id(d, &dd, &dev, err, sizeof err) || db_variant_id(d, &dv, &var, err, sizeof err);
   tr.variant_id = var, tr.device_id = dev;
   if (!rc) rc = db_trial_put(d, &tr, err, sizeof err);
@@ -166,23 +198,45 @@ static double *repeat_heads(const double *x, int total, int hk, int h, int dim) 
   return r;
 }
 
-static void run_case(int i, const vcase *c, gen_state *g, const gen_target *t) {
-  const int H = c->heads, HK = c->kv_heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
-  int cu_q[MAXB + 1] = {0}, cu_k[MAXB + 1] = {0}, max_q = 1, max_k = 1;
+/* Case c's offsets (cu_seqlens) and longest lengths (at least 1). */
+static void offsets(const vcase *c, int cu_q[MAXB + 1], int cu_k[MAXB + 1], int *max_q,
+                    int *max_k) {
+  cu_q[0] = cu_k[0] = 0, *max_q = *max_k = 1;
   for (int b = 0; b < c->batch; b++) {
     cu_q[b + 1] = cu_q[b] + c->q_lens[b], cu_k[b + 1] = cu_k[b] + c->k_lens[b];
-    if (c->q_lens[b] > max_q) max_q = c->q_lens[b];
-    if (c->k_lens[b] > max_k) max_k = c->k_lens[b];
+    if (c->q_lens[b] > *max_q) *max_q = c->q_lens[b];
+    if (c->k_lens[b] > *max_k) *max_k = c->k_lens[b];
   }
+}
+
+/* What case c runs on: the Hopper family on an emulated sm_90a (the
+** library's FATUNE_EMU_ARCH), the others on the default target. */
+static int case_target(gen_state *g, const vcase *c, gen_target *t) {
+  const int hopper = !strcmp(c->family, "wg");
+  if (hopper ? setenv("FATUNE_EMU_ARCH", "sm_90a", 1) : unsetenv("FATUNE_EMU_ARCH")) return -1;
+  return gen_target_for_arch(g, hopper ? "sm_90a" : gen_default_arch(g), 0, 0, t);
+}
+
+static void run_case(int i, const vcase *c, gen_state *g) {
+  const int H = c->heads, HK = c->kv_heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
+  int cu_q[MAXB + 1], cu_k[MAXB + 1], max_q, max_k;
+  offsets(c, cu_q, cu_k, &max_q, &max_k);
   const int TQ = cu_q[c->batch], TK = cu_k[c->batch];
   char path[256], want[256] = "", name[256] = "", what[320];
+  int det = 0;
   snprintf(path, sizeof path, "%s/case-%d.db", dir, i);
+  gen_target tg;
+  const gen_target *t = &tg;
+  if (case_target(g, c, &tg) != 0) {
+    CHECK(0, "case %d: its target: %s", i, gen_errmsg(g));
+    return;
+  }
   snprintf(what, sizeof what, "case %d (%s %s d%d/%d h%d/%d%s, %d sequences)", i,
            c->config ? c->config : "the default", fa_dtype_name(c->dtype), D, DV, H, HK,
            c->causal ? " causal" : "", c->batch);
   const fa_problem dense = {.batch = c->batch, .heads = H, .seq_q = max_q, .seq_k = max_k,
                             .dim = D, .dim_v = c->dim_v, .dtype = c->dtype, .causal = c->causal};
-  if (c->config && record(g, t, c->config, &dense, path, want, sizeof want) != 0) {
+  if (c->config && record(g, t, c->config, &dense, path, want, sizeof want, &det) != 0) {
     CHECK(0, "%s: recording its variant", what);
     return;
   }
@@ -261,6 +315,254 @@ done:
   free(lse), free(oref), free(lref), free(kx), free(vx);
 }
 
+/* A per-query-head gradient of K or V summed over each K/V head's group. */
+static double *group_heads(const double *x, int total, int hk, int h, int dim) {
+  double *r = calloc((size_t)(total > 0 ? total : 1) * hk * dim, sizeof *r);
+  for (int n = 0; r && n < total; n++)
+    for (int i = 0; i < h; i++)
+      for (int d = 0; d < dim; d++)
+        r[((size_t)n * hk + i / (h / hk)) * dim + d] += x[((size_t)n * h + i) * dim + d];
+  return r;
+}
+
+/* The float64 gradients of sequence b alone (its queries at q0 of the
+** packed copies, its keys at k0), per query head, into the packed gq, gk
+** and gv, and dQ's and dK's magnitudes of terms; a sequence without
+** queries or keys leaves its zeros. */
+static int reference_bwd(const vcase *c, const double *qx, const double *kx, const double *vx,
+                         const double *dox, int q0, int k0, int b, double *const g[5]) {
+  const int H = c->heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
+  const int lq = c->q_lens[b], lk = c->k_lens[b];
+  if (lq == 0 || lk == 0) return 0;
+  const fa_problem sp = {.batch = 1, .heads = H, .seq_q = lq, .seq_k = lk, .dim = D,
+                         .dim_v = c->dim_v, .dtype = c->dtype, .causal = c->causal,
+                         .op = FA_OP_BWD};
+  const fa_layout l = {0, D, (long long)H * D}, lv = {0, DV, (long long)H * DV};
+  const size_t q = (size_t)q0 * H, k = (size_t)k0 * H;
+  const ref_bwd_io io = {qx + q * D, kx + k * D, vx + k * DV, dox + q * DV, l, l, lv, lv,
+                         g[0] + q * D, g[1] + k * D, g[2] + k * DV, l, l, lv,
+                         g[3] + q * D, g[4] + k * D};
+  return ref_attention_backward(&sp, &io);
+}
+
+/* The norm-relative error of the first total rows of packed x against ref
+** (contiguous (total, heads, dim)), measured by the magnitudes mag where
+** given; INFINITY where an element is not finite. */
+static double packed_err(const packed *x, fa_dtype dt, int total, const double *ref,
+                         const double *mag) {
+  const int H = (int)x->t.shape[1], D = (int)x->t.shape[3];
+  double e2 = 0, r2 = 0;
+  for (int n = 0; n < total; n++)
+    for (int h = 0; h < H; h++)
+      for (int d = 0; d < D; d++) {
+        const size_t i = ((size_t)n * H + h) * D + d;
+        const double v = got(x, dt, n, h, d), m = mag ? mag[i] : ref[i];
+        if (!isfinite(v)) return INFINITY;
+        e2 += (v - ref[i]) * (v - ref[i]), r2 += m * m;
+      }
+  return sqrt(e2 / (r2 > 0 ? r2 : 1));
+}
+
+/* The backward pass of case c: O and lse the float64 reference's, rounded
+** as a forward call would have stored them; the gradients' rows 8 elements
+** wider apart than the inputs', so that a stride taken for another's shows. */
+static void run_bwd_case(int i, const vcase *c, gen_state *g) {
+  const int H = c->heads, HK = c->kv_heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
+  int cu_q[MAXB + 1], cu_k[MAXB + 1], max_q, max_k;
+  offsets(c, cu_q, cu_k, &max_q, &max_k);
+  const int TQ = cu_q[c->batch], TK = cu_k[c->batch];
+  char path[256], want[256] = "", what[320];
+  int det = 0;
+  snprintf(path, sizeof path, "%s/bwd-%d.db", dir, i);
+  gen_target tg;
+  const gen_target *t = &tg;
+  if (case_target(g, c, &tg) != 0) {
+    CHECK(0, "bwd case %d: its target: %s", i, gen_errmsg(g));
+    return;
+  }
+  snprintf(what, sizeof what, "bwd case %d (%s %s d%d/%d h%d/%d%s, %d sequences)", i,
+           c->config ? c->config : "the default", fa_dtype_name(c->dtype), D, DV, H, HK,
+           c->causal ? " causal" : "", c->batch);
+  const fa_problem dense = {.batch = c->batch, .heads = H, .seq_q = max_q, .seq_k = max_k,
+                            .dim = D, .dim_v = c->dim_v, .dtype = c->dtype, .causal = c->causal,
+                            .op = FA_OP_BWD};
+  if (c->config && record(g, t, c->config, &dense, path, want, sizeof want, &det) != 0) {
+    CHECK(0, "%s: recording its variant", what);
+    return;
+  }
+  enum { Q, K, V, O, DO, DQ, DK, DV_, NT };
+  packed x[NT];
+  memset(x, 0, sizeof x);
+  const int heads[NT] = {H, HK, HK, H, H, H, HK, HK}, dims[NT] = {D, D, DV, DV, DV, D, D, DV};
+  const int totals[NT] = {TQ, TK, TK, TQ, TQ, TQ, TK, TK};
+  const fa_dtype lt = fa_lse_size(c->dtype) == 8 ? FA_FP64 : FA_FP32;
+  void *lse = malloc((size_t)H * TQ * (size_t)fa_lse_size(c->dtype));
+  double *oref = calloc((size_t)TQ * H * DV + 1, sizeof *oref);
+  double *lref = calloc((size_t)H * TQ + 1, sizeof *lref), *kx = NULL, *vx = NULL;
+  double *gr[5] = {calloc((size_t)TQ * H * D + 1, sizeof(double)),
+                   calloc((size_t)TK * H * D + 1, sizeof(double)),
+                   calloc((size_t)TK * H * DV + 1, sizeof(double)),
+                   calloc((size_t)TQ * H * D + 1, sizeof(double)),
+                   calloc((size_t)TK * H * D + 1, sizeof(double))};
+  double *sk = NULL, *sv = NULL, *sk_mag = NULL;
+  fatune_ctx *ctx = NULL;
+  int ok = lse && oref && lref && gr[0] && gr[1] && gr[2] && gr[3] && gr[4];
+  for (int j = 0; ok && j < NT; j++)
+    ok = packed_make(&x[j], c->dtype, heads[j], totals[j], dims[j], c->pad + (j >= DQ ? 8 : 0),
+                     j == Q || j == K || j == V || j == DO) == 0;
+  if (!ok || !(kx = repeat_heads(x[K].ref, TK, HK, H, D)) ||
+      !(vx = repeat_heads(x[V].ref, TK, HK, H, DV))) {
+    CHECK(0, "%s: out of memory", what);
+    goto done;
+  }
+  for (int b = 0; b < c->batch; b++)
+    if (reference(c, &x[Q], kx, vx, cu_q[b], cu_k[b], b, TQ, oref, lref) != 0 ||
+        reference_bwd(c, x[Q].ref, kx, vx, x[DO].ref, cu_q[b], cu_k[b], b, gr) != 0) {
+      CHECK(0, "%s: the reference of sequence %d failed", what, b);
+      goto done;
+    }
+  for (int n = 0; n < TQ; n++)
+    for (int h = 0; h < H; h++) {
+      for (int d = 0; d < DV; d++)
+        fa_elem_put(x[O].data, c->dtype, (size_t)(n * x[O].t.stride[2] + h * DV + d),
+                    oref[((size_t)n * H + h) * DV + d]);
+      fa_elem_put(lse, lt, (size_t)h * TQ + n, lref[(size_t)h * TQ + n]);
+    }
+  const fatune_options opts = {.db_path = path, .backend = "emu"};
+  if (fatune_open(&opts, &ctx) != FATUNE_OK) {
+    CHECK(0, "%s: fatune_open: %s", what, fatune_errmsg());
+    goto done;
+  }
+  /* A recorded variant that gives the same bits every run is asked for as
+  ** such: the call fails unless the dense key's record is what runs. */
+  fatune_varlen_backward_args a = {.q = x[Q].t, .k = x[K].t, .v = x[V].t, .o = x[O].t,
+                                   .dout = x[DO].t, .dq = x[DQ].t, .dk = x[DK].t, .dv = x[DV_].t,
+                                   .lse = lse, .cu_seqlens_q = cu_q, .cu_seqlens_k = cu_k,
+                                   .batch = c->batch, .max_seqlen_q = max_q,
+                                   .max_seqlen_k = max_k, .causal = c->causal,
+                                   .deterministic = det};
+  if (fatune_attention_varlen_backward(ctx, &a) != FATUNE_OK) {
+    CHECK(0, "%s: %s", what, fatune_errmsg());
+    goto done;
+  }
+  if (!(sk = group_heads(gr[1], TK, HK, H, D)) || !(sv = group_heads(gr[2], TK, HK, H, DV)) ||
+      !(sk_mag = group_heads(gr[4], TK, HK, H, D))) {
+    CHECK(0, "%s: out of memory", what);
+    goto done;
+  }
+  const double tol = val_tolerance(c->dtype);
+  const double e[3] = {packed_err(&x[DQ], c->dtype, TQ, gr[0], gr[3]),
+                       packed_err(&x[DK], c->dtype, TK, sk, sk_mag),
+                       packed_err(&x[DV_], c->dtype, TK, sv, NULL)};
+  CHECK(e[0] <= tol && e[1] <= tol && e[2] <= tol, "%s: dq %.3g, dk %.3g, dv %.3g (tolerance "
+        "%.0e)", what, e[0], e[1], e[2], tol);
+  for (int j = DQ; j <= DV_; j++)
+    CHECK(padding_kept(&x[j], c->dtype), "%s: a kernel wrote into %s's padding", what,
+          j == DQ ? "dQ" : j == DK ? "dK" : "dV");
+  printf("%-60.60s %s: dq %.2e dk %.2e dv %.2e\n", what, det ? want : c->family, e[0], e[1],
+         e[2]);
+done:
+  if (ctx) fatune_close(ctx);
+  for (int j = 0; j < NT; j++) packed_free(&x[j]);
+  free(lse), free(oref), free(lref), free(kx), free(vx), free(sk), free(sv), free(sk_mag);
+  for (int j = 0; j < 5; j++) free(gr[j]);
+}
+
+/* The backward pass over bad offsets (each launch's kernels stop before
+** reading), without lse, and with a gradient over an input. */
+static void bad_backward(fatune_ctx *ctx, const packed *q, const packed *k, const packed *v,
+                         const packed *o) {
+  packed dq, dk, dv, dout;
+  memset(&dq, 0, sizeof dq), memset(&dk, 0, sizeof dk), memset(&dv, 0, sizeof dv);
+  memset(&dout, 0, sizeof dout);
+  float *lse = calloc(2 * 24, sizeof *lse);
+  if (!lse || packed_make(&dq, FA_FP32, 2, 24, 16, 0, 0) ||
+      packed_make(&dk, FA_FP32, 2, 24, 16, 0, 0) || packed_make(&dv, FA_FP32, 2, 24, 16, 0, 0) ||
+      packed_make(&dout, FA_FP32, 2, 24, 16, 0, 1)) {
+    CHECK(0, "out of memory");
+    goto done;
+  }
+  int down[4] = {0, 10, 5, 24}, cu[4] = {0, 8, 16, 24};
+  fatune_varlen_backward_args a = {.q = q->t, .k = k->t, .v = v->t, .o = o->t, .dout = dout.t,
+                                   .dq = dq.t, .dk = dk.t, .dv = dv.t, .lse = lse,
+                                   .cu_seqlens_q = down, .cu_seqlens_k = cu, .batch = 3,
+                                   .max_seqlen_q = 19, .max_seqlen_k = 8};
+  fatune_status st = fatune_attention_varlen_backward(ctx, &a);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "cu_seqlens"),
+        "backward, cu_seqlens_q decreasing: status %d, '%s'", (int)st, fatune_errmsg());
+  a.cu_seqlens_q = cu, a.max_seqlen_q = 8, a.lse = NULL;
+  st = fatune_attention_varlen_backward(ctx, &a);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "lse"), "backward without lse: '%s'",
+        fatune_errmsg());
+  a.lse = lse, a.dk = q->t;
+  st = fatune_attention_varlen_backward(ctx, &a);
+  CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "overlaps"), "dk over q: '%s'",
+        fatune_errmsg());
+  a.dk = dk.t;
+  CHECK(fatune_attention_varlen_backward(ctx, &a) == FATUNE_OK,
+        "the good backward call after: '%s'", fatune_errmsg());
+done:
+  packed_free(&dq), packed_free(&dk), packed_free(&dv), packed_free(&dout);
+  free(lse);
+}
+
+/* The Hopper family over decreasing offsets: its CTA per tile (the
+** default) and its persistent tiles, each reading a sequence's offsets;
+** and an emulated arch that is none. */
+static void bad_hopper(gen_state *g) {
+  gen_target t;
+  packed q, k, v, o;
+  memset(&q, 0, sizeof q), memset(&k, 0, sizeof k), memset(&v, 0, sizeof v), memset(&o, 0, sizeof o);
+  if (setenv("FATUNE_EMU_ARCH", "sm_90a", 1) || gen_target_for_arch(g, "sm_90a", 0, 0, &t) ||
+      packed_make(&q, FA_BF16, 2, 24, 64, 0, 1) || packed_make(&k, FA_BF16, 2, 24, 64, 0, 1) ||
+      packed_make(&v, FA_BF16, 2, 24, 64, 0, 1) || packed_make(&o, FA_BF16, 2, 24, 64, 0, 0)) {
+    CHECK(0, "the Hopper target, or memory");
+    goto done;
+  }
+  int down[4] = {0, 10, 5, 24}, cu[4] = {0, 8, 16, 24};
+  const fa_problem dense = {.batch = 3, .heads = 2, .seq_q = 19, .seq_k = 8, .dim = 64,
+                            .dtype = FA_BF16};
+  static const char *const configs[2] = {
+      NULL, "family=wg,block_m=128,block_n=64,consumers=2,persistent=1"};
+  for (int i = 0; i < 2; i++) {
+    char path[256], name[256];
+    int det;
+    snprintf(path, sizeof path, "%s/bad-hopper-%d.db", dir, i);
+    if (configs[i] && record(g, &t, configs[i], &dense, path, name, sizeof name, &det) != 0) {
+      CHECK(0, "recording %s", configs[i]);
+      continue;
+    }
+    fatune_ctx *ctx = NULL;
+    const fatune_options opts = {.db_path = path, .backend = "emu"};
+    if (fatune_open(&opts, &ctx) != FATUNE_OK) {
+      CHECK(0, "fatune_open: %s", fatune_errmsg());
+      continue;
+    }
+    fatune_varlen_args a = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .cu_seqlens_q = down,
+                            .cu_seqlens_k = cu, .batch = 3, .max_seqlen_q = 19,
+                            .max_seqlen_k = 8};
+    const fatune_status st = fatune_attention_varlen(ctx, &a);
+    CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "cu_seqlens"),
+          "wg (%s), cu_seqlens_q decreasing: status %d, '%s'", configs[i] ? configs[i] : "default",
+          (int)st, fatune_errmsg());
+    fatune_close(ctx);
+  }
+  /* An arch the emulator cannot emulate: the context says so. */
+  fatune_ctx *ctx = NULL;
+  char path[256];
+  snprintf(path, sizeof path, "%s/bad-arch.db", dir);
+  const fatune_options opts = {.db_path = path, .backend = "emu"};
+  if (setenv("FATUNE_EMU_ARCH", "sm_12x", 1) == 0) {
+    const fatune_status st = fatune_open(&opts, &ctx);
+    CHECK(st == FATUNE_EINVAL && strstr(fatune_errmsg(), "FATUNE_EMU_ARCH"),
+          "FATUNE_EMU_ARCH=sm_12x: status %d, '%s'", (int)st, fatune_errmsg());
+    if (st == FATUNE_OK) fatune_close(ctx);
+  }
+done:
+  unsetenv("FATUNE_EMU_ARCH");
+  packed_free(&q), packed_free(&k), packed_free(&v), packed_free(&o);
+}
+
 /* Offsets no kernel may follow: the call fails, nothing is read out of
 ** bounds (the emulator stops any access outside the tensors). */
 static void bad_metadata(void) {
@@ -309,6 +611,7 @@ static void bad_metadata(void) {
   a.max_seqlen_k = 8;
   CHECK(fatune_attention_varlen(ctx, &a) == FATUNE_OK, "the good call after: '%s'",
         fatune_errmsg());
+  bad_backward(ctx, &q, &k, &v, &o);
 done:
   fatune_close(ctx);
   packed_free(&q), packed_free(&k), packed_free(&v), packed_free(&o);
@@ -317,17 +620,16 @@ done:
 int main(void) {
   char err[512];
   gen_state *g;
-  gen_target t;
   if (!mkdtemp(dir) || gen_open(&g, err, sizeof err) != 0) {
     fprintf(stderr, "setup: %s\n", err);
     return 1;
   }
-  if (gen_target_for_arch(g, gen_default_arch(g), 0, 0, &t) != 0) {
-    fprintf(stderr, "target: %s\n", gen_errmsg(g));
-    return 1;
-  }
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case((int)i, &cases[i], g, &t);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case((int)i, &cases[i], g);
+  for (size_t i = 0; i < sizeof bwd_cases / sizeof bwd_cases[0]; i++)
+    run_bwd_case((int)i, &bwd_cases[i], g);
+  unsetenv("FATUNE_EMU_ARCH");
   bad_metadata();
+  bad_hopper(g);
   gen_close(g);
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -30,6 +30,7 @@ except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
 __all__ = ["Error", "attention", "attention_backward", "attention_varlen",
+           "attention_varlen_backward",
            "attention_with_kvcache", "plan_decode", "DecodePlan", "plan", "tune",
            "best", "reload", "executable", "__version__"]
 
@@ -165,7 +166,7 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      softmax_scale: Optional[float] = None, return_softmax_lse: bool = False,
-                     db: Optional[str] = None) -> Any:
+                     deterministic: bool = False, db: Optional[str] = None) -> Any:
     """A variable-length batch, as flash_attn_varlen_func computes it (the
     README's "Variable-length batches"), with its names.
 
@@ -181,9 +182,12 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
 
     NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
     current stream (the call waits for the kernels: it reads their check of
-    the offsets back), CPU tensors on the emulator. Not (yet) as flash_attn:
-    no dropout, window, softcap, alibi or gradient. Offsets that are
-    negative, decreasing, past the tokens or wider than the maxima are
+    the offsets back), CPU tensors on the emulator. Tensors that require
+    grad get their gradients through autograd (fatune's varlen backward
+    pass; deterministic: only a variant recorded as giving the same bits
+    every run); NumPy arrays through fatune.attention_varlen_backward. Not
+    (yet) as flash_attn: no dropout, window, softcap or alibi. Offsets that
+    are negative, decreasing, past the tokens or wider than the maxima are
     never followed: fatune.Error says so after the call.
 
     Returns O (total_q, heads, dim_v), or (O, lse) with lse (heads,
@@ -191,7 +195,30 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     """
     return _varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, causal, softmax_scale, return_softmax_lse,
-                                    db, _pt)
+                                    deterministic, db, _pt)
+
+
+def attention_varlen_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
+                              cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
+                              max_seqlen_k: int, causal: bool = False,
+                              softmax_scale: Optional[float] = None, grad_lse: Any = None,
+                              deterministic: bool = False, db: Optional[str] = None
+                              ) -> Tuple[Any, Any, Any]:
+    """The gradients dq, dk, dv of a variable-length batch, for NumPy arrays
+    on the emulator: grad_o the loss's gradient with respect to
+    attention_varlen's output (and grad_lse, when given, to its logsumexp);
+    out and lse what attention_varlen(..., return_softmax_lse=True)
+    returned for q, k, v and the same offsets, maxima, causal and
+    softmax_scale. dk and dv are summed over the query heads that share a
+    K/V head. Returns new arrays shaped as q, k and v. torch tensors get
+    their gradients through autograd (.backward() on attention_varlen's
+    output). Raises TypeError or ValueError naming the argument that is
+    wrong, fatune.Error when the library fails (offsets the kernels would
+    not follow among them).
+    """
+    return _varlen.attention_varlen_backward(grad_o, q, k, v, out, lse, cu_seqlens_q,
+                                             cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                                             softmax_scale, grad_lse, deterministic, db)
 
 
 def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,

@@ -2,7 +2,9 @@
 fatune_attention_varlen, for NumPy arrays (on the emulator) and PyTorch
 tensors (CUDA ones on their GPU and current stream, CPU ones on the
 emulator), with flash_attn_varlen_func's shapes: every sequence's tokens
-packed as (total, heads, dim), cu_seqlens the int32 offsets."""
+packed as (total, heads, dim), cu_seqlens the int32 offsets. Its gradients
+through fatune_attention_varlen_backward: autograd for tensors,
+fatune.attention_varlen_backward for NumPy arrays."""
 import ctypes
 from typing import Any, List, Optional, Tuple
 
@@ -22,6 +24,22 @@ class VarlenArgs(ctypes.Structure):
 
 _lib.LIB.fatune_attention_varlen.argtypes = [ctypes.c_void_p, ctypes.POINTER(VarlenArgs)]
 _lib.LIB.fatune_attention_varlen.restype = ctypes.c_int
+
+
+class VarlenBackwardArgs(ctypes.Structure):
+    _fields_ = [("q", _lib.Tensor), ("k", _lib.Tensor), ("v", _lib.Tensor), ("o", _lib.Tensor),
+                ("dout", _lib.Tensor), ("dq", _lib.Tensor), ("dk", _lib.Tensor),
+                ("dv", _lib.Tensor), ("lse", ctypes.c_void_p), ("dlse", ctypes.c_void_p),
+                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+                ("batch", ctypes.c_int), ("max_seqlen_q", ctypes.c_int),
+                ("max_seqlen_k", ctypes.c_int), ("causal", ctypes.c_int),
+                ("scale", ctypes.c_double), ("stream", ctypes.c_void_p),
+                ("deterministic", ctypes.c_int)]
+
+
+_lib.LIB.fatune_attention_varlen_backward.argtypes = [ctypes.c_void_p,
+                                                      ctypes.POINTER(VarlenBackwardArgs)]
+_lib.LIB.fatune_attention_varlen_backward.restype = ctypes.c_int
 
 Fields = Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]
 
@@ -60,6 +78,18 @@ def _run(ctx: int, stream: int, arrays: List[Fields], lse: int, cu_q: int, cu_k:
     _lib.check(_lib.LIB.fatune_attention_varlen(ctx, ctypes.byref(args)))
 
 
+def _run_backward(ctx: int, stream: int, arrays: List[Fields], lse: int, dlse: int, cu_q: int,
+                  cu_k: int, batch: int, max_q: int, max_k: int, causal: bool, scale: float,
+                  deterministic: bool) -> None:
+    """fatune_attention_varlen_backward over the eight packed tensors (q, k,
+    v, o, dout, dq, dk, dv)."""
+    t = [_tensor(*a) for a in arrays]
+    args = VarlenBackwardArgs(*t, lse, dlse or None, cu_q, cu_k, batch, max_q, max_k,
+                              1 if causal else 0, scale, stream or None,
+                              1 if deterministic else 0)
+    _lib.check(_lib.LIB.fatune_attention_varlen_backward(ctx, ctypes.byref(args)))
+
+
 def _numpy_call(q: np.ndarray, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
                 causal: bool, scale: float, db: Optional[str]) -> Tuple[np.ndarray, np.ndarray]:
     for name, x in (("k", k), ("v", v)):
@@ -82,8 +112,51 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int,
     return o, lse
 
 
-def _torch_call(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
-                causal: bool, scale: float, db: Optional[str], pt: Any) -> Tuple[Any, Any]:
+def _numpy_backward(grad_o: Any, q: np.ndarray, k: Any, v: Any, out: Any, lse: Any, cu_q: Any,
+                    cu_k: Any, max_q: int, max_k: int, causal: bool, scale: float,
+                    grad_lse: Any, deterministic: bool, db: Optional[str]
+                    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    for name, x in (("k", k), ("v", v), ("out", out), ("grad_o", grad_o)):
+        if not isinstance(x, np.ndarray) or x.dtype != q.dtype:
+            raise TypeError("%s: a NumPy array of q's dtype %s" % (name, q.dtype))
+    for name, x in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        if not isinstance(x, np.ndarray) or x.dtype != np.int32:
+            raise TypeError("%s: a NumPy array of int32" % name)
+    batch = _shapes(q, k, v, cu_q, cu_k)
+    code = _numpy.dtype_code("q", q)
+    want = q.shape[:2] + (v.shape[2],)
+    for name, x in (("out", out), ("grad_o", grad_o)):
+        if tuple(x.shape) != want:
+            raise ValueError("%s: shape %s, not q's tokens and heads with v's head dim %s"
+                             % (name, tuple(x.shape), want))
+    lse_dtype = np.float64 if q.dtype == np.float64 else np.float32
+    for name, x in (("lse", lse), ("grad_lse", grad_lse)):
+        if name == "grad_lse" and x is None:
+            continue
+        if not isinstance(x, np.ndarray) or x.dtype != lse_dtype or \
+                tuple(x.shape) != (q.shape[1], q.shape[0]):
+            raise ValueError("%s: a NumPy array (heads, total_q) = %s of %s, as "
+                             "attention_varlen(..., return_softmax_lse=True) returns lse"
+                             % (name, (q.shape[1], q.shape[0]), np.dtype(lse_dtype).name))
+    q, k, v, out, grad_o, lse, cu_q, cu_k = (np.ascontiguousarray(x) for x in
+                                             (q, k, v, out, grad_o, lse, cu_q, cu_k))
+    dlse = None if grad_lse is None else np.ascontiguousarray(grad_lse)
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    es = q.itemsize
+
+    def fields(a: np.ndarray) -> Fields:
+        return (a.ctypes.data, code, a.shape, tuple(s // es for s in a.strides))
+    _run_backward(_lib.context("emu", 0, db), 0,
+                  [fields(x) for x in (q, k, v, out, grad_o, dq, dk, dv)], lse.ctypes.data,
+                  0 if dlse is None else dlse.ctypes.data, cu_q.ctypes.data, cu_k.ctypes.data,
+                  batch, max_q, max_k, causal, scale, deterministic)
+    return dq, dk, dv
+
+
+def _torch_checked(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, pt: Any
+                   ) -> Tuple[int, int]:
+    """The batch and the dtype's code of tensors flash_attn_varlen_func
+    would take, else TypeError or ValueError naming the argument."""
     torch = pt.torch
     for name, x in (("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dtype != q.dtype or x.device != q.device:
@@ -96,36 +169,116 @@ def _torch_call(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k:
     if code is None:
         raise TypeError("q: dtype %s is not one fatune runs (float16, bfloat16, float32, "
                         "float64)" % q.dtype)
+    return batch, code
+
+
+def _torch_fields(t: Any, code: int) -> Fields:
+    return (t.data_ptr(), code, tuple(t.shape), tuple(t.stride()))
+
+
+def _torch_call(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
+                causal: bool, scale: float, db: Optional[str], pt: Any) -> Tuple[Any, Any]:
+    torch = pt.torch
+    batch, code = _torch_checked(q, k, v, cu_q, cu_k, pt)
     q, k, v, cu_q, cu_k = (x.contiguous() for x in (q, k, v, cu_q, cu_k))
     o = torch.empty(q.shape[:2] + (v.shape[2],), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[1], q.shape[0]), device=q.device,
                       dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
     ctx, stream = pt._context(q, db)
-
-    def fields(t: Any) -> Fields:
-        return (t.data_ptr(), code, tuple(t.shape), tuple(t.stride()))
-    _run(ctx, stream, [fields(q), fields(k), fields(v), fields(o)], lse.data_ptr(),
+    _run(ctx, stream, [_torch_fields(x, code) for x in (q, k, v, o)], lse.data_ptr(),
          cu_q.data_ptr(), cu_k.data_ptr(), batch, max_q, max_k, causal, scale)
     return o, lse
+
+
+def _torch_backward(grad_o: Any, grad_lse: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
+                    cu_q: Any, cu_k: Any, max_q: int, max_k: int, causal: bool, scale: float,
+                    deterministic: bool, db: Optional[str], pt: Any) -> Tuple[Any, Any, Any]:
+    torch = pt.torch
+    batch, code = _torch_checked(q, k, v, cu_q, cu_k, pt)
+    grad_o = grad_o.contiguous() if grad_o is not None else torch.zeros_like(out)
+    dlse = grad_lse.contiguous() if grad_lse is not None else None
+    dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
+    ctx, stream = pt._context(q, db)
+    _run_backward(ctx, stream, [_torch_fields(x, code) for x in
+                                (q, k, v, out, grad_o, dq, dk, dv)],
+                  lse.data_ptr(), 0 if dlse is None else dlse.data_ptr(), cu_q.data_ptr(),
+                  cu_k.data_ptr(), batch, max_q, max_k, causal, scale, deterministic)
+    return dq, dk, dv
+
+
+def _function(pt: Any) -> Any:
+    """The autograd Function of attention_varlen (made once torch is there)."""
+    global _VARLEN
+    if _VARLEN is not None:
+        return _VARLEN
+    torch = pt.torch
+
+    class _Varlen(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int,
+                    max_k: int, causal: bool, scale: float, deterministic: bool,
+                    db: Optional[str]) -> Tuple[Any, Any]:
+            q, k, v, cu_q, cu_k = (x.contiguous() for x in (q, k, v, cu_q, cu_k))
+            o, lse = _torch_call(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, db, pt)
+            ctx.set_materialize_grads(False)
+            ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+            ctx.args = (max_q, max_k, causal, scale, deterministic, db)
+            return o, lse
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx: Any, grad_o: Any, grad_lse: Any) -> Tuple[Any, ...]:
+            rest = (None,) * 8
+            if grad_o is None and grad_lse is None:
+                return (None, None, None) + rest
+            q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+            max_q, max_k, causal, scale, deterministic, db = ctx.args
+            return _torch_backward(grad_o, grad_lse, q, k, v, o, lse, cu_q, cu_k, max_q, max_k,
+                                   causal, scale, deterministic, db, pt) + rest
+
+    _VARLEN = _Varlen
+    return _VARLEN
+
+
+_VARLEN: Any = None
 
 
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                      softmax_scale: Optional[float], return_softmax_lse: bool,
-                     db: Optional[str], pt: Any) -> Any:
+                     deterministic: bool, db: Optional[str], pt: Any) -> Any:
     if not isinstance(causal, bool):
         raise TypeError("causal: True or False, not %r" % (causal,))
     scale = _check.scale(softmax_scale)
     max_q, max_k = int(max_seqlen_q), int(max_seqlen_k)
     if pt is not None and isinstance(q, pt.torch.Tensor):
-        if any(x is not None and x.requires_grad for x in (q, k, v)):
-            raise ValueError("attention_varlen has no backward pass yet: give tensors that "
-                             "need no gradient (torch.no_grad())")
-        o, lse = _torch_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, scale,
-                             db, pt)
+        torch = pt.torch
+        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                           for x in (q, k, v)):
+            _torch_checked(q, k, v, cu_seqlens_q, cu_seqlens_k, pt)
+            o, lse = _function(pt).apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
+                                         causal, scale, bool(deterministic), db)
+        else:
+            o, lse = _torch_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal,
+                                 scale, db, pt)
     elif isinstance(q, np.ndarray):
         o, lse = _numpy_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, scale,
                              db)
     else:
         raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
     return (o, lse) if return_softmax_lse else o
+
+
+def attention_varlen_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
+                              cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
+                              max_seqlen_k: int, causal: bool, softmax_scale: Optional[float],
+                              grad_lse: Any, deterministic: bool, db: Optional[str]
+                              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not isinstance(causal, bool):
+        raise TypeError("causal: True or False, not %r" % (causal,))
+    if not isinstance(q, np.ndarray):
+        raise TypeError("q: a NumPy array, not %s (torch tensors get their gradients through "
+                        "autograd: .backward() on attention_varlen's output)" % type(q).__name__)
+    return _numpy_backward(grad_o, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                           int(max_seqlen_q), int(max_seqlen_k), causal,
+                           _check.scale(softmax_scale), grad_lse, bool(deterministic), db)

@@ -106,3 +106,100 @@ def test_torch_cpu():
                                 max(LQ), max(LK), causal=True)
     ref, _ = reference(q, k, v, cu_q, cu_k, True)
     assert isinstance(o, torch.Tensor) and rel_err(o.numpy(), ref) <= TOLERANCE["float32"]
+
+
+def reference_grads(q, k, v, do, cu_q, cu_k, causal, dlse=None):
+    """dq, dk, dv in float64, each sequence on its own (dk, dv summed over
+    the query heads of each K/V head); dlse, the gradient of a loss with
+    respect to lse, adds P dlse to dS."""
+    scale = 1 / math.sqrt(D)
+    dq = np.zeros(q.shape, np.float64)
+    dk, dv = np.zeros(k.shape, np.float64), np.zeros(v.shape, np.float64)
+    for b in range(len(cu_q) - 1):
+        q0, n = int(cu_q[b]), int(cu_q[b + 1] - cu_q[b])
+        k0, m = int(cu_k[b]), int(cu_k[b + 1] - cu_k[b])
+        if n == 0 or m == 0:
+            continue
+        cols = np.arange(m)[None, :]
+        rows = np.arange(n)[:, None]
+        seen = cols <= rows + m - n if causal else np.ones((n, m), bool)
+        for h in range(H):
+            g = h // (H // KVH)
+            qh = q[q0:q0 + n, h].astype(np.float64)
+            kh = k[k0:k0 + m, g].astype(np.float64)
+            vh = v[k0:k0 + m, g].astype(np.float64)
+            doh = do[q0:q0 + n, h].astype(np.float64)
+            s = np.where(seen, qh @ kh.T * scale, -np.inf)
+            mx = np.max(s, axis=1, keepdims=True)
+            mx[~np.isfinite(mx)] = 0
+            p = np.exp(s - mx)
+            den = p.sum(axis=1, keepdims=True)
+            p = np.divide(p, den, out=np.zeros_like(p), where=den > 0)
+            dp = doh @ vh.T
+            ds = p * (dp - np.sum(p * dp, axis=1, keepdims=True))
+            if dlse is not None:
+                ds += p * dlse[h, q0:q0 + n, None].astype(np.float64)
+            dq[q0:q0 + n, h] = scale * ds @ kh
+            dk[k0:k0 + m, g] += scale * ds.T @ qh
+            dv[k0:k0 + m, g] += p.T @ doh
+    return dq, dk, dv
+
+
+@pytest.mark.parametrize("dt,causal", [(np.float32, False), (np.float32, True),
+                                       (np.float64, True), (np.float16, False)])
+def test_varlen_backward(dt, causal):
+    """The gradients of every sequence alone, the one of no queries (dk, dv
+    0) and of no keys (dq 0) among them."""
+    q, k, v, cu_q, cu_k = packed(dt, seed=1)
+    o, lse = fatune.attention_varlen(q, k, v, cu_q, cu_k, max(LQ), max(LK), causal=causal,
+                                     return_softmax_lse=True)
+    do = np.random.default_rng(2).standard_normal(o.shape).astype(dt)
+    dq, dk, dv = fatune.attention_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max(LQ),
+                                                  max(LK), causal=causal)
+    want = reference_grads(q, k, v, do, cu_q, cu_k, causal)
+    tol = 4 * TOLERANCE[np.dtype(dt).name]
+    for name, got, ref in zip(("dq", "dk", "dv"), (dq, dk, dv), want):
+        assert got.shape == ref.shape and got.dtype == q.dtype, name
+        assert np.all(np.isfinite(got)), name
+        assert rel_err(got, ref) <= tol, (name, rel_err(got, ref))
+    assert np.all(dq[cu_q[2]:cu_q[3]] == 0)             # sequence 2 sees no key
+    assert np.all(dk[cu_k[1]:cu_k[2]] == 0) and np.all(dv[cu_k[1]:cu_k[2]] == 0)  # no query
+
+
+def test_varlen_backward_bad_arguments():
+    q, k, v, cu_q, cu_k = packed(np.float32)
+    o, lse = fatune.attention_varlen(q, k, v, cu_q, cu_k, 23, 23, return_softmax_lse=True)
+    with pytest.raises(ValueError, match="lse"):
+        fatune.attention_varlen_backward(o, q, k, v, o, lse.T, cu_q, cu_k, 23, 23)
+    with pytest.raises(ValueError, match="grad_o"):
+        fatune.attention_varlen_backward(o[:-1], q, k, v, o, lse, cu_q, cu_k, 23, 23)
+    with pytest.raises(TypeError, match="q"):
+        fatune.attention_varlen_backward(o, list(q), k, v, o, lse, cu_q, cu_k, 23, 23)
+    bad = cu_q.copy()
+    bad[2] = bad[1] - 1
+    with pytest.raises(fatune.Error, match="cu_seqlens"):
+        fatune.attention_varlen_backward(o, q, k, v, o, lse, bad, cu_k, 23, 23)
+
+
+@pytest.mark.parametrize("with_lse", [False, True])
+def test_torch_autograd_cpu(with_lse):
+    """loss.backward() through attention_varlen on CPU tensors: the
+    gradients of O and, with_lse, of the logsumexp too."""
+    torch = pytest.importorskip("torch")
+    q, k, v, cu_q, cu_k = packed(np.float32, seed=3)
+    t = [torch.from_numpy(x).requires_grad_() for x in (q, k, v)]
+    o, lse = fatune.attention_varlen(*t, torch.from_numpy(cu_q), torch.from_numpy(cu_k),
+                                     max(LQ), max(LK), causal=True, return_softmax_lse=True)
+    rng = np.random.default_rng(4)
+    do = rng.standard_normal(o.shape).astype(np.float32)
+    dlse = rng.standard_normal(lse.shape).astype(np.float32)
+    loss = (o * torch.from_numpy(do)).sum()
+    if with_lse:
+        finite = torch.isfinite(lse)
+        dlse[~finite.numpy()] = 0
+        loss = loss + (torch.where(finite, lse, torch.zeros_like(lse)) * torch.from_numpy(dlse)).sum()
+    loss.backward()
+    want = reference_grads(q, k, v, do, cu_q, cu_k, True, dlse if with_lse else None)
+    for name, x, ref in zip(("q", "k", "v"), t, want):
+        assert x.grad is not None and x.grad.shape == x.shape, name
+        assert rel_err(x.grad.numpy(), ref) <= 4 * TOLERANCE["float32"], name

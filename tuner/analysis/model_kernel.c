@@ -237,21 +237,23 @@ static model_problem sequence(const model_problem *p, int s) {
 }
 
 /* A variable-length batch's tiles, the grid's (sequence, head, query
-** block) in launch order: a block within its sequence's rows as the
-** dense kernel's, one past them the cost of reading the offsets (stop). */
+** block; the backward pass's K/V block) in launch order: a block within
+** its sequence's rows as the dense kernel's, one past them the cost of
+** reading the offsets (stop). */
 static void varlen_tiles(const model_problem *p, const model_launch *l, long mblocks,
                          double fill, double cpb, double qo, double stop, double *t) {
   long i = 0;
   for (int s = 0; s < p->batch; s++) {
     const model_problem one = sequence(p, s);
-    const int own = (one.seq_q + l->block_m - 1) / l->block_m;
+    const int own = ((p->backward ? one.seq_k : one.seq_q) + l->block_m - 1) / l->block_m;
+    const int other = p->backward ? one.seq_q : one.seq_k;  /* what each block walks */
     for (int h = 0; h < p->heads; h++)
       for (int mb = 0; mb < mblocks; mb++, i++) {
         if (mb >= own) {
           t[i] = stop;
           continue;
         }
-        const int n = one.seq_k > 0 ? blocks_of(&one, l, l->heavy_first ? own - 1 - mb : mb) : 0;
+        const int n = other > 0 ? blocks_of(&one, l, l->heavy_first ? own - 1 - mb : mb) : 0;
         t[i] = n > 0 ? fill + n * cpb + qo : qo;
       }
   }
@@ -274,9 +276,9 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     snprintf(err, errlen, "the kernel does not fit an SM of %s (%s)", g->name, out->limit);
     return -1;
   }
-  if (p->q_lens && (p->decode || p->backward || l->persistent)) {
-    snprintf(err, errlen, "variable-length batches are modelled for the forward pass's "
-             "non-persistent kernels only");
+  if (p->q_lens && p->decode) {
+    snprintf(err, errlen, "variable-length batches are modelled for the forward and backward "
+             "passes only");
     return -1;
   }
   long mblocks = ((p->backward ? p->seq_k : p->seq_q) + l->block_m - 1) / l->block_m;
@@ -313,7 +315,11 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     qo = 2.0 * l->block_m * p->dim * 4 / sm.l2_bytes_clk + 2 * sm.l2_latency;
     decode_tiles(p, l, fill, cpb, qo, t);
   }
-  if (p->q_lens) varlen_tiles(p, l, mblocks, fill, cpb, qo, 2 * sm.l2_latency, t);
+  /* a persistent CTA loads Q and stores O under its next tile, and skips
+  ** a tile past its sequence once it has read the offsets */
+  if (p->q_lens)
+    varlen_tiles(p, l, mblocks, fill, cpb, l->persistent ? 0 : qo,
+                 (l->persistent ? 1 : 2) * sm.l2_latency, t);
   for (int h = 0; !p->decode && !p->q_lens && h < p->batch * p->heads; h++)
     for (int mb = 0; mb < mblocks; mb++, i++) {
       int n = blocks_of(p, l, l->heavy_first ? (int)mblocks - 1 - mb : mb);
@@ -339,15 +345,18 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   ** pass's main kernel reads Q, dO, K, V and writes dK, dV (dQ's adds stay
   ** in L2), and its other launches, which run alone, read dO, O and the
   ** accumulator and write dQ */
-  const double bh = (double)p->batch * p->heads, rows = bh * p->seq_q;
+  const double bh = (double)p->batch * p->heads;
+  double rows = bh * p->seq_q;
   double dram_bytes = bh * p->elem_bytes * p->dim *
                       (p->backward ? 2.0 * p->seq_q + 4.0 * p->seq_k
                                    : 2.0 * p->seq_q + 2.0 * p->seq_k);
   if (p->q_lens) {
-    dram_bytes = 0;
-    for (int s = 0; s < p->batch; s++)
+    dram_bytes = rows = 0;
+    for (int s = 0; s < p->batch; s++) {
       dram_bytes += (double)p->heads * p->elem_bytes * p->dim *
-                    (2.0 * p->q_lens[s] + 2.0 * p->kv_lens[s]);
+                    (2.0 * p->q_lens[s] + (p->backward ? 4.0 : 2.0) * p->kv_lens[s]);
+      rows += (double)p->heads * p->q_lens[s];
+    }
   }
   if (p->decode) {
     out->kv_bytes = decode_kv_bytes(p);
@@ -379,6 +388,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
       const model_problem one = sequence(p, s);
       out->flops += 4.0 * p->heads * one.seq_q * (double)one.seq_k * p->dim * causal_share(&one);
     }
+    if (p->backward) out->flops *= 2.5;
   } else if (p->mod && !p->backward) {  /* the pairs the mask keeps, as for the causal half */
     out->flops *= kept_share(p);
   } else if (p->causal) {  /* the computed half, as FlashAttention's papers count it */
