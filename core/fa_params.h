@@ -51,10 +51,12 @@ typedef struct fa_params {
   ** (a token) and k_sh (a head), and so v. Key c of sequence b is token
   ** c % page_size of page block_table[b * table_stride + c / page_size];
   ** the sequence has seqlens_k[b] keys; no block table (NULL): a
-  ** contiguous cache, sequence b on page b. A page index outside the pool
-  ** is never read: the kernel skips its keys and sets error[0] to 1; a
-  ** length outside 0..table_stride * page_size is cut to it, error[1] set. */
+  ** contiguous cache, sequence b on page b, or with cache_batch_idx on
+  ** page cache_batch_idx[b]. A page index outside the pool is never read:
+  ** the kernel skips its keys and sets error[0] to 1; a length outside
+  ** 0..table_stride * page_size is cut to it, error[1] set. */
   const int *block_table;
+  const int *cache_batch_idx;
   const int *seqlens_k;
   int *error;
   int page_size, table_stride, num_pages;

@@ -231,6 +231,12 @@ typedef struct fatune_kvcache_args {
   ** sequence without room for them gets nothing written, and a page
   ** outside the pool is never written: the call says so. */
   fatune_tensor k_new, v_new;
+  /* NULL, or with a contiguous cache (no block table) the cache's row of
+  ** each sequence: batch int32 indices, sequence b's keys (and its new
+  ** ones) in row cache_batch_idx[b] of k_cache and v_cache, which may then
+  ** hold any number of rows (flash_attn's cache_batch_idx). An index
+  ** outside the cache is never followed: the call says so. */
+  const int *cache_batch_idx;
 } fatune_kvcache_args;
 
 /* O for the new tokens over the cache as args says: the variant recorded

@@ -1145,7 +1145,10 @@ static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem
   if (x->block_table && x->pages_per_seq < 1)
     return fail(FATUNE_EINVAL, "pages_per_seq %d with a block table (1 or more)",
                 x->pages_per_seq);
-  if (!x->block_table && k[0] < q[0])
+  if (x->block_table && x->cache_batch_idx)
+    return fail(FATUNE_EINVAL, "cache_batch_idx picks rows of a contiguous cache: give it or a "
+                "block table, not both");
+  if (!x->block_table && !x->cache_batch_idx && k[0] < q[0])
     return fail(FATUNE_EINVAL, "a contiguous cache (no block table) of %lld sequences for a "
                 "batch of %lld", k[0], q[0]);
   *page = (int)k[1], *pps = x->block_table ? x->pages_per_seq : 1;
@@ -1204,7 +1207,8 @@ static fa_params kvcache_params(const fatune_kvcache_args *x, const fa_problem *
                  .batch = fp->batch, .heads = fp->heads, .seq_q = fp->seq_q,
                  .seq_k = fp->seq_k, .kv_group = fp->kv_group,
                  .scale_log2 = fa_problem_scale(fp) * LOG2E,
-                 .block_table = x->block_table, .seqlens_k = x->cache_seqlens,
+                 .block_table = x->block_table, .cache_batch_idx = x->cache_batch_idx,
+                 .seqlens_k = x->cache_seqlens,
                  .page_size = page, .table_stride = pps, .num_pages = (int)k->shape[0],
                  .k_new = x->k_new.data, .v_new = x->v_new.data,
                  .kn_sb = x->k_new.stride[0], .kn_sh = x->k_new.stride[1],
@@ -1238,8 +1242,10 @@ static int kvcache_launches(fatune_ctx *c, const kv_kernels *kk, const fa_proble
   extra[4] = (fa_range){(uintptr_t)a->lse, (uintptr_t)a->lse + rows * ls};
   extra[5] = (fa_range){(uintptr_t)x->cache_seqlens,
                         (uintptr_t)x->cache_seqlens + (size_t)fp->batch * sizeof(int)};
-  const size_t tb = x->block_table ? (size_t)fp->batch * pps * sizeof(int) : 0;
-  extra[6] = (fa_range){(uintptr_t)x->block_table, (uintptr_t)x->block_table + tb};
+  /* the page indices: the block table's, or cache_batch_idx's */
+  const int *const pages = x->block_table ? x->block_table : x->cache_batch_idx;
+  const size_t tb = (size_t)fp->batch * (x->block_table ? pps : 1) * sizeof(int);
+  extra[6] = (fa_range){(uintptr_t)pages, pages ? (uintptr_t)pages + tb : 0};
   fa_range with_new[9];
   memcpy(with_new, extra, sizeof extra);
   with_new[7] = (fa_range){(uintptr_t)x->k_new.data, (uintptr_t)x->k_new.data + extent(&x->k_new, es)};
@@ -1254,7 +1260,7 @@ static int kvcache_launches(fatune_ctx *c, const kv_kernels *kk, const fa_proble
     if (rc == 0) rc = backend_launch(c->be, kk->aprog, &ashape, a, &ro, NULL, err, errlen);
     a->seqlens_k = kk->seqlens_out;
   }
-  ro.extra = extra, ro.nextra = x->block_table ? 7 : 6;
+  ro.extra = extra, ro.nextra = pages ? 7 : 6;
   for (int i = 0; rc == 0 && i < kk->k->nlaunch; i++) {
     ro.async = async || i + 1 < kk->k->nlaunch;
     rc = backend_launch(c->be, kk->prog, &kk->shapes[i], a, &ro, NULL, err, errlen);

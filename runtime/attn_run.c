@@ -302,7 +302,8 @@ static int decode_error(fa_backend *be, const outputs *out, char *err, size_t er
 
 int attn_decode_flags(const int flag[2], char *err, size_t errlen) {
   if (flag[0]) {
-    snprintf(err, errlen, "the block table names a page outside the pool; its keys were skipped");
+    snprintf(err, errlen, "the block table (or cache_batch_idx) names a page outside the pool; "
+             "its keys were skipped");
     return FA_EINVAL;
   }
   if (flag[1]) {

@@ -8,7 +8,7 @@
 -- no room for the new tokens writes nothing (error[1]), a page outside the
 -- pool is never written (error[0]).
 
-local append = { name = "append", version = 1 }
+local append = { name = "append", version = 2 }
 
 local copies = {
   fp32 = { elem = "float", ld = "fa_ldg_f32(%s)", st = "fa_st_f32(%s, %s)" },

@@ -9,7 +9,7 @@ $ if A.part == "offsets" then
       long long ko = -1, vo = -1;
       if (key < k_hi) {
         const int pg = key / p.page_size, tok = key - pg * p.page_size;
-        const int page = table ? fa_ldg_i32(table + pg) : b;
+        const int page = table ? fa_ldg_i32(table + pg) : row_b;
         if ((unsigned)page < (unsigned)p.num_pages) {
           ko = page * p.k_sb + tok * p.k_sn + hk * p.k_sh;
           vo = page * p.v_sb + tok * p.v_sn + hk * p.v_sh;

@@ -364,7 +364,41 @@ static void test_library(void) {
           strstr(fatune_errmsg(), "capacity"), "a length of 41 in 40: %s", fatune_errmsg());
     seqlens[2] = 20;
   }
-  free(kc), free(vc);
+  /* The same rows permuted in a cache of four, one of them poison, picked
+  ** by cache_batch_idx; an index past the cache met by the kernel; and
+  ** with a block table refused. */
+  const size_t row = (size_t)40 * kvh * 16 * es;
+  unsigned short *kp = malloc(4 * row), *vp = malloc(4 * row);
+  int *idx = malloc(3 * sizeof *idx);
+  if (kc && vc && kp && vp && idx) {
+    static const int where[3] = {2, 0, 3};
+    memset(kp, 0xFF, 4 * row), memset(vp, 0xFF, 4 * row);   /* NaN in bf16 */
+    for (int b = 0; b < 3; b++) {
+      memcpy((char *)kp + where[b] * row, (char *)kc + b * row, row);
+      memcpy((char *)vp + where[b] * row, (char *)vc + b * row, row);
+    }
+    memcpy(idx, where, sizeof where);
+    const long long cs[4] = {40 * kvh * 16, kvh * 16, 16, 1};
+    fatune_kvcache_args y = x;
+    y.k_cache = host_tensor(kp, FA_BF16, 4, 40, kvh, 16, cs);
+    y.v_cache = host_tensor(vp, FA_BF16, 4, 40, kvh, 16, cs);
+    y.block_table = NULL, y.pages_per_seq = 0, y.cache_batch_idx = idx;
+    memset(o, 0xFF, rows * 16 * es);
+    CHECK(fatune_attention_kvcache(ctx, &y) == FATUNE_OK, "cache_batch_idx: %s", fatune_errmsg());
+    val_judge(&c, got, &r);
+    CHECK(r.status == VAL_OK, "cache_batch_idx through libfatune: %s", r.msg);
+    idx[0] = 4;
+    CHECK(fatune_attention_kvcache(ctx, &y) == FATUNE_EINVAL &&
+          strstr(fatune_errmsg(), "cache_batch_idx"), "a row past the cache: %s",
+          fatune_errmsg());
+    idx[0] = 2;
+    fatune_kvcache_args both = x;
+    both.cache_batch_idx = idx;
+    CHECK(fatune_attention_kvcache(ctx, &both) == FATUNE_EINVAL &&
+          strstr(fatune_errmsg(), "not both"), "a table and cache_batch_idx: %s",
+          fatune_errmsg());
+  }
+  free(kc), free(vc), free(kp), free(vp), free(idx);
   /* A page outside the pool, met by the kernel. */
   const int keep = c.table[1];
   c.table[1] = c.num_pages + 5;

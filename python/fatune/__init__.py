@@ -225,7 +225,8 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
                            block_table: Any = None, causal: bool = False,
                            softmax_scale: Optional[float] = None,
                            max_seqlen_k: Optional[int] = None, return_softmax_lse: bool = False,
-                           db: Optional[str] = None, k: Any = None, v: Any = None) -> Any:
+                           db: Optional[str] = None, k: Any = None, v: Any = None,
+                           cache_batch_idx: Any = None) -> Any:
     """The new tokens' attention over a KV cache, as flash_attn_with_kvcache
     computes it (the README's "Decoding over a KV cache"), with its names.
 
@@ -246,32 +247,37 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     before attending over cache_seqlens[b] + seqlen_q keys, as flash_attn's
     k= and v=; cache_seqlens itself is not changed (the caller advances
     it), and the caches must be contiguous (NumPy: writeable).
+    cache_batch_idx: (batch,) int32, with a contiguous cache the row of
+    k_cache and v_cache each sequence's keys are in (the cache may then
+    have any number of rows), as flash_attn's; not with a block_table.
 
     NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
     current stream (the call waits for the kernels: it reads their check of
     the block table and the lengths back), CPU tensors on the emulator.
-    Not (yet) as flash_attn: no rotary embedding, no cache_batch_idx, no
-    window, softcap or alibi, no gradient, and k's tokens are q's. A page index outside the pool is never read and a length
-    past the capacity is cut to it: fatune.Error says so after the call.
+    Not (yet) as flash_attn: no rotary embedding, no window, softcap or
+    alibi, no gradient, and k's tokens are q's. A page index (or a
+    cache_batch_idx) outside the pool is never read and a length past the
+    capacity is cut to it: fatune.Error says so after the call.
 
     Returns O (batch, seqlen_q, heads, dim_v), or (O, lse) with lse
     (batch, heads, seqlen_q), float32 (float64 for float64).
     """
     return _kvcache.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                            causal, softmax_scale, max_seqlen_k,
-                                           return_softmax_lse, db, _pt, k, v)
+                                           return_softmax_lse, db, _pt, k, v, cache_batch_idx)
 
 
 def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any = None,
                 causal: bool = False, softmax_scale: Optional[float] = None,
                 max_seqlen_k: Optional[int] = None, db: Optional[str] = None, k: Any = None,
-                v: Any = None) -> DecodePlan:
+                v: Any = None, cache_batch_idx: Any = None) -> DecodePlan:
     """attention_with_kvcache planned once for a server's decode step: the
     kernel chosen and built, the splits' workspace and the kernels' error
     flags allocated, for the problem these tensors describe (their values
     are not read; k and v, the new keys and values, plan their append).
     plan.run(q, k_cache, v_cache, cache_seqlens, block_table=None,
-    out=None, return_softmax_lse=False, k=None, v=None) then queues the
+    out=None, return_softmax_lse=False, k=None, v=None,
+    cache_batch_idx=None) then queues the
     kernels on the current stream with no allocation in the library and no
     wait, so that torch.cuda.graph can capture it (give out= a tensor made
     before the capture to keep its address); its tensors must have the
@@ -281,7 +287,7 @@ def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_ta
     plan.close() frees it (so does the garbage collector).
     """
     return _kvcache.plan_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
-                                softmax_scale, max_seqlen_k, db, _pt, k, v)
+                                softmax_scale, max_seqlen_k, db, _pt, k, v, cache_batch_idx)
 
 
 def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,

@@ -16,7 +16,8 @@ class KvcacheArgs(ctypes.Structure):
                 ("pages_per_seq", ctypes.c_int), ("cache_seqlens", ctypes.c_void_p),
                 ("max_seqlen_k", ctypes.c_int), ("causal", ctypes.c_int),
                 ("scale", ctypes.c_double), ("stream", ctypes.c_void_p),
-                ("k_new", _lib.Tensor), ("v_new", _lib.Tensor)]
+                ("k_new", _lib.Tensor), ("v_new", _lib.Tensor),
+                ("cache_batch_idx", ctypes.c_void_p)]
 
 
 _lib.LIB.fatune_attention_kvcache.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvcacheArgs)]
@@ -35,7 +36,7 @@ def _tensor(data: int, code: int, shape: Tuple[int, ...], strides: Tuple[int, ..
                        (ctypes.c_longlong * 4)(*strides))
 
 
-def _shapes(q: Any, k: Any, v: Any, seqlens: Any, table: Any) -> None:
+def _shapes(q: Any, k: Any, v: Any, seqlens: Any, table: Any, cbi: Any) -> None:
     """The shapes flash_attn_with_kvcache takes, else ValueError naming the
     argument."""
     for name, x in (("q", q), ("k_cache", k), ("v_cache", v)):
@@ -52,21 +53,28 @@ def _shapes(q: Any, k: Any, v: Any, seqlens: Any, table: Any) -> None:
     if table is not None and (len(table.shape) != 2 or table.shape[0] != b):
         raise ValueError("block_table: shape %s, not (%d, pages per sequence)"
                          % (tuple(table.shape), b))
-    if table is None and k.shape[0] < b:
+    if cbi is not None and table is not None:
+        raise ValueError("cache_batch_idx: picks rows of a contiguous cache; give it or "
+                         "block_table, not both")
+    if cbi is not None and tuple(cbi.shape) != (b,):
+        raise ValueError("cache_batch_idx: shape %s, not (%d,)" % (tuple(cbi.shape), b))
+    if table is None and cbi is None and k.shape[0] < b:
         raise ValueError("k_cache: %d sequences for a batch of %d (a contiguous cache holds "
-                         "one per sequence)" % (k.shape[0], b))
+                         "one per sequence, unless cache_batch_idx picks them)"
+                         % (k.shape[0], b))
 
 
 Fields = Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]
 
 
 def _args(stream: int, arrays: List[Fields], lse: int, table: int, pps: int, seqlens: int,
-          max_k: int, causal: bool, scale: float, new: Optional[List[Fields]]) -> KvcacheArgs:
+          max_k: int, causal: bool, scale: float, new: Optional[List[Fields]],
+          cbi: int) -> KvcacheArgs:
     q, k, v, o = arrays
     kn, vn = (_tensor(*a, swap=True) for a in new) if new else (_lib.Tensor(), _lib.Tensor())
     return KvcacheArgs(_tensor(*q, swap=True), _tensor(*k, swap=False), _tensor(*v, swap=False),
                        _tensor(*o, swap=True), lse, table or None, pps, seqlens, max_k,
-                       1 if causal else 0, scale, stream or None, kn, vn)
+                       1 if causal else 0, scale, stream or None, kn, vn, cbi or None)
 
 
 def _new_shapes(q: Any, k_cache: Any, v_cache: Any, k: Any, v: Any) -> None:
@@ -91,7 +99,7 @@ class _Call:
 
 def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal: bool,
                 scale: float, max_k: int, db: Optional[str], out: Any = None,
-                kn: Any = None, vn: Any = None) -> _Call:
+                kn: Any = None, vn: Any = None, cbi: Any = None) -> _Call:
     for name, x in (("k_cache", k), ("v_cache", v), ("k", kn), ("v", vn)):
         if (x is not None or name.endswith("cache")) and (not isinstance(x, np.ndarray) or
                                                           x.dtype != q.dtype):
@@ -99,10 +107,10 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal:
     for name, x in (("k_cache", k), ("v_cache", v)):
         if not x.flags.writeable and kn is not None:
             raise ValueError("%s: read-only, but the new keys and values go into it" % name)
-    for name, x in (("cache_seqlens", seqlens), ("block_table", table)):
+    for name, x in (("cache_seqlens", seqlens), ("block_table", table), ("cache_batch_idx", cbi)):
         if x is not None and (not isinstance(x, np.ndarray) or x.dtype != np.int32):
             raise TypeError("%s: a NumPy array of int32" % name)
-    _shapes(q, k, v, seqlens, table)
+    _shapes(q, k, v, seqlens, table, cbi)
     _new_shapes(q, k, v, kn, vn)
     code = _numpy.dtype_code("q", q)
     if kn is not None and not (k.flags.c_contiguous and v.flags.c_contiguous):
@@ -112,6 +120,7 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal:
     new = None if kn is None else [np.ascontiguousarray(x) for x in (kn, vn)]
     seqlens = np.ascontiguousarray(seqlens)
     table = None if table is None else np.ascontiguousarray(table)
+    cbi = None if cbi is None else np.ascontiguousarray(cbi)
     shape = q.shape[:3] + (v.shape[3],)
     if out is not None and (not isinstance(out, np.ndarray) or out.dtype != q.dtype or
                             out.shape != shape or not out.flags.c_contiguous):
@@ -126,23 +135,24 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal:
     args = _args(0, [fields(q), fields(k), fields(v), fields(o)], lse.ctypes.data,
                  0 if table is None else table.ctypes.data,
                  0 if table is None else table.shape[1], seqlens.ctypes.data, max_k, causal, scale,
-                 None if new is None else [fields(x) for x in new])
-    return _Call(_lib.context("emu", 0, db), args, o, lse, (q, k, v, seqlens, table, new))
+                 None if new is None else [fields(x) for x in new],
+                 0 if cbi is None else cbi.ctypes.data)
+    return _Call(_lib.context("emu", 0, db), args, o, lse, (q, k, v, seqlens, table, new, cbi))
 
 
 def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, scale: float,
                 max_k: int, db: Optional[str], pt: Any, out: Any = None,
-                kn: Any = None, vn: Any = None) -> _Call:
+                kn: Any = None, vn: Any = None, cbi: Any = None) -> _Call:
     torch = pt.torch
     for name, x in (("k_cache", k), ("v_cache", v), ("k", kn), ("v", vn)):
         if (x is not None or name.endswith("cache")) and (
                 not isinstance(x, torch.Tensor) or x.dtype != q.dtype or x.device != q.device):
             raise TypeError("%s: a torch.Tensor of q's dtype and device" % name)
-    for name, x in (("cache_seqlens", seqlens), ("block_table", table)):
+    for name, x in (("cache_seqlens", seqlens), ("block_table", table), ("cache_batch_idx", cbi)):
         if x is not None and (not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or
                               x.device != q.device):
             raise TypeError("%s: a torch.Tensor of int32 on q's device" % name)
-    _shapes(q, k, v, seqlens, table)
+    _shapes(q, k, v, seqlens, table, cbi)
     _new_shapes(q, k, v, kn, vn)
     code = pt._CODES.get(q.dtype)
     if code is None:
@@ -154,6 +164,7 @@ def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, 
     q, k, v, seqlens = (x.contiguous() for x in (q, k, v, seqlens))
     new = None if kn is None else [x.contiguous() for x in (kn, vn)]
     table = None if table is None else table.contiguous()
+    cbi = None if cbi is None else cbi.contiguous()
     shape = tuple(q.shape[:3]) + (v.shape[3],)
     if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != q.dtype or
                             out.device != q.device or tuple(out.shape) != shape or
@@ -169,14 +180,15 @@ def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, 
     args = _args(stream, [fields(q), fields(k), fields(v), fields(o)], lse.data_ptr(),
                  0 if table is None else table.data_ptr(), 0 if table is None else table.shape[1],
                  seqlens.data_ptr(), max_k, causal, scale,
-                 None if new is None else [fields(x) for x in new])
-    return _Call(ctx, args, o, lse, (q, k, v, seqlens, table, new))
+                 None if new is None else [fields(x) for x in new],
+                 0 if cbi is None else cbi.data_ptr())
+    return _Call(ctx, args, o, lse, (q, k, v, seqlens, table, new, cbi))
 
 
 def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
              causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
              db: Optional[str], pt: Any, what: str, out: Any = None, k: Any = None,
-             v: Any = None) -> _Call:
+             v: Any = None, cache_batch_idx: Any = None) -> _Call:
     if not isinstance(causal, bool):
         raise TypeError("causal: True or False, not %r" % (causal,))
     scale = _check.scale(softmax_scale)
@@ -188,10 +200,10 @@ def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table
             raise ValueError("%s has no backward pass: give tensors that need no gradient "
                              "(torch.no_grad())" % what)
         return _torch_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                           max_k, db, pt, out, k, v)
+                           max_k, db, pt, out, k, v, cache_batch_idx)
     if isinstance(q, np.ndarray):
         return _numpy_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                           max_k, db, out, k, v)
+                           max_k, db, out, k, v, cache_batch_idx)
     raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
 
 
@@ -228,7 +240,7 @@ class DecodePlan:
 
     def run(self, q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
             block_table: Any = None, out: Any = None, return_softmax_lse: bool = False,
-            k: Any = None, v: Any = None) -> Any:
+            k: Any = None, v: Any = None, cache_batch_idx: Any = None) -> Any:
         """O for the planned problem over these tensors (their shapes the
         plan's; k and v, the new keys and values, when planned with them),
         into out when given (a fixed address for a graph)."""
@@ -236,7 +248,7 @@ class DecodePlan:
             raise ValueError("the plan was closed")
         causal, softmax_scale, max_k, db = self._planned
         call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                        max_k, db, self._pt, "plan_decode", out, k, v)
+                        max_k, db, self._pt, "plan_decode", out, k, v, cache_batch_idx)
         _lib.check(_lib.LIB.fatune_decode_plan_run(self._handle, ctypes.byref(call.args)))
         return (call.o, call.lse) if return_softmax_lse else call.o
 
@@ -257,17 +269,20 @@ class DecodePlan:
 
 def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
                 causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
-                db: Optional[str], pt: Any, k: Any = None, v: Any = None) -> DecodePlan:
+                db: Optional[str], pt: Any, k: Any = None, v: Any = None,
+                cache_batch_idx: Any = None) -> DecodePlan:
     call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                    max_seqlen_k, db, pt, "plan_decode", None, k, v)
+                    max_seqlen_k, db, pt, "plan_decode", None, k, v, cache_batch_idx)
     return DecodePlan(call, (causal, softmax_scale, max_seqlen_k, db), pt)
 
 
 def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
                            block_table: Any, causal: bool, softmax_scale: Optional[float],
                            max_seqlen_k: Optional[int], return_softmax_lse: bool,
-                           db: Optional[str], pt: Any, k: Any = None, v: Any = None) -> Any:
+                           db: Optional[str], pt: Any, k: Any = None, v: Any = None,
+                           cache_batch_idx: Any = None) -> Any:
     call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                    max_seqlen_k, db, pt, "attention_with_kvcache", None, k, v)
+                    max_seqlen_k, db, pt, "attention_with_kvcache", None, k, v,
+                    cache_batch_idx)
     _lib.check(_lib.LIB.fatune_attention_kvcache(call.ctx, ctypes.byref(call.args)))
     return (call.o, call.lse) if return_softmax_lse else call.o

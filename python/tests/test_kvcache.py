@@ -1,6 +1,7 @@
 """fatune.attention_with_kvcache on NumPy arrays (the emulator) and, with
 PyTorch, on CPU tensors: paged caches with pages out of order and shared,
-page size 1 and others, a contiguous cache, lengths 0 and 1, GQA, the
+page size 1 and others, a contiguous cache (its rows picked by
+cache_batch_idx too), lengths 0 and 1, GQA, the
 causal mask of the new tokens, against attention written here in float64
 over keys gathered by hand; bad arguments refused naming the argument;
 a page outside the pool and a length past the capacity reported."""
@@ -174,3 +175,40 @@ def test_new_keys_appended():
         fatune.attention_with_kvcache(q, kp, vp, lens, table, k=kn[:, :1], v=vn[:, :1])
     with pytest.raises(ValueError, match="contiguous"):
         fatune.attention_with_kvcache(q, kp[::-1], vp, lens, table, k=kn, v=vn)
+
+
+def test_cache_batch_idx():
+    """A contiguous cache of five rows, the sequences in rows 3, 0 and 4
+    (the others NaN), picked by cache_batch_idx, with new keys appended
+    into those rows; an index past the cache reported; with a block table
+    refused."""
+    q, kp, vp, table = paged(np.float32, 8)
+    rows = np.array([3, 0, 4], dtype=np.int32)
+    kc = np.full((5, 40, KVH, D), np.nan, np.float32)
+    vc = np.full((5, 40, KVH, D), np.nan, np.float32)
+    for b in range(B):
+        kc[rows[b]], vc[rows[b]] = gather(kp, table, b, 40), gather(vp, table, b, 40)
+    o = fatune.attention_with_kvcache(q, kc, vc, LENS, causal=True, cache_batch_idx=rows)
+    ref, _ = reference(q, kc, vc, rows.reshape(B, 1), LENS, True)
+    assert rel_err(o, ref) <= TOLERANCE["float32"]
+    rng = np.random.default_rng(6)
+    kn = rng.standard_normal((B, SQ, KVH, D)).astype(np.float32)
+    vn = rng.standard_normal((B, SQ, KVH, D)).astype(np.float32)
+    kx, vx = kc.copy(), vc.copy()
+    for b in range(B):
+        kx[rows[b], LENS[b]:LENS[b] + SQ] = kn[b]
+        vx[rows[b], LENS[b]:LENS[b] + SQ] = vn[b]
+    o = fatune.attention_with_kvcache(q, kc, vc, LENS, causal=True, k=kn, v=vn,
+                                      cache_batch_idx=rows)
+    assert np.array_equal(kc, kx, equal_nan=True) and np.array_equal(vc, vx, equal_nan=True)
+    ref, _ = reference(q, kx, vx, rows.reshape(B, 1), LENS + SQ, True)
+    assert rel_err(o, ref) <= TOLERANCE["float32"]
+    with pytest.raises(fatune.Error, match="cache_batch_idx"):
+        fatune.attention_with_kvcache(q, kc, vc, LENS, cache_batch_idx=np.array([7, 0, 4],
+                                                                                np.int32))
+    with pytest.raises(ValueError, match="not both"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS, table, cache_batch_idx=rows)
+    with pytest.raises(ValueError, match="cache_batch_idx: shape"):
+        fatune.attention_with_kvcache(q, kc, vc, LENS, cache_batch_idx=rows[:2])
+    with pytest.raises(TypeError, match="cache_batch_idx"):
+        fatune.attention_with_kvcache(q, kc, vc, LENS, cache_batch_idx=rows.astype(np.int64))

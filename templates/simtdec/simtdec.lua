@@ -29,7 +29,7 @@
 --   block_n  keys per iteration, warps per CTA.
 -- Computed in fp32 (fp64 for fp64); fp16 and bf16 read in 16 bits.
 
-local simtdec = { name = "simtdec", version = 1 }
+local simtdec = { name = "simtdec", version = 2 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis

@@ -40,8 +40,10 @@ FA_KERNEL(${args.entry}_split, ${NT})
   /* The split's keys [k_lo, k_hi): whole blocks but the last. */
   const int chunk = ((len + ${S - 1}) / ${S} + ${BN - 1}) / ${BN} * ${BN};
   const int k_lo = split * chunk, k_hi = len < k_lo + chunk ? len : k_lo + chunk;
-  /* No block table: a contiguous cache, sequence b on page b. */
+  /* No block table: a contiguous cache, sequence b on page b, or on page
+  ** cache_batch_idx[b] (flash_attn's cache_batch_idx). */
   const int *const table = p.block_table ? p.block_table + (long long)b * p.table_stride : 0;
+  const int row_b = p.cache_batch_idx ? fa_ldg_i32(p.cache_batch_idx + b) : b;
   const float sl2 = p.scale_log2_f32;
 
   unsigned char *const raw = (unsigned char *)fa_smem_base();

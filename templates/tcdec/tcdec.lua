@@ -14,7 +14,7 @@
 -- fragments by ldmatrix .trans. K and V come by cp.async, 16 bytes at a
 -- time, into two stages: the next block's while this one is computed.
 
-local tcdec = { name = "tcdec", version = 1 }
+local tcdec = { name = "tcdec", version = 2 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
