@@ -69,6 +69,19 @@ typedef struct fa_params {
   long long kn_sb, kn_sh, kn_sn;
   long long vn_sb, vn_sh, vn_sn;
   int *seqlens_out;
+  /* Rotary embeddings, applied by the append kernel as flash_attn_with_
+  ** kvcache applies rotary_cos and rotary_sin: both (rotary_len,
+  ** rotary_dim / 2) in the tensors' dtype, contiguous (NULL: none). New
+  ** key j of sequence b is rotated at its cache position seqlens_k[b] + j;
+  ** its query row j at seqlens_k[b] + rotary_q_step * j (1 under causal,
+  ** else 0: all at seqlens_k[b]), into q_rot, (batch, heads, seq_q, dim)
+  ** contiguous, which the decoding launches then read as q. Pairs (i, i +
+  ** rotary_dim / 2), or with rotary_interleaved (2 i, 2 i + 1). A position
+  ** outside the table is never read (that row goes unrotated): error[1]
+  ** set to 2. */
+  const void *rotary_cos, *rotary_sin;
+  int rotary_dim, rotary_len, rotary_interleaved, rotary_q_step;
+  void *q_rot;
   /* A variable-length batch (op fwd or bwd, a variant with varlen=1): q,
   ** k, v and o packed, token t of head h at t * q_sn + h * q_sh (q_sb
   ** unused), and so k, v, o and the backward pass's dout, dq, dk, dv

@@ -237,6 +237,17 @@ typedef struct fatune_kvcache_args {
   ** hold any number of rows (flash_attn's cache_batch_idx). An index
   ** outside the cache is never followed: the call says so. */
   const int *cache_batch_idx;
+  /* Rotary embeddings (flash_attn's rotary_cos, rotary_sin), with new keys
+  ** only: NULL, or both (rotary_len, rotary_dim / 2) in q's dtype,
+  ** contiguous, rotary_dim even and at most the head dim. New key j of
+  ** sequence b is rotated at its position cache_seqlens[b] + j before it
+  ** goes into the cache; the queries at the same positions under causal,
+  ** else all at cache_seqlens[b]; rotary_interleaved: the pairs (2i,
+  ** 2i + 1), else (i, i + rotary_dim / 2) (GPT-NeoX's). q itself is not
+  ** changed. A position past rotary_len is not rotated, and the call says
+  ** so. */
+  const void *rotary_cos, *rotary_sin;
+  int rotary_len, rotary_dim, rotary_interleaved;
 } fatune_kvcache_args;
 
 /* O for the new tokens over the cache as args says: the variant recorded

@@ -1121,6 +1121,26 @@ static fatune_status check_new_keys(const fatune_kvcache_args *x) {
   return FATUNE_OK;
 }
 
+/* Rotary tables: both or neither, with new keys, of a width the head dim
+** holds, aligned to their element. */
+static fatune_status check_rotary(const fatune_kvcache_args *x) {
+  if (!x->rotary_cos && !x->rotary_sin) return FATUNE_OK;
+  if (!x->rotary_cos || !x->rotary_sin)
+    return fail(FATUNE_EINVAL, "rotary_cos and rotary_sin come together (one is NULL)");
+  if (!x->k_new.data)
+    return fail(FATUNE_EINVAL, "rotary embeddings apply with new keys and values (k_new, v_new)");
+  if (x->rotary_dim < 2 || x->rotary_dim % 2 || x->rotary_dim > x->q.shape[3])
+    return fail(FATUNE_EINVAL, "rotary_dim %d: even, 2 to the head dim %lld", x->rotary_dim,
+                x->q.shape[3]);
+  if (x->rotary_len < 1)
+    return fail(FATUNE_EINVAL, "rotary_len %d: the tables' rows, 1 or more", x->rotary_len);
+  const uintptr_t es = (uintptr_t)fa_dtype_size((fa_dtype)x->q.dtype);
+  if ((uintptr_t)x->rotary_cos % es || (uintptr_t)x->rotary_sin % es)
+    return fail(FATUNE_EINVAL, "rotary_cos or rotary_sin is not aligned to its %u-byte element",
+                (unsigned)es);
+  return FATUNE_OK;
+}
+
 /* The decoding problem args describes, each tensor checked against it; the
 ** pool's page size and the table's row length into *page and *pps. */
 static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem *fp, int *page,
@@ -1166,6 +1186,7 @@ static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem
   if ((st = check_problem(&p)) != FATUNE_OK) return st;
   if ((st = check_distinct("o", &x->o)) != FATUNE_OK) return st;
   if ((st = check_new_keys(x)) != FATUNE_OK) return st;
+  if ((st = check_rotary(x)) != FATUNE_OK) return st;
   *fp = to_problem(&p);
   fp->op = FA_OP_DECODE;
   fp->append = x->k_new.data != NULL;
@@ -1213,7 +1234,10 @@ static fa_params kvcache_params(const fatune_kvcache_args *x, const fa_problem *
                  .k_new = x->k_new.data, .v_new = x->v_new.data,
                  .kn_sb = x->k_new.stride[0], .kn_sh = x->k_new.stride[1],
                  .kn_sn = x->k_new.stride[2], .vn_sb = x->v_new.stride[0],
-                 .vn_sh = x->v_new.stride[1], .vn_sn = x->v_new.stride[2]};
+                 .vn_sh = x->v_new.stride[1], .vn_sn = x->v_new.stride[2],
+                 .rotary_cos = x->rotary_cos, .rotary_sin = x->rotary_sin,
+                 .rotary_dim = x->rotary_dim, .rotary_len = x->rotary_len,
+                 .rotary_interleaved = x->rotary_interleaved != 0, .rotary_q_step = x->causal != 0};
   a.scale_log2_f32 = (float)a.scale_log2;
   return a;
 }
@@ -1225,6 +1249,7 @@ typedef struct kv_kernels {
   const fa_program *prog, *aprog;
   const gen_launch *shapes;
   int *seqlens_out;            /* with ak: the lengths after the append (device memory) */
+  void *q_rot;                 /* with rotary tables: the rotated queries (device memory) */
 } kv_kernels;
 
 /* Every launch of kk in order over a, whose ws, error and lse are set; the
@@ -1246,19 +1271,26 @@ static int kvcache_launches(fatune_ctx *c, const kv_kernels *kk, const fa_proble
   const int *const pages = x->block_table ? x->block_table : x->cache_batch_idx;
   const size_t tb = (size_t)fp->batch * (x->block_table ? pps : 1) * sizeof(int);
   extra[6] = (fa_range){(uintptr_t)pages, pages ? (uintptr_t)pages + tb : 0};
-  fa_range with_new[9];
+  fa_range with_new[11];
   memcpy(with_new, extra, sizeof extra);
   with_new[7] = (fa_range){(uintptr_t)x->k_new.data, (uintptr_t)x->k_new.data + extent(&x->k_new, es)};
   with_new[8] = (fa_range){(uintptr_t)x->v_new.data, (uintptr_t)x->v_new.data + extent(&x->v_new, es)};
+  const size_t rt = x->rotary_cos ? (size_t)x->rotary_len * (size_t)(x->rotary_dim / 2) * es : 0;
+  with_new[9] = (fa_range){(uintptr_t)x->rotary_cos, (uintptr_t)x->rotary_cos + rt};
+  with_new[10] = (fa_range){(uintptr_t)x->rotary_sin, (uintptr_t)x->rotary_sin + rt};
   fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
-                    .extra = with_new, .nextra = 9, .stream = x->stream, .async = 1};
+                    .extra = with_new, .nextra = 11, .stream = x->stream, .async = 1};
   int rc = 0;
   if (kk->ak) {  /* the new keys in, then the attention over the new lengths */
     gen_launch ashape;
-    a->seqlens_out = kk->seqlens_out;
+    a->seqlens_out = kk->seqlens_out, a->q_rot = kk->q_rot;
     rc = attn_launch_shapes(kk->ak, fp, &ashape, err, errlen);
     if (rc == 0) rc = backend_launch(c->be, kk->aprog, &ashape, a, &ro, NULL, err, errlen);
     a->seqlens_k = kk->seqlens_out;
+    if (kk->q_rot) {  /* the decoding launches read the rotated queries, contiguous */
+      a->q = kk->q_rot, a->q_sn = fp->dim, a->q_sh = (long long)fp->seq_q * fp->dim;
+      a->q_sb = a->q_sh * fp->heads;
+    }
   }
   ro.extra = extra, ro.nextra = pages ? 7 : 6;
   for (int i = 0; rc == 0 && i < kk->k->nlaunch; i++) {
@@ -1277,23 +1309,27 @@ static fatune_status kvcache_launch(fatune_ctx *c, const slot *s, const fa_probl
   const gen_kernel *k = &s->k;
   const size_t ls = (size_t)fa_lse_size(fp->dtype);
   const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
-  void *ws = NULL, *flags = NULL, *lse = x->lse, *lens = NULL;
+  void *ws = NULL, *flags = NULL, *lse = x->lse, *lens = NULL, *q_rot = NULL;
   int rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
   if (rc == 0 && k->nws) rc = backend_alloc(c->be, gen_workspace_bytes(k, 0, fp), &ws, err, sizeof err);
   if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &flags, err, sizeof err);
   if (rc == 0 && !lse) rc = backend_alloc(c->be, rows * ls, &lse, err, sizeof err);
   if (rc == 0 && s->append)
     rc = backend_alloc(c->be, (size_t)fp->batch * sizeof(int), &lens, err, sizeof err);
+  if (rc == 0 && x->rotary_cos)
+    rc = backend_alloc(c->be, rows * (size_t)fp->dim * (size_t)fa_dtype_size(fp->dtype), &q_rot,
+                       err, sizeof err);
   if (rc == 0) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
   if (rc == 0) {
     a->ws = ws, a->error = flags, a->lse = lse;
-    const kv_kernels kk = {k, s->append ? &s->ak : NULL, s->prog, s->aprog, shapes, lens};
+    const kv_kernels kk = {k, s->append ? &s->ak : NULL, s->prog, s->aprog, shapes, lens, q_rot};
     rc = kvcache_launches(c, &kk, fp, a, x, pps, 0, err, sizeof err);
   }
   int flag[2] = {0, 0};
   if (rc == 0) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
   if (rc == 0) rc = attn_decode_flags(flag, err, sizeof err);
   backend_free(c->be, ws), backend_free(c->be, flags), backend_free(c->be, lens);
+  backend_free(c->be, q_rot);
   if (lse != x->lse) backend_free(c->be, lse);
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
 }
@@ -1327,13 +1363,14 @@ fatune_status fatune_attention_kvcache(fatune_ctx *c, const fatune_kvcache_args 
 struct fatune_decode_plan {
   fatune_ctx *c;
   fa_problem fp;
-  int page, pps, has_table, has_lse;
+  int page, pps, has_table, has_lse, has_rotary;
   gen_kernel k, ak;           /* the plan's own kernels and programs (ak: the append's, with
                               ** new keys): the table may be emptied */
   fa_program *prog, *aprog;
   gen_launch shapes[GEN_MAX_LAUNCHES];
   void *ws, *flags, *lse;     /* the splits' workspace, the kernels' flags, a scratch lse */
   void *lens;                 /* with new keys: the lengths after the append */
+  void *q_rot;                /* with rotary tables: the rotated queries */
 };
 
 void fatune_decode_plan_free(fatune_decode_plan *pl) {
@@ -1343,7 +1380,7 @@ void fatune_decode_plan_free(fatune_decode_plan *pl) {
   if (backend_enter(c->be, err, sizeof err) == 0) {
     backend_sync(c->be, err, sizeof err);  /* runs in flight may still use the buffers */
     backend_free(c->be, pl->ws), backend_free(c->be, pl->flags), backend_free(c->be, pl->lse);
-    backend_free(c->be, pl->lens);
+    backend_free(c->be, pl->lens), backend_free(c->be, pl->q_rot);
     fa_build b = {.prog = pl->prog}, ab = {.prog = pl->aprog};
     backend_build_free(c->be, &b);
     backend_build_free(c->be, &ab);
@@ -1383,6 +1420,9 @@ static fatune_status plan_buffers(fatune_ctx *c, fatune_decode_plan *pl) {
     rc = backend_alloc(c->be, rows * (size_t)fa_lse_size(fp->dtype), &pl->lse, err, sizeof err);
   if (rc == 0 && fp->append)
     rc = backend_alloc(c->be, (size_t)fp->batch * sizeof(int), &pl->lens, err, sizeof err);
+  if (rc == 0 && pl->has_rotary)
+    rc = backend_alloc(c->be, rows * (size_t)fp->dim * (size_t)fa_dtype_size(fp->dtype),
+                       &pl->q_rot, err, sizeof err);
   if (rc == 0) rc = backend_fill(c->be, pl->flags, 0, 2 * sizeof(int), err, sizeof err);
   if (rc == 0) rc = backend_sync(c->be, err, sizeof err);
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
@@ -1398,6 +1438,7 @@ fatune_status fatune_decode_plan_create(fatune_ctx *c, const fatune_kvcache_args
   fatune_status st = check_kvcache_args(x, &pl->fp, &pl->page, &pl->pps);
   if (st != FATUNE_OK) return free(pl), st;
   pl->has_table = x->block_table != NULL, pl->has_lse = x->lse != NULL;
+  pl->has_rotary = x->rotary_cos != NULL;
   char err[512];
   int rc = backend_enter(c->be, err, sizeof err);
   if (rc != 0) return free(pl), fail((fatune_status)rc, "%s", err);
@@ -1437,10 +1478,11 @@ static fatune_status plan_matches(const fatune_decode_plan *pl, const fatune_kvc
       fp.seq_k != q->seq_k || fp.dim != q->dim || fa_problem_dim_v(&fp) != fa_problem_dim_v(q) ||
       fp.dtype != q->dtype || fp.causal != q->causal || fp.kv_group != q->kv_group ||
       fp.scale != q->scale || page != pl->page || pps != pl->pps || fp.append != q->append ||
-      (x->block_table != NULL) != pl->has_table || (x->lse != NULL) != pl->has_lse)
+      (x->block_table != NULL) != pl->has_table || (x->lse != NULL) != pl->has_lse ||
+      (x->rotary_cos != NULL) != pl->has_rotary)
     return fail(FATUNE_EINVAL, "the arguments are not the plan's problem (batch, heads, new "
                 "tokens, capacity, head dims, dtype, causal, scale, GQA, page size, table, "
-                "lse and new keys as planned): make a plan for them");
+                "lse, new keys and rotary tables as planned): make a plan for them");
   const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
   return check_aligned(&pl->k, t, kv_name, x->lse);
 }
@@ -1456,7 +1498,7 @@ fatune_status fatune_decode_plan_run(fatune_decode_plan *pl, const fatune_kvcach
   fa_params a = kvcache_params(x, &pl->fp, pl->page, pl->pps, x->lse ? x->lse : pl->lse);
   a.ws = pl->ws, a.error = pl->flags;
   const kv_kernels kk = {&pl->k, pl->fp.append ? &pl->ak : NULL, pl->prog, pl->aprog,
-                         pl->shapes, pl->lens};
+                         pl->shapes, pl->lens, pl->q_rot};
   rc = kvcache_launches(c, &kk, &pl->fp, &a, x, pl->pps, 1, err, sizeof err);
   backend_leave(c->be);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);

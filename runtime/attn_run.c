@@ -306,6 +306,11 @@ int attn_decode_flags(const int flag[2], char *err, size_t errlen) {
              "its keys were skipped");
     return FA_EINVAL;
   }
+  if (flag[1] == 2) {
+    snprintf(err, errlen, "a new token's position is past rotary_cos and rotary_sin's rows; "
+             "it was not rotated");
+    return FA_EINVAL;
+  }
   if (flag[1]) {
     snprintf(err, errlen, "a sequence's length is outside 0 and the cache's capacity (pages per "
              "sequence x page size); it was cut to it");

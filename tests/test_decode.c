@@ -545,6 +545,21 @@ static void test_append(void) {
   bad = x, bad.k_new.data = c.k;
   CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL && strstr(fatune_errmsg(), "overlaps"),
         "k_new inside the cache: %s", fatune_errmsg());
+  /* Rotary tables refused before any launch (their effect is checked by
+  ** python/tests/test_kvcache.py against rotations written there). */
+  static const unsigned short table16[64 * 4];
+  bad = x, bad.rotary_cos = table16, bad.rotary_len = 64, bad.rotary_dim = 8;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL && strstr(fatune_errmsg(), "together"),
+        "rotary_cos without rotary_sin: %s", fatune_errmsg());
+  bad.rotary_sin = table16, bad.rotary_dim = 7;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL && strstr(fatune_errmsg(), "rotary_dim"),
+        "rotary_dim 7: %s", fatune_errmsg());
+  bad.rotary_dim = 8, bad.rotary_len = 0;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL && strstr(fatune_errmsg(), "rotary_len"),
+        "rotary_len 0: %s", fatune_errmsg());
+  bad.rotary_len = 64, bad.k_new.data = bad.v_new.data = NULL;
+  CHECK(fatune_attention_kvcache(ctx, &bad) == FATUNE_EINVAL && strstr(fatune_errmsg(), "new keys"),
+        "rotary without new keys: %s", fatune_errmsg());
 done:
   fatune_close(ctx);
   unlink(dbpath);

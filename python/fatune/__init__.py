@@ -226,7 +226,8 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
                            softmax_scale: Optional[float] = None,
                            max_seqlen_k: Optional[int] = None, return_softmax_lse: bool = False,
                            db: Optional[str] = None, k: Any = None, v: Any = None,
-                           cache_batch_idx: Any = None) -> Any:
+                           cache_batch_idx: Any = None, rotary_cos: Any = None,
+                           rotary_sin: Any = None, rotary_interleaved: bool = False) -> Any:
     """The new tokens' attention over a KV cache, as flash_attn_with_kvcache
     computes it (the README's "Decoding over a KV cache"), with its names.
 
@@ -250,12 +251,17 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     cache_batch_idx: (batch,) int32, with a contiguous cache the row of
     k_cache and v_cache each sequence's keys are in (the cache may then
     have any number of rows), as flash_attn's; not with a block_table.
+    rotary_cos, rotary_sin: (positions, rotary_dim / 2) of q's dtype, with
+    k and v only, as flash_attn's: the new keys are rotated at their cache
+    positions before they go in, the queries at the same positions when
+    causal, else all at cache_seqlens[b] (q itself is left as it is);
+    rotary_interleaved: the pairs (2i, 2i + 1), else (i, i + rotary_dim / 2).
 
     NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
     current stream (the call waits for the kernels: it reads their check of
     the block table and the lengths back), CPU tensors on the emulator.
-    Not (yet) as flash_attn: no rotary embedding, no window, softcap or
-    alibi, no gradient, and k's tokens are q's. A page index (or a
+    Not (yet) as flash_attn: no window, softcap or alibi, no gradient, and
+    k's tokens are q's. A page index (or a
     cache_batch_idx) outside the pool is never read and a length past the
     capacity is cut to it: fatune.Error says so after the call.
 
@@ -264,20 +270,23 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     """
     return _kvcache.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                            causal, softmax_scale, max_seqlen_k,
-                                           return_softmax_lse, db, _pt, k, v, cache_batch_idx)
+                                           return_softmax_lse, db, _pt, k, v, cache_batch_idx,
+                                           (rotary_cos, rotary_sin, rotary_interleaved))
 
 
 def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any = None,
                 causal: bool = False, softmax_scale: Optional[float] = None,
                 max_seqlen_k: Optional[int] = None, db: Optional[str] = None, k: Any = None,
-                v: Any = None, cache_batch_idx: Any = None) -> DecodePlan:
+                v: Any = None, cache_batch_idx: Any = None, rotary_cos: Any = None,
+                rotary_sin: Any = None, rotary_interleaved: bool = False) -> DecodePlan:
     """attention_with_kvcache planned once for a server's decode step: the
     kernel chosen and built, the splits' workspace and the kernels' error
     flags allocated, for the problem these tensors describe (their values
     are not read; k and v, the new keys and values, plan their append).
     plan.run(q, k_cache, v_cache, cache_seqlens, block_table=None,
     out=None, return_softmax_lse=False, k=None, v=None,
-    cache_batch_idx=None) then queues the
+    cache_batch_idx=None, rotary_cos=None, rotary_sin=None,
+    rotary_interleaved=False) then queues the
     kernels on the current stream with no allocation in the library and no
     wait, so that torch.cuda.graph can capture it (give out= a tensor made
     before the capture to keep its address); its tensors must have the
@@ -287,7 +296,8 @@ def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_ta
     plan.close() frees it (so does the garbage collector).
     """
     return _kvcache.plan_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
-                                softmax_scale, max_seqlen_k, db, _pt, k, v, cache_batch_idx)
+                                softmax_scale, max_seqlen_k, db, _pt, k, v, cache_batch_idx,
+                                (rotary_cos, rotary_sin, rotary_interleaved))
 
 
 def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,

@@ -17,7 +17,9 @@ class KvcacheArgs(ctypes.Structure):
                 ("max_seqlen_k", ctypes.c_int), ("causal", ctypes.c_int),
                 ("scale", ctypes.c_double), ("stream", ctypes.c_void_p),
                 ("k_new", _lib.Tensor), ("v_new", _lib.Tensor),
-                ("cache_batch_idx", ctypes.c_void_p)]
+                ("cache_batch_idx", ctypes.c_void_p), ("rotary_cos", ctypes.c_void_p),
+                ("rotary_sin", ctypes.c_void_p), ("rotary_len", ctypes.c_int),
+                ("rotary_dim", ctypes.c_int), ("rotary_interleaved", ctypes.c_int)]
 
 
 _lib.LIB.fatune_attention_kvcache.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvcacheArgs)]
@@ -69,12 +71,32 @@ Fields = Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]
 
 def _args(stream: int, arrays: List[Fields], lse: int, table: int, pps: int, seqlens: int,
           max_k: int, causal: bool, scale: float, new: Optional[List[Fields]],
-          cbi: int) -> KvcacheArgs:
+          cbi: int, rotary: Tuple[int, int, int, int, bool]) -> KvcacheArgs:
     q, k, v, o = arrays
     kn, vn = (_tensor(*a, swap=True) for a in new) if new else (_lib.Tensor(), _lib.Tensor())
+    cos, sin, rlen, rdim, inter = rotary
     return KvcacheArgs(_tensor(*q, swap=True), _tensor(*k, swap=False), _tensor(*v, swap=False),
                        _tensor(*o, swap=True), lse, table or None, pps, seqlens, max_k,
-                       1 if causal else 0, scale, stream or None, kn, vn, cbi or None)
+                       1 if causal else 0, scale, stream or None, kn, vn, cbi or None,
+                       cos or None, sin or None, rlen, rdim, 1 if inter else 0)
+
+
+def _rotary_shapes(q: Any, kn: Any, cos: Any, sin: Any) -> None:
+    """rotary_cos and rotary_sin: both or neither, with the new keys, shaped
+    (positions, rotary_dim / 2) with rotary_dim at most the head dim."""
+    if (cos is None) != (sin is None):
+        raise ValueError("rotary_cos and rotary_sin: the rotary tables come together")
+    if cos is None:
+        return
+    if kn is None:
+        raise ValueError("rotary_cos: rotary embeddings apply with the new keys and values "
+                         "(k=, v=), as flash_attn's")
+    for name, x in (("rotary_cos", cos), ("rotary_sin", sin)):
+        if len(x.shape) != 2 or tuple(x.shape) != tuple(cos.shape) or x.shape[0] < 1 or \
+                not 1 <= 2 * x.shape[1] <= q.shape[3]:
+            raise ValueError("%s: shape %s, not (positions, rotary_dim / 2) as rotary_cos, with "
+                             "rotary_dim at most the head dim %d"
+                             % (name, tuple(x.shape), q.shape[3]))
 
 
 def _new_shapes(q: Any, k_cache: Any, v_cache: Any, k: Any, v: Any) -> None:
@@ -99,8 +121,11 @@ class _Call:
 
 def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal: bool,
                 scale: float, max_k: int, db: Optional[str], out: Any = None,
-                kn: Any = None, vn: Any = None, cbi: Any = None) -> _Call:
-    for name, x in (("k_cache", k), ("v_cache", v), ("k", kn), ("v", vn)):
+                kn: Any = None, vn: Any = None, cbi: Any = None,
+                rot: Tuple[Any, Any, bool] = (None, None, False)) -> _Call:
+    cos, sin, inter = rot
+    for name, x in (("k_cache", k), ("v_cache", v), ("k", kn), ("v", vn), ("rotary_cos", cos),
+                    ("rotary_sin", sin)):
         if (x is not None or name.endswith("cache")) and (not isinstance(x, np.ndarray) or
                                                           x.dtype != q.dtype):
             raise TypeError("%s: a NumPy array of q's dtype %s" % (name, q.dtype))
@@ -112,6 +137,7 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal:
             raise TypeError("%s: a NumPy array of int32" % name)
     _shapes(q, k, v, seqlens, table, cbi)
     _new_shapes(q, k, v, kn, vn)
+    _rotary_shapes(q, kn, cos, sin)
     code = _numpy.dtype_code("q", q)
     if kn is not None and not (k.flags.c_contiguous and v.flags.c_contiguous):
         raise ValueError("k_cache and v_cache: contiguous, since the new keys and values go "
@@ -121,6 +147,7 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal:
     seqlens = np.ascontiguousarray(seqlens)
     table = None if table is None else np.ascontiguousarray(table)
     cbi = None if cbi is None else np.ascontiguousarray(cbi)
+    cos, sin = (None if x is None else np.ascontiguousarray(x) for x in (cos, sin))
     shape = q.shape[:3] + (v.shape[3],)
     if out is not None and (not isinstance(out, np.ndarray) or out.dtype != q.dtype or
                             out.shape != shape or not out.flags.c_contiguous):
@@ -136,15 +163,21 @@ def _numpy_call(q: np.ndarray, k: Any, v: Any, seqlens: Any, table: Any, causal:
                  0 if table is None else table.ctypes.data,
                  0 if table is None else table.shape[1], seqlens.ctypes.data, max_k, causal, scale,
                  None if new is None else [fields(x) for x in new],
-                 0 if cbi is None else cbi.ctypes.data)
-    return _Call(_lib.context("emu", 0, db), args, o, lse, (q, k, v, seqlens, table, new, cbi))
+                 0 if cbi is None else cbi.ctypes.data,
+                 (0, 0, 0, 0, False) if cos is None else
+                 (cos.ctypes.data, sin.ctypes.data, cos.shape[0], 2 * cos.shape[1], inter))
+    return _Call(_lib.context("emu", 0, db), args, o, lse,
+                 (q, k, v, seqlens, table, new, cbi, cos, sin))
 
 
 def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, scale: float,
                 max_k: int, db: Optional[str], pt: Any, out: Any = None,
-                kn: Any = None, vn: Any = None, cbi: Any = None) -> _Call:
+                kn: Any = None, vn: Any = None, cbi: Any = None,
+                rot: Tuple[Any, Any, bool] = (None, None, False)) -> _Call:
     torch = pt.torch
-    for name, x in (("k_cache", k), ("v_cache", v), ("k", kn), ("v", vn)):
+    cos, sin, inter = rot
+    for name, x in (("k_cache", k), ("v_cache", v), ("k", kn), ("v", vn), ("rotary_cos", cos),
+                    ("rotary_sin", sin)):
         if (x is not None or name.endswith("cache")) and (
                 not isinstance(x, torch.Tensor) or x.dtype != q.dtype or x.device != q.device):
             raise TypeError("%s: a torch.Tensor of q's dtype and device" % name)
@@ -154,6 +187,7 @@ def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, 
             raise TypeError("%s: a torch.Tensor of int32 on q's device" % name)
     _shapes(q, k, v, seqlens, table, cbi)
     _new_shapes(q, k, v, kn, vn)
+    _rotary_shapes(q, kn, cos, sin)
     code = pt._CODES.get(q.dtype)
     if code is None:
         raise TypeError("q: dtype %s is not one fatune runs (float16, bfloat16, float32, "
@@ -165,6 +199,7 @@ def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, 
     new = None if kn is None else [x.contiguous() for x in (kn, vn)]
     table = None if table is None else table.contiguous()
     cbi = None if cbi is None else cbi.contiguous()
+    cos, sin = (None if x is None else x.contiguous() for x in (cos, sin))
     shape = tuple(q.shape[:3]) + (v.shape[3],)
     if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != q.dtype or
                             out.device != q.device or tuple(out.shape) != shape or
@@ -181,14 +216,17 @@ def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, 
                  0 if table is None else table.data_ptr(), 0 if table is None else table.shape[1],
                  seqlens.data_ptr(), max_k, causal, scale,
                  None if new is None else [fields(x) for x in new],
-                 0 if cbi is None else cbi.data_ptr())
-    return _Call(ctx, args, o, lse, (q, k, v, seqlens, table, new, cbi))
+                 0 if cbi is None else cbi.data_ptr(),
+                 (0, 0, 0, 0, False) if cos is None else
+                 (cos.data_ptr(), sin.data_ptr(), cos.shape[0], 2 * cos.shape[1], inter))
+    return _Call(ctx, args, o, lse, (q, k, v, seqlens, table, new, cbi, cos, sin))
 
 
 def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
              causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
              db: Optional[str], pt: Any, what: str, out: Any = None, k: Any = None,
-             v: Any = None, cache_batch_idx: Any = None) -> _Call:
+             v: Any = None, cache_batch_idx: Any = None,
+             rot: Tuple[Any, Any, bool] = (None, None, False)) -> _Call:
     if not isinstance(causal, bool):
         raise TypeError("causal: True or False, not %r" % (causal,))
     scale = _check.scale(softmax_scale)
@@ -200,10 +238,10 @@ def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table
             raise ValueError("%s has no backward pass: give tensors that need no gradient "
                              "(torch.no_grad())" % what)
         return _torch_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                           max_k, db, pt, out, k, v, cache_batch_idx)
+                           max_k, db, pt, out, k, v, cache_batch_idx, rot)
     if isinstance(q, np.ndarray):
         return _numpy_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
-                           max_k, db, out, k, v, cache_batch_idx)
+                           max_k, db, out, k, v, cache_batch_idx, rot)
     raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
 
 
@@ -240,7 +278,9 @@ class DecodePlan:
 
     def run(self, q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
             block_table: Any = None, out: Any = None, return_softmax_lse: bool = False,
-            k: Any = None, v: Any = None, cache_batch_idx: Any = None) -> Any:
+            k: Any = None, v: Any = None, cache_batch_idx: Any = None,
+            rotary_cos: Any = None, rotary_sin: Any = None,
+            rotary_interleaved: bool = False) -> Any:
         """O for the planned problem over these tensors (their shapes the
         plan's; k and v, the new keys and values, when planned with them),
         into out when given (a fixed address for a graph)."""
@@ -248,7 +288,8 @@ class DecodePlan:
             raise ValueError("the plan was closed")
         causal, softmax_scale, max_k, db = self._planned
         call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                        max_k, db, self._pt, "plan_decode", out, k, v, cache_batch_idx)
+                        max_k, db, self._pt, "plan_decode", out, k, v, cache_batch_idx,
+                        (rotary_cos, rotary_sin, rotary_interleaved))
         _lib.check(_lib.LIB.fatune_decode_plan_run(self._handle, ctypes.byref(call.args)))
         return (call.o, call.lse) if return_softmax_lse else call.o
 
@@ -270,9 +311,10 @@ class DecodePlan:
 def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any,
                 causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
                 db: Optional[str], pt: Any, k: Any = None, v: Any = None,
-                cache_batch_idx: Any = None) -> DecodePlan:
+                cache_batch_idx: Any = None,
+                rot: Tuple[Any, Any, bool] = (None, None, False)) -> DecodePlan:
     call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                    max_seqlen_k, db, pt, "plan_decode", None, k, v, cache_batch_idx)
+                    max_seqlen_k, db, pt, "plan_decode", None, k, v, cache_batch_idx, rot)
     return DecodePlan(call, (causal, softmax_scale, max_seqlen_k, db), pt)
 
 
@@ -280,9 +322,10 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
                            block_table: Any, causal: bool, softmax_scale: Optional[float],
                            max_seqlen_k: Optional[int], return_softmax_lse: bool,
                            db: Optional[str], pt: Any, k: Any = None, v: Any = None,
-                           cache_batch_idx: Any = None) -> Any:
+                           cache_batch_idx: Any = None,
+                           rot: Tuple[Any, Any, bool] = (None, None, False)) -> Any:
     call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
                     max_seqlen_k, db, pt, "attention_with_kvcache", None, k, v,
-                    cache_batch_idx)
+                    cache_batch_idx, rot)
     _lib.check(_lib.LIB.fatune_attention_kvcache(call.ctx, ctypes.byref(call.args)))
     return (call.o, call.lse) if return_softmax_lse else call.o

@@ -212,3 +212,66 @@ def test_cache_batch_idx():
         fatune.attention_with_kvcache(q, kc, vc, LENS, cache_batch_idx=rows[:2])
     with pytest.raises(TypeError, match="cache_batch_idx"):
         fatune.attention_with_kvcache(q, kc, vc, LENS, cache_batch_idx=rows.astype(np.int64))
+
+
+def rotate(x, cos, sin, pos, inter):
+    """Rows x (..., D) rotated in float64 at positions pos (broadcast over
+    x's leading dims but the last), as flash_attn's rotary embedding."""
+    rd = 2 * cos.shape[1]
+    c, s = cos[pos].astype(np.float64), sin[pos].astype(np.float64)
+    x = x.astype(np.float64)
+    y = x.copy()
+    a, b = (x[..., 0:rd:2], x[..., 1:rd:2]) if inter else (x[..., :rd // 2], x[..., rd // 2:rd])
+    ya, yb = (a * c - b * s), (a * s + b * c)
+    if inter:
+        y[..., 0:rd:2], y[..., 1:rd:2] = ya, yb
+    else:
+        y[..., :rd // 2], y[..., rd // 2:rd] = ya, yb
+    return y
+
+
+@pytest.mark.parametrize("inter,causal", [(False, True), (True, False)])
+def test_rotary(inter, causal):
+    """rotary_cos and rotary_sin with new keys: the keys go into the cache
+    rotated at their positions, the queries are rotated at theirs (all at
+    the old length without causal), q itself unchanged; O against the
+    float64 reference over the rotated tokens."""
+    q, kp, vp, table = paged(np.float32, 8)
+    rng = np.random.default_rng(7)
+    kn = rng.standard_normal((B, SQ, KVH, D)).astype(np.float32)
+    vn = rng.standard_normal((B, SQ, KVH, D)).astype(np.float32)
+    theta = rng.uniform(0, 2 * np.pi, (48, 6))     # rotary_dim 12 of 16
+    cos, sin = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+    kx, vx = kp.copy(), vp.copy()
+    qr = np.empty(q.shape, np.float64)
+    for b in range(B):
+        for j in range(SQ):
+            pos = int(LENS[b]) + j
+            kx[table[b, pos // 8], pos % 8] = rotate(kn[b, j], cos, sin, pos, inter)
+            vx[table[b, pos // 8], pos % 8] = vn[b, j]
+            qr[b, j] = rotate(q[b, j], cos, sin, pos if causal else int(LENS[b]), inter)
+    q0, lens = q.copy(), LENS.copy()
+    o = fatune.attention_with_kvcache(q, kp, vp, lens, table, causal=causal, k=kn, v=vn,
+                                      rotary_cos=cos, rotary_sin=sin, rotary_interleaved=inter)
+    assert np.array_equal(q, q0) and np.array_equal(lens, LENS)
+    assert np.max(np.abs(kp - kx)) <= 1e-5 and np.array_equal(vp, vx)
+    ref, _ = reference(qr, kx, vx, table, LENS + SQ, causal)
+    assert rel_err(o, ref) <= TOLERANCE["float32"]
+
+
+def test_rotary_refused():
+    q, kp, vp, table = paged(np.float32, 8)
+    kn = np.zeros((B, SQ, KVH, D), np.float32)
+    cos = sin = np.ones((48, 4), np.float32)
+    with pytest.raises(ValueError, match="come together"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS, table, k=kn, v=kn, rotary_cos=cos)
+    with pytest.raises(ValueError, match="new keys"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS, table, rotary_cos=cos, rotary_sin=sin)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS, table, k=kn, v=kn,
+                                      rotary_cos=np.ones((48, 9), np.float32),
+                                      rotary_sin=np.ones((48, 9), np.float32))
+    # positions past the tables (sequence 0 has 37 keys): said after the call
+    with pytest.raises(fatune.Error, match="rotary"):
+        fatune.attention_with_kvcache(q, kp, vp, LENS, table, k=kn, v=kn,
+                                      rotary_cos=cos[:30], rotary_sin=sin[:30])
