@@ -1017,21 +1017,19 @@ static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
 }
 
-fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_args *x) {
-  if (!c) return fail(FATUNE_EINVAL, "no context");
-  fatune_problem p;
-  fatune_status st = check_bwd_args(x, &p);
-  if (st != FATUNE_OK) return st;
-  fa_problem fp = to_problem(&p);
-  fp.op = FA_OP_BWD;
-  fp.kv_group = (int)(x->q.shape[1] / x->k.shape[1]);  /* the launch grids over K/V heads */
+/* A checked backward call of problem fp over x's tensors: the slot's kernel
+** chosen and built, x aligned for it, and its launches; with fp->varlen the
+** packed tensors of sequences at cu_q and cu_k (total_q and total_k their
+** tokens), lse [heads][total_q]. */
+static fatune_status bwd_run(fatune_ctx *c, fa_problem *fp, const budget *bud,
+                             const fatune_backward_args *x, const int *cu_q, const int *cu_k) {
   char err[512];
   int rc = backend_enter(c->be, err, sizeof err);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   atomic_store(&c->used, 1);
   slot *s;
-  const budget bud = {x->max_rel_err, x->deterministic != 0};
-  if ((st = prepare(c, &fp, &bud, &s)) != FATUNE_OK) {
+  fatune_status st = prepare(c, fp, bud, &s);
+  if (st != FATUNE_OK) {
     backend_leave(c->be);
     return st;
   }
@@ -1040,23 +1038,42 @@ fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_arg
     backend_leave(c->be);
     return st;
   }
-  fa_params a = bwd_params(x, &fp);
+  fa_params a = bwd_params(x, fp);
+  const size_t rows = fp->varlen ? (size_t)fp->heads * (size_t)x->q.shape[2]
+                                 : (size_t)fp->batch * fp->heads * fp->seq_q;
+  if (fp->varlen) {
+    a.cu_seqlens_q = cu_q, a.cu_seqlens_k = cu_k;
+    a.total_q = (int)x->q.shape[2], a.total_k = (int)x->k.shape[2];
+  }
   /* On the emulator the caller's buffers are host memory the kernels may touch. */
   const fatune_tensor *t[BN_TENSORS];
   bwd_tensors(x, t);
-  const size_t es = (size_t)fa_dtype_size(fp.dtype);
-  fa_range extra[BN_TENSORS + 2];
+  const size_t es = (size_t)fa_dtype_size(fp->dtype), lse_bytes = rows * fa_lse_size(fp->dtype);
+  const size_t cu = ((size_t)fp->batch + 1) * sizeof(int);
+  fa_range extra[BN_TENSORS + 4];
   for (int i = 0; i < BN_TENSORS; i++)
     extra[i] = (fa_range){(uintptr_t)t[i]->data, (uintptr_t)t[i]->data + extent(t[i], es)};
-  extra[BN_TENSORS] = (fa_range){(uintptr_t)x->lse, (uintptr_t)x->lse +
-                                 (size_t)fp.batch * fp.heads * fp.seq_q * fa_lse_size(fp.dtype)};
-  extra[BN_TENSORS + 1] = x->dlse ? (fa_range){(uintptr_t)x->dlse, extra[BN_TENSORS].hi -
-                                                 extra[BN_TENSORS].lo + (uintptr_t)x->dlse}
+  extra[BN_TENSORS] = (fa_range){(uintptr_t)x->lse, (uintptr_t)x->lse + lse_bytes};
+  extra[BN_TENSORS + 1] = x->dlse ? (fa_range){(uintptr_t)x->dlse, (uintptr_t)x->dlse + lse_bytes}
                                   : (fa_range){0, 0};
-  st = bwd_launch(c, s, &fp, &a, extra, BN_TENSORS + 2, x->stream);
+  extra[BN_TENSORS + 2] = (fa_range){(uintptr_t)cu_q, cu_q ? (uintptr_t)cu_q + cu : 0};
+  extra[BN_TENSORS + 3] = (fa_range){(uintptr_t)cu_k, cu_k ? (uintptr_t)cu_k + cu : 0};
+  st = bwd_launch(c, s, fp, &a, extra, fp->varlen ? BN_TENSORS + 4 : BN_TENSORS + 2, x->stream);
   backend_leave(c->be);
   if (st == FATUNE_OK) errbuf[0] = '\0';
   return st;
+}
+
+fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_args *x) {
+  if (!c) return fail(FATUNE_EINVAL, "no context");
+  fatune_problem p;
+  fatune_status st = check_bwd_args(x, &p);
+  if (st != FATUNE_OK) return st;
+  fa_problem fp = to_problem(&p);
+  fp.op = FA_OP_BWD;
+  fp.kv_group = (int)(x->q.shape[1] / x->k.shape[1]);  /* the launch grids over K/V heads */
+  const budget bud = {x->max_rel_err, x->deterministic != 0};
+  return bwd_run(c, &fp, &bud, x, NULL, NULL);
 }
 
 /* ---- Modifications ---- */
@@ -1684,40 +1701,6 @@ fatune_status fatune_attention_varlen_backward(fatune_ctx *c,
   fatune_problem packed;
   if ((st = check_bwd_args(&view, &packed)) != FATUNE_OK) return st;
   fp.op = FA_OP_BWD;
-  char err[512];
-  int rc = backend_enter(c->be, err, sizeof err);
-  if (rc != 0) return fail((fatune_status)rc, "%s", err);
-  atomic_store(&c->used, 1);
-  slot *s;
   const budget bud = {0, x->deterministic != 0};
-  if ((st = prepare(c, &fp, &bud, &s)) != FATUNE_OK) {
-    backend_leave(c->be);
-    return st;
-  }
-  if ((st = check_bwd_alignment(&s->k, &view)) != FATUNE_OK) {
-    pthread_rwlock_unlock(&c->lock);
-    backend_leave(c->be);
-    return st;
-  }
-  fa_params a = bwd_params(&view, &fp);
-  a.cu_seqlens_q = x->cu_seqlens_q, a.cu_seqlens_k = x->cu_seqlens_k;
-  a.total_q = (int)x->q.shape[2], a.total_k = (int)x->k.shape[2];
-  /* On the emulator the caller's buffers are host memory the kernels may touch. */
-  const fatune_tensor *t[BN_TENSORS];
-  bwd_tensors(&view, t);
-  const size_t es = (size_t)fa_dtype_size(fp.dtype);
-  const size_t lse_bytes = (size_t)fp.heads * (size_t)a.total_q * (size_t)fa_lse_size(fp.dtype);
-  const size_t cu = ((size_t)fp.batch + 1) * sizeof(int);
-  fa_range extra[BN_TENSORS + 4];
-  for (int i = 0; i < BN_TENSORS; i++)
-    extra[i] = (fa_range){(uintptr_t)t[i]->data, (uintptr_t)t[i]->data + extent(t[i], es)};
-  extra[BN_TENSORS] = (fa_range){(uintptr_t)x->lse, (uintptr_t)x->lse + lse_bytes};
-  extra[BN_TENSORS + 1] = x->dlse ? (fa_range){(uintptr_t)x->dlse, (uintptr_t)x->dlse + lse_bytes}
-                                  : (fa_range){0, 0};
-  extra[BN_TENSORS + 2] = (fa_range){(uintptr_t)x->cu_seqlens_q, (uintptr_t)x->cu_seqlens_q + cu};
-  extra[BN_TENSORS + 3] = (fa_range){(uintptr_t)x->cu_seqlens_k, (uintptr_t)x->cu_seqlens_k + cu};
-  st = bwd_launch(c, s, &fp, &a, extra, BN_TENSORS + 4, x->stream);
-  backend_leave(c->be);
-  if (st == FATUNE_OK) errbuf[0] = '\0';
-  return st;
+  return bwd_run(c, &fp, &bud, &view, x->cu_seqlens_q, x->cu_seqlens_k);
 }

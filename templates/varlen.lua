@@ -24,15 +24,29 @@ function varlen.kernel(c, macro, entry, nt)
   ** Offsets outside the packed tensors, or a length past the longest the
   ** grid covers, are never followed: the CTA sets error[1] and stops. */
   fa_params p = pv;
-  const int vq_lo = fa_ldg_i32(pv.cu_seqlens_q + fa_bid_z()), vq_hi = fa_ldg_i32(pv.cu_seqlens_q + fa_bid_z() + 1);
-  const int vk_lo = fa_ldg_i32(pv.cu_seqlens_k + fa_bid_z()), vk_hi = fa_ldg_i32(pv.cu_seqlens_k + fa_bid_z() + 1);
-  if (vq_lo < 0 || vq_hi < vq_lo || vq_hi > pv.total_q || vq_hi - vq_lo > pv.seq_q ||
-      vk_lo < 0 || vk_hi < vk_lo || vk_hi > pv.total_k || vk_hi - vk_lo > pv.seq_k) {
+  %s
+  if (%s) {
     if (fa_tid() == 0) fa_st_i32(pv.error + 1, 1);
     return;
   }
   p.seq_q = vq_hi - vq_lo, p.seq_k = vk_hi - vk_lo;
-  p.q_sb = p.k_sb = p.v_sb = p.o_sb = 0;]], macro, entry, nt)
+  p.q_sb = p.k_sb = p.v_sb = p.o_sb = 0;]], macro, entry, nt, varlen.offsets("fa_bid_z()"),
+                       varlen.bad_offsets())
+end
+
+-- Sequence seq's offsets (a C expression), read from the argument block pv
+-- into vq_lo, vq_hi, vk_lo and vk_hi.
+function varlen.offsets(seq)
+  return string.format([[const int vq_lo = fa_ldg_i32(pv.cu_seqlens_q + %s), vq_hi = fa_ldg_i32(pv.cu_seqlens_q + %s + 1);
+  const int vk_lo = fa_ldg_i32(pv.cu_seqlens_k + %s), vk_hi = fa_ldg_i32(pv.cu_seqlens_k + %s + 1);]],
+                       seq, seq, seq, seq)
+end
+
+-- The condition under which those offsets are not followed: outside the
+-- packed tensors, decreasing, or longer than the longest the grid covers.
+function varlen.bad_offsets()
+  return [[vq_lo < 0 || vq_hi < vq_lo || vq_hi > pv.total_q || vq_hi - vq_lo > pv.seq_q ||
+      vk_lo < 0 || vk_hi < vk_lo || vk_hi > pv.total_k || vk_hi - vk_lo > pv.seq_k]]
 end
 
 -- What the address of tensor t's rows ("q", "k", "v" or "o") adds under

@@ -217,29 +217,48 @@ static int case_target(gen_state *g, const vcase *c, gen_target *t) {
   return gen_target_for_arch(g, hopper ? "sm_90a" : gen_default_arch(g), 0, 0, t);
 }
 
+/* What a case of op `op` starts from: its offsets, its database (the
+** case's variant recorded there for the dense key of its longest lengths,
+** when it names one) and its description. */
+typedef struct vstart {
+  int cu_q[MAXB + 1], cu_k[MAXB + 1], max_q, max_k;
+  char path[256], want[256], what[320];
+  int det;   /* the recorded variant gives the same bits every run */
+} vstart;
+
+static int case_start(int i, const vcase *c, gen_state *g, fa_op op, vstart *st) {
+  memset(st, 0, sizeof *st);
+  offsets(c, st->cu_q, st->cu_k, &st->max_q, &st->max_k);
+  const char *kind = op == FA_OP_BWD ? "bwd case" : "case";
+  snprintf(st->path, sizeof st->path, "%s/%s-%d.db", dir, op == FA_OP_BWD ? "bwd" : "case", i);
+  snprintf(st->what, sizeof st->what, "%s %d (%s %s d%d/%d h%d/%d%s, %d sequences)", kind, i,
+           c->config ? c->config : "the default", fa_dtype_name(c->dtype), c->dim,
+           c->dim_v ? c->dim_v : c->dim, c->heads, c->kv_heads, c->causal ? " causal" : "",
+           c->batch);
+  gen_target t;
+  if (case_target(g, c, &t) != 0) {
+    CHECK(0, "%s: its target: %s", st->what, gen_errmsg(g));
+    return -1;
+  }
+  const fa_problem dense = {.batch = c->batch, .heads = c->heads, .seq_q = st->max_q,
+                            .seq_k = st->max_k, .dim = c->dim, .dim_v = c->dim_v,
+                            .dtype = c->dtype, .causal = c->causal, .op = op};
+  if (c->config &&
+      record(g, &t, c->config, &dense, st->path, st->want, sizeof st->want, &st->det) != 0) {
+    CHECK(0, "%s: recording its variant", st->what);
+    return -1;
+  }
+  return 0;
+}
+
 static void run_case(int i, const vcase *c, gen_state *g) {
   const int H = c->heads, HK = c->kv_heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
-  int cu_q[MAXB + 1], cu_k[MAXB + 1], max_q, max_k;
-  offsets(c, cu_q, cu_k, &max_q, &max_k);
+  vstart st;
+  if (case_start(i, c, g, FA_OP_FWD, &st) != 0) return;
+  const int *const cu_q = st.cu_q, *const cu_k = st.cu_k, max_q = st.max_q, max_k = st.max_k;
   const int TQ = cu_q[c->batch], TK = cu_k[c->batch];
-  char path[256], want[256] = "", name[256] = "", what[320];
-  int det = 0;
-  snprintf(path, sizeof path, "%s/case-%d.db", dir, i);
-  gen_target tg;
-  const gen_target *t = &tg;
-  if (case_target(g, c, &tg) != 0) {
-    CHECK(0, "case %d: its target: %s", i, gen_errmsg(g));
-    return;
-  }
-  snprintf(what, sizeof what, "case %d (%s %s d%d/%d h%d/%d%s, %d sequences)", i,
-           c->config ? c->config : "the default", fa_dtype_name(c->dtype), D, DV, H, HK,
-           c->causal ? " causal" : "", c->batch);
-  const fa_problem dense = {.batch = c->batch, .heads = H, .seq_q = max_q, .seq_k = max_k,
-                            .dim = D, .dim_v = c->dim_v, .dtype = c->dtype, .causal = c->causal};
-  if (c->config && record(g, t, c->config, &dense, path, want, sizeof want, &det) != 0) {
-    CHECK(0, "%s: recording its variant", what);
-    return;
-  }
+  const char *const path = st.path, *const want = st.want, *const what = st.what;
+  char name[256] = "";
   packed q, k, v, o;
   memset(&q, 0, sizeof q), memset(&k, 0, sizeof k), memset(&v, 0, sizeof v), memset(&o, 0, sizeof o);
   const int es = fa_lse_size(c->dtype);
@@ -368,28 +387,12 @@ static double packed_err(const packed *x, fa_dtype dt, int total, const double *
 ** wider apart than the inputs', so that a stride taken for another's shows. */
 static void run_bwd_case(int i, const vcase *c, gen_state *g) {
   const int H = c->heads, HK = c->kv_heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
-  int cu_q[MAXB + 1], cu_k[MAXB + 1], max_q, max_k;
-  offsets(c, cu_q, cu_k, &max_q, &max_k);
+  vstart st;
+  if (case_start(i, c, g, FA_OP_BWD, &st) != 0) return;
+  const int *const cu_q = st.cu_q, *const cu_k = st.cu_k, max_q = st.max_q, max_k = st.max_k;
   const int TQ = cu_q[c->batch], TK = cu_k[c->batch];
-  char path[256], want[256] = "", what[320];
-  int det = 0;
-  snprintf(path, sizeof path, "%s/bwd-%d.db", dir, i);
-  gen_target tg;
-  const gen_target *t = &tg;
-  if (case_target(g, c, &tg) != 0) {
-    CHECK(0, "bwd case %d: its target: %s", i, gen_errmsg(g));
-    return;
-  }
-  snprintf(what, sizeof what, "bwd case %d (%s %s d%d/%d h%d/%d%s, %d sequences)", i,
-           c->config ? c->config : "the default", fa_dtype_name(c->dtype), D, DV, H, HK,
-           c->causal ? " causal" : "", c->batch);
-  const fa_problem dense = {.batch = c->batch, .heads = H, .seq_q = max_q, .seq_k = max_k,
-                            .dim = D, .dim_v = c->dim_v, .dtype = c->dtype, .causal = c->causal,
-                            .op = FA_OP_BWD};
-  if (c->config && record(g, t, c->config, &dense, path, want, sizeof want, &det) != 0) {
-    CHECK(0, "%s: recording its variant", what);
-    return;
-  }
+  const char *const path = st.path, *const want = st.want, *const what = st.what;
+  const int det = st.det;
   enum { Q, K, V, O, DO, DQ, DK, DV_, NT };
   packed x[NT];
   memset(x, 0, sizeof x);

@@ -90,24 +90,31 @@ def _run_backward(ctx: int, stream: int, arrays: List[Fields], lse: int, dlse: i
     _lib.check(_lib.LIB.fatune_attention_varlen_backward(ctx, ctypes.byref(args)))
 
 
-def _numpy_call(q: np.ndarray, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
-                causal: bool, scale: float, db: Optional[str]) -> Tuple[np.ndarray, np.ndarray]:
-    for name, x in (("k", k), ("v", v)):
+def _numpy_checked(q: np.ndarray, others: Tuple[Tuple[str, Any], ...], cu_q: Any,
+                   cu_k: Any) -> Tuple[int, int]:
+    """The batch and the dtype's code of NumPy arrays flash_attn_varlen_func
+    would take (others: named arrays of q's dtype), else TypeError or
+    ValueError naming the argument."""
+    for name, x in others:
         if not isinstance(x, np.ndarray) or x.dtype != q.dtype:
             raise TypeError("%s: a NumPy array of q's dtype %s" % (name, q.dtype))
     for name, x in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
         if not isinstance(x, np.ndarray) or x.dtype != np.int32:
             raise TypeError("%s: a NumPy array of int32" % name)
-    batch = _shapes(q, k, v, cu_q, cu_k)
-    code = _numpy.dtype_code("q", q)
+    return _shapes(q, others[0][1], others[1][1], cu_q, cu_k), _numpy.dtype_code("q", q)
+
+
+def _numpy_fields(a: np.ndarray, code: int) -> Fields:
+    return (a.ctypes.data, code, a.shape, tuple(s // a.itemsize for s in a.strides))
+
+
+def _numpy_call(q: np.ndarray, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
+                causal: bool, scale: float, db: Optional[str]) -> Tuple[np.ndarray, np.ndarray]:
+    batch, code = _numpy_checked(q, (("k", k), ("v", v)), cu_q, cu_k)
     q, k, v, cu_q, cu_k = (np.ascontiguousarray(x) for x in (q, k, v, cu_q, cu_k))
     o = np.empty(q.shape[:2] + (v.shape[2],), q.dtype)
     lse = np.empty((q.shape[1], q.shape[0]), np.float64 if q.dtype == np.float64 else np.float32)
-    es = q.itemsize
-
-    def fields(a: np.ndarray) -> Fields:
-        return (a.ctypes.data, code, a.shape, tuple(s // es for s in a.strides))
-    _run(_lib.context("emu", 0, db), 0, [fields(q), fields(k), fields(v), fields(o)],
+    _run(_lib.context("emu", 0, db), 0, [_numpy_fields(x, code) for x in (q, k, v, o)],
          lse.ctypes.data, cu_q.ctypes.data, cu_k.ctypes.data, batch, max_q, max_k, causal, scale)
     return o, lse
 
@@ -116,14 +123,8 @@ def _numpy_backward(grad_o: Any, q: np.ndarray, k: Any, v: Any, out: Any, lse: A
                     cu_k: Any, max_q: int, max_k: int, causal: bool, scale: float,
                     grad_lse: Any, deterministic: bool, db: Optional[str]
                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    for name, x in (("k", k), ("v", v), ("out", out), ("grad_o", grad_o)):
-        if not isinstance(x, np.ndarray) or x.dtype != q.dtype:
-            raise TypeError("%s: a NumPy array of q's dtype %s" % (name, q.dtype))
-    for name, x in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
-        if not isinstance(x, np.ndarray) or x.dtype != np.int32:
-            raise TypeError("%s: a NumPy array of int32" % name)
-    batch = _shapes(q, k, v, cu_q, cu_k)
-    code = _numpy.dtype_code("q", q)
+    batch, code = _numpy_checked(q, (("k", k), ("v", v), ("out", out), ("grad_o", grad_o)),
+                                 cu_q, cu_k)
     want = q.shape[:2] + (v.shape[2],)
     for name, x in (("out", out), ("grad_o", grad_o)):
         if tuple(x.shape) != want:
@@ -142,12 +143,9 @@ def _numpy_backward(grad_o: Any, q: np.ndarray, k: Any, v: Any, out: Any, lse: A
                                              (q, k, v, out, grad_o, lse, cu_q, cu_k))
     dlse = None if grad_lse is None else np.ascontiguousarray(grad_lse)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    es = q.itemsize
-
-    def fields(a: np.ndarray) -> Fields:
-        return (a.ctypes.data, code, a.shape, tuple(s // es for s in a.strides))
     _run_backward(_lib.context("emu", 0, db), 0,
-                  [fields(x) for x in (q, k, v, out, grad_o, dq, dk, dv)], lse.ctypes.data,
+                  [_numpy_fields(x, code) for x in (q, k, v, out, grad_o, dq, dk, dv)],
+                  lse.ctypes.data,
                   0 if dlse is None else dlse.ctypes.data, cu_q.ctypes.data, cu_k.ctypes.data,
                   batch, max_q, max_k, causal, scale, deterministic)
     return dq, dk, dv

@@ -229,10 +229,8 @@ $     end
 $     if varlen then
     /* Sequence b's offsets (the tile's own lengths); offsets outside the
     ** packed tensors or past the longest: the tile has no block. */
-    const int vq_lo = fa_ldg_i32(pv.cu_seqlens_q + b), vq_hi = fa_ldg_i32(pv.cu_seqlens_q + b + 1);
-    const int vk_lo = fa_ldg_i32(pv.cu_seqlens_k + b), vk_hi = fa_ldg_i32(pv.cu_seqlens_k + b + 1);
-    const int vbad = vq_lo < 0 || vq_hi < vq_lo || vq_hi > pv.total_q || vq_hi - vq_lo > pv.seq_q ||
-                     vk_lo < 0 || vk_hi < vk_lo || vk_hi > pv.total_k || vk_hi - vk_lo > pv.seq_k;
+    ${vl.offsets("b")}
+    const int vbad = ${vl.bad_offsets()};
     if (vbad && tid % 128 == 0) fa_st_i32(pv.error + 1, 1);
     p.seq_q = vbad ? 0 : vq_hi - vq_lo, p.seq_k = vbad ? 0 : vk_hi - vk_lo;
     const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
