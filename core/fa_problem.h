@@ -52,6 +52,11 @@ typedef struct fa_problem {
                         ** not part of a tuned key */
   const int *q_lens;    /* varlen: each sequence's queries, with kv_lens its keys (the
                         ** timing model's), or NULL; the caller keeps it alive */
+  int paged;            /* op fwd: K and V read from a KV cache (fa_params.h's block
+                        ** table, cache_batch_idx and seqlens_k; the library's
+                        ** kvcache call with many new tokens), seq_k the capacity
+                        ** or the longest; the kernel's addressing, not part of a
+                        ** tuned key */
 } fa_problem;
 
 /* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */

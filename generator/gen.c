@@ -246,6 +246,10 @@ static void push_problem(lua_State *L, const fa_problem *p) {
     lua_pushinteger(L, 1);
     lua_setfield(L, -2, "varlen");
   }
+  if (p->paged) {
+    lua_pushinteger(L, 1);
+    lua_setfield(L, -2, "paged");
+  }
 }
 
 /* A malloc'ed copy of the string at `idx`; raises when it is not a string
@@ -755,7 +759,7 @@ int gen_render_name(gen_state *g, const char *name, const gen_target *t,
 int gen_render_name_as(gen_state *g, const char *name, const fa_problem *p, const gen_target *t,
                        gen_kernel *out) {
   int rc = gen_render_name(g, name, t, out);
-  if (rc != 0 || !p || !p->varlen) return rc;
+  if (rc != 0 || !p || !(p->varlen || p->paged)) return rc;
   char *config = strdup(out->config);
   gen_kernel_free(out);
   if (!config) {
@@ -1084,6 +1088,13 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
   if ((varlen && !strcmp(varlen, "1")) != (p->varlen != 0)) {
     snprintf(why, n, "variant %s addresses %s batch, but the problem is %s", name,
              p->varlen ? "a dense" : "a variable-length", p->varlen ? "variable-length" : "dense");
+    return 0;
+  }
+  const char *paged = gen_config_get(&k->cfg, "paged");
+  if ((paged && !strcmp(paged, "1")) != (p->paged != 0)) {
+    snprintf(why, n, "variant %s reads K/V %s, but the problem's are %s", name,
+             p->paged ? "as dense tensors" : "from a KV cache",
+             p->paged ? "in a KV cache" : "dense tensors");
     return 0;
   }
   const char *want_mod = p->mod ? p->mod->hash : "";

@@ -190,7 +190,7 @@ int gen_render_config(gen_state *g, const char *config, const fa_problem *p,
 int gen_render_name(gen_state *g, const char *name, const gen_target *t,
                     gen_kernel *out);
 /* A variant by name in the form problem p addresses: a variable-length
-** batch's (varlen) when p is one, else as named. */
+** batch's (varlen) or a KV cache's (paged) when p is one, else as named. */
 int gen_render_name_as(gen_state *g, const char *name, const fa_problem *p, const gen_target *t,
                        gen_kernel *out);
 void gen_kernel_free(gen_kernel *k);

@@ -332,17 +332,25 @@ static int fwd_params(const gen_kernel *k, const fa_problem *p, const attn_input
   return 0;
 }
 
+/* Whether k computes problems of op: its own, and for a forward kernel's
+** form over a KV cache (templates/paged.lua) decoding's, many new tokens. */
+static int computes_op(const gen_kernel *k, fa_op op) {
+  const char *paged = gen_config_get(&k->cfg, "paged");
+  return k->op == op ||
+         (op == FA_OP_DECODE && k->op == FA_OP_FWD && paged && !strcmp(paged, "1"));
+}
+
 /* The parameter block of k's op over the inputs and outputs: fa_params
 ** carries two workspaces. */
 static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
                      const outputs *out, fa_params *a, char *err, size_t errlen) {
-  if (k->op != p->op) {
+  if (!computes_op(k, p->op)) {
     snprintf(err, errlen, "kernel %s computes op %s, the problem is op %s", k->name,
              fa_op_name(k->op), fa_op_name(p->op));
     return FA_EINVAL;
   }
+  if (p->op == FA_OP_DECODE) return decode_params(k, p, in, out, a, err, errlen);
   if (k->op == FA_OP_FWD) return fwd_params(k, p, in, out, a, err, errlen);
-  if (k->op == FA_OP_DECODE) return decode_params(k, p, in, out, a, err, errlen);
   if (k->op != FA_OP_BWD || k->nws > 2 || !in->o || !in->lse || !in->dout) {
     snprintf(err, errlen, "kernel %s: op %s with %d workspaces%s: the runtime runs the forward "
              "and the backward pass, with at most two", k->name, fa_op_name(k->op), k->nws,

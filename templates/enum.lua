@@ -22,6 +22,14 @@ function enum.dim_v_axis(max)
   return a
 end
 
+-- K and V read from a KV cache (paged.lua): pages through a block table,
+-- each sequence's own length; the problem's addressing, as varlen.
+function enum.paged_axis()
+  local a = enum.int_axis("paged", 0, 1, enum.flag("paged"))
+  a.absent = 0
+  return a
+end
+
 -- A problem's dim_v as a config holds it: 0 when V's head dim is Q's.
 function enum.dim_v(problem)
   local dv = problem.dim_v

@@ -454,7 +454,8 @@ local function families_for(problem, target)
   for _, fam in ipairs(order) do
     if fam.op == op and (not problem or computes(fam, problem.dtype))
        and (not target or space.runs_on(fam, target.arch))
-       and (not problem or problem.varlen ~= 1 or fam.axis.varlen) then
+       and (not problem or problem.varlen ~= 1 or fam.axis.varlen)
+       and (not problem or problem.paged ~= 1 or fam.axis.paged) then
       out[#out + 1] = fam
     end
   end
@@ -476,18 +477,19 @@ function space.none_computes(op, dtype, target)
                        #offer > 0 and " (" .. table.concat(offer, "; ") .. ")" or "")
 end
 
--- The family a config that names none takes: the first of op's (fwd when
--- nil) that computes dtype (and runs on target, when given); with no
--- dtype, the op's last resort.
--- The names of the families of op with variable-length batches, in rank order.
-function space.varlen_families(op)
+-- The names of the families of op with the addressing axis key (varlen,
+-- paged), in rank order.
+function space.families_with(op, key)
   local out = {}
   for _, fam in ipairs(order) do
-    if fam.op == (op or "fwd") and fam.axis.varlen then out[#out + 1] = fam.name end
+    if fam.op == (op or "fwd") and fam.axis[key] then out[#out + 1] = fam.name end
   end
   return out
 end
 
+-- The family a config that names none takes: the first of op's (fwd when
+-- nil) that computes dtype (and runs on target, when given); with no
+-- dtype, the op's last resort.
 local function pick(dtype, target, op)
   op = op or "fwd"
   if dtype == nil then
@@ -619,7 +621,8 @@ local function pick_for(dtype, problem, target)
   local op = (problem or {}).op
   local first = pick(dtype, target, op)
   if not (problem and problem.dim and target and dtype) then return first end
-  for _, fam in ipairs(families_for({ dtype = dtype, op = op, varlen = problem.varlen }, target)) do
+  for _, fam in ipairs(families_for({ dtype = dtype, op = op, varlen = problem.varlen,
+                                         paged = problem.paged }, target)) do
     if fam.axis.dim.max >= problem.dim then
       local cfg = fam.defaults(problem)
       cfg.dtype = dtype
@@ -665,13 +668,17 @@ function space.parse_config(text, problem, target)
     end
     cfg[k] = axis_value(axis, v)
   end
-  -- A variable-length batch is the problem's addressing, whatever the
-  -- config says (a config tuned on the dense problem runs it).
-  if problem and problem.varlen == 1 and fam.axis.varlen then
-    cfg.varlen = 1
-  elseif problem and problem.varlen == 1 then
-    error(string.format("family %s has no variable-length batches (varlen); these have: %s",
-                        fam.name, table.concat(space.varlen_families(problem.op), ", ")), 0)
+  -- A variable-length batch, or K/V in a KV cache, is the problem's
+  -- addressing, whatever the config says (a config tuned on the dense
+  -- problem runs it).
+  for _, a in ipairs({ { "varlen", "variable-length batches" }, { "paged", "K/V in a KV cache" } }) do
+    local key, what = a[1], a[2]
+    if problem and problem[key] == 1 and fam.axis[key] then
+      cfg[key] = 1
+    elseif problem and problem[key] == 1 then
+      error(string.format("family %s has no %s (%s); these have: %s", fam.name, what, key,
+                          table.concat(space.families_with(problem.op, key), ", ")), 0)
+    end
   end
   for _, axis in ipairs(fam.axes) do cfg[axis.key] = axis_value(axis, cfg[axis.key]) end
   return fam, normalize(cfg), given

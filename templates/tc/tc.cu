@@ -6,7 +6,7 @@ $ -- the epilogue. Each step is a Lua function below that emits its code;
 $ -- tile addresses come from the preludes' fa_swizzle, fa_tile_offset and
 $ -- fa_slab_offset.
 $ local c, P = args.cfg, args.P
-$ local vl = require("varlen")
+$ local vl, pg = require("varlen"), require("paged")
 $ local causal, eager, q_in_registers = c.causal == 1, c.norm == "eager", c.q == "reg"
 $ -- A score or mask modification (mod.lua): its functions precede the kernel.
 $ local mod = c.mod
@@ -163,6 +163,83 @@ $     end
 $   end
 $ end
 $
+$ -- K/V in a KV cache (paged.lua): the block's K and V rows into the
+$ -- tiles at kst and vst, zeros for a position not read (past seq_k when
+$ -- check_rows, or on a page outside the pool). The 8 (or copy_chunks)
+$ -- threads of a row would each look its page up; instead lane j of a
+$ -- warp looks up row j of the warp's rows (row j % rw of pass j / rw,
+$ -- paged_rows), and each copy takes its row's offsets from that lane by
+$ -- shuffle: one lookup per row, not one per chunk. In the main loop
+$ -- (ahead) the pages come from kv_page, looked up by the copy before,
+$ -- and this copy looks up the next block's: the block table's latency
+$ -- is behind a block's work, not in front of the copy. Column copies
+$ -- only (paged.fits).
+$ local paged_rw = P.column_copy and 32 // P.copy_chunks
+$ local paged_passes = (block_n + P.pass_rows - 1) // P.pass_rows
+$ local paged_sets = P.column_copy and (paged_rw * paged_passes + 31) // 32
+$ local function paged_rows()
+const int plane = (copy_row * ${P.copy_chunks} + copy_chunk) & 31, wrow = copy_row - plane / ${P.copy_chunks};  /* lane; the warp's first row */
+$ end
+$ local function paged_row(t)
+const int j = plane + ${32 * t}, row = wrow + j % ${paged_rw} + j / ${paged_rw} * ${P.pass_rows};
+$ end
+$ local function paged_in(extra)
+$   return string.format("j < %d && row < %d", paged_rw * paged_passes, block_n) .. (extra or "")
+$ end
+$ local function copy_kv_paged(check_rows, head, ahead)
+$   local pass_rows, span, cc = P.pass_rows, P.copy_chunks, P.copy_chunks
+{
+  $ paged_rows()
+  long long kofs[${paged_sets}], vofs[${paged_sets}];
+$   for t = 0, paged_sets - 1 do
+  {
+    $ paged_row(t)
+    ${pg.locate("k0 + row", paged_in(check_rows and " && pkey < p.seq_k"))}
+    ${pg.offsets(ahead and "kv_page[" .. t .. "]" or pg.lookup(), head, 2)}
+    kofs[${t}] = ko, vofs[${t}] = vo;
+  }
+$     if ahead then
+  {
+    $ paged_row(t)
+    ${pg.locate("k0 - " .. block_n .. " + row", paged_in(" && block > 0"))}
+    kv_page[${t}] = ${pg.lookup()};
+  }
+$     end
+$   end
+  /* this thread's chunk column of K and V */
+  const unsigned char *const kc = (const unsigned char *)p.k + copy_chunk * 16;
+  const unsigned char *const vc = (const unsigned char *)p.v + copy_chunk * 16;
+  FA_UNROLL
+  for (int i = 0; i < ${paged_passes}; ++i) {
+    const int src = i * ${paged_rw} + plane / ${cc};
+    const long long ko = fa_shfl_i64(kofs[src / 32], src & 31), vo = fa_shfl_i64(vofs[src / 32], src & 31);
+$   if block_n % pass_rows ~= 0 then
+    if (copy_row + i * ${pass_rows} < ${block_n}) {
+$   else
+    {
+$   end
+      /* the row's chunks; a row not read (offset 0) copies zeros from the tensor's base */
+      const unsigned char *const kr = kc + (ko & ~1ll), *const vr = vc + (vo & ~1ll);
+      FA_UNROLL
+      for (int sp = 0; sp < ${P.copy_spans}; ++sp) {
+$   if swizzle ~= 0 and pass_rows % 8 ~= 0 then
+        const int to = fa_tile_offset(copy_row + i * ${pass_rows}, copy_chunk + sp * ${span}, ${row_bytes}, ${swizzle});
+$   else
+        const int to = copy_offset + i * ${pass_rows * row_bytes} + sp * ${16 * span};
+$   end
+$   for _, t in ipairs({ { "k", "kst", dim }, { "v", "vst", P.dim_v } }) do
+$     if t[3] < padded_dim then
+        fa_cp_async_16(ss + (${t[2]} + to), ${t[1]}r + sp * ${16 * span}, ((int)${t[1]}o & 1) && copy_chunk + sp * ${span} < ${t[3] // 8} ? 16 : 0);
+$     else
+        fa_cp_async_16(ss + (${t[2]} + to), ${t[1]}r + sp * ${16 * span}, (int)${t[1]}o & 1 ? 16 : 0);
+$     end
+$   end
+      }
+    }
+  }
+}
+$ end
+$
 $ -- Column copies: this thread's chunk column and first row, from the
 $ -- thread index `t`.
 $ local function copy_lanes(t)
@@ -182,11 +259,15 @@ $
 $ -- K/V block `block` (a C variable in the caller's block, which this one
 $ -- declares into) into the stage at byte offset `stage`; only the last
 $ -- block, the first one copied, can have rows past seq_k.
-$ local function load_kv(stage, check_rows)
+$ local function load_kv(stage, check_rows, head, ahead)
 const int kst = ${P.kv_offset} + ${stage}, vst = kst + ${block_n * row_bytes};
 const int k0 = block * ${block_n};
-$ copy_tile("kst", "kg", "p.k_sn", "k0", "p.seq_k", block_n, check_rows)
-$ copy_tile("vst", "vg", "p.v_sn", "k0", "p.seq_k", block_n, check_rows, nil, P.dim_v)
+$ if c.paged == 1 then
+$   copy_kv_paged(check_rows, head or "hk", ahead)
+$ else
+$   copy_tile("kst", "kg", "p.k_sn", "k0", "p.seq_k", block_n, check_rows)
+$   copy_tile("vst", "vg", "p.v_sn", "k0", "p.seq_k", block_n, check_rows, nil, P.dim_v)
+$ end
 $ end
 $
 $ -- load_kv inside the main loop. kv_addr=rebuild: the K/V heads'
@@ -209,13 +290,15 @@ $   return
 $ end
 const int hk_again = fa_again_i32(hk);
 $ local kept = c.varlen == 1 and vl.kept_key(P.varlen_offset)
+$ if c.paged ~= 1 then
 const unsigned short *const kg = (const unsigned short *)p.k + fa_bid_z() * p.k_sb + hk_again * p.k_sh${vl.row(c, "k", kept)};
 const unsigned short *const vg = (const unsigned short *)p.v + fa_bid_z() * p.v_sb + hk_again * p.v_sh${vl.row(c, "v", kept)};
+$ end
 $ -- With P V by k16 steps fewer registers are live at the peak, and ptxas
 $ -- (CUDA 13) keeps the copy lanes of the thread index as computed once
 $ -- (or rebuilds them as it sees fit) with fewer instructions per block.
 $ copy_lanes(pv_steps_order and "tid" or "fa_tid_again()")
-$ load_kv(stage, false)
+$ load_kv(stage, false, "hk_again", true)
 $ end
 $
 $ local function q_to_registers()
@@ -553,7 +636,7 @@ $ end
 $ if mod then
 ${require("mod").c_functions(mod, "float")}
 $ end
-${vl.kernel(c, "FA_TC_KERNEL", args.entry, threads)}
+${pg.kernel(c, "FA_TC_KERNEL", args.entry, threads) or vl.kernel(c, "FA_TC_KERNEL", args.entry, threads)}
 $ if c.varlen == 1 then
   ${vl.kept_key(P.varlen_offset, true)}
 $ end
@@ -571,8 +654,10 @@ $ end
   unsigned char *const sm = (unsigned char *)fa_smem_base();
   const fa_saddr ss = fa_saddr_of(sm);
   const unsigned short *const qg = (const unsigned short *)p.q + b * p.q_sb + h * p.q_sh${vl.row(c, "q")};
+$ if c.paged ~= 1 then
   const unsigned short *const kg = (const unsigned short *)p.k + b * p.k_sb + hk * p.k_sh${vl.row(c, "k")};
   const unsigned short *const vg = (const unsigned short *)p.v + b * p.v_sb + hk * p.v_sh${vl.row(c, "v")};
+$ end
   const int off = p.seq_k - p.seq_q; /* key c is visible to row r when c <= r + off */
   const float sl2 = p.scale_log2_f32;
 $ if causal then
@@ -689,6 +774,21 @@ $ if q_in_registers and c.q_share == 0 then
   fa_cp_async_wait(${prologue}); /* Q has landed */
   fa_syncthreads();
   $ q_to_registers()
+$ end
+$ if c.paged == 1 then
+  /* K/V in a KV cache: the pages of the first block the loop copies */
+  int kv_page[${paged_sets}];
+  {
+    const int block = n_blocks - ${prologue + 1};
+    $ paged_rows()
+$   for t = 0, paged_sets - 1 do
+    {
+      $ paged_row(t)
+      ${pg.locate("block * " .. block_n .. " + row", paged_in(" && block >= 0"))}
+      kv_page[${t}] = ${pg.lookup()};
+    }
+$   end
+  }
 $ end
 $ if carry then
   /* kv_addr=carry: this thread's pointers into the first block the loop copies */

@@ -75,6 +75,7 @@ tc.axes = {
   -- ("carry": fewer instructions, four registers more through the loop).
   enum_axis("kv_addr", { "rebuild", "carry" }, { rebuild = "" }),
   enum.varlen_axis(),
+  enum.paged_axis(),
 }
 tc.axis = enum.index(tc.axes)
 
@@ -101,7 +102,7 @@ function tc.defaults(problem)
   local bm, bn = tc.fa2_tile(tc.padded_dim(d, problem.dim_v) or 256)
   return {
     dtype = problem.dtype or "fp16", dim = d, dim_v = enum.dim_v(problem), causal = problem.causal or 0,
-    varlen = problem.varlen or 0, block_m = bm, block_n = bn, warps = 4, norm = "deferred",
+    varlen = problem.varlen or 0, paged = problem.paged or 0, block_m = bm, block_n = bn, warps = 4, norm = "deferred",
     layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0, rowsum = "mma",
     pv = "block", kv_addr = "rebuild",
   }
@@ -122,10 +123,10 @@ end
 -- FADD add "fadd" after that: ...-s2-fadd; P V by k16 steps adds "step"
 -- after that: ...-s2-fadd-step; carried K/V addresses add "carry" after
 -- that: ...-s2-fadd-step-carry; a variable-length batch (varlen.lua)
--- ends in "varlen".
+-- ends in "varlen", K/V in a KV cache (paged.lua) in "paged".
 tc.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps" }, { "norm" }, { "layout" },
               { "q" }, { "q_share" }, { "stages" }, { "parts" }, { "rowsum" }, { "pv" },
-              { "kv_addr" }, { "causal" }, { "varlen" } }
+              { "kv_addr" }, { "causal" }, { "varlen" }, { "paged" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -275,6 +276,13 @@ function tc.fits(c, _, target)
   if c.pv == "step" and c.norm ~= "deferred" then
     return false, "P V by k16 steps is deferred normalization's (eager rescales P by the block's sum)"
   end
+  if c.paged == 1 then
+    local ok, why = require("paged").fits(c)
+    if not ok then return false, why end
+    if not (c.dim % 8 == 0 and enum.vdim(c) % 8 == 0) then
+      return false, "K/V in a KV cache are copied 16 bytes at a time: head dims multiples of 8"
+    end
+  end
   if c.q_share == 1 and c.q ~= "reg" then
     return false, "Q can share its shared memory with K only when Q is held in registers"
   end
@@ -303,7 +311,8 @@ local with = enum.with
 -- fits the target.
 function tc.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
-                 causal = problem.causal or 0, varlen = problem.varlen or 0 }
+                 causal = problem.causal or 0, varlen = problem.varlen or 0,
+                 paged = problem.paged or 0 }
   local out = {}
   if which == "full" then
     local bn = {}
