@@ -70,6 +70,7 @@ typedef struct slot {
   int dim, dim_v, seq_q, seq_k, causal;
   int batch, kv_group, page;   /* op decode's key; 0 for the other ops */
   int varlen;                  /* a variable-length batch's kernel (op fwd) */
+  int paged;                   /* a KV cache's forward kernel (op fwd) */
   int append;                  /* op decode with new keys: ak and aprog append them */
   char mod[17];
   budget b;
@@ -372,9 +373,9 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 static unsigned hash_key(const fa_problem *p, const budget *b) {
   int dk[3];
   decode_key(p, dk);
-  const int v[13] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
+  const int v[14] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
                      b->deterministic, fa_problem_dim_v(p), dk[0], dk[1], dk[2], p->varlen,
-                     p->append};
+                     p->append, p->paged};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
   h = fa_fnv1a64(h, mod_hash(p), strlen(mod_hash(p)));
   return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
@@ -385,7 +386,7 @@ static int same_key(const slot *s, const fa_problem *p, const budget *b) {
   decode_key(p, dk);
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
          s->batch == dk[0] && s->kv_group == dk[1] && s->page == dk[2] && s->varlen == p->varlen &&
-         s->append == p->append &&
+         s->paged == p->paged && s->append == p->append &&
          s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal && !strcmp(s->mod, mod_hash(p)) &&
          s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
@@ -469,7 +470,8 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       s->dim_v = fa_problem_dim_v(p);
       int dk[3];
       decode_key(p, dk);
-      s->batch = dk[0], s->kv_group = dk[1], s->page = dk[2], s->varlen = p->varlen;
+      s->batch = dk[0], s->kv_group = dk[1], s->page = dk[2];
+      s->varlen = p->varlen, s->paged = p->paged;
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->append = p->append, s->ak = ak, s->aprog = aprog;
       snprintf(s->mod, sizeof s->mod, "%s", mod_hash(p));
@@ -1212,6 +1214,23 @@ static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem
   return FATUNE_OK;
 }
 
+/* Many new tokens per sequence (prefill, chunked prefill) run the forward
+** pass's form over a KV cache (templates/paged.lua): its 128-row tiles of
+** one head read K/V once per 128 queries, where the decoding kernels read
+** it once per 16 rows of a head's group. Decoding stays where the forward
+** grid would leave the GPU idle: under 64 new tokens, or fewer CTAs
+** (batch x heads x 128-query blocks) than half the SMs (by the timing
+** model, README). The forward form takes 16-bit types and head dims that
+** are multiples of 8. The emulator counts as one SM. */
+static void kvcache_route(const fatune_ctx *c, fa_problem *fp) {
+  const fa_device *d = backend_device(c->be);
+  const long long sms = d ? d->sm_count : 1;
+  const long long ctas = (long long)fp->batch * fp->heads * ((fp->seq_q + 127) / 128);
+  if ((fp->dtype == FA_FP16 || fp->dtype == FA_BF16) && fp->dim % 8 == 0 &&
+      fa_problem_dim_v(fp) % 8 == 0 && fp->seq_q >= 64 && 2 * ctas >= sms)
+    fp->op = FA_OP_FWD, fp->paged = 1;
+}
+
 /* Four tensors' addresses and strides for kernel k's widest access (its
 ** io_align), lse's for its element. */
 static fatune_status check_aligned(const gen_kernel *k, const fatune_tensor *const t[4],
@@ -1357,6 +1376,7 @@ fatune_status fatune_attention_kvcache(fatune_ctx *c, const fatune_kvcache_args 
   int page = 0, pps = 0;
   fatune_status st = check_kvcache_args(x, &fp, &page, &pps);
   if (st != FATUNE_OK) return st;
+  kvcache_route(c, &fp);
   char err[512];
   int rc = backend_enter(c->be, err, sizeof err);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
@@ -1454,6 +1474,7 @@ fatune_status fatune_decode_plan_create(fatune_ctx *c, const fatune_kvcache_args
   pl->c = c;
   fatune_status st = check_kvcache_args(x, &pl->fp, &pl->page, &pl->pps);
   if (st != FATUNE_OK) return free(pl), st;
+  kvcache_route(c, &pl->fp);
   pl->has_table = x->block_table != NULL, pl->has_lse = x->lse != NULL;
   pl->has_rotary = x->rotary_cos != NULL;
   char err[512];

@@ -185,6 +185,58 @@ static void test_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
   free(ks), free(bs), free(kp);
 }
 
+/* Every variant of tc's default forward space in its paged form (prefill
+** over a KV cache) on the decoding validation cases: pages shuffled and
+** shared, NaN past each length, pages of 1 to 80 tokens. */
+static void test_paged_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
+  static const int lens[] = {150, 0, 1, 97, 200};
+  static const int page_sizes[] = {1, 16, 48, 80};
+  const fa_problem fwd = {.batch = 5, .heads = 2 * group, .seq_q = seq_q, .seq_k = 200,
+                          .dim = dim, .dtype = t, .causal = causal, .kv_group = group, .paged = 1};
+  fa_problem p = fwd;
+  p.op = FA_OP_DECODE, p.paged = 0, p.kv_lens = lens;
+  gen_variant *v;
+  size_t n;
+  char err[512];
+  CHECK(gen_list(gen, &fwd, &target, "default", &v, &n) == 0, "%s", gen_errmsg(gen));
+  gen_kernel *ks = calloc(n, sizeof *ks);
+  fa_build *bs = calloc(n, sizeof *bs);
+  const gen_kernel **kp = calloc(n, sizeof *kp);
+  if (!ks || !bs || !kp) {
+    CHECK(0, "out of memory");
+    return;
+  }
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (strncmp(v[i].name, "tc-", 3)) continue;
+    CHECK(gen_render_config(gen, v[i].config, &fwd, &target, &ks[m]) == 0, "%s: %s", v[i].name,
+          gen_errmsg(gen));
+    CHECK(strstr(ks[m].name, "-paged") != NULL, "%s: not the paged form", ks[m].name);
+    kp[m] = &ks[m];
+    m++;
+  }
+  CHECK(m >= 20, "%s d%d: %zu paged variants", fa_dtype_name(t), dim, m);
+  CHECK(backend_compile(be, kp, m, 0, bs, err, sizeof err) == 0, "%s", err);
+  double worst = 0;
+  int ok = 0;
+  for (size_t i = 0; i < m; i++) {
+    CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
+    if (!bs[i].prog) continue;
+    fa_problem q = p;
+    q.page = page_sizes[i % 4];
+    ok += validate(&ks[i], bs[i].prog, &q, &worst) == 0;
+  }
+  printf("%s d%-3d gqa %d seq_q %d %-6s %zu paged forward variants, two schedules each: %d ok, "
+         "worst error %.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, group, seq_q,
+         causal ? "causal" : "", m, ok, worst, val_tolerance(t));
+  for (size_t i = 0; i < m; i++) {
+    backend_build_free(be, &bs[i]);
+    gen_kernel_free(&ks[i]);
+  }
+  gen_variants_free(v, n);
+  free(ks), free(bs), free(kp);
+}
+
 /* One variant for p, compiled; 0 when it is. */
 static int compile_one(const fa_problem *p, const char *config, gen_kernel *k, fa_build *b) {
   char err[512];
@@ -428,6 +480,90 @@ done:
   val_case_free(&c);
 }
 
+/* Many new tokens (prefill): libfatune runs the forward pass's form over
+** the KV cache (tc's paged form) on the emulator, judged against the
+** float64 reference: pages of `page` tokens, shuffled, the first page of
+** every other sequence shared with the one before, the table's unused
+** entries on a page of NaN; then planned, a page outside the pool, and a
+** length past the capacity. */
+static void test_prefill(fa_dtype t, int dim, int group, int page, int causal, int seq_q,
+                         const int lens[3]) {
+  enum { B = 3, H = 4 };
+  const int cap = 200, kvh = H / group;
+  int kv_lens[B];
+  memcpy(kv_lens, lens, sizeof kv_lens);
+  fa_problem p = {.batch = B, .heads = H, .seq_q = seq_q, .seq_k = cap, .dim = dim, .dtype = t,
+                  .causal = causal, .op = FA_OP_DECODE, .kv_group = group, .page = page,
+                  .kv_lens = kv_lens};
+  char err[512], dbpath[] = "/tmp/fatune-test-prefill-XXXXXX";
+  val_case c;
+  if (val_case_make(&c, &p, seed++, err, sizeof err) != 0) {
+    CHECK(0, "prefill case: %s", err);
+    return;
+  }
+  const int fd = mkstemp(dbpath);
+  CHECK(fd >= 0, "mkstemp");
+  if (fd >= 0) close(fd);
+  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
+  fatune_ctx *ctx = NULL;
+  CHECK(fatune_open(&opts, &ctx) == FATUNE_OK, "fatune_open: %s", fatune_errmsg());
+  const int pps = fa_problem_pages_per_seq(&p), P = fa_problem_page(&p);
+  const size_t es = 2, rows = (size_t)B * H * seq_q;
+  unsigned short *o = malloc(rows * dim * es);
+  float *lse = malloc(rows * sizeof *lse);
+  int *seqlens = malloc(B * sizeof *seqlens);
+  fatune_decode_plan *plan = NULL;
+  if (!ctx || !o || !lse || !seqlens) {
+    CHECK(0, "setup");
+    goto done;
+  }
+  memcpy(seqlens, lens, sizeof kv_lens);
+  const long long qs[4] = {(long long)H * seq_q * dim, (long long)seq_q * dim, dim, 1};
+  const long long ks[4] = {(long long)P * kvh * dim, (long long)kvh * dim, dim, 1};
+  fatune_kvcache_args x = {
+    .q = host_tensor(c.q, t, B, H, seq_q, dim, qs),
+    .k_cache = host_tensor(c.k, t, c.num_pages, P, kvh, dim, ks),
+    .v_cache = host_tensor(c.v, t, c.num_pages, P, kvh, dim, ks),
+    .o = host_tensor(o, t, B, H, seq_q, dim, qs), .lse = lse,
+    .block_table = c.table, .pages_per_seq = pps, .cache_seqlens = seqlens, .causal = causal};
+  const void *got[2] = {o, lse};
+  val_result r;
+  memset(o, 0xFF, rows * dim * es);
+  CHECK(fatune_attention_kvcache(ctx, &x) == FATUNE_OK, "prefill: %s", fatune_errmsg());
+  val_judge(&c, got, &r);
+  CHECK(r.status == VAL_OK, "prefill %s d%d group %d page %d%s, %d new tokens: %s",
+        fa_dtype_name(t), dim, group, page, causal ? " causal" : "", seq_q, r.msg);
+  printf("prefill %s d%d gqa %d page %d%s, %d new tokens over %d, %d, %d keys: O error %.2e, "
+         "lse error %.2e\n", fa_dtype_name(t), dim, group, page, causal ? " causal" : "", seq_q,
+         lens[0], lens[1], lens[2], r.rel_err, r.lse_err);
+  CHECK(fatune_decode_plan_create(ctx, &x, &plan) == FATUNE_OK, "plan: %s", fatune_errmsg());
+  if (plan) {
+    const char *v = fatune_decode_plan_variant(plan);
+    CHECK(!strncmp(v, "tc-", 3) && strstr(v, "-paged"), "%d new tokens run the forward pass's "
+          "paged form, not %s", seq_q, v);
+    memset(o, 0xFF, rows * dim * es);
+    CHECK(fatune_decode_plan_run(plan, &x) == FATUNE_OK, "plan run: %s", fatune_errmsg());
+    CHECK(fatune_decode_plan_check(plan) == FATUNE_OK, "plan check: %s", fatune_errmsg());
+    val_judge(&c, got, &r);
+    CHECK(r.status == VAL_OK, "planned prefill: %s", r.msg);
+  }
+  /* A page outside the pool, met by the kernel; a length past the capacity. */
+  const int keep = c.table[0];
+  c.table[0] = -3;
+  CHECK(fatune_attention_kvcache(ctx, &x) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "outside the pool"), "a page of -3: %s", fatune_errmsg());
+  c.table[0] = keep;
+  seqlens[1] = pps * P + 1;
+  CHECK(fatune_attention_kvcache(ctx, &x) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "capacity"), "a length past the capacity: %s", fatune_errmsg());
+done:
+  fatune_decode_plan_free(plan);
+  fatune_close(ctx);
+  unlink(dbpath);
+  free(o), free(lse), free(seqlens);
+  val_case_free(&c);
+}
+
 /* New keys and values appended into a paged cache by the library (k_new,
 ** v_new), then attended over: the pools must hold them exactly where the
 ** table says, the caller's lengths unchanged, O must match the float64
@@ -611,11 +747,19 @@ int main(void) {
   test_bad_input();
   test_library();
   test_append();
+  /* prefill: pages of 1, 16 and 48 tokens (none a multiple of a K/V block
+  ** but 1's), a sequence without keys, one shorter than its new tokens */
+  static const int lens_a[3] = {150, 0, 77}, lens_b[3] = {64, 199, 30};
+  test_prefill(FA_BF16, 64, 2, 16, 1, 70, lens_a);
+  test_prefill(FA_FP16, 32, 1, 1, 0, 64, lens_b);
+  test_prefill(FA_BF16, 128, 4, 48, 1, 65, lens_b);
   test_space(FA_FP32, 24, 1, 1, 0);
   test_space(FA_BF16, 40, 4, 1, 0);
   test_space(FA_FP16, 32, 2, 3, 1);
   test_space(FA_FP64, 16, 2, 2, 1);
   test_space(FA_BF16, 64, 8, 2, 1);   /* 16 rows: tcdec's whole m16 tile */
+  test_paged_space(FA_BF16, 64, 2, 70, 1);
+  test_paged_space(FA_FP16, 128, 1, 33, 0);
   backend_close(be);
   gen_close(gen);
   return check_done("test_decode");

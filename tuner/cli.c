@@ -210,6 +210,9 @@ static const flag_info flags[] = {
   {"varlen", F_VARLEN, 0, NULL, "variable-length batches (packed sequences, as the library's\n"
                                "fatune_attention_varlen and _varlen_backward run them): each\n"
                                "variant's varlen form (--op fwd or bwd)"},
+  {"paged", F_VARLEN, 0, NULL, "K and V read from a KV cache through a block table (as the\n"
+                              "library's fatune_attention_kvcache runs many new tokens): each\n"
+                              "variant's paged form (--op fwd)"},
   {"seq-lens", F_VARLEN, 1, "L,L..", "a variable-length batch of these sequences (queries and\n"
                                    "keys; the batch is their number, --seq their longest): --varlen"},
   {"op", F_OP, 1, "OP", "the operation: fwd (the forward pass, the default), bwd (the\n"
@@ -645,6 +648,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   else if (!strcmp(flag, "--config")) o->config = val;
   else if (!strcmp(flag, "--retune")) o->retune = 1;
   else if (!strcmp(flag, "--varlen")) p->varlen = 1;
+  else if (!strcmp(flag, "--paged")) p->paged = 1;
   else if (!strcmp(flag, "--workload")) o->workload = val;
   else if (!strcmp(flag, "--deterministic")) o->deterministic = 1;
   else if (!strcmp(flag, "--db")) o->db = val;
@@ -835,6 +839,8 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "--json takes one key; fatune export --format json gives a sweep's");
   if (o->problem.varlen && ((o->problem.op != FA_OP_FWD && o->problem.op != FA_OP_BWD) || o->mod))
     return fail(err, errlen, "--varlen is the forward and backward passes', without --mod");
+  if (o->problem.paged && (o->problem.op != FA_OP_FWD || o->mod || o->problem.varlen))
+    return fail(err, errlen, "--paged is the forward pass's, without --mod or --varlen");
   if (o->cmd == CMD_TUNE && o->variant && o->config)
     return fail(err, errlen, "the main job takes --variant NAME or --config TEXT, not both");
   return 0;
