@@ -4,7 +4,7 @@
 ** (tuner/analysis/estimate.c):
 **   1. small hand-written functions: nested loops with a trip count, a
 **      masking block, a loop left by CALL.REL.NOINC, disjoint loops, a
-**      SIMT product, bad text;
+**      SIMT product, a loop around BRA.CONV, bad text;
 **   2. real nvdisasm output kept in tests/data, fatune's tensor-core
 **      kernels on FlashAttention-2's tiles, counts exact (the expected
 **      figures were counted by hand from the listings: the loop's offset
@@ -214,6 +214,34 @@ static void test_nested(void) {
           c.loop_hmma == 16, "15 HMMA from loops of 2: trips %d", c.inner_trips);
   CHECK(sass_analyse(nested, "nested", 7 * 4096, &c, err, sizeof err) == 0 && c.inner_trips == 0,
         "7 HMMA from loops of 2: trips %d", c.inner_trips);
+}
+
+/* A loop whose __syncwarp ptxas could not prove converged: BRA.CONV
+** around a call of the warpsync subroutine, which the text holds after
+** EXIT. The BRA.CONV is conditional: the call is reachable, the loop one. */
+static const char converge[] =
+  "\t.section\t.text.converge,\"ax\",@progbits\n"
+  "converge:\n"
+  ".text.converge:\n"
+  ".L_x_0:\n"
+  "        /*0000*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;\n"
+  "        /*0010*/                   BRA.CONV ~URZ, `(.L_x_1) ;\n"
+  "        /*0020*/                   MOV R4, 0x40 ;\n"
+  "        /*0030*/                   CALL.REL.NOINC `($__internal_1_$__cuda_sm70_warpsync) ;\n"
+  ".L_x_1:\n"
+  "        /*0040*/                   HMMA.16816.F32.BF16 R12, R8, R10, R12 ;\n"
+  "        /*0050*/               @P0 BRA `(.L_x_0) ;\n"
+  "        /*0060*/                   EXIT ;\n"
+  "$__internal_1_$__cuda_sm70_warpsync:\n"
+  "        /*0070*/                   WARPSYNC R12 ;\n"
+  "        /*0080*/                   RET.REL.NODEC R4 `(converge) ;\n";
+
+static void test_converge(void) {
+  sass_counts c;
+  char err[256];
+  CHECK(sass_analyse(converge, "converge", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && c.loop_instructions == 6 && c.loop_hmma == 1,
+        "a loop with BRA.CONV: found %d, %ld instructions (want 6)", c.found, c.loop_instructions);
 }
 
 static void test_small(void) {
@@ -641,6 +669,7 @@ int main(int argc, char **argv) {
   }
   test_nested();
   test_small();
+  test_converge();
   test_hopper();
   test_gemm_fixture();
   for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) test_fixture(&fixtures[i]);

@@ -162,6 +162,10 @@ static int parse_insn(func *f, const char *p, const char *e) {
   while (p < e && (isalnum((unsigned char)*p) || *p == '_') && k < OP_LEN - 1) in.op[k++] = *p++;
   if (!k) return 0;
   in.uniform_any = (size_t)(e - p) >= 6 && !strncmp(p, ".U.ANY", 6);
+  /* BRA.DIV and BRA.CONV branch on the warp's convergence: conditional */
+  if (((size_t)(e - p) >= 4 && !strncmp(p, ".DIV", 4)) ||
+      ((size_t)(e - p) >= 5 && !strncmp(p, ".CONV", 5)))
+    in.predicated = 1;
   const char *tick = memchr(p, '`', (size_t)(e - p));
   if (tick && tick + 2 < e && tick[1] == '(') {
     const char *s = tick + 2, *t = s;
