@@ -60,22 +60,22 @@ function paged.lookup()
     : p.cache_batch_idx ? fa_ldg_i32(p.cache_batch_idx + fa_bid_z()) : fa_bid_z()]]
 end
 
--- Declares ko and vo, the byte offsets of locate's position on page (a C
--- expression: lookup's, or one looked up earlier) of K/V head hk (an
--- expression) in K and V (es bytes an element), with bit 0 set: rows
--- are 16-byte aligned, so the bit says the position is read, and one
--- 64-bit value per tensor carries both. 0 where it is not read: not
+-- Declares ko and vo, where locate's position lies on page (a C
+-- expression: lookup's, or one looked up earlier) in K and V, for K/V
+-- head hk (an expression), es bytes an element: in 16-byte units from
+-- the tensor's base (rows are 16-byte aligned; 32 bits cover 64 GiB, the
+-- library's limit on a cache), 0xffffffff where it is not read: not
 -- in_seq, or on a page outside the pool (error[0] set).
 function paged.offsets(page, hk, es)
   local function off(t)
-    return string.format("((long long)(unsigned)page * p.%s_sb + (long long)(unsigned)tok * p.%s_sn + "
-                         .. "(long long)%s * p.%s_sh) * %d | 1", t, t, hk, t, es)
+    return string.format("(unsigned)((((long long)(unsigned)page * p.%s_sb + (long long)(unsigned)tok * p.%s_sn + "
+                         .. "(long long)%s * p.%s_sh) * %d) >> 4)", t, t, hk, t, es)
   end
   return string.format([[
 const int page = %s, ok = (unsigned)page < (unsigned)p.num_pages;
 if (in_seq && !ok) fa_st_i32(p.error, 1); /* a page outside the pool: its keys are not read */
-const long long ko = ok ? %s : 0;
-const long long vo = ok ? %s : 0;]], page, off("k"), off("v"))
+const unsigned ko = ok ? %s : 0xffffffffu;
+const unsigned vo = ok ? %s : 0xffffffffu;]], page, off("k"), off("v"))
 end
 
 return paged

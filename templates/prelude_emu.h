@@ -174,17 +174,6 @@ FA_EMU_SHUFFLE(double, f64)
 #define fa_shfl_xor_f32(v, m) fa_emu_shfl_xor_f32((v), (m), __LINE__)
 #define fa_shfl_xor_f64(v, m) fa_emu_shfl_xor_f64((v), (m), __LINE__)
 
-/* Lane src's v (0 to 31), as __shfl_sync. */
-FA_INLINE long long fa_emu_shfl_i64(long long v, int src, int line) {
-  fa_emu_thread *t = fa_emu_self;
-  unsigned char (*slots)[FA_EMU_XCHG_BYTES] = fa_emu_exchange(t, &v, sizeof v, line);
-  src &= 31;
-  long long r;
-  memcpy(&r, slots[src < t->warp_size ? src : t->lane], sizeof r);
-  if (t->lane == 0) t->ctr->shuffles++;
-  return r;
-}
-#define fa_shfl_i64(v, src) fa_emu_shfl_i64((v), (src), __LINE__)
 
 /* ---- Transcendentals ---- */
 

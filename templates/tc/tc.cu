@@ -168,12 +168,14 @@ $ -- tiles at kst and vst, zeros for a position not read (past seq_k when
 $ -- check_rows, or on a page outside the pool). The 8 (or copy_chunks)
 $ -- threads of a row would each look its page up; instead lane j of a
 $ -- warp looks up row j of the warp's rows (row j % rw of pass j / rw,
-$ -- paged_rows), and each copy takes its row's offsets from that lane by
-$ -- shuffle: one lookup per row, not one per chunk. In the main loop
-$ -- (ahead) the pages come from kv_page, looked up by the copy before,
-$ -- and this copy looks up the next block's: the block table's latency
-$ -- is behind a block's work, not in front of the copy. Column copies
-$ -- only (paged.fits).
+$ -- paged_rows) and leaves its offsets (8 bytes) in the warp's slots of
+$ -- shared memory (P.paged_offset), where each copy reads its row's: one lookup
+$ -- per row, not one per chunk. (Not by shuffles: after the causal mask's
+$ -- warp-uniform branches ptxas cannot prove the warp converged and
+$ -- moves them out of line.) In the main loop (ahead) the pages come from
+$ -- kv_page, looked up by the copy before, and this copy looks up the
+$ -- next block's: the block table's latency sits behind a block's work,
+$ -- not in front of the copy. Column copies only (paged.fits).
 $ local paged_rw = P.column_copy and 32 // P.copy_chunks
 $ local paged_passes = (block_n + P.pass_rows - 1) // P.pass_rows
 $ local paged_sets = P.column_copy and (paged_rw * paged_passes + 31) // 32
@@ -186,40 +188,62 @@ $ end
 $ local function paged_in(extra)
 $   return string.format("j < %d && row < %d", paged_rw * paged_passes, block_n) .. (extra or "")
 $ end
-$ local function copy_kv_paged(check_rows, head, ahead)
-$   local pass_rows, span, cc = P.pass_rows, P.copy_chunks, P.copy_chunks
-{
-  $ paged_rows()
-  long long kofs[${paged_sets}], vofs[${paged_sets}];
+$ -- The offsets of block's rows (block: a C expression) into this warp's
+$ -- slots, from their pages: looked up now, or (page) given per set.
+$ local function paged_write(block, in_extra, head, page)
 $   for t = 0, paged_sets - 1 do
   {
     $ paged_row(t)
-    ${pg.locate("k0 + row", paged_in(check_rows and " && pkey < p.seq_k"))}
-    ${pg.offsets(ahead and "kv_page[" .. t .. "]" or pg.lookup(), head, 2)}
-    kofs[${t}] = ko, vofs[${t}] = vo;
+    ${pg.locate(block .. " * " .. block_n .. " + row", paged_in(in_extra))}
+    ${pg.offsets(page and page(t) or pg.lookup(), head, 2)}
+    fa_sts_i64(pofs + j, (long long)((unsigned long long)vo << 32 | ko));
   }
-$     if ahead then
+$   end
+$ end
+$ -- The pages of block's rows into kv_page.
+$ local function paged_lookup(block, in_extra)
+$   for t = 0, paged_sets - 1 do
   {
     $ paged_row(t)
-    ${pg.locate("k0 - " .. block_n .. " + row", paged_in(" && block > 0"))}
+    ${pg.locate(block .. " * " .. block_n .. " + row", paged_in(in_extra))}
     kv_page[${t}] = ${pg.lookup()};
   }
-$     end
 $   end
+$ end
+$ -- This warp's slots.
+$ local function paged_slots()
+  $ paged_rows()
+  long long *const pofs = (long long *)(sm + ${P.paged_offset}) + ((copy_row * ${P.copy_chunks} + copy_chunk) >> 5) * ${32 * paged_sets};
+$ end
+$ local function copy_kv_paged(check_rows, head, ahead)
+$   local pass_rows, span, cc = P.pass_rows, P.copy_chunks, P.copy_chunks
+{
+  $ paged_slots()
+$   if not ahead then
+  $ paged_write("block", check_rows and " && pkey < p.seq_k", head)
+  fa_syncwarp();  /* the slots are written */
+$   end
+  /* every row's offsets first, then the copies: ptxas keeps the copies,
+  ** which write shared memory, behind each read before them */
+  long long kv[${paged_passes}];
+  FA_UNROLL
+  for (int i = 0; i < ${paged_passes}; ++i) kv[i] = fa_lds_i64(pofs + i * ${paged_rw} + plane / ${cc});
+  fa_syncwarp();  /* every lane has read the slots: they may take the next block's */
   /* this thread's chunk column of K and V */
   const unsigned char *const kc = (const unsigned char *)p.k + copy_chunk * 16;
   const unsigned char *const vc = (const unsigned char *)p.v + copy_chunk * 16;
   FA_UNROLL
   for (int i = 0; i < ${paged_passes}; ++i) {
-    const int src = i * ${paged_rw} + plane / ${cc};
-    const long long ko = fa_shfl_i64(kofs[src / 32], src & 31), vo = fa_shfl_i64(vofs[src / 32], src & 31);
+    const unsigned ko = (unsigned)kv[i], vo = (unsigned)((unsigned long long)kv[i] >> 32);
 $   if block_n % pass_rows ~= 0 then
     if (copy_row + i * ${pass_rows} < ${block_n}) {
 $   else
     {
 $   end
-      /* the row's chunks; a row not read (offset 0) copies zeros from the tensor's base */
-      const unsigned char *const kr = kc + (ko & ~1ll), *const vr = vc + (vo & ~1ll);
+      /* the row's chunks; a row not read copies zeros from the tensor's base */
+      const int kin = ko != 0xffffffffu, vin = vo != 0xffffffffu;
+      const unsigned char *const kr = (const unsigned char *)((const fa_u32x4 *)kc + (kin ? ko : 0u));
+      const unsigned char *const vr = (const unsigned char *)((const fa_u32x4 *)vc + (vin ? vo : 0u));
       FA_UNROLL
       for (int sp = 0; sp < ${P.copy_spans}; ++sp) {
 $   if swizzle ~= 0 and pass_rows % 8 ~= 0 then
@@ -229,14 +253,20 @@ $   else
 $   end
 $   for _, t in ipairs({ { "k", "kst", dim }, { "v", "vst", P.dim_v } }) do
 $     if t[3] < padded_dim then
-        fa_cp_async_16(ss + (${t[2]} + to), ${t[1]}r + sp * ${16 * span}, ((int)${t[1]}o & 1) && copy_chunk + sp * ${span} < ${t[3] // 8} ? 16 : 0);
+        fa_cp_async_16(ss + (${t[2]} + to), ${t[1]}r + sp * ${16 * span}, ${t[1]}in && copy_chunk + sp * ${span} < ${t[3] // 8} ? 16 : 0);
 $     else
-        fa_cp_async_16(ss + (${t[2]} + to), ${t[1]}r + sp * ${16 * span}, (int)${t[1]}o & 1 ? 16 : 0);
+        fa_cp_async_16(ss + (${t[2]} + to), ${t[1]}r + sp * ${16 * span}, ${t[1]}in ? 16 : 0);
 $     end
 $   end
       }
     }
   }
+$   if ahead then
+  /* then the next block's offsets, from the pages the copy before looked up;
+  ** the pages of the block after it */
+  $ paged_write("(block - 1)", " && block > 0", head, function(t) return "kv_page[" .. t .. "]" end)
+  $ paged_lookup("(block - 2)", " && block > 1")
+$   end
 }
 $ end
 $
@@ -776,18 +806,14 @@ $ if q_in_registers and c.q_share == 0 then
   $ q_to_registers()
 $ end
 $ if c.paged == 1 then
-  /* K/V in a KV cache: the pages of the first block the loop copies */
+  /* K/V in a KV cache: the offsets of the first block the loop copies,
+  ** the pages of the block after it */
   int kv_page[${paged_sets}];
   {
     const int block = n_blocks - ${prologue + 1};
-    $ paged_rows()
-$   for t = 0, paged_sets - 1 do
-    {
-      $ paged_row(t)
-      ${pg.locate("block * " .. block_n .. " + row", paged_in(" && block >= 0"))}
-      kv_page[${t}] = ${pg.lookup()};
-    }
-$   end
+    $ paged_slots()
+    $ paged_write("block", " && block >= 0", "hk")
+    $ paged_lookup("(block - 1)", " && block >= 1")
   }
 $ end
 $ if carry then

@@ -190,6 +190,14 @@ function tc.plan(c)
     P.varlen_offset = P.smem_bytes
     P.smem_bytes = P.smem_bytes + 4 * P.threads
   end
+  -- paged: each warp's slots for the K and V offsets of its rows of a
+  -- block (8 bytes a row), which one lane looks up for the copies of all
+  -- (tc.cu's copy_kv_paged).
+  if c.paged == 1 and P.column_copy then
+    local rows = 32 // P.copy_chunks * ((c.block_n + P.pass_rows - 1) // P.pass_rows)
+    P.paged_offset = P.smem_bytes
+    P.smem_bytes = P.smem_bytes + c.warps * 8 * 32 * ((rows + 31) // 32)
+  end
   -- Registers per thread, 32-bit words, as the template holds them: the O
   -- accumulator (m_tiles x o_tiles n8 tiles of 4 floats; deferred
   -- normalization adds a tile for the row sums), the S/P accumulator of
