@@ -257,6 +257,10 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     causal, else all at cache_seqlens[b] (q itself is left as it is);
     rotary_interleaved: the pairs (2i, 2i + 1), else (i, i + rotary_dim / 2).
 
+    64 or more new tokens (prefill; float16 and bfloat16) run the forward
+    pass's kernel reading the cache through the table, where its grid fills
+    half the GPU; fewer, the split-KV decoding kernels.
+
     NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
     current stream (the call waits for the kernels: it reads their check of
     the block table and the lengths back), CPU tensors on the emulator.

@@ -4,7 +4,8 @@ page size 1 and others, a contiguous cache (its rows picked by
 cache_batch_idx too), lengths 0 and 1, GQA, the
 causal mask of the new tokens, against attention written here in float64
 over keys gathered by hand; bad arguments refused naming the argument;
-a page outside the pool and a length past the capacity reported."""
+a page outside the pool and a length past the capacity reported; many new
+tokens (prefill) through the forward pass's paged form."""
 import math
 
 import numpy as np
@@ -275,3 +276,48 @@ def test_rotary_refused():
     with pytest.raises(fatune.Error, match="rotary"):
         fatune.attention_with_kvcache(q, kp, vp, LENS, table, k=kn, v=kn,
                                       rotary_cos=cos[:30], rotary_sin=sin[:30])
+
+
+def test_prefill():
+    """Many new tokens (prefill) take the forward pass's paged form: fp16,
+    pages of 16 in a shuffled order, GQA, causal, the new keys appended
+    first, a sequence whose cache was empty; by a call and by a plan."""
+    b, sq, h, kvh, d, page, cap = 3, 72, 4, 2, 32, 16, 176
+    lens = np.array([90, 0, 40], dtype=np.int32)
+    rng = np.random.default_rng(11)
+    pps = cap // page
+    order = rng.permutation(b * pps).astype(np.int32)
+    table = order.reshape(b, pps).copy()
+    q = rng.standard_normal((b, sq, h, d)).astype(np.float16)
+    kp = rng.standard_normal((b * pps, page, kvh, d)).astype(np.float16)
+    vp = rng.standard_normal((b * pps, page, kvh, d)).astype(np.float16)
+    kn = rng.standard_normal((b, sq, kvh, d)).astype(np.float16)
+    vn = rng.standard_normal((b, sq, kvh, d)).astype(np.float16)
+    kx, vx = kp.copy(), vp.copy()
+    for s in range(b):
+        for j in range(sq):
+            pos = int(lens[s]) + j
+            kx[table[s, pos // page], pos % page] = kn[s, j]
+            vx[table[s, pos // page], pos % page] = vn[s, j]
+    ref = np.zeros(q.shape, np.float64)
+    for s in range(b):
+        n = int(lens[s]) + sq
+        k, v = gather(kx, table, s, n).astype(np.float64), gather(vx, table, s, n).astype(np.float64)
+        for hh in range(h):
+            sc = q[s, :, hh].astype(np.float64) @ k[:, hh // (h // kvh)].T / math.sqrt(d)
+            sc[np.arange(n)[None, :] > np.arange(sq)[:, None] + n - sq] = -np.inf
+            p = np.exp(sc - sc.max(axis=1, keepdims=True))
+            ref[s, :, hh] = p @ v[:, hh // (h // kvh)] / p.sum(axis=1, keepdims=True)
+    for planned in (False, True):
+        kc, vc, lc = kp.copy(), vp.copy(), lens.copy()
+        if planned:
+            plan = fatune.plan_decode(q, kc, vc, lc, table, causal=True, k=kn, v=vn)
+            assert plan.variant.startswith("tc-f16-d32") and plan.variant.endswith("-paged")
+            o = np.zeros_like(q)
+            plan.run(q, kc, vc, lc, table, k=kn, v=vn, out=o)
+            plan.check()
+            plan.close()
+        else:
+            o = fatune.attention_with_kvcache(q, kc, vc, lc, table, causal=True, k=kn, v=vn)
+        assert np.array_equal(kc, kx) and np.array_equal(vc, vx)
+        assert rel_err(o, ref) <= TOLERANCE["float16"]
