@@ -3,7 +3,8 @@
 # command line: the family's names, a sweep over cache lengths, GQA ratios
 # and page sizes on the emulator, each key recorded and found again by
 # `best`, a skewed batch (--kv-lens), a recorded workload's buckets
-# (--workload) and its bad files, bad problems refused in one line,
+# (--workload) and its bad files, bad problems refused in one line, the
+# forward pass's paged form for prefill (--paged in list, gen and model),
 # and `fatune model --op decode` (SKIPPED without nvdisasm): the splits
 # side by side with FlashAttention-2's heuristic, the tuned choice (the
 # model's best of 1 to 128) never behind it and far ahead on a skewed batch.
@@ -92,6 +93,23 @@ run tc --op decode --dim 32 --dtype bf16 --heads 8 --gqa 4 --seq 2 --causal --kv
 check "tcdec on a skewed batch of 2 new tokens, GQA 4, pages of 5: validated" $? \
   "exit $rc: $(tail -n 3 "$tmp/tc.err") $(cat "$tmp/tc.out")"
 
+# --- prefill: the forward pass's paged form -------------------------------------------
+run pl list --dim 64 --dtype bf16 --arch sm_80 --paged
+[ "$rc" -eq 0 ] && [ -s "$tmp/pl.out" ] && ! grep -qv -- '-paged ' "$tmp/pl.out" &&
+  grep -q '^tc-bf16-d64-m128n128w4-deferred-swizzle-qsmem-s2-paged ' "$tmp/pl.out" &&
+  ! grep -q 'carry' "$tmp/pl.out"
+check "list --paged: tc's paged forms, none carrying K/V addresses" $? \
+  "exit $rc: $(head -n 3 "$tmp/pl.out") $(cat "$tmp/pl.err")"
+run pg gen --config family=tc --dim 128 --dtype bf16 --causal --paged
+[ "$rc" -eq 0 ] && grep -q 'FA_TC_KERNEL_OF(tc_bf16_d128_[a-z0-9_]*_causal_paged, 128, pv)' "$tmp/pg.out" &&
+  grep -q 'p.block_table' "$tmp/pg.out" && grep -q 'kv_page\[0\]' "$tmp/pg.out"
+check "gen --paged: the kernel reads K/V through the block table" $? "exit $rc: $(cat "$tmp/pg.err")"
+refused paged_bwd "--paged is the forward pass's" gen --dim 64 --op bwd --paged --config family=tcbwd
+refused paged_varlen "--paged is the forward pass's" compile --dim 64 --varlen --paged
+run pc gen --config family=tc,kv_addr=carry --dim 64 --dtype bf16 --paged
+[ "$rc" -ne 0 ] && grep -q 'kv_addr=rebuild' "$tmp/pc.err"
+check "gen --paged with kv_addr=carry: refused, saying why" $? "exit $rc: $(cat "$tmp/pc.err")"
+
 # --- the model ----------------------------------------------------------------------
 run probe model --op decode --gpu h100 --dim 128 --dtype bf16 --variant simtdec-bf16-d128-r1n64w4-cpasync-s1
 if grep -q "needs nvdisasm" "$tmp/probe.err"; then
@@ -136,4 +154,13 @@ assert tuned["hbm_share"] >= 0.85, tuned
 ' "$tmp/tcm.out" 2>"$tmp/tcm.py"
 check "model: tcdec, GQA 8, 32k keys, pages of 1 on H100: the tuned splits at 85% of HBM or more" $? \
   "exit $rc: $(cat "$tmp/tcm.err" "$tmp/tcm.py" | tail -n 4)"
+run pm model --gpu a100 --dim 64 --dtype bf16 --seq 2048 --batch 8 --heads 16 --causal --paged \
+  --variant tc-bf16-d64-m128n128w4-deferred-swizzle-qsmem-s2-causal-paged --json
+[ "$rc" -eq 0 ] && python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["kernel"].endswith("-paged") and r["tflops"] > 100, r
+' "$tmp/pm.out" 2>"$tmp/pm.py"
+check "model --paged, causal: the paged form's main loop found and predicted" $? \
+  "exit $rc: $(cat "$tmp/pm.err" "$tmp/pm.py" | tail -n 4)"
 finish
