@@ -11,9 +11,15 @@
 **    device (target sm_90a), the Hopper family wg, every 7th variant of
 **    each family;
 **  - the naive-attention oracle matches the CPU reference on a problem and
-**    judges a kernel, with the sampled rows in float64.
+**    judges a kernel, with the sampled rows in float64;
+**  - serving: a sample of the decoding families and of tc's paged form
+**    (prefill over a KV cache) validated on the decoding cases (pages
+**    shuffled and shared, NaN past every length); libfatune's
+**    fatune_attention_kvcache (a call and a plan, decoding and prefill)
+**    and fatune_attention_varlen on device memory, against the reference.
 */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +27,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fatune.h"
+#include "reference.h"
 #include "template_files.h"
 #include "validate.h"
 #include "worker.h"
@@ -231,6 +239,204 @@ static void test_oracle(fa_backend *be) {
   gen_kernel_free(&ok), gen_kernel_free(&k);
 }
 
+/* ---- Serving ---- */
+
+/* A sample of p's default space (for_list, when given, lists another form
+** of it: tc's paged forward kernels), each validated on p's case. */
+static void serve_sample(fa_backend *be, const gen_target *t, const fa_problem *p,
+                         const fa_problem *for_list, const char *what) {
+  gen_variant *v;
+  size_t nv;
+  char err[512];
+  CHECK(gen_list(gen, for_list ? for_list : p, t, "default", &v, &nv) == 0, "%s", gen_errmsg(gen));
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, p, 13, err, sizeof err) != 0 || val_inputs_upload(be, &c, &in, err, sizeof err) != 0) {
+    CHECK(0, "%s: %s", what, err);
+    return;
+  }
+  int ok = 0, n = 0;
+  for (size_t i = 0; i < nv; i++) {
+    gen_kernel k;
+    fa_build b;
+    if (!sampled(v, i) || (for_list && strncmp(v[i].name, "tc-", 3))) continue;
+    if (gen_render_config(gen, v[i].config, for_list ? for_list : p, t, &k) != 0) {
+      CHECK(0, "%s: %s", v[i].name, gen_errmsg(gen));
+      continue;
+    }
+    const gen_kernel *kp = &k;
+    CHECK(backend_compile(be, &kp, 1, 0, &b, err, sizeof err) == 0 && b.prog, "%s: %s", k.name,
+          b.log ? b.log : err);
+    if (b.prog) {
+      val_result r;
+      val_opts o = {.nschedules = 1};
+      CHECK(val_check(be, &c, &in, b.prog, &k, &o, &r, err, sizeof err) == 0, "%s", err);
+      CHECK(r.status == VAL_OK, "%s: %s", k.name, r.msg);
+      ok += r.status == VAL_OK, n++;
+    }
+    backend_build_free(be, &b);
+    gen_kernel_free(&k);
+  }
+  printf("%s: %d of %d sampled variants ok\n", what, ok, n);
+  CHECK(n >= 2, "%s: %d variants sampled", what, n);
+  gen_variants_free(v, nv);
+  attn_inputs_free(be, &in);
+  val_case_free(&c);
+}
+
+/* fatune_attention_kvcache on device memory: the validation case's pool,
+** table and lengths as the library takes them, a call and a plan, whose
+** variant's name holds `family`. */
+static void serve_kvcache(fa_backend *be, const fa_problem *p, const char *family) {
+  char err[512], dbpath[] = "/tmp/fatune-test-gpu-XXXXXX";
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, p, 17, err, sizeof err) != 0 || val_inputs_upload(be, &c, &in, err, sizeof err) != 0) {
+    CHECK(0, "kvcache case: %s", err);
+    return;
+  }
+  const int fd = mkstemp(dbpath);
+  if (fd >= 0) close(fd);
+  const fatune_options opts = {.db_path = dbpath, .backend = "cuda"};
+  fatune_ctx *ctx = NULL;
+  CHECK(fatune_open(&opts, &ctx) == FATUNE_OK, "fatune_open: %s", fatune_errmsg());
+  const int B = p->batch, H = p->heads, NQ = p->seq_q, D = p->dim, KVH = fa_problem_kv_heads(p);
+  const int P = fa_problem_page(p), es = fa_dtype_size(p->dtype);
+  const size_t rows = (size_t)B * H * NQ;
+  void *o = NULL, *lse = NULL, *ho = malloc(rows * D * es), *hl = malloc(rows * 4);
+  if (ctx && ho && hl && backend_alloc(be, rows * D * es, &o, err, sizeof err) == 0 &&
+      backend_alloc(be, rows * 4, &lse, err, sizeof err) == 0) {
+    const fatune_dtype dt = (fatune_dtype)p->dtype;
+    const fatune_kvcache_args x = {
+      .q = {in.q, dt, {B, H, NQ, D}, {(long long)H * NQ * D, (long long)NQ * D, D, 1}},
+      .k_cache = {in.k, dt, {in.num_pages, P, KVH, D}, {(long long)P * KVH * D, (long long)KVH * D, D, 1}},
+      .v_cache = {in.v, dt, {in.num_pages, P, KVH, D}, {(long long)P * KVH * D, (long long)KVH * D, D, 1}},
+      .o = {o, dt, {B, H, NQ, D}, {(long long)H * NQ * D, (long long)NQ * D, D, 1}},
+      .lse = lse, .block_table = in.table, .pages_per_seq = fa_problem_pages_per_seq(p),
+      .cache_seqlens = in.lens, .causal = p->causal};
+    for (int planned = 0; planned < 2; planned++) {
+      fatune_decode_plan *plan = NULL;
+      CHECK(backend_fill(be, o, 0xFF, rows * D * es, err, sizeof err) == 0, "%s", err);
+      if (planned) {
+        CHECK(fatune_decode_plan_create(ctx, &x, &plan) == FATUNE_OK, "plan: %s", fatune_errmsg());
+        if (!plan) break;
+        CHECK(strstr(fatune_decode_plan_variant(plan), family) != NULL, "%d new tokens: %s runs, "
+              "not a variant with %s", NQ, fatune_decode_plan_variant(plan), family);
+        CHECK(fatune_decode_plan_run(plan, &x) == FATUNE_OK, "plan run: %s", fatune_errmsg());
+        CHECK(fatune_decode_plan_check(plan) == FATUNE_OK, "plan check: %s", fatune_errmsg());
+      } else {
+        CHECK(fatune_attention_kvcache(ctx, &x) == FATUNE_OK, "kvcache: %s", fatune_errmsg());
+      }
+      fatune_decode_plan_free(plan);
+      CHECK(backend_download(be, ho, o, rows * D * es, err, sizeof err) == 0 &&
+            backend_download(be, hl, lse, rows * 4, err, sizeof err) == 0, "%s", err);
+      const void *got[2] = {ho, hl};
+      val_result r;
+      val_judge(&c, got, &r);
+      CHECK(r.status == VAL_OK, "kvcache through libfatune, %d new tokens (%s): %s", NQ,
+            planned ? "a plan" : "a call", r.msg);
+      printf("fatune_attention_kvcache, %d new tokens (%s): O error %.2e\n", NQ,
+             planned ? "a plan" : "a call", r.rel_err);
+    }
+  }
+  backend_free(be, o), backend_free(be, lse);
+  free(ho), free(hl);
+  fatune_close(ctx);
+  unlink(dbpath);
+  attn_inputs_free(be, &in);
+  val_case_free(&c);
+}
+
+/* fatune_attention_varlen on device memory: two sequences of their own
+** lengths, packed (total, heads, dim), against the reference of each. */
+static void serve_varlen(fa_backend *be) {
+  enum { H = 2, D = 64, NS = 2 };
+  static const int cu_q[NS + 1] = {0, 37, 137}, cu_k[NS + 1] = {0, 90, 190};
+  const int TQ = cu_q[NS], TK = cu_k[NS];
+  const fa_dtype t = FA_BF16;
+  char err[512], dbpath[] = "/tmp/fatune-test-gpu-XXXXXX";
+  const size_t nq = (size_t)TQ * H * D, nk = (size_t)TK * H * D;
+  unsigned short *hq = malloc(nq * 2), *hk = malloc(nk * 2), *hv = malloc(nk * 2), *ho = malloc(nq * 2);
+  double *xq = malloc(nq * sizeof *xq), *xk = malloc(nk * sizeof *xk), *xv = malloc(nk * sizeof *xv);
+  double *ref = malloc(nq * sizeof *ref);
+  void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dcq = NULL, *dck = NULL;
+  fatune_ctx *ctx = NULL;
+  if (!hq || !hk || !hv || !ho || !xq || !xk || !xv || !ref) goto done;
+  uint64_t s = 7;
+  for (size_t i = 0; i < nq; i++) xq[i] = fa_elem_put(hq, t, i, (double)(int)((s = s * 6364136223846793005ull + 1) >> 40) / (1 << 23) - 1);
+  for (size_t i = 0; i < nk; i++) xk[i] = fa_elem_put(hk, t, i, (double)(int)((s = s * 6364136223846793005ull + 1) >> 40) / (1 << 23) - 1);
+  for (size_t i = 0; i < nk; i++) xv[i] = fa_elem_put(hv, t, i, (double)(int)((s = s * 6364136223846793005ull + 1) >> 40) / (1 << 23) - 1);
+  /* each sequence alone, causal, in (1, heads, seq, dim) over the packed rows */
+  for (int b = 0; b < NS; b++) {
+    const int nq_b = cu_q[b + 1] - cu_q[b], nk_b = cu_k[b + 1] - cu_k[b];
+    const fa_problem sp = {.batch = 1, .heads = H, .seq_q = nq_b, .seq_k = nk_b, .dim = D,
+                           .dtype = t, .causal = 1};
+    const fa_layout lq = {0, D, (long long)H * D}, lk = lq;
+    CHECK(ref_attention(&sp, xq + (size_t)cu_q[b] * H * D, lq, xk + (size_t)cu_k[b] * H * D, lk,
+                        xv + (size_t)cu_k[b] * H * D, lk, ref + (size_t)cu_q[b] * H * D, lq, NULL) == 0,
+          "reference");
+  }
+  const int fd = mkstemp(dbpath);
+  if (fd >= 0) close(fd);
+  const fatune_options opts = {.db_path = dbpath, .backend = "cuda"};
+  if (fatune_open(&opts, &ctx) != FATUNE_OK ||
+      backend_alloc(be, nq * 2, &dq, err, sizeof err) || backend_alloc(be, nk * 2, &dk, err, sizeof err) ||
+      backend_alloc(be, nk * 2, &dv, err, sizeof err) || backend_alloc(be, nq * 2, &dout, err, sizeof err) ||
+      backend_alloc(be, sizeof cu_q, &dcq, err, sizeof err) || backend_alloc(be, sizeof cu_k, &dck, err, sizeof err) ||
+      backend_upload(be, dq, hq, nq * 2, err, sizeof err) || backend_upload(be, dk, hk, nk * 2, err, sizeof err) ||
+      backend_upload(be, dv, hv, nk * 2, err, sizeof err) || backend_upload(be, dcq, cu_q, sizeof cu_q, err, sizeof err) ||
+      backend_upload(be, dck, cu_k, sizeof cu_k, err, sizeof err) ||
+      backend_fill(be, dout, 0xFF, nq * 2, err, sizeof err)) {
+    CHECK(0, "varlen setup: %s %s", err, fatune_errmsg());
+    goto done;
+  }
+  const fatune_varlen_args a = {
+    .q = {dq, FATUNE_BF16, {1, H, TQ, D}, {0, D, (long long)H * D, 1}},
+    .k = {dk, FATUNE_BF16, {1, H, TK, D}, {0, D, (long long)H * D, 1}},
+    .v = {dv, FATUNE_BF16, {1, H, TK, D}, {0, D, (long long)H * D, 1}},
+    .o = {dout, FATUNE_BF16, {1, H, TQ, D}, {0, D, (long long)H * D, 1}},
+    .cu_seqlens_q = dcq, .cu_seqlens_k = dck, .batch = NS, .max_seqlen_q = 100,
+    .max_seqlen_k = 100, .causal = 1};
+  CHECK(fatune_attention_varlen(ctx, &a) == FATUNE_OK, "varlen: %s", fatune_errmsg());
+  CHECK(backend_download(be, ho, dout, nq * 2, err, sizeof err) == 0, "%s", err);
+  double e2 = 0, r2 = 0;
+  for (size_t i = 0; i < nq; i++) {
+    const double d = fa_elem_get(ho, t, i) - ref[i];
+    e2 += d * d, r2 += ref[i] * ref[i];
+  }
+  CHECK(r2 > 0 && sqrt(e2 / r2) <= val_tolerance(t), "varlen through libfatune: error %.3g",
+        r2 > 0 ? sqrt(e2 / r2) : NAN);
+  printf("fatune_attention_varlen, sequences of 37/90 and 100/100: O error %.2e\n",
+         r2 > 0 ? sqrt(e2 / r2) : NAN);
+done:
+  backend_free(be, dq), backend_free(be, dk), backend_free(be, dv), backend_free(be, dout);
+  backend_free(be, dcq), backend_free(be, dck);
+  fatune_close(ctx);
+  unlink(dbpath);
+  free(hq), free(hk), free(hv), free(ho), free(xq), free(xk), free(xv), free(ref);
+}
+
+static void test_serving(fa_backend *be, const gen_target *t) {
+  static const int lens[5] = {150, 0, 1, 97, 200};
+  fa_problem dec = {.batch = 5, .heads = 4, .seq_q = 2, .seq_k = 200, .dim = 64,
+                    .dtype = FA_BF16, .causal = 1, .op = FA_OP_DECODE, .kv_group = 2, .page = 16,
+                    .kv_lens = lens};
+  serve_sample(be, t, &dec, NULL, "decoding, bf16 d64, GQA 2, pages of 16");
+  fa_problem pre = dec;
+  pre.seq_q = 70, pre.page = 7;
+  fa_problem fwd = pre;
+  fwd.op = FA_OP_FWD, fwd.paged = 1, fwd.kv_lens = NULL, fwd.page = 0;
+  serve_sample(be, t, &pre, &fwd, "prefill over a cache (tc's paged form), 70 new tokens, pages of 7");
+  serve_kvcache(be, &dec, "dec-");
+  /* enough CTAs for the forward form: batch x heads x 1 query block, twice, past the SMs */
+  static const int many[4] = {300, 0, 77, 250};
+  fa_problem big = {.batch = 4, .heads = 2 * ((dev.sm_count + 7) / 8), .seq_q = 96,
+                    .seq_k = 320, .dim = 64, .dtype = FA_BF16, .causal = 1, .op = FA_OP_DECODE,
+                    .kv_group = 2, .page = 16, .kv_lens = many};
+  serve_kvcache(be, &big, "-paged");
+  serve_varlen(be);
+}
+
 int main(void) {
   char msg[256];
   if (!backend_probe_gpu(&dev, msg, sizeof msg)) check_skip(msg);
@@ -254,6 +460,7 @@ int main(void) {
             gen_errmsg(gen));
     if (dev.cc_major >= 8) test_sample_and_timing(be, FA_BF16, &bf16);
     test_oracle(be);
+    if (dev.cc_major >= 8) test_serving(be, &target);
     backend_close(be);
   }
   gen_close(gen);

@@ -1,8 +1,9 @@
 /*
 ** fakecuda.h
 ** The fake CUDA driver's modules: the cubin reader (fc_cubin.c), the
-** attention kernels run on the CPU (fc_exec.c), and what they share with the
-** entry points (fc_api.c): device memory, contract violations.
+** attention kernels run on the CPU (fc_exec.c; the serving ones,
+** fc_serve.c), and what they share with the entry points (fc_api.c):
+** device memory, contract violations.
 */
 #ifndef FAKECUDA_H
 #define FAKECUDA_H
@@ -10,6 +11,8 @@
 #include <stddef.h>
 
 #include <cuda.h>
+
+#include "fa_params.h"
 
 #define FC_MAX_PARAMS 64
 #define FC_NAME_MAX 256
@@ -58,6 +61,12 @@ unsigned long long fc_mem_gen(CUdeviceptr p);
 ** fake cannot run (why says so). `garbage` writes wrong numbers instead. */
 CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
                  const unsigned block[3], unsigned smem, int garbage, char *why, size_t whylen);
+
+/* The serving kernels (fc_serve.c): 1 when k is one (a variable-length
+** batch's forward kernel, the forward pass over a KV cache, a decoding
+** launch), run with parameter block p, its outcome in *rc; 0 when not. */
+int fc_serve_exec(const fc_kernel *k, const fa_params *p, int garbage, CUresult *rc, char *why,
+                  size_t whylen);
 
 /* The time such a launch takes, in ms: a deterministic function of the
 ** kernel and the problem, never a measurement. */

@@ -341,8 +341,15 @@ CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
                  const unsigned block[3], unsigned smem, int garbage, char *why, size_t whylen) {
   kspec s;
   fa_params p;
-  if (parse_name(k->name, &s) != 0) {
-    snprintf(why, whylen, "kernel %s: not one of fatune's attention kernels, cannot run it",
+  /* The serving kernels (fc_serve.c): a variable-length batch's, over a
+  ** KV cache, decoding. */
+  CUresult served;
+  if (k->nparams == 1 && k->param_size[0] == (int)sizeof p) {
+    memcpy(&p, (const unsigned char *)params + k->param_offset[0], sizeof p);
+    if (fc_serve_exec(k, &p, garbage, &served, why, whylen)) return served;
+  }
+  if (parse_name(k->name, &s) != 0 || strstr(k->name, "_varlen") || strstr(k->name, "_paged")) {
+    snprintf(why, whylen, "kernel %s: not one of fatune's attention kernels the fake runs",
              k->name);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
