@@ -248,6 +248,11 @@ typedef struct fatune_kvcache_args {
   ** so. */
   const void *rotary_cos, *rotary_sin;
   int rotary_len, rotary_dim, rotary_interleaved;
+  /* NULL, or a score or mask modification (fatune_mod_create: a sliding
+  ** window, softcap, ALiBi, a file's) over each sequence's keys, seq_k its
+  ** own length; the forward pass's form over the cache computes it (fp16
+  ** and bf16, head dims multiples of 8), whatever the new tokens. */
+  const fatune_mod *mod;
 } fatune_kvcache_args;
 
 /* O for the new tokens over the cache as args says: the variant recorded

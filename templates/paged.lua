@@ -18,7 +18,6 @@ function paged.fits(c)
   if c.kv_addr == "carry" then
     return false, "K/V in a KV cache are addressed a row at a time: kv_addr=rebuild"
   end
-  if c.mod then return false, "no score or mask modification over a KV cache yet" end
   return true
 end
 

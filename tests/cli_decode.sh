@@ -106,6 +106,7 @@ run pg gen --config family=tc --dim 128 --dtype bf16 --causal --paged
 check "gen --paged: the kernel reads K/V through the block table" $? "exit $rc: $(cat "$tmp/pg.err")"
 refused paged_bwd "--paged is the forward pass's" gen --dim 64 --op bwd --paged --config family=tcbwd
 refused paged_varlen "--paged is the forward pass's" compile --dim 64 --varlen --paged
+refused decode_mod "no decoding family applies a modification" --op decode --dim 64 --mod window=8
 run pc gen --config family=tc,kv_addr=carry --dim 64 --dtype bf16 --paged
 [ "$rc" -ne 0 ] && grep -q 'kv_addr=rebuild' "$tmp/pc.err"
 check "gen --paged with kv_addr=carry: refused, saying why" $? "exit $rc: $(cat "$tmp/pc.err")"

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fa_mod.h"
 #include "fatune.h"
 #include "estimate.h"
 #include "model_sass.h"
@@ -564,6 +565,92 @@ done:
   val_case_free(&c);
 }
 
+/* A modification over a KV cache: the forward pass's paged form whatever
+** the new tokens (2 here), by a call and a plan, against the reference
+** under the same modification over each sequence's own keys; refused for
+** fp32, which that form does not compute. */
+static void test_kvcache_mod(const char *spec, int causal) {
+  static const int lens[3] = {150, 0, 31};
+  fa_mod mod;
+  if (gen_mod_load(gen, spec, NULL, &mod) != 0) {
+    CHECK(0, "%s: %s", spec, gen_errmsg(gen));
+    return;
+  }
+  enum { B = 3, H = 4, NQ = 2, D = 64 };
+  int kv_lens[B];
+  memcpy(kv_lens, lens, sizeof kv_lens);
+  fa_problem p = {.batch = B, .heads = H, .seq_q = NQ, .seq_k = 160, .dim = D, .dtype = FA_FP16,
+                  .causal = causal, .op = FA_OP_DECODE, .kv_group = 2, .page = 16,
+                  .kv_lens = kv_lens, .mod = &mod};
+  char err[512], dbpath[] = "/tmp/fatune-test-kvmod-XXXXXX";
+  val_case c;
+  if (val_case_make(&c, &p, seed++, err, sizeof err) != 0) {
+    CHECK(0, "%s case: %s", spec, err);
+    return;
+  }
+  const int fd = mkstemp(dbpath);
+  if (fd >= 0) close(fd);
+  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
+  fatune_ctx *ctx = NULL;
+  fatune_mod *m = NULL;
+  const size_t rows = (size_t)B * H * NQ;
+  unsigned short *o = malloc(rows * D * 2);
+  float *lse = malloc(rows * sizeof *lse);
+  int *seqlens = malloc(sizeof lens);
+  if (fatune_open(&opts, &ctx) != FATUNE_OK || fatune_mod_create(ctx, spec, NULL, &m) != FATUNE_OK ||
+      !o || !lse || !seqlens) {
+    CHECK(0, "%s: setup: %s", spec, fatune_errmsg());
+    goto done;
+  }
+  memcpy(seqlens, lens, sizeof lens);
+  const int pps = fa_problem_pages_per_seq(&p);
+  const long long qs[4] = {H * NQ * D, NQ * D, D, 1}, ks[4] = {16 * 2 * D, 2 * D, D, 1};
+  fatune_kvcache_args x = {
+    .q = host_tensor(c.q, FA_FP16, B, H, NQ, D, qs),
+    .k_cache = host_tensor(c.k, FA_FP16, c.num_pages, 16, 2, D, ks),
+    .v_cache = host_tensor(c.v, FA_FP16, c.num_pages, 16, 2, D, ks),
+    .o = host_tensor(o, FA_FP16, B, H, NQ, D, qs), .lse = lse, .block_table = c.table,
+    .pages_per_seq = pps, .cache_seqlens = seqlens, .causal = causal, .mod = m};
+  const void *got[2] = {o, lse};
+  val_result r;
+  for (int planned = 0; planned < 2; planned++) {
+    fatune_decode_plan *plan = NULL;
+    memset(o, 0xFF, rows * D * 2);
+    if (planned) {
+      CHECK(fatune_decode_plan_create(ctx, &x, &plan) == FATUNE_OK, "%s plan: %s", spec,
+            fatune_errmsg());
+      if (!plan) break;
+      CHECK(strstr(fatune_decode_plan_variant(plan), "-paged") != NULL, "%s: %s runs, not the "
+            "paged form", spec, fatune_decode_plan_variant(plan));
+      CHECK(fatune_decode_plan_run(plan, &x) == FATUNE_OK && fatune_decode_plan_check(plan) == FATUNE_OK,
+            "%s plan run: %s", spec, fatune_errmsg());
+      fatune_kvcache_args plain = x;
+      plain.mod = NULL;
+      CHECK(fatune_decode_plan_run(plan, &plain) == FATUNE_EINVAL && strstr(fatune_errmsg(), "plan"),
+            "%s: a run without the planned modification refused: %s", spec, fatune_errmsg());
+    } else {
+      CHECK(fatune_attention_kvcache(ctx, &x) == FATUNE_OK, "%s: %s", spec, fatune_errmsg());
+    }
+    fatune_decode_plan_free(plan);
+    val_judge(&c, got, &r);
+    CHECK(r.status == VAL_OK, "%s%s over a cache (%s): %s", spec, causal ? " causal" : "",
+          planned ? "a plan" : "a call", r.msg);
+  }
+  printf("kvcache under %s%s: 2 new tokens over 150, 0, 31 keys: O error %.2e\n", spec,
+         causal ? " causal" : "", r.rel_err);
+  fatune_kvcache_args f32 = x;
+  f32.q.dtype = f32.k_cache.dtype = f32.v_cache.dtype = f32.o.dtype = FATUNE_FP32;
+  CHECK(fatune_attention_kvcache(ctx, &f32) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "modification over a KV cache"), "%s in fp32: %s", spec,
+        fatune_errmsg());
+done:
+  fatune_mod_free(m);
+  fatune_close(ctx);
+  unlink(dbpath);
+  free(o), free(lse), free(seqlens);
+  val_case_free(&c);
+}
+
 /* New keys and values appended into a paged cache by the library (k_new,
 ** v_new), then attended over: the pools must hold them exactly where the
 ** table says, the caller's lengths unchanged, O must match the float64
@@ -753,6 +840,9 @@ int main(void) {
   test_prefill(FA_BF16, 64, 2, 16, 1, 70, lens_a);
   test_prefill(FA_FP16, 32, 1, 1, 0, 64, lens_b);
   test_prefill(FA_BF16, 128, 4, 48, 1, 65, lens_b);
+  test_kvcache_mod("window=24", 1);
+  test_kvcache_mod("softcap=20", 0);
+  test_kvcache_mod("alibi", 1);
   test_space(FA_FP32, 24, 1, 1, 0);
   test_space(FA_BF16, 40, 4, 1, 0);
   test_space(FA_FP16, 32, 2, 3, 1);

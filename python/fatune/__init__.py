@@ -227,7 +227,8 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
                            max_seqlen_k: Optional[int] = None, return_softmax_lse: bool = False,
                            db: Optional[str] = None, k: Any = None, v: Any = None,
                            cache_batch_idx: Any = None, rotary_cos: Any = None,
-                           rotary_sin: Any = None, rotary_interleaved: bool = False) -> Any:
+                           rotary_sin: Any = None, rotary_interleaved: bool = False,
+                           mod: Any = None) -> Any:
     """The new tokens' attention over a KV cache, as flash_attn_with_kvcache
     computes it (the README's "Decoding over a KV cache"), with its names.
 
@@ -257,15 +258,21 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     causal, else all at cache_seqlens[b] (q itself is left as it is);
     rotary_interleaved: the pairs (2i, 2i + 1), else (i, i + rotary_dim / 2).
 
+    mod: a score or mask modification, as fatune.attention's ("window=256",
+    "softcap=30", "alibi", a NAME.lua file), over each sequence's keys
+    (seq_k its own length); float16 and bfloat16, head dims multiples of 8.
+
     64 or more new tokens (prefill; float16 and bfloat16) run the forward
     pass's kernel reading the cache through the table, where its grid fills
-    half the GPU; fewer, the split-KV decoding kernels.
+    half the GPU; fewer, the split-KV decoding kernels; a modification,
+    always the forward pass's kernel.
 
     NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
     current stream (the call waits for the kernels: it reads their check of
     the block table and the lengths back), CPU tensors on the emulator.
-    Not (yet) as flash_attn: no window, softcap or alibi, no gradient, and
-    k's tokens are q's. A page index (or a
+    Not (yet) as flash_attn: window, softcap and alibi through mod=, not
+    window_size=, softcap= and alibi_slopes=; no gradient; k's tokens are
+    q's. A page index (or a
     cache_batch_idx) outside the pool is never read and a length past the
     capacity is cut to it: fatune.Error says so after the call.
 
@@ -275,14 +282,15 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
     return _kvcache.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, block_table,
                                            causal, softmax_scale, max_seqlen_k,
                                            return_softmax_lse, db, _pt, k, v, cache_batch_idx,
-                                           (rotary_cos, rotary_sin, rotary_interleaved))
+                                           (rotary_cos, rotary_sin, rotary_interleaved), mod)
 
 
 def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any = None,
                 causal: bool = False, softmax_scale: Optional[float] = None,
                 max_seqlen_k: Optional[int] = None, db: Optional[str] = None, k: Any = None,
                 v: Any = None, cache_batch_idx: Any = None, rotary_cos: Any = None,
-                rotary_sin: Any = None, rotary_interleaved: bool = False) -> DecodePlan:
+                rotary_sin: Any = None, rotary_interleaved: bool = False,
+                mod: Any = None) -> DecodePlan:
     """attention_with_kvcache planned once for a server's decode step: the
     kernel chosen and built, the splits' workspace and the kernels' error
     flags allocated, for the problem these tensors describe (their values
@@ -296,12 +304,13 @@ def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_ta
     before the capture to keep its address); its tensors must have the
     planned shapes. plan.check() waits for the device and raises
     fatune.Error if a kernel met a page outside the pool or a length past
-    the capacity since the last check; plan.variant names the kernel;
+    the capacity since the last check; mod= as attention_with_kvcache's,
+    which every run applies; plan.variant names the kernel;
     plan.close() frees it (so does the garbage collector).
     """
     return _kvcache.plan_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal,
                                 softmax_scale, max_seqlen_k, db, _pt, k, v, cache_batch_idx,
-                                (rotary_cos, rotary_sin, rotary_interleaved))
+                                (rotary_cos, rotary_sin, rotary_interleaved), mod)
 
 
 def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,

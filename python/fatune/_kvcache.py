@@ -19,7 +19,8 @@ class KvcacheArgs(ctypes.Structure):
                 ("k_new", _lib.Tensor), ("v_new", _lib.Tensor),
                 ("cache_batch_idx", ctypes.c_void_p), ("rotary_cos", ctypes.c_void_p),
                 ("rotary_sin", ctypes.c_void_p), ("rotary_len", ctypes.c_int),
-                ("rotary_dim", ctypes.c_int), ("rotary_interleaved", ctypes.c_int)]
+                ("rotary_dim", ctypes.c_int), ("rotary_interleaved", ctypes.c_int),
+                ("mod", ctypes.c_void_p)]
 
 
 _lib.LIB.fatune_attention_kvcache.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvcacheArgs)]
@@ -226,10 +227,11 @@ def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table
              causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
              db: Optional[str], pt: Any, what: str, out: Any = None, k: Any = None,
              v: Any = None, cache_batch_idx: Any = None,
-             rot: Tuple[Any, Any, bool] = (None, None, False)) -> _Call:
+             rot: Tuple[Any, Any, bool] = (None, None, False), mod: Any = None) -> _Call:
     if not isinstance(causal, bool):
         raise TypeError("causal: True or False, not %r" % (causal,))
     scale = _check.scale(softmax_scale)
+    spec = _check.mod(mod)
     max_k = 0 if max_seqlen_k is None else int(max_seqlen_k)
     if max_k < 0:
         raise ValueError("max_seqlen_k: %d is negative" % max_k)
@@ -237,12 +239,16 @@ def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table
         if any(x is not None and x.requires_grad for x in (q, k_cache, v_cache)):
             raise ValueError("%s has no backward pass: give tensors that need no gradient "
                              "(torch.no_grad())" % what)
-        return _torch_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
+        call = _torch_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
                            max_k, db, pt, out, k, v, cache_batch_idx, rot)
-    if isinstance(q, np.ndarray):
-        return _numpy_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
+    elif isinstance(q, np.ndarray):
+        call = _numpy_call(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale,
                            max_k, db, out, k, v, cache_batch_idx, rot)
-    raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
+    else:
+        raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
+    if spec is not None:
+        call.args.mod = _lib.mod_handle(call.ctx, spec[0], spec[1])
+    return call
 
 
 _lib.LIB.fatune_decode_plan_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(KvcacheArgs),
@@ -286,10 +292,10 @@ class DecodePlan:
         into out when given (a fixed address for a graph)."""
         if self._handle is None:
             raise ValueError("the plan was closed")
-        causal, softmax_scale, max_k, db = self._planned
+        causal, softmax_scale, max_k, db, mod = self._planned
         call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
                         max_k, db, self._pt, "plan_decode", out, k, v, cache_batch_idx,
-                        (rotary_cos, rotary_sin, rotary_interleaved))
+                        (rotary_cos, rotary_sin, rotary_interleaved), mod)
         _lib.check(_lib.LIB.fatune_decode_plan_run(self._handle, ctypes.byref(call.args)))
         return (call.o, call.lse) if return_softmax_lse else call.o
 
@@ -312,10 +318,10 @@ def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_ta
                 causal: bool, softmax_scale: Optional[float], max_seqlen_k: Optional[int],
                 db: Optional[str], pt: Any, k: Any = None, v: Any = None,
                 cache_batch_idx: Any = None,
-                rot: Tuple[Any, Any, bool] = (None, None, False)) -> DecodePlan:
+                rot: Tuple[Any, Any, bool] = (None, None, False), mod: Any = None) -> DecodePlan:
     call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
-                    max_seqlen_k, db, pt, "plan_decode", None, k, v, cache_batch_idx, rot)
-    return DecodePlan(call, (causal, softmax_scale, max_seqlen_k, db), pt)
+                    max_seqlen_k, db, pt, "plan_decode", None, k, v, cache_batch_idx, rot, mod)
+    return DecodePlan(call, (causal, softmax_scale, max_seqlen_k, db, mod), pt)
 
 
 def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,
@@ -323,9 +329,10 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
                            max_seqlen_k: Optional[int], return_softmax_lse: bool,
                            db: Optional[str], pt: Any, k: Any = None, v: Any = None,
                            cache_batch_idx: Any = None,
-                           rot: Tuple[Any, Any, bool] = (None, None, False)) -> Any:
+                           rot: Tuple[Any, Any, bool] = (None, None, False),
+                           mod: Any = None) -> Any:
     call = _prepare(q, k_cache, v_cache, cache_seqlens, block_table, causal, softmax_scale,
                     max_seqlen_k, db, pt, "attention_with_kvcache", None, k, v,
-                    cache_batch_idx, rot)
+                    cache_batch_idx, rot, mod)
     _lib.check(_lib.LIB.fatune_attention_kvcache(call.ctx, ctypes.byref(call.args)))
     return (call.o, call.lse) if return_softmax_lse else call.o

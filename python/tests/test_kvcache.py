@@ -321,3 +321,45 @@ def test_prefill():
             o = fatune.attention_with_kvcache(q, kc, vc, lc, table, causal=True, k=kn, v=vn)
         assert np.array_equal(kc, kx) and np.array_equal(vc, vx)
         assert rel_err(o, ref) <= TOLERANCE["float16"]
+
+
+def test_modification():
+    """mod= over a cache: a sliding window of 8 and a softcap over each
+    sequence's own keys, two new tokens (the forward pass's paged form runs
+    them), by a call and by a plan; refused in float32."""
+    b, sq, h, kvh, d, page = 2, 2, 4, 2, 32, 16
+    lens = np.array([40, 5], dtype=np.int32)
+    rng = np.random.default_rng(3)
+    table = rng.permutation(2 * 3).astype(np.int32).reshape(b, 3)
+    q = rng.standard_normal((b, sq, h, d)).astype(np.float16)
+    kp = rng.standard_normal((6, page, kvh, d)).astype(np.float16)
+    vp = rng.standard_normal((6, page, kvh, d)).astype(np.float16)
+    for mod, left, cap in (("window=8", 8, None), ("softcap=5", None, 5.0)):
+        ref = np.zeros(q.shape, np.float64)
+        for s in range(b):
+            n = int(lens[s])
+            k, v = gather(kp, table, s, n).astype(np.float64), gather(vp, table, s, n).astype(np.float64)
+            for hh in range(h):
+                sc = q[s, :, hh].astype(np.float64) @ k[:, hh // (h // kvh)].T / math.sqrt(d)
+                if cap:
+                    sc = cap * np.tanh(sc / cap)
+                diag = np.arange(sq)[:, None] + n - sq
+                hide = np.arange(n)[None, :] > diag
+                if left is not None:
+                    hide |= np.arange(n)[None, :] < diag - left
+                sc[hide] = -np.inf
+                p = np.exp(sc - sc.max(axis=1, keepdims=True))
+                ref[s, :, hh] = p @ v[:, hh // (h // kvh)] / p.sum(axis=1, keepdims=True)
+        o = fatune.attention_with_kvcache(q, kp, vp, lens, table, causal=True, mod=mod)
+        assert rel_err(o, ref) <= TOLERANCE["float16"], mod
+        plan = fatune.plan_decode(q, kp, vp, lens, table, causal=True, mod=mod)
+        assert plan.variant.endswith("-causal-paged")
+        o2 = plan.run(q, kp, vp, lens, table)
+        plan.check()
+        plan.close()
+        assert rel_err(o2, ref) <= TOLERANCE["float16"], mod
+    f32 = [x.astype(np.float32) for x in (q, kp, vp)]
+    with pytest.raises(fatune.Error, match="modification over a KV cache"):
+        fatune.attention_with_kvcache(*f32, lens, table, mod="window=8")
+    with pytest.raises((TypeError, ValueError), match="mod"):
+        fatune.attention_with_kvcache(q, kp, vp, lens, table, mod=3)
