@@ -189,10 +189,10 @@ static void test_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
 /* Every variant of tc's default forward space in its paged form (prefill
 ** over a KV cache) on the decoding validation cases: pages shuffled and
 ** shared, NaN past each length, pages of 1 to 80 tokens. */
-static void test_paged_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
-  static const int lens[] = {150, 0, 1, 97, 200};
+static void test_paged_space(fa_dtype t, int dim, int group, int seq_q, int causal,
+                             const int lens[5], int seq_k) {
   static const int page_sizes[] = {1, 16, 48, 80};
-  const fa_problem fwd = {.batch = 5, .heads = 2 * group, .seq_q = seq_q, .seq_k = 200,
+  const fa_problem fwd = {.batch = 5, .heads = 2 * group, .seq_q = seq_q, .seq_k = seq_k,
                           .dim = dim, .dtype = t, .causal = causal, .kv_group = group, .paged = 1};
   fa_problem p = fwd;
   p.op = FA_OP_DECODE, p.paged = 0, p.kv_lens = lens;
@@ -848,8 +848,9 @@ int main(void) {
   test_space(FA_FP16, 32, 2, 3, 1);
   test_space(FA_FP64, 16, 2, 2, 1);
   test_space(FA_BF16, 64, 8, 2, 1);   /* 16 rows: tcdec's whole m16 tile */
-  test_paged_space(FA_BF16, 64, 2, 70, 1);
-  test_paged_space(FA_FP16, 128, 1, 33, 0);
+  static const int long_lens[5] = {150, 0, 1, 97, 200}, short_lens[5] = {70, 0, 1, 33, 90};
+  test_paged_space(FA_BF16, 64, 2, 70, 1, long_lens, 200);
+  test_paged_space(FA_FP16, 128, 1, 33, 0, short_lens, 90);
   backend_close(be);
   gen_close(gen);
   return check_done("test_decode");

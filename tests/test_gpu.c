@@ -429,9 +429,9 @@ static void test_serving(fa_backend *be, const gen_target *t) {
   serve_sample(be, t, &pre, &fwd, "prefill over a cache (tc's paged form), 70 new tokens, pages of 7");
   serve_kvcache(be, &dec, "dec-");
   /* enough CTAs for the forward form: batch x heads x 1 query block, twice, past the SMs */
-  static const int many[4] = {300, 0, 77, 250};
-  fa_problem big = {.batch = 4, .heads = 2 * ((dev.sm_count + 7) / 8), .seq_q = 96,
-                    .seq_k = 320, .dim = 64, .dtype = FA_BF16, .causal = 1, .op = FA_OP_DECODE,
+  static const int many[4] = {190, 0, 50, 150};
+  fa_problem big = {.batch = 4, .heads = 2 * ((dev.sm_count + 7) / 8), .seq_q = 64,
+                    .seq_k = 192, .dim = 64, .dtype = FA_BF16, .causal = 1, .op = FA_OP_DECODE,
                     .kv_group = 2, .page = 16, .kv_lens = many};
   serve_kvcache(be, &big, "-paged");
   serve_varlen(be);
