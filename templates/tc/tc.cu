@@ -172,10 +172,11 @@ $ -- paged_rows) and leaves its offsets (8 bytes) in the warp's slots of
 $ -- shared memory (P.paged_offset), where each copy reads its row's: one lookup
 $ -- per row, not one per chunk. (Not by shuffles: after the causal mask's
 $ -- warp-uniform branches ptxas cannot prove the warp converged and
-$ -- moves them out of line.) In the main loop (ahead) the pages come from
-$ -- kv_page, looked up by the copy before, and this copy looks up the
-$ -- next block's: the block table's latency sits behind a block's work,
-$ -- not in front of the copy. Column copies only (paged.fits).
+$ -- moves them out of line.) In the main loop (ahead) the copy before has
+$ -- written this block's slots; this one, once it has read them, writes
+$ -- the next block's from the pages in kv_page and looks up the pages of
+$ -- the block after: neither the table's latency nor the slots' round
+$ -- trip stands in front of a copy. Column copies only (paged.fits).
 $ local paged_rw = P.column_copy and 32 // P.copy_chunks
 $ local paged_passes = (block_n + P.pass_rows - 1) // P.pass_rows
 $ local paged_sets = P.column_copy and (paged_rw * paged_passes + 31) // 32
