@@ -1412,6 +1412,8 @@ struct fatune_decode_plan {
   fatune_ctx *c;
   fa_problem fp;
   int page, pps, has_table, has_lse, has_rotary;
+  char mod[17];               /* the modification's hash ("": none); fp keeps no pointer to
+                              ** it once the kernel is built, so the caller may free it */
   gen_kernel k, ak;           /* the plan's own kernels and programs (ak: the append's, with
                               ** new keys): the table may be emptied */
   fa_program *prog, *aprog;
@@ -1493,6 +1495,8 @@ fatune_status fatune_decode_plan_create(fatune_ctx *c, const fatune_kvcache_args
   if (rc != 0) return free(pl), fail((fatune_status)rc, "%s", err);
   atomic_store(&c->used, 1);
   st = plan_kernel(c, pl);
+  snprintf(pl->mod, sizeof pl->mod, "%s", mod_hash(&pl->fp));
+  pl->fp.mod = NULL;
   if (st == FATUNE_OK) {
     const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
     st = check_aligned(&pl->k, t, kv_name, x->lse);
@@ -1529,7 +1533,7 @@ static fatune_status plan_matches(const fatune_decode_plan *pl, const fatune_kvc
       fp.scale != q->scale || page != pl->page || pps != pl->pps || fp.append != q->append ||
       (x->block_table != NULL) != pl->has_table || (x->lse != NULL) != pl->has_lse ||
       (x->rotary_cos != NULL) != pl->has_rotary ||
-      strcmp(x->mod ? x->mod->m.hash : "", mod_hash(&pl->fp)))
+      strcmp(x->mod ? x->mod->m.hash : "", pl->mod))
     return fail(FATUNE_EINVAL, "the arguments are not the plan's problem (batch, heads, new "
                 "tokens, capacity, head dims, dtype, causal, scale, GQA, page size, table, "
                 "lse, new keys, rotary tables and modification as planned): make a plan for "

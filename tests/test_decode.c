@@ -622,6 +622,11 @@ static void test_kvcache_mod(const char *spec, int causal) {
       if (!plan) break;
       CHECK(strstr(fatune_decode_plan_variant(plan), "-paged") != NULL, "%s: %s runs, not the "
             "paged form", spec, fatune_decode_plan_variant(plan));
+      /* the plan outlives the handle it was made with: runs give an equal one */
+      fatune_mod *again = NULL;
+      CHECK(fatune_mod_create(ctx, spec, NULL, &again) == FATUNE_OK, "%s: %s", spec, fatune_errmsg());
+      fatune_mod_free(m);
+      m = again, x.mod = again;
       CHECK(fatune_decode_plan_run(plan, &x) == FATUNE_OK && fatune_decode_plan_check(plan) == FATUNE_OK,
             "%s plan run: %s", spec, fatune_errmsg());
       fatune_kvcache_args plain = x;
