@@ -318,6 +318,18 @@ static fatune_tensor host_tensor(void *data, fa_dtype t, long long a, long long 
   return x;
 }
 
+/* A library context on the emulator over a new database at dbpath (a
+** mkstemp template, filled in); NULL, said, when it cannot open. */
+static fatune_ctx *emu_context(char *dbpath) {
+  const int fd = mkstemp(dbpath);
+  CHECK(fd >= 0, "mkstemp");
+  if (fd >= 0) close(fd);
+  const fatune_options opts = {.db_path = dbpath, .backend = "emu"};
+  fatune_ctx *ctx = NULL;
+  CHECK(fatune_open(&opts, &ctx) == FATUNE_OK, "fatune_open: %s", fatune_errmsg());
+  return ctx;
+}
+
 /* libfatune's fatune_attention_kvcache on the emulator against the float64
 ** reference: a paged cache (the validation case's pool and table), the
 ** same cache laid out contiguously (no block table), and bad arguments
@@ -332,12 +344,7 @@ static void test_library(void) {
     CHECK(0, "case: %s", err);
     return;
   }
-  const int fd = mkstemp(dbpath);
-  CHECK(fd >= 0, "mkstemp");
-  if (fd >= 0) close(fd);
-  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
-  fatune_ctx *ctx = NULL;
-  CHECK(fatune_open(&opts, &ctx) == FATUNE_OK, "fatune_open: %s", fatune_errmsg());
+  fatune_ctx *ctx = emu_context(dbpath);
   const int kvh = 2, pps = fa_problem_pages_per_seq(&p);
   const size_t es = 2, rows = 3 * 4 * 2;
   unsigned short *o = malloc(rows * 16 * es);
@@ -502,12 +509,7 @@ static void test_prefill(fa_dtype t, int dim, int group, int page, int causal, i
     CHECK(0, "prefill case: %s", err);
     return;
   }
-  const int fd = mkstemp(dbpath);
-  CHECK(fd >= 0, "mkstemp");
-  if (fd >= 0) close(fd);
-  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
-  fatune_ctx *ctx = NULL;
-  CHECK(fatune_open(&opts, &ctx) == FATUNE_OK, "fatune_open: %s", fatune_errmsg());
+  fatune_ctx *ctx = emu_context(dbpath);
   const int pps = fa_problem_pages_per_seq(&p), P = fa_problem_page(&p);
   const size_t es = 2, rows = (size_t)B * H * seq_q;
   unsigned short *o = malloc(rows * dim * es);
@@ -588,16 +590,13 @@ static void test_kvcache_mod(const char *spec, int causal) {
     CHECK(0, "%s case: %s", spec, err);
     return;
   }
-  const int fd = mkstemp(dbpath);
-  if (fd >= 0) close(fd);
-  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
-  fatune_ctx *ctx = NULL;
+  fatune_ctx *ctx = emu_context(dbpath);
   fatune_mod *m = NULL;
   const size_t rows = (size_t)B * H * NQ;
   unsigned short *o = malloc(rows * D * 2);
   float *lse = malloc(rows * sizeof *lse);
   int *seqlens = malloc(sizeof lens);
-  if (fatune_open(&opts, &ctx) != FATUNE_OK || fatune_mod_create(ctx, spec, NULL, &m) != FATUNE_OK ||
+  if (!ctx || fatune_mod_create(ctx, spec, NULL, &m) != FATUNE_OK ||
       !o || !lse || !seqlens) {
     CHECK(0, "%s: setup: %s", spec, fatune_errmsg());
     goto done;
@@ -674,10 +673,7 @@ static void test_append(void) {
     CHECK(0, "case: %s", err);
     return;
   }
-  const int fd = mkstemp(dbpath);
-  if (fd >= 0) close(fd);
-  fatune_options opts = {.db_path = dbpath, .backend = "emu"};
-  fatune_ctx *ctx = NULL;
+  fatune_ctx *ctx = emu_context(dbpath);
   const int pps = CAP / PAGE, np = c.num_pages;
   const size_t pool = (size_t)np * PAGE * KVH * D, nnew = (size_t)B * KVH * NQ * D;
   const size_t rows = (size_t)B * H * NQ;
@@ -687,7 +683,7 @@ static void test_append(void) {
   double *qd = malloc(rows * D * sizeof *qd), *kd = malloc(pool * sizeof *kd);
   double *vd = malloc(pool * sizeof *vd), *od = malloc(rows * D * sizeof *od);
   int *seqlens = malloc(B * sizeof *seqlens);
-  if (fatune_open(&opts, &ctx) != FATUNE_OK || !kn || !vn || !o || !kx || !vx || !k0 || !v0 ||
+  if (!ctx || !kn || !vn || !o || !kx || !vx || !k0 || !v0 ||
       !qd || !kd || !vd || !od || !seqlens) {
     CHECK(0, "setup: %s", fatune_errmsg());
     goto done;

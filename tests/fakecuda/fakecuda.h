@@ -62,6 +62,10 @@ unsigned long long fc_mem_gen(CUdeviceptr p);
 CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
                  const unsigned block[3], unsigned smem, int garbage, char *why, size_t whylen);
 
+/* A wrong number that validation must reject, deterministic: what a
+** launch with `garbage` writes in place of element i. */
+double fc_junk(size_t i);
+
 /* The serving kernels (fc_serve.c): 1 when k is one (a variable-length
 ** batch's forward kernel, the forward pass over a KV cache, a decoding
 ** launch), run with parameter block p, its outcome in *rc; 0 when not. */

@@ -100,8 +100,6 @@ typedef struct rows {
   int nq, nk;
 } rows;
 
-static double junk(size_t i) { return sin((double)i * 12.9898) * 3.0; }
-
 /* Attention of r's queries over its keys in float64, stored in s's dtypes
 ** (the logsumexp in fp32, fp64 for fp64); garbage: wrong numbers. */
 static int attend(const serve_spec *s, const fa_params *p, const rows *r, int garbage) {
@@ -128,9 +126,9 @@ static int attend(const serve_spec *s, const fa_params *p, const rows *r, int ga
     }
     for (int e = 0; e < s->dim_v; e++)
       fa_elem_put(r->o, t, (size_t)(i * r->o_sn + e),
-                  garbage ? junk((size_t)i * s->dim_v + e) : l > 0 ? acc[e] / l : 0);
+                  garbage ? fc_junk((size_t)i * s->dim_v + e) : l > 0 ? acc[e] / l : 0);
     fa_elem_put(r->lse, lt, r->lse_at + (size_t)i * r->lse_step,
-                garbage ? junk((size_t)i) : l > 0 ? m + log(l) : -INFINITY);
+                garbage ? fc_junk((size_t)i) : l > 0 ? m + log(l) : -INFINITY);
   }
   free(sc), free(acc);
   return 0;
