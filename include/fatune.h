@@ -250,10 +250,10 @@ typedef struct fatune_kvcache_args {
   int rotary_len, rotary_dim, rotary_interleaved;
   /* NULL, or a score or mask modification (fatune_mod_create: a sliding
   ** window, softcap, ALiBi, a file's) over each sequence's keys, seq_k its
-  ** own length; the forward pass's form over the cache computes it (fp16
-  ** and bf16, head dims multiples of 8), whatever the new tokens. A call
-  ** reads it while it runs; a plan keeps what it needs of it, and its runs
-  ** must give the same modification. */
+  ** own length; the decoding kernels and the forward pass's form over the
+  ** cache both apply it, and under a mask read only the blocks it leaves.
+  ** A call reads it while it runs; a plan keeps what it needs of it, and
+  ** its runs must give the same modification. */
   const fatune_mod *mod;
 } fatune_kvcache_args;
 

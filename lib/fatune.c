@@ -1220,12 +1220,10 @@ static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem
 ** it once per 16 rows of a head's group. Decoding stays where the forward
 ** grid would leave the GPU idle: under 64 new tokens, or fewer CTAs
 ** (batch x heads x 128-query blocks) than half the SMs (by the timing
-** model, README), and always under a modification, which only it applies.
-** The forward form takes 16-bit types, head dims that are multiples of 8
-** and caches under 64 GiB (its offsets are 32-bit counts of 16 bytes).
-** The emulator counts as one SM. */
-static fatune_status kvcache_route(const fatune_ctx *c, const fatune_kvcache_args *x,
-                                   fa_problem *fp) {
+** model, README). The forward form takes 16-bit types, head dims that are
+** multiples of 8 and caches under 64 GiB (its offsets are 32-bit counts
+** of 16 bytes). The emulator counts as one SM. Both apply x's modification. */
+static void kvcache_route(const fatune_ctx *c, const fatune_kvcache_args *x, fa_problem *fp) {
   const fa_device *d = backend_device(c->be);
   const long long sms = d ? d->sm_count : 1;
   const long long ctas = (long long)fp->batch * fp->heads * ((fp->seq_q + 127) / 128);
@@ -1233,13 +1231,8 @@ static fatune_status kvcache_route(const fatune_ctx *c, const fatune_kvcache_arg
   const int fits = (fp->dtype == FA_FP16 || fp->dtype == FA_BF16) && fp->dim % 8 == 0 &&
                    fa_problem_dim_v(fp) % 8 == 0 && extent(&x->k_cache, es) < most &&
                    extent(&x->v_cache, es) < most;
-  /* The decoding families apply no modification: the forward form does. */
-  if (x->mod && !fits)
-    return fail(FATUNE_EINVAL, "a modification over a KV cache runs the forward pass's form "
-                "over it: fp16 or bf16, head dims multiples of 8, caches under 64 GiB");
-  if (fits && (x->mod || (fp->seq_q >= 64 && 2 * ctas >= sms)))
-    fp->op = FA_OP_FWD, fp->paged = 1, fp->mod = x->mod ? &x->mod->m : NULL;
-  return FATUNE_OK;
+  fp->mod = x->mod ? &x->mod->m : NULL;
+  if (fits && fp->seq_q >= 64 && 2 * ctas >= sms) fp->op = FA_OP_FWD, fp->paged = 1;
 }
 
 /* Four tensors' addresses and strides for kernel k's widest access (its
@@ -1386,8 +1379,8 @@ fatune_status fatune_attention_kvcache(fatune_ctx *c, const fatune_kvcache_args 
   fa_problem fp;
   int page = 0, pps = 0;
   fatune_status st = check_kvcache_args(x, &fp, &page, &pps);
-  if (st == FATUNE_OK) st = kvcache_route(c, x, &fp);
   if (st != FATUNE_OK) return st;
+  kvcache_route(c, x, &fp);
   char err[512];
   int rc = backend_enter(c->be, err, sizeof err);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
@@ -1486,8 +1479,8 @@ fatune_status fatune_decode_plan_create(fatune_ctx *c, const fatune_kvcache_args
   if (!pl) return fail(FATUNE_ENOMEM, "out of memory");
   pl->c = c;
   fatune_status st = check_kvcache_args(x, &pl->fp, &pl->page, &pl->pps);
-  if (st == FATUNE_OK) st = kvcache_route(c, x, &pl->fp);
   if (st != FATUNE_OK) return free(pl), st;
+  kvcache_route(c, x, &pl->fp);
   pl->has_table = x->block_table != NULL, pl->has_lse = x->lse != NULL;
   pl->has_rotary = x->rotary_cos != NULL;
   char err[512];

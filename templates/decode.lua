@@ -37,4 +37,17 @@ function decode.issue(A, st)
   return part("issue", B)
 end
 
+-- Under modification m's mask, the keys of the sequence (len) that the
+-- CTA's query rows (group rows row0 .. row0 + R - 1, below grows) may see:
+-- whole blocks of BN keys, from the first to the last that fa_mod_block
+-- does not prove empty for them, as [vis_lo, vis_hi) (empty: none). The
+-- threads take the blocks in turn and meet by shuffles, then through the
+-- first 8 W bytes of shared memory, which must be free. A: {BN, NT, R, m}.
+function decode.mod_range(A)
+  local B = { BN = A.BN, NT = A.NT, R = A.R, W = A.NT // 32 }
+  -- a mask of the head, each head of the CTA's rows apart; else all at once
+  B.per_head = require("mod").uses(A.m.mask, "h")
+  return part("mod_range", B)
+end
+
 return decode

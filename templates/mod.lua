@@ -407,6 +407,15 @@ function mod.load(spec, text)
   return m
 end
 
+-- Whether expression tree reads variable name.
+function mod.uses(tree, name)
+  if tree.op == "var" then return tree.name == name end
+  for _, child in ipairs(tree) do
+    if mod.uses(child, name) then return true end
+  end
+  return false
+end
+
 -- The built-ins' names, sorted.
 function mod.builtins()
   local out = {}

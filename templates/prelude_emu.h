@@ -171,8 +171,10 @@ FA_INLINE unsigned char (*fa_emu_exchange(fa_emu_thread *t, const void *mine, si
   }
 FA_EMU_SHUFFLE(float, f32)
 FA_EMU_SHUFFLE(double, f64)
+FA_EMU_SHUFFLE(int, i32)
 #define fa_shfl_xor_f32(v, m) fa_emu_shfl_xor_f32((v), (m), __LINE__)
 #define fa_shfl_xor_f64(v, m) fa_emu_shfl_xor_f64((v), (m), __LINE__)
+#define fa_shfl_xor_i32(v, m) fa_emu_shfl_xor_i32((v), (m), __LINE__)
 
 
 /* ---- Transcendentals ---- */

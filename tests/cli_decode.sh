@@ -3,8 +3,8 @@
 # command line: the family's names, a sweep over cache lengths, GQA ratios
 # and page sizes on the emulator, each key recorded and found again by
 # `best`, a skewed batch (--kv-lens), a recorded workload's buckets
-# (--workload) and its bad files, bad problems refused in one line, the
-# forward pass's paged form for prefill (--paged in list, gen and model),
+# (--workload) and its bad files, bad problems refused in one line, a
+# decoding kernel under a modification (--mod), the forward pass's paged form for prefill (--paged in list, gen and model),
 # and `fatune model --op decode` (SKIPPED without nvdisasm): the splits
 # side by side with FlashAttention-2's heuristic, the tuned choice (the
 # model's best of 1 to 128) never behind it and far ahead on a skewed batch.
@@ -106,7 +106,11 @@ run pg gen --config family=tc --dim 128 --dtype bf16 --causal --paged
 check "gen --paged: the kernel reads K/V through the block table" $? "exit $rc: $(cat "$tmp/pg.err")"
 refused paged_bwd "--paged is the forward pass's" gen --dim 64 --op bwd --paged --config family=tcbwd
 refused paged_varlen "--paged is the forward pass's" compile --dim 64 --varlen --paged
-refused decode_mod "no decoding family applies a modification" --op decode --dim 64 --mod window=8
+run dmod --op decode --dim 32 --dtype bf16 --heads 8 --gqa 4 --kv-lens 90,0,1,40 --page 5 \
+  --mod window=8 --config 'family=tcdec,block_n=16,warps=1,splits=2' --backend emu --db "$db" --seed 10
+[ "$rc" -eq 0 ] && grep -q 'mod window=8:0' "$tmp/dmod.err" && grep -q '^tcdec-bf16-d32-n16w1-s2 .* ok ' "$tmp/dmod.out"
+check "--op decode --mod window=8: the decoding kernel under the window, validated" $? \
+  "exit $rc: $(tail -n 3 "$tmp/dmod.err") $(cat "$tmp/dmod.out")"
 run pc gen --config family=tc,kv_addr=carry --dim 64 --dtype bf16 --paged
 [ "$rc" -ne 0 ] && grep -q 'kv_addr=rebuild' "$tmp/pc.err"
 check "gen --paged with kv_addr=carry: refused, saying why" $? "exit $rc: $(cat "$tmp/pc.err")"

@@ -7,8 +7,10 @@
 ** new tokens. Then every variant of the simtdec family's default space on
 ** the emulator, under two schedules, on such caches; the host's checks of
 ** a bad table or length before any launch; the kernel's own check of a
-** page outside the pool, which it never reads and reports; and
-** FlashAttention-2's split heuristic on the cases its code comments give.
+** page outside the pool, which it never reads and reports; every variant
+** under a window, ALiBi and a softcap, and under the window with the pages
+** it hides out of the pool; and FlashAttention-2's split heuristic on the
+** cases its code comments give.
 ** The input seed is printed; FATUNE_TEST_SEED replays a run.
 */
 #include <math.h>
@@ -186,6 +188,130 @@ static void test_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
   free(ks), free(bs), free(kp);
 }
 
+/* One variant for p, compiled; 0 when it is. */
+static int compile_one(const fa_problem *p, const char *config, gen_kernel *k, fa_build *b) {
+  char err[512];
+  memset(b, 0, sizeof *b);
+  if (gen_render_config(gen, config, p, &target, k) != 0) {
+    CHECK(0, "%s: %s", config, gen_errmsg(gen));
+    return -1;
+  }
+  const gen_kernel *kp = k;
+  CHECK(backend_compile(be, &kp, 1, 0, b, err, sizeof err) == 0 && b->prog, "%s: %s", k->name,
+        b->log ? b->log : err);
+  return b->prog ? 0 : -1;
+}
+
+/* Under a sliding window of `left` keys the decoding kernels read only the
+** blocks the window reaches: kernel k (compiled for p's kind) over 700,
+** 333, 0 and 129 keys with the table's entries for the pages wholly
+** before the 128-key block of a sequence's first visible key naming no
+** page of the pool. It must give the reference's O without raising the
+** flag of a page outside the pool, which it would on reading one. The
+** hidden pages' count into *hidden; 0 when it does. */
+static int skips_hidden(const gen_kernel *k, const fa_program *prog, const fa_problem *p, int left,
+                        int *hidden) {
+  static const int lens[] = {700, 333, 0, 129};
+  enum { PAGE = 16 };
+  fa_problem q = *p;
+  q.batch = 4, q.seq_k = 704, q.page = PAGE, q.kv_lens = lens;
+  char err[512];
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, &q, seed++, err, sizeof err) != 0) {
+    CHECK(0, "case: %s", err);
+    return -1;
+  }
+  int rc = -1;
+  /* the table the host checks, then the kernel's with the hidden pages out */
+  if (val_inputs_upload(be, &c, &in, err, sizeof err) != 0) {
+    CHECK(0, "inputs: %s", err);
+    val_case_free(&c);
+    return -1;
+  }
+  const int pps = fa_problem_pages_per_seq(&q);
+  *hidden = 0;
+  for (int s = 0; s < q.batch; s++) {
+    const int first = lens[s] - q.seq_q - left;  /* the first new token's first visible key */
+    for (int pg = 0; first > 0 && (pg + 1) * PAGE <= first / 128 * 128; pg++, (*hidden)++)
+      c.table[s * pps + pg] = c.num_pages;
+  }
+  CHECK(backend_upload(be, in.table, c.table, (size_t)q.batch * pps * sizeof(int), err,
+                       sizeof err) == 0, "table: %s", err);
+  val_opts o = {.nschedules = 1, .schedule = {FA_SCHED_SKEW}, .threads = 2};
+  val_result r;
+  CHECK(val_check(be, &c, &in, prog, k, &o, &r, err, sizeof err) == 0, "%s: %s", k->name, err);
+  CHECK(r.status == VAL_OK, "%s with %d pages the window hides out of the pool: %s", k->name,
+        *hidden, r.msg);
+  rc = r.status == VAL_OK ? 0 : -1;
+  attn_inputs_free(be, &in);
+  val_case_free(&c);
+  return rc;
+}
+
+/* Every variant of the default decoding space under modification spec,
+** on sequences long enough for a window to leave whole blocks out, one
+** page size a variant (1, 7, 16 and none in turn); for a window of
+** `left` keys (-1: none), skips_hidden too. */
+static void test_space_mod(const char *spec, int left, fa_dtype t, int dim, int group,
+                           int seq_q, int causal) {
+  static const int lens[] = {200, 0, 1, 97, 160};
+  static const int page_sizes[] = {1, 7, 16, 0};
+  fa_mod mod;
+  if (gen_mod_load(gen, spec, NULL, &mod) != 0 || gen_set_mod(gen, &mod) != 0) {
+    CHECK(0, "%s: %s", spec, gen_errmsg(gen));
+    return;
+  }
+  fa_problem p = {.batch = 5, .heads = 2 * group, .seq_q = seq_q, .seq_k = 200, .dim = dim,
+                  .dtype = t, .causal = causal, .op = FA_OP_DECODE, .kv_group = group,
+                  .kv_lens = lens, .mod = &mod};
+  gen_variant *v;
+  size_t n;
+  char err[512];
+  CHECK(gen_list(gen, &p, &target, "default", &v, &n) == 0, "%s", gen_errmsg(gen));
+  gen_kernel *ks = calloc(n, sizeof *ks);
+  fa_build *bs = calloc(n, sizeof *bs);
+  const gen_kernel **kp = calloc(n, sizeof *kp);
+  if (!ks || !bs || !kp) {
+    CHECK(0, "out of memory");
+    gen_set_mod(gen, NULL);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    CHECK(gen_render_config(gen, v[i].config, &p, &target, &ks[i]) == 0, "%s: %s", v[i].name,
+          gen_errmsg(gen));
+    CHECK(strstr(ks[i].source, "fa_mod_setup") != NULL, "%s: no modification in its source",
+          ks[i].name);
+    kp[i] = &ks[i];
+  }
+  CHECK(backend_compile(be, kp, n, 0, bs, err, sizeof err) == 0, "%s", err);
+  double worst = 0;
+  int ok = 0, skipped = 0, hidden = 0;
+  for (size_t i = 0; i < n; i++) {
+    CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
+    if (!bs[i].prog) continue;
+    fa_problem q = p;
+    q.page = page_sizes[i % 4];
+    ok += validate(&ks[i], bs[i].prog, &q, &worst) == 0;
+    if (left >= 0) skipped += skips_hidden(&ks[i], bs[i].prog, &p, left, &hidden) == 0;
+  }
+  printf("%s %s d%-3d gqa %d seq_q %d %-6s %zu variants, two schedules each: %d ok, worst error "
+         "%.2e (tolerance %.0e)\n", spec, fa_dtype_name(t), dim, group, seq_q,
+         causal ? "causal" : "", n, ok, worst, val_tolerance(t));
+  if (left >= 0) {
+    CHECK(hidden >= 30, "only %d pages hidden", hidden);
+    printf("  over 700, 333, 0, 129 keys with the %d pages the window hides out of the pool: %d "
+           "variants read none of them\n", hidden, skipped);
+  }
+  for (size_t i = 0; i < n; i++) {
+    backend_build_free(be, &bs[i]);
+    gen_kernel_free(&ks[i]);
+  }
+  gen_variants_free(v, n);
+  free(ks), free(bs), free(kp);
+  gen_set_mod(gen, NULL);
+}
+
 /* Every variant of tc's default forward space in its paged form (prefill
 ** over a KV cache) on the decoding validation cases: pages shuffled and
 ** shared, NaN past each length, pages of 1 to 80 tokens. */
@@ -236,20 +362,6 @@ static void test_paged_space(fa_dtype t, int dim, int group, int seq_q, int caus
   }
   gen_variants_free(v, n);
   free(ks), free(bs), free(kp);
-}
-
-/* One variant for p, compiled; 0 when it is. */
-static int compile_one(const fa_problem *p, const char *config, gen_kernel *k, fa_build *b) {
-  char err[512];
-  memset(b, 0, sizeof *b);
-  if (gen_render_config(gen, config, p, &target, k) != 0) {
-    CHECK(0, "%s: %s", config, gen_errmsg(gen));
-    return -1;
-  }
-  const gen_kernel *kp = k;
-  CHECK(backend_compile(be, &kp, 1, 0, b, err, sizeof err) == 0 && b->prog, "%s: %s", k->name,
-        b->log ? b->log : err);
-  return b->prog ? 0 : -1;
 }
 
 /* Bad metadata: a length over the capacity, a negative one, a table entry
@@ -567,23 +679,24 @@ done:
   val_case_free(&c);
 }
 
-/* A modification over a KV cache: the forward pass's paged form whatever
-** the new tokens (2 here), by a call and a plan, against the reference
-** under the same modification over each sequence's own keys; refused for
-** fp32, which that form does not compute. */
-static void test_kvcache_mod(const char *spec, int causal) {
+/* A modification over a KV cache, by a call and a plan, against the
+** reference under the same modification over each sequence's own keys:
+** nq new tokens in dtype t, which route to the decoding kernels (tcdec,
+** or simtdec for fp32) or, 64 and more, to the forward pass's paged form. */
+static void test_kvcache_mod(const char *spec, int causal, fa_dtype t, int nq) {
   static const int lens[3] = {150, 0, 31};
   fa_mod mod;
   if (gen_mod_load(gen, spec, NULL, &mod) != 0) {
     CHECK(0, "%s: %s", spec, gen_errmsg(gen));
     return;
   }
-  enum { B = 3, H = 4, NQ = 2, D = 64 };
+  enum { B = 3, H = 4, D = 64 };
   int kv_lens[B];
   memcpy(kv_lens, lens, sizeof kv_lens);
-  fa_problem p = {.batch = B, .heads = H, .seq_q = NQ, .seq_k = 160, .dim = D, .dtype = FA_FP16,
+  fa_problem p = {.batch = B, .heads = H, .seq_q = nq, .seq_k = 160, .dim = D, .dtype = t,
                   .causal = causal, .op = FA_OP_DECODE, .kv_group = 2, .page = 16,
                   .kv_lens = kv_lens, .mod = &mod};
+  const char *route = nq >= 64 ? "-paged" : t == FA_FP32 ? "simtdec-" : "tcdec-";
   char err[512], dbpath[] = "/tmp/fatune-test-kvmod-XXXXXX";
   val_case c;
   if (val_case_make(&c, &p, seed++, err, sizeof err) != 0) {
@@ -592,8 +705,8 @@ static void test_kvcache_mod(const char *spec, int causal) {
   }
   fatune_ctx *ctx = emu_context(dbpath);
   fatune_mod *m = NULL;
-  const size_t rows = (size_t)B * H * NQ;
-  unsigned short *o = malloc(rows * D * 2);
+  const size_t rows = (size_t)B * H * nq, es = (size_t)fa_dtype_size(t);
+  void *o = malloc(rows * D * es);
   float *lse = malloc(rows * sizeof *lse);
   int *seqlens = malloc(sizeof lens);
   if (!ctx || fatune_mod_create(ctx, spec, NULL, &m) != FATUNE_OK ||
@@ -603,24 +716,25 @@ static void test_kvcache_mod(const char *spec, int causal) {
   }
   memcpy(seqlens, lens, sizeof lens);
   const int pps = fa_problem_pages_per_seq(&p);
-  const long long qs[4] = {H * NQ * D, NQ * D, D, 1}, ks[4] = {16 * 2 * D, 2 * D, D, 1};
+  const long long qs[4] = {(long long)H * nq * D, (long long)nq * D, D, 1};
+  const long long ks[4] = {16 * 2 * D, 2 * D, D, 1};
   fatune_kvcache_args x = {
-    .q = host_tensor(c.q, FA_FP16, B, H, NQ, D, qs),
-    .k_cache = host_tensor(c.k, FA_FP16, c.num_pages, 16, 2, D, ks),
-    .v_cache = host_tensor(c.v, FA_FP16, c.num_pages, 16, 2, D, ks),
-    .o = host_tensor(o, FA_FP16, B, H, NQ, D, qs), .lse = lse, .block_table = c.table,
+    .q = host_tensor(c.q, t, B, H, nq, D, qs),
+    .k_cache = host_tensor(c.k, t, c.num_pages, 16, 2, D, ks),
+    .v_cache = host_tensor(c.v, t, c.num_pages, 16, 2, D, ks),
+    .o = host_tensor(o, t, B, H, nq, D, qs), .lse = lse, .block_table = c.table,
     .pages_per_seq = pps, .cache_seqlens = seqlens, .causal = causal, .mod = m};
   const void *got[2] = {o, lse};
   val_result r;
   for (int planned = 0; planned < 2; planned++) {
     fatune_decode_plan *plan = NULL;
-    memset(o, 0xFF, rows * D * 2);
+    memset(o, 0xFF, rows * D * es);
     if (planned) {
       CHECK(fatune_decode_plan_create(ctx, &x, &plan) == FATUNE_OK, "%s plan: %s", spec,
             fatune_errmsg());
       if (!plan) break;
-      CHECK(strstr(fatune_decode_plan_variant(plan), "-paged") != NULL, "%s: %s runs, not the "
-            "paged form", spec, fatune_decode_plan_variant(plan));
+      CHECK(strstr(fatune_decode_plan_variant(plan), route) != NULL, "%s, %d new tokens: %s runs, "
+            "not %s", spec, nq, fatune_decode_plan_variant(plan), route);
       /* the plan outlives the handle it was made with: runs give an equal one */
       fatune_mod *again = NULL;
       CHECK(fatune_mod_create(ctx, spec, NULL, &again) == FATUNE_OK, "%s: %s", spec, fatune_errmsg());
@@ -640,13 +754,8 @@ static void test_kvcache_mod(const char *spec, int causal) {
     CHECK(r.status == VAL_OK, "%s%s over a cache (%s): %s", spec, causal ? " causal" : "",
           planned ? "a plan" : "a call", r.msg);
   }
-  printf("kvcache under %s%s: 2 new tokens over 150, 0, 31 keys: O error %.2e\n", spec,
-         causal ? " causal" : "", r.rel_err);
-  fatune_kvcache_args f32 = x;
-  f32.q.dtype = f32.k_cache.dtype = f32.v_cache.dtype = f32.o.dtype = FATUNE_FP32;
-  CHECK(fatune_attention_kvcache(ctx, &f32) == FATUNE_EINVAL &&
-        strstr(fatune_errmsg(), "modification over a KV cache"), "%s in fp32: %s", spec,
-        fatune_errmsg());
+  printf("kvcache under %s%s, %s: %d new tokens over 150, 0, 31 keys (%s): O error %.2e\n", spec,
+         causal ? " causal" : "", fa_dtype_name(t), nq, route, r.rel_err);
 done:
   fatune_mod_free(m);
   fatune_close(ctx);
@@ -841,9 +950,12 @@ int main(void) {
   test_prefill(FA_BF16, 64, 2, 16, 1, 70, lens_a);
   test_prefill(FA_FP16, 32, 1, 1, 0, 64, lens_b);
   test_prefill(FA_BF16, 128, 4, 48, 1, 65, lens_b);
-  test_kvcache_mod("window=24", 1);
-  test_kvcache_mod("softcap=20", 0);
-  test_kvcache_mod("alibi", 1);
+  test_kvcache_mod("window=24", 1, FA_FP16, 2);
+  test_kvcache_mod("softcap=20", 0, FA_FP32, 2);
+  test_kvcache_mod("alibi", 1, FA_BF16, 64);
+  test_space_mod("window=40", 40, FA_BF16, 64, 4, 1, 1);
+  test_space_mod("alibi", -1, FA_FP16, 32, 8, 2, 1);
+  test_space_mod("softcap=8", -1, FA_FP32, 24, 2, 3, 0);
   test_space(FA_FP32, 24, 1, 1, 0);
   test_space(FA_BF16, 40, 4, 1, 0);
   test_space(FA_FP16, 32, 2, 3, 1);

@@ -839,10 +839,6 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "--json takes one key; fatune export --format json gives a sweep's");
   if (o->problem.varlen && ((o->problem.op != FA_OP_FWD && o->problem.op != FA_OP_BWD) || o->mod))
     return fail(err, errlen, "--varlen is the forward and backward passes', without --mod");
-  if (o->mod && o->problem.op == FA_OP_DECODE)
-    return fail(err, errlen, "--mod with --op decode: no decoding family applies a "
-                "modification yet (the library runs one over a KV cache with the forward "
-                "pass's paged form: --paged)");
   if (o->problem.paged && (o->problem.op != FA_OP_FWD || o->problem.varlen))
     return fail(err, errlen, "--paged is the forward pass's, without --varlen");
   if (o->cmd == CMD_TUNE && o->variant && o->config)

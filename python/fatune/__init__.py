@@ -260,12 +260,12 @@ def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: An
 
     mod: a score or mask modification, as fatune.attention's ("window=256",
     "softcap=30", "alibi", a NAME.lua file), over each sequence's keys
-    (seq_k its own length); float16 and bfloat16, head dims multiples of 8.
+    (seq_k its own length); under a window the decoding kernels read only
+    the blocks it reaches.
 
     64 or more new tokens (prefill; float16 and bfloat16) run the forward
     pass's kernel reading the cache through the table, where its grid fills
-    half the GPU; fewer, the split-KV decoding kernels; a modification,
-    always the forward pass's kernel.
+    half the GPU; fewer, the split-KV decoding kernels.
 
     NumPy arrays run on the emulator; PyTorch CUDA tensors on their GPU and
     current stream (the call waits for the kernels: it reads their check of

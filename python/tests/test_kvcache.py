@@ -325,8 +325,8 @@ def test_prefill():
 
 def test_modification():
     """mod= over a cache: a sliding window of 8 and a softcap over each
-    sequence's own keys, two new tokens (the forward pass's paged form runs
-    them), by a call and by a plan; refused in float32."""
+    sequence's own keys, two new tokens (the decoding kernels run them:
+    tcdec in float16, simtdec in float32), by a call and by a plan."""
     b, sq, h, kvh, d, page = 2, 2, 4, 2, 32, 16
     lens = np.array([40, 5], dtype=np.int32)
     rng = np.random.default_rng(3)
@@ -350,16 +350,15 @@ def test_modification():
                 sc[hide] = -np.inf
                 p = np.exp(sc - sc.max(axis=1, keepdims=True))
                 ref[s, :, hh] = p @ v[:, hh // (h // kvh)] / p.sum(axis=1, keepdims=True)
-        o = fatune.attention_with_kvcache(q, kp, vp, lens, table, causal=True, mod=mod)
-        assert rel_err(o, ref) <= TOLERANCE["float16"], mod
-        plan = fatune.plan_decode(q, kp, vp, lens, table, causal=True, mod=mod)
-        assert plan.variant.endswith("-causal-paged")
-        o2 = plan.run(q, kp, vp, lens, table)
-        plan.check()
-        plan.close()
-        assert rel_err(o2, ref) <= TOLERANCE["float16"], mod
-    f32 = [x.astype(np.float32) for x in (q, kp, vp)]
-    with pytest.raises(fatune.Error, match="modification over a KV cache"):
-        fatune.attention_with_kvcache(*f32, lens, table, mod="window=8")
+        for dt, family in ((np.float16, "tcdec-"), (np.float32, "simtdec-")):
+            x = [a.astype(dt) for a in (q, kp, vp)]
+            o = fatune.attention_with_kvcache(*x, lens, table, causal=True, mod=mod)
+            assert rel_err(o, ref) <= TOLERANCE[np.dtype(dt).name], (mod, dt)
+            plan = fatune.plan_decode(*x, lens, table, causal=True, mod=mod)
+            assert plan.variant.startswith(family) and plan.variant.endswith("-causal"), plan.variant
+            o2 = plan.run(*x, lens, table)
+            plan.check()
+            plan.close()
+            assert rel_err(o2, ref) <= TOLERANCE[np.dtype(dt).name], (mod, dt)
     with pytest.raises((TypeError, ValueError), match="mod"):
         fatune.attention_with_kvcache(q, kp, vp, lens, table, mod=3)

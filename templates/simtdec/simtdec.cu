@@ -10,6 +10,8 @@ $ local S, W = c.splits, NT // 32
 $ local lanes = VW == 4 and { "x", "y", "z", "w" } or { "x", "y" }
 $ local async, KVW, KRS, VRS, IB = P.async, P.KVW, P.KRS, P.VRS, P.IB
 $ local each = require("decode").each
+$ -- A score or mask modification (mod.lua): its functions precede the kernels.
+$ local mod = c.mod
 $ local half = async and IB == 2   -- K and V in shared memory as 16-bit values
 $ -- A 16-bit value of shared memory's K or V as the accumulator's type.
 $ local function cvt(x)
@@ -34,6 +36,10 @@ $ local function partial(b, h, r)
   acc_t *const part = (acc_t *)p.ws + (((long long)${b} * p.heads + ${h}) * p.seq_q + ${r}) * ${S * (DV + 1)};
 $ end
 
+$ if mod then
+${require("mod").c_functions(mod, args.acc)}
+
+$ end
 /* The split's keys for its CTA's query rows: gathered page by page into
 ** shared memory, S = Q K^T, the online softmax, O += P V. */
 FA_KERNEL(${args.entry}_split, ${NT})
@@ -51,9 +57,16 @@ FA_KERNEL(${args.entry}_split, ${NT})
   ** is cut to it and flagged, never followed out of the pool. */
   const int cap = p.table_stride * p.page_size, len_in = fa_ldg_i32(p.seqlens_k + b);
   const int len = len_in < 0 ? 0 : len_in > cap ? cap : len_in;
+$ if mod and mod.mask then
+  ${require("decode").mod_range({ BN = BN, NT = NT, R = R, m = mod })}
+  /* The split's share of those keys [k_lo, k_hi): whole blocks but the last. */
+  const int chunk = ((vis_hi - vis_lo + ${S - 1}) / ${S} + ${BN - 1}) / ${BN} * ${BN};
+  const int k_lo = vis_lo + split * chunk, k_hi = vis_hi < k_lo + chunk ? vis_hi : k_lo + chunk;
+$ else
   /* The split's keys [k_lo, k_hi): whole blocks but the last. */
   const int chunk = ((len + ${S - 1}) / ${S} + ${BN - 1}) / ${BN} * ${BN};
   const int k_lo = split * chunk, k_hi = len < k_lo + chunk ? len : k_lo + chunk;
+$ end
   /* No block table: a contiguous cache, sequence b on page b, or on page
   ** cache_batch_idx[b] (flash_attn's cache_batch_idx). */
   const int *const table = p.block_table ? p.block_table + (long long)b * p.table_stride : 0;
@@ -110,6 +123,20 @@ $ end
     FA_UNROLL
     for (int rc = 0; rc < ${RC}; rc++) o[dc][rc] = 0;
   int bad = 0;  /* a block-table entry outside the pool */
+$ if mod then
+  /* The modification's view of the rows this thread scores, g + ${RG} rr with
+  ** g the same every block: head, query index, what the row does not change. */
+$   assert(BN * RG <= NT or RG == 1, "simtdec: a thread's score rows change between blocks")
+  const int gm = ${BN * RG <= NT and "tid / " .. BN or "0"};
+  int hm[${RR}], qm[${RR}];
+  fa_mod_u um[${RR}];
+  FA_UNROLL
+  for (int rr = 0; rr < ${RR}; rr++) {
+    const int gi = row0 + gm + rr * ${RG};
+    hm[rr] = hk * group + gi / p.seq_q, qm[rr] = gi - gi / p.seq_q * p.seq_q;
+    um[rr] = fa_mod_setup(b, hm[rr], p.seq_q, len, p.heads);
+  }
+$ end
   fa_syncthreads();  /* Q, m, l and the rows' last keys, for every thread: a split
                      ** without keys goes straight to the epilogue */
 
@@ -199,8 +226,20 @@ $ end
       FA_UNROLL
       for (int rr = 0; rr < ${RR}; rr++) {
         const int i = g + rr * ${RG};
+$ if mod then
+$   local at = "b, hm[rr], qm[rr], k0 + cc, p.seq_q, len, p.heads"
+        const int seen = !unread && k0 + cc <= fa_lds_i32(last_s + i)${mod.mask and " && fa_mod_mask(um[rr], " .. at .. ")" or ""};
+$   if mod.score then
+        /* the score modification, in natural units (S is in log2 units) */
+        const acc_t x = fa_mod_score(um[rr], s[rr] * (acc_t)0.69314718055994531, ${at}) * (acc_t)1.4426950408889634;
+        fa_sts_${T}(Ss + i * ${NS} + cc, seen ? x : fa_neg_inf_${T}());
+$   else
+        fa_sts_${T}(Ss + i * ${NS} + cc, seen ? s[rr] : fa_neg_inf_${T}());
+$   end
+$ else
         const int seen = !unread && k0 + cc <= fa_lds_i32(last_s + i);
         fa_sts_${T}(Ss + i * ${NS} + cc, seen ? s[rr] : fa_neg_inf_${T}());
+$ end
       }
     }
     fa_syncthreads();

@@ -75,6 +75,8 @@ end
 
 simtdec.fallbacks = { block_n = { 64, 32, 16, 8 }, warps = { 4, 2, 1 }, rows = { 8, 4, 2, 1 } }
 
+simtdec.mods = true  -- applies score and mask modifications (mod.lua)
+
 function simtdec.supports(problem)
   return problem.dtype ~= nil
 end
@@ -151,6 +153,10 @@ function simtdec.fits(c, problem, target)
     return false, "copy=async copies rows of a multiple of 16 bytes"
   end
   if P.NT > target.max_threads then return false, "too many threads" end
+  if c.warps > 2 * c.block_n * P.stages then
+    -- a mask's range meets in the keys' offsets (decode.mod_range)
+    return false, "more warps than keys in the stages"
+  end
   if P.smem > target.smem then return false, "shared memory over the limit" end
   if P.reg_words > 255 then return false, "registers over 255 per thread" end
   if problem and c.rows > group_rows(problem) then

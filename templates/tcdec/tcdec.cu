@@ -10,6 +10,8 @@ $ local pack = bf and "fa_pack_bf16x2" or "fa_pack_f16x2"
 $ local to16 = bf and "fa_f32_to_bf16" or "fa_f32_to_f16"
 $ local KT, NT8, VT = D // 16, NW // 8, DV // 8
 $ local each = require("decode").each
+$ -- A score or mask modification (mod.lua): its functions precede the kernels.
+$ local mod = c.mod
 /* ${args.entry}: decoding on tensor cores, 16 query rows of one K/V head's group per
 ** CTA, ${BN} keys a block, ${NW} a warp, ${NT} threads, ${S} split(s) of each
 ** sequence's keys. */
@@ -20,6 +22,10 @@ $ local function partial(b, h, r)
   float *const part = (float *)p.ws + (((long long)${b} * p.heads + ${h}) * p.seq_q + ${r}) * ${S * (DV + 1)};
 $ end
 
+$ if mod then
+${require("mod").c_functions(mod, "float")}
+
+$ end
 /* The split's keys for its CTA's 16 query rows: gathered page by page by
 ** cp.async, S = Q K^T and O += P V on tensor cores, each warp over its
 ** share of every block with a softmax of its own, merged at the end. */
@@ -37,9 +43,16 @@ FA_KERNEL(${args.entry}_split, ${NT})
   ** is cut to it and flagged, never followed out of the pool. */
   const int cap = p.table_stride * p.page_size, len_in = fa_ldg_i32(p.seqlens_k + b);
   const int len = len_in < 0 ? 0 : len_in > cap ? cap : len_in;
+$ if mod and mod.mask then
+  ${require("decode").mod_range({ BN = BN, NT = NT, R = 16, m = mod })}
+  /* The split's share of those keys [k_lo, k_hi): whole blocks but the last. */
+  const int chunk = ((vis_hi - vis_lo + ${S - 1}) / ${S} + ${BN - 1}) / ${BN} * ${BN};
+  const int k_lo = vis_lo + split * chunk, k_hi = vis_hi < k_lo + chunk ? vis_hi : k_lo + chunk;
+$ else
   /* The split's keys [k_lo, k_hi): whole blocks but the last. */
   const int chunk = ((len + ${S - 1}) / ${S} + ${BN - 1}) / ${BN} * ${BN};
   const int k_lo = split * chunk, k_hi = len < k_lo + chunk ? len : k_lo + chunk;
+$ end
   /* No block table: a contiguous cache, sequence b on page b, or on page
   ** cache_batch_idx[b] (flash_attn's cache_batch_idx). */
   const int *const table = p.block_table ? p.block_table + (long long)b * p.table_stride : 0;
@@ -82,6 +95,19 @@ $ end
   /* this thread's rows of the tile: lane / 4 and lane / 4 + 8 */
   const int ra = lane >> 2, rb = ra + 8;
   const int last_a = fa_lds_i32(last_s + ra), last_b = fa_lds_i32(last_s + rb);
+$ if mod then
+  /* the modification's view of the two rows: head, query index, what the
+  ** row does not change */
+  const int ga = row0 + ra, gb = row0 + rb;
+  const int hm_a = hk * group + ga / p.seq_q, qm_a = ga - ga / p.seq_q * p.seq_q;
+  const int hm_b = hk * group + gb / p.seq_q, qm_b = gb - gb / p.seq_q * p.seq_q;
+  const fa_mod_u um_a = fa_mod_setup(b, hm_a, p.seq_q, len, p.heads);
+  const fa_mod_u um_b = fa_mod_setup(b, hm_b, p.seq_q, len, p.heads);
+  (void)um_a, (void)um_b;
+$   if mod.score then
+  const float to_nat = sl2 * 0.69314718055994531f;  /* S's units to natural ones */
+$   end
+$ end
   float o[${VT}][4];
   FA_UNROLL
   for (int n = 0; n < ${VT}; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
@@ -128,7 +154,12 @@ $ end
         fa_ldmatrix_x2(kb, kst + (kw + 8 * j + (lane & 7)) * ${KRS} + (kk * 16 + 8 * ((lane >> 3) & 1)) * 2);
         ${mma}(s[j], qa[kk], kb, s[j]);
       }
+$ if mod then
+    /* mask: scaled into log2 units${mod.score and " through the modification's score" or ""}; -inf past a row's last key, for a key not
+    ** read${mod.mask and " or one the modification's mask hides" or ""} */
+$ else
     /* mask: scaled into log2 units; -inf past a row's last key or for a key not read */
+$ end
     float mx_a = fa_neg_inf_f32(), mx_b = fa_neg_inf_f32();
     FA_UNROLL
     for (int j = 0; j < ${NT8}; j++)
@@ -136,8 +167,18 @@ $ end
       for (int e = 0; e < 2; e++) {
         const int cc = kw + 8 * j + 2 * (lane & 3) + e, key = k0 + cc;
         const int read = fa_lds_i64(kofs + cc) >= 0;
+$ if mod then
+$   for _, x in ipairs({ { "s[j][e]", "a" }, { "s[j][2 + e]", "b" } }) do
+$     local v, ab = x[1], x[2]
+$     local at = "b, hm_" .. ab .. ", qm_" .. ab .. ", key, p.seq_q, len, p.heads"
+$     local keep = "read && key <= last_" .. ab .. (mod.mask and " && fa_mod_mask(um_" .. ab .. ", " .. at .. ")" or "")
+$     local val = mod.score and "fa_mod_score(um_" .. ab .. ", " .. v .. " * to_nat, " .. at .. ") * 1.4426950408889634f" or v .. " * sl2"
+        ${v} = ${keep} ? ${val} : fa_neg_inf_f32();
+$   end
+$ else
         s[j][e] = read && key <= last_a ? s[j][e] * sl2 : fa_neg_inf_f32();
         s[j][2 + e] = read && key <= last_b ? s[j][2 + e] * sl2 : fa_neg_inf_f32();
+$ end
         mx_a = s[j][e] > mx_a ? s[j][e] : mx_a;
         mx_b = s[j][2 + e] > mx_b ? s[j][2 + e] : mx_b;
       }

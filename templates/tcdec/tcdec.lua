@@ -53,6 +53,8 @@ end
 
 tcdec.fallbacks = { block_n = { 64, 32, 16 }, warps = { 4, 2, 1 } }
 
+tcdec.mods = true    -- applies score and mask modifications (mod.lua)
+
 function tcdec.supports(problem)
   return problem.dtype == "fp16" or problem.dtype == "bf16"
 end

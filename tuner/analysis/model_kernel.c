@@ -105,6 +105,26 @@ static long decode_ctas(const model_problem *p, const model_launch *l) {
 
 static int decode_len(const model_problem *p, int b) { return p->kv_lens ? p->kv_lens[b] : p->seq_k; }
 
+/* The keys [*lo, *hi) the decoding kernels read of sequence b: all of
+** them, or under p's mask the blocks from the first to the last that
+** fa_mod_block does not find empty for the sequence's rows
+** (templates/decode.cu's mod_range; batch and head 0 stand for all). */
+static void decode_keys(const model_problem *p, const model_launch *l, int b, long *lo, long *hi) {
+  const int len = decode_len(p, b), bn = l->block_n > 0 ? l->block_n : 1;
+  *lo = 0, *hi = len;
+  if (!p->mod) return;
+  int first = -1, last = -1;
+  for (int blk = 0; (long)blk * bn < len; blk++) {
+    const int k_lo = blk * bn, k_hi = (k_lo + bn < len ? k_lo + bn : len) - 1;
+    if (fa_mod_block(p->mod, 0, 0, 0, p->seq_q - 1, k_lo, k_hi, p->seq_q, len, p->heads) != 0) {
+      if (first < 0) first = blk;
+      last = blk;
+    }
+  }
+  *lo = first < 0 ? 0 : (long)first * bn;
+  *hi = first < 0 ? 0 : ((long)(last + 1) * bn < len ? (long)(last + 1) * bn : len);
+}
+
 /* Each decoding CTA's blocks: its split's share of its sequence's keys,
 ** whole blocks but the last (templates/simtdec/simtdec.cu). */
 static void decode_tiles(const model_problem *p, const model_launch *l, double fill, double cpb,
@@ -113,7 +133,9 @@ static void decode_tiles(const model_problem *p, const model_launch *l, double f
   const int splits = l->splits > 0 ? l->splits : 1;
   long i = 0;
   for (int b = 0; b < p->batch; b++) {
-    const long len = decode_len(p, b);
+    long lo, hi;
+    decode_keys(p, l, b, &lo, &hi);
+    const long len = hi - lo;
     const long chunk = ((len + splits - 1) / splits + l->block_n - 1) / l->block_n * l->block_n;
     for (long c = 0; c < per_seq; c++)
       for (int s = 0; s < splits; s++, i++) {
@@ -128,9 +150,13 @@ static void decode_tiles(const model_problem *p, const model_launch *l, double f
 /* Decoding's DRAM bytes: each K/V head's keys once (the CTAs of one
 ** head's other query rows read them again from L2), Q and O, and with
 ** splits the partials written and read back by the combine. */
-static double decode_kv_bytes(const model_problem *p) {
+static double decode_kv_bytes(const model_problem *p, const model_launch *l) {
   double keys = 0;
-  for (int b = 0; b < p->batch; b++) keys += decode_len(p, b);
+  for (int b = 0; b < p->batch; b++) {
+    long lo, hi;
+    decode_keys(p, l, b, &lo, &hi);
+    keys += hi - lo;
+  }
   return keys * (p->heads / decode_group(p)) * 2.0 * p->dim * p->elem_bytes;
 }
 
@@ -359,7 +385,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     }
   }
   if (p->decode) {
-    out->kv_bytes = decode_kv_bytes(p);
+    out->kv_bytes = decode_kv_bytes(p, l);
     dram_bytes = out->kv_bytes + 4.0 * bh * p->seq_q * p->dim * p->elem_bytes / 2 +
                  decode_partial_bytes(p, l);
   }
