@@ -41,6 +41,8 @@ typedef struct fa_mod {
   char hash[17];                /* of its canonical expressions: the variant key's part */
   int nscore, nmask;            /* ops in score[] and mask[]; 0: no such part */
   fa_mod_op score[FA_MOD_MAX_OPS], mask[FA_MOD_MAX_OPS];
+  int ndscore;                  /* with a score part: d score[] / d score, for the backward pass */
+  fa_mod_op dscore[FA_MOD_MAX_OPS];
 } fa_mod;
 
 /* The op of a name mod.lua emits ("add"), or -1. */

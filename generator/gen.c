@@ -1198,8 +1198,10 @@ static int mod_load_protected(lua_State *L) {
   lua_getfield(L, obj, "hash");
   copy_string(L, -1, m->hash, sizeof m->hash, "hash");
   lua_pop(L, 2);
-  const char *parts[2] = {"score", "mask"};
-  for (int i = 0; i < 2; i++) {
+  const char *parts[3] = {"score", "mask", "dscore"};
+  int *const counts[3] = {&m->nscore, &m->nmask, &m->ndscore};
+  fa_mod_op *const progs[3] = {m->score, m->mask, m->dscore};
+  for (int i = 0; i < 3; i++) {
     lua_getfield(L, obj, parts[i]);
     const int has = !lua_isnil(L, -1);
     lua_pop(L, 1);
@@ -1207,8 +1209,7 @@ static int mod_load_protected(lua_State *L) {
     lua_getfield(L, modlib, "program");
     lua_getfield(L, obj, parts[i]);
     lua_call(L, 1, 1);
-    int *count = i == 0 ? &m->nscore : &m->nmask;
-    *count = take_program(L, i == 0 ? m->score : m->mask, parts[i]);
+    *counts[i] = take_program(L, progs[i], parts[i]);
     lua_pop(L, 1);
   }
   return 0;
@@ -1232,7 +1233,8 @@ int gen_mod_load(gen_state *g, const char *spec, const char *text, fa_mod *out) 
   if (rc != 0) return rc;
   char why[160];
   if ((out->nscore && fa_mod_check(out->score, out->nscore, why, sizeof why)) ||
-      (out->nmask && fa_mod_check(out->mask, out->nmask, why, sizeof why))) {
+      (out->nmask && fa_mod_check(out->mask, out->nmask, why, sizeof why)) ||
+      (out->ndscore && fa_mod_check(out->dscore, out->ndscore, why, sizeof why))) {
     set_err(g, "modification %s: %s", spec, why);
     return FA_EINVAL;
   }

@@ -149,21 +149,35 @@ int ref_attention(const fa_problem *p,
   return attention(p, q, ql, k, kl, v, vl, o, ol, lse, NULL);
 }
 
-/* The softmax row of query r over its nvis visible keys, into pr: scores
-** scale q.k, their maximum subtracted, normalised. */
-static void softmax_row(const fa_problem *p, double scale, int nvis, const double *q,
+/* The softmax row of query r (at w) over its nvis visible keys, into pr:
+** scores scale q.k after p's modification, their maximum subtracted,
+** normalised; a key the modification hides weighs 0, and a row it leaves
+** no key is all 0. */
+static void softmax_row(const fa_problem *p, double scale, int nvis, row_at w, const double *q,
                         const double *k, long long ksn, double *pr) {
   double m = -INFINITY, l = 0.0;
   int c;
   for (c = 0; c < nvis; c++) {
     pr[c] = scale * dot(q, k + c * ksn, p->dim);
+    if (p->mod) pr[c] = modified(p, w, c, pr[c]);
     if (pr[c] > m) m = pr[c];
   }
   for (c = 0; c < nvis; c++) {
-    pr[c] = exp(pr[c] - m);
+    pr[c] = m == -INFINITY ? 0.0 : exp(pr[c] - m);
     l += pr[c];
   }
-  for (c = 0; c < nvis; c++) pr[c] /= l;
+  for (c = 0; c < nvis; c++) pr[c] = l == 0.0 ? 0.0 : pr[c] / l;
+}
+
+/* The derivative of p's score modification at key c of the row at w,
+** whose score before it is x: 1 without one. */
+static double dmodified(const fa_problem *p, row_at w, int c, double x) {
+  const fa_mod *m = p->mod;
+  if (!m || !m->ndscore) return 1.0;
+  const double vars[FA_MV_COUNT] = {
+    [FA_MV_SCORE] = x, [FA_MV_B] = w.b, [FA_MV_H] = w.h, [FA_MV_Q] = w.r, [FA_MV_K] = c,
+    [FA_MV_SEQ_Q] = p->seq_q, [FA_MV_SEQ_K] = p->seq_k, [FA_MV_HEADS] = p->heads};
+  return fa_mod_eval(m->dscore, m->ndscore, vars);
 }
 
 /* Zero one (batch, head) of a gradient of seq rows. */
@@ -178,8 +192,9 @@ typedef struct row_mag { double *dqr, *dkh; } row_mag;
 
 /* One query row's share of the gradients of one (batch, head): its dq
 ** row, and what it adds to dk and dv (and, with mag, to the magnitudes).
-** pr holds its softmax row; ds is scratch; both of at least nvis doubles. */
-static void backward_row(const fa_problem *p, double scale, int nvis, const ref_bwd_io *io,
+** pr holds its softmax row; ds is scratch; both of at least nvis doubles.
+** Under a score modification dS goes through its derivative at each key. */
+static void backward_row(const fa_problem *p, double scale, int nvis, row_at w, const ref_bwd_io *io,
                          const double *qr, const double *dor, const double *kh,
                          const double *vh, double *dqr, double *dkh, double *dvh,
                          const double *pr, double *ds, const row_mag *mag) {
@@ -198,9 +213,11 @@ static void backward_row(const fa_problem *p, double scale, int nvis, const ref_
     /* dS's size: P times those of dP's terms and of D's, which a kernel
     ** computes apart (D from O), so that where they cancel the rounding
     ** of each remains. */
-    const double m = mag ? pr[c] * (dot_abs(dor, vh + c * io->vl.sn, dv) + sum_abs) : 0.0;
-    ds[c] = pr[c] * (ds[c] - sum);
     const double *kc = kh + c * io->kl.sn;
+    /* a hidden key (P 0) passes nothing back, whatever the derivative there */
+    const double f = pr[c] != 0.0 ? dmodified(p, w, c, scale * dot(qr, kc, p->dim)) : 0.0;
+    const double m = mag ? pr[c] * fabs(f) * (dot_abs(dor, vh + c * io->vl.sn, dv) + sum_abs) : 0.0;
+    ds[c] = pr[c] != 0.0 ? pr[c] * (ds[c] - sum) * f : 0.0;
     double *dkc = dkh + c * io->dkl.sn, *dvc = dvh + c * io->dvl.sn;
     for (d = 0; d < p->dim; d++) {
       dqr[d] += scale * ds[c] * kc[d];
@@ -221,7 +238,7 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
   int b, h, r;
 
   if (!p || !io || !io->q || !io->k || !io->v || !io->dout || !io->dq || !io->dk || !io->dv ||
-      !problem_valid(p) || p->mod)  /* no modification's gradient yet */
+      !problem_valid(p))
     return -1;
   const double scale = fa_problem_scale(p);
   double *pr = malloc((size_t)p->seq_k * sizeof *pr);
@@ -246,10 +263,11 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
         const double *qr = io->q + b * io->ql.sb + h * io->ql.sh + r * io->ql.sn;
         const double *dor = io->dout + b * io->dol.sb + h * io->dol.sh + r * io->dol.sn;
         double *dqr = io->dq + b * io->dql.sb + h * io->dql.sh + r * io->dql.sn;
-        softmax_row(p, scale, nvis, qr, kh, io->kl.sn, pr);
+        const row_at w = {b, h, r};
+        softmax_row(p, scale, nvis, w, qr, kh, io->kl.sn, pr);
         const row_mag mag = {with_mag ? io->dq_mag + b * io->dql.sb + h * io->dql.sh +
                                             r * io->dql.sn : NULL, mkh};
-        backward_row(p, scale, nvis, io, qr, dor, kh, vh, dqr, dkh, dvh, pr, ds,
+        backward_row(p, scale, nvis, w, io, qr, dor, kh, vh, dqr, dkh, dvh, pr, ds,
                      with_mag ? &mag : NULL);
       }
     }

@@ -29,6 +29,7 @@ local mod = {}
 
 local MAX_TEXT = 16384      -- bytes of a mod file
 local MAX_NODES = 200       -- nodes of one expression (the C program's room)
+local MAX_PROGRAM = 256     -- ops of a program (core/fa_mod.h's FA_MOD_MAX_OPS)
 
 -- Lexer ----------------------------------------------------------------------
 
@@ -318,6 +319,84 @@ local function canon(n)
   return "(" .. table.concat(parts, " ") .. ")"
 end
 
+-- The derivative of a score tree with respect to score ---------------------
+
+-- Float constants and nodes for the derivative, folded where a side is a
+-- constant, so that a term that does not read the score leaves nothing.
+local function const(x) return { op = "const", type = "float", value = x + 0.0 } end
+local function is_const(n, x) return n.op == "const" and (x == nil or n.value == x) end
+local function fop(op, ...) return { op = op, type = "float", ... } end
+local function add(a, b)
+  if is_const(a, 0) then return b end
+  if is_const(b, 0) then return a end
+  if is_const(a) and is_const(b) then return const(a.value + b.value) end
+  return fop("add", a, b)
+end
+local function neg(a)
+  if is_const(a) then return const(-a.value) end
+  return fop("neg", a)
+end
+local function sub(a, b)
+  if is_const(b, 0) then return a end
+  if is_const(a, 0) then return neg(b) end
+  if is_const(a) and is_const(b) then return const(a.value - b.value) end
+  return fop("sub", a, b)
+end
+local function mul(a, b)
+  if is_const(a, 0) or is_const(b, 0) then return const(0) end
+  if is_const(a, 1) then return b end
+  if is_const(b, 1) then return a end
+  if is_const(a) and is_const(b) then return const(a.value * b.value) end
+  return fop("mul", a, b)
+end
+local function div(a, b)
+  if is_const(a, 0) then return const(0) end
+  if is_const(b, 1) then return a end
+  return fop("div", a, b)
+end
+
+-- Whether tree's value changes with the score.
+local function reads_score(n)
+  if n.op == "var" then return n.name == "score" end
+  for _, a in ipairs(n) do
+    if reads_score(a) then return true end
+  end
+  return false
+end
+
+-- d tree / d score as a tree of the same language (piecewise where the
+-- tree selects: abs, min, max and ?: take the derivative of the branch
+-- their value comes from). The backward pass multiplies dS by it.
+function mod.derivative(n)
+  if not reads_score(n) then return const(0) end
+  if n.op == "var" then return const(1) end
+  local op, a, b = n.op, n[1], n[2]
+  if op == "select" then  -- the condition picks a branch; its own derivative is none
+    return fop("select", a, mod.derivative(n[2]), mod.derivative(n[3]))
+  end
+  local da = mod.derivative(a)
+  local db = b and mod.derivative(b) or const(0)
+  if op == "add" then return add(da, db)
+  elseif op == "sub" then return sub(da, db)
+  elseif op == "neg" then return neg(da)
+  elseif op == "mul" then return add(mul(da, b), mul(a, db))
+  elseif op == "div" then
+    if not reads_score(b) then return div(da, b) end
+    return div(sub(mul(da, b), mul(a, db)), mul(b, b))
+  elseif op == "abs" then
+    return fop("select", { op = "ge", type = "bool", a, const(0) }, da, neg(da))
+  elseif op == "min" or op == "max" then
+    return fop("select", { op = op == "min" and "le" or "ge", type = "bool", a, b }, da, db)
+  elseif op == "exp" then return mul(n, da)
+  elseif op == "exp2" then return mul(mul(n, const(0.69314718055994531)), da)
+  elseif op == "log" then return div(da, a)
+  elseif op == "log2" then return div(da, mul(a, const(0.69314718055994531)))
+  elseif op == "tanh" then return mul(sub(const(1), mul(n, n)), da)
+  elseif op == "sqrt" then return div(da, mul(const(2), n))
+  end
+  error("mod: no derivative of op " .. op, 0)
+end
+
 -- Loading ------------------------------------------------------------------
 
 -- A parameter's value from --mod's text: an integer or a finite float.
@@ -394,6 +473,12 @@ function mod.load(spec, text)
     if t[which] ~= nil then
       if type(t[which]) ~= "string" then fail(which .. " is no string", t[which .. "@line"]) end
       m[which] = parse_expr(t[which], which, params, t[which .. "@line"], fail)
+    end
+  end
+  if m.score then
+    m.dscore = mod.derivative(m.score)
+    if #mod.program(m.dscore) > MAX_PROGRAM then
+      fail("score: its derivative (for the backward pass) has more than " .. MAX_PROGRAM .. " terms")
     end
   end
   m.canonical = "score " .. (m.score and canon(m.score) or "-") .. "; mask " .. (m.mask and canon(m.mask) or "-")
@@ -615,14 +700,17 @@ end
 -- seq_q, seq_k, heads) in natural units; fa_mod_mask(b, h, q_idx, kv_idx,
 -- seq_q, seq_k, heads), 1 where the key is seen; fa_mod_block(b, h, q_lo,
 -- q_hi, k_lo, k_hi, seq_q, seq_k, heads): 0 when no key of the block pair
--- is seen, 2 when all are (by the mask; 2 without one), 1 otherwise.
-function mod.c_functions(m, T)
+-- is seen, 2 when all are (by the mask; 2 without one), 1 otherwise. With
+-- grad (the backward pass), fa_mod_dscore(u, score, b, ...) too: the
+-- score part's derivative with respect to the score.
+function mod.c_functions(m, T, grad)
   local out = { "/* modification " .. m.label .. ": " .. m.doc .. " */" }
   local names = {}
   for _, v in ipairs(mod.vars) do names[v] = v end
   local trees = {}
   if m.score then trees[#trees + 1] = m.score end
   if m.mask then trees[#trees + 1] = m.mask end
+  if grad and m.score then trees[#trees + 1] = m.dscore end
   local hoisted, parts = uniform_parts(trees)
   out[#out + 1] = "/* what no row or key changes, once per tile */"
   out[#out + 1] = "typedef struct fa_mod_u {"
@@ -647,6 +735,15 @@ function mod.c_functions(m, T)
     local lines = {}
     local v = emit_value(m.score, T, names, lines, hoisted)
     if m.score.type == "int" then v = "((" .. T .. ")" .. v .. ")" end
+    for _, l in ipairs(lines) do out[#out + 1] = l end
+    out[#out + 1] = "  (void)u; (void)score; (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)seq_q; (void)seq_k; (void)heads;"
+    out[#out + 1] = "  return " .. v .. ";"
+    out[#out + 1] = "}"
+  end
+  if grad and m.score then
+    out[#out + 1] = "FA_INLINE " .. T .. " fa_mod_dscore(fa_mod_u u, " .. T .. " score, " .. args .. ") {"
+    local lines = {}
+    local v = emit_value(m.dscore, T, names, lines, hoisted)
     for _, l in ipairs(lines) do out[#out + 1] = l end
     out[#out + 1] = "  (void)u; (void)score; (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)seq_q; (void)seq_k; (void)heads;"
     out[#out + 1] = "  return " .. v .. ";"

@@ -5,7 +5,9 @@
 ** for the loss L = sum(dout * O), every element of dq, dk and dv against
 ** (L(x + h) - L(x - h)) / 2h, on small shapes, causal and not, with more
 ** queries than keys (rows that see nothing), strided and distinct layouts,
-** and a custom scale. Then exact properties (each row's dS sums to zero,
+** and a custom scale; under score and mask modifications too (the built-ins
+** and a file's score of abs, min, max, exp, log and a division through
+** the score, whose derivatives the generator writes). Then exact properties (each row's dS sums to zero,
 ** so dk sums to zero over the keys; P's rows sum to one, so dv sums to
 ** dout over the keys), that every output element is written (NaN poison
 ** before each call), and that invalid problems are refused.
@@ -16,7 +18,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "fa_mod.h"
 #include "fa_status.h"
+#include "gen.h"
 #include "reference.h"
 
 #define FD_STEP 1e-5   /* central differences: error about h^2 and eps / h */
@@ -164,9 +168,9 @@ static void check_fd(fa_problem p, int bshd, uint64_t seed) {
   const double ek = fd_error(&c, c.k, c.io.kl, c.dk, c.io.dkl, p.seq_k, p.dim);
   const double ev = fd_error(&c, c.v, c.io.vl, c.dv, c.io.dvl, p.seq_k, fa_problem_dim_v(&p));
   const double e = fmax(eq, fmax(ek, ev));
-  CHECK(e < FD_TOL, "b%d h%d %dx%d d%d/%d causal %d scale %g %s: finite differences off by "
+  CHECK(e < FD_TOL, "b%d h%d %dx%d d%d/%d causal %d scale %g %s %s: finite differences off by "
         "%.3g (dq), %.3g (dk), %.3g (dv)", p.batch, p.heads, p.seq_q, p.seq_k, p.dim, p.dim_v,
-        p.causal, p.scale, bshd ? "bshd" : "bhsd", eq, ek, ev);
+        p.causal, p.scale, bshd ? "bshd" : "bhsd", p.mod ? p.mod->label : "", eq, ek, ev);
   if (!(e <= worst)) worst = e;
   ncases++;
   case_free(&c);
@@ -202,6 +206,42 @@ static void test_finite_differences(void) {
       p.dim_v = dims_v[i][1];
       check_fd(p, (int)i & 1, seed++);
     }
+}
+
+/* The gradients under modifications: each built-in (a window that leaves
+** some rows no key, ALiBi, a softcap, a prefix and chunks) and a file's
+** score with every function the derivative has a rule for. */
+static void test_modifications(void) {
+  static const struct { const char *spec, *text; } mods[] = {
+    {"window=2:1", NULL}, {"alibi", NULL}, {"softcap=1.5", NULL}, {"prefixlm=3", NULL},
+    {"chunked=3", NULL},
+    {"mine.lua", "return { score = \"0.5 * score - 0.25 * max(score, -0.5) + log(1.0 + exp(-abs(score)))"
+                 " + min(score, 0.3) * 2.0 / (1.5 + tanh(score)) + exp2(score) * 0.1"
+                 " - log2(2.0 + score * score) + sqrt(1.0 + score * score)"
+                 " + (score > 0.1 ? score * score : -score) * float(h + 1)\" }"},
+  };
+  char err[256];
+  gen_state *g = NULL;
+  if (gen_open(&g, err, sizeof err) != 0) {
+    CHECK(0, "generator: %s", err);
+    return;
+  }
+  fa_mod *m = malloc(sizeof *m);
+  uint64_t seed = 101;
+  for (size_t i = 0; m && i < sizeof mods / sizeof mods[0]; i++) {
+    if (gen_mod_load(g, mods[i].spec, mods[i].text, m) != 0) {
+      CHECK(0, "%s: %s", mods[i].spec, gen_errmsg(g));
+      continue;
+    }
+    CHECK(!m->nscore || m->ndscore > 0, "%s: a score part without its derivative", mods[i].spec);
+    for (int causal = 0; causal <= 1; causal++) {
+      fa_problem p = problem(2, 2, 5, 7, 4, causal, 0);
+      p.mod = m;
+      check_fd(p, causal, seed++);
+    }
+  }
+  free(m);
+  gen_close(g);
 }
 
 /* Exact properties, and the rows and keys no query sees. */
@@ -316,6 +356,7 @@ static void test_invalid(void) {
 
 int main(void) {
   test_finite_differences();
+  test_modifications();
   test_properties();
   test_invalid();
   printf("reference backward: %d finite-difference cases, worst norm-relative error %.3g "
