@@ -15,6 +15,9 @@ $ -- V's head dim (V, O, dO, dV) and its rows' stride; DV == D renders the
 $ -- kernels of one head dim, K and V (Q and dO) in the same loops.
 $ local DV, DVS = P.DV, P.DVS
 $ local W = NT // 32
+$ -- A score or mask modification (mod.lua): its functions, its derivative's
+$ -- too, precede the kernels.
+$ local mod = c.mod
 /* ${args.entry}: the backward pass, tile ${BM}x${BN}, ${NT} threads.
 $ if DV == D then
 ** dK, dV: ${P.RK} element(s) per thread; dQ: ${P.RQ}. */
@@ -36,6 +39,12 @@ $ if atomic then
   (void)qacc;
 $ end
   (void)qg; (void)og; (void)dog; (void)lg; (void)dg;
+$ if mod then
+  /* the modification's head and what no row or key of it changes */
+  const int mh = ${hv};
+  const fa_mod_u mod_u = fa_mod_setup(b, mh, p.seq_q, p.seq_k, p.heads);
+  (void)mh; (void)mod_u;
+$ end
 $ end
 
 $ -- What every kernel of the op computes from the argument block: the
@@ -160,13 +169,18 @@ $ end
 
 $ -- The one recomputation both kernels share, cell by cell of the BM x BN
 $ -- tile: P = exp2(S log2e - lse), dP = dO V^T, dS = P (dP - D); a cell
-$ -- outside the problem or the mask is 0. With p_out, P is kept too.
+$ -- outside the problem or the mask is 0. With p_out, P is kept too. Under
+$ -- a modification P is of the modified score, and dS goes through the
+$ -- score's derivative.
 $ local function recompute(q0, k0, p_out)
+$ local at = "b, mh, gr, gn, p.seq_q, p.seq_k, p.heads"
   for (int e = tid; e < ${BM * BN}; e += ${NT}) {
     const int r = e / ${BN}, n = e - r * ${BN};
     const int gr = ${q0} + r, gn = ${k0} + n;
     acc_t pv = 0, ds = 0;
-$ if causal then
+$ if mod and mod.mask then
+    if (gr < p.seq_q && gn < p.seq_k${causal and " && gn <= gr + off" or ""} && fa_mod_mask(mod_u, ${at})) {
+$ elseif causal then
     if (gr < p.seq_q && gn < p.seq_k && gn <= gr + off) {
 $ else
     if (gr < p.seq_q && gn < p.seq_k) {
@@ -186,8 +200,15 @@ $ else
       for (int d = 0; d < ${DV}; ++d)
         dp += fa_lds_${T}(dOs + r * ${DVS} + d) * fa_lds_${T}(Vs + n * ${DVS} + d);
 $ end
+$ if mod and mod.score then
+      const acc_t nat = s * scale;  /* natural units */
+      pv = fa_exp2_${T}(fa_mod_score(mod_u, nat, ${at}) * (acc_t)1.4426950408889634 - fa_lds_${T}(lse_s + r));
+      /* a key that weighs nothing passes nothing back */
+      ds = pv == 0 ? (acc_t)0 : pv * (dp - fa_lds_${T}(d_s + r)) * fa_mod_dscore(mod_u, nat, ${at});
+$ else
       pv = fa_exp2_${T}(s * sl2 - fa_lds_${T}(lse_s + r));
       ds = pv * (dp - fa_lds_${T}(d_s + r));
+$ end
     }
 $ if p_out then
     fa_sts_${T}(Ps + r * ${NS} + n, pv);
@@ -196,6 +217,10 @@ $ end
   }
 $ end
 
+$ if mod then
+${require("mod").c_functions(mod, args.acc, true)}
+
+$ end
 /* D = rowsum(dO * O) - dlse: a warp per row, its lanes across the head dim. */
 ${vl.bwd_kernel(c, "FA_KERNEL", args.entry .. "_pre", NT)}
   $ setup()
@@ -256,6 +281,12 @@ $ end
     $ qhead("hq")
     for (int qb = first; qb < nq; ++qb) {
       const int q0 = qb * ${BM};
+$ if mod and mod.mask then
+      /* a Q block the modification's mask hides from the K/V block adds nothing */
+      if (fa_mod_block(b, mh, q0, (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1, k0,
+                       (k0 + ${BN} < p.seq_k ? k0 + ${BN} : p.seq_k) - 1, p.seq_q, p.seq_k, p.heads) == 0)
+        continue;
+$ end
       $ load_q("q0")
       fa_syncthreads();
       $ recompute("q0", "k0", true)
@@ -397,6 +428,12 @@ $ else
   const int kend = p.seq_k;
 $ end
   for (int k0 = 0; k0 < kend; k0 += ${BN}) {
+$ if mod and mod.mask then
+    /* a K/V block the modification's mask hides from the Q block adds nothing */
+    if (fa_mod_block(b, mh, q0, (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1, k0,
+                     (k0 + ${BN} < p.seq_k ? k0 + ${BN} : p.seq_k) - 1, p.seq_q, p.seq_k, p.heads) == 0)
+      continue;
+$ end
     $ load_kv("k0")
     fa_syncthreads();
     $ recompute("q0", "k0", fa1)

@@ -70,6 +70,8 @@ end
 -- memory: smaller ones then.
 simtbwd.fallbacks = { block_m = { 32, 16, 8 }, block_n = { 32, 16, 8 }, warps = { 4, 2, 1, 8 } }
 
+simtbwd.mods = true  -- applies score and mask modifications (mod.lua), and their gradients
+
 function simtbwd.supports(problem)
   return problem.dtype ~= nil
 end

@@ -20,6 +20,9 @@ $ -- dQ's product takes dS from the registers when a warp holds whole rows
 $ -- of it (split_n = 1), else from its shared-memory tile.
 $ local dq_from_smem = SN > 1
 $ local function cdiv(a, b) return (a + b - 1) // b end
+$ -- A score or mask modification (mod.lua): its functions, its derivative's
+$ -- too, precede the kernels.
+$ local mod = c.mod
 /* ${args.entry}: the backward pass on tensor cores, tile ${BM}x${BN}, ${W} warps.
 ** A warp owns ${WR} rows by ${KN} keys of S and dP (${MT} m16 tile(s)), ${KWR} keys of dK and dV
 $ if same then
@@ -43,6 +46,12 @@ $ if atomic then
   (void)qacc;
 $ end
   (void)qg; (void)og; (void)dog; (void)lg; (void)dg;
+$ if mod then
+  /* the modification's head and what no row or key of it changes */
+  const int mh = ${hv};
+  const fa_mod_u mod_u = fa_mod_setup(b, mh, p.seq_q, p.seq_k, p.heads);
+  (void)mh; (void)mod_u;
+$ end
 $ end
 
 $ -- What every kernel of the op derives from the argument block: with
@@ -207,8 +216,15 @@ $ -- fragments of dQ's product over the keys (ds_pk) where it takes them
 $ -- from the registers; with p_out, P stored to its tile, with ds_out dS,
 $ -- for the products that read them back.
 $ local function softmax_grad(p_out, ds_out)
+$ if mod and mod.mask then
+  /* A block reaching past seq_q or seq_k${causal and ", or across the diagonal," or ""}, or one the
+  ** modification's mask does not leave whole, masks. */
+  const int edge = q0 + ${BM} > p.seq_q || k0 + ${BN} > p.seq_k${causal and (" || k0 + " .. (BN - 1) .. " > q0 + off") or ""} ||
+                   fa_mod_block(b, mh, q0, q0 + ${BM - 1}, k0, k0 + ${BN - 1}, p.seq_q, p.seq_k, p.heads) != 2;
+$ else
   /* A block reaching past seq_q or seq_k${causal and ", or across the diagonal," or ""} masks. */
   const int edge = q0 + ${BM} > p.seq_q || k0 + ${BN} > p.seq_k${causal and (" || k0 + " .. (BN - 1) .. " > q0 + off") or ""};
+$ end
 $ if not dq_from_smem then
   unsigned ds_pk[${MT}][${NTL}][2];
 $ end
@@ -223,16 +239,37 @@ $ end
         float pv[2], ds[2];
         FA_UNROLL
         for (int j = 0; j < 2; ++j) {
+$ if mod then
+          const int gr = q0 + r, gn = k0 + nw * ${KN} + n * 8 + 2 * tig + j;
+$   local at = "b, mh, gr, gn, p.seq_q, p.seq_k, p.heads"
+$   if mod.score then
+          /* P of the modified score (natural units: S times the scale) */
+          const float nat = s[mt][n][2 * hh + j] * scale;
+          pv[j] = fa_exp2_f32(fa_mod_score(mod_u, nat, ${at}) * 1.4426950408889634f - lse_r);
+$   else
+          pv[j] = fa_exp2_f32(s[mt][n][2 * hh + j] * sl2 - lse_r);
+$   end
+          if (edge) {
+            if (!(gr < p.seq_q && gn < p.seq_k${causal and " && gn <= gr + off" or ""}${mod.mask and " && fa_mod_mask(mod_u, " .. at .. ")" or ""})) pv[j] = 0.f;
+          }
+$   if mod.score then
+          /* dS through the modification's derivative; a hidden key passes nothing back */
+          ds[j] = pv[j] == 0.f ? 0.f : pv[j] * (dp[mt][n][2 * hh + j] - d_r) * fa_mod_dscore(mod_u, nat, ${at});
+$   else
+          ds[j] = pv[j] * (dp[mt][n][2 * hh + j] - d_r);
+$   end
+$ else
           pv[j] = fa_exp2_f32(s[mt][n][2 * hh + j] * sl2 - lse_r);
           if (edge) {
             const int gr = q0 + r, gn = k0 + nw * ${KN} + n * 8 + 2 * tig + j;
-$ if causal then
+$   if causal then
             if (!(gr < p.seq_q && gn < p.seq_k && gn <= gr + off)) pv[j] = 0.f;
-$ else
+$   else
             if (!(gr < p.seq_q && gn < p.seq_k)) pv[j] = 0.f;
-$ end
+$   end
           }
           ds[j] = pv[j] * (dp[mt][n][2 * hh + j] - d_r);
+$ end
         }
         const unsigned ds_h = fa_pack_${T}x2(ds[0], ds[1]);
 $ if not dq_from_smem then
@@ -366,6 +403,10 @@ $ end
   }
 $ end
 
+$ if mod then
+${require("mod").c_functions(mod, "float", true)}
+
+$ end
 /* D = rowsum(dO * O) - dlse in fp32: a warp per row, its lanes across the head dim. */
 ${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_pre", NT)}
   $ setup()
@@ -436,6 +477,12 @@ $ end
     $ qhead("hq")
     for (int qb = first; qb < nq; ++qb) {
       const int q0 = qb * ${BM};
+$ if mod and mod.mask then
+      /* a Q block the modification's mask hides from the K/V block adds nothing */
+      if (fa_mod_block(b, mh, q0, (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1, k0,
+                       (k0 + ${BN} < p.seq_k ? k0 + ${BN} : p.seq_k) - 1, p.seq_q, p.seq_k, p.heads) == 0)
+        continue;
+$ end
       $ load_q()
       $ landed()
       $ gemm_s_dp()
@@ -527,6 +574,12 @@ $ else
   const int kend = p.seq_k;
 $ end
   for (int k0 = 0; k0 < kend; k0 += ${BN}) {
+$ if mod and mod.mask then
+    /* a K/V block the modification's mask hides from the Q block adds nothing */
+    if (fa_mod_block(b, mh, q0, (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1, k0,
+                     (k0 + ${BN} < p.seq_k ? k0 + ${BN} : p.seq_k) - 1, p.seq_q, p.seq_k, p.heads) == 0)
+      continue;
+$ end
     $ load_kv()
     $ landed()
     $ gemm_s_dp()

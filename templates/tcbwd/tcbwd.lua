@@ -100,6 +100,8 @@ end
 tcbwd.fallbacks = { warps = { 4, 8, 2 }, split_n = { 1, 2, 4 }, split_d = { 1, 2, 4 },
                     dq = { "atomic", "separate" } }
 
+tcbwd.mods = true    -- applies score and mask modifications (mod.lua), and their gradients
+
 function tcbwd.supports(problem)
   return problem.dtype == "fp16" or problem.dtype == "bf16"
 end
