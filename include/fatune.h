@@ -136,6 +136,9 @@ typedef struct fatune_backward_args {
                             as lse */
   double max_rel_err;    /* as fatune_attention_args' */
   int deterministic;
+  const fatune_mod *mod; /* NULL, or the forward call's modification: the gradients of the
+                            modified scores (its score part's derivative), the keys its mask
+                            hides passing none; kept alive by the caller through the call */
 } fatune_backward_args;
 
 typedef struct fatune_ctx fatune_ctx;

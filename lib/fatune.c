@@ -1074,6 +1074,7 @@ fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_arg
   fa_problem fp = to_problem(&p);
   fp.op = FA_OP_BWD;
   fp.kv_group = (int)(x->q.shape[1] / x->k.shape[1]);  /* the launch grids over K/V heads */
+  fp.mod = x->mod ? &x->mod->m : NULL;
   const budget bud = {x->max_rel_err, x->deterministic != 0};
   return bwd_run(c, &fp, &bud, x, NULL, NULL);
 }

@@ -104,7 +104,13 @@ mut reference-bwd-scale runtime/reference.c \
   'const double scale = fa_problem_scale(p);' 'const double scale = 1.0 / p->dim;' \
   'test_reference_bwd'
 mut reference-bwd-dsum runtime/reference.c \
-  'ds[c] = pr[c] * (ds[c] - sum);' 'ds[c] = pr[c] * ds[c];' \
+  'pr[c] * (ds[c] - sum) * f : 0.0;' 'pr[c] * ds[c] * f : 0.0;' \
+  'test_reference_bwd'
+mut reference-bwd-dmod runtime/reference.c \
+  'pr[c] * (ds[c] - sum) * f : 0.0;' 'pr[c] * (ds[c] - sum) : 0.0;' \
+  'test_reference_bwd'
+mut mod-derivative-tanh templates/mod.lua \
+  'return mul(sub(const(1), mul(n, n)), da)' 'return mul(add(const(1), mul(n, n)), da)' \
   'test_reference_bwd'
 mut bwd-causal-first templates/simtbwd/simtbwd.cu \
   'const int first = k0 - off > 0 ? (k0 - off) / ${BM} : 0;' 'const int first = k0 - off > 0 ? (k0 - off) / ${BM} + 1 : 0;' \
@@ -119,8 +125,14 @@ mut bwd-atomic-zero templates/simtbwd/simtbwd.cu \
   'fa_st_${T}(qacc + (long long)q0 * ${D} + e, (acc_t)0);' ';' \
   'test_bwd'
 mut tcbwd-mask templates/tcbwd/tcbwd.cu \
-  'if (edge) {' 'if (0) {' \
+  'if (!(gr < p.seq_q && gn < p.seq_k && gn <= gr + off)) pv[j] = 0.f;' 'if (!(gr < p.seq_q && gn < p.seq_k)) pv[j] = 0.f;' \
   'test_bwd'
+mut tcbwd-dscore templates/tcbwd/tcbwd.cu \
+  ' * fa_mod_dscore(mod_u, nat, ${at});' ';' \
+  'test_bwd'
+mut decode-mod-range templates/decode.cu \
+  'if (last >= 0) vis_lo = first * ${BN}, vis_hi' 'if (last >= 0) vis_lo = 0 * first * ${BN}, vis_hi' \
+  'test_decode'
 mut tcbwd-trans templates/tcbwd/tcbwd.cu \
   'fa_ldmatrix_x4_trans(pa[kt], ' 'fa_ldmatrix_x4(pa[kt], ' \
   'test_bwd'

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_mod.sh: score and mask modifications (--mod) through the command line:
 # every built-in and two users' files validated on the emulator in the
-# CUDA-core, tensor-core and Hopper families, every dtype of each, causal or not; a sliding window reading the K/V
+# CUDA-core, tensor-core and Hopper families, every dtype of each, causal or not; the
+# backward pass under a window and a softcap; a sliding window reading the K/V
 # blocks it sees and no others; the database keeping a modification's trials
 # apart from the plain ones; run on .npy tensors; bad modifications refused
 # in one line that names the file's line.
@@ -129,9 +130,23 @@ bad unknown "unknown modification 'nope'" list --dim 16 --dtype fp32 --mod nope
 bad broken "broken.lua:3: mask: unexpected 'end of text'" list --dim 16 --dtype fp32 --mod "$tmp/broken.lua"
 bad missing "--mod $tmp/none.lua: No such file or directory" list --dim 16 --dtype fp32 --mod "$tmp/none.lua"
 bad params "modification window takes 2 parameter(s) (left:right), not 3" list --dim 16 --mod window=1:2:3
-bad bwd "no family of op bwd applies modification window=4:0" list --dim 16 --dtype fp32 --op bwd --mod window=4
 head -c 20000 /dev/zero | tr '\0' ' ' >"$tmp/long.lua"
 bad long "longer than 16384 bytes" list --dim 16 --mod "$tmp/long.lua"
+
+# --- the backward pass under a modification ----------------------------------
+# Each backward family's kernel under a window and a softcap (its gradient
+# through the derivative the generator writes), validated on the emulator.
+for spec in "window=16" "softcap=5"; do
+  for fam in "fp32 family=simtbwd" "bf16 family=tcbwd,block_m=64,block_n=64,warps=4"; do
+    set -- $fam
+    name="bwd_${spec%%=*}_$1"
+    run "$name" --op bwd --dim 32 --dtype "$1" --seq 100 --heads 2 --batch 1 --mod "$spec" \
+      --config "$2" --backend emu --db "$tmp/bwd.db" --seed 3
+    [ "$rc" -eq 0 ] && grep -q "mod $spec" "$tmp/$name.err" && grep -qE '^[a-z]+bwd-.* ok ' "$tmp/$name.out"
+    check "--op bwd --mod $spec, $1: the backward kernel valid under it" $? \
+      "exit $rc: $(tail -n 2 "$tmp/$name.err") $(cat "$tmp/$name.out")"
+  done
+done
 
 # --- the timing model counts the blocks a window leaves ----------------------
 # FlashAttention-3's structure on H100 (wg, d128) at 16k tokens: a window of

@@ -322,15 +322,17 @@ static void run_backward(fatune_dtype dt, int H, int HK, int bnhd, int pad, int 
   }
   const size_t rows = (size_t)B * H * NQ, ls = dt == FATUNE_FP64 ? 8 : 4;
   void *lse = malloc(rows * ls);
-  fatune_attention_args fa = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .lse = lse, .causal = causal};
+  fatune_attention_args fa = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .lse = lse, .causal = causal,
+                              .mod = call_mod};
   fatune_status st = fatune_attention(ctx, &fa);
   CHECK(st == FATUNE_OK, "forward: %s", fatune_errmsg());
   fatune_backward_args ba = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .dout = dout.t, .dq = dq.t,
-                             .dk = dk.t, .dv = dv.t, .lse = lse, .causal = causal};
+                             .dk = dk.t, .dv = dv.t, .lse = lse, .causal = causal,
+                             .mod = call_mod};
   st = fatune_attention_backward(ctx, &ba);
   CHECK(st == FATUNE_OK, "backward: %s", fatune_errmsg());
   fa_problem p = {.batch = B, .heads = H, .seq_q = NQ, .seq_k = NK, .dim = D,
-                  .dtype = (fa_dtype)dt, .causal = causal, .op = FA_OP_BWD};
+                  .dtype = (fa_dtype)dt, .causal = causal, .op = FA_OP_BWD, .mod = ref_mod};
   const fa_layout lq = fa_layout_contiguous(&p, NQ), lk = fa_layout_contiguous(&p, NK);
   double *rq = malloc(rows * D * sizeof *rq), *rk = malloc((size_t)B * H * NK * D * sizeof *rk);
   double *rv = malloc((size_t)B * H * NK * D * sizeof *rv);
@@ -341,11 +343,13 @@ static void run_backward(fatune_dtype dt, int H, int HK, int bnhd, int pad, int 
   if (rq && rk && rv && kx && vx && ref_attention_backward(&p, &io) == 0 &&
       (sk = group_sum(rk, B, H, G, NK, D)) && (sv = group_sum(rv, B, H, G, NK, D))) {
     const double e[3] = {grad_err(&dq, rq), grad_err(&dk, sk), grad_err(&dv, sv)};
-    CHECK(e[0] < tol && e[1] < tol && e[2] < tol, "%s%s, %d/%d heads: dq %.3g dk %.3g dv %.3g",
-          fa_dtype_name((fa_dtype)dt), causal ? " causal" : "", H, HK, e[0], e[1], e[2]);
-    printf("fatune_attention_backward %s %s%s%s, %d query heads over %d K/V heads: "
+    const char *mod = call_mod ? fatune_mod_label(call_mod) : "";
+    CHECK(e[0] < tol && e[1] < tol && e[2] < tol, "%s%s %s, %d/%d heads: dq %.3g dk %.3g dv %.3g",
+          fa_dtype_name((fa_dtype)dt), causal ? " causal" : "", mod, H, HK, e[0], e[1], e[2]);
+    printf("fatune_attention_backward %s %s%s%s%s%s, %d query heads over %d K/V heads: "
            "dq %.2e dk %.2e dv %.2e\n", fa_dtype_name((fa_dtype)dt), bnhd ? "bnhd" : "bhnd",
-           causal ? " causal" : "", pad ? ", padded rows" : "", H, HK, e[0], e[1], e[2]);
+           causal ? " causal" : "", pad ? ", padded rows" : "", *mod ? " under " : "", mod, H,
+           HK, e[0], e[1], e[2]);
     /* A gradient of lse that is the same for every row of a (batch, head)
     ** changes nothing: the rows of P sum to one, so dS's rows lose it. */
     void *dlse = malloc(rows * ls);
@@ -469,6 +473,9 @@ static void test_mods(void) {
     call_mod = cases[i].call, ref_mod = fm;
     const shape s = {cases[i].what, FATUNE_FP32, 1, 2, 2, 40, 50, 16, 0, 0, 0, 1e-5};
     run_shape(&s);
+    /* the backward pass under it: the gradients of the modified attention */
+    run_backward(FATUNE_FP32, 4, 2, 1, 3, 1, 1e-5);
+    run_backward(FATUNE_BF16, 4, 2, 0, 0, 0, 1e-2);
   }
   /* The plain problem after the windowed one: its own kernel, unmasked. */
   call_mod = NULL, ref_mod = NULL;

@@ -151,9 +151,9 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     "softcap=30", "alibi", "prefixlm=128", "chunked=1024") or the path of
     a NAME.lua file (the README's "Score and mask modifications"); the
     variant recorded best under it (`fatune --mod`), else the default under
-    it. On NumPy arrays, and on tensors that need no gradient outside
-    torch.compile, torch.export and tracing (no backward pass under a
-    modification yet). Not with a top-left causal mask.
+    it. On NumPy arrays, and on tensors (eagerly and under torch.compile)
+    with their gradients under it through autograd. Not with a top-left
+    causal mask.
 
     Returns O, or (O, lse). Raises TypeError or ValueError naming the
     argument that is wrong, fatune.Error when the library fails.
@@ -350,15 +350,16 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
 
 def attention_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
                        causal: Union[bool, str] = False, scale: Optional[float] = None,
-                       grad_lse: Any = None, layout: str = "bhnd", db: Optional[str] = None
-                       ) -> Tuple[Any, Any, Any]:
+                       grad_lse: Any = None, layout: str = "bhnd", db: Optional[str] = None,
+                       mod: Any = None) -> Tuple[Any, Any, Any]:
     """Attention backward: the gradients dq, dk, dv of a loss whose gradient
     with respect to attention's output is grad_o (and, when given, with
     respect to its logsumexp grad_lse), for NumPy arrays on the emulator.
 
     out and lse are what fatune.attention(q, k, v, causal, scale,
-    return_lse=True, layout=layout) returned; q, k, v, causal, scale and
-    layout as there (k and v may have fewer heads: their gradients are
+    return_lse=True, layout=layout, mod=mod) returned; q, k, v, causal,
+    scale, layout and mod as there (under a modification, the gradients of
+    the modified scores; k and v may have fewer heads: their gradients are
     summed over the query heads that share them). FlashAttention-2's
     algorithm: nothing of size seq_q x seq_k is kept. Returns new arrays
     (dq, dk, dv), C order, shaped as q, k and v. torch tensors take their
@@ -374,8 +375,12 @@ def attention_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
         raise TypeError("q: a NumPy array, not %s" % type(q).__name__)
     mask = _check.causal(causal)
     _check.layout(layout)
+    spec = _check.mod(mod)
+    if spec is not None and mask == _check.TOP_LEFT:
+        raise ValueError("mod: not with a top-left causal mask (write it into the "
+                         "modification's mask instead)")
     return _numpy.attention_backward(grad_o, q, k, v, out, lse, grad_lse, mask,
-                                     _check.scale(scale), layout, db)
+                                     _check.scale(scale), layout, db, spec)
 
 
 def reload() -> None:

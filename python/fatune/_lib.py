@@ -61,21 +61,22 @@ class BackwardArgs(ctypes.Structure):
                 ("dq", Tensor), ("dk", Tensor), ("dv", Tensor), ("lse", ctypes.c_void_p),
                 ("causal", ctypes.c_int), ("scale", ctypes.c_double),
                 ("stream", ctypes.c_void_p), ("dlse", ctypes.c_void_p),
-                ("max_rel_err", ctypes.c_double), ("deterministic", ctypes.c_int)]
+                ("max_rel_err", ctypes.c_double), ("deterministic", ctypes.c_int),
+                ("mod", ctypes.c_void_p)]
 
 
 # fatune_backward_args packed as pack_args packs the forward's: eight
 # tensors (q, k, v, o, dout, dq, dk, dv), lse, causal, scale, stream, dlse;
-# then the error budget, keywords.
-_BWD_ARGS = struct.Struct("@" + "Pi4q4q" * 8 + "PidPPdi4x")
+# then the error budget and the modification (mod_handle's), keywords.
+_BWD_ARGS = struct.Struct("@" + "Pi4q4q" * 8 + "PidPPdi4xP")
 if _BWD_ARGS.size != ctypes.sizeof(BackwardArgs):
     raise ImportError("fatune: fatune_backward_args is %d bytes, packed %d"
                       % (ctypes.sizeof(BackwardArgs), _BWD_ARGS.size))
 
 
 def pack_backward_args(*fields: object, max_rel_err: float = 0.0,
-                       deterministic: bool = False) -> bytes:
-    return _BWD_ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0)
+                       deterministic: bool = False, mod: int = 0) -> bytes:
+    return _BWD_ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0, mod)
 
 
 class Options(ctypes.Structure):

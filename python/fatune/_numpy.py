@@ -131,10 +131,12 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
 
 def attention_backward(grad_o: np.ndarray, q: np.ndarray, k: Any, v: Any, out: Any, lse: Any,
                        grad_lse: Any, mask: str, scale: float, layout: str,
-                       db: Optional[str]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                       db: Optional[str], mod: Optional[Tuple[str, Optional[str]]] = None
+                       ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """dq, dk, dv (new arrays, C order, shaped as q, k, v) of attention's
-    output out and logsumexp lse for q, k, v; one library call per segment
-    of the mask, the key gradients of several summed."""
+    output out and logsumexp lse for q, k, v, under modification mod (as
+    _check.mod gives it); one library call per segment of the mask, the
+    key gradients of several summed."""
     for name, a in (("q", q), ("k", k), ("v", v), ("out", out), ("grad_o", grad_o)):
         _input(name, a, q)
     _check.shapes(q.shape, k.shape, v.shape, layout)
@@ -166,6 +168,7 @@ def attention_backward(grad_o: np.ndarray, q: np.ndarray, k: Any, v: Any, out: A
     dk = np.empty(k.shape, dt) if whole else np.zeros(k.shape, dt)
     dv = np.empty(v.shape, dt) if whole else np.zeros(v.shape, dt)
     ctx = _lib.context("emu", 0, db)
+    handle = _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else 0
     for lo, hi, rows, causal in segs:
         part, keys = _rows(layout, lo, hi), _rows(layout, 0, rows)
         # The library's logsumexps are (batch, heads, its rows), contiguous.
@@ -179,7 +182,7 @@ def attention_backward(grad_o: np.ndarray, q: np.ndarray, k: Any, v: Any, out: A
             *fields(ins[4][part], code, layout), *fields(dq[part], code, layout),
             *fields(pdk, code, layout), *fields(pdv, code, layout),
             part_lse.ctypes.data, 1 if causal else 0, scale, 0,
-            part_dlse.ctypes.data if part_dlse is not None else 0)
+            part_dlse.ctypes.data if part_dlse is not None else 0, mod=handle)
         _lib.call_backward(ctx, args)
         if not whole:
             # Summed in float64: the two calls' shares, each rounded once.

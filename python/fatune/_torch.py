@@ -199,30 +199,50 @@ def _op_budget(max_rel_err: float, deterministic: bool) -> Tuple[float, bool]:
     return _check.budget(max_rel_err if max_rel_err != 0.0 else None, deterministic)
 
 
+def _op_mod(mod_spec: Optional[str], mod_text: Optional[str], mask: str
+            ) -> Optional[Tuple[str, Optional[str]]]:
+    """The operators' modification: a built-in's spec (mod_text None), or a
+    file's name and text, as _check.mod gives them; None for none. Not with
+    a top-left causal mask."""
+    if mod_spec is None:
+        if mod_text is not None:
+            raise ValueError("mod_text: without mod_spec (the file's name)")
+        return None
+    if mask == _check.TOP_LEFT:
+        raise ValueError("mod: not with a top-left causal mask (write it into the "
+                         "modification's mask instead)")
+    return (mod_spec, mod_text)
+
+
 @torch.library.custom_op("fatune::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
                  scale: Optional[torch.Tensor], layout: str, db: Optional[str],
-                 max_rel_err: float = 0.0, deterministic: bool = False
+                 max_rel_err: float = 0.0, deterministic: bool = False,
+                 mod_spec: Optional[str] = None, mod_text: Optional[str] = None
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
     """O (contiguous, q's shape and dtype) and the logsumexp ([batch][heads][seq_q],
     fp32; fp64 for fp64). causal: 'none', 'bottom_right' or 'top_left';
     scale: a CPU tensor of one float, None for 1/sqrt(dim); db: the results
     database, None for the default; max_rel_err (0.0: none) and
     deterministic: the error budget of fatune.attention, which the
-    backward pass keeps too."""
+    backward pass keeps too; mod_spec and mod_text: a score or mask
+    modification, a built-in's spec ("window=256") or a file's name and
+    text, which the backward pass takes too."""
     mask = check(q, k, v, None, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
+    mod = _op_mod(mod_spec, mod_text, mask)
     out, lse = _new_out(q, v), _new_lse(q, layout)
-    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod)
     return out, lse
 
 
 @attention_op.register_fake
 def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
                     scale: Optional[torch.Tensor], layout: str, db: Optional[str],
-                    max_rel_err: float = 0.0, deterministic: bool = False
+                    max_rel_err: float = 0.0, deterministic: bool = False,
+                    mod_spec: Optional[str] = None, mod_text: Optional[str] = None
                     ) -> Tuple[torch.Tensor, torch.Tensor]:
-    check(q, k, v, None, causal, layout, real=False)
+    _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False))
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
     return _new_out(q, v), _new_lse(q, layout)
@@ -231,16 +251,19 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: s
 def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torch.Tensor,
                  k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                  mask: str, scale: float, layout: str, db: Optional[str],
-                 budget: Tuple[float, bool] = (0.0, False)
+                 budget: Tuple[float, bool] = (0.0, False),
+                 mod: Optional[Tuple[str, Optional[str]]] = None
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (contiguous, shaped as q, k, v) from the forward pass's out
     and lse, and the gradients of out and (when not None) of lse; one
     library call per segment of the mask (run's), the key gradients of
     several summed. Under grouped-query attention the library sums each K/V
-    head's gradients over its query heads."""
+    head's gradients over its query heads. mod: the forward pass's
+    modification, as run takes it."""
     code = _CODES[q.dtype]
     q, k, v, out, grad_o = (t if _usable(t) else t.contiguous() for t in (q, k, v, out, grad_o))
     ctx, stream = _context(q, db)
+    handle = _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else 0
     sd = 2 if layout == "bhnd" else 1
     nq, nk = q.shape[sd], k.shape[sd]
     segs = _check.segments(nq, nk, mask)
@@ -265,7 +288,7 @@ def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torc
             *_fields(pdk, code, layout), *_fields(pdv, code, layout),
             part_lse.data_ptr(), 1 if causal else 0, scale, stream,
             part_dlse.data_ptr() if part_dlse is not None else 0,
-            max_rel_err=budget[0], deterministic=budget[1])
+            max_rel_err=budget[0], deterministic=budget[1], mod=handle)
         _lib.call_backward(ctx, args)
         if not whole:
             keys(dk).add_(pdk)
@@ -278,14 +301,16 @@ def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor]
                           q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                           lse: torch.Tensor, causal: str, scale: Optional[torch.Tensor],
                           layout: str, db: Optional[str], max_rel_err: float = 0.0,
-                          deterministic: bool = False
+                          deterministic: bool = False, mod_spec: Optional[str] = None,
+                          mod_text: Optional[str] = None
                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of fatune::attention: grad_o the gradient of its output,
     grad_lse of its logsumexp (None: zero), out and lse what it returned for
-    q, k, v, causal and scale; the backward variant within the error
-    budget, as fatune::attention's."""
+    q, k, v, causal, scale and modification; the backward variant within
+    the error budget, as fatune::attention's."""
     mask = check(q, k, v, None, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
+    mod = _op_mod(mod_spec, mod_text, mask)
     for name, t in (("grad_o", grad_o), ("out", out)):
         _tensor(name, t, q)
         if t.shape != q.shape[:3] + v.shape[3:]:
@@ -299,7 +324,7 @@ def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor]
             raise ValueError("%s: want %s %s on %s, as fatune::attention returns lse"
                              % (name, lse_shape(q, layout), _lse_dtype(q), q.device))
     return run_backward(grad_o, grad_lse, q, k, v, out, lse, mask, _op_scale(scale), layout,
-                        db, budget)
+                        db, budget, mod)
 
 
 @attention_backward_op.register_fake
@@ -307,9 +332,10 @@ def _attention_backward_fake(grad_o: torch.Tensor, grad_lse: Optional[torch.Tens
                              q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              out: torch.Tensor, lse: torch.Tensor, causal: str,
                              scale: Optional[torch.Tensor], layout: str, db: Optional[str],
-                             max_rel_err: float = 0.0, deterministic: bool = False
+                             max_rel_err: float = 0.0, deterministic: bool = False,
+                             mod_spec: Optional[str] = None, mod_text: Optional[str] = None
                              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    check(q, k, v, None, causal, layout, real=False)
+    _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False))
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
@@ -321,20 +347,22 @@ def _backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch
               ) -> Tuple[Any, ...]:
     q, k, v, out, lse, scale = ctx.saved_tensors if ctx.has_scale else \
         (*ctx.saved_tensors, None)
-    rest = (None,) * 6  # causal, scale, layout, db, max_rel_err, deterministic
+    # causal, scale, layout, db, max_rel_err, deterministic, mod_spec, mod_text
+    rest = (None,) * 8
     if grad_o is None and grad_lse is None:
         return (None, None, None) + rest
     if grad_o is None:
         grad_o = torch.zeros_like(out)
     dq, dk, dv = attention_backward_op(grad_o, grad_lse, q, k, v, out, lse, ctx.causal, scale,
-                                       ctx.layout, ctx.db, *ctx.budget)
+                                       ctx.layout, ctx.db, *ctx.budget, *ctx.mod)
     return (dq, dk, dv) + rest
 
 
 def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-    q, k, v, causal, scale, layout, db, max_rel_err, deterministic = inputs
+    q, k, v, causal, scale, layout, db, max_rel_err, deterministic, mod_spec, mod_text = inputs
     out, lse = output
     ctx.budget = (max_rel_err, deterministic)
+    ctx.mod = (mod_spec, mod_text)
     ctx.set_materialize_grads(False)
     ctx.has_scale = scale is not None
     ctx.save_for_backward(q, k, v, out, lse, *((scale,) if scale is not None else ()))
@@ -347,14 +375,16 @@ attention_op.register_autograd(_backward, setup_context=_setup_context)
 @torch.library.custom_op("fatune::attention_out", mutates_args=("out",))
 def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                      causal: str, scale: Optional[torch.Tensor], layout: str,
-                     db: Optional[str], max_rel_err: float = 0.0, deterministic: bool = False
+                     db: Optional[str], max_rel_err: float = 0.0, deterministic: bool = False,
+                     mod_spec: Optional[str] = None, mod_text: Optional[str] = None
                      ) -> torch.Tensor:
     """fatune::attention into out (q's shape and dtype, the head dim
     contiguous, sharing no memory with q, k or v); returns the logsumexp."""
     mask = check(q, k, v, out, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
+    mod = _op_mod(mod_spec, mod_text, mask)
     lse = _new_lse(q, layout)
-    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod)
     return lse
 
 
@@ -362,9 +392,10 @@ def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
 def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                         causal: str, scale: Optional[torch.Tensor], layout: str,
                         db: Optional[str], max_rel_err: float = 0.0,
-                        deterministic: bool = False
+                        deterministic: bool = False, mod_spec: Optional[str] = None,
+                        mod_text: Optional[str] = None
                         ) -> torch.Tensor:
-    check(q, k, v, out, causal, layout, real=False)
+    _op_mod(mod_spec, mod_text, check(q, k, v, out, causal, layout, real=False))
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
     return _new_lse(q, layout)
@@ -393,32 +424,33 @@ def _eager(q: Any, k: Any, v: Any, out: Any) -> str:
 class _Attention(torch.autograd.Function):
     """fatune::attention and its autograd formula in eager mode, without
     the operators' dispatch: the same run and run_backward, every argument
-    already checked."""
+    already checked; under a modification (mod), which the operators do not
+    take, its gradients."""
 
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str,
-                scale: float, layout: str, db: Optional[str], budget: Tuple[float, bool]
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
+                scale: float, layout: str, db: Optional[str], budget: Tuple[float, bool],
+                mod: Optional[Tuple[str, Optional[str]]]) -> Tuple[torch.Tensor, torch.Tensor]:
         out, lse = _new_out(q, v), _new_lse(q, layout)
-        run(q, k, v, out, lse, mask, scale, layout, db, budget=budget)
+        run(q, k, v, out, lse, mask, scale, layout, db, budget=budget, mod=mod)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (mask, scale, layout, db, budget)
+        ctx.args = (mask, scale, layout, db, budget, mod)
         return out, lse
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch.Tensor]
                  ) -> Tuple[Any, ...]:
-        rest = (None,) * 5
+        rest = (None,) * 6
         if grad_o is None and grad_lse is None:
             return (None, None, None) + rest
         q, k, v, out, lse = ctx.saved_tensors
-        mask, scale, layout, db, budget = ctx.args
+        mask, scale, layout, db, budget, mod = ctx.args
         if grad_o is None:
             grad_o = torch.zeros_like(out)
         return run_backward(grad_o, grad_lse, q, k, v, out, lse, mask, scale, layout, db,
-                            budget) + rest
+                            budget, mod) + rest
 
 
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
@@ -427,18 +459,15 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
               mod: Optional[Tuple[str, Optional[str]]] = None) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
     torch.compile and torch.export see, unless nothing needs them (_eager);
-    plan calls the library directly. A modification (mod) runs only where
-    nothing needs them and no gradient is asked for."""
+    plan calls the library directly. A modification (mod) goes to either,
+    and to autograd's backward pass."""
     mask = _check.causal(causal)
     how = "plain" if plan else _eager(q, k, v, out)
-    if mod is not None and how != "plain":
-        raise ValueError("mod: only on tensors that need no gradient, outside torch.compile, "
-                         "torch.export and tracing, for now (the backward pass and the "
-                         "operators take no modification yet)")
     if how:
         check(q, k, v, out, mask, layout)
         if how == "grad":
-            o, lse = _Attention.apply(q, k, v, mask, _check.scale(scale), layout, db, budget)
+            o, lse = _Attention.apply(q, k, v, mask, _check.scale(scale), layout, db, budget,
+                                      mod)
             return o, lse, ""
         o = out if out is not None else _new_out(q, v)
         lse = _new_lse(q, layout) if return_lse and not plan else None
@@ -460,12 +489,13 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
         st = torch.scalar_tensor(scale, dtype=torch.float64)
     else:
         st = torch.tensor(_check.scale(scale), dtype=torch.float64)
+    ms = mod if mod is not None else (None, None)
     if out is None:
-        o, lse = attention_op(q, k, v, mask, st, layout, db, *budget)
+        o, lse = attention_op(q, k, v, mask, st, layout, db, *budget, *ms)
         return o, lse, ""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise ValueError("out: fatune.attention with out= does not support autograd (as "
                          "PyTorch's out= functions); call it without out=, or under "
                          "torch.no_grad()")
-    lse = attention_out_op(q, k, v, out, mask, st, layout, db, *budget)
+    lse = attention_out_op(q, k, v, out, mask, st, layout, db, *budget, *ms)
     return out, lse, ""

@@ -75,6 +75,21 @@ static double kept_share(const model_problem *p) {
   return kept / ((double)rows * p->seq_k);
 }
 
+/* Of the query blocks [first, all) of block_n rows, those p's mask does
+** not hide from K/V block m (of block_m keys): the backward kernels skip
+** each one it hides (templates/tcbwd). */
+static int mod_q_blocks(const model_problem *p, const model_launch *l, int m, int first, int all) {
+  const int k_lo = m * l->block_m;
+  const int k_hi = (k_lo + l->block_m < p->seq_k ? k_lo + l->block_m : p->seq_k) - 1;
+  int n = 0;
+  for (int qb = first; qb < all; qb++) {
+    const int q_lo = qb * l->block_n;
+    const int q_hi = (q_lo + l->block_n < p->seq_q ? q_lo + l->block_n : p->seq_q) - 1;
+    n += fa_mod_block(p->mod, 0, 0, q_lo, q_hi, k_lo, k_hi, p->seq_q, p->seq_k, p->heads) != 0;
+  }
+  return n;
+}
+
 /* K/V blocks of query block m: all of them, or with a causal mask
 ** aligned bottom right (a query sees the keys up to its row plus
 ** seq_k - seq_q) those up to the diagonal. */
@@ -82,8 +97,12 @@ static int blocks_of(const model_problem *p, const model_launch *l, int m) {
   if (p->backward) {  /* K/V block m walks the query blocks that see it */
     int all = (p->seq_q + l->block_n - 1) / l->block_n;
     long first = (long)m * l->block_m - (p->seq_k - p->seq_q);  /* the first row seeing key m * block_m */
-    if (!p->causal || first <= 0) return all;
-    return first >= p->seq_q ? 0 : all - (int)(first / l->block_n);
+    int from = 0;
+    if (p->causal && first > 0) {
+      if (first >= p->seq_q) return 0;
+      from = (int)(first / l->block_n);
+    }
+    return p->mod ? mod_q_blocks(p, l, m, from, all) : all - from;
   }
   int all = (p->seq_k + l->block_n - 1) / l->block_n;
   if (p->causal) {
@@ -415,7 +434,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
       out->flops += 4.0 * p->heads * one.seq_q * (double)one.seq_k * p->dim * causal_share(&one);
     }
     if (p->backward) out->flops *= 2.5;
-  } else if (p->mod && !p->backward) {  /* the pairs the mask keeps, as for the causal half */
+  } else if (p->mod) {  /* the pairs the mask keeps, as for the causal half */
     out->flops *= kept_share(p);
   } else if (p->causal) {  /* the computed half, as FlashAttention's papers count it */
     out->flops *= causal_share(p);
