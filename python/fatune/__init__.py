@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _check, _kvcache, _lib, _numpy, _varlen
+from . import _check, _kvcache, _lib, _numpy, _varlen, mods
 from ._kvcache import DecodePlan
 from ._lib import Error
 
@@ -30,7 +30,7 @@ except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
 __all__ = ["Error", "attention", "attention_backward", "attention_varlen",
-           "attention_varlen_backward",
+           "attention_varlen_backward", "mods",
            "attention_with_kvcache", "plan_decode", "DecodePlan", "plan", "tune",
            "best", "reload", "executable", "__version__"]
 
@@ -106,7 +106,7 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
               scale: Optional[float] = None, out: Any = None, return_lse: bool = False,
               layout: str = "bhnd", db: Optional[str] = None,
               max_rel_err: Optional[float] = None, deterministic: bool = False,
-              mod: Any = None) -> Any:
+              mod: Any = None, score_mod: Any = None, mask_mod: Any = None) -> Any:
     """Attention forward: softmax(scale * q k^T) v, per batch and head.
 
     q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
@@ -148,16 +148,23 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     budget: its variant too must be recorded within it (`fatune --op bwd`).
 
     mod: a score or mask modification: a built-in ("window=256",
-    "softcap=30", "alibi", "prefixlm=128", "chunked=1024") or the path of
-    a NAME.lua file (the README's "Score and mask modifications"); the
+    "softcap=30", "alibi", "prefixlm=128", "chunked=1024"), the path of
+    a NAME.lua file (the README's "Score and mask modifications") or a
+    fatune.mods.Modification (fatune.mods.sliding_window(256), ...); the
     variant recorded best under it (`fatune --mod`), else the default under
     it. On NumPy arrays, and on tensors (eagerly and under torch.compile)
     with their gradients under it through autograd. Not with a top-left
-    causal mask.
+    causal mask. score_mod(score, b, h, q_idx, kv_idx) and mask_mod(b, h,
+    q_idx, kv_idx): FlexAttention-style Python functions instead, traced
+    into one (fatune.mods.from_functions).
 
     Returns O, or (O, lse). Raises TypeError or ValueError naming the
     argument that is wrong, fatune.Error when the library fails.
     """
+    if score_mod is not None or mask_mod is not None:
+        if mod is not None:
+            raise ValueError("score_mod, mask_mod: not with mod= (one modification a call)")
+        mod = mods.from_functions(score_mod, mask_mod)
     o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False,
                            max_rel_err, deterministic, mod)
     return (o, lse) if return_lse else o

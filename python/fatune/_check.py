@@ -142,15 +142,18 @@ MOD_MAX_TEXT = 16384   # core/fa_mod.h's FA_MOD_MAX_TEXT
 
 def mod(m: Any) -> Optional[Tuple[str, Optional[str]]]:
     """mod= as (spec, text): None; a built-in's spec ("window=256"), text
-    None; or the path of a modification file NAME.lua, read here, its name
-    the spec. Raises TypeError or ValueError naming mod."""
+    None; the path of a modification file NAME.lua, read here, its name
+    the spec; or a fatune.mods.Modification's. Raises TypeError or
+    ValueError naming mod."""
     if m is None:
         return None
+    if type(m).__name__ == "Modification" and type(m).__module__ == "fatune.mods":
+        return (m.spec, m.text)
     if isinstance(m, os.PathLike):
         m = os.fspath(m)
     if not isinstance(m, str):
-        raise TypeError("mod: a built-in such as 'window=256', or a path to a NAME.lua file, "
-                        "not %s" % type(m).__name__)
+        raise TypeError("mod: a built-in such as 'window=256', a path to a NAME.lua file, or "
+                        "a fatune.mods.Modification, not %s" % type(m).__name__)
     if not m.endswith(".lua"):
         return (m, None)
     try:

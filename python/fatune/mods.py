@@ -1,0 +1,385 @@
+"""Score and mask modifications from Python.
+
+A modification rewrites attention's scores and says which keys a row sees
+(the README's "Score and mask modifications"). This module gives them as
+objects that fatune.attention(..., mod=) and the other calls take:
+
+* the built-ins: sliding_window(256), softcap(30.0), alibi(), prefix_lm(128),
+  chunked(1024);
+* Python functions, FlexAttention's way: from_functions(score_mod, mask_mod)
+  with score_mod(score, b, h, q_idx, kv_idx) -> a new score and
+  mask_mod(b, h, q_idx, kv_idx) -> whether the key is seen, also given to
+  fatune.attention as score_mod= and mask_mod=.
+
+A function is traced once over symbolic arguments, never called on data:
+its arithmetic (+ - * / // % **, unary -, abs()), comparisons, & | ~ on
+truth values, and where, tanh, exp, exp2, log, log2, sqrt, minimum and
+maximum (this module's, or torch's on the arguments) become an expression
+of fatune's modification language, which the kernels run as C and the
+float64 reference evaluates. Python numbers in it (a closure's cap) are
+constants of the expression: another value is another kernel. A Python
+`if`, `and`, `or`, `not` or `min()` on a traced value cannot be traced and
+raises TypeError saying what to write instead. SEQ_Q, SEQ_K and HEADS
+stand for the problem's lengths and head count (seq_k - seq_q aligns a
+mask to the bottom-right corner, as fatune's causal mask is).
+"""
+import math
+import re
+from typing import Any, Callable, Optional, Tuple
+
+__all__ = ["Modification", "from_functions", "sliding_window", "softcap", "alibi",
+           "prefix_lm", "chunked", "where", "tanh", "exp", "exp2", "log", "log2", "sqrt",
+           "minimum", "maximum", "SEQ_Q", "SEQ_K", "HEADS"]
+
+
+class Modification:
+    """A modification as the library takes it: a built-in's spec
+    ("window=256:0") with text None, or a modification file's name and text
+    (what from_functions writes)."""
+
+    __slots__ = ("spec", "text")
+
+    def __init__(self, spec: str, text: Optional[str] = None) -> None:
+        self.spec, self.text = spec, text
+
+    def __repr__(self) -> str:
+        if self.text is None:
+            return "Modification(%r)" % self.spec
+        return "Modification(%r, %r)" % (self.spec, self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Modification) and (self.spec, self.text) == (other.spec,
+                                                                              other.text)
+
+    def __hash__(self) -> int:
+        return hash((self.spec, self.text))
+
+
+def _number(x: Any, what: str) -> str:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError("%s: a number, not %s" % (what, type(x).__name__))
+    if isinstance(x, float) and not math.isfinite(x):
+        raise ValueError("%s: a finite number, not %r" % (what, x))
+    return repr(x)
+
+
+def sliding_window(left: int, right: int = 0) -> Modification:
+    """Key k seen by row r when d - left <= k <= d + right, d = r + seq_k -
+    seq_q (FlashAttention-2's window_size=(left, right))."""
+    for name, x in (("left", left), ("right", right)):
+        if isinstance(x, bool) or not isinstance(x, int):
+            raise TypeError("%s: an int, not %s" % (name, type(x).__name__))
+    return Modification("window=%d:%d" % (left, right))
+
+
+def softcap(cap: float) -> Modification:
+    """Scores cap * tanh(score / cap) (Gemma 2)."""
+    return Modification("softcap=" + _number(float(cap) if isinstance(cap, int) and
+                                              not isinstance(cap, bool) else cap, "cap"))
+
+
+def alibi() -> Modification:
+    """ALiBi's linear bias with the paper's slopes 2^(-8 (h + 1) / heads)."""
+    return Modification("alibi")
+
+
+def prefix_lm(prefix: int) -> Modification:
+    """The first `prefix` keys seen by every row, the rest causally."""
+    if isinstance(prefix, bool) or not isinstance(prefix, int):
+        raise TypeError("prefix: an int, not %s" % type(prefix).__name__)
+    return Modification("prefixlm=%d" % prefix)
+
+
+def chunked(size: int) -> Modification:
+    """Causal within chunks of `size` keys, nothing across them."""
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError("size: an int, not %s" % type(size).__name__)
+    return Modification("chunked=%d" % size)
+
+
+# Tracing ------------------------------------------------------------------
+
+_INT_MAX = 2 ** 31 - 1
+_NOT_TRACEABLE = ("a traced value has no truth value: Python's if, and, or, not, min() and "
+                  "max() cannot be traced; write where(c, a, b), & | ~, minimum or maximum "
+                  "(fatune.mods' or torch's)")
+
+
+class _Sym:
+    """A traced value: its expression in the modification language and its
+    type ("int", "float" or "bool")."""
+
+    __slots__ = ("text", "kind")
+    __hash__ = None  # type: ignore[assignment]  # == builds an expression
+
+    def __init__(self, text: str, kind: str) -> None:
+        self.text, self.kind = text, kind
+
+    def __bool__(self) -> bool:
+        raise TypeError(_NOT_TRACEABLE)
+
+    def __index__(self) -> int:
+        raise TypeError(_NOT_TRACEABLE)
+
+    __int__ = __float__ = __index__  # type: ignore[assignment]
+
+    # arithmetic
+    def __add__(self, o: Any) -> "_Sym": return _arith("+", self, o)
+    def __radd__(self, o: Any) -> "_Sym": return _arith("+", o, self)
+    def __sub__(self, o: Any) -> "_Sym": return _arith("-", self, o)
+    def __rsub__(self, o: Any) -> "_Sym": return _arith("-", o, self)
+    def __mul__(self, o: Any) -> "_Sym": return _arith("*", self, o)
+    def __rmul__(self, o: Any) -> "_Sym": return _arith("*", o, self)
+    def __truediv__(self, o: Any) -> "_Sym": return _div(self, o)
+    def __rtruediv__(self, o: Any) -> "_Sym": return _div(o, self)
+    def __floordiv__(self, o: Any) -> "_Sym": return _floordiv(self, o)
+    def __rfloordiv__(self, o: Any) -> "_Sym": return _floordiv(o, self)
+    def __mod__(self, o: Any) -> "_Sym": return _mod(self, o)
+    def __rmod__(self, o: Any) -> "_Sym": return _mod(o, self)
+    def __pow__(self, o: Any) -> "_Sym": return _pow(self, o)
+
+    def __neg__(self) -> "_Sym":
+        _numeric(self, "-")
+        return _Sym("(-" + self.text + ")", self.kind)
+
+    def __pos__(self) -> "_Sym":
+        _numeric(self, "+")
+        return self
+
+    def __abs__(self) -> "_Sym":
+        _numeric(self, "abs")
+        return _Sym("abs(" + self.text + ")", self.kind)
+
+    # comparisons
+    def __lt__(self, o: Any) -> "_Sym": return _compare("<", self, o)
+    def __le__(self, o: Any) -> "_Sym": return _compare("<=", self, o)
+    def __gt__(self, o: Any) -> "_Sym": return _compare(">", self, o)
+    def __ge__(self, o: Any) -> "_Sym": return _compare(">=", self, o)
+    def __eq__(self, o: Any) -> "_Sym": return _compare("==", self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> "_Sym": return _compare("!=", self, o)  # type: ignore[override]
+
+    # truth values
+    def __and__(self, o: Any) -> "_Sym": return _logic("&&", self, o)
+    def __rand__(self, o: Any) -> "_Sym": return _logic("&&", o, self)
+    def __or__(self, o: Any) -> "_Sym": return _logic("||", self, o)
+    def __ror__(self, o: Any) -> "_Sym": return _logic("||", o, self)
+
+    def __invert__(self) -> "_Sym":
+        if self.kind != "bool":
+            raise TypeError("~: on a truth value (a comparison), not an %s" % self.kind)
+        return _Sym("(!" + self.text + ")", "bool")
+
+    # torch.tanh(score), torch.where(...) on traced values
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", str(func))
+        fn = _TORCH.get(name)
+        if fn is None or kwargs:
+            raise TypeError("torch.%s is not traceable into a modification (traceable: %s)"
+                            % (name, ", ".join(sorted(n for n in _TORCH if n[0] != "_"))))
+        return fn(*args)
+
+
+def _lift(x: Any, op: str) -> _Sym:
+    """x as a traced value: a Python int or float becomes a constant."""
+    if isinstance(x, _Sym):
+        return x
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError("%s: on a traced value and a number, not %s" % (op, type(x).__name__))
+    if isinstance(x, int):
+        if abs(x) > _INT_MAX:
+            raise ValueError("%s: the constant %d is past a 32-bit int" % (op, x))
+        return _Sym("(%d)" % x if x < 0 else "%d" % x, "int")
+    if not math.isfinite(x):
+        raise ValueError("%s: the constant %r is not finite" % (op, x))
+    text = repr(x)
+    if not re.search(r"[.eE]", text):
+        text += ".0"
+    return _Sym("(%s)" % text if x < 0 else text, "float")
+
+
+def _numeric(a: _Sym, op: str) -> None:
+    if a.kind == "bool":
+        raise TypeError("%s: on numbers, not a truth value (a comparison)" % op)
+
+
+def _arith(op: str, a: Any, b: Any) -> _Sym:
+    x, y = _lift(a, op), _lift(b, op)
+    _numeric(x, op), _numeric(y, op)
+    kind = "int" if x.kind == y.kind == "int" else "float"
+    return _Sym("(%s %s %s)" % (x.text, op, y.text), kind)
+
+
+def _div(a: Any, b: Any) -> _Sym:
+    """Python's true division: floats, whatever the operands."""
+    x, y = _lift(a, "/"), _lift(b, "/")
+    _numeric(x, "/"), _numeric(y, "/")
+    if x.kind == "int":
+        x = _Sym("float(%s)" % x.text, "float")
+    return _Sym("(%s / %s)" % (x.text, y.text), "float")
+
+
+def _positive_constant(y: _Sym, op: str) -> int:
+    if y.kind != "int" or not re.fullmatch(r"[0-9]+", y.text) or int(y.text) <= 0:
+        raise TypeError("%s: an int by a positive int constant (the modification language "
+                        "divides integers by constants only)" % op)
+    return int(y.text)
+
+
+def _floordiv(a: Any, b: Any) -> _Sym:
+    """Python's a // c for an int a and a positive constant c: floored, as
+    Python floors it (C truncates: the language's / on a negative a)."""
+    x, y = _lift(a, "//"), _lift(b, "//")
+    if x.kind != "int":
+        raise TypeError("//: on ints (a float's floor is not in the modification language)")
+    c = _positive_constant(y, "//")
+    t = x.text
+    return _Sym("(%s >= 0 ? %s / %d : -((-%s + %d) / %d))" % (t, t, c, t, c - 1, c), "int")
+
+
+def _mod(a: Any, b: Any) -> _Sym:
+    """Python's a % c for an int a and a positive constant c: in [0, c)."""
+    x, y = _lift(a, "%"), _lift(b, "%")
+    if x.kind != "int":
+        raise TypeError("%: on ints")
+    c = _positive_constant(y, "%")
+    return _Sym("((%s %% %d + %d) %% %d)" % (x.text, c, c, c), "int")
+
+
+def _pow(a: _Sym, b: Any) -> _Sym:
+    """x ** n for a constant n of 0 to 4 (products), or 0.5 (sqrt)."""
+    _numeric(a, "**")
+    if isinstance(b, float) and b == 0.5:
+        return sqrt(a)
+    if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b <= 4:
+        raise TypeError("**: by a constant 0 to 4, or 0.5")
+    if b == 0:
+        return _lift(1 if a.kind == "int" else 1.0, "**")
+    return _Sym("(" + " * ".join([a.text] * b) + ")", a.kind)
+
+
+def _compare(op: str, a: Any, b: Any) -> _Sym:
+    x, y = _lift(a, op), _lift(b, op)
+    _numeric(x, op), _numeric(y, op)
+    return _Sym("(%s %s %s)" % (x.text, op, y.text), "bool")
+
+
+def _logic(op: str, a: Any, b: Any) -> _Sym:
+    if isinstance(a, bool) or isinstance(b, bool):
+        raise TypeError("%s: between comparisons, not a Python bool" % ("&" if op == "&&" else "|"))
+    x, y = _lift(a, op), _lift(b, op)
+    if x.kind != "bool" or y.kind != "bool":
+        raise TypeError("%s: between truth values (comparisons); on ints it is not traced"
+                        % ("&" if op == "&&" else "|"))
+    return _Sym("(%s %s %s)" % (x.text, op, y.text), "bool")
+
+
+def where(cond: Any, a: Any, b: Any) -> Any:
+    """a where cond holds, else b (C's cond ? a : b)."""
+    if not isinstance(cond, _Sym) or cond.kind != "bool":
+        raise TypeError("where: the condition is a comparison of traced values")
+    x, y = _lift(a, "where"), _lift(b, "where")
+    if (x.kind == "bool") != (y.kind == "bool"):
+        raise TypeError("where: both a truth value, or both numbers")
+    kind = x.kind if x.kind == y.kind else "float"
+    return _Sym("(%s ? %s : %s)" % (cond.text, x.text, y.text), kind)
+
+
+def _unary(name: str) -> Callable[[Any], Any]:
+    def fn(x: Any) -> Any:
+        if not isinstance(x, _Sym):
+            return getattr(math, name)(x) if name != "exp2" else 2.0 ** x
+        _numeric(x, name)
+        return _Sym("%s(%s)" % (name, x.text), "float")
+    fn.__name__ = name
+    fn.__doc__ = "%s of a traced value, in floats." % name
+    return fn
+
+
+tanh, exp, exp2, log, log2, sqrt = (_unary(n) for n in ("tanh", "exp", "exp2", "log", "log2",
+                                                        "sqrt"))
+
+
+def minimum(a: Any, b: Any) -> _Sym:
+    """The smaller of a and b."""
+    x, y = _lift(a, "minimum"), _lift(b, "minimum")
+    _numeric(x, "minimum"), _numeric(y, "minimum")
+    return _Sym("min(%s, %s)" % (x.text, y.text), "int" if x.kind == y.kind == "int" else "float")
+
+
+def maximum(a: Any, b: Any) -> _Sym:
+    """The larger of a and b."""
+    x, y = _lift(a, "maximum"), _lift(b, "maximum")
+    _numeric(x, "maximum"), _numeric(y, "maximum")
+    return _Sym("max(%s, %s)" % (x.text, y.text), "int" if x.kind == y.kind == "int" else "float")
+
+
+def _clamp(x: Any, min: Any = None, max: Any = None) -> _Sym:  # noqa: A002 (torch's names)
+    y = _lift(x, "clamp")
+    if min is not None:
+        y = maximum(y, min)
+    if max is not None:
+        y = minimum(y, max)
+    return y
+
+
+# torch's functions and Tensor methods on traced values.
+_TORCH = {"tanh": tanh, "exp": exp, "exp2": exp2, "log": log, "log2": log2, "sqrt": sqrt,
+          "abs": abs, "where": where, "minimum": minimum, "maximum": maximum,
+          "clamp": _clamp, "__add__": _Sym.__add__, "__radd__": _Sym.__radd__,
+          "__sub__": _Sym.__sub__, "__rsub__": _Sym.__rsub__, "__mul__": _Sym.__mul__,
+          "__rmul__": _Sym.__rmul__, "__truediv__": _Sym.__truediv__,
+          "__neg__": _Sym.__neg__, "__abs__": _Sym.__abs__}
+
+SEQ_Q, SEQ_K, HEADS = _Sym("seq_q", "int"), _Sym("seq_k", "int"), _Sym("heads", "int")
+
+
+def _traced(fn: Callable[..., Any], names: Tuple[str, ...], what: str, kinds: str) -> str:
+    args = [_Sym(n, "float" if n == "score" else "int") for n in names]
+    try:
+        r = fn(*args)
+    except TypeError as e:
+        raise TypeError("%s: %s" % (what, e)) from None
+    if what == "mask_mod" and r is True:
+        return ""
+    if not isinstance(r, _Sym) and what == "score_mod" and not isinstance(r, bool) and \
+            isinstance(r, (int, float)):
+        r = _lift(r, what)
+    if not isinstance(r, _Sym) or (r.kind == "bool") != (kinds == "bool"):
+        want = "a truth value (a comparison of its arguments)" if kinds == "bool" else \
+            "a number (the new score)"
+        raise TypeError("%s: returns %s, not %s" % (what, want, type(r).__name__ if not
+                        isinstance(r, _Sym) else "a traced " + r.kind))
+    return r.text
+
+
+def from_functions(score_mod: Optional[Callable[..., Any]] = None,
+                   mask_mod: Optional[Callable[..., Any]] = None,
+                   name: Optional[str] = None) -> Modification:
+    """The modification of FlexAttention-style functions: score_mod(score,
+    b, h, q_idx, kv_idx) gives a row's new score for a key (score is the
+    scaled q.k, in natural units), mask_mod(b, h, q_idx, kv_idx) whether
+    the row sees it; either may be None. Traced once (see the module's
+    doc); name (default: the functions') names it in fatune's output."""
+    if score_mod is None and mask_mod is None:
+        raise ValueError("from_functions: a score_mod, a mask_mod or both")
+    parts = []
+    for fn, what, names, kind in ((score_mod, "score_mod", ("score", "b", "h", "q_idx", "kv_idx"),
+                                   "num"),
+                                  (mask_mod, "mask_mod", ("b", "h", "q_idx", "kv_idx"), "bool")):
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise TypeError("%s: a function, not %s" % (what, type(fn).__name__))
+        text = _traced(fn, names, what, kind)
+        if text:
+            parts.append("  %s = \"%s\"," % ("score" if what == "score_mod" else "mask", text))
+    if not parts:  # a mask that keeps every key, and no score: nothing to do
+        parts.append("  mask = \"0 == 0\",")
+    if name is None:
+        name = "_".join(f.__name__ if getattr(f, "__name__", "<lambda>") != "<lambda>" else what
+                        for f, what in ((score_mod, "score_mod"), (mask_mod, "mask_mod")) if f)
+    name = re.sub(r"[^A-Za-z0-9_]", "_", name)[:64] or "python"
+    text = "-- traced from Python by fatune.mods\nreturn {\n  doc = \"%s\",\n%s\n}\n" % (
+        name, "\n".join(parts))
+    return Modification(name + ".lua", text)

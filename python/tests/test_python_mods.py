@@ -1,0 +1,126 @@
+"""Modifications written as Python functions (fatune.mods.from_functions,
+fatune.attention's score_mod= and mask_mod=), traced into fatune's
+modification language: each against attention written here in float64
+from the same formula (Python's floored // and %, negative operands
+included), equal to the built-in it spells where there is one, through
+autograd and torch.compile on tensors; the built-ins' constructors; and
+what cannot be traced refused in words."""
+import math
+
+import numpy as np
+import pytest
+
+import fatune
+from fatune import mods
+from conftest import TOLERANCE, rel_err
+
+B, H, NQ, NK, D = 1, 2, 40, 56, 16
+OFF = NK - NQ
+
+
+def qkv(dt=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((B, H, n, D)).astype(dt) for n in (NQ, NK, NK))
+
+
+def reference(q, k, v, sees, score):
+    """O with key c of row r of head h seen when sees(h, r, c), its score
+    rewritten by score(h, r, c, s); rows that see nothing give 0."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(D)
+    h, r, c = np.meshgrid(np.arange(H), np.arange(NQ), np.arange(NK), indexing="ij")
+    s = np.where(sees(h, r, c) & np.ones(s.shape, bool), score(h, r, c, s), -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0))
+    l = p.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bhkd->bhqd", p / np.where(l > 0, l, 1), v)
+
+
+def test_score_and_mask_functions():
+    """A softcap, a bias by head and distance, and floored // and % on
+    negative values (Python's semantics, not C's truncation)."""
+    q, k, v = qkv(seed=1)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return 3.0 * mods.tanh(score / 3.0) - 0.05 * (h + 1) * abs(q_idx + OFF - kv_idx)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return ((q_idx - 20) // 7 == (kv_idx - 20 - OFF) // 7) | ((kv_idx - 30) % 9 == 2)
+
+    o = fatune.attention(q, k, v, score_mod=score_mod, mask_mod=mask_mod)
+    ref = reference(q, k, v,
+                    lambda h, r, c: ((r - 20) // 7 == (c - 20 - OFF) // 7) | ((c - 30) % 9 == 2),
+                    lambda h, r, c, s: 3 * np.tanh(s / 3) - 0.05 * (h + 1) * np.abs(r + OFF - c))
+    assert rel_err(o, ref) < TOLERANCE["float32"]
+
+
+def test_a_function_equals_its_builtin():
+    """mask_mod spelling window=6:1 and score_mod spelling softcap=2 give
+    the built-ins' outputs; the constructors give the built-ins' specs."""
+    q, k, v = qkv(seed=2)
+    win = fatune.attention(q, k, v, mod=mods.sliding_window(6, 1))
+    assert np.array_equal(win, fatune.attention(q, k, v, mod="window=6:1"))
+    fn = fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv: (kv >= qi + (mods.SEQ_K - mods.SEQ_Q) - 6)
+                          & (kv <= qi + (mods.SEQ_K - mods.SEQ_Q) + 1))
+    assert rel_err(fn, win) < TOLERANCE["float32"]
+    cap = fatune.attention(q, k, v, score_mod=lambda s, b, h, qi, kv: 2.0 * mods.tanh(s / 2.0))
+    assert rel_err(cap, fatune.attention(q, k, v, mod=mods.softcap(2.0))) < TOLERANCE["float32"]
+    assert [m.spec for m in (mods.alibi(), mods.prefix_lm(5), mods.chunked(8), mods.softcap(30))] \
+        == ["alibi", "prefixlm=5", "chunked=8", "softcap=30.0"]
+
+
+def test_torch_functions_autograd_and_compile():
+    """FlexAttention's style, torch.where and torch.tanh on the arguments:
+    forward and gradients eagerly and under torch.compile, against the
+    same attention written in torch float64 and differentiated by autograd."""
+    torch = pytest.importorskip("torch")
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return torch.where(q_idx + OFF >= kv_idx, torch.tanh(score) * 2.0, score - 1.0)
+
+    q, k, v = (torch.from_numpy(x) for x in qkv(seed=3))
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
+
+    def want(q, k, v):
+        s = q @ k.transpose(-1, -2) / math.sqrt(D)
+        r = torch.arange(NQ)[:, None]
+        c = torch.arange(NK)[None, :]
+        s = torch.where(r + OFF >= c, torch.tanh(s) * 2.0, s - 1.0)
+        return (torch.softmax(s, -1) @ v * do.double()).sum()
+
+    ref_in = [t.double().requires_grad_() for t in (q, k, v)]
+    refs = torch.autograd.grad(want(*ref_in), ref_in)
+
+    def step(q, k, v):
+        return (fatune.attention(q, k, v, score_mod=score_mod) * do).sum()
+
+    torch.compiler.reset()
+    for fn in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
+        ins = [t.clone().requires_grad_() for t in (q, k, v)]
+        got = torch.autograd.grad(fn(*ins), ins)
+        for g, r in zip(got, refs):
+            assert rel_err(g.numpy(), r.numpy()) < TOLERANCE["float32"]
+
+
+def test_what_cannot_be_traced():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match="^mask_mod: a traced value has no truth value"):
+        fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv: qi > kv and kv > 2)
+    with pytest.raises(TypeError, match="^mask_mod: a traced value has no truth value"):
+        fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv: kv if qi > 3 else qi)
+    with pytest.raises(TypeError, match="^score_mod: returns a number"):
+        fatune.attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s > 0)
+    with pytest.raises(TypeError, match="^mask_mod: returns a truth value"):
+        fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv: qi - kv)
+    with pytest.raises(TypeError, match="//: an int by a positive int constant"):
+        fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv: qi // kv == 0)
+    with pytest.raises(TypeError, match="//: on ints"):
+        fatune.attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s // 2)
+    with pytest.raises(ValueError, match="not with mod="):
+        fatune.attention(q, k, v, mod="alibi", score_mod=lambda s, b, h, qi, kv: s)
+    with pytest.raises(ValueError, match="not finite"):
+        fatune.attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s + float("inf"))
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="^score_mod: torch.sigmoid is not traceable"):
+        fatune.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
+                         score_mod=lambda s, b, h, qi, kv: torch.sigmoid(s))
