@@ -292,6 +292,8 @@ typedef struct fatune_varlen_args {
   int causal;
   double scale;          /* as fatune_attention_args' */
   void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
+  const fatune_mod *mod; /* NULL, or a modification over each sequence on its own: seq_q,
+                            seq_k and the indices its own, b its index in the batch */
 } fatune_varlen_args;
 
 /* O of a variable-length batch as args says: the variant recorded best for
@@ -325,6 +327,7 @@ typedef struct fatune_varlen_backward_args {
   double scale;          /* as fatune_attention_args' */
   void *stream;          /* cuda: the CUstream to queue on; NULL, the default stream */
   int deterministic;     /* nonzero: only a recorded variant that gave the same bits every run */
+  const fatune_mod *mod; /* NULL, or the forward call's modification */
 } fatune_varlen_backward_args;
 
 FATUNE_API fatune_status fatune_attention_varlen_backward(fatune_ctx *ctx,

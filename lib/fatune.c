@@ -1690,6 +1690,7 @@ fatune_status fatune_attention_varlen(fatune_ctx *c, const fatune_varlen_args *x
   fa_problem fp;
   fatune_status st = check_varlen_args(x, &fp);
   if (st != FATUNE_OK) return st;
+  fp.mod = x->mod ? &x->mod->m : NULL;
   char err[512];
   int rc = backend_enter(c->be, err, sizeof err);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
@@ -1733,6 +1734,7 @@ fatune_status fatune_attention_varlen_backward(fatune_ctx *c,
   fatune_problem packed;
   if ((st = check_bwd_args(&view, &packed)) != FATUNE_OK) return st;
   fp.op = FA_OP_BWD;
+  fp.mod = x->mod ? &x->mod->m : NULL;
   const budget bud = {0, x->deterministic != 0};
   return bwd_run(c, &fp, &bud, &view, x->cu_seqlens_q, x->cu_seqlens_k);
 }

@@ -587,12 +587,23 @@ function space.explore_axes()
   return out
 end
 
--- Whether cfg of fam fits the target: its targets, then its own rules.
+-- The modification every render and listing applies (mod.lua), or nil;
+-- set by the host (gen_set_mod, space.set_mod) for the problems that follow.
+local current_mod
+
+-- Whether cfg of fam fits the target: its targets, then its own rules,
+-- which see the current modification as cfg.mod (as render does).
 local function fits(fam, cfg, problem, target)
   if not space.runs_on(fam, target.arch) then
     local archs = fam.targets == "any" and "known archs" or table.concat(fam.targets, ", ")
     return false, string.format("the %s family runs only on %s (%s), not %s", fam.name, archs,
                                 fam.title, target.arch)
+  end
+  if current_mod and cfg.mod == nil then
+    local c = {}
+    for k, v in pairs(cfg) do c[k] = v end
+    c.mod = current_mod
+    cfg = c
   end
   return fam.fits(cfg, problem, target)
 end
@@ -805,10 +816,6 @@ function space.parse_name(name)
   if not cfg then error("unknown variant '" .. name .. "'", 0) end
   return fam, cfg
 end
-
--- The modification every render and listing applies (mod.lua), or nil;
--- set by the host (gen_set_mod, space.set_mod) for the problems that follow.
-local current_mod
 
 -- Description of one config for the host: name, hash, canonical text, the
 -- family's name and the {key, value} pairs in axis order (values as text),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_varlen.sh: variable-length batches through the command line: each
 # variant's varlen form (--varlen) in list, gen and compile, the forward
-# and backward passes' (the Hopper family's too); bad problems
+# and backward passes' (the Hopper family's too), under a modification
+# (tc's; wg's refused); bad problems
 # refused in one line; and `fatune model --seq-lens` (SKIPPED without
 # nvdisasm): a packed batch of sequences of one length at the dense
 # batch's speed, forward and backward, each sequence's own work counted.
@@ -36,6 +37,13 @@ run gb gen --config family=tcbwd --op bwd --dim 64 --dtype bf16 --causal --varle
 [ "$rc" -eq 0 ] && grep -q 'FA_TC_KERNEL_OF(tcbwd_bf16_d64_[a-z0-9_]*_causal_varlen_dkdv, 256, pv)' "$tmp/gb.out" &&
   grep -q 'pv.total_q + vq_lo' "$tmp/gb.out"
 check "gen --op bwd --varlen: each backward launch reads its sequence's offsets" $? "exit $rc: $(cat "$tmp/gb.err")"
+
+run gm gen --config family=tc --dim 64 --dtype bf16 --varlen --mod window=8
+[ "$rc" -eq 0 ] && grep -q 'pv.cu_seqlens_k' "$tmp/gm.out" && grep -q 'fa_mod_mask(mod_u' "$tmp/gm.out"
+check "gen --varlen --mod: the varlen form under the modification" $? "exit $rc: $(cat "$tmp/gm.err")"
+run wm gen --config family=wg --arch sm_90a --dim 64 --dtype bf16 --varlen --mod window=8
+[ "$rc" -ne 0 ] && grep -q 'a variable-length batch takes no modification yet' "$tmp/wm.err"
+check "gen --varlen --mod, wg: refused, saying why" $? "exit $rc: $(cat "$tmp/wm.err")"
 
 # --- bad problems ----------------------------------------------------------------------
 refused decode "--varlen is the forward and backward passes'" gen --op decode --dim 64 --dtype bf16 --varlen

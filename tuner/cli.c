@@ -837,8 +837,8 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "--seq-k takes one --seq; a sweep over --seq tunes seq_k = seq_q");
   if ((keys || o->shard_n) && o->json && !seq_list)
     return fail(err, errlen, "--json takes one key; fatune export --format json gives a sweep's");
-  if (o->problem.varlen && ((o->problem.op != FA_OP_FWD && o->problem.op != FA_OP_BWD) || o->mod))
-    return fail(err, errlen, "--varlen is the forward and backward passes', without --mod");
+  if (o->problem.varlen && o->problem.op != FA_OP_FWD && o->problem.op != FA_OP_BWD)
+    return fail(err, errlen, "--varlen is the forward and backward passes'");
   if (o->problem.paged && (o->problem.op != FA_OP_FWD || o->problem.varlen))
     return fail(err, errlen, "--paged is the forward pass's, without --varlen");
   if (o->cmd == CMD_TUNE && o->variant && o->config)

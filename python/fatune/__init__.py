@@ -173,7 +173,8 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      softmax_scale: Optional[float] = None, return_softmax_lse: bool = False,
-                     deterministic: bool = False, db: Optional[str] = None) -> Any:
+                     deterministic: bool = False, db: Optional[str] = None,
+                     mod: Any = None) -> Any:
     """A variable-length batch, as flash_attn_varlen_func computes it (the
     README's "Variable-length batches"), with its names.
 
@@ -192,31 +193,34 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     the offsets back), CPU tensors on the emulator. Tensors that require
     grad get their gradients through autograd (fatune's varlen backward
     pass; deterministic: only a variant recorded as giving the same bits
-    every run); NumPy arrays through fatune.attention_varlen_backward. Not
-    (yet) as flash_attn: no dropout, window, softcap or alibi. Offsets that
-    are negative, decreasing, past the tokens or wider than the maxima are
-    never followed: fatune.Error says so after the call.
+    every run); NumPy arrays through fatune.attention_varlen_backward.
+    mod: a score or mask modification, as fatune.attention's, over each
+    sequence on its own (seq_q, seq_k and the indices its own, b its index
+    in the batch): flash_attn's window_size, softcap and alibi through it.
+    Not (yet) as flash_attn: no dropout. Offsets that are negative,
+    decreasing, past the tokens or wider than the maxima are never
+    followed: fatune.Error says so after the call.
 
     Returns O (total_q, heads, dim_v), or (O, lse) with lse (heads,
     total_q), float32 (float64 for float64), -inf where a row sees no key.
     """
     return _varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, causal, softmax_scale, return_softmax_lse,
-                                    deterministic, db, _pt)
+                                    deterministic, db, _pt, mod)
 
 
 def attention_varlen_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
                               cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
                               max_seqlen_k: int, causal: bool = False,
                               softmax_scale: Optional[float] = None, grad_lse: Any = None,
-                              deterministic: bool = False, db: Optional[str] = None
-                              ) -> Tuple[Any, Any, Any]:
+                              deterministic: bool = False, db: Optional[str] = None,
+                              mod: Any = None) -> Tuple[Any, Any, Any]:
     """The gradients dq, dk, dv of a variable-length batch, for NumPy arrays
     on the emulator: grad_o the loss's gradient with respect to
     attention_varlen's output (and grad_lse, when given, to its logsumexp);
     out and lse what attention_varlen(..., return_softmax_lse=True)
-    returned for q, k, v and the same offsets, maxima, causal and
-    softmax_scale. dk and dv are summed over the query heads that share a
+    returned for q, k, v and the same offsets, maxima, causal,
+    softmax_scale and mod. dk and dv are summed over the query heads that share a
     K/V head. Returns new arrays shaped as q, k and v. torch tensors get
     their gradients through autograd (.backward() on attention_varlen's
     output). Raises TypeError or ValueError naming the argument that is
@@ -225,7 +229,7 @@ def attention_varlen_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse
     """
     return _varlen.attention_varlen_backward(grad_o, q, k, v, out, lse, cu_seqlens_q,
                                              cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                                             softmax_scale, grad_lse, deterministic, db)
+                                             softmax_scale, grad_lse, deterministic, db, mod)
 
 
 def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any,

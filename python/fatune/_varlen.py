@@ -19,7 +19,7 @@ class VarlenArgs(ctypes.Structure):
                 ("cu_seqlens_k", ctypes.c_void_p), ("batch", ctypes.c_int),
                 ("max_seqlen_q", ctypes.c_int), ("max_seqlen_k", ctypes.c_int),
                 ("causal", ctypes.c_int), ("scale", ctypes.c_double),
-                ("stream", ctypes.c_void_p)]
+                ("stream", ctypes.c_void_p), ("mod", ctypes.c_void_p)]
 
 
 _lib.LIB.fatune_attention_varlen.argtypes = [ctypes.c_void_p, ctypes.POINTER(VarlenArgs)]
@@ -34,7 +34,7 @@ class VarlenBackwardArgs(ctypes.Structure):
                 ("batch", ctypes.c_int), ("max_seqlen_q", ctypes.c_int),
                 ("max_seqlen_k", ctypes.c_int), ("causal", ctypes.c_int),
                 ("scale", ctypes.c_double), ("stream", ctypes.c_void_p),
-                ("deterministic", ctypes.c_int)]
+                ("deterministic", ctypes.c_int), ("mod", ctypes.c_void_p)]
 
 
 _lib.LIB.fatune_attention_varlen_backward.argtypes = [ctypes.c_void_p,
@@ -42,6 +42,7 @@ _lib.LIB.fatune_attention_varlen_backward.argtypes = [ctypes.c_void_p,
 _lib.LIB.fatune_attention_varlen_backward.restype = ctypes.c_int
 
 Fields = Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]
+Mod = Optional[Tuple[str, Optional[str]]]   # _check.mod's
 
 
 def _tensor(data: int, code: int, shape: Tuple[int, ...], strides: Tuple[int, ...]) -> _lib.Tensor:
@@ -70,23 +71,27 @@ def _shapes(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any) -> int:
     return int(cu_q.shape[0]) - 1
 
 
+def _handle(ctx: int, mod: Mod) -> Optional[int]:
+    return _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else None
+
+
 def _run(ctx: int, stream: int, arrays: List[Fields], lse: int, cu_q: int, cu_k: int,
-         batch: int, max_q: int, max_k: int, causal: bool, scale: float) -> None:
+         batch: int, max_q: int, max_k: int, causal: bool, scale: float, mod: Mod) -> None:
     q, k, v, o = (_tensor(*a) for a in arrays)
     args = VarlenArgs(q, k, v, o, lse, cu_q, cu_k, batch, max_q, max_k, 1 if causal else 0,
-                      scale, stream or None)
+                      scale, stream or None, _handle(ctx, mod))
     _lib.check(_lib.LIB.fatune_attention_varlen(ctx, ctypes.byref(args)))
 
 
 def _run_backward(ctx: int, stream: int, arrays: List[Fields], lse: int, dlse: int, cu_q: int,
                   cu_k: int, batch: int, max_q: int, max_k: int, causal: bool, scale: float,
-                  deterministic: bool) -> None:
+                  deterministic: bool, mod: Mod) -> None:
     """fatune_attention_varlen_backward over the eight packed tensors (q, k,
     v, o, dout, dq, dk, dv)."""
     t = [_tensor(*a) for a in arrays]
     args = VarlenBackwardArgs(*t, lse, dlse or None, cu_q, cu_k, batch, max_q, max_k,
                               1 if causal else 0, scale, stream or None,
-                              1 if deterministic else 0)
+                              1 if deterministic else 0, _handle(ctx, mod))
     _lib.check(_lib.LIB.fatune_attention_varlen_backward(ctx, ctypes.byref(args)))
 
 
@@ -109,19 +114,21 @@ def _numpy_fields(a: np.ndarray, code: int) -> Fields:
 
 
 def _numpy_call(q: np.ndarray, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
-                causal: bool, scale: float, db: Optional[str]) -> Tuple[np.ndarray, np.ndarray]:
+                causal: bool, scale: float, db: Optional[str], mod: Mod
+                ) -> Tuple[np.ndarray, np.ndarray]:
     batch, code = _numpy_checked(q, (("k", k), ("v", v)), cu_q, cu_k)
     q, k, v, cu_q, cu_k = (np.ascontiguousarray(x) for x in (q, k, v, cu_q, cu_k))
     o = np.empty(q.shape[:2] + (v.shape[2],), q.dtype)
     lse = np.empty((q.shape[1], q.shape[0]), np.float64 if q.dtype == np.float64 else np.float32)
     _run(_lib.context("emu", 0, db), 0, [_numpy_fields(x, code) for x in (q, k, v, o)],
-         lse.ctypes.data, cu_q.ctypes.data, cu_k.ctypes.data, batch, max_q, max_k, causal, scale)
+         lse.ctypes.data, cu_q.ctypes.data, cu_k.ctypes.data, batch, max_q, max_k, causal, scale,
+         mod)
     return o, lse
 
 
 def _numpy_backward(grad_o: Any, q: np.ndarray, k: Any, v: Any, out: Any, lse: Any, cu_q: Any,
                     cu_k: Any, max_q: int, max_k: int, causal: bool, scale: float,
-                    grad_lse: Any, deterministic: bool, db: Optional[str]
+                    grad_lse: Any, deterministic: bool, db: Optional[str], mod: Mod
                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     batch, code = _numpy_checked(q, (("k", k), ("v", v), ("out", out), ("grad_o", grad_o)),
                                  cu_q, cu_k)
@@ -147,7 +154,7 @@ def _numpy_backward(grad_o: Any, q: np.ndarray, k: Any, v: Any, out: Any, lse: A
                   [_numpy_fields(x, code) for x in (q, k, v, out, grad_o, dq, dk, dv)],
                   lse.ctypes.data,
                   0 if dlse is None else dlse.ctypes.data, cu_q.ctypes.data, cu_k.ctypes.data,
-                  batch, max_q, max_k, causal, scale, deterministic)
+                  batch, max_q, max_k, causal, scale, deterministic, mod)
     return dq, dk, dv
 
 
@@ -175,7 +182,8 @@ def _torch_fields(t: Any, code: int) -> Fields:
 
 
 def _torch_call(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
-                causal: bool, scale: float, db: Optional[str], pt: Any) -> Tuple[Any, Any]:
+                causal: bool, scale: float, db: Optional[str], pt: Any, mod: Mod
+                ) -> Tuple[Any, Any]:
     torch = pt.torch
     batch, code = _torch_checked(q, k, v, cu_q, cu_k, pt)
     q, k, v, cu_q, cu_k = (x.contiguous() for x in (q, k, v, cu_q, cu_k))
@@ -184,13 +192,14 @@ def _torch_call(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k:
                       dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
     ctx, stream = pt._context(q, db)
     _run(ctx, stream, [_torch_fields(x, code) for x in (q, k, v, o)], lse.data_ptr(),
-         cu_q.data_ptr(), cu_k.data_ptr(), batch, max_q, max_k, causal, scale)
+         cu_q.data_ptr(), cu_k.data_ptr(), batch, max_q, max_k, causal, scale, mod)
     return o, lse
 
 
 def _torch_backward(grad_o: Any, grad_lse: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
                     cu_q: Any, cu_k: Any, max_q: int, max_k: int, causal: bool, scale: float,
-                    deterministic: bool, db: Optional[str], pt: Any) -> Tuple[Any, Any, Any]:
+                    deterministic: bool, db: Optional[str], pt: Any, mod: Mod
+                    ) -> Tuple[Any, Any, Any]:
     torch = pt.torch
     batch, code = _torch_checked(q, k, v, cu_q, cu_k, pt)
     grad_o = grad_o.contiguous() if grad_o is not None else torch.zeros_like(out)
@@ -200,7 +209,7 @@ def _torch_backward(grad_o: Any, grad_lse: Any, q: Any, k: Any, v: Any, out: Any
     _run_backward(ctx, stream, [_torch_fields(x, code) for x in
                                 (q, k, v, out, grad_o, dq, dk, dv)],
                   lse.data_ptr(), 0 if dlse is None else dlse.data_ptr(), cu_q.data_ptr(),
-                  cu_k.data_ptr(), batch, max_q, max_k, causal, scale, deterministic)
+                  cu_k.data_ptr(), batch, max_q, max_k, causal, scale, deterministic, mod)
     return dq, dk, dv
 
 
@@ -215,24 +224,24 @@ def _function(pt: Any) -> Any:
         @staticmethod
         def forward(ctx: Any, q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int,
                     max_k: int, causal: bool, scale: float, deterministic: bool,
-                    db: Optional[str]) -> Tuple[Any, Any]:
+                    db: Optional[str], mod: Mod) -> Tuple[Any, Any]:
             q, k, v, cu_q, cu_k = (x.contiguous() for x in (q, k, v, cu_q, cu_k))
-            o, lse = _torch_call(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, db, pt)
+            o, lse = _torch_call(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, db, pt, mod)
             ctx.set_materialize_grads(False)
             ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
-            ctx.args = (max_q, max_k, causal, scale, deterministic, db)
+            ctx.args = (max_q, max_k, causal, scale, deterministic, db, mod)
             return o, lse
 
         @staticmethod
         @torch.autograd.function.once_differentiable
         def backward(ctx: Any, grad_o: Any, grad_lse: Any) -> Tuple[Any, ...]:
-            rest = (None,) * 8
+            rest = (None,) * 9
             if grad_o is None and grad_lse is None:
                 return (None, None, None) + rest
             q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
-            max_q, max_k, causal, scale, deterministic, db = ctx.args
+            max_q, max_k, causal, scale, deterministic, db, mod = ctx.args
             return _torch_backward(grad_o, grad_lse, q, k, v, o, lse, cu_q, cu_k, max_q, max_k,
-                                   causal, scale, deterministic, db, pt) + rest
+                                   causal, scale, deterministic, db, pt, mod) + rest
 
     _VARLEN = _Varlen
     return _VARLEN
@@ -244,10 +253,11 @@ _VARLEN: Any = None
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                      softmax_scale: Optional[float], return_softmax_lse: bool,
-                     deterministic: bool, db: Optional[str], pt: Any) -> Any:
+                     deterministic: bool, db: Optional[str], pt: Any, mod: Any = None) -> Any:
     if not isinstance(causal, bool):
         raise TypeError("causal: True or False, not %r" % (causal,))
     scale = _check.scale(softmax_scale)
+    spec = _check.mod(mod)
     max_q, max_k = int(max_seqlen_q), int(max_seqlen_k)
     if pt is not None and isinstance(q, pt.torch.Tensor):
         torch = pt.torch
@@ -255,13 +265,13 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
                                            for x in (q, k, v)):
             _torch_checked(q, k, v, cu_seqlens_q, cu_seqlens_k, pt)
             o, lse = _function(pt).apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k,
-                                         causal, scale, bool(deterministic), db)
+                                         causal, scale, bool(deterministic), db, spec)
         else:
             o, lse = _torch_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal,
-                                 scale, db, pt)
+                                 scale, db, pt, spec)
     elif isinstance(q, np.ndarray):
         o, lse = _numpy_call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, scale,
-                             db)
+                             db, spec)
     else:
         raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
     return (o, lse) if return_softmax_lse else o
@@ -270,8 +280,8 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
 def attention_varlen_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
                               cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
                               max_seqlen_k: int, causal: bool, softmax_scale: Optional[float],
-                              grad_lse: Any, deterministic: bool, db: Optional[str]
-                              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+                              grad_lse: Any, deterministic: bool, db: Optional[str],
+                              mod: Any = None) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not isinstance(causal, bool):
         raise TypeError("causal: True or False, not %r" % (causal,))
     if not isinstance(q, np.ndarray):
@@ -279,4 +289,5 @@ def attention_varlen_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse
                         "autograd: .backward() on attention_varlen's output)" % type(q).__name__)
     return _numpy_backward(grad_o, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                            int(max_seqlen_q), int(max_seqlen_k), causal,
-                           _check.scale(softmax_scale), grad_lse, bool(deterministic), db)
+                           _check.scale(softmax_scale), grad_lse, bool(deterministic), db,
+                           _check.mod(mod))

@@ -203,3 +203,68 @@ def test_torch_autograd_cpu(with_lse):
     for name, x, ref in zip(("q", "k", "v"), t, want):
         assert x.grad is not None and x.grad.shape == x.shape, name
         assert rel_err(x.grad.numpy(), ref) <= 4 * TOLERANCE["float32"], name
+
+
+def reference_mod(q, k, v, do, cu_q, cu_k, left, cap):
+    """O, dq, dk, dv in float64 under a window of `left` keys before each
+    row's diagonal (bottom-right aligned per sequence) and a softcap of
+    `cap`, each sequence on its own."""
+    scale = 1 / math.sqrt(D)
+    o, dq = np.zeros(q.shape, np.float64), np.zeros(q.shape, np.float64)
+    dk, dv = np.zeros(k.shape, np.float64), np.zeros(v.shape, np.float64)
+    for b in range(len(cu_q) - 1):
+        q0, n = int(cu_q[b]), int(cu_q[b + 1] - cu_q[b])
+        k0, m = int(cu_k[b]), int(cu_k[b + 1] - cu_k[b])
+        if n == 0 or m == 0:
+            continue
+        c, r = np.arange(m)[None, :], np.arange(n)[:, None]
+        seen = (c >= r + m - n - left) & (c <= r + m - n)
+        for h in range(H):
+            g = h // (H // KVH)
+            qh, kh, vh, doh = (x.astype(np.float64) for x in
+                               (q[q0:q0 + n, h], k[k0:k0 + m, g], v[k0:k0 + m, g], do[q0:q0 + n, h]))
+            raw = qh @ kh.T * scale
+            s = np.where(seen, cap * np.tanh(raw / cap), -np.inf)
+            mx = np.max(s, axis=1, keepdims=True)
+            mx[~np.isfinite(mx)] = 0
+            p = np.exp(s - mx)
+            den = p.sum(axis=1, keepdims=True)
+            p = np.divide(p, den, out=np.zeros_like(p), where=den > 0)
+            o[q0:q0 + n, h] = p @ vh
+            dp = doh @ vh.T
+            ds = p * (dp - np.sum(p * dp, axis=1, keepdims=True)) * (1 - np.tanh(raw / cap) ** 2)
+            dq[q0:q0 + n, h] = scale * ds @ kh
+            dk[k0:k0 + m, g] += scale * ds.T @ qh
+            dv[k0:k0 + m, g] += p.T @ doh
+    return o, dq, dk, dv
+
+
+def test_modification_forward_and_backward():
+    """mod= over each sequence on its own (flash_attn_varlen_func's
+    window_size and softcap, here one modification traced from Python):
+    O and the gradients on NumPy arrays, and through autograd on CPU
+    tensors, against reference_mod."""
+    from fatune import mods
+    left, cap = 6, 2.0
+    mod = mods.from_functions(
+        lambda s, b, h, qi, kv: cap * mods.tanh(s / cap),
+        lambda b, h, qi, kv: (kv >= qi + (mods.SEQ_K - mods.SEQ_Q) - left)
+        & (kv <= qi + (mods.SEQ_K - mods.SEQ_Q)), name="softcap_window")
+    q, k, v, cu_q, cu_k = packed(np.float32, seed=5)
+    do = np.random.default_rng(6).standard_normal(q.shape).astype(np.float32)
+    want = reference_mod(q, k, v, do, cu_q, cu_k, left, cap)
+    o, lse = fatune.attention_varlen(q, k, v, cu_q, cu_k, max(LQ), max(LK), mod=mod,
+                                     return_softmax_lse=True)
+    assert rel_err(o, want[0]) <= TOLERANCE["float32"]
+    got = fatune.attention_varlen_backward(do, q, k, v, o, lse, cu_q, cu_k, max(LQ), max(LK),
+                                           mod=mod)
+    for name, g, r in zip(("dq", "dk", "dv"), got, want[1:]):
+        assert rel_err(g, r) <= 4 * TOLERANCE["float32"], (name, rel_err(g, r))
+    torch = pytest.importorskip("torch")
+    ins = [torch.from_numpy(x).requires_grad_() for x in (q, k, v)]
+    ot = fatune.attention_varlen(*ins, torch.from_numpy(cu_q), torch.from_numpy(cu_k), max(LQ),
+                                 max(LK), mod=mod)
+    ot.backward(torch.from_numpy(do))
+    assert rel_err(ot.detach().numpy(), want[0]) <= TOLERANCE["float32"]
+    for name, t, r in zip(("dq", "dk", "dv"), ins, want[1:]):
+        assert rel_err(t.grad.numpy(), r) <= 4 * TOLERANCE["float32"], name

@@ -431,7 +431,8 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     out->flops = 0;
     for (int s = 0; s < p->batch; s++) {
       const model_problem one = sequence(p, s);
-      out->flops += 4.0 * p->heads * one.seq_q * (double)one.seq_k * p->dim * causal_share(&one);
+      out->flops += 4.0 * p->heads * one.seq_q * (double)one.seq_k * p->dim *
+                    (one.mod ? kept_share(&one) : causal_share(&one));
     }
     if (p->backward) out->flops *= 2.5;
   } else if (p->mod) {  /* the pairs the mask keeps, as for the causal half */
