@@ -355,20 +355,11 @@ local function div(a, b)
   return fop("div", a, b)
 end
 
--- Whether tree's value changes with the score.
-local function reads_score(n)
-  if n.op == "var" then return n.name == "score" end
-  for _, a in ipairs(n) do
-    if reads_score(a) then return true end
-  end
-  return false
-end
-
 -- d tree / d score as a tree of the same language (piecewise where the
 -- tree selects: abs, min, max and ?: take the derivative of the branch
 -- their value comes from). The backward pass multiplies dS by it.
 function mod.derivative(n)
-  if not reads_score(n) then return const(0) end
+  if not mod.uses(n, "score") then return const(0) end
   if n.op == "var" then return const(1) end
   local op, a, b = n.op, n[1], n[2]
   if op == "select" then  -- the condition picks a branch; its own derivative is none
@@ -381,7 +372,7 @@ function mod.derivative(n)
   elseif op == "neg" then return neg(da)
   elseif op == "mul" then return add(mul(da, b), mul(a, db))
   elseif op == "div" then
-    if not reads_score(b) then return div(da, b) end
+    if not mod.uses(b, "score") then return div(da, b) end
     return div(sub(mul(da, b), mul(a, db)), mul(b, b))
   elseif op == "abs" then
     return fop("select", { op = "ge", type = "bool", a, const(0) }, da, neg(da))
@@ -730,25 +721,19 @@ function mod.c_functions(m, T, grad)
   out[#out + 1] = "  return u;"
   out[#out + 1] = "}"
   local args = "int b, int h, int q_idx, int kv_idx, int seq_q, int seq_k, int heads"
-  if m.score then
-    out[#out + 1] = "FA_INLINE " .. T .. " fa_mod_score(fa_mod_u u, " .. T .. " score, " .. args .. ") {"
+  -- A function of the score and the names: tree's value as T.
+  local function score_function(name, tree)
+    out[#out + 1] = "FA_INLINE " .. T .. " " .. name .. "(fa_mod_u u, " .. T .. " score, " .. args .. ") {"
     local lines = {}
-    local v = emit_value(m.score, T, names, lines, hoisted)
-    if m.score.type == "int" then v = "((" .. T .. ")" .. v .. ")" end
+    local v = emit_value(tree, T, names, lines, hoisted)
+    if tree.type == "int" then v = "((" .. T .. ")" .. v .. ")" end
     for _, l in ipairs(lines) do out[#out + 1] = l end
     out[#out + 1] = "  (void)u; (void)score; (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)seq_q; (void)seq_k; (void)heads;"
     out[#out + 1] = "  return " .. v .. ";"
     out[#out + 1] = "}"
   end
-  if grad and m.score then
-    out[#out + 1] = "FA_INLINE " .. T .. " fa_mod_dscore(fa_mod_u u, " .. T .. " score, " .. args .. ") {"
-    local lines = {}
-    local v = emit_value(m.dscore, T, names, lines, hoisted)
-    for _, l in ipairs(lines) do out[#out + 1] = l end
-    out[#out + 1] = "  (void)u; (void)score; (void)b; (void)h; (void)q_idx; (void)kv_idx; (void)seq_q; (void)seq_k; (void)heads;"
-    out[#out + 1] = "  return " .. v .. ";"
-    out[#out + 1] = "}"
-  end
+  if m.score then score_function("fa_mod_score", m.score) end
+  if grad and m.score then score_function("fa_mod_dscore", m.dscore) end
   local bargs = "int b, int h, int q_lo, int q_hi, int k_lo, int k_hi, int seq_q, int seq_k, int heads"
   out[#out + 1] = "FA_INLINE int fa_mod_block(" .. bargs .. ") {"
   if m.mask then

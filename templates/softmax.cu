@@ -121,6 +121,11 @@ kv_end = kv_end < 0 ? 0 : (kv_end > p.seq_k ? p.seq_k : kv_end);
 $   else
 const int kv_end = p.seq_k;
 $   end
+$ elseif args.part == "mod_skip" then
+/* a ${args.skipped} block the modification's mask hides from the ${args.skipped == "Q" and "K/V" or "Q"} block adds nothing */
+if (fa_mod_block(b, mh, q0, (q0 + ${args.bm} < p.seq_q ? q0 + ${args.bm} : p.seq_q) - 1, k0,
+                 (k0 + ${args.bn} < p.seq_k ? k0 + ${args.bn} : p.seq_k) - 1, p.seq_q, p.seq_k, p.heads) == 0)
+  continue;
 $ elseif args.part == "mod_range" then
 /* The K/V blocks the modification's mask leaves visible to rows [q0, q0 + ${args.bm}):
 ** mod_first to mod_last, -1 when none (those between are masked key by key). */

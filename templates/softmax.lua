@@ -113,6 +113,14 @@ function softmax.mod_range(bm, bn)
   return part("mod_range", {}, { bm = bm, bn = bn })
 end
 
+-- Under a modification's mask, `continue` past a block pair that
+-- fa_mod_block proves empty: rows q0.. (bm) and keys k0.. (bn), each cut
+-- at its length, of the kernel's head mh. The backward pass's loops over
+-- the Q blocks of a K/V block (skipped "Q") and the other way ("K/V").
+function softmax.mod_skip(bm, bn, skipped)
+  return part("mod_skip", {}, { bm = bm, bn = bn, skipped = skipped })
+end
+
 -- The epilogue's sum of a row (F.sum, lane-summed) and inv, O's factor:
 -- 1 / sum when deferred, and when eager O is normalized already.
 function softmax.row_sum(F, eager) return part("row_sum", F, { eager = eager }) end

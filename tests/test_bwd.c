@@ -77,50 +77,68 @@ static void validate(const gen_kernel *k, const fa_program *prog, const fa_probl
   val_case_free(&c);
 }
 
+/* A default space rendered for a problem and compiled: its variants,
+** their kernels and builds (a build without a program is a failure the
+** caller reports). */
+typedef struct space { gen_variant *v; gen_kernel *k; fa_build *b; size_t n; } space;
+
+/* p's default space under the generator's current modification; n 0 when
+** nothing could be listed or allocated (and said so). */
+static space space_build(const fa_problem *p) {
+  space s = {0};
+  char err[512];
+  CHECK(gen_list(gen, p, &target, "default", &s.v, &s.n) == 0, "%s", gen_errmsg(gen));
+  s.k = calloc(s.n ? s.n : 1, sizeof *s.k);
+  s.b = calloc(s.n ? s.n : 1, sizeof *s.b);
+  const gen_kernel **kp = calloc(s.n ? s.n : 1, sizeof *kp);
+  if (!s.k || !s.b || !kp) {
+    CHECK(0, "out of memory");
+    free(s.k), free(s.b), free(kp);
+    gen_variants_free(s.v, s.n);
+    return (space){0};
+  }
+  for (size_t i = 0; i < s.n; i++) {
+    CHECK(gen_render_config(gen, s.v[i].config, p, &target, &s.k[i]) == 0, "%s: %s",
+          s.v[i].name, gen_errmsg(gen));
+    kp[i] = &s.k[i];
+  }
+  CHECK(backend_compile(be, kp, s.n, 0, s.b, err, sizeof err) == 0, "%s", err);
+  free(kp);
+  return s;
+}
+
+static void space_free(space *s) {
+  for (size_t i = 0; i < s->n; i++) {
+    backend_build_free(be, &s->b[i]);
+    gen_kernel_free(&s->k[i]);
+  }
+  gen_variants_free(s->v, s->n);
+  free(s->k), free(s->b);
+}
+
 /* The default space of (dtype, dim, causal), each variant on every shape. */
 static void test_space(fa_dtype t, int dim, int causal) {
   fa_problem p = problem(t, dim, causal, &shapes[4]);
-  gen_variant *v;
-  size_t n;
-  CHECK(gen_list(gen, &p, &target, "default", &v, &n) == 0, "%s", gen_errmsg(gen));
-  CHECK(n >= 4, "%s d%d: %zu bwd variants", fa_dtype_name(t), dim, n);
-  gen_kernel *ks = calloc(n, sizeof *ks);
-  fa_build *bs = calloc(n, sizeof *bs);
-  const gen_kernel **kp = calloc(n, sizeof *kp);
-  char err[512];
-  if (!ks || !bs || !kp) {
-    CHECK(0, "out of memory");
-    return;
-  }
-  for (size_t i = 0; i < n; i++) {
-    CHECK(gen_render_config(gen, v[i].config, &p, &target, &ks[i]) == 0, "%s: %s", v[i].name,
-          gen_errmsg(gen));
-    /* pre, dkdv, dQ's; FA1's order pre, kvzero, fa1, kvconvert */
-    const int fa1 = strstr(ks[i].name, "-fa1") != NULL;
-    CHECK(ks[i].op == FA_OP_BWD && ks[i].nlaunch == 3 + fa1 && ks[i].main == 1 + fa1,
-          "%s: op %s, %d launches, main %d", ks[i].name, fa_op_name(ks[i].op), ks[i].nlaunch,
-          ks[i].main);
-    kp[i] = &ks[i];
-  }
-  CHECK(backend_compile(be, kp, n, 0, bs, err, sizeof err) == 0, "%s", err);
+  space sp = space_build(&p);
+  CHECK(sp.n >= 4, "%s d%d: %zu bwd variants", fa_dtype_name(t), dim, sp.n);
   double worst = 0;
-  for (size_t i = 0; i < n; i++) {
-    CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
-    if (!bs[i].prog) continue;
+  for (size_t i = 0; i < sp.n; i++) {
+    const gen_kernel *k = &sp.k[i];
+    /* pre, dkdv, dQ's; FA1's order pre, kvzero, fa1, kvconvert */
+    const int fa1 = strstr(k->name, "-fa1") != NULL;
+    CHECK(k->op == FA_OP_BWD && k->nlaunch == 3 + fa1 && k->main == 1 + fa1,
+          "%s: op %s, %d launches, main %d", k->name, fa_op_name(k->op), k->nlaunch, k->main);
+    CHECK(sp.b[i].prog, "%s: %s", k->name, sp.b[i].log ? sp.b[i].log : "?");
+    if (!sp.b[i].prog) continue;
     for (size_t s = 0; s < NSHAPES; s++) {
       fa_problem q = problem(t, dim, causal, &shapes[s]);
-      validate(&ks[i], bs[i].prog, &q, &worst);
+      validate(k, sp.b[i].prog, &q, &worst);
     }
   }
   printf("%s d%-3d %-6s %zu variants x %zu shapes, two schedules each: worst gradient error "
-         "%.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, causal ? "causal" : "", n, NSHAPES,
+         "%.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, causal ? "causal" : "", sp.n, NSHAPES,
          worst, val_tolerance(t));
-  for (size_t i = 0; i < n; i++) {
-    backend_build_free(be, &bs[i]);
-    gen_kernel_free(&ks[i]);
-  }
-  gen_variants_free(v, n);
-  free(ks), free(bs), free(kp);
+  space_free(&sp);
 }
 
 /* The default space of (dtype, dim, causal) under modification spec, each
@@ -135,45 +153,24 @@ static void test_space_mod(const char *spec, fa_dtype t, int dim, int causal) {
   }
   fa_problem p = problem(t, dim, causal, &shapes[4]);
   p.mod = &mod;
-  gen_variant *v;
-  size_t n;
-  char err[512];
-  CHECK(gen_list(gen, &p, &target, "default", &v, &n) == 0, "%s", gen_errmsg(gen));
-  gen_kernel *ks = calloc(n, sizeof *ks);
-  fa_build *bs = calloc(n, sizeof *bs);
-  const gen_kernel **kp = calloc(n, sizeof *kp);
-  if (!ks || !bs || !kp) {
-    CHECK(0, "out of memory");
-    gen_set_mod(gen, NULL);
-    return;
-  }
-  for (size_t i = 0; i < n; i++) {
-    CHECK(gen_render_config(gen, v[i].config, &p, &target, &ks[i]) == 0, "%s: %s", v[i].name,
-          gen_errmsg(gen));
-    CHECK(strstr(ks[i].source, "fa_mod_setup") != NULL, "%s: no modification in its source",
-          ks[i].name);
-    kp[i] = &ks[i];
-  }
-  CHECK(backend_compile(be, kp, n, 0, bs, err, sizeof err) == 0, "%s", err);
+  space sp = space_build(&p);
   double worst = 0;
-  for (size_t i = 0; i < n; i++) {
-    CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
-    if (!bs[i].prog) continue;
+  for (size_t i = 0; i < sp.n; i++) {
+    const gen_kernel *k = &sp.k[i];
+    CHECK(strstr(k->source, "fa_mod_setup") != NULL, "%s: no modification in its source",
+          k->name);
+    CHECK(sp.b[i].prog, "%s: %s", k->name, sp.b[i].log ? sp.b[i].log : "?");
+    if (!sp.b[i].prog) continue;
     for (size_t s = 0; s <= NSHAPES; s++) {
       fa_problem q = problem(t, dim, causal, s < NSHAPES ? &shapes[s] : &wide);
       q.mod = &mod;
-      validate(&ks[i], bs[i].prog, &q, &worst);
+      validate(k, sp.b[i].prog, &q, &worst);
     }
   }
   printf("%s %s d%-3d %-6s %zu variants x %zu shapes, two schedules each: worst gradient error "
-         "%.2e (tolerance %.0e)\n", spec, fa_dtype_name(t), dim, causal ? "causal" : "", n,
+         "%.2e (tolerance %.0e)\n", spec, fa_dtype_name(t), dim, causal ? "causal" : "", sp.n,
          NSHAPES + 1, worst, val_tolerance(t));
-  for (size_t i = 0; i < n; i++) {
-    backend_build_free(be, &bs[i]);
-    gen_kernel_free(&ks[i]);
-  }
-  gen_variants_free(v, n);
-  free(ks), free(bs), free(kp);
+  space_free(&sp);
   gen_set_mod(gen, NULL);
 }
 

@@ -176,7 +176,7 @@ class _Sym:
         fn = _TORCH.get(name)
         if fn is None or kwargs:
             raise TypeError("torch.%s is not traceable into a modification (traceable: %s)"
-                            % (name, ", ".join(sorted(n for n in _TORCH if n[0] != "_"))))
+                            % (name, ", ".join(sorted(_TORCH))))
         return fn(*args)
 
 
@@ -323,13 +323,9 @@ def _clamp(x: Any, min: Any = None, max: Any = None) -> _Sym:  # noqa: A002 (tor
     return y
 
 
-# torch's functions and Tensor methods on traced values.
+# torch's functions on traced values.
 _TORCH = {"tanh": tanh, "exp": exp, "exp2": exp2, "log": log, "log2": log2, "sqrt": sqrt,
-          "abs": abs, "where": where, "minimum": minimum, "maximum": maximum,
-          "clamp": _clamp, "__add__": _Sym.__add__, "__radd__": _Sym.__radd__,
-          "__sub__": _Sym.__sub__, "__rsub__": _Sym.__rsub__, "__mul__": _Sym.__mul__,
-          "__rmul__": _Sym.__rmul__, "__truediv__": _Sym.__truediv__,
-          "__neg__": _Sym.__neg__, "__abs__": _Sym.__abs__}
+          "abs": abs, "where": where, "minimum": minimum, "maximum": maximum, "clamp": _clamp}
 
 SEQ_Q, SEQ_K, HEADS = _Sym("seq_q", "int"), _Sym("seq_k", "int"), _Sym("heads", "int")
 

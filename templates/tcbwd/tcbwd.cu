@@ -478,10 +478,7 @@ $ end
     for (int qb = first; qb < nq; ++qb) {
       const int q0 = qb * ${BM};
 $ if mod and mod.mask then
-      /* a Q block the modification's mask hides from the K/V block adds nothing */
-      if (fa_mod_block(b, mh, q0, (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1, k0,
-                       (k0 + ${BN} < p.seq_k ? k0 + ${BN} : p.seq_k) - 1, p.seq_q, p.seq_k, p.heads) == 0)
-        continue;
+      ${require("softmax").mod_skip(BM, BN, "Q")}
 $ end
       $ load_q()
       $ landed()
@@ -575,10 +572,7 @@ $ else
 $ end
   for (int k0 = 0; k0 < kend; k0 += ${BN}) {
 $ if mod and mod.mask then
-    /* a K/V block the modification's mask hides from the Q block adds nothing */
-    if (fa_mod_block(b, mh, q0, (q0 + ${BM} < p.seq_q ? q0 + ${BM} : p.seq_q) - 1, k0,
-                     (k0 + ${BN} < p.seq_k ? k0 + ${BN} : p.seq_k) - 1, p.seq_q, p.seq_k, p.heads) == 0)
-      continue;
+    ${require("softmax").mod_skip(BM, BN, "K/V")}
 $ end
     $ load_kv()
     $ landed()
