@@ -71,6 +71,14 @@ done
 grep -q '^fatune: problem fp32 dim 16 seq_q 70 seq_k 90 batch 4 heads 16 mod window=9:2;' "$tmp/simtwindow_9_2.err"
 check "the banner names the modification with all its parameters" $? "$(grep problem "$tmp/simtwindow_9_2.err")"
 
+# A window wider than a K/V block: a block whole for a warp's first row is
+# not for its last, and only the warp's full rows may skip the mask.
+run tcwide --dim 32 --seq 200 --dtype fp16 --arch sm_80 --mod window=40 --backend emu \
+  --config family=tc,block_m=64,block_n=32 --db "$tmp/wide.db"
+[ "$rc" -eq 0 ] && grep -q "^tc-f16-d32-m64n32w4-.* ok " "$tmp/tcwide.out"
+check "--mod window=40 over 32-key blocks, tc: ok against the reference" $? \
+  "exit $rc: $(grep -E '^tc|fatune:' "$tmp/tcwide.out" "$tmp/tcwide.err" | tail -n 3)"
+
 # --- block sparsity: a window reads the blocks it sees -----------------------
 # 1024 keys in blocks of 32, a window of 128: each Q block of 64 rows sees
 # 192 keys; the dense pass reads all 1024 for every block.

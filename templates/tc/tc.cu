@@ -410,8 +410,8 @@ $               rows = { { "mt", mt0, mt1 }, { "hh", 0, 2 } }, vis = "vis0 + mt 
 $               col0 = "key0 + 2 * tig" }
 $   if mod and mod.mask then
 $     M.mod, M.row = true, "q0 + warp * " .. warp_rows .. " + mt * 16 + 8 * hh + g"
-$     M.mod_class = string.format("fa_mod_block(b, h, q0 + warp * %d, q0 + warp * %d, key0, key0 + %d, "
-$                                 .. "p.seq_q, p.seq_k, p.heads)", warp_rows, warp_rows + warp_rows - 1, part_keys - 1)
+$     M.mod_class = string.format("fa_mod_block(b, h, q0 + warp * %d, q0 + warp * %d + %d, key0, key0 + %d, "
+$                                 .. "p.seq_q, p.seq_k, p.heads)", warp_rows, warp_rows, warp_rows - 1, part_keys - 1)
 $   end
 ${sm.mask(F, M)}
 $ end
