@@ -92,6 +92,18 @@ typedef struct fa_params {
   ** length passes the longest is never read: its CTAs set error[1]. */
   const int *cu_seqlens_q, *cu_seqlens_k;
   int total_q, total_k;
+  /* A modification's captured tensors (templates/mod.lua): tensor i holds
+  ** mod_len[i] int32 or float32 elements, as the modification declares; a
+  ** read outside them gives 0 and sets error[2] to 1. The block mask, or
+  ** NULL: the class (0 empty, 1 partial, 2 full) of each 64-row, 64-key
+  ** block of its mask at [b * bm_sb + h * bm_sh + row * bm_cols + col]
+  ** (bm_sb, bm_sh 0 where the mask reads no b, h), where the kernels'
+  ** own classification of a block depends on the tensors' values. */
+  const void *mod_tensor[4];
+  int mod_len[4];
+  const int *block_mask;
+  long long bm_sb, bm_sh;
+  int bm_rows, bm_cols;
   fa_tmap tmap[4];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
                           ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;

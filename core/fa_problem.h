@@ -24,6 +24,7 @@ typedef enum fa_op { FA_OP_FWD = 0, FA_OP_BWD = 1, FA_OP_DECODE = 2 } fa_op;
 #define FA_NOPS 3
 
 struct fa_mod;
+struct fa_mod_data;
 
 typedef struct fa_problem {
   int batch, heads;
@@ -38,6 +39,9 @@ typedef struct fa_problem {
                   ** Only launch grids over K/V heads read it; not part of a tuned key. */
   const struct fa_mod *mod;  /* a score or mask modification (fa_mod.h), or NULL; the
                              ** caller keeps it alive while the problem is in use */
+  const struct fa_mod_data *mod_data;  /* its captured tensors on the host (fa_mod.h), or
+                                       ** NULL: what the reference reads and block masks
+                                       ** are built from; the caller keeps it alive */
   /* Decoding over a KV cache (op decode): seq_q is the new tokens of each
   ** sequence, seq_k the cache's capacity, kv_group part of the key. */
   int page;             /* tokens per page of a paged cache; 0: one page per sequence

@@ -1198,6 +1198,20 @@ static int mod_load_protected(lua_State *L) {
   lua_getfield(L, obj, "hash");
   copy_string(L, -1, m->hash, sizeof m->hash, "hash");
   lua_pop(L, 2);
+  lua_getfield(L, obj, "tensors");
+  const lua_Unsigned nt = lua_rawlen(L, -1);
+  if (nt > FA_MOD_MAX_TENSORS) luaL_error(L, "modification: %d captured tensors", (int)nt);
+  for (lua_Unsigned i = 0; i < nt; i++) {
+    lua_rawgeti(L, -1, (lua_Integer)i + 1);
+    lua_getfield(L, -1, "name");
+    copy_string(L, -1, m->tensor_name[i], sizeof m->tensor_name[i], "tensor name");
+    lua_getfield(L, -2, "type");
+    const char *type = lua_tostring(L, -1);
+    m->tensor_type[i] = type && !strcmp(type, "int") ? FA_MT_INT : FA_MT_FLOAT;
+    lua_pop(L, 3);
+  }
+  m->ntensors = (int)nt;
+  lua_pop(L, 1);
   const char *parts[3] = {"score", "mask", "dscore"};
   int *const counts[3] = {&m->nscore, &m->nmask, &m->ndscore};
   fa_mod_op *const progs[3] = {m->score, m->mask, m->dscore};

@@ -380,6 +380,23 @@ FATUNE_API fatune_status fatune_mod_create(fatune_ctx *ctx, const char *spec, co
 FATUNE_API void fatune_mod_free(fatune_mod *m);
 /* Its name with every parameter ("window=256:0"), as the database keeps it. */
 FATUNE_API const char *fatune_mod_label(const fatune_mod *m);
+/* Set the contents of the captured tensor `name` (a modification file's
+** `tensors`: document ids, a bias table): n int32 or float32 elements, as
+** the file declares it, read from host memory at data. The library keeps
+** its own copies, on the device for the kernels and on the host for the
+** block masks it builds from them (once per problem shape), so data may be
+** freed on return. Every later call under m reads these contents; setting
+** them again never recompiles. A call under m before each of its tensors
+** is set is FATUNE_EINVAL; so is a call that may index a tensor outside
+** its n elements and does (such a call checks the kernels' flag and waits
+** for them). m may be used by one context only, its creator's. */
+FATUNE_API fatune_status fatune_mod_set_tensor(fatune_mod *m, const char *name, const void *data,
+                                               long long n);
+
+/* Kernels this context has made ready (compiled, or loaded from the
+** compile cache) since it opened: a call of a problem already seen, or
+** under a modification whose tensors alone changed, makes none. */
+FATUNE_API long long fatune_programs(const fatune_ctx *ctx);
 
 /* The message of this thread's last failure ("" after success). */
 FATUNE_API const char *fatune_errmsg(void);

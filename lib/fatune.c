@@ -6,6 +6,7 @@
 ** problem key, under the context's lock.
 */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -56,6 +57,15 @@ typedef struct budget {
 
 struct fatune_mod {
   fa_mod m;
+  fatune_ctx *c;               /* its creator, whose device holds the tensors */
+  pthread_mutex_t lock;        /* the tensors and the block mask, which calls may share */
+  void *host[FA_MOD_MAX_TENSORS], *dev[FA_MOD_MAX_TENSORS];
+  int set[FA_MOD_MAX_TENSORS]; /* fatune_mod_set_tensor gave it */
+  fa_mod_data data;            /* over host: what block masks are built from */
+  long long version;           /* of the tensors' contents: one more at each set */
+  long long bm_key[5];         /* batch, heads, seq_q, seq_k, version of bm_dev's */
+  void *bm_dev;                /* the block mask of the last dense shape, or NULL */
+  fa_mod_mask_dims bm;
 };
 
 /* The hash of p's modification, "" for none. */
@@ -94,6 +104,7 @@ struct fatune_ctx {
   void *scratch;
   size_t scratch_bytes;
   atomic_int used;            /* a call entered the device: close must too */
+  atomic_llong programs;      /* made ready: compiled, or loaded from the compile cache */
   slot table[TABLE_SIZE];
 };
 
@@ -331,6 +342,7 @@ static void cache_unusable(fatune_ctx *c, const char *why) {
 ** verifies under this user's key), else compiled and stored; with a
 ** read-only database, compiled and nothing more. */
 static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program **prog) {
+  atomic_fetch_add(&c->programs, 1);
   const char *target, *compiler, *options;
   backend_cache_key(c->be, &target, &compiler, &options);
   db_binary_key key = {k->source_hash, target, compiler, options};
@@ -706,11 +718,171 @@ static fatune_status scratch_lse(fatune_ctx *c, size_t bytes, void **out) {
   }
 }
 
+/* ---- Modifications ---- */
+
+fatune_status fatune_mod_create(fatune_ctx *c, const char *spec, const char *text,
+                                fatune_mod **out) {
+  if (out) *out = NULL;
+  if (!c || !spec || !out) return fail(FATUNE_EINVAL, "fatune_mod_create: no context, spec or out");
+  fatune_mod *m = calloc(1, sizeof *m);
+  if (!m) return fail(FATUNE_ENOMEM, "out of memory");
+  if (pthread_mutex_init(&m->lock, NULL) != 0) {
+    free(m);
+    return fail(FATUNE_ENOMEM, "fatune_mod_create: no mutex");
+  }
+  m->c = c;
+  pthread_mutex_lock(&c->slow);
+  const int rc = gen_mod_load(c->gen, spec, text, &m->m);
+  fatune_status st = rc ? fail((fatune_status)rc, "%s", gen_errmsg(c->gen)) : FATUNE_OK;
+  pthread_mutex_unlock(&c->slow);
+  if (st != FATUNE_OK) {
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    return st;
+  }
+  *out = m;
+  errbuf[0] = '\0';
+  return FATUNE_OK;
+}
+
+/* Device buffer *d of m's context freed once no launch in flight reads it. */
+static void mod_drop(fatune_mod *m, void **d) {
+  char err[512];
+  if (!*d || backend_enter(m->c->be, err, sizeof err) != 0) return;
+  backend_sync(m->c->be, err, sizeof err);
+  backend_free(m->c->be, *d);
+  backend_leave(m->c->be);
+  *d = NULL;
+}
+
+void fatune_mod_free(fatune_mod *m) {
+  if (!m) return;
+  for (int i = 0; i < FA_MOD_MAX_TENSORS; i++) mod_drop(m, &m->dev[i]), free(m->host[i]);
+  mod_drop(m, &m->bm_dev);
+  fa_mod_data_free(&m->data);
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+}
+
+fatune_status fatune_mod_set_tensor(fatune_mod *m, const char *name, const void *data,
+                                    long long n) {
+  if (!m || !name) return fail(FATUNE_EINVAL, "fatune_mod_set_tensor: no modification or name");
+  int t = 0;
+  while (t < m->m.ntensors && strcmp(m->m.tensor_name[t], name)) t++;
+  if (t == m->m.ntensors)
+    return fail(FATUNE_EINVAL, "modification %s captures no tensor '%.40s'%s%s", m->m.label, name,
+                m->m.ntensors ? " (the first it captures: " : "",
+                m->m.ntensors ? m->m.tensor_name[0] : "");
+  if (n < 0 || n > INT_MAX || (n > 0 && !data))
+    return fail(FATUNE_EINVAL, "captured tensor %s: %lld elements%s (0 to 2^31 - 1, with data)",
+                name, n, n > 0 && !data ? " and no data" : "");
+  const size_t bytes = (size_t)n * 4;   /* int32 or float32 */
+  void *host = malloc(bytes ? bytes : 1), *dev = NULL;
+  if (!host) return fail(FATUNE_ENOMEM, "out of memory for captured tensor %s", name);
+  if (bytes) memcpy(host, data, bytes);
+  char err[512];
+  int rc = bytes ? backend_enter(m->c->be, err, sizeof err) : 0;
+  if (rc == 0 && bytes) {
+    rc = backend_alloc(m->c->be, bytes, &dev, err, sizeof err);
+    if (rc == 0) rc = backend_upload(m->c->be, dev, host, bytes, err, sizeof err);
+    if (rc != 0) backend_free(m->c->be, dev), dev = NULL;
+    backend_leave(m->c->be);
+  }
+  if (rc != 0) {
+    free(host);
+    return fail((fatune_status)rc, "captured tensor %s: %s", name, err);
+  }
+  pthread_mutex_lock(&m->lock);
+  mod_drop(m, &m->dev[t]);
+  free(m->host[t]);
+  m->host[t] = host, m->dev[t] = dev, m->set[t] = 1, m->version++;
+  const void *ptr[FA_MOD_MAX_TENSORS];
+  long long len[FA_MOD_MAX_TENSORS];
+  for (int i = 0; i < FA_MOD_MAX_TENSORS; i++) ptr[i] = m->host[i], len[i] = m->data.len[i];
+  len[t] = n;
+  fa_mod_data_free(&m->data);
+  rc = fa_mod_data_init(&m->data, &m->m, ptr, len, err, sizeof err);
+  pthread_mutex_unlock(&m->lock);
+  if (rc != 0) return fail(FATUNE_ENOMEM, "%s", err);
+  errbuf[0] = '\0';
+  return FATUNE_OK;
+}
+
+/* m's block mask for the dense problem fp, built and uploaded unless the
+** last one was for the same shape and contents; under m's lock. */
+static int mod_block_mask(fatune_mod *m, const fa_problem *fp, char *err, size_t errlen) {
+  const long long key[5] = {fp->batch, fp->heads, fp->seq_q, fp->seq_k, m->version};
+  if (m->bm_dev && !memcmp(key, m->bm_key, sizeof key)) return 0;
+  mod_drop(m, &m->bm_dev);
+  const fa_mod_mask_dims bm = fa_mod_mask_shape(&m->m, fp->batch, fp->heads, fp->seq_q, fp->seq_k);
+  const size_t n = (size_t)bm.bm_b * bm.bm_h * bm.rows * bm.cols;
+  int *mask = malloc(n * sizeof *mask);
+  if (!mask) {
+    snprintf(err, errlen, "out of memory for a block mask of %zu blocks", n);
+    return FA_ENOMEM;
+  }
+  fa_mod_block_mask(&m->m, &m->data, fp->seq_q, fp->seq_k, fp->heads, bm, mask);
+  int rc = backend_alloc(m->c->be, n * sizeof *mask, &m->bm_dev, err, errlen);
+  if (rc == 0) rc = backend_upload(m->c->be, m->bm_dev, mask, n * sizeof *mask, err, errlen);
+  free(mask);
+  if (rc != 0) {
+    backend_free(m->c->be, m->bm_dev);
+    m->bm_dev = NULL;
+    return rc;
+  }
+  memcpy(m->bm_key, key, sizeof key);
+  m->bm = bm;
+  return 0;
+}
+
+/* The captured tensors of the call's modification into a, with its block
+** mask where the problem is dense (one sequence of queries and keys per
+** batch row) and its mask reads them. *check: an index may fall outside a
+** tensor (fa_mod_extent), so the call reads the kernels' flags back. Runs
+** inside the backend (backend_enter). */
+static fatune_status mod_args(fatune_ctx *c, const fa_problem *fp, int dense, fa_params *a,
+                              int *check) {
+  *check = 0;
+  if (!fp->mod || fp->mod->ntensors == 0) return FATUNE_OK;
+  /* Every fp->mod the library sets is a fatune_mod's first member; its
+  ** block mask is a cache the call may fill. */
+  fatune_mod *m = (fatune_mod *)fp->mod;
+  if (m->c != c)
+    return fail(FATUNE_EINVAL, "modification %s was made by another context: its tensors are "
+                "on that one's device", m->m.label);
+  pthread_mutex_lock(&m->lock);
+  for (int i = 0; i < m->m.ntensors; i++)
+    if (!m->set[i]) {
+      pthread_mutex_unlock(&m->lock);
+      return fail(FATUNE_EINVAL, "modification %s: captured tensor %s is not set "
+                  "(fatune_mod_set_tensor)", m->m.label, m->m.tensor_name[i]);
+    }
+  long long need[FA_MOD_MAX_TENSORS];
+  fa_mod_extent(&m->m, fp->batch, fp->heads, fp->seq_q, fp->seq_k, need);
+  for (int i = 0; i < m->m.ntensors; i++) {
+    a->mod_tensor[i] = m->dev[i], a->mod_len[i] = (int)m->data.len[i];
+    if (need[i] < 0 || need[i] > m->data.len[i]) *check = 1;
+  }
+  char err[512];
+  int rc = 0;
+  if (dense && fa_mod_mask_loads(&m->m) && (rc = mod_block_mask(m, fp, err, sizeof err)) == 0)
+    attn_block_mask_params(m->bm_dev, m->bm, a);
+  pthread_mutex_unlock(&m->lock);
+  return rc ? fail((fatune_status)rc, "the block mask of %s: %s", m->m.label, err) : FATUNE_OK;
+}
+
+long long fatune_programs(const fatune_ctx *c) {
+  return c ? atomic_load(&((fatune_ctx *)c)->programs) : 0;
+}
+
+const char *fatune_mod_label(const fatune_mod *m) { return m ? m->m.label : ""; }
+
 /* One call, ready to launch: under the table's read lock when it is, and
 ** the scratch lock's when it writes the scratch logsumexp. */
 typedef struct call {
   slot *s;
   int scratch_held;
+  int check;           /* the kernels' flags are read back (mod_args) */
   fa_problem fp;
   gen_launch shapes[GEN_MAX_LAUNCHES];
   fa_params a;
@@ -761,6 +933,10 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
                       .seq_q = fp->seq_q, .seq_k = fp->seq_k,
                       .kv_group = fp->kv_group, .scale_log2 = fa_problem_scale(fp) * LOG2E};
   cl->a.scale_log2_f32 = (float)cl->a.scale_log2;
+  if ((st = mod_args(c, fp, 1, &cl->a, &cl->check)) != FATUNE_OK) {
+    call_done(c, cl);
+    return st;
+  }
   /* On the emulator the caller's buffers are host memory the kernel may touch. */
   for (int i = 0; i < 4; i++)
     cl->extra[i] = (fa_range){(uintptr_t)t[i]->data,
@@ -775,23 +951,30 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
 static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
   char err[512];
   const gen_kernel *k = &cl->s->k;
-  void *ws = NULL;
+  void *ws = NULL, *flags = NULL;
+  const size_t fb = ATTN_NFLAGS * sizeof(int);
   int rc = k->nws ? backend_alloc(c->be, gen_workspace_bytes(k, 0, &cl->fp), &ws, err,
                                   sizeof err)
                   : 0;
+  if (rc == 0 && cl->check) rc = backend_alloc(c->be, fb, &flags, err, sizeof err);
+  if (rc == 0 && flags) rc = backend_fill(c->be, flags, 0, fb, err, sizeof err);
   if (rc == 0) rc = attn_tmaps(c->be, k, &cl->fp, &cl->a, err, sizeof err);
   if (rc == 0) {
-    cl->a.ws = ws;
+    cl->a.ws = ws, cl->a.error = flags;
     fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
                       .extra = cl->extra, .nextra = 5, .stream = stream, .async = 1};
     for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
-      ro.async = ws == NULL || i + 1 < k->nlaunch;
+      ro.async = (ws == NULL && flags == NULL) || i + 1 < k->nlaunch;
       rc = backend_launch(c->be, cl->s->prog, &cl->shapes[i], &cl->a, &ro, NULL, err,
                           sizeof err);
     }
   }
   call_done(c, cl);
+  int flag[ATTN_NFLAGS] = {0};
+  if (rc == 0 && flags) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
+  if (rc == 0) rc = attn_flags(flag, err, sizeof err);
   backend_free(c->be, ws);
+  backend_free(c->be, flags);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   return FATUNE_OK;
 }
@@ -976,8 +1159,8 @@ static fa_params bwd_params(const fatune_backward_args *x, const fa_problem *fp)
 
 /* A variable-length batch's kernels set error[1] for offsets they would not
 ** follow (templates/varlen.lua): the call's status. */
-static int varlen_flag(const int flag[2], char *err, size_t errlen) {
-  if (!flag[1]) return 0;
+static int varlen_flag(const int flag[ATTN_NFLAGS], char *err, size_t errlen) {
+  if (!flag[1]) return attn_flags(flag, err, errlen);
   snprintf(err, errlen, "cu_seqlens_q or cu_seqlens_k is negative, decreasing, past the tokens "
            "packed or wider than max_seqlen_q or max_seqlen_k: those sequences were skipped");
   return FA_EINVAL;
@@ -988,7 +1171,7 @@ static int varlen_flag(const int flag[2], char *err, size_t errlen) {
 ** kernels' flags too, read back (the call waits). Holds the table's read
 ** lock, which it releases. */
 static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa_params *a,
-                                const fa_range *extra, int nextra, void *stream) {
+                                const fa_range *extra, int nextra, int check, void *stream) {
   char err[512];
   const gen_kernel *k = &s->k;
   gen_launch shapes[GEN_MAX_LAUNCHES];
@@ -998,8 +1181,9 @@ static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa
   if (rc == 0) rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
   for (int i = 0; rc == 0 && i < k->nws; i++)
     rc = backend_alloc(c->be, gen_workspace_bytes(k, i, fp), &ws[i], err, sizeof err);
-  if (rc == 0 && fp->varlen) rc = backend_alloc(c->be, 2 * sizeof(int), &flags, err, sizeof err);
-  if (rc == 0 && flags) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
+  if (rc == 0 && (fp->varlen || check))
+    rc = backend_alloc(c->be, ATTN_NFLAGS * sizeof(int), &flags, err, sizeof err);
+  if (rc == 0 && flags) rc = backend_fill(c->be, flags, 0, ATTN_NFLAGS * sizeof(int), err, sizeof err);
   if (rc == 0) {
     a->ws = ws[0], a->ws2 = ws[1], a->error = flags;
     fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
@@ -1010,7 +1194,7 @@ static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa
     }
   }
   pthread_rwlock_unlock(&c->lock);
-  int flag[2] = {0, 0};
+  int flag[ATTN_NFLAGS] = {0};
   if (rc == 0 && flags) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
   if (rc == 0) rc = varlen_flag(flag, err, sizeof err);
   backend_free(c->be, ws[0]);
@@ -1041,6 +1225,12 @@ static fatune_status bwd_run(fatune_ctx *c, fa_problem *fp, const budget *bud,
     return st;
   }
   fa_params a = bwd_params(x, fp);
+  int check;
+  if ((st = mod_args(c, fp, !fp->varlen, &a, &check)) != FATUNE_OK) {
+    pthread_rwlock_unlock(&c->lock);
+    backend_leave(c->be);
+    return st;
+  }
   const size_t rows = fp->varlen ? (size_t)fp->heads * (size_t)x->q.shape[2]
                                  : (size_t)fp->batch * fp->heads * fp->seq_q;
   if (fp->varlen) {
@@ -1060,7 +1250,8 @@ static fatune_status bwd_run(fatune_ctx *c, fa_problem *fp, const budget *bud,
                                   : (fa_range){0, 0};
   extra[BN_TENSORS + 2] = (fa_range){(uintptr_t)cu_q, cu_q ? (uintptr_t)cu_q + cu : 0};
   extra[BN_TENSORS + 3] = (fa_range){(uintptr_t)cu_k, cu_k ? (uintptr_t)cu_k + cu : 0};
-  st = bwd_launch(c, s, fp, &a, extra, fp->varlen ? BN_TENSORS + 4 : BN_TENSORS + 2, x->stream);
+  st = bwd_launch(c, s, fp, &a, extra, fp->varlen ? BN_TENSORS + 4 : BN_TENSORS + 2, check,
+                  x->stream);
   backend_leave(c->be);
   if (st == FATUNE_OK) errbuf[0] = '\0';
   return st;
@@ -1078,31 +1269,6 @@ fatune_status fatune_attention_backward(fatune_ctx *c, const fatune_backward_arg
   const budget bud = {x->max_rel_err, x->deterministic != 0};
   return bwd_run(c, &fp, &bud, x, NULL, NULL);
 }
-
-/* ---- Modifications ---- */
-
-fatune_status fatune_mod_create(fatune_ctx *c, const char *spec, const char *text,
-                                fatune_mod **out) {
-  if (out) *out = NULL;
-  if (!c || !spec || !out) return fail(FATUNE_EINVAL, "fatune_mod_create: no context, spec or out");
-  fatune_mod *m = malloc(sizeof *m);
-  if (!m) return fail(FATUNE_ENOMEM, "out of memory");
-  pthread_mutex_lock(&c->slow);
-  const int rc = gen_mod_load(c->gen, spec, text, &m->m);
-  fatune_status st = rc ? fail((fatune_status)rc, "%s", gen_errmsg(c->gen)) : FATUNE_OK;
-  pthread_mutex_unlock(&c->slow);
-  if (st != FATUNE_OK) {
-    free(m);
-    return st;
-  }
-  *out = m;
-  errbuf[0] = '\0';
-  return FATUNE_OK;
-}
-
-void fatune_mod_free(fatune_mod *m) { free(m); }
-
-const char *fatune_mod_label(const fatune_mod *m) { return m ? m->m.label : ""; }
 
 /* ---- Decoding over a KV cache ---- */
 
@@ -1353,22 +1519,22 @@ static fatune_status kvcache_launch(fatune_ctx *c, const slot *s, const fa_probl
   void *ws = NULL, *flags = NULL, *lse = x->lse, *lens = NULL, *q_rot = NULL;
   int rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
   if (rc == 0 && k->nws) rc = backend_alloc(c->be, gen_workspace_bytes(k, 0, fp), &ws, err, sizeof err);
-  if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &flags, err, sizeof err);
+  if (rc == 0) rc = backend_alloc(c->be, ATTN_NFLAGS * sizeof(int), &flags, err, sizeof err);
   if (rc == 0 && !lse) rc = backend_alloc(c->be, rows * ls, &lse, err, sizeof err);
   if (rc == 0 && s->append)
     rc = backend_alloc(c->be, (size_t)fp->batch * sizeof(int), &lens, err, sizeof err);
   if (rc == 0 && x->rotary_cos)
     rc = backend_alloc(c->be, rows * (size_t)fp->dim * (size_t)fa_dtype_size(fp->dtype), &q_rot,
                        err, sizeof err);
-  if (rc == 0) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
+  if (rc == 0) rc = backend_fill(c->be, flags, 0, ATTN_NFLAGS * sizeof(int), err, sizeof err);
   if (rc == 0) {
     a->ws = ws, a->error = flags, a->lse = lse;
     const kv_kernels kk = {k, s->append ? &s->ak : NULL, s->prog, s->aprog, shapes, lens, q_rot};
     rc = kvcache_launches(c, &kk, fp, a, x, pps, 0, err, sizeof err);
   }
-  int flag[2] = {0, 0};
+  int flag[ATTN_NFLAGS] = {0};
   if (rc == 0) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
-  if (rc == 0) rc = attn_decode_flags(flag, err, sizeof err);
+  if (rc == 0) rc = attn_flags(flag, err, sizeof err);
   backend_free(c->be, ws), backend_free(c->be, flags), backend_free(c->be, lens);
   backend_free(c->be, q_rot);
   if (lse != x->lse) backend_free(c->be, lse);
@@ -1392,6 +1558,8 @@ fatune_status fatune_attention_kvcache(fatune_ctx *c, const fatune_kvcache_args 
     const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
     st = check_aligned(&s->k, t, kv_name, x->lse);
     fa_params a = kvcache_params(x, &fp, page, pps, x->lse);
+    int check;
+    if (st == FATUNE_OK) st = mod_args(c, &fp, 0, &a, &check);
     if (st == FATUNE_OK) st = kvcache_launch(c, s, &fp, &a, x, pps);
     pthread_rwlock_unlock(&c->lock);
   }
@@ -1459,7 +1627,7 @@ static fatune_status plan_buffers(fatune_ctx *c, fatune_decode_plan *pl) {
   int rc = attn_launch_shapes(&pl->k, fp, pl->shapes, err, sizeof err);
   if (rc == 0 && pl->k.nws)
     rc = backend_alloc(c->be, gen_workspace_bytes(&pl->k, 0, fp), &pl->ws, err, sizeof err);
-  if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &pl->flags, err, sizeof err);
+  if (rc == 0) rc = backend_alloc(c->be, ATTN_NFLAGS * sizeof(int), &pl->flags, err, sizeof err);
   if (rc == 0 && !pl->has_lse)
     rc = backend_alloc(c->be, rows * (size_t)fa_lse_size(fp->dtype), &pl->lse, err, sizeof err);
   if (rc == 0 && fp->append)
@@ -1467,7 +1635,7 @@ static fatune_status plan_buffers(fatune_ctx *c, fatune_decode_plan *pl) {
   if (rc == 0 && pl->has_rotary)
     rc = backend_alloc(c->be, rows * (size_t)fp->dim * (size_t)fa_dtype_size(fp->dtype),
                        &pl->q_rot, err, sizeof err);
-  if (rc == 0) rc = backend_fill(c->be, pl->flags, 0, 2 * sizeof(int), err, sizeof err);
+  if (rc == 0) rc = backend_fill(c->be, pl->flags, 0, ATTN_NFLAGS * sizeof(int), err, sizeof err);
   if (rc == 0) rc = backend_sync(c->be, err, sizeof err);
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
 }
@@ -1546,6 +1714,14 @@ fatune_status fatune_decode_plan_run(fatune_decode_plan *pl, const fatune_kvcach
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   fa_params a = kvcache_params(x, &pl->fp, pl->page, pl->pps, x->lse ? x->lse : pl->lse);
   a.ws = pl->ws, a.error = pl->flags;
+  fa_problem fp = pl->fp;     /* the call's modification: its tensors as they are now */
+  fp.mod = x->mod ? &x->mod->m : NULL;
+  int check;
+  fatune_status st2 = mod_args(c, &fp, 0, &a, &check);
+  if (st2 != FATUNE_OK) {
+    backend_leave(c->be);
+    return st2;
+  }
   const kv_kernels kk = {&pl->k, pl->fp.append ? &pl->ak : NULL, pl->prog, pl->aprog,
                          pl->shapes, pl->lens, pl->q_rot};
   rc = kvcache_launches(c, &kk, &pl->fp, &a, x, pl->pps, 1, err, sizeof err);
@@ -1559,14 +1735,14 @@ fatune_status fatune_decode_plan_check(fatune_decode_plan *pl) {
   if (!pl) return fail(FATUNE_EINVAL, "no plan");
   fatune_ctx *c = pl->c;
   char err[512];
-  int flag[2] = {0, 0};
+  int flag[ATTN_NFLAGS] = {0};
   int rc = backend_enter(c->be, err, sizeof err);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   rc = backend_sync(c->be, err, sizeof err);
   if (rc == 0) rc = backend_download(c->be, flag, pl->flags, sizeof flag, err, sizeof err);
-  if (rc == 0 && (flag[0] || flag[1]))
+  if (rc == 0 && (flag[0] || flag[1] || flag[2]))
     rc = backend_fill(c->be, pl->flags, 0, sizeof flag, err, sizeof err);
-  if (rc == 0) rc = attn_decode_flags(flag, err, sizeof err);
+  if (rc == 0) rc = attn_flags(flag, err, sizeof err);
   backend_leave(c->be);
   if (rc != 0) return fail((fatune_status)rc, "%s", err);
   errbuf[0] = '\0';
@@ -1656,9 +1832,9 @@ static fatune_status varlen_launch(fatune_ctx *c, const slot *s, const fa_proble
              k->nws);
   }
   if (rc == 0 && k->nws) rc = backend_alloc(c->be, gen_workspace_bytes(k, 0, fp), &ws, err, sizeof err);
-  if (rc == 0) rc = backend_alloc(c->be, 2 * sizeof(int), &flags, err, sizeof err);
+  if (rc == 0) rc = backend_alloc(c->be, ATTN_NFLAGS * sizeof(int), &flags, err, sizeof err);
   if (rc == 0 && !lse) rc = backend_alloc(c->be, rows * ls, &lse, err, sizeof err);
-  if (rc == 0) rc = backend_fill(c->be, flags, 0, 2 * sizeof(int), err, sizeof err);
+  if (rc == 0) rc = backend_fill(c->be, flags, 0, ATTN_NFLAGS * sizeof(int), err, sizeof err);
   if (rc == 0) {
     a->ws = ws, a->error = flags, a->lse = lse;
     /* On the emulator the caller's buffers are host memory the kernel may touch. */
@@ -1677,7 +1853,7 @@ static fatune_status varlen_launch(fatune_ctx *c, const slot *s, const fa_proble
       rc = backend_launch(c->be, s->prog, &shapes[i], a, &ro, NULL, err, sizeof err);
     }
   }
-  int flag[2] = {0, 0};
+  int flag[ATTN_NFLAGS] = {0};
   if (rc == 0) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
   if (rc == 0) rc = varlen_flag(flag, err, sizeof err);
   backend_free(c->be, ws), backend_free(c->be, flags);
@@ -1701,6 +1877,8 @@ fatune_status fatune_attention_varlen(fatune_ctx *c, const fatune_varlen_args *x
     const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
     st = check_aligned(&s->k, t, vl_name, x->lse);
     fa_params a = varlen_params(x, &fp);
+    int check;
+    if (st == FATUNE_OK) st = mod_args(c, &fp, 0, &a, &check);
     if (st == FATUNE_OK) st = varlen_launch(c, s, &fp, &a, x);
     pthread_rwlock_unlock(&c->lock);
   }

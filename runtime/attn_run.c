@@ -27,7 +27,54 @@ int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const
     attn_inputs_free(be, in);
     return -1;
   }
-  return 0;
+  const int rc = attn_mod_upload(be, p, !p->varlen && !p->paged, in, err, errlen);
+  if (rc != 0) attn_inputs_free(be, in);
+  return rc;
+}
+
+int attn_mod_upload(fa_backend *be, const fa_problem *p, int dense, attn_inputs *in, char *err,
+                    size_t errlen) {
+  const fa_mod *m = p->mod;
+  if (!m || m->ntensors == 0) return 0;
+  const fa_mod_data *d = p->mod_data;
+  if (!d) {
+    snprintf(err, errlen, "modification %s captures %d tensor(s) (%s%s) and none were given",
+             m->label, m->ntensors, m->tensor_name[0], m->ntensors > 1 ? ", ..." : "");
+    return FA_EINVAL;
+  }
+  for (int i = 0; i < m->ntensors; i++) {
+    const size_t bytes = (size_t)d->len[i] * 4;   /* int32 or float32 */
+    in->mod_len[i] = (int)d->len[i];
+    if (bytes && (backend_alloc(be, bytes, &in->mod_tensor[i], err, errlen) ||
+                  backend_upload(be, in->mod_tensor[i], d->ptr[i], bytes, err, errlen)))
+      return -1;
+  }
+  if (!dense || !fa_mod_mask_loads(m)) return 0;
+  in->bm = fa_mod_mask_shape(m, p->batch, p->heads, p->seq_q, p->seq_k);
+  const size_t n = (size_t)in->bm.bm_b * in->bm.bm_h * in->bm.rows * in->bm.cols;
+  int *mask = malloc(n * sizeof *mask);
+  if (!mask) {
+    snprintf(err, errlen, "out of memory for a block mask of %zu blocks", n);
+    return FA_ENOMEM;
+  }
+  fa_mod_block_mask(m, d, p->seq_q, p->seq_k, p->heads, in->bm, mask);
+  const int rc = backend_alloc(be, n * sizeof *mask, &in->block_mask, err, errlen) ||
+                 backend_upload(be, in->block_mask, mask, n * sizeof *mask, err, errlen) ? -1 : 0;
+  free(mask);
+  return rc;
+}
+
+void attn_block_mask_params(const void *mask, fa_mod_mask_dims bm, fa_params *a) {
+  a->block_mask = mask;
+  a->bm_rows = bm.rows, a->bm_cols = bm.cols;
+  a->bm_sh = bm.bm_h > 1 ? (long long)bm.rows * bm.cols : 0;
+  a->bm_sb = bm.bm_b > 1 ? (long long)bm.bm_h * bm.rows * bm.cols : 0;
+}
+
+void attn_mod_params(const attn_inputs *in, fa_params *a) {
+  for (int i = 0; i < FA_MOD_MAX_TENSORS; i++)
+    a->mod_tensor[i] = in->mod_tensor[i], a->mod_len[i] = in->mod_len[i];
+  if (in->block_mask) attn_block_mask_params(in->block_mask, in->bm, a);
 }
 
 int attn_bwd_inputs_upload(fa_backend *be, const fa_problem *p, const void *o,
@@ -118,12 +165,14 @@ int attn_decode_inputs_upload(fa_backend *be, const fa_problem *p, const void *q
     rc = -1;
   }
   free(lens);
+  if (rc == 0 && (rc = attn_mod_upload(be, p, 0, in, err, errlen)) != 0) attn_inputs_free(be, in);
   return rc;
 }
 
 void attn_inputs_free(fa_backend *be, attn_inputs *in) {
   void **const bufs[] = {&in->q, &in->k, &in->v, &in->o, &in->lse, &in->dout, &in->table,
-                         &in->lens};
+                         &in->lens, &in->mod_tensor[0], &in->mod_tensor[1], &in->mod_tensor[2],
+                         &in->mod_tensor[3], &in->block_mask};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     if (*bufs[i]) backend_free(be, *bufs[i]);
     *bufs[i] = NULL;
@@ -241,7 +290,7 @@ typedef struct outputs {
   size_t bytes[ATTN_MAX_OUTPUTS];
   void *o, *lse;
   void *ws[GEN_MAX_WORKSPACES];
-  void *error;             /* op decode: the kernels' flag of a page outside the pool */
+  void *error;             /* op decode, or a modification's tensors: the kernels' flags */
 } outputs;
 
 static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *p,
@@ -253,8 +302,9 @@ static int outputs_alloc(fa_backend *be, const gen_kernel *k, const fa_problem *
         backend_fill(be, out->buf[i], 0xFF, out->bytes[i], err, errlen))
       return -1;
   if (p->op != FA_OP_BWD) out->o = out->buf[0], out->lse = out->buf[1];
-  if (p->op == FA_OP_DECODE && (backend_alloc(be, 2 * sizeof(int), &out->error, err, errlen) ||
-                                backend_fill(be, out->error, 0, 2 * sizeof(int), err, errlen)))
+  const size_t fb = ATTN_NFLAGS * sizeof(int);
+  if ((p->op == FA_OP_DECODE || (p->mod && p->mod->ntensors)) &&
+      (backend_alloc(be, fb, &out->error, err, errlen) || backend_fill(be, out->error, 0, fb, err, errlen)))
     return -1;
   for (int i = 0; i < k->nws; i++) {
     const size_t wb = gen_workspace_bytes(k, i, p);
@@ -291,16 +341,22 @@ static int decode_params(const gen_kernel *k, const fa_problem *p, const attn_in
   return 0;
 }
 
-/* The kernels' error flags after a run of op decode: FA_EINVAL when one
-** met a page outside the pool or a length outside the capacity. */
-static int decode_error(fa_backend *be, const outputs *out, char *err, size_t errlen) {
-  int flag[2] = {0, 0};
+/* The kernels' error flags after a run: FA_EINVAL when one met a page
+** outside the pool, a length outside the capacity, or an index outside a
+** captured tensor. */
+static int flags_error(fa_backend *be, const outputs *out, char *err, size_t errlen) {
+  int flag[ATTN_NFLAGS] = {0};
   if (!out->error) return 0;
   if (backend_download(be, flag, out->error, sizeof flag, err, errlen) != 0) return -1;
-  return attn_decode_flags(flag, err, errlen);
+  return attn_flags(flag, err, errlen);
 }
 
-int attn_decode_flags(const int flag[2], char *err, size_t errlen) {
+int attn_flags(const int flag[ATTN_NFLAGS], char *err, size_t errlen) {
+  if (flag[2]) {
+    snprintf(err, errlen, "the modification read a captured tensor at an index outside it "
+             "(read as 0)");
+    return FA_EINVAL;
+  }
   if (flag[0]) {
     snprintf(err, errlen, "the block table (or cache_batch_idx) names a page outside the pool; "
              "its keys were skipped");
@@ -342,7 +398,7 @@ static int computes_op(const gen_kernel *k, fa_op op) {
 
 /* The parameter block of k's op over the inputs and outputs: fa_params
 ** carries two workspaces. */
-static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
+static int op_block(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
                      const outputs *out, fa_params *a, char *err, size_t errlen) {
   if (!computes_op(k, p->op)) {
     snprintf(err, errlen, "kernel %s computes op %s, the problem is op %s", k->name,
@@ -367,6 +423,14 @@ static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs
   a->dk_sb = lk.sb, a->dk_sh = lk.sh, a->dk_sn = lk.sn;
   a->dv_sb = lv.sb, a->dv_sh = lv.sh, a->dv_sn = lv.sn;
   return 0;
+}
+
+/* op_block's, with the modification's tensors and the kernels' flags. */
+static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs *in,
+                     const outputs *out, fa_params *a, char *err, size_t errlen) {
+  const int rc = op_block(k, p, in, out, a, err, errlen);
+  if (rc == 0) attn_mod_params(in, a), a->error = out->error;
+  return rc;
 }
 
 int attn_launch_shapes(const gen_kernel *k, const fa_problem *p, gen_launch *shapes,
@@ -538,7 +602,7 @@ int attn_run_op(fa_backend *be, const fa_program *prog, const gen_kernel *k,
   double t0 = now_ms();
   if (launch_all(be, prog, k, shapes, &a, opts, ctr, err, errlen) != 0) goto done;
   if (launch_ms) *launch_ms = now_ms() - t0;
-  rc = decode_error(be, &out, err, errlen) ? -1 : 0;
+  rc = flags_error(be, &out, err, errlen) ? -1 : 0;
   for (int i = 0; rc == 0 && i < out.n; i++)
     rc = backend_download(be, host[i], out.buf[i], out.bytes[i], err, errlen) ? -1 : 0;
 done:

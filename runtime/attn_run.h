@@ -9,6 +9,7 @@
 #define ATTN_RUN_H
 
 #include "backend.h"
+#include "fa_mod.h"
 
 /* Q, K, V on the device, contiguous (batch, heads, seq, dim), kernel dtype;
 ** for the backward pass also the forward pass's O and lse and the
@@ -17,7 +18,19 @@ typedef struct attn_inputs {
   void *q, *k, *v, *o, *lse, *dout;
   void *table, *lens;  /* op decode: the block table and the lengths (int32) */
   int num_pages;       /* op decode: pages in the pools k and v */
+  /* The modification's captured tensors (p->mod_data's, uploaded), and
+  ** for a dense problem whose mask reads them its block mask
+  ** (fa_mod_block_mask) */
+  void *mod_tensor[FA_MOD_MAX_TENSORS];
+  int mod_len[FA_MOD_MAX_TENSORS];
+  void *block_mask;
+  fa_mod_mask_dims bm;
 } attn_inputs;
+
+/* The kernels' error flags (fa_params.error): a page outside the pool, a
+** length or rotary position outside its table, a captured tensor read
+** outside it. */
+#define ATTN_NFLAGS 3
 
 int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const void *k,
                        const void *v, attn_inputs *in, char *err, size_t errlen);
@@ -36,9 +49,20 @@ int attn_bwd_inputs_upload(fa_backend *be, const fa_problem *p, const void *o,
 int attn_decode_inputs_upload(fa_backend *be, const fa_problem *p, const void *q,
                               const void *k_pool, const void *v_pool, int num_pages,
                               const int *table, attn_inputs *in, char *err, size_t errlen);
-/* Op decode: the kernels' two error flags (fa_params.error) as a status:
-** 0, or FA_EINVAL with what they met in err. */
-int attn_decode_flags(const int flag[2], char *err, size_t errlen);
+/* The kernels' error flags (fa_params.error) as a status: 0, or FA_EINVAL
+** with what they met in err. */
+int attn_flags(const int flag[ATTN_NFLAGS], char *err, size_t errlen);
+/* p's captured tensors into in (attn_inputs_upload and
+** attn_decode_inputs_upload call it): FA_EINVAL when p's modification
+** captures tensors and p->mod_data holds none. With dense (a problem of
+** one query and one key sequence per batch row, no varlen or paged form),
+** the block mask too where the mask reads a tensor. */
+int attn_mod_upload(fa_backend *be, const fa_problem *p, int dense, attn_inputs *in, char *err,
+                    size_t errlen);
+/* in's captured tensors and block mask into a. */
+void attn_mod_params(const attn_inputs *in, fa_params *a);
+/* A block mask of dimensions bm (fa_mod_mask_shape) at mask into a. */
+void attn_block_mask_params(const void *mask, fa_mod_mask_dims bm, fa_params *a);
 /* Op decode: the layouts of the pools (sb a page, sn a token, sh a head). */
 fa_layout attn_pool_layout(const fa_problem *p);
 fa_layout attn_pool_layout_v(const fa_problem *p);

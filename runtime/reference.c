@@ -58,8 +58,8 @@ static double modified(const fa_problem *p, row_at w, int c, double x) {
   const double vars[FA_MV_COUNT] = {
     [FA_MV_SCORE] = x, [FA_MV_B] = w.b, [FA_MV_H] = w.h, [FA_MV_Q] = w.r, [FA_MV_K] = c,
     [FA_MV_SEQ_Q] = p->seq_q, [FA_MV_SEQ_K] = p->seq_k, [FA_MV_HEADS] = p->heads};
-  if (m->nmask && fa_mod_eval(m->mask, m->nmask, vars) == 0) return -INFINITY;
-  return m->nscore ? fa_mod_eval(m->score, m->nscore, vars) : x;
+  if (m->nmask && fa_mod_eval(m->mask, m->nmask, vars, p->mod_data) == 0) return -INFINITY;
+  return m->nscore ? fa_mod_eval(m->score, m->nscore, vars, p->mod_data) : x;
 }
 
 /* One query row of one (batch, head): q points at the row, k and v at the
@@ -177,7 +177,7 @@ static double dmodified(const fa_problem *p, row_at w, int c, double x) {
   const double vars[FA_MV_COUNT] = {
     [FA_MV_SCORE] = x, [FA_MV_B] = w.b, [FA_MV_H] = w.h, [FA_MV_Q] = w.r, [FA_MV_K] = c,
     [FA_MV_SEQ_Q] = p->seq_q, [FA_MV_SEQ_K] = p->seq_k, [FA_MV_HEADS] = p->heads};
-  return fa_mod_eval(m->dscore, m->ndscore, vars);
+  return fa_mod_eval(m->dscore, m->ndscore, vars, p->mod_data);
 }
 
 /* Zero one (batch, head) of a gradient of seq rows. */

@@ -16,8 +16,18 @@
 -- expressions over ints, floats and truth values: + - * / % (integer / and %
 -- by a positive constant), comparisons, && || !, c ? a : b, and abs, min,
 -- max, exp, exp2, log, log2, tanh, sqrt, float(). Names: score (float, in
--- score only), b, h, q_idx, kv_idx, seq_q, seq_k, heads (ints) and the
--- params. Each expression is typed here, then emitted
+-- score only), b, h, q_idx, kv_idx, seq_q, seq_k, heads (ints), the params,
+-- and the captured tensors, read as name[index]:
+--
+--     tensors = { { "doc", "int" }, { "bias", "float" } },
+--     mask    = "doc[q_idx] == doc[kv_idx]",
+--
+-- A captured tensor is a run-time argument (1-D, int32 or float32, of any
+-- length): changing its contents never recompiles. An index outside it
+-- reads 0, and the kernel raises a flag that fails the call. A block pair
+-- whose class depends on a tensor's values is classified at run time, from
+-- a block mask built from the tensors (fa_params.block_mask; partial
+-- without one). Each expression is typed here, then emitted
 --   * as C for the kernels (mod.c_functions: fa_mod_score, fa_mod_mask and
 --     fa_mod_block, which classifies a (Q block, K/V block) pair as empty,
 --     partial or full by interval arithmetic, so that kernels skip what a
@@ -30,6 +40,8 @@ local mod = {}
 local MAX_TEXT = 16384      -- bytes of a mod file
 local MAX_NODES = 200       -- nodes of one expression (the C program's room)
 local MAX_PROGRAM = 256     -- ops of a program (core/fa_mod.h's FA_MOD_MAX_OPS)
+local MAX_TENSORS = 4       -- captured tensors (FA_MOD_MAX_TENSORS)
+local MAX_NAME = 31         -- bytes of a tensor's name (FA_MOD_MAX_NAME - 1)
 
 -- Lexer ----------------------------------------------------------------------
 
@@ -177,8 +189,9 @@ local op_name = { ["||"] = "or", ["&&"] = "and", ["=="] = "eq", ["!="] = "ne", [
 local function numeric(t) return t == "int" or t == "float" end
 
 -- The typed tree of expression text; `which` is "score" or "mask", params a
--- name -> value map, line the file line the text starts on.
-local function parse_expr(text, which, params, line, fail)
+-- name -> value map, tensors a name -> { slot (from 0), type } map, line the
+-- file line the text starts on.
+local function parse_expr(text, which, params, tensors, line, fail)
   local toks, pos, count = lex(text, line, fail), 1, 0
   local function peek() return toks[pos] end
   local function take() pos = pos + 1; return toks[pos - 1] end
@@ -233,6 +246,16 @@ local function parse_expr(text, which, params, line, fail)
         return node({ op = "var", type = "float", name = "score" }, t.line)
       end
       if int_names[t.v] then return node({ op = "var", type = "int", name = t.v }, t.line) end
+      local tv = tensors[t.v]
+      if tv then
+        if not is("[") then fail(which .. ": captured tensor '" .. t.v .. "' is read as " .. t.v .. "[index]", t.line) end
+        take()
+        local index = expr(0)
+        if not is("]") then fail(which .. ": expected ']' after " .. t.v .. "'s index", peek().line) end
+        take()
+        if index.type ~= "int" then fail(which .. ": " .. t.v .. "'s index is a " .. index.type .. ", not an int", t.line) end
+        return node({ op = "load", type = tv.type, name = t.v, slot = tv.slot, index }, t.line)
+      end
       local v = params[t.v]
       if v ~= nil then
         return node({ op = "const", type = math.type(v) == "integer" and "int" or "float", value = v }, t.line)
@@ -315,6 +338,7 @@ local function canon(n)
   end
   if n.op == "var" then return n.name end
   local parts = { n.op }
+  if n.op == "load" then parts[2] = n.type .. ":" .. n.slot end
   for _, a in ipairs(n) do parts[#parts + 1] = canon(a) end
   return "(" .. table.concat(parts, " ") .. ")"
 end
@@ -454,16 +478,34 @@ function mod.load(spec, text)
     params[order[i]] = x
   end
   for k in pairs(t) do
-    if not (k == "doc" or k == "params" or k == "score" or k == "mask" or k:match("@line$")) then
-      fail("unknown key '" .. tostring(k) .. "' (doc, params, score, mask)")
+    if not (k == "doc" or k == "params" or k == "tensors" or k == "score" or k == "mask"
+            or k:match("@line$")) then
+      fail("unknown key '" .. tostring(k) .. "' (doc, params, tensors, score, mask)")
     end
   end
   if t.score == nil and t.mask == nil then fail("neither score nor mask is given") end
-  local m = { name = name, doc = type(t.doc) == "string" and t.doc or "" }
+  local m = { name = name, doc = type(t.doc) == "string" and t.doc or "", tensors = {} }
+  local tensors = {}
+  if t.tensors ~= nil and type(t.tensors) ~= "table" then fail("tensors is no list", t["tensors@line"]) end
+  for i, d in ipairs(t.tensors or {}) do
+    local at = t["tensors@line"]
+    if type(d) ~= "table" or type(d[1]) ~= "string" or not d[1]:match("^[%a_][%w_]*$")
+       or (d[2] ~= "int" and d[2] ~= "float") then
+      fail("tensors[" .. i .. "] is no { \"name\", \"int\" or \"float\" }", at)
+    end
+    if i > MAX_TENSORS then fail("more than " .. MAX_TENSORS .. " captured tensors", at) end
+    if #d[1] > MAX_NAME then fail("tensor name '" .. d[1] .. "' is longer than " .. MAX_NAME .. " bytes", at) end
+    if int_names[d[1]] or d[1] == "score" or params[d[1]] ~= nil or float_fns[d[1]] or tensors[d[1]]
+       or d[1] == "float" or d[1] == "abs" or d[1] == "min" or d[1] == "max" then
+      fail("tensor '" .. d[1] .. "' hides a name already taken", at)
+    end
+    tensors[d[1]] = { slot = i - 1, type = d[2] }
+    m.tensors[i] = { name = d[1], type = d[2] }
+  end
   for _, which in ipairs({ "score", "mask" }) do
     if t[which] ~= nil then
       if type(t[which]) ~= "string" then fail(which .. " is no string", t[which .. "@line"]) end
-      m[which] = parse_expr(t[which], which, params, t[which .. "@line"], fail)
+      m[which] = parse_expr(t[which], which, params, tensors, t[which .. "@line"], fail)
     end
   end
   if m.score then
@@ -512,6 +554,7 @@ function mod.program(tree)
     for _, a in ipairs(n) do walk(a) end
     if n.op == "const" then out[#out + 1] = { "const", n.value + 0.0, n.type }
     elseif n.op == "var" then out[#out + 1] = { "var", index[n.name] + 0.0, n.type }
+    elseif n.op == "load" then out[#out + 1] = { "load", n.slot + 0.0, n.type }
     else
       out[#out + 1] = { n.op, 0.0, n.type }
     end
@@ -576,6 +619,11 @@ local function emit_value(tree, T, names, lines, hoisted, prefix)
     local a = {}
     for i, x in ipairs(n) do a[i] = walk(x) end
     local ty = n.type
+    if n.op == "load" then
+      local e = string.format("fa_mod_ld_%s(%s, %s, %s, %s)", ty == "int" and "i" or "f",
+                              names["@t" .. n.slot], names["@n" .. n.slot], a[1], names["@err"])
+      return tmp(ty, ty == "float" and "((" .. T .. ")" .. e .. ")" or e)
+    end
     if n.op == "div" and n[2].op == "const" and n[2].value ~= 0 then
       -- by a constant: times its reciprocal (within an ulp of the quotient;
       -- a float division is a routine on the GPU, this one multiply)
@@ -611,6 +659,15 @@ local function emit_value(tree, T, names, lines, hoisted, prefix)
   return walk(tree)
 end
 
+-- Whether tree reads a captured tensor.
+local function reads_tensor(tree)
+  if tree.op == "load" then return true end
+  for _, child in ipairs(tree) do
+    if reads_tensor(child) then return true end
+  end
+  return false
+end
+
 -- Interval C for a mask tree: each int a [lo, hi] pair of names, each truth
 -- value (may be true, may be false); floats are unknown (either).
 local function emit_block(tree, lines, names)
@@ -637,8 +694,8 @@ local function emit_block(tree, lines, names)
       return { t = tmp("(" .. c.t .. " && " .. a.t .. ") || (" .. c.f .. " && " .. b.t .. ")"),
                f = tmp("(" .. c.t .. " && " .. a.f .. ") || (" .. c.f .. " && " .. b.f .. ")") }
     end
-    -- a comparison
-    if n[1].type ~= "int" or n[2].type ~= "int" then return { t = "1", f = "1" } end
+    -- a comparison: of ints known from the block's ranges, else unknown here
+    if n[1].type ~= "int" or n[2].type ~= "int" or reads_tensor(n) then return { t = "1", f = "1" } end
     local a, b = walk(n[1]), walk(n[2])
     local op = n.op
     if op == "lt" then return { t = tmp(a.lo .. " < " .. b.hi), f = tmp(a.hi .. " >= " .. b.lo) }
@@ -694,23 +751,55 @@ end
 -- is seen, 2 when all are (by the mask; 2 without one), 1 otherwise. With
 -- grad (the backward pass), fa_mod_dscore(u, score, b, ...) too: the
 -- score part's derivative with respect to the score.
+--
+-- With captured tensors, fa_mod_setup and fa_mod_block are macros over the
+-- kernel's parameter block `p` (every kernel's, FA_KERNEL): fa_mod_setup
+-- takes the tensors into fa_mod_u, and fa_mod_block reads the run-time
+-- block mask where the mask's own ranges cannot tell.
 function mod.c_functions(m, T, grad)
   local out = { "/* modification " .. m.label .. ": " .. m.doc .. " */" }
   local names = {}
   for _, v in ipairs(mod.vars) do names[v] = v end
+  local nt = #m.tensors
   local trees = {}
   if m.score then trees[#trees + 1] = m.score end
   if m.mask then trees[#trees + 1] = m.mask end
   if grad and m.score then trees[#trees + 1] = m.dscore end
   local hoisted, parts = uniform_parts(trees)
+  if nt > 0 then
+    out[#out + 1] = "/* a captured tensor's element i: 0 outside it, and error[2] raised */"
+    for _, f in ipairs({ { "i", "int", "i32" }, { "f", "float", "f32" } }) do
+      out[#out + 1] = string.format("FA_INLINE %s fa_mod_ld_%s(const void *t, int n, int i, int *err) {", f[2], f[1])
+      out[#out + 1] = string.format("  if (i >= 0 && i < n) return fa_ldg_%s((const %s *)t + i);", f[3], f[2])
+      out[#out + 1] = "  if (err) fa_st_i32(err + 2, 1);"
+      out[#out + 1] = "  return 0;"
+      out[#out + 1] = "}"
+    end
+  end
   out[#out + 1] = "/* what no row or key changes, once per tile */"
   out[#out + 1] = "typedef struct fa_mod_u {"
   for i, n in ipairs(parts) do out[#out + 1] = "  " .. (n.type == "float" and T or "int") .. " u" .. i .. ";" end
-  if #parts == 0 then out[#out + 1] = "  int none;" end
+  for i = 0, nt - 1 do out[#out + 1] = "  const void *t" .. i .. "; int n" .. i .. ";" end
+  if nt > 0 then out[#out + 1] = "  int *err;" end
+  if #parts == 0 and nt == 0 then out[#out + 1] = "  int none;" end
   out[#out + 1] = "} fa_mod_u;"
-  out[#out + 1] = "FA_INLINE fa_mod_u fa_mod_setup(int b, int h, int seq_q, int seq_k, int heads) {"
+  local targs = ""
+  for i = 0, nt - 1 do targs = targs .. ", const void *t" .. i .. ", int n" .. i end
+  if nt > 0 then targs = targs .. ", int *err_in" end
+  out[#out + 1] = "FA_INLINE fa_mod_u fa_mod_setup" .. (nt > 0 and "_t" or "")
+                  .. "(int b, int h, int seq_q, int seq_k, int heads" .. targs .. ") {"
   out[#out + 1] = "  fa_mod_u u;"
-  if #parts == 0 then out[#out + 1] = "  u.none = 0;" end
+  if #parts == 0 and nt == 0 then out[#out + 1] = "  u.none = 0;" end
+  for i = 0, nt - 1 do
+    out[#out + 1] = string.format("  u.t%d = t%d; u.n%d = n%d;", i, i, i, i)
+    names["@t" .. i], names["@n" .. i] = "t" .. i, "n" .. i
+  end
+  if nt > 0 then
+    -- a read for a head past the last (a decoding tile's padding rows) fails nothing
+    out[#out + 1] = "  int *const err = h >= 0 && h < heads ? err_in : 0;"
+    out[#out + 1] = "  u.err = err_in;"
+    names["@err"] = "err"
+  end
   for i, n in ipairs(parts) do
     local lines = {}
     local v = emit_value(n, T, names, lines, nil, "s" .. i .. "_")
@@ -720,10 +809,24 @@ function mod.c_functions(m, T, grad)
   out[#out + 1] = "  (void)b; (void)h; (void)seq_q; (void)seq_k; (void)heads;"
   out[#out + 1] = "  return u;"
   out[#out + 1] = "}"
+  if nt > 0 then
+    local pass = ""
+    for i = 0, nt - 1 do pass = pass .. string.format(", p.mod_tensor[%d], p.mod_len[%d]", i, i) end
+    out[#out + 1] = "#define fa_mod_setup(b, h, sq, sk, hd) fa_mod_setup_t(b, h, sq, sk, hd" .. pass .. ", p.error)"
+    for i = 0, nt - 1 do names["@t" .. i], names["@n" .. i] = "u.t" .. i, "u.n" .. i end
+  end
+  -- A read outside a tensor fails the call only at a real (query, key)
+  -- pair: kernels also evaluate the padding past seq_q and seq_k, and drop it.
+  local function real_pair()
+    if nt > 0 then
+      out[#out + 1] = "  int *const err = q_idx >= 0 && q_idx < seq_q && kv_idx >= 0 && kv_idx < seq_k ? u.err : 0;"
+    end
+  end
   local args = "int b, int h, int q_idx, int kv_idx, int seq_q, int seq_k, int heads"
   -- A function of the score and the names: tree's value as T.
   local function score_function(name, tree)
     out[#out + 1] = "FA_INLINE " .. T .. " " .. name .. "(fa_mod_u u, " .. T .. " score, " .. args .. ") {"
+    real_pair()
     local lines = {}
     local v = emit_value(tree, T, names, lines, hoisted)
     if tree.type == "int" then v = "((" .. T .. ")" .. v .. ")" end
@@ -735,9 +838,10 @@ function mod.c_functions(m, T, grad)
   if m.score then score_function("fa_mod_score", m.score) end
   if grad and m.score then score_function("fa_mod_dscore", m.dscore) end
   local bargs = "int b, int h, int q_lo, int q_hi, int k_lo, int k_hi, int seq_q, int seq_k, int heads"
-  out[#out + 1] = "FA_INLINE int fa_mod_block(" .. bargs .. ") {"
+  local runtime = nt > 0 and m.mask and reads_tensor(m.mask)
+  out[#out + 1] = "FA_INLINE int fa_mod_block" .. (runtime and "_s" or "") .. "(" .. bargs .. ") {"
+  out[#out + 1] = "  (void)b; (void)h; (void)q_lo; (void)q_hi; (void)k_lo; (void)k_hi; (void)seq_q; (void)seq_k; (void)heads;"
   if m.mask then
-    out[#out + 1] = "  (void)b; (void)h; (void)q_lo; (void)q_hi; (void)k_lo; (void)k_hi; (void)seq_q; (void)seq_k; (void)heads;"
     local lines = {}
     local iv = { b = { lo = "b", hi = "b" }, h = { lo = "h", hi = "h" }, q_idx = { lo = "q_lo", hi = "q_hi" },
                  kv_idx = { lo = "k_lo", hi = "k_hi" }, seq_q = { lo = "seq_q", hi = "seq_q" },
@@ -746,12 +850,32 @@ function mod.c_functions(m, T, grad)
     for _, l in ipairs(lines) do out[#out + 1] = l end
     out[#out + 1] = "  return !(" .. r.t .. ") ? 0 : (!(" .. r.f .. ") ? 2 : 1);"
   else
-    out[#out + 1] = "  (void)b; (void)h; (void)q_lo; (void)q_hi; (void)k_lo; (void)k_hi; (void)seq_q; (void)seq_k; (void)heads;"
     out[#out + 1] = "  return 2;"
   end
   out[#out + 1] = "}"
+  if runtime then
+    -- Where the ranges cannot tell, the run-time block mask's entries over
+    -- the pair (FA_MOD_GRANULE = 64 rows and keys each): all empty 0, all
+    -- full 2, else 1; 1 without a mask.
+    out[#out + 1] = "FA_INLINE int fa_mod_block_t(" .. bargs .. ", const int *bm, long long sb, long long sh, int rows, int cols) {"
+    out[#out + 1] = "  const int s = fa_mod_block_s(b, h, q_lo, q_hi, k_lo, k_hi, seq_q, seq_k, heads);"
+    out[#out + 1] = "  if (s != 1 || !bm) return s;"
+    out[#out + 1] = "  const int r0 = q_lo < 0 ? 0 : q_lo >> 6, r1 = q_hi >> 6 < rows - 1 ? q_hi >> 6 : rows - 1;"
+    out[#out + 1] = "  const int c0 = k_lo < 0 ? 0 : k_lo >> 6, c1 = k_hi >> 6 < cols - 1 ? k_hi >> 6 : cols - 1;"
+    out[#out + 1] = "  const int *at = bm + b * sb + h * sh;"
+    out[#out + 1] = "  int seen = r0 > r1 || c0 > c1 ? 2 : 0;"
+    out[#out + 1] = "  for (int r = r0; r <= r1; r++)"
+    out[#out + 1] = "    for (int c = c0; c <= c1; c++) {"
+    out[#out + 1] = "      const int e = fa_ldg_i32(at + (long long)r * cols + c);"
+    out[#out + 1] = "      seen |= e == 0 ? 1 : e == 2 ? 4 : 2;"
+    out[#out + 1] = "    }"
+    out[#out + 1] = "  return seen == 1 ? 0 : seen == 4 ? 2 : 1;"
+    out[#out + 1] = "}"
+    out[#out + 1] = "#define fa_mod_block(b, h, ql, qh, kl, kh, sq, sk, hd) fa_mod_block_t(b, h, ql, qh, kl, kh, sq, sk, hd, p.block_mask, p.bm_sb, p.bm_sh, p.bm_rows, p.bm_cols)"
+  end
   if m.mask then
     out[#out + 1] = "FA_INLINE int fa_mod_mask(fa_mod_u u, " .. args .. ") {"
+    real_pair()
     local lines = {}
     local v = emit_value(m.mask, T, names, lines, hoisted)
     for _, l in ipairs(lines) do out[#out + 1] = l end

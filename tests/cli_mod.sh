@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_mod.sh: score and mask modifications (--mod) through the command line:
-# every built-in and two users' files validated on the emulator in the
+# every built-in and three users' files (one over captured tensors) validated on the emulator in the
 # CUDA-core, tensor-core and Hopper families, every dtype of each, causal or not; the
 # backward pass under a window and a softcap; a sliding window reading the K/V
 # blocks it sees and no others; the database keeping a modification's trials
@@ -43,10 +43,22 @@ return {
 }
 EOF
 
+# A third, over captured tensors: ALiBi with its slopes per head from a
+# tensor, and keys of earlier segments or the row's own (random contents
+# in the tuner).
+cat >"$tmp/captured.lua" <<'EOF'
+return {
+  tensors = { { "slope", "float" }, { "seg", "int" } },
+  score = "score - slope[h] * float(abs(q_idx + (seq_k - seq_q) - kv_idx))",
+  mask = "seg[kv_idx] <= seg[q_idx + (seq_k - seq_q)]",
+}
+EOF
+
 # --- every built-in, in every family and dtype -------------------------------
 # Each family's dtypes split between the two mask settings: simt fp32 and
 # fp64, tc fp16 and bf16, wg bf16 and fp16.
-for mod in window=9:2 softcap=4 alibi prefixlm=12 chunked=16 "$tmp/docs.lua" "$tmp/blocky.lua"; do
+for mod in window=9:2 softcap=4 alibi prefixlm=12 chunked=16 document relbias=6 "$tmp/docs.lua" \
+  "$tmp/blocky.lua" "$tmp/captured.lua"; do
   for causal in "" --causal; do
     if [ -z "$causal" ]; then st=fp32 tt=fp16 wt=bf16; else st=fp64 tt=bf16 wt=fp16; fi
     tag=$(printf '%s' "$(basename "$mod")" | tr -c 'a-z0-9' _)$causal

@@ -36,6 +36,7 @@ static fatune_ctx *ctx;
 /* A modification run_shape's calls pass, and the same one for the reference. */
 static const fatune_mod *call_mod;
 static const fa_mod *ref_mod;
+static const fa_mod_data *ref_data;   /* ref_mod's captured tensors, or NULL */
 
 static unsigned long long rng = 7;
 static double uniform(void) {
@@ -89,7 +90,8 @@ static double error_of(const tensor *q, const tensor *k, const tensor *v, const 
   const int B = (int)q->t.shape[0], H = (int)q->t.shape[1], NQ = (int)q->t.shape[2];
   const int NK = (int)k->t.shape[2], D = (int)q->t.shape[3], G = H / (int)k->t.shape[1];
   fa_problem one = {.batch = 1, .heads = 1, .seq_q = NQ, .seq_k = NK, .dim = D,
-                    .dtype = (fa_dtype)dt, .causal = causal, .mod = ref_mod};
+                    .dtype = (fa_dtype)dt, .causal = causal, .mod = ref_mod,
+                    .mod_data = ref_data};
   const fa_layout lq = fa_layout_contiguous(&one, NQ), lk = fa_layout_contiguous(&one, NK);
   double *ro = malloc((size_t)NQ * D * sizeof *ro), *rl = malloc((size_t)NQ * sizeof *rl);
   double worst = INFINITY;
@@ -332,7 +334,8 @@ static void run_backward(fatune_dtype dt, int H, int HK, int bnhd, int pad, int 
   st = fatune_attention_backward(ctx, &ba);
   CHECK(st == FATUNE_OK, "backward: %s", fatune_errmsg());
   fa_problem p = {.batch = B, .heads = H, .seq_q = NQ, .seq_k = NK, .dim = D,
-                  .dtype = (fa_dtype)dt, .causal = causal, .op = FA_OP_BWD, .mod = ref_mod};
+                  .dtype = (fa_dtype)dt, .causal = causal, .op = FA_OP_BWD, .mod = ref_mod,
+                  .mod_data = ref_data};
   const fa_layout lq = fa_layout_contiguous(&p, NQ), lk = fa_layout_contiguous(&p, NK);
   double *rq = malloc(rows * D * sizeof *rq), *rk = malloc((size_t)B * H * NK * D * sizeof *rk);
   double *rv = malloc((size_t)B * H * NK * D * sizeof *rv);
@@ -438,6 +441,67 @@ static void test_overhead(void) {
   tensor_free(&q), tensor_free(&k), tensor_free(&v), tensor_free(&o);
 }
 
+/* Document ids in runs of len keys, into ids[n]. */
+static void doc_runs(int *ids, int n, int len) {
+  for (int i = 0; i < n; i++) ids[i] = i / len;
+}
+
+/* A modification over a captured tensor (the document mask): refused
+** until its tensor is set; the forward and backward passes against the
+** reference over the same ids; new ids change the result and make no
+** kernel; an index outside the tensor fails the call; names and sizes
+** that are not the tensor's refused. fm is scratch for the reference's. */
+static void test_captured(gen_state *g, fa_mod *fm) {
+  fatune_mod *dm = NULL;
+  CHECK(fatune_mod_create(ctx, "document", NULL, &dm) == FATUNE_OK && dm, "document: %s", fatune_errmsg());
+  if (!dm || gen_mod_load(g, "document", NULL, fm) != 0) {
+    CHECK(0, "document: %s", gen_errmsg(g));
+    fatune_mod_free(dm);
+    return;
+  }
+  enum { NK = 50 };
+  static float q[2 * 40 * 16], k[2 * NK * 16], v[2 * NK * 16], o[2 * 40 * 16];
+  const fatune_tensor tq = {q, FATUNE_FP32, {1, 2, 40, 16}, {2 * 40 * 16, 40 * 16, 16, 1}};
+  const fatune_tensor tk = {k, FATUNE_FP32, {1, 2, NK, 16}, {2 * NK * 16, NK * 16, 16, 1}};
+  const fatune_tensor tv = {v, FATUNE_FP32, {1, 2, NK, 16}, {2 * NK * 16, NK * 16, 16, 1}};
+  const fatune_tensor to = {o, FATUNE_FP32, {1, 2, 40, 16}, {2 * 40 * 16, 40 * 16, 16, 1}};
+  fatune_attention_args a = {.q = tq, .k = tk, .v = tv, .o = to, .mod = dm};
+  CHECK(fatune_attention(ctx, &a) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "captured tensor doc is not set"), "unset: %s", fatune_errmsg());
+  int ids[NK];
+  fa_mod_data data;
+  char why[160];
+  call_mod = dm, ref_mod = fm, ref_data = &data;
+  long long made = 0;
+  for (int run = 0; run < 2; run++) {
+    doc_runs(ids, NK, run == 0 ? 7 : 3);
+    const void *ptr[FA_MOD_MAX_TENSORS] = {ids};
+    const long long len[FA_MOD_MAX_TENSORS] = {NK};
+    CHECK(fatune_mod_set_tensor(dm, "doc", ids, NK) == FATUNE_OK, "set: %s", fatune_errmsg());
+    CHECK(fa_mod_data_init(&data, fm, ptr, len, why, sizeof why) == 0, "%s", why);
+    if (run == 1) made = fatune_programs(ctx);
+    const shape s = {run ? "document, runs of 3 fp32" : "document, runs of 7 fp32", FATUNE_FP32, 1, 2, 2,
+                     40, NK, 16, 0, 0, 0, 1e-5};
+    run_shape(&s);
+    if (run == 1)
+      CHECK(fatune_programs(ctx) == made, "new ids made %lld kernels (none: the same program)",
+            fatune_programs(ctx) - made);
+    run_backward(FATUNE_FP32, 4, 2, 1, 3, run, 1e-5);
+    run_backward(FATUNE_BF16, 4, 2, 0, 0, 0, 1e-2);
+    fa_mod_data_free(&data);
+  }
+  ref_data = NULL;
+  /* ten ids for 50 keys: the kernels read outside them and the call says so */
+  CHECK(fatune_mod_set_tensor(dm, "doc", ids, 10) == FATUNE_OK, "ten ids: %s", fatune_errmsg());
+  CHECK(fatune_attention(ctx, &a) == FATUNE_EINVAL && strstr(fatune_errmsg(), "outside"),
+        "ten ids over 50 keys: %s", fatune_errmsg());
+  CHECK(fatune_mod_set_tensor(dm, "ids", ids, 10) == FATUNE_EINVAL &&
+        strstr(fatune_errmsg(), "captures no tensor 'ids'"), "a wrong name: %s", fatune_errmsg());
+  CHECK(fatune_mod_set_tensor(dm, "doc", ids, -1) == FATUNE_EINVAL, "a negative size");
+  CHECK(fatune_mod_set_tensor(dm, "doc", NULL, 5) == FATUNE_EINVAL, "no data");
+  fatune_mod_free(dm);
+}
+
 /* fatune_mod: made from a built-in and from a file's text, refused with
 ** the line of a mistake; a call under it against the reference under the
 ** same modification (whose rows are per head: head-independent ones here),
@@ -477,6 +541,7 @@ static void test_mods(void) {
     run_backward(FATUNE_FP32, 4, 2, 1, 3, 1, 1e-5);
     run_backward(FATUNE_BF16, 4, 2, 0, 0, 0, 1e-2);
   }
+  test_captured(g, fm);
   /* The plain problem after the windowed one: its own kernel, unmasked. */
   call_mod = NULL, ref_mod = NULL;
   const shape plain = {"plain after window fp32", FATUNE_FP32, 1, 2, 2, 40, 50, 16, 0, 0, 0, 1e-5};

@@ -40,6 +40,8 @@ typedef struct meaning {
   const char *spec;
   int (*sees)(const fa_problem *p, int h, int r, int k);
   double (*score)(const fa_problem *p, int h, int r, int k, double s);
+  const void *tensor;   /* its one captured tensor's contents, of n elements, or NULL */
+  long long n;
 } meaning;
 
 static int off(const fa_problem *p) { return p->seq_k - p->seq_q; }
@@ -74,6 +76,30 @@ static int chunks_6(const fa_problem *p, int h, int r, int k) {
   (void)h;
   const int d = r + off(p);
   return d >= 0 && d / 6 == k / 6 && k <= d;
+}
+
+/* The captured tensors of the built-ins that read them: document ids in
+** runs of 1 to 9 keys (doc_ids_make), a bias table of 4 heads x 7
+** distances. An index outside a tensor reads 0. */
+static int doc_ids[64];
+static float bias_tab[4 * 7];
+static int doc_of(int i) { return i >= 0 && i < 64 ? doc_ids[i] : 0; }
+static void doc_ids_make(void) {
+  int id = 0, left = 0;
+  for (int i = 0; i < 64; i++) {
+    if (left == 0) id++, left = 1 + (int)(fabs(rng_normal()) * 4) % 9;
+    doc_ids[i] = id, left--;
+  }
+  for (int i = 0; i < 4 * 7; i++) bias_tab[i] = (float)rng_normal();
+}
+static int document(const fa_problem *p, int h, int r, int k) {
+  (void)h;
+  return r + off(p) >= 0 && doc_of(r + off(p)) == doc_of(k);
+}
+static double relbias_3(const fa_problem *p, int h, int r, int k, double s) {
+  int d = k - r - off(p);
+  d = d < -3 ? -3 : d > 3 ? 3 : d;
+  return s + bias_tab[h * 7 + 3 + d];
 }
 
 /* Attention with the meaning m, the textbook way (scores, then a softmax
@@ -121,8 +147,15 @@ static void check_builtin(gen_state *g, const meaning *m, int seq_q, int seq_k, 
   int rc = gen_mod_load(g, m->spec, NULL, &mod);
   CHECK(rc == 0, "%s: %s", m->spec, gen_errmsg(g));
   if (rc) return;
+  fa_mod_data data;
+  char why[160] = "";
+  const void *ptr[FA_MOD_MAX_TENSORS] = {m->tensor};
+  const long long len[FA_MOD_MAX_TENSORS] = {m->n};
+  rc = fa_mod_data_init(&data, &mod, ptr, len, why, sizeof why);
+  CHECK(rc == 0 && mod.ntensors == (m->tensor != NULL), "%s: its tensors: %s", m->spec, why);
+  if (rc) return;
   fa_problem p = {.batch = 2, .heads = 4, .seq_q = seq_q, .seq_k = seq_k, .dim = 8,
-                  .dtype = FA_FP64, .causal = causal, .mod = &mod};
+                  .dtype = FA_FP64, .causal = causal, .mod = &mod, .mod_data = &data};
   const size_t nq = (size_t)p.batch * p.heads * seq_q * p.dim, nk = (size_t)p.batch * p.heads * seq_k * p.dim;
   double *q = malloc(sizeof *q * nq), *k = malloc(sizeof *k * nk), *v = malloc(sizeof *v * nk);
   double *o = malloc(sizeof *o * nq), *o2 = malloc(sizeof *o2 * nq);
@@ -151,6 +184,7 @@ static void check_builtin(gen_state *g, const meaning *m, int seq_q, int seq_k, 
   printf("%-14s seq %3d/%3d%s: O rel err %.2e, lse err %.2e, %d of %zu rows see no key\n",
          mod.label, seq_q, seq_k, causal ? " causal" : "       ", rel, lerr, empty, nl);
   free(q), free(k), free(v), free(o), free(o2), free(lse), free(lse2);
+  fa_mod_data_free(&data);
 }
 
 /* Loading text must fail with a message holding want. */
@@ -162,8 +196,8 @@ static void check_refused(gen_state *g, const char *spec, const char *text, cons
 }
 
 static void test_errors(gen_state *g) {
-  check_refused(g, "nope", NULL, "unknown modification 'nope' (built in: alibi, chunked, prefixlm, "
-                "softcap, window");
+  check_refused(g, "nope", NULL, "unknown modification 'nope' (built in: alibi, chunked, document, "
+                "prefixlm, relbias, softcap, window");
   check_refused(g, "window=1:2:3", NULL, "takes 2 parameter(s) (left:right), not 3");
   check_refused(g, "window=abc", NULL, "parameter 'abc' is no number");
   check_refused(g, "window=2.5", NULL, "left takes an integer, not 2.5");
@@ -182,6 +216,22 @@ static void test_errors(gen_state *g) {
   check_refused(g, "bad.lua", "return { score = 'score', extra = 1 }", "unknown key 'extra'");
   check_refused(g, "bad.lua", "return { params = { { 'q_idx', 1 } }, score = 'score' }",
                 "param 'q_idx' hides a variable");
+  /* Captured tensors: declared, read as name[an int], never another way. */
+  check_refused(g, "t.lua", "return { mask = 'doc[q_idx] == 0' }", "unknown name 'doc'");
+  check_refused(g, "t.lua", "return { tensors = { { 'doc', 'int' } }, mask = 'doc == 0' }",
+                "captured tensor 'doc' is read as doc[index]");
+  check_refused(g, "t.lua", "return { tensors = { { 'doc', 'int' } }, mask = 'doc[0.5] == 0' }",
+                "doc's index is a float, not an int");
+  check_refused(g, "t.lua", "return { tensors = { { 'doc', 'int' } }, mask = 'doc[q_idx == 0' }",
+                "expected ']' after doc's index");
+  check_refused(g, "t.lua", "return { tensors = { { 'doc', 'double' } }, mask = 'q_idx > 0' }",
+                "tensors[1] is no { \"name\", \"int\" or \"float\" }");
+  check_refused(g, "t.lua", "return { tensors = { { 'h', 'int' } }, mask = 'q_idx > 0' }",
+                "tensor 'h' hides a name already taken");
+  check_refused(g, "t.lua", "return { tensors = { { 'a', 'int' }, { 'a', 'int' } }, mask = 'q_idx > 0' }",
+                "tensor 'a' hides a name already taken");
+  check_refused(g, "t.lua", "return { tensors = { {'t1','int'}, {'t2','int'}, {'t3','int'}, {'t4','int'}, "
+                "{'t5','int'} }, mask = 'q_idx > 0' }", "more than 4 captured tensors");
   /* A file is data: code in it is refused by the reader, never run. */
   check_refused(g, "evil.lua", "os.execute('touch /tmp/fatune-mod-ran')\nreturn { score = 'score' }",
                 "evil.lua:1: unexpected character '.'");
@@ -213,9 +263,9 @@ static void test_programs(void) {
   const fa_mod_op trunc_div[] = {{FA_MC_VAR, FA_MV_Q, FA_MT_INT}, {FA_MC_CONST, 4, FA_MT_INT}, {FA_MC_IDIV, 0, FA_MT_INT}};
   const fa_mod_op trunc_mod[] = {{FA_MC_VAR, FA_MV_Q, FA_MT_INT}, {FA_MC_CONST, 4, FA_MT_INT}, {FA_MC_IMOD, 0, FA_MT_INT}};
   const double vars[FA_MV_COUNT] = {[FA_MV_Q] = -7};
-  CHECK(fa_mod_eval(trunc_div, 3, vars) == -1 && fa_mod_eval(trunc_mod, 3, vars) == -3,
-        "-7 / 4 and -7 %% 4 as C computes them: %g, %g", fa_mod_eval(trunc_div, 3, vars),
-        fa_mod_eval(trunc_mod, 3, vars));
+  CHECK(fa_mod_eval(trunc_div, 3, vars, NULL) == -1 && fa_mod_eval(trunc_mod, 3, vars, NULL) == -3,
+        "-7 / 4 and -7 %% 4 as C computes them: %g, %g", fa_mod_eval(trunc_div, 3, vars, NULL),
+        fa_mod_eval(trunc_mod, 3, vars, NULL));
 }
 
 /* The key: the same expressions hash the same, however written; others not. */
@@ -255,12 +305,12 @@ static void test_blocks(gen_state *g) {
       const int q_lo = (int)(fabs(rng_normal()) * 30) % seq_q, k_lo = (int)(fabs(rng_normal()) * 40) % seq_k;
       const int q_hi = q_lo + (bm > 0 ? bm : 1) - 1 < seq_q ? q_lo + (bm > 0 ? bm : 1) - 1 : seq_q - 1;
       const int k_hi = k_lo + bn - 1 < seq_k ? k_lo + bn - 1 : seq_k - 1;
-      const int c = fa_mod_block(&m, 0, 1, q_lo, q_hi, k_lo, k_hi, seq_q, seq_k, 4);
+      const int c = fa_mod_block(&m, NULL, 0, 1, q_lo, q_hi, k_lo, k_hi, seq_q, seq_k, 4);
       int seen = 0, hidden = 0;
       for (int r = q_lo; r <= q_hi; r++)
         for (int k = k_lo; k <= k_hi; k++) {
           const double vars[FA_MV_COUNT] = {0, 0, 1, r, k, seq_q, seq_k, 4};
-          if (fa_mod_eval(m.mask, m.nmask, vars) != 0) seen++;
+          if (fa_mod_eval(m.mask, m.nmask, vars, NULL) != 0) seen++;
           else hidden++;
         }
       pairs++;
@@ -272,13 +322,79 @@ static void test_blocks(gen_state *g) {
   printf("block classifier: %d pairs, %d decided (empty or full), %d wrong\n", pairs, decided, wrong);
   fa_mod w;
   CHECK(gen_mod_load(g, "window=256", NULL, &w) == 0, "window=256");
-  CHECK(fa_mod_block(&w, 0, 0, 1000, 1063, 900, 963, 4096, 4096, 1) == 2, "a block inside the window: full");
-  CHECK(fa_mod_block(&w, 0, 0, 1000, 1063, 0, 63, 4096, 4096, 1) == 0, "one far before it: empty");
-  CHECK(fa_mod_block(&w, 0, 0, 1000, 1063, 2000, 2063, 4096, 4096, 1) == 0, "one after the diagonal: empty");
-  CHECK(fa_mod_block(&w, 0, 0, 1000, 1063, 1000, 1063, 4096, 4096, 1) == 1, "the diagonal's: partial");
+  CHECK(fa_mod_block(&w, NULL, 0, 0, 1000, 1063, 900, 963, 4096, 4096, 1) == 2, "a block inside the window: full");
+  CHECK(fa_mod_block(&w, NULL, 0, 0, 1000, 1063, 0, 63, 4096, 4096, 1) == 0, "one far before it: empty");
+  CHECK(fa_mod_block(&w, NULL, 0, 0, 1000, 1063, 2000, 2063, 4096, 4096, 1) == 0, "one after the diagonal: empty");
+  CHECK(fa_mod_block(&w, NULL, 0, 0, 1000, 1063, 1000, 1063, 4096, 4096, 1) == 1, "the diagonal's: partial");
   fa_mod sc;
-  CHECK(gen_mod_load(g, "softcap=30", NULL, &sc) == 0 && fa_mod_block(&sc, 0, 0, 0, 9, 0, 9, 10, 10, 1) == 2,
+  CHECK(gen_mod_load(g, "softcap=30", NULL, &sc) == 0 && fa_mod_block(&sc, NULL, 0, 0, 0, 9, 0, 9, 10, 10, 1) == 2,
         "no mask: every block full");
+}
+
+/* A mask over captured tensors: classified from the tensors' contents
+** (their granules' bounds), soundly over random block pairs and sharply
+** on document ids; the tensor's extent over a problem; the block mask
+** entry by entry; and an index outside the tensor reading 0. */
+static void test_tensor_blocks(gen_state *g) {
+  fa_mod m;
+  CHECK(gen_mod_load(g, "document", NULL, &m) == 0, "document: %s", gen_errmsg(g));
+  enum { N = 1000 };
+  static int ids[N];
+  for (int i = 0; i < N; i++) ids[i] = i / 150 + (i >= 700 ? (i - 700) / 7 : 0);  /* long, then short docs */
+  const void *ptr[FA_MOD_MAX_TENSORS] = {ids};
+  const long long len[FA_MOD_MAX_TENSORS] = {N};
+  fa_mod_data d;
+  char why[160];
+  CHECK(fa_mod_data_init(&d, &m, ptr, len, why, sizeof why) == 0, "data: %s", why);
+  int wrong = 0, decided = 0;
+  for (int t = 0; t < 600; t++) {
+    const int q_lo = (int)(fabs(rng_normal()) * 300) % N, k_lo = (int)(fabs(rng_normal()) * 300) % N;
+    const int q_hi = q_lo + 1 + t % 90 < N ? q_lo + 1 + t % 90 : N - 1;
+    const int k_hi = k_lo + 1 + t % 70 < N ? k_lo + 1 + t % 70 : N - 1;
+    const int c = fa_mod_block(&m, &d, 0, 0, q_lo, q_hi, k_lo, k_hi, N, N, 1);
+    int seen = 0, hidden = 0;
+    for (int r = q_lo; r <= q_hi; r++)
+      for (int k = k_lo; k <= k_hi; k++) {
+        const double vars[FA_MV_COUNT] = {0, 0, 0, r, k, N, N, 1};
+        if (fa_mod_eval(m.mask, m.nmask, vars, &d) != 0) seen++;
+        else hidden++;
+      }
+    decided += c != 1;
+    if ((c == 0 && seen) || (c == 2 && hidden)) wrong++;
+  }
+  CHECK(wrong == 0 && decided > 300, "document ids: %d of 600 pairs misclassified, %d decided", wrong,
+        decided);
+  CHECK(fa_mod_block(&m, &d, 0, 0, 0, 63, 64, 127, N, N, 1) == 2, "a block inside one document: full");
+  CHECK(fa_mod_block(&m, &d, 0, 0, 0, 63, 320, 383, N, N, 1) == 0, "blocks of two documents: empty");
+  CHECK(fa_mod_block(&m, &d, 0, 0, 0, 63, 128, 191, N, N, 1) == 1, "one across a boundary: partial");
+  CHECK(fa_mod_block(&m, NULL, 0, 0, 0, 63, 320, 383, N, N, 1) == 1, "without the contents: partial");
+  long long need[FA_MOD_MAX_TENSORS];
+  fa_mod_extent(&m, 2, 8, 100, N, need);
+  CHECK(need[0] == N, "document's extent over 1000 keys: %lld", need[0]);
+  fa_mod rb;
+  CHECK(gen_mod_load(g, "relbias=5", NULL, &rb) == 0, "relbias: %s", gen_errmsg(g));
+  fa_mod_extent(&rb, 2, 8, 100, 300, need);
+  CHECK(need[0] == 8 * 11, "relbias=5's extent over 8 heads: %lld (8 x 11)", need[0]);
+  const fa_mod_mask_dims dims = fa_mod_mask_shape(&m, 3, 8, N, N);
+  CHECK(dims.bm_b == 1 && dims.bm_h == 1 && dims.rows == 16 && dims.cols == 16,
+        "document's block mask: %d x %d x %d x %d (1 x 1 x 16 x 16)", dims.bm_b, dims.bm_h, dims.rows,
+        dims.cols);
+  int *bm = malloc(16 * 16 * sizeof *bm), differ = 0, empty = 0;
+  if (bm) {
+    fa_mod_block_mask(&m, &d, N, N, 8, dims, bm);
+    for (int r = 0; r < 16; r++)
+      for (int c = 0; c < 16; c++) {
+        const int want = fa_mod_block(&m, &d, 0, 0, r * 64, r * 64 + 63 < N ? r * 64 + 63 : N - 1,
+                                      c * 64, c * 64 + 63 < N ? c * 64 + 63 : N - 1, N, N, 8);
+        differ += bm[r * 16 + c] != want, empty += bm[r * 16 + c] == 0;
+      }
+    printf("document over 1000 keys: %d of 256 blocks of 64 x 64 empty\n", empty);
+  }
+  CHECK(bm && differ == 0 && empty > 150, "the block mask: %d entries differ, %d empty", differ, empty);
+  free(bm);
+  const double far[FA_MV_COUNT] = {0, 0, 0, N + 5, 3, N, N + 9, 1};  /* doc[N + 14]: outside */
+  CHECK(fa_mod_eval(m.mask, m.nmask, far, &d) == (ids[3] == 0), "an index outside reads 0");
+  fa_mod_data_free(&d);
 }
 
 int main(void) {
@@ -288,10 +404,12 @@ int main(void) {
     fprintf(stderr, "gen_open: %s\n", err);
     return 1;
   }
+  doc_ids_make();
   const meaning builtins[] = {
-    {"window=5:2", window_5_2, same}, {"window=7", window_7_0, same},
-    {"softcap=3", all, softcap_3}, {"alibi", all, alibi},
-    {"prefixlm=4", prefix_4, same}, {"chunked=6", chunks_6, same},
+    {"window=5:2", window_5_2, same, NULL, 0}, {"window=7", window_7_0, same, NULL, 0},
+    {"softcap=3", all, softcap_3, NULL, 0}, {"alibi", all, alibi, NULL, 0},
+    {"prefixlm=4", prefix_4, same, NULL, 0}, {"chunked=6", chunks_6, same, NULL, 0},
+    {"document", document, same, doc_ids, 64}, {"relbias=3", all, relbias_3, bias_tab, 4 * 7},
   };
   for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
     check_builtin(g, &builtins[i], 37, 29, 0);
@@ -301,6 +419,7 @@ int main(void) {
   test_programs();
   test_hash(g);
   test_blocks(g);
+  test_tensor_blocks(g);
   gen_close(g);
   return check_done("test_mod");
 }

@@ -38,6 +38,8 @@ void val_case_free(val_case *c) {
   free(c->sample_rows), free(c->sample_o);
   free(c->sample_krows), free(c->sample_dq), free(c->sample_dq_mag), free(c->sample_dk);
   free(c->sample_dv), free(c->table), free(c->lens);
+  if (c->mod_data) fa_mod_data_free(c->mod_data);
+  free(c->mod_data);
   memset(c, 0, sizeof *c);
 }
 
@@ -53,6 +55,14 @@ static int make_inputs(val_case *c, const fa_problem *p, unsigned long long seed
   c->p = *p, c->seed = seed;
   c->q = malloc(nq * es), c->k = malloc(nk * es), c->v = malloc(nv * es);
   if (!c->q || !c->k || !c->v) return -1;
+  if (p->mod && p->mod->ntensors && !p->mod_data) {  /* the tuner's: random, from the seed */
+    char why[160];
+    if (!(c->mod_data = calloc(1, sizeof *c->mod_data)) ||
+        fa_mod_data_random(c->mod_data, p->mod, p->batch, p->heads, p->seq_q, p->seq_k, seed, why,
+                           sizeof why) != 0)
+      return -1;
+    c->p.mod_data = c->mod_data;
+  }
   uint64_t s = seed;
   void *const out[3] = {c->q, c->k, c->v};
   double *const exact[3] = {qd, kd, vd};
@@ -526,7 +536,7 @@ int val_case_make_shaped(val_case *c, const fa_problem *p, unsigned long long se
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
     const fa_layout lv = fa_layout_contiguous_v(p, p->seq_k), lo = fa_layout_contiguous_v(p, p->seq_q);
     const ref_fwd_io io = {qd, kd, vd, lq, lk, lv, c->o_ref, lo, c->lse_ref, c->lse_mag};
-    fa_problem fwd = *p;
+    fa_problem fwd = c->p;    /* with its captured tensors */
     fwd.op = FA_OP_FWD;
     rc = ref_op(&fwd, &io, err, errlen);
     if (rc == 0 && p->op == FA_OP_BWD) rc = make_bwd(c, qd, kd, vd, err, errlen);

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "fa_mod.h"
 #include "attn_run.h"
 
 /* The norm-relative error a dtype must meet: ||o - ref||_2 / ||ref||_2,
@@ -28,6 +29,8 @@ typedef struct val_case {
   int *table;             /* op decode: the block table (attn_decode_inputs_upload's) */
   int num_pages;
   int *lens;              /* op decode: p.kv_lens's copy, which p points to; NULL: none */
+  fa_mod_data *mod_data;  /* random captured tensors of p.mod's (fa_mod_data_random), which
+                          ** p points to, where the problem brought none; NULL: none */
   double *o_ref, *lse_ref;
   double *lse_mag;        /* per row, the size of its largest logit's terms (ref_fwd_io's),
                           ** which the logsumexp's error is judged against; NULL on a GPU's
