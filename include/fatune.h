@@ -392,6 +392,11 @@ FATUNE_API const char *fatune_mod_label(const fatune_mod *m);
 ** for them). m may be used by one context only, its creator's. */
 FATUNE_API fatune_status fatune_mod_set_tensor(fatune_mod *m, const char *name, const void *data,
                                                long long n);
+/* m's captured tensor i (from 0, in the file's order): its name, and
+** whether it holds int32 (1) or float32 (0) elements. FATUNE_EINVAL past
+** the last. */
+FATUNE_API fatune_status fatune_mod_tensor(const fatune_mod *m, int i, const char **name,
+                                           int *is_int);
 
 /* Kernels this context has made ready (compiled, or loaded from the
 ** compile cache) since it opened: a call of a problem already seen, or

@@ -871,6 +871,15 @@ static fatune_status mod_args(fatune_ctx *c, const fa_problem *fp, int dense, fa
   return rc ? fail((fatune_status)rc, "the block mask of %s: %s", m->m.label, err) : FATUNE_OK;
 }
 
+fatune_status fatune_mod_tensor(const fatune_mod *m, int i, const char **name, int *is_int) {
+  if (!m || i < 0 || i >= m->m.ntensors)
+    return fail(FATUNE_EINVAL, "modification %s has %d captured tensor(s); no tensor %d",
+                m ? m->m.label : "(none)", m ? m->m.ntensors : 0, i);
+  if (name) *name = m->m.tensor_name[i];
+  if (is_int) *is_int = m->m.tensor_type[i] == FA_MT_INT;
+  return FATUNE_OK;
+}
+
 long long fatune_programs(const fatune_ctx *c) {
   return c ? atomic_load(&((fatune_ctx *)c)->programs) : 0;
 }

@@ -130,6 +130,18 @@ mut tcbwd-mask templates/tcbwd/tcbwd.cu \
 mut tcbwd-dscore templates/tcbwd/tcbwd.cu \
   ' * fa_mod_dscore(mod_u, nat, ${at});' ';' \
   'test_bwd'
+mut tc-mod-warp-rows templates/tc/tc.cu \
+  'q0 + warp * %d, q0 + warp * %d + %d, key0' 'q0 + warp * %d, q0 + warp * %d + 0 * %d, key0' \
+  'cli_mod'
+mut mod-granule-edge core/fa_mod.c \
+  'mn = min2(mn, v[j]), mx = max2(mx, v[j]);' 'mn = min2(mn, v[lo]), mx = max2(mx, v[lo]);' \
+  'test_mod'
+mut mod-block-mask-partial templates/mod.lua \
+  'seen |= e == 0 ? 1 : e == 2 ? 4 : 2;' 'seen |= e == 0 ? 1 : 4;' \
+  'cli_mod'
+mut validate-mod-data tuner/trial/validate.c \
+  'fa_problem fwd = c->p;' 'fa_problem fwd = *p;' \
+  'cli_mod'
 mut decode-mod-range templates/decode.cu \
   'if (last >= 0) vis_lo = first * ${BN}, vis_hi' 'if (last >= 0) vis_lo = 0 * first * ${BN}, vis_hi' \
   'test_decode'

@@ -140,22 +140,23 @@ def segments(nq: int, nk: int, mask: str) -> List[Tuple[int, int, int, bool]]:
 MOD_MAX_TEXT = 16384   # core/fa_mod.h's FA_MOD_MAX_TEXT
 
 
-def mod(m: Any) -> Optional[Tuple[str, Optional[str]]]:
-    """mod= as (spec, text): None; a built-in's spec ("window=256"), text
-    None; the path of a modification file NAME.lua, read here, its name
-    the spec; or a fatune.mods.Modification's. Raises TypeError or
-    ValueError naming mod."""
+def mod(m: Any) -> Optional[Tuple[str, Optional[str], Tuple[Tuple[str, Any], ...]]]:
+    """mod= as (spec, text, tensors): None; a built-in's spec ("window=256"),
+    text None; the path of a modification file NAME.lua, read here, its
+    name the spec; or a fatune.mods.Modification's, with its captured
+    tensors as (name, values) pairs (() for the others). Raises TypeError
+    or ValueError naming mod."""
     if m is None:
         return None
     if type(m).__name__ == "Modification" and type(m).__module__ == "fatune.mods":
-        return (m.spec, m.text)
+        return (m.spec, m.text, m.tensors)
     if isinstance(m, os.PathLike):
         m = os.fspath(m)
     if not isinstance(m, str):
         raise TypeError("mod: a built-in such as 'window=256', a path to a NAME.lua file, or "
                         "a fatune.mods.Modification, not %s" % type(m).__name__)
     if not m.endswith(".lua"):
-        return (m, None)
+        return (m, None, ())
     try:
         with open(m, "rb") as f:
             data = f.read(MOD_MAX_TEXT + 1)
@@ -169,4 +170,4 @@ def mod(m: Any) -> Optional[Tuple[str, Optional[str]]]:
         raise ValueError("mod: %s: not UTF-8 text" % m) from None
     if "\0" in text:
         raise ValueError("mod: %s: holds a NUL byte" % m)
-    return (m, text)
+    return (m, text, ())

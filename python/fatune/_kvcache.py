@@ -247,7 +247,11 @@ def _prepare(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table
     else:
         raise TypeError("q: a NumPy array or a torch.Tensor, not %s" % type(q).__name__)
     if spec is not None:
-        call.args.mod = _lib.mod_handle(call.ctx, spec[0], spec[1])
+        # the tensors are set here and stay set for the launch (a call of
+        # another thread under the same modification with other contents
+        # may set its own in between: give each thread its own)
+        with _lib.modification(call.ctx, spec) as h:
+            call.args.mod = h
     return call
 
 

@@ -1,5 +1,6 @@
 """libfatune through ctypes: the structs of fatune.h and one context per
 backend and device, opened on first use and kept for the process."""
+import contextlib
 import ctypes
 import importlib.util
 import os
@@ -9,7 +10,7 @@ import struct
 import sys
 import threading
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 FP32, FP64, FP16, BF16 = 0, 1, 2, 3
 DTYPE_NAMES = {FP32: "fp32", FP64: "fp64", FP16: "fp16", BF16: "bf16"}
@@ -144,6 +145,15 @@ def _load() -> ctypes.CDLL:
     lib.fatune_mod_create.restype = ctypes.c_int
     lib.fatune_mod_free.argtypes = [ctypes.c_void_p]
     lib.fatune_mod_free.restype = None
+    lib.fatune_mod_set_tensor.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p,
+                                          ctypes.c_longlong]
+    lib.fatune_mod_set_tensor.restype = ctypes.c_int
+    lib.fatune_mod_tensor.argtypes = [ctypes.c_void_p, ctypes.c_int,
+                                      ctypes.POINTER(ctypes.c_char_p),
+                                      ctypes.POINTER(ctypes.c_int)]
+    lib.fatune_mod_tensor.restype = ctypes.c_int
+    lib.fatune_programs.argtypes = [ctx]
+    lib.fatune_programs.restype = ctypes.c_longlong
     return lib
 
 
@@ -219,6 +229,120 @@ def mod_handle(ctx: int, spec: str, text: Optional[str]) -> int:
                                         else None, ctypes.byref(h)))
             m = _mods[key] = h.value
     return m
+
+
+# A modification as _check.mod gives it: spec, text, and its captured
+# tensors as (name, values) pairs.
+Mod = Optional[Tuple[str, Optional[str], Tuple[Tuple[str, Any], ...]]]
+
+# Per handle with captured tensors: a lock held from setting them to the
+# launch (calls of other threads may set others), and what each was set
+# from (_stamp's), so that unchanged tensors are not sent again.
+_bound: Dict[int, Tuple[threading.Lock, Dict[str, Any]]] = {}
+
+
+def _declared(h: int) -> List[Tuple[str, bool]]:
+    """The handle's captured tensors in order: (name, holds ints)."""
+    out = []
+    name, is_int = ctypes.c_char_p(), ctypes.c_int()
+    while LIB.fatune_mod_tensor(h, len(out), ctypes.byref(name), ctypes.byref(is_int)) == 0:
+        out.append(((name.value or b"").decode(), bool(is_int.value)))
+    return out
+
+
+def _stamp(values: Any) -> Any:
+    """What identifies values' contents without reading them: a torch
+    tensor itself (kept, so that no other takes its place) with its
+    version, storage and shape; anything else is read (None)."""
+    if hasattr(values, "_version") and hasattr(values, "data_ptr"):
+        return (values, values.data_ptr(), values._version, tuple(values.shape),
+                tuple(values.stride()), str(values.dtype), str(values.device))
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two stamps alike: the same tensor object in the same state, or the
+    same bytes."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return a[0] is b[0] and a[1:] == b[1:]
+    return isinstance(a, bytes) and isinstance(b, bytes) and a == b
+
+
+def _host(name: str, values: Any, ints: bool) -> Tuple[Any, int, int]:
+    """values on the host as contiguous int32 or float32: (keep-alive,
+    address, elements). Raises TypeError or ValueError naming the tensor."""
+    what = "captured tensor %s" % name
+    if hasattr(values, "detach") and hasattr(values, "is_floating_point"):   # torch
+        import torch
+        t = values.detach().reshape(-1)
+        if ints:
+            if t.is_floating_point() or t.is_complex():
+                raise TypeError("%s: integers (the modification reads it as int), not %s"
+                                % (what, t.dtype))
+            if t.numel() and (int(t.min()) < -2 ** 31 or int(t.max()) > 2 ** 31 - 1):
+                raise ValueError("%s: values past a 32-bit int" % what)
+        t = t.to(device="cpu", dtype=torch.int32 if ints else torch.float32).contiguous()
+        return t, t.data_ptr(), t.numel()
+    import numpy as np
+    a = np.asarray(values).reshape(-1)
+    if ints:
+        if a.dtype.kind not in "iub":
+            raise TypeError("%s: integers (the modification reads it as int), not %s"
+                            % (what, a.dtype))
+        if a.size and (int(a.min()) < -2 ** 31 or int(a.max()) > 2 ** 31 - 1):
+            raise ValueError("%s: values past a 32-bit int" % what)
+    elif a.dtype.kind not in "iubf":
+        raise TypeError("%s: numbers, not %s" % (what, a.dtype))
+    a = np.ascontiguousarray(a, dtype=np.int32 if ints else np.float32)
+    return a, a.ctypes.data, int(a.size)
+
+
+def _set_tensors(h: int, label: str, tensors: Tuple[Tuple[str, Any], ...],
+                 last: Dict[str, Any]) -> None:
+    given = dict(tensors)
+    declared = _declared(h)
+    for name in given:
+        if name not in dict(declared):
+            raise ValueError("mod: %s captures no tensor %r (it captures %s)"
+                             % (label, name, ", ".join(n for n, _ in declared) or "none"))
+    for name, ints in declared:
+        if name not in given:
+            raise ValueError("mod: %s captures tensor %r and it was not given" % (label, name))
+        values = given[name]
+        stamp = _stamp(values)
+        if stamp is not None and _same(last.get(name), stamp):
+            continue
+        keep, address, n = _host(name, values, ints)
+        if stamp is None:   # compared by contents
+            stamp = bytes(ctypes.string_at(address, 4 * n)) if n else b""
+            if _same(last.get(name), stamp):
+                continue
+        check(LIB.fatune_mod_set_tensor(h, name.encode(), address, n))
+        last[name] = stamp
+        del keep
+
+
+@contextlib.contextmanager
+def modification(ctx: int, mod: Mod) -> Iterator[int]:
+    """The context's fatune_mod for mod (0 for None), its captured tensors
+    set as mod gives them; held for the calls inside the block."""
+    if mod is None:
+        yield 0
+        return
+    h = mod_handle(ctx, mod[0], mod[1])
+    if not mod[2] and not _declared(h):
+        yield h
+        return
+    with _lock:
+        lock, last = _bound.setdefault(h, (threading.Lock(), {}))
+    with lock:
+        _set_tensors(h, mod[0], mod[2], last)
+        yield h
+
+
+def programs(ctx: int) -> int:
+    """Kernels the context has made ready (compiled or loaded)."""
+    return int(LIB.fatune_programs(ctx))
 
 
 def forget() -> None:

@@ -86,7 +86,7 @@ def _output(out: Any, q: np.ndarray, ins: List[np.ndarray], originals: List[Any]
 def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
               out: Optional[np.ndarray], return_lse: bool, layout: str,
               db: Optional[str], plan: bool = False, max_rel_err: float = 0.0,
-              deterministic: bool = False, mod: Optional[Tuple[str, Optional[str]]] = None
+              deterministic: bool = False, mod: _lib.Mod = None
               ) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     for name, a in (("q", q), ("k", k), ("v", v)):
         _input(name, a, q)
@@ -102,36 +102,36 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
         lse = np.empty((b, h, nq), np.float64 if code == _lib.FP64 else np.float32)
     nk = ins[1].shape[2 if layout == "bhnd" else 1]
     ctx = _lib.context("emu", 0, db)
-    handle = _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else 0
-    segs = _check.segments(nq, nk, mask)
-    if len(segs) == 1 and segs[0][:3] == (0, nq, nk):   # one call on the arrays as given
-        args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
-                              *fields(ins[2], code, layout), *fields(out, code, layout),
-                              lse.ctypes.data if lse is not None else 0,
-                              1 if segs[0][3] else 0, scale, 0, max_rel_err=max_rel_err,
-                              deterministic=deterministic, mod=handle)
-        return out, lse, _lib.call(ctx, args, plan)
-    names = []
-    for lo, hi, rows, causal in segs:
-        part, keys = _rows(layout, lo, hi), _rows(layout, 0, rows)
-        # The library's logsumexp is (batch, heads, its rows), contiguous.
-        part_lse = np.empty((b, h, hi - lo), lse.dtype) if lse is not None else None
-        args = _lib.pack_args(*fields(ins[0][part], code, layout),
-                              *fields(ins[1][keys], code, layout),
-                              *fields(ins[2][keys], code, layout),
-                              *fields(out[part], code, layout),
-                              part_lse.ctypes.data if part_lse is not None else 0,
-                              1 if causal else 0, scale, 0, max_rel_err=max_rel_err,
-                              deterministic=deterministic)
-        names.append(_lib.call(ctx, args, plan))
-        if lse is not None:
-            lse[:, :, lo:hi] = part_lse
-    return out, lse, " + ".join(names)
+    with _lib.modification(ctx, mod) as handle:
+        segs = _check.segments(nq, nk, mask)
+        if len(segs) == 1 and segs[0][:3] == (0, nq, nk):   # one call on the arrays as given
+            args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
+                                  *fields(ins[2], code, layout), *fields(out, code, layout),
+                                  lse.ctypes.data if lse is not None else 0,
+                                  1 if segs[0][3] else 0, scale, 0, max_rel_err=max_rel_err,
+                                  deterministic=deterministic, mod=handle)
+            return out, lse, _lib.call(ctx, args, plan)
+        names = []
+        for lo, hi, rows, causal in segs:
+            part, keys = _rows(layout, lo, hi), _rows(layout, 0, rows)
+            # The library's logsumexp is (batch, heads, its rows), contiguous.
+            part_lse = np.empty((b, h, hi - lo), lse.dtype) if lse is not None else None
+            args = _lib.pack_args(*fields(ins[0][part], code, layout),
+                                  *fields(ins[1][keys], code, layout),
+                                  *fields(ins[2][keys], code, layout),
+                                  *fields(out[part], code, layout),
+                                  part_lse.ctypes.data if part_lse is not None else 0,
+                                  1 if causal else 0, scale, 0, max_rel_err=max_rel_err,
+                                  deterministic=deterministic)
+            names.append(_lib.call(ctx, args, plan))
+            if lse is not None:
+                lse[:, :, lo:hi] = part_lse
+        return out, lse, " + ".join(names)
 
 
 def attention_backward(grad_o: np.ndarray, q: np.ndarray, k: Any, v: Any, out: Any, lse: Any,
                        grad_lse: Any, mask: str, scale: float, layout: str,
-                       db: Optional[str], mod: Optional[Tuple[str, Optional[str]]] = None
+                       db: Optional[str], mod: _lib.Mod = None
                        ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """dq, dk, dv (new arrays, C order, shaped as q, k, v) of attention's
     output out and logsumexp lse for q, k, v, under modification mod (as
@@ -168,27 +168,27 @@ def attention_backward(grad_o: np.ndarray, q: np.ndarray, k: Any, v: Any, out: A
     dk = np.empty(k.shape, dt) if whole else np.zeros(k.shape, dt)
     dv = np.empty(v.shape, dt) if whole else np.zeros(v.shape, dt)
     ctx = _lib.context("emu", 0, db)
-    handle = _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else 0
-    for lo, hi, rows, causal in segs:
-        part, keys = _rows(layout, lo, hi), _rows(layout, 0, rows)
-        # The library's logsumexps are (batch, heads, its rows), contiguous.
-        part_lse, part_dlse = (None if x is None else np.ascontiguousarray(x[:, :, lo:hi])
-                               for x in stats)
-        pdk = dk if whole else np.empty(dk[keys].shape, dt)
-        pdv = dv if whole else np.empty(dv[keys].shape, dt)
-        args = _lib.pack_backward_args(
-            *fields(ins[0][part], code, layout), *fields(ins[1][keys], code, layout),
-            *fields(ins[2][keys], code, layout), *fields(ins[3][part], code, layout),
-            *fields(ins[4][part], code, layout), *fields(dq[part], code, layout),
-            *fields(pdk, code, layout), *fields(pdv, code, layout),
-            part_lse.ctypes.data, 1 if causal else 0, scale, 0,
-            part_dlse.ctypes.data if part_dlse is not None else 0, mod=handle)
-        _lib.call_backward(ctx, args)
-        if not whole:
-            # Summed in float64: the two calls' shares, each rounded once.
-            dk[keys] = (dk[keys].astype(np.float64) + pdk.astype(np.float64)).astype(dt)
-            dv[keys] = (dv[keys].astype(np.float64) + pdv.astype(np.float64)).astype(dt)
-    return dq, dk, dv
+    with _lib.modification(ctx, mod) as handle:
+        for lo, hi, rows, causal in segs:
+            part, keys = _rows(layout, lo, hi), _rows(layout, 0, rows)
+            # The library's logsumexps are (batch, heads, its rows), contiguous.
+            part_lse, part_dlse = (None if x is None else np.ascontiguousarray(x[:, :, lo:hi])
+                                   for x in stats)
+            pdk = dk if whole else np.empty(dk[keys].shape, dt)
+            pdv = dv if whole else np.empty(dv[keys].shape, dt)
+            args = _lib.pack_backward_args(
+                *fields(ins[0][part], code, layout), *fields(ins[1][keys], code, layout),
+                *fields(ins[2][keys], code, layout), *fields(ins[3][part], code, layout),
+                *fields(ins[4][part], code, layout), *fields(dq[part], code, layout),
+                *fields(pdk, code, layout), *fields(pdv, code, layout),
+                part_lse.ctypes.data, 1 if causal else 0, scale, 0,
+                part_dlse.ctypes.data if part_dlse is not None else 0, mod=handle)
+            _lib.call_backward(ctx, args)
+            if not whole:
+                # Summed in float64: the two calls' shares, each rounded once.
+                dk[keys] = (dk[keys].astype(np.float64) + pdk.astype(np.float64)).astype(dt)
+                dv[keys] = (dv[keys].astype(np.float64) + pdv.astype(np.float64)).astype(dt)
+        return dq, dk, dv
 
 
 def _rows(layout: str, lo: int, hi: int) -> Tuple[slice, ...]:

@@ -146,7 +146,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         lse: Optional[torch.Tensor], mask: str, scale: float, layout: str,
         db: Optional[str] = None, plan: bool = False,
         budget: Tuple[float, bool] = (0.0, False),
-        mod: Optional[Tuple[str, Optional[str]]] = None) -> str:
+        mod: _lib.Mod = None) -> str:
     """out (and lse) for q, k, v; every argument already checked; budget the
     library's error budget (max_rel_err, deterministic); mod a modification
     as _check.mod gives it. With plan, the variant's name, and nothing
@@ -156,26 +156,27 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
     # the stream the kernel runs on, so it lives as long as the kernel needs.
     q, k, v = (t if _usable(t) else t.contiguous() for t in (q, k, v))
     ctx, stream = _context(q, db)
-    handle = _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else 0
-    sd = 2 if layout == "bhnd" else 1
-    nq, nk = q.shape[sd], k.shape[sd]
-    segs = _check.segments(nq, nk, mask)
-    names = []
-    for lo, hi, rows, causal in segs:
-        whole = len(segs) == 1 and hi - lo == nq
-        part_lse = lse if whole or lse is None else \
-            torch.empty(lse.shape[:2] + (hi - lo,), dtype=lse.dtype, device=lse.device)
-        qs, os_ = (q, out) if whole else (q.narrow(sd, lo, hi - lo), out.narrow(sd, lo, hi - lo))
-        ks, vs = (k, v) if rows == nk else (k.narrow(sd, 0, rows), v.narrow(sd, 0, rows))
-        args = _lib.pack_args(*_fields(qs, code, layout), *_fields(ks, code, layout),
-                              *_fields(vs, code, layout), *_fields(os_, code, layout),
-                              part_lse.data_ptr() if part_lse is not None else 0,
-                              1 if causal else 0, scale, stream,
-                              max_rel_err=budget[0], deterministic=budget[1], mod=handle)
-        names.append(_lib.call(ctx, args, plan))
-        if part_lse is not lse:
-            lse[:, :, lo:hi] = part_lse
-    return " + ".join(names)
+    with _lib.modification(ctx, mod) as handle:
+        sd = 2 if layout == "bhnd" else 1
+        nq, nk = q.shape[sd], k.shape[sd]
+        segs = _check.segments(nq, nk, mask)
+        names = []
+        for lo, hi, rows, causal in segs:
+            whole = len(segs) == 1 and hi - lo == nq
+            part_lse = lse if whole or lse is None else \
+                torch.empty(lse.shape[:2] + (hi - lo,), dtype=lse.dtype, device=lse.device)
+            qs, os_ = (q, out) if whole else (q.narrow(sd, lo, hi - lo),
+                                              out.narrow(sd, lo, hi - lo))
+            ks, vs = (k, v) if rows == nk else (k.narrow(sd, 0, rows), v.narrow(sd, 0, rows))
+            args = _lib.pack_args(*_fields(qs, code, layout), *_fields(ks, code, layout),
+                                  *_fields(vs, code, layout), *_fields(os_, code, layout),
+                                  part_lse.data_ptr() if part_lse is not None else 0,
+                                  1 if causal else 0, scale, stream,
+                                  max_rel_err=budget[0], deterministic=budget[1], mod=handle)
+            names.append(_lib.call(ctx, args, plan))
+            if part_lse is not lse:
+                lse[:, :, lo:hi] = part_lse
+        return " + ".join(names)
 
 
 def _op_scale(scale: Optional[torch.Tensor], real: bool = True) -> float:
@@ -199,26 +200,42 @@ def _op_budget(max_rel_err: float, deterministic: bool) -> Tuple[float, bool]:
     return _check.budget(max_rel_err if max_rel_err != 0.0 else None, deterministic)
 
 
-def _op_mod(mod_spec: Optional[str], mod_text: Optional[str], mask: str
-            ) -> Optional[Tuple[str, Optional[str]]]:
+def _op_mod(mod_spec: Optional[str], mod_text: Optional[str], mask: str,
+            mod_names: Optional[str] = None, mod_tensors: Optional[List[torch.Tensor]] = None
+            ) -> _lib.Mod:
     """The operators' modification: a built-in's spec (mod_text None), or a
-    file's name and text, as _check.mod gives them; None for none. Not with
-    a top-left causal mask."""
+    file's name and text, with its captured tensors (mod_names, comma
+    separated, naming mod_tensors), as _check.mod gives them; None for
+    none. Not with a top-left causal mask."""
+    names = mod_names.split(",") if mod_names else []
+    tensors = list(mod_tensors) if mod_tensors is not None else []
+    if len(names) != len(tensors):
+        raise ValueError("mod_names: %d names for %d mod_tensors" % (len(names), len(tensors)))
     if mod_spec is None:
-        if mod_text is not None:
-            raise ValueError("mod_text: without mod_spec (the file's name)")
+        if mod_text is not None or tensors:
+            raise ValueError("mod_text, mod_tensors: without mod_spec (the modification)")
         return None
     if mask == _check.TOP_LEFT:
         raise ValueError("mod: not with a top-left causal mask (write it into the "
                          "modification's mask instead)")
-    return (mod_spec, mod_text)
+    return (mod_spec, mod_text, tuple(zip(names, tensors)))
+
+
+def _op_mod_args(mod: _lib.Mod) -> Tuple[Any, ...]:
+    """The operators' four modification arguments for mod (_check.mod's)."""
+    if mod is None:
+        return (None, None, None, None)
+    pairs = [(n, t if isinstance(t, torch.Tensor) else torch.as_tensor(t)) for n, t in mod[2]]
+    return (mod[0], mod[1], ",".join(n for n, _ in pairs) or None,
+            [t for _, t in pairs] or None)
 
 
 @torch.library.custom_op("fatune::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
                  scale: Optional[torch.Tensor], layout: str, db: Optional[str],
                  max_rel_err: float = 0.0, deterministic: bool = False,
-                 mod_spec: Optional[str] = None, mod_text: Optional[str] = None
+                 mod_spec: Optional[str] = None, mod_text: Optional[str] = None,
+                 mod_names: Optional[str] = None, mod_tensors: Optional[List[torch.Tensor]] = None
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
     """O (contiguous, q's shape and dtype) and the logsumexp ([batch][heads][seq_q],
     fp32; fp64 for fp64). causal: 'none', 'bottom_right' or 'top_left';
@@ -230,7 +247,7 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
     text, which the backward pass takes too."""
     mask = check(q, k, v, None, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
-    mod = _op_mod(mod_spec, mod_text, mask)
+    mod = _op_mod(mod_spec, mod_text, mask, mod_names, mod_tensors)
     out, lse = _new_out(q, v), _new_lse(q, layout)
     run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod)
     return out, lse
@@ -240,9 +257,12 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
 def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
                     scale: Optional[torch.Tensor], layout: str, db: Optional[str],
                     max_rel_err: float = 0.0, deterministic: bool = False,
-                    mod_spec: Optional[str] = None, mod_text: Optional[str] = None
+                    mod_spec: Optional[str] = None, mod_text: Optional[str] = None,
+                    mod_names: Optional[str] = None,
+                    mod_tensors: Optional[List[torch.Tensor]] = None
                     ) -> Tuple[torch.Tensor, torch.Tensor]:
-    _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False))
+    _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False),
+            mod_names, mod_tensors)
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
     return _new_out(q, v), _new_lse(q, layout)
@@ -252,7 +272,7 @@ def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torc
                  k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                  mask: str, scale: float, layout: str, db: Optional[str],
                  budget: Tuple[float, bool] = (0.0, False),
-                 mod: Optional[Tuple[str, Optional[str]]] = None
+                 mod: _lib.Mod = None
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (contiguous, shaped as q, k, v) from the forward pass's out
     and lse, and the gradients of out and (when not None) of lse; one
@@ -263,37 +283,37 @@ def run_backward(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor], q: torc
     code = _CODES[q.dtype]
     q, k, v, out, grad_o = (t if _usable(t) else t.contiguous() for t in (q, k, v, out, grad_o))
     ctx, stream = _context(q, db)
-    handle = _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else 0
-    sd = 2 if layout == "bhnd" else 1
-    nq, nk = q.shape[sd], k.shape[sd]
-    segs = _check.segments(nq, nk, mask)
-    whole = len(segs) == 1 and segs[0][2] == nk
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=q.dtype, device=q.device) if whole else torch.zeros_like(k)
-    dv = torch.empty(v.shape, dtype=q.dtype, device=q.device) if whole else torch.zeros_like(v)
-    lse = lse.contiguous()
-    grad_lse = grad_lse.contiguous() if grad_lse is not None else None
-    for lo, hi, rows, causal in segs:
-        part = lambda t: t if hi - lo == nq else t.narrow(sd, lo, hi - lo)  # noqa: E731
-        keys = lambda t: t if rows == nk else t.narrow(sd, 0, rows)  # noqa: E731
-        part_lse = lse if hi - lo == nq else lse[:, :, lo:hi].contiguous()
-        part_dlse = grad_lse if grad_lse is None or hi - lo == nq else \
-            grad_lse[:, :, lo:hi].contiguous()
-        pdk = dk if whole else torch.empty(keys(k).shape, dtype=q.dtype, device=q.device)
-        pdv = dv if whole else torch.empty(keys(v).shape, dtype=q.dtype, device=q.device)
-        args = _lib.pack_backward_args(
-            *_fields(part(q), code, layout), *_fields(keys(k), code, layout),
-            *_fields(keys(v), code, layout), *_fields(part(out), code, layout),
-            *_fields(part(grad_o), code, layout), *_fields(part(dq), code, layout),
-            *_fields(pdk, code, layout), *_fields(pdv, code, layout),
-            part_lse.data_ptr(), 1 if causal else 0, scale, stream,
-            part_dlse.data_ptr() if part_dlse is not None else 0,
-            max_rel_err=budget[0], deterministic=budget[1], mod=handle)
-        _lib.call_backward(ctx, args)
-        if not whole:
-            keys(dk).add_(pdk)
-            keys(dv).add_(pdv)
-    return dq, dk, dv
+    with _lib.modification(ctx, mod) as handle:
+        sd = 2 if layout == "bhnd" else 1
+        nq, nk = q.shape[sd], k.shape[sd]
+        segs = _check.segments(nq, nk, mask)
+        whole = len(segs) == 1 and segs[0][2] == nk
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        dk = torch.empty(k.shape, dtype=q.dtype, device=q.device) if whole else torch.zeros_like(k)
+        dv = torch.empty(v.shape, dtype=q.dtype, device=q.device) if whole else torch.zeros_like(v)
+        lse = lse.contiguous()
+        grad_lse = grad_lse.contiguous() if grad_lse is not None else None
+        for lo, hi, rows, causal in segs:
+            part = lambda t: t if hi - lo == nq else t.narrow(sd, lo, hi - lo)  # noqa: E731
+            keys = lambda t: t if rows == nk else t.narrow(sd, 0, rows)  # noqa: E731
+            part_lse = lse if hi - lo == nq else lse[:, :, lo:hi].contiguous()
+            part_dlse = grad_lse if grad_lse is None or hi - lo == nq else \
+                grad_lse[:, :, lo:hi].contiguous()
+            pdk = dk if whole else torch.empty(keys(k).shape, dtype=q.dtype, device=q.device)
+            pdv = dv if whole else torch.empty(keys(v).shape, dtype=q.dtype, device=q.device)
+            args = _lib.pack_backward_args(
+                *_fields(part(q), code, layout), *_fields(keys(k), code, layout),
+                *_fields(keys(v), code, layout), *_fields(part(out), code, layout),
+                *_fields(part(grad_o), code, layout), *_fields(part(dq), code, layout),
+                *_fields(pdk, code, layout), *_fields(pdv, code, layout),
+                part_lse.data_ptr(), 1 if causal else 0, scale, stream,
+                part_dlse.data_ptr() if part_dlse is not None else 0,
+                max_rel_err=budget[0], deterministic=budget[1], mod=handle)
+            _lib.call_backward(ctx, args)
+            if not whole:
+                keys(dk).add_(pdk)
+                keys(dv).add_(pdv)
+        return dq, dk, dv
 
 
 @torch.library.custom_op("fatune::attention_backward", mutates_args=())
@@ -302,7 +322,8 @@ def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor]
                           lse: torch.Tensor, causal: str, scale: Optional[torch.Tensor],
                           layout: str, db: Optional[str], max_rel_err: float = 0.0,
                           deterministic: bool = False, mod_spec: Optional[str] = None,
-                          mod_text: Optional[str] = None
+                          mod_text: Optional[str] = None, mod_names: Optional[str] = None,
+                          mod_tensors: Optional[List[torch.Tensor]] = None
                           ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of fatune::attention: grad_o the gradient of its output,
     grad_lse of its logsumexp (None: zero), out and lse what it returned for
@@ -310,7 +331,7 @@ def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor]
     the error budget, as fatune::attention's."""
     mask = check(q, k, v, None, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
-    mod = _op_mod(mod_spec, mod_text, mask)
+    mod = _op_mod(mod_spec, mod_text, mask, mod_names, mod_tensors)
     for name, t in (("grad_o", grad_o), ("out", out)):
         _tensor(name, t, q)
         if t.shape != q.shape[:3] + v.shape[3:]:
@@ -333,9 +354,12 @@ def _attention_backward_fake(grad_o: torch.Tensor, grad_lse: Optional[torch.Tens
                              out: torch.Tensor, lse: torch.Tensor, causal: str,
                              scale: Optional[torch.Tensor], layout: str, db: Optional[str],
                              max_rel_err: float = 0.0, deterministic: bool = False,
-                             mod_spec: Optional[str] = None, mod_text: Optional[str] = None
+                             mod_spec: Optional[str] = None, mod_text: Optional[str] = None,
+                             mod_names: Optional[str] = None,
+                             mod_tensors: Optional[List[torch.Tensor]] = None
                              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False))
+    _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False),
+            mod_names, mod_tensors)
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
     return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
@@ -347,8 +371,10 @@ def _backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch
               ) -> Tuple[Any, ...]:
     q, k, v, out, lse, scale = ctx.saved_tensors if ctx.has_scale else \
         (*ctx.saved_tensors, None)
-    # causal, scale, layout, db, max_rel_err, deterministic, mod_spec, mod_text
-    rest = (None,) * 8
+    # causal, scale, layout, db, max_rel_err, deterministic, and the four mod_
+    # arguments (mod_tensors a list: no gradient for each)
+    tensors = ctx.mod[3]
+    rest = (None,) * 9 + ([None] * len(tensors) if tensors is not None else None,)
     if grad_o is None and grad_lse is None:
         return (None, None, None) + rest
     if grad_o is None:
@@ -359,10 +385,10 @@ def _backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch
 
 
 def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-    q, k, v, causal, scale, layout, db, max_rel_err, deterministic, mod_spec, mod_text = inputs
+    q, k, v, causal, scale, layout, db, max_rel_err, deterministic, *mod = inputs
     out, lse = output
     ctx.budget = (max_rel_err, deterministic)
-    ctx.mod = (mod_spec, mod_text)
+    ctx.mod = tuple(mod) + (None,) * (4 - len(mod))
     ctx.set_materialize_grads(False)
     ctx.has_scale = scale is not None
     ctx.save_for_backward(q, k, v, out, lse, *((scale,) if scale is not None else ()))
@@ -376,13 +402,15 @@ attention_op.register_autograd(_backward, setup_context=_setup_context)
 def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                      causal: str, scale: Optional[torch.Tensor], layout: str,
                      db: Optional[str], max_rel_err: float = 0.0, deterministic: bool = False,
-                     mod_spec: Optional[str] = None, mod_text: Optional[str] = None
+                     mod_spec: Optional[str] = None, mod_text: Optional[str] = None,
+                     mod_names: Optional[str] = None,
+                     mod_tensors: Optional[List[torch.Tensor]] = None
                      ) -> torch.Tensor:
     """fatune::attention into out (q's shape and dtype, the head dim
     contiguous, sharing no memory with q, k or v); returns the logsumexp."""
     mask = check(q, k, v, out, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
-    mod = _op_mod(mod_spec, mod_text, mask)
+    mod = _op_mod(mod_spec, mod_text, mask, mod_names, mod_tensors)
     lse = _new_lse(q, layout)
     run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod)
     return lse
@@ -393,9 +421,11 @@ def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                         causal: str, scale: Optional[torch.Tensor], layout: str,
                         db: Optional[str], max_rel_err: float = 0.0,
                         deterministic: bool = False, mod_spec: Optional[str] = None,
-                        mod_text: Optional[str] = None
+                        mod_text: Optional[str] = None, mod_names: Optional[str] = None,
+                        mod_tensors: Optional[List[torch.Tensor]] = None
                         ) -> torch.Tensor:
-    _op_mod(mod_spec, mod_text, check(q, k, v, out, causal, layout, real=False))
+    _op_mod(mod_spec, mod_text, check(q, k, v, out, causal, layout, real=False),
+            mod_names, mod_tensors)
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
     return _new_lse(q, layout)
@@ -430,7 +460,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str,
                 scale: float, layout: str, db: Optional[str], budget: Tuple[float, bool],
-                mod: Optional[Tuple[str, Optional[str]]]) -> Tuple[torch.Tensor, torch.Tensor]:
+                mod: _lib.Mod) -> Tuple[torch.Tensor, torch.Tensor]:
         out, lse = _new_out(q, v), _new_lse(q, layout)
         run(q, k, v, out, lse, mask, scale, layout, db, budget=budget, mod=mod)
         ctx.set_materialize_grads(False)
@@ -456,7 +486,7 @@ class _Attention(torch.autograd.Function):
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
               layout: str, db: Optional[str], plan: bool,
               budget: Tuple[float, bool] = (0.0, False),
-              mod: Optional[Tuple[str, Optional[str]]] = None) -> Tuple[Any, Any, str]:
+              mod: _lib.Mod = None) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
     torch.compile and torch.export see, unless nothing needs them (_eager);
     plan calls the library directly. A modification (mod) goes to either,
@@ -489,7 +519,7 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
         st = torch.scalar_tensor(scale, dtype=torch.float64)
     else:
         st = torch.tensor(_check.scale(scale), dtype=torch.float64)
-    ms = mod if mod is not None else (None, None)
+    ms = _op_mod_args(mod)
     if out is None:
         o, lse = attention_op(q, k, v, mask, st, layout, db, *budget, *ms)
         return o, lse, ""

@@ -42,7 +42,7 @@ _lib.LIB.fatune_attention_varlen_backward.argtypes = [ctypes.c_void_p,
 _lib.LIB.fatune_attention_varlen_backward.restype = ctypes.c_int
 
 Fields = Tuple[int, int, Tuple[int, ...], Tuple[int, ...]]
-Mod = Optional[Tuple[str, Optional[str]]]   # _check.mod's
+Mod = _lib.Mod   # _check.mod's
 
 
 def _tensor(data: int, code: int, shape: Tuple[int, ...], strides: Tuple[int, ...]) -> _lib.Tensor:
@@ -71,16 +71,13 @@ def _shapes(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any) -> int:
     return int(cu_q.shape[0]) - 1
 
 
-def _handle(ctx: int, mod: Mod) -> Optional[int]:
-    return _lib.mod_handle(ctx, mod[0], mod[1]) if mod is not None else None
-
-
 def _run(ctx: int, stream: int, arrays: List[Fields], lse: int, cu_q: int, cu_k: int,
          batch: int, max_q: int, max_k: int, causal: bool, scale: float, mod: Mod) -> None:
     q, k, v, o = (_tensor(*a) for a in arrays)
-    args = VarlenArgs(q, k, v, o, lse, cu_q, cu_k, batch, max_q, max_k, 1 if causal else 0,
-                      scale, stream or None, _handle(ctx, mod))
-    _lib.check(_lib.LIB.fatune_attention_varlen(ctx, ctypes.byref(args)))
+    with _lib.modification(ctx, mod) as h:
+        args = VarlenArgs(q, k, v, o, lse, cu_q, cu_k, batch, max_q, max_k, 1 if causal else 0,
+                          scale, stream or None, h or None)
+        _lib.check(_lib.LIB.fatune_attention_varlen(ctx, ctypes.byref(args)))
 
 
 def _run_backward(ctx: int, stream: int, arrays: List[Fields], lse: int, dlse: int, cu_q: int,
@@ -89,10 +86,11 @@ def _run_backward(ctx: int, stream: int, arrays: List[Fields], lse: int, dlse: i
     """fatune_attention_varlen_backward over the eight packed tensors (q, k,
     v, o, dout, dq, dk, dv)."""
     t = [_tensor(*a) for a in arrays]
-    args = VarlenBackwardArgs(*t, lse, dlse or None, cu_q, cu_k, batch, max_q, max_k,
-                              1 if causal else 0, scale, stream or None,
-                              1 if deterministic else 0, _handle(ctx, mod))
-    _lib.check(_lib.LIB.fatune_attention_varlen_backward(ctx, ctypes.byref(args)))
+    with _lib.modification(ctx, mod) as h:
+        args = VarlenBackwardArgs(*t, lse, dlse or None, cu_q, cu_k, batch, max_q, max_k,
+                                  1 if causal else 0, scale, stream or None,
+                                  1 if deterministic else 0, h or None)
+        _lib.check(_lib.LIB.fatune_attention_varlen_backward(ctx, ctypes.byref(args)))
 
 
 def _numpy_checked(q: np.ndarray, others: Tuple[Tuple[str, Any], ...], cu_q: Any,

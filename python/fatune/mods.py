@@ -5,11 +5,20 @@ A modification rewrites attention's scores and says which keys a row sees
 objects that fatune.attention(..., mod=) and the other calls take:
 
 * the built-ins: sliding_window(256), softcap(30.0), alibi(), prefix_lm(128),
-  chunked(1024);
+  chunked(1024), and over tensors given at run time document(ids) and
+  relative_bias(table);
 * Python functions, FlexAttention's way: from_functions(score_mod, mask_mod)
   with score_mod(score, b, h, q_idx, kv_idx) -> a new score and
   mask_mod(b, h, q_idx, kv_idx) -> whether the key is seen, also given to
-  fatune.attention as score_mod= and mask_mod=.
+  fatune.attention as score_mod= and mask_mod=;
+* a modification file with its captured tensors: from_file(path, doc=ids).
+
+Tensors a function reads (doc[q_idx], bias[h, q_idx - kv_idx + 128]: a
+torch tensor, or any array wrapped in captured()) are captured: the
+kernel reads them at run time, so new contents, or a new tensor of the
+same dtype in the same place, never compile again. They are read as int32
+(integer dtypes) or float32; an index outside one reads 0 and fails the
+call.
 
 A function is traced once over symbolic arguments, never called on data:
 its arithmetic (+ - * / // % **, unary -, abs()), comparisons, & | ~ on
@@ -23,36 +32,52 @@ raises TypeError saying what to write instead. SEQ_Q, SEQ_K and HEADS
 stand for the problem's lengths and head count (seq_k - seq_q aligns a
 mask to the bottom-right corner, as fatune's causal mask is).
 """
+import contextlib
 import math
 import re
-from typing import Any, Callable, Optional, Tuple
+import sys
+import threading
+from typing import Any, Callable, List, Optional, Tuple
 
-__all__ = ["Modification", "from_functions", "sliding_window", "softcap", "alibi",
-           "prefix_lm", "chunked", "where", "tanh", "exp", "exp2", "log", "log2", "sqrt",
-           "minimum", "maximum", "SEQ_Q", "SEQ_K", "HEADS"]
+__all__ = ["Modification", "from_functions", "from_file", "captured", "sliding_window",
+           "softcap", "alibi", "prefix_lm", "chunked", "document", "relative_bias", "where",
+           "tanh", "exp", "exp2", "log", "log2", "sqrt", "minimum", "maximum", "SEQ_Q", "SEQ_K",
+           "HEADS"]
 
 
 class Modification:
     """A modification as the library takes it: a built-in's spec
     ("window=256:0") with text None, or a modification file's name and text
-    (what from_functions writes)."""
+    (what from_functions writes); with the contents of the tensors it
+    captures as (name, values) pairs (values a torch tensor or an array)."""
 
-    __slots__ = ("spec", "text")
+    __slots__ = ("spec", "text", "tensors")
 
-    def __init__(self, spec: str, text: Optional[str] = None) -> None:
-        self.spec, self.text = spec, text
+    def __init__(self, spec: str, text: Optional[str] = None,
+                 tensors: Tuple[Tuple[str, Any], ...] = ()) -> None:
+        self.spec, self.text, self.tensors = spec, text, tuple(tensors)
 
     def __repr__(self) -> str:
-        if self.text is None:
-            return "Modification(%r)" % self.spec
-        return "Modification(%r, %r)" % (self.spec, self.text)
+        parts = [repr(self.spec)] + ([repr(self.text)] if self.text is not None else [])
+        if self.tensors:
+            parts.append("tensors=(%s)" % ", ".join("%s: %s" % (n, _describe(t))
+                                                     for n, t in self.tensors))
+        return "Modification(%s)" % ", ".join(parts)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Modification) and (self.spec, self.text) == (other.spec,
-                                                                              other.text)
+        """The same expressions over the same tensor objects."""
+        return isinstance(other, Modification) and \
+            (self.spec, self.text) == (other.spec, other.text) and \
+            len(self.tensors) == len(other.tensors) and \
+            all(a[0] == b[0] and a[1] is b[1] for a, b in zip(self.tensors, other.tensors))
 
     def __hash__(self) -> int:
         return hash((self.spec, self.text))
+
+
+def _describe(t: Any) -> str:
+    shape = getattr(t, "shape", None)
+    return "%s%s" % (type(t).__name__, tuple(shape) if shape is not None else "")
 
 
 def _number(x: Any, what: str) -> str:
@@ -97,9 +122,53 @@ def chunked(size: int) -> Modification:
     return Modification("chunked=%d" % size)
 
 
+def document(ids: Any) -> Modification:
+    """Document masking over packed sequences: row r sees key k when
+    ids[r + seq_k - seq_q] == ids[k] (ids: a document id per key, ints;
+    bottom-right aligned as the causal mask)."""
+    return Modification("document", None, (("doc", ids),))
+
+
+def relative_bias(table: Any) -> Modification:
+    """A learned relative-position bias: score + table[h, d + span], d the
+    distance k - r - (seq_k - seq_q) clamped to -span..span; table is
+    (heads, 2 span + 1) floats."""
+    shape = tuple(getattr(table, "shape", ()))
+    if len(shape) != 2 or shape[1] % 2 != 1:
+        raise ValueError("table: (heads, 2 span + 1) values, not shape %s" % (shape,))
+    return Modification("relbias=%d" % (shape[1] // 2), None, (("bias", table),))
+
+
+def from_file(path: Any, **tensors: Any) -> Modification:
+    """The modification of file NAME.lua, with the contents of the tensors it
+    captures by their names: from_file("docs.lua", doc=ids)."""
+    import os
+    p = os.fspath(path)
+    with open(p, "r", encoding="utf-8") as f:
+        text = f.read()
+    return Modification(p, text, tuple(tensors.items()))
+
+
+class captured:  # noqa: N801 (reads as a function call)
+    """values (a NumPy array, a list) read by a traced function, as a torch
+    tensor is without it: captured(ids)[q_idx]."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: Any) -> None:
+        if not hasattr(values, "shape"):
+            import numpy as np
+            values = np.asarray(values)
+        self.values = values
+
+    def __getitem__(self, index: Any) -> "_Sym":
+        return _read(self.values, index)
+
+
 # Tracing ------------------------------------------------------------------
 
 _INT_MAX = 2 ** 31 - 1
+_lock = threading.Lock()   # one trace at a time: _captures is the module's
 _NOT_TRACEABLE = ("a traced value has no truth value: Python's if, and, or, not, min() and "
                   "max() cannot be traced; write where(c, a, b), & | ~, minimum or maximum "
                   "(fatune.mods' or torch's)")
@@ -173,6 +242,8 @@ class _Sym:
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = getattr(func, "__name__", str(func))
+        if name == "__getitem__" and not kwargs and len(args) == 2:
+            return _read(args[0], args[1])
         fn = _TORCH.get(name)
         if fn is None or kwargs:
             raise TypeError("torch.%s is not traceable into a modification (traceable: %s)"
@@ -330,6 +401,50 @@ _TORCH = {"tanh": tanh, "exp": exp, "exp2": exp2, "log": log, "log2": log2, "sqr
 SEQ_Q, SEQ_K, HEADS = _Sym("seq_q", "int"), _Sym("seq_k", "int"), _Sym("heads", "int")
 
 
+# The tensors the functions being traced read, in order (values, kind).
+_captures: List[Tuple[Any, str]] = []
+_MAX_TENSORS = 4
+
+
+def _read(values: Any, index: Any) -> _Sym:
+    """values[index] in a traced function: a read of a captured tensor, its
+    indices (one per dim, row-major) ints or traced ints."""
+    if isinstance(values, _Sym):
+        raise TypeError("a traced value is no tensor to index")
+    shape = tuple(int(n) for n in getattr(values, "shape", (len(values),)))
+    idx = index if isinstance(index, tuple) else (index,)
+    if len(idx) != len(shape):
+        raise TypeError("a captured tensor of %d dims indexed by %d" % (len(shape), len(idx)))
+    flat: Any = 0
+    for i, n in zip(idx, shape):
+        if isinstance(i, slice) or i is None or i is Ellipsis:
+            raise TypeError("a captured tensor is read one element at a time")
+        x = _lift(i, "[]")
+        if x.kind != "int":
+            raise TypeError("a captured tensor's index is an int, not a %s" % x.kind)
+        flat = x if isinstance(flat, int) and flat == 0 else flat * n + x
+    dtype = str(getattr(values, "dtype", "float"))
+    kind = "int" if any(w in dtype for w in ("int", "bool")) else "float"
+    for slot, (v, _) in enumerate(_captures):
+        if v is values:
+            break
+    else:
+        slot = len(_captures)
+        if slot == _MAX_TENSORS:
+            raise TypeError("more than %d captured tensors" % _MAX_TENSORS)
+        _captures.append((values, kind))
+    return _Sym("t%d[%s]" % (slot, _lift(flat, "[]").text), kind)
+
+
+def _tracing() -> Any:
+    """The lock of one trace at a time; none under torch.compile, which
+    traces this code itself, in one thread (and enters no lock)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return _lock
+
+
 def _traced(fn: Callable[..., Any], names: Tuple[str, ...], what: str, kinds: str) -> str:
     args = [_Sym(n, "float" if n == "score" else "int") for n in names]
     try:
@@ -359,6 +474,16 @@ def from_functions(score_mod: Optional[Callable[..., Any]] = None,
     doc); name (default: the functions') names it in fatune's output."""
     if score_mod is None and mask_mod is None:
         raise ValueError("from_functions: a score_mod, a mask_mod or both")
+    with _tracing():
+        del _captures[:]
+        try:
+            return _from_functions(score_mod, mask_mod, name)
+        finally:
+            del _captures[:]
+
+
+def _from_functions(score_mod: Optional[Callable[..., Any]],
+                    mask_mod: Optional[Callable[..., Any]], name: Optional[str]) -> Modification:
     parts = []
     for fn, what, names, kind in ((score_mod, "score_mod", ("score", "b", "h", "q_idx", "kv_idx"),
                                    "num"),
@@ -372,10 +497,14 @@ def from_functions(score_mod: Optional[Callable[..., Any]] = None,
             parts.append("  %s = \"%s\"," % ("score" if what == "score_mod" else "mask", text))
     if not parts:  # a mask that keeps every key, and no score: nothing to do
         parts.append("  mask = \"0 == 0\",")
+    if _captures:
+        parts.insert(0, "  tensors = { %s }," % ", ".join(
+            "{ \"t%d\", \"%s\" }" % (i, kind) for i, (_, kind) in enumerate(_captures)))
     if name is None:
         name = "_".join(f.__name__ if getattr(f, "__name__", "<lambda>") != "<lambda>" else what
                         for f, what in ((score_mod, "score_mod"), (mask_mod, "mask_mod")) if f)
     name = re.sub(r"[^A-Za-z0-9_]", "_", name)[:64] or "python"
     text = "-- traced from Python by fatune.mods\nreturn {\n  doc = \"%s\",\n%s\n}\n" % (
         name, "\n".join(parts))
-    return Modification(name + ".lua", text)
+    return Modification(name + ".lua", text,
+                        tuple(("t%d" % i, v) for i, (v, _) in enumerate(_captures)))

@@ -198,6 +198,6 @@ def test_torch_operators():
     with pytest.raises(ValueError, match="^mod: not with a top-left"):
         torch.ops.fatune.attention(q, k, v, "top_left", None, "bhnd", None, 0.0, False,
                                    "window=6:1", None)
-    with pytest.raises(ValueError, match="^mod_text: without mod_spec"):
+    with pytest.raises(ValueError, match="^mod_text, mod_tensors: without mod_spec"):
         torch.ops.fatune.attention(q, k, v, "none", None, "bhnd", None, 0.0, False, None,
                                    text)

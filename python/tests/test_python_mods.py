@@ -124,3 +124,114 @@ def test_what_cannot_be_traced():
     with pytest.raises(TypeError, match="^score_mod: torch.sigmoid is not traceable"):
         fatune.attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
                          score_mod=lambda s, b, h, qi, kv: torch.sigmoid(s))
+
+
+def _ids(runs):
+    """Document ids of NK keys in runs of the given lengths (the last one
+    taking the rest)."""
+    ids = np.zeros(NK, np.int32)
+    at = 0
+    for i, n in enumerate(runs):
+        ids[at:at + n] = i
+        at += n
+    ids[at:] = len(runs)
+    return ids
+
+
+def test_captured_tensors():
+    """Tensors read at run time: the document built-in over NumPy ids and a
+    traced function over a torch tensor give the same masked attention;
+    new ids (a new tensor, or the same one changed in place) change the
+    result and compile nothing; a relative-position bias table by head and
+    distance; all against attention written here from the same ids."""
+    q, k, v = qkv(seed=5)
+    ids = _ids([9, 20, 4, 11])
+
+    def doc_ref(ids):
+        return reference(q, k, v, lambda h, r, c: ids[r + OFF] == ids[c], lambda h, r, c, s: s)
+
+    got = fatune.attention(q, k, v, mod=mods.document(ids))
+    assert rel_err(got, doc_ref(ids)) < TOLERANCE["float32"]
+    wrapped = fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv:
+                               mods.captured(ids)[qi + OFF] == mods.captured(ids)[kv])
+    assert rel_err(wrapped, got) < TOLERANCE["float32"]
+    ctx = fatune._lib.context("emu", 0, None)
+    before = fatune._lib.programs(ctx)
+    ids2 = _ids([3, 3, 30])
+    assert rel_err(fatune.attention(q, k, v, mod=mods.document(ids2)), doc_ref(ids2)) < \
+        TOLERANCE["float32"]
+    assert fatune._lib.programs(ctx) == before, "new ids made a kernel"
+    torch = pytest.importorskip("torch")
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+    doc = torch.from_numpy(ids.astype(np.int64))
+    m = mods.from_functions(mask_mod=lambda b, h, qi, kv: doc[qi + OFF] == doc[kv])
+    assert "tensors = { { \"t0\", \"int\" } }" in m.text and m.tensors[0][1] is doc
+    assert rel_err(fatune.attention(tq, tk, tv, mod=m).numpy(), doc_ref(ids)) < \
+        TOLERANCE["float32"]
+    doc.copy_(torch.from_numpy(ids2))
+    assert rel_err(fatune.attention(tq, tk, tv, mod=m).numpy(), doc_ref(ids2)) < \
+        TOLERANCE["float32"]
+    assert fatune._lib.programs(ctx) == before, "ids changed in place made a kernel"
+    table = np.random.default_rng(6).standard_normal((H, 11)).astype(np.float32)
+
+    def rel_ref(h, r, c, s):
+        return s + table[h, np.clip(c - r - OFF, -5, 5) + 5]
+
+    want = reference(q, k, v, lambda h, r, c: True, rel_ref)
+    assert rel_err(fatune.attention(q, k, v, mod=mods.relative_bias(table)), want) < \
+        TOLERANCE["float32"]
+    bias = torch.from_numpy(table)
+    traced = fatune.attention(tq, tk, tv, score_mod=lambda s, b, h, qi, kv:
+                              s + bias[h, torch.clamp(kv - qi - OFF, -5, 5) + 5])
+    assert rel_err(traced.numpy(), want) < TOLERANCE["float32"]
+
+
+def test_captured_tensor_gradients():
+    """Autograd through a mask over captured ids, eagerly and under
+    torch.compile (the ids an input of the graph), against the same masked
+    attention in torch float64."""
+    torch = pytest.importorskip("torch")
+    ids = torch.from_numpy(_ids([12, 7, 25]).astype(np.int64))
+    q, k, v = (torch.from_numpy(x) for x in qkv(seed=7))
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(8))
+    seen = ids[torch.arange(NQ)[:, None] + OFF] == ids[None, :]
+
+    def want(q, k, v):
+        s = (q @ k.transpose(-1, -2) / math.sqrt(D)).masked_fill(~seen, -math.inf)
+        return (torch.softmax(s, -1) @ v * do.double()).sum()
+
+    ref_in = [t.double().requires_grad_() for t in (q, k, v)]
+    refs = torch.autograd.grad(want(*ref_in), ref_in)
+
+    def step(q, k, v):
+        out = fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv: ids[qi + OFF] == ids[kv])
+        return (out * do).sum()
+
+    torch.compiler.reset()
+    for fn in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
+        ins = [t.clone().requires_grad_() for t in (q, k, v)]
+        got = torch.autograd.grad(fn(*ins), ins)
+        for g, r in zip(got, refs):
+            assert rel_err(g.numpy(), r.numpy()) < TOLERANCE["float32"]
+
+
+def test_captured_tensors_refused():
+    """What a captured tensor may not be, in words."""
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="captures tensor 'doc' and it was not given"):
+        fatune.attention(q, k, v, mod=mods.Modification("document"))
+    with pytest.raises(TypeError, match="captured tensor doc: integers"):
+        fatune.attention(q, k, v, mod=mods.document(np.zeros(NK, np.float32)))
+    with pytest.raises(fatune.Error, match="outside"):
+        fatune.attention(q, k, v, mod=mods.document(np.zeros(5, np.int32)))
+    with pytest.raises(ValueError, match="table: \\(heads, 2 span \\+ 1\\)"):
+        mods.relative_bias(np.zeros((H, 4), np.float32))
+    ids = mods.captured(np.arange(NK))
+    with pytest.raises(TypeError, match="read one element at a time"):
+        fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv: ids[0:2] == kv)
+    with pytest.raises(TypeError, match="index is an int, not a float"):
+        fatune.attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s + ids[s])
+    many = [mods.captured(np.arange(NK)) for _ in range(5)]
+    with pytest.raises(TypeError, match="more than 4 captured tensors"):
+        fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv:
+                         (many[0][kv] + many[1][kv] + many[2][kv] + many[3][kv] + many[4][kv]) > 0)
