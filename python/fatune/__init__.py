@@ -106,7 +106,8 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
               scale: Optional[float] = None, out: Any = None, return_lse: bool = False,
               layout: str = "bhnd", db: Optional[str] = None,
               max_rel_err: Optional[float] = None, deterministic: bool = False,
-              mod: Any = None, score_mod: Any = None, mask_mod: Any = None) -> Any:
+              mod: Any = None, score_mod: Any = None, mask_mod: Any = None,
+              block_mask: Any = None) -> Any:
     """Attention forward: softmax(scale * q k^T) v, per batch and head.
 
     q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
@@ -156,18 +157,33 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     with their gradients under it through autograd. Not with a top-left
     causal mask. score_mod(score, b, h, q_idx, kv_idx) and mask_mod(b, h,
     q_idx, kv_idx): FlexAttention-style Python functions instead, traced
-    into one (fatune.mods.from_functions).
+    into one (fatune.mods.from_functions). block_mask: a FlexAttention
+    BlockMask (torch.nn.attention.flex_attention.create_block_mask) for
+    seq_q and seq_k, instead of mask_mod: its mask_mod, or where it has
+    none its blocks (fatune.mods.from_block_mask).
 
     Returns O, or (O, lse). Raises TypeError or ValueError naming the
     argument that is wrong, fatune.Error when the library fails.
     """
-    if score_mod is not None or mask_mod is not None:
+    if block_mask is not None:
+        if mod is not None or mask_mod is not None:
+            raise ValueError("block_mask: not with mod= or mask_mod= (it brings its mask)")
+        mod = mods.from_block_mask(block_mask, score_mod, _seq_lengths(q, k, layout))
+    elif score_mod is not None or mask_mod is not None:
         if mod is not None:
             raise ValueError("score_mod, mask_mod: not with mod= (one modification a call)")
         mod = mods.from_functions(score_mod, mask_mod)
     o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False,
                            max_rel_err, deterministic, mod)
     return (o, lse) if return_lse else o
+
+
+def _seq_lengths(q: Any, k: Any, layout: str) -> Tuple[int, int]:
+    """seq_q and seq_k of q and k in the layout, for a block mask's check."""
+    sd = 2 if layout == "bhnd" else 1
+    if len(getattr(q, "shape", ())) != 4 or len(getattr(k, "shape", ())) != 4:
+        raise ValueError("q, k: (batch, heads, seq, dim) arrays for a block_mask")
+    return int(q.shape[sd]), int(k.shape[sd])
 
 
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,

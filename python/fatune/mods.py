@@ -39,7 +39,8 @@ import sys
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
-__all__ = ["Modification", "from_functions", "from_file", "captured", "sliding_window",
+__all__ = ["Modification", "from_functions", "from_file", "from_block_mask", "captured",
+           "sliding_window",
            "softcap", "alibi", "prefix_lm", "chunked", "document", "relative_bias", "where",
            "tanh", "exp", "exp2", "log", "log2", "sqrt", "minimum", "maximum", "SEQ_Q", "SEQ_K",
            "HEADS"]
@@ -147,6 +148,32 @@ def from_file(path: Any, **tensors: Any) -> Modification:
     with open(p, "r", encoding="utf-8") as f:
         text = f.read()
     return Modification(p, text, tuple(tensors.items()))
+
+
+def from_block_mask(block_mask: Any, score_mod: Optional[Callable[..., Any]] = None,
+                    seq: Optional[Tuple[int, int]] = None) -> Modification:
+    """The modification of a FlexAttention BlockMask (and a score_mod, if
+    any): its mask_mod traced, or where it has none (BlockMask.from_kv_blocks'
+    noop_mask) the blocks it lists, a captured tensor read as
+    blocks[b, h, q_idx // BLOCK_Q, kv_idx // BLOCK_K] != 0. fatune builds
+    its own block classification from either. seq: the call's (seq_q,
+    seq_k), which the mask's lengths must be."""
+    for attr in ("mask_mod", "BLOCK_SIZE", "seq_lengths", "to_dense"):
+        if not hasattr(block_mask, attr):
+            raise TypeError("block_mask: a FlexAttention BlockMask, not %s"
+                            % type(block_mask).__name__)
+    if seq is not None and tuple(int(n) for n in block_mask.seq_lengths) != tuple(seq):
+        raise ValueError("block_mask: made for seq_q, seq_k = %s, the call's are %s"
+                         % (tuple(block_mask.seq_lengths), tuple(seq)))
+    mask_mod = block_mask.mask_mod
+    if mask_mod is None or getattr(mask_mod, "__name__", "") == "noop_mask":
+        blocks = block_mask.to_dense()
+        bq, bk = (int(n) for n in block_mask.BLOCK_SIZE)
+        nb, nh = int(blocks.shape[0]), int(blocks.shape[1])
+
+        def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return blocks[b if nb > 1 else 0, h if nh > 1 else 0, q_idx // bq, kv_idx // bk] != 0
+    return from_functions(score_mod, mask_mod)
 
 
 class captured:  # noqa: N801 (reads as a function call)

@@ -235,3 +235,34 @@ def test_captured_tensors_refused():
     with pytest.raises(TypeError, match="more than 4 captured tensors"):
         fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv:
                          (many[0][kv] + many[1][kv] + many[2][kv] + many[3][kv] + many[4][kv]) > 0)
+
+
+def test_flex_attention_block_mask():
+    """A FlexAttention BlockMask in place of mask_mod: one made by
+    create_block_mask (its mask_mod, which captures document ids, traced)
+    and one made from its blocks alone (from_kv_blocks: the blocks it lists
+    are the mask), each against attention written from the same mask."""
+    torch = pytest.importorskip("torch")
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    q, k, v = (torch.from_numpy(x) for x in qkv(seed=9))
+    doc = torch.from_numpy(_ids([13, 30]).astype(np.int64))
+
+    def doc_causal(b, h, q_idx, kv_idx):
+        return (doc[q_idx + OFF] == doc[kv_idx]) & (q_idx + OFF >= kv_idx)
+
+    bm = flex.create_block_mask(doc_causal, 1, 1, NQ, NK, device="cpu", BLOCK_SIZE=16)
+    ids = doc.numpy()
+    want = reference(q.numpy(), k.numpy(), v.numpy(),
+                     lambda h, r, c: (ids[r + OFF] == ids[c]) & (r + OFF >= c), lambda h, r, c, s: s)
+    assert rel_err(fatune.attention(q, k, v, block_mask=bm).numpy(), want) < TOLERANCE["float32"]
+    blocks = flex.BlockMask.from_kv_blocks(bm.kv_num_blocks, bm.kv_indices, BLOCK_SIZE=16,
+                                           seq_lengths=(NQ, NK))
+    dense = blocks.to_dense()[0, 0].numpy()
+    want = reference(q.numpy(), k.numpy(), v.numpy(), lambda h, r, c: dense[r // 16, c // 16] != 0,
+                     lambda h, r, c, s: s)
+    assert rel_err(fatune.attention(q, k, v, block_mask=blocks).numpy(), want) < \
+        TOLERANCE["float32"]
+    with pytest.raises(ValueError, match="made for seq_q, seq_k = \\(40, 56\\), the call's are"):
+        fatune.attention(q[:, :, :20], k, v, block_mask=bm)
+    with pytest.raises(ValueError, match="block_mask: not with mod= or mask_mod="):
+        fatune.attention(q, k, v, block_mask=bm, mask_mod=doc_causal)
