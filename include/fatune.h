@@ -71,6 +71,8 @@ typedef struct fatune_problem {
                         (about 2.36e38: the kernels carry scale * log2(e) as a float) */
   int dim_v;         /* V's and O's head dim, 1 to 576 (192 beside dim 192 or 128, 512
                         beside 576 as DeepSeek's); 0: dim */
+  const struct fatune_mod *mod;  /* NULL, or a score or mask modification (fatune_choose:
+                                    the variant a call under it runs) */
 } fatune_problem;
 
 /* The GPU of the calling thread's current CUDA context (a framework's). */

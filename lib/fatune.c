@@ -242,7 +242,8 @@ static fatune_status check_problem(const fatune_problem *p) {
 static fa_problem to_problem(const fatune_problem *p) {
   fa_problem q = {.batch = p->batch, .heads = p->heads, .seq_q = p->seq_q, .seq_k = p->seq_k,
                   .dim = p->dim, .dtype = (fa_dtype)p->dtype, .causal = p->causal ? 1 : 0,
-                  .scale = p->scale, .dim_v = p->dim_v == p->dim ? 0 : p->dim_v};
+                  .scale = p->scale, .dim_v = p->dim_v == p->dim ? 0 : p->dim_v,
+                  .mod = p->mod ? &p->mod->m : NULL};
   return q;
 }
 

@@ -10,6 +10,9 @@
 ** an emulated sm_90a, a CTA per tile and persistent, ping-pong and the
 ** overlap among them), which the dense key's choice must be. O and lse are poisoned with NaN
 ** before the call; the padding between packed rows must keep its poison.
+** Then each forward family under a modification over each sequence (a
+** window, a softcap, document ids captured at run time), the reference
+** under the same one per sequence; the recorded variant is keyed by it.
 ** The backward pass through fatune_attention_varlen_backward the same
 ** way: O and lse the reference's, dQ, dK and dV (poisoned, padded)
 ** against the float64 reference's gradients of each sequence alone,
@@ -28,6 +31,7 @@
 
 #include "check.h"
 #include "db.h"
+#include "fa_mod.h"
 #include "fatune.h"
 #include "gen.h"
 #include "reference.h"
@@ -50,37 +54,50 @@ typedef struct vcase {
   fa_dtype dtype;
   int dim, dim_v, heads, kv_heads, causal, pad;  /* pad: elements past each packed row */
   int batch, q_lens[MAXB], k_lens[MAXB];
+  const char *mod;      /* a built-in modification over each sequence, or NULL; one that
+                        ** captures doc gets ids in runs of 11 positions (doc_ids) */
 } vcase;
 
 static const vcase cases[] = {
-  {NULL, "simt", FA_FP32, 32, 0, 4, 2, 0, 0, 4, {5, 1, 0, 37}, {9, 1, 3, 40}},
-  {NULL, "simt", FA_FP32, 24, 40, 2, 1, 1, 3, 5, {17, 3, 30, 1, 8}, {17, 9, 12, 1, 33}},
+  {NULL, "simt", FA_FP32, 32, 0, 4, 2, 0, 0, 4, {5, 1, 0, 37}, {9, 1, 3, 40}, NULL},
+  {NULL, "simt", FA_FP32, 24, 40, 2, 1, 1, 3, 5, {17, 3, 30, 1, 8}, {17, 9, 12, 1, 33}, NULL},
   {"family=simt,block_m=16,block_n=16,warps=2,par=kv_outer,split=split_q,layout=pad,q=smem",
-   "simt", FA_FP32, 16, 0, 3, 3, 1, 0, 3, {20, 7, 33}, {20, 30, 2}},
-  {NULL, "tc", FA_FP16, 64, 0, 4, 1, 1, 8, 3, {70, 1, 129}, {70, 200, 129}},
+   "simt", FA_FP32, 16, 0, 3, 3, 1, 0, 3, {20, 7, 33}, {20, 30, 2}, NULL},
+  {NULL, "tc", FA_FP16, 64, 0, 4, 1, 1, 8, 3, {70, 1, 129}, {70, 200, 129}, NULL},
   {"family=tc,block_m=64,block_n=32,warps=4,q=reg", "tc", FA_BF16, 32, 0, 2, 2, 1, 0, 4,
-   {65, 2, 0, 100}, {65, 40, 7, 90}},
-  {NULL, "tc", FA_BF16, 128, 0, 2, 2, 0, 0, 2, {33, 64}, {0, 64}},
+   {65, 2, 0, 100}, {65, 40, 7, 90}, NULL},
+  {NULL, "tc", FA_BF16, 128, 0, 2, 2, 0, 0, 2, {33, 64}, {0, 64}, NULL},
   /* The Hopper family (on an emulated sm_90a): TMA boxes at each sequence's
   ** first token; a CTA per tile, and persistent tiles reading offsets. */
-  {NULL, "wg", FA_BF16, 64, 0, 2, 1, 1, 8, 4, {70, 1, 0, 200}, {70, 9, 3, 150}},
+  {NULL, "wg", FA_BF16, 64, 0, 2, 1, 1, 8, 4, {70, 1, 0, 200}, {70, 9, 3, 150}, NULL},
   {"family=wg,block_m=128,block_n=128,consumers=2,pingpong=1,overlap=1,persistent=1", "wg",
-   FA_FP16, 128, 0, 2, 2, 0, 0, 3, {33, 130, 64}, {0, 129, 300}},
+   FA_FP16, 128, 0, 2, 2, 0, 0, 3, {33, 130, 64}, {0, 129, 300}, NULL},
   {"family=wg,block_m=128,block_n=64,consumers=2,persistent=1", "wg", FA_BF16, 64, 0, 4, 2, 1,
-   0, 5, {17, 3, 130, 1, 64}, {17, 90, 129, 1, 200}},
+   0, 5, {17, 3, 130, 1, 64}, {17, 90, 129, 1, 200}, NULL},
+  /* Modifications over each sequence: its own lengths, its own diagonal. */
+  {NULL, "simt", FA_FP32, 32, 0, 4, 2, 1, 0, 4, {5, 1, 0, 37}, {9, 1, 3, 40}, "window=7:2"},
+  {NULL, "tc", FA_FP16, 64, 0, 4, 1, 0, 8, 3, {70, 1, 129}, {70, 200, 129}, "document"},
+  {NULL, "wg", FA_BF16, 64, 0, 2, 1, 1, 8, 4, {70, 1, 0, 200}, {70, 9, 3, 150}, "window=40"},
+  {"family=wg,block_m=128,block_n=128,consumers=2,pingpong=1,overlap=1,persistent=1", "wg",
+   FA_FP16, 128, 0, 2, 2, 0, 0, 3, {33, 130, 64}, {0, 129, 300}, "softcap=5"},
+  {"family=wg,block_m=128,block_n=64,consumers=2,persistent=1", "wg", FA_BF16, 64, 0, 4, 2, 1,
+   0, 5, {17, 3, 130, 1, 64}, {17, 90, 129, 1, 200}, "document"},
 };
+
+/* Document ids for a modification that captures them: runs of 11. */
+static int doc_ids[512];
 
 /* The backward pass's cases: config recorded with op bwd. */
 static const vcase bwd_cases[] = {
-  {NULL, "simtbwd", FA_FP32, 32, 0, 4, 2, 0, 0, 4, {5, 1, 0, 37}, {9, 1, 3, 40}},
+  {NULL, "simtbwd", FA_FP32, 32, 0, 4, 2, 0, 0, 4, {5, 1, 0, 37}, {9, 1, 3, 40}, NULL},
   {"family=simtbwd,block_m=16,block_n=16,warps=2,order=q,dq=separate", "simtbwd", FA_FP64, 16,
-   24, 2, 1, 1, 3, 3, {20, 7, 33}, {20, 30, 2}},
+   24, 2, 1, 1, 3, 3, {20, 7, 33}, {20, 30, 2}, NULL},
   {"family=simtbwd,block_m=16,block_n=32,warps=4,dq=atomic", "simtbwd", FA_FP32, 24, 0, 3, 3, 1,
-   0, 5, {17, 3, 30, 1, 8}, {17, 9, 12, 1, 33}},
-  {NULL, "tcbwd", FA_FP16, 64, 0, 4, 1, 1, 8, 3, {70, 1, 129}, {70, 200, 129}},
+   0, 5, {17, 3, 30, 1, 8}, {17, 9, 12, 1, 33}, NULL},
+  {NULL, "tcbwd", FA_FP16, 64, 0, 4, 1, 1, 8, 3, {70, 1, 129}, {70, 200, 129}, NULL},
   {"family=tcbwd,block_m=64,block_n=32,warps=2,split_n=1,split_d=1,dq=separate", "tcbwd",
-   FA_BF16, 32, 0, 2, 2, 1, 0, 4, {65, 2, 0, 100}, {65, 40, 7, 90}},
-  {NULL, "tcbwd", FA_BF16, 128, 0, 2, 2, 0, 0, 2, {33, 64}, {0, 64}},
+   FA_BF16, 32, 0, 2, 2, 1, 0, 4, {65, 2, 0, 100}, {65, 40, 7, 90}, NULL},
+  {NULL, "tcbwd", FA_BF16, 128, 0, 2, 2, 0, 0, 2, {33, 64}, {0, 64}, NULL},
 };
 
 static char dir[] = "/tmp/fatune-test-varlen-XXXXXX";
@@ -134,7 +151,9 @@ static int record(gen_state *g, const gen_target *t, const char *config, const f
   const char *op = fa_op_name(p->op);
   gen_kernel k;
   char json[1024], err[512];
-  if (gen_render_config(g, config, p, t, &k) != 0) {
+  const int bad = gen_set_mod(g, p->mod) != 0 || gen_render_config(g, config, p, t, &k) != 0;
+  gen_set_mod(g, NULL);
+  if (bad) {
     fprintf(stderr, "%s: %s\n", config, gen_errmsg(g));
     return -1;
   }
@@ -145,7 +164,7 @@ static int record(gen_state *g, const gen_target *t, const char *config, const f
   int rc = gen_config_json(&k.cfg, json, sizeof json) != 0 || db_open(path, DB_CREATE, &d, err, sizeof err);
   db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
   db_variant dv = {k.cfg.family, k.template_version, k.name, k.hash, json, k.source_hash, op,
-                   NULL, NULL};
+                   p->mod ? p->mod->hash : NULL, p->mod ? p->mod->label : NULL};
   db_trial tr = {.status = "ok", .median_us = NAN, .min_us = NAN, .p20_us = NAN, .p80_us = NAN,
                  .tflops = NAN, .gbps = NAN,
                  .counters = "{\"global_bytes_read\": 1, \"global_bytes_written\": 1}",
@@ -164,8 +183,9 @@ static int record(gen_state *g, const gen_target *t, const char *config, const f
 
 /* The reference of sequence b, its rows at q0 and keys at k0 of the packed
 ** float64 copies, into o and lse (contiguous (lq, heads, dim_v), [heads][total_q]). */
-static int reference(const vcase *c, const packed *q, const double *kx, const double *vx, int q0,
-                     int k0, int b, int total_q, double *o, double *lse) {
+static int reference(const vcase *c, const fa_mod *m, const fa_mod_data *md, const packed *q,
+                     const double *kx, const double *vx, int q0, int k0, int b, int total_q,
+                     double *o, double *lse) {
   const int H = c->heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
   const int lq = c->q_lens[b], lk = c->k_lens[b];
   if (lq == 0) return 0;
@@ -177,7 +197,8 @@ static int reference(const vcase *c, const packed *q, const double *kx, const do
     for (int i = 0; i < H * lq; i++) lse_b[i] = -INFINITY;
   } else {
     const fa_problem sp = {.batch = 1, .heads = H, .seq_q = lq, .seq_k = lk, .dim = D,
-                           .dim_v = c->dim_v, .dtype = c->dtype, .causal = c->causal};
+                           .dim_v = c->dim_v, .dtype = c->dtype, .causal = c->causal,
+                           .mod = m, .mod_data = md};
     const fa_layout lq_l = {0, D, (long long)H * D}, lv = {0, DV, (long long)H * DV};
     rc = ref_attention(&sp, q->ref + (size_t)q0 * H * D, lq_l, kx + (size_t)k0 * H * D, lq_l,
                        vx + (size_t)k0 * H * DV, lv, o + (size_t)q0 * H * DV, lv, lse_b);
@@ -222,19 +243,20 @@ static int case_target(gen_state *g, const vcase *c, gen_target *t) {
 ** when it names one) and its description. */
 typedef struct vstart {
   int cu_q[MAXB + 1], cu_k[MAXB + 1], max_q, max_k;
-  char path[256], want[256], what[320];
+  char path[256], want[256], what[1024];
   int det;   /* the recorded variant gives the same bits every run */
 } vstart;
 
-static int case_start(int i, const vcase *c, gen_state *g, fa_op op, vstart *st) {
+static int case_start(int i, const vcase *c, gen_state *g, fa_op op, const fa_mod *m,
+                      vstart *st) {
   memset(st, 0, sizeof *st);
   offsets(c, st->cu_q, st->cu_k, &st->max_q, &st->max_k);
   const char *kind = op == FA_OP_BWD ? "bwd case" : "case";
   snprintf(st->path, sizeof st->path, "%s/%s-%d.db", dir, op == FA_OP_BWD ? "bwd" : "case", i);
-  snprintf(st->what, sizeof st->what, "%s %d (%s %s d%d/%d h%d/%d%s, %d sequences)", kind, i,
+  snprintf(st->what, sizeof st->what, "%s %d (%s %s d%d/%d h%d/%d%s%s%s, %d sequences)", kind, i,
            c->config ? c->config : "the default", fa_dtype_name(c->dtype), c->dim,
            c->dim_v ? c->dim_v : c->dim, c->heads, c->kv_heads, c->causal ? " causal" : "",
-           c->batch);
+           m ? " under " : "", m ? m->label : "", c->batch);
   gen_target t;
   if (case_target(g, c, &t) != 0) {
     CHECK(0, "%s: its target: %s", st->what, gen_errmsg(g));
@@ -242,7 +264,7 @@ static int case_start(int i, const vcase *c, gen_state *g, fa_op op, vstart *st)
   }
   const fa_problem dense = {.batch = c->batch, .heads = c->heads, .seq_q = st->max_q,
                             .seq_k = st->max_k, .dim = c->dim, .dim_v = c->dim_v,
-                            .dtype = c->dtype, .causal = c->causal, .op = op};
+                            .dtype = c->dtype, .causal = c->causal, .op = op, .mod = m};
   if (c->config &&
       record(g, &t, c->config, &dense, st->path, st->want, sizeof st->want, &st->det) != 0) {
     CHECK(0, "%s: recording its variant", st->what);
@@ -254,7 +276,16 @@ static int case_start(int i, const vcase *c, gen_state *g, fa_op op, vstart *st)
 static void run_case(int i, const vcase *c, gen_state *g) {
   const int H = c->heads, HK = c->kv_heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
   vstart st;
-  if (case_start(i, c, g, FA_OP_FWD, &st) != 0) return;
+  static fa_mod fm;
+  fa_mod_data md;
+  memset(&md, 0, sizeof md);
+  if (c->mod && gen_mod_load(g, c->mod, NULL, &fm) != 0) {
+    CHECK(0, "case %d: %s: %s", i, c->mod, gen_errmsg(g));
+    return;
+  }
+  const fa_mod *const m = c->mod ? &fm : NULL;
+  if (case_start(i, c, g, FA_OP_FWD, m, &st) != 0) return;
+  fatune_mod *cm = NULL;
   const int *const cu_q = st.cu_q, *const cu_k = st.cu_k, max_q = st.max_q, max_k = st.max_k;
   const int TQ = cu_q[c->batch], TK = cu_k[c->batch];
   const char *const path = st.path, *const want = st.want, *const what = st.what;
@@ -280,15 +311,28 @@ static void run_case(int i, const vcase *c, gen_state *g) {
     CHECK(0, "%s: fatune_open: %s", what, fatune_errmsg());
     goto done;
   }
+  if (m) {
+    const void *ptr[FA_MOD_MAX_TENSORS] = {doc_ids};
+    const long long n[FA_MOD_MAX_TENSORS] = {512};
+    char why[160];
+    if (fatune_mod_create(ctx, c->mod, NULL, &cm) != FATUNE_OK ||
+        (m->ntensors && fatune_mod_set_tensor(cm, "doc", doc_ids, 512) != FATUNE_OK) ||
+        (m->ntensors && fa_mod_data_init(&md, m, ptr, n, why, sizeof why) != 0)) {
+      CHECK(0, "%s: its modification: %s", what, fatune_errmsg());
+      goto done;
+    }
+  }
   fatune_varlen_args a = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .lse = lse,
                           .cu_seqlens_q = cu_q, .cu_seqlens_k = cu_k, .batch = c->batch,
-                          .max_seqlen_q = max_q, .max_seqlen_k = max_k, .causal = c->causal};
+                          .max_seqlen_q = max_q, .max_seqlen_k = max_k, .causal = c->causal,
+                          .mod = cm};
   if (fatune_attention_varlen(ctx, &a) != FATUNE_OK) {
     CHECK(0, "%s: %s", what, fatune_errmsg());
     goto done;
   }
   fatune_problem fp = {.batch = c->batch, .heads = H, .seq_q = max_q, .seq_k = max_k, .dim = D,
-                       .dim_v = DV, .dtype = (fatune_dtype)c->dtype, .causal = c->causal};
+                       .dim_v = DV, .dtype = (fatune_dtype)c->dtype, .causal = c->causal,
+                       .mod = cm};
   fatune_choice choice;
   /* The dense key's choice, which the varlen call runs in its varlen form. */
   if (fatune_choose(ctx, &fp, name, sizeof name, &choice) != FATUNE_OK)
@@ -299,7 +343,8 @@ static void run_case(int i, const vcase *c, gen_state *g) {
   CHECK(!strncmp(name, c->family, strlen(c->family)) && name[strlen(c->family)] == '-',
         "%s: the %s family should run, not %s", what, c->family, name);
   for (int b = 0, rc = 0; b < c->batch && !rc; b++)
-    if ((rc = reference(c, &q, kx, vx, cu_q[b], cu_k[b], b, TQ, oref, lref)) != 0)
+    if ((rc = reference(c, m, m && m->ntensors ? &md : NULL, &q, kx, vx, cu_q[b], cu_k[b], b, TQ,
+                        oref, lref)) != 0)
       CHECK(0, "%s: the reference of sequence %d failed", what, b);
   double e2 = 0, r2 = 0, le = 0, l2 = 0, lr2 = 0;
   int bad = 0;
@@ -329,6 +374,8 @@ static void run_case(int i, const vcase *c, gen_state *g) {
   CHECK(padding_kept(&o, c->dtype), "%s: a kernel wrote into O's padding", what);
   printf("%-60.60s %s: O %.2e lse %.2e\n", what, name, err, lerr);
 done:
+  fatune_mod_free(cm);
+  fa_mod_data_free(&md);
   if (ctx) fatune_close(ctx);
   packed_free(&q), packed_free(&k), packed_free(&v), packed_free(&o);
   free(lse), free(oref), free(lref), free(kx), free(vx);
@@ -388,7 +435,7 @@ static double packed_err(const packed *x, fa_dtype dt, int total, const double *
 static void run_bwd_case(int i, const vcase *c, gen_state *g) {
   const int H = c->heads, HK = c->kv_heads, D = c->dim, DV = c->dim_v ? c->dim_v : c->dim;
   vstart st;
-  if (case_start(i, c, g, FA_OP_BWD, &st) != 0) return;
+  if (case_start(i, c, g, FA_OP_BWD, NULL, &st) != 0) return;
   const int *const cu_q = st.cu_q, *const cu_k = st.cu_k, max_q = st.max_q, max_k = st.max_k;
   const int TQ = cu_q[c->batch], TK = cu_k[c->batch];
   const char *const path = st.path, *const want = st.want, *const what = st.what;
@@ -419,7 +466,7 @@ static void run_bwd_case(int i, const vcase *c, gen_state *g) {
     goto done;
   }
   for (int b = 0; b < c->batch; b++)
-    if (reference(c, &x[Q], kx, vx, cu_q[b], cu_k[b], b, TQ, oref, lref) != 0 ||
+    if (reference(c, NULL, NULL, &x[Q], kx, vx, cu_q[b], cu_k[b], b, TQ, oref, lref) != 0 ||
         reference_bwd(c, x[Q].ref, kx, vx, x[DO].ref, cu_q[b], cu_k[b], b, gr) != 0) {
       CHECK(0, "%s: the reference of sequence %d failed", what, b);
       goto done;
@@ -627,6 +674,7 @@ int main(void) {
     fprintf(stderr, "setup: %s\n", err);
     return 1;
   }
+  for (int i = 0; i < 512; i++) doc_ids[i] = i / 11;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case((int)i, &cases[i], g);
   for (size_t i = 0; i < sizeof bwd_cases / sizeof bwd_cases[0]; i++)
     run_bwd_case((int)i, &bwd_cases[i], g);

@@ -180,9 +180,6 @@ function wg.fits(c, _, target)
     return false, "block_m must be 64 rows per consumer warpgroup (64 * consumers)"
   end
   if c.block_n % 16 ~= 0 then return false, "block_n must be a multiple of 16" end
-  if c.varlen == 1 and c.mod then
-    return false, "a variable-length batch takes no modification yet"
-  end
   if c.pingpong == 1 and c.consumers < 2 then
     return false, "ping-pong takes turns between two or three consumer warpgroups"
   end
