@@ -264,21 +264,35 @@ static interval int_op(const fa_mod_op *o, const interval *x) {
     return c.t ? p : q;
   }
   if (a.unk || (arity(o->code) == 2 && b.unk)) return unknown_int;
+  long long p1, p2, p3, p4;
   switch (o->code) {
-  case FA_MC_ADD: return range(a.lo + b.lo, a.hi + b.hi);
-  case FA_MC_SUB: return range(a.lo - b.hi, a.hi - b.lo);
-  case FA_MC_NEG: return range(-a.hi, -a.lo);
-  case FA_MC_MUL: {
-    const long long p1 = a.lo * b.lo, p2 = a.lo * b.hi, p3 = a.hi * b.lo, p4 = a.hi * b.hi;
+  /* past long long's range (products of products): nothing known */
+  case FA_MC_ADD:
+    if (__builtin_add_overflow(a.lo, b.lo, &p1) || __builtin_add_overflow(a.hi, b.hi, &p2))
+      return unknown_int;
+    return range(p1, p2);
+  case FA_MC_SUB:
+    if (__builtin_sub_overflow(a.lo, b.hi, &p1) || __builtin_sub_overflow(a.hi, b.lo, &p2))
+      return unknown_int;
+    return range(p1, p2);
+  case FA_MC_NEG:
+    if (__builtin_sub_overflow(0LL, a.hi, &p1) || __builtin_sub_overflow(0LL, a.lo, &p2))
+      return unknown_int;
+    return range(p1, p2);
+  case FA_MC_MUL:
+    if (__builtin_mul_overflow(a.lo, b.lo, &p1) || __builtin_mul_overflow(a.lo, b.hi, &p2) ||
+        __builtin_mul_overflow(a.hi, b.lo, &p3) || __builtin_mul_overflow(a.hi, b.hi, &p4))
+      return unknown_int;
     return range(min2(min2(p1, p2), min2(p3, p4)), max2(max2(p1, p2), max2(p3, p4)));
-  }
   case FA_MC_IDIV: return range(a.lo / b.lo, a.hi / b.lo);   /* by a positive constant */
   case FA_MC_IMOD: {
     const long long c = b.lo;
     const int same = a.lo >= 0 && a.lo / c == a.hi / c;
     return range(same ? a.lo % c : a.lo >= 0 ? 0 : -(c - 1), same ? a.hi % c : a.hi <= 0 ? 0 : c - 1);
   }
-  case FA_MC_ABS: return range(a.lo >= 0 ? a.lo : a.hi <= 0 ? -a.hi : 0, max2(-a.lo, a.hi));
+  case FA_MC_ABS:
+    if (a.lo == LLONG_MIN) return unknown_int;
+    return range(a.lo >= 0 ? a.lo : a.hi <= 0 ? -a.hi : 0, max2(-a.lo, a.hi));
   case FA_MC_MIN: return range(min2(a.lo, b.lo), min2(a.hi, b.hi));
   case FA_MC_MAX: return range(max2(a.lo, b.lo), max2(a.hi, b.hi));
   default: return range(0, 0);   /* no other op leaves an int (mod.lua's types) */

@@ -19,7 +19,7 @@ if ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$secs" -lt 1 ]; then
 fi
 shift
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_npy fuzz_config fuzz_args fuzz_db fuzz_sass fuzz_merge fuzz_workload)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(fuzz_npy fuzz_config fuzz_args fuzz_db fuzz_sass fuzz_merge fuzz_workload fuzz_mod)
 build=build-fuzz
 
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DFATUNE_FUZZ=ON \

@@ -238,6 +238,9 @@ local function parse_expr(text, which, params, tensors, line, fail)
   local function primary()
     local t = take()
     if t.kind == "number" then
+      if math.type(t.v) == "integer" and (t.v > 2147483647 or t.v < -2147483648) then
+        fail(which .. ": integer " .. t.v .. " is past a 32-bit int (write " .. t.v .. ".0 for a float)", t.line)
+      end
       return node({ op = "const", type = math.type(t.v) == "integer" and "int" or "float", value = t.v }, t.line)
     elseif t.kind == "name" then
       if is("(") then return call(t.v, t.line) end
@@ -258,6 +261,9 @@ local function parse_expr(text, which, params, tensors, line, fail)
       end
       local v = params[t.v]
       if v ~= nil then
+        if math.type(v) == "integer" and (v > 2147483647 or v < -2147483648) then
+          fail(which .. ": parameter " .. t.v .. " = " .. v .. " is past a 32-bit int", t.line)
+        end
         return node({ op = "const", type = math.type(v) == "integer" and "int" or "float", value = v }, t.line)
       end
       fail(which .. ": unknown name '" .. t.v .. "'", t.line)

@@ -216,6 +216,10 @@ static void test_errors(gen_state *g) {
   check_refused(g, "bad.lua", "return { score = 'score', extra = 1 }", "unknown key 'extra'");
   check_refused(g, "bad.lua", "return { params = { { 'q_idx', 1 } }, score = 'score' }",
                 "param 'q_idx' hides a variable");
+  check_refused(g, "big.lua", "return { mask = 'q_idx < 5000000000' }",
+                "integer 5000000000 is past a 32-bit int");
+  check_refused(g, "big.lua", "return { params = { { 'n', 9999999999 } }, mask = 'q_idx < n' }",
+                "parameter n = 9999999999 is past a 32-bit int");
   /* Captured tensors: declared, read as name[an int], never another way. */
   check_refused(g, "t.lua", "return { mask = 'doc[q_idx] == 0' }", "unknown name 'doc'");
   check_refused(g, "t.lua", "return { tensors = { { 'doc', 'int' } }, mask = 'doc == 0' }",
