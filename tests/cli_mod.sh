@@ -57,7 +57,7 @@ EOF
 # --- every built-in, in every family and dtype -------------------------------
 # Each family's dtypes split between the two mask settings: simt fp32 and
 # fp64, tc fp16 and bf16, wg bf16 and fp16.
-for mod in window=9:2 softcap=4 alibi prefixlm=12 chunked=16 document relbias=6 "$tmp/docs.lua" \
+for mod in window=9:2 softcap=4 alibi prefixlm=12 chunked=16 causal=1 document relbias=6 "$tmp/docs.lua" \
   "$tmp/blocky.lua" "$tmp/captured.lua"; do
   for causal in "" --causal; do
     if [ -z "$causal" ]; then st=fp32 tt=fp16 wt=bf16; else st=fp64 tt=bf16 wt=fp16; fi

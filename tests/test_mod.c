@@ -92,6 +92,14 @@ static void doc_ids_make(void) {
   }
   for (int i = 0; i < 4 * 7; i++) bias_tab[i] = (float)rng_normal();
 }
+static int causal_br(const fa_problem *p, int h, int r, int k) {
+  (void)h;
+  return k <= r + off(p);
+}
+static int causal_tl(const fa_problem *p, int h, int r, int k) {
+  (void)p, (void)h;
+  return k <= r;
+}
 static int document(const fa_problem *p, int h, int r, int k) {
   (void)h;
   return r + off(p) >= 0 && doc_of(r + off(p)) == doc_of(k);
@@ -196,8 +204,8 @@ static void check_refused(gen_state *g, const char *spec, const char *text, cons
 }
 
 static void test_errors(gen_state *g) {
-  check_refused(g, "nope", NULL, "unknown modification 'nope' (built in: alibi, chunked, document, "
-                "prefixlm, relbias, softcap, window");
+  check_refused(g, "nope", NULL, "unknown modification 'nope' (built in: alibi, causal, chunked, "
+                "document, prefixlm, relbias, softcap, window");
   check_refused(g, "window=1:2:3", NULL, "takes 2 parameter(s) (left:right), not 3");
   check_refused(g, "window=abc", NULL, "parameter 'abc' is no number");
   check_refused(g, "window=2.5", NULL, "left takes an integer, not 2.5");
@@ -414,6 +422,7 @@ int main(void) {
     {"softcap=3", all, softcap_3, NULL, 0}, {"alibi", all, alibi, NULL, 0},
     {"prefixlm=4", prefix_4, same, NULL, 0}, {"chunked=6", chunks_6, same, NULL, 0},
     {"document", document, same, doc_ids, 64}, {"relbias=3", all, relbias_3, bias_tab, 4 * 7},
+    {"causal", causal_br, same, NULL, 0}, {"causal=1", causal_tl, same, NULL, 0},
   };
   for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
     check_builtin(g, &builtins[i], 37, 29, 0);

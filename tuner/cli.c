@@ -206,7 +206,9 @@ static const flag_info flags[] = {
   {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
                                 "job's --causal both: each key without and with it"},
   {"mod", F_MOD, 1, "SPEC", "a score or mask modification: window=LEFT[:RIGHT], softcap=CAP,\n"
-                          "alibi, prefixlm=N, chunked=N, or a file NAME.lua (README)"},
+                          "alibi, prefixlm=N, chunked=N, causal[=1] (1: top-left),\n"
+                          "document, relbias=SPAN (over tensors: random when tuning),\n"
+                          "or a file NAME.lua (README)"},
   {"varlen", F_VARLEN, 0, NULL, "variable-length batches (packed sequences, as the library's\n"
                                "fatune_attention_varlen and _varlen_backward run them): each\n"
                                "variant's varlen form (--op fwd or bwd)"},

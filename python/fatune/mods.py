@@ -5,7 +5,7 @@ A modification rewrites attention's scores and says which keys a row sees
 objects that fatune.attention(..., mod=) and the other calls take:
 
 * the built-ins: sliding_window(256), softcap(30.0), alibi(), prefix_lm(128),
-  chunked(1024), and over tensors given at run time document(ids) and
+  chunked(1024), causal(top_left=True), and over tensors given at run time document(ids) and
   relative_bias(table);
 * Python functions, FlexAttention's way: from_functions(score_mod, mask_mod)
   with score_mod(score, b, h, q_idx, kv_idx) -> a new score and
@@ -40,7 +40,7 @@ import threading
 from typing import Any, Callable, List, Optional, Tuple
 
 __all__ = ["Modification", "from_functions", "from_file", "from_block_mask", "captured",
-           "sliding_window",
+           "sliding_window", "causal",
            "softcap", "alibi", "prefix_lm", "chunked", "document", "relative_bias", "where",
            "tanh", "exp", "exp2", "log", "log2", "sqrt", "minimum", "maximum", "SEQ_Q", "SEQ_K",
            "HEADS"]
@@ -121,6 +121,12 @@ def chunked(size: int) -> Modification:
     if isinstance(size, bool) or not isinstance(size, int):
         raise TypeError("size: an int, not %s" % type(size).__name__)
     return Modification("chunked=%d" % size)
+
+
+def causal(top_left: bool = False) -> Modification:
+    """The causal mask, bottom-right aligned as causal=True, or top-left as
+    PyTorch's is_causal (row r sees keys 0..r)."""
+    return Modification("causal=%d" % (1 if top_left else 0))
 
 
 def document(ids: Any) -> Modification:

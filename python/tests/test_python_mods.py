@@ -65,6 +65,10 @@ def test_a_function_equals_its_builtin():
     assert rel_err(fn, win) < TOLERANCE["float32"]
     cap = fatune.attention(q, k, v, score_mod=lambda s, b, h, qi, kv: 2.0 * mods.tanh(s / 2.0))
     assert rel_err(cap, fatune.attention(q, k, v, mod=mods.softcap(2.0))) < TOLERANCE["float32"]
+    for top_left in (False, True):   # the causal built-in is the causal mask, either way
+        assert rel_err(fatune.attention(q, k, v, mod=mods.causal(top_left)),
+                       fatune.attention(q, k, v, causal="top_left" if top_left else True)) < \
+            TOLERANCE["float32"]
     assert [m.spec for m in (mods.alibi(), mods.prefix_lm(5), mods.chunked(8), mods.softcap(30))] \
         == ["alibi", "prefixlm=5", "chunked=8", "softcap=30.0"]
 
