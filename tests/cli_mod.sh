@@ -109,6 +109,21 @@ check "window=128 over 1024 keys: K/V reads at most 2 x 128/1024 of the dense pa
   "dense $dense, windowed $win bytes read (Q: $q)"
 echo "      K/V bytes read: dense $((dense - q)), window=128 $((win - q))"
 
+# The issue's own figure: one Q block of 64 rows over 16k keys, a window of
+# 256 keys: K/V reads at most 2 x 256/16384 of the dense pass's.
+for m in dense window=256; do
+  args=(--dim 16 --seq 64 --seq-k 16384 --dtype fp32 --backend emu --emu-seq 16384
+        --config block_m=64,block_n=32 --db "$tmp/w16.db" --json)
+  [ "$m" != dense ] && args+=(--mod "$m")
+  run "x$m" "${args[@]}"
+done
+dense=$(reads xdense) win=$(reads xwindow=256)
+q=$((64 * 16 * 4 * 2))
+[ -n "$dense" ] && [ -n "$win" ] && [ $(((win - q) * 16384)) -le $(((dense - q) * 2 * 256)) ]
+check "window=256 over 16k keys, one Q block: K/V reads at most 2 x 256/16384 of the dense pass's" $? \
+  "dense $dense, windowed $win bytes read (Q: $q)"
+echo "      K/V bytes read over 16k keys: dense $((dense - q)), window=256 $((win - q))"
+
 # --- the database keeps them apart -------------------------------------------
 run p1 --dim 16 --seq 40 --dtype fp32 --backend emu --config block_m=16,block_n=16 --db "$tmp/k.db"
 run p2 --dim 16 --seq 40 --dtype fp32 --backend emu --config block_m=16,block_n=16 --db "$tmp/k.db" \
