@@ -156,17 +156,21 @@ int ref_attention(const fa_problem *p,
 static void softmax_row(const fa_problem *p, double scale, int nvis, row_at w, const double *q,
                         const double *k, long long ksn, double *pr) {
   double m = -INFINITY, l = 0.0;
-  int c;
+  int c, seen = 0;   /* keys left visible by a modification's mask, as attend_row counts */
   for (c = 0; c < nvis; c++) {
     pr[c] = scale * dot(q, k + c * ksn, p->dim);
     if (p->mod) pr[c] = modified(p, w, c, pr[c]);
+    if (pr[c] == -INFINITY && p->mod) continue;
+    seen++;
     if (pr[c] > m) m = pr[c];
   }
+  /* None: zeros. Else as attend_row, NaN logits (a NaN query) making the
+  ** row NaN, as the forward pass's. */
   for (c = 0; c < nvis; c++) {
-    pr[c] = m == -INFINITY ? 0.0 : exp(pr[c] - m);
+    pr[c] = seen ? exp(pr[c] - m) : 0.0;
     l += pr[c];
   }
-  for (c = 0; c < nvis; c++) pr[c] = l == 0.0 ? 0.0 : pr[c] / l;
+  for (c = 0; c < nvis; c++) pr[c] = seen ? pr[c] / l : 0.0;
 }
 
 /* The derivative of p's score modification at key c of the row at w,

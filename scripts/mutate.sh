@@ -142,6 +142,12 @@ mut mod-block-mask-partial templates/mod.lua \
 mut validate-mod-data tuner/trial/validate.c \
   'fa_problem fwd = c->p;' 'fa_problem fwd = *p;' \
   'cli_mod'
+mut judge-grad-nan tuner/trial/validate.c \
+  'if (same && !poisoned(got, p->dtype, i)) continue;' 'if (0 && same) continue;' \
+  'test_judge'
+mut reference-bwd-nan-row runtime/reference.c \
+  'pr[c] = seen ? exp(pr[c] - m) : 0.0;' 'pr[c] = seen && m > -INFINITY ? exp(pr[c] - m) : 0.0;' \
+  'test_reference_bwd'
 mut decode-mod-range templates/decode.cu \
   'if (last >= 0) vis_lo = first * ${BN}, vis_hi' 'if (last >= 0) vis_lo = 0 * first * ${BN}, vis_hi' \
   'test_decode'

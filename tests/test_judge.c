@@ -7,7 +7,8 @@
 **    is NaN (inputs with NaN or Inf), only a NaN passes, never the poison;
 **  - the reference perturbed to 2x the tolerance (norm-relative) is invalid,
 **    to 0.5x valid; a logsumexp off by 2x its tolerance invalid, 0.5x valid;
-**  - the same for the rows an oracle case checks in float64 on the CPU.
+**  - the same for the rows an oracle case checks in float64 on the CPU;
+**  - the backward pass's gradients: NaN only where the reference's is.
 ** Each perturbation is measured here too, so a verdict is only asked of an
 ** output whose error is known to be on the intended side of the bound.
 */
@@ -234,6 +235,52 @@ static void test_sample(val_case *c, const void *o, const void *lse) {
   sample_off(c, o, lse, 0.5, VAL_OK);
 }
 
+/* Gradients (op bwd) the same way: the reference's own, rounded, pass; a
+** NaN where the reference is finite, or the poison anywhere, does not; a
+** NaN where the reference's gradient is NaN (a NaN input's row) passes,
+** and a finite value there does not. */
+static void test_grad_nan(fa_dtype t) {
+  const fa_problem p = {.batch = 1, .heads = 2, .seq_q = 20, .seq_k = 28, .dim = 16,
+                        .dtype = t, .op = FA_OP_BWD};
+  val_case c;
+  char err[200] = "";
+  if (val_case_make(&c, &p, 7, err, sizeof err) != 0) {
+    CHECK(0, "%s bwd: %s", fa_dtype_name(t), err);
+    return;
+  }
+  const size_t nq = (size_t)2 * 20 * 16, nk = (size_t)2 * 28 * 16, es = (size_t)fa_dtype_size(t);
+  double *const refs[3] = {c.dq_ref, c.dk_ref, c.dv_ref};
+  const size_t n[3] = {nq, nk, nk};
+  void *g[3];
+  for (int i = 0; i < 3; i++) {
+    g[i] = malloc(n[i] * es);
+    if (!g[i]) {
+      CHECK(0, "out of memory");
+      return;
+    }
+  }
+  const size_t at = nq / 3;
+  const double keep = c.dq_ref[at];
+  for (int v = 0; v < 5; v++) {   /* as is; NaN; the poison; ref NaN: NaN; ref NaN: 1.0 */
+    c.dq_ref[at] = v >= 3 ? NAN : keep;
+    for (int i = 0; i < 3; i++)
+      for (size_t j = 0; j < n[i]; j++) fa_elem_put(g[i], t, j, isnan(refs[i][j]) ? 0 : refs[i][j]);
+    if (v == 1 || v == 3) fa_elem_put(g[0], t, at, NAN);
+    if (v == 2) memset((char *)g[0] + at * es, 0xFF, es);
+    if (v == 4) fa_elem_put(g[0], t, at, 1.0);
+    val_result r;
+    memset(&r, 0, sizeof r);
+    const void *const outputs[3] = {g[0], g[1], g[2]};
+    val_judge(&c, outputs, &r);
+    const int want = v == 0 || v == 3 ? VAL_OK : VAL_INVALID;
+    CHECK((int)r.status == want, "%s bwd, case %d: %s", fa_dtype_name(t), v,
+          r.msg[0] ? r.msg : "passes");
+  }
+  c.dq_ref[at] = keep;
+  for (int i = 0; i < 3; i++) free(g[i]);
+  val_case_free(&c);
+}
+
 int main(void) {
   for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) {
     val_case c;
@@ -250,5 +297,6 @@ int main(void) {
     free(o), free(lse);
     val_case_free(&c);
   }
+  for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) test_grad_nan(dtypes[k]);
   return check_done("test_judge");
 }

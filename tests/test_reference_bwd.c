@@ -354,8 +354,36 @@ static void test_invalid(void) {
   case_free(&c);
 }
 
+/* A NaN query row makes its row of the softmax NaN, as the forward pass's
+** output: its dq NaN, and dk and dv NaN at every key it reaches; the other
+** rows' dq finite (no key holds a NaN or an Inf). */
+static void test_nan_row(void) {
+  const fa_problem p = problem(1, 1, 6, 9, 4, 0, 0);
+  bwd_case c;
+  rng_state = 5;
+  case_make(&c, p, 0);
+  for (int d = 0; d < p.dim; d++) *elem(c.q, c.io.ql, 0, 0, 2, d) = NAN;
+  poison(&c);
+  CHECK(ref_attention_backward(&c.p, &c.io) == 0, "backward refused a NaN input");
+  int nan_dq = 0, finite_dq = 0, nan_kv = 0;
+  for (int n = 0; n < p.seq_q; n++)
+    for (int d = 0; d < p.dim; d++) {
+      const double g = *elem(c.dq, c.io.dql, 0, 0, n, d);
+      if (n == 2) nan_dq += isnan(g);
+      else finite_dq += isfinite(g);
+    }
+  for (int n = 0; n < p.seq_k; n++)
+    for (int d = 0; d < p.dim; d++)
+      nan_kv += isnan(*elem(c.dk, c.io.dkl, 0, 0, n, d)) + isnan(*elem(c.dv, c.io.dvl, 0, 0, n, d));
+  CHECK(nan_dq == p.dim && finite_dq == (p.seq_q - 1) * p.dim && nan_kv == 2 * p.seq_k * p.dim,
+        "a NaN query row: %d of its %d dq NaN, %d of the others' %d finite, %d of dk and dv's %d NaN",
+        nan_dq, p.dim, finite_dq, (p.seq_q - 1) * p.dim, nan_kv, 2 * p.seq_k * p.dim);
+  case_free(&c);
+}
+
 int main(void) {
   test_finite_differences();
+  test_nan_row();
   test_modifications();
   test_properties();
   test_invalid();

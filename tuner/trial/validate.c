@@ -675,13 +675,19 @@ static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int se
   char at[64];
   for (size_t i = 0; i < n; i++) {
     const double x = fa_elem_get(got, p->dtype, i);
-    if (isnan(x) || isinf(x)) {
-      val_where(&shape, i, dim, at, sizeof at);
+    /* the reference's value there where it holds every row; else none may be NaN */
+    const double ref = g_ref.rows ? 0.0 : g_ref.ref[i];
+    if (isfinite(x) && isfinite(ref)) continue;
+    const int same = isnan(ref) ? isnan(x) : x == ref;
+    if (same && !poisoned(got, p->dtype, i)) continue;  /* the reference's NaN or Inf, propagated */
+    val_where(&shape, i, dim, at, sizeof at);
+    if (isfinite(ref) || poisoned(got, p->dtype, i))
       snprintf(r->msg, sizeof r->msg, "%s%s is %s (never written, or overflow)", name, at,
                isnan(x) ? "NaN" : "Inf");
-      r->grad_err[g] = r->rel_err = r->max_abs_err = INFINITY;
-      return 1;
-    }
+    else
+      snprintf(r->msg, sizeof r->msg, "%s%s is %g where the reference is %g", name, at, x, ref);
+    r->grad_err[g] = r->rel_err = r->max_abs_err = INFINITY;
+    return 1;
   }
   const size_t nrows = g_ref.rows ? g_ref.nrows : n / D;
   double e2 = 0, r2 = 0;
@@ -690,6 +696,13 @@ static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int se
     for (size_t d = 0; d < D; d++) {
       const double ref = g_ref.ref[i * D + d], dx = fa_elem_get(got, p->dtype, row * D + d) - ref;
       const double m = g_ref.mag ? g_ref.mag[i * D + d] : ref;
+      if (!isfinite(ref)) continue;   /* propagated exactly, above */
+      if (!isfinite(m)) {   /* a finite gradient whose terms' size is not: no measure of it */
+        val_where(&shape, row * D + d, dim, at, sizeof at);
+        snprintf(r->msg, sizeof r->msg, "%s%s: the reference's terms are not finite", name, at);
+        r->grad_err[g] = r->rel_err = r->max_abs_err = INFINITY;
+        return 1;
+      }
       e2 += dx * dx, r2 += m * m;
       if (fabs(dx) > r->max_abs_err) r->max_abs_err = fabs(dx);
     }
