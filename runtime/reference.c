@@ -161,7 +161,7 @@ static void softmax_row(const fa_problem *p, double scale, int nvis, row_at w, c
     pr[c] = scale * dot(q, k + c * ksn, p->dim);
     if (p->mod) pr[c] = modified(p, w, c, pr[c]);
     if (pr[c] == -INFINITY && p->mod) continue;
-    seen++;
+    seen++;   /* a NaN logit too: it makes the row NaN */
     if (pr[c] > m) m = pr[c];
   }
   /* None: zeros. Else as attend_row, NaN logits (a NaN query) making the

@@ -146,7 +146,7 @@ mut judge-grad-nan tuner/trial/validate.c \
   'if (same && !poisoned(got, p->dtype, i)) continue;' 'if (0 && same) continue;' \
   'test_judge'
 mut reference-bwd-nan-row runtime/reference.c \
-  'pr[c] = seen ? exp(pr[c] - m) : 0.0;' 'pr[c] = seen && m > -INFINITY ? exp(pr[c] - m) : 0.0;' \
+  'seen++;   /* a NaN logit too' 'seen += pr[c] > m;   /* a NaN logit too' \
   'test_reference_bwd'
 mut decode-mod-range templates/decode.cu \
   'if (last >= 0) vis_lo = first * ${BN}, vis_hi' 'if (last >= 0) vis_lo = 0 * first * ${BN}, vis_hi' \

@@ -17,6 +17,7 @@
 #include "json.h"
 #include "model_launch.h"
 #include "model_plot.h"
+#include "fa_mod.h"
 #include "sass.h"
 #include "sass_kernel.h"
 
@@ -37,9 +38,12 @@ typedef struct model_job {
   sass_dq_pass dq;         /* a backward variant's dQ kernel (dq=separate), when built */
   double dq_us;            /* its share of r.time_us */
   char config[512];        /* a variant's canonical config */
+  fa_mod_data data;        /* random captured tensors of the problem's modification, as the
+                           ** tuner validates on (mod_tensors) */
 } model_job;
 
 static void job_free(model_job *j) {
+  fa_mod_data_free(&j->data);
   sass_dq_pass_free(&j->dq);
   sass_trace_free(&j->trace);
   model_built_free(&j->b);
@@ -69,6 +73,22 @@ static void problem_of(const cli_opts *o, int seq_q, int seq_k, model_problem *p
     p->batch = o->problem.batch, p->heads = o->problem.heads;
     p->kv_group = o->problem.kv_group, p->kv_lens = o->problem.kv_lens;
   }
+}
+
+/* j's problem's captured tensors, when its modification has some: random
+** (ids in a few runs, as the tuner validates on) from one seed, the same
+** every run, sized to the problem, so that the model counts the blocks
+** they leave. */
+static int mod_tensors(model_job *j, char *err, size_t errlen) {
+  const fa_mod *m = j->p.mod;
+  fa_mod_data_free(&j->data);
+  j->p.mod_data = NULL;
+  if (!m || m->ntensors == 0) return 0;
+  if (fa_mod_data_random(&j->data, m, j->p.batch, j->p.heads, j->p.seq_q, j->p.seq_k,
+                         1, err, errlen) != 0)
+    return -1;
+  j->p.mod_data = &j->data;
+  return 0;
 }
 
 static int read_file(const char *path, char **buf, size_t *n, char *err, size_t errlen) {
@@ -480,6 +500,7 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     return EXIT_BAD_INPUT;
   }
   problem_of(o, o->problem.seq_q, o->problem.seq_k, &j.p);
+  if (mod_tensors(&j, err, sizeof err) != 0) return cli_say(1, err);
   j.dtype = fa_dtype_name(o->problem.dtype);
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)
     return cli_say(1, "fatune model needs nvdisasm (on PATH, in $CUDA_HOME/bin or the PyPI "
@@ -501,7 +522,10 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   const int n = o->nseqs > 1 ? o->nseqs : 1;
   if (o->json && n > 1) printf("[");
   for (int i = 0; i < n && rc == 0; i++) {
-    if (n > 1) problem_of(o, o->seqs[i], o->seqs[i], &j.p);
+    if (n > 1 && (problem_of(o, o->seqs[i], o->seqs[i], &j.p), mod_tensors(&j, err, sizeof err) != 0)) {
+      rc = -1;
+      break;
+    }
     model_result_free(&j.r);
     if (model_predict(j.m, &j.b, &j.l, &j.p, o->plot != NULL, &j.r, err, sizeof err) != 0 ||
         (j.dq.built && sass_dq_pass_time(j.m, &j.dq, &j.p, &j.dq_us, err, sizeof err) != 0)) {

@@ -43,7 +43,7 @@ static int mod_blocks(const model_problem *p, const model_launch *l, int m, int 
   for (int blk = 0; blk < n; blk++) {
     const int k_lo = blk * l->block_n;
     const int k_hi = (k_lo + l->block_n < p->seq_k ? k_lo + l->block_n : p->seq_k) - 1;
-    if (fa_mod_block(p->mod, NULL, 0, 0, q_lo, q_hi, k_lo, k_hi, p->seq_q, p->seq_k, p->heads) != 0) {
+    if (fa_mod_block(p->mod, p->mod_data, 0, 0, q_lo, q_hi, k_lo, k_hi, p->seq_q, p->seq_k, p->heads) != 0) {
       if (first < 0) first = blk;
       last = blk;
     }
@@ -55,7 +55,7 @@ static int mod_blocks(const model_problem *p, const model_launch *l, int m, int 
 ** halved until the classifier decides (at one key it does, but for a mask
 ** of floats, whose key is then counted). */
 static double seen_keys(const model_problem *p, int r, int k_lo, int k_hi) {
-  const int c = fa_mod_block(p->mod, NULL, 0, 0, r, r, k_lo, k_hi, p->seq_q, p->seq_k, p->heads);
+  const int c = fa_mod_block(p->mod, p->mod_data, 0, 0, r, r, k_lo, k_hi, p->seq_q, p->seq_k, p->heads);
   if (c != 1 || k_lo == k_hi) return c == 0 ? 0 : k_hi - k_lo + 1;
   const int mid = k_lo + (k_hi - k_lo) / 2;
   return seen_keys(p, r, k_lo, mid) + seen_keys(p, r, mid + 1, k_hi);
@@ -85,7 +85,7 @@ static int mod_q_blocks(const model_problem *p, const model_launch *l, int m, in
   for (int qb = first; qb < all; qb++) {
     const int q_lo = qb * l->block_n;
     const int q_hi = (q_lo + l->block_n < p->seq_q ? q_lo + l->block_n : p->seq_q) - 1;
-    n += fa_mod_block(p->mod, NULL, 0, 0, q_lo, q_hi, k_lo, k_hi, p->seq_q, p->seq_k, p->heads) != 0;
+    n += fa_mod_block(p->mod, p->mod_data, 0, 0, q_lo, q_hi, k_lo, k_hi, p->seq_q, p->seq_k, p->heads) != 0;
   }
   return n;
 }
@@ -135,7 +135,7 @@ static void decode_keys(const model_problem *p, const model_launch *l, int b, lo
   int first = -1, last = -1;
   for (int blk = 0; (long)blk * bn < len; blk++) {
     const int k_lo = blk * bn, k_hi = (k_lo + bn < len ? k_lo + bn : len) - 1;
-    if (fa_mod_block(p->mod, NULL, 0, 0, 0, p->seq_q - 1, k_lo, k_hi, p->seq_q, len, p->heads) != 0) {
+    if (fa_mod_block(p->mod, p->mod_data, 0, 0, 0, p->seq_q - 1, k_lo, k_hi, p->seq_q, len, p->heads) != 0) {
       if (first < 0) first = blk;
       last = blk;
     }

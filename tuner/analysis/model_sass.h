@@ -32,11 +32,14 @@ int model_gpu_of(const estimate_gpu *g, model_gpu *out);
 ** backward: the backward pass, whose main kernel (dK, dV) runs a CTA per
 ** K/V block and walks the query blocks. */
 struct fa_mod;
+struct fa_mod_data;
 
 typedef struct model_problem {
   int batch, heads, seq_q, seq_k, dim, causal, elem_bytes;
   int backward;
   const struct fa_mod *mod;  /* a mask's K/V blocks a CTA skips (fa_mod_block); NULL none */
+  const struct fa_mod_data *mod_data;  /* its captured tensors on the host, or NULL: a block
+                                       ** whose class depends on them counts as seen */
   /* Decoding (op decode): seq_q new tokens of each sequence over its
   ** kv_lens[b] cached keys (NULL: seq_k each), heads query heads reading
   ** K/V head h / kv_group. */

@@ -97,7 +97,7 @@ static void model_figures(const gen_kernel *k, const fa_compiled *r, const estim
   model_launch l;
   if (!m || !p || model_launch_of_variant(k, r, &l) != 0) return;
   model_problem mp = {p->batch, p->heads, p->seq_q, p->seq_k > 0 ? p->seq_k : p->seq_q, p->dim,
-                      p->causal, fa_dtype_size(p->dtype), p->op == FA_OP_BWD, p->mod,
+                      p->causal, fa_dtype_size(p->dtype), p->op == FA_OP_BWD, p->mod, p->mod_data,
                       p->op == FA_OP_DECODE, p->kv_group, p->kv_lens,
                       p->varlen && p->q_lens && p->kv_lens ? p->q_lens : NULL};
   model_built b;
