@@ -391,7 +391,9 @@ FATUNE_API const char *fatune_mod_label(const fatune_mod *m);
 ** them again never recompiles. A call under m before each of its tensors
 ** is set is FATUNE_EINVAL; so is a call that may index a tensor outside
 ** its n elements and does (such a call checks the kernels' flag and waits
-** for them). m may be used by one context only, its creator's. */
+** for them). m may be used by one context only, its creator's; set no
+** tensor while a call under m runs in another thread, and free m before
+** closing that context. */
 FATUNE_API fatune_status fatune_mod_set_tensor(fatune_mod *m, const char *name, const void *data,
                                                long long n);
 /* m's captured tensor i (from 0, in the file's order): its name, and
