@@ -197,7 +197,8 @@ static void tile_order(void) {
   b.k.warps_per_cta = 4;
   model_launch l = {.block_m = 128, .block_n = 64, .threads = 128, .smem_bytes = 65536,
                     .registers = 128, .stages = 2};
-  model_problem p = {8, 16, 2048, 2048, 128, 1, 2, 0, NULL, NULL, 0, 0, NULL, NULL};
+  model_problem p = {.batch = 8, .heads = 16, .seq_q = 2048, .seq_k = 2048, .dim = 128,
+                     .causal = 1, .elem_bytes = 2};
   double t[2][2];
   for (int causal = 0; causal < 2; causal++)
     for (int heavy = 0; heavy < 2; heavy++) {

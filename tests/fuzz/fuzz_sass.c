@@ -45,7 +45,8 @@ static void model_check(const sass_trace *t, const uint8_t *data) {
                     .registers = 128, .consumers = ws ? 2 : 0, .stages = 1 + data[5] % 3,
                     .persistent = ws, .snake = (data[5] >> 5) & 1,
                     .heavy_first = (data[5] >> 6) & 1};
-  model_problem p = {1, 2, 256, 256, 64, data[5] >> 7, 2, 0, NULL, 0, 0, NULL, NULL};
+  model_problem p = {.batch = 1, .heads = 2, .seq_q = 256, .seq_k = 256, .dim = 64,
+                     .causal = data[5] >> 7, .elem_bytes = 2};
   model_built b;
   model_result r;
   char err[256];

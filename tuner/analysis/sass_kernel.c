@@ -96,10 +96,13 @@ static void model_figures(const gen_kernel *k, const fa_compiled *r, const estim
   const model_gpu *m = gpu && model_gpu_of(gpu, &machine) == 0 ? &machine : NULL;
   model_launch l;
   if (!m || !p || model_launch_of_variant(k, r, &l) != 0) return;
-  model_problem mp = {p->batch, p->heads, p->seq_q, p->seq_k > 0 ? p->seq_k : p->seq_q, p->dim,
-                      p->causal, fa_dtype_size(p->dtype), p->op == FA_OP_BWD, p->mod, p->mod_data,
-                      p->op == FA_OP_DECODE, p->kv_group, p->kv_lens,
-                      p->varlen && p->q_lens && p->kv_lens ? p->q_lens : NULL};
+  model_problem mp = {.batch = p->batch, .heads = p->heads, .seq_q = p->seq_q,
+                      .seq_k = p->seq_k > 0 ? p->seq_k : p->seq_q, .dim = p->dim,
+                      .causal = p->causal, .elem_bytes = fa_dtype_size(p->dtype),
+                      .backward = p->op == FA_OP_BWD, .mod = p->mod, .mod_data = p->mod_data,
+                      .decode = p->op == FA_OP_DECODE, .kv_group = p->kv_group,
+                      .kv_lens = p->kv_lens,
+                      .q_lens = p->varlen && p->q_lens && p->kv_lens ? p->q_lens : NULL};
   model_built b;
   model_result res;
   char err[256];
