@@ -815,25 +815,11 @@ static int mod_block_mask(fatune_mod *m, const fa_problem *fp, char *err, size_t
   const long long key[5] = {fp->batch, fp->heads, fp->seq_q, fp->seq_k, m->version};
   if (m->bm_dev && !memcmp(key, m->bm_key, sizeof key)) return 0;
   mod_drop(m, &m->bm_dev);
-  const fa_mod_mask_dims bm = fa_mod_mask_shape(&m->m, fp->batch, fp->heads, fp->seq_q, fp->seq_k);
-  const size_t n = (size_t)bm.bm_b * bm.bm_h * bm.rows * bm.cols;
-  int *mask = malloc(n * sizeof *mask);
-  if (!mask) {
-    snprintf(err, errlen, "out of memory for a block mask of %zu blocks", n);
-    return FA_ENOMEM;
-  }
-  fa_mod_block_mask(&m->m, &m->data, fp->seq_q, fp->seq_k, fp->heads, bm, mask);
-  int rc = backend_alloc(m->c->be, n * sizeof *mask, &m->bm_dev, err, errlen);
-  if (rc == 0) rc = backend_upload(m->c->be, m->bm_dev, mask, n * sizeof *mask, err, errlen);
-  free(mask);
-  if (rc != 0) {
-    backend_free(m->c->be, m->bm_dev);
-    m->bm_dev = NULL;
-    return rc;
-  }
-  memcpy(m->bm_key, key, sizeof key);
-  m->bm = bm;
-  return 0;
+  fa_problem q = *fp;
+  q.mod_data = &m->data;
+  const int rc = attn_block_mask_upload(m->c->be, &q, &m->bm_dev, &m->bm, err, errlen);
+  if (rc == 0) memcpy(m->bm_key, key, sizeof key);
+  return rc;
 }
 
 /* The captured tensors of the call's modification into a, with its block

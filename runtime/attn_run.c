@@ -50,17 +50,27 @@ int attn_mod_upload(fa_backend *be, const fa_problem *p, int dense, attn_inputs 
       return -1;
   }
   if (!dense || !fa_mod_mask_loads(m)) return 0;
-  in->bm = fa_mod_mask_shape(m, p->batch, p->heads, p->seq_q, p->seq_k);
-  const size_t n = (size_t)in->bm.bm_b * in->bm.bm_h * in->bm.rows * in->bm.cols;
+  return attn_block_mask_upload(be, p, &in->block_mask, &in->bm, err, errlen);
+}
+
+int attn_block_mask_upload(fa_backend *be, const fa_problem *p, void **mask_out,
+                           fa_mod_mask_dims *dims, char *err, size_t errlen) {
+  *mask_out = NULL;
+  *dims = fa_mod_mask_shape(p->mod, p->batch, p->heads, p->seq_q, p->seq_k);
+  const size_t n = (size_t)dims->bm_b * dims->bm_h * dims->rows * dims->cols;
   int *mask = malloc(n * sizeof *mask);
   if (!mask) {
     snprintf(err, errlen, "out of memory for a block mask of %zu blocks", n);
     return FA_ENOMEM;
   }
-  fa_mod_block_mask(m, d, p->seq_q, p->seq_k, p->heads, in->bm, mask);
-  const int rc = backend_alloc(be, n * sizeof *mask, &in->block_mask, err, errlen) ||
-                 backend_upload(be, in->block_mask, mask, n * sizeof *mask, err, errlen) ? -1 : 0;
+  fa_mod_block_mask(p->mod, p->mod_data, p->seq_q, p->seq_k, p->heads, *dims, mask);
+  int rc = backend_alloc(be, n * sizeof *mask, mask_out, err, errlen);
+  if (rc == 0) rc = backend_upload(be, *mask_out, mask, n * sizeof *mask, err, errlen);
   free(mask);
+  if (rc != 0) {
+    backend_free(be, *mask_out);
+    *mask_out = NULL;
+  }
   return rc;
 }
 

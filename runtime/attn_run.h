@@ -59,6 +59,10 @@ int attn_flags(const int flag[ATTN_NFLAGS], char *err, size_t errlen);
 ** the block mask too where the mask reads a tensor. */
 int attn_mod_upload(fa_backend *be, const fa_problem *p, int dense, attn_inputs *in, char *err,
                     size_t errlen);
+/* The block mask of p's modification over p->mod_data (fa_mod_block_mask),
+** uploaded into a new device buffer *mask_out of dimensions *dims. */
+int attn_block_mask_upload(fa_backend *be, const fa_problem *p, void **mask_out,
+                           fa_mod_mask_dims *dims, char *err, size_t errlen);
 /* in's captured tensors and block mask into a. */
 void attn_mod_params(const attn_inputs *in, fa_params *a);
 /* A block mask of dimensions bm (fa_mod_mask_shape) at mask into a. */

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "space_build.h"
 #include "fa_mod.h"
 #include "validate.h"
 
@@ -80,46 +81,10 @@ static void validate(const gen_kernel *k, const fa_program *prog, const fa_probl
 /* A default space rendered for a problem and compiled: its variants,
 ** their kernels and builds (a build without a program is a failure the
 ** caller reports). */
-typedef struct space { gen_variant *v; gen_kernel *k; fa_build *b; size_t n; } space;
-
-/* p's default space under the generator's current modification; n 0 when
-** nothing could be listed or allocated (and said so). */
-static space space_build(const fa_problem *p) {
-  space s = {0};
-  char err[512];
-  CHECK(gen_list(gen, p, &target, "default", &s.v, &s.n) == 0, "%s", gen_errmsg(gen));
-  s.k = calloc(s.n ? s.n : 1, sizeof *s.k);
-  s.b = calloc(s.n ? s.n : 1, sizeof *s.b);
-  const gen_kernel **kp = calloc(s.n ? s.n : 1, sizeof *kp);
-  if (!s.k || !s.b || !kp) {
-    CHECK(0, "out of memory");
-    free(s.k), free(s.b), free(kp);
-    gen_variants_free(s.v, s.n);
-    return (space){0};
-  }
-  for (size_t i = 0; i < s.n; i++) {
-    CHECK(gen_render_config(gen, s.v[i].config, p, &target, &s.k[i]) == 0, "%s: %s",
-          s.v[i].name, gen_errmsg(gen));
-    kp[i] = &s.k[i];
-  }
-  CHECK(backend_compile(be, kp, s.n, 0, s.b, err, sizeof err) == 0, "%s", err);
-  free(kp);
-  return s;
-}
-
-static void space_free(space *s) {
-  for (size_t i = 0; i < s->n; i++) {
-    backend_build_free(be, &s->b[i]);
-    gen_kernel_free(&s->k[i]);
-  }
-  gen_variants_free(s->v, s->n);
-  free(s->k), free(s->b);
-}
-
 /* The default space of (dtype, dim, causal), each variant on every shape. */
 static void test_space(fa_dtype t, int dim, int causal) {
   fa_problem p = problem(t, dim, causal, &shapes[4]);
-  space sp = space_build(&p);
+  space sp = space_build(gen, &target, be, &p);
   CHECK(sp.n >= 4, "%s d%d: %zu bwd variants", fa_dtype_name(t), dim, sp.n);
   double worst = 0;
   for (size_t i = 0; i < sp.n; i++) {
@@ -138,7 +103,7 @@ static void test_space(fa_dtype t, int dim, int causal) {
   printf("%s d%-3d %-6s %zu variants x %zu shapes, two schedules each: worst gradient error "
          "%.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, causal ? "causal" : "", sp.n, NSHAPES,
          worst, val_tolerance(t));
-  space_free(&sp);
+  space_free(be, &sp);
 }
 
 /* The default space of (dtype, dim, causal) under modification spec, each
@@ -153,7 +118,7 @@ static void test_space_mod(const char *spec, fa_dtype t, int dim, int causal) {
   }
   fa_problem p = problem(t, dim, causal, &shapes[4]);
   p.mod = &mod;
-  space sp = space_build(&p);
+  space sp = space_build(gen, &target, be, &p);
   double worst = 0;
   for (size_t i = 0; i < sp.n; i++) {
     const gen_kernel *k = &sp.k[i];
@@ -170,7 +135,7 @@ static void test_space_mod(const char *spec, fa_dtype t, int dim, int causal) {
   printf("%s %s d%-3d %-6s %zu variants x %zu shapes, two schedules each: worst gradient error "
          "%.2e (tolerance %.0e)\n", spec, fa_dtype_name(t), dim, causal ? "causal" : "", sp.n,
          NSHAPES + 1, worst, val_tolerance(t));
-  space_free(&sp);
+  space_free(be, &sp);
   gen_set_mod(gen, NULL);
 }
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "space_build.h"
 #include "fa_mod.h"
 #include "fatune.h"
 #include "estimate.h"
@@ -141,42 +142,6 @@ static int validate(const gen_kernel *k, const fa_program *prog, const fa_proble
 /* A default space rendered for a problem and compiled: its variants,
 ** their kernels and builds (a build without a program is a failure the
 ** caller reports). */
-typedef struct space { gen_variant *v; gen_kernel *k; fa_build *b; size_t n; } space;
-
-/* p's default space under the generator's current modification; n 0 when
-** nothing could be listed or allocated (and said so). */
-static space space_build(const fa_problem *p) {
-  space s = {0};
-  char err[512];
-  CHECK(gen_list(gen, p, &target, "default", &s.v, &s.n) == 0, "%s", gen_errmsg(gen));
-  s.k = calloc(s.n ? s.n : 1, sizeof *s.k);
-  s.b = calloc(s.n ? s.n : 1, sizeof *s.b);
-  const gen_kernel **kp = calloc(s.n ? s.n : 1, sizeof *kp);
-  if (!s.k || !s.b || !kp) {
-    CHECK(0, "out of memory");
-    free(s.k), free(s.b), free(kp);
-    gen_variants_free(s.v, s.n);
-    return (space){0};
-  }
-  for (size_t i = 0; i < s.n; i++) {
-    CHECK(gen_render_config(gen, s.v[i].config, p, &target, &s.k[i]) == 0, "%s: %s",
-          s.v[i].name, gen_errmsg(gen));
-    kp[i] = &s.k[i];
-  }
-  CHECK(backend_compile(be, kp, s.n, 0, s.b, err, sizeof err) == 0, "%s", err);
-  free(kp);
-  return s;
-}
-
-static void space_free(space *s) {
-  for (size_t i = 0; i < s->n; i++) {
-    backend_build_free(be, &s->b[i]);
-    gen_kernel_free(&s->k[i]);
-  }
-  gen_variants_free(s->v, s->n);
-  free(s->k), free(s->b);
-}
-
 /* Every variant of the default space on caches of several page sizes. */
 static void test_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
   static const int lens[] = {45, 0, 1, 29, 45};
@@ -184,7 +149,7 @@ static void test_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
   fa_problem p = {.batch = 5, .heads = 2 * group, .seq_q = seq_q, .seq_k = 45, .dim = dim,
                   .dtype = t, .causal = causal, .op = FA_OP_DECODE, .kv_group = group,
                   .kv_lens = lens};
-  space sp = space_build(&p);
+  space sp = space_build(gen, &target, be, &p);
   const size_t n = sp.n;
   gen_kernel *ks = sp.k;
   fa_build *bs = sp.b;
@@ -208,7 +173,7 @@ static void test_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
   printf("%s d%-3d gqa %d seq_q %d %-6s %zu variants x 2 page sizes, two schedules each: %d "
          "ok, worst error %.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, group, seq_q,
          causal ? "causal" : "", n, ok, worst, val_tolerance(t));
-  space_free(&sp);
+  space_free(be, &sp);
 }
 
 /* One variant for p, compiled; 0 when it is. */
@@ -288,7 +253,7 @@ static void test_space_mod(const char *spec, int left, fa_dtype t, int dim, int 
   fa_problem p = {.batch = 5, .heads = 2 * group, .seq_q = seq_q, .seq_k = 200, .dim = dim,
                   .dtype = t, .causal = causal, .op = FA_OP_DECODE, .kv_group = group,
                   .kv_lens = lens, .mod = &mod};
-  space sp = space_build(&p);
+  space sp = space_build(gen, &target, be, &p);
   const size_t n = sp.n;
   gen_kernel *ks = sp.k;
   fa_build *bs = sp.b;
@@ -313,7 +278,7 @@ static void test_space_mod(const char *spec, int left, fa_dtype t, int dim, int 
     printf("  over 700, 333, 0, 129 keys with the %d pages the window hides out of the pool: %d "
            "variants read none of them\n", hidden, skipped);
   }
-  space_free(&sp);
+  space_free(be, &sp);
   gen_set_mod(gen, NULL);
 }
 

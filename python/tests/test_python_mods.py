@@ -36,6 +36,19 @@ def reference(q, k, v, sees, score):
     return np.einsum("bhqk,bhkd->bhqd", p / np.where(l > 0, l, 1), v)
 
 
+def check_grads(torch, inputs, want, step):
+    """The gradients of step (a loss through fatune) eagerly and under
+    torch.compile against those of want (the same loss in float64)."""
+    ref_in = [t.double().requires_grad_() for t in inputs]
+    refs = torch.autograd.grad(want(*ref_in), ref_in)
+    torch.compiler.reset()
+    for fn in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
+        ins = [t.clone().requires_grad_() for t in inputs]
+        got = torch.autograd.grad(fn(*ins), ins)
+        for g, r in zip(got, refs):
+            assert rel_err(g.numpy(), r.numpy()) < TOLERANCE["float32"]
+
+
 def test_score_and_mask_functions():
     """A softcap, a bias by head and distance, and floored // and % on
     negative values (Python's semantics, not C's truncation)."""
@@ -92,18 +105,8 @@ def test_torch_functions_autograd_and_compile():
         s = torch.where(r + OFF >= c, torch.tanh(s) * 2.0, s - 1.0)
         return (torch.softmax(s, -1) @ v * do.double()).sum()
 
-    ref_in = [t.double().requires_grad_() for t in (q, k, v)]
-    refs = torch.autograd.grad(want(*ref_in), ref_in)
-
-    def step(q, k, v):
-        return (fatune.attention(q, k, v, score_mod=score_mod) * do).sum()
-
-    torch.compiler.reset()
-    for fn in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
-        ins = [t.clone().requires_grad_() for t in (q, k, v)]
-        got = torch.autograd.grad(fn(*ins), ins)
-        for g, r in zip(got, refs):
-            assert rel_err(g.numpy(), r.numpy()) < TOLERANCE["float32"]
+    check_grads(torch, (q, k, v), want,
+                lambda q, k, v: (fatune.attention(q, k, v, score_mod=score_mod) * do).sum())
 
 
 def test_what_cannot_be_traced():
@@ -204,19 +207,8 @@ def test_captured_tensor_gradients():
         s = (q @ k.transpose(-1, -2) / math.sqrt(D)).masked_fill(~seen, -math.inf)
         return (torch.softmax(s, -1) @ v * do.double()).sum()
 
-    ref_in = [t.double().requires_grad_() for t in (q, k, v)]
-    refs = torch.autograd.grad(want(*ref_in), ref_in)
-
-    def step(q, k, v):
-        out = fatune.attention(q, k, v, mask_mod=lambda b, h, qi, kv: ids[qi + OFF] == ids[kv])
-        return (out * do).sum()
-
-    torch.compiler.reset()
-    for fn in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
-        ins = [t.clone().requires_grad_() for t in (q, k, v)]
-        got = torch.autograd.grad(fn(*ins), ins)
-        for g, r in zip(got, refs):
-            assert rel_err(g.numpy(), r.numpy()) < TOLERANCE["float32"]
+    check_grads(torch, (q, k, v), want, lambda q, k, v: (fatune.attention(
+        q, k, v, mask_mod=lambda b, h, qi, kv: ids[qi + OFF] == ids[kv]) * do).sum())
 
 
 def test_captured_tensors_refused():
