@@ -62,22 +62,49 @@ static double modified(const fa_problem *p, row_at w, int c, double x) {
   return m->nscore ? fa_mod_eval(m->score, m->nscore, vars, p->mod_data) : x;
 }
 
+/* Where a row's error sizes go (ref_fwd_io's lse_mag and o_sens), each
+** NULL when not wanted. */
+typedef struct row_sizes { double *mag, *sens; } row_sizes;
+
+/* sum_c P_c a_c |v_c - o| over the row's visible keys: how far o moves
+** when every logit moves by a relative error of 1 of the size a_c of its
+** terms (to first order, o moves by sum_c P_c (e_c - sum_j P_j e_j) v_c
+** for logit errors e_c, which is sum_c P_c (e_c - ...) (v_c - o)). s holds
+** the row's unnormalized exponentials, l their sum. */
+static double row_sensitivity(const fa_problem *p, double scale, int nvis, const double *q,
+                              const double *k, long long ksn, const double *v, long long vsn,
+                              const double *o, const double *s, double l) {
+  const int dv = fa_problem_dim_v(p);
+  double sens = 0.0;
+  for (int c = 0; c < nvis; c++) {
+    if (s[c] == 0.0) continue;  /* hidden, or no weight */
+    const double *vr = v + c * vsn;
+    double d2 = 0.0;
+    for (int d = 0; d < dv; d++) d2 += (vr[d] - o[d]) * (vr[d] - o[d]);
+    sens += s[c] / l * scale * dot_abs(q, k + c * ksn, p->dim) * sqrt(d2);
+  }
+  return sens;
+}
+
 /* One query row of one (batch, head): q points at the row, k and v at the
 ** head's first key / value row, o at the output row. s is scratch of at
-** least seq_k doubles. Returns the row's logsumexp; with mag, the largest
-** size of a visible key's logit's terms into *mag (ref_fwd_io's lse_mag).
+** least seq_k doubles. Returns the row's logsumexp; with sz.mag, the
+** largest size of a visible key's logit's terms into *sz.mag (ref_fwd_io's
+** lse_mag), with sz.sens row_sensitivity into *sz.sens (its o_sens).
 ** A key that p's modification hides weighs nothing; a row it leaves no key
 ** gets zeros and -inf, as a row before its first causal key does. */
 static double attend_row(const fa_problem *p, double scale, int nvis, row_at w,
                          const double *q, const double *k, long long ksn,
                          const double *v, long long vsn,
-                         double *o, double *s, double *mag) {
+                         double *o, double *s, row_sizes sz) {
   const int dv = fa_problem_dim_v(p);
   double m, l;
   int c, d;
 
+  double *mag = sz.mag;
   for (d = 0; d < dv; d++) o[d] = 0.0;
   if (mag) *mag = 0.0;
+  if (sz.sens) *sz.sens = 0.0;
   /* Nothing visible: the softmax is empty. Zeros and -inf, not 0/0. */
   if (nvis == 0) return -INFINITY;
 
@@ -105,15 +132,16 @@ static double attend_row(const fa_problem *p, double scale, int nvis, row_at w,
     for (d = 0; d < dv; d++) o[d] += s[c] * vr[d];
   }
   for (d = 0; d < dv; d++) o[d] /= l;
+  if (sz.sens) *sz.sens = row_sensitivity(p, scale, nvis, q, k, ksn, v, vsn, o, s, l);
   return m + log(l);
 }
 
-/* ref_attention, and with lse_mag (NULL: none) ref_fwd_io's. */
+/* ref_attention, and with lse_mag and o_sens (NULL: none) ref_fwd_io's. */
 static int attention(const fa_problem *p,
                      const double *q, fa_layout ql,
                      const double *k, fa_layout kl,
                      const double *v, fa_layout vl,
-                     double *o, fa_layout ol, double *lse, double *lse_mag) {
+                     double *o, fa_layout ol, double *lse, double *lse_mag, double *o_sens) {
   double scale, *s;
   int b, h, r;
 
@@ -131,8 +159,8 @@ static int attention(const fa_problem *p,
         double *orow = o + b * ol.sb + h * ol.sh + r * ol.sn;
         const long long at = ((long long)b * p->heads + h) * p->seq_q + r;
         const row_at w = {b, h, r};
-        double x = attend_row(p, scale, visible_keys(p, r), w, qr,
-                              kh, kl.sn, vh, vl.sn, orow, s, lse_mag ? lse_mag + at : NULL);
+        const row_sizes sz = {lse_mag ? lse_mag + at : NULL, o_sens ? o_sens + at : NULL};
+        double x = attend_row(p, scale, visible_keys(p, r), w, qr, kh, kl.sn, vh, vl.sn, orow, s, sz);
         if (lse) lse[at] = x;
       }
     }
@@ -146,7 +174,7 @@ int ref_attention(const fa_problem *p,
                   const double *k, fa_layout kl,
                   const double *v, fa_layout vl,
                   double *o, fa_layout ol, double *lse) {
-  return attention(p, q, ql, k, kl, v, vl, o, ol, lse, NULL);
+  return attention(p, q, ql, k, kl, v, vl, o, ol, lse, NULL, NULL);
 }
 
 /* The softmax row of query r (at w) over its nvis visible keys, into pr:
@@ -282,7 +310,8 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
 
 static int ref_fwd(const fa_problem *p, const void *io) {
   const ref_fwd_io *t = io;
-  return attention(p, t->q, t->ql, t->k, t->kl, t->v, t->vl, t->o, t->ol, t->lse, t->lse_mag);
+  return attention(p, t->q, t->ql, t->k, t->kl, t->v, t->vl, t->o, t->ol, t->lse, t->lse_mag,
+                   t->o_sens);
 }
 
 static int ref_bwd(const fa_problem *p, const void *io) {
@@ -329,11 +358,12 @@ static int ref_decode(const fa_problem *p, const void *io) {
         for (int r = 0; r < p->seq_q; r++) {
           const long long at = ((long long)b * p->heads + h) * p->seq_q + r;
           const row_at w = {b, h, r};
+          const row_sizes sz = {t->lse_mag ? t->lse_mag + at : NULL,
+                                t->o_sens ? t->o_sens + at : NULL};
           const double x = attend_row(&seq, sm_scale, visible_keys(&seq, r), w,
                                       t->q + b * t->ql.sb + h * t->ql.sh + r * t->ql.sn,
                                       kd, p->dim, vd, dv,
-                                      t->o + b * t->ol.sb + h * t->ol.sh + r * t->ol.sn, s,
-                                      t->lse_mag ? t->lse_mag + at : NULL);
+                                      t->o + b * t->ol.sb + h * t->ol.sh + r * t->ol.sn, s, sz);
           if (t->lse) t->lse[at] = x;
         }
     }

@@ -25,7 +25,11 @@ int ref_attention(const fa_problem *p,
 /* The tensors of the forward pass's reference, as ref_attention takes them;
 ** lse_mag, when not NULL, gets per row (as lse) the largest size of the
 ** terms of a visible key's logit, scale * sum |q_d k_d|, which a float32
-** logit's rounding error scales with (0 for a row that sees no key). */
+** logit's rounding error scales with (0 for a row that sees no key);
+** o_sens, when not NULL, gets per row sum_c P_c a_c |v_c - o| over its
+** visible keys c, a_c the size of key c's logit's terms: how far the row
+** of O moves, to first order, when each logit moves by a relative error of
+** 1 of its terms' size, which is what rounding the logits does. */
 typedef struct ref_fwd_io {
   const double *q, *k, *v;
   fa_layout ql, kl, vl;
@@ -33,6 +37,7 @@ typedef struct ref_fwd_io {
   fa_layout ol;
   double *lse;
   double *lse_mag;
+  double *o_sens;
 } ref_fwd_io;
 
 /* The backward pass's tensors: the forward's inputs and the gradient of
@@ -60,7 +65,7 @@ typedef struct ref_bwd_io {
 ** memory runs out. */
 int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io);
 
-/* Op decode's tensors: q, o, lse and lse_mag as the forward pass's; k and
+/* Op decode's tensors: q, o, lse, lse_mag and o_sens as the forward pass's; k and
 ** v the KV cache's pools of pages in float64, kl and vl their strides (sb a
 ** page, sn a token, sh a K/V head); table the block table, batch rows of
 ** fa_problem_pages_per_seq(p) page indices each, num_pages the pool's
@@ -77,7 +82,7 @@ typedef struct ref_decode_io {
   int num_pages;
   double *o;
   fa_layout ol;
-  double *lse, *lse_mag;
+  double *lse, *lse_mag, *o_sens;
 } ref_decode_io;
 
 /* The float64 reference of p's op on io, that op's own tensors (fwd: a

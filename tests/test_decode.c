@@ -68,8 +68,9 @@ static void test_reference(int page, int group, int causal) {
     for (int j = 0; j < pps; j++) table[b * pps + j] = pages - 1 - (b * pps + j);
   if (lens[3] >= pg) table[3 * pps] = table[0];
   const fa_layout kl = {(long long)pg * KVH * D, D, KVH * D};
-  const ref_decode_io io = {q, fa_layout_contiguous(&p, SQ), kp, vp, kl, kl, table, pages, o,
-                            fa_layout_contiguous(&p, SQ), lse, NULL};
+  const ref_decode_io io = {.q = q, .ql = fa_layout_contiguous(&p, SQ), .k = kp, .v = vp,
+                            .kl = kl, .vl = kl, .table = table, .num_pages = pages, .o = o,
+                            .ol = fa_layout_contiguous(&p, SQ), .lse = lse};
   char err[256];
   CHECK(ref_op(&p, &io, err, sizeof err) == 0, "ref decode: %s", err);
   double worst = 0;
@@ -789,7 +790,8 @@ static void test_append(void) {
   pr.kv_lens = after;
   const fa_layout ql = {(long long)H * NQ * D, (long long)NQ * D, D};
   const fa_layout kl = {(long long)PAGE * KVH * D, D, (long long)KVH * D};
-  const ref_decode_io io = {qd, ql, kd, vd, kl, kl, c.table, np, od, ql, NULL, NULL};
+  const ref_decode_io io = {.q = qd, .ql = ql, .k = kd, .v = vd, .kl = kl, .vl = kl,
+                            .table = c.table, .num_pages = np, .o = od, .ol = ql};
   if (ref_op(&pr, &io, err, sizeof err) != 0) {
     CHECK(0, "reference: %s", err);
     goto done;

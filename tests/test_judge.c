@@ -8,7 +8,9 @@
 **  - the reference perturbed to 2x the tolerance (norm-relative) is invalid,
 **    to 0.5x valid; a logsumexp off by 2x its tolerance invalid, 0.5x valid;
 **  - the same for the rows an oracle case checks in float64 on the CPU;
-**  - the backward pass's gradients: NaN only where the reference's is.
+**  - the backward pass's gradients: NaN only where the reference's is;
+**  - O's tolerance widened by what rounding the logits costs, where the
+**    logits are large (the suite's lse-underflow), and only there.
 ** Each perturbation is measured here too, so a verdict is only asked of an
 ** output whose error is known to be on the intended side of the bound.
 */
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "suite.h"
 #include "validate.h"
 
 static const fa_dtype dtypes[] = {FA_FP32, FA_FP64, FA_FP16, FA_BF16};
@@ -31,15 +34,18 @@ static fa_dtype lse_type(fa_dtype t) { return t == FA_FP64 ? FA_FP64 : FA_FP32; 
 /* +1, -1, +1, ...: an error of both signs, not a mere scale. */
 static double sign(size_t i) { return i % 2 ? -1.0 : 1.0; }
 
-/* The case's output in its dtype, each element off by f * tol relatively. */
-static void *make_o(const val_case *c, double f) {
+/* The case's output in its dtype, each element off by e relatively. */
+static void *make_o_rel(const val_case *c, double e) {
   const fa_dtype t = c->p.dtype;
-  const double tol = val_tolerance(t);
   void *o = malloc(nelems(c) * (size_t)fa_dtype_size(t));
   if (!o) return NULL;
-  for (size_t i = 0; i < nelems(c); i++)
-    fa_elem_put(o, t, i, c->o_ref[i] * (1 + sign(i) * f * tol));
+  for (size_t i = 0; i < nelems(c); i++) fa_elem_put(o, t, i, c->o_ref[i] * (1 + sign(i) * e));
   return o;
+}
+
+/* The same, off by f * tol. */
+static void *make_o(const val_case *c, double f) {
+  return make_o_rel(c, f * val_tolerance(c->p.dtype));
 }
 
 /* The case's logsumexp, row `row` off by f * tol * max(1, |ref|). */
@@ -235,6 +241,64 @@ static void test_sample(val_case *c, const void *o, const void *lse) {
   sample_off(c, o, lse, 0.5, VAL_OK);
 }
 
+/* What rounding the logits costs O, 2 u ||o_sens|| / ||O|| (validate.c's
+** o_tolerance), u the unit roundoff of the kernel's arithmetic. */
+static double logit_bound(const val_case *c) {
+  double s2 = 0, r2 = 0;
+  for (size_t i = 0; i < nrows(c); i++) s2 += c->o_sens[i] * c->o_sens[i];
+  for (size_t i = 0; i < nelems(c); i++) r2 += c->o_ref[i] * c->o_ref[i];
+  return 2 * (c->p.dtype == FA_FP64 ? 0x1p-53 : 0x1p-24) * sqrt(s2 / r2);
+}
+
+/* O's tolerance widens with the size of the logits' terms, and only
+** there: the suite's lse-underflow logits (about -100) cost fp32's O more
+** than fp32's tolerance, however a kernel computes it, so O is judged
+** against that cost (0.5x it valid, 2x invalid); ordinary logits (the
+** random case) stay well under the tolerance, as do fp64's and the 16-bit
+** types' (whose tolerances are larger). */
+static void test_logit_size(fa_dtype t) {
+  int under = -1;
+  for (int i = 0; i < val_suite_size(); i++)
+    if (!strcmp(val_suite_name(i), "lse-underflow")) under = i;
+  CHECK(under >= 0, "the suite has no lse-underflow case");
+  const fa_problem p = {.batch = 1, .heads = 1, .seq_q = 130, .seq_k = 130, .dim = 64,
+                        .dtype = t};
+  val_case c, plain;
+  char err[200] = "";
+  if (under < 0 || val_suite_make(&c, under, &p, 5, err, sizeof err) != 0) {
+    CHECK(0, "%s: lse-underflow: %s", fa_dtype_name(t), err);
+    return;
+  }
+  if (make_case(&plain, t) != 0) {
+    val_case_free(&c);
+    return;
+  }
+  const double tol = val_tolerance(t), w = logit_bound(&c), w_plain = logit_bound(&plain);
+  CHECK(w_plain < 0.5 * tol, "%s: ordinary logits cost O %.3g, near the tolerance %g",
+        fa_dtype_name(t), w_plain, tol);
+  CHECK(c.lse_ref[0] < -88.7, "%s: lse-underflow's lse %g", fa_dtype_name(t), c.lse_ref[0]);
+  void *lse = malloc(nrows(&c) * (size_t)fa_lse_size(t));
+  CHECK(lse != NULL, "out of memory");
+  for (size_t i = 0; lse && i < nrows(&c); i++) fa_elem_put(lse, lse_type(t), i, c.lse_ref[i]);
+  if (t == FA_FP32) {
+    CHECK(w > tol && w < 1e-3, "fp32: logits near -100 cost O %.3g (tolerance %g)", w, tol);
+    for (int k = 0; lse && k < 2; k++) {
+      const double f = k ? 2.0 : 0.5;
+      void *o = make_o_rel(&c, f * w);
+      val_result r;
+      CHECK(o && judge(&c, o, lse, &r) == (k ? VAL_INVALID : VAL_OK),
+            "fp32 lse-underflow: O %gx the logits' cost off is %s (%s)", f,
+            k ? "valid" : "invalid", o ? r.msg : "out of memory");
+      free(o);
+    }
+  } else {
+    CHECK(w < 0.2 * tol, "%s: logits near -100 cost O %.3g, near the tolerance %g",
+          fa_dtype_name(t), w, tol);
+  }
+  free(lse);
+  val_case_free(&c), val_case_free(&plain);
+}
+
 /* Gradients (op bwd) the same way: the reference's own, rounded, pass; a
 ** NaN where the reference is finite, or the poison anywhere, does not; a
 ** NaN where the reference's gradient is NaN (a NaN input's row) passes,
@@ -298,5 +362,6 @@ int main(void) {
     val_case_free(&c);
   }
   for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) test_grad_nan(dtypes[k]);
+  for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) test_logit_size(dtypes[k]);
   return check_done("test_judge");
 }

@@ -35,6 +35,9 @@ typedef struct val_case {
   double *lse_mag;        /* per row, the size of its largest logit's terms (ref_fwd_io's),
                           ** which the logsumexp's error is judged against; NULL on a GPU's
                           ** oracle case */
+  double *o_sens;         /* per row, how far its O moves per relative error of its logits
+                          ** (ref_fwd_io's), which O's tolerance widens with; NULL on a
+                          ** GPU's oracle case */
   /* The backward pass (op bwd): its further inputs, the forward pass's o
   ** and lse (the float64 reference's, rounded as a kernel stores them) and
   ** a random dout; the reference gradients. */
