@@ -221,6 +221,18 @@ mut lib-bwd-overlap lib/fatune.c \
 mut grad-nan-check tuner/trial/validate.c \
   'if (isfinite(x) && isfinite(ref)) continue;' 'continue;' \
   'test_judge'
+mut sacc16-unpack templates/tc/tc.cu \
+  '(fa_f16)(i & 1 ? sh[mt][n][i >> 1] >> 16' '(fa_f16)(i & 1 ? sh[mt][n][i >> 1] & 0xFFFFu' \
+  'cli_targets'
+mut model-hmma-f16-rate tuner/analysis/model_sass.c \
+  '(sass_hmma_f16acc(t) ? e->mma16_flop_clk' '(0 ? e->mma16_flop_clk' \
+  'cli_model'
+mut sass-hmma-f16 tuner/analysis/sass.c \
+  'if (sass_hmma_f16acc(in->text)) c->loop_hmma_f16acc += times;' ';' \
+  'test_sass'
+mut sass-bra-operand-predicate tuner/analysis/sass.c \
+  'if (!strcmp(in.op, "BRA")) branch_operand_predicate(&in, p, e);' ';' \
+  'test_sass'
 mut o-tol-logits tuner/trial/validate.c \
   'return fmax(tol, 2 * u * sqrt(s2 / ref_norm2));' 'return tol;' \
   'test_judge'

@@ -163,6 +163,21 @@ FA_INLINE void fa_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsig
       "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
+/* ---- mma.sync m16n8k16 with f16 accumulation (sm_80 and newer) ---- */
+
+/* D = A B + C in f16, d and c two f16x2 registers: row g's two columns
+** (d[0]) and row g + 8's (d[1]), the f32 form's d[0..1] and d[2..3]
+** packed, low half first. GeForce parts (sm_86, sm_89, sm_120) run it at
+** twice the rate of the f32-accumulating form. d may be c. */
+FA_INLINE void fa_mma_m16n8k16_f16acc(unsigned d[2], const unsigned a[4], const unsigned b[2],
+                                      const unsigned c[2]) {
+  asm volatile(
+    "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 "
+    "{%0, %1}, {%2, %3, %4, %5}, {%6, %7}, {%8, %9};"
+    : "=r"(d[0]), "=r"(d[1])
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c[0]), "r"(c[1]));
+}
+
 /* ---- Shared-memory addresses of ldmatrix and cp.async ---- */
 
 /* A shared-memory address as these instructions take it: its 32-bit

@@ -147,15 +147,16 @@ FA_INLINE double fa_emu_mma_elem(fa_emu_thread *t, unsigned char (*slots)[FA_EMU
   return bf16 ? (double)fa_bf16_to_f32(h) : (double)fa_f16_to_f32(h);
 }
 
-/* D = A B + C. Each lane gathers its rows of A and columns of B from the
-** fragments of the whole warp (the inverse of the layouts above: A(r, k)
-** lives in lane 4 (r % 8) + (k % 8) / 2, register r / 8 + 2 (k / 8), half
-** k % 2; B(k, n) in lane 4 n + (k % 8) / 2, register k / 8, half k % 2).
-** Products of f16 or bf16 values are exact in double; the 16 of a dot
-** product are summed in double in k order, C added, and the sum rounded
-** once to float. d may be c. */
-FA_INLINE void fa_emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned *b,
-                                   const float *c, int bf16, int line) {
+/* The four dot products of this lane's elements of D = A B (rows g and
+** g + 8, columns 2 tig and 2 tig + 1: s[2 r + n]). Each lane gathers its
+** rows of A and columns of B from the fragments of the whole warp (the
+** inverse of the layouts above: A(r, k) lives in lane 4 (r % 8) + (k % 8)
+** / 2, register r / 8 + 2 (k / 8), half k % 2; B(k, n) in lane 4 n + (k %
+** 8) / 2, register k / 8, half k % 2). Products of f16 or bf16 values are
+** exact in double; the 16 of a dot product are summed in double in k
+** order. */
+FA_INLINE void fa_emu_mma_dots(const unsigned *a, const unsigned *b, int bf16, int line,
+                               double s[4]) {
   fa_emu_thread *t = fa_emu_self;
   const unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
   unsigned char (*slots)[FA_EMU_XCHG_BYTES] = fa_emu_exchange(t, mine, sizeof mine, line);
@@ -169,15 +170,39 @@ FA_INLINE void fa_emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned *
     for (int n = 0; n < 2; n++)  /* columns 2 tig and 2 tig + 1 */
       bcol[n][k] = fa_emu_mma_elem(t, slots, 4 * (2 * tig + n) + q, 4 + hi, half, bf16);
   }
-  float out[4];
   for (int i = 0; i < 4; i++) {
-    double s = 0.0;
-    for (int k = 0; k < 16; k++) s += arow[i >> 1][k] * bcol[i & 1][k];
-    out[i] = (float)(s + (double)c[i]);
+    s[i] = 0.0;
+    for (int k = 0; k < 16; k++) s[i] += arow[i >> 1][k] * bcol[i & 1][k];
   }
-  for (int i = 0; i < 4; i++) d[i] = out[i];
+}
+
+/* D = A B + C: each dot product, C added, rounded once to float. d may be c. */
+FA_INLINE void fa_emu_mma_m16n8k16(float *d, const unsigned *a, const unsigned *b,
+                                   const float *c, int bf16, int line) {
+  double s[4];
+  fa_emu_mma_dots(a, b, bf16, line, s);
+  for (int i = 0; i < 4; i++) d[i] = (float)(s[i] + (double)c[i]);
 }
 #define fa_mma_m16n8k16_f16(d, a, b, c) fa_emu_mma_m16n8k16((d), (a), (b), (c), 0, __LINE__)
+
+/* The same with f16 accumulation (mma...f16.f16.f16.f16): c and d two
+** f16x2 registers, rows g and g + 8, low half first. Each dot product,
+** C added, is rounded to float and then to f16, round to nearest even,
+** as once per mma; how the hardware rounds inside an f16-accumulating mma
+** is not documented, so this is a model of its error, not its bits. */
+FA_INLINE void fa_emu_mma_m16n8k16_h(unsigned *d, const unsigned *a, const unsigned *b,
+                                     const unsigned *c, int line) {
+  double s[4];
+  fa_emu_mma_dots(a, b, 0, line, s);
+  unsigned short h[4];
+  for (int i = 0; i < 4; i++) {
+    const unsigned short ci = (unsigned short)(i & 1 ? c[i >> 1] >> 16 : c[i >> 1] & 0xFFFFu);
+    h[i] = fa_f32_to_f16((float)(s[i] + (double)fa_f16_to_f32(ci)));
+  }
+  d[0] = (unsigned)h[0] | (unsigned)h[1] << 16;
+  d[1] = (unsigned)h[2] | (unsigned)h[3] << 16;
+}
+#define fa_mma_m16n8k16_f16acc(d, a, b, c) fa_emu_mma_m16n8k16_h((d), (a), (b), (c), __LINE__)
 
 /* mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 (sm_75): A(r, k) in lane
 ** 4 (r % 8) + k / 2, register r / 8, half k % 2; B(k, n) in lane 4 n + k /

@@ -7,7 +7,8 @@
 # variant (K and V in rings of their own) above the sequential one and
 # near FA3's own kernel, its wait for P V after the exponentials; the tc
 # default (row sums on the tensor cores) below its -fadd twin where the
-# tensor pipe is busiest (A100); a saved cubin modelled at a list of
+# tensor pipe is busiest (A100); S accumulated in f16 faster on a GeForce
+# part (twice the rate there) and not elsewhere; a saved cubin modelled at a list of
 # lengths; times measured on an H200 (tests/data/gpu) for a sample of
 # fatune's variants and FA2's own kernel; and --plot's PNG.
 #
@@ -242,6 +243,26 @@ print("wg overlap %.0f > sequential %.0f TFLOP/s on h100 (FA3 %.0f), its P V wai
 EOF
 )
 check "the known cases: $why" $? "$why"
+# A precision axis: tc's S accumulated in f16 (fp16 inputs). The RTX 4090
+# runs the f16-accumulating mma at twice the f32 rate, so it must be rated
+# at least 15% above the same kernel with S in f32; the L40S (the same
+# processor, one rate) must gain nothing from it.
+t16=tc-f16-d64-m128n128w4-deferred-swizzle-qsmem-s2
+for gpu in rtx4090 l40s; do
+  model $gpu 64 "$tmp/s32_$gpu.json" --arch sm_89 --dtype fp16 --variant "$t16"
+  model $gpu 64 "$tmp/s16_$gpu.json" --arch sm_89 --dtype fp16 --variant "$t16-sacc16"
+done
+why=$(python3 - "$tmp" <<'EOF' 2>&1
+import json, sys
+d = sys.argv[1]
+t = lambda k, g: json.load(open("%s/%s_%s.json" % (d, k, g)))["tflops"]
+r = {g: t("s16", g) / t("s32", g) for g in ("rtx4090", "l40s")}
+assert r["rtx4090"] >= 1.15, "rtx4090: S in f16 %.2fx S in f32" % r["rtx4090"]
+assert r["l40s"] <= 1.02, "l40s: S in f16 %.2fx S in f32" % r["l40s"]
+print("tc d64 fp16, S in f16 over S in f32: rtx4090 %.2fx, l40s %.2fx" % (r["rtx4090"], r["l40s"]))
+EOF
+)
+check "S accumulated in f16: $why" $? "$why"
 # The persistent scheduler: at 2k tokens per sequence under a causal
 # mask, tiles are short and uneven; a CTA per tile pays each tile's Q
 # load and O store and the launch order's tail. The persistent variant

@@ -54,6 +54,13 @@ check "the main job says what padding head dim 72 to 96 costs" $? "$(head -n 4 "
 run tcbf16 gen --arch sm_75 --dtype bf16 --dim 64 --config family=tc
 [ "$rc" -eq 2 ] && grep -q 'sm_75 has no bf16 tensor cores (sm_80 and newer do)' "$tmp/tcbf16.err"
 check "tc refuses bf16 on sm_75, saying why" $? "exit $rc: $(head -n 1 "$tmp/tcbf16.err")"
+# S accumulated in f16 (a precision axis): fp16 inputs on sm_80 and newer.
+run sacc_t gen --arch sm_75 --dtype fp16 --dim 64 --config family=tc,s_acc=f16
+[ "$rc" -eq 2 ] && grep -q 'S accumulated in f16 takes mma m16n8k16 (sm_80 and newer)' "$tmp/sacc_t.err"
+check "tc refuses S in f16 on sm_75, saying why" $? "exit $rc: $(head -n 1 "$tmp/sacc_t.err")"
+run sacc_b gen --arch sm_89 --dtype bf16 --dim 64 --config family=tc,s_acc=f16
+[ "$rc" -eq 2 ] && grep -q "S accumulates in f16 only with fp16 inputs" "$tmp/sacc_b.err"
+check "tc refuses S in f16 with bf16 inputs, saying why" $? "exit $rc: $(head -n 1 "$tmp/sacc_b.err")"
 
 # --- NVRTC, every target --------------------------------------------------------
 compiled=0 bad=""
@@ -98,6 +105,10 @@ emu "sm_89 fp32 d384, seq 29" --arch sm_89 --dtype fp32 --dim 384 --seq 29
 emu "sm_120 fp16 d512, seq 19/40" --arch sm_120 --dtype fp16 --dim 512 --seq 19 --seq-k 40
 emu "sm_120 bf16 d192, causal, seq 65" --arch sm_120 --dtype bf16 --dim 192 --seq 65 --causal
 emu "sm_75 fp64 d400, causal, seq 13/22" --arch sm_75 --dtype fp64 --dim 400 --seq 13 --seq-k 22 --causal
+emu "sm_89 fp16 d72, causal, seq 45/70, S in f16" --arch sm_89 --dtype fp16 --dim 72 --seq 45 \
+  --seq-k 70 --causal --config family=tc,s_acc=f16
+emu "sm_86 fp16 d128, seq 33, S in f16, FA2's order" --arch sm_86 --dtype fp16 --dim 128 --seq 33 \
+  --config family=tc,s_acc=f16,rowsum=fadd,pv=step,kv_addr=carry
 
 # --- machine code and the model (nvdisasm) ----------------------------------------
 run probe model --gpu t4 --dim 64 --seq 1024 --dtype fp16 --config ''

@@ -380,6 +380,72 @@ static void test_gemm_fixture(void) {
 ** (4096 FLOP at 2048 per clock) = 4096 tensor cycles against 8 x 1763 / 4
 ** = 3526 issue cycles: tensor-bound, the A100's dense peak. With one CTA,
 ** the chain of each warp bounds it. */
+/* S accumulated in f16 (tc's s_acc=f16): its HMMA.16816.F16 counted apart,
+** and run at twice the f32 rate on a GeForce part (the RTX 4090), at the
+** same rate elsewhere (the L40S, the same processor), in the estimate. */
+static const char f16acc[] =
+  "\t.section\t.text.f16acc,\"ax\",@progbits\n"
+  ".L_x_0:\n"
+  "        /*0000*/                   HMMA.16816.F16 R0, R4, R6, R0 ;\n"
+  "        /*0010*/                   HMMA.16816.F16 R2, R4, R8, R2 ;\n"
+  "        /*0020*/                   HMMA.16816.F32 R12, R4, R6, R12 ;\n"
+  "        /*0030*/                   HMMA.16816.F32.BF16 R16, R4, R6, R16 ;\n"
+  "        /*0040*/               @P0 BRA `(.L_x_0) ;\n"
+  "        /*0050*/                   EXIT ;\n";
+
+/* Blackwell's uniform branches take their predicate as an operand
+** ("BRA.U UP0, `(...)"), not as a guard: conditional, so the loop's
+** products past the first one are reachable (sm_120's tc kernels had no
+** main loop found before). */
+static const char operand_predicate[] =
+  "\t.section\t.text.blackwell,\"ax\",@progbits\n"
+  ".L_x_0:\n"
+  "        /*0000*/                   UISETP.GE.AND UP0, UPT, UR7, UR22, UPT ;\n"
+  "        /*0010*/                   BRA.U UP0, `(.L_x_1) ;\n"
+  "        /*0020*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
+  "        /*0030*/                   HMMA.16816.F32 R8, R4, R6, R8 ;\n"
+  ".L_x_1:\n"
+  "        /*0040*/                   UISETP.GT.AND UP1, UPT, UR9, 0x1, UPT ;\n"
+  "        /*0050*/                   BRA.U UP1, `(.L_x_0) ;\n"
+  "        /*0060*/              @!PT BRA.U !PT, `(.L_x_0) ;\n"
+  "        /*0070*/                   EXIT ;\n";
+
+static void test_operand_predicate(void) {
+  sass_counts c;
+  char err[256];
+  CHECK(sass_analyse(operand_predicate, NULL, 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && c.loop_hmma == 2, "main loop %s, %ld HMMA", c.found ? "found" : "not found",
+        c.loop_hmma);
+}
+
+static void test_f16acc(void) {
+  CHECK(sass_hmma_f16acc("HMMA.16816.F16 R0, R4, R6, RZ") &&
+          sass_hmma_f16acc("HMMA.1688.F16 R0, R4, R6, R0") &&
+          !sass_hmma_f16acc("HMMA.16816.F32 R0, R4, R6, R0") &&
+          !sass_hmma_f16acc("HMMA.16816.F32.BF16 R0, R4, R6, R0") &&
+          !sass_hmma_f16acc("HGMMA.64x128x16.F16 R0, gdesc[UR4], RZ"),
+        "which HMMA accumulate in f16");
+  sass_counts c;
+  char err[256];
+  CHECK(sass_analyse(f16acc, NULL, 4 * 4096, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.loop_hmma == 4 && c.loop_hmma_f16acc == 2, "HMMA %ld, of them f16-accumulating %ld",
+        c.loop_hmma, c.loop_hmma_f16acc);
+  const estimate_gpu *geforce = estimate_gpu_find("rtx4090"), *dc = estimate_gpu_find("l40s");
+  CHECK(geforce && dc, "the RTX 4090 and the L40S in the GPU table");
+  if (!geforce || !dc) return;
+  const estimate_tile t = {4, 64, 1024, 4 * 4096};
+  estimate e;
+  /* 8 CTAs of 4 warps (64 registers: by registers); per warp 2 HMMA at 8
+  ** clocks of the SM's 512 FLOP a clock and 2 at 4 on the RTX 4090, all 4
+  ** at 4 of its 1024 on the L40S. */
+  CHECK(estimate_compute(geforce, &c, &t, &e) == 0 && e.ctas_per_sm == 8 &&
+          fabs(e.cyc_product - 32 * 24) < 1e-9,
+        "RTX 4090: %d CTAs, %g cycles of product, want %d", e.ctas_per_sm, e.cyc_product, 32 * 24);
+  CHECK(estimate_compute(dc, &c, &t, &e) == 0 && e.ctas_per_sm == 8 &&
+          fabs(e.cyc_product - 32 * 16) < 1e-9,
+        "L40S: %d CTAs, %g cycles of product, want %d", e.ctas_per_sm, e.cyc_product, 32 * 16);
+}
+
 static void test_estimate(void) {
   char *text = slurp(fixtures[0].file), err[256];
   if (!text) return;
@@ -671,6 +737,8 @@ int main(int argc, char **argv) {
   test_small();
   test_converge();
   test_hopper();
+  test_f16acc();
+  test_operand_predicate();
   test_gemm_fixture();
   for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) test_fixture(&fixtures[i]);
   test_estimate();

@@ -247,10 +247,22 @@ static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given
   return rc;
 }
 
+/* The dtype's dense peak; for a kernel with mma.sync accumulating in f16
+** (S, s_acc=f16) the peak of its mix of the two rates, which GeForce parts
+** run at twice the f32 one. */
+static double kernel_peak(const model_job *j) {
+  const double peak = estimate_peak_tflops(j->gpu, j->dtype);
+  const sass_counts *c = &j->counts;
+  if (strcmp(c->mma, "HMMA") || c->loop_hmma < 1 || !c->loop_hmma_f16acc) return peak;
+  const double f32 = (double)(c->loop_hmma - c->loop_hmma_f16acc);
+  return peak * (double)c->loop_hmma /
+         (f32 + (double)c->loop_hmma_f16acc * j->gpu->mma_flop_clk / j->gpu->mma16_flop_clk);
+}
+
 static void print_text(const model_job *j) {
   const model_result *r = &j->r;
   const model_problem *p = &j->p;
-  double peak = estimate_peak_tflops(j->gpu, j->dtype);
+  const double peak = kernel_peak(j);
   printf("model: %s\n", j->kernel);
   if (p->q_lens) {
     long total = 0;
@@ -272,8 +284,10 @@ static void print_text(const model_job *j) {
     printf("  tile %dx%d, %d threads, %d registers, %d B shared; %d CTA%s per SM (%s)\n",
            j->l.block_m, j->l.block_n, j->l.threads, j->l.registers, j->l.smem_bytes,
            r->ctas_per_sm, r->ctas_per_sm == 1 ? "" : "s", r->limit);
-  printf("  predicted %.1f us, %.0f TFLOP/s (%.0f%% of the %s peak, %.0f), bound: %s\n",
-         r->time_us, r->tflops, 100 * r->tflops / peak, j->dtype, peak, r->bound);
+  printf("  predicted %.1f us, %.0f TFLOP/s (%.0f%% of the %s peak%s, %.0f), bound: %s\n",
+         r->time_us, r->tflops, 100 * r->tflops / peak, j->dtype,
+         peak != estimate_peak_tflops(j->gpu, j->dtype) ? " of its f16- and f32-accumulating mma"
+                                                        : "", peak, r->bound);
   if (j->dq.built)
     printf("  of which dQ's own kernel (a CTA per Q block): %.1f us\n", j->dq_us);
   printf("  per %s per SM: %.0f clocks; tiles: %.2f per slot, %.0f%% of the slots busy\n", step,

@@ -26,6 +26,9 @@ $ -- from block to block, as FlashAttention-2 does (a copy of the column
 $ -- path only; see load_kv_in_loop).
 $ local carry = c.kv_addr == "carry" and P.column_copy
 $ local T = c.dtype == "bf16" and "bf16" or "f16"
+$ -- S accumulated in f16 (s_acc = "f16", fp16 inputs): the mma's f16x2
+$ -- accumulators, unpacked to f32 for the softmax once S is whole.
+$ local s16 = c.s_acc == "f16"
 $ local block_m, block_n, threads, stages = P.block_m, P.block_n, P.threads, P.stages
 $ local warp_rows, m_tiles, k_steps, dim_tiles = P.warp_rows, P.m_tiles, P.k_steps, P.dim_tiles
 $ local dim, padded_dim, row_bytes, swizzle = P.dim, P.padded_dim, P.row_bytes, P.swizzle
@@ -367,14 +370,20 @@ $ end
 $
 $ -- S = Q K^T for this warp's rows and the part's keys.
 $ local function gemm_qk()
+$   local acc, zero, mma = "s", "0.f", "fa_mma_m16n8k16_" .. T
 /* S = Q K^T: this warp's ${warp_rows} rows x ${part_keys} keys. */
 float s[${m_tiles}][${n_tiles}][4];
+$   if s16 then
+$     acc, zero, mma = "sh", "0u", "fa_mma_m16n8k16_f16acc"
+/* accumulated in f16: rows g and g + 8, two columns to a register */
+unsigned sh[${m_tiles}][${n_tiles}][2];
+$   end
 FA_UNROLL
 for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
   FA_UNROLL
   for (int n = 0; n < ${n_tiles}; ++n) {
     FA_UNROLL
-    for (int i = 0; i < 4; ++i) s[mt][n][i] = 0.f;
+    for (int i = 0; i < ${s16 and 2 or 4}; ++i) ${acc}[mt][n][i] = ${zero};
   }
 }
 FA_UNROLL
@@ -390,16 +399,23 @@ $   end
     fa_ldmatrix_x4(kb, ss + (k_part + n2 * ${16 * row_bytes} + fa_slab_offset(q_lane, kk, ${swizzle}) + k_delta));
     FA_UNROLL
     for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
-$   if q_in_registers then
-      fa_mma_m16n8k16_${T}(s[mt][2 * n2], qf[mt][kk], kb, s[mt][2 * n2]);
-      fa_mma_m16n8k16_${T}(s[mt][2 * n2 + 1], qf[mt][kk], kb + 2, s[mt][2 * n2 + 1]);
-$   else
-      fa_mma_m16n8k16_${T}(s[mt][2 * n2], qa[mt], kb, s[mt][2 * n2]);
-      fa_mma_m16n8k16_${T}(s[mt][2 * n2 + 1], qa[mt], kb + 2, s[mt][2 * n2 + 1]);
-$   end
+$   local qa = q_in_registers and "qf[mt][kk]" or "qa[mt]"
+      ${mma}(${acc}[mt][2 * n2], ${qa}, kb, ${acc}[mt][2 * n2]);
+      ${mma}(${acc}[mt][2 * n2 + 1], ${qa}, kb + 2, ${acc}[mt][2 * n2 + 1]);
     }
   }
 }
+$   if s16 then
+FA_UNROLL
+for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
+  FA_UNROLL
+  for (int n = 0; n < ${n_tiles}; ++n) {
+    FA_UNROLL
+    for (int i = 0; i < 4; ++i)
+      s[mt][n][i] = fa_f16_to_f32((fa_f16)(i & 1 ? sh[mt][n][i >> 1] >> 16 : sh[mt][n][i >> 1] & 0xFFFFu));
+  }
+}
+$   end
 $ end
 $
 $ -- -inf for the keys past seq_k and, causal, the keys a row must not see;

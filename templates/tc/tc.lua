@@ -74,6 +74,14 @@ tc.axes = {
   -- per tensor stepped down a block at a time, as FlashAttention-2 does
   -- ("carry": fewer instructions, four registers more through the loop).
   enum_axis("kv_addr", { "rebuild", "carry" }, { rebuild = "" }),
+  -- A precision axis: S = Q K^T accumulated in f32 or, with fp16 inputs,
+  -- in f16 (the mma's f16x2 accumulators, unpacked to f32 for the
+  -- softmax). GeForce parts (sm_86, sm_89, sm_120) run the f16-accumulating
+  -- mma at twice the f32 one's rate, so half the tensor work runs twice as
+  -- fast there; elsewhere the rate is the same. The cost: each logit
+  -- rounded to f16 (11 bits) before the scale, and a logit past 65504
+  -- (q . k unscaled) is Inf.
+  enum_axis("s_acc", { "f32", "f16" }, { f32 = "", f16 = "sacc16" }),
   enum.varlen_axis(),
   enum.paged_axis(),
 }
@@ -104,7 +112,7 @@ function tc.defaults(problem)
     dtype = problem.dtype or "fp16", dim = d, dim_v = enum.dim_v(problem), causal = problem.causal or 0,
     varlen = problem.varlen or 0, paged = problem.paged or 0, block_m = bm, block_n = bn, warps = 4, norm = "deferred",
     layout = "swizzle", q = "smem", stages = 2, q_share = 0, parts = 0, rowsum = "mma",
-    pv = "block", kv_addr = "rebuild",
+    pv = "block", kv_addr = "rebuild", s_acc = "f32",
   }
 end
 
@@ -122,11 +130,12 @@ end
 -- parts asked for add "p<n>" after the stages: ...-s2-p2; row sums by
 -- FADD add "fadd" after that: ...-s2-fadd; P V by k16 steps adds "step"
 -- after that: ...-s2-fadd-step; carried K/V addresses add "carry" after
--- that: ...-s2-fadd-step-carry; a variable-length batch (varlen.lua)
+-- that: ...-s2-fadd-step-carry; S accumulated in f16 adds "sacc16"
+-- after that; a variable-length batch (varlen.lua)
 -- ends in "varlen", K/V in a KV cache (paged.lua) in "paged".
 tc.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps" }, { "norm" }, { "layout" },
               { "q" }, { "q_share" }, { "stages" }, { "parts" }, { "rowsum" }, { "pv" },
-              { "kv_addr" }, { "causal" }, { "varlen" }, { "paged" } }
+              { "kv_addr" }, { "s_acc" }, { "causal" }, { "varlen" }, { "paged" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -291,6 +300,12 @@ function tc.fits(c, _, target)
       return false, "K/V in a KV cache are copied 16 bytes at a time: head dims multiples of 8"
     end
   end
+  if c.s_acc == "f16" and c.dtype ~= "fp16" then
+    return false, "S accumulates in f16 only with fp16 inputs (bf16's mma accumulates in f32)"
+  end
+  if c.s_acc == "f16" and tonumber(target.arch:match("^sm_(%d+)")) < 80 then
+    return false, "S accumulated in f16 takes mma m16n8k16 (sm_80 and newer)"
+  end
   if c.q_share == 1 and c.q ~= "reg" then
     return false, "Q can share its shared memory with K only when Q is held in registers"
   end
@@ -320,7 +335,7 @@ local with = enum.with
 function tc.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
                  causal = problem.causal or 0, varlen = problem.varlen or 0,
-                 paged = problem.paged or 0 }
+                 paged = problem.paged or 0, s_acc = "f32" }
   local out = {}
   if which == "full" then
     local bn = {}
@@ -329,7 +344,7 @@ function tc.enumerate(problem, which)
                   norm = { "eager", "deferred" }, layout = { "row", "pad", "swizzle" },
                   q = { "smem", "reg" }, stages = { 1, 2, 3 }, q_share = { 0, 1 },
                   parts = { 0, 2 }, rowsum = { "mma", "fadd" }, pv = { "block", "step" },
-                  kv_addr = { "rebuild", "carry" } }, out)
+                  kv_addr = { "rebuild", "carry" }, s_acc = { "f32", "f16" } }, out)
     return out
   end
   if which == "small" then
@@ -367,7 +382,9 @@ function tc.enumerate(problem, which)
     end
   end
   -- The other axes, one at a time, around FlashAttention-2's choice; and a
-  -- block_n that is no power of two.
+  -- block_n that is no power of two. S accumulated in f16 (fp16 alone: the
+  -- target prunes it elsewhere) at FA2's tile and at its fewest
+  -- instructions.
   for _, ch in ipairs({ { norm = "eager" }, { layout = "row" }, { layout = "pad" },
                         { stages = 1 }, { stages = 3 }, { q = "reg", q_share = 1 },
                         { q = "reg", q_share = 1, stages = 3 },
@@ -375,7 +392,8 @@ function tc.enumerate(problem, which)
                         { parts = 2 }, { rowsum = "fadd" }, { pv = "step" },
                         { rowsum = "fadd", pv = "step" }, { kv_addr = "carry" },
                         { rowsum = "fadd", kv_addr = "carry" },
-                        { rowsum = "fadd", pv = "step", kv_addr = "carry" } }) do
+                        { rowsum = "fadd", pv = "step", kv_addr = "carry" },
+                        { s_acc = "f16" }, { rowsum = "fadd", pv = "step", kv_addr = "carry", s_acc = "f16" } }) do
     add(with(fa2, ch))
   end
   -- At d128 the addresses carried, with one stage: 64 KB, two CTAs on an

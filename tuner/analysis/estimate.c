@@ -76,6 +76,10 @@
 **      209.5 TFLOP/s dense = 170 x 2.407 GHz x 512 (half rate), 128 FP32
 **      and 2 FP64 lanes per SM, 1792 GB/s; 100 KB shared memory per SM,
 **      1536 threads and 32 CTAs per SM (compute capability 12.0).
+**  The last column, mma.sync accumulating in FP16: twice the FP32 rate on
+**  the GeForce parts (RTX 3090 142, RTX 4090 330.3 and RTX 5090 419
+**  TFLOP/s dense with FP16 accumulation, [GA], [AD], [GB]), the same rate
+**  on the others.
 **  Every part above issues, reads shared memory and runs MUFU as [G]
 **  says for its compute capability: 4 schedulers, 128 bytes and 16
 **  results a clock per SM; 64K registers per SM.
@@ -85,19 +89,24 @@
 **      bandwidth, and MUFU and issue at the [G] rates for the consumer
 **      warps, which alone run the main loop. */
 static const estimate_gpu gpus[] = {
-  {"a100", "sm_80", 108, 1.41, 2048, 0, 64, 32, 16, 4, 128, 65536, 167936, 1024, 2048, 32, 1555},
+  {"a100", "sm_80", 108, 1.41, 2048, 0, 64, 32, 16, 4, 128, 65536, 167936, 1024, 2048, 32, 1555,
+    2048},
   {"h100", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
-   2048, 32, 3352},
+    2048, 32, 3352, 4096.0 * 2 / 3},
   {"h200", "sm_90", 132, 1.83, 4096.0 * 2 / 3, 4096, 128, 64, 16, 4, 128, 65536, 233472, 1024,
-   2048, 32, 4800},
-  {"a10", "sm_86", 72, 1.695, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 16, 600},
-  {"rtx3090", "sm_86", 82, 1.695, 512, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 16, 936},
-  {"l40s", "sm_89", 142, 2.49, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 864},
-  {"l4", "sm_89", 58, 2.04, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 300},
-  {"rtx4090", "sm_89", 128, 2.52, 512, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 1008},
+    2048, 32, 4800, 4096.0 * 2 / 3},
+  {"a10", "sm_86", 72, 1.695, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 16, 600,
+    1024},
+  {"rtx3090", "sm_86", 82, 1.695, 512, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 16, 936,
+    1024},
+  {"l40s", "sm_89", 142, 2.49, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 864,
+    1024},
+  {"l4", "sm_89", 58, 2.04, 1024, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 300, 1024},
+  {"rtx4090", "sm_89", 128, 2.52, 512, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 24, 1008,
+    1024},
   {"rtx5090", "sm_120", 170, 2.407, 512, 0, 128, 2, 16, 4, 128, 65536, 102400, 1024, 1536, 32,
-   1792},
-  {"t4", "sm_75", 40, 1.59, 1024, 0, 64, 2, 16, 4, 128, 65536, 65536, 0, 1024, 16, 320},
+    1792, 1024},
+  {"t4", "sm_75", 40, 1.59, 1024, 0, 64, 2, 16, 4, 128, 65536, 65536, 0, 1024, 16, 320, 1024},
 };
 
 /* How a device names each GPU above (cudaGetDeviceProperties' name holds
@@ -182,7 +191,8 @@ static int ctas_per_sm(const estimate_gpu *g, const estimate_tile *t, const char
 ** after the other; only warps of other CTAs fill the gaps. */
 static double chain_cycles(const estimate_gpu *g, const sass_counts *c, int warps) {
   if (strcmp(c->mma, "HMMA")) return 0;  /* FMA products issue with the rest; wgmma is asynchronous */
-  double tensor = (double)c->loop_hmma * 4096 / (g->mma_flop_clk / 4);
+  double tensor = ((double)(c->loop_hmma - c->loop_hmma_f16acc) * 4096 / g->mma_flop_clk +
+                   (double)c->loop_hmma_f16acc * 4096 / g->mma16_flop_clk) * 4;
   double other = (double)(c->loop_instructions - c->loop_hmma) / (g->issue_clk / 4);
   double mufu = (double)c->loop_mufu * 32 / (g->mufu_clk / 4);
   return (warps + 3) / 4 * (tensor + (mufu > other ? mufu : other));
@@ -205,7 +215,9 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
   if (out->ctas_per_sm < 1) return 0;
   double warps = (double)out->ctas_per_sm * t->warps;
   double product = (double)c->loop_hmma;
-  if (!strcmp(c->mma, "HMMA")) product *= 4096 / g->mma_flop_clk;  /* m16n8k16: 4096 FLOP */
+  if (!strcmp(c->mma, "HMMA"))  /* m16n8k16: 4096 FLOP */
+    product = (double)(c->loop_hmma - c->loop_hmma_f16acc) * 4096 / g->mma_flop_clk +
+              (double)c->loop_hmma_f16acc * 4096 / g->mma16_flop_clk;
   else if (!strcmp(c->mma, "HGMMA"))
     product *= g->hgmma_flop_clk > 0 ? t->flops_per_warp / (double)c->loop_hmma / g->hgmma_flop_clk : 0;
   else product *= 32 / (!strcmp(c->mma, "DFMA") ? g->dfma_clk : g->ffma_clk);

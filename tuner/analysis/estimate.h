@@ -31,6 +31,7 @@ typedef struct estimate_gpu {
   double smem_bytes_clk;  /* shared-memory bandwidth per SM */
   int regs_sm, smem_sm, smem_reserved_cta, threads_sm, ctas_sm;
   double dram_gbs;        /* peak DRAM bandwidth, GB/s: the roofline's slope */
+  double mma16_flop_clk;  /* HMMA accumulating in f16: FLOP per clock per SM */
 } estimate_gpu;
 
 /* The GPU of a name ("a100", "h100", "h200"), or NULL. */

@@ -155,7 +155,7 @@ static void classify(const model_gpu *g, const sass_op *o, int ldsm_ways, model_
   } else if (!strcmp(op, "HMMA")) {
     m->pipe = MP_TENSOR;
     double flops = has(t, ".16816") ? 4096 : has(t, ".1688") ? 2048 : 4096;
-    m->occupy = flops / (e->mma_flop_clk / 4);
+    m->occupy = flops / ((sass_hmma_f16acc(t) ? e->mma16_flop_clk : e->mma_flop_clk) / 4);
     m->phase = MPH_S;  /* S or P V: model_build tells them apart */
   } else if (!strcmp(op, "WARPGROUP") && has(t, "DEPBAR")) {
     char a[24];

@@ -131,6 +131,26 @@ static int parse_label(func *f, const char *p, const char *e) {
   return 1;
 }
 
+/* A branch whose predicate is its first operand, as Blackwell's SASS
+** writes uniform ones ("BRA.U !UP0, `(.L_x_3)"), not a guard ("@!UP0
+** BRA.U"): conditional unless the predicate is PT; never taken on !PT.
+** p points past the opcode, at its modifiers. */
+static void branch_operand_predicate(insn *in, const char *p, const char *e) {
+  while (p < e && !isspace((unsigned char)*p)) p++;  /* the modifiers */
+  p = skip_space(p, e);
+  const char *s = p;
+  int neg = p < e && *p == '!';
+  p += neg;
+  if (p < e && *p == 'U') p++;
+  if (p >= e || *p != 'P' || p + 1 >= e) return;
+  const int pt = p[1] == 'T';
+  if (!pt && !isdigit((unsigned char)p[1])) return;
+  const char *after = skip_space(p + 2, e);
+  if (after >= e || *after != ',' || s == after) return;
+  if (!pt) in->predicated = 1;
+  else if (neg) in->never = 1;
+}
+
 /* An instruction line: offset in a comment, predicate, opcode, operands:
 **   "/ *0a40* /  @!P0 BRA `(.L_x_3) ;" (the offset comment written here with spaces). */
 static int parse_insn(func *f, const char *p, const char *e) {
@@ -166,6 +186,7 @@ static int parse_insn(func *f, const char *p, const char *e) {
   if (((size_t)(e - p) >= 4 && !strncmp(p, ".DIV", 4)) ||
       ((size_t)(e - p) >= 5 && !strncmp(p, ".CONV", 5)))
     in.predicated = 1;
+  if (!strcmp(in.op, "BRA")) branch_operand_predicate(&in, p, e);
   const char *tick = memchr(p, '`', (size_t)(e - p));
   if (tick && tick + 2 < e && tick[1] == '(') {
     const char *s = tick + 2, *t = s;
@@ -568,12 +589,18 @@ static void tally_hopper(sass_counts *c, const char *op, long times) {
   else if (!strcmp(op, "WARPGROUP")) c->loop_warpgroup += times;
 }
 
+int sass_hmma_f16acc(const char *text) {
+  return !strncmp(text, "HMMA.", 5) && (strstr(text, ".16816.F16 ") || strstr(text, ".1688.F16 "));
+}
+
 static void tally(sass_counts *c, const insn *in, long times) {
   const char *op = in->op;
   if (!strcmp(op, "NOP")) return;
   c->loop_instructions += times;
-  if (!strcmp(op, c->mma)) c->loop_hmma += times;
-  else if (!strcmp(op, "MUFU")) c->loop_mufu += times;
+  if (!strcmp(op, c->mma)) {
+    c->loop_hmma += times;
+    if (sass_hmma_f16acc(in->text)) c->loop_hmma_f16acc += times;
+  } else if (!strcmp(op, "MUFU")) c->loop_mufu += times;
   else if (!strcmp(op, "LDSM")) c->loop_ldsm += times;
   else if (!strcmp(op, "LDS")) c->loop_lds += times;
   else if (!strcmp(op, "LDGSTS")) c->loop_ldgsts += times;

@@ -63,6 +63,9 @@ typedef struct sass_counts {
   /* per iteration of the main loop, per warp; NOPs are not counted */
   long loop_instructions, loop_hmma, loop_mufu, loop_ldsm, loop_lds, loop_ldgsts, loop_bar,
       loop_shfl, loop_local, loop_int;
+  /* of loop_hmma, those accumulating in f16 (HMMA.16816.F16: S in f16),
+  ** which GeForce parts run at twice the rate; not kept in the database */
+  long loop_hmma_f16acc;
   /* Hopper's: TMA loads, mbarrier operations (SYNCS), wgmma fences and
   ** waits (WARPGROUP.ARRIVE, WARPGROUP.DEPBAR) */
   long loop_utmaldg, loop_syncs, loop_warpgroup;
@@ -125,5 +128,9 @@ int sass_disassemble(const char *nvdisasm, const void *cubin, size_t size, char 
 /* The same for a cubin file. */
 int sass_disassemble_file(const char *nvdisasm, const char *path, char **text, char *err,
                           size_t errlen);
+
+/* Whether an instruction's text is an HMMA that accumulates in f16
+** ("HMMA.16816.F16 R4, ..."; the f32 form says .F32). */
+int sass_hmma_f16acc(const char *text);
 
 #endif
