@@ -233,6 +233,13 @@ mut sass-hmma-f16 tuner/analysis/sass.c \
 mut sass-bra-operand-predicate tuner/analysis/sass.c \
   'if (!strcmp(in.op, "BRA")) branch_operand_predicate(&in, p, e);' ';' \
   'test_sass'
+mut lazy-threshold templates/softmax.cu \
+  '<= ${sm.lit(F, "8")} ? mo' '<= ${sm.lit(F, "200")} ? mo' \
+  'cli_targets'
+mut sass-lazy-rescale tuner/analysis/sass.c \
+  'if ((!ok || !sel) && !lazy_rescale(f, body, f->bb[b].last, from, to)) continue;' \
+  'if (!ok || !sel) continue;' \
+  'test_sass'
 mut o-tol-logits tuner/trial/validate.c \
   'return fmax(tol, 2 * u * sqrt(s2 / ref_norm2));' 'return tol;' \
   'test_judge'

@@ -176,6 +176,19 @@ FA_EMU_SHUFFLE(int, i32)
 #define fa_shfl_xor_f64(v, m) fa_emu_shfl_xor_f64((v), (m), __LINE__)
 #define fa_shfl_xor_i32(v, m) fa_emu_shfl_xor_i32((v), (m), __LINE__)
 
+/* __any_sync over the whole warp: whether any lane's p is nonzero. */
+FA_INLINE int fa_emu_any_sync(int p, int line) {
+  fa_emu_thread *t = fa_emu_self;
+  unsigned char (*slots)[FA_EMU_XCHG_BYTES] = fa_emu_exchange(t, &p, sizeof p, line);
+  for (int i = 0; i < t->warp_size; i++) {
+    int v;
+    memcpy(&v, slots[i], sizeof v);
+    if (v) return 1;
+  }
+  return 0;
+}
+#define fa_any_sync(p) fa_emu_any_sync((p), __LINE__)
+
 
 /* ---- Transcendentals ---- */
 

@@ -47,7 +47,14 @@ FA_UNROLL
 for (int ${F.col} = 0; ${F.col} < ${F.cols}; ++${F.col}) mx = fmaxf(mx, fmaxf(${S("0")}, ${S("1")}));
 $   lanes("mx", "max")
 const ${F.acc} mo = ${F.m};
+$   if args.lazy then
+/* lazy rescaling (FlashAttention-4's): the running max moves only when the
+** block's is more than 2^8 above it in P's terms, so P stays at most 256
+** and O is rescaled rarely once the max has settled */
+const ${F.acc} mn = mo != NEG_INF && (mx - mo)${F.scaled and "" or " * sl2"} <= ${sm.lit(F, "8")} ? mo : fmaxf(mo, mx);
+$   else
 const ${F.acc} mn = fmaxf(mo, mx);
+$   end
 const ${F.acc} mu = ${sm.mu(F, "mn")}; /* a row with no key yet */
 const ${F.acc} alpha = fa_exp2_${F.fn}(mo${F.scaled and "" or " * sl2"} - mu);
 $ elseif args.part == "eager_factors" then

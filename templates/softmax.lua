@@ -51,8 +51,10 @@ end
 
 -- The row's max over its fragment and lanes (mx), the running max before
 -- (mo) and after (mn), mu (mn in log2 units, 0 for a row with no key yet)
--- and alpha, the factor of what was summed before.
-function softmax.row_max(F) return part("row_max", F) end
+-- and alpha, the factor of what was summed before. lazy: the max moves
+-- only when the block's exceeds it by more than 8 in log2 units (P up to
+-- 256), else alpha is 1 (deferred normalization's lazy rescaling).
+function softmax.row_max(F, lazy) return part("row_max", F, { lazy = lazy }) end
 
 -- Eager normalization (FlashAttention-1), once this thread's sum of the
 -- row's exponentials is in rs: rs summed over the lanes, the new sum ln,

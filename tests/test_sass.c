@@ -418,6 +418,47 @@ static void test_operand_predicate(void) {
         c.loop_hmma);
 }
 
+/* A lazy rescale (tc's rescale=lazy): FMULs jumped over on a warp's vote,
+** left out of the steady state as a masking block is; the same FMULs
+** behind a branch on an ordinary predicate stay. */
+static const char lazy[] =
+  "\t.section\t.text.lazy,\"ax\",@progbits\n"
+  ".L_x_0:\n"
+  "        /*0000*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
+  "        /*0010*/                   FSETP.NEU.AND P0, PT, R4, 1, PT ;\n"
+  "        /*0020*/                   VOTE.ANY P0, P0 ;\n"
+  "        /*0030*/              @!P0 BRA `(.L_x_1) ;\n"
+  "        /*0040*/                   FMUL R8, R8, R4 ;\n"
+  "        /*0050*/                   FMUL R9, R9, R4 ;\n"
+  "        /*0060*/                   FMUL R10, R10, R4 ;\n"
+  ".L_x_1:\n"
+  "        /*0070*/               @P1 BRA `(.L_x_0) ;\n"
+  "        /*0080*/                   EXIT ;\n"
+  "\t.section\t.text.plain,\"ax\",@progbits\n"
+  ".L_x_2:\n"
+  "        /*0000*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
+  "        /*0010*/                   FSETP.NEU.AND P0, PT, R4, 1, PT ;\n"
+  "        /*0020*/              @!P0 BRA `(.L_x_3) ;\n"
+  "        /*0030*/                   FMUL R8, R8, R4 ;\n"
+  "        /*0040*/                   FMUL R9, R9, R4 ;\n"
+  "        /*0050*/                   FMUL R10, R10, R4 ;\n"
+  ".L_x_3:\n"
+  "        /*0060*/               @P1 BRA `(.L_x_2) ;\n"
+  "        /*0070*/                   EXIT ;\n";
+
+static void test_lazy_rescale(void) {
+  sass_counts c;
+  char err[256];
+  CHECK(sass_analyse(lazy, "lazy", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && c.loop_instructions == 5 && c.masked_left_out == 3,
+        "lazy: %ld instructions, %d left out; want 5 and 3", c.loop_instructions,
+        c.masked_left_out);
+  CHECK(sass_analyse(lazy, "plain", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && c.loop_instructions == 7 && c.masked_left_out == 0,
+        "plain: %ld instructions, %d left out; want 7 and 0", c.loop_instructions,
+        c.masked_left_out);
+}
+
 static void test_f16acc(void) {
   CHECK(sass_hmma_f16acc("HMMA.16816.F16 R0, R4, R6, RZ") &&
           sass_hmma_f16acc("HMMA.1688.F16 R0, R4, R6, R0") &&
@@ -739,6 +780,7 @@ int main(int argc, char **argv) {
   test_hopper();
   test_f16acc();
   test_operand_predicate();
+  test_lazy_rescale();
   test_gemm_fixture();
   for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) test_fixture(&fixtures[i]);
   test_estimate();

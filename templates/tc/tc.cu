@@ -29,6 +29,10 @@ $ local T = c.dtype == "bf16" and "bf16" or "f16"
 $ -- S accumulated in f16 (s_acc = "f16", fp16 inputs): the mma's f16x2
 $ -- accumulators, unpacked to f32 for the softmax once S is whole.
 $ local s16 = c.s_acc == "f16"
+$ -- Lazy rescaling (rescale = "lazy", deferred): the running max moves only
+$ -- by more than 8 in log2 units, and O's rescale is skipped while no row
+$ -- of the warp moved it (one vote a row).
+$ local lazy = c.rescale == "lazy"
 $ local block_m, block_n, threads, stages = P.block_m, P.block_n, P.threads, P.stages
 $ local warp_rows, m_tiles, k_steps, dim_tiles = P.warp_rows, P.m_tiles, P.k_steps, P.dim_tiles
 $ local dim, padded_dim, row_bytes, swizzle = P.dim, P.padded_dim, P.row_bytes, P.swizzle
@@ -446,7 +450,41 @@ $ -- the part's scores and the quad (mx), the running max m_i before (mo)
 $ -- and after (mn), mu = mn in log2 units (0 for a row with no key yet),
 $ -- and alpha, O's rescale.
 $ local function row_max()
-${sm.row_max(F)}
+${sm.row_max(F, lazy)}
+$ end
+$
+$ -- O's tiles of row hh of m-tile mt times factor (alpha).
+$ local function rescale_o(factor)
+    FA_UNROLL
+    for (int n = 0; n < ${o_tiles}; ++n) {
+      o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], ${factor});
+      o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], ${factor});
+    }
+$ end
+$
+$ -- Lazy rescaling: the rows' alphas kept (alpha_r, and moved: whether
+$ -- any is not 1), then one vote of the warp, after the rows' loop, for
+$ -- all of O (lazy_rescale_o): one branch a part, which the warp jumps
+$ -- over while no row of it moved its max.
+$ local function lazy_alphas()
+/* lazily: every row's alpha, then one vote of the warp for all of O */
+float alpha_r[${m_tiles}][2];
+int moved = 0;
+$ end
+$ local function lazy_keep()
+    alpha_r[mt][hh] = alpha;
+    moved |= alpha != 1.f;
+$ end
+$ local function lazy_rescale_o()
+if (fa_any_sync(moved)) {
+  FA_UNROLL
+  for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
+    FA_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      $ rescale_o("alpha_r[mt][hh]")
+    }
+  }
+}
 $ end
 $
 $ -- The online softmax of the part's scores into P, packed in 16 bits, and
@@ -458,6 +496,9 @@ $ local function softmax_rescale_o()
 ** P V product takes it: pp[mt][n][hh] holds row g + 8 hh, columns
 ** 8 n + 2 tig and + 1. */
 unsigned pp[${m_tiles}][${n_tiles}][2];
+$   if lazy then
+$     lazy_alphas()
+$   end
 FA_UNROLL
 for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
   FA_UNROLL
@@ -503,15 +544,18 @@ $     else
     /* deferred (FlashAttention-2): O = O * alpha + P V */
     l_i[mt][hh] = rs;
 $     end
-    FA_UNROLL
-    for (int n = 0; n < ${o_tiles}; ++n) {
-      o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], alpha);
-      o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], alpha);
-    }
+$     if lazy then
+    $ lazy_keep()
+$     else
+    $ rescale_o("alpha")
+$     end
 $   end
     m_i[mt][hh] = mn;
   }
 }
+$   if lazy then
+$     lazy_rescale_o()
+$   end
 $ end
 $
 $ -- k16 step kn of O += P V (a C loop variable in the caller), from the
@@ -546,6 +590,9 @@ $ local function softmax_stats()
 ** quad. The rows' maxima, then O (and l) rescaled by alpha: deferred
 ** normalization, O = O * alpha + P V, divided by l once in the epilogue. */
 float mu_r[${m_tiles}][2];
+$   if lazy then
+$     lazy_alphas()
+$   end
 FA_UNROLL
 for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
   FA_UNROLL
@@ -555,14 +602,17 @@ for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
 $   if not sum_mma then
     l_i[mt][hh] *= alpha;
 $   end
-    FA_UNROLL
-    for (int n = 0; n < ${o_tiles}; ++n) {
-      o[mt][n][2 * hh] = fa_rescale_f32(o[mt][n][2 * hh], alpha);
-      o[mt][n][2 * hh + 1] = fa_rescale_f32(o[mt][n][2 * hh + 1], alpha);
-    }
+$   if lazy then
+    $ lazy_keep()
+$   else
+    $ rescale_o("alpha")
+$   end
     m_i[mt][hh] = mn;
   }
 }
+$   if lazy then
+$     lazy_rescale_o()
+$   end
 $ end
 $
 $ local function gemm_pv_steps()

@@ -481,8 +481,24 @@ static int is_mask_op(const char *op) {
   return is_int(op) || op_in(op, ok);
 }
 
-/* Marks in skip the instructions of the masking blocks of the loop: the
-** blocks a forward conditional branch in the loop jumps over. */
+/* Whether [from, to) is a lazy rescale (tc's rescale=lazy, as
+** FlashAttention-4's): multiplies alone, jumped over on a warp's vote
+** (VOTE.ANY right before the branch) that no row's max moved, which in the
+** steady state it nearly always is. */
+static int lazy_rescale(const func *f, const uint64_t *body, int br, int from, int to) {
+  if (br < 1 || strcmp(f->in[br - 1].op, "VOTE")) return 0;
+  int fmul = 0;
+  for (int i = from; i < to; i++) {
+    if (!bit(body, f->block_of[i])) return 0;
+    if (!strcmp(f->in[i].op, "FMUL")) fmul++;
+    else if (strcmp(f->in[i].op, "NOP")) return 0;
+  }
+  return fmul > 0;
+}
+
+/* Marks in skip the instructions of the masking blocks of the loop, the
+** blocks a forward conditional branch in the loop jumps over, and of its
+** lazy rescales. */
 static int mark_masking(const func *f, const uint64_t *body, char *skip) {
   int left_out = 0;
   for (int b = 0; b < f->nbb; b++) {
@@ -494,7 +510,7 @@ static int mark_masking(const func *f, const uint64_t *body, char *skip) {
       ok = bit(body, f->block_of[i]) && is_mask_op(f->in[i].op);
       sel |= !strcmp(f->in[i].op, "FSEL") || !strcmp(f->in[i].op, "SEL");
     }
-    if (!ok || !sel) continue;
+    if ((!ok || !sel) && !lazy_rescale(f, body, f->bb[b].last, from, to)) continue;
     for (int i = from; i < to; i++)
       if (!skip[i]) skip[i] = 1, left_out += strcmp(f->in[i].op, "NOP") != 0;
   }

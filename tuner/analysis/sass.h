@@ -59,7 +59,7 @@ typedef struct sass_counts {
   int registers;        /* the function's registers (SHI_REGISTERS), -1 unknown */
   int inner_loops;      /* loops nested in the main loop */
   int inner_trips;      /* the trip count they were counted with; 0 unknown (counted once) */
-  int masked_left_out;  /* instructions of masking blocks left out */
+  int masked_left_out;  /* instructions of masking blocks and lazy rescales left out */
   /* per iteration of the main loop, per warp; NOPs are not counted */
   long loop_instructions, loop_hmma, loop_mufu, loop_ldsm, loop_lds, loop_ldgsts, loop_bar,
       loop_shfl, loop_local, loop_int;
