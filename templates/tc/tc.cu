@@ -31,7 +31,7 @@ $ -- accumulators, unpacked to f32 for the softmax once S is whole.
 $ local s16 = c.s_acc == "f16"
 $ -- Lazy rescaling (rescale = "lazy", deferred): the running max moves only
 $ -- by more than 8 in log2 units, and O's rescale is skipped while no row
-$ -- of the warp moved it (one vote a row).
+$ -- of the warp moved it (one vote a part, lazy_rescale_o).
 $ local lazy = c.rescale == "lazy"
 $ local block_m, block_n, threads, stages = P.block_m, P.block_n, P.threads, P.stages
 $ local warp_rows, m_tiles, k_steps, dim_tiles = P.warp_rows, P.m_tiles, P.k_steps, P.dim_tiles

@@ -138,7 +138,6 @@ static int parse_label(func *f, const char *p, const char *e) {
 static void branch_operand_predicate(insn *in, const char *p, const char *e) {
   while (p < e && !isspace((unsigned char)*p)) p++;  /* the modifiers */
   p = skip_space(p, e);
-  const char *s = p;
   int neg = p < e && *p == '!';
   p += neg;
   if (p < e && *p == 'U') p++;
@@ -146,7 +145,7 @@ static void branch_operand_predicate(insn *in, const char *p, const char *e) {
   const int pt = p[1] == 'T';
   if (!pt && !isdigit((unsigned char)p[1])) return;
   const char *after = skip_space(p + 2, e);
-  if (after >= e || *after != ',' || s == after) return;
+  if (after >= e || *after != ',') return;
   if (!pt) in->predicated = 1;
   else if (neg) in->never = 1;
 }
