@@ -190,6 +190,8 @@ static const fam_axis tc_axes[] = {
   {"rowsum", {"mma", "fadd"}},
   {"pv", {"block", "step"}},
   {"kv_addr", {"rebuild", "carry"}},
+  {"s_acc", {"f32", "f16"}},
+  {"rescale", {"always", "lazy"}},
 };
 
 /* Each dim once or twice, dtypes and causal alternating. */
