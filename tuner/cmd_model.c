@@ -247,16 +247,19 @@ static int from_variant(gen_state *g, const cli_opts *o, const gen_target *given
   return rc;
 }
 
-/* The dtype's dense peak; for a kernel with mma.sync accumulating in f16
-** (S, s_acc=f16) the peak of its mix of the two rates, which GeForce parts
-** run at twice the f32 one. */
+/* Whether the kernel's mma.sync run at two rates: some accumulate in f16
+** (S, s_acc=f16) on a GPU that runs those faster (GeForce parts, twice). */
+static int mixed_rates(const model_job *j) {
+  return !strcmp(j->counts.mma, "HMMA") && j->counts.loop_hmma_f16acc > 0 &&
+         j->gpu->mma16_flop_clk != j->gpu->mma_flop_clk;
+}
+
+/* The dtype's dense peak; with mixed_rates, the peak of the kernel's mix. */
 static double kernel_peak(const model_job *j) {
   const double peak = estimate_peak_tflops(j->gpu, j->dtype);
-  const sass_counts *c = &j->counts;
-  if (strcmp(c->mma, "HMMA") || c->loop_hmma < 1 || !c->loop_hmma_f16acc) return peak;
-  const double f32 = (double)(c->loop_hmma - c->loop_hmma_f16acc);
-  return peak * (double)c->loop_hmma /
-         (f32 + (double)c->loop_hmma_f16acc * j->gpu->mma_flop_clk / j->gpu->mma16_flop_clk);
+  if (!mixed_rates(j)) return peak;
+  return peak * (double)j->counts.loop_hmma * 4096 / j->gpu->mma_flop_clk /
+         estimate_hmma_cycles(j->gpu, &j->counts);
 }
 
 static void print_text(const model_job *j) {
@@ -286,8 +289,7 @@ static void print_text(const model_job *j) {
            r->ctas_per_sm, r->ctas_per_sm == 1 ? "" : "s", r->limit);
   printf("  predicted %.1f us, %.0f TFLOP/s (%.0f%% of the %s peak%s, %.0f), bound: %s\n",
          r->time_us, r->tflops, 100 * r->tflops / peak, j->dtype,
-         peak != estimate_peak_tflops(j->gpu, j->dtype) ? " of its f16- and f32-accumulating mma"
-                                                        : "", peak, r->bound);
+         mixed_rates(j) ? " of its f16- and f32-accumulating mma" : "", peak, r->bound);
   if (j->dq.built)
     printf("  of which dQ's own kernel (a CTA per Q block): %.1f us\n", j->dq_us);
   printf("  per %s per SM: %.0f clocks; tiles: %.2f per slot, %.0f%% of the slots busy\n", step,

@@ -189,10 +189,15 @@ static int ctas_per_sm(const estimate_gpu *g, const estimate_tile *t, const char
 ** warps meet at a barrier every K/V block, so those of one CTA that share
 ** a scheduler (more than 4 warps) are taken in phase, their chains one
 ** after the other; only warps of other CTAs fill the gaps. */
+double estimate_hmma_cycles(const estimate_gpu *g, const sass_counts *c) {
+  const double f16acc = (double)c->loop_hmma_f16acc;  /* m16n8k16: 4096 FLOP each */
+  return ((double)c->loop_hmma - f16acc) * 4096 / g->mma_flop_clk +
+         f16acc * 4096 / g->mma16_flop_clk;
+}
+
 static double chain_cycles(const estimate_gpu *g, const sass_counts *c, int warps) {
   if (strcmp(c->mma, "HMMA")) return 0;  /* FMA products issue with the rest; wgmma is asynchronous */
-  double tensor = ((double)(c->loop_hmma - c->loop_hmma_f16acc) * 4096 / g->mma_flop_clk +
-                   (double)c->loop_hmma_f16acc * 4096 / g->mma16_flop_clk) * 4;
+  double tensor = estimate_hmma_cycles(g, c) * 4;  /* on a quarter of the tensor pipe */
   double other = (double)(c->loop_instructions - c->loop_hmma) / (g->issue_clk / 4);
   double mufu = (double)c->loop_mufu * 32 / (g->mufu_clk / 4);
   return (warps + 3) / 4 * (tensor + (mufu > other ? mufu : other));
@@ -215,9 +220,7 @@ int estimate_compute(const estimate_gpu *g, const sass_counts *c, const estimate
   if (out->ctas_per_sm < 1) return 0;
   double warps = (double)out->ctas_per_sm * t->warps;
   double product = (double)c->loop_hmma;
-  if (!strcmp(c->mma, "HMMA"))  /* m16n8k16: 4096 FLOP */
-    product = (double)(c->loop_hmma - c->loop_hmma_f16acc) * 4096 / g->mma_flop_clk +
-              (double)c->loop_hmma_f16acc * 4096 / g->mma16_flop_clk;
+  if (!strcmp(c->mma, "HMMA")) product = estimate_hmma_cycles(g, c);
   else if (!strcmp(c->mma, "HGMMA"))
     product *= g->hgmma_flop_clk > 0 ? t->flops_per_warp / (double)c->loop_hmma / g->hgmma_flop_clk : 0;
   else product *= 32 / (!strcmp(c->mma, "DFMA") ? g->dfma_clk : g->ffma_clk);

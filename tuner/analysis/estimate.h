@@ -48,6 +48,11 @@ const estimate_gpu *estimate_gpu_for_device(const char *device_name);
 ** roofline's ceiling; 0 for another dtype. */
 double estimate_peak_tflops(const estimate_gpu *g, const char *dtype);
 
+/* The clocks of the SM's whole tensor pipe that one warp's loop_hmma take,
+** each HMMA (m16n8k16) at its rate: those accumulating in f16 at
+** mma16_flop_clk, the rest at mma_flop_clk. */
+double estimate_hmma_cycles(const estimate_gpu *g, const sass_counts *c);
+
 /* What the estimate needs of the variant besides its SASS. */
 typedef struct estimate_tile {
   int warps;              /* per CTA */
