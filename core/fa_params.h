@@ -104,6 +104,11 @@ typedef struct fa_params {
   const int *block_mask;
   long long bm_sb, bm_sh;
   int bm_rows, bm_cols;
+  /* fp8 (e4m3): the inputs' descales, as FlashAttention-3's q_descale,
+  ** k_descale and v_descale: each NULL (1) or float32 (batch, kv_heads)
+  ** contiguous; the query heads of a K/V head take its, S = Q K^T q_descale
+  ** k_descale and O = P V v_descale. */
+  const float *q_descale, *k_descale, *v_descale;
   fa_tmap tmap[4];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
                           ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;

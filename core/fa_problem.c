@@ -10,15 +10,15 @@
 #include "fa_problem.h"
 #include "halfprec.h"
 
-static const char *const dtype_names[] = {"fp32", "fp64", "fp16", "bf16"};
+static const char *const dtype_names[FA_NDTYPES] = {"fp32", "fp64", "fp16", "bf16", "e4m3"};
 
 const char *fa_dtype_name(fa_dtype t) {
-  return (unsigned)t < 4 ? dtype_names[t] : "?";
+  return (unsigned)t < FA_NDTYPES ? dtype_names[t] : "?";
 }
 
 int fa_dtype_parse(const char *s, fa_dtype *t) {
-  static const char *const short_names[] = {"f32", "f64", "f16", "bf16"};
-  for (int i = 0; i < 4; i++)
+  static const char *const short_names[FA_NDTYPES] = {"f32", "f64", "f16", "bf16", "fp8"};
+  for (int i = 0; i < FA_NDTYPES; i++)
     if (!strcmp(s, dtype_names[i]) || !strcmp(s, short_names[i])) return *t = (fa_dtype)i, 0;
   return -1;
 }
@@ -36,8 +36,10 @@ int fa_op_parse(const char *s, fa_op *op) {
 }
 
 int fa_dtype_size(fa_dtype t) {
-  return t == FA_FP64 ? 8 : t == FA_FP32 ? 4 : 2;
+  return t == FA_FP64 ? 8 : t == FA_FP32 ? 4 : t == FA_E4M3 ? 1 : 2;
 }
+
+fa_dtype fa_out_dtype(fa_dtype t) { return t == FA_E4M3 ? FA_BF16 : t; }
 
 int fa_lse_size(fa_dtype t) { return t == FA_FP64 ? 8 : 4; }
 
@@ -89,6 +91,7 @@ double fa_elem_get(const void *a, fa_dtype t, size_t i) {
   case FA_FP32: return ((const float *)a)[i];
   case FA_FP64: return ((const double *)a)[i];
   case FA_FP16: return hp_f16_to_double(((const uint16_t *)a)[i]);
+  case FA_E4M3: return hp_e4m3_to_double(((const uint8_t *)a)[i]);
   default: return hp_bf16_to_double(((const uint16_t *)a)[i]);
   }
 }
@@ -98,6 +101,8 @@ double fa_elem_put(void *a, fa_dtype t, size_t i, double x) {
   case FA_FP32: return ((float *)a)[i] = (float)x;
   case FA_FP64: return ((double *)a)[i] = x;
   case FA_FP16: return hp_f16_to_double(((uint16_t *)a)[i] = hp_f16_from_double(x));
+  /* Saturating, as cvt.rn.satfinite: fp8 has no room above 448 to spare. */
+  case FA_E4M3: return hp_e4m3_to_double(((uint8_t *)a)[i] = hp_e4m3_from_double(x, 1));
   default: return hp_bf16_to_double(((uint16_t *)a)[i] = hp_bf16_from_double(x));
   }
 }

@@ -13,8 +13,11 @@
 #define FA_DIM_MAX_TEXT "576"
 
 /* fp16 and bf16 are the tensor-core family's: inputs and O in 16 bits,
-** accumulation and the logsumexp in fp32. */
-typedef enum fa_dtype { FA_FP32 = 0, FA_FP64 = 1, FA_FP16 = 2, FA_BF16 = 3 } fa_dtype;
+** accumulation and the logsumexp in fp32. e4m3 (OCP FP8, as CUDA's
+** __nv_fp8_e4m3) is Hopper's fp8: Q, K and V in 8 bits, O in bf16
+** (fa_out_dtype), accumulation and the logsumexp in fp32. */
+typedef enum fa_dtype { FA_FP32 = 0, FA_FP64 = 1, FA_FP16 = 2, FA_BF16 = 3, FA_E4M3 = 4 } fa_dtype;
+#define FA_NDTYPES 5
 
 /* The operation a kernel computes: the forward pass, the backward pass,
 ** split-KV decoding. A family declares one (templates/space.lua); the
@@ -56,6 +59,9 @@ typedef struct fa_problem {
                         ** not part of a tuned key */
   const int *q_lens;    /* varlen: each sequence's queries, with kv_lens its keys (the
                         ** timing model's), or NULL; the caller keeps it alive */
+  const float *descale;  /* e4m3: NULL (1), or q's, k's and v's descales one after the
+                         ** other, each (batch, kv heads) (fa_params.h's q_descale, ...);
+                         ** the caller keeps it alive */
   int paged;            /* op fwd: K and V read from a KV cache (fa_params.h's block
                         ** table, cache_batch_idx and seqlens_k; the library's
                         ** kvcache call with many new tokens), seq_k the capacity
@@ -66,11 +72,13 @@ typedef struct fa_problem {
 /* Strides, in elements, of a (batch, heads, seq, dim) tensor; dim stride 1. */
 typedef struct fa_layout { long long sb, sh, sn; } fa_layout;
 
-const char *fa_dtype_name(fa_dtype t);         /* "fp32", "fp64", "fp16", "bf16" */
+const char *fa_dtype_name(fa_dtype t);         /* "fp32", "fp64", "fp16", "bf16", "e4m3" */
 int fa_dtype_parse(const char *s, fa_dtype *t); /* 0 on success, -1 unknown */
 const char *fa_op_name(fa_op op);              /* "fwd", "bwd", "decode" */
 int fa_op_parse(const char *s, fa_op *op);      /* 0 on success, -1 unknown */
-int fa_dtype_size(fa_dtype t);                  /* bytes per element of Q, K, V, O */
+int fa_dtype_size(fa_dtype t);                  /* bytes per element of Q, K, V (and O: its
+                                                ** own, fa_out_dtype's, differs for e4m3) */
+fa_dtype fa_out_dtype(fa_dtype t);              /* O's dtype for inputs of t: bf16 for e4m3 */
 int fa_lse_size(fa_dtype t);                    /* bytes per logsumexp: 4 for 16-bit types */
 double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */
 int fa_problem_dim_v(const fa_problem *p);     /* dim_v, resolving 0 */

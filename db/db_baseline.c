@@ -27,7 +27,7 @@ static int text_ok(const char *s, size_t max, int name) {
 
 static int dtype_ok(const char *s) {
   return s && (!strcmp(s, "fp32") || !strcmp(s, "fp64") || !strcmp(s, "fp16") ||
-               !strcmp(s, "bf16"));
+               !strcmp(s, "bf16") || !strcmp(s, "e4m3"));
 }
 
 /* Why b is not a baseline a GPU could have measured, or NULL. */
@@ -35,7 +35,7 @@ static const char *baseline_why(const db_baseline *b) {
   if (!text_ok(b->gpu, 128, 0)) return "the GPU's name must be printable text of 1 to 127 bytes";
   if (!text_ok(b->backend, 32, 1))
     return "the backend must be 1 to 31 letters, digits, '-', '_' or '.'";
-  if (!dtype_ok(b->dtype)) return "the dtype must be fp32, fp64, fp16 or bf16";
+  if (!dtype_ok(b->dtype)) return "the dtype must be fp32, fp64, fp16, bf16 or e4m3";
   if (b->dim < 1 || b->dim > FA_DIM_MAX) return "dim must be from 1 to " FA_DIM_MAX_TEXT;
   if (b->seq_q < 1 || b->seq_k < 1 || b->seq_q > 1 << 24 || b->seq_k > 1 << 24)
     return "seq_q and seq_k must be from 1 to 16777216";

@@ -204,13 +204,13 @@ static int text_in(sqlite3_stmt *st, int col, const char *const *set, size_t n) 
 ** the batch asked for (0 where the key ignores it), query heads per K/V
 ** head (1: none) and tokens per page (0: contiguous). */
 static int check_problem(sqlite3_stmt *st, int c, char *why, size_t n) {
-  static const char *const dtypes[] = {"fp32", "fp64", "fp16", "bf16"};
+  static const char *const dtypes[] = {"fp32", "fp64", "fp16", "bf16", "e4m3"};
   static const char *const names[] = {"dim", "seq_q", "seq_k", "batch", "heads", "causal",
                                       "req_batch", "kv_group", "page"};
   const long long lo[] = {1, 1, 1, 1, 1, 0, 0, 1, 0};
   const long long hi[] = {FA_DIM_MAX, SEQ_MAX, SEQ_MAX, BATCH_MAX, BATCH_MAX, 1, BATCH_MAX,
                           BATCH_MAX, SEQ_MAX};
-  if (!text_in(st, c + K_DTYPE, dtypes, 4)) return refuse(st, c + K_DTYPE, "dtype", why, n);
+  if (!text_in(st, c + K_DTYPE, dtypes, 5)) return refuse(st, c + K_DTYPE, "dtype", why, n);
   for (int i = 0; i < 9; i++)
     if (!int_in(st, c + K_DIM + i, lo[i], hi[i]))
       return refuse(st, c + K_DIM + i, names[i], why, n);

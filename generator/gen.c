@@ -544,8 +544,8 @@ static void take_tma(lua_State *L, gen_kernel *k) {
     lua_getfield(L, -1, "tensor");
     copy_string(L, -1, tensor, sizeof tensor, "a tensor map's tensor");
     lua_pop(L, 1);
-    if (!strchr("qkvo", tensor[0]) || !tensor[0])
-      luaL_error(L, "template result: tma[%d].tensor '%s' is not q, k, v or o", (int)i + 1,
+    if (!strchr("qkvot", tensor[0]) || !tensor[0])
+      luaL_error(L, "template result: tma[%d].tensor '%s' is not q, k, v, o or t", (int)i + 1,
                  tensor);
     t->tensor = tensor[0];
     t->swizzle = int_field(L, "swizzle");
@@ -609,6 +609,9 @@ static void take_workspaces(lua_State *L, gen_kernel *k) {
     w.bytes_per_row = int_field(L, "bytes_per_row");
     lua_getfield(L, -1, "rows");
     w.key_rows = lua_type(L, -1) == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "seq_k");
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "row_align");
+    w.row_align = lua_isnil(L, -1) ? 1 : (int)lua_tointeger(L, -1);
     lua_pop(L, 2);
     int seen = 0;
     for (int i = 0; i < k->nws; i++) seen |= !strcmp(k->ws[i].name, w.name);
@@ -1152,9 +1155,14 @@ int gen_entries(const gen_kernel *k, const char *names[GEN_MAX_LAUNCHES]) {
   return n;
 }
 
+int gen_workspace_rows(const gen_kernel *k, int i, const fa_problem *p) {
+  const int rows = k->ws[i].key_rows ? p->seq_k : p->seq_q, a = k->ws[i].row_align;
+  return (rows + a - 1) / a * a;
+}
+
 size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p) {
   return (size_t)k->ws[i].bytes_per_row * (size_t)p->batch * (size_t)p->heads *
-         (size_t)(k->ws[i].key_rows ? p->seq_k : p->seq_q);
+         (size_t)gen_workspace_rows(k, i, p);
 }
 
 /* The program of mod.lua's mod.program(tree) on top, into prog. */

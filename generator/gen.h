@@ -52,12 +52,15 @@ typedef struct gen_variant {
 
 /* A TMA tensor map a kernel reads from fa_params.tmap[i] (the i-th of
 ** gen_kernel.tma): over Q, K, V or O as rank 4 {dim, seq, heads, batch}
-** (K and V: heads / kv_group), a box of {box[0] elements, box[1] rows, 1, 1}
-** under a swizzle of 0, 32, 64 or 128 bytes. The host encodes it before
-** every launch (attn_tmaps, runtime/attn_run.h). */
+** (K and V: heads / kv_group), or over V transposed in the first workspace
+** (GEN_TMA_VT, 't': {workspace rows, dim_v, kv heads, batch}, the keys
+** innermost, as a kernel's first launch wrote it), a box of {box[0]
+** elements, box[1] rows, 1, 1} under a swizzle of 0, 32, 64 or 128 bytes.
+** The host encodes it before every launch (attn_tmaps, runtime/attn_run.h). */
 #define GEN_MAX_TMA 4
+#define GEN_TMA_VT 't'
 typedef struct gen_tma {
-  char tensor;             /* 'q', 'k', 'v' or 'o' */
+  char tensor;             /* 'q', 'k', 'v', 'o' or 't' */
   unsigned box[2];         /* inner elements, rows */
   int swizzle;
 } gen_tma;
@@ -94,13 +97,15 @@ typedef struct gen_launch_spec {
 } gen_launch_spec;
 
 /* Global memory the launches of a kernel share: bytes_per_row bytes per
-** (batch, head, query row), or key row with key_rows, allocated before
-** the first launch and freed after the last (gen_workspace_bytes). */
+** (batch, head, query row), or key row with key_rows, the rows rounded up
+** to a multiple of row_align, allocated before the first launch and freed
+** after the last (gen_workspace_bytes). */
 #define GEN_MAX_WORKSPACES 4
 typedef struct gen_workspace {
   char name[32];
   int bytes_per_row;
   int key_rows;            /* 1: bytes_per_row per key row (seq_k), else per query row */
+  int row_align;           /* 1 when the template gives none */
 } gen_workspace;
 
 /* One rendered kernel and what it takes to launch it: one variant of an op,
@@ -302,5 +307,7 @@ int gen_entries(const gen_kernel *k, const char *names[GEN_MAX_LAUNCHES]);
 
 /* Bytes of workspace i (0..k->nws-1) of kernel k on problem p. */
 size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p);
+/* Workspace i's rows per (batch, head): seq_q or seq_k, rounded up to its row_align. */
+int gen_workspace_rows(const gen_kernel *k, int i, const fa_problem *p);
 
 #endif

@@ -27,7 +27,12 @@ int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const
     attn_inputs_free(be, in);
     return -1;
   }
-  const int rc = attn_mod_upload(be, p, !p->varlen && !p->paged, in, err, errlen);
+  int rc = attn_mod_upload(be, p, !p->varlen && !p->paged, in, err, errlen);
+  if (rc == 0 && p->descale) {
+    const size_t db = 3 * (size_t)p->batch * (size_t)fa_problem_kv_heads(p) * sizeof(float);
+    rc = backend_alloc(be, db, &in->descale, err, errlen) ||
+         backend_upload(be, in->descale, p->descale, db, err, errlen) ? -1 : 0;
+  }
   if (rc != 0) attn_inputs_free(be, in);
   return rc;
 }
@@ -182,7 +187,7 @@ int attn_decode_inputs_upload(fa_backend *be, const fa_problem *p, const void *q
 void attn_inputs_free(fa_backend *be, attn_inputs *in) {
   void **const bufs[] = {&in->q, &in->k, &in->v, &in->o, &in->lse, &in->dout, &in->table,
                          &in->lens, &in->mod_tensor[0], &in->mod_tensor[1], &in->mod_tensor[2],
-                         &in->mod_tensor[3], &in->block_mask};
+                         &in->mod_tensor[3], &in->block_mask, &in->descale};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
     if (*bufs[i]) backend_free(be, *bufs[i]);
     *bufs[i] = NULL;
@@ -197,7 +202,8 @@ int attn_outputs(const fa_problem *p, size_t bytes[ATTN_MAX_OUTPUTS]) {
     bytes[0] = rq * D * es, bytes[1] = rk * D * es, bytes[2] = rk * DV * es;
     return 3;
   }
-  bytes[0] = rq * DV * es, bytes[1] = rq * (size_t)fa_lse_size(p->dtype);
+  bytes[0] = rq * DV * (size_t)fa_dtype_size(fa_out_dtype(p->dtype));
+  bytes[1] = rq * (size_t)fa_lse_size(p->dtype);
   return 2;
 }
 
@@ -208,7 +214,8 @@ const char *attn_output_name(const fa_problem *p, int i) {
 }
 
 size_t attn_output_elem_bytes(const fa_problem *p, int i) {
-  return (size_t)(p->op == FA_OP_FWD && i == 1 ? fa_lse_size(p->dtype) : fa_dtype_size(p->dtype));
+  if (p->op != FA_OP_BWD) return (size_t)(i == 1 ? fa_lse_size(p->dtype) : fa_dtype_size(fa_out_dtype(p->dtype)));
+  return (size_t)fa_dtype_size(p->dtype);
 }
 
 int attn_output_seq(const fa_problem *p, int i) {
@@ -238,7 +245,6 @@ fa_params attn_params(const fa_problem *p, const void *q, const void *k, const v
 
 int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_params *a,
                char *err, size_t errlen) {
-  const int es = fa_dtype_size(p->dtype);
   const int kv_heads = a->kv_group > 1 ? a->heads / a->kv_group : a->heads;
   /* A variable-length batch: the maps span the packed tensors, one batch
   ** of all their tokens (the kernel places each box at its sequence's). */
@@ -248,7 +254,7 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
     const gen_tma *t = &k->tma[i];
     const void *base;
     long long sn, sh, sb;
-    int seq = seq_q, heads = a->heads, dim = p->dim;
+    int seq = seq_q, heads = a->heads, dim = p->dim, es = fa_dtype_size(p->dtype);
     switch (t->tensor) {
     case 'q': base = a->q, sn = a->q_sn, sh = a->q_sh, sb = a->q_sb; break;
     case 'k':
@@ -258,8 +264,16 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
       base = a->v, sn = a->v_sn, sh = a->v_sh, sb = a->v_sb, seq = seq_k, heads = kv_heads;
       dim = fa_problem_dim_v(p);
       break;
+    case 't':
+      /* V transposed in the first workspace (gen.h's GEN_TMA_VT): per
+      ** (batch, K/V head) dim_v rows of the keys, padded to the workspace's
+      ** row_align; the map's rows are V's columns. */
+      dim = gen_workspace_rows(k, 0, p), seq = fa_problem_dim_v(p), heads = kv_heads;
+      base = a->ws, sn = dim, sh = sn * seq, sb = sh * heads;
+      break;
     default:
       base = a->o, sn = a->o_sn, sh = a->o_sh, sb = a->o_sb, dim = fa_problem_dim_v(p);
+      es = fa_dtype_size(fa_out_dtype(p->dtype));
       break;
     }
     if (sn < 0 || sh < 0 || sb < 0) {
@@ -395,6 +409,7 @@ static int fwd_params(const gen_kernel *k, const fa_problem *p, const attn_input
     return FA_EINVAL;
   }
   *a = attn_params(p, in->q, in->k, in->v, out->o, out->lse, out->ws[0]);
+  a->kv_group = fa_problem_group(p);  /* as the launch grids over K/V heads take it */
   return 0;
 }
 
@@ -440,6 +455,11 @@ static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs
                      const outputs *out, fa_params *a, char *err, size_t errlen) {
   const int rc = op_block(k, p, in, out, a, err, errlen);
   if (rc == 0) attn_mod_params(in, a), a->error = out->error;
+  if (rc == 0 && in->descale) {
+    const float *d = in->descale;
+    const size_t n = (size_t)p->batch * (size_t)fa_problem_kv_heads(p);
+    a->q_descale = d, a->k_descale = d + n, a->v_descale = d + 2 * n;
+  }
   return rc;
 }
 
@@ -587,13 +607,14 @@ double attn_flops(const fa_problem *p) {
 double attn_bytes(const fa_problem *p) {
   const double bh = (double)p->batch * p->heads, es = fa_dtype_size(p->dtype);
   const double lse = (double)p->seq_q * fa_lse_size(p->dtype);
+  const double oes = fa_dtype_size(fa_out_dtype(p->dtype));
   /* bwd: Q, dO, O, lse, K and V read; dQ, dK and dV written. */
   const double d = p->dim, dv = fa_problem_dim_v(p);
   if (p->op == FA_OP_BWD)   /* Q, dQ, K, dK of dim; dO, O, V, dV of dim_v */
     return bh * ((2.0 * p->seq_q + 2.0 * p->seq_k) * (d + dv) * es + lse);
   if (p->op == FA_OP_DECODE)  /* each K/V head's keys once, whatever its query heads */
     return bh * (p->seq_q * (d + dv) * es + lse) + keys_of(p) * fa_problem_kv_heads(p) * (d + dv) * es;
-  return bh * ((p->seq_q + p->seq_k) * d * es + (p->seq_k + p->seq_q) * dv * es + lse);
+  return bh * ((p->seq_q + p->seq_k) * d * es + p->seq_k * dv * es + p->seq_q * dv * oes + lse);
 }
 
 int attn_run_op(fa_backend *be, const fa_program *prog, const gen_kernel *k,

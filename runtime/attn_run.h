@@ -25,6 +25,7 @@ typedef struct attn_inputs {
   int mod_len[FA_MOD_MAX_TENSORS];
   void *block_mask;
   fa_mod_mask_dims bm;
+  void *descale;       /* p->descale's, uploaded (3 (batch, kv heads) float32), or NULL */
 } attn_inputs;
 
 /* The kernels' error flags (fa_params.error): a page outside the pool, a

@@ -120,8 +120,8 @@ static const char *tmap_refused(const fa_tmap_desc *d, char *why, size_t n) {
   if (!d->base) return "the base address is null";
   if ((uintptr_t)d->base % 16)
     return snprintf(why, n, "base address %p is not 16-byte aligned", d->base), why;
-  if (d->elem_bytes != 2 && d->elem_bytes != 4)
-    return snprintf(why, n, "elements of %d bytes (2 or 4)", d->elem_bytes), why;
+  if (d->elem_bytes != 1 && d->elem_bytes != 2 && d->elem_bytes != 4)
+    return snprintf(why, n, "elements of %d bytes (1, 2 or 4)", d->elem_bytes), why;
   if (d->rank < 2 || d->rank > 4) return snprintf(why, n, "rank %d (2 to 4)", d->rank), why;
   if (d->swizzle != 0 && d->swizzle != 32 && d->swizzle != 64 && d->swizzle != 128)
     return snprintf(why, n, "swizzle %d (0, 32, 64 or 128 bytes)", d->swizzle), why;

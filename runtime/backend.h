@@ -139,7 +139,7 @@ int backend_memory(fa_backend *b, int reset, size_t *live, size_t *peak);
 ** no interleave, out-of-bounds elements read as zeros. */
 typedef struct fa_tmap_desc {
   const void *base;              /* device pointer, 16-byte aligned */
-  int elem_bytes;                /* 2 (f16, bf16) or 4 (f32) */
+  int elem_bytes;                /* 1 (fp8), 2 (f16, bf16) or 4 (f32) */
   int rank;                      /* 2..4 */
   unsigned long long dims[4];    /* elements per dimension */
   unsigned long long strides[3]; /* bytes between consecutive indices of dims 1..rank-1 */

@@ -213,7 +213,7 @@ mut wg-smem-slack templates/wg/wg.lua \
   'P.smem_bytes = 1024 + P.bar_offset' 'P.smem_bytes = P.bar_offset' \
   'test_fuzz_kernels_many|test_space'
 mut ws-key-rows generator/gen.c \
-  '(size_t)(k->ws[i].key_rows ? p->seq_k : p->seq_q);' '(size_t)p->seq_q;' \
+  'const int rows = k->ws[i].key_rows ? p->seq_k : p->seq_q' 'const int rows = p->seq_q' \
   'test_bwd'
 mut lib-bwd-overlap lib/fatune.c \
   'if (i != w && lo[w] < hi[i] && lo[i] < hi[w])' 'if (0)' \
@@ -233,6 +233,33 @@ mut sass-hmma-f16 tuner/analysis/sass.c \
 mut sass-bra-operand-predicate tuner/analysis/sass.c \
   'if (!strcmp(in.op, "BRA")) branch_operand_predicate(&in, p, e);' ';' \
   'test_sass'
+mut fp8-vt-perm templates/wg/wg.cu \
+  '(i < 2 ? 2 * t + i : 6 + 2 * t + i)' '(4 * t + i)' \
+  'cli_fp8'
+mut fp8-v-descale templates/wg/wg.cu \
+  'inv_row[hh] = inv${f8 and " * v_descale" or ""};' 'inv_row[hh] = inv;' \
+  'cli_fp8'
+mut fp8-k-descale templates/wg/wg.cu \
+  '(p.k_descale ? fa_ldg_f32(p.k_descale + ds) : 1.f);' '1.f;' \
+  'cli_fp8'
+mut fwd-kv-group runtime/attn_run.c \
+  'a->kv_group = fa_problem_group(p);  /* as the launch grids' '(void)0;  /* as the launch grids' \
+  'test_generator'
+mut fp8-eager-fits templates/wg/wg.lua \
+  'if c.norm == "eager" then' 'if false then' \
+  'cli_fp8'
+mut emu-fp8-gather templates/prelude_emu_sm90.h \
+  'memcpy(&word, slots[w0 + 4 * (l / 4) + (k % 16) / 4]' 'memcpy(&word, slots[w0 + 4 * (l / 4) + (k % 8) / 2]' \
+  'test_emu_sm90'
+mut emu-e4m3-round templates/prelude_emu_sm90.h \
+  '(unsigned)nearbyintf(ldexpf(a, 3 - E))' '(unsigned)roundf(ldexpf(a, 3 - E))' \
+  'test_emu_sm90'
+mut model-qgmma-rate tuner/analysis/model_sass.c \
+  '(e->hgmma_flop_clk * (k / 16))' '(e->hgmma_flop_clk)' \
+  'cli_fp8'
+mut sass-qgmma tuner/analysis/sass.c \
+  '{"HGMMA", "QGMMA", "HMMA", "DFMA", "FFMA"}' '{"HGMMA", "HMMA", "DFMA", "FFMA"}' \
+  'cli_fp8'
 mut lazy-threshold templates/softmax.cu \
   '<= ${sm.lit(F, "8")} ? mo' '<= ${sm.lit(F, "200")} ? mo' \
   'cli_targets'

@@ -14,6 +14,7 @@ local loaders = {
   fp64 = { T = "f64", acc = "double", ld = "fa_ldg_f64(%s)" },
   fp16 = { T = "f32", acc = "float", ld = "fa_f16_to_f32(fa_ldg_u16(%s))", elem = "unsigned short" },
   bf16 = { T = "f32", acc = "float", ld = "fa_bf16_to_f32(fa_ldg_u16(%s))", elem = "unsigned short" },
+  e4m3 = { T = "f32", acc = "float", ld = "fa_e4m3_to_f32(fa_ldg_u8(%s))", elem = "unsigned char" },
 }
 
 oracle.threads = 128

@@ -52,6 +52,8 @@ FA_INLINE fa_f64x2 fa_lds_f64x2(const fa_f64x2 *a) { return *a; }
 /* Integers: a KV cache's block table and lengths, the addresses of its
 ** rows in shared memory, and an error flag. */
 FA_INLINE int fa_ldg_i32(const int *a) { return __ldg(a); }
+FA_INLINE unsigned char fa_ldg_u8(const unsigned char *a) { return __ldg(a); }
+FA_INLINE void fa_st_u8(unsigned char *a, unsigned char v) { *a = v; }
 FA_INLINE void fa_st_i32(int *a, int v) { *a = v; }
 FA_INLINE int fa_lds_i32(const int *a) { return *a; }
 FA_INLINE void fa_sts_i32(int *a, int v) { *a = v; }

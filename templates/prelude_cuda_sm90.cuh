@@ -214,6 +214,49 @@ FA_INLINE void fa_wgmma_commit(void) { asm volatile("wgmma.commit_group.sync.ali
 #define fa_wgmma_rs_f16(N, d, a, db, s, tb) FA_WGMMA_RS_(N, d, a, db, s, tb, f16)
 #define fa_wgmma_rs_bf16(N, d, a, db, s, tb) FA_WGMMA_RS_(N, d, a, db, s, tb, bf16)
 
+/* The same for fp8 (OCP e4m3): m64nNk32, both operands K-major (fp8 wgmma
+** takes no transpose operands), a k32 step 32 bytes of a row as a k16 step
+** of 16 bits is; the RS form's A fragment is per warp mma.m16n8k32's:
+** register r holds row 16 w + l/4 + 8 (r % 2), columns 4 (l % 4) + 16 (r / 2)
+** and the three after, the lowest in the lowest byte. */
+#define FA_WGMMA_SS8(N, d, desc_a, desc_b, scale_d, T)                                        \
+  do {                                                                                      \
+    fa_wgmma_desc fa_wg_a_ = (desc_a), fa_wg_b_ = (desc_b);                                 \
+    int fa_wg_s_ = (scale_d);                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"                                \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." #T "." #T " {"           \
+                 FA_WGR_SS_##N "}, %0, %1, p, 1, 1;\n}\n"                                    \
+                 : "+l"(fa_wg_a_), "+l"(fa_wg_b_), "+r"(fa_wg_s_), FA_WGD_##N(d)             \
+                 :                                                                          \
+                 : "memory");                                                               \
+  } while (0)
+#define FA_WGMMA_RS8(N, d, a, desc_b, scale_d, T)                                             \
+  do {                                                                                      \
+    unsigned fa_wg_a0_ = (a)[0], fa_wg_a1_ = (a)[1], fa_wg_a2_ = (a)[2], fa_wg_a3_ = (a)[3];  \
+    fa_wgmma_desc fa_wg_b_ = (desc_b);                                                      \
+    int fa_wg_s_ = (scale_d);                                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"                                \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." #T "." #T " {"           \
+                 FA_WGR_RS_##N "}, {%0, %1, %2, %3}, %4, p, 1, 1;\n}\n"                      \
+                 : "+r"(fa_wg_a0_), "+r"(fa_wg_a1_), "+r"(fa_wg_a2_), "+r"(fa_wg_a3_),        \
+                   "+l"(fa_wg_b_), "+r"(fa_wg_s_), FA_WGD_##N(d)                             \
+                 :                                                                          \
+                 : "memory");                                                               \
+  } while (0)
+#define FA_WGMMA_SS8_(N, d, da, db, s, T) FA_WGMMA_SS8(N, d, da, db, s, T)
+#define FA_WGMMA_RS8_(N, d, a, db, s, T) FA_WGMMA_RS8(N, d, a, db, s, T)
+#define fa_wgmma_ss_e4m3(N, d, da, db, s) FA_WGMMA_SS8_(N, d, da, db, s, e4m3)
+#define fa_wgmma_rs_e4m3(N, d, a, db, s) FA_WGMMA_RS8_(N, d, a, db, s, e4m3)
+
+/* Four floats as e4m3 bytes, e0 in the lowest: cvt.rn.satfinite.e4m3x2.f32
+** d, a, b puts a in the upper byte, b in the lower. */
+FA_INLINE unsigned fa_pack_e4m3x4(float e0, float e1, float e2, float e3) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(e1), "f"(e0));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(e3), "f"(e2));
+  return (unsigned)lo | (unsigned)hi << 16;
+}
+
 /* A compiler fence on the N/2 accumulators (as CUTLASS's
 ** warpgroup_fence_operand): their reads and writes stay on their side of the
 ** wgmma fence, issue and wait around it, which the asm statements alone do

@@ -73,6 +73,14 @@ FA_INLINE fa_f16 fa_f32_to_f16(float x) {
   return h;
 }
 FA_INLINE float fa_bf16_to_f32(fa_bf16 h) { return __uint_as_float((unsigned)h << 16); }
+/* An OCP e4m3 byte, exactly: its exponent and mantissa bits where fp32's
+** are, scaled by 2^(127 - 7) (exact for subnormals too: no flush to zero);
+** 0x7f and 0xff are NaN. */
+FA_INLINE float fa_e4m3_to_f32(unsigned char b) {
+  const float mag = (b & 0x7fu) == 0x7fu ? __uint_as_float(0x7fffffffu)
+                                         : __uint_as_float((b & 0x7fu) << 20) * 0x1p120f;
+  return b & 0x80u ? -mag : mag;
+}
 FA_INLINE fa_bf16 fa_f32_to_bf16(float x) {
 #if __CUDA_ARCH__ >= 800
   fa_bf16 h;

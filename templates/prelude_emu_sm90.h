@@ -343,41 +343,77 @@ FA_INLINE fa_wgmma_desc fa_wgmma_desc_advance(fa_wgmma_desc d, unsigned bytes) {
   return (d & ~0x3FFFull) | (((d & 0x3FFFull) + (bytes >> 4)) & 0x3FFFull);
 }
 
-/* The shared byte offset of element (mn, k) of a 64 x 16 (A) or 16 x N (B)
-** operand, by the canonical layouts (T = 8 elements of 16 bits, 16 bytes;
-** in elements, strides in bytes below):
+/* wgmma's input types: the k extent of one instruction is 32 bytes of A's
+** row, 16 elements of 16 bits or 32 of fp8. */
+enum { FA_EMU_F16 = 0, FA_EMU_BF16 = 1, FA_EMU_E4M3 = 2 };
+#define FA_EMU_WGMMA_K(type) ((type) == FA_EMU_E4M3 ? 32 : 16)
+
+/* x rounded to e4m3, to nearest even, saturating (cvt.rn.satfinite: past
+** 448 and infinities to +-448, NaN to 0x7f). */
+FA_INLINE unsigned char fa_f32_to_e4m3(float x) {
+  const unsigned char sign = signbit(x) ? 0x80 : 0;
+  if (isnan(x)) return 0x7f;
+  const float a = fabsf(x);
+  if (a >= 448.f) return sign | 0x7e;  /* what rounds past 448 saturates to it */
+  int e;
+  frexpf(a, &e);
+  const int E = e - 1 < -6 ? -6 : e - 1;  /* a = 1.m x 2^E, or subnormal at 2^-6 */
+  const unsigned q = (unsigned)nearbyintf(ldexpf(a, 3 - E));  /* 0..16: exact scaling */
+  if (q < 8) return sign | (unsigned char)q;  /* subnormal or zero */
+  if (q == 16) return sign | (unsigned char)((E + 8) << 3);  /* rounded up a binade */
+  return sign | (unsigned char)((E + 7) << 3 | (q & 7));
+}
+
+/* Four floats as e4m3 bytes, e0 in the lowest (the A fragment's k order). */
+FA_INLINE unsigned fa_pack_e4m3x4(float e0, float e1, float e2, float e3) {
+  return (unsigned)fa_f32_to_e4m3(e0) | (unsigned)fa_f32_to_e4m3(e1) << 8 |
+         (unsigned)fa_f32_to_e4m3(e2) << 16 | (unsigned)fa_f32_to_e4m3(e3) << 24;
+}
+
+/* The shared byte offset of element (mn, k) of a 64 x K (A) or K x N (B)
+** operand, by the canonical layouts (T = 16 bytes: 8 elements of 16 bits,
+** 16 of fp8; in units of T, strides in bytes below):
 **   K-major, none:  ((8,m),(T,2k)):((1T,SBO),(1,LBO))
 **   K-major, sw S:  ((8,m),(T,2k)):((S/16 T,SBO),(1,T))      S = 32, 64, 128
 **   MN-major, none: ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
 **   MN-major, sw S: ((T,S/16,m),(8,k)):((1,T,LBO),(S/16 T,SBO))
-** then the swizzle on the byte address (Swizzle<1|2|3,4,3>). */
+** then the swizzle on the byte address (Swizzle<1|2|3,4,3>). es: bytes per
+** element; MN-major operands are 16-bit (fp8 wgmma takes K-major only). */
 FA_INLINE unsigned fa_emu_desc_offset(unsigned long long d, int mn_major, unsigned mn,
-                                      unsigned k) {
+                                      unsigned k, unsigned es) {
   const unsigned start = (unsigned)(d & 0x3FFFu) << 4, lbo = (unsigned)(d >> 16 & 0x3FFFu) << 4;
   const unsigned sbo = (unsigned)(d >> 32 & 0x3FFFu) << 4, mode = (unsigned)(d >> 62);
   const int sw = mode == 1 ? 128 : mode == 2 ? 64 : mode == 3 ? 32 : 0;
+  const unsigned kb = k * es;  /* the byte of the element in A's (or B's) K-major row */
   unsigned off;
-  if (!mn_major && !sw) off = (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
-  else if (!mn_major) off = (mn % 8) * (unsigned)sw + (mn / 8) * sbo + k * 2;
+  if (!mn_major && !sw) off = (mn % 8) * 16 + (mn / 8) * sbo + kb % 16 + (kb / 16) * lbo;
+  else if (!mn_major) off = (mn % 8) * (unsigned)sw + (mn / 8) * sbo + kb;
   else if (!sw) off = (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo;
   else off = (mn % ((unsigned)sw / 2)) * 2 + (mn / ((unsigned)sw / 2)) * lbo +
              (k % 8) * (unsigned)sw + (k / 8) * sbo;
   return fa_swizzle_offset(start + off, sw);
 }
 
-/* Column k of rows mn of an operand in shared memory, as doubles. */
+/* An element of wgmma's input type, from its bits, as a double. */
+FA_INLINE double fa_emu_wgmma_elem(int type, unsigned short h) {
+  return type == FA_EMU_E4M3 ? (double)fa_e4m3_to_f32((unsigned char)h)
+         : type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h) : (double)fa_f16_to_f32(h);
+}
+
+/* The k columns of row mn of an operand in shared memory, as doubles. */
 FA_INLINE void fa_emu_desc_read(fa_emu_thread *t, unsigned long long d, int mn_major,
-                                unsigned mn, int bf16, double *out, int line) {
+                                unsigned mn, int type, double *out, int line) {
+  const unsigned es = type == FA_EMU_E4M3 ? 1 : 2;
   if ((d >> 49) & 7u)
     fa_emu_failf(t, line, "wgmma: matrix descriptor base offset %u (the emulator takes 0)",
                  (unsigned)(d >> 49) & 7u);
-  for (unsigned k = 0; k < 16; k++) {
-    const unsigned off = fa_emu_desc_offset(d, mn_major, mn, k);
-    if (t->smem_window + off < t->smem || t->smem_window + off + 2 > t->smem_end)
+  for (unsigned k = 0; k < (unsigned)FA_EMU_WGMMA_K(type); k++) {
+    const unsigned off = fa_emu_desc_offset(d, mn_major, mn, k, es);
+    if (t->smem_window + off < t->smem || t->smem_window + off + es > t->smem_end)
       fa_emu_failf(t, line, "wgmma: operand element at shared offset %u, outside the CTA's shared memory", off);
-    unsigned short h;
-    memcpy(&h, t->smem_window + off, 2);
-    out[k] = bf16 ? (double)fa_bf16_to_f32(h) : (double)fa_f16_to_f32(h);
+    unsigned short h = 0;
+    memcpy(&h, t->smem_window + off, es);  /* little-endian: a byte lands in h's low half */
+    out[k] = fa_emu_wgmma_elem(type, h);
   }
 }
 
@@ -389,22 +425,21 @@ FA_INLINE void fa_emu_desc_read(fa_emu_thread *t, unsigned long long d, int mn_m
 FA_INLINE void fa_emu_wgmma_compute(fa_emu_thread *t, int i, int line) {
   fa_emu_wgmma *op = &t->wgmma[i];
   const unsigned l = (unsigned)t->tid & 31u, w = ((unsigned)t->tid >> 5) & 3u;
-  double a[2][16], b[2][16];
+  const int K = FA_EMU_WGMMA_K(op->type);
+  double a[2][32], b[2][32];
   for (unsigned r = 0; r < 2; r++) {
     if (op->rs)
-      for (int k = 0; k < 16; k++)
-        a[r][k] = op->bf16 ? (double)fa_bf16_to_f32(op->a[r][k])
-                           : (double)fa_f16_to_f32(op->a[r][k]);
+      for (int k = 0; k < K; k++) a[r][k] = fa_emu_wgmma_elem(op->type, op->a[r][k]);
     else
-      fa_emu_desc_read(t, op->da, op->trans_a, 16 * w + l / 4 + 8 * r, op->bf16, a[r], line);
+      fa_emu_desc_read(t, op->da, op->trans_a, 16 * w + l / 4 + 8 * r, op->type, a[r], line);
   }
   for (int j = 0; j < op->n / 2; j += 4) {
     for (unsigned c = 0; c < 2; c++)
-      fa_emu_desc_read(t, op->db, op->trans_b, 8 * ((unsigned)j / 4) + 2 * (l % 4) + c, op->bf16,
+      fa_emu_desc_read(t, op->db, op->trans_b, 8 * ((unsigned)j / 4) + 2 * (l % 4) + c, op->type,
                        b[c], line);
     for (int e = 0; e < 4; e++) {
       double s = 0.0;
-      for (int k = 0; k < 16; k++) s += a[e >> 1][k] * b[e & 1][k];
+      for (int k = 0; k < K; k++) s += a[e >> 1][k] * b[e & 1][k];
       op->acc[j + e] = (float)(s + (op->scale_d ? (double)op->acc[j + e] : 0.0));
     }
   }
@@ -422,11 +457,13 @@ FA_INLINE void fa_emu_wgmma_complete(fa_emu_thread *t, int i, int line) {
     if (!t->wgmma[j].done) fa_emu_wgmma_compute(t, j, line);
 }
 
-/* wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}: a warpgroup
-** collective at issue (the descriptors must agree, an RS A fragment is
-** gathered: per warp the layout of mma.m16n8k16's A), then queued. */
+/* wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16} and m64nNk32.f32.e4m3.e4m3:
+** a warpgroup collective at issue (the descriptors must agree, an RS A
+** fragment is gathered: per warp the layout of mma.m16n8k16's A, or for
+** fp8 mma.m16n8k32's: row 16 w + l/4 + 8 (r % 2), column 4 (l % 4) + byte
+** + 16 (r / 2) of register r, as CUTLASS's GMMA ALayout_64x32), then queued. */
 FA_INLINE void fa_emu_wgmma_issue(int n, float *d, const unsigned *a, fa_wgmma_desc da,
-                            fa_wgmma_desc db, int scale_d, int trans_a, int trans_b, int bf16,
+                            fa_wgmma_desc db, int scale_d, int trans_a, int trans_b, int type,
                             int line) {
   fa_emu_thread *t = fa_emu_self;
   struct { unsigned long long da, db; unsigned a[4]; } mine = {a ? 0 : da, db, {0, 0, 0, 0}};
@@ -441,14 +478,22 @@ FA_INLINE void fa_emu_wgmma_issue(int n, float *d, const unsigned *a, fa_wgmma_d
     fa_emu_failf(t, line, "more than %d wgmma in flight", FA_EMU_MAX_WGMMA);
   fa_emu_wgmma *op = &t->wgmma[t->nwgmma++];
   op->d = d, op->da = da, op->db = db, op->n = n, op->scale_d = scale_d != 0;
-  op->trans_a = trans_a, op->trans_b = trans_b, op->bf16 = bf16, op->rs = a != NULL;
+  op->trans_a = trans_a, op->trans_b = trans_b, op->type = type, op->rs = a != NULL;
   op->done = 0, op->group = t->wgmma_group;
+  if (type == FA_EMU_E4M3 && (trans_a || trans_b))
+    fa_emu_failf(t, line, "wgmma: fp8 operands are K-major (no transpose)");
   const unsigned l = (unsigned)t->tid & 31u, w0 = (unsigned)t->tid & ~31u & 127u;
+  const unsigned K = (unsigned)FA_EMU_WGMMA_K(type);
   for (unsigned r = 0; op->rs && r < 2; r++)
-    for (unsigned k = 0; k < 16; k++) {
+    for (unsigned k = 0; k < K; k++) {
       unsigned word;
-      memcpy(&word, slots[w0 + 4 * (l / 4) + (k % 8) / 2] + 16 + 4 * (r + 2 * (k / 8)), 4);
-      op->a[r][k] = (unsigned short)(k % 2 ? word >> 16 : word & 0xFFFFu);
+      if (type == FA_EMU_E4M3) {
+        memcpy(&word, slots[w0 + 4 * (l / 4) + (k % 16) / 4] + 16 + 4 * (r + 2 * (k / 16)), 4);
+        op->a[r][k] = (unsigned short)(word >> 8 * (k % 4) & 0xFFu);
+      } else {
+        memcpy(&word, slots[w0 + 4 * (l / 4) + (k % 8) / 2] + 16 + 4 * (r + 2 * (k / 8)), 4);
+        op->a[r][k] = (unsigned short)(k % 2 ? word >> 16 : word & 0xFFFFu);
+      }
     }
   int chained = 0;
   for (int j = t->nwgmma - 2; j >= 0 && !chained; j--)
@@ -460,8 +505,8 @@ FA_INLINE void fa_emu_wgmma_issue(int n, float *d, const unsigned *a, fa_wgmma_d
   for (int j = 0; j < n / 2; j++) d[j] = NAN;
   if ((t->tid & 127) == 0) {
     t->ctr->wgmma++;
-    t->ctr->wgmma_flops += 2ull * 64u * (unsigned)n * 16u;
-    t->ctr->smem_read += (op->rs ? 0u : 64u * 16u * 2u) + 16u * (unsigned)n * 2u;
+    t->ctr->wgmma_flops += 2ull * 64u * (unsigned)n * K;
+    t->ctr->smem_read += (op->rs ? 0u : 64u * 32u) + 32u * (unsigned)n;  /* 32 bytes a row */
   }
   if (t->async_mode == FA_EMU_ASYNC_RANDOM) t->progress = fa_emu_progress;
   if (t->async_mode == FA_EMU_ASYNC_EARLY ||
@@ -474,17 +519,22 @@ FA_INLINE void fa_emu_wgmma_issue(int n, float *d, const unsigned *a, fa_wgmma_d
 #define fa_wgmma_ss_f16(N, d, da, db, scale_d, ta, tb) \
   fa_emu_wgmma_issue(FA_EMU_WGMMA_N(N), (d), NULL, (da), (db), (scale_d), \
                FA_EMU_IMM(ta, 0, 1, "trans_a: 0 or 1"), FA_EMU_IMM(tb, 0, 1, "trans_b: 0 or 1"), \
-               0, __LINE__)
+               FA_EMU_F16, __LINE__)
 #define fa_wgmma_ss_bf16(N, d, da, db, scale_d, ta, tb) \
   fa_emu_wgmma_issue(FA_EMU_WGMMA_N(N), (d), NULL, (da), (db), (scale_d), \
                FA_EMU_IMM(ta, 0, 1, "trans_a: 0 or 1"), FA_EMU_IMM(tb, 0, 1, "trans_b: 0 or 1"), \
-               1, __LINE__)
+               FA_EMU_BF16, __LINE__)
 #define fa_wgmma_rs_f16(N, d, a, db, scale_d, tb) \
   fa_emu_wgmma_issue(FA_EMU_WGMMA_N(N), (d), (a), 0, (db), (scale_d), 0, \
-               FA_EMU_IMM(tb, 0, 1, "trans_b: 0 or 1"), 0, __LINE__)
+               FA_EMU_IMM(tb, 0, 1, "trans_b: 0 or 1"), FA_EMU_F16, __LINE__)
 #define fa_wgmma_rs_bf16(N, d, a, db, scale_d, tb) \
   fa_emu_wgmma_issue(FA_EMU_WGMMA_N(N), (d), (a), 0, (db), (scale_d), 0, \
-               FA_EMU_IMM(tb, 0, 1, "trans_b: 0 or 1"), 1, __LINE__)
+               FA_EMU_IMM(tb, 0, 1, "trans_b: 0 or 1"), FA_EMU_BF16, __LINE__)
+/* m64nNk32.f32.e4m3.e4m3: both operands K-major, so no transpose operands. */
+#define fa_wgmma_ss_e4m3(N, d, da, db, scale_d) \
+  fa_emu_wgmma_issue(FA_EMU_WGMMA_N(N), (d), NULL, (da), (db), (scale_d), 0, 0, FA_EMU_E4M3, __LINE__)
+#define fa_wgmma_rs_e4m3(N, d, a, db, scale_d) \
+  fa_emu_wgmma_issue(FA_EMU_WGMMA_N(N), (d), (a), 0, (db), (scale_d), 0, 0, FA_EMU_E4M3, __LINE__)
 
 /* wgmma.fence.sync.aligned: orders register accesses before a wgmma; the
 ** emulator takes RS fragments and accumulators at issue. */

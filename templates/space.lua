@@ -120,7 +120,8 @@
 --                                        group per CTA (decoding)
 --              and each workspace is {name = "m_l", bytes_per_row = n}:
 --              n bytes of global memory per (batch, head, query row) (with
---              rows = "seq_k": per key row), which
+--              rows = "seq_k": per key row; with row_align = a, the rows
+--              rounded up to a multiple of a), which
 --              the host allocates before the first launch and frees after
 --              the last; launches naming the same workspace share it (with
 --              the same size). The forward pass's parameter block
@@ -945,9 +946,10 @@ end
 -- same size as any workspace of its name seen before (sizes, by name).
 local function check_workspace(where, w, sizes)
   if type(w) ~= "table" or type(w.name) ~= "string" or not w.name:match("^[%w_]+$")
-     or not is_count(w.bytes_per_row) or not (w.rows == nil or w.rows == "seq_q" or w.rows == "seq_k") then
+     or not is_count(w.bytes_per_row) or not (w.rows == nil or w.rows == "seq_q" or w.rows == "seq_k")
+     or not (w.row_align == nil or (is_count(w.row_align) and w.row_align <= 256)) then
     error(where .. " is no {name = \"identifier\", bytes_per_row = positive integer"
-          .. "[, rows = \"seq_q\" or \"seq_k\"]}", 0)
+          .. "[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256]}", 0)
   end
   if sizes[w.name] and sizes[w.name] ~= w.bytes_per_row then
     error(string.format("%s: workspace '%s' has %d bytes per row here, %d in an earlier launch",

@@ -84,7 +84,7 @@ bad() {
 bad "unknown option '--dtpye'; did you mean --dtype?" --dtpye fp16 --dim 64
 bad "unknown option '--dmi'; did you mean --dim?" list --dmi 64
 bad "unknown command 'lsit'; did you mean list?" lsit --dim 64
-bad "unknown dtype 'fp61' (fp32, fp64, fp16 or bf16; did you mean fp64?)" list --dtype fp61
+bad "unknown dtype 'fp61' (fp32, fp64, fp16, bf16 or e4m3; did you mean fp64?)" list --dtype fp61
 bad "unknown backend 'emy' (auto, emu or cuda; did you mean emu?)" --backend emy
 bad "unknown space 'ful' (default or full; did you mean full?)" list --space ful
 bad "unknown option '--zzzzzz' (see fatune --help)" list --zzzzzz

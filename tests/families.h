@@ -220,7 +220,7 @@ static const fam_ref tc_refs[] = {
 
 /* Hopper: head dims native and padded, every structural axis. */
 static const fam_axis wg_axes[] = {
-  {"dtype", {"fp16", "bf16"}},
+  {"dtype", {"fp16", "bf16", "e4m3"}},
   {"causal", {"0", "1"}},
   {"dim", {"64", "96", "120", "128", "192", "256"}},
   {"block_m", {"64", "128", "192"}},
@@ -238,6 +238,7 @@ static const fam_problem wg_problems[] = {
   {64, FA_BF16, 0},  {64, FA_FP16, 1},  {96, FA_BF16, 0},  {128, FA_BF16, 0},
   {128, FA_FP16, 1}, {192, FA_BF16, 1}, {256, FA_BF16, 0}, {256, FA_FP16, 1},
   {120, FA_FP16, 1},  /* padded to 128 */
+  {64, FA_E4M3, 1},  {128, FA_E4M3, 0},  {256, FA_E4M3, 0},
 };
 
 /* Warpgroup MMA: the unrolled wgmma count per consumer. */
@@ -259,6 +260,9 @@ static const fam_ref wg_refs[] = {
   WG_FA3("bf16", "128", "1", "128", "128", "2", 0, 0),
   WG_FA3("bf16", "256", "0", "128", "80", "2", 1, 0),
   WG_FA3("bf16", "256", "1", "128", "80", "2", 0, 0),
+  /* fp8 (element size 1): d128 128x224, d256 128x128; their SASS holds QGMMA */
+  WG_FA3("e4m3", "128", "0", "128", "224", "2", 0, 0),
+  WG_FA3("e4m3", "256", "0", "128", "128", "2", 0, 0),
 };
 #undef WG_FA3
 
@@ -376,7 +380,7 @@ static const family families[] = {
     .name = "wg",
     .arch = "sm_90a",
     .ndims = 3, .dims = {64, 128, 256},
-    .ndtypes = 2, .dtypes = {FA_FP16, FA_BF16},
+    .ndtypes = 3, .dtypes = {FA_FP16, FA_BF16, FA_E4M3},
     .list_seq = 128,
     .shapes = {{2, 2, 128, 128, EMU_FORWARD, EMU_REVERSE},
                {2, 2, 100, 200, EMU_SKEW, EMU_RANDOM}},

@@ -7,6 +7,9 @@
 **     two wgmma chained on one accumulator; the canonical layouts of "Shared
 **     Memory Matrix Layout" as CuTe writes them, the D and A fragments of
 **     "Register Fragments";
+**   wgmma m64nNk32 e4m3 the same way (K-major only, a transpose refused),
+**     with subnormals and values up to 448; the e4m3 conversions and
+**     packing against core/halfprec.c on every pattern, tie and edge;
 **   TMA loads and stores, 2D to 4D, out-of-bounds boxes, every swizzle,
 **     through the emu backend's tensor map (and its argument checks);
 **   mbarrier phases, a wrong parity, a missing arrival (a deadlock naming
@@ -18,6 +21,7 @@
 ** Each layout check is also run against a deliberately broken copy of its
 ** formula, which must fail: the checks can tell layouts apart.
 */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +32,7 @@
 #include "backend.h"
 #include "check.h"
 #include "emu.h"
+#include "halfprec.h"
 
 #define SEED 0x5E90A11CEull
 
@@ -54,9 +59,10 @@ static void *xmalloc(size_t n) {
 /* ---- Kernel bodies ---- */
 
 /* One wgmma (two, chained, with flag 64) from an image of shared memory
-** (q); p.heads flags: 1 bf16, 2 A from registers (k: a[4] per thread), 4
-** trans_a, 8 trans_b, 16 scale_d, 32 the macro form (N 64, bf16, SS, B
-** N-major); lse: D before, o: D after the wait, ws: D right after issue. */
+** (q); p.heads flags: 1 bf16, 128 e4m3, 2 A from registers (k: a[4] per
+** thread), 4 trans_a, 8 trans_b, 16 scale_d, 32 the macro form (N 64; bf16:
+** SS, B N-major, scale-d; e4m3: SS or RS by flag 2); lse: D before, o: D
+** after the wait, ws: D right after issue. */
 static const char body_wg[] =
   "FA_SM90_KERNEL(wg, 128) {\n"
   "  unsigned char *s = (unsigned char *)fa_smem_base();\n"
@@ -75,14 +81,18 @@ static const char body_wg[] =
   "  da = fa_wgmma_desc_advance(da, (unsigned)p.v_sn);\n"
   "  db = fa_wgmma_desc_advance(db, (unsigned)p.o_sb);\n"
   "  fa_wgmma_fence();\n"
-  "  if (f & 32) {\n"
+  "  const int type = (f & 128) ? FA_EMU_E4M3 : f & 1;\n"
+  "  if ((f & 32) && type == FA_EMU_E4M3) {\n"
+  "    if (f & 2) fa_wgmma_rs_e4m3(64, d, a, db, f & 16);\n"
+  "    else fa_wgmma_ss_e4m3(64, d, da, db, f & 16);\n"
+  "  } else if (f & 32) {\n"
   "    fa_wgmma_ss_bf16(64, d, da, db, 1, 0, 1);\n"
   "  } else {\n"
   "    fa_emu_wgmma_issue(n, d, (f & 2) ? a : NULL, da, db, f & 16, (f >> 2) & 1, (f >> 3) & 1,\n"
-  "                       f & 1, __LINE__);\n"
+  "                       type, __LINE__);\n"
   "    if (f & 64)\n"
   "      fa_emu_wgmma_issue(n, d, (f & 2) ? a : NULL, da, db, 1, (f >> 2) & 1, (f >> 3) & 1,\n"
-  "                         f & 1, __LINE__);\n"
+  "                         type, __LINE__);\n"
   "  }\n"
   "  fa_wgmma_commit();\n"
   "  for (int i = 0; i < n / 2; i++) fa_st_f32((float *)p.ws + 128 * t + i, d[i]);\n"
@@ -253,11 +263,27 @@ static const char body_wr[] =
   "  for (int i = 0; i < 4; i++) fa_st_f32((float *)p.o + 4 * t + i, d[i]);\n"
   "}\n";
 
-enum { K_WG, K_NAMES, K_TMA, K_MB, K_NB, K_WS, K_CA, K_WR, K_RF, NK };
+/* The e4m3 conversions: o[i] = the byte of float q[i] (p.seq_q of them),
+** lse[b] = byte b as a float (all 256), ws[i] = k[4i..4i+3] packed (64). */
+static const char body_cv[] =
+  "FA_SM90_KERNEL(cv, 128) {\n"
+  "  const int t = fa_tid();\n"
+  "  const float *q = (const float *)p.q, *k = (const float *)p.k;\n"
+  "  for (int i = t; i < p.seq_q; i += 128)\n"
+  "    fa_st_u32((unsigned *)p.o + i, fa_f32_to_e4m3(fa_ldg_f32(q + i)));\n"
+  "  for (int b = t; b < 256; b += 128)\n"
+  "    fa_st_f32((float *)p.lse + b, fa_e4m3_to_f32((unsigned char)b));\n"
+  "  if (t < 64)\n"
+  "    fa_st_u32((unsigned *)p.ws + t,\n"
+  "              fa_pack_e4m3x4(fa_ldg_f32(k + 4 * t), fa_ldg_f32(k + 4 * t + 1),\n"
+  "                             fa_ldg_f32(k + 4 * t + 2), fa_ldg_f32(k + 4 * t + 3)));\n"
+  "}\n";
+
+enum { K_WG, K_NAMES, K_TMA, K_MB, K_NB, K_WS, K_CA, K_WR, K_RF, K_CV, NK };
 static const emu_source sources[NK] = {
   {"wg", body_wg, &emu_preludes}, {"names", body_names, &emu_preludes}, {"tma", body_tma, &emu_preludes}, {"mb", body_mb, &emu_preludes},
   {"nb", body_nb, &emu_preludes}, {"ws", body_ws, &emu_preludes}, {"ca", body_ca, &emu_preludes}, {"wr", body_wr, &emu_preludes},
-  {"rf", body_rf, &emu_preludes}};
+  {"rf", body_rf, &emu_preludes}, {"cv", body_cv, &emu_preludes}};
 static emu_build builds[NK];
 
 typedef struct bufs {
@@ -290,7 +316,7 @@ static int launch(int k, unsigned threads, size_t smem, fa_params *prm, const bu
 
 /* ---- Reference formulas (PTX ISA), each with a broken twin ---- */
 
-enum { MUT_NONE, MUT_LBO_SBO, MUT_SWIZZLE, MUT_D_FRAG, MUT_A_FRAG, MUT_CHAIN };
+enum { MUT_NONE, MUT_LBO_SBO, MUT_SWIZZLE, MUT_D_FRAG, MUT_A_FRAG, MUT_A_ORDER, MUT_CHAIN };
 static int mutant;
 
 /* CuTe Swizzle<B,4,3> on a byte offset: bits [7, 7+B) XORed into [4, 4+B). */
@@ -303,10 +329,11 @@ static unsigned cute_swizzle(unsigned off, int span) {
 typedef struct layout {
   int mn_major, sw;        /* sw: 0, 32, 64, 128 */
   unsigned lbo, sbo, base, adv;
+  unsigned es;             /* bytes per element: 2, or 1 for e4m3 (K-major only) */
 } layout;
 
-/* The canonical layouts ("Shared Memory Matrix Layout", T = 8 16-bit
-** elements), in CuTe's notation, strides turned to bytes:
+/* The canonical layouts ("Shared Memory Matrix Layout", T = 16 bytes: 8
+** 16-bit elements or 16 e4m3), in CuTe's notation, strides turned to bytes:
 **   K-major  none ((8,m),(T,2k)):((1T,SBO),(1,LBO))
 **   K-major  sw S ((8,m),(T,2k)):((S/16 T,SBO),(1,T))
 **   MN-major none ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))
@@ -315,9 +342,9 @@ static unsigned ref_offset(const layout *L, unsigned mn, unsigned k) {
   unsigned lbo = L->lbo, sbo = L->sbo;
   if (mutant == MUT_LBO_SBO) lbo = L->sbo, sbo = L->lbo;
   unsigned x;
-  if (!L->mn_major) {
-    const unsigned row = L->sw ? (unsigned)L->sw / 16 * 8 : 8;  /* elements */
-    x = 2 * ((mn % 8) * row + k % 8) + (mn / 8) * sbo + (k / 8) * (L->sw ? 16 : lbo);
+  if (!L->mn_major) {  /* in bytes: kb the element's byte in its K row */
+    const unsigned row = L->sw ? (unsigned)L->sw : 16, kb = L->es * k;
+    x = (mn % 8) * row + kb % 16 + (mn / 8) * sbo + (kb / 16) * (L->sw ? 16 : lbo);
   } else {
     const unsigned s = L->sw ? (unsigned)L->sw / 16 : 1;
     x = 2 * (mn % 8) + 16 * ((mn / 8) % s) + (mn / (8 * s)) * (L->sw ? lbo : sbo) +
@@ -326,9 +353,10 @@ static unsigned ref_offset(const layout *L, unsigned mn, unsigned k) {
   return cute_swizzle(L->base + L->adv + x, L->sw);
 }
 
-/* A legal layout of an operand with `ext` rows (M or N) by 16. */
-static layout make_layout(int mn_major, int sw, unsigned ext, unsigned base) {
-  layout L = {mn_major, sw, 0, 0, base, 0};
+/* A legal layout of an operand with `ext` rows (M or N) by 32 bytes of K
+** (16 elements of es 2, 32 of es 1). */
+static layout make_layout(int mn_major, int sw, unsigned ext, unsigned base, unsigned es) {
+  layout L = {mn_major, sw, 0, 0, base, 0, es};
   const unsigned pad = 16 * rng_below(4), alt = rng_below(2);
   if (!sw) {  /* core matrices of 128 bytes; LBO along K, SBO along M/N in both */
     if (alt) L.lbo = 128, L.sbo = 256 + pad;
@@ -354,14 +382,17 @@ static void ref_d(int t, int i, int *row, int *col) {
   *col = 8 * (i / 4) + 2 * (l % 4) + c1;
 }
 
-/* A fragment (mma.m16n8k16's A per warp): register j, half h of thread t at
-** row 16w + l/4 + 8(j%2), column 2(l%4) + h + 8(j/2). */
-static void ref_a(int t, int j, int h, int *row, int *col) {
+/* A fragment, per warp mma.m16n8k16's A (16-bit, per = 2 elements a
+** register) or mma.m16n8k32's (e4m3, per = 4; CUTLASS's GMMA ALayout_64x32):
+** register j, element h (from the low bits) of thread t at row 16w + l/4 +
+** 8(j%2), column per(l%4) + h + 4per(j/2). */
+static void ref_a(int t, int j, int h, int per, int *row, int *col) {
   const int w = (t / 32) % 4, l = t % 32;
   int jr = j % 2, jc = j / 2;
   if (mutant == MUT_A_FRAG) jr = j / 2, jc = j % 2;
+  if (mutant == MUT_A_ORDER) h = per - 1 - h;
   *row = 16 * w + l / 4 + 8 * jr;
-  *col = 2 * (l % 4) + h + 8 * jc;
+  *col = per * (l % 4) + h + 4 * per * jc;
 }
 
 /* A random value m/32, |m| < 128: exact in f16 and bf16. */
@@ -381,49 +412,77 @@ static unsigned short half_bits(double v, int bf16) {
 
 static double rand_value(void) { return ((double)rng_below(255) - 127) / 32; }
 
+/* A random e4m3 value: mostly |x| < 4 (exponent field 0-8, a ninth of them
+** subnormal or zero), one in 16 any finite pattern (up to +-448). */
+static double rand_e4m3(void) {
+  unsigned b;
+  do b = rng_below(16) ? rng_below(2) << 7 | rng_below(9) << 3 | rng_below(8) : rng_below(256);
+  while ((b & 0x7f) == 0x7f);
+  return hp_e4m3_to_double((uint8_t)b);
+}
+
+/* wgmma's input types: 0 f16, 1 bf16, 2 e4m3. */
+enum { T_F16, T_BF16, T_E4M3 };
+static const char *const type_names[3] = {"f16", "bf16", "e4m3"};
+
+static double rand_elem(int type) { return type == T_E4M3 ? rand_e4m3() : rand_value(); }
+
+static unsigned elem_bits(double v, int type) {
+  return type == T_E4M3 ? hp_e4m3_from_double(v, 1) : half_bits(v, type == T_BF16);
+}
+
+/* v stored at byte `off` of shared memory, little-endian. */
+static void put_elem(unsigned char *s, unsigned off, double v, int type) {
+  const unsigned h = elem_bits(v, type);
+  s[off] = (unsigned char)h;
+  if (type != T_E4M3) s[off + 1] = (unsigned char)(h >> 8);
+}
+
 /* One wgmma case; the number of wrong elements (D, D before the wait not
 ** NaN, counters), or -1 when the launch failed (message in err). */
 typedef struct wg_case {
-  int n, bf16, rs, ta, tb, swa, swb, scale, chain, macro;
+  int n, type, rs, ta, tb, swa, swb, scale, chain, macro;
   emu_schedule sched;
 } wg_case;
 
 static int run_wg(const wg_case *c, char *err, size_t errlen) {
-  const int n = c->n;
-  double A[64][16], B[16][256];
+  const int n = c->n, K = c->type == T_E4M3 ? 32 : 16;
+  const unsigned es = c->type == T_E4M3 ? 1 : 2;
+  double A[64][32], B[32][256];
   for (int i = 0; i < 64; i++)
-    for (int k = 0; k < 16; k++) A[i][k] = rand_value();
-  for (int k = 0; k < 16; k++)
-    for (int j = 0; j < n; j++) B[k][j] = rand_value();
-  layout la = make_layout(c->ta, c->swa, 64, 0);
+    for (int k = 0; k < K; k++) A[i][k] = rand_elem(c->type);
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < n; j++) B[k][j] = rand_elem(c->type);
+  layout la = make_layout(c->ta, c->swa, 64, 0, es);
   unsigned amax = 0;
   for (unsigned i = 0; i < 64; i++)
-    for (unsigned k = 0; k < 16; k++) {
+    for (unsigned k = 0; k < (unsigned)K; k++) {
       unsigned o = ref_offset(&la, i, k);
       if (o > amax) amax = o;
     }
-  layout lb = make_layout(c->tb, c->swb, (unsigned)n, (amax / 1024 + 1 + rng_below(2)) * 1024);
+  layout lb = make_layout(c->tb, c->swb, (unsigned)n, (amax / 1024 + 1 + rng_below(2)) * 1024, es);
   unsigned bmax = 0;
   for (unsigned j = 0; j < (unsigned)n; j++)
-    for (unsigned k = 0; k < 16; k++) {
+    for (unsigned k = 0; k < (unsigned)K; k++) {
       unsigned o = ref_offset(&lb, j, k);
       if (o > bmax) bmax = o;
     }
   const size_t img = (bmax + 2 + 1023) / 1024 * 1024;
-  unsigned short *s = xmalloc(img);
-  for (size_t i = 0; i < img / 2; i++) s[i] = half_bits(rand_value(), c->bf16);  /* garbage */
-  for (unsigned i = 0; i < 64; i++)
-    for (unsigned k = 0; k < 16; k++) s[ref_offset(&la, i, k) / 2] = half_bits(A[i][k], c->bf16);
+  unsigned char *s = xmalloc(img);
+  for (size_t i = 0; i < img; i += es) put_elem(s, (unsigned)i, rand_elem(c->type), c->type);
+  for (unsigned i = 0; i < 64; i++)  /* over the garbage */
+    for (unsigned k = 0; k < (unsigned)K; k++) put_elem(s, ref_offset(&la, i, k), A[i][k], c->type);
   for (unsigned j = 0; j < (unsigned)n; j++)
-    for (unsigned k = 0; k < 16; k++) s[ref_offset(&lb, j, k) / 2] = half_bits(B[k][j], c->bf16);
+    for (unsigned k = 0; k < (unsigned)K; k++) put_elem(s, ref_offset(&lb, j, k), B[k][j], c->type);
   unsigned *afrag = xmalloc(128 * 16);
+  const int per = 4 / (int)es;
   for (int t = 0; t < 128; t++)
     for (int j = 0; j < 4; j++) {
       unsigned w = 0;
-      for (int h = 0; h < 2; h++) {
+      for (int h = 0; h < per; h++) {
         int r, col;
-        ref_a(t, j, h, &r, &col);
-        w |= (unsigned)half_bits(A[r][col], c->bf16) << (16 * h);
+        ref_a(t, j, h, per, &r, &col);
+        w |= elem_bits(A[r][col], c->type) << (8 * (int)es * h);
       }
       afrag[4 * t + j] = w;
     }
@@ -437,8 +496,8 @@ static int run_wg(const wg_case *c, char *err, size_t errlen) {
   memset(&prm, 0, sizeof prm);
   prm.seq_k = (int)(img / 16);
   prm.batch = n;
-  prm.heads = c->bf16 | c->rs << 1 | c->ta << 2 | c->tb << 3 | c->scale << 4 | c->macro << 5 |
-              c->chain << 6;
+  prm.heads = (c->type == T_BF16) | c->rs << 1 | c->ta << 2 | c->tb << 3 | c->scale << 4 |
+              c->macro << 5 | c->chain << 6 | (c->type == T_E4M3) << 7;
   prm.q_sb = la.base, prm.q_sn = la.lbo, prm.k_sb = la.sbo, prm.v_sb = la.sw, prm.v_sn = la.adv;
   prm.q_sh = lb.base, prm.k_sh = lb.lbo, prm.k_sn = lb.sbo, prm.v_sh = lb.sw, prm.o_sb = lb.adv;
   fa_emu_counters ctr;
@@ -449,19 +508,19 @@ static int run_wg(const wg_case *c, char *err, size_t errlen) {
       for (int i = 0; i < n / 2; i++) {
         int r, col;
         ref_d(t, i, &r, &col);
-        double sum = 0;
-        for (int k = 0; k < 16; k++) sum += A[r][k] * B[k][col];
+        double sum = 0;  /* exact: e4m3 products are multiples of 2^-18 under 2^18 */
+        for (int k = 0; k < K; k++) sum += A[r][k] * B[k][col];
         float want = (float)(sum + (c->scale ? (double)cin[128 * t + i] : 0.0));
         if (c->chain) want = (float)(sum + (double)(mutant == MUT_CHAIN ? 0.0f : want));
         const float got = out[128 * t + i];
         if (memcmp(&got, &want, 4) && bad++ < 3 && mutant == MUT_NONE)
           fprintf(stderr, "wgmma n%d %s %s ta%d tb%d sw%d/%d: thread %d d[%d] (%d,%d) = %.9g, "
-                  "want %.9g\n", n, c->bf16 ? "bf16" : "f16", c->rs ? "RS" : "SS", c->ta, c->tb,
+                  "want %.9g\n", n, type_names[c->type], c->rs ? "RS" : "SS", c->ta, c->tb,
                   c->swa, c->swb, t, i, r, col, got, want);
         if (!isnan(early[128 * t + i])) bad++;
       }
     const unsigned long long nw = c->chain ? 2 : 1;
-    if (ctr.wgmma != nw || ctr.wgmma_flops != nw * 2 * 64 * (unsigned long long)n * 16) bad++;
+    if (ctr.wgmma != nw || ctr.wgmma_flops != nw * 2 * 64 * (unsigned long long)n * K) bad++;
   }
   free(s), free(afrag), free(cin), free(out), free(early);
   return bad;
@@ -487,28 +546,59 @@ static void test_wgmma_sweep(void) {
         }
       }
   CHECK(fails == 0, "wgmma: %d of %d cases wrong", fails, cases);
-  /* The macro form (N 64, bf16, SS, B N-major, scale-d). */
+  /* e4m3, SS and RS, every N; over each 16 N in a row, every pair of A and
+  ** B swizzles in each form. */
+  fails = cases = 0;
+  for (int n = 8; n <= 256; n += 8)
+    for (int rs = 0; rs < 2; rs++, cases++) {
+      const int i = n / 8 - 1;
+      wg_case c = {n, T_E4M3, rs, 0, 0, swizzles[i % 4], swizzles[(i / 4 + rs) % 4],
+                   (int)rng_below(2), i % 5 == 0, 0, sch[(i + rs) % 3]};
+      const int bad = run_wg(&c, err, sizeof err);
+      if (bad) {
+        fails++;
+        if (bad < 0 && fails < 4) fprintf(stderr, "wgmma e4m3 launch: %s\n", err);
+      }
+    }
+  CHECK(fails == 0, "wgmma e4m3: %d of %d cases wrong", fails, cases);
+  /* The macro forms (N 64, bf16, SS, B N-major, scale-d; e4m3 SS and RS). */
   wg_case m = {64, 1, 0, 0, 1, 128, 64, 1, 0, 1, EMU_FORWARD};
   CHECK(run_wg(&m, err, sizeof err) == 0, "fa_wgmma_ss_bf16(64, ...): %s", err);
+  for (int rs = 0; rs < 2; rs++)
+    for (int scale = 0; scale < 2; scale++) {
+      wg_case e = {64, T_E4M3, rs, 0, 0, swizzles[2 * scale + rs], 128, scale, 0, 1, EMU_RANDOM};
+      CHECK(run_wg(&e, err, sizeof err) == 0, "fa_wgmma_%s_e4m3(64, ..., scale-d %d): %s",
+            rs ? "rs" : "ss", scale, err);
+    }
+  /* fp8 operands are K-major: a transposed one is refused. */
+  for (int ta = 0; ta < 2; ta++) {
+    wg_case e = {64, T_E4M3, 0, ta, !ta, 0, 0, 0, 0, 0, EMU_FORWARD};
+    CHECK(run_wg(&e, err, sizeof err) < 0 && strstr(err, "fp8 operands are K-major"),
+          "e4m3 wgmma with trans_%c: %s", ta ? 'a' : 'b', err);
+  }
 }
 
-/* Every broken formula must make every case it touches fail. */
+/* Every broken formula must make every case it touches fail: f16 K-major,
+** bf16 MN-major, e4m3 (K-major). */
 static void test_wgmma_mutants(void) {
   static const struct { int m; const char *what; } muts[] = {
     {MUT_LBO_SBO, "leading and stride byte offsets swapped"},
     {MUT_SWIZZLE, "swizzle shifted by 2, not 3"},
     {MUT_D_FRAG, "D fragment rows and columns mixed"},
     {MUT_A_FRAG, "A fragment registers mixed"},
+    {MUT_A_ORDER, "the elements of an A register in reverse order"},
     {MUT_CHAIN, "the second of two chained wgmma not seeing the first"}};
   char err[512];
   for (size_t i = 0; i < sizeof muts / sizeof muts[0]; i++) {
     mutant = muts[i].m;
     int caught = 0, tried = 0;
-    for (int mn = 0; mn < 2; mn++)
+    const int rs = mutant == MUT_A_FRAG || mutant == MUT_A_ORDER;
+    for (int type = 0; type < 3; type++)
       for (int sw = 0; sw < 4; sw++) {
         if (mutant == MUT_SWIZZLE && sw == 0) continue;  /* nothing to swizzle */
-        wg_case c = {64, mn, mutant == MUT_A_FRAG, mn, mn, swizzles[sw], swizzles[sw], 0,
-                     mutant == MUT_CHAIN, 0, EMU_FORWARD};
+        const int mn = type == T_BF16;
+        wg_case c = {64, type, rs, mn, mn, swizzles[sw], swizzles[sw], 0, mutant == MUT_CHAIN, 0,
+                     EMU_FORWARD};
         tried++;
         caught += run_wg(&c, err, sizeof err) != 0;  /* wrong, or read past the end */
       }
@@ -516,6 +606,72 @@ static void test_wgmma_mutants(void) {
     CHECK(caught == tried, "broken formula (%s) caught in %d of %d cases", muts[i].what,
           caught, tried);
   }
+}
+
+/* ---- e4m3 conversions ---- */
+
+/* fa_f32_to_e4m3 against hp_e4m3_from_double(x, 1) on every e4m3 value, each
+** midpoint between neighbours (ties to even) and the floats either side,
+** past 448, infinities, -0, NaN and random floats; fa_e4m3_to_f32 against
+** hp_e4m3_to_double on all 256 bytes; fa_pack_e4m3x4's byte order. */
+static void test_e4m3_conversions(void) {
+  enum { NRAND = 1 << 15, NX = 254 + 6 * 127 + 16 + NRAND };
+  float *x = xmalloc(NX * sizeof *x), *f = xmalloc(256 * sizeof *f), *k = xmalloc(256 * 4);
+  unsigned *o = xmalloc(NX * sizeof *o), *packed = xmalloc(64 * 4);
+  int nx = 0;
+  for (int b = 0; b < 256; b++)
+    if ((b & 0x7f) != 0x7f) x[nx++] = (float)hp_e4m3_to_double((uint8_t)b);
+  for (int b = 0; b < 0x7f; b++) {  /* b 0x7e: 448 and the 480 past it, saturated */
+    const double lo = hp_e4m3_to_double((uint8_t)b);
+    const double hi = b < 0x7e ? hp_e4m3_to_double((uint8_t)(b + 1)) : 480.0;
+    for (int sg = -1; sg <= 1; sg += 2) {
+      const float mid = (float)(sg * (lo + hi) / 2);  /* exact: 5 significant bits */
+      x[nx++] = mid, x[nx++] = nextafterf(mid, -INFINITY), x[nx++] = nextafterf(mid, INFINITY);
+    }
+  }
+  static const float edge[] = {448.5f, 480.f, 1e4f, FLT_MAX, INFINITY, 1e-45f, 1e-30f, NAN};
+  for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+    x[nx++] = edge[i], x[nx++] = copysignf(edge[i], -1.f);
+  for (int i = 0; i < NRAND; i++) {  /* half any bits, half around e4m3's range */
+    const uint32_t r = (uint32_t)rng_next();
+    uint32_t u = r;
+    if (i % 2) u = (r & 0x807FFFFFu) | (uint32_t)(127 - 12 + (int)rng_below(23)) << 23;
+    memcpy(&x[nx++], &u, 4);
+  }
+  CHECK(nx == NX, "conversion inputs: %d, want %d", nx, (int)NX);
+  for (int i = 0; i < 256; i++) k[i] = (float)rand_e4m3();
+  bufs b = {{x, k, NULL, o, f, packed}, {NX * 4, 256 * 4, 0, NX * 4, 256 * 4, 64 * 4}};
+  fa_params prm;
+  memset(&prm, 0, sizeof prm);
+  prm.seq_q = NX;
+  fa_emu_counters ctr;
+  char err[512];
+  int rc = launch(K_CV, 128, 0, &prm, &b, EMU_RANDOM, &ctr, err, sizeof err);
+  CHECK(rc == 0, "e4m3 conversion kernel: %s", err);
+  int bad = 0;
+  for (int i = 0; rc == 0 && i < NX; i++) {
+    const unsigned want = hp_e4m3_from_double((double)x[i], 1);
+    if (o[i] != want && bad++ < 3)
+      fprintf(stderr, "fa_f32_to_e4m3(%a) = 0x%02x, want 0x%02x\n", (double)x[i], o[i], want);
+  }
+  CHECK(bad == 0, "fa_f32_to_e4m3: %d of %d wrong", bad, (int)NX);
+  bad = 0;
+  for (int i = 0; rc == 0 && i < 256; i++) {
+    const double want = hp_e4m3_to_double((uint8_t)i);
+    const int wrong = isnan(want) ? !isnan(f[i])
+                                  : (double)f[i] != want || !signbit(f[i]) != !signbit(want);
+    if (wrong && bad++ < 3)
+      fprintf(stderr, "fa_e4m3_to_f32(0x%02x) = %a, want %a\n", i, (double)f[i], want);
+  }
+  CHECK(bad == 0, "fa_e4m3_to_f32: %d of 256 wrong", bad);
+  bad = 0;
+  for (int t = 0; rc == 0 && t < 64; t++) {
+    unsigned want = 0;
+    for (int e = 0; e < 4; e++) want |= (unsigned)hp_e4m3_from_double(k[4 * t + e], 1) << 8 * e;
+    bad += packed[t] != want;
+  }
+  CHECK(bad == 0, "fa_pack_e4m3x4: %d of 64 words wrong (e0 in the lowest byte)", bad);
+  free(x), free(f), free(k), free(o), free(packed);
 }
 
 /* ---- TMA ---- */
@@ -862,6 +1018,7 @@ int main(void) {
   if (ok) {
     test_wgmma_sweep();
     test_wgmma_mutants();
+    test_e4m3_conversions();
     test_tmap_checks(be);
     test_tma(be);
     test_mbarrier();

@@ -4,6 +4,8 @@
 ** determinism of rendering, and launch shapes; the wg family's tensor maps,
 ** from render to their encoding at launch.
 */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn_run.h"
@@ -460,6 +462,110 @@ static void test_wg_gqa(gen_state *g) {
   gen_kernel_free(&k);
 }
 
+/* Runs k once on p with host inputs q, kv (K then V, p's heads each) and
+** descales dsc into o and lse: 0, or -1 with the error in err. */
+static int run_once(fa_backend *be, const gen_kernel *k, const fa_problem *p, const void *q,
+                    const unsigned char *kv, void *o, void *lse, char *err, size_t errlen) {
+  fa_build b = {0};
+  attn_inputs in;
+  const size_t nk = (size_t)p->heads * (size_t)p->seq_k * (size_t)p->dim;
+  int rc = backend_compile(be, &k, 1, 1, &b, err, errlen) != 0 || !b.prog ? -1 : 0;
+  if (rc == 0) rc = attn_inputs_upload(be, p, q, kv, kv + nk, &in, err, errlen);
+  if (rc == 0) {
+    void *const host[2] = {o, lse};
+    const fa_run_opts ro = {.schedule = FA_SCHED_REVERSE, .threads = 1, .smem_fill = 0xFF};
+    rc = attn_run_op(be, b.prog, k, p, &in, &ro, host, NULL, NULL, err, errlen);
+    attn_inputs_free(be, &in);
+  }
+  backend_build_free(be, &b);
+  return rc;
+}
+
+/* fp8 on wg: V transposed by a first launch into a workspace of whole
+** 32-key chunks that V's tensor map reads ('t'); the attention the main
+** launch; what fp8 refuses, each with its reason; and grouped-query
+** attention (the K/V head and its descales read once per group) giving the
+** bits of the K/V head given twice, with every K/V byte of the unread head
+** NaN. */
+static void test_wg_fp8(gen_state *g) {
+  gen_target t;
+  gen_kernel k;
+  fa_problem p = problem(64, FA_E4M3, 0);
+  p.batch = 1, p.heads = 2, p.seq_q = 70, p.seq_k = 150;
+  if (gen_target_for_arch(g, "sm_90a", 0, 0, &t) != 0 ||
+      gen_render_config(g, "family=wg,block_m=128,consumers=2,block_n=96,swizzle=64", &p, &t, &k) != 0) {
+    CHECK(0, "wg fp8: %s", gen_errmsg(g));
+    return;
+  }
+  const size_t ne = strlen(k.launch[0].entry);
+  CHECK(k.nlaunch == 2 && k.main == 1 && ne > 3 && !strcmp(k.launch[0].entry + ne - 3, "_vt") &&
+        k.nws == 1 && k.ws[0].key_rows && k.ws[0].row_align == 32 &&
+        gen_workspace_rows(&k, 0, &p) == 160 &&
+        gen_workspace_bytes(&k, 0, &p) == (size_t)64 * 2 * 160,
+        "%s: %d launches (main %d, first %s), %d workspaces", k.name, k.nlaunch, k.main,
+        k.launch[0].entry, k.nws);
+  CHECK(k.ntma == 4 && k.tma[2].tensor == GEN_TMA_VT && k.tma[2].box[0] == 32 &&
+        k.tma[2].box[1] == 64 && k.tma[2].swizzle == 32 && k.tma[3].box[0] == 32,
+        "V's map: %c {%u, %u} swizzle %d; O's box %u", k.tma[2].tensor, k.tma[2].box[0],
+        k.tma[2].box[1], k.tma[2].swizzle, k.tma[3].box[0]);
+  static const struct { const char *config, *what; } bad[] = {
+    {"family=wg,norm=eager", "deferred"}, {"family=wg,block_n=176", "multiple of 32"},
+    {"family=wg,pv=ss,overlap=1", "from registers"}, {"family=wg,varlen=1", "variable-length"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    gen_kernel x;
+    const int rc = gen_render_config(g, bad[i].config, &p, &t, &x);
+    CHECK(rc == FA_EINVAL && strstr(gen_errmsg(g), bad[i].what), "fp8 '%s': %s", bad[i].config,
+          rc ? gen_errmsg(g) : x.name);
+    if (rc == 0) gen_kernel_free(&x);
+  }
+
+  fa_backend *be;
+  char err[512];
+  if (backend_open("emu", &be, NULL, 0, err, sizeof err) != 0) {
+    CHECK(0, "%s", err);
+    gen_kernel_free(&k);
+    return;
+  }
+  const size_t nq = (size_t)2 * 70 * 64, nk = (size_t)2 * 150 * 64, rows = 2 * 70;
+  unsigned char *q = malloc(nq), *kv2 = malloc(2 * nk), *kv1 = malloc(2 * nk);
+  uint16_t *o[2] = {malloc(nq * 2), malloc(nq * 2)};
+  float *lse[2] = {malloc(rows * 4), malloc(rows * 4)};
+  if (q && kv2 && kv1 && o[0] && o[1] && lse[0] && lse[1]) {
+    /* kv2: K head 0 = K head 1, V head 0 = V head 1; kv1: head 0 the same, head 1 NaN. */
+    unsigned x = 4321;
+    for (size_t i = 0; i < nq; i++)
+      x = x * 1103515245u + 12345u, fa_elem_put(q, FA_E4M3, i, (double)(x >> 16 & 0xFF) / 64 - 2);
+    for (size_t t2 = 0; t2 < 2; t2++)
+      for (size_t i = 0; i < nk / 2; i++) {
+        x = x * 1103515245u + 12345u;
+        const size_t at = t2 * nk + i;
+        fa_elem_put(kv2, FA_E4M3, at, (double)(x >> 16 & 0xFF) / 64 - 2);
+        kv2[at + nk / 2] = kv1[at] = kv2[at], kv1[at + nk / 2] = 0x7f;
+      }
+    const float dsc2[6] = {0.75f, 0.75f, 1.5f, 1.5f, 0.625f, 0.625f}, dsc1[3] = {0.75f, 1.5f, 0.625f};
+    fa_problem p1 = p;
+    p.descale = dsc2, p1.descale = dsc1, p1.kv_group = 2;
+    const int rc = run_once(be, &k, &p, q, kv2, o[0], lse[0], err, sizeof err);
+    CHECK(rc == 0, "fp8 run, K/V head twice: %s", err);
+    CHECK(rc == 0 && run_once(be, &k, &p1, q, kv1, o[1], lse[1], err, sizeof err) == 0,
+          "fp8 run, kv_group 2: %s", err);
+    CHECK(memcmp(o[0], o[1], nq * 2) == 0 && memcmp(lse[0], lse[1], rows * 4) == 0,
+          "fp8: kv_group 2 differs from the K/V head given twice");
+    size_t bad_o = 0;
+    for (size_t i = 0; i < nq; i++) {
+      const double e = fa_elem_get(o[1], FA_BF16, i);
+      bad_o += !(e >= -2 * 0.625 && e <= 2 * 0.625);  /* a convex combination of V v_descale */
+    }
+    CHECK(bad_o == 0, "fp8 GQA: %zu outputs not written or out of range", bad_o);
+  } else {
+    CHECK(0, "out of memory");
+  }
+  free(q), free(kv2), free(kv1), free(o[0]), free(o[1]), free(lse[0]), free(lse[1]);
+  backend_close(be);
+  gen_kernel_free(&k);
+}
+
 /* The family contract's new fields, checked when a family registers: a copy
 ** of tc with one field broken is refused with a message naming it. */
 static void test_contract(gen_state *g) {
@@ -563,11 +669,15 @@ static void test_contract_ops(gen_state *g, const gen_target *t) {
      "in an earlier launch"},
     {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'm_l' } }) }))\n",
      "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
-     "positive integer[, rows = \"seq_q\" or \"seq_k\"]}"},
+     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256]}"},
     {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'm_l', bytes_per_row = 8, "
      "rows = 'seq' } }) }))\n",
      "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
-     "positive integer[, rows = \"seq_q\" or \"seq_k\"]}"},
+     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256]}"},
+    {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'vt', bytes_per_row = 8, "
+     "rows = 'seq_k', row_align = 0 } }) }))\n",
+     "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
+     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256]}"},
     {"$ local r = verdict(pcall(check, {}))\n",
      "family 'x': render gives no launches: a list of 1 to 4"},
     {"$ local l = launch({ 1, 1, 1 }) l.threads = 2048\n$ local r = verdict(pcall(check, { l }))\n",
@@ -648,6 +758,7 @@ int main(void) {
   test_long_config(g, &t);
   test_wg(g);
   test_wg_gqa(g);
+  test_wg_fp8(g);
   gen_close(g);
   return check_done("generator");
 }

@@ -201,8 +201,9 @@ static const flag_info flags[] = {
                           "64,128"},
   {"dim-v", F_DIM, 1, "DV", "V's and O's head dimension when not --dim's, 1 to 576:\n"
                             "--dim 192 --dim-v 128 (DeepSeek's); every --dim of a list takes it"},
-  {"dtype", F_TYPE, 1, "T", "fp32, fp64, fp16 or bf16, or half, bfloat16, ... (default:\n"
-                            "the target's, as the banner says); the main job: a list"},
+  {"dtype", F_TYPE, 1, "T", "fp32, fp64, fp16, bf16 or e4m3 (fp8: O in bf16), or half,\n"
+                            "bfloat16, ... (default: the target's, as the banner says);\n"
+                            "the main job: a list"},
   {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
                                 "job's --causal both: each key without and with it"},
   {"mod", F_MOD, 1, "SPEC", "a score or mask modification: window=LEFT[:RIGHT], softcap=CAP,\n"
@@ -559,19 +560,20 @@ static int parse_sweep(cli_opts *o, const char *s, char *err, size_t n) {
   return 0;
 }
 
-/* fp32, fp64, fp16, bf16 and their other names, in any case. */
+/* fp32, fp64, fp16, bf16, e4m3 and their other names, in any case. */
 static int parse_dtype(const char *s, fa_dtype *t, char *err, size_t n) {
   static const struct { const char *name; fa_dtype t; } names[] = {
     {"fp32", FA_FP32}, {"f32", FA_FP32}, {"float32", FA_FP32}, {"float", FA_FP32},
     {"fp64", FA_FP64}, {"f64", FA_FP64}, {"float64", FA_FP64}, {"double", FA_FP64},
     {"fp16", FA_FP16}, {"f16", FA_FP16}, {"float16", FA_FP16}, {"half", FA_FP16},
     {"bf16", FA_BF16}, {"bfloat16", FA_BF16},
+    {"e4m3", FA_E4M3}, {"fp8", FA_E4M3}, {"float8_e4m3fn", FA_E4M3},
   };
   const size_t count = sizeof names / sizeof names[0];
   for (size_t i = 0; i < count; i++)
     if (!strcasecmp(s, names[i].name)) return *t = names[i].t, 0;
   char hint[64];
-  return fail(err, n, "unknown dtype '%s' (fp32, fp64, fp16 or bf16%s)", s,
+  return fail(err, n, "unknown dtype '%s' (fp32, fp64, fp16, bf16 or e4m3%s)", s,
               nearest(s, names, count, sizeof names[0], "", hint, sizeof hint));
 }
 

@@ -152,11 +152,11 @@ static int cmd_best(const cli_opts *o) {
   /* Without --dtype: the dtypes in the order the main job picks them (bf16
   ** on tensor cores first), the first with an entry for this very seq,
   ** else the first with any. */
-  static const char *const order[] = {"bf16", "fp16", "fp32", "fp64"};
+  static const char *const order[] = {"bf16", "fp16", "fp32", "fp64", "e4m3"};
   const int any = !cli_given(o, "--dtype");
   const char *pick = NULL;
   int kinds = 0, pick_exact = 0;
-  for (size_t i = 0; i < (any ? 4u : 1u); i++) {
+  for (size_t i = 0; i < (any ? sizeof order / sizeof order[0] : 1u); i++) {
     if (any) p.dtype = order[i];
     if (db_best(d, o->device, &p, &r, &found, &exact, err, sizeof err) != 0)
       return close_db(d, cli_say(1, err));

@@ -150,10 +150,10 @@ static int pick_dtype(gen_state *g, cli_opts *o, const gen_target *t, char *why,
 }
 
 /* Without --dtype, a --variant's own: its name's second token (f16, bf16,
-** f32, f64). 0 when the name has one. */
+** f32, f64, e4m3). 0 when the name has one. */
 static int variant_dtype(cli_opts *o, char *why, size_t n) {
   static const struct { const char *token; fa_dtype t; } names[] = {
-      {"f16", FA_FP16}, {"bf16", FA_BF16}, {"f32", FA_FP32}, {"f64", FA_FP64}};
+      {"f16", FA_FP16}, {"bf16", FA_BF16}, {"f32", FA_FP32}, {"f64", FA_FP64}, {"e4m3", FA_E4M3}};
   const char *dash = strchr(o->variant, '-');
   if (!dash) return -1;
   const size_t len = strcspn(dash + 1, "-");

@@ -350,6 +350,7 @@ static void banner_families(gen_state *g, const tune *s) {
   int n = 0;
   char names[160] = "", titles[320] = "";
   if (gen_families_for(g, &s->o->problem, s->t, f, 8, &n) != 0) n = 0;
+  if (n == 0) return;  /* the listing says why next */
   for (int i = 0; i < n; i++) {
     const char *sep = i == 0 ? "" : i == n - 1 ? " and " : ", ";
     size_t used = strlen(names);

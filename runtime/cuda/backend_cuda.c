@@ -509,10 +509,11 @@ static int cuda_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *e
     if (i + 1 < d->rank) strides[i] = d->strides[i];
   }
   /* Zeros out of bounds (no NaN request); the bits copied do not depend on
-  ** the type, so 16-bit elements of either kind are UINT16. */
+  ** the type, so 16-bit elements of either kind are UINT16, fp8 UINT8. */
   CUresult cr = c->api->tmap_encode_tiled(
       (CUtensorMap *)map,
-      d->elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+      d->elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+      : d->elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
       (cuuint32_t)d->rank, (void *)d->base, dims, strides, box, estr,
       CU_TENSOR_MAP_INTERLEAVE_NONE,
       swz[d->swizzle == 0 ? 0 : d->swizzle == 32 ? 1 : d->swizzle == 64 ? 2 : 3],

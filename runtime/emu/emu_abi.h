@@ -92,8 +92,8 @@ typedef struct fa_emu_copy {
 typedef struct fa_emu_wgmma {
   float *d;                 /* the thread's accumulators, NaN until retired */
   unsigned long long da, db;  /* descriptors (da unused for RS) */
-  unsigned short a[2][16];  /* RS: this thread's rows of A */
-  int n, scale_d, trans_a, trans_b, bf16, rs, done, chained;
+  unsigned short a[2][32];  /* RS: this thread's rows of A (k16, or fp8's k32), as bits */
+  int n, scale_d, trans_a, trans_b, type, rs, done, chained;  /* type: FA_EMU_F16, ... */
   unsigned group;           /* wgmma commit group */
   float acc[128];           /* D before (scale_d), then the result */
 } fa_emu_wgmma;

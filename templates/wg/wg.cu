@@ -5,6 +5,13 @@ $ local persistent, pss = c.persistent == 1, c.pv == "ss"
 $ local T = c.dtype == "bf16" and "bf16" or "f16"
 $ local BM, BN, S, C = c.block_m, c.block_n, c.stages, c.consumers
 $ local SW, CB, DP, NCB = P.swizzle, P.col_block, P.padded_dim, P.col_blocks
+$ -- fp8 (e4m3): Q K^T and P V by k32 wgmma, both operands K-major, so V
+$ -- comes transposed (the kernel before this one writes it: VSW keys per
+$ -- column block); P packed to e4m3 as the A fragment; O in bf16 (OT),
+$ -- OCB elements per column block.
+$ local f8, VSW, OCB = P.fp8, P.vt_swizzle, P.o_col_block
+$ local OT = f8 and "bf16" or T
+$ if f8 then T = "e4m3" end
 $ local NS = BN // 2     -- S accumulators per thread
 $ local NO = DP // 2     -- O accumulators per thread
 $ -- A variable-length batch (varlen.lua): the tensor maps span the packed
@@ -38,10 +45,16 @@ $ local function load(which, it)
       {
         const int f = kv + (${it}), i = f % ${S}, blk = ${top} - (${it});
         if (f >= ${S}) fa_mbar_wait(&empty_${which}[i], ((f / ${S}) & 1) ^ 1);
-        unsigned char *const st = smem + ${which == "v" and P.v_offset or P.q_bytes} + i * ${P.kv_bytes};
+        unsigned char *const st = smem + ${which == "v" and P.v_offset or P.q_region} + i * ${P.kv_bytes};
         fa_mbar_arrive_expect_tx(&full_${which}[i], ${P.kv_bytes});
-$   for j = 0, NCB - 1 do
+$   if f8 and which == "v" then
+$     for j = 0, BN // VSW - 1 do
+        fa_tma_load_4d(st + ${j * DP * VSW}, &p.tmap[2], blk * ${BN} + ${j * VSW}, 0, hk, b, &full_v[i]);
+$     end
+$   else
+$     for j = 0, NCB - 1 do
         fa_tma_load_4d(st + ${j * BN * SW}, &${TM}.tmap[${which == "k" and 1 or 2}], ${j * CB}, ${varlen and "vk_lo + " or ""}blk * ${BN}, hk, ${VB}, &full_${which}[i]);
+$     end
 $   end
       }
 $ end
@@ -50,6 +63,13 @@ $ -- S = Q K^T of the stage of descriptor kd into s: k16 steps over the padded d
 $ -- both operands K-major; a k16 step is 32 bytes into a swizzle row.
 $ local function issue_s()
 fa_wgmma_fence();
+$   if f8 then
+$     for kk = 0, DP // 32 - 1 do
+fa_wgmma_ss_e4m3(${BN}, s, fa_wgmma_desc_advance(qd, ${(kk * 32) // SW * BM * SW + (kk * 32) % SW}), fa_wgmma_desc_advance(kd, ${(kk * 32) // SW * BN * SW + (kk * 32) % SW}), ${kk > 0 and 1 or 0});
+$     end
+fa_wgmma_commit();
+$     return
+$   end
 $   for kk = 0, DP // 16 - 1 do
 $     local blk, within = (kk * 16) // CB, (kk * 16) % CB * 2
 fa_wgmma_ss_${T}(${BN}, s, fa_wgmma_desc_advance(qd, ${blk * BM * SW + within}), fa_wgmma_desc_advance(kd, ${blk * BN * SW + within}), ${kk > 0 and 1 or 0}, 0, 0);
@@ -61,6 +81,15 @@ $ -- O += P V of the stage of descriptor vd (V MN-major: trans_b), P from
 $ -- registers, or from shared memory (pd, K-major as Q).
 $ local function issue_pv()
 fa_wgmma_fence();
+$   if f8 then
+$     -- V transposed, K-major: a k32 step is 32 bytes into a column block
+$     -- of VSW keys, each block the padded dim's rows.
+$     for kk = 0, BN // 32 - 1 do
+fa_wgmma_rs_e4m3(${DP}, o, pa[${kk}], fa_wgmma_desc_advance(vd, ${(kk * 32) // VSW * DP * VSW + (kk * 32) % VSW}), 1);
+$     end
+fa_wgmma_commit();
+$     return
+$   end
 $   for kk = 0, BN // 16 - 1 do
 $     if pss then
 $       local blk, within = (kk * 16) // CB, (kk * 16) % CB * 2
@@ -195,6 +224,18 @@ $       local blk, within = (16 * j) // CB, (16 * j) % CB * 2
 $     end
 fa_fence_proxy_async();
 fa_named_bar_sync(4 + wg, 128);
+$   elseif f8 then
+$     -- The k32 step kk of P V takes keys 32 kk.. of S: the thread's
+$     -- columns 2t, 2t+1 (n8 tile 4kk) and 8+2t, 9+2t (tile 4kk+1) as A's
+$     -- 4t..4t+3, tiles 4kk+2 and 4kk+3 as A's 16+4t..; V's keys come
+$     -- permuted to match (the kernel before says how).
+FA_UNROLL
+for (int kk = 0; kk < ${BN // 32}; ++kk) {
+  pa[kk][0] = fa_pack_e4m3x4(s[16 * kk], s[16 * kk + 1], s[16 * kk + 4], s[16 * kk + 5]);
+  pa[kk][1] = fa_pack_e4m3x4(s[16 * kk + 2], s[16 * kk + 3], s[16 * kk + 6], s[16 * kk + 7]);
+  pa[kk][2] = fa_pack_e4m3x4(s[16 * kk + 8], s[16 * kk + 9], s[16 * kk + 12], s[16 * kk + 13]);
+  pa[kk][3] = fa_pack_e4m3x4(s[16 * kk + 10], s[16 * kk + 11], s[16 * kk + 14], s[16 * kk + 15]);
+}
 $   else
 FA_UNROLL
 for (int kk = 0; kk < ${BN // 16}; ++kk) {
@@ -289,6 +330,29 @@ $ end
 */
 $ if mod then
 ${require("mod").c_functions(mod, "float")}
+$ end
+$ if f8 then
+/* V transposed for fp8's P V, whose B operand wgmma takes K-major only:
+** per (batch, K/V head) the dim rows of the keys, padded to whole 32-key
+** chunks (zeros past seq_k), into the workspace that tmap[2] maps. A
+** chunk's keys are permuted so that the accumulator fragment of S is, as
+** it is, the A fragment of P V: of each 16, slot 4 t + i holds key
+** 2 t + i (i < 2) or 8 + 2 t + i - 2, the columns thread t of a quad
+** holds in S's n8 tiles. One CTA per chunk. */
+FA_KERNEL(${args.entry}_vt, 128)
+{
+  const int hk = fa_bid_y(), b = fa_bid_z(), key0 = fa_bid_x() * 32;
+  const int kv_heads = p.kv_group > 1 ? p.heads / p.kv_group : p.heads;
+  const long long pitch = (p.seq_k + 31) / 32 * 32;
+  const unsigned char *const v = (const unsigned char *)p.v + b * p.v_sb + hk * p.v_sh;
+  unsigned char *const vt = (unsigned char *)p.ws + ((long long)b * kv_heads + hk) * ${c.dim} * pitch;
+  for (int e = fa_tid(); e < ${32 * c.dim}; e += 128) {
+    const int d = e / 32, a = e % 32, t = a % 16 / 4, i = a % 4;
+    const int key = key0 + (a & 16) + (i < 2 ? 2 * t + i : 6 + 2 * t + i);
+    fa_st_u8(vt + d * pitch + key0 + a, key < p.seq_k ? fa_ldg_u8(v + key * p.v_sn + d) : (unsigned char)0);
+  }
+}
+
 $ end
 $ if varlen and persistent then
 FA_SM90_KERNEL_OF(${args.entry}, ${P.threads}, pv)
@@ -407,15 +471,21 @@ $ end
   ** matrices rows 0-7 and 8-15 of the warp's 16 by columns 0-7 and 8-15
   ** of a 16-column block: its row and first column. */
   const int st_row = 16 * w + (l & 7) + 8 * ((l >> 3) & 1), st_col = 8 * (l >> 4);
+$ if not f8 then
   const float sl2 = p.scale_log2_f32;
+$ end
   unsigned char *const qs = smem + wg * ${64 * SW};  /* this consumer's Q rows, in every column block */
   /* The wgmma descriptors of Q, and of K and V in stage 0, built once: a
   ** k16 step or another stage only moves the start address. Q and K are
   ** K-major (SBO between 8-row groups); V MN-major (LBO between column
   ** blocks, SBO between 8-key groups). */
   const fa_wgmma_desc qd = fa_wgmma_desc_make(qs, 16, ${8 * SW}, ${SW});
-  const fa_wgmma_desc kd0 = fa_wgmma_desc_make(smem + ${P.q_bytes}, 16, ${8 * SW}, ${SW});
+  const fa_wgmma_desc kd0 = fa_wgmma_desc_make(smem + ${P.q_region}, 16, ${8 * SW}, ${SW});
+$ if f8 then
+  const fa_wgmma_desc vd0 = fa_wgmma_desc_make(smem + ${P.v_offset}, 16, ${8 * VSW}, ${VSW});  /* V transposed: K-major */
+$ else
   const fa_wgmma_desc vd0 = fa_wgmma_desc_make(smem + ${P.v_offset}, ${BN * SW}, ${8 * SW}, ${SW});
+$ end
   float o[${NO}];   /* O, the wgmma D fragment: o[i] is row 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
   float s[${NS}];   /* S, the same layout over the block's keys */
 $ if pss then
@@ -428,7 +498,7 @@ $ if pss then
   const unsigned px = fa_swizzle_offset(prow, ${SW}) ^ prow, pc = 2u * (unsigned)st_col;
   const fa_saddr pt = fa_saddr_of(ps) + prow;
 $ else
-  unsigned pa[${BN // 16}][4];
+  unsigned pa[${BN // (f8 and 32 or 16)}][4];
 $ end
   float m_i[2], l_i[2], oscale[2];
 $ if persistent then
@@ -440,6 +510,14 @@ $ else
 $ end
   $ tile_coords()
   const int row0 = q0 + 64 * wg;
+$ if f8 then
+  /* The descales of the tile's (batch, K/V head): Q's and K's into the
+  ** scale, V's into O's factor (1 where none is given). */
+  const int ds = b * (p.kv_group > 1 ? p.heads / p.kv_group : p.heads) + hk;
+  const float sl2 = p.scale_log2_f32 * (p.q_descale ? fa_ldg_f32(p.q_descale + ds) : 1.f) *
+                    (p.k_descale ? fa_ldg_f32(p.k_descale + ds) : 1.f);
+  const float v_descale = p.v_descale ? fa_ldg_f32(p.v_descale + ds) : 1.f;
+$ end
   m_i[0] = m_i[1] = NEG_INF, l_i[0] = l_i[1] = 0.f;
   FA_UNROLL
   for (int i = 0; i < ${NO}; ++i) o[i] = 0.f;
@@ -580,7 +658,7 @@ $ end
 $ if eager then
     const float inv = 1.f;  /* normalized at every step; 0 without a key */
 $ end
-    inv_row[hh] = inv;
+    inv_row[hh] = inv${f8 and " * v_descale" or ""};
     const int r = 16 * w + g + 8 * hh;
     if (t == 0 && row0 + r < p.seq_q)
       fa_st_f32(lg + row0 + r, ${sm.lse(F, "m_i[hh]", "lsum")});
@@ -593,10 +671,10 @@ $ end
     unsigned r4[4];
     FA_UNROLL
     for (int m = 0; m < 4; ++m)
-      r4[m] = fa_pack_${T}x2(fa_rescale_f32(o[8 * j + 2 * m], inv_row[m & 1]),
+      r4[m] = fa_pack_${OT}x2(fa_rescale_f32(o[8 * j + 2 * m], inv_row[m & 1]),
                              fa_rescale_f32(o[8 * j + 2 * m + 1], inv_row[m & 1]));
     const int col = 16 * j + st_col;
-    const unsigned at = (unsigned)(col / ${CB}) * ${BM * SW}u + (unsigned)(st_row * ${SW} + (col % ${CB}) * 2);
+    const unsigned at = (unsigned)(col / ${OCB}) * ${BM * SW}u + (unsigned)(st_row * ${SW} + (col % ${OCB}) * 2);
     fa_stmatrix_x4(os_at + fa_swizzle_offset(at, ${SW}), r4);
   }
   fa_fence_proxy_async();
@@ -622,8 +700,8 @@ $   end
 $ elseif persistent then
   if (tid % 128 == 0) {
     if (row0 < p.seq_q) {
-$   for j = 0, NCB - 1 do
-      fa_tma_store_4d(&p.tmap[3], os + ${j * BM * SW}, ${j * CB}, row0, h, b);
+$   for j = 0, DP // OCB - 1 do
+      fa_tma_store_4d(&p.tmap[3], os + ${j * BM * SW}, ${j * OCB}, row0, h, b);
 $   end
       fa_tma_store_commit();
       fa_tma_store_wait(0);
@@ -633,8 +711,8 @@ $   end
   kv += n_blocks, ++nt;
 $ else
   if (tid % 128 == 0 && row0 < p.seq_q) {
-$   for j = 0, NCB - 1 do
-    fa_tma_store_4d(&p.tmap[3], os + ${j * BM * SW}, ${j * CB}, row0, h, b);
+$   for j = 0, DP // OCB - 1 do
+    fa_tma_store_4d(&p.tmap[3], os + ${j * BM * SW}, ${j * OCB}, row0, h, b);
 $   end
     fa_tma_store_commit();
     fa_tma_store_wait(0);

@@ -68,7 +68,7 @@ wg.preludes = enum.preludes
 function wg.default_dtype() return "bf16", "sm_90a has wgmma in bf16" end
 
 wg.axes = {
-  enum_axis("dtype", { "fp16", "bf16" }, { fp16 = "f16" }),
+  enum_axis("dtype", { "fp16", "bf16", "e4m3" }, { fp16 = "f16" }),
   int_axis("dim", 1, 256, { prefix = "d" }),
   enum.dim_v_axis(256),
   int_axis("causal", 0, 1, enum.flag("causal")),
@@ -96,18 +96,30 @@ function wg.fa3_tile(d, causal)
   else return 128, 80 end
 end
 
+-- FlashAttention-3's fp8 tile (the same table's element_size 1 branch).
+function wg.fa3_tile_fp8(d)
+  if d <= 64 then return 192, 160
+  elseif d <= 96 then return 192, 128
+  elseif d <= 128 then return 128, 224
+  elseif d <= 192 then return 128, 160
+  else return 128, 128 end
+end
+
 function wg.defaults(problem)
   local d = problem.dim or 64
-  local bm, bn = wg.fa3_tile(d, problem.causal or 0)
+  local f8 = problem.dtype == "e4m3"
+  local bm, bn
+  if f8 then bm, bn = wg.fa3_tile_fp8(d) else bm, bn = wg.fa3_tile(d, problem.causal or 0) end
   return {
     dtype = problem.dtype or "fp16", dim = d, dim_v = enum.dim_v(problem), causal = problem.causal or 0,
     block_m = bm, block_n = bn, stages = 2, consumers = bm // 64, pingpong = 0, overlap = 0,
-    norm = "deferred", swizzle = "128", persistent = 0, pv = "rs", varlen = problem.varlen or 0,
+    norm = "deferred", swizzle = f8 and d <= 64 and "64" or "128", persistent = 0, pv = "rs",
+    varlen = problem.varlen or 0,
   }
 end
 
 function wg.supports(problem)
-  return problem.dtype == "fp16" or problem.dtype == "bf16"
+  return problem.dtype == "fp16" or problem.dtype == "bf16" or problem.dtype == "e4m3"
 end
 
 -- Names ---------------------------------------------------------------------
@@ -128,13 +140,25 @@ local nreg = { { 56, 240 }, { 24, 240 }, { 32, 160 } }
 
 function wg.plan(c)
   local sw = tonumber(c.swizzle)
-  local P = { swizzle = sw, col_block = sw // 2 }   -- elements per column block
+  local f8 = c.dtype == "e4m3"
+  local P = { swizzle = sw, fp8 = f8, esize = f8 and 1 or 2 }
+  P.col_block = sw // P.esize                        -- elements of Q and K per column block
   P.padded_dim = (c.dim + P.col_block - 1) // P.col_block * P.col_block
   P.col_blocks = P.padded_dim // P.col_block
+  P.o_col_block = sw // 2                            -- O's, 16 bits
   P.threads = 128 * (c.consumers + 1)
-  P.q_bytes = c.block_m * P.padded_dim * 2
-  P.kv_bytes = c.block_n * P.padded_dim * 2          -- one of K, V in a stage
-  P.v_offset = P.q_bytes + c.stages * P.kv_bytes     -- V's ring, after K's
+  P.q_bytes = c.block_m * P.padded_dim * P.esize
+  -- Q's buffer, where O goes: fp8's Q takes half of it.
+  P.q_region = c.block_m * P.padded_dim * 2
+  P.kv_bytes = c.block_n * P.padded_dim * P.esize    -- one of K, V in a stage
+  -- fp8: wgmma takes both operands of P V K-major, so V comes transposed
+  -- (its first launch writes it so), the keys innermost in column blocks
+  -- of vt_swizzle bytes, the widest swizzle block_n is a multiple of
+  -- (FlashAttention-3's 224 keys: 32).
+  if f8 then
+    P.vt_swizzle = c.block_n % 128 == 0 and 128 or c.block_n % 64 == 0 and 64 or 32
+  end
+  P.v_offset = P.q_region + c.stages * P.kv_bytes    -- V's ring, after K's
   -- P in shared memory (pv = "ss"): per consumer, 64 rows of block_n keys
   -- in column blocks as Q's.
   P.p_offset = P.v_offset + c.stages * P.kv_bytes
@@ -152,7 +176,7 @@ function wg.plan(c)
   -- ptxas allocates each side of the branch on the warpgroup index (made
   -- warp-uniform in the prelude) within its setmaxnreg.
   P.register_words = P.padded_dim // 2 + c.block_n // 2 + 24
-                     + (c.overlap == 1 and c.pv == "rs" and c.block_n // 4 or 0)
+                     + (c.overlap == 1 and c.pv == "rs" and c.block_n * P.esize // 8 or 0)
   -- Yet one wgmma's operands must fit the launch bound's share, 128 for
   -- 512 threads (three consumers): there O and S's accumulators at most
   -- 128 (d64 192x192 fits, without spills; 192x208 does not compile).
@@ -183,8 +207,19 @@ function wg.fits(c, _, target)
   if c.pingpong == 1 and c.consumers < 2 then
     return false, "ping-pong takes turns between two or three consumer warpgroups"
   end
-  if c.persistent == 1 and c.block_m > c.stages * c.block_n then
-    return false, "a persistent kernel's O (block_m rows) goes through V's ring of "
+  if c.dtype == "e4m3" then
+    if c.block_n % 32 ~= 0 then
+      return false, "fp8's block_n must be a multiple of 32 (wgmma's k32 steps of P V)"
+    end
+    if c.pv == "ss" then return false, "fp8's P V takes P from registers (pv=rs)" end
+    if c.norm == "eager" then
+      return false, "fp8 normalizes O once, at the end (deferred): eager's P / l falls "
+                    .. "among e4m3's subnormals and loses its precision"
+    end
+    if c.varlen == 1 then return false, "fp8 has no variable-length form yet" end
+  end
+  if c.persistent == 1 and 2 * c.block_m > c.stages * c.block_n * (c.dtype == "e4m3" and 1 or 2) then
+    return false, "a persistent kernel's O (block_m rows of 16 bits) goes through V's ring of "
                   .. "stages * block_n rows"
   end
   local P = wg.plan(c)
@@ -241,9 +276,9 @@ function wg.enumerate(problem, which)
     if not seen[key] then seen[key] = true; out[#out + 1] = c end
   end
   add(d)
-  local bn = d.block_n
+  local bn, step = d.block_n, d.dtype == "e4m3" and 32 or 16  -- fp8: k32 steps of P V
   for _, ch in ipairs({ { norm = "eager" }, { overlap = 1 }, { stages = 3 }, { swizzle = "64" },
-                        { block_n = bn - 16 }, { block_n = bn + 16 } }) do
+                        { block_n = bn - step }, { block_n = bn + step } }) do
     add(with(d, ch))
   end
   -- The structures that lead, persistent as well (FlashAttention-3's
@@ -280,25 +315,37 @@ function wg.render(c)
   local P = wg.plan(c)
   local args = { cfg = c, P = P, entry = wg.name_of(c):gsub("-", "_") }
   local cb, sw = P.col_block, P.swizzle
+  local main = { entry = args.entry, threads = P.threads, smem_bytes = P.smem_bytes,
+                 grid = { { "seq_q", c.block_m }, "heads", "batch" },
+                 workspaces = {}, heavy_first = c.causal == 1 and c.persistent == 0,
+                 persistent = c.persistent == 1 }
+  -- fa_params.tmap[0..3]: Q (block_m rows), K and V (block_n rows), O (a
+  -- consumer's 64 rows), one column block wide; fp8's V transposed: a
+  -- column block of vt_swizzle keys by the padded dim.
+  local tma = {
+    { tensor = "q", box = { cb, c.block_m }, swizzle = sw },
+    { tensor = "k", box = { cb, c.block_n }, swizzle = sw },
+    { tensor = "v", box = { cb, c.block_n }, swizzle = sw },
+    { tensor = "o", box = { P.o_col_block, 64 }, swizzle = sw },
+  }
+  local launches = { main }
+  if P.fp8 then
+    -- V transposed first, 32 keys per CTA, into the workspace the map
+    -- over it ('t') reads: per (batch, head) dim bytes per key, the keys
+    -- padded to whole 32-key chunks.
+    local vt = { name = "vt", bytes_per_row = c.dim, rows = "seq_k", row_align = 32 }
+    main.workspaces, main.main = { vt }, true
+    launches = { { entry = args.entry .. "_vt", threads = 128, smem_bytes = 0,
+                   grid = { { "seq_k", 32 }, "kv_heads", "batch" }, workspaces = { vt } }, main }
+    tma[3] = { tensor = "t", box = { P.vt_swizzle, P.padded_dim }, swizzle = P.vt_swizzle }
+  end
   return {
     source = render("wg.cu", args),
-    launches = {
-      { entry = args.entry, threads = P.threads, smem_bytes = P.smem_bytes,
-        grid = { { "seq_q", c.block_m }, "heads", "batch" },
-        workspaces = {}, heavy_first = c.causal == 1 and c.persistent == 0,
-        persistent = c.persistent == 1 },
-    },
+    launches = launches,
     registers_estimate = P.register_words,
     io_align = 16,
     arch = "sm_90a",
-    -- fa_params.tmap[0..3]: Q (block_m rows), K and V (block_n rows), O (a
-    -- consumer's 64 rows), one column block wide.
-    tma = {
-      { tensor = "q", box = { cb, c.block_m }, swizzle = sw },
-      { tensor = "k", box = { cb, c.block_n }, swizzle = sw },
-      { tensor = "v", box = { cb, c.block_n }, swizzle = sw },
-      { tensor = "o", box = { cb, 64 }, swizzle = sw },
-    },
+    tma = tma,
   }
 end
 

@@ -391,10 +391,11 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   ** in L2), and its other launches, which run alone, read dO, O and the
   ** accumulator and write dQ */
   const double bh = (double)p->batch * p->heads;
+  const double oe = p->elem_bytes == 1 ? 2 : p->elem_bytes;  /* fp8's O is bf16 */
   double rows = bh * p->seq_q;
-  double dram_bytes = bh * p->elem_bytes * p->dim *
-                      (p->backward ? 2.0 * p->seq_q + 4.0 * p->seq_k
-                                   : 2.0 * p->seq_q + 2.0 * p->seq_k);
+  double dram_bytes = bh * p->dim *
+                      (p->backward ? p->elem_bytes * (2.0 * p->seq_q + 4.0 * p->seq_k)
+                                   : (p->elem_bytes + oe) * p->seq_q + 2.0 * p->elem_bytes * p->seq_k);
   if (p->q_lens) {
     dram_bytes = rows = 0;
     for (int s = 0; s < p->batch; s++) {
@@ -422,6 +423,9 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     double side = rows * p->dim * (3.0 * p->elem_bytes + (l->dq_accum ? 8.0 : 0)) + 8.0 * rows;
     apart = side / (g->dram_gbs * 1e9);
   }
+  if (l->v_transposed)  /* V read and written once more, by the launch before, alone */
+    apart += 2.0 * p->batch * (p->heads / decode_group(p)) * p->seq_k * p->dim * p->elem_bytes /
+             (g->dram_gbs * 1e9);
   out->flops = 4.0 * p->batch * p->heads * p->seq_q * (double)p->seq_k * p->dim;
   if (p->backward) out->flops *= 2.5;  /* five products of the tile's size to two */
   if (p->decode) {  /* every new token over its sequence's keys */

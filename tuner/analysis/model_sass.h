@@ -72,6 +72,7 @@ typedef struct model_launch {
                               conflicts); 0 or 1: none */
   int splits;              /* decoding: CTAs sharing a sequence's keys, their partials
                               merged by a combine launch when more than 1 */
+  int v_transposed;        /* fp8 (wg): a launch before the main one writes V transposed */
 } model_launch;
 
 /* A kernel ready to simulate: its roles' instructions (owned). */

@@ -376,7 +376,7 @@ static int dominates(const func *f, int a, int b) {
 
 /* ---- loops ---- */
 
-static const char *const mma_ops[] = {"HGMMA", "HMMA", "DFMA", "FFMA"};
+static const char *const mma_ops[] = {"HGMMA", "QGMMA", "HMMA", "DFMA", "FFMA"};
 
 /* The FLOPs of one of the function's HMMA: 2048 where they are all
 ** m16n8k8 (HMMA.1688: Turing's, which does m16n8k16 as two), else 4096
@@ -604,6 +604,14 @@ static void tally_hopper(sass_counts *c, const char *op, long times) {
   else if (!strcmp(op, "WARPGROUP")) c->loop_warpgroup += times;
 }
 
+int sass_is_gmma(const char *op) { return !strcmp(op, "HGMMA") || !strcmp(op, "QGMMA"); }
+
+int sass_gmma_k(const char *text) {
+  const char *p = strstr(text, ".64x");
+  p = p ? strchr(p + 4, 'x') : NULL;
+  return p && atoi(p + 1) == 32 ? 32 : 16;
+}
+
 int sass_hmma_f16acc(const char *text) {
   return !strncmp(text, "HMMA.", 5) && (strstr(text, ".16816.F16 ") || strstr(text, ".1688.F16 "));
 }
@@ -802,7 +810,7 @@ static int analyse(func *f, double flops_per_warp, sass_counts *c, sass_trace *t
     for (int b = 0; b < f->nbb; b++)
       if (bit(l[i].body, b)) l[i].size += f->bb[b].last - f->bb[b].first + 1;
   }
-  if (!strcmp(op, "HGMMA")) innermost_only(f, l, n);
+  if (sass_is_gmma(op)) innermost_only(f, l, n);
   int m = pick_main(f, l, n), rc = 0;
   if (m >= 0) {
     c->found = 1;
@@ -812,12 +820,12 @@ static int analyse(func *f, double flops_per_warp, sass_counts *c, sass_trace *t
         for (int w = 0; w < f->words; w++) all[w] |= l[i].body[w];
       }
     /* HGMMA's FLOPs depend on its shape: no trip count from them. */
-    double per = !strcmp(op, "HMMA") ? hmma_flops(f) : !strcmp(op, "HGMMA") ? 0 : 64;
+    double per = !strcmp(op, "HMMA") ? hmma_flops(f) : sass_is_gmma(op) ? 0 : 64;
     double want = per > 0 ? flops_per_warp / per : 0;
     long mma = want >= 1 && want < 1e9 && want == floor(want) ? (long)want : 0;
     rc = count_loop(f, &l[m], l, n, all, mma, c, tr ? &tr->loop : NULL);
   }
-  if (rc == 0 && m >= 0 && !strcmp(op, "HGMMA"))
+  if (rc == 0 && m >= 0 && sass_is_gmma(op))
     rc = count_producer(f, l, n, m, c, tr ? &tr->producer : NULL);
   free(all);
   loops_free(l, n);

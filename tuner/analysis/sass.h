@@ -129,6 +129,13 @@ int sass_disassemble(const char *nvdisasm, const void *cubin, size_t size, char 
 int sass_disassemble_file(const char *nvdisasm, const char *path, char **text, char *err,
                           size_t errlen);
 
+/* Whether op is warpgroup MMA (wgmma): HGMMA (16-bit inputs, k16) or QGMMA
+** (fp8, k32, twice the rate). */
+int sass_is_gmma(const char *op);
+/* The k of a GMMA's 64xNxK shape ("QGMMA.64x224x32..."): 16 or 32; 16 when
+** unreadable. */
+int sass_gmma_k(const char *text);
+
 /* Whether an instruction's text is an HMMA that accumulates in f16
 ** ("HMMA.16816.F16 R4, ..."; the f32 form says .F32). */
 int sass_hmma_f16acc(const char *text);

@@ -13,9 +13,13 @@
 
 double val_tolerance(fa_dtype t) {
   static const double tol[] = {[FA_FP32] = 1e-5, [FA_FP64] = 1e-10, [FA_FP16] = 5e-3,
-                               [FA_BF16] = 1e-2};
+                               [FA_BF16] = 1e-2, [FA_E4M3] = 0x1p-4};
   return tol[t];
 }
+
+/* The logsumexp's: fp8's is computed in fp32 from exact inputs, as the
+** 16-bit types' is, so bf16's bound holds it. */
+static double lse_tolerance(fa_dtype t) { return val_tolerance(t == FA_E4M3 ? FA_BF16 : t); }
 
 /* splitmix64 and Box-Muller: normal numbers, the same for a seed everywhere. */
 static uint64_t rng_next(uint64_t *s) {
@@ -37,7 +41,7 @@ void val_case_free(val_case *c) {
   free(c->dq_mag), free(c->dk_mag);
   free(c->sample_rows), free(c->sample_o);
   free(c->sample_krows), free(c->sample_dq), free(c->sample_dq_mag), free(c->sample_dk);
-  free(c->sample_dv), free(c->table), free(c->lens);
+  free(c->sample_dv), free(c->table), free(c->lens), free(c->descale);
   if (c->mod_data) fa_mod_data_free(c->mod_data);
   free(c->mod_data);
   memset(c, 0, sizeof *c);
@@ -510,6 +514,31 @@ static int own_lens(val_case *c, char *err, size_t errlen) {
   return 0;
 }
 
+/* fp8's descales (fa_problem.descale), random from the seed in [1/2, 2):
+** the kernel folds Q's and K's into its scale and V's into O's factor, and
+** the reference takes the exact values scaled (an e4m3 value times a float
+** is exact in double). */
+static int make_descales(val_case *c, double *qd, double *kd, double *vd) {
+  const fa_problem *p = &c->p;
+  const size_t kvh = (size_t)fa_problem_kv_heads(p), n = (size_t)p->batch * kvh;
+  if (!(c->descale = malloc(3 * n * sizeof *c->descale))) return -1;
+  uint64_t s = c->seed ^ 0xde5ca1eULL;
+  for (size_t i = 0; i < 3 * n; i++)
+    c->descale[i] = (float)ldexp(1.0 + (double)(rng_next(&s) >> 11) * 0x1p-53, (int)(rng_next(&s) % 2) - 1);
+  c->p.descale = c->descale;
+  const size_t nq = (size_t)p->seq_q * (size_t)p->dim, nk = (size_t)p->seq_k * (size_t)p->dim;
+  const size_t nv = (size_t)p->seq_k * (size_t)fa_problem_dim_v(p);
+  /* Query head h takes its K/V head's; K's and V's heads below kvh are read. */
+  for (size_t b = 0; b < (size_t)p->batch; b++)
+    for (size_t h = 0; h < (size_t)p->heads; h++) {
+      const size_t bh = b * (size_t)p->heads + h, kv = b * kvh + h;
+      for (size_t i = 0; i < nq; i++) qd[bh * nq + i] *= c->descale[b * kvh + h / ((size_t)p->heads / kvh)];
+      for (size_t i = 0; h < kvh && i < nk; i++) kd[bh * nk + i] *= c->descale[n + kv];
+      for (size_t i = 0; h < kvh && i < nv; i++) vd[bh * nv + i] *= c->descale[2 * n + kv];
+    }
+  return 0;
+}
+
 int val_case_make(val_case *c, const fa_problem *p, unsigned long long seed, char *err,
                   size_t errlen) {
   return val_case_make_shaped(c, p, seed, NULL, err, errlen);
@@ -529,7 +558,8 @@ int val_case_make_shaped(val_case *c, const fa_problem *p, unsigned long long se
   c->o_sens = malloc(bh * (size_t)p->seq_q * sizeof *c->o_sens);
   int rc = -1;
   if (!qd || !kd || !vd || !c->o_ref || !c->lse_ref || !c->lse_mag || !c->o_sens ||
-      make_inputs(c, p, seed, shape, qd, kd, vd)) {
+      make_inputs(c, p, seed, shape, qd, kd, vd) ||
+      (p->dtype == FA_E4M3 && p->op == FA_OP_FWD && !p->descale && make_descales(c, qd, kd, vd))) {
     snprintf(err, errlen, "out of memory for the validation inputs");
   } else if (p->op == FA_OP_DECODE) {
     rc = make_decode(c, qd, kd, vd, err, errlen);
@@ -607,7 +637,7 @@ static double o_tolerance(const val_case *c, double tol, double ref_norm2) {
 ** over the rows computed on the CPU. */
 static int judge_o(const val_case *c, const void *o, double tol, val_result *r) {
   const fa_problem *p = &c->p;
-  const fa_dtype t = p->dtype;
+  const fa_dtype t = fa_out_dtype(p->dtype);
   const size_t DV = (size_t)fa_problem_dim_v(p);
   const size_t n = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q * DV;
   char at[64];
@@ -772,7 +802,7 @@ typedef struct val_output {
 /* The outputs of each op, in the order val_judge takes them. */
 static const val_output fwd_outputs[] = {
   {"o", val_tolerance, judge_o},
-  {"lse", val_tolerance, judge_lse},
+  {"lse", lse_tolerance, judge_lse},
 };
 /* The backward pass's gradients take the forward pass's tolerances: FA2
 ** and FA3 test theirs against the same bounds as their outputs. */

@@ -31,6 +31,8 @@ typedef struct val_case {
   int *lens;              /* op decode: p.kv_lens's copy, which p points to; NULL: none */
   fa_mod_data *mod_data;  /* random captured tensors of p.mod's (fa_mod_data_random), which
                           ** p points to, where the problem brought none; NULL: none */
+  float *descale;         /* e4m3: random descales of Q, K and V (fa_problem.descale),
+                          ** which p points to; NULL: none */
   double *o_ref, *lse_ref;
   double *lse_mag;        /* per row, the size of its largest logit's terms (ref_fwd_io's),
                           ** which the logsumexp's error is judged against; NULL on a GPU's

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# cli_fp8.sh: fp8 (e4m3) through the command line. The wg family's fp8
+# space on sm_90a (FlashAttention-3's fp8 tiles, deferred normalization
+# only), the reasons it refuses the rest, the main job on the emulator
+# (every default variant validated against float64 under two schedules and
+# the adversarial suite, with random descales of Q, K and V), what `best`
+# then says, and `fatune model` rating the fp8 kernel by its QGMMA at
+# fp8's rate (SKIPPED without nvdisasm).
+#
+# usage: FATUNE=build/fatune bash tests/cli_fp8.sh
+set -u
+
+NAME=cli_fp8
+TIMEOUT_S=300
+. "$(dirname "$0")/cli_lib.sh"
+
+# --- the space ------------------------------------------------------------------
+run l list --dim 128 --dtype e4m3 --arch sm_90a
+[ "$rc" -eq 0 ] && head -n 1 "$tmp/l.out" | grep -q '^wg-e4m3-d128-m128n224c2-deferred-np-sq-s2-sw128 ' &&
+  ! grep -qv '^wg-e4m3-d128-' "$tmp/l.out" && ! grep -q 'norm=eager' "$tmp/l.out"
+check "list --dtype e4m3 on sm_90a: wg's fp8, FA3's 128x224 first, no eager" $? \
+  "exit $rc: $(head -n 3 "$tmp/l.out") $(cat "$tmp/l.err")"
+run names list --dim 128 --dtype fp8 --arch sm_90a
+[ "$rc" -eq 0 ] && cmp -s "$tmp/l.out" "$tmp/names.out"
+check "--dtype fp8 is e4m3" $? "exit $rc: $(cat "$tmp/names.err")"
+refused eager "eager's P / l" gen --config family=wg,norm=eager --dim 128 --dtype e4m3 --arch sm_90a
+refused bn "multiple of 32" gen --config family=wg,block_n=176 --dim 128 --dtype e4m3 --arch sm_90a
+run sm80 --dim 64 --seq 64 --dtype e4m3 --arch sm_80 --backend emu
+[ "$rc" -eq 2 ] && tail -n 1 "$tmp/sm80.err" | grep -q 'no family computes op fwd in e4m3 on sm_80' &&
+  ! grep -q 'the  family' "$tmp/sm80.err"
+check "the main job for e4m3 on sm_80 (no wgmma): no family, said once" $? "exit $rc: $(cat "$tmp/sm80.err")"
+run g gen --variant wg-e4m3-d128-m128n224c2-deferred-np-ov-s2-sw128 --arch sm_90a
+[ "$rc" -eq 0 ] && grep -q 'fa_wgmma_ss_e4m3(224, s' "$tmp/g.out" &&
+  grep -q 'fa_wgmma_rs_e4m3(128, o, pa\[6\]' "$tmp/g.out" &&
+  grep -q 'wg_e4m3_d128_m128n224c2_deferred_np_ov_s2_sw128_vt' "$tmp/g.out"
+check "gen: S and P V by k32 e4m3 wgmma (7 steps of P V over 224 keys), V transposed first" $? \
+  "exit $rc: $(cat "$tmp/g.err")"
+
+# --- the main job on the emulator ---------------------------------------------------
+run tune --dim 64 --seq 96 --seq-k 150 --causal --dtype e4m3 --backend emu --arch sm_90a \
+  --batch 1 --heads 2 --db "$tmp/f8.db" --seed 7
+ok=$(grep -c '^wg-e4m3-d64-.* ok ' "$tmp/tune.out")
+[ "$rc" -eq 0 ] && [ "$ok" -ge 8 ] && ! grep -q '^wg-.* \(invalid\|crashed\|timeout\) ' "$tmp/tune.out"
+check "the main job: every fp8 default variant valid, suite included ($ok)" $? \
+  "exit $rc: $(tail -n 5 "$tmp/tune.out") $(tail -n 3 "$tmp/tune.err")"
+# O's error is fp8's (P in e4m3: a few percent), within its 2^-4, never bf16's.
+awk '/^wg-e4m3-d64-.* ok / { if ($3 < 0.005 || $3 > 0.0625) bad++ } END { exit bad > 0 }' "$tmp/tune.out"
+check "O's norm-relative error between 5e-3 and 2^-4 for every variant" $? \
+  "$(grep '^wg-e4m3' "$tmp/tune.out" | awk '{print $1, $3}' | head -n 4)"
+run best best --dim 64 --seq 96 --seq-k 150 --causal --dtype e4m3 --db "$tmp/f8.db"
+[ "$rc" -eq 0 ] && grep -q 'wg-e4m3-d64-' "$tmp/best.out"
+check "best --dtype e4m3 names the recorded fp8 variant" $? "exit $rc: $(cat "$tmp/best.out" "$tmp/best.err")"
+
+# --- the timing model ---------------------------------------------------------------
+run m model --gpu h100 --dim 128 --seq 16384 --batch 1 --heads 16 --dtype e4m3 \
+  --variant wg-e4m3-d128-m128n224c2-deferred-np-ov-s2-sw128
+if grep -q "nvdisasm" "$tmp/m.err"; then
+  echo "SKIPPED: no nvdisasm for the model ($passed passed, $failed failed so far)"
+  [ "$failed" -eq 0 ] && exit 77
+  finish
+  exit
+fi
+[ "$rc" -eq 0 ] && grep -q 'of the e4m3 peak, 1979' "$tmp/m.out" &&
+  grep -q 'main loop per K/V block per warp: [0-9]* instructions, 11 QGMMA' "$tmp/m.out"
+check "model: 11 QGMMA per K/V block (4 of S, 7 of P V) against fp8's 1979 TFLOP/s" $? \
+  "exit $rc: $(cat "$tmp/m.out" "$tmp/m.err")"
+tf=$(sed -n 's/.*predicted [0-9.]* us, \([0-9]*\) TFLOP\/s.*/\1/p' "$tmp/m.out")
+[ -n "$tf" ] && [ "$tf" -gt 989 ] && [ "$tf" -le 1979 ]
+check "model: fp8 predicted above bf16's peak (989) and within fp8's ($tf TFLOP/s)" $? \
+  "$(cat "$tmp/m.out")"
+
+finish
