@@ -11,6 +11,8 @@
 #            every variant validated and timed, and the timing model's
 #            prediction beside each measured time (the model's error)
 #   causal   the same, causal, at d128 (wg's and tc's causal kernels)
+#   fp8      the main job in e4m3 at seq 4096, dims 128 and 256, with --sass
+#            (wg's fp8 kernels; Hopper only, skipped elsewhere)
 #   sdpa     PyTorch's scaled_dot_product_attention (flash, FlashAttention-2's
 #            kernels, and cudnn) on the same problems, seq 1024 to 4096,
 #            recorded with fatune baseline; and the bf16 rate a dense GEMM
@@ -47,7 +49,7 @@ steps_dir="$logs"
 [ $pack = 1 ] && { steps_dir=$(mktemp -d) || exit 1; }
 exec > >(tee "$logs/gpu-check.log") 2>&1
 budget=${GPU_CHECK_SECONDS:-540}
-wanted=${GPU_CHECK_STEPS:-tests fwd causal sdpa bwd python fp32 seqs fakegpu report}
+wanted=${GPU_CHECK_STEPS:-tests fwd causal fp8 sdpa bwd python fp32 seqs fakegpu report}
 start=$SECONDS
 rc=0
 say() { echo "== $* ($((SECONDS - start)) s)"; }
@@ -144,6 +146,18 @@ done
 
 step=causal
 tune "fwd-bf16-d128-s4096-causal" --dim 128 --seq 4096 --dtype bf16 --causal --trial-ms 60 --sass
+
+# fp8 (e4m3): wgmma's fp8 exists on sm_90a alone.
+step=fp8
+case " $wanted " in *" fp8 "*)
+  if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)" = "9.0" ]; then
+    for dim in 128 256; do
+      tune "fwd-e4m3-d$dim-s4096" --dim "$dim" --seq 4096 --dtype e4m3 --trial-ms 60 --sass
+    done
+  else
+    say "fp8: skipped (no Hopper GPU: e4m3 runs on sm_90a's wgmma)"
+  fi ;;
+esac
 
 step=sdpa
 if t=$(allot sdpa 90); then

@@ -41,7 +41,7 @@ function oracle.render(problem)
         grid = { { "seq_q", 1 }, "heads", "batch" }, workspaces = {} },
     },
     registers_estimate = 0,
-    io_align = ({ fp64 = 8, fp32 = 4, fp16 = 2, bf16 = 2 })[problem.dtype],
+    io_align = ({ fp64 = 8, fp32 = 4, fp16 = 2, bf16 = 2, e4m3 = 1 })[problem.dtype],
     name = name, hash = name, config = "family=oracle,dtype=" .. problem.dtype .. ",dim=" ..
     problem.dim .. (dv ~= 0 and ",dim_v=" .. dv or "") .. ",causal=" .. causal, family = "oracle", template_version = oracle.version,
   }

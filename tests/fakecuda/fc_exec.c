@@ -4,7 +4,8 @@
 ** the fake cannot execute, but their result. The kernel's name says what it
 ** computes (simt_f32_d64_m64n64w4_..., tc_bf16_..., wg_bf16_d128_m128n176c2_...
 ** with its consumer warpgroups, oracle_fp32_d64_causal, and the backward
-** pass's launches tcbwd_bf16_d64_m128n128w8wn4wd2_dqatomic_dkdv...: the
+** pass's launches tcbwd_bf16_d64_m128n128w8wn4wd2_dqatomic_dkdv..., and
+** fp8's V transposing launch wg_e4m3_..._vt before its attention: the
 ** dtype, the head dimension, the causal mask, the rows per CTA and the
 ** warps, and for the backward pass the launch's part); its
 ** parameter block (core/fa_params.h) says where the
@@ -34,7 +35,7 @@
 /* What a kernel's name says. */
 typedef struct kspec {
   fa_dtype in;          /* Q, K, V */
-  fa_dtype out;         /* O: the input dtype; the oracle's: its accumulator */
+  fa_dtype out;         /* O: the input dtype's (fa_out_dtype); the oracle's: its accumulator */
   fa_dtype lse;         /* FA_FP64 or FA_FP32 */
   int dim, causal, oracle;
   int rows_per_cta;     /* 0: every row in one CTA (kv_outer) */
@@ -42,6 +43,7 @@ typedef struct kspec {
   int persistent;       /* ..._pers: the CTAs loop over the tiles, the grid one-dimensional */
   int bwd;              /* a launch of the backward pass: */
   int role;             /* its part (ROLE_...) */
+  int vt;               /* fp8's first launch: V transposed into the workspace */
 } kspec;
 
 /* The backward pass's launches (templates/simtbwd, templates/tcbwd): D into
@@ -68,7 +70,7 @@ static int bwd_role(const char *name, size_t *base) {
 static int parse_dtype(const char *s, fa_dtype *t) {
   static const struct { const char *tok; fa_dtype t; } m[] = {
     {"f32_", FA_FP32}, {"f64_", FA_FP64}, {"f16_", FA_FP16}, {"bf16_", FA_BF16},
-    {"fp32_", FA_FP32}, {"fp64_", FA_FP64}, {"fp16_", FA_FP16}};
+    {"fp32_", FA_FP32}, {"fp64_", FA_FP64}, {"fp16_", FA_FP16}, {"e4m3_", FA_E4M3}};
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
     if (!strncmp(s, m[i].tok, strlen(m[i].tok))) {
       *t = m[i].t;
@@ -93,9 +95,10 @@ static int parse_name(const char *name, kspec *s) {
   if (!n || sscanf(p + n, "d%d", &s->dim) != 1 || s->dim < 1 || s->dim > FA_DIM_MAX) return -1;
   size_t len = strlen(name);
   if (s->bwd && !(s->role = bwd_role(name, &len))) return -1;
+  if (hopper && len > 3 && !strcmp(name + len - 3, "_vt")) s->vt = 1, len -= 3;
   s->causal = len > 7 && !strncmp(name + len - 7, "_causal", 7);
   s->lse = s->in == FA_FP64 ? FA_FP64 : FA_FP32;
-  s->out = s->oracle ? s->lse : s->in;
+  s->out = s->oracle ? s->lse : fa_out_dtype(s->in);
   if (s->oracle) {
     s->rows_per_cta = 1, s->threads = 128;   /* templates/oracle.lua */
     return 0;
@@ -106,8 +109,9 @@ static int parse_name(const char *name, kspec *s) {
   if (!m || sscanf(m, hopper ? "_m%dn%dc%d" : "_m%dn%dw%d", &bm, &bn, &w) != 3 || bm < 1 || w < 1)
     return -1;
   s->rows_per_cta = strstr(p, "_kvouter_") ? 0 : s->role == ROLE_DKDV ? bn : bm;
-  s->persistent = hopper && strstr(p, "_pers") != NULL;
-  s->threads = hopper ? 128 * (w + 1) : 32 * w;
+  s->persistent = hopper && strstr(p, "_pers") != NULL && !s->vt;
+  s->threads = s->vt ? 128 : hopper ? 128 * (w + 1) : 32 * w;
+  s->rows_per_cta = s->vt ? 32 : s->rows_per_cta;   /* keys per CTA of the transpose */
   return 0;
 }
 
@@ -160,6 +164,26 @@ static slot *lookup(const fa_params *key, const kspec *s, const unsigned long lo
   return NULL;
 }
 
+/* fp8's descales (fa_params.h: per (batch, K/V head), each NULL or in an
+** allocation; one outside them is taken as 1, which validation then
+** rejects) applied to the gathered inputs, as the kernels apply them. */
+static void descale(const fa_params *p, double *q, double *k, double *v, int Nq, int Nk, int D) {
+  const int H = p->heads, kvh = p->kv_group > 1 ? H / p->kv_group : H;
+  const size_t n = (size_t)p->batch * (size_t)kvh;
+  const float *ds[3];
+  const float *const at[3] = {p->q_descale, p->k_descale, p->v_descale};
+  for (int i = 0; i < 3; i++)
+    ds[i] = at[i] ? fc_mem_map((CUdeviceptr)(size_t)at[i], n * sizeof(float), 0) : NULL;
+  for (int b = 0; b < p->batch; b++)
+    for (int h = 0; h < H; h++) {
+      const size_t j = (size_t)b * kvh + (size_t)(p->kv_group > 1 ? h / p->kv_group : h);
+      const size_t bh = (size_t)b * H + h, nq = (size_t)Nq * D, nk = (size_t)Nk * D;
+      for (size_t i = 0; ds[0] && i < nq; i++) q[bh * nq + i] *= ds[0][j];
+      for (size_t i = 0; ds[1] && i < nk; i++) k[bh * nk + i] *= ds[1][j];
+      for (size_t i = 0; ds[2] && i < nk; i++) v[bh * nk + i] *= ds[2][j];
+    }
+}
+
 /* The reference's answer for these inputs, computed or from the cache. */
 static slot *answer(const fa_params *p, const kspec *s, const void *q, const void *k,
                     const void *v) {
@@ -181,6 +205,7 @@ static slot *answer(const fa_params *p, const kspec *s, const void *q, const voi
   double *dq = gather(q, s->in, p->q_sb, p->q_sh, p->q_sn, B, H, Nq, D);
   double *dk = gather(k, s->in, p->k_sb, p->k_sh, p->k_sn, B, H, Nk, D);
   double *dv = gather(v, s->in, p->v_sb, p->v_sh, p->v_sn, B, H, Nk, D);
+  if (dq && dk && dv) descale(p, dq, dk, dv, Nq, Nk, D);
   c->o = malloc((size_t)B * H * Nq * D * sizeof *c->o);
   c->lse = malloc((size_t)B * H * Nq * sizeof *c->lse);
   int ok = dq && dk && dv && c->o && c->lse && pr.scale > 0 &&
@@ -372,9 +397,10 @@ CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
     fc_violation("persistent kernel %s: grid %ux%ux%u for %llu tiles", k->name, grid[0], grid[1],
                  grid[2], tiles);
   if (s.persistent) grid = all;
-  else if (grid[1] != (unsigned)p.heads || grid[2] != (unsigned)p.batch)
-    fc_violation("kernel %s: grid %ux%ux%u for %d heads and batch %d", k->name, grid[0],
-                 grid[1], grid[2], p.heads, p.batch);
+  else if (grid[1] != (unsigned)(s.vt && p.kv_group > 1 ? p.heads / p.kv_group : p.heads) ||
+           grid[2] != (unsigned)p.batch)
+    fc_violation("kernel %s: grid %ux%ux%u for %d heads (%d a K/V head) and batch %d", k->name,
+                 grid[0], grid[1], grid[2], p.heads, p.kv_group > 1 ? p.kv_group : 1, p.batch);
   /* The oracle keeps a score row and one partial per thread in shared memory. */
   if (s.oracle &&
       smem < (unsigned)((p.seq_k + s.threads) * fa_dtype_size(s.lse))) {
@@ -384,6 +410,13 @@ CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
   }
   if (p.batch < 1 || p.heads < 1 || p.seq_q < 1 || p.seq_k < 1) return CUDA_SUCCESS;
   if (s.bwd) return exec_bwd(k, &p, &s, grid, garbage, why, whylen);
+  if (s.vt) {  /* what it writes only the GPU's attention launch reads: V must lie in memory */
+    if (!tensor(p.v, p.v_sb, p.v_sh, p.v_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0) || !p.ws) {
+      snprintf(why, whylen, "kernel %s: %s outside every allocation", k->name, p.ws ? "V" : "its workspace");
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    }
+    return CUDA_SUCCESS;
+  }
   const void *q = tensor(p.q, p.q_sb, p.q_sh, p.q_sn, p.batch, p.heads, p.seq_q, s.dim, s.in, 0);
   const void *kk = tensor(p.k, p.k_sb, p.k_sh, p.k_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0);
   const void *v = tensor(p.v, p.v_sb, p.v_sh, p.v_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0);
@@ -431,7 +464,8 @@ double fc_exec_ms(const fc_kernel *k, const void *params, int sm_count, int cloc
   double flops = 2.0 * products * p.batch * p.heads * s.dim * pairs;
   double bytes = 2.0 * p.batch * p.heads * (p.seq_q + p.seq_k) * s.dim * fa_dtype_size(s.in);
   /* Peak flops per SM per clock: tensor cores for 16-bit, else FMA units. */
-  double per_clk = s.in == FA_FP16 || s.in == FA_BF16 ? 2048 : s.in == FA_FP32 ? 128 : 64;
+  double per_clk = s.in == FA_E4M3 ? 4096 : s.in == FA_FP16 || s.in == FA_BF16 ? 2048
+                 : s.in == FA_FP32 ? 128 : 64;
   double peak = per_clk * sm_count * clock_khz * 1e3;
   /* The efficiency a variant reaches: a fixed function of its name. */
   double eff = s.oracle ? 0.02 : 0.15 + 0.7 * (double)(fnv1a(k->name) % 1000) / 1000.0;
