@@ -260,6 +260,12 @@ mut model-qgmma-rate tuner/analysis/model_sass.c \
 mut sass-qgmma tuner/analysis/sass.c \
   '{"HGMMA", "QGMMA", "HMMA", "DFMA", "FFMA"}' '{"HGMMA", "HMMA", "DFMA", "FFMA"}' \
   'cli_fp8'
+mut fp8-hadamard core/fa_fp8.c \
+  'v[j] = a + b, v[j + len] = a - b;' 'v[j] = a + b, v[j + len] = b - a;' \
+  'test_fp8'
+mut fp8-amax-scale core/fa_fp8.c \
+  '(float)(amax / 448)' '(float)(amax / 240)' \
+  'test_fp8'
 mut lazy-threshold templates/softmax.cu \
   '<= ${sm.lit(F, "8")} ? mo' '<= ${sm.lit(F, "200")} ? mo' \
   'cli_targets'

@@ -4,8 +4,9 @@
 # only), the reasons it refuses the rest, the main job on the emulator
 # (every default variant validated against float64 under two schedules and
 # the adversarial suite, with random descales of Q, K and V), what `best`
-# then says, and `fatune model` rating the fp8 kernel by its QGMMA at
-# fp8's rate (SKIPPED without nvdisasm).
+# then says, `explore --axis quant` (the rounding against float64, with
+# and without the Hadamard rotation), and `fatune model` rating the fp8
+# kernel by its QGMMA at fp8's rate (SKIPPED without nvdisasm).
 #
 # usage: FATUNE=build/fatune bash tests/cli_fp8.sh
 set -u
@@ -50,6 +51,24 @@ check "O's norm-relative error between 5e-3 and 2^-4 for every variant" $? \
 run best best --dim 64 --seq 96 --seq-k 150 --causal --dtype e4m3 --db "$tmp/f8.db"
 [ "$rc" -eq 0 ] && grep -q 'wg-e4m3-d64-' "$tmp/best.out"
 check "best --dtype e4m3 names the recorded fp8 variant" $? "exit $rc: $(cat "$tmp/best.out" "$tmp/best.err")"
+
+# --- explore --axis quant: the rounding against float64 -------------------------------
+run quant explore --dim 64 --seq 128 --axis quant --seed 3 --json
+read -r bf pt rot obf opt orot < <(python3 - "$tmp/quant.out" <<'PY' 2>/dev/null
+import json, sys
+r = {(x["inputs"], x["scheme"].split(",")[0] + ("r" if "rotated" in x["scheme"] else "")): x["rel_err"]
+     for x in json.load(open(sys.argv[1]))}
+print(*(r[(i, s)] for i in ("normal", "outliers") for s in ("bf16", "e4m3", "e4m3r")))
+PY
+)
+[ "$rc" -eq 0 ] && [ -n "$orot" ] &&
+  awk -v bf="$bf" -v pt="$pt" -v obf="$obf" -v opt="$opt" -v orot="$orot" \
+    'BEGIN { exit !(bf < 0.01 && pt > 3 * bf && pt < 0.125 && orot < opt && opt > 3 * obf) }'
+check "explore --axis quant: fp8 well past bf16, the rotation cuts it with outliers ($opt -> $orot)" \
+  $? "exit $rc: $(head -c 600 "$tmp/quant.out") $(tail -n 2 "$tmp/quant.err")"
+run q96 explore --dim 96 --seq 64 --axis quant
+[ "$rc" -eq 2 ] && tail -n 1 "$tmp/q96.err" | grep -q 'power of 2'
+check "explore --axis quant refuses a head dim the rotation cannot take" $? "exit $rc: $(cat "$tmp/q96.err")"
 
 # --- the timing model ---------------------------------------------------------------
 run m model --gpu h100 --dim 128 --seq 16384 --batch 1 --heads 16 --dtype e4m3 \

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fa_fp8.h"
 #include "halfprec.h"
 
 #define SWEEP 100000   /* doubles per sign in the sweep */
@@ -267,8 +268,61 @@ static void test_sweep(const fmt *f) {
   }
 }
 
+/* fa_fp8.h: the rotation is orthogonal (a row's norm and the dot product
+** of two rows rotated alike are kept, to rounding), spreads a spike over
+** every element, differs by seed and refuses dims that are no power of 2;
+** quantization scales each block by its amax / 448, so its largest
+** element lands on 448, every element within e4m3's half ulp of x /
+** descale, a zero block gets descale 1, a NaN the block's NaN. */
+static void test_prepare(void) {
+  enum { D = 128 };
+  double a[2][D], b[2][D];
+  uint64_t s = 99;
+  for (int i = 0; i < D; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    a[0][i] = b[0][i] = (double)(s >> 11) * 0x1p-53 - 0.5;
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    a[1][i] = b[1][i] = (double)(s >> 11) * 0x1p-53 - 0.5;
+  }
+  CHECK(fa_fp8_rotate(&a[0][0], 2, D, 7) == 0, "rotate d128");
+  double n0 = 0, n1 = 0, dot0 = 0, dot1 = 0;
+  for (int i = 0; i < D; i++)
+    n0 += b[0][i] * b[0][i], n1 += a[0][i] * a[0][i], dot0 += b[0][i] * b[1][i],
+        dot1 += a[0][i] * a[1][i];
+  CHECK(fabs(n1 / n0 - 1) < 1e-13 && fabs(dot1 - dot0) < 1e-13 * n0, "rotation: norm %.17g -> "
+        "%.17g, dot %.17g -> %.17g", n0, n1, dot0, dot1);
+  double spike[D] = {0}, other[D], again[D];
+  spike[5] = 1;
+  memcpy(other, b[1], sizeof other), memcpy(again, b[1], sizeof again);
+  fa_fp8_rotate(spike, 1, D, 7), fa_fp8_rotate(other, 1, D, 8), fa_fp8_rotate(again, 1, D, 7);
+  int flat = 1, differ = 0;
+  for (int i = 0; i < D; i++)
+    flat &= fabs(fabs(spike[i]) - 1 / sqrt(D)) < 1e-15, differ |= other[i] != again[i];
+  CHECK(flat && differ, "a spike rotated: every element +-1/sqrt(d) (%d), signs by seed (%d)", flat,
+        differ);
+  CHECK(fa_fp8_rotate(spike, 1, 96, 7) == -1 && fa_fp8_rotate(spike, 1, 2048, 7) == -1,
+        "rotation of d96 or d2048 refused");
+
+  double x[3][64];
+  for (int i = 0; i < 64; i++) x[0][i] = (i - 20) * 0.37, x[1][i] = 0, x[2][i] = i;
+  x[2][9] = NAN;
+  uint8_t q[3][64];
+  float ds[3];
+  fa_fp8_quantize(&x[0][0], 3, 64, &q[0][0], ds);
+  double amax = 43 * 0.37, worst = 0;
+  for (int i = 0; i < 64; i++) {
+    const double want = x[0][i] / (double)ds[0], got = hp_e4m3_to_double(q[0][i]);
+    worst = fmax(worst, fabs(got - want) / fmax(fabs(want), 0x1p-6));
+  }
+  CHECK(ds[0] == (float)(amax / 448) && hp_e4m3_to_double(q[0][63]) == 448 && worst <= 0x1p-4,
+        "quantize: descale %.9g (want %.9g), largest %g, worst relative %g", ds[0], amax / 448,
+        hp_e4m3_to_double(q[0][63]), worst);
+  CHECK(ds[1] == 1 && q[1][0] == 0 && isnan(ds[2]), "a zero block: descale %g; NaN: %g", ds[1], ds[2]);
+}
+
 int main(void) {
   const fmt *fmts[] = {&e4m3, &e5m2};
+  test_prepare();
   test_known();
   test_hand_rounding();
   test_overflow();

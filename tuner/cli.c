@@ -260,7 +260,8 @@ static const flag_info flags[] = {
   {"deterministic", F_BUDGET, 0, NULL, "best: only variants that gave the same bits every run"},
   {"format", F_FMT, 1, "F", "export: csv or json; report: html (default) or md"},
   {"axis", F_AXIS, 1, "A", "one design axis of the explored family (it refuses the\n"
-                          "others), or all (default); the families'"},
+                          "others), or all (default), or quant: fp8's rounding against\n"
+                          "float64, with and without a Hadamard rotation; the families'"},
   {"sweep", F_AXIS, 1, "seq=A:B", "seq A, 2A, 4A, ... up to B instead of --seq"},
   {"db", F_DB, 1, "PATH", "results database (default: $FATUNE_DB, else\n"
                           "~/.cache/fatune/fatune.db)"},
@@ -505,13 +506,14 @@ static int explore_axes(gen_axis_name *names, const char **ptrs, char *err, size
   gen_state *g;
   int count = 0;
   if (gen_open(&g, err, n) != 0) return -1;
-  const int rc = gen_explore_axes(g, names, MAX_AXES - 1, &count);
+  const int rc = gen_explore_axes(g, names, MAX_AXES - 2, &count);
   if (rc != 0) snprintf(err, n, "%s", gen_errmsg(g));
   gen_close(g);
   if (rc != 0) return -1;
   for (int i = 0; i < count; i++) ptrs[i] = names[i].name;
-  ptrs[count] = "all";
-  return count + 1;
+  ptrs[count] = "quant";   /* explore_quant.c: fp8's rounding, no family's axis */
+  ptrs[count + 1] = "all";
+  return count + 2;
 }
 
 /* "a, b, ... or all" of the count names in ptrs, into buf (n bytes). */

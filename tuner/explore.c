@@ -23,6 +23,7 @@
 
 #include "fa_util.h"
 #include "explore_int.h"
+#include "explore_quant.h"
 #include "sass_kernel.h"
 #include "par.h"
 
@@ -293,6 +294,7 @@ static void banner(const explore *x, const char *note) {
 }
 
 int explore_main(gen_state *g, const cli_opts *o, const gen_target *t) {
+  if (!strcmp(o->axis, "quant")) return explore_quant(g, o, t);
   explore *x = calloc(1, sizeof *x);
   if (!x) return cli_say(1, "out of memory");
   x->o = o, x->t = t, x->g = g;
