@@ -19,6 +19,12 @@
 # (hopper/instantiations/flash_bwd_hdimD_bf16_sm90.cu, D 64 and 128),
 # prints their main loop per Q block beside the forward rows, and with
 # FA_CUBINS keeps them as fa3_bwd_dD_sm_90a.cubin.
+# With FA3_FP8=1 (or FA_CUBINS) it also compiles FA3's fp8 (e4m3) forward
+# kernels (hopper/instantiations/flash_fwd_hdimD_e4m3_sm90.cu, D 128 and
+# 256: tile_size.h's fp8 tiles 128x224 and 128x128, register-sourced PV,
+# V transposed in shared memory by the producer warpgroup), prints their
+# consumer and producer loops after the bf16 rows, and with FA_CUBINS keeps
+# them as fa3_fp8_dD_sm_90a.cubin.
 # It downloads nothing. Needs nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin or
 # PATH) and nvdisasm. One kernel file takes a minute or more and a few GB;
 # they compile one after the other, and the cubins are kept in
@@ -31,7 +37,9 @@
 # switches for what this comparison does not look at (backward, split,
 # paged and appended KV, local, softcap, PackGQA, fp8, varlen, clusters,
 # sm8x): they leave out instantiations; the kernels compared (non-causal
-# and causal, no other feature) are the same code either way. FA3's
+# and causal, no other feature) are the same code either way. (The fp8
+# switch only leaves the fp8 dispatch out of flash_api.cpp, which is not
+# compiled here; the e4m3 files are compiled without it.) FA3's
 # hopper/ needs nothing from PyTorch for these files, so no stub headers.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -75,10 +83,15 @@ common=(-cubin -O3 -std=c++17 --ftemplate-backtrace-limit=0 --use_fast_math --re
 # kernels' is the same otherwise.
 flags=("${common[@]}" -DFLASHATTENTION_DISABLE_BACKWARD)
 
+# The fp8 kernels' compile: the forward flags without the fp8 switch.
+fp8flags=()
+for f in "${flags[@]}"; do [ "$f" = -DFLASHATTENTION_DISABLE_FP8 ] || fp8flags+=("$f"); done
+
 # The cache key: the compiler, the flags, FA3's sources, CUTLASS's file list.
 key=$( { "$nvcc" --version; printf '%s\n' "${flags[@]}";
          cat "$hopper"/*.h "$hopper"/*.hpp "$hopper"/instantiations/flash_fwd_hdim{64,128,256}_bf16_sm90.cu \
-             "$hopper"/instantiations/flash_bwd_hdim{64,128}_bf16_sm90.cu;
+             "$hopper"/instantiations/flash_bwd_hdim{64,128}_bf16_sm90.cu \
+             "$hopper"/instantiations/flash_fwd_hdim{128,256}_e4m3_sm90.cu;
          (cd "$cutlass/include" && find . -type f -printf '%p %s %T@\n' | LC_ALL=C sort); } |
        sha256sum | cut -c1-16)
 cache="${FA3_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fatune/fa3}/$key"
@@ -114,10 +127,27 @@ for dim in 64 128; do
   mv "$cache/bwd_d$dim.part" "$cache/bwd_d$dim.cubin"
 done
 
+fp8=0
+[ -n "${FA3_FP8:-}${FA_CUBINS:-}" ] && fp8=1
+for dim in 128 256; do
+  [ "$fp8" = 1 ] || break
+  if [ -s "$cache/fp8_d$dim.cubin" ] && [ -s "$cache/fp8_d$dim.log" ]; then continue; fi
+  echo "compare-fa3: compiling FA3's hdim$dim e4m3 sm90 kernels (a minute or more)..." >&2
+  if ! nice "$nvcc" "${fp8flags[@]}" -o "$cache/fp8_d$dim.part" \
+         "$hopper/instantiations/flash_fwd_hdim${dim}_e4m3_sm90.cu" >"$cache/fp8_d$dim.log" 2>&1; then
+    echo "compare-fa3: nvcc failed for the hdim$dim e4m3 kernels:" >&2
+    tail -20 "$cache/fp8_d$dim.log" >&2
+    rm -f "$cache/fp8_d$dim.part" "$cache/fp8_d$dim.log"
+    exit 1
+  fi
+  mv "$cache/fp8_d$dim.part" "$cache/fp8_d$dim.cubin"
+done
+
 if [ -n "${FA_CUBINS:-}" ]; then
   mkdir -p "$FA_CUBINS"
   for dim in $dims; do cp "$cache/d$dim.cubin" "$FA_CUBINS/fa3_d${dim}_sm_90a.cubin"; done
   for dim in 64 128; do cp "$cache/bwd_d$dim.cubin" "$FA_CUBINS/fa3_bwd_d${dim}_sm_90a.cubin"; done
+  for dim in 128 256; do cp "$cache/fp8_d$dim.cubin" "$FA_CUBINS/fa3_fp8_d${dim}_sm_90a.cubin"; done
 fi
 
 # A JSON member of one line of fatune's --json output (numbers, null).
@@ -188,6 +218,50 @@ for dim in 64 128; do
     fi
   done
 done
+
+if [ "$fp8" = 1 ]; then
+  # FA3's fp8 (e4m3) forward kernels (tile_size.h, element size 1: d128
+  # 128x224, d256 128x128, causal or not; 2 consumer warpgroups, P V from
+  # registers, intra-warpgroup overlap). The producer warpgroup loads V with
+  # TMA and transposes it in shared memory (LDSM.T / STSM) for the P V
+  # wgmma, whose operands are both K-major in fp8; fatune's wg transposes V
+  # in a launch of its own before the main one.
+  echo
+  echo "| dim | causal | kernel (e4m3) | tile | consumers | insns per K/V block per warp | QGMMA | non-QGMMA per QGMMA | producer insns / UTMALDG | regs / spill store bytes |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for dim in 128 256; do
+    for causal in 0 1; do
+      case "$dim" in 128) bm=128 bn=224 ;; 256) bm=128 bn=128 ;; esac
+      wgs=$((bm / 64))
+      js=$("$fatune" sass "$cache/fp8_d$dim.cubin" --json | grep "float_e4m3_t.*4arch4Sm90ELb${causal}E") ||
+        { echo "compare-fa3: no FA3 e4m3 kernel with Is_causal=$causal in hdim$dim" >&2; exit 1; }
+      [ "$(wc -l <<<"$js")" = 1 ] ||
+        { echo "compare-fa3: more than one FA3 e4m3 kernel with Is_causal=$causal in hdim$dim" >&2; exit 1; }
+      fn=$(sed -n 's/.*"function": "\([^"]*\)".*/\1/p' <<<"$js")
+      read -r regs spill <<<"$(ptxas_usage "$cache/fp8_d$dim.log" "$fn")"
+      row "$dim" "$causal" "FA3 flash_fwd" "${bm}x$bn" "$wgs" "$js" "${regs:--}" "${spill:--}"
+      flag=()
+      [ "$causal" = 1 ] && flag=(--causal)
+      found=0
+      for feat in "pingpong=1,overlap=1" "pingpong=1,overlap=0" "pingpong=0,overlap=0"; do
+        cfg="family=wg,block_m=$bm,block_n=$bn,consumers=$wgs,stages=2,$feat,norm=deferred,swizzle=128"
+        if js=$("$fatune" compile --sass --arch sm_90a --dim "$dim" --dtype e4m3 "${flag[@]}" \
+                  --config "$cfg" --jobs 1 --json 2>/dev/null | grep '"name": "wg-') &&
+           [ "$(member "$js" loop_instructions)" != null ]; then
+          found=1
+          break
+        fi
+      done
+      if [ "$found" = 1 ]; then
+        name=$(sed -n 's/.*"name": "\([^"]*\)".*/\1/p' <<<"$js")
+        row "$dim" "$causal" "$name" "${bm}x$bn" "$wgs" "$js" "$(member "$js" registers)" \
+          "$(member "$js" spill_store_bytes)"
+      else
+        echo "| $dim | $causal | fatune wg | ${bm}x$bn | $wgs | not built | | | | |"
+      fi
+    done
+  done
+fi
 
 [ "$bwd" = 1 ] || exit 0
 # FA3's backward kernels (FlashAttnBwdSm90, the non-GQA epilogue, not

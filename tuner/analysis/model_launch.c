@@ -44,6 +44,10 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   /* wg's persistent scheduler (templates/wg/wg.cu): static, in rounds,
   ** the longest tiles first under a causal mask */
   l->persistent = l->snake = k->launch[k->main].persistent;
+  for (int i = 0; i < k->nlaunch; i++) {
+    const size_t n = strlen(k->launch[i].entry);
+    l->v_transposed |= i != k->main && n > 3 && !strcmp(k->launch[i].entry + n - 3, "_vt");
+  }
   l->longest_first = l->persistent && gen_config_get(&k->cfg, "causal") &&
                      !strcmp(gen_config_get(&k->cfg, "causal"), "1");
   if (l->block_m < 0 || l->block_n < 0 || l->threads < 32) return -1;
@@ -122,24 +126,47 @@ static int fa2_bwd(const model_problem *p, const estimate_gpu *g, model_launch *
   return 0;
 }
 
-/* FlashAttention-3 (hopper/tile_size.h tile_size_fwd_sm90, 16-bit;
-** hopper/flash_fwd_launch_template.h): d64 192x192 (causal 192x128), d128
-** 128x176 (causal 128x128), d256 128x80; block_m / 64 consumer warpgroups
-** and one producer warpgroup; 2 stages of K and of V; a persistent
-** scheduler on sm_90, one CTA per SM slot looping over tiles: static for
-** a non-causal kernel, the longest tiles first for a causal one. */
+/* FlashAttention-3 (hopper/tile_size.h tile_size_fwd_sm90;
+** hopper/flash_fwd_launch_template.h): 16-bit d64 192x192 (causal
+** 192x128), d128 128x176 (causal 128x128), d256 128x80; fp8 (element size
+** 1, causal or not) d64 192x160, d96 192x128, d128 128x224, d192 128x160,
+** d256 128x128, all with P V from registers and intra-warpgroup overlap.
+** block_m / 64 consumer warpgroups and one producer warpgroup; 2 stages of
+** K and of V; a persistent scheduler on sm_90, one CTA per SM slot looping
+** over tiles: static for a non-causal kernel, the longest tiles first for
+** a causal one. Shared memory (mainloop_fwd_sm90_tma_gmma_ws.hpp,
+** TensorStorage; flash_fwd_kernel_sm90.h, SharedStorage): Q, K's and V's
+** stages; O's epilogue tile (16 bits: fp8's O is bf16) shares V's
+** buffer, padded where it is the larger. fp8 (Transpose_V) lands V with
+** TMA in a buffer of its own (smem_vt) and its producer warpgroup, all
+** four warps, writes it transposed into smem_v for the P V wgmma, which
+** takes both fp8 operands K-major: one more set of V's stages, no launch
+** before. The cluster of 2 the fp8 d192 kernel launches with (ClusterM,
+** where the query blocks are even in number) is not modelled, nor the
+** pipelines' barriers (a few hundred bytes). */
 static int fa3(const model_problem *p, model_launch *l, char *pat, size_t n) {
-  if (p->dim == 64) l->block_m = 192, l->block_n = p->causal ? 128 : 192;
-  else if (p->dim == 128) l->block_m = 128, l->block_n = p->causal ? 128 : 176;
-  else if (p->dim == 256) l->block_m = 128, l->block_n = 80;
+  const int d = p->dim, fp8 = p->elem_bytes == 1;
+  if (fp8) {
+    if (d == 64) l->block_m = 192, l->block_n = 160;
+    else if (d == 96) l->block_m = 192, l->block_n = 128;
+    else if (d == 128) l->block_m = 128, l->block_n = 224;
+    else if (d == 192) l->block_m = 128, l->block_n = 160;
+    else if (d == 256) l->block_m = 128, l->block_n = 128;
+    else return -1;
+  } else if (d == 64) l->block_m = 192, l->block_n = p->causal ? 128 : 192;
+  else if (d == 128) l->block_m = 128, l->block_n = p->causal ? 128 : 176;
+  else if (d == 256) l->block_m = 128, l->block_n = 80;
   else return -1;
   l->consumers = l->block_m / 64;
   l->threads = 128 * (l->consumers + 1);
   l->stages = 2;
-  l->smem_bytes = (l->block_m + 2 * l->stages * l->block_n) * p->dim * 2;
+  const int e = fp8 ? 1 : 2, v = l->stages * l->block_n * d * e, o = l->block_m * d * 2;
+  l->smem_bytes = (o > v ? o : v) + (fp8 ? v : 0) + (l->block_m + l->stages * l->block_n) * d * e;
   l->persistent = 1;
   l->longest_first = p->causal;
-  snprintf(pat, n, "4arch4Sm90ELb%dE", p->causal);
+  /* CollectiveMainloopFwdSm90<..., Element, float, Sm90, Is_causal, ...>:
+  ** fp8's element spelled out (its O, bf16, comes later, in the epilogue) */
+  snprintf(pat, n, "%s4arch4Sm90ELb%dE", fp8 ? "float_e4m3_tEfNS_" : "", p->causal);
   return 0;
 }
 

@@ -290,18 +290,126 @@ static int ring_by_address(const sass_op *o, char key[][64], int *nk, int cap) {
   return ring < *nk ? ring : *nk - 1;
 }
 
+/* The immediate offset of an mbarrier operand ("[R5+URZ+0x2e830]":
+** 0x2e830), -1 without one. */
+static long bar_offset(const sass_op *o) {
+  const char *a = strchr(o->text, '['), *e = a ? strchr(a, ']') : NULL, *x = NULL;
+  for (const char *p = a; p && p < e; p++)
+    if (p[0] == '0' && p[1] == 'x') x = p;
+  return x ? strtol(x, NULL, 16) : -1;
+}
+
+static int is_arrive(const sass_op *o) {
+  return !strcmp(o->op, "SYNCS") && has(o->text, "SYNCS.ARRIVE");
+}
+
+/* A producer that writes a stage itself: FlashAttention-3's fp8 kernel
+** (Transpose_V). Its producer warpgroup loads V by TMA into a buffer of its
+** own (smem_vt, on a barrier pair the consumers never see), then, a block
+** behind, waits for that V to land and for the consumers to free smem_v,
+** writes V transposed there with LDSM.T and STSM, the four warps a quarter
+** each, and arrives on the barrier the consumers wait on for V. A wait with
+** no UTMALDG after it marks such a loop. By the barriers' offsets (one
+** shared-memory array on both sides): a wait whose TMA's expect-tx arrive
+** names a barrier the consumers wait on fills that ring (K); one whose TMA's
+** names none is the producer's own (V into smem_vt): met at once, its TMA
+** only L2 traffic; a wait with no TMA before the next wait waits for the
+** producer's own TMA (met) or, where the plain arrive after it names a
+** consumer's barrier, for that ring's stage (V's): the fill, which the
+** consumers take once the iteration ends, after the transposition.
+** Simplified: the warpgroup's named barrier the one modelled warp meets at
+** once; its LDSM and STSM hold shared memory four times as long (the other
+** three warps' quarters). Returns the blocks per iteration when it mapped
+** such a loop, else 0 with m as it was. */
+static int map_own_producer(const sass_seq *q, model_insn *m, const char *w,
+                            const sass_seq *cons, int want, const model_problem *p,
+                            const model_launch *l) {
+  int own = 0;
+  for (int i = 0, last = -1; i <= q->n; i++) {
+    if (i < q->n && !w[i]) continue;
+    if (last >= 0) {
+      int tma = 0;
+      for (int j = last + 1; j < i; j++) tma |= !strcmp(q->op[j].op, "UTMALDG");
+      own |= !tma;
+    }
+    last = i;
+  }
+  if (!own || p->backward) return 0;
+  char *cw = calloc((size_t)cons->n + 1, 1);
+  if (!cw) return 0;
+  long coff[MODEL_MAX_RINGS], ownoff[8];
+  int nc = 0, nown = 0, filled[MODEL_MAX_RINGS] = {0};
+  blocking_waits(cons, cw);
+  for (int i = 0; i < cons->n && nc < want && nc < MODEL_MAX_RINGS; i++)
+    if (cw[i]) coff[nc++] = bar_offset(&cons->op[i]);
+  free(cw);
+  if (nc != want) return 0;
+  model_insn *orig = malloc((size_t)q->n * sizeof *orig);
+  if (!orig) return 0;
+  memcpy(orig, m, (size_t)q->n * sizeof *orig);
+  const double tile = (double)l->block_n * p->dim * p->elem_bytes;
+  int ring = -1, ntma = 1;  /* the ring the current wait fills (-1 none), its TMAs */
+  for (int i = 0; i < q->n; i++) {
+    if (w[i]) {
+      ring = -1;
+      int next = i + 1, tma = -1;
+      while (next < q->n && !w[next]) next++;
+      ntma = 0;
+      for (int j = i + 1; j < next; j++)
+        if (!strcmp(q->op[j].op, "UTMALDG")) ntma++, tma = tma < 0 ? j : tma;
+      ntma = ntma ? ntma : 1;
+      long off = -1;
+      if (tma >= 0) {  /* the expect-tx arrive before the TMA */
+        for (int j = i + 1; j < tma; j++)
+          if (is_arrive(&q->op[j]) && !is_release(&q->op[j])) off = bar_offset(&q->op[j]);
+        for (int r = 0; r < nc; r++)
+          if (off >= 0 && coff[r] == off) ring = r;
+        if (ring < 0 && nown < 8) ownoff[nown++] = off;
+      } else {
+        off = bar_offset(&q->op[i]);
+        int mine = 0;
+        for (int k = 0; k < nown; k++) mine |= ownoff[k] == off;
+        for (int j = i + 1; j < q->n && !mine && ring < 0; j++)
+          if (is_arrive(&q->op[j]) && is_release(&q->op[j]))
+            for (int r = 0; r < nc; r++)
+              if (coff[r] == bar_offset(&q->op[j])) ring = r;
+      }
+      if (ring >= 0) m[i].kind = MK_EMPTY_WAIT, m[i].arg = ring, filled[ring]++;
+    } else if (!strcmp(q->op[i].op, "UTMALDG")) {
+      if (ring >= 0) m[i].kind = MK_TMA, m[i].arg = ring, m[i].bytes = tile / ntma;
+      else m[i].kind = MK_LOAD_GLOBAL, m[i].bytes = tile / ntma, m[i].wbar = 7;
+    } else if ((m[i].kind == MK_BAR_SYNC || m[i].kind == MK_BAR_ARV) && m[i].arg2 > 1) {
+      m[i].kind = MK_PLAIN, m[i].pipe = MP_NONE;
+    } else if (!strcmp(q->op[i].op, "LDSM") || !strcmp(q->op[i].op, "STSM")) {
+      m[i].occupy *= 4;
+    }
+  }
+  /* each ring filled once per block, or the loop is not what this reads */
+  int ok = 1;
+  for (int r = 0; r < want; r++) ok &= filled[r] == filled[0] && filled[r] > 0;
+  if (!ok) memcpy(m, orig, (size_t)q->n * sizeof *orig);
+  free(orig);
+  return ok ? filled[0] : 0;
+}
+
 /* The producer's rings: one per barrier array its waits use, in order of
 ** first use; an unrolled loop waits on each more than once. Where the
 ** addresses do not tell the arrays apart (each in a register of its own)
 ** but the consumers use `want` rings, the waits take them in turn: K's,
 ** then V's. Returns the blocks per iteration. */
-static int map_producer(const sass_seq *q, model_insn *m, int want, int *nrings,
-                        const model_problem *p, const model_launch *l) {
+static int map_producer(const sass_seq *q, const sass_seq *cons, model_insn *m, int want,
+                        int *nrings, const model_problem *p, const model_launch *l) {
   char *w = calloc((size_t)q->n + 1, 1);
   char key[MODEL_MAX_RINGS][64];
   int nk = 0, waits = 0, loads[MODEL_MAX_RINGS] = {0};
   if (!w) return 1;
   blocking_waits(q, w);
+  const int own = map_own_producer(q, m, w, cons, want, p, l);
+  if (own > 0) {
+    free(w);
+    *nrings = want;
+    return own;
+  }
   for (int i = 0; i < q->n; i++)
     if (w[i]) ring_by_address(&q->op[i], key, &nk, 2), waits++;
   /* The backward pass's producer unrolls its loop over the stages, each
@@ -542,7 +650,8 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
       return model_built_free(b), fail(err, errlen, "a warp-specialized kernel without a producer loop");
     if (translate(g, &t->producer, l->ldsm_ways, &b->insn[1]))
       return model_built_free(b), fail(err, errlen, "out of memory");
-    int pp = map_producer(&t->producer, b->insn[1], consumer_rings(&t->loop, l, p), &k->nrings, p, l);
+    int pp = map_producer(&t->producer, &t->loop, b->insn[1], consumer_rings(&t->loop, l, p),
+                          &k->nrings, p, l);
     int pc = map_consumer(&t->loop, b->insn[0], k->nrings, l, p);
     if (p->backward) drop_foreign_barriers(b->insn[0], t->loop.n);
     k->stages = l->stages > 0 ? l->stages : 2;
