@@ -56,7 +56,17 @@ typedef enum fatune_status {
                         determinism asked for (tune it: the main job records both) */
 } fatune_status;
 
-typedef enum fatune_dtype { FATUNE_FP32 = 0, FATUNE_FP64 = 1, FATUNE_FP16 = 2, FATUNE_BF16 = 3 } fatune_dtype;
+/* FATUNE_E4M3: OCP FP8 (CUDA's __nv_fp8_e4m3, torch.float8_e4m3fn), the
+** inputs of FlashAttention-3's fp8 forward pass: Q, K and V in e4m3, O in
+** bf16, the logsumexp in fp32, with optional descales
+** (fatune_attention_args). Only fatune_attention and
+** fatune_attention_forward take it, and only where the Hopper family
+** computes it: sm_90a (an H100 or H200, or the emulator with emu_arch
+** "sm_90a", fatune_options'), head dims that are multiples of 8 up to 256,
+** V's head dim Q's; elsewhere the call is FATUNE_EINVAL saying so. */
+typedef enum fatune_dtype {
+  FATUNE_FP32 = 0, FATUNE_FP64 = 1, FATUNE_FP16 = 2, FATUNE_BF16 = 3, FATUNE_E4M3 = 4
+} fatune_dtype;
 
 /* Q, K, V, O are contiguous (batch, heads, seq, dim); K and V have seq_k
 ** rows, Q and O seq_q; V and O have dim_v columns, Q and K dim. The
@@ -78,11 +88,15 @@ typedef struct fatune_problem {
 /* The GPU of the calling thread's current CUDA context (a framework's). */
 #define FATUNE_DEVICE_CURRENT (-1)
 
+/* Zero-initialise it: a field added later means, at zero, what it did before. */
 typedef struct fatune_options {
   const char *db_path;   /* NULL: $FATUNE_DB, else ~/.cache/fatune/fatune.db */
   const char *backend;   /* "auto" (NULL), "cuda" or "emu" */
   int device;            /* cuda: the GPU's index (0, the default, is the first), or
                             FATUNE_DEVICE_CURRENT; the emulator ignores it */
+  const char *emu_arch;  /* the target the emulator runs the kernels of ("sm_90a": the
+                            Hopper family's, e4m3 among them); NULL: $FATUNE_EMU_ARCH,
+                            else the tuner's default (sm_90); a GPU ignores it */
 } fatune_options;
 
 /* A tensor of the attention: the four dims are (batch, heads, seq, dim),
@@ -100,8 +114,10 @@ typedef struct fatune_mod fatune_mod;
 
 /* One call of fatune_attention. K and V have seq_k rows and heads that
 ** divide Q's (grouped-query and multi-query attention: Q head h reads K/V
-** head h / (heads_q / heads_kv)); O is shaped as Q. lse is NULL or
-** [batch][heads_q][seq_q], contiguous, fp64 for fp64 and fp32 otherwise.
+** head h / (heads_q / heads_kv)); O is shaped as Q. Every tensor has q's
+** dtype but O with e4m3 inputs, which is FATUNE_BF16 (any other is
+** FATUNE_EINVAL). lse is NULL or [batch][heads_q][seq_q], contiguous, fp64
+** for fp64 and fp32 otherwise.
 ** Zero-initialise it: a later version may add fields at the end, zero
 ** meaning what the call did before (the soname changes with the layout). */
 typedef struct fatune_attention_args {
@@ -119,6 +135,12 @@ typedef struct fatune_attention_args {
   const fatune_mod *mod; /* NULL, or the modification every score and key goes through: the
                             variant recorded best under it (fatune --mod), else the default
                             under it; kept alive by the caller through the call */
+  /* fp8 (e4m3) only, as FlashAttention-3's: each NULL (1) or (batch,
+  ** heads_kv) float32, contiguous and 4-byte aligned, device memory on
+  ** cuda and host memory on the emulator; the query heads of a K/V head
+  ** take its. O = softmax(scale q_descale k_descale Q K^T) V v_descale,
+  ** Q, K and V as stored in e4m3. Given with another dtype: FATUNE_EINVAL. */
+  const float *q_descale, *k_descale, *v_descale;
 } fatune_attention_args;
 
 /* One call of fatune_attention_backward: the forward call's q, k, v, o
@@ -156,7 +178,7 @@ FATUNE_API const char *fatune_backend(const fatune_ctx *ctx);
 
 /* O (and lse, which may be NULL) for q, k, v: fatune_attention on
 ** contiguous (batch, heads, seq, dim) tensors with as many K/V heads as Q
-** heads. Device pointers on cuda, host pointers on the emulator. stream: a
+** heads (for e4m3, o in bf16 and no descales). Device pointers on cuda, host pointers on the emulator. stream: a
 ** CUstream, or NULL; on cuda the call returns once the kernel is queued on
 ** it. Q, K, V and O must be 16-byte aligned (as cudaMalloc's are) for fp16
 ** and bf16 with a head dim that is a multiple of 8, whose kernels move 16
@@ -177,13 +199,14 @@ FATUNE_API fatune_status fatune_attention_forward(fatune_ctx *ctx, const fatune_
 ** only read); the scale in range; pointers and strides
 ** aligned to the element, and to 16 bytes where the chosen kernel moves 16
 ** bytes at a time (fp16 and bf16 with a head dim that is a multiple of 8,
-** as cudaMalloc'd, contiguous tensors are). On cuda the call pushes the
+** and e4m3, as cudaMalloc'd, contiguous tensors are). On cuda the call pushes the
 ** context's GPU's primary context, queues the kernel on args->stream and
 ** pops it again: it does not wait, and the caller's current context is
 ** left as it was. With lse NULL the logsumexp goes to a scratch buffer of
 ** the context, grown when a larger problem comes (the only call that
 ** waits for the device); the kernels with a workspace (the FA1-style loop
-** order, never the default) allocate it per call and wait. */
+** order, never the default; e4m3's, which writes V transposed there first)
+** allocate it per call and wait. */
 FATUNE_API fatune_status fatune_attention(fatune_ctx *ctx, const fatune_attention_args *args);
 
 /* dQ, dK, dV of attention as args says: the variant of op bwd recorded as

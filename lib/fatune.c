@@ -158,19 +158,22 @@ fatune_status fatune_open(const fatune_options *opts, fatune_ctx **out) {
     const fa_device *d = backend_device(c->be);
     char arch[16], base[16], why[256];
     /* The emulator emulates the tuner's default target, or the one
-    ** FATUNE_EMU_ARCH names (sm_90a: the Hopper family's kernels). */
-    const char *emu_arch = d ? NULL : getenv("FATUNE_EMU_ARCH");
+    ** options' emu_arch, else FATUNE_EMU_ARCH, names (sm_90a: the Hopper
+    ** family's kernels, fp8's among them). */
+    const int given = opts && opts->emu_arch;
+    const char *emu_arch = d ? NULL : given ? opts->emu_arch : getenv("FATUNE_EMU_ARCH");
+    const char *whence = given ? "emu_arch" : "FATUNE_EMU_ARCH";
     if (!emu_arch || !*emu_arch) emu_arch = NULL;
     snprintf(arch, sizeof arch, "%s", emu_arch ? emu_arch : gen_default_arch(c->gen));
     snprintf(c->device, sizeof c->device, "%s", d ? d->uuid : "emu");
     /* What the tuner targets. */
     if (emu_arch && strlen(emu_arch) >= sizeof arch)
-      st = fail(FATUNE_EINVAL, "FATUNE_EMU_ARCH is %zu characters: an arch as sm_90a",
+      st = fail(FATUNE_EINVAL, "%s is %zu characters: an arch as sm_90a", whence,
                 strlen(emu_arch));
     else if ((d && gen_device_arch(c->gen, backend_device_arch(d, base, sizeof base), arch,
                                    sizeof arch, why, sizeof why) != 0) ||
              gen_target_for_arch(c->gen, arch, d ? d->smem_per_block_optin : 0, 0, &c->target) != 0)
-      st = emu_arch ? fail(FATUNE_EINVAL, "FATUNE_EMU_ARCH: %s", gen_errmsg(c->gen))
+      st = emu_arch ? fail(FATUNE_EINVAL, "%s: %s", whence, gen_errmsg(c->gen))
                     : fail(FATUNE_ENODEV, "this GPU is not one fatune knows: %s", gen_errmsg(c->gen));
     backend_keep_objects(c->be, 1);
   }
@@ -231,7 +234,7 @@ static fatune_status check_problem(const fatune_problem *p) {
     return fail(FATUNE_EINVAL, "bad head dim %d (1 to %d)", p->dim, FA_DIM_MAX);
   if (p->dim_v < 0 || p->dim_v > FA_DIM_MAX)
     return fail(FATUNE_EINVAL, "bad V head dim %d (1 to %d, or 0: dim)", p->dim_v, FA_DIM_MAX);
-  if ((unsigned)p->dtype > FATUNE_BF16) return fail(FATUNE_EINVAL, "bad dtype %d", (int)p->dtype);
+  if ((unsigned)p->dtype > FATUNE_E4M3) return fail(FATUNE_EINVAL, "bad dtype %d", (int)p->dtype);
   /* The kernels of every dtype but fp64 carry scale * log2(e) as a float. */
   if (!(p->scale >= 0 && p->scale * LOG2E <= FLT_MAX))
     return fail(FATUNE_EINVAL, "scale %g is out of range: 0 (1/sqrt(dim)) or a positive "
@@ -321,7 +324,13 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
   int rc = gen_set_mod(c->gen, fp->mod);
   if (rc == 0) rc = gen_render_config(c->gen, "", fp, &c->target, k);
   if (rc != 0) {
-    fatune_status st = fail((fatune_status)rc, "no kernel for this problem: %s", gen_errmsg(c->gen));
+    /* fp8 needs Hopper's wgmma: said in words a user acts on. */
+    fatune_status st =
+      fp->dtype == FA_E4M3 && strcmp(c->target.arch, "sm_90a")
+        ? fail((fatune_status)rc, "no kernel for e4m3 (fp8) on %s: only the Hopper family (wg) "
+               "computes fp8, on sm_90a (an H100 or H200; the emulator opened with emu_arch "
+               "\"sm_90a\" or FATUNE_EMU_ARCH=sm_90a) (%s)", c->target.arch, gen_errmsg(c->gen))
+        : fail((fatune_status)rc, "no kernel for this problem: %s", gen_errmsg(c->gen));
     gen_set_mod(c->gen, NULL);
     return st;
   }
@@ -541,6 +550,12 @@ fatune_status fatune_forget(fatune_ctx *c) {
 static const char *const tensor_name[4] = {"q", "k", "v", "o"};
 static const char *const dim_name[4] = {"batch", "heads", "seq", "dim"};
 
+/* Bytes per element of a tensor of the call: its own dtype's (O's is bf16
+** beside e4m3 inputs). Only for dtypes check_tensor took. */
+static size_t tensor_elem(const fatune_tensor *t) {
+  return (size_t)fa_dtype_size((fa_dtype)t->dtype);
+}
+
 /* The bytes from a tensor's first element to the end of its last. */
 static size_t extent(const fatune_tensor *t, size_t es) {
   size_t last = 0;
@@ -577,17 +592,22 @@ static fatune_status check_distinct(const char *name, const fatune_tensor *o) {
 ** overwritten. By the spans from first to last byte, which refuses a few
 ** interleaved layouts that would be safe, as no exact test is cheap. */
 static fatune_status check_overlaps(const fatune_attention_args *x, const fatune_problem *p) {
-  static const char *const name[5] = {"q", "k", "v", "o", "lse"};
+  static const char *const name[8] = {"q", "k", "v", "o", "lse", "q_descale", "k_descale",
+                                      "v_descale"};
   const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
-  const size_t es = (size_t)fa_dtype_size((fa_dtype)p->dtype);
-  uintptr_t lo[5], hi[5];
+  uintptr_t lo[8], hi[8];
   for (int i = 0; i < 4; i++)
-    lo[i] = (uintptr_t)t[i]->data, hi[i] = lo[i] + extent(t[i], es);
+    lo[i] = (uintptr_t)t[i]->data, hi[i] = lo[i] + extent(t[i], tensor_elem(t[i]));
   lo[4] = (uintptr_t)x->lse;
   hi[4] = lo[4] + (size_t)p->batch * p->heads * p->seq_q * fa_lse_size((fa_dtype)p->dtype);
+  /* The descales are read too (none: an empty span). */
+  const float *const ds[3] = {x->q_descale, x->k_descale, x->v_descale};
+  const size_t db = (size_t)p->batch * (size_t)x->k.shape[1] * sizeof(float);
+  for (int i = 0; i < 3; i++)
+    lo[5 + i] = (uintptr_t)ds[i], hi[5 + i] = ds[i] ? lo[5 + i] + db : lo[5 + i];
   for (int w = 3; w < (x->lse ? 5 : 4); w++)   /* o, then lse */
-    for (int i = 0; i < w; i++)
-      if (lo[w] < hi[i] && lo[i] < hi[w])
+    for (int i = 0; i < 8; i++)
+      if (i != w && (i < w || i >= 5) && lo[w] < hi[i] && lo[i] < hi[w])
         return fail(FATUNE_EINVAL, "%s overlaps %s (%p to %p, and %p to %p): the kernel "
                     "writes %s", name[w], name[i], (void *)lo[w], (void *)hi[w],
                     (void *)lo[i], (void *)hi[i], name[w]);
@@ -620,6 +640,15 @@ static fatune_status check_tensor(const char *name, const fatune_tensor *t, fatu
   return FATUNE_OK;
 }
 
+/* fp8 (e4m3) runs through fatune_attention (and _forward) alone: the
+** forward pass over dense batches, as FlashAttention-3's fp8. Every other
+** call refuses it, saying so, before anything else is read. */
+static fatune_status no_fp8(const fatune_tensor *q, const char *call) {
+  if (q->dtype != FATUNE_E4M3) return FATUNE_OK;
+  return fail(FATUNE_EINVAL, "%s takes no e4m3 (fp8): fp8 runs the forward pass over dense "
+              "batches alone (fatune_attention); give fp16, bf16, fp32 or fp64 tensors", call);
+}
+
 /* An error budget of 0 (none) or from 1e-16 to 1. */
 static fatune_status check_budget(double max_rel_err) {
   if (max_rel_err == 0 || (max_rel_err >= 1e-16 && max_rel_err <= 1)) return FATUNE_OK;
@@ -635,8 +664,27 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
   if (check_budget(x->max_rel_err) != FATUNE_OK) return FATUNE_EINVAL;
   const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
   fatune_status st;
+  if ((unsigned)x->q.dtype > FATUNE_E4M3)
+    return fail(FATUNE_EINVAL, "q's dtype %d is none of fatune_dtype's", (int)x->q.dtype);
+  const int fp8 = x->q.dtype == FATUNE_E4M3;
+  /* e4m3's O is bf16, as FlashAttention-3's; every other dtype's O its own. */
+  if (fp8 && x->o.dtype != FATUNE_BF16)
+    return fail(FATUNE_EINVAL, "o's dtype is %s (%d): attention on e4m3 (fp8) inputs writes O "
+                "in bf16 (FATUNE_BF16)", fa_dtype_name((fa_dtype)x->o.dtype), (int)x->o.dtype);
   for (int i = 0; i < 4; i++)
-    if ((st = check_tensor(tensor_name[i], t[i], x->q.dtype)) != FATUNE_OK) return st;
+    if ((st = check_tensor(tensor_name[i], t[i], i == 3 && fp8 ? FATUNE_BF16 : x->q.dtype)) !=
+        FATUNE_OK)
+      return st;
+  const float *const ds[3] = {x->q_descale, x->k_descale, x->v_descale};
+  static const char *const ds_name[3] = {"q_descale", "k_descale", "v_descale"};
+  for (int i = 0; i < 3; i++) {
+    if (ds[i] && !fp8)
+      return fail(FATUNE_EINVAL, "%s is given, but q is %s: descales scale e4m3 (fp8) inputs "
+                  "only", ds_name[i], fa_dtype_name((fa_dtype)x->q.dtype));
+    if ((uintptr_t)ds[i] % sizeof(float))
+      return fail(FATUNE_EINVAL, "%s is not 4-byte aligned (%p): (batch, heads_kv) float32",
+                  ds_name[i], (const void *)ds[i]);
+  }
   const long long *q = x->q.shape, *k = x->k.shape;
   for (int d = 0; d < 3; d++) {
     if (x->o.shape[d] != q[d])
@@ -670,8 +718,8 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
 static fatune_status check_alignment(const gen_kernel *k, const fatune_attention_args *x) {
   const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
   const fa_dtype dt = (fa_dtype)x->q.dtype;
-  const long long es = fa_dtype_size(dt), align = k->io_align > es ? k->io_align : es;
   for (int i = 0; i < 4; i++) {
+    const long long es = (long long)tensor_elem(t[i]), align = k->io_align > es ? k->io_align : es;
     const char *how = i < 3 ? "loads" : "stores";
     if ((uintptr_t)t[i]->data % (uintptr_t)align)
       return fail(FATUNE_EINVAL, "%s is not %lld-byte aligned (%p): the kernel for dim %lld %s "
@@ -882,7 +930,7 @@ typedef struct call {
   fa_problem fp;
   gen_launch shapes[GEN_MAX_LAUNCHES];
   fa_params a;
-  fa_range extra[5];
+  fa_range extra[8];   /* q, k, v, o, lse and the three descales */
 } call;
 
 /* The locks a prepared call holds, released. */
@@ -902,7 +950,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   const budget bud = {x->max_rel_err, x->deterministic != 0};
   if ((st = slot_for(c, fp, &bud, &cl->s)) != FATUNE_OK) return st;
   void *lse = x->lse;
-  const size_t es = (size_t)fa_dtype_size(fp->dtype), ls = (size_t)fa_lse_size(fp->dtype);
+  const size_t ls = (size_t)fa_lse_size(fp->dtype);
   const size_t rows = (size_t)fp->batch * fp->heads * fp->seq_q;
   /* Kernels always write the logsumexp: a scratch one when the caller has none. */
   if ((st = check_alignment(&cl->s->k, x)) != FATUNE_OK ||
@@ -927,7 +975,9 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
                       .v_sn = x->v.stride[2], .o_sb = x->o.stride[0], .o_sh = x->o.stride[1],
                       .o_sn = x->o.stride[2], .batch = fp->batch, .heads = fp->heads,
                       .seq_q = fp->seq_q, .seq_k = fp->seq_k,
-                      .kv_group = fp->kv_group, .scale_log2 = fa_problem_scale(fp) * LOG2E};
+                      .kv_group = fp->kv_group, .scale_log2 = fa_problem_scale(fp) * LOG2E,
+                      .q_descale = x->q_descale, .k_descale = x->k_descale,
+                      .v_descale = x->v_descale};
   cl->a.scale_log2_f32 = (float)cl->a.scale_log2;
   if ((st = mod_args(c, fp, 1, &cl->a, &cl->check)) != FATUNE_OK) {
     call_done(c, cl);
@@ -936,8 +986,13 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   /* On the emulator the caller's buffers are host memory the kernel may touch. */
   for (int i = 0; i < 4; i++)
     cl->extra[i] = (fa_range){(uintptr_t)t[i]->data,
-                                  (uintptr_t)t[i]->data + extent(t[i], es)};
+                                  (uintptr_t)t[i]->data + extent(t[i], tensor_elem(t[i]))};
   cl->extra[4] = (fa_range){(uintptr_t)lse, (uintptr_t)lse + rows * ls};
+  const float *const ds[3] = {x->q_descale, x->k_descale, x->v_descale};
+  const size_t db = (size_t)fp->batch * (size_t)x->k.shape[1] * sizeof(float);
+  for (int i = 0; i < 3; i++)
+    cl->extra[5 + i] = ds[i] ? (fa_range){(uintptr_t)ds[i], (uintptr_t)ds[i] + db}
+                             : (fa_range){0, 0};
   return FATUNE_OK;
 }
 
@@ -954,11 +1009,12 @@ static fatune_status call_launch(fatune_ctx *c, call *cl, void *stream) {
                   : 0;
   if (rc == 0 && cl->check) rc = backend_alloc(c->be, fb, &flags, err, sizeof err);
   if (rc == 0 && flags) rc = backend_fill(c->be, flags, 0, fb, err, sizeof err);
+  /* The workspace before the maps: e4m3's map of V transposed reads it. */
+  cl->a.ws = ws, cl->a.error = flags;
   if (rc == 0) rc = attn_tmaps(c->be, k, &cl->fp, &cl->a, err, sizeof err);
   if (rc == 0) {
-    cl->a.ws = ws, cl->a.error = flags;
     fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
-                      .extra = cl->extra, .nextra = 5, .stream = stream, .async = 1};
+                      .extra = cl->extra, .nextra = 8, .stream = stream, .async = 1};
     for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
       ro.async = (ws == NULL && flags == NULL) || i + 1 < k->nlaunch;
       rc = backend_launch(c->be, cl->s->prog, &cl->shapes[i], &cl->a, &ro, NULL, err,
@@ -1033,6 +1089,7 @@ fatune_status fatune_attention_forward(fatune_ctx *c, const fatune_problem *p, c
                              .v = contiguous(p, v, p->seq_k, dv), .o = contiguous(p, o, p->seq_q, dv),
                              .lse = lse, .causal = p->causal, .scale = p->scale,
                              .stream = stream};
+  x.o.dtype = (fatune_dtype)fa_out_dtype((fa_dtype)p->dtype);   /* bf16 beside e4m3 */
   return fatune_attention(c, &x);
 }
 
@@ -1072,6 +1129,7 @@ static fatune_status check_bwd_overlaps(const fatune_backward_args *x, const fat
 ** head dim (O's, dO's and dV's) may differ from Q's and K's. */
 static fatune_status check_bwd_args(const fatune_backward_args *x, fatune_problem *p) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  if (no_fp8(&x->q, "the backward pass") != FATUNE_OK) return FATUNE_EINVAL;
   if (check_budget(x->max_rel_err) != FATUNE_OK) return FATUNE_EINVAL;
   const fatune_tensor *t[BN_TENSORS];
   bwd_tensors(x, t);
@@ -1328,6 +1386,7 @@ static fatune_status check_rotary(const fatune_kvcache_args *x) {
 static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem *fp, int *page,
                                         int *pps) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  if (no_fp8(&x->q, "decoding over a KV cache") != FATUNE_OK) return FATUNE_EINVAL;
   const fatune_tensor *const t[4] = {&x->q, &x->k_cache, &x->v_cache, &x->o};
   fatune_status st;
   for (int i = 0; i < 4; i++)
@@ -1753,6 +1812,7 @@ static const char *const vl_name[4] = {"q", "k", "v", "o"};
 ** seq_q and seq_k, each tensor checked against it. */
 static fatune_status check_varlen_args(const fatune_varlen_args *x, fa_problem *fp) {
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  if (no_fp8(&x->q, "a variable-length batch") != FATUNE_OK) return FATUNE_EINVAL;
   const fatune_tensor *const t[4] = {&x->q, &x->k, &x->v, &x->o};
   fatune_status st;
   for (int i = 0; i < 4; i++) {
@@ -1890,6 +1950,8 @@ fatune_status fatune_attention_varlen_backward(fatune_ctx *c,
                                                const fatune_varlen_backward_args *x) {
   if (!c) return fail(FATUNE_EINVAL, "no context");
   if (!x) return fail(FATUNE_EINVAL, "no arguments");
+  if (no_fp8(&x->q, "the backward pass of a variable-length batch") != FATUNE_OK)
+    return FATUNE_EINVAL;
   const fatune_varlen_args fwd = {.q = x->q, .k = x->k, .v = x->v, .o = x->o,
                                   .lse = (void *)x->lse, .cu_seqlens_q = x->cu_seqlens_q,
                                   .cu_seqlens_k = x->cu_seqlens_k, .batch = x->batch,
