@@ -107,7 +107,8 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
               layout: str = "bhnd", db: Optional[str] = None,
               max_rel_err: Optional[float] = None, deterministic: bool = False,
               mod: Any = None, score_mod: Any = None, mask_mod: Any = None,
-              block_mask: Any = None) -> Any:
+              block_mask: Any = None, q_descale: Any = None, k_descale: Any = None,
+              v_descale: Any = None) -> Any:
     """Attention forward: softmax(scale * q k^T) v, per batch and head.
 
     q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
@@ -117,7 +118,16 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     from q's and k's (192 and 128, as DeepSeek's), and O takes v's. Any strides; a strided
     head dim (or NumPy's byte-swapped or negatively strided arrays) is
     copied. Head dim 1 to 576 (past 256 on CUDA cores). dtype float16,
-    bfloat16, float32 or float64, the same for all.
+    bfloat16, float32 or float64, the same for all; or float8_e4m3fn (fp8,
+    torch.float8_e4m3fn or ml_dtypes.float8_e4m3fn), as FlashAttention-3's
+    fp8 forward pass: O in bfloat16, on an H100 or H200 (CUDA tensors) or
+    the emulator, which runs it at sm_90a whatever $FATUNE_EMU_ARCH says;
+    head dim a multiple of 8 up to 256, v's head dim q's, no gradient (a
+    tensor that requires grad is refused outside torch.no_grad()).
+    q_descale, k_descale, v_descale: fp8 only, each None (1) or float32
+    (batch, heads_kv), a tensor on q's device or a NumPy array, as
+    FlashAttention-3's: O = softmax(scale q_descale k_descale q k^T) v
+    v_descale, the query heads of a K/V head taking its.
 
     PyTorch CUDA tensors run on their GPU, on its current stream, without
     waiting; CPU tensors and NumPy arrays run on the emulator. Other arrays
@@ -174,7 +184,7 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
             raise ValueError("score_mod, mask_mod: not with mod= (one modification a call)")
         mod = mods.from_functions(score_mod, mask_mod)
     o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False,
-                           max_rel_err, deterministic, mod)
+                           max_rel_err, deterministic, mod, (q_descale, k_descale, v_descale))
     return (o, lse) if return_lse else o
 
 
@@ -353,7 +363,8 @@ def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
 
 def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
                layout: str, db: Optional[str], plan: bool, max_rel_err: Optional[float] = None,
-               deterministic: bool = False, mod: Any = None) -> Tuple[Any, Any, str]:
+               deterministic: bool = False, mod: Any = None,
+               descales: Tuple[Any, Any, Any] = (None, None, None)) -> Tuple[Any, Any, str]:
     q, k, v, out = _arrays(q, k, v, out)
     budget = _check.budget(max_rel_err, deterministic)
     spec = _check.mod(mod)
@@ -364,15 +375,21 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
         for name, x in (("k", k), ("v", v), ("out", out)):
             if x is not None and not _is_torch(x):
                 raise TypeError("%s: a torch.Tensor like q, not %s" % (name, type(x).__name__))
+        for name, x in zip(_check.DESCALES, descales):
+            if x is not None and not _is_torch(x):
+                raise TypeError("%s: a torch.Tensor like q, not %s" % (name, type(x).__name__))
         return _pt.attention(q, k, v, causal, scale, out, return_lse, layout, db, plan, budget,
-                             spec)
+                             spec, descales)
     if _is_torch(k) or _is_torch(v) or _is_torch(out):
         bad = "k" if _is_torch(k) else "v" if _is_torch(v) else "out"
         raise TypeError("%s: a torch.Tensor, but q is a NumPy array" % bad)
     mask = _check.causal(causal)
     _check.layout(layout)
+    for name, x in zip(_check.DESCALES, descales):
+        if _is_torch(x):
+            raise TypeError("%s: a torch.Tensor, but q is a NumPy array" % name)
     return _numpy.attention(q, k, v, mask, _check.scale(scale), out, return_lse, layout, db,
-                            plan, *budget, mod=spec)
+                            plan, *budget, mod=spec, descales=descales)
 
 
 def attention_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,

@@ -90,6 +90,34 @@ def shapes(q: Sequence[int], k: Sequence[int], v: Sequence[int], lay: str) -> No
         raise ValueError("k: %d heads, which do not divide q's %d" % (k[hd], q[hd]))
 
 
+FP8 = "float8_e4m3fn"               # the one 8-bit float fatune computes (e4m3)
+DESCALES = ("q_descale", "k_descale", "v_descale")
+
+
+def dtype_refused(name: str, dtype: Any, fp8: bool) -> str:
+    """The message for a dtype fatune does not run here; fp8: whether
+    float8_e4m3fn is one it runs here (fatune.attention's forward pass)."""
+    text = str(dtype).replace("torch.", "")
+    if text == FP8 and not fp8:
+        return ("%s: dtype float8_e4m3fn (fp8) runs through fatune.attention alone: the "
+                "forward pass over dense batches, O in bfloat16" % name)
+    return ("%s: dtype %s is not one fatune runs (float16, bfloat16, float32, float64%s)"
+            % (name, text, ", float8_e4m3fn" if fp8 else ""))
+
+
+def descale_shape(q: Sequence[int], k: Sequence[int], lay: str) -> Tuple[int, int]:
+    """The shape of fp8's descales: (batch, heads_kv), as FlashAttention-3's."""
+    return (q[0], k[1 if lay == "bhnd" else 2])
+
+
+def no_descales(given: Sequence[Any], dtype: Any) -> None:
+    """ValueError naming the first descale given beside inputs that are not fp8."""
+    for name, x in zip(DESCALES, given):
+        if x is not None:
+            raise ValueError("%s: descales scale float8_e4m3fn inputs only, and q is %s"
+                             % (name, str(dtype).replace("torch.", "")))
+
+
 def o_shape(q: Sequence[int], v: Sequence[int]) -> Tuple[int, ...]:
     """O's shape (and dO's): q's, with v's head dim."""
     return tuple(q[:3]) + (v[3],)

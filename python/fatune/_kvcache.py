@@ -191,8 +191,7 @@ def _torch_call(q: Any, k: Any, v: Any, seqlens: Any, table: Any, causal: bool, 
     _rotary_shapes(q, kn, cos, sin)
     code = pt._CODES.get(q.dtype)
     if code is None:
-        raise TypeError("q: dtype %s is not one fatune runs (float16, bfloat16, float32, "
-                        "float64)" % q.dtype)
+        raise TypeError(_check.dtype_refused("q", q.dtype, False))
     if kn is not None and not (k.is_contiguous() and v.is_contiguous()):
         raise ValueError("k_cache and v_cache: contiguous, since the new keys and values go "
                          "into them in place")

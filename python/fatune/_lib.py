@@ -12,8 +12,10 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-FP32, FP64, FP16, BF16 = 0, 1, 2, 3
-DTYPE_NAMES = {FP32: "fp32", FP64: "fp64", FP16: "fp16", BF16: "bf16"}
+FP32, FP64, FP16, BF16, E4M3 = 0, 1, 2, 3, 4
+DTYPE_NAMES = {FP32: "fp32", FP64: "fp64", FP16: "fp16", BF16: "bf16", E4M3: "e4m3"}
+# The emulator's target for fp8 (e4m3): the only one whose family computes it.
+FP8_EMU_ARCH = "sm_90a"
 DEVICE_CURRENT = -1
 
 _STATUS = ["ok", "invalid argument", "no device", "database error", "compile error",
@@ -37,24 +39,27 @@ class AttentionArgs(ctypes.Structure):
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
                 ("lse", ctypes.c_void_p), ("causal", ctypes.c_int), ("scale", ctypes.c_double),
                 ("stream", ctypes.c_void_p), ("max_rel_err", ctypes.c_double),
-                ("deterministic", ctypes.c_int), ("mod", ctypes.c_void_p)]
+                ("deterministic", ctypes.c_int), ("mod", ctypes.c_void_p),
+                ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p),
+                ("v_descale", ctypes.c_void_p)]
 
 
 # fatune_attention_args packed in one go (struct.pack, native alignment),
 # for the hot path: building the ctypes structures field by field costs
 # several times more. pack_args(q, k, v, o, lse, causal, scale, stream),
 # each tensor (data, dtype, b, h, n, d, stride b, h, n, d); pointers are
-# integers, 0 for NULL; then the error budget, determinism and the
-# modification (a fatune_mod pointer, mod_handle's), keywords.
-_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidPdiP")
+# integers, 0 for NULL; then the error budget, determinism, the
+# modification (a fatune_mod pointer, mod_handle's) and fp8's three
+# descales' addresses, keywords.
+_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidPdiPPPP")
 if _ARGS.size != ctypes.sizeof(AttentionArgs):
     raise ImportError("fatune: fatune_attention_args is %d bytes, packed %d"
                       % (ctypes.sizeof(AttentionArgs), _ARGS.size))
 
 
 def pack_args(*fields: object, max_rel_err: float = 0.0, deterministic: bool = False,
-              mod: int = 0) -> bytes:
-    return _ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0, mod)
+              mod: int = 0, descales: Tuple[int, int, int] = (0, 0, 0)) -> bytes:
+    return _ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0, mod, *descales)
 
 
 class BackwardArgs(ctypes.Structure):
@@ -82,7 +87,7 @@ def pack_backward_args(*fields: object, max_rel_err: float = 0.0,
 
 class Options(ctypes.Structure):
     _fields_ = [("db_path", ctypes.c_char_p), ("backend", ctypes.c_char_p),
-                ("device", ctypes.c_int)]
+                ("device", ctypes.c_int), ("emu_arch", ctypes.c_char_p)]
 
 
 def bin_dir() -> Path:
@@ -189,20 +194,24 @@ def check(status: int) -> None:
         raise Error(msg or what, status)
 
 
-_contexts: Dict[Tuple[str, int, Optional[str]], int] = {}
+_contexts: Dict[Tuple[str, int, Optional[str], Optional[str]], int] = {}
 _lock = threading.Lock()
 
 
-def context(backend: str, device: int = 0, db: Optional[str] = None) -> int:
-    """The context for this backend ("emu" or "cuda"), device and database."""
-    key = (backend, device, db)
+def context(backend: str, device: int = 0, db: Optional[str] = None,
+            emu_arch: Optional[str] = None) -> int:
+    """The context for this backend ("emu" or "cuda"), device and database;
+    emu_arch: the emulator's target (FP8_EMU_ARCH for fp8), None for
+    $FATUNE_EMU_ARCH, else the default."""
+    key = (backend, device, db, emu_arch)
     c = _contexts.get(key)
     if c is not None:
         return c
     with _lock:
         c = _contexts.get(key)
         if c is None:
-            opts = Options(db.encode() if db else None, backend.encode(), device)
+            opts = Options(db.encode() if db else None, backend.encode(), device,
+                           emu_arch.encode() if emu_arch else None)
             h = ctypes.c_void_p()
             # The library's message is per thread: read it on this one.
             check(LIB.fatune_open(ctypes.byref(opts), ctypes.byref(h)))

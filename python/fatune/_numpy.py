@@ -6,18 +6,63 @@ import numpy as np
 
 from . import _check, _lib
 
-# By dtype.type, which is quick to get; bfloat16 (ml_dtypes) by name, once.
+# By dtype.type, which is quick to get; bfloat16 and float8_e4m3fn
+# (ml_dtypes) by name, once.
 _CODES = {np.float32: _lib.FP32, np.float64: _lib.FP64, np.float16: _lib.FP16}
+_BY_NAME = {"bfloat16": _lib.BF16, _check.FP8: _lib.E4M3}
 
 
-def dtype_code(name: str, a: np.ndarray) -> int:
+def dtype_code(name: str, a: np.ndarray, fp8: bool = False) -> int:
+    """The library's code for a's dtype; fp8: whether float8_e4m3fn is
+    taken (fatune.attention's forward pass alone), else TypeError."""
     code = _CODES.get(a.dtype.type)
     if code is None:
-        if a.dtype.name != "bfloat16":
-            raise TypeError("%s: dtype %s is not one fatune runs (float16, bfloat16, float32, "
-                            "float64)" % (name, a.dtype))
-        code = _CODES[a.dtype.type] = _lib.BF16
+        code = _BY_NAME.get(a.dtype.name)
+        if code is None:
+            raise TypeError(_check.dtype_refused(name, a.dtype, fp8))
+        _CODES[a.dtype.type] = code
+    if code == _lib.E4M3 and not fp8:
+        raise TypeError(_check.dtype_refused(name, a.dtype, fp8))
     return code
+
+
+def _bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16: O's dtype beside float8_e4m3fn inputs."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError("q: float8_e4m3fn inputs give O in bfloat16, which NumPy has only "
+                        "through ml_dtypes: pip install ml_dtypes") from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _descales(given: Tuple[Any, Any, Any], want: Tuple[int, int], code: int, q: np.ndarray
+              ) -> Tuple[List[np.ndarray], Tuple[int, int, int]]:
+    """fp8's descales as the library takes them: (the arrays to keep alive,
+    their addresses, 0 for None). Each None or a float32 array of shape
+    (batch, heads_kv), made contiguous and native; TypeError or ValueError
+    naming it."""
+    if code != _lib.E4M3:
+        _check.no_descales(given, q.dtype)
+        return [], (0, 0, 0)
+    keep, addr = [], []
+    for name, x in zip(_check.DESCALES, given):
+        if x is None:
+            addr.append(0)
+            continue
+        if not isinstance(x, np.ndarray):
+            raise TypeError("%s: a NumPy array of float32, (batch, heads_kv), like q, not %s"
+                            % (name, type(x).__name__))
+        if x.dtype.newbyteorder("=") != np.float32:
+            raise TypeError("%s: dtype %s; descales are float32, as FlashAttention-3's"
+                            % (name, x.dtype))
+        if x.shape != want:
+            raise ValueError("%s: shape %s; it must be (batch, heads_kv) = %s"
+                             % (name, x.shape, want))
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        keep.append(x)
+        addr.append(x.ctypes.data)
+    return keep, (addr[0], addr[1], addr[2])
 
 
 def usable(a: np.ndarray) -> bool:
@@ -39,12 +84,12 @@ def fields(a: np.ndarray, code: int, layout: str) -> List[int]:
     return [a.ctypes.data, code, b, x, y, d, sb // es, sx // es, sy // es, sd // es]
 
 
-def _input(name: str, a: Any, q: np.ndarray) -> None:
+def _input(name: str, a: Any, q: np.ndarray, fp8: bool = False) -> None:
     if not isinstance(a, np.ndarray):
         raise TypeError("%s: a NumPy array like q, not %s" % (name, type(a).__name__))
     if a.dtype != q.dtype and a.dtype.newbyteorder("=") != q.dtype.newbyteorder("="):
         raise TypeError("%s: dtype %s, but q's is %s" % (name, a.dtype, q.dtype))
-    dtype_code(name, a)
+    dtype_code(name, a, fp8)
 
 
 def _native(a: np.ndarray) -> np.ndarray:
@@ -56,19 +101,22 @@ def _native(a: np.ndarray) -> np.ndarray:
     return a if usable(a) else np.ascontiguousarray(a)
 
 
-def _output(out: Any, q: np.ndarray, ins: List[np.ndarray], originals: List[Any]
-            ) -> np.ndarray:
+def _output(out: Any, q: np.ndarray, ins: List[np.ndarray], originals: List[Any],
+            odt: np.dtype) -> np.ndarray:
+    """O: out checked, else a new array of dtype odt (q's; bfloat16 beside
+    float8_e4m3fn)."""
     shape = _check.o_shape(q.shape, originals[2].shape)
     if out is None:
-        return np.empty(shape, q.dtype.newbyteorder("="))   # C order, whatever q's
+        return np.empty(shape, odt)   # C order, whatever q's
     if not isinstance(out, np.ndarray):
         raise TypeError("out: a NumPy array like q, not %s" % type(out).__name__)
     if not out.dtype.isnative:
         raise TypeError("out: byte order of %s is not this machine's; fatune writes native "
                         "%s" % (out.dtype.str, out.dtype.newbyteorder("=").name))
-    if out.dtype != ins[0].dtype or out.shape != shape:
-        raise ValueError("out: %s %s, but q is %s %s (out takes v's head dim)"
-                         % (out.dtype, out.shape, q.dtype, q.shape))
+    if out.dtype != odt or out.shape != shape:
+        raise ValueError("out: %s %s, but q is %s %s (out takes v's head dim%s)"
+                         % (out.dtype, out.shape, q.dtype, q.shape,
+                            "; float8_e4m3fn's O is bfloat16" if odt != ins[0].dtype else ""))
     if not out.flags.writeable:
         raise ValueError("out: read-only")
     if not usable(out):
@@ -86,31 +134,38 @@ def _output(out: Any, q: np.ndarray, ins: List[np.ndarray], originals: List[Any]
 def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
               out: Optional[np.ndarray], return_lse: bool, layout: str,
               db: Optional[str], plan: bool = False, max_rel_err: float = 0.0,
-              deterministic: bool = False, mod: _lib.Mod = None
+              deterministic: bool = False, mod: _lib.Mod = None,
+              descales: Tuple[Any, Any, Any] = (None, None, None)
               ) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     for name, a in (("q", q), ("k", k), ("v", v)):
-        _input(name, a, q)
+        _input(name, a, q, fp8=True)
     _check.shapes(q.shape, k.shape, v.shape, layout)
     originals = [q, k, v]
     ins = [_native(a) for a in originals]
-    code = dtype_code("q", ins[0])
-    out = _output(out, q, ins, originals)
+    code = dtype_code("q", ins[0], fp8=True)
+    keep, ds = _descales(descales, _check.descale_shape(q.shape, k.shape, layout), code, q)
+    # fp8: O in bfloat16, on the emulator's sm_90a (the one target that computes it).
+    fp8 = code == _lib.E4M3
+    ocode, arch = (_lib.BF16, _lib.FP8_EMU_ARCH) if fp8 else (code, None)
+    out = _output(out, q, ins, originals, _bfloat16() if fp8 else q.dtype.newbyteorder("="))
     lse = None
     b, h, nq = (q.shape[0], q.shape[1], q.shape[2]) if layout == "bhnd" else \
                (q.shape[0], q.shape[2], q.shape[1])
     if return_lse:
         lse = np.empty((b, h, nq), np.float64 if code == _lib.FP64 else np.float32)
     nk = ins[1].shape[2 if layout == "bhnd" else 1]
-    ctx = _lib.context("emu", 0, db)
+    ctx = _lib.context("emu", 0, db, arch)
     with _lib.modification(ctx, mod) as handle:
         segs = _check.segments(nq, nk, mask)
         if len(segs) == 1 and segs[0][:3] == (0, nq, nk):   # one call on the arrays as given
             args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
-                                  *fields(ins[2], code, layout), *fields(out, code, layout),
+                                  *fields(ins[2], code, layout), *fields(out, ocode, layout),
                                   lse.ctypes.data if lse is not None else 0,
                                   1 if segs[0][3] else 0, scale, 0, max_rel_err=max_rel_err,
-                                  deterministic=deterministic, mod=handle)
-            return out, lse, _lib.call(ctx, args, plan)
+                                  deterministic=deterministic, mod=handle, descales=ds)
+            name = _lib.call(ctx, args, plan)
+            del keep
+            return out, lse, name
         names = []
         for lo, hi, rows, causal in segs:
             part, keys = _rows(layout, lo, hi), _rows(layout, 0, rows)
@@ -119,13 +174,14 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
             args = _lib.pack_args(*fields(ins[0][part], code, layout),
                                   *fields(ins[1][keys], code, layout),
                                   *fields(ins[2][keys], code, layout),
-                                  *fields(out[part], code, layout),
+                                  *fields(out[part], ocode, layout),
                                   part_lse.ctypes.data if part_lse is not None else 0,
                                   1 if causal else 0, scale, 0, max_rel_err=max_rel_err,
-                                  deterministic=deterministic)
+                                  deterministic=deterministic, descales=ds)
             names.append(_lib.call(ctx, args, plan))
             if lse is not None:
                 lse[:, :, lo:hi] = part_lse
+        del keep
         return out, lse, " + ".join(names)
 
 

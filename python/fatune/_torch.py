@@ -29,6 +29,17 @@ except AttributeError:
 
 _CODES = {torch.float32: _lib.FP32, torch.float64: _lib.FP64, torch.float16: _lib.FP16,
           torch.bfloat16: _lib.BF16}
+# fp8 (e4m3), where this PyTorch has it: the forward pass alone (fatune.attention),
+# O in bfloat16. _CODES stays the dtypes every call takes.
+FP8 = getattr(torch, "float8_e4m3fn", None)
+_FWD_CODES = dict(_CODES)
+if FP8 is not None:
+    _FWD_CODES[FP8] = _lib.E4M3
+
+
+def _out_dtype(q: torch.Tensor) -> torch.dtype:
+    """O's dtype: q's, bfloat16 beside float8_e4m3fn."""
+    return torch.bfloat16 if q.dtype == FP8 else q.dtype
 
 
 def _usable(t: torch.Tensor) -> bool:
@@ -60,8 +71,8 @@ def _new_lse(q: torch.Tensor, layout: str) -> torch.Tensor:
 
 def _new_out(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """O contiguous in the caller's layout, whatever q's strides: q's shape
-    with v's head dim."""
-    return torch.empty(q.shape[:3] + v.shape[3:], dtype=q.dtype, device=q.device)
+    with v's head dim (bfloat16 for float8_e4m3fn)."""
+    return torch.empty(q.shape[:3] + v.shape[3:], dtype=_out_dtype(q), device=q.device)
 
 
 def _tensor(name: str, t: Any, q: Optional[torch.Tensor]) -> None:
@@ -75,14 +86,17 @@ def _tensor(name: str, t: Any, q: Optional[torch.Tensor]) -> None:
         raise TypeError("%s: a sparse tensor (%s); fatune takes dense (strided) ones"
                         % (name, t.layout))
     if q is None:
-        if t.dtype not in _CODES:
-            raise TypeError("q: dtype %s is not one fatune runs (float16, bfloat16, "
-                            "float32, float64)" % t.dtype)
+        if t.dtype not in _FWD_CODES:
+            raise TypeError(_check.dtype_refused("q", t.dtype, FP8 is not None))
         if t.device.type not in ("cuda", "cpu"):
             raise TypeError("q: on %s; fatune runs CUDA tensors, and CPU ones on its "
                             "emulator" % t.device)
         return
-    if t.dtype != q.dtype:
+    want = _out_dtype(q) if name == "out" else q.dtype
+    if t.dtype != want:
+        if want != q.dtype:   # fp8's O
+            raise TypeError("%s: dtype %s, but O of q's %s is %s" % (name, t.dtype, q.dtype,
+                                                                     want))
         raise TypeError("%s: dtype %s, but q's is %s" % (name, t.dtype, q.dtype))
     if t.device != q.device:
         raise ValueError("%s: on %s, but q is on %s" % (name, t.device, q.device))
@@ -126,32 +140,82 @@ def _check_out(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: Any, real
         return
     if not _check.no_self_overlap(out.shape, out.stride()):
         raise ValueError("out: strides %s make its elements overlap" % (out.stride(),))
-    es = out.element_size()
-    mine = _check.extent(out.data_ptr(), out.shape, out.stride(), es)
-    _check.overlaps(mine, [(n, _check.extent(t.data_ptr(), t.shape, t.stride(), es))
+    mine = _check.extent(out.data_ptr(), out.shape, out.stride(), out.element_size())
+    _check.overlaps(mine, [(n, _check.extent(t.data_ptr(), t.shape, t.stride(),
+                                             t.element_size()))
                            for n, t in (("q", q), ("k", k), ("v", v))])
 
 
 def _context(q: torch.Tensor, db: Optional[str]) -> Tuple[int, int]:
     """The library's context for q's device and its stream: a CUDA tensor's
-    GPU and current stream, or the emulator."""
+    GPU and current stream, or the emulator (at sm_90a for fp8)."""
     if q.is_cuda:
         return (_lib.context("cuda", q.device.index if q.device.index is not None
                              else torch.cuda.current_device(), db),
                 torch.cuda.current_stream(q.device).cuda_stream)
-    return _lib.context("emu", 0, db), 0
+    return _lib.context("emu", 0, db, _lib.FP8_EMU_ARCH if q.dtype == FP8 else None), 0
+
+
+Descales = Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.Tensor]]
+_NO_DESCALES: Descales = (None, None, None)
+
+
+def descales(q: torch.Tensor, k: torch.Tensor, layout: str, given: Any, real: bool = True
+             ) -> Descales:
+    """fp8's descales checked: each None, or a float32 tensor of shape
+    (batch, heads_kv) on q's device (made contiguous); TypeError or
+    ValueError naming it. Given beside inputs that are not fp8: ValueError."""
+    if all(x is None for x in given):
+        return _NO_DESCALES
+    if q.dtype != FP8:
+        _check.no_descales(given, q.dtype)
+    want = _check.descale_shape(q.shape, k.shape, layout)
+    out = []
+    for name, x in zip(_check.DESCALES, given):
+        if x is None:
+            out.append(None)
+            continue
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("%s: a float32 torch.Tensor (batch, heads_kv), not %s"
+                            % (name, type(x).__name__))
+        if x.dtype != torch.float32:
+            raise TypeError("%s: dtype %s; descales are float32, as FlashAttention-3's"
+                            % (name, x.dtype))
+        if x.device != q.device:
+            raise ValueError("%s: on %s, but q is on %s" % (name, x.device, q.device))
+        if x.requires_grad and torch.is_grad_enabled():
+            raise ValueError("%s: requires grad; fp8 attention has no backward pass" % name)
+        if (real or not any(_symbolic(n) for n in (*q.shape, *k.shape))) and \
+                tuple(x.shape) != tuple(want):
+            raise ValueError("%s: shape %s; it must be (batch, heads_kv) = %s"
+                             % (name, tuple(x.shape), tuple(want)))
+        out.append(x if not real or x.is_contiguous() else x.contiguous())
+    return (out[0], out[1], out[2])
+
+
+def _no_fp8_grad(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """fp8 has no backward pass: inputs that require grad, with grad
+    enabled, are a ValueError naming the first."""
+    if q.dtype == FP8 and torch.is_grad_enabled():
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.requires_grad:
+                raise ValueError("%s: requires grad, but fatune's fp8 (float8_e4m3fn) attention "
+                                 "has no backward pass, as FlashAttention-3's; call it under "
+                                 "torch.no_grad() or on tensors that do not require grad" % name)
 
 
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         lse: Optional[torch.Tensor], mask: str, scale: float, layout: str,
         db: Optional[str] = None, plan: bool = False,
         budget: Tuple[float, bool] = (0.0, False),
-        mod: _lib.Mod = None) -> str:
+        mod: _lib.Mod = None, ds: Descales = _NO_DESCALES) -> str:
     """out (and lse) for q, k, v; every argument already checked; budget the
     library's error budget (max_rel_err, deterministic); mod a modification
-    as _check.mod gives it. With plan, the variant's name, and nothing
-    launched."""
-    code = _CODES[q.dtype]
+    as _check.mod gives it; ds fp8's descales, as descales gives them. With
+    plan, the variant's name, and nothing launched."""
+    code = _FWD_CODES[q.dtype]
+    ocode = _lib.BF16 if code == _lib.E4M3 else code
+    addr = tuple(t.data_ptr() if t is not None else 0 for t in ds)
     # Strides the kernels cannot take (a strided head dim): a copy, made on
     # the stream the kernel runs on, so it lives as long as the kernel needs.
     q, k, v = (t if _usable(t) else t.contiguous() for t in (q, k, v))
@@ -169,10 +233,11 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                                               out.narrow(sd, lo, hi - lo))
             ks, vs = (k, v) if rows == nk else (k.narrow(sd, 0, rows), v.narrow(sd, 0, rows))
             args = _lib.pack_args(*_fields(qs, code, layout), *_fields(ks, code, layout),
-                                  *_fields(vs, code, layout), *_fields(os_, code, layout),
+                                  *_fields(vs, code, layout), *_fields(os_, ocode, layout),
                                   part_lse.data_ptr() if part_lse is not None else 0,
                                   1 if causal else 0, scale, stream,
-                                  max_rel_err=budget[0], deterministic=budget[1], mod=handle)
+                                  max_rel_err=budget[0], deterministic=budget[1], mod=handle,
+                                  descales=addr)
             names.append(_lib.call(ctx, args, plan))
             if part_lse is not lse:
                 lse[:, :, lo:hi] = part_lse
@@ -235,21 +300,27 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
                  scale: Optional[torch.Tensor], layout: str, db: Optional[str],
                  max_rel_err: float = 0.0, deterministic: bool = False,
                  mod_spec: Optional[str] = None, mod_text: Optional[str] = None,
-                 mod_names: Optional[str] = None, mod_tensors: Optional[List[torch.Tensor]] = None
+                 mod_names: Optional[str] = None, mod_tensors: Optional[List[torch.Tensor]] = None,
+                 q_descale: Optional[torch.Tensor] = None,
+                 k_descale: Optional[torch.Tensor] = None,
+                 v_descale: Optional[torch.Tensor] = None
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """O (contiguous, q's shape and dtype) and the logsumexp ([batch][heads][seq_q],
-    fp32; fp64 for fp64). causal: 'none', 'bottom_right' or 'top_left';
+    """O (contiguous, q's shape and dtype; bfloat16 for float8_e4m3fn) and the
+    logsumexp ([batch][heads][seq_q], fp32; fp64 for fp64). causal: 'none',
+    'bottom_right' or 'top_left';
     scale: a CPU tensor of one float, None for 1/sqrt(dim); db: the results
     database, None for the default; max_rel_err (0.0: none) and
     deterministic: the error budget of fatune.attention, which the
     backward pass keeps too; mod_spec and mod_text: a score or mask
     modification, a built-in's spec ("window=256") or a file's name and
-    text, which the backward pass takes too."""
+    text, which the backward pass takes too; q_descale, k_descale,
+    v_descale: fp8's descales, float32 (batch, heads_kv) or None."""
     mask = check(q, k, v, None, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
     mod = _op_mod(mod_spec, mod_text, mask, mod_names, mod_tensors)
+    ds = descales(q, k, layout, (q_descale, k_descale, v_descale))
     out, lse = _new_out(q, v), _new_lse(q, layout)
-    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod, ds=ds)
     return out, lse
 
 
@@ -259,12 +330,16 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: s
                     max_rel_err: float = 0.0, deterministic: bool = False,
                     mod_spec: Optional[str] = None, mod_text: Optional[str] = None,
                     mod_names: Optional[str] = None,
-                    mod_tensors: Optional[List[torch.Tensor]] = None
+                    mod_tensors: Optional[List[torch.Tensor]] = None,
+                    q_descale: Optional[torch.Tensor] = None,
+                    k_descale: Optional[torch.Tensor] = None,
+                    v_descale: Optional[torch.Tensor] = None
                     ) -> Tuple[torch.Tensor, torch.Tensor]:
     _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False),
             mod_names, mod_tensors)
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
+    descales(q, k, layout, (q_descale, k_descale, v_descale), real=False)
     return _new_out(q, v), _new_lse(q, layout)
 
 
@@ -328,7 +403,9 @@ def attention_backward_op(grad_o: torch.Tensor, grad_lse: Optional[torch.Tensor]
     """dq, dk, dv of fatune::attention: grad_o the gradient of its output,
     grad_lse of its logsumexp (None: zero), out and lse what it returned for
     q, k, v, causal, scale and modification; the backward variant within
-    the error budget, as fatune::attention's."""
+    the error budget, as fatune::attention's. No fp8: it has no backward pass."""
+    if q.dtype == FP8:
+        raise TypeError(_check.dtype_refused("q", q.dtype, False))
     mask = check(q, k, v, None, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
     mod = _op_mod(mod_spec, mod_text, mask, mod_names, mod_tensors)
@@ -358,6 +435,8 @@ def _attention_backward_fake(grad_o: torch.Tensor, grad_lse: Optional[torch.Tens
                              mod_names: Optional[str] = None,
                              mod_tensors: Optional[List[torch.Tensor]] = None
                              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if q.dtype == FP8:
+        raise TypeError(_check.dtype_refused("q", q.dtype, False))
     _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False),
             mod_names, mod_tensors)
     _op_scale(scale, real=False)
@@ -371,12 +450,14 @@ def _backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch
               ) -> Tuple[Any, ...]:
     q, k, v, out, lse, scale = ctx.saved_tensors if ctx.has_scale else \
         (*ctx.saved_tensors, None)
-    # causal, scale, layout, db, max_rel_err, deterministic, and the four mod_
-    # arguments (mod_tensors a list: no gradient for each)
+    # causal, scale, layout, db, max_rel_err, deterministic, the four mod_
+    # arguments (mod_tensors a list: no gradient for each) and the descales
     tensors = ctx.mod[3]
-    rest = (None,) * 9 + ([None] * len(tensors) if tensors is not None else None,)
+    rest = (None,) * 9 + ([None] * len(tensors) if tensors is not None else None,) + (None,) * 3
     if grad_o is None and grad_lse is None:
         return (None, None, None) + rest
+    if q.dtype == FP8:   # refused by the forward call; never run
+        raise ValueError("q: fatune's fp8 (float8_e4m3fn) attention has no backward pass")
     if grad_o is None:
         grad_o = torch.zeros_like(out)
     dq, dk, dv = attention_backward_op(grad_o, grad_lse, q, k, v, out, lse, ctx.causal, scale,
@@ -385,7 +466,9 @@ def _backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch
 
 
 def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-    q, k, v, causal, scale, layout, db, max_rel_err, deterministic, *mod = inputs
+    q, k, v, causal, scale, layout, db, max_rel_err, deterministic, *rest = inputs
+    mod = rest[:4]   # then the descales, fp8's, which has no backward pass
+    _no_fp8_grad(q, k, v)
     out, lse = output
     ctx.budget = (max_rel_err, deterministic)
     ctx.mod = tuple(mod) + (None,) * (4 - len(mod))
@@ -404,15 +487,20 @@ def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
                      db: Optional[str], max_rel_err: float = 0.0, deterministic: bool = False,
                      mod_spec: Optional[str] = None, mod_text: Optional[str] = None,
                      mod_names: Optional[str] = None,
-                     mod_tensors: Optional[List[torch.Tensor]] = None
+                     mod_tensors: Optional[List[torch.Tensor]] = None,
+                     q_descale: Optional[torch.Tensor] = None,
+                     k_descale: Optional[torch.Tensor] = None,
+                     v_descale: Optional[torch.Tensor] = None
                      ) -> torch.Tensor:
-    """fatune::attention into out (q's shape and dtype, the head dim
-    contiguous, sharing no memory with q, k or v); returns the logsumexp."""
+    """fatune::attention into out (q's shape and dtype, bfloat16 for
+    float8_e4m3fn; the head dim contiguous, sharing no memory with q, k or
+    v); returns the logsumexp."""
     mask = check(q, k, v, out, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
     mod = _op_mod(mod_spec, mod_text, mask, mod_names, mod_tensors)
+    ds = descales(q, k, layout, (q_descale, k_descale, v_descale))
     lse = _new_lse(q, layout)
-    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod, ds=ds)
     return lse
 
 
@@ -422,12 +510,16 @@ def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                         db: Optional[str], max_rel_err: float = 0.0,
                         deterministic: bool = False, mod_spec: Optional[str] = None,
                         mod_text: Optional[str] = None, mod_names: Optional[str] = None,
-                        mod_tensors: Optional[List[torch.Tensor]] = None
+                        mod_tensors: Optional[List[torch.Tensor]] = None,
+                        q_descale: Optional[torch.Tensor] = None,
+                        k_descale: Optional[torch.Tensor] = None,
+                        v_descale: Optional[torch.Tensor] = None
                         ) -> torch.Tensor:
     _op_mod(mod_spec, mod_text, check(q, k, v, out, causal, layout, real=False),
             mod_names, mod_tensors)
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
+    descales(q, k, layout, (q_descale, k_descale, v_descale), real=False)
     return _new_lse(q, layout)
 
 
@@ -486,15 +578,20 @@ class _Attention(torch.autograd.Function):
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
               layout: str, db: Optional[str], plan: bool,
               budget: Tuple[float, bool] = (0.0, False),
-              mod: _lib.Mod = None) -> Tuple[Any, Any, str]:
+              mod: _lib.Mod = None, given: Tuple[Any, Any, Any] = (None, None, None)
+              ) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
     torch.compile and torch.export see, unless nothing needs them (_eager);
     plan calls the library directly. A modification (mod) goes to either,
-    and to autograd's backward pass."""
+    and to autograd's backward pass; given: fp8's descales, to either."""
     mask = _check.causal(causal)
+    if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and \
+            isinstance(v, torch.Tensor):
+        _no_fp8_grad(q, k, v)
     how = "plain" if plan else _eager(q, k, v, out)
     if how:
         check(q, k, v, out, mask, layout)
+        ds = descales(q, k, layout, given)
         if how == "grad":
             o, lse = _Attention.apply(q, k, v, mask, _check.scale(scale), layout, db, budget,
                                       mod)
@@ -502,7 +599,7 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
         o = out if out is not None else _new_out(q, v)
         lse = _new_lse(q, layout) if return_lse and not plan else None
         name = run(q, k, v, o, lse, mask, _check.scale(scale), layout, db, plan=plan,
-                   budget=budget, mod=mod)
+                   budget=budget, mod=mod, ds=ds)
         return (None, None, name) if plan else (o, lse, "")
     # What PyTorch's dispatcher would refuse in its own words (nested and
     # sparse tensors) is checked here; the operators check the rest, when
@@ -521,11 +618,11 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
         st = torch.tensor(_check.scale(scale), dtype=torch.float64)
     ms = _op_mod_args(mod)
     if out is None:
-        o, lse = attention_op(q, k, v, mask, st, layout, db, *budget, *ms)
+        o, lse = attention_op(q, k, v, mask, st, layout, db, *budget, *ms, *given)
         return o, lse, ""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise ValueError("out: fatune.attention with out= does not support autograd (as "
                          "PyTorch's out= functions); call it without out=, or under "
                          "torch.no_grad()")
-    lse = attention_out_op(q, k, v, out, mask, st, layout, db, *budget, *ms)
+    lse = attention_out_op(q, k, v, out, mask, st, layout, db, *budget, *ms, *given)
     return out, lse, ""

@@ -170,8 +170,7 @@ def _torch_checked(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, pt: Any
     batch = _shapes(q, k, v, cu_q, cu_k)
     code = pt._CODES.get(q.dtype)
     if code is None:
-        raise TypeError("q: dtype %s is not one fatune runs (float16, bfloat16, float32, "
-                        "float64)" % q.dtype)
+        raise TypeError(_check.dtype_refused("q", q.dtype, False))
     return batch, code
 
 

@@ -1,0 +1,272 @@
+"""fp8 (float8_e4m3fn) through fatune.attention: PyTorch CPU tensors and
+ml_dtypes NumPy arrays on the emulator (at sm_90a, the one target whose
+family computes fp8, whatever $FATUNE_EMU_ARCH says), CUDA tensors on an
+H100 or H200. O is bfloat16, checked against the float64 reference on the
+inputs as stored times their descales, by norm-relative error within 2^-4
+(the tuner's bound for fp8: P is rounded to e4m3 once), the logsumexp
+within bfloat16's 1e-2. Then what is refused: descales beside other
+dtypes or of the wrong dtype, shape or kind, an fp8 out=, inputs that
+require grad, and fp8 in the calls that take none (the backward pass,
+variable-length batches, decoding). SKIPPED where PyTorch lacks
+float8_e4m3fn, or NumPy ml_dtypes."""
+import numpy as np
+import pytest
+
+import fatune
+from conftest import rel_err, reference
+
+try:
+    import torch
+except ImportError:
+    torch = None
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+FP8 = getattr(torch, "float8_e4m3fn", None) if torch is not None else None
+has_fp8 = pytest.mark.skipif(FP8 is None, reason="PyTorch without float8_e4m3fn")
+has_ml = pytest.mark.skipif(ml_dtypes is None, reason="ml_dtypes is not installed")
+cuda = pytest.mark.skipif(FP8 is None or not torch.cuda.is_available() or
+                          torch.cuda.get_device_capability() != (9, 0),
+                          reason="no H100 or H200")
+O_TOL, LSE_TOL = 2.0 ** -4, 1e-2
+
+
+def values(shape, rng):
+    """Normal values of size about 2, so that e4m3 really rounds them (its
+    steps near 2 are 1/4)."""
+    return rng.standard_normal(shape) * 2
+
+
+def descaled(x, d, layout, group):
+    """x's float64 values times its descales d ((batch, heads_kv), or None),
+    each head taking its K/V head's: head h // group."""
+    x = np.asarray(x, dtype=np.float64)
+    if d is None:
+        return x
+    d = np.asarray(d, dtype=np.float64)
+    hd = 1 if layout == "bhnd" else 2
+    per_head = np.repeat(d, group, axis=1)          # (batch, heads)
+    shape = [x.shape[0], 1, 1, 1]
+    shape[hd] = x.shape[hd]
+    return x * per_head.reshape(shape)
+
+
+def check_against_reference(o, lse, q, k, v, ds, causal, scale, layout):
+    """O (bfloat16) and lse against the float64 reference on the inputs as
+    stored times their descales; the errors measured."""
+    hd = 1 if layout == "bhnd" else 2
+    group = q.shape[hd] // k.shape[hd]
+    qd = descaled(q, ds[0], layout, group)
+    kd = descaled(k, ds[1], layout, 1)
+    vd = descaled(v, ds[2], layout, 1)
+    ro, rl = reference(qd, kd, vd, causal=causal, scale=scale, layout=layout)
+    e = rel_err(o, ro)
+    assert 1e-3 < e <= O_TOL, "O's norm-relative error %.4g (P's rounding: 1e-3 to 2^-4)" % e
+    if lse is not None:
+        seen = np.isfinite(rl)
+        le = float(np.abs(np.asarray(lse, np.float64)[seen] - rl[seen]).max())
+        assert le <= LSE_TOL, "lse error %.3g" % le
+        assert np.array_equal(np.isfinite(np.asarray(lse)), seen)
+    return e
+
+
+def torch_fp8(x):
+    return torch.from_numpy(np.ascontiguousarray(x)).to(FP8)
+
+
+def torch_qkv(rng, b, hq, hk, nq, nk, d, layout="bhnd"):
+    shape = (lambda h, n: (b, h, n, d)) if layout == "bhnd" else (lambda h, n: (b, n, h, d))
+    return (torch_fp8(values(shape(hq, nq), rng)), torch_fp8(values(shape(hk, nk), rng)),
+            torch_fp8(values(shape(hk, nk), rng)))
+
+
+def torch_descales(rng, b, hk, which="qkv"):
+    return tuple(torch.from_numpy(rng.uniform(0.5, 2, (b, hk)).astype(np.float32))
+                 if c in which else None for c in "qkv")
+
+
+def stored(t):
+    """A tensor's values as float64 NumPy (fp8 as stored)."""
+    return t.to(torch.float64).cpu().numpy()
+
+
+@has_fp8
+@pytest.mark.parametrize("layout,causal", [("bhnd", True), ("bnhd", False),
+                                           ("bhnd", "top_left")])
+def test_torch_cpu_fp8(layout, causal):
+    """GQA 4/2, seq_q != seq_k (top-left with seq_q > seq_k: two calls), all
+    three descales: O bfloat16 within fp8's bound, lse float32."""
+    rng = np.random.default_rng(1)
+    nq, nk = (72, 40) if causal == "top_left" else (40, 72)
+    q, k, v = torch_qkv(rng, 2, 4, 2, nq, nk, 64, layout)
+    ds = torch_descales(rng, 2, 2)
+    o, lse = fatune.attention(q, k, v, causal=causal, layout=layout, return_lse=True,
+                              q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+    assert o.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert o.shape == q.shape and o.is_contiguous()
+    e = check_against_reference(o.float().numpy(), lse.numpy(), stored(q), stored(k), stored(v),
+                                [d.numpy() for d in ds], causal, None, layout)
+    print("torch CPU fp8 %s causal=%s: O norm-relative error %.4f" % (layout, causal, e))
+
+
+@has_fp8
+def test_torch_cpu_fp8_strided_some_descales_and_scale():
+    """Inputs sliced out of larger tensors (strided heads and rows), only
+    K's and V's descales, a scale; the variant named by fatune.plan is wg's
+    fp8 kernel."""
+    rng = np.random.default_rng(2)
+    big = torch_fp8(values((1, 48, 2, 2, 64), rng))    # (b, n, h, two tensors, d)
+    q = big[:, :40, :, 0]                                # bnhd: heads 128, rows 256 apart
+    kv = torch_fp8(values((1, 60, 1, 2, 64), rng))
+    k, v = kv[:, :, :, 0], kv[:, :, :, 1]                # GQA 2/1, rows 128 apart
+    assert not q.is_contiguous() and not k.is_contiguous()
+    ds = torch_descales(rng, 1, 1, "kv")
+    o = fatune.attention(q, k, v, scale=0.3, layout="bnhd", k_descale=ds[1], v_descale=ds[2])
+    assert o.dtype == torch.bfloat16
+    check_against_reference(o.float().numpy(), None, stored(q), stored(k), stored(v),
+                            [None, ds[1].numpy(), ds[2].numpy()], False, 0.3, "bnhd")
+    assert fatune.plan(q, k, v, layout="bnhd").startswith("wg-e4m3-d64-")
+
+
+@has_fp8
+def test_torch_cpu_fp8_out_and_the_operator():
+    """out= takes a bfloat16 tensor; the operators (what torch.compile sees)
+    give the plain call's very bits, descales included; an fp8 out= is
+    refused."""
+    rng = np.random.default_rng(3)
+    q, k, v = torch_qkv(rng, 1, 2, 2, 24, 32, 64)
+    ds = torch_descales(rng, 1, 2)
+    o, lse = fatune.attention(q, k, v, causal=True, return_lse=True, q_descale=ds[0],
+                              k_descale=ds[1], v_descale=ds[2])
+    out = torch.full(o.shape, float("nan"), dtype=torch.bfloat16)
+    fatune.attention(q, k, v, causal=True, out=out, q_descale=ds[0], k_descale=ds[1],
+                     v_descale=ds[2])
+    assert torch.equal(out, o)
+    o2, lse2 = torch.ops.fatune.attention(q, k, v, "bottom_right", None, "bhnd", None, 0.0,
+                                          False, None, None, None, None, *ds)
+    assert torch.equal(o2, o) and torch.equal(lse2, lse)
+    out.fill_(0)
+    lse3 = torch.ops.fatune.attention_out(q, k, v, out, "bottom_right", None, "bhnd", None,
+                                          0.0, False, None, None, None, None, *ds)
+    assert torch.equal(out, o) and torch.equal(lse3, lse)
+    compiled = torch.compile(lambda a, b, c, d: fatune.attention(a, b, c, causal=True,
+                                                                 v_descale=d),
+                             backend="aot_eager", fullgraph=True)
+    torch.compiler.reset()
+    want = fatune.attention(q, k, v, causal=True, v_descale=ds[2])
+    assert torch.equal(compiled(q, k, v, ds[2]), want)
+    with pytest.raises(TypeError, match="^out: dtype torch.float8_e4m3fn"):
+        fatune.attention(q, k, v, out=torch.empty_like(q))
+
+
+@has_fp8
+def test_torch_fp8_refusals():
+    rng = np.random.default_rng(4)
+    q, k, v = torch_qkv(rng, 1, 2, 1, 16, 16, 64)
+    good = torch.ones(1, 1)
+    with pytest.raises(ValueError, match="^q_descale: shape"):
+        fatune.attention(q, k, v, q_descale=torch.ones(1, 2))
+    with pytest.raises(TypeError, match="^k_descale: dtype torch.float64"):
+        fatune.attention(q, k, v, k_descale=good.double())
+    with pytest.raises(TypeError, match="^v_descale: a torch.Tensor like q"):
+        fatune.attention(q, k, v, v_descale=np.ones((1, 1), np.float32))
+    qb, kb, vb = (x.to(torch.bfloat16) for x in (q, k, v))
+    with pytest.raises(ValueError, match="^q_descale: descales scale float8_e4m3fn inputs only"):
+        fatune.attention(qb, kb, vb, q_descale=good)
+    # No backward pass: inputs that require grad are refused; without grad, fine.
+    with pytest.raises(ValueError, match="^k: requires grad.*no backward pass"):
+        fatune.attention(q, k.clone().requires_grad_(), v)
+    with torch.no_grad():
+        fatune.attention(q, k.clone().requires_grad_(), v)
+    # The calls that take no fp8 say so.
+    cu = torch.tensor([0, 16], dtype=torch.int32)
+    packed = [x[0].transpose(0, 1).contiguous() for x in (q, k, v)]
+    with pytest.raises(TypeError, match="^q: dtype float8_e4m3fn .fp8. runs through "
+                                        "fatune.attention alone"):
+        fatune.attention_varlen(*packed, cu, cu, 16, 16)
+    kc = k.transpose(1, 2).contiguous()
+    with pytest.raises(TypeError, match="runs through fatune.attention alone"):
+        fatune.attention_with_kvcache(q.transpose(1, 2).contiguous(), kc, kc,
+                                      torch.tensor([16], dtype=torch.int32))
+    with pytest.raises(TypeError, match="runs through fatune.attention alone"):
+        torch.ops.fatune.attention_backward(q, None, q, k, v, q, torch.zeros(1, 2, 16),
+                                            "none", None, "bhnd", None)
+
+
+@has_fp8
+def test_fp8_runs_at_sm90a_whatever_the_environment(monkeypatch, tmp_path):
+    """The emulator's fp8 context is opened at sm_90a by the options, over a
+    FATUNE_EMU_ARCH that names a target without fp8."""
+    monkeypatch.setenv("FATUNE_EMU_ARCH", "sm_80")
+    rng = np.random.default_rng(5)
+    q, k, v = torch_qkv(rng, 1, 1, 1, 16, 16, 64)
+    o = fatune.attention(q, k, v, db=str(tmp_path / "arch.db"))
+    check_against_reference(o.float().numpy(), None, stored(q), stored(k), stored(v),
+                            [None] * 3, False, None, "bhnd")
+
+
+@has_ml
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+def test_numpy_fp8(layout):
+    """ml_dtypes.float8_e4m3fn arrays: O in ml_dtypes.bfloat16, MQA 2/1,
+    causal, descales as NumPy float32 arrays (one of them non-contiguous)."""
+    rng = np.random.default_rng(6)
+    f8 = ml_dtypes.float8_e4m3fn
+    shape = (lambda h, n: (1, h, n, 64)) if layout == "bhnd" else (lambda h, n: (1, n, h, 64))
+    q = values(shape(2, 30), rng).astype(f8)
+    k, v = (values(shape(1, 50), rng).astype(f8) for _ in range(2))
+    qd = rng.uniform(0.5, 2, (1, 1)).astype(np.float32)
+    vd = np.asfortranarray(rng.uniform(0.5, 2, (1, 1)).astype(np.float32))
+    o, lse = fatune.attention(q, k, v, causal=True, layout=layout, return_lse=True,
+                              q_descale=qd, v_descale=vd)
+    assert o.dtype == np.dtype(ml_dtypes.bfloat16) and lse.dtype == np.float32
+    e = check_against_reference(o.astype(np.float64), lse, q.astype(np.float64),
+                                k.astype(np.float64), v.astype(np.float64), [qd, None, vd],
+                                True, None, layout)
+    print("NumPy fp8 %s: O norm-relative error %.4f" % (layout, e))
+    out = np.zeros(o.shape, ml_dtypes.bfloat16)
+    fatune.attention(q, k, v, causal=True, layout=layout, out=out, q_descale=qd, v_descale=vd)
+    assert np.array_equal(out.view(np.uint16), o.view(np.uint16))
+
+
+@has_ml
+def test_numpy_fp8_refusals():
+    f8 = ml_dtypes.float8_e4m3fn
+    q = np.ones((1, 1, 16, 64), f8)
+    with pytest.raises(ValueError, match="^out: float8_e4m3fn"):
+        fatune.attention(q, q, q, out=np.zeros(q.shape, f8))
+    with pytest.raises(TypeError, match="^k_descale: dtype float64"):
+        fatune.attention(q, q, q, k_descale=np.ones((1, 1)))
+    with pytest.raises(ValueError, match="^v_descale: shape"):
+        fatune.attention(q, q, q, v_descale=np.ones((2, 1), np.float32))
+    with pytest.raises(ValueError, match="^q_descale: descales scale float8_e4m3fn"):
+        fatune.attention(*(np.ones((1, 1, 16, 64), np.float32),) * 3,
+                         q_descale=np.ones((1, 1), np.float32))
+    with pytest.raises(TypeError, match="^q: dtype float8_e5m2 is not one fatune runs"):
+        e5 = np.ones((1, 1, 16, 64), ml_dtypes.float8_e5m2)
+        fatune.attention(e5, e5, e5)
+    with pytest.raises(TypeError, match="runs through fatune.attention alone"):
+        fatune.attention_backward(np.zeros((1, 1, 16, 64), ml_dtypes.bfloat16), q, q, q,
+                                  np.zeros((1, 1, 16, 64), ml_dtypes.bfloat16),
+                                  np.zeros((1, 1, 16), np.float32))
+
+
+@cuda
+def test_cuda_fp8():
+    """On an H100 or H200: CUDA float8 tensors, GQA, causal, descales, the
+    bnhd layout, against the float64 reference; the same kernel's bits as
+    the emulator's are not asserted (only the bound)."""
+    rng = np.random.default_rng(7)
+    for d in (64, 128, 256):
+        q, k, v = (x.cuda() for x in torch_qkv(rng, 2, 8, 2, 300, 500, d, "bnhd"))
+        ds = tuple(x.cuda() for x in torch_descales(rng, 2, 2))
+        o, lse = fatune.attention(q, k, v, causal=True, layout="bnhd", return_lse=True,
+                                  q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
+        torch.cuda.synchronize()
+        assert o.dtype == torch.bfloat16 and o.is_cuda
+        e = check_against_reference(o.float().cpu().numpy(), lse.cpu().numpy(), stored(q),
+                                    stored(k), stored(v), [x.cpu().numpy() for x in ds], True,
+                                    None, "bnhd")
+        print("CUDA fp8 d%d: O norm-relative error %.4f" % (d, e))
