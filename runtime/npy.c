@@ -48,11 +48,11 @@ static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...
 
 const char *npy_dtype_name(npy_dtype t) {
   return t == NPY_F16 ? "float16" : t == NPY_F32 ? "float32" : t == NPY_BF16 ? "bfloat16"
-                                                                             : "float64";
+         : t == NPY_E4M3 ? "float8_e4m3fn" : "float64";
 }
 
 static size_t dtype_size(npy_dtype t) {
-  return t == NPY_F16 || t == NPY_BF16 ? 2 : t == NPY_F32 ? 4 : 8;
+  return t == NPY_E4M3 ? 1 : t == NPY_F16 || t == NPY_BF16 ? 2 : t == NPY_F32 ? 4 : 8;
 }
 
 /* Built from the bits rather than with ldexp, so the test's ldexp formula
@@ -78,6 +78,8 @@ static double decode(npy_dtype t, const unsigned char *b) {
   switch (t) {
   case NPY_F16:
     return npy_half_to_double((unsigned short)load_le(b, 2));
+  case NPY_E4M3:   /* exact; the two NaN patterns give NaN */
+    return hp_e4m3_to_double(b[0]);
   case NPY_BF16:   /* the high half of a float32 */
     u32 = (uint32_t)load_le(b, 2) << 16;
     memcpy(&f, &u32, sizeof f);
@@ -297,7 +299,11 @@ static int parse_header(parser *p, header *h) {
 /* Only '<' floats, or '=' on a little-endian host; and '<V2', what np.save
 ** writes for an ml_dtypes.bfloat16 array (its descr names no bfloat16:
 ** fatune takes '<V2' as bfloat16, the only 2-byte type ml_dtypes saves
-** that way that attention inputs use; a plain NumPy void is '|V2', refused). */
+** that way that attention inputs use; a plain NumPy void is '|V2', refused).
+** A 1-byte void, '<V1' as np.save writes an ml_dtypes.float8_e4m3fn array
+** (or '|V1', NumPy's spelling of a 1-byte void, '=V1'), is e4m3: the only
+** 1-byte float fatune computes (an ml_dtypes.float8_e5m2 array reads the
+** same and would be taken for it: convert such an array first). */
 static int parse_descr(const char *path, const char *d, npy_dtype *t, char *err, size_t errlen) {
   const char *sizes = "248";
   const char *s;
@@ -305,9 +311,13 @@ static int parse_descr(const char *path, const char *d, npy_dtype *t, char *err,
     *t = NPY_BF16;
     return 0;
   }
+  if (!strcmp(d, "<V1") || !strcmp(d, "|V1") || !strcmp(d, "=V1")) {
+    *t = NPY_E4M3;
+    return 0;
+  }
   if (d[0] && d[1] == 'V')
     return fail(err, errlen, path, "dtype '%s' is not supported (bfloat16 is read as '<V2', "
-                "what np.save writes for ml_dtypes.bfloat16)", d);
+                "float8_e4m3fn as '<V1' or '|V1', what np.save writes for ml_dtypes' types)", d);
   if (strlen(d) != 3 || d[1] != 'f' || !(s = strchr(sizes, d[2])) || !strchr("<>=", d[0]))
     return fail(err, errlen, path, "dtype '%s' is not supported (float16, float32, float64 or bfloat16)", d);
   if (d[0] == '>' || (d[0] == '=' && !host_little_endian()))

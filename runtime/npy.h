@@ -2,7 +2,8 @@
 ** npy.h
 ** Reads and writes NumPy .npy files (format versions 1.0, 2.0 and 3.0) of
 ** little-endian float16, float32 or float64 arrays with 1 to 4 dimensions
-** (and bfloat16 ones read as ml_dtypes saves them: descr '<V2'),
+** (and bfloat16 and float8_e4m3fn ones read as ml_dtypes saves them: descr
+** '<V2', and '<V1' or '|V1'),
 ** so tensors can travel between Python and the tuner. Everything read is
 ** converted exactly to double, in C order.
 */
@@ -11,7 +12,8 @@
 
 #include <stddef.h>
 
-typedef enum npy_dtype { NPY_F16, NPY_F32, NPY_F64, NPY_BF16 } npy_dtype;
+/* NPY_E4M3: OCP FP8 e4m3 (ml_dtypes.float8_e4m3fn), read only. */
+typedef enum npy_dtype { NPY_F16, NPY_F32, NPY_F64, NPY_BF16, NPY_E4M3 } npy_dtype;
 
 typedef struct npy_array {
   npy_dtype dtype;          /* as stored in the file */
@@ -45,6 +47,7 @@ int npy_write_16(const char *path, npy_dtype t, const unsigned short *bits, int 
 int npy_check_destination(const char *path, char *err, size_t errlen);
 
 double npy_half_to_double(unsigned short h);   /* IEEE binary16 -> exact double */
-const char *npy_dtype_name(npy_dtype t);       /* "float16", "float32", "float64", "bfloat16" */
+const char *npy_dtype_name(npy_dtype t);       /* "float16", "float32", "float64", "bfloat16",
+                                                  "float8_e4m3fn" */
 
 #endif

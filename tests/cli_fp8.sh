@@ -88,4 +88,91 @@ tf=$(sed -n 's/.*predicted [0-9.]* us, \([0-9]*\) TFLOP\/s.*/\1/p' "$tmp/m.out")
 check "model: fp8 predicted above bf16's peak (989) and within fp8's ($tf TFLOP/s)" $? \
   "$(cat "$tmp/m.out")"
 
+# --- run on .npy files ----------------------------------------------------------------
+# e4m3 as np.save writes an ml_dtypes.float8_e4m3fn array ('<V1') or NumPy's
+# own 1-byte void ('|V1'); O back as bfloat16 ('<V2'), checked by a naive
+# attention in Python floats on the inputs as stored (no NumPy needed).
+if command -v python3 >/dev/null 2>&1; then
+  cat >"$tmp/f8npy.py" <<'PY'
+import math, random, struct, sys
+
+def e4m3(b):
+    s = -1.0 if b & 0x80 else 1.0
+    e, m = (b >> 3) & 15, b & 7
+    return s * (2.0 ** -6 * m / 8 if e == 0 else 2.0 ** (e - 7) * (1 + m / 8))
+
+def save(path, descr, shape, data):
+    hdr = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
+    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + data)
+
+def load(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<H", data[8:10])[0]
+    h = eval(data[10:10 + n].decode())
+    return h["descr"], tuple(h["shape"]), data[10 + n:]
+
+if sys.argv[1] == "write":   # write PATH DESCR SEED D0 D1 D2 D3: finite values 2^-3 to 3.75
+    rnd = random.Random(int(sys.argv[4]))
+    shape = [int(x) for x in sys.argv[5:]]
+    n = math.prod(shape)
+    save(sys.argv[2], sys.argv[3], shape,
+         bytes(rnd.randrange(2) << 7 | rnd.randrange(4, 10) << 3 | rnd.randrange(8)
+               for _ in range(n)))
+    sys.exit(0)
+# check Q K V O LSE: causal, bottom-right; O's norm-relative error, lse's largest
+(_, (B, H, N, D), q), (_, ks, k), (_, _, v) = (load(p) for p in sys.argv[2:5])
+od, os_, o = load(sys.argv[5])
+ld, ls, lse = load(sys.argv[6])
+if od != "<V2" or os_ != (B, H, N, D) or ld != "<f4" or ls != (B, H, N):
+    print("O %s %s, lse %s %s" % (od, os_, ld, ls))
+    sys.exit(1)
+M = ks[2]
+o = [struct.unpack("<f", struct.pack("<I", x << 16))[0]
+     for x in struct.unpack("<%dH" % (len(o) // 2), o)]
+lse = struct.unpack("<%df" % (len(lse) // 4), lse)
+e2 = r2 = lerr = 0.0
+for bh in range(B * H):
+    for i in range(N):
+        qi = [e4m3(x) for x in q[(bh * N + i) * D:(bh * N + i + 1) * D]]
+        keys = range(min(M, i + M - N + 1))
+        s = [sum(a * e4m3(b) for a, b in zip(qi, k[(bh * M + j) * D:(bh * M + j + 1) * D]))
+             / math.sqrt(D) for j in keys]
+        mx = max(s)
+        p = [math.exp(x - mx) for x in s]
+        l = sum(p)
+        lerr = max(lerr, abs(lse[bh * N + i] - (mx + math.log(l))))
+        for d in range(D):
+            r = sum(p[j] * e4m3(v[(bh * M + j) * D + d]) for j in keys) / l
+            e2 += (o[(bh * N + i) * D + d] - r) ** 2
+            r2 += r * r
+print("rel_err %.5f lse_err %.3g" % (math.sqrt(e2 / r2), lerr))
+PY
+  f8="python3 $tmp/f8npy.py"
+  $f8 write "$tmp/q8.npy" '|V1' 1 1 2 40 64 && $f8 write "$tmp/k8.npy" '<V1' 2 1 2 70 64 &&
+    $f8 write "$tmp/v8.npy" '<V1' 3 1 2 70 64
+  run r8 run --backend emu --arch sm_90a --config family=wg --causal --q "$tmp/q8.npy" \
+    --k "$tmp/k8.npy" --v "$tmp/v8.npy" --out "$tmp/o8.npy" --lse "$tmp/l8.npy"
+  [ "$rc" -eq 0 ] && grep -q 'ran wg-e4m3-d64-' "$tmp/r8.err"
+  check "run on '|V1' and '<V1' inputs runs wg's e4m3 kernel" $? \
+    "exit $rc: $(head -c 400 "$tmp/r8.err")"
+  out=$($f8 check "$tmp/q8.npy" "$tmp/k8.npy" "$tmp/v8.npy" "$tmp/o8.npy" "$tmp/l8.npy")
+  ok=$?
+  [ "$ok" -eq 0 ] && python3 -c "import sys; e, l = float('$out'.split()[1]), float('$out'.split()[3]); sys.exit(0 if 1e-3 < e <= 2 ** -4 and l < 1e-2 else 1)"
+  check "run e4m3: O written as bfloat16 ('<V2') within 2^-4 of naive attention, lse fp32 ($out)" $? \
+    "$out"
+  refused r8arch "give --arch sm_90a" run --backend emu --config family=wg --q "$tmp/q8.npy" \
+    --k "$tmp/k8.npy" --v "$tmp/v8.npy" --out "$tmp/o8.npy"
+  refused r8dt "the inputs are float8_e4m3fn (e4m3)" run --backend emu --arch sm_90a \
+    --dtype fp16 --config family=wg --q "$tmp/q8.npy" --k "$tmp/k8.npy" --v "$tmp/v8.npy" \
+    --out "$tmp/o8.npy"
+  refused r8bwd "e4m3 (fp8) has no backward pass" run --op bwd --backend emu --arch sm_90a \
+    --config family=wg --q "$tmp/q8.npy" --k "$tmp/k8.npy" --v "$tmp/v8.npy" \
+    --do "$tmp/q8.npy" --dq "$tmp/dq8.npy" --dk "$tmp/dk8.npy" --dv "$tmp/dv8.npy"
+else
+  echo "SKIPPED the run checks: no python3"
+fi
+
 finish

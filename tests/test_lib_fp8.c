@@ -22,7 +22,10 @@
 **    FATUNE_EMU_ARCH or by emu_arch over FATUNE_EMU_ARCH=sm_90a) an e4m3
 **    call is FATUNE_EINVAL saying fp8 needs sm_90a and how to ask for it,
 **    never a crash; fatune_choose names wg's fp8 default on sm_90a; an
-**    emu_arch fatune does not know is refused at the open.
+**    emu_arch fatune does not know is refused at the open;
+**  - .npy files of e4m3 (fatune run's inputs), '<V1' as np.save writes an
+**    ml_dtypes.float8_e4m3fn array and '|V1', NumPy's own 1-byte void: all
+**    256 patterns read as the host conversion gives them; '>V1' refused.
 */
 #include <math.h>
 #include <stdint.h>
@@ -34,6 +37,7 @@
 #include "fa_problem.h"
 #include "fatune.h"
 #include "halfprec.h"
+#include "npy.h"
 #include "reference.h"
 
 static char dir[] = "/tmp/fatune-test-lib-fp8-XXXXXX";
@@ -399,6 +403,48 @@ static void test_no_fp8_target(const char *arch, int opt) {
   tensor_free(&q), tensor_free(&k), tensor_free(&v), tensor_free(&o);
 }
 
+/* A .npy file of the 256 e4m3 patterns, in order, under descr. */
+static int write_patterns(const char *path, const char *descr) {
+  char dict[128];
+  const int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, "
+                         "'shape': (256,), }", descr);
+  const int pad = 63 - (10 + n) % 64;   /* the data at 64 bytes, as NumPy aligns it */
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  const unsigned char len[2] = {(unsigned char)(n + pad + 1), 0};
+  int ok = fwrite("\x93NUMPY\x01\x00", 1, 8, f) == 8 && fwrite(len, 1, 2, f) == 2 &&
+           fwrite(dict, 1, (size_t)n, f) == (size_t)n;
+  for (int i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
+  ok = ok && fputc('\n', f) != EOF;
+  for (int i = 0; ok && i < 256; i++) ok = fputc(i, f) != EOF;
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static void test_npy(void) {
+  static const char *const good[] = {"<V1", "|V1", "=V1"};
+  char path[200], err[512];
+  snprintf(path, sizeof path, "%s/e4m3.npy", dir);
+  for (int g = 0; g < 3; g++) {
+    npy_array a;
+    const int rc = write_patterns(path, good[g]) ? -2 : npy_read(path, &a, err, sizeof err);
+    CHECK(rc == 0 && a.dtype == NPY_E4M3 && a.ndim == 1 && a.count == 256 &&
+          !strcmp(npy_dtype_name(a.dtype), "float8_e4m3fn"),
+          "'%s': rc %d, %s", good[g], rc, rc == -1 ? err : "");
+    int same = rc == 0;
+    for (int i = 0; same && i < 256; i++) {
+      const double want = hp_e4m3_to_double((uint8_t)i);
+      same = isnan(want) ? isnan(a.data[i]) : a.data[i] == want && !signbit(a.data[i]) ==
+             !signbit(want);
+    }
+    CHECK(same, "'%s': a pattern read as another value", good[g]);
+    if (rc == 0) npy_free(&a);
+  }
+  npy_array a;
+  const int rc = write_patterns(path, ">V1") ? -2 : npy_read(path, &a, err, sizeof err);
+  CHECK(rc == -1 && strstr(err, "dtype '>V1' is not supported") &&
+        strstr(err, "float8_e4m3fn as '<V1' or '|V1'"), "'>V1': rc %d, '%s'", rc, err);
+}
+
 /* --cuda: the cuda backend (the driver's first GPU, or tests/fakecuda's
 ** by FAKECUDA_DEVICE): on sm_90 fatune_choose names wg's fp8 default (its
 ** kernel compiled for sm_90a); on any other GPU it and fatune_attention are
@@ -455,6 +501,7 @@ int main(int argc, char **argv) {
   test_shapes();
   test_forward();
   test_bad();
+  test_npy();
   fatune_close(ctx);
   /* The same by FATUNE_EMU_ARCH. */
   if (setenv("FATUNE_EMU_ARCH", "sm_90a", 1) != 0) return 1;

@@ -124,7 +124,8 @@ static int read_bwd_inputs(run_state *r, const cli_opts *o, char *err, size_t n)
 }
 
 static fa_dtype dtype_of(npy_dtype t) {
-  return t == NPY_F16 ? FA_FP16 : t == NPY_BF16 ? FA_BF16 : t == NPY_F32 ? FA_FP32 : FA_FP64;
+  return t == NPY_F16 ? FA_FP16 : t == NPY_BF16 ? FA_BF16 : t == NPY_E4M3 ? FA_E4M3
+         : t == NPY_F32 ? FA_FP32 : FA_FP64;
 }
 
 /* The kernel's dtype is the inputs': a --dtype that differs from the one
@@ -145,6 +146,13 @@ static int pick_dtype(run_state *r, const cli_opts *o, char *err, size_t n) {
     return -1;
   }
   r->p.dtype = given || !same ? o->problem.dtype : dtype_of(t);
+  /* fp8 is FlashAttention-3's forward pass alone. */
+  if (r->p.dtype == FA_E4M3 && r->p.op != FA_OP_FWD) {
+    snprintf(err, n, "e4m3 (fp8) has no %s: fatune computes fp8's forward pass alone (give "
+             "fp16, bf16, fp32 or fp64 inputs, or --dtype)", r->p.op == FA_OP_BWD
+             ? "backward pass" : "decoding");
+    return -1;
+  }
   return 0;
 }
 
@@ -160,10 +168,12 @@ static int write_outputs(run_state *r, const cli_opts *o, char *err, size_t n) {
   long long oshape[4], lshape[3];
   o_shape(r, oshape);
   const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
-  /* O in the kernel's dtype, as it computed it: bf16 as bf16 .npy. */
-  int rc = p->dtype == FA_FP64   ? npy_write_f64(o->out, r->o, r->q.ndim, oshape, err, n)
-           : p->dtype == FA_FP32 ? npy_write_f32(o->out, r->o, r->q.ndim, oshape, err, n)
-           : npy_write_16(o->out, p->dtype == FA_FP16 ? NPY_F16 : NPY_BF16, r->o, r->q.ndim,
+  /* O in the dtype the kernel wrote it in, bits as they are: bf16 as bf16
+  ** .npy ('<V2'), e4m3's O too. */
+  const fa_dtype od = fa_out_dtype(p->dtype);
+  int rc = od == FA_FP64   ? npy_write_f64(o->out, r->o, r->q.ndim, oshape, err, n)
+           : od == FA_FP32 ? npy_write_f32(o->out, r->o, r->q.ndim, oshape, err, n)
+           : npy_write_16(o->out, od == FA_FP16 ? NPY_F16 : NPY_BF16, r->o, r->q.ndim,
                           oshape, err, n);
   if (rc != 0 || !o->lse) return rc;
   float *l = malloc(rows * sizeof *l);
@@ -282,11 +292,12 @@ static int execute(run_state *r, const cli_opts *o, char *err, size_t n) {
       (fwd_first && compiled(&r->fwd, &r->fwd_build, err, n) != 0))
     return -1;
   const fa_problem *p = &r->p;
-  const size_t es = (size_t)fa_dtype_size(p->dtype);
+  /* O's elements are its own dtype's: bf16 beside e4m3 inputs. */
+  const size_t oes = (size_t)fa_dtype_size(fa_out_dtype(p->dtype));
   const size_t rows = (size_t)p->batch * p->heads * p->seq_q;
   r->qt = convert(&r->q, p->dtype), r->kt = convert(&r->k, p->dtype);
   r->vt = convert(&r->v, p->dtype);
-  r->o = malloc(rows * (size_t)fa_problem_dim_v(p) * es), r->lse = malloc(rows * (size_t)fa_lse_size(p->dtype));
+  r->o = malloc(rows * (size_t)fa_problem_dim_v(p) * oes), r->lse = malloc(rows * (size_t)fa_lse_size(p->dtype));
   if (!r->qt || !r->kt || !r->vt || !r->o || !r->lse) {
     snprintf(err, n, "out of memory");
     return -1;
@@ -331,7 +342,14 @@ int run_main(gen_state *g, const cli_opts *o, const gen_target *t) {
   r.p.causal = o->problem.causal, r.p.scale = o->problem.scale, r.p.mod = o->problem.mod;
   if (o->variant ? gen_render_name(g, o->variant, t, &r.kern)
                  : gen_render_config(g, o->config, &r.p, t, &r.kern)) {
-    rc = cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
+    /* fp8 needs the Hopper family: say the flag that gives it. */
+    if (r.p.dtype == FA_E4M3 && strcmp(t->arch, "sm_90a")) {
+      snprintf(err, sizeof err, "e4m3 (fp8) runs on sm_90a alone (the wg family), not %s: give "
+               "--arch sm_90a (%s)", t->arch, gen_errmsg(g));
+      rc = cli_say(EXIT_BAD_INPUT, err);
+    } else {
+      rc = cli_say(EXIT_BAD_INPUT, gen_errmsg(g));
+    }
     goto done;
   }
   if (r.kern.note[0]) cli_say(0, r.kern.note);
