@@ -74,9 +74,11 @@ static const cmd_info commands[] = {
    "shape (N, D) or (B, H, N, D)) and writes O in the kernel's dtype. The dtype is\n"
    "the inputs' unless --dtype says otherwise. bfloat16 is read and written as\n"
    "np.save writes an ml_dtypes.bfloat16 array (descr '<V2'): in NumPy,\n"
-   "np.load('o.npy').view(ml_dtypes.bfloat16). With --op bwd it runs a backward\n"
-   "variant on dO and the forward pass's O and lse (or runs the forward pass's\n"
-   "default variant first, without them) and writes dQ, dK and dV.",
+   "np.load('o.npy').view(ml_dtypes.bfloat16). A 1-byte void ('<V1' as np.save\n"
+   "writes an ml_dtypes.float8_e4m3fn array, or '|V1') is read as e4m3: the fp8\n"
+   "forward pass (--arch sm_90a), its O written as bfloat16. With --op bwd it runs\n"
+   "a backward variant on dO and the forward pass's O and lse (or runs the forward\n"
+   "pass's default variant first, without them) and writes dQ, dK and dV.",
    "fatune run --config block_m=64 --q q.npy --k k.npy --v v.npy --out o.npy",
    "run one variant on .npy tensors"},
   {"list", CMD_LIST, F_DIM | F_TYPE | F_MOD | F_SEQ | F_ARCH | F_JSON | F_SPACE | F_OP | F_VARLEN,
