@@ -57,7 +57,7 @@ bad "--dim|0"                      --dim 0
 bad "--dim|577"                    --dim 577
 bad "--dim|abc"                    --dim abc
 bad "--dim"                        --dim
-bad "fp8"                          --dtype fp8
+bad "fp7"                          --dtype fp7
 bad "sm_12"                        --arch sm_12
 bad "bogus"                        --arch bogus
 bad "newer NVRTC|sm_150|newest it knows is sm_" --arch sm_150

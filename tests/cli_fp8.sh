@@ -5,8 +5,9 @@
 # (every default variant validated against float64 under two schedules and
 # the adversarial suite, with random descales of Q, K and V), what `best`
 # then says, `explore --axis quant` (the rounding against float64, with
-# and without the Hadamard rotation), and `fatune model` rating the fp8
-# kernel by its QGMMA at fp8's rate (SKIPPED without nvdisasm).
+# and without the Hadamard rotation), `fatune run` on e4m3 .npy files, and
+# `fatune model` rating the fp8 kernel by its QGMMA at fp8's rate (last:
+# SKIPPED without nvdisasm).
 #
 # usage: FATUNE=build/fatune bash tests/cli_fp8.sh
 set -u
@@ -69,24 +70,6 @@ check "explore --axis quant: fp8 well past bf16, the rotation cuts it with outli
 run q96 explore --dim 96 --seq 64 --axis quant
 [ "$rc" -eq 2 ] && tail -n 1 "$tmp/q96.err" | grep -q 'power of 2'
 check "explore --axis quant refuses a head dim the rotation cannot take" $? "exit $rc: $(cat "$tmp/q96.err")"
-
-# --- the timing model ---------------------------------------------------------------
-run m model --gpu h100 --dim 128 --seq 16384 --batch 1 --heads 16 --dtype e4m3 \
-  --variant wg-e4m3-d128-m128n224c2-deferred-np-ov-s2-sw128
-if grep -q "nvdisasm" "$tmp/m.err"; then
-  echo "SKIPPED: no nvdisasm for the model ($passed passed, $failed failed so far)"
-  [ "$failed" -eq 0 ] && exit 77
-  finish
-  exit
-fi
-[ "$rc" -eq 0 ] && grep -q 'of the e4m3 peak, 1979' "$tmp/m.out" &&
-  grep -q 'main loop per K/V block per warp: [0-9]* instructions, 11 QGMMA' "$tmp/m.out"
-check "model: 11 QGMMA per K/V block (4 of S, 7 of P V) against fp8's 1979 TFLOP/s" $? \
-  "exit $rc: $(cat "$tmp/m.out" "$tmp/m.err")"
-tf=$(sed -n 's/.*predicted [0-9.]* us, \([0-9]*\) TFLOP\/s.*/\1/p' "$tmp/m.out")
-[ -n "$tf" ] && [ "$tf" -gt 989 ] && [ "$tf" -le 1979 ]
-check "model: fp8 predicted above bf16's peak (989) and within fp8's ($tf TFLOP/s)" $? \
-  "$(cat "$tmp/m.out")"
 
 # --- run on .npy files ----------------------------------------------------------------
 # e4m3 as np.save writes an ml_dtypes.float8_e4m3fn array ('<V1') or NumPy's
@@ -174,5 +157,23 @@ PY
 else
   echo "SKIPPED the run checks: no python3"
 fi
+
+# --- the timing model ---------------------------------------------------------------
+run m model --gpu h100 --dim 128 --seq 16384 --batch 1 --heads 16 --dtype e4m3 \
+  --variant wg-e4m3-d128-m128n224c2-deferred-np-ov-s2-sw128
+if grep -q "nvdisasm" "$tmp/m.err"; then
+  echo "SKIPPED: no nvdisasm for the model ($passed passed, $failed failed so far)"
+  [ "$failed" -eq 0 ] && exit 77
+  finish
+  exit
+fi
+[ "$rc" -eq 0 ] && grep -q 'of the e4m3 peak, 1979' "$tmp/m.out" &&
+  grep -q 'main loop per K/V block per warp: [0-9]* instructions, 11 QGMMA' "$tmp/m.out"
+check "model: 11 QGMMA per K/V block (4 of S, 7 of P V) against fp8's 1979 TFLOP/s" $? \
+  "exit $rc: $(cat "$tmp/m.out" "$tmp/m.err")"
+tf=$(sed -n 's/.*predicted [0-9.]* us, \([0-9]*\) TFLOP\/s.*/\1/p' "$tmp/m.out")
+[ -n "$tf" ] && [ "$tf" -gt 989 ] && [ "$tf" -le 1979 ]
+check "model: fp8 predicted above bf16's peak (989) and within fp8's ($tf TFLOP/s)" $? \
+  "$(cat "$tmp/m.out")"
 
 finish

@@ -127,7 +127,7 @@ bad "not '256:1024:x1'" --seq 256:1024:x1 --backend emu
 bad "not '256:'" --seq 256: --backend emu
 bad "not 'x'" --dim 64,x --backend emu
 bad "lists fp16 twice" --dtype fp16,half --backend emu
-bad "unknown dtype 'fp8'" --dtype fp16,fp8 --backend emu
+bad "unknown dtype 'fp7'" --dtype fp16,fp7 --backend emu
 bad "I/N with 1 <= I <= N" --shard 4/3 --backend emu
 bad "I/N with 1 <= I <= N" --shard 0/3 --backend emu
 bad "lists are for the main job" list --dim 64,128

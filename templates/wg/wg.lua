@@ -208,6 +208,10 @@ function wg.fits(c, _, target)
     return false, "ping-pong takes turns between two or three consumer warpgroups"
   end
   if c.dtype == "e4m3" then
+    if c.dim % 16 ~= 0 then
+      return false, "head dim " .. c.dim .. " is no multiple of 16: TMA needs fp8 rows of a "
+                    .. "multiple of 16 bytes"
+    end
     if c.block_n % 32 ~= 0 then
       return false, "fp8's block_n must be a multiple of 32 (wgmma's k32 steps of P V)"
     end
