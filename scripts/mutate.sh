@@ -261,7 +261,7 @@ mut sass-qgmma tuner/analysis/sass.c \
   '{"HGMMA", "QGMMA", "HMMA", "DFMA", "FFMA"}' '{"HGMMA", "HMMA", "DFMA", "FFMA"}' \
   'cli_fp8'
 mut fp8-hadamard core/fa_fp8.c \
-  'v[j] = a + b, v[j + len] = a - b;' 'v[j] = a + b, v[j + len] = b - a;' \
+  'v[j] = a + b, v[j + len] = a - b;' 'v[j] = a + b, v[j + len] = a;' \
   'test_fp8'
 mut fp8-amax-scale core/fa_fp8.c \
   '(float)(amax / 448)' '(float)(amax / 240)' \
