@@ -159,7 +159,9 @@
 --                          message;
 --                paper     boolean (optional): the FlashAttention paper's
 --                          global-memory bounds and peak memory follow the
---                          tables (fp32 problems).
+--                          tables (fp32 problems);
+--                dtypes    list (optional): the dtypes its cost model
+--                          counts; absent, every dtype of the family's.
 --              The first family of a problem on a target (families_for)
 --              that declares it is the one explore runs.
 local space = {}
@@ -535,18 +537,30 @@ function space.device_arch(base)
   return base, nil
 end
 
+-- Whether fam's explore plan covers dtype: its dtypes, or all of the family's.
+local function explores(fam, dtype)
+  if not fam.explore.dtypes then return true end
+  for _, t in ipairs(fam.explore.dtypes) do
+    if t == dtype then return true end
+  end
+  return false
+end
+
 -- The family `fatune explore` runs for a problem on a target: the first
 -- of families_for that declares `explore`; raises, saying what explore
 -- covers, when none does.
 local function explorer(problem, target)
   for _, fam in ipairs(families_for(problem, target)) do
-    if fam.explore and not (fam.last_resort and fam.last_resort[problem.dtype]) then return fam end
+    if fam.explore and not (fam.last_resort and fam.last_resort[problem.dtype])
+       and explores(fam, problem.dtype) then
+      return fam
+    end
   end
   local covers = {}
   for _, fam in ipairs(order) do
     if fam.explore then
       covers[#covers + 1] = string.format("the %s family (op %s, %s on %s)", fam.name, fam.op,
-                                          table.concat(fam.axis.dtype.values, ", "),
+                                          table.concat(fam.explore.dtypes or fam.axis.dtype.values, ", "),
                                           fam.targets == "any" and "any arch" or table.concat(fam.targets, ", "))
     end
   end

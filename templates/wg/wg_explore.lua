@@ -4,6 +4,9 @@
 -- `explore` field).
 
 return {
+  -- The 16-bit types: fp8's kernels (a transpose launch, k32 wgmma) are
+  -- not in the cost model; `explore --axis quant` is fp8's.
+  dtypes = { "fp16", "bf16" },
   model = "wg_model.lua",
   kernel = "wg.cu",
   counters = {
