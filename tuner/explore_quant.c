@@ -21,6 +21,7 @@
 #include "explore_quant.h"
 #include "fa_fp8.h"
 #include "reference.h"
+#include "validate.h"
 
 #define QUANT_SEQ 256   /* the emulator's largest; one batch of two heads */
 
@@ -29,17 +30,10 @@ typedef struct quant_row {
   double rel_err, rmse, max_abs;
 } quant_row;
 
-/* splitmix64 and Box-Muller, as the validator draws its inputs. */
-static uint64_t rng(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
+/* Box-Muller on the validator's generator (val_rng_next). */
 static double normal(uint64_t *s) {
-  const double u1 = ((double)(rng(s) >> 11) + 0.5) * 0x1p-53;
-  const double u2 = ((double)(rng(s) >> 11) + 0.5) * 0x1p-53;
+  const double u1 = ((double)(val_rng_next(s) >> 11) + 0.5) * 0x1p-53;
+  const double u2 = ((double)(val_rng_next(s) >> 11) + 0.5) * 0x1p-53;
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
@@ -47,7 +41,7 @@ static double normal(uint64_t *s) {
 static void draw(double *x, size_t n, int outliers, uint64_t *s) {
   for (size_t i = 0; i < n; i++) {
     x[i] = normal(s);
-    if (outliers && rng(s) % 1000 == 0) x[i] *= 10;
+    if (outliers && val_rng_next(s) % 1000 == 0) x[i] *= 10;
   }
 }
 
