@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _check, _kvcache, _lib, _numpy, _varlen, mods
+from ._fp8 import quantize_fp8
 from ._kvcache import DecodePlan
 from ._lib import Error
 
@@ -30,7 +31,7 @@ except PackageNotFoundError:  # imported from a source tree
     __version__ = "0+unknown"
 
 __all__ = ["Error", "attention", "attention_backward", "attention_varlen",
-           "attention_varlen_backward", "mods",
+           "attention_varlen_backward", "mods", "quantize_fp8",
            "attention_with_kvcache", "plan_decode", "DecodePlan", "plan", "tune",
            "best", "reload", "executable", "__version__"]
 

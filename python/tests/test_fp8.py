@@ -7,8 +7,10 @@ inputs as stored times their descales, by norm-relative error within 2^-4
 within bfloat16's 1e-2. Then what is refused: descales beside other
 dtypes or of the wrong dtype, shape or kind, an fp8 out=, inputs that
 require grad, and fp8 in the calls that take none (the backward pass,
-variable-length batches, decoding). SKIPPED where PyTorch lacks
-float8_e4m3fn, or NumPy ml_dtypes."""
+variable-length batches, decoding). And fatune.quantize_fp8: its
+scales and rounding, its rotation (which lowers the error on inputs with
+outliers), the same bytes from tensors as from arrays, its refusals.
+SKIPPED where PyTorch lacks float8_e4m3fn, or NumPy ml_dtypes."""
 import numpy as np
 import pytest
 
@@ -251,6 +253,101 @@ def test_numpy_fp8_refusals():
         fatune.attention_backward(np.zeros((1, 1, 16, 64), ml_dtypes.bfloat16), q, q, q,
                                   np.zeros((1, 1, 16, 64), ml_dtypes.bfloat16),
                                   np.zeros((1, 1, 16), np.float32))
+
+
+def outlier_values(shape, rng):
+    """Normal values with outliers: 1% of them 10 times larger (as
+    `fatune explore --axis quant` draws them, denser)."""
+    x = rng.standard_normal(shape)
+    x[rng.random(shape) < 0.01] *= 10
+    return x
+
+
+@has_ml
+def test_quantize_fp8_numpy():
+    """GQA 4/2 in bnhd, a K/V head all zeros: one descale per (batch, K/V
+    head), amax / 448 over the group's heads (1 for the zeros), float32;
+    each group's largest value 448; every value within e4m3's rounding
+    (half a step: 2^-4 relative, or half the smallest subnormal)."""
+    rng = np.random.default_rng(7)
+    q = values((2, 24, 4, 64), rng) * np.array([1, 1, 5, 5])[None, None, :, None]
+    k, v = values((2, 40, 2, 64), rng), values((2, 40, 2, 64), rng)
+    k[1, :, 1] = 0
+    q8, k8, v8, qd, kd, vd = fatune.quantize_fp8(q, k, v, layout="bnhd")
+    for x, x8, d, group in ((q, q8, qd, 2), (k, k8, kd, 1), (v, v8, vd, 1)):
+        assert x8.dtype == np.dtype(ml_dtypes.float8_e4m3fn) and x8.shape == x.shape
+        assert d.dtype == np.float32 and d.shape == (2, 2)
+        amax = np.abs(x).reshape(2, 40 if group == 1 else 24, 2, -1).max(axis=(1, 3))
+        want = np.where(amax > 0, amax / 448, 1)
+        assert np.allclose(d, want, rtol=1e-6), (d, want)
+        y = x8.astype(np.float64)
+        back = descaled(y, d, "bnhd", group)
+        assert np.all(np.abs(back - x) <= 2.0 ** -4 * np.abs(x) + descaled(
+            np.full(x.shape, 2.0 ** -10), d, "bnhd", group) * 1.0001)
+        peak = np.abs(y).reshape(2, -1, 2, group * 64).max(axis=(1, 3))
+        assert np.array_equal(peak, np.where(amax > 0, 448, 0))
+    assert kd[1, 1] == 1 and not np.any(k8[1, :, 1].astype(np.float32))
+
+
+@has_ml
+def test_quantize_fp8_rotation():
+    """rotate: q k^T kept (through e4m3, within its rounding), and on inputs
+    with outliers attention's error against float64 on the inputs before
+    rounding is lower with the rotation than without, over three seeds."""
+    errs = {False: [], True: []}
+    for seed in range(3):
+        rng = np.random.default_rng(10 + seed)
+        q, k, v = (outlier_values((1, 2, 128, 64), rng) for _ in range(3))
+        ro, _ = reference(q, k, v, causal=False, scale=None, layout="bhnd")
+        for rot in (False, True):
+            q8, k8, v8, qd, kd, vd = fatune.quantize_fp8(q, k, v, rotate=rot, seed=seed)
+            if rot:
+                qs = descaled(q8.astype(np.float64), qd, "bhnd", 1)
+                ks = descaled(k8.astype(np.float64), kd, "bhnd", 1)
+                assert rel_err(qs @ ks.transpose(0, 1, 3, 2), q @ k.transpose(0, 1, 3, 2)) < 0.1
+                assert not np.allclose(qs, q, atol=0.5)   # rotated, not q itself
+            o = fatune.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)
+            errs[rot].append(rel_err(o.astype(np.float64), ro))
+    plain, rotated = np.mean(errs[False]), np.mean(errs[True])
+    print("fp8 with outliers: O norm-relative error %.4f, rotated %.4f" % (plain, rotated))
+    assert rotated < 0.85 * plain, errs
+
+
+@has_fp8
+@has_ml
+def test_quantize_fp8_torch_as_numpy():
+    """PyTorch tensors (float64, and bfloat16 in bhnd with GQA) give the bytes
+    and descales NumPy gives for the same values, rotated or not, as tensors."""
+    rng = np.random.default_rng(8)
+    for dt, rot in ((torch.float64, True), (torch.bfloat16, False)):
+        q, k, v = (torch.from_numpy(outlier_values(s, rng)).to(dt)
+                   for s in ((2, 4, 20, 32), (2, 2, 30, 32), (2, 2, 30, 32)))
+        got = fatune.quantize_fp8(q, k, v, rotate=rot, seed=3)
+        want = fatune.quantize_fp8(*(x.double().numpy() for x in (q, k, v)), rotate=rot, seed=3)
+        for g, w in zip(got[:3], want[:3]):
+            assert g.dtype == FP8 and g.is_contiguous()
+            assert np.array_equal(g.view(torch.uint8).numpy(), w.view(np.uint8))
+        for g, w in zip(got[3:], want[3:]):
+            assert g.dtype == torch.float32 and np.allclose(g.numpy(), w, rtol=1e-6)
+
+
+@has_ml
+def test_quantize_fp8_refusals():
+    x = np.ones((1, 2, 16, 48))
+    with pytest.raises(ValueError, match="^rotate: .* power of 2, and q's is 48"):
+        fatune.quantize_fp8(x, x, x, rotate=True)
+    bad = x.copy()
+    bad[0, 1, 3, 5] = np.nan
+    with pytest.raises(ValueError, match="^k: holds NaN or infinity"):
+        fatune.quantize_fp8(x, bad, x)
+    with pytest.raises(TypeError, match="^v: dtype int32"):
+        fatune.quantize_fp8(x, x, x.astype(np.int32))
+    with pytest.raises(ValueError, match="^layout: "):
+        fatune.quantize_fp8(x, x, x, layout="nhd")
+    with pytest.raises(ValueError, match="^k: 2 heads, which do not divide q's 3"):
+        fatune.quantize_fp8(np.ones((1, 3, 16, 48)), x, x)
+    with pytest.raises(TypeError, match="^q, k, v: three PyTorch tensors or three NumPy arrays"):
+        fatune.quantize_fp8(x, x, [1.0])
 
 
 @cuda
