@@ -4,8 +4,9 @@
 ** tests: a VFS wrapping the default one makes every write, sync and
 ** truncate from the Nth on fail with SQLITE_FULL (a full disk) or
 ** SQLITE_IOERR, and a small tune on the emulator runs with the fault at
-** each N from the first write to past the last (a full disk at odd N, an
-** I/O error at even N). Each run must exit non-zero
+** each N from the first write to past the last, or at a sample of them
+** (every N near either end, every third between; a full disk at odd N,
+** an I/O error at even N). Each run must exit non-zero
 ** with one line naming the failure, or succeed with every variant recorded;
 ** what it says it recorded must be there; the file must pass
 ** integrity_check; and a rerun without the fault must complete, recording
@@ -326,8 +327,19 @@ static void cleanup(void) {
   gen_close(gen);
 }
 
-/* test_db_fault [FROM [TO]]: the faults at writes FROM to TO only (default:
-** every write, and one past the last). */
+/* Whether the default run puts a fault at write `at` of `writes`: every
+** write of the first and last EDGE (the schema, the first trials, the last
+** trial and what follows it), and every third between, where each trial
+** repeats the writes of the one before (3 is odd: both kinds still fall
+** there). */
+#define EDGE 30
+static int sampled(long at, long writes) {
+  return at <= EDGE || at > writes + 1 - EDGE || (at - EDGE) % 3 == 0;
+}
+
+/* test_db_fault [FROM [TO]]: the faults at every write from FROM to TO
+** (default: those sampled() picks from the first write to one past the
+** last). */
 int main(int argc, char **argv) {
   if (setup() != 0) check_skip("cannot set up a temporary directory and the generator");
   fault_install();
@@ -339,12 +351,16 @@ int main(int argc, char **argv) {
   CHECK(rc == 0 && look().trials == NVARIANTS, "the tune without a fault exits %d", rc);
   int failed = 0, stopped = 0, runs = 0;
   const long from = argc > 1 ? atol(argv[1]) : 1, to = argc > 2 ? atol(argv[2]) : writes + 1;
-  /* One fault per write, the kinds in turn: each write sees one, each kind
-  ** every other write (a tune per fault, and its rerun, take a second). */
-  for (long at = from > 0 ? from : 1; at <= to; at++, runs++)
-    one_fault(at, at % 2 ? SQLITE_FULL : SQLITE_IOERR, &failed, &stopped);
-  printf("test_db_fault: a tune makes %ld writes; %d runs with a fault at each (FULL at odd "
-         "writes, IOERR at even): "
+  /* One fault per write, the kinds in turn: each kind every other write (a
+  ** tune per fault, and its rerun, take a second or more). */
+  for (long at = from > 0 ? from : 1; at <= to; at++) {
+    if (argc > 1 || sampled(at, writes)) {
+      one_fault(at, at % 2 ? SQLITE_FULL : SQLITE_IOERR, &failed, &stopped);
+      runs++;
+    }
+  }
+  printf("test_db_fault: a tune makes %ld writes; %d runs with a fault at one of them (FULL at "
+         "odd writes, IOERR at even): "
          "%d stopped with the database's error (%d of them while recording a trial), %d "
          "completed; every rerun recorded all %d variants once\n",
          writes, runs, failed, stopped, runs - failed, NVARIANTS);
