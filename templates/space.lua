@@ -156,7 +156,8 @@
 --                          counters.lua) the tables compare with the model;
 --                model, kernel  file names in the family's folder of its
 --                          cost model and kernel template, for a flag's
---                          message;
+--                          message (model: none where the family has no
+--                          predict; its counters are then shown measured);
 --                paper     boolean (optional): the FlashAttention paper's
 --                          global-memory bounds and peak memory follow the
 --                          tables (fp32 problems);
@@ -257,9 +258,13 @@ local function check_explore(fam, e, fail)
     if type(v) ~= kind then fail("explore: " .. what .. " is no " .. kind) end
   end
   for _, field in ipairs({ "model", "kernel" }) do
-    need(e[field], "string", "'" .. field .. "'")
-    if not embedded[fam.name .. "/" .. e[field]] then
-      fail("explore: " .. field .. " '" .. e[field] .. "' is no file of the family's folder")
+    if field == "model" and not fam.predict then
+      if e.model ~= nil then fail("explore: 'model' names a cost model the family has no predict for") end
+    else
+      need(e[field], "string", "'" .. field .. "'")
+      if not embedded[fam.name .. "/" .. e[field]] then
+        fail("explore: " .. field .. " '" .. e[field] .. "' is no file of the family's folder")
+      end
     end
   end
   if e.paper ~= nil then need(e.paper, "boolean", "'paper'") end
@@ -586,7 +591,8 @@ function space.explore_plan(problem, target)
     axes[#axes + 1] = { name = a.name, title = a.title, labels = labels, configs = configs,
                         why = a.why, key = key, key_label = a.key_label }
   end
-  return { family = fam.name, config = "family=" .. fam.name, model = fam.name .. "/" .. e.model,
+  return { family = fam.name, config = "family=" .. fam.name,
+           model = e.model and fam.name .. "/" .. e.model or "",
            kernel = fam.name .. "/" .. e.kernel, paper = e.paper == true, counters = e.counters,
            axes = axes }
 end

@@ -17,6 +17,12 @@
 #    --axis pingpong at dim 64, seq 128, every variant valid, the modelled
 #    counters as predicted; eager rescales more than deferred, ping-pong
 #    waits at more named barriers than none, with the same wgmma.
+#  - tc's precision axis (fp16 on sm_89, dim 64, seq 512): its four points
+#    valid; lazy rescaling does fewer rescale multiplies than the default,
+#    fp16 accumulation the same; fp16 accumulation costs error (above the
+#    default's, within fp16's tolerance); the timing model's TFLOP/s on the
+#    RTX 4090 (--gpu) higher with fp16 accumulation, where it runs at
+#    twice the rate, when nvdisasm is at hand.
 #  - the backward pass (--op bwd, the simtbwd family) at dim 16, seq 100:
 #    every counter of its six variants as the model predicts; FA1's order
 #    makes 2 seq dim atomic adds per K/V block and FA2's none; dq=separate
@@ -161,6 +167,34 @@ else
   echo "SKIPPED the wg checks: the space lists no wg variant for sm_90a"
 fi
 
+# --- tc's precision axis ----------------------------------------------------------
+run prec explore --dim 64 --seq 512 --dtype fp16 --arch sm_89 --gpu rtx4090 --axis precision \
+  --backend emu --seed 7 --db "$db" --json
+check "explore --dtype fp16 --arch sm_89 --axis precision exits 0" "$rc" \
+  "exit $rc: $(tail -c 400 "$tmp/prec.err")"
+why=$(python3 - "$tmp/prec.out" <<'EOF' 2>&1
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+assert d["family"] == "tc", "family %r" % d["family"]
+ax = d["axes"][0]
+assert ax["labels"] == ["fa2", "s_f16", "lazy", "f16_lazy"], ax["labels"]
+by = {v["name"]: v for v in d["runs"][0]["variants"]}
+v = {label: by[name] for label, name in zip(ax["labels"], ax["variants"])}
+for label, x in v.items():
+    assert x["status"] == "ok", "%s is %s: %s" % (label, x["status"], x["message"])
+    assert 0 < x["rel_err"] <= 5e-3, "%s: error %g" % (label, x["rel_err"])
+r = {label: x["measured"]["rescale_count"] for label, x in v.items()}
+assert r["lazy"] < r["fa2"] == r["s_f16"] and r["f16_lazy"] == r["lazy"], r
+assert v["s_f16"]["rel_err"] > v["fa2"]["rel_err"], (v["s_f16"]["rel_err"], v["fa2"]["rel_err"])
+t = {label: x["model_tflops"] for label, x in v.items()}
+if all(x is not None and not math.isnan(x) for x in t.values()):
+    assert t["s_f16"] > 1.1 * t["fa2"], t
+print("rescales %d against %d lazily; errors %.2e (fa2) and %.2e (fp16 accumulation); "
+      "RTX 4090 TFLOP/s %s" % (r["fa2"], r["lazy"], v["fa2"]["rel_err"], v["s_f16"]["rel_err"], t))
+EOF
+)
+check "explore tc precision: ${why}" $? "$why"
+
 # --- the backward pass (simtbwd) ---------------------------------------------------
 run bwd explore --op bwd --dim 16 --seq 100 --backend emu --seed 7 --db "$db" --json
 check "explore --op bwd --dim 16 --seq 100 exits 0" "$rc" "exit $rc: $(tail -c 400 "$tmp/bwd.err")"
@@ -303,8 +337,8 @@ bad "bogus" explore --axis bogus
 bad "seq=9:3" explore --sweep seq=9:3
 bad "seq=x" explore --sweep seq=x
 bad "not both" explore --sweep seq=64:128 --seq 64
-bad "the wg family (op fwd, fp16, bf16 on sm_90a) and the simt family" explore --dtype fp16 \
-  --arch sm_80 --backend emu --db "$db"
+bad "the wg family (op fwd, fp16, bf16 on sm_90a) and the tc family" explore --dtype e4m3 \
+  --arch sm_90a --backend emu --db "$db"
 bad "not op bwd in bf16 on sm_90" explore --op bwd --dtype bf16 --arch sm_90 --backend emu \
   --db "$db"
 bad "the simt family has no axis 'pingpong'" explore --axis pingpong --arch sm_90 --backend emu \

@@ -591,6 +591,8 @@ static void test_contract(gen_state *g) {
      "explore axis 'pingpong': config 'consumers=2,block_m=128,pingpong=0' names no axis"},
     {"f.explore = E(function(e) e.kernel = 'nope.cu' end)",
      "explore: kernel 'nope.cu' is no file of the family's folder"},
+    {"f.explore = E(function(e) e.model = 'tc.lua' end)",
+     "explore: 'model' names a cost model the family has no predict for"},
     {"f.explore = E(function(e) e.counters = {'nope'} end)", "explore: no counter 'nope'"},
     {"f.explore = E(function(e) e.paper = 1 end)", "explore: 'paper' is no boolean"},
     {"f.explore = E(function(e, a) a.points = {a.points[1]} end)",
@@ -612,7 +614,7 @@ static void test_contract(gen_state *g) {
              "$   local a = {name = 'tiles', title = 't', why = 'w', key = {'mma'},\n"
              "$              key_label = 'mma.sync', points = {{'32', 'block_m=32,block_n=32'},\n"
              "$                                             {'64', 'block_m=64,block_n=32'}}}\n"
-             "$   local e = {model = 'tc.lua', kernel = 'tc.cu', counters = {'mma'}, axes = {a}}\n"
+             "$   local e = {kernel = 'tc.cu', counters = {'mma'}, axes = {a}}\n"
              "$   fn(e, a)\n"
              "$   return e\n"
              "$ end\n"

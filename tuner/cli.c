@@ -159,13 +159,15 @@ static const cmd_info commands[] = {
    "fatune merge shard-*.db --db team.db",
    "bring in another database's results"},
   {"explore", CMD_EXPLORE, F_DIM | F_TYPE | F_SEQ | F_SCALE | F_ARCH | F_JOBS | F_JSON |
-                           F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB | F_AXIS | F_OP,
+                           F_BACKEND | F_EMU | F_SEED | F_WORK | F_DB | F_AXIS | F_OP | F_GPU,
    "--dim D (--seq N | --sweep seq=A:B) [--axis A] [--op OP] [problem flags] [--backend B]\n"
-   "                      [--db PATH] [--json]",
+   "                      [--gpu G] [--db PATH] [--json]",
    "Runs matched variants that differ in one design axis (FlashAttention-1 against -2)\n"
    "and shows what each costs, measured and predicted by the cost model, for the\n"
    "families that declare explore axes (the op, the dtype and --arch choose which:\n"
-   "--op bwd explores the backward pass in fp32 and fp64).",
+   "--op bwd explores the backward pass in fp32 and fp64; fp16 and bf16 off sm_90a,\n"
+   "tc's precision), with each variant's error and the timing model's TFLOP/s on\n"
+   "--gpu's GPU (default: the arch's).",
    "fatune explore --dim 64 --seq 512 --axis norm",
    "FlashAttention-1 against -2, one axis at a time"},
   {"baseline", CMD_BASELINE, F_DB, "FILE.csv [--db PATH]",

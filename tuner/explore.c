@@ -72,8 +72,12 @@ static int plan_family(explore *x) {
       return 1;
     }
   for (int a = 0; a < e->naxes; a++) view_axis(&e->axis[a], &p->axes[a]);
-  /* The model's path in the source tree, for a mismatch's flag. */
-  snprintf(p->model, sizeof p->model, "templates/%s", e->model);
+  /* The model's path in the source tree, for a mismatch's flag (a family
+  ** without a model has no mismatch). */
+  if (e->model[0])
+    snprintf(p->model, sizeof p->model, "templates/%s", e->model);
+  else
+    snprintf(p->model, sizeof p->model, "no cost model");
   p->fam = (ex_family){e->family, e->config, p->model, e->kernel, e->naxes, p->axes,
                        e->ncounters, p->counters, e->paper};
   x->fam = &p->fam;

@@ -457,4 +457,7 @@ function tc.render(c)
   }
 end
 
+-- What `fatune explore` sweeps (tc_explore.lua): the precision axes.
+tc.explore = require("tc_explore")
+
 return tc
