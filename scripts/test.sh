@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds fatune twice (plain, and with AddressSanitizer
 # and UndefinedBehaviorSanitizer), runs the whole test suite on both (and the
-# Python package's tests on the plain build), then each fuzz harness for 20 s.
+# Python package's tests on the plain build), then each fuzz harness for 10 s.
 # Each stage says how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,5 +57,5 @@ stage_done "the test suite under the sanitizers"
 # The fuzz harnesses, briefly: they keep building, and a regression on the
 # inputs they have learnt to reach shows at once (scripts/fuzz.sh SECONDS
 # fuzzes for longer).
-scripts/fuzz.sh 20
+scripts/fuzz.sh 10
 stage_done "fuzzing"

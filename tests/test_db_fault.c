@@ -5,7 +5,7 @@
 ** truncate from the Nth on fail with SQLITE_FULL (a full disk) or
 ** SQLITE_IOERR, and a small tune on the emulator runs with the fault at
 ** each N from the first write to past the last, or at a sample of them
-** (every N near either end, every third between; a full disk at odd N,
+** (every N near either end, every fifth between; a full disk at odd N,
 ** an I/O error at even N). Each run must exit non-zero
 ** with one line naming the failure, or succeed with every variant recorded;
 ** what it says it recorded must be there; the file must pass
@@ -328,13 +328,13 @@ static void cleanup(void) {
 }
 
 /* Whether the default run puts a fault at write `at` of `writes`: every
-** write of the first and last EDGE (the schema, the first trials, the last
-** trial and what follows it), and every third between, where each trial
-** repeats the writes of the one before (3 is odd: both kinds still fall
+** write of the first and last EDGE (the schema, the first trial, the last
+** trial and what follows it), and every fifth between, where each trial
+** repeats the writes of the one before (5 is odd: both kinds still fall
 ** there). */
-#define EDGE 30
+#define EDGE 24
 static int sampled(long at, long writes) {
-  return at <= EDGE || at > writes + 1 - EDGE || (at - EDGE) % 3 == 0;
+  return at <= EDGE || at > writes + 1 - EDGE || (at - EDGE) % 5 == 0;
 }
 
 /* test_db_fault [FROM [TO]]: the faults at every write from FROM to TO
