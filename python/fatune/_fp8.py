@@ -19,28 +19,15 @@ def _hadamard_rotation(dim: int, seed: int) -> np.ndarray:
 
 
 def _shapes(q: Any, k: Any, v: Any, layout: str, rotate: bool) -> int:
-    """Checks the shapes (ValueError naming the argument); K/V heads' group."""
-    if layout not in ("bhnd", "bnhd"):
-        raise ValueError("layout: \"bhnd\" or \"bnhd\", not %r" % (layout,))
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if len(x.shape) != 4:
-            raise ValueError("%s: %d dims; it must be (batch, heads, seq, dim) or "
-                             "(batch, seq, heads, dim)" % (name, len(x.shape)))
-    hd = 1 if layout == "bhnd" else 2
-    sd = 3 - hd
-    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
-        raise ValueError("k, v: batch %d and %d, but q's is %d" % (k.shape[0], v.shape[0], q.shape[0]))
-    if v.shape[hd] != k.shape[hd] or v.shape[sd] != k.shape[sd]:
-        raise ValueError("v: heads and rows %s, but k's are %s"
-                         % ((v.shape[hd], v.shape[sd]), (k.shape[hd], k.shape[sd])))
-    if k.shape[hd] == 0 or q.shape[hd] % k.shape[hd]:
-        raise ValueError("k: %d heads, which do not divide q's %d" % (k.shape[hd], q.shape[hd]))
-    if k.shape[3] != q.shape[3]:
-        raise ValueError("k: head dim %d, but q's is %d" % (k.shape[3], q.shape[3]))
+    """Checks the layout and shapes as fatune.attention does (ValueError
+    naming the argument), and the rotation's head dim; K/V heads' group."""
+    lay = _check.layout(layout)
+    _check.shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), lay)
     d = q.shape[3]
-    if rotate and (d < 1 or d & (d - 1)):
+    if rotate and d & (d - 1):
         raise ValueError("rotate: the Hadamard rotation needs a head dim that is a power of "
                          "2, and q's is %d" % d)
+    hd = 1 if lay == "bhnd" else 2
     return q.shape[hd] // k.shape[hd]
 
 
