@@ -687,6 +687,9 @@ static void take_kernel(lua_State *L, gen_call *c) {
   lua_getfield(L, -1, "ldsm_ways");
   k->ldsm_ways = lua_isnil(L, -1) ? 1 : (int)lua_tointeger(L, -1);
   lua_pop(L, 1);
+  lua_getfield(L, -1, "red_lines");
+  k->red_lines = lua_isnil(L, -1) ? 0 : (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
   if (k->io_align < 1 || k->io_align > 256 || (k->io_align & (k->io_align - 1)))
     luaL_error(L, "template result: io_align %d is not a power of two up to 256", k->io_align);
   lua_getfield(L, -1, "arch");

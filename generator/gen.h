@@ -136,6 +136,8 @@ typedef struct gen_kernel {
                               global access the kernel makes to them */
   int ldsm_ways;           /* times over each ldmatrix reads shared memory: its rows'
                               bank conflicts (render's `ldsm_ways`; 1: none) */
+  int red_lines;           /* 128-byte lines each warp-wide global atomic add touches
+                              (render's `red_lines`; 0: a coalesced warp's) */
   char arch[16];           /* the one target the kernel is written for ("sm_90a": the
                               gemm's wgmma and TMA); "" when any will do */
   int ntma;                /* tensor maps in tma[], 0..GEN_MAX_TMA */

@@ -365,6 +365,12 @@ mut model-ldsm-conflicts tuner/analysis/model_sass.c \
 mut model-wgmma-sustained tuner/analysis/model_sass.c \
   '#define HOPPER_TENSOR (788.0 / 989.0)' '#define HOPPER_TENSOR 1.0' \
   'cli_model'
+mut model-red-free tuner/analysis/model_sass.c \
+  'm->bytes = red_lines(t, l->red_lines) * RED_LINE_BYTES;' 'm->bytes = 0;' \
+  'test_model|cli_model'
+mut model-red-unqueued tuner/analysis/model.c \
+  'case MK_RED: return s->red_free <= s->now + RED_QUEUE * s->sm->l2_latency;' 'case MK_RED: return 1;' \
+  'test_model|cli_model'
 
 # One of each layer, the quickest to build and test.
 quick_names="nan-check npy-fortran mma-b-swapped stage-barrier-1 nearest-seq"

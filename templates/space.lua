@@ -134,6 +134,10 @@
 --              ldmatrix reads shared memory n times over, its rows on the
 --              same banks (the timing model takes the reads one after
 --              the other).
+--              And red_lines = n (optional, 1 to 64; a coalesced warp's
+--              count when absent): the 128-byte lines each warp-wide
+--              global atomic add touches, by its addresses' pattern (the
+--              timing model charges L2's atomic units per line).
 --   fallbacks  table key -> list of values (optional): what a key left out
 --              of `k=v,...` text may take, in order of preference, when the
 --              defaults do not fit the keys given (space.render_config).
@@ -1050,6 +1054,10 @@ function space.render(fam, cfg, target)
   if r.ldsm_ways ~= nil and not (math.type(r.ldsm_ways) == "integer" and r.ldsm_ways >= 1
                                  and r.ldsm_ways <= 32) then
     error("family '" .. fam.name .. "': render gives an 'ldsm_ways' that is no integer 1 to 32", 0)
+  end
+  if r.red_lines ~= nil and not (math.type(r.red_lines) == "integer" and r.red_lines >= 1
+                                 and r.red_lines <= 64) then
+    error("family '" .. fam.name .. "': render gives a 'red_lines' that is no integer 1 to 64", 0)
   end
   local d = space.describe(fam, cfg)
   r.name, r.hash, r.config, r.pairs = d.name, d.hash, d.config, d.pairs

@@ -4,7 +4,8 @@
 ** instruction sequence whose clocks per iteration are worked out by hand
 ** below: a dependent FFMA chain, MUFU's throughput, a named barrier
 ** between two warps, an mbarrier ring with one and two stages, a cp.async
-** group's wait, a wgmma group's wait; the order tiles reach the SMs in.
+** group's wait, a wgmma group's wait, atomic adds queued at L2; the order
+** tiles reach the SMs in.
 ** Then model_cubin_registers on a hostile ELF.
 */
 #include <math.h>
@@ -169,6 +170,39 @@ static void wgmma_group(void) {
   model_run_free(&r);
 }
 
+/* Global atomic adds (RED): L2's atomic units take the SM's adds one after
+** another at its L2 share, apart from the copies. Ten FFMA of stall 4 and
+** a RED of 4700 bytes' cost (100 clocks at 47 a clock): the adds bound, 100
+** clocks a block (the last add done ends the run). With 940 bytes (20
+** clocks) the FFMA bound: 41. A RED of 20 clocks before a cp.async group's
+** wait: the copy does not queue behind the add, so the group's 213 clocks
+** and the RED's one, 214. */
+static void red_queue(void) {
+  model_insn loop[11];
+  for (int i = 0; i < 10; i++) loop[i] = op(MK_PLAIN, MP_FMA, 4, 1);
+  loop[10] = op(MK_RED, MP_NONE, 1, 0), loop[10].bytes = 4700;
+  model_kernel k = one_role(loop, 11, 1);
+  model_run r;
+  double c = per_block(&k, 1, &r);
+  CHECK(fabs(c - 100) < 0.5, "adds bound: %g clocks, want 100", c);
+  CHECK(r.red_busy > 0.9 * r.cycles, "the atomic units busy: %g of %g", r.red_busy, r.cycles);
+  model_run_free(&r);
+  loop[10].bytes = 940;
+  c = per_block(&k, 1, &r);
+  CHECK(c == 41, "the FFMA bound: %g clocks, want 41", c);
+  model_run_free(&r);
+  model_insn q[5];
+  q[0] = op(MK_RED, MP_NONE, 1, 0), q[0].bytes = 940;
+  q[1] = op(MK_CP_ASYNC, MP_MIO, 1, 4), q[1].bytes = 512;
+  q[2] = op(MK_CP_COMMIT, MP_NONE, 1, 0);
+  q[3] = op(MK_CP_WAIT, MP_NONE, 1, 0), q[3].arg = 0;
+  q[4] = op(MK_PLAIN, MP_FMA, 1, 1);
+  k = one_role(q, 5, 1);
+  c = per_block(&k, 1, &r);
+  CHECK(c == 214, "a copy beside an add: %g clocks, want 214", c);
+  model_run_free(&r);
+}
+
 /* A wait that nothing satisfies is reported, not looped on forever. */
 static void deadlock(void) {
   model_insn loop[1] = {op(MK_FULL_WAIT, MP_NONE, 1, 0)};
@@ -233,6 +267,7 @@ int main(void) {
   mbarrier_ring();
   cp_async_group();
   wgmma_group();
+  red_queue();
   deadlock();
   tile_order();
   hostile_cubin();

@@ -1,11 +1,12 @@
 """The rate at which a GPU takes fp32 atomic adds into global memory in
 FlashAttention-2's dQ pattern: every K/V block of a head adds a 64 x dim
-tile into each of the head's Q blocks, in the same order. The timing model
-charges the backward pass's dQ atomics (REDG) nothing beyond an ALU
-instruction, and its variants with dQ by atomics come out 4-116% too fast
-against an H200's times (tests/data/gpu); this is the figure to charge them
-by. Checked: every element of dQ ends at the number of K/V blocks. Not a
-pytest module (scripts/gpu-check.sh runs it); exit 77 without a GPU or
+tile into each of the head's Q blocks, in the same order, each warp's adds
+coalesced. The timing model charges L2's atomic units per 128-byte line a
+warp's add touches (RED_LINE_BYTES in tuner/analysis/model_sass.c, fitted
+to tcbwd's adds of 8 lines each on an H200, tests/data/gpu); this rate, of
+adds a line each, is what tells a cost per line from one per 32-byte
+sector. Checked: every element of dQ ends at the number of K/V blocks. Not
+a pytest module (scripts/gpu-check.sh runs it); exit 77 without a GPU or
 Triton. TRITON_INTERPRET=1 runs a small case on the CPU, untimed.
 
 usage: python3 python/tests/bench_atomics.py

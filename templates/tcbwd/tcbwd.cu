@@ -375,7 +375,8 @@ $ local function gemm_dq_atomic()
   /* dQ += dS K into the accumulator, across the K/V blocks' CTAs: every
   ** add at this thread's first element (row g, column 2 tig of its part)
   ** plus a constant, checked against the rows left only in a block that
-  ** reaches past seq_q${dim < D and ", and against the head dim (padded)" or ""}. */
+  ** reaches past seq_q${dim < D and ", and against the head dim (padded)" or ""}. A warp's add
+  ** touches 8 rows (${dim % 8 == 0 and "8 lines of 128 bytes" or "up to 16 lines"}: red_lines). */
   float *const qacc_t = qacc + (long long)(q0 + sw * ${WR} + g) * ${dim} + nw * ${QDT * 8} + 2 * tig;
   const int rows_left = p.seq_q - (q0 + sw * ${WR} + g), all_rows = q0 + ${BM} <= p.seq_q;
   FA_UNROLL

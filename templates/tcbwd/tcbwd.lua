@@ -247,6 +247,9 @@ function tcbwd.render(c)
     registers_estimate = math.max(P.reg_words, P.reg_words_dq),
     io_align = P.async_copy and 16 or 2,
     deterministic = c.dq ~= "atomic",
+    -- dQ's adds: a warp's 8 rows, a 128-byte line each where the rows' 32
+    -- bytes cannot straddle two (head dims of a multiple of 8)
+    red_lines = c.dq == "atomic" and (c.dim % 8 == 0 and 8 or 16) or nil,
   }
 end
 

@@ -19,6 +19,11 @@ const char *const model_phase_names[MPH_N] = {"other", "copy", "S", "softmax", "
 #define GROUP_BAR 12   /* or, of a warpgroup's own warps alone, to 12 + the group */
 #define QDEPTH 16    /* pending cp.async and wgmma groups a warp can hold */
 #define HGQ 64       /* HGMMA in flight per warp */
+/* How far L2's atomic units may fall behind a warp's adds before the next
+** add stalls, in L2 latencies: fitted with RED_LINE_BYTES (model_sass.c)
+** to an H200's backward pass; shallower queues overcharge FlashAttention-2's
+** bursts of adds, deeper ones undercharge tcbwd's. */
+#define RED_QUEUE 8
 #define STUCK 200000.0 /* clocks without an issue that mean no warp can go on (a
                        ** copy lands within thousands) */
 
@@ -65,6 +70,7 @@ typedef struct sim {
   int nw, blocks, ctas, consumers, running_warps, trace;
   cta *c;
   double now, pipe_free[NSCHED][MP_NPIPES], mio_free, l2_free;
+  double red_free;              /* when L2's atomic units have done the SM's adds so far */
   int last[NSCHED];
   int oom;                      /* a span or a fill could not be recorded */
   model_run *out;
@@ -154,6 +160,9 @@ static int sync_ready(const sim *s, const warp *w, const model_insn *in) {
   switch (in->kind) {
   case MK_HGMMA_WAIT: return hg_pending((warp *)w, s->now, s->sm->hgmma_latency) <= in->arg;
   case MK_CP_WAIT: return pending(w->cp, w->ncp, s->now) <= in->arg;
+  /* adds queued between the SM and L2's atomic units: at most RED_QUEUE
+  ** latencies' worth of their work */
+  case MK_RED: return s->red_free <= s->now + RED_QUEUE * s->sm->l2_latency;
   case MK_FULL_WAIT: {
     int j = w->waited[in->arg];
     return g && j < g->fills && g->closed[j] && g->done[j] <= s->now;
@@ -252,6 +261,13 @@ static void effects(sim *s, warp *w, const model_insn *in) {
     if (w->ncp < QDEPTH) w->cp[w->ncp++] = w->cp_open > s->now ? w->cp_open : s->now;
     w->cp_open = 0;
     break;
+  case MK_RED: {
+    double start = s->now > s->red_free ? s->now : s->red_free;
+    double t = s->sm->l2_bytes_clk > 0 ? in->bytes / s->sm->l2_bytes_clk : 0;
+    s->red_free = start + t;
+    s->out->red_busy += t;
+    break;
+  }
   case MK_LOAD_GLOBAL:
     end = copy_lands(s, in->bytes);
     if (in->wbar < NSB && end > w->sb[in->wbar]) w->sb[in->wbar] = end;
@@ -403,6 +419,7 @@ static double next_event(const sim *s) {
   for (int q = 0; q < NSCHED; q++)
     for (int p = 0; p < MP_NPIPES; p++) earliest(&t, s->pipe_free[q][p], now);
   earliest(&t, s->mio_free, now);
+  earliest(&t, s->red_free - RED_QUEUE * s->sm->l2_latency, now);  /* room for the next add */
   return t;
 }
 
@@ -448,6 +465,7 @@ int model_simulate(const model_kernel *k, const model_sm *sm, int ctas, int bloc
     s.now = ceil(t) > s.now + 1 ? ceil(t) : s.now + 1;
   }
   out->cycles = last_issue + 1;
+  if (s.red_free > out->cycles) out->cycles = s.red_free;  /* the last adds are done */
   for (int i = 0; i < s.nw; i++) {  /* the last results land */
     for (int b = 0; b < NSB; b++)
       if (s.w[i].sb[b] > out->cycles) out->cycles = s.w[i].sb[b];

@@ -22,6 +22,9 @@
 **    an mbarrier stage filled or emptied (SYNCS try-wait).
 ** Copies (LDGSTS, UTMALDG, LDG) share the SM's path to L2: each takes its
 ** bytes at the SM's share of L2 bandwidth, and lands a latency later.
+** Global atomic adds (RED) queue for L2's atomic units apart from the
+** copies: a warp's next add waits while the SM's adds are more than a
+** latency behind; nothing waits for an add to be done.
 **
 ** What is simplified, and said where it is done: branches inside the
 ** loop (every instruction of the traced iteration runs, predicated ones
@@ -48,6 +51,9 @@ typedef enum model_kind {
   MK_RELEASE,      /* a consumer's arrive: frees the stage of its last fill of ring arg
                    ** (arg2 1: of the fill before it, a software-pipelined P V's) */
   MK_TMA,          /* UTMALDG: bytes from L2 into the producer's current fill of ring arg */
+  MK_RED,          /* RED: an atomic add done by L2's atomic units, `bytes` of their time
+                   ** at the SM's L2 share; it issues while they are at most an L2
+                   ** latency behind, and nothing waits for it */
   MK_NKINDS
 } model_kind;
 
@@ -109,6 +115,7 @@ typedef struct model_run {
   double busy[MP_NPIPES];  /* clocks each pipe was busy, summed over schedulers (MIO: SM-wide) */
   double issued;           /* instructions issued */
   double l2_busy;          /* clocks the SM's L2 path carried bytes */
+  double red_busy;         /* clocks L2's atomic units worked on the SM's adds */
   double wait[MODEL_MAX_ROLES];  /* clocks the role's first warp spent blocked on a wait */
   int deadlock;            /* 1: some warp could never issue again */
   model_trace_span *spans; /* the timeline when asked for (model_steady's `trace`) */

@@ -452,7 +452,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   out->util[3] = r->busy[MP_FMA] / (4 * c);
   out->util[4] = r->busy[MP_ALU] / (4 * c);
   out->util[5] = r->busy[MP_MIO] / c;
-  out->util[6] = r->l2_busy / c;
+  out->util[6] = (r->l2_busy > r->red_busy ? r->l2_busy : r->red_busy) / c;  /* the busier */
   out->util[7] = dram / (secs > dram ? secs : dram);
   int consumer = b->k.nroles > 1 ? 1 : 0;
   out->wait_share = r->wait[consumer] / c;

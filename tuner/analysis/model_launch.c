@@ -36,6 +36,7 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   }
   l->threads = k->threads;
   l->ldsm_ways = k->ldsm_ways;
+  l->red_lines = k->red_lines;
   l->smem_bytes = k->smem_bytes + r->smem_static_bytes;
   l->registers = r->registers;
   l->consumers = config_int(k, "consumers", 0);

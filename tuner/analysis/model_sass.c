@@ -108,6 +108,32 @@ static double mio_bytes(const char *op, const char *text) {
   return has(text, ".128") ? 512 : has(text, ".64") ? 256 : 128;
 }
 
+/* [R] A warp's global reduction (RED) reaches L2 as one request per
+** 128-byte line its lanes touch, as every global access leaves the SM;
+** L2's atomic units take a request as long as this many bytes take the
+** SM's share of L2 bandwidth (model.c queues the adds apart from the
+** copies). No figure is published: fitted, with model.c's RED_QUEUE, to an
+** H200's backward pass (tests/data/gpu), where tcbwd's ten variants with
+** dQ by atomics (each add a warp's 8 rows, 8 requests of 16 bytes) came
+** out at 0.94 to 1.16 of their measured times (from 0.45 to 0.95 with the
+** adds taken as ALU work); at d128 with 32 keys a CTA, 4.3e9 adds, the
+** kernel ran 17.8 ms. Those times fit a cost per 32-byte sector as well;
+** per line, FlashAttention-2's coalesced adds (a warp's 32 floats in one
+** line) leave its kernel's time where it was without them, +20% and +46%
+** of the flash backward measured in that run at d64 and d128, where per
+** sector they put it at +49% and +78%. Other GPUs take the same cost
+** against their own L2 share. */
+#define RED_LINE_BYTES 160.0
+
+/* The lines a warp's RED touches: the kernel's count (its addresses'
+** pattern, which the SASS does not show) when it gives one, else a
+** coalesced warp's, 32 lanes of the mnemonic's width (F32x2 and 64-bit
+** types 8 bytes, F32x4 16, else 4) over 128-byte lines. */
+static double red_lines(const char *text, int declared) {
+  if (declared > 0) return declared;
+  return has(text, "x4") ? 4 : has(text, "x2") || has(text, "64") ? 2 : 1;
+}
+
 /* The N of an HGMMA.64xNx16 (bf16/fp16) or QGMMA.64xNx32 (fp8) shape, 0 if
 ** unreadable. */
 static int hgmma_n(const char *text) {
@@ -129,7 +155,8 @@ static void plain(model_insn *m, int pipe, double lanes, int phase) {
   m->phase = (unsigned char)phase;
 }
 
-static void classify(const model_gpu *g, const sass_op *o, int ldsm_ways, model_insn *m) {
+static void classify(const model_gpu *g, const sass_op *o, const model_launch *l, model_insn *m) {
+  const int ldsm_ways = l->ldsm_ways;
   static const char *const fma[] = {"FFMA", "FADD", "FMUL", "HFMA2", "HADD2", "HMUL2", "FSWZADD",
                                     NULL};
   static const char *const conv[] = {"F2F", "I2F", "F2I", "I2FP", "F2IP", "FRND", NULL};
@@ -190,6 +217,9 @@ static void classify(const model_gpu *g, const sass_op *o, int ldsm_ways, model_
     m->kind = MK_CP_WAIT, m->arg = (int)(imm(a) < 0 ? 0 : imm(a)), m->phase = MPH_SYNC;
   } else if (!strcmp(op, "LDG")) {
     m->kind = MK_LOAD_GLOBAL, m->bytes = mio_bytes(op, t), m->phase = MPH_COPY;
+  } else if (!strcmp(op, "REDG") || (!strcmp(op, "RED") && has(t, ".E."))) {
+    m->kind = MK_RED, m->phase = MPH_COPY;
+    m->bytes = red_lines(t, l->red_lines) * RED_LINE_BYTES;
   } else if (op_is(op, mio)) {
     m->pipe = MP_MIO;
     m->occupy = !strcmp(op, "SHFL") ? 1 : mio_bytes(op, t) / e->smem_bytes_clk;
@@ -625,10 +655,11 @@ static int ex2_before_pv_wait(const sass_seq *q) {
   return -1;
 }
 
-static int translate(const model_gpu *g, const sass_seq *q, int ldsm_ways, model_insn **out) {
+static int translate(const model_gpu *g, const sass_seq *q, const model_launch *l,
+                     model_insn **out) {
   *out = calloc((size_t)q->n + 1, sizeof **out);
   if (!*out) return -1;
-  for (int i = 0; i < q->n; i++) classify(g, &q->op[i], ldsm_ways, &(*out)[i]);
+  for (int i = 0; i < q->n; i++) classify(g, &q->op[i], l, &(*out)[i]);
   return 0;
 }
 
@@ -642,13 +673,13 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
   memset(b, 0, sizeof *b);
   b->ex2_before_pv_wait = -1;
   if (t->loop.n == 0) return fail(err, errlen, "no main loop in the SASS");
-  if (translate(g, &t->loop, l->ldsm_ways, &b->insn[0])) return fail(err, errlen, "out of memory");
+  if (translate(g, &t->loop, l, &b->insn[0])) return fail(err, errlen, "out of memory");
   model_kernel *k = &b->k;
   k->warps_per_cta = l->threads / 32;
   if (l->consumers > 0) {
     if (t->producer.n == 0)
       return model_built_free(b), fail(err, errlen, "a warp-specialized kernel without a producer loop");
-    if (translate(g, &t->producer, l->ldsm_ways, &b->insn[1]))
+    if (translate(g, &t->producer, l, &b->insn[1]))
       return model_built_free(b), fail(err, errlen, "out of memory");
     int pp = map_producer(&t->producer, &t->loop, b->insn[1], consumer_rings(&t->loop, l, p),
                           &k->nrings, p, l);

@@ -70,6 +70,8 @@ typedef struct model_launch {
                               its first launch, converted by its last) */
   int ldsm_ways;           /* times over each ldmatrix reads shared memory (bank
                               conflicts); 0 or 1: none */
+  int red_lines;           /* 128-byte lines each warp-wide RED (global atomic add)
+                              touches; 0: as many as a coalesced warp's */
   int splits;              /* decoding: CTAs sharing a sequence's keys, their partials
                               merged by a combine launch when more than 1 */
   int v_transposed;        /* fp8 (wg): a launch before the main one writes V transposed */
