@@ -32,7 +32,7 @@
 -- its sequence's own lengths, its tensors from the sequence's first token;
 -- the workspaces keep the longest sequence's rows per sequence.
 
-local tcbwd = { name = "tcbwd", version = 3 }
+local tcbwd = { name = "tcbwd", version = 4 }
 local enum = require("enum")
 local tc = require("tc/tc")
 
