@@ -5,7 +5,7 @@
 ** below: a dependent FFMA chain, MUFU's throughput, a named barrier
 ** between two warps, an mbarrier ring with one and two stages, a cp.async
 ** group's wait, a wgmma group's wait, atomic adds queued at L2; the order
-** tiles reach the SMs in.
+** tiles reach the SMs in, and GQA's fewer CTAs where a CTA takes a group.
 ** Then model_cubin_registers on a hostile ELF.
 */
 #include <math.h>
@@ -247,6 +247,40 @@ static void tile_order(void) {
   CHECK(t[0][1] == t[0][0], "not causal, heavy first %g us, in order %g", t[0][1], t[0][0]);
 }
 
+/* GQA with a CTA per K/V head walking its group's query heads (fatune's
+** backward kernels): 16 heads in groups of 8 at 1024 rows in blocks of 128
+** make 16 CTAs of 8 heads' blocks each, one round on an A100's 108 SMs
+** lasting 8 tiles' time, where the 128 CTAs of one head each take two
+** rounds (108, then 20): about 4 times as long. A kernel with a CTA per
+** query head takes as long either way, but for DRAM's K and V. */
+static void gqa_ctas(void) {
+  model_gpu m;
+  CHECK(model_gpu_of(estimate_gpu_find("a100"), &m) == 0, "a100's machine");
+  model_insn loop[256];
+  for (int i = 0; i < 256; i++) loop[i] = op(MK_PLAIN, MP_FMA, 15, 1);
+  model_built b;
+  memset(&b, 0, sizeof b);
+  b.k = one_role(loop, 256, 4);
+  model_launch l = {.block_m = 128, .block_n = 64, .threads = 128, .smem_bytes = 120000,
+                    .registers = 128, .stages = 2};
+  model_problem p = {.batch = 1, .heads = 16, .seq_q = 1024, .seq_k = 1024, .dim = 128,
+                     .elem_bytes = 2};
+  double t[2][2];
+  for (int per_kv = 0; per_kv < 2; per_kv++)
+    for (int g = 0; g < 2; g++) {
+      model_result r;
+      char err[128];
+      l.kv_head_ctas = per_kv, p.kv_group = g ? 8 : 1;
+      CHECK(model_predict(&m, &b, &l, &p, 0, &r, err, sizeof err) == 0, "predicted: %s", err);
+      t[per_kv][g] = r.time_us;
+      model_result_free(&r);
+    }
+  CHECK(t[0][1] == t[0][0], "a CTA per query head: GQA %g us, MHA %g", t[0][1], t[0][0]);
+  CHECK(t[1][0] == t[0][0], "a CTA per K/V head without GQA: %g us, %g", t[1][0], t[0][0]);
+  double r = t[1][1] / t[1][0];
+  CHECK(r > 3.5 && r < 4.5, "a CTA per K/V head under GQA 8: %.2f times the MHA time, want about 4", r);
+}
+
 /* A cubin is input from outside: truncated or lying headers give -1. */
 static void hostile_cubin(void) {
   unsigned char elf[128];
@@ -270,6 +304,7 @@ int main(void) {
   red_queue();
   deadlock();
   tile_order();
+  gqa_ctas();
   hostile_cubin();
   return check_done("test_model");
 }

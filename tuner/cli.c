@@ -110,8 +110,8 @@ static const cmd_info commands[] = {
    "the main loop of a cubin's machine code"},
   {"model", CMD_MODEL, F_DIM | F_TYPE | F_MOD | F_SEQ | F_GPU | F_JSON | F_PICK | F_ARCH | F_MODEL | F_OP |
                        F_VARLEN,
-   "--gpu G --dim D --seq N[,N..] [--seq-k M] [--batch B] [--heads H] [--causal] [--op OP]\n"
-   "                    [--dtype T] ((--variant NAME | --config TEXT) [--cubin FILE] |\n"
+   "--gpu G --dim D --seq N[,N..] [--seq-k M] [--batch B] [--heads H] [--gqa G] [--causal]\n"
+   "                    [--op OP] [--dtype T] ((--variant NAME | --config TEXT) [--cubin FILE] |\n"
    "                    --cubin FILE --launch fa2|fa3 [--kernel PART]) [--json] [--plot FILE.png]",
    "Predicts a kernel's time on a GPU with the timing model: an event-driven\n"
    "simulation of one SM issuing the kernel's own machine code (its main loop's SASS,\n"
@@ -126,7 +126,10 @@ static const cmd_info commands[] = {
    "--op bwd models the backward pass: its main kernel (dK, dV, and dQ's atomic adds)\n"
    "simulated, with dq=separate the dQ kernel after it, its other launches at DRAM\n"
    "speed, TFLOP/s at 2.5 times the forward's FLOPs; --launch fa2 takes\n"
-   "FlashAttention-2's flash_bwd kernels, --launch fa3 FlashAttention-3's.",
+   "FlashAttention-2's flash_bwd kernels, --launch fa3 FlashAttention-3's. --gqa G\n"
+   "shares each K/V head among G query heads: K and V cross DRAM once per group, and\n"
+   "a kernel with a CTA per K/V head (fatune's backward) runs heads / G CTAs of G\n"
+   "heads each; FlashAttention-2's backward sums dK and dV over the group after.",
    "fatune model --gpu h100 --dim 128 --seq 4096 --cubin flash_fwd.cubin --launch fa2",
    "predict a kernel's time with the timing model"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP | F_BUDGET,
@@ -229,7 +232,8 @@ static const flag_info flags[] = {
   {"seq-k", F_SEQ, 1, "M", "key/value sequence length (default: --seq); --op decode: the\n"
                           "KV cache's keys per sequence (default 4096), a list"},
   {"batch", F_SEQ, 1, "B", "batch size (default 4); --op decode: a list"},
-  {"gqa", F_SEQ, 1, "G", "query heads per K/V head (default 1); --op decode: a list"},
+  {"gqa", F_SEQ, 1, "G", "query heads per K/V head (default 1): --op decode (there a\n"
+                         "list), and fatune model's forward and backward passes"},
   {"kv-lens", F_SEQ, 1, "L,L..", "--op decode: each sequence's keys (the batch is their\n"
                                "number, --seq-k their largest): a skewed batch"},
   {"page", F_SEQ, 1, "P", "--op decode: tokens per page of the KV cache (default: none,\n"
@@ -836,10 +840,10 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
   if (decode_lists && (o->problem.op != FA_OP_DECODE || o->cmd != CMD_TUNE))
     return fail(err, errlen, "lists of --seq-k, --batch, --gqa and --page are the main job's "
                 "sweeps of --op decode");
-  if (o->problem.op != FA_OP_DECODE && (o->npages || o->ngqas))
-    return fail(err, errlen, "--%s is --op decode's: %s", o->npages ? "page" : "gqa",
-                o->npages ? "the KV cache's page size" : "the forward and backward passes tune "
-                "each query head with its own K/V head");
+  if (o->problem.op != FA_OP_DECODE && (o->npages || (o->ngqas && o->cmd != CMD_MODEL)))
+    return fail(err, errlen, "--%s is --op decode's%s: %s", o->npages ? "page" : "gqa",
+                o->npages ? "" : " (and fatune model's)", o->npages ? "the KV cache's page size"
+                : "the forward and backward passes tune each query head with its own K/V head");
   if (o->nseqs > 1 && o->problem.op == FA_OP_DECODE)
     return fail(err, errlen, "--op decode takes one --seq (the new tokens of each sequence); "
                 "--seq-k lists the cache's lengths");

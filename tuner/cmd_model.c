@@ -71,8 +71,9 @@ static void problem_of(const cli_opts *o, int seq_q, int seq_k, model_problem *p
   if (o->problem.op == FA_OP_DECODE) {  /* the serving problem as given, or the CLI's defaults */
     p->decode = 1;
     p->batch = o->problem.batch, p->heads = o->problem.heads;
-    p->kv_group = o->problem.kv_group, p->kv_lens = o->problem.kv_lens;
+    p->kv_lens = o->problem.kv_lens;
   }
+  p->kv_group = o->problem.kv_group;
 }
 
 /* j's problem's captured tensors, when its modification has some: random
@@ -277,6 +278,10 @@ static void print_text(const model_job *j) {
     printf("  on %s: batch %d, heads %d, seq %d, seq_k %d, dim %d%s\n", j->gpu->name, p->batch,
            p->heads, p->seq_q, p->seq_k, p->dim, p->causal ? ", causal" : "");
   }
+  if (p->kv_group > 1)
+    printf("  GQA: %d query heads per K/V head%s\n", p->kv_group,
+           j->l.kv_head_ctas ? ", a CTA per K/V head walking them in turn"
+           : j->l.gqa_expanded && p->backward ? ", dK and dV per query head summed after" : "");
   /* The backward pass's main kernel: a CTA per block of keys, a step per Q block. */
   const char *step = p->backward ? "Q block" : "K/V block";
   if (p->backward)
@@ -327,7 +332,7 @@ static void print_json(const model_job *j, int line) {
       {"seq", 0, NULL}, {"seq_k", 0, NULL}, {"batch", 0, NULL}, {"heads", 0, NULL},
       {"registers", 0, NULL}, {"loop_instructions", 0, NULL}, {"loop_mma", 0, NULL},
       {"mma", 0, NULL}, {"ex2_before_pv_wait", 0, NULL}, {"dq_kernel_us", 0, NULL},
-      {NULL, 0, NULL}};
+      {"kv_group", 0, NULL}, {NULL, 0, NULL}};
   const model_result *r = &j->r;
   const fa_cell cell[] = {
       fa_cell_text(j->kernel), fa_cell_text(j->gpu->name), fa_cell_real(r->time_us, "%.6g"),
@@ -338,7 +343,8 @@ static void print_json(const model_job *j, int line) {
       fa_cell_int(j->p.batch), fa_cell_int(j->p.heads), fa_cell_int(j->l.registers),
       fa_cell_int(j->counts.loop_instructions), fa_cell_int(j->counts.loop_hmma),
       fa_cell_text(j->counts.mma), fa_cell_int(j->b.ex2_before_pv_wait),
-      j->dq.built ? fa_cell_real(j->dq_us, "%.6g") : fa_cell_null(), fa_cell_members(util_members, r)};
+      j->dq.built ? fa_cell_real(j->dq_us, "%.6g") : fa_cell_null(),
+      fa_cell_int(j->p.kv_group > 1 ? j->p.kv_group : 1), fa_cell_members(util_members, r)};
   fa_sink_object(stdout, col, cell, (int)(sizeof cell / sizeof cell[0]));
   if (line) putchar('\n');
 }
@@ -516,6 +522,14 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     return EXIT_BAD_INPUT;
   }
   problem_of(o, o->problem.seq_q, o->problem.seq_k, &j.p);
+  if (j.p.kv_group > 1 && j.p.heads % j.p.kv_group) {
+    snprintf(err, sizeof err, "--gqa %d does not divide the %d heads (--heads, or 2048 / dim "
+             "when not given)", j.p.kv_group, j.p.heads);
+    return cli_say(EXIT_BAD_INPUT, err);
+  }
+  if (j.p.kv_group > 1 && j.p.backward && o->launch && !strcmp(o->launch, "fa3"))
+    return cli_say(EXIT_BAD_INPUT, "--launch fa3 --op bwd with --gqa: FlashAttention-3 adds dK "
+                   "and dV across a group with atomics, which the model does not take");
   if (mod_tensors(&j, err, sizeof err) != 0) return cli_say(1, err);
   j.dtype = fa_dtype_name(o->problem.dtype);
   if (sass_find_nvdisasm(nvdisasm, sizeof nvdisasm) != 0)

@@ -117,6 +117,16 @@ static int blocks_of(const model_problem *p, const model_launch *l, int m) {
 ** (the kernel's {"kv_rows", rows} grid), a sequence's keys. */
 static int decode_group(const model_problem *p) { return p->kv_group > 1 ? p->kv_group : 1; }
 
+/* The main launch's CTAs per (batch, sequence) along the heads, and the
+** query heads each walks: one each, or under GQA, where a CTA takes a K/V
+** head's whole group, heads / group CTAs of group heads each. */
+static int cta_heads(const model_problem *p, const model_launch *l) {
+  return l->kv_head_ctas && !p->decode ? p->heads / decode_group(p) : p->heads;
+}
+static int heads_per_cta(const model_problem *p, const model_launch *l) {
+  return l->kv_head_ctas && !p->decode ? decode_group(p) : 1;
+}
+
 static long decode_ctas(const model_problem *p, const model_launch *l) {
   const long rows = (long)decode_group(p) * p->seq_q;
   return (long)(p->heads / decode_group(p)) * ((rows + l->block_m - 1) / l->block_m);
@@ -292,13 +302,15 @@ static void varlen_tiles(const model_problem *p, const model_launch *l, long mbl
     const model_problem one = sequence(p, s);
     const int own = ((p->backward ? one.seq_k : one.seq_q) + l->block_m - 1) / l->block_m;
     const int other = p->backward ? one.seq_q : one.seq_k;  /* what each block walks */
-    for (int h = 0; h < p->heads; h++)
+    for (int h = 0; h < cta_heads(p, l); h++)
       for (int mb = 0; mb < mblocks; mb++, i++) {
         if (mb >= own) {
           t[i] = stop;
           continue;
         }
-        const int n = other > 0 ? blocks_of(&one, l, l->heavy_first ? own - 1 - mb : mb) : 0;
+        const int n = other > 0 ? heads_per_cta(p, l) *
+                                      blocks_of(&one, l, l->heavy_first ? own - 1 - mb : mb)
+                                : 0;
         t[i] = n > 0 ? fill + n * cpb + qo : qo;
       }
   }
@@ -328,7 +340,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   }
   long mblocks = ((p->backward ? p->seq_k : p->seq_q) + l->block_m - 1) / l->block_m;
   long tiles = p->decode ? p->batch * decode_ctas(p, l) * (l->splits > 0 ? l->splits : 1)
-                         : mblocks * p->batch * p->heads;
+                         : mblocks * p->batch * cta_heads(p, l);
   int ctas = out->ctas_per_sm;
   if (tiles < (long)g->sms * ctas) ctas = (int)((tiles + g->sms - 1) / g->sms);
   model_sm sm = {m->l2_bytes_clk / g->sms, m->l2_latency, m->hgmma_latency};
@@ -365,9 +377,9 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   if (p->q_lens)
     varlen_tiles(p, l, mblocks, fill, cpb, l->persistent ? 0 : qo,
                  (l->persistent ? 1 : 2) * sm.l2_latency, t);
-  for (int h = 0; !p->decode && !p->q_lens && h < p->batch * p->heads; h++)
+  for (int h = 0; !p->decode && !p->q_lens && h < p->batch * cta_heads(p, l); h++)
     for (int mb = 0; mb < mblocks; mb++, i++) {
-      int n = blocks_of(p, l, l->heavy_first ? (int)mblocks - 1 - mb : mb);
+      int n = heads_per_cta(p, l) * blocks_of(p, l, l->heavy_first ? (int)mblocks - 1 - mb : mb);
       /* with the blocks of `ctas` resident tiles interleaved, one tile's
       ** block costs cpb clocks of its slot */
       t[i] = n > 0 ? fill + n * cpb + (l->persistent ? 0 : qo) : (l->persistent ? 0 : qo);
@@ -386,21 +398,24 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   if (l->persistent) span += qo;  /* the first Q and the last O */
   double clk = g->clock_ghz * 1e9;
   double secs = span / clk;
-  /* DRAM: Q, K, V read and O written once, at the peak [B]; the backward
-  ** pass's main kernel reads Q, dO, K, V and writes dK, dV (dQ's adds stay
-  ** in L2), and its other launches, which run alone, read dO, O and the
-  ** accumulator and write dQ */
-  const double bh = (double)p->batch * p->heads;
+  /* DRAM: Q, K, V read and O written once, at the peak [B], K and V once
+  ** per K/V head; the backward pass's main kernel reads Q, dO, K, V and
+  ** writes dK, dV (dQ's adds stay in L2; under GQA, dK and dV per query
+  ** head where the kernel expands them), and its other launches, which
+  ** run alone, read dO, O and the accumulator and write dQ */
+  const double bh = (double)p->batch * p->heads, group = decode_group(p);
   const double oe = p->elem_bytes == 1 ? 2 : p->elem_bytes;  /* fp8's O is bf16 */
+  const double kv_rows = !p->backward ? 2.0 / group
+                                      : 2.0 / group + (l->gqa_expanded ? 2.0 : 2.0 / group);
   double rows = bh * p->seq_q;
   double dram_bytes = bh * p->dim *
-                      (p->backward ? p->elem_bytes * (2.0 * p->seq_q + 4.0 * p->seq_k)
-                                   : (p->elem_bytes + oe) * p->seq_q + 2.0 * p->elem_bytes * p->seq_k);
+                      (p->backward ? p->elem_bytes * (2.0 * p->seq_q + kv_rows * p->seq_k)
+                                   : (p->elem_bytes + oe) * p->seq_q + kv_rows * p->elem_bytes * p->seq_k);
   if (p->q_lens) {
     dram_bytes = rows = 0;
     for (int s = 0; s < p->batch; s++) {
       dram_bytes += (double)p->heads * p->elem_bytes * p->dim *
-                    (2.0 * p->q_lens[s] + (p->backward ? 4.0 : 2.0) * p->kv_lens[s]);
+                    (2.0 * p->q_lens[s] + kv_rows * p->kv_lens[s]);
       rows += (double)p->heads * p->q_lens[s];
     }
   }
@@ -421,6 +436,14 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   }
   if (p->backward) {
     double side = rows * p->dim * (3.0 * p->elem_bytes + (l->dq_accum ? 8.0 : 0)) + 8.0 * rows;
+    if (l->gqa_expanded && group > 1) {  /* the sums: dK, dV per query head read, per K/V head written */
+      double keys = (double)p->batch * p->seq_k;
+      if (p->q_lens) {
+        keys = 0;
+        for (int s = 0; s < p->batch; s++) keys += p->kv_lens[s];
+      }
+      side += 2.0 * (p->heads + p->heads / group) * keys * p->dim * p->elem_bytes;
+    }
     apart = side / (g->dram_gbs * 1e9);
   }
   if (l->v_transposed)  /* V read and written once more, by the launch before, alone */

@@ -37,6 +37,8 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   l->threads = k->threads;
   l->ldsm_ways = k->ldsm_ways;
   l->red_lines = k->red_lines;
+  for (int d = 0; d < 3; d++)
+    l->kv_head_ctas |= k->launch[k->main].grid[d].by == GEN_GRID_KV_HEADS;
   l->smem_bytes = k->smem_bytes + r->smem_static_bytes;
   l->registers = r->registers;
   l->consumers = config_int(k, "consumers", 0);
@@ -121,6 +123,7 @@ static int fa2_bwd(const model_problem *p, const estimate_gpu *g, model_launch *
   l->threads = 256;
   l->smem_bytes = ((qbufs + 1) * bm * p->dim + 2 * bn * p->dim + 2 * bm * bn) * 2;
   l->dq_accum = 1;
+  l->gqa_expanded = 1;  /* flash_api.cpp's mha_bwd: dk_expanded, dv_expanded, then a sum */
   int even = p->seq_q % bm == 0 && p->seq_k % bn == 0;
   snprintf(pat, n, "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel*Flash_bwd_kernel_traitsILi%dELi%dELi%dELi8ELi%sELb%d"
            "*Lb0ELb%dELb0ELb0ELb%dELb1ELb0EEEv", p->dim, bm, bn, atoms, qbufs == 1, p->causal, even);

@@ -41,8 +41,8 @@ typedef struct model_problem {
   const struct fa_mod_data *mod_data;  /* its captured tensors on the host, or NULL: a block
                                        ** whose class depends on them counts as seen */
   /* Decoding (op decode): seq_q new tokens of each sequence over its
-  ** kv_lens[b] cached keys (NULL: seq_k each), heads query heads reading
-  ** K/V head h / kv_group. */
+  ** kv_lens[b] cached keys (NULL: seq_k each). Every op: heads query heads
+  ** reading K/V head h / kv_group (GQA; 0 or 1: one each). */
   int decode;
   int kv_group;
   const int *kv_lens;
@@ -72,6 +72,10 @@ typedef struct model_launch {
                               conflicts); 0 or 1: none */
   int red_lines;           /* 128-byte lines each warp-wide RED (global atomic add)
                               touches; 0: as many as a coalesced warp's */
+  int kv_head_ctas;        /* the main launch runs a CTA per K/V head, walking its group's
+                              query heads in turn (fatune's backward kernels) */
+  int gqa_expanded;        /* under GQA the backward pass writes dK and dV per query head
+                              and sums each group's after (FlashAttention-2) */
   int splits;              /* decoding: CTAs sharing a sequence's keys, their partials
                               merged by a combine launch when more than 1 */
   int v_transposed;        /* fp8 (wg): a launch before the main one writes V transposed */
