@@ -245,7 +245,7 @@ PY
   packed
 fi
 bench bwd 45 atomics.txt python/tests/bench_atomics.py \
-  "fp32 atomic adds in FlashAttention-2's dQ pattern (the backward model's atomics)"
+  "fp32 atomic adds in FlashAttention-2's dQ pattern and per 128-byte line (the backward model's atomics)"
 
 # The Python package from its source folder on this build's libfatune (no
 # pip install: this machine may reach no package registry).

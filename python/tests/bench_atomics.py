@@ -9,6 +9,13 @@ sector. Checked: every element of dQ ends at the number of K/V blocks. Not
 a pytest module (scripts/gpu-check.sh runs it); exit 77 without a GPU or
 Triton. TRITON_INTERPRET=1 runs a small case on the CPU, untimed.
 
+Then the patterns that tell the model's hypotheses apart: a warp's single
+adds laid over 128-byte lines in five ways (one line of 32 floats, 4 lines
+of 8, 8 lines of 4 two apart as tcbwd's fragments add, 8 lines of 4, 32
+lines of 1), each at distinct addresses in a buffer L2 holds. A cost per
+line puts the second at 4 times the first's time, a cost per 32-byte
+sector at the same time, a cost per add at the same time throughout.
+
 usage: python3 python/tests/bench_atomics.py
 """
 import os
@@ -37,6 +44,67 @@ def dq_adds(dq, seq, BM: tl.constexpr, D: tl.constexpr):
     head = dq + bh * seq * D
     for m in range(0, seq // BM):
         tl.atomic_add(head + (m * BM + rows) * D + cols, ones, sem="relaxed")
+
+
+@triton.jit(do_not_specialize=["span", "wrap", "A", "T", "S"])
+def pattern_adds(acc, rounds, span, wrap, A, T, S):
+    """One warp's 32 single adds per round: lane i at row i // A (S floats
+    apart), element i % A (T apart); the rounds walk the buffer. The layout
+    is not specialized on, so Triton cannot prove lanes contiguous and
+    widen the adds."""
+    i = tl.arange(0, 32)
+    off = (i // A) * S + (i % A) * T
+    ones = tl.full((32,), 1.0, tl.float32)
+    p = tl.program_id(0)
+    for r in range(rounds):
+        base = ((p * rounds + r) * span) % wrap
+        tl.atomic_add(acc + base + off, ones, sem="relaxed")
+
+
+# (floats a row, their spacing, what the row is): rows S = 32 floats apart,
+# a 128-byte line each.
+PATTERNS = [(32, 1, "1 line of 32 floats (4 sectors)"),
+            (8, 1, "4 lines of 8 floats (4 sectors)"),
+            (4, 2, "8 lines of 4 floats 2 apart (8 half-filled sectors: tcbwd's single adds)"),
+            (4, 1, "8 lines of 4 floats (8 sectors)"),
+            (1, 1, "32 lines of 1 float (32 sectors)")]
+
+
+def patterns(dev):
+    S = 32
+    programs, rounds = (4, 2) if INTERPRET else (8192, 64)
+    times = []
+    for a, t, what in PATTERNS:
+        span = (32 // a) * S
+        wrap = span * 4096          # 4096 footprints: at most 16 MB, which L2 holds
+        acc = torch.zeros(wrap + span, device=dev, dtype=torch.float32)
+        args = (acc, rounds, span, wrap, a, t, S)
+        pattern_adds[(programs,)](*args, num_warps=1)
+        adds = programs * rounds * 32
+        if float(acc.sum()) != adds:
+            print("FAILED: %s: the buffer sums to %g, not %d" % (what, float(acc.sum()), adds))
+            return 1
+        if INTERPRET:
+            print("pattern_adds checked on the CPU: %s, %d adds" % (what, adds))
+            continue
+        ms = []
+        for _ in range(7):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            pattern_adds[(programs,)](*args, num_warps=1)
+            e.record()
+            torch.cuda.synchronize()
+            ms.append(s.elapsed_time(e))
+        ms.sort()
+        med = ms[len(ms) // 2] * 1e-3
+        times.append(med)
+        warp_adds = adds / 32
+        print("a warp's adds over %s: median %.1f us, %.1f G adds/s, %.2f G warp adds/s"
+              % (what, med * 1e6, adds / med / 1e9, warp_adds / med / 1e9))
+    if times:
+        print("time of 4 lines of 8 against 1 line of 32: %.2f (a cost per line: 4; per sector "
+              "or per add: 1)" % (times[1] / times[0]))
+    return 0
 
 
 def main():
@@ -70,7 +138,7 @@ def main():
               "median %.1f us, %.1f G adds/s (%.0f GB/s of payload, %.2f G adds/s per SM)"
               % (bh, n, d, n // BM, med * 1e6, adds / med / 1e9, 4 * adds / med / 1e9,
                  adds / med / 1e9 / sms))
-    return 0
+    return patterns(dev)
 
 
 if __name__ == "__main__":
