@@ -365,6 +365,9 @@ mut model-ldsm-conflicts tuner/analysis/model_sass.c \
 mut model-wgmma-sustained tuner/analysis/model_sass.c \
   '#define HOPPER_TENSOR (788.0 / 989.0)' '#define HOPPER_TENSOR 1.0' \
   'cli_model'
+mut tcbwd-dq-order templates/tcbwd/tcbwd.cu \
+  '+ 4 * j + 2 * hi + lo) * 32' '+ 4 * j + hi + 2 * lo) * 32' \
+  'test_bwd'
 mut model-red-free tuner/analysis/model_sass.c \
   'm->bytes = red_lines(t, l->red_lines) * RED_LINE_BYTES;' 'm->bytes = 0;' \
   'test_model|cli_model'

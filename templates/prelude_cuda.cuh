@@ -37,16 +37,6 @@ FA_INLINE void fa_st_f64(double *a, double v) { *a = v; }
 /* Global atomic adds (red.global.add): the backward pass's dQ across CTAs. */
 FA_INLINE void fa_atomic_add_f32(float *a, float v) { atomicAdd(a, v); }
 FA_INLINE void fa_atomic_add_f64(double *a, double v) { atomicAdd(a, v); }
-/* Two neighbouring floats at an 8-byte boundary: sm_90's vector reduction,
-** one request where two would each fill half of their 32-byte sectors. */
-FA_INLINE void fa_atomic_add_f32x2(float *a, float x, float y) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" : : "l"(a), "f"(x), "f"(y) : "memory");
-#else
-  atomicAdd(a, x);
-  atomicAdd(a + 1, y);
-#endif
-}
 
 FA_INLINE float fa_lds_f32(const float *a) { return *a; }
 FA_INLINE double fa_lds_f64(const double *a) { return *a; }

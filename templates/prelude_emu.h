@@ -135,13 +135,6 @@ FA_EMU_ATOMIC(float, uint32_t, f32)
 FA_EMU_ATOMIC(double, uint64_t, f64)
 #define fa_atomic_add_f32(a, v) fa_emu_atomic_add_f32((a), (v), __LINE__)
 #define fa_atomic_add_f64(a, v) fa_emu_atomic_add_f64((a), (v), __LINE__)
-/* The pair at an 8-byte boundary, as sm_90's vector reduction needs. */
-FA_INLINE void fa_emu_atomic_add_f32x2(float *a, float x, float y, int line) {
-  fa_emu_check_global(fa_emu_self, a, 8, line);
-  fa_emu_atomic_add_f32(a, x, line);
-  fa_emu_atomic_add_f32(a + 1, y, line);
-}
-#define fa_atomic_add_f32x2(a, x, y) fa_emu_atomic_add_f32x2((a), (x), (y), __LINE__)
 
 /* ldg (read-only path) and ld are both global loads here. */
 #define fa_ldg_f32(a) fa_emu_ldg_f32((a), __LINE__)

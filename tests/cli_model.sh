@@ -96,9 +96,8 @@ check "FlashAttention's own kernels: $why" $? "$why"
 # same problems, the FLOPs 2.5 times the forward pass's. The FA3 paper's
 # H100 figure for FA2's backward (d128: about 322) is not met yet (the
 # model rates it about 40% low; see the README): only that tcbwd is
-# within 20% of FA2 or ahead is checked, at d64 and d128 on both GPUs.
-# dQ's atomic adds cost tcbwd more than FA2: a warp's add touches 8 rows,
-# 8 requests to L2, where FA2's permuted accumulator takes one.
+# within 10% of FA2 or ahead is checked, at d64 and d128 on both GPUs.
+# Both add dQ in a permuted order, a warp's add one request to L2.
 for gpu in a100 h100; do
   arch=sm_80
   [ "$gpu" = h100 ] && arch=sm_90
@@ -120,7 +119,7 @@ for gpu in ("a100", "h100"):
         assert abs(flops / want - 1) < 1e-4, "bwd FLOPs %.4g, want %.4g" % (flops, want)  # 6 digits each
         assert t["loop_mma"] > 0 and f["loop_mma"] == t["loop_mma"], (f["loop_mma"], t["loop_mma"])
         r = t["tflops"] / f["tflops"]
-        assert r >= 0.8, "%s d%d: tcbwd %.0f against FA2 %.0f" % (gpu, dim, t["tflops"], f["tflops"])
+        assert r >= 0.9, "%s d%d: tcbwd %.0f against FA2 %.0f" % (gpu, dim, t["tflops"], f["tflops"])
         out.append("%s d%d tcbwd %.0f / FA2 %.0f (%.2f)" % (gpu, dim, t["tflops"], f["tflops"], r))
 print("; ".join(out))
 EOF
@@ -424,8 +423,10 @@ check "the model against an H200's times: $why" $? "$why"
 
 # The backward pass against the same run's times: a sample of tcbwd's
 # variants as measured (kept beside the times, NVRTC 13.0, the templates
-# then: dQ's adds one float each), with dQ by atomics (L2's atomic units
-# bound the one with 32 keys a CTA, 4.3e9 adds) and by a pass of its own.
+# then), with dQ by atomics (L2's atomic units bound the one with 32 keys
+# a CTA, 4.3e9 adds) and by a pass of its own. Those kernels added dQ a
+# fragment's 8 rows at a time, 8 lines a warp's add, which --red-lines
+# tells the model (today's tcbwd adds 32 consecutive floats, one line).
 # Each within 20% of its time, and each pair in the measured order.
 bwd_sample=(tcbwd-bf16-d128-m64n64w4wd2-dqpass tcbwd-bf16-d128-m64n64w4wd2-dqatomic
             tcbwd-bf16-d128-m64n64w4wd2-dqatomic tcbwd-bf16-d128-m64n32w2-dqatomic
@@ -435,7 +436,8 @@ for v in $(printf '%s\n' "${bwd_sample[@]}" | sort -u); do
   dim=${v#*-bf16-d}; dim=${dim%%-*}
   gzip -dc "$gpu_dir/$v.cubin.gz" >"$tmp/$v.cubin"
   "${TIMEOUT[@]}" "$FATUNE" model --op bwd --gpu h200 --dim "$dim" --seq 4096 --batch 4 --heads 16 \
-    --dtype bf16 --json --variant "$v" --cubin "$tmp/$v.cubin" >"$tmp/h200_$v.json" 2>"$tmp/model.err"
+    --dtype bf16 --json --variant "$v" --cubin "$tmp/$v.cubin" --red-lines 8 >"$tmp/h200_$v.json" \
+    2>"$tmp/model.err"
   check "fatune model --op bwd --gpu h200 $v" $? "$(head -c 300 "$tmp/model.err")"
 done
 why=$(python3 - "$tmp" "$gpu_dir/h200-bwd-bf16-s4096.csv" "${bwd_sample[@]}" <<'EOF' 2>&1

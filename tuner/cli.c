@@ -293,6 +293,10 @@ static const flag_info flags[] = {
   {"kernel", F_MODEL, 1, "PART", "model: the cubin's function whose name holds PART (default:\n"
                                  "the one the launch runs for the problem)"},
   {"plot", F_MODEL, 1, "FILE.png", "model: draw one steady iteration per warp role (gnuplot)"},
+  {"red-lines", F_MODEL, 1, "N", "model: the 128-byte lines each warp's global atomic add\n"
+                               "touches, 1 to 64 (default: as the variant's family lays its\n"
+                               "adds out; a coalesced warp's for --launch): for a cubin the\n"
+                               "family laid out otherwise, which the machine code does not show"},
   {"save-cubin", F_SAVE, 1, "DIR", "write each variant's cubin to DIR/<variant name>.cubin"},
   {"gpu", F_GPU, 1, "G", "the model's GPU: a100, h100, h200, a10, rtx3090, l40s, l4,\n"
                          "rtx4090, rtx5090 or t4 (default: the device's, else the arch's:\n"
@@ -644,6 +648,7 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
   if (!strcmp(flag, "--dim-v")) return parse_int(flag, val, 1, FA_DIM_MAX, &p->dim_v, err, n);
   if (!strcmp(flag, "--heads")) return parse_int(flag, val, 1, 65535, &p->heads, err, n);
   if (!strcmp(flag, "--smem")) return parse_int(flag, val, 1024, 1 << 20, &o->smem, err, n);
+  if (!strcmp(flag, "--red-lines")) return parse_int(flag, val, 1, 64, &o->red_lines, err, n);
   if (!strcmp(flag, "--jobs")) return parse_int(flag, val, 1, 1024, &o->jobs, err, n);
   if (!strcmp(flag, "--timeout")) return parse_int(flag, val, 1, 86400, &o->timeout_s, err, n);
   if (!strcmp(flag, "--trial-ms")) return parse_int(flag, val, 1, 600000, &o->trial_ms, err, n);

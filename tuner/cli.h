@@ -83,6 +83,7 @@ typedef struct cli_opts {
   const char *launch;     /* model: how the cubin launches, fa2 or fa3 */
   const char *kernel;     /* model: a part of the cubin's function's name */
   const char *plot;       /* model: the timeline's PNG */
+  int red_lines;          /* model: lines a warp's atomic add touches, 0: the kernel's own */
   unsigned long long given;  /* the flags given, one bit per entry of cli.c's table */
 } cli_opts;
 

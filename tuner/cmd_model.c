@@ -537,6 +537,7 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
                    "package nvidia-cuda-nvdisasm)");
   int rc = !fatune_kernel ? from_cubin(o, nvdisasm, &j, err, sizeof err)
                     : from_variant(g, o, t, NULL, nvdisasm, &j, err, sizeof err);
+  if (o->red_lines) j.l.red_lines = o->red_lines;
   if (rc == 0 && model_build(j.m, &j.trace, &j.l, &j.p, &j.b, err, sizeof err) != 0) rc = -1;
   if (rc != 0) {
     job_free(&j);

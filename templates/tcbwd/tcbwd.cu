@@ -41,8 +41,11 @@ $ local function qhead(hv)
   const float *const lg = (const float *)p.lse + ${vl.lse_row(c, "b", hv)};
   float *const dg = (float *)p.ws + ((long long)b * p.heads + ${hv}) * ${vl.rows(c)};
 $ if atomic then
-  /* dQ's float accumulator, (seq_q, dim) per (batch, head). */
-  float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + ${hv}) * ${vl.rows(c)} * ${dim};
+  /* dQ's float accumulator per (batch, head): a room of ${BM} x ${D} floats
+  ** per Q block (the rows rounded up to whole blocks), laid out in the
+  ** order dkdv's warps add to it (gemm_dq_atomic), which dqconvert undoes. */
+  float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + ${hv}) *
+                      ((${vl.rows(c)} + ${BM - 1}) / ${BM}) * ${BM * D};
   (void)qacc;
 $ end
   (void)qg; (void)og; (void)dog; (void)lg; (void)dg;
@@ -372,13 +375,13 @@ $ end
 
 $ -- dQ += dS K added into the accumulator, a pair of n8 tiles at a time.
 $ local function gemm_dq_atomic()
-  /* dQ += dS K into the accumulator, across the K/V blocks' CTAs: every
-  ** add at this thread's first element (row g, column 2 tig of its part)
-  ** plus a constant, checked against the rows left only in a block that
-  ** reaches past seq_q${dim < D and ", and against the head dim (padded)" or ""}. A warp's add
-  ** touches 8 rows (${dim % 8 == 0 and "8 lines of 128 bytes" or "up to 16 lines"}: red_lines). */
-  float *const qacc_t = qacc + (long long)(q0 + sw * ${WR} + g) * ${dim} + nw * ${QDT * 8} + 2 * tig;
-  const int rows_left = p.seq_q - (q0 + sw * ${WR} + g), all_rows = q0 + ${BM} <= p.seq_q;
+  /* dQ += dS K into the accumulator, across the K/V blocks' CTAs, in the
+  ** order this loop adds it: the block's warps, then d2, m-tile and
+  ** fragment element, 32 consecutive floats a warp's add, one 128-byte
+  ** line (red_lines), as FlashAttention-2 permutes its accumulator; the
+  ** fragment's own rows would take 8. Rows past seq_q and padded columns
+  ** land in the block's room, which dqconvert never reads. */
+  float *const qacc_w = qacc + (long long)q0 * ${D} + warp * ${QDT // 2 * MT * 256} + lane;
   FA_UNROLL
   for (int d2 = 0; d2 < ${QDT // 2}; ++d2) {
     float acc[${MT}][2][4];
@@ -390,26 +393,8 @@ $ local function gemm_dq_atomic()
     $ ds_k("acc")
     FA_UNROLL
     for (int mt = 0; mt < ${MT}; ++mt) {
-$ if dim % 2 == 0 then
-      /* a thread's two columns in one add: half the requests of single adds */
       FA_UNROLL
-      for (int i = 0; i < 8; i += 2) {
-        const int r = mt * 16 + 8 * ((i & 3) >> 1), d = d2 * 16 + (i >> 2) * 8;
-$ if dim < D then
-        if ((all_rows || r < rows_left) && nw * ${QDT * 8} + 2 * tig + d < ${dim})
-$ else
-        if (all_rows || r < rows_left)
-$ end
-          fa_atomic_add_f32x2(qacc_t + r * ${dim} + d, acc[mt][i >> 2][i & 3], acc[mt][i >> 2][(i & 3) + 1]);
-      }
-$ else
-      FA_UNROLL
-      for (int i = 0; i < 8; ++i) {
-        const int r = mt * 16 + 8 * ((i & 3) >> 1), d = d2 * 16 + (i >> 2) * 8 + (i & 1);
-        if ((all_rows || r < rows_left) && nw * ${QDT * 8} + 2 * tig + d < ${dim})
-          fa_atomic_add_f32(qacc_t + r * ${dim} + d, acc[mt][i >> 2][i & 3]);
-      }
-$ end
+      for (int i = 0; i < 8; ++i) fa_atomic_add_f32(qacc_w + ((d2 * ${MT} + mt) * 8 + i) * 32, acc[mt][i >> 2][i & 3]);
     }
   }
 $ end
@@ -435,9 +420,8 @@ ${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_pre", NT)}
     if (lane == 0) fa_st_f32(dg + gr, sum);
   }
 $ if atomic then
-  /* dkdv's launch adds to dQ's accumulator: zeros first. */
-  for (int e = tid; e < ${BM * dim}; e += ${NT})
-    if (q0 + e / ${dim} < p.seq_q) fa_st_f32(qacc + (long long)q0 * ${dim} + e, 0.f);
+  /* dkdv's launch adds to dQ's accumulator: zeros first, the block's whole room. */
+  for (int e = tid; e < ${BM * D}; e += ${NT}) fa_st_f32(qacc + (long long)q0 * ${D} + e, 0.f);
 $ end
 }
 
@@ -542,15 +526,21 @@ $ end
 }
 
 $ if atomic then
-/* dQ = scale * the accumulator dkdv added to. */
+/* dQ = scale * the accumulator dkdv added to: element (r, d) of the block
+** where gemm_dq_atomic's warp sw + nw * ${P.row_warps} added it, as the
+** fragment's element i of lane 4 g + tig. */
 ${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_dqconvert", NT)}
   $ setup()
   unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh${vl.bwd_row(c, "dq")};
   const int q0 = fa_bid_x() * ${BM};
+  const float *const qacc_b = qacc + (long long)q0 * ${D};
   for (int e = tid; e < ${BM * dim}; e += ${NT}) {
     const int r = e / ${dim}, d = e - r * ${dim};
-    if (q0 + r < p.seq_q)
-      fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(fa_ld_f32(qacc + (long long)(q0 + r) * ${dim} + d) * scale));
+    if (q0 + r >= p.seq_q) break;
+    const int sw = r / ${WR}, mt = r % ${WR} / 16, g = r % 8, hi = r % 16 / 8;
+    const int nw = d / ${QDT * 8}, d2 = d % ${QDT * 8} / 16, j = d % 16 / 8, tig = d % 8 / 2, lo = d % 2;
+    const int at = ((((sw + nw * ${P.row_warps}) * ${QDT // 2} + d2) * ${MT} + mt) * 8 + 4 * j + 2 * hi + lo) * 32 + 4 * g + tig;
+    fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(fa_ld_f32(qacc_b + at) * scale));
   }
 }
 $ else

@@ -32,7 +32,7 @@
 -- its sequence's own lengths, its tensors from the sequence's first token;
 -- the workspaces keep the longest sequence's rows per sequence.
 
-local tcbwd = { name = "tcbwd", version = 4 }
+local tcbwd = { name = "tcbwd", version = 5 }
 local enum = require("enum")
 local tc = require("tc/tc")
 
@@ -229,7 +229,10 @@ function tcbwd.render(c)
   local entry = tcbwd.name_of(c):gsub("-", "_")
   local args = { cfg = c, P = P, entry = entry, T = c.dtype == "bf16" and "bf16" or "f16" }
   local ws = { { name = "delta", bytes_per_row = 4 } }
-  if c.dq == "atomic" then ws[2] = { name = "dq_acc", bytes_per_row = 4 * c.dim } end
+  -- dQ's accumulator: rooms of block_m x the padded head dim (tcbwd.cu's qacc)
+  if c.dq == "atomic" then
+    ws[2] = { name = "dq_acc", bytes_per_row = 4 * P.D, row_align = c.block_m }
+  end
   local q_grid = { { "seq_q", c.block_m }, "heads", "batch" }
   local last = c.dq == "atomic"
       and { entry = entry .. "_dqconvert", threads = P.NT, smem_bytes = 0,
@@ -247,9 +250,8 @@ function tcbwd.render(c)
     registers_estimate = math.max(P.reg_words, P.reg_words_dq),
     io_align = P.async_copy and 16 or 2,
     deterministic = c.dq ~= "atomic",
-    -- dQ's adds: a warp's 8 rows, a 128-byte line each where the rows' 32
-    -- bytes cannot straddle two (head dims of a multiple of 8)
-    red_lines = c.dq == "atomic" and (c.dim % 8 == 0 and 8 or 16) or nil,
+    -- dQ's adds: a warp's 32 consecutive floats, one 128-byte line
+    red_lines = c.dq == "atomic" and 1 or nil,
   }
 end
 
