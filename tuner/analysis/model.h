@@ -23,8 +23,9 @@
 ** Copies (LDGSTS, UTMALDG, LDG) share the SM's path to L2: each takes its
 ** bytes at the SM's share of L2 bandwidth, and lands a latency later.
 ** Global atomic adds (RED) queue for L2's atomic units apart from the
-** copies: a warp's next add waits while the SM's adds are more than a
-** latency behind; nothing waits for an add to be done.
+** copies: a warp's next add waits while the SM's adds are more than a few
+** L2 latencies behind (model.c's RED_QUEUE); nothing waits for an add to
+** be done.
 **
 ** What is simplified, and said where it is done: branches inside the
 ** loop (every instruction of the traced iteration runs, predicated ones
@@ -52,8 +53,8 @@ typedef enum model_kind {
                    ** (arg2 1: of the fill before it, a software-pipelined P V's) */
   MK_TMA,          /* UTMALDG: bytes from L2 into the producer's current fill of ring arg */
   MK_RED,          /* RED: an atomic add done by L2's atomic units, `bytes` of their time
-                   ** at the SM's L2 share; it issues while they are at most an L2
-                   ** latency behind, and nothing waits for it */
+                   ** at the SM's L2 share; it issues while they are at most RED_QUEUE
+                   ** L2 latencies behind, and nothing waits for it */
   MK_NKINDS
 } model_kind;
 

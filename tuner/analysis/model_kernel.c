@@ -115,21 +115,22 @@ static int blocks_of(const model_problem *p, const model_launch *l, int m) {
 
 /* Decoding: the group's query rows, the CTAs over them per sequence
 ** (the kernel's {"kv_rows", rows} grid), a sequence's keys. */
-static int decode_group(const model_problem *p) { return p->kv_group > 1 ? p->kv_group : 1; }
+/* The query heads that share a K/V head (GQA; decoding packs them into a CTA's rows). */
+static int kv_group_of(const model_problem *p) { return p->kv_group > 1 ? p->kv_group : 1; }
 
 /* The main launch's CTAs per (batch, sequence) along the heads, and the
 ** query heads each walks: one each, or under GQA, where a CTA takes a K/V
 ** head's whole group, heads / group CTAs of group heads each. */
 static int cta_heads(const model_problem *p, const model_launch *l) {
-  return l->kv_head_ctas && !p->decode ? p->heads / decode_group(p) : p->heads;
+  return l->kv_head_ctas && !p->decode ? p->heads / kv_group_of(p) : p->heads;
 }
 static int heads_per_cta(const model_problem *p, const model_launch *l) {
-  return l->kv_head_ctas && !p->decode ? decode_group(p) : 1;
+  return l->kv_head_ctas && !p->decode ? kv_group_of(p) : 1;
 }
 
 static long decode_ctas(const model_problem *p, const model_launch *l) {
-  const long rows = (long)decode_group(p) * p->seq_q;
-  return (long)(p->heads / decode_group(p)) * ((rows + l->block_m - 1) / l->block_m);
+  const long rows = (long)kv_group_of(p) * p->seq_q;
+  return (long)(p->heads / kv_group_of(p)) * ((rows + l->block_m - 1) / l->block_m);
 }
 
 static int decode_len(const model_problem *p, int b) { return p->kv_lens ? p->kv_lens[b] : p->seq_k; }
@@ -186,7 +187,7 @@ static double decode_kv_bytes(const model_problem *p, const model_launch *l) {
     decode_keys(p, l, b, &lo, &hi);
     keys += hi - lo;
   }
-  return keys * (p->heads / decode_group(p)) * 2.0 * p->dim * p->elem_bytes;
+  return keys * (p->heads / kv_group_of(p)) * 2.0 * p->dim * p->elem_bytes;
 }
 
 static double decode_partial_bytes(const model_problem *p, const model_launch *l) {
@@ -201,9 +202,9 @@ int model_fa2_splits(const model_problem *p, const estimate_gpu *g) {
   const int block_n = p->dim <= 64 ? 256 : p->dim <= 128 ? 128 : 64;
   int max_len = 0;
   for (int b = 0; b < p->batch; b++) max_len = decode_len(p, b) > max_len ? decode_len(p, b) : max_len;
-  const int swapped = p->seq_q == 1 && decode_group(p) > 1;
-  const int heads = swapped ? p->heads / decode_group(p) : p->heads;
-  const int seq_q = swapped ? decode_group(p) : p->seq_q;
+  const int swapped = p->seq_q == 1 && kv_group_of(p) > 1;
+  const int heads = swapped ? p->heads / kv_group_of(p) : p->heads;
+  const int seq_q = swapped ? kv_group_of(p) : p->seq_q;
   const int units = p->batch * heads * ((seq_q + 63) / 64), sms = 2 * g->sms;
   const int n_blocks = (max_len + block_n - 1) / block_n;
   /* num_splits_heuristic */
@@ -403,17 +404,18 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   ** writes dK, dV (dQ's adds stay in L2; under GQA, dK and dV per query
   ** head where the kernel expands them), and its other launches, which
   ** run alone, read dO, O and the accumulator and write dQ */
-  const double bh = (double)p->batch * p->heads, group = decode_group(p);
+  const double bh = (double)p->batch * p->heads, group = kv_group_of(p);
   const double oe = p->elem_bytes == 1 ? 2 : p->elem_bytes;  /* fp8's O is bf16 */
   const double kv_rows = !p->backward ? 2.0 / group
                                       : 2.0 / group + (l->gqa_expanded ? 2.0 : 2.0 / group);
-  double rows = bh * p->seq_q;
+  double rows = bh * p->seq_q, keys = (double)p->batch * p->seq_k;
   double dram_bytes = bh * p->dim *
                       (p->backward ? p->elem_bytes * (2.0 * p->seq_q + kv_rows * p->seq_k)
                                    : (p->elem_bytes + oe) * p->seq_q + kv_rows * p->elem_bytes * p->seq_k);
   if (p->q_lens) {
-    dram_bytes = rows = 0;
+    dram_bytes = rows = keys = 0;
     for (int s = 0; s < p->batch; s++) {
+      keys += p->kv_lens[s];
       dram_bytes += (double)p->heads * p->elem_bytes * p->dim *
                     (2.0 * p->q_lens[s] + kv_rows * p->kv_lens[s]);
       rows += (double)p->heads * p->q_lens[s];
@@ -436,24 +438,18 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   }
   if (p->backward) {
     double side = rows * p->dim * (3.0 * p->elem_bytes + (l->dq_accum ? 8.0 : 0)) + 8.0 * rows;
-    if (l->gqa_expanded && group > 1) {  /* the sums: dK, dV per query head read, per K/V head written */
-      double keys = (double)p->batch * p->seq_k;
-      if (p->q_lens) {
-        keys = 0;
-        for (int s = 0; s < p->batch; s++) keys += p->kv_lens[s];
-      }
+    if (l->gqa_expanded && group > 1)  /* the sums: dK, dV per query head read, per K/V head written */
       side += 2.0 * (p->heads + p->heads / group) * keys * p->dim * p->elem_bytes;
-    }
     apart = side / (g->dram_gbs * 1e9);
   }
   if (l->v_transposed)  /* V read and written once more, by the launch before, alone */
-    apart += 2.0 * p->batch * (p->heads / decode_group(p)) * p->seq_k * p->dim * p->elem_bytes /
+    apart += 2.0 * p->batch * (p->heads / kv_group_of(p)) * p->seq_k * p->dim * p->elem_bytes /
              (g->dram_gbs * 1e9);
   out->flops = 4.0 * p->batch * p->heads * p->seq_q * (double)p->seq_k * p->dim;
   if (p->backward) out->flops *= 2.5;  /* five products of the tile's size to two */
   if (p->decode) {  /* every new token over its sequence's keys */
     out->flops = 4.0 * p->heads * p->seq_q * p->dim * (out->kv_bytes /
-                 ((p->heads / decode_group(p)) * 2.0 * p->dim * p->elem_bytes));
+                 ((p->heads / kv_group_of(p)) * 2.0 * p->dim * p->elem_bytes));
   } else if (p->q_lens) {  /* each sequence's pairs, its causal half */
     out->flops = 0;
     for (int s = 0; s < p->batch; s++) {
