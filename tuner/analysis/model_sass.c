@@ -128,10 +128,13 @@ static double mio_bytes(const char *op, const char *text) {
 /* The lines a warp's RED touches: the kernel's count (its addresses'
 ** pattern, which the SASS does not show) when it gives one, else a
 ** coalesced warp's, 32 lanes of the mnemonic's width (F32x2 and 64-bit
-** types 8 bytes, F32x4 16, else 4) over 128-byte lines. */
+** types 8 bytes, F32x4 16, else 4) over 128-byte lines. The mnemonic
+** alone: the operands hold ".64" register pairs and offsets like 0x20. */
 static double red_lines(const char *text, int declared) {
   if (declared > 0) return declared;
-  return has(text, "x4") ? 4 : has(text, "x2") || has(text, "64") ? 2 : 1;
+  char m[64];
+  snprintf(m, sizeof m, "%.*s", (int)strcspn(text, " "), text);
+  return has(m, "x4") ? 4 : has(m, "x2") || has(m, "64") ? 2 : 1;
 }
 
 /* The N of an HGMMA.64xNx16 (bf16/fp16) or QGMMA.64xNx32 (fp8) shape, 0 if
