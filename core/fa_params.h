@@ -25,6 +25,7 @@ typedef struct fa_params {
   void *ws;               /* the kernel's first workspace, if it declares one (kv_outer:
                           ** running m and l), or 0 */
   void *ws2;              /* its second (bwd: D = rowsum(dO * O)), or 0 */
+  void *ws3;              /* its third (tcbwd under GQA: dK, dV per query head), or 0 */
   long long q_sb, q_sh, q_sn;  /* strides in elements: batch, head, seq */
   long long k_sb, k_sh, k_sn;
   long long v_sb, v_sh, v_sn;

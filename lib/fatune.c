@@ -1229,9 +1229,9 @@ static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa
   char err[512];
   const gen_kernel *k = &s->k;
   gen_launch shapes[GEN_MAX_LAUNCHES];
-  void *ws[2] = {NULL, NULL}, *flags = NULL;
-  int rc = k->nws > 2 ? FA_EINTERNAL : 0;
-  if (rc) snprintf(err, sizeof err, "%s declares %d workspaces; at most two", k->name, k->nws);
+  void *ws[3] = {NULL, NULL, NULL}, *flags = NULL;
+  int rc = k->nws > 3 ? FA_EINTERNAL : 0;
+  if (rc) snprintf(err, sizeof err, "%s declares %d workspaces; at most three", k->name, k->nws);
   if (rc == 0) rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
   for (int i = 0; rc == 0 && i < k->nws; i++)
     rc = backend_alloc(c->be, gen_workspace_bytes(k, i, fp), &ws[i], err, sizeof err);
@@ -1239,7 +1239,7 @@ static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa
     rc = backend_alloc(c->be, ATTN_NFLAGS * sizeof(int), &flags, err, sizeof err);
   if (rc == 0 && flags) rc = backend_fill(c->be, flags, 0, ATTN_NFLAGS * sizeof(int), err, sizeof err);
   if (rc == 0) {
-    a->ws = ws[0], a->ws2 = ws[1], a->error = flags;
+    a->ws = ws[0], a->ws2 = ws[1], a->ws3 = ws[2], a->error = flags;
     fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .threads = 1, .smem_fill = 0xFF,
                       .extra = extra, .nextra = nextra, .stream = stream, .async = 1};
     for (int i = 0; rc == 0 && i < k->nlaunch; i++) {
@@ -1251,8 +1251,7 @@ static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa
   int flag[ATTN_NFLAGS] = {0};
   if (rc == 0 && flags) rc = backend_download(c->be, flag, flags, sizeof flag, err, sizeof err);
   if (rc == 0) rc = varlen_flag(flag, err, sizeof err);
-  backend_free(c->be, ws[0]);
-  backend_free(c->be, ws[1]);
+  for (int i = 0; i < 3; i++) backend_free(c->be, ws[i]);
   backend_free(c->be, flags);
   return rc ? fail((fatune_status)rc, "%s", err) : FATUNE_OK;
 }

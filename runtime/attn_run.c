@@ -432,16 +432,17 @@ static int op_block(const gen_kernel *k, const fa_problem *p, const attn_inputs 
   }
   if (p->op == FA_OP_DECODE) return decode_params(k, p, in, out, a, err, errlen);
   if (k->op == FA_OP_FWD) return fwd_params(k, p, in, out, a, err, errlen);
-  if (k->op != FA_OP_BWD || k->nws > 2 || !in->o || !in->lse || !in->dout) {
+  if (k->op != FA_OP_BWD || k->nws > 3 || !in->o || !in->lse || !in->dout) {
     snprintf(err, errlen, "kernel %s: op %s with %d workspaces%s: the runtime runs the forward "
-             "and the backward pass, with at most two", k->name, fa_op_name(k->op), k->nws,
+             "and the backward pass, with at most three", k->name, fa_op_name(k->op), k->nws,
              k->op == FA_OP_BWD && !in->dout ? ", and no dO given" : "");
     return FA_EINVAL;
   }
   const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
   const fa_layout lo = fa_layout_contiguous_v(p, p->seq_q), lv = fa_layout_contiguous_v(p, p->seq_k);
   *a = attn_params(p, in->q, in->k, in->v, in->o, in->lse, out->ws[0]);
-  a->ws2 = out->ws[1];
+  a->ws2 = out->ws[1], a->ws3 = out->ws[2];
+  a->kv_group = fa_problem_group(p);  /* dK and dV of K/V heads below heads / kv_group */
   a->dout = in->dout, a->dq = out->buf[0], a->dk = out->buf[1], a->dv = out->buf[2];
   a->do_sb = lo.sb, a->do_sh = lo.sh, a->do_sn = lo.sn;
   a->dq_sb = lq.sb, a->dq_sh = lq.sh, a->dq_sn = lq.sn;

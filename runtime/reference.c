@@ -17,7 +17,8 @@
 /* Nonzero when the problem can be computed. */
 static int problem_valid(const fa_problem *p) {
   return p->batch >= 1 && p->heads >= 1 && p->seq_q >= 1 && p->seq_k >= 1 &&
-         p->dim >= 1 && p->dim <= FA_DIM_MAX && p->dim_v >= 0 && p->dim_v <= FA_DIM_MAX;
+         p->dim >= 1 && p->dim <= FA_DIM_MAX && p->dim_v >= 0 && p->dim_v <= FA_DIM_MAX &&
+         p->heads % fa_problem_group(p) == 0;
 }
 
 /* How many keys query row r sees: all of them, or with a causal mask
@@ -152,8 +153,9 @@ static int attention(const fa_problem *p,
 
   for (b = 0; b < p->batch; b++) {
     for (h = 0; h < p->heads; h++) {
-      const double *kh = k + b * kl.sb + h * kl.sh;
-      const double *vh = v + b * vl.sb + h * vl.sh;
+      /* under GQA query head h reads K/V head h / kv_group */
+      const double *kh = k + b * kl.sb + h / fa_problem_group(p) * kl.sh;
+      const double *vh = v + b * vl.sb + h / fa_problem_group(p) * vl.sh;
       for (r = 0; r < p->seq_q; r++) {
         const double *qr = q + b * ql.sb + h * ql.sh + r * ql.sn;
         double *orow = o + b * ol.sb + h * ol.sh + r * ol.sn;
@@ -273,6 +275,7 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
       !problem_valid(p))
     return -1;
   const double scale = fa_problem_scale(p);
+  const int group = fa_problem_group(p);
   double *pr = malloc((size_t)p->seq_k * sizeof *pr);
   double *ds = malloc((size_t)p->seq_k * sizeof *ds);
   if (!pr || !ds) {
@@ -281,15 +284,19 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
   }
   for (b = 0; b < p->batch; b++) {
     for (h = 0; h < p->heads; h++) {
-      const double *kh = io->k + b * io->kl.sb + h * io->kl.sh;
-      const double *vh = io->v + b * io->vl.sb + h * io->vl.sh;
-      double *dkh = io->dk + b * io->dkl.sb + h * io->dkl.sh;
-      double *dvh = io->dv + b * io->dvl.sb + h * io->dvl.sh;
-      zero_rows(dkh, io->dkl, p->seq_k, p->dim);
-      zero_rows(dvh, io->dvl, p->seq_k, fa_problem_dim_v(p));
+      /* query head h reads K/V head hk; under GQA hk's gradients sum its group's */
+      const int hk = h / group;
+      const double *kh = io->k + b * io->kl.sb + hk * io->kl.sh;
+      const double *vh = io->v + b * io->vl.sb + hk * io->vl.sh;
+      double *dkh = io->dk + b * io->dkl.sb + hk * io->dkl.sh;
+      double *dvh = io->dv + b * io->dvl.sb + hk * io->dvl.sh;
       const int with_mag = io->dq_mag && io->dk_mag;
-      double *mkh = with_mag ? io->dk_mag + b * io->dkl.sb + h * io->dkl.sh : NULL;
-      if (with_mag) zero_rows(mkh, io->dkl, p->seq_k, p->dim);
+      double *mkh = with_mag ? io->dk_mag + b * io->dkl.sb + hk * io->dkl.sh : NULL;
+      if (h % group == 0) {
+        zero_rows(dkh, io->dkl, p->seq_k, p->dim);
+        zero_rows(dvh, io->dvl, p->seq_k, fa_problem_dim_v(p));
+        if (with_mag) zero_rows(mkh, io->dkl, p->seq_k, p->dim);
+      }
       for (r = 0; r < p->seq_q; r++) {
         const int nvis = visible_keys(p, r);
         const double *qr = io->q + b * io->ql.sb + h * io->ql.sh + r * io->ql.sn;

@@ -15,6 +15,7 @@
 
 /* q, k, v, o are float64 tensors in (batch, heads, seq, dim) with the given
 ** strides, v and o of p's V head dim (fa_problem_dim_v); lse (may be NULL) is [batch][heads][seq_q], contiguous.
+** Under GQA (p->kv_group) query head h reads K/V head h / kv_group.
 ** Returns 0, or -1 when the problem is invalid or memory runs out. */
 int ref_attention(const fa_problem *p,
                   const double *q, fa_layout ql,
@@ -61,8 +62,9 @@ typedef struct ref_bwd_io {
 ** oracle): per query row, P = softmax(scale q K^T) over its visible keys,
 ** dP = dout V^T, dS = P * (dP - sum(P * dP)); then dq = scale dS K,
 ** dk += scale dS^T q, dv += P^T dout. A row with no visible key adds
-** nothing and has dq = 0. Returns 0, or -1 when the problem is invalid or
-** memory runs out. */
+** nothing and has dq = 0. Under GQA (p->kv_group) query head h reads K/V
+** head h / kv_group, whose dk and dv sum over its group's query heads.
+** Returns 0, or -1 when the problem is invalid or memory runs out. */
 int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io);
 
 /* Op decode's tensors: q, o, lse, lse_mag and o_sens as the forward pass's; k and

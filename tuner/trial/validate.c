@@ -298,6 +298,11 @@ int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long se
     snprintf(err, errlen, "no validation case for op %s: not implemented yet", fa_op_name(p->op));
     return -1;
   }
+  if (p->op == FA_OP_BWD && fa_problem_group(p) > 1) {
+    snprintf(err, errlen, "no sampled validation of the backward pass under GQA: not "
+             "implemented yet");
+    return -1;
+  }
   const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
   double *s = malloc(((size_t)p->seq_k + 1) * sizeof *s);
   c->o_ref = malloc(rows * (size_t)fa_problem_dim_v(p) * sizeof *c->o_ref);
@@ -351,8 +356,9 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
   double *dod = malloc(no * sizeof *dod);
   c->o = malloc(no * es), c->lse = malloc(rows * ls), c->dout = malloc(no * es);
   c->dq_ref = malloc(nq * sizeof(double));
-  c->dk_ref = malloc(nk * sizeof(double)), c->dv_ref = malloc(nv * sizeof(double));
-  c->dq_mag = malloc(nq * sizeof(double)), c->dk_mag = malloc(nk * sizeof(double));
+  /* zeros where GQA leaves heads without K/V (the reference writes the rest) */
+  c->dk_ref = calloc(nk, sizeof(double)), c->dv_ref = calloc(nv, sizeof(double));
+  c->dq_mag = malloc(nq * sizeof(double)), c->dk_mag = calloc(nk, sizeof(double));
   int rc = -1;
   if (!dod || !c->o || !c->lse || !c->dout || !c->dq_ref || !c->dk_ref || !c->dv_ref ||
       !c->dq_mag || !c->dk_mag) {
@@ -720,6 +726,13 @@ typedef struct grad_ref {
   size_t nrows;
 } grad_ref;
 
+/* Whether row `row` of gradient g (0 dq, 1 dk, 2 dv; seq rows per (batch,
+** head)) is an output: under GQA dk and dv are the K/V heads', below
+** heads / kv_group, and the rows of the heads above are left alone. */
+static int holds_grad(const fa_problem *p, int g, int seq, size_t row) {
+  return g == 0 || (int)(row / (size_t)seq % (size_t)p->heads) < fa_problem_kv_heads(p);
+}
+
 static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int seq, int dim,
                       int g, const char *name, double tol, val_result *r) {
   const fa_problem *p = &c->p;
@@ -728,6 +741,7 @@ static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int se
   const size_t D = (size_t)dim, n = (size_t)p->batch * (size_t)p->heads * (size_t)seq * D;
   char at[64];
   for (size_t i = 0; i < n; i++) {
+    if (!g_ref.rows && !holds_grad(p, g, seq, i / D)) continue;
     const double x = fa_elem_get(got, p->dtype, i);
     /* the reference's value there where it holds every row; else none may be NaN */
     const double ref = g_ref.rows ? 0.0 : g_ref.ref[i];
@@ -747,6 +761,7 @@ static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int se
   double e2 = 0, r2 = 0;
   for (size_t i = 0; i < nrows; i++) {
     const size_t row = g_ref.rows ? g_ref.rows[i] : i;
+    if (!holds_grad(p, g, seq, row)) continue;
     for (size_t d = 0; d < D; d++) {
       const double ref = g_ref.ref[i * D + d], dx = fa_elem_get(got, p->dtype, row * D + d) - ref;
       const double m = g_ref.mag ? g_ref.mag[i * D + d] : ref;
