@@ -612,6 +612,9 @@ static void take_workspaces(lua_State *L, gen_kernel *k) {
     lua_pop(L, 1);
     lua_getfield(L, -1, "row_align");
     w.row_align = lua_isnil(L, -1) ? 1 : (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "grouped");
+    w.grouped = lua_toboolean(L, -1);
     lua_pop(L, 2);
     int seen = 0;
     for (int i = 0; i < k->nws; i++) seen |= !strcmp(k->ws[i].name, w.name);
@@ -1164,6 +1167,7 @@ int gen_workspace_rows(const gen_kernel *k, int i, const fa_problem *p) {
 }
 
 size_t gen_workspace_bytes(const gen_kernel *k, int i, const fa_problem *p) {
+  if (k->ws[i].grouped && fa_problem_kv_heads(p) == p->heads) return 0;
   return (size_t)k->ws[i].bytes_per_row * (size_t)p->batch * (size_t)p->heads *
          (size_t)gen_workspace_rows(k, i, p);
 }

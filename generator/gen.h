@@ -98,7 +98,8 @@ typedef struct gen_launch_spec {
 
 /* Global memory the launches of a kernel share: bytes_per_row bytes per
 ** (batch, head, query row), or key row with key_rows, the rows rounded up
-** to a multiple of row_align, allocated before the first launch and freed
+** to a multiple of row_align (with grouped, none unless query heads share
+** K/V heads), allocated before the first launch and freed
 ** after the last (gen_workspace_bytes). */
 #define GEN_MAX_WORKSPACES 4
 typedef struct gen_workspace {
@@ -106,6 +107,7 @@ typedef struct gen_workspace {
   int bytes_per_row;
   int key_rows;            /* 1: bytes_per_row per key row (seq_k), else per query row */
   int row_align;           /* 1 when the template gives none */
+  int grouped;             /* 1: allocated only under GQA (no bytes when every head has its K/V) */
 } gen_workspace;
 
 /* One rendered kernel and what it takes to launch it: one variant of an op,

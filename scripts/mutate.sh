@@ -167,7 +167,8 @@ mut bwd-gqa-group templates/simtbwd/simtbwd.cu \
   'for (int hq = h; hq < h + group; ++hq) {' 'for (int hq = h; hq < h + 1; ++hq) {' \
   'test_api'
 mut tcbwd-gqa-head templates/tcbwd/tcbwd.cu \
-  '(unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh${' '(unsigned short *)p.dk + b * p.dk_sb + h * p.dk_sh${' \
+  'dkg = (unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh${' \
+  'dkg = (unsigned short *)p.dk + b * p.dk_sb + h * p.dk_sh${' \
   'test_api'
 mut val-bwd-sampled-rows tuner/trial/validate.c \
   'const size_t row = g_ref.rows ? g_ref.rows[i] : i;' 'const size_t row = i;' \
@@ -317,8 +318,28 @@ mut py-byte-strides python/fatune/_numpy.py \
   's[1] % es == 0 and s[2] % es == 0 and min(s) >= 0' 's[1] % es == 0 and min(s) >= 0' \
   'py:test_numpy.py'
 mut bwd-kv-grid templates/tcbwd/tcbwd.lua \
-  '"kv_heads", "batch" }, workspaces = ws },' '"heads", "batch" }, workspaces = ws },' \
+  'local kv_grid = { { "seq_k", c.block_n }, "kv_heads", "batch" }' \
+  'local kv_grid = { { "seq_k", c.block_n }, "heads", "batch" }' \
   'test_generator'
+mut tcbwd-qhead-grid templates/tcbwd/tcbwd.lua \
+  'grid = c.qhead == 1 and { { "seq_k", c.block_n }, "heads", "batch" } or kv_grid' \
+  'grid = kv_grid' \
+  'test_generator test_bwd'
+mut tcbwd-qhead-sum-order templates/tcbwd/tcbwd.cu \
+  'for (int j = 0; j < group; ++j) sum += fa_ld_f32(at + j * room);' \
+  'for (int j = 1; j < group; ++j) sum += fa_ld_f32(at + j * room);' \
+  'test_bwd'
+mut tcbwd-qhead-part-head templates/tcbwd/tcbwd.cu \
+  '(float *)${args.kv_part} + ((long long)b * p.heads + h) * ${vl.key_rows(c)} * ${D + DV};' \
+  '(float *)${args.kv_part} + ((long long)b * p.heads + hk) * ${vl.key_rows(c)} * ${D + DV};' \
+  'test_bwd'
+mut ref-bwd-gqa-head runtime/reference.c \
+  'const int hk = h / group;' 'const int hk = h;' \
+  'test_bwd'
+mut ws-grouped-bytes generator/gen.c \
+  'if (k->ws[i].grouped && fa_problem_kv_heads(p) == p->heads) return 0;' \
+  'if (k->ws[i].grouped) return 0;' \
+  'test_bwd'
 mut bwd-kv-first-head templates/simtbwd/simtbwd.cu \
   'const int hk = fa_bid_y(), b = fa_bid_z(), h = hk * group;' \
   'const int hk = fa_bid_y(), b = fa_bid_z(), h = hk;' \

@@ -121,7 +121,8 @@
 --              and each workspace is {name = "m_l", bytes_per_row = n}:
 --              n bytes of global memory per (batch, head, query row) (with
 --              rows = "seq_k": per key row; with row_align = a, the rows
---              rounded up to a multiple of a), which
+--              rounded up to a multiple of a; with grouped = true, none
+--              unless query heads share K/V heads: GQA's alone), which
 --              the host allocates before the first launch and frees after
 --              the last; launches naming the same workspace share it (with
 --              the same size). The forward pass's parameter block
@@ -971,9 +972,10 @@ end
 local function check_workspace(where, w, sizes)
   if type(w) ~= "table" or type(w.name) ~= "string" or not w.name:match("^[%w_]+$")
      or not is_count(w.bytes_per_row) or not (w.rows == nil or w.rows == "seq_q" or w.rows == "seq_k")
-     or not (w.row_align == nil or (is_count(w.row_align) and w.row_align <= 256)) then
+     or not (w.row_align == nil or (is_count(w.row_align) and w.row_align <= 256))
+     or not (w.grouped == nil or type(w.grouped) == "boolean") then
     error(where .. " is no {name = \"identifier\", bytes_per_row = positive integer"
-          .. "[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256]}", 0)
+          .. "[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256][, grouped = boolean]}", 0)
   end
   if sizes[w.name] and sizes[w.name] ~= w.bytes_per_row then
     error(string.format("%s: workspace '%s' has %d bytes per row here, %d in an earlier launch",

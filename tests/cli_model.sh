@@ -177,9 +177,11 @@ check "the backward pass with dQ in a kernel of its own: $why" $? "$why"
 # heads, so at 2k tokens, 32 heads in groups of 8, its 64 CTAs leave half
 # of an H100's SMs idle: the model must rate it well under its MHA time;
 # FlashAttention-2 keeps a CTA per query head (and sums dK and dV over the
-# group after), within 5% of its own. FlashAttention-3's backward under
-# GQA is refused, and a group that does not divide the heads.
-for k in "tc --config dq=atomic" "fa2 --cubin $tmp/fa2_bwd_d128_sm_90.cubin --launch fa2"; do
+# group after), within 5% of its own, and so does tcbwd's qhead=1 form,
+# within 10%. FlashAttention-3's backward under GQA is refused, and a group
+# that does not divide the heads.
+for k in "tc --config dq=atomic" "tcq --config dq=atomic,qhead=1" \
+         "fa2 --cubin $tmp/fa2_bwd_d128_sm_90.cubin --launch fa2"; do
   set -- $k
   for g in 1 8; do
     "${TIMEOUT[@]}" "$FATUNE" model --op bwd --gpu h100 --dim 128 --seq 2048 --batch 1 --heads 32 \
@@ -190,16 +192,21 @@ done
 why=$(python3 - "$tmp" <<'EOF' 2>&1
 import json, sys
 d = sys.argv[1]
-t = {(k, g): json.load(open("%s/gqa_%s_%d.json" % (d, k, g))) for k in ("tc", "fa2") for g in (1, 8)}
+t = {(k, g): json.load(open("%s/gqa_%s_%d.json" % (d, k, g))) for k in ("tc", "tcq", "fa2")
+     for g in (1, 8)}
 assert t["tc", 8]["kv_group"] == 8 and t["tc", 1]["kv_group"] == 1, t["tc", 8]
 assert t["tc", 8]["wave_efficiency"] < 0.6 < t["tc", 1]["wave_efficiency"], t["tc", 8]
 r_tc = t["tc", 8]["time_us"] / t["tc", 1]["time_us"]
 r_fa2 = t["fa2", 8]["time_us"] / t["fa2", 1]["time_us"]
 assert r_tc > 1.5, "tcbwd: GQA 8 at %.2f of its MHA time" % r_tc
 assert 1 <= r_fa2 < 1.05, "FA2: GQA 8 at %.2f of its MHA time" % r_fa2
-print("tcbwd %.0f -> %.0f TFLOP/s (%.0f%% of the slots busy), FA2 %.0f -> %.0f" % (
+r_tcq = t["tcq", 8]["time_us"] / t["tcq", 1]["time_us"]
+assert 1 <= r_tcq < 1.1, "tcbwd qhead=1: GQA 8 at %.2f of its MHA time" % r_tcq
+assert t["tcq", 8]["time_us"] * 1.5 < t["tc", 8]["time_us"], (t["tcq", 8], t["tc", 8])
+print("tcbwd %.0f -> %.0f TFLOP/s (%.0f%% of the slots busy), qhead=1 %.0f -> %.0f, "
+      "FA2 %.0f -> %.0f" % (
     t["tc", 1]["tflops"], t["tc", 8]["tflops"], 100 * t["tc", 8]["wave_efficiency"],
-    t["fa2", 1]["tflops"], t["fa2", 8]["tflops"]))
+    t["tcq", 1]["tflops"], t["tcq", 8]["tflops"], t["fa2", 1]["tflops"], t["fa2", 8]["tflops"]))
 EOF
 )
 check "the backward pass under GQA: $why" $? "$why"

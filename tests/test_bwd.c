@@ -78,6 +78,51 @@ static void validate(const gen_kernel *k, const fa_program *prog, const fa_probl
   val_case_free(&c);
 }
 
+/* Under GQA (4 query heads over 2 K/V heads, and over 1) tcbwd's default
+** space both ways: a CTA per K/V head, and a CTA per query head whose
+** shares of dK and dV dkvsum adds up (-qhead, four launches); each on the
+** shapes with tails, the single query and key, and several blocks. The
+** shares' workspace takes no memory without GQA, and a float row of dK's
+** and dV's padded dims per (batch, query head, key) with it. */
+static void test_space_gqa(fa_dtype t, int dim, int causal) {
+  fa_problem p = problem(t, dim, causal, &shapes[4]);
+  p.heads = 4, p.kv_group = 2;
+  space sp = space_build(gen, &target, be, &p);
+  size_t tc = 0, qheads = 0;
+  double worst = 0;
+  for (size_t i = 0; i < sp.n; i++) {
+    const gen_kernel *k = &sp.k[i];
+    if (strncmp(k->name, "tcbwd-", 6)) continue;
+    const int qh = strstr(k->name, "-qhead") != NULL;
+    tc++, qheads += qh;
+    CHECK(k->nlaunch == 3 + qh && k->main == 1, "%s: %d launches, main %d", k->name, k->nlaunch,
+          k->main);
+    CHECK(sp.b[i].prog, "%s: %s", k->name, sp.b[i].log ? sp.b[i].log : "?");
+    if (!sp.b[i].prog) continue;
+    if (qh) {
+      const int w = k->nws - 1, D = dim <= 64 ? 64 : dim <= 128 ? 128 : 256;
+      fa_problem one = p;
+      one.kv_group = 1;
+      CHECK(!strcmp(k->ws[w].name, "kv_part") && gen_workspace_bytes(k, w, &one) == 0 &&
+            gen_workspace_bytes(k, w, &p) == (size_t)4 * 2 * D * p.batch * p.heads * p.seq_k,
+            "%s: workspace %s of %zu bytes without GQA, %zu with", k->name, k->ws[w].name,
+            gen_workspace_bytes(k, w, &one), gen_workspace_bytes(k, w, &p));
+    }
+    for (size_t s = 0; s < NSHAPES; s++) {
+      fa_problem q = problem(t, dim, causal, &shapes[s]);
+      q.heads = 4, q.kv_group = s % 2 ? 4 : 2;
+      validate(k, sp.b[i].prog, &q, &worst);
+    }
+  }
+  CHECK(tc > 0 && qheads * 2 == tc, "%s d%d: %zu tcbwd variants under GQA, %zu of them -qhead",
+        fa_dtype_name(t), dim, tc, qheads);
+  printf("%s d%-3d %-6s GQA: %zu tcbwd variants (%zu a CTA per query head) x %zu shapes, "
+         "4 query heads over 2 and 1 K/V heads: worst gradient error %.2e (tolerance %.0e)\n",
+         fa_dtype_name(t), dim, causal ? "causal" : "", tc, qheads, NSHAPES, worst,
+         val_tolerance(t));
+  space_free(be, &sp);
+}
+
 /* A default space rendered for a problem and compiled: its variants,
 ** their kernels and builds (a build without a program is a failure the
 ** caller reports). */
@@ -670,6 +715,7 @@ int main(void) {
   test_space(FA_FP16, 64, 1);
   test_space(FA_BF16, 36, 0);
   test_space(FA_BF16, 128, 1);
+  test_space_gqa(FA_FP16, 64, 1);
   test_space_mod("window=24:8", FA_BF16, 64, 0);
   test_space_mod("softcap=2", FA_FP16, 32, 1);
   test_space_mod("alibi", FA_BF16, 48, 1);

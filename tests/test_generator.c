@@ -233,11 +233,13 @@ static void test_configs(gen_state *g, const gen_target *t) {
 /* Under GQA the backward kernels over K/V blocks launch a CTA per K/V head
 ** (grid "kv_heads"), those over Q blocks one per query head: before, the
 ** dkdv grid ran every query head and all but the first of each group
-** returned at once. */
+** returned at once. tcbwd's -qhead runs dkdv per query head, and its sums
+** per K/V head. */
 static void test_bwd_grids(gen_state *g, const gen_target *t) {
   static const struct { const char *config, *per_kv; fa_dtype dt; } cases[] = {
     {"family=tcbwd,dq=atomic", "dkdv", FA_BF16},
     {"family=tcbwd,dq=separate", "dkdv", FA_FP16},
+    {"family=tcbwd,dq=atomic,qhead=1", "dkvsum", FA_BF16},
     {"family=simtbwd,dq=separate", "dkdv", FA_FP32},
     {"family=simtbwd,order=q", "kvzero kvconvert", FA_FP64},
   };
@@ -671,15 +673,15 @@ static void test_contract_ops(gen_state *g, const gen_target *t) {
      "in an earlier launch"},
     {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'm_l' } }) }))\n",
      "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
-     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256]}"},
+     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256][, grouped = boolean]}"},
     {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'm_l', bytes_per_row = 8, "
      "rows = 'seq' } }) }))\n",
      "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
-     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256]}"},
+     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256][, grouped = boolean]}"},
     {"$ local r = verdict(pcall(check, { launch({ 1, 1, 1 }, { { name = 'vt', bytes_per_row = 8, "
      "rows = 'seq_k', row_align = 0 } }) }))\n",
      "family 'x': render: launch 1: workspace 1 is no {name = \"identifier\", bytes_per_row = "
-     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256]}"},
+     "positive integer[, rows = \"seq_q\" or \"seq_k\"][, row_align = 1 to 256][, grouped = boolean]}"},
     {"$ local r = verdict(pcall(check, {}))\n",
      "family 'x': render gives no launches: a list of 1 to 4"},
     {"$ local l = launch({ 1, 1, 1 }) l.threads = 2048\n$ local r = verdict(pcall(check, { l }))\n",

@@ -281,7 +281,7 @@ static void print_text(const model_job *j) {
   if (p->kv_group > 1)
     printf("  GQA: %d query heads per K/V head%s\n", p->kv_group,
            j->l.kv_head_ctas ? ", a CTA per K/V head walking them in turn"
-           : j->l.gqa_expanded && p->backward ? ", dK and dV per query head summed after" : "");
+           : j->l.gqa_part_bytes && p->backward ? ", dK and dV per query head summed after" : "");
   /* The backward pass's main kernel: a CTA per block of keys, a step per Q block. */
   const char *step = p->backward ? "Q block" : "K/V block";
   if (p->backward)

@@ -6,6 +6,8 @@ $ -- below that emits its code.
 $ local c, P, T = args.cfg, args.P, args.T
 $ local vl = require("varlen")
 $ local causal, atomic = c.causal == 1, c.dq == "atomic"
+$ -- qhead: dkdv's CTAs per query head, their shares of dK and dV summed by dkvsum under GQA
+$ local qh = c.qhead == 1
 $ local D, BM, BN, NT, W = P.D, P.BM, P.BN, P.NT, P.W
 $ local MT, KT, NTL, DT = P.m_tiles, P.k_tiles, P.n_tiles, P.d_tiles
 $ local RB, SRB, dim = P.row_bytes, P.s_row_bytes, P.dim
@@ -427,9 +429,15 @@ $ end
 
 /* dK and dV of K/V block fa_bid_x(), over the Q blocks that see it. */
 ${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_dkdv", NT)}
+$ if qh then
+  /* A CTA per query head; under GQA its share of dK and dV goes to the
+  ** workspace, for dkvsum to add over the group in one order. */
+  $ setup()
+$ else
   /* Under GQA a CTA per K/V head computes dK and dV over every query head
   ** of its group (no two CTAs write a row, and the sum has one order). */
   $ setup(false)
+$ end
   $ lanes()
   const int k0 = fa_bid_x() * ${BN};
 $ if c.varlen == 1 then
@@ -468,8 +476,12 @@ $ else
   const int first = 0;
 $ end
   const int nq = (p.seq_q + ${BM - 1}) / ${BM};
+$ if qh then
+  {
+$ else
   for (int hq = h; hq < h + group; ++hq) {
     $ qhead("hq")
+$ end
     for (int qb = first; qb < nq; ++qb) {
       const int q0 = qb * ${BM};
 $ if mod and mod.mask then
@@ -487,6 +499,33 @@ $ end
       fa_syncthreads(); /* Q, dO, P and dS are read: the next Q block may load */
     }
   }
+$ if qh then
+  if (group > 1) {
+    /* This query head's share of dK (scaled) and dV, in float: row gn of
+    ** its room, dK's ${D} columns then dV's. */
+    float *const part = (float *)${args.kv_part} + ((long long)b * p.heads + h) * ${vl.key_rows(c)} * ${D + DV};
+    FA_UNROLL
+    for (int kt = 0; kt < ${KT}; ++kt) {
+      FA_UNROLL
+      for (int n = 0; n < ${DTW}; ++n) {
+        FA_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DTW} + n) * 8 + 2 * tig + (i & 1);
+          if (gn < p.seq_k && d < ${dim}) fa_st_f32(part + (long long)gn * ${D + DV} + d, dk[kt][n][i] * scale);
+        }
+      }
+      FA_UNROLL
+      for (int n = 0; n < ${DVTW}; ++n) {
+        FA_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DVTW} + n) * 8 + 2 * tig + (i & 1);
+          if (gn < p.seq_k && d < ${dim_v}) fa_st_f32(part + (long long)gn * ${D + DV} + ${D} + d, dv[kt][n][i]);
+        }
+      }
+    }
+    return;
+  }
+$ end
   /* dK (scaled) and dV, element by element from the fragments. */
   unsigned short *const dkg = (unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh${vl.bwd_row(c, "dk")};
   unsigned short *const dvg = (unsigned short *)p.dv + b * p.dv_sb + hk * p.dv_sh${vl.bwd_row(c, "dv")};
@@ -610,6 +649,33 @@ $ end
         if (gr < p.seq_q && d < ${dim}) fa_st_u16(dqg + gr * p.dq_sn + d, fa_f32_to_${T}(dq[mt][n][i] * scale));
       }
     }
+  }
+}
+$ end
+
+$ if qh then
+/* dK and dV of K/V head fa_bid_y() under GQA: its query heads' shares
+** (dkdv's) added in the order of the heads, in float, and rounded once.
+** Without GQA dkdv wrote them itself. */
+${vl.bwd_kernel(c, "FA_TC_KERNEL", args.entry .. "_dkvsum", NT)}
+  $ setup(false)
+  if (group == 1) return;
+  const int k0 = fa_bid_x() * ${BN};
+$ if c.varlen == 1 then
+  ${vl.past("k0", "p.seq_k")}
+$ end
+  const long long room = (long long)${vl.key_rows(c)} * ${D + DV};  /* a query head's shares */
+  const float *const part = (const float *)${args.kv_part} + ((long long)b * p.heads + h) * room;
+  unsigned short *const dk_out = (unsigned short *)p.dk + b * p.dk_sb + hk * p.dk_sh${vl.bwd_row(c, "dk")};
+  unsigned short *const dv_out = (unsigned short *)p.dv + b * p.dv_sb + hk * p.dv_sh${vl.bwd_row(c, "dv")};
+  for (int e = tid; e < ${BN * (dim + dim_v)}; e += ${NT}) {
+    const int r = e / ${dim + dim_v}, d = e - r * ${dim + dim_v}, gn = k0 + r;
+    if (gn >= p.seq_k) break;
+    const float *at = part + (long long)gn * ${D + DV} + (d < ${dim} ? d : ${D - dim} + d);
+    float sum = 0.f;
+    for (int j = 0; j < group; ++j) sum += fa_ld_f32(at + j * room);
+    if (d < ${dim}) fa_st_u16(dk_out + gn * p.dk_sn + d, fa_f32_to_${T}(sum));
+    else fa_st_u16(dv_out + gn * p.dv_sn + (d - ${dim}), fa_f32_to_${T}(sum));
   }
 }
 $ end

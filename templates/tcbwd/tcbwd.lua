@@ -20,7 +20,11 @@
 --         bits;
 --   dqconvert (dq = atomic, FlashAttention-2's) dkdv adds each Q block's
 --         dS K into a float accumulator with atomics, this launch scales
---         it into dQ: no recomputation, but run-to-run bits vary.
+--         it into dQ: no recomputation, but run-to-run bits vary;
+--   dkvsum (qhead) under GQA, dkdv runs a CTA per query head and writes
+--         its share of dK and dV in float into the workspace "kv_part";
+--         this launch sums each K/V head's shares in the order of its
+--         query heads and rounds them once.
 --
 -- Shared memory is padded a 16-byte chunk a row (the 8 rows an ldmatrix
 -- reads fall on distinct banks); tiles are copied with cp.async when the
@@ -32,11 +36,13 @@
 -- its sequence's own lengths, its tensors from the sequence's first token;
 -- the workspaces keep the longest sequence's rows per sequence.
 
-local tcbwd = { name = "tcbwd", version = 5 }
+local tcbwd = { name = "tcbwd", version = 6 }
 local enum = require("enum")
 local tc = require("tc/tc")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
+local qhead_axis = int_axis("qhead", 0, 1, enum.flag("qhead"))
+qhead_axis.absent = 0
 
 tcbwd.title = "tensor cores, backward"
 tcbwd.targets = "any"
@@ -69,11 +75,19 @@ tcbwd.axes = {
   -- their accumulators in registers.
   int_axis("split_d", 1, 8, { prefix = "wd", [1] = "" }),
   enum_axis("dq", { "separate", "atomic" }, { separate = "dqpass", atomic = "dqatomic" }),
+  -- Under GQA, a CTA per query head (1), its shares of dK and dV summed
+  -- over the group by a launch of its own, as FlashAttention-2 sums its
+  -- dk_expanded; or a CTA per K/V head (0) that walks every query head of
+  -- its group: no partial sums to write and read, but a group's times
+  -- fewer CTAs, which leaves SMs idle where K/V blocks are few. Without
+  -- GQA the two run the same work. Left out of names and canonical text
+  -- at 0, so the configs before the axis keep their hash.
+  qhead_axis,
   enum.varlen_axis(),
 }
 tcbwd.axis = enum.index(tcbwd.axes)
 tcbwd.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "warps", "split_n", "split_d" }, { "dq" },
-                 { "causal" }, { "varlen" } }
+                 { "qhead" }, { "causal" }, { "varlen" } }
 
 -- FlashAttention-2's backward tiles (flash_bwd_launch_template.h, sm80,
 -- without dropout): d64 128x128 with 8 warps, S and dK, dV each split
@@ -88,13 +102,16 @@ local function tile_dim(dim, dim_v)
   return math.max(tc.padded_dim(dim) or 256, tc.padded_dim(dim_v or dim) or 256)
 end
 
+-- Whether the problem's query heads share K/V heads.
+local function gqa(problem) return (problem.kv_group or 1) > 1 end
+
 function tcbwd.defaults(problem)
   local D = tile_dim(problem.dim or 64, problem.dim_v)
   local bm, bn, sn, sd = 128, 128, 4, 2
   if D > 128 then bm, bn, sn, sd = 64, 64, 2, 4 elseif D > 64 then bm, sn = 64, 4 end
   return { dtype = problem.dtype or "fp16", dim = problem.dim or 64, dim_v = enum.dim_v(problem),
            causal = problem.causal or 0, varlen = problem.varlen or 0, block_m = bm, block_n = bn,
-           warps = 8, split_n = sn, split_d = sd, dq = "atomic" }
+           warps = 8, split_n = sn, split_d = sd, dq = "atomic", qhead = 0 }
 end
 
 tcbwd.fallbacks = { warps = { 4, 8, 2 }, split_n = { 1, 2, 4 }, split_d = { 1, 2, 4 },
@@ -193,7 +210,7 @@ local function cross(base, axes, out) enum.cross(tcbwd.axes, base, axes, out) en
 -- "full" the whole product; "small" when nothing of the default fits.
 function tcbwd.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
-                 causal = problem.causal or 0, varlen = problem.varlen or 0 }
+                 causal = problem.causal or 0, varlen = problem.varlen or 0, qhead = 0 }
   local out = {}
   if which == "full" then
     cross(base, { block_m = { 16, 32, 64, 128 }, block_n = { 16, 32, 64, 128 },
@@ -221,6 +238,10 @@ function tcbwd.enumerate(problem, which)
                     split_d = { t[5] }, dq = { "atomic", "separate" } }, out)
     end
   end
+  -- Under GQA each point also with a CTA per query head.
+  if gqa(problem) then
+    for i = 1, #out do out[#out + 1] = enum.with(out[i], { qhead = 1 }) end
+  end
   return out
 end
 
@@ -233,7 +254,13 @@ function tcbwd.render(c)
   if c.dq == "atomic" then
     ws[2] = { name = "dq_acc", bytes_per_row = 4 * P.D, row_align = c.block_m }
   end
+  -- dK's and dV's shares per query head, in float, under GQA (qhead)
+  if c.qhead == 1 then
+    ws[#ws + 1] = { name = "kv_part", bytes_per_row = 4 * (P.D + P.DV), rows = "seq_k", grouped = true }
+    args.kv_part = #ws == 3 and "p.ws3" or "p.ws2"
+  end
   local q_grid = { { "seq_q", c.block_m }, "heads", "batch" }
+  local kv_grid = { { "seq_k", c.block_n }, "kv_heads", "batch" }
   local last = c.dq == "atomic"
       and { entry = entry .. "_dqconvert", threads = P.NT, smem_bytes = 0,
             grid = q_grid, workspaces = ws }
@@ -244,8 +271,10 @@ function tcbwd.render(c)
     launches = {
       { entry = entry .. "_pre", threads = P.NT, smem_bytes = 0, grid = q_grid, workspaces = ws },
       { entry = entry .. "_dkdv", threads = P.NT, smem_bytes = P.smem_dkdv, main = true,
-        grid = { { "seq_k", c.block_n }, "kv_heads", "batch" }, workspaces = ws },
+        grid = c.qhead == 1 and { { "seq_k", c.block_n }, "heads", "batch" } or kv_grid, workspaces = ws },
       last,
+      c.qhead == 1 and { entry = entry .. "_dkvsum", threads = P.NT, smem_bytes = 0, grid = kv_grid,
+                         workspaces = ws } or nil,
     },
     registers_estimate = math.max(P.reg_words, P.reg_words_dq),
     io_align = P.async_copy and 16 or 2,

@@ -48,14 +48,16 @@ typedef struct kspec {
 
 /* The backward pass's launches (templates/simtbwd, templates/tcbwd): D into
 ** a workspace, dK and dV over K/V blocks, and dQ over Q blocks (its own
-** pass, or the conversion of an accumulator the dK/dV launch added to). */
-enum { ROLE_PRE = 1, ROLE_DKDV, ROLE_DQ };
+** pass, or the conversion of an accumulator the dK/dV launch added to);
+** tcbwd's -qhead variants sum dK and dV over a GQA group after. */
+enum { ROLE_PRE = 1, ROLE_DKDV, ROLE_DQ, ROLE_SUM };
 
 /* The part of a backward launch that its name's last token says, and the
 ** length of the name without it; 0 when it names none. */
 static int bwd_role(const char *name, size_t *base) {
   static const struct { const char *tail; int role; } m[] = {
-    {"_pre", ROLE_PRE}, {"_dkdv", ROLE_DKDV}, {"_dq", ROLE_DQ}, {"_dqconvert", ROLE_DQ}};
+    {"_pre", ROLE_PRE}, {"_dkdv", ROLE_DKDV}, {"_dq", ROLE_DQ}, {"_dqconvert", ROLE_DQ},
+    {"_dkvsum", ROLE_SUM}};
   const size_t len = strlen(name);
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
     const size_t t = strlen(m[i].tail);
@@ -319,7 +321,8 @@ static void scatter_grad(void *dst, fa_dtype t, long long sb, long long sh, long
 ** recomputes O and lse, which must still lie in allocations). */
 static CUresult exec_bwd(const fc_kernel *fk, const fa_params *p, const kspec *s,
                          const unsigned grid[3], int garbage, char *why, size_t whylen) {
-  if (s->role == ROLE_PRE) return CUDA_SUCCESS;
+  /* D, and the sums under GQA, which the dK/dV launch's answer holds */
+  if (s->role == ROLE_PRE || s->role == ROLE_SUM) return CUDA_SUCCESS;
   if (p->dlse) {
     snprintf(why, whylen, "kernel %s: a gradient of the logsumexp, which the fake does not "
              "compute", fk->name);

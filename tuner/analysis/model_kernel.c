@@ -407,7 +407,9 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   const double bh = (double)p->batch * p->heads, group = kv_group_of(p);
   const double oe = p->elem_bytes == 1 ? 2 : p->elem_bytes;  /* fp8's O is bf16 */
   const double kv_rows = !p->backward ? 2.0 / group
-                                      : 2.0 / group + (l->gqa_expanded ? 2.0 : 2.0 / group);
+                                      : 2.0 / group + (l->gqa_part_bytes && group > 1
+                                                           ? 2.0 * l->gqa_part_bytes / p->elem_bytes
+                                                           : 2.0 / group);
   double rows = bh * p->seq_q, keys = (double)p->batch * p->seq_k;
   double dram_bytes = bh * p->dim *
                       (p->backward ? p->elem_bytes * (2.0 * p->seq_q + kv_rows * p->seq_k)
@@ -438,8 +440,8 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   }
   if (p->backward) {
     double side = rows * p->dim * (3.0 * p->elem_bytes + (l->dq_accum ? 8.0 : 0)) + 8.0 * rows;
-    if (l->gqa_expanded && group > 1)  /* the sums: dK, dV per query head read, per K/V head written */
-      side += 2.0 * (p->heads + p->heads / group) * keys * p->dim * p->elem_bytes;
+    if (l->gqa_part_bytes && group > 1)  /* the sums: dK, dV per query head read, per K/V head written */
+      side += 2.0 * (p->heads * l->gqa_part_bytes + p->heads / group * p->elem_bytes) * keys * p->dim;
     apart = side / (g->dram_gbs * 1e9);
   }
   if (l->v_transposed)  /* V read and written once more, by the launch before, alone */

@@ -50,6 +50,8 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   for (int i = 0; i < k->nlaunch; i++) {
     const size_t n = strlen(k->launch[i].entry);
     l->v_transposed |= i != k->main && n > 3 && !strcmp(k->launch[i].entry + n - 3, "_vt");
+    /* tcbwd's -qhead: dK's and dV's shares in float, summed by this launch */
+    if (i != k->main && n > 7 && !strcmp(k->launch[i].entry + n - 7, "_dkvsum")) l->gqa_part_bytes = 4;
   }
   l->longest_first = l->persistent && gen_config_get(&k->cfg, "causal") &&
                      !strcmp(gen_config_get(&k->cfg, "causal"), "1");
@@ -123,7 +125,7 @@ static int fa2_bwd(const model_problem *p, const estimate_gpu *g, model_launch *
   l->threads = 256;
   l->smem_bytes = ((qbufs + 1) * bm * p->dim + 2 * bn * p->dim + 2 * bm * bn) * 2;
   l->dq_accum = 1;
-  l->gqa_expanded = 1;  /* flash_api.cpp's mha_bwd: dk_expanded, dv_expanded, then a sum */
+  l->gqa_part_bytes = 2;  /* flash_api.cpp's mha_bwd: dk_expanded, dv_expanded (q's dtype), then a sum */
   int even = p->seq_q % bm == 0 && p->seq_k % bn == 0;
   snprintf(pat, n, "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel*Flash_bwd_kernel_traitsILi%dELi%dELi%dELi8ELi%sELb%d"
            "*Lb0ELb%dELb0ELb0ELb%dELb1ELb0EEEv", p->dim, bm, bn, atoms, qbufs == 1, p->causal, even);

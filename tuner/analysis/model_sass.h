@@ -74,8 +74,9 @@ typedef struct model_launch {
                               touches; 0: as many as a coalesced warp's */
   int kv_head_ctas;        /* the main launch runs a CTA per K/V head, walking its group's
                               query heads in turn (fatune's backward kernels) */
-  int gqa_expanded;        /* under GQA the backward pass writes dK and dV per query head
-                              and sums each group's after (FlashAttention-2) */
+  int gqa_part_bytes;      /* under GQA the backward pass writes dK and dV per query head,
+                              this many bytes an element, and sums each group's after
+                              (FlashAttention-2: 2, its dtype; tcbwd -qhead: 4); 0: not so */
   int splits;              /* decoding: CTAs sharing a sequence's keys, their partials
                               merged by a combine launch when more than 1 */
   int v_transposed;        /* fp8 (wg): a launch before the main one writes V transposed */
