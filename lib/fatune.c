@@ -78,7 +78,7 @@ typedef struct slot {
   fa_op op;
   fa_dtype dtype;
   int dim, dim_v, seq_q, seq_k, causal;
-  int batch, kv_group, page;   /* op decode's key; 0 for the other ops */
+  int batch, kv_group, page;   /* op decode's key (bwd: kv_group); 0 for the other ops */
   int varlen;                  /* a variable-length batch's kernel (op fwd) */
   int paged;                   /* a KV cache's forward kernel (op fwd) */
   int append;                  /* op decode with new keys: ak and aprog append them */
@@ -216,10 +216,10 @@ const char *fatune_backend(const fatune_ctx *c) { return backend_name(c->be); }
 /* ---- Choosing and building a kernel (slow path) ---- */
 
 /* Op decode's part of a key (batch, GQA ratio, page size); zeros for the
-** other ops, whose key has none. */
+** other ops, whose key has none, but the backward pass's GQA ratio. */
 static void decode_key(const fa_problem *p, int out[3]) {
-  const int dec = p->op == FA_OP_DECODE;
-  out[0] = dec ? p->batch : 0, out[1] = dec ? fa_problem_group(p) : 0, out[2] = dec ? p->page : 0;
+  const int dec = p->op == FA_OP_DECODE, grouped = dec || p->op == FA_OP_BWD;
+  out[0] = dec ? p->batch : 0, out[1] = grouped ? fa_problem_group(p) : 0, out[2] = dec ? p->page : 0;
 }
 
 
@@ -299,6 +299,14 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
   char err[512];
   if (db_best(c->db, c->device, &dp, &row, &found, &exact, err, sizeof err) != 0)
     return fail(FATUNE_EDB, "%s", err);
+  /* The backward pass under GQA with nothing tuned for its ratio: what was
+  ** tuned without GQA (every variant computes both), as the nearest. */
+  if (!found && fp->op == FA_OP_BWD && dp.kv_group > 1) {
+    dp.kv_group = 1;
+    if (db_best(c->db, c->device, &dp, &row, &found, &exact, err, sizeof err) != 0)
+      return fail(FATUNE_EDB, "%s", err);
+    exact = 0;
+  }
   if (found) {
     if (stored_kernel(c, &row, fp, k, err, sizeof err)) {
       *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;

@@ -76,4 +76,33 @@ a90=$(grep -c ' sm_90 ' "$tmp/show2.out") a80=$(grep -c ' sm_80 ' "$tmp/show2.ou
 [ "$a90" -eq "$n" ] && [ "$a80" -eq "$n" ]
 check "show lists both targets' trials ($a90 sm_90, $a80 sm_80)" $? "$(head -n 3 "$tmp/show2.out")"
 
+# The backward pass under GQA: keyed by its ratio. The emulator runs two
+# K/V heads of the group; best finds the trials under --gqa 2 alone.
+gdb="$tmp/gqa.db"
+"${TIMEOUT[@]}" "$FATUNE" --op bwd --gqa 2 --dtype fp32 --dim 8 --seq 64 --batch 1 --heads 4 \
+  --backend emu --emu-seq 32 --smem 4096 --arch sm_90 --db "$gdb" >"$tmp/g.out" 2>"$tmp/g.err"
+rc=$?
+[ "$rc" -eq 0 ] && grep -q 'heads 4 (2 K/V heads, 2 query heads each).*the emulator runs .* heads 4' \
+  "$tmp/g.err" && grep -q ' ok ' "$tmp/g.out"
+check "the main job --op bwd --gqa 2: two K/V heads of two query heads each" $? \
+  "exit $rc: $(head -c 400 "$tmp/g.err") $(tail -n 2 "$tmp/g.out")"
+"$FATUNE" best --op bwd --gqa 2 --dim 8 --seq 64 --dtype fp32 --db "$gdb" >"$tmp/gb.out" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && grep -q '^key  *gqa 2$' "$tmp/gb.out" && grep -q '^variant  *simtbwd-' "$tmp/gb.out"
+check "best --op bwd --gqa 2 finds the trials, keyed gqa 2" $? "exit $rc: $(cat "$tmp/gb.out")"
+for g in 1 4; do
+  "$FATUNE" best --op bwd --gqa $g --dim 8 --seq 64 --dtype fp32 --db "$gdb" >"$tmp/gn.out" 2>&1
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "nothing recorded for bwd fp32 dim 8$([ $g -gt 1 ] && echo " gqa $g")" \
+    "$tmp/gn.out"
+  check "best --op bwd --gqa $g finds none: tuned under GQA 2" $? "exit $rc: $(cat "$tmp/gn.out")"
+done
+"$FATUNE" show --op bwd --gqa 2 --db "$gdb" >"$tmp/gs.out" 2>&1
+grep -q ' g2 ' "$tmp/gs.out"
+check "show --op bwd --gqa 2 lists them (g2)" $? "$(head -n 3 "$tmp/gs.out")"
+"$FATUNE" --op fwd --gqa 2 --dim 8 --seq 64 --backend emu --db "$gdb" >"$tmp/gf.out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "gqa is --op decode's, --op bwd's" "$tmp/gf.out"
+check "--gqa with the forward pass refused, in one line" $? "exit $rc: $(cat "$tmp/gf.out")"
+
 finish

@@ -602,14 +602,18 @@ static void test_oracle_case(void) {
     int dim, causal;
     const char *config;
     double tol;   /* of the sampled rows against the whole reference */
+    int group;    /* GQA: 2 K/V heads of this many query heads each */
   } cases[] = {
-    {FA_FP32, 24, 1, "block_m=16,block_n=32", 1e-6},
-    {FA_FP64, 16, 0, "block_m=16,block_n=16", 1e-13},
-    {FA_BF16, 64, 1, "block_m=64,block_n=64,warps=4,split_n=1,split_d=1", 1e-6},
+    {FA_FP32, 24, 1, "block_m=16,block_n=32", 1e-6, 1},
+    {FA_FP64, 16, 0, "block_m=16,block_n=16", 1e-13, 1},
+    {FA_BF16, 64, 1, "block_m=64,block_n=64,warps=4,split_n=1,split_d=1", 1e-6, 1},
+    {FA_FP32, 24, 0, "block_m=16,block_n=32", 1e-6, 2},
+    {FA_BF16, 64, 1, "block_m=64,block_n=64,warps=4,split_n=1,split_d=1,qhead=1", 1e-6, 3},
   };
   const shape s = {2, 2, 37, 53};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const fa_problem p = problem(cases[i].t, cases[i].dim, cases[i].causal, &s);
+    fa_problem p = problem(cases[i].t, cases[i].dim, cases[i].causal, &s);
+    p.heads = 2 * cases[i].group, p.kv_group = cases[i].group;
     const int D = p.dim;
     gen_kernel ok, k;
     fa_build ob, b;
@@ -639,8 +643,9 @@ static void test_oracle_case(void) {
     CHECK(edq < 1e-13 && emag < 1e-13 && edk < cases[i].tol && edv < cases[i].tol,
           "%s: sampled rows against the whole reference: dq %.3g (magnitudes %.3g), dk %.3g, "
           "dv %.3g", fa_dtype_name(p.dtype), edq, emag, edk, edv);
-    printf("oracle case %s: 16 sampled rows each against the whole reference: dq %.2e, "
-           "dk %.2e, dv %.2e\n", fa_dtype_name(p.dtype), edq, edk, edv);
+    printf("oracle case %s, %d query heads a K/V head: 16 sampled rows each against the whole "
+           "reference: dq %.2e, dk %.2e, dv %.2e\n", fa_dtype_name(p.dtype), cases[i].group, edq,
+           edk, edv);
     attn_inputs in;
     if (compile_one(&p, cases[i].config, &k, &b) == 0 &&
         val_inputs_upload(be, &gpu, &in, err, sizeof err) == 0) {
@@ -669,9 +674,9 @@ static void test_oracle_case(void) {
             strstr(r.msg, "dk: norm-relative error") && strstr(r.msg, "on the rows computed"),
             "%s: dk off by 4 in a sampled row: %s", k.name, r.msg);
       fa_elem_put(host[1], p.dtype, at, was);
-      size_t free_row = 0;   /* a key row no sample holds */
-      for (int hit = 1; hit && free_row < (size_t)(2 * 2 * 53); free_row += hit) {
-        hit = 0;
+      size_t free_row = 0;   /* a key row of a K/V head no sample holds */
+      for (int hit = 1; hit && free_row < (size_t)(2 * p.heads * 53); free_row += hit) {
+        hit = free_row / 53 % (size_t)p.heads >= 2;
         for (size_t j = 0; j < gpu.nksample; j++) hit |= gpu.sample_krows[j] == free_row;
       }
       fa_elem_put(host[2], p.dtype, free_row * (size_t)D, NAN);

@@ -135,9 +135,11 @@ static const cmd_info commands[] = {
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP | F_BUDGET,
    "--dim D --seq N [--seq-k M] [--dtype T] [--causal] [--op OP] [--device NAME] [--db PATH]\n"
    "                   [--max-error E] [--deterministic] [--json]\n"
-   "       fatune best --op decode --dim D --seq-k M [--batch B] [--gqa G] [--page P] ...",
+   "       fatune best --op decode --dim D --seq-k M [--batch B] [--gqa G] [--page P] ...\n"
+   "       fatune best --op bwd --dim D --seq N [--gqa G] ...",
    "Prints the best recorded variant for a problem, or the nearest tuned seq (op\n"
-   "decode: for its batch, GQA ratio and page size exactly). With\n"
+   "decode: for its batch, GQA ratio and page size exactly; op bwd: for its GQA\n"
+   "ratio). With\n"
    "--max-error, the best whose norm-relative error on the main case and on every\n"
    "case of the adversarial suite is E or less (a variant not run on the suite, or\n"
    "failing a case of it, is passed over); with --deterministic, the best that gave\n"
@@ -233,7 +235,8 @@ static const flag_info flags[] = {
                           "KV cache's keys per sequence (default 4096), a list"},
   {"batch", F_SEQ, 1, "B", "batch size (default 4); --op decode: a list"},
   {"gqa", F_SEQ, 1, "G", "query heads per K/V head (default 1): --op decode (there a\n"
-                         "list), and fatune model's forward and backward passes"},
+                         "list) and --op bwd, keyed apart in the database, and fatune\n"
+                         "model's forward and backward passes"},
   {"kv-lens", F_SEQ, 1, "L,L..", "--op decode: each sequence's keys (the batch is their\n"
                                "number, --seq-k their largest): a skewed batch"},
   {"page", F_SEQ, 1, "P", "--op decode: tokens per page of the KV cache (default: none,\n"
@@ -845,10 +848,12 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
   if (decode_lists && (o->problem.op != FA_OP_DECODE || o->cmd != CMD_TUNE))
     return fail(err, errlen, "lists of --seq-k, --batch, --gqa and --page are the main job's "
                 "sweeps of --op decode");
-  if (o->problem.op != FA_OP_DECODE && (o->npages || (o->ngqas && o->cmd != CMD_MODEL)))
+  if (o->problem.op != FA_OP_DECODE &&
+      (o->npages || (o->ngqas && o->cmd != CMD_MODEL && o->problem.op != FA_OP_BWD)))
     return fail(err, errlen, "--%s is --op decode's%s: %s", o->npages ? "page" : "gqa",
-                o->npages ? "" : " (and fatune model's)", o->npages ? "the KV cache's page size"
-                : "the forward and backward passes tune each query head with its own K/V head");
+                o->npages ? "" : ", --op bwd's and fatune model's", o->npages
+                ? "the KV cache's page size"
+                : "the forward pass tunes each query head with its own K/V head");
   if (o->nseqs > 1 && o->problem.op == FA_OP_DECODE)
     return fail(err, errlen, "--op decode takes one --seq (the new tokens of each sequence); "
                 "--seq-k lists the cache's lengths");

@@ -66,6 +66,8 @@ static void best_text(const db_best_row *r) {
     char page[24] = "none (contiguous)";
     if (r->page > 0) snprintf(page, sizeof page, "%d", r->page);
     printf("%-10s batch %d gqa %d page %s\n", "key", r->req_batch, r->kv_group, page);
+  } else if (r->kv_group > 1) {   /* the backward pass's */
+    printf("%-10s gqa %d\n", "key", r->kv_group);
   }
   text_line("arch", r->arch[0] ? r->arch : "- (recorded before fatune kept the target)");
   print_value("median_us", r->median_us);
@@ -122,11 +124,12 @@ static void seq_text(char *buf, size_t n, int q, int k) {
 }
 
 /* The key's fields that only decoding has (db_problem): the batch asked
-** for, the GQA ratio and the page size; for the other ops 0, 1, 0. */
+** for, the GQA ratio and the page size; for the other ops 0, 1, 0, but
+** the backward pass's GQA ratio. */
 static void decode_key(const fa_problem *fp, db_problem *p) {
   const int decode = fp->op == FA_OP_DECODE;
   p->req_batch = decode ? fp->batch : 0;
-  p->kv_group = decode ? fa_problem_group(fp) : 1;
+  p->kv_group = decode || fp->op == FA_OP_BWD ? fa_problem_group(fp) : 1;
   p->page = decode ? fp->page : 0;
 }
 
@@ -180,6 +183,7 @@ static int cmd_best(const cli_opts *o) {
     fa_dims_text(p.dim, p.dim_v, dims, sizeof dims);
     if (decode) snprintf(key, sizeof key, " batch %d gqa %d page %d", p.req_batch, p.kv_group,
                          p.page);
+    else if (p.kv_group > 1) snprintf(key, sizeof key, " gqa %d", p.kv_group);
     fprintf(stderr, "fatune: nothing recorded%s for %s dim %s%s%s%s%s in %s\n", budget, what,
             dims, key, p.causal ? " causal" : "", o->device ? " on device " : "",
             o->device ? o->device : "", db_path(d));

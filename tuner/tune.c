@@ -392,6 +392,9 @@ static void banner(gen_state *g, const tune *s, const char *note) {
   fprintf(stderr, "fatune: problem %s dim %s seq_q %d seq_k %d batch %d heads %d%s",
           fa_dtype_name(p->dtype), dims, p->seq_q, p->seq_k, p->batch, p->heads,
           p->causal ? " causal" : "");
+  if (fa_problem_group(p) > 1)
+    fprintf(stderr, " (%d K/V heads, %d query heads each)", fa_problem_kv_heads(p),
+            fa_problem_group(p));
   if (p->mod) fprintf(stderr, " mod %s", p->mod->label);
   if (!s->gpu)
     fprintf(stderr, "; the emulator runs seq_q %d seq_k %d batch %d heads %d", s->run.seq_q,
@@ -426,6 +429,8 @@ static int tune_one(gen_state *g, const cli_opts *o, const gen_target *t) {
     s.run.heads = p->heads < 2 ? p->heads : 2;
     if (p->op == FA_OP_DECODE) {  /* two K/V heads of the group, up to three sequences */
       s.run.batch = p->batch < 3 ? p->batch : 3;
+      s.run.heads = fa_problem_kv_heads(p) < 2 ? p->heads : 2 * fa_problem_group(p);
+    } else if (p->op == FA_OP_BWD && fa_problem_group(p) > 1) {  /* two K/V heads of the group */
       s.run.heads = fa_problem_kv_heads(p) < 2 ? p->heads : 2 * fa_problem_group(p);
     }
   }

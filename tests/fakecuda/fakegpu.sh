@@ -254,6 +254,22 @@ import json, sys
 print(min(json.load(open(sys.argv[1])), key=lambda r: r["median_us"])["name"])' "$tmp/bwd.out")
   [ "$rc" -eq 0 ] && [ -n "$best" ] && [ "$best" = "$want" ]
   check "best --op bwd: the fastest of the run" $? "exit $rc, best '$best', fastest '$want'"
+  # Under GQA tcbwd lists every tile both ways (a CTA per K/V head, and
+  # per query head with the sums after): each validated on the CPU's rows
+  # of the summed dK and dV, timed, and recorded under gqa 2.
+  ntc=$("$FATUNE" list --op bwd --dim 64 --dtype bf16 --arch "${arch:-none}" | grep -c '^tcbwd-')
+  run bwdgqa --backend cuda --op bwd --dtype bf16 --dim 64 --seq 256 --batch 1 --heads 4 --gqa 2 \
+    --json --trial-ms 2
+  got=$(statuses "$tmp/bwdgqa.out")
+  nq=$(python3 -c 'import json, sys; print(sum("-qhead" in r["name"] for r in json.load(open(sys.argv[1]))))' \
+       "$tmp/bwdgqa.out" 2>&1)
+  [ "$rc" -eq 0 ] && [ "$ntc" -ge 2 ] && [ "$got" = "ok=$((n + ntc))" ] && [ "$nq" = "$ntc" ]
+  check "tune --op bwd --gqa 2: all $((n + ntc)) variants ($ntc a CTA per query head) validated and timed" \
+    $? "exit $rc, $got, $nq qhead; $(tail -n 3 "$tmp/bwdgqa.err")"
+  run bestgqa best --op bwd --gqa 2 --dim 64 --seq 256 --dtype bf16 --json
+  python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["kv_group"] == 2, r' \
+    "$tmp/bestgqa.out" 2>/dev/null
+  check "best --op bwd --gqa 2: the run's, keyed gqa 2" $? "exit $rc: $(head -c 300 "$tmp/bestgqa.out")"
   if [ $fake -eq 1 ]; then
     # Launch 1 is the oracle's; each run of a variant is D's launch, dK/dV's
     # and dQ's: 2 to 4 validate it, 5 to 7 are the first warm-up.

@@ -166,23 +166,27 @@ static slot *lookup(const fa_params *key, const kspec *s, const unsigned long lo
   return NULL;
 }
 
+/* K/V heads: heads / kv_group under GQA and MQA. */
+static int kv_heads(const fa_params *p) { return p->kv_group > 1 ? p->heads / p->kv_group : p->heads; }
+
 /* fp8's descales (fa_params.h: per (batch, K/V head), each NULL or in an
 ** allocation; one outside them is taken as 1, which validation then
-** rejects) applied to the gathered inputs, as the kernels apply them. */
+** rejects) applied to the gathered inputs (q per query head, k and v per
+** K/V head), as the kernels apply them. */
 static void descale(const fa_params *p, double *q, double *k, double *v, int Nq, int Nk, int D) {
-  const int H = p->heads, kvh = p->kv_group > 1 ? H / p->kv_group : H;
-  const size_t n = (size_t)p->batch * (size_t)kvh;
+  const int H = p->heads, kvh = kv_heads(p);
+  const size_t n = (size_t)p->batch * (size_t)kvh, nq = (size_t)Nq * D, nk = (size_t)Nk * D;
   const float *ds[3];
   const float *const at[3] = {p->q_descale, p->k_descale, p->v_descale};
   for (int i = 0; i < 3; i++)
     ds[i] = at[i] ? fc_mem_map((CUdeviceptr)(size_t)at[i], n * sizeof(float), 0) : NULL;
   for (int b = 0; b < p->batch; b++)
     for (int h = 0; h < H; h++) {
-      const size_t j = (size_t)b * kvh + (size_t)(p->kv_group > 1 ? h / p->kv_group : h);
-      const size_t bh = (size_t)b * H + h, nq = (size_t)Nq * D, nk = (size_t)Nk * D;
+      const size_t j = (size_t)b * kvh + (size_t)(h / (H / kvh)), bh = (size_t)b * H + h;
       for (size_t i = 0; ds[0] && i < nq; i++) q[bh * nq + i] *= ds[0][j];
-      for (size_t i = 0; ds[1] && i < nk; i++) k[bh * nk + i] *= ds[1][j];
-      for (size_t i = 0; ds[2] && i < nk; i++) v[bh * nk + i] *= ds[2][j];
+      if (h % (H / kvh)) continue;   /* K/V head j once */
+      for (size_t i = 0; ds[1] && i < nk; i++) k[j * nk + i] *= ds[1][j];
+      for (size_t i = 0; ds[2] && i < nk; i++) v[j * nk + i] *= ds[2][j];
     }
 }
 
@@ -201,18 +205,20 @@ static slot *answer(const fa_params *p, const kspec *s, const void *q, const voi
     if (cache[i].used < c->used) c = &cache[i];
   free(c->o), free(c->lse);
   memset(c, 0, sizeof *c);
-  const int B = p->batch, H = p->heads, Nq = p->seq_q, Nk = p->seq_k, D = s->dim;
+  const int B = p->batch, H = p->heads, HK = kv_heads(p), Nq = p->seq_q, Nk = p->seq_k, D = s->dim;
   fa_problem pr = {.batch = B, .heads = H, .seq_q = Nq, .seq_k = Nk, .dim = D, .dtype = s->in,
-                   .causal = s->causal, .scale = p->scale_log2 / 1.4426950408889634074};
+                   .causal = s->causal, .scale = p->scale_log2 / 1.4426950408889634074,
+                   .kv_group = H / HK};
+  /* K and V: (B, HK, Nk, D), contiguous here */
+  const fa_layout lk = {.sn = D, .sh = (long long)Nk * D, .sb = (long long)HK * Nk * D};
   double *dq = gather(q, s->in, p->q_sb, p->q_sh, p->q_sn, B, H, Nq, D);
-  double *dk = gather(k, s->in, p->k_sb, p->k_sh, p->k_sn, B, H, Nk, D);
-  double *dv = gather(v, s->in, p->v_sb, p->v_sh, p->v_sn, B, H, Nk, D);
+  double *dk = gather(k, s->in, p->k_sb, p->k_sh, p->k_sn, B, HK, Nk, D);
+  double *dv = gather(v, s->in, p->v_sb, p->v_sh, p->v_sn, B, HK, Nk, D);
   if (dq && dk && dv) descale(p, dq, dk, dv, Nq, Nk, D);
   c->o = malloc((size_t)B * H * Nq * D * sizeof *c->o);
   c->lse = malloc((size_t)B * H * Nq * sizeof *c->lse);
   int ok = dq && dk && dv && c->o && c->lse && pr.scale > 0 &&
-           ref_attention(&pr, dq, fa_layout_contiguous(&pr, Nq), dk,
-                         fa_layout_contiguous(&pr, Nk), dv, fa_layout_contiguous(&pr, Nk), c->o,
+           ref_attention(&pr, dq, fa_layout_contiguous(&pr, Nq), dk, lk, dv, lk, c->o,
                          fa_layout_contiguous(&pr, Nq), c->lse) == 0;
   free(dq), free(dk), free(dv);
   if (!ok) {
@@ -273,17 +279,19 @@ static const double *const *bwd_answer(const fa_params *p, const kspec *s, const
     free(bwd_cache.dq), free(bwd_cache.dk), free(bwd_cache.dv);
     memset(&bwd_cache, 0, sizeof bwd_cache);
     const int B = p->batch, H = p->heads, Nq = p->seq_q, Nk = p->seq_k, D = s->dim;
+    const int HK = kv_heads(p);   /* K, V, dK and dV: (B, HK, Nk, D), contiguous here */
     fa_problem pr = {.batch = B, .heads = H, .seq_q = Nq, .seq_k = Nk, .dim = D, .dtype = s->in,
                      .causal = s->causal, .scale = p->scale_log2 / 1.4426950408889634074,
-                     .op = FA_OP_BWD};
-    const fa_layout lq = fa_layout_contiguous(&pr, Nq), lk = fa_layout_contiguous(&pr, Nk);
+                     .op = FA_OP_BWD, .kv_group = H / HK};
+    const fa_layout lq = fa_layout_contiguous(&pr, Nq);
+    const fa_layout lk = {.sn = D, .sh = (long long)Nk * D, .sb = (long long)HK * Nk * D};
     double *xq = gather(q, s->in, p->q_sb, p->q_sh, p->q_sn, B, H, Nq, D);
-    double *xk = gather(k, s->in, p->k_sb, p->k_sh, p->k_sn, B, H, Nk, D);
-    double *xv = gather(v, s->in, p->v_sb, p->v_sh, p->v_sn, B, H, Nk, D);
+    double *xk = gather(k, s->in, p->k_sb, p->k_sh, p->k_sn, B, HK, Nk, D);
+    double *xv = gather(v, s->in, p->v_sb, p->v_sh, p->v_sn, B, HK, Nk, D);
     double *xd = gather(dout, s->in, p->do_sb, p->do_sh, p->do_sn, B, H, Nq, D);
     double *dq = malloc((size_t)B * H * Nq * D * sizeof *dq);
-    double *dk = malloc((size_t)B * H * Nk * D * sizeof *dk);
-    double *dv = malloc((size_t)B * H * Nk * D * sizeof *dv);
+    double *dk = malloc((size_t)B * HK * Nk * D * sizeof *dk);
+    double *dv = malloc((size_t)B * HK * Nk * D * sizeof *dv);
     const ref_bwd_io io = {xq, xk, xv, xd, lq, lk, lk, lq, dq, dk, dv, lq, lk, lk, NULL, NULL};
     const int ok = xq && xk && xv && xd && dq && dk && dv && pr.scale > 0 &&
                    ref_attention_backward(&pr, &io) == 0;
@@ -303,12 +311,12 @@ static const double *const *bwd_answer(const fa_params *p, const kspec *s, const
 /* Rows [0, rows) of every (batch, head) the grid covers of a (B, H, N, D)
 ** gradient from its contiguous answer x, where the strides say. */
 static void scatter_grad(void *dst, fa_dtype t, long long sb, long long sh, long long sn,
-                         const fa_params *p, int n, int rows, int D, const unsigned grid[3],
-                         const double *x, int garbage) {
+                         const fa_params *p, int heads, int n, int rows, int D,
+                         const unsigned grid[3], const double *x, int garbage) {
   for (int b = 0; b < p->batch && b < (int)grid[2]; b++)
-    for (int h = 0; h < p->heads && h < (int)grid[1]; h++)
+    for (int h = 0; h < heads && h < (int)grid[1]; h++)
       for (int r = 0; r < rows; r++) {
-        const size_t row = ((size_t)b * p->heads + h) * n + r;
+        const size_t row = ((size_t)b * heads + h) * n + r;
         for (int d = 0; d < D; d++)
           fa_elem_put(dst, t, (size_t)(b * sb + h * sh + r * sn + d),
                       garbage ? fc_junk(row * D + d) : x[row * D + d]);
@@ -328,18 +336,18 @@ static CUresult exec_bwd(const fc_kernel *fk, const fa_params *p, const kspec *s
              "compute", fk->name);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  const int B = p->batch, H = p->heads, Nq = p->seq_q, Nk = p->seq_k, D = s->dim;
+  const int B = p->batch, H = p->heads, HK = kv_heads(p), Nq = p->seq_q, Nk = p->seq_k, D = s->dim;
   const void *q = tensor(p->q, p->q_sb, p->q_sh, p->q_sn, B, H, Nq, D, s->in, 0);
-  const void *k = tensor(p->k, p->k_sb, p->k_sh, p->k_sn, B, H, Nk, D, s->in, 0);
-  const void *v = tensor(p->v, p->v_sb, p->v_sh, p->v_sn, B, H, Nk, D, s->in, 0);
+  const void *k = tensor(p->k, p->k_sb, p->k_sh, p->k_sn, B, HK, Nk, D, s->in, 0);
+  const void *v = tensor(p->v, p->v_sb, p->v_sh, p->v_sn, B, HK, Nk, D, s->in, 0);
   const void *dout = tensor(p->dout, p->do_sb, p->do_sh, p->do_sn, B, H, Nq, D, s->in, 0);
   const void *o = tensor(p->o, p->o_sb, p->o_sh, p->o_sn, B, H, Nq, D, s->in, 0);
   const void *lse = fc_mem_map((CUdeviceptr)(size_t)p->lse,
                                (size_t)B * H * Nq * fa_dtype_size(s->lse), 0);
   const int dkdv = s->role == ROLE_DKDV;
-  void *g1 = dkdv ? tensor(p->dk, p->dk_sb, p->dk_sh, p->dk_sn, B, H, Nk, D, s->in, 1)
+  void *g1 = dkdv ? tensor(p->dk, p->dk_sb, p->dk_sh, p->dk_sn, B, HK, Nk, D, s->in, 1)
                   : tensor(p->dq, p->dq_sb, p->dq_sh, p->dq_sn, B, H, Nq, D, s->in, 1);
-  void *g2 = dkdv ? tensor(p->dv, p->dv_sb, p->dv_sh, p->dv_sn, B, H, Nk, D, s->in, 1) : g1;
+  void *g2 = dkdv ? tensor(p->dv, p->dv_sb, p->dv_sh, p->dv_sn, B, HK, Nk, D, s->in, 1) : g1;
   if (!q || !k || !v || !dout || !o || !lse || !g1 || !g2) {
     snprintf(why, whylen, "kernel %s: %s outside every allocation", fk->name,
              !q ? "Q" : !k ? "K" : !v ? "V" : !dout ? "dO" : !o ? "O" : !lse ? "the logsumexp"
@@ -356,10 +364,13 @@ static CUresult exec_bwd(const fc_kernel *fk, const fa_params *p, const kspec *s
   long long rows = (long long)grid[0] * s->rows_per_cta;
   if (rows > n) rows = n;
   if (dkdv) {
-    scatter_grad(g1, s->in, p->dk_sb, p->dk_sh, p->dk_sn, p, Nk, (int)rows, D, grid, x[1], garbage);
-    scatter_grad(g2, s->in, p->dv_sb, p->dv_sh, p->dv_sn, p, Nk, (int)rows, D, grid, x[2], garbage);
+    scatter_grad(g1, s->in, p->dk_sb, p->dk_sh, p->dk_sn, p, HK, Nk, (int)rows, D, grid, x[1],
+                 garbage);
+    scatter_grad(g2, s->in, p->dv_sb, p->dv_sh, p->dv_sn, p, HK, Nk, (int)rows, D, grid, x[2],
+                 garbage);
   } else {
-    scatter_grad(g1, s->in, p->dq_sb, p->dq_sh, p->dq_sn, p, Nq, (int)rows, D, grid, x[0], garbage);
+    scatter_grad(g1, s->in, p->dq_sb, p->dq_sh, p->dq_sn, p, H, Nq, (int)rows, D, grid, x[0],
+                 garbage);
   }
   return CUDA_SUCCESS;
 }
@@ -400,7 +411,10 @@ CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
     fc_violation("persistent kernel %s: grid %ux%ux%u for %llu tiles", k->name, grid[0], grid[1],
                  grid[2], tiles);
   if (s.persistent) grid = all;
-  else if (grid[1] != (unsigned)(s.vt && p.kv_group > 1 ? p.heads / p.kv_group : p.heads) ||
+  /* a CTA per query head; per K/V head for fp8's transpose and, under GQA,
+  ** for the backward pass's launches over K/V blocks */
+  else if ((grid[1] != (unsigned)(s.vt ? kv_heads(&p) : p.heads) &&
+            !(s.bwd && grid[1] == (unsigned)kv_heads(&p))) ||
            grid[2] != (unsigned)p.batch)
     fc_violation("kernel %s: grid %ux%ux%u for %d heads (%d a K/V head) and batch %d", k->name,
                  grid[0], grid[1], grid[2], p.heads, p.kv_group > 1 ? p.kv_group : 1, p.batch);
@@ -421,8 +435,8 @@ CUresult fc_exec(const fc_kernel *k, const void *params, const unsigned grid[3],
     return CUDA_SUCCESS;
   }
   const void *q = tensor(p.q, p.q_sb, p.q_sh, p.q_sn, p.batch, p.heads, p.seq_q, s.dim, s.in, 0);
-  const void *kk = tensor(p.k, p.k_sb, p.k_sh, p.k_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0);
-  const void *v = tensor(p.v, p.v_sb, p.v_sh, p.v_sn, p.batch, p.heads, p.seq_k, s.dim, s.in, 0);
+  const void *kk = tensor(p.k, p.k_sb, p.k_sh, p.k_sn, p.batch, kv_heads(&p), p.seq_k, s.dim, s.in, 0);
+  const void *v = tensor(p.v, p.v_sb, p.v_sh, p.v_sn, p.batch, kv_heads(&p), p.seq_k, s.dim, s.in, 0);
   void *o = tensor(p.o, p.o_sb, p.o_sh, p.o_sn, p.batch, p.heads, p.seq_q, s.dim, s.out, 0);
   void *lse = fc_mem_map((CUdeviceptr)(size_t)p.lse,
                          (size_t)p.batch * p.heads * p.seq_q * fa_dtype_size(s.lse), 0);

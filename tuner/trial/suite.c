@@ -140,6 +140,8 @@ int val_suite_problem(int i, const fa_problem *p, fa_problem *out) {
     out->kv_group = fa_problem_group(p);
     out->heads = 2 * out->kv_group, out->batch = 3, out->kv_lens = NULL;
     if (cases[i].ragged) out->batch = 4, out->kv_lens = ragged_lens;
+  } else if (p->op == FA_OP_BWD && fa_problem_group(p) > 1) {  /* two K/V heads of the group */
+    out->kv_group = fa_problem_group(p), out->heads = 2 * out->kv_group;
   }
   return 1;
 }

@@ -104,9 +104,16 @@ static double dot_elems(const void *x, size_t xo, const void *y, size_t yo, fa_d
 /* Query row `row`'s scores in float64, less their maximum, exponentiated
 ** into s (seq_k doubles), and their sum into *l; returns how many keys it
 ** sees. */
+/* The (batch, head) slot of the K/V rows query row `row` reads: under GQA
+** its group's K/V head. */
+static size_t kv_slot(const fa_problem *p, size_t row) {
+  const size_t bh = row / (size_t)p->seq_q, heads = (size_t)p->heads;
+  return bh / heads * heads + bh % heads / (size_t)fa_problem_group(p);
+}
+
 static long long exp_row(const val_case *c, size_t row, double *s, double *l) {
   const fa_problem *p = &c->p;
-  const size_t D = (size_t)p->dim, ko = row / (size_t)p->seq_q * (size_t)p->seq_k * D;
+  const size_t D = (size_t)p->dim, ko = kv_slot(p, row) * (size_t)p->seq_k * D;
   const long long nvis = visible(p, (long long)(row % (size_t)p->seq_q));
   const double scale = fa_problem_scale(p);
   double m = -INFINITY;
@@ -121,7 +128,7 @@ static long long exp_row(const val_case *c, size_t row, double *s, double *l) {
 
 /* The first element of the V rows (dim_v each) the query row `row` reads. */
 static size_t v_head(const fa_problem *p, size_t row) {
-  return row / (size_t)p->seq_q * (size_t)p->seq_k * (size_t)fa_problem_dim_v(p);
+  return kv_slot(p, row) * (size_t)p->seq_k * (size_t)fa_problem_dim_v(p);
 }
 
 /* One row of attention in float64, from the dtype arrays: o gets dim_v values. */
@@ -179,6 +186,7 @@ static int run_oracle(val_case *c, fa_backend *be, const fa_program *oracle,
       backend_fill(be, lse, 0xFF, rows * acc, err, errlen))
     goto done;
   fa_params a = attn_params(p, in.q, in.k, in.v, o, lse, NULL);
+  a.kv_group = fa_problem_group(p);
   fa_run_opts ro = {.schedule = FA_SCHED_FORWARD, .seed = c->seed, .threads = 1, .smem_fill = 0xFF};
   if (backend_launch(be, oracle, &shape, &a, &ro, NULL, err, errlen) ||
       backend_download(be, ho, o, n * acc, err, errlen) ||
@@ -202,7 +210,7 @@ static void cpu_dq_row(const val_case *c, size_t row, double *dq, double *mag, d
                        double *dp, double *da) {
   const fa_problem *p = &c->p;
   const fa_dtype t = p->dtype;
-  const size_t D = (size_t)p->dim, ko = row / (size_t)p->seq_q * (size_t)p->seq_k * D;
+  const size_t D = (size_t)p->dim, ko = kv_slot(p, row) * (size_t)p->seq_k * D;
   const size_t DV = (size_t)fa_problem_dim_v(p), vo = v_head(p, row);
   const double scale = fa_problem_scale(p);
   double l, sum = 0, sum_abs = 0;
@@ -227,25 +235,31 @@ static void cpu_dq_row(const val_case *c, size_t row, double *dq, double *mag, d
 }
 
 /* Sampled key row `krow`'s dk and dv in float64, over every query that sees
-** it, with each query's P from the oracle's lse and D = rowsum(dO * O)
-** from the oracle's O (delta: one per query row): computing those exactly
-** would take the whole forward pass on the CPU. */
+** it (under GQA, of every query head of its group), with each query's P
+** from the oracle's lse and D = rowsum(dO * O) from the oracle's O (delta:
+** one per query row): computing those exactly would take the whole forward
+** pass on the CPU. */
 static void cpu_dkdv_row(const val_case *c, size_t krow, const double *delta, double *dk,
                          double *dv) {
   const fa_problem *p = &c->p;
   const fa_dtype t = p->dtype;
-  const size_t D = (size_t)p->dim, DV = (size_t)fa_problem_dim_v(p), bh = krow / (size_t)p->seq_k;
+  const size_t D = (size_t)p->dim, DV = (size_t)fa_problem_dim_v(p), bhk = krow / (size_t)p->seq_k;
+  const size_t group = (size_t)fa_problem_group(p);
   const long long col = (long long)(krow % (size_t)p->seq_k);
   const double scale = fa_problem_scale(p);
   for (size_t d = 0; d < D; d++) dk[d] = 0;
   for (size_t d = 0; d < DV; d++) dv[d] = 0;
-  for (long long r = 0; r < p->seq_q; r++) {
-    if (col >= visible(p, r)) continue;
-    const size_t row = bh * (size_t)p->seq_q + (size_t)r;
-    const double pr = exp(scale * dot_elems(c->q, row * D, c->k, krow * D, t, D) - c->lse_ref[row]);
-    const double ds = pr * (dot_elems(c->dout, row * DV, c->v, krow * DV, t, DV) - delta[row]);
-    for (size_t d = 0; d < DV; d++) dv[d] += pr * fa_elem_get(c->dout, t, row * DV + d);
-    for (size_t d = 0; d < D; d++) dk[d] += scale * ds * fa_elem_get(c->q, t, row * D + d);
+  /* K/V head hk = bhk % heads of batch b serves query heads hk * group + j */
+  const size_t bh0 = bhk + bhk % (size_t)p->heads * (group - 1);
+  for (size_t j = 0; j < group; j++) {
+    for (long long r = 0; r < p->seq_q; r++) {
+      if (col >= visible(p, r)) continue;
+      const size_t row = (bh0 + j) * (size_t)p->seq_q + (size_t)r;
+      const double pr = exp(scale * dot_elems(c->q, row * D, c->k, krow * D, t, D) - c->lse_ref[row]);
+      const double ds = pr * (dot_elems(c->dout, row * DV, c->v, krow * DV, t, DV) - delta[row]);
+      for (size_t d = 0; d < DV; d++) dv[d] += pr * fa_elem_get(c->dout, t, row * DV + d);
+      for (size_t d = 0; d < D; d++) dk[d] += scale * ds * fa_elem_get(c->q, t, row * D + d);
+    }
   }
 }
 
@@ -256,7 +270,8 @@ static int make_bwd_sampled(val_case *c, size_t nsample) {
   const fa_problem *p = &c->p;
   const size_t D = (size_t)p->dim, rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
   const size_t DV = (size_t)fa_problem_dim_v(p);
-  const size_t krows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_k;
+  /* key rows of the K/V heads (under GQA, the heads below heads / kv_group) */
+  const size_t krows = (size_t)p->batch * (size_t)fa_problem_kv_heads(p) * (size_t)p->seq_k;
   const size_t es = (size_t)fa_dtype_size(p->dtype), ls = (size_t)fa_lse_size(p->dtype);
   const fa_dtype lt = p->dtype == FA_FP64 ? FA_FP64 : FA_FP32;
   const size_t nk = nsample < krows ? nsample : krows, nq = c->nsample;
@@ -268,6 +283,11 @@ static int make_bwd_sampled(val_case *c, size_t nsample) {
   if (delta && s && c->o && c->lse && c->dout && c->sample_dq && c->sample_dq_mag &&
       c->sample_dk && c->sample_dv && pick(krows, nk, c->seed ^ 0x6b6579ULL, &c->sample_krows) == 0) {
     c->nksample = nk;
+    const size_t kvh = (size_t)fa_problem_kv_heads(p), nkey = (size_t)p->seq_k;
+    for (size_t i = 0; i < nk; i++) {   /* (batch, K/V head, key) to the gradient's row */
+      const size_t at = c->sample_krows[i], bh = at / nkey;
+      c->sample_krows[i] = (bh / kvh * (size_t)p->heads + bh % kvh) * nkey + at % nkey;
+    }
     uint64_t r = c->seed ^ 0xd0d0d0d0ULL;   /* make_bwd's dO */
     for (size_t i = 0; i < rows * DV; i++) {
       fa_elem_put(c->dout, p->dtype, i, rng_normal(&r));
@@ -296,11 +316,6 @@ int val_case_make_oracle(val_case *c, const fa_problem *p, unsigned long long se
   memset(c, 0, sizeof *c);
   if (p->op != FA_OP_FWD && p->op != FA_OP_BWD) {
     snprintf(err, errlen, "no validation case for op %s: not implemented yet", fa_op_name(p->op));
-    return -1;
-  }
-  if (p->op == FA_OP_BWD && fa_problem_group(p) > 1) {
-    snprintf(err, errlen, "no sampled validation of the backward pass under GQA: not "
-             "implemented yet");
     return -1;
   }
   const size_t rows = (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_q;
@@ -741,7 +756,7 @@ static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int se
   const size_t D = (size_t)dim, n = (size_t)p->batch * (size_t)p->heads * (size_t)seq * D;
   char at[64];
   for (size_t i = 0; i < n; i++) {
-    if (!g_ref.rows && !holds_grad(p, g, seq, i / D)) continue;
+    if (!holds_grad(p, g, seq, i / D)) continue;
     const double x = fa_elem_get(got, p->dtype, i);
     /* the reference's value there where it holds every row; else none may be NaN */
     const double ref = g_ref.rows ? 0.0 : g_ref.ref[i];
