@@ -333,6 +333,9 @@ mut tcbwd-qhead-part-head templates/tcbwd/tcbwd.cu \
   '(float *)${args.kv_part} + ((long long)b * p.heads + h) * ${vl.key_rows(c)} * ${D + DV};' \
   '(float *)${args.kv_part} + ((long long)b * p.heads + hk) * ${vl.key_rows(c)} * ${D + DV};' \
   'test_bwd'
+mut sass-mask-reload tuner/analysis/sass.c \
+  '"PLOP3", "P2R", "R2P", "BRA", "NOP", "LDL", NULL};' '"PLOP3", "P2R", "R2P", "BRA", "NOP", NULL};' \
+  'test_sass'
 mut ref-bwd-gqa-head runtime/reference.c \
   'const int hk = h / group;' 'const int hk = h;' \
   'test_bwd'

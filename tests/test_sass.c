@@ -459,6 +459,47 @@ static void test_lazy_rescale(void) {
         c.masked_left_out);
 }
 
+/* A masking block that reloads a bound ptxas spilled (wg's persistent d64
+** tile: LDL, then the compares and selects) is left out as any masking
+** block; one that stores to local memory is no masking block. */
+static const char *const spilled =
+  "\t.section\t.text.reload,\"ax\",@progbits\n"
+  ".L_x_0:\n"
+  "        /*0000*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
+  "        /*0010*/              @!P0 BRA `(.L_x_1) ;\n"
+  "        /*0020*/                   LDL R9, [R1+0x4] ;\n"
+  "        /*0030*/                   IMAD R12, R9, -0x2, R12 ;\n"
+  "        /*0040*/                   ISETP.GT.AND P2, PT, R12, RZ, PT ;\n"
+  "        /*0050*/                   FSEL R0, R0, -INF , P2 ;\n"
+  ".L_x_1:\n"
+  "        /*0060*/                   MUFU.EX2 R0, R0 ;\n"
+  "        /*0070*/               @P1 BRA `(.L_x_0) ;\n"
+  "        /*0080*/                   EXIT ;\n"
+  "\t.section\t.text.store,\"ax\",@progbits\n"
+  ".L_x_2:\n"
+  "        /*0000*/                   HMMA.16816.F32 R0, R4, R6, R0 ;\n"
+  "        /*0010*/              @!P0 BRA `(.L_x_3) ;\n"
+  "        /*0020*/                   STL [R1+0x4], R9 ;\n"
+  "        /*0030*/                   ISETP.GT.AND P2, PT, R12, RZ, PT ;\n"
+  "        /*0040*/                   FSEL R0, R0, -INF , P2 ;\n"
+  ".L_x_3:\n"
+  "        /*0050*/                   MUFU.EX2 R0, R0 ;\n"
+  "        /*0060*/               @P1 BRA `(.L_x_2) ;\n"
+  "        /*0070*/                   EXIT ;\n";
+
+static void test_mask_reload(void) {
+  sass_counts c;
+  char err[256];
+  CHECK(sass_analyse(spilled, "reload", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && c.loop_instructions == 4 && c.masked_left_out == 4 && c.loop_local == 0,
+        "reload: %ld instructions, %d left out, %ld local; want 4, 4 and 0",
+        c.loop_instructions, c.masked_left_out, c.loop_local);
+  CHECK(sass_analyse(spilled, "store", 0, &c, err, sizeof err) == 0, "%s", err);
+  CHECK(c.found && c.loop_instructions == 7 && c.masked_left_out == 0 && c.loop_local == 1,
+        "store: %ld instructions, %d left out, %ld local; want 7, 0 and 1", c.loop_instructions,
+        c.masked_left_out, c.loop_local);
+}
+
 static void test_f16acc(void) {
   CHECK(sass_hmma_f16acc("HMMA.16816.F16 R0, R4, R6, RZ") &&
           sass_hmma_f16acc("HMMA.1688.F16 R0, R4, R6, R0") &&
@@ -781,6 +822,7 @@ int main(int argc, char **argv) {
   test_f16acc();
   test_operand_predicate();
   test_lazy_rescale();
+  test_mask_reload();
   test_gemm_fixture();
   for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) test_fixture(&fixtures[i]);
   test_estimate();

@@ -473,10 +473,13 @@ static int is_int(const char *op) {
   return op_in(op, ints) || (op[0] == 'U' && op_in(op + 1, ints));
 }
 
-/* What a masking block may hold: integer arithmetic, compares, selects, moves. */
+/* What a masking block may hold: integer arithmetic, compares, selects,
+** moves, and reloads of values ptxas spilled (LDL: the block needs a
+** bound it keeps in local memory, reloaded only when the block runs, as
+** wg's persistent d64 tile does). */
 static int is_mask_op(const char *op) {
   static const char *const ok[] = {"FSEL", "FSETP", "MOV", "UMOV", "CS2R", "S2R", "S2UR",
-                                   "PLOP3", "P2R", "R2P", "BRA", "NOP", NULL};
+                                   "PLOP3", "P2R", "R2P", "BRA", "NOP", "LDL", NULL};
   return is_int(op) || op_in(op, ok);
 }
 
