@@ -98,6 +98,9 @@ static const vcase bwd_cases[] = {
   {"family=tcbwd,block_m=64,block_n=32,warps=2,split_n=1,split_d=1,dq=separate", "tcbwd",
    FA_BF16, 32, 0, 2, 2, 1, 0, 4, {65, 2, 0, 100}, {65, 40, 7, 90}, NULL},
   {NULL, "tcbwd", FA_BF16, 128, 0, 2, 2, 0, 0, 2, {33, 64}, {0, 64}, NULL},
+  /* a CTA per query head, its shares of dK and dV summed over each group */
+  {"family=tcbwd,block_m=64,block_n=64,warps=4,split_n=1,split_d=1,dq=separate,qhead=1", "tcbwd",
+   FA_BF16, 64, 0, 4, 2, 1, 0, 4, {65, 2, 0, 100}, {65, 40, 7, 90}, NULL},
 };
 
 static char dir[] = "/tmp/fatune-test-varlen-XXXXXX";
