@@ -336,7 +336,8 @@ static const char schema_v10[] =
 ** emulator runs a smaller one), the GQA ratio and the page size of the KV
 ** cache, so they join the key of a trial and the best view's partition:
 ** req_batch (0 where the key ignores the batch, as for fwd and bwd),
-** kv_group (query heads per K/V head, 1 for none) and page (tokens per
+** kv_group (query heads per K/V head, 1 for none; bwd keys by it too,
+** fwd keeps 1) and page (tokens per
 ** page, 0 for a contiguous cache). Every row before keeps its id and its
 ** figures with 0, 1 and 0. SQLite cannot change a UNIQUE constraint in
 ** place: the table is rebuilt as version 3 did, with every column version
