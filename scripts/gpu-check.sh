@@ -16,7 +16,9 @@
 #   sdpa     PyTorch's scaled_dot_product_attention (flash, FlashAttention-2's
 #            kernels, and cudnn) on the same problems, seq 1024 to 4096,
 #            recorded with fatune baseline; and the bf16 rate a dense GEMM
-#            sustains (8192^3, random data: the timing model's wgmma rate)
+#            sustains (8192^3, random data: the timing model's wgmma rate),
+#            and whether the tensor cores and MUFU.EX2 run at once
+#            (python/tests/bench_mufu_overlap.py, Triton)
 #   bwd      the main job's backward pass (--op bwd) in bf16, dims 128 and
 #            64, beside PyTorch's flash backward; and the rate of fp32
 #            atomic adds in FlashAttention-2's dQ pattern
@@ -209,6 +211,8 @@ PY
   [ -s "$steps_dir/sdpa.csv" ] && { build/fatune baseline "$steps_dir/sdpa.csv" || rc=1; }
   packed
 fi
+bench sdpa 45 mufu-overlap.txt python/tests/bench_mufu_overlap.py \
+  "tensor cores and MUFU.EX2 at once or in turn (the timing model's overlap of wgmma and the softmax)"
 
 # The backward pass: validated on rows computed in float64 on the CPU,
 # timed (D's, dK/dV's and dQ's launches together), and PyTorch's flash
