@@ -104,5 +104,9 @@ check "show --op bwd --gqa 2 lists them (g2)" $? "$(head -n 3 "$tmp/gs.out")"
 rc=$?
 [ "$rc" -eq 2 ] && grep -q "gqa is --op decode's, --op bwd's" "$tmp/gf.out"
 check "--gqa with the forward pass refused, in one line" $? "exit $rc: $(cat "$tmp/gf.out")"
+"$FATUNE" explore --op bwd --gqa 2 --dim 8 --seq 64 --dtype fp32 >"$tmp/ge.out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/ge.out")" -eq 1 ] && grep -q "explore's problems are its own" "$tmp/ge.out"
+check "--gqa with explore --op bwd refused, in one line" $? "exit $rc: $(cat "$tmp/ge.out")"
 
 finish

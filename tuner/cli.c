@@ -848,11 +848,14 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
   if (decode_lists && (o->problem.op != FA_OP_DECODE || o->cmd != CMD_TUNE))
     return fail(err, errlen, "lists of --seq-k, --batch, --gqa and --page are the main job's "
                 "sweeps of --op decode");
+  /* the backward pass keys by the GQA ratio (not explore, whose problems are its own) */
+  const int bwd_gqa = o->problem.op == FA_OP_BWD && o->cmd != CMD_EXPLORE;
   if (o->problem.op != FA_OP_DECODE &&
-      (o->npages || (o->ngqas && o->cmd != CMD_MODEL && o->problem.op != FA_OP_BWD)))
+      (o->npages || (o->ngqas && o->cmd != CMD_MODEL && !bwd_gqa)))
     return fail(err, errlen, "--%s is --op decode's%s: %s", o->npages ? "page" : "gqa",
-                o->npages ? "" : ", --op bwd's and fatune model's", o->npages
+                o->npages ? "" : ", --op bwd's (but explore's) and fatune model's", o->npages
                 ? "the KV cache's page size"
+                : o->problem.op == FA_OP_BWD ? "explore's problems are its own"
                 : "the forward pass tunes each query head with its own K/V head");
   if (o->nseqs > 1 && o->problem.op == FA_OP_DECODE)
     return fail(err, errlen, "--op decode takes one --seq (the new tokens of each sequence); "
