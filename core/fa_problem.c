@@ -53,6 +53,16 @@ int fa_problem_group(const fa_problem *p) { return p->kv_group > 1 ? p->kv_group
 
 int fa_problem_kv_heads(const fa_problem *p) { return p->heads / fa_problem_group(p); }
 
+/* Decoding's choice depends on the batch (the split count fills the SMs),
+** the GQA ratio and the page size; the backward pass's on the GQA ratio
+** (how many CTAs a K/V head's work makes). */
+fa_key_extra fa_problem_key_extra(const fa_problem *p) {
+  const int decode = p->op == FA_OP_DECODE, grouped = decode || p->op == FA_OP_BWD;
+  return (fa_key_extra){.batch = decode ? p->batch : 0,
+                        .kv_group = grouped ? fa_problem_group(p) : 1,
+                        .page = decode ? p->page : 0};
+}
+
 int fa_problem_page(const fa_problem *p) {
   const int page = p->page > 0 ? p->page : p->seq_k;
   return page > 0 ? page : 1;

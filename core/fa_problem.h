@@ -84,6 +84,13 @@ double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */
 int fa_problem_dim_v(const fa_problem *p);     /* dim_v, resolving 0 */
 int fa_problem_group(const fa_problem *p);     /* kv_group, resolving 0 to 1 */
 int fa_problem_kv_heads(const fa_problem *p);  /* heads / the group */
+/* The fields of a tuning key that only some ops have: the batch asked for,
+** the GQA ratio and the page size. Decoding keys by all three, the backward
+** pass by the GQA ratio alone, the forward pass by none (0, 1, 0). */
+typedef struct fa_key_extra {
+  int batch, kv_group, page;
+} fa_key_extra;
+fa_key_extra fa_problem_key_extra(const fa_problem *p);
 /* Op decode: tokens per page (page, resolving 0 to seq_k) and the block
 ** table's entries per sequence (ceil(seq_k / page)); sequence b's keys
 ** (kv_lens[b], or seq_k). */

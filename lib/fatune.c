@@ -215,13 +215,6 @@ const char *fatune_backend(const fatune_ctx *c) { return backend_name(c->be); }
 
 /* ---- Choosing and building a kernel (slow path) ---- */
 
-/* Op decode's part of a key (batch, GQA ratio, page size); zeros for the
-** other ops, whose key has none, but the backward pass's GQA ratio. */
-static void decode_key(const fa_problem *p, int out[3]) {
-  const int dec = p->op == FA_OP_DECODE, grouped = dec || p->op == FA_OP_BWD;
-  out[0] = dec ? p->batch : 0, out[1] = grouped ? fa_problem_group(p) : 0, out[2] = dec ? p->page : 0;
-}
-
 
 static fatune_status check_problem(const fatune_problem *p) {
   if (!p) return fail(FATUNE_EINVAL, "no problem");
@@ -291,9 +284,8 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
                    .causal = fp->causal, .op = fa_op_name(fp->op),
                    .max_rel_err = bud->max_rel_err, .deterministic = bud->deterministic,
                    .dim_v = fa_problem_dim_v(fp), .mod = fp->mod ? fp->mod->hash : NULL};
-  int dk[3];
-  decode_key(fp, dk);
-  dp.req_batch = dk[0], dp.kv_group = dk[1] ? dk[1] : 1, dp.page = dk[2];
+  const fa_key_extra ek = fa_problem_key_extra(fp);
+  dp.req_batch = ek.batch, dp.kv_group = ek.kv_group, dp.page = ek.page;
   db_best_row row;
   int found = 0, exact = 0;
   char err[512];
@@ -401,10 +393,9 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 }
 
 static unsigned hash_key(const fa_problem *p, const budget *b) {
-  int dk[3];
-  decode_key(p, dk);
+  const fa_key_extra ek = fa_problem_key_extra(p);
   const int v[14] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
-                     b->deterministic, fa_problem_dim_v(p), dk[0], dk[1], dk[2], p->varlen,
+                     b->deterministic, fa_problem_dim_v(p), ek.batch, ek.kv_group, ek.page, p->varlen,
                      p->append, p->paged};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
   h = fa_fnv1a64(h, mod_hash(p), strlen(mod_hash(p)));
@@ -412,10 +403,10 @@ static unsigned hash_key(const fa_problem *p, const budget *b) {
 }
 
 static int same_key(const slot *s, const fa_problem *p, const budget *b) {
-  int dk[3];
-  decode_key(p, dk);
+  const fa_key_extra ek = fa_problem_key_extra(p);
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
-         s->batch == dk[0] && s->kv_group == dk[1] && s->page == dk[2] && s->varlen == p->varlen &&
+         s->batch == ek.batch && s->kv_group == ek.kv_group && s->page == ek.page &&
+         s->varlen == p->varlen &&
          s->paged == p->paged && s->append == p->append &&
          s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal && !strcmp(s->mod, mod_hash(p)) &&
@@ -498,9 +489,8 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       s->b = *b;
       s->op = p->op, s->dtype = p->dtype, s->dim = p->dim, s->seq_q = p->seq_q, s->seq_k = p->seq_k;
       s->dim_v = fa_problem_dim_v(p);
-      int dk[3];
-      decode_key(p, dk);
-      s->batch = dk[0], s->kv_group = dk[1], s->page = dk[2];
+      const fa_key_extra ek = fa_problem_key_extra(p);
+      s->batch = ek.batch, s->kv_group = ek.kv_group, s->page = ek.page;
       s->varlen = p->varlen, s->paged = p->paged;
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->append = p->append, s->ak = ak, s->aprog = aprog;

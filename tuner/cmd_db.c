@@ -123,16 +123,6 @@ static void seq_text(char *buf, size_t n, int q, int k) {
   else snprintf(buf, n, "seq_q %d seq_k %d", q, k);
 }
 
-/* The key's fields that only decoding has (db_problem): the batch asked
-** for, the GQA ratio and the page size; for the other ops 0, 1, 0, but
-** the backward pass's GQA ratio. */
-static void decode_key(const fa_problem *fp, db_problem *p) {
-  const int decode = fp->op == FA_OP_DECODE;
-  p->req_batch = decode ? fp->batch : 0;
-  p->kv_group = decode || fp->op == FA_OP_BWD ? fa_problem_group(fp) : 1;
-  p->page = decode ? fp->page : 0;
-}
-
 static int cmd_best(const cli_opts *o) {
   const fa_problem *fp = &o->problem;
   const int decode = fp->op == FA_OP_DECODE;
@@ -146,7 +136,8 @@ static int cmd_best(const cli_opts *o) {
                   .seq_k = fp->seq_k, .causal = fp->causal, .op = fa_op_name(fp->op),
                   .max_rel_err = o->max_error, .deterministic = o->deterministic,
                   .dim_v = fa_problem_dim_v(fp)};
-  decode_key(fp, &p);
+  const fa_key_extra ek = fa_problem_key_extra(fp);
+  p.req_batch = ek.batch, p.kv_group = ek.kv_group, p.page = ek.page;
   db *d;
   if (open_db(o, DB_READONLY, &d) != 0) return 1;
   db_best_row r;

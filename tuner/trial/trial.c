@@ -234,18 +234,15 @@ static void record_failed(trial_env *e, const trial *t, const char *err) {
 
 db_problem trial_key(const trial_env *e) {
   const fa_problem *p = e->run, *a = e->asked ? e->asked : e->run;
-  /* Decoding's choice depends on the batch asked for (the emulator runs
-  ** fewer), the GQA ratio and the page size: they are part of its key; the
-  ** backward pass's on the GQA ratio (how many CTAs a K/V head's work makes). */
-  const int decode = p->op == FA_OP_DECODE, grouped = decode || p->op == FA_OP_BWD;
+  /* The key's op-specific fields are the problem asked for's: the emulator
+  ** runs fewer batches. */
+  const fa_key_extra ek = fa_problem_key_extra(a);
   return (db_problem){.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
                       .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads,
                       .causal = p->causal, .arch = e->arch, .req_seq_q = a->seq_q,
                       .req_seq_k = a->seq_k, .dim_v = fa_problem_dim_v(p),
                       .mod = p->mod ? p->mod->hash : NULL,
-                      .req_batch = decode ? a->batch : 0,
-                      .kv_group = grouped ? fa_problem_group(a) : 1,
-                      .page = decode ? a->page : 0};
+                      .req_batch = ek.batch, .kv_group = ek.kv_group, .page = ek.page};
 }
 
 /* What compiled the code a trial ran, for its record: "NVRTC 13.0" on a
