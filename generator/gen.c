@@ -628,6 +628,19 @@ static void take_workspaces(lua_State *L, gen_kernel *k) {
 
 /* The "launches" of the render result on top, checked by
 ** space.check_launches, into k->launch and k->ws. */
+/* The launch table on top of the stack's role (space.lua checked it). */
+static gen_launch_role take_role(lua_State *L) {
+  static const char *const names[] = {"dq", "kv_sum", "v_transpose", NULL};
+  static const gen_launch_role roles[] = {GEN_ROLE_DQ, GEN_ROLE_KV_SUM, GEN_ROLE_V_TRANSPOSE};
+  gen_launch_role r = GEN_ROLE_NONE;
+  if (lua_getfield(L, -1, "role") == LUA_TSTRING) {
+    const int i = luaL_checkoption(L, -1, NULL, names);
+    r = roles[i];
+  }
+  lua_pop(L, 1);
+  return r;
+}
+
 static void take_launches(lua_State *L, gen_call *c) {
   gen_kernel *k = c->kernel;
   push_space_fn(L, c->g, "check_launches");
@@ -655,6 +668,7 @@ static void take_launches(lua_State *L, gen_call *c) {
     lua_getfield(L, -1, "main");
     if (lua_toboolean(L, -1)) k->main = (int)i;
     lua_pop(L, 1);
+    l->role = take_role(L);
     lua_getfield(L, -1, "grid");
     for (int d = 0; d < 3; d++) l->grid[d] = take_grid_dim(L, d);
     lua_pop(L, 1);

@@ -87,6 +87,15 @@ typedef struct gen_grid_dim { gen_grid_by by; int n; } gen_grid_dim;
 /* One kernel launch of an op, as the template declares it
 ** (templates/space.lua: the family interface). */
 #define GEN_MAX_LAUNCHES 4
+/* What a launch other than the main one does, where the timing model must
+** know it (space.lua's launch `role`). */
+typedef enum gen_launch_role {
+  GEN_ROLE_NONE = 0,
+  GEN_ROLE_DQ,             /* the backward pass's dQ = dS K, a CTA per query block */
+  GEN_ROLE_KV_SUM,         /* sums dK's and dV's float shares over a GQA group */
+  GEN_ROLE_V_TRANSPOSE     /* writes V transposed for the main kernel (fp8) */
+} gen_launch_role;
+
 typedef struct gen_launch_spec {
   char entry[128];         /* extern "C" kernel name */
   int threads;             /* per CTA */
@@ -94,6 +103,7 @@ typedef struct gen_launch_spec {
   gen_grid_dim grid[3];
   int heavy_first;         /* 1: query blocks taken from the last down (space.lua) */
   int persistent;          /* 1: the CTAs loop over the grid's tiles (space.lua) */
+  gen_launch_role role;
 } gen_launch_spec;
 
 /* Global memory the launches of a kernel share: bytes_per_row bytes per

@@ -106,7 +106,12 @@
 --                 persistent = true (optional: the kernel loops over the
 --                 grid's tiles, x fastest, by fa_grid_x(); the host
 --                 flattens the grid into x and launches at most the CTAs
---                 the device holds at once)}
+--                 the device holds at once),
+--                 role = what a launch other than the main one does, where
+--                 the timing model must know it (optional): "dq" (the
+--                 backward pass's dQ = dS K, a CTA per query block),
+--                 "kv_sum" (sums dK's and dV's float shares over each GQA
+--                 group), "v_transpose" (writes V transposed)}
 --              where each grid dimension is a function of the problem:
 --                n (a positive integer)  n
 --                "heads", "batch"        the problem's
@@ -984,6 +989,8 @@ local function check_workspace(where, w, sizes)
   sizes[w.name] = w.bytes_per_row
 end
 
+local LAUNCH_ROLES = { dq = true, kv_sum = true, v_transpose = true }
+
 -- Raise, naming who ("family 'simt': render") and the launch, unless
 -- launches is a list of 1 to MAX_LAUNCHES launches as the interface above
 -- describes them.
@@ -1014,6 +1021,10 @@ function space.check_launches(who, launches)
       error(at .. ": persistent is no boolean", 0)
     end
     if l.main ~= nil and l.main ~= true then error(at .. ": main is not true", 0) end
+    if l.role ~= nil and not LAUNCH_ROLES[l.role] then
+      error(at .. ": role is none of dq, kv_sum, v_transpose", 0)
+    end
+    if l.role and l.main then error(at .. ": the main launch has a role", 0) end
     if l.main then
       if mains then error(at .. ": a second launch marked main", 0) end
       mains = true

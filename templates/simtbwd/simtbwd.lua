@@ -207,7 +207,7 @@ function simtbwd.render(c)
       and { entry = entry .. "_dqconvert", threads = P.NT, smem_bytes = 0,
             grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = ws }
       or { entry = entry .. "_dq", threads = P.NT, smem_bytes = P.smem_dq,
-           grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = ws }
+           grid = { { "seq_q", c.block_m }, "heads", "batch" }, workspaces = ws, role = "dq" }
   return {
     source = render("simtbwd.cu", args),
     launches = {

@@ -265,7 +265,7 @@ function tcbwd.render(c)
       and { entry = entry .. "_dqconvert", threads = P.NT, smem_bytes = 0,
             grid = q_grid, workspaces = ws }
       or { entry = entry .. "_dq", threads = P.NT, smem_bytes = P.smem_dq,
-           grid = q_grid, workspaces = ws }
+           grid = q_grid, workspaces = ws, role = "dq" }
   return {
     source = render("tcbwd.cu", args),
     launches = {
@@ -274,7 +274,7 @@ function tcbwd.render(c)
         grid = c.qhead == 1 and { { "seq_k", c.block_n }, "heads", "batch" } or kv_grid, workspaces = ws },
       last,
       c.qhead == 1 and { entry = entry .. "_dkvsum", threads = P.NT, smem_bytes = 0, grid = kv_grid,
-                         workspaces = ws } or nil,
+                         workspaces = ws, role = "kv_sum" } or nil,
     },
     registers_estimate = math.max(P.reg_words, P.reg_words_dq),
     io_align = P.async_copy and 16 or 2,

@@ -354,7 +354,7 @@ function wg.render(c)
     -- padded to whole 32-key chunks.
     local vt = { name = "vt", bytes_per_row = c.dim, rows = "seq_k", row_align = 32 }
     main.workspaces, main.main = { vt }, true
-    launches = { { entry = args.entry .. "_vt", threads = 128, smem_bytes = 0,
+    launches = { { entry = args.entry .. "_vt", threads = 128, smem_bytes = 0, role = "v_transpose",
                    grid = { { "seq_k", 32 }, "kv_heads", "batch" }, workspaces = { vt } }, main }
     tma[3] = { tensor = "t", box = { P.vt_swizzle, P.padded_dim }, swizzle = P.vt_swizzle }
   end

@@ -48,10 +48,9 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
   ** the longest tiles first under a causal mask */
   l->persistent = l->snake = k->launch[k->main].persistent;
   for (int i = 0; i < k->nlaunch; i++) {
-    const size_t n = strlen(k->launch[i].entry);
-    l->v_transposed |= i != k->main && n > 3 && !strcmp(k->launch[i].entry + n - 3, "_vt");
-    /* tcbwd's -qhead: dK's and dV's shares in float, summed by this launch */
-    if (i != k->main && n > 7 && !strcmp(k->launch[i].entry + n - 7, "_dkvsum")) l->gqa_part_bytes = 4;
+    l->v_transposed |= k->launch[i].role == GEN_ROLE_V_TRANSPOSE;
+    /* dK's and dV's shares are float (space.lua's kv_sum) */
+    if (k->launch[i].role == GEN_ROLE_KV_SUM) l->gqa_part_bytes = 4;
   }
   l->longest_first = l->persistent && gen_config_get(&k->cfg, "causal") &&
                      !strcmp(gen_config_get(&k->cfg, "causal"), "1");
@@ -64,8 +63,7 @@ int model_launch_dq_pass(const gen_kernel *k, const fa_compiled *r, model_launch
   memset(l, 0, sizeof *l);
   for (int i = 0; i < k->nlaunch; i++) {
     const char *e = k->launch[i].entry;
-    const size_t n = strlen(e);
-    if (i == k->main || n < 3 || strcmp(e + n - 3, "_dq")) continue;
+    if (k->launch[i].role != GEN_ROLE_DQ) continue;
     l->block_m = config_int(k, "block_m", -1);
     l->block_n = config_int(k, "block_n", -1);
     l->threads = k->launch[i].threads;

@@ -17,8 +17,8 @@
 ** stages for a warp-specialized one. -1 when its config lacks the tile. */
 int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_launch *l);
 
-/* The dQ pass of a backward variant with dq=separate: its launch (entry
-** ending in "_dq") as the model takes it, a CTA per block_m query rows
+/* The dQ pass of a backward variant with dq=separate: its launch (role
+** "dq") as the model takes it, a CTA per block_m query rows
 ** walking blocks of block_n keys, registers from the variant's cubin;
 ** *entry its function. -1 when the variant has no such launch. */
 int model_launch_dq_pass(const gen_kernel *k, const fa_compiled *r, model_launch *l,
