@@ -401,6 +401,22 @@ $ local function gemm_dq_atomic()
   }
 $ end
 
+$ -- Inside tile kt's loop: each element of this warp's dK fragments (dV's
+$ -- with v) at key gn and column d inside the problem, through
+$ -- store(value), value its expression (dK's scaled).
+$ local function each_grad(v, store)
+$   local acc, TW, lim = "dk[kt][n][i] * scale", DTW, dim
+$   if v then acc, TW, lim = "dv[kt][n][i]", DVTW, dim_v end
+    FA_UNROLL
+    for (int n = 0; n < ${TW}; ++n) {
+      FA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${TW} + n) * 8 + 2 * tig + (i & 1);
+        if (gn < p.seq_k && d < ${lim}) ${store(acc)};
+      }
+    }
+$ end
+
 $ if mod then
 ${require("mod").c_functions(mod, "float", true)}
 
@@ -506,22 +522,8 @@ $ if qh then
     float *const part = (float *)${args.kv_part} + ((long long)b * p.heads + h) * ${vl.key_rows(c)} * ${D + DV};
     FA_UNROLL
     for (int kt = 0; kt < ${KT}; ++kt) {
-      FA_UNROLL
-      for (int n = 0; n < ${DTW}; ++n) {
-        FA_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DTW} + n) * 8 + 2 * tig + (i & 1);
-          if (gn < p.seq_k && d < ${dim}) fa_st_f32(part + (long long)gn * ${D + DV} + d, dk[kt][n][i] * scale);
-        }
-      }
-      FA_UNROLL
-      for (int n = 0; n < ${DVTW}; ++n) {
-        FA_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DVTW} + n) * 8 + 2 * tig + (i & 1);
-          if (gn < p.seq_k && d < ${dim_v}) fa_st_f32(part + (long long)gn * ${D + DV} + ${D} + d, dv[kt][n][i]);
-        }
-      }
+      $ each_grad(false, function(x) return "fa_st_f32(part + (long long)gn * " .. (D + DV) .. " + d, " .. x .. ")" end)
+      $ each_grad(true, function(x) return "fa_st_f32(part + (long long)gn * " .. (D + DV) .. " + " .. D .. " + d, " .. x .. ")" end)
     }
     return;
   }
@@ -531,36 +533,8 @@ $ end
   unsigned short *const dvg = (unsigned short *)p.dv + b * p.dv_sb + hk * p.dv_sh${vl.bwd_row(c, "dv")};
   FA_UNROLL
   for (int kt = 0; kt < ${KT}; ++kt) {
-$ if same then
-    FA_UNROLL
-    for (int n = 0; n < ${DTW}; ++n) {
-      FA_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DTW} + n) * 8 + 2 * tig + (i & 1);
-        if (gn < p.seq_k && d < ${dim}) {
-          fa_st_u16(dkg + gn * p.dk_sn + d, fa_f32_to_${T}(dk[kt][n][i] * scale));
-          fa_st_u16(dvg + gn * p.dv_sn + d, fa_f32_to_${T}(dv[kt][n][i]));
-        }
-      }
-    }
-$ else
-    FA_UNROLL
-    for (int n = 0; n < ${DTW}; ++n) {
-      FA_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DTW} + n) * 8 + 2 * tig + (i & 1);
-        if (gn < p.seq_k && d < ${dim}) fa_st_u16(dkg + gn * p.dk_sn + d, fa_f32_to_${T}(dk[kt][n][i] * scale));
-      }
-    }
-    FA_UNROLL
-    for (int n = 0; n < ${DVTW}; ++n) {
-      FA_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int gn = k0 + kw * ${KWR} + kt * 16 + g + 8 * (i >> 1), d = (dw * ${DVTW} + n) * 8 + 2 * tig + (i & 1);
-        if (gn < p.seq_k && d < ${dim_v}) fa_st_u16(dvg + gn * p.dv_sn + d, fa_f32_to_${T}(dv[kt][n][i]));
-      }
-    }
-$ end
+    $ each_grad(false, function(x) return "fa_st_u16(dkg + gn * p.dk_sn + d, fa_f32_to_" .. T .. "(" .. x .. "))" end)
+    $ each_grad(true, function(x) return "fa_st_u16(dvg + gn * p.dv_sn + d, fa_f32_to_" .. T .. "(" .. x .. "))" end)
   }
 }
 
