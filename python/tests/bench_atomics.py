@@ -18,21 +18,11 @@ sector at the same time, a cost per add at the same time throughout.
 
 usage: python3 python/tests/bench_atomics.py
 """
-import os
 import sys
 
-try:
-    import torch
-    import triton
-    import triton.language as tl
-except ImportError as e:
-    print("SKIPPED: %s" % e)
-    sys.exit(77)
+from bench_gpu import gpu_median, require_triton
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-if not INTERPRET and not torch.cuda.is_available():
-    print("SKIPPED: no CUDA GPU")
-    sys.exit(77)
+torch, triton, tl, INTERPRET = require_triton()
 
 
 @triton.jit
@@ -87,16 +77,7 @@ def patterns(dev):
         if INTERPRET:
             print("pattern_adds checked on the CPU: %s, %d adds" % (what, adds))
             continue
-        ms = []
-        for _ in range(7):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            pattern_adds[(programs,)](*args, num_warps=1)
-            e.record()
-            torch.cuda.synchronize()
-            ms.append(s.elapsed_time(e))
-        ms.sort()
-        med = ms[len(ms) // 2] * 1e-3
+        med = gpu_median(lambda: pattern_adds[(programs,)](*args, num_warps=1))
         times.append(med)
         warp_adds = adds / 32
         print("a warp's adds over %s: median %.1f us, %.1f G adds/s, %.2f G warp adds/s"
@@ -122,17 +103,7 @@ def main():
         if INTERPRET:
             print("dq_adds checked on the CPU: %d adds" % adds)
             continue
-        ms = []
-        for _ in range(7):
-            dq.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            dq_adds[grid](dq, n, BM=BM, D=d)
-            e.record()
-            torch.cuda.synchronize()
-            ms.append(s.elapsed_time(e))
-        ms.sort()
-        med = ms[len(ms) // 2] * 1e-3
+        med = gpu_median(lambda: dq_adds[grid](dq, n, BM=BM, D=d), before=dq.zero_)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         print("fp32 atomic adds, FA2's dQ pattern, %d heads x seq %d x dim %d, %d K/V blocks: "
               "median %.1f us, %.1f G adds/s (%.0f GB/s of payload, %.2f G adds/s per SM)"

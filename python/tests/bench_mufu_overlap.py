@@ -24,21 +24,11 @@ TRITON_INTERPRET=1 runs a small case on the CPU, untimed.
 
 usage: python3 python/tests/bench_mufu_overlap.py
 """
-import os
 import sys
 
-try:
-    import torch
-    import triton
-    import triton.language as tl
-except ImportError as e:
-    print("SKIPPED: %s" % e)
-    sys.exit(77)
+from bench_gpu import gpu_median, require_triton
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-if not INTERPRET and not torch.cuda.is_available():
-    print("SKIPPED: no CUDA GPU")
-    sys.exit(77)
+torch, triton, tl, INTERPRET = require_triton()
 
 BM, BN, BK, BX = 128, 128, 64, 64     # the product's tile; exp's tile is BM x BX
 KINDS = ("dot", "exp", "both", "split")
@@ -118,17 +108,8 @@ def main():
     times = {}
     for kind in KINDS:
         n = programs * (2 if kind == "split" else 1)
-        run(kind, n, iters, dev, a, b, x)   # compiled and warm
-        ms = []
-        for _ in range(7):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            run(kind, n, iters, dev, a, b, x)
-            e.record()
-            torch.cuda.synchronize()
-            ms.append(s.elapsed_time(e))
-        ms.sort()
-        times[kind] = ms[len(ms) // 2] * 1e-3
+        # the first run compiles and warms
+        times[kind] = gpu_median(lambda: run(kind, n, iters, dev, a, b, x), warmup=1)
     steps = programs * iters
     tflops = 2.0 * BM * BN * BK * steps / times["dot"] / 1e12
     ex2 = BM * BX * steps / times["exp"] / 1e12

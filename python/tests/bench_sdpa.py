@@ -5,7 +5,6 @@ pytest module (scripts/gpu-check.sh runs it); exit 77 without a GPU.
 
 usage: python3 python/tests/bench_sdpa.py
 """
-import statistics
 import sys
 import time
 
@@ -20,21 +19,11 @@ if not torch.cuda.is_available():
     sys.exit(77)
 
 import fatune  # noqa: E402
+from bench_gpu import gpu_median  # noqa: E402
 
 
 def gpu_us(fn, reps=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
+    return gpu_median(fn, reps=reps, warmup=3) * 1e6
 
 
 def rel_err(x, ref):
