@@ -97,6 +97,8 @@ static void test_space_gqa(fa_dtype t, int dim, int causal) {
     tc++, qheads += qh;
     CHECK(k->nlaunch == 3 + qh && k->main == 1, "%s: %d launches, main %d", k->name, k->nlaunch,
           k->main);
+    CHECK(!qh || k->launch[3].role == GEN_ROLE_KV_SUM, "%s: the sums' launch has role %d", k->name,
+          k->launch[3].role);
     CHECK(sp.b[i].prog, "%s: %s", k->name, sp.b[i].log ? sp.b[i].log : "?");
     if (!sp.b[i].prog) continue;
     if (qh) {

@@ -501,6 +501,7 @@ static void test_wg_fp8(gen_state *g) {
   }
   const size_t ne = strlen(k.launch[0].entry);
   CHECK(k.nlaunch == 2 && k.main == 1 && ne > 3 && !strcmp(k.launch[0].entry + ne - 3, "_vt") &&
+        k.launch[0].role == GEN_ROLE_V_TRANSPOSE && k.launch[1].role == GEN_ROLE_NONE &&
         k.nws == 1 && k.ws[0].key_rows && k.ws[0].row_align == 32 &&
         gen_workspace_rows(&k, 0, &p) == 160 &&
         gen_workspace_bytes(&k, 0, &p) == (size_t)64 * 2 * 160,
@@ -686,6 +687,11 @@ static void test_contract_ops(gen_state *g, const gen_target *t) {
      "family 'x': render gives no launches: a list of 1 to 4"},
     {"$ local l = launch({ 1, 1, 1 }) l.threads = 2048\n$ local r = verdict(pcall(check, { l }))\n",
      "family 'x': render: launch 1: threads is no integer from 1 to 1024"},
+    {"$ local l = launch({ 1, 1, 1 }) l.role = 'dkv'\n$ local r = verdict(pcall(check, { l }))\n",
+     "family 'x': render: launch 1: role is none of dq, kv_sum, v_transpose"},
+    {"$ local l = launch({ 1, 1, 1 }) l.role, l.main = 'dq', true\n"
+     "$ local r = verdict(pcall(check, { l }))\n",
+     "family 'x': render: launch 1: the main launch has a role"},
     {"$ local ws = { { name = 'dq_accum', bytes_per_row = 256 } }\n"
      "$ local r = verdict(pcall(check, { launch({ { 'seq_q', 128 }, 'heads', 'batch' }, ws), "
      "launch({ { 'seq_k', 64 }, 'heads', 'batch' }, ws), launch({ 1, 1, 1 }, ws) }))\n",
