@@ -22,7 +22,8 @@
 ** (dim, dtype, causal, and the family the dtype takes); any other, or a
 ** config the templates refuse, is passed over for the default, silently
 ** unless the environment sets FATUNE_VERBOSE, which has the library say
-** why on stderr, once per problem key and context.
+** why on stderr, once per problem key and context, and name each default
+** it runs for want of a record.
 **
 ** Every function returns FATUNE_OK or a status; fatune_errmsg gives the
 ** message of the calling thread's last failure. A context may be used by

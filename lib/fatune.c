@@ -266,11 +266,50 @@ static int stored_kernel(fatune_ctx *c, const db_best_row *row, const fa_problem
 }
 
 /* A library says nothing unless asked: FATUNE_VERBOSE set and not empty. */
-static void warn_ignored(const db_best_row *row, const char *why) {
+static int verbose(void) {
   const char *v = getenv("FATUNE_VERBOSE");
-  if (v && *v)
+  return v && *v;
+}
+
+static void warn_ignored(const db_best_row *row, const char *why) {
+  if (verbose())
     fprintf(stderr, "fatune: ignoring the stored variant %.160s: %s; running the default\n",
             row->variant, why);
+}
+
+/* Once per key, as its kernel is kept: which default runs, untuned. */
+static void say_default(const db_problem *dp, int grouped, const gen_kernel *k) {
+  if (!verbose()) return;
+  char dims[24];
+  fa_dims_text(dp->dim, dp->dim_v, dims, sizeof dims);
+  fprintf(stderr, "fatune: nothing recorded for op %s %s dim %s seq %d/%d%s%s; running the "
+          "default %s\n", dp->op, dp->dtype, dims, dp->seq_q, dp->seq_k, dp->causal ? " causal" : "",
+          grouped ? " under GQA" : "", k->name);
+}
+
+/* Under GQA, a backward default that runs a CTA per K/V head, with fewer
+** of them than the GPU has SMs, leaves SMs idle: at 2k tokens, 32 heads in
+** groups of 8, d128 on an H100, tcbwd's default makes 64 CTAs and 113
+** TFLOP/s by the timing model, its qhead=1 form (a CTA per query head,
+** dK and dV summed after) 217; from a full wave on the two are even, and
+** qhead=1 costs a float workspace per query head (README). The family's
+** defaults cannot choose by the GPU: a key left out of canonical text
+** means its absent value. A family without the axis keeps its default. */
+static void spread_query_heads(fatune_ctx *c, const fa_problem *fp, gen_kernel *k) {
+  const fa_device *d = backend_device(c->be);
+  if (fp->op != FA_OP_BWD || fa_problem_group(fp) < 2 || !d) return;
+  int per_kv = 0;
+  for (int i = 0; i < 3; i++) per_kv |= k->launch[k->main].grid[i].by == GEN_GRID_KV_HEADS;
+  gen_launch l;
+  gen_launch_shape(k, k->main, fp, &l);
+  if (!per_kv || (long long)l.grid[0] * l.grid[1] * l.grid[2] >= d->sm_count) return;
+  char text[1024];
+  if (snprintf(text, sizeof text, "%s,qhead=1", k->config) >= (int)sizeof text) return;
+  gen_kernel spread;
+  memset(&spread, 0, sizeof spread);
+  if (gen_render_config(c->gen, text, fp, &c->target, &spread) != 0) return;
+  gen_kernel_free(k);
+  *k = spread;
 }
 
 /* Render the variant for p: the database's choice when it fits p, else the
@@ -323,6 +362,7 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
   }
   int rc = gen_set_mod(c->gen, fp->mod);
   if (rc == 0) rc = gen_render_config(c->gen, "", fp, &c->target, k);
+  if (rc == 0) spread_query_heads(c, fp, k);
   if (rc != 0) {
     /* fp8 needs Hopper's wgmma: said in words a user acts on. */
     fatune_status st =
@@ -335,6 +375,7 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
     return st;
   }
   gen_set_mod(c->gen, NULL);
+  say_default(&dp, fa_problem_group(fp) > 1, k);
   *choice = FATUNE_DEFAULT;
   return FATUNE_OK;
 }

@@ -359,6 +359,12 @@ mut suite-not-run tuner/trial/trial.c \
 mut budget-suite-failed db/db_query.c \
   "AND t.suite_cases > 0 AND t.suite_failed = '' \"" "AND t.suite_cases > 0 \"" \
   'cli_db'
+mut lib-gqa-spread lib/fatune.c \
+  'if (rc == 0) spread_query_heads(c, fp, k);' '' \
+  'test_gpu_fake'
+mut lib-gqa-spread-full lib/fatune.c \
+  'l.grid[2] >= d->sm_count) return;' 'l.grid[2] >= 0) {}' \
+  'test_gpu_fake'
 mut lib-budget-default lib/fatune.c \
   'return fail(FATUNE_ENOTUNED, "nothing recorded' '(void)fail(FATUNE_ENOTUNED, "nothing recorded' \
   'test_lib'

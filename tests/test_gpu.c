@@ -16,8 +16,14 @@
 **    (prefill over a KV cache) validated on the decoding cases (pages
 **    shuffled and shared, NaN past every length); libfatune's
 **    fatune_attention_kvcache (a call and a plan, decoding and prefill)
-**    and fatune_attention_varlen on device memory, against the reference.
+**    and fatune_attention_varlen on device memory, against the reference;
+**  - training under GQA: fatune_attention_backward with nothing tuned runs
+**    a CTA per query head (tcbwd's qhead=1) where a CTA per K/V head would
+**    leave SMs idle, and keeps the per-K/V-head default where those fill
+**    the GPU (FATUNE_VERBOSE names the default); dQ, dK, dV against the
+**    float64 reference.
 */
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -416,6 +422,131 @@ done:
   free(hq), free(hk), free(hv), free(ho), free(xq), free(xk), free(xv), free(ref);
 }
 
+/* stderr into a file while fn(arg) runs: what the library said, in out. */
+static void stderr_of(void (*fn)(void *), void *arg, char *out, size_t n) {
+  char path[] = "/tmp/fatune-test-gpu-err-XXXXXX";
+  out[0] = '\0';
+  const int fd = mkstemp(path), saved = dup(2);
+  if (fd < 0 || saved < 0) {
+    CHECK(0, "capturing stderr: mkstemp or dup failed");
+    if (fd >= 0) close(fd), unlink(path);
+    if (saved >= 0) close(saved);
+    fn(arg);
+    return;
+  }
+  fflush(stderr);
+  dup2(fd, 2);
+  fn(arg);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  const ssize_t got = pread(fd, out, n - 1, 0);
+  out[got > 0 ? got : 0] = '\0';
+  close(fd);
+  unlink(path);
+}
+
+typedef struct bwd_call {
+  fatune_ctx *ctx;
+  const fatune_backward_args *a;
+  fatune_status st;
+} bwd_call;
+
+static void run_backward(void *arg) {
+  bwd_call *b = arg;
+  b->st = fatune_attention_backward(b->ctx, b->a);
+}
+
+/* The backward pass under GQA (groups of G) of B x H heads of N tokens,
+** d64 bf16, through libfatune on device memory with nothing tuned: the
+** default it names holds "-qhead" when `spread`; dQ, dK, dV against the
+** float64 reference. */
+static void train_gqa(fa_backend *be, int B, int H, int G, int N, int spread) {
+  enum { D = 64 };
+  const fa_dtype t = FA_BF16;
+  const int KVH = H / G;
+  const size_t nq = (size_t)B * H * N * D, nk = (size_t)B * KVH * N * D, nl = (size_t)B * H * N;
+  char err[512], said[4096], dbpath[] = "/tmp/fatune-test-gpu-XXXXXX";
+  unsigned short *h[4] = {malloc(nq * 2), malloc(nk * 2), malloc(nk * 2), malloc(nq * 2)};
+  unsigned short *hg = malloc(nq * 2);
+  double *x[4] = {malloc(nq * sizeof(double)), malloc(nk * sizeof(double)),
+                  malloc(nk * sizeof(double)), malloc(nq * sizeof(double))};
+  double *r[3] = {malloc(nq * sizeof(double)), malloc(nk * sizeof(double)), malloc(nk * sizeof(double))};
+  void *d[4] = {NULL}, *o = NULL, *lse = NULL, *g[3] = {NULL};
+  fatune_ctx *ctx = NULL;
+  const size_t n[4] = {nq, nk, nk, nq};
+  int ok = hg != NULL;
+  for (int i = 0; i < 4; i++) ok = ok && h[i] && x[i];
+  for (int i = 0; i < 3; i++) ok = ok && r[i];
+  if (!ok) {
+    CHECK(0, "GQA backward: out of memory");
+    goto done;
+  }
+  uint64_t s = 11;
+  for (int i = 0; i < 4; i++)
+    for (size_t j = 0; j < n[i]; j++)
+      x[i][j] = fa_elem_put(h[i], t, j, (double)(int)((s = s * 6364136223846793005ull + 1) >> 40) / (1 << 23) - 1);
+  const fa_problem p = {.batch = B, .heads = H, .seq_q = N, .seq_k = N, .dim = D, .dtype = t,
+                        .kv_group = G};
+  const fa_layout lq = {(long long)H * N * D, (long long)N * D, D}, lk = {(long long)KVH * N * D, (long long)N * D, D};
+  const ref_bwd_io io = {.q = x[0], .k = x[1], .v = x[2], .dout = x[3], .ql = lq, .kl = lk, .vl = lk,
+                         .dol = lq, .dq = r[0], .dk = r[1], .dv = r[2], .dql = lq, .dkl = lk, .dvl = lk};
+  CHECK(ref_attention_backward(&p, &io) == 0, "GQA backward: the reference");
+  const int fd = mkstemp(dbpath);
+  if (fd >= 0) close(fd);
+  const fatune_options opts = {.db_path = dbpath, .backend = "cuda"};
+  ok = fatune_open(&opts, &ctx) == FATUNE_OK && backend_alloc(be, nq * 2, &o, err, sizeof err) == 0 &&
+       backend_alloc(be, nl * 4, &lse, err, sizeof err) == 0;
+  for (int i = 0; ok && i < 4; i++)
+    ok = backend_alloc(be, n[i] * 2, &d[i], err, sizeof err) == 0 &&
+         backend_upload(be, d[i], h[i], n[i] * 2, err, sizeof err) == 0;
+  for (int i = 0; ok && i < 3; i++)
+    ok = backend_alloc(be, n[i] * 2, &g[i], err, sizeof err) == 0 &&
+         backend_fill(be, g[i], 0xFF, n[i] * 2, err, sizeof err) == 0;
+  if (!ok) {
+    CHECK(0, "GQA backward setup: %s %s", err, fatune_errmsg());
+    goto done;
+  }
+#define T4(ptr, heads) {ptr, FATUNE_BF16, {B, heads, N, D}, {(long long)(heads) * N * D, (long long)N * D, D, 1}}
+  const fatune_attention_args fa = {.q = T4(d[0], H), .k = T4(d[1], KVH), .v = T4(d[2], KVH),
+                                    .o = T4(o, H), .lse = lse};
+  const fatune_backward_args ba = {.q = T4(d[0], H), .k = T4(d[1], KVH), .v = T4(d[2], KVH),
+                                   .o = T4(o, H), .dout = T4(d[3], H), .dq = T4(g[0], H),
+                                   .dk = T4(g[1], KVH), .dv = T4(g[2], KVH), .lse = lse};
+#undef T4
+  CHECK(fatune_attention(ctx, &fa) == FATUNE_OK, "GQA forward: %s", fatune_errmsg());
+  bwd_call call = {ctx, &ba, FATUNE_OK};
+  setenv("FATUNE_VERBOSE", "1", 1);
+  stderr_of(run_backward, &call, said, sizeof said);
+  unsetenv("FATUNE_VERBOSE");
+  CHECK(call.st == FATUNE_OK, "GQA backward: %s", fatune_errmsg());
+  const char *name = strstr(said, "running the default ");
+  CHECK(name && (strstr(name, "-qhead") != NULL) == spread,
+        "%d x %d heads in groups of %d, %d tokens: %s, not %s", B, H, G, N, said,
+        spread ? "a CTA per query head" : "the default's CTA per K/V head");
+  static const char *const what[3] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3 && call.st == FATUNE_OK; i++) {
+    CHECK(backend_download(be, hg, g[i], n[i] * 2, err, sizeof err) == 0, "%s", err);
+    double e2 = 0, r2 = 0;
+    for (size_t j = 0; j < n[i]; j++) {
+      const double dd = fa_elem_get(hg, t, j) - r[i][j];
+      e2 += dd * dd, r2 += r[i][j] * r[i][j];
+    }
+    const double e = r2 > 0 ? sqrt(e2 / r2) : NAN;
+    CHECK(e <= val_tolerance(t), "GQA backward (%d x %d heads, groups of %d): %s error %.3g", B, H,
+          G, what[i], e);
+    printf("fatune_attention_backward, %d x %d heads in groups of %d, %d tokens (%s): %s error "
+           "%.2e\n", B, H, G, N, spread ? "qhead" : "a CTA per K/V head", what[i], e);
+  }
+done:
+  for (int i = 0; i < 4; i++) backend_free(be, d[i]), free(h[i]), free(x[i]);
+  for (int i = 0; i < 3; i++) backend_free(be, g[i]), free(r[i]);
+  backend_free(be, o), backend_free(be, lse);
+  free(hg);
+  fatune_close(ctx);
+  unlink(dbpath);
+}
+
 static void test_serving(fa_backend *be, const gen_target *t) {
   static const int lens[5] = {150, 0, 1, 97, 200};
   fa_problem dec = {.batch = 5, .heads = 4, .seq_q = 2, .seq_k = 200, .dim = 64,
@@ -461,6 +592,11 @@ int main(void) {
     if (dev.cc_major >= 8) test_sample_and_timing(be, FA_BF16, &bf16);
     test_oracle(be);
     if (dev.cc_major >= 8) test_serving(be, &target);
+    if (dev.cc_major >= 8) {
+      /* one K/V head's 128 keys: a CTA; then a K/V head a batch, a CTA each, as many as the SMs */
+      train_gqa(be, 1, 4, 4, 128, 1);
+      train_gqa(be, dev.sm_count, 2, 2, 128, 0);
+    }
     backend_close(be);
   }
   gen_close(gen);
