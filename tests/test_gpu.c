@@ -83,6 +83,8 @@ static int fault_job(size_t i, void *ud, void *out) {
   gen_kernel k;
   memset(&k, 0, sizeof k);
   fa_problem p = {.batch = 1, .heads = 1, .seq_q = 64, .seq_k = 64, .dim = 32, .dtype = FA_FP32};
+  char state[] = "/tmp/fatune-test-gpu-XXXXXX";
+  int fd = -1;
   if (i == 0) {
     k.entry = "g_wild", k.threads = 32, k.nlaunch = 1;
     k.launch[0] = (gen_launch_spec){.entry = "g_wild", .threads = 32,
@@ -94,8 +96,7 @@ static int fault_job(size_t i, void *ud, void *out) {
     }
     /* The fake driver cannot run this kernel's code, only fatune's
     ** attention kernels: it faults its launch the way the GPU would. */
-    char state[] = "/tmp/fatune-test-gpu-XXXXXX";
-    int fd = strstr(dev.name, "(fakecuda)") ? mkstemp(state) : -1;
+    fd = strstr(dev.name, "(fakecuda)") ? mkstemp(state) : -1;
     if (fd >= 0) {
       close(fd);
       setenv("FAKECUDA_STATE", state, 1);
@@ -123,6 +124,7 @@ static int fault_job(size_t i, void *ud, void *out) {
     snprintf(a->err, sizeof a->err, "does not compile: %.150s", b.log ? b.log : err);
   }
   a->poisoned = backend_poisoned(be);
+  if (fd >= 0) unlink(state);  /* the fake driver's state, read at the launch */
   return a->poisoned;  /* the dead context leaves with this process */
 }
 
