@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
 # Decoding (op decode) in the timing model: the splits a tuner finds (the
 # model's best of 1 to 128) against FlashAttention-2's heuristic
-# (num_splits_heuristic), the same kernel at both, on uniform and skewed batches, without GQA and with 8
+# (num_splits_heuristic), the same kernel at both, and FlashAttention-2's
+# own decoding kernel (flash_fwd_splitkv_kernel, tests/data/fa) at its
+# heuristic's splits, on uniform and skewed batches, without GQA and with 8
 # query heads per K/V head, on H100 and A100; one new token, bf16, head
-# dim 128, 32 query heads, the cache paged in 16-token pages: simtdec
-# without GQA, tcdec with it. Each figure
+# dim 128, 32 query heads, fatune's cache paged in 16-token pages (FA2's
+# kernel reads pages of 256 or more the same way: the model does not see
+# the page size): tcdec with and without GQA. Each figure
 # is `fatune model --op decode`'s, the K/V cache's bytes over the time as
 # a share of the GPU's HBM bandwidth beside it.
 #
 # usage: scripts/bench-decode.sh [path/to/fatune]    (default build/fatune)
-# GPUS="h100 a100" narrows it. Needs nvdisasm (scripts/install-deps.sh).
+# GPUS="h100 a100" narrows it; MHA_VARIANT and GQA_VARIANT name fatune's
+# kernels. Needs nvdisasm (scripts/install-deps.sh).
 # About 6 s a line on two cores, most of it NVRTC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fatune="${1:-build/fatune}"
 [ -x "$fatune" ] || { echo "bench-decode: no fatune at $fatune (build it, or pass its path)" >&2; exit 2; }
 gpus="${GPUS:-h100 a100}"
-# without GQA the CUDA-core family (one query row a K/V head), with it the
-# tensor-core one (the group's rows in one m16 tile)
-mha="${MHA_VARIANT:-simtdec-bf16-d128-r1n64w4-cpasync-s1}"
+# the tensor-core family with and without GQA (the group's rows, or the
+# one, in an m16 tile): without GQA the CUDA-core one
+# (simtdec-bf16-d128-r1n64w4-cpasync-s1) keeps 90% of H100's HBM busy at
+# best, where its tensor-core twin, like FA2's kernel, keeps nearly all
+mha="${MHA_VARIANT:-tcdec-bf16-d128-n64w4-s1}"
 gqa="${GQA_VARIANT:-tcdec-bf16-d128-n64w4-s1}"
 skew="32768,512,512,512,512,512,512,512"
+data=tests/data/fa
+fa2=$(mktemp -d "${TMPDIR:-/tmp}/bench-decode.XXXXXX")
+trap 'rm -rf "$fa2"' EXIT
+for f in "$data"/fa2_split*_d128_sm_*.cubin.gz; do gzip -dc "$f" >"$fa2/$(basename "$f" .gz)"; done
 
 # name | problem flags (--gqa G last)
 cases=(
@@ -33,8 +43,11 @@ cases=(
   "gqa 8, skewed|--kv-lens $skew --gqa 8"
 )
 
-printf '%-5s %-24s %22s %22s %8s\n' gpu case "tuned: splits us HBM" "FA2: splits us HBM" "FA2/tuned"
+printf '%-5s %-24s %22s %22s %8s %22s %8s\n' gpu case "tuned: splits us HBM" "FA2: splits us HBM" \
+  "FA2/tuned" "FA2 kernel: splits us HBM" "/tuned"
 for gpu in $gpus; do
+  arch=sm_90
+  [ "$gpu" = a100 ] && arch=sm_80
   for c in "${cases[@]}"; do
     name="${c%%|*}" flags="${c#*|}"
     g="${flags##*--gqa }"
@@ -42,16 +55,24 @@ for gpu in $gpus; do
     [ "$g" -gt 1 ] && v=$gqa
     # shellcheck disable=SC2086
     "$fatune" model --op decode --gpu "$gpu" --dtype bf16 --dim 128 --heads 32 --page 16 \
-      $flags --variant "$v" --json |
-      python3 -c '
+      $flags --variant "$v" --json >"$fa2/ours.json"
+    # FA2's kernel: the split file's with more than one split, else the align file's
+    # shellcheck disable=SC2086
+    "$fatune" model --op decode --gpu "$gpu" --dtype bf16 --dim 128 --heads 32 \
+      $flags --cubin "$fa2/fa2_split_d128_$arch.cubin" --launch fa2 --json >"$fa2/fa2.json" 2>/dev/null ||
+      # shellcheck disable=SC2086
+      "$fatune" model --op decode --gpu "$gpu" --dtype bf16 --dim 128 --heads 32 \
+        $flags --cubin "$fa2/fa2_split_align_d128_$arch.cubin" --launch fa2 --json >"$fa2/fa2.json"
+    python3 -c '
 import json, sys
 gpu, name = sys.argv[1], sys.argv[2]
-rows = json.load(sys.stdin)
+rows = json.load(open(sys.argv[3]))
+theirs = json.load(open(sys.argv[4]))[0]
 tuned = next(r for r in rows if r["best"])
 fa2 = next(r for r in rows if r["fa2_heuristic"])
 cell = lambda r: "%3d %8.2f %5.1f%%" % (r["splits"], r["time_us"], 100 * r["hbm_share"])
-print("%-5s %-24s %22s %22s %8.2f" % (gpu, name, cell(tuned), cell(fa2),
-                                       fa2["time_us"] / tuned["time_us"]))
-' "$gpu" "$name"
+print("%-5s %-24s %22s %22s %8.2f %22s %8.2f" % (gpu, name, cell(tuned), cell(fa2),
+      fa2["time_us"] / tuned["time_us"], cell(theirs), theirs["time_us"] / tuned["time_us"]))
+' "$gpu" "$name" "$fa2/ours.json" "$fa2/fa2.json"
   done
 done

@@ -365,6 +365,9 @@ mut lib-gqa-spread lib/fatune.c \
 mut lib-gqa-spread-full lib/fatune.c \
   'l.grid[2] >= d->sm_count) return;' 'l.grid[2] >= 0) {}' \
   'test_gpu_fake'
+mut model-fa2-decode-splits tuner/analysis/model_launch.c \
+  'l->splits = model_fa2_splits(p, g);' 'l->splits = 1;' \
+  'cli_decode'
 mut lib-budget-default lib/fatune.c \
   'return fail(FATUNE_ENOTUNED, "nothing recorded' '(void)fail(FATUNE_ENOTUNED, "nothing recorded' \
   'test_lib'

@@ -7,7 +7,10 @@
 # decoding kernel under a modification (--mod), the forward pass's paged form for prefill (--paged in list, gen and model),
 # and `fatune model --op decode` (SKIPPED without nvdisasm): the splits
 # side by side with FlashAttention-2's heuristic, the tuned choice (the
-# model's best of 1 to 128) never behind it and far ahead on a skewed batch.
+# model's best of 1 to 128) never behind it and far ahead on a skewed batch;
+# FlashAttention-2's own decoding kernels (tests/data/fa) at its heuristic's
+# splits, near HBM's bandwidth where the splits fill the GPU, their tile
+# by the number of splits, and what it does not run refused.
 #
 # usage: FATUNE=build/fatune bash tests/cli_decode.sh
 set -u
@@ -35,7 +38,8 @@ refused lens_batch "sets the batch" --op decode --dim 64 --kv-lens 10,20 --batch
 refused lens_bad "comma-separated list of key counts" --op decode --dim 64 --kv-lens 10,x
 refused lens_fwd "--kv-lens is --op decode's" --dim 64 --kv-lens 10,20
 refused seqs "takes one --seq" --op decode --dim 64 --seq 1,2
-refused model_cubin "takes a variant" model --op decode --gpu h100 --dim 64 --cubin x.cubin --launch fa2
+refused model_fa2_page "pages of a multiple of 256" model --op decode --gpu h100 --dim 128 --page 16 \
+  --cubin x.cubin --launch fa2
 
 # --- a sweep on the emulator -------------------------------------------------------
 cfg='rows=1,block_n=8,warps=1,splits=2'
@@ -168,4 +172,42 @@ assert r["kernel"].endswith("-paged") and r["tflops"] > 100, r
 ' "$tmp/pm.out" 2>"$tmp/pm.py"
 check "model --paged, causal: the paged form's main loop found and predicted" $? \
   "exit $rc: $(cat "$tmp/pm.err" "$tmp/pm.py" | tail -n 4)"
+
+# FlashAttention-2's decoding kernels: flash_fwd_splitkv_kernel, 64 x 128
+# with more than one split (the batch of one sequence: 7 splits on an
+# H100), 64 x 64 from the other file with one (batch 64); each DRAM-bound.
+data="$(cd "$(dirname "$0")" && pwd)/data/fa"
+for f in fa2_split_d128_sm_90 fa2_split_align_d128_sm_90; do gzip -dc "$data/$f.cubin.gz" >"$tmp/$f.cubin"; done
+run fa2s model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --batch 1 --seq-k 32768 \
+  --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa2 --json
+run fa2a model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --batch 64 --seq-k 4096 \
+  --cubin "$tmp/fa2_split_align_d128_sm_90.cubin" --launch fa2 --json
+why=$(python3 - "$tmp/fa2s.out" "$tmp/fa2a.out" <<'EOF' 2>&1
+import json, sys
+s, a = (json.load(open(f)) for f in sys.argv[1:])
+assert len(s) == 1 and len(a) == 1, (s, a)
+s, a = s[0], a[0]
+assert s["fa2_heuristic"] and s["splits"] == 7 and s["combine_us"] > 0, s
+assert a["fa2_heuristic"] and a["splits"] == 1 and a["combine_us"] == 0, a
+assert s["bound"] == "DRAM" and s["hbm_share"] >= 0.9, s
+assert a["bound"] == "DRAM" and a["hbm_share"] >= 0.9, a
+print("7 splits %.1f us, %.0f%% of HBM; 1 split %.1f us, %.0f%%" % (
+    s["time_us"], 100 * s["hbm_share"], a["time_us"], 100 * a["hbm_share"]))
+EOF
+)
+check "model --op decode --launch fa2: FlashAttention-2's kernels at its heuristic's splits: $why" $? \
+  "$(cat "$tmp/fa2s.err" "$tmp/fa2a.err" | tail -n 2) $why"
+run fa2w model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --batch 64 --seq-k 4096 \
+  --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa2
+[ "$rc" -eq 2 ] && grep -q "flash_fwd_split_align_hdim128_bf16_sm80.cu" "$tmp/fa2w.err"
+check "model --launch fa2 at 1 split with the split file's cubin: refused, naming the file" $? \
+  "exit $rc: $(cat "$tmp/fa2w.err")"
+run fa2g model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --gqa 8 --seq 4 \
+  --seq-k 4096 --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa2
+[ "$rc" -eq 2 ] && grep -q "for one new token alone" "$tmp/fa2g.err"
+check "model --launch fa2, GQA with 4 new tokens: refused" $? "exit $rc: $(cat "$tmp/fa2g.err")"
+run fa3d model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --seq-k 4096 \
+  --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa3
+[ "$rc" -eq 2 ] && grep -q "FlashAttention-3's decoding is not modelled" "$tmp/fa3d.err"
+check "model --launch fa3 --op decode: refused" $? "exit $rc: $(cat "$tmp/fa3d.err")"
 finish

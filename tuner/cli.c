@@ -129,7 +129,10 @@ static const cmd_info commands[] = {
    "FlashAttention-2's flash_bwd kernels, --launch fa3 FlashAttention-3's. --gqa G\n"
    "shares each K/V head among G query heads: K and V cross DRAM once per group, and\n"
    "a kernel with a CTA per K/V head (fatune's backward) runs heads / G CTAs of G\n"
-   "heads each; FlashAttention-2's backward sums dK and dV over the group after.",
+   "heads each; FlashAttention-2's backward sums dK and dV over the group after.\n"
+   "--op decode predicts a variant at every number of splits from 1 to 128 beside\n"
+   "FlashAttention-2's heuristic's; --launch fa2 takes FlashAttention-2's\n"
+   "flash_fwd_splitkv kernel at its heuristic's splits.",
    "fatune model --gpu h100 --dim 128 --seq 4096 --cubin flash_fwd.cubin --launch fa2",
    "predict a kernel's time with the timing model"},
   {"best", CMD_BEST, F_DIM | F_TYPE | F_SEQ | F_DEV | F_DB | F_JSON | F_OP | F_BUDGET,

@@ -159,6 +159,13 @@ static int trace_of(const char *text, const char *fn, const model_launch *l, con
 static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, char *err,
                       size_t errlen) {
   char pattern[256];
+  if (j->p.decode && model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0)
+    return snprintf(err, errlen, "--launch %s --op decode: %s", o->launch,
+                    strcmp(o->launch, "fa2") ? "FlashAttention-3's decoding is not modelled; "
+                    "FlashAttention-2's is (--launch fa2)"
+                    : j->p.dim != 64 && j->p.dim != 128 ? "FlashAttention-2's decoding at head dim 64 or 128"
+                    : "FlashAttention-2 packs a GQA group's heads into a CTA for one new token "
+                      "alone (--seq 1)"), -1;
   if (model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0)
     return snprintf(err, errlen, "--launch %s has no %stile for head dim %d (%s)", o->launch,
                     j->p.backward ? "backward " : "", j->p.dim,
@@ -168,6 +175,10 @@ static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, cha
   if (read_cubin(o->cubin, &cubin, &size, err, errlen) != 0) return -1;
   if (sass_disassemble(nvdisasm, cubin, size, &text, err, errlen) != 0) return free(cubin), -1;
   int rc = pick_function(text, o->kernel, pattern, j->kernel, sizeof j->kernel, err, errlen);
+  if (rc != 0 && j->p.decode)  /* one split's kernel is in another file */
+    snprintf(err + strlen(err), errlen - strlen(err), "; at %d split%s FlashAttention-2 runs the "
+             "kernel of flash_fwd_split%s_hdim%d_bf16_sm80.cu", j->l.splits,
+             j->l.splits == 1 ? "" : "s", j->l.splits == 1 ? "_align" : "", j->p.dim);
   if (rc == 0) {
     j->l.registers = model_cubin_registers(cubin, size, j->kernel);
     if (j->l.registers < 0) {
@@ -405,7 +416,8 @@ static int predict_at(model_job *k, int s, split_point *pt, char *err, size_t er
   return 0;
 }
 
-static void print_splits(const model_job *j, const split_point *pt, int n, int best) {
+/* tuned: the points are a sweep, best its best; else one kernel's own choice. */
+static void print_splits(const model_job *j, const split_point *pt, int n, int best, int tuned) {
   const model_problem *p = &j->p;
   const double bw = j->gpu->dram_gbs * 1e9;
   printf("model: %s, decoding\n", j->kernel);
@@ -438,6 +450,7 @@ static void print_splits(const model_job *j, const split_point *pt, int n, int b
   }
   int h = 0;
   for (int i = 0; i < n; i++) h = pt[i].fa2 ? i : h;
+  if (!tuned) return;
   printf("  tuned: %d splits, %.2f us; FlashAttention-2's heuristic: %d, %.2f us (%.2fx the tuned time)\n",
          pt[best].splits, pt[best].us, pt[h].splits, pt[h].us, pt[h].us / pt[best].us);
 }
@@ -488,7 +501,18 @@ static int decode_main(gen_state *g, const cli_opts *o, const gen_target *t, con
     n++;
   }
   if (o->json) print_splits_json(j, pt, n, at_best);
-  else print_splits(j, pt, n, at_best);
+  else print_splits(j, pt, n, at_best, 1);
+  return fflush(stdout) == 0 ? 0 : cli_say(1, "cannot write the prediction");
+}
+
+/* FlashAttention-2's decoding kernel at its heuristic's splits (fa2_decode),
+** its prediction j->r: one row of decode_main's table. */
+static int decode_fa2(const cli_opts *o, const model_job *j) {
+  split_point pt = {.splits = j->l.splits, .us = j->r.time_us, .combine_us = j->r.combine_us,
+                    .kv_bytes = j->r.kv_bytes, .cycles_per_block = j->r.cycles_per_block,
+                    .fa2 = 1, .ctas_per_sm = j->r.ctas_per_sm, .bound = j->r.bound};
+  if (o->json) print_splits_json(j, &pt, 1, -1);
+  else print_splits(j, &pt, 1, -1, 0);
   return fflush(stdout) == 0 ? 0 : cli_say(1, "cannot write the prediction");
 }
 
@@ -509,9 +533,13 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
                    "launches as its config says");
   if (o->plot && o->nseqs > 1)
     return cli_say(EXIT_BAD_INPUT, "--plot draws one problem: give one --seq");
-  if (o->problem.op == FA_OP_DECODE && (o->cubin || o->plot || o->nseqs > 1))
-    return cli_say(EXIT_BAD_INPUT, "fatune model --op decode takes a variant (--variant or "
-                   "--config) at one problem: it compares its numbers of splits");
+  if (o->problem.op == FA_OP_DECODE && (o->plot || o->nseqs > 1))
+    return cli_say(EXIT_BAD_INPUT, "fatune model --op decode takes one problem: it compares a "
+                   "variant's numbers of splits");
+  if (o->problem.op == FA_OP_DECODE && o->launch && !strcmp(o->launch, "fa2") && o->problem.page > 0 &&
+      o->problem.page % 256)
+    return cli_say(EXIT_BAD_INPUT, "--launch fa2 --op decode --page: FlashAttention-2 takes pages "
+                   "of a multiple of 256 tokens");
   if (fa_problem_dim_v(&o->problem) != o->problem.dim)
     return cli_say(EXIT_BAD_INPUT, "fatune model takes one head dim for Q, K and V yet: its "
                    "traffic and FLOPs have no --dim-v");
@@ -544,8 +572,8 @@ int cmd_model_main(gen_state *g, const cli_opts *o, const gen_target *t) {
     return cli_say(EXIT_BAD_INPUT, err);
   }
   if (j.p.decode) {
-    rc = model_predict(j.m, &j.b, &j.l, &j.p, 0, &j.r, err, sizeof err) != 0
-             ? cli_say(EXIT_BAD_INPUT, err) : decode_main(g, o, t, nvdisasm, &j);
+    rc = model_predict(j.m, &j.b, &j.l, &j.p, 0, &j.r, err, sizeof err) != 0 ? cli_say(EXIT_BAD_INPUT, err)
+         : !fatune_kernel ? decode_fa2(o, &j) : decode_main(g, o, t, nvdisasm, &j);
     job_free(&j);
     return rc;
   }

@@ -101,6 +101,36 @@ static int fa2(const model_problem *p, const estimate_gpu *g, model_launch *l, c
   return 0;
 }
 
+/* FlashAttention-2's decoding (flash_api.cpp's mha_fwd_kvcache,
+** set_params_splitkv; flash_fwd_launch_template.h's run_flash_splitkv_fwd):
+** flash_fwd_splitkv_kernel over 64 query rows a CTA, 4 warps, the keys in
+** blocks of kBlockN cut into num_splits chunks (model_fa2_splits), and a
+** combine launch when there are more than one. With one new token under
+** GQA the group's heads are the CTA's rows (seqlenq_ngroups_swapped), as
+** the model's decoding packs them; with more, FA2 runs a CTA per query
+** head, which it does not take (-1). More than one split runs
+** run_mha_fwd_splitkv_dispatch's tile (d64 64x256, d128 64x128), one split
+** run_mha_fwd_splitkv_align's (64x128, 64x64), which another file
+** instantiates (flash_fwd_split_align_hdimD_bf16_sm80.cu). The kernels see
+** cache_seqlens (cu_seqlens_k set): never Is_even_MN. One new token is
+** never causal (mha_fwd_kvcache drops the flag). Template flags after the
+** traits: Is_causal, Is_local, Has_alibi, Is_even_MN, Is_even_K,
+** Is_softcap, Split, Append_KV. */
+static int fa2_decode(const model_problem *p, const estimate_gpu *g, model_launch *l, char *pat,
+                      size_t n) {
+  if ((p->dim != 64 && p->dim != 128) || (p->seq_q > 1 && p->kv_group > 1)) return -1;
+  l->splits = model_fa2_splits(p, g);
+  const int split = l->splits > 1;
+  l->block_m = 64;
+  l->block_n = p->dim == 64 ? (split ? 256 : 128) : (split ? 128 : 64);
+  l->threads = 128;
+  l->smem_bytes = (l->block_m + 2 * l->block_n) * p->dim * 2;
+  snprintf(pat, n, "flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi%dELi64ELi%dELi4E*"
+           "EELb%dELb0ELb0ELb0ELb1ELb0ELb%dELb0EEEv", p->dim, l->block_n, p->causal && p->seq_q > 1,
+           split);
+  return 0;
+}
+
 /* FlashAttention-2's backward pass (flash_bwd_launch_template.h,
 ** run_mha_bwd_hdim*, sm_80 and sm_90 with 144 KB of shared memory or
 ** more; flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel): a CTA per kBlockN
@@ -209,8 +239,11 @@ static int fa3_bwd(const model_problem *p, model_launch *l, char *pat, size_t n)
 int model_launch_fa(const char *which, const model_problem *p, const estimate_gpu *g,
                     model_launch *l, char *pattern, size_t n) {
   memset(l, 0, sizeof *l);
-  if (!strcmp(which, "fa2")) return p->backward ? fa2_bwd(p, g, l, pattern, n) : fa2(p, g, l, pattern, n);
-  if (!strcmp(which, "fa3")) return p->backward ? fa3_bwd(p, l, pattern, n) : fa3(p, l, pattern, n);
+  if (!strcmp(which, "fa2"))
+    return p->backward ? fa2_bwd(p, g, l, pattern, n)
+           : p->decode ? fa2_decode(p, g, l, pattern, n) : fa2(p, g, l, pattern, n);
+  if (!strcmp(which, "fa3") && !p->decode)
+    return p->backward ? fa3_bwd(p, l, pattern, n) : fa3(p, l, pattern, n);
   return -1;
 }
 
