@@ -4,7 +4,8 @@
 # (num_splits_heuristic), the same kernel at both, and FlashAttention-2's
 # own decoding kernel (flash_fwd_splitkv_kernel, tests/data/fa) at its
 # heuristic's splits, on uniform and skewed batches, without GQA and with 8
-# query heads per K/V head, on H100 and A100; one new token, bf16, head
+# query heads per K/V head (one new token, and four: speculative decoding's
+# drafts, where FA2 runs a CTA per query head), on H100 and A100; bf16, head
 # dim 128, 32 query heads, fatune's cache paged in 16-token pages (FA2's
 # kernel reads pages of 256 or more the same way: the model does not see
 # the page size): tcdec with and without GQA. Each figure
@@ -41,6 +42,8 @@ cases=(
   "gqa 8, batch 1, 32k|--batch 1 --seq-k 32768 --gqa 8"
   "gqa 8, batch 8, 32k|--batch 8 --seq-k 32768 --gqa 8"
   "gqa 8, skewed|--kv-lens $skew --gqa 8"
+  "gqa 8, 4 tokens, batch 1|--seq 4 --batch 1 --seq-k 32768 --gqa 8"
+  "gqa 8, 4 tokens, batch 8|--seq 4 --batch 8 --seq-k 32768 --gqa 8"
 )
 
 printf '%-5s %-24s %22s %22s %8s %22s %8s\n' gpu case "tuned: splits us HBM" "FA2: splits us HBM" \

@@ -368,6 +368,9 @@ mut lib-gqa-spread-full lib/fatune.c \
 mut model-fa2-decode-splits tuner/analysis/model_launch.c \
   'l->splits = model_fa2_splits(p, g);' 'l->splits = 1;' \
   'cli_decode'
+mut model-fa2-decode-per-head tuner/analysis/model_launch.c \
+  'l->decode_per_head = p->seq_q > 1 && p->kv_group > 1;' 'l->decode_per_head = 0;' \
+  'cli_decode'
 mut lib-budget-default lib/fatune.c \
   'return fail(FATUNE_ENOTUNED, "nothing recorded' '(void)fail(FATUNE_ENOTUNED, "nothing recorded' \
   'test_lib'

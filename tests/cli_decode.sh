@@ -202,10 +202,30 @@ run fa2w model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --batch 
 [ "$rc" -eq 2 ] && grep -q "flash_fwd_split_align_hdim128_bf16_sm80.cu" "$tmp/fa2w.err"
 check "model --launch fa2 at 1 split with the split file's cubin: refused, naming the file" $? \
   "exit $rc: $(cat "$tmp/fa2w.err")"
+# Four new tokens under GQA 8: FA2 packs a group's heads for one token
+# alone, so its CTAs each read their K/V head (a CTA per query head);
+# tcdec packs the group's 32 rows, reading each K/V head once.
 run fa2g model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --gqa 8 --seq 4 \
-  --seq-k 4096 --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa2
-[ "$rc" -eq 2 ] && grep -q "for one new token alone" "$tmp/fa2g.err"
-check "model --launch fa2, GQA with 4 new tokens: refused" $? "exit $rc: $(cat "$tmp/fa2g.err")"
+  --seq-k 32768 --batch 1 --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa2 --json
+run fa2m model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --seq 4 \
+  --seq-k 32768 --batch 1 --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa2 --json
+run tcg model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --gqa 8 --seq 4 \
+  --seq-k 32768 --batch 1 --variant tcdec-bf16-d128-n64w4-s1 --json
+why=$(python3 - "$tmp/fa2g.out" "$tmp/fa2m.out" "$tmp/tcg.out" <<'EOF' 2>&1
+import json, sys
+theirs = json.load(open(sys.argv[1]))[0]
+mha = json.load(open(sys.argv[2]))[0]
+tuned = next(r for r in json.load(open(sys.argv[3])) if r["best"])
+# its CTAs and their work are those of 32 K/V heads: GQA saves it nothing
+assert 0.9 < theirs["time_us"] / mha["time_us"] < 1.1, (theirs, mha)
+assert theirs["time_us"] > 3 * tuned["time_us"], (theirs, tuned)
+print("FA2 %.1f us (%.0f%% of HBM; %.1f without GQA), tcdec %.1f us (%.0f%%)" % (
+      theirs["time_us"], 100 * theirs["hbm_share"], mha["time_us"], tuned["time_us"],
+      100 * tuned["hbm_share"]))
+EOF
+)
+check "model --op decode, 4 new tokens under GQA 8: FA2's CTA per query head >3x behind tcdec's packing: $why" \
+  $? "$(cat "$tmp/fa2g.err" "$tmp/fa2m.err" "$tmp/tcg.err" | tail -n 2) $why"
 run fa3d model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --seq-k 4096 \
   --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa3
 [ "$rc" -eq 2 ] && grep -q "FlashAttention-3's decoding is not modelled" "$tmp/fa3d.err"

@@ -163,9 +163,7 @@ static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, cha
     return snprintf(err, errlen, "--launch %s --op decode: %s", o->launch,
                     strcmp(o->launch, "fa2") ? "FlashAttention-3's decoding is not modelled; "
                     "FlashAttention-2's is (--launch fa2)"
-                    : j->p.dim != 64 && j->p.dim != 128 ? "FlashAttention-2's decoding at head dim 64 or 128"
-                    : "FlashAttention-2 packs a GQA group's heads into a CTA for one new token "
-                      "alone (--seq 1)"), -1;
+                    : "FlashAttention-2's decoding at head dim 64 or 128"), -1;
   if (model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0)
     return snprintf(err, errlen, "--launch %s has no %stile for head dim %d (%s)", o->launch,
                     j->p.backward ? "backward " : "", j->p.dim,

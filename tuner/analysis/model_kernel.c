@@ -129,6 +129,7 @@ static int heads_per_cta(const model_problem *p, const model_launch *l) {
 }
 
 static long decode_ctas(const model_problem *p, const model_launch *l) {
+  if (l->decode_per_head) return (long)p->heads * ((p->seq_q + l->block_m - 1) / l->block_m);
   const long rows = (long)kv_group_of(p) * p->seq_q;
   return (long)(p->heads / kv_group_of(p)) * ((rows + l->block_m - 1) / l->block_m);
 }

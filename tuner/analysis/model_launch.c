@@ -107,8 +107,8 @@ static int fa2(const model_problem *p, const estimate_gpu *g, model_launch *l, c
 ** blocks of kBlockN cut into num_splits chunks (model_fa2_splits), and a
 ** combine launch when there are more than one. With one new token under
 ** GQA the group's heads are the CTA's rows (seqlenq_ngroups_swapped), as
-** the model's decoding packs them; with more, FA2 runs a CTA per query
-** head, which it does not take (-1). More than one split runs
+** the model's decoding packs them; with more, a CTA per query head's rows,
+** each of a group's CTAs reading the K/V head. More than one split runs
 ** run_mha_fwd_splitkv_dispatch's tile (d64 64x256, d128 64x128), one split
 ** run_mha_fwd_splitkv_align's (64x128, 64x64), which another file
 ** instantiates (flash_fwd_split_align_hdimD_bf16_sm80.cu). The kernels see
@@ -118,7 +118,8 @@ static int fa2(const model_problem *p, const estimate_gpu *g, model_launch *l, c
 ** Is_softcap, Split, Append_KV. */
 static int fa2_decode(const model_problem *p, const estimate_gpu *g, model_launch *l, char *pat,
                       size_t n) {
-  if ((p->dim != 64 && p->dim != 128) || (p->seq_q > 1 && p->kv_group > 1)) return -1;
+  if (p->dim != 64 && p->dim != 128) return -1;
+  l->decode_per_head = p->seq_q > 1 && p->kv_group > 1;
   l->splits = model_fa2_splits(p, g);
   const int split = l->splits > 1;
   l->block_m = 64;

@@ -79,6 +79,9 @@ typedef struct model_launch {
                               (FlashAttention-2: 2, its dtype; tcbwd -qhead: 4); 0: not so */
   int splits;              /* decoding: CTAs sharing a sequence's keys, their partials
                               merged by a combine launch when more than 1 */
+  int decode_per_head;     /* decoding: a CTA per query head's rows, each of a GQA group's
+                              CTAs reading its K/V head (FlashAttention-2 with more than
+                              one new token); 0: the group's rows packed into a CTA */
   int v_transposed;        /* fp8 (wg): a launch before the main one writes V transposed */
 } model_launch;
 
