@@ -215,7 +215,6 @@ const char *fatune_backend(const fatune_ctx *c) { return backend_name(c->be); }
 
 /* ---- Choosing and building a kernel (slow path) ---- */
 
-
 static fatune_status check_problem(const fatune_problem *p) {
   if (!p) return fail(FATUNE_EINVAL, "no problem");
   if (p->batch < 1 || p->heads < 1 || p->seq_q < 1 || p->seq_k < 1 || p->batch > 65535 ||
@@ -291,7 +290,7 @@ static void say_default(const db_problem *dp, int grouped, const gen_kernel *k) 
 ** of them than the GPU has SMs, leaves SMs idle: at 2k tokens, 32 heads in
 ** groups of 8, d128 on an H100, tcbwd's default makes 64 CTAs and 113
 ** TFLOP/s by the timing model, its qhead=1 form (a CTA per query head,
-** dK and dV summed after) 217; from a full wave on the two are even, and
+** dK and dV summed after) 215; from a full wave on the two are even, and
 ** qhead=1 costs a float workspace per query head (README). The family's
 ** defaults cannot choose by the GPU: a key left out of canonical text
 ** means its absent value. A family without the axis keeps its default. */
