@@ -626,8 +626,6 @@ static void take_workspaces(lua_State *L, gen_kernel *k) {
   lua_pop(L, 1);
 }
 
-/* The "launches" of the render result on top, checked by
-** space.check_launches, into k->launch and k->ws. */
 /* The launch table on top of the stack's role (space.lua checked it). */
 static gen_launch_role take_role(lua_State *L) {
   static const char *const names[] = {"dq", "kv_sum", "v_transpose", NULL};
@@ -641,6 +639,8 @@ static gen_launch_role take_role(lua_State *L) {
   return r;
 }
 
+/* The "launches" of the render result on top, checked by
+** space.check_launches, into k->launch and k->ws. */
 static void take_launches(lua_State *L, gen_call *c) {
   gen_kernel *k = c->kernel;
   push_space_fn(L, c->g, "check_launches");

@@ -159,12 +159,13 @@ static int trace_of(const char *text, const char *fn, const model_launch *l, con
 static int from_cubin(const cli_opts *o, const char *nvdisasm, model_job *j, char *err,
                       size_t errlen) {
   char pattern[256];
-  if (j->p.decode && model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0)
+  const int none = model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0;
+  if (none && j->p.decode)
     return snprintf(err, errlen, "--launch %s --op decode: %s", o->launch,
                     strcmp(o->launch, "fa2") ? "FlashAttention-3's decoding is not modelled; "
                     "FlashAttention-2's is (--launch fa2)"
                     : "FlashAttention-2's decoding at head dim 64 or 128"), -1;
-  if (model_launch_fa(o->launch, &j->p, j->gpu, &j->l, pattern, sizeof pattern) != 0)
+  if (none)
     return snprintf(err, errlen, "--launch %s has no %stile for head dim %d (%s)", o->launch,
                     j->p.backward ? "backward " : "", j->p.dim,
                     j->p.backward && !strcmp(o->launch, "fa3") ? "64 or 128" : "64, 128 or 256"), -1;
@@ -446,9 +447,9 @@ static void print_splits(const model_job *j, const split_point *pt, int n, int b
            i == best ? "  best" : "",
            pt[i].fa2 ? "  FlashAttention-2's heuristic" : "", pt[i].given ? "  (the variant's)" : "");
   }
+  if (!tuned) return;
   int h = 0;
   for (int i = 0; i < n; i++) h = pt[i].fa2 ? i : h;
-  if (!tuned) return;
   printf("  tuned: %d splits, %.2f us; FlashAttention-2's heuristic: %d, %.2f us (%.2fx the tuned time)\n",
          pt[best].splits, pt[best].us, pt[h].splits, pt[h].us, pt[h].us / pt[best].us);
 }
