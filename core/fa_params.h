@@ -61,6 +61,11 @@ typedef struct fa_params {
   const int *seqlens_k;
   int *error;
   int page_size, table_stride, num_pages;
+  /* c / page_size by a multiply (fa_page_divisor sets both; FA_PAGE_OF):
+  ** an integer division costs some twenty instructions, and the paged
+  ** kernels divide for every key row they read. */
+  unsigned page_magic;
+  int page_shift;
   /* New keys and values appended before decoding (templates/append.lua):
   ** seq_q tokens of each sequence, (batch, kv_heads, seq) by their strides;
   ** token j of sequence b goes to cache position seqlens_k[b] + j, and the
@@ -113,6 +118,14 @@ typedef struct fa_params {
   fa_tmap tmap[4];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
                           ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;
+
+/* The page of cache position c (0 <= c < 2^31), c / page_size, from the
+** magic multiplier and shift fa_page_divisor gives (Granlund and
+** Montgomery's division by invariant integers, as CUTLASS's FastDivmod):
+** the high word of c * magic, plus c, shifted. */
+#define FA_PAGE_OF(p, c)                                                              \
+  ((int)(((unsigned)(((unsigned long long)(unsigned)(c) * (p).page_magic) >> 32) +   \
+          (unsigned)(c)) >> (p).page_shift))
 
 /* The K/V head that Q head h reads; the kernels compute it once per CTA. */
 #define FA_KV_HEAD(p, h) ((p).kv_group > 1 ? (h) / (p).kv_group : (h))

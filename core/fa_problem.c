@@ -75,6 +75,14 @@ int fa_problem_pages_per_seq(const fa_problem *p) {
 
 int fa_problem_kv_len(const fa_problem *p, int b) { return p->kv_lens ? p->kv_lens[b] : p->seq_k; }
 
+void fa_page_divisor(int d, unsigned *magic, int *shift) {
+  int l = 0;
+  if (d < 1) d = 1;
+  while (l < 31 && (1u << l) < (unsigned)d) ++l;
+  *shift = l;
+  *magic = (unsigned)((((1ull << l) - (unsigned long long)d) << 32) / (unsigned long long)d + 1);
+}
+
 void fa_dims_text(int dim, int dim_v, char *buf, size_t n) {
   if (dim_v == 0 || dim_v == dim) snprintf(buf, n, "%d", dim);
   else snprintf(buf, n, "%d/%d", dim, dim_v);

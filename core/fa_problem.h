@@ -97,6 +97,9 @@ fa_key_extra fa_problem_key_extra(const fa_problem *p);
 int fa_problem_page(const fa_problem *p);
 int fa_problem_pages_per_seq(const fa_problem *p);
 int fa_problem_kv_len(const fa_problem *p, int b);
+/* The multiplier and shift of FA_PAGE_OF (fa_params.h) for page size d
+** (1 to 2^31 - 1): shift = ceil(log2 d), magic = 2^32 (2^shift - d) / d + 1. */
+void fa_page_divisor(int d, unsigned *magic, int *shift);
 /* The head dims as messages give them: "64", or "192/128" when V's (dim_v:
 ** 0 is dim) differs. */
 void fa_dims_text(int dim, int dim_v, char *buf, size_t n);

@@ -1538,6 +1538,7 @@ static fa_params kvcache_params(const fatune_kvcache_args *x, const fa_problem *
                  .rotary_dim = x->rotary_dim, .rotary_len = x->rotary_len,
                  .rotary_interleaved = x->rotary_interleaved != 0, .rotary_q_step = x->causal != 0};
   a.scale_log2_f32 = (float)a.scale_log2;
+  fa_page_divisor(page, &a.page_magic, &a.page_shift);
   return a;
 }
 

@@ -362,6 +362,7 @@ static int decode_params(const gen_kernel *k, const fa_problem *p, const attn_in
   a->block_table = in->table, a->seqlens_k = in->lens, a->error = out->error;
   a->page_size = fa_problem_page(p), a->table_stride = fa_problem_pages_per_seq(p);
   a->num_pages = in->num_pages;
+  fa_page_divisor(a->page_size, &a->page_magic, &a->page_shift);
   return 0;
 }
 

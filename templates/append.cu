@@ -66,7 +66,7 @@ FA_KERNEL(${args.entry}, ${NT})
     return;
   }
   if (first) fa_st_i32(p.seqlens_out + b, len + p.seq_q);
-  const int pos = len + j, pg = pos / p.page_size, tok = pos - pg * p.page_size;
+  const int pos = len + j, pg = FA_PAGE_OF(p, pos), tok = pos - pg * p.page_size;
   const int page = p.block_table ? fa_ldg_i32(p.block_table + (long long)b * p.table_stride + pg)
                    : p.cache_batch_idx ? fa_ldg_i32(p.cache_batch_idx + b) : b;
   if ((unsigned)page >= (unsigned)p.num_pages) {   /* never written */

@@ -8,7 +8,7 @@ $ if A.part == "offsets" then
       const int key = ${A.k0} + cc;
       long long ko = -1, vo = -1;
       if (key < k_hi) {
-        const int pg = key / p.page_size, tok = key - pg * p.page_size;
+        const int pg = FA_PAGE_OF(p, key), tok = key - pg * p.page_size;
         const int page = table ? fa_ldg_i32(table + pg) : row_b;
         if ((unsigned)page < (unsigned)p.num_pages) {
           ko = page * p.k_sb + tok * p.k_sn + hk * p.k_sh;

@@ -47,7 +47,7 @@ end
 function paged.locate(key, in_seq)
   return string.format([[
 const int pkey = %s, in_seq = %s;
-const int pg = (int)((unsigned)pkey / (unsigned)p.page_size), tok = pkey - pg * p.page_size;]],
+const int pg = FA_PAGE_OF(p, pkey), tok = pkey - pg * p.page_size;]],
                        key, in_seq)
 end
 
@@ -63,8 +63,9 @@ end
 -- expression: lookup's, or one looked up earlier) in K and V, for K/V
 -- head hk (an expression), es bytes an element: in 16-byte units from
 -- the tensor's base (rows are 16-byte aligned; 32 bits cover 64 GiB, the
--- library's limit on a cache), 0xffffffff where it is not read: not
--- in_seq, or on a page outside the pool (error[0] set).
+-- library's limit on a cache). Where it is not read (not in_seq, or on a
+-- page outside the pool: error[0] set), ko is 0xffffffff, the mark the
+-- copies test for both (one test, not two), and vo 0.
 function paged.offsets(page, hk, es)
   local function off(t)
     return string.format("(unsigned)((((long long)(unsigned)page * p.%s_sb + (long long)(unsigned)tok * p.%s_sn + "
@@ -74,7 +75,7 @@ function paged.offsets(page, hk, es)
 const int page = %s, ok = (unsigned)page < (unsigned)p.num_pages;
 if (in_seq && !ok) fa_st_i32(p.error, 1); /* a page outside the pool: its keys are not read */
 const unsigned ko = ok ? %s : 0xffffffffu;
-const unsigned vo = ok ? %s : 0xffffffffu;]], page, off("k"), off("v"))
+const unsigned vo = ok ? %s : 0u;]], page, off("k"), off("v"))
 end
 
 return paged

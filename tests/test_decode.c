@@ -898,6 +898,31 @@ static void test_fa2_heuristic(void) {
   CHECK(model_fa2_splits(&p, h100) == 1, "one block: %d splits", model_fa2_splits(&p, h100));
 }
 
+/* FA_PAGE_OF, the kernels' c / page_size by a multiply, against the
+** division: every page size to 300 and some far above, cache positions
+** from 0 up, around multiples of the size and next to 2^31. */
+static void test_page_divisor(void) {
+  static const int big[] = {1000, 4096, 65535, 65537, 1 << 20, (1 << 20) + 1, 123456789,
+                            (1 << 30) + 3, 0x7fffffff};
+  int bad = 0;
+  for (int i = 0; i < 300 + (int)(sizeof big / sizeof big[0]) && bad < 5; i++) {
+    fa_params a = {.page_size = i < 300 ? i + 1 : big[i - 300]};
+    fa_page_divisor(a.page_size, &a.page_magic, &a.page_shift);
+    const long long d = a.page_size;
+    const long long cs[] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, 7 * d + 3, 1000003,
+                            0x7fffffffLL - d, 0x7fffffffLL - 1, 0x7fffffffLL};
+    for (size_t j = 0; j < sizeof cs / sizeof cs[0]; j++) {
+      const long long c = cs[j];
+      if (c < 0 || c > 0x7fffffffLL) continue;
+      const int got = FA_PAGE_OF(a, c), want = (int)(c / d);
+      if (got != want && bad++ < 5) CHECK(0, "page %lld, position %lld: %d, not %d", d, c, got, want);
+    }
+    for (int c = 0; c < 2000; c++)
+      if (FA_PAGE_OF(a, c) != (int)(c / d) && bad++ < 5)
+        CHECK(0, "page %lld, position %d: %d", d, c, FA_PAGE_OF(a, c));
+  }
+}
+
 int main(void) {
   char err[512];
   const char *env = getenv("FATUNE_TEST_SEED");
@@ -915,6 +940,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
     test_reference(refs[i].page, refs[i].group, refs[i].causal);
   test_fa2_heuristic();
+  test_page_divisor();
   test_bad_input();
   test_library();
   test_append();

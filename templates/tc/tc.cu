@@ -248,10 +248,11 @@ $   if block_n % pass_rows ~= 0 then
 $   else
     {
 $   end
-      /* the row's chunks; a row not read copies zeros from the tensor's base */
-      const int kin = ko != 0xffffffffu, vin = vo != 0xffffffffu;
+      /* the row's chunks; a row not read copies zeros from the tensor's base
+      ** (K's mark says for V: paged.offsets) */
+      const int kin = ko != 0xffffffffu, vin = kin;
       const unsigned char *const kr = (const unsigned char *)((const fa_u32x4 *)kc + (kin ? ko : 0u));
-      const unsigned char *const vr = (const unsigned char *)((const fa_u32x4 *)vc + (vin ? vo : 0u));
+      const unsigned char *const vr = (const unsigned char *)((const fa_u32x4 *)vc + (kin ? vo : 0u));
       FA_UNROLL
       for (int sp = 0; sp < ${P.copy_spans}; ++sp) {
 $   if swizzle ~= 0 and pass_rows % 8 ~= 0 then
