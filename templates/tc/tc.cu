@@ -119,7 +119,11 @@ $     if swizzle ~= 0 and pass_rows % 8 ~= 0 then
       /* passes of fewer than 8 rows: each row its own swizzle */
       fa_cp_async_16(ss + (${tile} + fa_tile_offset(copy_row + i * ${pass_rows}, copy_chunk + sp * ${span}, ${row_bytes}, ${swizzle})), gp + sp * ${8 * span}, bytes);
 $     else
+$       if P.span_xor then
+      fa_cp_async_16(ss + (${tile} + (copy_offset ^ sp * ${16 * span}) + i * ${pass_rows * row_bytes}), gp + sp * ${8 * span}, bytes);
+$       else
       fa_cp_async_16(ss + (${tile} + copy_offset + i * ${pass_rows * row_bytes} + sp * ${16 * span}), gp + sp * ${8 * span}, bytes);
+$       end
 $     end
     }
     }
@@ -258,7 +262,11 @@ $   end
 $   if swizzle ~= 0 and pass_rows % 8 ~= 0 then
         const int to = fa_tile_offset(copy_row + i * ${pass_rows}, copy_chunk + sp * ${span}, ${row_bytes}, ${swizzle});
 $   else
+$     if P.span_xor then
+        const int to = (copy_offset ^ sp * ${16 * span}) + i * ${pass_rows * row_bytes};
+$     else
         const int to = copy_offset + i * ${pass_rows * row_bytes} + sp * ${16 * span};
+$     end
 $   end
 $   for _, t in ipairs({ { "k", "kst", dim }, { "v", "vst", P.dim_v } }) do
 $     if t[3] < padded_dim then

@@ -189,6 +189,16 @@ function tc.plan(c)
   -- swizzle XOR stays inside a span), and each warp-wide copy still reads
   -- whole 32-byte sectors.
   P.copy_chunks = P.row_chunks > 8 and P.row_chunks % 8 == 0 and 8 or P.row_chunks
+  -- The paged form's copies pay per row (its slot's read, its mark, two
+  -- addresses: tc.cu's copy_kv_paged), whatever its chunks: at head dim 64
+  -- spans of 4 chunks halve its rows a thread (1139 instructions per K/V
+  -- block and warp to 1112 on sm_80 at FlashAttention-2's tile). At 128
+  -- the spans are 8 chunks already, and 4 left ptxas spilling more.
+  -- Under the 8-chunk swizzle a span's chunks then sit at the first's
+  -- offset XOR the span's bytes (chunk c + 4 at (c ^ t) ^ 4), not at an
+  -- immediate past it: span_xor.
+  if c.paged == 1 and P.row_chunks == 8 then P.copy_chunks = 4 end
+  P.span_xor = P.swizzle == 8 and P.copy_chunks < 8
   P.copy_spans = P.row_chunks // P.copy_chunks
   P.column_copy = P.async_copy and P.threads % P.copy_chunks == 0
   P.pass_rows = P.threads // P.copy_chunks
