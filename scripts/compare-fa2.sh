@@ -11,10 +11,11 @@
 #   e.g. the csrc/cutlass submodule FA2 pins.
 # With FA_CUBINS=DIR, it also compiles d256 and the causal kernels
 # (flash_fwd_hdimD_bf16_causal_sm80.cu), the backward pass's at d64 and
-# d128 (flash_bwd_hdimD_bf16_sm80.cu) and the decoding kernels at d128
-# (flash_fwd_split[_align]_hdim128_bf16_sm80.cu: more than one split, and
-# one), and keeps every cubin there as fa2_dD[_causal]_sm_XX.cubin,
-# fa2_bwd_dD_sm_XX.cubin and fa2_split[_align]_d128_sm_XX.cubin
+# d128 (flash_bwd_hdimD_bf16_sm80.cu) and the decoding kernels
+# at d64, d128 and d256 (flash_fwd_split[_align]_hdimD_bf16_sm80.cu: more
+# than one split, and one), and keeps every cubin there as
+# fa2_dD[_causal]_sm_XX.cubin, fa2_bwd_dD_sm_XX.cubin and
+# fa2_split[_align]_dD_sm_XX.cubin
 # (tests/data/fa holds them gzipped, for fatune model's validation,
 # scripts/bench-model.sh and scripts/bench-decode.sh).
 # It downloads nothing. Needs nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin or
@@ -67,7 +68,7 @@ if [ -n "${FA_CUBINS:-}" ]; then
     all+=("$arch 256")
     for dim in 64 128 256; do all+=("$arch ${dim}_causal"); done
     for dim in 64 128; do all+=("$arch bwd_$dim"); done
-    all+=("$arch split_128" "$arch split_align_128")
+    for dim in 64 128 256; do all+=("$arch split_$dim" "$arch split_align_$dim"); done
   done
 fi
 jobs=$(nproc)
@@ -78,7 +79,7 @@ for c in "${all[@]}"; do
   file="$src/flash_fwd_hdim${dim%_causal}_bf16_sm80.cu"
   [ "$dim" = "${dim%_causal}" ] || file="$src/flash_fwd_hdim${dim%_causal}_bf16_causal_sm80.cu"
   [ "$dim" = "${dim#bwd_}" ] || file="$src/flash_bwd_hdim${dim#bwd_}_bf16_sm80.cu"
-  [ "$dim" = "${dim#split}" ] || file="$src/flash_fwd_${dim%_128}_hdim128_bf16_sm80.cu"
+  [ "$dim" = "${dim#split}" ] || file="$src/flash_fwd_${dim%_*}_hdim${dim##*_}_bf16_sm80.cu"
   "$nvcc" "${flags[@]}" -gencode "arch=compute_$cc,code=$arch" -o "$out/d${dim}_$arch.cubin" \
     "$file" >"$out/d${dim}_$arch.log" 2>&1 &
   running=$((running + 1))
@@ -97,7 +98,7 @@ if [ -n "${FA_CUBINS:-}" ]; then
     read -r arch dim <<<"$c"
     name="fa2_d${dim}_$arch.cubin"
     [ "$dim" = "${dim#bwd_}" ] || name="fa2_bwd_d${dim#bwd_}_$arch.cubin"
-    [ "$dim" = "${dim#split}" ] || name="fa2_${dim%_128}_d128_$arch.cubin"
+    [ "$dim" = "${dim#split}" ] || name="fa2_${dim%_*}_d${dim##*_}_$arch.cubin"
     cp "$out/d${dim}_$arch.cubin" "$FA_CUBINS/$name"
   done
 fi

@@ -197,6 +197,32 @@ EOF
 )
 check "model --op decode --launch fa2: FlashAttention-2's kernels at its heuristic's splits: $why" $? \
   "$(cat "$tmp/fa2s.err" "$tmp/fa2a.err" | tail -n 2) $why"
+# At d64 and d256 the tiles differ (64 x 256 and 64 x 64 with splits, 64 x
+# 128 and 64 x 64 without): the launch names the instantiation it runs.
+for f in fa2_split_d64_sm_80 fa2_split_d256_sm_90 fa2_split_align_d256_sm_90; do
+  gzip -dc "$data/$f.cubin.gz" >"$tmp/$f.cubin"
+done
+run fa2s64 model --op decode --gpu a100 --dim 64 --dtype bf16 --heads 32 --batch 1 --seq-k 32768 \
+  --cubin "$tmp/fa2_split_d64_sm_80.cubin" --launch fa2 --json
+run fa2s256 model --op decode --gpu h100 --dim 256 --dtype bf16 --heads 32 --batch 1 --seq-k 32768 \
+  --cubin "$tmp/fa2_split_d256_sm_90.cubin" --launch fa2 --json
+run fa2a256 model --op decode --gpu h100 --dim 256 --dtype bf16 --heads 32 --batch 64 --seq-k 4096 \
+  --cubin "$tmp/fa2_split_align_d256_sm_90.cubin" --launch fa2 --json
+why=$(python3 - "$tmp/fa2s64.out" "$tmp/fa2s256.out" "$tmp/fa2a256.out" <<'EOF' 2>&1
+import json, sys
+s64, s256, a256 = (json.load(open(f))[0] for f in sys.argv[1:])
+for r, tile in ((s64, "ILi64ELi64ELi256ELi4E"), (s256, "ILi256ELi64ELi64ELi4E"),
+                (a256, "ILi256ELi64ELi64ELi4E")):
+    assert tile in r["kernel"] and r["fa2_heuristic"], r
+    assert r["bound"] == "DRAM" and r["hbm_share"] >= 0.85, r
+assert s64["splits"] > 1 and s256["splits"] > 1 and a256["splits"] == 1, (s64, s256, a256)
+print("d64 %d splits %.0f%% of HBM, d256 %d splits %.0f%%, d256 1 split %.0f%%" % (
+    s64["splits"], 100 * s64["hbm_share"], s256["splits"], 100 * s256["hbm_share"],
+    100 * a256["hbm_share"]))
+EOF
+)
+check "model --op decode --launch fa2 at d64 and d256: their tiles' kernels, DRAM-bound: $why" $? \
+  "$(cat "$tmp/fa2s64.err" "$tmp/fa2s256.err" "$tmp/fa2a256.err" | tail -n 2) $why"
 run fa2w model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --batch 64 --seq-k 4096 \
   --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa2
 [ "$rc" -eq 2 ] && grep -q "flash_fwd_split_align_hdim128_bf16_sm80.cu" "$tmp/fa2w.err"

@@ -458,7 +458,8 @@ static void print_splits_json(const model_job *j, const split_point *pt, int n, 
   static const fa_column col[] = {{"splits", 0, NULL}, {"time_us", 0, NULL},
                                   {"kv_bytes", 0, NULL}, {"hbm_share", 0, NULL},
                                   {"combine_us", 0, NULL}, {"bound", 0, NULL}, {"best", 0, NULL},
-                                  {"fa2_heuristic", 0, NULL}, {NULL, 0, NULL}};
+                                  {"fa2_heuristic", 0, NULL}, {"kernel", 0, NULL},
+                                  {NULL, 0, NULL}};
   printf("[");
   for (int i = 0; i < n; i++) {
     const double share = pt[i].kv_bytes / (pt[i].us * 1e-6) / (j->gpu->dram_gbs * 1e9);
@@ -466,7 +467,7 @@ static void print_splits_json(const model_job *j, const split_point *pt, int n, 
                             fa_cell_real(pt[i].kv_bytes, "%.6g"), fa_cell_real(share, "%.6g"),
                             fa_cell_real(pt[i].combine_us, "%.6g"), fa_cell_text(pt[i].bound),
                             fa_cell_int(i == best),
-                            fa_cell_int(pt[i].fa2)};
+                            fa_cell_int(pt[i].fa2), fa_cell_text(j->kernel)};
     printf("%s", i ? ",\n " : "");
     fa_sink_object(stdout, col, cell, (int)(sizeof cell / sizeof cell[0]));
   }

@@ -109,8 +109,9 @@ static int fa2(const model_problem *p, const estimate_gpu *g, model_launch *l, c
 ** GQA the group's heads are the CTA's rows (seqlenq_ngroups_swapped), as
 ** the model's decoding packs them; with more, a CTA per query head's rows,
 ** each of a group's CTAs reading the K/V head. More than one split runs
-** run_mha_fwd_splitkv_dispatch's tile (d64 64x256, d128 64x128), one split
-** run_mha_fwd_splitkv_align's (64x128, 64x64), which another file
+** run_mha_fwd_splitkv_dispatch's tile (d64 64x256, d128 64x128, d256
+** 64x64), one split run_mha_fwd_splitkv_align's (64x128, 64x64, 64x64),
+** which another file
 ** instantiates (flash_fwd_split_align_hdimD_bf16_sm80.cu). The kernels see
 ** cache_seqlens (cu_seqlens_k set): never Is_even_MN. One new token is
 ** never causal (mha_fwd_kvcache drops the flag). Template flags after the
@@ -118,12 +119,12 @@ static int fa2(const model_problem *p, const estimate_gpu *g, model_launch *l, c
 ** Is_softcap, Split, Append_KV. */
 static int fa2_decode(const model_problem *p, const estimate_gpu *g, model_launch *l, char *pat,
                       size_t n) {
-  if (p->dim != 64 && p->dim != 128) return -1;
+  if (p->dim != 64 && p->dim != 128 && p->dim != 256) return -1;
   l->decode_per_head = p->seq_q > 1 && p->kv_group > 1;
   l->splits = model_fa2_splits(p, g);
   const int split = l->splits > 1;
   l->block_m = 64;
-  l->block_n = p->dim == 64 ? (split ? 256 : 128) : (split ? 128 : 64);
+  l->block_n = p->dim == 64 ? (split ? 256 : 128) : p->dim == 128 ? (split ? 128 : 64) : 64;
   l->threads = 128;
   l->smem_bytes = (l->block_m + 2 * l->block_n) * p->dim * 2;
   snprintf(pat, n, "flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi%dELi64ELi%dELi4E*"
