@@ -311,6 +311,36 @@ static void spread_query_heads(fatune_ctx *c, const fa_problem *fp, gen_kernel *
   *k = spread;
 }
 
+/* Decoding whose group has more query rows than tcdec's 16-row tile (GQA
+** with several new tokens): the default runs two CTAs or more a group,
+** each copying the K/V head's blocks; its rows=32 form runs one of two
+** tiles a 32 rows. Past head dim 128 with 8 warps, 4 a tile: O holds 128
+** registers a thread there, and a warp's 32 keys of a 64-key block take
+** it to 255. By the timing model, 4 new tokens under GQA 8 on an H100: d128
+** 26.0 us, 22.0 as rows=32; d256 78.8, 69.8 with 4 warps, 42.2 with 8
+** (README). As for spread_query_heads, the family's defaults cannot say
+** it. */
+static void widen_decode_rows(fatune_ctx *c, const fa_problem *fp, gen_kernel *k) {
+  if (fp->op != FA_OP_DECODE || strcmp(k->cfg.family, "tcdec") ||
+      (long long)fa_problem_group(fp) * fp->seq_q <= 16)
+    return;
+  /* the default's pairs, its warps doubled past d128, and the rows */
+  char text[1024];
+  size_t n = (size_t)snprintf(text, sizeof text, "family=%s", k->cfg.family);
+  for (int i = 0; i < k->cfg.n && n < sizeof text; i++) {
+    const gen_pair *q = &k->cfg.pair[i];
+    const int wider = !strcmp(q->key, "warps") && fa_problem_dim_v(fp) > 128;
+    n += (size_t)snprintf(text + n, sizeof text - n, ",%s=%s", q->key, wider ? "8" : q->value);
+  }
+  if (n >= sizeof text || snprintf(text + n, sizeof text - n, ",rows=32") >= (int)(sizeof text - n))
+    return;
+  gen_kernel wide;
+  memset(&wide, 0, sizeof wide);
+  if (gen_render_config(c->gen, text, fp, &c->target, &wide) != 0) return;
+  gen_kernel_free(k);
+  *k = wide;
+}
+
 /* Render the variant for p: the database's choice when it fits p, else the
 ** default. The templates and the problem, not the database, decide what
 ** runs: a stored config for another dim, dtype, mask or family would read
@@ -362,6 +392,7 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
   int rc = gen_set_mod(c->gen, fp->mod);
   if (rc == 0) rc = gen_render_config(c->gen, "", fp, &c->target, k);
   if (rc == 0) spread_query_heads(c, fp, k);
+  if (rc == 0) widen_decode_rows(c, fp, k);
   if (rc != 0) {
     /* fp8 needs Hopper's wgmma: said in words a user acts on. */
     fatune_status st =

@@ -15,8 +15,10 @@
 #
 # usage: scripts/bench-decode.sh [path/to/fatune]    (default build/fatune)
 # GPUS="h100 a100" narrows it; MHA_VARIANT and GQA_VARIANT name fatune's
-# kernels (at d128; tcdec-bf16-dD-n64w4-s1 at another head dim). Needs
-# nvdisasm (scripts/install-deps.sh).
+# kernels (at d128; tcdec-bf16-dD-n64w4-s1 at another head dim), and
+# WIDE_VARIANT the one for a group of 32 rows (GQA 8, 4 new tokens: two m16
+# tiles a CTA, tcdec-bf16-dD-m32n64w4-s1, 8 warps at d256 as the library's
+# untuned choice). Needs nvdisasm (scripts/install-deps.sh).
 # About 6 s a line on two cores, most of it NVRTC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +63,9 @@ for gpu in $gpus; do
     v=$mha
     [ "$g" -gt 1 ] && v=$gqa
     [ "$d" = 128 ] || v=tcdec-bf16-d$d-n64w4-s1
+    w=4
+    [ "$d" -gt 128 ] && w=8
+    case "$flags" in *"--seq 4 "*) [ "$g" -gt 1 ] && v="${WIDE_VARIANT:-tcdec-bf16-d$d-m32n64w$w-s1}";; esac
     # shellcheck disable=SC2086
     "$fatune" model --op decode --gpu "$gpu" --dtype bf16 --dim "$d" --heads 32 --page 16 \
       $flags --variant "$v" --json >"$fa2/ours.json"

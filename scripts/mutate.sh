@@ -365,6 +365,15 @@ mut lib-gqa-spread lib/fatune.c \
 mut lib-gqa-spread-full lib/fatune.c \
   'l.grid[2] >= d->sm_count) return;' 'l.grid[2] >= 0) {}' \
   'test_gpu_fake'
+mut lib-decode-wide lib/fatune.c \
+  'if (rc == 0) widen_decode_rows(c, fp, k);' '' \
+  'test_decode'
+mut lib-decode-wide-all lib/fatune.c \
+  '(long long)fa_problem_group(fp) * fp->seq_q <= 16)' '0)' \
+  'test_decode'
+mut tcdec-rows-merge templates/tcdec/tcdec.cu \
+  'const int w0 = i / 16 * ${WK}, li = i % 16;' 'const int w0 = 0, li = i % 16;' \
+  'test_decode'
 mut model-fa2-decode-splits tuner/analysis/model_launch.c \
   'l->splits = model_fa2_splits(p, g);' 'l->splits = 1;' \
   'cli_decode'

@@ -252,6 +252,20 @@ EOF
 )
 check "model --op decode, 4 new tokens under GQA 8: FA2's CTA per query head >3x behind tcdec's packing: $why" \
   $? "$(cat "$tmp/fa2g.err" "$tmp/fa2m.err" "$tmp/tcg.err" | tail -n 2) $why"
+# The group's 32 rows in one CTA of two m16 tiles (rows=32): the K/V
+# head's blocks copied once, not by two CTAs.
+run tcw model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --gqa 8 --seq 4 \
+  --seq-k 32768 --batch 1 --variant tcdec-bf16-d128-m32n64w4-s1 --json
+why=$(python3 - "$tmp/tcg.out" "$tmp/tcw.out" <<'EOF' 2>&1
+import json, sys
+narrow, wide = (next(r for r in json.load(open(f)) if r["best"]) for f in sys.argv[1:])
+assert wide["time_us"] < 0.95 * narrow["time_us"], (narrow, wide)
+print("m16: %.1f us (%.0f%% of HBM), m32: %.1f us (%.0f%%)" % (narrow["time_us"],
+      100 * narrow["hbm_share"], wide["time_us"], 100 * wide["hbm_share"]))
+EOF
+)
+check "model --op decode, 4 new tokens under GQA 8: tcdec's 32-row CTAs ahead of two 16-row ones: $why" \
+  $? "$(cat "$tmp/tcw.err" | tail -n 2) $why"
 run fa3d model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --seq-k 4096 \
   --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa3
 [ "$rc" -eq 2 ] && grep -q "FlashAttention-3's decoding is not modelled" "$tmp/fa3d.err"

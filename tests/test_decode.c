@@ -155,6 +155,12 @@ static void test_space(fa_dtype t, int dim, int group, int seq_q, int causal) {
   gen_kernel *ks = sp.k;
   fa_build *bs = sp.b;
   CHECK(n >= 6, "%s d%d: %zu decode variants", fa_dtype_name(t), dim, n);
+  /* a group of more than 16 rows: tcdec's two-tile CTAs are in the space */
+  int two_tiles = 0;
+  for (size_t i = 0; i < n; i++) two_tiles += strstr(ks[i].name, "tcdec") && strstr(ks[i].name, "-m32");
+  if (t != FA_FP32 && t != FA_FP64)
+    CHECK((group * seq_q > 16) == (two_tiles > 0), "%s d%d, %d rows a group: %d tcdec variants "
+          "of 32 rows", fa_dtype_name(t), dim, group * seq_q, two_tiles);
   for (size_t i = 0; i < n; i++) {
     const int split = strcmp(gen_config_get(&ks[i].cfg, "splits"), "1") != 0;
     CHECK(ks[i].op == FA_OP_DECODE && ks[i].nlaunch == 1 + split && ks[i].main == 0,
@@ -573,6 +579,62 @@ done:
   val_case_free(&c);
 }
 
+/* Untuned, a group of more query rows than tcdec's 16-row tile (3 new
+** tokens under GQA 8: 24) runs the rows=32 form, one CTA a group (past
+** head dim 128 with 8 warps), judged against the float64 reference; a
+** group of 16 rows keeps the default. */
+static void test_wide_default(int seq_q, int dim) {
+  static const int lens[2] = {37, 20};
+  fa_problem p = {.batch = 2, .heads = 16, .seq_q = seq_q, .seq_k = 40, .dim = dim,
+                  .dtype = FA_BF16, .causal = 1, .op = FA_OP_DECODE, .kv_group = 8, .page = 8,
+                  .kv_lens = lens};
+  char err[512], dbpath[] = "/tmp/fatune-test-decode-XXXXXX";
+  val_case c;
+  if (val_case_make(&c, &p, seed++, err, sizeof err) != 0) {
+    CHECK(0, "case: %s", err);
+    return;
+  }
+  fatune_ctx *ctx = emu_context(dbpath);
+  const size_t rows = (size_t)2 * 16 * seq_q;
+  unsigned short *o = malloc(rows * dim * 2);
+  float *lse = malloc(rows * sizeof *lse);
+  int *seqlens = malloc(sizeof lens);
+  fatune_decode_plan *plan = NULL;
+  if (!ctx || !o || !lse || !seqlens) {
+    CHECK(0, "setup");
+    goto done;
+  }
+  memcpy(seqlens, lens, sizeof lens);
+  const long long qs[4] = {16LL * seq_q * dim, (long long)seq_q * dim, dim, 1};
+  const long long ks[4] = {8LL * 2 * dim, 2LL * dim, dim, 1};
+  fatune_kvcache_args x = {
+    .q = host_tensor(c.q, FA_BF16, 2, 16, seq_q, dim, qs),
+    .k_cache = host_tensor(c.k, FA_BF16, c.num_pages, 8, 2, dim, ks),
+    .v_cache = host_tensor(c.v, FA_BF16, c.num_pages, 8, 2, dim, ks),
+    .o = host_tensor(o, FA_BF16, 2, 16, seq_q, dim, qs), .lse = lse,
+    .block_table = c.table, .pages_per_seq = fa_problem_pages_per_seq(&p),
+    .cache_seqlens = seqlens, .causal = 1};
+  CHECK(fatune_decode_plan_create(ctx, &x, &plan) == FATUNE_OK, "plan: %s", fatune_errmsg());
+  if (!plan) goto done;
+  const char *v = fatune_decode_plan_variant(plan);
+  const int wide = strstr(v, "tcdec") && strstr(v, dim > 128 ? "-m32n64w8" : "-m32n64w4");
+  CHECK(wide == (8 * seq_q > 16), "%d rows a group, d%d: the default %s", 8 * seq_q, dim, v);
+  memset(o, 0xFF, rows * dim * 2);
+  CHECK(fatune_decode_plan_run(plan, &x) == FATUNE_OK, "run: %s", fatune_errmsg());
+  CHECK(fatune_decode_plan_check(plan) == FATUNE_OK, "check: %s", fatune_errmsg());
+  const void *got[2] = {o, lse};
+  val_result r;
+  val_judge(&c, got, &r);
+  CHECK(r.status == VAL_OK, "%s through libfatune: %s", v, r.msg);
+  printf("gqa 8, %d new tokens, d%d, untuned: %s, error %.3e\n", seq_q, dim, v, r.rel_err);
+done:
+  fatune_decode_plan_free(plan);
+  fatune_close(ctx);
+  unlink(dbpath);
+  free(o), free(lse), free(seqlens);
+  val_case_free(&c);
+}
+
 /* Many new tokens (prefill): libfatune runs the forward pass's form over
 ** the KV cache (tc's paged form) on the emulator, judged against the
 ** float64 reference: pages of `page` tokens, shuffled, the first page of
@@ -943,6 +1005,9 @@ int main(void) {
   test_page_divisor();
   test_bad_input();
   test_library();
+  test_wide_default(2, 16);
+  test_wide_default(3, 16);
+  test_wide_default(3, 256);
   test_append();
   /* prefill: pages of 1, 16 and 48 tokens (none a multiple of a K/V block
   ** but 1's), a sequence without keys, one shorter than its new tokens */
@@ -961,6 +1026,7 @@ int main(void) {
   test_space(FA_FP16, 32, 2, 3, 1);
   test_space(FA_FP64, 16, 2, 2, 1);
   test_space(FA_BF16, 64, 8, 2, 1);   /* 16 rows: tcdec's whole m16 tile */
+  test_space(FA_BF16, 64, 8, 3, 1);   /* 24 rows: tcdec's rows=32, its second tile half empty */
   static const int long_lens[5] = {150, 0, 1, 97, 200}, short_lens[5] = {70, 0, 1, 33, 90};
   test_paged_space(FA_BF16, 64, 2, 70, 1, long_lens, 200);
   test_paged_space(FA_FP16, 128, 1, 33, 0, short_lens, 90);

@@ -2,6 +2,7 @@ $ -- tcdec.cu: split-KV decoding over a paged KV cache on tensor cores (see tcde
 $ local c, P = args.cfg, args.P
 $ local causal = c.causal == 1
 $ local D, DV, BN, W, NT, NW = P.D, P.DV, P.BN, P.W, P.NT, P.NW
+$ local R, MT, WK = P.R, P.MT, P.WK
 $ local QRS, KRS, VRS = P.QRS, P.KRS, P.VRS
 $ local S = c.splits
 $ local bf = c.dtype == "bf16"
@@ -12,9 +13,9 @@ $ local KT, NT8, VT = D // 16, NW // 8, DV // 8
 $ local each = require("decode").each
 $ -- A score or mask modification (mod.lua): its functions precede the kernels.
 $ local mod = c.mod
-/* ${args.entry}: decoding on tensor cores, 16 query rows of one K/V head's group per
-** CTA, ${BN} keys a block, ${NW} a warp, ${NT} threads, ${S} split(s) of each
-** sequence's keys. */
+/* ${args.entry}: decoding on tensor cores, ${R} query rows of one K/V head's group per
+** CTA (${MT} m16 tile(s) of ${WK} warp(s) each), ${BN} keys a block, ${NW} a warp, ${NT}
+** threads, ${S} split(s) of each sequence's keys. */
 
 $ -- The partials of query row (b, h, r): S rows of DV, then S logsumexps
 $ -- in log2 units.
@@ -26,17 +27,22 @@ $ if mod then
 ${require("mod").c_functions(mod, "float")}
 
 $ end
-/* The split's keys for its CTA's 16 query rows: gathered page by page by
+/* The split's keys for its CTA's ${R} query rows: gathered page by page by
 ** cp.async, S = Q K^T and O += P V on tensor cores, each warp over its
 ** share of every block with a softmax of its own, merged at the end. */
 FA_KERNEL(${args.entry}_split, ${NT})
 {
   const int tid = fa_tid(), lane = tid & 31, warp = tid >> 5;
+$ if MT > 1 then
+  const int mt = warp / ${WK}, kwarp = warp - mt * ${WK};  /* the warp's m16 tile, its place there */
+$ else
+  const int mt = 0, kwarp = warp;
+$ end
   const int group = p.kv_group > 1 ? p.kv_group : 1;
   /* CTA y: rows row0.. of K/V head hk's group, whose row gi is query row
   ** gi % seq_q of head hk * group + gi / seq_q. */
-  const int grows = group * p.seq_q, per = (grows + 15) / 16;
-  const int hk = fa_bid_y() / per, row0 = (fa_bid_y() - hk * per) * 16;
+  const int grows = group * p.seq_q, per = (grows + ${R - 1}) / ${R};
+  const int hk = fa_bid_y() / per, row0 = (fa_bid_y() - hk * per) * ${R};
   const int b = fa_bid_z(), split = fa_bid_x();
   (void)split;
   /* The sequence's keys, within the cache's capacity: a length outside it
@@ -44,7 +50,7 @@ FA_KERNEL(${args.entry}_split, ${NT})
   const int cap = p.table_stride * p.page_size, len_in = fa_ldg_i32(p.seqlens_k + b);
   const int len = len_in < 0 ? 0 : len_in > cap ? cap : len_in;
 $ if mod and mod.mask then
-  ${require("decode").mod_range({ BN = BN, NT = NT, R = 16, m = mod })}
+  ${require("decode").mod_range({ BN = BN, NT = NT, R = R, m = mod })}
   /* The split's share of those keys [k_lo, k_hi): whole blocks but the last. */
   const int chunk = ((vis_hi - vis_lo + ${S - 1}) / ${S} + ${BN - 1}) / ${BN} * ${BN};
   const int k_lo = vis_lo + split * chunk, k_hi = vis_hi < k_lo + chunk ? vis_hi : k_lo + chunk;
@@ -66,8 +72,8 @@ $ end
   unsigned char *const stage0 = raw + ${P.off_stage};
   int bad = 0;  /* a block-table entry outside the pool */
 
-  /* Q's 16 rows as they are (zeros past the group), 16 bytes a copy. */
-  ${each("e", "tid", 16 * (D // 8), NT)} {
+  /* Q's ${R} rows as they are (zeros past the group), 16 bytes a copy. */
+  ${each("e", "tid", R * (D // 8), NT)} {
     const int i = e / ${D // 8}, ch = e - i * ${D // 8}, gi = row0 + i;
     fa_u32x4 x = {0, 0, 0, 0};
     if (gi < grows) {
@@ -77,7 +83,7 @@ $ end
     }
     fa_sts_u32x4((fa_u32x4 *)(raw + ${P.off_q} + i * ${QRS}) + ch, x);
   }
-  for (int i = tid; i < 16; i += ${NT}) {
+  for (int i = tid; i < ${R}; i += ${NT}) {
     const int gi = row0 + i, r = gi - gi / p.seq_q * p.seq_q;
 $ if causal then
     fa_sts_i32(last_s + i, gi < grows ? r + len - p.seq_q : -1);
@@ -91,14 +97,14 @@ $ end
   unsigned qa[${KT}][4];
   FA_UNROLL
   for (int kk = 0; kk < ${KT}; kk++)
-    fa_ldmatrix_x4(qa[kk], sbase + ${P.off_q} + (lane & 15) * ${QRS} + (kk * 16 + 8 * (lane >> 4)) * 2);
-  /* this thread's rows of the tile: lane / 4 and lane / 4 + 8 */
+    fa_ldmatrix_x4(qa[kk], sbase + ${P.off_q} + (mt * 16 + (lane & 15)) * ${QRS} + (kk * 16 + 8 * (lane >> 4)) * 2);
+  /* this thread's rows of its tile: lane / 4 and lane / 4 + 8 */
   const int ra = lane >> 2, rb = ra + 8;
-  const int last_a = fa_lds_i32(last_s + ra), last_b = fa_lds_i32(last_s + rb);
+  const int last_a = fa_lds_i32(last_s + mt * 16 + ra), last_b = fa_lds_i32(last_s + mt * 16 + rb);
 $ if mod then
   /* the modification's view of the two rows: head, query index, what the
   ** row does not change */
-  const int ga = row0 + ra, gb = row0 + rb;
+  const int ga = row0 + mt * 16 + ra, gb = row0 + mt * 16 + rb;
   const int hm_a = hk * group + ga / p.seq_q, qm_a = ga - ga / p.seq_q * p.seq_q;
   const int hm_b = hk * group + gb / p.seq_q, qm_b = gb - gb / p.seq_q * p.seq_q;
   const fa_mod_u um_a = fa_mod_setup(b, hm_a, p.seq_q, len, p.heads);
@@ -141,7 +147,7 @@ $ end
     fa_syncthreads();
     const long long *const kofs = ofs + st * ${2 * BN};
     const fa_saddr kst = sbase + ${P.off_stage} + st * ${P.stage_bytes}, vst = kst + ${BN * KRS};
-    const int kw = warp * ${NW};   /* this warp's keys of the block */
+    const int kw = kwarp * ${NW};   /* this warp's keys of the block */
     /* gemm: S = Q K^T over the warp's keys */
     float s[${NT8}][4];
     FA_UNROLL
@@ -240,22 +246,24 @@ $ end
       fa_sts_f32(ow + (warp * 16 + (e < 2 ? ra : rb)) * ${DV} + 8 * n + 2 * (lane & 3) + (e & 1), o[n][e]);
   fa_syncthreads();
   /* epilogue: ${S == 1 and "O normalized and the logsumexp" or "the split's partial O and logsumexp (log2 units)"} */
-  ${each("e", "tid", 16 * DV, NT)} {
+  ${each("e", "tid", R * DV, NT)} {
     const int i = e / ${DV}, d = e - i * ${DV}, gi = row0 + i;
     if (gi >= grows) continue;
+    /* the row's tile's warps, w0..: their row li */
+    const int w0 = i / 16 * ${WK}, li = i % 16;
     float mx = fa_neg_inf_f32();
     FA_UNROLL
-    for (int w = 0; w < ${W}; w++) {
-      const float x = fa_lds_f32(mw + w * 16 + i);
+    for (int w = w0; w < w0 + ${WK}; w++) {
+      const float x = fa_lds_f32(mw + w * 16 + li);
       mx = x > mx || x != x ? x : mx;
     }
     float l = 0, acc = 0;
     FA_UNROLL
-    for (int w = 0; w < ${W}; w++) {
-      const float x = fa_lds_f32(mw + w * 16 + i);
+    for (int w = w0; w < w0 + ${WK}; w++) {
+      const float x = fa_lds_f32(mw + w * 16 + li);
       const float f = x == fa_neg_inf_f32() ? 0.f : fa_exp2_f32(x - mx);
-      l += f * fa_lds_f32(lw + w * 16 + i);
-      acc += f * fa_lds_f32(ow + (w * 16 + i) * ${DV} + d);
+      l += f * fa_lds_f32(lw + w * 16 + li);
+      acc += f * fa_lds_f32(ow + (w * 16 + li) * ${DV} + d);
     }
     /* l == 0: the row saw no key (zeros, -inf); NaN stays NaN */
     const float lse2 = l != 0 ? mx + fa_log2_f32(l) : fa_neg_inf_f32();
