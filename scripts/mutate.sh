@@ -365,6 +365,13 @@ mut lib-gqa-spread lib/fatune.c \
 mut lib-gqa-spread-full lib/fatune.c \
   'l.grid[2] >= d->sm_count) return;' 'l.grid[2] >= 0) {}' \
   'test_gpu_fake'
+mut page-divisor core/fa_problem.c \
+  '/ (unsigned long long)d + 1);' '/ (unsigned long long)d);' \
+  'test_decode'
+mut tc-paged-span-xor templates/tc/tc.cu \
+  'const int to = (copy_offset ^ sp * ${16 * span}) + i * ${pass_rows * row_bytes};' \
+  'const int to = copy_offset + sp * ${16 * span} + i * ${pass_rows * row_bytes};' \
+  'test_decode'
 mut lib-decode-wide lib/fatune.c \
   'if (rc == 0) widen_decode_rows(c, fp, k);' '' \
   'test_decode'
