@@ -324,16 +324,9 @@ static void widen_decode_rows(fatune_ctx *c, const fa_problem *fp, gen_kernel *k
   if (fp->op != FA_OP_DECODE || strcmp(k->cfg.family, "tcdec") ||
       (long long)fa_problem_group(fp) * fp->seq_q <= 16)
     return;
-  /* the default's pairs, its warps doubled past d128, and the rows */
-  char text[1024];
-  size_t n = (size_t)snprintf(text, sizeof text, "family=%s", k->cfg.family);
-  for (int i = 0; i < k->cfg.n && n < sizeof text; i++) {
-    const gen_pair *q = &k->cfg.pair[i];
-    const int wider = !strcmp(q->key, "warps") && fa_problem_dim_v(fp) > 128;
-    n += (size_t)snprintf(text + n, sizeof text - n, ",%s=%s", q->key, wider ? "8" : q->value);
-  }
-  if (n >= sizeof text || snprintf(text + n, sizeof text - n, ",rows=32") >= (int)(sizeof text - n))
-    return;
+  /* the family's defaults but for these (the default rendered them) */
+  const char *text = fa_problem_dim_v(fp) > 128 ? "family=tcdec,rows=32,warps=8"
+                                                 : "family=tcdec,rows=32";
   gen_kernel wide;
   memset(&wide, 0, sizeof wide);
   if (gen_render_config(c->gen, text, fp, &c->target, &wide) != 0) return;

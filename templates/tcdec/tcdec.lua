@@ -86,7 +86,7 @@ end
 -- softmax states (m, l and O, fp32) take over at the end. MT m16 tiles,
 -- WK warps each, NW keys of a block a warp.
 function tcdec.plan(c)
-  local D, DV, BN, W, R = c.dim, enum.vdim(c), c.block_n, c.warps, c.rows or 16
+  local D, DV, BN, W, R = c.dim, enum.vdim(c), c.block_n, c.warps, c.rows
   local MT = R // 16
   local P = { D = D, DV = DV, BN = BN, W = W, R = R, MT = MT, WK = W // MT, NT = 32 * W }
   P.NW = BN // P.WK
@@ -109,7 +109,7 @@ function tcdec.fits(c, _, target)
   if c.dim % 16 ~= 0 or enum.vdim(c) % 16 ~= 0 then
     return false, "head dims not multiples of 16 (the products' k16 and n8 steps)"
   end
-  local rows = c.rows or 16
+  local rows = c.rows
   if rows ~= 16 and rows ~= 32 then return false, "rows 16 or 32 (one or two m16 tiles)" end
   if c.warps % (rows // 16) ~= 0 then
     return false, "warps not a multiple of the m16 tiles (rows / 16): each tile its own warps"
