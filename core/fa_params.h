@@ -115,7 +115,7 @@ typedef struct fa_params {
   ** contiguous; the query heads of a K/V head take its, S = Q K^T q_descale
   ** k_descale and O = P V v_descale. */
   const float *q_descale, *k_descale, *v_descale;
-  fa_tmap tmap[4];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
+  fa_tmap tmap[6];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
                           ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;
 

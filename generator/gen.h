@@ -57,7 +57,7 @@ typedef struct gen_variant {
 ** innermost, as a kernel's first launch wrote it), a box of {box[0]
 ** elements, box[1] rows, 1, 1} under a swizzle of 0, 32, 64 or 128 bytes.
 ** The host encodes it before every launch (attn_tmaps, runtime/attn_run.h). */
-#define GEN_MAX_TMA 4
+#define GEN_MAX_TMA 6
 #define GEN_TMA_VT 't'
 typedef struct gen_tma {
   char tensor;             /* 'q', 'k', 'v', 'o' or 't' */

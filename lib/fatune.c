@@ -334,6 +334,61 @@ static void widen_decode_rows(fatune_ctx *c, const fa_problem *fp, gen_kernel *k
   *k = wide;
 }
 
+/* The rows of the largest box of wg's KV cache form (16, 32, 64 or 128
+** rows, each within a page) that p's page size takes; 0: none. */
+static int page_box(const fa_problem *p) {
+  const int page = fa_problem_page(p);
+  int rows = 0;
+  for (int r = 16; r <= 128; r *= 2)
+    if (page % r == 0) rows = r;
+  return rows;
+}
+
+/* A KV cache's forward form as the slots key it (the choice depends on the
+** page size through page_box alone): 0 none, else 1 + page_box. */
+static int paged_key(const fa_problem *p) { return !p->paged ? 0 : 1 + page_box(p); }
+
+/* k's config as text with key set to value (NULL: left out) into out. */
+static int config_with(const gen_config *cfg, const char *key, const char *value, char *out,
+                       size_t n) {
+  size_t used = (size_t)snprintf(out, n, "family=%s", cfg->family);
+  for (int i = 0; i < cfg->n && used < n; i++)
+    if (strcmp(cfg->pair[i].key, key))
+      used += (size_t)snprintf(out + used, n - used, ",%s=%s", cfg->pair[i].key,
+                               cfg->pair[i].value);
+  if (value && used < n) used += (size_t)snprintf(out + used, n - used, ",%s=%s", key, value);
+  return used < n ? 0 : -1;
+}
+
+/* wg's KV cache form for p's page size: its boxes of page_rows rows, each
+** within a page (attn_tmaps refuses a page size of no multiple), the most
+** that the page size and the tile's block_n allow: at d64 192x192 on an
+** H100, boxes of 64 rows ran 1.3x those of 16 by the timing model (fewer
+** boxes for the producer to issue, README). Pages of no multiple of 16
+** rows run tc's form, which copies any page size. */
+static void fit_page_boxes(fatune_ctx *c, const fa_problem *fp, gen_kernel *k) {
+  if (!fp->paged || strcmp(k->cfg.family, "wg")) return;
+  const int box = page_box(fp);
+  char text[1024] = "family=tc";
+  if (box) {
+    const char *bn = gen_config_get(&k->cfg, "block_n"), *pr = gen_config_get(&k->cfg, "page_rows");
+    const int n = bn ? atoi(bn) : 0, now = pr ? atoi(pr) : 16;
+    int rows = 16;
+    for (int r = 32; r <= box; r *= 2)
+      if (n % r == 0) rows = r;
+    char v[16];
+    snprintf(v, sizeof v, "%d", rows);
+    if (rows == now || config_with(&k->cfg, "page_rows", rows == 16 ? NULL : v, text,
+                                   sizeof text))
+      return;
+  }
+  gen_kernel fit;
+  memset(&fit, 0, sizeof fit);
+  if (gen_render_config(c->gen, text, fp, &c->target, &fit) != 0) return;
+  gen_kernel_free(k);
+  *k = fit;
+}
+
 /* Render the variant for p: the database's choice when it fits p, else the
 ** default. The templates and the problem, not the database, decide what
 ** runs: a stored config for another dim, dtype, mask or family would read
@@ -362,6 +417,7 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
   }
   if (found) {
     if (stored_kernel(c, &row, fp, k, err, sizeof err)) {
+      fit_page_boxes(c, fp, k);
       *choice = exact ? FATUNE_EXACT : FATUNE_NEAREST;
       return FATUNE_OK;
     }
@@ -386,6 +442,7 @@ static fatune_status choose(fatune_ctx *c, const fa_problem *fp, const budget *b
   if (rc == 0) rc = gen_render_config(c->gen, "", fp, &c->target, k);
   if (rc == 0) spread_query_heads(c, fp, k);
   if (rc == 0) widen_decode_rows(c, fp, k);
+  if (rc == 0) fit_page_boxes(c, fp, k);
   if (rc != 0) {
     /* fp8 needs Hopper's wgmma: said in words a user acts on. */
     fatune_status st =
@@ -460,7 +517,7 @@ static unsigned hash_key(const fa_problem *p, const budget *b) {
   const fa_key_extra ek = fa_problem_key_extra(p);
   const int v[14] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
                      b->deterministic, fa_problem_dim_v(p), ek.batch, ek.kv_group, ek.page, p->varlen,
-                     p->append, p->paged};
+                     p->append, paged_key(p)};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
   h = fa_fnv1a64(h, mod_hash(p), strlen(mod_hash(p)));
   return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
@@ -471,7 +528,7 @@ static int same_key(const slot *s, const fa_problem *p, const budget *b) {
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
          s->batch == ek.batch && s->kv_group == ek.kv_group && s->page == ek.page &&
          s->varlen == p->varlen &&
-         s->paged == p->paged && s->append == p->append &&
+         s->paged == paged_key(p) && s->append == p->append &&
          s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal && !strcmp(s->mod, mod_hash(p)) &&
          s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
@@ -555,7 +612,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       s->dim_v = fa_problem_dim_v(p);
       const fa_key_extra ek = fa_problem_key_extra(p);
       s->batch = ek.batch, s->kv_group = ek.kv_group, s->page = ek.page;
-      s->varlen = p->varlen, s->paged = p->paged;
+      s->varlen = p->varlen, s->paged = paged_key(p);
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->append = p->append, s->ak = ak, s->aprog = aprog;
       snprintf(s->mod, sizeof s->mod, "%s", mod_hash(p));
@@ -1504,8 +1561,10 @@ static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem
 ** grid would leave the GPU idle: under 64 new tokens, or fewer CTAs
 ** (batch x heads x 128-query blocks) than half the SMs (by the timing
 ** model, README). The forward form takes 16-bit types, head dims that are
-** multiples of 8 and caches under 64 GiB (its offsets are 32-bit counts
-** of 16 bytes). The emulator counts as one SM. Both apply x's modification. */
+** multiples of 8 and caches under 64 GiB (tc's offsets are 32-bit counts
+** of 16 bytes); on sm_90a wg's, by TMA boxes of 16 rows on their pages,
+** where the page size is a multiple of 16 (fit_page_boxes). The
+** emulator counts as one SM. Both apply x's modification. */
 static void kvcache_route(const fatune_ctx *c, const fatune_kvcache_args *x, fa_problem *fp) {
   const fa_device *d = backend_device(c->be);
   const long long sms = d ? d->sm_count : 1;
@@ -1616,6 +1675,8 @@ static int kvcache_launches(fatune_ctx *c, const kv_kernels *kk, const fa_proble
       a->q_sb = a->q_sh * fp->heads;
     }
   }
+  /* wg's paged form loads by TMA: its maps over q (rotated or not), o and the pools */
+  if (rc == 0 && kk->k->ntma) rc = attn_tmaps(c->be, kk->k, fp, a, err, errlen);
   ro.extra = extra, ro.nextra = pages ? 7 : 6;
   for (int i = 0; rc == 0 && i < kk->k->nlaunch; i++) {
     ro.async = async || i + 1 < kk->k->nlaunch;

@@ -250,6 +250,11 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
   ** of all their tokens (the kernel places each box at its sequence's). */
   const int seq_q = p->varlen ? a->total_q : a->seq_q, seq_k = p->varlen ? a->total_k : a->seq_k;
   const int batch = p->varlen ? 1 : a->batch;
+  /* A KV cache's form (templates/paged.lua): K's and V's maps span the
+  ** pool, (dim, page_size, kv_heads, num_pages), the kernel placing each
+  ** box on its page. */
+  const char *paged = gen_config_get(&k->cfg, "paged");
+  const int pool = paged && !strcmp(paged, "1");
   for (int i = 0; i < k->ntma; i++) {
     const gen_tma *t = &k->tma[i];
     const void *base;
@@ -282,10 +287,22 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
       return FA_EINVAL;
     }
     if (p->varlen) sb = sn * seq;  /* one batch: any stride a map takes */
+    const int in_pool = pool && (t->tensor == 'k' || t->tensor == 'v');
+    if (in_pool && (a->page_size < 1 || a->num_pages < 1)) {
+      snprintf(err, errlen, "kernel %s: a KV cache of %d pages of %d rows", k->name,
+               a->num_pages, a->page_size);
+      return FA_EINVAL;
+    }
+    if (in_pool && a->page_size % (int)t->box[1]) {
+      snprintf(err, errlen, "kernel %s loads K and V in boxes of %u rows, each within a page: "
+               "pages of %d rows are no multiple of it (tc's paged form takes any)", k->name,
+               t->box[1], a->page_size);
+      return FA_EINVAL;
+    }
     const fa_tmap_desc d = {
       .base = base, .elem_bytes = es, .rank = 4,
-      .dims = {(unsigned long long)dim, (unsigned long long)seq, (unsigned long long)heads,
-               (unsigned long long)batch},
+      .dims = {(unsigned long long)dim, (unsigned long long)(in_pool ? a->page_size : seq),
+               (unsigned long long)heads, (unsigned long long)(in_pool ? a->num_pages : batch)},
       .strides = {(unsigned long long)sn * (unsigned)es, (unsigned long long)sh * (unsigned)es,
                   (unsigned long long)sb * (unsigned)es},
       .box = {t->box[0], t->box[1], 1, 1}, .swizzle = t->swizzle};

@@ -372,6 +372,17 @@ mut tc-paged-span-xor templates/tc/tc.cu \
   'const int to = (copy_offset ^ sp * ${16 * span}) + i * ${pass_rows * row_bytes};' \
   'const int to = copy_offset + sp * ${16 * span} + i * ${pass_rows * row_bytes};' \
   'test_decode'
+mut wg-paged-tail-rows templates/wg/wg.cu \
+  'tok + r, hk, pos0 + r < p.seq_k ? page : p.num_pages, &full_${which}[i]);' \
+  'tok + r, hk, page, &full_${which}[i]);' \
+  'test_decode'
+mut wg-paged-box-page templates/wg/wg.cu \
+  'for (int g = 0; g < ${G}; ++g) pg[g] = fa_shfl_idx_i32(${pages}, g);' \
+  'for (int g = 0; g < ${G}; ++g) pg[g] = fa_shfl_idx_i32(${pages}, 0);' \
+  'test_decode'
+mut lib-page-boxes lib/fatune.c \
+  'for (int r = 32; r <= box; r *= 2)' 'for (int r = 32; r <= 128; r *= 2)' \
+  'test_decode'
 mut lib-decode-wide lib/fatune.c \
   'if (rc == 0) widen_decode_rows(c, fp, k);' '' \
   'test_decode'

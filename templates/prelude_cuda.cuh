@@ -65,6 +65,7 @@ FA_INLINE double fa_shfl_xor_f64(double v, int m) { return __shfl_xor_sync(0xfff
 FA_INLINE int fa_shfl_xor_i32(int v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 /* Whether any lane of the warp has p: one VOTE.ANY, the same on every lane. */
 FA_INLINE int fa_any_sync(int p) { return __any_sync(0xffffffffu, p); }
+FA_INLINE int fa_shfl_idx_i32(int v, int src) { return __shfl_sync(0xffffffffu, v, src); }
 
 /* 2^x as ex2.approx.ftz.f32: MUFU.EX2 alone. exp2f is the same MUFU.EX2
 ** (2 ulp) with a range check and two multiplies around it that keep

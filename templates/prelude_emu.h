@@ -192,6 +192,17 @@ FA_INLINE int fa_emu_any_sync(int p, int line) {
 }
 #define fa_any_sync(p) fa_emu_any_sync((p), __LINE__)
 
+/* __shfl_sync: lane src's v (the caller's own where src is outside the warp). */
+FA_INLINE int fa_emu_shfl_idx_i32(int v, int src, int line) {
+  fa_emu_thread *t = fa_emu_self;
+  unsigned char (*slots)[FA_EMU_XCHG_BYTES] = fa_emu_exchange(t, &v, sizeof v, line);
+  int r;
+  memcpy(&r, slots[src >= 0 && src < t->warp_size ? src : t->lane], sizeof r);
+  if (t->lane == 0) t->ctr->shuffles++;
+  return r;
+}
+#define fa_shfl_idx_i32(v, src) fa_emu_shfl_idx_i32((v), (src), __LINE__)
+
 
 /* ---- Transcendentals ---- */
 

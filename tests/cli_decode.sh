@@ -118,6 +118,24 @@ check "--op decode --mod window=8: the decoding kernel under the window, validat
 run pc gen --config family=tc,kv_addr=carry --dim 64 --dtype bf16 --paged
 [ "$rc" -ne 0 ] && grep -q 'kv_addr=rebuild' "$tmp/pc.err"
 check "gen --paged with kv_addr=carry: refused, saying why" $? "exit $rc: $(cat "$tmp/pc.err")"
+# wg's form (sm_90a): TMA boxes of page_rows rows on their pages
+run wl list --dim 64 --dtype bf16 --arch sm_90a --paged
+[ "$rc" -eq 0 ] && grep -q '^wg-bf16-d64-m192n192c3-deferred-np-sq-s2-sw128-paged ' "$tmp/wl.out" &&
+  grep -q '^wg-bf16-d64-m192n192c3-deferred-np-sq-s2-sw128-paged-pr64 ' "$tmp/wl.out" &&
+  ! grep -q -- '-pers' "$tmp/wl.out"
+check "list --arch sm_90a --paged: wg's paged forms, boxes of 16 and 64 rows, none persistent" $? \
+  "exit $rc: $(head -n 3 "$tmp/wl.out") $(cat "$tmp/wl.err")"
+run wg gen --config family=wg,page_rows=64 --dim 64 --dtype bf16 --arch sm_90a --paged
+[ "$rc" -eq 0 ] && grep -q 'FA_SM90_KERNEL_OF(wg_bf16_d64_[a-z0-9_]*_paged_pr64, 512, pv)' "$tmp/wg.out" &&
+  grep -q 'fa_shfl_idx_i32' "$tmp/wg.out" && grep -q 'pv.tmap\[4\]' "$tmp/wg.out"
+check "gen --paged, wg in boxes of 64 rows: pages through the table, a row at a time where a sequence ends" $? \
+  "exit $rc: $(cat "$tmp/wg.err")"
+run wr gen --config family=wg,page_rows=64 --dim 64 --dtype bf16 --arch sm_90a
+[ "$rc" -ne 0 ] && grep -q "page_rows is the KV cache form's" "$tmp/wr.err"
+check "gen page_rows=64 without --paged: refused, saying why" $? "exit $rc: $(cat "$tmp/wr.err")"
+run wp gen --config family=wg,persistent=1 --dim 128 --dtype bf16 --arch sm_90a --paged
+[ "$rc" -ne 0 ] && grep -q 'persistent=0' "$tmp/wp.err"
+check "gen --paged, wg persistent: refused, saying why" $? "exit $rc: $(cat "$tmp/wp.err")"
 
 # --- the model ----------------------------------------------------------------------
 run probe model --op decode --gpu h100 --dim 128 --dtype bf16 --variant simtdec-bf16-d128-r1n64w4-cpasync-s1
@@ -266,6 +284,25 @@ EOF
 )
 check "model --op decode, 4 new tokens under GQA 8: tcdec's 32-row CTAs ahead of two 16-row ones: $why" \
   $? "$(cat "$tmp/tcw.err" | tail -n 2) $why"
+# wg's paged form within 5% of its dense form at d128 (boxes of 16 rows),
+# and at d64 in boxes of 64 rows (pages of 64 and more)
+for c in "128 m128n176c2" "64 m192n192c3"; do
+  read -r d tile <<<"$c"
+  v=wg-bf16-d$d-$tile-deferred-np-sq-s2-sw128
+  pr=; [ "$d" = 64 ] && pr=-pr64
+  run wd$d model --gpu h100 --dim "$d" --dtype bf16 --seq 2048 --batch 8 --heads 16 --variant "$v" --json
+  run wp$d model --gpu h100 --dim "$d" --dtype bf16 --seq 2048 --batch 8 --heads 16 --paged \
+    --variant "$v-paged$pr" --json
+  why=$(python3 - "$tmp/wd$d.out" "$tmp/wp$d.out" <<'EOF' 2>&1
+import json, sys
+dense, paged = (json.load(open(f)) for f in sys.argv[1:])
+assert paged["tflops"] >= 0.95 * dense["tflops"], (dense["tflops"], paged["tflops"])
+print("%.0f against %.0f TFLOP/s" % (paged["tflops"], dense["tflops"]))
+EOF
+)
+  check "model --paged, wg d$d$pr on H100: within 5% of its dense form: $why" $? \
+    "$(tail -n 2 "$tmp/wp$d.err") $why"
+done
 run fa3d model --op decode --gpu h100 --dim 128 --dtype bf16 --heads 32 --seq-k 4096 \
   --cubin "$tmp/fa2_split_d128_sm_90.cubin" --launch fa3
 [ "$rc" -eq 2 ] && grep -q "FlashAttention-3's decoding is not modelled" "$tmp/fa3d.err"

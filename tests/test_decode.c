@@ -289,13 +289,52 @@ static void test_space_mod(const char *spec, int left, fa_dtype t, int dim, int 
   gen_set_mod(gen, NULL);
 }
 
-/* Every variant of tc's default forward space in its paged form (prefill
-** over a KV cache) on the decoding validation cases: pages shuffled and
-** shared, NaN past each length, pages of 1 to 80 tokens (FATUNE_TEST_SAMPLE:
-** every Nth, as space_build). */
-static void test_paged_space(fa_dtype t, int dim, int group, int seq_q, int causal,
-                             const int lens[5], int seq_k) {
-  static const int page_sizes[] = {1, 16, 48, 80};
+/* Kernel k (wg's paged form) on pages of `page` rows, no multiple of its
+** boxes' 16: refused before launch, with the reason. */
+static void refuse_pages(const gen_kernel *k, const fa_program *prog, const fa_problem *p,
+                         int page) {
+  fa_problem q = *p;
+  q.page = page;
+  char err[512];
+  val_case c;
+  attn_inputs in;
+  if (val_case_make(&c, &q, seed++, err, sizeof err) != 0) {
+    CHECK(0, "case for %s: %s", k->name, err);
+    return;
+  }
+  if (val_inputs_upload(be, &c, &in, err, sizeof err) == 0) {
+    val_opts o = {.nschedules = 1, .schedule = {FA_SCHED_FORWARD}, .threads = 1};
+    val_result r;
+    const int rc = val_check(be, &c, &in, prog, k, &o, &r, err, sizeof err);
+    const char *why = rc ? err : r.msg;
+    CHECK((rc != 0 || r.status != VAL_OK) && strstr(why, "boxes of 16 rows") &&
+          strstr(why, "pages of 24 rows"), "%s on pages of %d: %s", k->name, page, why);
+    attn_inputs_free(be, &in);
+  } else {
+    CHECK(0, "inputs for %s: %s", k->name, err);
+  }
+  val_case_free(&c);
+}
+
+/* Every variant of a family's default forward space in its paged form
+** (prefill over a KV cache) on the decoding validation cases: pages
+** shuffled and shared, NaN past each length, pages of 1 to 80 tokens
+** (FATUNE_TEST_SAMPLE: every Nth, as space_build). tc on sm_80; wg on
+** sm_90a, whose boxes of 16 rows take pages of a multiple of 16 (a
+** sequence's end among 16 rows loaded a row at a time), and refuse others
+** with the reason. */
+static void test_paged_space(const char *family, fa_dtype t, int dim, int group, int seq_q,
+                             int causal, const int lens[5], int seq_k) {
+  static const int tc_pages[] = {1, 16, 48, 80}, wg_pages[] = {16, 48, 32, 80, 64};
+  const int hopper = !strcmp(family, "wg");
+  const int *page_sizes = hopper ? wg_pages : tc_pages, npages = hopper ? 5 : 4;
+  gen_target tg = target;
+  if (hopper && gen_target_for_arch(gen, "sm_90a", 0, 0, &tg) != 0) {
+    CHECK(0, "no target sm_90a: %s", gen_errmsg(gen));
+    return;
+  }
+  char prefix[16];
+  snprintf(prefix, sizeof prefix, "%s-", family);
   const fa_problem fwd = {.batch = 5, .heads = 2 * group, .seq_q = seq_q, .seq_k = seq_k,
                           .dim = dim, .dtype = t, .causal = causal, .kv_group = group, .paged = 1};
   fa_problem p = fwd;
@@ -303,7 +342,7 @@ static void test_paged_space(fa_dtype t, int dim, int group, int seq_q, int caus
   gen_variant *v;
   size_t n;
   char err[512];
-  CHECK(gen_list(gen, &fwd, &target, "default", &v, &n) == 0, "%s", gen_errmsg(gen));
+  CHECK(gen_list(gen, &fwd, &tg, "default", &v, &n) == 0, "%s", gen_errmsg(gen));
   gen_kernel *ks = calloc(n, sizeof *ks);
   fa_build *bs = calloc(n, sizeof *bs);
   const gen_kernel **kp = calloc(n, sizeof *kp);
@@ -314,14 +353,15 @@ static void test_paged_space(fa_dtype t, int dim, int group, int seq_q, int caus
   size_t m = 0, listed = 0;
   const size_t every = space_sample();
   for (size_t i = 0; i < n; i++) {
-    if (strncmp(v[i].name, "tc-", 3) || listed++ % every) continue;
-    CHECK(gen_render_config(gen, v[i].config, &fwd, &target, &ks[m]) == 0, "%s: %s", v[i].name,
+    if (strncmp(v[i].name, prefix, strlen(prefix)) || listed++ % every) continue;
+    CHECK(gen_render_config(gen, v[i].config, &fwd, &tg, &ks[m]) == 0, "%s: %s", v[i].name,
           gen_errmsg(gen));
     CHECK(strstr(ks[m].name, "-paged") != NULL, "%s: not the paged form", ks[m].name);
     kp[m] = &ks[m];
     m++;
   }
-  CHECK(listed >= 20, "%s d%d: %zu paged variants", fa_dtype_name(t), dim, listed);
+  CHECK(listed >= (hopper ? 6u : 20u), "%s %s d%d: %zu paged variants", family,
+        fa_dtype_name(t), dim, listed);
   CHECK(backend_compile(be, kp, m, 0, bs, err, sizeof err) == 0, "%s", err);
   double worst = 0;
   int ok = 0;
@@ -329,11 +369,15 @@ static void test_paged_space(fa_dtype t, int dim, int group, int seq_q, int caus
     CHECK(bs[i].prog, "%s: %s", ks[i].name, bs[i].log ? bs[i].log : "?");
     if (!bs[i].prog) continue;
     fa_problem q = p;
-    q.page = page_sizes[i % 4];
+    q.page = page_sizes[i % (size_t)npages];
+    /* wg's boxes of more rows (page_rows): pages of one or two boxes */
+    const char *rows = gen_config_get(&ks[i].cfg, "page_rows");
+    if (rows) q.page = atoi(rows) * (int)(1 + i % 2);
     ok += validate(&ks[i], bs[i].prog, &q, &worst) == 0;
   }
-  printf("%s d%-3d gqa %d seq_q %d %-6s %zu paged forward variants, two schedules each: %d ok, "
-         "worst error %.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, group, seq_q,
+  if (hopper && m && bs[0].prog) refuse_pages(&ks[0], bs[0].prog, &p, 24);
+  printf("%s %s d%-3d gqa %d seq_q %d %-6s %zu paged forward variants, two schedules each: %d "
+         "ok, worst error %.2e (tolerance %.0e)\n", family, fa_dtype_name(t), dim, group, seq_q,
          causal ? "causal" : "", m, ok, worst, val_tolerance(t));
   for (size_t i = 0; i < m; i++) {
     backend_build_free(be, &bs[i]);
@@ -411,15 +455,17 @@ static fatune_tensor host_tensor(void *data, fa_dtype t, long long a, long long 
 
 /* A library context on the emulator over a new database at dbpath (a
 ** mkstemp template, filled in); NULL, said, when it cannot open. */
-static fatune_ctx *emu_context(char *dbpath) {
+static fatune_ctx *emu_context_for(char *dbpath, const char *arch) {
   const int fd = mkstemp(dbpath);
   CHECK(fd >= 0, "mkstemp");
   if (fd >= 0) close(fd);
-  const fatune_options opts = {.db_path = dbpath, .backend = "emu"};
+  const fatune_options opts = {.db_path = dbpath, .backend = "emu", .emu_arch = arch};
   fatune_ctx *ctx = NULL;
   CHECK(fatune_open(&opts, &ctx) == FATUNE_OK, "fatune_open: %s", fatune_errmsg());
   return ctx;
 }
+
+static fatune_ctx *emu_context(char *dbpath) { return emu_context_for(dbpath, NULL); }
 
 /* libfatune's fatune_attention_kvcache on the emulator against the float64
 ** reference: a paged cache (the validation case's pool and table), the
@@ -636,13 +682,15 @@ done:
 }
 
 /* Many new tokens (prefill): libfatune runs the forward pass's form over
-** the KV cache (tc's paged form) on the emulator, judged against the
-** float64 reference: pages of `page` tokens, shuffled, the first page of
-** every other sequence shared with the one before, the table's unused
-** entries on a page of NaN; then planned, a page outside the pool, and a
-** length past the capacity. */
-static void test_prefill(fa_dtype t, int dim, int group, int page, int causal, int seq_q,
-                         const int lens[3]) {
+** the KV cache on the emulator, judged against the float64 reference:
+** pages of `page` tokens, shuffled, the first page of every other
+** sequence shared with the one before, the table's unused entries on a
+** page of NaN; then planned, a page outside the pool, and a length past
+** the capacity. On arch (NULL: the emulator's default) the variant is
+** route's paged form: "tc-", or "wg-" (sm_90a; and its boxes of
+** box_rows rows, page_rows). */
+static void test_prefill_on(const char *arch, const char *route, int box_rows, fa_dtype t, int dim,
+                            int group, int page, int causal, int seq_q, const int lens[3]) {
   enum { B = 3, H = 4 };
   const int cap = 200, kvh = H / group;
   int kv_lens[B];
@@ -656,7 +704,7 @@ static void test_prefill(fa_dtype t, int dim, int group, int page, int causal, i
     CHECK(0, "prefill case: %s", err);
     return;
   }
-  fatune_ctx *ctx = emu_context(dbpath);
+  fatune_ctx *ctx = emu_context_for(dbpath, arch);
   const int pps = fa_problem_pages_per_seq(&p), P = fa_problem_page(&p);
   const size_t es = 2, rows = (size_t)B * H * seq_q;
   unsigned short *o = malloc(rows * dim * es);
@@ -683,14 +731,17 @@ static void test_prefill(fa_dtype t, int dim, int group, int page, int causal, i
   val_judge(&c, got, &r);
   CHECK(r.status == VAL_OK, "prefill %s d%d group %d page %d%s, %d new tokens: %s",
         fa_dtype_name(t), dim, group, page, causal ? " causal" : "", seq_q, r.msg);
-  printf("prefill %s d%d gqa %d page %d%s, %d new tokens over %d, %d, %d keys: O error %.2e, "
-         "lse error %.2e\n", fa_dtype_name(t), dim, group, page, causal ? " causal" : "", seq_q,
-         lens[0], lens[1], lens[2], r.rel_err, r.lse_err);
   CHECK(fatune_decode_plan_create(ctx, &x, &plan) == FATUNE_OK, "plan: %s", fatune_errmsg());
   if (plan) {
     const char *v = fatune_decode_plan_variant(plan);
-    CHECK(!strncmp(v, "tc-", 3) && strstr(v, "-paged"), "%d new tokens run the forward pass's "
-          "paged form, not %s", seq_q, v);
+    char want[16] = "";
+    if (box_rows > 16) snprintf(want, sizeof want, "-pr%d", box_rows);
+    CHECK(!strncmp(v, route, strlen(route)) && strstr(v, "-paged") && strstr(v, want) &&
+          (box_rows > 16 || !strstr(v, "-pr")), "%d new tokens on pages of %d run %s's paged form%s%s, "
+          "not %s", seq_q, page, route, box_rows > 16 ? " in boxes of " : "", want, v);
+    printf("prefill %s d%d gqa %d page %d%s, %d new tokens over %d, %d, %d keys (%s): O error "
+           "%.2e, lse error %.2e\n", fa_dtype_name(t), dim, group, page, causal ? " causal" : "",
+           seq_q, lens[0], lens[1], lens[2], v, r.rel_err, r.lse_err);
     memset(o, 0xFF, rows * dim * es);
     CHECK(fatune_decode_plan_run(plan, &x) == FATUNE_OK, "plan run: %s", fatune_errmsg());
     CHECK(fatune_decode_plan_check(plan) == FATUNE_OK, "plan check: %s", fatune_errmsg());
@@ -714,11 +765,18 @@ done:
   val_case_free(&c);
 }
 
+static void test_prefill(fa_dtype t, int dim, int group, int page, int causal, int seq_q,
+                         const int lens[3]) {
+  test_prefill_on(NULL, "tc-", 0, t, dim, group, page, causal, seq_q, lens);
+}
+
 /* A modification over a KV cache, by a call and a plan, against the
 ** reference under the same modification over each sequence's own keys:
 ** nq new tokens in dtype t, which route to the decoding kernels (tcdec,
-** or simtdec for fp32) or, 64 and more, to the forward pass's paged form. */
-static void test_kvcache_mod(const char *spec, int causal, fa_dtype t, int nq) {
+** or simtdec for fp32) or, 64 and more, to the forward pass's paged form
+** (tc's; wg's where arch is sm_90a). */
+static void test_kvcache_mod_on(const char *arch, const char *spec, int causal, fa_dtype t,
+                                int nq) {
   static const int lens[3] = {150, 0, 31};
   fa_mod mod;
   if (gen_mod_load(gen, spec, NULL, &mod) != 0) {
@@ -731,14 +789,14 @@ static void test_kvcache_mod(const char *spec, int causal, fa_dtype t, int nq) {
   fa_problem p = {.batch = B, .heads = H, .seq_q = nq, .seq_k = 160, .dim = D, .dtype = t,
                   .causal = causal, .op = FA_OP_DECODE, .kv_group = 2, .page = 16,
                   .kv_lens = kv_lens, .mod = &mod};
-  const char *route = nq >= 64 ? "-paged" : t == FA_FP32 ? "simtdec-" : "tcdec-";
+  const char *route = nq >= 64 ? (arch ? "wg-" : "-paged") : t == FA_FP32 ? "simtdec-" : "tcdec-";
   char err[512], dbpath[] = "/tmp/fatune-test-kvmod-XXXXXX";
   val_case c;
   if (val_case_make(&c, &p, seed++, err, sizeof err) != 0) {
     CHECK(0, "%s case: %s", spec, err);
     return;
   }
-  fatune_ctx *ctx = emu_context(dbpath);
+  fatune_ctx *ctx = emu_context_for(dbpath, arch);
   fatune_mod *m = NULL;
   const size_t rows = (size_t)B * H * nq, es = (size_t)fa_dtype_size(t);
   void *o = malloc(rows * D * es);
@@ -797,6 +855,10 @@ done:
   unlink(dbpath);
   free(o), free(lse), free(seqlens);
   val_case_free(&c);
+}
+
+static void test_kvcache_mod(const char *spec, int causal, fa_dtype t, int nq) {
+  test_kvcache_mod_on(NULL, spec, causal, t, nq);
 }
 
 /* New keys and values appended into a paged cache by the library (k_new,
@@ -1015,9 +1077,18 @@ int main(void) {
   test_prefill(FA_BF16, 64, 2, 16, 1, 70, lens_a);
   test_prefill(FA_FP16, 32, 1, 1, 0, 64, lens_b);
   test_prefill(FA_BF16, 128, 4, 48, 1, 65, lens_b);
+  /* sm_90a: wg's form in boxes of 16 rows (pages of 16 and 48), of 64
+  ** (pages of 64 at d64, 192-key blocks; 128 at d128 causal, 128-key
+  ** blocks), and tc's for pages of no multiple of 16 */
+  test_prefill_on("sm_90a", "wg-", 16, FA_BF16, 64, 2, 16, 1, 70, lens_a);
+  test_prefill_on("sm_90a", "wg-", 16, FA_FP16, 128, 1, 48, 0, 64, lens_b);
+  test_prefill_on("sm_90a", "wg-", 64, FA_BF16, 64, 2, 64, 0, 70, lens_b);
+  test_prefill_on("sm_90a", "wg-", 128, FA_BF16, 128, 4, 128, 1, 65, lens_a);
+  test_prefill_on("sm_90a", "tc-", 0, FA_BF16, 64, 1, 24, 1, 64, lens_b);
   test_kvcache_mod("window=24", 1, FA_FP16, 2);
   test_kvcache_mod("softcap=20", 0, FA_FP32, 2);
   test_kvcache_mod("alibi", 1, FA_BF16, 64);
+  test_kvcache_mod_on("sm_90a", "window=24", 1, FA_BF16, 64);
   test_space_mod("window=40", 40, FA_BF16, 64, 4, 1, 1);
   test_space_mod("alibi", -1, FA_FP16, 32, 8, 2, 1);
   test_space_mod("softcap=8", -1, FA_FP32, 24, 2, 3, 0);
@@ -1028,8 +1099,10 @@ int main(void) {
   test_space(FA_BF16, 64, 8, 2, 1);   /* 16 rows: tcdec's whole m16 tile */
   test_space(FA_BF16, 64, 8, 3, 1);   /* 24 rows: tcdec's rows=32, its second tile half empty */
   static const int long_lens[5] = {150, 0, 1, 97, 200}, short_lens[5] = {70, 0, 1, 33, 90};
-  test_paged_space(FA_BF16, 64, 2, 70, 1, long_lens, 200);
-  test_paged_space(FA_FP16, 128, 1, 33, 0, short_lens, 90);
+  test_paged_space("tc", FA_BF16, 64, 2, 70, 1, long_lens, 200);
+  test_paged_space("tc", FA_FP16, 128, 1, 33, 0, short_lens, 90);
+  test_paged_space("wg", FA_BF16, 64, 2, 70, 1, long_lens, 200);
+  test_paged_space("wg", FA_FP16, 128, 1, 33, 0, short_lens, 90);
   backend_close(be);
   gen_close(gen);
   return check_done("test_decode");

@@ -250,9 +250,10 @@ static void test_oracle(fa_backend *be) {
 /* ---- Serving ---- */
 
 /* A sample of p's default space (for_list, when given, lists another form
-** of it: tc's paged forward kernels), each validated on p's case. */
+** of it: the paged forward kernels of family `fam`), each validated on p's
+** case. */
 static void serve_sample(fa_backend *be, const gen_target *t, const fa_problem *p,
-                         const fa_problem *for_list, const char *what) {
+                         const fa_problem *for_list, const char *fam, const char *what) {
   gen_variant *v;
   size_t nv;
   char err[512];
@@ -267,7 +268,7 @@ static void serve_sample(fa_backend *be, const gen_target *t, const fa_problem *
   for (size_t i = 0; i < nv; i++) {
     gen_kernel k;
     fa_build b;
-    if (!sampled(v, i) || (for_list && strncmp(v[i].name, "tc-", 3))) continue;
+    if (!sampled(v, i) || (for_list && strncmp(v[i].name, fam, strlen(fam)))) continue;
     if (gen_render_config(gen, v[i].config, for_list ? for_list : p, t, &k) != 0) {
       CHECK(0, "%s: %s", v[i].name, gen_errmsg(gen));
       continue;
@@ -554,12 +555,21 @@ static void test_serving(fa_backend *be, const gen_target *t) {
   fa_problem dec = {.batch = 5, .heads = 4, .seq_q = 2, .seq_k = 200, .dim = 64,
                     .dtype = FA_BF16, .causal = 1, .op = FA_OP_DECODE, .kv_group = 2, .page = 16,
                     .kv_lens = lens};
-  serve_sample(be, t, &dec, NULL, "decoding, bf16 d64, GQA 2, pages of 16");
+  serve_sample(be, t, &dec, NULL, NULL, "decoding, bf16 d64, GQA 2, pages of 16");
   fa_problem pre = dec;
   pre.seq_q = 70, pre.page = 7;
   fa_problem fwd = pre;
   fwd.op = FA_OP_FWD, fwd.paged = 1, fwd.kv_lens = NULL, fwd.page = 0;
-  serve_sample(be, t, &pre, &fwd, "prefill over a cache (tc's paged form), 70 new tokens, pages of 7");
+  serve_sample(be, t, &pre, &fwd, "tc-", "prefill over a cache (tc's paged form), 70 new tokens, "
+               "pages of 7");
+  /* wg's (sm_90a, on an sm_90 device): TMA boxes of 16 rows, pages of 16 */
+  gen_target t90a;
+  if (dev.cc_major == 9 && dev.cc_minor == 0 &&
+      gen_target_for_arch(gen, "sm_90a", dev.smem_per_block_optin, 0, &t90a) == 0) {
+    pre.page = 16;
+    serve_sample(be, &t90a, &pre, &fwd, "wg-", "prefill over a cache (wg's paged form), 70 new "
+                 "tokens, pages of 16");
+  }
   serve_kvcache(be, &dec, "dec-");
   /* enough CTAs for the forward form: batch x heads x 1 query block, twice, past the SMs */
   static const int many[4] = {190, 0, 50, 150};

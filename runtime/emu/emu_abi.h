@@ -11,7 +11,7 @@
 
 /* Bumped whenever a struct below or fa_params changes: a module built against another
 ** version is refused. */
-#define FA_EMU_ABI_VERSION 10
+#define FA_EMU_ABI_VERSION 11
 
 /* Where a kernel finds the thread it runs as: each fiber's stack lies in a
 ** span of FA_EMU_STACK_SPAN bytes aligned to that size, whose last word
@@ -85,7 +85,8 @@ typedef struct fa_emu_copy {
 #define FA_EMU_MAX_COPIES 512  /* cp.async in flight per thread */
 #define FA_EMU_MAX_WGMMA 32    /* wgmma in flight per thread */
 #define FA_EMU_MAX_BULK 32     /* TMA stores in flight per thread */
-#define FA_EMU_MAX_TMA 64      /* TMA loads in flight per CTA */
+#define FA_EMU_MAX_TMA 1024    /* TMA loads in flight per CTA (wg's KV cache form: boxes
+                               ** of 16 rows, and a row at a time where a sequence ends) */
 
 /* One wgmma not yet retired, as one thread of its warpgroup sees it: its
 ** own rows of A (RS: taken at issue) and its fragment of D. */
@@ -110,7 +111,7 @@ typedef struct fa_emu_tma {
 
 /* What a CTA's threads share beyond shared memory. */
 typedef struct fa_emu_cta {
-  fa_emu_tma loads[FA_EMU_MAX_TMA];  /* TMA loads in flight, oldest first */
+  fa_emu_tma *loads;                 /* TMA loads in flight, oldest first: FA_EMU_MAX_TMA */
   int nloads;
   int threads;                       /* the CTA's */
   int maxnreg[8];                    /* per warpgroup: its last setmaxnreg, 0 before */

@@ -485,6 +485,7 @@ static void worker_free(worker *w) {
   free(w->wgmma);
   free(w->bulk);
   free(w->order);
+  free(w->cta.loads);
 }
 
 static int worker_init(worker *w, launch *L) {
@@ -510,8 +511,9 @@ static int worker_init(worker *w, launch *L) {
   w->wgmma = calloc(n * FA_EMU_MAX_WGMMA, sizeof *w->wgmma);
   w->bulk = calloc(n * FA_EMU_MAX_BULK, sizeof *w->bulk);
   w->order = calloc(n, sizeof *w->order);
+  w->cta.loads = calloc(FA_EMU_MAX_TMA, sizeof *w->cta.loads);
   return w->f && w->smem && w->warps && w->copies && w->wgroups && w->wgmma && w->bulk &&
-         w->order ? 0 : -1;
+         w->order && w->cta.loads ? 0 : -1;
 }
 
 static void launch_fail(launch *L, const char *msg) {

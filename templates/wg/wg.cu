@@ -19,7 +19,12 @@ $ -- tensors (batch 1), each box at its sequence's first token plus the
 $ -- block's row; the maps are read where they are, in parameter space.
 $ local varlen = c.varlen == 1
 $ local vl = require("varlen")
-$ local TM = varlen and "pv" or "p"
+$ -- A KV cache (paged.lua): the maps over K and V span the pool of pages,
+$ -- each box of page_rows rows placed on its page (wg.lua); p is the kernel's
+$ -- copy with the sequence's length, the maps read where they are.
+$ local paged = c.paged == 1
+$ local PR = P.page_rows   -- rows of a box
+$ local TM = (varlen or paged) and "pv" or "p"
 $ local VB = varlen and "0" or "b"
 $ local function qrow(r) return varlen and "vq_lo + " .. r or r end
 $ -- A score or mask modification (mod.lua): its functions precede the kernel;
@@ -37,6 +42,74 @@ $ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w
 $ -- consumer w's own (its epilogue, P in shared memory), 7 every consumer
 $ -- (persistent: done with V's ring before O goes there).
 $
+$ -- A KV cache's K (or V) block blk into stage st, by boxes of PR rows
+$ -- (page_rows), each within a page: the page size a multiple of PR
+$ -- (attn_tmaps checks). A page outside the pool sets error[0], and a box
+$ -- there loads zeros, as TMA reads nothing outside a map; every row counts
+$ -- in the stage's bytes. The producer's whole warp runs the loads, its
+$ -- elected lane (leader) issuing. A tile's first block, its last (tail,
+$ -- the leader's alone), may end the sequence among a box's rows: those
+$ -- load a row at a time, zeros past the length (a cache's rows past a
+$ -- length may hold anything, NaN too, which P's zeros would not cancel in
+$ -- P V), and boxes wholly past it load zeros (the pool's end). Every
+$ -- other block is whole (paged_block): lane g read the page of box g an
+$ -- iteration before (page_of), and a shuffle brings each page to the
+$ -- leader warp-uniform, so that ptxas issues the boxes without a loop
+$ -- over lanes.
+$ local function paged_tail(which)
+$   local mb, m1 = which == "k" and 1 or 2, which == "k" and 4 or 5
+$   for r0 = 0, BN - PR, PR do
+{
+  const int pos0 = blk * ${BN} + ${r0}, tok = pos0 - FA_PAGE_OF(p, pos0) * p.page_size;
+  const int page = pos0 >= p.seq_k ? p.num_pages : ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, pos0) * tstep) : b;
+  if (pos0 < p.seq_k && (unsigned)page >= (unsigned)p.num_pages) fa_st_i32(p.error, 1);
+  if (pos0 + ${PR} <= p.seq_k || pos0 >= p.seq_k) {
+$     for j = 0, NCB - 1 do
+    fa_tma_load_4d(st + ${j * BN * SW + r0 * SW}, &pv.tmap[${mb}], ${j * CB}, tok, hk, page, &full_${which}[i]);
+$     end
+  } else {
+    /* the sequence ends among these rows */
+    FA_UNROLL_BY(1)
+    for (int r = 0; r < ${PR}; ++r) {
+$     for j = 0, NCB - 1 do
+      fa_tma_load_4d(st + ${j * BN * SW + r0 * SW} + r * ${SW}, &pv.tmap[${m1}], ${j * CB}, tok + r, hk, pos0 + r < p.seq_k ? page : p.num_pages, &full_${which}[i]);
+$     end
+    }
+  }
+}
+$   end
+$ end
+$ local function paged_block(which, it, pages)
+$   local mb, G = which == "k" and 1 or 2, BN // PR
+      {
+        const int f = kv + (${it}), i = f % ${S}, blk = ${top} - (${it});
+$   if which == "k" then
+        if (fa_any_sync(lane < ${G} && (unsigned)${pages} >= (unsigned)p.num_pages) && leader) fa_st_i32(p.error, 1);
+$   end
+        int pg[${G}];  /* each box's page, from the lane that read it */
+        FA_UNROLL
+        for (int g = 0; g < ${G}; ++g) pg[g] = fa_shfl_idx_i32(${pages}, g);
+        if (f >= ${S}) fa_mbar_wait(&empty_${which}[i], (f / ${S} & 1) ^ 1);  /* the stage is free */
+        if (leader) {
+          unsigned char *const st = smem + ${which == "v" and P.v_offset or P.q_region} + i * ${P.kv_bytes};
+          fa_mbar_arrive_expect_tx(&full_${which}[i], ${P.kv_bytes});
+          FA_UNROLL
+          for (int g = 0; g < ${G}; ++g) {
+            const int pos0 = blk * ${BN} + ${PR} * g, tok = pos0 - FA_PAGE_OF(p, pos0) * p.page_size;
+$   for j = 0, NCB - 1 do
+            fa_tma_load_4d(st + ${j * BN * SW} + g * ${PR * SW}, &pv.tmap[${mb}], ${j * CB}, tok, hk, pg[g], &full_${which}[i]);
+$   end
+          }
+        }
+      }
+$ end
+$ -- Lane g's page of box g of the tile's block of iteration it (a C
+$ -- expression), 0 past the blocks or the boxes.
+$ local function page_of(it)
+$   return string.format("(%s < n_blocks && lane < %d ? (ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, (%s - (%s)) * %d + %d * lane) * tstep) : b) : 0)",
+$                        it, BN // PR, top, it, BN, PR)
+$ end
+$
 $ -- The producer's load of the K (or V) block of iteration `it` of the
 $ -- tile into its stage: the ring's fill kv + it (kv: the blocks of the
 $ -- CTA's earlier tiles), once the consumers have emptied the stage (from
@@ -51,6 +124,8 @@ $   if f8 and which == "v" then
 $     for j = 0, BN // VSW - 1 do
         fa_tma_load_4d(st + ${j * DP * VSW}, &p.tmap[2], blk * ${BN} + ${j * VSW}, 0, hk, b, &full_v[i]);
 $     end
+$   elseif paged then
+        $ paged_tail(which)
 $   else
 $     for j = 0, NCB - 1 do
         fa_tma_load_4d(st + ${j * BN * SW}, &${TM}.tmap[${which == "k" and 1 or 2}], ${j * CB}, ${varlen and "vk_lo + " or ""}blk * ${BN}, hk, ${VB}, &full_${which}[i]);
@@ -367,6 +442,11 @@ ${vl.kernel(c, "FA_SM90_KERNEL", args.entry, P.threads)}
   const float NEG_INF = fa_neg_inf_f32();
   const int tid = fa_tid(), wg = fa_warpgroup();
   const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
+$ elseif paged then
+${require("paged").kernel(c, "FA_SM90_KERNEL", args.entry, P.threads)}
+  const float NEG_INF = fa_neg_inf_f32();
+  const int tid = fa_tid(), wg = fa_warpgroup();
+  const int off = p.seq_k - p.seq_q;  /* key c is visible to row r when c <= r + off */
 $ else
 FA_SM90_KERNEL(${args.entry}, ${P.threads})
 {
@@ -443,6 +523,43 @@ $   end
       }
     }
 $ else
+$   if paged then
+    $ tile_coords()
+    if (tid / 32 == ${4 * C} && n_blocks > 0) {
+      const int lane = tid % 32, leader = fa_elect_one(), kv = 0;
+      /* The sequence's row of the block table (tstep 1), its one page in
+      ** cache_batch_idx (tstep 0), or none: its page is b. */
+      const int *const ptab = pv.block_table ? pv.block_table + (long long)b * pv.table_stride
+                          : pv.cache_batch_idx ? pv.cache_batch_idx + b : 0;
+      const int tstep = pv.block_table ? 1 : 0;
+      if (leader) {
+        fa_mbar_arrive_expect_tx(qbar, ${P.q_bytes});
+$     for j = 0, NCB - 1 do
+        fa_tma_load_4d(smem + ${j * BM * SW}, &${TM}.tmap[0], ${j * CB}, ${qrow("q0")}, h, ${VB}, qbar);
+$     end
+        $ load("k", "0")
+      }
+      /* K runs a block ahead of V, the tile's last block (where the
+      ** sequence ends) first, the leader's alone. Lane g holds the page of
+      ** box g of three blocks: pa V's, pb K's, and pc the next K's, read an
+      ** iteration before it is needed, so that the table's latency passes
+      ** in the waits. */
+      int pa, pb = ${page_of("1")}, pc = ${page_of("2")};
+      if (n_blocks > 1) {
+        $ paged_block("k", "1", "pb")
+      }
+      if (leader) {
+        $ load("v", "0")
+      }
+      for (int it = 1; it < n_blocks; ++it) {
+        pa = pb, pb = pc, pc = ${page_of("it + 2")};
+        if (it + 1 < n_blocks) {
+          $ paged_block("k", "it + 1", "pb")
+        }
+        $ paged_block("v", "it", "pa")
+      }
+    }
+$   else
     $ tile_coords()
     if (tid / 32 == ${4 * C} && fa_elect_one() && n_blocks > 0) {
       const int kv = 0;
@@ -460,6 +577,7 @@ $   end
         $ load("v", "it")
       }
     }
+$   end
 $ end
     return;
   }
@@ -701,7 +819,7 @@ $ elseif persistent then
   if (tid % 128 == 0) {
     if (row0 < p.seq_q) {
 $   for j = 0, DP // OCB - 1 do
-      fa_tma_store_4d(&p.tmap[3], os + ${j * BM * SW}, ${j * OCB}, row0, h, b);
+      fa_tma_store_4d(&${TM}.tmap[3], os + ${j * BM * SW}, ${j * OCB}, row0, h, b);
 $   end
       fa_tma_store_commit();
       fa_tma_store_wait(0);
@@ -712,7 +830,7 @@ $   end
 $ else
   if (tid % 128 == 0 && row0 < p.seq_q) {
 $   for j = 0, DP // OCB - 1 do
-    fa_tma_store_4d(&p.tmap[3], os + ${j * BM * SW}, ${j * OCB}, row0, h, b);
+    fa_tma_store_4d(&${TM}.tmap[3], os + ${j * BM * SW}, ${j * OCB}, row0, h, b);
 $   end
     fa_tma_store_commit();
     fa_tma_store_wait(0);

@@ -52,6 +52,19 @@
 -- plain stores of the sequence's rows instead of a TMA store; a
 -- persistent kernel's tile reads its sequence's offsets, one past its
 -- rows or with bad offsets has no block.
+-- A KV cache (paged, paged.lua: flash_attn_with_kvcache's prefill): K's
+-- and V's maps span the pool of pages (dim, page_size, kv_heads,
+-- num_pages), and each box of page_rows rows (16 to 128) lands on its
+-- page, so the page size must be a multiple of page_rows (the runtime
+-- refuses others; the library runs tc's form there). The producer's
+-- whole warp runs the loads: a lane reads each box's page from the block
+-- table an iteration ahead, a shuffle brings it to the elected lane,
+-- warp-uniform, which issues the boxes. Where the sequence ends among a
+-- box's rows (the tile's first block, the last of the sequence) they load
+-- a row at a time, zeros past the length, as a cache holds anything
+-- there; boxes past it and on pages outside the pool load zeros (TMA's
+-- out-of-bounds fill). A CTA per tile (no persistent form), 128-byte
+-- swizzle, 16-bit types.
 
 local wg = { name = "wg", version = 4 }
 local enum = require("enum")
@@ -83,6 +96,15 @@ wg.axes = {
   int_axis("persistent", 0, 1, { [0] = "", [1] = "pers" }),
   enum_axis("pv", { "rs", "ss" }, { rs = "", ss = "psmem" }),
   enum.varlen_axis(),
+  enum.paged_axis(),
+  -- A KV cache's boxes: rows of K and V per TMA box, each within a page, so
+  -- the page size must be a multiple (wg.cu's paged_block); 16 is left out
+  -- of names and canonical text.
+  (function()
+    local a = int_axis("page_rows", 16, 128, { prefix = "pr", [16] = "" })
+    a.absent = 16
+    return a
+  end)(),
 }
 wg.axis = enum.index(wg.axes)
 
@@ -114,7 +136,7 @@ function wg.defaults(problem)
     dtype = problem.dtype or "fp16", dim = d, dim_v = enum.dim_v(problem), causal = problem.causal or 0,
     block_m = bm, block_n = bn, stages = 2, consumers = bm // 64, pingpong = 0, overlap = 0,
     norm = "deferred", swizzle = f8 and d <= 64 and "64" or "128", persistent = 0, pv = "rs",
-    varlen = problem.varlen or 0,
+    varlen = problem.varlen or 0, paged = problem.paged or 0, page_rows = 16,
   }
 end
 
@@ -123,14 +145,15 @@ function wg.supports(problem)
 end
 
 -- Names ---------------------------------------------------------------------
--- wg-bf16-d128-m128n176c2-deferred-pp-ov[psmem]-s2-sw128[-pers][-causal][-varlen]:
+-- wg-bf16-d128-m128n176c2-deferred-pp-ov[psmem]-s2-sw128[-pers][-causal][-varlen][-paged[-prN]]:
 -- pp or np (ping-pong or not), ov or sq (overlapped or sequential GEMMs),
 -- psmem (P V's P from shared memory) or nothing (from registers), pers
 -- (persistent) or nothing (a CTA per tile); varlen, a variable-length
--- batch's form (varlen.lua).
+-- batch's form (varlen.lua); paged, the form over a KV cache, prN its
+-- boxes of N rows (16: left out).
 wg.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "consumers" }, { "norm" },
               { "pingpong" }, { "overlap" }, { "pv" }, { "stages" }, { "swizzle" },
-              { "persistent" }, { "causal" }, { "varlen" } }
+              { "persistent" }, { "causal" }, { "varlen" }, { "paged" }, { "page_rows" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -185,6 +208,9 @@ function wg.plan(c)
   -- the mask's code), but where O and S fill that share: ptxas (CUDA 13)
   -- spills d64 192x192 with two copies of the body, so one loop keeps the
   -- mask under a branch.
+  -- A KV cache's K and V load in boxes of page_rows rows, each within a
+  -- page (wg.cu's paged_block).
+  P.page_rows = c.paged == 1 and c.page_rows or nil
   P.split_loop = not (P.accumulator_cap and P.padded_dim // 2 + c.block_n // 2 >= P.accumulator_cap)
   return P
 end
@@ -222,6 +248,26 @@ function wg.fits(c, _, target)
     end
     if c.varlen == 1 then return false, "fp8 has no variable-length form yet" end
   end
+  if c.page_rows ~= 16 and c.paged ~= 1 then
+    return false, "page_rows is the KV cache form's (paged=1): its boxes' rows"
+  end
+  if c.page_rows % 16 ~= 0 or c.block_n % c.page_rows ~= 0 then
+    return false, string.format("page_rows %d must be a multiple of 16 that divides block_n %d",
+                                c.page_rows, c.block_n)
+  end
+  if c.paged == 1 then
+    local ok, why = require("paged").fits(c)
+    if not ok then return false, why end
+    if c.dtype == "e4m3" then return false, "fp8 has no form over a KV cache (paged) yet" end
+    if c.persistent == 1 then
+      return false, "a KV cache's form runs a CTA per tile (each sequence's length from its own "
+                    .. "CTA's batch): persistent=0"
+    end
+    if c.swizzle ~= "128" then
+      return false, "a KV cache's rows load one at a time where a sequence ends: 128-byte "
+                    .. "rows (swizzle=128), as TMA places boxes on 128-byte lines"
+    end
+  end
   if c.persistent == 1 and 2 * c.block_m > c.stages * c.block_n * (c.dtype == "e4m3" and 1 or 2) then
     return false, "a persistent kernel's O (block_m rows of 16 bits) goes through V's ring of "
                   .. "stages * block_n rows"
@@ -256,7 +302,8 @@ local with = enum.with
 -- default fits.
 function wg.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
-                 causal = problem.causal or 0, varlen = problem.varlen or 0 }
+                 causal = problem.causal or 0, varlen = problem.varlen or 0,
+                 paged = problem.paged or 0 }
   local out = {}
   if which == "full" then
     local bn = {}
@@ -322,6 +369,16 @@ function wg.enumerate(problem, which)
              with(two, { pingpong = 1, overlap = 1 }) }
   end
   for _, c in ipairs(lead) do add(with(c, { persistent = 1 })) end
+  -- A KV cache's form (persistent kernels have none) in boxes of more
+  -- rows as well, for pages of more: the most of 32, 64, 128 that divide
+  -- the tile's block_n (the library takes it where the pages allow, as the
+  -- timing model rates it: at d64 192x192 on H100, boxes of 64 rows ran
+  -- 1.3x those of 16).
+  if d.paged == 1 then
+    local rows
+    for _, r in ipairs({ 32, 64, 128 }) do if d.block_n % r == 0 then rows = r end end
+    if rows then add(with(d, { page_rows = rows })) end
+  end
   return out
 end
 
@@ -341,12 +398,20 @@ function wg.render(c)
   -- fa_params.tmap[0..3]: Q (block_m rows), K and V (block_n rows), O (a
   -- consumer's 64 rows), one column block wide; fp8's V transposed: a
   -- column block of vt_swizzle keys by the padded dim.
+  -- A KV cache's (paged): K's and V's maps span the pool of pages, boxes
+  -- of 16 rows within a page, and of one row where the page size is no
+  -- multiple of 16 or a sequence ends (tmap[4], tmap[5]).
+  local kv_rows = c.paged == 1 and P.page_rows or c.block_n
   local tma = {
     { tensor = "q", box = { cb, c.block_m }, swizzle = sw },
-    { tensor = "k", box = { cb, c.block_n }, swizzle = sw },
-    { tensor = "v", box = { cb, c.block_n }, swizzle = sw },
+    { tensor = "k", box = { cb, kv_rows }, swizzle = sw },
+    { tensor = "v", box = { cb, kv_rows }, swizzle = sw },
     { tensor = "o", box = { P.o_col_block, 64 }, swizzle = sw },
   }
+  if c.paged == 1 then
+    tma[5] = { tensor = "k", box = { cb, 1 }, swizzle = sw }
+    tma[6] = { tensor = "v", box = { cb, 1 }, swizzle = sw }
+  end
   local launches = { main }
   if P.fp8 then
     -- V transposed first, 32 keys per CTA, into the workspace the map

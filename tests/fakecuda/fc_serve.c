@@ -5,7 +5,8 @@
 **   - a variable-length batch's forward kernels (simt_, tc_, wg_..._varlen):
 **     each sequence of cu_seqlens_q and cu_seqlens_k on its own, the
 **     logsumexp [heads][total_q];
-**   - the forward pass over a KV cache (tc_..._paged), and the decoding
+**   - the forward pass over a KV cache (tc_..._paged, wg_..._paged[_prN]),
+**     and the decoding
 **     kernels (simtdec_, tcdec_..._split, ..._combine): each sequence's
 **     keys gathered through the block table (or cache_batch_idx, or the
 **     batch), seqlens_k of them; a split launch with more than one split
@@ -38,6 +39,15 @@ static int ends_with(const char *s, size_t len, const char *tail, size_t *rest) 
   return 1;
 }
 
+/* wg's form over a KV cache: "_paged", then "_pr<rows>" where its boxes
+** are not of 16 rows; *len cut before them. */
+static int paged_wg(const char *name, size_t *len) {
+  size_t n = *len;
+  while (n > 0 && name[n - 1] >= '0' && name[n - 1] <= '9') n--;
+  if (n < *len && ends_with(name, n, "_pr", &n)) *len = n;
+  return ends_with(name, *len, "_paged", len);
+}
+
 /* 1 when name is a serving kernel, with what it says. */
 static int parse(const char *name, serve_spec *s) {
   memset(s, 0, sizeof *s);
@@ -54,6 +64,8 @@ static int parse(const char *name, serve_spec *s) {
   else if (dec && ends_with(name, len, "_combine", &len)) s->kind = SERVE_COMBINE;
   else if (!dec && ends_with(name, len, "_varlen", &len)) s->kind = SERVE_VARLEN;
   else if (!dec && !strncmp(name, "tc_", 3) && ends_with(name, len, "_paged", &len))
+    s->kind = SERVE_PAGED;
+  else if (!dec && !strncmp(name, "wg_", 3) && paged_wg(name, &len))
     s->kind = SERVE_PAGED;
   else return 0;
   s->causal = ends_with(name, len, "_causal", &len);
