@@ -681,6 +681,51 @@ done:
   val_case_free(&c);
 }
 
+/* The prefill of x again over the same cache laid out contiguously (no
+** block table: each sequence's pages one after the other, NaN past its
+** length as in the pool), the batch rows in reverse, picked by
+** cache_batch_idx; its variant route's (the capacity a multiple of 16). */
+static void prefill_contiguous(fatune_ctx *ctx, const val_case *c, const fatune_kvcache_args *x,
+                               const char *route, int pps, int P, int kvh, const void *const got[2]) {
+  const int B = (int)x->q.shape[0], dim = (int)x->q.shape[3], cap = pps * P;
+  const fa_dtype t = (fa_dtype)x->q.dtype;
+  const size_t row = (size_t)kvh * dim * (size_t)fa_dtype_size(t), pb = (size_t)P * row;
+  unsigned char *kc = malloc((size_t)B * cap * row), *vc = malloc((size_t)B * cap * row);
+  int *idx = malloc((size_t)B * sizeof *idx);
+  fatune_decode_plan *plan = NULL;
+  if (!kc || !vc || !idx) {
+    CHECK(0, "out of memory");
+    goto done;
+  }
+  for (int b = 0; b < B; b++) {
+    idx[b] = B - 1 - b;
+    for (int j = 0; j < pps; j++) {
+      const size_t to = ((size_t)(B - 1 - b) * cap + (size_t)j * P) * row;
+      memcpy(kc + to, (const char *)c->k + (size_t)c->table[b * pps + j] * pb, pb);
+      memcpy(vc + to, (const char *)c->v + (size_t)c->table[b * pps + j] * pb, pb);
+    }
+  }
+  const long long cs[4] = {(long long)cap * kvh * dim, (long long)kvh * dim, dim, 1};
+  fatune_kvcache_args y = *x;
+  y.k_cache = host_tensor(kc, t, B, cap, kvh, dim, cs);
+  y.v_cache = host_tensor(vc, t, B, cap, kvh, dim, cs);
+  y.block_table = NULL, y.pages_per_seq = 0, y.cache_batch_idx = idx;
+  const size_t out = (size_t)x->o.shape[0] * x->o.shape[1] * x->o.shape[2] * x->o.shape[3];
+  memset(x->o.data, 0xFF, out * (size_t)fa_dtype_size(t));
+  CHECK(fatune_attention_kvcache(ctx, &y) == FATUNE_OK, "contiguous: %s", fatune_errmsg());
+  val_result r;
+  val_judge(c, got, &r);
+  CHECK(r.status == VAL_OK, "contiguous prefill (cache_batch_idx): %s", r.msg);
+  CHECK(fatune_decode_plan_create(ctx, &y, &plan) == FATUNE_OK, "plan: %s", fatune_errmsg());
+  if (plan)
+    CHECK(!strncmp(fatune_decode_plan_variant(plan), route, strlen(route)),
+          "a contiguous cache of %d rows runs %s's paged form, not %s", cap, route,
+          fatune_decode_plan_variant(plan));
+done:
+  fatune_decode_plan_free(plan);
+  free(kc), free(vc), free(idx);
+}
+
 /* Many new tokens (prefill): libfatune runs the forward pass's form over
 ** the KV cache on the emulator, judged against the float64 reference:
 ** pages of `page` tokens, shuffled, the first page of every other
@@ -748,6 +793,7 @@ static void test_prefill_on(const char *arch, const char *route, int box_rows, f
     val_judge(&c, got, &r);
     CHECK(r.status == VAL_OK, "planned prefill: %s", r.msg);
   }
+  prefill_contiguous(ctx, &c, &x, route, pps, P, kvh, got);
   /* A page outside the pool, met by the kernel; a length past the capacity. */
   const int keep = c.table[0];
   c.table[0] = -3;
