@@ -381,7 +381,7 @@ mut wg-paged-box-page templates/wg/wg.cu \
   'for (int g = 0; g < ${G}; ++g) pg[g] = fa_shfl_idx_i32(${pages}, 0);' \
   'test_decode'
 mut wg-paged-batch-idx templates/wg/wg.cu \
-  'const int tstep = pv.block_table ? 1 : 0;' 'const int tstep = 1;' \
+  ': pv.cache_batch_idx ? pv.cache_batch_idx + b : 0;' ': 0;' \
   'test_decode'
 mut lib-page-boxes lib/fatune.c \
   'for (int r = 32; r <= box; r *= 2)' 'for (int r = 32; r <= 128; r *= 2)' \

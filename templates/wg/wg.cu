@@ -61,7 +61,7 @@ $   local mb, m1 = which == "k" and 1 or 2, which == "k" and 4 or 5
 $   for r0 = 0, BN - PR, PR do
 {
   const int pos0 = blk * ${BN} + ${r0}, tok = pos0 - FA_PAGE_OF(p, pos0) * p.page_size;
-  const int page = pos0 >= p.seq_k ? p.num_pages : ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, pos0) * tstep) : b;
+  const int page = pos0 >= p.seq_k ? p.num_pages : ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, pos0)) : b;
   if (pos0 < p.seq_k && (unsigned)page >= (unsigned)p.num_pages) fa_st_i32(p.error, 1);
   if (pos0 + ${PR} <= p.seq_k || pos0 >= p.seq_k) {
 $     for j = 0, NCB - 1 do
@@ -106,7 +106,7 @@ $ end
 $ -- Lane g's page of box g of the tile's block of iteration it (a C
 $ -- expression), 0 past the blocks or the boxes.
 $ local function page_of(it)
-$   return string.format("(%s < n_blocks && lane < %d ? (ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, (%s - (%s)) * %d + %d * lane) * tstep) : b) : 0)",
+$   return string.format("(%s < n_blocks && lane < %d ? (ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, (%s - (%s)) * %d + %d * lane)) : b) : 0)",
 $                        it, BN // PR, top, it, BN, PR)
 $ end
 $
@@ -527,11 +527,11 @@ $   if paged then
     $ tile_coords()
     if (tid / 32 == ${4 * C} && n_blocks > 0) {
       const int lane = tid % 32, leader = fa_elect_one(), kv = 0;
-      /* The sequence's row of the block table (tstep 1), its one page in
-      ** cache_batch_idx (tstep 0), or none: its page is b. */
+      /* The sequence's row of the block table, or its one page in
+      ** cache_batch_idx (a contiguous cache is one page a sequence: every
+      ** position's slot is 0), or none: its page is b. */
       const int *const ptab = pv.block_table ? pv.block_table + (long long)b * pv.table_stride
                           : pv.cache_batch_idx ? pv.cache_batch_idx + b : 0;
-      const int tstep = pv.block_table ? 1 : 0;
       if (leader) {
         fa_mbar_arrive_expect_tx(qbar, ${P.q_bytes});
 $     for j = 0, NCB - 1 do
