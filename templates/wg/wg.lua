@@ -303,7 +303,7 @@ local with = enum.with
 function wg.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
                  causal = problem.causal or 0, varlen = problem.varlen or 0,
-                 paged = problem.paged or 0 }
+                 paged = problem.paged or 0, page_rows = 16 }
   local out = {}
   if which == "full" then
     local bn = {}
