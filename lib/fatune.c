@@ -348,7 +348,7 @@ static int page_box(const fa_problem *p) {
 ** page size through page_box alone): 0 none, else 1 + page_box. */
 static int paged_key(const fa_problem *p) { return !p->paged ? 0 : 1 + page_box(p); }
 
-/* k's config as text with key set to value (NULL: left out) into out. */
+/* cfg as config text with key set to value (NULL: left out) into out. */
 static int config_with(const gen_config *cfg, const char *key, const char *value, char *out,
                        size_t n) {
   size_t used = (size_t)snprintf(out, n, "family=%s", cfg->family);

@@ -56,12 +56,17 @@ $ -- other block is whole (paged_block): lane g read the page of box g an
 $ -- iteration before (page_of), and a shuffle brings each page to the
 $ -- leader warp-uniform, so that ptxas issues the boxes without a loop
 $ -- over lanes.
+$ -- The page of cache position pos (a C expression) of sequence b: its
+$ -- slot's entry in the table row ptab (a contiguous cache's slot is 0), or b.
+$ local function table_page(pos)
+$   return "(ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, " .. pos .. ")) : b)"
+$ end
 $ local function paged_tail(which)
 $   local mb, m1 = which == "k" and 1 or 2, which == "k" and 4 or 5
 $   for r0 = 0, BN - PR, PR do
 {
   const int pos0 = blk * ${BN} + ${r0}, tok = pos0 - FA_PAGE_OF(p, pos0) * p.page_size;
-  const int page = pos0 >= p.seq_k ? p.num_pages : ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, pos0)) : b;
+  const int page = pos0 >= p.seq_k ? p.num_pages : ${table_page("pos0")};
   if (pos0 < p.seq_k && (unsigned)page >= (unsigned)p.num_pages) fa_st_i32(p.error, 1);
   if (pos0 + ${PR} <= p.seq_k || pos0 >= p.seq_k) {
 $     for j = 0, NCB - 1 do
@@ -106,8 +111,8 @@ $ end
 $ -- Lane g's page of box g of the tile's block of iteration it (a C
 $ -- expression), 0 past the blocks or the boxes.
 $ local function page_of(it)
-$   return string.format("(%s < n_blocks && lane < %d ? (ptab ? fa_ldg_i32(ptab + FA_PAGE_OF(p, (%s - (%s)) * %d + %d * lane)) : b) : 0)",
-$                        it, BN // PR, top, it, BN, PR)
+$   return string.format("(%s < n_blocks && lane < %d ? %s : 0)", it, BN // PR,
+$                        table_page(string.format("(%s - (%s)) * %d + %d * lane", top, it, BN, PR)))
 $ end
 $
 $ -- The producer's load of the K (or V) block of iteration `it` of the
