@@ -192,6 +192,20 @@ static void close_fills(ring *g) {
   for (int j = 0; j < g->fills; j++) g->closed[j] = 1;
 }
 
+/* Whether the TMA at the warp's pc is the last of its fill of ring r: no
+** other of that ring comes before the producer's next wait. Its fill then
+** lacks only bytes in flight, which the consumers' wait sees: it need not
+** wait for the producer to pass its next wait too, which can hang on those
+** consumers (a stage they free only after using this fill). */
+static int last_copy_of_fill(const warp *w, int r) {
+  for (int k = 1; k < w->r->n; k++) {
+    const model_insn *x = &w->r->loop[(w->pc + k) % w->r->n];
+    if (x->kind == MK_EMPTY_WAIT) return 1;
+    if (x->kind == MK_TMA && x->arg == r) return 0;
+  }
+  return 1;
+}
+
 static void release_bar(sim *s, int cta_i, int id) {
   cta *c = &s->c[cta_i];
   c->bar_count[id] = 0;
@@ -295,6 +309,7 @@ static void effects(sim *s, warp *w, const model_insn *in) {
       end = copy_lands(s, in->bytes);
       if (async_span(s, w, MPH_COPY, s->now, end)) s->oom = 1;
       if (end > g->done[g->fills - 1]) g->done[g->fills - 1] = end;
+      if (last_copy_of_fill(w, in->arg)) close_fills(g);
     }
     break;
   case MK_RELEASE: {  /* the fill it last waited for, or (arg2) the one before */

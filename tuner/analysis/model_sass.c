@@ -658,6 +658,28 @@ static int ex2_before_pv_wait(const sass_seq *q) {
   return -1;
 }
 
+/* An mbarrier try-wait does not stop the warp: it sets a scoreboard when
+** the phase completes (or a time limit passes), and the warp goes on
+** issuing until an instruction waits on that scoreboard, the branch to the
+** retry loop. ptxas issues the try early where it can: the consumers' try
+** for V, a couple of hundred instructions (the exponentials) before the
+** branch that needs it. The wait is modelled where it blocks, at the first
+** instruction after the try that waits on its scoreboard; the try itself
+** is then plain. */
+static void defer_waits(const sass_seq *q, model_insn *m) {
+  for (int i = 0; i < q->n; i++) {
+    if ((m[i].kind != MK_FULL_WAIT && m[i].kind != MK_EMPTY_WAIT) || q->op[i].wbar > 5) continue;
+    for (int j = i + 1; j < q->n; j++) {
+      if (!(q->op[j].wait >> q->op[i].wbar & 1)) continue;
+      if (m[j].kind != MK_PLAIN) break;  /* a waiter of its own kind: the wait stays */
+      m[j].kind = m[i].kind, m[j].arg = m[i].arg, m[j].arg2 = m[i].arg2;
+      m[j].phase = MPH_SYNC;
+      m[i].kind = MK_PLAIN, m[i].arg = -1, m[i].arg2 = 0;
+      break;
+    }
+  }
+}
+
 static int translate(const model_gpu *g, const sass_seq *q, const model_launch *l,
                      model_insn **out) {
   *out = calloc((size_t)q->n + 1, sizeof **out);
@@ -688,6 +710,8 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
                           &k->nrings, p, l);
     int pc = map_consumer(&t->loop, b->insn[0], k->nrings, l, p);
     if (p->backward) drop_foreign_barriers(b->insn[0], t->loop.n);
+    defer_waits(&t->loop, b->insn[0]);
+    defer_waits(&t->producer, b->insn[1]);
     k->stages = l->stages > 0 ? l->stages : 2;
     /* the producer: one warp of warpgroup 0; the consumers: warpgroups 1..n */
     k->role[0] = (model_role){"producer", 1, 1, b->insn[1], t->producer.n, pp, 0, 0};
