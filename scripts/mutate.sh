@@ -377,8 +377,13 @@ mut wg-paged-tail-rows templates/wg/wg.cu \
   'tok + r, hk, page, &full_${which}[i]);' \
   'test_decode'
 mut wg-paged-box-page templates/wg/wg.cu \
-  'for (int g = 0; g < ${G}; ++g) pg[g] = fa_shfl_idx_i32(${pages}, g);' \
-  'for (int g = 0; g < ${G}; ++g) pg[g] = fa_shfl_idx_i32(${pages}, 0);' \
+  'pg[k] = fa_shfl_idx_i32(${pages}, k), tok[k]' 'pg[k] = fa_shfl_idx_i32(${pages}, 0), tok[k]' \
+  'test_decode'
+mut wg-paged-box-row templates/wg/wg.cu \
+  'tok[k] = fa_shfl_idx_i32(row, k);' 'tok[k] = fa_shfl_idx_i32(row, 0);' \
+  'test_decode'
+mut wg-paged-box-warp templates/wg/wg.cu \
+  'const int g = pw + ${PW} * k;' 'const int g = ${PW} * k;' \
   'test_decode'
 mut wg-paged-batch-idx templates/wg/wg.cu \
   ': pv.cache_batch_idx ? pv.cache_batch_idx + b : 0;' ': 0;' \

@@ -46,15 +46,16 @@ $ -- A KV cache's K (or V) block blk into stage st, by boxes of PR rows
 $ -- (page_rows), each within a page: the page size a multiple of PR
 $ -- (attn_tmaps checks). A page outside the pool sets error[0], and a box
 $ -- there loads zeros, as TMA reads nothing outside a map; every row counts
-$ -- in the stage's bytes. The producer's whole warp runs the loads, its
-$ -- elected lane (leader) issuing. A tile's first block, its last (tail,
-$ -- the leader's alone), may end the sequence among a box's rows: those
-$ -- load a row at a time, zeros past the length (a cache's rows past a
-$ -- length may hold anything, NaN too, which P's zeros would not cancel in
-$ -- P V), and boxes wholly past it load zeros (the pool's end). Every
-$ -- other block is whole (paged_block): lane g read the page of box g an
-$ -- iteration before (page_of), and a shuffle brings each page to the
-$ -- leader warp-uniform, so that ptxas issues the boxes without a loop
+$ -- in the stage's bytes. Up to four of the producer's warps run the
+$ -- loads, each elected lane (leader) issuing. A tile's first block, its
+$ -- last (tail, the first warp's leader's alone), may end the sequence
+$ -- among a box's rows: those load a row at a time, zeros past the length
+$ -- (a cache's rows past a length may hold anything, NaN too, which P's
+$ -- zeros would not cancel in P V), and boxes wholly past it load zeros
+$ -- (the pool's end). Every other block is whole (paged_block), its boxes
+$ -- dealt among the warps: lane k of a warp read the page of the warp's
+$ -- box k an iteration before (page_of), and a shuffle brings each page to
+$ -- the leader warp-uniform, so that ptxas issues the boxes without a loop
 $ -- over lanes.
 $ -- The page of cache position pos (a C expression) of sequence b: its
 $ -- slot's entry in the table row ptab (a contiguous cache's slot is 0), or b.
@@ -84,35 +85,50 @@ $     end
 }
 $   end
 $ end
+$ -- The producer warps that issue a block's boxes (PW of the warpgroup's
+$ -- four): warp pw the boxes pw, pw + PW, ..., so that each issues a few
+$ -- after the stage frees instead of one issuing them all.
+$ local G = paged and BN // PR or 1
+$ local PW = math.min(4, G)
+$ local GW = (G + PW - 1) // PW
 $ local function paged_block(which, it, pages)
-$   local mb, G = which == "k" and 1 or 2, BN // PR
+$   local mb = which == "k" and 1 or 2
       {
         const int f = kv + (${it}), i = f % ${S}, blk = ${top} - (${it});
 $   if which == "k" then
-        if (fa_any_sync(lane < ${G} && (unsigned)${pages} >= (unsigned)p.num_pages) && leader) fa_st_i32(p.error, 1);
+        if (fa_any_sync(pw + ${PW} * lane < ${G} && (unsigned)${pages} >= (unsigned)p.num_pages) && leader) fa_st_i32(p.error, 1);
 $   end
-        int pg[${G}];  /* each box's page, from the lane that read it */
+        /* This warp's k-th box's page, from lane k that read it, and its
+        ** first row in the page, which lane k works out beside the others':
+        ** the leader then issues each box with nothing to compute. */
+        const int pos = blk * ${BN} + ${PR} * (pw + ${PW} * lane), row = pos - FA_PAGE_OF(p, pos) * p.page_size;
+        int pg[${GW}], tok[${GW}];
         FA_UNROLL
-        for (int g = 0; g < ${G}; ++g) pg[g] = fa_shfl_idx_i32(${pages}, g);
+        for (int k = 0; k < ${GW}; ++k) pg[k] = fa_shfl_idx_i32(${pages}, k), tok[k] = fa_shfl_idx_i32(row, k);
         if (f >= ${S}) fa_mbar_wait(&empty_${which}[i], (f / ${S} & 1) ^ 1);  /* the stage is free */
         if (leader) {
           unsigned char *const st = smem + ${which == "v" and P.v_offset or P.q_region} + i * ${P.kv_bytes};
-          fa_mbar_arrive_expect_tx(&full_${which}[i], ${P.kv_bytes});
+          /* the stage's bytes, once: the other warps' boxes may land
+          ** before (the count goes below zero until then) */
+          if (pw == 0) fa_mbar_arrive_expect_tx(&full_${which}[i], ${P.kv_bytes});
           FA_UNROLL
-          for (int g = 0; g < ${G}; ++g) {
-            const int pos0 = blk * ${BN} + ${PR} * g, tok = pos0 - FA_PAGE_OF(p, pos0) * p.page_size;
+          for (int k = 0; k < ${GW}; ++k) {
+            const int g = pw + ${PW} * k;
+$   if G % PW ~= 0 then
+            if (g >= ${G}) break;
+$   end
 $   for j = 0, NCB - 1 do
-            fa_tma_load_4d(st + ${j * BN * SW} + g * ${PR * SW}, &pv.tmap[${mb}], ${j * CB}, tok, hk, pg[g], &full_${which}[i]);
+            fa_tma_load_4d(st + ${j * BN * SW} + g * ${PR * SW}, &pv.tmap[${mb}], ${j * CB}, tok[k], hk, pg[k], &full_${which}[i]);
 $   end
           }
         }
       }
 $ end
-$ -- Lane g's page of box g of the tile's block of iteration it (a C
-$ -- expression), 0 past the blocks or the boxes.
+$ -- Lane k's page of this warp's box k of the tile's block of iteration it
+$ -- (a C expression), 0 past the blocks or the boxes.
 $ local function page_of(it)
-$   return string.format("(%s < n_blocks && lane < %d ? %s : 0)", it, BN // PR,
-$                        table_page(string.format("(%s - (%s)) * %d + %d * lane", top, it, BN, PR)))
+$   return string.format("(%s < n_blocks && pw + %d * lane < %d ? %s : 0)", it, PW, G,
+$                        table_page(string.format("(%s - (%s)) * %d + %d * (pw + %d * lane)", top, it, BN, PR, PW)))
 $ end
 $
 $ -- The producer's load of the K (or V) block of iteration `it` of the
@@ -530,14 +546,14 @@ $   end
 $ else
 $   if paged then
     $ tile_coords()
-    if (tid / 32 == ${4 * C} && n_blocks > 0) {
-      const int lane = tid % 32, leader = fa_elect_one(), kv = 0;
+    if (tid / 32 >= ${4 * C} && tid / 32 < ${4 * C + PW} && n_blocks > 0) {
+      const int pw = tid / 32 - ${4 * C}, lane = tid % 32, leader = fa_elect_one(), kv = 0;
       /* The sequence's row of the block table, or its one page in
       ** cache_batch_idx (a contiguous cache is one page a sequence: every
       ** position's slot is 0), or none: its page is b. */
       const int *const ptab = pv.block_table ? pv.block_table + (long long)b * pv.table_stride
                           : pv.cache_batch_idx ? pv.cache_batch_idx + b : 0;
-      if (leader) {
+      if (leader && pw == 0) {
         fa_mbar_arrive_expect_tx(qbar, ${P.q_bytes});
 $     for j = 0, NCB - 1 do
         fa_tma_load_4d(smem + ${j * BM * SW}, &${TM}.tmap[0], ${j * CB}, ${qrow("q0")}, h, ${VB}, qbar);
@@ -545,22 +561,28 @@ $     end
         $ load("k", "0")
       }
       /* K runs a block ahead of V, the tile's last block (where the
-      ** sequence ends) first, the leader's alone. Lane g holds the page of
-      ** box g of three blocks: pa V's, pb K's, and pc the next K's, read an
-      ** iteration before it is needed, so that the table's latency passes
-      ** in the waits. */
+      ** sequence ends) first, the first warp's leader's alone. Lane k holds
+      ** the page of this warp's box k of three blocks: pa V's, pb K's, and
+      ** pc the next K's, read an iteration before it is needed, so that the
+      ** table's latency passes in the waits. */
       int pa, pb = ${page_of("1")}, pc = ${page_of("2")};
       if (n_blocks > 1) {
         $ paged_block("k", "1", "pb")
       }
-      if (leader) {
+      if (leader && pw == 0) {
         $ load("v", "0")
       }
-      for (int it = 1; it < n_blocks; ++it) {
+      /* The last V outside the loop: a loop of one path, which ptxas
+      ** does not split into copies of the V load for the last block and
+      ** the others. */
+      int it = 1;
+      for (; it + 1 < n_blocks; ++it) {
         pa = pb, pb = pc, pc = ${page_of("it + 2")};
-        if (it + 1 < n_blocks) {
-          $ paged_block("k", "it + 1", "pb")
-        }
+        $ paged_block("k", "it + 1", "pb")
+        $ paged_block("v", "it", "pa")
+      }
+      if (it < n_blocks) {
+        pa = pb;
         $ paged_block("v", "it", "pa")
       }
     }
