@@ -1557,24 +1557,34 @@ static fatune_status check_kvcache_args(const fatune_kvcache_args *x, fa_problem
 /* Many new tokens per sequence (prefill, chunked prefill) run the forward
 ** pass's form over a KV cache (templates/paged.lua): its 128-row tiles of
 ** one head read K/V once per 128 queries, where the decoding kernels read
-** it once per 16 rows of a head's group. Decoding stays where the forward
-** grid would leave the GPU idle: under 64 new tokens, or fewer CTAs
-** (batch x heads x 128-query blocks) than half the SMs (by the timing
-** model, README). The forward form takes 16-bit types, head dims that are
-** multiples of 8 and caches under 64 GiB (tc's offsets are 32-bit counts
-** of 16 bytes); on sm_90a wg's, by TMA boxes of 16 rows on their pages,
-** where the page size is a multiple of 16 (fit_page_boxes). The
-** emulator counts as one SM. Both apply x's modification. */
+** it once per 16 rows of a head's group. Decoding stays under 64 new
+** tokens, and where the forward grid would leave most of the GPU idle:
+** both take time in proportion to the keys, the forward form per wave of
+** 128-row tiles (one whether a tile holds 128 rows or 1), decoding per
+** query row (batch x heads x new tokens), spread over every SM. So the
+** forward form runs from a share of an SM's 128 rows per wave: by the
+** timing model (d64 and d128, 8192 keys, README) a quarter for tc's form
+** (decoding is the faster up to 0.28 at d128 on A100, 0.24 at d64), a
+** sixth for wg's on sm_90a (0.13 and 0.19 on H100). The forward form takes
+** 16-bit types, head dims that are multiples of 8 and caches under 64 GiB
+** (tc's offsets are 32-bit counts of 16 bytes); on sm_90a wg's, by TMA
+** boxes within a page, where the page size is a multiple of 16
+** (fit_page_boxes). The emulator counts as one SM. Both apply x's
+** modification. */
 static void kvcache_route(const fatune_ctx *c, const fatune_kvcache_args *x, fa_problem *fp) {
   const fa_device *d = backend_device(c->be);
   const long long sms = d ? d->sm_count : 1;
+  const long long rows = (long long)fp->batch * fp->heads * fp->seq_q;
   const long long ctas = (long long)fp->batch * fp->heads * ((fp->seq_q + 127) / 128);
+  const long long waves = (ctas + sms - 1) / sms, share = 128 * sms * waves;
+  const int wg = !strcmp(c->target.arch, "sm_90a") && page_box(fp) > 0;
   const size_t es = (size_t)fa_dtype_size(fp->dtype), most = (size_t)UINT32_MAX * 16;
   const int fits = (fp->dtype == FA_FP16 || fp->dtype == FA_BF16) && fp->dim % 8 == 0 &&
                    fa_problem_dim_v(fp) % 8 == 0 && extent(&x->k_cache, es) < most &&
                    extent(&x->v_cache, es) < most;
   fp->mod = x->mod ? &x->mod->m : NULL;
-  if (fits && fp->seq_q >= 64 && 2 * ctas >= sms) fp->op = FA_OP_FWD, fp->paged = 1;
+  if (fits && fp->seq_q >= 64 && (wg ? 6 * rows >= share : 4 * rows >= share))
+    fp->op = FA_OP_FWD, fp->paged = 1;
 }
 
 /* Four tensors' addresses and strides for kernel k's widest access (its

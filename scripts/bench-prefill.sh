@@ -16,7 +16,8 @@
 #    H100, pages of 16), over a 8192-key
 #    cache, 32 query heads, head dim 128, for a few batches, GQA ratios
 #    and new-token counts; the time of each and the library's rule (the
-#    paged form from 64 new tokens when its grid fills half the SMs).
+#    paged form from 64 new tokens when its query rows make a quarter of
+#    128 an SM per wave of 128-row tiles, a sixth for wg's form).
 #
 # Each figure is `fatune model --json`'s.
 # usage: scripts/bench-prefill.sh [path/to/fatune]    (default build/fatune)
@@ -79,7 +80,8 @@ for gpu in $gpus; do
   # the forward form the library runs there, over pages of 16
   fwd=$(case $gpu in a100) echo tc-bf16-d128-m128n64w4-deferred-swizzle-qsmem-s2-causal-paged;;
                      *) echo wg-bf16-d128-m128n128c2-deferred-np-sq-s2-sw128-causal-paged;; esac)
-  for c in "1 1 64" "1 1 512" "1 8 128" "4 1 64" "4 8 64" "4 1 256" "8 1 128" "1 1 2048"; do
+  for c in "1 1 64" "1 1 96" "1 1 128" "1 8 128" "1 1 256" "1 1 512" "4 1 64" "4 8 64" "4 1 256" \
+           "8 1 128" "1 1 2048"; do
     read -r b g n <<<"$c"
     dec=$("$fatune" model --op decode --gpu "$gpu" --dtype bf16 --dim 128 --heads 32 --causal \
             --page 16 --seq "$n" --seq-k 8192 --batch "$b" --gqa "$g" --variant tcdec-bf16-d128-n64w4-s1-causal --json |
@@ -95,7 +97,8 @@ import sys
 gpu, b, g, n, dt, ds, pg, sms = sys.argv[1:]
 b, n, sms, dt, pg = int(b), int(n), int(sms), float(dt), float(pg)
 ctas = b * 32 * ((n + 127) // 128)
-lib = "paged" if n >= 64 and 2 * ctas >= sms else "decode"
+share = 128 * sms * ((ctas + sms - 1) // sms)
+lib = "paged" if n >= 64 and (6 if gpu == "h100" else 4) * b * 32 * n >= share else "decode"
 print("%-5s %-5d %-4s %-6d %8.1f (%3s) %10.1f %-8s %-8s" % (gpu, b, g, n, dt, ds, pg,
       "paged" if pg < dt else "decode", lib))
 EOF
