@@ -577,6 +577,19 @@ static void test_serving(fa_backend *be, const gen_target *t) {
                     .seq_k = 192, .dim = 64, .dtype = FA_BF16, .causal = 1, .op = FA_OP_DECODE,
                     .kv_group = 2, .page = 16, .kv_lens = many};
   serve_kvcache(be, &big, "-paged");
+  /* one sequence of 192 new tokens: the forward form from a quarter of
+  ** 128 rows an SM in one wave of tiles (tc's, pages of 8), from a sixth
+  ** (wg's on sm_90a, pages of 16), where a grid under half the SMs once
+  ** decoded */
+  static const int one[1] = {190};
+  fa_problem wave = {.batch = 1, .heads = 2 * ((dev.sm_count + 11) / 12), .seq_q = 192,
+                     .seq_k = 192, .dim = 64, .dtype = FA_BF16, .causal = 1, .op = FA_OP_DECODE,
+                     .kv_group = 2, .page = 8, .kv_lens = one};
+  serve_kvcache(be, &wave, "tc-");
+  if (dev.cc_major == 9 && dev.cc_minor == 0) {
+    wave.heads = 2 * ((dev.sm_count + 17) / 18), wave.page = 16;
+    serve_kvcache(be, &wave, "wg-");
+  }
   serve_varlen(be);
 }
 
