@@ -1583,8 +1583,7 @@ static void kvcache_route(const fatune_ctx *c, const fatune_kvcache_args *x, fa_
                    fa_problem_dim_v(fp) % 8 == 0 && extent(&x->k_cache, es) < most &&
                    extent(&x->v_cache, es) < most;
   fp->mod = x->mod ? &x->mod->m : NULL;
-  if (fits && fp->seq_q >= 64 && (wg ? 6 * rows >= share : 4 * rows >= share))
-    fp->op = FA_OP_FWD, fp->paged = 1;
+  if (fits && fp->seq_q >= 64 && (wg ? 6 : 4) * rows >= share) fp->op = FA_OP_FWD, fp->paged = 1;
 }
 
 /* Four tensors' addresses and strides for kernel k's widest access (its

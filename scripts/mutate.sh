@@ -389,10 +389,10 @@ mut wg-paged-batch-idx templates/wg/wg.cu \
   ': pv.cache_batch_idx ? pv.cache_batch_idx + b : 0;' ': 0;' \
   'test_decode'
 mut lib-prefill-share lib/fatune.c \
-  '(wg ? 6 * rows >= share : 4 * rows >= share)' '(wg ? 6 * rows >= share : 2 * ctas >= sms)' \
+  '(wg ? 6 : 4) * rows >= share)' '(wg ? 6 * rows >= share : 2 * ctas >= sms))' \
   'test_gpu_fake'
 mut lib-prefill-share-wg lib/fatune.c \
-  '(wg ? 6 * rows >= share : 4 * rows >= share)' '(4 * rows >= share)' \
+  '(wg ? 6 : 4) * rows >= share)' '4 * rows >= share)' \
   'test_gpu_fake'
 mut lib-page-boxes lib/fatune.c \
   'for (int r = 32; r <= box; r *= 2)' 'for (int r = 32; r <= 128; r *= 2)' \

@@ -96,12 +96,12 @@ $   local mb = which == "k" and 1 or 2
       {
         const int f = kv + (${it}), i = f % ${S}, blk = ${top} - (${it});
 $   if which == "k" then
-        if (fa_any_sync(pw + ${PW} * lane < ${G} && (unsigned)${pages} >= (unsigned)p.num_pages) && leader) fa_st_i32(p.error, 1);
+        if (fa_any_sync(box < ${G} && (unsigned)${pages} >= (unsigned)p.num_pages) && leader) fa_st_i32(p.error, 1);
 $   end
         /* This warp's k-th box's page, from lane k that read it, and its
         ** first row in the page, which lane k works out beside the others':
         ** the leader then issues each box with nothing to compute. */
-        const int pos = blk * ${BN} + ${PR} * (pw + ${PW} * lane), row = pos - FA_PAGE_OF(p, pos) * p.page_size;
+        const int pos = blk * ${BN} + ${PR} * box, row = pos - FA_PAGE_OF(p, pos) * p.page_size;
         int pg[${GW}], tok[${GW}];
         FA_UNROLL
         for (int k = 0; k < ${GW}; ++k) pg[k] = fa_shfl_idx_i32(${pages}, k), tok[k] = fa_shfl_idx_i32(row, k);
@@ -124,11 +124,11 @@ $   end
         }
       }
 $ end
-$ -- Lane k's page of this warp's box k of the tile's block of iteration it
-$ -- (a C expression), 0 past the blocks or the boxes.
+$ -- Lane k's page of this warp's box k (box) of the tile's block of
+$ -- iteration it (a C expression), 0 past the blocks or the boxes.
 $ local function page_of(it)
-$   return string.format("(%s < n_blocks && pw + %d * lane < %d ? %s : 0)", it, PW, G,
-$                        table_page(string.format("(%s - (%s)) * %d + %d * (pw + %d * lane)", top, it, BN, PR, PW)))
+$   return string.format("(%s < n_blocks && box < %d ? %s : 0)", it, G,
+$                        table_page(string.format("(%s - (%s)) * %d + %d * box", top, it, BN, PR)))
 $ end
 $
 $ -- The producer's load of the K (or V) block of iteration `it` of the
@@ -547,7 +547,8 @@ $ else
 $   if paged then
     $ tile_coords()
     if (tid / 32 >= ${4 * C} && tid / 32 < ${4 * C + PW} && n_blocks > 0) {
-      const int pw = tid / 32 - ${4 * C}, lane = tid % 32, leader = fa_elect_one(), kv = 0;
+      const int pw = tid / 32 - ${4 * C}, leader = fa_elect_one(), kv = 0;
+      const int box = pw + ${PW} * (tid % 32);  /* this lane's box of a block (page_of) */
       /* The sequence's row of the block table, or its one page in
       ** cache_batch_idx (a contiguous cache is one page a sequence: every
       ** position's slot is 0), or none: its page is b. */
