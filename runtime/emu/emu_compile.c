@@ -40,7 +40,7 @@
 
 extern char **environ;
 
-#define CFLAGS "-std=c11 -O2 -fPIC -shared -fno-strict-aliasing"
+#define CFLAGS "-std=c11 -O1 -fPIC -shared -fno-strict-aliasing"
 
 /* Kernels may be mapped executable even where memfds are made
 ** non-executable by default (vm.memfd_noexec); older headers lack it. */
