@@ -400,20 +400,75 @@ FA_INLINE double fa_emu_wgmma_elem(int type, unsigned short h) {
          : type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h) : (double)fa_f16_to_f32(h);
 }
 
-/* The k columns of row mn of an operand in shared memory, as doubles. */
-FA_INLINE void fa_emu_desc_read(fa_emu_thread *t, unsigned long long d, int mn_major,
-                                unsigned mn, int type, double *out, int line) {
+/* Elements [k0, k0 + n) of row mn of an operand in shared memory, one at a
+** time: each located, checked and converted on its own. */
+FA_INLINE void fa_emu_desc_read_each(fa_emu_thread *t, unsigned long long d, int mn_major,
+                                     unsigned mn, int type, unsigned k0, unsigned n,
+                                     double *out, int line) {
   const unsigned es = type == FA_EMU_E4M3 ? 1 : 2;
-  if ((d >> 49) & 7u)
-    fa_emu_failf(t, line, "wgmma: matrix descriptor base offset %u (the emulator takes 0)",
-                 (unsigned)(d >> 49) & 7u);
-  for (unsigned k = 0; k < (unsigned)FA_EMU_WGMMA_K(type); k++) {
+  for (unsigned k = k0; k < k0 + n; k++) {
     const unsigned off = fa_emu_desc_offset(d, mn_major, mn, k, es);
     if (t->smem_window + off < t->smem || t->smem_window + off + es > t->smem_end)
       fa_emu_failf(t, line, "wgmma: operand element at shared offset %u, outside the CTA's shared memory", off);
     unsigned short h = 0;
     memcpy(&h, t->smem_window + off, es);  /* little-endian: a byte lands in h's low half */
     out[k] = fa_emu_wgmma_elem(type, h);
+  }
+}
+
+/* The k columns of row mn of an operand in shared memory, as doubles. A
+** K-major row is whole 16-byte chunks that no swizzle splits (it moves
+** chunks, not the bytes in one), so each chunk is located and checked
+** once; one that is not wholly inside the CTA's shared memory is read
+** element by element, to name the first element outside. */
+FA_INLINE void fa_emu_desc_read(fa_emu_thread *t, unsigned long long d, int mn_major,
+                                unsigned mn, int type, double *out, int line) {
+  const unsigned es = type == FA_EMU_E4M3 ? 1 : 2, per = 16 / es;
+  if ((d >> 49) & 7u)
+    fa_emu_failf(t, line, "wgmma: matrix descriptor base offset %u (the emulator takes 0)",
+                 (unsigned)(d >> 49) & 7u);
+  if (mn_major) {
+    fa_emu_desc_read_each(t, d, mn_major, mn, type, 0, 16, out, line);
+    return;
+  }
+  for (unsigned k0 = 0; k0 < (unsigned)FA_EMU_WGMMA_K(type); k0 += per) {
+    const unsigned off = fa_emu_desc_offset(d, 0, mn, k0, es);
+    const unsigned char *p = t->smem_window + off;
+    if (p < t->smem || p + 16 > t->smem_end) {
+      fa_emu_desc_read_each(t, d, 0, mn, type, k0, per, out, line);
+      continue;
+    }
+    if (type == FA_EMU_E4M3)
+      for (unsigned i = 0; i < 16; i++) out[k0 + i] = (double)fa_e4m3_to_f32(p[i]);
+    else
+      for (unsigned i = 0; i < 8; i++) {
+        unsigned short h;
+        memcpy(&h, p + 2 * i, 2);
+        out[k0 + i] = type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h) : (double)fa_f16_to_f32(h);
+      }
+  }
+}
+
+/* Rows mn and mn + 1 (mn even) of an MN-major operand, whose elements of a
+** k lie side by side in one 16-byte chunk under every swizzle: one read of
+** both per k. */
+FA_INLINE void fa_emu_desc_read_pair(fa_emu_thread *t, unsigned long long d, unsigned mn,
+                                     int type, double *out0, double *out1, int line) {
+  if ((d >> 49) & 7u)
+    fa_emu_failf(t, line, "wgmma: matrix descriptor base offset %u (the emulator takes 0)",
+                 (unsigned)(d >> 49) & 7u);
+  for (unsigned k = 0; k < 16; k++) {
+    const unsigned off = fa_emu_desc_offset(d, 1, mn, k, 2);
+    const unsigned char *p = t->smem_window + off;
+    if (p < t->smem || p + 4 > t->smem_end) {
+      fa_emu_desc_read_each(t, d, 1, mn, type, k, 1, out0, line);
+      fa_emu_desc_read_each(t, d, 1, mn + 1, type, k, 1, out1, line);
+      continue;
+    }
+    unsigned short h[2];
+    memcpy(h, p, 4);
+    out0[k] = type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h[0]) : (double)fa_f16_to_f32(h[0]);
+    out1[k] = type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h[1]) : (double)fa_f16_to_f32(h[1]);
   }
 }
 
@@ -434,9 +489,11 @@ FA_INLINE void fa_emu_wgmma_compute(fa_emu_thread *t, int i, int line) {
       fa_emu_desc_read(t, op->da, op->trans_a, 16 * w + l / 4 + 8 * r, op->type, a[r], line);
   }
   for (int j = 0; j < op->n / 2; j += 4) {
-    for (unsigned c = 0; c < 2; c++)
-      fa_emu_desc_read(t, op->db, op->trans_b, 8 * ((unsigned)j / 4) + 2 * (l % 4) + c, op->type,
-                       b[c], line);
+    const unsigned col = 8 * ((unsigned)j / 4) + 2 * (l % 4);
+    if (op->trans_b)
+      fa_emu_desc_read_pair(t, op->db, col, op->type, b[0], b[1], line);
+    else
+      for (unsigned c = 0; c < 2; c++) fa_emu_desc_read(t, op->db, 0, col + c, op->type, b[c], line);
     for (int e = 0; e < 4; e++) {
       double s = 0.0;
       for (int k = 0; k < K; k++) s += a[e >> 1][k] * b[e & 1][k];
