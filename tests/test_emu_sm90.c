@@ -4,7 +4,8 @@
 ** against formulas written here from the PTX ISA, on random data:
 **   wgmma m64nNk16, every N 8..256, f16 and bf16, A from shared memory (K- or
 **     M-major) or registers, B K- or N-major, every swizzle mode, scale-d,
-**     two wgmma chained on one accumulator; the canonical layouts of "Shared
+**     two wgmma chained on one accumulator, B running past the end of shared
+**     memory (the error names an element outside); the canonical layouts of "Shared
 **     Memory Matrix Layout" as CuTe writes them, the D and A fragments of
 **     "Register Fragments";
 **   wgmma m64nNk32 e4m3 the same way (K-major only, a transpose refused),
@@ -443,7 +444,11 @@ static void put_elem(unsigned char *s, unsigned off, double v, int type) {
 typedef struct wg_case {
   int n, type, rs, ta, tb, swa, swb, scale, chain, macro;
   emu_schedule sched;
+  int cut;  /* > 0: shared memory ends this many bytes before B's last element does */
 } wg_case;
+
+static size_t wg_smem;   /* run_wg's last shared memory size */
+static unsigned wg_bmax; /* and the offset of its B's last element */
 
 static int run_wg(const wg_case *c, char *err, size_t errlen) {
   const int n = c->n, K = c->type == T_E4M3 ? 32 : 16;
@@ -468,6 +473,8 @@ static int run_wg(const wg_case *c, char *err, size_t errlen) {
       if (o > bmax) bmax = o;
     }
   const size_t img = (bmax + 2 + 1023) / 1024 * 1024;
+  const size_t smem = c->cut ? bmax + es - (unsigned)c->cut : img;
+  wg_smem = smem, wg_bmax = bmax;
   unsigned char *s = xmalloc(img);
   for (size_t i = 0; i < img; i += es) put_elem(s, (unsigned)i, rand_elem(c->type), c->type);
   for (unsigned i = 0; i < 64; i++)  /* over the garbage */
@@ -494,7 +501,7 @@ static int run_wg(const wg_case *c, char *err, size_t errlen) {
                                                 128 * 128 * 4}};
   fa_params prm;
   memset(&prm, 0, sizeof prm);
-  prm.seq_k = (int)(img / 16);
+  prm.seq_k = (int)(smem / 16);
   prm.batch = n;
   prm.heads = (c->type == T_BF16) | c->rs << 1 | c->ta << 2 | c->tb << 3 | c->scale << 4 |
               c->macro << 5 | c->chain << 6 | (c->type == T_E4M3) << 7;
@@ -502,7 +509,7 @@ static int run_wg(const wg_case *c, char *err, size_t errlen) {
   prm.q_sh = lb.base, prm.k_sh = lb.lbo, prm.k_sn = lb.sbo, prm.v_sh = lb.sw, prm.o_sb = lb.adv;
   fa_emu_counters ctr;
   int bad = -1;
-  if (launch(K_WG, 128, img, &prm, &b, c->sched, &ctr, err, errlen) == 0) {
+  if (launch(K_WG, 128, smem, &prm, &b, c->sched, &ctr, err, errlen) == 0) {
     bad = 0;
     for (int t = 0; t < 128; t++)
       for (int i = 0; i < n / 2; i++) {
@@ -537,7 +544,7 @@ static void test_wgmma_sweep(void) {
       for (int form = 0; form < 6; form++, iter++) {
         wg_case c = {n, bf, form >= 4, form < 4 ? form & 1 : 0, form < 4 ? form >> 1 : form & 1,
                      swizzles[(iter / 4) % 4], swizzles[iter % 4], (int)rng_below(2),
-                     iter % 5 == 0, 0, sch[iter % 3]};
+                     iter % 5 == 0, 0, sch[iter % 3], 0};
         const int bad = run_wg(&c, err, sizeof err);
         cases++;
         if (bad) {
@@ -553,7 +560,7 @@ static void test_wgmma_sweep(void) {
     for (int rs = 0; rs < 2; rs++, cases++) {
       const int i = n / 8 - 1;
       wg_case c = {n, T_E4M3, rs, 0, 0, swizzles[i % 4], swizzles[(i / 4 + rs) % 4],
-                   (int)rng_below(2), i % 5 == 0, 0, sch[(i + rs) % 3]};
+                   (int)rng_below(2), i % 5 == 0, 0, sch[(i + rs) % 3], 0};
       const int bad = run_wg(&c, err, sizeof err);
       if (bad) {
         fails++;
@@ -562,20 +569,43 @@ static void test_wgmma_sweep(void) {
     }
   CHECK(fails == 0, "wgmma e4m3: %d of %d cases wrong", fails, cases);
   /* The macro forms (N 64, bf16, SS, B N-major, scale-d; e4m3 SS and RS). */
-  wg_case m = {64, 1, 0, 0, 1, 128, 64, 1, 0, 1, EMU_FORWARD};
+  wg_case m = {64, 1, 0, 0, 1, 128, 64, 1, 0, 1, EMU_FORWARD, 0};
   CHECK(run_wg(&m, err, sizeof err) == 0, "fa_wgmma_ss_bf16(64, ...): %s", err);
   for (int rs = 0; rs < 2; rs++)
     for (int scale = 0; scale < 2; scale++) {
-      wg_case e = {64, T_E4M3, rs, 0, 0, swizzles[2 * scale + rs], 128, scale, 0, 1, EMU_RANDOM};
+      wg_case e = {64, T_E4M3, rs, 0, 0, swizzles[2 * scale + rs], 128, scale, 0, 1, EMU_RANDOM, 0};
       CHECK(run_wg(&e, err, sizeof err) == 0, "fa_wgmma_%s_e4m3(64, ..., scale-d %d): %s",
             rs ? "rs" : "ss", scale, err);
     }
   /* fp8 operands are K-major: a transposed one is refused. */
   for (int ta = 0; ta < 2; ta++) {
-    wg_case e = {64, T_E4M3, 0, ta, !ta, 0, 0, 0, 0, 0, EMU_FORWARD};
+    wg_case e = {64, T_E4M3, 0, ta, !ta, 0, 0, 0, 0, 0, EMU_FORWARD, 0};
     CHECK(run_wg(&e, err, sizeof err) < 0 && strstr(err, "fp8 operands are K-major"),
           "e4m3 wgmma with trans_%c: %s", ta ? 'a' : 'b', err);
   }
+}
+
+/* Shared memory that ends 8 bytes into B's last 16-byte chunk: the launch
+** fails naming an element of B that lies outside, not the chunk's first
+** (f16 K-major and bf16 N-major, every swizzle; e4m3). */
+static void test_wgmma_bounds(void) {
+  char err[512];
+  for (int type = 0; type < 3; type++)
+    for (int sw = 0; sw < 4; sw++) {
+      const int mn = type == T_BF16;
+      const unsigned es = type == T_E4M3 ? 1 : 2;
+      wg_case c = {64, type, 0, 0, mn, 128, swizzles[sw], 0, 0, 0, EMU_FORWARD, 8};
+      const int bad = run_wg(&c, err, sizeof err);
+      static const char what[] = "wgmma: operand element at shared offset ";
+      const char *at = strstr(err, what);
+      unsigned off = 0;
+      const int named = bad < 0 && at && sscanf(at + strlen(what), "%u", &off) == 1 &&
+                        strstr(err, "outside the CTA's shared memory");
+      CHECK(named && off + es > wg_smem && off <= wg_bmax,
+            "wgmma %s, B %s-major, swizzle %d, shared memory of %zu bytes, B to %u: %s",
+            type_names[type], mn ? "N" : "K", swizzles[sw], wg_smem, wg_bmax,
+            bad < 0 ? err : "launched");
+    }
 }
 
 /* Every broken formula must make every case it touches fail: f16 K-major,
@@ -598,7 +628,7 @@ static void test_wgmma_mutants(void) {
         if (mutant == MUT_SWIZZLE && sw == 0) continue;  /* nothing to swizzle */
         const int mn = type == T_BF16;
         wg_case c = {64, type, rs, mn, mn, swizzles[sw], swizzles[sw], 0, mutant == MUT_CHAIN, 0,
-                     EMU_FORWARD};
+                     EMU_FORWARD, 0};
         tried++;
         caught += run_wg(&c, err, sizeof err) != 0;  /* wrong, or read past the end */
       }
@@ -1017,6 +1047,7 @@ int main(void) {
   }
   if (ok) {
     test_wgmma_sweep();
+    test_wgmma_bounds();
     test_wgmma_mutants();
     test_e4m3_conversions();
     test_tmap_checks(be);
