@@ -221,8 +221,28 @@ static void zero_rows(double *t, fa_layout l, int seq, int dim) {
     for (d = 0; d < dim; d++) t[n * l.sn + d] = 0.0;
 }
 
-/* Where a row's magnitudes go (ref_bwd_io's dq_mag and dk_mag), or NULL. */
-typedef struct row_mag { double *dqr, *dkh; } row_mag;
+/* Where a row's magnitudes go (ref_bwd_io's dq_mag and dk_mag, and dv_sens
+** for the row's K/V head), each NULL when not wanted. */
+typedef struct row_mag { double *dqr, *dkh, *dvs; } row_mag;
+
+/* What query row i adds to dv_sens (ref_bwd_io's) at each visible key c,
+** before the square root: (P_ic (a_ic + L_i) |dout_i|)^2, L_i = max_c a_ic
+** + log(nvis) bounding |lse_i|. */
+static void add_dv_sens(const fa_problem *p, double scale, int nvis, const ref_bwd_io *io,
+                        const double *qr, const double *dor, const double *kh,
+                        const double *pr, double *dvs) {
+  const int dv = fa_problem_dim_v(p);
+  double amax = 0.0, n2 = 0.0;
+  for (int c = 0; c < nvis; c++)
+    if (pr[c] != 0.0) amax = fmax(amax, scale * dot_abs(qr, kh + c * io->kl.sn, p->dim));
+  for (int d = 0; d < dv; d++) n2 += dor[d] * dor[d];
+  const double lse_size = amax + log((double)nvis);
+  for (int c = 0; c < nvis; c++) {
+    if (pr[c] == 0.0) continue;
+    const double t = pr[c] * (scale * dot_abs(qr, kh + c * io->kl.sn, p->dim) + lse_size);
+    dvs[c] += t * t * n2;
+  }
+}
 
 /* One query row's share of the gradients of one (batch, head): its dq
 ** row, and what it adds to dk and dv (and, with mag, to the magnitudes).
@@ -239,10 +259,11 @@ static void backward_row(const fa_problem *p, double scale, int nvis, row_at w, 
   for (c = 0; c < nvis; c++) {
     ds[c] = dot(dor, vh + c * io->vl.sn, dv);   /* dP */
     sum += pr[c] * ds[c];
-    if (mag) sum_abs += pr[c] * dot_abs(dor, vh + c * io->vl.sn, dv);
+    if (mag && mag->dqr) sum_abs += pr[c] * dot_abs(dor, vh + c * io->vl.sn, dv);
   }
   for (d = 0; d < p->dim; d++) dqr[d] = 0.0;
-  if (mag) for (d = 0; d < p->dim; d++) mag->dqr[d] = 0.0;
+  if (mag && mag->dqr) for (d = 0; d < p->dim; d++) mag->dqr[d] = 0.0;
+  if (mag && mag->dvs) add_dv_sens(p, scale, nvis, io, qr, dor, kh, pr, mag->dvs);
   for (c = 0; c < nvis; c++) {
     /* dS's size: P times those of dP's terms and of D's, which a kernel
     ** computes apart (D from O), so that where they cancel the rounding
@@ -250,7 +271,9 @@ static void backward_row(const fa_problem *p, double scale, int nvis, row_at w, 
     const double *kc = kh + c * io->kl.sn;
     /* a hidden key (P 0) passes nothing back, whatever the derivative there */
     const double f = pr[c] != 0.0 ? dmodified(p, w, c, scale * dot(qr, kc, p->dim)) : 0.0;
-    const double m = mag ? pr[c] * fabs(f) * (dot_abs(dor, vh + c * io->vl.sn, dv) + sum_abs) : 0.0;
+    const double m = mag && mag->dqr
+                         ? pr[c] * fabs(f) * (dot_abs(dor, vh + c * io->vl.sn, dv) + sum_abs)
+                         : 0.0;
     ds[c] = pr[c] != 0.0 ? pr[c] * (ds[c] - sum) * f : 0.0;
     double *dkc = dkh + c * io->dkl.sn, *dvc = dvh + c * io->dvl.sn;
     for (d = 0; d < p->dim; d++) {
@@ -258,7 +281,7 @@ static void backward_row(const fa_problem *p, double scale, int nvis, row_at w, 
       dkc[d] += scale * ds[c] * qr[d];
     }
     for (d = 0; d < dv; d++) dvc[d] += pr[c] * dor[d];
-    if (mag) {
+    if (mag && mag->dqr) {
       double *mkc = mag->dkh + c * io->dkl.sn;
       for (d = 0; d < p->dim; d++) {
         mag->dqr[d] += scale * m * fabs(kc[d]);
@@ -292,10 +315,13 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
       double *dvh = io->dv + b * io->dvl.sb + hk * io->dvl.sh;
       const int with_mag = io->dq_mag && io->dk_mag;
       double *mkh = with_mag ? io->dk_mag + b * io->dkl.sb + hk * io->dkl.sh : NULL;
+      double *dvs = io->dv_sens ? io->dv_sens + ((size_t)b * (size_t)p->heads + (size_t)hk) *
+                                                    (size_t)p->seq_k : NULL;
       if (h % group == 0) {
         zero_rows(dkh, io->dkl, p->seq_k, p->dim);
         zero_rows(dvh, io->dvl, p->seq_k, fa_problem_dim_v(p));
         if (with_mag) zero_rows(mkh, io->dkl, p->seq_k, p->dim);
+        if (dvs) for (int c = 0; c < p->seq_k; c++) dvs[c] = 0.0;
       }
       for (r = 0; r < p->seq_q; r++) {
         const int nvis = visible_keys(p, r);
@@ -305,12 +331,15 @@ int ref_attention_backward(const fa_problem *p, const ref_bwd_io *io) {
         const row_at w = {b, h, r};
         softmax_row(p, scale, nvis, w, qr, kh, io->kl.sn, pr);
         const row_mag mag = {with_mag ? io->dq_mag + b * io->dql.sb + h * io->dql.sh +
-                                            r * io->dql.sn : NULL, mkh};
+                                            r * io->dql.sn : NULL, mkh, dvs};
         backward_row(p, scale, nvis, w, io, qr, dor, kh, vh, dqr, dkh, dvh, pr, ds,
-                     with_mag ? &mag : NULL);
+                     with_mag || dvs ? &mag : NULL);
       }
     }
   }
+  if (io->dv_sens)
+    for (size_t i = 0; i < (size_t)p->batch * (size_t)p->heads * (size_t)p->seq_k; i++)
+      io->dv_sens[i] = sqrt(io->dv_sens[i]);
   free(pr), free(ds);
   return 0;
 }

@@ -55,6 +55,16 @@ typedef struct ref_bwd_io {
   ** with a single visible key has dq = 0 exactly), rounding in a kernel is
   ** relative to these, not to the gradient. */
   double *dq_mag, *dk_mag;
+  /* Optional: per row j of dv (batch, heads, seq_k, contiguous; under GQA
+  ** the K/V heads' rows, over their groups' queries), sqrt(sum_i (P_ij (a_ij
+  ** + L_i) |dout_i|)^2): a_ij the size of the terms of the logit of query i
+  ** and key j (ref_fwd_io's), L_i = max_j a_ij + log(keys) a bound on
+  ** |lse_i|. A kernel gets lse rounded and rounds each logit, so P_ij moves
+  ** by P_ij (e_ij - l_i) for relative errors of 1 of those sizes, and row
+  ** j of dv by the sum over i of those moves times dout_i, each query's
+  ** rounding its own: the root of the sum of their squares measures it,
+  ** as o_sens does O's. */
+  double *dv_sens;
 } ref_bwd_io;
 
 /* The gradients of attention, the textbook way and from q, k, v alone (no

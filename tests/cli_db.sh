@@ -7,7 +7,8 @@
 #    missing, so every variant ends with exactly one trial;
 #  - two tunes writing one file at once: both succeed, every trial is there;
 #  - decode tunes differing only in the batch asked for or the page size are
-#    each measured, and best finds each key.
+#    each measured, and best finds each key;
+#  - an error budget finds fp16's backward pass and not fp32's.
 #
 # usage: FATUNE=build/fatune EXAMPLE=build/example_attention bash tests/cli_db.sh
 set -u
@@ -72,6 +73,23 @@ run_best --max-error 2 >/dev/null 2>"$tmp/budget2.err"
 rc=$?
 [ "$rc" -eq 2 ] && grep -q 'max-error must be a norm-relative error from 1e-16 to 1' "$tmp/budget2.err"
 check "best --max-error 2: refused" $? "exit $rc: $(cat "$tmp/budget2.err")"
+# The backward pass under a budget: fp16's tcbwd meets every case (dv judged
+# against what rounding the logits and lse costs it, as O is), so a budget
+# finds it; fp32's simtbwd fails huge-values (dP = dO V^T leaves float32's
+# range), so none is found for it.
+for dt in fp16 fp32; do
+  "${TIMEOUT[@]}" "$FATUNE" --op bwd --dim 32 --seq 64 --batch 1 --heads 2 --dtype $dt --backend emu \
+    --config "family=$([ $dt = fp16 ] && echo tcbwd || echo simtbwd)" --db "$tmp/bwd.db" \
+    >"$tmp/bwd_$dt.out" 2>&1
+  "$FATUNE" best --op bwd --dim 32 --seq 64 --dtype $dt --max-error 1e-2 --db "$tmp/bwd.db" \
+    >"$tmp/bwdb_$dt.out" 2>&1
+  echo "rc $?" >>"$tmp/bwdb_$dt.out"
+done
+grep -q '^variant  *tcbwd-f16-' "$tmp/bwdb_fp16.out" && grep -q '^rc 0$' "$tmp/bwdb_fp16.out" &&
+  grep -q 'nothing recorded that meets an error budget of 0.01 for bwd fp32 dim 32' "$tmp/bwdb_fp32.out" &&
+  grep -q '^rc 1$' "$tmp/bwdb_fp32.out" && grep -q 'huge-values' "$tmp/bwd_fp32.out"
+check "best --op bwd --max-error 1e-2: fp16's tcbwd meets it, fp32's simtbwd (huge-values) does not" $? \
+  "$(cat "$tmp/bwdb_fp16.out" "$tmp/bwdb_fp32.out" | head -n 8)"
 # Variants that move the same bytes tie; the line the run ends with is the
 # database's own choice among them.
 best_line=$(sed -n 's/^best recorded in [^:]*: \([^ ,]*\).*/\1/p' "$tmp/t.out")

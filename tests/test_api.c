@@ -341,7 +341,7 @@ static void run_backward(fatune_dtype dt, int H, int HK, int bnhd, int pad, int 
   double *rv = malloc((size_t)B * H * NK * D * sizeof *rv);
   double *kx = group_repeat(k.ref, B, H, G, NK, D), *vx = group_repeat(v.ref, B, H, G, NK, D);
   const ref_bwd_io io = {q.ref, kx, vx, dout.ref, lq, lk, lk, lq, rq, rk, rv, lq, lk, lk,
-                         NULL, NULL};
+                         NULL, NULL, NULL};
   double *sk = NULL, *sv = NULL;
   if (rq && rk && rv && kx && vx && ref_attention_backward(&p, &io) == 0 &&
       (sk = group_sum(rk, B, H, G, NK, D)) && (sv = group_sum(rv, B, H, G, NK, D))) {

@@ -360,7 +360,7 @@ static void check_bwd(fatune_ctx *ctx, fuzz_case *c) {
   }
   /* From the rounded inputs and O as the kernel read them. */
   const ref_bwd_io io = {t[0].ref, kx, vx, t[4].ref, lq, lk, lv, lo, gq, gk, gv, lq, lk, lv,
-                         gq_mag, gk_mag};
+                         gq_mag, gk_mag, NULL};
   if (ref_attention_backward(p, &io) != 0 || !(sk = group_sum(gk, B, H, G, NK, D)) ||
       !(sv = group_sum(gv, B, H, G, NK, DV)) || !(sk_mag = group_sum(gk_mag, B, H, G, NK, D))) {
     CHECK(0, "%s: the reference backward failed", c->what);

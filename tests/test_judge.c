@@ -10,7 +10,8 @@
 **  - the same for the rows an oracle case checks in float64 on the CPU;
 **  - the backward pass's gradients: NaN only where the reference's is;
 **  - O's tolerance widened by what rounding the logits costs, where the
-**    logits are large (the suite's lse-underflow), and only there.
+**    logits are large (the suite's lse-underflow), and only there; dv's
+**    the same way (the outlier case).
 ** Each perturbation is measured here too, so a verdict is only asked of an
 ** output whose error is known to be on the intended side of the bound.
 */
@@ -345,6 +346,69 @@ static void test_grad_nan(fa_dtype t) {
   val_case_free(&c);
 }
 
+/* dv's tolerance widens the same way (dv_sens): on the suite's outlier case
+** (a key 1000 times the others; fp32 bwd, seq 130, d64), which the
+** rounding of its logits and of lse costs dv past fp32's tolerance, dq and
+** dk as the reference and dv off by 0.5x the cost are valid, 2x invalid;
+** on ordinary logits the cost stays under half the tolerance. */
+static double dv_bound(const val_case *c) {
+  const size_t rows = (size_t)c->p.batch * (size_t)c->p.heads * (size_t)c->p.seq_k;
+  double s2 = 0, r2 = 0;
+  for (size_t i = 0; i < rows; i++) s2 += c->dv_sens[i] * c->dv_sens[i];
+  for (size_t i = 0; i < rows * (size_t)c->p.dim; i++) r2 += c->dv_ref[i] * c->dv_ref[i];
+  return 2 * 0x1p-24 * sqrt(s2 / r2);
+}
+
+static void test_dv_logit_size(void) {
+  int outlier = -1;
+  for (int i = 0; i < val_suite_size(); i++)
+    if (!strcmp(val_suite_name(i), "outlier")) outlier = i;
+  CHECK(outlier >= 0, "the suite has no outlier case");
+  const fa_problem p = {.batch = 1, .heads = 1, .seq_q = 130, .seq_k = 130, .dim = 64,
+                        .dtype = FA_FP32, .op = FA_OP_BWD};
+  val_case c, plain;
+  char err[200] = "";
+  if (outlier < 0 || val_suite_make(&c, outlier, &p, 5, err, sizeof err) != 0) {
+    CHECK(0, "fp32 bwd: outlier: %s", err);
+    return;
+  }
+  if (val_case_make(&plain, &p, 5, err, sizeof err) != 0) {
+    CHECK(0, "fp32 bwd: %s", err);
+    val_case_free(&c);
+    return;
+  }
+  const double tol = val_tolerance(FA_FP32), w = dv_bound(&c), w_plain = dv_bound(&plain);
+  CHECK(w_plain < 0.5 * tol, "fp32: ordinary logits cost dv %.3g, near the tolerance %g",
+        w_plain, tol);
+  CHECK(w > 10 * tol && w < 1e-2, "fp32: the outlier's logits cost dv %.3g (tolerance %g)",
+        w, tol);
+  const size_t nq = (size_t)c.p.heads * 130 * 64, nk = nq;  /* batch 1, heads as the case's */
+  float *g[3] = {malloc(nq * 4), malloc(nk * 4), malloc(nk * 4)};
+  CHECK(g[0] && g[1] && g[2], "out of memory");
+  for (int k = 0; g[0] && g[1] && g[2] && k < 2; k++) {
+    const double f = k ? 2.0 : 0.5;
+    double e2 = 0, r2 = 0;
+    for (size_t j = 0; j < nq; j++) g[0][j] = (float)c.dq_ref[j];
+    for (size_t j = 0; j < nk; j++) {
+      g[1][j] = (float)c.dk_ref[j];
+      g[2][j] = (float)(c.dv_ref[j] * (1 + sign(j) * f * w));
+      const double d = (double)g[2][j] - c.dv_ref[j];
+      e2 += d * d, r2 += c.dv_ref[j] * c.dv_ref[j];
+    }
+    const double e = sqrt(e2 / r2);   /* measured: the float rounding moves it a little */
+    CHECK(k ? e > 1.5 * w : e < 0.6 * w, "dv off by %.3g, meant %gx %.3g", e, f, w);
+    val_result r;
+    memset(&r, 0, sizeof r);
+    const void *const outputs[3] = {g[0], g[1], g[2]};
+    val_judge(&c, outputs, &r);
+    CHECK((int)r.status == (k ? VAL_INVALID : VAL_OK),
+          "fp32 bwd outlier: dv %gx the logits' cost off is %s (%s)", f, k ? "valid" : "invalid",
+          r.msg[0] ? r.msg : "passes");
+  }
+  for (int i = 0; i < 3; i++) free(g[i]);
+  val_case_free(&c), val_case_free(&plain);
+}
+
 int main(void) {
   for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) {
     val_case c;
@@ -363,5 +427,6 @@ int main(void) {
   }
   for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) test_grad_nan(dtypes[k]);
   for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++) test_logit_size(dtypes[k]);
+  test_dv_logit_size();
   return check_done("test_judge");
 }

@@ -319,6 +319,65 @@ static void test_properties(void) {
   case_free(&c);
 }
 
+/* dv_sens against what it measures: logits moved by e a_ij s_ij and each
+** row's lse by e L_i t_i (s, t random signs; a_ij = scale sum |q k|, L_i =
+** max_j a_ij + log(keys)), dv recomputed here from P_ij = exp(logit -
+** lse) moves, on average over the draws, by at most e |dv_sens| and by
+** more than a fourth of it (the square of a + L is at most twice a^2 +
+** L^2). Causal with rows that see nothing, and GQA (dv_sens summed over
+** the group). */
+static void test_dv_sens(void) {
+  fa_problem p = problem(1, 4, 9, 6, 5, 1, 0);
+  p.kv_group = 2;
+  bwd_case c;
+  rng_state = 7;
+  case_make(&c, p, 0);
+  const int H = p.heads, G = 2, SQ = p.seq_q, SK = p.seq_k, D = p.dim;
+  double *sens = tensor((size_t)H * SK, NAN);
+  ref_bwd_io io = c.io;
+  io.dv_sens = sens;
+  CHECK(ref_attention_backward(&p, &io) == 0, "a run with dv_sens refused");
+  const double scale = fa_problem_scale(&p), eps = 1e-7;
+  double want2 = 0, moved2 = 0;
+  for (int h = 0; h < H / G; h++)
+    for (int j = 0; j < SK; j++) want2 += sens[h * SK + j] * sens[h * SK + j];
+  const int draws = 64;
+  for (int t = 0; t < draws; t++) {
+    double dv0[6][5] = {{0}}, dv1[6][5] = {{0}};
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < SQ; i++) {
+        const int nvis = i - (SQ - SK) + 1 < 0 ? 0 : i - (SQ - SK) + 1;
+        double s[6], a[6], m = -INFINITY, amax = 0, l = 0;
+        for (int j = 0; j < nvis; j++) {
+          s[j] = a[j] = 0;
+          for (int d = 0; d < D; d++) {
+            const double x = *elem(c.q, io.ql, 0, h, i, d) * *elem(c.k, io.kl, 0, h / G, j, d);
+            s[j] += scale * x, a[j] += scale * fabs(x);
+          }
+          m = fmax(m, s[j]), amax = fmax(amax, a[j]);
+        }
+        for (int j = 0; j < nvis; j++) l += exp(s[j] - m);
+        const double lse = m + log(l), L = amax + log((double)nvis);
+        const double dl = eps * L * (rng_normal() < 0 ? -1 : 1);
+        for (int j = 0; j < nvis; j++) {
+          const double ds = eps * a[j] * (rng_normal() < 0 ? -1 : 1);
+          const double p0 = exp(s[j] - lse), p1 = exp(s[j] + ds - (lse + dl));
+          for (int d = 0; d < D; d++) {
+            const double g = *elem(c.dout, io.dol, 0, h, i, d);
+            dv0[j][d] += p0 * g, dv1[j][d] += p1 * g;
+          }
+        }
+      }
+    for (int j = 0; j < SK; j++)
+      for (int d = 0; d < D; d++) moved2 += (dv1[j][d] - dv0[j][d]) * (dv1[j][d] - dv0[j][d]);
+  }
+  const double ratio = sqrt(moved2 / draws) / (eps * sqrt(want2));
+  CHECK(want2 > 0 && ratio <= 1 && ratio > 0.25,
+        "dv moves by %.3g of eps |dv_sens| on average, not within (0.25, 1]", ratio);
+  free(sens);
+  case_free(&c);
+}
+
 static void test_invalid(void) {
   fa_problem good = problem(1, 1, 4, 4, 4, 0, 0), p;
   bwd_case c;
@@ -386,6 +445,7 @@ int main(void) {
   test_nan_row();
   test_modifications();
   test_properties();
+  test_dv_sens();
   test_invalid();
   printf("reference backward: %d finite-difference cases, worst norm-relative error %.3g "
          "(tolerance %g)\n", ncases, worst, FD_TOL);

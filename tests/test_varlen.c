@@ -410,7 +410,7 @@ static int reference_bwd(const vcase *c, const double *qx, const double *kx, con
   const size_t q = (size_t)q0 * H, k = (size_t)k0 * H;
   const ref_bwd_io io = {qx + q * D, kx + k * D, vx + k * DV, dox + q * DV, l, l, lv, lv,
                          g[0] + q * D, g[1] + k * D, g[2] + k * DV, l, l, lv,
-                         g[3] + q * D, g[4] + k * D};
+                         g[3] + q * D, g[4] + k * D, NULL};
   return ref_attention_backward(&sp, &io);
 }
 

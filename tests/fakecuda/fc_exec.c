@@ -292,7 +292,7 @@ static const double *const *bwd_answer(const fa_params *p, const kspec *s, const
     double *dq = malloc((size_t)B * H * Nq * D * sizeof *dq);
     double *dk = malloc((size_t)B * HK * Nk * D * sizeof *dk);
     double *dv = malloc((size_t)B * HK * Nk * D * sizeof *dv);
-    const ref_bwd_io io = {xq, xk, xv, xd, lq, lk, lk, lq, dq, dk, dv, lq, lk, lk, NULL, NULL};
+    const ref_bwd_io io = {xq, xk, xv, xd, lq, lk, lk, lq, dq, dk, dv, lq, lk, lk, NULL, NULL, NULL};
     const int ok = xq && xk && xv && xd && dq && dk && dv && pr.scale > 0 &&
                    ref_attention_backward(&pr, &io) == 0;
     free(xq), free(xk), free(xv), free(xd);

@@ -38,7 +38,7 @@ static double rng_normal(uint64_t *s) {
 void val_case_free(val_case *c) {
   free(c->q), free(c->k), free(c->v), free(c->o_ref), free(c->lse_ref), free(c->lse_mag), free(c->o_sens);
   free(c->o), free(c->lse), free(c->dout), free(c->dq_ref), free(c->dk_ref), free(c->dv_ref);
-  free(c->dq_mag), free(c->dk_mag);
+  free(c->dq_mag), free(c->dk_mag), free(c->dv_sens);
   free(c->sample_rows), free(c->sample_o);
   free(c->sample_krows), free(c->sample_dq), free(c->sample_dq_mag), free(c->sample_dk);
   free(c->sample_dv), free(c->table), free(c->lens), free(c->descale);
@@ -374,9 +374,10 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
   /* zeros where GQA leaves heads without K/V (the reference writes the rest) */
   c->dk_ref = calloc(nk, sizeof(double)), c->dv_ref = calloc(nv, sizeof(double));
   c->dq_mag = malloc(nq * sizeof(double)), c->dk_mag = calloc(nk, sizeof(double));
+  c->dv_sens = calloc(bh * (size_t)p->seq_k, sizeof(double));
   int rc = -1;
   if (!dod || !c->o || !c->lse || !c->dout || !c->dq_ref || !c->dk_ref || !c->dv_ref ||
-      !c->dq_mag || !c->dk_mag) {
+      !c->dq_mag || !c->dk_mag || !c->dv_sens) {
     snprintf(err, errlen, "out of memory for the validation inputs");
   } else {
     uint64_t s = c->seed ^ 0xd0d0d0d0ULL;
@@ -388,7 +389,7 @@ static int make_bwd(val_case *c, const double *qd, const double *kd, const doubl
     const fa_layout lq = fa_layout_contiguous(p, p->seq_q), lk = fa_layout_contiguous(p, p->seq_k);
     const fa_layout lo = fa_layout_contiguous_v(p, p->seq_q), lv = fa_layout_contiguous_v(p, p->seq_k);
     const ref_bwd_io io = {qd, kd, vd, dod, lq, lk, lv, lo, c->dq_ref, c->dk_ref, c->dv_ref,
-                           lq, lk, lv, c->dq_mag, c->dk_mag};
+                           lq, lk, lv, c->dq_mag, c->dk_mag, c->dv_sens};
     rc = ref_op(p, &io, err, errlen);
   }
   free(dod);
@@ -632,23 +633,29 @@ static int poisoned(const void *a, fa_dtype t, size_t i) {
   return 1;
 }
 
-/* O's tolerance: the dtype's, or, where larger, what rounding the logits
+/* An output's tolerance: the dtype's, or, where larger, what rounding the logits
 ** costs: twice the unit roundoff u of the kernel's arithmetic (fp32's for
 ** the 16-bit types; a logit is rounded at least twice, in its dot
 ** product's sum and scaled into log2 units, each by about u times the size
-** of its terms) times the norm of the rows' sensitivities (o_sens)
-** relative to O's. Logits of about -100 (the suite's lse-underflow) give
+** of its terms) times the norm of the rows' sensitivities (o_sens
+** for O, dv_sens for dv) relative to the output's. Logits of about -100 (the suite's lse-underflow) give
 ** fp32 1.4e-5 to 7e-5 at dims 16 to 128, where kernels' errors are a
 ** sixth to a third of it, past fp32's 1e-5 on some inputs; ordinary
 ** logits give 2e-6 to 6.5e-6, and fp32's tolerance stands for them. */
-static double o_tolerance(const val_case *c, double tol, double ref_norm2) {
-  if (!c->o_sens || !(ref_norm2 > 0)) return tol;
-  const size_t rows = (size_t)c->p.batch * (size_t)c->p.heads * (size_t)c->p.seq_q;
+static double rounding_tolerance(const val_case *c, const double *sens, size_t rows, double tol,
+                                 double ref_norm2) {
+  if (!sens || !(ref_norm2 > 0)) return tol;
   double s2 = 0;
   for (size_t i = 0; i < rows; i++)
-    if (isfinite(c->o_sens[i])) s2 += c->o_sens[i] * c->o_sens[i];
+    if (isfinite(sens[i])) s2 += sens[i] * sens[i];
   const double u = c->p.dtype == FA_FP64 ? 0x1p-53 : 0x1p-24;
   return fmax(tol, 2 * u * sqrt(s2 / ref_norm2));
+}
+
+/* O's, by its rows' o_sens. */
+static double o_tolerance(const val_case *c, double tol, double ref_norm2) {
+  const size_t rows = (size_t)c->p.batch * (size_t)c->p.heads * (size_t)c->p.seq_q;
+  return rounding_tolerance(c, c->o_sens, rows, tol, ref_norm2);
 }
 
 /* O against its reference: every element finite, or NaN or Inf exactly
@@ -739,6 +746,7 @@ typedef struct grad_ref {
   const double *ref, *mag;
   const size_t *rows;
   size_t nrows;
+  const double *sens;  /* per row, its sensitivity to the logits' rounding (dv_sens), or NULL */
 } grad_ref;
 
 /* Whether row `row` of gradient g (0 dq, 1 dk, 2 dv; seq rows per (batch,
@@ -795,6 +803,7 @@ static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int se
   r->grad_err[g] = e;
   if (e > r->rel_err) r->rel_err = e;
   if (g_ref.rows && e > r->sample_err) r->sample_err = e;
+  tol = rounding_tolerance(c, g_ref.sens, n / D, tol, r2);
   if (e > tol && !r->msg[0])
     snprintf(r->msg, sizeof r->msg, "%s: norm-relative error %.3g%s exceeds %.0e", name, e,
              g_ref.rows ? " on the rows computed in float64 on the CPU" : "", tol);
@@ -803,19 +812,19 @@ static int judge_grad(const val_case *c, const void *got, grad_ref g_ref, int se
 
 /* Every row's reference, or the oracle case's sampled rows. */
 static int judge_dq(const val_case *c, const void *got, double tol, val_result *r) {
-  const grad_ref g = c->dq_ref ? (grad_ref){c->dq_ref, c->dq_mag, NULL, 0}
+  const grad_ref g = c->dq_ref ? (grad_ref){c->dq_ref, c->dq_mag, NULL, 0, NULL}
                                : (grad_ref){c->sample_dq, c->sample_dq_mag, c->sample_rows,
-                                            c->nsample};
+                                            c->nsample, NULL};
   return judge_grad(c, got, g, c->p.seq_q, c->p.dim, 0, "dq", tol, r);
 }
 static int judge_dk(const val_case *c, const void *got, double tol, val_result *r) {
-  const grad_ref g = c->dk_ref ? (grad_ref){c->dk_ref, c->dk_mag, NULL, 0}
-                               : (grad_ref){c->sample_dk, NULL, c->sample_krows, c->nksample};
+  const grad_ref g = c->dk_ref ? (grad_ref){c->dk_ref, c->dk_mag, NULL, 0, NULL}
+                               : (grad_ref){c->sample_dk, NULL, c->sample_krows, c->nksample, NULL};
   return judge_grad(c, got, g, c->p.seq_k, c->p.dim, 1, "dk", tol, r);
 }
 static int judge_dv(const val_case *c, const void *got, double tol, val_result *r) {
-  const grad_ref g = c->dv_ref ? (grad_ref){c->dv_ref, NULL, NULL, 0}
-                               : (grad_ref){c->sample_dv, NULL, c->sample_krows, c->nksample};
+  const grad_ref g = c->dv_ref ? (grad_ref){c->dv_ref, NULL, NULL, 0, c->dv_sens}
+                               : (grad_ref){c->sample_dv, NULL, c->sample_krows, c->nksample, NULL};
   return judge_grad(c, got, g, c->p.seq_k, fa_problem_dim_v(&c->p), 2, "dv", tol, r);
 }
 

@@ -47,6 +47,8 @@ typedef struct val_case {
   double *dq_ref, *dk_ref, *dv_ref;
   double *dq_mag, *dk_mag; /* the magnitudes of their terms (ref_bwd_io), which dq's and dk's
                               errors are taken relative to */
+  double *dv_sens;         /* per row of dv, how far it moves per relative error of the
+                              logits (ref_bwd_io's), which dv's tolerance widens with */
   /* Oracle cases: rows also computed in float64 on the CPU, to check the
   ** oracle and every kernel against a reference independent of the GPU. */
   size_t nsample;
