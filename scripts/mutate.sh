@@ -277,6 +277,16 @@ mut sass-lazy-rescale tuner/analysis/sass.c \
 mut o-tol-logits tuner/trial/validate.c \
   'return fmax(tol, 2 * u * sqrt(s2 / ref_norm2));' 'return tol;' \
   'test_judge'
+mut dv-tol-logits tuner/trial/validate.c \
+  '(grad_ref){c->dv_ref, NULL, NULL, 0, c->dv_sens}' '(grad_ref){c->dv_ref, NULL, NULL, 0, NULL}' \
+  'test_judge'
+mut dv-sens-lse runtime/reference.c \
+  'const double lse_size = amax + log((double)nvis);' 'const double lse_size = 0;' \
+  'test_reference_bwd'
+mut wgmma-chunk-fallback templates/prelude_emu_sm90.h \
+  'fa_emu_desc_read_each(t, d, 0, mn, type, k0, per, out, line);' \
+  'fa_emu_failf(t, line, "wgmma: operand element at shared offset %u, outside the CTA'"'"'s shared memory", off);' \
+  'test_emu_sm90'
 mut nan-check tuner/trial/validate.c \
   'if (!isfinite(x) || !isfinite(ref)) {' 'if (0) {' \
   'test_judge'
