@@ -254,15 +254,16 @@ static void backward_row(const fa_problem *p, double scale, int nvis, row_at w, 
                          const double *pr, double *ds, const row_mag *mag) {
   const int dv = fa_problem_dim_v(p);
   double sum = 0.0;   /* sum_c P dP: dout . o of the row, without o */
-  double sum_abs = 0.0; /* with mag: the size of its terms, and of dout . o's */
+  double sum_abs = 0.0; /* with dq's magnitudes: the size of its terms, and of dout . o's */
+  const int with_mag = mag && mag->dqr;
   int c, d;
   for (c = 0; c < nvis; c++) {
     ds[c] = dot(dor, vh + c * io->vl.sn, dv);   /* dP */
     sum += pr[c] * ds[c];
-    if (mag && mag->dqr) sum_abs += pr[c] * dot_abs(dor, vh + c * io->vl.sn, dv);
+    if (with_mag) sum_abs += pr[c] * dot_abs(dor, vh + c * io->vl.sn, dv);
   }
   for (d = 0; d < p->dim; d++) dqr[d] = 0.0;
-  if (mag && mag->dqr) for (d = 0; d < p->dim; d++) mag->dqr[d] = 0.0;
+  if (with_mag) for (d = 0; d < p->dim; d++) mag->dqr[d] = 0.0;
   if (mag && mag->dvs) add_dv_sens(p, scale, nvis, io, qr, dor, kh, pr, mag->dvs);
   for (c = 0; c < nvis; c++) {
     /* dS's size: P times those of dP's terms and of D's, which a kernel
@@ -271,9 +272,8 @@ static void backward_row(const fa_problem *p, double scale, int nvis, row_at w, 
     const double *kc = kh + c * io->kl.sn;
     /* a hidden key (P 0) passes nothing back, whatever the derivative there */
     const double f = pr[c] != 0.0 ? dmodified(p, w, c, scale * dot(qr, kc, p->dim)) : 0.0;
-    const double m = mag && mag->dqr
-                         ? pr[c] * fabs(f) * (dot_abs(dor, vh + c * io->vl.sn, dv) + sum_abs)
-                         : 0.0;
+    const double m =
+        with_mag ? pr[c] * fabs(f) * (dot_abs(dor, vh + c * io->vl.sn, dv) + sum_abs) : 0.0;
     ds[c] = pr[c] != 0.0 ? pr[c] * (ds[c] - sum) * f : 0.0;
     double *dkc = dkh + c * io->dkl.sn, *dvc = dvh + c * io->dvl.sn;
     for (d = 0; d < p->dim; d++) {
@@ -281,7 +281,7 @@ static void backward_row(const fa_problem *p, double scale, int nvis, row_at w, 
       dkc[d] += scale * ds[c] * qr[d];
     }
     for (d = 0; d < dv; d++) dvc[d] += pr[c] * dor[d];
-    if (mag && mag->dqr) {
+    if (with_mag) {
       double *mkc = mag->dkh + c * io->dkl.sn;
       for (d = 0; d < p->dim; d++) {
         mag->dqr[d] += scale * m * fabs(kc[d]);

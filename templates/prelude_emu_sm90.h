@@ -400,6 +400,13 @@ FA_INLINE double fa_emu_wgmma_elem(int type, unsigned short h) {
          : type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h) : (double)fa_f16_to_f32(h);
 }
 
+/* A descriptor's base offset, which the emulator takes to be 0. */
+FA_INLINE void fa_emu_desc_check_base(fa_emu_thread *t, unsigned long long d, int line) {
+  if ((d >> 49) & 7u)
+    fa_emu_failf(t, line, "wgmma: matrix descriptor base offset %u (the emulator takes 0)",
+                 (unsigned)(d >> 49) & 7u);
+}
+
 /* Elements [k0, k0 + n) of row mn of an operand in shared memory, one at a
 ** time: each located, checked and converted on its own. */
 FA_INLINE void fa_emu_desc_read_each(fa_emu_thread *t, unsigned long long d, int mn_major,
@@ -424,9 +431,7 @@ FA_INLINE void fa_emu_desc_read_each(fa_emu_thread *t, unsigned long long d, int
 FA_INLINE void fa_emu_desc_read(fa_emu_thread *t, unsigned long long d, int mn_major,
                                 unsigned mn, int type, double *out, int line) {
   const unsigned es = type == FA_EMU_E4M3 ? 1 : 2, per = 16 / es;
-  if ((d >> 49) & 7u)
-    fa_emu_failf(t, line, "wgmma: matrix descriptor base offset %u (the emulator takes 0)",
-                 (unsigned)(d >> 49) & 7u);
+  fa_emu_desc_check_base(t, d, line);
   if (mn_major) {
     fa_emu_desc_read_each(t, d, mn_major, mn, type, 0, 16, out, line);
     return;
@@ -438,14 +443,9 @@ FA_INLINE void fa_emu_desc_read(fa_emu_thread *t, unsigned long long d, int mn_m
       fa_emu_desc_read_each(t, d, 0, mn, type, k0, per, out, line);
       continue;
     }
-    if (type == FA_EMU_E4M3)
-      for (unsigned i = 0; i < 16; i++) out[k0 + i] = (double)fa_e4m3_to_f32(p[i]);
-    else
-      for (unsigned i = 0; i < 8; i++) {
-        unsigned short h;
-        memcpy(&h, p + 2 * i, 2);
-        out[k0 + i] = type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h) : (double)fa_f16_to_f32(h);
-      }
+    for (unsigned i = 0; i < per; i++)  /* little-endian 16-bit elements */
+      out[k0 + i] =
+          fa_emu_wgmma_elem(type, es == 1 ? p[i] : (unsigned short)(p[2 * i] | p[2 * i + 1] << 8));
   }
 }
 
@@ -454,9 +454,7 @@ FA_INLINE void fa_emu_desc_read(fa_emu_thread *t, unsigned long long d, int mn_m
 ** both per k. */
 FA_INLINE void fa_emu_desc_read_pair(fa_emu_thread *t, unsigned long long d, unsigned mn,
                                      int type, double *out0, double *out1, int line) {
-  if ((d >> 49) & 7u)
-    fa_emu_failf(t, line, "wgmma: matrix descriptor base offset %u (the emulator takes 0)",
-                 (unsigned)(d >> 49) & 7u);
+  fa_emu_desc_check_base(t, d, line);
   for (unsigned k = 0; k < 16; k++) {
     const unsigned off = fa_emu_desc_offset(d, 1, mn, k, 2);
     const unsigned char *p = t->smem_window + off;
@@ -467,8 +465,8 @@ FA_INLINE void fa_emu_desc_read_pair(fa_emu_thread *t, unsigned long long d, uns
     }
     unsigned short h[2];
     memcpy(h, p, 4);
-    out0[k] = type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h[0]) : (double)fa_f16_to_f32(h[0]);
-    out1[k] = type == FA_EMU_BF16 ? (double)fa_bf16_to_f32(h[1]) : (double)fa_f16_to_f32(h[1]);
+    out0[k] = fa_emu_wgmma_elem(type, h[0]);
+    out1[k] = fa_emu_wgmma_elem(type, h[1]);
   }
 }
 

@@ -633,13 +633,13 @@ static int poisoned(const void *a, fa_dtype t, size_t i) {
   return 1;
 }
 
-/* An output's tolerance: the dtype's, or, where larger, what rounding the logits
-** costs: twice the unit roundoff u of the kernel's arithmetic (fp32's for
-** the 16-bit types; a logit is rounded at least twice, in its dot
-** product's sum and scaled into log2 units, each by about u times the size
-** of its terms) times the norm of the rows' sensitivities (o_sens
-** for O, dv_sens for dv) relative to the output's. Logits of about -100 (the suite's lse-underflow) give
-** fp32 1.4e-5 to 7e-5 at dims 16 to 128, where kernels' errors are a
+/* An output's tolerance: the dtype's, or, where larger, what rounding the
+** logits costs: twice the unit roundoff u of the kernel's arithmetic
+** (fp32's for the 16-bit types; a logit is rounded at least twice, in its
+** dot product's sum and scaled into log2 units, each by about u times the
+** size of its terms) times the norm of the rows' sensitivities (o_sens for
+** O, dv_sens for dv) relative to the output's. Logits of about -100 (the
+** suite's lse-underflow) give fp32 1.4e-5 to 7e-5 at dims 16 to 128, where kernels' errors are a
 ** sixth to a third of it, past fp32's 1e-5 on some inputs; ordinary
 ** logits give 2e-6 to 6.5e-6, and fp32's tolerance stands for them. */
 static double rounding_tolerance(const val_case *c, const double *sens, size_t rows, double tol,
