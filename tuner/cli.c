@@ -312,7 +312,10 @@ static const flag_info flags[] = {
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
 /* getopt_long's values: a flag's index in flags, then these. */
-enum { OPT_HELP = 'h', OPT_VERSION = 1000 };
+/* getopt_long's values: a flag's is OPT_FLAG plus its index in flags[],
+** clear of the ':' and '?' getopt returns for a missing value and an
+** unknown option (58 and 63 as indices were taken for them). */
+enum { OPT_HELP = 'h', OPT_VERSION = 1000, OPT_FLAG = 2000 };
 
 int cli_say(int rc, const char *msg) {
   char line[320];
@@ -806,7 +809,7 @@ static void long_options(struct option *lo) {
                             flags[i].takes_value == 2 ? optional_argument
                             : flags[i].takes_value    ? required_argument
                                                       : no_argument,
-                            NULL, (int)i};
+                            NULL, OPT_FLAG + (int)i};
   lo[NFLAGS] = (struct option){"help", no_argument, NULL, OPT_HELP};
   lo[NFLAGS + 1] = (struct option){"version", no_argument, NULL, OPT_VERSION};
   lo[NFLAGS + 2] = (struct option){NULL, 0, NULL, 0};
@@ -1012,6 +1015,7 @@ int cli_parse(int argc, char **argv, cli_opts *o, char *err, size_t errlen) {
     else if (c == '?') return unknown_option(a, err, errlen);
     else if (c == ':') return fail(err, errlen, "option %s needs a value", a);
     else {
+      c -= OPT_FLAG;
       const flag_info *f = &flags[c];
       o->given |= 1ull << c;
       if (!(cmd->flags & f->group))
