@@ -113,8 +113,13 @@ typedef struct fa_params {
   /* fp8 (e4m3): the inputs' descales, as FlashAttention-3's q_descale,
   ** k_descale and v_descale: each NULL (1) or float32 (batch, kv_heads)
   ** contiguous; the query heads of a K/V head take its, S = Q K^T q_descale
-  ** k_descale and O = P V v_descale. */
+  ** k_descale and O = P V v_descale. With descale_shift > 0 (the wg
+  ** family's blockscale form), a descale per block of R = 2^descale_shift
+  ** rows instead: q_descale (batch, heads, ceil(seq_q / R)), k_descale
+  ** and v_descale (batch, kv_heads, ceil(seq_k / R)); query row r takes
+  ** its head's block r / R, key c its K/V head's block c / R. */
   const float *q_descale, *k_descale, *v_descale;
+  int descale_shift;
   fa_tmap tmap[6];        /* TMA descriptors of the kernels that load by TMA (sm_90a):
                           ** what each holds is the template's to say; zeros elsewhere */
 } fa_params;

@@ -53,6 +53,17 @@ int fa_problem_group(const fa_problem *p) { return p->kv_group > 1 ? p->kv_group
 
 int fa_problem_kv_heads(const fa_problem *p) { return p->heads / fa_problem_group(p); }
 
+void fa_problem_descales(const fa_problem *p, size_t count[3]) {
+  const size_t b = (size_t)p->batch, kvh = (size_t)fa_problem_kv_heads(p);
+  const int r = p->descale_rows;
+  if (r <= 0) {
+    count[0] = count[1] = count[2] = b * kvh;
+    return;
+  }
+  count[0] = b * (size_t)p->heads * (size_t)((p->seq_q + r - 1) / r);
+  count[1] = count[2] = b * kvh * (size_t)((p->seq_k + r - 1) / r);
+}
+
 /* Decoding's choice depends on the batch (the split count fills the SMs),
 ** the GQA ratio and the page size; the backward pass's on the GQA ratio
 ** (how many CTAs a K/V head's work makes). */

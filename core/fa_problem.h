@@ -60,8 +60,13 @@ typedef struct fa_problem {
   const int *q_lens;    /* varlen: each sequence's queries, with kv_lens its keys (the
                         ** timing model's), or NULL; the caller keeps it alive */
   const float *descale;  /* e4m3: NULL (1), or q's, k's and v's descales one after the
-                         ** other, each (batch, kv heads) (fa_params.h's q_descale, ...);
-                         ** the caller keeps it alive */
+                         ** other, each (batch, kv heads) (fa_params.h's q_descale, ...),
+                         ** or per block (descale_rows; fa_problem_descales gives the
+                         ** counts); the caller keeps it alive */
+  int descale_rows;     /* e4m3: 0, a descale per (batch, K/V head); R, a power of two
+                        ** from 64, a descale per block of R rows of each head (fa_params.h);
+                        ** the kernel's addressing (wg's blockscale), not part of a
+                        ** tuned key */
   int paged;            /* op fwd: K and V read from a KV cache (fa_params.h's block
                         ** table, cache_batch_idx and seqlens_k; the library's
                         ** kvcache call with many new tokens), seq_k the capacity
@@ -84,6 +89,10 @@ double fa_problem_scale(const fa_problem *p);  /* scale, resolving 0 */
 int fa_problem_dim_v(const fa_problem *p);     /* dim_v, resolving 0 */
 int fa_problem_group(const fa_problem *p);     /* kv_group, resolving 0 to 1 */
 int fa_problem_kv_heads(const fa_problem *p);  /* heads / the group */
+/* The descales of an e4m3 problem, each of q's, k's and v's: (batch, kv
+** heads) without descale_rows, else q's (batch, heads, ceil(seq_q / R)) and
+** k's and v's (batch, kv heads, ceil(seq_k / R)). */
+void fa_problem_descales(const fa_problem *p, size_t count[3]);
 /* The fields of a tuning key that only some ops have: the batch asked for,
 ** the GQA ratio and the page size. Decoding keys by all three, the backward
 ** pass by the GQA ratio alone, the forward pass by none (0, 1, 0). */

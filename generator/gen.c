@@ -250,6 +250,10 @@ static void push_problem(lua_State *L, const fa_problem *p) {
     lua_pushinteger(L, 1);
     lua_setfield(L, -2, "paged");
   }
+  if (p->descale_rows > 0) {
+    lua_pushinteger(L, 1);
+    lua_setfield(L, -2, "blockscale");
+  }
 }
 
 /* A malloc'ed copy of the string at `idx`; raises when it is not a string
@@ -782,7 +786,7 @@ int gen_render_name(gen_state *g, const char *name, const gen_target *t,
 int gen_render_name_as(gen_state *g, const char *name, const fa_problem *p, const gen_target *t,
                        gen_kernel *out) {
   int rc = gen_render_name(g, name, t, out);
-  if (rc != 0 || !p || !(p->varlen || p->paged)) return rc;
+  if (rc != 0 || !p || !(p->varlen || p->paged || p->descale_rows > 0)) return rc;
   char *config = strdup(out->config);
   gen_kernel_free(out);
   if (!config) {
@@ -1118,6 +1122,13 @@ int gen_kernel_fits(const gen_kernel *k, const fa_problem *p, char *why, size_t 
     snprintf(why, n, "variant %s reads K/V %s, but the problem's are %s", name,
              p->paged ? "as dense tensors" : "from a KV cache",
              p->paged ? "in a KV cache" : "dense tensors");
+    return 0;
+  }
+  const char *bs = gen_config_get(&k->cfg, "blockscale");
+  if ((bs && !strcmp(bs, "1")) != (p->descale_rows > 0)) {
+    snprintf(why, n, "variant %s takes descales %s, but the problem's are %s", name,
+             p->descale_rows > 0 ? "per head" : "per block of rows",
+             p->descale_rows > 0 ? "per block of rows" : "per head");
     return 0;
   }
   const char *want_mod = p->mod ? p->mod->hash : "";

@@ -142,6 +142,13 @@ typedef struct fatune_attention_args {
   ** take its. O = softmax(scale q_descale k_descale Q K^T) V v_descale,
   ** Q, K and V as stored in e4m3. Given with another dtype: FATUNE_EINVAL. */
   const float *q_descale, *k_descale, *v_descale;
+  /* fp8 only: 0, the descales above; R (a power of two from 64), a descale
+  ** per block of R rows of each head instead (FlashAttention-3's block
+  ** quantization): q_descale (batch, heads_q, ceil(seq_q / R)), k_descale
+  ** and v_descale (batch, heads_kv, ceil(seq_k / R)), float32, contiguous;
+  ** query row r takes block r / R of its head's, key c block c / R of its
+  ** K/V head's. Positive and finite, as every descale. */
+  int descale_rows;
 } fatune_attention_args;
 
 /* One call of fatune_attention_backward: the forward call's q, k, v, o

@@ -81,6 +81,7 @@ typedef struct slot {
   int batch, kv_group, page;   /* op decode's key (bwd: kv_group); 0 for the other ops */
   int varlen;                  /* a variable-length batch's kernel (op fwd) */
   int paged;                   /* a KV cache's forward kernel (op fwd) */
+  int blockscale;              /* fp8's descales per block of rows (wg's blockscale form) */
   int append;                  /* op decode with new keys: ak and aprog append them */
   char mod[17];
   budget b;
@@ -515,9 +516,9 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
 
 static unsigned hash_key(const fa_problem *p, const budget *b) {
   const fa_key_extra ek = fa_problem_key_extra(p);
-  const int v[14] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
+  const int v[15] = {(int)p->op, (int)p->dtype, p->dim, p->seq_q, p->seq_k, p->causal,
                      b->deterministic, fa_problem_dim_v(p), ek.batch, ek.kv_group, ek.page, p->varlen,
-                     p->append, paged_key(p)};
+                     p->append, paged_key(p), p->descale_rows > 0};
   uint64_t h = fa_fnv1a64(FA_FNV64_OFFSET, v, sizeof v);
   h = fa_fnv1a64(h, mod_hash(p), strlen(mod_hash(p)));
   return (unsigned)fa_fnv1a64(h, &b->max_rel_err, sizeof b->max_rel_err);
@@ -528,7 +529,8 @@ static int same_key(const slot *s, const fa_problem *p, const budget *b) {
   return s->used && s->op == p->op && s->dtype == p->dtype && s->dim == p->dim &&
          s->batch == ek.batch && s->kv_group == ek.kv_group && s->page == ek.page &&
          s->varlen == p->varlen &&
-         s->paged == paged_key(p) && s->append == p->append &&
+         s->paged == paged_key(p) && s->blockscale == (p->descale_rows > 0) &&
+         s->append == p->append &&
          s->dim_v == fa_problem_dim_v(p) && s->seq_q == p->seq_q &&
          s->seq_k == p->seq_k && s->causal == p->causal && !strcmp(s->mod, mod_hash(p)) &&
          s->b.max_rel_err == b->max_rel_err && s->b.deterministic == b->deterministic;
@@ -612,7 +614,7 @@ static fatune_status prepare(fatune_ctx *c, const fa_problem *p, const budget *b
       s->dim_v = fa_problem_dim_v(p);
       const fa_key_extra ek = fa_problem_key_extra(p);
       s->batch = ek.batch, s->kv_group = ek.kv_group, s->page = ek.page;
-      s->varlen = p->varlen, s->paged = paged_key(p);
+      s->varlen = p->varlen, s->paged = paged_key(p), s->blockscale = p->descale_rows > 0;
       s->causal = p->causal, s->k = k, s->prog = prog, s->choice = choice;
       s->append = p->append, s->ak = ak, s->aprog = aprog;
       snprintf(s->mod, sizeof s->mod, "%s", mod_hash(p));
@@ -706,6 +708,14 @@ static fatune_status check_distinct(const char *name, const fatune_tensor *o) {
   return FATUNE_OK;
 }
 
+/* The floats each of q's, k's and v's descales holds (fatune_attention_args). */
+static void descale_counts(const fatune_attention_args *x, const fatune_problem *p, size_t n[3]) {
+  const fa_problem fp = {.batch = p->batch, .heads = p->heads, .seq_q = p->seq_q,
+                         .seq_k = p->seq_k, .kv_group = (int)(x->q.shape[1] / x->k.shape[1]),
+                         .descale_rows = x->descale_rows};
+  fa_problem_descales(&fp, n);
+}
+
 /* What the kernel writes (O and lse) shares no byte with anything else it
 ** reads or writes: another CTA could read an input after it was
 ** overwritten. By the spans from first to last byte, which refuses a few
@@ -721,9 +731,10 @@ static fatune_status check_overlaps(const fatune_attention_args *x, const fatune
   hi[4] = lo[4] + (size_t)p->batch * p->heads * p->seq_q * fa_lse_size((fa_dtype)p->dtype);
   /* The descales are read too (none: an empty span). */
   const float *const ds[3] = {x->q_descale, x->k_descale, x->v_descale};
-  const size_t db = (size_t)p->batch * (size_t)x->k.shape[1] * sizeof(float);
+  size_t n[3];
+  descale_counts(x, p, n);
   for (int i = 0; i < 3; i++)
-    lo[5 + i] = (uintptr_t)ds[i], hi[5 + i] = ds[i] ? lo[5 + i] + db : lo[5 + i];
+    lo[5 + i] = (uintptr_t)ds[i], hi[5 + i] = ds[i] ? lo[5 + i] + n[i] * sizeof(float) : lo[5 + i];
   for (int w = 3; w < (x->lse ? 5 : 4); w++)   /* o, then lse */
     for (int i = 0; i < 8; i++)
       if (i != w && (i < w || i >= 5) && lo[w] < hi[i] && lo[i] < hi[w])
@@ -801,9 +812,16 @@ static fatune_status check_args(const fatune_attention_args *x, fatune_problem *
       return fail(FATUNE_EINVAL, "%s is given, but q is %s: descales scale e4m3 (fp8) inputs "
                   "only", ds_name[i], fa_dtype_name((fa_dtype)x->q.dtype));
     if ((uintptr_t)ds[i] % sizeof(float))
-      return fail(FATUNE_EINVAL, "%s is not 4-byte aligned (%p): (batch, heads_kv) float32",
-                  ds_name[i], (const void *)ds[i]);
+      return fail(FATUNE_EINVAL, "%s is not 4-byte aligned (%p): float32", ds_name[i],
+                  (const void *)ds[i]);
   }
+  const int r = x->descale_rows;
+  if (r && !fp8)
+    return fail(FATUNE_EINVAL, "descale_rows is %d, but q is %s: descales scale e4m3 (fp8) "
+                "inputs only", r, fa_dtype_name((fa_dtype)x->q.dtype));
+  if (r && (r < 64 || r > (1 << 24) || (r & (r - 1))))
+    return fail(FATUNE_EINVAL, "descale_rows is %d: 0 (a descale per (batch, K/V head)) or a "
+                "power of two from 64 to 2^24 (per block of that many rows)", r);
   const long long *q = x->q.shape, *k = x->k.shape;
   for (int d = 0; d < 3; d++) {
     if (x->o.shape[d] != q[d])
@@ -1065,6 +1083,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
   cl->fp = to_problem(&p);
   cl->fp.kv_group = (int)(x->q.shape[1] / x->k.shape[1]);
   cl->fp.mod = x->mod ? &x->mod->m : NULL;
+  cl->fp.descale_rows = x->descale_rows;
   const fa_problem *fp = &cl->fp;
   const budget bud = {x->max_rel_err, x->deterministic != 0};
   if ((st = slot_for(c, fp, &bud, &cl->s)) != FATUNE_OK) return st;
@@ -1098,6 +1117,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
                       .q_descale = x->q_descale, .k_descale = x->k_descale,
                       .v_descale = x->v_descale};
   cl->a.scale_log2_f32 = (float)cl->a.scale_log2;
+  for (int r = x->descale_rows; r > 1; r >>= 1) cl->a.descale_shift++;
   if ((st = mod_args(c, fp, 1, &cl->a, &cl->check)) != FATUNE_OK) {
     call_done(c, cl);
     return st;
@@ -1108,9 +1128,10 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
                                   (uintptr_t)t[i]->data + extent(t[i], tensor_elem(t[i]))};
   cl->extra[4] = (fa_range){(uintptr_t)lse, (uintptr_t)lse + rows * ls};
   const float *const ds[3] = {x->q_descale, x->k_descale, x->v_descale};
-  const size_t db = (size_t)fp->batch * (size_t)x->k.shape[1] * sizeof(float);
+  size_t n[3];
+  descale_counts(x, &p, n);
   for (int i = 0; i < 3; i++)
-    cl->extra[5 + i] = ds[i] ? (fa_range){(uintptr_t)ds[i], (uintptr_t)ds[i] + db}
+    cl->extra[5 + i] = ds[i] ? (fa_range){(uintptr_t)ds[i], (uintptr_t)ds[i] + n[i] * sizeof(float)}
                              : (fa_range){0, 0};
   return FATUNE_OK;
 }

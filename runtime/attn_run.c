@@ -29,7 +29,9 @@ int attn_inputs_upload(fa_backend *be, const fa_problem *p, const void *q, const
   }
   int rc = attn_mod_upload(be, p, !p->varlen && !p->paged, in, err, errlen);
   if (rc == 0 && p->descale) {
-    const size_t db = 3 * (size_t)p->batch * (size_t)fa_problem_kv_heads(p) * sizeof(float);
+    size_t cnt[3];
+    fa_problem_descales(p, cnt);
+    const size_t db = (cnt[0] + cnt[1] + cnt[2]) * sizeof(float);
     rc = backend_alloc(be, db, &in->descale, err, errlen) ||
          backend_upload(be, in->descale, p->descale, db, err, errlen) ? -1 : 0;
   }
@@ -476,9 +478,11 @@ static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs
   if (rc == 0) attn_mod_params(in, a), a->error = out->error;
   if (rc == 0 && in->descale) {
     const float *d = in->descale;
-    const size_t n = (size_t)p->batch * (size_t)fa_problem_kv_heads(p);
-    a->q_descale = d, a->k_descale = d + n, a->v_descale = d + 2 * n;
+    size_t cnt[3];
+    fa_problem_descales(p, cnt);
+    a->q_descale = d, a->k_descale = d + cnt[0], a->v_descale = d + cnt[0] + cnt[1];
   }
+  for (int r = p->descale_rows; rc == 0 && r > 1; r >>= 1) a->descale_shift++;
   return rc;
 }
 

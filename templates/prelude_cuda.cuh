@@ -47,6 +47,15 @@ FA_INLINE void fa_sts_f64(double *a, double v) { *a = v; }
 typedef struct __align__(16) fa_f32x4 { float x, y, z, w; } fa_f32x4;
 typedef struct __align__(16) fa_f64x2 { double x, y; } fa_f64x2;
 FA_INLINE fa_f32x4 fa_lds_f32x4(const fa_f32x4 *a) { return *a; }
+/* Two floats in one 8-byte global access (fp8's descales per block, wg.cu). */
+typedef struct __align__(8) fa_f32x2 { float x, y; } fa_f32x2;
+FA_INLINE fa_f32x2 fa_ldg_f32x2(const fa_f32x2 *a) {
+  const float2 v = __ldg((const float2 *)a);
+  fa_f32x2 r;
+  r.x = v.x, r.y = v.y;
+  return r;
+}
+FA_INLINE void fa_st_f32x2(fa_f32x2 *a, fa_f32x2 v) { *a = v; }
 FA_INLINE fa_f64x2 fa_lds_f64x2(const fa_f64x2 *a) { return *a; }
 
 /* Integers: a KV cache's block table and lengths, the addresses of its
@@ -86,6 +95,9 @@ FA_INLINE float fa_tanh_f32(float x) {
   return 1.f - __fdividef(2.f, 1.f + fa_exp2_f32(2.8853900817779268f * x));
 }
 FA_INLINE float fa_log2_f32(float x) { return log2f(x); }
+/* MUFU.LG2 alone, where a few ulp do not matter (fp8's descales per block,
+** wg.cu) and log2f is a routine with a slow path. */
+FA_INLINE float fa_log2_fast_f32(float x) { return __log2f(x); }
 FA_INLINE double fa_log2_f64(double x) { return log2(x); }
 /* O or P times a softmax factor: a plain multiply, named so that the
 ** emulator can count the rescaling work each normalization does. */

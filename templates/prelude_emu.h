@@ -100,6 +100,10 @@ FA_EMU_MEMORY(fa_f32x4, f32x4)
 FA_EMU_MEMORY(fa_f64x2, f64x2)
 #define fa_lds_f32x4(a) fa_emu_lds_f32x4((a), __LINE__)
 #define fa_lds_f64x2(a) fa_emu_lds_f64x2((a), __LINE__)
+typedef struct fa_f32x2 { _Alignas(8) float x; float y; } fa_f32x2;
+FA_EMU_MEMORY(fa_f32x2, f32x2)
+#define fa_ldg_f32x2(a) fa_emu_ldg_f32x2((a), __LINE__)
+#define fa_st_f32x2(a, v) fa_emu_st_f32x2((a), (v), __LINE__)
 FA_EMU_MEMORY(unsigned char, u8)
 #define fa_ldg_u8(a) fa_emu_ldg_u8((a), __LINE__)
 #define fa_st_u8(a, v) fa_emu_st_u8((a), (v), __LINE__)
@@ -220,6 +224,9 @@ FA_INLINE float fa_tanh_f32(float x) {
   return 1.f - 2.f / (1.f + (e < 0x1p-126f ? 0.f : e));
 }
 FA_INLINE float fa_log2_f32(float x) { fa_emu_self->ctr->log2++; return log2f(x); }
+/* The CUDA prelude's MUFU.LG2, exact here (within its few ulp); not the
+** softmax's, so not counted. */
+FA_INLINE float fa_log2_fast_f32(float x) { return log2f(x); }
 FA_INLINE double fa_log2_f64(double x) { fa_emu_self->ctr->log2++; return log2(x); }
 /* The non-matmul work normalization costs: O or P times a softmax factor. */
 FA_INLINE float fa_rescale_f32(float x, float s) { fa_emu_self->ctr->rescale++; return x * s; }

@@ -473,7 +473,8 @@ local function families_for(problem, target)
     if fam.op == op and (not problem or computes(fam, problem.dtype))
        and (not target or space.runs_on(fam, target.arch))
        and (not problem or problem.varlen ~= 1 or fam.axis.varlen)
-       and (not problem or problem.paged ~= 1 or fam.axis.paged) then
+       and (not problem or problem.paged ~= 1 or fam.axis.paged)
+       and (not problem or problem.blockscale ~= 1 or fam.axis.blockscale) then
       out[#out + 1] = fam
     end
   end
@@ -664,7 +665,8 @@ local function pick_for(dtype, problem, target)
   local first = pick(dtype, target, op)
   if not (problem and problem.dim and target and dtype) then return first end
   for _, fam in ipairs(families_for({ dtype = dtype, op = op, varlen = problem.varlen,
-                                         paged = problem.paged }, target)) do
+                                         paged = problem.paged, blockscale = problem.blockscale },
+                                       target)) do
     if fam.axis.dim.max >= problem.dim then
       local cfg = fam.defaults(problem)
       cfg.dtype = dtype
@@ -713,7 +715,8 @@ function space.parse_config(text, problem, target)
   -- A variable-length batch, or K/V in a KV cache, is the problem's
   -- addressing, whatever the config says (a config tuned on the dense
   -- problem runs it).
-  for _, a in ipairs({ { "varlen", "variable-length batches" }, { "paged", "K/V in a KV cache" } }) do
+  for _, a in ipairs({ { "varlen", "variable-length batches" }, { "paged", "K/V in a KV cache" },
+                       { "blockscale", "fp8 descales per block of rows" } }) do
     local key, what = a[1], a[2]
     if problem and problem[key] == 1 and fam.axis[key] then
       cfg[key] = 1

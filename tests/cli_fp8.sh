@@ -3,7 +3,8 @@
 # space on sm_90a (FlashAttention-3's fp8 tiles, deferred normalization
 # only), the reasons it refuses the rest, the main job on the emulator
 # (every default variant validated against float64 under two schedules and
-# the adversarial suite, with random descales of Q, K and V), what `best`
+# the adversarial suite, with random descales of Q, K and V; with
+# --descale-rows, descales per block of rows), what `best`
 # then says, `explore --axis quant` (the rounding against float64, with
 # and without the Hadamard rotation), `fatune run` on e4m3 .npy files, and
 # `fatune model` rating the fp8 kernel by its QGMMA at fp8's rate (last:
@@ -52,6 +53,30 @@ check "O's norm-relative error between 5e-3 and 2^-4 for every variant" $? \
 run best best --dim 64 --seq 96 --seq-k 150 --causal --dtype e4m3 --db "$tmp/f8.db"
 [ "$rc" -eq 0 ] && grep -q 'wg-e4m3-d64-' "$tmp/best.out"
 check "best --dtype e4m3 names the recorded fp8 variant" $? "exit $rc: $(cat "$tmp/best.out" "$tmp/best.err")"
+
+# Descales per block of 64 rows (wg's blockscale form): FA3's tile and the
+# overlapped persistent one, over 2 blocks of Q and 3 of K/V; the rest of
+# the space the emulator validates in test_lib_fp8 and the main job alike.
+for cfg in "family=wg" "family=wg,block_m=128,consumers=2,block_n=160,overlap=1,persistent=1"; do
+  run bs --dim 64 --seq 96 --seq-k 150 --causal --dtype e4m3 --backend emu --arch sm_90a \
+    --batch 1 --heads 2 --db "$tmp/bs.db" --seed 7 --descale-rows 64 --config "$cfg"
+  [ "$rc" -eq 0 ] && grep -q '^wg-e4m3-d64-.*-blockscale  *ok .* ok ' "$tmp/bs.out" &&
+    awk '/^wg-e4m3-d64-.* ok / { if ($3 < 0.005 || $3 > 0.0625) bad++ } END { exit bad > 0 }' \
+      "$tmp/bs.out"
+  check "--descale-rows 64 ($cfg): the blockscale variant valid, suite included" $? \
+    "exit $rc: $(tail -n 3 "$tmp/bs.out") $(tail -n 3 "$tmp/bs.err")"
+done
+refused bs96 "no power of two" --dim 64 --seq 96 --dtype e4m3 --arch sm_90a --backend emu \
+  --descale-rows 96
+refused bsbf "it takes --dtype e4m3" --dim 64 --seq 96 --dtype bf16 --arch sm_90a --backend emu \
+  --descale-rows 64
+refused bsvl "dense forward pass's" list --dim 64 --dtype e4m3 --arch sm_90a --descale-rows 64 \
+  --varlen
+# As with --varlen and --paged, the problem's form is the variant's: a name
+# tuned per head runs per block.
+run bsname gen --variant wg-e4m3-d64-m128n160c2-deferred-np-sq-s2-sw64 --arch sm_90a --descale-rows 64
+[ "$rc" -eq 0 ] && grep -q 'bs_factors(p.ws' "$tmp/bsname.out"
+check "gen --variant NAME --descale-rows 64: NAME's blockscale form" $? "exit $rc: $(cat "$tmp/bsname.err")"
 
 # --- explore --axis quant: the rounding against float64 -------------------------------
 run quant explore --dim 64 --seq 128 --axis quant --seed 3 --json

@@ -119,10 +119,12 @@ static float *descales(int n) {
 
 /* The norm-relative errors of O and the logsumexp against the float64
 ** reference on the stored inputs times their descales (query head h taking
-** K/V head h / group's), and the largest absolute error of lse. */
+** K/V head h / group's; with rows, query row r of head h block r / rows of
+** the head's own, key c block c / rows of its K/V head's), and the largest
+** absolute error of lse. */
 static int errors(const tensor *q, const tensor *k, const tensor *v, const tensor *o,
                   const float *lse, const float *dq, const float *dk, const float *dv,
-                  int causal, double scale, double *o_err, double *lse_err) {
+                  int rows, int causal, double scale, double *o_err, double *lse_err) {
   const int B = (int)q->t.shape[0], H = (int)q->t.shape[1], NQ = (int)q->t.shape[2];
   const int HK = (int)k->t.shape[1], NK = (int)k->t.shape[2], D = (int)q->t.shape[3];
   const int G = H / HK;
@@ -139,11 +141,16 @@ static int errors(const tensor *q, const tensor *k, const tensor *v, const tenso
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const int kv = b * HK + h / G;
-      const double sq = dq ? dq[kv] : 1, sk = dk ? dk[kv] : 1, sv = dv ? dv[kv] : 1;
+      const int nqb = rows ? (NQ + rows - 1) / rows : 1, nkb = rows ? (NK + rows - 1) / rows : 1;
+      const size_t qa = rows ? ((size_t)b * H + h) * nqb : (size_t)kv, ka = (size_t)kv * nkb;
       const double *qr = q->ref + ((size_t)b * H + h) * NQ * D;
       const double *kr = k->ref + (size_t)kv * NK * D, *vr = v->ref + (size_t)kv * NK * D;
-      for (size_t i = 0; i < (size_t)NQ * D; i++) qs[i] = qr[i] * sq;
-      for (size_t i = 0; i < (size_t)NK * D; i++) ks[i] = kr[i] * sk, vs[i] = vr[i] * sv;
+      for (size_t i = 0; i < (size_t)NQ * D; i++)
+        qs[i] = qr[i] * (dq ? dq[qa + (rows ? i / D / rows : 0)] : 1);
+      for (size_t i = 0; i < (size_t)NK * D; i++) {
+        const size_t at = ka + (rows ? i / D / rows : 0);
+        ks[i] = kr[i] * (dk ? dk[at] : 1), vs[i] = vr[i] * (dv ? dv[at] : 1);
+      }
       if (ref_attention(&one, qs, lq, ks, lk, vs, lk, ro, lq, rl)) goto done;
       for (int r = 0; r < NQ; r++) {
         for (int d = 0; d < D; d++) {
@@ -170,6 +177,7 @@ typedef struct shape {
   int descale;     /* bit 0: q's, 1: k's, 2: v's */
   int with_lse;
   double scale;
+  int rows;        /* descale_rows: 0, a descale per (batch, K/V head) */
 } shape;
 
 static void run_shape(const shape *s) {
@@ -181,19 +189,21 @@ static void run_shape(const shape *s) {
     CHECK(0, "%s: out of memory", s->what);
     return;
   }
-  const int n = s->b * s->hk;
-  float *dq = s->descale & 1 ? descales(n) : NULL, *dk = s->descale & 2 ? descales(n) : NULL;
-  float *dv = s->descale & 4 ? descales(n) : NULL;
+  const int r = s->rows, nk = s->b * s->hk * (r ? (s->nk + r - 1) / r : 1);
+  const int nq = r ? s->b * s->hq * ((s->nq + r - 1) / r) : s->b * s->hk;
+  float *dq = s->descale & 1 ? descales(nq) : NULL, *dk = s->descale & 2 ? descales(nk) : NULL;
+  float *dv = s->descale & 4 ? descales(nk) : NULL;
   const size_t rows = (size_t)s->b * s->hq * s->nq;
   float *lse = malloc(rows * sizeof *lse);
   fatune_attention_args a = {.q = q.t, .k = k.t, .v = v.t, .o = o.t, .causal = s->causal,
                              .scale = s->scale, .lse = s->with_lse ? lse : NULL,
-                             .q_descale = dq, .k_descale = dk, .v_descale = dv};
+                             .q_descale = dq, .k_descale = dk, .v_descale = dv,
+                             .descale_rows = r};
   fatune_status st = lse ? fatune_attention(ctx, &a) : FATUNE_ENOMEM;
   CHECK(st == FATUNE_OK, "%s: status %d: %s", s->what, (int)st, fatune_errmsg());
   if (st == FATUNE_OK) {
     double oe, le;
-    const int rc = errors(&q, &k, &v, &o, s->with_lse ? lse : NULL, dq, dk, dv, s->causal,
+    const int rc = errors(&q, &k, &v, &o, s->with_lse ? lse : NULL, dq, dk, dv, r, s->causal,
                           s->scale, &oe, &le);
     printf("%s: O norm-relative error %.4f, lse max error %.2e\n", s->what, oe, le);
     CHECK(rc == 0 && oe <= 0x1p-4 && le <= 1e-2, "%s: O error %.3g (2^-4), lse error %.3g (1e-2)",
@@ -209,14 +219,20 @@ static void run_shape(const shape *s) {
 
 static void test_shapes(void) {
   static const shape shapes[] = {
-    {"e4m3 bhnd, causal 96 of 150, descales", 1, 2, 2, 96, 150, 64, 0, 0, 0, 1, 7, 1, 0},
+    {"e4m3 bhnd, causal 96 of 150, descales", 1, 2, 2, 96, 150, 64, 0, 0, 0, 1, 7, 1, 0, 0},
     {"e4m3 bnhd GQA 4/2, padded rows, k and v descales", 2, 4, 2, 40, 72, 64, 1, 16, 8, 0, 6, 1,
-     0},
+     0, 0},
     {"e4m3 bhnd MQA 2/1, lse NULL, scale 0.2, q descale", 1, 2, 1, 33, 50, 64, 0, 0, 0, 0, 1, 0,
-     0.2},
+     0.2, 0},
     /* Rows of 48 bytes padded to 64, and O's to 128. */
     {"e4m3 dim 48 in rows padded to 64, causal, descales", 1, 2, 1, 50, 70, 48, 1, 16, 16, 1, 7, 1,
-     0},
+     0, 0},
+    /* Descales per block: Q's 2 blocks of 64 rows per head, K's and V's 3
+    ** of 64 keys per K/V head, the query heads of a K/V head with their own. */
+    {"e4m3 bnhd GQA 4/2, causal 96 of 150, descales per 64 rows", 2, 4, 2, 96, 150, 64, 1, 0, 0, 1,
+     7, 1, 0, 64},
+    {"e4m3 bhnd, 200 of 300 keys, k and v descales per 128 rows", 1, 2, 2, 200, 300, 128, 0, 0, 0,
+     0, 6, 0, 0, 128},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) run_shape(&shapes[i]);
 }
@@ -240,7 +256,7 @@ static void test_forward(void) {
         fatune_errmsg());
   if (st == FATUNE_OK) {
     double oe, le;
-    const int rc = errors(&q, &k, &v, &o, lse, NULL, NULL, NULL, 1, 0, &oe, &le);
+    const int rc = errors(&q, &k, &v, &o, lse, NULL, NULL, NULL, 0, 1, 0, &oe, &le);
     printf("fatune_attention_forward e4m3: O norm-relative error %.4f, lse max error %.2e\n",
            oe, le);
     CHECK(rc == 0 && oe <= 0x1p-4 && le <= 1e-2, "forward: O error %.3g, lse error %.3g", oe,
@@ -311,6 +327,19 @@ static void test_bad(void) {
   a = good;
   a.q_descale = (const float *)((char *)o.t.data + 64);
   expect_refused("o over q_descale", fatune_attention(ctx, &a), "o overlaps q_descale", NULL);
+  /* Per block of 64 rows, q's descales are (1, 2, 1): 8 bytes, the first
+  ** of them 4 bytes before O's end. */
+  a = good;
+  a.descale_rows = 64;
+  a.q_descale = (const float *)((char *)o.t.data + (2 * 16 * 64 - 2) * 2);
+  expect_refused("o over q_descale per block", fatune_attention(ctx, &a), "o overlaps q_descale",
+                 NULL);
+  a = (fatune_attention_args){.q = qb.t, .k = kb.t, .v = vb.t, .o = o.t, .descale_rows = 64};
+  expect_refused("descale_rows beside bf16", fatune_attention(ctx, &a),
+                 "descale_rows is 64, but q is bf16", &o);
+  a = good;
+  a.descale_rows = 96;
+  expect_refused("descale_rows 96", fatune_attention(ctx, &a), "a power of two from 64", &o);
   a = (fatune_attention_args){.q = q36.t, .k = k36.t, .v = v36.t, .o = o36.t};
   expect_refused("head dim 36", fatune_attention(ctx, &a), "head dim 36 is no multiple of 8",
                  &o36);

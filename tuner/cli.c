@@ -218,6 +218,10 @@ static const flag_info flags[] = {
                             "the main job: a list"},
   {"causal", F_TYPE, 2, "=both", "causal mask, aligned to the bottom-right corner; the main\n"
                                 "job's --causal both: each key without and with it"},
+  {"descale-rows", F_TYPE, 1, "R", "--dtype e4m3: a descale per block of R rows of each head\n"
+                                  "(R a power of two from 64: q's (batch, heads, seq_q / R),\n"
+                                  "k's and v's (batch, kv heads, seq_k / R)) instead of one per\n"
+                                  "(batch, K/V head); each variant's blockscale form"},
   {"mod", F_MOD, 1, "SPEC", "a score or mask modification: window=LEFT[:RIGHT], softcap=CAP,\n"
                           "alibi, prefixlm=N, chunked=N, causal[=1] (1: top-left),\n"
                           "document, relbias=SPAN (over tensors: random when tuning),\n"
@@ -655,6 +659,12 @@ static int apply(cli_opts *o, const char *flag, const char *val, char *err, size
     return 0;
   }
   if (!strcmp(flag, "--dim-v")) return parse_int(flag, val, 1, FA_DIM_MAX, &p->dim_v, err, n);
+  if (!strcmp(flag, "--descale-rows")) {
+    if (parse_int(flag, val, 64, 1 << 24, &p->descale_rows, err, n)) return -1;
+    if (p->descale_rows & (p->descale_rows - 1))
+      return fail(err, n, "--descale-rows %d is no power of two (64, 128, 256, ...)", p->descale_rows);
+    return 0;
+  }
   if (!strcmp(flag, "--heads")) return parse_int(flag, val, 1, 65535, &p->heads, err, n);
   if (!strcmp(flag, "--smem")) return parse_int(flag, val, 1024, 1 << 20, &o->smem, err, n);
   if (!strcmp(flag, "--red-lines")) return parse_int(flag, val, 1, 64, &o->red_lines, err, n);
@@ -874,6 +884,16 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
     return fail(err, errlen, "--varlen is the forward and backward passes'");
   if (o->problem.paged && (o->problem.op != FA_OP_FWD || o->problem.varlen))
     return fail(err, errlen, "--paged is the forward pass's, without --varlen");
+  if (o->problem.descale_rows) {
+    /* a variant named takes its dtype from its name */
+    const int named = !cli_given(o, "--dtype") && (o->variant || o->config);
+    for (int i = 0; !named && i < (o->ndtypes ? o->ndtypes : 1); i++)
+      if ((o->ndtypes ? o->dtypes[i] : o->problem.dtype) != FA_E4M3)
+        return fail(err, errlen, "--descale-rows scales fp8 inputs: it takes --dtype e4m3");
+    if (o->problem.op != FA_OP_FWD || o->problem.varlen || o->problem.paged)
+      return fail(err, errlen, "--descale-rows is the dense forward pass's (fp8 has no "
+                  "backward pass, variable-length or KV cache form yet)");
+  }
   if (o->cmd == CMD_TUNE && o->variant && o->config)
     return fail(err, errlen, "the main job takes --variant NAME or --config TEXT, not both");
   return 0;

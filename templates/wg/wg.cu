@@ -10,6 +10,11 @@ $ -- comes transposed (the kernel before this one writes it: VSW keys per
 $ -- column block); P packed to e4m3 as the A fragment; O in bf16 (OT),
 $ -- OCB elements per column block.
 $ local f8, VSW, OCB = P.fp8, P.vt_swizzle, P.o_col_block
+$ -- fp8's descales per block of rows (blockscale): Q's per 64 rows of a
+$ -- consumer, K's and V's per 32 keys (a chunk of the block; the blocks of
+$ -- descale rows are powers of two from 64, so a chunk never straddles
+$ -- two). The scores come scaled (F.scaled): s K's descale and sl2 first.
+$ local bs, NC = c.blockscale == 1, BN // 32
 $ local OT = f8 and "bf16" or T
 $ if f8 then T = "e4m3" end
 $ local NS = BN // 2     -- S accumulators per thread
@@ -36,7 +41,7 @@ $ -- The score fragment for the shared softmax (softmax.lua): row hh, the
 $ -- n8 column tile j, a quad per row.
 $ local sm = require("softmax")
 $ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "j", cols = BN // 8,
-$             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum",
+$             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum", scaled = bs,
 $             score = function(e) return "s[4 * j + 2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
 $ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w
 $ -- consumer w's own (its epilogue, P in shared memory), 7 every consumer
@@ -216,6 +221,71 @@ $     end
 $   end
 $ end
 $
+$ -- blockscale: block blk's factors (the first launch's, below), loaded
+$ -- before the wait for K (ptxas moves them after it, but before the wait
+$ -- for S, which L2's latency passes under).
+$ local function load_scales(blk)
+$   if bs then
+  fa_f32x2 ksc[${NC}];
+  FA_UNROLL
+  for (int c = 0; c < ${NC}; ++c) ksc[c] = fa_ldg_f32x2(bs_chunk + ${blk} * ${NC} + c);
+$   end
+$ end
+$
+$ -- blockscale's online softmax (deferred): chunk c's scores scaled by
+$ -- sl2 and K's descale (ksc[c].x); V's descales go into P, P' = P
+$ -- vd / vm (vm the block's largest, so P' stays at most 1 for e4m3),
+$ -- through the exponent (ksc[c].y = log2 vd), and out of the row sum
+$ -- again, which stays P's. O's accumulator is in units of the block's
+$ -- vm (lvcur = log2 vm), moved from the last block's with the rescale.
+$ -- Chunks outside, rows inside: a chunk's factors live while its 32 keys
+$ -- are done.
+$ local function blockscale_softmax()
+  float lvm = ksc[0].y;
+  FA_UNROLL
+  for (int c = 1; c < ${NC}; ++c) lvm = fmaxf(lvm, ksc[c].y);
+  const float vratio = fa_exp2_f32(lvcur - lvm);
+  lvcur = lvm;
+  float mu[2], rs[2];
+  FA_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = NEG_INF;
+    FA_UNROLL
+    for (int c = 0; c < ${NC}; ++c) {
+      float mc = fmaxf(s[16 * c + 2 * hh], s[16 * c + 2 * hh + 1]);
+      FA_UNROLL
+      for (int j = 4 * c + 1; j < 4 * c + 4; ++j) mc = fmaxf(mc, fmaxf(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]));
+      mx = fmaxf(mx, mc * (sl2 * ksc[c].x));
+    }
+    ${sm.lane_reduce(F, "mx", "max")}
+    const float mn = fmaxf(m_i[hh], mx);
+    mu[hh] = ${sm.mu(F, "mn")};  /* a row with no key yet */
+    oscale[hh] = fa_exp2_f32(m_i[hh] - mu[hh]);  /* alpha, until V's move below */
+    m_i[hh] = mn, rs[hh] = 0.f;
+  }
+  FA_UNROLL
+  for (int c = 0; c < ${NC}; ++c) {
+    const float kf = sl2 * ksc[c].x, vl = ksc[c].y - lvm, vi = fa_exp2_f32(-vl);
+    FA_UNROLL
+    for (int hh = 0; hh < 2; ++hh) {
+      const float nb = vl - mu[hh];
+      float rc[4];  /* the chunk's sum, from its first pair (not 0 + ...: ptxas keeps an add of 0) */
+      FA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        float *const e = s + 16 * c + 4 * j + 2 * hh;
+        e[0] = fa_exp2_f32(e[0] * kf + nb), e[1] = fa_exp2_f32(e[1] * kf + nb);
+        rc[j] = e[0] + e[1];
+      }
+      rs[hh] += ((rc[0] + rc[1]) + (rc[2] + rc[3])) * vi;
+    }
+  }
+  FA_UNROLL
+  for (int hh = 0; hh < 2; ++hh) {
+    l_i[hh] = l_i[hh] * oscale[hh] + rs[hh];
+    oscale[hh] *= vratio;
+  }
+$ end
+$
 $ -- Mask (where `masked`: blocks past seq_k or on the causal diagonal),
 $ -- online softmax of s (block `blk`, P left in s), and the factor O
 $ -- takes, into oscale[]. Row hh of this
@@ -263,6 +333,9 @@ $   end
     }
   }
 $ end
+$ if bs then
+  $ blockscale_softmax()
+$ else
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     float mx = NEG_INF;
@@ -298,6 +371,7 @@ $   else
 $   end
     m_i[hh] = mn;
   }
+$ end
 }
 $ end
 $
@@ -435,6 +509,26 @@ $ if f8 then
 ** it is, the A fragment of P V: of each 16, slot 4 t + i holds key
 ** 2 t + i (i < 2) or 8 + 2 t + i - 2, the columns thread t of a quad
 ** holds in S's n8 tiles. One CTA per chunk. */
+$   if bs then
+/* blockscale: the factors the main kernel's softmax takes, after the V
+** transposes of every (batch, K/V head) in the workspace: per chunk of 32
+** keys, {K's descale, log2 of V's}, ${NC} chunks per block of ${BN} keys,
+** for (batch, K/V head) ds. */
+FA_INLINE const fa_f32x2 *bs_factors(const void *ws, int batch, int kv_heads, int seq_k, long long ds) {
+  const long long pitch = (seq_k + 31) / 32 * 32, chunks = (long long)(seq_k + ${BN - 1}) / ${BN} * ${NC};
+  const fa_f32x2 *const c0 = (const fa_f32x2 *)((const unsigned char *)ws + (long long)batch * kv_heads * ${c.dim} * pitch);
+  return c0 + ds * chunks;
+}
+
+/* A descale of chunk x's keys (K's or V's, d per block of 2^shift keys of
+** the (batch, K/V head) at ds): the last block's past seq_k. */
+FA_INLINE float bs_descale(const float *d, int seq_k, int shift, long long ds, int x) {
+  if (!d) return 1.f;
+  const int nkb = ((seq_k - 1) >> shift) + 1, kb = (32 * x) >> shift;
+  return fa_ldg_f32(d + ds * nkb + (kb < nkb ? kb : nkb - 1));
+}
+
+$   end
 FA_KERNEL(${args.entry}_vt, 128)
 {
   const int hk = fa_bid_y(), b = fa_bid_z(), key0 = fa_bid_x() * 32;
@@ -447,6 +541,17 @@ FA_KERNEL(${args.entry}_vt, 128)
     const int key = key0 + (a & 16) + (i < 2 ? 2 * t + i : 6 + 2 * t + i);
     fa_st_u8(vt + d * pitch + key0 + a, key < p.seq_k ? fa_ldg_u8(v + key * p.v_sn + d) : (unsigned char)0);
   }
+$   if bs then
+  /* The factors of a block (bs_factors), by the CTA of its first chunk:
+  ** thread x those of its chunk x (past seq_k too: the last descale). */
+  if (fa_bid_x() % ${NC} == 0 && fa_tid() < ${NC}) {
+    const long long ds = (long long)b * kv_heads + hk;
+    const int x = fa_bid_x() + fa_tid();
+    const fa_f32x2 f = {bs_descale(p.k_descale, p.seq_k, p.descale_shift, ds, x),
+                        fa_log2_fast_f32(bs_descale(p.v_descale, p.seq_k, p.descale_shift, ds, x))};
+    fa_st_f32x2((fa_f32x2 *)bs_factors(p.ws, p.batch, kv_heads, p.seq_k, ds) + x, f);
+  }
+$   end
 }
 
 $ end
@@ -660,9 +765,21 @@ $ if f8 then
   /* The descales of the tile's (batch, K/V head): Q's and K's into the
   ** scale, V's into O's factor (1 where none is given). */
   const int ds = b * (p.kv_group > 1 ? p.heads / p.kv_group : p.heads) + hk;
+$   if bs then
+  /* Per block of rows: this consumer's Q block (rows past seq_q take the
+  ** last), the K/V head's factors from the first launch (load_scales);
+  ** lvcur the log2 of the V descale O's accumulator is in, 0 before the
+  ** first block. */
+  const int nqb = ((p.seq_q - 1) >> p.descale_shift) + 1, qb = row0 >> p.descale_shift;
+  const float sl2 = p.scale_log2_f32 *
+                    (p.q_descale ? fa_ldg_f32(p.q_descale + ((long long)b * p.heads + h) * nqb + (qb < nqb ? qb : nqb - 1)) : 1.f);
+  const fa_f32x2 *const bs_chunk = bs_factors(p.ws, p.batch, p.kv_group > 1 ? p.heads / p.kv_group : p.heads, p.seq_k, ds);
+  float lvcur = 0.f;
+$   else
   const float sl2 = p.scale_log2_f32 * (p.q_descale ? fa_ldg_f32(p.q_descale + ds) : 1.f) *
                     (p.k_descale ? fa_ldg_f32(p.k_descale + ds) : 1.f);
   const float v_descale = p.v_descale ? fa_ldg_f32(p.v_descale + ds) : 1.f;
+$   end
 $ end
   m_i[0] = m_i[1] = NEG_INF, l_i[0] = l_i[1] = 0.f;
   FA_UNROLL
@@ -702,6 +819,7 @@ $ if overlap then
   if (n_blocks > 0) {
     const unsigned i = (unsigned)kv % ${S};
     const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.kv_bytes}u);
+    $ load_scales("(" .. top .. ")")
     fa_mbar_wait(&full_k[i], ((unsigned)kv / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
@@ -718,6 +836,7 @@ $   body = function(masked)
     const unsigned f = (unsigned)(kv + it), i = f % ${S}, pi = (f - 1) % ${S};
     const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.kv_bytes}u);
     const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, pi * ${P.kv_bytes}u);
+    $ load_scales("(" .. top .. " - it)")
     fa_mbar_wait(&full_k[i], (f / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
@@ -738,6 +857,7 @@ $   body = function(masked)
     const unsigned f = (unsigned)(kv + it), i = f % ${S};
     const fa_wgmma_desc kd = fa_wgmma_desc_advance(kd0, i * ${P.kv_bytes}u);
     const fa_wgmma_desc vd = fa_wgmma_desc_advance(vd0, i * ${P.kv_bytes}u);
+    $ load_scales("(" .. top .. " - it)")
     fa_mbar_wait(&full_k[i], (f / ${S}) & 1);
     $ turn_begin()
     $ issue_s()
@@ -804,7 +924,7 @@ $ end
 $ if eager then
     const float inv = 1.f;  /* normalized at every step; 0 without a key */
 $ end
-    inv_row[hh] = inv${f8 and " * v_descale" or ""};
+    inv_row[hh] = inv${bs and " * fa_exp2_f32(lvcur)" or f8 and " * v_descale" or ""};
     const int r = 16 * w + g + 8 * hh;
     if (t == 0 && row0 + r < p.seq_q)
       fa_st_f32(lg + row0 + r, ${sm.lse(F, "m_i[hh]", "lsum")});

@@ -97,6 +97,13 @@ wg.axes = {
   enum_axis("pv", { "rs", "ss" }, { rs = "", ss = "psmem" }),
   enum.varlen_axis(),
   enum.paged_axis(),
+  -- fp8's descales per block of rows (wg.cu's block_scales), the
+  -- problem's form as varlen and paged are.
+  (function()
+    local a = int_axis("blockscale", 0, 1, enum.flag("blockscale"))
+    a.absent = 0
+    return a
+  end)(),
   -- A KV cache's boxes: rows of K and V per TMA box, each within a page, so
   -- the page size must be a multiple (wg.cu's paged_block); 16 is left out
   -- of names and canonical text.
@@ -137,6 +144,7 @@ function wg.defaults(problem)
     block_m = bm, block_n = bn, stages = 2, consumers = bm // 64, pingpong = 0, overlap = 0,
     norm = "deferred", swizzle = f8 and d <= 64 and "64" or "128", persistent = 0, pv = "rs",
     varlen = problem.varlen or 0, paged = problem.paged or 0, page_rows = 16,
+    blockscale = problem.blockscale or 0,
   }
 end
 
@@ -145,15 +153,17 @@ function wg.supports(problem)
 end
 
 -- Names ---------------------------------------------------------------------
--- wg-bf16-d128-m128n176c2-deferred-pp-ov[psmem]-s2-sw128[-pers][-causal][-varlen][-paged[-prN]]:
+-- wg-bf16-d128-m128n176c2-deferred-pp-ov[psmem]-s2-sw128[-pers][-causal][-varlen][-paged[-prN]][-blockscale]:
 -- pp or np (ping-pong or not), ov or sq (overlapped or sequential GEMMs),
 -- psmem (P V's P from shared memory) or nothing (from registers), pers
 -- (persistent) or nothing (a CTA per tile); varlen, a variable-length
 -- batch's form (varlen.lua); paged, the form over a KV cache, prN its
--- boxes of N rows (16: left out).
+-- boxes of N rows (16: left out); blockscale, fp8's descales per block
+-- of rows.
 wg.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "consumers" }, { "norm" },
               { "pingpong" }, { "overlap" }, { "pv" }, { "stages" }, { "swizzle" },
-              { "persistent" }, { "causal" }, { "varlen" }, { "paged" }, { "page_rows" } }
+              { "persistent" }, { "causal" }, { "varlen" }, { "paged" }, { "page_rows" },
+              { "blockscale" } }
 
 -- Derived plan ----------------------------------------------------------------
 
@@ -247,6 +257,8 @@ function wg.fits(c, _, target)
                     .. "among e4m3's subnormals and loses its precision"
     end
     if c.varlen == 1 then return false, "fp8 has no variable-length form yet" end
+  elseif c.blockscale == 1 then
+    return false, "descales per block of rows (blockscale) scale fp8 (e4m3) inputs only"
   end
   if c.page_rows ~= 16 and c.paged ~= 1 then
     return false, "page_rows is the KV cache form's (paged=1): its boxes' rows"
@@ -303,7 +315,7 @@ local with = enum.with
 function wg.enumerate(problem, which)
   local base = { dtype = problem.dtype, dim = problem.dim, dim_v = enum.dim_v(problem),
                  causal = problem.causal or 0, varlen = problem.varlen or 0,
-                 paged = problem.paged or 0, page_rows = 16 }
+                 paged = problem.paged or 0, page_rows = 16, blockscale = problem.blockscale or 0 }
   local out = {}
   if which == "full" then
     local bn = {}
@@ -417,7 +429,11 @@ function wg.render(c)
     -- V transposed first, 32 keys per CTA, into the workspace the map
     -- over it ('t') reads: per (batch, head) dim bytes per key, the keys
     -- padded to whole 32-key chunks.
-    local vt = { name = "vt", bytes_per_row = c.dim, rows = "seq_k", row_align = 32 }
+    -- blockscale's factors follow (wg.cu's bs_factors): 8 bytes per 32
+    -- keys up to the last block's end, which 4 bytes more per key (128
+    -- per chunk) hold at every block size, a sequence of one chunk too.
+    local vt = { name = "vt", bytes_per_row = c.dim + (c.blockscale == 1 and 4 or 0), rows = "seq_k",
+                 row_align = 32 }
     main.workspaces, main.main = { vt }, true
     launches = { { entry = args.entry .. "_vt", threads = 128, smem_bytes = 0, role = "v_transpose",
                    grid = { { "seq_k", 32 }, "kv_heads", "batch" }, workspaces = { vt } }, main }

@@ -12,6 +12,7 @@
 #               and registers against TFLOP/s where nvdisasm gave registers;
 #               with baselines recorded by fatune baseline and a run at seq
 #               256, fatune's TFLOP/s against seq_len beside PyTorch's.
+#               For e4m3, also FA3's tile with descales per block of 64 rows.
 #   faults      each other fault's outcome: hang -> timeout, wrong ->
 #               invalid, alloc -> crashed (out of memory), load -> crashed
 #               (the module does not load), init -> one line, exit non-zero.
@@ -137,6 +138,16 @@ rows = [r for r in json.load(open(sys.argv[1])) if r["status"] == "ok"]
 print(min(rows, key=lambda r: r["median_us"])["name"])' "$tmp/tune.out")
   [ "$rc" -eq 0 ] && [ -n "$best" ] && [ "$best" = "$want" ]
   check "best $dt: the fastest of the run" $? "exit $rc, best '$best', fastest '$want'"
+  if [ "$dt" = e4m3 ]; then
+    # Descales per block of 64 rows: the factors the V transpose writes into
+    # the workspace reach the main launch through the CUDA path too.
+    run tunebs --dtype e4m3 --backend cuda --dim 64 --seq 256 --json --trial-ms 2 \
+      --descale-rows 64 --config family=wg --db "$tmp/bs.db"
+    got=$(statuses "$tmp/tunebs.out")
+    [ "$rc" -eq 0 ] && [ "$got" = "ok=1" ] && grep -q -- '-blockscale"' "$tmp/tunebs.out"
+    check "tune e4m3 --descale-rows 64: the blockscale variant ok" $? \
+      "exit $rc, $got; $(tail -n 3 "$tmp/tunebs.err")"
+  fi
   if [ "$dt" = bf16 ] && command -v gnuplot >/dev/null 2>&1; then
     run report report --out "$tmp/rep"
     page="$tmp/rep/report.html"

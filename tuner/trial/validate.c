@@ -539,24 +539,37 @@ static int own_lens(val_case *c, char *err, size_t errlen) {
 /* fp8's descales (fa_problem.descale), random from the seed in [1/2, 2):
 ** the kernel folds Q's and K's into its scale and V's into O's factor, and
 ** the reference takes the exact values scaled (an e4m3 value times a float
-** is exact in double). */
+** is exact in double). Per block of rows (descale_rows), each row takes
+** its block's: a query head's own, a key's its K/V head's. */
 static int make_descales(val_case *c, double *qd, double *kd, double *vd) {
   const fa_problem *p = &c->p;
-  const size_t kvh = (size_t)fa_problem_kv_heads(p), n = (size_t)p->batch * kvh;
-  if (!(c->descale = malloc(3 * n * sizeof *c->descale))) return -1;
+  size_t cnt[3];
+  fa_problem_descales(p, cnt);
+  const size_t all = cnt[0] + cnt[1] + cnt[2];
+  if (!(c->descale = malloc(all * sizeof *c->descale))) return -1;
   uint64_t s = c->seed ^ 0xde5ca1eULL;
-  for (size_t i = 0; i < 3 * n; i++)
+  for (size_t i = 0; i < all; i++)
     c->descale[i] = (float)ldexp(1.0 + (double)(rng_next(&s) >> 11) * 0x1p-53, (int)(rng_next(&s) % 2) - 1);
   c->p.descale = c->descale;
-  const size_t nq = (size_t)p->seq_q * (size_t)p->dim, nk = (size_t)p->seq_k * (size_t)p->dim;
-  const size_t nv = (size_t)p->seq_k * (size_t)fa_problem_dim_v(p);
-  /* Query head h takes its K/V head's; K's and V's heads below kvh are read. */
+  const float *dq = c->descale, *dk = dq + cnt[0], *dv = dk + cnt[1];
+  const size_t kvh = (size_t)fa_problem_kv_heads(p), grp = (size_t)p->heads / kvh;
+  const size_t dim = (size_t)p->dim, dimv = (size_t)fa_problem_dim_v(p);
+  const size_t r = p->descale_rows > 0 ? (size_t)p->descale_rows : 0;
+  const size_t nqb = r ? cnt[0] / ((size_t)p->batch * (size_t)p->heads) : 1;
+  const size_t nkb = r ? cnt[1] / ((size_t)p->batch * kvh) : 1;
+  /* Query head h takes its K/V head's (or its own blocks); K's and V's
+  ** heads below kvh are read. */
   for (size_t b = 0; b < (size_t)p->batch; b++)
     for (size_t h = 0; h < (size_t)p->heads; h++) {
       const size_t bh = b * (size_t)p->heads + h, kv = b * kvh + h;
-      for (size_t i = 0; i < nq; i++) qd[bh * nq + i] *= c->descale[b * kvh + h / ((size_t)p->heads / kvh)];
-      for (size_t i = 0; h < kvh && i < nk; i++) kd[bh * nk + i] *= c->descale[n + kv];
-      for (size_t i = 0; h < kvh && i < nv; i++) vd[bh * nv + i] *= c->descale[2 * n + kv];
+      const size_t qbase = r ? bh * nqb : b * kvh + h / grp;
+      for (size_t i = 0; i < (size_t)p->seq_q; i++)
+        for (size_t e = 0; e < dim; e++) qd[(bh * (size_t)p->seq_q + i) * dim + e] *= dq[qbase + (r ? i / r : 0)];
+      for (size_t j = 0; h < kvh && j < (size_t)p->seq_k; j++) {
+        const size_t at = kv * nkb + (r ? j / r : 0);
+        for (size_t e = 0; e < dim; e++) kd[(bh * (size_t)p->seq_k + j) * dim + e] *= dk[at];
+        for (size_t e = 0; e < dimv; e++) vd[(bh * (size_t)p->seq_k + j) * dimv + e] *= dv[at];
+      }
     }
   return 0;
 }
