@@ -109,7 +109,7 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
               max_rel_err: Optional[float] = None, deterministic: bool = False,
               mod: Any = None, score_mod: Any = None, mask_mod: Any = None,
               block_mask: Any = None, q_descale: Any = None, k_descale: Any = None,
-              v_descale: Any = None) -> Any:
+              v_descale: Any = None, descale_rows: int = 0) -> Any:
     """Attention forward: softmax(scale * q k^T) v, per batch and head.
 
     q: (batch, heads, seq_q, dim) with layout "bhnd", (batch, seq_q, heads,
@@ -128,7 +128,12 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
     q_descale, k_descale, v_descale: fp8 only, each None (1) or float32
     (batch, heads_kv), a tensor on q's device or a NumPy array, as
     FlashAttention-3's: O = softmax(scale q_descale k_descale q k^T) v
-    v_descale, the query heads of a K/V head taking its.
+    v_descale, the query heads of a K/V head taking its. descale_rows: 0,
+    or R (a power of two from 64) for a descale per block of R rows of
+    each head instead (FlashAttention-3's block quantization;
+    fatune.quantize_fp8(..., block_rows=R) makes them): q_descale (batch,
+    heads_q, ceil(seq_q / R)), k_descale and v_descale (batch, heads_kv,
+    ceil(seq_k / R)); not with a top-left causal mask where seq_q != seq_k.
 
     PyTorch CUDA tensors run on their GPU, on its current stream, without
     waiting; CPU tensors and NumPy arrays run on the emulator. Other arrays
@@ -185,7 +190,8 @@ def attention(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
             raise ValueError("score_mod, mask_mod: not with mod= (one modification a call)")
         mod = mods.from_functions(score_mod, mask_mod)
     o, lse, _ = _attention(q, k, v, causal, scale, out, return_lse, layout, db, False,
-                           max_rel_err, deterministic, mod, (q_descale, k_descale, v_descale))
+                           max_rel_err, deterministic, mod, (q_descale, k_descale, v_descale),
+                           descale_rows)
     return (o, lse) if return_lse else o
 
 
@@ -365,7 +371,8 @@ def plan(q: Any, k: Any, v: Any, causal: Union[bool, str] = False,
 def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
                layout: str, db: Optional[str], plan: bool, max_rel_err: Optional[float] = None,
                deterministic: bool = False, mod: Any = None,
-               descales: Tuple[Any, Any, Any] = (None, None, None)) -> Tuple[Any, Any, str]:
+               descales: Tuple[Any, Any, Any] = (None, None, None),
+               descale_rows: int = 0) -> Tuple[Any, Any, str]:
     q, k, v, out = _arrays(q, k, v, out)
     budget = _check.budget(max_rel_err, deterministic)
     spec = _check.mod(mod)
@@ -380,7 +387,7 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
             if x is not None and not _is_torch(x):
                 raise TypeError("%s: a torch.Tensor like q, not %s" % (name, type(x).__name__))
         return _pt.attention(q, k, v, causal, scale, out, return_lse, layout, db, plan, budget,
-                             spec, descales)
+                             spec, descales, descale_rows)
     if _is_torch(k) or _is_torch(v) or _is_torch(out):
         bad = "k" if _is_torch(k) else "v" if _is_torch(v) else "out"
         raise TypeError("%s: a torch.Tensor, but q is a NumPy array" % bad)
@@ -390,7 +397,7 @@ def _attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return
         if _is_torch(x):
             raise TypeError("%s: a torch.Tensor, but q is a NumPy array" % name)
     return _numpy.attention(q, k, v, mask, _check.scale(scale), out, return_lse, layout, db,
-                            plan, *budget, mod=spec, descales=descales)
+                            plan, *budget, mod=spec, descales=descales, descale_rows=descale_rows)
 
 
 def attention_backward(grad_o: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,

@@ -110,6 +110,36 @@ def descale_shape(q: Sequence[int], k: Sequence[int], lay: str) -> Tuple[int, in
     return (q[0], k[1 if lay == "bhnd" else 2])
 
 
+def descale_rows(rows: Any) -> int:
+    """descale_rows checked: 0 (a descale per (batch, K/V head)) or a power
+    of two from 64 to 2^24 (a descale per block of that many rows)."""
+    if isinstance(rows, bool) or not isinstance(rows, int):
+        raise TypeError("descale_rows: an int, not %s" % type(rows).__name__)
+    if rows and (rows < 64 or rows > 1 << 24 or rows & (rows - 1)):
+        raise ValueError("descale_rows: %d; 0 (a descale per (batch, heads_kv)) or a power of "
+                         "two from 64 to 2^24 (per block of that many rows)" % rows)
+    return rows
+
+
+def descale_shapes(q: Sequence[int], k: Sequence[int], lay: str, rows: int
+                   ) -> Tuple[Tuple[int, ...], ...]:
+    """The shapes of q's, k's and v's descales: each (batch, heads_kv); with
+    rows, q's (batch, heads_q, ceil(seq_q / rows)) and k's and v's (batch,
+    heads_kv, ceil(seq_k / rows))."""
+    if not rows:
+        one = descale_shape(q, k, lay)
+        return (one, one, one)
+    h, n = (1, 2) if lay == "bhnd" else (2, 1)
+    kb = (k[0], k[h], -(-k[n] // rows))
+    return ((q[0], q[h], -(-q[n] // rows)), kb, kb)
+
+
+def descale_text(rows: int) -> str:
+    """What descale_shapes' shapes are, in words."""
+    return ("(batch, heads_kv)" if not rows else
+            "(batch, heads, ceil(seq / descale_rows)) of its own heads")
+
+
 def no_descales(given: Sequence[Any], dtype: Any) -> None:
     """ValueError naming the first descale given beside inputs that are not fp8."""
     for name, x in zip(DESCALES, given):

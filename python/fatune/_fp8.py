@@ -48,6 +48,45 @@ def _per_head(d: Any, a: Any, layout: str, group: int, xp: Any) -> Any:
     return rep.reshape(a.shape[0], -1, 1, 1) if layout == "bhnd" else rep.reshape(a.shape[0], 1, -1, 1)
 
 
+def _bhnd(a: Any, layout: str, xp: Any) -> Any:
+    """a as (batch, heads, seq, dim): a view of a (b, n, h, d) array."""
+    if layout == "bhnd":
+        return a
+    return np.swapaxes(a, 1, 2) if xp is np else a.transpose(1, 2)
+
+
+def _block_amax(a: Any, layout: str, rows: int, xp: Any) -> Any:
+    """The largest |x| per (batch, head, block of rows): (b, h, ceil(n / rows))."""
+    x = _bhnd(a, layout, xp)
+    b, h, n, d = x.shape
+    nb = -(-n // rows)
+    x = xp.abs(x)
+    if nb * rows != n:   # the last block's missing rows as zeros
+        pad = (b, h, nb * rows - n, d)
+        x = np.concatenate([x, np.zeros(pad)], 2) if xp is np else \
+            xp.cat([x, xp.zeros(pad, dtype=x.dtype, device=x.device)], 2)
+    g = x.reshape(b, h, nb, rows * d)
+    return g.max(-1) if xp is np else g.amax(-1)
+
+
+def _per_block(d: Any, a: Any, layout: str, rows: int, xp: Any) -> Any:
+    """Descales (batch, heads, blocks) spread over a's rows, shaped to broadcast."""
+    n = a.shape[2 if layout == "bhnd" else 1]
+    rep = (np.repeat(d, rows, axis=2) if xp is np else d.repeat_interleave(rows, dim=2))[:, :, :n]
+    rep = rep[..., None]
+    return rep if layout == "bhnd" else _bhnd(rep, layout, xp)
+
+
+def _scales(name: str, a: Any, layout: str, grp: int, rows: int, xp: Any) -> Tuple[Any, Any]:
+    """a's descales (per (batch, K/V head) over grp heads, or per block of
+    rows of each head) and a divided by them, broadcast."""
+    if rows:
+        d = _descale_of(name, _block_amax(a, layout, rows, xp), xp)
+        return d, a / _per_block(d, a, layout, rows, xp)
+    d = _descale_of(name, _grouped_amax(a, layout, grp, xp), xp)
+    return d, a / _per_head(d, a, layout, grp, xp)
+
+
 def _descale_of(name: str, amax: Any, xp: Any) -> Any:
     """amax / 448, 1 for a block of zeros; ValueError when amax is not finite."""
     finite = bool(np.isfinite(amax).all()) if xp is np else bool(xp.isfinite(amax).all())
@@ -58,7 +97,7 @@ def _descale_of(name: str, amax: Any, xp: Any) -> Any:
 
 
 def _numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, layout: str, group: int,
-           r: Any) -> Tuple[Any, ...]:
+           r: Any, rows: int) -> Tuple[Any, ...]:
     try:
         import ml_dtypes
     except ImportError:
@@ -72,14 +111,15 @@ def _numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, layout: str, group: int,
         a = x.astype(np.float64)
         if r is not None and name != "v":
             a = a @ r
-        d = _descale_of(name, _grouped_amax(a, layout, grp, np), np)
-        y = np.clip(a / _per_head(d, a, layout, grp, np), -E4M3_MAX, E4M3_MAX)
+        d, y = _scales(name, a, layout, grp, rows, np)
+        y = np.clip(y, -E4M3_MAX, E4M3_MAX)
         out.append(np.ascontiguousarray(y.astype(ml_dtypes.float8_e4m3fn)))
         ds.append(d.astype(np.float32))
     return (*out, *ds)
 
 
-def _torch(q: Any, k: Any, v: Any, layout: str, group: int, r: Any) -> Tuple[Any, ...]:
+def _torch(q: Any, k: Any, v: Any, layout: str, group: int, r: Any,
+           rows: int) -> Tuple[Any, ...]:
     import torch
     fp8 = getattr(torch, _check.FP8, None)
     if fp8 is None:
@@ -95,15 +135,15 @@ def _torch(q: Any, k: Any, v: Any, layout: str, group: int, r: Any) -> Tuple[Any
         a = x.detach().to(wide)
         if r is not None and name != "v":
             a = a @ torch.from_numpy(r).to(device=a.device, dtype=wide)
-        d = _descale_of(name, _grouped_amax(a, layout, grp, torch), torch)
-        y = (a / _per_head(d, a, layout, grp, torch)).clamp(-E4M3_MAX, E4M3_MAX)
+        d, y = _scales(name, a, layout, grp, rows, torch)
+        y = y.clamp(-E4M3_MAX, E4M3_MAX)
         out.append(y.to(fp8).contiguous())
         ds.append(d.to(torch.float32).contiguous())
     return (*out, *ds)
 
 
 def quantize_fp8(q: Any, k: Any, v: Any, layout: str = "bhnd", rotate: bool = False,
-                 seed: int = 0) -> Tuple[Any, ...]:
+                 seed: int = 0, block_rows: int = 0) -> Tuple[Any, ...]:
     """q, k and v rounded to float8_e4m3fn for fatune.attention, with
     FlashAttention-3's scaling, and optionally its incoherent processing.
 
@@ -127,17 +167,24 @@ def quantize_fp8(q: Any, k: Any, v: Any, layout: str = "bhnd", rotate: bool = Fa
     inputs with outliers (`fatune explore --axis quant` measures it).
     The head dim must then be a power of 2.
 
+    block_rows: 0, or R (a power of two from 64) for a scale per block of
+    R rows of each head instead, FlashAttention-3's block quantization:
+    q's descales (batch, heads_q, ceil(seq_q / R)), k's and v's (batch,
+    heads_kv, ceil(seq_k / R)), for fatune.attention(..., descale_rows=R).
+    A block's outlier then costs only its own rows precision.
+
     Returns (q8, k8, v8, q_descale, k_descale, v_descale): the inputs in
-    float8_e4m3fn, contiguous, and the descales, float32 (batch, heads_kv),
-    of q's kind and on its device. ValueError for shapes that do not fit,
+    float8_e4m3fn, contiguous, and the descales, float32 (batch, heads_kv)
+    or per block, of q's kind and on its device. ValueError for shapes that do not fit,
     NaN or infinity in an input, or rotate with another head dim;
     TypeError for other dtypes or kinds.
     """
+    rows = _check.descale_rows(block_rows)
     is_np = [isinstance(x, np.ndarray) for x in (q, k, v)]
     if all(is_np):
         group = _shapes(q, k, v, layout, rotate)
         r = _hadamard_rotation(q.shape[3], seed) if rotate else None
-        return _numpy(q, k, v, layout, group, r)
+        return _numpy(q, k, v, layout, group, r, rows)
     import sys
     torch = sys.modules.get("torch")
     if torch is None or not all(isinstance(x, torch.Tensor) for x in (q, k, v)) or any(is_np):
@@ -145,4 +192,4 @@ def quantize_fp8(q: Any, k: Any, v: Any, layout: str = "bhnd", rotate: bool = Fa
                         % ", ".join(type(x).__name__ for x in (q, k, v)))
     group = _shapes(q, k, v, layout, rotate)
     r = _hadamard_rotation(q.shape[3], seed) if rotate else None
-    return _torch(q, k, v, layout, group, r)
+    return _torch(q, k, v, layout, group, r, rows)

@@ -41,7 +41,7 @@ class AttentionArgs(ctypes.Structure):
                 ("stream", ctypes.c_void_p), ("max_rel_err", ctypes.c_double),
                 ("deterministic", ctypes.c_int), ("mod", ctypes.c_void_p),
                 ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p),
-                ("v_descale", ctypes.c_void_p)]
+                ("v_descale", ctypes.c_void_p), ("descale_rows", ctypes.c_int)]
 
 
 # fatune_attention_args packed in one go (struct.pack, native alignment),
@@ -49,17 +49,20 @@ class AttentionArgs(ctypes.Structure):
 # several times more. pack_args(q, k, v, o, lse, causal, scale, stream),
 # each tensor (data, dtype, b, h, n, d, stride b, h, n, d); pointers are
 # integers, 0 for NULL; then the error budget, determinism, the
-# modification (a fatune_mod pointer, mod_handle's) and fp8's three
-# descales' addresses, keywords.
-_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidPdiPPPP")
+# modification (a fatune_mod pointer, mod_handle's), fp8's three
+# descales' addresses and their rows per block (0: per head), keywords;
+# the struct's tail padding as C lays it out.
+_ARGS = struct.Struct("@" + "Pi4q4q" * 4 + "PidPdiPPPPi0P")
 if _ARGS.size != ctypes.sizeof(AttentionArgs):
     raise ImportError("fatune: fatune_attention_args is %d bytes, packed %d"
                       % (ctypes.sizeof(AttentionArgs), _ARGS.size))
 
 
 def pack_args(*fields: object, max_rel_err: float = 0.0, deterministic: bool = False,
-              mod: int = 0, descales: Tuple[int, int, int] = (0, 0, 0)) -> bytes:
-    return _ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0, mod, *descales)
+              mod: int = 0, descales: Tuple[int, int, int] = (0, 0, 0),
+              descale_rows: int = 0) -> bytes:
+    return _ARGS.pack(*fields, max_rel_err, 1 if deterministic else 0, mod, *descales,
+                      descale_rows)
 
 
 class BackwardArgs(ctypes.Structure):

@@ -36,29 +36,32 @@ def _bfloat16() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def _descales(given: Tuple[Any, Any, Any], want: Tuple[int, int], code: int, q: np.ndarray
-              ) -> Tuple[List[np.ndarray], Tuple[int, int, int]]:
+def _descales(given: Tuple[Any, Any, Any], want: Tuple[Tuple[int, ...], ...], code: int,
+              q: np.ndarray, rows: int = 0) -> Tuple[List[np.ndarray], Tuple[int, int, int]]:
     """fp8's descales as the library takes them: (the arrays to keep alive,
-    their addresses, 0 for None). Each None or a float32 array of shape
-    (batch, heads_kv), made contiguous and native; TypeError or ValueError
-    naming it."""
+    their addresses, 0 for None). Each None or a float32 array of its shape
+    in want (_check.descale_shapes'), made contiguous and native; TypeError
+    or ValueError naming it."""
     if code != _lib.E4M3:
         _check.no_descales(given, q.dtype)
+        if rows:
+            raise ValueError("descale_rows: descales scale float8_e4m3fn inputs only, and q "
+                             "is %s" % q.dtype)
         return [], (0, 0, 0)
     keep, addr = [], []
-    for name, x in zip(_check.DESCALES, given):
+    for name, x, shape in zip(_check.DESCALES, given, want):
         if x is None:
             addr.append(0)
             continue
         if not isinstance(x, np.ndarray):
-            raise TypeError("%s: a NumPy array of float32, (batch, heads_kv), like q, not %s"
-                            % (name, type(x).__name__))
+            raise TypeError("%s: a NumPy array of float32, %s, like q, not %s"
+                            % (name, _check.descale_text(rows), type(x).__name__))
         if x.dtype.newbyteorder("=") != np.float32:
             raise TypeError("%s: dtype %s; descales are float32, as FlashAttention-3's"
                             % (name, x.dtype))
-        if x.shape != want:
-            raise ValueError("%s: shape %s; it must be (batch, heads_kv) = %s"
-                             % (name, x.shape, want))
+        if x.shape != shape:
+            raise ValueError("%s: shape %s; it must be %s = %s"
+                             % (name, x.shape, _check.descale_text(rows), shape))
         x = np.ascontiguousarray(x, dtype=np.float32)
         keep.append(x)
         addr.append(x.ctypes.data)
@@ -135,7 +138,7 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
               out: Optional[np.ndarray], return_lse: bool, layout: str,
               db: Optional[str], plan: bool = False, max_rel_err: float = 0.0,
               deterministic: bool = False, mod: _lib.Mod = None,
-              descales: Tuple[Any, Any, Any] = (None, None, None)
+              descales: Tuple[Any, Any, Any] = (None, None, None), descale_rows: int = 0
               ) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     for name, a in (("q", q), ("k", k), ("v", v)):
         _input(name, a, q, fp8=True)
@@ -143,7 +146,9 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
     originals = [q, k, v]
     ins = [_native(a) for a in originals]
     code = dtype_code("q", ins[0], fp8=True)
-    keep, ds = _descales(descales, _check.descale_shape(q.shape, k.shape, layout), code, q)
+    rows = _check.descale_rows(descale_rows)
+    keep, ds = _descales(descales, _check.descale_shapes(q.shape, k.shape, layout, rows), code, q,
+                         rows)
     # fp8: O in bfloat16, on the emulator's sm_90a (the one target that computes it).
     fp8 = code == _lib.E4M3
     ocode, arch = (_lib.BF16, _lib.FP8_EMU_ARCH) if fp8 else (code, None)
@@ -157,12 +162,16 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
     ctx = _lib.context("emu", 0, db, arch)
     with _lib.modification(ctx, mod) as handle:
         segs = _check.segments(nq, nk, mask)
+        if rows and (len(segs) > 1 or segs[0][2] != nk):
+            raise ValueError("descale_rows: not with a top-left causal mask where seq_q != "
+                             "seq_k, which runs on parts of q's rows or k's")
         if len(segs) == 1 and segs[0][:3] == (0, nq, nk):   # one call on the arrays as given
             args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
                                   *fields(ins[2], code, layout), *fields(out, ocode, layout),
                                   lse.ctypes.data if lse is not None else 0,
                                   1 if segs[0][3] else 0, scale, 0, max_rel_err=max_rel_err,
-                                  deterministic=deterministic, mod=handle, descales=ds)
+                                  deterministic=deterministic, mod=handle, descales=ds,
+                                  descale_rows=rows)
             name = _lib.call(ctx, args, plan)
             del keep
             return out, lse, name

@@ -160,24 +160,30 @@ Descales = Tuple[Optional[torch.Tensor], Optional[torch.Tensor], Optional[torch.
 _NO_DESCALES: Descales = (None, None, None)
 
 
-def descales(q: torch.Tensor, k: torch.Tensor, layout: str, given: Any, real: bool = True
-             ) -> Descales:
-    """fp8's descales checked: each None, or a float32 tensor of shape
-    (batch, heads_kv) on q's device (made contiguous); TypeError or
-    ValueError naming it. Given beside inputs that are not fp8: ValueError."""
+def descales(q: torch.Tensor, k: torch.Tensor, layout: str, given: Any, real: bool = True,
+             rows: int = 0) -> Descales:
+    """fp8's descales checked: each None, or a float32 tensor of its shape
+    (_check.descale_shapes': (batch, heads_kv), or per block of rows) on
+    q's device (made contiguous); TypeError or ValueError naming it. Given
+    beside inputs that are not fp8: ValueError."""
+    rows = _check.descale_rows(rows)
+    if rows and q.dtype != FP8:
+        raise ValueError("descale_rows: descales scale float8_e4m3fn inputs only, and q is %s"
+                         % str(q.dtype).replace("torch.", ""))
     if all(x is None for x in given):
         return _NO_DESCALES
     if q.dtype != FP8:
         _check.no_descales(given, q.dtype)
-    want = _check.descale_shape(q.shape, k.shape, layout)
+    symbolic = any(_symbolic(n) for n in (*q.shape, *k.shape))
+    want = None if symbolic else _check.descale_shapes(q.shape, k.shape, layout, rows)
     out = []
-    for name, x in zip(_check.DESCALES, given):
+    for i, (name, x) in enumerate(zip(_check.DESCALES, given)):
         if x is None:
             out.append(None)
             continue
         if not isinstance(x, torch.Tensor):
-            raise TypeError("%s: a float32 torch.Tensor (batch, heads_kv), not %s"
-                            % (name, type(x).__name__))
+            raise TypeError("%s: a float32 torch.Tensor %s, not %s"
+                            % (name, _check.descale_text(rows), type(x).__name__))
         if x.dtype != torch.float32:
             raise TypeError("%s: dtype %s; descales are float32, as FlashAttention-3's"
                             % (name, x.dtype))
@@ -185,10 +191,9 @@ def descales(q: torch.Tensor, k: torch.Tensor, layout: str, given: Any, real: bo
             raise ValueError("%s: on %s, but q is on %s" % (name, x.device, q.device))
         if x.requires_grad and torch.is_grad_enabled():
             raise ValueError("%s: requires grad; fp8 attention has no backward pass" % name)
-        if (real or not any(_symbolic(n) for n in (*q.shape, *k.shape))) and \
-                tuple(x.shape) != tuple(want):
-            raise ValueError("%s: shape %s; it must be (batch, heads_kv) = %s"
-                             % (name, tuple(x.shape), tuple(want)))
+        if want is not None and tuple(x.shape) != tuple(want[i]):
+            raise ValueError("%s: shape %s; it must be %s = %s"
+                             % (name, tuple(x.shape), _check.descale_text(rows), tuple(want[i])))
         out.append(x if not real or x.is_contiguous() else x.contiguous())
     return (out[0], out[1], out[2])
 
@@ -208,7 +213,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         lse: Optional[torch.Tensor], mask: str, scale: float, layout: str,
         db: Optional[str] = None, plan: bool = False,
         budget: Tuple[float, bool] = (0.0, False),
-        mod: _lib.Mod = None, ds: Descales = _NO_DESCALES) -> str:
+        mod: _lib.Mod = None, ds: Descales = _NO_DESCALES, descale_rows: int = 0) -> str:
     """out (and lse) for q, k, v; every argument already checked; budget the
     library's error budget (max_rel_err, deterministic); mod a modification
     as _check.mod gives it; ds fp8's descales, as descales gives them. With
@@ -224,6 +229,9 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         sd = 2 if layout == "bhnd" else 1
         nq, nk = q.shape[sd], k.shape[sd]
         segs = _check.segments(nq, nk, mask)
+        if descale_rows and (len(segs) > 1 or segs[0][2] != nk):
+            raise ValueError("descale_rows: not with a top-left causal mask where seq_q != "
+                             "seq_k, which runs on parts of q's rows or k's")
         names = []
         for lo, hi, rows, causal in segs:
             whole = len(segs) == 1 and hi - lo == nq
@@ -237,7 +245,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                                   part_lse.data_ptr() if part_lse is not None else 0,
                                   1 if causal else 0, scale, stream,
                                   max_rel_err=budget[0], deterministic=budget[1], mod=handle,
-                                  descales=addr)
+                                  descales=addr, descale_rows=descale_rows)
             names.append(_lib.call(ctx, args, plan))
             if part_lse is not lse:
                 lse[:, :, lo:hi] = part_lse
@@ -303,7 +311,7 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
                  mod_names: Optional[str] = None, mod_tensors: Optional[List[torch.Tensor]] = None,
                  q_descale: Optional[torch.Tensor] = None,
                  k_descale: Optional[torch.Tensor] = None,
-                 v_descale: Optional[torch.Tensor] = None
+                 v_descale: Optional[torch.Tensor] = None, descale_rows: int = 0
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
     """O (contiguous, q's shape and dtype; bfloat16 for float8_e4m3fn) and the
     logsumexp ([batch][heads][seq_q], fp32; fp64 for fp64). causal: 'none',
@@ -314,13 +322,15 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: str,
     backward pass keeps too; mod_spec and mod_text: a score or mask
     modification, a built-in's spec ("window=256") or a file's name and
     text, which the backward pass takes too; q_descale, k_descale,
-    v_descale: fp8's descales, float32 (batch, heads_kv) or None."""
+    v_descale: fp8's descales, float32 (batch, heads_kv) or None, or per
+    block of descale_rows rows (fatune.attention's)."""
     mask = check(q, k, v, None, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
     mod = _op_mod(mod_spec, mod_text, mask, mod_names, mod_tensors)
-    ds = descales(q, k, layout, (q_descale, k_descale, v_descale))
+    ds = descales(q, k, layout, (q_descale, k_descale, v_descale), rows=descale_rows)
     out, lse = _new_out(q, v), _new_lse(q, layout)
-    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod, ds=ds)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod, ds=ds,
+        descale_rows=descale_rows)
     return out, lse
 
 
@@ -333,13 +343,13 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: s
                     mod_tensors: Optional[List[torch.Tensor]] = None,
                     q_descale: Optional[torch.Tensor] = None,
                     k_descale: Optional[torch.Tensor] = None,
-                    v_descale: Optional[torch.Tensor] = None
+                    v_descale: Optional[torch.Tensor] = None, descale_rows: int = 0
                     ) -> Tuple[torch.Tensor, torch.Tensor]:
     _op_mod(mod_spec, mod_text, check(q, k, v, None, causal, layout, real=False),
             mod_names, mod_tensors)
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
-    descales(q, k, layout, (q_descale, k_descale, v_descale), real=False)
+    descales(q, k, layout, (q_descale, k_descale, v_descale), real=False, rows=descale_rows)
     return _new_out(q, v), _new_lse(q, layout)
 
 
@@ -451,9 +461,10 @@ def _backward(ctx: Any, grad_o: Optional[torch.Tensor], grad_lse: Optional[torch
     q, k, v, out, lse, scale = ctx.saved_tensors if ctx.has_scale else \
         (*ctx.saved_tensors, None)
     # causal, scale, layout, db, max_rel_err, deterministic, the four mod_
-    # arguments (mod_tensors a list: no gradient for each) and the descales
+    # arguments (mod_tensors a list: no gradient for each), the descales and
+    # their rows
     tensors = ctx.mod[3]
-    rest = (None,) * 9 + ([None] * len(tensors) if tensors is not None else None,) + (None,) * 3
+    rest = (None,) * 9 + ([None] * len(tensors) if tensors is not None else None,) + (None,) * 4
     if grad_o is None and grad_lse is None:
         return (None, None, None) + rest
     if q.dtype == FP8:   # refused by the forward call; never run
@@ -490,7 +501,7 @@ def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
                      mod_tensors: Optional[List[torch.Tensor]] = None,
                      q_descale: Optional[torch.Tensor] = None,
                      k_descale: Optional[torch.Tensor] = None,
-                     v_descale: Optional[torch.Tensor] = None
+                     v_descale: Optional[torch.Tensor] = None, descale_rows: int = 0
                      ) -> torch.Tensor:
     """fatune::attention into out (q's shape and dtype, bfloat16 for
     float8_e4m3fn; the head dim contiguous, sharing no memory with q, k or
@@ -498,9 +509,10 @@ def attention_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
     mask = check(q, k, v, out, causal, layout)
     budget = _op_budget(max_rel_err, deterministic)
     mod = _op_mod(mod_spec, mod_text, mask, mod_names, mod_tensors)
-    ds = descales(q, k, layout, (q_descale, k_descale, v_descale))
+    ds = descales(q, k, layout, (q_descale, k_descale, v_descale), rows=descale_rows)
     lse = _new_lse(q, layout)
-    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod, ds=ds)
+    run(q, k, v, out, lse, mask, _op_scale(scale), layout, db, budget=budget, mod=mod, ds=ds,
+        descale_rows=descale_rows)
     return lse
 
 
@@ -513,13 +525,13 @@ def _attention_out_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: 
                         mod_tensors: Optional[List[torch.Tensor]] = None,
                         q_descale: Optional[torch.Tensor] = None,
                         k_descale: Optional[torch.Tensor] = None,
-                        v_descale: Optional[torch.Tensor] = None
+                        v_descale: Optional[torch.Tensor] = None, descale_rows: int = 0
                         ) -> torch.Tensor:
     _op_mod(mod_spec, mod_text, check(q, k, v, out, causal, layout, real=False),
             mod_names, mod_tensors)
     _op_scale(scale, real=False)
     _op_budget(max_rel_err, deterministic)
-    descales(q, k, layout, (q_descale, k_descale, v_descale), real=False)
+    descales(q, k, layout, (q_descale, k_descale, v_descale), real=False, rows=descale_rows)
     return _new_lse(q, layout)
 
 
@@ -578,8 +590,8 @@ class _Attention(torch.autograd.Function):
 def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_lse: bool,
               layout: str, db: Optional[str], plan: bool,
               budget: Tuple[float, bool] = (0.0, False),
-              mod: _lib.Mod = None, given: Tuple[Any, Any, Any] = (None, None, None)
-              ) -> Tuple[Any, Any, str]:
+              mod: _lib.Mod = None, given: Tuple[Any, Any, Any] = (None, None, None),
+              rows: int = 0) -> Tuple[Any, Any, str]:
     """fatune.attention on tensors: through the operators, which autograd,
     torch.compile and torch.export see, unless nothing needs them (_eager);
     plan calls the library directly. A modification (mod) goes to either,
@@ -591,7 +603,7 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
     how = "plain" if plan else _eager(q, k, v, out)
     if how:
         check(q, k, v, out, mask, layout)
-        ds = descales(q, k, layout, given)
+        ds = descales(q, k, layout, given, rows=rows)
         if how == "grad":
             o, lse = _Attention.apply(q, k, v, mask, _check.scale(scale), layout, db, budget,
                                       mod)
@@ -599,7 +611,7 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
         o = out if out is not None else _new_out(q, v)
         lse = _new_lse(q, layout) if return_lse and not plan else None
         name = run(q, k, v, o, lse, mask, _check.scale(scale), layout, db, plan=plan,
-                   budget=budget, mod=mod, ds=ds)
+                   budget=budget, mod=mod, ds=ds, descale_rows=rows)
         return (None, None, name) if plan else (o, lse, "")
     # What PyTorch's dispatcher would refuse in its own words (nested and
     # sparse tensors) is checked here; the operators check the rest, when
@@ -618,11 +630,11 @@ def attention(q: Any, k: Any, v: Any, causal: Any, scale: Any, out: Any, return_
         st = torch.tensor(_check.scale(scale), dtype=torch.float64)
     ms = _op_mod_args(mod)
     if out is None:
-        o, lse = attention_op(q, k, v, mask, st, layout, db, *budget, *ms, *given)
+        o, lse = attention_op(q, k, v, mask, st, layout, db, *budget, *ms, *given, rows)
         return o, lse, ""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         raise ValueError("out: fatune.attention with out= does not support autograd (as "
                          "PyTorch's out= functions); call it without out=, or under "
                          "torch.no_grad()")
-    lse = attention_out_op(q, k, v, out, mask, st, layout, db, *budget, *ms, *given)
+    lse = attention_out_op(q, k, v, out, mask, st, layout, db, *budget, *ms, *given, rows)
     return out, lse, ""

@@ -255,6 +255,111 @@ def test_numpy_fp8_refusals():
                                   np.zeros((1, 1, 16), np.float32))
 
 
+def block_descaled(x, d, layout, rows):
+    """x's float64 values times its descales per block of rows: d (batch,
+    heads, blocks) of x's own heads, row r taking block r // rows."""
+    x = np.asarray(x, dtype=np.float64)
+    if d is None:
+        return x
+    n = x.shape[2 if layout == "bhnd" else 1]
+    per_row = np.repeat(np.asarray(d, np.float64), rows, axis=2)[:, :, :n]   # (b, h, n)
+    return x * (per_row[..., None] if layout == "bhnd" else per_row.transpose(0, 2, 1)[..., None])
+
+
+@has_ml
+@pytest.mark.parametrize("layout", ["bhnd", "bnhd"])
+def test_numpy_fp8_descales_per_block(layout):
+    """descale_rows=64: q's descales per block of 64 rows of each query
+    head, k's and v's of each K/V head (GQA 4/2, causal, 130 queries over
+    200 keys: partial last blocks), against the float64 reference on the
+    stored inputs times them; quantize_fp8(block_rows=64) gives that
+    shape, and a block of queries 10^5 times the rest leaves the others'
+    rows where a scale per head loses them."""
+    rng = np.random.default_rng(12)
+    f8 = ml_dtypes.float8_e4m3fn
+    shape = (lambda h, n: (1, h, n, 64)) if layout == "bhnd" else (lambda h, n: (1, n, h, 64))
+    q = values(shape(4, 130), rng).astype(f8)
+    k, v = (values(shape(2, 200), rng).astype(f8) for _ in range(2))
+    qd = rng.uniform(0.5, 2, (1, 4, 3)).astype(np.float32)
+    kd, vd = (rng.uniform(0.5, 2, (1, 2, 4)).astype(np.float32) for _ in range(2))
+    o, lse = fatune.attention(q, k, v, causal=True, layout=layout, return_lse=True,
+                              q_descale=qd, k_descale=kd, v_descale=vd, descale_rows=64)
+    hd = 1 if layout == "bhnd" else 2
+    ref_k, ref_v = (np.repeat(block_descaled(x, d, layout, 64), 2, axis=hd)
+                    for x, d in ((k, kd), (v, vd)))
+    ro, rl = reference(block_descaled(q, qd, layout, 64), ref_k, ref_v, causal=True,
+                       layout=layout)
+    e = rel_err(o.astype(np.float64), ro)
+    assert 1e-3 < e <= O_TOL, e
+    assert float(np.abs(lse - rl).max()) <= LSE_TOL
+    print("NumPy fp8 %s, descales per 64 rows: O norm-relative error %.4f" % (layout, e))
+    # The same values with the descales folded in: a descale of 1 per head.
+    wrong = fatune.attention(q, k, v, causal=True, layout=layout, q_descale=qd[:, ::2, 0],
+                             k_descale=kd[:, :, 0], v_descale=vd[:, :, 0])
+    assert rel_err(wrong.astype(np.float64), ro) > 4 * e
+
+    x = values((1, 2, 256, 64), rng)
+    x[:, :, :64] *= 1e5
+    y, z = values((1, 2, 256, 64), rng), values((1, 2, 256, 64), rng)
+    want, _ = reference(x, y, z)
+    errs = []
+    for rows in (0, 64):
+        q8, k8, v8, qd, kd, vd = fatune.quantize_fp8(x, y, z, block_rows=rows)
+        assert qd.shape == ((1, 2, 4) if rows else (1, 2))
+        o = fatune.attention(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd,
+                             descale_rows=rows)
+        errs.append(rel_err(o.astype(np.float64)[:, :, 64:], want[:, :, 64:]))
+    # against the values before any rounding: the inputs' e4m3 too
+    assert errs[1] < 0.125 and errs[0] > 4 * errs[1], errs
+
+
+@has_ml
+def test_numpy_fp8_descales_per_block_refusals():
+    f8 = ml_dtypes.float8_e4m3fn
+    q = np.ones((1, 2, 100, 64), f8)
+    with pytest.raises(ValueError, match="^descale_rows: 96; 0 .* or a power of two"):
+        fatune.attention(q, q, q, descale_rows=96)
+    with pytest.raises(TypeError, match="^descale_rows: an int"):
+        fatune.attention(q, q, q, descale_rows=64.0)
+    with pytest.raises(ValueError, match=r"^q_descale: shape \(1, 2\); it must be "
+                                         r"\(batch, heads, ceil"):
+        fatune.attention(q, q, q, q_descale=np.ones((1, 2), np.float32), descale_rows=64)
+    with pytest.raises(ValueError, match="^descale_rows: not with a top-left causal mask"):
+        fatune.attention(q, np.ones((1, 2, 130, 64), f8), np.ones((1, 2, 130, 64), f8),
+                         causal="top_left", descale_rows=64)
+    with pytest.raises(ValueError, match="^descale_rows: descales scale float8_e4m3fn"):
+        fatune.attention(*(np.ones((1, 1, 16, 64), np.float32),) * 3, descale_rows=64)
+    with pytest.raises(ValueError, match="^descale_rows: 32"):
+        fatune.quantize_fp8(*(np.ones((1, 1, 16, 64)),) * 3, block_rows=32)
+
+
+@has_fp8
+def test_torch_cpu_fp8_descales_per_block():
+    """The same through PyTorch CPU tensors, eagerly and through the
+    operator (out=): descales per block of 128 rows, MQA 2/1."""
+    rng = np.random.default_rng(13)
+    q, k, v = torch_qkv(rng, 1, 2, 1, 200, 300, 64)
+    qd = torch.from_numpy(rng.uniform(0.5, 2, (1, 2, 2)).astype(np.float32))
+    kd, vd = (torch.from_numpy(rng.uniform(0.5, 2, (1, 1, 3)).astype(np.float32))
+              for _ in range(2))
+    o = fatune.attention(q, k, v, q_descale=qd, k_descale=kd, v_descale=vd, descale_rows=128)
+    ro, _ = reference(block_descaled(stored(q), qd.numpy(), "bhnd", 128),
+                      np.repeat(block_descaled(stored(k), kd.numpy(), "bhnd", 128), 2, axis=1),
+                      np.repeat(block_descaled(stored(v), vd.numpy(), "bhnd", 128), 2, axis=1))
+    e = rel_err(o.float().numpy(), ro)
+    assert 1e-3 < e <= O_TOL, e
+    out = torch.zeros(o.shape, dtype=torch.bfloat16)
+    q.requires_grad_(False)
+    fatune.attention(q, k, v, out=out, q_descale=qd, k_descale=kd, v_descale=vd,
+                     descale_rows=128)
+    assert torch.equal(out, o)
+    o2, _ = torch.ops.fatune.attention(q, k, v, "none", None, "bhnd", None, 0.0, False, None,
+                                       None, None, None, qd, kd, vd, 128)
+    assert torch.equal(o2, o)
+    with pytest.raises(ValueError, match=r"^k_descale: shape \(1, 1\); it must be"):
+        fatune.attention(q, k, v, k_descale=kd[:, :, 0], descale_rows=128)
+
+
 def outlier_values(shape, rng):
     """Normal values with outliers: 1% of them 10 times larger (as
     `fatune explore --axis quant` draws them, denser)."""
