@@ -80,11 +80,13 @@ check "gen --variant NAME --descale-rows 64: NAME's blockscale form" $? "exit $r
 
 # --- explore --axis quant: the rounding against float64 -------------------------------
 run quant explore --dim 64 --seq 128 --axis quant --seed 3 --json
-read -r bf pt rot obf opt orot < <(python3 - "$tmp/quant.out" <<'PY' 2>/dev/null
+read -r bf pt rot obf opt orot rpt rblk < <(python3 - "$tmp/quant.out" <<'PY' 2>/dev/null
 import json, sys
-r = {(x["inputs"], x["scheme"].split(",")[0] + ("r" if "rotated" in x["scheme"] else "")): x["rel_err"]
-     for x in json.load(open(sys.argv[1]))}
-print(*(r[(i, s)] for i in ("normal", "outliers") for s in ("bf16", "e4m3", "e4m3r")))
+def key(s):
+    return "rot" if "rotated" in s else "blk" if "per block" in s else s.split(",")[0]
+r = {(x["inputs"], key(x["scheme"])): x["rel_err"] for x in json.load(open(sys.argv[1]))}
+print(*(r[(i, s)] for i in ("normal", "outliers") for s in ("bf16", "e4m3", "rot")),
+      r[("ranged", "e4m3")], r[("ranged", "blk")])
 PY
 )
 [ "$rc" -eq 0 ] && [ -n "$orot" ] &&
@@ -92,6 +94,11 @@ PY
     'BEGIN { exit !(bf < 0.01 && pt > 3 * bf && pt < 0.125 && orot < opt && opt > 3 * obf) }'
 check "explore --axis quant: fp8 well past bf16, the rotation cuts it with outliers ($opt -> $orot)" \
   $? "exit $rc: $(head -c 600 "$tmp/quant.out") $(tail -n 2 "$tmp/quant.err")"
+# A block of queries 10^5 times the rest: one scale per head leaves the
+# rest among e4m3's smallest values; a scale per block of 64 rows does not.
+[ -n "$rblk" ] && awk -v a="$rpt" -v b="$rblk" 'BEGIN { exit !(b < 0.125 && a > 4 * b) }'
+check "explore --axis quant: scales per block keep the ordinary rows of a ranged Q ($rpt -> $rblk)" \
+  $? "$(head -c 900 "$tmp/quant.out")"
 run q96 explore --dim 96 --seq 64 --axis quant
 [ "$rc" -eq 2 ] && tail -n 1 "$tmp/q96.err" | grep -q 'power of 2'
 check "explore --axis quant refuses a head dim the rotation cannot take" $? "exit $rc: $(cat "$tmp/q96.err")"
