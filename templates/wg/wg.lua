@@ -350,13 +350,18 @@ function wg.enumerate(problem, which)
     if not (full and ch.norm == "eager") then add(with(d, ch)) end
   end
   -- fp8 halves a stage's bytes: deeper rings of smaller blocks, with the
-  -- overlap. The timing model ranks them first on H100 at seq 16k (d128
-  -- 128x160 in 4 stages: 1320 TFLOP/s against FA3's tile's 1232, its
-  -- loads latency-bound; d256 128x96 in 3: 1545 against 1492).
+  -- overlap; past d64, 4 stages of block_n - 32 too, and each persistent.
+  -- The timing model ranks them first on H100 at seq 16k (d128 128x192
+  -- in 4 stages: 1360 TFLOP/s against FA3's tile's 1239, whose loads are
+  -- latency-bound; d256 128x96 in 3, persistent: 1563 against 1490); at
+  -- d64 below FA3's tile (at most 612 against 747).
   if d.dtype == "e4m3" then
-    for _, ch in ipairs({ { overlap = 1, stages = 3 }, { overlap = 1, stages = 3, block_n = bn - 32 },
-                          { overlap = 1, stages = 4, block_n = bn - 64 } }) do
+    local deep = { { overlap = 1, stages = 3 }, { overlap = 1, stages = 3, block_n = bn - 32 },
+                   { overlap = 1, stages = 4, block_n = bn - 64 } }
+    if d.dim > 64 then table.insert(deep, 3, { overlap = 1, stages = 4, block_n = bn - 32 }) end
+    for _, ch in ipairs(deep) do
       add(with(d, ch))
+      if d.dim > 64 then add(with(with(d, ch), { persistent = 1 })) end
     end
   end
   -- The structures that lead, persistent as well (FlashAttention-3's
