@@ -238,8 +238,18 @@ mut fp8-vt-perm templates/wg/wg.cu \
   '(i < 2 ? 2 * t + i : 6 + 2 * t + i)' '(4 * t + i)' \
   'cli_fp8'
 mut fp8-v-descale templates/wg/wg.cu \
-  'inv_row[hh] = inv${f8 and " * v_descale" or ""};' 'inv_row[hh] = inv;' \
+  'inv_row[hh] = inv${bs and " * fa_exp2_f32(lvcur)" or f8 and " * v_descale" or ""};' \
+  'inv_row[hh] = inv${bs and " * fa_exp2_f32(lvcur)" or ""};' \
   'cli_fp8'
+mut fp8-block-chunk templates/wg/wg.cu \
+  'kb = (32 * x) >> shift;' 'kb = (16 * x) >> shift;' \
+  'cli_fp8'
+mut fp8-block-v-exponent templates/wg/wg.cu \
+  'const float nb = vl - mu[hh];' 'const float nb = -mu[hh];' \
+  'cli_fp8'
+mut fp8-block-o-units templates/wg/wg.cu \
+  'oscale[hh] *= vratio;' 'oscale[hh] *= 1.f;' \
+  'test_lib_fp8|cli_fp8'
 mut fp8-k-descale templates/wg/wg.cu \
   '(p.k_descale ? fa_ldg_f32(p.k_descale + ds) : 1.f);' '1.f;' \
   'cli_fp8'
