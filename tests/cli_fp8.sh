@@ -185,6 +185,8 @@ PY
   refused r8dt "the inputs are float8_e4m3fn (e4m3)" run --backend emu --arch sm_90a \
     --dtype fp16 --config family=wg --q "$tmp/q8.npy" --k "$tmp/k8.npy" --v "$tmp/v8.npy" \
     --out "$tmp/o8.npy"
+  refused r8ds "takes no descales" run --backend emu --arch sm_90a --config family=wg \
+    --descale-rows 64 --q "$tmp/q8.npy" --k "$tmp/k8.npy" --v "$tmp/v8.npy" --out "$tmp/o8.npy"
   refused r8bwd "e4m3 (fp8) has no backward pass" run --op bwd --backend emu --arch sm_90a \
     --config family=wg --q "$tmp/q8.npy" --k "$tmp/k8.npy" --v "$tmp/v8.npy" \
     --do "$tmp/q8.npy" --dq "$tmp/dq8.npy" --dk "$tmp/dk8.npy" --dv "$tmp/dv8.npy"

@@ -893,6 +893,9 @@ static int check_sweep(const cli_opts *o, char *err, size_t errlen) {
     if (o->problem.op != FA_OP_FWD || o->problem.varlen || o->problem.paged)
       return fail(err, errlen, "--descale-rows is the dense forward pass's (fp8 has no "
                   "backward pass, variable-length or KV cache form yet)");
+    if (o->cmd == CMD_RUN)
+      return fail(err, errlen, "fatune run takes no descales (all 1), so --descale-rows has "
+                  "nothing to scale; the library and fatune.attention take them");
   }
   if (o->cmd == CMD_TUNE && o->variant && o->config)
     return fail(err, errlen, "the main job takes --variant NAME or --config TEXT, not both");
