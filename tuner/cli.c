@@ -279,7 +279,8 @@ static const flag_info flags[] = {
   {"format", F_FMT, 1, "F", "export: csv or json; report: html (default) or md"},
   {"axis", F_AXIS, 1, "A", "one design axis of the explored family (it refuses the\n"
                           "others), or all (default), or quant: fp8's rounding against\n"
-                          "float64, with and without a Hadamard rotation; the families'"},
+                          "float64, a scale per head or per block of 64 rows, with and\n"
+                          "without a Hadamard rotation; the families'"},
   {"sweep", F_AXIS, 1, "seq=A:B", "seq A, 2A, 4A, ... up to B instead of --seq"},
   {"db", F_DB, 1, "PATH", "results database (default: $FATUNE_DB, else\n"
                           "~/.cache/fatune/fatune.db)"},
