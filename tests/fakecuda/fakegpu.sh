@@ -12,7 +12,8 @@
 #               and registers against TFLOP/s where nvdisasm gave registers;
 #               with baselines recorded by fatune baseline and a run at seq
 #               256, fatune's TFLOP/s against seq_len beside PyTorch's.
-#               For e4m3, also FA3's tile with descales per block of 64 rows.
+#               For e4m3, also FA3's tile in its blockscale form (descales
+#               per block of 64 rows): its launches and workspace.
 #   faults      each other fault's outcome: hang -> timeout, wrong ->
 #               invalid, alloc -> crashed (out of memory), load -> crashed
 #               (the module does not load), init -> one line, exit non-zero.
@@ -139,8 +140,10 @@ print(min(rows, key=lambda r: r["median_us"])["name"])' "$tmp/tune.out")
   [ "$rc" -eq 0 ] && [ -n "$best" ] && [ "$best" = "$want" ]
   check "best $dt: the fastest of the run" $? "exit $rc, best '$best', fastest '$want'"
   if [ "$dt" = e4m3 ]; then
-    # Descales per block of 64 rows: the factors the V transpose writes into
-    # the workspace reach the main launch through the CUDA path too.
+    # Descales per block of 64 rows: the blockscale form's two launches, its
+    # larger workspace and parameters through the CUDA path (the fake
+    # computes O by the reference from the kernel's name, and the GPU's
+    # main case has no descales: their arithmetic is the emulator's to check).
     run tunebs --dtype e4m3 --backend cuda --dim 64 --seq 256 --json --trial-ms 2 \
       --descale-rows 64 --config family=wg --db "$tmp/bs.db"
     got=$(statuses "$tmp/tunebs.out")
