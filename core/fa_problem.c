@@ -64,6 +64,12 @@ void fa_problem_descales(const fa_problem *p, size_t count[3]) {
   count[1] = count[2] = b * kvh * (size_t)((p->seq_k + r - 1) / r);
 }
 
+int fa_descale_shift(int descale_rows) {
+  int shift = 0;
+  for (int r = descale_rows; r > 1; r >>= 1) shift++;
+  return shift;
+}
+
 /* Decoding's choice depends on the batch (the split count fills the SMs),
 ** the GQA ratio and the page size; the backward pass's on the GQA ratio
 ** (how many CTAs a K/V head's work makes). */

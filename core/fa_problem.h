@@ -93,6 +93,8 @@ int fa_problem_kv_heads(const fa_problem *p);  /* heads / the group */
 ** heads) without descale_rows, else q's (batch, heads, ceil(seq_q / R)) and
 ** k's and v's (batch, kv heads, ceil(seq_k / R)). */
 void fa_problem_descales(const fa_problem *p, size_t count[3]);
+/* fa_params.h's descale_shift for descale_rows: log2 of it, 0 for 0. */
+int fa_descale_shift(int descale_rows);
 /* The fields of a tuning key that only some ops have: the batch asked for,
 ** the GQA ratio and the page size. Decoding keys by all three, the backward
 ** pass by the GQA ratio alone, the forward pass by none (0, 1, 0). */

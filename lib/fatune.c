@@ -1117,7 +1117,7 @@ static fatune_status call_prepare(fatune_ctx *c, const fatune_attention_args *x,
                       .q_descale = x->q_descale, .k_descale = x->k_descale,
                       .v_descale = x->v_descale};
   cl->a.scale_log2_f32 = (float)cl->a.scale_log2;
-  for (int r = x->descale_rows; r > 1; r >>= 1) cl->a.descale_shift++;
+  cl->a.descale_shift = fa_descale_shift(x->descale_rows);
   if ((st = mod_args(c, fp, 1, &cl->a, &cl->check)) != FATUNE_OK) {
     call_done(c, cl);
     return st;

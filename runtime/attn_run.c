@@ -482,7 +482,7 @@ static int op_params(const gen_kernel *k, const fa_problem *p, const attn_inputs
     fa_problem_descales(p, cnt);
     a->q_descale = d, a->k_descale = d + cnt[0], a->v_descale = d + cnt[0] + cnt[1];
   }
-  for (int r = p->descale_rows; rc == 0 && r > 1; r >>= 1) a->descale_shift++;
+  if (rc == 0) a->descale_shift = fa_descale_shift(p->descale_rows);
   return rc;
 }
 
