@@ -72,6 +72,8 @@ refused bs96 "no power of two" --dim 64 --seq 96 --dtype e4m3 --arch sm_90a --ba
   --descale-rows 96
 refused bsbf "it takes --dtype e4m3" --dim 64 --seq 96 --dtype bf16 --arch sm_90a --backend emu \
   --descale-rows 64
+refused bsmod "not with one (masks only)" gen --dim 64 --dtype e4m3 --arch sm_90a --descale-rows 64 \
+  --mod softcap=30 --config family=wg
 refused bsvl "dense forward pass's" list --dim 64 --dtype e4m3 --arch sm_90a --descale-rows 64 \
   --varlen
 # As with --varlen and --paged, the problem's form is the variant's: a name

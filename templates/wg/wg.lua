@@ -257,6 +257,10 @@ function wg.fits(c, _, target)
                     .. "among e4m3's subnormals and loses its precision"
     end
     if c.varlen == 1 then return false, "fp8 has no variable-length form yet" end
+    if c.blockscale == 1 and c.mod and c.mod.score then
+      return false, "descales per block of rows scale the scores after a score modification "
+                    .. "would take them: not with one (masks only) yet"
+    end
   elseif c.blockscale == 1 then
     return false, "descales per block of rows (blockscale) scale fp8 (e4m3) inputs only"
   end
