@@ -316,10 +316,9 @@ static const flag_info flags[] = {
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
-/* getopt_long's values: a flag's index in flags, then these. */
 /* getopt_long's values: a flag's is OPT_FLAG plus its index in flags[],
 ** clear of the ':' and '?' getopt returns for a missing value and an
-** unknown option (58 and 63 as indices were taken for them). */
+** unknown option (indices 58 and 63 would be taken for them). */
 enum { OPT_HELP = 'h', OPT_VERSION = 1000, OPT_FLAG = 2000 };
 
 int cli_say(int rc, const char *msg) {
