@@ -134,6 +134,15 @@ def descale_shapes(q: Sequence[int], k: Sequence[int], lay: str, rows: int
     return ((q[0], q[h], -(-q[n] // rows)), kb, kb)
 
 
+def descale_segments(rows: int, segs: List[Tuple[int, int, int, bool]], nk: int) -> None:
+    """ValueError when descales per block of rows meet calls on parts of q's
+    rows or k's (segments': a top-left causal mask where seq_q != seq_k),
+    whose blocks the library would count from the part."""
+    if rows and (len(segs) > 1 or segs[0][2] != nk):
+        raise ValueError("descale_rows: not with a top-left causal mask where seq_q != "
+                         "seq_k, which runs on parts of q's rows or k's")
+
+
 def descale_text(rows: int) -> str:
     """What descale_shapes' shapes are, in words."""
     return ("(batch, heads_kv)" if not rows else

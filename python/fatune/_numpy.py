@@ -162,9 +162,7 @@ def attention(q: np.ndarray, k: Any, v: Any, mask: str, scale: float,
     ctx = _lib.context("emu", 0, db, arch)
     with _lib.modification(ctx, mod) as handle:
         segs = _check.segments(nq, nk, mask)
-        if rows and (len(segs) > 1 or segs[0][2] != nk):
-            raise ValueError("descale_rows: not with a top-left causal mask where seq_q != "
-                             "seq_k, which runs on parts of q's rows or k's")
+        _check.descale_segments(rows, segs, nk)
         if len(segs) == 1 and segs[0][:3] == (0, nq, nk):   # one call on the arrays as given
             args = _lib.pack_args(*fields(ins[0], code, layout), *fields(ins[1], code, layout),
                                   *fields(ins[2], code, layout), *fields(out, ocode, layout),

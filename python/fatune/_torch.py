@@ -229,9 +229,7 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
         sd = 2 if layout == "bhnd" else 1
         nq, nk = q.shape[sd], k.shape[sd]
         segs = _check.segments(nq, nk, mask)
-        if descale_rows and (len(segs) > 1 or segs[0][2] != nk):
-            raise ValueError("descale_rows: not with a top-left causal mask where seq_q != "
-                             "seq_k, which runs on parts of q's rows or k's")
+        _check.descale_segments(descale_rows, segs, nk)
         names = []
         for lo, hi, rows, causal in segs:
             whole = len(segs) == 1 and hi - lo == nq
