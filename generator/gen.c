@@ -528,7 +528,7 @@ static char *cuda_source(lua_State *L, const gen_kernel *k) {
 }
 
 /* The optional field "tma" of the render result on top: a sequence of at
-** most GEN_MAX_TMA {tensor = "q"|"k"|"v"|"o", box = {inner, rows},
+** most GEN_MAX_TMA {tensor = "q"|"k"|"v"|"o"|"t"|"d", box = {inner, rows},
 ** swizzle = 0|32|64|128}. */
 static void take_tma(lua_State *L, gen_kernel *k) {
   lua_getfield(L, -1, "tma");
@@ -548,8 +548,8 @@ static void take_tma(lua_State *L, gen_kernel *k) {
     lua_getfield(L, -1, "tensor");
     copy_string(L, -1, tensor, sizeof tensor, "a tensor map's tensor");
     lua_pop(L, 1);
-    if (!strchr("qkvot", tensor[0]) || !tensor[0])
-      luaL_error(L, "template result: tma[%d].tensor '%s' is not q, k, v, o or t", (int)i + 1,
+    if (!strchr("qkvotd", tensor[0]) || !tensor[0])
+      luaL_error(L, "template result: tma[%d].tensor '%s' is not q, k, v, o, t or d", (int)i + 1,
                  tensor);
     t->tensor = tensor[0];
     t->swizzle = int_field(L, "swizzle");

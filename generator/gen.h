@@ -51,7 +51,8 @@ typedef struct gen_variant {
 } gen_variant;
 
 /* A TMA tensor map a kernel reads from fa_params.tmap[i] (the i-th of
-** gen_kernel.tma): over Q, K, V or O as rank 4 {dim, seq, heads, batch}
+** gen_kernel.tma): over Q, K, V, O or the backward pass's dO ('d') as rank 4
+** {dim, seq, heads, batch}
 ** (K and V: heads / kv_group), or over V transposed in the first workspace
 ** (GEN_TMA_VT, 't': {workspace rows, dim_v, kv heads, batch}, the keys
 ** innermost, as a kernel's first launch wrote it), a box of {box[0]
@@ -60,7 +61,7 @@ typedef struct gen_variant {
 #define GEN_MAX_TMA 6
 #define GEN_TMA_VT 't'
 typedef struct gen_tma {
-  char tensor;             /* 'q', 'k', 'v', 'o' or 't' */
+  char tensor;             /* 'q', 'k', 'v', 'o', 't' or 'd' (the backward pass's dO) */
   unsigned box[2];         /* inner elements, rows */
   int swizzle;
 } gen_tma;

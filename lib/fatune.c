@@ -1373,6 +1373,7 @@ static fatune_status bwd_launch(fatune_ctx *c, slot *s, const fa_problem *fp, fa
   int rc = k->nws > 3 ? FA_EINTERNAL : 0;
   if (rc) snprintf(err, sizeof err, "%s declares %d workspaces; at most three", k->name, k->nws);
   if (rc == 0) rc = attn_launch_shapes(k, fp, shapes, err, sizeof err);
+  if (rc == 0 && k->ntma) rc = attn_tmaps(c->be, k, fp, a, err, sizeof err);
   for (int i = 0; rc == 0 && i < k->nws; i++)
     rc = backend_alloc(c->be, gen_workspace_bytes(k, i, fp), &ws[i], err, sizeof err);
   if (rc == 0 && (fp->varlen || check))

@@ -278,6 +278,9 @@ int attn_tmaps(fa_backend *be, const gen_kernel *k, const fa_problem *p, fa_para
       dim = gen_workspace_rows(k, 0, p), seq = fa_problem_dim_v(p), heads = kv_heads;
       base = a->ws, sn = dim, sh = sn * seq, sb = sh * heads;
       break;
+    case 'd':  /* the backward pass's dO, as O */
+      base = a->dout, sn = a->do_sn, sh = a->do_sh, sb = a->do_sb, dim = fa_problem_dim_v(p);
+      break;
     default:
       base = a->o, sn = a->o_sn, sh = a->o_sh, sb = a->o_sb, dim = fa_problem_dim_v(p);
       es = fa_dtype_size(fa_out_dtype(p->dtype));

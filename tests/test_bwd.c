@@ -2,10 +2,10 @@
 ** test_bwd.c
 ** The backward pass's kernels (op bwd) on the emulator against the
 ** float64 reference backward: every variant of the default space of the
-** simtbwd family (fp32, fp64) and of the tcbwd family (fp16, bf16), causal
-** or not, each on odd shapes (tails in seq_q and seq_k, a single query, a
-** single key, causal with more queries than keys so that rows see no key,
-** several heads and batches),
+** simtbwd family (fp32, fp64), of the tcbwd family (fp16, bf16) and of the
+** wgbwd family (fp16, bf16 on sm_90a), causal or not, each on odd shapes
+** (tails in seq_q and seq_k, a single query, a single key, causal with more
+** queries than keys so that rows see no key, several heads and batches),
 ** under two schedules that must give the same bits. Then what the
 ** backward pass promises beyond its values: dQ, dK and dV bit for bit the
 ** same over repeated runs on any number of threads (dq=separate has no
@@ -152,6 +152,42 @@ static void test_space(fa_dtype t, int dim, int causal) {
   printf("%s d%-3d %-6s %zu variants x %zu shapes, two schedules each: worst gradient error "
          "%.2e (tolerance %.0e)\n", fa_dtype_name(t), dim, causal ? "causal" : "", sp.n, NSHAPES,
          worst, val_tolerance(t));
+  space_free(be, &sp);
+}
+
+/* The Hopper family (wgbwd, sm_90a: wgmma, TMA, mbarriers) in its default
+** space on every shape, and under GQA (4 query heads over 2 K/V heads,
+** and over 1: a CTA per K/V head walks its group's query heads). */
+static void test_space_wg(fa_dtype t, int dim, int causal) {
+  gen_target hopper;
+  if (gen_target_for_arch(gen, "sm_90a", 0, 0, &hopper) != 0) {
+    CHECK(0, "no sm_90a target");
+    return;
+  }
+  fa_problem p = problem(t, dim, causal, &shapes[4]);
+  space sp = space_build(gen, &hopper, be, &p);
+  size_t wg = 0;
+  double worst = 0;
+  for (size_t i = 0; i < sp.n; i++) {
+    const gen_kernel *k = &sp.k[i];
+    if (strncmp(k->name, "wgbwd-", 6)) continue;
+    wg++;
+    CHECK(k->nlaunch == 3 && k->main == 1 && k->ntma == 4, "%s: %d launches, main %d, %d maps",
+          k->name, k->nlaunch, k->main, k->ntma);
+    CHECK(sp.b[i].prog, "%s: %s", k->name, sp.b[i].log ? sp.b[i].log : "?");
+    if (!sp.b[i].prog) continue;
+    for (size_t s = 0; s < NSHAPES; s++) {
+      fa_problem q = problem(t, dim, causal, &shapes[s]);
+      validate(k, sp.b[i].prog, &q, &worst);
+      q.heads = 4, q.kv_group = s % 2 ? 4 : 2;
+      validate(k, sp.b[i].prog, &q, &worst);
+    }
+  }
+  CHECK(wg >= 3 || (sp.n < sp.listed && wg > 0), "%s d%d: %zu wgbwd variants (%zu of %zu kept)",
+        fa_dtype_name(t), dim, wg, sp.n, sp.listed);
+  printf("%s d%-3d %-6s sm_90a: %zu wgbwd variants x %zu shapes, alone and under GQA, two "
+         "schedules each: worst gradient error %.2e (tolerance %.0e)\n", fa_dtype_name(t), dim,
+         causal ? "causal" : "", wg, NSHAPES, worst, val_tolerance(t));
   space_free(be, &sp);
 }
 
@@ -725,6 +761,9 @@ int main(void) {
   test_space(FA_BF16, 36, 0);
   test_space(FA_BF16, 128, 1);
   test_space_gqa(FA_FP16, 64, 1);
+  test_space_wg(FA_BF16, 64, 1);
+  test_space_wg(FA_FP16, 128, 0);
+  test_space_wg(FA_BF16, 40, 0);
   test_space_mod("window=24:8", FA_BF16, 64, 0);
   test_space_mod("softcap=2", FA_FP16, 32, 1);
   test_space_mod("alibi", FA_BF16, 48, 1);

@@ -17,6 +17,12 @@ static int config_int(const gen_kernel *k, const char *key, int fallback) {
   return v && *end == '\0' && x > 0 && x <= 1 << 20 ? (int)x : fallback;
 }
 
+int model_launch_dq_apart(const gen_kernel *k) {
+  for (int i = 0; k->op == FA_OP_BWD && i < k->nlaunch; i++)
+    if (k->launch[i].role == GEN_ROLE_DQ) return 1;
+  return 0;
+}
+
 int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_launch *l) {
   memset(l, 0, sizeof *l);
   l->block_m = config_int(k, "block_m", -1);
@@ -27,8 +33,7 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
     ** Key blocks launch from the first, which a causal mask leaves whole. */
     const int keys = l->block_n;
     l->block_n = l->block_m, l->block_m = keys;
-    const char *dq = gen_config_get(&k->cfg, "dq");
-    l->dq_accum = dq && !strcmp(dq, "atomic");
+    l->dq_accum = !model_launch_dq_apart(k);
   }
   if (k->op == FA_OP_DECODE) {  /* a CTA's query rows of one K/V head's group (tcdec: 16) */
     l->block_m = config_int(k, "rows", 16);

@@ -17,6 +17,10 @@
 ** stages for a warp-specialized one. -1 when its config lacks the tile. */
 int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_launch *l);
 
+/* Whether backward variant k computes dQ in a launch of its own (role
+** dq), after its dkdv kernel, instead of adding it there by atomics. */
+int model_launch_dq_apart(const gen_kernel *k);
+
 /* The dQ pass of a backward variant with dq=separate: its launch (role
 ** "dq") as the model takes it, a CTA per block_m query rows
 ** walking blocks of block_n keys, registers from the variant's cubin;

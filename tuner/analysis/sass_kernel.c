@@ -19,10 +19,7 @@ static int config_int(const gen_kernel *k, const char *key) {
 
 /* A backward variant whose dQ has a kernel of its own: its main kernel
 ** (dkdv) does not hold the op's whole work; the model adds the dQ pass's. */
-static int dq_apart(const gen_kernel *k) {
-  const char *dq = gen_config_get(&k->cfg, "dq");
-  return k->op == FA_OP_BWD && !(dq && !strcmp(dq, "atomic"));
-}
+static int dq_apart(const gen_kernel *k) { return model_launch_dq_apart(k); }
 
 int sass_kernel_tile(const gen_kernel *k, const fa_compiled *r, estimate_tile *t) {
   int bm = config_int(k, "block_m"), bn = config_int(k, "block_n"), dim = config_int(k, "dim");
