@@ -34,6 +34,7 @@
 #include "fa_mod.h"
 #include "fatune.h"
 #include "gen.h"
+#include "record.h"
 #include "reference.h"
 #include "validate.h"
 
@@ -147,43 +148,6 @@ static int padding_kept(const packed *x, fa_dtype dt) {
   return 1;
 }
 
-/* The variant of config recorded as the best for the dense key of p (det:
-** whether it gives the same bits every run). */
-static int record(gen_state *g, const gen_target *t, const char *config, const fa_problem *p,
-                  const char *path, char *name, size_t nn, int *det) {
-  const char *op = fa_op_name(p->op);
-  gen_kernel k;
-  char json[1024], err[512];
-  const int bad = gen_set_mod(g, p->mod) != 0 || gen_render_config(g, config, p, t, &k) != 0;
-  gen_set_mod(g, NULL);
-  if (bad) {
-    fprintf(stderr, "%s: %s\n", config, gen_errmsg(g));
-    return -1;
-  }
-  snprintf(name, nn, "%s", k.name);
-  *det = k.deterministic;
-  db *d = NULL;
-  long long dev, var;
-  int rc = gen_config_json(&k.cfg, json, sizeof json) != 0 || db_open(path, DB_CREATE, &d, err, sizeof err);
-  db_device dd = {.name = "CPU emulator", .uuid = "emu", .backend = "emu"};
-  db_variant dv = {k.cfg.family, k.template_version, k.name, k.hash, json, k.source_hash, op,
-                   p->mod ? p->mod->hash : NULL, p->mod ? p->mod->label : NULL};
-  db_trial tr = {.status = "ok", .median_us = NAN, .min_us = NAN, .p20_us = NAN, .p80_us = NAN,
-                 .tflops = NAN, .gbps = NAN,
-                 .counters = "{\"global_bytes_read\": 1, \"global_bytes_written\": 1}",
-                 .problem = {.dtype = fa_dtype_name(p->dtype), .dim = p->dim, .seq_q = p->seq_q,
-                             .seq_k = p->seq_k, .batch = p->batch, .heads = p->heads,
-                             .causal = p->causal, .op = op, .dim_v = p->dim_v},
-                 .deterministic = k.deterministic ? DB_DET_YES : DB_DET_NO};
-  if (!rc) rc = db_device_id(d, &dd, &dev, err, sizeof err) || db_variant_id(d, &dv, &var, err, sizeof err);
-  tr.variant_id = var, tr.device_id = dev;
-  if (!rc) rc = db_trial_put(d, &tr, err, sizeof err);
-  if (rc) fprintf(stderr, "recording %s: %s\n", k.name, err);
-  if (d) db_close(d);
-  gen_kernel_free(&k);
-  return rc ? -1 : 0;
-}
-
 /* The reference of sequence b, its rows at q0 and keys at k0 of the packed
 ** float64 copies, into o and lse (contiguous (lq, heads, dim_v), [heads][total_q]). */
 static int reference(const vcase *c, const fa_mod *m, const fa_mod_data *md, const packed *q,
@@ -269,7 +233,7 @@ static int case_start(int i, const vcase *c, gen_state *g, fa_op op, const fa_mo
                             .seq_k = st->max_k, .dim = c->dim, .dim_v = c->dim_v,
                             .dtype = c->dtype, .causal = c->causal, .op = op, .mod = m};
   if (c->config &&
-      record(g, &t, c->config, &dense, st->path, st->want, sizeof st->want, &st->det) != 0) {
+      record(g, &t, c->config, &dense, st->path, 1e-3, st->want, sizeof st->want, &st->det) != 0) {
     CHECK(0, "%s: recording its variant", st->what);
     return -1;
   }
@@ -581,7 +545,7 @@ static void bad_hopper(gen_state *g) {
     char path[256], name[256];
     int det;
     snprintf(path, sizeof path, "%s/bad-hopper-%d.db", dir, i);
-    if (configs[i] && record(g, &t, configs[i], &dense, path, name, sizeof name, &det) != 0) {
+    if (configs[i] && record(g, &t, configs[i], &dense, path, 1e-3, name, sizeof name, &det) != 0) {
       CHECK(0, "recording %s", configs[i]);
       continue;
     }
