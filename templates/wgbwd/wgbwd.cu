@@ -11,6 +11,8 @@ $ local NS = BM // 2      -- S^T's (and dP^T's) accumulators per thread
 $ local ND = DP // 2      -- dK's (and dV's)
 $ local KS = BM // 16     -- k16 steps of dV's and dK's products: the Q block's rows
 $ local NDB = DP // 64    -- dQ's 64-column tiles across the head dim
+$ -- dQ's share over each consumer's own keys (wgbwd.lua's dq_split)
+$ local own = c.dq_split == "own"
 $ -- ping-pong: the two consumers take turns issuing S^T and dP^T through
 $ -- named barriers 2 + wg (FA3's forward warp scheduler barrier),
 $ -- so that one's softmax runs under the others' products.
@@ -204,6 +206,37 @@ $     end
 $   end
 $ end
 
+$ -- dq_split = "own": dQ's share of this consumer's keys alone, dS K over
+$ -- them, so that no consumer waits for another's dS^T: per 64 query rows
+$ -- (mt) by wgmma with A = its rows of dS^T and B = its rows of K (both
+$ -- MN-major), N the padded dim, waiting with dV's and dK's products;
+$ -- added by atomics (each consumer its own share: twice the adds of
+$ -- "block"), element e of lane l of warp w at (w ${ND} + e) 32 + l of the
+$ -- 64 rows' room.
+$ local function dq_own()
+    fa_wgmma_fence();
+$   for mt = 0, BM // 64 - 1 do
+    {
+      const fa_wgmma_desc ad = fa_wgmma_desc_advance(dsd, (unsigned)(it & 1) * ${P.ds_bytes}u + ${mt * BN * SW}u + (unsigned)wg * ${64 * SW}u);
+      const fa_wgmma_desc bd = fa_wgmma_desc_advance(ktd, (unsigned)wg * ${64 * SW}u);
+$     for kk = 0, 3 do
+      fa_wgmma_ss_${T}(${DP}, dq[${mt}], fa_wgmma_desc_advance(ad, ${kk * 16 * SW}), fa_wgmma_desc_advance(bd, ${kk * 16 * SW}), ${kk > 0 and 1 or 0}, 1, 1);
+$     end
+    }
+$   end
+    fa_wgmma_commit();
+    fa_wgmma_wait(0);
+    fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
+$   for mt = 0, BM // 64 - 1 do
+    fa_wgmma_fence_acc(${DP}, dq[${mt}]);
+    {
+      float *const at = qacc + ${mt * 64 * DP} + w * ${ND * 32} + l;
+      FA_UNROLL
+      for (int e = 0; e < ${ND}; ++e) fa_atomic_add_f32(at + 32 * e, dq[${mt}][e]);
+    }
+$   end
+$ end
+
 /* dK and dV of K/V block fa_bid_x() of K/V head fa_bid_y(), over the Q
 ** blocks of its query heads that see it. */
 FA_SM90_KERNEL(${args.entry}_dkdv, ${P.threads})
@@ -299,8 +332,12 @@ $ end
   const unsigned dsx = fa_swizzle_offset(ds_row, ${SW}) ^ ds_row, dsc = 16u * (unsigned)(l >> 4);
   const fa_saddr ds_at = fa_saddr_of(smem + ${P.off_ds}) + ds_row;
   float dk[${ND}], dv[${ND}];  /* the wgmma D fragment: element i is key 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
+$ if own then
+  float s[${NS}], dp[${NS}], dq[${BM // 64}][${ND}];
+$ else
   float s[${NS}], dp[${NS}], dq[32];
   const int dq_tile = wg;  /* this consumer's first tile of dQ's share; the next ${C} on */
+$ end
   unsigned pa[${KS}][4], da[${KS}][4];
   FA_UNROLL
   for (int e = 0; e < ${ND}; ++e) dk[e] = 0.f, dv[e] = 0.f;
@@ -332,10 +369,15 @@ $ end
     $ softmax_grad()
     $ store_ds()
     $ issue_dv_dk()
+$ if own then
+    fa_named_bar_sync(8 + wg, 128);  /* this consumer's dS^T, every warp's */
+    $ dq_own()
+$ else
     /* dS^T of every consumer is in its buffer; the other buffer's readers,
     ** the block before's dQ products, are done (each waited for its own). */
     fa_named_bar_sync(1, ${128 * C});
     $ dq_tiles()
+$ end
   }
   fa_wgmma_fence_acc(${DP}, dk);
   fa_wgmma_fence_acc(${DP}, dv);
@@ -364,8 +406,8 @@ $ end
 }
 
 /* dQ = scale * the accumulator dkdv added to: element (r, d) of the block
-** where dq_tiles' warp w added it, as the fragment's element i of lane
-** 4 g + t of tile (r / 64, d / 64). */
+** where ${own and "dq_own" or "dq_tiles"}' warp w added it, as the fragment's element i of lane
+** 4 g + t of ${own and "the 64 rows r / 64" or "tile (r / 64, d / 64)"}. */
 FA_SM90_KERNEL(${args.entry}_dqconvert, 256)
 {
   const int tid = fa_tid();
@@ -376,9 +418,14 @@ FA_SM90_KERNEL(${args.entry}_dqconvert, 256)
   for (int e = tid; e < ${BM * c.dim}; e += 256) {
     const int r = e / ${c.dim}, d = e - r * ${c.dim};
     if (q0 + r >= p.seq_q) break;
-    const int rr = r % 64, cc = d % 64;
-    const int i = 4 * (cc / 8) + 2 * (rr % 16 / 8) + cc % 2, lane = 4 * (rr % 8) + cc % 8 / 2;
+    const int rr = r % 64, lane = 4 * (rr % 8) + d % 8 / 2;
+$ if own then
+    const int i = 4 * (d / 8) + 2 * (rr % 16 / 8) + d % 2;
+    const int at = (r / 64) * ${64 * DP} + ((rr / 16) * ${ND} + i) * 32 + lane;
+$ else
+    const int cc = d % 64, i = 4 * (cc / 8) + 2 * (rr % 16 / 8) + cc % 2;
     const int at = ((r / 64) * ${NDB} + d / 64) * 4096 + (rr / 16) * 1024 + i * 32 + lane;
+$ end
     fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(fa_ld_f32(qacc + at) * scale));
   }
 }

@@ -18,15 +18,16 @@
 --              += dS^T Q by wgmma with P^T and dS^T from registers (the D
 --              fragment, packed, is the A fragment, as the forward pass's
 --              P) and dO, Q MN-major; dS^T also goes to shared memory
---              (two buffers, one barrier per Q block), from which the
---              consumers compute dQ's share dS K (A MN-major), 64 x 64
---              tiles dealt among them, added to the accumulator by
---              atomics in the order of the fragment (one 128-byte line a
---              warp's add). With ping-pong (FA3's forward warp scheduler
---              barrier, here in the backward pass) the two consumers take
---              turns issuing S^T and dP^T, and then dQ's products, so
---              that one's softmax runs under the other's products instead
---              of both at once;
+--              (two buffers), from which the consumers compute dQ's share
+--              dS K (A MN-major): over the block's keys in 64 x 64 tiles
+--              dealt among them once every consumer's dS^T is there
+--              (dq_split = block), or each over its own keys (own), added
+--              to the accumulator by atomics in the order of the fragment
+--              (one 128-byte line a warp's add). With ping-pong (FA3's
+--              forward warp scheduler barrier, here in the backward pass)
+--              the two consumers take turns issuing S^T and dP^T (and,
+--              block, then dQ's products), so that one's softmax runs
+--              under the other's products instead of both at once;
 --   dqconvert  dQ = scale * the accumulator, in the tensor's layout.
 -- Under GQA a CTA per K/V head walks every query head of its group, so
 -- dK and dV are written once, summed in one order.
@@ -67,12 +68,18 @@ wgbwd.axes = {
   -- softmax runs under the others' products; or issue them as their
   -- stage lands (np), together, as they wait on one barrier.
   int_axis("pingpong", 0, 1, { [0] = "np", [1] = "pp" }),
+  -- dQ's share of a Q block: over the block's keys, its 64 x 64 tiles
+  -- dealt among the consumers once every consumer's dS^T is in shared
+  -- memory (block: a barrier among them a block); or each consumer over
+  -- its own keys (own: no barrier, but twice the atomic adds, and dQ's
+  -- accumulators of the whole block in registers).
+  enum_axis("dq_split", { "block", "own" }, { block = "dqblock", own = "dqown" }),
 }
 wgbwd.axis = enum.index(wgbwd.axes)
 
--- wgbwd-bf16-d128-m64n128c2-pp-s2[-causal]
+-- wgbwd-bf16-d128-m64n128c2-pp-dqblock-s2[-causal]
 wgbwd.naming = { { "dtype" }, { "dim", "dim_v" }, { "block_m", "block_n", "consumers" }, { "pingpong" },
-                 { "stages" }, { "causal" } }
+                 { "dq_split" }, { "stages" }, { "causal" } }
 
 local SW = 128         -- bytes of a swizzled row
 local CB = SW // 2     -- 16-bit elements of a column block
@@ -87,7 +94,7 @@ function wgbwd.defaults(problem)
   local bm = padded(d) <= 64 and 128 or 64
   return { dtype = problem.dtype or "bf16", dim = d, dim_v = enum.dim_v(problem),
            causal = problem.causal or 0, block_m = bm, block_n = 128, consumers = 2, stages = 2,
-           pingpong = 1 }
+           pingpong = 1, dq_split = padded(d) <= 64 and "own" or "block" }
 end
 
 function wgbwd.supports(problem)
@@ -121,9 +128,11 @@ function wgbwd.plan(c)
   -- Registers per consumer thread, at the larger of two peaks: S^T and
   -- dP^T (block_m / 2 each) beside dK and dV (DP / 2 each); then P^T and
   -- dS^T packed (block_m / 4 each), which dV's and dK's products read until
-  -- they are done, beside dK, dV and a dQ tile (32); and 24 for addresses
-  -- and the loop.
-  P.register_words = math.max(c.block_m + P.DP, P.DP + c.block_m // 2 + 32) + 24
+  -- they are done, beside dK, dV and dQ's accumulators (a 64 x 64 tile, 32;
+  -- own: block_m x DP / 128); and 16 for addresses and the loop (ptxas
+  -- keeps d128 64 x 128 with dq_split = own, 240 words, from spilling).
+  P.dq_words = c.dq_split == "own" and c.block_m * P.DP // 128 or 32
+  P.register_words = math.max(c.block_m + P.DP, P.DP + c.block_m // 2 + P.dq_words) + 16
   return P
 end
 
@@ -163,7 +172,8 @@ function wgbwd.enumerate(problem, which)
   if which == "full" then
     for cons = 1, 2 do
       enum.cross(wgbwd.axes, enum.with(base, { block_n = 64 * cons, consumers = cons }),
-                 { block_m = { 64, 128 }, stages = { 2, 3 }, pingpong = { 0, 1 } }, out)
+                 { block_m = { 64, 128 }, stages = { 2, 3 }, pingpong = { 0, 1 },
+                   dq_split = { "block", "own" } }, out)
     end
     return out
   end
@@ -177,6 +187,7 @@ function wgbwd.enumerate(problem, which)
   out[3] = enum.with(d, { block_n = 64, consumers = 1, pingpong = 0 })
   out[4] = enum.with(d, { stages = 3 })
   out[5] = enum.with(d, { pingpong = 0 })
+  out[6] = enum.with(d, { dq_split = d.dq_split == "own" and "block" or "own" })
   return out
 end
 
