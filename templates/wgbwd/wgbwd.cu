@@ -207,33 +207,43 @@ $   end
 $ end
 
 $ -- dq_split = "own": dQ's share of this consumer's keys alone, dS K over
-$ -- them, so that no consumer waits for another's dS^T: per 64 query rows
-$ -- (mt) by wgmma with A = its rows of dS^T and B = its rows of K (both
-$ -- MN-major), N the padded dim, waiting with dV's and dK's products;
-$ -- added by atomics (each consumer its own share: twice the adds of
-$ -- "block"), element e of lane l of warp w at (w ${ND} + e) 32 + l of the
-$ -- 64 rows' room.
-$ local function dq_own()
+$ -- them, so that no consumer waits for another's dS^T: the block's 64 x 64
+$ -- tiles (mt rows, nb columns) by wgmma with A = its rows of dS^T and B =
+$ -- its rows of K (both MN-major), each a group of its own, up to
+$ -- P.own_window in flight (the first waiting with dV's and dK's products);
+$ -- each added by atomics as dq_tiles adds its (each consumer its own
+$ -- share: twice the adds of "block") once done, while the next computes.
+$ local function issue_own(t)
+$   local mt, nb = t // NDB, t % NDB
     fa_wgmma_fence();
-$   for mt = 0, BM // 64 - 1 do
     {
       const fa_wgmma_desc ad = fa_wgmma_desc_advance(dsd, (unsigned)(it & 1) * ${P.ds_bytes}u + ${mt * BN * SW}u + (unsigned)wg * ${64 * SW}u);
-      const fa_wgmma_desc bd = fa_wgmma_desc_advance(ktd, (unsigned)wg * ${64 * SW}u);
-$     for kk = 0, 3 do
-      fa_wgmma_ss_${T}(${DP}, dq[${mt}], fa_wgmma_desc_advance(ad, ${kk * 16 * SW}), fa_wgmma_desc_advance(bd, ${kk * 16 * SW}), ${kk > 0 and 1 or 0}, 1, 1);
-$     end
-    }
+      const fa_wgmma_desc bd = fa_wgmma_desc_advance(ktd, ${nb * BN * SW}u + (unsigned)wg * ${64 * SW}u);
+$   for kk = 0, 3 do
+      fa_wgmma_ss_${T}(64, dq[${t % P.own_window}], fa_wgmma_desc_advance(ad, ${kk * 16 * SW}), fa_wgmma_desc_advance(bd, ${kk * 16 * SW}), ${kk > 0 and 1 or 0}, 1, 1);
 $   end
-    fa_wgmma_commit();
-    fa_wgmma_wait(0);
-    fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
-$   for mt = 0, BM // 64 - 1 do
-    fa_wgmma_fence_acc(${DP}, dq[${mt}]);
-    {
-      float *const at = qacc + ${mt * 64 * DP} + w * ${ND * 32} + l;
-      FA_UNROLL
-      for (int e = 0; e < ${ND}; ++e) fa_atomic_add_f32(at + 32 * e, dq[${mt}][e]);
     }
+    fa_wgmma_commit();
+$ end
+$ local function dq_own()
+$   local NT, W = P.dq_tiles, P.own_window
+$   for t = 0, W - 1 do
+    $ issue_own(t)
+$   end
+$   for t = 0, NT - 1 do
+    fa_wgmma_wait(${math.min(NT, W + t) - t - 1});
+$     if t == 0 then
+    fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
+$     end
+    fa_wgmma_fence_acc(32, dq[${t % W}]);
+    {
+      float *const at = qacc + ${t * 4096} + w * 1024 + l;
+      FA_UNROLL
+      for (int e = 0; e < 32; ++e) fa_atomic_add_f32(at + 32 * e, dq[${t % W}][e]);
+    }
+$     if t + W < NT then
+    $ issue_own(t + W)
+$     end
 $   end
 $ end
 
@@ -333,7 +343,7 @@ $ end
   const fa_saddr ds_at = fa_saddr_of(smem + ${P.off_ds}) + ds_row;
   float dk[${ND}], dv[${ND}];  /* the wgmma D fragment: element i is key 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
 $ if own then
-  float s[${NS}], dp[${NS}], dq[${BM // 64}][${ND}];
+  float s[${NS}], dp[${NS}], dq[${P.own_window}][32];
 $ else
   float s[${NS}], dp[${NS}], dq[32];
   const int dq_tile = wg;  /* this consumer's first tile of dQ's share; the next ${C} on */
@@ -407,7 +417,7 @@ $ end
 
 /* dQ = scale * the accumulator dkdv added to: element (r, d) of the block
 ** where ${own and "dq_own" or "dq_tiles"}' warp w added it, as the fragment's element i of lane
-** 4 g + t of ${own and "the 64 rows r / 64" or "tile (r / 64, d / 64)"}. */
+** 4 g + t of tile (r / 64, d / 64). */
 FA_SM90_KERNEL(${args.entry}_dqconvert, 256)
 {
   const int tid = fa_tid();
@@ -418,14 +428,9 @@ FA_SM90_KERNEL(${args.entry}_dqconvert, 256)
   for (int e = tid; e < ${BM * c.dim}; e += 256) {
     const int r = e / ${c.dim}, d = e - r * ${c.dim};
     if (q0 + r >= p.seq_q) break;
-    const int rr = r % 64, lane = 4 * (rr % 8) + d % 8 / 2;
-$ if own then
-    const int i = 4 * (d / 8) + 2 * (rr % 16 / 8) + d % 2;
-    const int at = (r / 64) * ${64 * DP} + ((rr / 16) * ${ND} + i) * 32 + lane;
-$ else
-    const int cc = d % 64, i = 4 * (cc / 8) + 2 * (rr % 16 / 8) + cc % 2;
+    const int rr = r % 64, cc = d % 64;
+    const int i = 4 * (cc / 8) + 2 * (rr % 16 / 8) + cc % 2, lane = 4 * (rr % 8) + cc % 8 / 2;
     const int at = ((r / 64) * ${NDB} + d / 64) * 4096 + (rr / 16) * 1024 + i * 32 + lane;
-$ end
     fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(fa_ld_f32(qacc + at) * scale));
   }
 }

@@ -94,7 +94,7 @@ function wgbwd.defaults(problem)
   local bm = padded(d) <= 64 and 128 or 64
   return { dtype = problem.dtype or "bf16", dim = d, dim_v = enum.dim_v(problem),
            causal = problem.causal or 0, block_m = bm, block_n = 128, consumers = 2, stages = 2,
-           pingpong = 1, dq_split = padded(d) <= 64 and "own" or "block" }
+           pingpong = 1, dq_split = "own" }
 end
 
 function wgbwd.supports(problem)
@@ -131,7 +131,12 @@ function wgbwd.plan(c)
   -- they are done, beside dK, dV and dQ's accumulators (a 64 x 64 tile, 32;
   -- own: block_m x DP / 128); and 16 for addresses and the loop (ptxas
   -- keeps d128 64 x 128 with dq_split = own, 240 words, from spilling).
-  P.dq_words = c.dq_split == "own" and c.block_m * P.DP // 128 or 32
+  -- dq_split = own: the tiles of dQ's share in flight at once. Beside
+  -- d128's dK and dV (128 words) a second tile's 32 make the dkdv kernel
+  -- lose a fifth by the timing model (562 against 724 TFLOP/s, H100, 16k),
+  -- though ptxas spills nothing: one there, all of them up to d64.
+  P.own_window = c.dq_split == "own" and P.DP <= 64 and P.dq_tiles or 1
+  P.dq_words = 32 * P.own_window
   P.register_words = math.max(c.block_m + P.DP, P.DP + c.block_m // 2 + P.dq_words) + 16
   return P
 end
