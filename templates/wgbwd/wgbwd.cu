@@ -11,8 +11,12 @@ $ local NS = BM // 2      -- S^T's (and dP^T's) accumulators per thread
 $ local ND = DP // 2      -- dK's (and dV's)
 $ local KS = BM // 16     -- k16 steps of dV's and dK's products: the Q block's rows
 $ local NDB = DP // 64    -- dQ's 64-column tiles across the head dim
-$ -- dQ's share over each consumer's own keys (wgbwd.lua's dq_split)
+$ -- dQ's share over each consumer's own keys (wgbwd.lua's dq_split), into
+$ -- a copy of the accumulator's room of its own (CR copies a Q block), so
+$ -- that no two consumers add to one element (the order of their adds is
+$ -- the schedule's; dqconvert sums the copies in one order)
 $ local own = c.dq_split == "own"
+$ local CR = own and C or 1
 $ -- ping-pong: the two consumers take turns issuing S^T and dP^T through
 $ -- named barriers 2 + wg (FA3's forward warp scheduler barrier),
 $ -- so that one's softmax runs under the others' products.
@@ -37,10 +41,10 @@ $ local function qhead(hv)
   const float *const lg = (const float *)p.lse + ((long long)b * p.heads + ${hv}) * p.seq_q;
   float *const dg = (float *)p.ws + ((long long)b * p.heads + ${hv}) * p.seq_q;
   /* dQ's float accumulator per (batch, head): a room of ${BM} x ${DP} floats
-  ** per Q block, in the order the consumers add to it (dq_tiles), which
-  ** dqconvert undoes. */
+  ** per Q block${CR > 1 and " and consumer" or ""}, in the order the consumers add to it (dq_tiles,
+  ** dq_own), which dqconvert undoes. */
   float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + ${hv}) *
-                      ((p.seq_q + ${BM - 1}) / ${BM}) * ${BM * DP} + (long long)q0 * ${DP};
+                      ((p.seq_q + ${BM - 1}) / ${BM}) * ${BM * DP * CR} + (long long)q0 * ${DP * CR};
   (void)lg; (void)dg; (void)qacc;
 $ end
 
@@ -65,7 +69,7 @@ FA_SM90_KERNEL(${args.entry}_pre, 256)
     if (p.dlse) sum -= fa_ldg_f32((const float *)p.dlse + ((long long)b * p.heads + h) * p.seq_q + gr);
     if (lane == 0) fa_st_f32(dg + gr, sum);
   }
-  for (int e = tid; e < ${BM * DP}; e += 256) fa_st_f32(qacc + e, 0.f);
+  for (int e = tid; e < ${BM * DP * CR}; e += 256) fa_st_f32(qacc + e, 0.f);
 }
 
 $ -- S^T = K Q^T and dP^T = V dO^T for this consumer's 64 keys, one group:
@@ -227,23 +231,45 @@ $   end
 $ end
 $ local function dq_own()
 $   local NT, W = P.dq_tiles, P.own_window
+$   local groups = {}   -- the wgmma groups committed, in order: a tile's index, or "dvdk"
+$   -- One tile in flight (d128): it goes before dV's and dK's products, so
+$   -- that it is added while they run; all of them (to d64): after, issued
+$   -- before the barrier on dS^T (the loop below).
+$   if W == NT then
+$     groups[#groups + 1] = "dvdk"
+$   end
 $   for t = 0, W - 1 do
     $ issue_own(t)
+$     groups[#groups + 1] = t
 $   end
+$   if W < NT then
+    $ issue_dv_dk()
+$     groups[#groups + 1] = "dvdk"
+$   end
+$   local function pending_after(g)
+$     for k, v in ipairs(groups) do if v == g then return #groups - k end end
+$   end
+$   local released = false   -- empty[i] arrived at: dV's and dK's products done
 $   for t = 0, NT - 1 do
-    fa_wgmma_wait(${math.min(NT, W + t) - t - 1});
-$     if t == 0 then
+    fa_wgmma_wait(${pending_after(t)});
+$     if not released and pending_after("dvdk") >= pending_after(t) then
+$       released = true
     fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
 $     end
     fa_wgmma_fence_acc(32, dq[${t % W}]);
     {
-      float *const at = qacc + ${t * 4096} + w * 1024 + l;
+      float *const at = qacc + wg * ${BM * DP} + ${t * 4096} + w * 1024 + l;
       FA_UNROLL
       for (int e = 0; e < 32; ++e) fa_atomic_add_f32(at + 32 * e, dq[${t % W}][e]);
     }
 $     if t + W < NT then
     $ issue_own(t + W)
+$       groups[#groups + 1] = t + W
 $     end
+$   end
+$   if not released then
+    fa_wgmma_wait(0);
+    fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
 $   end
 $ end
 
@@ -378,7 +404,9 @@ $ end
     fa_wgmma_fence_acc(${BM}, dp);
     $ softmax_grad()
     $ store_ds()
+$ if not (own and P.own_window < P.dq_tiles) then
     $ issue_dv_dk()
+$ end
 $ if own then
     fa_named_bar_sync(8 + wg, 128);  /* this consumer's dS^T, every warp's */
     $ dq_own()
@@ -431,6 +459,14 @@ FA_SM90_KERNEL(${args.entry}_dqconvert, 256)
     const int rr = r % 64, cc = d % 64;
     const int i = 4 * (cc / 8) + 2 * (rr % 16 / 8) + cc % 2, lane = 4 * (rr % 8) + cc % 8 / 2;
     const int at = ((r / 64) * ${NDB} + d / 64) * 4096 + (rr / 16) * 1024 + i * 32 + lane;
-    fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(fa_ld_f32(qacc + at) * scale));
+$ if CR > 1 then
+    float sum = fa_ld_f32(qacc + at);  /* the consumers' copies, in one order */
+$   for k = 1, CR - 1 do
+    sum += fa_ld_f32(qacc + ${k * BM * DP} + at);
+$   end
+$ else
+    const float sum = fa_ld_f32(qacc + at);
+$ end
+    fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(sum * scale));
   }
 }

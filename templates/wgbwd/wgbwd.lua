@@ -201,7 +201,9 @@ function wgbwd.render(c)
   local entry = wgbwd.name_of(c):gsub("-", "_")
   local ws = { { name = "delta", bytes_per_row = 4 },
                -- dQ's accumulator: rooms of block_m x the padded head dim
-               { name = "dq_acc", bytes_per_row = 4 * P.DP, row_align = c.block_m } }
+               -- (dq_split = own: a copy per consumer, wgbwd.cu's CR)
+               { name = "dq_acc", bytes_per_row = 4 * P.DP * (c.dq_split == "own" and c.consumers or 1),
+                 row_align = c.block_m } }
   local q_grid = { { "seq_q", c.block_m }, "heads", "batch" }
   return {
     source = render("wgbwd.cu", { cfg = c, P = P, entry = entry, T = c.dtype == "bf16" and "bf16" or "f16" }),
