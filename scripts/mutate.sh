@@ -250,6 +250,15 @@ mut fp8-block-v-exponent templates/wg/wg.cu \
 mut fp8-block-o-units templates/wg/wg.cu \
   'oscale[hh] *= vratio;' 'oscale[hh] *= 1.f;' \
   'test_lib_fp8|cli_fp8'
+mut wgbwd-causal templates/wgbwd/wgbwd.cu \
+  'if (!(key < p.seq_k && key <= q + off)) sv[0] = 0.f;' 'if (!(key < p.seq_k)) sv[0] = 0.f;' \
+  'test_bwd'
+mut wgbwd-dq-copies templates/wgbwd/wgbwd.cu \
+  'sum += fa_ld_f32(qacc + ${k * BM * DP} + at);' 'sum += 0.f;' \
+  'test_bwd'
+mut wgbwd-dout-map runtime/attn_run.c \
+  'base = a->dout, sn = a->do_sn,' 'base = a->o, sn = a->do_sn,' \
+  'test_bwd'
 mut fp8-k-descale templates/wg/wg.cu \
   '(p.k_descale ? fa_ldg_f32(p.k_descale + ds) : 1.f);' '1.f;' \
   'cli_fp8'

@@ -313,6 +313,30 @@ static const fam_problem tcbwd_problems[] = {
   {256, FA_BF16, 1}, {120, FA_BF16, 1},
 };
 
+/* The backward pass on Hopper: head dims native and padded, every axis. */
+static const fam_axis wgbwd_axes[] = {
+  {"dtype", {"fp16", "bf16"}},
+  {"causal", {"0", "1"}},
+  {"dim", {"40", "64", "96", "128"}},
+  {"block_m", {"64", "128"}},
+  {"block_n", {"64", "128"}},
+  {"consumers", {"1", "2"}},
+  {"stages", {"2", "3"}},
+  {"pingpong", {"0", "1"}},
+  {"dq_split", {"block", "own"}},
+};
+
+static const fam_problem wgbwd_problems[] = {
+  {64, FA_BF16, 1}, {64, FA_FP16, 0}, {96, FA_BF16, 0}, {128, FA_FP16, 1}, {128, FA_BF16, 0},
+  {40, FA_BF16, 1},  /* padded to 64 */
+};
+
+/* Warpgroup MMA, backward: the five products' unrolled wgmma per consumer. */
+static long wgbwd_cost(const char *config) {
+  const long bm = fam_config_int(config, "block_m"), d = fam_config_int(config, "dim");
+  return 5 * bm * d;
+}
+
 static const family families[] = {
   {
     .name = "simt",
@@ -391,6 +415,24 @@ static const family families[] = {
     .per_dim = 0, .odd_tiles = 0,
     .cost = wg_cost,
     .refs = wg_refs, .nrefs = FAM_COUNT(wg_refs), .ref_label = "FlashAttention-3",
+    .sass_insn = "HGMMA", .sass_also = "UTMALDG",
+  },
+  {
+    .name = "wgbwd", .op = FA_OP_BWD,
+    .arch = "sm_90a",
+    .ndims = 2, .dims = {64, 128},
+    .ndtypes = 2, .dtypes = {FA_FP16, FA_BF16},
+    .list_seq = 128,
+    .shapes = {{2, 2, 128, 128, EMU_FORWARD, EMU_REVERSE},
+               {1, 2, 100, 200, EMU_SKEW, EMU_RANDOM}},
+    /* no tail shapes here: its spaces hold 5 or 6 variants a problem, not
+    ** the 9 pairs of tails; test_bwd runs five odd shapes on every one */
+    .tail_every = 0,
+    .axes = wgbwd_axes, .naxes = FAM_COUNT(wgbwd_axes),
+    .problems = wgbwd_problems, .nproblems = FAM_COUNT(wgbwd_problems),
+    .rounds = 1, .picks_per_round = 2, .required_picks = 1,
+    .per_dim = 0, .odd_tiles = 0,
+    .cost = wgbwd_cost,
     .sass_insn = "HGMMA", .sass_also = "UTMALDG",
   },
 };

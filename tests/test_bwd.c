@@ -174,6 +174,16 @@ static void test_space_wg(fa_dtype t, int dim, int causal) {
     wg++;
     CHECK(k->nlaunch == 3 && k->main == 1 && k->ntma == 4, "%s: %d launches, main %d, %d maps",
           k->name, k->nlaunch, k->main, k->ntma);
+    /* O(seq x dim) workspaces (dQ's accumulator a copy per consumer with
+    ** dq_split=own), nothing of seq_q x seq_k: at 16k, one head. */
+    const shape big = {1, 1, 16384, 16384};
+    const fa_problem pb = problem(t, dim, causal, &big);
+    size_t ws = 0;
+    for (int w = 0; w < k->nws; w++) ws += gen_workspace_bytes(k, w, &pb);
+    const size_t padded = dim <= 64 ? 64 : 128;
+    CHECK(ws <= (size_t)16384 * (4 + 4 * 2 * padded), "%s: %zu workspace bytes at 16k (the "
+          "scores would take %.0f)", k->name, ws, 16384.0 * 16384 * 4);
+    if (wg == 1) printf("%s at 16k tokens, one head: %zu workspace bytes\n", k->name, ws);
     CHECK(sp.b[i].prog, "%s: %s", k->name, sp.b[i].log ? sp.b[i].log : "?");
     if (!sp.b[i].prog) continue;
     for (size_t s = 0; s < NSHAPES; s++) {

@@ -2,7 +2,8 @@ $ -- wgbwd.cu: the backward pass on wgmma, TMA and mbarriers (see wgbwd.lua).
 $ -- The dkdv kernel's main loop over the Q blocks, per consumer: wait for
 $ -- the stage (landed), S^T and dP^T (issue_s_dp), P^T and dS^T
 $ -- (softmax_grad), dS^T to shared memory (store_ds), dV and dK
-$ -- (issue_dv_dk), dQ's share (dq_tiles); each a Lua function below.
+$ -- (issue_dv_dk), dQ's share (dq_tiles, or dq_own with dq_split = own);
+$ -- each a Lua function below.
 $ local c, P, T = args.cfg, args.P, args.T
 $ local causal = c.causal == 1
 $ local BM, BN, C, S, DP, NCB = P.BM, P.BN, P.C, P.S, P.DP, P.NCB
@@ -214,9 +215,9 @@ $ -- dq_split = "own": dQ's share of this consumer's keys alone, dS K over
 $ -- them, so that no consumer waits for another's dS^T: the block's 64 x 64
 $ -- tiles (mt rows, nb columns) by wgmma with A = its rows of dS^T and B =
 $ -- its rows of K (both MN-major), each a group of its own, up to
-$ -- P.own_window in flight (the first waiting with dV's and dK's products);
-$ -- each added by atomics as dq_tiles adds its (each consumer its own
-$ -- share: twice the adds of "block") once done, while the next computes.
+$ -- P.own_window in flight; each added by atomics as dq_tiles adds its, but
+$ -- into this consumer's copy of the room (twice the adds of "block"), once
+$ -- done, while the next computes.
 $ local function issue_own(t)
 $   local mt, nb = t // NDB, t % NDB
     fa_wgmma_fence();
