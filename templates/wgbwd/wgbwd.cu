@@ -51,14 +51,14 @@ $ end
 
 /* D = rowsum(dO * O) - dlse in fp32, a warp per row, its lanes across the
 ** head dim; dQ's accumulator zeroed, the block's whole room. */
-FA_SM90_KERNEL(${args.entry}_pre, 256)
+FA_SM90_KERNEL(${args.entry}_pre, ${P.threads})
 {
   const int tid = fa_tid(), lane = tid & 31, warp = tid >> 5;
   const int h = fa_bid_y(), b = fa_bid_z(), q0 = fa_bid_x() * ${BM};
   const unsigned short *const og = (const unsigned short *)p.o + b * p.o_sb + h * p.o_sh;
   const unsigned short *const dog = (const unsigned short *)p.dout + b * p.do_sb + h * p.do_sh;
   $ qhead("h")
-  for (int r = warp; r < ${BM}; r += 8) {
+  for (int r = warp; r < ${BM}; r += ${P.threads // 32}) {
     const int gr = q0 + r;
     if (gr >= p.seq_q) break;
     float sum = 0.f;
@@ -70,7 +70,7 @@ FA_SM90_KERNEL(${args.entry}_pre, 256)
     if (p.dlse) sum -= fa_ldg_f32((const float *)p.dlse + ((long long)b * p.heads + h) * p.seq_q + gr);
     if (lane == 0) fa_st_f32(dg + gr, sum);
   }
-  for (int e = tid; e < ${BM * DP * CR}; e += 256) fa_st_f32(qacc + e, 0.f);
+  for (int e = tid; e < ${BM * DP * CR}; e += ${P.threads}) fa_st_f32(qacc + e, 0.f);
 }
 
 $ -- S^T = K Q^T and dP^T = V dO^T for this consumer's 64 keys, one group:
@@ -447,14 +447,14 @@ $ end
 /* dQ = scale * the accumulator dkdv added to: element (r, d) of the block
 ** where ${own and "dq_own" or "dq_tiles"}' warp w added it, as the fragment's element i of lane
 ** 4 g + t of tile (r / 64, d / 64). */
-FA_SM90_KERNEL(${args.entry}_dqconvert, 256)
+FA_SM90_KERNEL(${args.entry}_dqconvert, ${P.threads})
 {
   const int tid = fa_tid();
   const int h = fa_bid_y(), b = fa_bid_z(), q0 = fa_bid_x() * ${BM};
   $ qhead("h")
   const float scale = (float)(p.scale_log2 * 0.69314718055994530942);
   unsigned short *const dqg = (unsigned short *)p.dq + b * p.dq_sb + h * p.dq_sh;
-  for (int e = tid; e < ${BM * c.dim}; e += 256) {
+  for (int e = tid; e < ${BM * c.dim}; e += ${P.threads}) {
     const int r = e / ${c.dim}, d = e - r * ${c.dim};
     if (q0 + r >= p.seq_q) break;
     const int rr = r % 64, cc = d % 64;

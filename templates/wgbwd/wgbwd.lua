@@ -208,10 +208,12 @@ function wgbwd.render(c)
   return {
     source = render("wgbwd.cu", { cfg = c, P = P, entry = entry, T = c.dtype == "bf16" and "bf16" or "f16" }),
     launches = {
-      { entry = entry .. "_pre", threads = 256, smem_bytes = 0, grid = q_grid, workspaces = ws },
+      -- every launch with the dkdv kernel's threads, as tcbwd's (one
+      -- count a variant: what its name says)
+      { entry = entry .. "_pre", threads = P.threads, smem_bytes = 0, grid = q_grid, workspaces = ws },
       { entry = entry .. "_dkdv", threads = P.threads, smem_bytes = P.smem_bytes, main = true,
         grid = { { "seq_k", c.block_n }, "kv_heads", "batch" }, workspaces = ws },
-      { entry = entry .. "_dqconvert", threads = 256, smem_bytes = 0, grid = q_grid, workspaces = ws },
+      { entry = entry .. "_dqconvert", threads = P.threads, smem_bytes = 0, grid = q_grid, workspaces = ws },
     },
     registers_estimate = P.register_words,
     io_align = 16,

@@ -4,7 +4,8 @@
 ** the fake cannot execute, but their result. The kernel's name says what it
 ** computes (simt_f32_d64_m64n64w4_..., tc_bf16_..., wg_bf16_d128_m128n176c2_...
 ** with its consumer warpgroups, oracle_fp32_d64_causal, and the backward
-** pass's launches tcbwd_bf16_d64_m128n128w8wn4wd2_dqatomic_dkdv..., and
+** pass's launches tcbwd_bf16_d64_m128n128w8wn4wd2_dqatomic_dkdv... (and
+** wgbwd_..._m128n128c2_..._dkdv, its consumer warpgroups), and
 ** fp8's V transposing launch wg_e4m3_..._vt before its attention: the
 ** dtype, the head dimension, the causal mask, the rows per CTA and the
 ** warps, and for the backward pass the launch's part); its
@@ -46,7 +47,7 @@ typedef struct kspec {
   int vt;               /* fp8's first launch: V transposed into the workspace */
 } kspec;
 
-/* The backward pass's launches (templates/simtbwd, templates/tcbwd): D into
+/* The backward pass's launches (templates/simtbwd, tcbwd, wgbwd): D into
 ** a workspace, dK and dV over K/V blocks, and dQ over Q blocks (its own
 ** pass, or the conversion of an accumulator the dK/dV launch added to);
 ** tcbwd's -qhead variants sum dK and dV over a GQA group after. */
@@ -92,6 +93,7 @@ static int parse_name(const char *name, kspec *s) {
   else if (!strncmp(name, "wg_", 3)) hopper = 1, p = name + 3;
   else if (!strncmp(name, "simtbwd_", 8)) s->bwd = 1, p = name + 8;
   else if (!strncmp(name, "tcbwd_", 6)) s->bwd = 1, p = name + 6;
+  else if (!strncmp(name, "wgbwd_", 6)) s->bwd = 1, hopper = 1, p = name + 6;
   else return -1;
   int n = parse_dtype(p, &s->in);
   if (!n || sscanf(p + n, "d%d", &s->dim) != 1 || s->dim < 1 || s->dim > FA_DIM_MAX) return -1;

@@ -18,7 +18,13 @@ static int config_int(const gen_kernel *k, const char *key, int fallback) {
 }
 
 int model_launch_dq_apart(const gen_kernel *k) {
-  for (int i = 0; k->op == FA_OP_BWD && i < k->nlaunch; i++)
+  if (k->op != FA_OP_BWD) return 0;
+  /* A family with a dq axis says so (simtbwd's FlashAttention-1 order,
+  ** dq=separate without such a launch, has no figure); one without (wgbwd)
+  ** by its launches. */
+  const char *dq = gen_config_get(&k->cfg, "dq");
+  if (dq) return strcmp(dq, "atomic") != 0;
+  for (int i = 0; i < k->nlaunch; i++)
     if (k->launch[i].role == GEN_ROLE_DQ) return 1;
   return 0;
 }

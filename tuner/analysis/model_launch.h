@@ -17,8 +17,9 @@
 ** stages for a warp-specialized one. -1 when its config lacks the tile. */
 int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_launch *l);
 
-/* Whether backward variant k computes dQ in a launch of its own (role
-** dq), after its dkdv kernel, instead of adding it there by atomics. */
+/* Whether backward variant k computes dQ apart from its dkdv kernel
+** (dq=separate, or a launch of role dq) instead of adding it there by
+** atomics. */
 int model_launch_dq_apart(const gen_kernel *k);
 
 /* The dQ pass of a backward variant with dq=separate: its launch (role
