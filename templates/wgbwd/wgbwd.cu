@@ -166,21 +166,21 @@ $ local function issue_dq(which, round)
           const fa_wgmma_desc bd = fa_wgmma_desc_advance(ktd, (unsigned)nb * ${BN * SW}u);
           fa_wgmma_fence();
 $   for kk = 0, BN // 16 - 1 do
-          fa_wgmma_ss_${T}(64, dq, fa_wgmma_desc_advance(ad, ${kk * 16 * SW}), fa_wgmma_desc_advance(bd, ${kk * 16 * SW}), ${kk > 0 and 1 or 0}, 1, 1);
+          fa_wgmma_ss_${T}(64, dq[0], fa_wgmma_desc_advance(ad, ${kk * 16 * SW}), fa_wgmma_desc_advance(bd, ${kk * 16 * SW}), ${kk > 0 and 1 or 0}, 1, 1);
 $   end
           fa_wgmma_commit();
         }
 $ end
 
-$ -- The tile's share added to dQ's accumulator (acc: the block's room) by
-$ -- atomics, element i of lane l of warp w at (w 32 + i) 32 + l of the
-$ -- tile's room: a warp's add is one 128-byte line.
-$ local function add_dq(acc, round)
-        fa_wgmma_fence_acc(32, dq);
+$ -- Slot `slot` of dq, a done 64 x 64 tile, added to the accumulator's tile
+$ -- at `tile` (a C expression, floats) by atomics, element i of lane l of
+$ -- warp w at (w 32 + i) 32 + l: a warp's add is one 128-byte line.
+$ local function add_dq(tile, slot)
+        fa_wgmma_fence_acc(32, dq[${slot}]);
         {
-          float *const at = ${acc} + (dq_tile + ${round * C}) * 4096 + w * 1024 + l;
+          float *const at = ${tile} + w * 1024 + l;
           FA_UNROLL
-          for (int e = 0; e < 32; ++e) fa_atomic_add_f32(at + 32 * e, dq[e]);
+          for (int e = 0; e < 32; ++e) fa_atomic_add_f32(at + 32 * e, dq[${slot}][e]);
         }
 $ end
 
@@ -206,7 +206,7 @@ $     if r == 0 then
     fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
 $     end
     ${guard}{
-      $ add_dq("qacc", r)
+      $ add_dq("qacc + (dq_tile + " .. r * C .. ") * 4096", 0)
     }
 $   end
 $ end
@@ -257,12 +257,7 @@ $     if not released and pending_after("dvdk") >= pending_after(t) then
 $       released = true
     fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
 $     end
-    fa_wgmma_fence_acc(32, dq[${t % W}]);
-    {
-      float *const at = qacc + wg * ${BM * DP} + ${t * 4096} + w * 1024 + l;
-      FA_UNROLL
-      for (int e = 0; e < 32; ++e) fa_atomic_add_f32(at + 32 * e, dq[${t % W}][e]);
-    }
+    $ add_dq("qacc + wg * " .. BM * DP .. " + " .. t * 4096, t % W)
 $     if t + W < NT then
     $ issue_own(t + W)
 $       groups[#groups + 1] = t + W
@@ -369,10 +364,8 @@ $ end
   const unsigned dsx = fa_swizzle_offset(ds_row, ${SW}) ^ ds_row, dsc = 16u * (unsigned)(l >> 4);
   const fa_saddr ds_at = fa_saddr_of(smem + ${P.off_ds}) + ds_row;
   float dk[${ND}], dv[${ND}];  /* the wgmma D fragment: element i is key 16 w + g + 8 ((i / 2) % 2), column 8 (i / 4) + 2 t + i % 2 */
-$ if own then
-  float s[${NS}], dp[${NS}], dq[${P.own_window}][32];
-$ else
-  float s[${NS}], dp[${NS}], dq[32];
+  float s[${NS}], dp[${NS}], dq[${P.own_window}][32];  /* own_window is 1 with dq_split = block */
+$ if not own then
   const int dq_tile = wg;  /* this consumer's first tile of dQ's share; the next ${C} on */
 $ end
   unsigned pa[${KS}][4], da[${KS}][4];
