@@ -404,7 +404,8 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
   ** per K/V head; the backward pass's main kernel reads Q, dO, K, V and
   ** writes dK, dV (dQ's adds stay in L2; under GQA, dK and dV per query
   ** head where the kernel expands them), and its other launches, which
-  ** run alone, read dO, O and the accumulator and write dQ */
+  ** run alone, read dO and O, write the accumulator's zeros, read it back
+  ** (every copy a kernel keeps) and write dQ */
   const double bh = (double)p->batch * p->heads, group = kv_group_of(p);
   const double oe = p->elem_bytes == 1 ? 2 : p->elem_bytes;  /* fp8's O is bf16 */
   const double kv_rows = !p->backward ? 2.0 / group
@@ -440,7 +441,7 @@ int model_predict(const model_gpu *m, const model_built *b, const model_launch *
     out->combine_us = apart * 1e6;
   }
   if (p->backward) {
-    double side = rows * p->dim * (3.0 * p->elem_bytes + (l->dq_accum ? 8.0 : 0)) + 8.0 * rows;
+    double side = rows * (p->dim * 3.0 * p->elem_bytes + 2.0 * l->dq_acc_row_bytes) + 8.0 * rows;
     if (l->gqa_part_bytes && group > 1)  /* the sums: dK, dV per query head read, per K/V head written */
       side += 2.0 * (p->heads * l->gqa_part_bytes + p->heads / group * p->elem_bytes) * keys * p->dim;
     apart = side / (g->dram_gbs * 1e9);

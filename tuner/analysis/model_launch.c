@@ -40,6 +40,8 @@ int model_launch_of_variant(const gen_kernel *k, const fa_compiled *r, model_lau
     const int keys = l->block_n;
     l->block_n = l->block_m, l->block_m = keys;
     l->dq_accum = !model_launch_dq_apart(k);
+    for (int i = 0; i < k->nws && l->dq_accum; i++)
+      if (!strcmp(k->ws[i].name, "dq_acc")) l->dq_acc_row_bytes = k->ws[i].bytes_per_row;
   }
   if (k->op == FA_OP_DECODE) {  /* a CTA's query rows of one K/V head's group (tcdec: 16) */
     l->block_m = config_int(k, "rows", 16);
@@ -166,6 +168,7 @@ static int fa2_bwd(const model_problem *p, const estimate_gpu *g, model_launch *
   l->threads = 256;
   l->smem_bytes = ((qbufs + 1) * bm * p->dim + 2 * bn * p->dim + 2 * bm * bn) * 2;
   l->dq_accum = 1;
+  l->dq_acc_row_bytes = 4 * p->dim;
   l->gqa_part_bytes = 2;  /* flash_api.cpp's mha_bwd: dk_expanded, dv_expanded (q's dtype), then a sum */
   int even = p->seq_q % bm == 0 && p->seq_k % bn == 0;
   snprintf(pat, n, "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel*Flash_bwd_kernel_traitsILi%dELi%dELi%dELi8ELi%sELb%d"
@@ -242,6 +245,7 @@ static int fa3_bwd(const model_problem *p, model_launch *l, char *pat, size_t n)
   l->threads = 128 * 3;
   l->stages = 2;
   l->dq_accum = 1;
+  l->dq_acc_row_bytes = 4 * d;
   l->smem_bytes = 2 * bn * d * 2 + bm * d * 4 + 2 * 2 * bm * d * 2 + 2 * lse_rows * 4 +
                   2 * bm * bn * 2;
   snprintf(pat, n, "FlashAttnBwdSm90*4arch4Sm90ELb%dELb0ELb0ELb0ELb0E*CollectiveEpilogueBwdI",

@@ -68,6 +68,8 @@ typedef struct model_launch {
   int heavy_first;         /* query blocks launched from the last down in each (batch, head) */
   int dq_accum;            /* the backward pass adds dQ into a float accumulator (zeroed by
                               its first launch, converted by its last) */
+  int dq_acc_row_bytes;    /* that accumulator's bytes per query row, its copies and
+                              padding included (each written once and read once apart) */
   int ldsm_ways;           /* times over each ldmatrix reads shared memory (bank
                               conflicts); 0 or 1: none */
   int red_lines;           /* 128-byte lines each warp-wide RED (global atomic add)
