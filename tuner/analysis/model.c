@@ -15,7 +15,8 @@ const char *const model_phase_names[MPH_N] = {"other", "copy", "S", "softmax", "
 #define NSCHED 4
 #define NSB 6
 #define NBAR 16      /* named barriers 0-15 */
-#define PINGPONG_BAR 8 /* named barriers in registers are mapped to 8 + the group, */
+#define PINGPONG_BAR 8 /* named barriers in registers are mapped to 8 + the pair x the
+                          groups + the group (model_sass.c's turn_pairs), */
 #define GROUP_BAR 12   /* or, of a warpgroup's own warps alone, to 12 + the group */
 #define QDEPTH 16    /* pending cp.async and wgmma groups a warp can hold */
 #define HGQ 64       /* HGMMA in flight per warp */
@@ -145,8 +146,8 @@ static void compact(double *q, int *n, double now) {
 static int bar_id(const warp *w, const model_insn *in, int arrive) {
   if (in->arg >= 0) return in->arg % NBAR;
   if (in->arg2 > 0 && in->arg2 == w->r->warps) return (GROUP_BAR + w->group) % NBAR;
-  int g = w->r->groups > 0 ? w->r->groups : 1;
-  return PINGPONG_BAR + (arrive ? (w->group + 1) % g : w->group);
+  int g = w->r->groups > 0 ? w->r->groups : 1, pair = -1 - in->arg;
+  return PINGPONG_BAR + pair * g + (arrive ? (w->group + 1) % g : w->group);
 }
 
 static int bar_need(const sim *s, const model_insn *in) {
@@ -384,13 +385,15 @@ static int sim_init(sim *s, const model_kernel *k, int ctas, int blocks) {
   s->c = calloc((size_t)ctas, sizeof *s->c);
   if (!s->w || !s->c) return -1;
   int slots = k->warps_per_cta > per ? k->warps_per_cta : per;
+  const int turn_groups = k->role[k->nroles - 1].groups > 0 ? k->role[k->nroles - 1].groups : 1;
   int i = 0;
   /* a role's warps take the slots from its slot0 (FlashAttention-3's
   ** producer is warp 0 of warpgroup 0, its consumers warpgroups 1..n) */
   for (int c = 0; c < ctas; c++) {
     for (int r = 0; r < k->nrings && r < MODEL_MAX_RINGS; r++)
       if (ring_alloc(&s->c[c].ring[r], blocks + k->stages + 4)) return -1;
-    if (k->pingpong_prearrive) s->c[c].bar_count[PINGPONG_BAR] = k->pingpong_prearrive;
+    for (int t = 0; t < k->pingpong_pairs; t++)  /* a warpgroup's arrive before the loop */
+      s->c[c].bar_count[PINGPONG_BAR + t * turn_groups] = 4;
     for (int r = 0; r < k->nroles; r++)
       for (int g = 0; g < k->role[r].groups; g++)
         for (int x = 0; x < k->role[r].warps; x++, i++) {

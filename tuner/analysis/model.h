@@ -90,13 +90,15 @@ typedef struct model_role {
 
 #define MODEL_MAX_ROLES 4
 #define MODEL_MAX_RINGS 4
+#define MODEL_MAX_TURNS 2
 
 typedef struct model_kernel {
   model_role role[MODEL_MAX_ROLES];
   int nroles;
   int warps_per_cta;       /* launched, idle ones included (they hold a scheduler slot) */
   int nrings, stages;      /* mbarrier rings (K, V) and their stages */
-  int pingpong_prearrive;  /* named barriers in registers: the first group may start */
+  int pingpong_pairs;      /* turns between warpgroups by named barriers in registers
+                              (model_insn arg -1 - pair); the first group starts each */
 } model_kernel;
 
 /* The SM's machine, from model_gpu (model_sass.h). */

@@ -553,7 +553,8 @@ static void map_releases(const sass_seq *q, model_insn *m, int rings, const mode
 /* The rings the consumers wait on: two when each iteration waits twice
 ** per S group (K's and V's), else one (K and V in one stage). The
 ** backward pass's: one per barrier array its waits use (FlashAttention-3:
-** Q's and dO's). */
+** Q's and dO's), or, where their addresses are all in registers, one per
+** wait. */
 static int consumer_rings(const sass_seq *q, const model_launch *l, const model_problem *p) {
   char *w = calloc((size_t)q->n + 1, 1);
   if (!w) return 1;
@@ -567,7 +568,8 @@ static int consumer_rings(const sass_seq *q, const model_launch *l, const model_
                 !group_kind_pv(&q->op[i], l, p);
   }
   free(w);
-  if (p->backward) return nk > 0 ? nk : 1;
+  if (p->backward)  /* arrays told apart by address, else by order (fatune's wgbwd) */
+    return nk > 1 ? nk : waits > 1 && waits <= MODEL_MAX_RINGS ? waits : 1;
   return s_groups > 0 && waits == 2 * s_groups ? 2 : 1;
 }
 
@@ -580,6 +582,30 @@ static void drop_foreign_barriers(model_insn *m, int n) {
   for (int i = 0; i < n; i++)
     if ((m[i].kind == MK_BAR_SYNC || m[i].kind == MK_BAR_ARV) && m[i].arg2 % 4 != 0)
       m[i].kind = MK_PLAIN, m[i].pipe = MP_NONE;
+}
+
+/* Turns between warpgroups: named barriers in registers, each group
+** waiting on its own and arriving on the next's (FlashAttention-3's warp
+** scheduler barrier). A loop may pass more than one token (wgbwd: the
+** turn to issue S^T and dP^T, then the turn to add to dQ): where it has as
+** many such waits as arrives, the i-th wait and the i-th arrive form pair
+** i (arg -1 - i; up to MODEL_MAX_TURNS pairs of two groups each); the
+** first group takes every pair's first turn. */
+static void turn_pairs(model_insn *m, int n, int groups, model_kernel *k) {
+  int waits = 0, arrives = 0;
+  for (int i = 0; i < n; i++)
+    if (m[i].arg < 0 && m[i].arg2 != 4) {
+      waits += m[i].kind == MK_BAR_SYNC;
+      arrives += m[i].kind == MK_BAR_ARV;
+    }
+  k->pingpong_pairs = waits;
+  if (waits < 2 || waits != arrives || waits * groups > 2 * MODEL_MAX_TURNS) {
+    k->pingpong_pairs = waits > 0;
+    return;
+  }
+  for (int i = 0, w = 0, a = 0; i < n; i++)
+    if (m[i].arg < 0 && m[i].arg2 != 4 && (m[i].kind == MK_BAR_SYNC || m[i].kind == MK_BAR_ARV))
+      m[i].arg = -1 - (m[i].kind == MK_BAR_SYNC ? w++ : a++);
 }
 
 /* Returns the blocks per iteration: the waits for ring 0. Each blocking
@@ -717,9 +743,7 @@ int model_build(const model_gpu *g, const sass_trace *t, const model_launch *l,
     k->role[0] = (model_role){"producer", 1, 1, b->insn[1], t->producer.n, pp, 0, 0};
     k->role[1] = (model_role){"consumer", l->consumers, 4, b->insn[0], t->loop.n, pc, 4, 4};
     k->nroles = 2;
-    for (int i = 0; i < t->loop.n; i++)
-      if (b->insn[0][i].kind == MK_BAR_SYNC && b->insn[0][i].arg < 0 && b->insn[0][i].arg2 != 4)
-        k->pingpong_prearrive = 4;  /* a turn between warpgroups, not one's own barrier */
+    turn_pairs(b->insn[0], t->loop.n, l->consumers, k);
     b->ex2_before_pv_wait = ex2_before_pv_wait(&t->loop);
     b->pv_before_exp = b->ex2_before_pv_wait == 0;
   } else {
