@@ -253,8 +253,8 @@ mut fp8-block-o-units templates/wg/wg.cu \
 mut wgbwd-causal templates/wgbwd/wgbwd.cu \
   'if (!(key < p.seq_k && key <= q + off)) sv[0] = 0.f;' 'if (!(key < p.seq_k)) sv[0] = 0.f;' \
   'test_bwd'
-mut wgbwd-dq-copies templates/wgbwd/wgbwd.cu \
-  'sum += fa_ld_f32(qacc + ${k * BM * DP} + at);' 'sum += 0.f;' \
+mut wgbwd-dq-turn templates/wgbwd/wgbwd.cu \
+  'local handoff = own and C > 1' 'local handoff = false' \
   'test_bwd'
 mut wgbwd-dout-map runtime/attn_run.c \
   'base = a->dout, sn = a->do_sn,' 'base = a->o, sn = a->do_sn,' \

@@ -12,12 +12,12 @@ $ local NS = BM // 2      -- S^T's (and dP^T's) accumulators per thread
 $ local ND = DP // 2      -- dK's (and dV's)
 $ local KS = BM // 16     -- k16 steps of dV's and dK's products: the Q block's rows
 $ local NDB = DP // 64    -- dQ's 64-column tiles across the head dim
-$ -- dQ's share over each consumer's own keys (wgbwd.lua's dq_split), into
-$ -- a copy of the accumulator's room of its own (CR copies a Q block), so
-$ -- that no two consumers add to one element (the order of their adds is
-$ -- the schedule's; dqconvert sums the copies in one order)
+$ -- dQ's share over each consumer's own keys (wgbwd.lua's dq_split): the
+$ -- consumers add to one room in turn, a Q block's adds of consumer 0 before
+$ -- consumer 1's (named barriers 6 and 7), so that the order of the adds to
+$ -- an element is the CTA's, not the schedule's
 $ local own = c.dq_split == "own"
-$ local CR = own and C or 1
+$ local handoff = own and C > 1
 $ -- ping-pong: the two consumers take turns issuing S^T and dP^T through
 $ -- named barriers 2 + wg (FA3's forward warp scheduler barrier),
 $ -- so that one's softmax runs under the others' products.
@@ -42,10 +42,10 @@ $ local function qhead(hv)
   const float *const lg = (const float *)p.lse + ((long long)b * p.heads + ${hv}) * p.seq_q;
   float *const dg = (float *)p.ws + ((long long)b * p.heads + ${hv}) * p.seq_q;
   /* dQ's float accumulator per (batch, head): a room of ${BM} x ${DP} floats
-  ** per Q block${CR > 1 and " and consumer" or ""}, in the order the consumers add to it (dq_tiles,
-  ** dq_own), which dqconvert undoes. */
+  ** per Q block, in the order the consumers add to it (dq_tiles, dq_own),
+  ** which dqconvert undoes. */
   float *const qacc = (float *)p.ws2 + ((long long)b * p.heads + ${hv}) *
-                      ((p.seq_q + ${BM - 1}) / ${BM}) * ${BM * DP * CR} + (long long)q0 * ${DP * CR};
+                      ((p.seq_q + ${BM - 1}) / ${BM}) * ${BM * DP} + (long long)q0 * ${DP};
   (void)lg; (void)dg; (void)qacc;
 $ end
 
@@ -70,8 +70,14 @@ FA_SM90_KERNEL(${args.entry}_pre, ${P.threads})
     if (p.dlse) sum -= fa_ldg_f32((const float *)p.dlse + ((long long)b * p.heads + h) * p.seq_q + gr);
     if (lane == 0) fa_st_f32(dg + gr, sum);
   }
-  for (int e = tid; e < ${BM * DP * CR}; e += ${P.threads}) fa_st_f32(qacc + e, 0.f);
+  for (int e = tid; e < ${BM * DP}; e += ${P.threads}) fa_st_f32(qacc + e, 0.f);
 }
+
+$ -- The stage's Q and dO freed: dV's and dK's products are done with them.
+$ local function release()
+    fa_mbar_arrive(&emptyq[i]);
+    fa_mbar_arrive(&emptydo[i]);
+$ end
 
 $ -- S^T = K Q^T and dP^T = V dO^T for this consumer's 64 keys, one group:
 $ -- A (K, V) and B (Q, dO of stage i) K-major, k16 steps over the padded
@@ -203,7 +209,7 @@ $     if r == 0 and pp then
 $     end
     fa_wgmma_wait(0);
 $     if r == 0 then
-    fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
+    $ release()
 $     end
     ${guard}{
       $ add_dq("qacc + (dq_tile + " .. r * C .. ") * 4096", 0)
@@ -215,9 +221,9 @@ $ -- dq_split = "own": dQ's share of this consumer's keys alone, dS K over
 $ -- them, so that no consumer waits for another's dS^T: the block's 64 x 64
 $ -- tiles (mt rows, nb columns) by wgmma with A = its rows of dS^T and B =
 $ -- its rows of K (both MN-major), each a group of its own, up to
-$ -- P.own_window in flight; each added by atomics as dq_tiles adds its, but
-$ -- into this consumer's copy of the room (twice the adds of "block"), once
-$ -- done, while the next computes.
+$ -- P.own_window in flight; each added by atomics as dq_tiles adds its
+$ -- (twice the adds of "block"), once done, while the next computes; the
+$ -- consumers' adds in turn (handoff).
 $ local function issue_own(t)
 $   local mt, nb = t // NDB, t % NDB
     fa_wgmma_fence();
@@ -250,14 +256,20 @@ $   end
 $   local function pending_after(g)
 $     for k, v in ipairs(groups) do if v == g then return #groups - k end end
 $   end
-$   local released = false   -- empty[i] arrived at: dV's and dK's products done
+$   local released = false   -- the stage released: dV's and dK's products done
 $   for t = 0, NT - 1 do
     fa_wgmma_wait(${pending_after(t)});
 $     if not released and pending_after("dvdk") >= pending_after(t) then
 $       released = true
-    fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
+    $ release()
 $     end
-    $ add_dq("qacc + wg * " .. BM * DP .. " + " .. t * 4096, t % W)
+$     if handoff and t == 0 then
+    fa_named_bar_sync(6 + wg, 256);  /* the other consumer's adds, before this one's */
+$     end
+    $ add_dq("qacc + " .. t * 4096, t % W)
+$     if handoff and t == NT - 1 then
+    if (wg == 0 || it + 1 < n_iter) fa_named_bar_arrive(7 - wg, 256);
+$     end
 $     if t + W < NT then
     $ issue_own(t + W)
 $       groups[#groups + 1] = t + W
@@ -265,8 +277,14 @@ $     end
 $   end
 $   if not released then
     fa_wgmma_wait(0);
-    fa_mbar_arrive(&empty[i]);  /* dV's and dK's products are done with Q and dO */
+    $ release()
 $   end
+$ end
+
+$ -- The loop over the Q blocks qb0 .. n_qb - 1 of each query head hq of
+$ -- the group, by counters (no division by nq an iteration).
+$ local function q_blocks()
+  for (int it = 0, qb = qb0, hq = h0; it < n_iter; ++it, qb = qb + 1 < n_qb ? qb + 1 : qb0, hq += qb == qb0) {
 $ end
 
 /* dK and dV of K/V block fa_bid_x() of K/V head fa_bid_y(), over the Q
@@ -290,12 +308,18 @@ $ end
   unsigned char *const smem = raw + ((1024u - (unsigned)((unsigned long long)raw & 1023u)) & 1023u);
   float *const lse_s = (float *)(smem + ${P.off_lse}), *const d_s = (float *)(smem + ${P.off_d});
   unsigned long long *const kvbar = (unsigned long long *)(smem + ${P.off_bar});
-  unsigned long long *const full = kvbar + 1, *const empty = full + ${S};
+  /* Each stage's Q and lse, and its dO and D, on barriers of their own
+  ** (FA3's two pipelines): landed (fullq, fulldo), and the consumers done
+  ** with them (emptyq, emptydo). */
+  unsigned long long *const fullq = kvbar + 1, *const fulldo = fullq + ${S};
+  unsigned long long *const emptyq = fulldo + ${S}, *const emptydo = emptyq + ${S};
   if (tid == 0) {
     fa_mbar_init(kvbar, 1);
     for (int i = 0; i < ${S}; ++i) {
-      fa_mbar_init(&full[i], 32);          /* the producer warp's lanes (lse, D), plus the TMA bytes */
-      fa_mbar_init(&empty[i], ${128 * C});  /* every consumer thread, done with the stage */
+      fa_mbar_init(&fullq[i], 33);         /* the leader's TMA bytes, then the producer warp's lanes (lse) */
+      fa_mbar_init(&fulldo[i], 33);        /* and (D) */
+      fa_mbar_init(&emptyq[i], ${128 * C});  /* every consumer thread, done with the stage */
+      fa_mbar_init(&emptydo[i], ${128 * C});
     }
     fa_fence_mbar_init();
   }
@@ -316,25 +340,39 @@ $ for j = 0, NCB - 1 do
         fa_tma_load_4d(smem + ${P.off_v + j * BN * SW}, &p.tmap[2], ${j * CB}, k0, hk, b, kvbar);
 $ end
       }
-      for (int it = 0; it < n_iter; ++it) {
-        const int i = it % ${S}, hq = h0 + it / nq, q0 = (qb0 + it % nq) * ${BM};
+      $ q_blocks()
+        const int i = it % ${S}, q0 = qb * ${BM};
         const float *const lg = (const float *)p.lse + ((long long)b * p.heads + hq) * p.seq_q;
         const float *const dg = (const float *)p.ws + ((long long)b * p.heads + hq) * p.seq_q;
-        if (it >= ${S}) fa_mbar_wait(&empty[i], ((it / ${S}) & 1) ^ 1);  /* the stage is free */
-        for (int r = lane; r < ${BM}; r += 32) {
-          const int gr = q0 + r;
-          fa_sts_f32(lse_s + i * ${BM} + r, gr < p.seq_q ? fa_ldg_f32(lg + gr) * 1.44269504088896340736f : pos_inf);
-          fa_sts_f32(d_s + i * ${BM} + r, gr < p.seq_q ? fa_ld_f32(dg + gr) : 0.f);
+        /* The rows' lse (log2 units) and D into registers first, so that
+        ** their loads from global memory wait under the stage's wait. */
+        float lse_r[${(BM + 31) // 32}], d_r[${(BM + 31) // 32}];
+        FA_UNROLL
+        for (int k = 0; k < ${(BM + 31) // 32}; ++k) {
+          const int gr = q0 + lane + 32 * k;
+          lse_r[k] = gr < p.seq_q ? fa_ldg_f32(lg + gr) * 1.44269504088896340736f : pos_inf;
+          d_r[k] = gr < p.seq_q ? fa_ld_f32(dg + gr) : 0.f;
         }
+        if (it >= ${S}) fa_mbar_wait(&emptyq[i], ((it / ${S}) & 1) ^ 1);  /* the stage is free */
         if (leader) {
-          fa_mbar_arrive_expect_tx(&full[i], ${2 * P.q_bytes});
+          fa_mbar_arrive_expect_tx(&fullq[i], ${P.q_bytes});
 $ for j = 0, NCB - 1 do
-          fa_tma_load_4d(smem + ${P.off_q + j * BM * SW} + i * ${P.q_bytes}, &p.tmap[0], ${j * CB}, q0, hq, b, &full[i]);
-          fa_tma_load_4d(smem + ${P.off_do + j * BM * SW} + i * ${P.q_bytes}, &p.tmap[3], ${j * CB}, q0, hq, b, &full[i]);
+          fa_tma_load_4d(smem + ${P.off_q + j * BM * SW} + i * ${P.q_bytes}, &p.tmap[0], ${j * CB}, q0, hq, b, &fullq[i]);
 $ end
-        } else {
-          fa_mbar_arrive(&full[i]);
         }
+        FA_UNROLL
+        for (int k = 0; k < ${(BM + 31) // 32}; ++k) fa_sts_f32(lse_s + i * ${BM} + lane + 32 * k, lse_r[k]);
+        fa_mbar_arrive(&fullq[i]);
+        if (it >= ${S}) fa_mbar_wait(&emptydo[i], ((it / ${S}) & 1) ^ 1);
+        if (leader) {
+          fa_mbar_arrive_expect_tx(&fulldo[i], ${P.q_bytes});
+$ for j = 0, NCB - 1 do
+          fa_tma_load_4d(smem + ${P.off_do + j * BM * SW} + i * ${P.q_bytes}, &p.tmap[3], ${j * CB}, q0, hq, b, &fulldo[i]);
+$ end
+        }
+        FA_UNROLL
+        for (int k = 0; k < ${(BM + 31) // 32}; ++k) fa_sts_f32(d_s + i * ${BM} + lane + 32 * k, d_r[k]);
+        fa_mbar_arrive(&fulldo[i]);
       }
     }
     return;
@@ -377,8 +415,11 @@ $ end
 $ if pp then
   if (wg == 1 && n_iter > 0) fa_named_bar_arrive(2, 256);  /* consumer 0 takes the first turn */
 $ end
-  for (int it = 0; it < n_iter; ++it) {
-    const int i = it % ${S}, hq = h0 + it / nq, q0 = (qb0 + it % nq) * ${BM};
+$ if handoff then
+  if (wg == 1 && n_iter > 0) fa_named_bar_arrive(6, 256);  /* and adds to dQ first */
+$ end
+  $ q_blocks()
+    const int i = it % ${S}, q0 = qb * ${BM};
     $ qhead("hq")
     const fa_wgmma_desc qd = fa_wgmma_desc_advance(qd0, (unsigned)i * ${P.q_bytes}u);
     const fa_wgmma_desc dod = fa_wgmma_desc_advance(dod0, (unsigned)i * ${P.q_bytes}u);
@@ -389,7 +430,8 @@ $ if causal then
 $ else
     const int edge = k0 + ${BN} > p.seq_k;
 $ end
-    fa_mbar_wait(&full[i], (it / ${S}) & 1);
+    fa_mbar_wait(&fullq[i], (it / ${S}) & 1);
+    fa_mbar_wait(&fulldo[i], (it / ${S}) & 1);
     $ turn_begin()
     $ issue_s_dp()
     $ turn_end()
@@ -453,14 +495,6 @@ FA_SM90_KERNEL(${args.entry}_dqconvert, ${P.threads})
     const int rr = r % 64, cc = d % 64;
     const int i = 4 * (cc / 8) + 2 * (rr % 16 / 8) + cc % 2, lane = 4 * (rr % 8) + cc % 8 / 2;
     const int at = ((r / 64) * ${NDB} + d / 64) * 4096 + (rr / 16) * 1024 + i * 32 + lane;
-$ if CR > 1 then
-    float sum = fa_ld_f32(qacc + at);  /* the consumers' copies, in one order */
-$   for k = 1, CR - 1 do
-    sum += fa_ld_f32(qacc + ${k * BM * DP} + at);
-$   end
-$ else
-    const float sum = fa_ld_f32(qacc + at);
-$ end
-    fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(sum * scale));
+    fa_st_u16(dqg + (q0 + r) * p.dq_sn + d, fa_f32_to_${T}(fa_ld_f32(qacc + at) * scale));
   }
 }

@@ -9,7 +9,8 @@
 --              warpgroup) and K/V head: K and V loaded once by TMA, then
 --              the Q blocks of the K/V head's query heads go by, Q and dO
 --              by TMA into a ring of `stages` stages, each row's lse and D
---              beside them, on full/empty mbarriers (a producer warpgroup,
+--              beside them, Q's and dO's on full/empty mbarriers of their
+--              own, as FA3's two pipelines (a producer warpgroup,
 --              its registers given to the consumers by setmaxnreg, as
 --              FA3's mainloop_bwd_sm90_tma_gmma_ws.hpp). A consumer owns 64
 --              keys: S^T = K Q^T and dP^T = V dO^T by wgmma from shared
@@ -21,9 +22,10 @@
 --              (two buffers), from which the consumers compute dQ's share
 --              dS K (A MN-major): over the block's keys in 64 x 64 tiles
 --              dealt among them once every consumer's dS^T is there
---              (dq_split = block), or each over its own keys (own), added
---              to the accumulator by atomics in the order of the fragment
---              (one 128-byte line a warp's add). With ping-pong (FA3's
+--              (dq_split = block), or each over its own keys (own, the
+--              consumers adding in turn), added to the accumulator by
+--              atomics in the order of the fragment (one 128-byte line a
+--              warp's add). With ping-pong (FA3's
 --              forward warp scheduler barrier, here in the backward pass)
 --              the two consumers take turns issuing S^T and dP^T (and,
 --              block, then dQ's products), so that one's softmax runs
@@ -37,7 +39,7 @@
 -- stored), and must be a multiple of 8 (TMA's rows are multiples of 16
 -- bytes).
 
-local wgbwd = { name = "wgbwd", version = 1 }
+local wgbwd = { name = "wgbwd", version = 2 }
 local enum = require("enum")
 
 local int_axis, enum_axis = enum.int_axis, enum.enum_axis
@@ -71,8 +73,10 @@ wgbwd.axes = {
   -- dQ's share of a Q block: over the block's keys, its 64 x 64 tiles
   -- dealt among the consumers once every consumer's dS^T is in shared
   -- memory (block: a barrier among them a block); or each consumer over
-  -- its own keys (own: no barrier, but twice the atomic adds, and dQ's
-  -- accumulators of the whole block in registers).
+  -- its own keys (own: twice the atomic adds, and dQ's accumulators of the
+  -- whole block in registers, but no consumer waits for the other's dS^T;
+  -- they only add in turn, a block's adds of consumer 0 before consumer
+  -- 1's, so that the order of the adds to an element is the CTA's).
   enum_axis("dq_split", { "block", "own" }, { block = "dqblock", own = "dqown" }),
 }
 wgbwd.axis = enum.index(wgbwd.axes)
@@ -118,8 +122,8 @@ function wgbwd.plan(c)
   P.off_ds = take(2 * P.ds_bytes)
   -- Each stage's lse (log2 units) and D, block_m floats each.
   P.off_lse, P.off_d = take(4 * c.stages * c.block_m), take(4 * c.stages * c.block_m)
-  -- K/V's barrier, then Q's full[] and empty[].
-  P.off_bar = take(8 * (1 + 2 * c.stages))
+  -- K/V's barrier, then the stages' fullq[], fulldo[], emptyq[] and emptydo[].
+  P.off_bar = take(8 * (1 + 4 * c.stages))
   P.smem_bytes = 1024 + off   -- 1024: the tiles aligned to the swizzle's repeat
   P.producer_regs, P.consumer_regs = nreg[c.consumers][1], nreg[c.consumers][2]
   -- dQ's 64 x 64 tiles of a Q block, dealt among the consumers.
@@ -201,8 +205,7 @@ function wgbwd.render(c)
   local entry = wgbwd.name_of(c):gsub("-", "_")
   local ws = { { name = "delta", bytes_per_row = 4 },
                -- dQ's accumulator: rooms of block_m x the padded head dim
-               -- (dq_split = own: a copy per consumer, wgbwd.cu's CR)
-               { name = "dq_acc", bytes_per_row = 4 * P.DP * (c.dq_split == "own" and c.consumers or 1),
+               { name = "dq_acc", bytes_per_row = 4 * P.DP,
                  row_align = c.block_m } }
   local q_grid = { { "seq_q", c.block_m }, "heads", "batch" }
   return {
