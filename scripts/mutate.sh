@@ -253,6 +253,9 @@ mut fp8-block-o-units templates/wg/wg.cu \
 mut wgbwd-causal templates/wgbwd/wgbwd.cu \
   'if (!(key < p.seq_k && key <= q + off)) sv[0] = 0.f;' 'if (!(key < p.seq_k)) sv[0] = 0.f;' \
   'test_bwd'
+mut wgbwd-mask-loop templates/wgbwd/wgbwd.cu \
+  'k0 + ${BN - 1} > qb * ${BM} + off)' 'k0 + ${BN - 1} > qb * ${BM} + off + ${BM})' \
+  'test_bwd'
 mut wgbwd-dq-turn templates/wgbwd/wgbwd.cu \
   'local handoff = own and C > 1' 'local handoff = false' \
   'test_bwd'

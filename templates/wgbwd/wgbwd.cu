@@ -3,7 +3,8 @@ $ -- The dkdv kernel's main loop over the Q blocks, per consumer: wait for
 $ -- the stage (landed), S^T and dP^T (issue_s_dp), P^T and dS^T
 $ -- (softmax_grad), dS^T to shared memory (store_ds), dV and dK
 $ -- (issue_dv_dk), dQ's share (dq_tiles, or dq_own with dq_split = own);
-$ -- each a Lua function below.
+$ -- each a Lua function below, a Q block's steps q_block, which the loop
+$ -- over the blocks a mask reaches into and the loop over the rest share.
 $ local c, P, T = args.cfg, args.P, args.T
 $ local causal = c.causal == 1
 $ local BM, BN, C, S, DP, NCB = P.BM, P.BN, P.C, P.S, P.DP, P.NCB
@@ -287,6 +288,47 @@ $ local function q_blocks()
   for (int it = 0, qb = qb0, hq = h0; it < n_iter; ++it, qb = qb + 1 < n_qb ? qb + 1 : qb0, hq += qb == qb0) {
 $ end
 
+$ -- One Q block of the consumer's loop; masked: the block has keys past
+$ -- seq_k or, causal, above the diagonal (edge in softmax_grad); nil: the
+$ -- block says which.
+$ local function q_block(masked)
+      const int i = it % ${S}, q0 = qb * ${BM};
+      $ qhead("hq")
+      const fa_wgmma_desc qd = fa_wgmma_desc_advance(qd0, (unsigned)i * ${P.q_bytes}u);
+      const fa_wgmma_desc dod = fa_wgmma_desc_advance(dod0, (unsigned)i * ${P.q_bytes}u);
+      const fa_wgmma_desc qt = fa_wgmma_desc_advance(qt0, (unsigned)i * ${P.q_bytes}u);
+      const fa_wgmma_desc dot = fa_wgmma_desc_advance(dot0, (unsigned)i * ${P.q_bytes}u);
+$ if masked ~= nil then
+      const int edge = ${masked and 1 or 0};
+$ elseif causal then
+      const int edge = k0 + ${BN} > p.seq_k || k0 + ${BN - 1} > q0 + off;
+$ else
+      const int edge = k0 + ${BN} > p.seq_k;
+$ end
+      fa_mbar_wait(&fullq[i], (it / ${S}) & 1);
+      fa_mbar_wait(&fulldo[i], (it / ${S}) & 1);
+      $ turn_begin()
+      $ issue_s_dp()
+      $ turn_end()
+      fa_wgmma_wait(0);
+      fa_wgmma_fence_acc(${BM}, s);
+      fa_wgmma_fence_acc(${BM}, dp);
+      $ softmax_grad()
+      $ store_ds()
+$ if not (own and P.own_window < P.dq_tiles) then
+      $ issue_dv_dk()
+$ end
+$ if own then
+      fa_named_bar_sync(8 + wg, 128);  /* this consumer's dS^T, every warp's */
+      $ dq_own()
+$ else
+      /* dS^T of every consumer is in its buffer; the other buffer's readers,
+      ** the block before's dQ products, are done (each waited for its own). */
+      fa_named_bar_sync(1, ${128 * C});
+      $ dq_tiles()
+$ end
+$ end
+
 /* dK and dV of K/V block fa_bid_x() of K/V head fa_bid_y(), over the Q
 ** blocks of its query heads that see it. */
 FA_SM90_KERNEL(${args.entry}_dkdv, ${P.threads})
@@ -418,39 +460,28 @@ $ end
 $ if handoff then
   if (wg == 1 && n_iter > 0) fa_named_bar_arrive(6, 256);  /* and adds to dQ first */
 $ end
-  $ q_blocks()
-    const int i = it % ${S}, q0 = qb * ${BM};
-    $ qhead("hq")
-    const fa_wgmma_desc qd = fa_wgmma_desc_advance(qd0, (unsigned)i * ${P.q_bytes}u);
-    const fa_wgmma_desc dod = fa_wgmma_desc_advance(dod0, (unsigned)i * ${P.q_bytes}u);
-    const fa_wgmma_desc qt = fa_wgmma_desc_advance(qt0, (unsigned)i * ${P.q_bytes}u);
-    const fa_wgmma_desc dot = fa_wgmma_desc_advance(dot0, (unsigned)i * ${P.q_bytes}u);
+  /* The Q blocks of each query head of the group, in the producer's
+  ** order: first those the mask or the keys' tail reaches into (the
+  ** mask's code), then the rest, in a loop of their own without it
+  ** (wgbwd.lua's mask_apart; else one loop, each block testing). */
+  int it = 0;
+  for (int hq = h0; hq < h0 + group; ++hq) {
+    int qb = qb0;
+$ if not P.mask_apart then
+    for (; qb < n_qb; ++qb, ++it) {
+      $ q_block(nil)
+    }
+$ else
 $ if causal then
-    const int edge = k0 + ${BN} > p.seq_k || k0 + ${BN - 1} > q0 + off;
+    for (; qb < n_qb && (k0 + ${BN} > p.seq_k || k0 + ${BN - 1} > qb * ${BM} + off); ++qb, ++it) {
 $ else
-    const int edge = k0 + ${BN} > p.seq_k;
+    for (; qb < n_qb && k0 + ${BN} > p.seq_k; ++qb, ++it) {
 $ end
-    fa_mbar_wait(&fullq[i], (it / ${S}) & 1);
-    fa_mbar_wait(&fulldo[i], (it / ${S}) & 1);
-    $ turn_begin()
-    $ issue_s_dp()
-    $ turn_end()
-    fa_wgmma_wait(0);
-    fa_wgmma_fence_acc(${BM}, s);
-    fa_wgmma_fence_acc(${BM}, dp);
-    $ softmax_grad()
-    $ store_ds()
-$ if not (own and P.own_window < P.dq_tiles) then
-    $ issue_dv_dk()
-$ end
-$ if own then
-    fa_named_bar_sync(8 + wg, 128);  /* this consumer's dS^T, every warp's */
-    $ dq_own()
-$ else
-    /* dS^T of every consumer is in its buffer; the other buffer's readers,
-    ** the block before's dQ products, are done (each waited for its own). */
-    fa_named_bar_sync(1, ${128 * C});
-    $ dq_tiles()
+      $ q_block(true)
+    }
+    for (; qb < n_qb; ++qb, ++it) {
+      $ q_block(false)
+    }
 $ end
   }
   fa_wgmma_fence_acc(${DP}, dk);

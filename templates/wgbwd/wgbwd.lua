@@ -135,11 +135,17 @@ function wgbwd.plan(c)
   -- they are done, beside dK, dV and dQ's accumulators (a 64 x 64 tile, 32;
   -- own: block_m x DP / 128); and 16 for addresses and the loop (ptxas
   -- keeps d128 64 x 128 with dq_split = own, 240 words, from spilling).
-  -- dq_split = own: the tiles of dQ's share in flight at once. Beside
+  -- dq_split = own: the tiles of dQ's share in flight at once: one. Beside
   -- d128's dK and dV (128 words) a second tile's 32 make the dkdv kernel
-  -- lose a fifth by the timing model (562 against 724 TFLOP/s, H100, 16k),
-  -- though ptxas spills nothing: one there, all of them up to d64.
-  P.own_window = c.dq_split == "own" and P.DP <= 64 and P.dq_tiles or 1
+  -- lose a fifth by the timing model (562 against 724 TFLOP/s, H100, 16k);
+  -- at d64 both tiles at once make ptxas spill in the loop without the
+  -- mask (dkdv's loop over the Q blocks in two, wgbwd.cu), 8 to 32 bytes.
+  P.own_window = 1
+  -- The Q blocks the mask (or the keys' tail) reaches into in a loop of
+  -- their own, so that the loop over the others has no mask's code (as
+  -- FA3's mainloop); not with one consumer of 128-row Q blocks, whose
+  -- S^T and dP^T (128 words) the two loops make ptxas spill, 8 to 16 bytes.
+  P.mask_apart = c.consumers > 1 or c.block_m <= 64
   P.dq_words = 32 * P.own_window
   P.register_words = math.max(c.block_m + P.DP, P.DP + c.block_m // 2 + P.dq_words) + 16
   return P
