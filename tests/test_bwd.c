@@ -191,12 +191,15 @@ static void test_wg_add_order(int dim) {
     const gen_kernel *kp = &k;
     CHECK(backend_compile(be, &kp, 1, 0, &b, err, sizeof err) == 0 && b.prog, "%s: %s", k.name,
           b.log ? b.log : err);
-    unsigned char *first[ATTN_MAX_OUTPUTS], *again[ATTN_MAX_OUTPUTS];
-    for (int i = 0; i < n; i++) first[i] = malloc(bytes[i]), again[i] = malloc(bytes[i]);
+    unsigned char *first[ATTN_MAX_OUTPUTS] = {NULL}, *again[ATTN_MAX_OUTPUTS] = {NULL};
+    int held = 1;
+    for (int i = 0; i < n; i++)
+      held &= (first[i] = malloc(bytes[i])) != NULL && (again[i] = malloc(bytes[i])) != NULL;
+    CHECK(held, "out of memory");
     const fa_schedule sched[] = {FA_SCHED_FORWARD, FA_SCHED_REVERSE, FA_SCHED_RANDOM,
                                  FA_SCHED_SKEW, FA_SCHED_RANDOM, FA_SCHED_RANDOM};
     int same = 0, runs = 0;
-    for (int r = 0; b.prog && r < 6; r++) {
+    for (int r = 0; held && b.prog && r < 6; r++) {
       fa_run_opts ro = {.schedule = sched[r], .seed = seed + 7u * (unsigned)r, .threads = 1};
       void *host[ATTN_MAX_OUTPUTS];
       for (int i = 0; i < n; i++) host[i] = r ? again[i] : first[i];
@@ -376,12 +379,15 @@ static void test_deterministic(void) {
   CHECK(val_inputs_upload(be, &c, &in, err, sizeof err) == 0, "%s", err);
   size_t bytes[ATTN_MAX_OUTPUTS];
   const int n = attn_outputs(&p, bytes);
-  unsigned char *first[ATTN_MAX_OUTPUTS], *again[ATTN_MAX_OUTPUTS];
-  for (int i = 0; i < n; i++) first[i] = malloc(bytes[i]), again[i] = malloc(bytes[i]);
+  unsigned char *first[ATTN_MAX_OUTPUTS] = {NULL}, *again[ATTN_MAX_OUTPUTS] = {NULL};
+  int held = 1;
+  for (int i = 0; i < n; i++)
+    held &= (first[i] = malloc(bytes[i])) != NULL && (again[i] = malloc(bytes[i])) != NULL;
+  CHECK(held, "out of memory");
   const fa_schedule sched[] = {FA_SCHED_FORWARD, FA_SCHED_REVERSE, FA_SCHED_RANDOM,
                                FA_SCHED_SKEW};
   int runs = 0, same = 0;
-  for (int r = 0; r < 8; r++) {
+  for (int r = 0; held && r < 8; r++) {
     fa_run_opts ro = {.schedule = sched[r % 4], .seed = seed + (unsigned)r,
                       .threads = r % 2 ? 3 : 1, .smem_fill = (unsigned char)(r * 37)};
     void *host[ATTN_MAX_OUTPUTS];
