@@ -329,6 +329,23 @@ $ else
 $ end
 $ end
 
+$ -- The producer's fill of stage i with tensor t (q: Q and each row's lse;
+$ -- do: dO and D): once the consumers are done with the stage, the tile by
+$ -- TMA (tensor map tmap, to shared offset off), then the rows from
+$ -- registers (reg) to shared memory (rows), then the lanes' arrive.
+$ local function fill(t, rows, reg, tmap, off)
+        if (it >= ${S}) fa_mbar_wait(&empty${t}[i], ((it / ${S}) & 1) ^ 1);  /* the stage is free */
+        if (leader) {
+          fa_mbar_arrive_expect_tx(&full${t}[i], ${P.q_bytes});
+$   for j = 0, NCB - 1 do
+          fa_tma_load_4d(smem + ${off + j * BM * SW} + i * ${P.q_bytes}, &p.tmap[${tmap}], ${j * CB}, q0, hq, b, &full${t}[i]);
+$   end
+        }
+        FA_UNROLL
+        for (int k = 0; k < ${(BM + 31) // 32}; ++k) fa_sts_f32(${rows} + i * ${BM} + lane + 32 * k, ${reg}[k]);
+        fa_mbar_arrive(&full${t}[i]);
+$ end
+
 /* dK and dV of K/V block fa_bid_x() of K/V head fa_bid_y(), over the Q
 ** blocks of its query heads that see it. */
 FA_SM90_KERNEL(${args.entry}_dkdv, ${P.threads})
@@ -395,26 +412,8 @@ $ end
           lse_r[k] = gr < p.seq_q ? fa_ldg_f32(lg + gr) * 1.44269504088896340736f : pos_inf;
           d_r[k] = gr < p.seq_q ? fa_ld_f32(dg + gr) : 0.f;
         }
-        if (it >= ${S}) fa_mbar_wait(&emptyq[i], ((it / ${S}) & 1) ^ 1);  /* the stage is free */
-        if (leader) {
-          fa_mbar_arrive_expect_tx(&fullq[i], ${P.q_bytes});
-$ for j = 0, NCB - 1 do
-          fa_tma_load_4d(smem + ${P.off_q + j * BM * SW} + i * ${P.q_bytes}, &p.tmap[0], ${j * CB}, q0, hq, b, &fullq[i]);
-$ end
-        }
-        FA_UNROLL
-        for (int k = 0; k < ${(BM + 31) // 32}; ++k) fa_sts_f32(lse_s + i * ${BM} + lane + 32 * k, lse_r[k]);
-        fa_mbar_arrive(&fullq[i]);
-        if (it >= ${S}) fa_mbar_wait(&emptydo[i], ((it / ${S}) & 1) ^ 1);
-        if (leader) {
-          fa_mbar_arrive_expect_tx(&fulldo[i], ${P.q_bytes});
-$ for j = 0, NCB - 1 do
-          fa_tma_load_4d(smem + ${P.off_do + j * BM * SW} + i * ${P.q_bytes}, &p.tmap[3], ${j * CB}, q0, hq, b, &fulldo[i]);
-$ end
-        }
-        FA_UNROLL
-        for (int k = 0; k < ${(BM + 31) // 32}; ++k) fa_sts_f32(d_s + i * ${BM} + lane + 32 * k, d_r[k]);
-        fa_mbar_arrive(&fulldo[i]);
+        $ fill("q", "lse_s", "lse_r", 0, P.off_q)
+        $ fill("do", "d_s", "d_r", 3, P.off_do)
       }
     }
     return;
