@@ -355,10 +355,10 @@ FA_INLINE unsigned char fa_f32_to_e4m3(float x) {
   if (isnan(x)) return 0x7f;
   const float a = fabsf(x);
   if (a >= 448.f) return sign | 0x7e;  /* what rounds past 448 saturates to it */
-  int e;
-  frexpf(a, &e);
-  const int E = e - 1 < -6 ? -6 : e - 1;  /* a = 1.m x 2^E, or subnormal at 2^-6 */
-  const unsigned q = (unsigned)nearbyintf(ldexpf(a, 3 - E));  /* 0..16: exact scaling */
+  const int e = (int)(fa_emu_f32_bits(a) >> 23) - 127;  /* a = 1.m x 2^e; a float subnormal: -127 */
+  const int E = e < -6 ? -6 : e;  /* a = 1.m x 2^E, or an e4m3 subnormal at 2^-6 */
+  /* Times 2^(3-E), 2^-5 to 2^9: exact, to 0..16 (by bits: P passes here element by element). */
+  const unsigned q = (unsigned)nearbyintf(a * fa_emu_bits_f32((unsigned)(130 - E) << 23));
   if (q < 8) return sign | (unsigned char)q;  /* subnormal or zero */
   if (q == 16) return sign | (unsigned char)((E + 8) << 3);  /* rounded up a binade */
   return sign | (unsigned char)((E + 7) << 3 | (q & 7));

@@ -100,12 +100,13 @@ FA_INLINE fa_f16 fa_f32_to_f16(float x) {
 
 FA_INLINE float fa_bf16_to_f32(fa_bf16 h) { return fa_emu_bits_f32((unsigned)h << 16); }
 
-/* An OCP e4m3 byte as a float, exactly (0x7f and 0xff are NaN). */
+/* An OCP e4m3 byte as a float, exactly (0x7f and 0xff are NaN). By its
+** bits, not ldexpf: every fp8 operand of a wgmma passes here. */
 FA_INLINE float fa_e4m3_to_f32(unsigned char b) {
-  const float sign = b & 0x80 ? -1.f : 1.f;
-  const int e = (b >> 3) & 15, m = b & 7;
+  const unsigned sign = (unsigned)(b & 0x80) << 24, e = (b >> 3) & 15u, m = b & 7u;
   if (e == 15 && m == 7) return NAN;
-  return sign * (e ? ldexpf((float)(8 + m), e - 10) : ldexpf((float)m, -9));
+  if (e) return fa_emu_bits_f32(sign | (e + 120u) << 23 | m << 20); /* 2^(e-7) x 1.m */
+  return fa_emu_bits_f32(sign | fa_emu_f32_bits((float)m * 0x1p-9f)); /* m x 2^-9 */
 }
 
 FA_INLINE fa_bf16 fa_f32_to_bf16(float x) {
