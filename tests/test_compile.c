@@ -194,41 +194,52 @@ static size_t own_first(const family *f, gen_variant *v, size_t n) {
   return k;
 }
 
-/* This round's picks from one problem's full space. */
-static int pick_from(sample *s, const fam_problem *pr, int round) {
+/* One problem's full space, listed and parsed once for every round. */
+typedef struct listing {
+  gen_variant *v;
+  size_t n, listed;   /* n: those the sample draws from (own_first), of listed */
+  parsed *ps;
+  unsigned char *taken;
+} listing;
+
+static void listing_free(listing *l) {
+  if (l->v) gen_variants_free(l->v, l->listed);
+  free(l->ps), free(l->taken);
+  memset(l, 0, sizeof *l);
+}
+
+static int list_problem(sample *s, const fam_problem *pr, listing *l) {
   const family *f = s->f;
   fa_problem p = {.batch = 2, .heads = 2, .seq_q = FAM_SEQ, .seq_k = FAM_SEQ, .dim = pr->dim,
                   .dtype = pr->dtype, .causal = pr->causal, .op = f->op};
-  gen_variant *v;
-  size_t n;
-  if (gen_list(s->g, &p, s->t, "full", &v, &n) != 0) {
+  if (gen_list(s->g, &p, s->t, "full", &l->v, &l->listed) != 0) {
     CHECK(0, "gen_list d%d %s causal=%d: %s", p.dim, fa_dtype_name(p.dtype), p.causal,
           gen_errmsg(s->g));
+    l->v = NULL;
     return 0;
   }
-  const size_t listed = n;
-  if (f->arch) n = own_first(f, v, n);
-  CHECK(n > 0, "full space for d%d %s causal=%d is empty", p.dim, fa_dtype_name(p.dtype),
+  l->n = f->arch ? own_first(f, l->v, l->listed) : l->listed;
+  CHECK(l->n > 0, "full space for d%d %s causal=%d is empty", p.dim, fa_dtype_name(p.dtype),
         p.causal);
-  parsed *ps = malloc((n ? n : 1) * sizeof *ps);
-  unsigned char *taken = calloc(n ? n : 1, 1);
-  if (!ps || !taken) {
-    free(ps), free(taken), gen_variants_free(v, listed);
-    return -1;
-  }
-  parse_all(f, v, n, ps);
-  unsigned char *dim_covered = dim_slot(s, p.dim);
-  for (int k = 0; k < f->picks_per_round && s->npicks < MAX_PICKS; k++) {
+  l->ps = malloc((l->n ? l->n : 1) * sizeof *l->ps);
+  l->taken = calloc(l->n ? l->n : 1, 1);
+  if (!l->ps || !l->taken) return -1;
+  parse_all(f, l->v, l->n, l->ps);
+  return 0;
+}
+
+/* This round's picks from one problem's full space. */
+static void pick_from(sample *s, const fam_problem *pr, listing *l, int round) {
+  const family *f = s->f;
+  unsigned char *dim_covered = dim_slot(s, pr->dim);
+  for (int k = 0; l->v && k < f->picks_per_round && s->npicks < MAX_PICKS; k++) {
     long best_score;
-    const long best = best_variant(s, ps, taken, n, dim_covered, &best_score);
+    const long best = best_variant(s, l->ps, l->taken, l->n, dim_covered, &best_score);
     const int optional = round * f->picks_per_round + k >= f->required_picks;
     if (best < 0 || (optional && (best_score >> 12) == 0)) break;
-    taken[best] = 1;
-    take(s, &v[best], &ps[best], dim_covered, best_score);
+    l->taken[best] = 1;
+    take(s, &l->v[best], &l->ps[best], dim_covered, best_score);
   }
-  free(ps), free(taken);
-  gen_variants_free(v, listed);
-  return 0;
 }
 
 /* Every pair, and the odd tiles where asked, is covered. */
@@ -250,11 +261,16 @@ static void check_coverage(const sample *s, double ms) {
 
 static int pick_sample(sample *s) {
   const double t0 = fa_now_s();
-  for (int round = 0; round < s->f->rounds; round++)
-    for (size_t pi = 0; pi < s->f->nproblems; pi++)
-      if (pick_from(s, &s->f->problems[pi], round) != 0) return -1;
-  check_coverage(s, (fa_now_s() - t0) * 1e3);
-  return 0;
+  const size_t np = s->f->nproblems;
+  listing *ls = calloc(np ? np : 1, sizeof *ls);
+  int rc = ls ? 0 : -1;
+  for (size_t pi = 0; rc == 0 && pi < np; pi++) rc = list_problem(s, &s->f->problems[pi], &ls[pi]);
+  for (int round = 0; rc == 0 && round < s->f->rounds; round++)
+    for (size_t pi = 0; pi < np; pi++) pick_from(s, &s->f->problems[pi], &ls[pi], round);
+  for (size_t pi = 0; ls && pi < np; pi++) listing_free(&ls[pi]);
+  free(ls);
+  if (rc == 0) check_coverage(s, (fa_now_s() - t0) * 1e3);
+  return rc;
 }
 
 static size_t render_refs(const sample *s, gen_kernel *refs) {
