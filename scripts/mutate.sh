@@ -275,7 +275,7 @@ mut emu-fp8-gather templates/prelude_emu_sm90.h \
   'memcpy(&word, slots[w0 + 4 * (l / 4) + (k % 16) / 4]' 'memcpy(&word, slots[w0 + 4 * (l / 4) + (k % 8) / 2]' \
   'test_emu_sm90'
 mut emu-e4m3-round templates/prelude_emu_sm90.h \
-  '(unsigned)nearbyintf(ldexpf(a, 3 - E))' '(unsigned)roundf(ldexpf(a, 3 - E))' \
+  '(unsigned)nearbyintf(a * fa_emu_bits_f32' '(unsigned)roundf(a * fa_emu_bits_f32' \
   'test_emu_sm90'
 mut model-qgmma-rate tuner/analysis/model_sass.c \
   '(e->hgmma_flop_clk * (k / 16))' '(e->hgmma_flop_clk)' \
