@@ -254,7 +254,7 @@ mut wgbwd-causal templates/wgbwd/wgbwd.cu \
   'if (!(key < p.seq_k && key <= q + off)) sv[0] = 0.f;' 'if (!(key < p.seq_k)) sv[0] = 0.f;' \
   'test_bwd'
 mut wgbwd-mask-loop templates/wgbwd/wgbwd.cu \
-  'k0 + ${BN - 1} > qb * ${BM} + off)' 'k0 + ${BN - 1} > qb * ${BM} + off + ${BM})' \
+  '.. q0 .. " + off" end' '.. q0 .. " + off + " .. BM end' \
   'test_bwd'
 mut wgbwd-dq-turn templates/wgbwd/wgbwd.cu \
   'local handoff = own and C > 1' 'local handoff = false' \

@@ -155,6 +155,40 @@ static void test_space(fa_dtype t, int dim, int causal) {
   space_free(be, &sp);
 }
 
+/* Two copies of a problem's outputs, for repeated runs that must give
+** the first run's bits: run 0 writes `first`, every later run `again`. */
+typedef struct output_pair {
+  int n;
+  size_t bytes[ATTN_MAX_OUTPUTS];
+  unsigned char *first[ATTN_MAX_OUTPUTS], *again[ATTN_MAX_OUTPUTS];
+} output_pair;
+
+/* 1 when both copies are allocated (a failed check otherwise). */
+static int pair_alloc(output_pair *o, const fa_problem *p) {
+  memset(o, 0, sizeof *o);
+  o->n = attn_outputs(p, o->bytes);
+  int held = 1;
+  for (int i = 0; i < o->n; i++)
+    held &= (o->first[i] = malloc(o->bytes[i])) != NULL &&
+            (o->again[i] = malloc(o->bytes[i])) != NULL;
+  CHECK(held, "out of memory");
+  return held;
+}
+
+static void pair_host(output_pair *o, int run, void **host) {
+  for (int i = 0; i < o->n; i++) host[i] = run ? o->again[i] : o->first[i];
+}
+
+static int pair_same(const output_pair *o) {
+  int eq = 1;
+  for (int i = 0; i < o->n; i++) eq &= !memcmp(o->first[i], o->again[i], o->bytes[i]);
+  return eq;
+}
+
+static void pair_free(output_pair *o) {
+  for (int i = 0; i < o->n; i++) free(o->first[i]), free(o->again[i]);
+}
+
 /* wgbwd's consumers both add dQ's share of a block to one accumulator
 ** (dq_split=own): they take turns, so that within a CTA the order of the
 ** adds to an element is the kernel's. On one thread (the CTAs in order)
@@ -176,8 +210,6 @@ static void test_wg_add_order(int dim) {
   attn_inputs in;
   CHECK(val_case_make(&c, &p, seed, err, sizeof err) == 0, "%s", err);
   CHECK(val_inputs_upload(be, &c, &in, err, sizeof err) == 0, "%s", err);
-  size_t bytes[ATTN_MAX_OUTPUTS];
-  const int n = attn_outputs(&p, bytes);
   double worst = 0;
   for (int pp = dim == 128 ? 0 : 1; pp < 2; pp++) {
     gen_kernel k;
@@ -191,23 +223,19 @@ static void test_wg_add_order(int dim) {
     const gen_kernel *kp = &k;
     CHECK(backend_compile(be, &kp, 1, 0, &b, err, sizeof err) == 0 && b.prog, "%s: %s", k.name,
           b.log ? b.log : err);
-    unsigned char *first[ATTN_MAX_OUTPUTS] = {NULL}, *again[ATTN_MAX_OUTPUTS] = {NULL};
-    int held = 1;
-    for (int i = 0; i < n; i++)
-      held &= (first[i] = malloc(bytes[i])) != NULL && (again[i] = malloc(bytes[i])) != NULL;
-    CHECK(held, "out of memory");
+    output_pair o;
+    const int held = pair_alloc(&o, &p);
     const fa_schedule sched[] = {FA_SCHED_FORWARD, FA_SCHED_REVERSE, FA_SCHED_RANDOM,
                                  FA_SCHED_SKEW, FA_SCHED_RANDOM, FA_SCHED_RANDOM};
     int same = 0, runs = 0;
     for (int r = 0; held && b.prog && r < 6; r++) {
       fa_run_opts ro = {.schedule = sched[r], .seed = seed + 7u * (unsigned)r, .threads = 1};
       void *host[ATTN_MAX_OUTPUTS];
-      for (int i = 0; i < n; i++) host[i] = r ? again[i] : first[i];
+      pair_host(&o, r, host);
       CHECK(attn_run_op(be, b.prog, &k, &p, &in, &ro, host, NULL, NULL, err, sizeof err) == 0,
             "%s: %s", k.name, err);
       if (r == 0) continue;
-      int eq = 1;
-      for (int i = 0; i < n; i++) eq &= !memcmp(first[i], again[i], bytes[i]);
+      const int eq = pair_same(&o);
       runs++, same += eq;
       CHECK(eq, "%s: run %d (%s) differs from the first: the consumers' adds are unordered",
             k.name, r, backend_schedule_name(ro.schedule));
@@ -215,7 +243,7 @@ static void test_wg_add_order(int dim) {
     if (b.prog) validate(&k, b.prog, &p, &worst);
     printf("%s: %d of %d runs under other schedules give the first's bits; gradient error "
            "%.2e\n", k.name, same, runs, worst);
-    for (int i = 0; i < n; i++) free(first[i]), free(again[i]);
+    pair_free(&o);
     if (b.prog) backend_build_free(be, &b);
     gen_kernel_free(&k);
   }
@@ -377,13 +405,8 @@ static void test_deterministic(void) {
   attn_inputs in;
   CHECK(val_case_make(&c, &p, seed, err, sizeof err) == 0, "%s", err);
   CHECK(val_inputs_upload(be, &c, &in, err, sizeof err) == 0, "%s", err);
-  size_t bytes[ATTN_MAX_OUTPUTS];
-  const int n = attn_outputs(&p, bytes);
-  unsigned char *first[ATTN_MAX_OUTPUTS] = {NULL}, *again[ATTN_MAX_OUTPUTS] = {NULL};
-  int held = 1;
-  for (int i = 0; i < n; i++)
-    held &= (first[i] = malloc(bytes[i])) != NULL && (again[i] = malloc(bytes[i])) != NULL;
-  CHECK(held, "out of memory");
+  output_pair o;
+  const int held = pair_alloc(&o, &p);
   const fa_schedule sched[] = {FA_SCHED_FORWARD, FA_SCHED_REVERSE, FA_SCHED_RANDOM,
                                FA_SCHED_SKEW};
   int runs = 0, same = 0;
@@ -391,19 +414,18 @@ static void test_deterministic(void) {
     fa_run_opts ro = {.schedule = sched[r % 4], .seed = seed + (unsigned)r,
                       .threads = r % 2 ? 3 : 1, .smem_fill = (unsigned char)(r * 37)};
     void *host[ATTN_MAX_OUTPUTS];
-    for (int i = 0; i < n; i++) host[i] = r ? again[i] : first[i];
+    pair_host(&o, r, host);
     CHECK(attn_run_op(be, b.prog, &k, &p, &in, &ro, host, NULL, NULL, err, sizeof err) == 0,
           "%s", err);
     if (r == 0) continue;
     runs++;
-    int eq = 1;
-    for (int i = 0; i < n; i++) eq &= !memcmp(first[i], again[i], bytes[i]);
+    const int eq = pair_same(&o);
     same += eq;
     CHECK(eq, "run %d (%s, %d threads) differs from the first", r,
           backend_schedule_name(ro.schedule), ro.threads);
   }
   printf("deterministic: %d of %d repeated runs give dq, dk and dv bit for bit\n", same, runs);
-  for (int i = 0; i < n; i++) free(first[i]), free(again[i]);
+  pair_free(&o);
   attn_inputs_free(be, &in);
   val_case_free(&c);
   backend_build_free(be, &b);

@@ -288,9 +288,15 @@ $ local function q_blocks()
   for (int it = 0, qb = qb0, hq = h0; it < n_iter; ++it, qb = qb + 1 < n_qb ? qb + 1 : qb0, hq += qb == qb0) {
 $ end
 
-$ -- One Q block of the consumer's loop; masked: the block has keys past
-$ -- seq_k or, causal, above the diagonal (edge in softmax_grad); nil: the
-$ -- block says which.
+$ -- Whether the Q block of first row q0 (an expression) has keys past
+$ -- seq_k or, causal, above the diagonal: the mask's code runs on it.
+$ local function reaches_mask(q0)
+$   if causal then return "k0 + " .. BN .. " > p.seq_k || k0 + " .. BN - 1 .. " > " .. q0 .. " + off" end
+$   return "k0 + " .. BN .. " > p.seq_k"
+$ end
+
+$ -- One Q block of the consumer's loop; masked: the block reaches the
+$ -- mask (edge in softmax_grad); nil: the block says whether.
 $ local function q_block(masked)
       const int i = it % ${S}, q0 = qb * ${BM};
       $ qhead("hq")
@@ -300,10 +306,8 @@ $ local function q_block(masked)
       const fa_wgmma_desc dot = fa_wgmma_desc_advance(dot0, (unsigned)i * ${P.q_bytes}u);
 $ if masked ~= nil then
       const int edge = ${masked and 1 or 0};
-$ elseif causal then
-      const int edge = k0 + ${BN} > p.seq_k || k0 + ${BN - 1} > q0 + off;
 $ else
-      const int edge = k0 + ${BN} > p.seq_k;
+      const int edge = ${reaches_mask("q0")};
 $ end
       fa_mbar_wait(&fullq[i], (it / ${S}) & 1);
       fa_mbar_wait(&fulldo[i], (it / ${S}) & 1);
@@ -471,11 +475,7 @@ $ if not P.mask_apart then
       $ q_block(nil)
     }
 $ else
-$ if causal then
-    for (; qb < n_qb && (k0 + ${BN} > p.seq_k || k0 + ${BN - 1} > qb * ${BM} + off); ++qb, ++it) {
-$ else
-    for (; qb < n_qb && k0 + ${BN} > p.seq_k; ++qb, ++it) {
-$ end
+    for (; qb < n_qb && (${reaches_mask("qb * " .. BM)}); ++qb, ++it) {
       $ q_block(true)
     }
     for (; qb < n_qb; ++qb, ++it) {
