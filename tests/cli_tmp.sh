@@ -71,7 +71,11 @@ done
 # Its output away from the test's: ctest waits for whatever holds that open.
 flock "$TMPDIR/fatune-emu-live01/lock" sleep 120 >/dev/null 2>&1 &
 holder=$!
-sleep 0.2
+# Until flock holds it (a loaded machine may take longer than any fixed sleep).
+for ((i = 0; i < 600; i++)); do
+  flock -n "$TMPDIR/fatune-emu-live01/lock" true 2>/dev/null || break
+  sleep 0.05
+done
 touch -d '2 hours ago' "$TMPDIR"/fatune-emu-{stale1,live01,nolock,oldobj}
 "${TIMEOUT[@]}" "$FATUNE" run --backend emu --config 'block_m=4' --q "$tmp/q.npy" --k "$tmp/k.npy" \
   --v "$tmp/v.npy" --out "$tmp/o.npy" 2>"$tmp/err" || fail "a run to sweep" "$(cat "$tmp/err")"
