@@ -104,6 +104,8 @@ typedef struct db_binary_key {
 typedef struct db_binary {
   unsigned char *data;   /* CUBIN or emulator object; db_binary_get mallocs it */
   size_t size;
+  /* The compiler's report: registers, bytes spilled (stores and loads),
+  ** static shared memory; 0 where it gives none (the emulator's). */
   int registers, spill_bytes, smem_bytes;
   double compile_ms;
   int untrusted;         /* db_binary_get: an entry is there, but not one this

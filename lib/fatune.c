@@ -504,7 +504,7 @@ static fatune_status program_for(fatune_ctx *c, const gen_kernel *k, fa_program 
   size_t size;
   if (!c->read_only && backend_program_blob(c->be, b.prog, &data, &size) == 0) {
     db_binary put = {.data = (unsigned char *)data, .size = size, .registers = b.registers,
-                     .spill_bytes = b.spill_bytes, .smem_bytes = k->smem_bytes,
+                     .spill_bytes = b.spill_bytes, .smem_bytes = b.smem_static_bytes,
                      .compile_ms = b.compile_ms};
     db_binary_put(c->db, &key, &put, err, sizeof err);  /* a cache: failing to fill it is no error */
   }

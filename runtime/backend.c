@@ -225,6 +225,8 @@ int backend_gpu_arch_supported(const char *arch) { return nvrtc_arch_supported(a
 
 const char *backend_gpu_compiler_version(void) { return nvrtc_version_string(); }
 
+const char *backend_gpu_compile_options(void) { return NVRTC_OPTIONS; }
+
 int backend_gpu_newest_arch(void) { return nvrtc_newest_arch(); }
 
 void backend_cleanup(void) { emu_tmp_cleanup(); }

@@ -227,8 +227,10 @@ int backend_gpu_arch_supported(const char *arch);
 
 /* The newest sm_ number the GPU compiler takes (90 for sm_90), 0 if unknown. */
 int backend_gpu_newest_arch(void);
-/* The GPU compiler's version ("13.0"). */
+/* The GPU compiler's version ("13.0"), and the options that shape its
+** output besides the arch: with the target, a compile cache's key. */
 const char *backend_gpu_compiler_version(void);
+const char *backend_gpu_compile_options(void);
 
 /* Removes the runtime's temporary files (the emulator's objects); safe to
 ** call at exit and from a thread that took a stop signal. */

@@ -47,6 +47,39 @@ grep -q 'not GPU performance' "$tmp/main80.err"
 check "the banner says emulator figures are not GPU performance" $? \
   "stderr: $(head -c 300 "$tmp/main80.err")"
 
+# The compile cache: a rerun in the same database takes every cubin from it,
+# and compiles again those whose entries were edited (their MACs no longer
+# verify), with the same machine-code figures as the cached ones.
+run cached --dtype fp32 --dim 4 --seq 16 --arch sm_80 --backend emu --retune --json
+grep -q "(NVRTC sm_80, $n_ok from the compile cache)" "$tmp/cached.err"
+check "a rerun takes all $n_ok cubins from the compile cache" $? \
+  "exit $rc: $(grep -E '^[0-9]+ variants: ' "$tmp/cached.err" || tail -n 2 "$tmp/cached.err")"
+if [ "$HAVE_PY" -eq 1 ] && python3 -c 'import sqlite3' 2>/dev/null; then
+  python3 - "$XDG_CACHE_HOME/fatune/fatune.db" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("UPDATE binaries SET blob = zeroblob(length(blob))")
+db.commit()
+PY
+  run edited --dtype fp32 --dim 4 --seq 16 --arch sm_80 --backend emu --retune --json
+  why=$(python3 - "$tmp/cached.out" "$tmp/edited.out" <<'PY' 2>&1
+import json, sys
+a, b = ({r["name"]: r for r in json.load(open(f))} for f in sys.argv[1:])
+assert a.keys() == b.keys() and a, (len(a), len(b))
+same = ["registers", "spill_bytes", "smem_per_cta", "loop_instructions", "loop_hmma", "loop_mufu",
+        "bound", "est_tflops", "model_tflops", "model_bound"]
+for n, r in a.items():
+    assert r["status"] == b[n]["status"] == "ok", (n, r["status"], b[n]["status"])
+    diff = [(k, r.get(k), b[n].get(k)) for k in same if r.get(k) != b[n].get(k)]
+    assert not diff, (n, diff)
+print("%d variants, registers %s" % (len(a), sorted({r["registers"] for r in a.values()})))
+PY
+  )
+  [ "$rc" -eq 0 ] && ! grep -q "from the compile cache" "$tmp/edited.err" && ! grep -q Error <<<"$why"
+  check "edited cache entries are compiled again, figures as cached: $why" $? \
+    "exit $rc: $why; $(grep -E '^[0-9]+ variants: ' "$tmp/edited.err")"
+fi
+
 run main --dtype fp32 --dim 4 --seq 16
 check "fatune --dim 4 --seq 16 (no --arch) exits 0" "$rc" "exit $rc: $(tail -c 300 "$tmp/main.err")"
 if [ "$have_driver" -eq 0 ]; then

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "compile_pool.h"
 #include "cuda_driver.h"
+#include "model_sass.h"
 #include "nvrtc_compile.h"
 
 /* A local array indexed at run time cannot live in registers: a stack frame. */
@@ -48,6 +49,14 @@ static void check_good(const nvrtc_result *r, const char *what) {
   CHECK(r->compile_ms > 0.0, "%s: compile_ms=%g", what, r->compile_ms);
 }
 
+/* What the tuner's compile cache reads from a cubin (its ELF) must be what
+** ptxas reported for the entry. */
+static void check_elf(const nvrtc_result *r, const char *entry, const char *what) {
+  const int regs = model_cubin_registers(r->cubin, r->cubin_size, entry);
+  CHECK(regs == r->registers, "%s: the cubin says %d registers, ptxas %d", what, regs,
+        r->registers);
+}
+
 static void test_compile(const char *arch) {
   nvrtc_result r;
   char what[64];
@@ -59,6 +68,7 @@ static void test_compile(const char *arch) {
   check_good(&r, what);
   CHECK(r.stack_bytes > 0, "%s: stack_bytes=%d\nlog:\n%s", what, r.stack_bytes, r.log);
   CHECK(r.smem_static_bytes == 0, "%s: smem=%d", what, r.smem_static_bytes);
+  check_elf(&r, "stk", what);
   printf("  %-12s %6.1f ms  %3d regs  %4d B stack  %4d B smem  %5zu B cubin\n", what,
          r.compile_ms, r.registers, r.stack_bytes, r.smem_static_bytes, r.cubin_size);
   nvrtc_result_free(&r);
@@ -71,6 +81,7 @@ static void test_compile(const char *arch) {
   check_good(&r, what);
   CHECK(r.smem_static_bytes == 1024, "%s: smem=%d\nlog:\n%s", what, r.smem_static_bytes, r.log);
   CHECK(r.stack_bytes == 0, "%s: stack=%d", what, r.stack_bytes);
+  check_elf(&r, "tile", what);
   printf("  %-12s %6.1f ms  %3d regs  %4d B stack  %4d B smem  %5zu B cubin\n", what,
          r.compile_ms, r.registers, r.stack_bytes, r.smem_static_bytes, r.cubin_size);
   nvrtc_result_free(&r);
@@ -84,10 +95,12 @@ static void test_two_kernels(void) {
   CHECK(nvrtc_compile(src, "stk", "sm_80", &r) == 0, "two/stk: %s", r.error);
   CHECK(r.ok && r.stack_bytes > 0 && r.smem_static_bytes == 0,
         "two/stk: ok=%d stack=%d smem=%d", r.ok, r.stack_bytes, r.smem_static_bytes);
+  check_elf(&r, "stk", "two/stk");
   nvrtc_result_free(&r);
   CHECK(nvrtc_compile(src, "tile", "sm_80", &r) == 0, "two/tile: %s", r.error);
   CHECK(r.ok && r.stack_bytes == 0 && r.smem_static_bytes == 1024,
         "two/tile: ok=%d stack=%d smem=%d", r.ok, r.stack_bytes, r.smem_static_bytes);
+  check_elf(&r, "tile", "two/tile");
   nvrtc_result_free(&r);
   /* An entry that is not in the program: compiled, but nothing known. */
   CHECK(nvrtc_compile(src, "nosuch", "sm_80", &r) == 0, "two/nosuch: %s", r.error);

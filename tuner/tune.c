@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "compile_cache.h"
 #include "fa_escape.h"
 #include "fa_util.h"
 #include "par.h"
@@ -209,6 +210,32 @@ static void sass_gpu(tune *s, size_t i) {
 
 /* ---- The emulator's flow: compile everything, then validate on all cores ---- */
 
+/* NVRTC's cubins of jobs[0..m) (ks[i]'s) for the machine code: from the
+** compile cache where it has them, else compiled and stored. */
+static int nvrtc_cached(tune *s, const gen_kernel *const *ks, compile_job *jobs, size_t m) {
+  size_t *todo = malloc((m ? m : 1) * sizeof *todo);
+  compile_job *miss = malloc((m ? m : 1) * sizeof *miss);
+  if (!todo || !miss) {
+    free(todo), free(miss);
+    fprintf(stderr, "fatune: out of memory\n");
+    return -1;
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < m; i++)
+    if (!ccache_cubin_get(s->db, ks[i], s->t->arch, &jobs[i].result)) todo[n] = i, miss[n++] = jobs[i];
+  s->nvrtc_cached = m - n;
+  progress_phase nv;
+  progress_start(&nv, "compiling with NVRTC", n);
+  int rc = compile_pool_run(miss, n, s->t->arch, s->threads, progress_fn(), &nv);
+  if (rc != 0) fprintf(stderr, "fatune: cannot start the NVRTC compile threads\n");
+  for (size_t j = 0; rc == 0 && j < n; j++) {
+    jobs[todo[j]] = miss[j];
+    ccache_cubin_put(s->db, ks[todo[j]], s->t->arch, &miss[j].result);
+  }
+  free(todo), free(miss);
+  return rc;
+}
+
 static int emu_flow(tune *s) {
   char err[512];
   const gen_kernel **ks = malloc(s->n * sizeof *ks);
@@ -225,12 +252,7 @@ static int emu_flow(tune *s) {
   for (size_t i = 0; i < s->n; i++)
     if (s->e[i].st != TRIAL_RECORDED) ks[m] = &s->e[i].k, jobs[m] = s->e[i].nvrtc, m++;
   double t0 = fa_now_s();
-  progress_phase nv;
-  progress_start(&nv, "compiling with NVRTC", m);
-  if (compile_pool_run(jobs, m, s->t->arch, s->threads, progress_fn(), &nv) != 0) {
-    fprintf(stderr, "fatune: cannot start the NVRTC compile threads\n");
-    goto done;
-  }
+  if (nvrtc_cached(s, ks, jobs, m) != 0) goto done;
   double t1 = fa_now_s();
   /* The host compiler in parts of a few kernels per thread, so that its
   ** progress shows. */
@@ -279,16 +301,26 @@ static int compile_all(tune *s) {
     fprintf(stderr, "fatune: out of memory\n");
     return -1;
   }
+  /* What the database neither holds as a trial nor has in its compile cache. */
   size_t m = 0;
-  for (size_t i = 0; i < s->n; i++)
-    if (s->e[i].st != TRIAL_RECORDED) ks[m++] = &s->e[i].k;
+  for (size_t i = 0; i < s->n; i++) {
+    trial *e = &s->e[i];
+    if (e->st == TRIAL_RECORDED) continue;
+    fa_build hit;
+    if (ccache_build_get(s->db, s->be, &e->k, &hit)) trial_take_build(e, &hit, 0), s->nvrtc_cached++;
+    else ks[m++] = &e->k;
+  }
   progress_phase ph;
   progress_start(&ph, "compiling with NVRTC", m);
   char err[512];
   int rc = trial_compile(&s->env, ks, m, s->threads, b, progress_fn(), &ph, err, sizeof err);
   if (rc != 0) fprintf(stderr, "fatune: %s\n", err);
-  for (size_t i = 0, j = 0; rc == 0 && i < s->n; i++)
-    if (s->e[i].st != TRIAL_RECORDED) trial_take_build(&s->e[i], &b[j++], 0);
+  for (size_t i = 0, j = 0; rc == 0 && i < s->n; i++) {
+    trial *e = &s->e[i];
+    if (j >= m || ks[j] != &e->k) continue;   /* recorded, or from the cache */
+    ccache_build_put(s->db, s->be, &e->k, &b[j]);
+    trial_take_build(e, &b[j++], 0);
+  }
   free(ks), free(b);
   return rc;
 }

@@ -279,12 +279,16 @@ static void print_summary(FILE *f, const tune *s, trial **rank) {
   if (count[TRIAL_ENV_ERROR])
     fprintf(f, "%zu env_error (the environment failed, not the variant: not recorded, the next "
                "run measures them); ", count[TRIAL_ENV_ERROR]);
+  char cached[64] = "";
+  if (s->nvrtc_cached)
+    snprintf(cached, sizeof cached, ", %zu from the compile cache", s->nvrtc_cached);
   if (s->gpu)
-    fprintf(f, "compiled (NVRTC %s), then measured, %.1f s in all\n", s->t->arch, s->check_s);
+    fprintf(f, "compiled (NVRTC %s%s), then measured, %.1f s in all\n", s->t->arch, cached,
+            s->check_s);
   else
-    fprintf(f, "compile %.1f s (host compiler) + %.1f s (NVRTC %s), validation %.1f s "
+    fprintf(f, "compile %.1f s (host compiler) + %.1f s (NVRTC %s%s), validation %.1f s "
                "(2 schedules each) on %d threads\n",
-            s->compile_s, s->nvrtc_s, s->t->arch, s->check_s, s->threads);
+            s->compile_s, s->nvrtc_s, s->t->arch, cached, s->check_s, s->threads);
   const trial *b = rank[0];
   /* The main loop's step: the backward pass's dkdv walks Q blocks. */
   const char *step = s->run.op == FA_OP_BWD ? "Q block" : "K/V block";

@@ -25,6 +25,7 @@ typedef struct tune {
   trial_env env;         /* their workers and database rows */
   /* Figures for the summary and the progress line. */
   double compile_s, nvrtc_s, check_s, t_start, t_measure;
+  size_t nvrtc_cached;   /* cubins from the compile cache */
   size_t done;
   const trial *best;
   /* The SASS figures of each variant's cubin (none without nvdisasm), and

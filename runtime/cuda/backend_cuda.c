@@ -482,7 +482,7 @@ static int cuda_load_program(fa_backend *b, const gen_kernel *k, const void *dat
 static void cuda_cache_key(fa_backend *b, const char **target, const char **compiler,
                            const char **options) {
   *target = self(b)->arch, *compiler = nvrtc_version_string();
-  *options = "--std=c++17";  /* as nvrtc_compile passes, with -arch=target */
+  *options = NVRTC_OPTIONS;  /* with -arch=target */
 }
 
 static int cuda_tmap(fa_backend *b, const fa_tmap_desc *d, fa_tmap *map, char *err,

@@ -233,8 +233,8 @@ static int run_program(nvrtcProgram prog, const char *arch, nvrtc_result *out) {
 
   snprintf(arch_opt, sizeof arch_opt, "-arch=%s", arch);
   opts[0] = arch_opt;
-  opts[1] = "--std=c++17";
-  opts[2] = "--ptxas-options=-v";   /* the resource report, into the log */
+  opts[1] = NVRTC_OPT_STD;
+  opts[2] = NVRTC_OPT_REPORT;   /* the resource report, into the log */
 
   t0 = now_ms();
   crc = nvrtcCompileProgram(prog, 3, opts);

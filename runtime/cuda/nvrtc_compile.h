@@ -24,6 +24,11 @@ void nvrtc_result_free(nvrtc_result *r);
 int nvrtc_arch_supported(const char *arch);
 /* "13.0", for the compile cache key. */
 const char *nvrtc_version_string(void);
+/* The options nvrtc_compile passes besides -arch, and all of them as one
+** string: the compile cache's key (the report comes with each entry). */
+#define NVRTC_OPT_STD "--std=c++17"
+#define NVRTC_OPT_REPORT "--ptxas-options=-v"
+#define NVRTC_OPTIONS NVRTC_OPT_STD " " NVRTC_OPT_REPORT
 
 /* The newest sm_ number NVRTC compiles for (121 for sm_121), 0 if unknown. */
 int nvrtc_newest_arch(void);

@@ -200,15 +200,19 @@ print("<tr><td>512</td><td>%.2f</td><td>%.2f</td><td>%.2f</td><td>%.2f</td></tr>
       "exit $rc: $(cat "$tmp/report2.err"); want $want; $(grep -A4 'fatune (best' "$page")"
   fi
   if [ "$dt" = bf16 ] && [ $fake -eq 1 ]; then
-    rm -f "$db"
     # At seq 128: the fake computes every launch's attention, and a worker
-    # that goes on after a crash needs no longer sequences to show it.
+    # that goes on after a crash needs no longer sequences to show it. The
+    # database is the one tuned at 512: every cubin comes from its compile
+    # cache, and the programs loaded from it run as compiled ones do.
     FAKECUDA_FAULT=launch:3:illegal_address FAKECUDA_STATE="$tmp/state" run crash --dtype "$dt" \
       "${tune_args[@]}" --seq 128
     got=$(statuses "$tmp/crash.out")
     [ "$(head -n 1 <<<"$got")" = "crashed=1 ok=$((n - 1))" ] &&
       grep -q "^crashed .*CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)" <<<"$got"
     check "tune $dt, launch 3 faults: one crashed, with the driver's message" $? "$got"
+    grep -q "compiled (NVRTC $arch, $n from the compile cache)" "$tmp/crash.err"
+    check "tune $dt at another length: all $n cubins from the compile cache" $? \
+      "$(grep -E '^[0-9]+ variants: ' "$tmp/crash.err" || tail -n 2 "$tmp/crash.err")"
     got=$(trials "$dt" 128)
     [ "$got" = "crashed=1 ok=$((n - 1))" ]
     check "tune $dt, launch 3 faults: the database holds every trial" $? "$got"
