@@ -222,12 +222,16 @@ static int nvrtc_cached(tune *s, const gen_kernel *const *ks, compile_job *jobs,
   }
   size_t n = 0;
   for (size_t i = 0; i < m; i++)
-    if (!ccache_cubin_get(s->db, ks[i], s->t->arch, &jobs[i].result)) todo[n] = i, miss[n++] = jobs[i];
+    if (!ccache_cubin_get(s->db, ks[i], s->t->arch, &jobs[i].result))
+      todo[n] = i, miss[n++] = jobs[i];
   s->nvrtc_cached = m - n;
   progress_phase nv;
   progress_start(&nv, "compiling with NVRTC", n);
   int rc = compile_pool_run(miss, n, s->t->arch, s->threads, progress_fn(), &nv);
-  if (rc != 0) fprintf(stderr, "fatune: cannot start the NVRTC compile threads\n");
+  if (rc != 0) {
+    fprintf(stderr, "fatune: cannot start the NVRTC compile threads\n");
+    for (size_t i = 0; i < m; i++) backend_compiled_free(&jobs[i].result);
+  }
   for (size_t j = 0; rc == 0 && j < n; j++) {
     jobs[todo[j]] = miss[j];
     ccache_cubin_put(s->db, ks[todo[j]], s->t->arch, &miss[j].result);
@@ -307,8 +311,8 @@ static int compile_all(tune *s) {
     trial *e = &s->e[i];
     if (e->st == TRIAL_RECORDED) continue;
     fa_build hit;
-    if (ccache_build_get(s->db, s->be, &e->k, &hit)) trial_take_build(e, &hit, 0), s->nvrtc_cached++;
-    else ks[m++] = &e->k;
+    if (!ccache_build_get(s->db, s->be, &e->k, &hit)) ks[m++] = &e->k;
+    else trial_take_build(e, &hit, 0), s->nvrtc_cached++;
   }
   progress_phase ph;
   progress_start(&ph, "compiling with NVRTC", m);

@@ -9,22 +9,23 @@
 #include "compile_cache.h"
 #include "model_sass.h"
 
-/* The figures a cached cubin comes with: the registers from the cubin, the
-** row's static shared memory, spills and compile time when sane; 0 when
-** the cubin does not hold k's entry or a figure is out of range. */
+/* The figures a cached cubin comes with. */
 typedef struct cached_figures {
   int registers, smem_static, spill_bytes;
   double compile_ms;
 } cached_figures;
 
+/* The registers from the cubin, the row's static shared memory, spills and
+** compile time: 1 when all are sane, 0 when the cubin does not hold k's
+** entry or a figure of the row is out of range. */
 static int figures_of(const gen_kernel *k, const db_binary *bin, cached_figures *f) {
   f->registers = model_cubin_registers(bin->data, bin->size, k->entry);
   f->smem_static = bin->smem_bytes;
   f->spill_bytes = bin->spill_bytes;
   f->compile_ms = bin->compile_ms;
   return f->registers > 0 && f->smem_static >= 0 && f->smem_static <= 256 * 1024 &&
-         f->spill_bytes >= 0 &&
-         f->spill_bytes < (1 << 30) && isfinite(f->compile_ms) && f->compile_ms >= 0;
+         f->spill_bytes >= 0 && f->spill_bytes < (1 << 30) && isfinite(f->compile_ms) &&
+         f->compile_ms >= 0;
 }
 
 /* The entry under key, with its figures: 1, or 0 (nothing usable). */
@@ -45,7 +46,7 @@ static void store(db *d, const db_binary_key *key, const void *data, size_t size
                    .spill_bytes = spill_bytes, .smem_bytes = smem_bytes,
                    .compile_ms = compile_ms};
   char err[256];
-  if (d) db_binary_put(d, key, &bin, err, sizeof err);  /* a cache: failing to fill it is no error */
+  if (d) db_binary_put(d, key, &bin, err, sizeof err);  /* a cache: failing is no error */
 }
 
 int ccache_cubin_get(db *d, const gen_kernel *k, const char *arch, fa_compiled *out) {
