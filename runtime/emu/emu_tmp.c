@@ -49,7 +49,8 @@ typedef struct slot {
 } slot;
 
 static slot slots[NSLOTS];
-static atomic_int dying;         /* set by emu_tmp_cleanup: start no compiler */
+static atomic_int dying;         /* set by emu_tmp_cleanup: start no compiler, make no folder */
+static atomic_int making;        /* emu_tmp_dir_make calls past their check of dying */
 
 /* ---- The registry ---- */
 
@@ -176,6 +177,10 @@ static int remove_dir_contents(slot *s) {
 void emu_tmp_cleanup(void) {
   const pid_t me = getpid();
   atomic_store(&dying, 1);
+  /* A folder being made is claimed within a few system calls: wait for it
+  ** (up to 2 s), or it would outlive the process. Both sides use seq_cst:
+  ** a maker that missed dying is counted here. */
+  for (int round = 0; round < 2000 && atomic_load(&making) > 0; round++) nap_ms(1);
   for (int i = 0; i < NSLOTS; i++) {
     slot *s = &slots[i];
     if (atomic_load(&s->state) != LIVE || s->owner != me) continue;
@@ -253,9 +258,8 @@ static int open_made(emu_tmp_dir *d, char *err, size_t errlen) {
   return d->fd;
 }
 
-int emu_tmp_dir_make(emu_tmp_dir *d, char *err, size_t errlen) {
-  if (emu_tmp_root_check(err, errlen) != 0) return -1;
-  emu_tmp_sweep();
+/* Makes, locks and claims the folder; 0 or -1. */
+static int make_claimed(emu_tmp_dir *d, char *err, size_t errlen) {
   if ((size_t)snprintf(d->path, sizeof d->path, "%s/" PREFIX "XXXXXX", emu_tmp_root()) >=
       sizeof d->path) {
     snprintf(err, errlen, "$TMPDIR is too long: %s", emu_tmp_root());
@@ -277,6 +281,19 @@ int emu_tmp_dir_make(emu_tmp_dir *d, char *err, size_t errlen) {
   }
   claim(d->path, d->fd, d->lock);   /* full: removed normally, only not on a signal */
   return 0;
+}
+
+int emu_tmp_dir_make(emu_tmp_dir *d, char *err, size_t errlen) {
+  if (emu_tmp_root_check(err, errlen) != 0) return -1;
+  emu_tmp_sweep();
+  atomic_fetch_add(&making, 1);
+  int rc = -1;
+  if (atomic_load(&dying))   /* a signal is ending the process: its cleanup is past */
+    snprintf(err, errlen, "stopping: no new folder for the host compiler");
+  else
+    rc = make_claimed(d, err, errlen);
+  atomic_fetch_sub(&making, 1);
+  return rc;
 }
 
 static slot *find(const char *path) {
