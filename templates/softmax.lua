@@ -51,11 +51,10 @@ function softmax.lane_reduce(F, var, op)
 end
 
 -- The row's max over its fragment and lanes (mx), the running max before
--- (mo) and after (mn), mu (mn in log2 units, 0 for a row with no key yet),
--- mp (softmax.p_mu: what P's exponentials subtract) and alpha, the factor
--- of what was summed before. lazy: the max moves only when the block's
--- exceeds it by more than 8 in log2 units (P up to 256), else alpha is 1
--- (deferred normalization's lazy rescaling).
+-- (mo) and after (mn), mu (softmax.mu: what P's exponentials subtract)
+-- and alpha, the factor of what was summed before. lazy: the max moves
+-- only when the block's exceeds it by more than 8 in log2 units (P up to
+-- 256), else alpha is 1 (deferred normalization's lazy rescaling).
 function softmax.row_max(F, lazy) return part("row_max", F, { lazy = lazy }) end
 
 -- Eager normalization (FlashAttention-1), once this thread's sum of the
@@ -71,9 +70,10 @@ function softmax.eager_factors(F) return part("eager_factors", F) end
 -- = (l O) / l is unchanged and the logsumexp adds the 8 back. The
 -- exponent's argument is rounded near -8 instead of near 0 (2^-21 at
 -- most, 3.3e-7 of P, where it was half that), far below bf16's rounding
--- of P and of the inputs; in fp32 it would show (its deferred variants
--- keep failing huge-values), fp16's largest value leaves fp32 room, and
--- e4m3's P would lose its small values.
+-- of P and of the inputs; in
+-- fp32 it would show (its deferred variants keep failing huge-values),
+-- fp16's largest value leaves fp32 room, and e4m3's P would lose its
+-- small values.
 function softmax.shift_for(dt)
   return dt == "bf16" and 8 or 0
 end
@@ -86,8 +86,7 @@ end
 -- key yet: mn is -inf), plus P's shift.
 function softmax.mu(F, mn)
   local k = (F.shift or 0) == 0 and "0" or tostring(F.shift)
-  return mn .. " == NEG_INF ? " .. lit(F, k) .. " : " .. mn .. (F.scaled and "" or " * sl2") ..
-         shift(F)
+  return mn .. " == NEG_INF ? " .. lit(F, k) .. " : " .. mn .. (F.scaled and "" or " * sl2") .. shift(F)
 end
 
 -- mu (softmax.mu without the shift) plus the shift: what the mma
@@ -108,8 +107,7 @@ end
 function softmax.alpha(F, mo, mu)
   local m = mo .. (F.scaled and "" or " * sl2")
   if (F.shift or 0) == 0 then return "fa_exp2_" .. F.fn .. "(" .. m .. " - " .. mu .. ")" end
-  return "fa_exp2_" .. F.fn .. "(" .. m .. " - (" .. mu .. " - " .. lit(F, tostring(F.shift)) ..
-         "))"
+  return "fa_exp2_" .. F.fn .. "(" .. m .. " - (" .. mu .. " - " .. lit(F, tostring(F.shift)) .. "))"
 end
 
 -- 1 / l, 0 for a row with no key (l exactly 0; a NaN l, from NaN or Inf

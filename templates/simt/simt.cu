@@ -20,8 +20,7 @@ $ local function smem(ptr) return "fa_lds_" .. T .. "(" .. ptr .. ")" end
 $ -- The shared softmax (softmax.lua): scores in log2 units, G lanes per row,
 $ -- row i of this thread's.
 $ local sm = require("softmax")
-$ local F = { acc = "acc_t", fn = T, lanes = G, scaled = true, l = "l_i[i]",
-$             shift = sm.shift_for(c.dtype) }
+$ local F = { acc = "acc_t", fn = T, lanes = G, scaled = true, l = "l_i[i]", shift = sm.shift_for(c.dtype) }
 /* ${args.entry}
 ** ${c.norm} normalization, ${c.par}, ${c.split}, ${c.layout} layout, Q in ${c.q}
 ** tile ${BM}x${BN}, ${NT} threads; each thread holds ${RM} row(s) x ${RN} score column(s)

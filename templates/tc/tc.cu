@@ -50,8 +50,7 @@ $ -- The score fragment for the shared softmax (softmax.lua): row hh of
 $ -- m-tile mt (loops of the caller), n8 tile n, a quad per row.
 $ local sm = require("softmax")
 $ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "n", cols = n_tiles,
-$             m = "m_i[mt][hh]", l = "l_i[mt][hh]", sum = "l",
-$             shift = sm.shift_for(c.dtype),
+$             m = "m_i[mt][hh]", l = "l_i[mt][hh]", sum = "l", shift = sm.shift_for(c.dtype),
 $             score = function(e) return "s[mt][n][2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
 /* ${args.entry}
 ** fp32 accumulation, ${c.norm} normalization, ${c.layout} shared memory, Q in ${c.q},

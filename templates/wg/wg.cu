@@ -41,8 +41,7 @@ $ -- The score fragment for the shared softmax (softmax.lua): row hh, the
 $ -- n8 column tile j, a quad per row.
 $ local sm = require("softmax")
 $ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "j", cols = BN // 8,
-$             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum", scaled = bs,
-$             shift = sm.shift_for(c.dtype),
+$             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum", scaled = bs, shift = sm.shift_for(c.dtype),
 $             score = function(e) return "s[4 * j + 2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
 $ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w
 $ -- consumer w's own (its epilogue, P in shared memory), 7 every consumer
