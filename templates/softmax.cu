@@ -55,11 +55,8 @@ const ${F.acc} mn = mo != NEG_INF && (mx - mo)${F.scaled and "" or " * sl2"} <= 
 $   else
 const ${F.acc} mn = fmaxf(mo, mx);
 $   end
-$   local F0 = setmetatable({ shift = 0 }, { __index = F })
-const ${F.acc} mu = ${sm.mu(F0, "mn")}; /* a row with no key yet */
-const ${F.acc} alpha = ${sm.alpha(F0, "mo", "mu")};
-const ${F.acc} mp = ${sm.p_mu(F, "mu")};
-(void)mp;
+const ${F.acc} mu = ${sm.mu(F, "mn")}; /* a row with no key yet */
+const ${F.acc} alpha = fa_exp2_${F.fn}(mo${F.scaled and "" or " * sl2"} - mu);
 $ elseif args.part == "eager_factors" then
 const ${F.acc} ln = ${F.l} * alpha + rs;
 const ${F.acc} inv = ${sm.inverse(F, "ln")};

@@ -21,7 +21,6 @@
 --           (the softmax scale times log2 e, a C variable of the kernel)
 --           applies inside each exponential, and the running max m stays
 --           raw too;
---   shift   P's offset in log2 units (absent: 0), softmax.shift_for's;
 -- and, for the mma fragments (row_max, eager_factors, mask, row_sum):
 --   col, cols  the loop variable and count of a row's column pairs;
 --   score(e)   the C lvalue of element e (a C expression, "0" or "1" or a
@@ -51,7 +50,7 @@ function softmax.lane_reduce(F, var, op)
 end
 
 -- The row's max over its fragment and lanes (mx), the running max before
--- (mo) and after (mn), mu (softmax.mu: what P's exponentials subtract)
+-- (mo) and after (mn), mu (mn in log2 units, 0 for a row with no key yet)
 -- and alpha, the factor of what was summed before. lazy: the max moves
 -- only when the block's exceeds it by more than 8 in log2 units (P up to
 -- 256), else alpha is 1 (deferred normalization's lazy rescaling).
@@ -62,52 +61,9 @@ function softmax.row_max(F, lazy) return part("row_max", F, { lazy = lazy }) end
 -- inv = 1 / ln (0 for an empty row) for P, and fo for O.
 function softmax.eager_factors(F) return part("eager_factors", F) end
 
--- P's offset for inputs of dtype dt (fa_dtype's name): 8 for bf16, else
--- 0. The sums of deferred normalization (O's l times the result, and l)
--- grow with the keys: with values near bf16's largest they leave fp32's
--- range where O does not (the suite's huge-values). P = 2^(s - m - 8)
--- keeps them 256 times smaller, up to 256 keys at bf16's largest value; O
--- = (l O) / l is unchanged and the logsumexp adds the 8 back. The
--- exponent's argument is rounded near -8 instead of near 0 (2^-21 at
--- most, 3.3e-7 of P, where it was half that), far below bf16's rounding
--- of P and of the inputs; in
--- fp32 it would show (its deferred variants keep failing huge-values),
--- fp16's largest value leaves fp32 room, and e4m3's P would lose its
--- small values.
-function softmax.shift_for(dt)
-  return dt == "bf16" and 8 or 0
-end
-
-local function shift(F)
-  return (F.shift or 0) == 0 and "" or " + " .. lit(F, tostring(F.shift))
-end
-
--- What P's exponentials subtract: mn in log2 units (0 for a row with no
--- key yet: mn is -inf), plus P's shift.
+-- mn in log2 units, 0 for a row with no key yet (mn is -inf).
 function softmax.mu(F, mn)
-  local k = (F.shift or 0) == 0 and "0" or tostring(F.shift)
-  return mn .. " == NEG_INF ? " .. lit(F, k) .. " : " .. mn .. (F.scaled and "" or " * sl2") .. shift(F)
-end
-
--- mu (softmax.mu without the shift) plus the shift: what the mma
--- fragments' exponentials subtract (row_max's mp). The tc family keeps
--- both: its loop at 255 registers spilled at FA2's d128 tile on sm_90 with
--- alpha taking the shift out of mu, while wg's three consumers spilled
--- with both kept; each has the form ptxas allocated without a spill.
-function softmax.p_mu(F, mu)
-  if (F.shift or 0) == 0 then return mu end
-  return mu .. shift(F)
-end
-
--- The factor of what was summed under the running max mo, now that the
--- exponentials subtract mu: exp2(mo - (mu - shift)), with mu the one
--- register a row (wg's three consumers have none to spare: adding the
--- shift to mo instead, or multiplying it back after the exponential, made
--- ptxas spill).
-function softmax.alpha(F, mo, mu)
-  local m = mo .. (F.scaled and "" or " * sl2")
-  if (F.shift or 0) == 0 then return "fa_exp2_" .. F.fn .. "(" .. m .. " - " .. mu .. ")" end
-  return "fa_exp2_" .. F.fn .. "(" .. m .. " - (" .. mu .. " - " .. lit(F, tostring(F.shift)) .. "))"
+  return mn .. " == NEG_INF ? " .. lit(F, "0") .. " : " .. mn .. (F.scaled and "" or " * sl2")
 end
 
 -- 1 / l, 0 for a row with no key (l exactly 0; a NaN l, from NaN or Inf
@@ -123,7 +79,7 @@ function softmax.lse(F, m, l)
   local zero = F.acc == "float" and "0.f" or "0"
   local m2 = F.scaled and m or m .. " * sl2"
   return l .. " == " .. zero .. " ? NEG_INF : (" .. m2 .. " + fa_log2_" .. F.fn .. "(" .. l ..
-         ")" .. shift(F) .. ") * " .. lit(F, "0.69314718055994530942")
+         ")) * " .. lit(F, "0.69314718055994530942")
 end
 
 -- The mask of the mma fragments: -inf for the keys past seq_k and, causal,

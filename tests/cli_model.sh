@@ -330,19 +330,12 @@ assert j["ov"]["tflops"] > j["sq"]["tflops"], \
 assert j["ov"]["tflops"] >= 0.95 * j["fa3_128"]["tflops"], \
     "overlap %.0f, FA3 %.0f" % (j["ov"]["tflops"], j["fa3_128"]["tflops"])
 assert j["ov"]["ex2_before_pv_wait"] >= 45, "the P V wait after %r of 90 EX2" % j["ov"]["ex2_before_pv_wait"]
-# tc's row sums on the tensor cores: 16 HMMA more a block than FA2's FADD,
-# and the tensor pipe busier for them. Their speeds are not ordered here:
-# the model finds both latency-bound on A100 (2 CTAs per SM), within a few
-# percent, in an order that moves with ptxas's scheduling.
-m, f = j["mma"], j["fadd"]
-assert m["loop_mma"] == f["loop_mma"] + 16, (m["loop_mma"], f["loop_mma"])
-assert m["util"]["tensor pipe"] > f["util"]["tensor pipe"], (m["util"], f["util"])
+assert j["mma"]["tflops"] < j["fadd"]["tflops"], \
+    "rowsum=mma %.0f, -fadd %.0f" % (j["mma"]["tflops"], j["fadd"]["tflops"])
 print("wg overlap %.0f > sequential %.0f TFLOP/s on h100 (FA3 %.0f), its P V wait after %d EX2; "
-      "tc rowsum=mma %d HMMA a block (tensor pipe %.0f%% busy, %.0f TFLOP/s) against -fadd's %d "
-      "(%.0f%%, %.0f) on a100"
+      "tc rowsum=mma %.0f < -fadd %.0f on a100"
       % (j["ov"]["tflops"], j["sq"]["tflops"], j["fa3_128"]["tflops"], j["ov"]["ex2_before_pv_wait"],
-         m["loop_mma"], 100 * m["util"]["tensor pipe"], m["tflops"], f["loop_mma"],
-         100 * f["util"]["tensor pipe"], f["tflops"]))
+         j["mma"]["tflops"], j["fadd"]["tflops"]))
 EOF
 )
 check "the known cases: $why" $? "$why"

@@ -20,7 +20,7 @@ $ local function smem(ptr) return "fa_lds_" .. T .. "(" .. ptr .. ")" end
 $ -- The shared softmax (softmax.lua): scores in log2 units, G lanes per row,
 $ -- row i of this thread's.
 $ local sm = require("softmax")
-$ local F = { acc = "acc_t", fn = T, lanes = G, scaled = true, l = "l_i[i]", shift = sm.shift_for(c.dtype) }
+$ local F = { acc = "acc_t", fn = T, lanes = G, scaled = true, l = "l_i[i]" }
 /* ${args.entry}
 ** ${c.norm} normalization, ${c.par}, ${c.split}, ${c.layout} layout, Q in ${c.q}
 ** tile ${BM}x${BN}, ${NT} threads; each thread holds ${RM} row(s) x ${RN} score column(s)
@@ -252,7 +252,7 @@ $ local function step_split_q(q0, k0)
       $ row_max()
       const acc_t mn = m_i[i] > mx ? m_i[i] : mx;
       const acc_t mu = ${sm.mu(F, "mn")}; /* a row with no key yet */
-      const acc_t alpha = ${sm.alpha(F, "m_i[i]", "mu")};
+      const acc_t alpha = fa_exp2_${T}(m_i[i] - mu);
       acc_t rs = 0;
       FA_UNROLL
       for (int j = 0; j < ${RN}; ++j) {
@@ -341,7 +341,7 @@ $ end
         ls += ${smem("red_l + w * " .. P.BMp .. " + r")};
       }
       const acc_t mu = ${sm.mu(F, "mn")};
-      const acc_t alpha = ${sm.alpha(F, "mo", "mu")};
+      const acc_t alpha = fa_exp2_${T}(mo - mu);
       const acc_t ln = lo * alpha + ls;
 $ if eager then
       const acc_t inv = ${sm.inverse(F, "ln")};

@@ -50,7 +50,7 @@ $ -- The score fragment for the shared softmax (softmax.lua): row hh of
 $ -- m-tile mt (loops of the caller), n8 tile n, a quad per row.
 $ local sm = require("softmax")
 $ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "n", cols = n_tiles,
-$             m = "m_i[mt][hh]", l = "l_i[mt][hh]", sum = "l", shift = sm.shift_for(c.dtype),
+$             m = "m_i[mt][hh]", l = "l_i[mt][hh]", sum = "l",
 $             score = function(e) return "s[mt][n][2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
 /* ${args.entry}
 ** fp32 accumulation, ${c.norm} normalization, ${c.layout} shared memory, Q in ${c.q},
@@ -457,8 +457,7 @@ $
 $ -- Row hh of m-tile mt (a C loop's variables in the caller): its max over
 $ -- the part's scores and the quad (mx), the running max m_i before (mo)
 $ -- and after (mn), mu = mn in log2 units (0 for a row with no key yet),
-$ -- mp what P's exponentials subtract (mu plus P's shift), and alpha, O's
-$ -- rescale.
+$ -- and alpha, O's rescale.
 $ local function row_max()
 ${sm.row_max(F, lazy)}
 $ end
@@ -521,8 +520,8 @@ $   elseif not sum_mma then
 $   end
     FA_UNROLL
     for (int n = 0; n < ${n_tiles}; ++n) {
-      const float x0 = fa_exp2_f32(s[mt][n][2 * hh] * sl2 - mp);
-      const float x1 = fa_exp2_f32(s[mt][n][2 * hh + 1] * sl2 - mp);
+      const float x0 = fa_exp2_f32(s[mt][n][2 * hh] * sl2 - mu);
+      const float x1 = fa_exp2_f32(s[mt][n][2 * hh + 1] * sl2 - mu);
 $   if eager then
       rs += x0 + x1;
       s[mt][n][2 * hh] = x0;
@@ -608,7 +607,7 @@ for (int mt = ${mt0}; mt < ${mt1}; ++mt) {
   FA_UNROLL
   for (int hh = 0; hh < 2; ++hh) {
     $ row_max()
-    mu_r[mt][hh] = mp;
+    mu_r[mt][hh] = mu;
 $   if not sum_mma then
     l_i[mt][hh] *= alpha;
 $   end

@@ -41,7 +41,7 @@ $ -- The score fragment for the shared softmax (softmax.lua): row hh, the
 $ -- n8 column tile j, a quad per row.
 $ local sm = require("softmax")
 $ local F = { acc = "float", fn = "f32", lanes = { 1, 2 }, col = "j", cols = BN // 8,
-$             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum", scaled = bs, shift = sm.shift_for(c.dtype),
+$             m = "m_i[hh]", l = "l_i[hh]", sum = "lsum", scaled = bs,
 $             score = function(e) return "s[4 * j + 2 * hh" .. (e == "0" and "" or " + " .. e) .. "]" end }
 $ -- Named barriers: 1 + w the turn of consumer w (ping-pong), 4 + w
 $ -- consumer w's own (its epilogue, P in shared memory), 7 every consumer
@@ -344,7 +344,7 @@ $ else
     ${sm.lane_reduce(F, "mx", "max")}
     const float mn = fmaxf(m_i[hh], mx);
     const float mu = ${sm.mu(F, "mn")};  /* a row with no key yet */
-    const float alpha = ${sm.alpha(F, "m_i[hh]", "mu")};
+    const float alpha = fa_exp2_f32(m_i[hh] * sl2 - mu);
     float rs = 0.f;
     FA_UNROLL
     for (int j = 0; j < ${BN // 8}; ++j) {
