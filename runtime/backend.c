@@ -230,3 +230,5 @@ const char *backend_gpu_compile_options(void) { return NVRTC_OPTIONS; }
 int backend_gpu_newest_arch(void) { return nvrtc_newest_arch(); }
 
 void backend_cleanup(void) { emu_tmp_cleanup(); }
+
+int backend_stopping(void) { return emu_tmp_dying(); }

@@ -235,5 +235,8 @@ const char *backend_gpu_compile_options(void);
 /* Removes the runtime's temporary files (the emulator's objects); safe to
 ** call at exit and from a thread that took a stop signal. */
 void backend_cleanup(void);
+/* 1 once backend_cleanup has begun: the process is ending, and a compile
+** may have failed because the cleanup stopped its compiler. */
+int backend_stopping(void);
 
 #endif

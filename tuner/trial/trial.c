@@ -257,6 +257,10 @@ static void trial_compiler(const trial_env *e, char *out, size_t n) {
 
 int trial_record(trial_env *e, const trial *t) {
   if (t->st == TRIAL_RECORDED || t->st == TRIAL_ENV_ERROR) return 0;
+  /* A stop signal is ending the process: its cleanup stopped the compilers,
+  ** so a failure now may be its doing, not the variant's. Nothing more is
+  ** recorded; a rerun measures what is missing. */
+  if (backend_stopping()) return 0;
   const trial_outcome *o = &t->out;
   const fa_problem *p = e->run;
   const int ran = trial_ran(t->st), timed = o->timed;
